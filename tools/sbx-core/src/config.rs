@@ -1,0 +1,828 @@
+//! `.agent-sandbox/config.toml`: the one file every tool reads. Unknown keys,
+//! wrong types and bad values are refused with file, line, column and key,
+//! before any tool acts on a half-understood policy.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+
+use crate::glob::{PathPattern, name_glob};
+use crate::{Exit, SbxError};
+
+pub const DIR: &str = ".agent-sandbox";
+pub const FILE: &str = "config.toml";
+pub const LEGACY_FILE: &str = "config.json";
+
+/// Always read-only inside the sandbox, whatever the config says.
+pub const ALWAYS_PROTECTED: [&str; 3] = [".git/hooks", ".husky", ".agent-sandbox"];
+
+/// Secret files masked by default (seed SPEC-SANDBOX-01 AC-2).
+pub const DEFAULT_BLOCKED_FILES: [&str; 9] = [
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*credentials*",
+    "*secret*",
+    ".aws/",
+    ".ssh/",
+    ".gnupg/",
+];
+
+pub const DEFAULT_ALLOWED_FILES: [&str; 1] = [".env.example"];
+
+// ---------------------------------------------------------------- schema
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Config {
+    pub sandbox: Sandbox,
+    pub filesystem: Filesystem,
+    pub environment: Environment,
+    pub network: Network,
+    pub git: Git,
+    pub backup: Backup,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Sandbox {
+    pub memory: Size,
+    pub cpus: Cpus,
+    pub pids: Pids,
+    pub ports: Unique<Port>,
+    /// Added to [`ALWAYS_PROTECTED`].
+    pub protected: Unique<RelPath>,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self {
+            memory: Size {
+                text: "4g".into(),
+                bytes: 4 << 30,
+            },
+            cpus: Cpus(2.0),
+            pids: Pids(1024),
+            ports: Unique::default(),
+            protected: Unique::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Filesystem {
+    /// Added to [`DEFAULT_BLOCKED_FILES`]; a list here cannot unmask a default.
+    pub blocked: Unique<PathGlob>,
+    /// Exceptions to `blocked`; [`DEFAULT_ALLOWED_FILES`] when unset.
+    pub allowed: Option<Unique<PathGlob>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Environment {
+    pub filter_secrets: bool,
+    pub allow: Unique<NameGlob>,
+    pub block: Unique<NameGlob>,
+    pub pass: Unique<NameGlob>,
+}
+
+impl Default for Environment {
+    fn default() -> Self {
+        Self {
+            filter_secrets: true,
+            allow: Unique::default(),
+            block: Unique::default(),
+            pass: Unique::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Network {
+    /// Added to the built-in allowlist.
+    pub allow_domains: Unique<Domain>,
+    pub registries: bool,
+    pub github: bool,
+    pub allow_localhost: bool,
+    pub allow_external: bool,
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Self {
+            allow_domains: Unique::default(),
+            registries: true,
+            github: true,
+            allow_localhost: true,
+            allow_external: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Git {
+    pub block_no_verify: bool,
+    pub block_force_push: bool,
+    pub block_global_config: bool,
+}
+
+impl Default for Git {
+    fn default() -> Self {
+        Self {
+            block_no_verify: true,
+            block_force_push: true,
+            block_global_config: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Backup {
+    /// No URL: backups are off.
+    pub url: Option<StoreUrl>,
+    pub interval: Interval,
+    pub exclude: Unique<PathGlob>,
+}
+
+impl Default for Backup {
+    fn default() -> Self {
+        Self {
+            url: None,
+            interval: Interval(Duration::from_secs(300)),
+            exclude: Unique::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Protected paths: the three defaults, then the configured ones.
+    pub fn protected_paths(&self) -> Vec<String> {
+        let mut v: Vec<String> = ALWAYS_PROTECTED.iter().map(|s| s.to_string()).collect();
+        for p in &self.sandbox.protected.0 {
+            if !v.contains(&p.0) {
+                v.push(p.0.clone());
+            }
+        }
+        v
+    }
+
+    /// Masked file patterns: the defaults, then the configured ones.
+    pub fn blocked_files(&self) -> Vec<PathPattern> {
+        let mut v: Vec<PathPattern> = DEFAULT_BLOCKED_FILES
+            .iter()
+            .map(|p| PathPattern::new(p).expect("built-in pattern"))
+            .collect();
+        v.extend(self.filesystem.blocked.0.iter().map(|g| g.0.clone()));
+        v
+    }
+
+    pub fn allowed_files(&self) -> Vec<PathPattern> {
+        match &self.filesystem.allowed {
+            Some(list) => list.0.iter().map(|g| g.0.clone()).collect(),
+            None => DEFAULT_ALLOWED_FILES
+                .iter()
+                .map(|p| PathPattern::new(p).expect("built-in pattern"))
+                .collect(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- value types
+
+/// A list whose entries must be distinct (a duplicate is usually a typo).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unique<T>(pub Vec<T>);
+
+impl<T> Default for Unique<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<'de, T: Deserialize<'de> + fmt::Display> Deserialize<'de> for Unique<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<T>::deserialize(d)?;
+        let mut seen = HashSet::new();
+        for item in &v {
+            if !seen.insert(item.to_string()) {
+                return Err(de::Error::custom(format!("duplicate entry \"{item}\"")));
+            }
+        }
+        Ok(Self(v))
+    }
+}
+
+impl<T> std::ops::Deref for Unique<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+macro_rules! from_str_deserialize {
+    ($t:ty) => {
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(de::Error::custom)
+            }
+        }
+    };
+}
+
+/// A memory size in docker's notation ("4g", "512m", "1.5g").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Size {
+    pub text: String,
+    pub bytes: u64,
+}
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "invalid size \"{s}\": expected a number with an optional unit b, k, m or g (like \"4g\")"
+            )
+        };
+        let t = s.trim().to_ascii_lowercase();
+        let t = t.strip_suffix('b').unwrap_or(&t);
+        let t = t.strip_suffix('i').unwrap_or(t);
+        let (num, mult) = match t.chars().last() {
+            Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+            Some('m') => (&t[..t.len() - 1], 1 << 20),
+            Some('g') => (&t[..t.len() - 1], 1 << 30),
+            Some('t') => (&t[..t.len() - 1], 1 << 40),
+            _ => (t, 1),
+        };
+        if num.is_empty() || !num.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            return Err(bad());
+        }
+        let n: f64 = num.parse().map_err(|_| bad())?;
+        let bytes = (n * mult as f64) as u64;
+        // Docker refuses less than 6 MiB for --memory.
+        if bytes < 6 << 20 {
+            return Err(format!("size \"{s}\" is too small: the minimum is 6m"));
+        }
+        Ok(Self {
+            text: s.trim().to_owned(),
+            bytes,
+        })
+    }
+}
+from_str_deserialize!(Size);
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cpus(pub f64);
+
+impl<'de> Deserialize<'de> for Cpus {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Num {
+            F(f64),
+            I(i64),
+        }
+        let v = match Num::deserialize(d)
+            .map_err(|_| de::Error::custom("expected a number of CPUs, like 2 or 1.5"))?
+        {
+            Num::F(f) => f,
+            Num::I(i) => i as f64,
+        };
+        if !(v > 0.0 && v <= 1024.0) {
+            return Err(de::Error::custom(format!(
+                "cpus = {v} is out of range: use a number above 0 (like 2 or 0.5)"
+            )));
+        }
+        Ok(Self(v))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pids(pub u32);
+
+impl<'de> Deserialize<'de> for Pids {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = i64::deserialize(d)?;
+        if !(16..=4_194_304).contains(&v) {
+            return Err(de::Error::custom(format!(
+                "pids = {v} is out of range: use 16 to 4194304 (an unlimited count is not allowed)"
+            )));
+        }
+        Ok(Self(v as u32))
+    }
+}
+
+/// A published port: "3000", "8080:3000" or "127.0.0.1:8080:3000", each
+/// optionally with "/tcp" or "/udp" (docker's -p syntax, minus ranges).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    pub text: String,
+}
+
+impl std::str::FromStr for Port {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad =
+            |why: &str| format!("invalid port \"{s}\": {why} (like \"3000\" or \"8080:3000\")");
+        let (spec, proto) = match s.rsplit_once('/') {
+            Some((a, p)) if p == "tcp" || p == "udp" => (a, Some(p)),
+            Some(_) => return Err(bad("protocol must be tcp or udp")),
+            None => (s, None),
+        };
+        let _ = proto;
+        let parts: Vec<&str> = spec.split(':').collect();
+        let ports = match parts.as_slice() {
+            [c] => vec![*c],
+            [h, c] => vec![*h, *c],
+            [ip, h, c] => {
+                if ip.parse::<std::net::Ipv4Addr>().is_err() {
+                    return Err(bad("the host address must be an IPv4 address"));
+                }
+                vec![*h, *c]
+            }
+            _ => return Err(bad("too many fields")),
+        };
+        for p in ports {
+            match p.parse::<u16>() {
+                Ok(n) if n > 0 => {}
+                _ => return Err(bad("ports are numbers from 1 to 65535")),
+            }
+        }
+        Ok(Self { text: s.to_owned() })
+    }
+}
+
+impl<'de> Deserialize<'de> for Port {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum P {
+            S(String),
+            N(i64),
+        }
+        let s = match P::deserialize(d)
+            .map_err(|_| de::Error::custom("expected a port as a string or number"))?
+        {
+            P::S(s) => s,
+            P::N(n) => n.to_string(),
+        };
+        s.parse().map_err(de::Error::custom)
+    }
+}
+
+impl fmt::Display for Port {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A path relative to the workspace root, without `..`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelPath(pub String);
+
+impl std::str::FromStr for RelPath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim_end_matches('/');
+        let t = t.strip_prefix("./").unwrap_or(t);
+        if t.is_empty() || t == "." {
+            return Err(format!(
+                "invalid path \"{s}\": name a file or directory inside the workspace"
+            ));
+        }
+        if t.starts_with('/') {
+            return Err(format!(
+                "invalid path \"{s}\": use a path relative to the workspace root"
+            ));
+        }
+        if t.split('/').any(|c| c == ".." || c.is_empty()) {
+            return Err(format!(
+                "invalid path \"{s}\": \"..\" and empty components are not allowed"
+            ));
+        }
+        Ok(Self(t.to_owned()))
+    }
+}
+from_str_deserialize!(RelPath);
+
+impl fmt::Display for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A case-insensitive glob over environment variable names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NameGlob(pub String);
+
+impl std::str::FromStr for NameGlob {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() || s.contains('=') {
+            return Err(format!(
+                "invalid variable pattern \"{s}\": a name or glob without '='"
+            ));
+        }
+        name_glob(s).map_err(|e| format!("invalid glob \"{s}\": {}", e.kind()))?;
+        Ok(Self(s.to_owned()))
+    }
+}
+from_str_deserialize!(NameGlob);
+
+impl fmt::Display for NameGlob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A gitignore-like path glob.
+#[derive(Debug, Clone)]
+pub struct PathGlob(pub PathPattern);
+
+impl std::str::FromStr for PathGlob {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() || s == "/" {
+            return Err(format!("invalid path pattern \"{s}\""));
+        }
+        if s.split('/').any(|c| c == "..") {
+            return Err(format!(
+                "invalid path pattern \"{s}\": \"..\" is not allowed"
+            ));
+        }
+        PathPattern::new(s)
+            .map(Self)
+            .map_err(|e| format!("invalid glob \"{s}\": {}", e.kind()))
+    }
+}
+from_str_deserialize!(PathGlob);
+
+impl fmt::Display for PathGlob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.text)
+    }
+}
+
+/// A DNS name, optionally a `*.` wildcard for every name below it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Domain {
+    pub name: String,
+    pub wildcard: bool,
+}
+
+impl std::str::FromStr for Domain {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.trim_end_matches('.').to_ascii_lowercase();
+        let (wildcard, name) = match lower.strip_prefix("*.") {
+            Some(rest) => (true, rest.to_owned()),
+            None => (false, lower.clone()),
+        };
+        let bad = |why: &str| format!("invalid domain \"{s}\": {why}");
+        if name.is_empty() || name.len() > 253 {
+            return Err(bad(
+                "expected a host name like api.example.com or *.example.com",
+            ));
+        }
+        if !name.is_ascii() {
+            return Err(bad("write internationalized names in punycode (xn--…)"));
+        }
+        if name.parse::<std::net::IpAddr>().is_ok() {
+            return Err(bad("addresses are not allowed here, only names"));
+        }
+        for label in name.split('.') {
+            let ok = !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && !label.starts_with('-')
+                && !label.ends_with('-');
+            if !ok {
+                return Err(bad("each label is 1 to 63 letters, digits or '-'"));
+            }
+        }
+        if wildcard && !name.contains('.') {
+            return Err(bad(
+                "a wildcard must stand below a registered name, like *.example.com",
+            ));
+        }
+        Ok(Self { name, wildcard })
+    }
+}
+from_str_deserialize!(Domain);
+
+impl fmt::Display for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.wildcard {
+            write!(f, "*.{}", self.name)
+        } else {
+            f.write_str(&self.name)
+        }
+    }
+}
+
+/// A duration like "5m", "30s" or "1h 30m".
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval(pub Duration);
+
+impl std::str::FromStr for Interval {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let d = humantime::parse_duration(s)
+            .map_err(|e| format!("invalid duration \"{s}\": {e} (like \"5m\" or \"30s\")"))?;
+        if d < Duration::from_secs(1) {
+            return Err(format!("invalid duration \"{s}\": must be at least 1s"));
+        }
+        Ok(Self(d))
+    }
+}
+from_str_deserialize!(Interval);
+
+/// An object store URL: gs://bucket/prefix, s3://bucket/prefix,
+/// file:///absolute/path or memory://.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreUrl {
+    pub scheme: String,
+    pub text: String,
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (scheme, rest) = s.split_once("://").ok_or_else(|| {
+            format!("invalid URL \"{s}\": expected gs://, s3://, file:// or memory://")
+        })?;
+        match scheme {
+            "gs" | "s3" => {
+                let bucket = rest.split('/').next().unwrap_or("");
+                if bucket.is_empty() {
+                    return Err(format!(
+                        "invalid URL \"{s}\": name a bucket, like {scheme}://bucket/prefix"
+                    ));
+                }
+            }
+            "file" => {
+                if !rest.starts_with('/') {
+                    return Err(format!(
+                        "invalid URL \"{s}\": file URLs need an absolute path (file:///var/tmp/x)"
+                    ));
+                }
+            }
+            "memory" => {}
+            other => {
+                return Err(format!(
+                    "unknown URL scheme \"{other}\" in \"{s}\": use gs://, s3://, file:// or memory://"
+                ));
+            }
+        }
+        Ok(Self {
+            scheme: scheme.to_owned(),
+            text: s.to_owned(),
+        })
+    }
+}
+from_str_deserialize!(StoreUrl);
+
+// ---------------------------------------------------------------- legacy
+
+/// `.agent-sandbox/config.json` of the TypeScript agent-sandbox.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Legacy {
+    ports: Unique<Port>,
+    readonly: Unique<RelPath>,
+    egress_allow_domains: Unique<Domain>,
+}
+
+impl From<Legacy> for Config {
+    fn from(l: Legacy) -> Self {
+        let mut c = Config::default();
+        c.sandbox.ports = l.ports;
+        c.sandbox.protected = l.readonly;
+        c.network.allow_domains = l.egress_allow_domains;
+        c
+    }
+}
+
+// ---------------------------------------------------------------- loading
+
+/// Where the effective config came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    File(PathBuf),
+    Legacy(PathBuf),
+    /// No file found: built-in defaults.
+    Default,
+}
+
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    pub source: Source,
+}
+
+impl Loaded {
+    pub fn describe(&self) -> String {
+        match &self.source {
+            Source::File(p) => p.display().to_string(),
+            Source::Legacy(p) => format!("{} (legacy JSON)", p.display()),
+            Source::Default => "built-in defaults (no config file found)".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read config: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}:{column}: {key}{message}", path.display(), key = key_prefix(key))]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        key: String,
+        message: String,
+    },
+}
+
+fn key_prefix(key: &str) -> String {
+    if key.is_empty() || key == "." {
+        String::new()
+    } else {
+        format!("{key}: ")
+    }
+}
+
+impl SbxError for ConfigError {
+    fn exit(&self) -> Exit {
+        Exit::Config
+    }
+}
+
+/// Find and load the config: `explicit`, then `$SBX_CONFIG`, then the first
+/// `.agent-sandbox/config.toml` (or legacy `config.json`) walking up from
+/// `cwd` to the repository root. None found: defaults.
+pub fn discover(
+    explicit: Option<&Path>,
+    env_config: Option<&Path>,
+    cwd: &Path,
+) -> Result<Loaded, ConfigError> {
+    if let Some(p) = explicit.or(env_config) {
+        return load_file(p);
+    }
+    for dir in cwd.ancestors() {
+        let toml = dir.join(DIR).join(FILE);
+        if toml.is_file() {
+            return load_file(&toml);
+        }
+        let json = dir.join(DIR).join(LEGACY_FILE);
+        if json.is_file() {
+            return load_file(&json);
+        }
+        // Stop at the repository root: a config above it belongs to someone else.
+        if dir.join(".git").exists() {
+            break;
+        }
+    }
+    Ok(Loaded {
+        config: Config::default(),
+        source: Source::Default,
+    })
+}
+
+/// Load with the process's own `--config`/`SBX_CONFIG`/cwd.
+pub fn discover_from_env(explicit: Option<&Path>) -> Result<Loaded, ConfigError> {
+    let env = std::env::var_os("SBX_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    discover(explicit, env.as_deref(), &cwd)
+}
+
+/// Load one file; `.json` is read as the legacy format.
+pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    if path.extension().is_some_and(|e| e == "json") {
+        let config = parse_legacy(&text, path)?;
+        Ok(Loaded {
+            config,
+            source: Source::Legacy(path.to_owned()),
+        })
+    } else {
+        let config = parse_toml(&text, path)?;
+        Ok(Loaded {
+            config,
+            source: Source::File(path.to_owned()),
+        })
+    }
+}
+
+pub fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| toml_error(path, text, "", &e))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        toml_error(path, text, &key, e.inner())
+    })
+}
+
+fn toml_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> ConfigError {
+    let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+    ConfigError::Invalid {
+        path: path.to_owned(),
+        line,
+        column,
+        key: key.to_owned(),
+        message: e.message().trim().replace('\n', " "),
+    }
+}
+
+fn parse_legacy(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let legacy: Legacy = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let inner = e.inner();
+        ConfigError::Invalid {
+            path: path.to_owned(),
+            line: inner.line(),
+            column: inner.column(),
+            key: e.path().to_string(),
+            message: strip_json_position(&inner.to_string()),
+        }
+    })?;
+    de.end().map_err(|e| ConfigError::Invalid {
+        path: path.to_owned(),
+        line: e.line(),
+        column: e.column(),
+        key: String::new(),
+        message: strip_json_position(&e.to_string()),
+    })?;
+    Ok(legacy.into())
+}
+
+/// serde_json appends " at line L column C"; we print that in front.
+fn strip_json_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_owned(),
+        None => msg.to_owned(),
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests;
+
+/// `--check-config` for every tool: load, report where from, exit 0 or 78.
+pub fn check(common: &crate::cli::CommonArgs) -> Result<Exit, crate::error::BoxError> {
+    let loaded = discover_from_env(common.config.as_deref())?;
+    let mut out = std::io::stdout().lock();
+    if common.json {
+        let path = match &loaded.source {
+            Source::File(p) | Source::Legacy(p) => Some(p.display().to_string()),
+            Source::Default => None,
+        };
+        crate::output::json_line(
+            &mut out,
+            "config",
+            &serde_json::json!({"path": path, "ok": true}),
+        )
+        .map_err(|e| crate::error::Message::new(Exit::IoErr, e.to_string()))?;
+    } else if !common.quiet {
+        use std::io::Write;
+        writeln!(out, "{}: ok", loaded.describe())
+            .map_err(|e| crate::error::Message::new(Exit::IoErr, e.to_string()))?;
+    }
+    Ok(Exit::Ok)
+}

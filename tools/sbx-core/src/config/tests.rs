@@ -1,0 +1,255 @@
+use super::*;
+
+fn parse(s: &str) -> Result<Config, ConfigError> {
+    parse_toml(s, Path::new("cfg.toml"))
+}
+
+fn err(s: &str) -> String {
+    parse(s).expect_err(s).to_string()
+}
+
+#[test]
+fn defaults_match_the_design() {
+    let c = parse("").unwrap();
+    assert_eq!(c.sandbox.memory.bytes, 4 << 30);
+    assert_eq!(c.sandbox.cpus.0, 2.0);
+    assert_eq!(c.sandbox.pids.0, 1024);
+    assert!(c.environment.filter_secrets);
+    assert!(c.network.registries && c.network.github && c.network.allow_localhost);
+    assert!(!c.network.allow_external);
+    assert!(c.git.block_no_verify && c.git.block_force_push && c.git.block_global_config);
+    assert_eq!(c.backup.interval.0, Duration::from_secs(300));
+    assert_eq!(
+        c.protected_paths(),
+        vec![".git/hooks", ".husky", ".agent-sandbox"]
+    );
+    assert_eq!(c.blocked_files().len(), DEFAULT_BLOCKED_FILES.len());
+    assert_eq!(c.allowed_files()[0].text, ".env.example");
+}
+
+#[test]
+fn the_design_example_parses() {
+    let text = r#"
+[sandbox]
+memory = "4g"
+cpus = 2.0
+pids = 1024
+ports = ["3000"]
+protected = [".git/hooks", ".husky", ".agent-sandbox", "docs/"]
+
+[filesystem]
+blocked = [".env", ".env.*", "*.pem", "*.key", "*credentials*", "*secret*", ".aws/", ".ssh/", ".gnupg/"]
+allowed = [".env.example"]
+
+[environment]
+filter-secrets = true
+allow = ["NODE_ENV", "DEBUG", "CI"]
+block = ["AWS_*", "GITHUB_TOKEN"]
+pass = ["ANTHROPIC_API_KEY"]
+
+[network]
+allow-domains = ["api.anthropic.com", "*.example.com"]
+registries = true
+github = true
+allow-localhost = true
+allow-external = false
+
+[git]
+block-no-verify = true
+block-force-push = true
+block-global-config = true
+
+[backup]
+url = "file:///var/tmp/sbx-backup"
+interval = "5m"
+exclude = ["node_modules/", "target/", ".cache/"]
+"#;
+    let c = parse(text).unwrap();
+    assert_eq!(c.sandbox.ports[0].text, "3000");
+    assert_eq!(c.protected_paths().last().unwrap(), "docs");
+    assert_eq!(c.environment.pass[0].0, "ANTHROPIC_API_KEY");
+    assert!(c.network.allow_domains[1].wildcard);
+    assert_eq!(c.backup.url.as_ref().unwrap().scheme, "file");
+}
+
+#[test]
+fn errors_name_file_line_column_and_key() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "[sandbox]\nmemroy = \"4g\"\n",
+            "cfg.toml:2:1: sandbox.memroy: unknown field `memroy`",
+        ),
+        (
+            "[sandbox]\nmemory = \"4x\"\n",
+            "cfg.toml:2:10: sandbox.memory: invalid size \"4x\"",
+        ),
+        (
+            "[sandbox]\ncpus = \"two\"\n",
+            "cfg.toml:2:8: sandbox.cpus: expected a number",
+        ),
+        (
+            "[sandbox]\ncpus = 0\n",
+            "sandbox.cpus: cpus = 0 is out of range",
+        ),
+        (
+            "[sandbox]\npids = -1\n",
+            "sandbox.pids: pids = -1 is out of range",
+        ),
+        (
+            "[sandbox]\nports = [\"70000\"]\n",
+            "sandbox.ports[0]: invalid port \"70000\"",
+        ),
+        (
+            "[sandbox]\nprotected = [\"../x\"]\n",
+            "sandbox.protected[0]: invalid path \"../x\"",
+        ),
+        ("[sandbox]\nprotected = [\"/etc\"]\n", "use a path relative"),
+        (
+            "[environment]\nblock = [\"A[\"]\n",
+            "environment.block[0]: invalid glob \"A[\"",
+        ),
+        (
+            "[environment]\nallow = [\"X\", \"Y\", \"X\"]\n",
+            "cfg.toml:2:9: environment.allow: duplicate entry \"X\"",
+        ),
+        (
+            "[environment]\nfilter-secrets = \"yes\"\n",
+            "environment.filter-secrets: invalid type",
+        ),
+        (
+            "[network]\nallow-domains = [\"bad domain\"]\n",
+            "network.allow-domains[0]: invalid domain",
+        ),
+        ("[network]\nallow-domains = [\"1.2.3.4\"]\n", "only names"),
+        ("[network]\nallow-domains = [\"*.com\"]\n", "wildcard"),
+        (
+            "[backup]\ninterval = \"5 fortnights\"\n",
+            "backup.interval: invalid duration",
+        ),
+        (
+            "[backup]\nurl = \"ftp://x\"\n",
+            "backup.url: unknown URL scheme \"ftp\"",
+        ),
+        ("[backup]\nurl = \"file://relative\"\n", "absolute path"),
+        ("[backup]\nexclude = [\"a/../b\"]\n", "backup.exclude[0]"),
+        ("[bogus]\n", "cfg.toml:1:2: bogus: unknown field `bogus`"),
+        ("[sandbox\n", "cfg.toml:1:"),
+        ("a = 1\na = 2\n", "cfg.toml:2:1:"),
+    ];
+    let mut bad = Vec::new();
+    for (text, want) in cases {
+        let got = err(text);
+        if !got.contains(want) || got.contains('\n') {
+            bad.push(format!("config {text:?}\n  got:  {got}\n  want: {want}"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn sizes() {
+    for (s, bytes) in [
+        ("4g", 4u64 << 30),
+        ("512m", 512 << 20),
+        ("1.5g", 3 << 29),
+        ("4GB", 4 << 30),
+        ("8gib", 8 << 30),
+    ] {
+        assert_eq!(s.parse::<Size>().unwrap().bytes, bytes, "{s}");
+    }
+    for s in ["4x", "", "g", "-1g", "1k", "1e9"] {
+        assert!(s.parse::<Size>().is_err(), "{s}");
+    }
+}
+
+#[test]
+fn ports() {
+    for s in ["3000", "8080:3000", "127.0.0.1:8080:3000", "53/udp"] {
+        assert!(s.parse::<Port>().is_ok(), "{s}");
+    }
+    for s in ["0", "x", "1:2:3:4", "localhost:1:2", "80/sctp", ""] {
+        assert!(s.parse::<Port>().is_err(), "{s}");
+    }
+    let c = parse("[sandbox]\nports = [3000, \"8080:80\"]\n").unwrap();
+    assert_eq!(c.sandbox.ports.len(), 2);
+}
+
+#[test]
+fn legacy_json_maps_to_the_schema() {
+    let c = parse_legacy(
+        r#"{"ports": ["3000"], "readonly": ["docs"], "egress_allow_domains": ["example.com"]}"#,
+        Path::new("config.json"),
+    )
+    .unwrap();
+    assert_eq!(c.sandbox.ports[0].text, "3000");
+    assert_eq!(c.protected_paths().last().unwrap(), "docs");
+    assert_eq!(c.network.allow_domains[0].name, "example.com");
+
+    let e = parse_legacy(
+        "{\n  \"ports\": [\"3000\"],\n  \"colour\": 1\n}",
+        Path::new("config.json"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("config.json:3:"), "{e}");
+    assert!(e.contains("unknown field `colour`"), "{e}");
+    let e = parse_legacy("{\"egress_allow_domains\": [\"a b\"]}", Path::new("c.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("egress_allow_domains[0]: invalid domain"), "{e}");
+}
+
+#[test]
+fn discovery_order() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let sub = repo.join("a/b");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    // Above the repository root: must not be picked up.
+    std::fs::create_dir_all(t.path().join(DIR)).unwrap();
+    std::fs::write(t.path().join(DIR).join(FILE), "[sandbox]\npids = 99\n").unwrap();
+    let l = discover(None, None, &sub).unwrap();
+    assert_eq!(l.source, Source::Default);
+
+    std::fs::create_dir_all(repo.join(DIR)).unwrap();
+    std::fs::write(repo.join(DIR).join(LEGACY_FILE), r#"{"ports": ["1"]}"#).unwrap();
+    let l = discover(None, None, &sub).unwrap();
+    assert_eq!(l.source, Source::Legacy(repo.join(DIR).join(LEGACY_FILE)));
+
+    // TOML wins over the legacy file.
+    std::fs::write(repo.join(DIR).join(FILE), "[sandbox]\npids = 100\n").unwrap();
+    let l = discover(None, None, &sub).unwrap();
+    assert_eq!(l.config.sandbox.pids.0, 100);
+
+    let env = t.path().join("env.toml");
+    std::fs::write(&env, "[sandbox]\npids = 200\n").unwrap();
+    assert_eq!(
+        discover(None, Some(&env), &sub)
+            .unwrap()
+            .config
+            .sandbox
+            .pids
+            .0,
+        200
+    );
+    let flag = t.path().join("flag.toml");
+    std::fs::write(&flag, "[sandbox]\npids = 300\n").unwrap();
+    assert_eq!(
+        discover(Some(&flag), Some(&env), &sub)
+            .unwrap()
+            .config
+            .sandbox
+            .pids
+            .0,
+        300
+    );
+
+    let missing = discover(Some(&t.path().join("nope.toml")), None, &sub).unwrap_err();
+    assert_eq!(missing.exit(), Exit::Config);
+    assert!(
+        missing
+            .to_string()
+            .contains("nope.toml: cannot read config")
+    );
+}

@@ -1,0 +1,76 @@
+//! The only crate allowed to make raw OS calls (and, where nix has no safe
+//! wrapper, `unsafe`). Keeping them here keeps every other crate
+//! `#![forbid(unsafe_code)]` and these few operations easy to audit.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Find `program` the way execvp(3) would, but in the *child's* PATH: the
+/// environment the program will see, not ours (env(1) behaves the same).
+pub fn resolve_program(
+    program: &OsStr,
+    child_path: Option<&OsStr>,
+    cwd: &Path,
+) -> io::Result<PathBuf> {
+    if program.as_bytes().contains(&b'/') {
+        return Ok(cwd.join(program));
+    }
+    // POSIX leaves an unset PATH implementation-defined; glibc uses this.
+    let path = child_path.unwrap_or(OsStr::new("/bin:/usr/bin"));
+    which::which_in(program, Some(path), cwd).map_err(|e| match e {
+        which::Error::CannotFindBinaryPath => io::Error::from(io::ErrorKind::NotFound),
+        other => io::Error::other(other.to_string()),
+    })
+}
+
+fn cstring(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))
+}
+
+/// Replace this process with `program`, with exactly `env` as its
+/// environment. Returns only on failure.
+pub fn exec(program: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> io::Error {
+    let prog = match cstring(program.as_os_str()) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let args: io::Result<Vec<CString>> = argv.iter().map(|a| cstring(a)).collect();
+    let envp: io::Result<Vec<CString>> = env
+        .iter()
+        .map(|(k, v)| {
+            let mut kv = k.clone();
+            kv.push("=");
+            kv.push(v);
+            cstring(&kv)
+        })
+        .collect();
+    let (args, envp) = match (args, envp) {
+        (Ok(a), Ok(e)) => (a, e),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    match nix::unistd::execve(&prog, &args, &envp) {
+        Ok(never) => match never {},
+        Err(errno) => io::Error::from(errno),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_in_the_given_path_only() {
+        let cwd = Path::new("/");
+        assert!(resolve_program(OsStr::new("sh"), Some(OsStr::new("/bin:/usr/bin")), cwd).is_ok());
+        let e =
+            resolve_program(OsStr::new("sh"), Some(OsStr::new("/nonexistent")), cwd).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            resolve_program(OsStr::new("./x"), None, Path::new("/tmp")).unwrap(),
+            PathBuf::from("/tmp/./x")
+        );
+    }
+}

@@ -52,8 +52,8 @@ pub struct Cli {
     #[arg(long)]
     pub stdin: bool,
 
-    /// Records are NUL-terminated, as `env -0` prints them, on stdin and for --print.
-    #[arg(short = '0', long = "null")]
+    /// Records are NUL-terminated, as `env -0` prints them, on stdin and for --print (may be repeated).
+    #[arg(short = '0', long = "null", overrides_with = "null")]
     pub null: bool,
 
     /// For every variable: kept or dropped and the rule that decided. Values are never shown.
@@ -65,7 +65,7 @@ pub struct Cli {
     pub check_config: bool,
 
     /// The command to exec with the filtered environment (after --).
-    #[arg(value_name = "COMMAND", num_args = 1.., allow_hyphen_values = true)]
+    #[arg(value_name = "COMMAND", num_args = 1..)]
     pub command: Vec<OsString>,
 }
 

@@ -50,7 +50,7 @@ impl<'a> Record<'a> {
         Self {
             timestamp: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             tool,
-            agent: std::env::var("SBX_AGENT").unwrap_or_else(|_| "unknown".into()),
+            agent: agent().to_owned(),
             operation,
             target,
             result,
@@ -70,6 +70,13 @@ impl<'a> Record<'a> {
         v.push(b'\n');
         v
     }
+}
+
+/// The agent's name from `SBX_AGENT` (set by sbx-run), read once: a
+/// lookup per record would scan a large environment again each time.
+fn agent() -> &'static str {
+    static AGENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    AGENT.get_or_init(|| std::env::var("SBX_AGENT").unwrap_or_else(|_| "unknown".into()))
 }
 
 /// Where records go: fixed inside a sandbox; else `$SBX_AUDIT_LOG`, else

@@ -2,6 +2,7 @@
 //! exit-code table, one way to start a binary. Every tool links this crate.
 #![forbid(unsafe_code)]
 
+pub mod apt;
 pub mod audit;
 pub mod cli;
 pub mod config;

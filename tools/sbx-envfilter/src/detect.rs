@@ -3,6 +3,9 @@
 //! detector is a known, documented key format; none is a guess at entropy,
 //! so false positives stay rare.
 
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
 use memchr::memmem;
 
 /// A detector's name (as shown by `--explain` and in the audit log) and a
@@ -48,19 +51,6 @@ fn is_word(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
-/// `prefix` at a word boundary followed by at least `min` bytes of `tail`.
-fn token(v: &[u8], prefix: &[u8], min: usize, tail: fn(u8) -> bool) -> bool {
-    memmem::find_iter(v, prefix).any(|i| {
-        let boundary = i == 0 || !is_word(v[i - 1]);
-        boundary
-            && v[i + prefix.len()..]
-                .iter()
-                .take_while(|&&b| tail(b))
-                .count()
-                >= min
-    })
-}
-
 fn alnum(b: u8) -> bool {
     b.is_ascii_alphanumeric()
 }
@@ -77,111 +67,155 @@ fn b64url(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 
-fn private_key(v: &[u8]) -> bool {
-    memmem::find(v, b"-----BEGIN").is_some() && memmem::find(v, b"PRIVATE KEY-----").is_some()
+/// `prefix` ends at `end`: a word boundary before `start` and at least
+/// `min` bytes of `tail` after it.
+fn token_at(v: &[u8], start: usize, end: usize, min: usize, tail: fn(u8) -> bool) -> bool {
+    (start == 0 || !is_word(v[start - 1]))
+        && v[end..].iter().take_while(|&&b| tail(b)).count() >= min
 }
 
-fn aws_key_id(v: &[u8]) -> bool {
-    const PREFIXES: [&[u8]; 8] = [
-        b"AKIA", b"ASIA", b"AGPA", b"AIDA", b"AROA", b"ANPA", b"ANVA", b"AIPA",
-    ];
-    PREFIXES.iter().any(|p| {
-        memmem::find_iter(v, p).any(|i| {
-            let end = i + 20;
-            (i == 0 || !is_word(v[i - 1]))
-                && end <= v.len()
-                && v[i + 4..end].iter().all(|&b| upper_digit(b))
-                && (end == v.len() || !is_word(v[end]))
-        })
-    })
+fn private_key(v: &[u8], _: usize, end: usize) -> bool {
+    memmem::find(&v[end..], b"PRIVATE KEY-----").is_some()
 }
 
-fn jwt(v: &[u8]) -> bool {
-    memmem::find_iter(v, b"eyJ").any(|i| {
-        if i > 0 && b64url(v[i - 1]) {
-            return false;
+/// AKIA… key ids are exactly 20 upper-case letters and digits.
+fn aws_key_id(v: &[u8], start: usize, _: usize) -> bool {
+    let stop = start + 20;
+    (start == 0 || !is_word(v[start - 1]))
+        && stop <= v.len()
+        && v[start + 4..stop].iter().all(|&b| upper_digit(b))
+        && (stop == v.len() || !is_word(v[stop]))
+}
+
+fn jwt(v: &[u8], start: usize, _: usize) -> bool {
+    if start > 0 && b64url(v[start - 1]) {
+        return false;
+    }
+    let mut parts = v[start..].split(|&b| b == b'.');
+    let (Some(h), Some(p), Some(s)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let sig_len = s.iter().take_while(|&&b| b64url(b)).count();
+    h.len() >= 10
+        && h.iter().all(|&b| b64url(b))
+        && p.starts_with(b"eyJ")
+        && p.len() >= 10
+        && p.iter().all(|&b| b64url(b))
+        && sig_len >= 16
+}
+
+/// `scheme://user:password@host`: a non-empty password in the authority.
+fn url_credentials(v: &[u8], start: usize, end: usize) -> bool {
+    if start == 0 || !v[start - 1].is_ascii_alphanumeric() {
+        return false;
+    }
+    let authority_len = v[end..]
+        .iter()
+        .position(|&b| matches!(b, b'/' | b'?' | b'#' | b' ' | b'\n'))
+        .unwrap_or(v.len() - end);
+    let authority = &v[end..end + authority_len];
+    match memchr::memrchr(b'@', authority) {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            matches!(memchr::memchr(b':', userinfo), Some(c) if c + 1 < userinfo.len())
         }
-        let rest = &v[i..];
-        let mut parts = rest.split(|&b| b == b'.');
-        let (Some(h), Some(p), Some(s)) = (parts.next(), parts.next(), parts.next()) else {
-            return false;
-        };
-        let sig_len = s.iter().take_while(|&&b| b64url(b)).count();
-        h.len() >= 10
-            && h.iter().all(|&b| b64url(b))
-            && p.starts_with(b"eyJ")
-            && p.len() >= 10
-            && p.iter().all(|&b| b64url(b))
-            && sig_len >= 16
-    })
+        None => false,
+    }
 }
 
-fn url_credentials(v: &[u8]) -> bool {
-    memmem::find_iter(v, b"://").any(|i| {
-        let scheme_ok = i > 0 && v[..i].last().is_some_and(|b| b.is_ascii_alphanumeric());
-        if !scheme_ok {
-            return false;
+/// A literal that anchors a detector, and the check run where it is found.
+type Check = fn(&[u8], usize, usize) -> bool;
+
+macro_rules! tok {
+    ($min:expr, $tail:expr) => {{
+        fn f(v: &[u8], s: usize, e: usize) -> bool {
+            token_at(v, s, e, $min, $tail)
         }
-        let auth_end = v[i + 3..]
-            .iter()
-            .position(|&b| matches!(b, b'/' | b'?' | b'#' | b' ' | b'\n'))
-            .map_or(v.len(), |p| i + 3 + p);
-        let authority = &v[i + 3..auth_end];
-        match memchr::memrchr(b'@', authority) {
-            Some(at) => {
-                let userinfo = &authority[..at];
-                matches!(memchr::memchr(b':', userinfo), Some(c) if c + 1 < userinfo.len())
-            }
-            None => false,
-        }
-    })
+        f as Check
+    }};
 }
 
-type Check<'a> = (&'static str, &'a dyn Fn(&[u8]) -> bool);
+/// (anchor literal, index into DETECTORS, check).
+fn anchors() -> Vec<(&'static [u8], usize, Check)> {
+    let mut a: Vec<(&'static [u8], usize, Check)> = vec![(b"-----BEGIN", 0, private_key)];
+    for p in [&b"ghp_"[..], b"gho_", b"ghu_", b"ghs_", b"ghr_"] {
+        a.push((p, 1, tok!(20, alnum)));
+    }
+    a.push((b"github_pat_", 1, tok!(20, alnum_)));
+    a.push((b"glpat-", 2, tok!(20, alnum_dash)));
+    a.push((b"sk-ant-", 3, tok!(20, alnum_dash)));
+    a.push((b"sk-", 4, tok!(20, alnum_dash)));
+    for p in [
+        &b"AKIA"[..],
+        b"ASIA",
+        b"AGPA",
+        b"AIDA",
+        b"AROA",
+        b"ANPA",
+        b"ANVA",
+        b"AIPA",
+    ] {
+        a.push((p, 5, aws_key_id));
+    }
+    for p in [
+        &b"xoxa-"[..],
+        b"xoxb-",
+        b"xoxp-",
+        b"xoxo-",
+        b"xoxs-",
+        b"xoxr-",
+        b"xapp-",
+    ] {
+        a.push((p, 6, tok!(10, alnum_dash)));
+    }
+    for p in [
+        &b"sk_live_"[..],
+        b"sk_test_",
+        b"rk_live_",
+        b"rk_test_",
+        b"whsec_",
+    ] {
+        a.push((p, 7, tok!(16, alnum)));
+    }
+    a.push((b"AIza", 8, tok!(35, alnum_dash)));
+    a.push((b"npm_", 9, tok!(36, alnum)));
+    a.push((b"hf_", 10, tok!(30, alnum)));
+    a.push((b"eyJ", 11, jwt));
+    a.push((b"://", 12, url_credentials));
+    a
+}
 
-/// The first detector that recognises a credential in `value`.
+struct Matcher {
+    ac: AhoCorasick,
+    anchors: Vec<(&'static [u8], usize, Check)>,
+}
+
+/// Built once: one automaton finds every anchor in a single pass per value.
+static MATCHER: LazyLock<Matcher> = LazyLock::new(|| {
+    let anchors = anchors();
+    let ac = AhoCorasick::new(anchors.iter().map(|a| a.0)).expect("static patterns");
+    Matcher { ac, anchors }
+});
+
+/// The first detector (in [`DETECTORS`] order) that recognises a
+/// credential in `value`.
 pub fn detect(value: &[u8]) -> Option<&'static str> {
-    // Cheap pre-check: every format here is at least 16 bytes long.
+    // Every format here is at least 16 bytes long.
     if value.len() < 16 {
         return None;
     }
-    let checks: [Check<'_>; 13] = [
-        ("private-key", &private_key),
-        ("github-token", &|v| {
-            [b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"]
-                .iter()
-                .any(|p| token(v, *p, 20, alnum))
-                || token(v, b"github_pat_", 20, alnum_)
-        }),
-        ("gitlab-token", &|v| token(v, b"glpat-", 20, alnum_dash)),
-        ("anthropic-key", &|v| token(v, b"sk-ant-", 20, alnum_dash)),
-        ("openai-key", &|v| token(v, b"sk-", 20, alnum_dash)),
-        ("aws-access-key-id", &aws_key_id),
-        ("slack-token", &|v| {
-            [
-                b"xoxa-", b"xoxb-", b"xoxp-", b"xoxo-", b"xoxs-", b"xoxr-", b"xapp-",
-            ]
-            .iter()
-            .any(|p| token(v, *p, 10, alnum_dash))
-        }),
-        ("stripe-key", &|v| {
-            [
-                &b"sk_live_"[..],
-                b"sk_test_",
-                b"rk_live_",
-                b"rk_test_",
-                b"whsec_",
-            ]
-            .iter()
-            .any(|p| token(v, p, 16, alnum))
-        }),
-        ("google-api-key", &|v| token(v, b"AIza", 35, alnum_dash)),
-        ("npm-token", &|v| token(v, b"npm_", 36, alnum)),
-        ("huggingface-token", &|v| token(v, b"hf_", 30, alnum)),
-        ("jwt", &jwt),
-        ("url-credentials", &url_credentials),
-    ];
-    checks.iter().find(|(_, f)| f(value)).map(|(n, _)| *n)
+    let m = &*MATCHER;
+    let mut best: Option<usize> = None;
+    for hit in m.ac.find_overlapping_iter(value) {
+        let (_, det, check) = m.anchors[hit.pattern().as_usize()];
+        if best.is_some_and(|b| b <= det) {
+            continue;
+        }
+        if check(value, hit.start(), hit.end()) {
+            best = Some(det);
+        }
+    }
+    best.map(|i| DETECTORS[i].0)
 }
 
 #[cfg(test)]

@@ -1,0 +1,41 @@
+# sbx: build, test, install, bench. `make install PREFIX=/usr DESTDIR=pkg`.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINS    := sbx-envfilter
+BINDIR  := $(DESTDIR)$(PREFIX)/bin
+MANDIR  := $(DESTDIR)$(PREFIX)/share/man/man1
+BASHDIR := $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+ZSHDIR  := $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+FISHDIR := $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+
+.PHONY: build test install uninstall bench gen clean
+
+build:
+	cargo build --release --locked $(addprefix --bin ,$(BINS))
+
+test:
+	bash scripts/test
+
+install: build
+	install -d $(BINDIR) $(MANDIR) $(BASHDIR) $(ZSHDIR) $(FISHDIR)
+	for b in $(BINS); do \
+	  install -m 0755 target/release/$$b $(BINDIR)/$$b; \
+	  install -m 0644 man/$$b.1 $(MANDIR)/$$b.1; \
+	  install -m 0644 completions/bash/$$b $(BASHDIR)/$$b; \
+	  install -m 0644 completions/zsh/_$$b $(ZSHDIR)/_$$b; \
+	  install -m 0644 completions/fish/$$b.fish $(FISHDIR)/$$b.fish; \
+	done
+
+uninstall:
+	for b in $(BINS); do \
+	  rm -f $(BINDIR)/$$b $(MANDIR)/$$b.1 $(BASHDIR)/$$b $(ZSHDIR)/_$$b $(FISHDIR)/$$b.fish; \
+	done
+
+bench: build
+	bash bench/run
+
+gen:
+	cargo xtask gen
+
+clean:
+	cargo clean

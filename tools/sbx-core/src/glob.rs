@@ -23,7 +23,7 @@ enum NamePat {
     Exact(Vec<u8>),
     Prefix(Vec<u8>),
     Suffix(Vec<u8>),
-    Contains(memchr::memmem::Finder<'static>),
+    Contains(Box<memchr::memmem::Finder<'static>>),
     General(Vec<Tok>),
 }
 
@@ -145,7 +145,7 @@ impl NamePat {
         }
         if n >= 2 && star_at(0) && star_at(n - 1) {
             if let Some(l) = lits(&toks[1..n - 1]) {
-                return NamePat::Contains(memchr::memmem::Finder::new(&l).into_owned());
+                return NamePat::Contains(Box::new(memchr::memmem::Finder::new(&l).into_owned()));
             }
         }
         if n >= 1 && star_at(0) {

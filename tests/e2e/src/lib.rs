@@ -128,7 +128,7 @@ fn build_bootstrap_image(tag: &str) {
     // Import under a temporary name, then tag: an interrupted import never
     // leaves a half-made image under the cached tag.
     let tmp_tag = format!("{tag}-partial-{}", std::process::id());
-    let tar = Command::new("tar")
+    let mut tar = Command::new("tar")
         .arg("-C")
         .arg(&rootfs)
         .args(["-c", "."])
@@ -137,7 +137,8 @@ fn build_bootstrap_image(tag: &str) {
         .expect("tar");
     sh(Command::new("docker")
         .args(["import", "--change", "CMD [\"/bin/bash\"]", "-", &tmp_tag])
-        .stdin(tar.stdout.expect("tar stdout")));
+        .stdin(tar.stdout.take().expect("tar stdout")));
+    assert!(tar.wait().expect("tar").success(), "tar of the rootfs failed");
     sh(Command::new("docker").args(["tag", &tmp_tag, tag]));
     sh(Command::new("docker").args(["rmi", &tmp_tag]));
 }

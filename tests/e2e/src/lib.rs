@@ -138,7 +138,10 @@ fn build_bootstrap_image(tag: &str) {
     sh(Command::new("docker")
         .args(["import", "--change", "CMD [\"/bin/bash\"]", "-", &tmp_tag])
         .stdin(tar.stdout.take().expect("tar stdout")));
-    assert!(tar.wait().expect("tar").success(), "tar of the rootfs failed");
+    assert!(
+        tar.wait().expect("tar").success(),
+        "tar of the rootfs failed"
+    );
     sh(Command::new("docker").args(["tag", &tmp_tag, tag]));
     sh(Command::new("docker").args(["rmi", &tmp_tag]));
 }

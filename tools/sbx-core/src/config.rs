@@ -710,8 +710,33 @@ pub fn discover(
     })
 }
 
+/// Inside a sandbox the config is the read-only `/.agent-sandbox/` one:
+/// `--config` and `SBX_CONFIG` would let the agent choose a laxer policy.
+pub const SANDBOX_DIR: &str = "/.agent-sandbox";
+
+fn in_sandbox() -> bool {
+    Path::new(SANDBOX_DIR).is_dir() && Path::new(crate::audit::SANDBOX_MARKER).exists()
+}
+
 /// Load with the process's own `--config`/`SBX_CONFIG`/cwd.
 pub fn discover_from_env(explicit: Option<&Path>) -> Result<Loaded, ConfigError> {
+    if in_sandbox() {
+        if explicit.is_some() || std::env::var_os("SBX_CONFIG").is_some() {
+            crate::output::warn(
+                "inside the sandbox the config is /.agent-sandbox/config.toml; --config and SBX_CONFIG are ignored",
+            );
+        }
+        let root = Path::new(SANDBOX_DIR);
+        for f in [FILE, LEGACY_FILE] {
+            if root.join(f).is_file() {
+                return load_file(&root.join(f));
+            }
+        }
+        return Ok(Loaded {
+            config: Config::default(),
+            source: Source::Default,
+        });
+    }
     let env = std::env::var_os("SBX_CONFIG")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);

@@ -13,10 +13,12 @@ use crate::{Exit, output};
 
 /// Run a tool. `panic_exit` is the status for a bug: most tools use
 /// `Exit::Software`; a guard that must fail closed uses `Exit::Denied`.
-pub fn main<A: FromArgMatches>(
+/// `run` returns an [`Exit`], or a raw `ExitCode` for a wrapper that passes
+/// its child's status through.
+pub fn main<A: FromArgMatches, R: Into<ExitCode>>(
     command: Command,
     panic_exit: Exit,
-    run: impl FnOnce(A) -> Result<Exit, BoxError>,
+    run: impl FnOnce(A) -> Result<R, BoxError>,
 ) -> ExitCode {
     let name: &'static str = Box::leak(command.get_name().to_owned().into_boxed_str());
     let matches = match command.try_get_matches_from(std::env::args_os()) {

@@ -90,6 +90,17 @@ pub fn warn(msg: &str) {
     }
 }
 
+/// Progress on long work (image builds, backups): unless -q.
+pub fn progress(msg: &str) {
+    if !settings().quiet {
+        emit("progress", "1;36", msg);
+    }
+}
+
+pub fn is_verbose() -> bool {
+    settings().verbosity >= 1
+}
+
 /// Printed with -v.
 pub fn info(msg: &str) {
     if settings().verbosity >= 1 {

@@ -8,7 +8,7 @@ use clap_complete::Shell;
 
 /// Every binary's clap definition. A new tool adds one line here.
 pub fn commands() -> Vec<clap::Command> {
-    vec![sbx_envfilter::command()]
+    vec![sbx_envfilter::command(), sbx_run::command()]
 }
 
 /// (path relative to the repository root, contents) of every generated file.

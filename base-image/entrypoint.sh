@@ -1,0 +1,21 @@
+#!/bin/sh
+# Minimal init until sbx-guest exists: as root, apply the firewall (fail
+# closed: the container exits and never reaches the agent), then drop every
+# capability and become the agent user for the long-running command.
+set -eu
+
+say() { echo "sbx-entrypoint: $*" >&2; }
+
+if [ "$(id -u)" = 0 ]; then
+  if command -v sbx-fw >/dev/null 2>&1; then
+    sbx-fw init || { say "sbx-fw init failed: refusing to start an unfiltered sandbox"; exit 1; }
+  fi
+  # The audit log lives outside the workspace; tools running as the agent append to it.
+  touch /var/log/sbx/audit.jsonl
+  chmod 0622 /var/log/sbx/audit.jsonl
+  say "ready"
+  exec setpriv --reuid=1000 --regid=1000 --init-groups \
+    --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"
+fi
+say "ready"
+exec "$@"

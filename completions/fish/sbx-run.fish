@@ -1,0 +1,235 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_sbx_run_global_optspecs
+    string join \n q/quiet v/verbose json color= config= h/help V/version
+end
+
+function __fish_sbx_run_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_sbx_run_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_sbx_run_using_subcommand
+    set -l cmd (__fish_sbx_run_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -s V -l version -d 'Print version'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "init" -d 'Create .agent-sandbox/ (commented config.toml and a per-repo Dockerfile), then build'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "build" -d 'Build the per-repo image from .agent-sandbox/Dockerfile'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "build-base" -d 'Build the shared base image agent-sandbox-base:<tag>'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "start" -d 'Start the sandbox container (building what is missing)'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "stop" -d 'Stop the sandbox container'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "restart" -d 'Recreate the sandbox container (picks up config changes)'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "shell" -d 'Open an interactive shell in the sandbox (the default command)'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "exec" -d 'Run a command in the sandbox; its exit status is passed through'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "show-run" -d 'Print the exact docker commands start would run, shell-quoted'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volume" -d 'Print the name of the shared Claude Code config volume'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volumes" -d 'List the volumes a workspace\'s sandbox uses'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "list" -d 'List sandbox containers (from their labels)'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "rm" -d 'Remove the sandbox container and its network'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "doctor" -d 'Check the Docker engine, kernel features and images; say how to fix each'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "log" -d 'Show the audit log'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-init-config" -d 'Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials)'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-logout" -d 'Delete the Codex credentials from the shared volume'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l force -d 'Overwrite existing files and remove an existing sandbox container'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -l base-tag -d 'Tag of agent-sandbox-base to build on' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -l allow-entrypoint -d 'Allow ENTRYPOINT and USER in .agent-sandbox/Dockerfile'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l tag -d 'Tag of the base image' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l claude-code-version -d 'Claude Code version from npm ("latest" is resolved before the build)' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l codex-version -d 'Codex version from npm' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l ast-grep-version -d 'ast-grep version from npm' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l ca-cert -d 'Add this CA bundle to the image (TLS-intercepting networks)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l bootstrap -d 'Build FROM a Debian root made with debootstrap from the host\'s apt mirror (no registry needed)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l no-ai-clis -d 'Skip the npm AI CLIs (Claude Code, Codex, ast-grep)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l build -d 'Rebuild the per-repo image first'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s C -l path -d 'Workspace (default: the current directory)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l volumes -d 'Also remove the workspace\'s history and repo-shelf volumes'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l file -d 'The log file (default: the host\'s audit log)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l blocked-only -d 'Only records whose result is "blocked"'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -s f -l follow -d 'Keep reading as records are appended'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -l auth -d 'Import ~/.codex/auth.json (and profile.json) from the host'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -l force -d 'Overwrite existing files in the volume'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-init-config" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-logout" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-logout" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-logout" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-logout" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-logout" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand codex-logout" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "init" -d 'Create .agent-sandbox/ (commented config.toml and a per-repo Dockerfile), then build'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "build" -d 'Build the per-repo image from .agent-sandbox/Dockerfile'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "build-base" -d 'Build the shared base image agent-sandbox-base:<tag>'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "start" -d 'Start the sandbox container (building what is missing)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "stop" -d 'Stop the sandbox container'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "restart" -d 'Recreate the sandbox container (picks up config changes)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "shell" -d 'Open an interactive shell in the sandbox (the default command)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "exec" -d 'Run a command in the sandbox; its exit status is passed through'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "show-run" -d 'Print the exact docker commands start would run, shell-quoted'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "volume" -d 'Print the name of the shared Claude Code config volume'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "volumes" -d 'List the volumes a workspace\'s sandbox uses'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "list" -d 'List sandbox containers (from their labels)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "rm" -d 'Remove the sandbox container and its network'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "doctor" -d 'Check the Docker engine, kernel features and images; say how to fix each'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "log" -d 'Show the audit log'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-init-config" -d 'Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-logout" -d 'Delete the Codex credentials from the shared volume'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

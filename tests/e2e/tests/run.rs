@@ -1,0 +1,419 @@
+//! sbx-run against a real Docker engine and real images: init → start →
+//! exec, every guarantee checked from inside the container, as an attacker
+//! would try it; then stop, rm and prune leave nothing behind.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+
+/// The base image is built once per test process (cached layers make a
+/// rebuild quick), so the sandbox runs the freshly built sbx binaries.
+fn base_image() -> bool {
+    static BUILT: OnceLock<bool> = OnceLock::new();
+    *BUILT.get_or_init(|| {
+        if !prerequisite(docker_ready(), "a running Docker engine") {
+            return false;
+        }
+        let out = sbx()
+            .args(["-q", "build-base", "--bootstrap", "--no-ai-clis"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "build-base: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        true
+    })
+}
+
+fn sbx() -> Command {
+    let mut c = Command::new(bin("sbx-run"));
+    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
+    c
+}
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Repo {
+    /// A git repository owned by the agent's uid (so the agent can write),
+    /// with secrets, hooks and a name with a space and non-ASCII letters.
+    fn new(name: &str) -> Self {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
+        let files = [
+            (".env", "API_KEY=hunter2\n"),
+            (".env.local", "DB_PASSWORD=hunter2\n"),
+            (".env.example", "API_KEY=\n"),
+            ("certs/server.pem", "-----BEGIN PRIVATE KEY-----\n"),
+            ("src/main.rs", "fn main() {}\n"),
+            (".git/hooks/pre-commit", "#!/bin/sh\nexit 1\n"),
+        ];
+        for (f, text) in files {
+            let p = path.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, text).unwrap();
+        }
+        std::fs::set_permissions(
+            path.join(".git/hooks/pre-commit"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::fs::create_dir_all(path.join(".ssh")).unwrap();
+        std::fs::write(path.join(".ssh/id_ed25519"), "KEY").unwrap();
+        sh(Command::new("chown")
+            .args(["-R", "1000:1000"])
+            .arg(dir.path()));
+        Self { _dir: dir, path }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        sbx().args(args).arg(&self.path).output().unwrap()
+    }
+
+    fn exec(&self, script: &str) -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&self.path)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    }
+
+    fn container(&self) -> String {
+        let canon = self.path.canonicalize().unwrap();
+        sbx_run::names::Names::new(&canon, None).container
+    }
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.path)
+            .output();
+    }
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+#[test]
+fn sandbox_guarantees_hold_from_inside() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("my app ü");
+    let out = repo.run(&["-q", "init"]);
+    assert!(out.status.success(), "init: {}", text(&out));
+    assert!(repo.path.join(".agent-sandbox/config.toml").is_file());
+    let start = sbx()
+        .args(["start"])
+        .arg(&repo.path)
+        .env("GITHUB_TOKEN", "ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+        .env("LANG", "C.UTF-8")
+        .output()
+        .unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+
+    let probe = |script: &str| {
+        let o = repo.exec(script);
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        )
+    };
+    assert_eq!(probe("id -u"), (Some(0), "1000".into()));
+    assert_eq!(probe("test -d /.agent-sandbox && echo yes").1, "yes");
+    // Capabilities: none for the agent's processes, and no way back.
+    assert_eq!(
+        probe("grep CapEff /proc/self/status").1,
+        "CapEff:\t0000000000000000"
+    );
+    let (code, _) = probe("sudo -n id -u");
+    assert_ne!(code, Some(0), "sudo escalated");
+    // Masked secrets read as empty; the example file reads normally.
+    assert_eq!(probe("wc -c < .env").1, "0");
+    assert_eq!(probe("wc -c < .env.local").1, "0");
+    assert_eq!(probe("wc -c < certs/server.pem").1, "0");
+    assert_eq!(probe("ls -A .ssh | wc -l").1, "0");
+    assert_eq!(probe("cat .env.example").1, "API_KEY=");
+    // Writes to the workspace work; to protected paths they fail.
+    assert_eq!(probe("echo x > src/new.rs && echo ok").1, "ok");
+    assert!(repo.path.join("src/new.rs").exists());
+    let (code, _) = probe("echo 'exit 0' > .git/hooks/pre-commit");
+    assert_ne!(code, Some(0), "hook replaced");
+    let (code, _) = probe("echo x > .agent-sandbox/config.toml");
+    assert_ne!(code, Some(0), "config replaced");
+    let (code, _) = probe("mkdir -p .husky/_ && echo x > .husky/_/h");
+    assert_ne!(code, Some(0), ".husky created");
+    let (code, _) = probe("echo x > .env");
+    assert_ne!(code, Some(0), "mask replaced");
+    assert_eq!(
+        std::fs::read_to_string(repo.path.join(".git/hooks/pre-commit")).unwrap(),
+        "#!/bin/sh\nexit 1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.path.join(".env")).unwrap(),
+        "API_KEY=hunter2\n"
+    );
+    // Even root inside the container cannot write through a read-only mount.
+    let name = repo.container();
+    let root_try = Command::new("docker")
+        .args(["exec", "-u", "0", &name, "sh", "-c"])
+        .arg("echo pwned > \"$SBX_WORKSPACE/.git/hooks/pre-commit\"")
+        .output()
+        .unwrap();
+    assert!(!root_try.status.success(), "root wrote a hook");
+    // Secret host variables are absent; allowed ones are there.
+    assert_eq!(probe("env | grep -c GITHUB_TOKEN").1, "0");
+    assert_eq!(probe("echo $LANG").1, "C.UTF-8");
+    // Exit status passes through.
+    assert_eq!(probe("exit 42").0, Some(42));
+
+    // list --json parses and names this sandbox.
+    let out = sbx().args(["list", "--json"]).output().unwrap();
+    let found = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .any(|v| v["data"]["name"] == name.as_str() && v["data"]["mode"] == "bind");
+    assert!(found, "{}", text(&out));
+
+    // stop, then rm --volumes, leave nothing behind.
+    assert!(repo.run(&["stop"]).status.success());
+    assert!(!sbx_run_running(&name));
+    assert!(repo.run(&["rm", "--volumes"]).status.success());
+    let canon = repo.path.canonicalize().unwrap();
+    let n = sbx_run::names::Names::new(&canon, None);
+    for (kind, obj) in [
+        ("container", &n.container),
+        ("network", &n.network),
+        ("volume", &n.history),
+        ("volume", &n.repo_shelf),
+    ] {
+        let gone = !Command::new("docker")
+            .args([kind, "inspect", obj])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(gone, "{kind} {obj} left behind");
+    }
+}
+
+fn sbx_run_running(name: &str) -> bool {
+    let o = Command::new("docker")
+        .args(["inspect", "--format", "{{.State.Running}}", name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim() == "true"
+}
+
+#[test]
+fn sandboxes_cannot_reach_each_other() {
+    if !base_image() {
+        return;
+    }
+    let a = Repo::new("alpha");
+    let b = Repo::new("beta");
+    for r in [&a, &b] {
+        let o = r.run(&["start"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // A listener in B (perl is in every Debian image), reachable from B itself.
+    let listener = "perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new(LocalPort=>8080,Listen=>5,ReuseAddr=>1) or die; while($c=$s->accept){print $c \"hi\\n\"; close $c}'";
+    sh(Command::new("docker").args([
+        "exec",
+        "-d",
+        "-u",
+        "agent",
+        &b.container(),
+        "sh",
+        "-c",
+        listener,
+    ]));
+    let ip = sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        &b.container(),
+    ]));
+    let ip = ip.trim();
+    let connect = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do perl -MIO::Socket::INET -e '$c=IO::Socket::INET->new(PeerAddr=>\"{ip}:8080\",Timeout=>2) or exit 1; print <$c>' && exit 0; sleep 0.3; done; exit 1"
+    );
+    let own = b.exec(&connect);
+    assert_eq!(
+        String::from_utf8_lossy(&own.stdout).trim(),
+        "hi",
+        "control: B reaches itself"
+    );
+    let cross = a.exec(&connect.replace("1 2 3 4 5 6 7 8 9 10", "1"));
+    assert_ne!(cross.status.code(), Some(0), "A reached B at {ip}");
+}
+
+#[test]
+fn show_run_pasted_into_a_shell_makes_an_equivalent_container() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("pasted");
+    assert!(repo.run(&["-q", "build"]).status.success());
+    let script = sh(sbx().arg("show-run").arg(&repo.path));
+    assert!(script.contains("--cap-drop ALL") && script.contains("no-new-privileges"));
+    assert!(
+        script.contains("# masked (read as empty): .env .env.local .ssh certs/server.pem"),
+        "{script}"
+    );
+    let out = Command::new("sh").arg("-c").arg(&script).output().unwrap();
+    assert!(
+        out.status.success(),
+        "pasted show-run failed: {}",
+        text(&out)
+    );
+    let name = repo.container();
+    // Equivalent: the same guarantees, checked through docker directly.
+    let inspect = sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}} {{.HostConfig.PidsLimit}} {{.HostConfig.Memory}}",
+        &name,
+    ]));
+    assert_eq!(inspect.trim(), "[ALL] [no-new-privileges] 1024 4294967296");
+    let mut ready = false;
+    for _ in 0..100 {
+        let logs = Command::new("docker")
+            .args(["logs", &name])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&logs.stderr).contains("sbx-entrypoint: ready") {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ready);
+    // sbx-run recognises the pasted container as this workspace's.
+    let o = repo.exec("wc -c < .env; id -u");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "0\n1000\n",
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn bad_input_fails_before_docker() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    // A fake docker that records any call: none may happen.
+    let fake = dir.path().join("docker");
+    let calls = dir.path().join("calls");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\necho \"$@\" >> {}\nexit 1\n", calls.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |args: &[&str], p: &Path| {
+        sbx()
+            .env("SBX_DOCKER", &fake)
+            .args(args)
+            .arg(p)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["start"], &plain);
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o));
+    assert!(text(&o).contains("not a git repository"));
+    let o = run(&["start"], &dir.path().join("missing"));
+    assert_eq!(o.status.code(), Some(66));
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    assert_eq!(run(&["start"], &file).status.code(), Some(64));
+    sh(Command::new("git").args(["init", "-q"]).current_dir(&plain));
+    std::fs::create_dir_all(plain.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        plain.join(".agent-sandbox/config.toml"),
+        "[sandbox]\nmemory = \"lots\"\n",
+    )
+    .unwrap();
+    let o = run(&["start"], &plain);
+    assert_eq!(o.status.code(), Some(78), "{}", text(&o));
+    assert!(text(&o).contains("sandbox.memory: invalid size \"lots\""));
+    assert!(
+        !calls.exists(),
+        "docker was called: {:?}",
+        std::fs::read_to_string(&calls)
+    );
+    // A config that parses, but no engine: 69 with the fix.
+    std::fs::write(plain.join(".agent-sandbox/config.toml"), "").unwrap();
+    let o = sbx()
+        .env("DOCKER_HOST", "unix:///nonexistent.sock")
+        .arg("start")
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(69), "{}", text(&o));
+    assert!(text(&o).contains("start it"));
+}
+
+#[test]
+fn a_foreign_container_of_our_name_is_refused() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("foreign");
+    let name = repo.container();
+    let image = sbx_e2e::test_image();
+    sh(Command::new("docker").args(["run", "-d", "--name", &name, &image, "sleep", "300"]));
+    let o = repo.run(&["start"]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("does not belong to"));
+    let o = repo.run(&["rm"]);
+    assert_eq!(o.status.code(), Some(77));
+    assert!(
+        sbx_run_running(&name),
+        "sbx-run touched a container that is not its own"
+    );
+    sh(Command::new("docker").args(["rm", "-f", &name]));
+}
+
+#[test]
+fn prune_removes_sandboxes_whose_workspace_is_gone() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("gone");
+    assert!(repo.run(&["start"]).status.success());
+    let canon = repo.path.canonicalize().unwrap();
+    let n = sbx_run::names::Names::new(&canon, None);
+    std::fs::remove_dir_all(&repo.path).unwrap();
+    let o = sbx().args(["prune"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for (kind, obj) in [
+        ("container", &n.container),
+        ("network", &n.network),
+        ("volume", &n.history),
+        ("volume", &n.repo_shelf),
+    ] {
+        let gone = !Command::new("docker")
+            .args([kind, "inspect", obj])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(gone, "{kind} {obj} survived prune");
+    }
+}

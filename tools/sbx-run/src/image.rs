@@ -1,0 +1,465 @@
+//! Images: the debootstrap FROM image for hosts without a registry, the
+//! shared base image, and the thin per-repo image. Every build tags only
+//! when it completes, so an interrupted build leaves no half-tagged image.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use clap::Args;
+use md5::{Digest, Md5};
+use sbx_core::cli::CommonArgs;
+use sbx_core::output;
+
+use crate::names::BASE_IMAGE;
+use crate::{RunError, docker};
+
+pub const DOCKERFILE: &str = include_str!("../../../base-image/Dockerfile");
+pub const ENTRYPOINT: &str = include_str!("../../../base-image/entrypoint.sh");
+pub const BASHRC: &str = include_str!("../../../base-image/bashrc");
+pub const REPO_DOCKERFILE: &str = include_str!("../../../base-image/repo.Dockerfile");
+pub const CONFIG_TEMPLATE: &str = include_str!("../../../base-image/config.toml");
+
+/// The sbx binaries copied into the base image when they are built.
+pub const TOOLS: &[&str] = &[
+    "sbx-envfilter",
+    "sbx-git-guard",
+    "sbx-fw",
+    "sbx-guest",
+    "sbx-backup",
+    "sbx-worktree",
+];
+
+const SUITE: &str = "bookworm";
+/// What the bootstrap image holds; its hash is part of the tag.
+const BOOTSTRAP_RECIPE: &str = "debootstrap --variant=minbase --include=ca-certificates v1";
+
+#[derive(Debug, Clone, Args)]
+pub struct BuildOpts {
+    /// Tag of agent-sandbox-base to build on.
+    #[arg(long, value_name = "TAG", default_value = "latest")]
+    pub base_tag: String,
+    /// Allow ENTRYPOINT and USER in .agent-sandbox/Dockerfile.
+    #[arg(long)]
+    pub allow_entrypoint: bool,
+}
+
+impl Default for BuildOpts {
+    fn default() -> Self {
+        Self {
+            base_tag: "latest".into(),
+            allow_entrypoint: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BaseOpts {
+    /// Tag of the base image.
+    #[arg(long, value_name = "TAG", default_value = "latest")]
+    pub tag: String,
+    /// Claude Code version from npm ("latest" is resolved before the build).
+    #[arg(long, value_name = "V", default_value = "latest")]
+    pub claude_code_version: String,
+    /// Codex version from npm.
+    #[arg(long, value_name = "V", default_value = "latest")]
+    pub codex_version: String,
+    /// ast-grep version from npm.
+    #[arg(long, value_name = "V", default_value = "latest")]
+    pub ast_grep_version: String,
+    /// Build FROM a Debian root made with debootstrap from the host's apt mirror (no registry needed).
+    #[arg(long)]
+    pub bootstrap: bool,
+    /// Add this CA bundle to the image (TLS-intercepting networks).
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+    /// Skip the npm AI CLIs (Claude Code, Codex, ast-grep).
+    #[arg(long)]
+    pub no_ai_clis: bool,
+}
+
+impl Default for BaseOpts {
+    fn default() -> Self {
+        Self {
+            tag: "latest".into(),
+            claude_code_version: "latest".into(),
+            codex_version: "latest".into(),
+            ast_grep_version: "latest".into(),
+            bootstrap: false,
+            ca_cert: None,
+            no_ai_clis: false,
+        }
+    }
+}
+
+fn run_checked(cmd: &mut Command, what: &str) -> Result<(), RunError> {
+    let status = cmd
+        .status()
+        .map_err(|e| RunError::Build(format!("{what}: {e}")))?;
+    if crate::tools::interrupted() {
+        return Err(RunError::Interrupted);
+    }
+    if !status.success() {
+        return Err(RunError::Build(format!("{what} failed ({status})")));
+    }
+    Ok(())
+}
+
+pub fn bootstrap_tag() -> String {
+    let h = Md5::digest(format!("{SUITE} {BOOTSTRAP_RECIPE}"));
+    let hex: String = h.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("agent-sandbox-bootstrap:{SUITE}-{hex}")
+}
+
+/// The debootstrap FROM image, built when missing.
+pub fn ensure_bootstrap() -> Result<String, RunError> {
+    let tag = bootstrap_tag();
+    if docker::exists("image", &tag)? {
+        return Ok(tag);
+    }
+    let sources = sbx_core::apt::read_sources(Path::new("/"));
+    let mirror = sbx_core::apt::mirror_for(&sources, SUITE)
+        .or_else(|| sources.iter().find_map(|s| s.uris.first().cloned()))
+        .ok_or_else(|| {
+            RunError::Build("no apt mirror in /etc/apt/sources.list(.d): cannot debootstrap".into())
+        })?;
+    if which_debootstrap().is_none() {
+        return Err(RunError::Build(
+            "debootstrap is not installed: `apt-get install debootstrap` (scripts/prereqs does)"
+                .into(),
+        ));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("sbx-bootstrap-")
+        .tempdir_in("/var/tmp")
+        .map_err(|e| RunError::Io("/var/tmp".into(), e))?;
+    let rootfs = dir.path().join("rootfs");
+    output::progress(&format!(
+        "debootstrap {SUITE} from the host's apt mirror (about a minute)…"
+    ));
+    run_checked(
+        Command::new("debootstrap")
+            .args(["--variant=minbase", "--include=ca-certificates", SUITE])
+            .arg(&rootfs)
+            .arg(&mirror)
+            .stdout(Stdio::null()),
+        "debootstrap",
+    )?;
+    output::progress(&format!("importing {tag}…"));
+    let tmp = format!("{tag}-partial-{}", std::process::id());
+    let mut tar = Command::new("tar")
+        .arg("-C")
+        .arg(&rootfs)
+        .args(["--numeric-owner", "-c", "."])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| RunError::Build(format!("tar: {e}")))?;
+    let import = docker::cmd()
+        .args(["import", "--change", "CMD [\"/bin/bash\"]", "-", &tmp])
+        .stdin(tar.stdout.take().expect("piped"))
+        .stdout(Stdio::null())
+        .status();
+    let tar_ok = tar.wait().is_ok_and(|s| s.success());
+    if !(tar_ok && import.is_ok_and(|s| s.success())) || crate::tools::interrupted() {
+        let _ = docker::probe(&["rmi", &tmp]);
+        return Err(if crate::tools::interrupted() {
+            RunError::Interrupted
+        } else {
+            RunError::Build("importing the bootstrap root file system failed".into())
+        });
+    }
+    docker::output(&["tag", &tmp, &tag])?;
+    docker::output(&["rmi", &tmp])?;
+    Ok(tag)
+}
+
+fn which_debootstrap() -> Option<PathBuf> {
+    [
+        "/usr/sbin/debootstrap",
+        "/sbin/debootstrap",
+        "/usr/bin/debootstrap",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// `latest` becomes a concrete version (npm view), so Docker's layer cache
+/// keys on the version and a new release means a new layer.
+fn resolve_version(package: &str, v: &str) -> Result<String, RunError> {
+    if v != "latest" {
+        return Ok(v.to_owned());
+    }
+    let out = Command::new("npm")
+        .args(["view", package, "version"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|_| {
+            RunError::Build(format!(
+                "cannot resolve the latest {package}: npm is not installed on the host; pass a version or --no-ai-clis"
+            ))
+        })?;
+    let s = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() || s.is_empty() {
+        return Err(RunError::Build(format!(
+            "cannot resolve the latest {package} with npm view; pass a version or --no-ai-clis"
+        )));
+    }
+    Ok(s)
+}
+
+/// The host's npm registry, from npm's own configuration (never hard-coded),
+/// so a corporate mirror works inside the build too.
+fn npm_registry() -> Option<String> {
+    let out = Command::new("npm")
+        .args(["config", "get", "registry"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let s = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && s.starts_with("http")).then_some(s)
+}
+
+/// Directory holding this sbx-run binary, where the other tools are built.
+fn tool_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("SBX_BIN_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    std::env::current_exe()
+        .ok()?
+        .parent()
+        .map(Path::to_path_buf)
+}
+
+/// Build agent-sandbox-base:<tag>.
+pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError> {
+    docker::require_engine()?;
+    let image = format!("{BASE_IMAGE}:{}", o.tag);
+    let ctx = tempfile::Builder::new()
+        .prefix("sbx-base-")
+        .tempdir()
+        .map_err(|e| RunError::Io(std::env::temp_dir(), e))?;
+    let c = ctx.path();
+    let write = |name: &str, data: &[u8], mode: u32| -> Result<(), RunError> {
+        use std::os::unix::fs::PermissionsExt;
+        let p = c.join(name);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.to_owned(), e))?;
+        }
+        std::fs::write(&p, data).map_err(|e| RunError::Io(p.clone(), e))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| RunError::Io(p, e))
+    };
+    write("Dockerfile", DOCKERFILE.as_bytes(), 0o644)?;
+    write("entrypoint.sh", ENTRYPOINT.as_bytes(), 0o755)?;
+    write("bashrc", BASHRC.as_bytes(), 0o644)?;
+    write("ca/.keep", b"", 0o644)?;
+    if let Some(ca) = &o.ca_cert {
+        let data = std::fs::read(ca).map_err(|e| RunError::Io(ca.clone(), e))?;
+        if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(RunError::Usage(format!(
+                "{}: not a PEM certificate bundle (expected -----BEGIN CERTIFICATE-----)",
+                ca.display()
+            )));
+        }
+        write("ca/sbx-extra.crt", &data, 0o644)?;
+    }
+    std::fs::create_dir_all(c.join("bin")).map_err(|e| RunError::Io(c.join("bin"), e))?;
+    let mut copied = Vec::new();
+    if let Some(dir) = tool_dir() {
+        for t in TOOLS {
+            let src = dir.join(t);
+            if src.is_file() {
+                std::fs::copy(&src, c.join("bin").join(t))
+                    .map_err(|e| RunError::Io(src.clone(), e))?;
+                copied.push(*t);
+            }
+        }
+    }
+    output::info(&format!("sbx tools in the image: {}", copied.join(" ")));
+
+    let from = if o.bootstrap {
+        ensure_bootstrap()?
+    } else {
+        "debian:bookworm-slim".to_owned()
+    };
+    let mut args: Vec<OsString> = vec!["build".into(), "--tag".into(), image.clone().into()];
+    let mut arg = |k: &str, v: &str| {
+        args.push("--build-arg".into());
+        args.push(format!("{k}={v}").into());
+    };
+    arg("FROM_IMAGE", &from);
+    if o.no_ai_clis {
+        arg("INSTALL_AI_CLIS", "0");
+    } else {
+        arg(
+            "CLAUDE_CODE_VERSION",
+            &resolve_version("@anthropic-ai/claude-code", &o.claude_code_version)?,
+        );
+        arg(
+            "CODEX_VERSION",
+            &resolve_version("@openai/codex", &o.codex_version)?,
+        );
+        arg(
+            "AST_GREP_VERSION",
+            &resolve_version("@ast-grep/cli", &o.ast_grep_version)?,
+        );
+        if let Some(r) = npm_registry() {
+            arg("NPM_CONFIG_REGISTRY", &r);
+        }
+    }
+    args.push(c.as_os_str().to_owned());
+    output::progress(&format!("building {image} FROM {from}…"));
+    let mut cmd = docker::cmd();
+    cmd.args(&args);
+    if output::is_quiet() {
+        cmd.stdout(Stdio::null());
+    }
+    run_checked(&mut cmd, &format!("docker build of {image}"))?;
+    output::progress(&format!("built {image}"));
+    Ok(image)
+}
+
+/// Instructions a per-repo Dockerfile may not use without --allow-entrypoint.
+fn check_repo_dockerfile(text: &str, path: &Path, allow_entrypoint: bool) -> Result<(), RunError> {
+    let mut logical = String::new();
+    let mut first_from: Option<String> = None;
+    for raw in text.lines() {
+        let line = raw.trim();
+        if line.starts_with('#') && logical.is_empty() {
+            continue;
+        }
+        logical.push_str(line.trim_end_matches('\\'));
+        logical.push(' ');
+        if line.ends_with('\\') {
+            continue;
+        }
+        let instr = logical
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        if instr == "FROM" && first_from.is_none() {
+            first_from = Some(logical.trim().to_owned());
+        }
+        if !allow_entrypoint && (instr == "ENTRYPOINT" || instr == "USER") {
+            return Err(RunError::Usage(format!(
+                "{}: {instr} would replace the sandbox's init or user; remove it, or pass --allow-entrypoint",
+                path.display()
+            )));
+        }
+        logical.clear();
+    }
+    match first_from {
+        Some(f) if f.contains(BASE_IMAGE) => Ok(()),
+        _ => Err(RunError::Usage(format!(
+            "{}: the first FROM must be {BASE_IMAGE}:${{BASE_IMAGE_TAG}}",
+            path.display()
+        ))),
+    }
+}
+
+/// Build the per-repo image (from .agent-sandbox/Dockerfile, or the
+/// template when the repository has none).
+pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(), RunError> {
+    docker::require_engine()?;
+    let base = format!("{BASE_IMAGE}:{}", o.base_tag);
+    if !docker::exists("image", &base)? {
+        output::progress(&format!("{base} is missing: building it"));
+        let opts = BaseOpts {
+            tag: o.base_tag.clone(),
+            bootstrap: !docker_hub_image_present() && which_debootstrap().is_some(),
+            ..BaseOpts::default()
+        };
+        build_base(&CommonArgs::default(), &opts)?;
+    }
+    let file = ws.config_dir().join("Dockerfile");
+    let (text, context) = if file.is_file() {
+        let t = std::fs::read_to_string(&file).map_err(|e| RunError::Io(file.clone(), e))?;
+        (t, ws.config_dir())
+    } else {
+        (REPO_DOCKERFILE.to_owned(), ws.config_dir())
+    };
+    check_repo_dockerfile(&text, &file, o.allow_entrypoint)?;
+    let image = &ws.names.image;
+    output::progress(&format!("building {image}…"));
+    // The Dockerfile goes on stdin; the context is .agent-sandbox/ (or nothing).
+    let mut cmd = docker::cmd();
+    cmd.args(["build", "--tag", image, "--build-arg"])
+        .arg(format!("BASE_IMAGE_TAG={}", o.base_tag))
+        .args(["--file", "-"]);
+    if context.is_dir() {
+        cmd.arg(&context);
+    } else {
+        let empty = tempfile::tempdir().map_err(|e| RunError::Io(std::env::temp_dir(), e))?;
+        cmd.arg(empty.keep());
+    }
+    cmd.stdin(Stdio::piped());
+    if output::is_quiet() || !output::is_verbose() {
+        cmd.stdout(Stdio::null());
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| RunError::Build(format!("docker build: {e}")))?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| RunError::Build(format!("docker build: {e}")))?;
+    }
+    let status = child
+        .wait()
+        .map_err(|e| RunError::Build(format!("docker build: {e}")))?;
+    if crate::tools::interrupted() {
+        return Err(RunError::Interrupted);
+    }
+    if !status.success() {
+        return Err(RunError::Build(format!(
+            "docker build of {image} failed ({status})"
+        )));
+    }
+    Ok(())
+}
+
+fn docker_hub_image_present() -> bool {
+    docker::exists("image", "debian:bookworm-slim").unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_dockerfile_rules() {
+        let p = Path::new("Dockerfile");
+        assert!(check_repo_dockerfile(REPO_DOCKERFILE, p, false).is_ok());
+        let bad = "FROM agent-sandbox-base:latest\nRUN true \\\n  && true\nUSER root\n";
+        assert!(
+            check_repo_dockerfile(bad, p, false)
+                .unwrap_err()
+                .to_string()
+                .contains("USER")
+        );
+        assert!(check_repo_dockerfile(bad, p, true).is_ok());
+        let ep = "FROM agent-sandbox-base:x\nentrypoint [\"sh\"]\n";
+        assert!(check_repo_dockerfile(ep, p, false).is_err());
+        assert!(
+            check_repo_dockerfile("FROM debian\n", p, false)
+                .unwrap_err()
+                .to_string()
+                .contains("first FROM")
+        );
+        // A continuation line that merely mentions USER is not an instruction.
+        let ok = "FROM agent-sandbox-base:x\nRUN echo \\\n USER\n";
+        assert!(check_repo_dockerfile(ok, p, false).is_ok());
+    }
+
+    #[test]
+    fn bootstrap_tag_is_stable() {
+        assert!(bootstrap_tag().starts_with("agent-sandbox-bootstrap:bookworm-"));
+        assert_eq!(bootstrap_tag(), bootstrap_tag());
+    }
+}

@@ -1,0 +1,259 @@
+//! sbx-run: the host side. Builds the images, and starts, enters and stops
+//! guarded sandbox containers for a repository, by driving the docker CLI.
+#![forbid(unsafe_code)]
+
+pub mod docker;
+pub mod image;
+pub mod lifecycle;
+pub mod names;
+pub mod spec;
+pub mod tools;
+pub mod workspace;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::BoxError;
+use sbx_core::{Exit, SbxError, output};
+
+const TOOL: &str = "sbx-run";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sbx-run",
+    version,
+    about = "Build and run guarded sandbox containers for coding agents",
+    long_about = "Build and run guarded sandbox containers for coding agents.\n\n\
+        In a git repository, `sbx-run` (or `sbx-run shell`) builds what is missing and opens a shell in a \
+        container where the agent runs as a non-root user with no capabilities, the repository's hooks and \
+        sandbox config are read-only, secret files read as empty, secret environment variables stay on the \
+        host, and the sandbox has its own network. `sbx-run show-run` prints the exact docker commands.",
+    after_long_help = AFTER_HELP,
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+}
+
+const AFTER_HELP: &str = "\
+Names (from the MD5 of the workspace's canonical path, so no state file is kept):
+  container, image, network   agent-sandbox-<repo>-<hash>
+  repo-shelf volume           agent-sbx-repo-<hash>
+  history volume              agent-sandbox-<hash>-history
+  shared config volumes       agent-sandbox-claude-code-config, agent-sandbox-codex-config
+
+What every sandbox gets (see show-run):
+  the user agent (uid 1000); --cap-drop ALL plus only what init needs, dropped before the agent runs;
+  no-new-privileges; memory, cpus and pids limits from [sandbox]; the workspace at /workspace/<repo>;
+  .git/hooks, .husky, .agent-sandbox and [sandbox].protected mounted read-only over themselves;
+  files matching [filesystem].blocked and not .allowed masked by an empty read-only mount;
+  host variables only as sbx-envfilter allows (TERM, LANG, LC_*, TZ, COLORTERM, and the names in
+  [environment].allow and .pass); the config read-only at /.agent-sandbox; one bridge network per
+  sandbox; labels sbx.workspace, sbx.mode, sbx.branch, sbx.hash.
+
+Exit status: 0 ok; exec passes the command's status through; 1 doctor found a problem; 64 usage;
+66 no such workspace; 69 Docker engine unavailable; 77 refused (a container of that name is not ours);
+78 bad config (nothing is started); 130 interrupted.
+
+Examples:
+  sbx-run                          open a guarded shell on the repository here
+  sbx-run init ~/src/app           create .agent-sandbox/ and build the image
+  sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
+  sbx-run exec -- npm test         run one command in the sandbox
+  sbx-run show-run | sh            what start would run, runnable";
+
+#[derive(Debug, Clone, Args)]
+pub struct PathArg {
+    /// Workspace: a git repository (default: the current directory).
+    #[arg(value_name = "PATH")]
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Create .agent-sandbox/ (commented config.toml and a per-repo Dockerfile), then build.
+    Init {
+        #[command(flatten)]
+        path: PathArg,
+        /// Overwrite existing files and remove an existing sandbox container.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Build the per-repo image from .agent-sandbox/Dockerfile.
+    Build {
+        #[command(flatten)]
+        path: PathArg,
+        #[command(flatten)]
+        build: image::BuildOpts,
+    },
+    /// Build the shared base image agent-sandbox-base:<tag>.
+    BuildBase(image::BaseOpts),
+    /// Start the sandbox container (building what is missing).
+    Start {
+        #[command(flatten)]
+        path: PathArg,
+        /// Rebuild the per-repo image first.
+        #[arg(long)]
+        build: bool,
+    },
+    /// Stop the sandbox container.
+    Stop {
+        #[command(flatten)]
+        path: PathArg,
+    },
+    /// Recreate the sandbox container (picks up config changes).
+    Restart {
+        #[command(flatten)]
+        path: PathArg,
+    },
+    /// Open an interactive shell in the sandbox (the default command).
+    Shell {
+        #[command(flatten)]
+        path: PathArg,
+    },
+    /// Run a command in the sandbox; its exit status is passed through.
+    #[command(trailing_var_arg = true)]
+    Exec {
+        /// Workspace (default: the current directory).
+        #[arg(long = "path", short = 'C', value_name = "PATH")]
+        path: Option<PathBuf>,
+        /// The command and its arguments (after --).
+        #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
+        command: Vec<OsString>,
+    },
+    /// Print the exact docker commands start would run, shell-quoted.
+    ShowRun {
+        #[command(flatten)]
+        path: PathArg,
+    },
+    /// Print the name of the shared Claude Code config volume.
+    Volume,
+    /// List the volumes a workspace's sandbox uses.
+    Volumes {
+        #[command(flatten)]
+        path: PathArg,
+    },
+    /// List sandbox containers (from their labels).
+    List,
+    /// Remove the sandbox container and its network.
+    Rm {
+        #[command(flatten)]
+        path: PathArg,
+        /// Also remove the workspace's history and repo-shelf volumes.
+        #[arg(long)]
+        volumes: bool,
+    },
+    /// Remove containers, networks and volumes whose workspace no longer exists.
+    Prune,
+    /// Check the Docker engine, kernel features and images; say how to fix each.
+    Doctor,
+    /// Show the audit log.
+    Log(tools::LogOpts),
+    /// Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials).
+    CodexInitConfig {
+        /// Import ~/.codex/auth.json (and profile.json) from the host.
+        #[arg(long)]
+        auth: bool,
+        /// Overwrite existing files in the volume.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete the Codex credentials from the shared volume.
+    CodexLogout,
+}
+
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{}: no such directory (give the path of a git repository)", .0.display())]
+    NoWorkspace(PathBuf),
+    #[error("{}: not a directory (give the path of a git repository)", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("{}: not a git repository (run `git init` there, or give the path of one)", .0.display())]
+    NotARepo(PathBuf),
+    #[error("docker not found on PATH: install Docker (scripts/prereqs does) or set SBX_DOCKER")]
+    NoDockerClient,
+    #[error(
+        "cannot reach the Docker engine ({0}): start it (`systemctl start docker` or `dockerd &`), or run `sbx-run doctor`"
+    )]
+    EngineDown(String),
+    #[error("`{command}` failed: {message}")]
+    Docker { command: String, message: String },
+    #[error(
+        "container {0} exists but does not belong to {1}: remove or rename it first (sbx-run will not touch it)"
+    )]
+    ForeignContainer(String, String),
+    #[error("{0}")]
+    Build(String),
+    #[error("interrupted")]
+    Interrupted,
+    #[error("{path}: {err}", path = .0.display(), err = .1)]
+    Io(PathBuf, std::io::Error),
+    #[error("the sandbox did not become ready: {0}")]
+    NotReady(String),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl SbxError for RunError {
+    fn exit(&self) -> Exit {
+        match self {
+            Self::NoWorkspace(_) => Exit::NoInput,
+            Self::NotADirectory(_) | Self::NotARepo(_) | Self::Usage(_) => Exit::Usage,
+            Self::NoDockerClient | Self::EngineDown(_) => Exit::Unavailable,
+            Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
+            Self::ForeignContainer(..) => Exit::Denied,
+            Self::Interrupted => Exit::Software,
+            Self::Io(_, e) => sbx_core::error::io_exit(e),
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
+    output::init(TOOL, &cli.common);
+    let interrupted = tools::watch_interrupts();
+    let common = &cli.common;
+    let result = match cli.command.unwrap_or(Cmd::Shell {
+        path: PathArg { path: None },
+    }) {
+        Cmd::Init { path, force } => lifecycle::init(common, path.path, force),
+        Cmd::Build { path, build } => lifecycle::build(common, path.path, &build),
+        Cmd::BuildBase(opts) => image::build_base(common, &opts)
+            .map(|_| Exit::Ok.into())
+            .map_err(Into::into),
+        Cmd::Start { path, build } => {
+            lifecycle::start(common, path.path, build).map(|_| Exit::Ok.into())
+        }
+        Cmd::Stop { path } => lifecycle::stop(common, path.path),
+        Cmd::Restart { path } => lifecycle::restart(common, path.path),
+        Cmd::Shell { path } => lifecycle::shell(common, path.path),
+        Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
+        Cmd::ShowRun { path } => lifecycle::show_run(common, path.path),
+        Cmd::Volume => {
+            println!("{}", names::CLAUDE_VOLUME);
+            Ok(Exit::Ok.into())
+        }
+        Cmd::Volumes { path } => lifecycle::volumes(common, path.path),
+        Cmd::List => lifecycle::list(common),
+        Cmd::Rm { path, volumes } => lifecycle::rm(common, path.path, volumes),
+        Cmd::Prune => lifecycle::prune(common),
+        Cmd::Doctor => tools::doctor(common),
+        Cmd::Log(opts) => tools::log(common, &opts),
+        Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
+        Cmd::CodexLogout => tools::codex_logout(common),
+    };
+    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        output::error("interrupted");
+        return Ok(ExitCode::from(130));
+    }
+    result
+}

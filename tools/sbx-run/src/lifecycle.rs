@@ -1,0 +1,472 @@
+//! Container lifecycle: init, build, start, stop, restart, shell, exec,
+//! show-run, list, rm, prune. Config is validated before any docker call;
+//! an interrupted start removes what it created.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_core::audit::{self, Outcome, Record};
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::BoxError;
+use sbx_core::{Exit, output};
+use serde_json::{Value, json};
+
+use crate::image::{self, BuildOpts};
+use crate::names::{self, LABEL_BRANCH, LABEL_HASH, LABEL_MODE, LABEL_WORKSPACE};
+use crate::workspace::{self, Workspace};
+use crate::{RunError, docker, spec};
+
+type Res = Result<ExitCode, BoxError>;
+
+fn ok() -> Res {
+    Ok(Exit::Ok.into())
+}
+
+/// Refuse to touch a container of our name that another workspace (or
+/// someone else) owns; the refusal is audited.
+fn check_owner(ws: &Workspace) -> Result<Option<()>, RunError> {
+    let Some(labels) = docker::container_labels(&ws.names.container)? else {
+        return Ok(None);
+    };
+    let owner = labels
+        .get(LABEL_WORKSPACE)
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let me = ws.path.to_string_lossy();
+    if owner != me {
+        audit::append(
+            &Record::new(
+                "sbx-run",
+                "container",
+                &ws.names.container,
+                Outcome::Blocked,
+                "foreign-container",
+            )
+            .reason("a container of this name does not carry this workspace's label"),
+        );
+        return Err(RunError::ForeignContainer(
+            ws.names.container.clone(),
+            me.into_owned(),
+        ));
+    }
+    Ok(Some(()))
+}
+
+pub fn init(common: &CommonArgs, path: Option<PathBuf>, force: bool) -> Res {
+    let root = workspace::resolve(path)?;
+    let dir = root.join(sbx_core::config::DIR);
+    let files = [
+        ("config.toml", image::CONFIG_TEMPLATE),
+        ("Dockerfile", image::REPO_DOCKERFILE),
+    ];
+    if !force {
+        if let Some((f, _)) = files.iter().find(|(f, _)| dir.join(f).exists()) {
+            return Err(RunError::Usage(format!(
+                "{} exists: sbx-run init leaves existing files alone (use --force to overwrite)",
+                dir.join(f).display()
+            ))
+            .into());
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| RunError::Io(dir.clone(), e))?;
+    for (f, text) in files {
+        let p = dir.join(f);
+        std::fs::write(&p, text).map_err(|e| RunError::Io(p.clone(), e))?;
+        if !common.quiet {
+            println!("created {}", p.display());
+        }
+    }
+    let ws = Workspace::open(common, Some(root))?;
+    if force {
+        docker::require_engine()?;
+        if check_owner(&ws)?.is_some() {
+            docker::output(&["rm", "--force", &ws.names.container])?;
+        }
+    }
+    image::build_repo(&ws, &BuildOpts::default())?;
+    ok()
+}
+
+pub fn build(common: &CommonArgs, path: Option<PathBuf>, o: &BuildOpts) -> Res {
+    let ws = Workspace::open(common, path)?;
+    image::build_repo(&ws, o)?;
+    ok()
+}
+
+/// Start (or reuse) the sandbox and wait until its init is done.
+pub fn start(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    rebuild: bool,
+) -> Result<Workspace, BoxError> {
+    let ws = Workspace::open(common, path)?;
+    docker::require_engine()?;
+    let name = ws.names.container.clone();
+    if check_owner(&ws)?.is_some() {
+        if docker::is_running(&name)? {
+            output::info(&format!("{name} is already running"));
+            return Ok(ws);
+        }
+        let since = now_rfc3339();
+        docker::output(&["start", &name])?;
+        wait_ready(&name, &since)?;
+        return Ok(ws);
+    }
+    if rebuild || !docker::exists("image", &ws.names.image)? {
+        image::build_repo(&ws, &BuildOpts::default())?;
+    }
+    let masks = spec::mask_sources()?;
+    let env = spec::env_names(&ws, std::env::vars_os());
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1));
+    if !docker::exists("network", &ws.names.network)? {
+        docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
+    }
+    for v in &s.volumes {
+        docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
+    }
+    let since = now_rfc3339();
+    let run = docker::output(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
+    if crate::tools::interrupted() || run.is_err() {
+        // No half state: a container that did not start cleanly is removed.
+        let _ = docker::probe(&["rm", "--force", &name]);
+        run?;
+        return Err(RunError::Interrupted.into());
+    }
+    if let Err(e) = wait_ready(&name, &since) {
+        let _ = docker::probe(&["rm", "--force", &name]);
+        return Err(e.into());
+    }
+    Ok(ws)
+}
+
+fn now_rfc3339() -> String {
+    humantime_rfc3339(std::time::SystemTime::now())
+}
+
+fn humantime_rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // docker logs --since takes a Unix timestamp too.
+    secs.saturating_sub(1).to_string()
+}
+
+/// Follow the container's log until its entrypoint says it is ready; a
+/// container that exits first is reported with its last lines.
+fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
+    let mut child = docker::cmd()
+        .args(["logs", "--follow", "--since", since, name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| RunError::NotReady(e.to_string()))?;
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tail: Vec<String> = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("sbx-entrypoint: ready") {
+                let _ = tx.send(Ok(()));
+                return;
+            }
+            tail.push(line);
+            if tail.len() > 5 {
+                tail.remove(0);
+            }
+        }
+        let _ = tx.send(Err(tail.join(" | ")));
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let result = loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(r) => break r,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if crate::tools::interrupted() {
+                    break Err("interrupted".into());
+                }
+                if Instant::now() > deadline {
+                    break Err("no ready line within 120 s".into());
+                }
+            }
+            Err(_) => break Err("log stream ended".into()),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    result.map_err(|tail| {
+        RunError::NotReady(if tail.is_empty() {
+            "the container exited during init".into()
+        } else {
+            tail
+        })
+    })
+}
+
+pub fn stop(common: &CommonArgs, path: Option<PathBuf>) -> Res {
+    let ws = open_for_names(common, path)?;
+    docker::require_engine()?;
+    if check_owner(&ws)?.is_some() {
+        docker::output(&["stop", "--time", "3", &ws.names.container])?;
+    } else if !common.quiet {
+        eprintln!("sbx-run: no sandbox container for {}", ws.path.display());
+    }
+    ok()
+}
+
+pub fn restart(common: &CommonArgs, path: Option<PathBuf>) -> Res {
+    let ws = Workspace::open(common, path.clone())?;
+    docker::require_engine()?;
+    if check_owner(&ws)?.is_some() {
+        docker::output(&["rm", "--force", &ws.names.container])?;
+    }
+    start(common, path, false)?;
+    ok()
+}
+
+/// Names only: stop/rm/volumes must work even when the config is broken.
+fn open_for_names(common: &CommonArgs, path: Option<PathBuf>) -> Result<Workspace, BoxError> {
+    match Workspace::open(common, path.clone()) {
+        Ok(ws) => Ok(ws),
+        Err(e) if e.exit() == Exit::Config => {
+            let p = workspace::resolve(path)?;
+            Ok(Workspace {
+                names: names::Names::new(&p, None),
+                path: p,
+                loaded: sbx_core::config::Loaded {
+                    config: Default::default(),
+                    source: sbx_core::config::Source::Default,
+                },
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn exec_args(ws: &Workspace, tty: bool, command: &[OsString]) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec!["exec".into(), "--interactive".into()];
+    if tty {
+        a.push("--tty".into());
+    }
+    a.extend([
+        "--user".into(),
+        "agent".into(),
+        "--workdir".into(),
+        ws.target().into(),
+    ]);
+    // Interactive sessions see the same filtered host variables as the container.
+    for name in spec::env_names(ws, std::env::vars_os()) {
+        a.extend(["--env".into(), name.into()]);
+    }
+    a.push(ws.names.container.clone().into());
+    a.extend(command.iter().cloned());
+    a
+}
+
+fn status_code(s: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        _ => ExitCode::from(125),
+    }
+}
+
+pub fn shell(common: &CommonArgs, path: Option<PathBuf>) -> Res {
+    let ws = start(common, path, false)?;
+    let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let args = exec_args(&ws, tty, &["bash".into(), "-l".into()]);
+    Ok(status_code(docker::status(&args)?))
+}
+
+pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) -> Res {
+    let ws = start(common, path, false)?;
+    let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let args = exec_args(&ws, tty, command);
+    Ok(status_code(docker::status(&args)?))
+}
+
+pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
+    let ws = Workspace::open(common, path)?;
+    let masks = spec::mask_sources()?;
+    let env = spec::env_names(&ws, std::env::vars_os());
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1));
+    let mut out = std::io::stdout().lock();
+    let net = spec::shell_line(&s.network);
+    let text = format!(
+        "# sbx-run show-run {}\n# config: {}\n{}\n{} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{}\n",
+        ws.path.display(),
+        ws.loaded.describe(),
+        spec::masked_comment(&s.masked),
+        docker::program().to_string_lossy(),
+        ws.names.network,
+        s.volumes
+            .iter()
+            .map(|v| format!("{} >/dev/null", spec::shell_line(v)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        spec::shell_line(&s.run),
+    );
+    out.write_all(text.as_bytes())
+        .map_err(|e| RunError::Io("stdout".into(), e))?;
+    ok()
+}
+
+pub fn volumes(common: &CommonArgs, path: Option<PathBuf>) -> Res {
+    let ws = open_for_names(common, path)?;
+    let n = &ws.names;
+    let list = [
+        (names::CLAUDE_VOLUME, "/home/agent/.claude", "shared"),
+        (names::CODEX_VOLUME, "/home/agent/.codex", "shared"),
+        (n.history.as_str(), "/commandhistory", "workspace"),
+        (n.repo_shelf.as_str(), "/repo-shelf", "workspace"),
+    ];
+    let mut out = std::io::stdout().lock();
+    for (name, target, scope) in list {
+        let r = if common.json {
+            output::json_line(
+                &mut out,
+                "volume",
+                &json!({"name": name, "target": target, "scope": scope}),
+            )
+        } else {
+            writeln!(out, "{name}\t{target}\t{scope}")
+        };
+        r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    }
+    ok()
+}
+
+/// Every object of `kind` carrying the sbx.workspace label, inspected.
+fn labelled(kind: &str) -> Result<Vec<Value>, RunError> {
+    let ids = match kind {
+        "container" => docker::output(&[
+            "ps",
+            "--all",
+            "--quiet",
+            "--no-trunc",
+            "--filter",
+            "label=sbx.workspace",
+        ])?,
+        "network" => docker::output(&[
+            "network",
+            "ls",
+            "--quiet",
+            "--filter",
+            "label=sbx.workspace",
+        ])?,
+        _ => docker::output(&["volume", "ls", "--quiet", "--filter", "label=sbx.workspace"])?,
+    };
+    let ids: Vec<&str> = ids.split_whitespace().collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut args = vec![kind, "inspect"];
+    args.extend(ids);
+    let text = docker::output(&args)?;
+    Ok(serde_json::from_str::<Vec<Value>>(&text).unwrap_or_default())
+}
+
+fn label<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.pointer("/Config/Labels")
+        .or_else(|| v.get("Labels"))
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+pub fn list(common: &CommonArgs) -> Res {
+    docker::require_engine()?;
+    let mut out = std::io::stdout().lock();
+    let containers = labelled("container")?;
+    if !common.json && !common.quiet {
+        writeln!(out, "NAME\tSTATUS\tMODE\tBRANCH\tWORKSPACE")
+            .map_err(|e| RunError::Io("stdout".into(), e))?;
+    }
+    for c in &containers {
+        let data = json!({
+            "name": c["Name"].as_str().unwrap_or("").trim_start_matches('/'),
+            "status": c.pointer("/State/Status").and_then(Value::as_str).unwrap_or(""),
+            "mode": label(c, LABEL_MODE),
+            "branch": label(c, LABEL_BRANCH),
+            "workspace": label(c, LABEL_WORKSPACE),
+            "hash": label(c, LABEL_HASH),
+            "image": c.pointer("/Config/Image").and_then(Value::as_str).unwrap_or(""),
+            "workdir": c.pointer("/Config/WorkingDir").and_then(Value::as_str).unwrap_or(""),
+        });
+        let r = if common.json {
+            output::json_line(&mut out, "sandbox", &data)
+        } else {
+            writeln!(
+                out,
+                "{}\t{}\t{}\t{}\t{}",
+                data["name"].as_str().unwrap_or(""),
+                data["status"].as_str().unwrap_or(""),
+                data["mode"].as_str().unwrap_or(""),
+                data["branch"].as_str().unwrap_or(""),
+                data["workspace"].as_str().unwrap_or("")
+            )
+        };
+        r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    }
+    ok()
+}
+
+pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res {
+    let ws = open_for_names(common, path)?;
+    docker::require_engine()?;
+    let n = &ws.names;
+    if check_owner(&ws)?.is_some() {
+        docker::output(&["rm", "--force", &n.container])?;
+    }
+    if docker::exists("network", &n.network)? {
+        docker::output(&["network", "rm", &n.network])?;
+    }
+    if with_volumes {
+        for v in [&n.history, &n.repo_shelf] {
+            if docker::exists("volume", v)? {
+                docker::output(&["volume", "rm", v])?;
+            }
+        }
+    }
+    ok()
+}
+
+/// Remove sandboxes (containers, then networks and volumes) whose
+/// workspace directory no longer exists. Shared config volumes stay.
+pub fn prune(common: &CommonArgs) -> Res {
+    docker::require_engine()?;
+    let gone = |v: &Value| {
+        let w = label(v, LABEL_WORKSPACE);
+        !w.is_empty() && !Path::new(w).exists()
+    };
+    let mut removed = 0;
+    for kind in ["container", "network", "volume"] {
+        for v in labelled(kind)?.iter().filter(|v| gone(v)) {
+            let name = v["Name"]
+                .as_str()
+                .unwrap_or("")
+                .trim_start_matches('/')
+                .to_owned();
+            let args: Vec<&str> = match kind {
+                "container" => vec!["rm", "--force", &name],
+                "network" => vec!["network", "rm", &name],
+                _ => vec!["volume", "rm", &name],
+            };
+            docker::output(&args)?;
+            removed += 1;
+            if !common.quiet {
+                println!(
+                    "removed {kind} {name} ({} is gone)",
+                    label(v, LABEL_WORKSPACE)
+                );
+            }
+        }
+    }
+    output::info(&format!("pruned {removed} objects"));
+    ok()
+}

@@ -1,0 +1,156 @@
+//! Names of everything sbx-run creates, derived from the workspace path
+//! alone (DESIGN.md §5), so `list` and `prune` need no state file.
+
+use std::path::Path;
+
+use md5::{Digest, Md5};
+
+pub const BASE_IMAGE: &str = "agent-sandbox-base";
+pub const CLAUDE_VOLUME: &str = "agent-sandbox-claude-code-config";
+pub const CODEX_VOLUME: &str = "agent-sandbox-codex-config";
+
+/// Labels on containers, networks and volumes.
+pub const LABEL_WORKSPACE: &str = "sbx.workspace";
+pub const LABEL_BRANCH: &str = "sbx.branch";
+pub const LABEL_MODE: &str = "sbx.mode";
+pub const LABEL_HASH: &str = "sbx.hash";
+
+/// MD5 hex of the absolute, canonical workspace path.
+pub fn path_hash(canonical: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let digest = Md5::digest(canonical.as_os_str().as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Docker names allow `[a-zA-Z0-9][a-zA-Z0-9_.-]*`, image names only lower
+/// case: keep what fits, replace the rest with `-`.
+pub fn sanitize_repo(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while s.starts_with(['.', '-', '_']) {
+        s.remove(0);
+    }
+    if s.is_empty() {
+        s.push_str("repo");
+    }
+    s
+}
+
+/// Branch names in container names and worktree dirs: `/` and white
+/// space become `__` (seed 000).
+pub fn sanitize_branch(branch: &str) -> String {
+    let mut out = String::new();
+    for c in branch.chars() {
+        if c == '/' || c.is_whitespace() {
+            out.push_str("__");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub repo: String,
+    pub hash: String,
+    pub image: String,
+    pub container: String,
+    pub network: String,
+    pub repo_shelf: String,
+    pub history: String,
+}
+
+impl Names {
+    pub fn new(canonical: &Path, branch: Option<&str>) -> Self {
+        let base = canonical
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let repo = sanitize_repo(&base);
+        let hash = path_hash(canonical);
+        let container = match branch {
+            Some(b) => format!(
+                "agent-sandbox-{repo}-{}-{hash}",
+                sanitize_container_part(&sanitize_branch(b))
+            ),
+            None => format!("agent-sandbox-{repo}-{hash}"),
+        };
+        Self {
+            image: format!("agent-sandbox-{repo}-{hash}"),
+            network: container.clone(),
+            container,
+            repo_shelf: format!("agent-sbx-repo-{hash}"),
+            history: format!("agent-sandbox-{hash}-history"),
+            repo,
+            hash,
+        }
+    }
+}
+
+/// Branch names may hold characters Docker refuses in a name.
+fn sanitize_container_part(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Golden names (md5sum of the path): these must never change, or
+    /// users lose their volumes and history.
+    #[test]
+    fn golden() {
+        assert_eq!(
+            path_hash(Path::new("/")),
+            "6666cd76f96956469e7be39d750cc7d9"
+        );
+        let n = Names::new(Path::new("/home/dev/src/my-app"), None);
+        let h = "8cea8a8ac6771dd42d09893adb318dd0";
+        assert_eq!(n.hash, h);
+        assert_eq!(n.container, format!("agent-sandbox-my-app-{h}"));
+        assert_eq!(n.image, format!("agent-sandbox-my-app-{h}"));
+        assert_eq!(n.network, format!("agent-sandbox-my-app-{h}"));
+        assert_eq!(n.repo_shelf, format!("agent-sbx-repo-{h}"));
+        assert_eq!(n.history, format!("agent-sandbox-{h}-history"));
+        let b = Names::new(
+            Path::new("/home/dev/src/my-app"),
+            Some("feature/login page"),
+        );
+        assert_eq!(
+            b.container,
+            format!("agent-sandbox-my-app-feature__login__page-{h}")
+        );
+        // Spaces and non-ASCII in the path: hashed as bytes, named safely.
+        let u = Names::new(Path::new("/tmp/with space/ünï"), None);
+        assert_eq!(
+            u.container,
+            "agent-sandbox-n--713570c4a0061568740708a3d8938c71"
+        );
+    }
+
+    #[test]
+    fn sanitizing() {
+        assert_eq!(sanitize_repo("My Repo ü"), "my-repo--");
+        assert_eq!(sanitize_repo(".hidden"), "hidden");
+        assert_eq!(sanitize_repo("日本"), "repo");
+        assert_eq!(sanitize_branch("a/b c\td"), "a__b__c__d");
+    }
+}

@@ -1,0 +1,353 @@
+//! The `docker run` of a sandbox, computed in one place: `start` runs it and
+//! `show-run` prints it, so what is shown is what is run.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use sbx_core::config::Source;
+use sbx_core::glob::{NameSet, PathSet};
+use sbx_envfilter::Policy;
+
+use crate::RunError;
+use crate::names::{self, LABEL_BRANCH, LABEL_HASH, LABEL_MODE, LABEL_WORKSPACE};
+use crate::workspace::Workspace;
+
+/// Host variables considered for the container, before the filter decides.
+const HOST_VARS: &[&str] = &["TERM", "LANG", "LC_*", "TZ", "COLORTERM"];
+
+/// Capabilities the entrypoint needs before it drops them all: the
+/// firewall (NET_ADMIN, NET_RAW) and switching to the agent user
+/// (SETUID, SETGID, SETPCAP to clear the bounding set).
+pub const INIT_CAPS: &[&str] = &["NET_ADMIN", "NET_RAW", "SETUID", "SETGID", "SETPCAP"];
+
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// `docker network create …` (run when the network is missing).
+    pub network: Vec<String>,
+    /// `docker volume create …` for each per-workspace volume.
+    pub volumes: Vec<Vec<String>>,
+    /// `docker run …`
+    pub run: Vec<String>,
+    /// Masked paths, workspace-relative, for show-run and tests.
+    pub masked: Vec<String>,
+}
+
+/// State directory on the host: the empty file and directory used as masks.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"))
+        .join("sbx")
+}
+
+/// An empty read-only file and directory to mount over masked paths.
+pub fn mask_sources() -> Result<(PathBuf, PathBuf), RunError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = state_dir();
+    let file = dir.join("empty");
+    let empty_dir = dir.join("empty.d");
+    let io = |p: &Path, e| RunError::Io(p.to_owned(), e);
+    std::fs::create_dir_all(&empty_dir).map_err(|e| io(&empty_dir, e))?;
+    if !file.exists() {
+        std::fs::write(&file, b"").map_err(|e| io(&file, e))?;
+    }
+    // Stay empty even if someone wrote to them: masks must read as empty.
+    if std::fs::metadata(&file).map(|m| m.len()).unwrap_or(1) != 0 {
+        std::fs::write(&file, b"").map_err(|e| io(&file, e))?;
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
+        .map_err(|e| io(&file, e))?;
+    std::fs::set_permissions(&empty_dir, std::fs::Permissions::from_mode(0o555))
+        .map_err(|e| io(&empty_dir, e))?;
+    Ok((file, empty_dir))
+}
+
+/// A `--mount` value; fields with ',' or '"' are CSV-quoted as docker expects.
+fn mount(fields: &[(&str, &str)]) -> String {
+    fields
+        .iter()
+        .map(|(k, v)| {
+            let f = if v.is_empty() {
+                k.to_string()
+            } else {
+                format!("{k}={v}")
+            };
+            if f.contains([',', '"']) {
+                format!("\"{}\"", f.replace('"', "\"\""))
+            } else {
+                f
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn bind(src: &Path, dst: &str, readonly: bool) -> String {
+    let src = src.to_string_lossy();
+    let mut f = vec![("type", "bind"), ("source", src.as_ref()), ("target", dst)];
+    if readonly {
+        f.push(("readonly", ""));
+    }
+    mount(&f)
+}
+
+fn volume(name: &str, dst: &str) -> String {
+    mount(&[("type", "volume"), ("source", name), ("target", dst)])
+}
+
+/// Files and directories under `root` that match `blocked` but not
+/// `allowed`, workspace-relative. A masked directory is not descended.
+/// `.git` is skipped: it holds no files by these names, only objects.
+pub fn find_masked(root: &Path, blocked: &PathSet, allowed: &PathSet) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
+            continue;
+        };
+        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name();
+            if rel.as_os_str().is_empty() && name == ".git" {
+                continue;
+            }
+            let path = rel.join(&name);
+            // Symlinks are not followed: the link itself is masked or left.
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if allowed.first_match(&path, is_dir).is_none()
+                && blocked.first_match(&path, is_dir).is_some()
+            {
+                out.push(path.to_string_lossy().into_owned());
+            } else if is_dir {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Host variables for `-e NAME`: the candidates that sbx-envfilter keeps.
+/// Values are never put on the command line (they would show in `ps` and in
+/// show-run); docker reads them from its own environment.
+pub fn env_names(
+    ws: &Workspace,
+    host: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Vec<String> {
+    let env = &ws.loaded.config.environment;
+    let mut wanted: Vec<&str> = HOST_VARS.to_vec();
+    wanted.extend(env.allow.iter().map(|g| g.0.as_str()));
+    wanted.extend(env.pass.iter().map(|g| g.0.as_str()));
+    let candidates = NameSet::new(&wanted).expect("validated globs");
+    let policy = Policy::new(env);
+    let considered: Vec<_> = host
+        .into_iter()
+        .filter(|(k, _)| {
+            candidates.first_match(k).is_some() && std::str::from_utf8(k.as_bytes()).is_ok()
+        })
+        .collect();
+    let entries = sbx_envfilter::filter(&policy, considered);
+    sbx_envfilter::audit_entries(&entries, "container-env");
+    let mut names: Vec<String> = sbx_envfilter::kept(&entries)
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The complete spec for a workspace and image.
+pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &Path)) -> Spec {
+    let n = &ws.names;
+    let cfg = &ws.loaded.config;
+    let target = ws.target();
+    let workspace = ws.path.to_string_lossy().into_owned();
+    let labels = [
+        format!("{LABEL_WORKSPACE}={workspace}"),
+        format!("{LABEL_MODE}=bind"),
+        format!("{LABEL_BRANCH}="),
+        format!("{LABEL_HASH}={}", n.hash),
+    ];
+
+    let mut network = vec![
+        "network".to_string(),
+        "create".into(),
+        "--driver".into(),
+        "bridge".into(),
+    ];
+    for l in &labels {
+        network.extend(["--label".into(), l.clone()]);
+    }
+    network.push(n.network.clone());
+
+    let volumes = [&n.history, &n.repo_shelf]
+        .iter()
+        .map(|v| {
+            let mut c = vec!["volume".to_string(), "create".into()];
+            for l in &labels {
+                c.extend(["--label".into(), l.clone()]);
+            }
+            c.push((*v).clone());
+            c
+        })
+        .collect();
+
+    let mut a: Vec<String> = vec!["run".into(), "--detach".into(), "--init".into()];
+    a.extend(["--name".into(), n.container.clone()]);
+    a.extend([
+        "--hostname".into(),
+        format!("sbx-{}", n.repo.chars().take(50).collect::<String>()),
+    ]);
+    for l in &labels {
+        a.extend(["--label".into(), l.clone()]);
+    }
+    // Privileges: nothing but what init needs, and no way to regain any.
+    a.extend(["--cap-drop".into(), "ALL".into()]);
+    for c in INIT_CAPS {
+        a.extend(["--cap-add".into(), (*c).into()]);
+    }
+    a.extend(["--security-opt".into(), "no-new-privileges".into()]);
+    // Resources.
+    a.extend(["--memory".into(), cfg.sandbox.memory.text.clone()]);
+    a.extend(["--memory-swap".into(), cfg.sandbox.memory.text.clone()]);
+    a.extend(["--cpus".into(), cfg.sandbox.cpus.0.to_string()]);
+    a.extend(["--pids-limit".into(), cfg.sandbox.pids.0.to_string()]);
+    // Network: the sandbox's own bridge, so sandboxes cannot reach each other.
+    a.extend(["--network".into(), n.network.clone()]);
+    for p in cfg.sandbox.ports.iter() {
+        a.extend(["--publish".into(), p.text.clone()]);
+    }
+    // The workspace, then read-only and masking mounts over parts of it
+    // (later mounts stack on earlier ones).
+    a.extend(["--mount".into(), bind(&ws.path, &target, false)]);
+    for p in cfg.protected_paths() {
+        let host = ws.path.join(&p);
+        let dst = format!("{target}/{p}");
+        if host.exists() {
+            a.extend(["--mount".into(), bind(&host, &dst, true)]);
+        } else if host.parent().is_some_and(|d| d.is_dir()) && p != ".agent-sandbox" {
+            // Missing: an empty read-only directory stops the agent creating it.
+            a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
+        }
+    }
+    let blocked = PathSet::new(&cfg.blocked_files()).expect("validated patterns");
+    let allowed = PathSet::new(&cfg.allowed_files()).expect("validated patterns");
+    let masked = find_masked(&ws.path, &blocked, &allowed);
+    for m in &masked {
+        let src = if ws.path.join(m).is_dir() {
+            masks.1
+        } else {
+            masks.0
+        };
+        a.extend(["--mount".into(), bind(src, &format!("{target}/{m}"), true)]);
+    }
+    // The config, read-only where every tool inside looks for it (inside a
+    // sandbox, tools read only /.agent-sandbox: the agent cannot pick its own).
+    let cfg_dir = ws.config_dir();
+    if cfg_dir.is_dir() {
+        a.extend(["--mount".into(), bind(&cfg_dir, "/.agent-sandbox", true)]);
+    }
+    if let Source::File(p) | Source::Legacy(p) = &ws.loaded.source {
+        if p.parent() != Some(cfg_dir.as_path()) {
+            let name = if matches!(ws.loaded.source, Source::Legacy(_)) {
+                "config.json"
+            } else {
+                "config.toml"
+            };
+            a.extend([
+                "--mount".into(),
+                bind(p, &format!("/.agent-sandbox/{name}"), true),
+            ]);
+        }
+    }
+    a.extend([
+        "--mount".into(),
+        volume(names::CLAUDE_VOLUME, "/home/agent/.claude"),
+    ]);
+    a.extend([
+        "--mount".into(),
+        volume(names::CODEX_VOLUME, "/home/agent/.codex"),
+    ]);
+    a.extend(["--mount".into(), volume(&n.history, "/commandhistory")]);
+    a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
+    // Environment: fixed values, then host names the filter allows.
+    a.extend(["--env".into(), format!("SBX_WORKSPACE={target}")]);
+    for name in env_names {
+        a.extend(["--env".into(), name.clone()]);
+    }
+    a.extend(["--workdir".into(), target]);
+    a.push(image.to_owned());
+    Spec {
+        network,
+        volumes,
+        run: a,
+        masked,
+    }
+}
+
+/// Shell-quote a docker command so it can be pasted.
+pub fn shell_line(args: &[String]) -> String {
+    let mut words = vec![crate::docker::program().to_string_lossy().into_owned()];
+    words.extend(args.iter().cloned());
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+/// For show-run's comment: a human list of the masked paths.
+pub fn masked_comment(masked: &[String]) -> String {
+    if masked.is_empty() {
+        "# masked (read as empty): none".into()
+    } else {
+        format!("# masked (read as empty): {}", masked.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_fields_are_csv_quoted() {
+        assert_eq!(
+            bind(Path::new("/a b/c,d"), "/workspace/x", true),
+            "type=bind,\"source=/a b/c,d\",target=/workspace/x,readonly"
+        );
+    }
+
+    #[test]
+    fn masks_follow_blocked_and_allowed() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for f in [
+            ".env",
+            ".env.example",
+            ".env.local",
+            "src/app.rs",
+            "src/secret.txt",
+            "certs/a.pem",
+            ".git/x.key",
+        ] {
+            std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        std::fs::create_dir_all(r.join("home/.ssh")).unwrap();
+        std::fs::write(r.join("home/.ssh/id_ed25519"), "k").unwrap();
+        let cfg = sbx_core::config::Config::default();
+        let m = find_masked(
+            r,
+            &PathSet::new(&cfg.blocked_files()).unwrap(),
+            &PathSet::new(&cfg.allowed_files()).unwrap(),
+        );
+        assert_eq!(
+            m,
+            [
+                ".env",
+                ".env.local",
+                "certs/a.pem",
+                "home/.ssh",
+                "src/secret.txt"
+            ]
+        );
+    }
+}

@@ -1,0 +1,307 @@
+//! The smaller commands (doctor, log, codex-init-config, codex-logout) and
+//! the interrupt flag that lets long work clean up after Ctrl-C.
+
+use std::io::{Read, Seek, Write};
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use clap::Args;
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::BoxError;
+use sbx_core::{Exit, output};
+use serde_json::Value;
+
+use crate::names::{BASE_IMAGE, CODEX_VOLUME};
+use crate::{RunError, docker};
+
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Ctrl-C sets a flag instead of killing sbx-run: the docker child gets the
+/// signal too and stops, and sbx-run then removes what was half made.
+pub fn watch_interrupts() -> Arc<AtomicBool> {
+    INTERRUPTED
+        .get_or_init(|| {
+            let flag = Arc::new(AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                let _ = signal_hook::flag::register(sig, Arc::clone(&flag));
+            }
+            flag
+        })
+        .clone()
+}
+
+pub fn interrupted() -> bool {
+    INTERRUPTED.get().is_some_and(|f| f.load(Ordering::SeqCst))
+}
+
+type Res = Result<ExitCode, BoxError>;
+
+/// Each check: what, ok, how to fix.
+pub fn doctor(common: &CommonArgs) -> Res {
+    let mut checks: Vec<(String, bool, String)> = Vec::new();
+    let client = docker::probe(&["version", "--format", "{{.Client.Version}}"]);
+    checks.push((
+        "docker client".into(),
+        client.is_ok(),
+        "install Docker (apt-get install docker.io; scripts/prereqs does)".into(),
+    ));
+    let engine = docker::require_engine();
+    checks.push((
+        "Docker engine answers".into(),
+        engine.is_ok(),
+        "start it: systemctl start docker, or dockerd &".into(),
+    ));
+    let kernel = |p: &str| std::path::Path::new(p).exists();
+    checks.push((
+        "kernel: network namespaces".into(),
+        kernel("/proc/self/ns/net"),
+        "a kernel with CONFIG_NET_NS".into(),
+    ));
+    checks.push((
+        "kernel: netfilter (for sbx-fw)".into(),
+        kernel("/proc/sys/net/netfilter") || kernel("/proc/net/ip_tables_names"),
+        "load the modules: modprobe ip_tables ip6_tables xt_set".into(),
+    ));
+    checks.push((
+        "kernel: cgroups (memory, cpu, pids limits)".into(),
+        kernel("/sys/fs/cgroup"),
+        "mount cgroups (systemd does)".into(),
+    ));
+    if engine.is_ok() {
+        checks.push((
+            format!("image {BASE_IMAGE}:latest"),
+            docker::exists("image", &format!("{BASE_IMAGE}:latest")).unwrap_or(false),
+            "sbx-run build-base --bootstrap (or without --bootstrap when a registry is reachable)"
+                .into(),
+        ));
+    }
+    checks.push((
+        "debootstrap (for build-base --bootstrap)".into(),
+        ["/usr/sbin/debootstrap", "/usr/bin/debootstrap"]
+            .iter()
+            .any(|p| kernel(p)),
+        "apt-get install debootstrap".into(),
+    ));
+    let mut out = std::io::stdout().lock();
+    let mut all = true;
+    for (what, good, fix) in &checks {
+        all &= good;
+        let r = if common.json {
+            output::json_line(
+                &mut out,
+                "check",
+                &serde_json::json!({"check": what, "ok": good, "fix": fix}),
+            )
+        } else if *good {
+            writeln!(out, "ok    {what}")
+        } else {
+            writeln!(out, "FAIL  {what}: {fix}")
+        };
+        r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    }
+    Ok(if all { Exit::Ok } else { Exit::No }.into())
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogOpts {
+    /// Only records whose result is "blocked".
+    #[arg(long)]
+    pub blocked_only: bool,
+    /// Keep reading as records are appended.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// The log file (default: the host's audit log).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+fn print_record(
+    common: &CommonArgs,
+    opts: &LogOpts,
+    line: &str,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        output::warn("skipping a malformed audit record");
+        return Ok(());
+    };
+    if opts.blocked_only && v["result"] != "blocked" {
+        return Ok(());
+    }
+    if common.json {
+        return output::json_line(out, "audit", &v);
+    }
+    let s = |k: &str| v[k].as_str().unwrap_or("").to_owned();
+    let mut text = format!(
+        "{} {:<14} {:<8} {:<20} {}",
+        s("timestamp"),
+        s("tool"),
+        s("result"),
+        s("policy"),
+        s("target")
+    );
+    if let Some(r) = v["reason"].as_str() {
+        text.push_str(&format!(" ({r})"));
+    }
+    writeln!(out, "{text}")
+}
+
+pub fn log(common: &CommonArgs, opts: &LogOpts) -> Res {
+    let path = opts
+        .file
+        .clone()
+        .unwrap_or_else(sbx_core::audit::default_path);
+    let mut file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !opts.follow => {
+            output::info(&format!("{}: no audit log yet", path.display()));
+            return Ok(Exit::Ok.into());
+        }
+        Err(e) => return Err(RunError::Io(path, e).into()),
+    };
+    let mut out = std::io::stdout().lock();
+    let mut pending = String::new();
+    loop {
+        let mut chunk = String::new();
+        file.read_to_string(&mut chunk)
+            .map_err(|e| RunError::Io(path.clone(), e))?;
+        pending.push_str(&chunk);
+        while let Some(i) = pending.find('\n') {
+            let line: String = pending.drain(..=i).collect();
+            print_record(common, opts, line.trim_end(), &mut out)
+                .map_err(|e| RunError::Io("stdout".into(), e))?;
+        }
+        if !opts.follow || interrupted() {
+            break;
+        }
+        out.flush().map_err(|e| RunError::Io("stdout".into(), e))?;
+        std::thread::sleep(Duration::from_millis(200));
+        // A truncated or rotated log starts over.
+        let pos = file.stream_position().unwrap_or(0);
+        if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) < pos {
+            file = std::fs::File::open(&path).map_err(|e| RunError::Io(path.clone(), e))?;
+        }
+    }
+    Ok(Exit::Ok.into())
+}
+
+const CODEX_CONFIG: &str = "[profiles.high]\nmodel = \"gpt-5\"\n# Constrains reasoning effort for reasoning-capable models\nreasoning_effort = \"high\"\n";
+const CODEX_AGENTS: &str = "# Sandbox notes\n\n\
+- Purpose: You are running inside a containerized sandbox (agent-sandbox) designed to provide a safe, auditable coding environment with network/filesystem guardrails.\n\
+- Persistence: Tool/config directories (e.g., `~/.codex`) are backed by a named Docker volume shared across repo sandboxes.\n\
+- Installed tools: ast-grep (`ast-grep` / `sg`) for structural search and rewrites. Additional tools may be added over time.\n";
+
+/// Run a short script in a throwaway container with the Codex volume at
+/// /codex, as the agent user (so files get the agent's ownership).
+fn in_codex_volume(script: &str, stdin: Option<&[u8]>) -> Result<String, RunError> {
+    docker::require_engine()?;
+    let image = format!("{BASE_IMAGE}:latest");
+    if !docker::exists("image", &image)? {
+        return Err(RunError::Usage(format!(
+            "{image} is missing: run `sbx-run build-base` first"
+        )));
+    }
+    let mut child = docker::cmd()
+        .args([
+            "run",
+            "--rm",
+            "--interactive",
+            "--network",
+            "none",
+            "--user",
+            "agent",
+        ])
+        .args(["--entrypoint", "/bin/sh", "--mount"])
+        .arg(format!("type=volume,source={CODEX_VOLUME},target=/codex"))
+        .args([&image, "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| RunError::Build(e.to_string()))?;
+    {
+        let mut i = child.stdin.take().expect("piped");
+        if let Some(data) = stdin {
+            i.write_all(data)
+                .map_err(|e| RunError::Build(e.to_string()))?;
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| RunError::Build(e.to_string()))?;
+    if !out.status.success() {
+        return Err(RunError::Docker {
+            command: "docker run (codex config volume)".into(),
+            message: docker::first_line(&String::from_utf8_lossy(&out.stderr)),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn shq(s: &str) -> String {
+    shlex::try_quote(s)
+        .map(|c| c.into_owned())
+        .unwrap_or_default()
+}
+
+pub fn codex_init_config(common: &CommonArgs, auth: bool, force: bool) -> Res {
+    // Each file: written when missing, or always with --force.
+    let mut script = String::from("set -e\ncd /codex\n");
+    for (name, text) in [("config.toml", CODEX_CONFIG), ("AGENTS.md", CODEX_AGENTS)] {
+        let write = format!("printf %s {} > {name}", shq(text));
+        if force {
+            script.push_str(&format!("{write}; echo wrote {name}\n"));
+        } else {
+            script.push_str(&format!(
+                "if [ -e {name} ]; then echo kept {name}; else {write}; echo wrote {name}; fi\n"
+            ));
+        }
+    }
+    let mut payload = Vec::new();
+    if auth {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let auth_file = home.join(".codex/auth.json");
+        let data = std::fs::read(&auth_file).map_err(|e| RunError::Io(auth_file.clone(), e))?;
+        // auth.json is always replaced with --auth; profile.json only when present.
+        payload.extend_from_slice(&data);
+        script.push_str(&format!(
+            "head -c {} > auth.json; chmod 600 auth.json; echo wrote auth.json\n",
+            data.len()
+        ));
+        let profile = home.join(".codex/profile.json");
+        if let Ok(p) = std::fs::read(&profile) {
+            payload.extend_from_slice(&p);
+            let cond = if force {
+                "true"
+            } else {
+                "[ ! -e profile.json ]"
+            };
+            script.push_str(&format!(
+                "if {cond}; then head -c {n} > profile.json; echo wrote profile.json; else head -c {n} >/dev/null; echo kept profile.json; fi\n",
+                n = p.len()
+            ));
+        }
+    }
+    let out = in_codex_volume(&script, Some(&payload))?;
+    if !common.quiet {
+        print!("{out}");
+    }
+    Ok(Exit::Ok.into())
+}
+
+pub fn codex_logout(common: &CommonArgs) -> Res {
+    let out = in_codex_volume(
+        "cd /codex && for f in auth.json profile.json; do if [ -e $f ]; then rm -f $f; echo removed $f; fi; done",
+        None,
+    )?;
+    if !common.quiet {
+        print!("{out}");
+        println!("(server-side tokens are not revoked)");
+    }
+    Ok(Exit::Ok.into())
+}

@@ -417,3 +417,43 @@ fn prune_removes_sandboxes_whose_workspace_is_gone() {
         assert!(gone, "{kind} {obj} survived prune");
     }
 }
+
+/// The full image, with the AI CLIs from npm, whenever the npm registry is
+/// reachable from this host (it is in CI here). The host's CA bundle goes
+/// in with --ca-cert, for TLS-intercepting networks.
+#[test]
+fn full_base_image_has_working_ai_clis() {
+    if !prerequisite(docker_ready(), "a running Docker engine") {
+        return;
+    }
+    let npm_ok = Command::new("npm")
+        .args(["view", "@anthropic-ai/claude-code", "version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !npm_ok {
+        eprintln!("skipping: the npm registry is not reachable from this host");
+        return;
+    }
+    let mut c = sbx();
+    c.args(["-q", "build-base", "--bootstrap", "--tag", "e2e-full"]);
+    let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if ca.is_file() {
+        c.arg("--ca-cert").arg(ca);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "build-base: {}", text(&o));
+    let v = sh(Command::new("docker").args([
+        "run",
+        "--rm",
+        "--entrypoint",
+        "sh",
+        "agent-sandbox-base:e2e-full",
+        "-c",
+        "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter",
+    ]));
+    assert!(
+        v.contains("Claude Code") && v.contains("codex") && v.contains("ast-grep"),
+        "{v}"
+    );
+    assert!(v.contains("/usr/local/bin/sbx-envfilter"), "{v}");
+}

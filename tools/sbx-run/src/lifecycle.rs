@@ -27,14 +27,11 @@ fn ok() -> Res {
 
 /// Refuse to touch a container of our name that another workspace (or
 /// someone else) owns; the refusal is audited.
-fn check_owner(ws: &Workspace) -> Result<Option<()>, RunError> {
-    let Some(labels) = docker::container_labels(&ws.names.container)? else {
+fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
+    let Some(c) = docker::inspect("container", &ws.names.container)? else {
         return Ok(None);
     };
-    let owner = labels
-        .get(LABEL_WORKSPACE)
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let owner = label(&c, LABEL_WORKSPACE);
     let me = ws.path.to_string_lossy();
     if owner != me {
         audit::append(
@@ -52,7 +49,7 @@ fn check_owner(ws: &Workspace) -> Result<Option<()>, RunError> {
             me.into_owned(),
         ));
     }
-    Ok(Some(()))
+    Ok(Some(c))
 }
 
 pub fn init(common: &CommonArgs, path: Option<PathBuf>, force: bool) -> Res {
@@ -103,10 +100,10 @@ pub fn start(
     rebuild: bool,
 ) -> Result<Workspace, BoxError> {
     let ws = Workspace::open(common, path)?;
-    docker::require_engine()?;
     let name = ws.names.container.clone();
-    if check_owner(&ws)?.is_some() {
-        if docker::is_running(&name)? {
+    // No separate engine check: the first inspection fails with 69 itself.
+    if let Some(c) = check_owner(&ws)? {
+        if c.pointer("/State/Running").and_then(Value::as_bool) == Some(true) {
             output::info(&format!("{name} is already running"));
             return Ok(ws);
         }
@@ -125,7 +122,9 @@ pub fn start(
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
     for v in &s.volumes {
-        docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
+        if !docker::exists("volume", v.last().expect("volume name"))? {
+            docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
+        }
     }
     let since = now_rfc3339();
     let run = docker::output(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
@@ -158,6 +157,17 @@ fn humantime_rfc3339(t: std::time::SystemTime) -> String {
 /// Follow the container's log until its entrypoint says it is ready; a
 /// container that exits first is reported with its last lines.
 fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
+    match docker::follow_logs_for(
+        name,
+        since,
+        "sbx-entrypoint: ready",
+        Duration::from_secs(120),
+    ) {
+        Some(Ok(true)) => return Ok(()),
+        Some(Ok(false)) => {} // ended: let the CLI path below report the last lines
+        Some(Err(e)) => return Err(RunError::NotReady(e.to_string())),
+        None => {}
+    }
     let mut child = docker::cmd()
         .args(["logs", "--follow", "--since", since, name])
         .stdin(Stdio::null())

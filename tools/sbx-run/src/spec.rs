@@ -194,7 +194,7 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
         })
         .collect();
 
-    let mut a: Vec<String> = vec!["run".into(), "--detach".into(), "--init".into()];
+    let mut a: Vec<String> = vec!["run".into(), "--detach".into()];
     a.extend(["--name".into(), n.container.clone()]);
     a.extend([
         "--hostname".into(),

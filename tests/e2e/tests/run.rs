@@ -457,3 +457,81 @@ fn full_base_image_has_working_ai_clis() {
     );
     assert!(v.contains("/usr/local/bin/sbx-envfilter"), "{v}");
 }
+
+#[test]
+fn codex_config_is_idempotent_and_logout_removes_credentials() {
+    if !base_image() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".codex")).unwrap();
+    std::fs::write(home.path().join(".codex/auth.json"), "{\"token\":\"t\"}").unwrap();
+    let run = |args: &[&str]| sbx().env("HOME", home.path()).args(args).output().unwrap();
+    let read = |f: &str| {
+        Command::new("docker")
+            .args(["run", "--rm", "--entrypoint", "cat", "--mount"])
+            .arg(format!(
+                "type=volume,source={},target=/codex",
+                sbx_run::names::CODEX_VOLUME
+            ))
+            .args(["agent-sandbox-base:latest", &format!("/codex/{f}")])
+            .output()
+            .unwrap()
+    };
+    let o = run(&["codex-init-config", "--auth", "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&read("config.toml").stdout).contains("[profiles.high]"));
+    assert_eq!(
+        String::from_utf8_lossy(&read("auth.json").stdout),
+        "{\"token\":\"t\"}"
+    );
+    let o = run(&["codex-init-config"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("kept config.toml"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&["codex-logout"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !read("auth.json").status.success(),
+        "auth.json survived logout"
+    );
+}
+
+#[test]
+fn doctor_and_log_answer() {
+    if !base_image() {
+        return;
+    }
+    let o = sbx().args(["doctor", "--json"]).output().unwrap();
+    let checks: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["data"]["check"] == "Docker engine answers" && c["data"]["ok"] == true)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    std::fs::write(
+        &log,
+        "{\"timestamp\":\"t\",\"tool\":\"x\",\"agent\":\"a\",\"operation\":\"o\",\"target\":\"A\",\"result\":\"blocked\",\"policy\":\"p\"}\n\
+         {\"timestamp\":\"t\",\"tool\":\"x\",\"agent\":\"a\",\"operation\":\"o\",\"target\":\"B\",\"result\":\"passed\",\"policy\":\"p\"}\n",
+    )
+    .unwrap();
+    let o = sbx()
+        .args(["log", "--blocked-only", "--json", "--file"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let lines: Vec<_> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("\"target\":\"A\""));
+}

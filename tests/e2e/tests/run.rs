@@ -88,9 +88,12 @@ impl Repo {
             .unwrap()
     }
 
+    fn names(&self) -> sbx_run::names::Names {
+        sbx_run::names::Names::new(&self.path.canonicalize().unwrap(), None)
+    }
+
     fn container(&self) -> String {
-        let canon = self.path.canonicalize().unwrap();
-        sbx_run::names::Names::new(&canon, None).container
+        self.names().container
     }
 }
 
@@ -192,21 +195,24 @@ fn sandbox_guarantees_hold_from_inside() {
     assert!(repo.run(&["stop"]).status.success());
     assert!(!sbx_run_running(&name));
     assert!(repo.run(&["rm", "--volumes"]).status.success());
-    let canon = repo.path.canonicalize().unwrap();
-    let n = sbx_run::names::Names::new(&canon, None);
+    assert_nothing_left(&repo.names(), "rm --volumes");
+}
+
+/// None of a workspace's container, network or volumes exists any more.
+fn assert_nothing_left(n: &sbx_run::names::Names, after: &str) {
     for (kind, obj) in [
         ("container", &n.container),
         ("network", &n.network),
         ("volume", &n.history),
         ("volume", &n.repo_shelf),
     ] {
-        let gone = !Command::new("docker")
+        let exists = Command::new("docker")
             .args([kind, "inspect", obj])
             .output()
             .unwrap()
             .status
             .success();
-        assert!(gone, "{kind} {obj} left behind");
+        assert!(!exists, "{kind} {obj} survived {after}");
     }
 }
 
@@ -397,25 +403,11 @@ fn prune_removes_sandboxes_whose_workspace_is_gone() {
     }
     let repo = Repo::new("gone");
     assert!(repo.run(&["start"]).status.success());
-    let canon = repo.path.canonicalize().unwrap();
-    let n = sbx_run::names::Names::new(&canon, None);
+    let n = repo.names();
     std::fs::remove_dir_all(&repo.path).unwrap();
     let o = sbx().args(["prune"]).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    for (kind, obj) in [
-        ("container", &n.container),
-        ("network", &n.network),
-        ("volume", &n.history),
-        ("volume", &n.repo_shelf),
-    ] {
-        let gone = !Command::new("docker")
-            .args([kind, "inspect", obj])
-            .output()
-            .unwrap()
-            .status
-            .success();
-        assert!(gone, "{kind} {obj} survived prune");
-    }
+    assert_nothing_left(&n, "prune");
 }
 
 /// The full image, with the AI CLIs from npm, whenever the npm registry is

@@ -237,21 +237,3 @@ pub fn inspect(kind: &str, name: &str) -> Result<Option<serde_json::Value>, RunE
 pub fn exists(kind: &str, name: &str) -> Result<bool, RunError> {
     Ok(inspect(kind, name)?.is_some())
 }
-
-/// Labels of a container, or None when there is no such container.
-pub fn container_labels(
-    name: &str,
-) -> Result<Option<serde_json::Map<String, serde_json::Value>>, RunError> {
-    Ok(inspect("container", name)?.map(|v| {
-        v.pointer("/Config/Labels")
-            .and_then(|l| l.as_object())
-            .cloned()
-            .unwrap_or_default()
-    }))
-}
-
-pub fn is_running(name: &str) -> Result<bool, RunError> {
-    Ok(inspect("container", name)?
-        .and_then(|v| v.pointer("/State/Running").and_then(|r| r.as_bool()))
-        .unwrap_or(false))
-}

@@ -190,18 +190,12 @@ fn resolve_version(package: &str, v: &str) -> Result<String, RunError> {
     if v != "latest" {
         return Ok(v.to_owned());
     }
-    let out = Command::new("npm")
-        .args(["view", package, "version"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .map_err(|_| {
-            RunError::Build(format!(
-                "cannot resolve the latest {package}: npm is not installed on the host; pass a version or --no-ai-clis"
-            ))
-        })?;
-    let s = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if !out.status.success() || s.is_empty() {
+    let s = npm(&["view", package, "version"]).ok_or_else(|| {
+        RunError::Build(format!(
+            "cannot resolve the latest {package}: npm is not installed on the host; pass a version or --no-ai-clis"
+        ))
+    })?;
+    if s.is_empty() {
         return Err(RunError::Build(format!(
             "cannot resolve the latest {package} with npm view; pass a version or --no-ai-clis"
         )));
@@ -212,14 +206,22 @@ fn resolve_version(package: &str, v: &str) -> Result<String, RunError> {
 /// The host's npm registry, from npm's own configuration (never hard-coded),
 /// so a corporate mirror works inside the build too.
 fn npm_registry() -> Option<String> {
+    npm(&["config", "get", "registry"]).filter(|s| s.starts_with("http"))
+}
+
+/// The host npm's trimmed stdout; None when npm is missing, "" when it failed.
+fn npm(args: &[&str]) -> Option<String> {
     let out = Command::new("npm")
-        .args(["config", "get", "registry"])
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
         .ok()?;
-    let s = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (out.status.success() && s.starts_with("http")).then_some(s)
+    Some(if out.status.success() {
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    } else {
+        String::new()
+    })
 }
 
 /// Directory holding this sbx-run binary, where the other tools are built.

@@ -251,7 +251,10 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
         Cmd::CodexLogout => tools::codex_logout(common),
     };
-    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+    // A failure after Ctrl-C is reported as the interruption it was; a
+    // shell or exec that ended normally keeps its own status even if the
+    // user pressed Ctrl-C inside it.
+    if result.is_err() && interrupted.load(std::sync::atomic::Ordering::SeqCst) {
         output::error("interrupted");
         return Ok(ExitCode::from(130));
     }

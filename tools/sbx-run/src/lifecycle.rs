@@ -107,7 +107,7 @@ pub fn start(
             output::info(&format!("{name} is already running"));
             return Ok(ws);
         }
-        let since = now_rfc3339();
+        let since = logs_since_now();
         docker::output(&["start", &name])?;
         wait_ready(&name, &since)?;
         return Ok(ws);
@@ -126,7 +126,7 @@ pub fn start(
             docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
     }
-    let since = now_rfc3339();
+    let since = logs_since_now();
     let run = docker::output(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
     if crate::tools::interrupted() || run.is_err() {
         // No half state: a container that did not start cleanly is removed.
@@ -141,7 +141,7 @@ pub fn start(
     Ok(ws)
 }
 
-fn now_rfc3339() -> String {
+fn logs_since_now() -> String {
     humantime_rfc3339(std::time::SystemTime::now())
 }
 

@@ -19,15 +19,14 @@ use crate::{RunError, docker};
 
 static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
-/// Ctrl-C sets a flag instead of killing sbx-run: the docker child gets the
-/// signal too and stops, and sbx-run then removes what was half made.
+/// Ctrl-C sets a flag instead of killing sbx-run: the terminal sends it to
+/// the docker child too, which stops, and sbx-run then removes what was
+/// half made.
 pub fn watch_interrupts() -> Arc<AtomicBool> {
     INTERRUPTED
         .get_or_init(|| {
             let flag = Arc::new(AtomicBool::new(false));
-            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                let _ = signal_hook::flag::register(sig, Arc::clone(&flag));
-            }
+            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&flag));
             flag
         })
         .clone()

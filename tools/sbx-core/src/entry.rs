@@ -83,11 +83,6 @@ fn is_broken_pipe<'a>(e: &'a (dyn std::error::Error + 'static)) -> bool {
                 return true;
             }
         }
-        if let Some(pe) = c.downcast_ref::<crate::error::PathError>() {
-            if pe.source.kind() == io::ErrorKind::BrokenPipe {
-                return true;
-            }
-        }
         cur = c.source();
     }
     false

@@ -21,13 +21,20 @@ struct Settings {
 
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
+impl Settings {
+    /// Before `init`: plain, not quiet, named by the tool.
+    const fn plain(tool: &'static str) -> Self {
+        Self {
+            tool,
+            quiet: false,
+            verbosity: 0,
+            color: false,
+        }
+    }
+}
+
 fn settings() -> Settings {
-    SETTINGS.get().copied().unwrap_or(Settings {
-        tool: "sbx",
-        quiet: false,
-        verbosity: 0,
-        color: false,
-    })
+    SETTINGS.get().copied().unwrap_or(Settings::plain("sbx"))
 }
 
 /// Whether to color a stream, by the flag, NO_COLOR and TERM=dumb.
@@ -56,12 +63,7 @@ pub fn init(tool: &'static str, common: &CommonArgs) {
 
 /// Name errors by the tool even when `init` never ran (e.g. a parse error).
 pub fn set_tool_if_unset(tool: &'static str) {
-    let _ = SETTINGS.set(Settings {
-        tool,
-        quiet: false,
-        verbosity: 0,
-        color: false,
-    });
+    let _ = SETTINGS.set(Settings::plain(tool));
 }
 
 pub fn tool_name() -> &'static str {

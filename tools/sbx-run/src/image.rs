@@ -93,9 +93,16 @@ impl Default for BaseOpts {
 }
 
 fn run_checked(cmd: &mut Command, what: &str) -> Result<(), RunError> {
-    let status = cmd
-        .status()
-        .map_err(|e| RunError::Build(format!("{what}: {e}")))?;
+    check_status(cmd.status(), what)
+}
+
+/// The end of every build step: Ctrl-C first (the child saw it too), then
+/// the child's own status.
+fn check_status(
+    status: std::io::Result<std::process::ExitStatus>,
+    what: &str,
+) -> Result<(), RunError> {
+    let status = status.map_err(|e| RunError::Build(format!("{what}: {e}")))?;
     if crate::tools::interrupted() {
         return Err(RunError::Interrupted);
     }
@@ -378,52 +385,44 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
         build_base(&CommonArgs::default(), &opts)?;
     }
     let file = ws.config_dir().join("Dockerfile");
-    let (text, context) = if file.is_file() {
-        let t = std::fs::read_to_string(&file).map_err(|e| RunError::Io(file.clone(), e))?;
-        (t, ws.config_dir())
+    let text = if file.is_file() {
+        std::fs::read_to_string(&file).map_err(|e| RunError::Io(file.clone(), e))?
     } else {
-        (REPO_DOCKERFILE.to_owned(), ws.config_dir())
+        REPO_DOCKERFILE.to_owned()
     };
     check_repo_dockerfile(&text, &file, o.allow_entrypoint)?;
     let image = &ws.names.image;
     output::progress(&format!("building {image}…"));
-    // The Dockerfile goes on stdin; the context is .agent-sandbox/ (or nothing).
+    // The Dockerfile goes on stdin; the context is .agent-sandbox/, or an
+    // empty directory that lives until the build ends.
+    let empty;
+    let context = if ws.config_dir().is_dir() {
+        ws.config_dir()
+    } else {
+        empty = tempfile::tempdir().map_err(|e| RunError::Io(std::env::temp_dir(), e))?;
+        empty.path().to_path_buf()
+    };
     let mut cmd = docker::cmd();
     cmd.args(["build", "--tag", image, "--build-arg"])
         .arg(format!("BASE_IMAGE_TAG={}", o.base_tag))
-        .args(["--file", "-"]);
-    if context.is_dir() {
-        cmd.arg(&context);
-    } else {
-        let empty = tempfile::tempdir().map_err(|e| RunError::Io(std::env::temp_dir(), e))?;
-        cmd.arg(empty.keep());
-    }
-    cmd.stdin(Stdio::piped());
+        .args(["--file", "-"])
+        .arg(&context)
+        .stdin(Stdio::piped());
     if output::is_quiet() || !output::is_verbose() {
         cmd.stdout(Stdio::null());
     }
+    let what = format!("docker build of {image}");
     let mut child = cmd
         .spawn()
-        .map_err(|e| RunError::Build(format!("docker build: {e}")))?;
+        .map_err(|e| RunError::Build(format!("{what}: {e}")))?;
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().expect("piped");
         stdin
             .write_all(text.as_bytes())
-            .map_err(|e| RunError::Build(format!("docker build: {e}")))?;
+            .map_err(|e| RunError::Build(format!("{what}: {e}")))?;
     }
-    let status = child
-        .wait()
-        .map_err(|e| RunError::Build(format!("docker build: {e}")))?;
-    if crate::tools::interrupted() {
-        return Err(RunError::Interrupted);
-    }
-    if !status.success() {
-        return Err(RunError::Build(format!(
-            "docker build of {image} failed ({status})"
-        )));
-    }
-    Ok(())
+    check_status(child.wait(), &what)
 }
 
 fn docker_hub_image_present() -> bool {

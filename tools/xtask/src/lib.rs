@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use clap_complete::Shell;
 
+pub mod git_options;
+
 /// Every binary's clap definition. A new tool adds one line here.
 pub fn commands() -> Vec<clap::Command> {
     vec![sbx_envfilter::command(), sbx_run::command()]

@@ -1,5 +1,6 @@
 //! `cargo xtask gen` writes man pages and completions; `cargo xtask check`
-//! exits 1 when the committed ones are stale.
+//! exits 1 when the committed ones are stale; `cargo xtask git-options`
+//! regenerates sbx-git-guard's option tables from real gits.
 
 use std::process::ExitCode;
 
@@ -28,8 +29,28 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Some("git-options") => {
+            let gits: Vec<String> = std::env::args().skip(2).collect();
+            if gits.is_empty() {
+                eprintln!(
+                    "usage: cargo xtask git-options GIT... (e.g. /usr/bin/git /usr/local/bin/git)"
+                );
+                return ExitCode::from(64);
+            }
+            let path = root.join("tools/sbx-git-guard/src/options_gen.rs");
+            std::fs::write(&path, xtask::git_options::generate(&gits))
+                .expect("write options_gen.rs");
+            let fmt = std::process::Command::new("rustfmt")
+                .args(["--edition", "2024"])
+                .arg(&path)
+                .status()
+                .expect("run rustfmt");
+            assert!(fmt.success(), "rustfmt failed");
+            println!("wrote {}", path.display());
+            ExitCode::SUCCESS
+        }
         _ => {
-            eprintln!("usage: cargo xtask gen|check");
+            eprintln!("usage: cargo xtask gen|check|git-options GIT...");
             ExitCode::from(64)
         }
     }

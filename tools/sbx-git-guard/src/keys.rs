@@ -1,0 +1,183 @@
+//! Which git configuration keys an agent may not set: the ones that move or
+//! disable hooks, run commands inside git, or weaken a remote's protection.
+//! One table for `-c`, `--config-env`, `GIT_CONFIG_*` and `git config`
+//! writes, so every route to the same key gets the same answer.
+
+/// How a key reached git.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// `-c`, `--config-env`, `GIT_CONFIG_COUNT`/`PARAMETERS`, alias `-c`.
+    Inline,
+    /// `git config` set/add/unset.
+    Write,
+}
+
+/// A key split as git splits it: section and name are case-insensitive
+/// (lowercased here); the subsection is kept as written.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Key<'a> {
+    pub section: String,
+    pub sub: Option<&'a str>,
+    pub name: String,
+}
+
+pub fn split(key: &str) -> Option<Key<'_>> {
+    let first = key.find('.')?;
+    let last = key.rfind('.')?;
+    let section = key[..first].to_ascii_lowercase();
+    let name = key[last + 1..].to_ascii_lowercase();
+    let sub = (first != last).then(|| &key[first + 1..last]);
+    Some(Key { section, sub, name })
+}
+
+fn is_false(v: Option<&str>) -> bool {
+    matches!(
+        v.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+        Some("false" | "no" | "off" | "0" | "")
+    )
+}
+
+fn is_bool(v: Option<&str>) -> bool {
+    is_false(v)
+        || matches!(
+            v.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+            None | Some("true" | "yes" | "on" | "1")
+        )
+}
+
+/// Why setting `key` (to `value`; `None` = boolean true or an unset) is
+/// refused, or `None` if it is fine. `hooks_ok` says whether a
+/// `core.hooksPath` value names the trusted hooks directory.
+pub fn refused(
+    key: &str,
+    value: Option<&str>,
+    via: Via,
+    hooks_ok: &dyn Fn(&str) -> bool,
+) -> Option<&'static str> {
+    let Some(k) = split(key) else {
+        return None;
+    };
+    let (s, sub, n) = (k.section.as_str(), k.sub, k.name.as_str());
+    let program = "it names a program git would run";
+    Some(match (s, sub, n) {
+        ("core", None, "hookspath") => {
+            if value.is_some_and(|v| hooks_ok(v)) {
+                return None;
+            }
+            "core.hooksPath moves the hooks away from the repository's own"
+        }
+        ("include", _, _) | ("includeif", _, _) => {
+            "an include pulls in configuration the guard has not checked"
+        }
+        ("alias", _, _) if via == Via::Inline => {
+            "an inline alias can expand into anything; store it with `git config alias.NAME` instead"
+        }
+        ("core", None, "fsmonitor") if !is_bool(value) => program,
+        (
+            "core",
+            None,
+            "editor" | "pager" | "sshcommand" | "askpass" | "gitproxy" | "alternaterefscommand",
+        ) => program,
+        ("core", None, "worktree") => "core.worktree can point the work tree into .git",
+        ("sequence", None, "editor") => program,
+        ("pager", Some(_), _) | ("pager", None, _) if !is_bool(value) => program,
+        ("diff", None, "external") => program,
+        ("diff", Some(_), "command" | "textconv") => program,
+        ("merge", Some(_), "driver") => program,
+        ("filter", Some(_), "clean" | "smudge" | "process") => program,
+        ("credential", _, "helper") => program,
+        ("gpg", _, "program") => program,
+        ("interactive", None, "difffilter") => program,
+        ("difftool" | "mergetool" | "browser" | "man", Some(_), "cmd" | "path") => program,
+        ("web", None, "browser") => program,
+        ("uploadpack", None, "packobjectshook") => program,
+        ("sendemail", _, "sendmailcmd" | "smtpserver") => program,
+        ("submodule", Some(_), "update") if value.is_some_and(|v| v.starts_with('!')) => program,
+        ("hook", _, _) => "hook.* configures hooks outside the trusted directory",
+        ("init", None, "templatedir") => "a template directory can install other hooks",
+        ("remote", Some(_), "push") if value.is_some_and(|v| v.trim_start().starts_with('+')) => {
+            "a `+` push refspec forces every push to that remote"
+        }
+        ("remote", Some(_), "mirror") if !is_false(value) => {
+            "a mirror remote force-pushes and deletes on every push"
+        }
+        ("remote", Some(_), "receivepack" | "uploadpack") => program,
+        ("receive", _, _) => "receive.* settings protect a repository that is pushed to",
+        ("protocol", Some("ext"), "allow") | ("protocol", None, "allow")
+            if !value.is_some_and(|v| v.eq_ignore_ascii_case("never")) =>
+        {
+            "the ext:: transport runs arbitrary commands"
+        }
+        _ => return None,
+    })
+}
+
+/// Sections whose renaming or removal could smuggle in, or drop, a guarded key.
+pub fn guarded_section(section: &str) -> bool {
+    let s = section.split('.').next().unwrap_or("").to_ascii_lowercase();
+    matches!(
+        s.as_str(),
+        "core"
+            | "include"
+            | "includeif"
+            | "remote"
+            | "receive"
+            | "pager"
+            | "diff"
+            | "merge"
+            | "filter"
+            | "credential"
+            | "gpg"
+            | "protocol"
+            | "hook"
+            | "sequence"
+            | "difftool"
+            | "mergetool"
+            | "uploadpack"
+            | "submodule"
+            | "init"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(k: &str, v: Option<&str>, via: Via) -> bool {
+        refused(k, v, via, &|v| v == "/trusted").is_some()
+    }
+
+    #[test]
+    fn keys() {
+        use Via::*;
+        assert!(r("core.hooksPath", Some("/dev/null"), Inline));
+        assert!(r("CORE.HOOKSPATH", Some("x"), Write));
+        assert!(!r("core.hooksPath", Some("/trusted"), Inline));
+        assert!(r("include.path", Some("/tmp/x"), Inline));
+        assert!(r("includeIf.gitdir:/.path", Some("/tmp/x"), Write));
+        assert!(r("alias.ci", Some("commit -n"), Inline));
+        assert!(!r("alias.ci", Some("commit"), Write));
+        assert!(r("core.fsmonitor", Some("/tmp/evil"), Inline));
+        assert!(!r("core.fsmonitor", Some("false"), Inline));
+        assert!(r("core.sshCommand", Some("ssh -i x"), Inline));
+        assert!(r(
+            "remote.origin.push",
+            Some("+refs/heads/*:refs/heads/*"),
+            Write
+        ));
+        assert!(!r("remote.origin.push", Some("refs/heads/main"), Write));
+        assert!(r("remote.origin.mirror", None, Inline));
+        assert!(!r("remote.origin.mirror", Some("false"), Inline));
+        assert!(r("receive.denyNonFastForwards", Some("false"), Write));
+        assert!(r("protocol.ext.allow", Some("always"), Inline));
+        assert!(r("pager.log", Some("sh -c evil"), Inline));
+        assert!(!r("pager.log", Some("false"), Inline));
+        assert!(r("diff.foo.textconv", Some("x"), Inline));
+        assert!(r("submodule.a.update", Some("!sh"), Write));
+        assert!(!r("submodule.a.update", Some("rebase"), Write));
+        assert!(!r("user.name", Some("x"), Write));
+        assert!(!r("color.ui", Some("auto"), Inline));
+        // Subsection case is kept: `remote.Origin` is its own remote.
+        assert_eq!(split("Remote.Origin.URL").unwrap().sub, Some("Origin"));
+    }
+}

@@ -1,0 +1,985 @@
+//! The decision: given git's argv, the working directory and the
+//! environment, either the exact argv and environment to exec the real git
+//! with (hooks pinned), or a refusal naming the rule.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::argv::{self, Args, Global, ParseError};
+use crate::keys::{self, Via};
+use crate::options_gen::{BUILTINS_ALL, BUILTINS_ANY, TABLES};
+use crate::repo::{self, Repo, SetupEnv};
+
+/// Every rule, with what it blocks (for `rules`, the man page and the log).
+pub const RULES: &[(&str, &str)] = &[
+    (
+        "block-no-verify",
+        "skipping hooks: --no-verify/-n (where it means that) for commit, merge, pull, rebase, am, push; husky kill switches",
+    ),
+    (
+        "block-force-push",
+        "forced or destructive pushes: -f, --force*, +refspec, --mirror, --delete/-d, :ref, --prune, stored + refspecs and mirror remotes",
+    ),
+    ("block-global-config", "git config --global/--system writes"),
+    (
+        "config-inline",
+        "-c, --config-env, GIT_CONFIG_COUNT/KEY/VALUE and GIT_CONFIG_PARAMETERS that set hooks, includes, aliases or programs",
+    ),
+    (
+        "config-write",
+        "git config writes (old and `git config set` syntax) of keys that move hooks, include files or run programs",
+    ),
+    (
+        "config-env",
+        "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH and --exec-path=",
+    ),
+    (
+        "plumbing",
+        "commands that make commits or move branches without hooks: commit-tree, fast-import, send-pack, filter-branch, filter-repo, replace, stash create/store, update-ref of HEAD or refs/heads/*",
+    ),
+    (
+        "exec-option",
+        "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases",
+    ),
+    (
+        "git-dir",
+        "a work tree, --prefix, output or cwd inside the git common dir",
+    ),
+    (
+        "husky",
+        "commits while .husky has uncommitted changes or a husky init.sh/.huskyrc has content",
+    ),
+    (
+        "parse-error",
+        "arguments git itself would reject or the guard cannot read: fail closed",
+    ),
+    (
+        "config-unreadable",
+        "git configuration that cannot be read: fail closed",
+    ),
+    ("internal", "a bug in the guard: fail closed"),
+];
+
+/// Hook-manager kill switches, removed from git's environment.
+pub const STRIPPED_ENV: &[&str] = &[
+    "HUSKY",
+    "HUSKY_SKIP_HOOKS",
+    "LEFTHOOK",
+    "LEFTHOOK_EXCLUDE",
+    "SKIP",
+    "PRE_COMMIT_ALLOW_NO_CONFIG",
+];
+
+/// What the `[git]` table of the sbx config switches.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub block_no_verify: bool,
+    pub block_force_push: bool,
+    pub block_global_config: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            block_no_verify: true,
+            block_force_push: true,
+            block_global_config: true,
+        }
+    }
+}
+
+/// A refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub rule: &'static str,
+    pub reason: String,
+}
+
+const ASK: &str = "ask the user to run it outside the sandbox";
+
+fn block(rule: &'static str, reason: impl Into<String>) -> Block {
+    Block {
+        rule,
+        reason: reason.into(),
+    }
+}
+
+/// What to exec.
+#[derive(Debug, Clone)]
+pub struct Allow {
+    /// Arguments after `git`, with `-c core.hooksPath=…` as the last global.
+    pub args: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+    /// The subcommand, for logs.
+    pub command: String,
+}
+
+/// The inputs of one decision.
+#[derive(Debug, Clone)]
+pub struct Call<'a> {
+    pub args: &'a [OsString],
+    pub cwd: &'a Path,
+    pub env: &'a [(OsString, OsString)],
+    pub settings: Settings,
+}
+
+impl Call<'_> {
+    fn var(&self, name: &str) -> Option<&OsStr> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_os_str())
+    }
+}
+
+fn s(o: &OsStr) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(o.as_bytes())
+}
+
+/// The state built up while reading globals (and alias globals).
+struct Ctx<'a> {
+    call: &'a Call<'a>,
+    cwd: PathBuf,
+    git_dir: Option<OsString>,
+    work_tree: Option<OsString>,
+    bare: bool,
+    repo: Option<Repo>,
+    hooks: Option<PathBuf>,
+}
+
+impl Ctx<'_> {
+    fn hooks_ok(&self, v: &str) -> bool {
+        let (Some(h), Some(r)) = (&self.hooks, &self.repo) else {
+            return false;
+        };
+        let base = r.work_tree.as_deref().unwrap_or(&r.git_dir);
+        &repo::resolve(base, Path::new(v)) == h
+            // husky's own install writes `.husky/_` before the directory exists.
+            || r.work_tree.as_ref().is_some_and(|wt| {
+                wt.join(".husky").is_dir() && repo::resolve(base, Path::new(v)) == wt.join(".husky/_")
+            })
+    }
+
+    fn check_key(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        via: Via,
+        rule: &'static str,
+    ) -> Result<(), Block> {
+        match keys::refused(key, value, via, &|v| self.hooks_ok(v)) {
+            None => Ok(()),
+            Some(why) => Err(block(rule, format!("{key}: {why}"))),
+        }
+    }
+
+    /// `-c name[=value]` and `--config-env=name=VAR` seen on a command line.
+    fn check_global(&mut self, g: &Global) -> Result<(), Block> {
+        match g {
+            Global::Config(kv) => {
+                let kv = s(kv);
+                let (k, v) = match kv.split_once('=') {
+                    Some((k, v)) => (k, Some(v)),
+                    None => (&*kv, None),
+                };
+                self.check_key(k, v, Via::Inline, "config-inline")
+            }
+            Global::ConfigEnv(kv) => {
+                let kv = s(kv);
+                let Some((k, var)) = kv.rsplit_once('=') else {
+                    return Err(block(
+                        "parse-error",
+                        format!("--config-env={kv}: expected NAME=ENVVAR"),
+                    ));
+                };
+                let Some(v) = self.call.var(var) else {
+                    return Err(block(
+                        "parse-error",
+                        format!("--config-env: {var} is not set"),
+                    ));
+                };
+                self.check_key(k, Some(&s(v)), Via::Inline, "config-inline")
+            }
+            Global::ExecPath(_) => Err(block(
+                "config-env",
+                "--exec-path= makes git run its helpers and hooks' `git` from another directory",
+            )),
+            Global::Chdir(d) => {
+                if !d.is_empty() {
+                    self.cwd = repo::resolve(&self.cwd, Path::new(d));
+                }
+                Ok(())
+            }
+            Global::GitDir(d) => {
+                self.git_dir = Some(d.clone());
+                Ok(())
+            }
+            Global::WorkTree(d) => {
+                self.work_tree = Some(d.clone());
+                Ok(())
+            }
+            Global::Bare => {
+                self.bare = true;
+                Ok(())
+            }
+            Global::Query | Global::Other => Ok(()),
+        }
+    }
+
+    fn inside_common_dir(&self, p: &Path) -> bool {
+        self.repo
+            .as_ref()
+            .is_some_and(|r| repo::resolve(&self.cwd, p).starts_with(&r.common_dir))
+    }
+}
+
+fn parse_error(e: ParseError) -> Block {
+    block("parse-error", e.to_string())
+}
+
+/// The environment checks, and the environment git will get.
+fn check_env(ctx: &Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
+    let env = ctx.call.env;
+    for (k, v) in env {
+        let name = k.as_bytes();
+        match name {
+            b"GIT_CONFIG_GLOBAL" | b"GIT_CONFIG_SYSTEM" | b"GIT_CONFIG" | b"GIT_TEMPLATE_DIR" => {
+                return Err(block(
+                    "config-env",
+                    format!(
+                        "{} points git at configuration the guard does not check",
+                        s(k)
+                    ),
+                ));
+            }
+            b"GIT_EXEC_PATH" => {
+                return Err(block(
+                    "config-env",
+                    "GIT_EXEC_PATH makes git run its helpers and hooks' `git` from another directory",
+                ));
+            }
+            b"GIT_CONFIG_PARAMETERS" => {
+                let pairs = argv::config_parameters(v.as_bytes())
+                    .ok_or_else(|| block("parse-error", "GIT_CONFIG_PARAMETERS is malformed"))?;
+                for (key, val) in pairs {
+                    let key = String::from_utf8_lossy(&key);
+                    // git itself exports our pin to every child (hooks included);
+                    // our own `-c` comes later on the command line and wins.
+                    if key.eq_ignore_ascii_case("core.hookspath") {
+                        continue;
+                    }
+                    let val = val.map(|v| String::from_utf8_lossy(&v).into_owned());
+                    ctx.check_key(&key, val.as_deref(), Via::Inline, "config-inline")?;
+                }
+            }
+            b"GIT_CONFIG_COUNT" => {
+                let n: usize = s(v).trim().parse().map_err(|_| {
+                    block(
+                        "parse-error",
+                        format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
+                    )
+                })?;
+                for i in 0..n {
+                    let key = ctx
+                        .call
+                        .var(&format!("GIT_CONFIG_KEY_{i}"))
+                        .ok_or_else(|| {
+                            block("parse-error", format!("GIT_CONFIG_KEY_{i} is missing"))
+                        })?;
+                    let val = ctx.call.var(&format!("GIT_CONFIG_VALUE_{i}"));
+                    let val = val.map(|v| s(v).into_owned());
+                    ctx.check_key(&s(key), val.as_deref(), Via::Inline, "config-inline")?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(env
+        .iter()
+        .filter(|(k, _)| !STRIPPED_ENV.iter().any(|s| k == s))
+        .cloned()
+        .collect())
+}
+
+fn table(key: &str) -> &'static [argv::Opt] {
+    TABLES
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, t)| *t)
+        .expect("every table the policy uses is generated")
+}
+
+fn parse(key: &str, args: &[OsString]) -> Result<Args, Block> {
+    argv::parse(args, table(key), false).map_err(parse_error)
+}
+
+/// Does this parse skip hooks? `--no-verify` for most; pull spells its
+/// option `verify`, so `--no-verify` is its negation.
+fn skips_hooks(a: &Args) -> bool {
+    for o in a.opts.iter().rev() {
+        match o.name.as_str() {
+            "no-verify" => return !o.negated,
+            "verify" => return o.negated,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The first word that is not an option (for `stash`, `submodule`, `bisect`,
+/// `worktree`, whose subcommands come first).
+fn first_word(args: &[OsString], with_value: &[&str]) -> Option<usize> {
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_bytes();
+        if a == b"--" {
+            return (i + 1 < args.len()).then_some(i + 1);
+        }
+        if a.first() != Some(&b'-') {
+            return Some(i);
+        }
+        if with_value.iter().any(|w| a == w.as_bytes()) {
+            i += 1;
+        }
+        i += 1;
+    }
+    None
+}
+
+fn remote_for_push(ctx: &Ctx<'_>, cfg: &gix_config::File, a: &Args) -> Option<String> {
+    if let Some(r) = a.positional.first() {
+        return Some(s(r).into_owned());
+    }
+    if let Some(r) = a.values("repo").last() {
+        return Some(s(r).into_owned());
+    }
+    let branch = ctx
+        .repo
+        .as_ref()
+        .and_then(|r| repo::current_branch(&r.git_dir))
+        .map(|b| b.trim_start_matches("refs/heads/").to_owned());
+    let get = |sec: &str, sub: Option<&str>, name: &str| {
+        cfg.string_by(sec, sub.map(|s| s.as_bytes().into()), name)
+            .map(|v| v.to_string())
+    };
+    if let Some(b) = &branch {
+        if let Some(r) = get("branch", Some(b), "pushRemote") {
+            return Some(r);
+        }
+    }
+    if let Some(r) = get("remote", None, "pushDefault") {
+        return Some(r);
+    }
+    if let Some(b) = &branch {
+        if let Some(r) = get("branch", Some(b), "remote") {
+            return Some(r);
+        }
+    }
+    Some("origin".into())
+}
+
+fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Result<(), Block> {
+    let a = parse("push", args)?;
+    if a.help {
+        return Ok(());
+    }
+    let st = ctx.call.settings;
+    if st.block_no_verify && skips_hooks(&a) {
+        return Err(block(
+            "block-no-verify",
+            "git push --no-verify skips the pre-push hook",
+        ));
+    }
+    for o in ["receive-pack", "exec"] {
+        if a.values(o).next().is_some() {
+            return Err(block(
+                "exec-option",
+                format!("git push --{o} runs a program on the remote side"),
+            ));
+        }
+    }
+    if !st.block_force_push {
+        return Ok(());
+    }
+    for (opt, why) in [
+        ("force", "--force overwrites the remote branch"),
+        (
+            "force-with-lease",
+            "--force-with-lease overwrites the remote branch",
+        ),
+        (
+            "force-if-includes",
+            "--force-if-includes is part of a forced push",
+        ),
+        (
+            "mirror",
+            "--mirror force-updates and deletes every remote ref",
+        ),
+        ("delete", "--delete removes remote refs"),
+        ("prune", "--prune deletes remote branches"),
+    ] {
+        if a.has(opt) {
+            return Err(block("block-force-push", format!("git push {why}")));
+        }
+    }
+    for r in a.positional.iter().skip(1) {
+        let r = r.as_bytes();
+        if r.starts_with(b"+") {
+            return Err(block(
+                "block-force-push",
+                format!("refspec `{}` forces the update", argv::lossy(r)),
+            ));
+        }
+        if r.len() > 1 && r.starts_with(b":") {
+            return Err(block(
+                "block-force-push",
+                format!("refspec `{}` deletes a remote ref", argv::lossy(r)),
+            ));
+        }
+    }
+    // Stored settings of the remote being pushed to.
+    if let Some(remote) = remote_for_push(ctx, cfg, &a) {
+        let sub = Some(remote.as_bytes().into());
+        if cfg.boolean_by("remote", sub, "mirror").ok().flatten() == Some(true) {
+            return Err(block(
+                "block-force-push",
+                format!("remote `{remote}` is configured as a mirror (remote.{remote}.mirror)"),
+            ));
+        }
+        if cfg.string_by("remote", sub, "receivepack").is_some() {
+            return Err(block(
+                "exec-option",
+                format!("remote.{remote}.receivepack runs a program on the remote side"),
+            ));
+        }
+        if a.positional.len() <= 1 && !a.has("all") && !a.has("branches") && !a.has("tags") {
+            for spec in cfg.strings_by("remote", sub, "push").unwrap_or_default() {
+                if spec.starts_with(b"+") {
+                    return Err(block(
+                        "block-force-push",
+                        format!("remote.{remote}.push `{spec}` forces the update"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `git config`, both the old option syntax and the 2.46+ subcommands.
+fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
+    let sub = args.first().map(|a| a.as_bytes());
+    let new_syntax = matches!(
+        sub,
+        Some(
+            b"set" | b"unset" | b"rename-section" | b"remove-section" | b"edit" | b"get" | b"list"
+        )
+    );
+    let (a, action) = if new_syntax {
+        let name = s(&args[0]).into_owned();
+        (parse(&format!("config {name}"), &args[1..])?, name)
+    } else {
+        let a = parse("config", args)?;
+        let actions = [
+            "get",
+            "get-all",
+            "get-regexp",
+            "get-urlmatch",
+            "replace-all",
+            "add",
+            "unset",
+            "unset-all",
+            "rename-section",
+            "remove-section",
+            "list",
+            "edit",
+            "get-color",
+            "get-colorbool",
+        ];
+        let action = actions
+            .iter()
+            .rev()
+            .find(|n| a.has(n))
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| {
+                if a.positional.len() >= 2 {
+                    "set".into()
+                } else {
+                    "get".into()
+                }
+            });
+        (a, action)
+    };
+    if a.help {
+        return Ok(());
+    }
+    let writes = matches!(
+        action.as_str(),
+        "set"
+            | "replace-all"
+            | "add"
+            | "unset"
+            | "unset-all"
+            | "rename-section"
+            | "remove-section"
+            | "edit"
+    );
+    if !writes {
+        return Ok(());
+    }
+    if ctx.call.settings.block_global_config && (a.has("global") || a.has("system")) {
+        return Err(block(
+            "block-global-config",
+            "git config --global/--system changes every repository's configuration",
+        ));
+    }
+    let p = &a.positional;
+    let arg = |i: usize| p.get(i).map(|v| s(v).into_owned());
+    match action.as_str() {
+        "edit" => Err(block(
+            "config-write",
+            "git config --edit cannot be checked key by key; use `git config NAME VALUE`",
+        )),
+        "rename-section" | "remove-section" => {
+            for sec in p {
+                if keys::guarded_section(&s(sec)) {
+                    return Err(block(
+                        "config-write",
+                        format!(
+                            "section `{}` holds settings that guard hooks and pushes",
+                            s(sec)
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        "unset" | "unset-all" => {
+            let Some(k) = arg(0) else { return Ok(()) };
+            // Removing the pin or a receive.* protection is a write too.
+            match keys::refused(&k, Some("\u{0}"), Via::Write, &|_| false) {
+                Some(why) if !k.eq_ignore_ascii_case("core.hooksPath") => {
+                    Err(block("config-write", format!("{k}: {why}")))
+                }
+                _ => Ok(()),
+            }
+        }
+        _ => {
+            let Some(k) = arg(0) else { return Ok(()) };
+            let v = arg(1);
+            ctx.check_key(&k, v.as_deref(), Via::Write, "config-write")
+        }
+    }
+}
+
+/// The per-command rules. `args` are the arguments after the command name.
+fn check_command(
+    ctx: &Ctx<'_>,
+    cfg: &gix_config::File,
+    cmd: &str,
+    args: &[OsString],
+) -> Result<(), Block> {
+    let st = ctx.call.settings;
+    let no_verify = |key: &str, what: &str| -> Result<(), Block> {
+        let a = parse(key, args)?;
+        if st.block_no_verify && !a.help && skips_hooks(&a) {
+            return Err(block(
+                "block-no-verify",
+                format!("git {key} --no-verify skips {what}"),
+            ));
+        }
+        Ok(())
+    };
+    let plumbing = |why: &str| Err(block("plumbing", format!("git {cmd} {why}")));
+    match cmd {
+        "commit" => no_verify("commit", "the pre-commit and commit-msg hooks"),
+        "merge" => no_verify("merge", "the pre-merge-commit and commit-msg hooks"),
+        "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks"),
+        "pull" => {
+            no_verify("pull", "the merge hooks")?;
+            let a = parse("pull", args)?;
+            if a.values("upload-pack").next().is_some() {
+                return Err(block(
+                    "exec-option",
+                    "git pull --upload-pack runs a program",
+                ));
+            }
+            Ok(())
+        }
+        "rebase" => {
+            no_verify("rebase", "the pre-rebase hook")?;
+            let a = parse("rebase", args)?;
+            if a.values("exec").next().is_some() {
+                return Err(block(
+                    "exec-option",
+                    "git rebase --exec/-x runs a command after each commit",
+                ));
+            }
+            Ok(())
+        }
+        "push" => check_push(ctx, cfg, args),
+        "config" => check_config(ctx, args),
+        "commit-tree" => plumbing("makes a commit without running any hook"),
+        "fast-import" => plumbing("writes commits and branches without hooks"),
+        "send-pack" => plumbing("pushes without the pre-push hook or push checks"),
+        "filter-branch" | "filter-repo" => plumbing("rewrites history without hooks"),
+        "replace" => {
+            let a = parse("replace", args)?;
+            if a.help
+                || a.has("list")
+                || a.has("delete")
+                || (a.positional.is_empty() && a.opts.is_empty())
+            {
+                return Ok(());
+            }
+            plumbing("substitutes objects and so rewrites what history shows")
+        }
+        "update-ref" => {
+            let a = parse("update-ref", args)?;
+            if a.help || a.has("d") || a.has("delete") {
+                return Ok(());
+            }
+            if a.has("stdin") {
+                return plumbing("--stdin can move branches without hooks");
+            }
+            match a.positional.first().map(|r| r.as_bytes()) {
+                Some(r) if r == b"HEAD" || r.starts_with(b"refs/heads/") => {
+                    plumbing("moves a branch without hooks; use git commit, merge or reset")
+                }
+                _ => Ok(()),
+            }
+        }
+        "stash" => match first_word(args, &["-m", "--message"]).map(|i| args[i].as_bytes()) {
+            Some(b"create" | b"store") => plumbing("create/store makes commits without hooks"),
+            _ => Ok(()),
+        },
+        "submodule" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {
+            Some(b"foreach") => Err(block("exec-option", "git submodule foreach runs a command")),
+            _ => Ok(()),
+        },
+        "bisect" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {
+            Some(b"run") => Err(block("exec-option", "git bisect run runs a command")),
+            _ => Ok(()),
+        },
+        "difftool" => {
+            let a = parse("difftool", args)?;
+            if a.values("extcmd").next().is_some() {
+                return Err(block(
+                    "exec-option",
+                    "git difftool -x/--extcmd runs a command",
+                ));
+            }
+            Ok(())
+        }
+        "fetch" | "ls-remote" | "clone" | "archive" => {
+            let a = parse(cmd, args)?;
+            for o in ["upload-pack", "exec"] {
+                if a.values(o).next().is_some() {
+                    return Err(block(
+                        "exec-option",
+                        format!("git {cmd} --{o} runs a program"),
+                    ));
+                }
+            }
+            if cmd == "clone" {
+                for kv in a.values("config") {
+                    let kv = s(kv);
+                    let (k, v) = kv
+                        .split_once('=')
+                        .map_or((&*kv, None), |(k, v)| (k, Some(v)));
+                    ctx.check_key(k, v, Via::Inline, "config-inline")?;
+                }
+                if a.values("template").next().is_some() {
+                    return Err(block(
+                        "config-env",
+                        "git clone --template can install other hooks",
+                    ));
+                }
+                if let Some(d) = a.positional.get(1) {
+                    if ctx.inside_common_dir(Path::new(d)) {
+                        return Err(block("git-dir", "git clone into the git directory"));
+                    }
+                }
+            }
+            if cmd == "archive" {
+                if let Some(o) = a.values("output").last() {
+                    if ctx.inside_common_dir(Path::new(o)) {
+                        return Err(block(
+                            "git-dir",
+                            "git archive --output into the git directory",
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        }
+        "init" => {
+            let a = parse("init", args)?;
+            if a.values("template").next().is_some() {
+                return Err(block(
+                    "config-env",
+                    "git init --template can install other hooks",
+                ));
+            }
+            if let Some(d) = a.positional.first() {
+                if ctx.inside_common_dir(Path::new(d)) {
+                    return Err(block("git-dir", "git init inside the git directory"));
+                }
+            }
+            Ok(())
+        }
+        "worktree" => {
+            let Some(i) = first_word(args, &[]) else {
+                return Ok(());
+            };
+            if args[i] != "add" {
+                return Ok(());
+            }
+            let a = parse("worktree add", &args[i + 1..])?;
+            match a.positional.first() {
+                Some(p) if ctx.inside_common_dir(Path::new(p)) => Err(block(
+                    "git-dir",
+                    "git worktree add inside the git directory",
+                )),
+                _ => Ok(()),
+            }
+        }
+        "remote" => {
+            let Some(i) = first_word(args, &[]) else {
+                return Ok(());
+            };
+            if args[i] != "add" {
+                return Ok(());
+            }
+            let a = parse("remote add", &args[i + 1..])?;
+            if st.block_force_push && a.opts.iter().any(|o| o.name == "mirror" && !o.negated) {
+                return Err(block(
+                    "block-force-push",
+                    "a mirror remote force-pushes and deletes on every push",
+                ));
+            }
+            Ok(())
+        }
+        "read-tree" | "checkout-index" => {
+            let a = parse(cmd, args)?;
+            if let Some(p) = a.values("prefix").last() {
+                // The prefix is glued to each path: test a name under it.
+                let mut probe = p.to_owned();
+                probe.push("x");
+                let base = if cmd == "read-tree" {
+                    ctx.repo
+                        .as_ref()
+                        .and_then(|r| r.work_tree.clone())
+                        .unwrap_or(ctx.cwd.clone())
+                } else {
+                    ctx.cwd.clone()
+                };
+                if ctx.inside_common_dir(&base.join(probe)) {
+                    return Err(block(
+                        "git-dir",
+                        format!("git {cmd} --prefix into the git directory"),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// husky sources these before every hook; either can export HUSKY=0.
+fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Result<(), Block> {
+    let env = |n: &str| ctx.call.var(n).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let home = env("HOME");
+    let xdg = env("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let files = [
+        xdg.map(|x| x.join("husky/init.sh")),
+        home.map(|h| h.join(".huskyrc")),
+    ];
+    for f in files.into_iter().flatten() {
+        if std::fs::metadata(&f).is_ok_and(|m| m.len() > 0) {
+            return Err(block(
+                "husky",
+                format!(
+                    "{} can switch husky's hooks off; empty or remove it",
+                    f.display()
+                ),
+            ));
+        }
+    }
+    if let Some(wt) = ctx.repo.as_ref().and_then(|r| r.work_tree.as_ref()) {
+        if wt.join(".husky").is_dir() && real_git(wt) == Some(true) {
+            return Err(block(
+                "husky",
+                ".husky has uncommitted changes; commit or restore them first",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Decide. `husky_dirty` answers "does .husky differ from HEAD in this work
+/// tree" (it runs the real git; only asked in husky repositories).
+pub fn decide(
+    call: &Call<'_>,
+    husky_dirty: &dyn Fn(&Path) -> Option<bool>,
+) -> Result<Allow, Block> {
+    let mut ctx = Ctx {
+        call,
+        cwd: call.cwd.to_owned(),
+        git_dir: None,
+        work_tree: None,
+        bare: false,
+        repo: None,
+        hooks: None,
+    };
+    let (globals, idx) = argv::globals(call.args).map_err(parse_error)?;
+    for g in &globals {
+        if !matches!(g, Global::Config(_) | Global::ConfigEnv(_)) {
+            ctx.check_global(g)?;
+        }
+    }
+    let setup = SetupEnv {
+        git_dir: call.var("GIT_DIR").map(ToOwned::to_owned),
+        work_tree: call.var("GIT_WORK_TREE").map(ToOwned::to_owned),
+        home: call.var("HOME").map(ToOwned::to_owned),
+        xdg_config_home: call.var("XDG_CONFIG_HOME").map(ToOwned::to_owned),
+        config_nosystem: call
+            .var("GIT_CONFIG_NOSYSTEM")
+            .is_some_and(|v| !matches!(v.as_bytes(), b"" | b"0" | b"false" | b"no" | b"off")),
+    };
+    ctx.repo = repo::discover(
+        &ctx.cwd,
+        ctx.git_dir.as_deref(),
+        ctx.work_tree.as_deref(),
+        ctx.bare,
+        &setup,
+    );
+    ctx.hooks = ctx.repo.as_ref().map(repo::trusted_hooks);
+    // Inline config is judged once the trusted hooks dir is known.
+    for g in &globals {
+        if matches!(g, Global::Config(_) | Global::ConfigEnv(_)) {
+            ctx.check_global(g)?;
+        }
+    }
+    let env = check_env(&ctx)?;
+    if let Some(r) = &ctx.repo {
+        if r.inside_git_dir {
+            return Err(block(
+                "git-dir",
+                format!("the working directory is inside {}", r.git_dir.display()),
+            ));
+        }
+        if let Some(wt) = &r.work_tree {
+            if wt.starts_with(&r.common_dir) {
+                return Err(block(
+                    "git-dir",
+                    format!("the work tree {} is inside the git directory", wt.display()),
+                ));
+            }
+        }
+    }
+    let mut out_args: Vec<OsString> = call.args[..idx].to_vec();
+    if let Some(h) = &ctx.hooks {
+        let mut pin = OsString::from("core.hooksPath=");
+        pin.push(h);
+        out_args.push("-c".into());
+        out_args.push(pin);
+    }
+    out_args.extend_from_slice(&call.args[idx..]);
+    let Some(first) = call.args.get(idx) else {
+        return Ok(Allow {
+            args: out_args,
+            env,
+            command: String::new(),
+        });
+    };
+    if globals.iter().any(|g| matches!(g, Global::Query)) {
+        return Ok(Allow {
+            args: out_args,
+            env,
+            command: s(first).into_owned(),
+        });
+    }
+    let cfg = repo::config(ctx.repo.as_ref(), &setup)
+        .map_err(|e| block("config-unreadable", e.to_string()))?;
+
+    // Resolve aliases the way git's run_argv does, checking every step.
+    let mut words: Vec<OsString> = call.args[idx..].to_vec();
+    let mut seen: Vec<String> = Vec::new();
+    let command = s(first).into_owned();
+    loop {
+        let cmd = s(&words[0]).into_owned();
+        let builtin_everywhere = BUILTINS_ALL.binary_search(&cmd.as_str()).is_ok();
+        let builtin_somewhere = BUILTINS_ANY.binary_search(&cmd.as_str()).is_ok();
+        if builtin_somewhere {
+            check_command(&ctx, &cfg, &cmd, &words[1..])?;
+        }
+        if builtin_everywhere {
+            break;
+        }
+        let alias = cfg.string_by("alias", None, cmd.as_str());
+        let Some(alias) = alias else {
+            if !builtin_somewhere {
+                // An external `git-<cmd>`.
+                check_command(&ctx, &cfg, &cmd, &words[1..])?;
+            }
+            break;
+        };
+        if seen.contains(&cmd.to_ascii_lowercase()) || seen.len() > 32 {
+            return Err(block("parse-error", format!("alias loop at `{cmd}`")));
+        }
+        seen.push(cmd.to_ascii_lowercase());
+        if alias.starts_with(b"!") {
+            return Err(block(
+                "exec-option",
+                format!("alias.{cmd} is a shell alias (`!`); run the command directly instead"),
+            ));
+        }
+        let split = argv::split_cmdline(&alias)
+            .ok_or_else(|| parse_error(ParseError::BadAlias(cmd.clone())))?;
+        let (ag, aidx) = argv::globals(&split).map_err(parse_error)?;
+        for g in &ag {
+            if matches!(
+                g,
+                Global::Config(_) | Global::ConfigEnv(_) | Global::ExecPath(_)
+            ) {
+                ctx.check_global(g)?;
+            }
+        }
+        if aidx >= split.len() {
+            return Err(block("parse-error", format!("alias.{cmd} is empty")));
+        }
+        let mut next = split[aidx..].to_vec();
+        next.extend_from_slice(&words[1..]);
+        words = next;
+    }
+    if matches!(
+        command.as_str(),
+        "commit" | "merge" | "pull" | "rebase" | "am"
+    ) || matches!(
+        s(&words[0]).as_ref(),
+        "commit" | "merge" | "pull" | "rebase" | "am"
+    ) {
+        if call.settings.block_no_verify {
+            husky_checks(&ctx, husky_dirty)?;
+        }
+    }
+    Ok(Allow {
+        args: out_args,
+        env,
+        command,
+    })
+}
+
+impl Block {
+    /// The one line for stderr.
+    pub fn message(&self) -> String {
+        format!("blocked ({}): {}; {ASK}", self.rule, self.reason)
+    }
+}
+
+#[cfg(test)]
+mod tests;

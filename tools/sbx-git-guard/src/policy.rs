@@ -638,7 +638,7 @@ fn check_command(
         }
         "update-ref" => {
             let a = parse("update-ref", args)?;
-            if a.help || a.has("d") || a.has("delete") {
+            if a.help || a.has("-d") {
                 return Ok(());
             }
             if a.has("stdin") {
@@ -754,7 +754,12 @@ fn check_command(
                 return Ok(());
             }
             let a = parse("remote add", &args[i + 1..])?;
-            if st.block_force_push && a.opts.iter().any(|o| o.name == "mirror" && !o.negated) {
+            // A push mirror makes every `git push` a `--mirror` (a fetch
+            // mirror only changes fetches).
+            let push_mirror = a.opts.iter().any(|o| {
+                o.name == "mirror" && !o.negated && o.value.as_deref() == Some(OsStr::new("push"))
+            });
+            if st.block_force_push && push_mirror {
                 return Err(block(
                     "block-force-push",
                     "a mirror remote force-pushes and deletes on every push",

@@ -117,6 +117,10 @@ pub fn discover(
         Some(d) => {
             let d = resolve(cwd, Path::new(d));
             let d = if d.is_file() { read_gitfile(&d)? } else { d };
+            // git would stop with "not a git repository".
+            if !is_git_dir(&d) {
+                return None;
+            }
             // With GIT_DIR and no work tree setting, cwd is the top level.
             (d, Some(resolve(cwd, Path::new("."))), false)
         }

@@ -177,6 +177,69 @@ fn sandbox_guarantees_hold_from_inside() {
         .output()
         .unwrap();
     assert!(!root_try.status.success(), "root wrote a hook");
+    // The git guard is every `git` the agent (or git itself) can reach by
+    // name; the real binary is off PATH.
+    let guard = "/usr/local/bin/sbx-git-guard";
+    let (_, all) = probe(
+        "for g in $(which -a git) \"$(git --exec-path)/git\" \"$(git --exec-path)/git-commit\"; do readlink -f \"$g\"; done | sort -u",
+    );
+    assert_eq!(
+        all, guard,
+        "a git that is not the guard is reachable by name"
+    );
+    assert_eq!(probe("git --version").0, Some(0));
+    // Skipping the failing pre-commit hook, directly and through git's own
+    // exec-path, is refused and logged; the hook runs otherwise.
+    assert_eq!(
+        probe("echo x > f && git add f && git commit -qnm x").0,
+        Some(77)
+    );
+    assert_eq!(
+        probe("\"$(git --exec-path)/git-commit\" --no-verify -m x").0,
+        Some(77)
+    );
+    assert_eq!(
+        probe("HUSKY=0 git -c core.hooksPath=/tmp commit -m x").0,
+        Some(77)
+    );
+    let o = repo.exec("git -c user.name=a -c user.email=a@b commit -qm x");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the pre-commit hook must run and fail: {}",
+        text(&o)
+    );
+    assert_ne!(
+        probe("git rev-parse -q --verify HEAD").0,
+        Some(0),
+        "a commit was made"
+    );
+    // The log is write-only for the agent; read it as root.
+    let log = Command::new("docker")
+        .args([
+            "exec",
+            "-u",
+            "0",
+            &repo.container(),
+            "cat",
+            "/var/log/sbx/audit.jsonl",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        text(&log).contains(r#""policy":"block-no-verify""#),
+        "{}",
+        text(&log)
+    );
+    // husky's per-user switch exists, is empty and cannot be filled.
+    assert_eq!(
+        probe("test -f ~/.config/husky/init.sh && test ! -s ~/.config/husky/init.sh && echo ok").1,
+        "ok"
+    );
+    assert_ne!(
+        probe("echo 'export HUSKY=0' > ~/.config/husky/init.sh").0,
+        Some(0)
+    );
     // Secret host variables are absent; allowed ones are there.
     assert_eq!(probe("env | grep -c GITHUB_TOKEN").1, "0");
     assert_eq!(probe("echo $LANG").1, "C.UTF-8");

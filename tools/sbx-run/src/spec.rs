@@ -226,6 +226,11 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
         let host = ws.path.join(&p);
         let dst = format!("{target}/{p}");
         if host.exists() {
+            // husky writes its hooks into .husky/_: make it before the
+            // directory turns read-only, so the guard can pin it.
+            if p == ".husky" && host.is_dir() {
+                let _ = std::fs::create_dir(host.join("_"));
+            }
             a.extend(["--mount".into(), bind(&host, &dst, true)]);
         } else if host.parent().is_some_and(|d| d.is_dir()) && p != ".agent-sandbox" {
             // Missing: an empty read-only directory stops the agent creating it.

@@ -10,7 +10,11 @@ pub mod git_options;
 
 /// Every binary's clap definition. A new tool adds one line here.
 pub fn commands() -> Vec<clap::Command> {
-    vec![sbx_envfilter::command(), sbx_run::command()]
+    vec![
+        sbx_envfilter::command(),
+        sbx_git_guard::command(),
+        sbx_run::command(),
+    ]
 }
 
 /// (path relative to the repository root, contents) of every generated file.

@@ -10,8 +10,17 @@ FISHDIR := $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 
 .PHONY: build test install uninstall bench gen clean
 
+# The git guard runs before every git command: it is linked statically
+# (glibc's static libc), which takes the dynamic loader's ~0.3 ms off each
+# call (bench/git-guard.sh). A target triple keeps the flag off proc-macros.
+HOST    := $(shell rustc -vV | sed -n 's/^host: //p')
+STATIC  := target/$(HOST)/release
+
 build:
-	cargo build --release --locked $(addprefix --bin ,$(BINS))
+	cargo build --release --locked $(addprefix --bin ,$(filter-out sbx-git-guard,$(BINS)))
+	RUSTFLAGS="-C target-feature=+crt-static" \
+	  cargo build --release --locked --bin sbx-git-guard --target $(HOST)
+	cp $(STATIC)/sbx-git-guard target/release/sbx-git-guard
 
 test:
 	bash scripts/test

@@ -403,7 +403,10 @@ pub fn split_cmdline(s: &[u8]) -> Option<Vec<OsString>> {
 /// Parse `GIT_CONFIG_PARAMETERS`: space-separated shell single-quoted
 /// `'key'='value'` (or the older `'key=value'`) entries, as git's
 /// `sq_dequote_step` reads them. `None` if malformed.
-pub fn config_parameters(s: &[u8]) -> Option<Vec<(Vec<u8>, Option<Vec<u8>>)>> {
+/// One `GIT_CONFIG_PARAMETERS` entry: key, and value (none = boolean true).
+pub type ConfigPair = (Vec<u8>, Option<Vec<u8>>);
+
+pub fn config_parameters(s: &[u8]) -> Option<Vec<ConfigPair>> {
     fn sq(s: &[u8], i: &mut usize) -> Option<Vec<u8>> {
         if s.get(*i) != Some(&b'\'') {
             return None;

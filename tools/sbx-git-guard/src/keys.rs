@@ -54,14 +54,12 @@ pub fn refused(
     via: Via,
     hooks_ok: &dyn Fn(&str) -> bool,
 ) -> Option<&'static str> {
-    let Some(k) = split(key) else {
-        return None;
-    };
+    let k = split(key)?;
     let (s, sub, n) = (k.section.as_str(), k.sub, k.name.as_str());
     let program = "it names a program git would run";
     Some(match (s, sub, n) {
         ("core", None, "hookspath") => {
-            if value.is_some_and(|v| hooks_ok(v)) {
+            if value.is_some_and(hooks_ok) {
                 return None;
             }
             "core.hooksPath moves the hooks away from the repository's own"

@@ -861,7 +861,8 @@ pub fn decide(
         ctx.work_tree.as_deref(),
         ctx.bare,
         &setup,
-    );
+    )
+    .map_err(|e| block("config-unreadable", e.to_string()))?;
     ctx.hooks = ctx.repo.as_ref().map(repo::trusted_hooks);
     // Inline config is judged once the trusted hooks dir is known.
     for g in &globals {
@@ -908,8 +909,17 @@ pub fn decide(
             command: s(first).into_owned(),
         });
     }
-    let cfg = repo::config(ctx.repo.as_ref(), &setup)
-        .map_err(|e| block("config-unreadable", e.to_string()))?;
+    // Stored configuration matters for aliases (only a name that is not a
+    // builtin of every git can be one) and for push; reading it is skipped
+    // otherwise, as it is most of the guard's own work.
+    let first_s = s(first);
+    let needs_config = first_s == "push" || BUILTINS_ALL.binary_search(&first_s.as_ref()).is_err();
+    let cfg = if needs_config {
+        repo::config(ctx.repo.as_ref(), &setup)
+            .map_err(|e| block("config-unreadable", e.to_string()))?
+    } else {
+        gix_config::File::default()
+    };
 
     // Resolve aliases the way git's run_argv does, checking every step.
     let mut words: Vec<OsString> = call.args[idx..].to_vec();
@@ -961,16 +971,9 @@ pub fn decide(
         next.extend_from_slice(&words[1..]);
         words = next;
     }
-    if matches!(
-        command.as_str(),
-        "commit" | "merge" | "pull" | "rebase" | "am"
-    ) || matches!(
-        s(&words[0]).as_ref(),
-        "commit" | "merge" | "pull" | "rebase" | "am"
-    ) {
-        if call.settings.block_no_verify {
-            husky_checks(&ctx, husky_dirty)?;
-        }
+    let makes_commits = |c: &str| matches!(c, "commit" | "merge" | "pull" | "rebase" | "am");
+    if call.settings.block_no_verify && (makes_commits(&command) || makes_commits(&s(&words[0]))) {
+        husky_checks(&ctx, husky_dirty)?;
     }
     Ok(Allow {
         args: out_args,

@@ -109,7 +109,52 @@ pub fn discover(
     work_tree: Option<&OsStr>,
     bare: bool,
     env: &SetupEnv,
-) -> Option<Repo> {
+) -> Result<Option<Repo>, ConfigError> {
+    let Some((git_dir, default_wt, inside, explicit_wt)) = locate(cwd, git_dir, work_tree, env)
+    else {
+        return Ok(None);
+    };
+    let common_dir = common_dir_of(&git_dir);
+    // git refuses to run with a repository config it cannot parse; so do we.
+    let local = read_local(&common_dir)?;
+    let core_bare = local
+        .as_ref()
+        .and_then(|c| c.boolean("core.bare").ok().flatten());
+    let core_wt = local
+        .as_ref()
+        .and_then(|c| c.string("core.worktree"))
+        .map(|w| resolve(&git_dir, Path::new(OsStr::from_bytes(&w))));
+    let work_tree = if bare {
+        None
+    } else if explicit_wt.is_some() {
+        explicit_wt
+    } else if core_wt.is_some() {
+        core_wt
+    } else if core_bare == Some(true) || inside {
+        None
+    } else {
+        default_wt
+    };
+    // Standing in the git dir of a repository whose work tree is elsewhere.
+    let inside_git_dir = inside && core_bare != Some(true);
+    Ok(Some(Repo {
+        git_dir,
+        common_dir,
+        work_tree,
+        inside_git_dir,
+    }))
+}
+
+type Located = (PathBuf, Option<PathBuf>, bool, Option<PathBuf>);
+
+/// The git dir, the default work tree, whether cwd is inside a git dir, and
+/// an explicit work tree.
+fn locate(
+    cwd: &Path,
+    git_dir: Option<&OsStr>,
+    work_tree: Option<&OsStr>,
+    env: &SetupEnv,
+) -> Option<Located> {
     let explicit_wt = work_tree
         .or(env.work_tree.as_deref())
         .map(|w| resolve(cwd, Path::new(w)));
@@ -146,38 +191,17 @@ pub fn discover(
             found?
         }
     };
-    let common_dir = common_dir_of(&git_dir);
-    let local = read_local(&common_dir);
-    let core_bare = local
-        .as_ref()
-        .and_then(|c| c.boolean("core.bare").ok().flatten());
-    let core_wt = local
-        .as_ref()
-        .and_then(|c| c.string("core.worktree"))
-        .map(|w| resolve(&git_dir, Path::new(OsStr::from_bytes(&w))));
-    let work_tree = if bare {
-        None
-    } else if explicit_wt.is_some() {
-        explicit_wt
-    } else if core_wt.is_some() {
-        core_wt
-    } else if core_bare == Some(true) || inside {
-        None
-    } else {
-        default_wt
-    };
-    // Standing in the git dir of a repository whose work tree is elsewhere.
-    let inside_git_dir = inside && core_bare != Some(true);
-    Some(Repo {
-        git_dir,
-        common_dir,
-        work_tree,
-        inside_git_dir,
-    })
+    Some((git_dir, default_wt, inside, explicit_wt))
 }
 
-fn read_local(common_dir: &Path) -> Option<File> {
-    File::from_path_no_includes(common_dir.join("config"), Source::Local).ok()
+fn read_local(common_dir: &Path) -> Result<Option<File>, ConfigError> {
+    let path = common_dir.join("config");
+    if !path.exists() {
+        return Ok(None);
+    }
+    File::from_path_no_includes(path, Source::Local)
+        .map(Some)
+        .map_err(|e| ConfigError(format!("{e:#}")))
 }
 
 /// An error reading configuration: the guard cannot see what git would.

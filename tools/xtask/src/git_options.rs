@@ -129,16 +129,14 @@ fn merge_command(git: &str, argv: &[&str], key: &str, table: &mut BTreeMap<Strin
     if !help.lines().next().unwrap_or("").contains(&want) {
         return;
     }
-    let mut lines = help.lines().peekable();
-    while let Some(line) = lines.next() {
+    for line in help.lines() {
         let Some((short, long, arg, neg)) = parse_help_line(line) else {
             continue;
         };
         let desc = line
             .trim_start()
-            .splitn(2, "  ")
-            .nth(1)
-            .unwrap_or("")
+            .split_once("  ")
+            .map_or("", |(_, d)| d)
             .trim();
         if desc.starts_with("opposite of --") {
             // `--verify` is how 2.4x prints the negation of `no-verify`.

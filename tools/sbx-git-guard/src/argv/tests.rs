@@ -16,7 +16,13 @@ fn p(key: &str, v: &[&str]) -> Result<Args, ParseError> {
 /// (command, argv, option expected set (name, negated, value)).
 #[test]
 fn parse_options_like_git() {
-    let cases: &[(&str, &[&str], &[(&str, bool, Option<&str>)], &[&str])] = &[
+    type Case<'a> = (
+        &'a str,
+        &'a [&'a str],
+        &'a [(&'a str, bool, Option<&'a str>)],
+        &'a [&'a str],
+    );
+    let cases: &[Case] = &[
         (
             "commit",
             &["-m", "x"],

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# sbx-git-guard against the real git it wraps (issue: sbx-git-guard):
+#   median added latency per call < 1 ms for `git status`, `git rev-parse HEAD`
+#   on a small repository and `git commit` with a trivial hook; also a bash
+#   wrapper of the seed's shape (a regex over "$*", then exec) for comparison.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# The statically linked guard `make build` installs.
+[ -x target/release/sbx-git-guard ] || make build >/dev/null
+GUARD=$PWD/target/release/sbx-git-guard
+REAL=${REAL_GIT:-/usr/bin/git}
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+RUNS=${RUNS:-300}
+
+mkdir -p "$TMP/guard" "$TMP/bash" "$TMP/home"
+ln -s "$GUARD" "$TMP/guard/git"
+# The seed's git-wrapper.sh, in shape: string matching on the joined argv.
+cat > "$TMP/bash/git" <<EOF
+#!/bin/bash
+if [[ "\$*" =~ (^|[[:space:]])(commit).*(--no-verify|[[:space:]]-n([[:space:]]|$)) ]] ||
+   [[ "\$*" =~ (^|[[:space:]])push.*(--force|[[:space:]]-f([[:space:]]|$)) ]]; then
+  echo "blocked" >&2; exit 1
+fi
+exec $REAL "\$@"
+EOF
+chmod +x "$TMP/bash/git"
+printf '[user]\n\tname = b\n\temail = b@b\n' > "$TMP/home/.gitconfig"
+
+R="$TMP/repo"
+"$REAL" init -q "$R"
+for i in $(seq 1 50); do echo "$i" > "$R/f$i"; done
+env HOME="$TMP/home" "$REAL" -C "$R" add . >/dev/null
+env HOME="$TMP/home" "$REAL" -C "$R" commit -qm init
+printf '#!/bin/sh\nexit 0\n' > "$R/.git/hooks/pre-commit"; chmod +x "$R/.git/hooks/pre-commit"
+
+summarize() { awk -F, 'NR > 1 { printf "%.3f ", $4 * 1000 } END { print "" }' "$1"; }
+
+run() { # name, git args...
+  local name=$1; shift
+  local args="$*"
+  cd "$R"
+  env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
+      GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
+    hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/$name.csv" \
+      "$REAL $args" "$TMP/guard/git $args" "$TMP/bash/git $args" >/dev/null 2>&1
+  cd - >/dev/null
+  read -r a b c < <(summarize "$TMP/$name.csv")
+  echo "git $args: real ${a} ms   guard ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)   bash wrapper ${c} ms (+$(awk -v a="$a" -v c="$c" 'BEGIN{printf "%.3f", c-a}') ms)"
+}
+
+echo "== git-guard: added latency per call ($("$REAL" --version))"
+run status status --short
+run revparse rev-parse HEAD
+run commit commit -q --allow-empty -m bench

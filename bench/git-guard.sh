@@ -27,13 +27,19 @@ chmod +x "$TMP/bash/git"
 printf '[user]\n\tname = b\n\temail = b@b\n' > "$TMP/home/.gitconfig"
 
 R="$TMP/repo"
-"$REAL" init -q "$R"
+"$REAL" init -q -b master "$R"
+"$REAL" -C "$R" config core.logAllRefUpdates false
 for i in $(seq 1 50); do echo "$i" > "$R/f$i"; done
 env HOME="$TMP/home" "$REAL" -C "$R" add . >/dev/null
 env HOME="$TMP/home" "$REAL" -C "$R" commit -qm init
 printf '#!/bin/sh\nexit 0\n' > "$R/.git/hooks/pre-commit"; chmod +x "$R/.git/hooks/pre-commit"
 
 summarize() { awk -F, 'NR > 1 { printf "%.3f ", $4 * 1000 } END { print "" }' "$1"; }
+
+BASE=$("$REAL" -C "$R" rev-parse HEAD)
+# Commits would grow the branch and its reflog run after run, slowing
+# whichever command hyperfine runs last; put them back before each run.
+RESET="$REAL -C $R update-ref refs/heads/master $BASE"
 
 run() { # name, git args...
   local name=$1; shift
@@ -42,6 +48,7 @@ run() { # name, git args...
   env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
     hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/$name.csv" \
+      --prepare "$RESET" \
       "$REAL $args" "$TMP/guard/git $args" "$TMP/bash/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b c < <(summarize "$TMP/$name.csv")

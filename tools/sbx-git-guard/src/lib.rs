@@ -124,26 +124,16 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Print the verdict for a git command line without running anything
-    Check(CheckArgs),
+    Check(GitArgs),
     /// Run a git command line through the guard (what `git ARGS` does)
-    Exec(ExecArgs),
+    Exec(GitArgs),
     /// List every rule and what it blocks
     Rules,
 }
 
 #[derive(Debug, ClapArgs)]
-pub struct CheckArgs {
+pub struct GitArgs {
     /// The arguments after `git`
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "GIT_ARGS"
-    )]
-    pub args: Vec<OsString>,
-}
-
-#[derive(Debug, ClapArgs)]
-pub struct ExecArgs {
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,

@@ -582,7 +582,8 @@ fn check_command(
     args: &[OsString],
 ) -> Result<(), Block> {
     let st = ctx.call.settings;
-    let no_verify = |key: &str, what: &str| -> Result<(), Block> {
+    // Hook-skipping checks read the parse once; pull and rebase add more.
+    let no_verify = |key: &str, what: &str| -> Result<Args, Block> {
         let a = parse(key, args)?;
         if st.block_no_verify && !a.help && skips_hooks(&a) {
             return Err(block(
@@ -590,16 +591,15 @@ fn check_command(
                 format!("git {key} --no-verify skips {what}"),
             ));
         }
-        Ok(())
+        Ok(a)
     };
     let plumbing = |why: &str| Err(block("plumbing", format!("git {cmd} {why}")));
     match cmd {
-        "commit" => no_verify("commit", "the pre-commit and commit-msg hooks"),
-        "merge" => no_verify("merge", "the pre-merge-commit and commit-msg hooks"),
-        "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks"),
+        "commit" => no_verify("commit", "the pre-commit and commit-msg hooks").map(drop),
+        "merge" => no_verify("merge", "the pre-merge-commit and commit-msg hooks").map(drop),
+        "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks").map(drop),
         "pull" => {
-            no_verify("pull", "the merge hooks")?;
-            let a = parse("pull", args)?;
+            let a = no_verify("pull", "the merge hooks")?;
             if a.values("upload-pack").next().is_some() {
                 return Err(block(
                     "exec-option",
@@ -609,8 +609,7 @@ fn check_command(
             Ok(())
         }
         "rebase" => {
-            no_verify("rebase", "the pre-rebase hook")?;
-            let a = parse("rebase", args)?;
+            let a = no_verify("rebase", "the pre-rebase hook")?;
             if a.values("exec").next().is_some() {
                 return Err(block(
                     "exec-option",

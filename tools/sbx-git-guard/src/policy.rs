@@ -155,10 +155,11 @@ impl Ctx<'_> {
             return false;
         };
         let base = r.work_tree.as_deref().unwrap_or(&r.git_dir);
-        &repo::resolve(base, Path::new(v)) == h
+        let target = repo::resolve(base, Path::new(v));
+        &target == h
             // husky's own install writes `.husky/_` before the directory exists.
             || r.work_tree.as_ref().is_some_and(|wt| {
-                wt.join(".husky").is_dir() && repo::resolve(base, Path::new(v)) == wt.join(".husky/_")
+                wt.join(".husky").is_dir() && target == wt.join(".husky/_")
             })
     }
 
@@ -328,6 +329,18 @@ fn skips_hooks(a: &Args) -> bool {
     false
 }
 
+/// Options whose value is a program git would run (`--upload-pack`,
+/// `--exec`, `-x`, …): the first one given is refused.
+fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> {
+    match opts.iter().find(|o| a.has(o)) {
+        Some(o) => Err(block(
+            "exec-option",
+            format!("git {cmd} --{o} runs a program of the caller's choosing"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The first word that is not an option (for `stash`, `submodule`, `bisect`,
 /// `worktree`, whose subcommands come first).
 fn first_word(args: &[OsString], with_value: &[&str]) -> Option<usize> {
@@ -392,14 +405,7 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
             "git push --no-verify skips the pre-push hook",
         ));
     }
-    for o in ["receive-pack", "exec"] {
-        if a.values(o).next().is_some() {
-            return Err(block(
-                "exec-option",
-                format!("git push --{o} runs a program on the remote side"),
-            ));
-        }
-    }
+    refuse_exec_options("push", &a, &["receive-pack", "exec"])?;
     if !st.block_force_push {
         return Ok(());
     }
@@ -600,23 +606,11 @@ fn check_command(
         "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks").map(drop),
         "pull" => {
             let a = no_verify("pull", "the merge hooks")?;
-            if a.values("upload-pack").next().is_some() {
-                return Err(block(
-                    "exec-option",
-                    "git pull --upload-pack runs a program",
-                ));
-            }
-            Ok(())
+            refuse_exec_options(cmd, &a, &["upload-pack"])
         }
         "rebase" => {
             let a = no_verify("rebase", "the pre-rebase hook")?;
-            if a.values("exec").next().is_some() {
-                return Err(block(
-                    "exec-option",
-                    "git rebase --exec/-x runs a command after each commit",
-                ));
-            }
-            Ok(())
+            refuse_exec_options(cmd, &a, &["exec"])
         }
         "push" => check_push(ctx, cfg, args),
         "config" => check_config(ctx, args),
@@ -662,26 +656,10 @@ fn check_command(
             Some(b"run") => Err(block("exec-option", "git bisect run runs a command")),
             _ => Ok(()),
         },
-        "difftool" => {
-            let a = parse("difftool", args)?;
-            if a.values("extcmd").next().is_some() {
-                return Err(block(
-                    "exec-option",
-                    "git difftool -x/--extcmd runs a command",
-                ));
-            }
-            Ok(())
-        }
+        "difftool" => refuse_exec_options(cmd, &parse("difftool", args)?, &["extcmd"]),
         "fetch" | "ls-remote" | "clone" | "archive" => {
             let a = parse(cmd, args)?;
-            for o in ["upload-pack", "exec"] {
-                if a.values(o).next().is_some() {
-                    return Err(block(
-                        "exec-option",
-                        format!("git {cmd} --{o} runs a program"),
-                    ));
-                }
-            }
+            refuse_exec_options(cmd, &a, &["upload-pack", "exec"])?;
             if cmd == "clone" {
                 for kv in a.values("config") {
                     let kv = s(kv);
@@ -911,8 +889,8 @@ pub fn decide(
     // Stored configuration matters for aliases (only a name that is not a
     // builtin of every git can be one) and for push; reading it is skipped
     // otherwise, as it is most of the guard's own work.
-    let first_s = s(first);
-    let needs_config = first_s == "push" || BUILTINS_ALL.binary_search(&first_s.as_ref()).is_err();
+    let command = s(first).into_owned();
+    let needs_config = command == "push" || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {
         repo::config(ctx.repo.as_ref(), &setup)
             .map_err(|e| block("config-unreadable", e.to_string()))?
@@ -923,7 +901,6 @@ pub fn decide(
     // Resolve aliases the way git's run_argv does, checking every step.
     let mut words: Vec<OsString> = call.args[idx..].to_vec();
     let mut seen: Vec<String> = Vec::new();
-    let command = s(first).into_owned();
     loop {
         let cmd = s(&words[0]).into_owned();
         let builtin_everywhere = BUILTINS_ALL.binary_search(&cmd.as_str()).is_ok();

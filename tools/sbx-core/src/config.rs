@@ -108,6 +108,8 @@ impl Default for Environment {
 pub struct Network {
     /// Added to the built-in allowlist.
     pub allow_domains: Unique<Domain>,
+    /// Names that must resolve at init, or init fails (closed).
+    pub required: Unique<Domain>,
     pub registries: bool,
     pub github: bool,
     pub allow_localhost: bool,
@@ -118,6 +120,7 @@ impl Default for Network {
     fn default() -> Self {
         Self {
             allow_domains: Unique::default(),
+            required: Unique::default(),
             registries: true,
             github: true,
             allow_localhost: true,

@@ -1,0 +1,361 @@
+//! What may be reached: the built-in names, the config's, the package
+//! registries the image's tools are configured to use, and runtime changes.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use sbx_core::config::{Domain, Network};
+
+/// Seed 000 "Allowed Services": the endpoints the image's AI CLIs use.
+/// GitHub is allowed by its published ranges, not by name (see `github`).
+pub const DEFAULT_NAMES: &[&str] = &[
+    // Anthropic: API, OAuth login, telemetry
+    "api.anthropic.com",
+    "console.anthropic.com",
+    "statsig.anthropic.com",
+    "claude.ai",
+    // OpenAI: API, auth, ChatGPT sign-in for Codex
+    "api.openai.com",
+    "auth.openai.com",
+    "chatgpt.com",
+    // OpenRouter
+    "openrouter.ai",
+    // Error reporting and feature flags the CLIs call
+    "sentry.io",
+    "*.sentry.io",
+    "statsig.com",
+    "api.statsig.com",
+];
+
+/// Names the DNS filter answers when GitHub is allowed; their addresses
+/// are reachable on 22 and 443 only inside the published meta ranges.
+pub const GITHUB_NAMES: &[&str] = &[
+    "github.com",
+    "*.github.com",
+    "githubusercontent.com",
+    "*.githubusercontent.com",
+    "ghcr.io",
+];
+
+/// The names one init works from, each tagged with where it came from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Allowlist {
+    pub entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub domain: Domain,
+    pub source: Source,
+    pub required: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Default,
+    Config,
+    Registry,
+    Github,
+    Runtime,
+}
+
+impl Allowlist {
+    /// Build from the config, reading registry hosts under `root` ("/" in
+    /// production) and from `env`.
+    pub fn build(net: &Network, registries: &[String]) -> Self {
+        let mut list = Self::default();
+        for n in DEFAULT_NAMES {
+            list.push(n.parse().expect("built-in names are valid"), Source::Default);
+        }
+        for d in net.allow_domains.iter() {
+            list.push(d.clone(), Source::Config);
+        }
+        if net.registries {
+            for h in registries {
+                if let Ok(d) = h.parse() {
+                    list.push(d, Source::Registry);
+                }
+            }
+        }
+        if net.github {
+            for n in GITHUB_NAMES {
+                list.push(n.parse().expect("built-in names are valid"), Source::Github);
+            }
+        }
+        for d in net.required.iter() {
+            list.push(d.clone(), Source::Config);
+            for e in &mut list.entries {
+                if e.domain == *d {
+                    e.required = true;
+                }
+            }
+        }
+        list
+    }
+
+    pub fn push(&mut self, domain: Domain, source: Source) {
+        if !self.entries.iter().any(|e| e.domain == domain) {
+            self.entries.push(Entry { domain, source, required: false });
+        }
+    }
+
+    /// Exact names to resolve at init (wildcards are answered by the DNS
+    /// filter when asked). GitHub names are reached through meta ranges.
+    pub fn to_resolve(&self) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .filter(|e| !e.domain.wildcard && e.source != Source::Github)
+    }
+
+    /// Whether the DNS filter may answer `name` (lowercase, no trailing dot).
+    pub fn matches(&self, name: &str) -> bool {
+        self.entries.iter().any(|e| domain_matches(&e.domain, name))
+    }
+}
+
+/// `*.example.com` matches names strictly below example.com.
+pub fn domain_matches(d: &Domain, name: &str) -> bool {
+    let n = name.trim_end_matches('.').to_ascii_lowercase();
+    let s = d.name.as_str();
+    if d.wildcard {
+        n.len() > s.len() + 1 && n.ends_with(s) && n.as_bytes()[n.len() - s.len() - 1] == b'.'
+    } else {
+        n == s
+    }
+}
+
+/// Registry hosts the image's npm, pip, cargo and apt are configured to
+/// use, read from their own files and environment at run time. Nothing is
+/// assumed: a tool with no configured registry contributes nothing here
+/// (the base image writes npm's effective registry into its global npmrc).
+pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut hosts = BTreeSet::new();
+    let home = env("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let rel = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    let mut urls: Vec<String> = Vec::new();
+
+    // npm: builtin, global and user npmrc; `registry=` and `@scope:registry=`.
+    for f in [
+        PathBuf::from("/usr/share/nodejs/npm/npmrc"),
+        PathBuf::from("/usr/etc/npmrc"),
+        PathBuf::from("/etc/npmrc"),
+        home.join(".npmrc"),
+    ] {
+        if let Ok(text) = fs::read_to_string(rel(&f)) {
+            for line in text.lines() {
+                if let Some((k, v)) = line.split_once('=') {
+                    let k = k.trim();
+                    if k == "registry" || k.ends_with(":registry") {
+                        urls.push(v.trim().to_owned());
+                    }
+                }
+            }
+        }
+    }
+    for var in ["NPM_CONFIG_REGISTRY", "npm_config_registry"] {
+        urls.extend(env(var));
+    }
+
+    // pip: pip.conf files and PIP_* variables; index-url, extra-index-url, find-links.
+    for f in [
+        PathBuf::from("/etc/pip.conf"),
+        PathBuf::from("/etc/xdg/pip/pip.conf"),
+        home.join(".pip/pip.conf"),
+        home.join(".config/pip/pip.conf"),
+    ] {
+        if let Ok(text) = fs::read_to_string(rel(&f)) {
+            let mut continuing = false;
+            for line in text.lines() {
+                let t = line.trim();
+                if let Some((k, v)) = t.split_once('=') {
+                    let k = k.trim();
+                    continuing = matches!(k, "index-url" | "extra-index-url" | "find-links" | "trusted-host");
+                    if continuing {
+                        urls.extend(v.split_whitespace().map(str::to_owned));
+                    }
+                } else if continuing && line.starts_with(char::is_whitespace) && !t.is_empty() {
+                    urls.extend(t.split_whitespace().map(str::to_owned));
+                } else {
+                    continuing = false;
+                }
+            }
+        }
+    }
+    for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST"] {
+        if let Some(v) = env(var) {
+            urls.extend(v.split_whitespace().map(str::to_owned));
+        }
+    }
+
+    // cargo: `registry`, `index` and `dl`-bearing values in config.toml.
+    let cargo_home = env("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".cargo"));
+    for f in [cargo_home.join("config.toml"), cargo_home.join("config")] {
+        if let Ok(text) = fs::read_to_string(rel(&f))
+            && let Ok(v) = text.parse::<toml::Table>()
+        {
+            collect_cargo(&toml::Value::Table(v), &mut urls);
+        }
+    }
+
+    // apt: one-line and deb822 sources.
+    let mut apt = Vec::new();
+    if let Ok(t) = fs::read_to_string(rel(Path::new("/etc/apt/sources.list"))) {
+        apt.push(t);
+    }
+    if let Ok(rd) = fs::read_dir(rel(Path::new("/etc/apt/sources.list.d"))) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if matches!(p.extension().and_then(|x| x.to_str()), Some("list" | "sources"))
+                && let Ok(t) = fs::read_to_string(&p)
+            {
+                apt.push(t);
+            }
+        }
+    }
+    for text in &apt {
+        urls.extend(apt_uris(text));
+    }
+
+    for u in urls {
+        if let Some(h) = url_host(&u) {
+            hosts.insert(h);
+        }
+    }
+    hosts.into_iter().collect()
+}
+
+fn collect_cargo(v: &toml::Value, out: &mut Vec<String>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                match (k.as_str(), v) {
+                    ("registry" | "index", toml::Value::String(s)) => out.push(s.clone()),
+                    _ => collect_cargo(v, out),
+                }
+            }
+        }
+        toml::Value::Array(a) => a.iter().for_each(|v| collect_cargo(v, out)),
+        _ => {}
+    }
+}
+
+fn apt_uris(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') {
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("URIs:") {
+            out.extend(rest.split_whitespace().map(str::to_owned));
+        } else if t.starts_with("deb ") || t.starts_with("deb-src ") {
+            // deb [opts] URI suite components
+            let mut words = t.split_whitespace().skip(1).peekable();
+            if words.peek().is_some_and(|w| w.starts_with('[')) {
+                for w in words.by_ref() {
+                    if w.ends_with(']') {
+                        break;
+                    }
+                }
+            }
+            out.extend(words.next().map(str::to_owned));
+        }
+    }
+    out
+}
+
+/// The host of a URL such as `sparse+https://h:8080/x`, or a bare host
+/// (pip's trusted-host). Addresses are not names and are skipped.
+pub fn url_host(u: &str) -> Option<String> {
+    let u = u.trim().trim_matches('"');
+    let rest = match u.split_once("://") {
+        Some((scheme, rest)) => {
+            let scheme = scheme.rsplit('+').next().unwrap_or(scheme);
+            if !matches!(scheme, "http" | "https") {
+                return None;
+            }
+            rest
+        }
+        None => u,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let hostport = authority.rsplit('@').next()?;
+    if hostport.starts_with('[') {
+        return None;
+    }
+    let host = hostport.split(':').next()?.to_ascii_lowercase();
+    if host.is_empty() || host.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    host.parse::<Domain>().ok().map(|d| d.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &str) -> Domain {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn wildcards_match_only_below() {
+        assert!(domain_matches(&d("*.example.com"), "a.example.com"));
+        assert!(domain_matches(&d("*.example.com"), "a.b.example.com."));
+        assert!(!domain_matches(&d("*.example.com"), "example.com"));
+        assert!(!domain_matches(&d("*.example.com"), "badexample.com"));
+        assert!(domain_matches(&d("api.example.com"), "API.example.com"));
+        assert!(!domain_matches(&d("api.example.com"), "x.api.example.com"));
+    }
+
+    #[test]
+    fn url_hosts() {
+        assert_eq!(url_host("https://mirror.corp:8443/npm/").as_deref(), Some("mirror.corp"));
+        assert_eq!(url_host("sparse+https://u:p@crates.corp/index/").as_deref(), Some("crates.corp"));
+        assert_eq!(url_host("pypi.corp").as_deref(), Some("pypi.corp"));
+        assert_eq!(url_host("file:///srv/repo"), None);
+        assert_eq!(url_host("http://10.0.0.1/debian"), None);
+    }
+
+    #[test]
+    fn registries_are_read_from_each_tool_config() {
+        let root = tempfile::tempdir().unwrap();
+        let w = |p: &str, t: &str| {
+            let p = root.path().join(p);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, t).unwrap();
+        };
+        w("etc/npmrc", "registry=https://npm.corp.test/\n@acme:registry=https://acme.npm.test/\n");
+        w("etc/pip.conf", "[global]\nindex-url = https://pypi.corp.test/simple\nextra-index-url =\n  https://extra.pip.test/simple\n");
+        w("home/a/.cargo/config.toml", "[source.crates-io]\nreplace-with = \"corp\"\n[source.corp]\nregistry = \"sparse+https://cargo.corp.test/\"\n");
+        w("etc/apt/sources.list", "deb [signed-by=/x.gpg] http://deb.corp.test/debian bookworm main\n# deb http://ignored.test/ x\n");
+        w("etc/apt/sources.list.d/d.sources", "Types: deb\nURIs: https://sec.corp.test/debian-security\nSuites: x\n");
+        let env = |k: &str| match k {
+            "HOME" => Some("/home/a".to_owned()),
+            "PIP_INDEX_URL" => Some("https://env.pip.test/simple".to_owned()),
+            _ => None,
+        };
+        let hosts = registry_hosts(root.path(), &env);
+        assert_eq!(
+            hosts,
+            [
+                "acme.npm.test", "cargo.corp.test", "deb.corp.test", "env.pip.test",
+                "extra.pip.test", "npm.corp.test", "pypi.corp.test", "sec.corp.test"
+            ]
+        );
+    }
+
+    #[test]
+    fn required_names_are_marked() {
+        let mut net = Network::default();
+        net.required = sbx_core::config::Unique(vec![d("must.test")]);
+        let list = Allowlist::build(&net, &[]);
+        assert!(list.entries.iter().any(|e| e.domain.name == "must.test" && e.required));
+        assert!(list.matches("api.anthropic.com"));
+        assert!(list.matches("o1.ingest.sentry.io"));
+        assert!(list.matches("codeload.github.com"));
+        assert!(!list.matches("evil.test"));
+    }
+}

@@ -1,0 +1,217 @@
+//! Installing a plan: one `ipset restore`, one `iptables-restore` and one
+//! `ip6tables-restore` (each a single kernel transaction), then a conntrack
+//! flush over netlink so connections opened before the rules die.
+
+use std::fs;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::process::{Command, Stdio};
+
+use ipnet::IpNet;
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
+};
+
+use crate::plan::Family;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ApplyError(pub String);
+
+/// Feed `input` to a restore command; its stderr becomes the error.
+pub fn restore(program: &str, args: &[&str], input: &str) -> Result<(), ApplyError> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ApplyError(format!("cannot run {program}: {e} (install iptables and ipset)")))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let wrote = stdin.write_all(input.as_bytes());
+    drop(stdin);
+    let out = child.wait_with_output().map_err(|e| ApplyError(format!("{program}: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("failed").trim();
+        return Err(ApplyError(format!("{program} {}: {first}", args.join(" "))));
+    }
+    wrote.map_err(|e| ApplyError(format!("{program}: {e}")))
+}
+
+pub fn ipset_restore(script: &str) -> Result<(), ApplyError> {
+    restore("ipset", &["-exist", "restore"], script)
+}
+
+pub fn tables_restore(fam: Family, rules: &str) -> Result<(), ApplyError> {
+    let prog = match fam {
+        Family::V4 => "iptables-restore",
+        Family::V6 => "ip6tables-restore",
+    };
+    restore(prog, &["--wait"], rules)
+}
+
+/// Whether our chain is in the kernel for this family: "previous state".
+pub fn installed(fam: Family) -> bool {
+    let prog = match fam {
+        Family::V4 => "iptables",
+        Family::V6 => "ip6tables",
+    };
+    Command::new(prog)
+        .args(["--wait", "-n", "-L", "SBX-OUT"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether this kernel has IPv6 at all; without it there is nothing to filter.
+pub fn has_ipv6() -> bool {
+    std::path::Path::new("/proc/sys/net/ipv6").exists()
+}
+
+/// Close everything in both families, as best we can. Used after a failure.
+pub fn block_everything() -> Result<(), ApplyError> {
+    let rules = crate::plan::block_all();
+    let v4 = tables_restore(Family::V4, &rules);
+    let v6 = if has_ipv6() { tables_restore(Family::V6, &rules) } else { Ok(()) };
+    v4.and(v6)
+}
+
+/// Flush the conntrack table of this namespace, both families: an
+/// IPCTNL_MSG_CT_DELETE with no tuple and family AF_UNSPEC.
+pub fn flush_conntrack() -> Result<(), ApplyError> {
+    const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+    const IPCTNL_MSG_CT_DELETE: u16 = 2;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLM_F_ACK: u16 = 4;
+    const NLMSG_ERROR: u16 = 2;
+    let err = |what: &str, e: nix::Error| ApplyError(format!("conntrack flush: {what}: {e}"));
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkNetFilter,
+    )
+    .map_err(|e| err("socket", e))?;
+    let mut msg = Vec::with_capacity(20);
+    msg.extend_from_slice(&20u32.to_ne_bytes()); // nlmsg_len
+    msg.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE).to_ne_bytes());
+    msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    msg.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel's
+    msg.extend_from_slice(&[0, 0, 0, 0]); // nfgenmsg: AF_UNSPEC, v0, res_id 0
+    use std::os::fd::AsRawFd;
+    sendto(fd.as_raw_fd(), &msg, &NetlinkAddr::new(0, 0), MsgFlags::empty())
+        .map_err(|e| err("send", e))?;
+    let mut buf = [0u8; 256];
+    let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|e| err("recv", e))?;
+    if n >= 20 && u16::from_ne_bytes([buf[4], buf[5]]) == NLMSG_ERROR {
+        let code = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
+        // ENOENT: nothing tracked yet.
+        if code != 0 && code != -libc_enoent() {
+            return Err(ApplyError(format!(
+                "conntrack flush: {}",
+                nix::Error::from_raw(-code).desc()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn libc_enoent() -> i32 {
+    nix::Error::ENOENT as i32
+}
+
+/// Whether this process holds CAP_NET_ADMIN (bit 12 of CapEff).
+pub fn has_net_admin() -> bool {
+    cap_eff().is_some_and(|c| c & (1 << 12) != 0)
+}
+
+fn cap_eff() -> Option<u64> {
+    let s = fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+}
+
+/// This namespace's on-link subnets and default gateways, from the
+/// kernel's routing tables: the bridge, the host and the neighbours.
+pub fn local_nets() -> Vec<IpNet> {
+    let mut out = Vec::new();
+    if let Ok(t) = fs::read_to_string("/proc/net/route") {
+        out.extend(parse_route4(&t));
+    }
+    if let Ok(t) = fs::read_to_string("/proc/net/ipv6_route") {
+        out.extend(parse_route6(&t));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn parse_route4(t: &str) -> Vec<IpNet> {
+    let mut out = Vec::new();
+    for l in t.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 8 || f[0] == "lo" {
+            continue;
+        }
+        let hex = |s: &str| u32::from_str_radix(s, 16).ok().map(|v| Ipv4Addr::from(u32::from_be(v)));
+        let (Some(dst), Some(gw), Some(mask)) = (hex(f[1]), hex(f[2]), hex(f[7])) else { continue };
+        if !gw.is_unspecified() {
+            out.push(IpNet::from(IpAddr::V4(gw)));
+        }
+        if !dst.is_unspecified()
+            && let Ok(n) = ipnet::Ipv4Net::with_netmask(dst, mask)
+        {
+            out.push(IpNet::V4(n.trunc()));
+        }
+    }
+    out
+}
+
+fn parse_route6(t: &str) -> Vec<IpNet> {
+    let mut out = Vec::new();
+    for l in t.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 10 || f[9] == "lo" {
+            continue;
+        }
+        let addr = |s: &str| u128::from_str_radix(s, 16).ok().map(Ipv6Addr::from);
+        let (Some(dst), Ok(plen), Some(gw)) = (addr(f[0]), u8::from_str_radix(f[1], 16), addr(f[4])) else {
+            continue;
+        };
+        if !gw.is_unspecified() {
+            out.push(IpNet::from(IpAddr::V6(gw)));
+        }
+        // Skip the default route, multicast and link-local (already never-reachable).
+        if plen > 0
+            && plen < 128
+            && (dst.segments()[0] & 0xff00) != 0xff00
+            && (dst.segments()[0] & 0xffc0) != 0xfe80
+            && let Ok(n) = ipnet::Ipv6Net::new(dst, plen)
+        {
+            out.push(IpNet::V6(n.trunc()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_give_subnets_and_gateways() {
+        let r4 = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                  eth0\t00000000\t01004D0A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+                  eth0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        let s: Vec<String> = parse_route4(r4).iter().map(|n| n.to_string()).collect();
+        assert_eq!(s, ["10.77.0.1/32", "10.77.0.0/24"]);
+        let r6 = "fd770000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n\
+                  00000000000000000000000000000000 00 00000000000000000000000000000000 00 fd770000000000000000000000000001 00000400 00000001 00000000 00000003     eth0\n\
+                  fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n";
+        let s: Vec<String> = parse_route6(r6).iter().map(|n| n.to_string()).collect();
+        assert_eq!(s, ["fd77::/64", "fd77::1/128"]);
+    }
+}

@@ -1,0 +1,844 @@
+//! sbx-fw: the sandbox's egress firewall. Default deny in both families;
+//! allowlisted names on TCP 443, GitHub's ranges on 22 and 443, DNS only
+//! through a filter that answers allowlisted names. Everything is resolved
+//! and built before anything is installed; a failure leaves the previous
+//! firewall, or, on a first run, everything blocked. Never open.
+#![forbid(unsafe_code)]
+
+pub mod allowlist;
+pub mod apply;
+pub mod dns;
+pub mod github;
+pub mod plan;
+pub mod probe;
+pub mod resolve;
+pub mod state;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use sbx_core::audit::{self, Outcome, Record};
+use sbx_core::cli::CommonArgs;
+use sbx_core::config::Domain;
+use sbx_core::error::{BoxError, IoContext, Message};
+use sbx_core::{Exit, config, output};
+
+use allowlist::{Allowlist, Source};
+use plan::{Family, Plan};
+use state::State;
+
+const TOOL: &str = "sbx-fw";
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+const RESOLV_MARK: &str = "# sbx-fw: DNS filter";
+const DEFAULT_CACHE: &str = "/var/cache/sbx-fw";
+const DEFAULT_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sbx-fw",
+    version,
+    about = "Fail-closed egress firewall for the sandbox",
+    long_about = "Fail-closed egress firewall for the sandbox.\n\n\
+        `sbx-fw init` runs as root before the agent starts. It resolves every allowlisted name and \
+        fetches GitHub's published ranges first, in parallel and with timeouts, builds the complete \
+        IPv4 and IPv6 rulesets and set contents, and only then installs them: one `ipset restore`, one \
+        `iptables-restore`, one `ip6tables-restore` (each a single kernel transaction), then flushes \
+        conntrack so connections opened before the rules die. Any failure leaves the previous firewall \
+        in place, or on a first run everything blocked. It never leaves the sandbox open.",
+    after_long_help = AFTER_HELP
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Resolve, build and install the firewall and start the DNS filter (root, CAP_NET_ADMIN).
+    Init(InitArgs),
+    /// Prove the firewall works: blocked targets are refused, an allowlisted one is reachable.
+    Verify(VerifyArgs),
+    /// Allow more names now, keeping every open connection.
+    Allow(NamesArgs),
+    /// Remove names from the running allowlist (new connections are refused; open ones stay).
+    Deny(NamesArgs),
+    /// Rules, set sizes, the DNS filter and the last refresh.
+    Status,
+    /// Remove the firewall entirely: everything becomes reachable. Needs --yes.
+    Reset(ResetArgs),
+    /// Try connections and report whether each was refused or open.
+    Probe(ProbeArgs),
+    /// Serve the DNS filter in the foreground (init starts it).
+    Dns(DnsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Print the exact sets and rules that would be installed, and install nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Where GitHub's ranges are fetched from.
+    #[arg(long, value_name = "URL", env = "SBX_FW_GITHUB_META_URL", default_value = github::DEFAULT_META_URL)]
+    pub github_meta_url: String,
+    /// Deadline for all name lookups and for the GitHub fetch, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000)]
+    pub timeout: u64,
+    /// Do not start the DNS filter (resolv.conf is left as it is; the agent
+    /// then cannot resolve names at all, since only uid 0 may reach DNS).
+    #[arg(long)]
+    pub no_dns_filter: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The allowlisted name that must be reachable on 443 (default: the first one resolved).
+    #[arg(long, value_name = "NAME")]
+    pub reach: Option<String>,
+    /// An IPv4 address that must be refused.
+    #[arg(long, value_name = "ADDR", default_value = "192.0.2.1")]
+    pub blocked_v4: IpAddr,
+    /// An IPv6 address that must be refused.
+    #[arg(long, value_name = "ADDR", default_value = "2001:db8::1")]
+    pub blocked_v6: IpAddr,
+    /// A resolver other than the configured ones, which must be refused.
+    #[arg(long, value_name = "ADDR", default_value = "192.0.2.53")]
+    pub other_resolver: IpAddr,
+    /// Per-probe deadline in milliseconds (probes run in parallel).
+    #[arg(long, value_name = "MS", default_value_t = 80)]
+    pub timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct NamesArgs {
+    /// Names like api.example.com, or *.example.com (answered by the DNS filter when asked).
+    #[arg(value_name = "DOMAIN", required = true)]
+    pub domains: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// Confirm that the sandbox should be left without a firewall.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// tcp:ADDR:PORT, udp:ADDR:PORT, dns:SERVER[:PORT]/NAME[/TYPE], raw, packet ([v6] in brackets).
+    #[arg(value_name = "PROBE", required = true)]
+    pub probes: Vec<String>,
+    /// Per-probe deadline in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub timeout: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct DnsArgs {
+    /// Address to listen on (UDP and TCP).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.53:53")]
+    pub listen: SocketAddr,
+}
+
+const AFTER_HELP: &str = "\
+Policy, both families, default deny:
+  out  loopback (allow-localhost); replies to established connections;
+       DNS: the agent asks the filter on 127.0.0.53; only uid 0 (the filter,
+         Docker's own resolver) reaches the upstream resolvers;
+       TCP 443 to addresses of allowlisted names (set sbx-allow4/6);
+       TCP 22 and 443 to GitHub's meta ranges (set sbx-gh4/6) with github = true;
+       never: this sandbox's subnets and gateway, private, shared, link-local
+         (cloud metadata), multicast and reserved ranges, even when an
+         allowlisted name resolves there (DNS rebinding);
+       everything else: TCP reset, other protocols ICMP port unreachable.
+  in   loopback, replies, IPv6 neighbour discovery, published container ports.
+
+Allowlist: the AI services the image's CLIs use (Anthropic, OpenAI, ChatGPT,
+OpenRouter, Sentry, Statsig); [network].allow-domains (with *.wildcards);
+with registries = true the hosts npm, pip, cargo and apt are configured to use
+(their own config files and variables, read at init); GitHub by its ranges.
+
+Why a DNS filter rather than re-resolving on a timer: addresses of CDN names
+rotate, and a timer is always late. The filter hands out each answer only
+after adding its addresses to the allow set (for max(TTL, 1 h), at most a
+day), so what the agent connects to is what it was just told. It refuses
+every other name (audited), which also closes DNS tunnelling, and wildcards
+work because it sees the names asked. Names resolved at init stay allowed
+until the next init.
+
+Failure: a duplicate address between names or a name that does not resolve
+is a warning; a [network].required name that fails aborts. An abort before
+the commit keeps the previous firewall, or blocks everything on a first run.
+GitHub's ranges come from the meta API (GH_TOKEN raises the rate limit),
+else from the last good copy in /var/cache/sbx-fw, else GitHub stays blocked.
+
+Files and variables:
+  /run/sbx-fw/state.json    what init installed (SBX_FW_STATE_DIR)
+  /var/cache/sbx-fw         last good GitHub ranges (SBX_FW_CACHE_DIR)
+  SSL_CERT_FILE             CA bundle for the GitHub fetch
+  SBX_FW_GITHUB_META_URL    the meta URL (tests use a local stand-in)
+
+Exit status: 0 done; 1 verify found a leak; 64 usage; 69 a required name or
+  the kernel's netfilter is unavailable; 77 no CAP_NET_ADMIN (audited);
+  78 bad config.
+
+Examples:
+  sbx-fw init --dry-run             # the exact sets and rules
+  sbx-fw verify --json
+  sbx-fw allow api.example.com '*.cdn.example.com'
+  sbx-fw probe tcp:192.0.2.1:443 dns:192.0.2.53/example.com/txt";
+
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+pub fn run(cli: Cli) -> Result<Exit, BoxError> {
+    output::init(TOOL, &cli.common);
+    let dir = state::dir_from_env();
+    match cli.command {
+        Cmd::Init(a) => init(&cli.common, &a, &dir),
+        Cmd::Verify(a) => verify(&cli.common, &a, &dir),
+        Cmd::Allow(a) => allow(&a, &dir),
+        Cmd::Deny(a) => deny(&a, &dir),
+        Cmd::Status => status(&cli.common, &dir),
+        Cmd::Reset(a) => reset(&a, &dir),
+        Cmd::Probe(a) => probe_cmd(&cli.common, &a),
+        Cmd::Dns(a) => {
+            dns::serve(&dir, a.listen, || {
+                println!("ready");
+                let _ = std::io::stdout().flush();
+            })
+            .with_path(a.listen.to_string())?;
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+/// Every command that changes or reads netfilter needs CAP_NET_ADMIN; the
+/// refusal is audited, since an agent trying it is worth knowing about.
+fn need_net_admin(op: &str) -> Result<(), BoxError> {
+    if apply::has_net_admin() {
+        return Ok(());
+    }
+    audit::append(
+        &Record::new(TOOL, op, "firewall", Outcome::Blocked, "net-admin")
+            .reason("caller lacks CAP_NET_ADMIN"),
+    );
+    Err(Box::new(Message::new(
+        Exit::Denied,
+        format!("{op}: needs CAP_NET_ADMIN (run as root in the container's init, not as the agent)"),
+    )))
+}
+
+fn env_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// Container-side ports of `[sandbox].ports`, split by protocol.
+fn inbound_ports(cfg: &config::Config) -> Vec<u16> {
+    cfg.sandbox
+        .ports
+        .iter()
+        .filter(|p| !p.text.ends_with("/udp"))
+        .filter_map(|p| p.text.trim_end_matches("/tcp").rsplit(':').next()?.parse().ok())
+        .collect()
+}
+
+fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError> {
+    if !a.dry_run {
+        need_net_admin("init")?;
+    }
+    let loaded = config::discover_from_env(common.config.as_deref())?;
+    let cfg = &loaded.config;
+    let net = &cfg.network;
+    let prev = State::load(dir).unwrap_or_else(|e| {
+        output::warn(&format!("ignoring unreadable state: {e}"));
+        None
+    });
+
+    if net.allow_external {
+        return open_everything(a, dir, &loaded.describe());
+    }
+
+    // Upstreams: resolv.conf, unless it already points at our filter.
+    let resolv = std::fs::read_to_string(RESOLV_CONF).unwrap_or_default();
+    let ours = resolv.starts_with(RESOLV_MARK);
+    let (upstreams, original) = match (&prev, ours) {
+        (Some(p), true) => (p.upstreams.clone(), p.resolv_conf_original.clone()),
+        _ => (resolve::nameservers(&resolv), Some(resolv.clone())),
+    };
+    if upstreams.is_empty() {
+        return fail(a.dry_run, format!("{RESOLV_CONF} names no nameserver: nothing to resolve the allowlist with"));
+    }
+
+    let registries = if net.registries {
+        allowlist::registry_hosts(Path::new("/"), &|k| std::env::var(k).ok())
+    } else {
+        Vec::new()
+    };
+    let mut list = Allowlist::build(net, &registries);
+    if let Some(p) = &prev {
+        for n in p.names.iter().filter(|n| n.source == "runtime") {
+            if let Ok(d) = n.name.parse() {
+                list.push(d, Source::Runtime);
+            }
+        }
+        for d in p.allow.iter().filter(|d| d.starts_with("*.")) {
+            if let Ok(d) = d.parse() {
+                list.push(d, Source::Runtime);
+            }
+        }
+    }
+    let timeout = Duration::from_millis(a.timeout);
+    let names: Vec<String> = list.to_resolve().map(|e| e.domain.name.clone()).collect();
+
+    // Resolve and fetch at the same time.
+    let t0 = Instant::now();
+    let (outcomes, gh) = std::thread::scope(|s| {
+        let gh = net.github.then(|| {
+            let url = a.github_meta_url.clone();
+            s.spawn(move || {
+                let token = std::env::var("GH_TOKEN").or_else(|_| std::env::var("GITHUB_TOKEN")).ok();
+                github::ranges(
+                    &url,
+                    &env_path("SSL_CERT_FILE", DEFAULT_CA),
+                    token.as_deref(),
+                    &env_path("SBX_FW_CACHE_DIR", DEFAULT_CACHE),
+                    timeout,
+                )
+            })
+        });
+        let outcomes = resolve::resolve_all(&upstreams, &names, timeout);
+        (outcomes, gh.map(|h| h.join().expect("github thread")))
+    });
+    output::debug(&format!("resolved {} names in {:?}", names.len(), t0.elapsed()));
+
+    let mut st = State::new();
+    let mut fatal = Vec::new();
+    let mut owner: BTreeMap<IpAddr, String> = BTreeMap::new();
+    let mut plan = Plan {
+        upstreams: upstreams.clone(),
+        allow_localhost: net.allow_localhost,
+        inbound: inbound_ports(cfg),
+        local: apply::local_nets(),
+        ..Plan::default()
+    };
+    for (name, res) in &outcomes {
+        let entry = list.entries.iter().find(|e| e.domain.name == *name && !e.domain.wildcard).expect("listed");
+        let source = serde_json::to_value(entry.source).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        match res {
+            Ok(addrs) => {
+                for ip in addrs.v4.iter().map(|a| IpAddr::V4(*a)).chain(addrs.v6.iter().map(|a| IpAddr::V6(*a))) {
+                    if let Some(first) = owner.get(&ip) {
+                        st.warnings.push(format!("{ip} is shared by {first} and {name}"));
+                    } else {
+                        owner.insert(ip, name.clone());
+                        match ip {
+                            IpAddr::V4(v) => plan.allow4.push(v),
+                            IpAddr::V6(v) => plan.allow6.push(v),
+                        }
+                    }
+                }
+                st.names.push(state::Name { name: name.clone(), source, v4: addrs.v4.clone(), v6: addrs.v6.clone(), error: None });
+            }
+            Err(f) => {
+                if entry.required {
+                    fatal.push(format!("{name}: {f}"));
+                } else {
+                    st.warnings.push(format!("{name}: {f}; left out"));
+                }
+                st.names.push(state::Name { name: name.clone(), source, error: Some(f.to_string()), ..Default::default() });
+            }
+        }
+    }
+    if let Some(gh) = &gh {
+        match (gh.source.as_str(), &gh.error) {
+            ("none", Some(e)) => st.warnings.push(format!(
+                "GitHub stays blocked: cannot fetch its ranges ({e}) and none are cached"
+            )),
+            ("cache", Some(e)) => st.warnings.push(format!(
+                "GitHub ranges from the cache of {}: fetch failed ({e})",
+                gh.fetched_at.as_deref().unwrap_or("an earlier run")
+            )),
+            _ => {}
+        }
+        plan.github = gh.nets.clone();
+        st.github = state::GithubState {
+            enabled: true,
+            source: gh.source.clone(),
+            ranges: gh.nets.len(),
+            fetched_at: gh.fetched_at.clone(),
+        };
+    }
+    for w in &st.warnings {
+        output::warn(w);
+    }
+    if !fatal.is_empty() {
+        return fail(a.dry_run, format!("required name failed: {}", fatal.join("; ")));
+    }
+
+    if a.dry_run {
+        let mut out = std::io::stdout().lock();
+        if common.json {
+            let data = serde_json::json!({
+                "ipset": plan.ipset_script(),
+                "iptables": plan.rules(Family::V4),
+                "ip6tables": plan.rules(Family::V6),
+                "names": st.names,
+                "warnings": st.warnings,
+            });
+            output::json_line(&mut out, "plan", &data).with_path("stdout")?;
+        } else {
+            writeln!(out, "# ipset -exist restore\n{}", plan.ipset_script()).with_path("stdout")?;
+            writeln!(out, "# iptables-restore\n{}", plan.rules(Family::V4)).with_path("stdout")?;
+            writeln!(out, "# ip6tables-restore\n{}", plan.rules(Family::V6)).with_path("stdout")?;
+        }
+        return Ok(Exit::Ok);
+    }
+
+    // Commit. From here on a failure closes everything.
+    let commit = || -> Result<(), apply::ApplyError> {
+        apply::ipset_restore(&plan.ipset_script())?;
+        apply::tables_restore(Family::V4, &plan.rules(Family::V4))?;
+        if apply::has_ipv6() {
+            apply::tables_restore(Family::V6, &plan.rules(Family::V6))?;
+        }
+        apply::flush_conntrack()
+    };
+    if let Err(e) = commit() {
+        let closed = apply::block_everything();
+        let how = if closed.is_ok() { "all traffic is blocked" } else { "and blocking everything failed too" };
+        return Err(Box::new(Message::new(Exit::Unavailable, format!("{e}; {how}"))));
+    }
+
+    let mut allow: Vec<String> = list.entries.iter().map(|e| e.domain.to_string()).collect();
+    allow.sort();
+    allow.dedup();
+    st.allow = allow;
+    st.upstreams = upstreams;
+    st.resolv_conf_original = original;
+    st.installed_at = now();
+    st.refreshed_at = st.installed_at.clone();
+    st.store(dir).map_err(|e| Message::new(Exit::IoErr, format!("{}: {e}", state::path(dir).display())))?;
+
+    if !a.no_dns_filter {
+        start_filter(dir)?;
+        if !ours {
+            point_resolv_conf(&resolv)?;
+        }
+    }
+    output::info(&format!(
+        "installed: {} names ({} IPv4, {} IPv6 addresses), {} GitHub ranges ({}), in {:?}",
+        st.names.iter().filter(|n| n.error.is_none()).count(),
+        plan.allow4.len(),
+        plan.allow6.len(),
+        plan.github.len(),
+        if st.github.enabled { st.github.source.as_str() } else { "off" },
+        t0.elapsed()
+    ));
+    Ok(Exit::Ok)
+}
+
+/// An init that failed before the commit: keep an installed firewall, or
+/// block everything if there is none. Never open.
+fn fail(dry_run: bool, msg: String) -> Result<Exit, BoxError> {
+    if dry_run {
+        return Err(Box::new(Message::new(Exit::Unavailable, msg)));
+    }
+    let had = apply::installed(Family::V4) && (!apply::has_ipv6() || apply::installed(Family::V6));
+    let how = if had {
+        "the previous firewall is unchanged".to_owned()
+    } else {
+        match apply::block_everything() {
+            Ok(()) => "all traffic is blocked".to_owned(),
+            Err(e) => format!("and blocking everything failed too: {e}"),
+        }
+    };
+    audit::append(&Record::new(TOOL, "init", "firewall", Outcome::Blocked, "fail-closed").reason(&msg));
+    Err(Box::new(Message::new(Exit::Unavailable, format!("{msg}; {how}"))))
+}
+
+fn open_everything(a: &InitArgs, dir: &Path, cfg: &str) -> Result<Exit, BoxError> {
+    output::warn(&format!("allow-external = true in {cfg}: THE FIREWALL IS OFF, the sandbox can reach any host"));
+    if a.dry_run {
+        println!("# iptables-restore and ip6tables-restore\n{}", plan::open_all());
+        return Ok(Exit::Ok);
+    }
+    audit::append(
+        &Record::new(TOOL, "init", "firewall", Outcome::Passed, "allow-external")
+            .reason("allow-external = true: no egress filtering"),
+    );
+    apply::tables_restore(Family::V4, &plan::open_all()).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    if apply::has_ipv6() {
+        apply::tables_restore(Family::V6, &plan::open_all()).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    }
+    let mut st = State::new();
+    st.open = true;
+    st.installed_at = now();
+    st.refreshed_at = st.installed_at.clone();
+    st.store(dir).with_path(state::path(dir))?;
+    Ok(Exit::Ok)
+}
+
+fn filter_pid(dir: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(dir.join("dns.pid")).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let is_ours = args.first().is_some_and(|a| a.ends_with(b"sbx-fw")) && args.iter().any(|a| *a == b"dns");
+    is_ours.then_some(pid)
+}
+
+/// Start the DNS filter unless it runs; it re-reads the state file itself.
+fn start_filter(dir: &Path) -> Result<(), BoxError> {
+    if filter_pid(dir).is_some() {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().with_path("/proc/self/exe")?;
+    let mut child = Command::new(exe)
+        .arg("dns")
+        .env("SBX_FW_STATE_DIR", dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| Message::new(Exit::OsErr, format!("cannot start the DNS filter: {e}")))?;
+    let mut line = String::new();
+    let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Box::new(Message::new(
+            Exit::OsErr,
+            "the DNS filter did not start (is 127.0.0.53:53 taken?); the firewall is installed and DNS is closed",
+        )));
+    }
+    std::fs::write(dir.join("dns.pid"), format!("{}\n", child.id())).with_path(dir.join("dns.pid"))?;
+    Ok(())
+}
+
+/// Point resolv.conf at the filter, in place: it is a bind mount in Docker
+/// and under `ip netns exec`, so it cannot be renamed over.
+fn point_resolv_conf(old: &str) -> Result<(), BoxError> {
+    let mut text = format!("{RESOLV_MARK}; the original is kept in the state file\nnameserver {}\n", plan::FILTER_ADDR);
+    for l in old.lines().filter(|l| l.starts_with("options") || l.starts_with("search")) {
+        text.push_str(l);
+        text.push('\n');
+    }
+    std::fs::write(RESOLV_CONF, text).map_err(|e| Message::new(Exit::IoErr, format!("{RESOLV_CONF}: {e}")))?;
+    Ok(())
+}
+
+fn load_state(dir: &Path) -> Result<State, BoxError> {
+    match State::load(dir) {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => Err(Box::new(Message::new(
+            Exit::Unavailable,
+            format!("no firewall state in {}: run `sbx-fw init` first", dir.display()),
+        ))),
+        Err(e) => Err(Box::new(Message::new(Exit::DataErr, e))),
+    }
+}
+
+fn parse_domains(raw: &[String]) -> Result<Vec<Domain>, BoxError> {
+    raw.iter()
+        .map(|d| d.parse::<Domain>().map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError))
+        .collect()
+}
+
+fn allow(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
+    need_net_admin("allow")?;
+    let domains = parse_domains(&a.domains)?;
+    let mut st = load_state(dir)?;
+    let exact: Vec<String> = domains.iter().filter(|d| !d.wildcard).map(|d| d.name.clone()).collect();
+    let outcomes = resolve::resolve_all(&st.upstreams, &exact, Duration::from_secs(3));
+    // All or nothing: one unresolvable name changes nothing.
+    if let Some((n, Err(f))) = outcomes.iter().find(|(_, r)| r.is_err()) {
+        return Err(Box::new(Message::new(Exit::Unavailable, format!("{n}: {f}; nothing was changed"))));
+    }
+    let mut script = String::new();
+    for (name, res) in &outcomes {
+        let addrs = res.as_ref().expect("checked");
+        for v in &addrs.v4 {
+            script.push_str(&format!("add {} {v} timeout 0\n", plan::SET_ALLOW4));
+        }
+        for v in &addrs.v6 {
+            script.push_str(&format!("add {} {v} timeout 0\n", plan::SET_ALLOW6));
+        }
+        st.names.retain(|n| n.name != *name);
+        st.names.push(state::Name {
+            name: name.clone(),
+            source: "runtime".into(),
+            v4: addrs.v4.clone(),
+            v6: addrs.v6.clone(),
+            error: None,
+        });
+    }
+    apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    for d in &domains {
+        let s = d.to_string();
+        if !st.allow.contains(&s) {
+            st.allow.push(s.clone());
+        }
+        audit::append(&Record::new(TOOL, "allow", &s, Outcome::Allowed, "runtime-allow"));
+    }
+    st.refreshed_at = now();
+    st.store(dir).with_path(state::path(dir))?;
+    Ok(Exit::Ok)
+}
+
+fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
+    need_net_admin("deny")?;
+    let domains = parse_domains(&a.domains)?;
+    let mut st = load_state(dir)?;
+    let mut script = String::new();
+    for d in &domains {
+        let s = d.to_string();
+        st.allow.retain(|x| *x != s);
+        if let Some(pos) = st.names.iter().position(|n| n.name == d.name && !d.wildcard) {
+            let gone = st.names.remove(pos);
+            // Keep addresses another allowed name still resolves to.
+            for v in gone.v4.iter().filter(|v| !st.is_permanent(IpAddr::V4(**v))) {
+                script.push_str(&format!("del {} {v}\n", plan::SET_ALLOW4));
+            }
+            for v in gone.v6.iter().filter(|v| !st.is_permanent(IpAddr::V6(**v))) {
+                script.push_str(&format!("del {} {v}\n", plan::SET_ALLOW6));
+            }
+        }
+        audit::append(&Record::new(TOOL, "deny", &s, Outcome::Blocked, "runtime-deny"));
+    }
+    if !script.is_empty() {
+        apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    }
+    st.refreshed_at = now();
+    st.store(dir).with_path(state::path(dir))?;
+    Ok(Exit::Ok)
+}
+
+fn set_sizes() -> BTreeMap<String, Option<usize>> {
+    let mut out = BTreeMap::new();
+    for s in plan::SETS {
+        let n = Command::new("ipset")
+            .args(["list", "-t", s])
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Number of entries:").and_then(|n| n.trim().parse().ok()))
+            });
+        out.insert(s.to_owned(), n);
+    }
+    out
+}
+
+fn rule_count(prog: &str) -> Option<usize> {
+    let o = Command::new(prog).args(["--wait", "-S", "SBX-OUT"]).stderr(Stdio::null()).output().ok()?;
+    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("-A")).count())
+}
+
+fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
+    need_net_admin("status")?;
+    let st = State::load(dir).map_err(|e| Message::new(Exit::DataErr, e))?;
+    let sets = set_sizes();
+    let rules4 = rule_count("iptables");
+    let rules6 = if apply::has_ipv6() { rule_count("ip6tables") } else { None };
+    let filter = filter_pid(dir);
+    let mut out = std::io::stdout().lock();
+    if common.json {
+        let data = serde_json::json!({
+            "installed": rules4.is_some(),
+            "open": st.as_ref().is_some_and(|s| s.open),
+            "rules": {"ipv4": rules4, "ipv6": rules6},
+            "sets": sets,
+            "dns_filter": {"running": filter.is_some(), "pid": filter, "listen": format!("{}:53", plan::FILTER_ADDR)},
+            "state": st,
+        });
+        output::json_line(&mut out, "status", &data).with_path("stdout")?;
+        return Ok(Exit::Ok);
+    }
+    let Some(st) = st else {
+        writeln!(out, "not initialized (no {}); rules: {}", state::path(dir).display(), rules4.map_or("none".into(), |n| n.to_string())).with_path("stdout")?;
+        return Ok(Exit::Ok);
+    };
+    if st.open {
+        writeln!(out, "OPEN: allow-external = true, no filtering (since {})", st.installed_at).with_path("stdout")?;
+        return Ok(Exit::Ok);
+    }
+    let show = |n: Option<usize>| n.map_or("missing".to_owned(), |n| n.to_string());
+    writeln!(out, "installed     {}", st.installed_at).with_path("stdout")?;
+    writeln!(out, "refreshed     {}", st.refreshed_at).with_path("stdout")?;
+    writeln!(out, "rules         {} IPv4, {} IPv6 in SBX-OUT", show(rules4), show(rules6)).with_path("stdout")?;
+    for (s, n) in &sets {
+        writeln!(out, "set {s:<10}{} entries", show(*n)).with_path("stdout")?;
+    }
+    let ok = st.names.iter().filter(|n| n.error.is_none()).count();
+    writeln!(out, "names         {} allowed, {ok} resolved at init or allow", st.allow.len()).with_path("stdout")?;
+    writeln!(
+        out,
+        "github        {}",
+        if st.github.enabled {
+            format!("{} ranges ({}{})", st.github.ranges, st.github.source, st.github.fetched_at.as_deref().map(|t| format!(", fetched {t}")).unwrap_or_default())
+        } else {
+            "off".into()
+        }
+    )
+    .with_path("stdout")?;
+    let ups: Vec<String> = st.upstreams.iter().map(|u| u.to_string()).collect();
+    writeln!(
+        out,
+        "dns filter    {} on {}:53, upstream {}",
+        filter.map_or("NOT RUNNING".to_owned(), |p| format!("pid {p}")),
+        plan::FILTER_ADDR,
+        ups.join(", ")
+    )
+    .with_path("stdout")?;
+    for w in &st.warnings {
+        writeln!(out, "warning       {w}").with_path("stdout")?;
+    }
+    Ok(Exit::Ok)
+}
+
+fn reset(a: &ResetArgs, dir: &Path) -> Result<Exit, BoxError> {
+    need_net_admin("reset")?;
+    if !a.yes {
+        return Err(Box::new(Message::new(
+            Exit::Usage,
+            "reset removes the firewall and leaves the sandbox open; say `sbx-fw reset --yes`",
+        )));
+    }
+    let open = plan::open_all();
+    apply::tables_restore(Family::V4, &open).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    if apply::has_ipv6() {
+        apply::tables_restore(Family::V6, &open).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    }
+    let destroy: String = plan::SETS.iter().map(|s| format!("destroy {s}\n")).collect();
+    let _ = apply::ipset_restore(&destroy);
+    if let Some(pid) = filter_pid(dir) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+    }
+    if let Ok(Some(st)) = State::load(dir)
+        && let Some(orig) = st.resolv_conf_original
+        && std::fs::read_to_string(RESOLV_CONF).is_ok_and(|t| t.starts_with(RESOLV_MARK))
+    {
+        std::fs::write(RESOLV_CONF, orig).with_path(RESOLV_CONF)?;
+    }
+    let _ = std::fs::remove_file(state::path(dir));
+    let _ = std::fs::remove_file(dir.join("dns.pid"));
+    audit::append(
+        &Record::new(TOOL, "reset", "firewall", Outcome::Passed, "reset").reason("firewall removed by sbx-fw reset --yes"),
+    );
+    output::warn("firewall removed: the sandbox can reach any host");
+    Ok(Exit::Ok)
+}
+
+fn probe_cmd(common: &CommonArgs, a: &ProbeArgs) -> Result<Exit, BoxError> {
+    let probes = a
+        .probes
+        .iter()
+        .map(|p| p.parse::<probe::Probe>().map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError))
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
+    let mut out = std::io::stdout().lock();
+    for r in &results {
+        if common.json {
+            output::json_line(&mut out, "probe", r).with_path("stdout")?;
+        } else {
+            let v = serde_json::to_value(r.verdict).unwrap_or_default();
+            writeln!(out, "{:<10} {:<40} {} ({:.1} ms)", v.as_str().unwrap_or(""), r.probe, r.detail, r.ms).with_path("stdout")?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+#[derive(serde::Serialize)]
+struct Check {
+    check: &'static str,
+    probe: String,
+    expect: &'static str,
+    verdict: probe::Verdict,
+    detail: String,
+    ms: f64,
+    pass: bool,
+}
+
+fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, BoxError> {
+    let t0 = Instant::now();
+    let st = load_state(dir)?;
+    if st.open {
+        return Err(Box::new(Message::new(Exit::No, "the firewall is off (allow-external = true)")));
+    }
+    let reach = match &a.reach {
+        Some(n) => st.names.iter().find(|x| x.name == *n && !x.v4.is_empty()),
+        None => st.names.iter().find(|x| !x.v4.is_empty() && x.error.is_none()),
+    }
+    .ok_or_else(|| {
+        Message::new(
+            Exit::Unavailable,
+            format!("no allowlisted name with an IPv4 address to test{}", a.reach.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()),
+        )
+    })?;
+    let ip = IpAddr::V4(reach.v4[0]);
+    use probe::Probe::*;
+    let plan: Vec<(&'static str, probe::Probe, bool)> = vec![
+        ("blocked IPv4 address", Tcp(SocketAddr::new(a.blocked_v4, 443)), false),
+        ("blocked IPv6 address", Tcp(SocketAddr::new(a.blocked_v6, 443)), false),
+        ("other port on an allowlisted address", Tcp(SocketAddr::new(ip, 80)), false),
+        ("DNS to another resolver", Dns(SocketAddr::new(a.other_resolver, 53), reach.name.clone(), hickory_proto::rr::RecordType::A), false),
+        ("SSH to a non-GitHub host", Tcp(SocketAddr::new(ip, 22)), false),
+        ("allowlisted name reachable", Tcp(SocketAddr::new(ip, 443)), true),
+    ];
+    let probes: Vec<probe::Probe> = plan.iter().map(|p| p.1.clone()).collect();
+    let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
+    let mut failed = 0;
+    let mut out = std::io::stdout().lock();
+    for ((check, _, want_open), r) in plan.iter().zip(results) {
+        let pass = if *want_open {
+            r.verdict == probe::Verdict::Open
+        } else {
+            matches!(r.verdict, probe::Verdict::Refused | probe::Verdict::DnsRefused)
+        };
+        failed += usize::from(!pass);
+        let target = format!("{check}: {}", r.probe);
+        let rec = match (pass, want_open) {
+            (true, false) => Record::new(TOOL, "verify", &target, Outcome::Blocked, "egress-default-deny"),
+            (true, true) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "allowlist"),
+            (false, _) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "verify-failed").reason(&r.detail),
+        };
+        audit::append(&rec);
+        let c = Check {
+            check,
+            probe: r.probe,
+            expect: if *want_open { "open" } else { "refused" },
+            verdict: r.verdict,
+            detail: r.detail,
+            ms: r.ms,
+            pass,
+        };
+        if common.json {
+            output::json_line(&mut out, "check", &c).with_path("stdout")?;
+        } else if !output::is_quiet() {
+            writeln!(out, "{}  {:<38} {} ({}, {:.1} ms)", if pass { "ok  " } else { "FAIL" }, c.check, c.probe, c.detail, c.ms).with_path("stdout")?;
+        }
+    }
+    let total = t0.elapsed().as_secs_f64() * 1e3;
+    if common.json {
+        output::json_line(&mut out, "summary", &serde_json::json!({"checks": plan.len(), "failed": failed, "ms": total})).with_path("stdout")?;
+    }
+    if failed > 0 {
+        output::error(&format!("verify: {failed} of {} checks failed: the firewall leaks", plan.len()));
+        return Ok(Exit::No);
+    }
+    Ok(Exit::Ok)
+}

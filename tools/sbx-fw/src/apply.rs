@@ -72,9 +72,9 @@ pub fn has_ipv6() -> bool {
 
 /// Close everything in both families, as best we can. Used after a failure.
 pub fn block_everything() -> Result<(), ApplyError> {
-    let rules = crate::plan::block_all();
-    let v4 = tables_restore(Family::V4, &rules);
-    let v6 = if has_ipv6() { tables_restore(Family::V6, &rules) } else { Ok(()) };
+    use crate::plan::block_all;
+    let v4 = tables_restore(Family::V4, &block_all(Family::V4));
+    let v6 = if has_ipv6() { tables_restore(Family::V6, &block_all(Family::V6)) } else { Ok(()) };
     v4.and(v6)
 }
 

@@ -288,6 +288,13 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         Vec::new()
     };
     let mut list = Allowlist::build(net, &registries);
+    // The meta host must be answerable when init re-runs behind the filter.
+    if net.github
+        && let Some(h) = allowlist::url_host(&a.github_meta_url)
+        && let Ok(d) = h.parse()
+    {
+        list.push(d, Source::Github);
+    }
     if let Some(p) = &prev {
         for n in p.names.iter().filter(|n| n.source == "runtime") {
             if let Ok(d) = n.name.parse() {
@@ -505,11 +512,16 @@ fn start_filter(dir: &Path) -> Result<(), BoxError> {
         return Ok(());
     }
     let exe = std::env::current_exe().with_path("/proc/self/exe")?;
+    // Its diagnostics go to a log beside the state: an inherited stderr
+    // would keep our caller's pipe open for as long as the filter lives.
+    let log_path = dir.join("dns.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_path(&log_path)?;
     let mut child = Command::new(exe)
         .arg("dns")
         .env("SBX_FW_STATE_DIR", dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(log)
         .spawn()
         .map_err(|e| Message::new(Exit::OsErr, format!("cannot start the DNS filter: {e}")))?;
     let mut line = String::new();
@@ -681,7 +693,7 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
     writeln!(out, "refreshed     {}", st.refreshed_at).with_path("stdout")?;
     writeln!(out, "rules         {} IPv4, {} IPv6 in SBX-OUT", show(rules4), show(rules6)).with_path("stdout")?;
     for (s, n) in &sets {
-        writeln!(out, "set {s:<10}{} entries", show(*n)).with_path("stdout")?;
+        writeln!(out, "set {s:<10}    {} entries", show(*n)).with_path("stdout")?;
     }
     let ok = st.names.iter().filter(|n| n.error.is_none()).count();
     writeln!(out, "names         {} allowed, {ok} resolved at init or allow", st.allow.len()).with_path("stdout")?;

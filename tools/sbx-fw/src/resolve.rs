@@ -61,6 +61,7 @@ fn resolver(upstreams: &[IpAddr], timeout: Duration) -> Result<TokioResolver, St
     opts.use_hosts_file = ResolveHosts::Never;
     opts.cache_size = 0;
     opts.num_concurrent_reqs = upstreams.len().max(1);
+    opts.try_tcp_on_error = false;
     Resolver::builder_with_config(
         ResolverConfig::from_name_servers(servers),
         TokioRuntimeProvider::default(),
@@ -99,10 +100,14 @@ pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) ->
                 tasks.spawn(async move { (i, rt, r.lookup(fqdn.as_str(), rt).await) });
             }
         }
+        let mut done = vec![0u8; names.len()];
         let mut out: Vec<(Addresses, Option<Failure>)> =
             names.iter().map(|_| (Addresses::default(), None)).collect();
-        while let Some(joined) = tasks.join_next().await {
+        // One deadline for the lot: a silent server cannot stretch it.
+        let deadline = tokio::time::Instant::now() + timeout;
+        while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
             let Ok((i, _rt, res)) = joined else { continue };
+            done[i] += 1;
             let slot = &mut out[i];
             match res {
                 Ok(lookup) => {
@@ -124,10 +129,12 @@ pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) ->
                 }
             }
         }
+        tasks.abort_all();
         names
             .iter()
             .zip(out)
-            .map(|(n, (mut addrs, fail))| {
+            .enumerate()
+            .map(|(i, (n, (mut addrs, fail)))| {
                 addrs.v4.sort();
                 addrs.v4.dedup();
                 addrs.v6.sort();
@@ -137,7 +144,9 @@ pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) ->
                 let res = if !addrs.v4.is_empty() || !addrs.v6.is_empty() {
                     Ok(addrs)
                 } else {
-                    Err(fail.unwrap_or(Failure::NoAddress))
+                    Err(fail.unwrap_or_else(|| {
+                        if done[i] == 2 { Failure::NoAddress } else { Failure::Failed("timed out".into()) }
+                    }))
                 };
                 (n.clone(), res)
             })

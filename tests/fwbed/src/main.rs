@@ -1,0 +1,351 @@
+//! sbx-fwbed: a sealed network for testing sbx-fw, nothing leaves the machine.
+//!
+//!   <p>-sbx   the sandbox: 10.77.0.2/24, fd77::2/64, default route via the gateway;
+//!             resolv.conf (via /etc/netns) names 198.18.0.53
+//!   <p>-gw    gateway, host and "internet": bridge 10.77.0.1/24, fd77::1/64, and on
+//!             its loopback 198.18.0.0/15 and 2001:2::/48 addresses (benchmark ranges)
+//!   <p>-nb    a neighbour container: 10.77.0.3/24, fd77::3/64
+//!
+//! In the gateway: DNS with fixed records on 198.18.0.53 (the configured
+//! resolver) and 198.18.0.54 (an outside resolver); TLS on every address's
+//! 443 serving a GitHub-meta stand-in for meta.github.test (test CA in
+//! DIR/ca.pem); plain listeners on 22, 80, 8080 and UDP 443. The neighbour
+//! listens on 443 and 8080. Usage: `sbx-fwbed PREFIX DIR`; prints the bed as
+//! one JSON line when ready, tears everything down when stdin closes.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA, TXT};
+use hickory_proto::rr::{RData, Record, RecordType};
+
+const V4: &[(&str, &str)] = &[
+    ("allowed.test", "198.18.1.1"),
+    ("dup.test", "198.18.1.1"),
+    ("other.test", "198.18.1.2"),
+    ("x.wild.test", "198.18.1.3"),
+    ("blocked.test", "198.18.2.1"),
+    ("meta.github.test", "198.18.3.1"),
+    ("rebind.test", "10.77.0.1"),
+    ("rebind.test", "169.254.169.254"),
+];
+const V6: &[(&str, &str)] = &[("allowed.test", "2001:2::1:1"), ("blocked.test", "2001:2::2:1")];
+/// Queries for these names are never answered: a failed lookup.
+const SILENT: &[&str] = &["slow.test"];
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("run ip");
+    if !out.status.success() {
+        panic!("{}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+fn ns(name: &str, args: &[&str]) {
+    let mut v = vec!["ip", "netns", "exec", name];
+    v.extend_from_slice(args);
+    sh(&v);
+}
+
+fn enter(netns: &str) {
+    let f = std::fs::File::open(format!("/run/netns/{netns}")).expect("netns");
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+struct Names {
+    sbx: String,
+    gw: String,
+    nb: String,
+}
+
+fn setup(p: &str) -> Names {
+    let n = Names { sbx: format!("{p}-sbx"), gw: format!("{p}-gw"), nb: format!("{p}-nb") };
+    teardown(&n);
+    for x in [&n.sbx, &n.gw, &n.nb] {
+        sh(&["ip", "netns", "add", x]);
+        ns(x, &["ip", "link", "set", "lo", "up"]);
+    }
+    ns(&n.gw, &["ip", "link", "add", "br0", "type", "bridge"]);
+    ns(&n.gw, &["ip", "addr", "add", "10.77.0.1/24", "dev", "br0"]);
+    ns(&n.gw, &["ip", "-6", "addr", "add", "fd77::1/64", "dev", "br0", "nodad"]);
+    ns(&n.gw, &["ip", "link", "set", "br0", "up"]);
+    for a in ["198.18.0.53", "198.18.0.54", "198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.2.1", "198.18.3.1"] {
+        ns(&n.gw, &["ip", "addr", "add", &format!("{a}/32"), "dev", "lo"]);
+    }
+    for i in 1..=16 {
+        ns(&n.gw, &["ip", "addr", "add", &format!("198.18.5.{i}/32"), "dev", "lo"]);
+        ns(&n.gw, &["ip", "addr", "add", &format!("198.18.6.{i}/32"), "dev", "lo"]);
+    }
+    for a in ["2001:2::1:1", "2001:2::2:1", "2001:2::3:1"] {
+        ns(&n.gw, &["ip", "-6", "addr", "add", &format!("{a}/128"), "dev", "lo", "nodad"]);
+    }
+    for (x, addr4, addr6, veth) in [(&n.sbx, "10.77.0.2/24", "fd77::2/64", "vsbx"), (&n.nb, "10.77.0.3/24", "fd77::3/64", "vnb")] {
+        ns(&n.gw, &["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", x]);
+        ns(&n.gw, &["ip", "link", "set", veth, "master", "br0", "up"]);
+        ns(x, &["ip", "addr", "add", addr4, "dev", "eth0"]);
+        ns(x, &["ip", "-6", "addr", "add", addr6, "dev", "eth0", "nodad"]);
+        ns(x, &["ip", "link", "set", "eth0", "up"]);
+        ns(x, &["ip", "route", "add", "default", "via", "10.77.0.1"]);
+        ns(x, &["ip", "-6", "route", "add", "default", "via", "fd77::1"]);
+    }
+    let etc = PathBuf::from(format!("/etc/netns/{}", n.sbx));
+    std::fs::create_dir_all(&etc).expect("/etc/netns");
+    std::fs::write(etc.join("resolv.conf"), "nameserver 198.18.0.53\noptions ndots:0\n").expect("resolv.conf");
+    n
+}
+
+fn teardown(n: &Names) {
+    for x in [&n.sbx, &n.gw, &n.nb] {
+        // The DNS filter and anything else started inside go first.
+        if let Ok(o) = Command::new("ip").args(["netns", "pids", x]).output() {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                if let Ok(pid) = pid.parse::<i32>() {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", x]).output();
+    }
+    let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", n.sbx));
+}
+
+/// The fixed zone: built-in names get 198.18.5.N and 2001:2::5:N; rotate.test
+/// answers a new address on each query with TTL 1, like a CDN.
+struct Zone {
+    v4: HashMap<String, Vec<IpAddr>>,
+    rotate: AtomicU32,
+}
+
+impl Zone {
+    fn new() -> Self {
+        let mut v4: HashMap<String, Vec<IpAddr>> = HashMap::new();
+        let defaults = sbx_fw::allowlist::DEFAULT_NAMES.iter().filter(|n| !n.starts_with('*'));
+        for (i, name) in defaults.enumerate() {
+            let e = v4.entry((*name).to_owned()).or_default();
+            e.push(format!("198.18.5.{}", i + 1).parse().unwrap());
+            e.push(format!("2001:2::5:{}", i + 1).parse().unwrap());
+        }
+        for (n, a) in V4.iter().chain(V6) {
+            v4.entry((*n).to_owned()).or_default().push(a.parse().unwrap());
+        }
+        Self { v4, rotate: AtomicU32::new(0) }
+    }
+
+    fn answer(&self, q: &[u8]) -> Option<Vec<u8>> {
+        let m = Message::from_vec(q).ok()?;
+        let query = m.queries.first()?.clone();
+        let name = query.name.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+        if SILENT.contains(&name.as_str()) {
+            return None;
+        }
+        let mut r = Message::new(m.metadata.id, MessageType::Response, m.metadata.op_code);
+        r.metadata.recursion_desired = m.metadata.recursion_desired;
+        r.metadata.recursion_available = true;
+        r.add_query(query.clone());
+        let qt = query.query_type;
+        let rec = |d: RData, ttl: u32| Record::from_rdata(query.name.clone(), ttl, d);
+        if name.ends_with(".tunnel.test") {
+            if qt == RecordType::TXT {
+                r.add_answer(rec(RData::TXT(TXT::new(vec!["exfiltrated".into()])), 60));
+            }
+        } else if name == "rotate.test" {
+            if qt == RecordType::A {
+                let n = self.rotate.fetch_add(1, Ordering::Relaxed) % 16 + 1;
+                r.add_answer(rec(RData::A(A(format!("198.18.6.{n}").parse().unwrap())), 1));
+            }
+        } else if let Some(addrs) = self.v4.get(&name) {
+            for a in addrs {
+                match (a, qt) {
+                    (IpAddr::V4(v), RecordType::A) => r.add_answer(rec(RData::A(A(*v)), 300)),
+                    (IpAddr::V6(v), RecordType::AAAA) => r.add_answer(rec(RData::AAAA(AAAA(*v)), 300)),
+                    _ => &mut r,
+                };
+            }
+        } else {
+            r.metadata.response_code = ResponseCode::NXDomain;
+        }
+        r.to_vec().ok()
+    }
+}
+
+fn dns_server(gw: String, addr: &'static str, zone: Arc<Zone>) {
+    std::thread::spawn(move || {
+        enter(&gw);
+        let s = UdpSocket::bind(addr).expect("bind dns");
+        let mut buf = [0u8; 4096];
+        loop {
+            let Ok((n, from)) = s.recv_from(&mut buf) else { continue };
+            if let Some(a) = zone.answer(&buf[..n]) {
+                let _ = s.send_to(&a, from);
+            }
+        }
+    });
+}
+
+fn tcp_sink(netns: String, addr: SocketAddr) {
+    std::thread::spawn(move || {
+        enter(&netns);
+        let l = TcpListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut c = c;
+                let _ = c.set_read_timeout(Some(Duration::from_secs(30)));
+                let mut buf = [0u8; 1024];
+                // Echo, so a test can tell a live connection from a dead one.
+                while let Ok(n) = c.read(&mut buf) {
+                    if n == 0 || c.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn udp_echo(netns: String, addr: SocketAddr) {
+    std::thread::spawn(move || {
+        enter(&netns);
+        let s = UdpSocket::bind(addr).expect("bind udp");
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            let _ = s.send_to(&buf[..n], from);
+        }
+    });
+}
+
+fn meta_json() -> String {
+    let mut web = vec!["198.18.3.0/24".to_owned(), "2001:2::3:0/112".to_owned()];
+    // 48 more ranges, none adjacent, as GitHub publishes dozens.
+    web.extend((0..48).map(|i| format!("203.0.113.{}/32", 2 * i + 1)));
+    serde_json::json!({"verifiable_password_authentication": false, "web": web, "api": ["198.18.3.0/24"], "git": ["198.18.3.0/24", "2001:2::3:0/112"]}).to_string()
+}
+
+fn tls_server(gw: String, dir: &Path) {
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sbx-fwbed test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("ca");
+    let leaf_key = rcgen::KeyPair::generate().expect("key");
+    let leaf = rcgen::CertificateParams::new(vec!["meta.github.test".to_owned()])
+        .expect("params")
+        .signed_by(&leaf_key, &ca)
+        .expect("leaf");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("ca.pem");
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("tls versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).expect("key der"),
+            )
+            .expect("server config"),
+    );
+    let body = meta_json();
+    for addr in ["0.0.0.0:443", "[::]:443"] {
+        let (gw, config, body) = (gw.clone(), config.clone(), body.clone());
+        std::thread::spawn(move || {
+            enter(&gw);
+            let l = socket_v6only(addr);
+            for c in l.incoming().flatten() {
+                let (config, body) = (config.clone(), body.clone());
+                std::thread::spawn(move || {
+                    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                    let Ok(conn) = rustls::ServerConnection::new(config) else { return };
+                    let mut tls = rustls::StreamOwned::new(conn, c);
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = write!(
+                        tls,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = tls.flush();
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                });
+            }
+        });
+    }
+}
+
+/// std binds [::] dual-stack; a separate v4 listener needs v6only on the v6 one.
+fn socket_v6only(addr: &str) -> TcpListener {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage, bind, listen, setsockopt, socket, sockopt, Backlog};
+    let a: SocketAddr = addr.parse().unwrap();
+    let fam = if a.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
+    let fd = socket(fam, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).expect("socket");
+    setsockopt(&fd, sockopt::ReuseAddr, &true).expect("reuseaddr");
+    if a.is_ipv6() {
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true).expect("v6only");
+    }
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrStorage::from(a)).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    listen(&fd, Backlog::new(128).unwrap()).expect("listen");
+    TcpListener::from(fd)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 3 {
+        eprintln!("usage: sbx-fwbed PREFIX DIR");
+        std::process::exit(64);
+    }
+    let (prefix, dir) = (&args[1], PathBuf::from(&args[2]));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let n = setup(prefix);
+    let zone = Arc::new(Zone::new());
+    dns_server(n.gw.clone(), "198.18.0.53:53", zone.clone());
+    dns_server(n.gw.clone(), "198.18.0.54:53", zone);
+    tls_server(n.gw.clone(), &dir);
+    for port in [22, 80, 8080] {
+        tcp_sink_dual(&n.gw, port);
+    }
+    // Per address: a wildcard UDP socket would answer from another source.
+    for a in ["198.18.1.1", "198.18.2.1", "198.18.3.1"] {
+        udp_echo(n.gw.clone(), format!("{a}:443").parse().unwrap());
+    }
+    for port in [443, 8080] {
+        tcp_sink(n.nb.clone(), format!("10.77.0.3:{port}").parse().unwrap());
+        tcp_sink(n.nb.clone(), format!("[fd77::3]:{port}").parse().unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let bed = serde_json::json!({
+        "sandbox": n.sbx, "gateway": n.gw, "neighbour": n.nb,
+        "dir": dir, "ca": dir.join("ca.pem"),
+        "meta_url": "https://meta.github.test/meta",
+    });
+    println!("{bed}");
+    let _ = std::io::stdout().flush();
+    // Until the test (or bench) closes our stdin.
+    let mut line = String::new();
+    while std::io::stdin().lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+        line.clear();
+    }
+    teardown(&n);
+}
+
+fn tcp_sink_dual(netns: &str, port: u16) {
+    tcp_sink(netns.to_owned(), format!("0.0.0.0:{port}").parse().unwrap());
+    let ns6 = netns.to_owned();
+    std::thread::spawn(move || {
+        enter(&ns6);
+        let l = socket_v6only(&format!("[::]:{port}"));
+        for c in l.incoming().flatten() {
+            drop(c);
+        }
+    });
+}

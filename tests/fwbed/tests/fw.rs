@@ -1,0 +1,320 @@
+//! sbx-fw against real netfilter in the sealed bed (see src/main.rs). Each
+//! test makes its own namespaces, so they run in parallel. The attacks run
+//! as uid 1000 with an empty capability bounding set and no_new_privs, as
+//! the agent does in a container.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_e2e::{bin, is_root, prerequisite};
+use serde_json::Value;
+
+struct Bed {
+    child: Child,
+    sbx: String,
+    dir: tempfile::TempDir,
+}
+
+const CONFIG: &str = r#"
+[network]
+allow-domains = ["allowed.test", "dup.test", "rebind.test", "*.wild.test", "nx.test", "rotate.test"]
+registries = false
+"#;
+
+impl Bed {
+    fn new(prefix: &str) -> Option<Self> {
+        if !prerequisite(is_root(), "root (network namespaces)") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(bin("sbx-fwbed"))
+            .args([prefix, dir.path().to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("bed did not start: {line:?}"));
+        std::fs::write(dir.path().join("config.toml"), CONFIG).unwrap();
+        // The audit log is written by root and by the agent uid.
+        let log = dir.path().join("audit.jsonl");
+        std::fs::write(&log, "").unwrap();
+        Command::new("chmod").args(["0666"]).arg(&log).status().unwrap();
+        Some(Bed { child, sbx: v["sandbox"].as_str().unwrap().to_owned(), dir })
+    }
+
+    fn path(&self, f: &str) -> PathBuf {
+        self.dir.path().join(f)
+    }
+
+    fn config(&self, extra: &str) {
+        std::fs::write(self.path("config.toml"), format!("{CONFIG}{extra}")).unwrap();
+    }
+
+    /// sbx-fw in the sandbox namespace, as root, or as the agent.
+    fn fw(&self, agent: bool, args: &[&str]) -> Output {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.sbx]);
+        if agent {
+            c.args(["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]);
+        }
+        c.arg(bin("sbx-fw"))
+            .args(["--config", self.path("config.toml").to_str().unwrap()])
+            .args(args)
+            .env("SBX_FW_STATE_DIR", self.path("state"))
+            .env("SBX_FW_CACHE_DIR", self.path("cache"))
+            .env("SSL_CERT_FILE", self.path("ca.pem"))
+            .env("SBX_FW_GITHUB_META_URL", "https://meta.github.test/meta")
+            .env("SBX_AUDIT_LOG", self.path("audit.jsonl"))
+            .env_remove("GH_TOKEN");
+        c.output().unwrap()
+    }
+
+    fn init(&self) -> Output {
+        self.fw(false, &["init"])
+    }
+
+    fn ok(&self, agent: bool, args: &[&str]) -> String {
+        let o = self.fw(agent, args);
+        assert!(o.status.success(), "sbx-fw {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Verdicts of probes, keyed by probe text.
+    fn probe(&self, agent: bool, probes: &[&str]) -> Vec<(String, String)> {
+        let mut args = vec!["probe", "--json", "--timeout", "300"];
+        args.extend_from_slice(probes);
+        self.ok(agent, &args)
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (v["data"]["probe"].as_str().unwrap().to_owned(), v["data"]["verdict"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    }
+
+    fn audit(&self) -> String {
+        std::fs::read_to_string(self.path("audit.jsonl")).unwrap()
+    }
+
+    /// A thread inside the sandbox namespace (for long-lived connections).
+    fn connect(&self, addr: &str) -> TcpStream {
+        let (ns, addr) = (self.sbx.clone(), addr.to_owned());
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+            nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let s = TcpStream::connect(&addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            s
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn alive(s: &mut TcpStream) -> bool {
+    if s.write_all(b"ping").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 4];
+    matches!(s.read(&mut buf), Ok(4))
+}
+
+fn assert_verdicts(got: &[(String, String)], want: &str) {
+    for (p, v) in got {
+        let ok = match want {
+            "blocked" => v == "refused" || v == "dns-refused",
+            w => v == w,
+        };
+        assert!(ok, "{p}: {v}, expected {want}\nall: {got:#?}");
+    }
+}
+
+#[test]
+fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
+    let Some(bed) = Bed::new("fwa") else { return };
+    // Before init everything is open: the probes can tell open from refused.
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443", "tcp:10.77.0.3:443", "dns:198.18.0.54/x.tunnel.test/TXT"]), "open");
+    bed.ok(false, &["init"]);
+
+    let blocked = [
+        "tcp:198.18.2.1:443",        // a host not on the allowlist
+        "tcp:[2001:2::2:1]:443",     // the same over IPv6
+        "tcp:198.18.1.1:80",         // another port on an allowlisted address
+        "udp:198.18.1.1:443",        // another protocol (QUIC) to it
+        "tcp:198.18.1.1:22",         // SSH to a non-GitHub host
+        "tcp:10.77.0.1:8080",        // a port on the host/gateway
+        "tcp:[fd77::1]:8080",        // the gateway over IPv6
+        "tcp:10.77.0.3:443",         // a neighbour container
+        "tcp:[fd77::3]:443",
+        "tcp:169.254.169.254:80",    // cloud metadata
+        "tcp:10.77.0.1:443",         // what rebind.test resolves to
+        "dns:198.18.0.53/allowed.test",  // the upstream resolver, bypassing the filter
+        "dns:198.18.0.54/allowed.test",  // another resolver
+        "dns:127.0.0.53/x.tunnel.test/TXT", // tunnelling through the filter
+        "dns:127.0.0.53/blocked.test",
+        "raw",
+        "packet",
+    ];
+    assert_verdicts(&bed.probe(true, &blocked), "blocked");
+
+    // The allowlisted control passes, and names only the filter knows work.
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443", "tcp:[2001:2::1:1]:443", "tcp:198.18.3.1:22", "tcp:198.18.3.1:443"]), "open");
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/x.wild.test"]), "open");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.3:443"]), "open");
+
+    // Tampering as the agent fails and changes nothing.
+    for cmd in [&["iptables", "-P", "OUTPUT", "ACCEPT"][..], &["iptables", "-F"], &["ip6tables", "-F"], &["ipset", "flush", "sbx-allow4"]] {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &bed.sbx, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]);
+        assert!(!c.args(cmd).status().unwrap().success(), "{cmd:?} worked as the agent");
+    }
+    for args in [&["reset", "--yes"][..], &["allow", "blocked.test"], &["init"], &["status"]] {
+        let o = bed.fw(true, args);
+        assert_eq!(o.status.code(), Some(77), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("CAP_NET_ADMIN"));
+    }
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+
+    // What could be seen is in the audit log.
+    let log = bed.audit();
+    assert!(log.contains(r#""operation":"dns","target":"x.tunnel.test","result":"blocked","policy":"dns-filter""#), "{log}");
+    assert!(log.contains(r#""operation":"reset","target":"firewall","result":"blocked","policy":"net-admin""#), "{log}");
+
+    let v = bed.ok(true, &["verify", "--reach", "allowed.test", "--json"]);
+    assert!(v.contains(r#""failed":0"#), "{v}");
+    assert!(bed.audit().contains(r#""operation":"verify""#));
+}
+
+#[test]
+fn the_fail_open_triggers_end_closed() {
+    let Some(bed) = Bed::new("fwb") else { return };
+    // A required name that does not exist: abort, and a first run blocks everything.
+    bed.config("required = [\"nx.test\"]\n");
+    let o = bed.init();
+    assert_eq!(o.status.code(), Some(69), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("nx.test") && err.contains("all traffic is blocked"), "{err}");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443", "tcp:198.18.2.1:443", "dns:198.18.0.53/allowed.test", "tcp:10.77.0.3:443", "dns:127.0.0.53/allowed.test"]), "blocked");
+    // Root may still resolve, so the next init can recover; nothing else.
+    assert_verdicts(&bed.probe(false, &["tcp:198.18.1.1:443", "udp:198.18.1.1:443"]), "blocked");
+
+    // A required name whose lookup fails (no answer): the same.
+    bed.config("required = [\"slow.test\"]\n");
+    let o = bed.fw(false, &["init", "--timeout", "300"]);
+    assert_eq!(o.status.code(), Some(69));
+
+    // Duplicate addresses and an optional NXDOMAIN or failed lookup are
+    // warnings; the firewall goes up and is closed.
+    bed.config("");
+    std::fs::write(bed.path("config.toml"), CONFIG.replace("\"rotate.test\"", "\"rotate.test\", \"slow.test\"")).unwrap();
+    let o = bed.fw(false, &["init", "--timeout", "300"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("198.18.1.1 is shared by allowed.test and dup.test"), "{err}");
+    assert!(err.contains("nx.test: no such name"), "{err}");
+    assert!(err.contains("slow.test: lookup failed"), "{err}");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443", "tcp:10.77.0.1:443"]), "blocked");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443"]), "open");
+
+    // A failure on a running firewall keeps it as it was.
+    bed.config("required = [\"nx.test\"]\n");
+    let o = bed.init();
+    assert_eq!(o.status.code(), Some(69));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the previous firewall is unchanged"));
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443"]), "open");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+}
+
+#[test]
+fn rerun_is_fast_connections_survive_allow_and_old_ones_die() {
+    let Some(bed) = Bed::new("fwc") else { return };
+    // Opened before the firewall: one to a host that will be blocked, one
+    // to a GitHub range (allowed).
+    let mut doomed = bed.connect("198.18.2.1:80");
+    let mut github = bed.connect("198.18.3.1:22");
+    assert!(alive(&mut doomed) && alive(&mut github));
+    bed.ok(false, &["init"]);
+    assert!(!alive(&mut doomed), "a connection opened before init survived it");
+    assert!(alive(&mut github));
+
+    // Re-running on a locked namespace is quick and still closed.
+    let t = Instant::now();
+    bed.ok(false, &["init"]);
+    assert!(t.elapsed() < Duration::from_secs(1), "re-run took {:?}", t.elapsed());
+    assert!(alive(&mut github), "an allowed connection died in a re-run");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+
+    // allow: a new name becomes reachable, open connections stay.
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "blocked");
+    bed.ok(false, &["allow", "other.test"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443", "dns:127.0.0.53/other.test"]), "open");
+    assert!(alive(&mut github), "an allowed connection died in allow");
+    // deny takes it back.
+    bed.ok(false, &["deny", "other.test"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443", "dns:127.0.0.53/other.test"]), "blocked");
+    let log = bed.audit();
+    assert!(log.contains(r#""operation":"allow","target":"other.test","result":"allowed""#), "{log}");
+
+    let st: Value = serde_json::from_str(&bed.ok(false, &["status", "--json"])).unwrap();
+    assert_eq!(st["data"]["sets"]["sbx-gh4"], 49);
+    assert_eq!(st["data"]["dns_filter"]["running"], true);
+    assert_eq!(st["data"]["state"]["github"]["source"], "fetched");
+}
+
+#[test]
+fn github_ranges_come_from_the_cache_when_the_fetch_fails_else_github_stays_blocked() {
+    let Some(bed) = Bed::new("fwd") else { return };
+    let dead = ["init", "--github-meta-url", "https://meta.github.test:8443/meta", "--timeout", "500"];
+    // No fetch, no cache: GitHub stays blocked and init says so.
+    let o = bed.fw(false, &dead);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("GitHub stays blocked"));
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.3.1:22"]), "blocked");
+    // One good fetch fills the cache; a later failing one uses it.
+    bed.ok(false, &["init"]);
+    let o = bed.fw(false, &dead);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("GitHub ranges from the cache"));
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.3.1:22"]), "open");
+}
+
+#[test]
+fn the_dns_filter_follows_rotating_addresses() {
+    let Some(bed) = Bed::new("fwe") else { return };
+    bed.ok(false, &["init"]);
+    // rotate.test answers a new address (TTL 1) every time, like a CDN; each
+    // one handed out is reachable at once, one never handed out is not.
+    for _ in 0..3 {
+        let out = bed.ok(true, &["probe", "--json", "dns:127.0.0.53/rotate.test"]);
+        assert!(out.contains("with 1 answers"), "{out}");
+    }
+    let st: Value = serde_json::from_str(&bed.ok(false, &["status", "--json"])).unwrap();
+    let sets = &st["data"]["sets"];
+    assert!(sets["sbx-allow4"].as_u64().unwrap() >= 3, "{sets}");
+    // rotate.test was resolved once at init and three times since: .1 to .4.
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.6.1:443", "tcp:198.18.6.2:443", "tcp:198.18.6.3:443", "tcp:198.18.6.4:443"]), "open");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.6.9:443"]), "blocked");
+}
+
+#[test]
+fn dry_run_prints_everything_and_installs_nothing() {
+    let Some(bed) = Bed::new("fwf") else { return };
+    let out = bed.ok(false, &["init", "--dry-run"]);
+    assert!(out.contains("# iptables-restore\n*filter\n:INPUT DROP"), "{out}");
+    assert!(out.contains("add sbx-allow4-new 198.18.1.1"));
+    assert!(out.contains("-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set sbx-gh6 dst -j ACCEPT"));
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "open");
+    assert!(!bed.path("state/state.json").exists());
+}

@@ -590,3 +590,46 @@ fn doctor_and_log_answer() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("\"target\":\"A\""));
 }
+
+#[test]
+fn the_firewall_is_up_before_the_agent_runs() {
+    if !base_image() {
+        return;
+    }
+    let r = Repo::new("fw");
+    let o = r.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gateway = sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+        &r.container(),
+    ]));
+    // As the agent: the host, a TEST-NET address, Docker's resolver directly,
+    // a name not on the allowlist through the filter: all refused at once.
+    let probes = format!(
+        "sbx-fw probe --json tcp:{}:22 tcp:192.0.2.1:443 udp:192.0.2.1:443 dns:127.0.0.11/example.org dns:127.0.0.53/example.org raw",
+        gateway.trim()
+    );
+    let o = r.exec(&probes);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().count(), 6, "{out}");
+    for l in out.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let verdict = v["data"]["verdict"].as_str().unwrap();
+        assert!(verdict == "refused" || verdict == "dns-refused", "{l}");
+    }
+    // The agent cannot change or read the firewall; root (init) can.
+    let o = r.exec("sbx-fw status");
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    let resolv = r.exec("cat /etc/resolv.conf");
+    assert!(String::from_utf8_lossy(&resolv.stdout).contains("nameserver 127.0.0.53"));
+    let st =
+        sh(Command::new("docker").args(["exec", &r.container(), "sbx-fw", "status", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&st).unwrap();
+    assert_eq!(v["data"]["installed"], true, "{st}");
+    assert_eq!(v["data"]["dns_filter"]["running"], true, "{st}");
+    assert!(v["data"]["rules"]["ipv6"].as_u64().unwrap_or(0) > 0, "{st}");
+    let _ = r.run(&["rm"]);
+}

@@ -36,14 +36,24 @@ const V4: &[(&str, &str)] = &[
     ("rebind.test", "10.77.0.1"),
     ("rebind.test", "169.254.169.254"),
 ];
-const V6: &[(&str, &str)] = &[("allowed.test", "2001:2::1:1"), ("blocked.test", "2001:2::2:1")];
+const V6: &[(&str, &str)] = &[
+    ("allowed.test", "2001:2::1:1"),
+    ("blocked.test", "2001:2::2:1"),
+];
 /// Queries for these names are never answered: a failed lookup.
 const SILENT: &[&str] = &["slow.test"];
 
 fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("run ip");
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run ip");
     if !out.status.success() {
-        panic!("{}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        panic!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -65,7 +75,11 @@ struct Names {
 }
 
 fn setup(p: &str) -> Names {
-    let n = Names { sbx: format!("{p}-sbx"), gw: format!("{p}-gw"), nb: format!("{p}-nb") };
+    let n = Names {
+        sbx: format!("{p}-sbx"),
+        gw: format!("{p}-gw"),
+        nb: format!("{p}-nb"),
+    };
     teardown(&n);
     for x in [&n.sbx, &n.gw, &n.nb] {
         sh(&["ip", "netns", "add", x]);
@@ -73,30 +87,103 @@ fn setup(p: &str) -> Names {
     }
     ns(&n.gw, &["ip", "link", "add", "br0", "type", "bridge"]);
     ns(&n.gw, &["ip", "addr", "add", "10.77.0.1/24", "dev", "br0"]);
-    ns(&n.gw, &["ip", "-6", "addr", "add", "fd77::1/64", "dev", "br0", "nodad"]);
+    ns(
+        &n.gw,
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd77::1/64",
+            "dev",
+            "br0",
+            "nodad",
+        ],
+    );
     ns(&n.gw, &["ip", "link", "set", "br0", "up"]);
-    for a in ["198.18.0.53", "198.18.0.54", "198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.2.1", "198.18.3.1"] {
-        ns(&n.gw, &["ip", "addr", "add", &format!("{a}/32"), "dev", "lo"]);
+    for a in [
+        "198.18.0.53",
+        "198.18.0.54",
+        "198.18.1.1",
+        "198.18.1.2",
+        "198.18.1.3",
+        "198.18.2.1",
+        "198.18.3.1",
+    ] {
+        ns(
+            &n.gw,
+            &["ip", "addr", "add", &format!("{a}/32"), "dev", "lo"],
+        );
     }
     for i in 1..=16 {
-        ns(&n.gw, &["ip", "addr", "add", &format!("198.18.5.{i}/32"), "dev", "lo"]);
-        ns(&n.gw, &["ip", "addr", "add", &format!("198.18.6.{i}/32"), "dev", "lo"]);
+        ns(
+            &n.gw,
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("198.18.5.{i}/32"),
+                "dev",
+                "lo",
+            ],
+        );
+        ns(
+            &n.gw,
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("198.18.6.{i}/32"),
+                "dev",
+                "lo",
+            ],
+        );
     }
     for a in ["2001:2::1:1", "2001:2::2:1", "2001:2::3:1"] {
-        ns(&n.gw, &["ip", "-6", "addr", "add", &format!("{a}/128"), "dev", "lo", "nodad"]);
+        ns(
+            &n.gw,
+            &[
+                "ip",
+                "-6",
+                "addr",
+                "add",
+                &format!("{a}/128"),
+                "dev",
+                "lo",
+                "nodad",
+            ],
+        );
     }
-    for (x, addr4, addr6, veth) in [(&n.sbx, "10.77.0.2/24", "fd77::2/64", "vsbx"), (&n.nb, "10.77.0.3/24", "fd77::3/64", "vnb")] {
-        ns(&n.gw, &["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", x]);
+    for (x, addr4, addr6, veth) in [
+        (&n.sbx, "10.77.0.2/24", "fd77::2/64", "vsbx"),
+        (&n.nb, "10.77.0.3/24", "fd77::3/64", "vnb"),
+    ] {
+        ns(
+            &n.gw,
+            &[
+                "ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", x,
+            ],
+        );
         ns(&n.gw, &["ip", "link", "set", veth, "master", "br0", "up"]);
         ns(x, &["ip", "addr", "add", addr4, "dev", "eth0"]);
-        ns(x, &["ip", "-6", "addr", "add", addr6, "dev", "eth0", "nodad"]);
+        ns(
+            x,
+            &["ip", "-6", "addr", "add", addr6, "dev", "eth0", "nodad"],
+        );
         ns(x, &["ip", "link", "set", "eth0", "up"]);
         ns(x, &["ip", "route", "add", "default", "via", "10.77.0.1"]);
-        ns(x, &["ip", "-6", "route", "add", "default", "via", "fd77::1"]);
+        ns(
+            x,
+            &["ip", "-6", "route", "add", "default", "via", "fd77::1"],
+        );
     }
     let etc = PathBuf::from(format!("/etc/netns/{}", n.sbx));
     std::fs::create_dir_all(&etc).expect("/etc/netns");
-    std::fs::write(etc.join("resolv.conf"), "nameserver 198.18.0.53\noptions ndots:0\n").expect("resolv.conf");
+    std::fs::write(
+        etc.join("resolv.conf"),
+        "nameserver 198.18.0.53\noptions ndots:0\n",
+    )
+    .expect("resolv.conf");
     n
 }
 
@@ -106,7 +193,10 @@ fn teardown(n: &Names) {
         if let Ok(o) = Command::new("ip").args(["netns", "pids", x]).output() {
             for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
                 if let Ok(pid) = pid.parse::<i32>() {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
                 }
             }
         }
@@ -125,22 +215,33 @@ struct Zone {
 impl Zone {
     fn new() -> Self {
         let mut v4: HashMap<String, Vec<IpAddr>> = HashMap::new();
-        let defaults = sbx_fw::allowlist::DEFAULT_NAMES.iter().filter(|n| !n.starts_with('*'));
+        let defaults = sbx_fw::allowlist::DEFAULT_NAMES
+            .iter()
+            .filter(|n| !n.starts_with('*'));
         for (i, name) in defaults.enumerate() {
             let e = v4.entry((*name).to_owned()).or_default();
             e.push(format!("198.18.5.{}", i + 1).parse().unwrap());
             e.push(format!("2001:2::5:{}", i + 1).parse().unwrap());
         }
         for (n, a) in V4.iter().chain(V6) {
-            v4.entry((*n).to_owned()).or_default().push(a.parse().unwrap());
+            v4.entry((*n).to_owned())
+                .or_default()
+                .push(a.parse().unwrap());
         }
-        Self { v4, rotate: AtomicU32::new(0) }
+        Self {
+            v4,
+            rotate: AtomicU32::new(0),
+        }
     }
 
     fn answer(&self, q: &[u8]) -> Option<Vec<u8>> {
         let m = Message::from_vec(q).ok()?;
         let query = m.queries.first()?.clone();
-        let name = query.name.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+        let name = query
+            .name
+            .to_ascii()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
         if SILENT.contains(&name.as_str()) {
             return None;
         }
@@ -157,13 +258,18 @@ impl Zone {
         } else if name == "rotate.test" {
             if qt == RecordType::A {
                 let n = self.rotate.fetch_add(1, Ordering::Relaxed) % 16 + 1;
-                r.add_answer(rec(RData::A(A(format!("198.18.6.{n}").parse().unwrap())), 1));
+                r.add_answer(rec(
+                    RData::A(A(format!("198.18.6.{n}").parse().unwrap())),
+                    1,
+                ));
             }
         } else if let Some(addrs) = self.v4.get(&name) {
             for a in addrs {
                 match (a, qt) {
                     (IpAddr::V4(v), RecordType::A) => r.add_answer(rec(RData::A(A(*v)), 300)),
-                    (IpAddr::V6(v), RecordType::AAAA) => r.add_answer(rec(RData::AAAA(AAAA(*v)), 300)),
+                    (IpAddr::V6(v), RecordType::AAAA) => {
+                        r.add_answer(rec(RData::AAAA(AAAA(*v)), 300))
+                    }
                     _ => &mut r,
                 };
             }
@@ -180,7 +286,9 @@ fn dns_server(gw: String, addr: &'static str, zone: Arc<Zone>) {
         let s = UdpSocket::bind(addr).expect("bind dns");
         let mut buf = [0u8; 4096];
         loop {
-            let Ok((n, from)) = s.recv_from(&mut buf) else { continue };
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                continue;
+            };
             if let Some(a) = zone.answer(&buf[..n]) {
                 let _ = s.send_to(&a, from);
             }
@@ -230,7 +338,9 @@ fn tls_server(gw: String, dir: &Path) {
     let ca_key = rcgen::KeyPair::generate().expect("key");
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "sbx-fwbed test CA");
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "sbx-fwbed test CA");
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("ca");
     let leaf_key = rcgen::KeyPair::generate().expect("key");
     let leaf = rcgen::CertificateParams::new(vec!["meta.github.test".to_owned()])
@@ -239,15 +349,17 @@ fn tls_server(gw: String, dir: &Path) {
         .expect("leaf");
     std::fs::write(dir.join("ca.pem"), ca.pem()).expect("ca.pem");
     let config = Arc::new(
-        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("tls versions")
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![leaf.der().clone()],
-                rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).expect("key der"),
-            )
-            .expect("server config"),
+        rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("tls versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).expect("key der"),
+        )
+        .expect("server config"),
     );
     let body = meta_json();
     for addr in ["0.0.0.0:443", "[::]:443"] {
@@ -259,7 +371,9 @@ fn tls_server(gw: String, dir: &Path) {
                 let (config, body) = (config.clone(), body.clone());
                 std::thread::spawn(move || {
                     let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
-                    let Ok(conn) = rustls::ServerConnection::new(config) else { return };
+                    let Ok(conn) = rustls::ServerConnection::new(config) else {
+                        return;
+                    };
                     let mut tls = rustls::StreamOwned::new(conn, c);
                     let mut req = Vec::new();
                     let mut buf = [0u8; 1024];
@@ -285,15 +399,26 @@ fn tls_server(gw: String, dir: &Path) {
 
 /// std binds [::] dual-stack; a separate v4 listener needs v6only on the v6 one.
 fn socket_v6only(addr: &str) -> TcpListener {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage, bind, listen, setsockopt, socket, sockopt, Backlog};
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, bind, listen, setsockopt,
+        socket, sockopt,
+    };
     let a: SocketAddr = addr.parse().unwrap();
-    let fam = if a.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
+    let fam = if a.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
     let fd = socket(fam, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).expect("socket");
     setsockopt(&fd, sockopt::ReuseAddr, &true).expect("reuseaddr");
     if a.is_ipv6() {
         setsockopt(&fd, sockopt::Ipv6V6Only, &true).expect("v6only");
     }
-    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrStorage::from(a)).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(a),
+    )
+    .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
     listen(&fd, Backlog::new(128).unwrap()).expect("listen");
     TcpListener::from(fd)
 }
@@ -332,7 +457,11 @@ fn main() {
     let _ = std::io::stdout().flush();
     // Until the test (or bench) closes our stdin.
     let mut line = String::new();
-    while std::io::stdin().lock().read_line(&mut line).is_ok_and(|n| n > 0) {
+    while std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .is_ok_and(|n| n > 0)
+    {
         line.clear();
     }
     teardown(&n);

@@ -37,14 +37,25 @@ impl Bed {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let v: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("bed did not start: {line:?}"));
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v: Value =
+            serde_json::from_str(&line).unwrap_or_else(|_| panic!("bed did not start: {line:?}"));
         std::fs::write(dir.path().join("config.toml"), CONFIG).unwrap();
         // The audit log is written by root and by the agent uid.
         let log = dir.path().join("audit.jsonl");
         std::fs::write(&log, "").unwrap();
-        Command::new("chmod").args(["0666"]).arg(&log).status().unwrap();
-        Some(Bed { child, sbx: v["sandbox"].as_str().unwrap().to_owned(), dir })
+        Command::new("chmod")
+            .args(["0666"])
+            .arg(&log)
+            .status()
+            .unwrap();
+        Some(Bed {
+            child,
+            sbx: v["sandbox"].as_str().unwrap().to_owned(),
+            dir,
+        })
     }
 
     fn path(&self, f: &str) -> PathBuf {
@@ -60,7 +71,16 @@ impl Bed {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.sbx]);
         if agent {
-            c.args(["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]);
+            c.args([
+                "setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]);
         }
         c.arg(bin("sbx-fw"))
             .args(["--config", self.path("config.toml").to_str().unwrap()])
@@ -80,7 +100,11 @@ impl Bed {
 
     fn ok(&self, agent: bool, args: &[&str]) -> String {
         let o = self.fw(agent, args);
-        assert!(o.status.success(), "sbx-fw {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "sbx-fw {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
@@ -92,7 +116,10 @@ impl Bed {
             .lines()
             .map(|l| {
                 let v: Value = serde_json::from_str(l).unwrap();
-                (v["data"]["probe"].as_str().unwrap().to_owned(), v["data"]["verdict"].as_str().unwrap().to_owned())
+                (
+                    v["data"]["probe"].as_str().unwrap().to_owned(),
+                    v["data"]["verdict"].as_str().unwrap().to_owned(),
+                )
             })
             .collect()
     }
@@ -145,23 +172,33 @@ fn assert_verdicts(got: &[(String, String)], want: &str) {
 fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
     let Some(bed) = Bed::new("fwa") else { return };
     // Before init everything is open: the probes can tell open from refused.
-    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443", "tcp:10.77.0.3:443", "dns:198.18.0.54/x.tunnel.test/TXT"]), "open");
+    assert_verdicts(
+        &bed.probe(
+            true,
+            &[
+                "tcp:198.18.2.1:443",
+                "tcp:10.77.0.3:443",
+                "dns:198.18.0.54/x.tunnel.test/TXT",
+            ],
+        ),
+        "open",
+    );
     bed.ok(false, &["init"]);
 
     let blocked = [
-        "tcp:198.18.2.1:443",        // a host not on the allowlist
-        "tcp:[2001:2::2:1]:443",     // the same over IPv6
-        "tcp:198.18.1.1:80",         // another port on an allowlisted address
-        "udp:198.18.1.1:443",        // another protocol (QUIC) to it
-        "tcp:198.18.1.1:22",         // SSH to a non-GitHub host
-        "tcp:10.77.0.1:8080",        // a port on the host/gateway
-        "tcp:[fd77::1]:8080",        // the gateway over IPv6
-        "tcp:10.77.0.3:443",         // a neighbour container
+        "tcp:198.18.2.1:443",    // a host not on the allowlist
+        "tcp:[2001:2::2:1]:443", // the same over IPv6
+        "tcp:198.18.1.1:80",     // another port on an allowlisted address
+        "udp:198.18.1.1:443",    // another protocol (QUIC) to it
+        "tcp:198.18.1.1:22",     // SSH to a non-GitHub host
+        "tcp:10.77.0.1:8080",    // a port on the host/gateway
+        "tcp:[fd77::1]:8080",    // the gateway over IPv6
+        "tcp:10.77.0.3:443",     // a neighbour container
         "tcp:[fd77::3]:443",
-        "tcp:169.254.169.254:80",    // cloud metadata
-        "tcp:10.77.0.1:443",         // what rebind.test resolves to
-        "dns:198.18.0.53/allowed.test",  // the upstream resolver, bypassing the filter
-        "dns:198.18.0.54/allowed.test",  // another resolver
+        "tcp:169.254.169.254:80",           // cloud metadata
+        "tcp:10.77.0.1:443",                // what rebind.test resolves to
+        "dns:198.18.0.53/allowed.test",     // the upstream resolver, bypassing the filter
+        "dns:198.18.0.54/allowed.test",     // another resolver
         "dns:127.0.0.53/x.tunnel.test/TXT", // tunnelling through the filter
         "dns:127.0.0.53/blocked.test",
         "raw",
@@ -170,17 +207,53 @@ fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
     assert_verdicts(&bed.probe(true, &blocked), "blocked");
 
     // The allowlisted control passes, and names only the filter knows work.
-    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443", "tcp:[2001:2::1:1]:443", "tcp:198.18.3.1:22", "tcp:198.18.3.1:443"]), "open");
+    assert_verdicts(
+        &bed.probe(
+            true,
+            &[
+                "tcp:198.18.1.1:443",
+                "tcp:[2001:2::1:1]:443",
+                "tcp:198.18.3.1:22",
+                "tcp:198.18.3.1:443",
+            ],
+        ),
+        "open",
+    );
     assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/x.wild.test"]), "open");
     assert_verdicts(&bed.probe(true, &["tcp:198.18.1.3:443"]), "open");
 
     // Tampering as the agent fails and changes nothing.
-    for cmd in [&["iptables", "-P", "OUTPUT", "ACCEPT"][..], &["iptables", "-F"], &["ip6tables", "-F"], &["ipset", "flush", "sbx-allow4"]] {
+    for cmd in [
+        &["iptables", "-P", "OUTPUT", "ACCEPT"][..],
+        &["iptables", "-F"],
+        &["ip6tables", "-F"],
+        &["ipset", "flush", "sbx-allow4"],
+    ] {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &bed.sbx, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]);
-        assert!(!c.args(cmd).status().unwrap().success(), "{cmd:?} worked as the agent");
+        c.args([
+            "netns",
+            "exec",
+            &bed.sbx,
+            "setpriv",
+            "--reuid=1000",
+            "--regid=1000",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]);
+        assert!(
+            !c.args(cmd).status().unwrap().success(),
+            "{cmd:?} worked as the agent"
+        );
     }
-    for args in [&["reset", "--yes"][..], &["allow", "blocked.test"], &["init"], &["status"]] {
+    for args in [
+        &["reset", "--yes"][..],
+        &["allow", "blocked.test"],
+        &["init"],
+        &["status"],
+    ] {
         let o = bed.fw(true, args);
         assert_eq!(o.status.code(), Some(77), "{args:?}");
         assert!(String::from_utf8_lossy(&o.stderr).contains("CAP_NET_ADMIN"));
@@ -189,8 +262,18 @@ fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
 
     // What could be seen is in the audit log.
     let log = bed.audit();
-    assert!(log.contains(r#""operation":"dns","target":"x.tunnel.test","result":"blocked","policy":"dns-filter""#), "{log}");
-    assert!(log.contains(r#""operation":"reset","target":"firewall","result":"blocked","policy":"net-admin""#), "{log}");
+    assert!(
+        log.contains(
+            r#""operation":"dns","target":"x.tunnel.test","result":"blocked","policy":"dns-filter""#
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            r#""operation":"reset","target":"firewall","result":"blocked","policy":"net-admin""#
+        ),
+        "{log}"
+    );
 
     let v = bed.ok(true, &["verify", "--reach", "allowed.test", "--json"]);
     assert!(v.contains(r#""failed":0"#), "{v}");
@@ -203,12 +286,35 @@ fn the_fail_open_triggers_end_closed() {
     // A required name that does not exist: abort, and a first run blocks everything.
     bed.config("required = [\"nx.test\"]\n");
     let o = bed.init();
-    assert_eq!(o.status.code(), Some(69), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(69),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("nx.test") && err.contains("all traffic is blocked"), "{err}");
-    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443", "tcp:198.18.2.1:443", "dns:198.18.0.53/allowed.test", "tcp:10.77.0.3:443", "dns:127.0.0.53/allowed.test"]), "blocked");
+    assert!(
+        err.contains("nx.test") && err.contains("all traffic is blocked"),
+        "{err}"
+    );
+    assert_verdicts(
+        &bed.probe(
+            true,
+            &[
+                "tcp:198.18.1.1:443",
+                "tcp:198.18.2.1:443",
+                "dns:198.18.0.53/allowed.test",
+                "tcp:10.77.0.3:443",
+                "dns:127.0.0.53/allowed.test",
+            ],
+        ),
+        "blocked",
+    );
     // Root may still resolve, so the next init can recover; nothing else.
-    assert_verdicts(&bed.probe(false, &["tcp:198.18.1.1:443", "udp:198.18.1.1:443"]), "blocked");
+    assert_verdicts(
+        &bed.probe(false, &["tcp:198.18.1.1:443", "udp:198.18.1.1:443"]),
+        "blocked",
+    );
 
     // A required name whose lookup fails (no answer): the same.
     bed.config("required = [\"slow.test\"]\n");
@@ -218,14 +324,24 @@ fn the_fail_open_triggers_end_closed() {
     // Duplicate addresses and an optional NXDOMAIN or failed lookup are
     // warnings; the firewall goes up and is closed.
     bed.config("");
-    std::fs::write(bed.path("config.toml"), CONFIG.replace("\"rotate.test\"", "\"rotate.test\", \"slow.test\"")).unwrap();
+    std::fs::write(
+        bed.path("config.toml"),
+        CONFIG.replace("\"rotate.test\"", "\"rotate.test\", \"slow.test\""),
+    )
+    .unwrap();
     let o = bed.fw(false, &["init", "--timeout", "300"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("198.18.1.1 is shared by allowed.test and dup.test"), "{err}");
+    assert!(
+        err.contains("198.18.1.1 is shared by allowed.test and dup.test"),
+        "{err}"
+    );
     assert!(err.contains("nx.test: no such name"), "{err}");
     assert!(err.contains("slow.test: lookup failed"), "{err}");
-    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443", "tcp:10.77.0.1:443"]), "blocked");
+    assert_verdicts(
+        &bed.probe(true, &["tcp:198.18.2.1:443", "tcp:10.77.0.1:443"]),
+        "blocked",
+    );
     assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443"]), "open");
 
     // A failure on a running firewall keeps it as it was.
@@ -246,26 +362,42 @@ fn rerun_is_fast_connections_survive_allow_and_old_ones_die() {
     let mut github = bed.connect("198.18.3.1:22");
     assert!(alive(&mut doomed) && alive(&mut github));
     bed.ok(false, &["init"]);
-    assert!(!alive(&mut doomed), "a connection opened before init survived it");
+    assert!(
+        !alive(&mut doomed),
+        "a connection opened before init survived it"
+    );
     assert!(alive(&mut github));
 
     // Re-running on a locked namespace is quick and still closed.
     let t = Instant::now();
     bed.ok(false, &["init"]);
-    assert!(t.elapsed() < Duration::from_secs(1), "re-run took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "re-run took {:?}",
+        t.elapsed()
+    );
     assert!(alive(&mut github), "an allowed connection died in a re-run");
     assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
 
     // allow: a new name becomes reachable, open connections stay.
     assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "blocked");
     bed.ok(false, &["allow", "other.test"]);
-    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443", "dns:127.0.0.53/other.test"]), "open");
+    assert_verdicts(
+        &bed.probe(true, &["tcp:198.18.1.2:443", "dns:127.0.0.53/other.test"]),
+        "open",
+    );
     assert!(alive(&mut github), "an allowed connection died in allow");
     // deny takes it back.
     bed.ok(false, &["deny", "other.test"]);
-    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443", "dns:127.0.0.53/other.test"]), "blocked");
+    assert_verdicts(
+        &bed.probe(true, &["tcp:198.18.1.2:443", "dns:127.0.0.53/other.test"]),
+        "blocked",
+    );
     let log = bed.audit();
-    assert!(log.contains(r#""operation":"allow","target":"other.test","result":"allowed""#), "{log}");
+    assert!(
+        log.contains(r#""operation":"allow","target":"other.test","result":"allowed""#),
+        "{log}"
+    );
 
     let st: Value = serde_json::from_str(&bed.ok(false, &["status", "--json"])).unwrap();
     assert_eq!(st["data"]["sets"]["sbx-gh4"], 49);
@@ -276,7 +408,13 @@ fn rerun_is_fast_connections_survive_allow_and_old_ones_die() {
 #[test]
 fn github_ranges_come_from_the_cache_when_the_fetch_fails_else_github_stays_blocked() {
     let Some(bed) = Bed::new("fwd") else { return };
-    let dead = ["init", "--github-meta-url", "https://meta.github.test:8443/meta", "--timeout", "500"];
+    let dead = [
+        "init",
+        "--github-meta-url",
+        "https://meta.github.test:8443/meta",
+        "--timeout",
+        "500",
+    ];
     // No fetch, no cache: GitHub stays blocked and init says so.
     let o = bed.fw(false, &dead);
     assert!(o.status.success());
@@ -304,7 +442,18 @@ fn the_dns_filter_follows_rotating_addresses() {
     let sets = &st["data"]["sets"];
     assert!(sets["sbx-allow4"].as_u64().unwrap() >= 3, "{sets}");
     // rotate.test was resolved once at init and three times since: .1 to .4.
-    assert_verdicts(&bed.probe(true, &["tcp:198.18.6.1:443", "tcp:198.18.6.2:443", "tcp:198.18.6.3:443", "tcp:198.18.6.4:443"]), "open");
+    assert_verdicts(
+        &bed.probe(
+            true,
+            &[
+                "tcp:198.18.6.1:443",
+                "tcp:198.18.6.2:443",
+                "tcp:198.18.6.3:443",
+                "tcp:198.18.6.4:443",
+            ],
+        ),
+        "open",
+    );
     assert_verdicts(&bed.probe(true, &["tcp:198.18.6.9:443"]), "blocked");
 }
 
@@ -312,9 +461,14 @@ fn the_dns_filter_follows_rotating_addresses() {
 fn dry_run_prints_everything_and_installs_nothing() {
     let Some(bed) = Bed::new("fwf") else { return };
     let out = bed.ok(false, &["init", "--dry-run"]);
-    assert!(out.contains("# iptables-restore\n*filter\n:INPUT DROP"), "{out}");
+    assert!(
+        out.contains("# iptables-restore\n*filter\n:INPUT DROP"),
+        "{out}"
+    );
     assert!(out.contains("add sbx-allow4-new 198.18.1.1"));
-    assert!(out.contains("-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set sbx-gh6 dst -j ACCEPT"));
+    assert!(out.contains(
+        "-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set sbx-gh6 dst -j ACCEPT"
+    ));
     assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "open");
     assert!(!bed.path("state/state.json").exists());
 }

@@ -67,7 +67,10 @@ impl Allowlist {
     pub fn build(net: &Network, registries: &[String]) -> Self {
         let mut list = Self::default();
         for n in DEFAULT_NAMES {
-            list.push(n.parse().expect("built-in names are valid"), Source::Default);
+            list.push(
+                n.parse().expect("built-in names are valid"),
+                Source::Default,
+            );
         }
         for d in net.allow_domains.iter() {
             list.push(d.clone(), Source::Config);
@@ -97,7 +100,11 @@ impl Allowlist {
 
     pub fn push(&mut self, domain: Domain, source: Source) {
         if !self.entries.iter().any(|e| e.domain == domain) {
-            self.entries.push(Entry { domain, source, required: false });
+            self.entries.push(Entry {
+                domain,
+                source,
+                required: false,
+            });
         }
     }
 
@@ -132,7 +139,9 @@ pub fn domain_matches(d: &Domain, name: &str) -> bool {
 /// (the base image writes npm's effective registry into its global npmrc).
 pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     let mut hosts = BTreeSet::new();
-    let home = env("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let home = env("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"));
     let rel = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     let mut urls: Vec<String> = Vec::new();
 
@@ -171,7 +180,10 @@ pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<
                 let t = line.trim();
                 if let Some((k, v)) = t.split_once('=') {
                     let k = k.trim();
-                    continuing = matches!(k, "index-url" | "extra-index-url" | "find-links" | "trusted-host");
+                    continuing = matches!(
+                        k,
+                        "index-url" | "extra-index-url" | "find-links" | "trusted-host"
+                    );
                     if continuing {
                         urls.extend(v.split_whitespace().map(str::to_owned));
                     }
@@ -183,14 +195,21 @@ pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<
             }
         }
     }
-    for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST"] {
+    for var in [
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_FIND_LINKS",
+        "PIP_TRUSTED_HOST",
+    ] {
         if let Some(v) = env(var) {
             urls.extend(v.split_whitespace().map(str::to_owned));
         }
     }
 
     // cargo: `registry`, `index` and `dl`-bearing values in config.toml.
-    let cargo_home = env("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".cargo"));
+    let cargo_home = env("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cargo"));
     for f in [cargo_home.join("config.toml"), cargo_home.join("config")] {
         if let Ok(text) = fs::read_to_string(rel(&f))
             && let Ok(v) = text.parse::<toml::Table>()
@@ -207,8 +226,10 @@ pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<
     if let Ok(rd) = fs::read_dir(rel(Path::new("/etc/apt/sources.list.d"))) {
         for e in rd.flatten() {
             let p = e.path();
-            if matches!(p.extension().and_then(|x| x.to_str()), Some("list" | "sources"))
-                && let Ok(t) = fs::read_to_string(&p)
+            if matches!(
+                p.extension().and_then(|x| x.to_str()),
+                Some("list" | "sources")
+            ) && let Ok(t) = fs::read_to_string(&p)
             {
                 apt.push(t);
             }
@@ -312,8 +333,14 @@ mod tests {
 
     #[test]
     fn url_hosts() {
-        assert_eq!(url_host("https://mirror.corp:8443/npm/").as_deref(), Some("mirror.corp"));
-        assert_eq!(url_host("sparse+https://u:p@crates.corp/index/").as_deref(), Some("crates.corp"));
+        assert_eq!(
+            url_host("https://mirror.corp:8443/npm/").as_deref(),
+            Some("mirror.corp")
+        );
+        assert_eq!(
+            url_host("sparse+https://u:p@crates.corp/index/").as_deref(),
+            Some("crates.corp")
+        );
         assert_eq!(url_host("pypi.corp").as_deref(), Some("pypi.corp"));
         assert_eq!(url_host("file:///srv/repo"), None);
         assert_eq!(url_host("http://10.0.0.1/debian"), None);
@@ -327,11 +354,26 @@ mod tests {
             fs::create_dir_all(p.parent().unwrap()).unwrap();
             fs::write(p, t).unwrap();
         };
-        w("etc/npmrc", "registry=https://npm.corp.test/\n@acme:registry=https://acme.npm.test/\n");
-        w("etc/pip.conf", "[global]\nindex-url = https://pypi.corp.test/simple\nextra-index-url =\n  https://extra.pip.test/simple\n");
-        w("home/a/.cargo/config.toml", "[source.crates-io]\nreplace-with = \"corp\"\n[source.corp]\nregistry = \"sparse+https://cargo.corp.test/\"\n");
-        w("etc/apt/sources.list", "deb [signed-by=/x.gpg] http://deb.corp.test/debian bookworm main\n# deb http://ignored.test/ x\n");
-        w("etc/apt/sources.list.d/d.sources", "Types: deb\nURIs: https://sec.corp.test/debian-security\nSuites: x\n");
+        w(
+            "etc/npmrc",
+            "registry=https://npm.corp.test/\n@acme:registry=https://acme.npm.test/\n",
+        );
+        w(
+            "etc/pip.conf",
+            "[global]\nindex-url = https://pypi.corp.test/simple\nextra-index-url =\n  https://extra.pip.test/simple\n",
+        );
+        w(
+            "home/a/.cargo/config.toml",
+            "[source.crates-io]\nreplace-with = \"corp\"\n[source.corp]\nregistry = \"sparse+https://cargo.corp.test/\"\n",
+        );
+        w(
+            "etc/apt/sources.list",
+            "deb [signed-by=/x.gpg] http://deb.corp.test/debian bookworm main\n# deb http://ignored.test/ x\n",
+        );
+        w(
+            "etc/apt/sources.list.d/d.sources",
+            "Types: deb\nURIs: https://sec.corp.test/debian-security\nSuites: x\n",
+        );
         let env = |k: &str| match k {
             "HOME" => Some("/home/a".to_owned()),
             "PIP_INDEX_URL" => Some("https://env.pip.test/simple".to_owned()),
@@ -341,18 +383,30 @@ mod tests {
         assert_eq!(
             hosts,
             [
-                "acme.npm.test", "cargo.corp.test", "deb.corp.test", "env.pip.test",
-                "extra.pip.test", "npm.corp.test", "pypi.corp.test", "sec.corp.test"
+                "acme.npm.test",
+                "cargo.corp.test",
+                "deb.corp.test",
+                "env.pip.test",
+                "extra.pip.test",
+                "npm.corp.test",
+                "pypi.corp.test",
+                "sec.corp.test"
             ]
         );
     }
 
     #[test]
     fn required_names_are_marked() {
-        let mut net = Network::default();
-        net.required = sbx_core::config::Unique(vec![d("must.test")]);
+        let net = Network {
+            required: sbx_core::config::Unique(vec![d("must.test")]),
+            ..Default::default()
+        };
         let list = Allowlist::build(&net, &[]);
-        assert!(list.entries.iter().any(|e| e.domain.name == "must.test" && e.required));
+        assert!(
+            list.entries
+                .iter()
+                .any(|e| e.domain.name == "must.test" && e.required)
+        );
         assert!(list.matches("api.anthropic.com"));
         assert!(list.matches("o1.ingest.sentry.io"));
         assert!(list.matches("codeload.github.com"));

@@ -26,14 +26,24 @@ pub fn restore(program: &str, args: &[&str], input: &str) -> Result<(), ApplyErr
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| ApplyError(format!("cannot run {program}: {e} (install iptables and ipset)")))?;
+        .map_err(|e| {
+            ApplyError(format!(
+                "cannot run {program}: {e} (install iptables and ipset)"
+            ))
+        })?;
     let mut stdin = child.stdin.take().expect("piped");
     let wrote = stdin.write_all(input.as_bytes());
     drop(stdin);
-    let out = child.wait_with_output().map_err(|e| ApplyError(format!("{program}: {e}")))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| ApplyError(format!("{program}: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("failed").trim();
+        let first = err
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("failed")
+            .trim();
         return Err(ApplyError(format!("{program} {}: {first}", args.join(" "))));
     }
     wrote.map_err(|e| ApplyError(format!("{program}: {e}")))
@@ -74,7 +84,11 @@ pub fn has_ipv6() -> bool {
 pub fn block_everything() -> Result<(), ApplyError> {
     use crate::plan::block_all;
     let v4 = tables_restore(Family::V4, &block_all(Family::V4));
-    let v6 = if has_ipv6() { tables_restore(Family::V6, &block_all(Family::V6)) } else { Ok(()) };
+    let v6 = if has_ipv6() {
+        tables_restore(Family::V6, &block_all(Family::V6))
+    } else {
+        Ok(())
+    };
     v4.and(v6)
 }
 
@@ -102,8 +116,13 @@ pub fn flush_conntrack() -> Result<(), ApplyError> {
     msg.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel's
     msg.extend_from_slice(&[0, 0, 0, 0]); // nfgenmsg: AF_UNSPEC, v0, res_id 0
     use std::os::fd::AsRawFd;
-    sendto(fd.as_raw_fd(), &msg, &NetlinkAddr::new(0, 0), MsgFlags::empty())
-        .map_err(|e| err("send", e))?;
+    sendto(
+        fd.as_raw_fd(),
+        &msg,
+        &NetlinkAddr::new(0, 0),
+        MsgFlags::empty(),
+    )
+    .map_err(|e| err("send", e))?;
     let mut buf = [0u8; 256];
     let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|e| err("recv", e))?;
     if n >= 20 && u16::from_ne_bytes([buf[4], buf[5]]) == NLMSG_ERROR {
@@ -156,8 +175,14 @@ fn parse_route4(t: &str) -> Vec<IpNet> {
         if f.len() < 8 || f[0] == "lo" {
             continue;
         }
-        let hex = |s: &str| u32::from_str_radix(s, 16).ok().map(|v| Ipv4Addr::from(u32::from_be(v)));
-        let (Some(dst), Some(gw), Some(mask)) = (hex(f[1]), hex(f[2]), hex(f[7])) else { continue };
+        let hex = |s: &str| {
+            u32::from_str_radix(s, 16)
+                .ok()
+                .map(|v| Ipv4Addr::from(u32::from_be(v)))
+        };
+        let (Some(dst), Some(gw), Some(mask)) = (hex(f[1]), hex(f[2]), hex(f[7])) else {
+            continue;
+        };
         if !gw.is_unspecified() {
             out.push(IpNet::from(IpAddr::V4(gw)));
         }
@@ -178,7 +203,9 @@ fn parse_route6(t: &str) -> Vec<IpNet> {
             continue;
         }
         let addr = |s: &str| u128::from_str_radix(s, 16).ok().map(Ipv6Addr::from);
-        let (Some(dst), Ok(plen), Some(gw)) = (addr(f[0]), u8::from_str_radix(f[1], 16), addr(f[4])) else {
+        let (Some(dst), Ok(plen), Some(gw)) =
+            (addr(f[0]), u8::from_str_radix(f[1], 16), addr(f[4]))
+        else {
             continue;
         };
         if !gw.is_unspecified() {

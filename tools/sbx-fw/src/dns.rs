@@ -46,14 +46,21 @@ impl Filter {
     pub fn new(dir: &Path) -> Self {
         Self {
             dir: dir.to_owned(),
-            loaded: Mutex::new(Loaded { mtime: None, allow: Vec::new(), upstreams: Vec::new(), state: State::new() }),
+            loaded: Mutex::new(Loaded {
+                mtime: None,
+                allow: Vec::new(),
+                upstreams: Vec::new(),
+                state: State::new(),
+            }),
             refused: Mutex::new(HashMap::new()),
         }
     }
 
     /// Re-read the state file when it changed (init, allow, deny).
     fn refresh(&self) -> (Vec<Domain>, Vec<IpAddr>, State) {
-        let mtime = std::fs::metadata(state::path(&self.dir)).and_then(|m| m.modified()).ok();
+        let mtime = std::fs::metadata(state::path(&self.dir))
+            .and_then(|m| m.modified())
+            .ok();
         let mut l = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         if mtime != l.mtime {
             if let Ok(Some(s)) = State::load(&self.dir) {
@@ -72,7 +79,9 @@ impl Filter {
             Ok(m) => m,
             Err(_) if query.len() >= 2 => {
                 let id = u16::from_be_bytes([query[0], query[1]]);
-                return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr).to_vec().ok();
+                return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
+                    .to_vec()
+                    .ok();
             }
             Err(_) => return None,
         };
@@ -86,7 +95,11 @@ impl Filter {
         if msg.metadata.op_code != OpCode::Query || msg.queries.len() != 1 {
             return refuse(ResponseCode::Refused);
         }
-        let name = msg.queries[0].name.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+        let name = msg.queries[0]
+            .name
+            .to_ascii()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
         let (allow, upstreams, st) = self.refresh();
         if !allow.iter().any(|d| domain_matches(d, &name)) {
             self.audit_refusal(&name);
@@ -113,7 +126,9 @@ impl Filter {
             if !add.is_empty()
                 && let Err(e) = crate::apply::ipset_restore(&add)
             {
-                sbx_core::output::warn(&format!("DNS filter: cannot allow the addresses of {name}: {e}"));
+                sbx_core::output::warn(&format!(
+                    "DNS filter: cannot allow the addresses of {name}: {e}"
+                ));
                 return refuse(ResponseCode::ServFail);
             }
         }
@@ -123,7 +138,10 @@ impl Filter {
     fn audit_refusal(&self, name: &str) {
         let mut seen = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        if seen.get(name).is_some_and(|t| now.duration_since(*t) < AUDIT_EVERY) {
+        if seen
+            .get(name)
+            .is_some_and(|t| now.duration_since(*t) < AUDIT_EVERY)
+        {
             return;
         }
         seen.insert(name.to_owned(), now);
@@ -150,7 +168,11 @@ fn exchange(query: &[u8], upstream: IpAddr, tcp: bool) -> std::io::Result<Vec<u8
         s.write_all(&framed)?;
         read_framed(&mut s)
     } else {
-        let bind: SocketAddr = if upstream.is_ipv6() { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
+        let bind: SocketAddr = if upstream.is_ipv6() {
+            "[::]:0".parse().unwrap()
+        } else {
+            "0.0.0.0:0".parse().unwrap()
+        };
         let s = UdpSocket::bind(bind)?;
         s.connect(to)?;
         s.set_read_timeout(Some(UPSTREAM_TIMEOUT))?;
@@ -191,7 +213,9 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
                     let mut conn = conn;
                     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
                     while let Ok(q) = read_framed(&mut conn) {
-                        let Some(r) = filter.handle(&q, true) else { break };
+                        let Some(r) = filter.handle(&q, true) else {
+                            break;
+                        };
                         let mut framed = (r.len() as u16).to_be_bytes().to_vec();
                         framed.extend_from_slice(&r);
                         if conn.write_all(&framed).is_err() {

@@ -29,14 +29,17 @@ pub struct Ranges {
 
 /// Parse a meta document: the union of the wanted keys, aggregated.
 pub fn parse_meta(body: &str) -> Result<Vec<IpNet>, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
     let mut nets = Vec::new();
     for k in KEYS {
         let Some(list) = v.get(k) else { continue };
-        let list = list.as_array().ok_or_else(|| format!("\"{k}\" is not a list"))?;
+        let list = list
+            .as_array()
+            .ok_or_else(|| format!("\"{k}\" is not a list"))?;
         for item in list {
-            let s = item.as_str().ok_or_else(|| format!("\"{k}\" holds a non-string"))?;
+            let s = item
+                .as_str()
+                .ok_or_else(|| format!("\"{k}\" holds a non-string"))?;
             let net: IpNet = s
                 .parse()
                 .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
@@ -45,7 +48,10 @@ pub fn parse_meta(body: &str) -> Result<Vec<IpNet>, String> {
         }
     }
     if nets.is_empty() {
-        return Err(format!("none of {} present: not a GitHub meta document", KEYS.join(", ")));
+        return Err(format!(
+            "none of {} present: not a GitHub meta document",
+            KEYS.join(", ")
+        ));
     }
     Ok(IpNet::aggregate(&nets))
 }
@@ -65,9 +71,16 @@ fn root_certs(ca_file: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>, St
 }
 
 /// One GET with a total deadline; `GH_TOKEN` raises the rate limit.
-pub fn fetch(url: &str, ca_file: &Path, token: Option<&str>, timeout: Duration) -> Result<Vec<IpNet>, String> {
+pub fn fetch(
+    url: &str,
+    ca_file: &Path,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<Vec<IpNet>, String> {
     let tls = ureq::tls::TlsConfig::builder()
-        .root_certs(ureq::tls::RootCerts::Specific(Arc::new(root_certs(ca_file)?)))
+        .root_certs(ureq::tls::RootCerts::Specific(Arc::new(root_certs(
+            ca_file,
+        )?)))
         .build();
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .tls_config(tls)
@@ -76,7 +89,9 @@ pub fn fetch(url: &str, ca_file: &Path, token: Option<&str>, timeout: Duration) 
         .user_agent("sbx-fw")
         .build()
         .into();
-    let mut req = agent.get(url).header("Accept", "application/vnd.github+json");
+    let mut req = agent
+        .get(url)
+        .header("Accept", "application/vnd.github+json");
     if let Some(t) = token.filter(|t| !t.is_empty()) {
         req = req.header("Authorization", &format!("Bearer {t}"));
     }
@@ -111,13 +126,21 @@ pub fn store_cache(dir: &Path, r: &Ranges) -> std::io::Result<()> {
 }
 
 /// Fetch, else the cache, else nothing (GitHub stays blocked).
-pub fn ranges(url: &str, ca_file: &Path, token: Option<&str>, cache_dir: &Path, timeout: Duration) -> Ranges {
+pub fn ranges(
+    url: &str,
+    ca_file: &Path,
+    token: Option<&str>,
+    cache_dir: &Path,
+    timeout: Duration,
+) -> Ranges {
     match fetch(url, ca_file, token, timeout) {
         Ok(nets) => {
             let r = Ranges {
                 nets,
                 source: "fetched".into(),
-                fetched_at: Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
+                fetched_at: Some(
+                    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+                ),
                 error: None,
             };
             if let Err(e) = store_cache(cache_dir, &r) {
@@ -133,7 +156,12 @@ pub fn ranges(url: &str, ca_file: &Path, token: Option<&str>, cache_dir: &Path, 
                 r.error = Some(e);
                 r
             }
-            None => Ranges { nets: Vec::new(), source: "none".into(), fetched_at: None, error: Some(e) },
+            None => Ranges {
+                nets: Vec::new(),
+                source: "none".into(),
+                fetched_at: None,
+                error: Some(e),
+            },
         },
     }
 }
@@ -157,8 +185,16 @@ mod tests {
     #[test]
     fn bad_meta_is_refused_by_name() {
         assert!(parse_meta("<html>").unwrap_err().contains("not JSON"));
-        assert!(parse_meta(r#"{"web":["nope"]}"#).unwrap_err().contains("\"nope\""));
-        assert!(parse_meta(r#"{"message":"rate limited"}"#).unwrap_err().contains("not a GitHub meta"));
+        assert!(
+            parse_meta(r#"{"web":["nope"]}"#)
+                .unwrap_err()
+                .contains("\"nope\"")
+        );
+        assert!(
+            parse_meta(r#"{"message":"rate limited"}"#)
+                .unwrap_err()
+                .contains("not a GitHub meta")
+        );
     }
 
     #[test]

@@ -233,12 +233,16 @@ fn need_net_admin(op: &str) -> Result<(), BoxError> {
     );
     Err(Box::new(Message::new(
         Exit::Denied,
-        format!("{op}: needs CAP_NET_ADMIN (run as root in the container's init, not as the agent)"),
+        format!(
+            "{op}: needs CAP_NET_ADMIN (run as root in the container's init, not as the agent)"
+        ),
     )))
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default))
 }
 
 fn now() -> String {
@@ -251,7 +255,14 @@ fn inbound_ports(cfg: &config::Config) -> Vec<u16> {
         .ports
         .iter()
         .filter(|p| !p.text.ends_with("/udp"))
-        .filter_map(|p| p.text.trim_end_matches("/tcp").rsplit(':').next()?.parse().ok())
+        .filter_map(|p| {
+            p.text
+                .trim_end_matches("/tcp")
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect()
 }
 
@@ -279,7 +290,10 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         _ => (resolve::nameservers(&resolv), Some(resolv.clone())),
     };
     if upstreams.is_empty() {
-        return fail(a.dry_run, format!("{RESOLV_CONF} names no nameserver: nothing to resolve the allowlist with"));
+        return fail(
+            a.dry_run,
+            format!("{RESOLV_CONF} names no nameserver: nothing to resolve the allowlist with"),
+        );
     }
 
     let registries = if net.registries {
@@ -316,7 +330,9 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         let gh = net.github.then(|| {
             let url = a.github_meta_url.clone();
             s.spawn(move || {
-                let token = std::env::var("GH_TOKEN").or_else(|_| std::env::var("GITHUB_TOKEN")).ok();
+                let token = std::env::var("GH_TOKEN")
+                    .or_else(|_| std::env::var("GITHUB_TOKEN"))
+                    .ok();
                 github::ranges(
                     &url,
                     &env_path("SSL_CERT_FILE", DEFAULT_CA),
@@ -329,7 +345,11 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         let outcomes = resolve::resolve_all(&upstreams, &names, timeout);
         (outcomes, gh.map(|h| h.join().expect("github thread")))
     });
-    output::debug(&format!("resolved {} names in {:?}", names.len(), t0.elapsed()));
+    output::debug(&format!(
+        "resolved {} names in {:?}",
+        names.len(),
+        t0.elapsed()
+    ));
 
     let mut st = State::new();
     let mut fatal = Vec::new();
@@ -342,13 +362,26 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         ..Plan::default()
     };
     for (name, res) in &outcomes {
-        let entry = list.entries.iter().find(|e| e.domain.name == *name && !e.domain.wildcard).expect("listed");
-        let source = serde_json::to_value(entry.source).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+        let entry = list
+            .entries
+            .iter()
+            .find(|e| e.domain.name == *name && !e.domain.wildcard)
+            .expect("listed");
+        let source = serde_json::to_value(entry.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
         match res {
             Ok(addrs) => {
-                for ip in addrs.v4.iter().map(|a| IpAddr::V4(*a)).chain(addrs.v6.iter().map(|a| IpAddr::V6(*a))) {
+                for ip in addrs
+                    .v4
+                    .iter()
+                    .map(|a| IpAddr::V4(*a))
+                    .chain(addrs.v6.iter().map(|a| IpAddr::V6(*a)))
+                {
                     if let Some(first) = owner.get(&ip) {
-                        st.warnings.push(format!("{ip} is shared by {first} and {name}"));
+                        st.warnings
+                            .push(format!("{ip} is shared by {first} and {name}"));
                     } else {
                         owner.insert(ip, name.clone());
                         match ip {
@@ -357,7 +390,13 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
                         }
                     }
                 }
-                st.names.push(state::Name { name: name.clone(), source, v4: addrs.v4.clone(), v6: addrs.v6.clone(), error: None });
+                st.names.push(state::Name {
+                    name: name.clone(),
+                    source,
+                    v4: addrs.v4.clone(),
+                    v6: addrs.v6.clone(),
+                    error: None,
+                });
             }
             Err(f) => {
                 if entry.required {
@@ -365,7 +404,12 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
                 } else {
                     st.warnings.push(format!("{name}: {f}; left out"));
                 }
-                st.names.push(state::Name { name: name.clone(), source, error: Some(f.to_string()), ..Default::default() });
+                st.names.push(state::Name {
+                    name: name.clone(),
+                    source,
+                    error: Some(f.to_string()),
+                    ..Default::default()
+                });
             }
         }
     }
@@ -392,7 +436,10 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         output::warn(w);
     }
     if !fatal.is_empty() {
-        return fail(a.dry_run, format!("required name failed: {}", fatal.join("; ")));
+        return fail(
+            a.dry_run,
+            format!("required name failed: {}", fatal.join("; ")),
+        );
     }
 
     if a.dry_run {
@@ -425,8 +472,15 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
     };
     if let Err(e) = commit() {
         let closed = apply::block_everything();
-        let how = if closed.is_ok() { "all traffic is blocked" } else { "and blocking everything failed too" };
-        return Err(Box::new(Message::new(Exit::Unavailable, format!("{e}; {how}"))));
+        let how = if closed.is_ok() {
+            "all traffic is blocked"
+        } else {
+            "and blocking everything failed too"
+        };
+        return Err(Box::new(Message::new(
+            Exit::Unavailable,
+            format!("{e}; {how}"),
+        )));
     }
 
     let mut allow: Vec<String> = list.entries.iter().map(|e| e.domain.to_string()).collect();
@@ -437,7 +491,8 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
     st.resolv_conf_original = original;
     st.installed_at = now();
     st.refreshed_at = st.installed_at.clone();
-    st.store(dir).map_err(|e| Message::new(Exit::IoErr, format!("{}: {e}", state::path(dir).display())))?;
+    st.store(dir)
+        .map_err(|e| Message::new(Exit::IoErr, format!("{}: {e}", state::path(dir).display())))?;
 
     if !a.no_dns_filter {
         start_filter(dir)?;
@@ -451,7 +506,11 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         plan.allow4.len(),
         plan.allow6.len(),
         plan.github.len(),
-        if st.github.enabled { st.github.source.as_str() } else { "off" },
+        if st.github.enabled {
+            st.github.source.as_str()
+        } else {
+            "off"
+        },
         t0.elapsed()
     ));
     Ok(Exit::Ok)
@@ -472,23 +531,35 @@ fn fail(dry_run: bool, msg: String) -> Result<Exit, BoxError> {
             Err(e) => format!("and blocking everything failed too: {e}"),
         }
     };
-    audit::append(&Record::new(TOOL, "init", "firewall", Outcome::Blocked, "fail-closed").reason(&msg));
-    Err(Box::new(Message::new(Exit::Unavailable, format!("{msg}; {how}"))))
+    audit::append(
+        &Record::new(TOOL, "init", "firewall", Outcome::Blocked, "fail-closed").reason(&msg),
+    );
+    Err(Box::new(Message::new(
+        Exit::Unavailable,
+        format!("{msg}; {how}"),
+    )))
 }
 
 fn open_everything(a: &InitArgs, dir: &Path, cfg: &str) -> Result<Exit, BoxError> {
-    output::warn(&format!("allow-external = true in {cfg}: THE FIREWALL IS OFF, the sandbox can reach any host"));
+    output::warn(&format!(
+        "allow-external = true in {cfg}: THE FIREWALL IS OFF, the sandbox can reach any host"
+    ));
     if a.dry_run {
-        println!("# iptables-restore and ip6tables-restore\n{}", plan::open_all());
+        println!(
+            "# iptables-restore and ip6tables-restore\n{}",
+            plan::open_all()
+        );
         return Ok(Exit::Ok);
     }
     audit::append(
         &Record::new(TOOL, "init", "firewall", Outcome::Passed, "allow-external")
             .reason("allow-external = true: no egress filtering"),
     );
-    apply::tables_restore(Family::V4, &plan::open_all()).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    apply::tables_restore(Family::V4, &plan::open_all())
+        .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
     if apply::has_ipv6() {
-        apply::tables_restore(Family::V6, &plan::open_all()).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        apply::tables_restore(Family::V6, &plan::open_all())
+            .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
     }
     let mut st = State::new();
     st.open = true;
@@ -499,10 +570,15 @@ fn open_everything(a: &InitArgs, dir: &Path, cfg: &str) -> Result<Exit, BoxError
 }
 
 fn filter_pid(dir: &Path) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(dir.join("dns.pid")).ok()?.trim().parse().ok()?;
+    let pid: u32 = std::fs::read_to_string(dir.join("dns.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    let is_ours = args.first().is_some_and(|a| a.ends_with(b"sbx-fw")) && args.iter().any(|a| *a == b"dns");
+    let is_ours =
+        args.first().is_some_and(|a| a.ends_with(b"sbx-fw")) && args.iter().any(|a| *a == b"dns");
     is_ours.then_some(pid)
 }
 
@@ -515,7 +591,11 @@ fn start_filter(dir: &Path) -> Result<(), BoxError> {
     // Its diagnostics go to a log beside the state: an inherited stderr
     // would keep our caller's pipe open for as long as the filter lives.
     let log_path = dir.join("dns.log");
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_path(&log_path)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_path(&log_path)?;
     let mut child = Command::new(exe)
         .arg("dns")
         .env("SBX_FW_STATE_DIR", dir)
@@ -534,19 +614,27 @@ fn start_filter(dir: &Path) -> Result<(), BoxError> {
             "the DNS filter did not start (is 127.0.0.53:53 taken?); the firewall is installed and DNS is closed",
         )));
     }
-    std::fs::write(dir.join("dns.pid"), format!("{}\n", child.id())).with_path(dir.join("dns.pid"))?;
+    std::fs::write(dir.join("dns.pid"), format!("{}\n", child.id()))
+        .with_path(dir.join("dns.pid"))?;
     Ok(())
 }
 
 /// Point resolv.conf at the filter, in place: it is a bind mount in Docker
 /// and under `ip netns exec`, so it cannot be renamed over.
 fn point_resolv_conf(old: &str) -> Result<(), BoxError> {
-    let mut text = format!("{RESOLV_MARK}; the original is kept in the state file\nnameserver {}\n", plan::FILTER_ADDR);
-    for l in old.lines().filter(|l| l.starts_with("options") || l.starts_with("search")) {
+    let mut text = format!(
+        "{RESOLV_MARK}; the original is kept in the state file\nnameserver {}\n",
+        plan::FILTER_ADDR
+    );
+    for l in old
+        .lines()
+        .filter(|l| l.starts_with("options") || l.starts_with("search"))
+    {
         text.push_str(l);
         text.push('\n');
     }
-    std::fs::write(RESOLV_CONF, text).map_err(|e| Message::new(Exit::IoErr, format!("{RESOLV_CONF}: {e}")))?;
+    std::fs::write(RESOLV_CONF, text)
+        .map_err(|e| Message::new(Exit::IoErr, format!("{RESOLV_CONF}: {e}")))?;
     Ok(())
 }
 
@@ -555,7 +643,10 @@ fn load_state(dir: &Path) -> Result<State, BoxError> {
         Ok(Some(s)) => Ok(s),
         Ok(None) => Err(Box::new(Message::new(
             Exit::Unavailable,
-            format!("no firewall state in {}: run `sbx-fw init` first", dir.display()),
+            format!(
+                "no firewall state in {}: run `sbx-fw init` first",
+                dir.display()
+            ),
         ))),
         Err(e) => Err(Box::new(Message::new(Exit::DataErr, e))),
     }
@@ -563,7 +654,10 @@ fn load_state(dir: &Path) -> Result<State, BoxError> {
 
 fn parse_domains(raw: &[String]) -> Result<Vec<Domain>, BoxError> {
     raw.iter()
-        .map(|d| d.parse::<Domain>().map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError))
+        .map(|d| {
+            d.parse::<Domain>()
+                .map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError)
+        })
         .collect()
 }
 
@@ -571,11 +665,18 @@ fn allow(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
     need_net_admin("allow")?;
     let domains = parse_domains(&a.domains)?;
     let mut st = load_state(dir)?;
-    let exact: Vec<String> = domains.iter().filter(|d| !d.wildcard).map(|d| d.name.clone()).collect();
+    let exact: Vec<String> = domains
+        .iter()
+        .filter(|d| !d.wildcard)
+        .map(|d| d.name.clone())
+        .collect();
     let outcomes = resolve::resolve_all(&st.upstreams, &exact, Duration::from_secs(3));
     // All or nothing: one unresolvable name changes nothing.
     if let Some((n, Err(f))) = outcomes.iter().find(|(_, r)| r.is_err()) {
-        return Err(Box::new(Message::new(Exit::Unavailable, format!("{n}: {f}; nothing was changed"))));
+        return Err(Box::new(Message::new(
+            Exit::Unavailable,
+            format!("{n}: {f}; nothing was changed"),
+        )));
     }
     let mut script = String::new();
     for (name, res) in &outcomes {
@@ -601,7 +702,13 @@ fn allow(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
         if !st.allow.contains(&s) {
             st.allow.push(s.clone());
         }
-        audit::append(&Record::new(TOOL, "allow", &s, Outcome::Allowed, "runtime-allow"));
+        audit::append(&Record::new(
+            TOOL,
+            "allow",
+            &s,
+            Outcome::Allowed,
+            "runtime-allow",
+        ));
     }
     st.refreshed_at = now();
     st.store(dir).with_path(state::path(dir))?;
@@ -616,7 +723,11 @@ fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
     for d in &domains {
         let s = d.to_string();
         st.allow.retain(|x| *x != s);
-        if let Some(pos) = st.names.iter().position(|n| n.name == d.name && !d.wildcard) {
+        if let Some(pos) = st
+            .names
+            .iter()
+            .position(|n| n.name == d.name && !d.wildcard)
+        {
             let gone = st.names.remove(pos);
             // Keep addresses another allowed name still resolves to.
             for v in gone.v4.iter().filter(|v| !st.is_permanent(IpAddr::V4(**v))) {
@@ -626,7 +737,13 @@ fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
                 script.push_str(&format!("del {} {v}\n", plan::SET_ALLOW6));
             }
         }
-        audit::append(&Record::new(TOOL, "deny", &s, Outcome::Blocked, "runtime-deny"));
+        audit::append(&Record::new(
+            TOOL,
+            "deny",
+            &s,
+            Outcome::Blocked,
+            "runtime-deny",
+        ));
     }
     if !script.is_empty() {
         apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
@@ -646,9 +763,10 @@ fn set_sizes() -> BTreeMap<String, Option<usize>> {
             .ok()
             .filter(|o| o.status.success())
             .and_then(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Number of entries:").and_then(|n| n.trim().parse().ok()))
+                String::from_utf8_lossy(&o.stdout).lines().find_map(|l| {
+                    l.strip_prefix("Number of entries:")
+                        .and_then(|n| n.trim().parse().ok())
+                })
             });
         out.insert(s.to_owned(), n);
     }
@@ -656,8 +774,17 @@ fn set_sizes() -> BTreeMap<String, Option<usize>> {
 }
 
 fn rule_count(prog: &str) -> Option<usize> {
-    let o = Command::new(prog).args(["--wait", "-S", "SBX-OUT"]).stderr(Stdio::null()).output().ok()?;
-    o.status.success().then(|| String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("-A")).count())
+    let o = Command::new(prog)
+        .args(["--wait", "-S", "SBX-OUT"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    o.status.success().then(|| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("-A"))
+            .count()
+    })
 }
 
 fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
@@ -665,7 +792,11 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
     let st = State::load(dir).map_err(|e| Message::new(Exit::DataErr, e))?;
     let sets = set_sizes();
     let rules4 = rule_count("iptables");
-    let rules6 = if apply::has_ipv6() { rule_count("ip6tables") } else { None };
+    let rules6 = if apply::has_ipv6() {
+        rule_count("ip6tables")
+    } else {
+        None
+    };
     let filter = filter_pid(dir);
     let mut out = std::io::stdout().lock();
     if common.json {
@@ -681,27 +812,58 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
         return Ok(Exit::Ok);
     }
     let Some(st) = st else {
-        writeln!(out, "not initialized (no {}); rules: {}", state::path(dir).display(), rules4.map_or("none".into(), |n| n.to_string())).with_path("stdout")?;
+        writeln!(
+            out,
+            "not initialized (no {}); rules: {}",
+            state::path(dir).display(),
+            rules4.map_or("none".into(), |n| n.to_string())
+        )
+        .with_path("stdout")?;
         return Ok(Exit::Ok);
     };
     if st.open {
-        writeln!(out, "OPEN: allow-external = true, no filtering (since {})", st.installed_at).with_path("stdout")?;
+        writeln!(
+            out,
+            "OPEN: allow-external = true, no filtering (since {})",
+            st.installed_at
+        )
+        .with_path("stdout")?;
         return Ok(Exit::Ok);
     }
     let show = |n: Option<usize>| n.map_or("missing".to_owned(), |n| n.to_string());
     writeln!(out, "installed     {}", st.installed_at).with_path("stdout")?;
     writeln!(out, "refreshed     {}", st.refreshed_at).with_path("stdout")?;
-    writeln!(out, "rules         {} IPv4, {} IPv6 in SBX-OUT", show(rules4), show(rules6)).with_path("stdout")?;
+    writeln!(
+        out,
+        "rules         {} IPv4, {} IPv6 in SBX-OUT",
+        show(rules4),
+        show(rules6)
+    )
+    .with_path("stdout")?;
     for (s, n) in &sets {
         writeln!(out, "set {s:<10}    {} entries", show(*n)).with_path("stdout")?;
     }
     let ok = st.names.iter().filter(|n| n.error.is_none()).count();
-    writeln!(out, "names         {} allowed, {ok} resolved at init or allow", st.allow.len()).with_path("stdout")?;
+    writeln!(
+        out,
+        "names         {} allowed, {ok} resolved at init or allow",
+        st.allow.len()
+    )
+    .with_path("stdout")?;
     writeln!(
         out,
         "github        {}",
         if st.github.enabled {
-            format!("{} ranges ({}{})", st.github.ranges, st.github.source, st.github.fetched_at.as_deref().map(|t| format!(", fetched {t}")).unwrap_or_default())
+            format!(
+                "{} ranges ({}{})",
+                st.github.ranges,
+                st.github.source,
+                st.github
+                    .fetched_at
+                    .as_deref()
+                    .map(|t| format!(", fetched {t}"))
+                    .unwrap_or_default()
+            )
         } else {
             "off".into()
         }
@@ -733,12 +895,19 @@ fn reset(a: &ResetArgs, dir: &Path) -> Result<Exit, BoxError> {
     let open = plan::open_all();
     apply::tables_restore(Family::V4, &open).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
     if apply::has_ipv6() {
-        apply::tables_restore(Family::V6, &open).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        apply::tables_restore(Family::V6, &open)
+            .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
     }
-    let destroy: String = plan::SETS.iter().map(|s| format!("destroy {s}\n")).collect();
+    let destroy: String = plan::SETS
+        .iter()
+        .map(|s| format!("destroy {s}\n"))
+        .collect();
     let _ = apply::ipset_restore(&destroy);
     if let Some(pid) = filter_pid(dir) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
     }
     if let Ok(Some(st)) = State::load(dir)
         && let Some(orig) = st.resolv_conf_original
@@ -749,7 +918,8 @@ fn reset(a: &ResetArgs, dir: &Path) -> Result<Exit, BoxError> {
     let _ = std::fs::remove_file(state::path(dir));
     let _ = std::fs::remove_file(dir.join("dns.pid"));
     audit::append(
-        &Record::new(TOOL, "reset", "firewall", Outcome::Passed, "reset").reason("firewall removed by sbx-fw reset --yes"),
+        &Record::new(TOOL, "reset", "firewall", Outcome::Passed, "reset")
+            .reason("firewall removed by sbx-fw reset --yes"),
     );
     output::warn("firewall removed: the sandbox can reach any host");
     Ok(Exit::Ok)
@@ -759,7 +929,10 @@ fn probe_cmd(common: &CommonArgs, a: &ProbeArgs) -> Result<Exit, BoxError> {
     let probes = a
         .probes
         .iter()
-        .map(|p| p.parse::<probe::Probe>().map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError))
+        .map(|p| {
+            p.parse::<probe::Probe>()
+                .map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
     let mut out = std::io::stdout().lock();
@@ -768,7 +941,15 @@ fn probe_cmd(common: &CommonArgs, a: &ProbeArgs) -> Result<Exit, BoxError> {
             output::json_line(&mut out, "probe", r).with_path("stdout")?;
         } else {
             let v = serde_json::to_value(r.verdict).unwrap_or_default();
-            writeln!(out, "{:<10} {:<40} {} ({:.1} ms)", v.as_str().unwrap_or(""), r.probe, r.detail, r.ms).with_path("stdout")?;
+            writeln!(
+                out,
+                "{:<10} {:<40} {} ({:.1} ms)",
+                v.as_str().unwrap_or(""),
+                r.probe,
+                r.detail,
+                r.ms
+            )
+            .with_path("stdout")?;
         }
     }
     Ok(Exit::Ok)
@@ -789,27 +970,67 @@ fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, BoxEr
     let t0 = Instant::now();
     let st = load_state(dir)?;
     if st.open {
-        return Err(Box::new(Message::new(Exit::No, "the firewall is off (allow-external = true)")));
+        return Err(Box::new(Message::new(
+            Exit::No,
+            "the firewall is off (allow-external = true)",
+        )));
     }
     let reach = match &a.reach {
         Some(n) => st.names.iter().find(|x| x.name == *n && !x.v4.is_empty()),
-        None => st.names.iter().find(|x| !x.v4.is_empty() && x.error.is_none()),
+        None => st
+            .names
+            .iter()
+            .find(|x| !x.v4.is_empty() && x.error.is_none()),
     }
     .ok_or_else(|| {
         Message::new(
             Exit::Unavailable,
-            format!("no allowlisted name with an IPv4 address to test{}", a.reach.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()),
+            format!(
+                "no allowlisted name with an IPv4 address to test{}",
+                a.reach
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ),
         )
     })?;
     let ip = IpAddr::V4(reach.v4[0]);
     use probe::Probe::*;
     let plan: Vec<(&'static str, probe::Probe, bool)> = vec![
-        ("blocked IPv4 address", Tcp(SocketAddr::new(a.blocked_v4, 443)), false),
-        ("blocked IPv6 address", Tcp(SocketAddr::new(a.blocked_v6, 443)), false),
-        ("other port on an allowlisted address", Tcp(SocketAddr::new(ip, 80)), false),
-        ("DNS to another resolver", Dns(SocketAddr::new(a.other_resolver, 53), reach.name.clone(), hickory_proto::rr::RecordType::A), false),
-        ("SSH to a non-GitHub host", Tcp(SocketAddr::new(ip, 22)), false),
-        ("allowlisted name reachable", Tcp(SocketAddr::new(ip, 443)), true),
+        (
+            "blocked IPv4 address",
+            Tcp(SocketAddr::new(a.blocked_v4, 443)),
+            false,
+        ),
+        (
+            "blocked IPv6 address",
+            Tcp(SocketAddr::new(a.blocked_v6, 443)),
+            false,
+        ),
+        (
+            "other port on an allowlisted address",
+            Tcp(SocketAddr::new(ip, 80)),
+            false,
+        ),
+        (
+            "DNS to another resolver",
+            Dns(
+                SocketAddr::new(a.other_resolver, 53),
+                reach.name.clone(),
+                hickory_proto::rr::RecordType::A,
+            ),
+            false,
+        ),
+        (
+            "SSH to a non-GitHub host",
+            Tcp(SocketAddr::new(ip, 22)),
+            false,
+        ),
+        (
+            "allowlisted name reachable",
+            Tcp(SocketAddr::new(ip, 443)),
+            true,
+        ),
     ];
     let probes: Vec<probe::Probe> = plan.iter().map(|p| p.1.clone()).collect();
     let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
@@ -819,14 +1040,24 @@ fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, BoxEr
         let pass = if *want_open {
             r.verdict == probe::Verdict::Open
         } else {
-            matches!(r.verdict, probe::Verdict::Refused | probe::Verdict::DnsRefused)
+            matches!(
+                r.verdict,
+                probe::Verdict::Refused | probe::Verdict::DnsRefused
+            )
         };
         failed += usize::from(!pass);
         let target = format!("{check}: {}", r.probe);
         let rec = match (pass, want_open) {
-            (true, false) => Record::new(TOOL, "verify", &target, Outcome::Blocked, "egress-default-deny"),
+            (true, false) => Record::new(
+                TOOL,
+                "verify",
+                &target,
+                Outcome::Blocked,
+                "egress-default-deny",
+            ),
             (true, true) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "allowlist"),
-            (false, _) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "verify-failed").reason(&r.detail),
+            (false, _) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "verify-failed")
+                .reason(&r.detail),
         };
         audit::append(&rec);
         let c = Check {
@@ -841,15 +1072,32 @@ fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, BoxEr
         if common.json {
             output::json_line(&mut out, "check", &c).with_path("stdout")?;
         } else if !output::is_quiet() {
-            writeln!(out, "{}  {:<38} {} ({}, {:.1} ms)", if pass { "ok  " } else { "FAIL" }, c.check, c.probe, c.detail, c.ms).with_path("stdout")?;
+            writeln!(
+                out,
+                "{}  {:<38} {} ({}, {:.1} ms)",
+                if pass { "ok  " } else { "FAIL" },
+                c.check,
+                c.probe,
+                c.detail,
+                c.ms
+            )
+            .with_path("stdout")?;
         }
     }
     let total = t0.elapsed().as_secs_f64() * 1e3;
     if common.json {
-        output::json_line(&mut out, "summary", &serde_json::json!({"checks": plan.len(), "failed": failed, "ms": total})).with_path("stdout")?;
+        output::json_line(
+            &mut out,
+            "summary",
+            &serde_json::json!({"checks": plan.len(), "failed": failed, "ms": total}),
+        )
+        .with_path("stdout")?;
     }
     if failed > 0 {
-        output::error(&format!("verify: {failed} of {} checks failed: the firewall leaks", plan.len()));
+        output::error(&format!(
+            "verify: {failed} of {} checks failed: the firewall leaks",
+            plan.len()
+        ));
         return Ok(Exit::No);
     }
     Ok(Exit::Ok)

@@ -84,8 +84,18 @@ impl Plan {
             let entries: Vec<String> = match name {
                 SET_ALLOW4 => self.allow4.iter().map(|a| a.to_string()).collect(),
                 SET_ALLOW6 => self.allow6.iter().map(|a| a.to_string()).collect(),
-                SET_GH4 => self.github.iter().filter(|n| matches!(n, IpNet::V4(_))).map(|n| n.to_string()).collect(),
-                _ => self.github.iter().filter(|n| matches!(n, IpNet::V6(_))).map(|n| n.to_string()).collect(),
+                SET_GH4 => self
+                    .github
+                    .iter()
+                    .filter(|n| matches!(n, IpNet::V4(_)))
+                    .map(|n| n.to_string())
+                    .collect(),
+                _ => self
+                    .github
+                    .iter()
+                    .filter(|n| matches!(n, IpNet::V6(_)))
+                    .map(|n| n.to_string())
+                    .collect(),
             };
             for e in entries {
                 let _ = writeln!(s, "add {new} {e}");
@@ -100,8 +110,16 @@ impl Plan {
     /// The whole filter table for one family, for `ip[6]tables-restore`.
     pub fn rules(&self, fam: Family) -> String {
         let v6 = fam == Family::V6;
-        let (allow, gh) = if v6 { (SET_ALLOW6, SET_GH6) } else { (SET_ALLOW4, SET_GH4) };
-        let reject_other = if v6 { "icmp6-port-unreachable" } else { "icmp-port-unreachable" };
+        let (allow, gh) = if v6 {
+            (SET_ALLOW6, SET_GH6)
+        } else {
+            (SET_ALLOW4, SET_GH4)
+        };
+        let reject_other = if v6 {
+            "icmp6-port-unreachable"
+        } else {
+            "icmp-port-unreachable"
+        };
         let never: Vec<IpNet> = (if v6 { NEVER6 } else { NEVER4 })
             .iter()
             .map(|n| n.parse().expect("built-in ranges are valid"))
@@ -122,36 +140,59 @@ impl Plan {
         rule("-A SBX-IN -i lo -j ACCEPT");
         rule("-A SBX-IN -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
         if v6 {
-            for t in ["router-advertisement", "neighbour-solicitation", "neighbour-advertisement"] {
-                rule(&format!("-A SBX-IN -p ipv6-icmp --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT"));
+            for t in [
+                "router-advertisement",
+                "neighbour-solicitation",
+                "neighbour-advertisement",
+            ] {
+                rule(&format!(
+                    "-A SBX-IN -p ipv6-icmp --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT"
+                ));
             }
         }
         for chunk in self.inbound.chunks(15) {
             let ports: Vec<String> = chunk.iter().map(|p| p.to_string()).collect();
-            rule(&format!("-A SBX-IN -p tcp -m multiport --dports {} -j ACCEPT", ports.join(",")));
+            rule(&format!(
+                "-A SBX-IN -p tcp -m multiport --dports {} -j ACCEPT",
+                ports.join(",")
+            ));
         }
         rule("-A SBX-IN -j DROP");
 
         // Outbound.
         rule("-A SBX-OUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
         if v6 {
-            for t in ["router-solicitation", "neighbour-solicitation", "neighbour-advertisement"] {
-                rule(&format!("-A SBX-OUT -p ipv6-icmp --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT"));
+            for t in [
+                "router-solicitation",
+                "neighbour-solicitation",
+                "neighbour-advertisement",
+            ] {
+                rule(&format!(
+                    "-A SBX-OUT -p ipv6-icmp --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT"
+                ));
             }
         }
         // A resolver on loopback (Docker's 127.0.0.11) answers any name:
         // only uid 0 (the DNS filter, Docker's resolver) may use it.
         for ip in self.upstreams.iter().filter(|i| ours(i) && i.is_loopback()) {
             let d = host(ip);
-            rule(&format!("-A SBX-OUT -d {d} -p tcp -m owner ! --uid-owner 0 -j REJECT --reject-with tcp-reset"));
-            rule(&format!("-A SBX-OUT -d {d} -m owner ! --uid-owner 0 -j REJECT --reject-with {reject_other}"));
+            rule(&format!(
+                "-A SBX-OUT -d {d} -p tcp -m owner ! --uid-owner 0 -j REJECT --reject-with tcp-reset"
+            ));
+            rule(&format!(
+                "-A SBX-OUT -d {d} -m owner ! --uid-owner 0 -j REJECT --reject-with {reject_other}"
+            ));
         }
         if self.allow_localhost {
             rule("-A SBX-OUT -o lo -j ACCEPT");
         } else {
             if !v6 {
-                rule(&format!("-A SBX-OUT -o lo -d {FILTER_ADDR}/32 -p udp --dport 53 -j ACCEPT"));
-                rule(&format!("-A SBX-OUT -o lo -d {FILTER_ADDR}/32 -p tcp --dport 53 -j ACCEPT"));
+                rule(&format!(
+                    "-A SBX-OUT -o lo -d {FILTER_ADDR}/32 -p udp --dport 53 -j ACCEPT"
+                ));
+                rule(&format!(
+                    "-A SBX-OUT -o lo -d {FILTER_ADDR}/32 -p tcp --dport 53 -j ACCEPT"
+                ));
             }
             rule("-A SBX-OUT -o lo -m owner --uid-owner 0 -j ACCEPT");
         }
@@ -162,21 +203,37 @@ impl Plan {
         let dns_dests: Vec<String> = if loopback_upstream {
             vec![String::new()]
         } else {
-            self.upstreams.iter().filter(|i| ours(i)).map(|i| format!(" -d {}", host(i))).collect()
+            self.upstreams
+                .iter()
+                .filter(|i| ours(i))
+                .map(|i| format!(" -d {}", host(i)))
+                .collect()
         };
         for d in &dns_dests {
             for p in ["udp", "tcp"] {
-                rule(&format!("-A SBX-OUT{d} -p {p} --dport 53 -m owner --uid-owner 0 -j ACCEPT"));
+                rule(&format!(
+                    "-A SBX-OUT{d} -p {p} --dport 53 -m owner --uid-owner 0 -j ACCEPT"
+                ));
             }
         }
         for n in &never {
-            rule(&format!("-A SBX-OUT -d {n} -p tcp -j REJECT --reject-with tcp-reset"));
-            rule(&format!("-A SBX-OUT -d {n} -j REJECT --reject-with {reject_other}"));
+            rule(&format!(
+                "-A SBX-OUT -d {n} -p tcp -j REJECT --reject-with tcp-reset"
+            ));
+            rule(&format!(
+                "-A SBX-OUT -d {n} -j REJECT --reject-with {reject_other}"
+            ));
         }
-        rule(&format!("-A SBX-OUT -p tcp --dport 443 -m set --match-set {allow} dst -j ACCEPT"));
-        rule(&format!("-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set {gh} dst -j ACCEPT"));
+        rule(&format!(
+            "-A SBX-OUT -p tcp --dport 443 -m set --match-set {allow} dst -j ACCEPT"
+        ));
+        rule(&format!(
+            "-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set {gh} dst -j ACCEPT"
+        ));
         rule("-A SBX-OUT -p tcp -j REJECT --reject-with tcp-reset");
-        rule(&format!("-A SBX-OUT -j REJECT --reject-with {reject_other}"));
+        rule(&format!(
+            "-A SBX-OUT -j REJECT --reject-with {reject_other}"
+        ));
         r.push_str("COMMIT\n");
         r
     }
@@ -228,7 +285,10 @@ mod tests {
             inbound: vec![3000],
             allow4: vec!["198.18.1.1".parse().unwrap()],
             allow6: vec!["2001:2::1:1".parse().unwrap()],
-            github: vec!["198.18.3.0/24".parse().unwrap(), "2001:2::3:0/112".parse().unwrap()],
+            github: vec![
+                "198.18.3.0/24".parse().unwrap(),
+                "2001:2::3:0/112".parse().unwrap(),
+            ],
             local: vec!["10.77.0.0/24".parse().unwrap()],
         }
     }
@@ -236,17 +296,27 @@ mod tests {
     #[test]
     fn default_deny_with_rejects_last() {
         let r = plan().rules(Family::V4);
-        assert!(r.starts_with("*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n"));
+        assert!(
+            r.starts_with("*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n")
+        );
         let lines: Vec<&str> = r.lines().collect();
         let n = lines.len();
-        assert_eq!(lines[n - 3], "-A SBX-OUT -p tcp -j REJECT --reject-with tcp-reset");
-        assert_eq!(lines[n - 2], "-A SBX-OUT -j REJECT --reject-with icmp-port-unreachable");
+        assert_eq!(
+            lines[n - 3],
+            "-A SBX-OUT -p tcp -j REJECT --reject-with tcp-reset"
+        );
+        assert_eq!(
+            lines[n - 2],
+            "-A SBX-OUT -j REJECT --reject-with icmp-port-unreachable"
+        );
         assert_eq!(lines[n - 1], "COMMIT");
         // Private ranges are refused before the allow sets are consulted.
         let never = r.find("-d 10.0.0.0/8 -p tcp").unwrap();
         let allow = r.find("--match-set sbx-allow4").unwrap();
         assert!(never < allow);
-        assert!(r.contains("-A SBX-OUT -d 198.18.0.53/32 -p udp --dport 53 -m owner --uid-owner 0 -j ACCEPT"));
+        assert!(r.contains(
+            "-A SBX-OUT -d 198.18.0.53/32 -p udp --dport 53 -m owner --uid-owner 0 -j ACCEPT"
+        ));
         assert!(r.contains("-A SBX-IN -p tcp -m multiport --dports 3000 -j ACCEPT"));
         assert!(!r.contains("ipv6-icmp"));
     }
@@ -267,7 +337,9 @@ mod tests {
         let mut p = plan();
         p.upstreams = vec!["127.0.0.11".parse().unwrap()];
         let r = p.rules(Family::V4);
-        let deny = r.find("-d 127.0.0.11/32 -m owner ! --uid-owner 0 -j REJECT").unwrap();
+        let deny = r
+            .find("-d 127.0.0.11/32 -m owner ! --uid-owner 0 -j REJECT")
+            .unwrap();
         let lo = r.find("-o lo -j ACCEPT").unwrap();
         assert!(deny < lo);
         assert!(r.contains("-A SBX-OUT -p udp --dport 53 -m owner --uid-owner 0 -j ACCEPT"));

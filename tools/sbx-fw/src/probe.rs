@@ -64,26 +64,33 @@ impl std::str::FromStr for Probe {
     /// `raw`, `packet`; IPv6 addresses in brackets.
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         let bad = |why: &str| format!("invalid probe \"{s}\": {why}");
-        let sock = |a: &str, default_port: Option<u16>| -> std::result::Result<SocketAddr, String> {
-            a.parse::<SocketAddr>().or_else(|_| match default_port {
-                Some(p) => a
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse::<IpAddr>()
-                    .map(|ip| SocketAddr::new(ip, p))
-                    .map_err(|_| bad("expected ADDR or ADDR:PORT")),
-                None => Err(bad("expected ADDR:PORT ([v6]:PORT for IPv6)")),
-            })
-        };
+        let sock =
+            |a: &str, default_port: Option<u16>| -> std::result::Result<SocketAddr, String> {
+                a.parse::<SocketAddr>().or_else(|_| match default_port {
+                    Some(p) => a
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse::<IpAddr>()
+                        .map(|ip| SocketAddr::new(ip, p))
+                        .map_err(|_| bad("expected ADDR or ADDR:PORT")),
+                    None => Err(bad("expected ADDR:PORT ([v6]:PORT for IPv6)")),
+                })
+            };
         match s.split_once(':') {
             Some(("tcp", a)) => Ok(Probe::Tcp(sock(a, None)?)),
             Some(("udp", a)) => Ok(Probe::Udp(sock(a, None)?)),
             Some(("dns", rest)) => {
                 let mut parts = rest.split('/');
                 let server = sock(parts.next().unwrap_or(""), Some(53))?;
-                let name = parts.next().filter(|n| !n.is_empty()).ok_or_else(|| bad("expected dns:SERVER/NAME"))?;
+                let name = parts
+                    .next()
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| bad("expected dns:SERVER/NAME"))?;
                 let t = match parts.next() {
-                    Some(t) => t.to_ascii_uppercase().parse().map_err(|_| bad("unknown record type"))?,
+                    Some(t) => t
+                        .to_ascii_uppercase()
+                        .parse()
+                        .map_err(|_| bad("unknown record type"))?,
                     None => RecordType::A,
                 };
                 Ok(Probe::Dns(server, name.to_owned(), t))
@@ -97,7 +104,9 @@ impl std::str::FromStr for Probe {
 
 fn classify(e: &std::io::Error) -> (Verdict, String) {
     let v = match e.kind() {
-        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset | ErrorKind::PermissionDenied => Verdict::Refused,
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset | ErrorKind::PermissionDenied => {
+            Verdict::Refused
+        }
         ErrorKind::NetworkUnreachable => Verdict::Refused,
         ErrorKind::TimedOut | ErrorKind::WouldBlock => Verdict::Timeout,
         _ => Verdict::Error,
@@ -121,7 +130,12 @@ pub fn run(p: &Probe, timeout: Duration) -> Result {
         Probe::Raw => sock_probe(AddressFamily::Inet, SockType::Raw, SockProtocol::Icmp),
         Probe::Packet => sock_probe(AddressFamily::Packet, SockType::Raw, SockProtocol::EthAll),
     };
-    Result { probe: p.to_string(), verdict, detail, ms: t0.elapsed().as_secs_f64() * 1e3 }
+    Result {
+        probe: p.to_string(),
+        verdict,
+        detail,
+        ms: t0.elapsed().as_secs_f64() * 1e3,
+    }
 }
 
 fn udp(to: SocketAddr, payload: &[u8], timeout: Duration) -> (Verdict, String) {
@@ -132,7 +146,11 @@ fn udp(to: SocketAddr, payload: &[u8], timeout: Duration) -> (Verdict, String) {
 }
 
 fn udp_exchange(to: SocketAddr, payload: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
-    let bind: SocketAddr = if to.is_ipv6() { "[::]:0".parse().unwrap() } else { "0.0.0.0:0".parse().unwrap() };
+    let bind: SocketAddr = if to.is_ipv6() {
+        "[::]:0".parse().unwrap()
+    } else {
+        "0.0.0.0:0".parse().unwrap()
+    };
     let s = UdpSocket::bind(bind)?;
     s.connect(to)?;
     s.set_read_timeout(Some(timeout))?;
@@ -151,13 +169,22 @@ fn dns(to: SocketAddr, name: &str, t: RecordType, timeout: Duration) -> (Verdict
     m.metadata.id = 0x5b5b;
     m.metadata.recursion_desired = true;
     m.add_query(Query::query(n, t));
-    let Ok(q) = m.to_vec() else { return (Verdict::Error, "cannot encode".into()) };
+    let Ok(q) = m.to_vec() else {
+        return (Verdict::Error, "cannot encode".into());
+    };
     match udp_exchange(to, &q, timeout) {
         Ok(a) => match Message::from_vec(&a) {
             Ok(r) if r.metadata.response_code == hickory_proto::op::ResponseCode::Refused => {
                 (Verdict::DnsRefused, "REFUSED".into())
             }
-            Ok(r) => (Verdict::Open, format!("{} with {} answers", r.metadata.response_code, r.answers.len())),
+            Ok(r) => (
+                Verdict::Open,
+                format!(
+                    "{} with {} answers",
+                    r.metadata.response_code,
+                    r.answers.len()
+                ),
+            ),
             Err(e) => (Verdict::Open, format!("undecodable answer: {e}")),
         },
         Err(e) => classify(&e),
@@ -167,7 +194,9 @@ fn dns(to: SocketAddr, name: &str, t: RecordType, timeout: Duration) -> (Verdict
 fn sock_probe(fam: AddressFamily, ty: SockType, proto: SockProtocol) -> (Verdict, String) {
     match socket(fam, ty, SockFlag::SOCK_CLOEXEC, proto) {
         Ok(_) => (Verdict::Open, "socket created".into()),
-        Err(e) if matches!(e, nix::Error::EPERM | nix::Error::EACCES) => (Verdict::Refused, e.desc().into()),
+        Err(e) if matches!(e, nix::Error::EPERM | nix::Error::EACCES) => {
+            (Verdict::Refused, e.desc().into())
+        }
         Err(e) => (Verdict::Error, e.desc().into()),
     }
 }
@@ -175,8 +204,14 @@ fn sock_probe(fam: AddressFamily, ty: SockType, proto: SockProtocol) -> (Verdict
 /// Run probes in parallel; results in the order given.
 pub fn run_all(probes: &[Probe], timeout: Duration) -> Vec<Result> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = probes.iter().map(|p| s.spawn(move || run(p, timeout))).collect();
-        handles.into_iter().map(|h| h.join().expect("probe thread")).collect()
+        let handles: Vec<_> = probes
+            .iter()
+            .map(|p| s.spawn(move || run(p, timeout)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("probe thread"))
+            .collect()
     })
 }
 
@@ -186,11 +221,21 @@ mod tests {
 
     #[test]
     fn specs_parse() {
-        assert_eq!("tcp:192.0.2.1:443".parse::<Probe>().unwrap(), Probe::Tcp("192.0.2.1:443".parse().unwrap()));
-        assert_eq!("udp:[2001:db8::1]:53".parse::<Probe>().unwrap(), Probe::Udp("[2001:db8::1]:53".parse().unwrap()));
+        assert_eq!(
+            "tcp:192.0.2.1:443".parse::<Probe>().unwrap(),
+            Probe::Tcp("192.0.2.1:443".parse().unwrap())
+        );
+        assert_eq!(
+            "udp:[2001:db8::1]:53".parse::<Probe>().unwrap(),
+            Probe::Udp("[2001:db8::1]:53".parse().unwrap())
+        );
         assert_eq!(
             "dns:192.0.2.53/x.test/txt".parse::<Probe>().unwrap(),
-            Probe::Dns("192.0.2.53:53".parse().unwrap(), "x.test".into(), RecordType::TXT)
+            Probe::Dns(
+                "192.0.2.53:53".parse().unwrap(),
+                "x.test".into(),
+                RecordType::TXT
+            )
         );
         assert_eq!("raw".parse::<Probe>().unwrap(), Probe::Raw);
         assert!("tcp:192.0.2.1".parse::<Probe>().is_err());

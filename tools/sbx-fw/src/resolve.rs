@@ -53,7 +53,10 @@ pub fn nameservers(resolv_conf: &str) -> Vec<IpAddr> {
 }
 
 fn resolver(upstreams: &[IpAddr], timeout: Duration) -> Result<TokioResolver, String> {
-    let servers = upstreams.iter().map(|ip| NameServerConfig::udp_and_tcp(*ip)).collect();
+    let servers = upstreams
+        .iter()
+        .map(|ip| NameServerConfig::udp_and_tcp(*ip))
+        .collect();
     let mut opts = ResolverOpts::default();
     opts.timeout = timeout;
     opts.attempts = 1;
@@ -75,13 +78,22 @@ fn resolver(upstreams: &[IpAddr], timeout: Duration) -> Result<TokioResolver, St
 pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) -> Vec<Outcome> {
     if upstreams.is_empty() {
         let why = Failure::Failed("no nameserver in resolv.conf".into());
-        return names.iter().map(|n| (n.clone(), Err(why.clone()))).collect();
+        return names
+            .iter()
+            .map(|n| (n.clone(), Err(why.clone())))
+            .collect();
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             let why = Failure::Failed(format!("cannot start the resolver: {e}"));
-            return names.iter().map(|n| (n.clone(), Err(why.clone()))).collect();
+            return names
+                .iter()
+                .map(|n| (n.clone(), Err(why.clone())))
+                .collect();
         }
     };
     rt.block_on(async {
@@ -89,7 +101,10 @@ pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) ->
             Ok(r) => r,
             Err(e) => {
                 let why = Failure::Failed(e);
-                return names.iter().map(|n| (n.clone(), Err(why.clone()))).collect();
+                return names
+                    .iter()
+                    .map(|n| (n.clone(), Err(why.clone())))
+                    .collect();
             }
         };
         let mut tasks = tokio::task::JoinSet::new();
@@ -117,7 +132,11 @@ pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) ->
                             RData::AAAA(a) => slot.0.v6.push(a.0),
                             _ => continue,
                         }
-                        slot.0.ttl = if slot.0.ttl == 0 { rec.ttl } else { slot.0.ttl.min(rec.ttl) };
+                        slot.0.ttl = if slot.0.ttl == 0 {
+                            rec.ttl
+                        } else {
+                            slot.0.ttl.min(rec.ttl)
+                        };
                     }
                 }
                 Err(e) if e.is_nx_domain() => slot.1 = Some(Failure::NxDomain),
@@ -145,7 +164,11 @@ pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) ->
                     Ok(addrs)
                 } else {
                     Err(fail.unwrap_or_else(|| {
-                        if done[i] == 2 { Failure::NoAddress } else { Failure::Failed("timed out".into()) }
+                        if done[i] == 2 {
+                            Failure::NoAddress
+                        } else {
+                            Failure::Failed("timed out".into())
+                        }
                     }))
                 };
                 (n.clone(), res)
@@ -163,7 +186,10 @@ mod tests {
         let t = "# c\nnameserver 127.0.0.11\nnameserver fe80::1%eth0\noptions ndots:0\nnameserver bogus\n";
         assert_eq!(
             nameservers(t),
-            vec!["127.0.0.11".parse::<IpAddr>().unwrap(), "fe80::1".parse().unwrap()]
+            vec![
+                "127.0.0.11".parse::<IpAddr>().unwrap(),
+                "fe80::1".parse().unwrap()
+            ]
         );
     }
 }

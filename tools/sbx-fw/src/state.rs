@@ -50,7 +50,9 @@ pub struct GithubState {
 }
 
 pub fn dir_from_env() -> PathBuf {
-    std::env::var_os("SBX_FW_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+    std::env::var_os("SBX_FW_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
 
 pub fn path(dir: &Path) -> PathBuf {
@@ -59,16 +61,24 @@ pub fn path(dir: &Path) -> PathBuf {
 
 impl State {
     pub fn new() -> Self {
-        Self { version: VERSION, ..Self::default() }
+        Self {
+            version: VERSION,
+            ..Self::default()
+        }
     }
 
     pub fn load(dir: &Path) -> Result<Option<Self>, String> {
         let p = path(dir);
         match fs::read_to_string(&p) {
             Ok(t) => {
-                let s: State = serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
+                let s: State =
+                    serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
                 if s.version != VERSION {
-                    return Err(format!("{}: format version {} is not {VERSION}", p.display(), s.version));
+                    return Err(format!(
+                        "{}: format version {} is not {VERSION}",
+                        p.display(),
+                        s.version
+                    ));
                 }
                 Ok(Some(s))
             }
@@ -82,8 +92,17 @@ impl State {
     pub fn store(&self, dir: &Path) -> std::io::Result<()> {
         fs::create_dir_all(dir)?;
         let tmp = dir.join(".state.json.tmp");
-        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&tmp)?;
-        f.write_all(serde_json::to_string_pretty(self).expect("serializable").as_bytes())?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(
+            serde_json::to_string_pretty(self)
+                .expect("serializable")
+                .as_bytes(),
+        )?;
         f.write_all(b"\n")?;
         f.sync_all()?;
         fs::rename(tmp, path(dir))

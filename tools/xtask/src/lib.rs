@@ -12,6 +12,7 @@ pub mod git_options;
 pub fn commands() -> Vec<clap::Command> {
     vec![
         sbx_envfilter::command(),
+        sbx_fw::command(),
         sbx_git_guard::command(),
         sbx_run::command(),
     ]

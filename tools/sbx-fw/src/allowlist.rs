@@ -62,8 +62,8 @@ pub enum Source {
 }
 
 impl Allowlist {
-    /// Build from the config, reading registry hosts under `root` ("/" in
-    /// production) and from `env`.
+    /// Built-in names, the config's, `registries` (hosts read by
+    /// [`registry_hosts`]) and GitHub's names; `required` marks entries.
     pub fn build(net: &Network, registries: &[String]) -> Self {
         let mut list = Self::default();
         for n in DEFAULT_NAMES {

@@ -53,6 +53,20 @@ pub fn ipset_restore(script: &str) -> Result<(), ApplyError> {
     restore("ipset", &["-exist", "restore"], script)
 }
 
+/// Both families at once: two independent kernel transactions, so there is
+/// no reason to wait for one before starting the other.
+pub fn tables_restore_both(v4: &str, v6: Option<&str>) -> Result<(), ApplyError> {
+    std::thread::scope(|s| {
+        let six = v6.map(|r| s.spawn(move || tables_restore(Family::V6, r)));
+        let four = tables_restore(Family::V4, v4);
+        let six = six.map_or(Ok(()), |h| {
+            h.join()
+                .unwrap_or_else(|_| Err(ApplyError("ip6tables-restore: thread panicked".into())))
+        });
+        four.and(six)
+    })
+}
+
 pub fn tables_restore(fam: Family, rules: &str) -> Result<(), ApplyError> {
     let prog = match fam {
         Family::V4 => "iptables-restore",

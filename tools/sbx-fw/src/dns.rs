@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -28,6 +29,9 @@ const MIN_HOLD: u32 = 3600;
 const MAX_HOLD: u32 = 86400;
 /// One audit record per refused name per minute: a loop must not fill the disk.
 const AUDIT_EVERY: Duration = Duration::from_secs(60);
+/// Queries answered at once; more are dropped (the client retries), so a
+/// flood cannot exhaust threads.
+const IN_FLIGHT: usize = 256;
 
 struct Loaded {
     mtime: Option<SystemTime>,
@@ -227,15 +231,21 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
         });
     }
     let udp = Arc::new(udp);
+    let busy = Arc::new(AtomicUsize::new(0));
     let mut buf = vec![0u8; 65535];
     loop {
         let (n, from) = udp.recv_from(&mut buf)?;
+        if busy.load(Ordering::Relaxed) >= IN_FLIGHT {
+            continue;
+        }
+        busy.fetch_add(1, Ordering::Relaxed);
         let q = buf[..n].to_vec();
-        let (filter, udp) = (filter.clone(), udp.clone());
+        let (filter, udp, busy) = (filter.clone(), udp.clone(), busy.clone());
         std::thread::spawn(move || {
             if let Some(r) = filter.handle(&q, false) {
                 let _ = udp.send_to(&r, from);
             }
+            busy.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }

@@ -463,11 +463,15 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
 
     // Commit. From here on a failure closes everything.
     let commit = || -> Result<(), apply::ApplyError> {
+        output::debug(&format!("built in {:?}", t0.elapsed()));
         apply::ipset_restore(&plan.ipset_script())?;
-        apply::tables_restore(Family::V4, &plan.rules(Family::V4))?;
-        if apply::has_ipv6() {
-            apply::tables_restore(Family::V6, &plan.rules(Family::V6))?;
-        }
+        output::debug(&format!("sets in {:?}", t0.elapsed()));
+        let v6 = plan.rules(Family::V6);
+        apply::tables_restore_both(
+            &plan.rules(Family::V4),
+            apply::has_ipv6().then_some(v6.as_str()),
+        )?;
+        output::debug(&format!("rules in {:?}", t0.elapsed()));
         apply::flush_conntrack()
     };
     if let Err(e) = commit() {

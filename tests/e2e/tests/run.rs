@@ -620,6 +620,12 @@ fn the_firewall_is_up_before_the_agent_runs() {
         let verdict = v["data"]["verdict"].as_str().unwrap();
         assert!(verdict == "refused" || verdict == "dns-refused", "{l}");
     }
+    // Allowlisted names resolve through the filter, which forwards to
+    // Docker's resolver as root: answered (NXDOMAIN offline), not refused.
+    let o = r.exec("sbx-fw probe --json dns:127.0.0.53/api.anthropic.com");
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!(v["data"]["verdict"], "open", "{v}");
     // The agent cannot change or read the firewall; root (init) can.
     let o = r.exec("sbx-fw status");
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));

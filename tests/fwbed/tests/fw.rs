@@ -19,6 +19,9 @@ struct Bed {
 }
 
 const CONFIG: &str = r#"
+[sandbox]
+ports = ["8080:3000"]
+
 [network]
 allow-domains = ["allowed.test", "dup.test", "rebind.test", "*.wild.test", "nx.test", "rotate.test"]
 registries = false
@@ -143,6 +146,20 @@ impl Bed {
     }
 }
 
+impl Bed {
+    /// A listener inside the sandbox namespace.
+    fn listen(&self, addr: &str) -> std::net::TcpListener {
+        let (ns, addr) = (self.sbx.clone(), addr.to_owned());
+        std::thread::spawn(move || {
+            let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+            nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            std::net::TcpListener::bind(&addr).unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+}
+
 impl Drop for Bed {
     fn drop(&mut self) {
         drop(self.child.stdin.take());
@@ -228,6 +245,7 @@ fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
         &["iptables", "-F"],
         &["ip6tables", "-F"],
         &["ipset", "flush", "sbx-allow4"],
+        &["nft", "flush", "ruleset"],
     ] {
         let mut c = Command::new("ip");
         c.args([
@@ -274,6 +292,31 @@ fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
         ),
         "{log}"
     );
+
+    // Inbound: only the published container port.
+    let _l3000 = bed.listen("10.77.0.2:3000");
+    let _l3001 = bed.listen("10.77.0.2:3001");
+    let nb = bed.sbx.replace("-sbx", "-nb");
+    let from_nb = |port: u16| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &nb])
+            .arg(bin("sbx-fw"))
+            .args([
+                "probe",
+                "--timeout",
+                "300",
+                &format!("tcp:10.77.0.2:{port}"),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(from_nb(3000), "open");
+    assert_ne!(from_nb(3001), "open");
 
     let v = bed.ok(true, &["verify", "--reach", "allowed.test", "--json"]);
     assert!(v.contains(r#""failed":0"#), "{v}");

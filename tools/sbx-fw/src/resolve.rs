@@ -58,8 +58,10 @@ fn resolver(upstreams: &[IpAddr], timeout: Duration) -> Result<TokioResolver, St
         .map(|ip| NameServerConfig::udp_and_tcp(*ip))
         .collect();
     let mut opts = ResolverOpts::default();
-    opts.timeout = timeout;
-    opts.attempts = 1;
+    // Short tries, several of them, inside the overall deadline: a resolver
+    // that drops a datagram under a burst (Docker's does) costs one try.
+    opts.timeout = timeout.min(Duration::from_millis(400));
+    opts.attempts = 4;
     opts.ndots = 0;
     opts.use_hosts_file = ResolveHosts::Never;
     opts.cache_size = 0;

@@ -13,6 +13,12 @@ if [ "$(id -u)" = 0 ]; then
   # The audit log lives outside the workspace; tools running as the agent append to it.
   touch /var/log/sbx/audit.jsonl
   chmod 0622 /var/log/sbx/audit.jsonl
+  # A new, empty home gets the newest backup back before the agent starts.
+  if command -v sbx-backup >/dev/null 2>&1; then
+    setpriv --reuid=1000 --regid=1000 --init-groups --inh-caps=-all --bounding-set=-all \
+      --no-new-privs -- env HOME=/home/agent sbx-backup -q first-boot \
+      || say "sbx-backup first-boot failed: starting with the home as it is"
+  fi
   say "ready"
   exec setpriv --reuid=1000 --regid=1000 --init-groups \
     --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"

@@ -154,6 +154,8 @@ pub struct Backup {
     pub url: Option<StoreUrl>,
     pub interval: Interval,
     pub exclude: Unique<PathGlob>,
+    /// Snapshots kept; older ones are deleted after each commit.
+    pub keep: u32,
 }
 
 impl Default for Backup {
@@ -162,6 +164,7 @@ impl Default for Backup {
             url: None,
             interval: Interval(Duration::from_secs(300)),
             exclude: Unique::default(),
+            keep: 10,
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod git_options;
 /// Every binary's clap definition. A new tool adds one line here.
 pub fn commands() -> Vec<clap::Command> {
     vec![
+        sbx_backup::command(),
         sbx_envfilter::command(),
         sbx_fw::command(),
         sbx_git_guard::command(),

@@ -1,0 +1,607 @@
+//! sbx-backup: the agent's home in an object store. Content-addressed
+//! blobs, one manifest per snapshot (written last, conditionally), a local
+//! index so an unchanged file costs one stat, restore that never writes
+//! through a symlink.
+#![forbid(unsafe_code)]
+
+pub mod manifest;
+pub mod restore;
+pub mod store;
+pub mod sync;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::{BoxError, IoContext, Message};
+use sbx_core::{Exit, config, output};
+use serde::{Deserialize, Serialize};
+
+use store::Remote;
+
+const TOOL: &str = "sbx-backup";
+/// Blobs younger than this are never collected: an upload in progress may
+/// reference them in a manifest not yet written.
+const GC_GRACE: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sbx-backup",
+    version,
+    about = "Incremental, content-addressed backup of the agent's home to an object store",
+    long_about = "Incremental, content-addressed backup of the agent's home to an object store.\n\n\
+        Each file's content is stored once as blobs/<blake3> under the URL's prefix; each snapshot \
+        is one manifest (snapshots/<id>.json) holding every path with its type, mode, mtime, size, \
+        hash and symlink target, so modes, symlinks and empty directories survive and renames cost \
+        nothing. A local index of what was uploaded (size, mtime, ctime, inode, mode, hash) means \
+        an unchanged file costs one stat and no request. The manifest is written last, with a \
+        conditional put: a reader never sees half a snapshot, and two writers cannot both commit \
+        the same one.",
+    after_long_help = AFTER_HELP
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Object store URL instead of [backup].url: gs://bucket/prefix, s3://bucket/prefix, file:///dir.
+    #[arg(long, global = true, value_name = "URL", env = "SBX_BACKUP_URL")]
+    pub url: Option<String>,
+    /// The directory backed up and restored into by default.
+    #[arg(long, global = true, value_name = "DIR", env = "HOME")]
+    pub home: Option<PathBuf>,
+    /// Index and status (default ~/.local/state/sbx-backup, never backed up).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// One pass: upload what changed, commit a snapshot, apply retention.
+    Sync(SyncArgs),
+    /// Sync every interval until SIGTERM, which finishes the current pass and syncs once more.
+    Daemon(DaemonArgs),
+    /// Restore a snapshot (default: the newest) into the home or --to DIR.
+    Restore(RestoreArgs),
+    /// Restore only when the home is new or empty and a snapshot exists; then mark it initialized.
+    FirstBoot,
+    /// List snapshots.
+    Snapshots,
+    /// Last good sync, lag and errors (also in the state dir's status.json).
+    Status,
+    /// Check that every blob a snapshot references exists and hashes right.
+    Verify(VerifyArgs),
+    /// Delete blobs no snapshot references (older than an hour).
+    Gc,
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// Report what would be uploaded; upload and commit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Time between passes (default: [backup].interval).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub interval: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    #[arg(long, value_name = "ID")]
+    pub snapshot: Option<String>,
+    #[arg(long, value_name = "DIR")]
+    pub to: Option<PathBuf>,
+    /// Restore over a non-empty directory.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[arg(long, value_name = "ID")]
+    pub snapshot: Option<String>,
+}
+
+const AFTER_HELP: &str = "\
+Changes: every pass walks the home with lstat and compares each file with
+the index; only files whose size, mtime, ctime, inode or mode changed are
+hashed, and only blobs the store lacks are uploaded (8 in parallel; files
+over 8 MiB stream through multipart uploads). A file that changes while it
+is read (stat before and after differ, or the uploaded bytes do not hash
+right) keeps its last good version and is retried on the next pass.
+
+Never lossy: sync only ever adds blobs and manifests and deletes manifests
+beyond [backup].keep; blobs go only in `gc`, and only when no manifest
+references them and they are older than an hour. An empty home is backed up
+as an empty snapshot but never deletes an older one; `first-boot` restores
+the newest snapshot into a new, empty home. Sockets, FIFOs and devices are
+skipped and counted; `*.lock` and the state dir are excluded, plus
+[backup].exclude (gitignore-style).
+
+Credentials come from the environment only: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT (and AWS_ALLOW_HTTP for a
+local server); GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT.
+
+Exit status: 0 done; 64 usage (a non-empty restore target without --force);
+65 a corrupted or foreign snapshot, a blob that does not hash right;
+66 no snapshot; 74 unreadable files were skipped (the rest was synced);
+75 the backend is unavailable (nothing was deleted, retry later); 78 config.
+
+Examples:
+  sbx-backup sync --json
+  sbx-backup restore --to /tmp/home-copy
+  sbx-backup --url file:///var/tmp/sbx-backup snapshots";
+
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+struct Ctx {
+    remote: Remote,
+    home: PathBuf,
+    state_dir: PathBuf,
+    excludes: Vec<sbx_core::glob::PathPattern>,
+    keep: u32,
+    interval: Duration,
+}
+
+fn ctx(cli: &Cli) -> Result<Ctx, BoxError> {
+    let loaded = config::discover_from_env(cli.common.config.as_deref())?;
+    let b = &loaded.config.backup;
+    let url = match (&cli.url, &b.url) {
+        (Some(u), _) => u.clone(),
+        (None, Some(u)) => u.text.clone(),
+        (None, None) => {
+            return Err(Box::new(Message::new(
+                Exit::Config,
+                format!(
+                    "{}: [backup].url is not set (or pass --url)",
+                    loaded.describe()
+                ),
+            )));
+        }
+    };
+    let remote = Remote::open(&url)?;
+    let home = cli
+        .home
+        .clone()
+        .ok_or_else(|| Message::new(Exit::Usage, "no home directory: set HOME or pass --home"))?;
+    if std::fs::symlink_metadata(&home).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Box::new(Message::new(
+            Exit::Usage,
+            format!(
+                "{}: the home is a symlink; pass the real directory with --home",
+                home.display()
+            ),
+        )));
+    }
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| home.join(".local/state/sbx-backup"));
+    Ok(Ctx {
+        remote,
+        home,
+        state_dir,
+        excludes: b.exclude.iter().map(|g| g.0.clone()).collect(),
+        keep: b.keep.max(1),
+        interval: b.interval.0,
+    })
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Status {
+    pub last_ok: Option<String>,
+    pub last_ok_unix: Option<u64>,
+    pub last_snapshot: Option<String>,
+    pub last_error: Option<String>,
+    pub last_attempt: Option<String>,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+fn status_path(c: &Ctx) -> PathBuf {
+    c.state_dir.join("status.json")
+}
+
+fn record(c: &Ctx, r: &Result<sync::Report, BoxError>) {
+    let p = status_path(c);
+    let mut s: Status = std::fs::read(&p)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    s.last_attempt = Some(now());
+    match r {
+        Ok(rep) => {
+            s.last_ok = s.last_attempt.clone();
+            s.last_ok_unix = Some(now_unix());
+            s.last_snapshot = rep.snapshot.clone();
+            s.last_error = None;
+            s.files = rep.files;
+            s.bytes = rep.bytes;
+        }
+        Err(e) => s.last_error = Some(e.to_string()),
+    }
+    let _ = std::fs::create_dir_all(&c.state_dir);
+    let _ = std::fs::write(&p, serde_json::to_vec_pretty(&s).unwrap_or_default());
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+pub fn run(cli: Cli) -> Result<Exit, BoxError> {
+    output::init(TOOL, &cli.common);
+    let c = match ctx(&cli) {
+        // The entrypoint runs first-boot in every sandbox; no URL means backups are off.
+        Err(e)
+            if matches!(cli.command, Cmd::FirstBoot)
+                && cli.url.is_none()
+                && e.to_string().contains("[backup].url is not set") =>
+        {
+            output::info("backups are off ([backup].url is not set): nothing to restore");
+            return Ok(Exit::Ok);
+        }
+        r => r?,
+    };
+    let rt = runtime();
+    let json = cli.common.json;
+    let mut out = std::io::stdout().lock();
+    match &cli.command {
+        Cmd::Sync(a) => {
+            let r = rt.block_on(sync::sync(&c.remote, &opts(&c, a.dry_run)));
+            if !a.dry_run {
+                record(&c, &r);
+            }
+            let rep = r?;
+            print_sync(&mut out, json, &rep)?;
+            if !rep.unreadable.is_empty() {
+                for u in &rep.unreadable {
+                    output::warn(&format!("skipped: {u}"));
+                }
+                return Err(Box::new(Message::new(
+                    Exit::IoErr,
+                    format!(
+                        "{} unreadable paths were skipped; everything else is in the snapshot",
+                        rep.unreadable.len()
+                    ),
+                )));
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::Daemon(a) => daemon(&c, &rt, a.interval.unwrap_or(c.interval)),
+        Cmd::Restore(a) => {
+            let to = a.to.clone().unwrap_or_else(|| c.home.clone());
+            let rep = rt.block_on(async {
+                let m = restore::load(&c.remote, a.snapshot.as_deref()).await?;
+                output::progress(&format!(
+                    "restoring snapshot {} ({} entries) into {}",
+                    m.id,
+                    m.entries.len(),
+                    to.display()
+                ));
+                restore::restore(&c.remote, &m, &to, a.force).await
+            })?;
+            if json {
+                output::json_line(&mut out, "restore", &rep).with_path("stdout")?;
+            } else if !output::is_quiet() {
+                writeln!(
+                    out,
+                    "restored {} files ({} bytes, {} already there), {} dirs, {} symlinks",
+                    rep.files, rep.bytes, rep.reused, rep.dirs, rep.symlinks
+                )
+                .with_path("stdout")?;
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::FirstBoot => first_boot(&c, &rt),
+        Cmd::Snapshots => {
+            let list = rt.block_on(async {
+                let mut v = Vec::new();
+                for id in c.remote.snapshot_ids().await? {
+                    let m = restore::load(&c.remote, Some(&id)).await;
+                    v.push(match m {
+                        Ok(m) => serde_json::json!({"id": id, "created": m.created, "entries": m.entries.len(), "bytes": m.bytes()}),
+                        Err(e) => serde_json::json!({"id": id, "error": e.to_string()}),
+                    });
+                }
+                Ok::<_, BoxError>(v)
+            })?;
+            for s in &list {
+                if json {
+                    output::json_line(&mut out, "snapshot", s).with_path("stdout")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{}  {}  {} entries  {} bytes",
+                        s["id"].as_str().unwrap_or(""),
+                        s["created"].as_str().unwrap_or("?"),
+                        s["entries"],
+                        s["bytes"]
+                    )
+                    .with_path("stdout")?;
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::Status => {
+            let s: Status = std::fs::read(status_path(&c))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            let lag = s.last_ok_unix.map(|t| now_unix().saturating_sub(t));
+            if json {
+                output::json_line(
+                    &mut out,
+                    "status",
+                    &serde_json::json!({"status": s, "lag_seconds": lag, "url": c.remote.url}),
+                )
+                .with_path("stdout")?;
+            } else {
+                writeln!(out, "url          {}", c.remote.url).with_path("stdout")?;
+                writeln!(
+                    out,
+                    "last good    {}",
+                    s.last_ok.as_deref().unwrap_or("never")
+                )
+                .with_path("stdout")?;
+                if let Some(l) = lag {
+                    writeln!(
+                        out,
+                        "lag          {}",
+                        humantime::format_duration(Duration::from_secs(l))
+                    )
+                    .with_path("stdout")?;
+                }
+                writeln!(
+                    out,
+                    "snapshot     {}",
+                    s.last_snapshot.as_deref().unwrap_or("-")
+                )
+                .with_path("stdout")?;
+                writeln!(out, "files        {} ({} bytes)", s.files, s.bytes)
+                    .with_path("stdout")?;
+                if let Some(e) = &s.last_error {
+                    writeln!(out, "last error   {e}").with_path("stdout")?;
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::Verify(a) => verify(&c, &rt, a.snapshot.as_deref(), &mut out, json),
+        Cmd::Gc => gc(&c, &rt, &mut out, json),
+    }
+}
+
+fn opts<'a>(c: &'a Ctx, dry_run: bool) -> sync::Options<'a> {
+    sync::Options {
+        home: &c.home,
+        state_dir: &c.state_dir,
+        excludes: &c.excludes,
+        keep: c.keep,
+        dry_run,
+    }
+}
+
+fn print_sync(out: &mut impl Write, json: bool, r: &sync::Report) -> Result<(), BoxError> {
+    if json {
+        output::json_line(out, "sync", r).with_path("stdout")?;
+    } else if !output::is_quiet() {
+        writeln!(
+            out,
+            "{} files ({} bytes), {} dirs, {} symlinks; hashed {}, uploaded {} ({} bytes); skipped {} sockets, {} fifos; {}",
+            r.files,
+            r.bytes,
+            r.dirs,
+            r.symlinks,
+            r.hashed,
+            r.uploaded,
+            r.uploaded_bytes,
+            r.skipped.sockets,
+            r.skipped.fifos,
+            match (&r.snapshot, r.unchanged) {
+                (Some(id), false) => format!("snapshot {id}"),
+                (Some(id), true) => format!("unchanged since {id}"),
+                (None, _) => "nothing committed (dry run)".into(),
+            }
+        )
+        .with_path("stdout")?;
+    }
+    Ok(())
+}
+
+fn daemon(c: &Ctx, rt: &tokio::runtime::Runtime, interval: Duration) -> Result<Exit, BoxError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).with_path("signal handler")?;
+    }
+    loop {
+        let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
+        if let Err(e) = &r {
+            output::warn(&format!("sync failed: {e}"));
+        }
+        record(c, &r);
+        if stop.load(Ordering::Relaxed) {
+            // The signal came during a pass: that pass finished; sync once more.
+            let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
+            record(c, &r);
+            return r.map(|_| Exit::Ok);
+        }
+        let until = std::time::Instant::now() + interval;
+        while std::time::Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
+                record(c, &r);
+                return r.map(|_| Exit::Ok);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
+    let mark = c.state_dir.join("initialized");
+    if mark.exists() {
+        return Ok(Exit::Ok);
+    }
+    // "Empty": nothing but the state dir (or its parents) and dotfiles a fresh account gets.
+    let skel: HashSet<&str> = [".local", ".bashrc", ".profile", ".bash_logout"]
+        .into_iter()
+        .collect();
+    let empty = std::fs::read_dir(&c.home)
+        .map(|d| {
+            d.flatten()
+                .all(|e| e.file_name().to_str().is_some_and(|n| skel.contains(n)))
+        })
+        .unwrap_or(true);
+    if empty {
+        let ids = rt.block_on(c.remote.snapshot_ids())?;
+        if !ids.is_empty() {
+            let rep = rt.block_on(async {
+                let m = restore::load(&c.remote, None).await?;
+                output::progress(&format!(
+                    "first boot: restoring snapshot {} into {}",
+                    m.id,
+                    c.home.display()
+                ));
+                restore::restore(&c.remote, &m, &c.home, true).await
+            })?;
+            output::info(&format!("restored {} files", rep.files));
+        }
+    }
+    std::fs::create_dir_all(&c.state_dir).with_path(&c.state_dir)?;
+    std::fs::write(&mark, now()).with_path(&mark)?;
+    Ok(Exit::Ok)
+}
+
+fn verify(
+    c: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    id: Option<&str>,
+    out: &mut impl Write,
+    json: bool,
+) -> Result<Exit, BoxError> {
+    let (m, bad) = rt.block_on(async {
+        let m = restore::load(&c.remote, id).await?;
+        let hashes: HashSet<String> = m.entries.iter().filter_map(|e| e.hash.clone()).collect();
+        let bad: Vec<String> = futures::stream::iter(hashes.into_iter().map(|h| async move {
+            match c.remote.store.get(&c.remote.blob(&h)).await {
+                Ok(g) => {
+                    let mut s = g.into_stream();
+                    let mut hasher = blake3::Hasher::new();
+                    while let Some(chunk) = s.next().await {
+                        match chunk {
+                            Ok(b) => {
+                                hasher.update(&b);
+                            }
+                            Err(e) => return Some(format!("{h}: {e}")),
+                        }
+                    }
+                    (hasher.finalize().to_hex().as_str() != h)
+                        .then(|| format!("{h}: content does not match"))
+                }
+                Err(object_store::Error::NotFound { .. }) => Some(format!("{h}: missing")),
+                Err(e) => Some(format!("{h}: {e}")),
+            }
+        }))
+        .buffer_unordered(sync::PARALLEL)
+        .filter_map(|x| async move { x })
+        .collect()
+        .await;
+        Ok::<_, BoxError>((m, bad))
+    })?;
+    if json {
+        output::json_line(
+            out,
+            "verify",
+            &serde_json::json!({"snapshot": m.id, "bad": bad}),
+        )
+        .with_path("stdout")?;
+    } else {
+        for b in &bad {
+            writeln!(out, "bad  {b}").with_path("stdout")?;
+        }
+    }
+    if bad.is_empty() {
+        Ok(Exit::Ok)
+    } else {
+        Err(Box::new(Message::new(
+            Exit::DataErr,
+            format!("snapshot {}: {} blobs missing or corrupt", m.id, bad.len()),
+        )))
+    }
+}
+
+fn gc(
+    c: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    out: &mut impl Write,
+    json: bool,
+) -> Result<Exit, BoxError> {
+    let deleted = rt.block_on(async {
+        let mut live = HashSet::new();
+        // Any manifest that cannot be read stops gc: its blobs are unknown.
+        for id in c.remote.snapshot_ids().await? {
+            let m = restore::load(&c.remote, Some(&id)).await?;
+            live.extend(m.entries.into_iter().filter_map(|e| e.hash));
+        }
+        let cutoff = now_unix() as i64 - GC_GRACE.as_secs() as i64;
+        let mut deleted = Vec::new();
+        for (h, stamp) in c.remote.blob_hashes().await? {
+            if !live.contains(&h) && stamp.0 < cutoff {
+                c.remote
+                    .store
+                    .delete(&c.remote.blob(&h))
+                    .await
+                    .map_err(|e| c.remote.down(e))?;
+                deleted.push(h);
+            }
+        }
+        Ok::<_, BoxError>(deleted)
+    })?;
+    // The index may list deleted blobs as present: forget which blobs exist.
+    let ip = c.state_dir.join("index.json");
+    if ip.exists() {
+        let mut idx = sync::Index::load(&ip, &c.remote.url);
+        idx.blobs.clear();
+        idx.store(&ip).with_path(&ip)?;
+    }
+    if json {
+        output::json_line(out, "gc", &serde_json::json!({"deleted": deleted.len()}))
+            .with_path("stdout")?;
+    } else if !output::is_quiet() {
+        writeln!(out, "deleted {} unreferenced blobs", deleted.len()).with_path("stdout")?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// For tests: a path's bytes as shown in a manifest.
+pub fn rel(p: &Path) -> manifest::RelPath {
+    use std::os::unix::ffi::OsStrExt;
+    manifest::RelPath(p.as_os_str().as_bytes().to_vec())
+}

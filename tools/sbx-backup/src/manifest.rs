@@ -1,0 +1,263 @@
+//! A snapshot: every path of the home with its POSIX metadata and, for
+//! files, the content hash of the blob holding it. Written last, with a
+//! conditional put, so a snapshot that can be read is a whole one.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use base64::Engine;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub const FORMAT: &str = "sbx-backup";
+pub const VERSION: u32 = 1;
+
+/// A path relative to the home, as bytes: a string when UTF-8, else
+/// `{"b64": …}` so non-UTF-8 names survive the round trip.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RelPath(pub Vec<u8>);
+
+impl RelPath {
+    pub fn as_path(&self) -> &Path {
+        Path::new(std::ffi::OsStr::from_bytes(&self.0))
+    }
+
+    /// Relative, no `..`, no `.`, not empty: safe to join under a target.
+    pub fn is_safe(&self) -> bool {
+        // On the bytes, not Path::components, which hides "a/./b" and "a//b".
+        !self.0.is_empty()
+            && !self.0.contains(&0)
+            && self
+                .0
+                .split(|b| *b == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b"..")
+    }
+}
+
+impl Serialize for RelPath {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.0) {
+            Ok(t) => s.serialize_str(t),
+            Err(_) => {
+                #[derive(Serialize)]
+                struct B64 {
+                    b64: String,
+                }
+                B64 {
+                    b64: base64::engine::general_purpose::STANDARD.encode(&self.0),
+                }
+                .serialize(s)
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RelPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum P {
+            S(String),
+            B { b64: String },
+        }
+        match P::deserialize(d)? {
+            P::S(s) => Ok(RelPath(s.into_bytes())),
+            P::B { b64 } => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map(RelPath)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub path: RelPath,
+    pub kind: Kind,
+    /// Permission bits including setuid/setgid/sticky (st_mode & 0o7777).
+    pub mode: u32,
+    pub mtime_ns: i128,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub size: u64,
+    /// blake3 of the content, hex; files only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// The link target verbatim; symlinks only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<RelPath>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub sockets: u64,
+    pub fifos: u64,
+    pub devices: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub version: u32,
+    pub id: String,
+    pub created: String,
+    pub entries: Vec<Entry>,
+    pub skipped: Skipped,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("snapshot {0}: not an sbx-backup manifest ({1})")]
+    Foreign(String, String),
+    #[error(
+        "snapshot {0}: written by a newer sbx-backup (format version {1}, this one reads {VERSION}); upgrade it"
+    )]
+    Newer(String, u32),
+    #[error("snapshot {0}: corrupted: {1}")]
+    Corrupt(String, String),
+}
+
+impl Manifest {
+    pub fn parse(name: &str, bytes: &[u8]) -> Result<Self, ManifestError> {
+        let v: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| ManifestError::Foreign(name.into(), e.to_string()))?;
+        if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+            return Err(ManifestError::Foreign(
+                name.into(),
+                "no \"format\": \"sbx-backup\"".into(),
+            ));
+        }
+        let version = v.get("version").and_then(|f| f.as_u64()).unwrap_or(0) as u32;
+        if version > VERSION {
+            return Err(ManifestError::Newer(name.into(), version));
+        }
+        let m: Manifest = serde_json::from_value(v)
+            .map_err(|e| ManifestError::Corrupt(name.into(), e.to_string()))?;
+        m.check()
+            .map_err(|e| ManifestError::Corrupt(name.into(), e))?;
+        Ok(m)
+    }
+
+    /// Paths are safe and unique, files have hashes, nothing sits below a
+    /// symlink (restoring it would write through the link).
+    pub fn check(&self) -> Result<(), String> {
+        let mut links = std::collections::HashSet::new();
+        let mut seen = std::collections::HashSet::new();
+        for e in &self.entries {
+            if !e.path.is_safe() {
+                return Err(format!("unsafe path {:?}", e.path.as_path()));
+            }
+            if !seen.insert(&e.path) {
+                return Err(format!("duplicate path {:?}", e.path.as_path()));
+            }
+            match e.kind {
+                Kind::File
+                    if e.hash.as_deref().is_none_or(|h| {
+                        h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit())
+                    }) =>
+                {
+                    return Err(format!("file {:?} has no valid hash", e.path.as_path()));
+                }
+                Kind::Symlink if e.target.is_none() => {
+                    return Err(format!("symlink {:?} has no target", e.path.as_path()));
+                }
+                Kind::Symlink => {
+                    links.insert(e.path.as_path().to_owned());
+                }
+                _ => {}
+            }
+        }
+        for e in &self.entries {
+            if e.path
+                .as_path()
+                .ancestors()
+                .skip(1)
+                .any(|a| links.contains(a))
+            {
+                return Err(format!("{:?} lies below a symlink", e.path.as_path()));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.entries.iter().map(|e| e.size).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(entries: Vec<Entry>) -> Manifest {
+        Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            id: "x".into(),
+            created: "t".into(),
+            entries,
+            skipped: Skipped::default(),
+        }
+    }
+
+    fn file(p: &[u8]) -> Entry {
+        Entry {
+            path: RelPath(p.to_vec()),
+            kind: Kind::File,
+            mode: 0o600,
+            mtime_ns: 1,
+            size: 1,
+            hash: Some("a".repeat(64)),
+            target: None,
+        }
+    }
+
+    #[test]
+    fn non_utf8_paths_round_trip() {
+        let mm = m(vec![file(b"ok.txt"), file(b"bad\xffname")]);
+        let text = serde_json::to_vec(&mm).unwrap();
+        assert!(String::from_utf8_lossy(&text).contains(r#""path":{"b64":"YmFk/25hbWU="}"#));
+        assert_eq!(Manifest::parse("x", &text).unwrap(), mm);
+    }
+
+    #[test]
+    fn foreign_newer_and_unsafe_manifests_are_refused() {
+        assert!(matches!(
+            Manifest::parse("a", b"{\"hello\":1}"),
+            Err(ManifestError::Foreign(..))
+        ));
+        assert!(matches!(
+            Manifest::parse("a", b"not json"),
+            Err(ManifestError::Foreign(..))
+        ));
+        let newer = br#"{"format":"sbx-backup","version":99}"#;
+        assert!(matches!(
+            Manifest::parse("a", newer),
+            Err(ManifestError::Newer(_, 99))
+        ));
+        for bad in [&b"../etc/passwd"[..], b"/etc/passwd", b"a/./b", b""] {
+            assert!(m(vec![file(bad)]).check().is_err(), "{bad:?}");
+        }
+        let mut link = file(b"l");
+        link.kind = Kind::Symlink;
+        link.hash = None;
+        link.target = Some(RelPath(b"/etc".to_vec()));
+        assert!(
+            m(vec![link.clone(), file(b"l/passwd")])
+                .check()
+                .unwrap_err()
+                .contains("below a symlink")
+        );
+        assert!(m(vec![link, file(b"l2/passwd")]).check().is_ok());
+    }
+}

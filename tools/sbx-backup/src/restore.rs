@@ -1,0 +1,278 @@
+//! Restore a snapshot into a directory: content first (temp file, fsync,
+//! rename), symlinks after every file (so nothing is written through one),
+//! then modes and mtimes, directories deepest first.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
+use nix::sys::stat::{UtimensatFlags, utimensat};
+use nix::sys::time::TimeSpec;
+use object_store::ObjectStoreExt;
+use sbx_core::Exit;
+use sbx_core::error::Message;
+
+use crate::manifest::{Kind, Manifest};
+use crate::store::Remote;
+use crate::sync::PARALLEL;
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Report {
+    pub files: u64,
+    pub bytes: u64,
+    pub reused: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+}
+
+type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
+
+fn msg(exit: Exit, m: String) -> Box<dyn sbx_core::SbxError> {
+    Box::new(Message::new(exit, m))
+}
+
+pub async fn load(remote: &Remote, id: Option<&str>) -> Res<Manifest> {
+    let id = match id {
+        Some(i) => i.to_owned(),
+        None => remote
+            .snapshot_ids()
+            .await?
+            .pop()
+            .ok_or_else(|| msg(Exit::NoInput, format!("{}: no snapshots", remote.url)))?,
+    };
+    let got = remote
+        .store
+        .get(&remote.snapshot(&id))
+        .await
+        .map_err(|e| match e {
+            object_store::Error::NotFound { .. } => {
+                msg(Exit::NoInput, format!("{}: no snapshot {id}", remote.url))
+            }
+            e => Box::new(remote.down(e)),
+        })?;
+    let bytes = got.bytes().await.map_err(|e| remote.down(e))?;
+    Manifest::parse(&id, &bytes).map_err(|e| msg(Exit::DataErr, e.to_string()))
+}
+
+/// No ancestor of `p` below `root` may be a symlink: that would let a
+/// restore write outside the target.
+fn inside(root: &Path, p: &Path) -> bool {
+    let mut cur = root.to_path_buf();
+    let Ok(rel) = p.strip_prefix(root) else {
+        return false;
+    };
+    let mut comps: Vec<_> = rel.components().collect();
+    comps.pop();
+    for c in comps {
+        cur.push(c);
+        if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
+            return false;
+        }
+    }
+    true
+}
+
+fn set_times(p: &Path, mtime_ns: i128, follow: bool) -> std::io::Result<()> {
+    let t = TimeSpec::new(
+        (mtime_ns.div_euclid(1_000_000_000)) as i64,
+        (mtime_ns.rem_euclid(1_000_000_000)) as i64,
+    );
+    let flag = if follow {
+        UtimensatFlags::FollowSymlink
+    } else {
+        UtimensatFlags::NoFollowSymlink
+    };
+    utimensat(nix::fcntl::AT_FDCWD, p, &t, &t, flag).map_err(std::io::Error::from)
+}
+
+async fn fetch(remote: &Remote, hash: &str, dest: &Path) -> Res<u64> {
+    let tmp = dest.with_file_name(format!(
+        ".{}.sbx-restore",
+        dest.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let got = remote
+        .store
+        .get(&remote.blob(hash))
+        .await
+        .map_err(|e| match e {
+            object_store::Error::NotFound { .. } => msg(
+                Exit::DataErr,
+                format!(
+                    "blob {hash} for {} is missing from {}",
+                    dest.display(),
+                    remote.url
+                ),
+            ),
+            e => Box::new(remote.down(e)),
+        })?;
+    let mut stream = got.into_stream();
+    let mut f =
+        fs::File::create(&tmp).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", tmp.display())))?;
+    let mut h = blake3::Hasher::new();
+    let mut n = 0u64;
+    let fail = |tmp: &Path, e: std::io::Error| {
+        let _ = fs::remove_file(tmp);
+        let hint = if e.raw_os_error() == Some(nix::libc::ENOSPC) {
+            " (disk full; the partial file was removed)"
+        } else {
+            ""
+        };
+        msg(Exit::IoErr, format!("{}: {e}{hint}", tmp.display()))
+    };
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(Box::new(remote.down(e)));
+            }
+        };
+        h.update(&chunk);
+        n += chunk.len() as u64;
+        f.write_all(&chunk).map_err(|e| fail(&tmp, e))?;
+    }
+    f.sync_all().map_err(|e| fail(&tmp, e))?;
+    if h.finalize().to_hex().as_str() != hash {
+        let _ = fs::remove_file(&tmp);
+        return Err(msg(
+            Exit::DataErr,
+            format!("blob {hash} in {} does not match its hash", remote.url),
+        ));
+    }
+    fs::rename(&tmp, dest).map_err(|e| fail(&tmp, e))?;
+    Ok(n)
+}
+
+/// Restore `m` into `to`. Files already there with the right size and
+/// mtime are kept, so an interrupted restore resumes.
+pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> Res<Report> {
+    fs::create_dir_all(to).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
+    if fs::symlink_metadata(to).is_ok_and(|md| md.file_type().is_symlink()) {
+        return Err(msg(
+            Exit::Usage,
+            format!(
+                "{}: is a symlink; restore into the real directory",
+                to.display()
+            ),
+        ));
+    }
+    let to = to
+        .canonicalize()
+        .map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
+    let marker = to.join(".sbx-restore-in-progress");
+    let resuming = marker.exists();
+    let non_empty = fs::read_dir(&to)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if non_empty && !force && !resuming {
+        return Err(msg(
+            Exit::Usage,
+            format!(
+                "{}: not empty; use --force to restore over it",
+                to.display()
+            ),
+        ));
+    }
+    fs::write(&marker, &m.id)
+        .map_err(|e| msg(Exit::IoErr, format!("{}: {e}", marker.display())))?;
+    let mut rep = Report::default();
+    let path = |e: &crate::manifest::Entry| -> PathBuf { to.join(e.path.as_path()) };
+
+    // Directories, shallowest first, writable by us until the end.
+    for e in m.entries.iter().filter(|e| e.kind == Kind::Dir) {
+        let p = path(e);
+        if !inside(&to, &p) {
+            return Err(msg(
+                Exit::DataErr,
+                format!("{}: would leave {}", p.display(), to.display()),
+            ));
+        }
+        if fs::symlink_metadata(&p).is_ok_and(|md| !md.is_dir()) {
+            fs::remove_file(&p).map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
+        }
+        fs::create_dir_all(&p).map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o700)).ok();
+        rep.dirs += 1;
+    }
+    // Files in parallel.
+    let mut jobs = Vec::new();
+    for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
+        let p = path(e);
+        if !inside(&to, &p) {
+            return Err(msg(
+                Exit::DataErr,
+                format!("{}: would leave {}", p.display(), to.display()),
+            ));
+        }
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).ok();
+        }
+        let have = fs::symlink_metadata(&p).ok();
+        if let Some(md) = &have {
+            use std::os::unix::fs::MetadataExt;
+            let mt = i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec());
+            if md.is_file() && md.len() == e.size && mt == e.mtime_ns {
+                rep.reused += 1;
+                continue;
+            }
+            if md.is_dir() {
+                fs::remove_dir_all(&p).ok();
+            }
+        }
+        jobs.push((e.hash.clone().expect("checked"), p, e.size));
+    }
+    let results: Vec<Res<u64>> = futures::stream::iter(
+        jobs.into_iter()
+            .map(|(h, p, _)| async move { fetch(remote, &h, &p).await }),
+    )
+    .buffer_unordered(PARALLEL)
+    .collect()
+    .await;
+    for r in results {
+        rep.bytes += r?;
+        rep.files += 1;
+    }
+    // Symlinks last: nothing was written through them.
+    for e in m.entries.iter().filter(|e| e.kind == Kind::Symlink) {
+        let p = path(e);
+        if !inside(&to, &p) {
+            return Err(msg(
+                Exit::DataErr,
+                format!("{}: would leave {}", p.display(), to.display()),
+            ));
+        }
+        if let Ok(md) = fs::symlink_metadata(&p) {
+            if md.is_dir() {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            }
+            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
+        }
+        symlink(e.target.as_ref().expect("checked").as_path(), &p)
+            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
+        set_times(&p, e.mtime_ns, false).ok();
+        rep.symlinks += 1;
+    }
+    // Modes and mtimes after content; directories deepest first.
+    for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
+        let p = path(e);
+        fs::set_permissions(&p, fs::Permissions::from_mode(e.mode))
+            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
+        set_times(&p, e.mtime_ns, false)
+            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
+    }
+    let mut dirs: Vec<_> = m.entries.iter().filter(|e| e.kind == Kind::Dir).collect();
+    dirs.sort_by_key(|e| std::cmp::Reverse(e.path.0.iter().filter(|b| **b == b'/').count()));
+    fs::remove_file(&marker).ok();
+    for e in dirs {
+        let p = path(e);
+        fs::set_permissions(&p, fs::Permissions::from_mode(e.mode)).ok();
+        set_times(&p, e.mtime_ns, false).ok();
+    }
+    Ok(rep)
+}

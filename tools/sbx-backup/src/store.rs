@@ -1,0 +1,182 @@
+//! The object store behind a URL, and where things live in it:
+//! `<prefix>/blobs/<2 hex>/<blake3>` and `<prefix>/snapshots/<id>.json`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{BackoffConfig, ObjectStore, RetryConfig};
+use sbx_core::Exit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{url}: {why}")]
+    Config { url: String, why: String },
+    #[error("backend {url} unavailable: {why}; nothing was deleted (retry later)")]
+    Down { url: String, why: String },
+}
+
+impl sbx_core::SbxError for StoreError {
+    fn exit(&self) -> Exit {
+        match self {
+            StoreError::Config { .. } => Exit::Config,
+            StoreError::Down { .. } => Exit::TempFail,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub url: String,
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: Path,
+}
+
+fn retry() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: 4,
+        retry_timeout: Duration::from_secs(30),
+    }
+}
+
+impl Remote {
+    /// Open `url`. Credentials come from the environment only
+    /// (`AWS_*`, `GOOGLE_APPLICATION_CREDENTIALS`, `GOOGLE_SERVICE_ACCOUNT*`).
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let cfg = |why: String| StoreError::Config {
+            url: url.to_owned(),
+            why,
+        };
+        let parsed = url::Url::parse(url).map_err(|e| cfg(e.to_string()))?;
+        let prefix = Path::from(parsed.path().trim_matches('/'));
+        let store: Arc<dyn ObjectStore> = match parsed.scheme() {
+            "file" => {
+                let dir = parsed
+                    .to_file_path()
+                    .map_err(|_| cfg("not a local path".into()))?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| cfg(format!("cannot create {}: {e}", dir.display())))?;
+                return Ok(Self {
+                    url: url.to_owned(),
+                    store: Arc::new(
+                        object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                            .map_err(|e| cfg(e.to_string()))?,
+                    ),
+                    prefix: Path::default(),
+                });
+            }
+            "memory" => Arc::new(object_store::memory::InMemory::new()),
+            "s3" => Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(url)
+                    .with_retry(retry())
+                    .build()
+                    .map_err(|e| cfg(format!("{e} (credentials come from AWS_* variables)")))?,
+            ),
+            "gs" => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(url)
+                    .with_retry(retry())
+                    .build()
+                    .map_err(|e| {
+                        cfg(format!(
+                            "{e} (credentials come from GOOGLE_APPLICATION_CREDENTIALS)"
+                        ))
+                    })?,
+            ),
+            other => {
+                return Err(cfg(format!(
+                    "unknown URL scheme \"{other}\": use gs://, s3://, file:// or memory://"
+                )));
+            }
+        };
+        Ok(Self {
+            url: url.to_owned(),
+            store,
+            prefix,
+        })
+    }
+
+    pub fn in_memory() -> Self {
+        Self {
+            url: "memory://".into(),
+            store: Arc::new(object_store::memory::InMemory::new()),
+            prefix: Path::default(),
+        }
+    }
+
+    fn child(&self, parts: &[&str]) -> Path {
+        let mut p = self.prefix.clone();
+        for s in parts {
+            p = p.join(*s);
+        }
+        p
+    }
+
+    pub fn blob(&self, hash: &str) -> Path {
+        self.child(&["blobs", &hash[..2], hash])
+    }
+
+    pub fn snapshot(&self, id: &str) -> Path {
+        self.child(&["snapshots", &format!("{id}.json")])
+    }
+
+    pub fn down(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Down {
+            url: self.url.clone(),
+            why: e.to_string(),
+        }
+    }
+
+    /// Snapshot ids, oldest first (ids sort by time).
+    pub async fn snapshot_ids(&self) -> Result<Vec<String>, StoreError> {
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&self.child(&["snapshots"])))
+            .try_collect()
+            .await
+            .map_err(|e| self.down(e))?;
+        let mut ids: Vec<String> = metas
+            .iter()
+            .filter_map(|m| {
+                m.location
+                    .filename()?
+                    .strip_suffix(".json")
+                    .map(str::to_owned)
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Every blob hash in the store.
+    pub async fn blob_hashes(&self) -> Result<Vec<(String, chrono_free::Stamp)>, StoreError> {
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&self.child(&["blobs"])))
+            .try_collect()
+            .await
+            .map_err(|e| self.down(e))?;
+        Ok(metas
+            .iter()
+            .filter_map(|m| {
+                Some((
+                    m.location.filename()?.to_owned(),
+                    chrono_free::Stamp(m.last_modified.timestamp()),
+                ))
+            })
+            .collect())
+    }
+}
+
+/// Seconds since the epoch, without pulling chrono into this crate's API.
+pub mod chrono_free {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    pub struct Stamp(pub i64);
+}

@@ -36,7 +36,14 @@ fn tree(root: &Path) -> BTreeMap<PathBuf, (u32, i64, Vec<u8>)> {
                 stack.push(p);
                 out.insert(rel, (md.mode() & 0o7777, 0, Vec::new()));
             } else {
-                out.insert(rel, (md.mode() & 0o7777, md.mtime(), blake3::hash(&fs::read(&p).unwrap()).as_bytes().to_vec()));
+                out.insert(
+                    rel,
+                    (
+                        md.mode() & 0o7777,
+                        md.mtime(),
+                        blake3::hash(&fs::read(&p).unwrap()).as_bytes().to_vec(),
+                    ),
+                );
             }
         }
     }
@@ -55,7 +62,16 @@ impl Rng {
 
 fn snapshot_ids(root: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(root.join("store/snapshots"))
-        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_owned)).collect())
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_suffix(".json")
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -71,7 +87,11 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
     for i in 0..300 {
         let d = home.join(format!("d{}", i % 17));
         fs::create_dir_all(&d).unwrap();
-        fs::write(d.join(format!("f{i}")), format!("file {i}\n").repeat(i % 50 + 1)).unwrap();
+        fs::write(
+            d.join(format!("f{i}")),
+            format!("file {i}\n").repeat(i % 50 + 1),
+        )
+        .unwrap();
     }
     for i in 0..4 {
         fs::write(home.join(format!("big{i}")), vec![i as u8; 12 << 20]).unwrap();
@@ -94,8 +114,16 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
         fs::write(home.join(format!("new{round}")), format!("new {round}")).unwrap();
         let gone = home.join(format!("d{}/f{}", round % 17, round * 7 % 300));
         let _ = fs::remove_file(gone);
-        fs::set_permissions(home.join("d1"), fs::Permissions::from_mode(if round % 2 == 0 { 0o700 } else { 0o755 })).unwrap();
-        fs::write(home.join(format!("big{}", round % 4)), vec![round as u8 + 7; 12 << 20]).unwrap();
+        fs::set_permissions(
+            home.join("d1"),
+            fs::Permissions::from_mode(if round % 2 == 0 { 0o700 } else { 0o755 }),
+        )
+        .unwrap();
+        fs::write(
+            home.join(format!("big{}", round % 4)),
+            vec![round as u8 + 7; 12 << 20],
+        )
+        .unwrap();
         let want = tree(&home);
 
         let mut child = bin(root, &home, &["sync"]).spawn().unwrap();
@@ -118,11 +146,26 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
 
     for (id, want) in &expected {
         let to = root.join(format!("r-{id}"));
-        let o = bin(root, &home, &["restore", "--snapshot", id, "--to", to.to_str().unwrap()]).output().unwrap();
-        assert!(o.status.success(), "restore {id}: {}", String::from_utf8_lossy(&o.stderr));
-        assert!(tree(&to) == *want, "snapshot {id} does not restore to the tree it was taken from");
+        let o = bin(
+            root,
+            &home,
+            &["restore", "--snapshot", id, "--to", to.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+        assert!(
+            o.status.success(),
+            "restore {id}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            tree(&to) == *want,
+            "snapshot {id} does not restore to the tree it was taken from"
+        );
         fs::remove_dir_all(&to).unwrap();
     }
-    let o = bin(root, &home, &["verify", "--snapshot", &last]).output().unwrap();
+    let o = bin(root, &home, &["verify", "--snapshot", &last])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -1,0 +1,186 @@
+//! Against a real S3 implementation on 127.0.0.1 (moto's server, which
+//! `scripts/prereqs` installs in /opt/sbx/moto), through a TCP relay the
+//! test can cut to stop the server mid-sync.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const MOTO: &str = "/opt/sbx/moto/bin/moto_server";
+
+struct Moto(Child, u16);
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn moto() -> Option<Moto> {
+    let bin = std::env::var("SBX_MOTO_SERVER").unwrap_or_else(|_| MOTO.into());
+    if !Path::new(&bin).exists() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+        assert!(!ci, "{bin} is missing: run scripts/prereqs");
+        eprintln!("skipping: {bin} is missing (scripts/prereqs installs it)");
+        return None;
+    }
+    let port = free_port();
+    let child = Command::new(bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            // Make the bucket (moto does not check signatures).
+            write!(s, "PUT /sbx HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+            let mut r = String::new();
+            let _ = s.read_to_string(&mut r);
+            assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
+            return Some(Moto(child, port));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("moto_server did not start");
+}
+
+/// A relay to `to` that can be cut (new and open connections dropped).
+fn relay(to: u16, up: Arc<AtomicBool>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            if !up.load(Ordering::SeqCst) {
+                continue; // dropped: connection reset
+            }
+            let Ok(s) = TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            for (mut a, mut b) in [(c.try_clone().unwrap(), s.try_clone().unwrap()), (s, c)] {
+                let up = up.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while up.load(Ordering::SeqCst) {
+                        match a.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if b.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = a.shutdown(Shutdown::Both);
+                    let _ = b.shutdown(Shutdown::Both);
+                });
+            }
+        }
+    });
+    port
+}
+
+fn run(root: &Path, port: u16, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sbx-backup"))
+        .arg("--config")
+        .arg(root.join("config.toml"))
+        .args(["--url", "s3://sbx/home-backup", "--home"])
+        .arg(root.join("home"))
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .args(args)
+        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap()
+}
+
+fn files(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.path().strip_prefix(root).unwrap().to_owned(),
+                std::fs::read(e.path()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn s3_round_trip_and_a_server_that_stops_mid_sync() {
+    let Some(m) = moto() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    std::fs::write(root.join("config.toml"), "").unwrap();
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    for i in 0..50 {
+        std::fs::write(home.join(format!("f{i}")), format!("{i}").repeat(100)).unwrap();
+    }
+    std::fs::write(home.join("big"), vec![7u8; 20 << 20]).unwrap(); // multipart
+    let up = Arc::new(AtomicBool::new(true));
+    let port = relay(m.1, up.clone());
+
+    let o = run(root, port, &["sync", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(
+        root,
+        port,
+        &["restore", "--to", root.join("back").to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(files(&root.join("back")), files(&home));
+
+    // The server goes away during the next sync: 75, nothing deleted.
+    for i in 0..200 {
+        std::fs::write(home.join(format!("g{i}")), format!("g{i}").repeat(5000)).unwrap();
+    }
+    let cut = up.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        cut.store(false, Ordering::SeqCst);
+    });
+    let o = run(root, port, &["sync"]);
+    t.join().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing was deleted"));
+    // Back up: the next run completes, and the first snapshot is intact.
+    up.store(true, Ordering::SeqCst);
+    let o = run(root, port, &["sync", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(root, port, &["snapshots", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2);
+    let o = run(root, port, &["verify"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(
+        root,
+        port,
+        &["restore", "--to", root.join("back2").to_str().unwrap()],
+    );
+    assert!(o.status.success());
+    assert_eq!(files(&root.join("back2")), files(&home));
+}

@@ -24,7 +24,10 @@ fn bin(root: &Path, home: &Path, args: &[&str]) -> Command {
     c
 }
 
-fn tree(root: &Path) -> BTreeMap<PathBuf, (u32, i64, Vec<u8>)> {
+/// path -> (mode, mtime, content hash)
+type Tree = BTreeMap<PathBuf, (u32, i64, Vec<u8>)>;
+
+fn tree(root: &Path) -> Tree {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_owned()];
     while let Some(d) = stack.pop() {
@@ -101,7 +104,7 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
     let full = t.elapsed();
 
     // Which tree each committed snapshot must restore to.
-    let mut expected: BTreeMap<String, BTreeMap<PathBuf, (u32, i64, Vec<u8>)>> = BTreeMap::new();
+    let mut expected: BTreeMap<String, Tree> = BTreeMap::new();
     expected.insert(snapshot_ids(root).pop().unwrap(), tree(&home));
     let mut kills = 0;
     for round in 0..20u64 {

@@ -50,7 +50,7 @@ fn moto() -> Option<Moto> {
             let mut r = String::new();
             let _ = s.read_to_string(&mut r);
             assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
-            return Some(Moto(child, port));
+            return Some(server);
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -43,6 +43,8 @@ fn moto() -> Option<Moto> {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Dropping the guard kills and reaps it, on every path out of here.
+    let server = Moto(child, port);
     for _ in 0..100 {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
             // Make the bucket (moto does not check signatures).

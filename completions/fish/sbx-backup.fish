@@ -37,7 +37,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -l json -d 'Output J
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -s V -l version -d 'Print version'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "sync" -d 'One pass: upload what changed, commit a snapshot, apply retention'
-complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "daemon" -d 'Sync every interval until SIGTERM, which finishes the current pass and syncs once more'
+complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "daemon" -d 'Sync every interval while files change, until SIGTERM (which lets the current pass finish)'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "restore" -d 'Restore a snapshot (default: the newest) into the home or --to DIR'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "first-boot" -d 'Restore only when the home is new or empty and a snapshot exists; then mark it initialized'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "snapshots" -d 'List snapshots'
@@ -65,6 +65,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -l config 
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -l url -d 'Object store URL instead of [backup].url: gs://bucket/prefix, s3://bucket/prefix, file:///dir' -r
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -l home -d 'The directory backed up and restored into by default' -r -F
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -l state-dir -d 'Index and status (default ~/.local/state/sbx-backup, never backed up)' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -l final-sync -d 'On SIGTERM, after the current pass, sync once more before exiting'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
@@ -140,7 +141,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -s v -l verbos
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -s h -l help -d 'Print help'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "sync" -d 'One pass: upload what changed, commit a snapshot, apply retention'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "daemon" -d 'Sync every interval until SIGTERM, which finishes the current pass and syncs once more'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "daemon" -d 'Sync every interval while files change, until SIGTERM (which lets the current pass finish)'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "restore" -d 'Restore a snapshot (default: the newest) into the home or --to DIR'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "first-boot" -d 'Restore only when the home is new or empty and a snapshot exists; then mark it initialized'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "snapshots" -d 'List snapshots'

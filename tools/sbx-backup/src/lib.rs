@@ -66,7 +66,7 @@ pub struct Cli {
 pub enum Cmd {
     /// One pass: upload what changed, commit a snapshot, apply retention.
     Sync(SyncArgs),
-    /// Sync every interval until SIGTERM, which finishes the current pass and syncs once more.
+    /// Sync every interval while files change, until SIGTERM (which lets the current pass finish).
     Daemon(DaemonArgs),
     /// Restore a snapshot (default: the newest) into the home or --to DIR.
     Restore(RestoreArgs),
@@ -94,6 +94,9 @@ pub struct DaemonArgs {
     /// Time between passes (default: [backup].interval).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub interval: Option<Duration>,
+    /// On SIGTERM, after the current pass, sync once more before exiting.
+    #[arg(long)]
+    pub final_sync: bool,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +123,11 @@ hashed, and only blobs the store lacks are uploaded (8 in parallel; files
 over 8 MiB stream through multipart uploads). A file that changes while it
 is read (stat before and after differ, or the uploaded bytes do not hash
 right) keeps its last good version and is retried on the next pass.
+
+The daemon watches the home with inotify and skips a pass when nothing
+changed; a watcher overflow or error, or 12 quiet intervals, forces one.
+A pass is always a full stat walk (about 40 ms for 20,000 files), so an
+event the watcher missed is found by the next pass anyway.
 
 Never lossy: sync only ever adds blobs and manifests and deletes manifests
 beyond [backup].keep; blobs go only in `gc`, and only when no manifest
@@ -295,7 +303,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             }
             Ok(Exit::Ok)
         }
-        Cmd::Daemon(a) => daemon(&c, &rt, a.interval.unwrap_or(c.interval)),
+        Cmd::Daemon(a) => daemon(&c, &rt, a.interval.unwrap_or(c.interval), a.final_sync),
         Cmd::Restore(a) => {
             let to = a.to.clone().unwrap_or_else(|| c.home.clone());
             let rep = rt.block_on(async {
@@ -435,31 +443,79 @@ fn print_sync(out: &mut impl Write, json: bool, r: &sync::Report) -> Result<(), 
     Ok(())
 }
 
-fn daemon(c: &Ctx, rt: &tokio::runtime::Runtime, interval: Duration) -> Result<Exit, BoxError> {
+/// Passes between full walks even when the watcher saw nothing.
+const FULL_EVERY: u32 = 12;
+
+fn daemon(
+    c: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    interval: Duration,
+    final_sync: bool,
+) -> Result<Exit, BoxError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).with_path("signal handler")?;
     }
-    loop {
+    // inotify tells us whether anything changed between passes; a pass is
+    // still a full stat walk. No events: no pass. An overflow, a watcher
+    // error, or FULL_EVERY quiet intervals: a pass anyway.
+    let dirty = Arc::new(AtomicBool::new(true));
+    let _watcher = {
+        use notify::Watcher;
+        let (d, state) = (dirty.clone(), c.state_dir.clone());
+        let w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| match ev {
+            Ok(ev) if ev.need_rescan() || ev.paths.iter().any(|p| !p.starts_with(&state)) => {
+                d.store(true, Ordering::Relaxed)
+            }
+            Ok(_) => {}
+            Err(_) => d.store(true, Ordering::Relaxed),
+        });
+        match w.and_then(|mut w| {
+            w.watch(&c.home, notify::RecursiveMode::Recursive)
+                .map(|()| w)
+        }) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                output::warn(&format!(
+                    "file events unavailable ({e}): walking the home every pass"
+                ));
+                None
+            }
+        }
+    };
+    let watching = _watcher.is_some();
+    let pass = || {
         let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
-        if let Err(e) = &r {
-            output::warn(&format!("sync failed: {e}"));
+        match &r {
+            Ok(rep) => output::info(&format!(
+                "pass: {} files, uploaded {}",
+                rep.files, rep.uploaded
+            )),
+            Err(e) => output::warn(&format!("sync failed: {e}")),
         }
         record(c, &r);
-        if stop.load(Ordering::Relaxed) {
-            // The signal came during a pass: that pass finished; sync once more.
-            let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
-            record(c, &r);
-            return r.map(|_| Exit::Ok);
+        r
+    };
+    let mut quiet = 0u32;
+    loop {
+        if dirty.swap(false, Ordering::Relaxed) || !watching || quiet >= FULL_EVERY {
+            quiet = 0;
+            // A failed pass leaves the home dirty, so the next one retries.
+            if pass().is_err() {
+                dirty.store(true, Ordering::Relaxed);
+            }
+        } else {
+            quiet += 1;
         }
         let until = std::time::Instant::now() + interval;
-        while std::time::Instant::now() < until {
-            if stop.load(Ordering::Relaxed) {
-                let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
-                record(c, &r);
-                return r.map(|_| Exit::Ok);
+        while std::time::Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if stop.load(Ordering::Relaxed) {
+            if final_sync {
+                return pass().map(|_| Exit::Ok);
             }
-            std::thread::sleep(Duration::from_millis(200));
+            return Ok(Exit::Ok);
         }
     }
 }

@@ -319,3 +319,57 @@ fn a_backend_that_stays_down_is_75_and_deletes_nothing() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("nothing was deleted"));
     assert!(e.home().join("a").exists());
 }
+
+#[test]
+fn the_daemon_follows_changes_and_syncs_once_more_on_sigterm() {
+    let e = Env::new();
+    fs::write(e.home().join("a"), "one").unwrap();
+    let mut d = Command::new(env!("CARGO_BIN_EXE_sbx-backup"))
+        .arg("--config")
+        .arg(e.root.join("config.toml"))
+        .arg("--url")
+        .arg(e.url())
+        .arg("--home")
+        .arg(e.home())
+        .arg("--state-dir")
+        .arg(e.root.join("state"))
+        .args(["daemon", "--interval", "200ms", "--final-sync"])
+        .spawn()
+        .unwrap();
+    let snaps = || {
+        fs::read_dir(e.root.join("store/snapshots"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let wait_for = |n: usize| {
+        for _ in 0..100 {
+            if snaps() >= n {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("no snapshot {n}");
+    };
+    wait_for(1);
+    fs::write(e.home().join("a"), "two").unwrap();
+    wait_for(2);
+    // Quiet: no more passes that commit anything.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert_eq!(snaps(), 2);
+    // A change right before SIGTERM still makes it out.
+    fs::write(e.home().join("b"), "last words").unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.wait().unwrap().success());
+    let to = e.root.join("after");
+    assert!(
+        e.run(&e.home(), &["restore", "--to", to.to_str().unwrap()])
+            .status
+            .success()
+    );
+    assert_eq!(fs::read_to_string(to.join("b")).unwrap(), "last words");
+    assert_eq!(fs::read_to_string(to.join("a")).unwrap(), "two");
+}

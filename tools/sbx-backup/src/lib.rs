@@ -661,3 +661,46 @@ pub fn rel(p: &Path) -> manifest::RelPath {
     use std::os::unix::ffi::OsStrExt;
     manifest::RelPath(p.as_os_str().as_bytes().to_vec())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The whole cycle against object_store's InMemory backend.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn sync_then_restore_in_memory() {
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().join("home");
+        std::fs::create_dir_all(home.join("sub/empty")).unwrap();
+        std::fs::write(home.join("sub/a"), "alpha").unwrap();
+        std::fs::write(home.join("b.lock"), "excluded by default").unwrap();
+        std::os::unix::fs::symlink("sub/a", home.join("link")).unwrap();
+        let remote = Remote::in_memory();
+        let state = d.path().join("state");
+        let o = sync::Options {
+            home: &home,
+            state_dir: &state,
+            excludes: &[],
+            keep: 2,
+            dry_run: false,
+        };
+        let r = sync::sync(&remote, &o).await.unwrap();
+        assert_eq!((r.files, r.symlinks, r.dirs, r.uploaded), (1, 1, 2, 1));
+        // Keep 2: a third distinct snapshot pushes the first out.
+        for body in ["beta", "gamma"] {
+            std::fs::write(home.join("sub/a"), body).unwrap();
+            sync::sync(&remote, &o).await.unwrap();
+        }
+        assert_eq!(remote.snapshot_ids().await.unwrap().len(), 2);
+        let m = restore::load(&remote, None).await.unwrap();
+        let to = d.path().join("to");
+        restore::restore(&remote, &m, &to, false).await.unwrap();
+        assert_eq!(std::fs::read_to_string(to.join("sub/a")).unwrap(), "gamma");
+        assert!(to.join("sub/empty").is_dir());
+        assert!(!to.join("b.lock").exists());
+        assert_eq!(
+            std::fs::read_link(to.join("link")).unwrap(),
+            Path::new("sub/a")
+        );
+    }
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# sbx-backup against Debian's rclone (issue: sbx-backup), both against the
+# same local S3 server (moto, from scripts/prereqs) in one run, on the home
+# bench/gen-home.py makes (~20,000 files, ~200 MB). Targets: incremental
+# after 10 changed files and a no-op sync >= 10x faster than `rclone sync`;
+# a full sync and a full restore no slower than rclone's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x target/release/sbx-backup ] || make build >/dev/null
+command -v rclone >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rclone >/dev/null
+B=$PWD/target/release/sbx-backup
+TMP=$(mktemp -d)
+PORT=${PORT:-4599}
+/opt/sbx/moto/bin/moto_server -H 127.0.0.1 -p "$PORT" >/dev/null 2>&1 &
+MOTO=$!
+trap 'kill $MOTO 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 50); do curl -fsS -X PUT "http://127.0.0.1:$PORT/sbx" >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fsS -X PUT "http://127.0.0.1:$PORT/rc" >/dev/null 2>&1 || true
+
+python3 bench/gen-home.py "$TMP/home"
+: > "$TMP/config.toml"
+export AWS_ENDPOINT=http://127.0.0.1:$PORT AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
+export RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Other RCLONE_CONFIG_S3_ENDPOINT=$AWS_ENDPOINT \
+  RCLONE_CONFIG_S3_ACCESS_KEY_ID=test RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=test RCLONE_CONFIG_S3_REGION=us-east-1
+sbx="$B -q --config $TMP/config.toml --url s3://sbx/home --home $TMP/home --state-dir $TMP/state"
+rc="rclone --config /dev/null -q"
+
+# Full sync, each from nothing.
+hyperfine -N --runs 1 --export-csv "$TMP/full.csv" \
+  --prepare "rm -rf $TMP/state" -n "sbx-backup sync (full)" "$sbx sync" \
+  --prepare "true" -n "rclone sync (full)" "$rc sync $TMP/home s3:rc/home --links"
+# No-op: nothing changed.
+hyperfine -N --warmup 1 --runs 5 --export-csv "$TMP/noop.csv" \
+  -n "sbx-backup sync (no-op)" "$sbx sync" \
+  -n "rclone sync (no-op)" "$rc sync $TMP/home s3:rc/home --links"
+# Incremental: 10 files changed before every run.
+touch10() { for i in $(seq 0 9); do head -c 1000 /dev/urandom > "$TMP/home/project/node_modules/pkg$i/lib/m0.js"; done; }
+export -f touch10; export TMP
+hyperfine --runs 3 --export-csv "$TMP/incr.csv" --prepare "bash -c touch10" \
+  -n "sbx-backup sync (10 changed)" "$sbx sync" \
+  -n "rclone sync (10 changed)" "$rc sync $TMP/home s3:rc/home --links"
+# Full restore into an empty directory.
+hyperfine -N --runs 1 --export-csv "$TMP/restore.csv" \
+  --prepare "rm -rf $TMP/r1" -n "sbx-backup restore" "$sbx restore --to $TMP/r1" \
+  --prepare "rm -rf $TMP/r2" -n "rclone copy (restore)" "$rc copy s3:rc/home $TMP/r2 --links"
+for f in full noop incr restore; do
+  awk -F, -v f=$f 'NR == 2 { a = $4 } NR == 3 { b = $4 } END { printf "%-8s sbx-backup %.3f s, rclone %.3f s: %.1fx\n", f, a, b, b / a }' "$TMP/$f.csv"
+done

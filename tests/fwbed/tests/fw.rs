@@ -12,6 +12,18 @@ use std::time::{Duration, Instant};
 use sbx_e2e::{bin, is_root, prerequisite};
 use serde_json::Value;
 
+/// How the agent runs: uid 1000, no capabilities in any set, no_new_privs.
+const AGENT: &[&str] = &[
+    "setpriv",
+    "--reuid=1000",
+    "--regid=1000",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+    "--",
+];
+
 struct Bed {
     child: Child,
     sbx: String,
@@ -74,16 +86,7 @@ impl Bed {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.sbx]);
         if agent {
-            c.args([
-                "setpriv",
-                "--reuid=1000",
-                "--regid=1000",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-                "--",
-            ]);
+            c.args(AGENT);
         }
         c.arg(bin("sbx-fw"))
             .args(["--config", self.path("config.toml").to_str().unwrap()])
@@ -248,19 +251,7 @@ fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
         &["nft", "flush", "ruleset"],
     ] {
         let mut c = Command::new("ip");
-        c.args([
-            "netns",
-            "exec",
-            &bed.sbx,
-            "setpriv",
-            "--reuid=1000",
-            "--regid=1000",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-        ]);
+        c.args(["netns", "exec", &bed.sbx]).args(AGENT);
         assert!(
             !c.args(cmd).status().unwrap().success(),
             "{cmd:?} worked as the agent"

@@ -172,14 +172,7 @@ fn exchange(query: &[u8], upstream: IpAddr, tcp: bool) -> std::io::Result<Vec<u8
         s.write_all(&framed)?;
         read_framed(&mut s)
     } else {
-        let bind: SocketAddr = if upstream.is_ipv6() {
-            "[::]:0".parse().unwrap()
-        } else {
-            "0.0.0.0:0".parse().unwrap()
-        };
-        let s = UdpSocket::bind(bind)?;
-        s.connect(to)?;
-        s.set_read_timeout(Some(UPSTREAM_TIMEOUT))?;
+        let s = crate::probe::connected_udp(to, UPSTREAM_TIMEOUT)?;
         s.send(query)?;
         let mut buf = vec![0u8; 65535];
         loop {

@@ -145,7 +145,8 @@ fn udp(to: SocketAddr, payload: &[u8], timeout: Duration) -> (Verdict, String) {
     }
 }
 
-fn udp_exchange(to: SocketAddr, payload: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+/// A UDP socket of `to`'s family, connected to it, reads timing out.
+pub fn connected_udp(to: SocketAddr, timeout: Duration) -> std::io::Result<UdpSocket> {
     let bind: SocketAddr = if to.is_ipv6() {
         "[::]:0".parse().unwrap()
     } else {
@@ -154,6 +155,11 @@ fn udp_exchange(to: SocketAddr, payload: &[u8], timeout: Duration) -> std::io::R
     let s = UdpSocket::bind(bind)?;
     s.connect(to)?;
     s.set_read_timeout(Some(timeout))?;
+    Ok(s)
+}
+
+fn udp_exchange(to: SocketAddr, payload: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+    let s = connected_udp(to, timeout)?;
     s.send(payload)?;
     let mut buf = vec![0u8; 4096];
     let n = s.recv(&mut buf)?;

@@ -373,3 +373,120 @@ fn the_daemon_follows_changes_and_syncs_once_more_on_sigterm() {
     assert_eq!(fs::read_to_string(to.join("b")).unwrap(), "last words");
     assert_eq!(fs::read_to_string(to.join("a")).unwrap(), "two");
 }
+
+fn root_only() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    assert!(root || !ci, "this test needs root (mounts, other uids)");
+    root
+}
+
+#[test]
+fn unreadable_files_are_skipped_reported_and_the_rest_synced() {
+    if !root_only() {
+        return;
+    }
+    let e = Env::new();
+    fs::write(e.home().join("ok"), "fine").unwrap();
+    fs::write(e.home().join("secret"), "no").unwrap();
+    fs::set_permissions(e.home().join("secret"), fs::Permissions::from_mode(0o000)).unwrap();
+    Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(&e.root)
+        .status()
+        .unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_sbx-backup"))
+        .arg("--config")
+        .arg(e.root.join("config.toml"))
+        .arg("--url")
+        .arg(e.url())
+        .arg("--home")
+        .arg(e.home())
+        .arg("--state-dir")
+        .arg(e.root.join("state"))
+        .arg("sync")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(74),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("secret") && err.contains("skipped"), "{err}");
+    let to = e.root.join("r");
+    assert!(
+        e.run(&e.home(), &["restore", "--to", to.to_str().unwrap()])
+            .status
+            .success()
+    );
+    assert_eq!(fs::read_to_string(to.join("ok")).unwrap(), "fine");
+    assert!(!to.join("secret").exists());
+}
+
+#[test]
+fn restore_resumes_and_cleans_up_on_a_full_disk() {
+    if !root_only() {
+        return;
+    }
+    let e = Env::new();
+    for i in 0..20 {
+        fs::write(e.home().join(format!("f{i}")), vec![i as u8; 300 << 10]).unwrap();
+    }
+    e.ok(&["sync"]);
+    // Resume: an interrupted restore (marker left, a file missing) goes on
+    // without --force and keeps what is already there.
+    let to = e.root.join("r");
+    assert!(
+        e.run(&e.home(), &["restore", "--to", to.to_str().unwrap()])
+            .status
+            .success()
+    );
+    fs::remove_file(to.join("f3")).unwrap();
+    fs::write(to.join(".sbx-restore-in-progress"), "x").unwrap();
+    let o = e.run(
+        &e.home(),
+        &["--json", "restore", "--to", to.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["data"]["files"], 1, "{v}");
+    assert_eq!(v["data"]["reused"], 19);
+    assert_eq!(tree(&to), tree(&e.home()));
+
+    // Disk full: a 1 MiB tmpfs cannot take 6 MiB.
+    let small = e.root.join("small");
+    fs::create_dir_all(&small).unwrap();
+    assert!(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(&small)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = e.run(&e.home(), &["restore", "--to", small.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let leftovers: Vec<_> = fs::read_dir(&small)
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().ends_with(".sbx-restore"))
+        .collect();
+    Command::new("umount").arg(&small).status().unwrap();
+    assert_eq!(o.status.code(), Some(74), "{err}");
+    assert!(err.contains("disk full"), "{err}");
+    assert!(leftovers.is_empty(), "temporary files left behind");
+}
+
+#[test]
+fn a_home_that_is_a_symlink_is_refused() {
+    let e = Env::new();
+    let link = e.root.join("home-link");
+    symlink(e.home(), &link).unwrap();
+    let o = e.run(&link, &["sync"]);
+    assert_eq!(o.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is a symlink"));
+}

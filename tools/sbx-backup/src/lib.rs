@@ -11,7 +11,7 @@ pub mod sync;
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -629,7 +629,7 @@ fn gc(
         let cutoff = now_unix() as i64 - GC_GRACE.as_secs() as i64;
         let mut deleted = Vec::new();
         for (h, stamp) in c.remote.blob_hashes().await? {
-            if !live.contains(&h) && stamp.0 < cutoff {
+            if !live.contains(&h) && stamp < cutoff {
                 c.remote
                     .store
                     .delete(&c.remote.blob(&h))
@@ -654,12 +654,6 @@ fn gc(
         writeln!(out, "deleted {} unreferenced blobs", deleted.len()).with_path("stdout")?;
     }
     Ok(Exit::Ok)
-}
-
-/// For tests: a path's bytes as shown in a manifest.
-pub fn rel(p: &Path) -> manifest::RelPath {
-    use std::os::unix::ffi::OsStrExt;
-    manifest::RelPath(p.as_os_str().as_bytes().to_vec())
 }
 
 #[cfg(test)]
@@ -700,7 +694,7 @@ mod tests {
         assert!(!to.join("b.lock").exists());
         assert_eq!(
             std::fs::read_link(to.join("link")).unwrap(),
-            Path::new("sub/a")
+            std::path::Path::new("sub/a")
         );
     }
 }

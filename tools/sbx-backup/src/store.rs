@@ -155,8 +155,8 @@ impl Remote {
         Ok(ids)
     }
 
-    /// Every blob hash in the store.
-    pub async fn blob_hashes(&self) -> Result<Vec<(String, chrono_free::Stamp)>, StoreError> {
+    /// Every blob hash in the store, with its last-modified time (Unix seconds).
+    pub async fn blob_hashes(&self) -> Result<Vec<(String, i64)>, StoreError> {
         let metas: Vec<_> = self
             .store
             .list(Some(&self.child(&["blobs"])))
@@ -168,15 +168,9 @@ impl Remote {
             .filter_map(|m| {
                 Some((
                     m.location.filename()?.to_owned(),
-                    chrono_free::Stamp(m.last_modified.timestamp()),
+                    m.last_modified.timestamp(),
                 ))
             })
             .collect())
     }
-}
-
-/// Seconds since the epoch, without pulling chrono into this crate's API.
-pub mod chrono_free {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-    pub struct Stamp(pub i64);
 }

@@ -30,19 +30,30 @@ impl Env {
     fn url(&self) -> String {
         format!("file://{}/store", self.root.display())
     }
-    fn run(&self, home: &Path, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_sbx-backup"))
-            .arg("--config")
+    /// sbx-backup on this env's store, config and state, run through
+    /// `wrapper` (e.g. setpriv) when one is given.
+    fn cmd(&self, wrapper: &[&str], home: &Path) -> Command {
+        let bin = env!("CARGO_BIN_EXE_sbx-backup");
+        let mut c = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        c.arg("--config")
             .arg(self.root.join("config.toml"))
             .arg("--url")
             .arg(self.url())
             .arg("--home")
             .arg(home)
             .arg("--state-dir")
-            .arg(self.root.join("state"))
-            .args(args)
-            .output()
-            .unwrap()
+            .arg(self.root.join("state"));
+        c
+    }
+    fn run(&self, home: &Path, args: &[&str]) -> Output {
+        self.cmd(&[], home).args(args).output().unwrap()
     }
     fn ok(&self, args: &[&str]) -> Value {
         let o = self.run(&self.home(), args);
@@ -324,15 +335,8 @@ fn a_backend_that_stays_down_is_75_and_deletes_nothing() {
 fn the_daemon_follows_changes_and_syncs_once_more_on_sigterm() {
     let e = Env::new();
     fs::write(e.home().join("a"), "one").unwrap();
-    let mut d = Command::new(env!("CARGO_BIN_EXE_sbx-backup"))
-        .arg("--config")
-        .arg(e.root.join("config.toml"))
-        .arg("--url")
-        .arg(e.url())
-        .arg("--home")
-        .arg(e.home())
-        .arg("--state-dir")
-        .arg(e.root.join("state"))
+    let mut d = e
+        .cmd(&[], &e.home())
         .args(["daemon", "--interval", "200ms", "--final-sync"])
         .spawn()
         .unwrap();
@@ -395,17 +399,17 @@ fn unreadable_files_are_skipped_reported_and_the_rest_synced() {
         .arg(&e.root)
         .status()
         .unwrap();
-    let o = Command::new("setpriv")
-        .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_sbx-backup"))
-        .arg("--config")
-        .arg(e.root.join("config.toml"))
-        .arg("--url")
-        .arg(e.url())
-        .arg("--home")
-        .arg(e.home())
-        .arg("--state-dir")
-        .arg(e.root.join("state"))
+    let o = e
+        .cmd(
+            &[
+                "setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+                "--",
+            ],
+            &e.home(),
+        )
         .arg("sync")
         .output()
         .unwrap();

@@ -47,7 +47,7 @@ const DEFAULT_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
         `sbx-fw init` runs as root before the agent starts. It resolves every allowlisted name and \
         fetches GitHub's published ranges first, in parallel and with timeouts, builds the complete \
         IPv4 and IPv6 rulesets and set contents, and only then installs them: one `ipset restore`, one \
-        `iptables-restore`, one `ip6tables-restore` (each a single kernel transaction), then flushes \
+        `iptables-restore` and one `ip6tables-restore` at once (each a single kernel transaction), then flushes \
         conntrack so connections opened before the rules die. Any failure leaves the previous firewall \
         in place, or on a first run everything blocked. It never leaves the sandbox open.",
     after_long_help = AFTER_HELP
@@ -184,6 +184,11 @@ Files and variables:
   /var/cache/sbx-fw         last good GitHub ranges (SBX_FW_CACHE_DIR)
   SSL_CERT_FILE             CA bundle for the GitHub fetch
   SBX_FW_GITHUB_META_URL    the meta URL (tests use a local stand-in)
+  SBX_FW_BACKEND            legacy or system: which iptables holds the
+                            rules. By default the one the last init used,
+                            else iptables-legacy when the kernel has
+                            x_tables (a table commit in ~1 ms against ~15 ms
+                            for nft-backed iptables), else the system's.
 
 Exit status: 0 done; 1 verify found a leak; 64 usage; 69 a required name or
   the kernel's netfilter is unavailable; 77 no CAP_NET_ADMIN (audited);
@@ -777,8 +782,8 @@ fn set_sizes() -> BTreeMap<String, Option<usize>> {
     out
 }
 
-fn rule_count(prog: &str) -> Option<usize> {
-    let o = Command::new(prog)
+fn rule_count(fam: Family) -> Option<usize> {
+    let o = Command::new(apply::backend().program(fam, ""))
         .args(["--wait", "-S", "SBX-OUT"])
         .stderr(Stdio::null())
         .output()
@@ -795,9 +800,9 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
     need_net_admin("status")?;
     let st = State::load(dir).map_err(|e| Message::new(Exit::DataErr, e))?;
     let sets = set_sizes();
-    let rules4 = rule_count("iptables");
+    let rules4 = rule_count(Family::V4);
     let rules6 = if apply::has_ipv6() {
-        rule_count("ip6tables")
+        rule_count(Family::V6)
     } else {
         None
     };
@@ -807,7 +812,7 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
         let data = serde_json::json!({
             "installed": rules4.is_some(),
             "open": st.as_ref().is_some_and(|s| s.open),
-            "rules": {"ipv4": rules4, "ipv6": rules6},
+            "rules": {"ipv4": rules4, "ipv6": rules6, "backend": apply::backend().name()},
             "sets": sets,
             "dns_filter": {"running": filter.is_some(), "pid": filter, "listen": format!("{}:53", plan::FILTER_ADDR)},
             "state": st,
@@ -839,9 +844,10 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
     writeln!(out, "refreshed     {}", st.refreshed_at).with_path("stdout")?;
     writeln!(
         out,
-        "rules         {} IPv4, {} IPv6 in SBX-OUT",
+        "rules         {} IPv4, {} IPv6 in SBX-OUT ({} iptables)",
         show(rules4),
-        show(rules6)
+        show(rules6),
+        apply::backend().name()
     )
     .with_path("stdout")?;
     for (s, n) in &sets {

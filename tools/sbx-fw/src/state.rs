@@ -19,6 +19,9 @@ pub struct State {
     pub refreshed_at: String,
     /// `true` when allow-external turned the firewall off.
     pub open: bool,
+    /// The iptables backend the rules went into ("legacy" or "system").
+    #[serde(default)]
+    pub backend: String,
     /// The resolvers the filter forwards to.
     pub upstreams: Vec<IpAddr>,
     /// resolv.conf as it was before init pointed it at the filter.
@@ -63,6 +66,7 @@ impl State {
     pub fn new() -> Self {
         Self {
             version: VERSION,
+            backend: crate::apply::backend().name().into(),
             ..Self::default()
         }
     }

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+use serde_json::Value;
 
 /// The base image is built once per test process (cached layers make a
 /// rebuild quick), so the sandbox runs the freshly built sbx binaries.
@@ -337,6 +338,36 @@ fn show_run_pasted_into_a_shell_makes_an_equivalent_container() {
     }
     let repo = Repo::new("pasted");
     assert!(repo.run(&["-q", "build"]).status.success());
+    let name = repo.container();
+    // What `docker inspect` says of a container, less what differs by
+    // instance (ids, addresses, the short-id alias).
+    let config = |name: &str| -> Value {
+        let o = Command::new("docker")
+            .args(["inspect", name])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let nets: Vec<String> = v[0]["NetworkSettings"]["Networks"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut config = v[0]["Config"].clone();
+        // The order of variables means nothing (each name is set once).
+        if let Some(env) = config["Env"].as_array_mut() {
+            env.sort_by_key(|e| e.to_string());
+        }
+        serde_json::json!({"config": config, "host": v[0]["HostConfig"], "networks": nets})
+    };
+    // A first start lets docker create the mount points it needs in the
+    // workspace (a missing .husky), so both runs below see the same tree.
+    assert!(repo.run(&["-q", "start"]).status.success());
+    assert!(repo.run(&["-q", "rm"]).status.success());
+    // sbx-run's own start (the engine API when it can) …
+    assert!(repo.run(&["-q", "start"]).status.success());
+    let started = config(&name);
+    assert!(repo.run(&["-q", "rm"]).status.success());
     let script = sh(sbx().arg("show-run").arg(&repo.path));
     assert!(script.contains("--cap-drop ALL") && script.contains("no-new-privileges"));
     assert!(
@@ -349,7 +380,8 @@ fn show_run_pasted_into_a_shell_makes_an_equivalent_container() {
         "pasted show-run failed: {}",
         text(&out)
     );
-    let name = repo.container();
+    // … and the pasted show-run make the same container, field for field.
+    assert_eq!(config(&name), started);
     // Equivalent: the same guarantees, checked through docker directly.
     let inspect = sh(Command::new("docker").args([
         "inspect",
@@ -378,6 +410,81 @@ fn show_run_pasted_into_a_shell_makes_an_equivalent_container() {
         "0\n1000\n",
         "{}",
         text(&o)
+    );
+}
+
+/// Ctrl-C (SIGINT to the whole process group, as a terminal sends it) at
+/// any moment of a start: afterwards the sandbox is either up and ready, or
+/// its container is gone. The network and volumes may stay; they are reused.
+#[test]
+fn ctrl_c_at_any_moment_of_start_leaves_the_sandbox_up_or_gone() {
+    use std::os::unix::process::CommandExt;
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("ctrl-c");
+    assert!(repo.run(&["-q", "build"]).status.success());
+    let name = repo.container();
+    let since = sh(Command::new("date").arg("+%s")).trim().to_owned();
+    let (mut up, mut cut) = (0, 0);
+    for delay in [0u64, 30, 80, 130, 180, 230, 280, 330, 400, 500, 700] {
+        let mut child = sbx()
+            .args(["-q", "start"])
+            .arg(&repo.path)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGINT);
+        let status = child.wait().unwrap();
+        let state = Command::new("docker")
+            .args(["inspect", "--format", "{{.State.Running}}", &name])
+            .output()
+            .unwrap();
+        match status.code() {
+            Some(0) => {
+                up += 1;
+                assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "true");
+                let logs = Command::new("docker")
+                    .args(["logs", &name])
+                    .output()
+                    .unwrap();
+                assert!(String::from_utf8_lossy(&logs.stderr).contains("sbx-entrypoint: ready"));
+            }
+            // 130, or killed by the signal before sbx-run set its handler.
+            Some(130) | None => {
+                use std::os::unix::process::ExitStatusExt;
+                assert!(status.code().is_some() || status.signal() == Some(2));
+                cut += 1;
+                assert!(
+                    !state.status.success(),
+                    "after Ctrl-C at {delay} ms, {name} is left"
+                );
+            }
+            other => panic!("start interrupted at {delay} ms exited {other:?}"),
+        }
+        assert!(repo.run(&["-q", "rm"]).status.success());
+    }
+    // Some runs were cut after docker had created the container: the
+    // cleanup itself was exercised, not only an early exit.
+    let created = sh(Command::new("docker").args([
+        "events",
+        "--since",
+        &since,
+        "--until",
+        "0s",
+        "--filter",
+        &format!("container={name}"),
+        "--filter",
+        "event=create",
+        "--format",
+        "x",
+    ]));
+    assert!(
+        created.lines().count() > up && cut > 0,
+        "created {} times, {up} starts completed, {cut} cut",
+        created.lines().count()
     );
 }
 

@@ -1,5 +1,7 @@
-//! Driving the docker CLI. sbx-run never talks to the engine's API itself:
-//! what it runs is what `show-run` prints, and what a user could paste.
+//! Driving docker. Every command is a docker CLI argv, which is what
+//! `show-run` prints and a user could paste; when the CLI would talk to the
+//! local socket anyway, inspections, `run --detach` (see api.rs) and the
+//! readiness wait go straight to the engine instead.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -124,12 +126,27 @@ fn fast_socket() -> Option<PathBuf> {
     Some(sock)
 }
 
-/// GET an engine API path over the unix socket: (status, body).
-fn api_get(sock: &Path, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+/// One engine API request over the unix socket: (status, body).
+fn api_request(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> std::io::Result<(u16, Vec<u8>)> {
     use std::io::{Read, Write};
     let mut s = std::os::unix::net::UnixStream::connect(sock)?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n")?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))?;
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: docker\r\n");
+    if let Some(b) = body {
+        req += &format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        );
+    }
+    req += "\r\n";
+    let mut msg = req.into_bytes();
+    msg.extend_from_slice(body.unwrap_or_default());
+    s.write_all(&msg)?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     let split = buf
@@ -146,20 +163,81 @@ fn api_get(sock: &Path, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
     Ok((status, body))
 }
 
+fn api_get(sock: &Path, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    api_request(sock, "GET", path, None)
+}
+
+/// `docker run --detach …`: through the API when the socket is ours to use
+/// and the argv translates, else the CLI. A container that was created but
+/// did not start is left for the caller's cleanup, as with the CLI.
+pub fn run_detached(argv: &[&str]) -> Result<(), RunError> {
+    let owned: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+    let (Some(sock), Some((name, body))) = (
+        fast_socket(),
+        crate::api::create_body(&owned, |k| std::env::var_os(k)),
+    ) else {
+        return output(argv).map(drop);
+    };
+    let body = serde_json::to_vec(&body).expect("json");
+    let create = format!("/containers/create?name={}", path_escape(&name));
+    api_post(&sock, &create, Some(&body), argv)?;
+    api_post(
+        &sock,
+        &format!("/containers/{}/start", path_escape(&name)),
+        None,
+        argv,
+    )
+}
+
+/// `docker start NAME`, through the API when the socket is ours to use.
+pub fn start(name: &str) -> Result<(), RunError> {
+    let argv = ["start", name];
+    match fast_socket() {
+        Some(sock) => api_post(
+            &sock,
+            &format!("/containers/{}/start", path_escape(name)),
+            None,
+            &argv,
+        ),
+        None => output(&argv).map(drop),
+    }
+}
+
+/// POST to the engine; a failure reads like the CLI's, naming `argv`.
+fn api_post(sock: &Path, path: &str, body: Option<&[u8]>, argv: &[&str]) -> Result<(), RunError> {
+    let (code, resp) = api_request(sock, "POST", path, body)
+        .map_err(|e| RunError::EngineDown(format!("{}: {e}", sock.display())))?;
+    // 201 created, 204 done, 304 already started.
+    if matches!(code, 201 | 204 | 304) {
+        return Ok(());
+    }
+    let message = serde_json::from_slice::<serde_json::Value>(&resp)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| first_line(&String::from_utf8_lossy(&resp)));
+    Err(RunError::Docker {
+        command: describe(argv),
+        message,
+    })
+}
+
 /// Follow a container's stderr from `since` (Unix seconds) until `needle`
 /// appears: Ok(true) found, Ok(false) the stream ended first. None when no
-/// direct socket is usable (the caller then follows `docker logs`).
+/// direct socket is usable (the caller then follows `docker logs`). Ctrl-C
+/// and the timeout end the wait with an error.
 pub fn follow_logs_for(
     name: &str,
     since: &str,
     needle: &str,
     timeout: std::time::Duration,
 ) -> Option<std::io::Result<bool>> {
-    use std::io::{Read, Write};
+    use std::io::{ErrorKind, Read, Write};
     let sock = fast_socket()?;
     let run = || -> std::io::Result<bool> {
+        let deadline = std::time::Instant::now() + timeout;
         let mut s = std::os::unix::net::UnixStream::connect(&sock)?;
-        s.set_read_timeout(Some(timeout))?;
+        // Short reads, so an interrupt is seen while the log is quiet.
+        s.set_read_timeout(Some(std::time::Duration::from_millis(100)))?;
         write!(
             s,
             "GET /containers/{}/logs?follow=1&stdout=0&stderr=1&since={since} HTTP/1.0\r\nHost: docker\r\n\r\n",
@@ -169,7 +247,27 @@ pub fn follow_logs_for(
         let mut seen = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
-            let n = s.read(&mut buf)?;
+            if crate::tools::interrupted() {
+                return Err(std::io::Error::new(ErrorKind::Interrupted, "interrupted"));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    format!("no \"{needle}\" in its log after {timeout:?}"),
+                ));
+            }
+            let n = match s.read(&mut buf) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if n == 0 {
                 return Ok(false);
             }

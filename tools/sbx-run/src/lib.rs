@@ -2,6 +2,7 @@
 //! guarded sandbox containers for a repository, by driving the docker CLI.
 #![forbid(unsafe_code)]
 
+mod api;
 pub mod docker;
 pub mod image;
 pub mod lifecycle;

@@ -101,33 +101,57 @@ pub fn start(
 ) -> Result<Workspace, BoxError> {
     let ws = Workspace::open(common, path)?;
     let name = ws.names.container.clone();
-    // No separate engine check: the first inspection fails with 69 itself.
-    if let Some(c) = check_owner(&ws)? {
+    // Every lookup at once (each is a request to the engine). No separate
+    // engine check: the first inspection fails with 69 itself.
+    let n = &ws.names;
+    let (container, image, network, volumes) = std::thread::scope(|s| {
+        let image = s.spawn(|| docker::exists("image", &n.image));
+        let network = s.spawn(|| docker::exists("network", &n.network));
+        let volumes: Vec<_> = [&n.history, &n.repo_shelf]
+            .map(|v| s.spawn(move || docker::exists("volume", v)))
+            .into_iter()
+            .collect();
+        let container = check_owner(&ws);
+        let join = |h: std::thread::ScopedJoinHandle<'_, Result<bool, RunError>>| {
+            h.join().expect("inspection thread")
+        };
+        (
+            container,
+            join(image),
+            join(network),
+            volumes.into_iter().map(join).collect::<Vec<_>>(),
+        )
+    });
+    if let Some(c) = container? {
         if c.pointer("/State/Running").and_then(Value::as_bool) == Some(true) {
             output::info(&format!("{name} is already running"));
             return Ok(ws);
         }
         let since = logs_since_now();
-        docker::output(&["start", &name])?;
-        wait_ready(&name, &since)?;
+        docker::start(&name)?;
+        if let Err(e) = wait_ready(&name, &since) {
+            // Back to stopped, as it was before this start.
+            let _ = docker::probe(&["stop", "--time", "1", &name]);
+            return Err(e.into());
+        }
         return Ok(ws);
     }
-    if rebuild || !docker::exists("image", &ws.names.image)? {
+    if rebuild || !image? {
         image::build_repo(&ws, &BuildOpts::default())?;
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1));
-    if !docker::exists("network", &ws.names.network)? {
+    if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
-    for v in &s.volumes {
-        if !docker::exists("volume", v.last().expect("volume name"))? {
+    for (v, exists) in s.volumes.iter().zip(volumes) {
+        if !exists? {
             docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
     }
     let since = logs_since_now();
-    let run = docker::output(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
+    let run = docker::run_detached(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
     if crate::tools::interrupted() || run.is_err() {
         // No half state: a container that did not start cleanly is removed.
         let _ = docker::probe(&["rm", "--force", &name]);
@@ -165,6 +189,9 @@ fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
     ) {
         Some(Ok(true)) => return Ok(()),
         Some(Ok(false)) => {} // ended: let the CLI path below report the last lines
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {
+            return Err(RunError::Interrupted);
+        }
         Some(Err(e)) => return Err(RunError::NotReady(e.to_string())),
         None => {}
     }

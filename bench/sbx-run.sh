@@ -17,12 +17,14 @@ chown -R 1000:1000 "$WORK"
 
 "$SBX" -q build-base --bootstrap --no-ai-clis
 "$SBX" -q build "$REPO"
-NAME=$("$SBX" show-run "$REPO" | sed -n 's/.*--name \([^ ]*\).*/\1/p')
+# The last `docker run` is the sandbox's; the one before, its network holder's.
+NAME=$("$SBX" show-run "$REPO" | sed -n 's/.*--name \([^ ]*\).*/\1/p' | tail -n 1)
 IMAGE=${NAME}   # the per-repo image has the container's name
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"; docker rm -f sbx-bench-baseline >/dev/null 2>&1 || true; "$SBX" -q rm "$REPO" || true' EXIT
 median() { awk -F, -v row="$2" 'NR == row + 1 { printf "%.1f", $4 * 1000 }' "$1"; }
 
-echo "== start: sbx-run start vs docker run -d (container removed before each run)"
+echo "== start: sbx-run start vs docker run -d (container removed before each run; the"
+echo "   sandbox's network holder stays, as it does when a sandbox is removed or restarted)"
 "$SBX" -q start "$REPO"   # creates the network and volumes once
 hyperfine --style basic --runs "$RUNS" --export-csv "$TMP/start.csv" \
   --prepare "docker rm -f sbx-bench-baseline >/dev/null 2>&1 || true" \
@@ -32,7 +34,7 @@ hyperfine --style basic --runs "$RUNS" --export-csv "$TMP/start.csv" \
   --prepare "$SBX -q rm $REPO" \
   "$SBX -q start $REPO" >/dev/null 2>&1
 b=$(median "$TMP/start.csv" 1); s=$(median "$TMP/start.csv" 2); c=$(median "$TMP/start.csv" 3)
-echo "docker run -d: $b ms   sbx-run start: $s ms ($(awk -v a="$b" -v b="$s" 'BEGIN{printf "%.2fx", b/a}'))   cold, new network: $c ms ($(awk -v a="$b" -v b="$c" 'BEGIN{printf "%.2fx", b/a}'))"
+echo "docker run -d: $b ms   sbx-run start: $s ms ($(awk -v a="$b" -v b="$s" 'BEGIN{printf "%.2fx", b/a}'))   cold (sbx-run rm first: new network and holder): $c ms ($(awk -v a="$b" -v b="$c" 'BEGIN{printf "%.2fx", b/a}'))"
 
 echo "== exec: sbx-run exec -- true vs docker exec NAME true"
 "$SBX" -q start "$REPO"

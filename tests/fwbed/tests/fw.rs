@@ -483,6 +483,43 @@ fn rerun_is_fast_connections_survive_allow_and_old_ones_die() {
     assert_eq!(st["data"]["state"]["github"]["source"], "fetched");
 }
 
+/// sbx-run keeps a sandbox's network namespace (and so its rules and
+/// resolv.conf) when the sandbox container is replaced: the new container's
+/// init starts with no state of its own, finds resolv.conf pointing at a
+/// filter that died with the old container, and must still come up right.
+#[test]
+fn a_new_container_in_a_kept_namespace_gets_a_working_firewall() {
+    let Some(bed) = Bed::new("fwk") else { return };
+    bed.ok(false, &["init"]);
+    let pid = std::fs::read_to_string(bed.path("state/dns.pid")).unwrap();
+    Command::new("kill").arg(pid.trim()).status().unwrap();
+    std::fs::remove_dir_all(bed.path("state")).unwrap();
+    assert_verdicts(
+        &bed.probe(true, &["dns:127.0.0.53/allowed.test"]),
+        "blocked",
+    );
+
+    bed.ok(false, &["init"]);
+    assert_verdicts(
+        &bed.probe(true, &["dns:127.0.0.53/allowed.test", "tcp:198.18.1.1:443"]),
+        "open",
+    );
+    assert_verdicts(
+        &bed.probe(
+            true,
+            &["tcp:198.18.2.1:443", "dns:198.18.0.53/allowed.test"],
+        ),
+        "blocked",
+    );
+    // The filter forwards to the original resolver, not to itself.
+    let st: Value = serde_json::from_str(&bed.ok(false, &["status", "--json"])).unwrap();
+    assert_eq!(
+        st["data"]["state"]["upstreams"],
+        serde_json::json!(["198.18.0.53"]),
+        "{st}"
+    );
+}
+
 #[test]
 fn github_ranges_come_from_the_cache_when_the_fetch_fails_else_github_stays_blocked() {
     let Some(bed) = Bed::new("fwd") else { return };

@@ -35,6 +35,8 @@ use state::State;
 const TOOL: &str = "sbx-fw";
 const RESOLV_CONF: &str = "/etc/resolv.conf";
 const RESOLV_MARK: &str = "# sbx-fw: DNS filter";
+/// Prefix of the original's lines, kept as comments in the rewritten file.
+const RESOLV_ORIGINAL: &str = "# sbx-fw original: ";
 const DEFAULT_CACHE: &str = "/var/cache/sbx-fw";
 const DEFAULT_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
 
@@ -292,6 +294,12 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
     let ours = resolv.starts_with(RESOLV_MARK);
     let (upstreams, original) = match (&prev, ours) {
         (Some(p), true) => (p.upstreams.clone(), p.resolv_conf_original.clone()),
+        // Ours, but no state: a new container in a kept network namespace
+        // (sbx-run's holder shares its resolv.conf). The file keeps the original.
+        (None, true) => {
+            let o = original_resolv_conf(&resolv);
+            (resolve::nameservers(&o), Some(o))
+        }
         _ => (resolve::nameservers(&resolv), Some(resolv.clone())),
     };
     if upstreams.is_empty() {
@@ -632,9 +640,14 @@ fn start_filter(dir: &Path) -> Result<(), BoxError> {
 /// and under `ip netns exec`, so it cannot be renamed over.
 fn point_resolv_conf(old: &str) -> Result<(), BoxError> {
     let mut text = format!(
-        "{RESOLV_MARK}; the original is kept in the state file\nnameserver {}\n",
+        "{RESOLV_MARK}; the original is kept below and in the state file\nnameserver {}\n",
         plan::FILTER_ADDR
     );
+    for l in old.lines() {
+        text.push_str(RESOLV_ORIGINAL);
+        text.push_str(l);
+        text.push('\n');
+    }
     for l in old
         .lines()
         .filter(|l| l.starts_with("options") || l.starts_with("search"))
@@ -645,6 +658,17 @@ fn point_resolv_conf(old: &str) -> Result<(), BoxError> {
     std::fs::write(RESOLV_CONF, text)
         .map_err(|e| Message::new(Exit::IoErr, format!("{RESOLV_CONF}: {e}")))?;
     Ok(())
+}
+
+/// The resolv.conf that `point_resolv_conf` replaced, from its comments.
+fn original_resolv_conf(ours: &str) -> String {
+    ours.lines()
+        .filter_map(|l| l.strip_prefix(RESOLV_ORIGINAL))
+        .fold(String::new(), |mut o, l| {
+            o.push_str(l);
+            o.push('\n');
+            o
+        })
 }
 
 fn load_state(dir: &Path) -> Result<State, BoxError> {

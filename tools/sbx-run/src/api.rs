@@ -39,9 +39,16 @@ pub fn create_body(
         if !flag.starts_with("--") {
             break flag;
         }
-        if flag == "--detach" {
-            detached = true;
-            continue;
+        match flag {
+            "--detach" => {
+                detached = true;
+                continue;
+            }
+            "--read-only" => {
+                host.insert("ReadonlyRootfs".into(), json!(true));
+                continue;
+            }
+            _ => {}
         }
         let v = it.next()?;
         match flag {
@@ -51,6 +58,12 @@ pub fn create_body(
             }
             "--workdir" => {
                 cfg.insert("WorkingDir".into(), json!(v));
+            }
+            "--user" => {
+                cfg.insert("User".into(), json!(v));
+            }
+            "--entrypoint" => {
+                cfg.insert("Entrypoint".into(), json!([v]));
             }
             "--label" => {
                 let (k, val) = v.split_once('=').unwrap_or((v, ""));
@@ -97,9 +110,13 @@ pub fn create_body(
             _ => return None,
         }
     };
-    // Nothing may follow the image: the image's own command runs.
-    if it.next().is_some() || !detached {
+    if !detached {
         return None;
+    }
+    // Words after the image are the command, else the image's own runs.
+    let cmd: Vec<&str> = it.collect();
+    if !cmd.is_empty() {
+        cfg.insert("Cmd".into(), json!(cmd));
     }
     cfg.insert("Image".into(), json!(image));
     cfg.insert("Labels".into(), Value::Object(labels));
@@ -284,6 +301,25 @@ mod tests {
         );
         assert_eq!(b["ExposedPorts"], json!({"3000/tcp": {}, "9000/udp": {}}));
         assert_eq!(h["RestartPolicy"], json!({"Name": "no"}));
+        assert!(b.get("Cmd").is_none() && b.get("Entrypoint").is_none());
+        let holder = argv(&[
+            "run",
+            "--detach",
+            "--name",
+            "h",
+            "--user",
+            "65534:65534",
+            "--read-only",
+            "--entrypoint",
+            "sleep",
+            "img",
+            "infinity",
+        ]);
+        let (_, b) = create_body(&holder, |_| None).unwrap();
+        assert_eq!(b["User"], "65534:65534");
+        assert_eq!(b["HostConfig"]["ReadonlyRootfs"], true);
+        assert_eq!(b["Entrypoint"], json!(["sleep"]));
+        assert_eq!(b["Cmd"], json!(["infinity"]));
         assert_eq!(
             h["Mounts"],
             json!([

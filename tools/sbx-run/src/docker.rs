@@ -25,24 +25,30 @@ fn describe(args: &[&str]) -> String {
     format!("docker {}", args.join(" "))
 }
 
-/// Run and capture; a non-zero exit is an error carrying docker's stderr.
-pub fn output(args: &[&str]) -> Result<String, RunError> {
-    let out = cmd()
+/// A short docker call, in its own process group: a Ctrl-C at the terminal
+/// reaches sbx-run only, which lets the call finish and then cleans up
+/// (a CLI killed mid-request leaves the engine finishing it unseen: two
+/// networks of one name, a container nobody removes).
+fn short(args: &[&str]) -> Result<Output, RunError> {
+    use std::os::unix::process::CommandExt;
+    cmd()
         .args(args)
         .stdin(Stdio::null())
+        .process_group(0)
         .output()
-        .map_err(spawn_error)?;
+        .map_err(spawn_error)
+}
+
+/// Run and capture; a non-zero exit is an error carrying docker's stderr.
+pub fn output(args: &[&str]) -> Result<String, RunError> {
+    let out = short(args)?;
     check(args, &out)?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Run and capture, returning success or failure without an error.
 pub fn probe(args: &[&str]) -> Result<Output, RunError> {
-    cmd()
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(spawn_error)
+    short(args)
 }
 
 /// Run with the terminal attached (build progress, interactive shells).

@@ -15,7 +15,9 @@ use sbx_core::{Exit, output};
 use serde_json::{Value, json};
 
 use crate::image::{self, BuildOpts};
-use crate::names::{self, LABEL_BRANCH, LABEL_HASH, LABEL_MODE, LABEL_WORKSPACE};
+use crate::names::{
+    self, LABEL_BRANCH, LABEL_HASH, LABEL_MODE, LABEL_ROLE, LABEL_SPEC, LABEL_WORKSPACE,
+};
 use crate::workspace::{self, Workspace};
 use crate::{RunError, docker, spec};
 
@@ -28,7 +30,12 @@ fn ok() -> Res {
 /// Refuse to touch a container of our name that another workspace (or
 /// someone else) owns; the refusal is audited.
 fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
-    let Some(c) = docker::inspect("container", &ws.names.container)? else {
+    owned(ws, &ws.names.container)
+}
+
+/// The container `name` if it exists and carries this workspace's label.
+fn owned(ws: &Workspace, name: &str) -> Result<Option<Value>, RunError> {
+    let Some(c) = docker::inspect("container", name)? else {
         return Ok(None);
     };
     let owner = label(&c, LABEL_WORKSPACE);
@@ -38,18 +45,19 @@ fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
             &Record::new(
                 "sbx-run",
                 "container",
-                &ws.names.container,
+                name,
                 Outcome::Blocked,
                 "foreign-container",
             )
             .reason("a container of this name does not carry this workspace's label"),
         );
-        return Err(RunError::ForeignContainer(
-            ws.names.container.clone(),
-            me.into_owned(),
-        ));
+        return Err(RunError::ForeignContainer(name.to_owned(), me.into_owned()));
     }
     Ok(Some(c))
+}
+
+fn running(c: &Value) -> bool {
+    c.pointer("/State/Running").and_then(Value::as_bool) == Some(true)
 }
 
 pub fn init(common: &CommonArgs, path: Option<PathBuf>, force: bool) -> Res {
@@ -104,7 +112,8 @@ pub fn start(
     // Every lookup at once (each is a request to the engine). No separate
     // engine check: the first inspection fails with 69 itself.
     let n = &ws.names;
-    let (container, image, network, volumes) = std::thread::scope(|s| {
+    let (container, holder, image, network, volumes) = std::thread::scope(|s| {
+        let holder = s.spawn(|| owned(&ws, &n.holder));
         let image = s.spawn(|| docker::exists("image", &n.image));
         let network = s.spawn(|| docker::exists("network", &n.network));
         let volumes: Vec<_> = [&n.history, &n.repo_shelf]
@@ -112,29 +121,38 @@ pub fn start(
             .into_iter()
             .collect();
         let container = check_owner(&ws);
-        let join = |h: std::thread::ScopedJoinHandle<'_, Result<bool, RunError>>| {
-            h.join().expect("inspection thread")
-        };
         (
             container,
-            join(image),
-            join(network),
-            volumes.into_iter().map(join).collect::<Vec<_>>(),
+            holder.join().expect("inspection thread"),
+            image.join().expect("inspection thread"),
+            network.join().expect("inspection thread"),
+            volumes
+                .into_iter()
+                .map(|h| h.join().expect("inspection thread"))
+                .collect::<Vec<_>>(),
         )
     });
+    let holder = holder?;
     if let Some(c) = container? {
-        if c.pointer("/State/Running").and_then(Value::as_bool) == Some(true) {
+        if running(&c) {
             output::info(&format!("{name} is already running"));
             return Ok(ws);
         }
-        let since = logs_since_now();
-        docker::start(&name)?;
-        if let Err(e) = wait_ready(&name, &since) {
-            // Back to stopped, as it was before this start.
-            let _ = docker::probe(&["stop", "--time", "1", &name]);
-            return Err(e.into());
+        if let Some(h) = &holder {
+            if !running(h) {
+                docker::start(&n.holder)?;
+            }
+            let since = logs_since_now();
+            docker::start(&name)?;
+            if let Err(e) = wait_ready(&name, &since) {
+                // Back to stopped, as it was before this start.
+                let _ = docker::probe(&["stop", "--time", "1", &name]);
+                return Err(e.into());
+            }
+            return Ok(ws);
         }
-        return Ok(ws);
+        // Its network namespace went with the holder: make both anew.
+        docker::output(&["rm", "--force", &name])?;
     }
     if rebuild || !image? {
         image::build_repo(&ws, &BuildOpts::default())?;
@@ -148,6 +166,24 @@ pub fn start(
     for (v, exists) in s.volumes.iter().zip(volumes) {
         if !exists? {
             docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
+        }
+    }
+    // The holder is kept while its spec (ports, image, bridge) is current.
+    match &holder {
+        Some(h) if label(h, LABEL_SPEC) == s.holder_spec => {
+            if !running(h) {
+                docker::start(&n.holder)?;
+            }
+        }
+        stale => {
+            if stale.is_some() {
+                docker::output(&["rm", "--force", &n.holder])?;
+            }
+            let argv: Vec<&str> = s.holder.iter().map(String::as_str).collect();
+            if let Err(e) = docker::run_detached(&argv) {
+                let _ = docker::probe(&["rm", "--force", &n.holder]);
+                return Err(e.into());
+            }
         }
     }
     let since = logs_since_now();
@@ -335,18 +371,20 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
     let text = format!(
-        "# sbx-run show-run {}\n# config: {}\n{}\n{} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{}\n",
+        "# sbx-run show-run {}\n# config: {}\n{}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
         ws.path.display(),
         ws.loaded.describe(),
         spec::masked_comment(&s.masked),
-        docker::program().to_string_lossy(),
         ws.names.network,
         s.volumes
             .iter()
             .map(|v| format!("{} >/dev/null", spec::shell_line(v)))
             .collect::<Vec<_>>()
             .join("\n"),
+        ws.names.holder,
+        spec::shell_line(&s.holder),
         spec::shell_line(&s.run),
+        docker = docker::program().to_string_lossy(),
     );
     out.write_all(text.as_bytes())
         .map_err(|e| RunError::Io("stdout".into(), e))?;
@@ -424,7 +462,10 @@ pub fn list(common: &CommonArgs) -> Res {
         writeln!(out, "NAME\tSTATUS\tMODE\tBRANCH\tWORKSPACE")
             .map_err(|e| RunError::Io("stdout".into(), e))?;
     }
-    for c in &containers {
+    for c in containers
+        .iter()
+        .filter(|c| label(c, LABEL_ROLE).is_empty())
+    {
         let data = json!({
             "name": c["Name"].as_str().unwrap_or("").trim_start_matches('/'),
             "status": c.pointer("/State/Status").and_then(Value::as_str).unwrap_or(""),
@@ -460,8 +501,15 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
     if check_owner(&ws)?.is_some() {
         docker::output(&["rm", "--force", &n.container])?;
     }
-    if docker::exists("network", &n.network)? {
-        docker::output(&["network", "rm", &n.network])?;
+    if owned(&ws, &n.holder)?.is_some() {
+        docker::output(&["rm", "--force", &n.holder])?;
+    }
+    // By id: a network name can be ambiguous (the engine's duplicate check
+    // races), and every copy of ours goes.
+    for net in labelled("network")?.iter().filter(|v| {
+        v["Name"] == n.network.as_str() && label(v, LABEL_WORKSPACE) == ws.path.to_string_lossy()
+    }) {
+        docker::output(&["network", "rm", net["Id"].as_str().unwrap_or_default()])?;
     }
     if with_volumes {
         for v in [&n.history, &n.repo_shelf] {
@@ -483,15 +531,19 @@ pub fn prune(common: &CommonArgs) -> Res {
     };
     let mut removed = 0;
     for kind in ["container", "network", "volume"] {
-        for v in labelled(kind)?.iter().filter(|v| gone(v)) {
+        let mut objects: Vec<Value> = labelled(kind)?.into_iter().filter(gone).collect();
+        // Sandboxes before the holders whose namespaces they use.
+        objects.sort_by_key(|v| !label(v, LABEL_ROLE).is_empty());
+        for v in &objects {
             let name = v["Name"]
                 .as_str()
                 .unwrap_or("")
                 .trim_start_matches('/')
                 .to_owned();
+            let id = v["Id"].as_str().unwrap_or(&name);
             let args: Vec<&str> = match kind {
                 "container" => vec!["rm", "--force", &name],
-                "network" => vec!["network", "rm", &name],
+                "network" => vec!["network", "rm", id],
                 _ => vec!["volume", "rm", &name],
             };
             docker::output(&args)?;

@@ -14,12 +14,23 @@ pub const LABEL_WORKSPACE: &str = "sbx.workspace";
 pub const LABEL_BRANCH: &str = "sbx.branch";
 pub const LABEL_MODE: &str = "sbx.mode";
 pub const LABEL_HASH: &str = "sbx.hash";
+/// On the network holder: `netns`. Sandbox containers carry no role.
+pub const LABEL_ROLE: &str = "sbx.role";
+/// On the network holder: a digest of its spec, to tell when it is stale.
+pub const LABEL_SPEC: &str = "sbx.spec";
 
 /// MD5 hex of the absolute, canonical workspace path.
 pub fn path_hash(canonical: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
-    let digest = Md5::digest(canonical.as_os_str().as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    digest(canonical.as_os_str().as_bytes())
+}
+
+/// MD5 hex of some bytes.
+pub fn digest(bytes: &[u8]) -> String {
+    Md5::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Docker names allow `[a-zA-Z0-9][a-zA-Z0-9_.-]*`, image names only lower
@@ -65,6 +76,8 @@ pub struct Names {
     pub hash: String,
     pub image: String,
     pub container: String,
+    /// The container that holds the sandbox's network namespace (see spec.rs).
+    pub holder: String,
     pub network: String,
     pub repo_shelf: String,
     pub history: String,
@@ -88,6 +101,7 @@ impl Names {
         Self {
             image: format!("agent-sandbox-{repo}-{hash}"),
             network: container.clone(),
+            holder: format!("{container}-net"),
             container,
             repo_shelf: format!("agent-sbx-repo-{hash}"),
             history: format!("agent-sandbox-{hash}-history"),
@@ -128,6 +142,7 @@ mod tests {
         assert_eq!(n.container, format!("agent-sandbox-my-app-{h}"));
         assert_eq!(n.image, format!("agent-sandbox-my-app-{h}"));
         assert_eq!(n.network, format!("agent-sandbox-my-app-{h}"));
+        assert_eq!(n.holder, format!("agent-sandbox-my-app-{h}-net"));
         assert_eq!(n.repo_shelf, format!("agent-sbx-repo-{h}"));
         assert_eq!(n.history, format!("agent-sandbox-{h}-history"));
         let b = Names::new(

@@ -19,13 +19,19 @@ use crate::{RunError, docker};
 
 static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
-/// Ctrl-C sets a flag instead of killing sbx-run: the terminal sends it to
-/// the docker child too, which stops, and sbx-run then removes what was
-/// half made.
+/// Ctrl-C sets a flag instead of killing sbx-run: short docker calls run
+/// in their own process group and finish, long ones (builds, shells) get
+/// the signal too and stop; sbx-run then removes what was half made.
 pub fn watch_interrupts() -> Arc<AtomicBool> {
     INTERRUPTED
         .get_or_init(|| {
             let flag = Arc::new(AtomicBool::new(false));
+            // A second Ctrl-C while the first is being handled ends sbx-run.
+            let _ = signal_hook::flag::register_conditional_shutdown(
+                signal_hook::consts::SIGINT,
+                130,
+                Arc::clone(&flag),
+            );
             let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&flag));
             flag
         })

@@ -26,12 +26,15 @@ median() { awk -F, -v row="$2" 'NR == row + 1 { printf "%.1f", $4 * 1000 }' "$1"
 echo "== start: sbx-run start vs docker run -d (container removed before each run; the"
 echo "   sandbox's network holder stays, as it does when a sandbox is removed or restarted)"
 "$SBX" -q start "$REPO"   # creates the network and volumes once
+# A second's pause before every run (outside the timing, for both sides):
+# this host's resolver drops some of the firewall's ~26 lookups when the
+# same names come again within a second, and each drop costs a 400 ms retry.
 hyperfine --style basic --runs "$RUNS" --export-csv "$TMP/start.csv" \
-  --prepare "docker rm -f sbx-bench-baseline >/dev/null 2>&1 || true" \
+  --prepare "docker rm -f sbx-bench-baseline >/dev/null 2>&1 || true; sleep 1" \
   "docker run -d --name sbx-bench-baseline $IMAGE sleep infinity" \
-  --prepare "docker rm -f $NAME >/dev/null 2>&1 || true" \
+  --prepare "docker rm -f $NAME >/dev/null 2>&1 || true; sleep 1" \
   "$SBX -q start $REPO" \
-  --prepare "$SBX -q rm $REPO" \
+  --prepare "$SBX -q rm $REPO; sleep 1" \
   "$SBX -q start $REPO" >/dev/null 2>&1
 b=$(median "$TMP/start.csv" 1); s=$(median "$TMP/start.csv" 2); c=$(median "$TMP/start.csv" 3)
 echo "docker run -d: $b ms   sbx-run start: $s ms ($(awk -v a="$b" -v b="$s" 'BEGIN{printf "%.2fx", b/a}'))   cold (sbx-run rm first: new network and holder): $c ms ($(awk -v a="$b" -v b="$c" 'BEGIN{printf "%.2fx", b/a}'))"

@@ -109,21 +109,27 @@ pub fn start(
 ) -> Result<Workspace, BoxError> {
     let ws = Workspace::open(common, path)?;
     let name = ws.names.container.clone();
-    // Every lookup at once (each is a request to the engine). No separate
-    // engine check: the first inspection fails with 69 itself.
+    // The common case first: it is running (exec, shell). No separate engine
+    // check: the first inspection fails with 69 itself.
+    let container = check_owner(&ws)?;
+    if let Some(c) = &container
+        && running(c)
+    {
+        output::info(&format!("{name} is already running"));
+        return Ok(ws);
+    }
+    // Then every other lookup at once (each is a request to the engine).
     let n = &ws.names;
-    let (container, holder, image, network, volumes) = std::thread::scope(|s| {
-        let holder = s.spawn(|| owned(&ws, &n.holder));
+    let (holder, image, network, volumes) = std::thread::scope(|s| {
         let image = s.spawn(|| docker::exists("image", &n.image));
         let network = s.spawn(|| docker::exists("network", &n.network));
         let volumes: Vec<_> = [&n.history, &n.repo_shelf]
             .map(|v| s.spawn(move || docker::exists("volume", v)))
             .into_iter()
             .collect();
-        let container = check_owner(&ws);
+        let holder = owned(&ws, &n.holder);
         (
-            container,
-            holder.join().expect("inspection thread"),
+            holder,
             image.join().expect("inspection thread"),
             network.join().expect("inspection thread"),
             volumes
@@ -133,11 +139,7 @@ pub fn start(
         )
     });
     let holder = holder?;
-    if let Some(c) = container? {
-        if running(&c) {
-            output::info(&format!("{name} is already running"));
-            return Ok(ws);
-        }
+    if container.is_some() {
         if let Some(h) = &holder {
             if !running(h) {
                 docker::start(&n.holder)?;

@@ -45,6 +45,7 @@ pub struct Cli {
 const AFTER_HELP: &str = "\
 Names (from the MD5 of the workspace's canonical path, so no state file is kept):
   container, image, network   agent-sandbox-<repo>-<hash>
+  network holder              agent-sandbox-<repo>-<hash>-net
   repo-shelf volume           agent-sbx-repo-<hash>
   history volume              agent-sandbox-<hash>-history
   shared config volumes       agent-sandbox-claude-code-config, agent-sandbox-codex-config
@@ -57,6 +58,12 @@ What every sandbox gets (see show-run):
   host variables only as sbx-envfilter allows (TERM, LANG, LC_*, TZ, COLORTERM, and the names in
   [environment].allow and .pass); the config read-only at /.agent-sandbox; one bridge network per
   sandbox; labels sbx.workspace, sbx.mode, sbx.branch, sbx.hash.
+
+The network holder: a sleeping container (no capabilities, read-only, uid 65534) owns the
+sandbox's network namespace: its address on the sandbox's bridge, published ports, hostname and
+resolv.conf. The sandbox container joins it, so replacing or restarting the sandbox skips the
+engine's namespace setup (about half of a docker run here). stop leaves it; rm and prune remove it;
+it is made anew when [sandbox].ports or the image name change.
 
 Exit status: 0 ok; exec passes the command's status through; 1 doctor found a problem; 64 usage;
 66 no such workspace; 69 Docker engine unavailable; 77 refused (a container of that name is not ours);
@@ -142,7 +149,7 @@ pub enum Cmd {
     },
     /// List sandbox containers (from their labels).
     List,
-    /// Remove the sandbox container and its network.
+    /// Remove the sandbox container, its network holder and its network.
     Rm {
         #[command(flatten)]
         path: PathArg,

@@ -336,8 +336,13 @@ mod tests {
             create_body(&argv(&["run", "--detach", "--privileged", "x", "img"]), env).is_none()
         );
         assert!(create_body(&argv(&["run", "--name", "c", "img"]), env).is_none());
+        // An unknown flag after the image is the command's, not docker's.
         assert!(
-            create_body(&argv(&["run", "--detach", "--name", "c", "img", "sh"]), env).is_none()
+            create_body(
+                &argv(&["run", "--detach", "--name", "c", "img", "--x"]),
+                env
+            )
+            .is_some()
         );
         assert!(
             create_body(

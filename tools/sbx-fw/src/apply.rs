@@ -69,7 +69,7 @@ pub fn tables_restore_both(v4: &str, v6: Option<&str>) -> Result<(), ApplyError>
 }
 
 pub fn tables_restore(fam: Family, rules: &str) -> Result<(), ApplyError> {
-    restore(backend().program(fam, "-restore"), &["--wait"], rules)
+    restore(backend().restore(fam), &["--wait"], rules)
 }
 
 /// Which iptables implementation holds our tables. Both hook into the same
@@ -99,18 +99,23 @@ impl Backend {
         }
     }
 
-    /// `iptables` + suffix for this family and backend.
-    pub fn program(self, fam: Family, suffix: &str) -> &'static str {
-        let legacy = self == Backend::Legacy;
-        match (fam, legacy, suffix) {
-            (Family::V4, true, "") => "iptables-legacy",
-            (Family::V4, true, _) => "iptables-legacy-restore",
-            (Family::V6, true, "") => "ip6tables-legacy",
-            (Family::V6, true, _) => "ip6tables-legacy-restore",
-            (Family::V4, false, "") => "iptables",
-            (Family::V4, false, _) => "iptables-restore",
-            (Family::V6, false, "") => "ip6tables",
-            (Family::V6, false, _) => "ip6tables-restore",
+    /// `iptables` (or `ip6tables`) of this backend, for listing.
+    pub fn tables(self, fam: Family) -> &'static str {
+        match (fam, self) {
+            (Family::V4, Backend::Legacy) => "iptables-legacy",
+            (Family::V6, Backend::Legacy) => "ip6tables-legacy",
+            (Family::V4, Backend::System) => "iptables",
+            (Family::V6, Backend::System) => "ip6tables",
+        }
+    }
+
+    /// Its `iptables-restore` (or `ip6tables-restore`).
+    pub fn restore(self, fam: Family) -> &'static str {
+        match (fam, self) {
+            (Family::V4, Backend::Legacy) => "iptables-legacy-restore",
+            (Family::V6, Backend::Legacy) => "ip6tables-legacy-restore",
+            (Family::V4, Backend::System) => "iptables-restore",
+            (Family::V6, Backend::System) => "ip6tables-restore",
         }
     }
 }
@@ -157,7 +162,7 @@ fn on_path(prog: &str) -> bool {
 
 /// Whether our chain is in the kernel for this family: "previous state".
 pub fn installed(fam: Family) -> bool {
-    Command::new(backend().program(fam, ""))
+    Command::new(backend().tables(fam))
         .args(["--wait", "-n", "-L", "SBX-OUT"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

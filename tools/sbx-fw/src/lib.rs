@@ -807,7 +807,7 @@ fn set_sizes() -> BTreeMap<String, Option<usize>> {
 }
 
 fn rule_count(fam: Family) -> Option<usize> {
-    let o = Command::new(apply::backend().program(fam, ""))
+    let o = Command::new(apply::backend().tables(fam))
         .args(["--wait", "-S", "SBX-OUT"])
         .stderr(Stdio::null())
         .output()

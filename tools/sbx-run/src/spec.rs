@@ -180,6 +180,10 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
         format!("{LABEL_BRANCH}="),
         format!("{LABEL_HASH}={}", n.hash),
     ];
+    let label_args: Vec<String> = labels
+        .iter()
+        .flat_map(|l| ["--label".to_string(), l.clone()])
+        .collect();
 
     let mut network = vec![
         "network".to_string(),
@@ -187,18 +191,14 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
         "--driver".into(),
         "bridge".into(),
     ];
-    for l in &labels {
-        network.extend(["--label".into(), l.clone()]);
-    }
+    network.extend(label_args.iter().cloned());
     network.push(n.network.clone());
 
     let volumes = [&n.history, &n.repo_shelf]
         .iter()
         .map(|v| {
             let mut c = vec!["volume".to_string(), "create".into()];
-            for l in &labels {
-                c.extend(["--label".into(), l.clone()]);
-            }
+            c.extend(label_args.iter().cloned());
             c.push((*v).clone());
             c
         })
@@ -211,9 +211,7 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
         "--hostname".into(),
         format!("sbx-{}", n.repo.chars().take(50).collect::<String>()),
     ]);
-    for l in &labels {
-        h.extend(["--label".into(), l.clone()]);
-    }
+    h.extend(label_args.iter().cloned());
     h.extend(["--label".into(), format!("{LABEL_ROLE}=netns")]);
     h.extend(["--cap-drop".into(), "ALL".into()]);
     h.extend(["--security-opt".into(), "no-new-privileges".into()]);
@@ -241,9 +239,7 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
 
     let mut a: Vec<String> = vec!["run".into(), "--detach".into()];
     a.extend(["--name".into(), n.container.clone()]);
-    for l in &labels {
-        a.extend(["--label".into(), l.clone()]);
-    }
+    a.extend(label_args.iter().cloned());
     // Privileges: nothing but what init needs, and no way to regain any.
     a.extend(["--cap-drop".into(), "ALL".into()]);
     for c in INIT_CAPS {

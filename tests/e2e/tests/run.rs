@@ -581,6 +581,42 @@ fn prune_removes_sandboxes_whose_workspace_is_gone() {
     let o = sbx().args(["prune"]).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert_nothing_left(&n, "prune");
+
+    // Another remover (a second prune, an `rm`) that wins every race: the
+    // container vanishes between the listing and the inspection, and the
+    // network and volumes just before prune removes them. Gone is the goal,
+    // so prune still succeeds, and does not claim what it did not do.
+    let repo = Repo::new("gone racing");
+    assert!(repo.run(&["start"]).status.success());
+    let n = repo.names();
+    std::fs::remove_dir_all(&repo.path).unwrap();
+    let racer = repo._dir.path().join("racing-docker");
+    std::fs::write(
+        &racer,
+        "#!/bin/sh\n\
+         case \"$1 $2\" in\n\
+         'container inspect') docker rm --force \"$VICTIM\" >/dev/null 2>&1 ;;\n\
+         'network rm'|'volume rm') docker \"$@\" >/dev/null 2>&1 ;;\n\
+         esac\n\
+         exec docker \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&racer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = sbx()
+        .env("SBX_DOCKER", &racer)
+        .env("VICTIM", &n.container)
+        .args(["prune"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains(&format!("container {} (", n.container))
+            && !out.contains(&format!("network {} (", n.network))
+            && out.contains(&format!("container {} (", n.holder)),
+        "prune claims removals another remover made:\n{out}"
+    );
+    assert_nothing_left(&n, "prune racing another remover");
 }
 
 /// The full image, with the AI CLIs from npm, whenever the npm registry is

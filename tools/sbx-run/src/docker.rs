@@ -46,6 +46,49 @@ pub fn output(args: &[&str]) -> Result<String, RunError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Remove an object (`rm --force`, `network rm`, `volume rm`): true when
+/// this call removed it, false when it was already gone. Removals race
+/// other removers (a second `rm`, a parallel `prune`), and gone is the goal.
+pub fn remove(args: &[&str]) -> Result<bool, RunError> {
+    let out = short(args)?;
+    if !out.status.success() && only_missing(&out.stderr) {
+        return Ok(false);
+    }
+    check(args, &out)?;
+    Ok(true)
+}
+
+/// `docker <kind> inspect ID...` for objects that may vanish between the
+/// listing and the inspection: those that did are left out.
+pub fn inspect_all(kind: &str, ids: &[&str]) -> Result<Vec<serde_json::Value>, RunError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut args = vec![kind, "inspect"];
+    args.extend(ids);
+    let out = short(&args)?;
+    if !out.status.success() && !only_missing(&out.stderr) {
+        check(&args, &out)?;
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| RunError::Docker {
+        command: describe(&args),
+        message: format!("unreadable output: {e}"),
+    })
+}
+
+/// docker's stderr says only that objects do not exist ("No such
+/// container: x", "network x not found", "no such volume"), and nothing else
+/// but the CLI's "exit status 1" trailer.
+fn only_missing(stderr: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(stderr).to_ascii_lowercase();
+    let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let missing = |l: &&str| l.contains("no such ") || l.ends_with(" not found");
+    lines.iter().any(missing)
+        && lines
+            .iter()
+            .all(|l| missing(l) || l.starts_with("exit status "))
+}
+
 /// Run and capture, returning success or failure without an error.
 pub fn probe(args: &[&str]) -> Result<Output, RunError> {
     short(args)
@@ -340,4 +383,30 @@ pub fn inspect(kind: &str, name: &str) -> Result<Option<serde_json::Value>, RunE
 
 pub fn exists(kind: &str, name: &str) -> Result<bool, RunError> {
     Ok(inspect(kind, name)?.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::only_missing;
+
+    #[test]
+    fn gone_objects_are_told_apart_from_failures() {
+        for gone in [
+            "Error response from daemon: No such container: x\n",
+            "Error response from daemon: network x not found\nexit status 1\n",
+            "Error response from daemon: get x: no such volume\n",
+            "Error: No such object: a\nError: No such object: b\n",
+        ] {
+            assert!(only_missing(gone.as_bytes()), "{gone}");
+        }
+        for failure in [
+            "",
+            "exit status 1\n",
+            "Error response from daemon: remove x: volume is in use - [abc]\n",
+            "Error response from daemon: No such container: x\nError response from daemon: error while removing network: network y has active endpoints\n",
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?\n",
+        ] {
+            assert!(!only_missing(failure.as_bytes()), "{failure}");
+        }
+    }
 }

@@ -88,7 +88,7 @@ pub fn init(common: &CommonArgs, path: Option<PathBuf>, force: bool) -> Res {
     if force {
         docker::require_engine()?;
         if check_owner(&ws)?.is_some() {
-            docker::output(&["rm", "--force", &ws.names.container])?;
+            docker::remove(&["rm", "--force", &ws.names.container])?;
         }
     }
     image::build_repo(&ws, &BuildOpts::default())?;
@@ -154,7 +154,7 @@ pub fn start(
             return Ok(ws);
         }
         // Its network namespace went with the holder: make both anew.
-        docker::output(&["rm", "--force", &name])?;
+        docker::remove(&["rm", "--force", &name])?;
     }
     if rebuild || !image? {
         image::build_repo(&ws, &BuildOpts::default())?;
@@ -179,7 +179,7 @@ pub fn start(
         }
         stale => {
             if stale.is_some() {
-                docker::output(&["rm", "--force", &n.holder])?;
+                docker::remove(&["rm", "--force", &n.holder])?;
             }
             let argv: Vec<&str> = s.holder.iter().map(String::as_str).collect();
             if let Err(e) = docker::run_detached(&argv) {
@@ -297,7 +297,7 @@ pub fn restart(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = Workspace::open(common, path.clone())?;
     docker::require_engine()?;
     if check_owner(&ws)?.is_some() {
-        docker::output(&["rm", "--force", &ws.names.container])?;
+        docker::remove(&["rm", "--force", &ws.names.container])?;
     }
     start(common, path, false)?;
     ok()
@@ -438,14 +438,7 @@ fn labelled(kind: &str) -> Result<Vec<Value>, RunError> {
         ])?,
         _ => docker::output(&["volume", "ls", "--quiet", "--filter", "label=sbx.workspace"])?,
     };
-    let ids: Vec<&str> = ids.split_whitespace().collect();
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut args = vec![kind, "inspect"];
-    args.extend(ids);
-    let text = docker::output(&args)?;
-    Ok(serde_json::from_str::<Vec<Value>>(&text).unwrap_or_default())
+    docker::inspect_all(kind, &ids.split_whitespace().collect::<Vec<_>>())
 }
 
 fn label<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -501,22 +494,22 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
     docker::require_engine()?;
     let n = &ws.names;
     if check_owner(&ws)?.is_some() {
-        docker::output(&["rm", "--force", &n.container])?;
+        docker::remove(&["rm", "--force", &n.container])?;
     }
     if owned(&ws, &n.holder)?.is_some() {
-        docker::output(&["rm", "--force", &n.holder])?;
+        docker::remove(&["rm", "--force", &n.holder])?;
     }
     // By id: a network name can be ambiguous (the engine's duplicate check
     // races), and every copy of ours goes.
     for net in labelled("network")?.iter().filter(|v| {
         v["Name"] == n.network.as_str() && label(v, LABEL_WORKSPACE) == ws.path.to_string_lossy()
     }) {
-        docker::output(&["network", "rm", net["Id"].as_str().unwrap_or_default()])?;
+        docker::remove(&["network", "rm", net["Id"].as_str().unwrap_or_default()])?;
     }
     if with_volumes {
         for v in [&n.history, &n.repo_shelf] {
             if docker::exists("volume", v)? {
-                docker::output(&["volume", "rm", v])?;
+                docker::remove(&["volume", "rm", v])?;
             }
         }
     }
@@ -548,7 +541,9 @@ pub fn prune(common: &CommonArgs) -> Res {
                 "network" => vec!["network", "rm", id],
                 _ => vec!["volume", "rm", &name],
             };
-            docker::output(&args)?;
+            if !docker::remove(&args)? {
+                continue;
+            }
             removed += 1;
             if !common.quiet {
                 println!(

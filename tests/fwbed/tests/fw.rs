@@ -30,6 +30,8 @@ struct Bed {
     dir: tempfile::TempDir,
     /// `SBX_FW_BACKEND` for every sbx-fw run; None lets it choose.
     backend: Option<&'static str>,
+    /// More variables for every sbx-fw run (the backup store's).
+    env: Vec<(&'static str, &'static str)>,
 }
 
 const CONFIG: &str = r#"
@@ -73,6 +75,7 @@ impl Bed {
             sbx: v["sandbox"].as_str().unwrap().to_owned(),
             dir,
             backend: None,
+            env: Vec::new(),
         })
     }
 
@@ -100,6 +103,17 @@ impl Bed {
             .env("SBX_FW_GITHUB_META_URL", "https://meta.github.test/meta")
             .env("SBX_AUDIT_LOG", self.path("audit.jsonl"))
             .env_remove("GH_TOKEN");
+        for k in [
+            "AWS_ENDPOINT_URL_S3",
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+        ] {
+            c.env_remove(k);
+        }
+        c.envs(self.env.iter().copied());
         match self.backend {
             Some(b) => c.env("SBX_FW_BACKEND", b),
             None => c.env_remove("SBX_FW_BACKEND"),
@@ -586,4 +600,47 @@ fn dry_run_prints_everything_and_installs_nothing() {
     ));
     assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "open");
     assert!(!bed.path("state/state.json").exists());
+}
+
+/// A backup store is reachable from inside by the endpoint sbx-backup uses,
+/// read from the same variables, and nothing more comes with it; an
+/// endpoint the firewall can never open is named at init.
+#[test]
+fn the_backup_store_and_only_it_is_reachable() {
+    let Some(mut bed) = Bed::new("fwg") else { return };
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "open");
+    bed.ok(false, &["init"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "blocked");
+
+    bed.config("\n[backup]\nurl = \"s3://bkt/home\"\n");
+    bed.env = vec![("AWS_ENDPOINT_URL", "https://other.test")];
+    bed.ok(false, &["init"]);
+    assert_verdicts(
+        &bed.probe(true, &["tcp:198.18.1.2:443", "dns:127.0.0.53/other.test"]),
+        "open",
+    );
+    assert_verdicts(
+        &bed.probe(true, &["tcp:198.18.1.2:80", "tcp:198.18.2.1:443"]),
+        "blocked",
+    );
+    let st: Value = serde_json::from_str(&bed.ok(false, &["status", "--json"])).unwrap();
+    let names = st["data"]["state"]["names"].as_array().unwrap();
+    assert!(
+        names
+            .iter()
+            .any(|n| n["name"] == "other.test" && n["source"] == "backup"),
+        "{names:?}"
+    );
+
+    // Plain http on another port is never opened: init says so, and the
+    // store's name is not let in for it.
+    bed.env = vec![("AWS_ENDPOINT_URL", "http://other.test:9000")];
+    let o = bed.init();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("endpoint http://other.test:9000 is not https on port 443"),
+        "{err}"
+    );
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "blocked");
 }

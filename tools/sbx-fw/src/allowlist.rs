@@ -1,11 +1,12 @@
 //! What may be reached: the built-in names, the config's, the package
-//! registries the image's tools are configured to use, and runtime changes.
+//! registries the image's tools are configured to use, the backup store,
+//! and runtime changes.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use sbx_core::config::{Domain, Network};
+use sbx_core::config::{Domain, Network, StoreUrl};
 
 /// Seed 000 "Allowed Services": the endpoints the image's AI CLIs use.
 /// GitHub is allowed by its published ranges, not by name (see `github`).
@@ -58,6 +59,7 @@ pub enum Source {
     Config,
     Registry,
     Github,
+    Backup,
     Runtime,
 }
 
@@ -247,6 +249,72 @@ pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<
     hosts.into_iter().collect()
 }
 
+/// The endpoints sbx-backup reaches for `[backup].url`, derived from the
+/// same variables object_store's `from_env` reads, so a backup from inside
+/// the sandbox gets through and nothing else does:
+/// s3: `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL` / `AWS_ENDPOINT`, else
+/// the regional endpoint (path style and the bucket's virtual host), plus
+/// STS when a web identity token is used; gs: the storage API and Google's
+/// token endpoints; file:// and memory:// reach nothing.
+pub fn backup_endpoints(url: &StoreUrl, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    match url.scheme.as_str() {
+        "s3" => {
+            let region = var("AWS_REGION")
+                .or_else(|| var("AWS_DEFAULT_REGION"))
+                .unwrap_or_else(|| "us-east-1".to_owned());
+            let mut out = match var("AWS_ENDPOINT_URL_S3")
+                .or_else(|| var("AWS_ENDPOINT_URL"))
+                .or_else(|| var("AWS_ENDPOINT"))
+            {
+                Some(e) => vec![e],
+                None => {
+                    let rest = url.text.split_once("://").map_or("", |(_, r)| r);
+                    let bucket = rest.split('/').next().unwrap_or_default();
+                    vec![
+                        format!("https://s3.{region}.amazonaws.com"),
+                        format!("https://{bucket}.s3.{region}.amazonaws.com"),
+                    ]
+                }
+            };
+            if var("AWS_WEB_IDENTITY_TOKEN_FILE").is_some() {
+                out.push(
+                    var("AWS_ENDPOINT_URL_STS")
+                        .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com")),
+                );
+            }
+            out
+        }
+        "gs" => [
+            "https://storage.googleapis.com",
+            "https://oauth2.googleapis.com",
+            "https://accounts.google.com",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// The port a URL names, or its scheme's (http 80, https 443).
+pub fn url_port(u: &str) -> Option<u16> {
+    let (scheme, rest) = u.trim().split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let hostport = authority.rsplit('@').next()?;
+    let port = match hostport.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.1.strip_prefix(':'),
+        None => hostport.split_once(':').map(|(_, p)| p),
+    };
+    match port {
+        Some(p) => p.parse().ok(),
+        None => match scheme {
+            "http" => Some(80),
+            "https" => Some(443),
+            _ => None,
+        },
+    }
+}
+
 fn collect_cargo(v: &toml::Value, out: &mut Vec<String>) {
     match v {
         toml::Value::Table(t) => {
@@ -411,5 +479,63 @@ mod tests {
         assert!(list.matches("o1.ingest.sentry.io"));
         assert!(list.matches("codeload.github.com"));
         assert!(!list.matches("evil.test"));
+    }
+
+    #[test]
+    fn backup_endpoints_follow_object_stores_variables() {
+        let url = |u: &str| u.parse::<StoreUrl>().unwrap();
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let none = env(&[]);
+        assert_eq!(
+            backup_endpoints(&url("s3://bkt/home"), &none),
+            [
+                "https://s3.us-east-1.amazonaws.com",
+                "https://bkt.s3.us-east-1.amazonaws.com"
+            ]
+        );
+        let regional = env(&[("AWS_DEFAULT_REGION", "eu-west-1")]);
+        assert_eq!(
+            backup_endpoints(&url("s3://bkt"), &regional)[0],
+            "https://s3.eu-west-1.amazonaws.com"
+        );
+        // AWS_REGION wins over the default region; an S3-specific endpoint
+        // over the generic one; web identity adds STS.
+        let custom = env(&[
+            ("AWS_REGION", "eu-north-1"),
+            ("AWS_DEFAULT_REGION", "eu-west-1"),
+            ("AWS_ENDPOINT_URL", "https://generic.example.com"),
+            ("AWS_ENDPOINT_URL_S3", "https://minio.example.com"),
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/token"),
+        ]);
+        assert_eq!(
+            backup_endpoints(&url("s3://bkt/x"), &custom),
+            [
+                "https://minio.example.com",
+                "https://sts.eu-north-1.amazonaws.com"
+            ]
+        );
+        let empty = env(&[("AWS_ENDPOINT", "  ")]);
+        assert_eq!(backup_endpoints(&url("s3://b"), &empty).len(), 2);
+        assert!(
+            backup_endpoints(&url("gs://bkt/p"), &none)
+                .contains(&"https://storage.googleapis.com".to_owned())
+        );
+        assert!(backup_endpoints(&url("file:///var/tmp/b"), &custom).is_empty());
+    }
+
+    #[test]
+    fn url_ports_default_by_scheme() {
+        assert_eq!(url_port("https://s3.example.com"), Some(443));
+        assert_eq!(url_port("http://s3.example.com/x"), Some(80));
+        assert_eq!(url_port("https://user@minio.test:9000/b"), Some(9000));
+        assert_eq!(url_port("http://[::1]:9000"), Some(9000));
+        assert_eq!(url_port("https://[::1]/"), Some(443));
+        assert_eq!(url_port("minio.test:9000"), None);
     }
 }

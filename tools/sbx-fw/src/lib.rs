@@ -165,7 +165,10 @@ Policy, both families, default deny:
 Allowlist: the AI services the image's CLIs use (Anthropic, OpenAI, ChatGPT,
 OpenRouter, Sentry, Statsig); [network].allow-domains (with *.wildcards);
 with registries = true the hosts npm, pip, cargo and apt are configured to use
-(their own config files and variables, read at init); GitHub by its ranges.
+(their own config files and variables, read at init); GitHub by its ranges;
+the [backup].url store's endpoints, read from the variables sbx-backup uses
+(s3: AWS_ENDPOINT_URL[_S3], AWS_REGION, else the regional AWS endpoint and the
+bucket's host; gs: Google's storage and token hosts).
 
 Why a DNS filter rather than re-resolving on a timer: addresses of CDN names
 rotate, and a timer is always late. The filter hands out each answer only
@@ -321,6 +324,20 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         && let Ok(d) = h.parse()
     {
         list.push(d, Source::Github);
+    }
+    // The backup store, reached from inside by sbx-backup (first boot, sync).
+    if let Some(u) = &cfg.backup.url {
+        for e in allowlist::backup_endpoints(u, &|k| std::env::var(k).ok()) {
+            match allowlist::url_host(&e).and_then(|h| h.parse().ok()) {
+                Some(d) if allowlist::url_port(&e) == Some(443) => list.push(d, Source::Backup),
+                _ => output::warn(&format!(
+                    "[backup].url {}: endpoint {e} is not https on port 443 to a name, \
+                     which the firewall never allows; backups from inside will fail \
+                     (use an https endpoint on 443, or back up from the host)",
+                    u.text
+                )),
+            }
+        }
     }
     if let Some(p) = &prev {
         for n in p.names.iter().filter(|n| n.source == "runtime") {

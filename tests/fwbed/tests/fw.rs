@@ -607,7 +607,9 @@ fn dry_run_prints_everything_and_installs_nothing() {
 /// endpoint the firewall can never open is named at init.
 #[test]
 fn the_backup_store_and_only_it_is_reachable() {
-    let Some(mut bed) = Bed::new("fwg") else { return };
+    let Some(mut bed) = Bed::new("fwg") else {
+        return;
+    };
     assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "open");
     bed.ok(false, &["init"]);
     assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "blocked");

@@ -299,13 +299,7 @@ pub fn backup_endpoints(url: &StoreUrl, env: &dyn Fn(&str) -> Option<String>) ->
 /// The port a URL names, or its scheme's (http 80, https 443).
 pub fn url_port(u: &str) -> Option<u16> {
     let (scheme, rest) = u.trim().split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let hostport = authority.rsplit('@').next()?;
-    let port = match hostport.strip_prefix('[') {
-        Some(v6) => v6.split_once(']')?.1.strip_prefix(':'),
-        None => hostport.split_once(':').map(|(_, p)| p),
-    };
-    match port {
+    match authority(rest)?.1 {
         Some(p) => p.parse().ok(),
         None => match scheme {
             "http" => Some(80),
@@ -313,6 +307,21 @@ pub fn url_port(u: &str) -> Option<u16> {
             _ => None,
         },
     }
+}
+
+/// Host and port of what follows `scheme://` (userinfo, path, query and
+/// fragment dropped); an IPv6 host keeps its brackets.
+fn authority(rest: &str) -> Option<(&str, Option<&str>)> {
+    let hostport = rest.split(['/', '?', '#']).next()?.rsplit('@').next()?;
+    Some(match hostport.find(']') {
+        Some(i) if hostport.starts_with('[') => {
+            (&hostport[..=i], hostport[i + 1..].strip_prefix(':'))
+        }
+        _ => match hostport.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        },
+    })
 }
 
 fn collect_cargo(v: &toml::Value, out: &mut Vec<String>) {
@@ -369,13 +378,8 @@ pub fn url_host(u: &str) -> Option<String> {
         }
         None => u,
     };
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let hostport = authority.rsplit('@').next()?;
-    if hostport.starts_with('[') {
-        return None;
-    }
-    let host = hostport.split(':').next()?.to_ascii_lowercase();
-    if host.is_empty() || host.parse::<std::net::IpAddr>().is_ok() {
+    let host = authority(rest)?.0.to_ascii_lowercase();
+    if host.is_empty() || host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
         return None;
     }
     host.parse::<Domain>().ok().map(|d| d.name)

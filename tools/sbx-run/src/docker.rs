@@ -46,9 +46,10 @@ pub fn output(args: &[&str]) -> Result<String, RunError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Remove an object (`rm --force`, `network rm`, `volume rm`): true when
-/// this call removed it, false when it was already gone. Removals race
-/// other removers (a second `rm`, a parallel `prune`), and gone is the goal.
+/// Remove an object (`rm --force`, `network rm`, `volume rm`): false when
+/// docker says it was already gone (`rm --force` itself never does).
+/// Removals race other removers (a second `rm`, a parallel `prune`), and
+/// gone is the goal.
 pub fn remove(args: &[&str]) -> Result<bool, RunError> {
     let out = short(args)?;
     if !out.status.success() && only_missing(&out.stderr) {
@@ -82,7 +83,9 @@ pub fn inspect_all(kind: &str, ids: &[&str]) -> Result<Vec<serde_json::Value>, R
 fn only_missing(stderr: &[u8]) -> bool {
     let s = String::from_utf8_lossy(stderr).to_ascii_lowercase();
     let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let missing = |l: &&str| l.contains("no such ") || l.ends_with(" not found");
+    let missing = |l: &&str| {
+        l.contains("no such ") || (l.contains(": network ") && l.ends_with(" not found"))
+    };
     lines.iter().any(missing)
         && lines
             .iter()
@@ -403,6 +406,7 @@ mod tests {
             "",
             "exit status 1\n",
             "Error response from daemon: remove x: volume is in use - [abc]\n",
+            "Error response from daemon: plugin not found\n",
             "Error response from daemon: No such container: x\nError response from daemon: error while removing network: network y has active endpoints\n",
             "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?\n",
         ] {

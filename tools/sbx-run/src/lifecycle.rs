@@ -508,9 +508,7 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
     }
     if with_volumes {
         for v in [&n.history, &n.repo_shelf] {
-            if docker::exists("volume", v)? {
-                docker::remove(&["volume", "rm", v])?;
-            }
+            docker::remove(&["volume", "rm", v])?;
         }
     }
     ok()

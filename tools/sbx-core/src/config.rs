@@ -422,6 +422,13 @@ impl std::str::FromStr for RelPath {
                 "invalid path \"{s}\": \"..\" and empty components are not allowed"
             ));
         }
+        // A path, not a pattern: accepting `docs/*.md` and then protecting a
+        // file literally named so would be a guard that silently means less.
+        if t.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+            return Err(format!(
+                "invalid path \"{s}\": protected paths are literal paths, not globs; list each file or directory (or its parent directory)"
+            ));
+        }
         Ok(Self(t.to_owned()))
     }
 }
@@ -470,6 +477,17 @@ impl std::str::FromStr for PathGlob {
         if s.split('/').any(|c| c == "..") {
             return Err(format!(
                 "invalid path pattern \"{s}\": \"..\" is not allowed"
+            ));
+        }
+        // What the matcher sees (PathPattern's own trimming): an empty body
+        // would be `**/`, every directory; an empty or `.` component never
+        // matches a walked path, a silent no-op.
+        let body = s.trim_end_matches('/');
+        let body = body.strip_prefix("./").unwrap_or(body);
+        let body = body.strip_prefix('/').unwrap_or(body);
+        if body.split('/').any(|c| c.is_empty() || c == ".") {
+            return Err(format!(
+                "invalid path pattern \"{s}\": empty and \".\" components are not allowed (like \".env\", \"config/*.key\" or \"node_modules/\")"
             ));
         }
         PathPattern::new(s)

@@ -522,3 +522,36 @@ fn audit_failure_warns_but_does_not_block() {
         .unwrap();
     assert!(out.stderr.is_empty());
 }
+
+/// Issue 13.1: config validation accepts brace globs, so matching must
+/// honour them too (one dialect), not read `{`, `,`, `}` as literals.
+#[test]
+fn brace_globs_in_config_match() {
+    let e = Env::new();
+    let cfg =
+        e.write_config("[environment]\nblock = [\"{DB,REDIS}_URL\"]\nallow = [\"APP_{A,B}?\"]\n");
+    let out = e
+        .cmd()
+        .env("DB_URL", "postgres://x")
+        .env("REDIS_URL", "redis://x")
+        .env("CACHE_URL", "redis://y")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--explain")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s = stdout(&out);
+    assert!(
+        s.lines()
+            .any(|l| l.contains("CACHE_URL") && l.contains("keep")),
+        "{s}"
+    );
+    for name in ["DB_URL", "REDIS_URL"] {
+        let line = s.lines().find(|l| l.contains(name)).unwrap_or_default();
+        assert!(
+            line.contains("drop") && line.contains("{DB,REDIS}_URL"),
+            "{name}: {s}"
+        );
+    }
+}

@@ -55,8 +55,9 @@ What every sandbox gets (see show-run):
   no-new-privileges; memory, cpus and pids limits from [sandbox]; the workspace at /workspace/<repo>;
   .git/hooks, .husky, .agent-sandbox and [sandbox].protected mounted read-only over themselves;
   files matching [filesystem].blocked and not .allowed masked by an empty read-only mount;
-  host variables only as sbx-envfilter allows (TERM, LANG, LC_*, TZ, COLORTERM, and the names in
-  [environment].allow and .pass); the config read-only at /.agent-sandbox; one bridge network per
+  host variables only as sbx-envfilter allows: by default TERM, LANG, LC_*, TZ, COLORTERM, NODE_ENV,
+  DEBUG and CI, plus the names in [environment].allow and .pass (a secret-looking name in allow
+  is still dropped; only pass forwards it, and audits it); the config read-only at /.agent-sandbox; one bridge network per
   sandbox; labels sbx.workspace, sbx.mode, sbx.branch, sbx.hash.
 
 The network holder: a sleeping container (no capabilities, read-only, uid 65534) owns the
@@ -210,6 +211,8 @@ pub enum RunError {
     NotReady(String),
     #[error("{0}")]
     Usage(String),
+    #[error("{0}")]
+    Config(String),
 }
 
 impl SbxError for RunError {
@@ -221,6 +224,7 @@ impl SbxError for RunError {
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,
+            Self::Config(_) => Exit::Config,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
         }
     }

@@ -161,7 +161,7 @@ pub fn start(
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
-    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1));
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
@@ -369,7 +369,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = Workspace::open(common, path)?;
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
-    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1));
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
     let text = format!(

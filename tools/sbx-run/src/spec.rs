@@ -15,7 +15,18 @@ use crate::names::{
 use crate::workspace::Workspace;
 
 /// Host variables considered for the container, before the filter decides.
-const HOST_VARS: &[&str] = &["TERM", "LANG", "LC_*", "TZ", "COLORTERM"];
+/// NODE_ENV, DEBUG and CI are the policy seed's allowed names (AC-3); they still
+/// pass through the filter, so a secret-looking value is dropped.
+pub const HOST_VARS: &[&str] = &[
+    "TERM",
+    "LANG",
+    "LC_*",
+    "TZ",
+    "COLORTERM",
+    "NODE_ENV",
+    "DEBUG",
+    "CI",
+];
 
 /// Capabilities the entrypoint needs before it drops them all: the
 /// firewall (NET_ADMIN, NET_RAW) and switching to the agent user
@@ -151,7 +162,11 @@ pub fn env_names(
     let mut wanted: Vec<&str> = HOST_VARS.to_vec();
     wanted.extend(env.allow.iter().map(|g| g.0.as_str()));
     wanted.extend(env.pass.iter().map(|g| g.0.as_str()));
-    let candidates = NameSet::new(&wanted).expect("validated globs");
+    // Same parser as config validation (sbx_core::glob::name_glob), so this
+    // cannot fail on a config that loaded; no panic if it ever does.
+    let Ok(candidates) = NameSet::new(&wanted) else {
+        return Vec::new();
+    };
     let policy = Policy::new(env);
     let considered: Vec<_> = host
         .into_iter()
@@ -169,7 +184,12 @@ pub fn env_names(
 }
 
 /// The complete spec for a workspace and image.
-pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &Path)) -> Spec {
+pub fn build(
+    ws: &Workspace,
+    image: &str,
+    env_names: &[String],
+    masks: (&Path, &Path),
+) -> Result<Spec, RunError> {
     let n = &ws.names;
     let cfg = &ws.loaded.config;
     let target = ws.target();
@@ -271,8 +291,13 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
             a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
         }
     }
-    let blocked = PathSet::new(&cfg.blocked_files()).expect("validated patterns");
-    let allowed = PathSet::new(&cfg.allowed_files()).expect("validated patterns");
+    let set = |pats: &[sbx_core::glob::PathPattern], key: &str| {
+        PathSet::new(pats).map_err(|e| {
+            RunError::Config(format!("{}: [filesystem].{key}: {e}", ws.loaded.describe()))
+        })
+    };
+    let blocked = set(&cfg.blocked_files(), "blocked")?;
+    let allowed = set(&cfg.allowed_files(), "allowed")?;
     let masked = find_masked(&ws.path, &blocked, &allowed);
     for m in &masked {
         let src = if ws.path.join(m).is_dir() {
@@ -318,14 +343,14 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
     }
     a.extend(["--workdir".into(), target]);
     a.push(image.to_owned());
-    Spec {
+    Ok(Spec {
         network,
         volumes,
         holder: h,
         holder_spec,
         run: a,
         masked,
-    }
+    })
 }
 
 /// Shell-quote a docker command so it can be pasted.

@@ -132,6 +132,21 @@ fn errors_name_file_line_column_and_key() {
         ),
         ("[backup]\nurl = \"file://relative\"\n", "absolute path"),
         ("[backup]\nexclude = [\"a/../b\"]\n", "backup.exclude[0]"),
+        // Issue 13.1: what validation accepts must mean the same at use.
+        (
+            "[backup]\nexclude = [\"//\"]\n",
+            "empty and \".\" components",
+        ),
+        (
+            "[filesystem]\nblocked = [\"./\"]\n",
+            "filesystem.blocked[0]",
+        ),
+        ("[filesystem]\nblocked = [\"a//b\"]\n", "empty and"),
+        (
+            "[sandbox]\nprotected = [\"docs/*.md\"]\n",
+            "sandbox.protected[0]: invalid path \"docs/*.md\": protected paths are literal paths, not globs",
+        ),
+        ("[sandbox]\nprotected = [\"{a,b}\"]\n", "not globs"),
         ("[bogus]\n", "cfg.toml:1:2: bogus: unknown field `bogus`"),
         ("[sandbox\n", "cfg.toml:1:"),
         ("a = 1\na = 2\n", "cfg.toml:2:1:"),

@@ -21,8 +21,14 @@ fn defaults_match_the_design() {
     assert_eq!(c.backup.interval.0, Duration::from_secs(300));
     assert_eq!(
         c.protected_paths(),
-        vec![".git/hooks", ".husky", ".agent-sandbox"]
+        vec![
+            ".git/hooks",
+            ".husky",
+            ".agent-sandbox",
+            ".agent-precommit/user-context.json"
+        ]
     );
+    assert!(c.network.allow_git);
     assert_eq!(c.blocked_files().len(), DEFAULT_BLOCKED_FILES.len());
     assert_eq!(c.allowed_files()[0].text, ".env.example");
 }
@@ -267,4 +273,49 @@ fn discovery_order() {
             .to_string()
             .contains("nope.toml: cannot read config")
     );
+}
+
+/// Issue 13.8: the policy seed's spellings (AC-6) are accepted where sbx
+/// can honour them, and refused with the sbx key to write where it cannot.
+#[test]
+fn policy_seed_spellings() {
+    let c = parse(
+        "[sandbox]\nenabled = true\n[filesystem]\nblocked-patterns = [\"**/.env*\", \"config/{a,b}.yml\"]\nallowed-patterns = [\".env.example\"]\n[network]\nallow-git = false\n",
+    )
+    .unwrap();
+    let blocked: Vec<&str> = c
+        .filesystem
+        .blocked
+        .iter()
+        .map(|g| g.0.text.as_str())
+        .collect();
+    assert_eq!(blocked, ["**/.env*", "config/{a,b}.yml"]);
+    assert_eq!(c.allowed_files()[0].text, ".env.example");
+    assert!(!c.network.allow_git);
+    for (text, want) in [
+        (
+            "[sandbox]\nenabled = false\n",
+            "cfg.toml:2:11: sandbox.enabled: sbx has no off switch",
+        ),
+        (
+            "[sandbox]\nenabled = \"yes\"\n",
+            "sandbox.enabled: expected true",
+        ),
+        (
+            "[tools]\ndisallowed = [\"Write\", \"Edit\"]\n",
+            "tools: [tools] (agent tool permissions) is not enforced by sbx yet",
+        ),
+        (
+            "[tools]\nenforce-agent-permissions = true\n",
+            "remove the [tools] table",
+        ),
+        (
+            "[filesystem]\nblocked = [\"a\"]\nblocked-patterns = [\"b\"]\n",
+            "duplicate field `blocked`",
+        ),
+    ] {
+        let got = err(text);
+        assert!(got.contains(want), "{text:?}\n got:  {got}\n want: {want}");
+        assert!(!got.contains('\n'), "{got}");
+    }
 }

@@ -40,6 +40,8 @@ fn sbx() -> Command {
 struct Repo {
     _dir: tempfile::TempDir,
     path: PathBuf,
+    /// Set on every sbx-run this repo runs (e.g. a test's own login stores).
+    env: Vec<(String, String)>,
 }
 
 impl Repo {
@@ -73,15 +75,25 @@ impl Repo {
         sh(Command::new("chown")
             .args(["-R", "1000:1000"])
             .arg(dir.path()));
-        Self { _dir: dir, path }
+        Self {
+            _dir: dir,
+            path,
+            env: Vec::new(),
+        }
+    }
+
+    fn sbx(&self) -> Command {
+        let mut c = sbx();
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        sbx().args(args).arg(&self.path).output().unwrap()
+        self.sbx().args(args).arg(&self.path).output().unwrap()
     }
 
     fn exec(&self, script: &str) -> Output {
-        sbx()
+        self.sbx()
             .args(["exec", "-C"])
             .arg(&self.path)
             .args(["--", "sh", "-c", script])
@@ -100,7 +112,8 @@ impl Repo {
 
 impl Drop for Repo {
     fn drop(&mut self) {
-        let _ = sbx()
+        let _ = self
+            .sbx()
             .args(["-q", "rm", "--volumes"])
             .arg(&self.path)
             .output();
@@ -270,6 +283,8 @@ fn assert_nothing_left(n: &sbx_run::names::Names, after: &str) {
         ("network", &n.network),
         ("volume", &n.history),
         ("volume", &n.repo_shelf),
+        ("volume", &n.claude),
+        ("volume", &n.codex),
     ] {
         let exists = Command::new("docker")
             .args([kind, "inspect", obj])
@@ -659,27 +674,36 @@ fn full_base_image_has_working_ai_clis() {
     assert!(v.contains("/usr/local/bin/sbx-envfilter"), "{v}");
 }
 
+/// Issue 13.6: on a machine where the Codex store does not exist yet
+/// (Docker then creates it root-owned), codex-init-config works; a
+/// workspace gets the defaults and the login at start; logout removes the
+/// credentials from the store and from every workspace's copy.
 #[test]
-fn codex_config_is_idempotent_and_logout_removes_credentials() {
+fn codex_config_on_a_fresh_store_is_idempotent_and_logout_removes_credentials() {
     if !base_image() {
         return;
     }
+    let store = TempVolume::new("codex-fresh");
+    let claude_store = TempVolume::new("claude-fresh");
+    assert!(!store.exists());
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join(".codex")).unwrap();
     std::fs::write(home.path().join(".codex/auth.json"), "{\"token\":\"t\"}").unwrap();
-    let run = |args: &[&str]| sbx().env("HOME", home.path()).args(args).output().unwrap();
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("SBX_CODEX_VOLUME", &store.0),
+        ("SBX_CLAUDE_VOLUME", &claude_store.0),
+    ];
+    let run = |args: &[&str]| sbx().envs(env).args(args).output().unwrap();
     let read = |f: &str| {
         Command::new("docker")
             .args(["run", "--rm", "--entrypoint", "cat", "--mount"])
-            .arg(format!(
-                "type=volume,source={},target=/codex",
-                sbx_run::names::CODEX_VOLUME
-            ))
+            .arg(format!("type=volume,source={},target=/codex", store.0))
             .args(["agent-sandbox-base:latest", &format!("/codex/{f}")])
             .output()
             .unwrap()
     };
-    let o = run(&["codex-init-config", "--auth", "--force"]);
+    let o = run(&["codex-init-config", "--auth"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&read("config.toml").stdout).contains("[profiles.high]"));
     assert_eq!(
@@ -692,11 +716,45 @@ fn codex_config_is_idempotent_and_logout_removes_credentials() {
         "{}",
         text(&o)
     );
+    // A workspace gets the defaults and the login at start, as the agent's.
+    let mut r = Repo::new("codex ws");
+    r.env = env
+        .iter()
+        .skip(1)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let o = r.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = r.exec(
+        "cd ~/.codex && cat auth.json && grep -c profiles.high config.toml && touch mine && echo w",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "{\"token\":\"t\"}1\nw\n",
+        "{}",
+        text(&o)
+    );
     let o = run(&["codex-logout"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         !read("auth.json").status.success(),
         "auth.json survived logout"
+    );
+    let o = r.exec("test -e ~/.codex/auth.json && echo still there; true");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "",
+        "{}",
+        text(&o)
+    );
+    // And a restart does not bring it back from anywhere.
+    assert!(r.run(&["restart"]).status.success());
+    let o = r.exec("test -e ~/.codex/auth.json && echo back; true");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "",
+        "{}",
+        text(&o)
     );
 }
 
@@ -805,4 +863,165 @@ fn firewall_holds(r: &Repo, gateway: &str) {
         "{st}"
     );
     assert!(v["data"]["rules"]["ipv6"].as_u64().unwrap_or(0) > 0, "{st}");
+}
+
+/// A volume name no one else uses, removed when dropped.
+struct TempVolume(String);
+
+impl TempVolume {
+    fn new(what: &str) -> Self {
+        let name = format!(
+            "sbx-e2e-{what}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        );
+        Self(name)
+    }
+
+    fn exists(&self) -> bool {
+        Command::new("docker")
+            .args(["volume", "inspect", &self.0])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    }
+}
+
+impl Drop for TempVolume {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "--force", &self.0])
+            .output();
+    }
+}
+
+/// The volumes mounted into a container, by target.
+fn volume_mounts(container: &str) -> Vec<(String, String)> {
+    let v: Value =
+        serde_json::from_str(&sh(Command::new("docker").args(["inspect", container]))).unwrap();
+    v[0]["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["Type"] == "volume")
+        .map(|m| {
+            (
+                m["Destination"].as_str().unwrap_or("").to_owned(),
+                m["Name"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 13.5, as an attack: what one sandbox writes to ~/.claude
+/// (settings, hooks, a transcript) is invisible to the sandbox of another
+/// repository, which cannot plant anything there either; a login (the
+/// credentials file) made once in one sandbox works in both, both ways.
+#[test]
+fn claude_config_is_per_project_and_only_the_login_is_shared() {
+    if !base_image() {
+        return;
+    }
+    let store = TempVolume::new("claude-store");
+    let codex_store = TempVolume::new("codex-store");
+    let env = vec![
+        ("SBX_CLAUDE_VOLUME".to_owned(), store.0.clone()),
+        ("SBX_CODEX_VOLUME".to_owned(), codex_store.0.clone()),
+    ];
+    let mut a = Repo::new("alpha proj");
+    let mut b = Repo::new("beta proj");
+    a.env = env.clone();
+    b.env = env;
+    let o = a.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let creds =
+        r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-e2e","refreshToken":"r1","expiresAt":1}}"#;
+    let plant = format!(
+        "set -e; cd ~/.claude; mkdir -p hooks projects/p; \
+         echo '{{\"hooks\":{{\"PreToolUse\":[{{\"hooks\":[{{\"type\":\"command\",\"command\":\"~/.claude/hooks/x.sh\"}}]}}]}}}}' > settings.json; \
+         printf '#!/bin/sh\\necho pwned\\n' > hooks/x.sh; chmod +x hooks/x.sh; \
+         echo alpha-transcript-secret > projects/p/t.jsonl; \
+         umask 077; printf '%s' '{creds}' > .credentials.json; echo ok"
+    );
+    let o = a.exec(&plant);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "ok",
+        "{}",
+        text(&o)
+    );
+    // The store is never mounted into a sandbox; ~/.claude is A's own.
+    let mounts = volume_mounts(&a.container());
+    assert!(mounts.iter().all(|(_, n)| *n != store.0), "{mounts:?}");
+    assert!(
+        mounts.contains(&("/home/agent/.claude".into(), a.names().claude)),
+        "{mounts:?}"
+    );
+    // A stops: its login reaches the machine's store.
+    let o = a.run(&["stop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(store.exists());
+
+    // B, another repository, starts fresh: A's login works there ...
+    let o = b.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = b.exec("cat ~/.claude/.credentials.json");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), creds, "{}", text(&o));
+    // ... and nothing else of A's ~/.claude is there, anywhere B can look.
+    let o = b.exec(
+        "ls -A ~/.claude; grep -rls alpha-transcript-secret ~ /tmp /commandhistory /repo-shelf 2>/dev/null; \
+         test -e ~/.claude/settings.json && echo SETTINGS; test -e ~/.claude/hooks && echo HOOKS; true",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        ".credentials.json",
+        "{}",
+        text(&o)
+    );
+    assert!(
+        volume_mounts(&b.container())
+            .iter()
+            .all(|(_, n)| *n != store.0 && *n != a.names().claude)
+    );
+    // B tries to plant a hook for A, and refreshes the login.
+    let fresher = r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-e2e-2","refreshToken":"r2","expiresAt":2}}"#;
+    let o = b.exec(&format!(
+        "set -e; cd ~/.claude; mkdir -p hooks; echo '{{\"hooks\":{{}}}}' > settings.json; echo beta > hooks/b.sh; \
+         sleep 1; printf '%s' '{fresher}' > .credentials.tmp; mv .credentials.tmp .credentials.json; echo ok"
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "ok",
+        "{}",
+        text(&o)
+    );
+    assert!(b.run(&["stop"]).status.success());
+
+    // A again: its own settings, hook and transcript are kept, B's are not
+    // there, and the refreshed login is.
+    let o = a.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = a.exec(
+        "cd ~/.claude; ls hooks; cat projects/p/t.jsonl; grep -c PreToolUse settings.json; cat .credentials.json",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("x.sh\nalpha-transcript-secret\n1\n{fresher}"),
+        "{}",
+        text(&o)
+    );
+    // Not a JSON object, or a link: never stored, never handed out.
+    let o = a.exec(
+        "cd ~/.claude && rm .credentials.json && ln -s /etc/passwd .credentials.json && echo ok",
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
+    assert!(a.run(&["stop"]).status.success());
+    let o = b.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = b.exec("cat ~/.claude/.credentials.json");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), fresher, "{}", text(&o));
 }

@@ -6,6 +6,7 @@ mod api;
 pub mod docker;
 pub mod image;
 pub mod lifecycle;
+pub mod login;
 pub mod names;
 pub mod spec;
 pub mod tools;
@@ -48,7 +49,17 @@ Names (from the MD5 of the workspace's canonical path, so no state file is kept)
   network holder              agent-sandbox-<repo>-<hash>-net
   repo-shelf volume           agent-sbx-repo-<hash>
   history volume              agent-sandbox-<hash>-history
-  shared config volumes       agent-sandbox-claude-code-config, agent-sandbox-codex-config
+  AI CLI config volumes       agent-sandbox-<hash>-claude, agent-sandbox-<hash>-codex (~/.claude, ~/.codex)
+  machine login stores        agent-sandbox-claude-code-config, agent-sandbox-codex-config
+                              ($SBX_CLAUDE_VOLUME, $SBX_CODEX_VOLUME), never mounted into a sandbox
+
+Log in once per machine: each workspace has its own ~/.claude and ~/.codex (settings, hooks,
+transcripts, AGENTS.md), so no sandbox reads or changes another's. Only the credential files
+(~/.claude/.credentials.json, ~/.codex/auth.json and profile.json) are shared: start, stop and
+rm --volumes run a short helper container that copies the newer of each pair between the
+workspace's volume and the machine's store (a JSON object in a regular file only). A login made
+in one sandbox reaches the store when that sandbox stops or starts again, and the others at their
+next start. A sandbox still running keeps the login it had: restart it to pick up a newer one.
 
 What every sandbox gets (see show-run):
   the user agent (uid 1000); --cap-drop ALL plus only what init needs, dropped before the agent runs;
@@ -141,7 +152,7 @@ pub enum Cmd {
         #[command(flatten)]
         path: PathArg,
     },
-    /// Print the name of the shared Claude Code config volume.
+    /// Print the name of the machine's Claude Code login store (never mounted into a sandbox).
     Volume,
     /// List the volumes a workspace's sandbox uses.
     Volumes {
@@ -164,7 +175,7 @@ pub enum Cmd {
     Doctor,
     /// Show the audit log.
     Log(tools::LogOpts),
-    /// Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials).
+    /// Initialise the machine's Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials).
     CodexInitConfig {
         /// Import ~/.codex/auth.json (and profile.json) from the host.
         #[arg(long)]
@@ -173,7 +184,7 @@ pub enum Cmd {
         #[arg(long)]
         force: bool,
     },
-    /// Delete the Codex credentials from the shared volume.
+    /// Delete the Codex credentials from the machine's store and every workspace's volume.
     CodexLogout,
 }
 
@@ -251,7 +262,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
         Cmd::ShowRun { path } => lifecycle::show_run(common, path.path),
         Cmd::Volume => {
-            println!("{}", names::CLAUDE_VOLUME);
+            println!("{}", names::claude_store());
             Ok(Exit::Ok.into())
         }
         Cmd::Volumes { path } => lifecycle::volumes(common, path.path),

@@ -123,9 +123,9 @@ pub fn start(
     let (holder, image, network, volumes) = std::thread::scope(|s| {
         let image = s.spawn(|| docker::exists("image", &n.image));
         let network = s.spawn(|| docker::exists("network", &n.network));
-        let volumes: Vec<_> = [&n.history, &n.repo_shelf]
-            .map(|v| s.spawn(move || docker::exists("volume", v)))
+        let volumes: Vec<_> = spec::workspace_volumes(n)
             .into_iter()
+            .map(|v| s.spawn(move || docker::exists("volume", &v)))
             .collect();
         let holder = owned(&ws, &n.holder);
         (
@@ -144,6 +144,7 @@ pub fn start(
             if !running(h) {
                 docker::start(&n.holder)?;
             }
+            sync_login(&ws);
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
@@ -170,6 +171,7 @@ pub fn start(
             docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
     }
+    sync_login(&ws);
     // The holder is kept while its spec (ports, image, bridge) is current.
     match &holder {
         Some(h) if label(h, LABEL_SPEC) == s.holder_spec => {
@@ -282,11 +284,26 @@ fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
     })
 }
 
+/// The machine's AI CLI logins to and from this workspace (login.rs). A
+/// failure costs a login, not a guard: warned, not fatal.
+fn sync_login(ws: &Workspace) {
+    match crate::login::sync(&ws.names, &ws.names.image) {
+        Ok(out) => {
+            for l in out.lines() {
+                output::info(&format!("login: {l}"));
+            }
+        }
+        Err(e) => output::warn(&format!("AI CLI logins not synced: {e}")),
+    }
+}
+
 pub fn stop(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = open_for_names(common, path)?;
     docker::require_engine()?;
     if check_owner(&ws)?.is_some() {
         docker::output(&["stop", "--time", "3", &ws.names.container])?;
+        // A login made in the sandbox reaches the machine's store.
+        sync_login(&ws);
     } else if !common.quiet {
         eprintln!("sbx-run: no sandbox container for {}", ws.path.display());
     }
@@ -397,8 +414,8 @@ pub fn volumes(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = open_for_names(common, path)?;
     let n = &ws.names;
     let list = [
-        (names::CLAUDE_VOLUME, "/home/agent/.claude", "shared"),
-        (names::CODEX_VOLUME, "/home/agent/.codex", "shared"),
+        (n.claude.as_str(), "/home/agent/.claude", "workspace"),
+        (n.codex.as_str(), "/home/agent/.codex", "workspace"),
         (n.history.as_str(), "/commandhistory", "workspace"),
         (n.repo_shelf.as_str(), "/repo-shelf", "workspace"),
     ];
@@ -507,8 +524,12 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
         docker::remove(&["network", "rm", net["Id"].as_str().unwrap_or_default()])?;
     }
     if with_volumes {
-        for v in [&n.history, &n.repo_shelf] {
-            docker::remove(&["volume", "rm", v])?;
+        // Keep a login made in the sandbox before its volumes go.
+        if docker::exists("volume", &n.claude)? || docker::exists("volume", &n.codex)? {
+            sync_login(&ws);
+        }
+        for v in spec::workspace_volumes(n) {
+            docker::remove(&["volume", "rm", &v])?;
         }
     }
     ok()

@@ -183,6 +183,17 @@ pub fn env_names(
     names
 }
 
+/// The per-workspace volumes `start` creates (labelled, so `rm --volumes`
+/// and `prune` find them), in a fixed order.
+pub fn workspace_volumes(n: &names::Names) -> Vec<String> {
+    vec![
+        n.history.clone(),
+        n.repo_shelf.clone(),
+        n.claude.clone(),
+        n.codex.clone(),
+    ]
+}
+
 /// The complete spec for a workspace and image.
 pub fn build(
     ws: &Workspace,
@@ -214,12 +225,12 @@ pub fn build(
     network.extend(label_args.iter().cloned());
     network.push(n.network.clone());
 
-    let volumes = [&n.history, &n.repo_shelf]
-        .iter()
+    let volumes = workspace_volumes(n)
+        .into_iter()
         .map(|v| {
             let mut c = vec!["volume".to_string(), "create".into()];
             c.extend(label_args.iter().cloned());
-            c.push((*v).clone());
+            c.push(v);
             c
         })
         .collect();
@@ -326,14 +337,11 @@ pub fn build(
             ]);
         }
     }
-    a.extend([
-        "--mount".into(),
-        volume(names::CLAUDE_VOLUME, "/home/agent/.claude"),
-    ]);
-    a.extend([
-        "--mount".into(),
-        volume(names::CODEX_VOLUME, "/home/agent/.codex"),
-    ]);
+    // Each workspace its own AI CLI config: only the login is shared, by
+    // copy, never by mounting a shared volume (login.rs).
+    for c in crate::login::CLIS {
+        a.extend(["--mount".into(), volume(&c.volume(n), c.target)]);
+    }
     a.extend(["--mount".into(), volume(&n.history, "/commandhistory")]);
     a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
     // Environment: fixed values, then host names the filter allows.

@@ -665,7 +665,10 @@ fn full_base_image_has_working_ai_clis() {
         .output()
         .is_ok_and(|o| o.status.success());
     // Under CI=true an unreachable registry fails this test (issue 13.11).
-    if !prerequisite(npm_ok, "the npm registry reachable from this host (npm view)") {
+    if !prerequisite(
+        npm_ok,
+        "the npm registry reachable from this host (npm view)",
+    ) {
         return;
     }
     let mut c = sbx();
@@ -1042,4 +1045,321 @@ fn claude_config_is_per_project_and_only_the_login_is_shared() {
     assert!(o.status.success(), "{}", text(&o));
     let o = b.exec("cat ~/.claude/.credentials.json");
     assert_eq!(String::from_utf8_lossy(&o.stdout), fresher, "{}", text(&o));
+}
+
+/// The container's id (changes when it is recreated).
+fn container_id(name: &str) -> String {
+    sh(Command::new("docker").args(["inspect", "--format", "{{.Id}}", name]))
+        .trim()
+        .to_owned()
+}
+
+/// Issue 13.12 and 13.9: configured `protected` paths (and the default
+/// agent-precommit context) are read-only; `restart` picks up a config
+/// change; `list` shows mode, workdir and volumes; `volumes` names what is
+/// mounted; `shell` runs non-interactively and under a pty; `start
+/// --base-tag` and `shell --build` rebuild and replace the container.
+#[test]
+fn configured_protection_restart_list_volumes_and_shell() {
+    if !base_image() {
+        return;
+    }
+    let store = TempVolume::new("claude-cmds");
+    let codex = TempVolume::new("codex-cmds");
+    let mut r = Repo::new("guards");
+    r.env = vec![
+        ("SBX_CLAUDE_VOLUME".into(), store.0.clone()),
+        ("SBX_CODEX_VOLUME".into(), codex.0.clone()),
+    ];
+    for (f, t) in [
+        ("docs/readme.md", "docs\n"),
+        ("scripts/ci.sh", "#!/bin/sh\n"),
+        (".agent-precommit/user-context.json", "{}\n"),
+    ] {
+        let p = r.path.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, t).unwrap();
+    }
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&r.path));
+    std::fs::create_dir_all(r.path.join(".agent-sandbox")).unwrap();
+    let cfg = r.path.join(".agent-sandbox/config.toml");
+    std::fs::write(
+        &cfg,
+        "[sandbox]\nprotected = [\"docs\", \"scripts/ci.sh\", \"newdir\"]\n",
+    )
+    .unwrap();
+    let o = r.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let code = |script: &str| r.exec(script).status.code();
+    assert_eq!(
+        code("echo x > src/ok.rs"),
+        Some(0),
+        "control: the workspace is writable"
+    );
+    for attack in [
+        "echo x > docs/new.md",
+        "echo x >> docs/readme.md",
+        "rm docs/readme.md",
+        "echo x >> scripts/ci.sh",
+        "mv scripts/ci.sh scripts/ci.old",
+        "mkdir -p newdir/x",
+        "touch newdir/f",
+        "echo '{\"evil\":1}' > .agent-precommit/user-context.json",
+    ] {
+        assert_ne!(code(attack), Some(0), "{attack}: a protected path changed");
+    }
+    assert_eq!(
+        std::fs::read_to_string(r.path.join("docs/readme.md")).unwrap(),
+        "docs\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.path.join(".agent-precommit/user-context.json")).unwrap(),
+        "{}\n"
+    );
+    assert!(!r.path.join("newdir/f").exists() && !r.path.join("docs/new.md").exists());
+    // The default network config keeps git over SSH to GitHub's ranges.
+    let rules = sh(Command::new("docker").args([
+        "exec",
+        "-u",
+        "0",
+        &r.container(),
+        "iptables-legacy",
+        "-S",
+        "SBX-OUT",
+    ]));
+    assert!(rules.contains("--dports 22,443"), "{rules}");
+
+    // restart picks up a config change: src becomes protected.
+    let before = container_id(&r.container());
+    std::fs::write(
+        &cfg,
+        "[sandbox]\nprotected = [\"docs\", \"scripts/ci.sh\", \"newdir\", \"src\"]\n",
+    )
+    .unwrap();
+    let o = r.run(&["restart"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_ne!(
+        container_id(&r.container()),
+        before,
+        "restart kept the container"
+    );
+    assert_ne!(
+        code("echo y > src/ok.rs"),
+        Some(0),
+        "restart ignored the new config"
+    );
+    assert_eq!(code("echo y > other.txt"), Some(0));
+
+    // list: mode, workdir and mapped volumes, in JSON and in text.
+    let n = r.names();
+    let out = sbx().args(["list", "--json"]).output().unwrap();
+    let me: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["data"]["name"] == n.container.as_str())
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    assert_eq!(me["data"]["mode"], "bind");
+    assert_eq!(me["data"]["workdir"], "/workspace/guards");
+    let vols = me["data"]["volumes"].as_array().unwrap().clone();
+    let want = serde_json::json!([
+        {"name": n.history, "target": "/commandhistory"},
+        {"name": n.claude, "target": "/home/agent/.claude"},
+        {"name": n.codex, "target": "/home/agent/.codex"},
+        {"name": n.repo_shelf, "target": "/repo-shelf"},
+    ]);
+    assert_eq!(Value::Array(vols), want);
+    let out = sh(&mut sbx().arg("list"));
+    assert!(
+        out.starts_with("NAME\tSTATUS\tMODE\tWORKDIR\tVOLUMES\t"),
+        "{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&n.container))
+        .unwrap_or_default();
+    assert!(
+        line.contains("\tbind\t/workspace/guards\t")
+            && line.contains(&format!("{}:/home/agent/.claude", n.claude)),
+        "{out}"
+    );
+    // volumes: exactly what the container mounts.
+    let out = sh(r.sbx().args(["volumes", "--json"]).arg(&r.path));
+    let mut listed: Vec<(String, String)> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| {
+            (
+                v["data"]["target"].as_str().unwrap().to_owned(),
+                v["data"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut mounted = volume_mounts(&r.container());
+    listed.sort();
+    mounted.sort();
+    assert_eq!(listed, mounted);
+    assert_eq!(sh(r.sbx().arg("volume")).trim(), store.0);
+
+    // shell: under a pty (script), and with a pipe for stdin.
+    let shell_line = format!(
+        "{} shell {}",
+        bin("sbx-run").display(),
+        shlex_quote(&r.path.to_string_lossy())
+    );
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("printf 'test -t 0 && echo tty; echo $((6*7)) $(id -u); exit 3\\n' | script -qec \"$0\" /dev/null")
+        .arg(&shell_line)
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap())
+        .output()
+        .unwrap();
+    let s = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{s}");
+    assert!(s.contains("tty") && s.contains("42 1000"), "{s}");
+    let mut child = r
+        .sbx()
+        .arg("shell")
+        .arg(&r.path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut i = child.stdin.take().unwrap();
+        i.write_all(b"test -t 0 || echo no-tty; pwd; exit 4\n")
+            .unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "no-tty\n/workspace/guards\n"
+    );
+
+    // start --base-tag: a missing base is named; an existing one rebuilds
+    // the image and replaces the running container. shell --build too.
+    let o = r.run(&["start", "--base-tag", "no-such-tag-e2e"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text(&o).contains("no-such-tag-e2e"), "{}", text(&o));
+    let before = container_id(&r.container());
+    let o = r.run(&["start", "--base-tag", "latest"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_ne!(container_id(&r.container()), before);
+    let before = container_id(&r.container());
+    let o = r
+        .sbx()
+        .args(["shell", "--build"])
+        .arg(&r.path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_ne!(container_id(&r.container()), before);
+}
+
+fn shlex_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Issue 13.12 and 13.8: `allow-external = true` really turns the
+/// firewall off (a host port on the bridge gateway is reachable, which the
+/// default firewall refuses); `github = false` with `allow-git = false`
+/// leaves GitHub unresolvable and no rule for port 22.
+#[test]
+fn network_switches_change_what_the_firewall_does() {
+    if !base_image() {
+        return;
+    }
+    let open = Repo::new("open net");
+    std::fs::create_dir_all(open.path.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        open.path.join(".agent-sandbox/config.toml"),
+        "[network]\nallow-external = true\n",
+    )
+    .unwrap();
+    let o = open.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gateway = sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+        &open.names().holder,
+    ]));
+    let gateway = gateway.trim().to_owned();
+    // A listener on this host, on the sandbox bridge's gateway address only.
+    let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!("sbx-fw probe --json tcp:{gateway}:{port}");
+    let o = open.exec(&probe);
+    let v: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())
+        .unwrap_or_else(|_| panic!("{}", text(&o)));
+    assert_eq!(
+        v["data"]["verdict"], "open",
+        "allow-external left a firewall: {v}"
+    );
+    let st =
+        sh(Command::new("docker").args(["exec", &open.container(), "sbx-fw", "status", "--json"]));
+    assert!(
+        st.contains("allow-external") || st.contains("\"open\":true"),
+        "{st}"
+    );
+
+    // The same probe from a default sandbox is refused (control).
+    let closed = Repo::new("no github");
+    std::fs::create_dir_all(closed.path.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        closed.path.join(".agent-sandbox/config.toml"),
+        "[network]\ngithub = false\nallow-git = false\n",
+    )
+    .unwrap();
+    let o = closed.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gw2 = sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+        &closed.names().holder,
+    ]));
+    let l2 = std::net::TcpListener::bind((gw2.trim(), 0)).unwrap();
+    let o = closed.exec(&format!(
+        "sbx-fw probe --json tcp:{}:{} dns:127.0.0.53/github.com dns:127.0.0.53/api.github.com",
+        gw2.trim(),
+        l2.local_addr().unwrap().port()
+    ));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let verdicts: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["data"]["verdict"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(verdicts, ["refused", "dns-refused", "dns-refused"], "{out}");
+    let rules = sh(Command::new("docker").args([
+        "exec",
+        "-u",
+        "0",
+        &closed.container(),
+        "iptables-legacy",
+        "-S",
+        "SBX-OUT",
+    ]));
+    assert!(
+        !rules.contains("dports 22") && !rules.contains("dport 22 "),
+        "{rules}"
+    );
+    let st = sh(Command::new("docker").args([
+        "exec",
+        &closed.container(),
+        "sbx-fw",
+        "status",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_str(&st).unwrap();
+    assert_ne!(v["data"]["state"]["github"]["enabled"], true, "{st}");
+    drop(listener);
 }

@@ -118,9 +118,12 @@ pub enum Cmd {
     Start {
         #[command(flatten)]
         path: PathArg,
-        /// Rebuild the per-repo image first.
+        /// Rebuild the per-repo image first and replace a running container.
         #[arg(long)]
         build: bool,
+        /// Build the per-repo image on agent-sandbox-base:TAG (implies --build).
+        #[arg(long, value_name = "TAG")]
+        base_tag: Option<String>,
     },
     /// Stop the sandbox container.
     Stop {
@@ -136,6 +139,9 @@ pub enum Cmd {
     Shell {
         #[command(flatten)]
         path: PathArg,
+        /// Rebuild the per-repo image first and replace a running container.
+        #[arg(long)]
+        build: bool,
     },
     /// Run a command in the sandbox; its exit status is passed through.
     #[command(trailing_var_arg = true)]
@@ -247,18 +253,27 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     let common = &cli.common;
     let result = match cli.command.unwrap_or(Cmd::Shell {
         path: PathArg { path: None },
+        build: false,
     }) {
         Cmd::Init { path, force } => lifecycle::init(common, path.path, force),
         Cmd::Build { path, build } => lifecycle::build(common, path.path, &build),
         Cmd::BuildBase(opts) => image::build_base(common, &opts)
             .map(|_| Exit::Ok.into())
             .map_err(Into::into),
-        Cmd::Start { path, build } => {
-            lifecycle::start(common, path.path, build).map(|_| Exit::Ok.into())
+        Cmd::Start {
+            path,
+            build,
+            base_tag,
+        } => {
+            let opts = (build || base_tag.is_some()).then(|| image::BuildOpts {
+                base_tag: base_tag.unwrap_or_else(|| "latest".into()),
+                ..image::BuildOpts::default()
+            });
+            lifecycle::start(common, path.path, opts.as_ref()).map(|_| Exit::Ok.into())
         }
         Cmd::Stop { path } => lifecycle::stop(common, path.path),
         Cmd::Restart { path } => lifecycle::restart(common, path.path),
-        Cmd::Shell { path } => lifecycle::shell(common, path.path),
+        Cmd::Shell { path, build } => lifecycle::shell(common, path.path, build),
         Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
         Cmd::ShowRun { path } => lifecycle::show_run(common, path.path),
         Cmd::Volume => {

@@ -102,13 +102,22 @@ pub fn build(common: &CommonArgs, path: Option<PathBuf>, o: &BuildOpts) -> Res {
 }
 
 /// Start (or reuse) the sandbox and wait until its init is done.
+/// With `rebuild`, the per-repo image is built first (on the base tag it
+/// names) and an existing container is replaced, so the sandbox runs what
+/// was just built rather than reporting "already running".
 pub fn start(
     common: &CommonArgs,
     path: Option<PathBuf>,
-    rebuild: bool,
+    rebuild: Option<&BuildOpts>,
 ) -> Result<Workspace, BoxError> {
     let ws = Workspace::open(common, path)?;
     let name = ws.names.container.clone();
+    if let Some(o) = rebuild {
+        image::build_repo(&ws, o)?;
+        if check_owner(&ws)?.is_some() {
+            docker::remove(&["rm", "--force", &name])?;
+        }
+    }
     // The common case first: it is running (exec, shell). No separate engine
     // check: the first inspection fails with 69 itself.
     let container = check_owner(&ws)?;
@@ -157,7 +166,7 @@ pub fn start(
         // Its network namespace went with the holder: make both anew.
         docker::remove(&["rm", "--force", &name])?;
     }
-    if rebuild || !image? {
+    if !image? {
         image::build_repo(&ws, &BuildOpts::default())?;
     }
     let masks = spec::mask_sources()?;
@@ -316,7 +325,7 @@ pub fn restart(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     if check_owner(&ws)?.is_some() {
         docker::remove(&["rm", "--force", &ws.names.container])?;
     }
-    start(common, path, false)?;
+    start(common, path, None)?;
     ok()
 }
 
@@ -368,15 +377,15 @@ fn status_code(s: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-pub fn shell(common: &CommonArgs, path: Option<PathBuf>) -> Res {
-    let ws = start(common, path, false)?;
+pub fn shell(common: &CommonArgs, path: Option<PathBuf>, rebuild: bool) -> Res {
+    let ws = start(common, path, rebuild.then(BuildOpts::default).as_ref())?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let args = exec_args(&ws, tty, &["bash".into(), "-l".into()]);
     Ok(status_code(docker::status(&args)?))
 }
 
 pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) -> Res {
-    let ws = start(common, path, false)?;
+    let ws = start(common, path, None)?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let args = exec_args(&ws, tty, command);
     Ok(status_code(docker::status(&args)?))
@@ -466,13 +475,29 @@ fn label<'a>(v: &'a Value, key: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// The named volumes a container mounts, as `{name, target}`, by target.
+fn mapped_volumes(c: &Value) -> Vec<Value> {
+    let mut v: Vec<Value> = c["Mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["Type"] == "volume")
+        .map(|m| json!({"name": m["Name"], "target": m["Destination"]}))
+        .collect();
+    v.sort_by(|a, b| a["target"].as_str().cmp(&b["target"].as_str()));
+    v
+}
+
 pub fn list(common: &CommonArgs) -> Res {
     docker::require_engine()?;
     let mut out = std::io::stdout().lock();
     let containers = labelled("container")?;
     if !common.json && !common.quiet {
-        writeln!(out, "NAME\tSTATUS\tMODE\tBRANCH\tWORKSPACE")
-            .map_err(|e| RunError::Io("stdout".into(), e))?;
+        writeln!(
+            out,
+            "NAME\tSTATUS\tMODE\tWORKDIR\tVOLUMES\tBRANCH\tWORKSPACE"
+        )
+        .map_err(|e| RunError::Io("stdout".into(), e))?;
     }
     for c in containers
         .iter()
@@ -487,16 +512,29 @@ pub fn list(common: &CommonArgs) -> Res {
             "hash": label(c, LABEL_HASH),
             "image": c.pointer("/Config/Image").and_then(Value::as_str).unwrap_or(""),
             "workdir": c.pointer("/Config/WorkingDir").and_then(Value::as_str).unwrap_or(""),
+            "volumes": mapped_volumes(c),
         });
         let r = if common.json {
             output::json_line(&mut out, "sandbox", &data)
         } else {
+            let vols: Vec<String> = mapped_volumes(c)
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{}:{}",
+                        v["name"].as_str().unwrap_or(""),
+                        v["target"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
             writeln!(
                 out,
-                "{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 data["name"].as_str().unwrap_or(""),
                 data["status"].as_str().unwrap_or(""),
                 data["mode"].as_str().unwrap_or(""),
+                data["workdir"].as_str().unwrap_or(""),
+                vols.join(","),
                 data["branch"].as_str().unwrap_or(""),
                 data["workspace"].as_str().unwrap_or("")
             )

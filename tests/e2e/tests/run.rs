@@ -1168,7 +1168,7 @@ fn configured_protection_restart_list_volumes_and_shell() {
         {"name": n.repo_shelf, "target": "/repo-shelf"},
     ]);
     assert_eq!(Value::Array(vols), want);
-    let out = sh(&mut sbx().arg("list"));
+    let out = sh(sbx().arg("list"));
     assert!(
         out.starts_with("NAME\tSTATUS\tMODE\tWORKDIR\tVOLUMES\t"),
         "{out}"

@@ -116,3 +116,19 @@ fn protected_globs_are_refused_before_docker() {
     assert!(text(&o).contains("not globs"), "{}", text(&o));
     assert!(Path::new(&r.ws()).is_dir());
 }
+
+/// `--git-delta-version` becomes an argument of `cargo install`: anything
+/// but a version (or "none") is a usage error before anything runs.
+#[test]
+fn git_delta_version_is_a_version() {
+    let r = Repo::new("");
+    for bad in ["--locked", "latest", "1.0 x", ""] {
+        let o = r
+            .cmd()
+            .args(["build-base", &format!("--git-delta-version={bad}")])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(64), "{bad:?}: {}", text(&o));
+        assert!(text(&o).contains("is not a version"), "{}", text(&o));
+    }
+}

@@ -1075,6 +1075,8 @@ fn configured_protection_restart_list_volumes_and_shell() {
         ("docs/readme.md", "docs\n"),
         ("scripts/ci.sh", "#!/bin/sh\n"),
         (".agent-precommit/user-context.json", "{}\n"),
+        // A masked name with a line break and a comma (docker's --mount is CSV).
+        ("notes/my secret\nfile, v2.txt", "hunter2\n"),
     ] {
         let p = r.path.join(f);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -1117,6 +1119,8 @@ fn configured_protection_restart_list_volumes_and_shell() {
         "{}\n"
     );
     assert!(!r.path.join("newdir/f").exists() && !r.path.join("docs/new.md").exists());
+    let o = r.exec("wc -c < \"$(printf 'notes/my secret\\nfile, v2.txt')\"; ls notes | wc -l");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n1\n", "{}", text(&o));
     // The default network config keeps git over SSH to GitHub's ranges.
     let rules = sh(Command::new("docker").args([
         "exec",

@@ -364,9 +364,10 @@ impl<'de> Deserialize<'de> for Cpus {
             Num::F(f) => f,
             Num::I(i) => i as f64,
         };
-        if !(v > 0.0 && v <= 1024.0) {
+        // Docker refuses less than 0.01 CPUs at `docker run`: refuse it here.
+        if !(0.01..=1024.0).contains(&v) {
             return Err(de::Error::custom(format!(
-                "cpus = {v} is out of range: use a number above 0 (like 2 or 0.5)"
+                "cpus = {v} is out of range: use 0.01 to 1024 (like 2 or 0.5)"
             )));
         }
         Ok(Self(v))
@@ -393,6 +394,10 @@ impl<'de> Deserialize<'de> for Pids {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Port {
     pub text: String,
+    /// The port inside the container, and whether it is UDP: for users of
+    /// the port (sbx-fw's inbound rules) so they need not parse `text`.
+    pub container: u16,
+    pub udp: bool,
 }
 
 impl std::str::FromStr for Port {
@@ -405,7 +410,6 @@ impl std::str::FromStr for Port {
             Some(_) => return Err(bad("protocol must be tcp or udp")),
             None => (s, None),
         };
-        let _ = proto;
         let parts: Vec<&str> = spec.split(':').collect();
         let ports = match parts.as_slice() {
             [c] => vec![*c],
@@ -418,13 +422,18 @@ impl std::str::FromStr for Port {
             }
             _ => return Err(bad("too many fields")),
         };
+        let mut container = 0;
         for p in ports {
             match p.parse::<u16>() {
-                Ok(n) if n > 0 => {}
+                Ok(n) if n > 0 => container = n,
                 _ => return Err(bad("ports are numbers from 1 to 65535")),
             }
         }
-        Ok(Self { text: s.to_owned() })
+        Ok(Self {
+            text: s.to_owned(),
+            container,
+            udp: proto == Some("udp"),
+        })
     }
 }
 

@@ -230,6 +230,11 @@ pub enum RunError {
     Usage(String),
     #[error("{0}")]
     Config(String),
+    #[error(
+        "{}: matches [filesystem].blocked but its name is not UTF-8, so it cannot be masked: rename it (nothing was started)",
+        .0.display()
+    )]
+    Unmaskable(PathBuf),
 }
 
 impl SbxError for RunError {
@@ -242,6 +247,7 @@ impl SbxError for RunError {
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,
             Self::Config(_) => Exit::Config,
+            Self::Unmaskable(_) => Exit::DataErr,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
         }
     }

@@ -85,7 +85,8 @@ pub fn mask_sources() -> Result<(PathBuf, PathBuf), RunError> {
     Ok((file, empty_dir))
 }
 
-/// A `--mount` value; fields with ',' or '"' are CSV-quoted as docker expects.
+/// A `--mount` value; fields with ',', '"' or a line break are CSV-quoted
+/// as docker expects.
 fn mount(fields: &[(&str, &str)]) -> String {
     fields
         .iter()
@@ -95,7 +96,9 @@ fn mount(fields: &[(&str, &str)]) -> String {
             } else {
                 format!("{k}={v}")
             };
-            if f.contains([',', '"']) {
+            // A newline would end docker's CSV record and drop the fields
+            // after it (readonly among them): quote it like ',' and '"'.
+            if f.contains([',', '"', '\n', '\r']) {
                 format!("\"{}\"", f.replace('"', "\"\""))
             } else {
                 f
@@ -121,14 +124,28 @@ fn volume(name: &str, dst: &str) -> String {
 /// Files and directories under `root` that match `blocked` but not
 /// `allowed`, workspace-relative. A masked directory is not descended.
 /// `.git` is skipped: it holds no files by these names, only objects.
-pub fn find_masked(root: &Path, blocked: &PathSet, allowed: &PathSet) -> Vec<String> {
+///
+/// Fails closed: a directory that cannot be listed, or a masked name docker
+/// cannot be given (not UTF-8), is an error, not a secret left visible.
+pub fn find_masked(
+    root: &Path,
+    blocked: &PathSet,
+    allowed: &PathSet,
+) -> Result<Vec<String>, RunError> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
-            continue;
+        let dir = root.join(&rel);
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            // Removed while we walked: nothing left to mask.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(RunError::Io(dir, e)),
         };
-        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        let mut entries = Vec::new();
+        for e in rd {
+            entries.push(e.map_err(|e| RunError::Io(dir.clone(), e))?);
+        }
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let name = e.file_name();
@@ -141,14 +158,17 @@ pub fn find_masked(root: &Path, blocked: &PathSet, allowed: &PathSet) -> Vec<Str
             if allowed.first_match(&path, is_dir).is_none()
                 && blocked.first_match(&path, is_dir).is_some()
             {
-                out.push(path.to_string_lossy().into_owned());
+                let text = path
+                    .to_str()
+                    .ok_or_else(|| RunError::Unmaskable(root.join(&path)))?;
+                out.push(text.to_owned());
             } else if is_dir {
                 stack.push(path);
             }
         }
     }
     out.sort();
-    out
+    Ok(out)
 }
 
 /// Host variables for `-e NAME`: the candidates that sbx-envfilter keeps.
@@ -278,8 +298,11 @@ pub fn build(
     }
     a.extend(["--security-opt".into(), "no-new-privileges".into()]);
     // Resources.
-    a.extend(["--memory".into(), cfg.sandbox.memory.text.clone()]);
-    a.extend(["--memory-swap".into(), cfg.sandbox.memory.text.clone()]);
+    // Bytes, as sbx-core parsed them: docker's own size parser refuses some
+    // spellings the config accepts (".5g"), one parser decides.
+    let mem = cfg.sandbox.memory.bytes.to_string();
+    a.extend(["--memory".into(), mem.clone()]);
+    a.extend(["--memory-swap".into(), mem]);
     a.extend(["--cpus".into(), cfg.sandbox.cpus.0.to_string()]);
     a.extend(["--pids-limit".into(), cfg.sandbox.pids.0.to_string()]);
     // Network: the holder's namespace on the sandbox's own bridge.
@@ -309,7 +332,7 @@ pub fn build(
     };
     let blocked = set(&cfg.blocked_files(), "blocked")?;
     let allowed = set(&cfg.allowed_files(), "allowed")?;
-    let masked = find_masked(&ws.path, &blocked, &allowed);
+    let masked = find_masked(&ws.path, &blocked, &allowed)?;
     for m in &masked {
         let src = if ws.path.join(m).is_dir() {
             masks.1
@@ -389,6 +412,32 @@ mod tests {
         );
     }
 
+    /// Issue 13 audit: a newline in a masked name must not end docker's
+    /// CSV record (dropping `readonly` and pointing the mask elsewhere).
+    #[test]
+    fn line_breaks_are_quoted() {
+        assert_eq!(
+            bind(Path::new("/m"), "/workspace/x/a secret\nb", true),
+            "type=bind,source=/m,\"target=/workspace/x/a secret\nb\",readonly"
+        );
+    }
+
+    /// A masked name docker cannot be given is an error, not a skip.
+    #[test]
+    fn unmaskable_names_fail_closed() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b".env.\xff");
+        std::fs::write(t.path().join(name), "x").unwrap();
+        let cfg = sbx_core::config::Config::default();
+        let r = find_masked(
+            t.path(),
+            &PathSet::new(&cfg.blocked_files()).unwrap(),
+            &PathSet::new(&cfg.allowed_files()).unwrap(),
+        );
+        assert!(matches!(r, Err(RunError::Unmaskable(_))), "{r:?}");
+    }
+
     #[test]
     fn masks_follow_blocked_and_allowed() {
         let t = tempfile::tempdir().unwrap();
@@ -412,7 +461,8 @@ mod tests {
             r,
             &PathSet::new(&cfg.blocked_files()).unwrap(),
             &PathSet::new(&cfg.allowed_files()).unwrap(),
-        );
+        )
+        .unwrap();
         assert_eq!(
             m,
             [

@@ -193,6 +193,24 @@ fn ports() {
     }
     let c = parse("[sandbox]\nports = [3000, \"8080:80\"]\n").unwrap();
     assert_eq!(c.sandbox.ports.len(), 2);
+    for (s, container, udp) in [
+        ("3000", 3000, false),
+        ("8080:3000/tcp", 3000, false),
+        ("127.0.0.1:8080:53/udp", 53, true),
+    ] {
+        let p: Port = s.parse().unwrap();
+        assert_eq!((p.container, p.udp), (container, udp), "{s}");
+    }
+}
+
+/// Docker refuses fewer than 0.01 CPUs at run time: the config does first.
+#[test]
+fn cpus_docker_accepts() {
+    assert!(err("[sandbox]\ncpus = 0.001\n").contains("0.01 to 1024"));
+    assert_eq!(
+        parse("[sandbox]\ncpus = 0.01\n").unwrap().sandbox.cpus.0,
+        0.01
+    );
 }
 
 #[test]

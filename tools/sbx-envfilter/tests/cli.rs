@@ -399,9 +399,14 @@ fn config_rules_apply_and_pass_is_audited() {
         .cmd()
         .env("SBX_CONFIG", &cfg)
         .env("EDITOR", "vim")
+        .env("VISUAL", "vim")
         .arg("--print")
         .output()
         .unwrap();
+    // Printed, and only EDITOR (the config's block) dropped: an empty or
+    // failed run must not pass for "blocked".
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).lines().any(|l| l == "VISUAL=vim"));
     assert!(!stdout(&out).contains("EDITOR="));
 }
 

@@ -944,17 +944,32 @@ fn volume_mounts(container: &str) -> Vec<(String, String)> {
 /// credentials file) made once in one sandbox works in both, both ways.
 #[test]
 fn claude_config_is_per_project_and_only_the_login_is_shared() {
+    claude_isolation(false);
+}
+
+/// The same through the helper container (what a non-root sbx-run or a
+/// remote engine uses).
+#[test]
+fn claude_config_isolation_through_the_helper() {
+    claude_isolation(true);
+}
+
+fn claude_isolation(via_helper: bool) {
     if !base_image() {
         return;
     }
     let store = TempVolume::new("claude-store");
     let codex_store = TempVolume::new("codex-store");
-    let env = vec![
+    let mut env = vec![
         ("SBX_CLAUDE_VOLUME".to_owned(), store.0.clone()),
         ("SBX_CODEX_VOLUME".to_owned(), codex_store.0.clone()),
     ];
-    let mut a = Repo::new("alpha proj");
-    let mut b = Repo::new("beta proj");
+    if via_helper {
+        env.push(("SBX_LOGIN_VIA_HELPER".to_owned(), "1".to_owned()));
+    }
+    let tag = if via_helper { " h" } else { "" };
+    let mut a = Repo::new(&format!("alpha proj{tag}"));
+    let mut b = Repo::new(&format!("beta proj{tag}"));
     a.env = env.clone();
     b.env = env;
     let o = a.run(&["start"]);
@@ -1035,10 +1050,24 @@ fn claude_config_is_per_project_and_only_the_login_is_shared() {
         "{}",
         text(&o)
     );
-    // Not a JSON object, or a link: never stored, never handed out.
-    let o = a.exec(
-        "cd ~/.claude && rm .credentials.json && ln -s /etc/passwd .credentials.json && echo ok",
-    );
+    // A link is never followed (sbx-run may copy on the host, as root):
+    // pointed at a host file holding a newer JSON object, nothing moves.
+    let host_secret = a._dir.path().join("host-secret.json");
+    std::fs::write(
+        &host_secret,
+        r#"{"claudeAiOauth":{"accessToken":"HOST-SECRET"}}"#,
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&host_secret)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(86400))
+        .unwrap();
+    let o = a.exec(&format!(
+        "cd ~/.claude && rm .credentials.json && ln -s '{}' .credentials.json && echo ok",
+        host_secret.display()
+    ));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
     assert!(a.run(&["stop"]).status.success());
     let o = b.run(&["start"]);

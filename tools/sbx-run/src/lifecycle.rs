@@ -180,7 +180,6 @@ pub fn start(
             docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
     }
-    sync_login(&ws);
     // The holder is kept while its spec (ports, image, bridge) is current.
     match &holder {
         Some(h) if label(h, LABEL_SPEC) == s.holder_spec => {
@@ -207,6 +206,9 @@ pub fn start(
         run?;
         return Err(RunError::Interrupted.into());
     }
+    // After the container is made: Docker has given a fresh ~/.claude
+    // volume the image's ownership, which copied files then take.
+    sync_login(&ws);
     if let Err(e) = wait_ready(&name, &since) {
         let _ = docker::probe(&["rm", "--force", &name]);
         return Err(e.into());

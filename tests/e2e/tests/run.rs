@@ -1148,7 +1148,7 @@ fn configured_protection_restart_list_volumes_and_shell() {
         "{}\n"
     );
     assert!(!r.path.join("newdir/f").exists() && !r.path.join("docs/new.md").exists());
-    let o = r.exec("wc -c < \"$(printf 'notes/my secret\\nfile, v2.txt')\"; ls notes | wc -l");
+    let o = r.exec("wc -c < \"$(printf 'notes/my secret\\nfile, v2.txt')\"; ls -b notes | wc -l");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n1\n", "{}", text(&o));
     // The default network config keeps git over SSH to GitHub's ranges.
     let rules = sh(Command::new("docker").args([

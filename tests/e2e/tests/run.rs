@@ -672,7 +672,9 @@ fn full_base_image_has_working_ai_clis() {
         return;
     }
     let mut c = sbx();
-    c.args(["-q", "build-base", "--bootstrap", "--tag", "e2e-full"]);
+    // git-delta too (seed 000): built from its crate once, then cached.
+    c.args(["-q", "build-base", "--bootstrap", "--tag", "e2e-full"])
+        .args(["--git-delta-version", "0.18.2"]);
     let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
     if ca.is_file() {
         c.arg("--ca-cert").arg(ca);
@@ -686,12 +688,13 @@ fn full_base_image_has_working_ai_clis() {
         "sh",
         "agent-sandbox-base:e2e-full",
         "-c",
-        "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter",
+        "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter && delta --version",
     ]));
     assert!(
         v.contains("Claude Code") && v.contains("codex") && v.contains("ast-grep"),
         "{v}"
     );
+    assert!(v.contains("delta 0.18.2"), "{v}");
     assert!(v.contains("/usr/local/bin/sbx-envfilter"), "{v}");
 }
 

@@ -560,3 +560,44 @@ fn brace_globs_in_config_match() {
         );
     }
 }
+
+/// Issue 13.8: the policy seed's spellings load (aliases), and what sbx
+/// cannot enforce is refused in one line naming the key and what to do.
+#[test]
+fn policy_seed_spellings_load_or_say_what_to_write() {
+    let e = Env::new();
+    let ok = e.write_config(
+        "[sandbox]\nenabled = true\n[filesystem]\nblocked-patterns = [\"**/.env*\"]\nallowed-patterns = [\".env.example\"]\n[network]\nallow-git = true\n[environment]\nallow = [\"NODE_ENV\", \"DEBUG\", \"CI\"]\n",
+    );
+    let o = e
+        .cmd()
+        .arg("--check-config")
+        .arg("--config")
+        .arg(&ok)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for (text, want) in [
+        (
+            "[tools]\ndisallowed = [\"Write\"]\n",
+            "tools: [tools] (agent tool permissions) is not enforced by sbx yet",
+        ),
+        (
+            "[sandbox]\nenabled = false\n",
+            "sandbox.enabled: sbx has no off switch",
+        ),
+    ] {
+        let bad = e.write_config(text);
+        let o = e
+            .cmd()
+            .arg("--check-config")
+            .arg("--config")
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("cfg.toml:") && err.contains(want), "{err}");
+    }
+}

@@ -42,15 +42,15 @@ complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "restart" -d 'Recrea
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "shell" -d 'Open an interactive shell in the sandbox (the default command)'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "exec" -d 'Run a command in the sandbox; its exit status is passed through'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "show-run" -d 'Print the exact docker commands start would run, shell-quoted'
-complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volume" -d 'Print the name of the shared Claude Code config volume'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volume" -d 'Print the name of the machine\'s Claude Code login store (never mounted into a sandbox)'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volumes" -d 'List the volumes a workspace\'s sandbox uses'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "list" -d 'List sandbox containers (from their labels)'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "rm" -d 'Remove the sandbox container, its network holder and its network'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "doctor" -d 'Check the Docker engine, kernel features and images; say how to fix each'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "log" -d 'Show the audit log'
-complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-init-config" -d 'Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials)'
-complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-logout" -d 'Delete the Codex credentials from the shared volume'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-init-config" -d 'Initialise the machine\'s Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials)'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-logout" -d 'Delete the Codex credentials from the machine\'s store and every workspace\'s volume'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
@@ -76,6 +76,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l claude-co
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l codex-version -d 'Codex version from npm' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l ast-grep-version -d 'ast-grep version from npm' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l ca-cert -d 'Add this CA bundle to the image (TLS-intercepting networks)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l git-delta-version -d 'git-delta version to put in the image as /usr/local/bin/delta, or "none". Debian bookworm has no git-delta package, so it is built from its crate with the host\'s cargo (minutes, once per version: cached in ~/.cache/sbx)' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -86,11 +87,12 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s q -l quie
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l base-tag -d 'Build the per-repo image on agent-sandbox-base:TAG (implies --build)' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l build -d 'Rebuild the per-repo image first'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l build -d 'Rebuild the per-repo image first and replace a running container'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
@@ -115,6 +117,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l color -d 'When
 always\t''
 never\t''"
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l build -d 'Rebuild the per-repo image first and replace a running container'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
@@ -223,13 +226,13 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_see
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "shell" -d 'Open an interactive shell in the sandbox (the default command)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "exec" -d 'Run a command in the sandbox; its exit status is passed through'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "show-run" -d 'Print the exact docker commands start would run, shell-quoted'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "volume" -d 'Print the name of the shared Claude Code config volume'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "volume" -d 'Print the name of the machine\'s Claude Code login store (never mounted into a sandbox)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "volumes" -d 'List the volumes a workspace\'s sandbox uses'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "list" -d 'List sandbox containers (from their labels)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "rm" -d 'Remove the sandbox container, its network holder and its network'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "doctor" -d 'Check the Docker engine, kernel features and images; say how to fix each'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "log" -d 'Show the audit log'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-init-config" -d 'Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials)'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-logout" -d 'Delete the Codex credentials from the shared volume'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-init-config" -d 'Initialise the machine\'s Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-logout" -d 'Delete the Codex credentials from the machine\'s store and every workspace\'s volume'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -40,6 +40,8 @@ fn sbx() -> Command {
 struct Repo {
     _dir: tempfile::TempDir,
     path: PathBuf,
+    /// Set on every sbx-run this repo runs (e.g. a test's own login stores).
+    env: Vec<(String, String)>,
 }
 
 impl Repo {
@@ -73,15 +75,25 @@ impl Repo {
         sh(Command::new("chown")
             .args(["-R", "1000:1000"])
             .arg(dir.path()));
-        Self { _dir: dir, path }
+        Self {
+            _dir: dir,
+            path,
+            env: Vec::new(),
+        }
+    }
+
+    fn sbx(&self) -> Command {
+        let mut c = sbx();
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        sbx().args(args).arg(&self.path).output().unwrap()
+        self.sbx().args(args).arg(&self.path).output().unwrap()
     }
 
     fn exec(&self, script: &str) -> Output {
-        sbx()
+        self.sbx()
             .args(["exec", "-C"])
             .arg(&self.path)
             .args(["--", "sh", "-c", script])
@@ -100,7 +112,8 @@ impl Repo {
 
 impl Drop for Repo {
     fn drop(&mut self) {
-        let _ = sbx()
+        let _ = self
+            .sbx()
             .args(["-q", "rm", "--volumes"])
             .arg(&self.path)
             .output();
@@ -120,10 +133,23 @@ fn sandbox_guarantees_hold_from_inside() {
     let out = repo.run(&["-q", "init"]);
     assert!(out.status.success(), "init: {}", text(&out));
     assert!(repo.path.join(".agent-sandbox/config.toml").is_file());
+    // The config forwards GITHUB_TOKEN (allow) and a token (pass): the
+    // filter must still drop the secret-looking name that only `allow`
+    // lists, so this fails if sbx-run forwarded its candidates unfiltered.
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[environment]\nallow = [\"GITHUB_TOKEN\", \"APP_*\"]\npass = [\"PASSED_TOKEN\"]\n",
+    )
+    .unwrap();
     let start = sbx()
         .args(["start"])
         .arg(&repo.path)
         .env("GITHUB_TOKEN", "ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+        .env("PASSED_TOKEN", "passed-value")
+        .env("APP_MODE", "dev")
+        .env("NODE_ENV", "production")
+        .env("DEBUG", "app:*")
+        .env("CI", "true")
         .env("LANG", "C.UTF-8")
         .output()
         .unwrap();
@@ -241,9 +267,14 @@ fn sandbox_guarantees_hold_from_inside() {
         probe("echo 'export HUSKY=0' > ~/.config/husky/init.sh").0,
         Some(0)
     );
-    // Secret host variables are absent; allowed ones are there.
+    // Secret host variables are absent even when allowed by name; passed,
+    // allowed and the seed's default names (NODE_ENV, DEBUG, CI) are there.
     assert_eq!(probe("env | grep -c GITHUB_TOKEN").1, "0");
     assert_eq!(probe("echo $LANG").1, "C.UTF-8");
+    assert_eq!(
+        probe("echo \"$PASSED_TOKEN $APP_MODE $NODE_ENV $DEBUG $CI\"").1,
+        "passed-value dev production app:* true"
+    );
     // Exit status passes through.
     assert_eq!(probe("exit 42").0, Some(42));
 
@@ -270,6 +301,8 @@ fn assert_nothing_left(n: &sbx_run::names::Names, after: &str) {
         ("network", &n.network),
         ("volume", &n.history),
         ("volume", &n.repo_shelf),
+        ("volume", &n.claude),
+        ("volume", &n.codex),
     ] {
         let exists = Command::new("docker")
             .args([kind, "inspect", obj])
@@ -619,8 +652,8 @@ fn prune_removes_sandboxes_whose_workspace_is_gone() {
     assert_nothing_left(&n, "prune racing another remover");
 }
 
-/// The full image, with the AI CLIs from npm, whenever the npm registry is
-/// reachable from this host (it is in CI here). The host's CA bundle goes
+/// The full image, with the AI CLIs from npm. Skipped, with the reason,
+/// only outside CI when the npm registry is unreachable. The host's CA bundle goes
 /// in with --ca-cert, for TLS-intercepting networks.
 #[test]
 fn full_base_image_has_working_ai_clis() {
@@ -631,12 +664,17 @@ fn full_base_image_has_working_ai_clis() {
         .args(["view", "@anthropic-ai/claude-code", "version"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !npm_ok {
-        eprintln!("skipping: the npm registry is not reachable from this host");
+    // Under CI=true an unreachable registry fails this test (issue 13.11).
+    if !prerequisite(
+        npm_ok,
+        "the npm registry reachable from this host (npm view)",
+    ) {
         return;
     }
     let mut c = sbx();
-    c.args(["-q", "build-base", "--bootstrap", "--tag", "e2e-full"]);
+    // git-delta too (seed 000): built from its crate once, then cached.
+    c.args(["-q", "build-base", "--bootstrap", "--tag", "e2e-full"])
+        .args(["--git-delta-version", "0.18.2"]);
     let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
     if ca.is_file() {
         c.arg("--ca-cert").arg(ca);
@@ -650,36 +688,46 @@ fn full_base_image_has_working_ai_clis() {
         "sh",
         "agent-sandbox-base:e2e-full",
         "-c",
-        "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter",
+        "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter && delta --version",
     ]));
     assert!(
         v.contains("Claude Code") && v.contains("codex") && v.contains("ast-grep"),
         "{v}"
     );
+    assert!(v.contains("delta 0.18.2"), "{v}");
     assert!(v.contains("/usr/local/bin/sbx-envfilter"), "{v}");
 }
 
+/// Issue 13.6: on a machine where the Codex store does not exist yet
+/// (Docker then creates it root-owned), codex-init-config works; a
+/// workspace gets the defaults and the login at start; logout removes the
+/// credentials from the store and from every workspace's copy.
 #[test]
-fn codex_config_is_idempotent_and_logout_removes_credentials() {
+fn codex_config_on_a_fresh_store_is_idempotent_and_logout_removes_credentials() {
     if !base_image() {
         return;
     }
+    let store = TempVolume::new("codex-fresh");
+    let claude_store = TempVolume::new("claude-fresh");
+    assert!(!store.exists());
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join(".codex")).unwrap();
     std::fs::write(home.path().join(".codex/auth.json"), "{\"token\":\"t\"}").unwrap();
-    let run = |args: &[&str]| sbx().env("HOME", home.path()).args(args).output().unwrap();
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("SBX_CODEX_VOLUME", &store.0),
+        ("SBX_CLAUDE_VOLUME", &claude_store.0),
+    ];
+    let run = |args: &[&str]| sbx().envs(env).args(args).output().unwrap();
     let read = |f: &str| {
         Command::new("docker")
             .args(["run", "--rm", "--entrypoint", "cat", "--mount"])
-            .arg(format!(
-                "type=volume,source={},target=/codex",
-                sbx_run::names::CODEX_VOLUME
-            ))
+            .arg(format!("type=volume,source={},target=/codex", store.0))
             .args(["agent-sandbox-base:latest", &format!("/codex/{f}")])
             .output()
             .unwrap()
     };
-    let o = run(&["codex-init-config", "--auth", "--force"]);
+    let o = run(&["codex-init-config", "--auth"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&read("config.toml").stdout).contains("[profiles.high]"));
     assert_eq!(
@@ -692,11 +740,45 @@ fn codex_config_is_idempotent_and_logout_removes_credentials() {
         "{}",
         text(&o)
     );
+    // A workspace gets the defaults and the login at start, as the agent's.
+    let mut r = Repo::new("codex ws");
+    r.env = env
+        .iter()
+        .skip(1)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let o = r.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = r.exec(
+        "cd ~/.codex && cat auth.json && grep -c profiles.high config.toml && touch mine && echo w",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "{\"token\":\"t\"}1\nw\n",
+        "{}",
+        text(&o)
+    );
     let o = run(&["codex-logout"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         !read("auth.json").status.success(),
         "auth.json survived logout"
+    );
+    let o = r.exec("test -e ~/.codex/auth.json && echo still there; true");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "",
+        "{}",
+        text(&o)
+    );
+    // And a restart does not bring it back from anywhere.
+    assert!(r.run(&["restart"]).status.success());
+    let o = r.exec("test -e ~/.codex/auth.json && echo back; true");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "",
+        "{}",
+        text(&o)
     );
 }
 
@@ -805,4 +887,515 @@ fn firewall_holds(r: &Repo, gateway: &str) {
         "{st}"
     );
     assert!(v["data"]["rules"]["ipv6"].as_u64().unwrap_or(0) > 0, "{st}");
+}
+
+/// A volume name no one else uses, removed when dropped.
+struct TempVolume(String);
+
+impl TempVolume {
+    fn new(what: &str) -> Self {
+        let name = format!(
+            "sbx-e2e-{what}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        );
+        Self(name)
+    }
+
+    fn exists(&self) -> bool {
+        Command::new("docker")
+            .args(["volume", "inspect", &self.0])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    }
+}
+
+impl Drop for TempVolume {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "--force", &self.0])
+            .output();
+    }
+}
+
+/// The volumes mounted into a container, by target.
+fn volume_mounts(container: &str) -> Vec<(String, String)> {
+    let v: Value =
+        serde_json::from_str(&sh(Command::new("docker").args(["inspect", container]))).unwrap();
+    v[0]["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["Type"] == "volume")
+        .map(|m| {
+            (
+                m["Destination"].as_str().unwrap_or("").to_owned(),
+                m["Name"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 13.5, as an attack: what one sandbox writes to ~/.claude
+/// (settings, hooks, a transcript) is invisible to the sandbox of another
+/// repository, which cannot plant anything there either; a login (the
+/// credentials file) made once in one sandbox works in both, both ways.
+#[test]
+fn claude_config_is_per_project_and_only_the_login_is_shared() {
+    claude_isolation(false);
+}
+
+/// The same through the helper container (what a non-root sbx-run or a
+/// remote engine uses).
+#[test]
+fn claude_config_isolation_through_the_helper() {
+    claude_isolation(true);
+}
+
+fn claude_isolation(via_helper: bool) {
+    if !base_image() {
+        return;
+    }
+    let store = TempVolume::new("claude-store");
+    let codex_store = TempVolume::new("codex-store");
+    let mut env = vec![
+        ("SBX_CLAUDE_VOLUME".to_owned(), store.0.clone()),
+        ("SBX_CODEX_VOLUME".to_owned(), codex_store.0.clone()),
+    ];
+    if via_helper {
+        env.push(("SBX_LOGIN_VIA_HELPER".to_owned(), "1".to_owned()));
+    }
+    let tag = if via_helper { " h" } else { "" };
+    let mut a = Repo::new(&format!("alpha proj{tag}"));
+    let mut b = Repo::new(&format!("beta proj{tag}"));
+    a.env = env.clone();
+    b.env = env;
+    let o = a.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let creds =
+        r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-e2e","refreshToken":"r1","expiresAt":1}}"#;
+    let plant = format!(
+        "set -e; cd ~/.claude; mkdir -p hooks projects/p; \
+         echo '{{\"hooks\":{{\"PreToolUse\":[{{\"hooks\":[{{\"type\":\"command\",\"command\":\"~/.claude/hooks/x.sh\"}}]}}]}}}}' > settings.json; \
+         printf '#!/bin/sh\\necho pwned\\n' > hooks/x.sh; chmod +x hooks/x.sh; \
+         echo alpha-transcript-secret > projects/p/t.jsonl; \
+         umask 077; printf '%s' '{creds}' > .credentials.json; echo ok"
+    );
+    let o = a.exec(&plant);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "ok",
+        "{}",
+        text(&o)
+    );
+    // The store is never mounted into a sandbox; ~/.claude is A's own.
+    let mounts = volume_mounts(&a.container());
+    assert!(mounts.iter().all(|(_, n)| *n != store.0), "{mounts:?}");
+    assert!(
+        mounts.contains(&("/home/agent/.claude".into(), a.names().claude)),
+        "{mounts:?}"
+    );
+    // A stops: its login reaches the machine's store.
+    let o = a.run(&["stop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(store.exists());
+
+    // B, another repository, starts fresh: A's login works there ...
+    let o = b.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = b.exec("cat ~/.claude/.credentials.json");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), creds, "{}", text(&o));
+    // ... and nothing else of A's ~/.claude is there, anywhere B can look.
+    let o = b.exec(
+        "ls -A ~/.claude; grep -rls alpha-transcript-secret ~ /tmp /commandhistory /repo-shelf 2>/dev/null; \
+         test -e ~/.claude/settings.json && echo SETTINGS; test -e ~/.claude/hooks && echo HOOKS; true",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        ".credentials.json",
+        "{}",
+        text(&o)
+    );
+    assert!(
+        volume_mounts(&b.container())
+            .iter()
+            .all(|(_, n)| *n != store.0 && *n != a.names().claude)
+    );
+    // B tries to plant a hook for A, and refreshes the login.
+    let fresher = r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-e2e-2","refreshToken":"r2","expiresAt":2}}"#;
+    let o = b.exec(&format!(
+        "set -e; cd ~/.claude; mkdir -p hooks; echo '{{\"hooks\":{{}}}}' > settings.json; echo beta > hooks/b.sh; \
+         sleep 1; printf '%s' '{fresher}' > .credentials.tmp; mv .credentials.tmp .credentials.json; echo ok"
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "ok",
+        "{}",
+        text(&o)
+    );
+    assert!(b.run(&["stop"]).status.success());
+
+    // A again: its own settings, hook and transcript are kept, B's are not
+    // there, and the refreshed login is.
+    let o = a.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = a.exec(
+        "cd ~/.claude; ls hooks; cat projects/p/t.jsonl; grep -c PreToolUse settings.json; cat .credentials.json",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("x.sh\nalpha-transcript-secret\n1\n{fresher}"),
+        "{}",
+        text(&o)
+    );
+    // A link is never followed (sbx-run may copy on the host, as root):
+    // pointed at a host file holding a newer JSON object, nothing moves.
+    let host_secret = a._dir.path().join("host-secret.json");
+    std::fs::write(
+        &host_secret,
+        r#"{"claudeAiOauth":{"accessToken":"HOST-SECRET"}}"#,
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&host_secret)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(86400))
+        .unwrap();
+    let o = a.exec(&format!(
+        "cd ~/.claude && rm .credentials.json && ln -s '{}' .credentials.json && echo ok",
+        host_secret.display()
+    ));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
+    assert!(a.run(&["stop"]).status.success());
+    let o = b.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = b.exec("cat ~/.claude/.credentials.json");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), fresher, "{}", text(&o));
+}
+
+/// The container's id (changes when it is recreated).
+fn container_id(name: &str) -> String {
+    sh(Command::new("docker").args(["inspect", "--format", "{{.Id}}", name]))
+        .trim()
+        .to_owned()
+}
+
+/// Issue 13.12 and 13.9: configured `protected` paths (and the default
+/// agent-precommit context) are read-only; `restart` picks up a config
+/// change; `list` shows mode, workdir and volumes; `volumes` names what is
+/// mounted; `shell` runs non-interactively and under a pty; `start
+/// --base-tag` and `shell --build` rebuild and replace the container.
+#[test]
+fn configured_protection_restart_list_volumes_and_shell() {
+    if !base_image() {
+        return;
+    }
+    let store = TempVolume::new("claude-cmds");
+    let codex = TempVolume::new("codex-cmds");
+    let mut r = Repo::new("guards");
+    r.env = vec![
+        ("SBX_CLAUDE_VOLUME".into(), store.0.clone()),
+        ("SBX_CODEX_VOLUME".into(), codex.0.clone()),
+    ];
+    for (f, t) in [
+        ("docs/readme.md", "docs\n"),
+        ("scripts/ci.sh", "#!/bin/sh\n"),
+        (".agent-precommit/user-context.json", "{}\n"),
+        // A masked name with a line break and a comma (docker's --mount is CSV).
+        ("notes/my secret\nfile, v2.txt", "hunter2\n"),
+    ] {
+        let p = r.path.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, t).unwrap();
+    }
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&r.path));
+    std::fs::create_dir_all(r.path.join(".agent-sandbox")).unwrap();
+    let cfg = r.path.join(".agent-sandbox/config.toml");
+    std::fs::write(
+        &cfg,
+        "[sandbox]\nprotected = [\"docs\", \"scripts/ci.sh\", \"newdir\"]\n",
+    )
+    .unwrap();
+    let o = r.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let code = |script: &str| r.exec(script).status.code();
+    assert_eq!(
+        code("echo x > src/ok.rs"),
+        Some(0),
+        "control: the workspace is writable"
+    );
+    for attack in [
+        "echo x > docs/new.md",
+        "echo x >> docs/readme.md",
+        "rm docs/readme.md",
+        "echo x >> scripts/ci.sh",
+        "mv scripts/ci.sh scripts/ci.old",
+        "mkdir -p newdir/x",
+        "touch newdir/f",
+        "echo '{\"evil\":1}' > .agent-precommit/user-context.json",
+    ] {
+        assert_ne!(code(attack), Some(0), "{attack}: a protected path changed");
+    }
+    assert_eq!(
+        std::fs::read_to_string(r.path.join("docs/readme.md")).unwrap(),
+        "docs\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.path.join(".agent-precommit/user-context.json")).unwrap(),
+        "{}\n"
+    );
+    assert!(!r.path.join("newdir/f").exists() && !r.path.join("docs/new.md").exists());
+    let o = r.exec("wc -c < \"$(printf 'notes/my secret\\nfile, v2.txt')\"; ls -b notes | wc -l");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n1\n", "{}", text(&o));
+    // The default network config keeps git over SSH to GitHub's ranges.
+    let rules = sh(Command::new("docker").args([
+        "exec",
+        "-u",
+        "0",
+        &r.container(),
+        "iptables-legacy",
+        "-S",
+        "SBX-OUT",
+    ]));
+    assert!(rules.contains("--dports 22,443"), "{rules}");
+
+    // restart picks up a config change: src becomes protected.
+    let before = container_id(&r.container());
+    std::fs::write(
+        &cfg,
+        "[sandbox]\nprotected = [\"docs\", \"scripts/ci.sh\", \"newdir\", \"src\"]\n",
+    )
+    .unwrap();
+    let o = r.run(&["restart"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_ne!(
+        container_id(&r.container()),
+        before,
+        "restart kept the container"
+    );
+    assert_ne!(
+        code("echo y > src/ok.rs"),
+        Some(0),
+        "restart ignored the new config"
+    );
+    assert_eq!(code("echo y > other.txt"), Some(0));
+
+    // list: mode, workdir and mapped volumes, in JSON and in text.
+    let n = r.names();
+    let out = sbx().args(["list", "--json"]).output().unwrap();
+    let me: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["data"]["name"] == n.container.as_str())
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    assert_eq!(me["data"]["mode"], "bind");
+    assert_eq!(me["data"]["workdir"], "/workspace/guards");
+    let vols = me["data"]["volumes"].as_array().unwrap().clone();
+    let want = serde_json::json!([
+        {"name": n.history, "target": "/commandhistory"},
+        {"name": n.claude, "target": "/home/agent/.claude"},
+        {"name": n.codex, "target": "/home/agent/.codex"},
+        {"name": n.repo_shelf, "target": "/repo-shelf"},
+    ]);
+    assert_eq!(Value::Array(vols), want);
+    let out = sh(sbx().arg("list"));
+    assert!(
+        out.starts_with("NAME\tSTATUS\tMODE\tWORKDIR\tVOLUMES\t"),
+        "{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&n.container))
+        .unwrap_or_default();
+    assert!(
+        line.contains("\tbind\t/workspace/guards\t")
+            && line.contains(&format!("{}:/home/agent/.claude", n.claude)),
+        "{out}"
+    );
+    // volumes: exactly what the container mounts.
+    let out = sh(r.sbx().args(["volumes", "--json"]).arg(&r.path));
+    let mut listed: Vec<(String, String)> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| {
+            (
+                v["data"]["target"].as_str().unwrap().to_owned(),
+                v["data"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut mounted = volume_mounts(&r.container());
+    listed.sort();
+    mounted.sort();
+    assert_eq!(listed, mounted);
+    assert_eq!(sh(r.sbx().arg("volume")).trim(), store.0);
+
+    // shell: under a pty (script), and with a pipe for stdin.
+    let shell_line = format!(
+        "{} shell {}",
+        bin("sbx-run").display(),
+        shlex_quote(&r.path.to_string_lossy())
+    );
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("printf 'test -t 0 && echo tty; echo $((6*7)) $(id -u); exit 3\\n' | script -qec \"$0\" /dev/null")
+        .arg(&shell_line)
+        .envs(r.env.iter().map(|(k, v)| (k, v)))
+        .env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap())
+        .output()
+        .unwrap();
+    let s = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{s}");
+    assert!(s.contains("tty") && s.contains("42 1000"), "{s}");
+    let mut child = r
+        .sbx()
+        .arg("shell")
+        .arg(&r.path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut i = child.stdin.take().unwrap();
+        i.write_all(b"test -t 0 || echo no-tty; pwd; exit 4\n")
+            .unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "no-tty\n/workspace/guards\n"
+    );
+
+    // start --base-tag: a missing base is named; an existing one rebuilds
+    // the image and replaces the running container. shell --build too.
+    let o = r.run(&["start", "--base-tag", "no-such-tag-e2e"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text(&o).contains("no-such-tag-e2e"), "{}", text(&o));
+    let before = container_id(&r.container());
+    let o = r.run(&["start", "--base-tag", "latest"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_ne!(container_id(&r.container()), before);
+    let before = container_id(&r.container());
+    let o = r
+        .sbx()
+        .args(["shell", "--build"])
+        .arg(&r.path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_ne!(container_id(&r.container()), before);
+}
+
+fn shlex_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Issue 13.12 and 13.8: `allow-external = true` really turns the
+/// firewall off (a host port on the bridge gateway is reachable, which the
+/// default firewall refuses); `github = false` with `allow-git = false`
+/// leaves GitHub unresolvable and no rule for port 22.
+#[test]
+fn network_switches_change_what_the_firewall_does() {
+    if !base_image() {
+        return;
+    }
+    let open = Repo::new("open net");
+    std::fs::create_dir_all(open.path.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        open.path.join(".agent-sandbox/config.toml"),
+        "[network]\nallow-external = true\n",
+    )
+    .unwrap();
+    let o = open.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gateway = sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+        &open.names().holder,
+    ]));
+    let gateway = gateway.trim().to_owned();
+    // A listener on this host, on the sandbox bridge's gateway address only.
+    let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!("sbx-fw probe --json tcp:{gateway}:{port}");
+    let o = open.exec(&probe);
+    let v: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())
+        .unwrap_or_else(|_| panic!("{}", text(&o)));
+    assert_eq!(
+        v["data"]["verdict"], "open",
+        "allow-external left a firewall: {v}"
+    );
+    let st =
+        sh(Command::new("docker").args(["exec", &open.container(), "sbx-fw", "status", "--json"]));
+    assert!(
+        st.contains("allow-external") || st.contains("\"open\":true"),
+        "{st}"
+    );
+
+    // The same probe from a default sandbox is refused (control).
+    let closed = Repo::new("no github");
+    std::fs::create_dir_all(closed.path.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        closed.path.join(".agent-sandbox/config.toml"),
+        "[network]\ngithub = false\nallow-git = false\n",
+    )
+    .unwrap();
+    let o = closed.run(&["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gw2 = sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+        &closed.names().holder,
+    ]));
+    let l2 = std::net::TcpListener::bind((gw2.trim(), 0)).unwrap();
+    let o = closed.exec(&format!(
+        "sbx-fw probe --json tcp:{}:{} dns:127.0.0.53/github.com dns:127.0.0.53/api.github.com",
+        gw2.trim(),
+        l2.local_addr().unwrap().port()
+    ));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let verdicts: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["data"]["verdict"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(verdicts, ["refused", "dns-refused", "dns-refused"], "{out}");
+    let rules = sh(Command::new("docker").args([
+        "exec",
+        "-u",
+        "0",
+        &closed.container(),
+        "iptables-legacy",
+        "-S",
+        "SBX-OUT",
+    ]));
+    assert!(
+        !rules.contains("dports 22") && !rules.contains("dport 22 "),
+        "{rules}"
+    );
+    let st = sh(Command::new("docker").args([
+        "exec",
+        &closed.container(),
+        "sbx-fw",
+        "status",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_str(&st).unwrap();
+    assert_ne!(v["data"]["state"]["github"]["enabled"], true, "{st}");
+    drop(listener);
 }

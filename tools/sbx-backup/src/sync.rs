@@ -104,7 +104,24 @@ struct Walked {
     unreadable: Vec<String>,
 }
 
-fn walk(home: &Path, excludes: &PathSet) -> Walked {
+/// The state dir relative to the home, when it lies inside it (compared
+/// canonically when both exist, so `home/./st` or a symlinked home match).
+fn state_rel(home: &Path, state: &Path) -> Option<PathBuf> {
+    let canon = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    state
+        .strip_prefix(home)
+        .ok()
+        .map(Path::to_owned)
+        .or_else(|| {
+            canon(state)
+                .strip_prefix(canon(home))
+                .ok()
+                .map(Path::to_owned)
+        })
+        .filter(|r| !r.as_os_str().is_empty())
+}
+
+fn walk(home: &Path, excludes: &PathSet, skip: Option<&Path>) -> Walked {
     let mut w = Walked {
         entries: Vec::new(),
         skipped: Skipped::default(),
@@ -131,7 +148,7 @@ fn walk(home: &Path, excludes: &PathSet) -> Walked {
                 }
             };
             let ft = md.file_type();
-            if excludes.first_match(&r, ft.is_dir()).is_some() {
+            if excludes.first_match(&r, ft.is_dir()).is_some() || skip == Some(r.as_path()) {
                 continue;
             }
             let kind = if ft.is_dir() {
@@ -268,11 +285,11 @@ pub fn new_id() -> String {
 pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sbx_core::SbxError>> {
     let mut patterns: Vec<PathPattern> = o.excludes.to_vec();
     for p in DEFAULT_EXCLUDES {
-        patterns.push(PathPattern::new(p).expect("valid"));
+        patterns.push(PathPattern::new(p).expect("built-in pattern"));
     }
-    if let Ok(rel) = o.state_dir.strip_prefix(o.home) {
-        patterns.push(PathPattern::new(&format!("/{}/", rel.display())).expect("valid"));
-    }
+    // The state dir is left out by path, not by a glob of its name: a name
+    // with `[` or `*` would panic or exclude its siblings (issue 13.4).
+    let skip = state_rel(o.home, o.state_dir);
     let set = PathSet::new(&patterns)
         .map_err(|e| sbx_core::error::Message::new(sbx_core::Exit::Config, e.to_string()))?;
     let index_path = o.state_dir.join("index.json");
@@ -282,7 +299,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
 
     let walked = tokio::task::spawn_blocking({
         let home = o.home.to_owned();
-        move || walk(&home, &set)
+        move || walk(&home, &set, skip.as_deref())
     })
     .await
     .expect("walk");

@@ -18,7 +18,14 @@ pub const FILE: &str = "config.toml";
 pub const LEGACY_FILE: &str = "config.json";
 
 /// Always read-only inside the sandbox, whatever the config says.
-pub const ALWAYS_PROTECTED: [&str; 3] = [".git/hooks", ".husky", ".agent-sandbox"];
+/// The fourth is agent-precommit's user context (agent-sandbox seed): the
+/// agent must not rewrite what the pre-commit checks are told about it.
+pub const ALWAYS_PROTECTED: [&str; 4] = [
+    ".git/hooks",
+    ".husky",
+    ".agent-sandbox",
+    ".agent-precommit/user-context.json",
+];
 
 /// Secret files masked by default (seed SPEC-SANDBOX-01 AC-2).
 pub const DEFAULT_BLOCKED_FILES: [&str; 9] = [
@@ -46,6 +53,43 @@ pub struct Config {
     pub network: Network,
     pub git: Git,
     pub backup: Backup,
+    /// Refused whole: see [`Tools`].
+    pub tools: Option<Tools>,
+}
+
+/// `[tools]` (policy seed AC-4: disallowed, allowed, read-only, deny-read)
+/// is refused, not parsed and warned about: sbx does not enforce agent tool
+/// permissions yet, and a policy that loads but is not enforced is a guard
+/// that silently means less than the file says. A later issue implements it.
+#[derive(Debug, Clone)]
+pub struct Tools;
+
+impl<'de> Deserialize<'de> for Tools {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        de::IgnoredAny::deserialize(d)?;
+        Err(de::Error::custom(
+            "[tools] (agent tool permissions) is not enforced by sbx yet; remove the [tools] table (sbx refuses a policy it cannot enforce). For a read-only workspace list paths in [sandbox].protected",
+        ))
+    }
+}
+
+/// `[sandbox].enabled` of the policy seed: `true` is accepted (sbx is
+/// always on); `false` is refused, as there is no off switch in the file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Enabled;
+
+impl<'de> Deserialize<'de> for Enabled {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match bool::deserialize(d) {
+            Ok(true) => Ok(Enabled),
+            Ok(false) => Err(de::Error::custom(
+                "sbx has no off switch in the config: remove `enabled = false` and run the agent without sbx-run if it must run unguarded",
+            )),
+            Err(_) => Err(de::Error::custom(
+                "expected true (sbx is always on; the key can be left out)",
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -57,6 +101,8 @@ pub struct Sandbox {
     pub ports: Unique<Port>,
     /// Added to [`ALWAYS_PROTECTED`].
     pub protected: Unique<RelPath>,
+    /// The policy seed's `enabled`; only `true` loads.
+    pub enabled: Option<Enabled>,
 }
 
 impl Default for Sandbox {
@@ -70,6 +116,7 @@ impl Default for Sandbox {
             pids: Pids(1024),
             ports: Unique::default(),
             protected: Unique::default(),
+            enabled: None,
         }
     }
 }
@@ -78,8 +125,11 @@ impl Default for Sandbox {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Filesystem {
     /// Added to [`DEFAULT_BLOCKED_FILES`]; a list here cannot unmask a default.
+    /// `blocked-patterns` is the policy seed's spelling.
+    #[serde(alias = "blocked-patterns")]
     pub blocked: Unique<PathGlob>,
     /// Exceptions to `blocked`; [`DEFAULT_ALLOWED_FILES`] when unset.
+    #[serde(alias = "allowed-patterns")]
     pub allowed: Option<Unique<PathGlob>>,
 }
 
@@ -114,6 +164,9 @@ pub struct Network {
     pub github: bool,
     pub allow_localhost: bool,
     pub allow_external: bool,
+    /// Git over SSH: TCP 22 to GitHub's ranges (with `github = true`).
+    /// `false` closes port 22 everywhere; git over HTTPS is unaffected.
+    pub allow_git: bool,
 }
 
 impl Default for Network {
@@ -125,6 +178,7 @@ impl Default for Network {
             github: true,
             allow_localhost: true,
             allow_external: false,
+            allow_git: true,
         }
     }
 }
@@ -310,9 +364,10 @@ impl<'de> Deserialize<'de> for Cpus {
             Num::F(f) => f,
             Num::I(i) => i as f64,
         };
-        if !(v > 0.0 && v <= 1024.0) {
+        // Docker refuses less than 0.01 CPUs at `docker run`: refuse it here.
+        if !(0.01..=1024.0).contains(&v) {
             return Err(de::Error::custom(format!(
-                "cpus = {v} is out of range: use a number above 0 (like 2 or 0.5)"
+                "cpus = {v} is out of range: use 0.01 to 1024 (like 2 or 0.5)"
             )));
         }
         Ok(Self(v))
@@ -339,6 +394,10 @@ impl<'de> Deserialize<'de> for Pids {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Port {
     pub text: String,
+    /// The port inside the container, and whether it is UDP: for users of
+    /// the port (sbx-fw's inbound rules) so they need not parse `text`.
+    pub container: u16,
+    pub udp: bool,
 }
 
 impl std::str::FromStr for Port {
@@ -351,7 +410,6 @@ impl std::str::FromStr for Port {
             Some(_) => return Err(bad("protocol must be tcp or udp")),
             None => (s, None),
         };
-        let _ = proto;
         let parts: Vec<&str> = spec.split(':').collect();
         let ports = match parts.as_slice() {
             [c] => vec![*c],
@@ -364,13 +422,18 @@ impl std::str::FromStr for Port {
             }
             _ => return Err(bad("too many fields")),
         };
+        let mut container = 0;
         for p in ports {
             match p.parse::<u16>() {
-                Ok(n) if n > 0 => {}
+                Ok(n) if n > 0 => container = n,
                 _ => return Err(bad("ports are numbers from 1 to 65535")),
             }
         }
-        Ok(Self { text: s.to_owned() })
+        Ok(Self {
+            text: s.to_owned(),
+            container,
+            udp: proto == Some("udp"),
+        })
     }
 }
 
@@ -422,6 +485,13 @@ impl std::str::FromStr for RelPath {
                 "invalid path \"{s}\": \"..\" and empty components are not allowed"
             ));
         }
+        // A path, not a pattern: accepting `docs/*.md` and then protecting a
+        // file literally named so would be a guard that silently means less.
+        if t.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+            return Err(format!(
+                "invalid path \"{s}\": protected paths are literal paths, not globs; list each file or directory (or its parent directory)"
+            ));
+        }
         Ok(Self(t.to_owned()))
     }
 }
@@ -470,6 +540,17 @@ impl std::str::FromStr for PathGlob {
         if s.split('/').any(|c| c == "..") {
             return Err(format!(
                 "invalid path pattern \"{s}\": \"..\" is not allowed"
+            ));
+        }
+        // What the matcher sees (PathPattern's own trimming): an empty body
+        // would be `**/`, every directory; an empty or `.` component never
+        // matches a walked path, a silent no-op.
+        let body = s.trim_end_matches('/');
+        let body = body.strip_prefix("./").unwrap_or(body);
+        let body = body.strip_prefix('/').unwrap_or(body);
+        if body.split('/').any(|c| c.is_empty() || c == ".") {
+            return Err(format!(
+                "invalid path pattern \"{s}\": empty and \".\" components are not allowed (like \".env\", \"config/*.key\" or \"node_modules/\")"
             ));
         }
         PathPattern::new(s)

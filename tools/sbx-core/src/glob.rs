@@ -6,7 +6,8 @@ use std::path::Path;
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-/// Compile a name glob (case-insensitive; `*` and `?` and `[..]`).
+/// Compile a name glob: globset syntax (`*`, `?`, `[..]`, `{a,b}`, backslash
+/// escapes), case-insensitive, `/` not special. The one parser for names.
 pub fn name_glob(pattern: &str) -> Result<Glob, globset::Error> {
     GlobBuilder::new(pattern)
         .case_insensitive(true)
@@ -15,160 +16,58 @@ pub fn name_glob(pattern: &str) -> Result<Glob, globset::Error> {
         .build()
 }
 
-/// A name glob compiled for matching without a regex engine: env filtering
-/// runs on every exec, so there is no compile step to pay for. The common
-/// shapes (`X`, `X*`, `*X`, `*X*`) are plain byte comparisons.
+/// A compiled name glob. globset is the one parser and the reference
+/// matcher: a pattern with any metacharacter besides a leading or trailing
+/// `*` is matched by globset itself, so validation and matching cannot
+/// disagree (issue 13: braces were accepted, then read as literals). The
+/// common shapes (`X`, `X*`, `*X`, `*X*`) are byte comparisons, because env
+/// filtering runs on every exec; a table-driven test holds them to globset.
 #[derive(Debug, Clone)]
 enum NamePat {
     Exact(Vec<u8>),
     Prefix(Vec<u8>),
     Suffix(Vec<u8>),
     Contains(Box<memchr::memmem::Finder<'static>>),
-    General(Vec<Tok>),
+    Glob(Box<globset::GlobMatcher>),
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Tok {
-    Lit(u8),
-    Any,
-    Star,
-    Class {
-        negated: bool,
-        ranges: Vec<(u8, u8)>,
-    },
-}
-
-/// Upper-case ASCII: matching is case-insensitive, like the globset
-/// definition used for validation.
+/// Upper-case ASCII: globset's case-insensitive mode folds ASCII only.
 fn fold(b: u8) -> u8 {
     b.to_ascii_uppercase()
 }
 
-fn tokenize(pattern: &str) -> Vec<Tok> {
-    let p = pattern.as_bytes();
-    let mut toks = Vec::new();
-    let mut i = 0;
-    while i < p.len() {
-        match p[i] {
-            b'*' => {
-                if toks.last() != Some(&Tok::Star) {
-                    toks.push(Tok::Star);
-                }
-            }
-            b'?' => toks.push(Tok::Any),
-            b'\\' if i + 1 < p.len() => {
-                i += 1;
-                toks.push(Tok::Lit(fold(p[i])));
-            }
-            b'[' => {
-                let mut j = i + 1;
-                let negated = j < p.len() && (p[j] == b'!' || p[j] == b'^');
-                if negated {
-                    j += 1;
-                }
-                let mut ranges = Vec::new();
-                let mut first = true;
-                while j < p.len() && (p[j] != b']' || first) {
-                    let lo = p[j];
-                    if j + 2 < p.len() && p[j + 1] == b'-' && p[j + 2] != b']' {
-                        ranges.push((lo, p[j + 2]));
-                        j += 3;
-                    } else {
-                        ranges.push((lo, lo));
-                        j += 1;
-                    }
-                    first = false;
-                }
-                // Validated by globset: the class is closed.
-                toks.push(Tok::Class { negated, ranges });
-                i = j;
-            }
-            b => toks.push(Tok::Lit(fold(b))),
-        }
-        i += 1;
-    }
-    toks
-}
-
-fn class_matches(negated: bool, ranges: &[(u8, u8)], b: u8) -> bool {
-    // Case-insensitive: try the byte as given and in both cases.
-    let hit = |c: u8| ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi);
-    let any = hit(b) || hit(b.to_ascii_lowercase()) || hit(b.to_ascii_uppercase());
-    any != negated
-}
-
-/// Glob match with `*` backtracking (the classic two-pointer algorithm).
-fn general_match(toks: &[Tok], name: &[u8]) -> bool {
-    let (mut t, mut n) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        let ok = match toks.get(t) {
-            Some(Tok::Lit(c)) => *c == name[n],
-            Some(Tok::Any) => true,
-            Some(Tok::Class { negated, ranges }) => class_matches(*negated, ranges, name[n]),
-            Some(Tok::Star) => {
-                star = Some((t, n));
-                t += 1;
-                continue;
-            }
-            None => false,
-        };
-        if ok {
-            t += 1;
-            n += 1;
-        } else if let Some((st, sn)) = star {
-            t = st + 1;
-            n = sn + 1;
-            star = Some((st, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    toks[t..].iter().all(|x| *x == Tok::Star)
-}
+/// Bytes that make a pattern more than a literal in globset's syntax.
+const META: &[u8] = b"*?[]{}\\";
 
 impl NamePat {
-    fn new(pattern: &str) -> Self {
-        let toks = tokenize(pattern);
-        let lits = |ts: &[Tok]| -> Option<Vec<u8>> {
-            ts.iter()
-                .map(|t| match t {
-                    Tok::Lit(c) => Some(*c),
-                    _ => None,
-                })
-                .collect()
-        };
-        let n = toks.len();
-        let star_at = |i: usize| toks.get(i) == Some(&Tok::Star);
-        if let Some(l) = lits(&toks) {
-            return NamePat::Exact(l);
+    fn new(pattern: &str, glob: &Glob) -> Self {
+        let p = pattern.as_bytes();
+        let lead = p.iter().take_while(|&&b| b == b'*').count();
+        let body = &p[lead..];
+        let trail = body.iter().rev().take_while(|&&b| b == b'*').count();
+        let body = &body[..body.len() - trail];
+        if body.iter().any(|b| META.contains(b)) {
+            return NamePat::Glob(Box::new(glob.compile_matcher()));
         }
-        if n >= 2 && star_at(0) && star_at(n - 1) {
-            if let Some(l) = lits(&toks[1..n - 1]) {
-                return NamePat::Contains(Box::new(memchr::memmem::Finder::new(&l).into_owned()));
+        let lit: Vec<u8> = body.iter().map(|&b| fold(b)).collect();
+        match (lead > 0, trail > 0) {
+            (false, false) => NamePat::Exact(lit),
+            (true, true) => {
+                NamePat::Contains(Box::new(memchr::memmem::Finder::new(&lit).into_owned()))
             }
+            (true, false) => NamePat::Suffix(lit),
+            (false, true) => NamePat::Prefix(lit),
         }
-        if n >= 1 && star_at(0) {
-            if let Some(l) = lits(&toks[1..]) {
-                return NamePat::Suffix(l);
-            }
-        }
-        if n >= 1 && star_at(n - 1) {
-            if let Some(l) = lits(&toks[..n - 1]) {
-                return NamePat::Prefix(l);
-            }
-        }
-        NamePat::General(toks)
     }
 
-    /// `name` is already case-folded.
-    fn matches(&self, name: &[u8]) -> bool {
+    /// `folded` is `name` case-folded, for the byte comparisons.
+    fn matches(&self, name: &OsStr, folded: &[u8]) -> bool {
         match self {
-            NamePat::Exact(l) => name == l.as_slice(),
-            NamePat::Prefix(l) => name.starts_with(l),
-            NamePat::Suffix(l) => name.ends_with(l),
-            NamePat::Contains(f) => f.find(name).is_some(),
-            NamePat::General(t) => general_match(t, name),
+            NamePat::Exact(l) => folded == l.as_slice(),
+            NamePat::Prefix(l) => folded.starts_with(l),
+            NamePat::Suffix(l) => folded.ends_with(l),
+            NamePat::Contains(f) => f.find(folded).is_some(),
+            NamePat::Glob(m) => m.is_match(Path::new(name)),
         }
     }
 }
@@ -184,9 +83,8 @@ impl NameSet {
         let mut v = Vec::with_capacity(patterns.len());
         for p in patterns {
             let p = p.as_ref();
-            // globset parses (no regex is compiled) to reject bad syntax.
-            name_glob(p)?;
-            v.push((p.to_owned(), NamePat::new(p)));
+            let glob = name_glob(p)?;
+            v.push((p.to_owned(), NamePat::new(p, &glob)));
         }
         Ok(Self { patterns: v })
     }
@@ -200,13 +98,23 @@ impl NameSet {
         let folded: Vec<u8> = name.as_bytes().iter().map(|&b| fold(b)).collect();
         self.patterns
             .iter()
-            .find(|(_, m)| m.matches(&folded))
+            .find(|(_, m)| m.matches(name, &folded))
             .map(|(p, _)| p.as_str())
     }
 
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
     }
+}
+
+/// Compile an anchored path glob: globset syntax, `*` and `?` stop at `/`,
+/// `**` crosses it. The one parser for path patterns, used by validation
+/// and by every matcher (file masks, backup excludes).
+fn path_glob(anchored: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(anchored)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
 }
 
 /// One gitignore-like path pattern: without a `/` it matches a name at any
@@ -216,7 +124,7 @@ impl NameSet {
 pub struct PathPattern {
     pub text: String,
     pub dir_only: bool,
-    anchored: String,
+    glob: Glob,
 }
 
 impl PathPattern {
@@ -229,12 +137,12 @@ impl PathPattern {
         } else {
             format!("**/{body}")
         };
-        // Validate now so a bad pattern is a config error, not a later panic.
-        Glob::new(&anchored)?;
+        // Compiled now, by the builder the matcher uses: a pattern that
+        // validates is the pattern that matches.
         Ok(Self {
             text: text.to_owned(),
             dir_only,
-            anchored,
+            glob: path_glob(&anchored)?,
         })
     }
 }
@@ -250,12 +158,7 @@ impl PathSet {
     pub fn new(patterns: &[PathPattern]) -> Result<Self, globset::Error> {
         let mut b = GlobSetBuilder::new();
         for p in patterns {
-            b.add(
-                GlobBuilder::new(&p.anchored)
-                    .literal_separator(true)
-                    .backslash_escape(true)
-                    .build()?,
-            );
+            b.add(p.glob.clone());
         }
         Ok(Self {
             patterns: patterns.to_vec(),
@@ -384,5 +287,120 @@ mod tests {
                 .map(|p| p.text.as_str());
             assert_eq!(got, *want, "{path} dir={dir}");
         }
+    }
+
+    /// xorshift64*: a fixed-seed generator, so a failure reproduces.
+    struct Gen(u64);
+    impl Gen {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn string(&mut self, alphabet: &[u8], max: u64) -> String {
+            let n = self.next() % (max + 1);
+            (0..n)
+                .map(|_| alphabet[(self.next() % alphabet.len() as u64) as usize] as char)
+                .collect()
+        }
+    }
+
+    /// Issue 13.1, as a property over generated patterns: whatever config
+    /// validation accepts means the same wherever it is used. Env names
+    /// (envfilter, sbx-run's candidates) go through `NameSet`, file masks
+    /// and backup excludes through `PathSet`; both must agree with
+    /// globset, the validating parser, and `PathSet` with gitignore's
+    /// rule. Protected paths are literal: validation refuses anything a
+    /// glob would read differently.
+    #[test]
+    fn accepted_patterns_mean_the_same_everywhere() {
+        use crate::config::{NameGlob, PathGlob, RelPath};
+        let pat_alpha = b"ab_AB*?[]{},!-^\\/.";
+        let name_alpha = b"abAB_,{}[]*?-!/.";
+        let mut g = Gen(0x5eed_1234_abcd_0001);
+        let names: Vec<String> = (0..300).map(|_| g.string(name_alpha, 6)).collect();
+        let (mut names_checked, mut paths_checked, mut braces) = (0, 0, 0);
+        for _ in 0..6000 {
+            let p = g.string(pat_alpha, 8);
+            if p.contains('{') && p.contains('}') {
+                braces += 1;
+            }
+            if let Ok(ng) = p.parse::<NameGlob>() {
+                names_checked += 1;
+                let reference = name_glob(&ng.0).unwrap().compile_matcher();
+                let ours = NameSet::new(&[&ng.0]).expect("accepted pattern compiles");
+                for n in &names {
+                    assert_eq!(
+                        ours.first_match(OsStr::new(n)).is_some(),
+                        reference.is_match(n),
+                        "name pattern {p:?} name {n:?}"
+                    );
+                }
+            }
+            if let Ok(pg) = p.parse::<PathGlob>() {
+                paths_checked += 1;
+                let set =
+                    PathSet::new(std::slice::from_ref(&pg.0)).expect("accepted pattern compiles");
+                // gitignore: without a '/' the pattern matches the last
+                // component at any depth; with one, the whole path.
+                let body = p.trim_end_matches('/');
+                let body = body.strip_prefix("./").unwrap_or(body);
+                let (text, whole) = if body.contains('/') {
+                    (body.trim_start_matches('/'), true)
+                } else {
+                    (body, false)
+                };
+                let reference = path_glob(text).unwrap().compile_matcher();
+                for n in &names {
+                    let path = n.trim_matches('/');
+                    if path.is_empty() || path.split('/').any(|c| c.is_empty()) {
+                        continue;
+                    }
+                    let subject = if whole {
+                        path
+                    } else {
+                        path.rsplit('/').next().unwrap_or(path)
+                    };
+                    for dir in [false, true] {
+                        let want = reference.is_match(subject) && (dir || !pg.0.dir_only);
+                        assert_eq!(
+                            set.first_match(Path::new(path), dir).is_some(),
+                            want,
+                            "path pattern {p:?} path {path:?} dir={dir}"
+                        );
+                    }
+                }
+            }
+            if let Ok(rp) = p.parse::<RelPath>() {
+                // A literal path: a glob of it matches exactly itself.
+                let lit =
+                    PathSet::new(&[PathPattern::new(&format!("/{}", rp.0)).unwrap()]).unwrap();
+                for n in &names {
+                    assert_eq!(
+                        lit.first_match(Path::new(n), false).is_some(),
+                        *n == rp.0,
+                        "protected {p:?} vs {n:?}"
+                    );
+                }
+            }
+        }
+        // The generator must reach the interesting cases, or this proves little.
+        assert!(
+            names_checked > 500 && paths_checked > 500 && braces > 200,
+            "{names_checked} {paths_checked} {braces}"
+        );
+    }
+
+    #[test]
+    fn braces_match_in_names_and_paths() {
+        let s = NameSet::new(&["{DB,REDIS}_URL"]).unwrap();
+        assert!(s.first_match(OsStr::new("db_url")).is_some());
+        assert!(s.first_match(OsStr::new("REDIS_URL")).is_some());
+        assert!(s.first_match(OsStr::new("CACHE_URL")).is_none());
+        let p = PathSet::new(&[PathPattern::new("*.{pem,key}").unwrap()]).unwrap();
+        assert!(p.first_match(Path::new("a/b.key"), false).is_some());
+        assert!(p.first_match(Path::new("a/b.pem"), false).is_some());
+        assert!(p.first_match(Path::new("a/b.crt"), false).is_none());
     }
 }

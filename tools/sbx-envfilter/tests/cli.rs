@@ -399,9 +399,14 @@ fn config_rules_apply_and_pass_is_audited() {
         .cmd()
         .env("SBX_CONFIG", &cfg)
         .env("EDITOR", "vim")
+        .env("VISUAL", "vim")
         .arg("--print")
         .output()
         .unwrap();
+    // Printed, and only EDITOR (the config's block) dropped: an empty or
+    // failed run must not pass for "blocked".
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).lines().any(|l| l == "VISUAL=vim"));
     assert!(!stdout(&out).contains("EDITOR="));
 }
 
@@ -521,4 +526,78 @@ fn audit_failure_warns_but_does_not_block() {
         .output()
         .unwrap();
     assert!(out.stderr.is_empty());
+}
+
+/// Issue 13.1: config validation accepts brace globs, so matching must
+/// honour them too (one dialect), not read `{`, `,`, `}` as literals.
+#[test]
+fn brace_globs_in_config_match() {
+    let e = Env::new();
+    let cfg =
+        e.write_config("[environment]\nblock = [\"{DB,REDIS}_URL\"]\nallow = [\"APP_{A,B}?\"]\n");
+    let out = e
+        .cmd()
+        .env("DB_URL", "postgres://x")
+        .env("REDIS_URL", "redis://x")
+        .env("CACHE_URL", "redis://y")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--explain")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s = stdout(&out);
+    assert!(
+        s.lines()
+            .any(|l| l.contains("CACHE_URL") && l.contains("keep")),
+        "{s}"
+    );
+    for name in ["DB_URL", "REDIS_URL"] {
+        let line = s.lines().find(|l| l.contains(name)).unwrap_or_default();
+        assert!(
+            line.contains("drop") && line.contains("{DB,REDIS}_URL"),
+            "{name}: {s}"
+        );
+    }
+}
+
+/// Issue 13.8: the policy seed's spellings load (aliases), and what sbx
+/// cannot enforce is refused in one line naming the key and what to do.
+#[test]
+fn policy_seed_spellings_load_or_say_what_to_write() {
+    let e = Env::new();
+    let ok = e.write_config(
+        "[sandbox]\nenabled = true\n[filesystem]\nblocked-patterns = [\"**/.env*\"]\nallowed-patterns = [\".env.example\"]\n[network]\nallow-git = true\n[environment]\nallow = [\"NODE_ENV\", \"DEBUG\", \"CI\"]\n",
+    );
+    let o = e
+        .cmd()
+        .arg("--check-config")
+        .arg("--config")
+        .arg(&ok)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for (text, want) in [
+        (
+            "[tools]\ndisallowed = [\"Write\"]\n",
+            "tools: [tools] (agent tool permissions) is not enforced by sbx yet",
+        ),
+        (
+            "[sandbox]\nenabled = false\n",
+            "sandbox.enabled: sbx has no off switch",
+        ),
+    ] {
+        let bad = e.write_config(text);
+        let o = e
+            .cmd()
+            .arg("--check-config")
+            .arg("--config")
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("cfg.toml:") && err.contains(want), "{err}");
+    }
 }

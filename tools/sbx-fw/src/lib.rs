@@ -156,6 +156,7 @@ Policy, both families, default deny:
          Docker's own resolver) reaches the upstream resolvers;
        TCP 443 to addresses of allowlisted names (set sbx-allow4/6);
        TCP 22 and 443 to GitHub's meta ranges (set sbx-gh4/6) with github = true;
+         allow-git = false drops the 22 (no git over SSH; HTTPS git still works);
        never: this sandbox's subnets and gateway, private, shared, link-local
          (cloud metadata), multicast and reserved ranges, even when an
          allowlisted name resolves there (DNS rebinding);
@@ -387,6 +388,7 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
     let mut plan = Plan {
         upstreams: upstreams.clone(),
         allow_localhost: net.allow_localhost,
+        no_git_ssh: !net.allow_git,
         inbound: inbound_ports(cfg),
         local: apply::local_nets(),
         ..Plan::default()

@@ -58,6 +58,9 @@ pub struct Plan {
     pub allow4: Vec<Ipv4Addr>,
     pub allow6: Vec<Ipv6Addr>,
     pub github: Vec<IpNet>,
+    /// `[network].allow-git = false`: GitHub's ranges get 443 only, no
+    /// SSH (22), so git cannot push or fetch over SSH anywhere.
+    pub no_git_ssh: bool,
     /// The sandbox's own subnets and gateways.
     pub local: Vec<IpNet>,
 }
@@ -227,8 +230,13 @@ impl Plan {
         rule(&format!(
             "-A SBX-OUT -p tcp --dport 443 -m set --match-set {allow} dst -j ACCEPT"
         ));
+        let gh_ports = if self.no_git_ssh {
+            "--dport 443"
+        } else {
+            "-m multiport --dports 22,443"
+        };
         rule(&format!(
-            "-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set {gh} dst -j ACCEPT"
+            "-A SBX-OUT -p tcp {gh_ports} -m set --match-set {gh} dst -j ACCEPT"
         ));
         rule("-A SBX-OUT -p tcp -j REJECT --reject-with tcp-reset");
         rule(&format!(
@@ -290,6 +298,28 @@ mod tests {
                 "2001:2::3:0/112".parse().unwrap(),
             ],
             local: vec!["10.77.0.0/24".parse().unwrap()],
+            no_git_ssh: false,
+        }
+    }
+
+    /// Issue 13.8: `allow-git = false` leaves no rule that accepts port 22.
+    #[test]
+    fn allow_git_false_closes_ssh() {
+        let mut p = plan();
+        for fam in [Family::V4, Family::V6] {
+            assert!(
+                p.rules(fam)
+                    .contains("--dports 22,443 -m set --match-set sbx-gh")
+            );
+        }
+        p.no_git_ssh = true;
+        for fam in [Family::V4, Family::V6] {
+            let r = p.rules(fam);
+            assert!(!r.contains("dport 22") && !r.contains("dports 22"), "{r}");
+            assert!(
+                r.contains("-p tcp --dport 443 -m set --match-set sbx-gh"),
+                "{r}"
+            );
         }
     }
 

@@ -76,6 +76,71 @@ pub struct BaseOpts {
     /// Skip the npm AI CLIs (Claude Code, Codex, ast-grep).
     #[arg(long)]
     pub no_ai_clis: bool,
+    /// git-delta version to put in the image as /usr/local/bin/delta, or "none".
+    /// Debian bookworm has no git-delta package, so it is built from its crate
+    /// with the host's cargo (minutes, once per version: cached in ~/.cache/sbx).
+    #[arg(long, value_name = "V", default_value = "none", value_parser = parse_delta_version)]
+    pub git_delta_version: String,
+}
+
+/// "none" or a version number: it becomes an argument of `cargo install`.
+fn parse_delta_version(v: &str) -> Result<String, String> {
+    let ok = v == "none"
+        || (v.starts_with(|c: char| c.is_ascii_digit())
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+')));
+    if ok {
+        Ok(v.to_owned())
+    } else {
+        Err(format!(
+            "\"{v}\" is not a version: give one like 0.18.2, or \"none\""
+        ))
+    }
+}
+
+/// `delta` of git-delta `version`, built once with the host's cargo into
+/// ~/.cache/sbx/git-delta-<version> (a finished build is renamed in, so an
+/// interrupted one is not mistaken for a cached binary).
+fn ensure_delta(version: &str) -> Result<PathBuf, RunError> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"))
+        .join("sbx");
+    let root = cache.join(format!("git-delta-{version}"));
+    let bin = root.join("bin/delta");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&cache).map_err(|e| RunError::Io(cache.clone(), e))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".git-delta-")
+        .tempdir_in(&cache)
+        .map_err(|e| RunError::Io(cache.clone(), e))?;
+    output::progress(&format!("building git-delta {version} with cargo (once)…"));
+    let mut cmd = Command::new("cargo");
+    cmd.args([
+        "install",
+        "--locked",
+        "--quiet",
+        "git-delta",
+        "--version",
+        version,
+        "--root",
+    ])
+    .arg(tmp.path())
+    .stdin(Stdio::null());
+    match cmd.status() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RunError::Build(
+                "--git-delta-version needs cargo on the host (rustup), or use --git-delta-version none".into(),
+            ));
+        }
+        r => check_status(r, &format!("cargo install git-delta {version}"))?,
+    }
+    std::fs::rename(tmp.path(), &root).map_err(|e| RunError::Io(root.clone(), e))?;
+    Ok(bin)
 }
 
 impl Default for BaseOpts {
@@ -88,6 +153,7 @@ impl Default for BaseOpts {
             bootstrap: false,
             ca_cert: None,
             no_ai_clis: false,
+            git_delta_version: "none".into(),
         }
     }
 }
@@ -288,6 +354,10 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
         }
     }
     output::info(&format!("sbx tools in the image: {}", copied.join(" ")));
+    if o.git_delta_version != "none" {
+        let delta = ensure_delta(&o.git_delta_version)?;
+        std::fs::copy(&delta, c.join("bin/delta")).map_err(|e| RunError::Io(delta.clone(), e))?;
+    }
 
     let from = if o.bootstrap {
         ensure_bootstrap()?

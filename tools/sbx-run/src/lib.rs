@@ -6,6 +6,7 @@ mod api;
 pub mod docker;
 pub mod image;
 pub mod lifecycle;
+pub mod login;
 pub mod names;
 pub mod spec;
 pub mod tools;
@@ -48,15 +49,26 @@ Names (from the MD5 of the workspace's canonical path, so no state file is kept)
   network holder              agent-sandbox-<repo>-<hash>-net
   repo-shelf volume           agent-sbx-repo-<hash>
   history volume              agent-sandbox-<hash>-history
-  shared config volumes       agent-sandbox-claude-code-config, agent-sandbox-codex-config
+  AI CLI config volumes       agent-sandbox-<hash>-claude, agent-sandbox-<hash>-codex (~/.claude, ~/.codex)
+  machine login stores        agent-sandbox-claude-code-config, agent-sandbox-codex-config
+                              ($SBX_CLAUDE_VOLUME, $SBX_CODEX_VOLUME), never mounted into a sandbox
+
+Log in once per machine: each workspace has its own ~/.claude and ~/.codex (settings, hooks,
+transcripts, AGENTS.md), so no sandbox reads or changes another's. Only the credential files
+(~/.claude/.credentials.json, ~/.codex/auth.json and profile.json) are shared: start, stop and
+rm --volumes run a short helper container that copies the newer of each pair between the
+workspace's volume and the machine's store (a JSON object in a regular file only). A login made
+in one sandbox reaches the store when that sandbox stops or starts again, and the others at their
+next start. A sandbox still running keeps the login it had: restart it to pick up a newer one.
 
 What every sandbox gets (see show-run):
   the user agent (uid 1000); --cap-drop ALL plus only what init needs, dropped before the agent runs;
   no-new-privileges; memory, cpus and pids limits from [sandbox]; the workspace at /workspace/<repo>;
   .git/hooks, .husky, .agent-sandbox and [sandbox].protected mounted read-only over themselves;
   files matching [filesystem].blocked and not .allowed masked by an empty read-only mount;
-  host variables only as sbx-envfilter allows (TERM, LANG, LC_*, TZ, COLORTERM, and the names in
-  [environment].allow and .pass); the config read-only at /.agent-sandbox; one bridge network per
+  host variables only as sbx-envfilter allows: by default TERM, LANG, LC_*, TZ, COLORTERM, NODE_ENV,
+  DEBUG and CI, plus the names in [environment].allow and .pass (a secret-looking name in allow
+  is still dropped; only pass forwards it, and audits it); the config read-only at /.agent-sandbox; one bridge network per
   sandbox; labels sbx.workspace, sbx.mode, sbx.branch, sbx.hash.
 
 The network holder: a sleeping container (no capabilities, read-only, uid 65534) owns the
@@ -106,9 +118,12 @@ pub enum Cmd {
     Start {
         #[command(flatten)]
         path: PathArg,
-        /// Rebuild the per-repo image first.
+        /// Rebuild the per-repo image first and replace a running container.
         #[arg(long)]
         build: bool,
+        /// Build the per-repo image on agent-sandbox-base:TAG (implies --build).
+        #[arg(long, value_name = "TAG")]
+        base_tag: Option<String>,
     },
     /// Stop the sandbox container.
     Stop {
@@ -124,6 +139,9 @@ pub enum Cmd {
     Shell {
         #[command(flatten)]
         path: PathArg,
+        /// Rebuild the per-repo image first and replace a running container.
+        #[arg(long)]
+        build: bool,
     },
     /// Run a command in the sandbox; its exit status is passed through.
     #[command(trailing_var_arg = true)]
@@ -140,7 +158,7 @@ pub enum Cmd {
         #[command(flatten)]
         path: PathArg,
     },
-    /// Print the name of the shared Claude Code config volume.
+    /// Print the name of the machine's Claude Code login store (never mounted into a sandbox).
     Volume,
     /// List the volumes a workspace's sandbox uses.
     Volumes {
@@ -163,7 +181,7 @@ pub enum Cmd {
     Doctor,
     /// Show the audit log.
     Log(tools::LogOpts),
-    /// Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials).
+    /// Initialise the machine's Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials).
     CodexInitConfig {
         /// Import ~/.codex/auth.json (and profile.json) from the host.
         #[arg(long)]
@@ -172,7 +190,7 @@ pub enum Cmd {
         #[arg(long)]
         force: bool,
     },
-    /// Delete the Codex credentials from the shared volume.
+    /// Delete the Codex credentials from the machine's store and every workspace's volume.
     CodexLogout,
 }
 
@@ -210,6 +228,13 @@ pub enum RunError {
     NotReady(String),
     #[error("{0}")]
     Usage(String),
+    #[error("{0}")]
+    Config(String),
+    #[error(
+        "{}: matches [filesystem].blocked but its name is not UTF-8, so it cannot be masked: rename it (nothing was started)",
+        .0.display()
+    )]
+    Unmaskable(PathBuf),
 }
 
 impl SbxError for RunError {
@@ -221,6 +246,8 @@ impl SbxError for RunError {
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,
+            Self::Config(_) => Exit::Config,
+            Self::Unmaskable(_) => Exit::DataErr,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
         }
     }
@@ -232,22 +259,31 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     let common = &cli.common;
     let result = match cli.command.unwrap_or(Cmd::Shell {
         path: PathArg { path: None },
+        build: false,
     }) {
         Cmd::Init { path, force } => lifecycle::init(common, path.path, force),
         Cmd::Build { path, build } => lifecycle::build(common, path.path, &build),
         Cmd::BuildBase(opts) => image::build_base(common, &opts)
             .map(|_| Exit::Ok.into())
             .map_err(Into::into),
-        Cmd::Start { path, build } => {
-            lifecycle::start(common, path.path, build).map(|_| Exit::Ok.into())
+        Cmd::Start {
+            path,
+            build,
+            base_tag,
+        } => {
+            let opts = (build || base_tag.is_some()).then(|| image::BuildOpts {
+                base_tag: base_tag.unwrap_or_else(|| "latest".into()),
+                ..image::BuildOpts::default()
+            });
+            lifecycle::start(common, path.path, opts.as_ref()).map(|_| Exit::Ok.into())
         }
         Cmd::Stop { path } => lifecycle::stop(common, path.path),
         Cmd::Restart { path } => lifecycle::restart(common, path.path),
-        Cmd::Shell { path } => lifecycle::shell(common, path.path),
+        Cmd::Shell { path, build } => lifecycle::shell(common, path.path, build),
         Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
         Cmd::ShowRun { path } => lifecycle::show_run(common, path.path),
         Cmd::Volume => {
-            println!("{}", names::CLAUDE_VOLUME);
+            println!("{}", names::claude_store());
             Ok(Exit::Ok.into())
         }
         Cmd::Volumes { path } => lifecycle::volumes(common, path.path),

@@ -102,13 +102,22 @@ pub fn build(common: &CommonArgs, path: Option<PathBuf>, o: &BuildOpts) -> Res {
 }
 
 /// Start (or reuse) the sandbox and wait until its init is done.
+/// With `rebuild`, the per-repo image is built first (on the base tag it
+/// names) and an existing container is replaced, so the sandbox runs what
+/// was just built rather than reporting "already running".
 pub fn start(
     common: &CommonArgs,
     path: Option<PathBuf>,
-    rebuild: bool,
+    rebuild: Option<&BuildOpts>,
 ) -> Result<Workspace, BoxError> {
     let ws = Workspace::open(common, path)?;
     let name = ws.names.container.clone();
+    if let Some(o) = rebuild {
+        image::build_repo(&ws, o)?;
+        if check_owner(&ws)?.is_some() {
+            docker::remove(&["rm", "--force", &name])?;
+        }
+    }
     // The common case first: it is running (exec, shell). No separate engine
     // check: the first inspection fails with 69 itself.
     let container = check_owner(&ws)?;
@@ -123,9 +132,9 @@ pub fn start(
     let (holder, image, network, volumes) = std::thread::scope(|s| {
         let image = s.spawn(|| docker::exists("image", &n.image));
         let network = s.spawn(|| docker::exists("network", &n.network));
-        let volumes: Vec<_> = [&n.history, &n.repo_shelf]
-            .map(|v| s.spawn(move || docker::exists("volume", v)))
+        let volumes: Vec<_> = spec::workspace_volumes(n)
             .into_iter()
+            .map(|v| s.spawn(move || docker::exists("volume", &v)))
             .collect();
         let holder = owned(&ws, &n.holder);
         (
@@ -144,6 +153,7 @@ pub fn start(
             if !running(h) {
                 docker::start(&n.holder)?;
             }
+            sync_login(&ws);
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
@@ -156,12 +166,12 @@ pub fn start(
         // Its network namespace went with the holder: make both anew.
         docker::remove(&["rm", "--force", &name])?;
     }
-    if rebuild || !image? {
+    if !image? {
         image::build_repo(&ws, &BuildOpts::default())?;
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
-    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1));
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
@@ -196,6 +206,9 @@ pub fn start(
         run?;
         return Err(RunError::Interrupted.into());
     }
+    // After the container is made: Docker has given a fresh ~/.claude
+    // volume the image's ownership, which copied files then take.
+    sync_login(&ws);
     if let Err(e) = wait_ready(&name, &since) {
         let _ = docker::probe(&["rm", "--force", &name]);
         return Err(e.into());
@@ -282,11 +295,26 @@ fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
     })
 }
 
+/// The machine's AI CLI logins to and from this workspace (login.rs). A
+/// failure costs a login, not a guard: warned, not fatal.
+fn sync_login(ws: &Workspace) {
+    match crate::login::sync(&ws.names, &ws.names.image) {
+        Ok(out) => {
+            for l in out.lines() {
+                output::info(&format!("login: {l}"));
+            }
+        }
+        Err(e) => output::warn(&format!("AI CLI logins not synced: {e}")),
+    }
+}
+
 pub fn stop(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = open_for_names(common, path)?;
     docker::require_engine()?;
     if check_owner(&ws)?.is_some() {
         docker::output(&["stop", "--time", "3", &ws.names.container])?;
+        // A login made in the sandbox reaches the machine's store.
+        sync_login(&ws);
     } else if !common.quiet {
         eprintln!("sbx-run: no sandbox container for {}", ws.path.display());
     }
@@ -299,7 +327,7 @@ pub fn restart(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     if check_owner(&ws)?.is_some() {
         docker::remove(&["rm", "--force", &ws.names.container])?;
     }
-    start(common, path, false)?;
+    start(common, path, None)?;
     ok()
 }
 
@@ -351,15 +379,15 @@ fn status_code(s: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-pub fn shell(common: &CommonArgs, path: Option<PathBuf>) -> Res {
-    let ws = start(common, path, false)?;
+pub fn shell(common: &CommonArgs, path: Option<PathBuf>, rebuild: bool) -> Res {
+    let ws = start(common, path, rebuild.then(BuildOpts::default).as_ref())?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let args = exec_args(&ws, tty, &["bash".into(), "-l".into()]);
     Ok(status_code(docker::status(&args)?))
 }
 
 pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) -> Res {
-    let ws = start(common, path, false)?;
+    let ws = start(common, path, None)?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let args = exec_args(&ws, tty, command);
     Ok(status_code(docker::status(&args)?))
@@ -369,7 +397,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = Workspace::open(common, path)?;
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
-    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1));
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
     let text = format!(
@@ -397,8 +425,8 @@ pub fn volumes(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = open_for_names(common, path)?;
     let n = &ws.names;
     let list = [
-        (names::CLAUDE_VOLUME, "/home/agent/.claude", "shared"),
-        (names::CODEX_VOLUME, "/home/agent/.codex", "shared"),
+        (n.claude.as_str(), "/home/agent/.claude", "workspace"),
+        (n.codex.as_str(), "/home/agent/.codex", "workspace"),
         (n.history.as_str(), "/commandhistory", "workspace"),
         (n.repo_shelf.as_str(), "/repo-shelf", "workspace"),
     ];
@@ -449,13 +477,29 @@ fn label<'a>(v: &'a Value, key: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// The named volumes a container mounts, as `{name, target}`, by target.
+fn mapped_volumes(c: &Value) -> Vec<Value> {
+    let mut v: Vec<Value> = c["Mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["Type"] == "volume")
+        .map(|m| json!({"name": m["Name"], "target": m["Destination"]}))
+        .collect();
+    v.sort_by(|a, b| a["target"].as_str().cmp(&b["target"].as_str()));
+    v
+}
+
 pub fn list(common: &CommonArgs) -> Res {
     docker::require_engine()?;
     let mut out = std::io::stdout().lock();
     let containers = labelled("container")?;
     if !common.json && !common.quiet {
-        writeln!(out, "NAME\tSTATUS\tMODE\tBRANCH\tWORKSPACE")
-            .map_err(|e| RunError::Io("stdout".into(), e))?;
+        writeln!(
+            out,
+            "NAME\tSTATUS\tMODE\tWORKDIR\tVOLUMES\tBRANCH\tWORKSPACE"
+        )
+        .map_err(|e| RunError::Io("stdout".into(), e))?;
     }
     for c in containers
         .iter()
@@ -470,16 +514,29 @@ pub fn list(common: &CommonArgs) -> Res {
             "hash": label(c, LABEL_HASH),
             "image": c.pointer("/Config/Image").and_then(Value::as_str).unwrap_or(""),
             "workdir": c.pointer("/Config/WorkingDir").and_then(Value::as_str).unwrap_or(""),
+            "volumes": mapped_volumes(c),
         });
         let r = if common.json {
             output::json_line(&mut out, "sandbox", &data)
         } else {
+            let vols: Vec<String> = mapped_volumes(c)
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{}:{}",
+                        v["name"].as_str().unwrap_or(""),
+                        v["target"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
             writeln!(
                 out,
-                "{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 data["name"].as_str().unwrap_or(""),
                 data["status"].as_str().unwrap_or(""),
                 data["mode"].as_str().unwrap_or(""),
+                data["workdir"].as_str().unwrap_or(""),
+                vols.join(","),
                 data["branch"].as_str().unwrap_or(""),
                 data["workspace"].as_str().unwrap_or("")
             )
@@ -507,8 +564,12 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
         docker::remove(&["network", "rm", net["Id"].as_str().unwrap_or_default()])?;
     }
     if with_volumes {
-        for v in [&n.history, &n.repo_shelf] {
-            docker::remove(&["volume", "rm", v])?;
+        // Keep a login made in the sandbox before its volumes go.
+        if docker::exists("volume", &n.claude)? || docker::exists("volume", &n.codex)? {
+            sync_login(&ws);
+        }
+        for v in spec::workspace_volumes(n) {
+            docker::remove(&["volume", "rm", &v])?;
         }
     }
     ok()

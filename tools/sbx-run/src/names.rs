@@ -6,8 +6,28 @@ use std::path::Path;
 use md5::{Digest, Md5};
 
 pub const BASE_IMAGE: &str = "agent-sandbox-base";
+/// The machine-wide login stores (credentials only reach sandboxes, see
+/// login.rs; these volumes are never mounted into one). The names are those
+/// of the old shared config volumes, so an existing login carries over.
 pub const CLAUDE_VOLUME: &str = "agent-sandbox-claude-code-config";
 pub const CODEX_VOLUME: &str = "agent-sandbox-codex-config";
+
+/// The Claude Code login store: `$SBX_CLAUDE_VOLUME` or [`CLAUDE_VOLUME`].
+pub fn claude_store() -> String {
+    store_from_env("SBX_CLAUDE_VOLUME", CLAUDE_VOLUME)
+}
+
+/// The Codex login store: `$SBX_CODEX_VOLUME` or [`CODEX_VOLUME`].
+pub fn codex_store() -> String {
+    store_from_env("SBX_CODEX_VOLUME", CODEX_VOLUME)
+}
+
+fn store_from_env(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
 
 /// Labels on containers, networks and volumes.
 pub const LABEL_WORKSPACE: &str = "sbx.workspace";
@@ -81,6 +101,10 @@ pub struct Names {
     pub network: String,
     pub repo_shelf: String,
     pub history: String,
+    /// Per-workspace ~/.claude and ~/.codex: settings, hooks and
+    /// transcripts stay with their project.
+    pub claude: String,
+    pub codex: String,
 }
 
 impl Names {
@@ -105,6 +129,8 @@ impl Names {
             container,
             repo_shelf: format!("agent-sbx-repo-{hash}"),
             history: format!("agent-sandbox-{hash}-history"),
+            claude: format!("agent-sandbox-{hash}-claude"),
+            codex: format!("agent-sandbox-{hash}-codex"),
             repo,
             hash,
         }
@@ -145,6 +171,8 @@ mod tests {
         assert_eq!(n.holder, format!("agent-sandbox-my-app-{h}-net"));
         assert_eq!(n.repo_shelf, format!("agent-sbx-repo-{h}"));
         assert_eq!(n.history, format!("agent-sandbox-{h}-history"));
+        assert_eq!(n.claude, format!("agent-sandbox-{h}-claude"));
+        assert_eq!(n.codex, format!("agent-sandbox-{h}-codex"));
         let b = Names::new(
             Path::new("/home/dev/src/my-app"),
             Some("feature/login page"),

@@ -15,7 +15,18 @@ use crate::names::{
 use crate::workspace::Workspace;
 
 /// Host variables considered for the container, before the filter decides.
-const HOST_VARS: &[&str] = &["TERM", "LANG", "LC_*", "TZ", "COLORTERM"];
+/// NODE_ENV, DEBUG and CI are the policy seed's allowed names (AC-3); they still
+/// pass through the filter, so a secret-looking value is dropped.
+pub const HOST_VARS: &[&str] = &[
+    "TERM",
+    "LANG",
+    "LC_*",
+    "TZ",
+    "COLORTERM",
+    "NODE_ENV",
+    "DEBUG",
+    "CI",
+];
 
 /// Capabilities the entrypoint needs before it drops them all: the
 /// firewall (NET_ADMIN, NET_RAW) and switching to the agent user
@@ -74,7 +85,8 @@ pub fn mask_sources() -> Result<(PathBuf, PathBuf), RunError> {
     Ok((file, empty_dir))
 }
 
-/// A `--mount` value; fields with ',' or '"' are CSV-quoted as docker expects.
+/// A `--mount` value; fields with ',', '"' or a line break are CSV-quoted
+/// as docker expects.
 fn mount(fields: &[(&str, &str)]) -> String {
     fields
         .iter()
@@ -84,7 +96,9 @@ fn mount(fields: &[(&str, &str)]) -> String {
             } else {
                 format!("{k}={v}")
             };
-            if f.contains([',', '"']) {
+            // A newline would end docker's CSV record and drop the fields
+            // after it (readonly among them): quote it like ',' and '"'.
+            if f.contains([',', '"', '\n', '\r']) {
                 format!("\"{}\"", f.replace('"', "\"\""))
             } else {
                 f
@@ -110,14 +124,28 @@ fn volume(name: &str, dst: &str) -> String {
 /// Files and directories under `root` that match `blocked` but not
 /// `allowed`, workspace-relative. A masked directory is not descended.
 /// `.git` is skipped: it holds no files by these names, only objects.
-pub fn find_masked(root: &Path, blocked: &PathSet, allowed: &PathSet) -> Vec<String> {
+///
+/// Fails closed: a directory that cannot be listed, or a masked name docker
+/// cannot be given (not UTF-8), is an error, not a secret left visible.
+pub fn find_masked(
+    root: &Path,
+    blocked: &PathSet,
+    allowed: &PathSet,
+) -> Result<Vec<String>, RunError> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
-            continue;
+        let dir = root.join(&rel);
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            // Removed while we walked: nothing left to mask.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(RunError::Io(dir, e)),
         };
-        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        let mut entries = Vec::new();
+        for e in rd {
+            entries.push(e.map_err(|e| RunError::Io(dir.clone(), e))?);
+        }
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let name = e.file_name();
@@ -130,14 +158,17 @@ pub fn find_masked(root: &Path, blocked: &PathSet, allowed: &PathSet) -> Vec<Str
             if allowed.first_match(&path, is_dir).is_none()
                 && blocked.first_match(&path, is_dir).is_some()
             {
-                out.push(path.to_string_lossy().into_owned());
+                let text = path
+                    .to_str()
+                    .ok_or_else(|| RunError::Unmaskable(root.join(&path)))?;
+                out.push(text.to_owned());
             } else if is_dir {
                 stack.push(path);
             }
         }
     }
     out.sort();
-    out
+    Ok(out)
 }
 
 /// Host variables for `-e NAME`: the candidates that sbx-envfilter keeps.
@@ -151,7 +182,11 @@ pub fn env_names(
     let mut wanted: Vec<&str> = HOST_VARS.to_vec();
     wanted.extend(env.allow.iter().map(|g| g.0.as_str()));
     wanted.extend(env.pass.iter().map(|g| g.0.as_str()));
-    let candidates = NameSet::new(&wanted).expect("validated globs");
+    // Same parser as config validation (sbx_core::glob::name_glob), so this
+    // cannot fail on a config that loaded; no panic if it ever does.
+    let Ok(candidates) = NameSet::new(&wanted) else {
+        return Vec::new();
+    };
     let policy = Policy::new(env);
     let considered: Vec<_> = host
         .into_iter()
@@ -168,8 +203,24 @@ pub fn env_names(
     names
 }
 
+/// The per-workspace volumes `start` creates (labelled, so `rm --volumes`
+/// and `prune` find them), in a fixed order.
+pub fn workspace_volumes(n: &names::Names) -> Vec<String> {
+    vec![
+        n.history.clone(),
+        n.repo_shelf.clone(),
+        n.claude.clone(),
+        n.codex.clone(),
+    ]
+}
+
 /// The complete spec for a workspace and image.
-pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &Path)) -> Spec {
+pub fn build(
+    ws: &Workspace,
+    image: &str,
+    env_names: &[String],
+    masks: (&Path, &Path),
+) -> Result<Spec, RunError> {
     let n = &ws.names;
     let cfg = &ws.loaded.config;
     let target = ws.target();
@@ -194,12 +245,12 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
     network.extend(label_args.iter().cloned());
     network.push(n.network.clone());
 
-    let volumes = [&n.history, &n.repo_shelf]
-        .iter()
+    let volumes = workspace_volumes(n)
+        .into_iter()
         .map(|v| {
             let mut c = vec!["volume".to_string(), "create".into()];
             c.extend(label_args.iter().cloned());
-            c.push((*v).clone());
+            c.push(v);
             c
         })
         .collect();
@@ -247,8 +298,11 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
     }
     a.extend(["--security-opt".into(), "no-new-privileges".into()]);
     // Resources.
-    a.extend(["--memory".into(), cfg.sandbox.memory.text.clone()]);
-    a.extend(["--memory-swap".into(), cfg.sandbox.memory.text.clone()]);
+    // Bytes, as sbx-core parsed them: docker's own size parser refuses some
+    // spellings the config accepts (".5g"), one parser decides.
+    let mem = cfg.sandbox.memory.bytes.to_string();
+    a.extend(["--memory".into(), mem.clone()]);
+    a.extend(["--memory-swap".into(), mem]);
     a.extend(["--cpus".into(), cfg.sandbox.cpus.0.to_string()]);
     a.extend(["--pids-limit".into(), cfg.sandbox.pids.0.to_string()]);
     // Network: the holder's namespace on the sandbox's own bridge.
@@ -271,9 +325,14 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
             a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
         }
     }
-    let blocked = PathSet::new(&cfg.blocked_files()).expect("validated patterns");
-    let allowed = PathSet::new(&cfg.allowed_files()).expect("validated patterns");
-    let masked = find_masked(&ws.path, &blocked, &allowed);
+    let set = |pats: &[sbx_core::glob::PathPattern], key: &str| {
+        PathSet::new(pats).map_err(|e| {
+            RunError::Config(format!("{}: [filesystem].{key}: {e}", ws.loaded.describe()))
+        })
+    };
+    let blocked = set(&cfg.blocked_files(), "blocked")?;
+    let allowed = set(&cfg.allowed_files(), "allowed")?;
+    let masked = find_masked(&ws.path, &blocked, &allowed)?;
     for m in &masked {
         let src = if ws.path.join(m).is_dir() {
             masks.1
@@ -301,14 +360,11 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
             ]);
         }
     }
-    a.extend([
-        "--mount".into(),
-        volume(names::CLAUDE_VOLUME, "/home/agent/.claude"),
-    ]);
-    a.extend([
-        "--mount".into(),
-        volume(names::CODEX_VOLUME, "/home/agent/.codex"),
-    ]);
+    // Each workspace its own AI CLI config: only the login is shared, by
+    // copy, never by mounting a shared volume (login.rs).
+    for c in crate::login::CLIS {
+        a.extend(["--mount".into(), volume(&c.volume(n), c.target)]);
+    }
     a.extend(["--mount".into(), volume(&n.history, "/commandhistory")]);
     a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
     // Environment: fixed values, then host names the filter allows.
@@ -318,14 +374,14 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
     }
     a.extend(["--workdir".into(), target]);
     a.push(image.to_owned());
-    Spec {
+    Ok(Spec {
         network,
         volumes,
         holder: h,
         holder_spec,
         run: a,
         masked,
-    }
+    })
 }
 
 /// Shell-quote a docker command so it can be pasted.
@@ -356,6 +412,32 @@ mod tests {
         );
     }
 
+    /// Issue 13 audit: a newline in a masked name must not end docker's
+    /// CSV record (dropping `readonly` and pointing the mask elsewhere).
+    #[test]
+    fn line_breaks_are_quoted() {
+        assert_eq!(
+            bind(Path::new("/m"), "/workspace/x/a secret\nb", true),
+            "type=bind,source=/m,\"target=/workspace/x/a secret\nb\",readonly"
+        );
+    }
+
+    /// A masked name docker cannot be given is an error, not a skip.
+    #[test]
+    fn unmaskable_names_fail_closed() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b".env.\xff");
+        std::fs::write(t.path().join(name), "x").unwrap();
+        let cfg = sbx_core::config::Config::default();
+        let r = find_masked(
+            t.path(),
+            &PathSet::new(&cfg.blocked_files()).unwrap(),
+            &PathSet::new(&cfg.allowed_files()).unwrap(),
+        );
+        assert!(matches!(r, Err(RunError::Unmaskable(_))), "{r:?}");
+    }
+
     #[test]
     fn masks_follow_blocked_and_allowed() {
         let t = tempfile::tempdir().unwrap();
@@ -379,7 +461,8 @@ mod tests {
             r,
             &PathSet::new(&cfg.blocked_files()).unwrap(),
             &PathSet::new(&cfg.allowed_files()).unwrap(),
-        );
+        )
+        .unwrap();
         assert_eq!(
             m,
             [

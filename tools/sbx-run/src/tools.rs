@@ -3,7 +3,7 @@
 
 use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -14,7 +14,7 @@ use sbx_core::error::BoxError;
 use sbx_core::{Exit, output};
 use serde_json::Value;
 
-use crate::names::{BASE_IMAGE, CODEX_VOLUME};
+use crate::names::BASE_IMAGE;
 use crate::{RunError, docker};
 
 static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
@@ -196,12 +196,17 @@ pub fn log(common: &CommonArgs, opts: &LogOpts) -> Res {
 const CODEX_CONFIG: &str = "[profiles.high]\nmodel = \"gpt-5\"\n# Constrains reasoning effort for reasoning-capable models\nreasoning_effort = \"high\"\n";
 const CODEX_AGENTS: &str = "# Sandbox notes\n\n\
 - Purpose: You are running inside a containerized sandbox (agent-sandbox) designed to provide a safe, auditable coding environment with network/filesystem guardrails.\n\
-- Persistence: Tool/config directories (e.g., `~/.codex`) are backed by a named Docker volume shared across repo sandboxes.\n\
+- Persistence: `~/.codex` is a Docker volume of this repository's sandbox; only the login is shared with other sandboxes.\n\
 - Installed tools: ast-grep (`ast-grep` / `sg`) for structural search and rewrites. Additional tools may be added over time.\n";
 
-/// Run a short script in a throwaway container with the Codex volume at
-/// /codex, as the agent user (so files get the agent's ownership).
-fn in_codex_volume(script: &str, stdin: Option<&[u8]>) -> Result<String, RunError> {
+/// Run a short script as the agent in a throwaway base-image container
+/// with the Codex store at /codex (and `extra` volumes). A store Docker
+/// creates on first use is root-owned: the helper hands it to the agent.
+fn in_codex_volume(
+    script: &str,
+    stdin: Option<&[u8]>,
+    extra: &[(String, String)],
+) -> Result<String, RunError> {
     docker::require_engine()?;
     let image = format!("{BASE_IMAGE}:latest");
     if !docker::exists("image", &image)? {
@@ -209,41 +214,9 @@ fn in_codex_volume(script: &str, stdin: Option<&[u8]>) -> Result<String, RunErro
             "{image} is missing: run `sbx-run build-base` first"
         )));
     }
-    let mut child = docker::cmd()
-        .args([
-            "run",
-            "--rm",
-            "--interactive",
-            "--network",
-            "none",
-            "--user",
-            "agent",
-        ])
-        .args(["--entrypoint", "/bin/sh", "--mount"])
-        .arg(format!("type=volume,source={CODEX_VOLUME},target=/codex"))
-        .args([&image, "-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| RunError::Build(e.to_string()))?;
-    {
-        let mut i = child.stdin.take().expect("piped");
-        if let Some(data) = stdin {
-            i.write_all(data)
-                .map_err(|e| RunError::Build(e.to_string()))?;
-        }
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| RunError::Build(e.to_string()))?;
-    if !out.status.success() {
-        return Err(RunError::Docker {
-            command: "docker run (codex config volume)".into(),
-            message: docker::first_line(&String::from_utf8_lossy(&out.stderr)),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let mut mounts = vec![(crate::names::codex_store(), "/codex".to_owned())];
+    mounts.extend(extra.iter().cloned());
+    crate::login::helper(&image, &mounts, script, stdin)
 }
 
 fn shq(s: &str) -> String {
@@ -292,7 +265,7 @@ pub fn codex_init_config(common: &CommonArgs, auth: bool, force: bool) -> Res {
             ));
         }
     }
-    let out = in_codex_volume(&script, Some(&payload))?;
+    let out = in_codex_volume(&script, Some(&payload), &[])?;
     if !common.quiet {
         print!("{out}");
     }
@@ -300,9 +273,19 @@ pub fn codex_init_config(common: &CommonArgs, auth: bool, force: bool) -> Res {
 }
 
 pub fn codex_logout(common: &CommonArgs) -> Res {
+    // Every workspace's copy too, or the next start would store it again.
+    let ws_volumes =
+        docker::output(&["volume", "ls", "--quiet", "--filter", "label=sbx.workspace"])?;
+    let extra: Vec<(String, String)> = ws_volumes
+        .split_whitespace()
+        .filter(|v| v.starts_with("agent-sandbox-") && v.ends_with("-codex"))
+        .enumerate()
+        .map(|(i, v)| (v.to_owned(), format!("/w/{i}")))
+        .collect();
     let out = in_codex_volume(
-        "cd /codex && for f in auth.json profile.json; do if [ -e $f ]; then rm -f $f; echo removed $f; fi; done",
+        "for d in /codex /w/*; do [ -d \"$d\" ] || continue; for f in auth.json profile.json; do if [ -e \"$d/$f\" ] || [ -L \"$d/$f\" ]; then rm -f \"$d/$f\"; echo removed \"$d/$f\"; fi; done; done",
         None,
+        &extra,
     )?;
     if !common.quiet {
         print!("{out}");

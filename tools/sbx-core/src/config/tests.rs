@@ -21,8 +21,14 @@ fn defaults_match_the_design() {
     assert_eq!(c.backup.interval.0, Duration::from_secs(300));
     assert_eq!(
         c.protected_paths(),
-        vec![".git/hooks", ".husky", ".agent-sandbox"]
+        vec![
+            ".git/hooks",
+            ".husky",
+            ".agent-sandbox",
+            ".agent-precommit/user-context.json"
+        ]
     );
+    assert!(c.network.allow_git);
     assert_eq!(c.blocked_files().len(), DEFAULT_BLOCKED_FILES.len());
     assert_eq!(c.allowed_files()[0].text, ".env.example");
 }
@@ -132,6 +138,21 @@ fn errors_name_file_line_column_and_key() {
         ),
         ("[backup]\nurl = \"file://relative\"\n", "absolute path"),
         ("[backup]\nexclude = [\"a/../b\"]\n", "backup.exclude[0]"),
+        // Issue 13.1: what validation accepts must mean the same at use.
+        (
+            "[backup]\nexclude = [\"//\"]\n",
+            "empty and \".\" components",
+        ),
+        (
+            "[filesystem]\nblocked = [\"./\"]\n",
+            "filesystem.blocked[0]",
+        ),
+        ("[filesystem]\nblocked = [\"a//b\"]\n", "empty and"),
+        (
+            "[sandbox]\nprotected = [\"docs/*.md\"]\n",
+            "sandbox.protected[0]: invalid path \"docs/*.md\": protected paths are literal paths, not globs",
+        ),
+        ("[sandbox]\nprotected = [\"{a,b}\"]\n", "not globs"),
         ("[bogus]\n", "cfg.toml:1:2: bogus: unknown field `bogus`"),
         ("[sandbox\n", "cfg.toml:1:"),
         ("a = 1\na = 2\n", "cfg.toml:2:1:"),
@@ -172,6 +193,24 @@ fn ports() {
     }
     let c = parse("[sandbox]\nports = [3000, \"8080:80\"]\n").unwrap();
     assert_eq!(c.sandbox.ports.len(), 2);
+    for (s, container, udp) in [
+        ("3000", 3000, false),
+        ("8080:3000/tcp", 3000, false),
+        ("127.0.0.1:8080:53/udp", 53, true),
+    ] {
+        let p: Port = s.parse().unwrap();
+        assert_eq!((p.container, p.udp), (container, udp), "{s}");
+    }
+}
+
+/// Docker refuses fewer than 0.01 CPUs at run time: the config does first.
+#[test]
+fn cpus_docker_accepts() {
+    assert!(err("[sandbox]\ncpus = 0.001\n").contains("0.01 to 1024"));
+    assert_eq!(
+        parse("[sandbox]\ncpus = 0.01\n").unwrap().sandbox.cpus.0,
+        0.01
+    );
 }
 
 #[test]
@@ -252,4 +291,49 @@ fn discovery_order() {
             .to_string()
             .contains("nope.toml: cannot read config")
     );
+}
+
+/// Issue 13.8: the policy seed's spellings (AC-6) are accepted where sbx
+/// can honour them, and refused with the sbx key to write where it cannot.
+#[test]
+fn policy_seed_spellings() {
+    let c = parse(
+        "[sandbox]\nenabled = true\n[filesystem]\nblocked-patterns = [\"**/.env*\", \"config/{a,b}.yml\"]\nallowed-patterns = [\".env.example\"]\n[network]\nallow-git = false\n",
+    )
+    .unwrap();
+    let blocked: Vec<&str> = c
+        .filesystem
+        .blocked
+        .iter()
+        .map(|g| g.0.text.as_str())
+        .collect();
+    assert_eq!(blocked, ["**/.env*", "config/{a,b}.yml"]);
+    assert_eq!(c.allowed_files()[0].text, ".env.example");
+    assert!(!c.network.allow_git);
+    for (text, want) in [
+        (
+            "[sandbox]\nenabled = false\n",
+            "cfg.toml:2:11: sandbox.enabled: sbx has no off switch",
+        ),
+        (
+            "[sandbox]\nenabled = \"yes\"\n",
+            "sandbox.enabled: expected true",
+        ),
+        (
+            "[tools]\ndisallowed = [\"Write\", \"Edit\"]\n",
+            "tools: [tools] (agent tool permissions) is not enforced by sbx yet",
+        ),
+        (
+            "[tools]\nenforce-agent-permissions = true\n",
+            "remove the [tools] table",
+        ),
+        (
+            "[filesystem]\nblocked = [\"a\"]\nblocked-patterns = [\"b\"]\n",
+            "duplicate field `blocked`",
+        ),
+    ] {
+        let got = err(text);
+        assert!(got.contains(want), "{text:?}\n got:  {got}\n want: {want}");
+        assert!(!got.contains('\n'), "{got}");
+    }
 }

@@ -1,0 +1,134 @@
+//! The real binary with a cleared environment, for what needs no Docker
+//! engine: `show-run` prints the exact `docker run`, so what it names is
+//! what a sandbox gets. (Behaviour in real containers: tests/e2e.)
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sbx-run");
+
+struct Repo {
+    dir: tempfile::TempDir,
+}
+
+impl Repo {
+    fn new(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::create_dir_all(ws.join(".agent-sandbox")).unwrap();
+        std::fs::write(ws.join(".agent-sandbox/config.toml"), config).unwrap();
+        Self { dir }
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    /// A fake docker that fails: show-run must not need the engine.
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", self.dir.path())
+            .env("XDG_STATE_HOME", self.dir.path().join("state"))
+            .env("SBX_AUDIT_LOG", self.dir.path().join("audit.jsonl"))
+            .env("SBX_DOCKER", "/bin/false")
+            .current_dir(self.dir.path());
+        c
+    }
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// The `--env NAME` words of the sandbox's `docker run` line.
+fn env_names(show_run: &str) -> Vec<String> {
+    let run = show_run
+        .lines()
+        .find(|l| l.contains(" run --detach --name ") && !l.contains("--entrypoint sleep"))
+        .unwrap_or_default();
+    let words = shlex::split(run).unwrap_or_default();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "--env")
+        .map(|w| w[1].clone())
+        .filter(|w| !w.contains('='))
+        .collect()
+}
+
+const GHP: &str = "ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+/// Issue 13.7: the policy seed's allowed names reach the sandbox by default.
+/// Issue 13.10: names the config forwards still go through the filter, so a
+/// secret-looking name is dropped even when `allow` lists it (only `pass`,
+/// audited, forwards one); this fails if sbx-run forwarded its candidates
+/// unfiltered.
+#[test]
+fn show_run_forwards_seed_names_and_filters_configured_ones() {
+    let r = Repo::new(
+        "[environment]\nallow = [\"APP_*\", \"GITHUB_TOKEN\"]\npass = [\"PASSED_KEY\"]\n",
+    );
+    let o = r
+        .cmd()
+        .env("NODE_ENV", "production")
+        .env("DEBUG", "app:*")
+        .env("CI", "true")
+        .env("TERM", "xterm")
+        .env("APP_MODE", "dev")
+        .env("GITHUB_TOKEN", GHP)
+        .env("PASSED_KEY", "k")
+        .env("UNLISTED", "x")
+        .arg("show-run")
+        .arg(r.ws())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(!s.contains(GHP), "a secret value is on the command line");
+    let names = env_names(&s);
+    for want in ["APP_MODE", "CI", "DEBUG", "NODE_ENV", "PASSED_KEY", "TERM"] {
+        assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
+    }
+    for never in ["GITHUB_TOKEN", "UNLISTED"] {
+        assert!(
+            !names.iter().any(|n| n == never),
+            "{never} forwarded: {names:?}"
+        );
+    }
+    // The drops are audited, by rule, without values.
+    let audit = std::fs::read_to_string(r.dir.path().join("audit.jsonl")).unwrap_or_default();
+    assert!(
+        audit.contains("GITHUB_TOKEN") && audit.contains("secret-name"),
+        "{audit}"
+    );
+    assert!(!audit.contains(GHP));
+}
+
+/// A config only reaches docker once validated: a glob-looking protected
+/// path is refused (exit 78) instead of protecting a literal `*` file.
+#[test]
+fn protected_globs_are_refused_before_docker() {
+    let r = Repo::new("[sandbox]\nprotected = [\"docs/*.md\"]\n");
+    let o = r.cmd().arg("show-run").arg(r.ws()).output().unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", text(&o));
+    assert!(text(&o).contains("not globs"), "{}", text(&o));
+    assert!(Path::new(&r.ws()).is_dir());
+}
+
+/// `--git-delta-version` becomes an argument of `cargo install`: anything
+/// but a version (or "none") is a usage error before anything runs.
+#[test]
+fn git_delta_version_is_a_version() {
+    let r = Repo::new("");
+    for bad in ["--locked", "latest", "1.0 x", ""] {
+        let o = r
+            .cmd()
+            .args(["build-base", &format!("--git-delta-version={bad}")])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(64), "{bad:?}: {}", text(&o));
+        assert!(text(&o).contains("is not a version"), "{}", text(&o));
+    }
+}

@@ -281,7 +281,7 @@ const ATTACKS: &[(&str, &str)] = &[
     ("read-tree --prefix=.git/ HEAD", "git-dir"),
     ("clone /tmp/r .git/hooks", "git-dir"),
     ("init .git/x", "git-dir"),
-    ("archive -o .git/hooks/x HEAD", "git-dir"),
+    ("archive -o .git/hooks/x HEAD", "output-path"),
     ("-C sub worktree add ../.git/x", "git-dir"),
     (
         "-C sub checkout-index -a --prefix=../.git/hooks/",

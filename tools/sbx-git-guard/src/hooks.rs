@@ -244,10 +244,7 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
     // costs one stat.
     let common = git(
         real,
-        &[
-            OsStr::new("rev-parse"),
-            OsStr::new("--git-common-dir"),
-        ],
+        &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
     );
     let has_stash = common.is_some_and(|o| {
         let d = PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()));
@@ -298,7 +295,9 @@ fn executable(p: &Path) -> bool {
 pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let Some(trusted) = std::env::var_os(TRUSTED_ENV).filter(|t| !t.is_empty()) else {
-        eprintln!("sbx-git-guard: {name}: run outside the guard ({TRUSTED_ENV} is unset); refusing");
+        eprintln!(
+            "sbx-git-guard: {name}: run outside the guard ({TRUSTED_ENV} is unset); refusing"
+        );
         return ExitCode::from(1);
     };
     let target = PathBuf::from(trusted).join(name);

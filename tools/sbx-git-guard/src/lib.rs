@@ -303,7 +303,9 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
     let env = env_vec();
     let sandboxed = in_sandbox();
     let Some(real) = real_git(&env, sandboxed) else {
-        output::error("the real git was not found (install git; outside the sandbox SBX_REAL_GIT names it)");
+        output::error(
+            "the real git was not found (install git; outside the sandbox SBX_REAL_GIT names it)",
+        );
         return Exit::NotFound.into();
     };
     let cwd = match std::env::current_dir() {
@@ -410,6 +412,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             pin: None,
             moves_refs: false,
             precommit_first: false,
+            repo: None,
         },
     )
 }
@@ -485,6 +488,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                         "verdict": "allow",
                         "command": allow.command,
                         "exec": allow.args.iter().map(|a| String::from_utf8_lossy(a.as_bytes())).collect::<Vec<_>>(),
+                        "git_dir": allow.repo.as_ref().map(|r| r.git_dir.to_string_lossy().into_owned()),
+                        "common_dir": allow.repo.as_ref().map(|r| r.common_dir.to_string_lossy().into_owned()),
+                        "work_tree": allow.repo.as_ref().and_then(|r| r.work_tree.as_ref()).map(|w| w.to_string_lossy().into_owned()),
                     }),
                     Err(b) => serde_json::json!({
                         "verdict": "block", "rule": b.rule, "reason": b.reason,

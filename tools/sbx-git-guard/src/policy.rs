@@ -73,6 +73,8 @@ pub struct Allow {
     /// A sequencer `--continue`: run the repository's pre-commit on the
     /// index first when it differs from HEAD (`lib::precommit_first`).
     pub precommit_first: bool,
+    /// The repository git will act on, as the guard found it.
+    pub repo: Option<Repo>,
 }
 
 impl Allow {
@@ -183,13 +185,7 @@ impl Ctx<'_> {
             })
     }
 
-    fn check_key(
-        &self,
-        key: &str,
-        value: Option<&str>,
-        via: Via,
-        rule: R,
-    ) -> Result<(), Block> {
+    fn check_key(&self, key: &str, value: Option<&str>, via: Via, rule: R) -> Result<(), Block> {
         match keys::refused(key, value, via, &|v| self.hooks_ok(v)) {
             None => Ok(()),
             Some(why) => Err(block(rule, format!("{key}: {why}"))),
@@ -212,12 +208,14 @@ impl Ctx<'_> {
             Global::ConfigEnv(kv) => {
                 let kv = s(kv);
                 let Some((k, var)) = kv.rsplit_once('=') else {
-                    return Err(block(R::ParseError,
+                    return Err(block(
+                        R::ParseError,
                         format!("--config-env={kv}: expected NAME=ENVVAR"),
                     ));
                 };
                 let Some(v) = self.call.var(var) else {
-                    return Err(block(R::ParseError,
+                    return Err(block(
+                        R::ParseError,
                         format!("--config-env: {var} is not set"),
                     ));
                 };
@@ -226,7 +224,8 @@ impl Ctx<'_> {
                 self.inline.push((k.to_owned(), Some(v)));
                 Ok(())
             }
-            Global::ExecPath(_) => Err(block(R::ConfigEnv,
+            Global::ExecPath(_) => Err(block(
+                R::ConfigEnv,
                 "--exec-path= makes git run its helpers and hooks' `git` from another directory",
             )),
             Global::Chdir(d) => {
@@ -271,7 +270,8 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
         let name = k.as_bytes();
         match name {
             b"GIT_CONFIG_GLOBAL" | b"GIT_CONFIG_SYSTEM" | b"GIT_CONFIG" | b"GIT_TEMPLATE_DIR" => {
-                return Err(block(R::ConfigEnv,
+                return Err(block(
+                    R::ConfigEnv,
                     format!(
                         "{} points git at configuration the guard does not check",
                         s(k)
@@ -279,7 +279,8 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
                 ));
             }
             b"GIT_EXEC_PATH" => {
-                return Err(block(R::ConfigEnv,
+                return Err(block(
+                    R::ConfigEnv,
                     "GIT_EXEC_PATH makes git run its helpers and hooks' `git` from another directory",
                 ));
             }
@@ -300,7 +301,8 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
             }
             b"GIT_CONFIG_COUNT" => {
                 let n: usize = s(v).trim().parse().map_err(|_| {
-                    block(R::ParseError,
+                    block(
+                        R::ParseError,
                         format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
                     )
                 })?;
@@ -354,7 +356,8 @@ fn skips_hooks(a: &Args) -> bool {
 /// `--exec`, `-x`, …): the first one given is refused.
 fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> {
     match opts.iter().find(|o| a.has(o)) {
-        Some(o) => Err(block(R::ExecOption,
+        Some(o) => Err(block(
+            R::ExecOption,
             format!("git {cmd} --{o} runs a program of the caller's choosing"),
         )),
         None => Ok(()),
@@ -420,7 +423,8 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
     }
     let st = ctx.call.settings;
     if st.block_no_verify && skips_hooks(&a) {
-        return Err(block(R::NoVerify,
+        return Err(block(
+            R::NoVerify,
             "git push --no-verify skips the pre-push hook",
         ));
     }
@@ -452,12 +456,14 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
     for r in a.positional.iter().skip(1) {
         let r = r.as_bytes();
         if r.starts_with(b"+") {
-            return Err(block(R::ForcePush,
+            return Err(block(
+                R::ForcePush,
                 format!("refspec `{}` forces the update", argv::lossy(r)),
             ));
         }
         if r.len() > 1 && r.starts_with(b":") {
-            return Err(block(R::ForcePush,
+            return Err(block(
+                R::ForcePush,
                 format!("refspec `{}` deletes a remote ref", argv::lossy(r)),
             ));
         }
@@ -466,12 +472,14 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
     if let Some(remote) = remote_for_push(ctx, cfg, &a) {
         let sub = Some(remote.as_bytes().into());
         if cfg.boolean_by("remote", sub, "mirror").ok().flatten() == Some(true) {
-            return Err(block(R::ForcePush,
+            return Err(block(
+                R::ForcePush,
                 format!("remote `{remote}` is configured as a mirror (remote.{remote}.mirror)"),
             ));
         }
         if cfg.string_by("remote", sub, "receivepack").is_some() {
-            return Err(block(R::ExecOption,
+            return Err(block(
+                R::ExecOption,
                 format!("remote.{remote}.receivepack runs a program on the remote side"),
             ));
         }
@@ -485,7 +493,9 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
                         if v.is_some_and(|v| v.starts_with(b"+")) {
                             return Err(block(
                                 R::ForcePush,
-                                format!("remotes/{remote} has a `+` Push line: it forces the update"),
+                                format!(
+                                    "remotes/{remote} has a `+` Push line: it forces the update"
+                                ),
                             ));
                         }
                     }
@@ -495,7 +505,8 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
         if a.positional.len() <= 1 && !a.has("all") && !a.has("branches") && !a.has("tags") {
             for spec in cfg.strings_by("remote", sub, "push").unwrap_or_default() {
                 if spec.starts_with(b"+") {
-                    return Err(block(R::ForcePush,
+                    return Err(block(
+                        R::ForcePush,
                         format!("remote.{remote}.push `{spec}` forces the update"),
                     ));
                 }
@@ -567,20 +578,23 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
         return Ok(());
     }
     if ctx.call.settings.block_global_config && (a.has("global") || a.has("system")) {
-        return Err(block(R::GlobalConfig,
+        return Err(block(
+            R::GlobalConfig,
             "git config --global/--system changes every repository's configuration",
         ));
     }
     let p = &a.positional;
     let arg = |i: usize| p.get(i).map(|v| s(v).into_owned());
     match action.as_str() {
-        "edit" => Err(block(R::ConfigWrite,
+        "edit" => Err(block(
+            R::ConfigWrite,
             "git config --edit cannot be checked key by key; use `git config NAME VALUE`",
         )),
         "rename-section" | "remove-section" => {
             for sec in p {
                 if keys::guarded_section(&s(sec)) {
-                    return Err(block(R::ConfigWrite,
+                    return Err(block(
+                        R::ConfigWrite,
                         format!(
                             "section `{}` holds settings that guard hooks and pushes",
                             s(sec)
@@ -624,11 +638,15 @@ fn output_paths(cmd: &str, args: &[OsString]) -> Vec<OsString> {
         let next = args.get(i + 1).cloned();
         if let Some(long) = w.strip_prefix(b"--") {
             let (name, val) = match long.iter().position(|b| *b == b'=') {
-                Some(p) => (&long[..p], Some(OsStr::from_bytes(&long[p + 1..]).to_owned())),
+                Some(p) => (
+                    &long[..p],
+                    Some(OsStr::from_bytes(&long[p + 1..]).to_owned()),
+                ),
                 None => (long, None),
             };
             let is_out = name.len() >= 2
-                && (b"output".starts_with(name) || b"output-directory".starts_with(name)
+                && (b"output".starts_with(name)
+                    || b"output-directory".starts_with(name)
                     || name.starts_with(b"output-directory"));
             let marks = cmd == "fast-export" && name.starts_with(b"export-marks");
             let file = cmd == "config" && name.len() >= 2 && b"file".starts_with(name);
@@ -731,7 +749,8 @@ fn check_command(
     let no_verify = |key: &str, what: &str| -> Result<Args, Block> {
         let a = parse(key, args)?;
         if st.block_no_verify && !a.help && skips_hooks(&a) {
-            return Err(block(R::NoVerify,
+            return Err(block(
+                R::NoVerify,
                 format!("git {key} --no-verify skips {what}"),
             ));
         }
@@ -759,7 +778,10 @@ fn check_command(
             let typed = args.windows(2).any(|w| {
                 (w[0] == "-t" || w[0] == "--type") && matches!(w[1].as_bytes(), b"commit" | b"tag")
             }) || args.iter().any(|a| {
-                matches!(a.as_bytes(), b"-tcommit" | b"-ttag" | b"--type=commit" | b"--type=tag")
+                matches!(
+                    a.as_bytes(),
+                    b"-tcommit" | b"-ttag" | b"--type=commit" | b"--type=tag"
+                )
             });
             if typed && args.iter().any(|a| a == "-w" || a == "--stdin-paths") {
                 return plumbing("-t commit -w writes a commit without running any hook");
@@ -769,10 +791,16 @@ fn check_command(
         "grep" => {
             let runs = args.iter().any(|a| {
                 let a = a.as_bytes();
-                a.starts_with(b"-O") || (a.len() > 3 && b"--open-files-in-pager".starts_with(a.split(|b| *b == b'=').next().unwrap_or(a)))
+                a.starts_with(b"-O")
+                    || (a.len() > 3
+                        && b"--open-files-in-pager"
+                            .starts_with(a.split(|b| *b == b'=').next().unwrap_or(a)))
             });
             if runs {
-                return Err(block(R::ExecOption, "git grep -O/--open-files-in-pager runs a program"));
+                return Err(block(
+                    R::ExecOption,
+                    "git grep -O/--open-files-in-pager runs a program",
+                ));
             }
             Ok(())
         }
@@ -830,7 +858,8 @@ fn check_command(
                     ctx.check_key(k, v, Via::Inline, R::ConfigInline)?;
                 }
                 if a.values("template").next().is_some() {
-                    return Err(block(R::ConfigEnv,
+                    return Err(block(
+                        R::ConfigEnv,
                         "git clone --template can install other hooks",
                     ));
                 }
@@ -845,7 +874,8 @@ fn check_command(
         "init" => {
             let a = parse("init", args)?;
             if a.values("template").next().is_some() {
-                return Err(block(R::ConfigEnv,
+                return Err(block(
+                    R::ConfigEnv,
                     "git init --template can install other hooks",
                 ));
             }
@@ -865,7 +895,8 @@ fn check_command(
             }
             let a = parse("worktree add", &args[i + 1..])?;
             match a.positional.first() {
-                Some(p) if ctx.inside_common_dir(Path::new(p)) => Err(block(R::GitDir,
+                Some(p) if ctx.inside_common_dir(Path::new(p)) => Err(block(
+                    R::GitDir,
                     "git worktree add inside the git directory",
                 )),
                 _ => Ok(()),
@@ -883,12 +914,11 @@ fn check_command(
             // mirror only changes fetches).
             // A bare `--mirror` is both (builtin/remote.c: MIRROR_BOTH).
             let push_mirror = a.opts.iter().any(|o| {
-                o.name == "mirror"
-                    && !o.negated
-                    && o.value.as_deref() != Some(OsStr::new("fetch"))
+                o.name == "mirror" && !o.negated && o.value.as_deref() != Some(OsStr::new("fetch"))
             });
             if st.block_force_push && push_mirror {
-                return Err(block(R::ForcePush,
+                return Err(block(
+                    R::ForcePush,
                     "a mirror remote force-pushes and deletes on every push",
                 ));
             }
@@ -909,7 +939,8 @@ fn check_command(
                     ctx.cwd.clone()
                 };
                 if ctx.inside_common_dir(&base.join(probe)) {
-                    return Err(block(R::GitDir,
+                    return Err(block(
+                        R::GitDir,
                         format!("git {cmd} --prefix into the git directory"),
                     ));
                 }
@@ -931,7 +962,8 @@ fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Resu
     ];
     for f in files.into_iter().flatten() {
         if std::fs::metadata(&f).is_ok_and(|m| m.len() > 0) {
-            return Err(block(R::Husky,
+            return Err(block(
+                R::Husky,
                 format!(
                     "{} can switch husky's hooks off; empty or remove it",
                     f.display()
@@ -941,7 +973,8 @@ fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Resu
     }
     if let Some(wt) = ctx.repo.as_ref().and_then(|r| r.work_tree.as_ref()) {
         if wt.join(".husky").is_dir() && real_git(wt) == Some(true) {
-            return Err(block(R::Husky,
+            return Err(block(
+                R::Husky,
                 ".husky has uncommitted changes; commit or restore them first",
             ));
         }
@@ -1001,13 +1034,15 @@ pub fn decide(
     let env = check_env(&mut ctx)?;
     if let Some(r) = &ctx.repo {
         if r.inside_git_dir {
-            return Err(block(R::GitDir,
+            return Err(block(
+                R::GitDir,
                 format!("the working directory is inside {}", r.git_dir.display()),
             ));
         }
         if let Some(wt) = &r.work_tree {
             if wt.starts_with(&r.common_dir) {
-                return Err(block(R::GitDir,
+                return Err(block(
+                    R::GitDir,
                     format!("the work tree {} is inside the git directory", wt.display()),
                 ));
             }
@@ -1023,6 +1058,7 @@ pub fn decide(
         out_args.push(v);
     }
     out_args.extend_from_slice(&call.args[idx..]);
+    let found = ctx.repo.clone();
     let allow = |command: String, moves_refs: bool, precommit_first: bool| Allow {
         args: out_args.clone(),
         env: env.clone(),
@@ -1030,6 +1066,7 @@ pub fn decide(
         pin: pin.clone(),
         moves_refs,
         precommit_first,
+        repo: found.clone(),
     };
     let Some(first) = call.args.get(idx) else {
         return Ok(allow(String::new(), false, false));
@@ -1079,7 +1116,8 @@ pub fn decide(
         }
         seen.push(cmd.to_ascii_lowercase());
         if alias.starts_with(b"!") {
-            return Err(block(R::ExecOption,
+            return Err(block(
+                R::ExecOption,
                 format!("alias.{cmd} is a shell alias (`!`); run the command directly instead"),
             ));
         }
@@ -1109,9 +1147,12 @@ pub fn decide(
     let moves_refs = !NO_REF_MOVES.contains(&last.as_str());
     let precommit_first = call.settings.block_no_verify
         && matches!(last.as_str(), "rebase" | "cherry-pick" | "revert" | "am")
-        && words[1..]
-            .iter()
-            .any(|w| matches!(w.as_bytes(), b"--continue" | b"--resolved" | b"-r"));
+        && words[1..].iter().any(|w| {
+            // parse-options takes unique prefixes: `--cont` is --continue.
+            let w = w.as_bytes();
+            (w.len() >= 5 && b"--continue".starts_with(w))
+                || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
+        });
     Ok(allow(command, moves_refs, precommit_first))
 }
 

@@ -141,7 +141,10 @@ fn read_gitfile(f: &Path, env: &SetupEnv) -> Gitfile {
     let Some(mut rest) = text.strip_prefix(b"gitdir: ") else {
         return Gitfile::Invalid;
     };
-    while let Some(r) = rest.strip_suffix(b"\n").or_else(|| rest.strip_suffix(b"\r")) {
+    while let Some(r) = rest
+        .strip_suffix(b"\n")
+        .or_else(|| rest.strip_suffix(b"\r"))
+    {
         rest = r;
     }
     let Some(parent) = f.parent() else {
@@ -355,7 +358,10 @@ pub fn inline_file<'a>(pairs: impl Iterator<Item = &'a (String, Option<String>)>
         let Ok(mut sec) = sec else {
             continue;
         };
-        let _ = sec.push(k.name.as_str(), value.as_deref().map(|v| v.as_bytes().into()));
+        let _ = sec.push(
+            k.name.as_str(),
+            value.as_deref().map(|v| v.as_bytes().into()),
+        );
     }
     f
 }

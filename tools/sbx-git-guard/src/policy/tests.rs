@@ -447,7 +447,7 @@ fn every_attack_in_every_spelling_is_blocked() {
         for (attack, rule) in ATTACKS {
             // Relative paths in these name the git dir from the top only (and a
             // relative --git-dir followed by -C names another repository).
-            if *rule == "git-dir"
+            if (*rule == "git-dir" || *rule == "output-path")
                 && (prefix.contains("-C sub")
                     || (attack.starts_with("-C") && prefix.contains("--git-dir")))
             {

@@ -968,53 +968,59 @@ fn push_targets_match_git() {
     });
 }
 
-/// Class 4: the agent's environment does not reach into hooks.
+/// Class 4: the agent's environment does not reach into hooks. Each case
+/// first commits past the hook with the real git (the attack is real), then
+/// must fail through the guard.
 #[test]
 fn hooks_run_in_a_clean_environment() {
     each_git(|lab| {
         lab.repo("r");
-        let p = lab.path("r/.git/hooks/pre-commit");
-        std::fs::write(&p, "#!/bin/bash\necho hook-ran >&2\nexit 1\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let q = lab.path("r/.git/hooks/commit-msg");
-        std::fs::write(&q, "#!/usr/bin/env sh\nexit 1\n").unwrap();
-        std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(lab.path("exit0"), "exit 0\n").unwrap();
         let fake = lab.path("fakebin");
         std::fs::create_dir_all(&fake).unwrap();
-        for n in ["sh", "bash"] {
-            std::fs::write(fake.join(n), "#!/bin/dash\nexit 0\n").unwrap();
-            std::fs::set_permissions(fake.join(n), std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
+        std::fs::write(fake.join("sh"), "#!/bin/dash\nexit 0\n").unwrap();
+        std::fs::set_permissions(fake.join("sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
         let exit0 = lab.path("exit0").display().to_string();
         let path = format!(
             "{}:{}:/usr/bin:/bin",
             fake.display(),
             lab.path("bin").display()
         );
-        let before = lab.head("r", "HEAD");
-        for env in [
-            vec![("BASH_ENV", exit0.as_str())],
-            vec![("ENV", exit0.as_str())],
-            vec![("SHELLOPTS", "noexec")],
-            vec![("BASH_FUNC_echo%%", "() { exit 0; }")],
-            vec![("LD_PRELOAD", "/nonexistent.so")],
-            vec![("PATH", path.as_str())],
-        ] {
-            let out = lab.git_env("r", &["commit", "--allow-empty", "-qm", "m"], &env);
-            assert!(!out.status.success(), "{env:?}: the commit went through");
-            assert_eq!(lab.head("r", "HEAD"), before, "{env:?}");
+        let bash = "#!/bin/bash\necho checking >&2\nexit 1\n";
+        let envsh = "#!/usr/bin/env sh\nexit 1\n";
+        let cases: &[(&str, &str, &str)] = &[
+            (bash, "BASH_ENV", &exit0),
+            (bash, "SHELLOPTS", "noexec"),
+            (bash, "BASH_FUNC_echo%%", "() { exit 0; }"),
+            (envsh, "PATH", &path),
+        ];
+        let hook = lab.path("r/.git/hooks/pre-commit");
+        let mut wrong = Vec::new();
+        for (body, k, v) in cases {
+            std::fs::write(&hook, body).unwrap();
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let before = lab.head("r", "HEAD");
+            // The real git, same environment: the hook is skipped.
+            let real = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .env(k, v)
+                .args(["commit", "--allow-empty", "-qm", "m"])
+                .output()
+                .unwrap();
+            let bypassed = real.status.success() && lab.head("r", "HEAD") != before;
+            lab.real("r", &["reset", "-q", "--soft", &before]);
+            let out = lab.git_env("r", &["commit", "--allow-empty", "-qm", "m"], &[(k, v)]);
+            if !bypassed {
+                wrong.push(format!("{k}={v}: not an attack on the real git (bad case)"));
+            }
+            if out.status.success() || lab.head("r", "HEAD") != before {
+                wrong.push(format!("{k}={v}: the commit skipped the hook through the guard"));
+                lab.real("r", &["reset", "-q", "--soft", &before]);
+            }
         }
-        // With the hooks gone, the commit goes through (the test can fail).
-        std::fs::remove_file(&p).unwrap();
-        std::fs::remove_file(&q).unwrap();
-        let out = lab.git_env("r", &["commit", "--allow-empty", "-qm", "m"], &[]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     });
 }
 

@@ -768,7 +768,7 @@ fn repository_discovery_matches_git() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|a| a == &pin.as_str())
+                .any(|a| a == pin.as_str())
             {
                 wrong.push(format!("{case}: pin {pin} missing from {}", v["exec"]));
             }
@@ -907,7 +907,7 @@ fn push_targets_match_git() {
             let refused_it = !out.status.success();
             let changed_dangerously = remote_now
                 .lines()
-                .filter(|l| remote_before.lines().any(|b| b == *l) == false)
+                .filter(|l| !remote_before.lines().any(|b| b == *l))
                 .any(|l| l.ends_with("refs/heads/main") || l.ends_with("refs/heads/keep"))
                 || !remote_now.contains("refs/heads/keep");
             if changed_dangerously || (destructive && !refused_it) {
@@ -980,8 +980,7 @@ fn hooks_run_in_a_clean_environment() {
         let fake = lab.path("fakebin");
         std::fs::create_dir_all(&fake).unwrap();
         std::fs::write(fake.join("sh"), "#!/bin/dash\nexit 0\n").unwrap();
-        std::fs::set_permissions(fake.join("sh"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(fake.join("sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
         let exit0 = lab.path("exit0").display().to_string();
         let path = format!(
             "{}:{}:/usr/bin:/bin",
@@ -1016,7 +1015,9 @@ fn hooks_run_in_a_clean_environment() {
                 wrong.push(format!("{k}={v}: not an attack on the real git (bad case)"));
             }
             if out.status.success() || lab.head("r", "HEAD") != before {
-                wrong.push(format!("{k}={v}: the commit skipped the hook through the guard"));
+                wrong.push(format!(
+                    "{k}={v}: the commit skipped the hook through the guard"
+                ));
                 lab.real("r", &["reset", "-q", "--soft", &before]);
             }
         }
@@ -1267,4 +1268,32 @@ fn config_flag_means_what_sbx_config_means() {
         Some(0),
         "--config must allow as SBX_CONFIG does"
     );
+}
+
+/// Issue 13.3: every rule the guard enforces is listed by `rules` and in
+/// the man page, under the same name (all three come from one table).
+#[test]
+fn rules_output_and_man_page_list_every_enforced_rule() {
+    let out = Command::new(GUARD)
+        .args(["--json", "rules"])
+        .env_clear()
+        .output()
+        .unwrap();
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["data"]["name"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let man = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../man/sbx-git-guard.1"),
+    )
+    .unwrap()
+    .replace("\\-", "-");
+    for r in sbx_git_guard::rules::RULES {
+        assert!(listed.iter().any(|n| n == r.name), "rules lacks {}", r.name);
+        assert!(man.contains(r.name), "the man page lacks {}", r.name);
+    }
+    assert_eq!(listed.len(), sbx_git_guard::rules::RULES.len());
 }

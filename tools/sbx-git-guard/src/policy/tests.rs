@@ -302,10 +302,16 @@ const ATTACKS: &[(&str, &str)] = &[
     ("diff --output=.git/config", "output-path"),
     ("format-patch -1 -o .git/hooks", "output-path"),
     ("format-patch -1 -o.git/hooks", "output-path"),
-    ("format-patch -1 --output-directory .git/hooks", "output-path"),
+    (
+        "format-patch -1 --output-directory .git/hooks",
+        "output-path",
+    ),
     ("bundle create .git/hooks/pre-commit HEAD", "output-path"),
     ("config -f .git/hooks/pre-commit a.b c", "output-path"),
-    ("fast-export --export-marks=.git/hooks/pre-commit HEAD", "output-path"),
+    (
+        "fast-export --export-marks=.git/hooks/pre-commit HEAD",
+        "output-path",
+    ),
     ("replay --onto main topic", "plumbing"),
     ("hash-object -t commit -w --stdin", "plumbing"),
     ("grep -Ovim x", "exec-option"),
@@ -769,7 +775,10 @@ fn legacy_remotes_files_are_read_for_push() {
 
 #[test]
 fn sandbox_ignores_sbx_real_git() {
-    let env = vec![(OsString::from("SBX_REAL_GIT"), OsString::from("/tmp/evil-git"))];
+    let env = vec![(
+        OsString::from("SBX_REAL_GIT"),
+        OsString::from("/tmp/evil-git"),
+    )];
     assert_eq!(
         crate::real_git(&env, false),
         Some(PathBuf::from("/tmp/evil-git"))

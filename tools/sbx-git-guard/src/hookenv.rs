@@ -49,6 +49,7 @@ pub const STRIPPED: &[&str] = &[
     "GIT_ATTR_SOURCE",
     // The guard's own channel to its hook steps: set by the guard only.
     crate::hooks::TRUSTED_ENV,
+    crate::hooks::COMMON_ENV,
 ];
 
 /// Removed by prefix: every `LD_*` (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT),

@@ -24,6 +24,9 @@ use crate::rules::R;
 /// Set by the guard for git's children: the repository's trusted hooks.
 pub const TRUSTED_ENV: &str = "SBX_GUARD_TRUSTED_HOOKS";
 
+/// Set by the guard beside it: the common dir (saves the hook a git call).
+pub const COMMON_ENV: &str = "SBX_GUARD_COMMON_DIR";
+
 /// Where the image installs the directory (root-owned).
 pub const IMAGE_DIR: &str = "/usr/libexec/sbx/hooks";
 
@@ -183,16 +186,23 @@ pub fn check_push(real: &Path, stdin: &[u8]) -> Result<(), String> {
 fn stash_commits(real: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let mut commits = Vec::new();
     let mut trees = Vec::new();
-    let Some(out) = git(
-        real,
-        &[
-            OsStr::new("log"),
-            OsStr::new("-g"),
-            OsStr::new("--format=%H %T %P"),
-            OsStr::new("refs/stash"),
-            OsStr::new("--"),
-        ],
-    ) else {
+    let list = |walk: &str| {
+        git(
+            real,
+            &[
+                OsStr::new("log"),
+                OsStr::new(walk),
+                OsStr::new("--format=%H %T %P"),
+                OsStr::new("refs/stash"),
+                OsStr::new("--"),
+            ],
+        )
+    };
+    // The reflog holds every stash; without one, refs/stash names the last.
+    let Some(out) = list("-g")
+        .filter(|o| !o.stdout.is_empty())
+        .or_else(|| list("--no-walk"))
+    else {
         return (commits, trees);
     };
     let mut extra: Vec<OsString> = Vec::new();
@@ -241,14 +251,21 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     // No stash, nothing that skipped pre-commit this way: the common case
-    // costs one stat.
-    let common = git(
-        real,
-        &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
-    );
-    let has_stash = common.is_some_and(|o| {
-        let d = PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()));
+    // costs a few stats.
+    let common = match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
+        Some(c) => Some(PathBuf::from(c)),
+        None => git(
+            real,
+            &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
+        )
+        .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
+    };
+    // A stash ref without a reflog still names one stash commit.
+    let has_stash = common.is_some_and(|d| {
         d.join("logs/refs/stash").is_file()
+            || d.join("refs/stash").is_file()
+            || std::fs::read(d.join("packed-refs"))
+                .is_ok_and(|p| p.windows(11).any(|w| w == b" refs/stash\n"))
     });
     if !has_stash {
         return Ok(());

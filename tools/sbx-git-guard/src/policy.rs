@@ -92,44 +92,37 @@ impl Allow {
         self.args[*i] = v;
         self.env
             .push((crate::hooks::TRUSTED_ENV.into(), trusted.clone().into()));
+        if let Some(r) = &self.repo {
+            self.env
+                .push((crate::hooks::COMMON_ENV.into(), r.common_dir.clone().into()));
+        }
     }
 }
 
-/// Commands that cannot move a branch except by making a commit through
-/// the hooks: their hooks are pinned to the repository's directly, sparing
-/// the guard's hook steps (one process each) on the hot path.
-const NO_REF_MOVES: &[&str] = &[
-    "add",
-    "blame",
-    "cat-file",
-    "check-attr",
-    "check-ignore",
-    "commit",
-    "config",
-    "count-objects",
-    "describe",
-    "diff",
-    "diff-files",
-    "diff-index",
-    "diff-tree",
-    "grep",
-    "help",
-    "log",
-    "ls-files",
-    "ls-tree",
-    "mv",
-    "name-rev",
-    "restore",
-    "rev-list",
-    "rev-parse",
-    "rm",
-    "shortlog",
-    "show",
-    "show-ref",
-    "status",
-    "var",
-    "version",
-    "whatchanged",
+/// Builtins that can move a branch (or push) other than by a commit that
+/// runs pre-commit: their hooks are routed through the guard's directory.
+/// Every other builtin keeps the repository's hooks directly, sparing the
+/// hook steps (one process per hook run) on the hot path; an unknown
+/// (external) command is routed.
+const ROUTED: &[&str] = &[
+    "am",
+    "bisect",
+    "branch",
+    "checkout",
+    "cherry-pick",
+    "fetch",
+    "merge",
+    "pull",
+    "push",
+    "rebase",
+    "replay",
+    "reset",
+    "revert",
+    "stash",
+    "switch",
+    "symbolic-ref",
+    "update-ref",
+    "worktree",
 ];
 
 /// The inputs of one decision.
@@ -1144,7 +1137,8 @@ pub fn decide(
         husky_checks(&ctx, husky_dirty)?;
     }
     let last = s(&words[0]).into_owned();
-    let moves_refs = !NO_REF_MOVES.contains(&last.as_str());
+    let moves_refs =
+        ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
     let precommit_first = call.settings.block_no_verify
         && matches!(last.as_str(), "rebase" | "cherry-pick" | "revert" | "am")
         && words[1..].iter().any(|w| {

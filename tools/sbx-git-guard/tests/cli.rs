@@ -1297,3 +1297,18 @@ fn rules_output_and_man_page_list_every_enforced_rule() {
     }
     assert_eq!(listed.len(), sbx_git_guard::rules::RULES.len());
 }
+
+/// Class 5, continued: removing the stash's reflog does not hide it.
+#[test]
+fn a_stash_without_its_reflog_is_still_a_stash() {
+    let lab = Lab::new(&real_gits()[0]);
+    lab.repo("r");
+    std::fs::write(lab.path("r/a"), "2\n").unwrap();
+    lab.real("r", &["stash", "push", "-q"]);
+    std::fs::remove_file(lab.path("r/.git/logs/refs/stash")).unwrap();
+    let main = lab.head("r", "main");
+    let out = lab.git("r", &["reset", "--hard", "refs/stash"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unverified-commit"));
+    assert_eq!(lab.head("r", "main"), main);
+}

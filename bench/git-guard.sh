@@ -2,8 +2,9 @@
 # sbx-git-guard against the real git it wraps (issue: sbx-git-guard):
 #   median added latency per call < 1 ms for `git status`, `git rev-parse HEAD`
 #   on a small repository and `git commit` with a trivial hook; `git reset
-#   --hard HEAD` (a ref-moving command: hooks routed through the guard's own
-#   directory, so its reference-transaction step runs) and a push of an
+#   --hard HEAD` without and with a stash (with one, ref-moving commands route
+#   hooks through the guard's own directory, so its reference-transaction
+#   step runs once per transaction state) and a push of an
 #   up-to-date branch to a local bare remote (its pre-push step runs);
 #   also a bash wrapper of the seed's shape (a regex over "$*", then exec).
 set -euo pipefail
@@ -63,6 +64,10 @@ run status status --short
 run revparse rev-parse HEAD
 run commit commit -q --allow-empty -m bench
 run reset reset -q --hard HEAD
+# With a stash, ref-moving commands run the guard's reference-transaction step.
+echo stashed > "$R/f1"
+env HOME="$TMP/home" "$REAL" -C "$R" stash push -q
+run reset-stash reset -q --hard HEAD
 "$REAL" init -q --bare "$TMP/remote.git"
 "$REAL" -C "$R" push -q "$TMP/remote.git" master
 run push push -q "$TMP/remote.git" master

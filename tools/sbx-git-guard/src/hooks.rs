@@ -237,6 +237,17 @@ fn stash_commits(real: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     (commits, trees)
 }
 
+/// Does the repository have a stash (a reflog, a loose or a packed
+/// refs/stash; a stash ref without a reflog still names one stash commit)?
+pub fn stash_exists(common: &Path) -> bool {
+    // reftable keeps refs in tables the guard does not read: assume one.
+    common.join("reftable").is_dir()
+        || common.join("logs/refs/stash").is_file()
+        || common.join("refs/stash").is_file()
+        || std::fs::read(common.join("packed-refs"))
+            .is_ok_and(|p| p.windows(11).any(|w| w == b" refs/stash\n"))
+}
+
 /// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
 pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
     let mut moves = Vec::new();
@@ -260,13 +271,7 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
         )
         .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
     };
-    // A stash ref without a reflog still names one stash commit.
-    let has_stash = common.is_some_and(|d| {
-        d.join("logs/refs/stash").is_file()
-            || d.join("refs/stash").is_file()
-            || std::fs::read(d.join("packed-refs"))
-                .is_ok_and(|p| p.windows(11).any(|w| w == b" refs/stash\n"))
-    });
+    let has_stash = common.is_some_and(|d| stash_exists(&d));
     if !has_stash {
         return Ok(());
     }

@@ -43,11 +43,11 @@ it reads argv as git does and either refuses with exit 77 and one line on
 stderr naming the rule, or execs the real git with
 `-c core.hooksPath=<dir>` as the last global option. The repository's
 trusted hooks are the common dir's `hooks`, or `.husky/_` (husky 9) or
-`.husky` (husky 4-8) in a husky repository. For commands that can move a
-branch or push (am, bisect, branch, checkout, cherry-pick, fetch, merge,
-pull, push, rebase, replay, reset, revert, stash, switch, symbolic-ref,
-update-ref, worktree, and external git-<cmd>) <dir> is
-the guard's own hooks directory (/usr/libexec/sbx/hooks in the image; next
+`.husky` (husky 4-8) in a husky repository. For push, and, while the
+repository has a stash, for commands that can move a branch (am, bisect,
+branch, checkout, cherry-pick, fetch, merge, pull, rebase, replay, reset,
+revert, stash, switch, symbolic-ref, update-ref, worktree, external
+git-<cmd>), <dir> is the guard's own hooks directory (/usr/libexec/sbx/hooks in the image; next
 to this binary elsewhere): each hook there runs the trusted hook of the same
 name, and two check first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,

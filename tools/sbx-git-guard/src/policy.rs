@@ -1137,8 +1137,16 @@ pub fn decide(
         husky_checks(&ctx, husky_dirty)?;
     }
     let last = s(&words[0]).into_owned();
-    let moves_refs =
-        ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
+    // The guard's hook steps judge pushes (pre-push) and branch moves onto
+    // stash commits (reference-transaction): without a stash only a push
+    // needs them, and every hook run through them costs a process.
+    let moves_refs = last == "push"
+        || ((ROUTED.contains(&last.as_str())
+            || BUILTINS_ANY.binary_search(&last.as_str()).is_err())
+            && ctx
+                .repo
+                .as_ref()
+                .is_some_and(|r| crate::hooks::stash_exists(&r.common_dir)));
     let precommit_first = call.settings.block_no_verify
         && matches!(last.as_str(), "rebase" | "cherry-pick" | "revert" | "am")
         && words[1..].iter().any(|w| {

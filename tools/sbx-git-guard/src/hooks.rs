@@ -254,7 +254,11 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
         let [old, new, name] = f[..] else { continue };
-        if name.starts_with(b"refs/heads/") && !is_zero(new) && !new.starts_with(b"ref:") {
+        if name.starts_with(b"refs/heads/")
+            && !is_zero(new)
+            && old != new
+            && !new.starts_with(b"ref:")
+        {
             moves.push((old, new, name));
         }
     }
@@ -275,7 +279,8 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
     if !has_stash {
         return Ok(());
     }
-    let (commits, trees) = stash_commits(real);
+    // Listed lazily: most updates add no commit that is not on a branch.
+    let mut stash: Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = None;
     for (old, new, name) in moves {
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),
@@ -297,6 +302,7 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
             let (Some(c), Some(t)) = (w.next(), w.next()) else {
                 continue;
             };
+            let (commits, trees) = stash.get_or_insert_with(|| stash_commits(real));
             if commits.iter().any(|s| s == c) || trees.iter().any(|s| s == t) {
                 return Err(format!(
                     "{} would point at {}, a stash commit (or a copy of one) that no pre-commit hook saw; `git stash pop` and commit instead",

@@ -325,8 +325,11 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
     };
     match policy::decide(&call, &husky_dirty(&real)) {
         Ok(mut allow) => {
-            if let Some(d) = hooks::guard_dir(sandboxed) {
-                allow.route_hooks(&d);
+            // Looked up only when used: it costs a readlink per hook name.
+            if allow.moves_refs {
+                if let Some(d) = hooks::guard_dir(sandboxed) {
+                    allow.route_hooks(&d);
+                }
             }
             // The hook steps read the same settings the guard did.
             if let (Some(c), false) = (config, sandboxed) {

@@ -181,9 +181,12 @@ pub fn check_push(real: &Path, stdin: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// Object ids of stash commits, and of their trees.
+type StashSets = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 /// The stash's commits (each entry's own commit and its index and
 /// untracked parents, not its base) and their trees.
-fn stash_commits(real: &Path) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+fn stash_commits(real: &Path) -> StashSets {
     let mut commits = Vec::new();
     let mut trees = Vec::new();
     let list = |walk: &str| {
@@ -280,7 +283,7 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     // Listed lazily: most updates add no commit that is not on a branch.
-    let mut stash: Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = None;
+    let mut stash: Option<StashSets> = None;
     for (old, new, name) in moves {
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # sbx-git-guard against the real git it wraps (issue: sbx-git-guard):
 #   median added latency per call < 1 ms for `git status`, `git rev-parse HEAD`
-#   on a small repository and `git commit` with a trivial hook; also a bash
-#   wrapper of the seed's shape (a regex over "$*", then exec) for comparison.
+#   on a small repository and `git commit` with a trivial hook; `git reset
+#   --hard HEAD` without and with a stash (with one, ref-moving commands route
+#   hooks through the guard's own directory, so its reference-transaction
+#   step runs once per transaction state) and a push of an
+#   up-to-date branch to a local bare remote (its pre-push step runs);
+#   also a bash wrapper of the seed's shape (a regex over "$*", then exec).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The statically linked guard `make build` installs.
@@ -59,3 +63,11 @@ echo "== git-guard: added latency per call ($("$REAL" --version))"
 run status status --short
 run revparse rev-parse HEAD
 run commit commit -q --allow-empty -m bench
+run reset reset -q --hard HEAD
+# With a stash, ref-moving commands run the guard's reference-transaction step.
+echo stashed > "$R/f1"
+env HOME="$TMP/home" "$REAL" -C "$R" stash push -q
+run reset-stash reset -q --hard HEAD
+"$REAL" init -q --bare "$TMP/remote.git"
+"$REAL" -C "$R" push -q "$TMP/remote.git" master
+run push push -q "$TMP/remote.git" master

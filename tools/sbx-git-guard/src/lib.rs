@@ -4,10 +4,13 @@
 #![forbid(unsafe_code)]
 
 pub mod argv;
+pub mod hookenv;
+pub mod hooks;
 pub mod keys;
 pub mod options_gen;
 pub mod policy;
 pub mod repo;
+pub mod rules;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write as _;
@@ -23,6 +26,7 @@ use sbx_core::error::BoxError;
 use sbx_core::{Exit, output};
 
 use policy::{Allow, Block, Call, Settings};
+use rules::R;
 
 pub const TOOL: &str = "sbx-git-guard";
 
@@ -33,76 +37,71 @@ pub const FALLBACK_REAL_GIT: &str = "/usr/libexec/sbx/git";
 /// they run no hooks the guard cares about and pass straight through.
 const PASS_THROUGH: &[&str] = &["receive-pack", "upload-pack", "upload-archive"];
 
-const AFTER_HELP: &str = "\
+const HELP_INTRO: &str = "\
 Installed as `git` (a link named git, or git-<command> in git's exec-path),
 it reads argv as git does and either refuses with exit 77 and one line on
 stderr naming the rule, or execs the real git with
-`-c core.hooksPath=<trusted hooks dir>` as the last global option. The
-trusted dir is the common dir's `hooks`, or `.husky/_` (husky 9) or `.husky`
-(husky 4-8) in a husky repository.
+`-c core.hooksPath=<dir>` as the last global option. The repository's
+trusted hooks are the common dir's `hooks`, or `.husky/_` (husky 9) or
+`.husky` (husky 4-8) in a husky repository. For push, and, while the
+repository has a stash, for commands that can move a branch (am, bisect,
+branch, checkout, cherry-pick, fetch, merge, pull, rebase, replay, reset,
+revert, stash, switch, symbolic-ref, update-ref, worktree, external
+git-<cmd>), <dir> is the guard's own hooks directory (/usr/libexec/sbx/hooks in the image; next
+to this binary elsewhere): each hook there runs the trusted hook of the same
+name, and two check first what git itself computed: pre-push refuses every
+deletion and non-fast-forward among the ref updates git is about to send,
+and reference-transaction refuses moving a branch onto a stash commit.
 
-Rules:
-  block-no-verify      --no-verify/-n where it skips hooks (commit, merge,
-                       pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS,
-                       LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and
-                       PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's
-                       environment
-  block-force-push     -f, --force, --force-with-lease, --force-if-includes,
-                       --mirror, --delete/-d, --prune, +refspec, :ref, and a
-                       remote whose stored push refspec has + or mirror = true
-  block-global-config  git config --global/--system writes
-  config-inline        -c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and
-                       GIT_CONFIG_PARAMETERS setting core.hooksPath,
-                       include.*, includeIf.*, alias.*, core.fsmonitor,
-                       editor/pager/ssh/diff/credential/gpg programs,
-                       remote.*.push with +, remote.*.mirror, receive.*,
-                       protocol.ext.allow, init.templateDir, hook.*
-  config-write         the same keys (but alias.*) written with git config,
-                       old or `git config set` syntax; --edit; renaming or
-                       removing those sections
-  config-env           GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG,
-                       GIT_TEMPLATE_DIR, GIT_EXEC_PATH, --exec-path=,
-                       clone/init --template
-  plumbing             commit-tree, fast-import, send-pack, filter-branch,
-                       filter-repo, replace (but --list/--delete),
-                       stash create/store, update-ref of HEAD or refs/heads/*
-                       (and --stdin)
-  exec-option          rebase -x/--exec, submodule foreach, bisect run,
-                       difftool -x, --upload-pack/--receive-pack/--exec,
-                       remote.*.receivepack, `!` shell aliases
-  git-dir              a cwd, work tree, worktree add path, clone/init
-                       directory or --prefix inside the git common dir
-  husky                commit/merge/pull/rebase/am while .husky has
-                       uncommitted changes or a husky init.sh / ~/.huskyrc
-                       has content
-  parse-error          an unknown global option, an unknown or ambiguous
-                       option, a missing value, an alias loop
-  config-unreadable    git configuration the guard cannot read
-  internal             a bug in the guard
+The real git and its hooks run in a cleaned environment: one value per
+variable (the first, as git's getenv reads it); BASH_ENV, ENV, SHELLOPTS,
+BASHOPTS, PS4, CDPATH, IFS, exported bash functions, LD_*, NODE_OPTIONS,
+PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
+GIT_REPLACE_REF_BASE, GIT_TEST_* and the hook managers' kill switches
+removed; /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
+on PATH.
 
+";
+
+const HELP_TAIL: &str = "
 Every refusal is one audit record (policy = the rule). Options are matched
 with tables generated from git 2.39 and 2.47 (`cargo xtask git-options`):
 short clusters (-anm msg), attached values (-mmsg, --opt=v), unique long
 prefixes (--no-veri), --no- negation and `--` are read the way
 parse-options reads them, so `git commit -m -n` commits with the message
-\"-n\" and `git push -n` is a dry run. Stored aliases are expanded and each
-step re-checked; stored push refspecs and mirror settings are checked at
-push time; configuration is read natively (system, global, local,
-worktree, includes and includeIf followed), never by running git.
+\"-n\" and `git push -n` is a dry run. Repository discovery follows setup.c
+(HEAD validated, so a decoy .git with a bad HEAD is skipped; gitdir: files
+with CR/LF; GIT_DIR, GIT_COMMON_DIR, GIT_WORK_TREE, GIT_OBJECT_DIRECTORY);
+aliases as alias.c (the name is everything after `alias.`, any case);
+configuration natively (system, global, local, worktree, includes and
+includeIf, then GIT_CONFIG_COUNT, GIT_CONFIG_PARAMETERS and -c).
 
-The real git is $SBX_REAL_GIT, else the first `git` on PATH that is not
-this program, else /usr/libexec/sbx/git.
+The real git is the first `git` on PATH that is not this program, else
+/usr/libexec/sbx/git. $SBX_REAL_GIT names it instead only OUTSIDE the
+sandbox (when /.agent-sandbox is absent): inside, the agent controls the
+environment.
 
-Residual risks, closed only by a server-side gate: a fresh clone has no
-hooks; cherry-pick and am never run pre-commit; a commit made in another
-repository can be fetched and fast-forwarded in; the relocated real binary
-can still be found and run by a determined agent. Protect the remote with
-receive.denyNonFastForwards, receive.denyDeletes and branch protection,
-and run the same checks in CI.
+Limits: the guard is one of three layers. (1) The guard refuses what it can
+see on git's command line and in git's own ref updates; it cannot see an
+agent that writes objects and refs with its own code, or a hook that calls a
+script the agent can edit. (2) The OS layer (sbx-run) mounts .git/hooks,
+.husky, .agent-sandbox and the configured protected paths read-only; it
+does not stop writes to .git/config, refs or objects. (3) The boundary
+check, `sbx-run verify-commits`, runs the repository's pre-commit and
+commit-msg hooks on the host against every commit the sandbox added; it
+sees commits, not pushes the sandbox made to other remotes. Protect the
+remote as well (receive.denyNonFastForwards, receive.denyDeletes, branch
+protection) and run the same checks in CI.
 
 Exit status: the real git's; 77 when refused; 78 for a bad sbx config;
 125-127 when the real git cannot be run. `check` exits 0 (allowed) or 1
 (would be refused).";
+
+/// The `--help`/man page text after the options: rendered from the rules
+/// table, so the two cannot disagree.
+pub fn after_help() -> String {
+    format!("{HELP_INTRO}{}{HELP_TAIL}", rules::help_section())
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -111,8 +110,7 @@ Exit status: the real git's; 77 when refused; 78 for a bad sbx config;
     about = "A git that cannot be talked out of running the repository's hooks",
     long_about = "A git that cannot be talked out of running the repository's hooks.\n\n\
 Install it as `git` ahead of the real one on PATH (and at git's exec-path); \
-invoked under its own name it explains its verdicts.",
-    after_long_help = AFTER_HELP
+invoked under its own name it explains its verdicts."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -129,6 +127,12 @@ pub enum Cmd {
     Exec(GitArgs),
     /// List every rule and what it blocks
     Rules,
+    /// Create the guard's hooks directory at DIR (a link per hook to this
+    /// binary); the image runs it for /usr/libexec/sbx/hooks
+    InstallHooks {
+        /// The directory to create
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, ClapArgs)]
@@ -157,11 +161,20 @@ impl sbx_core::SbxError for GuardError {
 
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    Cli::command()
+    Cli::command().after_long_help(after_help())
 }
 
-fn settings() -> Result<Settings, BoxError> {
-    let loaded = sbx_core::config::discover_from_env(None)?;
+/// Inside the sandbox (sbx_core::config's test): the agent's environment
+/// may not name the real git or the config there.
+pub fn in_sandbox() -> bool {
+    Path::new(sbx_core::config::SANDBOX_DIR).is_dir()
+        && Path::new(sbx_core::audit::SANDBOX_MARKER).exists()
+}
+
+/// The `[git]` settings from `--config FILE` (explicit), else SBX_CONFIG,
+/// else discovery, exactly as every sbx tool reads them.
+pub fn settings_for(explicit: Option<&Path>) -> Result<Settings, BoxError> {
+    let loaded = sbx_core::config::discover_from_env(explicit)?;
     let g = &loaded.config.git;
     Ok(Settings {
         block_no_verify: g.block_no_verify,
@@ -196,17 +209,15 @@ fn husky_dirty(real: &Path) -> impl Fn(&Path) -> Option<bool> + '_ {
     }
 }
 
-/// The real git: `$SBX_REAL_GIT`, else the first `git` on PATH that is not
-/// this file (same inode, or a copy of the same size), else the image's.
-pub fn real_git(env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    let var = |n: &str| {
-        env.iter()
-            .rev()
-            .find(|(k, _)| k == n)
-            .map(|(_, v)| v.clone())
-    };
-    if let Some(p) = var("SBX_REAL_GIT").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+/// The real git: `$SBX_REAL_GIT` outside the sandbox only, else the first
+/// `git` on PATH that is not this file (same inode, or a copy of the same
+/// size), else the image's.
+pub fn real_git(env: &[(OsString, OsString)], in_sandbox: bool) -> Option<PathBuf> {
+    let var = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    if !in_sandbox {
+        if let Some(p) = var("SBX_REAL_GIT").filter(|p| !p.is_empty()) {
+            return Some(PathBuf::from(p));
+        }
     }
     let me = std::fs::metadata("/proc/self/exe").ok();
     let is_me = |m: &std::fs::Metadata| {
@@ -248,7 +259,7 @@ fn operation(args: &[OsString]) -> String {
         .unwrap_or_else(|| "git".into())
 }
 
-fn record_block(args: &[OsString], b: &Block) {
+pub(crate) fn record_block(args: &[OsString], b: &Block) {
     let target = shell_join(args);
     let op = operation(args);
     audit::append(&Record::new(TOOL, &op, &target, Outcome::Blocked, b.rule).reason(&b.reason));
@@ -264,22 +275,27 @@ fn refuse(args: &[OsString], b: &Block) -> ExitCode {
 /// Guard mode: `git ARGS` (argv[0] is git or git-<cmd>). Never returns on
 /// success: the process becomes the real git.
 pub fn guard(args: Vec<OsString>) -> ExitCode {
+    guard_with(args, None)
+}
+
+/// Guard mode with the tool's `--config FILE`.
+pub fn guard_with(args: Vec<OsString>, config: Option<PathBuf>) -> ExitCode {
     output::set_tool_if_unset(TOOL);
-    let result = std::panic::catch_unwind(|| guard_inner(&args));
+    let result = std::panic::catch_unwind(|| guard_inner(&args, config.as_deref()));
     match result {
         Ok(code) => code,
         Err(_) => refuse(
             &args,
             &Block {
-                rule: "internal",
+                rule: R::Internal.name(),
                 reason: "the guard crashed; nothing was run".into(),
             },
         ),
     }
 }
 
-fn guard_inner(args: &[OsString]) -> ExitCode {
-    let settings = match settings() {
+fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
+    let settings = match settings_for(config) {
         Ok(s) => s,
         Err(e) => {
             output::error(&sbx_core::entry::chain(e.as_ref()));
@@ -287,8 +303,11 @@ fn guard_inner(args: &[OsString]) -> ExitCode {
         }
     };
     let env = env_vec();
-    let Some(real) = real_git(&env) else {
-        output::error("the real git was not found (set SBX_REAL_GIT, or install git)");
+    let sandboxed = in_sandbox();
+    let Some(real) = real_git(&env, sandboxed) else {
+        output::error(
+            "the real git was not found (install git; outside the sandbox SBX_REAL_GIT names it)",
+        );
         return Exit::NotFound.into();
     };
     let cwd = match std::env::current_dir() {
@@ -305,8 +324,65 @@ fn guard_inner(args: &[OsString]) -> ExitCode {
         settings,
     };
     match policy::decide(&call, &husky_dirty(&real)) {
-        Ok(allow) => exec(&real, allow),
+        Ok(mut allow) => {
+            // Looked up only when used: it costs a readlink per hook name.
+            if allow.moves_refs {
+                if let Some(d) = hooks::guard_dir(sandboxed) {
+                    allow.route_hooks(&d);
+                }
+            }
+            // The hook steps read the same settings the guard did.
+            if let (Some(c), false) = (config, sandboxed) {
+                allow.env.retain(|(k, _)| k != "SBX_CONFIG");
+                allow.env.push(("SBX_CONFIG".into(), c.into()));
+            }
+            if let Err(b) = precommit_first(&real, &allow) {
+                return refuse(args, &b);
+            }
+            exec(&real, allow)
+        }
         Err(b) => refuse(args, &b),
+    }
+}
+
+/// A sequencer `--continue` commits whatever is staged without pre-commit:
+/// when the index differs from HEAD, run the repository's pre-commit on it
+/// first (as `git commit` would) and refuse if it fails.
+pub fn precommit_first(real: &Path, allow: &Allow) -> Result<(), Block> {
+    if !allow.precommit_first {
+        return Ok(());
+    }
+    let Some((_, trusted)) = &allow.pin else {
+        return Ok(());
+    };
+    let mut pin = OsString::from("core.hooksPath=");
+    pin.push(trusted);
+    let idx = allow.pin.as_ref().map_or(0, |(i, _)| i + 1);
+    // The caller's globals (-C, --git-dir, ...) up to and including the pin.
+    let globals = &allow.args[..idx.min(allow.args.len())];
+    let run = |extra: &[&str]| {
+        std::process::Command::new(real)
+            .args(globals)
+            .arg("-c")
+            .arg(&pin)
+            .args(extra)
+            .env_clear()
+            .envs(allow.env.iter().map(|(k, v)| (k, v)))
+            .status()
+    };
+    let same = run(&["diff", "--cached", "--quiet", "HEAD", "--"]);
+    if same.is_ok_and(|s| s.success()) {
+        return Ok(());
+    }
+    match run(&["hook", "run", "--ignore-missing", "pre-commit"]) {
+        Ok(s) if s.success() => Ok(()),
+        _ => Err(Block {
+            rule: rules::R::UnverifiedCommit.name(),
+            reason: format!(
+                "the staged changes `git {} --continue` would commit fail the pre-commit hook",
+                allow.command
+            ),
+        }),
     }
 }
 
@@ -326,7 +402,7 @@ fn exec(real: &Path, allow: Allow) -> ExitCode {
 /// Pass-through for git-receive-pack and friends.
 pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
     let env = env_vec();
-    let Some(real) = real_git(&env) else {
+    let Some(real) = real_git(&env, in_sandbox()) else {
         output::error("the real git was not found");
         return Exit::NotFound.into();
     };
@@ -336,8 +412,12 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
         &real,
         Allow {
             args: all,
-            env,
+            env: hookenv::clean(&env),
             command: cmd.into(),
+            pin: None,
+            moves_refs: false,
+            precommit_first: false,
+            repo: None,
         },
     )
 }
@@ -348,6 +428,8 @@ pub enum Mode {
     Git,
     Dashed(String),
     PassThrough(String),
+    /// A link in the guard's hooks directory (`pre-push`, ...).
+    Hook(String),
 }
 
 pub fn mode(argv0: &OsStr) -> Mode {
@@ -355,6 +437,9 @@ pub fn mode(argv0: &OsStr) -> Mode {
     let base = String::from_utf8_lossy(base);
     if base == "git" {
         return Mode::Git;
+    }
+    if hooks::is_hook_name(&base) {
+        return Mode::Hook(base.into_owned());
     }
     match base.strip_prefix("git-") {
         Some(cmd) if PASS_THROUGH.contains(&cmd) => Mode::PassThrough(cmd.to_owned()),
@@ -369,9 +454,15 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     let json = cli.common.json;
     let mut stdout = std::io::stdout().lock();
     match cli.cmd {
-        Cmd::Exec(a) => Ok(guard(a.args)),
+        Cmd::Exec(a) => Ok(guard_with(a.args, cli.common.config.clone())),
+        Cmd::InstallHooks { dir } => {
+            let exe = std::fs::canonicalize("/proc/self/exe").map_err(GuardError::from)?;
+            hooks::install(&dir, &exe).map_err(GuardError::from)?;
+            Ok(Exit::Ok.into())
+        }
         Cmd::Rules => {
-            for (name, what) in policy::RULES {
+            for r in policy::RULES {
+                let (name, what) = (r.name, r.blocks);
                 if json {
                     output::json_line(
                         &mut stdout,
@@ -392,9 +483,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                 args: &a.args,
                 cwd: &cwd,
                 env: &env,
-                settings: settings()?,
+                settings: settings_for(cli.common.config.as_deref())?,
             };
-            let real = real_git(&env).unwrap_or_else(|| PathBuf::from("git"));
+            let real = real_git(&env, in_sandbox()).unwrap_or_else(|| PathBuf::from("git"));
             let verdict = policy::decide(&call, &husky_dirty(&real));
             if json {
                 let data = match &verdict {
@@ -402,6 +493,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                         "verdict": "allow",
                         "command": allow.command,
                         "exec": allow.args.iter().map(|a| String::from_utf8_lossy(a.as_bytes())).collect::<Vec<_>>(),
+                        "git_dir": allow.repo.as_ref().map(|r| r.git_dir.to_string_lossy().into_owned()),
+                        "common_dir": allow.repo.as_ref().map(|r| r.common_dir.to_string_lossy().into_owned()),
+                        "work_tree": allow.repo.as_ref().and_then(|r| r.work_tree.as_ref()).map(|w| w.to_string_lossy().into_owned()),
                     }),
                     Err(b) => serde_json::json!({
                         "verdict": "block", "rule": b.rule, "reason": b.reason,

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
             guard(all)
         }
         Mode::PassThrough(cmd) => pass_through(&cmd, args.collect()),
+        Mode::Hook(name) => sbx_git_guard::hooks::run(&name, args.collect()),
         Mode::Tool => sbx_core::main(
             sbx_git_guard::command(),
             sbx_core::Exit::Denied,

@@ -11,65 +11,15 @@ use crate::keys::{self, Via};
 use crate::options_gen::{BUILTINS_ALL, BUILTINS_ANY, TABLES};
 use crate::repo::{self, Repo, SetupEnv};
 
-/// Every rule, with what it blocks (for `rules`, the man page and the log).
-pub const RULES: &[(&str, &str)] = &[
-    (
-        "block-no-verify",
-        "skipping hooks: --no-verify/-n (where it means that) for commit, merge, pull, rebase, am, push; husky kill switches",
-    ),
-    (
-        "block-force-push",
-        "forced or destructive pushes: -f, --force*, +refspec, --mirror, --delete/-d, :ref, --prune, stored + refspecs and mirror remotes",
-    ),
-    ("block-global-config", "git config --global/--system writes"),
-    (
-        "config-inline",
-        "-c, --config-env, GIT_CONFIG_COUNT/KEY/VALUE and GIT_CONFIG_PARAMETERS that set hooks, includes, aliases or programs",
-    ),
-    (
-        "config-write",
-        "git config writes (old and `git config set` syntax) of keys that move hooks, include files or run programs",
-    ),
-    (
-        "config-env",
-        "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH and --exec-path=",
-    ),
-    (
-        "plumbing",
-        "commands that make commits or move branches without hooks: commit-tree, fast-import, send-pack, filter-branch, filter-repo, replace, stash create/store, update-ref of HEAD or refs/heads/*",
-    ),
-    (
-        "exec-option",
-        "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases",
-    ),
-    (
-        "git-dir",
-        "a work tree, --prefix, output or cwd inside the git common dir",
-    ),
-    (
-        "husky",
-        "commits while .husky has uncommitted changes or a husky init.sh/.huskyrc has content",
-    ),
-    (
-        "parse-error",
-        "arguments git itself would reject or the guard cannot read: fail closed",
-    ),
-    (
-        "config-unreadable",
-        "git configuration that cannot be read: fail closed",
-    ),
-    ("internal", "a bug in the guard: fail closed"),
-];
+pub use crate::rules::{R, RULES};
 
-/// Hook-manager kill switches, removed from git's environment.
-pub const STRIPPED_ENV: &[&str] = &[
-    "HUSKY",
-    "HUSKY_SKIP_HOOKS",
-    "LEFTHOOK",
-    "LEFTHOOK_EXCLUDE",
-    "SKIP",
-    "PRE_COMMIT_ALLOW_NO_CONFIG",
-];
+/// Hook-manager kill switches and the rest of what hooks must not inherit.
+pub use crate::hookenv::STRIPPED as STRIPPED_ENV;
+
+/// A rule's name, for callers outside the policy (hook steps, the broker).
+pub fn rule(r: R) -> &'static str {
+    r.name()
+}
 
 /// What the `[git]` table of the sbx config switches.
 #[derive(Debug, Clone, Copy)]
@@ -98,9 +48,9 @@ pub struct Block {
 
 const ASK: &str = "ask the user to run it outside the sandbox";
 
-fn block(rule: &'static str, reason: impl Into<String>) -> Block {
+fn block(rule: R, reason: impl Into<String>) -> Block {
     Block {
-        rule,
+        rule: rule.name(),
         reason: reason.into(),
     }
 }
@@ -113,7 +63,67 @@ pub struct Allow {
     pub env: Vec<(OsString, OsString)>,
     /// The subcommand, for logs.
     pub command: String,
+    /// Where `args` pins the hooks: the index of the `core.hooksPath=` value
+    /// and the repository's trusted hooks directory.
+    pub pin: Option<(usize, PathBuf)>,
+    /// The command (after aliases) can move refs: route hooks through the
+    /// guard's own directory (`Allow::route_hooks`) so its pre-push and
+    /// reference-transaction steps run.
+    pub moves_refs: bool,
+    /// A sequencer `--continue`: run the repository's pre-commit on the
+    /// index first when it differs from HEAD (`lib::precommit_first`).
+    pub precommit_first: bool,
+    /// The repository git will act on, as the guard found it.
+    pub repo: Option<Repo>,
 }
+
+impl Allow {
+    /// Point the pin at the guard's hooks directory, which runs the trusted
+    /// hooks and tells them apart by `SBX_GUARD_TRUSTED_HOOKS`.
+    pub fn route_hooks(&mut self, guard_dir: &Path) {
+        let Some((i, trusted)) = &self.pin else {
+            return;
+        };
+        if !self.moves_refs {
+            return;
+        }
+        let mut v = OsString::from("core.hooksPath=");
+        v.push(guard_dir);
+        self.args[*i] = v;
+        self.env
+            .push((crate::hooks::TRUSTED_ENV.into(), trusted.clone().into()));
+        if let Some(r) = &self.repo {
+            self.env
+                .push((crate::hooks::COMMON_ENV.into(), r.common_dir.clone().into()));
+        }
+    }
+}
+
+/// Builtins that can move a branch (or push) other than by a commit that
+/// runs pre-commit: their hooks are routed through the guard's directory.
+/// Every other builtin keeps the repository's hooks directly, sparing the
+/// hook steps (one process per hook run) on the hot path; an unknown
+/// (external) command is routed.
+const ROUTED: &[&str] = &[
+    "am",
+    "bisect",
+    "branch",
+    "checkout",
+    "cherry-pick",
+    "fetch",
+    "merge",
+    "pull",
+    "push",
+    "rebase",
+    "replay",
+    "reset",
+    "revert",
+    "stash",
+    "switch",
+    "symbolic-ref",
+    "update-ref",
+    "worktree",
+];
 
 /// The inputs of one decision.
 #[derive(Debug, Clone)]
@@ -125,10 +135,10 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
-    fn var(&self, name: &str) -> Option<&OsStr> {
+    /// git's `getenv`: the FIRST entry of a duplicated name wins.
+    pub fn var(&self, name: &str) -> Option<&OsStr> {
         self.env
             .iter()
-            .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_os_str())
     }
@@ -147,6 +157,11 @@ struct Ctx<'a> {
     bare: bool,
     repo: Option<Repo>,
     hooks: Option<PathBuf>,
+    /// Configuration from the command line (`-c`, `--config-env`, alias
+    /// `-c`), in order; git reads it after the environment's.
+    inline: Vec<(String, Option<String>)>,
+    /// Configuration from GIT_CONFIG_COUNT, then GIT_CONFIG_PARAMETERS.
+    env_inline: Vec<(String, Option<String>)>,
 }
 
 impl Ctx<'_> {
@@ -163,13 +178,7 @@ impl Ctx<'_> {
             })
     }
 
-    fn check_key(
-        &self,
-        key: &str,
-        value: Option<&str>,
-        via: Via,
-        rule: &'static str,
-    ) -> Result<(), Block> {
+    fn check_key(&self, key: &str, value: Option<&str>, via: Via, rule: R) -> Result<(), Block> {
         match keys::refused(key, value, via, &|v| self.hooks_ok(v)) {
             None => Ok(()),
             Some(why) => Err(block(rule, format!("{key}: {why}"))),
@@ -185,26 +194,31 @@ impl Ctx<'_> {
                     Some((k, v)) => (k, Some(v)),
                     None => (&*kv, None),
                 };
-                self.check_key(k, v, Via::Inline, "config-inline")
+                self.check_key(k, v, Via::Inline, R::ConfigInline)?;
+                self.inline.push((k.to_owned(), v.map(str::to_owned)));
+                Ok(())
             }
             Global::ConfigEnv(kv) => {
                 let kv = s(kv);
                 let Some((k, var)) = kv.rsplit_once('=') else {
                     return Err(block(
-                        "parse-error",
+                        R::ParseError,
                         format!("--config-env={kv}: expected NAME=ENVVAR"),
                     ));
                 };
                 let Some(v) = self.call.var(var) else {
                     return Err(block(
-                        "parse-error",
+                        R::ParseError,
                         format!("--config-env: {var} is not set"),
                     ));
                 };
-                self.check_key(k, Some(&s(v)), Via::Inline, "config-inline")
+                let v = s(v).into_owned();
+                self.check_key(k, Some(&v), Via::Inline, R::ConfigInline)?;
+                self.inline.push((k.to_owned(), Some(v)));
+                Ok(())
             }
             Global::ExecPath(_) => Err(block(
-                "config-env",
+                R::ConfigEnv,
                 "--exec-path= makes git run its helpers and hooks' `git` from another directory",
             )),
             Global::Chdir(d) => {
@@ -237,18 +251,20 @@ impl Ctx<'_> {
 }
 
 fn parse_error(e: ParseError) -> Block {
-    block("parse-error", e.to_string())
+    block(R::ParseError, e.to_string())
 }
 
 /// The environment checks, and the environment git will get.
-fn check_env(ctx: &Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
+fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
     let env = ctx.call.env;
+    let mut count_pairs = Vec::new();
+    let mut param_pairs = Vec::new();
     for (k, v) in env {
         let name = k.as_bytes();
         match name {
             b"GIT_CONFIG_GLOBAL" | b"GIT_CONFIG_SYSTEM" | b"GIT_CONFIG" | b"GIT_TEMPLATE_DIR" => {
                 return Err(block(
-                    "config-env",
+                    R::ConfigEnv,
                     format!(
                         "{} points git at configuration the guard does not check",
                         s(k)
@@ -257,13 +273,13 @@ fn check_env(ctx: &Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
             }
             b"GIT_EXEC_PATH" => {
                 return Err(block(
-                    "config-env",
+                    R::ConfigEnv,
                     "GIT_EXEC_PATH makes git run its helpers and hooks' `git` from another directory",
                 ));
             }
             b"GIT_CONFIG_PARAMETERS" => {
                 let pairs = argv::config_parameters(v.as_bytes())
-                    .ok_or_else(|| block("parse-error", "GIT_CONFIG_PARAMETERS is malformed"))?;
+                    .ok_or_else(|| block(R::ParseError, "GIT_CONFIG_PARAMETERS is malformed"))?;
                 for (key, val) in pairs {
                     let key = String::from_utf8_lossy(&key);
                     // git itself exports our pin to every child (hooks included);
@@ -272,13 +288,14 @@ fn check_env(ctx: &Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
                         continue;
                     }
                     let val = val.map(|v| String::from_utf8_lossy(&v).into_owned());
-                    ctx.check_key(&key, val.as_deref(), Via::Inline, "config-inline")?;
+                    ctx.check_key(&key, val.as_deref(), Via::Inline, R::ConfigInline)?;
+                    param_pairs.push((key.into_owned(), val));
                 }
             }
             b"GIT_CONFIG_COUNT" => {
                 let n: usize = s(v).trim().parse().map_err(|_| {
                     block(
-                        "parse-error",
+                        R::ParseError,
                         format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
                     )
                 })?;
@@ -287,21 +304,20 @@ fn check_env(ctx: &Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
                         .call
                         .var(&format!("GIT_CONFIG_KEY_{i}"))
                         .ok_or_else(|| {
-                            block("parse-error", format!("GIT_CONFIG_KEY_{i} is missing"))
+                            block(R::ParseError, format!("GIT_CONFIG_KEY_{i} is missing"))
                         })?;
                     let val = ctx.call.var(&format!("GIT_CONFIG_VALUE_{i}"));
                     let val = val.map(|v| s(v).into_owned());
-                    ctx.check_key(&s(key), val.as_deref(), Via::Inline, "config-inline")?;
+                    ctx.check_key(&s(key), val.as_deref(), Via::Inline, R::ConfigInline)?;
+                    count_pairs.push((s(key).into_owned(), val));
                 }
             }
             _ => {}
         }
     }
-    Ok(env
-        .iter()
-        .filter(|(k, _)| !STRIPPED_ENV.iter().any(|s| k == s))
-        .cloned()
-        .collect())
+    count_pairs.extend(param_pairs);
+    ctx.env_inline = count_pairs;
+    Ok(crate::hookenv::clean(env))
 }
 
 fn table(key: &str) -> &'static [argv::Opt] {
@@ -334,7 +350,7 @@ fn skips_hooks(a: &Args) -> bool {
 fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> {
     match opts.iter().find(|o| a.has(o)) {
         Some(o) => Err(block(
-            "exec-option",
+            R::ExecOption,
             format!("git {cmd} --{o} runs a program of the caller's choosing"),
         )),
         None => Ok(()),
@@ -401,7 +417,7 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
     let st = ctx.call.settings;
     if st.block_no_verify && skips_hooks(&a) {
         return Err(block(
-            "block-no-verify",
+            R::NoVerify,
             "git push --no-verify skips the pre-push hook",
         ));
     }
@@ -427,20 +443,20 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
         ("prune", "--prune deletes remote branches"),
     ] {
         if a.has(opt) {
-            return Err(block("block-force-push", format!("git push {why}")));
+            return Err(block(R::ForcePush, format!("git push {why}")));
         }
     }
     for r in a.positional.iter().skip(1) {
         let r = r.as_bytes();
         if r.starts_with(b"+") {
             return Err(block(
-                "block-force-push",
+                R::ForcePush,
                 format!("refspec `{}` forces the update", argv::lossy(r)),
             ));
         }
         if r.len() > 1 && r.starts_with(b":") {
             return Err(block(
-                "block-force-push",
+                R::ForcePush,
                 format!("refspec `{}` deletes a remote ref", argv::lossy(r)),
             ));
         }
@@ -450,21 +466,40 @@ fn check_push(ctx: &Ctx<'_>, cfg: &gix_config::File, args: &[OsString]) -> Resul
         let sub = Some(remote.as_bytes().into());
         if cfg.boolean_by("remote", sub, "mirror").ok().flatten() == Some(true) {
             return Err(block(
-                "block-force-push",
+                R::ForcePush,
                 format!("remote `{remote}` is configured as a mirror (remote.{remote}.mirror)"),
             ));
         }
         if cfg.string_by("remote", sub, "receivepack").is_some() {
             return Err(block(
-                "exec-option",
+                R::ExecOption,
                 format!("remote.{remote}.receivepack runs a program on the remote side"),
             ));
+        }
+        // remote.c reads a legacy `remotes/<name>` file for a remote that has
+        // no configured URL; its `Push:` lines are refspecs like remote.*.push.
+        if let Some(r) = &ctx.repo {
+            if !remote.contains('/') && cfg.string_by("remote", sub, "url").is_none() {
+                if let Ok(text) = std::fs::read(r.common_dir.join("remotes").join(&remote)) {
+                    for line in text.split(|b| *b == b'\n') {
+                        let v = line.strip_prefix(b"Push:").map(<[u8]>::trim_ascii);
+                        if v.is_some_and(|v| v.starts_with(b"+")) {
+                            return Err(block(
+                                R::ForcePush,
+                                format!(
+                                    "remotes/{remote} has a `+` Push line: it forces the update"
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
         }
         if a.positional.len() <= 1 && !a.has("all") && !a.has("branches") && !a.has("tags") {
             for spec in cfg.strings_by("remote", sub, "push").unwrap_or_default() {
                 if spec.starts_with(b"+") {
                     return Err(block(
-                        "block-force-push",
+                        R::ForcePush,
                         format!("remote.{remote}.push `{spec}` forces the update"),
                     ));
                 }
@@ -537,7 +572,7 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
     }
     if ctx.call.settings.block_global_config && (a.has("global") || a.has("system")) {
         return Err(block(
-            "block-global-config",
+            R::GlobalConfig,
             "git config --global/--system changes every repository's configuration",
         ));
     }
@@ -545,14 +580,14 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
     let arg = |i: usize| p.get(i).map(|v| s(v).into_owned());
     match action.as_str() {
         "edit" => Err(block(
-            "config-write",
+            R::ConfigWrite,
             "git config --edit cannot be checked key by key; use `git config NAME VALUE`",
         )),
         "rename-section" | "remove-section" => {
             for sec in p {
                 if keys::guarded_section(&s(sec)) {
                     return Err(block(
-                        "config-write",
+                        R::ConfigWrite,
                         format!(
                             "section `{}` holds settings that guard hooks and pushes",
                             s(sec)
@@ -567,7 +602,7 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
             // Removing the pin or a receive.* protection is a write too.
             match keys::refused(&k, Some("\u{0}"), Via::Write, &|_| false) {
                 Some(why) if !k.eq_ignore_ascii_case("core.hooksPath") => {
-                    Err(block("config-write", format!("{k}: {why}")))
+                    Err(block(R::ConfigWrite, format!("{k}: {why}")))
                 }
                 _ => Ok(()),
             }
@@ -575,9 +610,124 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
         _ => {
             let Some(k) = arg(0) else { return Ok(()) };
             let v = arg(1);
-            ctx.check_key(&k, v.as_deref(), Via::Write, "config-write")
+            ctx.check_key(&k, v.as_deref(), Via::Write, R::ConfigWrite)
         }
     }
+}
+
+/// Paths a command's options would write to: `--output[=]`,
+/// `--output-directory[=]` and their unique prefixes, `-o` where it means
+/// an output file or directory, `bundle create FILE`, `config -f FILE`,
+/// fast-export's `--export-marks=`.
+fn output_paths(cmd: &str, args: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let short_o = matches!(cmd, "format-patch" | "archive" | "bugreport" | "diagnose");
+    let mut i = 0;
+    while i < args.len() {
+        let w = args[i].as_bytes();
+        if w == b"--" {
+            break;
+        }
+        let next = args.get(i + 1).cloned();
+        if let Some(long) = w.strip_prefix(b"--") {
+            let (name, val) = match long.iter().position(|b| *b == b'=') {
+                Some(p) => (
+                    &long[..p],
+                    Some(OsStr::from_bytes(&long[p + 1..]).to_owned()),
+                ),
+                None => (long, None),
+            };
+            let is_out = name.len() >= 2
+                && (b"output".starts_with(name)
+                    || b"output-directory".starts_with(name)
+                    || name.starts_with(b"output-directory"));
+            let marks = cmd == "fast-export" && name.starts_with(b"export-marks");
+            let file = cmd == "config" && name.len() >= 2 && b"file".starts_with(name);
+            if (is_out || marks || file) && name != b"output-indicator" {
+                match val {
+                    Some(v) => out.push(v),
+                    None => {
+                        out.extend(next);
+                        i += 1;
+                    }
+                }
+            }
+        } else if (short_o && w.starts_with(b"-o")) || (cmd == "config" && w.starts_with(b"-f")) {
+            if w.len() > 2 {
+                out.push(OsStr::from_bytes(&w[2..]).to_owned());
+            } else {
+                out.extend(next);
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    if cmd == "bundle" && args.first().is_some_and(|a| a == "create") {
+        if let Some(f) = args[1..].iter().find(|a| !a.as_bytes().starts_with(b"-")) {
+            out.push(f.clone());
+        }
+    }
+    out
+}
+
+/// Where a write to `p` lands: like `resolve`, but a dangling symlink is
+/// followed too (fopen would create its target).
+fn write_target(base: &Path, p: &Path) -> PathBuf {
+    let mut cur = repo::resolve(base, p);
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&cur) {
+                Ok(t) => {
+                    let parent = cur.parent().map(Path::to_path_buf).unwrap_or_default();
+                    cur = repo::resolve(&parent, &t);
+                }
+                Err(_) => break,
+            },
+            _ => break,
+        }
+    }
+    cur
+}
+
+/// Output options may not write into the git dir, a hooks directory,
+/// .husky or .agent-sandbox.
+fn check_outputs(ctx: &Ctx<'_>, cmd: &str, args: &[OsString]) -> Result<(), Block> {
+    let paths = output_paths(cmd, args);
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let mut protected: Vec<PathBuf> = Vec::new();
+    if let Some(r) = &ctx.repo {
+        protected.push(r.common_dir.join("hooks"));
+        // `git config -f` may write git config files (its keys are checked).
+        if cmd != "config" {
+            protected.push(r.common_dir.clone());
+            protected.push(r.git_dir.clone());
+        }
+        if let Some(wt) = &r.work_tree {
+            protected.push(wt.join(".husky"));
+            protected.push(wt.join(".agent-sandbox"));
+        }
+    }
+    protected.extend(ctx.hooks.clone());
+    protected.push(PathBuf::from(crate::hooks::IMAGE_DIR));
+    for p in paths {
+        if p.is_empty() || p == "-" {
+            continue;
+        }
+        let t = write_target(&ctx.cwd, Path::new(&p));
+        if let Some(bad) = protected.iter().find(|d| t.starts_with(d)) {
+            return Err(block(
+                R::OutputPath,
+                format!(
+                    "git {cmd} would write {} inside {}",
+                    t.display(),
+                    bad.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The per-command rules. `args` are the arguments after the command name.
@@ -593,13 +743,14 @@ fn check_command(
         let a = parse(key, args)?;
         if st.block_no_verify && !a.help && skips_hooks(&a) {
             return Err(block(
-                "block-no-verify",
+                R::NoVerify,
                 format!("git {key} --no-verify skips {what}"),
             ));
         }
         Ok(a)
     };
-    let plumbing = |why: &str| Err(block("plumbing", format!("git {cmd} {why}")));
+    let plumbing = |why: &str| Err(block(R::Plumbing, format!("git {cmd} {why}")));
+    check_outputs(ctx, cmd, args)?;
     match cmd {
         "commit" => no_verify("commit", "the pre-commit and commit-msg hooks").map(drop),
         "merge" => no_verify("merge", "the pre-merge-commit and commit-msg hooks").map(drop),
@@ -615,6 +766,37 @@ fn check_command(
         "push" => check_push(ctx, cfg, args),
         "config" => check_config(ctx, args),
         "commit-tree" => plumbing("makes a commit without running any hook"),
+        "replay" => plumbing("writes rebased commits without running any hook"),
+        "hash-object" => {
+            let typed = args.windows(2).any(|w| {
+                (w[0] == "-t" || w[0] == "--type") && matches!(w[1].as_bytes(), b"commit" | b"tag")
+            }) || args.iter().any(|a| {
+                matches!(
+                    a.as_bytes(),
+                    b"-tcommit" | b"-ttag" | b"--type=commit" | b"--type=tag"
+                )
+            });
+            if typed && args.iter().any(|a| a == "-w" || a == "--stdin-paths") {
+                return plumbing("-t commit -w writes a commit without running any hook");
+            }
+            Ok(())
+        }
+        "grep" => {
+            let runs = args.iter().any(|a| {
+                let a = a.as_bytes();
+                a.starts_with(b"-O")
+                    || (a.len() > 3
+                        && b"--open-files-in-pager"
+                            .starts_with(a.split(|b| *b == b'=').next().unwrap_or(a)))
+            });
+            if runs {
+                return Err(block(
+                    R::ExecOption,
+                    "git grep -O/--open-files-in-pager runs a program",
+                ));
+            }
+            Ok(())
+        }
         "fast-import" => plumbing("writes commits and branches without hooks"),
         "send-pack" => plumbing("pushes without the pre-push hook or push checks"),
         "filter-branch" | "filter-repo" => plumbing("rewrites history without hooks"),
@@ -649,11 +831,11 @@ fn check_command(
             _ => Ok(()),
         },
         "submodule" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {
-            Some(b"foreach") => Err(block("exec-option", "git submodule foreach runs a command")),
+            Some(b"foreach") => Err(block(R::ExecOption, "git submodule foreach runs a command")),
             _ => Ok(()),
         },
         "bisect" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {
-            Some(b"run") => Err(block("exec-option", "git bisect run runs a command")),
+            Some(b"run") => Err(block(R::ExecOption, "git bisect run runs a command")),
             _ => Ok(()),
         },
         "difftool" => refuse_exec_options(cmd, &parse("difftool", args)?, &["extcmd"]),
@@ -666,27 +848,17 @@ fn check_command(
                     let (k, v) = kv
                         .split_once('=')
                         .map_or((&*kv, None), |(k, v)| (k, Some(v)));
-                    ctx.check_key(k, v, Via::Inline, "config-inline")?;
+                    ctx.check_key(k, v, Via::Inline, R::ConfigInline)?;
                 }
                 if a.values("template").next().is_some() {
                     return Err(block(
-                        "config-env",
+                        R::ConfigEnv,
                         "git clone --template can install other hooks",
                     ));
                 }
                 if let Some(d) = a.positional.get(1) {
                     if ctx.inside_common_dir(Path::new(d)) {
-                        return Err(block("git-dir", "git clone into the git directory"));
-                    }
-                }
-            }
-            if cmd == "archive" {
-                if let Some(o) = a.values("output").last() {
-                    if ctx.inside_common_dir(Path::new(o)) {
-                        return Err(block(
-                            "git-dir",
-                            "git archive --output into the git directory",
-                        ));
+                        return Err(block(R::GitDir, "git clone into the git directory"));
                     }
                 }
             }
@@ -696,13 +868,13 @@ fn check_command(
             let a = parse("init", args)?;
             if a.values("template").next().is_some() {
                 return Err(block(
-                    "config-env",
+                    R::ConfigEnv,
                     "git init --template can install other hooks",
                 ));
             }
             if let Some(d) = a.positional.first() {
                 if ctx.inside_common_dir(Path::new(d)) {
-                    return Err(block("git-dir", "git init inside the git directory"));
+                    return Err(block(R::GitDir, "git init inside the git directory"));
                 }
             }
             Ok(())
@@ -717,7 +889,7 @@ fn check_command(
             let a = parse("worktree add", &args[i + 1..])?;
             match a.positional.first() {
                 Some(p) if ctx.inside_common_dir(Path::new(p)) => Err(block(
-                    "git-dir",
+                    R::GitDir,
                     "git worktree add inside the git directory",
                 )),
                 _ => Ok(()),
@@ -733,12 +905,13 @@ fn check_command(
             let a = parse("remote add", &args[i + 1..])?;
             // A push mirror makes every `git push` a `--mirror` (a fetch
             // mirror only changes fetches).
+            // A bare `--mirror` is both (builtin/remote.c: MIRROR_BOTH).
             let push_mirror = a.opts.iter().any(|o| {
-                o.name == "mirror" && !o.negated && o.value.as_deref() == Some(OsStr::new("push"))
+                o.name == "mirror" && !o.negated && o.value.as_deref() != Some(OsStr::new("fetch"))
             });
             if st.block_force_push && push_mirror {
                 return Err(block(
-                    "block-force-push",
+                    R::ForcePush,
                     "a mirror remote force-pushes and deletes on every push",
                 ));
             }
@@ -760,7 +933,7 @@ fn check_command(
                 };
                 if ctx.inside_common_dir(&base.join(probe)) {
                     return Err(block(
-                        "git-dir",
+                        R::GitDir,
                         format!("git {cmd} --prefix into the git directory"),
                     ));
                 }
@@ -783,7 +956,7 @@ fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Resu
     for f in files.into_iter().flatten() {
         if std::fs::metadata(&f).is_ok_and(|m| m.len() > 0) {
             return Err(block(
-                "husky",
+                R::Husky,
                 format!(
                     "{} can switch husky's hooks off; empty or remove it",
                     f.display()
@@ -794,7 +967,7 @@ fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Resu
     if let Some(wt) = ctx.repo.as_ref().and_then(|r| r.work_tree.as_ref()) {
         if wt.join(".husky").is_dir() && real_git(wt) == Some(true) {
             return Err(block(
-                "husky",
+                R::Husky,
                 ".husky has uncommitted changes; commit or restore them first",
             ));
         }
@@ -816,6 +989,8 @@ pub fn decide(
         bare: false,
         repo: None,
         hooks: None,
+        inline: Vec::new(),
+        env_inline: Vec::new(),
     };
     let (globals, idx) = argv::globals(call.args).map_err(parse_error)?;
     for g in &globals {
@@ -831,6 +1006,8 @@ pub fn decide(
         config_nosystem: call
             .var("GIT_CONFIG_NOSYSTEM")
             .is_some_and(|v| !matches!(v.as_bytes(), b"" | b"0" | b"false" | b"no" | b"off")),
+        common_dir: call.var("GIT_COMMON_DIR").map(ToOwned::to_owned),
+        object_dir: call.var("GIT_OBJECT_DIRECTORY").map(ToOwned::to_owned),
     };
     ctx.repo = repo::discover(
         &ctx.cwd,
@@ -839,7 +1016,7 @@ pub fn decide(
         ctx.bare,
         &setup,
     )
-    .map_err(|e| block("config-unreadable", e.to_string()))?;
+    .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
     ctx.hooks = ctx.repo.as_ref().map(repo::trusted_hooks);
     // Inline config is judged once the trusted hooks dir is known.
     for g in &globals {
@@ -847,44 +1024,48 @@ pub fn decide(
             ctx.check_global(g)?;
         }
     }
-    let env = check_env(&ctx)?;
+    let env = check_env(&mut ctx)?;
     if let Some(r) = &ctx.repo {
         if r.inside_git_dir {
             return Err(block(
-                "git-dir",
+                R::GitDir,
                 format!("the working directory is inside {}", r.git_dir.display()),
             ));
         }
         if let Some(wt) = &r.work_tree {
             if wt.starts_with(&r.common_dir) {
                 return Err(block(
-                    "git-dir",
+                    R::GitDir,
                     format!("the work tree {} is inside the git directory", wt.display()),
                 ));
             }
         }
     }
     let mut out_args: Vec<OsString> = call.args[..idx].to_vec();
+    let mut pin = None;
     if let Some(h) = &ctx.hooks {
-        let mut pin = OsString::from("core.hooksPath=");
-        pin.push(h);
+        let mut v = OsString::from("core.hooksPath=");
+        v.push(h);
         out_args.push("-c".into());
-        out_args.push(pin);
+        pin = Some((out_args.len(), h.clone()));
+        out_args.push(v);
     }
     out_args.extend_from_slice(&call.args[idx..]);
+    let found = ctx.repo.clone();
+    let allow = |command: String, moves_refs: bool, precommit_first: bool| Allow {
+        args: out_args.clone(),
+        env: env.clone(),
+        command,
+        pin: pin.clone(),
+        moves_refs,
+        precommit_first,
+        repo: found.clone(),
+    };
     let Some(first) = call.args.get(idx) else {
-        return Ok(Allow {
-            args: out_args,
-            env,
-            command: String::new(),
-        });
+        return Ok(allow(String::new(), false, false));
     };
     if globals.iter().any(|g| matches!(g, Global::Query)) {
-        return Ok(Allow {
-            args: out_args,
-            env,
-            command: s(first).into_owned(),
-        });
+        return Ok(allow(s(first).into_owned(), false, false));
     }
     // Stored configuration matters for aliases (only a name that is not a
     // builtin of every git can be one) and for push; reading it is skipped
@@ -892,8 +1073,12 @@ pub fn decide(
     let command = s(first).into_owned();
     let needs_config = command == "push" || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {
-        repo::config(ctx.repo.as_ref(), &setup)
-            .map_err(|e| block("config-unreadable", e.to_string()))?
+        let mut cfg = repo::config(ctx.repo.as_ref(), &setup)
+            .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
+        let pairs = ctx.env_inline.iter().chain(ctx.inline.iter());
+        cfg.append(repo::inline_file(pairs))
+            .map_err(|e| block(R::ConfigUnreadable, format!("inline configuration: {e}")))?;
+        cfg
     } else {
         gix_config::File::default()
     };
@@ -911,7 +1096,7 @@ pub fn decide(
         if builtin_everywhere {
             break;
         }
-        let alias = cfg.string_by("alias", None, cmd.as_str());
+        let alias = repo::alias(&cfg, &cmd);
         let Some(alias) = alias else {
             if !builtin_somewhere {
                 // An external `git-<cmd>`.
@@ -920,12 +1105,12 @@ pub fn decide(
             break;
         };
         if seen.contains(&cmd.to_ascii_lowercase()) || seen.len() > 32 {
-            return Err(block("parse-error", format!("alias loop at `{cmd}`")));
+            return Err(block(R::ParseError, format!("alias loop at `{cmd}`")));
         }
         seen.push(cmd.to_ascii_lowercase());
         if alias.starts_with(b"!") {
             return Err(block(
-                "exec-option",
+                R::ExecOption,
                 format!("alias.{cmd} is a shell alias (`!`); run the command directly instead"),
             ));
         }
@@ -941,7 +1126,7 @@ pub fn decide(
             }
         }
         if aidx >= split.len() {
-            return Err(block("parse-error", format!("alias.{cmd} is empty")));
+            return Err(block(R::ParseError, format!("alias.{cmd} is empty")));
         }
         let mut next = split[aidx..].to_vec();
         next.extend_from_slice(&words[1..]);
@@ -951,11 +1136,26 @@ pub fn decide(
     if call.settings.block_no_verify && (makes_commits(&command) || makes_commits(&s(&words[0]))) {
         husky_checks(&ctx, husky_dirty)?;
     }
-    Ok(Allow {
-        args: out_args,
-        env,
-        command,
-    })
+    let last = s(&words[0]).into_owned();
+    // The guard's hook steps judge pushes (pre-push) and branch moves onto
+    // stash commits (reference-transaction): without a stash only a push
+    // needs them, and every hook run through them costs a process.
+    let moves_refs = last == "push"
+        || ((ROUTED.contains(&last.as_str())
+            || BUILTINS_ANY.binary_search(&last.as_str()).is_err())
+            && ctx
+                .repo
+                .as_ref()
+                .is_some_and(|r| crate::hooks::stash_exists(&r.common_dir)));
+    let precommit_first = call.settings.block_no_verify
+        && matches!(last.as_str(), "rebase" | "cherry-pick" | "revert" | "am")
+        && words[1..].iter().any(|w| {
+            // parse-options takes unique prefixes: `--cont` is --continue.
+            let w = w.as_bytes();
+            (w.len() >= 5 && b"--continue".starts_with(w))
+                || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
+        });
+    Ok(allow(command, moves_refs, precommit_first))
 }
 
 impl Block {

@@ -32,6 +32,8 @@ pub struct SetupEnv {
     pub home: Option<OsString>,
     pub xdg_config_home: Option<OsString>,
     pub config_nosystem: bool,
+    pub common_dir: Option<OsString>,
+    pub object_dir: Option<OsString>,
 }
 
 /// Make `p` absolute against `base` and canonical as far as it exists (the
@@ -76,28 +78,102 @@ pub fn resolve(base: &Path, p: &Path) -> PathBuf {
     }
 }
 
-fn is_git_dir(d: &Path) -> bool {
-    d.join("HEAD").is_file()
-        && (d.join("objects").is_dir() || d.join("commondir").is_file())
-        && (d.join("refs").is_dir() || d.join("commondir").is_file())
+/// setup.c's `validate_headref`: HEAD is `ref: refs/...`, a symlink into
+/// refs/, or an object id. An empty or garbage HEAD is not a repository (a
+/// decoy `.git` with such a HEAD is skipped and discovery goes on upward).
+fn valid_head(d: &Path) -> bool {
+    let head = d.join("HEAD");
+    let Ok(meta) = std::fs::symlink_metadata(&head) else {
+        return false;
+    };
+    if meta.file_type().is_symlink() {
+        return std::fs::read_link(&head)
+            .is_ok_and(|t| t.as_os_str().as_bytes().starts_with(b"refs/"));
+    }
+    let Ok(text) = std::fs::read(&head) else {
+        return false;
+    };
+    let text = &text[..text.len().min(256)];
+    if let Some(rest) = text.strip_prefix(b"ref:") {
+        let rest = rest.trim_ascii_start();
+        return rest.starts_with(b"refs/");
+    }
+    // get_oid_hex_any: a SHA-1 or SHA-256 hex id at the start.
+    let hex = text.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    hex >= 40
 }
 
-/// `.git` as a file: `gitdir: <path>` (linked worktrees, submodules).
-fn read_gitfile(f: &Path) -> Option<PathBuf> {
-    let text = std::fs::read(f).ok()?;
-    let rest = text.strip_prefix(b"gitdir: ")?;
-    let rest = rest.strip_suffix(b"\n").unwrap_or(rest);
-    let p = Path::new(OsStr::from_bytes(rest));
-    Some(resolve(f.parent()?, p))
+/// `access(p, X_OK)` for a directory, as git checks `objects` and `refs`.
+fn searchable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_dir())
 }
 
-fn common_dir_of(git_dir: &Path) -> PathBuf {
+/// setup.c's `is_git_directory`: HEAD valid in `d`; objects and refs in
+/// the common dir (`$GIT_COMMON_DIR`, else `commondir`, else `d`);
+/// `$GIT_OBJECT_DIRECTORY` replaces the objects check.
+fn is_git_dir(d: &Path, env: &SetupEnv) -> bool {
+    let common = common_dir_noenv(d);
+    let objects_ok = match &env.object_dir {
+        Some(o) => searchable(Path::new(o)),
+        None => searchable(&common.join("objects")),
+    };
+    objects_ok && searchable(&common.join("refs")) && valid_head(d)
+}
+
+/// What a `.git` file says, as `read_gitfile_gently` reads it.
+enum Gitfile {
+    /// `.git` is not a regular file.
+    NotAFile,
+    /// git dies on it (bad format, or it names no repository).
+    Invalid,
+    Repo(PathBuf),
+}
+
+/// `.git` as a file: `gitdir: <path>`, trailing CR and LF removed
+/// (linked worktrees, submodules).
+fn read_gitfile(f: &Path, env: &SetupEnv) -> Gitfile {
+    if !std::fs::metadata(f).is_ok_and(|m| m.is_file()) {
+        return Gitfile::NotAFile;
+    }
+    let Ok(text) = std::fs::read(f) else {
+        return Gitfile::Invalid;
+    };
+    let Some(mut rest) = text.strip_prefix(b"gitdir: ") else {
+        return Gitfile::Invalid;
+    };
+    while let Some(r) = rest
+        .strip_suffix(b"\n")
+        .or_else(|| rest.strip_suffix(b"\r"))
+    {
+        rest = r;
+    }
+    let Some(parent) = f.parent() else {
+        return Gitfile::Invalid;
+    };
+    let d = resolve(parent, Path::new(OsStr::from_bytes(rest)));
+    if is_git_dir(&d, env) {
+        Gitfile::Repo(d)
+    } else {
+        Gitfile::Invalid
+    }
+}
+
+/// The `commondir` file's answer (relative to the git dir), or the git dir.
+fn common_dir_noenv(git_dir: &Path) -> PathBuf {
     match std::fs::read(git_dir.join("commondir")) {
         Ok(text) => {
             let t = text.strip_suffix(b"\n").unwrap_or(&text);
             resolve(git_dir, Path::new(OsStr::from_bytes(t)))
         }
         Err(_) => git_dir.to_owned(),
+    }
+}
+
+/// `get_common_dir`: `$GIT_COMMON_DIR` wins over the `commondir` file.
+fn common_dir_of(cwd: &Path, git_dir: &Path, env: &SetupEnv) -> PathBuf {
+    match env.common_dir.as_deref().filter(|c| !c.is_empty()) {
+        Some(c) => resolve(cwd, Path::new(c)),
+        None => common_dir_noenv(git_dir),
     }
 }
 
@@ -114,7 +190,7 @@ pub fn discover(
     else {
         return Ok(None);
     };
-    let common_dir = common_dir_of(&git_dir);
+    let common_dir = common_dir_of(cwd, &git_dir, env);
     // git refuses to run with a repository config it cannot parse; so do we.
     let local = read_local(&common_dir)?;
     let core_bare = local
@@ -161,9 +237,13 @@ fn locate(
     let (git_dir, default_wt, inside) = match git_dir.or(env.git_dir.as_deref()) {
         Some(d) => {
             let d = resolve(cwd, Path::new(d));
-            let d = if d.is_file() { read_gitfile(&d)? } else { d };
+            let d = match read_gitfile(&d, env) {
+                Gitfile::Repo(g) => g,
+                Gitfile::Invalid => return None,
+                Gitfile::NotAFile => d,
+            };
             // git would stop with "not a git repository".
-            if !is_git_dir(&d) {
+            if !is_git_dir(&d, env) {
                 return None;
             }
             // With GIT_DIR and no work tree setting, cwd is the top level.
@@ -173,17 +253,20 @@ fn locate(
             let mut found = None;
             for dir in cwd.ancestors() {
                 let dot = dir.join(".git");
-                if dot.is_dir() && is_git_dir(&dot) {
-                    found = Some((resolve(dir, Path::new(".git")), Some(dir.to_owned()), false));
-                    break;
-                }
-                if dot.is_file() {
-                    if let Some(g) = read_gitfile(&dot) {
+                match read_gitfile(&dot, env) {
+                    Gitfile::Repo(g) => {
                         found = Some((g, Some(dir.to_owned()), false));
                         break;
                     }
+                    // git dies ("invalid gitfile format"): nothing runs.
+                    Gitfile::Invalid => return None,
+                    Gitfile::NotAFile => {}
                 }
-                if is_git_dir(dir) {
+                if is_git_dir(&dot, env) {
+                    found = Some((resolve(dir, Path::new(".git")), Some(dir.to_owned()), false));
+                    break;
+                }
+                if is_git_dir(dir, env) {
                     found = Some((dir.to_owned(), None, true));
                     break;
                 }
@@ -258,6 +341,51 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
     let file = File::from_paths_metadata_buf(&mut metas.into_iter(), &mut buf, false, opts)
         .map_err(|e| ConfigError(format!("{e:#}")))?;
     Ok(file.unwrap_or_default())
+}
+
+/// Command-line and environment configuration as a config file of its own,
+/// appended last as git reads it last.
+pub fn inline_file<'a>(pairs: impl Iterator<Item = &'a (String, Option<String>)>) -> File {
+    let mut f = File::new(Metadata::from(Source::Cli));
+    for (key, value) in pairs {
+        let Some(k) = crate::keys::split(key) else {
+            continue;
+        };
+        let sec = match k.sub {
+            Some(sub) => f.new_section(k.section.clone(), sub.to_owned()),
+            None => f.new_section(k.section.clone(), None),
+        };
+        let Ok(mut sec) = sec else {
+            continue;
+        };
+        let _ = sec.push(
+            k.name.as_str(),
+            value.as_deref().map(|v| v.as_bytes().into()),
+        );
+    }
+    f
+}
+
+/// alias.c: the alias name is everything after `alias.` (so
+/// `alias.x.y` is the alias `x.y`), compared without regard to case; the
+/// last definition wins.
+pub fn alias(cfg: &File, cmd: &str) -> Option<Vec<u8>> {
+    let mut found = None;
+    for sec in cfg.sections_by_name("alias")? {
+        let sub = sec.header().subsection_name().map(|s| s.to_vec());
+        for name in sec.value_names() {
+            let full = match &sub {
+                Some(s) => [s.as_slice(), b".", name.as_bytes()].concat(),
+                None => name.as_bytes().to_vec(),
+            };
+            if full.eq_ignore_ascii_case(cmd.as_bytes()) {
+                if let Some(v) = sec.values(&name).into_iter().last() {
+                    found = Some(v.to_vec());
+                }
+            }
+        }
+    }
+    found
 }
 
 /// `refs/heads/<name>` when HEAD is on a branch.

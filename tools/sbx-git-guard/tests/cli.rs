@@ -589,3 +589,726 @@ fn check_explains_without_running() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("block-no-verify"));
 }
+
+// ---- Round two (issue 15): each class as a table, judged against the
+// real git's own answer.
+
+fn json_verdict(out: &Output) -> serde_json::Value {
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| {
+        panic!(
+            "check --json: {e}: {line} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    v["data"].clone()
+}
+
+fn canon(p: &str) -> String {
+    std::fs::canonicalize(p)
+        .map(|c| c.display().to_string())
+        .unwrap_or_else(|_| p.to_owned())
+}
+
+/// Run `program args` with exactly `env` (duplicates kept, in order), as an
+/// agent's shell could: std's Command folds duplicate names, python's
+/// execve with a mapping whose keys repeat does not.
+fn run_with_dup_env(program: &Path, args: &[&str], cwd: &Path, env: &[(String, String)]) -> Output {
+    let script = r#"
+import os, sys, json
+pairs = json.loads(sys.argv[1])
+class Env:
+    def __init__(self): self.i = 0
+    def __len__(self): return len(pairs)
+    def keys(self): return [k for k, _ in pairs]
+    def values(self): return [v for _, v in pairs]
+    def items(self): return list(pairs)
+    def __getitem__(self, k):
+        v = pairs[self.i][1]; self.i += 1; return v
+os.chdir(sys.argv[2])
+os.execve(sys.argv[3], sys.argv[3:], Env())
+"#;
+    let pairs = serde_json::to_string(env).unwrap();
+    Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(pairs)
+        .arg(cwd)
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("python3 (scripts/prereqs installs it)")
+}
+
+/// Class 1: where the guard pins hooks is where git looks for the
+/// repository: `rev-parse --git-dir --git-common-dir --show-toplevel`
+/// against the guard's own view, over generated layouts and environments.
+#[test]
+fn repository_discovery_matches_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook("r", "pre-commit", "exit 1");
+        let r = lab.path("r");
+        // Decoys: a .git directory whose HEAD is empty, or garbage.
+        for (d, head) in [("decoy-empty", ""), ("decoy-junk", "junk\n")] {
+            let g = r.join(d).join(".git");
+            for sub in ["objects", "refs", "hooks"] {
+                std::fs::create_dir_all(g.join(sub)).unwrap();
+            }
+            std::fs::write(g.join("HEAD"), head).unwrap();
+        }
+        // A decoy whose HEAD is valid is a repository to git as well.
+        let g = r.join("decoy-valid/.git");
+        for sub in ["objects", "refs", "hooks"] {
+            std::fs::create_dir_all(g.join(sub)).unwrap();
+        }
+        std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        // A gitfile with CRLF, pointing at a separate git dir.
+        lab.real(
+            ".",
+            &["init", "-q", "--separate-git-dir", "sep.git", "crlf"],
+        );
+        std::fs::write(
+            lab.path("crlf/.git"),
+            format!("gitdir: {}\r\n", lab.path("sep.git").display()),
+        )
+        .unwrap();
+        // A linked worktree, and a bare repository.
+        lab.real("r", &["worktree", "add", "-q", "../wt"]);
+        lab.real(".", &["init", "-q", "--bare", "bare.git"]);
+        lab.repo("other");
+        let wt_gitdir = lab.real("wt", &["rev-parse", "--absolute-git-dir"]);
+        let p = |s: &str| lab.path(s).display().to_string();
+        type Case = (&'static str, Vec<(String, String)>);
+        let cases: Vec<Case> = vec![
+            ("r", vec![]),
+            ("r/decoy-empty", vec![]),
+            ("r/decoy-junk", vec![]),
+            ("r/decoy-valid", vec![]),
+            ("crlf", vec![]),
+            ("wt", vec![]),
+            ("bare.git", vec![]),
+            ("r", vec![("GIT_DIR".into(), p("other/.git"))]),
+            (
+                "r",
+                vec![
+                    ("GIT_DIR".into(), p("other/.git")),
+                    ("GIT_DIR".into(), p("r/.git")),
+                ],
+            ),
+            (
+                "r",
+                vec![
+                    ("GIT_DIR".into(), p("r/.git")),
+                    ("GIT_DIR".into(), p("other/.git")),
+                ],
+            ),
+            (
+                "wt",
+                vec![
+                    ("GIT_DIR".into(), wt_gitdir.clone()),
+                    ("GIT_COMMON_DIR".into(), p("other/.git")),
+                ],
+            ),
+            (
+                "other",
+                vec![
+                    ("GIT_DIR".into(), p("r/.git")),
+                    ("GIT_WORK_TREE".into(), p("r")),
+                ],
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (cwd, extra) in &cases {
+            let mut env: Vec<(String, String)> = vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("HOME".into(), p("home")),
+                ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+                ("SBX_REAL_GIT".into(), lab.real.display().to_string()),
+                ("SBX_AUDIT_LOG".into(), p("audit.jsonl")),
+            ];
+            env.extend(extra.iter().cloned());
+            let dir = lab.path(cwd);
+            let real = run_with_dup_env(
+                &lab.real,
+                &[
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-dir",
+                    "--git-common-dir",
+                    "--show-toplevel",
+                ],
+                &dir,
+                &env,
+            );
+            let text = String::from_utf8_lossy(&real.stdout);
+            let lines: Vec<String> = text.lines().map(canon).collect();
+            let guard = run_with_dup_env(
+                Path::new(GUARD),
+                &["--json", "check", "--", "status"],
+                &dir,
+                &env,
+            );
+            let v = json_verdict(&guard);
+            let got = |k: &str| v[k].as_str().map(canon);
+            let want_top = lines.get(2).cloned();
+            let case = format!("{cwd} {extra:?}");
+            if got("git_dir").as_ref() != lines.first()
+                || got("common_dir").as_ref() != lines.get(1)
+                || got("work_tree") != want_top
+            {
+                wrong.push(format!("{case}: git {lines:?}, guard {v}"));
+            }
+            // The pin is the common dir's hooks.
+            let pin = format!(
+                "core.hooksPath={}/hooks",
+                lines.get(1).cloned().unwrap_or_default()
+            );
+            if !v["exec"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == pin.as_str())
+            {
+                wrong.push(format!("{case}: pin {pin} missing from {}", v["exec"]));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // The attack: from inside the decoy, the outer repository's failing
+        // pre-commit must run.
+        let before = lab.head("r", "HEAD");
+        std::fs::write(r.join("decoy-empty/f"), "x").unwrap();
+        let out = lab.git("r/decoy-empty", &["commit", "--allow-empty", "-qm", "m"]);
+        assert!(
+            !out.status.success(),
+            "commit from the decoy ran without the hook"
+        );
+        assert_eq!(lab.head("r", "HEAD"), before);
+    });
+}
+
+/// Class 2: an alias is whatever alias.c finds (everything after `alias.`,
+/// any case); the guard refuses exactly the names git would expand.
+#[test]
+fn alias_lookup_matches_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook("r", "pre-commit", "exit 1");
+        lab.real("r", &["config", "alias.x.y", "commit --no-verify"]);
+        lab.real("r", &["config", "alias.Deep.Er.name", "commit -n"]);
+        lab.real("r", &["config", "alias.plain", "commit --no-verify"]);
+        let mut wrong = Vec::new();
+        for name in [
+            "x.y",
+            "X.y",
+            "x.Y",
+            "X.Y",
+            "x",
+            "y",
+            "x.y.z",
+            "deep.er.name",
+            "DEEP.ER.NAME",
+            "Deep.er.Name",
+            "deep.er",
+            "plain",
+            "PLAIN",
+            "plai",
+        ] {
+            let trace = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .env("GIT_TRACE", "1")
+                .args([name, "-h"])
+                .output()
+                .unwrap();
+            let expands = String::from_utf8_lossy(&trace.stderr).contains("alias expansion");
+            let before = lab.head("r", "HEAD");
+            let out = lab.git("r", &[name, "--allow-empty", "-m", "m"]);
+            let moved = lab.head("r", "HEAD") != before;
+            if moved || refused(&out) != expands {
+                wrong.push(format!(
+                    "{name}: git expands {expands}, guard refused {}, HEAD moved {moved}",
+                    refused(&out)
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    });
+}
+
+/// Class 3: whatever names the push target, the guard refuses exactly the
+/// pushes git's own dry run shows as forced (`+`) or deleting (`-`), and
+/// the remote never moves.
+#[test]
+fn push_targets_match_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.real(".", &["clone", "-q", "--bare", "r", "remote.git"]);
+        lab.real(".", &["clone", "-q", "remote.git", "other"]);
+        std::fs::write(lab.path("other/o"), "o\n").unwrap();
+        lab.real("other", &["add", "o"]);
+        lab.real("other", &["commit", "-qm", "other"]);
+        lab.real("other", &["push", "-q", "origin", "main"]);
+        lab.real("remote.git", &["branch", "keep", "main"]);
+        std::fs::write(lab.path("r/l"), "l\n").unwrap();
+        lab.real("r", &["add", "l"]);
+        lab.real("r", &["commit", "-qm", "local"]);
+        let url = lab.path("remote.git").display().to_string();
+        // Configuration an agent can write without git: .git/config itself.
+        let cfg = lab.path("r/.git/config");
+        let base = std::fs::read_to_string(&cfg).unwrap();
+        std::fs::write(
+            &cfg,
+            format!(
+                "{base}[remote \"evil\"]\n\turl = {url}\n\tmirror = true\n[remote \"plain\"]\n\turl = {url}\n\tfetch = +refs/heads/*:refs/remotes/plain/*\n"
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all(lab.path("r/.git/remotes")).unwrap();
+        std::fs::write(
+            lab.path("r/.git/remotes/legacy"),
+            format!("URL: {url}\nPush: +refs/heads/main:refs/heads/main\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            lab.path("r/.git/remotes/legacyok"),
+            format!("URL: {url}\nPush: refs/heads/main:refs/heads/side\n"),
+        )
+        .unwrap();
+        let cases: &[&[&str]] = &[
+            &["-c", "remote.pushDefault=evil", "push"],
+            &["-c", "branch.main.pushRemote=evil", "push"],
+            &["push", "evil"],
+            &["push", "legacy"],
+            &["push", "legacyok"],
+            &["push", "plain", "main:side"],
+            &["push", &url, "main:side2"],
+            &["-c", "remote.pushDefault=plain", "push", "plain", "main"],
+        ];
+        let remote_before = lab.real("remote.git", &["for-each-ref"]);
+        let mut wrong = Vec::new();
+        for args in cases {
+            // git's answer: a dry run through the real git.
+            let mut dry: Vec<&str> = args.to_vec();
+            let at = dry.iter().position(|a| *a == "push").unwrap();
+            dry.splice(at + 1..at + 1, ["--dry-run", "--porcelain"]);
+            let out = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .args(&dry)
+                .output()
+                .unwrap();
+            let porcelain = String::from_utf8_lossy(&out.stdout);
+            let destructive = porcelain
+                .lines()
+                .any(|l| l.starts_with('+') || l.starts_with('-'));
+            // `!`: git rejects it itself (the pre-push step may refuse first).
+            let rejected = porcelain.lines().any(|l| l.starts_with('!'));
+            let out = lab.git("r", args);
+            let remote_now = lab.real("remote.git", &["for-each-ref"]);
+            let refused_it = !out.status.success();
+            let changed_dangerously = remote_now
+                .lines()
+                .filter(|l| !remote_before.lines().any(|b| b == *l))
+                .any(|l| l.ends_with("refs/heads/main") || l.ends_with("refs/heads/keep"))
+                || !remote_now.contains("refs/heads/keep");
+            if changed_dangerously || (destructive && !refused_it) {
+                wrong.push(format!(
+                    "git {args:?}: dry run {porcelain:?}, guard exit {:?} {}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            if !destructive && !rejected && !out.status.success() {
+                wrong.push(format!(
+                    "git {args:?}: a plain push refused: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // The guard's pre-push step on its own (argv checks out of the way):
+        // git's real git with the guard's hooks directory pinned.
+        let remote_before = lab.real("remote.git", &["for-each-ref"]);
+        let hooks = Path::new(GUARD).parent().unwrap().join(".sbx-git-hooks");
+        assert!(
+            hooks.join("pre-push").exists(),
+            "the guard made {}",
+            hooks.display()
+        );
+        for args in [
+            &["push", "--force", "origin-url", "main"][..],
+            &["push", "--mirror", "origin-url"],
+            &["push", "origin-url", ":keep"],
+        ] {
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    if *a == "origin-url" {
+                        url.clone()
+                    } else {
+                        a.to_string()
+                    }
+                })
+                .collect();
+            let out = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .arg("-c")
+                .arg(format!("core.hooksPath={}", hooks.display()))
+                .env("SBX_GUARD_TRUSTED_HOOKS", lab.path("r/.git/hooks"))
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{args:?} passed the pre-push step");
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("block-force-push"),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(lab.real("remote.git", &["for-each-ref"]), remote_before);
+        }
+    });
+}
+
+/// Class 4: the agent's environment does not reach into hooks. Each case
+/// first commits past the hook with the real git (the attack is real), then
+/// must fail through the guard.
+#[test]
+fn hooks_run_in_a_clean_environment() {
+    each_git(|lab| {
+        lab.repo("r");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(lab.path("exit0"), "exit 0\n").unwrap();
+        let fake = lab.path("fakebin");
+        std::fs::create_dir_all(&fake).unwrap();
+        std::fs::write(fake.join("sh"), "#!/bin/dash\nexit 0\n").unwrap();
+        std::fs::set_permissions(fake.join("sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exit0 = lab.path("exit0").display().to_string();
+        let path = format!(
+            "{}:{}:/usr/bin:/bin",
+            fake.display(),
+            lab.path("bin").display()
+        );
+        let bash = "#!/bin/bash\necho checking >&2\nexit 1\n";
+        let envsh = "#!/usr/bin/env sh\nexit 1\n";
+        let cases: &[(&str, &str, &str)] = &[
+            (bash, "BASH_ENV", &exit0),
+            (bash, "SHELLOPTS", "noexec"),
+            (bash, "BASH_FUNC_echo%%", "() { exit 0; }"),
+            (envsh, "PATH", &path),
+        ];
+        let hook = lab.path("r/.git/hooks/pre-commit");
+        let mut wrong = Vec::new();
+        for (body, k, v) in cases {
+            std::fs::write(&hook, body).unwrap();
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let before = lab.head("r", "HEAD");
+            // The real git, same environment: the hook is skipped.
+            let real = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .env(k, v)
+                .args(["commit", "--allow-empty", "-qm", "m"])
+                .output()
+                .unwrap();
+            let bypassed = real.status.success() && lab.head("r", "HEAD") != before;
+            lab.real("r", &["reset", "-q", "--soft", &before]);
+            let out = lab.git_env("r", &["commit", "--allow-empty", "-qm", "m"], &[(k, v)]);
+            if !bypassed {
+                wrong.push(format!("{k}={v}: not an attack on the real git (bad case)"));
+            }
+            if out.status.success() || lab.head("r", "HEAD") != before {
+                wrong.push(format!(
+                    "{k}={v}: the commit skipped the hook through the guard"
+                ));
+                lab.real("r", &["reset", "-q", "--soft", &before]);
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    });
+}
+
+/// Class 5: commits no pre-commit hook saw do not reach a branch.
+#[test]
+fn unverified_commits_do_not_reach_a_branch() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "! git diff --cached --name-only | grep -q bad",
+        );
+        std::fs::write(lab.path("r/bad"), "x\n").unwrap();
+        lab.real("r", &["add", "bad"]);
+        lab.real("r", &["stash", "push", "-q"]);
+        let main = lab.head("r", "main");
+        for args in [
+            &["reset", "--hard", "stash@{0}"][..],
+            &["merge", "--ff-only", "stash@{0}"],
+            &["merge", "stash@{0}^2"],
+            &["branch", "-f", "side", "stash@{0}"],
+            &["checkout", "-q", "-B", "main", "stash@{0}"],
+            &["cherry-pick", "-m1", "stash@{0}"],
+            &["cherry-pick", "stash@{0}^2"],
+            &["fetch", ".", "refs/stash:refs/heads/main"],
+            &["update-ref", "refs/heads/main", "stash@{0}"],
+            &["commit-tree", "stash@{0}^{tree}", "-m", "m"],
+        ] {
+            let out = lab.git("r", args);
+            let _ = lab.real("r", &["reset", "-q", "--hard"]);
+            let _ = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .args(["cherry-pick", "--abort"])
+                .output();
+            lab.real("r", &["checkout", "-q", "main"]);
+            assert_eq!(
+                lab.head("r", "main"),
+                main,
+                "git {args:?} moved main: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let side = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .args(["rev-parse", "-q", "--verify", "side"])
+                .output()
+                .unwrap();
+            assert!(!side.status.success(), "git {args:?} made side");
+        }
+        // rebase -i with `edit`, new staged content, --continue.
+        std::fs::write(lab.path("r/b"), "b\n").unwrap();
+        lab.real("r", &["add", "b"]);
+        lab.real("r", &["commit", "-qm", "two"]);
+        let two = lab.head("r", "HEAD");
+        let out = lab
+            .cmd(OsStr::new("git"), "r")
+            .env("GIT_SEQUENCE_EDITOR", "sed -i 's/^pick/edit/'")
+            .args(["rebase", "-q", "-i", "HEAD~1"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(lab.path("r/bad"), "x\n").unwrap();
+        lab.real("r", &["add", "bad"]);
+        let ed = [("GIT_EDITOR", "true")];
+        let out = lab.git_env("r", &["rebase", "--continue"], &ed);
+        assert!(refused(&out), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = lab.git_env("r", &["rebase", "--cont"], &ed);
+        assert!(refused(&out), "{}", String::from_utf8_lossy(&out.stderr));
+        // Unstage the new content: --continue goes on, as before.
+        lab.real("r", &["rm", "-q", "--cached", "bad"]);
+        let out = lab.git_env("r", &["rebase", "--continue"], &ed);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(lab.head("r", "HEAD"), two);
+        // An honest stash round trip still commits.
+        lab.real("r", &["stash", "drop", "-q"]);
+        std::fs::write(lab.path("r/a"), "2\n").unwrap();
+        lab.real("r", &["stash", "push", "-q"]);
+        let out = lab.git("r", &["stash", "pop", "-q"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = lab.git("r", &["commit", "-qam", "popped"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = lab.git("r", &["reset", "-q", "--hard", "HEAD~1"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// Class 6: output options do not write into protected places. Each case
+/// is first shown to work with the real git (in a scratch copy), so the
+/// guard is refusing a real write.
+#[test]
+fn output_options_cannot_write_hooks() {
+    each_git(|lab| {
+        lab.repo("r");
+        std::fs::create_dir_all(lab.path("r/sub")).unwrap();
+        std::os::unix::fs::symlink(lab.path("r/.git/hooks/pre-commit"), lab.path("r/dangling"))
+            .unwrap();
+        std::os::unix::fs::symlink(lab.path("r/.git/hooks"), lab.path("r/hookdir")).unwrap();
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "r",
+                &[
+                    "log",
+                    "-1",
+                    "--format=tformat:exit 0",
+                    "--output=.git/hooks/pre-commit",
+                ],
+            ),
+            (
+                "r",
+                &[
+                    "log",
+                    "-1",
+                    "--format=tformat:exit 0",
+                    "--output",
+                    ".git/hooks/pre-commit",
+                ],
+            ),
+            ("r/sub", &["log", "-1", "--output=../.git/hooks/pre-commit"]),
+            (
+                "r",
+                &["-C", "sub", "show", "--output=../.git/hooks/pre-commit"],
+            ),
+            ("r", &["diff", "HEAD", "--output=.git/hooks/pre-commit"]),
+            ("r", &["log", "-1", "--output=dangling"]),
+            ("r", &["log", "-1", "--output=hookdir/pre-commit"]),
+            ("r", &["format-patch", "-1", "-o", ".git/hooks"]),
+            (
+                "r",
+                &["format-patch", "-1", "--output-directory=.git/hooks"],
+            ),
+            (
+                "r",
+                &["format-patch", "-1", "--output=.git/hooks/pre-commit"],
+            ),
+            ("r", &["bundle", "create", ".git/hooks/pre-commit", "HEAD"]),
+            ("r", &["archive", "-o", ".git/hooks/pre-commit", "HEAD"]),
+            ("r", &["config", "-f", ".git/hooks/pre-commit", "a.b", "c"]),
+            ("r", &["log", "-1", "--output=.git/config"]),
+        ];
+        let mut wrong = Vec::new();
+        for (cwd, args) in cases {
+            // git's answer: in a fresh copy, the real git writes into hooks.
+            let copy = lab.path("copy");
+            let _ = std::fs::remove_dir_all(&copy);
+            let st = Command::new("cp")
+                .args(["-a"])
+                .arg(lab.path("r"))
+                .arg(&copy)
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let _ = std::fs::remove_file(copy.join("dangling"));
+            std::os::unix::fs::symlink(copy.join(".git/hooks/pre-commit"), copy.join("dangling"))
+                .unwrap();
+            let _ = std::fs::remove_file(copy.join("hookdir"));
+            std::os::unix::fs::symlink(copy.join(".git/hooks"), copy.join("hookdir")).unwrap();
+            let snapshot = |d: &Path| {
+                let mut v: Vec<_> = std::fs::read_dir(d.join(".git/hooks"))
+                    .unwrap()
+                    .map(|e| {
+                        let e = e.unwrap();
+                        (e.file_name(), std::fs::read(e.path()).unwrap_or_default())
+                    })
+                    .collect();
+                v.sort();
+                (v, std::fs::read(d.join(".git/config")).unwrap())
+            };
+            let copy_cwd = cwd.replacen('r', "copy", 1);
+            let before = snapshot(&copy);
+            let _ = lab
+                .cmd(lab.real.as_os_str(), &copy_cwd)
+                .args(*args)
+                .output()
+                .unwrap();
+            let git_writes = snapshot(&copy) != before;
+            let before = snapshot(&lab.path("r"));
+            let out = lab.git(cwd, args);
+            let after = snapshot(&lab.path("r"));
+            if !git_writes {
+                wrong.push(format!(
+                    "{cwd} git {args:?}: the real git wrote nothing protected (bad case)"
+                ));
+            }
+            if !refused(&out) || after != before {
+                wrong.push(format!(
+                    "{cwd} git {args:?}: guard exit {:?}, protected files changed {}",
+                    out.status.code(),
+                    after != before
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // Outputs elsewhere work.
+        let out = lab.git("r", &["log", "-1", "--output=../log.txt"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// Issue 13.2: `--config FILE` changes the verdict as SBX_CONFIG=FILE does.
+#[test]
+fn config_flag_means_what_sbx_config_means() {
+    let lab = Lab::new(&real_gits()[0]);
+    lab.repo("r");
+    let cfg = lab.path("sbx.toml");
+    std::fs::write(&cfg, "[git]\nblock-force-push = false\n").unwrap();
+    let check = |extra: &[&str], env: &[(&str, &Path)]| {
+        let mut c = lab.cmd(OsStr::new(GUARD), "r");
+        c.args(extra)
+            .args(["check", "--", "push", "--force", "origin", "main"]);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap().status.code()
+    };
+    assert_eq!(check(&[], &[]), Some(1), "default: refused");
+    assert_eq!(check(&[], &[("SBX_CONFIG", &cfg)]), Some(0));
+    let flag = ["--config", cfg.to_str().unwrap()];
+    assert_eq!(
+        check(&flag, &[]),
+        Some(0),
+        "--config must allow as SBX_CONFIG does"
+    );
+}
+
+/// Issue 13.3: every rule the guard enforces is listed by `rules` and in
+/// the man page, under the same name (all three come from one table).
+#[test]
+fn rules_output_and_man_page_list_every_enforced_rule() {
+    let out = Command::new(GUARD)
+        .args(["--json", "rules"])
+        .env_clear()
+        .output()
+        .unwrap();
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["data"]["name"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let man = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../man/sbx-git-guard.1"),
+    )
+    .unwrap()
+    .replace("\\-", "-");
+    for r in sbx_git_guard::rules::RULES {
+        assert!(listed.iter().any(|n| n == r.name), "rules lacks {}", r.name);
+        assert!(man.contains(r.name), "the man page lacks {}", r.name);
+    }
+    assert_eq!(listed.len(), sbx_git_guard::rules::RULES.len());
+}
+
+/// Class 5, continued: removing the stash's reflog does not hide it.
+#[test]
+fn a_stash_without_its_reflog_is_still_a_stash() {
+    let lab = Lab::new(&real_gits()[0]);
+    lab.repo("r");
+    std::fs::write(lab.path("r/a"), "2\n").unwrap();
+    lab.real("r", &["stash", "push", "-q"]);
+    std::fs::remove_file(lab.path("r/.git/logs/refs/stash")).unwrap();
+    let main = lab.head("r", "main");
+    let out = lab.git("r", &["reset", "--hard", "refs/stash"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unverified-commit"));
+    assert_eq!(lab.head("r", "main"), main);
+}

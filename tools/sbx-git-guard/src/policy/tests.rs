@@ -30,6 +30,10 @@ const CONFIG: &str = r#"
 	st = status
 	loop1 = loop2
 	loop2 = loop1
+[alias "x"]
+	y = commit --no-verify
+[alias "Deep.Er"]
+	Name = commit -n
 [remote "origin"]
 	url = /tmp/remote.git
 	fetch = +refs/heads/*:refs/remotes/origin/*
@@ -281,7 +285,36 @@ const ATTACKS: &[(&str, &str)] = &[
     ("read-tree --prefix=.git/ HEAD", "git-dir"),
     ("clone /tmp/r .git/hooks", "git-dir"),
     ("init .git/x", "git-dir"),
-    ("archive -o .git/hooks/x HEAD", "git-dir"),
+    ("archive -o .git/hooks/x HEAD", "output-path"),
+    // Round two (issue 15): aliases with dots, inline push targets, bare
+    // --mirror, outputs, history plumbing.
+    ("x.y -m m", "block-no-verify"),
+    ("X.Y -m m", "block-no-verify"),
+    ("deep.er.name -m m", "block-no-verify"),
+    ("-c remote.pushDefault=mirror push", "block-force-push"),
+    ("-c branch.main.pushRemote=forced push", "block-force-push"),
+    ("-c branch.main.pushRemote=mirror push", "block-force-push"),
+    ("remote add --mirror evil /tmp/x", "block-force-push"),
+    ("remote add --mirror=push evil /tmp/x", "block-force-push"),
+    ("log -1 --output=.git/hooks/pre-commit", "output-path"),
+    ("log -1 --output .git/hooks/pre-commit", "output-path"),
+    ("show --outp=.git/hooks/pre-commit", "output-path"),
+    ("diff --output=.git/config", "output-path"),
+    ("format-patch -1 -o .git/hooks", "output-path"),
+    ("format-patch -1 -o.git/hooks", "output-path"),
+    (
+        "format-patch -1 --output-directory .git/hooks",
+        "output-path",
+    ),
+    ("bundle create .git/hooks/pre-commit HEAD", "output-path"),
+    ("config -f .git/hooks/pre-commit a.b c", "output-path"),
+    (
+        "fast-export --export-marks=.git/hooks/pre-commit HEAD",
+        "output-path",
+    ),
+    ("replay --onto main topic", "plumbing"),
+    ("hash-object -t commit -w --stdin", "plumbing"),
+    ("grep -Ovim x", "exec-option"),
     ("-C sub worktree add ../.git/x", "git-dir"),
     (
         "-C sub checkout-index -a --prefix=../.git/hooks/",
@@ -447,7 +480,7 @@ fn every_attack_in_every_spelling_is_blocked() {
         for (attack, rule) in ATTACKS {
             // Relative paths in these name the git dir from the top only (and a
             // relative --git-dir followed by -C names another repository).
-            if *rule == "git-dir"
+            if (*rule == "git-dir" || *rule == "output-path")
                 && (prefix.contains("-C sub")
                     || (attack.starts_with("-C") && prefix.contains("--git-dir")))
             {
@@ -713,5 +746,45 @@ fn stored_config_with_includes_is_read() {
     assert_eq!(
         env.decide(&["g", "-m", "x"]).unwrap_err().rule,
         "block-no-verify"
+    );
+}
+
+#[test]
+fn legacy_remotes_files_are_read_for_push() {
+    let env = Env::new();
+    let dir = env.dir.path().join(".git/remotes");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("legacy"),
+        "URL: /tmp/remote.git\nPush: +refs/heads/main:refs/heads/main\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("plain"),
+        "URL: /tmp/remote.git\nPush: refs/heads/main:refs/heads/main\n",
+    )
+    .unwrap();
+    let b = env.decide(&["push", "legacy"]).unwrap_err();
+    assert_eq!(b.rule, "block-force-push", "{}", b.reason);
+    let b = env
+        .decide(&["-c", "remote.pushDefault=legacy", "push"])
+        .unwrap_err();
+    assert_eq!(b.rule, "block-force-push", "{}", b.reason);
+    env.decide(&["push", "plain"]).unwrap();
+}
+
+#[test]
+fn sandbox_ignores_sbx_real_git() {
+    let env = vec![(
+        OsString::from("SBX_REAL_GIT"),
+        OsString::from("/tmp/evil-git"),
+    )];
+    assert_eq!(
+        crate::real_git(&env, false),
+        Some(PathBuf::from("/tmp/evil-git"))
+    );
+    assert_ne!(
+        crate::real_git(&env, true),
+        Some(PathBuf::from("/tmp/evil-git"))
     );
 }

@@ -1,0 +1,144 @@
+//! The environment the real git and the repository's hooks run with: the
+//! agent's, minus what would change what a hook does without changing the
+//! hook (shell start-up files, exported functions, loader and interpreter
+//! injection, hook-manager kill switches, git's test and replace knobs), with
+//! one value per name (the first, as git's `getenv` reads it) and the system
+//! directories first on PATH.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+
+/// Removed by exact name.
+pub const STRIPPED: &[&str] = &[
+    // Hook managers' own off switches.
+    "HUSKY",
+    "HUSKY_SKIP_HOOKS",
+    "LEFTHOOK",
+    "LEFTHOOK_EXCLUDE",
+    "SKIP",
+    "PRE_COMMIT_ALLOW_NO_CONFIG",
+    // Shells: start-up files and options that run before a hook's body.
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "CDPATH",
+    "GLOBIGNORE",
+    "IFS",
+    "PROMPT_COMMAND",
+    // Interpreters that hooks are written in.
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONINSPECT",
+    "PERL5LIB",
+    "PERL5OPT",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "GCONV_PATH",
+    // git settings that change what a hook's own git commands see or run.
+    "GIT_EXTERNAL_DIFF",
+    "GIT_DIFF_OPTS",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_GRAFT_FILE",
+    "GIT_SHALLOW_FILE",
+    "GIT_ATTR_SOURCE",
+    // The guard's own channel to its hook steps: set by the guard only.
+    crate::hooks::TRUSTED_ENV,
+    crate::hooks::COMMON_ENV,
+];
+
+/// Removed by prefix: every `LD_*` (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT),
+/// bash's exported functions, git's test knobs.
+pub const STRIPPED_PREFIXES: &[&str] = &["LD_", "BASH_FUNC_", "GIT_TEST_"];
+
+/// Put first on PATH, so a `sh`, `env` or `node` the agent planted earlier
+/// on PATH is not what a `#!/usr/bin/env sh` hook gets.
+pub const SYSTEM_PATH: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
+pub fn stripped(name: &[u8]) -> bool {
+    STRIPPED.iter().any(|s| s.as_bytes() == name)
+        || STRIPPED_PREFIXES
+            .iter()
+            .any(|p| name.starts_with(p.as_bytes()))
+}
+
+/// System directories, then the caller's PATH without them (so its own
+/// entries, node_modules/.bin for instance, still resolve after them).
+pub fn system_first_path(path: Option<&OsStr>) -> OsString {
+    let mut out = OsString::from(SYSTEM_PATH.join(":"));
+    if let Some(p) = path {
+        for dir in p.as_bytes().split(|b| *b == b':') {
+            if dir.is_empty() || SYSTEM_PATH.iter().any(|s| s.as_bytes() == dir) {
+                continue;
+            }
+            out.push(":");
+            out.push(OsStr::from_bytes(dir));
+        }
+    }
+    out
+}
+
+/// The cleaned environment: first value per name, stripped names gone,
+/// PATH system-first.
+pub fn clean(env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+    let mut out: Vec<(OsString, OsString)> = Vec::with_capacity(env.len() + 1);
+    let mut path = None;
+    for (k, v) in env {
+        if out.iter().any(|(o, _)| o == k) || path.is_some() && k == "PATH" {
+            continue;
+        }
+        if k == "PATH" {
+            path = Some(v.clone());
+            continue;
+        }
+        if stripped(k.as_bytes()) || k.as_bytes().contains(&b'=') || k.is_empty() {
+            continue;
+        }
+        out.push((k.clone(), v.clone()));
+    }
+    out.push(("PATH".into(), system_first_path(path.as_deref())));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_keeps_first_strips_and_orders_path() {
+        let e = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let env = vec![
+            e("GIT_DIR", "/first"),
+            e("GIT_DIR", "/second"),
+            e("BASH_ENV", "/tmp/x"),
+            e("LD_PRELOAD", "/tmp/x.so"),
+            e("BASH_FUNC_npx%%", "() { exit 0; }"),
+            e("PATH", "/tmp/evil:/usr/bin:/home/a/bin"),
+            e("HOME", "/h"),
+        ];
+        let out = clean(&env);
+        assert_eq!(
+            out,
+            vec![
+                e("GIT_DIR", "/first"),
+                e("HOME", "/h"),
+                e(
+                    "PATH",
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/tmp/evil:/home/a/bin"
+                ),
+            ]
+        );
+    }
+}

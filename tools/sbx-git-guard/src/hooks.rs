@@ -1,0 +1,412 @@
+//! The guard's own hooks directory. For commands that can move refs, git's
+//! hooks path is pinned here instead of at the repository's hooks: every
+//! hook name is a link to this binary, which runs the repository's hook of
+//! that name (from `$SBX_GUARD_TRUSTED_HOOKS`, which only the guard sets)
+//! and, for two of them, checks first what git itself computed:
+//!
+//! - `pre-push` reads the exact ref updates git is about to send and refuses
+//!   deletions and non-fast-forwards, so no spelling of a push target
+//!   (pushDefault, pushRemote, `-c`, mirror remotes, `.git/remotes` files)
+//!   can disagree with git;
+//! - `reference-transaction` (state `prepared`) refuses moving a branch onto
+//!   a stash commit, or onto a new commit whose tree is a stash's (a stash
+//!   cherry-picked), since no pre-commit hook ever saw them.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read as _, Write as _};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use crate::rules::R;
+
+/// Set by the guard for git's children: the repository's trusted hooks.
+pub const TRUSTED_ENV: &str = "SBX_GUARD_TRUSTED_HOOKS";
+
+/// Set by the guard beside it: the common dir (saves the hook a git call).
+pub const COMMON_ENV: &str = "SBX_GUARD_COMMON_DIR";
+
+/// Where the image installs the directory (root-owned).
+pub const IMAGE_DIR: &str = "/usr/libexec/sbx/hooks";
+
+/// Every hook git runs from the hooks path on the client side. Left out on
+/// purpose: `push-to-checkout` and `proc-receive`, whose mere presence
+/// changes what receive-pack does.
+pub const HOOK_NAMES: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "post-index-change",
+];
+
+/// Is `name` a hook this binary answers to (argv[0]'s basename)?
+pub fn is_hook_name(name: &str) -> bool {
+    HOOK_NAMES.contains(&name)
+}
+
+fn is_current(dir: &Path, exe: &Path) -> bool {
+    HOOK_NAMES
+        .iter()
+        .all(|h| std::fs::read_link(dir.join(h)).is_ok_and(|t| t == exe))
+}
+
+/// Create `dir` with a link per hook to `exe`, atomically (a sibling
+/// temporary directory renamed into place), unless it is already current.
+pub fn install(dir: &Path, exe: &Path) -> std::io::Result<()> {
+    if is_current(dir, exe) {
+        return Ok(());
+    }
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(parent)?;
+    let tmp = tempfile_dir(parent)?;
+    for h in HOOK_NAMES {
+        std::os::unix::fs::symlink(exe, tmp.join(h))?;
+    }
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    if dir.exists() {
+        let old = tempfile_dir(parent)?;
+        std::fs::remove_dir(&old)?;
+        std::fs::rename(dir, &old)?;
+        let _ = std::fs::remove_dir_all(&old);
+    }
+    match std::fs::rename(&tmp, dir) {
+        Ok(()) => Ok(()),
+        // Another guard won the race with the same content.
+        Err(_) if is_current(dir, exe) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn tempfile_dir(parent: &Path) -> std::io::Result<PathBuf> {
+    for i in 0..100u32 {
+        let p = parent.join(format!(".sbx-git-hooks.{}.{i}", std::process::id()));
+        match std::fs::create_dir(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no temporary directory name left"))
+}
+
+/// The guard's hooks directory. In the sandbox only the image's (the agent
+/// could rewrite any other); outside, one next to this binary, made on
+/// first use. `None`: hooks are pinned to the repository's directly.
+pub fn guard_dir(in_sandbox: bool) -> Option<PathBuf> {
+    let exe = std::fs::canonicalize("/proc/self/exe").ok()?;
+    if in_sandbox {
+        let d = PathBuf::from(IMAGE_DIR);
+        return is_current(&d, &exe).then_some(d);
+    }
+    let dir = exe.parent()?.join(".sbx-git-hooks");
+    install(&dir, &exe).ok()?;
+    Some(dir)
+}
+
+const ZERO: &[u8] = b"0000000000000000000000000000000000000000";
+
+fn is_zero(oid: &[u8]) -> bool {
+    !oid.is_empty() && oid.iter().all(|b| *b == b'0') && oid.len() >= ZERO.len()
+}
+
+fn git(real: &Path, args: &[&OsStr]) -> Option<std::process::Output> {
+    Command::new(real)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+}
+
+/// pre-push: each line is `<local ref> <local oid> <remote ref> <remote oid>`
+/// for an update git will make (rejected ones are not listed).
+pub fn check_push(real: &Path, stdin: &[u8]) -> Result<(), String> {
+    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        let [_lref, loid, rref, roid] = f[..] else {
+            return Err(format!(
+                "cannot read git's pre-push line `{}`",
+                String::from_utf8_lossy(line)
+            ));
+        };
+        let rref_s = String::from_utf8_lossy(rref);
+        if is_zero(loid) {
+            return Err(format!("the push deletes {rref_s} on the remote"));
+        }
+        if is_zero(roid) {
+            continue;
+        }
+        // Exit 0: ancestor. 1: not. Else (128): the remote's commit is not
+        // here, so git could only be pushing it by force.
+        let ok = git(
+            real,
+            &[
+                OsStr::new("merge-base"),
+                OsStr::new("--is-ancestor"),
+                OsStr::from_bytes(roid),
+                OsStr::from_bytes(loid),
+            ],
+        )
+        .is_some_and(|o| o.status.success());
+        if !ok {
+            return Err(format!(
+                "the push rewinds {rref_s} on the remote (not a fast-forward)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Object ids of stash commits, and of their trees.
+type StashSets = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// The stash's commits (each entry's own commit and its index and
+/// untracked parents, not its base) and their trees.
+fn stash_commits(real: &Path) -> StashSets {
+    let mut commits = Vec::new();
+    let mut trees = Vec::new();
+    let list = |walk: &str| {
+        git(
+            real,
+            &[
+                OsStr::new("log"),
+                OsStr::new(walk),
+                OsStr::new("--format=%H %T %P"),
+                OsStr::new("refs/stash"),
+                OsStr::new("--"),
+            ],
+        )
+    };
+    // The reflog holds every stash; without one, refs/stash names the last.
+    let Some(out) = list("-g")
+        .filter(|o| !o.stdout.is_empty())
+        .or_else(|| list("--no-walk"))
+    else {
+        return (commits, trees);
+    };
+    let mut extra: Vec<OsString> = Vec::new();
+    for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let w: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        if w.len() < 2 {
+            continue;
+        }
+        commits.push(w[0].to_vec());
+        trees.push(w[1].to_vec());
+        for p in w.iter().skip(3) {
+            commits.push(p.to_vec());
+            extra.push(OsStr::from_bytes(p).to_owned());
+        }
+    }
+    if !extra.is_empty() {
+        let mut args: Vec<&OsStr> = vec![
+            OsStr::new("log"),
+            OsStr::new("--no-walk"),
+            OsStr::new("--format=%T"),
+        ];
+        args.extend(extra.iter().map(|e| e.as_os_str()));
+        if let Some(o) = git(real, &args) {
+            trees.extend(
+                o.stdout
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(<[u8]>::to_vec),
+            );
+        }
+    }
+    (commits, trees)
+}
+
+/// Does the repository have a stash (a reflog, a loose or a packed
+/// refs/stash; a stash ref without a reflog still names one stash commit)?
+pub fn stash_exists(common: &Path) -> bool {
+    // reftable keeps refs in tables the guard does not read: assume one.
+    common.join("reftable").is_dir()
+        || common.join("logs/refs/stash").is_file()
+        || common.join("refs/stash").is_file()
+        || std::fs::read(common.join("packed-refs"))
+            .is_ok_and(|p| p.windows(11).any(|w| w == b" refs/stash\n"))
+}
+
+/// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
+pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
+    let mut moves = Vec::new();
+    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
+        let [old, new, name] = f[..] else { continue };
+        if name.starts_with(b"refs/heads/")
+            && !is_zero(new)
+            && old != new
+            && !new.starts_with(b"ref:")
+        {
+            moves.push((old, new, name));
+        }
+    }
+    if moves.is_empty() {
+        return Ok(());
+    }
+    // No stash, nothing that skipped pre-commit this way: the common case
+    // costs a few stats.
+    let common = match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
+        Some(c) => Some(PathBuf::from(c)),
+        None => git(
+            real,
+            &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
+        )
+        .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
+    };
+    let has_stash = common.is_some_and(|d| stash_exists(&d));
+    if !has_stash {
+        return Ok(());
+    }
+    // Listed lazily: most updates add no commit that is not on a branch.
+    let mut stash: Option<StashSets> = None;
+    for (old, new, name) in moves {
+        let mut args: Vec<&OsStr> = vec![
+            OsStr::new("log"),
+            OsStr::new("--format=%H %T"),
+            OsStr::from_bytes(new),
+            OsStr::new("--not"),
+            OsStr::new("--branches"),
+            OsStr::new("--tags"),
+        ];
+        if !is_zero(old) {
+            args.push(OsStr::from_bytes(old));
+        }
+        args.push(OsStr::new("--"));
+        let Some(out) = git(real, &args) else {
+            return Err("cannot list the commits the update adds".into());
+        };
+        for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let mut w = line.split(|b| *b == b' ');
+            let (Some(c), Some(t)) = (w.next(), w.next()) else {
+                continue;
+            };
+            let (commits, trees) = stash.get_or_insert_with(|| stash_commits(real));
+            if commits.iter().any(|s| s == c) || trees.iter().any(|s| s == t) {
+                return Err(format!(
+                    "{} would point at {}, a stash commit (or a copy of one) that no pre-commit hook saw; `git stash pop` and commit instead",
+                    String::from_utf8_lossy(name),
+                    String::from_utf8_lossy(&c[..c.len().min(12)])
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Run as hook `name` (argv[0]'s basename) with git's hook arguments.
+pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let Some(trusted) = std::env::var_os(TRUSTED_ENV).filter(|t| !t.is_empty()) else {
+        eprintln!(
+            "sbx-git-guard: {name}: run outside the guard ({TRUSTED_ENV} is unset); refusing"
+        );
+        return ExitCode::from(1);
+    };
+    let target = PathBuf::from(trusted).join(name);
+    let checked = name == "pre-push"
+        || (name == "reference-transaction" && args.first().is_some_and(|a| a == "prepared"));
+    if !checked {
+        if !executable(&target) {
+            return ExitCode::SUCCESS;
+        }
+        let mut argv = vec![target.clone().into_os_string()];
+        argv.extend(args);
+        let err = sbx_sys::exec(&target, &argv, &env);
+        eprintln!("sbx-git-guard: cannot run {}: {err}", target.display());
+        return ExitCode::from(126);
+    }
+    let mut input = Vec::new();
+    if std::io::stdin().read_to_end(&mut input).is_err() {
+        eprintln!("sbx-git-guard: {name}: cannot read git's input; refusing");
+        return ExitCode::from(1);
+    }
+    let settings = crate::settings_for(None).unwrap_or_default();
+    let real = crate::real_git(&env, crate::in_sandbox());
+    let verdict = match &real {
+        None => Err("the real git was not found".to_owned()),
+        Some(real) if name == "pre-push" => {
+            if settings.block_force_push {
+                check_push(real, &input)
+            } else {
+                Ok(())
+            }
+        }
+        Some(real) => {
+            if settings.block_no_verify {
+                check_transaction(real, &input)
+            } else {
+                Ok(())
+            }
+        }
+    };
+    if let Err(why) = verdict {
+        let rule = if name == "pre-push" {
+            R::ForcePush
+        } else {
+            R::UnverifiedCommit
+        };
+        let b = crate::policy::Block {
+            rule: rule.name(),
+            reason: why,
+        };
+        let mut words = vec![OsString::from(name)];
+        words.extend(args.iter().cloned());
+        crate::record_block(&words, &b);
+        eprintln!("sbx-git-guard: {}", b.message());
+        return ExitCode::from(1);
+    }
+    if !executable(&target) {
+        return ExitCode::SUCCESS;
+    }
+    let child = Command::new(&target)
+        .args(&args)
+        .stdin(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sbx-git-guard: cannot run {}: {e}", target.display());
+            return ExitCode::from(126);
+        }
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // A hook that does not read its input closes the pipe: not an error.
+        let _ = stdin.write_all(&input);
+    }
+    match child.wait() {
+        Ok(st) => match st.code() {
+            Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
+            None => ExitCode::from(1),
+        },
+        Err(_) => ExitCode::from(1),
+    }
+}

@@ -1,0 +1,211 @@
+//! The one table of rules: the policy refuses by `R`, and `rules`, the
+//! audit log, `--help` and the man page are all rendered from `RULES`, so a
+//! rule cannot be enforced under one name and listed under another.
+
+/// A rule's identity; `RULES[r as usize]` describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum R {
+    NoVerify,
+    ForcePush,
+    GlobalConfig,
+    ConfigInline,
+    ConfigWrite,
+    ConfigEnv,
+    Plumbing,
+    UnverifiedCommit,
+    ExecOption,
+    GitDir,
+    OutputPath,
+    Husky,
+    ParseError,
+    ConfigUnreadable,
+    Internal,
+}
+
+impl R {
+    pub const ALL: [R; 15] = [
+        R::NoVerify,
+        R::ForcePush,
+        R::GlobalConfig,
+        R::ConfigInline,
+        R::ConfigWrite,
+        R::ConfigEnv,
+        R::Plumbing,
+        R::UnverifiedCommit,
+        R::ExecOption,
+        R::GitDir,
+        R::OutputPath,
+        R::Husky,
+        R::ParseError,
+        R::ConfigUnreadable,
+        R::Internal,
+    ];
+
+    pub fn name(self) -> &'static str {
+        RULES[self as usize].name
+    }
+}
+
+pub struct Rule {
+    pub id: R,
+    pub name: &'static str,
+    /// One line, for `rules` and the audit log's readers.
+    pub blocks: &'static str,
+    /// The `--help`/man page paragraph.
+    pub detail: &'static str,
+}
+
+pub const RULES: &[Rule] = &[
+    Rule {
+        id: R::NoVerify,
+        name: "block-no-verify",
+        blocks: "skipping hooks: --no-verify/-n (where it means that) for commit, merge, pull, rebase, am, push; husky kill switches",
+        detail: "--no-verify/-n where it skips hooks (commit, merge, pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS, LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's environment ([git] block-no-verify)",
+    },
+    Rule {
+        id: R::ForcePush,
+        name: "block-force-push",
+        blocks: "forced or destructive pushes: -f, --force*, +refspec, --mirror, --delete/-d, :ref, --prune, stored + refspecs, mirror remotes; and any deletion or non-fast-forward git itself is about to push",
+        detail: "-f, --force, --force-with-lease, --force-if-includes, --mirror, --delete/-d, --prune, +refspec, :ref, a remote whose stored or inline push refspec has + or mirror = true, `remote add --mirror`, a legacy .git/remotes file with a + Push line; and, whatever the spelling, the guard's pre-push step refuses every deletion and non-fast-forward in the ref updates git computed ([git] block-force-push)",
+    },
+    Rule {
+        id: R::GlobalConfig,
+        name: "block-global-config",
+        blocks: "git config --global/--system writes",
+        detail: "git config --global/--system writes ([git] block-global-config)",
+    },
+    Rule {
+        id: R::ConfigInline,
+        name: "config-inline",
+        blocks: "-c, --config-env, GIT_CONFIG_COUNT/KEY/VALUE and GIT_CONFIG_PARAMETERS that set hooks, includes, aliases or programs",
+        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*",
+    },
+    Rule {
+        id: R::ConfigWrite,
+        name: "config-write",
+        blocks: "git config writes (old and `git config set` syntax) of keys that move hooks, include files or run programs",
+        detail: "the same keys (but alias.*) written with git config, old or `git config set` syntax; --edit; renaming or removing those sections",
+    },
+    Rule {
+        id: R::ConfigEnv,
+        name: "config-env",
+        blocks: "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH and --exec-path=",
+        detail: "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH, --exec-path=, clone/init --template",
+    },
+    Rule {
+        id: R::Plumbing,
+        name: "plumbing",
+        blocks: "commands that make commits or move branches without hooks: commit-tree, fast-import, replay, hash-object -t commit -w, send-pack, filter-branch, filter-repo, replace, stash create/store, update-ref of HEAD or refs/heads/*",
+        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack, filter-branch, filter-repo, replace (but --list/--delete), stash create/store, update-ref of HEAD or refs/heads/* (and --stdin)",
+    },
+    Rule {
+        id: R::UnverifiedCommit,
+        name: "unverified-commit",
+        blocks: "commits no pre-commit hook saw: a branch moved onto a stash commit (or a copy of one); rebase/cherry-pick/revert/am --continue with staged content the pre-commit hook rejects",
+        detail: "a branch moved onto a stash commit or a new commit with a stash's tree (reset, merge, cherry-pick, checkout -B, branch -f, fetch into a branch: the guard's reference-transaction step); rebase/cherry-pick/revert/am --continue while the index differs from HEAD, unless the repository's pre-commit hook passes on it first ([git] block-no-verify)",
+    },
+    Rule {
+        id: R::ExecOption,
+        name: "exec-option",
+        blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases",
+        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases",
+    },
+    Rule {
+        id: R::GitDir,
+        name: "git-dir",
+        blocks: "a work tree, --prefix or cwd inside the git common dir",
+        detail: "a cwd, work tree, worktree add path, clone/init directory or --prefix inside the git common dir",
+    },
+    Rule {
+        id: R::OutputPath,
+        name: "output-path",
+        blocks: "options that write a file (--output, -o, bundle create, archive -o) into the git dir, a hooks directory, .husky or .agent-sandbox",
+        detail: "--output=/-o of log, show, diff, format-patch (-o DIR, --output-directory), archive, bundle create, and similar, resolved against -C and cwd as git resolves them, into the git common dir, the pinned hooks directory, .husky or .agent-sandbox",
+    },
+    Rule {
+        id: R::Husky,
+        name: "husky",
+        blocks: "commits while .husky has uncommitted changes or a husky init.sh/.huskyrc has content",
+        detail: "commit/merge/pull/rebase/am while .husky has uncommitted changes or a husky init.sh / ~/.huskyrc has content",
+    },
+    Rule {
+        id: R::ParseError,
+        name: "parse-error",
+        blocks: "arguments git itself would reject or the guard cannot read: fail closed",
+        detail: "an unknown global option, an unknown or ambiguous option, a missing value, an alias loop",
+    },
+    Rule {
+        id: R::ConfigUnreadable,
+        name: "config-unreadable",
+        blocks: "git configuration that cannot be read: fail closed",
+        detail: "git configuration the guard cannot read",
+    },
+    Rule {
+        id: R::Internal,
+        name: "internal",
+        blocks: "a bug in the guard: fail closed",
+        detail: "a bug in the guard",
+    },
+];
+
+/// The `Rules:` section of `--help` and the man page.
+pub fn help_section() -> String {
+    let mut s = String::from("Rules:\n");
+    for r in RULES {
+        s.push_str(&format!("  {:<20} ", r.name));
+        let mut col = 23;
+        let mut first = true;
+        for w in r.detail.split(' ') {
+            if !first && col + 1 + w.len() > 76 {
+                s.push_str("\n                       ");
+                col = 23;
+            } else if !first {
+                s.push(' ');
+                col += 1;
+            }
+            s.push_str(w);
+            col += w.len();
+            first = false;
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_indexed_by_its_ids() {
+        assert_eq!(RULES.len(), R::ALL.len());
+        for (i, r) in RULES.iter().enumerate() {
+            assert_eq!(r.id as usize, i, "{}", r.name);
+            assert_eq!(R::ALL[i], r.id);
+        }
+        let mut names: Vec<_> = RULES.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), RULES.len(), "duplicate rule names");
+    }
+
+    /// Every refusal in the source names its rule through `R`, never a
+    /// string, so the table is the only place names live.
+    #[test]
+    fn no_rule_is_spelled_as_a_string_in_the_policy() {
+        for (file, src) in [
+            ("policy.rs", include_str!("policy.rs")),
+            ("lib.rs", include_str!("lib.rs")),
+            ("hooks.rs", include_str!("hooks.rs")),
+        ] {
+            for r in RULES {
+                let quoted = format!("\"{}\"", r.name);
+                assert!(
+                    !src.contains(&quoted),
+                    "{file} spells rule {} as a string",
+                    r.name
+                );
+            }
+        }
+    }
+}

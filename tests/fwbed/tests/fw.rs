@@ -646,3 +646,160 @@ fn the_backup_store_and_only_it_is_reachable() {
     );
     assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "blocked");
 }
+
+impl Bed {
+    /// `sbx-fwbed attack ARGS` in the sandbox, as the agent or as root.
+    fn attack(&self, agent: bool, args: &[&str]) -> Value {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.sbx]);
+        if agent {
+            c.args(AGENT);
+        }
+        let o = c
+            .arg(bin("sbx-fwbed"))
+            .arg("attack")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "attack {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// A counting rule on the far side (the gateway's raw PREROUTING): what
+    /// arrives there, whatever the sandbox's kernel reported to the sender.
+    fn far_side_count(&self, v6: bool, spec: &[&str]) {
+        let gw = self.sbx.replace("-sbx", "-gw");
+        let tables = if v6 {
+            "ip6tables-legacy"
+        } else {
+            "iptables-legacy"
+        };
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &gw,
+                tables,
+                "-t",
+                "raw",
+                "-A",
+                "PREROUTING",
+            ])
+            .args(spec)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    fn far_side_arrived(&self, v6: bool) -> u64 {
+        let gw = self.sbx.replace("-sbx", "-gw");
+        let tables = if v6 {
+            "ip6tables-legacy"
+        } else {
+            "iptables-legacy"
+        };
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &gw,
+                tables,
+                "-t",
+                "raw",
+                "-nvxL",
+                "PREROUTING",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Queries the upstream resolvers received whose name contains `needle`.
+    fn resolver_saw(&self, needle: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path("queries.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Issue 24, 1: the agent binds every ephemeral port, hoping to land on one
+/// whose conntrack entry still belongs to a root flow to the resolver (the
+/// DNS filter's, init's lookups), and sends its own query there.
+#[test]
+fn the_agent_cannot_ride_roots_connections_to_the_resolver() {
+    let Some(bed) = Bed::new("fwh") else { return };
+    bed.ok(false, &["init"]);
+    // The filter looks a name up, so it has a flow to the resolver now.
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    let r = bed.attack(true, &["hijack", "198.18.0.53:53"]);
+    assert!(
+        r["bound"].as_u64() > Some(20000),
+        "the scan did not run: {r}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let got = bed.resolver_saw(".hijack.");
+    assert!(
+        got.is_empty(),
+        "reached the resolver as uid 1000: {got:?}\n{r}"
+    );
+}
+
+/// Issue 24, 2: a SYN to an allowlisted address from an address the
+/// sandbox does not own (the allowed host's answers would go there).
+#[test]
+fn forged_source_addresses_never_leave() {
+    let Some(bed) = Bed::new("fws") else { return };
+    bed.ok(false, &["init"]);
+    bed.far_side_count(false, &["-s", "198.18.9.9"]);
+    bed.far_side_count(true, &["-s", "2001:2::9:9"]);
+    // The agent: IPV6_FREEBIND and IP_FREEBIND need no privilege.
+    let v6 = bed.attack(true, &["forge", "2001:2::9:9", "[2001:2::1:1]:443"]);
+    assert_eq!(v6["tcp"]["bind"], "ok", "the attack did not run: {v6}");
+    let v4 = bed.attack(true, &["forge", "198.18.9.9", "198.18.1.1:443"]);
+    // Root with IP_TRANSPARENT, which the kernel would let through in both
+    // families: the rule, not luck, must stop it.
+    let r4 = bed.attack(
+        false,
+        &["forge", "198.18.9.9", "198.18.1.1:443", "transparent"],
+    );
+    let r6 = bed.attack(
+        false,
+        &["forge", "2001:2::9:9", "[2001:2::1:1]:443", "transparent"],
+    );
+    assert_eq!(bed.far_side_arrived(false), 0, "IPv4: {v4} {r4}");
+    assert_eq!(bed.far_side_arrived(true), 0, "IPv6: {v6} {r6}");
+    // The allowlisted host itself is still reachable from our own address.
+    assert_verdicts(
+        &bed.probe(true, &["tcp:[2001:2::1:1]:443", "tcp:198.18.1.1:443"]),
+        "open",
+    );
+}
+
+/// Issue 24, 3: a routing header set without privileges sends a packet
+/// addressed to an allowed first hop on to a blocked final destination.
+#[test]
+fn ipv6_routing_headers_never_leave() {
+    let Some(bed) = Bed::new("fwr") else { return };
+    bed.ok(false, &["init"]);
+    bed.far_side_count(true, &["-m", "rt"]);
+    let mut tried = Vec::new();
+    for t in ["4", "2", "0"] {
+        tried.push(bed.attack(true, &["rthdr", t, "2001:2::1:1", "[2001:2::2:1]:443"]));
+    }
+    assert_eq!(
+        tried[0]["opt"], "ok",
+        "the kernel refused the SRH: {tried:?}"
+    );
+    assert_eq!(bed.far_side_arrived(true), 0, "{tried:?}");
+}

@@ -179,8 +179,10 @@ impl Plan {
         // ESTABLISHED rule. A source address this host does not own
         // (IP_FREEBIND, IPV6_FREEBIND, IP_TRANSPARENT) would let the allowed
         // host's answers, and the data in them, go to someone else: dropped,
-        // since a reject would itself go to that address.
-        rule("-A SBX-OUT -m addrtype ! --src-type LOCAL -j DROP");
+        // since a reject would itself go to that address. Only packets of a
+        // socket: the resets REJECT sends back to a local caller carry the
+        // remote address as their source.
+        rule("-A SBX-OUT -m owner --socket-exists -m addrtype ! --src-type LOCAL -j DROP");
         if v6 {
             // A routing header (type 4 is settable without privileges) sends
             // a packet for an allowed first hop on to any final address.
@@ -359,7 +361,7 @@ mod tests {
                 .find("-A SBX-OUT -m conntrack --ctstate ESTABLISHED,RELATED")
                 .unwrap();
             for before in [
-                "-A SBX-OUT -m addrtype ! --src-type LOCAL -j DROP",
+                "-m owner --socket-exists -m addrtype ! --src-type LOCAL -j DROP",
                 "-m connmark --mark 0x1000000/0x1000000 -m owner --socket-exists ! --uid-owner 0 -j REJECT",
                 "-m owner --uid-owner 0 -j CONNMARK --set-xmark 0x1000000/0x1000000",
             ] {

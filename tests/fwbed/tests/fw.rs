@@ -803,3 +803,161 @@ fn ipv6_routing_headers_never_leave() {
     );
     assert_eq!(bed.far_side_arrived(true), 0, "{tried:?}");
 }
+
+impl Bed {
+    /// The DNS filter's refusal counters from `status --json`, once the
+    /// filter has published them (it does so every 250 ms).
+    fn refused(&self, reason: &str, at_least: u64) -> u64 {
+        let t = Instant::now();
+        loop {
+            let st: Value = serde_json::from_str(&self.ok(false, &["status", "--json"])).unwrap();
+            let n = st["data"]["dns_filter"]["refused"][reason]
+                .as_u64()
+                .unwrap_or(0);
+            if n >= at_least || t.elapsed() > Duration::from_secs(3) {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Issue 24, 4: GitHub's names are answered only with addresses inside
+/// GitHub's meta ranges; an answer elsewhere opens nothing.
+#[test]
+fn github_names_resolve_only_inside_githubs_ranges() {
+    let Some(bed) = Bed::new("fwgh") else { return };
+    bed.ok(false, &["init"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/github.com"]), "open");
+    // Its only address lies outside the ranges: refused, and not allowed.
+    assert_verdicts(
+        &bed.probe(true, &["dns:127.0.0.53/raw.githubusercontent.com"]),
+        "blocked",
+    );
+    // One inside, one outside: the answer keeps the one inside.
+    let out = bed.ok(
+        true,
+        &["probe", "--json", "dns:127.0.0.53/mixed.github.com"],
+    );
+    assert!(out.contains("with 1 answers"), "{out}");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    assert!(bed.refused("github-outside-ranges", 2) >= 2);
+}
+
+/// A DNS query, by hand: header with `ar` additional records, the labels
+/// as given (dots, backslashes, NULs and all), type A class IN, `extra`.
+fn raw_query(labels: &[&[u8]], ar: u8, extra: &[u8]) -> String {
+    let mut b = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, ar];
+    for l in labels {
+        b.push(l.len() as u8);
+        b.extend_from_slice(l);
+    }
+    b.extend_from_slice(&[0, 0, 1, 0, 1]);
+    b.extend_from_slice(extra);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Issue 24, 5: what the filter cannot parse strictly is refused with a
+/// counted reason and never reaches the resolver in any form.
+#[test]
+fn the_dns_filter_refuses_what_it_cannot_parse_and_forwards_nothing_raw() {
+    let Some(bed) = Bed::new("fwq") else { return };
+    bed.ok(false, &["init"]);
+    let a_record = [0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 1, 2, 3, 4];
+    let packets = [
+        raw_query(&[b"x", b"wild", b"test"], 0, b"exfil"),
+        raw_query(&[b"x", b"wild", b"test"], 1, &a_record),
+        raw_query(&[b"se.cret", b"wild", b"test"], 0, &[]),
+        raw_query(&[b"se\\cret", b"wild", b"test"], 0, &[]),
+        raw_query(&[b"se\0cret", b"wild", b"test"], 0, &[]),
+        "1234010000".into(),
+        "12".into(),
+        // The control: the same query, well formed.
+        raw_query(&[b"x", b"wild", b"test"], 0, &[]),
+    ];
+    let args: Vec<&str> = ["dnsraw", "127.0.0.53:53"]
+        .into_iter()
+        .chain(packets.iter().map(String::as_str))
+        .collect();
+    let r = bed.attack(true, &args);
+    let rcodes: Vec<&str> = r
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["rcode"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rcodes,
+        [
+            "Form Error",
+            "Form Error",
+            "Query Refused",
+            "Query Refused",
+            "Query Refused",
+            "Form Error",
+            "none",
+            "No Error"
+        ],
+        "{r}"
+    );
+    let got = bed.resolver_saw("cret");
+    assert!(got.is_empty(), "reached the resolver: {got:?}");
+    assert!(bed.refused("trailing-data", 1) >= 1);
+    assert!(bed.refused("extra-records", 1) >= 1);
+    assert!(bed.refused("bad-label", 3) >= 3);
+    assert!(bed.refused("short", 2) >= 2);
+    let text = bed.ok(false, &["status"]);
+    assert!(
+        text.contains("dns refused") && text.contains("bad-label 3"),
+        "{text}"
+    );
+}
+
+/// Issue 24, 6: a thousand TCP clients at once cost a bounded number of
+/// threads, and the filter keeps answering.
+#[test]
+fn a_thousand_tcp_clients_do_not_take_the_filter_down() {
+    let Some(bed) = Bed::new("fwt") else { return };
+    bed.ok(false, &["init"]);
+    let pid = std::fs::read_to_string(bed.path("state/dns.pid")).unwrap();
+    let r = bed.attack(true, &["tcpflood", "127.0.0.53:53", "1000", pid.trim()]);
+    eprintln!("{r}");
+    assert_eq!(r["connected"], 1000, "{r}");
+    assert!(r["peak_threads"].as_u64().unwrap() <= 64, "{r}");
+    assert_eq!(r["udp_answer"], true, "{r}");
+    assert!(r["answered"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["closed"].as_u64().unwrap() >= 500, "{r}");
+    assert!(bed.refused("tcp-busy", 500) >= 500);
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+}
+
+/// Issue 24, 7: a dns.pid naming a filter in another network namespace is
+/// not this sandbox's filter: init starts one here and says why.
+#[test]
+fn a_filter_in_another_namespace_is_not_taken_for_ours() {
+    let Some(bed) = Bed::new("fwo") else { return };
+    let nb = bed.sbx.replace("-sbx", "-nb");
+    let mut other = Command::new("ip")
+        .args(["netns", "exec", &nb])
+        .arg(bin("sbx-fw"))
+        .args(["dns", "--listen", "127.0.0.53:53"])
+        .env("SBX_FW_STATE_DIR", bed.path("other"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(other.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::fs::create_dir_all(bed.path("state")).unwrap();
+    std::fs::write(bed.path("state/dns.pid"), format!("{}\n", other.id())).unwrap();
+    let o = bed.init();
+    let _ = other.kill();
+    let _ = other.wait();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("in another network namespace"), "{err}");
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+}

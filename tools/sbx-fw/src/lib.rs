@@ -151,7 +151,12 @@ pub struct DnsArgs {
 
 const AFTER_HELP: &str = "\
 Policy, both families, default deny:
-  out  loopback (allow-localhost); replies to established connections;
+  out  first, whatever conntrack says: a packet from a source address this
+         host does not own (FREEBIND, TRANSPARENT) is dropped; IPv6 with a
+         routing header (any type) is dropped; connections uid 0 opened are
+         connmarked, and another uid's packet on one is refused (no riding
+         on the filter's upstream flows by re-binding a freed port);
+       loopback (allow-localhost); replies to established connections;
        DNS: the agent asks the filter on 127.0.0.53; only uid 0 (the filter,
          Docker's own resolver) reaches the upstream resolvers;
        TCP 443 to addresses of allowlisted names (set sbx-allow4/6);
@@ -172,11 +177,21 @@ bucket's host; gs: Google's storage and token hosts).
 
 Why a DNS filter rather than re-resolving on a timer: addresses of CDN names
 rotate, and a timer is always late. The filter hands out each answer only
-after adding its addresses to the allow set (for max(TTL, 1 h), at most a
-day), so what the agent connects to is what it was just told. It refuses
-every other name (audited), which also closes DNS tunnelling, and wildcards
-work because it sees the names asked. Names resolved at init stay allowed
-until the next init.
+after adding its addresses to the allow set (for the TTL, at least 5 min,
+at most 1 h; the next init starts the sets afresh), so what the agent
+connects to is what it was just told. It refuses every other name
+(audited), which also closes DNS tunnelling, and wildcards work because it
+sees the names asked. Names resolved at init stay allowed until the next
+init. GitHub's names are answered only with addresses inside GitHub's
+ranges (others are left out of the answer, or the query is refused) and
+add nothing to the allow set.
+
+The filter parses strictly: one question of host-name labels (letters,
+digits, - and _), class IN, at most an EDNS OPT record, nothing after it.
+It builds the upstream query and the reply anew from that question, over
+long-lived upstream sockets. Anything else gets FORMERR or REFUSED, never
+silence, counted by reason (`sbx-fw status`). It serves UDP with a fixed
+pool of threads and at most 32 TCP connections; more are closed at once.
 
 Failure: a duplicate address between names or a name that does not resolve
 is a warning; a [network].required name that fails aborts. An abort before
@@ -186,6 +201,8 @@ else from the last good copy in /var/cache/sbx-fw, else GitHub stays blocked.
 
 Files and variables:
   /run/sbx-fw/state.json    what init installed (SBX_FW_STATE_DIR)
+  /run/sbx-fw/dns.pid       the filter; a pid in another network namespace
+                            is not ours, and init starts a filter here
   /var/cache/sbx-fw         last good GitHub ranges (SBX_FW_CACHE_DIR)
   SSL_CERT_FILE             CA bundle for the GitHub fetch
   SBX_FW_GITHUB_META_URL    the meta URL (tests use a local stand-in)

@@ -739,6 +739,19 @@ impl Bed {
 #[test]
 fn the_agent_cannot_ride_roots_connections_to_the_resolver() {
     let Some(bed) = Bed::new("fwh") else { return };
+    hijack_fails(&bed);
+}
+
+#[test]
+fn the_agent_cannot_ride_roots_connections_to_the_resolver_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwhn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    hijack_fails(&bed);
+}
+
+fn hijack_fails(bed: &Bed) {
     bed.ok(false, &["init"]);
     // The filter looks a name up, so it has a flow to the resolver now.
     assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
@@ -760,6 +773,19 @@ fn the_agent_cannot_ride_roots_connections_to_the_resolver() {
 #[test]
 fn forged_source_addresses_never_leave() {
     let Some(bed) = Bed::new("fws") else { return };
+    forged_fails(&bed);
+}
+
+#[test]
+fn forged_source_addresses_never_leave_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwsn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    forged_fails(&bed);
+}
+
+fn forged_fails(bed: &Bed) {
     bed.ok(false, &["init"]);
     bed.far_side_count(false, &["-s", "198.18.9.9"]);
     bed.far_side_count(true, &["-s", "2001:2::9:9"]);
@@ -791,6 +817,19 @@ fn forged_source_addresses_never_leave() {
 #[test]
 fn ipv6_routing_headers_never_leave() {
     let Some(bed) = Bed::new("fwr") else { return };
+    rthdr_fails(&bed);
+}
+
+#[test]
+fn ipv6_routing_headers_never_leave_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwrn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    rthdr_fails(&bed);
+}
+
+fn rthdr_fails(bed: &Bed) {
     bed.ok(false, &["init"]);
     bed.far_side_count(true, &["-m", "rt"]);
     let mut tried = Vec::new();

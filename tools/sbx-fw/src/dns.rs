@@ -37,7 +37,7 @@ pub const MAX_HOLD: u32 = 3600;
 /// One audit record per refused name per minute: a loop must not fill the disk.
 const AUDIT_EVERY: Duration = Duration::from_secs(60);
 /// Threads answering UDP queries: a fixed pool, whatever the load.
-const UDP_WORKERS: usize = 8;
+const UDP_WORKERS: usize = 16;
 /// TCP connections served at once; more are closed at once (counted).
 pub const TCP_SLOTS: usize = 32;
 /// An idle TCP connection is closed after this long.
@@ -298,6 +298,7 @@ impl Upstream {
             loop {
                 let Ok(n) = reader.sock.recv(&mut buf) else {
                     // ECONNREFUSED from an earlier send: keep reading.
+                    std::thread::sleep(Duration::from_millis(1));
                     continue;
                 };
                 let Some(id) = be16(&buf[..n], 0) else {

@@ -291,7 +291,9 @@ impl Zone {
 /// so a test can count what got to the resolver and from where.
 fn dns_server(gw: String, addr: &'static str, zone: Arc<Zone>, log: PathBuf) {
     std::thread::spawn(move || {
-        enter(&gw);
+        if !gw.is_empty() {
+            enter(&gw);
+        }
         let s = UdpSocket::bind(addr).expect("bind dns");
         let mut log = std::fs::OpenOptions::new()
             .create(true)
@@ -446,6 +448,18 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).is_some_and(|a| a == "attack") {
         std::process::exit(attack::main(&args[2..]));
+    }
+    // `sbx-fwbed resolver DIR`: the zone on 127.0.0.11:53 in this namespace,
+    // standing in for Docker's embedded resolver, until killed.
+    if args.get(1).is_some_and(|a| a == "resolver") && args.len() == 3 {
+        let log = PathBuf::from(&args[2]).join("queries.log");
+        dns_server(String::new(), "127.0.0.11:53", Arc::new(Zone::new()), log);
+        std::thread::sleep(Duration::from_millis(100));
+        println!("ready");
+        let _ = std::io::stdout().flush();
+        loop {
+            std::thread::park();
+        }
     }
     if args.len() != 3 {
         eprintln!("usage: sbx-fwbed PREFIX DIR");

@@ -753,8 +753,10 @@ fn the_agent_cannot_ride_roots_connections_to_the_resolver_with_nft_iptables() {
 
 fn hijack_fails(bed: &Bed) {
     bed.ok(false, &["init"]);
-    // The filter looks a name up, so it has a flow to the resolver now.
+    // The filter looks a name up, so it has a flow to the resolver now, and
+    // so does a root process asking directly from a socket it then closes.
     assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    assert_verdicts(&bed.probe(false, &["dns:198.18.0.53/allowed.test"]), "open");
     let r = bed.attack(true, &["hijack", "198.18.0.53:53"]);
     assert!(
         r["bound"].as_u64() > Some(20000),
@@ -999,4 +1001,59 @@ fn a_filter_in_another_namespace_is_not_taken_for_ours() {
     assert!(o.status.success(), "{err}");
     assert!(err.contains("in another network namespace"), "{err}");
     assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+}
+
+/// Issue 24, 1, with Docker's embedded resolver: a resolver on loopback
+/// (127.0.0.11), which only uid 0 may reach, and whose flows the agent
+/// tries to ride the same way.
+#[test]
+fn the_agent_cannot_ride_roots_connections_to_a_loopback_resolver() {
+    let Some(bed) = Bed::new("fwl") else { return };
+    let mut resolver = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .arg(bin("sbx-fwbed"))
+        .args(["resolver", bed.dir.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(resolver.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::fs::write(
+        format!("/etc/netns/{}/resolv.conf", bed.sbx),
+        "nameserver 127.0.0.11\noptions ndots:0\n",
+    )
+    .unwrap();
+    bed.ok(false, &["init"]);
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    assert_verdicts(
+        &bed.probe(true, &["dns:127.0.0.11/allowed.test"]),
+        "blocked",
+    );
+    // A root process (as Docker's resolver or init would) asks it from a
+    // socket it then closes: a flow conntrack keeps after the socket is gone.
+    assert_verdicts(&bed.probe(false, &["dns:127.0.0.11/allowed.test"]), "open");
+    let r = bed.attack(true, &["hijack", "127.0.0.11:53"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = resolver.kill();
+    let _ = resolver.wait();
+    assert!(
+        r["bound"].as_u64() > Some(20000),
+        "the scan did not run: {r}"
+    );
+    let got = bed.resolver_saw(".hijack.");
+    assert!(
+        got.is_empty(),
+        "reached the resolver as uid 1000: {got:?}\n{r}"
+    );
+    // The filter did use it.
+    assert!(
+        bed.resolver_saw("allowed.test")
+            .iter()
+            .any(|l| l.starts_with("127.0.0.11:53 ")),
+        "{:?}",
+        bed.resolver_saw("")
+    );
 }

@@ -13,6 +13,8 @@
 //! listens on 443 and 8080. Usage: `sbx-fwbed PREFIX DIR`; prints the bed as
 //! one JSON line when ready, tears everything down when stdin closes.
 
+mod attack;
+
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
@@ -35,6 +37,11 @@ const V4: &[(&str, &str)] = &[
     ("meta.github.test", "198.18.3.1"),
     ("rebind.test", "10.77.0.1"),
     ("rebind.test", "169.254.169.254"),
+    // GitHub's names: inside its meta ranges (198.18.3.0/24), outside, and both.
+    ("github.com", "198.18.3.1"),
+    ("raw.githubusercontent.com", "198.18.2.1"),
+    ("mixed.github.com", "198.18.3.2"),
+    ("mixed.github.com", "198.18.2.1"),
 ];
 const V6: &[(&str, &str)] = &[
     ("allowed.test", "2001:2::1:1"),
@@ -280,15 +287,29 @@ impl Zone {
     }
 }
 
-fn dns_server(gw: String, addr: &'static str, zone: Arc<Zone>) {
+/// Every query that arrives is logged to DIR/queries.log as "ADDR NAME",
+/// so a test can count what got to the resolver and from where.
+fn dns_server(gw: String, addr: &'static str, zone: Arc<Zone>, log: PathBuf) {
     std::thread::spawn(move || {
-        enter(&gw);
+        if !gw.is_empty() {
+            enter(&gw);
+        }
         let s = UdpSocket::bind(addr).expect("bind dns");
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("query log");
         let mut buf = [0u8; 4096];
         loop {
             let Ok((n, from)) = s.recv_from(&mut buf) else {
                 continue;
             };
+            let name = Message::from_vec(&buf[..n])
+                .ok()
+                .and_then(|m| m.queries.first().map(|q| q.name.to_ascii()))
+                .unwrap_or_else(|| "?".into());
+            let _ = writeln!(log, "{addr} {from} {name}");
             if let Some(a) = zone.answer(&buf[..n]) {
                 let _ = s.send_to(&a, from);
             }
@@ -425,6 +446,21 @@ fn socket_v6only(addr: &str) -> TcpListener {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == "attack") {
+        std::process::exit(attack::main(&args[2..]));
+    }
+    // `sbx-fwbed resolver DIR`: the zone on 127.0.0.11:53 in this namespace,
+    // standing in for Docker's embedded resolver, until killed.
+    if args.get(1).is_some_and(|a| a == "resolver") && args.len() == 3 {
+        let log = PathBuf::from(&args[2]).join("queries.log");
+        dns_server(String::new(), "127.0.0.11:53", Arc::new(Zone::new()), log);
+        std::thread::sleep(Duration::from_millis(100));
+        println!("ready");
+        let _ = std::io::stdout().flush();
+        loop {
+            std::thread::park();
+        }
+    }
     if args.len() != 3 {
         eprintln!("usage: sbx-fwbed PREFIX DIR");
         std::process::exit(64);
@@ -433,8 +469,18 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("dir");
     let n = setup(prefix);
     let zone = Arc::new(Zone::new());
-    dns_server(n.gw.clone(), "198.18.0.53:53", zone.clone());
-    dns_server(n.gw.clone(), "198.18.0.54:53", zone);
+    dns_server(
+        n.gw.clone(),
+        "198.18.0.53:53",
+        zone.clone(),
+        dir.join("queries.log"),
+    );
+    dns_server(
+        n.gw.clone(),
+        "198.18.0.54:53",
+        zone,
+        dir.join("queries.log"),
+    );
     tls_server(n.gw.clone(), &dir);
     for port in [22, 80, 8080] {
         tcp_sink_dual(&n.gw, port);

@@ -646,3 +646,414 @@ fn the_backup_store_and_only_it_is_reachable() {
     );
     assert_verdicts(&bed.probe(true, &["tcp:198.18.1.2:443"]), "blocked");
 }
+
+impl Bed {
+    /// `sbx-fwbed attack ARGS` in the sandbox, as the agent or as root.
+    fn attack(&self, agent: bool, args: &[&str]) -> Value {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.sbx]);
+        if agent {
+            c.args(AGENT);
+        }
+        let o = c
+            .arg(bin("sbx-fwbed"))
+            .arg("attack")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "attack {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// A counting rule on the far side (the gateway's raw PREROUTING): what
+    /// arrives there, whatever the sandbox's kernel reported to the sender.
+    fn far_side_count(&self, v6: bool, spec: &[&str]) {
+        let gw = self.sbx.replace("-sbx", "-gw");
+        let tables = if v6 {
+            "ip6tables-legacy"
+        } else {
+            "iptables-legacy"
+        };
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &gw,
+                tables,
+                "-t",
+                "raw",
+                "-A",
+                "PREROUTING",
+            ])
+            .args(spec)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    fn far_side_arrived(&self, v6: bool) -> u64 {
+        let gw = self.sbx.replace("-sbx", "-gw");
+        let tables = if v6 {
+            "ip6tables-legacy"
+        } else {
+            "iptables-legacy"
+        };
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &gw,
+                tables,
+                "-t",
+                "raw",
+                "-nvxL",
+                "PREROUTING",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Queries the upstream resolvers received whose name contains `needle`.
+    fn resolver_saw(&self, needle: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path("queries.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Issue 24, 1: the agent binds every ephemeral port, hoping to land on one
+/// whose conntrack entry still belongs to a root flow to the resolver (the
+/// DNS filter's, init's lookups), and sends its own query there.
+#[test]
+fn the_agent_cannot_ride_roots_connections_to_the_resolver() {
+    let Some(bed) = Bed::new("fwh") else { return };
+    hijack_fails(&bed);
+}
+
+#[test]
+fn the_agent_cannot_ride_roots_connections_to_the_resolver_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwhn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    hijack_fails(&bed);
+}
+
+fn hijack_fails(bed: &Bed) {
+    bed.ok(false, &["init"]);
+    // The filter looks a name up, so it has a flow to the resolver now, and
+    // so does a root process asking directly from a socket it then closes.
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    assert_verdicts(&bed.probe(false, &["dns:198.18.0.53/allowed.test"]), "open");
+    let r = bed.attack(true, &["hijack", "198.18.0.53:53"]);
+    assert!(
+        r["bound"].as_u64() > Some(20000),
+        "the scan did not run: {r}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let got = bed.resolver_saw(".hijack.");
+    assert!(
+        got.is_empty(),
+        "reached the resolver as uid 1000: {got:?}\n{r}"
+    );
+}
+
+/// Issue 24, 2: a SYN to an allowlisted address from an address the
+/// sandbox does not own (the allowed host's answers would go there).
+#[test]
+fn forged_source_addresses_never_leave() {
+    let Some(bed) = Bed::new("fws") else { return };
+    forged_fails(&bed);
+}
+
+#[test]
+fn forged_source_addresses_never_leave_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwsn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    forged_fails(&bed);
+}
+
+fn forged_fails(bed: &Bed) {
+    bed.ok(false, &["init"]);
+    bed.far_side_count(false, &["-s", "198.18.9.9"]);
+    bed.far_side_count(true, &["-s", "2001:2::9:9"]);
+    // The agent: IPV6_FREEBIND and IP_FREEBIND need no privilege.
+    let v6 = bed.attack(true, &["forge", "2001:2::9:9", "[2001:2::1:1]:443"]);
+    assert_eq!(v6["tcp"]["bind"], "ok", "the attack did not run: {v6}");
+    let v4 = bed.attack(true, &["forge", "198.18.9.9", "198.18.1.1:443"]);
+    // Root with IP_TRANSPARENT, which the kernel would let through in both
+    // families: the rule, not luck, must stop it.
+    let r4 = bed.attack(
+        false,
+        &["forge", "198.18.9.9", "198.18.1.1:443", "transparent"],
+    );
+    let r6 = bed.attack(
+        false,
+        &["forge", "2001:2::9:9", "[2001:2::1:1]:443", "transparent"],
+    );
+    assert_eq!(bed.far_side_arrived(false), 0, "IPv4: {v4} {r4}");
+    assert_eq!(bed.far_side_arrived(true), 0, "IPv6: {v6} {r6}");
+    // The allowlisted host itself is still reachable from our own address.
+    assert_verdicts(
+        &bed.probe(true, &["tcp:[2001:2::1:1]:443", "tcp:198.18.1.1:443"]),
+        "open",
+    );
+}
+
+/// Issue 24, 3: a routing header set without privileges sends a packet
+/// addressed to an allowed first hop on to a blocked final destination.
+#[test]
+fn ipv6_routing_headers_never_leave() {
+    let Some(bed) = Bed::new("fwr") else { return };
+    rthdr_fails(&bed);
+}
+
+#[test]
+fn ipv6_routing_headers_never_leave_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwrn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    rthdr_fails(&bed);
+}
+
+fn rthdr_fails(bed: &Bed) {
+    bed.ok(false, &["init"]);
+    bed.far_side_count(true, &["-m", "rt"]);
+    let mut tried = Vec::new();
+    for t in ["4", "2", "0"] {
+        tried.push(bed.attack(true, &["rthdr", t, "2001:2::1:1", "[2001:2::2:1]:443"]));
+    }
+    assert_eq!(
+        tried[0]["opt"], "ok",
+        "the kernel refused the SRH: {tried:?}"
+    );
+    assert_eq!(bed.far_side_arrived(true), 0, "{tried:?}");
+}
+
+impl Bed {
+    /// The DNS filter's refusal counters from `status --json`, once the
+    /// filter has published them (it does so every 250 ms).
+    fn refused(&self, reason: &str, at_least: u64) -> u64 {
+        let t = Instant::now();
+        loop {
+            let st: Value = serde_json::from_str(&self.ok(false, &["status", "--json"])).unwrap();
+            let n = st["data"]["dns_filter"]["refused"][reason]
+                .as_u64()
+                .unwrap_or(0);
+            if n >= at_least || t.elapsed() > Duration::from_secs(3) {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Issue 24, 4: GitHub's names are answered only with addresses inside
+/// GitHub's meta ranges; an answer elsewhere opens nothing.
+#[test]
+fn github_names_resolve_only_inside_githubs_ranges() {
+    let Some(bed) = Bed::new("fwgh") else { return };
+    bed.ok(false, &["init"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/github.com"]), "open");
+    // Its only address lies outside the ranges: refused, and not allowed.
+    assert_verdicts(
+        &bed.probe(true, &["dns:127.0.0.53/raw.githubusercontent.com"]),
+        "blocked",
+    );
+    // One inside, one outside: the answer keeps the one inside.
+    let out = bed.ok(
+        true,
+        &["probe", "--json", "dns:127.0.0.53/mixed.github.com"],
+    );
+    assert!(out.contains("with 1 answers"), "{out}");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    assert!(bed.refused("github-outside-ranges", 2) >= 2);
+}
+
+/// A DNS query, by hand: header with `ar` additional records, the labels
+/// as given (dots, backslashes, NULs and all), type A class IN, `extra`.
+fn raw_query(labels: &[&[u8]], ar: u8, extra: &[u8]) -> String {
+    let mut b = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, ar];
+    for l in labels {
+        b.push(l.len() as u8);
+        b.extend_from_slice(l);
+    }
+    b.extend_from_slice(&[0, 0, 1, 0, 1]);
+    b.extend_from_slice(extra);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Issue 24, 5: what the filter cannot parse strictly is refused with a
+/// counted reason and never reaches the resolver in any form.
+#[test]
+fn the_dns_filter_refuses_what_it_cannot_parse_and_forwards_nothing_raw() {
+    let Some(bed) = Bed::new("fwq") else { return };
+    bed.ok(false, &["init"]);
+    let a_record = [0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 1, 2, 3, 4];
+    let packets = [
+        raw_query(&[b"x", b"wild", b"test"], 0, b"exfil"),
+        raw_query(&[b"x", b"wild", b"test"], 1, &a_record),
+        raw_query(&[b"se.cret", b"wild", b"test"], 0, &[]),
+        raw_query(&[b"se\\cret", b"wild", b"test"], 0, &[]),
+        raw_query(&[b"se\0cret", b"wild", b"test"], 0, &[]),
+        "1234010000".into(),
+        "12".into(),
+        // The control: the same query, well formed.
+        raw_query(&[b"x", b"wild", b"test"], 0, &[]),
+    ];
+    let args: Vec<&str> = ["dnsraw", "127.0.0.53:53"]
+        .into_iter()
+        .chain(packets.iter().map(String::as_str))
+        .collect();
+    let r = bed.attack(true, &args);
+    let rcodes: Vec<&str> = r
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["rcode"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rcodes,
+        [
+            "Form Error",
+            "Form Error",
+            "Query Refused",
+            "Query Refused",
+            "Query Refused",
+            "Form Error",
+            "none",
+            "No Error"
+        ],
+        "{r}"
+    );
+    let got = bed.resolver_saw("cret");
+    assert!(got.is_empty(), "reached the resolver: {got:?}");
+    assert!(bed.refused("trailing-data", 1) >= 1);
+    assert!(bed.refused("extra-records", 1) >= 1);
+    assert!(bed.refused("bad-label", 3) >= 3);
+    assert!(bed.refused("short", 2) >= 2);
+    let text = bed.ok(false, &["status"]);
+    assert!(
+        text.contains("dns refused") && text.contains("bad-label 3"),
+        "{text}"
+    );
+}
+
+/// Issue 24, 6: a thousand TCP clients at once cost a bounded number of
+/// threads, and the filter keeps answering.
+#[test]
+fn a_thousand_tcp_clients_do_not_take_the_filter_down() {
+    let Some(bed) = Bed::new("fwt") else { return };
+    bed.ok(false, &["init"]);
+    let pid = std::fs::read_to_string(bed.path("state/dns.pid")).unwrap();
+    let r = bed.attack(true, &["tcpflood", "127.0.0.53:53", "1000", pid.trim()]);
+    eprintln!("{r}");
+    assert_eq!(r["connected"], 1000, "{r}");
+    assert!(r["peak_threads"].as_u64().unwrap() <= 64, "{r}");
+    assert_eq!(r["udp_answer"], true, "{r}");
+    assert!(r["answered"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["closed"].as_u64().unwrap() >= 500, "{r}");
+    assert!(bed.refused("tcp-busy", 500) >= 500);
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+}
+
+/// Issue 24, 7: a dns.pid naming a filter in another network namespace is
+/// not this sandbox's filter: init starts one here and says why.
+#[test]
+fn a_filter_in_another_namespace_is_not_taken_for_ours() {
+    let Some(bed) = Bed::new("fwo") else { return };
+    let nb = bed.sbx.replace("-sbx", "-nb");
+    let mut other = Command::new("ip")
+        .args(["netns", "exec", &nb])
+        .arg(bin("sbx-fw"))
+        .args(["dns", "--listen", "127.0.0.53:53"])
+        .env("SBX_FW_STATE_DIR", bed.path("other"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(other.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::fs::create_dir_all(bed.path("state")).unwrap();
+    std::fs::write(bed.path("state/dns.pid"), format!("{}\n", other.id())).unwrap();
+    let o = bed.init();
+    let _ = other.kill();
+    let _ = other.wait();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("in another network namespace"), "{err}");
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+}
+
+/// Issue 24, 1, with Docker's embedded resolver: a resolver on loopback
+/// (127.0.0.11), which only uid 0 may reach, and whose flows the agent
+/// tries to ride the same way.
+#[test]
+fn the_agent_cannot_ride_roots_connections_to_a_loopback_resolver() {
+    let Some(bed) = Bed::new("fwl") else { return };
+    let mut resolver = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .arg(bin("sbx-fwbed"))
+        .args(["resolver", bed.dir.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(resolver.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::fs::write(
+        format!("/etc/netns/{}/resolv.conf", bed.sbx),
+        "nameserver 127.0.0.11\noptions ndots:0\n",
+    )
+    .unwrap();
+    bed.ok(false, &["init"]);
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    assert_verdicts(
+        &bed.probe(true, &["dns:127.0.0.11/allowed.test"]),
+        "blocked",
+    );
+    // A root process (as Docker's resolver or init would) asks it from a
+    // socket it then closes: a flow conntrack keeps after the socket is gone.
+    assert_verdicts(&bed.probe(false, &["dns:127.0.0.11/allowed.test"]), "open");
+    let r = bed.attack(true, &["hijack", "127.0.0.11:53"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = resolver.kill();
+    let _ = resolver.wait();
+    assert!(
+        r["bound"].as_u64() > Some(20000),
+        "the scan did not run: {r}"
+    );
+    let got = bed.resolver_saw(".hijack.");
+    assert!(
+        got.is_empty(),
+        "reached the resolver as uid 1000: {got:?}\n{r}"
+    );
+    // The filter did use it.
+    assert!(
+        bed.resolver_saw("allowed.test")
+            .iter()
+            .any(|l| l.starts_with("127.0.0.11:53 ")),
+        "{:?}",
+        bed.resolver_saw("")
+    );
+}

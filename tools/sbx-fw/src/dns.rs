@@ -1,20 +1,26 @@
 //! The DNS filter: the sandbox's only resolver. It answers allowlisted
-//! names (exact and `*.` wildcards) by forwarding to the upstream
-//! resolvers, adds every address it hands out to the allow set (with a
-//! timeout) before replying, and refuses every other name, which also ends
-//! DNS tunnelling. Runs as root, the only uid the firewall lets reach the
+//! names (exact and `*.` wildcards) by asking the upstream resolvers,
+//! adds every address it hands out to the allow set (with a timeout)
+//! before replying, and refuses every other name, which also ends DNS
+//! tunnelling. Runs as root, the only uid the firewall lets reach the
 //! upstream resolvers.
+//!
+//! Nothing the client sent is forwarded: the query is parsed strictly
+//! ([`parse_query`]) and the upstream query and the reply are built anew
+//! from the parsed question. What cannot be parsed or is not allowed gets
+//! a FORMERR or REFUSED, counted by reason (`sbx-fw status`), never silence.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use hickory_proto::op::{Message, OpCode, ResponseCode};
-use hickory_proto::rr::RData;
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+use ipnet::IpNet;
 use sbx_core::audit::{self, Outcome, Record};
 use sbx_core::config::Domain;
 
@@ -23,27 +29,354 @@ use crate::plan::{SET_ALLOW4, SET_ALLOW6};
 use crate::state::{self, State};
 
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
-/// Addresses handed out stay allowed at least this long, so a client that
-/// caches past a short TTL is not cut off mid-use; at most a day.
-const MIN_HOLD: u32 = 3600;
-const MAX_HOLD: u32 = 86400;
+/// A handed-out address stays allowed for its TTL, at least 5 minutes (a
+/// client or runtime that caches a little past a short TTL still
+/// connects) and at most an hour; the next init starts the sets afresh.
+pub const MIN_HOLD: u32 = 300;
+pub const MAX_HOLD: u32 = 3600;
 /// One audit record per refused name per minute: a loop must not fill the disk.
 const AUDIT_EVERY: Duration = Duration::from_secs(60);
-/// Queries answered at once; more are dropped (the client retries), so a
-/// flood cannot exhaust threads.
-const IN_FLIGHT: usize = 256;
+/// Threads answering UDP queries: a fixed pool, whatever the load.
+const UDP_WORKERS: usize = 16;
+/// TCP connections served at once; more are closed at once (counted).
+pub const TCP_SLOTS: usize = 32;
+/// An idle TCP connection is closed after this long.
+const TCP_IDLE: Duration = Duration::from_secs(5);
+/// The UDP payload the filter asks upstream answers to fit in.
+const EDNS_PAYLOAD: u16 = 1232;
+/// Where the counters are published for `sbx-fw status`.
+pub const STATS_FILE: &str = "dns.stats.json";
+
+/// Why a query got no answer from upstream: each is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Shorter than a DNS header.
+    Short,
+    /// A response, or header counts other than one question.
+    NotAQuery,
+    /// An opcode other than QUERY.
+    Opcode,
+    /// A name with a compression pointer, an over-long label or name.
+    BadName,
+    /// A label with a byte outside letters, digits, `-` and `_` (`.`, `\`, NUL...).
+    BadLabel,
+    /// Answer, authority or additional records other than one EDNS OPT.
+    ExtraRecords,
+    /// Bytes after the question (and OPT record).
+    TrailingData,
+    /// A class other than IN.
+    Class,
+    /// The name is not on the allowlist.
+    NotAllowed,
+    /// A GitHub name whose answer lies outside GitHub's meta ranges.
+    GithubOutside,
+    /// No upstream answered (SERVFAIL).
+    Upstream,
+    /// The answer's addresses could not be added to the allow set (SERVFAIL).
+    AllowSet,
+    /// All TCP slots were busy: the connection was closed.
+    TcpBusy,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 13] = [
+        Reason::Short,
+        Reason::NotAQuery,
+        Reason::Opcode,
+        Reason::BadName,
+        Reason::BadLabel,
+        Reason::ExtraRecords,
+        Reason::TrailingData,
+        Reason::Class,
+        Reason::NotAllowed,
+        Reason::GithubOutside,
+        Reason::Upstream,
+        Reason::AllowSet,
+        Reason::TcpBusy,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Short => "short",
+            Reason::NotAQuery => "not-a-query",
+            Reason::Opcode => "opcode",
+            Reason::BadName => "bad-name",
+            Reason::BadLabel => "bad-label",
+            Reason::ExtraRecords => "extra-records",
+            Reason::TrailingData => "trailing-data",
+            Reason::Class => "class",
+            Reason::NotAllowed => "not-allowed",
+            Reason::GithubOutside => "github-outside-ranges",
+            Reason::Upstream => "upstream-failed",
+            Reason::AllowSet => "allow-set-failed",
+            Reason::TcpBusy => "tcp-busy",
+        }
+    }
+
+    fn rcode(self) -> ResponseCode {
+        match self {
+            Reason::Short
+            | Reason::NotAQuery
+            | Reason::BadName
+            | Reason::ExtraRecords
+            | Reason::TrailingData => ResponseCode::FormErr,
+            Reason::Opcode => ResponseCode::NotImp,
+            Reason::Upstream | Reason::AllowSet => ResponseCode::ServFail,
+            _ => ResponseCode::Refused,
+        }
+    }
+}
+
+/// One question, as strictly parsed from a client's query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    pub id: u16,
+    pub rd: bool,
+    /// Lowercase, dot-separated, no trailing dot ("" for the root).
+    pub name: String,
+    pub qtype: u16,
+    /// The largest UDP reply the client takes (512 without EDNS).
+    pub udp_size: u16,
+}
+
+/// A refusal: the reason and, when the header was readable, the id to answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: Reason,
+    pub id: Option<u16>,
+    pub rd: bool,
+}
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
+}
+
+/// Parse a query as a resolver should accept it: a header with one
+/// question and nothing else but an optional EDNS OPT record, a name of
+/// uncompressed host-name labels, class IN, no bytes left over.
+pub fn parse_query(b: &[u8]) -> Result<Question, Refusal> {
+    let id = be16(b, 0);
+    let rd = b.get(2).is_some_and(|f| f & 0x01 != 0);
+    let no = |reason| Refusal { reason, id, rd };
+    if b.len() < 12 {
+        return Err(no(Reason::Short));
+    }
+    let (flags, qd, an, ns, ar) = (b[2], be16(b, 4), be16(b, 6), be16(b, 8), be16(b, 10));
+    if flags & 0x80 != 0 || qd != Some(1) {
+        return Err(no(Reason::NotAQuery));
+    }
+    if (flags >> 3) & 0x0f != 0 {
+        return Err(no(Reason::Opcode));
+    }
+    if an != Some(0) || ns != Some(0) || ar.is_some_and(|n| n > 1) {
+        return Err(no(Reason::ExtraRecords));
+    }
+    let mut pos = 12;
+    let mut labels: Vec<String> = Vec::new();
+    let mut wire_len = 1;
+    loop {
+        let len = *b.get(pos).ok_or(no(Reason::TrailingData))? as usize;
+        pos += 1;
+        if len == 0 {
+            break;
+        }
+        // 0xc0: a compression pointer, 0x40/0x80: reserved label types.
+        if len > 63 {
+            return Err(no(Reason::BadName));
+        }
+        let label = b.get(pos..pos + len).ok_or(no(Reason::BadName))?;
+        if !label
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
+        {
+            return Err(no(Reason::BadLabel));
+        }
+        wire_len += len + 1;
+        if wire_len > 255 {
+            return Err(no(Reason::BadName));
+        }
+        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
+        pos += len;
+    }
+    let qtype = be16(b, pos).ok_or(no(Reason::BadName))?;
+    let qclass = be16(b, pos + 2).ok_or(no(Reason::BadName))?;
+    pos += 4;
+    let mut udp_size = 512;
+    if ar == Some(1) {
+        // The OPT pseudo-record: root name, type 41, class = UDP size.
+        if b.get(pos) != Some(&0) || be16(b, pos + 1) != Some(41) {
+            return Err(no(Reason::ExtraRecords));
+        }
+        udp_size = be16(b, pos + 3).ok_or(no(Reason::ExtraRecords))?.max(512);
+        let rdlen = be16(b, pos + 9).ok_or(no(Reason::ExtraRecords))? as usize;
+        pos += 11 + rdlen;
+        if pos > b.len() {
+            return Err(no(Reason::ExtraRecords));
+        }
+    }
+    if pos != b.len() {
+        return Err(no(Reason::TrailingData));
+    }
+    if qclass != u16::from(DNSClass::IN) {
+        return Err(no(Reason::Class));
+    }
+    Ok(Question {
+        id: id.unwrap_or(0),
+        rd,
+        name: labels.join("."),
+        qtype,
+        udp_size,
+    })
+}
+
+/// A header-only or question-carrying refusal, built by hand: the query
+/// may be too broken for a DNS library to echo.
+fn refusal_reply(r: &Refusal, q: Option<&Question>) -> Option<Vec<u8>> {
+    let id = r.id?;
+    let rcode = u16::from(r.reason.rcode()) as u8 & 0x0f;
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&id.to_be_bytes());
+    // QR, opcode QUERY, RD echoed; RA set.
+    out.push(0x80 | u8::from(r.rd));
+    out.push(0x80 | rcode);
+    out.extend_from_slice(&[0, u8::from(q.is_some()), 0, 0, 0, 0, 0, 0]);
+    if let Some(q) = q {
+        for l in q.name.split('.').filter(|l| !l.is_empty()) {
+            out.push(l.len() as u8);
+            out.extend_from_slice(l.as_bytes());
+        }
+        out.push(0);
+        out.extend_from_slice(&q.qtype.to_be_bytes());
+        out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
+    }
+    Some(out)
+}
 
 struct Loaded {
     mtime: Option<SystemTime>,
     allow: Vec<Domain>,
+    /// Allowlist entries GitHub's: answered only inside `github_nets`.
+    github_only: Vec<Domain>,
+    github_nets: Vec<IpNet>,
     upstreams: Vec<IpAddr>,
     state: State,
+}
+
+#[derive(Clone)]
+struct Policy {
+    allow: Vec<Domain>,
+    github_only: Vec<Domain>,
+    github_nets: Vec<IpNet>,
+    upstreams: Vec<IpAddr>,
+    state: State,
+}
+
+/// One long-lived UDP socket per upstream: a fresh socket per query would
+/// leave a conntrack entry behind for each closed one (see plan.rs on
+/// root's marked flows). Answers are matched to queries by id.
+struct Upstream {
+    sock: UdpSocket,
+    pending: Mutex<HashMap<u16, mpsc::Sender<Vec<u8>>>>,
+}
+
+impl Upstream {
+    fn open(ip: IpAddr) -> std::io::Result<Arc<Self>> {
+        let bind: SocketAddr = if ip.is_ipv6() {
+            "[::]:0".parse().expect("literal")
+        } else {
+            "0.0.0.0:0".parse().expect("literal")
+        };
+        let sock = UdpSocket::bind(bind)?;
+        sock.connect(SocketAddr::new(ip, 53))?;
+        let up = Arc::new(Self {
+            sock,
+            pending: Mutex::new(HashMap::new()),
+        });
+        let reader = up.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65535];
+            loop {
+                let Ok(n) = reader.sock.recv(&mut buf) else {
+                    // ECONNREFUSED from an earlier send: keep reading.
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                let Some(id) = be16(&buf[..n], 0) else {
+                    continue;
+                };
+                let waiter = reader
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                if let Some(w) = waiter {
+                    let _ = w.send(buf[..n].to_vec());
+                }
+            }
+        });
+        Ok(up)
+    }
+
+    fn exchange(&self, q: &Message) -> std::io::Result<Vec<u8>> {
+        let (tx, rx) = mpsc::channel();
+        let id = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut id = random_id();
+            while p.contains_key(&id) {
+                id = random_id();
+            }
+            p.insert(id, tx);
+            id
+        };
+        let mut q = q.clone();
+        q.metadata.id = id;
+        let sent = q
+            .to_vec()
+            .map_err(std::io::Error::other)
+            .and_then(|b| self.sock.send(&b));
+        let got = sent.and_then(|_| {
+            rx.recv_timeout(UPSTREAM_TIMEOUT)
+                .map_err(|_| std::io::ErrorKind::TimedOut.into())
+        });
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        got
+    }
+}
+
+/// Query ids need not be secret from the agent (it cannot reach the
+/// upstream), only hard to guess from outside: the std hasher's random keys.
+fn random_id() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    h.finish() as u16
+}
+
+/// A truncated UDP answer is asked again over TCP (a short-lived socket;
+/// rare, and root's flows are marked in any case).
+fn exchange_tcp(q: &Message, upstream: IpAddr) -> std::io::Result<Vec<u8>> {
+    let to = SocketAddr::new(upstream, 53);
+    let mut s = TcpStream::connect_timeout(&to, UPSTREAM_TIMEOUT)?;
+    s.set_read_timeout(Some(UPSTREAM_TIMEOUT))?;
+    s.set_write_timeout(Some(UPSTREAM_TIMEOUT))?;
+    let body = q.to_vec().map_err(std::io::Error::other)?;
+    let len = u16::try_from(body.len()).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let mut framed = len.to_be_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    s.write_all(&framed)?;
+    read_framed(&mut s)
 }
 
 pub struct Filter {
     dir: PathBuf,
     loaded: Mutex<Loaded>,
+    upstreams: Mutex<HashMap<IpAddr, Arc<Upstream>>>,
     refused: Mutex<HashMap<String, Instant>>,
+    counts: [AtomicU64; Reason::ALL.len()],
 }
 
 impl Filter {
@@ -53,134 +386,228 @@ impl Filter {
             loaded: Mutex::new(Loaded {
                 mtime: None,
                 allow: Vec::new(),
+                github_only: Vec::new(),
+                github_nets: Vec::new(),
                 upstreams: Vec::new(),
                 state: State::new(),
             }),
+            upstreams: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
     /// Re-read the state file when it changed (init, allow, deny).
-    fn refresh(&self) -> (Vec<Domain>, Vec<IpAddr>, State) {
+    fn refresh(&self) -> Policy {
         let mtime = std::fs::metadata(state::path(&self.dir))
             .and_then(|m| m.modified())
             .ok();
         let mut l = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         if mtime != l.mtime {
             if let Ok(Some(s)) = State::load(&self.dir) {
-                l.allow = s.allow.iter().filter_map(|d| d.parse().ok()).collect();
+                let parse = |v: &[String]| -> Vec<Domain> {
+                    v.iter().filter_map(|d| d.parse().ok()).collect()
+                };
+                l.allow = parse(&s.allow);
+                l.github_only = parse(&s.github_only);
+                l.github_nets = s.github_nets.clone();
                 l.upstreams = s.upstreams.clone();
                 l.state = s;
             }
             l.mtime = mtime;
         }
-        (l.allow.clone(), l.upstreams.clone(), l.state.clone())
+        Policy {
+            allow: l.allow.clone(),
+            github_only: l.github_only.clone(),
+            github_nets: l.github_nets.clone(),
+            upstreams: l.upstreams.clone(),
+            state: l.state.clone(),
+        }
     }
 
-    /// Answer one query (wire format in, wire format out).
+    fn count(&self, r: Reason) {
+        if let Some(i) = Reason::ALL.iter().position(|x| *x == r) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters, by reason name.
+    pub fn counts(&self) -> serde_json::Value {
+        let m: serde_json::Map<String, serde_json::Value> = Reason::ALL
+            .iter()
+            .zip(&self.counts)
+            .map(|(r, c)| (r.name().to_owned(), c.load(Ordering::Relaxed).into()))
+            .collect();
+        serde_json::Value::Object(m)
+    }
+
+    fn refuse(&self, r: Refusal, q: Option<&Question>) -> Option<Vec<u8>> {
+        self.count(r.reason);
+        if r.reason != Reason::NotAllowed {
+            self.audit_refusal(
+                q.map_or("(unparsed query)", |q| q.name.as_str()),
+                r.reason.name(),
+            );
+        }
+        refusal_reply(&r, q)
+    }
+
+    fn upstream(&self, ip: IpAddr) -> Option<Arc<Upstream>> {
+        let mut m = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(u) = m.get(&ip) {
+            return Some(u.clone());
+        }
+        let u = Upstream::open(ip).ok()?;
+        m.insert(ip, u.clone());
+        Some(u)
+    }
+
+    /// Answer one query (wire format in, wire format out). None only when
+    /// no reply can be addressed (fewer than two bytes: no id).
     pub fn handle(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
-        let msg = match Message::from_vec(query) {
-            Ok(m) => m,
-            Err(_) if query.len() >= 2 => {
-                let id = u16::from_be_bytes([query[0], query[1]]);
-                return Message::error_msg(id, OpCode::Query, ResponseCode::FormErr)
-                    .to_vec()
-                    .ok();
+        let q = match parse_query(query) {
+            Ok(q) => q,
+            Err(r) => return self.refuse(r, None),
+        };
+        let no = |reason| Refusal {
+            reason,
+            id: Some(q.id),
+            rd: q.rd,
+        };
+        let p = self.refresh();
+        let matches = |d: &Domain| domain_matches(d, &q.name);
+        if !p.allow.iter().any(matches) {
+            self.audit_refusal(&q.name, "not on the allowlist");
+            return self.refuse(no(Reason::NotAllowed), Some(&q));
+        }
+        // Only GitHub's entries name it: its addresses must lie in its ranges.
+        let github_only = p.github_only.iter().any(matches)
+            && !p
+                .allow
+                .iter()
+                .filter(|d| !p.github_only.contains(d))
+                .any(matches);
+        let Ok(name) = Name::from_ascii(format!("{}.", q.name)) else {
+            return self.refuse(no(Reason::BadName), Some(&q));
+        };
+        let mut up = Message::new(0, MessageType::Query, OpCode::Query);
+        up.metadata.recursion_desired = true;
+        let mut question = Query::query(name, RecordType::from(q.qtype));
+        question.set_query_class(DNSClass::IN);
+        up.add_query(question.clone());
+        let mut edns = Edns::new();
+        edns.set_max_payload(EDNS_PAYLOAD);
+        up.set_edns(edns);
+
+        let answer = p.upstreams.iter().find_map(|ip| {
+            let u = self.upstream(*ip)?;
+            let mut m = Message::from_vec(&u.exchange(&up).ok()?).ok()?;
+            if m.metadata.truncation {
+                m = Message::from_vec(&exchange_tcp(&up, *ip).ok()?).ok()?;
             }
-            Err(_) => return None,
+            // The answer to this question, not another.
+            let same = m.metadata.message_type == MessageType::Response
+                && m.queries.len() == 1
+                && m.queries[0].query_type() == question.query_type()
+                && m.queries[0].name() == question.name();
+            same.then_some(m)
+        });
+        let Some(m) = answer else {
+            return self.refuse(no(Reason::Upstream), Some(&q));
         };
-        let refuse = |code: ResponseCode| {
-            let mut r = Message::error_msg(msg.metadata.id, msg.metadata.op_code, code);
-            r.metadata.recursion_desired = msg.metadata.recursion_desired;
-            r.metadata.recursion_available = true;
-            r.add_queries(msg.queries.clone());
-            r.to_vec().ok()
-        };
-        if msg.metadata.op_code != OpCode::Query || msg.queries.len() != 1 {
-            return refuse(ResponseCode::Refused);
-        }
-        let name = msg.queries[0]
-            .name
-            .to_ascii()
-            .trim_end_matches('.')
-            .to_ascii_lowercase();
-        let (allow, upstreams, st) = self.refresh();
-        if !allow.iter().any(|d| domain_matches(d, &name)) {
-            self.audit_refusal(&name);
-            return refuse(ResponseCode::Refused);
-        }
-        let Some(resp) = upstreams.iter().find_map(|u| exchange(query, *u, tcp).ok()) else {
-            return refuse(ResponseCode::ServFail);
-        };
-        if let Ok(m) = Message::from_vec(&resp) {
-            let mut add = String::new();
-            for rec in &m.answers {
-                let (set, ip): (&str, IpAddr) = match &rec.data {
-                    RData::A(a) => (SET_ALLOW4, a.0.into()),
-                    RData::AAAA(a) => (SET_ALLOW6, a.0.into()),
-                    _ => continue,
-                };
-                if st.is_permanent(ip) {
-                    continue;
+
+        let mut reply = Message::new(q.id, MessageType::Response, OpCode::Query);
+        reply.metadata.recursion_desired = q.rd;
+        reply.metadata.recursion_available = true;
+        reply.metadata.response_code = m.metadata.response_code;
+        reply.add_query(question);
+        let mut add = String::new();
+        let (mut kept, mut dropped) = (0, 0);
+        for rec in m.answers {
+            let ip: Option<IpAddr> = match &rec.data {
+                RData::A(a) => Some(a.0.into()),
+                RData::AAAA(a) => Some(a.0.into()),
+                _ => None,
+            };
+            if let Some(ip) = ip {
+                if github_only {
+                    // GitHub's ranges are open on 22 and 443 already; an
+                    // address outside them is left out of the answer.
+                    if !p.github_nets.iter().any(|n| n.contains(&ip)) {
+                        dropped += 1;
+                        continue;
+                    }
+                } else if !p.state.is_permanent(ip) {
+                    let set = if ip.is_ipv4() { SET_ALLOW4 } else { SET_ALLOW6 };
+                    let hold = rec.ttl.clamp(MIN_HOLD, MAX_HOLD);
+                    add.push_str(&format!("add {set} {ip} timeout {hold}\n"));
                 }
-                let hold = rec.ttl.clamp(MIN_HOLD, MAX_HOLD);
-                add.push_str(&format!("add {set} {ip} timeout {hold}\n"));
+                kept += 1;
             }
-            // Before the reply: the client connects as soon as it has one.
-            if !add.is_empty()
-                && let Err(e) = crate::apply::ipset_restore(&add)
-            {
-                sbx_core::output::warn(&format!(
-                    "DNS filter: cannot allow the addresses of {name}: {e}"
-                ));
-                return refuse(ResponseCode::ServFail);
-            }
+            reply.add_answer(rec);
         }
-        Some(resp)
+        if dropped > 0 {
+            self.audit_refusal(&q.name, "answer outside GitHub's ranges");
+            if kept == 0 {
+                return self.refuse(no(Reason::GithubOutside), Some(&q));
+            }
+            self.count(Reason::GithubOutside);
+        }
+        // Before the reply: the client connects as soon as it has one.
+        if !add.is_empty()
+            && let Err(e) = crate::apply::ipset_restore(&add)
+        {
+            sbx_core::output::warn(&format!(
+                "DNS filter: cannot allow the addresses of {}: {e}",
+                q.name
+            ));
+            return self.refuse(no(Reason::AllowSet), Some(&q));
+        }
+        let mut out = reply.to_vec().ok()?;
+        if !tcp && out.len() > usize::from(q.udp_size) {
+            // Too big for the client's UDP: truncated, it asks over TCP.
+            reply.answers.clear();
+            reply.metadata.truncation = true;
+            out = reply.to_vec().ok()?;
+        }
+        Some(out)
     }
 
-    fn audit_refusal(&self, name: &str) {
+    fn audit_refusal(&self, name: &str, why: &str) {
         let mut seen = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
+        let key = format!("{name} {why}");
         if seen
-            .get(name)
+            .get(&key)
             .is_some_and(|t| now.duration_since(*t) < AUDIT_EVERY)
         {
             return;
         }
-        seen.insert(name.to_owned(), now);
+        seen.insert(key, now);
         if seen.len() > 4096 {
             seen.retain(|_, t| now.duration_since(*t) < AUDIT_EVERY);
         }
         audit::append(
-            &Record::new("sbx-fw", "dns", name, Outcome::Blocked, "dns-filter")
-                .reason("name is not on the allowlist"),
+            &Record::new("sbx-fw", "dns", name, Outcome::Blocked, "dns-filter").reason(
+                if why == "not on the allowlist" {
+                    "name is not on the allowlist"
+                } else {
+                    why
+                },
+            ),
         );
     }
-}
 
-/// Forward one query to one upstream, over the transport it came in on.
-fn exchange(query: &[u8], upstream: IpAddr, tcp: bool) -> std::io::Result<Vec<u8>> {
-    let to = SocketAddr::new(upstream, 53);
-    if tcp {
-        let mut s = TcpStream::connect_timeout(&to, UPSTREAM_TIMEOUT)?;
-        s.set_read_timeout(Some(UPSTREAM_TIMEOUT))?;
-        s.set_write_timeout(Some(UPSTREAM_TIMEOUT))?;
-        let len = u16::try_from(query.len()).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        let mut framed = len.to_be_bytes().to_vec();
-        framed.extend_from_slice(query);
-        s.write_all(&framed)?;
-        read_framed(&mut s)
-    } else {
-        let s = crate::probe::connected_udp(to, UPSTREAM_TIMEOUT)?;
-        s.send(query)?;
-        let mut buf = vec![0u8; 65535];
-        loop {
-            let n = s.recv(&mut buf)?;
-            // Only the answer to this query (same id) is taken.
-            if n >= 2 && buf[..2] == query[..2] {
-                buf.truncate(n);
-                return Ok(buf);
+    /// Publish the counters when they changed, for `sbx-fw status`.
+    fn publish(&self, last: &mut String) {
+        let now =
+            serde_json::json!({"pid": std::process::id(), "refused": self.counts()}).to_string();
+        if now != *last {
+            let tmp = self.dir.join(format!(".{STATS_FILE}.tmp"));
+            if std::fs::write(&tmp, &now).is_ok()
+                && std::fs::rename(&tmp, self.dir.join(STATS_FILE)).is_ok()
+            {
+                *last = now;
             }
         }
     }
@@ -194,51 +621,168 @@ fn read_framed(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Bind both transports, call `ready`, and serve until killed.
+fn serve_tcp(filter: &Filter, mut conn: TcpStream) {
+    let _ = conn.set_read_timeout(Some(TCP_IDLE));
+    let _ = conn.set_write_timeout(Some(TCP_IDLE));
+    while let Ok(q) = read_framed(&mut conn) {
+        let Some(r) = filter.handle(&q, true) else {
+            break;
+        };
+        let Ok(len) = u16::try_from(r.len()) else {
+            break;
+        };
+        let mut framed = len.to_be_bytes().to_vec();
+        framed.extend_from_slice(&r);
+        if conn.write_all(&framed).is_err() {
+            break;
+        }
+    }
+}
+
+/// Bind both transports, call `ready`, and serve until killed: a fixed
+/// pool of UDP workers, at most [`TCP_SLOTS`] TCP connections.
 pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::Result<()> {
-    let udp = UdpSocket::bind(listen)?;
+    let udp = Arc::new(UdpSocket::bind(listen)?);
     let tcp = TcpListener::bind(listen)?;
     let filter = Arc::new(Filter::new(dir));
     filter.refresh();
     ready();
-    {
-        let filter = filter.clone();
+    for _ in 0..UDP_WORKERS {
+        let (filter, udp) = (filter.clone(), udp.clone());
         std::thread::spawn(move || {
-            for conn in tcp.incoming().flatten() {
-                let filter = filter.clone();
-                std::thread::spawn(move || {
-                    let mut conn = conn;
-                    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-                    while let Ok(q) = read_framed(&mut conn) {
-                        let Some(r) = filter.handle(&q, true) else {
-                            break;
-                        };
-                        let mut framed = (r.len() as u16).to_be_bytes().to_vec();
-                        framed.extend_from_slice(&r);
-                        if conn.write_all(&framed).is_err() {
-                            break;
-                        }
-                    }
-                });
+            let mut buf = vec![0u8; 65535];
+            loop {
+                let Ok((n, from)) = udp.recv_from(&mut buf) else {
+                    continue;
+                };
+                if let Some(r) = filter.handle(&buf[..n], false) {
+                    let _ = udp.send_to(&r, from);
+                }
             }
         });
     }
-    let udp = Arc::new(udp);
+    {
+        let filter = filter.clone();
+        std::thread::spawn(move || {
+            let mut last = String::new();
+            loop {
+                filter.publish(&mut last);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        });
+    }
     let busy = Arc::new(AtomicUsize::new(0));
-    let mut buf = vec![0u8; 65535];
-    loop {
-        let (n, from) = udp.recv_from(&mut buf)?;
-        if busy.load(Ordering::Relaxed) >= IN_FLIGHT {
+    for conn in tcp.incoming() {
+        let Ok(conn) = conn else {
+            // EMFILE and the like: back off instead of spinning.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        if busy.fetch_add(1, Ordering::AcqRel) >= TCP_SLOTS {
+            busy.fetch_sub(1, Ordering::AcqRel);
+            filter.count(Reason::TcpBusy);
+            drop(conn);
             continue;
         }
-        busy.fetch_add(1, Ordering::Relaxed);
-        let q = buf[..n].to_vec();
-        let (filter, udp, busy) = (filter.clone(), udp.clone(), busy.clone());
+        let (filter, busy) = (filter.clone(), busy.clone());
         std::thread::spawn(move || {
-            if let Some(r) = filter.handle(&q, false) {
-                let _ = udp.send_to(&r, from);
-            }
-            busy.fetch_sub(1, Ordering::Relaxed);
+            serve_tcp(&filter, conn);
+            busy.fetch_sub(1, Ordering::AcqRel);
         });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(name: &[&[u8]], extra: &[u8], ar: u8) -> Vec<u8> {
+        let mut b = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, ar];
+        for l in name {
+            b.push(l.len() as u8);
+            b.extend_from_slice(l);
+        }
+        b.extend_from_slice(&[0, 0, 1, 0, 1]);
+        b.extend_from_slice(extra);
+        b
+    }
+
+    #[test]
+    fn strict_parse_table() {
+        let ok = parse_query(&q(&[b"Allowed", b"test"], &[], 0)).unwrap();
+        assert_eq!(
+            (ok.id, ok.name.as_str(), ok.qtype),
+            (0x1234, "allowed.test", 1)
+        );
+        let opt = [0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(
+            parse_query(&q(&[b"a", b"test"], &opt, 1)).unwrap().udp_size,
+            4096
+        );
+        let bad: &[(Vec<u8>, Reason)] = &[
+            (vec![0x12], Reason::Short),
+            (q(&[b"a", b"test"], b"x", 0), Reason::TrailingData),
+            (q(&[b"a", b"test"], &opt, 0), Reason::TrailingData),
+            (q(&[b"a.b", b"test"], &[], 0), Reason::BadLabel),
+            (q(&[b"a\\b", b"test"], &[], 0), Reason::BadLabel),
+            (q(&[b"a\0", b"test"], &[], 0), Reason::BadLabel),
+            (q(&[b"a test"], &[], 0), Reason::BadLabel),
+            // An extra A record in the additional section.
+            (
+                q(&[b"a"], &[0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 1, 2, 3, 4], 1),
+                Reason::ExtraRecords,
+            ),
+            (q(&[b"a"], &opt, 2), Reason::ExtraRecords),
+        ];
+        for (b, want) in bad {
+            assert_eq!(parse_query(b).unwrap_err().reason, *want, "{b:?}");
+        }
+        let mut answer = q(&[b"a"], &[], 0);
+        answer[7] = 1;
+        assert_eq!(
+            parse_query(&answer).unwrap_err().reason,
+            Reason::ExtraRecords
+        );
+        let mut response = q(&[b"a"], &[], 0);
+        response[2] |= 0x80;
+        assert_eq!(
+            parse_query(&response).unwrap_err().reason,
+            Reason::NotAQuery
+        );
+        let mut ptr = q(&[], &[], 0);
+        ptr[12] = 0xc0;
+        ptr.insert(13, 12);
+        assert_eq!(parse_query(&ptr).unwrap_err().reason, Reason::BadName);
+    }
+
+    #[test]
+    fn refusals_carry_the_id_and_question() {
+        let r = Refusal {
+            reason: Reason::TrailingData,
+            id: Some(7),
+            rd: true,
+        };
+        let m = Message::from_vec(&refusal_reply(&r, None).unwrap()).unwrap();
+        assert_eq!(m.metadata.id, 7);
+        assert_eq!(m.metadata.response_code, ResponseCode::FormErr);
+        let q = parse_query(&q(&[b"x", b"test"], &[], 0)).unwrap();
+        let r = Refusal {
+            reason: Reason::NotAllowed,
+            ..r
+        };
+        let m = Message::from_vec(&refusal_reply(&r, Some(&q)).unwrap()).unwrap();
+        assert_eq!(m.metadata.response_code, ResponseCode::Refused);
+        assert_eq!(m.queries[0].name().to_ascii(), "x.test.");
+        assert!(
+            refusal_reply(
+                &Refusal {
+                    id: None,
+                    ..r.clone()
+                },
+                None
+            )
+            .is_none()
+        );
     }
 }

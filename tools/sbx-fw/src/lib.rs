@@ -151,7 +151,12 @@ pub struct DnsArgs {
 
 const AFTER_HELP: &str = "\
 Policy, both families, default deny:
-  out  loopback (allow-localhost); replies to established connections;
+  out  first, whatever conntrack says: a packet from a source address this
+         host does not own (FREEBIND, TRANSPARENT) is dropped; IPv6 with a
+         routing header (any type) is dropped; connections uid 0 opened are
+         connmarked, and another uid's packet on one is refused (no riding
+         on the filter's upstream flows by re-binding a freed port);
+       loopback (allow-localhost); replies to established connections;
        DNS: the agent asks the filter on 127.0.0.53; only uid 0 (the filter,
          Docker's own resolver) reaches the upstream resolvers;
        TCP 443 to addresses of allowlisted names (set sbx-allow4/6);
@@ -173,11 +178,21 @@ bucket's host; gs: Google's storage and token hosts).
 
 Why a DNS filter rather than re-resolving on a timer: addresses of CDN names
 rotate, and a timer is always late. The filter hands out each answer only
-after adding its addresses to the allow set (for max(TTL, 1 h), at most a
-day), so what the agent connects to is what it was just told. It refuses
-every other name (audited), which also closes DNS tunnelling, and wildcards
-work because it sees the names asked. Names resolved at init stay allowed
-until the next init.
+after adding its addresses to the allow set (for the TTL, at least 5 min,
+at most 1 h; the next init starts the sets afresh), so what the agent
+connects to is what it was just told. It refuses every other name
+(audited), which also closes DNS tunnelling, and wildcards work because it
+sees the names asked. Names resolved at init stay allowed until the next
+init. GitHub's names are answered only with addresses inside GitHub's
+ranges (others are left out of the answer, or the query is refused) and
+add nothing to the allow set.
+
+The filter parses strictly: one question of host-name labels (letters,
+digits, - and _), class IN, at most an EDNS OPT record, nothing after it.
+It builds the upstream query and the reply anew from that question, over
+long-lived upstream sockets. Anything else gets FORMERR or REFUSED, never
+silence, counted by reason (`sbx-fw status`). It serves UDP with a fixed
+pool of threads and at most 32 TCP connections; more are closed at once.
 
 Failure: a duplicate address between names or a name that does not resolve
 is a warning; a [network].required name that fails aborts. An abort before
@@ -187,6 +202,8 @@ else from the last good copy in /var/cache/sbx-fw, else GitHub stays blocked.
 
 Files and variables:
   /run/sbx-fw/state.json    what init installed (SBX_FW_STATE_DIR)
+  /run/sbx-fw/dns.pid       the filter; a pid in another network namespace
+                            is not ours, and init starts a filter here
   /var/cache/sbx-fw         last good GitHub ranges (SBX_FW_CACHE_DIR)
   SSL_CERT_FILE             CA bundle for the GitHub fetch
   SBX_FW_GITHUB_META_URL    the meta URL (tests use a local stand-in)
@@ -346,7 +363,12 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
                 list.push(d, Source::Runtime);
             }
         }
-        for d in p.allow.iter().filter(|d| d.starts_with("*.")) {
+        // Wildcards added at run time; GitHub's come back only with github = true.
+        for d in p
+            .allow
+            .iter()
+            .filter(|d| d.starts_with("*.") && !p.github_only.contains(d))
+        {
             if let Ok(d) = d.parse() {
                 list.push(d, Source::Runtime);
             }
@@ -523,6 +545,16 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
     allow.sort();
     allow.dedup();
     st.allow = allow;
+    // The meta host is GitHub's too, but must resolve before any range is
+    // known: only the built-in GitHub names are held to the ranges.
+    st.github_only = list
+        .entries
+        .iter()
+        .filter(|e| e.source == Source::Github)
+        .map(|e| e.domain.to_string())
+        .filter(|d| allowlist::GITHUB_NAMES.contains(&d.as_str()))
+        .collect();
+    st.github_nets = plan.github.clone();
     st.upstreams = upstreams;
     st.resolv_conf_original = original;
     st.installed_at = now();
@@ -606,22 +638,49 @@ fn open_everything(a: &InitArgs, dir: &Path, cfg: &str) -> Result<Exit, BoxError
 }
 
 fn filter_pid(dir: &Path) -> Option<u32> {
+    filter_pid_why(dir).ok()
+}
+
+/// The running filter's pid, or why the recorded one is not it: gone,
+/// another program, or a filter in another network namespace (a state
+/// directory shared with another sandbox), which serves its own loopback,
+/// not ours.
+fn filter_pid_why(dir: &Path) -> Result<u32, String> {
     let pid: u32 = std::fs::read_to_string(dir.join("dns.pid"))
-        .ok()?
+        .map_err(|_| "no dns.pid".to_owned())?
         .trim()
         .parse()
-        .ok()?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        .map_err(|_| "dns.pid holds no pid".to_owned())?;
+    let cmdline =
+        std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|_| format!("pid {pid} is gone"))?;
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     let is_ours =
         args.first().is_some_and(|a| a.ends_with(b"sbx-fw")) && args.iter().any(|a| *a == b"dns");
-    is_ours.then_some(pid)
+    if !is_ours {
+        return Err(format!("pid {pid} is not an sbx-fw DNS filter"));
+    }
+    let netns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).ok();
+    let (theirs, ours) = (netns(&pid.to_string()), netns("self"));
+    if theirs.is_none() || theirs != ours {
+        return Err(format!(
+            "pid {pid} is a DNS filter in another network namespace ({})",
+            theirs.map_or("unknown".into(), |t| t.display().to_string())
+        ));
+    }
+    Ok(pid)
 }
 
 /// Start the DNS filter unless it runs; it re-reads the state file itself.
 fn start_filter(dir: &Path) -> Result<(), BoxError> {
-    if filter_pid(dir).is_some() {
-        return Ok(());
+    match filter_pid_why(dir) {
+        Ok(_) => return Ok(()),
+        Err(why) if dir.join("dns.pid").exists() => {
+            output::warn(&format!(
+                "{}: {why}; starting a DNS filter for this namespace",
+                dir.join("dns.pid").display()
+            ));
+        }
+        Err(_) => {}
     }
     let exe = std::env::current_exe().with_path("/proc/self/exe")?;
     // Its diagnostics go to a log beside the state: an inherited stderr
@@ -850,6 +909,12 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
         None
     };
     let filter = filter_pid(dir);
+    // The filter's refusal counters, when the file is the running filter's.
+    let refused = std::fs::read_to_string(dir.join(dns::STATS_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .filter(|v| filter.is_some_and(|p| v["pid"] == p))
+        .map(|v| v["refused"].clone());
     let mut out = std::io::stdout().lock();
     if common.json {
         let data = serde_json::json!({
@@ -857,7 +922,7 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
             "open": st.as_ref().is_some_and(|s| s.open),
             "rules": {"ipv4": rules4, "ipv6": rules6, "backend": apply::backend().name()},
             "sets": sets,
-            "dns_filter": {"running": filter.is_some(), "pid": filter, "listen": format!("{}:53", plan::FILTER_ADDR)},
+            "dns_filter": {"running": filter.is_some(), "pid": filter, "listen": format!("{}:53", plan::FILTER_ADDR), "refused": refused},
             "state": st,
         });
         output::json_line(&mut out, "status", &data).with_path("stdout")?;
@@ -931,6 +996,23 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
         ups.join(", ")
     )
     .with_path("stdout")?;
+    if let Some(r) = refused.as_ref().and_then(|r| r.as_object()) {
+        let nonzero: Vec<String> = r
+            .iter()
+            .filter(|(_, n)| n.as_u64().is_some_and(|n| n > 0))
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        writeln!(
+            out,
+            "dns refused   {}",
+            if nonzero.is_empty() {
+                "none".to_owned()
+            } else {
+                nonzero.join(", ")
+            }
+        )
+        .with_path("stdout")?;
+    }
     for w in &st.warnings {
         writeln!(out, "warning       {w}").with_path("stdout")?;
     }

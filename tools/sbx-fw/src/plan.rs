@@ -13,6 +13,8 @@ pub const SET_GH4: &str = "sbx-gh4";
 pub const SET_GH6: &str = "sbx-gh6";
 pub const SETS: [&str; 4] = [SET_ALLOW4, SET_ALLOW6, SET_GH4, SET_GH6];
 const MAXELEM: u32 = 65536;
+/// The connmark bit on connections uid 0 opened.
+pub const ROOT_MARK: &str = "0x1000000";
 
 /// Where the DNS filter listens; the agent's resolv.conf points here.
 pub const FILTER_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 53);
@@ -162,8 +164,9 @@ impl Plan {
         }
         rule("-A SBX-IN -j DROP");
 
-        // Outbound.
-        rule("-A SBX-OUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
+        // Outbound. Neighbour discovery first: duplicate address detection
+        // sends from `::`, which the source check below would refuse. Only
+        // raw sockets send hop limit 255, and the agent has none.
         if v6 {
             for t in [
                 "router-solicitation",
@@ -175,6 +178,35 @@ impl Plan {
                 ));
             }
         }
+        // Checks that hold whatever conntrack says, so they come before the
+        // ESTABLISHED rule. A source address this host does not own
+        // (IP_FREEBIND, IPV6_FREEBIND, IP_TRANSPARENT) would let the allowed
+        // host's answers, and the data in them, go to someone else: dropped,
+        // since a reject would itself go to that address. Only packets of a
+        // socket: the resets REJECT sends back to a local caller carry the
+        // remote address as their source.
+        rule("-A SBX-OUT -m owner --socket-exists -m addrtype ! --src-type LOCAL -j DROP");
+        if v6 {
+            // A routing header (type 4 is settable without privileges) sends
+            // a packet for an allowed first hop on to any final address.
+            rule("-A SBX-OUT -m rt -j DROP");
+        }
+        // Root's flows (the DNS filter's upstream queries, root-only
+        // loopback services) are marked; another uid's packet that conntrack
+        // would file under one (a freed source port re-bound) is refused.
+        rule(&format!(
+            "-A SBX-OUT -p tcp -m connmark --mark {ROOT_MARK}/{ROOT_MARK} \
+             -m owner --socket-exists ! --uid-owner 0 -j REJECT --reject-with tcp-reset"
+        ));
+        rule(&format!(
+            "-A SBX-OUT -m connmark --mark {ROOT_MARK}/{ROOT_MARK} \
+             -m owner --socket-exists ! --uid-owner 0 -j REJECT --reject-with {reject_other}"
+        ));
+        rule(&format!(
+            "-A SBX-OUT -m conntrack --ctstate NEW -m owner --uid-owner 0 \
+             -j CONNMARK --set-xmark {ROOT_MARK}/{ROOT_MARK}"
+        ));
+        rule("-A SBX-OUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
         // A resolver on loopback (Docker's 127.0.0.11) answers any name:
         // only uid 0 (the DNS filter, Docker's resolver) may use it.
         for ip in self.upstreams.iter().filter(|i| ours(i) && i.is_loopback()) {
@@ -349,6 +381,24 @@ mod tests {
         ));
         assert!(r.contains("-A SBX-IN -p tcp -m multiport --dports 3000 -j ACCEPT"));
         assert!(!r.contains("ipv6-icmp"));
+    }
+
+    #[test]
+    fn owner_and_source_checks_come_before_conntrack_state() {
+        for fam in [Family::V4, Family::V6] {
+            let r = plan().rules(fam);
+            let state = r
+                .find("-A SBX-OUT -m conntrack --ctstate ESTABLISHED,RELATED")
+                .unwrap();
+            for before in [
+                "-m owner --socket-exists -m addrtype ! --src-type LOCAL -j DROP",
+                "-m connmark --mark 0x1000000/0x1000000 -m owner --socket-exists ! --uid-owner 0 -j REJECT",
+                "-m owner --uid-owner 0 -j CONNMARK --set-xmark 0x1000000/0x1000000",
+            ] {
+                assert!(r.find(before).unwrap() < state, "{fam:?}: {before}");
+            }
+            assert_eq!(r.contains("-A SBX-OUT -m rt -j DROP"), fam == Family::V6);
+        }
     }
 
     #[test]

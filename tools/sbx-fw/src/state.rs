@@ -28,6 +28,13 @@ pub struct State {
     pub resolv_conf_original: Option<String>,
     /// Names the DNS filter answers (exact and `*.` wildcards).
     pub allow: Vec<String>,
+    /// Those of `allow` that are GitHub's: answered only with addresses
+    /// inside `github_nets`.
+    #[serde(default)]
+    pub github_only: Vec<String>,
+    /// GitHub's meta ranges as installed.
+    #[serde(default)]
+    pub github_nets: Vec<ipnet::IpNet>,
     /// What each name resolved to at init or on `allow`.
     pub names: Vec<Name>,
     pub github: GithubState,

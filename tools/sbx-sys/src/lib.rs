@@ -57,6 +57,29 @@ pub fn exec(program: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> 
     }
 }
 
+/// setsockopt(2) with a raw value, for the options nix has no wrapper for
+/// (IPV6_RTHDR, IPV6_FREEBIND: the firewall bed's attacks use them).
+#[allow(unsafe_code)] // reason: no safe wrapper exists for these options
+pub fn setsockopt_bytes(
+    fd: std::os::fd::BorrowedFd<'_>,
+    level: i32,
+    name: i32,
+    value: &[u8],
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = nix::libc::socklen_t::try_from(value.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the fd is borrowed for the call, and the pointer and length
+    // describe `value`, which outlives the call; the kernel only reads it.
+    let rc =
+        unsafe { nix::libc::setsockopt(fd.as_raw_fd(), level, name, value.as_ptr().cast(), len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

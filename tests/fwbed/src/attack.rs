@@ -1,0 +1,269 @@
+//! `sbx-fwbed attack KIND ...`: what an agent tries from inside the
+//! sandbox, run by the tests as uid 1000 without capabilities. Each prints
+//! one JSON line saying what the kernel let it do; whether anything got out
+//! is counted on the far side by the test.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RecordType};
+use nix::sys::socket::{
+    AddressFamily, SockFlag, SockType, SockaddrStorage, bind, connect, sendto, setsockopt, socket,
+    sockopt,
+};
+use serde_json::json;
+
+pub fn main(args: &[String]) -> i32 {
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let out = match arg(0) {
+        "hijack" => hijack(arg(1).parse().expect("RESOLVER:PORT")),
+        "forge" => forge(
+            arg(1).parse().expect("SRC"),
+            arg(2).parse().expect("DST:PORT"),
+            arg(3) == "transparent",
+        ),
+        "rthdr" => rthdr(
+            arg(1).parse().expect("TYPE"),
+            arg(2).parse().expect("FIRST-HOP"),
+            arg(3).parse().expect("FINAL:PORT"),
+        ),
+        "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
+        "tcpflood" => tcpflood(
+            arg(1).parse().expect("SERVER:PORT"),
+            arg(2).parse().expect("N"),
+            arg(3).parse().expect("FILTER-PID"),
+        ),
+        k => {
+            eprintln!("unknown attack {k:?}");
+            return 64;
+        }
+    };
+    println!("{out}");
+    0
+}
+
+/// A DNS query for `name`, wire format.
+pub fn query(name: &str, t: RecordType) -> Vec<u8> {
+    let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(Name::from_ascii(name).expect("name"), t));
+    m.to_vec().expect("encode")
+}
+
+fn ephemeral_ports() -> (u16, u16) {
+    let r = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut it = r.split_whitespace().filter_map(|p| p.parse().ok());
+    (it.next().unwrap_or(32768), it.next().unwrap_or(60999))
+}
+
+/// Ride a connection conntrack still holds for a root socket: bind every
+/// free ephemeral port and send a query (naming the port) to the resolver.
+fn hijack(resolver: SocketAddr) -> serde_json::Value {
+    let (lo, hi) = ephemeral_ports();
+    let (mut bound, mut sent, mut in_use) = (0u32, 0u32, 0u32);
+    for port in lo..=hi {
+        let Ok(s) = UdpSocket::bind(("0.0.0.0", port)) else {
+            in_use += 1;
+            continue;
+        };
+        bound += 1;
+        let q = query(&format!("p{port}.hijack.tunnel.test"), RecordType::TXT);
+        if s.send_to(&q, resolver).is_ok() {
+            sent += 1;
+        }
+    }
+    // A second pass: a refused first send may only show on the second.
+    std::thread::sleep(Duration::from_millis(200));
+    json!({"ports": hi - lo + 1, "bound": bound, "in_use": in_use, "sent": sent})
+}
+
+fn family(a: &IpAddr) -> AddressFamily {
+    if a.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    }
+}
+
+fn errno(r: nix::Result<()>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(e) => e.desc().to_owned(),
+    }
+}
+
+/// Send from an address this host does not own (FREEBIND needs no
+/// privilege; TRANSPARENT needs CAP_NET_ADMIN, so only root tries it), by
+/// TCP (a SYN) and by UDP.
+fn forge(src: IpAddr, dst: SocketAddr, transparent: bool) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (proto, ty) in [("tcp", SockType::Stream), ("udp", SockType::Datagram)] {
+        let fd = socket(family(&src), ty, SockFlag::SOCK_NONBLOCK, None).expect("socket");
+        let opt = if transparent {
+            errno(setsockopt(&fd, sockopt::IpTransparent, &true))
+        } else if src.is_ipv6() {
+            match sbx_sys::setsockopt_bytes(
+                fd.as_fd(),
+                nix::libc::IPPROTO_IPV6,
+                nix::libc::IPV6_FREEBIND,
+                &1i32.to_ne_bytes(),
+            ) {
+                Ok(()) => "ok".into(),
+                Err(e) => e.to_string(),
+            }
+        } else {
+            errno(setsockopt(&fd, sockopt::IpFreebind, &true))
+        };
+        let b = errno(bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrStorage::from(SocketAddr::new(src, 0)),
+        ));
+        let to = SockaddrStorage::from(dst);
+        let send = if proto == "tcp" {
+            errno(connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &to))
+        } else {
+            errno(
+                sendto(
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    b"forged",
+                    &to,
+                    nix::sys::socket::MsgFlags::empty(),
+                )
+                .map(drop),
+            )
+        };
+        // Let a SYN retransmit once before the socket goes.
+        std::thread::sleep(Duration::from_millis(300));
+        out.insert(proto.into(), json!({"opt": opt, "bind": b, "send": send}));
+    }
+    serde_json::Value::Object(out)
+}
+
+/// A routing header set on an ordinary TCP socket (no privilege needed for
+/// types 2 and 4): the packet is addressed to `first`, an allowed host,
+/// and carries `last` as the final destination.
+fn rthdr(kind: u8, first: std::net::Ipv6Addr, last: SocketAddr) -> serde_json::Value {
+    let mut h: Vec<u8> = match kind {
+        // Segment routing header: segments[1] is the first hop, segments[0]
+        // is filled with the connect address by the kernel.
+        4 => vec![6, 4, 4, 1, 1, 0, 0, 0],
+        // Type 2 (Mobile IPv6) and type 0: one address.
+        k => vec![6, 2, k, 1, 0, 0, 0, 0],
+    };
+    if kind == 4 {
+        h.extend_from_slice(&[0; 16]);
+    }
+    h.extend_from_slice(&first.octets());
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .expect("socket");
+    let opt = match sbx_sys::setsockopt_bytes(
+        fd.as_fd(),
+        nix::libc::IPPROTO_IPV6,
+        nix::libc::IPV6_RTHDR,
+        &h,
+    ) {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let c = errno(connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(last),
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    json!({"type": kind, "opt": opt, "connect": c})
+}
+
+/// Send each hex-encoded packet over UDP; report the reply's rcode.
+fn dnsraw(server: SocketAddr, packets: &[String]) -> serde_json::Value {
+    let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+    s.set_read_timeout(Some(Duration::from_millis(1500)))
+        .expect("timeout");
+    let mut replies = Vec::new();
+    for p in packets {
+        let bytes: Vec<u8> = (0..p.len() / 2)
+            .map(|i| u8::from_str_radix(&p[2 * i..2 * i + 2], 16).expect("hex"))
+            .collect();
+        let _ = s.send_to(&bytes, server);
+        let mut buf = [0u8; 4096];
+        replies.push(match s.recv(&mut buf) {
+            Ok(n) => match Message::from_vec(&buf[..n]) {
+                Ok(m) => json!({"rcode": m.metadata.response_code.to_string(), "answers": m.answers.len(), "len": n}),
+                Err(_) => json!({"rcode": "unparsable", "len": n}),
+            },
+            Err(_) => json!({"rcode": "none"}),
+        });
+    }
+    json!(replies)
+}
+
+fn threads(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Hold `n` TCP connections to the filter, each with a query sent, and
+/// see whether a UDP query is still answered and how many threads the
+/// filter runs meanwhile.
+fn tcpflood(server: SocketAddr, n: usize, pid: u32) -> serde_json::Value {
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 4096, 4096);
+    let mut framed = Vec::new();
+    let q = query("allowed.test", RecordType::A);
+    framed.extend_from_slice(&(q.len() as u16).to_be_bytes());
+    framed.extend_from_slice(&q);
+    let mut conns = Vec::new();
+    let mut connect_failed = 0;
+    for _ in 0..n {
+        match TcpStream::connect_timeout(&server, Duration::from_secs(2)) {
+            Ok(s) => {
+                // Half a frame: the connection stays busy waiting for the rest.
+                let _ = s.set_nodelay(true);
+                let _ = (&s).write_all(&framed[..1]);
+                conns.push(s);
+            }
+            Err(_) => connect_failed += 1,
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let peak_threads = threads(pid);
+    // Still responsive over UDP, and over a fresh TCP connection it answers
+    // or closes at once rather than hanging.
+    let udp = UdpSocket::bind("0.0.0.0:0").expect("bind");
+    udp.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let t = Instant::now();
+    let _ = udp.send_to(&q, server);
+    let mut buf = [0u8; 2048];
+    let udp_answer = udp.recv(&mut buf).is_ok();
+    let udp_ms = t.elapsed().as_secs_f64() * 1e3;
+    // Finish the frames: served connections answer, refused ones are closed.
+    let (mut answered, mut closed, mut silent) = (0, 0, 0);
+    for s in &mut conns {
+        let _ = s.write_all(&framed[1..]);
+    }
+    for s in &mut conns {
+        let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+        let mut len = [0u8; 2];
+        match s.read(&mut len) {
+            Ok(0) => closed += 1,
+            Ok(_) => answered += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            Err(_) => silent += 1,
+        }
+    }
+    json!({"connected": conns.len(), "connect_failed": connect_failed, "peak_threads": peak_threads,
+           "udp_answer": udp_answer, "udp_ms": udp_ms, "answered": answered, "closed": closed, "silent": silent})
+}

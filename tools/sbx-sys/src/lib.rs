@@ -57,6 +57,9 @@ pub fn exec(program: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> 
     }
 }
 
+pub mod caps;
+pub use caps::{Creds, drop_to, keep_only_caps};
+
 #[cfg(test)]
 mod tests {
     use super::*;

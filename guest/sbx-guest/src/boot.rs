@@ -116,8 +116,12 @@ pub fn judge_verify(o: &ToolOut) -> Result<Vec<String>, String> {
         );
         if d["expect"] == "open" {
             warnings.push(format!("sbx-fw verify: not reachable: {what}"));
-        } else {
+        } else if d["verdict"] == "open" {
             return Err(format!("sbx-fw verify: a blocked target answered: {what}"));
+        } else {
+            // Not refused, but not answered either (no IPv6 route, a
+            // timeout): nothing got through, so it is reported, not fatal.
+            warnings.push(format!("sbx-fw verify: not proven refused: {what}"));
         }
     }
     match o.code {
@@ -263,11 +267,25 @@ mod tests {
         let mut f = Fake::ok();
         f.verify = ToolOut {
             code: Some(1),
-            stdout: r#"{"type":"check","data":{"check":"blocked IPv4 address","probe":"tcp:192.0.2.1:443","expect":"refused","pass":false,"detail":"connected"}}"#.into(),
+            stdout: r#"{"type":"check","data":{"check":"blocked IPv4 address","probe":"tcp:192.0.2.1:443","expect":"refused","verdict":"open","pass":false,"detail":"connected"}}"#.into(),
             stderr: "sbx-fw: error: verify: 1 of 6 checks failed".into(),
         };
         assert!(unhealthy(firewall(&mut f)).contains("a blocked target answered"));
         assert!(!f.calls.contains(&"marker".into()));
+    }
+
+    #[test]
+    fn a_blocked_probe_that_did_not_answer_is_a_warning() {
+        let mut f = Fake::ok();
+        f.verify = ToolOut {
+            code: Some(1),
+            stdout: r#"{"type":"check","data":{"check":"blocked IPv6 address","probe":"tcp:[2001:db8::1]:443","expect":"refused","verdict":"error","pass":false,"detail":"Cannot assign requested address"}}"#.into(),
+            stderr: String::new(),
+        };
+        let Outcome::Ready { warnings } = firewall(&mut f) else {
+            panic!()
+        };
+        assert!(warnings[0].contains("not proven refused"), "{warnings:?}");
     }
 
     #[test]

@@ -112,7 +112,9 @@ impl Effects for RealEffects {
             jobs.push((v6, block_rules(true)));
         }
         for (prog, rules) in jobs {
-            let mut child = Command::new(prog)
+            let mut cmd = Command::new(prog);
+            sbx_sys::unblock_signals(&mut cmd);
+            let mut child = cmd
                 .arg("--wait")
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
@@ -142,10 +144,11 @@ impl Effects for RealEffects {
     }
 
     fn run_tool(&mut self, path: &Path, args: &[&str]) -> std::io::Result<ToolOut> {
-        let out = Command::new(path)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()?;
+        let mut cmd = Command::new(path);
+        cmd.args(args).stdin(Stdio::null());
+        // Daemons it leaves behind (the DNS filter) must see our SIGTERM.
+        sbx_sys::unblock_signals(&mut cmd);
+        let out = cmd.output()?;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         // sbx-fw's own diagnostics belong in the container's log too.
         if !stderr.is_empty() {
@@ -193,6 +196,7 @@ impl Procs for RealProcs {
         if !spec.main {
             cmd.stdin(Stdio::null());
         }
+        sbx_sys::unblock_signals(&mut cmd);
         if let Some(c) = &spec.creds {
             sbx_sys::drop_to(&mut cmd, c)?;
         }

@@ -17,10 +17,51 @@ use crate::workspace::Workspace;
 /// Host variables considered for the container, before the filter decides.
 const HOST_VARS: &[&str] = &["TERM", "LANG", "LC_*", "TZ", "COLORTERM"];
 
-/// Capabilities the entrypoint needs before it drops them all: the
-/// firewall (NET_ADMIN, NET_RAW) and switching to the agent user
-/// (SETUID, SETGID, SETPCAP to clear the bounding set).
-pub const INIT_CAPS: &[&str] = &["NET_ADMIN", "NET_RAW", "SETUID", "SETGID", "SETPCAP"];
+/// Capabilities sbx-guest needs: the firewall (NET_ADMIN, NET_RAW, dropped
+/// once it is up), switching to the agent user (SETUID, SETGID, SETPCAP to
+/// clear the bounding set), and KILL to stop the agent's processes (root
+/// without CAP_KILL may not signal another uid). The agent gets none.
+pub const INIT_CAPS: &[&str] = &[
+    "NET_ADMIN",
+    "NET_RAW",
+    "SETUID",
+    "SETGID",
+    "SETPCAP",
+    "KILL",
+];
+
+/// `docker stop --time` and the container's `--stop-timeout`, in seconds:
+/// room for the guest's stop (services, the backup's final sync) before the
+/// engine kills. A sandbox whose processes end on SIGTERM stops at once.
+pub const STOP_TIMEOUT: &str = "30";
+/// The guest's own deadline: a few seconds under the engine's.
+pub const GUEST_STOP_TIMEOUT: &str = "25";
+/// The guest, always PID 1, whatever a per-repo image set as ENTRYPOINT/USER.
+pub const GUEST: &str = "/usr/local/bin/sbx-guest";
+
+/// The host directory of one sandbox, mounted at /run/sbx/host: the guest
+/// writes its status and the sandbox's audit log there. Inside, /run/sbx is
+/// root's 0700 directory, so the agent cannot reach it whatever its uid;
+/// on the host it sits in the user's state directory.
+pub fn host_dir(container: &str) -> PathBuf {
+    state_dir().join("sandboxes").join(container)
+}
+
+/// Make the host directory: 0777 so the guest's root (which has no
+/// CAP_DAC_OVERRIDE) may create files in it, under a 0700 parent so no
+/// one else on the host can reach it.
+pub fn ensure_host_dir(container: &str) -> Result<PathBuf, RunError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = host_dir(container);
+    let parent = state_dir().join("sandboxes");
+    let io = |p: &Path, e| RunError::Io(p.to_owned(), e);
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| io(&parent, e))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+        .map_err(|e| io(&dir, e))?;
+    Ok(dir)
+}
 
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -246,6 +287,11 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
         a.extend(["--cap-add".into(), (*c).into()]);
     }
     a.extend(["--security-opt".into(), "no-new-privileges".into()]);
+    // The guest is PID 1 as root whatever the image says; it drops to the
+    // agent itself.
+    a.extend(["--user".into(), "0:0".into()]);
+    a.extend(["--entrypoint".into(), GUEST.into()]);
+    a.extend(["--stop-timeout".into(), STOP_TIMEOUT.into()]);
     // Resources.
     a.extend(["--memory".into(), cfg.sandbox.memory.text.clone()]);
     a.extend(["--memory-swap".into(), cfg.sandbox.memory.text.clone()]);
@@ -311,13 +357,23 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
     ]);
     a.extend(["--mount".into(), volume(&n.history, "/commandhistory")]);
     a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
+    a.extend([
+        "--mount".into(),
+        bind(&host_dir(&n.container), "/run/sbx/host", false),
+    ]);
     // Environment: fixed values, then host names the filter allows.
     a.extend(["--env".into(), format!("SBX_WORKSPACE={target}")]);
+    a.extend([
+        "--env".into(),
+        format!("SBX_GUEST_STOP_TIMEOUT={GUEST_STOP_TIMEOUT}"),
+    ]);
     for name in env_names {
         a.extend(["--env".into(), name.clone()]);
     }
     a.extend(["--workdir".into(), target]);
     a.push(image.to_owned());
+    // --entrypoint clears the image's CMD: the command is given here.
+    a.extend(["init", "--", "sleep", "infinity"].map(String::from));
     Spec {
         network,
         volumes,

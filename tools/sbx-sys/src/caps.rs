@@ -151,6 +151,25 @@ pub fn drop_to(cmd: &mut Command, creds: &Creds) -> io::Result<()> {
     Ok(())
 }
 
+/// Start `cmd` with no signal blocked: an init blocks the signals it reads
+/// from a signalfd, and a blocked mask is inherited across exec (std does
+/// not reset it when the child is forked for a `pre_exec` hook).
+pub fn unblock_signals(cmd: &mut Command) {
+    // SAFETY: sigemptyset and pthread_sigmask are async-signal-safe and
+    // touch only the stack-local set.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            let r = libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            if r != 0 {
+                return Err(io::Error::from_raw_os_error(r));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Trim this process to the capabilities in `keep` (numbers as in
 /// capability.h): bounding set first, then effective/permitted; the
 /// inheritable and ambient sets are emptied.

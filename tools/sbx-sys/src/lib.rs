@@ -58,7 +58,7 @@ pub fn exec(program: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> 
 }
 
 pub mod caps;
-pub use caps::{Creds, drop_to, keep_only_caps};
+pub use caps::{Creds, drop_to, keep_only_caps, unblock_signals};
 
 #[cfg(test)]
 mod tests {

@@ -130,7 +130,12 @@ impl Supervisor {
                         126
                     };
                     self.begin_stop(p, now);
-                    return Err(format!("cannot start {argv0}: {e}"));
+                    let why = if e.kind() == std::io::ErrorKind::NotFound {
+                        "not found".to_owned()
+                    } else {
+                        e.to_string()
+                    };
+                    return Err(format!("cannot start {argv0}: {why}"));
                 }
             }
         }

@@ -346,7 +346,21 @@ fn open_for_names(common: &CommonArgs, path: Option<PathBuf>) -> Result<Workspac
     }
 }
 
-fn exec_args(ws: &Workspace, tty: bool, command: &[OsString]) -> Vec<OsString> {
+/// The audit records' `agent` for what sbx-run starts: "shell" for the
+/// interactive shell, else the program's name (claude, codex, …).
+fn agent_name(shell: bool, command: &[OsString]) -> String {
+    if shell {
+        return "shell".into();
+    }
+    command
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn exec_args(ws: &Workspace, tty: bool, command: &[OsString], agent: &str) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec!["exec".into(), "--interactive".into()];
     if tty {
         a.push("--tty".into());
@@ -357,6 +371,7 @@ fn exec_args(ws: &Workspace, tty: bool, command: &[OsString]) -> Vec<OsString> {
         "--workdir".into(),
         ws.target().into(),
     ]);
+    a.extend(["--env".into(), format!("SBX_AGENT={agent}").into()]);
     // Interactive sessions see the same filtered host variables as the container.
     for name in spec::env_names(ws, std::env::vars_os()) {
         a.extend(["--env".into(), name.into()]);
@@ -378,14 +393,14 @@ fn status_code(s: std::process::ExitStatus) -> ExitCode {
 pub fn shell(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = start(common, path, false)?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, &["bash".into(), "-l".into()]);
+    let args = exec_args(&ws, tty, &["bash".into(), "-l".into()], "shell");
     Ok(status_code(docker::status(&args)?))
 }
 
 pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) -> Res {
     let ws = start(common, path, false)?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, command);
+    let args = exec_args(&ws, tty, command, &agent_name(false, command));
     Ok(status_code(docker::status(&args)?))
 }
 

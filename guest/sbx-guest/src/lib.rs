@@ -8,6 +8,7 @@
 
 pub mod boot;
 pub mod config;
+pub mod home;
 pub mod init;
 pub mod real;
 pub mod sink;

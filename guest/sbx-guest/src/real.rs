@@ -264,6 +264,103 @@ fn children_of(pid: u32) -> Vec<i32> {
         .collect()
 }
 
+/// Run `argv` as the agent to completion (home preparation).
+fn run_as(
+    creds: &sbx_sys::Creds,
+    argv: &[&str],
+    env: &[(OsString, OsString)],
+) -> Result<ToolOut, String> {
+    let (prog, args) = argv.split_first().ok_or("empty command")?;
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let resolved = sbx_sys::resolve_program(prog.as_ref(), path_var, &cwd)
+        .map_err(|e| format!("{prog}: {e}"))?;
+    let mut cmd = Command::new(resolved);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    sbx_sys::unblock_signals(&mut cmd);
+    sbx_sys::drop_to(&mut cmd, creds).map_err(|e| e.to_string())?;
+    let out = cmd.output().map_err(|e| format!("{prog}: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !stderr.is_empty() {
+        eprint!("{stderr}");
+    }
+    Ok(ToolOut {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    })
+}
+
+/// The home operations through sbx-backup, as the agent.
+struct RealHome<'a> {
+    creds: sbx_sys::Creds,
+    env: Vec<(OsString, OsString)>,
+    home: &'a Path,
+}
+
+impl RealHome<'_> {
+    fn backup(&self, args: &[&str]) -> Result<ToolOut, String> {
+        let mut argv = vec!["sbx-backup"];
+        argv.extend_from_slice(args);
+        let o = run_as(&self.creds, &argv, &self.env)?;
+        if o.code != Some(0) {
+            let last = o
+                .stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("failed");
+            return Err(format!(
+                "sbx-backup {}: {}",
+                args.last().unwrap_or(&""),
+                last.trim()
+            ));
+        }
+        Ok(o)
+    }
+
+    fn write_marker(&self) -> Result<(), String> {
+        let m = crate::home::marker(self.home);
+        let o = run_as(
+            &self.creds,
+            &[
+                "/bin/sh",
+                "-c",
+                "mkdir -p \"${1%/*}\" && : > \"$1\"",
+                "sh",
+                &m.to_string_lossy(),
+            ],
+            &self.env,
+        )?;
+        if o.code == Some(0) {
+            Ok(())
+        } else {
+            Err(format!("cannot write {}", m.display()))
+        }
+    }
+}
+
+impl crate::home::HomeOps for RealHome<'_> {
+    fn marker_exists(&self) -> bool {
+        crate::home::marker(self.home).exists()
+    }
+    fn has_snapshot(&mut self) -> Result<bool, String> {
+        let o = self.backup(&["--json", "snapshots"])?;
+        Ok(o.stdout
+            .lines()
+            .any(|l| l.contains("\"type\":\"snapshot\"")))
+    }
+    fn restore(&mut self) -> Result<(), String> {
+        self.backup(&["-q", "restore", "--force"]).map(|_| ())
+    }
+}
+
 fn stop_grace() -> Duration {
     std::env::var("SBX_GUEST_STOP_TIMEOUT")
         .ok()
@@ -369,10 +466,53 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             }
         };
 
+    // Backups: on when the workspace config names a store.
+    let backup_on = match sbx_core::config::discover_from_env(None) {
+        Ok(l) => l.config.backup.url.is_some(),
+        Err(e) => {
+            outcome.get_or_insert(format!("config: {e}"));
+            false
+        }
+    };
+    let mut home_new = false;
     let mut sup = match (&outcome, &agent, &services) {
         (None, Ok(agent), Ok(file)) => {
             let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
             let mut svcs = Vec::new();
+            let mut daemon = backup_on;
+            let mut home = RealHome {
+                creds: agent.creds(),
+                env: config::agent_env(base.clone(), agent, "sbx-guest"),
+                home: &agent.home,
+            };
+            match crate::home::prepare(&mut home, backup_on) {
+                Ok(crate::home::Prepared::Known) => {}
+                Ok(crate::home::Prepared::New { restored }) => {
+                    home_new = true;
+                    if restored {
+                        eprintln!("sbx-guest: restored the home from the newest backup");
+                    }
+                }
+                Err(e) => {
+                    // No daemon over a home that missed its restore: its
+                    // snapshots would push the good ones out of retention.
+                    daemon = false;
+                    warnings.push(format!(
+                        "home restore failed ({e}): starting with the home as it is, backups paused until a restore succeeds"
+                    ));
+                }
+            }
+            if daemon {
+                svcs.push(ChildSpec {
+                    name: "backup".into(),
+                    argv: ["sbx-backup", "-q", "daemon", "--final-sync"]
+                        .map(OsString::from)
+                        .to_vec(),
+                    creds: Some(agent.creds()),
+                    env: config::agent_env(base.clone(), agent, "sbx-backup"),
+                    main: false,
+                });
+            }
             for (name, s) in &file.services {
                 let (creds, env) = match s.user {
                     User::Agent => (
@@ -409,7 +549,13 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             }
             let mut sup = Supervisor::new(Some(main), svcs, stop_grace());
             match sup.start(&mut procs, Instant::now()) {
-                Ok(()) => {}
+                Ok(()) => {
+                    if home_new {
+                        if let Err(e) = home.write_marker() {
+                            warnings.push(e);
+                        }
+                    }
+                }
                 Err(e) => outcome = Some(e),
             }
             sup

@@ -16,19 +16,40 @@ use sbx_e2e::{bin, docker_ready, is_root, prerequisite, sh};
 /// A base-image tag of this suite's own, so parallel suites do not trade
 /// images under one tag.
 const TAG: &str = "guest-e2e";
-const CAPS: &[&str] = &["NET_ADMIN", "NET_RAW", "SETUID", "SETGID", "SETPCAP", "KILL"];
+const CAPS: &[&str] = &[
+    "NET_ADMIN",
+    "NET_RAW",
+    "SETUID",
+    "SETGID",
+    "SETPCAP",
+    "KILL",
+];
 
 fn image() -> Option<String> {
     static BUILT: OnceLock<bool> = OnceLock::new();
     let ok = *BUILT.get_or_init(|| {
-        if !prerequisite(docker_ready() && is_root(), "root and a running Docker engine") {
+        if !prerequisite(
+            docker_ready() && is_root(),
+            "root and a running Docker engine",
+        ) {
             return false;
         }
         let out = sbx()
-            .args(["-q", "build-base", "--bootstrap", "--no-ai-clis", "--tag", TAG])
+            .args([
+                "-q",
+                "build-base",
+                "--bootstrap",
+                "--no-ai-clis",
+                "--tag",
+                TAG,
+            ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "build-base: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "build-base: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         true
     });
     ok.then(|| format!("agent-sandbox-base:{TAG}"))
@@ -65,7 +86,10 @@ impl Sandbox {
         c.args(["--security-opt", "no-new-privileges", "--user", "0:0"])
             .args(["--env", "SBX_GUEST_STOP_TIMEOUT=5", "--stop-timeout", "10"])
             .arg("--mount")
-            .arg(format!("type=bind,source={},target=/run/sbx/host", host.path().display()))
+            .arg(format!(
+                "type=bind,source={},target=/run/sbx/host",
+                host.path().display()
+            ))
             .arg(image)
             .args(cmd);
         sh(&mut c);
@@ -75,12 +99,18 @@ impl Sandbox {
     fn wait_for(&self, needle: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let o = Command::new("docker").args(["logs", &self.name]).output().unwrap();
+            let o = Command::new("docker")
+                .args(["logs", &self.name])
+                .output()
+                .unwrap();
             let t = text(&o);
             if t.contains(needle) {
                 return t;
             }
-            assert!(!t.contains("sbx-guest: unhealthy"), "waiting for {needle:?}:\n{t}");
+            assert!(
+                !t.contains("sbx-guest: unhealthy"),
+                "waiting for {needle:?}:\n{t}"
+            );
             assert!(Instant::now() < deadline, "no {needle:?} in the log:\n{t}");
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -106,7 +136,9 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        let _ = Command::new("docker").args(["rm", "-f", &self.name]).output();
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &self.name])
+            .output();
     }
 }
 
@@ -118,19 +150,30 @@ fn pid1_reaps_orphans_forwards_sigterm_and_stops_in_time() {
         "pid1",
         &img,
         &[
-            "sh", "-c",
+            "sh",
+            "-c",
             "trap 'echo termed > /tmp/termed; exit 3' TERM; (sleep 0.2 &); while :; do sleep 0.1; done",
         ],
     );
     s.wait_for("sbx-guest: ready");
     let ps = s.exec("0", "ps -eo pid,user,stat,comm");
     let ps = text(&ps);
-    assert!(ps.lines().any(|l| l.split_whitespace().next() == Some("1") && l.contains("sbx-guest")), "{ps}");
+    assert!(
+        ps.lines()
+            .any(|l| l.split_whitespace().next() == Some("1") && l.contains("sbx-guest")),
+        "{ps}"
+    );
     std::thread::sleep(Duration::from_millis(700));
     let ps = text(&s.exec("0", "ps -eo stat,comm"));
-    assert!(!ps.lines().any(|l| l.starts_with('Z')), "a zombie was left: {ps}");
+    assert!(
+        !ps.lines().any(|l| l.starts_with('Z')),
+        "a zombie was left: {ps}"
+    );
     // The agent's command: agent uid, no capability in any set, no_new_privs.
-    let st = text(&s.exec("0", "grep -E '^(Uid|Cap...|NoNewPrivs)' /proc/$(pgrep -o -x sh)/status"));
+    let st = text(&s.exec(
+        "0",
+        "grep -E '^(Uid|Cap...|NoNewPrivs)' /proc/$(pgrep -o -x sh)/status",
+    ));
     assert!(st.contains("Uid:\t1000\t1000\t1000\t1000"), "{st}");
     for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
         assert!(st.contains(&format!("{k}:\t0000000000000000")), "{k}: {st}");
@@ -140,23 +183,48 @@ fn pid1_reaps_orphans_forwards_sigterm_and_stops_in_time() {
     sh(Command::new("docker").args(["stop", "--time", "10", &s.name]));
     let took = t0.elapsed();
     assert!(took < Duration::from_secs(4), "docker stop took {took:?}");
-    let code = sh(Command::new("docker").args(["inspect", "--format", "{{.State.ExitCode}}", &s.name]));
-    assert_eq!(code.trim(), "3", "the guest exits with the main child's status");
-    let cp = Command::new("docker").args(["cp", &format!("{}:/tmp/termed", s.name), "-"]).output().unwrap();
-    assert!(cp.status.success() && String::from_utf8_lossy(&cp.stdout).contains("termed"), "the child got no SIGTERM");
+    let code =
+        sh(Command::new("docker").args(["inspect", "--format", "{{.State.ExitCode}}", &s.name]));
+    assert_eq!(
+        code.trim(),
+        "3",
+        "the guest exits with the main child's status"
+    );
+    let cp = Command::new("docker")
+        .args(["cp", &format!("{}:/tmp/termed", s.name), "-"])
+        .output()
+        .unwrap();
+    assert!(
+        cp.status.success() && String::from_utf8_lossy(&cp.stdout).contains("termed"),
+        "the child got no SIGTERM"
+    );
 }
 
 #[test]
 fn a_missing_or_failing_firewall_keeps_egress_blocked_and_reports_why() {
     let Some(img) = image() else { return };
     for (tag, step, want) in [
-        ("nofw", "rm /usr/local/bin/sbx-fw", "sbx-fw is missing from the image"),
-        ("badfw", "printf '#!/bin/sh\\necho boom >&2\\nexit 3\\n' > /usr/local/bin/sbx-fw", "sbx-fw init failed (exit 3): boom"),
+        (
+            "nofw",
+            "rm /usr/local/bin/sbx-fw",
+            "sbx-fw is missing from the image",
+        ),
+        (
+            "badfw",
+            "printf '#!/bin/sh\\necho boom >&2\\nexit 3\\n' > /usr/local/bin/sbx-fw",
+            "sbx-fw init failed (exit 3): boom",
+        ),
     ] {
         let derived = format!("sbx-guest-e2e-{tag}:{}", std::process::id());
         let ctx = tempfile::tempdir().unwrap();
-        std::fs::write(ctx.path().join("Dockerfile"), format!("FROM {img}\nRUN {step}\n")).unwrap();
-        sh(Command::new("docker").args(["build", "-q", "-t", &derived]).arg(ctx.path()));
+        std::fs::write(
+            ctx.path().join("Dockerfile"),
+            format!("FROM {img}\nRUN {step}\n"),
+        )
+        .unwrap();
+        sh(Command::new("docker")
+            .args(["build", "-q", "-t", &derived])
+            .arg(ctx.path()));
         let s = Sandbox::run(tag, &derived, &["sleep", "infinity"]);
         let log = s.wait_for("sbx-guest: unhealthy:");
         assert!(log.contains(want), "{log}");
@@ -174,11 +242,23 @@ fn a_missing_or_failing_firewall_keeps_egress_blocked_and_reports_why() {
         assert_eq!(rules.matches("-P OUTPUT DROP").count(), 2, "{rules}");
         // As the agent: no connection gets out (the gateway is this host).
         let gw = text(&s.exec("0", "ip route | awk '/default/ {print $3}'"));
-        let probe = s.exec("1000", &format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{}/9' && echo OPEN || echo CLOSED", gw.trim()));
+        let probe = s.exec(
+            "1000",
+            &format!(
+                "timeout 3 bash -c 'exec 3<>/dev/tcp/{}/9' && echo OPEN || echo CLOSED",
+                gw.trim()
+            ),
+        );
         assert!(text(&probe).contains("CLOSED"), "{}", text(&probe));
         // The blocked start is in the sandbox's audit log.
-        assert!(s.log().contains("\"policy\":\"guest-start\""), "{}", s.log());
-        let _ = Command::new("docker").args(["rmi", "-f", &derived]).output();
+        assert!(
+            s.log().contains("\"policy\":\"guest-start\""),
+            "{}",
+            s.log()
+        );
+        let _ = Command::new("docker")
+            .args(["rmi", "-f", &derived])
+            .output();
     }
 }
 
@@ -202,14 +282,22 @@ fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
     }
     // A refusal by the git guard, as the agent: the record arrives, stamped
     // with the agent's uid by the kernel, not by the sender.
-    let o = s.exec("1000", "cd /tmp && git init -q r && cd r && SBX_AGENT=claude git commit --no-verify -m x");
+    let o = s.exec(
+        "1000",
+        "cd /tmp && git init -q r && cd r && SBX_AGENT=claude git commit --no-verify -m x",
+    );
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     let deadline = Instant::now() + Duration::from_secs(5);
     while !s.log().contains("block-no-verify") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let rec = s.log().lines().find(|l| l.contains("block-no-verify")).map(str::to_owned);
-    let rec: serde_json::Value = serde_json::from_str(&rec.expect("the refusal reached the log")).unwrap();
+    let rec = s
+        .log()
+        .lines()
+        .find(|l| l.contains("block-no-verify"))
+        .map(str::to_owned);
+    let rec: serde_json::Value =
+        serde_json::from_str(&rec.expect("the refusal reached the log")).unwrap();
     assert_eq!(rec["peer"]["uid"], 1000);
     assert_eq!(rec["agent"], "claude");
     let meta = std::fs::metadata(s.host.path().join("audit.jsonl")).unwrap();
@@ -228,10 +316,21 @@ fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
     std::thread::sleep(Duration::from_millis(500));
     let log = s.log();
     let flooded = log.matches("\"target\":\"flood\"").count();
-    assert!((400..5000).contains(&flooded), "{flooded} flood records kept");
+    assert!(
+        (400..5000).contains(&flooded),
+        "{flooded} flood records kept"
+    );
     assert!(log.contains("records dropped"), "drops are counted");
-    assert!(log.lines().filter(|l| l.contains("block-no-verify")).count() >= 1);
-    assert!(!log.contains("\"target\":\"forged\""), "a forged sbx-guest record was accepted");
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("block-no-verify"))
+            .count()
+            >= 1
+    );
+    assert!(
+        !log.contains("\"target\":\"forged\""),
+        "a forged sbx-guest record was accepted"
+    );
 }
 
 fn repo(name: &str) -> (tempfile::TempDir, PathBuf) {
@@ -239,7 +338,9 @@ fn repo(name: &str) -> (tempfile::TempDir, PathBuf) {
     let path = dir.path().join(name);
     std::fs::create_dir_all(path.join(".agent-sandbox")).unwrap();
     sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
-    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(dir.path()));
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(dir.path()));
     (dir, path)
 }
 
@@ -255,7 +356,11 @@ fn sbx_run_shows_health_and_merges_the_sandbox_log() {
         c.env("XDG_STATE_HOME", state.path());
     };
     let (_d, good) = repo("guest-ok");
-    std::fs::write(good.join(".agent-sandbox/Dockerfile"), format!("FROM {img}\n")).unwrap();
+    std::fs::write(
+        good.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\n"),
+    )
+    .unwrap();
     let (_d2, bad) = repo("guest-nofw");
     std::fs::write(
         bad.join(".agent-sandbox/Dockerfile"),
@@ -271,13 +376,20 @@ fn sbx_run_shows_health_and_merges_the_sandbox_log() {
     assert!(o.status.success(), "{}", text(&o));
     let o = run(&bad, &["start"]);
     assert!(!o.status.success());
-    assert!(text(&o).contains("sbx-fw is missing from the image"), "{}", text(&o));
+    assert!(
+        text(&o).contains("sbx-fw is missing from the image"),
+        "{}",
+        text(&o)
+    );
     // start removed the failed container; run it again by hand to list it.
     let mut c = sbx();
     sbx_state(&mut c);
     let list = c.arg("list").output().unwrap();
     let l = text(&list);
-    let line = l.lines().find(|l| l.contains("guest-ok")).unwrap_or_else(|| panic!("{l}"));
+    let line = l
+        .lines()
+        .find(|l| l.contains("guest-ok"))
+        .unwrap_or_else(|| panic!("{l}"));
     assert!(line.contains("\thealthy"), "{line}");
     // A refusal inside the sandbox shows in `sbx-run log` on the host.
     let mut c = sbx();
@@ -292,16 +404,168 @@ fn sbx_run_shows_health_and_merges_the_sandbox_log() {
     std::thread::sleep(Duration::from_millis(300));
     let mut c = sbx();
     sbx_state(&mut c);
-    let o = c.args(["log", "--blocked-only", "--json"]).output().unwrap();
+    let o = c
+        .args(["log", "--blocked-only", "--json"])
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
-    let rec = out.lines().find(|l| l.contains("block-no-verify")).unwrap_or_else(|| panic!("{}", text(&o)));
+    let rec = out
+        .lines()
+        .find(|l| l.contains("block-no-verify"))
+        .unwrap_or_else(|| panic!("{}", text(&o)));
     let v: serde_json::Value = serde_json::from_str(rec).unwrap();
     assert_eq!(v["data"]["agent"], "git", "{rec}");
-    assert!(v["data"]["origin"].as_str().unwrap().starts_with("agent-sandbox-guest-ok"), "{rec}");
+    assert!(
+        v["data"]["origin"]
+            .as_str()
+            .unwrap()
+            .starts_with("agent-sandbox-guest-ok"),
+        "{rec}"
+    );
     for p in [&good, &bad] {
         let _ = sbx_in(p, &["-q", "rm", "--volumes"]);
         let mut c = sbx();
         sbx_state(&mut c);
         let _ = c.args(["-q", "rm", "--volumes"]).arg(p).output();
     }
+}
+
+/// moto's S3 server on all of this host's addresses (the sandbox reaches it
+/// through its bridge at the host's docker0 address); killed on drop.
+struct Moto(std::process::Child, u16);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn moto() -> Option<Moto> {
+    use std::io::{Read, Write};
+    let bin =
+        std::env::var("SBX_MOTO_SERVER").unwrap_or_else(|_| "/opt/sbx/moto/bin/moto_server".into());
+    if !prerequisite(
+        Path::new(&bin).exists(),
+        "moto_server (scripts/prereqs installs it)",
+    ) {
+        return None;
+    }
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(bin)
+        .args(["-H", "0.0.0.0", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let m = Moto(child, port);
+    for _ in 0..100 {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            write!(s, "PUT /sbx HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+            let mut r = String::new();
+            let _ = s.read_to_string(&mut r);
+            assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
+            return Some(m);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("moto_server did not start");
+}
+
+#[test]
+fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
+    let Some(img) = image() else { return };
+    let Some(m) = moto() else { return };
+    let gw = sh(Command::new("sh").args([
+        "-c",
+        "ip -4 -o addr show docker0 | awk '{print $4}' | cut -d/ -f1",
+    ]));
+    let gw = gw.trim();
+    assert!(!gw.is_empty(), "no docker0 address");
+    let state = tempfile::tempdir().unwrap();
+    let (_d, path) = repo("guest-backup");
+    std::fs::write(
+        path.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\n"),
+    )
+    .unwrap();
+    // The firewall is off here: this test is about the home, and the host's
+    // S3 stand-in is not an allowlisted name.
+    std::fs::write(
+        path.join(".agent-sandbox/config.toml"),
+        "[network]\nallow-external = true\n\
+         [environment]\npass = [\"AWS_ACCESS_KEY_ID\", \"AWS_SECRET_ACCESS_KEY\", \"AWS_ENDPOINT\", \"AWS_ALLOW_HTTP\", \"AWS_REGION\"]\n\
+         [backup]\nurl = \"s3://sbx/home\"\ninterval = \"1s\"\n",
+    )
+    .unwrap();
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&path));
+    let run = |args: &[&str]| {
+        let mut c = sbx();
+        c.env("XDG_STATE_HOME", state.path())
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_ENDPOINT", format!("http://{gw}:{}", m.1));
+        let o = c.args(args).output().unwrap();
+        (
+            o.status.success(),
+            text(&o),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let p = path.to_str().unwrap();
+    let (ok, t, _) = run(&["start", p]);
+    assert!(ok, "{t}");
+    let (ok, t, _) = run(&[
+        "exec",
+        "-C",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "cd && mkdir -p work/deep && echo hello > work/deep/a.txt && chmod 0640 work/deep/a.txt \
+         && printf '#!/bin/sh\\n' > run.sh && chmod 0755 run.sh && ln -s work/deep/a.txt link \
+         && echo edited >> .bashrc",
+    ]);
+    assert!(ok, "{t}");
+    // The daemon syncs on its own; stop adds the final sync either way.
+    let t0 = Instant::now();
+    let (ok, t, _) = run(&["stop", p]);
+    assert!(ok, "{t}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "stop took {:?}",
+        t0.elapsed()
+    );
+    let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
+    let (ok, t, _) = run(&["rm", "--volumes", p]);
+    assert!(ok, "{t}");
+    let v = Command::new("docker")
+        .args(["volume", "inspect", &names.home])
+        .output()
+        .unwrap();
+    assert!(!v.status.success(), "the home volume is still there");
+    // A new container on a new home volume: the files are back.
+    let (ok, t, _) = run(&["start", p]);
+    assert!(ok, "{t}");
+    let (ok, t, out) = run(&[
+        "exec",
+        "-C",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "cd && cat work/deep/a.txt && stat -c '%a %U' work/deep/a.txt run.sh && readlink link && tail -1 .bashrc && test -f .local/state/sbx-backup/sbx-guest-started && echo marked",
+    ]);
+    assert!(ok, "{t}");
+    assert_eq!(
+        out, "hello\n640 agent\n755 agent\nwork/deep/a.txt\nedited\nmarked\n",
+        "{t}"
+    );
+    let _ = run(&["rm", "--volumes", p]);
 }

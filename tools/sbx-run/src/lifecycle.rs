@@ -123,7 +123,7 @@ pub fn start(
     let (holder, image, network, volumes) = std::thread::scope(|s| {
         let image = s.spawn(|| docker::exists("image", &n.image));
         let network = s.spawn(|| docker::exists("network", &n.network));
-        let volumes: Vec<_> = [&n.history, &n.repo_shelf]
+        let volumes: Vec<_> = [&n.history, &n.repo_shelf, &n.home]
             .map(|v| s.spawn(move || docker::exists("volume", v)))
             .into_iter()
             .collect();
@@ -443,6 +443,7 @@ pub fn volumes(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         (names::CODEX_VOLUME, "/home/agent/.codex", "shared"),
         (n.history.as_str(), "/commandhistory", "workspace"),
         (n.repo_shelf.as_str(), "/repo-shelf", "workspace"),
+        (n.home.as_str(), "/home/agent", "sandbox"),
     ];
     let mut out = std::io::stdout().lock();
     for (name, target, scope) in list {
@@ -597,7 +598,7 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
         docker::remove(&["network", "rm", net["Id"].as_str().unwrap_or_default()])?;
     }
     if with_volumes {
-        for v in [&n.history, &n.repo_shelf] {
+        for v in [&n.history, &n.repo_shelf, &n.home] {
             docker::remove(&["volume", "rm", v])?;
         }
     }

@@ -81,6 +81,8 @@ pub struct Names {
     pub network: String,
     pub repo_shelf: String,
     pub history: String,
+    /// /home/agent, one per sandbox: backups restore into a new one.
+    pub home: String,
 }
 
 impl Names {
@@ -102,6 +104,7 @@ impl Names {
             image: format!("agent-sandbox-{repo}-{hash}"),
             network: container.clone(),
             holder: format!("{container}-net"),
+            home: format!("{container}-home"),
             container,
             repo_shelf: format!("agent-sbx-repo-{hash}"),
             history: format!("agent-sandbox-{hash}-history"),

@@ -235,7 +235,7 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
     network.extend(label_args.iter().cloned());
     network.push(n.network.clone());
 
-    let volumes = [&n.history, &n.repo_shelf]
+    let volumes = [&n.history, &n.repo_shelf, &n.home]
         .iter()
         .map(|v| {
             let mut c = vec!["volume".to_string(), "create".into()];
@@ -257,6 +257,8 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
     h.extend(["--cap-drop".into(), "ALL".into()]);
     h.extend(["--security-opt".into(), "no-new-privileges".into()]);
     h.extend(["--user".into(), "65534:65534".into(), "--read-only".into()]);
+    // The image's HEALTHCHECK asks the guest, which the holder does not run.
+    h.push("--no-healthcheck".into());
     h.extend([
         "--memory".into(),
         "32m".into(),
@@ -347,6 +349,10 @@ pub fn build(ws: &Workspace, image: &str, env_names: &[String], masks: (&Path, &
             ]);
         }
     }
+    // The home first (the engine mounts parents before children): a new
+    // volume starts as a copy of the image's home, and the guest restores
+    // the newest backup into it on its first start.
+    a.extend(["--mount".into(), volume(&n.home, "/home/agent")]);
     a.extend([
         "--mount".into(),
         volume(names::CLAUDE_VOLUME, "/home/agent/.claude"),

@@ -133,7 +133,17 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     sbx_core::output::init(TOOL, &cli.common);
     let paths = Paths::from_env();
     match cli.command {
-        Cmd::Init { command } => Ok(real::init(&paths, command)),
+        Cmd::Init { command } => {
+            // init drops all traffic of its network namespace first: on a
+            // host by mistake, that would cut the machine off.
+            if std::process::id() != 1 && std::env::var_os("SBX_GUEST_NOT_PID1").is_none() {
+                return Err(Box::new(sbx_core::error::Message::new(
+                    Exit::Usage,
+                    "init must be PID 1 of a sandbox (it blocks every connection of its network namespace); set SBX_GUEST_NOT_PID1=1 only inside a namespace made for it",
+                )));
+            }
+            Ok(real::init(&paths, command))
+        }
         Cmd::Health => {
             let (healthy, text) = status::health(&paths.status());
             if !cli.common.quiet {

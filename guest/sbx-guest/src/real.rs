@@ -111,6 +111,8 @@ impl Effects for RealEffects {
         if has_ipv6() {
             jobs.push((v6, block_rules(true)));
         }
+        // Both families at once: each restore is a process and a commit.
+        let mut running = Vec::new();
         for (prog, rules) in jobs {
             let mut cmd = Command::new(prog);
             sbx_sys::unblock_signals(&mut cmd);
@@ -125,6 +127,9 @@ impl Effects for RealEffects {
                 i.write_all(rules.as_bytes())
                     .map_err(|e| format!("{prog}: {e}"))?;
             }
+            running.push((prog, child));
+        }
+        for (prog, child) in running {
             let out = child
                 .wait_with_output()
                 .map_err(|e| format!("{prog}: {e}"))?;

@@ -14,7 +14,10 @@ fn help_teaches_the_start_order() {
     let o = guest().arg("--help").output().unwrap();
     assert!(o.status.success());
     let t = String::from_utf8_lossy(&o.stdout);
-    assert!(t.contains("OUTPUT/INPUT DROP") && t.contains("SBX_AGENT_UID"), "{t}");
+    assert!(
+        t.contains("OUTPUT/INPUT DROP") && t.contains("SBX_AGENT_UID"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -569,3 +569,65 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
     );
     let _ = run(&["rm", "--volumes", p]);
 }
+
+/// The guest's flags (--entrypoint, --user, --stop-timeout, the holder's
+/// --no-healthcheck, the command after the image) make the same container
+/// through the engine API as through the pasted `show-run`.
+#[test]
+fn show_run_with_the_guest_matches_the_api_start() {
+    let Some(img) = image() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let (_d, path) = repo("guest-pasted");
+    std::fs::write(
+        path.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\n"),
+    )
+    .unwrap();
+    let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
+    let run = |args: &[&str]| {
+        let mut c = sbx();
+        c.env("XDG_STATE_HOME", state.path()).args(args).arg(&path);
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let config = |name: &str| -> serde_json::Value {
+        let o = Command::new("docker")
+            .args(["inspect", name])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let mut config = v[0]["Config"].clone();
+        if let Some(env) = config["Env"].as_array_mut() {
+            env.sort_by_key(|e| e.to_string());
+        }
+        serde_json::json!({"config": config, "host": v[0]["HostConfig"]})
+    };
+    // A first start lets docker create the mount points it needs in the
+    // workspace (a missing .husky), so both runs below see the same tree.
+    run(&["-q", "start"]);
+    run(&["-q", "rm"]);
+    run(&["-q", "start"]);
+    let started = config(&names.container);
+    let holder = config(&names.holder);
+    assert_eq!(
+        holder["config"]["Healthcheck"]["Test"][0], "NONE",
+        "{holder}"
+    );
+    assert_eq!(started["config"]["StopTimeout"], 30);
+    assert_eq!(started["config"]["User"], "0:0");
+    sh(Command::new("docker").args(["rm", "--force", &names.container]));
+    let script = run(&["show-run"]);
+    let mut sh_cmd = Command::new("sh");
+    sh_cmd
+        .env("XDG_STATE_HOME", state.path())
+        .arg("-c")
+        .arg(&script);
+    sh(&mut sh_cmd);
+    assert_eq!(config(&names.container), started);
+    let mut c = sbx();
+    c.env("XDG_STATE_HOME", state.path())
+        .args(["-q", "rm", "--volumes"])
+        .arg(&path);
+    let _ = c.output();
+}

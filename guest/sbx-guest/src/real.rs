@@ -472,13 +472,14 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
         };
 
     // Backups: on when the workspace config names a store.
-    let backup_on = match sbx_core::config::discover_from_env(None) {
-        Ok(l) => l.config.backup.url.is_some(),
+    let ws_config = match sbx_core::config::discover_from_env(None) {
+        Ok(l) => l.config,
         Err(e) => {
             outcome.get_or_insert(format!("config: {e}"));
-            false
+            sbx_core::config::Config::default()
         }
     };
+    let backup_on = ws_config.backup.url.is_some();
     let mut home_new = false;
     let mut sup = match (&outcome, &agent, &services) {
         (None, Ok(agent), Ok(file)) => {
@@ -506,6 +507,22 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                         "home restore failed ({e}): starting with the home as it is, backups paused until a restore succeeds"
                     ));
                 }
+            }
+            // The workspace's [guest.services]: the agent's uid, never root.
+            for (name, svc) in &ws_config.guest.services {
+                if file.services.contains_key(name) {
+                    warnings.push(format!(
+                        "[guest.services].{name}: the image defines a service of this name; the image's runs"
+                    ));
+                    continue;
+                }
+                svcs.push(ChildSpec {
+                    name: name.clone(),
+                    argv: svc.command.0.iter().map(OsString::from).collect(),
+                    creds: Some(agent.creds()),
+                    env: config::agent_env(base.clone(), agent, name),
+                    main: false,
+                });
             }
             if daemon {
                 svcs.push(ChildSpec {

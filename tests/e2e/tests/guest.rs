@@ -631,3 +631,70 @@ fn show_run_with_the_guest_matches_the_api_start() {
         .arg(&path);
     let _ = c.output();
 }
+
+/// Services from the image's /etc/sbx/guest.toml: an agent service without
+/// capabilities, a root broker, a crash loop that backs off without
+/// flooding the log, and a SIGKILLed service that comes back.
+#[test]
+fn services_are_supervised_with_backoff() {
+    let Some(img) = image() else { return };
+    let derived = format!("sbx-guest-e2e-svc:{}", std::process::id());
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ctx.path().join("guest.toml"),
+        "[services.crashy]\ncommand = [\"sh\", \"-c\", \"echo crashy-ran >&2; exit 1\"]\n\
+         [services.steady]\ncommand = [\"sleep\", \"1000\"]\n\
+         [services.broker]\ncommand = [\"sleep\", \"1001\"]\nuser = \"root\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        format!("FROM {img}\nCOPY guest.toml /etc/sbx/guest.toml\n"),
+    )
+    .unwrap();
+    sh(Command::new("docker")
+        .args(["build", "-q", "-t", &derived])
+        .arg(ctx.path()));
+    let s = Sandbox::run("svc", &derived, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    let who = |pattern: &str| {
+        text(&s.exec(
+            "0",
+            &format!("ps -eo pid,user,args | grep -v grep | grep '{pattern}' || true"),
+        ))
+    };
+    assert!(who("sleep 1000").contains("agent"), "{}", who("sleep 1000"));
+    assert!(who("sleep 1001").contains("root"), "{}", who("sleep 1001"));
+    let caps = text(&s.exec("0", "grep CapEff /proc/$(pgrep -f '^sleep 1000$')/status"));
+    assert!(caps.contains("0000000000000000"), "{caps}");
+    // SIGKILL the steady service: it comes back within a second or two.
+    let old = text(&s.exec("0", "pgrep -f '^sleep 1000$'"));
+    s.exec("0", "pkill -KILL -f '^sleep 1000$'");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = text(&s.exec("0", "pgrep -f '^sleep 1000$' || true"));
+        if !now.trim().is_empty() && now != old {
+            break;
+        }
+        assert!(Instant::now() < deadline, "steady did not come back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // 8 s of a service that exits at once: a handful of runs, few log lines.
+    std::thread::sleep(Duration::from_secs(8));
+    let log = text(
+        &Command::new("docker")
+            .args(["logs", &s.name])
+            .output()
+            .unwrap(),
+    );
+    let runs = log.matches("crashy-ran").count();
+    let notes = log.matches("service crashy ended").count();
+    assert!((3..=7).contains(&runs), "{runs} runs in ~8 s:\n{log}");
+    assert!(notes <= 4, "{notes} log lines");
+    let z = text(&s.exec("0", "ps -eo stat | grep -c '^Z' || true"));
+    assert_eq!(z.trim(), "0", "zombies");
+    drop(s);
+    let _ = Command::new("docker")
+        .args(["rmi", "-f", &derived])
+        .output();
+}

@@ -460,7 +460,14 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     warnings = w;
                     None
                 }
-                boot::Outcome::Unhealthy(r) => Some(r),
+                boot::Outcome::Unhealthy(r) => {
+                    // Whatever sbx-fw left (a leaking set of rules, a half
+                    // init) is replaced by the full block again.
+                    if let Err(e) = fx.block_egress() {
+                        eprintln!("sbx-guest: cannot re-block egress: {e}");
+                    }
+                    Some(r)
+                }
             },
         };
     }

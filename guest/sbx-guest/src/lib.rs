@@ -10,6 +10,7 @@ pub mod boot;
 pub mod config;
 pub mod home;
 pub mod init;
+pub mod masks;
 pub mod real;
 pub mod sink;
 pub mod status;

@@ -569,10 +569,30 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             // agent's processes, SETUID/SETGID/SETPCAP to start services as
             // the agent with an empty bounding set. NET_ADMIN/NET_RAW go.
             use sbx_sys::caps::cap;
+            let have = sbx_sys::caps::cap_masks(std::process::id())
+                .map(|m| m[1])
+                .unwrap_or(0);
+            // Secret files created later: masked by bind mounts (SYS_ADMIN).
+            if have & (1 << cap::SYS_ADMIN) != 0 {
+                if let Err(e) = start_masker(paths, &ws_config) {
+                    warnings.push(format!("new secret files are not masked: {e}"));
+                }
+            } else {
+                warnings.push("new secret files are not masked: no CAP_SYS_ADMIN".into());
+            }
+            let keep: Vec<u32> = [
+                cap::KILL,
+                cap::SETUID,
+                cap::SETGID,
+                cap::SETPCAP,
+                cap::SYS_ADMIN,
+                cap::DAC_READ_SEARCH,
+            ]
+            .into_iter()
+            .filter(|c| have & (1 << c) != 0)
+            .collect();
             if pid1 || nix::unistd::geteuid().is_root() {
-                if let Err(e) =
-                    sbx_sys::keep_only_caps(&[cap::KILL, cap::SETUID, cap::SETGID, cap::SETPCAP])
-                {
+                if let Err(e) = sbx_sys::keep_only_caps(&keep) {
                     warnings.push(format!("cannot trim the guest's capabilities: {e}"));
                 }
             }
@@ -661,6 +681,38 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             let _ = procs.reap();
         }
     }
+}
+
+/// Watch the workspace (`SBX_WORKSPACE`) for new secret files.
+fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(ws) = std::env::var_os("SBX_WORKSPACE").map(PathBuf::from) else {
+        return Ok(());
+    };
+    if !ws.is_dir() {
+        return Ok(());
+    }
+    let file = paths.run_dir.join("empty");
+    let dir = paths.run_dir.join("empty.d");
+    std::fs::write(&file, b"").map_err(|e| format!("{}: {e}", file.display()))?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555))
+        .map_err(|e| e.to_string())?;
+    let set = |p: Vec<sbx_core::glob::PathPattern>| {
+        sbx_core::glob::PathSet::new(&p).map_err(|e| e.to_string())
+    };
+    crate::masks::watch(crate::masks::Masker {
+        root: ws,
+        blocked: set(cfg.blocked_files())?,
+        allowed: set(cfg.allowed_files())?,
+        mounter: Box::new(crate::masks::BindMounter {
+            empty_file: file,
+            empty_dir: dir,
+        }),
+        done: Default::default(),
+    })
 }
 
 /// `firewall` with the block already done by `init`.

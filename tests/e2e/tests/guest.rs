@@ -16,14 +16,7 @@ use sbx_e2e::{bin, docker_ready, is_root, prerequisite, sh};
 /// A base-image tag of this suite's own, so parallel suites do not trade
 /// images under one tag.
 const TAG: &str = "guest-e2e";
-const CAPS: &[&str] = &[
-    "NET_ADMIN",
-    "NET_RAW",
-    "SETUID",
-    "SETGID",
-    "SETPCAP",
-    "KILL",
-];
+const CAPS: &[&str] = sbx_run::spec::INIT_CAPS;
 
 fn image() -> Option<String> {
     static BUILT: OnceLock<bool> = OnceLock::new();
@@ -74,6 +67,10 @@ struct Sandbox {
 
 impl Sandbox {
     fn run(tag: &str, image: &str, cmd: &[&str]) -> Self {
+        Self::run_with(tag, image, &[], cmd)
+    }
+
+    fn run_with(tag: &str, image: &str, extra: &[String], cmd: &[&str]) -> Self {
         let name = format!("sbx-guest-e2e-{tag}-{}", std::process::id());
         let host = tempfile::tempdir().unwrap();
         sh(Command::new("chmod").arg("0777").arg(host.path()));
@@ -90,6 +87,7 @@ impl Sandbox {
                 "type=bind,source={},target=/run/sbx/host",
                 host.path().display()
             ))
+            .args(extra)
             .arg(image)
             .args(cmd);
         sh(&mut c);
@@ -697,4 +695,54 @@ fn services_are_supervised_with_backoff() {
     let _ = Command::new("docker")
         .args(["rmi", "-f", &derived])
         .output();
+}
+
+/// A secret file the host creates after the start is unreadable to the
+/// agent within a second; an allowed one stays readable.
+#[test]
+fn secret_files_that_appear_later_are_masked() {
+    let Some(img) = image() else { return };
+    let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::create_dir_all(ws.path().join("src")).unwrap();
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(ws.path()));
+    let extra = vec![
+        "--mount".to_string(),
+        format!(
+            "type=bind,source={},target=/workspace/w",
+            ws.path().display()
+        ),
+        "--env".into(),
+        "SBX_WORKSPACE=/workspace/w".into(),
+    ];
+    let s = Sandbox::run_with("masks", &img, &extra, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    std::fs::write(ws.path().join(".env"), "API_KEY=hunter2\n").unwrap();
+    std::fs::write(ws.path().join("src/.env.local"), "DB_PASSWORD=hunter2\n").unwrap();
+    std::fs::write(ws.path().join(".env.example"), "API_KEY=\n").unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let o = s.exec(
+        "1000",
+        "cat /workspace/w/.env /workspace/w/src/.env.local; cat /workspace/w/.env.example",
+    );
+    let out = text(&o);
+    assert!(
+        !out.contains("hunter2"),
+        "a late secret was readable: {out}\n{}\n{}",
+        s.wait_for("sbx-guest: ready"),
+        sh(Command::new("docker").args(["inspect", "--format", "{{.HostConfig.CapAdd}}", &s.name]))
+    );
+    assert!(
+        out.contains("API_KEY="),
+        "the allowed file was masked: {out}\n{}",
+        text(&s.exec(
+            "0",
+            "ls -la /workspace/w; grep workspace /proc/self/mountinfo | cut -c1-100"
+        ))
+    );
+    // The agent cannot take the mask off.
+    let o = s.exec("1000", "umount /workspace/w/.env");
+    assert!(!o.status.success());
+    assert!(!text(&s.exec("1000", "cat /workspace/w/.env")).contains("hunter2"));
 }

@@ -20,7 +20,9 @@ const HOST_VARS: &[&str] = &["TERM", "LANG", "LC_*", "TZ", "COLORTERM"];
 /// Capabilities sbx-guest needs: the firewall (NET_ADMIN, NET_RAW, dropped
 /// once it is up), switching to the agent user (SETUID, SETGID, SETPCAP to
 /// clear the bounding set), and KILL to stop the agent's processes (root
-/// without CAP_KILL may not signal another uid). The agent gets none.
+/// without CAP_KILL may not signal another uid), and SYS_ADMIN with
+/// DAC_READ_SEARCH to watch the workspace (whatever its modes) and mask
+/// secret files that appear after the start. The agent gets none.
 pub const INIT_CAPS: &[&str] = &[
     "NET_ADMIN",
     "NET_RAW",
@@ -28,6 +30,8 @@ pub const INIT_CAPS: &[&str] = &[
     "SETGID",
     "SETPCAP",
     "KILL",
+    "SYS_ADMIN",
+    "DAC_READ_SEARCH",
 ];
 
 /// `docker stop --time` and the container's `--stop-timeout`, in seconds:

@@ -189,6 +189,7 @@ pub fn keep_only_caps(keep: &[u32]) -> io::Result<()> {
 pub mod cap {
     pub const CHOWN: u32 = 0;
     pub const DAC_OVERRIDE: u32 = 1;
+    pub const DAC_READ_SEARCH: u32 = 2;
     pub const KILL: u32 = 5;
     pub const SETGID: u32 = 6;
     pub const SETUID: u32 = 7;

@@ -25,7 +25,7 @@ ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/sbin/sbx-entrypoint"]
 CMD ["sleep", "infinity"]
 DOCKER
 docker build -q -t sbx-guest-bench-old "$CTX" >/dev/null
-CAPS="--cap-drop ALL --cap-add NET_ADMIN --cap-add NET_RAW --cap-add SETUID --cap-add SETGID --cap-add SETPCAP --cap-add KILL --security-opt no-new-privileges"
+CAPS="--cap-drop ALL --cap-add NET_ADMIN --cap-add NET_RAW --cap-add SETUID --cap-add SETGID --cap-add SETPCAP --cap-add KILL --cap-add SYS_ADMIN --cap-add DAC_READ_SEARCH --security-opt no-new-privileges"
 wait_ready() { until docker logs "$1" 2>&1 | grep -q ': ready'; do :; done; }
 export -f wait_ready
 hyperfine --shell bash --style basic --runs "$RUNS" --export-csv "$CTX/r.csv" \

@@ -342,6 +342,16 @@ fn repo(name: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// The per-repo image a test built, removed at its end.
+fn rm_image(path: &Path) {
+    if let Ok(p) = path.canonicalize() {
+        let n = sbx_run::names::Names::new(&p, None);
+        let _ = Command::new("docker")
+            .args(["rmi", "-f", &n.image])
+            .output();
+    }
+}
+
 fn sbx_in(path: &Path, args: &[&str]) -> Output {
     sbx().args(args).arg(path).output().unwrap()
 }
@@ -425,6 +435,7 @@ fn sbx_run_shows_health_and_merges_the_sandbox_log() {
         let mut c = sbx();
         sbx_state(&mut c);
         let _ = c.args(["-q", "rm", "--volumes"]).arg(p).output();
+        rm_image(p);
     }
 }
 
@@ -566,6 +577,7 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
         "{t}"
     );
     let _ = run(&["rm", "--volumes", p]);
+    rm_image(&path);
 }
 
 /// The guest's flags (--entrypoint, --user, --stop-timeout, the holder's
@@ -628,6 +640,7 @@ fn show_run_with_the_guest_matches_the_api_start() {
         .args(["-q", "rm", "--volumes"])
         .arg(&path);
     let _ = c.output();
+    rm_image(&path);
 }
 
 /// Services from the image's /etc/sbx/guest.toml: an agent service without

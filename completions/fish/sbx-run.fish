@@ -188,7 +188,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -s q -l quiet -d
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -s h -l help -d 'Print help'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l file -d 'The log file (default: the host\'s audit log)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l file -d 'Read only this file (default: the host\'s audit log merged in time order with every sandbox\'s, which their guests keep on the host; a sandbox record\'s tool is marked with *)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand log" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -241,7 +241,7 @@ fn sandbox_guarantees_hold_from_inside() {
         Some(0),
         "a commit was made"
     );
-    // The log is write-only for the agent; read it as root.
+    // The agent cannot reach the log; read it as root.
     let log = Command::new("docker")
         .args([
             "exec",
@@ -249,7 +249,7 @@ fn sandbox_guarantees_hold_from_inside() {
             "0",
             &repo.container(),
             "cat",
-            "/var/log/sbx/audit.jsonl",
+            "/run/sbx/host/audit.jsonl",
         ])
         .output()
         .unwrap();
@@ -432,7 +432,7 @@ fn show_run_pasted_into_a_shell_makes_an_equivalent_container() {
             .args(["logs", &name])
             .output()
             .unwrap();
-        if String::from_utf8_lossy(&logs.stderr).contains("sbx-entrypoint: ready") {
+        if String::from_utf8_lossy(&logs.stderr).contains("sbx-guest: ready") {
             ready = true;
             break;
         }
@@ -486,7 +486,7 @@ fn ctrl_c_at_any_moment_of_start_leaves_the_sandbox_up_or_gone() {
                     .args(["logs", &name])
                     .output()
                     .unwrap();
-                assert!(String::from_utf8_lossy(&logs.stderr).contains("sbx-entrypoint: ready"));
+                assert!(String::from_utf8_lossy(&logs.stderr).contains("sbx-guest: ready"));
             }
             // 130, or killed by the signal before sbx-run set its handler.
             Some(130) | None => {

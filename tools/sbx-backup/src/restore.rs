@@ -74,6 +74,15 @@ fn inside(root: &Path, p: &Path) -> bool {
     true
 }
 
+/// Whether `p` already has this mode (permission bits) and mtime.
+fn already(p: &Path, mode: u32, mtime_ns: i128) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(p).is_ok_and(|md| {
+        md.mode() & 0o7777 == mode & 0o7777
+            && i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec()) == mtime_ns
+    })
+}
+
 fn set_times(p: &Path, mtime_ns: i128, follow: bool) -> std::io::Result<()> {
     let t = TimeSpec::new(
         (mtime_ns.div_euclid(1_000_000_000)) as i64,
@@ -261,6 +270,12 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     // Modes and mtimes after content; directories deepest first.
     for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
         let p = path(e);
+        // A file that already has its mode and time is left alone: it may
+        // be another user's (an image's root-owned file in the home), which
+        // we could not chmod, and there is nothing to change.
+        if already(&p, e.mode, e.mtime_ns) {
+            continue;
+        }
         fs::set_permissions(&p, fs::Permissions::from_mode(e.mode))
             .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
         set_times(&p, e.mtime_ns, false)

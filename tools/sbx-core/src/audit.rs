@@ -1,6 +1,10 @@
 //! The audit log: one JSON object per line, appended with a single
 //! `write(2)` on an `O_APPEND` descriptor so records from concurrent
 //! processes never interleave. Kept apart from diagnostics on stderr.
+//!
+//! Inside a sandbox no tool opens the log: sbx-guest is its only writer,
+//! and tools hand it one record per datagram on [`SANDBOX_SOCKET`]. When
+//! that sink is down the record goes to stderr, marked, never nowhere.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -9,14 +13,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Inside a sandbox this marker exists and the log path is fixed, so the
 /// agent cannot point `SBX_AUDIT_LOG` at /dev/null.
 pub const SANDBOX_MARKER: &str = "/.agent-sandbox";
 pub const SANDBOX_LOG: &str = "/var/log/sbx/audit.jsonl";
+/// The guest's record sink: a datagram socket the agent may send to.
+pub const SANDBOX_SOCKET: &str = "/run/sbx-audit/audit.sock";
+/// Largest record the sink accepts, newline excluded.
+pub const MAX_RECORD: usize = 8192;
+/// What a tool prints on stderr before a record the sink did not take.
+pub const UNDELIVERED: &str = "sbx-audit: record not delivered";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     Allowed,
@@ -72,6 +82,49 @@ impl<'a> Record<'a> {
     }
 }
 
+/// Who sent a record to the guest's sink, as the kernel reports it
+/// (SCM_CREDENTIALS): the sender cannot choose these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+}
+
+/// A record as read back: the one parser of the format, used by the
+/// guest's sink to validate what tools send and by `sbx-run log`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    pub timestamp: String,
+    pub tool: String,
+    pub agent: String,
+    pub operation: String,
+    pub target: String,
+    pub result: Outcome,
+    pub policy: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Stamped by the guest; never accepted from a sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Peer>,
+    /// "sandbox" for records that came through a guest, set by `sbx-run log`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+impl Entry {
+    pub fn parse(line: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+
+    /// The record as one line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).expect("audit entries always serialize");
+        v.push(b'\n');
+        v
+    }
+}
+
 /// The agent's name from `SBX_AGENT` (set by sbx-run), read once: a
 /// lookup per record would scan a large environment again each time.
 fn agent() -> &'static str {
@@ -94,6 +147,45 @@ pub fn default_path() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
         .unwrap_or_else(|| PathBuf::from("/tmp"));
     state.join("sbx/audit.jsonl")
+}
+
+/// Send one record line to the sink at `socket`: one datagram, bounded
+/// wait, so a flooded or dead sink cannot hang the tool.
+pub fn send(socket: &Path, line: &[u8]) -> io::Result<()> {
+    let s = std::os::unix::net::UnixDatagram::unbound()?;
+    s.set_write_timeout(Some(std::time::Duration::from_secs(1)))?;
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let n = s.send_to(body, socket)?;
+    if n != body.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short datagram"));
+    }
+    Ok(())
+}
+
+/// Where this process's records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sink {
+    /// The guest's socket (inside a sandbox, or `$SBX_AUDIT_SOCKET` outside).
+    Socket(PathBuf),
+    File(PathBuf),
+}
+
+pub fn default_sink() -> Sink {
+    if Path::new(SANDBOX_MARKER).exists() {
+        return Sink::Socket(PathBuf::from(SANDBOX_SOCKET));
+    }
+    if let Some(p) = std::env::var_os("SBX_AUDIT_SOCKET").filter(|p| !p.is_empty()) {
+        return Sink::Socket(PathBuf::from(p));
+    }
+    Sink::File(default_path())
+}
+
+/// The stderr line for a record the sink did not take.
+pub fn undelivered_line(why: &str, line: &[u8]) -> String {
+    format!(
+        "{UNDELIVERED} ({why}): {}",
+        String::from_utf8_lossy(line).trim_end()
+    )
 }
 
 /// An open audit log.
@@ -154,6 +246,16 @@ impl Lazy {
     }
 
     pub fn append(&self, record: &Record<'_>) {
+        if let Sink::Socket(sock) = default_sink() {
+            let line = record.to_line();
+            if let Err(e) = send(&sock, &line) {
+                eprintln!(
+                    "{}",
+                    undelivered_line(&format!("{}: {e}", sock.display()), &line)
+                );
+            }
+            return;
+        }
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let slot = g.get_or_insert_with(|| {
             let path = default_path();
@@ -200,6 +302,38 @@ mod tests {
             line,
             "{\"timestamp\":\"2026-01-28T10:30:05Z\",\"tool\":\"sbx-git-guard\",\"agent\":\"claude\",\"operation\":\"commit\",\"target\":\"git commit --no-verify\",\"result\":\"blocked\",\"policy\":\"block-no-verify\",\"reason\":\"--no-verify skips the pre-commit hook\"}\n"
         );
+    }
+
+    #[test]
+    fn entry_parses_what_record_writes_and_nothing_else() {
+        let r = Record::new("sbx-fw", "allow", "a.example", Outcome::Allowed, "p").reason("r");
+        let line = String::from_utf8(r.to_line()).unwrap();
+        let e = Entry::parse(line.trim_end()).unwrap();
+        assert_eq!(e.tool, "sbx-fw");
+        assert_eq!(e.reason.as_deref(), Some("r"));
+        assert_eq!(String::from_utf8(e.to_line()).unwrap(), line);
+        for bad in [
+            r#"{"timestamp":"t","tool":"x","agent":"a","operation":"o","target":"t","result":"maybe","policy":"p"}"#,
+            r#"{"timestamp":"t","tool":"x","agent":"a","operation":"o","target":"t","result":"allowed","policy":"p","extra":1}"#,
+            r#"{"tool":"x"}"#,
+            "[]",
+        ] {
+            assert!(Entry::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn send_reaches_a_datagram_socket_and_fails_loudly_without_one() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("s");
+        let rx = std::os::unix::net::UnixDatagram::bind(&p).unwrap();
+        send(&p, b"{\"a\":1}\n").unwrap();
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"{\"a\":1}");
+        drop(rx);
+        assert!(send(&p, b"x\n").is_err());
+        assert!(undelivered_line("down", b"{}\n").starts_with(UNDELIVERED));
     }
 
     #[test]

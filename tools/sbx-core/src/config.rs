@@ -53,6 +53,7 @@ pub struct Config {
     pub network: Network,
     pub git: Git,
     pub backup: Backup,
+    pub guest: Guest,
     /// Refused whole: see [`Tools`].
     pub tools: Option<Tools>,
 }
@@ -88,6 +89,38 @@ impl<'de> Deserialize<'de> for Enabled {
             Err(_) => Err(de::Error::custom(
                 "expected true (sbx is always on; the key can be left out)",
             )),
+        }
+    }
+}
+
+
+/// `[guest]`: what sbx-guest runs besides the agent's command.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Guest {
+    /// Supervised with restart and backoff, always as the agent user: a
+    /// repository's config never gets a root process (those come only from
+    /// the image's /etc/sbx/guest.toml).
+    pub services: std::collections::BTreeMap<String, GuestService>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestService {
+    pub command: Argv,
+}
+
+/// A program and its arguments: at least the program, no empty word first.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "Vec<String>")]
+pub struct Argv(pub Vec<String>);
+
+impl TryFrom<Vec<String>> for Argv {
+    type Error = String;
+    fn try_from(v: Vec<String>) -> Result<Self, String> {
+        match v.first() {
+            Some(p) if !p.is_empty() => Ok(Argv(v)),
+            _ => Err("give the program and its arguments, e.g. [\"ttyd\", \"tmux\"]".into()),
         }
     }
 }

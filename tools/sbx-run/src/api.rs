@@ -48,6 +48,11 @@ pub fn create_body(
                 host.insert("ReadonlyRootfs".into(), json!(true));
                 continue;
             }
+            // What the CLI sends for it.
+            "--no-healthcheck" => {
+                cfg.insert("Healthcheck".into(), json!({"Test": ["NONE"]}));
+                continue;
+            }
             _ => {}
         }
         let v = it.next()?;
@@ -64,6 +69,9 @@ pub fn create_body(
             }
             "--entrypoint" => {
                 cfg.insert("Entrypoint".into(), json!([v]));
+            }
+            "--stop-timeout" => {
+                cfg.insert("StopTimeout".into(), json!(v.parse::<i64>().ok()?));
             }
             "--label" => {
                 let (k, val) = v.split_once('=').unwrap_or((v, ""));

@@ -280,12 +280,12 @@ fn api_post(sock: &Path, path: &str, body: Option<&[u8]>, argv: &[&str]) -> Resu
 pub fn follow_logs_for(
     name: &str,
     since: &str,
-    needle: &str,
+    needles: &[&str],
     timeout: std::time::Duration,
-) -> Option<std::io::Result<bool>> {
+) -> Option<std::io::Result<Option<usize>>> {
     use std::io::{ErrorKind, Read, Write};
     let sock = fast_socket()?;
-    let run = || -> std::io::Result<bool> {
+    let run = || -> std::io::Result<Option<usize>> {
         let deadline = std::time::Instant::now() + timeout;
         let mut s = std::os::unix::net::UnixStream::connect(&sock)?;
         // Short reads, so an interrupt is seen while the log is quiet.
@@ -305,7 +305,7 @@ pub fn follow_logs_for(
             if std::time::Instant::now() > deadline {
                 return Err(std::io::Error::new(
                     ErrorKind::TimedOut,
-                    format!("no \"{needle}\" in its log after {timeout:?}"),
+                    format!("no \"{}\" in its log after {timeout:?}", needles[0]),
                 ));
             }
             let n = match s.read(&mut buf) {
@@ -321,11 +321,14 @@ pub fn follow_logs_for(
                 Err(e) => return Err(e),
             };
             if n == 0 {
-                return Ok(false);
+                return Ok(None);
             }
             seen.extend_from_slice(&buf[..n]);
-            if seen.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                return Ok(true);
+            if let Some(i) = needles
+                .iter()
+                .position(|nd| seen.windows(nd.len()).any(|w| w == nd.as_bytes()))
+            {
+                return Ok(Some(i));
             }
         }
     };

@@ -15,7 +15,7 @@ use crate::names::BASE_IMAGE;
 use crate::{RunError, docker};
 
 pub const DOCKERFILE: &str = include_str!("../../../base-image/Dockerfile");
-pub const ENTRYPOINT: &str = include_str!("../../../base-image/entrypoint.sh");
+pub const GUEST_TOML: &str = include_str!("../../../base-image/guest.toml");
 pub const BASHRC: &str = include_str!("../../../base-image/bashrc");
 pub const REPO_DOCKERFILE: &str = include_str!("../../../base-image/repo.Dockerfile");
 pub const CONFIG_TEMPLATE: &str = include_str!("../../../base-image/config.toml");
@@ -29,6 +29,9 @@ pub const TOOLS: &[&str] = &[
     "sbx-backup",
     "sbx-worktree",
 ];
+
+/// Tools an image cannot do without: its init, its firewall, its git guard.
+pub const REQUIRED: &[&str] = &["sbx-guest", "sbx-fw", "sbx-git-guard"];
 
 const SUITE: &str = "bookworm";
 /// What the bootstrap image holds; its hash is part of the tag.
@@ -328,7 +331,6 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
             .map_err(|e| RunError::Io(p, e))
     };
     write("Dockerfile", DOCKERFILE.as_bytes(), 0o644)?;
-    write("entrypoint.sh", ENTRYPOINT.as_bytes(), 0o755)?;
     write("bashrc", BASHRC.as_bytes(), 0o644)?;
     write("ca/.keep", b"", 0o644)?;
     if let Some(ca) = &o.ca_cert {
@@ -342,8 +344,26 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
         write("ca/sbx-extra.crt", &data, 0o644)?;
     }
     std::fs::create_dir_all(c.join("bin")).map_err(|e| RunError::Io(c.join("bin"), e))?;
+    write("guest.toml", GUEST_TOML.as_bytes(), 0o644)?;
+    let dir = tool_dir();
+    // Without these the sandbox would start without its init, firewall or
+    // git guard: refuse before building anything.
+    let missing: Vec<&str> = REQUIRED
+        .iter()
+        .copied()
+        .filter(|t| !dir.as_ref().is_some_and(|d| d.join(t).is_file()))
+        .collect();
+    if !missing.is_empty() {
+        return Err(RunError::Build(format!(
+            "cannot build {image}: {} not found in {} (build them first: `make build` or `cargo build --workspace`, or set SBX_BIN_DIR)",
+            missing.join(", "),
+            dir.as_deref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|| "the sbx-run directory".into())
+        )));
+    }
     let mut copied = Vec::new();
-    if let Some(dir) = tool_dir() {
+    if let Some(dir) = dir {
         for t in TOOLS {
             let src = dir.join(t);
             if src.is_file() {

@@ -154,6 +154,7 @@ pub fn start(
                 docker::start(&n.holder)?;
             }
             sync_login(&ws);
+            spec::ensure_host_dir(&name)?;
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
@@ -198,6 +199,7 @@ pub fn start(
             }
         }
     }
+    spec::ensure_host_dir(&name)?;
     let since = logs_since_now();
     let run = docker::run_detached(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
     if crate::tools::interrupted() || run.is_err() {
@@ -229,17 +231,35 @@ fn humantime_rfc3339(t: std::time::SystemTime) -> String {
     secs.saturating_sub(1).to_string()
 }
 
-/// Follow the container's log until its entrypoint says it is ready; a
+/// What sbx-guest prints when the agent's command has started, and when
+/// the start failed closed (egress blocked, the agent never started).
+const READY: &str = "sbx-guest: ready";
+const UNHEALTHY: &str = "sbx-guest: unhealthy:";
+
+/// The guest's reason, from the status file it keeps in the host directory.
+fn unhealthy_reason(name: &str) -> String {
+    match read_status(name) {
+        Some(st) => format!(
+            "unhealthy: {}",
+            st["reason"].as_str().unwrap_or("no reason given")
+        ),
+        None => "unhealthy (no status file; see `docker logs`)".into(),
+    }
+}
+
+/// The guest's status.json of sandbox `name`, if it wrote one.
+pub fn read_status(name: &str) -> Option<Value> {
+    let p = spec::host_dir(name).join("status.json");
+    serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
+}
+
+/// Follow the container's log until its guest says it is ready; a
 /// container that exits first is reported with its last lines.
 fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
-    match docker::follow_logs_for(
-        name,
-        since,
-        "sbx-entrypoint: ready",
-        Duration::from_secs(120),
-    ) {
-        Some(Ok(true)) => return Ok(()),
-        Some(Ok(false)) => {} // ended: let the CLI path below report the last lines
+    match docker::follow_logs_for(name, since, &[READY, UNHEALTHY], Duration::from_secs(120)) {
+        Some(Ok(Some(0))) => return Ok(()),
+        Some(Ok(Some(_))) => return Err(RunError::NotReady(unhealthy_reason(name))),
+        Some(Ok(None)) => {} // ended: let the CLI path below report the last lines
         Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {
             return Err(RunError::Interrupted);
         }
@@ -258,8 +278,12 @@ fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
     std::thread::spawn(move || {
         let mut tail: Vec<String> = Vec::new();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("sbx-entrypoint: ready") {
+            if line.contains(READY) {
                 let _ = tx.send(Ok(()));
+                return;
+            }
+            if let Some(i) = line.find(UNHEALTHY) {
+                let _ = tx.send(Err(line[i..].trim_start_matches("sbx-guest: ").to_owned()));
                 return;
             }
             tail.push(line);
@@ -312,7 +336,7 @@ pub fn stop(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let ws = open_for_names(common, path)?;
     docker::require_engine()?;
     if check_owner(&ws)?.is_some() {
-        docker::output(&["stop", "--time", "3", &ws.names.container])?;
+        docker::output(&["stop", "--time", spec::STOP_TIMEOUT, &ws.names.container])?;
         // A login made in the sandbox reaches the machine's store.
         sync_login(&ws);
     } else if !common.quiet {
@@ -350,7 +374,21 @@ fn open_for_names(common: &CommonArgs, path: Option<PathBuf>) -> Result<Workspac
     }
 }
 
-fn exec_args(ws: &Workspace, tty: bool, command: &[OsString]) -> Vec<OsString> {
+/// The audit records' `agent` for what sbx-run starts: "shell" for the
+/// interactive shell, else the program's name (claude, codex, …).
+fn agent_name(shell: bool, command: &[OsString]) -> String {
+    if shell {
+        return "shell".into();
+    }
+    command
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn exec_args(ws: &Workspace, tty: bool, command: &[OsString], agent: &str) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec!["exec".into(), "--interactive".into()];
     if tty {
         a.push("--tty".into());
@@ -361,6 +399,7 @@ fn exec_args(ws: &Workspace, tty: bool, command: &[OsString]) -> Vec<OsString> {
         "--workdir".into(),
         ws.target().into(),
     ]);
+    a.extend(["--env".into(), format!("SBX_AGENT={agent}").into()]);
     // Interactive sessions see the same filtered host variables as the container.
     for name in spec::env_names(ws, std::env::vars_os()) {
         a.extend(["--env".into(), name.into()]);
@@ -382,14 +421,14 @@ fn status_code(s: std::process::ExitStatus) -> ExitCode {
 pub fn shell(common: &CommonArgs, path: Option<PathBuf>, rebuild: bool) -> Res {
     let ws = start(common, path, rebuild.then(BuildOpts::default).as_ref())?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, &["bash".into(), "-l".into()]);
+    let args = exec_args(&ws, tty, &["bash".into(), "-l".into()], "shell");
     Ok(status_code(docker::status(&args)?))
 }
 
 pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) -> Res {
     let ws = start(common, path, None)?;
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, command);
+    let args = exec_args(&ws, tty, command, &agent_name(false, command));
     Ok(status_code(docker::status(&args)?))
 }
 
@@ -401,7 +440,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
     let text = format!(
-        "# sbx-run show-run {}\n# config: {}\n{}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
+        "# sbx-run show-run {}\n# config: {}\n{}\nmkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
         ws.path.display(),
         ws.loaded.describe(),
         spec::masked_comment(&s.masked),
@@ -415,6 +454,9 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         spec::shell_line(&s.holder),
         spec::shell_line(&s.run),
         docker = docker::program().to_string_lossy(),
+        hostdir = shlex::try_quote(&spec::host_dir(&ws.names.container).to_string_lossy())
+            .map(|q| q.into_owned())
+            .unwrap_or_default(),
     );
     out.write_all(text.as_bytes())
         .map_err(|e| RunError::Io("stdout".into(), e))?;
@@ -429,6 +471,7 @@ pub fn volumes(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         (n.codex.as_str(), "/home/agent/.codex", "workspace"),
         (n.history.as_str(), "/commandhistory", "workspace"),
         (n.repo_shelf.as_str(), "/repo-shelf", "workspace"),
+        (n.home.as_str(), "/home/agent", "sandbox"),
     ];
     let mut out = std::io::stdout().lock();
     for (name, target, scope) in list {
@@ -497,7 +540,7 @@ pub fn list(common: &CommonArgs) -> Res {
     if !common.json && !common.quiet {
         writeln!(
             out,
-            "NAME\tSTATUS\tMODE\tWORKDIR\tVOLUMES\tBRANCH\tWORKSPACE"
+            "NAME\tSTATUS\tHEALTH\tMODE\tWORKDIR\tVOLUMES\tBRANCH\tWORKSPACE"
         )
         .map_err(|e| RunError::Io("stdout".into(), e))?;
     }
@@ -505,9 +548,13 @@ pub fn list(common: &CommonArgs) -> Res {
         .iter()
         .filter(|c| label(c, LABEL_ROLE).is_empty())
     {
+        let name = c["Name"].as_str().unwrap_or("").trim_start_matches('/');
+        let (health, reason) = health_of(name, c);
         let data = json!({
-            "name": c["Name"].as_str().unwrap_or("").trim_start_matches('/'),
+            "name": name,
             "status": c.pointer("/State/Status").and_then(Value::as_str).unwrap_or(""),
+            "health": health,
+            "reason": reason,
             "mode": label(c, LABEL_MODE),
             "branch": label(c, LABEL_BRANCH),
             "workspace": label(c, LABEL_WORKSPACE),
@@ -519,6 +566,10 @@ pub fn list(common: &CommonArgs) -> Res {
         let r = if common.json {
             output::json_line(&mut out, "sandbox", &data)
         } else {
+            let health = match data["reason"].as_str() {
+                Some(r) => format!("{health}: {r}"),
+                None => health.to_owned(),
+            };
             let vols: Vec<String> = mapped_volumes(c)
                 .iter()
                 .map(|v| {
@@ -531,9 +582,10 @@ pub fn list(common: &CommonArgs) -> Res {
                 .collect();
             writeln!(
                 out,
-                "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 data["name"].as_str().unwrap_or(""),
                 data["status"].as_str().unwrap_or(""),
+                health,
                 data["mode"].as_str().unwrap_or(""),
                 data["workdir"].as_str().unwrap_or(""),
                 vols.join(","),
@@ -544,6 +596,45 @@ pub fn list(common: &CommonArgs) -> Res {
         r.map_err(|e| RunError::Io("stdout".into(), e))?;
     }
     ok()
+}
+
+/// A running sandbox's health from its guest's status file (immediate),
+/// else Docker's healthcheck; "-" when it is not running.
+fn health_of(name: &str, c: &Value) -> (&'static str, Option<String>) {
+    if !running(c) {
+        return ("-", None);
+    }
+    if let Some(st) = read_status(name) {
+        let reason = st["reason"].as_str().map(str::to_owned);
+        return match st["state"].as_str() {
+            Some("ready") => {
+                let w: Vec<&str> = st["warnings"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                ("healthy", (!w.is_empty()).then(|| w.join("; ")))
+            }
+            Some("unhealthy") => ("unhealthy", reason),
+            Some("stopping") => ("stopping", None),
+            _ => ("starting", None),
+        };
+    }
+    match c.pointer("/State/Health/Status").and_then(Value::as_str) {
+        Some("healthy") => ("healthy", None),
+        Some("unhealthy") => (
+            "unhealthy",
+            c.pointer("/State/Health/Log")
+                .and_then(Value::as_array)
+                .and_then(|l| l.last())
+                .and_then(|e| e["Output"].as_str())
+                .map(|s| s.trim().to_owned()),
+        ),
+        Some("starting") => ("starting", None),
+        _ => (
+            "unknown",
+            Some("no guest status (an image without sbx-guest?)".into()),
+        ),
+    }
 }
 
 pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res {

@@ -105,6 +105,8 @@ pub struct Names {
     /// transcripts stay with their project.
     pub claude: String,
     pub codex: String,
+    /// /home/agent, one per sandbox: backups restore into a new one.
+    pub home: String,
 }
 
 impl Names {
@@ -126,6 +128,7 @@ impl Names {
             image: format!("agent-sandbox-{repo}-{hash}"),
             network: container.clone(),
             holder: format!("{container}-net"),
+            home: format!("{container}-home"),
             container,
             repo_shelf: format!("agent-sbx-repo-{hash}"),
             history: format!("agent-sandbox-{hash}-history"),

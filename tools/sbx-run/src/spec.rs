@@ -28,10 +28,55 @@ pub const HOST_VARS: &[&str] = &[
     "CI",
 ];
 
-/// Capabilities the entrypoint needs before it drops them all: the
-/// firewall (NET_ADMIN, NET_RAW) and switching to the agent user
-/// (SETUID, SETGID, SETPCAP to clear the bounding set).
-pub const INIT_CAPS: &[&str] = &["NET_ADMIN", "NET_RAW", "SETUID", "SETGID", "SETPCAP"];
+/// Capabilities sbx-guest needs: the firewall (NET_ADMIN, NET_RAW, dropped
+/// once it is up), switching to the agent user (SETUID, SETGID, SETPCAP to
+/// clear the bounding set), and KILL to stop the agent's processes (root
+/// without CAP_KILL may not signal another uid), and SYS_ADMIN with
+/// DAC_READ_SEARCH to watch the workspace (whatever its modes) and mask
+/// secret files that appear after the start. The agent gets none.
+pub const INIT_CAPS: &[&str] = &[
+    "NET_ADMIN",
+    "NET_RAW",
+    "SETUID",
+    "SETGID",
+    "SETPCAP",
+    "KILL",
+    "SYS_ADMIN",
+    "DAC_READ_SEARCH",
+];
+
+/// `docker stop --time` and the container's `--stop-timeout`, in seconds:
+/// room for the guest's stop (services, the backup's final sync) before the
+/// engine kills. A sandbox whose processes end on SIGTERM stops at once.
+pub const STOP_TIMEOUT: &str = "30";
+/// The guest's own deadline: a few seconds under the engine's.
+pub const GUEST_STOP_TIMEOUT: &str = "25";
+/// The guest, always PID 1, whatever a per-repo image set as ENTRYPOINT/USER.
+pub const GUEST: &str = "/usr/local/bin/sbx-guest";
+
+/// The host directory of one sandbox, mounted at /run/sbx/host: the guest
+/// writes its status and the sandbox's audit log there. Inside, /run/sbx is
+/// root's 0700 directory, so the agent cannot reach it whatever its uid;
+/// on the host it sits in the user's state directory.
+pub fn host_dir(container: &str) -> PathBuf {
+    state_dir().join("sandboxes").join(container)
+}
+
+/// Make the host directory: 0777 so the guest's root (which has no
+/// CAP_DAC_OVERRIDE) may create files in it, under a 0700 parent so no
+/// one else on the host can reach it.
+pub fn ensure_host_dir(container: &str) -> Result<PathBuf, RunError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = host_dir(container);
+    let parent = state_dir().join("sandboxes");
+    let io = |p: &Path, e| RunError::Io(p.to_owned(), e);
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| io(&parent, e))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+        .map_err(|e| io(&dir, e))?;
+    Ok(dir)
+}
 
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -211,6 +256,7 @@ pub fn workspace_volumes(n: &names::Names) -> Vec<String> {
         n.repo_shelf.clone(),
         n.claude.clone(),
         n.codex.clone(),
+        n.home.clone(),
     ]
 }
 
@@ -267,6 +313,8 @@ pub fn build(
     h.extend(["--cap-drop".into(), "ALL".into()]);
     h.extend(["--security-opt".into(), "no-new-privileges".into()]);
     h.extend(["--user".into(), "65534:65534".into(), "--read-only".into()]);
+    // The image's HEALTHCHECK asks the guest, which the holder does not run.
+    h.push("--no-healthcheck".into());
     h.extend([
         "--memory".into(),
         "32m".into(),
@@ -297,6 +345,11 @@ pub fn build(
         a.extend(["--cap-add".into(), (*c).into()]);
     }
     a.extend(["--security-opt".into(), "no-new-privileges".into()]);
+    // The guest is PID 1 as root whatever the image says; it drops to the
+    // agent itself.
+    a.extend(["--user".into(), "0:0".into()]);
+    a.extend(["--entrypoint".into(), GUEST.into()]);
+    a.extend(["--stop-timeout".into(), STOP_TIMEOUT.into()]);
     // Resources.
     // Bytes, as sbx-core parsed them: docker's own size parser refuses some
     // spellings the config accepts (".5g"), one parser decides.
@@ -360,6 +413,10 @@ pub fn build(
             ]);
         }
     }
+    // The home first (the engine mounts parents before children): a new
+    // volume starts as a copy of the image's home, and the guest restores
+    // the newest backup into it on its first start.
+    a.extend(["--mount".into(), volume(&n.home, "/home/agent")]);
     // Each workspace its own AI CLI config: only the login is shared, by
     // copy, never by mounting a shared volume (login.rs).
     for c in crate::login::CLIS {
@@ -367,13 +424,23 @@ pub fn build(
     }
     a.extend(["--mount".into(), volume(&n.history, "/commandhistory")]);
     a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
+    a.extend([
+        "--mount".into(),
+        bind(&host_dir(&n.container), "/run/sbx/host", false),
+    ]);
     // Environment: fixed values, then host names the filter allows.
     a.extend(["--env".into(), format!("SBX_WORKSPACE={target}")]);
+    a.extend([
+        "--env".into(),
+        format!("SBX_GUEST_STOP_TIMEOUT={GUEST_STOP_TIMEOUT}"),
+    ]);
     for name in env_names {
         a.extend(["--env".into(), name.clone()]);
     }
     a.extend(["--workdir".into(), target]);
     a.push(image.to_owned());
+    // --entrypoint clears the image's CMD: the command is given here.
+    a.extend(["init", "--", "sleep", "infinity"].map(String::from));
     Ok(Spec {
         network,
         volumes,

@@ -118,7 +118,9 @@ pub struct LogOpts {
     /// Keep reading as records are appended.
     #[arg(long, short = 'f')]
     pub follow: bool,
-    /// The log file (default: the host's audit log).
+    /// Read only this file (default: the host's audit log merged in time
+    /// order with every sandbox's, which their guests keep on the host;
+    /// a sandbox record's tool is marked with *).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
 }
@@ -140,10 +142,14 @@ fn print_record(
         return output::json_line(out, "audit", &v);
     }
     let s = |k: &str| v[k].as_str().unwrap_or("").to_owned();
+    let tool = match v["origin"].as_str() {
+        Some(_) => format!("{}*", s("tool")),
+        None => s("tool"),
+    };
     let mut text = format!(
         "{} {:<14} {:<8} {:<20} {}",
         s("timestamp"),
-        s("tool"),
+        tool,
         s("result"),
         s("policy"),
         s("target")
@@ -154,29 +160,101 @@ fn print_record(
     writeln!(out, "{text}")
 }
 
-pub fn log(common: &CommonArgs, opts: &LogOpts) -> Res {
-    let path = opts
-        .file
-        .clone()
-        .unwrap_or_else(sbx_core::audit::default_path);
-    let mut file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !opts.follow => {
-            output::info(&format!("{}: no audit log yet", path.display()));
-            return Ok(Exit::Ok.into());
+/// One log being read: where, how far, and whose.
+struct Source {
+    path: PathBuf,
+    offset: u64,
+    pending: String,
+    /// The sandbox's container name, for records from inside one.
+    origin: Option<String>,
+}
+
+impl Source {
+    /// Complete new lines since the last read; a truncated or replaced
+    /// log starts over.
+    fn read_new(&mut self) -> std::io::Result<Vec<String>> {
+        let mut file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let len = file.metadata()?.len();
+        if len < self.offset {
+            self.offset = 0;
+            self.pending.clear();
         }
-        Err(e) => return Err(RunError::Io(path, e).into()),
-    };
-    let mut out = std::io::stdout().lock();
-    let mut pending = String::new();
-    loop {
+        file.seek(std::io::SeekFrom::Start(self.offset))?;
         let mut chunk = String::new();
-        file.read_to_string(&mut chunk)
-            .map_err(|e| RunError::Io(path.clone(), e))?;
-        pending.push_str(&chunk);
-        while let Some(i) = pending.find('\n') {
-            let line: String = pending.drain(..=i).collect();
-            print_record(common, opts, line.trim_end(), &mut out)
+        file.read_to_string(&mut chunk)?;
+        self.offset += chunk.len() as u64;
+        self.pending.push_str(&chunk);
+        let mut out = Vec::new();
+        while let Some(i) = self.pending.find('\n') {
+            let line: String = self.pending.drain(..=i).collect();
+            out.push(line.trim_end().to_owned());
+        }
+        Ok(out)
+    }
+}
+
+/// The host's log and every sandbox's (the guests write them into their
+/// host directories), or just `--file`.
+fn sources(opts: &LogOpts) -> Vec<Source> {
+    let src = |path: PathBuf, origin: Option<String>| Source {
+        path,
+        offset: 0,
+        pending: String::new(),
+        origin,
+    };
+    if let Some(f) = &opts.file {
+        return vec![src(f.clone(), None)];
+    }
+    let mut v = vec![src(sbx_core::audit::default_path(), None)];
+    let dir = crate::spec::state_dir().join("sandboxes");
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for n in names {
+            v.push(src(dir.join(&n).join("audit.jsonl"), Some(n)));
+        }
+    }
+    v
+}
+
+/// Records from every source, merged in time order (RFC 3339 UTC stamps
+/// sort as text; equal stamps keep their order within a source).
+pub fn log(common: &CommonArgs, opts: &LogOpts) -> Res {
+    let mut sources = sources(opts);
+    if !opts.follow && sources.iter().all(|s| !s.path.exists()) {
+        output::info(&format!("{}: no audit log yet", sources[0].path.display()));
+        return Ok(Exit::Ok.into());
+    }
+    let mut out = std::io::stdout().lock();
+    loop {
+        let mut batch: Vec<(String, String)> = Vec::new();
+        for s in sources.iter_mut() {
+            let lines = s.read_new().map_err(|e| RunError::Io(s.path.clone(), e))?;
+            for line in lines {
+                let line = match (&s.origin, serde_json::from_str::<Value>(&line)) {
+                    (Some(o), Ok(Value::Object(mut m))) => {
+                        m.insert("origin".into(), Value::String(o.clone()));
+                        Value::Object(m).to_string()
+                    }
+                    _ => line,
+                };
+                let ts = serde_json::from_str::<Value>(&line)
+                    .ok()
+                    .and_then(|v| v["timestamp"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                batch.push((ts, line));
+            }
+        }
+        batch.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, line) in &batch {
+            print_record(common, opts, line, &mut out)
                 .map_err(|e| RunError::Io("stdout".into(), e))?;
         }
         if !opts.follow || interrupted() {
@@ -184,11 +262,6 @@ pub fn log(common: &CommonArgs, opts: &LogOpts) -> Res {
         }
         out.flush().map_err(|e| RunError::Io("stdout".into(), e))?;
         std::thread::sleep(Duration::from_millis(200));
-        // A truncated or rotated log starts over.
-        let pos = file.stream_position().unwrap_or(0);
-        if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) < pos {
-            file = std::fs::File::open(&path).map_err(|e| RunError::Io(path.clone(), e))?;
-        }
     }
     Ok(Exit::Ok.into())
 }

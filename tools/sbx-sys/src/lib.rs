@@ -79,6 +79,8 @@ pub fn setsockopt_bytes(
         Err(io::Error::last_os_error())
     }
 }
+pub mod caps;
+pub use caps::{Creds, drop_to, keep_only_caps, unblock_signals};
 
 #[cfg(test)]
 mod tests {

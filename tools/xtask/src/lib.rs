@@ -15,6 +15,7 @@ pub fn commands() -> Vec<clap::Command> {
         sbx_envfilter::command(),
         sbx_fw::command(),
         sbx_git_guard::command(),
+        sbx_guest::command(),
         sbx_run::command(),
     ]
 }

@@ -337,3 +337,18 @@ fn policy_seed_spellings() {
         assert!(!got.contains('\n'), "{got}");
     }
 }
+
+#[test]
+fn guest_services_need_a_program() {
+    let p = Path::new("c.toml");
+    let c = parse_toml("[guest.services.term]\ncommand = [\"ttyd\", \"tmux\"]\n", p).unwrap();
+    assert_eq!(c.guest.services["term"].command.0, ["ttyd", "tmux"]);
+    for bad in [
+        "[guest.services.term]\ncommand = []\n",
+        "[guest.services.term]\ncommand = [\"\"]\n",
+        "[guest.services.term]\ncommand = [\"x\"]\nuser = \"root\"\n",
+    ] {
+        let e = parse_toml(bad, p).unwrap_err().to_string();
+        assert!(e.contains("guest.services"), "{bad}: {e}");
+    }
+}

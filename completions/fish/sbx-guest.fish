@@ -1,0 +1,57 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_sbx_guest_global_optspecs
+    string join \n q/quiet v/verbose json color= config= h/help V/version
+end
+
+function __fish_sbx_guest_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_sbx_guest_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_sbx_guest_using_subcommand
+    set -l cmd (__fish_sbx_guest_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -s V -l version -d 'Print version'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -s h -l help -d 'Print help'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -s h -l help -d 'Print help'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health help" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health help" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,0 +1,128 @@
+//! The agent's home on its first start: a new home volume gets the newest
+//! backup back. "New" is judged by a marker the guest writes after the
+//! first successful start, not by emptiness (a new volume is never empty:
+//! the engine copies the image's home into it, and what the image put there
+//! stays wherever the snapshot has nothing of its own).
+
+use std::path::{Path, PathBuf};
+
+/// Where the marker lives in the home: in sbx-backup's state directory,
+/// which is never backed up, so a restore cannot bring back a marker.
+pub fn marker(home: &Path) -> PathBuf {
+    home.join(".local/state/sbx-backup/sbx-guest-started")
+}
+
+/// The home operations, all run as the agent user.
+pub trait HomeOps {
+    fn marker_exists(&self) -> bool;
+    /// Whether the store holds a snapshot.
+    fn has_snapshot(&mut self) -> Result<bool, String>;
+    fn restore(&mut self) -> Result<(), String>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// Used before: nothing to do.
+    Known,
+    /// New; restored from a snapshot, or nothing to restore. The marker is
+    /// written once the command has started.
+    New { restored: bool },
+}
+
+/// Restore into a new home when backups are on. A failed restore is an
+/// error: the caller reports it and does not write the marker, so the next
+/// start tries again rather than treating the home as settled.
+pub fn prepare(ops: &mut dyn HomeOps, backup_on: bool) -> Result<Prepared, String> {
+    if ops.marker_exists() {
+        return Ok(Prepared::Known);
+    }
+    if !backup_on {
+        return Ok(Prepared::New { restored: false });
+    }
+    if !ops.has_snapshot()? {
+        return Ok(Prepared::New { restored: false });
+    }
+    ops.restore()?;
+    Ok(Prepared::New { restored: true })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Fake {
+        marker: bool,
+        snapshot: Option<bool>,
+        restore_fails: bool,
+        calls: Vec<&'static str>,
+    }
+
+    impl HomeOps for Fake {
+        fn marker_exists(&self) -> bool {
+            self.marker
+        }
+        fn has_snapshot(&mut self) -> Result<bool, String> {
+            self.calls.push("snapshots");
+            self.snapshot.ok_or_else(|| "store unreachable".to_owned())
+        }
+        fn restore(&mut self) -> Result<(), String> {
+            self.calls.push("restore");
+            if self.restore_fails {
+                Err("disk full".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn restores_only_a_new_home_with_backups_on_and_a_snapshot() {
+        let mut f = Fake {
+            snapshot: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(prepare(&mut f, true), Ok(Prepared::New { restored: true }));
+        assert_eq!(f.calls, ["snapshots", "restore"]);
+
+        let mut f = Fake {
+            marker: true,
+            snapshot: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(prepare(&mut f, true), Ok(Prepared::Known));
+        assert!(f.calls.is_empty(), "a used home is never restored over");
+
+        let mut f = Fake {
+            snapshot: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(
+            prepare(&mut f, false),
+            Ok(Prepared::New { restored: false })
+        );
+        assert!(f.calls.is_empty());
+
+        let mut f = Fake {
+            snapshot: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(prepare(&mut f, true), Ok(Prepared::New { restored: false }));
+        assert_eq!(f.calls, ["snapshots"]);
+    }
+
+    #[test]
+    fn failures_are_errors_so_the_marker_is_not_written() {
+        let mut f = Fake {
+            snapshot: Some(true),
+            restore_fails: true,
+            ..Default::default()
+        };
+        assert!(prepare(&mut f, true).unwrap_err().contains("disk full"));
+        let mut f = Fake {
+            snapshot: None,
+            ..Default::default()
+        };
+        assert!(prepare(&mut f, true).unwrap_err().contains("unreachable"));
+    }
+}

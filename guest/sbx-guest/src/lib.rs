@@ -1,0 +1,156 @@
+//! sbx-guest: PID 1 of every sandbox. It blocks egress before anything
+//! else, runs `sbx-fw init` and `sbx-fw verify` as root, becomes the sink
+//! of the audit log, then starts the container's command as the agent user
+//! with no capabilities, and reaps, forwards signals and stops everything
+//! within the stop timeout. Any failure before the agent starts leaves the
+//! network blocked and the sandbox reported unhealthy with the reason.
+#![forbid(unsafe_code)]
+
+pub mod boot;
+pub mod config;
+pub mod home;
+pub mod init;
+pub mod masks;
+pub mod real;
+pub mod sink;
+pub mod status;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use sbx_core::Exit;
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::BoxError;
+
+pub const TOOL: &str = "sbx-guest";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sbx-guest",
+    version,
+    about = "PID 1 of an sbx sandbox: fail-closed firewall start, the agent without privileges, the audit sink",
+    after_long_help = AFTER_HELP
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Be the sandbox's init: firewall, audit sink, then COMMAND as the agent user.
+    Init {
+        /// The container's command (the image's CMD).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<OsString>,
+    },
+    /// Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK).
+    Health,
+}
+
+const AFTER_HELP: &str = "\
+Start order (each step fails closed: the agent's command never starts on an
+unfiltered network, egress stays blocked, the reason is in the status):
+  1. OUTPUT/INPUT DROP in both families (the iptables backend sbx-fw uses)
+  2. the audit sink on /run/sbx-audit/audit.sock
+  3. sbx-fw init, then sbx-fw verify (a blocked target that answers fails
+     the start; an allowlisted host that cannot be reached is a warning)
+  4. the marker /.agent-sandbox, supervised services, then COMMAND as the
+     agent user with every capability set empty and no_new_privs
+
+Environment (set by sbx-run):
+  SBX_AGENT_UID, SBX_AGENT_GID   the agent's uid and gid (default 1000; 0 is refused)
+  SBX_AGENT_HOME                 its home (default /home/agent)
+  SBX_AGENT                      the agent field of audit records (default:
+                                 the command's name)
+  SBX_GUEST_STOP_TIMEOUT         seconds to stop everything after SIGTERM (default 8)
+  SBX_GUEST_RUN_DIR              the guest's private directory (default /run/sbx)
+  SBX_GUEST_CONFIG               services file (default /etc/sbx/guest.toml)
+
+Files:
+  /run/sbx/host/status.json      the start's outcome, readable from the host
+  /run/sbx/host/audit.jsonl      the sandbox's audit log (the guest is its only writer)
+
+Exit status: init exits with COMMAND's status (128+N for a signal), 69 when
+  the sandbox could not start; health exits 0 healthy, 1 unhealthy.
+
+Examples:
+  ENTRYPOINT [\"/usr/local/bin/sbx-guest\", \"init\", \"--\"]
+  HEALTHCHECK CMD [\"/usr/local/bin/sbx-guest\", \"health\"]";
+
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+/// The guest's directories: private to root inside the sandbox, with the
+/// host's per-sandbox directory mounted at `host` when sbx-run started it.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub run_dir: PathBuf,
+    pub audit_socket: PathBuf,
+    pub config: PathBuf,
+}
+
+impl Paths {
+    pub fn from_env() -> Self {
+        let var = |k: &str, d: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(d))
+        };
+        Self {
+            run_dir: var("SBX_GUEST_RUN_DIR", "/run/sbx"),
+            audit_socket: var("SBX_GUEST_AUDIT_SOCKET", sbx_core::audit::SANDBOX_SOCKET),
+            config: var("SBX_GUEST_CONFIG", "/etc/sbx/guest.toml"),
+        }
+    }
+
+    /// Where the host can read: the mounted host directory, else run_dir.
+    pub fn shared(&self) -> PathBuf {
+        let h = self.run_dir.join("host");
+        if h.is_dir() { h } else { self.run_dir.clone() }
+    }
+
+    pub fn status(&self) -> PathBuf {
+        self.shared().join("status.json")
+    }
+
+    pub fn audit_log(&self) -> PathBuf {
+        self.shared().join("audit.jsonl")
+    }
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
+    sbx_core::output::init(TOOL, &cli.common);
+    let paths = Paths::from_env();
+    match cli.command {
+        Cmd::Init { command } => {
+            // init drops all traffic of its network namespace first: on a
+            // host by mistake, that would cut the machine off.
+            if std::process::id() != 1 && std::env::var_os("SBX_GUEST_NOT_PID1").is_none() {
+                return Err(Box::new(sbx_core::error::Message::new(
+                    Exit::Usage,
+                    "init must be PID 1 of a sandbox (it blocks every connection of its network namespace); set SBX_GUEST_NOT_PID1=1 only inside a namespace made for it",
+                )));
+            }
+            Ok(real::init(&paths, command))
+        }
+        Cmd::Health => {
+            let (healthy, text) = status::health(&paths.status());
+            if !cli.common.quiet {
+                println!("{text}");
+            }
+            Ok(if healthy { Exit::Ok } else { Exit::No }.into())
+        }
+    }
+}

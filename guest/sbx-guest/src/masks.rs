@@ -1,0 +1,190 @@
+//! Secret files that appear after the start: sbx-run masks what exists
+//! when it starts the container; this watches the workspace and bind-mounts
+//! an empty read-only file (or directory) over each new path that the
+//! config's `[filesystem]` patterns block, within a second. Mounting needs
+//! CAP_SYS_ADMIN, which the guest keeps for this and the agent never has.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use sbx_core::glob::PathSet;
+
+/// Whether `rel` (workspace-relative) is to be masked: blocked and not
+/// allowed, as sbx-run's start-time scan decides; `.git` is never looked in.
+pub fn wanted(rel: &Path, is_dir: bool, blocked: &PathSet, allowed: &PathSet) -> bool {
+    if rel
+        .components()
+        .next()
+        .is_some_and(|c| c.as_os_str() == ".git")
+    {
+        return false;
+    }
+    // Inside a masked directory there is nothing left to see.
+    allowed.first_match(rel, is_dir).is_none() && blocked.first_match(rel, is_dir).is_some()
+}
+
+/// How a mask is applied (a bind mount in the real guest).
+pub trait Mounter {
+    fn mask(&mut self, path: &Path, is_dir: bool) -> std::io::Result<()>;
+}
+
+/// Decides and applies masks for event paths; each path is masked once.
+pub struct Masker {
+    pub root: PathBuf,
+    pub blocked: PathSet,
+    pub allowed: PathSet,
+    pub mounter: Box<dyn Mounter + Send>,
+    pub done: HashSet<PathBuf>,
+}
+
+impl Masker {
+    /// Handle one path that was created or renamed into place.
+    pub fn seen(&mut self, path: &Path) -> Option<std::io::Result<PathBuf>> {
+        let rel = path.strip_prefix(&self.root).ok()?;
+        if self.done.iter().any(|d| path.starts_with(d)) {
+            return None;
+        }
+        let md = std::fs::symlink_metadata(path).ok()?;
+        // Symlinks are not followed, as at start: the link itself is masked.
+        let is_dir = md.is_dir();
+        if !wanted(rel, is_dir, &self.blocked, &self.allowed) {
+            return None;
+        }
+        let r = self.mounter.mask(path, is_dir);
+        if r.is_ok() {
+            self.done.insert(path.to_owned());
+        }
+        Some(r.map(|()| rel.to_owned()))
+    }
+}
+
+/// Bind mounts of the guest's empty file and directory.
+pub struct BindMounter {
+    pub empty_file: PathBuf,
+    pub empty_dir: PathBuf,
+}
+
+impl Mounter for BindMounter {
+    fn mask(&mut self, path: &Path, is_dir: bool) -> std::io::Result<()> {
+        use nix::mount::{MsFlags, mount};
+        let src = if is_dir {
+            &self.empty_dir
+        } else {
+            &self.empty_file
+        };
+        mount(
+            Some(src.as_path()),
+            path,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )?;
+        // Read-only too, so nothing can be written through the mask.
+        mount(
+            None::<&str>,
+            path,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+            None::<&str>,
+        )?;
+        Ok(())
+    }
+}
+
+/// Watch `root` recursively and mask new matches until the process ends.
+/// Errors are returned once at start; later ones are printed.
+pub fn watch(mut masker: Masker) -> Result<(), String> {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut w = notify::recommended_watcher(tx).map_err(|e| e.to_string())?;
+    w.watch(&masker.root, RecursiveMode::Recursive)
+        .map_err(|e| format!("{}: {e}", masker.root.display()))?;
+    std::thread::spawn(move || {
+        let _keep = w;
+        for ev in rx.into_iter().flatten() {
+            if !matches!(
+                ev.kind,
+                EventKind::Create(_) | EventKind::Modify(notify::event::ModifyKind::Name(_))
+            ) {
+                continue;
+            }
+            for p in &ev.paths {
+                match masker.seen(p) {
+                    Some(Ok(rel)) => {
+                        eprintln!("sbx-guest: masked {} (a new secret file)", rel.display())
+                    }
+                    Some(Err(e)) => eprintln!("sbx-guest: cannot mask {}: {e}", p.display()),
+                    None => {}
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Log = std::sync::Arc<std::sync::Mutex<Vec<(PathBuf, bool)>>>;
+    struct Rec(Log);
+    impl Mounter for Rec {
+        fn mask(&mut self, p: &Path, d: bool) -> std::io::Result<()> {
+            self.0.lock().unwrap().push((p.to_owned(), d));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn masks_new_blocked_paths_once_and_leaves_the_rest() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for f in [
+            ".env",
+            ".env.example",
+            "src/app.rs",
+            ".git/x.key",
+            "sub/.env.local",
+        ] {
+            std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        std::fs::create_dir_all(r.join("home/.ssh")).unwrap();
+        let cfg = sbx_core::config::Config::default();
+        let log = Log::default();
+        let mut m = Masker {
+            root: r.to_owned(),
+            blocked: PathSet::new(&cfg.blocked_files()).unwrap(),
+            allowed: PathSet::new(&cfg.allowed_files()).unwrap(),
+            mounter: Box::new(Rec(log.clone())),
+            done: HashSet::new(),
+        };
+        for f in [
+            ".env",
+            ".env.example",
+            "src/app.rs",
+            ".git/x.key",
+            "sub/.env.local",
+            "home/.ssh",
+            ".env",
+            "/elsewhere/.env",
+        ] {
+            m.seen(&r.join(f.trim_start_matches('/')));
+        }
+        m.seen(Path::new("/elsewhere/.env"));
+        let got: Vec<_> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(p, d)| (p.strip_prefix(r).unwrap().to_owned(), *d))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (PathBuf::from(".env"), false),
+                (PathBuf::from("sub/.env.local"), false),
+                (PathBuf::from("home/.ssh"), true)
+            ]
+        );
+    }
+}

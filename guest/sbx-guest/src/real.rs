@@ -1,0 +1,766 @@
+//! The real side effects (iptables-restore, sbx-fw, fork/exec, kill,
+//! waitpid, signalfd) and the guest's main loop that drives the pure parts.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use sbx_core::audit::Outcome as AuditOutcome;
+
+use crate::Paths;
+use crate::boot::{self, Effects, ToolOut};
+use crate::config::{self, Agent, User};
+use crate::init::{ChildSpec, Ended, Procs, Supervisor};
+use crate::sink::{self, LogFile, UnixTransport};
+use crate::status::{self, State, Status};
+
+/// Signals the guest handles; blocked in every thread, read from a signalfd.
+fn handled() -> SigSet {
+    let mut s = SigSet::empty();
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGWINCH,
+    ] {
+        s.add(sig);
+    }
+    s
+}
+
+/// The iptables backend, chosen as sbx-fw chooses it (apply.rs `backend`),
+/// so the pre-block and sbx-fw's rules live in the same tables.
+pub fn restore_programs() -> (&'static str, &'static str) {
+    let legacy = ("iptables-legacy-restore", "ip6tables-legacy-restore");
+    let system = ("iptables-restore", "ip6tables-restore");
+    match std::env::var("SBX_FW_BACKEND").as_deref() {
+        Ok("legacy") => return legacy,
+        Ok("system" | "nft") => return system,
+        _ => {}
+    }
+    let state = std::env::var_os("SBX_FW_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/sbx-fw"))
+        .join("state.json");
+    if let Ok(text) = std::fs::read_to_string(state) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            match v["backend"].as_str() {
+                Some("legacy") => return legacy,
+                Some("system") => return system,
+                _ => {}
+            }
+        }
+    }
+    let kernel = Path::new("/proc/net/ip_tables_names").exists()
+        && (!has_ipv6() || Path::new("/proc/net/ip6_tables_names").exists());
+    if kernel && which(legacy.0).is_some() && which(legacy.1).is_some() {
+        legacy
+    } else {
+        system
+    }
+}
+
+fn has_ipv6() -> bool {
+    Path::new("/proc/sys/net/ipv6").exists()
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// Everything dropped, both directions, both families. Root keeps DNS so
+/// sbx-fw can resolve the allowlist; loopback resets keep refusals fast.
+pub fn block_rules(v6: bool) -> String {
+    let icmp = if v6 { "ipv6-icmp" } else { "icmp" };
+    format!(
+        "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n\
+         -A INPUT -i lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A INPUT -i lo -p {icmp} -j ACCEPT\n\
+         -A OUTPUT -o lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A OUTPUT -o lo -p {icmp} -j ACCEPT\n\
+         -A INPUT -m conntrack --ctstate ESTABLISHED -p udp --sport 53 -j ACCEPT\n\
+         -A INPUT -m conntrack --ctstate ESTABLISHED -p tcp --sport 53 -j ACCEPT\n\
+         -A OUTPUT -p udp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
+         -A OUTPUT -p tcp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
+         -A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\nCOMMIT\n"
+    )
+}
+
+pub struct RealEffects;
+
+impl Effects for RealEffects {
+    fn block_egress(&mut self) -> Result<(), String> {
+        let (v4, v6) = restore_programs();
+        let mut jobs = vec![(v4, block_rules(false))];
+        if has_ipv6() {
+            jobs.push((v6, block_rules(true)));
+        }
+        // Both families at once: each restore is a process and a commit.
+        let mut running = Vec::new();
+        for (prog, rules) in jobs {
+            let mut cmd = Command::new(prog);
+            sbx_sys::unblock_signals(&mut cmd);
+            let mut child = cmd
+                .arg("--wait")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("{prog}: {e}"))?;
+            if let Some(mut i) = child.stdin.take() {
+                i.write_all(rules.as_bytes())
+                    .map_err(|e| format!("{prog}: {e}"))?;
+            }
+            running.push((prog, child));
+        }
+        for (prog, child) in running {
+            let out = child
+                .wait_with_output()
+                .map_err(|e| format!("{prog}: {e}"))?;
+            if !out.status.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
+                return Err(format!(
+                    "{prog}: {}",
+                    err.lines().next().unwrap_or("failed").trim()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn find_tool(&self, name: &str) -> Option<PathBuf> {
+        which(name)
+    }
+
+    fn run_tool(&mut self, path: &Path, args: &[&str]) -> std::io::Result<ToolOut> {
+        let mut cmd = Command::new(path);
+        cmd.args(args).stdin(Stdio::null());
+        // Daemons it leaves behind (the DNS filter) must see our SIGTERM.
+        sbx_sys::unblock_signals(&mut cmd);
+        let out = cmd.output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        // sbx-fw's own diagnostics belong in the container's log too.
+        if !stderr.is_empty() {
+            eprint!("{stderr}");
+        }
+        Ok(ToolOut {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr,
+        })
+    }
+
+    fn write_marker(&mut self) -> std::io::Result<()> {
+        // A directory in the image (the config is mounted onto it); made
+        // here when an image lacks it, so every tool knows where it runs.
+        let m = Path::new(sbx_core::audit::SANDBOX_MARKER);
+        if !m.exists() {
+            std::fs::create_dir_all(m)?;
+        }
+        Ok(())
+    }
+}
+
+pub struct RealProcs {
+    pid1: bool,
+}
+
+impl Procs for RealProcs {
+    fn spawn(&mut self, spec: &ChildSpec) -> std::io::Result<i32> {
+        let (prog, args) = spec.argv.split_first().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")
+        })?;
+        let path_var = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_os_str());
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let resolved = sbx_sys::resolve_program(prog, path_var, &cwd)?;
+        let mut cmd = Command::new(resolved);
+        cmd.arg0(prog)
+            .args(args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)));
+        if !spec.main {
+            cmd.stdin(Stdio::null());
+        }
+        sbx_sys::unblock_signals(&mut cmd);
+        if let Some(c) = &spec.creds {
+            sbx_sys::drop_to(&mut cmd, c)?;
+        }
+        let child = cmd.spawn()?;
+        // Reaped by waitpid(-1) in the loop, never through this handle.
+        let pid = child.id() as i32;
+        std::mem::forget(child);
+        Ok(pid)
+    }
+
+    fn signal(&mut self, pid: i32, sig: Signal) {
+        let _ = kill(Pid::from_raw(pid), sig);
+    }
+
+    fn signal_rest(&mut self, sig: Signal) {
+        if self.pid1 {
+            // kill(-1) from PID 1 reaches every other process of the sandbox.
+            let _ = kill(Pid::from_raw(-1), sig);
+        } else {
+            // Not PID 1 (tests): only our own children, never the machine.
+            for pid in children_of(std::process::id()) {
+                let _ = kill(Pid::from_raw(pid), sig);
+            }
+        }
+    }
+
+    fn reap(&mut self) -> (Vec<(i32, Ended)>, bool) {
+        let mut out = Vec::new();
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(p, c)) => out.push((p.as_raw(), Ended::Code(c))),
+                Ok(WaitStatus::Signaled(p, s, _)) => {
+                    out.push((p.as_raw(), Ended::Signal(s as i32)))
+                }
+                Ok(WaitStatus::StillAlive) => return (out, false),
+                Ok(_) => continue,
+                Err(nix::errno::Errno::ECHILD) => return (out, true),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return (out, false),
+            }
+        }
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+/// Direct children of `pid`, from /proc.
+fn children_of(pid: u32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, r)| r.split_whitespace().nth(1).map(str::to_owned))
+                })
+                .flatten()
+                .and_then(|pp| pp.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Run `argv` as the agent to completion (home preparation).
+fn run_as(
+    creds: &sbx_sys::Creds,
+    argv: &[&str],
+    env: &[(OsString, OsString)],
+) -> Result<ToolOut, String> {
+    let (prog, args) = argv.split_first().ok_or("empty command")?;
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let resolved = sbx_sys::resolve_program(prog.as_ref(), path_var, &cwd)
+        .map_err(|e| format!("{prog}: {e}"))?;
+    let mut cmd = Command::new(resolved);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    sbx_sys::unblock_signals(&mut cmd);
+    sbx_sys::drop_to(&mut cmd, creds).map_err(|e| e.to_string())?;
+    let out = cmd.output().map_err(|e| format!("{prog}: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !stderr.is_empty() {
+        eprint!("{stderr}");
+    }
+    Ok(ToolOut {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    })
+}
+
+/// The home operations through sbx-backup, as the agent.
+struct RealHome<'a> {
+    creds: sbx_sys::Creds,
+    env: Vec<(OsString, OsString)>,
+    home: &'a Path,
+}
+
+impl RealHome<'_> {
+    fn backup(&self, args: &[&str]) -> Result<ToolOut, String> {
+        let mut argv = vec!["sbx-backup"];
+        argv.extend_from_slice(args);
+        let o = run_as(&self.creds, &argv, &self.env)?;
+        if o.code != Some(0) {
+            let last = o
+                .stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("failed");
+            return Err(format!(
+                "sbx-backup {}: {}",
+                args.last().unwrap_or(&""),
+                last.trim()
+            ));
+        }
+        Ok(o)
+    }
+
+    fn write_marker(&self) -> Result<(), String> {
+        let m = crate::home::marker(self.home);
+        let o = run_as(
+            &self.creds,
+            &[
+                "/bin/sh",
+                "-c",
+                "mkdir -p \"${1%/*}\" && : > \"$1\"",
+                "sh",
+                &m.to_string_lossy(),
+            ],
+            &self.env,
+        )?;
+        if o.code == Some(0) {
+            Ok(())
+        } else {
+            Err(format!("cannot write {}", m.display()))
+        }
+    }
+}
+
+impl crate::home::HomeOps for RealHome<'_> {
+    fn marker_exists(&self) -> bool {
+        crate::home::marker(self.home).exists()
+    }
+    fn has_snapshot(&mut self) -> Result<bool, String> {
+        let o = self.backup(&["--json", "snapshots"])?;
+        Ok(o.stdout
+            .lines()
+            .any(|l| l.contains("\"type\":\"snapshot\"")))
+    }
+    fn restore(&mut self) -> Result<(), String> {
+        self.backup(&["-q", "restore", "--force"]).map(|_| ())
+    }
+}
+
+fn stop_grace() -> Duration {
+    std::env::var("SBX_GUEST_STOP_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(8))
+}
+
+/// The main loop. Never returns early on a failed start: it stays up,
+/// unhealthy, with egress blocked, until stopped.
+pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
+    let mask = handled();
+    // Before any thread exists, so every thread inherits the mask.
+    if let Err(e) = mask.thread_block() {
+        eprintln!("sbx-guest: cannot block signals: {e}");
+        return ExitCode::from(71);
+    }
+    let pid1 = std::process::id() == 1;
+    if !pid1 {
+        // Orphans of our children come to us, as they would to PID 1.
+        let _ = nix::sys::prctl::set_child_subreaper(true);
+    }
+    let sfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sbx-guest: signalfd: {e}");
+            return ExitCode::from(71);
+        }
+    };
+    let t0 = Instant::now();
+    let mut fx = RealEffects;
+    let mut procs = RealProcs { pid1 };
+    let agent_name = std::env::var_os("SBX_AGENT")
+        .filter(|v| !v.is_empty())
+        .or_else(|| {
+            command
+                .first()
+                .and_then(|a| Path::new(a).file_name())
+                .map(|n| n.to_owned())
+        })
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "unknown".into());
+
+    // 1. Block egress before anything else; the outcome decides the rest.
+    let mut outcome = match fx.block_egress() {
+        Ok(()) => None,
+        Err(e) => Some(format!("cannot block egress before the firewall: {e}")),
+    };
+    let _ = std::fs::create_dir_all(&paths.run_dir);
+    set_mode(&paths.run_dir, 0o700);
+    let _ = status::write(&paths.status(), &Status::new(State::Starting, None, vec![]));
+
+    // 2. The audit sink, so sbx-fw's own records already reach the log.
+    let stop_sink = Arc::new(AtomicBool::new(false));
+    let log = match LogFile::open(&paths.audit_log()) {
+        Ok(l) => Some(Arc::new(l)),
+        Err(e) => {
+            outcome.get_or_insert(format!(
+                "cannot open the audit log {}: {e}",
+                paths.audit_log().display()
+            ));
+            None
+        }
+    };
+    if let (Some(log), None) = (&log, &outcome) {
+        match UnixTransport::bind(&paths.audit_socket, Duration::from_millis(500)) {
+            Ok(mut t) => {
+                let log = Arc::clone(log);
+                let stop = Arc::clone(&stop_sink);
+                std::thread::spawn(move || sink::serve(&mut t, &log, &stop));
+            }
+            Err(e) => {
+                outcome = Some(format!(
+                    "cannot open the audit socket {}: {e}",
+                    paths.audit_socket.display()
+                ));
+            }
+        }
+    }
+    let agent = Agent::from_lookup(|k| std::env::var(k).ok());
+    let services = config::load(&paths.config);
+
+    // 3-4. Firewall, verify, marker (the pre-block above is repeated inside
+    // `firewall` only in tests; here it has run).
+    let mut warnings = Vec::new();
+    if outcome.is_none() {
+        outcome = match (&agent, &services) {
+            (Err(e), _) => Some(e.to_string()),
+            (_, Err(e)) => Some(e.to_string()),
+            _ => match boot::firewall(&mut AlreadyBlocked(&mut fx)) {
+                boot::Outcome::Ready { warnings: w } => {
+                    warnings = w;
+                    None
+                }
+                boot::Outcome::Unhealthy(r) => {
+                    // Whatever sbx-fw left (a leaking set of rules, a half
+                    // init) is replaced by the full block again.
+                    if let Err(e) = fx.block_egress() {
+                        eprintln!("sbx-guest: cannot re-block egress: {e}");
+                    }
+                    Some(r)
+                }
+            },
+        };
+    }
+    let audit =
+        |op: &str, target: &str, result: AuditOutcome, policy: &str, reason: Option<String>| {
+            if let Some(l) = &log {
+                let _ = l.append(&sink::own(op, target, result, policy, reason, &agent_name));
+            }
+        };
+
+    // Backups: on when the workspace config names a store.
+    let ws_config = match sbx_core::config::discover_from_env(None) {
+        Ok(l) => l.config,
+        Err(e) => {
+            outcome.get_or_insert(format!("config: {e}"));
+            sbx_core::config::Config::default()
+        }
+    };
+    let backup_on = ws_config.backup.url.is_some();
+    let mut home_new = false;
+    let mut sup = match (&outcome, &agent, &services) {
+        (None, Ok(agent), Ok(file)) => {
+            let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+            let mut svcs = Vec::new();
+            let mut daemon = backup_on;
+            let mut home = RealHome {
+                creds: agent.creds(),
+                env: config::agent_env(base.clone(), agent, "sbx-guest"),
+                home: &agent.home,
+            };
+            match crate::home::prepare(&mut home, backup_on) {
+                Ok(crate::home::Prepared::Known) => {}
+                Ok(crate::home::Prepared::New { restored }) => {
+                    home_new = true;
+                    if restored {
+                        eprintln!("sbx-guest: restored the home from the newest backup");
+                    }
+                }
+                Err(e) => {
+                    // No daemon over a home that missed its restore: its
+                    // snapshots would push the good ones out of retention.
+                    daemon = false;
+                    warnings.push(format!(
+                        "home restore failed ({e}): starting with the home as it is, backups paused until a restore succeeds"
+                    ));
+                }
+            }
+            // The workspace's [guest.services]: the agent's uid, never root.
+            for (name, svc) in &ws_config.guest.services {
+                if file.services.contains_key(name) {
+                    warnings.push(format!(
+                        "[guest.services].{name}: the image defines a service of this name; the image's runs"
+                    ));
+                    continue;
+                }
+                svcs.push(ChildSpec {
+                    name: name.clone(),
+                    argv: svc.command.0.iter().map(OsString::from).collect(),
+                    creds: Some(agent.creds()),
+                    env: config::agent_env(base.clone(), agent, name),
+                    main: false,
+                });
+            }
+            if daemon {
+                svcs.push(ChildSpec {
+                    name: "backup".into(),
+                    argv: ["sbx-backup", "-q", "daemon", "--final-sync"]
+                        .map(OsString::from)
+                        .to_vec(),
+                    creds: Some(agent.creds()),
+                    env: config::agent_env(base.clone(), agent, "sbx-backup"),
+                    main: false,
+                });
+            }
+            for (name, s) in &file.services {
+                let (creds, env) = match s.user {
+                    User::Agent => (
+                        Some(agent.creds()),
+                        config::agent_env(base.clone(), agent, name),
+                    ),
+                    User::Root => (None, base.clone()),
+                };
+                svcs.push(ChildSpec {
+                    name: name.clone(),
+                    argv: s.command.iter().map(OsString::from).collect(),
+                    creds,
+                    env,
+                    main: false,
+                });
+            }
+            let main = ChildSpec {
+                name: "main".into(),
+                argv: command.clone(),
+                creds: Some(agent.creds()),
+                env: config::agent_env(base, agent, &agent_name),
+                main: true,
+            };
+            // The guest keeps only what it still needs: KILL to stop the
+            // agent's processes, SETUID/SETGID/SETPCAP to start services as
+            // the agent with an empty bounding set. NET_ADMIN/NET_RAW go.
+            use sbx_sys::caps::cap;
+            let have = sbx_sys::caps::cap_masks(std::process::id())
+                .map(|m| m[1])
+                .unwrap_or(0);
+            // Secret files created later: masked by bind mounts (SYS_ADMIN).
+            if have & (1 << cap::SYS_ADMIN) != 0 {
+                if let Err(e) = start_masker(paths, &ws_config) {
+                    warnings.push(format!("new secret files are not masked: {e}"));
+                }
+            } else {
+                warnings.push("new secret files are not masked: no CAP_SYS_ADMIN".into());
+            }
+            let keep: Vec<u32> = [
+                cap::KILL,
+                cap::SETUID,
+                cap::SETGID,
+                cap::SETPCAP,
+                cap::SYS_ADMIN,
+                cap::DAC_READ_SEARCH,
+            ]
+            .into_iter()
+            .filter(|c| have & (1 << c) != 0)
+            .collect();
+            if pid1 || nix::unistd::geteuid().is_root() {
+                if let Err(e) = sbx_sys::keep_only_caps(&keep) {
+                    warnings.push(format!("cannot trim the guest's capabilities: {e}"));
+                }
+            }
+            let mut sup = Supervisor::new(Some(main), svcs, stop_grace());
+            match sup.start(&mut procs, Instant::now()) {
+                Ok(()) => {
+                    if home_new {
+                        if let Err(e) = home.write_marker() {
+                            warnings.push(e);
+                        }
+                    }
+                }
+                Err(e) => outcome = Some(e),
+            }
+            sup
+        }
+        _ => Supervisor::new(None, vec![], stop_grace()),
+    };
+
+    match &outcome {
+        None => {
+            let _ = status::write(
+                &paths.status(),
+                &Status::new(State::Ready, None, warnings.clone()),
+            );
+            for w in &warnings {
+                eprintln!("sbx-guest: warning: {w}");
+            }
+            audit(
+                "start",
+                &command_text(&command),
+                AuditOutcome::Allowed,
+                "guest-start",
+                None,
+            );
+            eprintln!("sbx-guest: ready ({} ms)", t0.elapsed().as_millis());
+        }
+        Some(reason) => {
+            let _ = status::write(
+                &paths.status(),
+                &Status::new(State::Unhealthy, Some(reason.clone()), vec![]),
+            );
+            audit(
+                "start",
+                &command_text(&command),
+                AuditOutcome::Blocked,
+                "guest-start",
+                Some(reason.clone()),
+            );
+            eprintln!("sbx-guest: unhealthy: {reason}");
+        }
+    }
+
+    // The loop: signals and timers until every child is gone.
+    loop {
+        let now = Instant::now();
+        sup.tick(&mut procs, now);
+        if let Some(code) = sup.finished(&mut procs, now) {
+            stop_sink.store(true, std::sync::atomic::Ordering::Relaxed);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+        let wait = sup.next_wake(now);
+        let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&sfd),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms));
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else {
+                continue;
+            };
+            let now = Instant::now();
+            if matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) && !sup.stopping()
+            {
+                let _ = status::write(&paths.status(), &Status::new(State::Stopping, None, vec![]));
+                if outcome.is_some() {
+                    // A failed start has nothing to stop but itself.
+                    stop_sink.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            sup.on_signal(&mut procs, sig, now);
+        }
+        // With no main child (a failed start), stay up until told to stop.
+        if outcome.is_some() && !sup.stopping() {
+            let _ = procs.reap();
+        }
+    }
+}
+
+/// Watch the workspace (`SBX_WORKSPACE`) for new secret files.
+fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(ws) = std::env::var_os("SBX_WORKSPACE").map(PathBuf::from) else {
+        return Ok(());
+    };
+    if !ws.is_dir() {
+        return Ok(());
+    }
+    let file = paths.run_dir.join("empty");
+    let dir = paths.run_dir.join("empty.d");
+    std::fs::write(&file, b"").map_err(|e| format!("{}: {e}", file.display()))?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555))
+        .map_err(|e| e.to_string())?;
+    let set = |p: Vec<sbx_core::glob::PathPattern>| {
+        sbx_core::glob::PathSet::new(&p).map_err(|e| e.to_string())
+    };
+    crate::masks::watch(crate::masks::Masker {
+        root: ws,
+        blocked: set(cfg.blocked_files())?,
+        allowed: set(cfg.allowed_files())?,
+        mounter: Box::new(crate::masks::BindMounter {
+            empty_file: file,
+            empty_dir: dir,
+        }),
+        done: Default::default(),
+    })
+}
+
+/// `firewall` with the block already done by `init`.
+struct AlreadyBlocked<'a>(&'a mut RealEffects);
+
+impl Effects for AlreadyBlocked<'_> {
+    fn block_egress(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    fn find_tool(&self, name: &str) -> Option<PathBuf> {
+        self.0.find_tool(name)
+    }
+    fn run_tool(&mut self, path: &Path, args: &[&str]) -> std::io::Result<ToolOut> {
+        self.0.run_tool(path, args)
+    }
+    fn write_marker(&mut self) -> std::io::Result<()> {
+        self.0.write_marker()
+    }
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+}
+
+fn command_text(c: &[OsString]) -> String {
+    let words: Vec<String> = c.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    shell_words(&words)
+}
+
+fn shell_words(w: &[String]) -> String {
+    w.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_rules_drop_both_directions() {
+        for v6 in [false, true] {
+            let r = block_rules(v6);
+            assert!(
+                r.contains(":INPUT DROP")
+                    && r.contains(":OUTPUT DROP")
+                    && r.contains(":FORWARD DROP")
+            );
+            assert!(!r.contains("ACCEPT [0:0]"));
+        }
+    }
+}

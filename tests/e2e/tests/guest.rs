@@ -1,0 +1,761 @@
+//! sbx-guest as PID 1 of real containers from the real base image: it
+//! reaps, forwards SIGTERM and stops in time; a missing or failing sbx-fw
+//! leaves egress blocked, the agent never started and the reason readable
+//! on the host; the agent cannot touch the audit log, its records still
+//! arrive, and a flood of the sink is bounded. Then the same through
+//! sbx-run: list's health column and `sbx-run log` merging a refusal made
+//! inside the sandbox.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use sbx_e2e::{bin, docker_ready, is_root, prerequisite, sh};
+
+/// A base-image tag of this suite's own, so parallel suites do not trade
+/// images under one tag.
+const TAG: &str = "guest-e2e";
+const CAPS: &[&str] = sbx_run::spec::INIT_CAPS;
+
+fn image() -> Option<String> {
+    static BUILT: OnceLock<bool> = OnceLock::new();
+    let ok = *BUILT.get_or_init(|| {
+        if !prerequisite(
+            docker_ready() && is_root(),
+            "root and a running Docker engine",
+        ) {
+            return false;
+        }
+        let out = sbx()
+            .args([
+                "-q",
+                "build-base",
+                "--bootstrap",
+                "--no-ai-clis",
+                "--tag",
+                TAG,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "build-base: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        true
+    });
+    ok.then(|| format!("agent-sandbox-base:{TAG}"))
+}
+
+fn sbx() -> Command {
+    let mut c = Command::new(bin("sbx-run"));
+    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
+    c
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// A container started the way sbx-run starts one, with a host directory
+/// at /run/sbx/host; removed on drop.
+struct Sandbox {
+    name: String,
+    host: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn run(tag: &str, image: &str, cmd: &[&str]) -> Self {
+        Self::run_with(tag, image, &[], cmd)
+    }
+
+    fn run_with(tag: &str, image: &str, extra: &[String], cmd: &[&str]) -> Self {
+        let name = format!("sbx-guest-e2e-{tag}-{}", std::process::id());
+        let host = tempfile::tempdir().unwrap();
+        sh(Command::new("chmod").arg("0777").arg(host.path()));
+        let _ = Command::new("docker").args(["rm", "-f", &name]).output();
+        let mut c = Command::new("docker");
+        c.args(["run", "-d", "--name", &name, "--cap-drop", "ALL"]);
+        for cap in CAPS {
+            c.args(["--cap-add", cap]);
+        }
+        c.args(["--security-opt", "no-new-privileges", "--user", "0:0"])
+            .args(["--env", "SBX_GUEST_STOP_TIMEOUT=5", "--stop-timeout", "10"])
+            .arg("--mount")
+            .arg(format!(
+                "type=bind,source={},target=/run/sbx/host",
+                host.path().display()
+            ))
+            .args(extra)
+            .arg(image)
+            .args(cmd);
+        sh(&mut c);
+        Self { name, host }
+    }
+
+    fn wait_for(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let o = Command::new("docker")
+                .args(["logs", &self.name])
+                .output()
+                .unwrap();
+            let t = text(&o);
+            if t.contains(needle) {
+                return t;
+            }
+            assert!(
+                !t.contains("sbx-guest: unhealthy"),
+                "waiting for {needle:?}:\n{t}"
+            );
+            assert!(Instant::now() < deadline, "no {needle:?} in the log:\n{t}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `docker exec` as `user` (uid or name).
+    fn exec(&self, user: &str, script: &str) -> Output {
+        Command::new("docker")
+            .args(["exec", "-u", user, &self.name, "sh", "-c", script])
+            .output()
+            .unwrap()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let p = self.host.path().join("status.json");
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.host.path().join("audit.jsonl")).unwrap_or_default()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &self.name])
+            .output();
+    }
+}
+
+#[test]
+fn pid1_reaps_orphans_forwards_sigterm_and_stops_in_time() {
+    let Some(img) = image() else { return };
+    // The main command traps TERM; a subshell leaves an orphan that ends.
+    let s = Sandbox::run(
+        "pid1",
+        &img,
+        &[
+            "sh",
+            "-c",
+            "trap 'echo termed > /tmp/termed; exit 3' TERM; (sleep 0.2 &); while :; do sleep 0.1; done",
+        ],
+    );
+    s.wait_for("sbx-guest: ready");
+    let ps = s.exec("0", "ps -eo pid,user,stat,comm");
+    let ps = text(&ps);
+    assert!(
+        ps.lines()
+            .any(|l| l.split_whitespace().next() == Some("1") && l.contains("sbx-guest")),
+        "{ps}"
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let ps = text(&s.exec("0", "ps -eo stat,comm"));
+    assert!(
+        !ps.lines().any(|l| l.starts_with('Z')),
+        "a zombie was left: {ps}"
+    );
+    // The agent's command: agent uid, no capability in any set, no_new_privs.
+    let st = text(&s.exec(
+        "0",
+        "grep -E '^(Uid|Cap...|NoNewPrivs)' /proc/$(pgrep -o -x sh)/status",
+    ));
+    assert!(st.contains("Uid:\t1000\t1000\t1000\t1000"), "{st}");
+    for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(st.contains(&format!("{k}:\t0000000000000000")), "{k}: {st}");
+    }
+    assert!(st.contains("NoNewPrivs:\t1"), "{st}");
+    let t0 = Instant::now();
+    sh(Command::new("docker").args(["stop", "--time", "10", &s.name]));
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(4), "docker stop took {took:?}");
+    let code =
+        sh(Command::new("docker").args(["inspect", "--format", "{{.State.ExitCode}}", &s.name]));
+    assert_eq!(
+        code.trim(),
+        "3",
+        "the guest exits with the main child's status"
+    );
+    let cp = Command::new("docker")
+        .args(["cp", &format!("{}:/tmp/termed", s.name), "-"])
+        .output()
+        .unwrap();
+    assert!(
+        cp.status.success() && String::from_utf8_lossy(&cp.stdout).contains("termed"),
+        "the child got no SIGTERM"
+    );
+}
+
+#[test]
+fn a_missing_or_failing_firewall_keeps_egress_blocked_and_reports_why() {
+    let Some(img) = image() else { return };
+    for (tag, step, want) in [
+        (
+            "nofw",
+            "rm /usr/local/bin/sbx-fw",
+            "sbx-fw is missing from the image",
+        ),
+        (
+            "badfw",
+            "printf '#!/bin/sh\\necho boom >&2\\nexit 3\\n' > /usr/local/bin/sbx-fw",
+            "sbx-fw init failed (exit 3): boom",
+        ),
+    ] {
+        let derived = format!("sbx-guest-e2e-{tag}:{}", std::process::id());
+        let ctx = tempfile::tempdir().unwrap();
+        std::fs::write(
+            ctx.path().join("Dockerfile"),
+            format!("FROM {img}\nRUN {step}\n"),
+        )
+        .unwrap();
+        sh(Command::new("docker")
+            .args(["build", "-q", "-t", &derived])
+            .arg(ctx.path()));
+        let s = Sandbox::run(tag, &derived, &["sleep", "infinity"]);
+        let log = s.wait_for("sbx-guest: unhealthy:");
+        assert!(log.contains(want), "{log}");
+        // The reason is on the host, and `health` (the HEALTHCHECK) says it.
+        let st = s.status();
+        assert_eq!(st["state"], "unhealthy");
+        assert!(st["reason"].as_str().unwrap().contains(want), "{st}");
+        let h = s.exec("0", "sbx-guest health");
+        assert_eq!(h.status.code(), Some(1));
+        assert!(text(&h).contains(want), "{}", text(&h));
+        // The agent's command never started; the guest stays up, blocked.
+        let ps = text(&s.exec("0", "ps -eo user,comm"));
+        assert!(!ps.contains("sleep"), "the command ran: {ps}");
+        let rules = text(&s.exec("0", "iptables-legacy -S OUTPUT 2>/dev/null || iptables -S OUTPUT; ip6tables-legacy -S OUTPUT 2>/dev/null || ip6tables -S OUTPUT"));
+        assert_eq!(rules.matches("-P OUTPUT DROP").count(), 2, "{rules}");
+        // As the agent: no connection gets out (the gateway is this host).
+        let gw = text(&s.exec("0", "ip route | awk '/default/ {print $3}'"));
+        let probe = s.exec(
+            "1000",
+            &format!(
+                "timeout 3 bash -c 'exec 3<>/dev/tcp/{}/9' && echo OPEN || echo CLOSED",
+                gw.trim()
+            ),
+        );
+        assert!(text(&probe).contains("CLOSED"), "{}", text(&probe));
+        // The blocked start is in the sandbox's audit log.
+        assert!(
+            s.log().contains("\"policy\":\"guest-start\""),
+            "{}",
+            s.log()
+        );
+        let _ = Command::new("docker")
+            .args(["rmi", "-f", &derived])
+            .output();
+    }
+}
+
+#[test]
+fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
+    let Some(img) = image() else { return };
+    let s = Sandbox::run("audit", &img, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    // Attacks as the agent: every one must fail.
+    for attack in [
+        ": > /run/sbx/host/audit.jsonl",
+        "echo '{}' >> /run/sbx/host/audit.jsonl",
+        "rm -f /run/sbx/host/audit.jsonl",
+        "chmod 0666 /run/sbx/host/audit.jsonl",
+        "mv /run/sbx/host/audit.jsonl /tmp/x",
+        "ls /run/sbx",
+        ": > /var/log/sbx/audit.jsonl",
+    ] {
+        let o = s.exec("1000", attack);
+        assert!(!o.status.success(), "the agent could: {attack}");
+    }
+    // A refusal by the git guard, as the agent: the record arrives, stamped
+    // with the agent's uid by the kernel, not by the sender.
+    let o = s.exec(
+        "1000",
+        "cd /tmp && git init -q r && cd r && SBX_AGENT=claude git commit --no-verify -m x",
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.log().contains("block-no-verify") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rec = s
+        .log()
+        .lines()
+        .find(|l| l.contains("block-no-verify"))
+        .map(str::to_owned);
+    let rec: serde_json::Value =
+        serde_json::from_str(&rec.expect("the refusal reached the log")).unwrap();
+    assert_eq!(rec["peer"]["uid"], 1000);
+    assert_eq!(rec["agent"], "claude");
+    let meta = std::fs::metadata(s.host.path().join("audit.jsonl")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o644));
+    // A flood from the agent: bounded, counted, and the guest stays responsive.
+    let flood = r#"perl -MSocket -e 'socket(S, PF_UNIX, SOCK_DGRAM, 0) or die; my $a = pack_sockaddr_un("/run/sbx-audit/audit.sock"); my $r = q({"timestamp":"x","tool":"sbx-fw","agent":"a","operation":"o","target":"flood","result":"allowed","policy":"p"}); for (1..20000) { send(S, $r, 0, $a) } send(S, q({"timestamp":"x","tool":"sbx-guest","agent":"a","operation":"o","target":"forged","result":"allowed","policy":"p"}), 0, $a);'"#;
+    let t0 = Instant::now();
+    let o = s.exec("1000", flood);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    let h = s.exec("0", "sbx-guest health");
+    assert!(h.status.success(), "{}", text(&h));
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = s.exec("1000", "cd /tmp/r && git commit --no-verify -m y");
+    std::thread::sleep(Duration::from_millis(500));
+    let log = s.log();
+    let flooded = log.matches("\"target\":\"flood\"").count();
+    assert!(
+        (400..5000).contains(&flooded),
+        "{flooded} flood records kept"
+    );
+    assert!(log.contains("records dropped"), "drops are counted");
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("block-no-verify"))
+            .count()
+            >= 1
+    );
+    assert!(
+        !log.contains("\"target\":\"forged\""),
+        "a forged sbx-guest record was accepted"
+    );
+}
+
+fn repo(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join(name);
+    std::fs::create_dir_all(path.join(".agent-sandbox")).unwrap();
+    sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(dir.path()));
+    (dir, path)
+}
+
+/// The per-repo image a test built, removed at its end.
+fn rm_image(path: &Path) {
+    if let Ok(p) = path.canonicalize() {
+        let n = sbx_run::names::Names::new(&p, None);
+        let _ = Command::new("docker")
+            .args(["rmi", "-f", &n.image])
+            .output();
+    }
+}
+
+fn sbx_in(path: &Path, args: &[&str]) -> Output {
+    sbx().args(args).arg(path).output().unwrap()
+}
+
+#[test]
+fn sbx_run_shows_health_and_merges_the_sandbox_log() {
+    let Some(img) = image() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let sbx_state = |c: &mut Command| {
+        c.env("XDG_STATE_HOME", state.path());
+    };
+    let (_d, good) = repo("guest-ok");
+    std::fs::write(
+        good.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\n"),
+    )
+    .unwrap();
+    let (_d2, bad) = repo("guest-nofw");
+    std::fs::write(
+        bad.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\nRUN rm /usr/local/bin/sbx-fw\n"),
+    )
+    .unwrap();
+    let run = |path: &Path, args: &[&str]| {
+        let mut c = sbx();
+        sbx_state(&mut c);
+        c.args(args).arg(path).output().unwrap()
+    };
+    let o = run(&good, &["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&bad, &["start"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("sbx-fw is missing from the image"),
+        "{}",
+        text(&o)
+    );
+    // start removed the failed container; run it again by hand to list it.
+    let mut c = sbx();
+    sbx_state(&mut c);
+    let list = c.arg("list").output().unwrap();
+    let l = text(&list);
+    let line = l
+        .lines()
+        .find(|l| l.contains("guest-ok"))
+        .unwrap_or_else(|| panic!("{l}"));
+    assert!(line.contains("\thealthy"), "{line}");
+    // A refusal inside the sandbox shows in `sbx-run log` on the host.
+    let mut c = sbx();
+    sbx_state(&mut c);
+    let o = c
+        .args(["exec", "-C"])
+        .arg(&good)
+        .args(["--", "git", "commit", "--no-verify", "-m", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = sbx();
+    sbx_state(&mut c);
+    let o = c
+        .args(["log", "--blocked-only", "--json"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rec = out
+        .lines()
+        .find(|l| l.contains("block-no-verify"))
+        .unwrap_or_else(|| panic!("{}", text(&o)));
+    let v: serde_json::Value = serde_json::from_str(rec).unwrap();
+    assert_eq!(v["data"]["agent"], "git", "{rec}");
+    assert!(
+        v["data"]["origin"]
+            .as_str()
+            .unwrap()
+            .starts_with("agent-sandbox-guest-ok"),
+        "{rec}"
+    );
+    for p in [&good, &bad] {
+        let _ = sbx_in(p, &["-q", "rm", "--volumes"]);
+        let mut c = sbx();
+        sbx_state(&mut c);
+        let _ = c.args(["-q", "rm", "--volumes"]).arg(p).output();
+        rm_image(p);
+    }
+}
+
+/// moto's S3 server on all of this host's addresses (the sandbox reaches it
+/// through its bridge at the host's docker0 address); killed on drop.
+struct Moto(std::process::Child, u16);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn moto() -> Option<Moto> {
+    use std::io::{Read, Write};
+    let bin =
+        std::env::var("SBX_MOTO_SERVER").unwrap_or_else(|_| "/opt/sbx/moto/bin/moto_server".into());
+    if !prerequisite(
+        Path::new(&bin).exists(),
+        "moto_server (scripts/prereqs installs it)",
+    ) {
+        return None;
+    }
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(bin)
+        .args(["-H", "0.0.0.0", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let m = Moto(child, port);
+    for _ in 0..100 {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            write!(s, "PUT /sbx HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+            let mut r = String::new();
+            let _ = s.read_to_string(&mut r);
+            assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
+            return Some(m);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("moto_server did not start");
+}
+
+#[test]
+fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
+    let Some(img) = image() else { return };
+    let Some(m) = moto() else { return };
+    let gw = sh(Command::new("sh").args([
+        "-c",
+        "ip -4 -o addr show docker0 | awk '{print $4}' | cut -d/ -f1",
+    ]));
+    let gw = gw.trim();
+    assert!(!gw.is_empty(), "no docker0 address");
+    let state = tempfile::tempdir().unwrap();
+    let (_d, path) = repo("guest-backup");
+    std::fs::write(
+        path.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\n"),
+    )
+    .unwrap();
+    // The firewall is off here: this test is about the home, and the host's
+    // S3 stand-in is not an allowlisted name.
+    std::fs::write(
+        path.join(".agent-sandbox/config.toml"),
+        "[network]\nallow-external = true\n\
+         [environment]\npass = [\"AWS_ACCESS_KEY_ID\", \"AWS_SECRET_ACCESS_KEY\", \"AWS_ENDPOINT\", \"AWS_ALLOW_HTTP\", \"AWS_REGION\"]\n\
+         [backup]\nurl = \"s3://sbx/home\"\ninterval = \"1s\"\n",
+    )
+    .unwrap();
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&path));
+    let run = |args: &[&str]| {
+        let mut c = sbx();
+        c.env("XDG_STATE_HOME", state.path())
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_ENDPOINT", format!("http://{gw}:{}", m.1));
+        let o = c.args(args).output().unwrap();
+        (
+            o.status.success(),
+            text(&o),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let p = path.to_str().unwrap();
+    let (ok, t, _) = run(&["start", p]);
+    assert!(ok, "{t}");
+    let (ok, t, _) = run(&[
+        "exec",
+        "-C",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "cd && mkdir -p work/deep && echo hello > work/deep/a.txt && chmod 0640 work/deep/a.txt \
+         && printf '#!/bin/sh\\n' > run.sh && chmod 0755 run.sh && ln -s work/deep/a.txt link \
+         && echo edited >> .bashrc",
+    ]);
+    assert!(ok, "{t}");
+    // The daemon syncs on its own; stop adds the final sync either way.
+    let t0 = Instant::now();
+    let (ok, t, _) = run(&["stop", p]);
+    assert!(ok, "{t}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "stop took {:?}",
+        t0.elapsed()
+    );
+    let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
+    let (ok, t, _) = run(&["rm", "--volumes", p]);
+    assert!(ok, "{t}");
+    let v = Command::new("docker")
+        .args(["volume", "inspect", &names.home])
+        .output()
+        .unwrap();
+    assert!(!v.status.success(), "the home volume is still there");
+    // A new container on a new home volume: the files are back.
+    let (ok, t, _) = run(&["start", p]);
+    assert!(ok, "{t}");
+    let (ok, t, out) = run(&[
+        "exec",
+        "-C",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "cd && cat work/deep/a.txt && stat -c '%a %U' work/deep/a.txt run.sh && readlink link && tail -1 .bashrc && test -f .local/state/sbx-backup/sbx-guest-started && echo marked",
+    ]);
+    assert!(ok, "{t}");
+    assert_eq!(
+        out, "hello\n640 agent\n755 agent\nwork/deep/a.txt\nedited\nmarked\n",
+        "{t}"
+    );
+    let _ = run(&["rm", "--volumes", p]);
+    rm_image(&path);
+}
+
+/// The guest's flags (--entrypoint, --user, --stop-timeout, the holder's
+/// --no-healthcheck, the command after the image) make the same container
+/// through the engine API as through the pasted `show-run`.
+#[test]
+fn show_run_with_the_guest_matches_the_api_start() {
+    let Some(img) = image() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let (_d, path) = repo("guest-pasted");
+    std::fs::write(
+        path.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\n"),
+    )
+    .unwrap();
+    let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
+    let run = |args: &[&str]| {
+        let mut c = sbx();
+        c.env("XDG_STATE_HOME", state.path()).args(args).arg(&path);
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let config = |name: &str| -> serde_json::Value {
+        let o = Command::new("docker")
+            .args(["inspect", name])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let mut config = v[0]["Config"].clone();
+        if let Some(env) = config["Env"].as_array_mut() {
+            env.sort_by_key(|e| e.to_string());
+        }
+        serde_json::json!({"config": config, "host": v[0]["HostConfig"]})
+    };
+    // A first start lets docker create the mount points it needs in the
+    // workspace (a missing .husky), so both runs below see the same tree.
+    run(&["-q", "start"]);
+    run(&["-q", "rm"]);
+    run(&["-q", "start"]);
+    let started = config(&names.container);
+    let holder = config(&names.holder);
+    assert_eq!(
+        holder["config"]["Healthcheck"]["Test"][0], "NONE",
+        "{holder}"
+    );
+    assert_eq!(started["config"]["StopTimeout"], 30);
+    assert_eq!(started["config"]["User"], "0:0");
+    sh(Command::new("docker").args(["rm", "--force", &names.container]));
+    let script = run(&["show-run"]);
+    let mut sh_cmd = Command::new("sh");
+    sh_cmd
+        .env("XDG_STATE_HOME", state.path())
+        .arg("-c")
+        .arg(&script);
+    sh(&mut sh_cmd);
+    assert_eq!(config(&names.container), started);
+    let mut c = sbx();
+    c.env("XDG_STATE_HOME", state.path())
+        .args(["-q", "rm", "--volumes"])
+        .arg(&path);
+    let _ = c.output();
+    rm_image(&path);
+}
+
+/// Services from the image's /etc/sbx/guest.toml: an agent service without
+/// capabilities, a root broker, a crash loop that backs off without
+/// flooding the log, and a SIGKILLed service that comes back.
+#[test]
+fn services_are_supervised_with_backoff() {
+    let Some(img) = image() else { return };
+    let derived = format!("sbx-guest-e2e-svc:{}", std::process::id());
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ctx.path().join("guest.toml"),
+        "[services.crashy]\ncommand = [\"sh\", \"-c\", \"echo crashy-ran >&2; exit 1\"]\n\
+         [services.steady]\ncommand = [\"sleep\", \"1000\"]\n\
+         [services.broker]\ncommand = [\"sleep\", \"1001\"]\nuser = \"root\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        format!("FROM {img}\nCOPY guest.toml /etc/sbx/guest.toml\n"),
+    )
+    .unwrap();
+    sh(Command::new("docker")
+        .args(["build", "-q", "-t", &derived])
+        .arg(ctx.path()));
+    let s = Sandbox::run("svc", &derived, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    let who = |pattern: &str| {
+        text(&s.exec(
+            "0",
+            &format!("ps -eo pid,user,args | grep -v grep | grep '{pattern}' || true"),
+        ))
+    };
+    assert!(who("sleep 1000").contains("agent"), "{}", who("sleep 1000"));
+    assert!(who("sleep 1001").contains("root"), "{}", who("sleep 1001"));
+    let caps = text(&s.exec("0", "grep CapEff /proc/$(pgrep -f '^sleep 1000$')/status"));
+    assert!(caps.contains("0000000000000000"), "{caps}");
+    // SIGKILL the steady service: it comes back within a second or two.
+    let old = text(&s.exec("0", "pgrep -f '^sleep 1000$'"));
+    s.exec("0", "pkill -KILL -f '^sleep 1000$'");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = text(&s.exec("0", "pgrep -f '^sleep 1000$' || true"));
+        if !now.trim().is_empty() && now != old {
+            break;
+        }
+        assert!(Instant::now() < deadline, "steady did not come back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // 8 s of a service that exits at once: a handful of runs, few log lines.
+    std::thread::sleep(Duration::from_secs(8));
+    let log = text(
+        &Command::new("docker")
+            .args(["logs", &s.name])
+            .output()
+            .unwrap(),
+    );
+    let runs = log.matches("crashy-ran").count();
+    let notes = log.matches("service crashy ended").count();
+    assert!((3..=7).contains(&runs), "{runs} runs in ~8 s:\n{log}");
+    assert!(notes <= 4, "{notes} log lines");
+    let z = text(&s.exec("0", "ps -eo stat | grep -c '^Z' || true"));
+    assert_eq!(z.trim(), "0", "zombies");
+    drop(s);
+    let _ = Command::new("docker")
+        .args(["rmi", "-f", &derived])
+        .output();
+}
+
+/// A secret file the host creates after the start is unreadable to the
+/// agent within a second; an allowed one stays readable.
+#[test]
+fn secret_files_that_appear_later_are_masked() {
+    let Some(img) = image() else { return };
+    let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::create_dir_all(ws.path().join("src")).unwrap();
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(ws.path()));
+    let extra = vec![
+        "--mount".to_string(),
+        format!(
+            "type=bind,source={},target=/workspace/w",
+            ws.path().display()
+        ),
+        "--env".into(),
+        "SBX_WORKSPACE=/workspace/w".into(),
+    ];
+    let s = Sandbox::run_with("masks", &img, &extra, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    std::fs::write(ws.path().join(".env"), "API_KEY=hunter2\n").unwrap();
+    std::fs::write(ws.path().join("src/.env.local"), "DB_PASSWORD=hunter2\n").unwrap();
+    std::fs::write(ws.path().join(".env.example"), "API_KEY=\n").unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let o = s.exec(
+        "1000",
+        "cat /workspace/w/.env /workspace/w/src/.env.local; cat /workspace/w/.env.example",
+    );
+    let out = text(&o);
+    assert!(
+        !out.contains("hunter2"),
+        "a late secret was readable: {out}\n{}\n{}",
+        s.wait_for("sbx-guest: ready"),
+        sh(Command::new("docker").args(["inspect", "--format", "{{.HostConfig.CapAdd}}", &s.name]))
+    );
+    assert!(
+        out.contains("API_KEY="),
+        "the allowed file was masked: {out}\n{}",
+        text(&s.exec(
+            "0",
+            "ls -la /workspace/w; grep workspace /proc/self/mountinfo | cut -c1-100"
+        ))
+    );
+    // The agent cannot take the mask off.
+    let o = s.exec("1000", "umount /workspace/w/.env");
+    assert!(!o.status.success());
+    assert!(!text(&s.exec("1000", "cat /workspace/w/.env")).contains("hunter2"));
+}

@@ -5,31 +5,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+use sbx_e2e::{base_image, bin, docker_ready, prerequisite, sh};
 use serde_json::Value;
-
-/// The base image is built once per test process (cached layers make a
-/// rebuild quick), so the sandbox runs the freshly built sbx binaries.
-fn base_image() -> bool {
-    static BUILT: OnceLock<bool> = OnceLock::new();
-    *BUILT.get_or_init(|| {
-        if !prerequisite(docker_ready(), "a running Docker engine") {
-            return false;
-        }
-        let out = sbx()
-            .args(["-q", "build-base", "--bootstrap", "--no-ai-clis"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "build-base: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        true
-    })
-}
 
 fn sbx() -> Command {
     let mut c = Command::new(bin("sbx-run"));

@@ -210,6 +210,8 @@ pub enum RunError {
     NotReady(String),
     #[error("{0}")]
     Usage(String),
+    #[error("{0}")]
+    Idmap(String),
 }
 
 impl SbxError for RunError {
@@ -217,7 +219,7 @@ impl SbxError for RunError {
         match self {
             Self::NoWorkspace(_) => Exit::NoInput,
             Self::NotADirectory(_) | Self::NotARepo(_) | Self::Usage(_) => Exit::Usage,
-            Self::NoDockerClient | Self::EngineDown(_) => Exit::Unavailable,
+            Self::NoDockerClient | Self::EngineDown(_) | Self::Idmap(_) => Exit::Unavailable,
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,

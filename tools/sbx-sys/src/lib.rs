@@ -7,6 +7,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+pub mod idmap;
+
 /// Find `program` the way execvp(3) would, but in the *child's* PATH: the
 /// environment the program will see, not ours (env(1) behaves the same).
 pub fn resolve_program(
@@ -55,6 +57,13 @@ pub fn exec(program: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> 
         Ok(never) => match never {},
         Err(errno) => io::Error::from(errno),
     }
+}
+
+/// True when `p` is on a read-only mount (statvfs ST_RDONLY), whoever
+/// asks: mode bits and uid 0 do not change the answer.
+pub fn on_readonly_mount(p: &Path) -> bool {
+    nix::sys::statvfs::statvfs(p)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
 }
 
 #[cfg(test)]

@@ -169,10 +169,10 @@ fn script_programs() -> BTreeMap<String, String> {
                 if matches!(words.first(), Some(&("for" | "case"))) {
                     continue;
                 }
-                let mut it = words.iter().skip_while(|w| {
+                let it = words.iter().skip_while(|w| {
                     w.contains('=') && !w.starts_with('-') || SHELL_WORDS.contains(w)
                 });
-                while let Some(w) = it.next() {
+                for w in it {
                     let w = w.trim_matches(|c| c == '(' || c == ')');
                     let plain = w
                         .chars()

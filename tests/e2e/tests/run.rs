@@ -597,20 +597,13 @@ fn prune_removes_sandboxes_whose_workspace_is_gone() {
     assert_nothing_left(&n, "prune racing another remover");
 }
 
-/// The full image, with the AI CLIs from npm, whenever the npm registry is
-/// reachable from this host (it is in CI here). The host's CA bundle goes
-/// in with --ca-cert, for TLS-intercepting networks.
+/// The full image has Claude Code and Codex, whether or not the host has
+/// npm (the image's own npm installs them when the host cannot resolve
+/// versions). Under CI=true an image without them fails the build itself.
+/// The host's CA bundle goes in with --ca-cert, for TLS-intercepting networks.
 #[test]
 fn full_base_image_has_working_ai_clis() {
     if !prerequisite(docker_ready(), "a running Docker engine") {
-        return;
-    }
-    let npm_ok = Command::new("npm")
-        .args(["view", "@anthropic-ai/claude-code", "version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !npm_ok {
-        eprintln!("skipping: the npm registry is not reachable from this host");
         return;
     }
     let mut c = sbx();

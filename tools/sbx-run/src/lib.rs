@@ -74,13 +74,26 @@ Examples:
   sbx-run init ~/src/app           create .agent-sandbox/ and build the image
   sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
   sbx-run exec -- npm test         run one command in the sandbox
+  sbx-run exec -C ~/src/app -- make   the same in another workspace (-C PATH works for every command)
   sbx-run show-run | sh            what start would run, runnable";
 
+/// The workspace, named as git and cargo users expect: `-C PATH` on every
+/// subcommand; a lone positional PATH is accepted too where no command
+/// follows (every subcommand but exec).
 #[derive(Debug, Clone, Args)]
 pub struct PathArg {
-    /// Workspace: a git repository (default: the current directory).
-    #[arg(value_name = "PATH")]
+    /// Workspace: a git repository or a directory in one (default: the current directory).
+    #[arg(short = 'C', long = "path", value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// The same as -C PATH.
+    #[arg(value_name = "PATH", conflicts_with = "dir")]
     pub path: Option<PathBuf>,
+}
+
+impl PathArg {
+    pub fn get(self) -> Option<PathBuf> {
+        self.dir.or(self.path)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,8 +172,11 @@ pub enum Cmd {
     },
     /// Remove containers, networks and volumes whose workspace no longer exists.
     Prune,
-    /// Check the Docker engine, kernel features and images; say how to fix each.
-    Doctor,
+    /// Check the Docker engine, kernel features, images and the workspace's ownership; say how to fix each.
+    Doctor {
+        #[command(flatten)]
+        path: PathArg,
+    },
     /// Show the audit log.
     Log(tools::LogOpts),
     /// Initialise the shared Codex config volume (config.toml, AGENTS.md; --auth imports credentials).
@@ -233,30 +249,33 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     let interrupted = tools::watch_interrupts();
     let common = &cli.common;
     let result = match cli.command.unwrap_or(Cmd::Shell {
-        path: PathArg { path: None },
+        path: PathArg {
+            dir: None,
+            path: None,
+        },
     }) {
-        Cmd::Init { path, force } => lifecycle::init(common, path.path, force),
-        Cmd::Build { path, build } => lifecycle::build(common, path.path, &build),
+        Cmd::Init { path, force } => lifecycle::init(common, path.get(), force),
+        Cmd::Build { path, build } => lifecycle::build(common, path.get(), &build),
         Cmd::BuildBase(opts) => image::build_base(common, &opts)
             .map(|_| Exit::Ok.into())
             .map_err(Into::into),
         Cmd::Start { path, build } => {
-            lifecycle::start(common, path.path, build).map(|_| Exit::Ok.into())
+            lifecycle::start(common, path.get(), build).map(|_| Exit::Ok.into())
         }
-        Cmd::Stop { path } => lifecycle::stop(common, path.path),
-        Cmd::Restart { path } => lifecycle::restart(common, path.path),
-        Cmd::Shell { path } => lifecycle::shell(common, path.path),
+        Cmd::Stop { path } => lifecycle::stop(common, path.get()),
+        Cmd::Restart { path } => lifecycle::restart(common, path.get()),
+        Cmd::Shell { path } => lifecycle::shell(common, path.get()),
         Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
-        Cmd::ShowRun { path } => lifecycle::show_run(common, path.path),
+        Cmd::ShowRun { path } => lifecycle::show_run(common, path.get()),
         Cmd::Volume => {
             println!("{}", names::CLAUDE_VOLUME);
             Ok(Exit::Ok.into())
         }
-        Cmd::Volumes { path } => lifecycle::volumes(common, path.path),
+        Cmd::Volumes { path } => lifecycle::volumes(common, path.get()),
         Cmd::List => lifecycle::list(common),
-        Cmd::Rm { path, volumes } => lifecycle::rm(common, path.path, volumes),
+        Cmd::Rm { path, volumes } => lifecycle::rm(common, path.get(), volumes),
         Cmd::Prune => lifecycle::prune(common),
-        Cmd::Doctor => tools::doctor(common),
+        Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
         Cmd::CodexLogout => tools::codex_logout(common),

@@ -228,3 +228,41 @@ fn the_scan_sees_the_programs_it_must() {
         );
     }
 }
+
+/// scripts/shell's first run is quiet: one line per phase, named in order,
+/// a few lines in all (the phases' own output goes to logs).
+#[test]
+fn scripts_shell_prints_one_line_per_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("bash")
+        .arg(root().join("scripts/shell"))
+        .args(["--dry-run", "/nonexistent/repo"])
+        .env("XDG_STATE_HOME", dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let phases: Vec<&str> = out
+        .lines()
+        .map(|l| {
+            l.trim_start_matches("sbx: ")
+                .split("  ")
+                .next()
+                .unwrap_or("")
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        ["prerequisites", "build", "base image", "start"],
+        "{out}"
+    );
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -136,8 +136,8 @@ fn sandbox_guarantees_hold_from_inside() {
     assert_ne!(code, Some(0), "hook replaced");
     let (code, _) = probe("echo x > .agent-sandbox/config.toml");
     assert_ne!(code, Some(0), "config replaced");
-    let (code, _) = probe("mkdir -p .husky/_ && echo x > .husky/_/h");
-    assert_ne!(code, Some(0), ".husky created");
+    // A .husky the agent makes is not trusted (tests/ownership.rs), so none
+    // is mounted over a missing one: no empty .husky is left on the host.
     let (code, _) = probe("echo x > .env");
     assert_ne!(code, Some(0), "mask replaced");
     assert_eq!(

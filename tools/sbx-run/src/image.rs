@@ -251,7 +251,32 @@ fn resolve_version(package: &str, v: &str) -> Result<String, RunError> {
 /// The host's npm registry, from npm's own configuration (never hard-coded),
 /// so a corporate mirror works inside the build too.
 fn npm_registry() -> Option<String> {
-    npm(&["config", "get", "registry"]).filter(|s| s.starts_with("http"))
+    match npm(&["config", "get", "registry"]) {
+        Some(s) => Some(s).filter(|s| s.starts_with("http")),
+        None => npmrc_registry(),
+    }
+}
+
+/// Without npm on the host: the registry its configuration names, read as
+/// npm would (environment, then ~/.npmrc, then the global npmrc files).
+fn npmrc_registry() -> Option<String> {
+    for k in ["npm_config_registry", "NPM_CONFIG_REGISTRY"] {
+        if let Some(v) = std::env::var(k).ok().filter(|v| v.starts_with("http")) {
+            return Some(v);
+        }
+    }
+    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".npmrc"));
+    home.into_iter()
+        .chain(["/etc/npmrc", "/usr/etc/npmrc", "/usr/local/etc/npmrc"].map(PathBuf::from))
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .find_map(|text| registry_line(&text))
+}
+
+fn registry_line(text: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == "registry" && v.trim().starts_with("http")).then(|| v.trim().to_owned())
+    })
 }
 
 /// The host npm's trimmed stdout; None when npm is missing, "" when it failed.
@@ -518,6 +543,16 @@ mod tests {
         // A continuation line that merely mentions USER is not an instruction.
         let ok = "FROM agent-sandbox-base:x\nRUN echo \\\n USER\n";
         assert!(check_repo_dockerfile(ok, p, false).is_ok());
+    }
+
+    #[test]
+    fn npmrc_registry_lines() {
+        let t = "; comment\n//host/:_authToken=x\nregistry = https://mirror.invalid/npm/\n";
+        assert_eq!(
+            registry_line(t).as_deref(),
+            Some("https://mirror.invalid/npm/")
+        );
+        assert_eq!(registry_line("registry=file:///x\n"), None);
     }
 
     #[test]

@@ -106,6 +106,26 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
     let start = sbx().arg("start").arg(&repo.path).output().unwrap();
     assert!(start.status.success(), "start: {}", text(&start));
 
+    // On the host, the idmapped view (where the owner's files are uid
+    // 1000's) is out of reach of a host user with uid 1000.
+    let names = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None);
+    if uid != 1000 {
+        let parent = sbx_run::workspace::run_dir(&names.container);
+        let m = std::fs::metadata(&parent).unwrap();
+        assert_eq!(
+            (m.uid(), m.mode() & 0o777),
+            (0, 0o700),
+            "{}",
+            parent.display()
+        );
+        let peek = Command::new("setpriv")
+            .args(["--reuid=1000", "--regid=1000", "--clear-groups", "ls"])
+            .arg(sbx_run::workspace::idmap_dir(&names.container))
+            .output()
+            .unwrap();
+        assert!(!peek.status.success(), "host uid 1000 reached the view");
+    }
+
     // The agent's work: create, edit, rename, delete files and directories.
     let work = repo.exec(
         "set -e; test \"$(id -u)\" != 0; id -u; \
@@ -208,7 +228,6 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
         after, expected,
         "owner {uid}: the sandbox left something in the repository"
     );
-    let names = sbx_run::names::Names::new(&p.canonicalize().unwrap(), None);
     let view = sbx_run::workspace::idmap_dir(&names.container);
     assert!(sbx().args(["-q", "rm"]).arg(p).status().unwrap().success());
     assert!(!view.exists(), "{} survived rm", view.display());

@@ -120,6 +120,12 @@ fn unquote(line: &str) -> String {
         let c = b[i];
         if single {
             single = c != '\'';
+        } else if c == '$' && b.get(i + 1) == Some(&'(') && b.get(i + 2) == Some(&'(') {
+            // Arithmetic, not a command: skip to its end.
+            while i < b.len() && !(b[i] == ')' && b.get(i + 1) == Some(&')')) {
+                i += 1;
+            }
+            i += 1;
         } else if c == '$' && b.get(i + 1) == Some(&'(') {
             out.push(';');
             depth += 1;
@@ -155,6 +161,11 @@ fn script_programs() -> BTreeMap<String, String> {
         let p = e.unwrap().path();
         let text = std::fs::read_to_string(&p).unwrap().replace("\\\n", " ");
         let rel = format!("scripts/{}", p.file_name().unwrap().to_string_lossy());
+        // The script's own functions are not programs.
+        let functions: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().split_once("() {").map(|(f, _)| f.trim()))
+            .collect();
         for line in text.lines() {
             let l = line.trim();
             if l.starts_with('#') || l.contains("=(") || l.starts_with('[') {
@@ -178,7 +189,7 @@ fn script_programs() -> BTreeMap<String, String> {
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
                         && w.chars().next().is_some_and(|c| c.is_ascii_lowercase());
-                    if plain && !SHELL_WORDS.contains(&w) {
+                    if plain && !SHELL_WORDS.contains(&w) && !functions.contains(&w) {
                         out.entry(w.to_owned()).or_insert_with(|| rel.clone());
                     }
                     if !PREFIXES.contains(&w) {

@@ -140,6 +140,14 @@ pub fn prepare_mount(ws: &Workspace) -> Result<(), RunError> {
             .create(&dir)
             .map_err(|e| RunError::Io(dir.clone(), e))?;
     }
+    // Through the view the owner's files are uid 1000's: a host user of
+    // that uid must not reach it, so only root may enter its parent.
+    let parent = run_dir(&ws.names.container);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| RunError::Io(parent.clone(), e))?;
+    }
     let (u, g) = ws.owner;
     let r = sbx_sys::idmap::bind(
         &ws.path,

@@ -279,6 +279,20 @@ fn no_idmap_support_is_refused_in_one_line() {
         err.contains("ramfs") && err.contains("chown -R 1000:1000"),
         "{err}"
     );
+    // doctor says the same, as one FAIL line with its fix.
+    let d = sbx().args(["doctor", "-C"]).arg(&path).output().unwrap();
+    assert_eq!(d.status.code(), Some(1), "{}", text(&d));
+    let fail: Vec<String> = String::from_utf8_lossy(&d.stdout)
+        .lines()
+        .filter(|l| l.starts_with("FAIL"))
+        .map(String::from)
+        .collect();
+    assert!(
+        fail.len() == 1
+            && fail[0].contains("owner 1234:1234")
+            && fail[0].contains("chown -R 1000:1000"),
+        "{fail:?}"
+    );
     let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
     let c = Command::new("docker")
         .args(["container", "inspect", &names.container])

@@ -47,11 +47,12 @@ complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volumes" -d 'List t
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "list" -d 'List sandbox containers (from their labels)'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "rm" -d 'Remove the sandbox container, its network holder and its network'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
-complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "doctor" -d 'Check the Docker engine, kernel features and images; say how to fix each'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "doctor" -d 'Check the Docker engine, kernel features, images and the workspace\'s ownership; say how to fix each'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "log" -d 'Show the audit log'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-init-config" -d 'Initialise the machine\'s Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials)'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-logout" -d 'Delete the Codex credentials from the machine\'s store and every workspace\'s volume'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -61,6 +62,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s q -l quiet -d '
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -l base-tag -d 'Tag of agent-sandbox-base to build on' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
@@ -87,6 +89,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s q -l quie
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l base-tag -d 'Build the per-repo image on agent-sandbox-base:TAG (implies --build)' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
@@ -97,6 +100,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s q -l quiet -d 
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -105,6 +109,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s q -l quiet -d '
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -113,6 +118,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s q -l quiet -
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -131,6 +137,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s q -l quiet -d '
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -147,6 +154,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -s q -l quiet -d
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand volume" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand volumes" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -163,6 +171,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s q -l quiet -d '
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -180,6 +189,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s q -l quiet -d 
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand doctor" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -231,7 +241,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_see
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "list" -d 'List sandbox containers (from their labels)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "rm" -d 'Remove the sandbox container, its network holder and its network'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "doctor" -d 'Check the Docker engine, kernel features and images; say how to fix each'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "doctor" -d 'Check the Docker engine, kernel features, images and the workspace\'s ownership; say how to fix each'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "log" -d 'Show the audit log'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-init-config" -d 'Initialise the machine\'s Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec show-run volume volumes list rm prune doctor log codex-init-config codex-logout help" -f -a "codex-logout" -d 'Delete the Codex credentials from the machine\'s store and every workspace\'s volume'

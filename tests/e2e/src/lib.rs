@@ -86,3 +86,32 @@ pub fn test_image() -> String {
         .expect("lock");
     sbx_run::image::ensure_bootstrap().unwrap_or_else(|e| panic!("bootstrap image: {e}"))
 }
+
+/// The base image (`build-base --bootstrap --no-ai-clis`, tag latest) with
+/// the freshly built sbx binaries, once per test process and one process
+/// at a time (cached layers make a rebuild quick).
+pub fn base_image() -> bool {
+    static BUILT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BUILT.get_or_init(|| {
+        if !prerequisite(docker_ready(), "a running Docker engine") {
+            return false;
+        }
+        let lock_file =
+            File::create(std::env::temp_dir().join("sbx-base-image.lock")).expect("lock file");
+        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .expect("lock");
+        let sbx = bin("sbx-run");
+        let out = Command::new(&sbx)
+            .env("SBX_BIN_DIR", sbx.parent().expect("bin dir"))
+            .args(["-q", "build-base", "--bootstrap", "--no-ai-clis"])
+            .output()
+            .expect("sbx-run build-base");
+        assert!(
+            out.status.success(),
+            "build-base: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        true
+    })
+}

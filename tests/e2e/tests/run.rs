@@ -5,31 +5,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+use sbx_e2e::{base_image, bin, docker_ready, prerequisite, sh};
 use serde_json::Value;
-
-/// The base image is built once per test process (cached layers make a
-/// rebuild quick), so the sandbox runs the freshly built sbx binaries.
-fn base_image() -> bool {
-    static BUILT: OnceLock<bool> = OnceLock::new();
-    *BUILT.get_or_init(|| {
-        if !prerequisite(docker_ready(), "a running Docker engine") {
-            return false;
-        }
-        let out = sbx()
-            .args(["-q", "build-base", "--bootstrap", "--no-ai-clis"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "build-base: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        true
-    })
-}
 
 fn sbx() -> Command {
     let mut c = Command::new(bin("sbx-run"));
@@ -184,8 +162,8 @@ fn sandbox_guarantees_hold_from_inside() {
     assert_ne!(code, Some(0), "hook replaced");
     let (code, _) = probe("echo x > .agent-sandbox/config.toml");
     assert_ne!(code, Some(0), "config replaced");
-    let (code, _) = probe("mkdir -p .husky/_ && echo x > .husky/_/h");
-    assert_ne!(code, Some(0), ".husky created");
+    // A .husky the agent makes is not trusted (tests/ownership.rs), so none
+    // is mounted over a missing one: no empty .husky is left on the host.
     let (code, _) = probe("echo x > .env");
     assert_ne!(code, Some(0), "mask replaced");
     assert_eq!(
@@ -652,23 +630,13 @@ fn prune_removes_sandboxes_whose_workspace_is_gone() {
     assert_nothing_left(&n, "prune racing another remover");
 }
 
-/// The full image, with the AI CLIs from npm. Skipped, with the reason,
-/// only outside CI when the npm registry is unreachable. The host's CA bundle goes
-/// in with --ca-cert, for TLS-intercepting networks.
+/// The full image has Claude Code and Codex, whether or not the host has
+/// npm (the image's own npm installs them when the host cannot resolve
+/// versions). Under CI=true an image without them fails the build itself.
+/// The host's CA bundle goes in with --ca-cert, for TLS-intercepting networks.
 #[test]
 fn full_base_image_has_working_ai_clis() {
     if !prerequisite(docker_ready(), "a running Docker engine") {
-        return;
-    }
-    let npm_ok = Command::new("npm")
-        .args(["view", "@anthropic-ai/claude-code", "version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    // Under CI=true an unreachable registry fails this test (issue 13.11).
-    if !prerequisite(
-        npm_ok,
-        "the npm registry reachable from this host (npm view)",
-    ) {
         return;
     }
     let mut c = sbx();

@@ -93,7 +93,6 @@ impl<'de> Deserialize<'de> for Enabled {
     }
 }
 
-
 /// `[guest]`: what sbx-guest runs besides the agent's command.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]

@@ -401,6 +401,12 @@ pub fn current_branch(git_dir: &Path) -> Option<String> {
 pub fn trusted_hooks(repo: &Repo) -> PathBuf {
     if let Some(wt) = &repo.work_tree {
         let husky = wt.join(".husky");
+        // In a sandbox, sbx-run mounts a .husky that existed at start
+        // read-only; one the agent made since is writable and would let it
+        // choose the hooks git runs, so only the protected one is trusted.
+        if Path::new("/.agent-sandbox").is_dir() && !sbx_sys::on_readonly_mount(&husky) {
+            return repo.common_dir.join("hooks");
+        }
         if husky.join("_/h").is_file() {
             return husky.join("_");
         }

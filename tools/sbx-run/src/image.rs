@@ -161,6 +161,48 @@ impl Default for BaseOpts {
     }
 }
 
+/// Where a build's own output goes: a named log under the state directory.
+pub fn build_log(image: &str) -> PathBuf {
+    let name: String = image
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    crate::spec::state_dir().join(format!("build-{name}.log"))
+}
+
+/// Point a build's stdout and stderr at its log (with -v: the terminal),
+/// so a first run stays quiet; on failure the log's tail is shown.
+fn log_to(cmd: &mut Command, image: &str) -> Result<Option<PathBuf>, RunError> {
+    if output::is_verbose() {
+        return Ok(None);
+    }
+    let log = build_log(image);
+    if let Some(d) = log.parent() {
+        std::fs::create_dir_all(d).map_err(|e| RunError::Io(d.to_owned(), e))?;
+    }
+    let f = std::fs::File::create(&log).map_err(|e| RunError::Io(log.clone(), e))?;
+    let f2 = f.try_clone().map_err(|e| RunError::Io(log.clone(), e))?;
+    cmd.stdout(f).stderr(f2);
+    Ok(Some(log))
+}
+
+/// A failed build's error: its last lines and the log's name.
+fn with_tail(e: RunError, log: Option<&Path>) -> RunError {
+    let (RunError::Build(msg), Some(log)) = (&e, log) else {
+        return e;
+    };
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(15)..].join("\n  ");
+    RunError::Build(format!("{msg}; the end of {}:\n  {tail}", log.display()))
+}
+
 fn run_checked(cmd: &mut Command, what: &str) -> Result<(), RunError> {
     check_status(cmd.status(), what)
 }
@@ -266,23 +308,44 @@ fn resolve_version(package: &str, v: &str) -> Result<String, RunError> {
     if v != "latest" {
         return Ok(v.to_owned());
     }
-    let s = npm(&["view", package, "version"]).ok_or_else(|| {
-        RunError::Build(format!(
-            "cannot resolve the latest {package}: npm is not installed on the host; pass a version or --no-ai-clis"
-        ))
-    })?;
-    if s.is_empty() {
-        return Err(RunError::Build(format!(
-            "cannot resolve the latest {package} with npm view; pass a version or --no-ai-clis"
-        )));
+    // Without npm on the host (or without an answer), the image's own npm
+    // installs the newest at build time, from the registry it is
+    // configured for; the layer is then cached until `--no-cache`.
+    match npm(&["view", package, "version"]) {
+        Some(s) if !s.is_empty() => Ok(s),
+        _ => Ok("latest".into()),
     }
-    Ok(s)
 }
 
 /// The host's npm registry, from npm's own configuration (never hard-coded),
 /// so a corporate mirror works inside the build too.
 fn npm_registry() -> Option<String> {
-    npm(&["config", "get", "registry"]).filter(|s| s.starts_with("http"))
+    match npm(&["config", "get", "registry"]) {
+        Some(s) => Some(s).filter(|s| s.starts_with("http")),
+        None => npmrc_registry(),
+    }
+}
+
+/// Without npm on the host: the registry its configuration names, read as
+/// npm would (environment, then ~/.npmrc, then the global npmrc files).
+fn npmrc_registry() -> Option<String> {
+    for k in ["npm_config_registry", "NPM_CONFIG_REGISTRY"] {
+        if let Some(v) = std::env::var(k).ok().filter(|v| v.starts_with("http")) {
+            return Some(v);
+        }
+    }
+    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".npmrc"));
+    home.into_iter()
+        .chain(["/etc/npmrc", "/usr/etc/npmrc", "/usr/local/etc/npmrc"].map(PathBuf::from))
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .find_map(|text| registry_line(&text))
+}
+
+fn registry_line(text: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == "registry" && v.trim().starts_with("http")).then(|| v.trim().to_owned())
+    })
 }
 
 /// The host npm's trimmed stdout; None when npm is missing, "" when it failed.
@@ -413,10 +476,20 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
     output::progress(&format!("building {image} FROM {from}…"));
     let mut cmd = docker::cmd();
     cmd.args(&args);
-    if output::is_quiet() {
-        cmd.stdout(Stdio::null());
+    let log = log_to(&mut cmd, &image)?;
+    run_checked(&mut cmd, &format!("docker build of {image}"))
+        .map_err(|e| with_tail(e, log.as_deref()))?;
+    if !o.no_ai_clis && !ai_clis_present(&image) {
+        output::warn(&format!(
+            "{image} has no Claude Code or Codex: the npm registry could not be reached during the build; rebuild later with `sbx-run build-base{}`",
+            if o.bootstrap { " --bootstrap" } else { "" }
+        ));
+        if crate::tools::ci() {
+            return Err(RunError::Build(format!(
+                "{image}: the AI CLIs are missing (CI=true)"
+            )));
+        }
     }
-    run_checked(&mut cmd, &format!("docker build of {image}"))?;
     output::progress(&format!("built {image}"));
     Ok(image)
 }
@@ -498,9 +571,7 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
         .args(["--file", "-"])
         .arg(&context)
         .stdin(Stdio::piped());
-    if output::is_quiet() || !output::is_verbose() {
-        cmd.stdout(Stdio::null());
-    }
+    let log = log_to(&mut cmd, image)?;
     let what = format!("docker build of {image}");
     let mut child = cmd
         .spawn()
@@ -512,7 +583,23 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
             .write_all(text.as_bytes())
             .map_err(|e| RunError::Build(format!("{what}: {e}")))?;
     }
-    check_status(child.wait(), &what)
+    check_status(child.wait(), &what).map_err(|e| with_tail(e, log.as_deref()))
+}
+
+/// Whether the image answers `claude --version` and `codex --version`.
+fn ai_clis_present(image: &str) -> bool {
+    docker::probe(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "sh",
+        image,
+        "-c",
+        "claude --version && codex --version",
+    ])
+    .is_ok_and(|o| o.status.success())
 }
 
 fn docker_hub_image_present() -> bool {
@@ -546,6 +633,16 @@ mod tests {
         // A continuation line that merely mentions USER is not an instruction.
         let ok = "FROM agent-sandbox-base:x\nRUN echo \\\n USER\n";
         assert!(check_repo_dockerfile(ok, p, false).is_ok());
+    }
+
+    #[test]
+    fn npmrc_registry_lines() {
+        let t = "; comment\n//host/:_authToken=x\nregistry = https://mirror.invalid/npm/\n";
+        assert_eq!(
+            registry_line(t).as_deref(),
+            Some("https://mirror.invalid/npm/")
+        );
+        assert_eq!(registry_line("registry=file:///x\n"), None);
     }
 
     #[test]

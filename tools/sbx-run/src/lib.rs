@@ -86,13 +86,26 @@ Examples:
   sbx-run init ~/src/app           create .agent-sandbox/ and build the image
   sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
   sbx-run exec -- npm test         run one command in the sandbox
+  sbx-run exec -C ~/src/app -- make   the same in another workspace (-C PATH works for every command)
   sbx-run show-run | sh            what start would run, runnable";
 
+/// The workspace, named as git and cargo users expect: `-C PATH` on every
+/// subcommand; a lone positional PATH is accepted too where no command
+/// follows (every subcommand but exec).
 #[derive(Debug, Clone, Args)]
 pub struct PathArg {
-    /// Workspace: a git repository (default: the current directory).
-    #[arg(value_name = "PATH")]
+    /// Workspace: a git repository or a directory in one (default: the current directory).
+    #[arg(short = 'C', long = "path", value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+    /// The same as -C PATH.
+    #[arg(value_name = "PATH", conflicts_with = "dir")]
     pub path: Option<PathBuf>,
+}
+
+impl PathArg {
+    pub fn get(self) -> Option<PathBuf> {
+        self.dir.or(self.path)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,8 +190,11 @@ pub enum Cmd {
     },
     /// Remove containers, networks and volumes whose workspace no longer exists.
     Prune,
-    /// Check the Docker engine, kernel features and images; say how to fix each.
-    Doctor,
+    /// Check the Docker engine, kernel features, images and the workspace's ownership; say how to fix each.
+    Doctor {
+        #[command(flatten)]
+        path: PathArg,
+    },
     /// Show the audit log.
     Log(tools::LogOpts),
     /// Initialise the machine's Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials).
@@ -235,6 +251,8 @@ pub enum RunError {
         .0.display()
     )]
     Unmaskable(PathBuf),
+    #[error("{0}")]
+    Idmap(String),
 }
 
 impl SbxError for RunError {
@@ -242,7 +260,7 @@ impl SbxError for RunError {
         match self {
             Self::NoWorkspace(_) => Exit::NoInput,
             Self::NotADirectory(_) | Self::NotARepo(_) | Self::Usage(_) => Exit::Usage,
-            Self::NoDockerClient | Self::EngineDown(_) => Exit::Unavailable,
+            Self::NoDockerClient | Self::EngineDown(_) | Self::Idmap(_) => Exit::Unavailable,
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,
@@ -258,11 +276,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     let interrupted = tools::watch_interrupts();
     let common = &cli.common;
     let result = match cli.command.unwrap_or(Cmd::Shell {
-        path: PathArg { path: None },
+        path: PathArg {
+            dir: None,
+            path: None,
+        },
         build: false,
     }) {
-        Cmd::Init { path, force } => lifecycle::init(common, path.path, force),
-        Cmd::Build { path, build } => lifecycle::build(common, path.path, &build),
+        Cmd::Init { path, force } => lifecycle::init(common, path.get(), force),
+        Cmd::Build { path, build } => lifecycle::build(common, path.get(), &build),
         Cmd::BuildBase(opts) => image::build_base(common, &opts)
             .map(|_| Exit::Ok.into())
             .map_err(Into::into),
@@ -275,22 +296,22 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                 base_tag: base_tag.unwrap_or_else(|| "latest".into()),
                 ..image::BuildOpts::default()
             });
-            lifecycle::start(common, path.path, opts.as_ref()).map(|_| Exit::Ok.into())
+            lifecycle::start(common, path.get(), opts.as_ref()).map(|_| Exit::Ok.into())
         }
-        Cmd::Stop { path } => lifecycle::stop(common, path.path),
-        Cmd::Restart { path } => lifecycle::restart(common, path.path),
-        Cmd::Shell { path, build } => lifecycle::shell(common, path.path, build),
+        Cmd::Stop { path } => lifecycle::stop(common, path.get()),
+        Cmd::Restart { path } => lifecycle::restart(common, path.get()),
+        Cmd::Shell { path, build } => lifecycle::shell(common, path.get(), build),
         Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
-        Cmd::ShowRun { path } => lifecycle::show_run(common, path.path),
+        Cmd::ShowRun { path } => lifecycle::show_run(common, path.get()),
         Cmd::Volume => {
             println!("{}", names::claude_store());
             Ok(Exit::Ok.into())
         }
-        Cmd::Volumes { path } => lifecycle::volumes(common, path.path),
+        Cmd::Volumes { path } => lifecycle::volumes(common, path.get()),
         Cmd::List => lifecycle::list(common),
-        Cmd::Rm { path, volumes } => lifecycle::rm(common, path.path, volumes),
+        Cmd::Rm { path, volumes } => lifecycle::rm(common, path.get(), volumes),
         Cmd::Prune => lifecycle::prune(common),
-        Cmd::Doctor => tools::doctor(common),
+        Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
         Cmd::CodexLogout => tools::codex_logout(common),

@@ -15,9 +15,7 @@ use sbx_core::{Exit, output};
 use serde_json::{Value, json};
 
 use crate::image::{self, BuildOpts};
-use crate::names::{
-    self, LABEL_BRANCH, LABEL_HASH, LABEL_MODE, LABEL_ROLE, LABEL_SPEC, LABEL_WORKSPACE,
-};
+use crate::names::{LABEL_BRANCH, LABEL_HASH, LABEL_MODE, LABEL_ROLE, LABEL_SPEC, LABEL_WORKSPACE};
 use crate::workspace::{self, Workspace};
 use crate::{RunError, docker, spec};
 
@@ -127,6 +125,19 @@ pub fn start(
         output::info(&format!("{name} is already running"));
         return Ok(ws);
     }
+    // A workspace the agent could not write is refused before anything is
+    // built or started; the idmapped view is made now and lives as long as
+    // the sandbox is started.
+    workspace::prepare_mount(&ws)?;
+    let started = start_stopped(&ws, container.is_some());
+    if started.is_err() {
+        workspace::release_mount(&ws.names.container);
+    }
+    started.map(|()| ws)
+}
+
+fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
+    let name = ws.names.container.clone();
     // Then every other lookup at once (each is a request to the engine).
     let n = &ws.names;
     let (holder, image, network, volumes) = std::thread::scope(|s| {
@@ -136,7 +147,7 @@ pub fn start(
             .into_iter()
             .map(|v| s.spawn(move || docker::exists("volume", &v)))
             .collect();
-        let holder = owned(&ws, &n.holder);
+        let holder = owned(ws, &n.holder);
         (
             holder,
             image.join().expect("inspection thread"),
@@ -148,12 +159,12 @@ pub fn start(
         )
     });
     let holder = holder?;
-    if container.is_some() {
+    if exists {
         if let Some(h) = &holder {
             if !running(h) {
                 docker::start(&n.holder)?;
             }
-            sync_login(&ws);
+            sync_login(ws);
             spec::ensure_host_dir(&name)?;
             let since = logs_since_now();
             docker::start(&name)?;
@@ -162,17 +173,17 @@ pub fn start(
                 let _ = docker::probe(&["stop", "--time", "1", &name]);
                 return Err(e.into());
             }
-            return Ok(ws);
+            return Ok(());
         }
         // Its network namespace went with the holder: make both anew.
         docker::remove(&["rm", "--force", &name])?;
     }
     if !image? {
-        image::build_repo(&ws, &BuildOpts::default())?;
+        image::build_repo(ws, &BuildOpts::default())?;
     }
     let masks = spec::mask_sources()?;
-    let env = spec::env_names(&ws, std::env::vars_os());
-    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
+    let env = spec::env_names(ws, std::env::vars_os());
+    let s = spec::build(ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
@@ -210,12 +221,12 @@ pub fn start(
     }
     // After the container is made: Docker has given a fresh ~/.claude
     // volume the image's ownership, which copied files then take.
-    sync_login(&ws);
+    sync_login(ws);
     if let Err(e) = wait_ready(&name, &since) {
         let _ = docker::probe(&["rm", "--force", &name]);
         return Err(e.into());
     }
-    Ok(ws)
+    Ok(())
 }
 
 fn logs_since_now() -> String {
@@ -337,6 +348,7 @@ pub fn stop(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     docker::require_engine()?;
     if check_owner(&ws)?.is_some() {
         docker::output(&["stop", "--time", spec::STOP_TIMEOUT, &ws.names.container])?;
+        workspace::release_mount(&ws.names.container);
         // A login made in the sandbox reaches the machine's store.
         sync_login(&ws);
     } else if !common.quiet {
@@ -361,14 +373,13 @@ fn open_for_names(common: &CommonArgs, path: Option<PathBuf>) -> Result<Workspac
         Ok(ws) => Ok(ws),
         Err(e) if e.exit() == Exit::Config => {
             let p = workspace::resolve(path)?;
-            Ok(Workspace {
-                names: names::Names::new(&p, None),
-                path: p,
-                loaded: sbx_core::config::Loaded {
+            Ok(Workspace::with_config(
+                p,
+                sbx_core::config::Loaded {
                     config: Default::default(),
                     source: sbx_core::config::Source::Default,
                 },
-            })
+            ))
         }
         Err(e) => Err(e),
     }
@@ -439,8 +450,19 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
+    let idmap = if ws.idmapped() {
+        format!(
+            "# workspace owner {}:{}: docker binds its idmapped view {} (owner <-> agent uid {}), which sbx-run start makes\n",
+            ws.owner.0,
+            ws.owner.1,
+            ws.mount_source().display(),
+            workspace::AGENT_ID
+        )
+    } else {
+        String::new()
+    };
     let text = format!(
-        "# sbx-run show-run {}\n# config: {}\n{}\nmkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
+        "# sbx-run show-run {}\n# config: {}\n{idmap}{}\nmkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
         ws.path.display(),
         ws.loaded.describe(),
         spec::masked_comment(&s.masked),
@@ -644,6 +666,7 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
     if check_owner(&ws)?.is_some() {
         docker::remove(&["rm", "--force", &n.container])?;
     }
+    workspace::release_mount(&n.container);
     if owned(&ws, &n.holder)?.is_some() {
         docker::remove(&["rm", "--force", &n.holder])?;
     }
@@ -693,6 +716,9 @@ pub fn prune(common: &CommonArgs) -> Res {
             };
             if !docker::remove(&args)? {
                 continue;
+            }
+            if kind == "container" {
+                workspace::release_mount(&name);
             }
             removed += 1;
             if !common.quiet {

@@ -362,7 +362,8 @@ pub fn build(
     a.extend(["--network".into(), format!("container:{}", n.holder)]);
     // The workspace, then read-only and masking mounts over parts of it
     // (later mounts stack on earlier ones).
-    a.extend(["--mount".into(), bind(&ws.path, &target, false)]);
+    // Owned by someone other than the agent: the idmapped view (workspace.rs).
+    a.extend(["--mount".into(), bind(&ws.mount_source(), &target, false)]);
     for p in cfg.protected_paths() {
         let host = ws.path.join(&p);
         let dst = format!("{target}/{p}");
@@ -373,8 +374,14 @@ pub fn build(
                 let _ = std::fs::create_dir(host.join("_"));
             }
             a.extend(["--mount".into(), bind(&host, &dst, true)]);
-        } else if host.parent().is_some_and(|d| d.is_dir()) && p != ".agent-sandbox" {
-            // Missing: an empty read-only directory stops the agent creating it.
+        } else if host.parent().is_some_and(|d| d.is_dir())
+            && p != ".agent-sandbox"
+            && p != ".husky"
+        {
+            // Missing: an empty read-only directory stops the agent creating
+            // it (docker makes the mount point on the host). Not for .husky:
+            // the guard trusts only a read-only .husky (sbx-git-guard repo.rs),
+            // so one the agent makes changes nothing and none is left behind.
             a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
         }
     }

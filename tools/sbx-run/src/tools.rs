@@ -38,6 +38,11 @@ pub fn watch_interrupts() -> Arc<AtomicBool> {
         .clone()
 }
 
+/// Under CI=true a missing part is a failure, never a warning.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
+}
+
 pub fn interrupted() -> bool {
     INTERRUPTED.get().is_some_and(|f| f.load(Ordering::SeqCst))
 }
@@ -45,19 +50,40 @@ pub fn interrupted() -> bool {
 type Res = Result<ExitCode, BoxError>;
 
 /// Each check: what, ok, how to fix.
-pub fn doctor(common: &CommonArgs) -> Res {
+pub fn doctor(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     let mut checks: Vec<(String, bool, String)> = Vec::new();
+    // The workspace here (or -C PATH): can the agent write it?
+    if let Ok(root) = crate::workspace::resolve(path) {
+        let ws = crate::workspace::Workspace::with_config(
+            root.clone(),
+            sbx_core::config::Loaded {
+                config: Default::default(),
+                source: sbx_core::config::Source::Default,
+            },
+        );
+        let (u, g) = ws.owner;
+        let what = format!(
+            "workspace {} (owner {u}:{g}) writable by the agent",
+            root.display()
+        );
+        if ws.idmapped() {
+            let r = idmap_probe(&root);
+            checks.push((what, r.is_ok(), r.err().unwrap_or_default()));
+        } else {
+            checks.push((what, true, String::new()));
+        }
+    }
     let client = docker::probe(&["version", "--format", "{{.Client.Version}}"]);
     checks.push((
         "docker client".into(),
         client.is_ok(),
-        "install Docker (apt-get install docker.io; scripts/prereqs does)".into(),
+        "bash scripts/prereqs (installs docker.io)".into(),
     ));
     let engine = docker::require_engine();
     checks.push((
         "Docker engine answers".into(),
         engine.is_ok(),
-        "start it: systemctl start docker, or dockerd &".into(),
+        "bash scripts/prereqs (starts it)".into(),
     ));
     let kernel = |p: &str| std::path::Path::new(p).exists();
     checks.push((
@@ -79,8 +105,7 @@ pub fn doctor(common: &CommonArgs) -> Res {
         checks.push((
             format!("image {BASE_IMAGE}:latest"),
             docker::exists("image", &format!("{BASE_IMAGE}:latest")).unwrap_or(false),
-            "sbx-run build-base --bootstrap (or without --bootstrap when a registry is reachable)"
-                .into(),
+            "bash scripts/shell (or sbx-run build-base --bootstrap)".into(),
         ));
     }
     checks.push((
@@ -88,7 +113,7 @@ pub fn doctor(common: &CommonArgs) -> Res {
         ["/usr/sbin/debootstrap", "/usr/bin/debootstrap"]
             .iter()
             .any(|p| kernel(p)),
-        "apt-get install debootstrap".into(),
+        "bash scripts/prereqs (installs debootstrap)".into(),
     ));
     let mut out = std::io::stdout().lock();
     let mut all = true;
@@ -108,6 +133,30 @@ pub fn doctor(common: &CommonArgs) -> Res {
         r.map_err(|e| RunError::Io("stdout".into(), e))?;
     }
     Ok(if all { Exit::Ok } else { Exit::No }.into())
+}
+
+/// Make and drop an idmapped view of `root`, as start would.
+fn idmap_probe(root: &std::path::Path) -> Result<(), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("sbx-doctor-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let a = crate::workspace::AGENT_ID;
+    let m = sbx_sys::idmap::swap(a, 0);
+    match sbx_sys::idmap::bind(root, dir.path(), &m, &m) {
+        Ok(()) => {
+            let _ = sbx_sys::idmap::detach(dir.path());
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(format!(
+            "an idmapped mount needs root: run sbx-run as root, or `chown -R {a}:{a} {}`",
+            root.display()
+        )),
+        Err(e) => Err(format!(
+            "this filesystem cannot make an idmapped mount ({e}): move the repository to ext4, xfs, btrfs or tmpfs, or `chown -R {a}:{a} {}`",
+            root.display()
+        )),
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -10,11 +10,16 @@ use sbx_core::config::{self, Loaded};
 use crate::RunError;
 use crate::names::Names;
 
+/// The agent's uid and gid inside every sandbox (the image's `agent`).
+pub const AGENT_ID: u32 = 1000;
+
 #[derive(Debug, Clone)]
 pub struct Workspace {
     pub path: PathBuf,
     pub names: Names,
     pub loaded: Loaded,
+    /// The workspace directory's owner on the host (uid, gid).
+    pub owner: (u32, u32),
 }
 
 impl Workspace {
@@ -28,11 +33,36 @@ impl Workspace {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
         let loaded = config::discover(common.config.as_deref(), env_config.as_deref(), &path)?;
-        Ok(Self {
+        Ok(Self::with_config(path, loaded))
+    }
+
+    pub fn with_config(path: PathBuf, loaded: Loaded) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(&path)
+            .map(|m| (m.uid(), m.gid()))
+            .unwrap_or((AGENT_ID, AGENT_ID));
+        Self {
             names: Names::new(&path, None),
             path,
             loaded,
-        })
+            owner,
+        }
+    }
+
+    /// True when the agent sees the workspace through an idmapped mount:
+    /// the owner is not the agent's uid and gid.
+    pub fn idmapped(&self) -> bool {
+        self.owner != (AGENT_ID, AGENT_ID)
+    }
+
+    /// What docker binds at /workspace/<repo>: the repository itself, or
+    /// the idmapped view of it that `prepare_mount` makes.
+    pub fn mount_source(&self) -> PathBuf {
+        if self.idmapped() {
+            idmap_dir(&self.names.container)
+        } else {
+            self.path.clone()
+        }
     }
 
     /// Where the workspace is mounted inside the sandbox.
@@ -76,4 +106,91 @@ pub fn resolve(path: Option<PathBuf>) -> Result<PathBuf, RunError> {
 
 fn is_repo(p: &Path) -> bool {
     p.join(".git").exists()
+}
+
+/// Per-sandbox host directory: `$SBX_RUN_DIR` (tests), else /run/sbx.
+pub fn run_dir(container: &str) -> PathBuf {
+    std::env::var_os("SBX_RUN_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/sbx"))
+        .join(container)
+}
+
+/// Where the idmapped view of a workspace is mounted on the host.
+pub fn idmap_dir(container: &str) -> PathBuf {
+    run_dir(container).join("workspace")
+}
+
+/// Make (or make anew, when ownership changed) the idmapped view of the
+/// workspace: on-disk owner <-> agent (uid 1000), every other id as is.
+/// Called before every `docker run`/`docker start` of the sandbox, so
+/// docker never binds an empty directory where the view should be.
+pub fn prepare_mount(ws: &Workspace) -> Result<(), RunError> {
+    if !ws.idmapped() {
+        return Ok(());
+    }
+    let dir = idmap_dir(&ws.names.container);
+    release_mount(&ws.names.container);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| RunError::Io(dir.clone(), e))?;
+    }
+    // Through the view the owner's files are uid 1000's: a host user of
+    // that uid must not reach it, so only root may enter its parent.
+    let parent = run_dir(&ws.names.container);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| RunError::Io(parent.clone(), e))?;
+    }
+    let (u, g) = ws.owner;
+    let r = sbx_sys::idmap::bind(
+        &ws.path,
+        &dir,
+        &sbx_sys::idmap::swap(AGENT_ID, u),
+        &sbx_sys::idmap::swap(AGENT_ID, g),
+    );
+    r.map_err(|e| idmap_error(ws, &e))
+}
+
+fn idmap_error(ws: &Workspace, e: &std::io::Error) -> RunError {
+    let (u, g) = ws.owner;
+    let p = ws.path.display();
+    let fix = format!("`chown -R {AGENT_ID}:{AGENT_ID} {p}`");
+    let msg = match e.kind() {
+        std::io::ErrorKind::PermissionDenied => format!(
+            "{p} is owned by {u}:{g}; the agent (uid {AGENT_ID}) can write it only through an idmapped mount, which needs root: run sbx-run as root, or {fix}"
+        ),
+        _ => {
+            let fs = sbx_sys::idmap::mount_of(&ws.path)
+                .map(|m| m.fstype)
+                .unwrap_or_else(|| "its filesystem".into());
+            format!(
+                "{p} is owned by {u}:{g}; the agent (uid {AGENT_ID}) can write it only through an idmapped mount, and {fs} on this kernel cannot make one ({e}): move the repository to ext4, xfs, btrfs or tmpfs (Linux >= 6.3), or {fix}"
+            )
+        }
+    };
+    RunError::Idmap(msg)
+}
+
+/// Undo `prepare_mount` (every copy stacked there), keeping nothing.
+pub fn release_mount(container: &str) {
+    let dir = idmap_dir(container);
+    for _ in 0..16 {
+        match sbx_sys::idmap::mount_of(&dir) {
+            Some(m) if m.point == dir => {
+                if sbx_sys::idmap::detach(&dir).is_err() {
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+    let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_dir(run_dir(container));
 }

@@ -7,6 +7,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+pub mod idmap;
+
 /// Find `program` the way execvp(3) would, but in the *child's* PATH: the
 /// environment the program will see, not ours (env(1) behaves the same).
 pub fn resolve_program(
@@ -81,6 +83,12 @@ pub fn setsockopt_bytes(
 }
 pub mod caps;
 pub use caps::{Creds, drop_to, keep_only_caps, unblock_signals};
+/// True when `p` is on a read-only mount (statvfs ST_RDONLY), whoever
+/// asks: mode bits and uid 0 do not change the answer.
+pub fn on_readonly_mount(p: &Path) -> bool {
+    nix::sys::statvfs::statvfs(p)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,8 @@
 //! through a symlink.
 #![forbid(unsafe_code)]
 
+pub mod lock;
+pub mod maint;
 pub mod manifest;
 pub mod restore;
 pub mod store;
@@ -17,8 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::{BoxError, IoContext, Message};
 use sbx_core::{Exit, config, output};
@@ -27,9 +27,6 @@ use serde::{Deserialize, Serialize};
 use store::Remote;
 
 const TOOL: &str = "sbx-backup";
-/// Blobs younger than this are never collected: an upload in progress may
-/// reference them in a manifest not yet written.
-const GC_GRACE: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -76,10 +73,42 @@ pub enum Cmd {
     Snapshots,
     /// Last good sync, lag and errors (also in the state dir's status.json).
     Status,
-    /// Check that every blob a snapshot references exists and hashes right.
-    Verify(VerifyArgs),
-    /// Delete blobs no snapshot references (older than an hour).
+    /// Check that every pack and blob the snapshots reference exists (and with --read-data hashes right); name the files a problem breaks.
+    Check(CheckArgs),
+    /// Remove snapshots by --keep-last/--keep-within, then delete the packs and blobs no snapshot references.
+    Prune(PruneArgs),
+    /// Same as `check --read-data` (kept for scripts).
+    #[command(hide = true)]
+    Verify(CheckArgs),
+    /// Same as `prune` without a rule (kept for scripts).
+    #[command(hide = true)]
     Gc,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Only this snapshot (default: all).
+    #[arg(long, value_name = "ID")]
+    pub snapshot: Option<String>,
+    /// Download every referenced pack and blob and check each file's hash.
+    #[arg(long)]
+    pub read_data: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Keep the N newest snapshots (the newest is always kept).
+    #[arg(long, value_name = "N")]
+    pub keep_last: Option<u32>,
+    /// Keep snapshots created within DURATION (e.g. 7d).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub keep_within: Option<Duration>,
+    /// Report what would go; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How long to wait for running syncs to finish.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -108,12 +137,6 @@ pub struct RestoreArgs {
     /// Restore over a non-empty directory.
     #[arg(long)]
     pub force: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct VerifyArgs {
-    #[arg(long, value_name = "ID")]
-    pub snapshot: Option<String>,
 }
 
 const AFTER_HELP: &str = "\
@@ -401,8 +424,32 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             }
             Ok(Exit::Ok)
         }
-        Cmd::Verify(a) => verify(&c, &rt, a.snapshot.as_deref(), &mut out, json),
-        Cmd::Gc => gc(&c, &rt, &mut out, json),
+        Cmd::Check(a) => check(&c, &rt, a.snapshot.as_deref(), a.read_data, &mut out, json),
+        Cmd::Verify(a) => check(&c, &rt, a.snapshot.as_deref(), true, &mut out, json),
+        Cmd::Prune(a) => prune(
+            &c,
+            &rt,
+            &maint::PruneOpts {
+                keep_last: a.keep_last,
+                keep_within: a.keep_within,
+                dry_run: a.dry_run,
+                wait: a.wait,
+            },
+            &mut out,
+            json,
+        ),
+        Cmd::Gc => prune(
+            &c,
+            &rt,
+            &maint::PruneOpts {
+                keep_last: None,
+                keep_within: None,
+                dry_run: false,
+                wait: Duration::from_secs(60),
+            },
+            &mut out,
+            json,
+        ),
     }
 }
 
@@ -555,103 +602,87 @@ fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
     Ok(Exit::Ok)
 }
 
-fn verify(
+fn check(
     c: &Ctx,
     rt: &tokio::runtime::Runtime,
     id: Option<&str>,
+    read_data: bool,
     out: &mut impl Write,
     json: bool,
 ) -> Result<Exit, BoxError> {
-    let (m, bad) = rt.block_on(async {
-        let m = restore::load(&c.remote, id).await?;
-        let hashes: HashSet<String> = m.entries.iter().filter_map(|e| e.hash.clone()).collect();
-        let bad: Vec<String> = futures::stream::iter(hashes.into_iter().map(|h| async move {
-            match c.remote.store.get(&c.remote.blob(&h)).await {
-                Ok(g) => {
-                    let mut s = g.into_stream();
-                    let mut hasher = blake3::Hasher::new();
-                    while let Some(chunk) = s.next().await {
-                        match chunk {
-                            Ok(b) => {
-                                hasher.update(&b);
-                            }
-                            Err(e) => return Some(format!("{h}: {e}")),
-                        }
-                    }
-                    (hasher.finalize().to_hex().as_str() != h)
-                        .then(|| format!("{h}: content does not match"))
-                }
-                Err(object_store::Error::NotFound { .. }) => Some(format!("{h}: missing")),
-                Err(e) => Some(format!("{h}: {e}")),
-            }
-        }))
-        .buffer_unordered(sync::PARALLEL)
-        .filter_map(|x| async move { x })
-        .collect()
-        .await;
-        Ok::<_, BoxError>((m, bad))
-    })?;
+    let rep = rt.block_on(maint::check(&c.remote, id, read_data))?;
     if json {
-        output::json_line(
-            out,
-            "verify",
-            &serde_json::json!({"snapshot": m.id, "bad": bad}),
-        )
-        .with_path("stdout")?;
+        output::json_line(out, "check", &rep).with_path("stdout")?;
     } else {
-        for b in &bad {
-            writeln!(out, "bad  {b}").with_path("stdout")?;
+        for p in &rep.problems {
+            writeln!(
+                out,
+                "bad  {}: {} ({} files)",
+                p.object,
+                p.why,
+                p.files.len()
+            )
+            .with_path("stdout")?;
+            for f in &p.files {
+                writeln!(out, "     {f}").with_path("stdout")?;
+            }
+        }
+        if !output::is_quiet() && rep.problems.is_empty() {
+            writeln!(
+                out,
+                "{} snapshots, {} packs, {} blobs: all present{}",
+                rep.snapshots,
+                rep.packs,
+                rep.blobs,
+                if read_data { " and right" } else { "" }
+            )
+            .with_path("stdout")?;
         }
     }
-    if bad.is_empty() {
+    if rep.problems.is_empty() {
         Ok(Exit::Ok)
     } else {
+        let files: usize = rep.problems.iter().map(|p| p.files.len()).sum();
         Err(Box::new(Message::new(
             Exit::DataErr,
-            format!("snapshot {}: {} blobs missing or corrupt", m.id, bad.len()),
+            format!(
+                "{}: {} objects missing or corrupt, {files} files affected",
+                c.remote.url,
+                rep.problems.len()
+            ),
         )))
     }
 }
 
-fn gc(
+fn prune(
     c: &Ctx,
     rt: &tokio::runtime::Runtime,
+    o: &maint::PruneOpts,
     out: &mut impl Write,
     json: bool,
 ) -> Result<Exit, BoxError> {
-    let deleted = rt.block_on(async {
-        let mut live = HashSet::new();
-        // Any manifest that cannot be read stops gc: its blobs are unknown.
-        for id in c.remote.snapshot_ids().await? {
-            let m = restore::load(&c.remote, Some(&id)).await?;
-            live.extend(m.entries.into_iter().filter_map(|e| e.hash));
-        }
-        let cutoff = now_unix() as i64 - GC_GRACE.as_secs() as i64;
-        let mut deleted = Vec::new();
-        for (h, stamp) in c.remote.blob_hashes().await? {
-            if !live.contains(&h) && stamp < cutoff {
-                c.remote
-                    .store
-                    .delete(&c.remote.blob(&h))
-                    .await
-                    .map_err(|e| c.remote.down(e))?;
-                deleted.push(h);
-            }
-        }
-        Ok::<_, BoxError>(deleted)
-    })?;
-    // The index may list deleted blobs as present: forget which blobs exist.
+    let rep = rt.block_on(maint::prune(&c.remote, o))?;
+    // The index may name deleted packs and blobs: forget where contents are.
     let ip = c.state_dir.join("index.json");
-    if ip.exists() {
+    if !o.dry_run && ip.exists() {
         let mut idx = sync::Index::load(&ip, &c.remote.url);
-        idx.blobs.clear();
+        idx.forget_locations();
         idx.store(&ip).with_path(&ip)?;
     }
     if json {
-        output::json_line(out, "gc", &serde_json::json!({"deleted": deleted.len()}))
-            .with_path("stdout")?;
+        output::json_line(out, "prune", &rep).with_path("stdout")?;
     } else if !output::is_quiet() {
-        writeln!(out, "deleted {} unreferenced blobs", deleted.len()).with_path("stdout")?;
+        writeln!(
+            out,
+            "{}removed {} snapshots (kept {}), deleted {} packs and {} blobs ({} bytes)",
+            if o.dry_run { "would have " } else { "" },
+            rep.removed_snapshots.len(),
+            rep.kept_snapshots.len(),
+            rep.deleted_packs,
+            rep.deleted_blobs,
+            rep.deleted_bytes
+        )
+        .with_path("stdout")?;
     }
     Ok(Exit::Ok)
 }

@@ -116,6 +116,9 @@ pub struct SyncArgs {
     /// Report what would be uploaded; upload and commit nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// How long to wait for a running prune to finish (then exit 75).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -306,7 +309,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
     let mut out = std::io::stdout().lock();
     match &cli.command {
         Cmd::Sync(a) => {
-            let r = rt.block_on(sync::sync(&c.remote, &opts(&c, a.dry_run)));
+            let r = rt.block_on(sync::sync(&c.remote, &opts(&c, a.dry_run, a.wait)));
             if !a.dry_run {
                 record(&c, &r);
             }
@@ -453,8 +456,9 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
     }
 }
 
-fn opts<'a>(c: &'a Ctx, dry_run: bool) -> sync::Options<'a> {
+fn opts<'a>(c: &'a Ctx, dry_run: bool, wait: Duration) -> sync::Options<'a> {
     sync::Options {
+        wait,
         home: &c.home,
         state_dir: &c.state_dir,
         excludes: &c.excludes,
@@ -489,6 +493,9 @@ fn print_sync(out: &mut impl Write, json: bool, r: &sync::Report) -> Result<(), 
     }
     Ok(())
 }
+
+/// How long a daemon pass waits for a prune before it fails (and is retried).
+const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// Passes between full walks even when the watcher saw nothing.
 const FULL_EVERY: u32 = 12;
@@ -532,7 +539,7 @@ fn daemon(
     };
     let watching = _watcher.is_some();
     let pass = || {
-        let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
+        let r = rt.block_on(sync::sync(&c.remote, &opts(c, false, LOCK_WAIT)));
         match &r {
             Ok(rep) => output::info(&format!(
                 "pass: {} files, uploaded {}",
@@ -708,6 +715,7 @@ mod tests {
             excludes: &[],
             keep: 2,
             dry_run: false,
+            wait: LOCK_WAIT,
         };
         let r = sync::sync(&remote, &o).await.unwrap();
         assert_eq!((r.files, r.symlinks, r.dirs, r.uploaded), (1, 1, 2, 1));

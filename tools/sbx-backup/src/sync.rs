@@ -124,6 +124,8 @@ pub struct Options<'a> {
     pub excludes: &'a [PathPattern],
     pub keep: u32,
     pub dry_run: bool,
+    /// How long to wait for a running prune.
+    pub wait: Duration,
 }
 
 fn ns(sec: i64, nsec: i64) -> i128 {
@@ -425,7 +427,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
 
     // Prune may not run from here to the commit; a prune that ran since the
     // index was written may have deleted what it says exists.
-    let lease = crate::lock::acquire(remote, crate::lock::Kind::Sync, LOCK_WAIT).await?;
+    let lease = crate::lock::acquire(remote, crate::lock::Kind::Sync, o.wait).await?;
     let r = commit(
         remote,
         o,
@@ -444,9 +446,6 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
 
 /// blake3 of no bytes: an empty file is never stored, only named.
 pub const EMPTY: &str = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262";
-
-/// How long a sync waits for a prune to finish.
-const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 fn digest(entries: &[Entry], skipped: &Skipped) -> String {
     blake3::hash(&serde_json::to_vec(&(entries, skipped)).expect("serializable"))

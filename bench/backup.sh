@@ -45,23 +45,28 @@ has full && hyperfine -N --runs 1 --export-csv "$TMP/full.csv" \
 count() { $rc lsf -R --files-only "s3:$1" | wc -l; }
 echo "objects  sbx-backup $(count sbx/home), restic $(count restic-bucket/home), rclone $(count rclone-bucket/home)"
 # No-op: nothing changed.
+# rclone's passes take a minute each (a HEAD per file): one run of them.
 has noop && hyperfine -N --warmup 1 --runs 5 --export-csv "$TMP/noop.csv" \
   -n "sbx-backup sync (no-op)" "$sbx sync" \
-  -n "restic backup (no-op)" "$rsb" \
+  -n "restic backup (no-op)" "$rsb" &&
+  hyperfine -N --runs 1 --export-csv "$TMP/noop-rclone.csv" \
   -n "rclone sync (no-op)" "$rc sync $TMP/home s3:rclone-bucket/home --links"
 # Incremental: 10 files changed before every run.
 printf '#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7 8 9; do head -c 1000 /dev/urandom > "%s/home/project/node_modules/pkg$i/lib/m0.js"; done\n' "$TMP" > "$TMP/touch10"
 chmod +x "$TMP/touch10"
 has incr && hyperfine -N --runs 3 --export-csv "$TMP/incr.csv" --prepare "$TMP/touch10" \
   -n "sbx-backup sync (10 changed)" "$sbx sync" \
-  -n "restic backup (10 changed)" "$rsb" \
+  -n "restic backup (10 changed)" "$rsb" &&
+  hyperfine -N --runs 1 --export-csv "$TMP/incr-rclone.csv" --prepare "$TMP/touch10" \
   -n "rclone sync (10 changed)" "$rc sync $TMP/home s3:rclone-bucket/home --links"
 # Full restore into an empty directory.
 has restore && hyperfine -N --runs 1 --export-csv "$TMP/restore.csv" \
   --prepare "sh -c 'rm -rf $TMP/r1; sync'" -n "sbx-backup restore" "$sbx restore --to $TMP/r1" \
   --prepare "sh -c 'rm -rf $TMP/r2; sync'" -n "restic restore" "$rs restore latest --target $TMP/r2" \
   --prepare "sh -c 'rm -rf $TMP/r3; sync'" -n "rclone copy (restore)" "$rc copy s3:rclone-bucket/home $TMP/r3 --links"
+# Medians, by name (rclone's no-op and incremental rows are in their own file).
 for f in $PHASES; do
-  awk -F, -v f=$f 'NR == 2 { a = $4 } NR == 3 { b = $4 } NR == 4 { c = $4 } END {
-    printf "%-8s sbx-backup %.3f s, restic %.3f s (%.2fx), rclone %.3f s (%.2fx)\n", f, a, b, b / a, c, c / a }' "$TMP/$f.csv"
+  cat "$TMP/$f.csv" "$TMP/$f-rclone.csv" 2>/dev/null | awk -F, -v f=$f '
+    /sbx-backup/ { a = $4 } /restic/ { b = $4 } /rclone/ { c = $4 } END {
+    printf "%-8s sbx-backup %.3f s, restic %.3f s (%.2fx), rclone %.3f s (%.2fx)\n", f, a, b, b / a, c, c / a }'
 done

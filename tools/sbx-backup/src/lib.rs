@@ -34,11 +34,13 @@ const TOOL: &str = "sbx-backup";
     version,
     about = "Incremental, content-addressed backup of the agent's home to an object store",
     long_about = "Incremental, content-addressed backup of the agent's home to an object store.\n\n\
-        Each file's content is stored once as blobs/<blake3> under the URL's prefix; each snapshot \
-        is one manifest (snapshots/<id>.json) holding every path with its type, mode, mtime, size, \
-        hash and symlink target, so modes, symlinks and empty directories survive and renames cost \
-        nothing. A local index of what was uploaded (size, mtime, ctime, inode, mode, hash) means \
-        an unchanged file costs one stat and no request. The manifest is written last, with a \
+        Files below 1 MiB are stored back to back in packs of about 4 MiB \
+        (packs/<blake3 of the pack>); larger files are one object each (blobs/<blake3>). Each \
+        snapshot is one manifest (snapshots/<id>.json) holding every path with its type, mode, \
+        mtime, size, hash, symlink target and pack and offset, so modes, symlinks and empty \
+        directories survive, renames cost nothing and equal contents are stored once. A local \
+        index of what was uploaded (size, mtime, ctime, inode, mode, hash, location) means an \
+        unchanged file costs one stat and no request. The manifest is written last, with a \
         conditional put: a reader never sees half a snapshot, and two writers cannot both commit \
         the same one.",
     after_long_help = AFTER_HELP
@@ -145,37 +147,59 @@ pub struct RestoreArgs {
 const AFTER_HELP: &str = "\
 Changes: every pass walks the home with lstat and compares each file with
 the index; only files whose size, mtime, ctime, inode or mode changed are
-hashed, and only blobs the store lacks are uploaded (8 in parallel; files
-over 8 MiB stream through multipart uploads). A file that changes while it
-is read (stat before and after differ, or the uploaded bytes do not hash
-right) keeps its last good version and is retried on the next pass.
+hashed, and only contents the store lacks are uploaded: small files in new
+packs (4 in parallel), large ones as objects (8 in parallel; over 8 MiB
+through multipart uploads). A file that changes while it is read (stat
+before and after differ, or the uploaded bytes do not hash right) keeps its
+last good version and is retried on the next pass. Restore fetches each
+pack's needed ranges with ranged GETs (neighbours coalesced), 8 at once,
+and checks every file's hash before renaming it into place.
 
 The daemon watches the home with inotify and skips a pass when nothing
 changed; a watcher overflow or error, or 12 quiet intervals, forces one.
 A pass is always a full stat walk (about 40 ms for 20,000 files), so an
 event the watcher missed is found by the next pass anyway.
 
-Never lossy: sync only ever adds blobs and manifests and deletes manifests
-beyond [backup].keep; blobs go only in `gc`, and only when no manifest
-references them and they are older than an hour. An empty home is backed up
-as an empty snapshot but never deletes an older one; `first-boot` restores
-the newest snapshot into a new, empty home. Sockets, FIFOs and devices are
+Never lossy: sync only ever adds packs, blobs and manifests and deletes
+manifests beyond [backup].keep; packs and blobs go only in `prune`, and
+only when no remaining manifest references them (a pack goes when its last
+file does; packs are not rewritten). An empty home is backed up as an
+empty snapshot but never deletes an older one; `first-boot` restores the
+newest snapshot into a new, empty home. Sockets, FIFOs and devices are
 skipped and counted; `*.lock` and the state dir are excluded, plus
 [backup].exclude (gitignore-style).
+
+Sync and prune on one store: each writes its own lock object
+(locks/<kind>-<id>.json) first and lists locks/ second, so two that
+conflict cannot both miss each other. A sync that will upload or commit
+waits (--wait) while a prune holds a lock; prune waits while anything
+else does. Holders rewrite their lock every 75 s; a lock not rewritten
+for 5 minutes, or one of a process of this host that no longer exists
+(a sync killed with -9), is stale. Prune first rewrites the store's
+`pruned` marker, so every later sync re-learns from the store where
+contents live instead of trusting its index.
+
+Stores written before packs (every file a blob, manifest version 1) are
+read as they are: restore, check and prune work on them, and the next sync
+adds packs beside the old blobs. No migration is needed.
 
 Credentials come from the environment only: AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT (and AWS_ALLOW_HTTP for a
 local server); GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT.
 
 Exit status: 0 done; 64 usage (a non-empty restore target without --force);
-65 a corrupted or foreign snapshot, a blob that does not hash right;
+65 a corrupted or foreign snapshot, a missing pack or blob, or one that
+does not hash right (check names the files affected);
 66 no snapshot; 74 unreadable files were skipped (the rest was synced);
-75 the backend is unavailable (nothing was deleted, retry later); 78 config.
+75 the backend is unavailable or locked by a prune/sync (nothing was
+deleted, retry later); 78 config.
 
 Examples:
   sbx-backup sync --json
   sbx-backup restore --to /tmp/home-copy
-  sbx-backup --url file:///var/tmp/sbx-backup snapshots";
+  sbx-backup --url file:///var/tmp/sbx-backup snapshots
+  sbx-backup prune --keep-last 10 --keep-within 7d
+  sbx-backup check --read-data";
 
 pub fn command() -> clap::Command {
     Cli::command()

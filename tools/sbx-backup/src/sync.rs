@@ -412,6 +412,10 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
         finish_counts(&mut rep, &entries);
         rep.unchanged = true;
         rep.snapshot = index.last_id.clone();
+        if rep.hashed == 0 {
+            // Every row came from the index as it is: no write, no fsync.
+            return Ok(rep);
+        }
         return save(o, &index_path, index, new_rows, &known, rep);
     }
     if o.dry_run {

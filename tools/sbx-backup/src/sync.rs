@@ -95,8 +95,10 @@ impl Index {
 
     pub fn store(&self, path: &Path) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
+        // No fsync: an index lost or older after a crash is still right
+        // (rows are used only when the stat matches; contents it names stay
+        // until a prune, which makes every sync re-learn them).
         fs::write(&tmp, serde_json::to_vec(self).expect("serializable"))?;
-        fs::File::open(&tmp)?.sync_all()?;
         fs::rename(tmp, path)
     }
 }
@@ -138,20 +140,84 @@ struct Walked {
     unreadable: Vec<String>,
 }
 
+/// Threads that walk the home: stat latency, not CPU, bounds a walk.
+const WALKERS: usize = 4;
+
+/// Walk the home with `WALKERS` threads sharing a stack of directories.
 fn walk(home: &Path, excludes: &PathSet) -> Walked {
+    use std::sync::{Condvar, Mutex};
+    // (directories to read, walkers busy reading one)
+    let shared = (Mutex::new((vec![PathBuf::new()], 0usize)), Condvar::new());
+    let parts: Vec<Walked> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..WALKERS)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut w = Walked {
+                        entries: Vec::new(),
+                        skipped: Skipped::default(),
+                        unreadable: Vec::new(),
+                    };
+                    let (lock, cv) = &shared;
+                    loop {
+                        let rel = {
+                            let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+                            loop {
+                                if let Some(r) = g.0.pop() {
+                                    g.1 += 1;
+                                    break Some(r);
+                                }
+                                if g.1 == 0 {
+                                    break None;
+                                }
+                                g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+                            }
+                        };
+                        let Some(rel) = rel else {
+                            cv.notify_all();
+                            return w;
+                        };
+                        let mut found = Vec::new();
+                        walk_dir(home, excludes, rel, &mut w, &mut found);
+                        let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+                        g.0.extend(found);
+                        g.1 -= 1;
+                        cv.notify_all();
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("walker")).collect()
+    });
     let mut w = Walked {
         entries: Vec::new(),
         skipped: Skipped::default(),
         unreadable: Vec::new(),
     };
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
+    for p in parts {
+        w.entries.extend(p.entries);
+        w.skipped.sockets += p.skipped.sockets;
+        w.skipped.fifos += p.skipped.fifos;
+        w.skipped.devices += p.skipped.devices;
+        w.unreadable.extend(p.unreadable);
+    }
+    w
+}
+
+/// Read one directory: its entries into `w`, its subdirectories onto `stack`.
+fn walk_dir(
+    home: &Path,
+    excludes: &PathSet,
+    rel: PathBuf,
+    w: &mut Walked,
+    stack: &mut Vec<PathBuf>,
+) {
+    {
         let dir = home.join(&rel);
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) => {
                 w.unreadable.push(format!("{}: {e}", dir.display()));
-                continue;
+                return;
             }
         };
         for de in rd.flatten() {
@@ -212,7 +278,6 @@ fn walk(home: &Path, excludes: &PathSet) -> Walked {
             w.entries.push((entry, md, full));
         }
     }
-    w
 }
 
 /// Hash a file while making sure it did not change under us.
@@ -312,7 +377,16 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
     let set = PathSet::new(&patterns)
         .map_err(|e| sbx_core::error::Message::new(sbx_core::Exit::Config, e.to_string()))?;
     let index_path = o.state_dir.join("index.json");
-    let mut index = Index::load(&index_path, &remote.url);
+    // Parse the index while the home is walked.
+    let loading = tokio::task::spawn_blocking({
+        let (p, url) = (index_path.clone(), remote.url.clone());
+        move || Index::load(&p, &url)
+    });
+    let walked = tokio::task::spawn_blocking({
+        let home = o.home.to_owned();
+        move || walk(&home, &set)
+    });
+    let mut index = loading.await.expect("index");
     let rows: HashMap<Vec<u8>, Row> = index.rows.drain(..).map(|(p, r)| (p.0, r)).collect();
     let mut known: HashMap<String, Loc> = index
         .blobs
@@ -326,12 +400,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
         )
         .collect();
 
-    let walked = tokio::task::spawn_blocking({
-        let home = o.home.to_owned();
-        move || walk(&home, &set)
-    })
-    .await
-    .expect("walk");
+    let walked = walked.await.expect("walk");
     let mut rep = Report {
         skipped: walked.skipped,
         unreadable: walked.unreadable,

@@ -66,7 +66,7 @@ has restore && hyperfine -N --runs 1 --export-csv "$TMP/restore.csv" \
   --prepare "sh -c 'rm -rf $TMP/r3; sync'" -n "rclone copy (restore)" "$rc copy s3:rclone-bucket/home $TMP/r3 --links"
 # Medians, by name (rclone's no-op and incremental rows are in their own file).
 for f in $PHASES; do
-  cat "$TMP/$f.csv" "$TMP/$f-rclone.csv" 2>/dev/null | awk -F, -v f=$f '
+  { cat "$TMP/$f.csv"; cat "$TMP/$f-rclone.csv" 2>/dev/null || true; } | awk -F, -v f=$f '
     /sbx-backup/ { a = $4 } /restic/ { b = $4 } /rclone/ { c = $4 } END {
     printf "%-8s sbx-backup %.3f s, restic %.3f s (%.2fx), rclone %.3f s (%.2fx)\n", f, a, b, b / a, c, c / a }'
 done

@@ -424,6 +424,16 @@ fn check_names_the_files(e: &Env, corrupt: bool) {
             1,
             "exactly the file whose bytes changed: {bad:?}"
         );
+        // Restore checks every file's hash before it lands.
+        let to = e.root.join("corrupt");
+        let o = e.run(&["restore", "--to", to.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(65),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("does not match"));
     }
 }
 
@@ -588,4 +598,37 @@ fn prune_and_sync_keep_out_of_each_other() {
     e.ok(&["prune", "--keep-last", "1", "--wait", "1s"]);
     assert_eq!(e.snapshots().len(), 1);
     restore_matches(&e, &[], "after");
+}
+
+/// A prune run elsewhere (another state dir) deletes a pack this sync's
+/// index still names: the `pruned` marker makes the sync re-learn what
+/// exists and upload the content again instead of referencing the gone pack.
+#[test]
+fn a_sync_after_a_prune_elsewhere_does_not_trust_its_index() {
+    let e = Env::file();
+    write(&e.home(), "keep", b"keep");
+    e.ok(&["sync"]);
+    write(&e.home(), "x", b"only in the middle snapshot");
+    e.ok(&["sync"]);
+    fs::remove_file(e.home().join("x")).unwrap();
+    e.ok(&["sync"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_sbx-backup"))
+        .arg("--config")
+        .arg(e.root.join("config.toml"))
+        .args(["--url", &e.url(), "--home"])
+        .arg(e.home())
+        .arg("--state-dir")
+        .arg(e.root.join("elsewhere"))
+        .args(["prune", "--keep-last", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["data"]["deleted_packs"], 1, "{v}");
+    // The same bytes come back; this index says they are in the deleted pack.
+    write(&e.home(), "x", b"only in the middle snapshot");
+    let r = e.ok(&["sync", "--json"]);
+    assert_eq!(r["data"]["uploaded"], 1, "{r}");
+    e.ok(&["check"]);
+    restore_matches(&e, &[], "back");
 }

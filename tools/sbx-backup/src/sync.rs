@@ -512,9 +512,15 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
         &lease,
     )
     .await;
-    lease.release().await;
-    r?;
-    save(o, &index_path, index, new_rows, &known, rep)
+    if let Err(e) = r {
+        lease.release().await;
+        return Err(e);
+    }
+    // The lock's DELETE goes out while the index is written.
+    let (_, saved) = tokio::join!(lease.release(), async {
+        save(o, &index_path, index, new_rows, &known, rep)
+    });
+    saved
 }
 
 /// blake3 of no bytes: an empty file is never stored, only named.

@@ -42,9 +42,12 @@ complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "restore" -d '
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "first-boot" -d 'Restore only when the home is new or empty and a snapshot exists; then mark it initialized'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "snapshots" -d 'List snapshots'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "status" -d 'Last good sync, lag and errors (also in the state dir\'s status.json)'
-complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "verify" -d 'Check that every blob a snapshot references exists and hashes right'
-complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "gc" -d 'Delete blobs no snapshot references (older than an hour)'
+complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "check" -d 'Check that every pack and blob the snapshots reference exists (and with --read-data hashes right); name the files a problem breaks'
+complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "prune" -d 'Remove snapshots by --keep-last/--keep-within, then delete the packs and blobs no snapshot references'
+complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "verify" -d 'Same as `check --read-data` (kept for scripts)'
+complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "gc" -d 'Same as `prune` without a rule (kept for scripts)'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand sync" -l wait -d 'How long to wait for a running prune to finish (then exit 75)' -r
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand sync" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -117,7 +120,35 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand status" -s q -l qu
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand status" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand status" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand status" -s h -l help -d 'Print help'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l snapshot -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l snapshot -d 'Only this snapshot (default: all)' -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l url -d 'Object store URL instead of [backup].url: gs://bucket/prefix, s3://bucket/prefix, file:///dir' -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l home -d 'The directory backed up and restored into by default' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l state-dir -d 'Index and status (default ~/.local/state/sbx-backup, never backed up)' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l read-data -d 'Download every referenced pack and blob and check each file\'s hash'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -s h -l help -d 'Print help'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l keep-last -d 'Keep the N newest snapshots (the newest is always kept)' -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l keep-within -d 'Keep snapshots created within DURATION (e.g. 7d)' -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l wait -d 'How long to wait for running syncs to finish' -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l url -d 'Object store URL instead of [backup].url: gs://bucket/prefix, s3://bucket/prefix, file:///dir' -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l home -d 'The directory backed up and restored into by default' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l state-dir -d 'Index and status (default ~/.local/state/sbx-backup, never backed up)' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l dry-run -d 'Report what would go; delete nothing'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -s h -l help -d 'Print help'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l snapshot -d 'Only this snapshot (default: all)' -r
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -125,6 +156,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l config 
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l url -d 'Object store URL instead of [backup].url: gs://bucket/prefix, s3://bucket/prefix, file:///dir' -r
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l home -d 'The directory backed up and restored into by default' -r -F
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l state-dir -d 'Index and status (default ~/.local/state/sbx-backup, never backed up)' -r -F
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l read-data -d 'Download every referenced pack and blob and check each file\'s hash'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand verify" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
@@ -140,12 +172,14 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -s q -l quiet 
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -s h -l help -d 'Print help'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "sync" -d 'One pass: upload what changed, commit a snapshot, apply retention'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "daemon" -d 'Sync every interval while files change, until SIGTERM (which lets the current pass finish)'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "restore" -d 'Restore a snapshot (default: the newest) into the home or --to DIR'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "first-boot" -d 'Restore only when the home is new or empty and a snapshot exists; then mark it initialized'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "snapshots" -d 'List snapshots'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "status" -d 'Last good sync, lag and errors (also in the state dir\'s status.json)'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "verify" -d 'Check that every blob a snapshot references exists and hashes right'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "gc" -d 'Delete blobs no snapshot references (older than an hour)'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status verify gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "sync" -d 'One pass: upload what changed, commit a snapshot, apply retention'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "daemon" -d 'Sync every interval while files change, until SIGTERM (which lets the current pass finish)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "restore" -d 'Restore a snapshot (default: the newest) into the home or --to DIR'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "first-boot" -d 'Restore only when the home is new or empty and a snapshot exists; then mark it initialized'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "snapshots" -d 'List snapshots'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "status" -d 'Last good sync, lag and errors (also in the state dir\'s status.json)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "check" -d 'Check that every pack and blob the snapshots reference exists (and with --read-data hashes right); name the files a problem breaks'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "prune" -d 'Remove snapshots by --keep-last/--keep-within, then delete the packs and blobs no snapshot references'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "verify" -d 'Same as `check --read-data` (kept for scripts)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "gc" -d 'Same as `prune` without a rule (kept for scripts)'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot snapshots status check prune verify gc help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

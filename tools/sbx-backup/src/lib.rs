@@ -4,6 +4,8 @@
 //! through a symlink.
 #![forbid(unsafe_code)]
 
+pub mod lock;
+pub mod maint;
 pub mod manifest;
 pub mod restore;
 pub mod store;
@@ -17,8 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::{BoxError, IoContext, Message};
 use sbx_core::{Exit, config, output};
@@ -27,9 +27,6 @@ use serde::{Deserialize, Serialize};
 use store::Remote;
 
 const TOOL: &str = "sbx-backup";
-/// Blobs younger than this are never collected: an upload in progress may
-/// reference them in a manifest not yet written.
-const GC_GRACE: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,11 +34,13 @@ const GC_GRACE: Duration = Duration::from_secs(3600);
     version,
     about = "Incremental, content-addressed backup of the agent's home to an object store",
     long_about = "Incremental, content-addressed backup of the agent's home to an object store.\n\n\
-        Each file's content is stored once as blobs/<blake3> under the URL's prefix; each snapshot \
-        is one manifest (snapshots/<id>.json) holding every path with its type, mode, mtime, size, \
-        hash and symlink target, so modes, symlinks and empty directories survive and renames cost \
-        nothing. A local index of what was uploaded (size, mtime, ctime, inode, mode, hash) means \
-        an unchanged file costs one stat and no request. The manifest is written last, with a \
+        Files below 1 MiB are stored back to back in packs of about 4 MiB \
+        (packs/<blake3 of the pack>); larger files are one object each (blobs/<blake3>). Each \
+        snapshot is one manifest (snapshots/<id>.json) holding every path with its type, mode, \
+        mtime, size, hash, symlink target and pack and offset, so modes, symlinks and empty \
+        directories survive, renames cost nothing and equal contents are stored once. A local \
+        index of what was uploaded (size, mtime, ctime, inode, mode, hash, location) means an \
+        unchanged file costs one stat and no request. The manifest is written last, with a \
         conditional put: a reader never sees half a snapshot, and two writers cannot both commit \
         the same one.",
     after_long_help = AFTER_HELP
@@ -76,10 +75,42 @@ pub enum Cmd {
     Snapshots,
     /// Last good sync, lag and errors (also in the state dir's status.json).
     Status,
-    /// Check that every blob a snapshot references exists and hashes right.
-    Verify(VerifyArgs),
-    /// Delete blobs no snapshot references (older than an hour).
+    /// Check that every pack and blob the snapshots reference exists (and with --read-data hashes right); name the files a problem breaks.
+    Check(CheckArgs),
+    /// Remove snapshots by --keep-last/--keep-within, then delete the packs and blobs no snapshot references.
+    Prune(PruneArgs),
+    /// Same as `check --read-data` (kept for scripts).
+    #[command(hide = true)]
+    Verify(CheckArgs),
+    /// Same as `prune` without a rule (kept for scripts).
+    #[command(hide = true)]
     Gc,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Only this snapshot (default: all).
+    #[arg(long, value_name = "ID")]
+    pub snapshot: Option<String>,
+    /// Download every referenced pack and blob and check each file's hash.
+    #[arg(long)]
+    pub read_data: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Keep the N newest snapshots (the newest is always kept).
+    #[arg(long, value_name = "N")]
+    pub keep_last: Option<u32>,
+    /// Keep snapshots created within DURATION (e.g. 7d).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub keep_within: Option<Duration>,
+    /// Report what would go; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How long to wait for running syncs to finish.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +118,9 @@ pub struct SyncArgs {
     /// Report what would be uploaded; upload and commit nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// How long to wait for a running prune to finish (then exit 75).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -110,46 +144,62 @@ pub struct RestoreArgs {
     pub force: bool,
 }
 
-#[derive(Debug, Args)]
-pub struct VerifyArgs {
-    #[arg(long, value_name = "ID")]
-    pub snapshot: Option<String>,
-}
-
 const AFTER_HELP: &str = "\
 Changes: every pass walks the home with lstat and compares each file with
 the index; only files whose size, mtime, ctime, inode or mode changed are
-hashed, and only blobs the store lacks are uploaded (8 in parallel; files
-over 8 MiB stream through multipart uploads). A file that changes while it
-is read (stat before and after differ, or the uploaded bytes do not hash
-right) keeps its last good version and is retried on the next pass.
+hashed, and only contents the store lacks are uploaded: small files in new
+packs (4 in parallel), large ones as objects (8 in parallel; over 8 MiB
+through multipart uploads). A file that changes while it is read (stat
+before and after differ, or the uploaded bytes do not hash right) keeps its
+last good version and is retried on the next pass. Restore fetches each
+pack's needed ranges with ranged GETs (neighbours coalesced), 8 at once,
+and checks every file's hash before renaming it into place.
 
 The daemon watches the home with inotify and skips a pass when nothing
 changed; a watcher overflow or error, or 12 quiet intervals, forces one.
 A pass is always a full stat walk (about 40 ms for 20,000 files), so an
 event the watcher missed is found by the next pass anyway.
 
-Never lossy: sync only ever adds blobs and manifests and deletes manifests
-beyond [backup].keep; blobs go only in `gc`, and only when no manifest
-references them and they are older than an hour. An empty home is backed up
-as an empty snapshot but never deletes an older one; `first-boot` restores
-the newest snapshot into a new, empty home. Sockets, FIFOs and devices are
+Never lossy: sync only ever adds packs, blobs and manifests and deletes
+manifests beyond [backup].keep; packs and blobs go only in `prune`, and
+only when no remaining manifest references them (a pack goes when its last
+file does; packs are not rewritten). An empty home is backed up as an
+empty snapshot but never deletes an older one; `first-boot` restores the
+newest snapshot into a new, empty home. Sockets, FIFOs and devices are
 skipped and counted; `*.lock` and the state dir are excluded, plus
 [backup].exclude (gitignore-style).
+
+Sync and prune on one store: each writes its own lock object
+(locks/<kind>-<id>.json) first and lists locks/ second, so two that
+conflict cannot both miss each other. A sync that will upload or commit
+waits (--wait) while a prune holds a lock; prune waits while anything
+else does. Holders rewrite their lock every 75 s; a lock not rewritten
+for 5 minutes, or one of a process of this host that no longer exists
+(a sync killed with -9), is stale. Prune first rewrites the store's
+`pruned` marker, so every later sync re-learns from the store where
+contents live instead of trusting its index.
+
+Stores written before packs (every file a blob, manifest version 1) are
+read as they are: restore, check and prune work on them, and the next sync
+adds packs beside the old blobs. No migration is needed.
 
 Credentials come from the environment only: AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT (and AWS_ALLOW_HTTP for a
 local server); GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT.
 
 Exit status: 0 done; 64 usage (a non-empty restore target without --force);
-65 a corrupted or foreign snapshot, a blob that does not hash right;
+65 a corrupted or foreign snapshot, a missing pack or blob, or one that
+does not hash right (check names the files affected);
 66 no snapshot; 74 unreadable files were skipped (the rest was synced);
-75 the backend is unavailable (nothing was deleted, retry later); 78 config.
+75 the backend is unavailable or locked by a prune/sync (nothing was
+deleted, retry later); 78 config.
 
 Examples:
   sbx-backup sync --json
   sbx-backup restore --to /tmp/home-copy
-  sbx-backup --url file:///var/tmp/sbx-backup snapshots";
+  sbx-backup --url file:///var/tmp/sbx-backup snapshots
+  sbx-backup prune --keep-last 10 --keep-within 7d
+  sbx-backup check --read-data";
 
 pub fn command() -> clap::Command {
     Cli::command()
@@ -283,7 +333,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
     let mut out = std::io::stdout().lock();
     match &cli.command {
         Cmd::Sync(a) => {
-            let r = rt.block_on(sync::sync(&c.remote, &opts(&c, a.dry_run)));
+            let r = rt.block_on(sync::sync(&c.remote, &opts(&c, a.dry_run, a.wait)));
             if !a.dry_run {
                 record(&c, &r);
             }
@@ -401,13 +451,38 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             }
             Ok(Exit::Ok)
         }
-        Cmd::Verify(a) => verify(&c, &rt, a.snapshot.as_deref(), &mut out, json),
-        Cmd::Gc => gc(&c, &rt, &mut out, json),
+        Cmd::Check(a) => check(&c, &rt, a.snapshot.as_deref(), a.read_data, &mut out, json),
+        Cmd::Verify(a) => check(&c, &rt, a.snapshot.as_deref(), true, &mut out, json),
+        Cmd::Prune(a) => prune(
+            &c,
+            &rt,
+            &maint::PruneOpts {
+                keep_last: a.keep_last,
+                keep_within: a.keep_within,
+                dry_run: a.dry_run,
+                wait: a.wait,
+            },
+            &mut out,
+            json,
+        ),
+        Cmd::Gc => prune(
+            &c,
+            &rt,
+            &maint::PruneOpts {
+                keep_last: None,
+                keep_within: None,
+                dry_run: false,
+                wait: Duration::from_secs(60),
+            },
+            &mut out,
+            json,
+        ),
     }
 }
 
-fn opts<'a>(c: &'a Ctx, dry_run: bool) -> sync::Options<'a> {
+fn opts<'a>(c: &'a Ctx, dry_run: bool, wait: Duration) -> sync::Options<'a> {
     sync::Options {
+        wait,
         home: &c.home,
         state_dir: &c.state_dir,
         excludes: &c.excludes,
@@ -442,6 +517,9 @@ fn print_sync(out: &mut impl Write, json: bool, r: &sync::Report) -> Result<(), 
     }
     Ok(())
 }
+
+/// How long a daemon pass waits for a prune before it fails (and is retried).
+const LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// Passes between full walks even when the watcher saw nothing.
 const FULL_EVERY: u32 = 12;
@@ -485,7 +563,7 @@ fn daemon(
     };
     let watching = _watcher.is_some();
     let pass = || {
-        let r = rt.block_on(sync::sync(&c.remote, &opts(c, false)));
+        let r = rt.block_on(sync::sync(&c.remote, &opts(c, false, LOCK_WAIT)));
         match &r {
             Ok(rep) => output::info(&format!(
                 "pass: {} files, uploaded {}",
@@ -555,103 +633,87 @@ fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
     Ok(Exit::Ok)
 }
 
-fn verify(
+fn check(
     c: &Ctx,
     rt: &tokio::runtime::Runtime,
     id: Option<&str>,
+    read_data: bool,
     out: &mut impl Write,
     json: bool,
 ) -> Result<Exit, BoxError> {
-    let (m, bad) = rt.block_on(async {
-        let m = restore::load(&c.remote, id).await?;
-        let hashes: HashSet<String> = m.entries.iter().filter_map(|e| e.hash.clone()).collect();
-        let bad: Vec<String> = futures::stream::iter(hashes.into_iter().map(|h| async move {
-            match c.remote.store.get(&c.remote.blob(&h)).await {
-                Ok(g) => {
-                    let mut s = g.into_stream();
-                    let mut hasher = blake3::Hasher::new();
-                    while let Some(chunk) = s.next().await {
-                        match chunk {
-                            Ok(b) => {
-                                hasher.update(&b);
-                            }
-                            Err(e) => return Some(format!("{h}: {e}")),
-                        }
-                    }
-                    (hasher.finalize().to_hex().as_str() != h)
-                        .then(|| format!("{h}: content does not match"))
-                }
-                Err(object_store::Error::NotFound { .. }) => Some(format!("{h}: missing")),
-                Err(e) => Some(format!("{h}: {e}")),
-            }
-        }))
-        .buffer_unordered(sync::PARALLEL)
-        .filter_map(|x| async move { x })
-        .collect()
-        .await;
-        Ok::<_, BoxError>((m, bad))
-    })?;
+    let rep = rt.block_on(maint::check(&c.remote, id, read_data))?;
     if json {
-        output::json_line(
-            out,
-            "verify",
-            &serde_json::json!({"snapshot": m.id, "bad": bad}),
-        )
-        .with_path("stdout")?;
+        output::json_line(out, "check", &rep).with_path("stdout")?;
     } else {
-        for b in &bad {
-            writeln!(out, "bad  {b}").with_path("stdout")?;
+        for p in &rep.problems {
+            writeln!(
+                out,
+                "bad  {}: {} ({} files)",
+                p.object,
+                p.why,
+                p.files.len()
+            )
+            .with_path("stdout")?;
+            for f in &p.files {
+                writeln!(out, "     {f}").with_path("stdout")?;
+            }
+        }
+        if !output::is_quiet() && rep.problems.is_empty() {
+            writeln!(
+                out,
+                "{} snapshots, {} packs, {} blobs: all present{}",
+                rep.snapshots,
+                rep.packs,
+                rep.blobs,
+                if read_data { " and right" } else { "" }
+            )
+            .with_path("stdout")?;
         }
     }
-    if bad.is_empty() {
+    if rep.problems.is_empty() {
         Ok(Exit::Ok)
     } else {
+        let files: usize = rep.problems.iter().map(|p| p.files.len()).sum();
         Err(Box::new(Message::new(
             Exit::DataErr,
-            format!("snapshot {}: {} blobs missing or corrupt", m.id, bad.len()),
+            format!(
+                "{}: {} objects missing or corrupt, {files} files affected",
+                c.remote.url,
+                rep.problems.len()
+            ),
         )))
     }
 }
 
-fn gc(
+fn prune(
     c: &Ctx,
     rt: &tokio::runtime::Runtime,
+    o: &maint::PruneOpts,
     out: &mut impl Write,
     json: bool,
 ) -> Result<Exit, BoxError> {
-    let deleted = rt.block_on(async {
-        let mut live = HashSet::new();
-        // Any manifest that cannot be read stops gc: its blobs are unknown.
-        for id in c.remote.snapshot_ids().await? {
-            let m = restore::load(&c.remote, Some(&id)).await?;
-            live.extend(m.entries.into_iter().filter_map(|e| e.hash));
-        }
-        let cutoff = now_unix() as i64 - GC_GRACE.as_secs() as i64;
-        let mut deleted = Vec::new();
-        for (h, stamp) in c.remote.blob_hashes().await? {
-            if !live.contains(&h) && stamp < cutoff {
-                c.remote
-                    .store
-                    .delete(&c.remote.blob(&h))
-                    .await
-                    .map_err(|e| c.remote.down(e))?;
-                deleted.push(h);
-            }
-        }
-        Ok::<_, BoxError>(deleted)
-    })?;
-    // The index may list deleted blobs as present: forget which blobs exist.
+    let rep = rt.block_on(maint::prune(&c.remote, o))?;
+    // The index may name deleted packs and blobs: forget where contents are.
     let ip = c.state_dir.join("index.json");
-    if ip.exists() {
+    if !o.dry_run && ip.exists() {
         let mut idx = sync::Index::load(&ip, &c.remote.url);
-        idx.blobs.clear();
+        idx.forget_locations();
         idx.store(&ip).with_path(&ip)?;
     }
     if json {
-        output::json_line(out, "gc", &serde_json::json!({"deleted": deleted.len()}))
-            .with_path("stdout")?;
+        output::json_line(out, "prune", &rep).with_path("stdout")?;
     } else if !output::is_quiet() {
-        writeln!(out, "deleted {} unreferenced blobs", deleted.len()).with_path("stdout")?;
+        writeln!(
+            out,
+            "{}removed {} snapshots (kept {}), deleted {} packs and {} blobs ({} bytes)",
+            if o.dry_run { "would have " } else { "" },
+            rep.removed_snapshots.len(),
+            rep.kept_snapshots.len(),
+            rep.deleted_packs,
+            rep.deleted_blobs,
+            rep.deleted_bytes
+        )
+        .with_path("stdout")?;
     }
     Ok(Exit::Ok)
 }
@@ -677,6 +739,7 @@ mod tests {
             excludes: &[],
             keep: 2,
             dry_run: false,
+            wait: LOCK_WAIT,
         };
         let r = sync::sync(&remote, &o).await.unwrap();
         assert_eq!((r.files, r.symlinks, r.dirs, r.uploaded), (1, 1, 2, 1));

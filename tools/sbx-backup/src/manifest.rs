@@ -1,6 +1,7 @@
 //! A snapshot: every path of the home with its POSIX metadata and, for
-//! files, the content hash of the blob holding it. Written last, with a
-//! conditional put, so a snapshot that can be read is a whole one.
+//! files, the content hash and where the bytes live (a range of a pack, or
+//! a blob of their own). Written last, with a conditional put, so a
+//! snapshot that can be read is a whole one.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -9,7 +10,9 @@ use base64::Engine;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub const FORMAT: &str = "sbx-backup";
-pub const VERSION: u32 = 1;
+/// 1: every file is `blobs/<hash>`. 2: small files may live in packs
+/// (`pack` + `offset`); version 1 manifests are read as they are.
+pub const VERSION: u32 = 2;
 
 /// A path relative to the home, as bytes: a string when UTF-8, else
 /// `{"b64": …}` so non-UTF-8 names survive the round trip.
@@ -92,6 +95,16 @@ pub struct Entry {
     /// The link target verbatim; symlinks only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<RelPath>,
+    /// The pack (an index into the manifest's `packs`) holding the content
+    /// at `offset` (`size` bytes); absent: the content is `blobs/<hash>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+}
+
+pub fn is_hash(h: &str) -> bool {
+    h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -113,6 +126,9 @@ pub struct Manifest {
     pub created: String,
     pub entries: Vec<Entry>,
     pub skipped: Skipped,
+    /// Pack ids (blake3 of the pack, hex) the entries' `pack` indexes name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packs: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +167,9 @@ impl Manifest {
     /// Paths are safe and unique, files have hashes, nothing sits below a
     /// symlink (restoring it would write through the link).
     pub fn check(&self) -> Result<(), String> {
+        if let Some(p) = self.packs.iter().find(|p| !is_hash(p)) {
+            return Err(format!("invalid pack id {p:?}"));
+        }
         let mut links = std::collections::HashSet::new();
         let mut seen = std::collections::HashSet::new();
         for e in &self.entries {
@@ -161,12 +180,17 @@ impl Manifest {
                 return Err(format!("duplicate path {:?}", e.path.as_path()));
             }
             match e.kind {
-                Kind::File
-                    if e.hash.as_deref().is_none_or(|h| {
-                        h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit())
-                    }) =>
-                {
+                Kind::File if e.hash.as_deref().is_none_or(|h| !is_hash(h)) => {
                     return Err(format!("file {:?} has no valid hash", e.path.as_path()));
+                }
+                Kind::File
+                    if e.pack.is_some_and(|p| p as usize >= self.packs.len())
+                        || e.pack.is_some() != e.offset.is_some() =>
+                {
+                    return Err(format!(
+                        "file {:?} has an invalid pack location",
+                        e.path.as_path()
+                    ));
                 }
                 Kind::Symlink if e.target.is_none() => {
                     return Err(format!("symlink {:?} has no target", e.path.as_path()));
@@ -190,6 +214,11 @@ impl Manifest {
         Ok(())
     }
 
+    /// Where an entry's content lives: (pack id, offset) or None for a blob.
+    pub fn location(&self, e: &Entry) -> Option<(&str, u64)> {
+        Some((self.packs.get(e.pack? as usize)?.as_str(), e.offset?))
+    }
+
     pub fn bytes(&self) -> u64 {
         self.entries.iter().map(|e| e.size).sum()
     }
@@ -207,6 +236,7 @@ mod tests {
             created: "t".into(),
             entries,
             skipped: Skipped::default(),
+            packs: Vec::new(),
         }
     }
 
@@ -219,6 +249,8 @@ mod tests {
             size: 1,
             hash: Some("a".repeat(64)),
             target: None,
+            pack: None,
+            offset: None,
         }
     }
 

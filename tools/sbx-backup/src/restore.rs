@@ -1,7 +1,10 @@
-//! Restore a snapshot into a directory: content first (temp file, fsync,
-//! rename), symlinks after every file (so nothing is written through one),
-//! then modes and mtimes, directories deepest first.
+//! Restore a snapshot into a directory: content first (temp file, rename;
+//! packs fetched with ranged GETs, several at once), symlinks after every
+//! file (so nothing is written through one), then modes and mtimes,
+//! directories deepest first, and one syncfs before the in-progress marker
+//! goes.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{PermissionsExt, symlink};
@@ -16,7 +19,10 @@ use sbx_core::error::Message;
 
 use crate::manifest::{Kind, Manifest};
 use crate::store::Remote;
-use crate::sync::PARALLEL;
+use crate::sync::{EMPTY, PARALLEL};
+
+/// Ranges of a pack closer than this are fetched as one GET.
+const COALESCE: u64 = 1 << 20;
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Report {
@@ -97,12 +103,7 @@ fn set_times(p: &Path, mtime_ns: i128, follow: bool) -> std::io::Result<()> {
 }
 
 async fn fetch(remote: &Remote, hash: &str, dest: &Path) -> Res<u64> {
-    let tmp = dest.with_file_name(format!(
-        ".{}.sbx-restore",
-        dest.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    ));
+    let tmp = tmp_of(dest);
     let got = remote
         .store
         .get(&remote.blob(hash))
@@ -142,8 +143,16 @@ async fn fetch(remote: &Remote, hash: &str, dest: &Path) -> Res<u64> {
         };
         h.update(&chunk);
         n += chunk.len() as u64;
-        f.write_all(&chunk).map_err(|e| fail(&tmp, e))?;
+        // Runs of zeros become holes: a sparse file restores sparse.
+        if chunk.iter().all(|b| *b == 0) {
+            use std::io::Seek;
+            f.seek(std::io::SeekFrom::Current(chunk.len() as i64))
+                .map_err(|e| fail(&tmp, e))?;
+        } else {
+            f.write_all(&chunk).map_err(|e| fail(&tmp, e))?;
+        }
     }
+    f.set_len(n).map_err(|e| fail(&tmp, e))?;
     f.sync_all().map_err(|e| fail(&tmp, e))?;
     if h.finalize().to_hex().as_str() != hash {
         let _ = fs::remove_file(&tmp);
@@ -154,6 +163,96 @@ async fn fetch(remote: &Remote, hash: &str, dest: &Path) -> Res<u64> {
     }
     fs::rename(&tmp, dest).map_err(|e| fail(&tmp, e))?;
     Ok(n)
+}
+
+fn tmp_of(dest: &Path) -> PathBuf {
+    dest.with_file_name(format!(
+        ".{}.sbx-restore",
+        dest.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ))
+}
+
+/// Write `bytes` to `dest` through a temporary file, after checking they
+/// hash to `hash` (`what` names their origin in the error).
+fn write_file(dest: &Path, bytes: &[u8], hash: &str, what: &str) -> Res<()> {
+    if blake3::hash(bytes).to_hex().as_str() != hash {
+        return Err(msg(
+            Exit::DataErr,
+            format!(
+                "{}: content {hash}{what} does not match its hash",
+                dest.display()
+            ),
+        ));
+    }
+    let tmp = tmp_of(dest);
+    let r = fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| fs::rename(&tmp, dest));
+    r.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        let hint = if e.raw_os_error() == Some(nix::libc::ENOSPC) {
+            " (disk full; the partial file was removed)"
+        } else {
+            ""
+        };
+        msg(Exit::IoErr, format!("{}: {e}{hint}", tmp.display()))
+    })
+}
+
+/// Fetch the ranges of one pack the files need (neighbours coalesced into
+/// one GET) and write the files. Returns (files, bytes).
+async fn fetch_pack(
+    remote: &Remote,
+    pack: String,
+    mut files: Vec<(String, PathBuf, u64, u64)>,
+) -> Res<(u64, u64)> {
+    files.sort_by_key(|f| f.2);
+    let mut spans: Vec<std::ops::Range<u64>> = Vec::new();
+    for (_, _, off, size) in &files {
+        match spans.last_mut() {
+            Some(s) if *off <= s.end + COALESCE => s.end = s.end.max(off + size),
+            _ => spans.push(*off..off + size),
+        }
+    }
+    let loc = remote.pack(&pack);
+    let got = remote
+        .store
+        .get_ranges(&loc, &spans)
+        .await
+        .map_err(|e| match e {
+            object_store::Error::NotFound { .. } => msg(
+                Exit::DataErr,
+                format!(
+                    "pack {pack} is missing from {} ({} files need it, e.g. {})",
+                    remote.url,
+                    files.len(),
+                    files[0].1.display()
+                ),
+            ),
+            e => Box::new(remote.down(e)),
+        })?;
+    tokio::task::spawn_blocking(move || {
+        let mut bytes = 0;
+        let what = format!(" in pack {pack}");
+        for (h, p, off, size) in &files {
+            let i = spans.partition_point(|s| s.end < off + size);
+            let (s, b) = (&spans[i], &got[i]);
+            let from = (off - s.start) as usize;
+            let Some(slice) = b.get(from..from + *size as usize) else {
+                return Err(msg(
+                    Exit::DataErr,
+                    format!("{}: pack {pack} is too short", p.display()),
+                ));
+            };
+            write_file(p, slice, h, &what)?;
+            bytes += size;
+        }
+        Ok((files.len() as u64, bytes))
+    })
+    .await
+    .expect("restore task")
 }
 
 /// Restore `m` into `to`. Files already there with the right size and
@@ -207,8 +306,10 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
         fs::set_permissions(&p, fs::Permissions::from_mode(0o700)).ok();
         rep.dirs += 1;
     }
-    // Files in parallel.
-    let mut jobs = Vec::new();
+    // Files in parallel: one task per pack (ranged GETs), one per blob.
+    let mut empties = Vec::new();
+    let mut blobs = Vec::new();
+    let mut packed: HashMap<&str, Vec<(String, PathBuf, u64, u64)>> = HashMap::new();
     for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
         let p = path(e);
         if !inside(&to, &p) {
@@ -232,18 +333,33 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
                 fs::remove_dir_all(&p).ok();
             }
         }
-        jobs.push((e.hash.clone().expect("checked"), p, e.size));
+        let h = e.hash.clone().expect("checked");
+        match m.location(e) {
+            _ if e.size == 0 && h == EMPTY => empties.push(p),
+            Some((pack, off)) => packed.entry(pack).or_default().push((h, p, off, e.size)),
+            None => blobs.push((h, p)),
+        }
     }
-    let results: Vec<Res<u64>> = futures::stream::iter(
-        jobs.into_iter()
-            .map(|(h, p, _)| async move { fetch(remote, &h, &p).await }),
+    for p in empties {
+        write_file(&p, &[], blake3::hash(b"").to_hex().as_str(), "")?;
+        rep.files += 1;
+    }
+    let results: Vec<Res<(u64, u64)>> = futures::stream::iter(
+        blobs
+            .into_iter()
+            .map(|(h, p)| async move { fetch(remote, &h, &p).await.map(|n| (1, n)) })
+            .map(futures::future::Either::Left)
+            .chain(packed.into_iter().map(|(pack, files)| {
+                futures::future::Either::Right(fetch_pack(remote, pack.to_owned(), files))
+            })),
     )
     .buffer_unordered(PARALLEL)
     .collect()
     .await;
     for r in results {
-        rep.bytes += r?;
-        rep.files += 1;
+        let (files, bytes) = r?;
+        rep.bytes += bytes;
+        rep.files += files;
     }
     // Symlinks last: nothing was written through them.
     for e in m.entries.iter().filter(|e| e.kind == Kind::Symlink) {
@@ -283,6 +399,11 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     }
     let mut dirs: Vec<_> = m.entries.iter().filter(|e| e.kind == Kind::Dir).collect();
     dirs.sort_by_key(|e| std::cmp::Reverse(e.path.0.iter().filter(|b| **b == b'/').count()));
+    // Durable before the marker goes: one syncfs instead of one fsync per file.
+    if let Ok(d) = fs::File::open(&to) {
+        nix::unistd::syncfs(&d)
+            .map_err(|er| msg(Exit::IoErr, format!("{}: syncfs: {er}", to.display())))?;
+    }
     fs::remove_file(&marker).ok();
     for e in dirs {
         let p = path(e);

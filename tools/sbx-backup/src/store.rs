@@ -1,5 +1,8 @@
 //! The object store behind a URL, and where things live in it:
-//! `<prefix>/blobs/<2 hex>/<blake3>` and `<prefix>/snapshots/<id>.json`.
+//! `<prefix>/packs/<2 hex>/<blake3 of the pack>` (small files, back to
+//! back), `<prefix>/blobs/<2 hex>/<blake3>` (a large file each),
+//! `<prefix>/snapshots/<id>.json`, `<prefix>/locks/<kind>-<id>.json` and
+//! `<prefix>/pruned` (changed by every prune that deletes anything).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +126,22 @@ impl Remote {
         self.child(&["blobs", &hash[..2], hash])
     }
 
+    pub fn pack(&self, id: &str) -> Path {
+        self.child(&["packs", &id[..2], id])
+    }
+
+    pub fn lock(&self, name: &str) -> Path {
+        self.child(&["locks", &format!("{name}.json")])
+    }
+
+    pub fn locks_dir(&self) -> Path {
+        self.child(&["locks"])
+    }
+
+    pub fn pruned(&self) -> Path {
+        self.child(&["pruned"])
+    }
+
     pub fn snapshot(&self, id: &str) -> Path {
         self.child(&["snapshots", &format!("{id}.json")])
     }
@@ -155,22 +174,27 @@ impl Remote {
         Ok(ids)
     }
 
-    /// Every blob hash in the store, with its last-modified time (Unix seconds).
-    pub async fn blob_hashes(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    /// Every blob hash in the store, with its size.
+    pub async fn blob_hashes(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.names("blobs").await
+    }
+
+    /// Every pack id in the store, with its size.
+    pub async fn pack_ids(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.names("packs").await
+    }
+
+    async fn names(&self, dir: &str) -> Result<Vec<(String, u64)>, StoreError> {
         let metas: Vec<_> = self
             .store
-            .list(Some(&self.child(&["blobs"])))
+            .list(Some(&self.child(&[dir])))
             .try_collect()
             .await
             .map_err(|e| self.down(e))?;
         Ok(metas
             .iter()
-            .filter_map(|m| {
-                Some((
-                    m.location.filename()?.to_owned(),
-                    m.last_modified.timestamp(),
-                ))
-            })
+            .filter_map(|m| Some((m.location.filename()?.to_owned(), m.size)))
+            .filter(|(n, _)| crate::manifest::is_hash(n))
             .collect())
     }
 }

@@ -96,8 +96,13 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
         )
         .unwrap();
     }
+    // Above the pack threshold: objects of their own, multipart past 8 MiB.
     for i in 0..4 {
-        fs::write(home.join(format!("big{i}")), vec![i as u8; 12 << 20]).unwrap();
+        fs::write(
+            home.join(format!("big{i}")),
+            vec![i as u8; (2 + 3 * i) << 20],
+        )
+        .unwrap();
     }
     assert!(bin(root, &home, &["sync"]).status().unwrap().success());
     // Which tree each committed snapshot must restore to.
@@ -105,13 +110,19 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
     expected.insert(snapshot_ids(root).pop().unwrap(), tree(&home));
     // The kill points span an incremental pass like the rounds' (one large
     // file rewritten), not the first full one, which takes several times longer.
-    fs::write(home.join("big0"), vec![0xee; 12 << 20]).unwrap();
+    fs::write(home.join("big0"), vec![0xee; 2 << 20]).unwrap();
     let t = Instant::now();
     assert!(bin(root, &home, &["sync"]).status().unwrap().success());
     let pass = t.elapsed();
     expected.insert(snapshot_ids(root).pop().unwrap(), tree(&home));
     let mut kills = 0;
-    for round in 0..20u64 {
+    let mut round = 0u64;
+    while kills < 50 {
+        round += 1;
+        assert!(
+            round < 400,
+            "only {kills} of {round} syncs were killed mid-way"
+        );
         // A change: edit, add, delete, chmod, and one large file rewritten.
         let k = rng.next() % 300;
         let f = home.join(format!("d{}/f{k}", k % 17));
@@ -126,9 +137,10 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
             fs::Permissions::from_mode(if round % 2 == 0 { 0o700 } else { 0o755 }),
         )
         .unwrap();
+        let b = round % 4;
         fs::write(
-            home.join(format!("big{}", round % 4)),
-            vec![round as u8 + 7; 12 << 20],
+            home.join(format!("big{b}")),
+            vec![round as u8 + 7; ((2 + 3 * b) << 20) as usize],
         )
         .unwrap();
         let want = tree(&home);
@@ -149,7 +161,6 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
     assert!(bin(root, &home, &["sync"]).status().unwrap().success());
     let last = snapshot_ids(root).pop().unwrap();
     expected.entry(last.clone()).or_insert_with(|| tree(&home));
-    assert!(kills >= 5, "only {kills} syncs were killed mid-way");
 
     for (id, want) in &expected {
         let to = root.join(format!("r-{id}"));
@@ -175,4 +186,23 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The killed syncs' locks name dead processes of this host: prune goes
+    // ahead, drops what only the killed passes uploaded, and the rest checks out.
+    let o = bin(root, &home, &["prune", "--keep-last", "3", "--wait", "5s"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = bin(root, &home, &["check", "--read-data"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let to = root.join("after-prune");
+    let o = bin(root, &home, &["restore", "--to", to.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        tree(&to) == expected[&last],
+        "the newest snapshot changed after prune"
+    );
 }

@@ -7,7 +7,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 const MOTO: &str = "/opt/sbx/moto/bin/moto_server";
@@ -59,8 +59,9 @@ fn moto() -> Option<Moto> {
     panic!("moto_server did not start");
 }
 
-/// A relay to `to` that can be cut (new and open connections dropped).
-fn relay(to: u16, up: Arc<AtomicBool>) -> u16 {
+/// A relay to `to` that can be cut (new and open connections dropped),
+/// counting the bytes it forwards to the server in `sent`.
+fn relay(to: u16, up: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -71,14 +72,21 @@ fn relay(to: u16, up: Arc<AtomicBool>) -> u16 {
             let Ok(s) = TcpStream::connect(("127.0.0.1", to)) else {
                 continue;
             };
-            for (mut a, mut b) in [(c.try_clone().unwrap(), s.try_clone().unwrap()), (s, c)] {
+            for (i, (mut a, mut b)) in [(c.try_clone().unwrap(), s.try_clone().unwrap()), (s, c)]
+                .into_iter()
+                .enumerate()
+            {
                 let up = up.clone();
+                let sent = (i == 0).then(|| sent.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 65536];
                     while up.load(Ordering::SeqCst) {
                         match a.read(&mut buf) {
                             Ok(0) | Err(_) => break,
                             Ok(n) => {
+                                if let Some(s) = &sent {
+                                    s.fetch_add(n as u64, Ordering::SeqCst);
+                                }
                                 if b.write_all(&buf[..n]).is_err() {
                                     break;
                                 }
@@ -140,7 +148,8 @@ fn s3_round_trip_and_a_server_that_stops_mid_sync() {
     }
     std::fs::write(home.join("big"), vec![7u8; 20 << 20]).unwrap(); // multipart
     let up = Arc::new(AtomicBool::new(true));
-    let port = relay(m.1, up.clone());
+    let sent = Arc::new(AtomicU64::new(0));
+    let port = relay(m.1, up.clone(), sent.clone());
 
     let o = run(root, port, &["sync", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -156,9 +165,16 @@ fn s3_round_trip_and_a_server_that_stops_mid_sync() {
     for i in 0..200 {
         std::fs::write(home.join(format!("g{i}")), format!("g{i}").repeat(5000)).unwrap();
     }
+    // Cut once 1 MiB of this sync's uploads went through: mid-upload.
     let cut = up.clone();
+    let from = sent.load(Ordering::SeqCst);
     let t = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(150));
+        for _ in 0..2000 {
+            if sent.load(Ordering::SeqCst) > from + (1 << 20) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
         cut.store(false, Ordering::SeqCst);
     });
     let o = run(root, port, &["sync"]);

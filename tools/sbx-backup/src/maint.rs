@@ -1,0 +1,326 @@
+//! `check` (is everything the snapshots reference there, and right?) and
+//! `prune` (drop snapshots by rule, then the packs and blobs nothing
+//! references), under the lock rule in `lock`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use serde::Serialize;
+
+use crate::manifest::{Kind, Manifest};
+use crate::store::Remote;
+use crate::sync::{EMPTY, PARALLEL};
+
+type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
+
+/// One file's use of an object: (snapshot, path, offset, size, hash).
+struct Use {
+    snapshot: String,
+    path: String,
+    off: u64,
+    size: u64,
+    hash: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Problem {
+    /// `pack <id>`, `blob <hash>` or `snapshot <id>`.
+    pub object: String,
+    pub why: String,
+    /// `<snapshot>:<path>` of every file it breaks.
+    pub files: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct CheckReport {
+    pub snapshots: usize,
+    pub packs: usize,
+    pub blobs: usize,
+    pub read_bytes: u64,
+    pub problems: Vec<Problem>,
+}
+
+fn path_text(e: &crate::manifest::Entry) -> String {
+    format!("{:?}", e.path.as_path())
+}
+
+/// Every object the snapshots reference, keyed `pack <id>` / `blob <hash>`.
+fn uses(ms: &[Manifest]) -> BTreeMap<String, Vec<Use>> {
+    let mut out: BTreeMap<String, Vec<Use>> = BTreeMap::new();
+    for m in ms {
+        for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
+            let Some(h) = &e.hash else { continue };
+            let (key, off) = match m.location(e) {
+                _ if e.size == 0 && h == EMPTY => continue,
+                Some((p, off)) => (format!("pack {p}"), off),
+                None => (format!("blob {h}"), 0),
+            };
+            out.entry(key).or_default().push(Use {
+                snapshot: m.id.clone(),
+                path: path_text(e),
+                off,
+                size: e.size,
+                hash: h.clone(),
+            });
+        }
+    }
+    out
+}
+
+fn loc(remote: &Remote, key: &str) -> object_store::path::Path {
+    match key.split_once(' ') {
+        Some(("pack", id)) => remote.pack(id),
+        Some((_, h)) => remote.blob(h),
+        None => remote.blob(key),
+    }
+}
+
+fn names(us: &[Use]) -> Vec<String> {
+    us.iter()
+        .map(|u| format!("{}:{}", u.snapshot, u.path))
+        .collect()
+}
+
+pub async fn check(remote: &Remote, only: Option<&str>, read_data: bool) -> Res<CheckReport> {
+    let mut rep = CheckReport::default();
+    let ids = match only {
+        Some(id) => vec![id.to_owned()],
+        None => remote.snapshot_ids().await?,
+    };
+    let mut ms = Vec::new();
+    for id in &ids {
+        match crate::restore::load(remote, Some(id)).await {
+            Ok(m) => ms.push(m),
+            Err(e) if only.is_some() => return Err(e),
+            Err(e) => rep.problems.push(Problem {
+                object: format!("snapshot {id}"),
+                why: e.to_string(),
+                files: Vec::new(),
+            }),
+        }
+    }
+    rep.snapshots = ms.len();
+    let refs = uses(&ms);
+    let mut sizes: HashMap<String, u64> = HashMap::new();
+    for (p, n) in remote.pack_ids().await? {
+        sizes.insert(format!("pack {p}"), n);
+    }
+    for (h, n) in remote.blob_hashes().await? {
+        sizes.insert(format!("blob {h}"), n);
+    }
+    let mut present = Vec::new();
+    for (key, us) in &refs {
+        if key.starts_with("pack") {
+            rep.packs += 1;
+        } else {
+            rep.blobs += 1;
+        }
+        let need = us.iter().map(|u| u.off + u.size).max().unwrap_or(0);
+        match sizes.get(key) {
+            None => rep.problems.push(Problem {
+                object: key.clone(),
+                why: "missing".into(),
+                files: names(us),
+            }),
+            Some(n) if *n < need => rep.problems.push(Problem {
+                object: key.clone(),
+                why: format!("{n} bytes, shorter than the {need} its files need"),
+                files: names(us),
+            }),
+            Some(_) => present.push((key, us)),
+        }
+    }
+    if read_data {
+        let found: Vec<Res<(u64, Option<Problem>)>> =
+            futures::stream::iter(present.into_iter().map(|(key, us)| async move {
+                let got = remote
+                    .store
+                    .get(&loc(remote, key))
+                    .await
+                    .map_err(|e| remote.down(e))?;
+                let name = key.split_once(' ').map(|x| x.1).unwrap_or(key);
+                if key.starts_with("blob") {
+                    // Large: streamed, never whole in memory.
+                    let mut s = got.into_stream();
+                    let mut h = blake3::Hasher::new();
+                    let mut n = 0u64;
+                    while let Some(c) = s.next().await {
+                        let c = c.map_err(|e| remote.down(e))?;
+                        n += c.len() as u64;
+                        h.update(&c);
+                    }
+                    let p = (h.finalize().to_hex().as_str() != name).then(|| Problem {
+                        object: key.clone(),
+                        why: "content does not match its hash".into(),
+                        files: names(us),
+                    });
+                    return Ok((n, p));
+                }
+                let bytes = got.bytes().await.map_err(|e| remote.down(e))?;
+                let whole = blake3::hash(&bytes).to_hex().as_str() == name;
+                let bad: Vec<String> = us
+                    .iter()
+                    .filter(|u| {
+                        let r = u.off as usize..(u.off + u.size) as usize;
+                        bytes
+                            .get(r)
+                            .is_none_or(|b| blake3::hash(b).to_hex().as_str() != u.hash)
+                    })
+                    .map(|u| format!("{}:{}", u.snapshot, u.path))
+                    .collect();
+                let p = (!whole || !bad.is_empty()).then(|| Problem {
+                    object: key.clone(),
+                    why: if bad.is_empty() {
+                        "content does not match its name (no file's bytes are affected)".into()
+                    } else {
+                        "content does not match its hash".into()
+                    },
+                    files: bad,
+                });
+                Ok((bytes.len() as u64, p))
+            }))
+            .buffer_unordered(PARALLEL)
+            .collect()
+            .await;
+        for f in found {
+            let (n, p) = f?;
+            rep.read_bytes += n;
+            rep.problems.extend(p);
+        }
+    }
+    Ok(rep)
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct PruneReport {
+    pub kept_snapshots: Vec<String>,
+    pub removed_snapshots: Vec<String>,
+    pub deleted_packs: u64,
+    pub deleted_blobs: u64,
+    pub deleted_bytes: u64,
+    /// Bytes in kept packs that no kept snapshot uses (packs are not
+    /// rewritten; they go when their last file does).
+    pub unused_bytes_in_kept_packs: u64,
+    pub dry_run: bool,
+}
+
+pub struct PruneOpts {
+    pub keep_last: Option<u32>,
+    pub keep_within: Option<Duration>,
+    pub dry_run: bool,
+    pub wait: Duration,
+}
+
+fn created_unix(m: &Manifest) -> Option<SystemTime> {
+    humantime::parse_rfc3339(&m.created).ok()
+}
+
+pub async fn prune(remote: &Remote, o: &PruneOpts) -> Res<PruneReport> {
+    let lease = crate::lock::acquire(remote, crate::lock::Kind::Prune, o.wait).await?;
+    let r = prune_locked(remote, o, &lease).await;
+    lease.release().await;
+    r
+}
+
+async fn prune_locked(
+    remote: &Remote,
+    o: &PruneOpts,
+    lease: &crate::lock::Lease,
+) -> Res<PruneReport> {
+    let mut rep = PruneReport {
+        dry_run: o.dry_run,
+        ..Default::default()
+    };
+    // Any manifest that cannot be read stops prune: what it uses is unknown.
+    let ids = remote.snapshot_ids().await?;
+    let mut ms = Vec::new();
+    for id in &ids {
+        ms.push(crate::restore::load(remote, Some(id)).await?);
+    }
+    let now = SystemTime::now();
+    let n = ms.len();
+    let keep = |i: usize, m: &Manifest| -> bool {
+        if o.keep_last.is_none() && o.keep_within.is_none() {
+            return true;
+        }
+        // The newest always stays: it is what a restore and the next sync start from.
+        i + 1 == n
+            || o.keep_last.is_some_and(|k| i + (k as usize) >= n)
+            || o.keep_within.is_some_and(|d| {
+                created_unix(m).is_none_or(|t| now.duration_since(t).unwrap_or_default() <= d)
+            })
+    };
+    let (kept, removed): (Vec<_>, Vec<_>) =
+        ms.into_iter().enumerate().partition(|(i, m)| keep(*i, m));
+    let kept: Vec<Manifest> = kept.into_iter().map(|x| x.1).collect();
+    rep.kept_snapshots = kept.iter().map(|m| m.id.clone()).collect();
+    rep.removed_snapshots = removed.iter().map(|x| x.1.id.clone()).collect();
+    let refs = uses(&kept);
+    let mut garbage = Vec::new();
+    for (p, size) in remote.pack_ids().await? {
+        let key = format!("pack {p}");
+        match refs.get(&key) {
+            None => garbage.push((key, size)),
+            Some(us) => {
+                let mut live = HashSet::new();
+                for u in us {
+                    live.insert((u.off, u.size));
+                }
+                let used: u64 = live.iter().map(|x| x.1).sum();
+                rep.unused_bytes_in_kept_packs += size.saturating_sub(used);
+            }
+        }
+    }
+    for (h, size) in remote.blob_hashes().await? {
+        let key = format!("blob {h}");
+        if !refs.contains_key(&key) {
+            garbage.push((key, size));
+        }
+    }
+    for (key, size) in &garbage {
+        if key.starts_with("pack") {
+            rep.deleted_packs += 1;
+        } else {
+            rep.deleted_blobs += 1;
+        }
+        rep.deleted_bytes += size;
+    }
+    if o.dry_run || (garbage.is_empty() && rep.removed_snapshots.is_empty()) {
+        return Ok(rep);
+    }
+    // First the marker, so a sync that starts after this prune (even one
+    // killed half-way) re-learns what exists instead of trusting its index.
+    lease.check()?;
+    remote
+        .store
+        .put(
+            &remote.pruned(),
+            PutPayload::from(crate::sync::new_id().into_bytes()),
+        )
+        .await
+        .map_err(|e| remote.down(e))?;
+    for id in &rep.removed_snapshots {
+        lease.check()?;
+        remote
+            .store
+            .delete(&remote.snapshot(id))
+            .await
+            .map_err(|e| remote.down(e))?;
+    }
+    let results: Vec<_> = futures::stream::iter(garbage.iter().map(|(key, _)| async move {
+        lease.check()?;
+        match remote.store.delete(&loc(remote, key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(remote.down(e)),
+        }
+    }))
+    .buffer_unordered(PARALLEL)
+    .collect()
+    .await;
+    for r in results {
+        r?;
+    }
+    Ok(rep)
+}

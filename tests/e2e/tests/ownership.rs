@@ -179,8 +179,9 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
         ("the real git", "rm -f /usr/libexec/sbx/git"),
         ("a hook", "echo 'exit 0' > .git/hooks/pre-commit"),
         ("the hooks dir", "touch .git/hooks/post-checkout"),
-        ("the audit log", "rm -f /var/log/sbx/audit.jsonl"),
-        ("the audit log's contents", "cat /var/log/sbx/audit.jsonl"),
+        ("the audit log", "rm -f /run/sbx/host/audit.jsonl"),
+        ("the old audit log path", ": > /var/log/sbx/audit.jsonl"),
+        ("the audit log's contents", "cat /run/sbx/host/audit.jsonl"),
         ("root", "sudo -n true"),
     ] {
         let o = repo.exec(attack);

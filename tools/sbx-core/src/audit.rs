@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 /// Inside a sandbox this marker exists and the log path is fixed, so the
 /// agent cannot point `SBX_AUDIT_LOG` at /dev/null.
 pub const SANDBOX_MARKER: &str = "/.agent-sandbox";
-pub const SANDBOX_LOG: &str = "/var/log/sbx/audit.jsonl";
+/// The sandbox's log, written only by sbx-guest (records reach it through
+/// [`SANDBOX_SOCKET`]); readable by the host through its bind mount.
+pub const SANDBOX_LOG: &str = "/run/sbx/host/audit.jsonl";
 /// The guest's record sink: a datagram socket the agent may send to.
 pub const SANDBOX_SOCKET: &str = "/run/sbx-audit/audit.sock";
 /// Largest record the sink accepts, newline excluded.

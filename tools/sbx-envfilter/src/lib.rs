@@ -116,7 +116,7 @@ Exit status: COMMAND's own status when it ran; 125 when sbx-envfilter itself fai
 
 Config: --config FILE, else $SBX_CONFIG, else .agent-sandbox/config.toml (or the legacy config.json) found \
 by walking up from the working directory to the repository root; none found: the built-in defaults. \
-Audit log: $SBX_AUDIT_LOG, else $XDG_STATE_HOME/sbx/audit.jsonl; inside a sandbox always /var/log/sbx/audit.jsonl.
+Audit log: $SBX_AUDIT_LOG, else $XDG_STATE_HOME/sbx/audit.jsonl; inside a sandbox records go to sbx-guest, which alone writes /run/sbx/host/audit.jsonl.
 
 Examples:
   sbx-envfilter -- claude                       run claude without the host's secrets

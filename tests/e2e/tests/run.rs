@@ -1167,6 +1167,7 @@ fn configured_protection_restart_list_volumes_and_shell() {
     let vols = me["data"]["volumes"].as_array().unwrap().clone();
     let want = serde_json::json!([
         {"name": n.history, "target": "/commandhistory"},
+        {"name": n.home, "target": "/home/agent"},
         {"name": n.claude, "target": "/home/agent/.claude"},
         {"name": n.codex, "target": "/home/agent/.codex"},
         {"name": n.repo_shelf, "target": "/repo-shelf"},
@@ -1174,7 +1175,7 @@ fn configured_protection_restart_list_volumes_and_shell() {
     assert_eq!(Value::Array(vols), want);
     let out = sh(sbx().arg("list"));
     assert!(
-        out.starts_with("NAME\tSTATUS\tMODE\tWORKDIR\tVOLUMES\t"),
+        out.starts_with("NAME\tSTATUS\tHEALTH\tMODE\tWORKDIR\tVOLUMES\t"),
         "{out}"
     );
     let line = out

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod argv;
+pub mod broker;
 pub mod keys;
 pub mod options_gen;
 pub mod policy;
@@ -129,6 +130,19 @@ pub enum Cmd {
     Exec(GitArgs),
     /// List every rule and what it blocks
     Rules,
+    /// Run the real git for other users' guards (root, inside the sandbox)
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct ServeArgs {
+    /// The unix socket to listen on (made 0666; callers are told apart by
+    /// their kernel-attested uid)
+    #[arg(long, value_name = "PATH", default_value = broker::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// The real git: execute-only (0711) in a directory only root can enter
+    #[arg(long, value_name = "PATH", default_value = FALLBACK_REAL_GIT)]
+    pub git: PathBuf,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -265,6 +279,10 @@ fn refuse(args: &[OsString], b: &Block) -> ExitCode {
 /// success: the process becomes the real git.
 pub fn guard(args: Vec<OsString>) -> ExitCode {
     output::set_tool_if_unset(TOOL);
+    // In the sandbox the broker decides and runs git (see broker.rs).
+    if let Some(code) = broker::forward(&args, None) {
+        return code;
+    }
     let result = std::panic::catch_unwind(|| guard_inner(&args));
     match result {
         Ok(code) => code,
@@ -325,6 +343,9 @@ fn exec(real: &Path, allow: Allow) -> ExitCode {
 
 /// Pass-through for git-receive-pack and friends.
 pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
+    if let Some(code) = broker::forward(&args, Some(cmd)) {
+        return code;
+    }
     let env = env_vec();
     let Some(real) = real_git(&env) else {
         output::error("the real git was not found");
@@ -370,6 +391,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     let mut stdout = std::io::stdout().lock();
     match cli.cmd {
         Cmd::Exec(a) => Ok(guard(a.args)),
+        Cmd::Serve(a) => Ok(broker::serve(&a.socket, &a.git)?),
         Cmd::Rules => {
             for (name, what) in policy::RULES {
                 if json {

@@ -279,7 +279,9 @@ pub fn execveat_fd(fd: BorrowedFd<'_>, argv: &[OsString], env: &[(OsString, OsSt
 /// program starts as a freshly spawned one would (Rust ignores SIGPIPE).
 pub fn reset_signals() -> io::Result<()> {
     use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, sigprocmask};
-    for s in [Signal::SIGPIPE, Signal::SIGCHLD] {
+    // Every one, not only SIGPIPE: a broker started in the background by
+    // a shell inherits SIGINT and SIGQUIT ignored, and so would git.
+    for s in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
         // SAFETY: installing SIG_DFL runs no code of ours in a handler.
         unsafe { nix::sys::signal::signal(s, SigHandler::SigDfl) }?;
     }

@@ -9,7 +9,8 @@
 
 pub mod proto;
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStringExt;
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -189,6 +190,7 @@ fn dup_std(fd: i32) -> std::io::Result<OwnedFd> {
 /// `sbx-git-guard serve`: check the layout, bind, and serve forever.
 pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
     let git_fd = open_git(git)?;
+    let exec_path = exec_path(git_fd.as_fd());
     if std::fs::read_to_string("/proc/sys/fs/suid_dumpable").is_ok_and(|s| s.trim() == "1") {
         return Err(BrokerError::Dumpable);
     }
@@ -216,7 +218,7 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
         match privsep::fork() {
             Ok(Forked::Child) => {
                 drop(listener);
-                session(&conn, git_fd.as_fd())
+                session(&conn, git_fd.as_fd(), exec_path.as_deref())
             }
             Ok(Forked::Parent(_)) => drop(conn),
             Err(e) => {
@@ -263,9 +265,9 @@ fn nix_uid() -> u32 {
 }
 
 /// A session: read the request, run it as the peer, report how it ended.
-fn session(conn: &UnixStream, git: BorrowedFd<'_>) -> ! {
+fn session(conn: &UnixStream, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> ! {
     let _ = privsep::reset_signals();
-    let code = match session_inner(conn, git) {
+    let code = match session_inner(conn, git, exec_path) {
         Ok(()) => 0,
         Err(msg) => {
             let _ = proto::send_reply(conn, &Reply::Error(msg));
@@ -275,12 +277,16 @@ fn session(conn: &UnixStream, git: BorrowedFd<'_>) -> ! {
     std::process::exit(code)
 }
 
-fn session_inner<T: Transport>(conn: &T, git: BorrowedFd<'_>) -> Result<(), String> {
+fn session_inner<T: Transport>(
+    conn: &T,
+    git: BorrowedFd<'_>,
+    exec_path: Option<&OsStr>,
+) -> Result<(), String> {
     // The kernel's word, taken before anything the peer sends.
     let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
     let (req, fds) = read_request_timed(conn)?;
     let child = match privsep::fork().map_err(|e| format!("cannot fork: {e}"))? {
-        Forked::Child => run_as_peer(&req, fds, &peer, git),
+        Forked::Child => run_as_peer(&req, fds, &peer, git, exec_path),
         Forked::Parent(pid) => pid,
     };
     // Both sides set the group, so a signal relayed at once finds it.
@@ -330,11 +336,17 @@ fn read_request_timed<T: Transport>(conn: &T) -> Result<(Request, Vec<OwnedFd>),
 
 /// The forked child: become the peer, settle stdio and cwd, decide, exec.
 /// Never returns.
-fn run_as_peer(req: &Request, fds: Vec<OwnedFd>, peer: &PeerCred, git: BorrowedFd<'_>) -> ! {
+fn run_as_peer(
+    req: &Request,
+    fds: Vec<OwnedFd>,
+    peer: &PeerCred,
+    git: BorrowedFd<'_>,
+    exec_path: Option<&OsStr>,
+) -> ! {
     let code = match prepare(req, &fds, peer) {
         Ok(()) => {
             drop(fds);
-            decide_and_exec(req, git)
+            decide_and_exec(req, git, exec_path)
         }
         Err(msg) => {
             // Stdio may not be set up yet: write to the caller's stderr fd.
@@ -364,9 +376,9 @@ fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred) -> Result<(), String
 }
 
 /// The guard's own decision, made here as the peer, then git by fd.
-fn decide_and_exec(req: &Request, git: BorrowedFd<'_>) -> u8 {
+fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
-    let decided = std::panic::catch_unwind(|| decide(req, git)).unwrap_or_else(|_| {
+    let decided = std::panic::catch_unwind(|| decide(req, git, exec_path)).unwrap_or_else(|_| {
         Err(Block {
             rule: "internal",
             reason: "the guard crashed; nothing was run".into(),
@@ -391,7 +403,32 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>) -> u8 {
     }
 }
 
-fn decide(req: &Request, git: BorrowedFd<'_>) -> Result<Allow, Block> {
+/// git's compiled-in exec-path, asked of the binary itself once at start.
+fn exec_path(git: BorrowedFd<'_>) -> Option<OsString> {
+    let out = std::process::Command::new(format!("/proc/self/fd/{}", git.as_raw_fd()))
+        .arg("--exec-path")
+        .env_clear()
+        .output()
+        .ok()?;
+    let mut v = out.stdout;
+    while v.last() == Some(&b'\n') {
+        v.pop();
+    }
+    (out.status.success() && !v.is_empty()).then(|| OsString::from_vec(v))
+}
+
+/// The request's environment as the policy should judge it. Every git
+/// exports GIT_EXEC_PATH to its children (setup_path), so a hook's own
+/// `git` arrives with it: at git's own value it moves nothing, and is
+/// dropped; any other value stays for the policy to refuse.
+fn judged_env(env: &[(OsString, OsString)], exec_path: Option<&OsStr>) -> Vec<(OsString, OsString)> {
+    env.iter()
+        .filter(|(k, v)| !(k == "GIT_EXEC_PATH" && Some(v.as_os_str()) == exec_path))
+        .cloned()
+        .collect()
+}
+
+fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Result<Allow, Block> {
     let internal = |reason: String| Block {
         rule: "internal",
         reason,
@@ -418,10 +455,11 @@ fn decide(req: &Request, git: BorrowedFd<'_>) -> Result<Allow, Block> {
             })?;
             let cwd = std::env::current_dir()
                 .map_err(|e| internal(format!("cannot read the working directory: {e}")))?;
+            let env = judged_env(&req.env, exec_path);
             let call = Call {
                 args: &req.args,
                 cwd: &cwd,
-                env: &req.env,
+                env: &env,
                 settings,
             };
             // The guard's `git status -- .husky` runs the same binary by fd.

@@ -17,8 +17,6 @@ fn req() -> Request {
     }
 }
 
-use std::os::unix::ffi::OsStringExt;
-
 fn four(s: &UnixStream) -> Vec<OwnedFd> {
     (0..4).map(|_| s.as_fd().try_clone_to_owned().unwrap()).collect()
 }
@@ -212,8 +210,21 @@ fn pass_through_is_only_for_the_helpers() {
     let mut r = req();
     r.kind = Kind::PassThrough;
     r.args = vec!["commit".into(), "--no-verify".into()];
-    let b = decide(&r, a.as_fd()).unwrap_err();
+    let b = decide(&r, a.as_fd(), None).unwrap_err();
     assert_eq!(b.rule, "parse-error");
     r.args = vec!["upload-pack".into(), ".".into()];
-    assert!(decide(&r, a.as_fd()).is_ok());
+    assert!(decide(&r, a.as_fd(), None).is_ok());
+}
+
+#[test]
+fn only_gits_own_exec_path_is_forgiven() {
+    let ep = OsStr::new("/usr/lib/git-core");
+    let env = vec![
+        (OsString::from("GIT_EXEC_PATH"), OsString::from("/usr/lib/git-core")),
+        (OsString::from("A"), OsString::from("b")),
+    ];
+    assert_eq!(judged_env(&env, Some(ep)).len(), 1);
+    let evil = vec![(OsString::from("GIT_EXEC_PATH"), OsString::from("/tmp/evil"))];
+    assert_eq!(judged_env(&evil, Some(ep)), evil);
+    assert_eq!(judged_env(&env, None), env);
 }

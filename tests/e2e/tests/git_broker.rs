@@ -185,14 +185,19 @@ fn the_real_git_is_reachable_only_through_the_broker() {
     assert_eq!(head(&o), "done", "{}", text(&o));
 
     // Ctrl-C reaches git through the client; the client exits as git did.
-    let o = agent("sleep 5 | timeout -s INT 0.5 git hash-object --stdin; echo \"rc=$?\"; sleep 0.2; pgrep -u 1000 -f hash-object || echo gone");
-    assert_eq!(head(&o), "rc=124\ngone", "{}", text(&o));
+    // (--foreground: only the guard is signalled, not `sleep`, whose exit
+    // would end git's input first.)
+    let o = agent(
+        "sleep 5 | timeout --foreground --preserve-status -s INT 0.5 git hash-object --stdin; \
+         echo \"rc=$?\"; sleep 0.3; pgrep -u 1000 -f '^git -c core.hooksPath' || echo gone",
+    );
+    assert_eq!(head(&o), "rc=130\ngone", "{}", text(&o));
 
     // Audit: the refusals are logged.
     let o = root("cat /var/log/sbx/audit.jsonl");
     assert!(text(&o).contains(r#""policy":"block-no-verify""#), "{}", text(&o));
     // No zombies and no growth of the broker's fds after all that.
-    let o = root("ps -eo stat= | grep -c '^Z' || true; ls /proc/$(pgrep -f 'sbx-git-guard serve')/fd | wc -l");
+    let o = root("ps -eo stat= | grep -c '^Z' || true; ls /proc/$(pgrep -o -x sbx-git-guard)/fd | wc -l");
     let lines: Vec<String> = head(&o).lines().map(str::to_owned).collect();
     assert_eq!(lines.first().map(String::as_str), Some("0"), "zombies: {}", text(&o));
     let fds: usize = lines.get(1).and_then(|n| n.trim().parse().ok()).unwrap_or(99);

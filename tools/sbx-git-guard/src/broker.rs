@@ -218,7 +218,7 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
         match privsep::fork() {
             Ok(Forked::Child) => {
                 drop(listener);
-                session(&conn, git_fd.as_fd(), exec_path.as_deref())
+                session(&conn, git_fd, exec_path.as_deref())
             }
             Ok(Forked::Parent(_)) => drop(conn),
             Err(e) => {
@@ -265,7 +265,7 @@ fn nix_uid() -> u32 {
 }
 
 /// A session: read the request, run it as the peer, report how it ended.
-fn session(conn: &UnixStream, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> ! {
+fn session(conn: &UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
     let _ = privsep::reset_signals();
     let code = match session_inner(conn, git, exec_path) {
         Ok(()) => 0,
@@ -279,16 +279,22 @@ fn session(conn: &UnixStream, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) ->
 
 fn session_inner<T: Transport>(
     conn: &T,
-    git: BorrowedFd<'_>,
+    git: OwnedFd,
     exec_path: Option<&OsStr>,
 ) -> Result<(), String> {
     // The kernel's word, taken before anything the peer sends.
     let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
     let (req, fds) = read_request_timed(conn)?;
     let child = match privsep::fork().map_err(|e| format!("cannot fork: {e}"))? {
-        Forked::Child => run_as_peer(&req, fds, &peer, git, exec_path),
+        Forked::Child => run_as_peer(&req, fds, &peer, git.as_fd(), exec_path),
         Forked::Parent(pid) => pid,
     };
+    // The session only waits and relays from here: it lets go of the
+    // binary and becomes the peer too, so it may signal git's group
+    // without CAP_KILL (the container has none) and holds nothing more.
+    drop(git);
+    drop(fds);
+    privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
     // Both sides set the group, so a signal relayed at once finds it.
     let _ = privsep::set_process_group(child);
     let pidfd = privsep::pidfd_open(child).map_err(|e| format!("pidfd: {e}"))?;

@@ -70,7 +70,9 @@ fn repo() -> Repo {
     )
     .unwrap();
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(dir.path()));
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(dir.path()));
     Repo { _dir: dir, path }
 }
 
@@ -125,9 +127,15 @@ fn the_real_git_is_reachable_only_through_the_broker() {
 
     // Through the guard git works, as the agent.
     let o = agent("git --version");
-    assert!(o.status.success() && text(&o).starts_with("git version"), "{}", text(&o));
+    assert!(
+        o.status.success() && text(&o).starts_with("git version"),
+        "{}",
+        text(&o)
+    );
     // Skipping the hook is refused (77) by the broker's decision.
-    let o = agent("echo x > f && git add f && git -c user.name=a -c user.email=a@b commit --no-verify -qm skip");
+    let o = agent(
+        "echo x > f && git add f && git -c user.name=a -c user.email=a@b commit --no-verify -qm skip",
+    );
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(text(&o).contains("block-no-verify"), "{}", text(&o));
     // A normal commit runs the real hook, as the agent, and the hook's own
@@ -141,7 +149,8 @@ fn the_real_git_is_reachable_only_through_the_broker() {
         text(&o)
     );
     // The hook still rejects what it must.
-    let o = agent("echo b > bad && git add bad && git -c user.name=a -c user.email=a@b commit -qm bad");
+    let o =
+        agent("echo b > bad && git add bad && git -c user.name=a -c user.email=a@b commit -qm bad");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let head = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_owned();
     let before = head(&agent("git rev-parse HEAD"));
@@ -155,22 +164,40 @@ fn the_real_git_is_reachable_only_through_the_broker() {
         .output()
         .unwrap();
     assert!(o.status.success(), "docker cp: {}", text(&o));
-    let o = agent(
-        "sbx-broker-forge --pass-through -- commit --no-verify -qm forged -c user.name=a",
+    let o =
+        agent("sbx-broker-forge --pass-through -- commit --no-verify -qm forged -c user.name=a");
+    assert_eq!(
+        o.status.code(),
+        Some(77),
+        "pass-through commit: {}",
+        text(&o)
     );
-    assert_eq!(o.status.code(), Some(77), "pass-through commit: {}", text(&o));
-    let o = agent("sbx-broker-forge -- -c user.name=a -c user.email=a@b commit --no-verify -qm forged");
-    assert_eq!(o.status.code(), Some(77), "raw commit --no-verify: {}", text(&o));
+    let o =
+        agent("sbx-broker-forge -- -c user.name=a -c user.email=a@b commit --no-verify -qm forged");
+    assert_eq!(
+        o.status.code(),
+        Some(77),
+        "raw commit --no-verify: {}",
+        text(&o)
+    );
     // A planted SBX_REAL_GIT is not what runs: the broker's fd is.
     let o = agent(
         "printf '#!/bin/sh\\necho planted > /tmp/planted\\n' > /tmp/fakegit && chmod +x /tmp/fakegit && \
          sbx-broker-forge --env SBX_REAL_GIT=/tmp/fakegit -- --version; test ! -e /tmp/planted",
     );
-    assert!(o.status.success() && text(&o).contains("git version"), "{}", text(&o));
+    assert!(
+        o.status.success() && text(&o).contains("git version"),
+        "{}",
+        text(&o)
+    );
     let o = agent("sbx-broker-forge --garbage");
     assert_eq!(o.status.code(), Some(100), "garbage: {}", text(&o));
     assert!(text(&o).contains("over the limit"), "{}", text(&o));
-    assert_eq!(head(&agent("git rev-parse HEAD")), before, "a forged request committed");
+    assert_eq!(
+        head(&agent("git rev-parse HEAD")),
+        before,
+        "a forged request committed"
+    );
 
     // A running git: its /proc/PID/exe and fds are closed to the agent's
     // other processes (not dumpable: the binary is unreadable).
@@ -195,11 +222,25 @@ fn the_real_git_is_reachable_only_through_the_broker() {
 
     // Audit: the refusals are logged.
     let o = root("cat /var/log/sbx/audit.jsonl");
-    assert!(text(&o).contains(r#""policy":"block-no-verify""#), "{}", text(&o));
+    assert!(
+        text(&o).contains(r#""policy":"block-no-verify""#),
+        "{}",
+        text(&o)
+    );
     // No zombies and no growth of the broker's fds after all that.
-    let o = root("ps -eo stat= | grep -c '^Z' || true; ls /proc/$(pgrep -o -x sbx-git-guard)/fd | wc -l");
+    let o = root(
+        "ps -eo stat= | grep -c '^Z' || true; ls /proc/$(pgrep -o -x sbx-git-guard)/fd | wc -l",
+    );
     let lines: Vec<String> = head(&o).lines().map(str::to_owned).collect();
-    assert_eq!(lines.first().map(String::as_str), Some("0"), "zombies: {}", text(&o));
-    let fds: usize = lines.get(1).and_then(|n| n.trim().parse().ok()).unwrap_or(99);
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("0"),
+        "zombies: {}",
+        text(&o)
+    );
+    let fds: usize = lines
+        .get(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(99);
     assert!(fds <= 8, "the broker holds {fds} fds");
 }

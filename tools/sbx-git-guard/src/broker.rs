@@ -10,9 +10,9 @@
 pub mod proto;
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStringExt;
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -136,13 +136,18 @@ pub fn call(socket: &Path, req: &Request) -> Result<ExitCode, String> {
     // Blocked before connecting, so none arrives between send and poll.
     let sigfd = privsep::signalfd_for(RELAYED).map_err(|e| format!("signals: {e}"))?;
     let conn = UnixStream::connect(socket).map_err(|e| e.to_string())?;
-    let fds = [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd(), cwd.as_fd()];
+    let fds = [
+        stdio[0].as_fd(),
+        stdio[1].as_fd(),
+        stdio[2].as_fd(),
+        cwd.as_fd(),
+    ];
     proto::send_request(&conn, req, fds).map_err(|e| e.to_string())?;
     drop(stdio);
     drop(cwd);
     loop {
-        let ready = privsep::poll_readable(&[conn.as_fd(), sigfd.as_fd()])
-            .map_err(|e| e.to_string())?;
+        let ready =
+            privsep::poll_readable(&[conn.as_fd(), sigfd.as_fd()]).map_err(|e| e.to_string())?;
         if ready[1] {
             if let Ok(Some(info)) = sigfd.read_signal() {
                 let _ = proto::send_signal(&conn, info.ssi_signo as i32);
@@ -234,7 +239,10 @@ fn open_git(git: &Path) -> Result<OwnedFd, BrokerError> {
     let fd = privsep::open_path(git).map_err(err)?;
     let meta = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(err)?;
     if !meta.is_file() {
-        return Err(BrokerError::Exposed(git.to_owned(), "not a regular file".into()));
+        return Err(BrokerError::Exposed(
+            git.to_owned(),
+            "not a regular file".into(),
+        ));
     }
     if meta.mode() & 0o044 != 0 {
         return Err(BrokerError::Exposed(
@@ -427,7 +435,10 @@ fn exec_path(git: BorrowedFd<'_>) -> Option<OsString> {
 /// exports GIT_EXEC_PATH to its children (setup_path), so a hook's own
 /// `git` arrives with it: at git's own value it moves nothing, and is
 /// dropped; any other value stays for the policy to refuse.
-fn judged_env(env: &[(OsString, OsString)], exec_path: Option<&OsStr>) -> Vec<(OsString, OsString)> {
+fn judged_env(
+    env: &[(OsString, OsString)],
+    exec_path: Option<&OsStr>,
+) -> Vec<(OsString, OsString)> {
     env.iter()
         .filter(|(k, v)| !(k == "GIT_EXEC_PATH" && Some(v.as_os_str()) == exec_path))
         .cloned()

@@ -96,8 +96,10 @@ this program, else /usr/libexec/sbx/git.
 
 Residual risks, closed only by a server-side gate: a fresh clone has no
 hooks; cherry-pick and am never run pre-commit; a commit made in another
-repository can be fetched and fast-forwarded in; the relocated real binary
-can still be found and run by a determined agent. Protect the remote with
+repository can be fetched and fast-forwarded in; an agent that brings its
+own git (or writes objects itself) is not stopped here. In the sandbox the
+real binary is execute-only in a root-only directory and runs only through
+`sbx-git-guard serve`, which decides as the caller (SO_PEERCRED) itself. Protect the remote with
 receive.denyNonFastForwards, receive.denyDeletes and branch protection,
 and run the same checks in CI.
 

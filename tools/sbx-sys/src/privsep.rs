@@ -12,9 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::sys::socket::{
-    ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg, sockopt,
-};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg, sockopt};
 use nix::unistd::{Gid, Pid, Uid};
 
 fn cstr(b: &[u8]) -> io::Result<CString> {
@@ -24,7 +22,11 @@ fn cstr(b: &[u8]) -> io::Result<CString> {
 
 /// Send `data` with `fds` attached (SCM_RIGHTS) in one sendmsg; returns
 /// the bytes sent (the fds travel with the first of them).
-pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+pub fn send_with_fds(
+    sock: BorrowedFd<'_>,
+    data: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<usize> {
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let cmsg = [ControlMessage::ScmRights(&raw)];
     let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &cmsg };
@@ -205,7 +207,11 @@ pub fn fchdir(dir: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// Make `fds` this process's stdin, stdout and stderr.
-pub fn set_stdio(stdin: BorrowedFd<'_>, stdout: BorrowedFd<'_>, stderr: BorrowedFd<'_>) -> io::Result<()> {
+pub fn set_stdio(
+    stdin: BorrowedFd<'_>,
+    stdout: BorrowedFd<'_>,
+    stderr: BorrowedFd<'_>,
+) -> io::Result<()> {
     nix::unistd::dup2_stdin(stdin)?;
     nix::unistd::dup2_stdout(stdout)?;
     nix::unistd::dup2_stderr(stderr)?;
@@ -248,7 +254,11 @@ pub fn is_open(fd: RawFd) -> bool {
 /// without a path, so the caller needs execute permission on the file but
 /// neither search permission on its directory nor read permission on it.
 /// Returns only on failure.
-pub fn execveat_fd(fd: BorrowedFd<'_>, argv: &[OsString], env: &[(OsString, OsString)]) -> io::Error {
+pub fn execveat_fd(
+    fd: BorrowedFd<'_>,
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+) -> io::Error {
     let args: io::Result<Vec<CString>> = argv.iter().map(|a| cstr(a.as_bytes())).collect();
     let envp: io::Result<Vec<CString>> = env
         .iter()
@@ -263,13 +273,7 @@ pub fn execveat_fd(fd: BorrowedFd<'_>, argv: &[OsString], env: &[(OsString, OsSt
         (Ok(a), Ok(e)) => (a, e),
         (Err(e), _) | (_, Err(e)) => return e,
     };
-    match nix::unistd::execveat(
-        fd,
-        c"",
-        &args,
-        &envp,
-        nix::fcntl::AtFlags::AT_EMPTY_PATH,
-    ) {
+    match nix::unistd::execveat(fd, c"", &args, &envp, nix::fcntl::AtFlags::AT_EMPTY_PATH) {
         Ok(never) => match never {},
         Err(e) => io::Error::from(e),
     }

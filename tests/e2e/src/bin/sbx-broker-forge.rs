@@ -24,7 +24,11 @@ fn main() -> ExitCode {
             Some("--pass-through") => kind = Kind::PassThrough,
             Some("--garbage") => garbage = true,
             Some("--env") => {
-                let kv = args.next().unwrap_or_default().into_string().unwrap_or_default();
+                let kv = args
+                    .next()
+                    .unwrap_or_default()
+                    .into_string()
+                    .unwrap_or_default();
                 let (k, v) = kv.split_once('=').unwrap_or((&kv, ""));
                 env.push((k.into(), v.into()));
             }

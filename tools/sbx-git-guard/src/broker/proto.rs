@@ -147,7 +147,9 @@ impl Request {
             let k = r.string()?;
             let v = r.string()?;
             if k.is_empty() || k.as_bytes().contains(&b'=') {
-                return Err(ProtoError::Malformed("an environment name is empty or has '='"));
+                return Err(ProtoError::Malformed(
+                    "an environment name is empty or has '='",
+                ));
             }
             env.push((k, v));
         }
@@ -171,7 +173,9 @@ struct Reader<'a>(&'a [u8]);
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], ProtoError> {
         if self.0.len() < n {
-            return Err(ProtoError::Malformed("a field runs past the end of the frame"));
+            return Err(ProtoError::Malformed(
+                "a field runs past the end of the frame",
+            ));
         }
         let (h, t) = self.0.split_at(n);
         self.0 = t;
@@ -294,7 +298,11 @@ fn read_frame<T: Transport + ?Sized>(
     Ok(Some(body))
 }
 
-fn send_all<T: Transport + ?Sized>(t: &T, mut data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+fn send_all<T: Transport + ?Sized>(
+    t: &T,
+    mut data: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
     let mut fds = fds;
     while !data.is_empty() {
         let n = t.send(data, fds)?;

@@ -12,13 +12,22 @@ fn req() -> Request {
     Request {
         kind: Kind::Git,
         umask: 0o027,
-        args: vec!["commit".into(), "-m".into(), OsString::from_vec(vec![0xff, b'x'])],
-        env: vec![("HOME".into(), "/home/agent".into()), ("EMPTY".into(), "".into())],
+        args: vec![
+            "commit".into(),
+            "-m".into(),
+            OsString::from_vec(vec![0xff, b'x']),
+        ],
+        env: vec![
+            ("HOME".into(), "/home/agent".into()),
+            ("EMPTY".into(), "".into()),
+        ],
     }
 }
 
 fn four(s: &UnixStream) -> Vec<OwnedFd> {
-    (0..4).map(|_| s.as_fd().try_clone_to_owned().unwrap()).collect()
+    (0..4)
+        .map(|_| s.as_fd().try_clone_to_owned().unwrap())
+        .collect()
 }
 
 /// Send raw bytes with `n` fds attached, then close the writing side.
@@ -98,7 +107,10 @@ fn a_frame_cut_short_is_refused() {
 fn the_fd_count_must_be_exactly_four() {
     let full = req().encode();
     for n in [0, 1, 3] {
-        assert!(matches!(raw(&full, n), Err(ProtoError::Fds(m)) if m == n), "{n} fds");
+        assert!(
+            matches!(raw(&full, n), Err(ProtoError::Fds(m)) if m == n),
+            "{n} fds"
+        );
     }
     let e = raw(&full, 5).unwrap_err();
     assert!(e.to_string().contains("too many file descriptors"), "{e}");
@@ -120,14 +132,21 @@ fn malformed_bodies_are_refused() {
         ("magic", patched(|b| b[0] = b'X')),
         ("version", patched(|b| b[4] = 9)),
         ("kind", patched(|b| b[5] = 7)),
-        ("umask", patched(|b| b[6..10].copy_from_slice(&0o1777u32.to_le_bytes()))),
-        ("argc lie", patched(|b| b[10..14].copy_from_slice(&1_000_000u32.to_le_bytes()))),
+        (
+            "umask",
+            patched(|b| b[6..10].copy_from_slice(&0o1777u32.to_le_bytes())),
+        ),
+        (
+            "argc lie",
+            patched(|b| b[10..14].copy_from_slice(&1_000_000u32.to_le_bytes())),
+        ),
         ("trailing", patched(|b| b.push(0))),
         ("short", patched(|b| b.truncate(b.len() - 1))),
         ("empty body", patched(|b| b.clear())),
-        ("string past the end", patched(|b| {
-            b[14..18].copy_from_slice(&u32::MAX.to_le_bytes())
-        })),
+        (
+            "string past the end",
+            patched(|b| b[14..18].copy_from_slice(&u32::MAX.to_le_bytes())),
+        ),
     ];
     for (name, bytes) in cases {
         let e = raw(&bytes, 4).unwrap_err();
@@ -135,13 +154,22 @@ fn malformed_bodies_are_refused() {
     }
     let mut nul = req();
     nul.args.push("a\0b".into());
-    assert!(matches!(raw(&nul.encode(), 4), Err(ProtoError::Malformed(_))));
+    assert!(matches!(
+        raw(&nul.encode(), 4),
+        Err(ProtoError::Malformed(_))
+    ));
     let mut eq = req();
     eq.env.push(("A=B".into(), "c".into()));
-    assert!(matches!(raw(&eq.encode(), 4), Err(ProtoError::Malformed(_))));
+    assert!(matches!(
+        raw(&eq.encode(), 4),
+        Err(ProtoError::Malformed(_))
+    ));
     let mut empty = req();
     empty.env.push(("".into(), "c".into()));
-    assert!(matches!(raw(&empty.encode(), 4), Err(ProtoError::Malformed(_))));
+    assert!(matches!(
+        raw(&empty.encode(), 4),
+        Err(ProtoError::Malformed(_))
+    ));
 }
 
 #[test]
@@ -168,17 +196,30 @@ fn replies_refuse_fds_size_and_unknown_tags() {
     a.send(&Reply::Exited(0).encode(), &[a.as_fd()]).unwrap();
     assert!(proto::read_reply(&b).is_err(), "a reply carrying an fd");
     let (a, b) = UnixStream::pair().unwrap();
-    a.send(&(proto::MAX_SMALL as u32 + 1).to_le_bytes(), &[]).unwrap();
-    assert!(matches!(proto::read_reply(&b), Err(ProtoError::TooLarge(..))));
+    a.send(&(proto::MAX_SMALL as u32 + 1).to_le_bytes(), &[])
+        .unwrap();
+    assert!(matches!(
+        proto::read_reply(&b),
+        Err(ProtoError::TooLarge(..))
+    ));
     let (a, b) = UnixStream::pair().unwrap();
     a.send(&[1, 0, 0, 0, b'Q'], &[]).unwrap();
-    assert!(matches!(proto::read_reply(&b), Err(ProtoError::Malformed(_))));
+    assert!(matches!(
+        proto::read_reply(&b),
+        Err(ProtoError::Malformed(_))
+    ));
     let (a, b) = UnixStream::pair().unwrap();
     a.send(&[2, 0, 0, 0, b'E', 1], &[]).unwrap();
-    assert!(matches!(proto::read_reply(&b), Err(ProtoError::Malformed(_))));
+    assert!(matches!(
+        proto::read_reply(&b),
+        Err(ProtoError::Malformed(_))
+    ));
     let (a, b) = UnixStream::pair().unwrap();
     a.send(&[5, 0, 0, 0, b'E', 1, 0, 0, 0], &[]).unwrap();
-    assert!(matches!(proto::read_signal(&b), Err(ProtoError::Malformed(_))));
+    assert!(matches!(
+        proto::read_signal(&b),
+        Err(ProtoError::Malformed(_))
+    ));
 }
 
 #[test]
@@ -200,7 +241,9 @@ fn the_socket_comes_from_the_variable_first() {
     let env = vec![(OsString::from(SOCKET_VAR), OsString::from("/tmp/x.sock"))];
     assert_eq!(socket_path(&env), Some(PathBuf::from("/tmp/x.sock")));
     let empty = vec![(OsString::from(SOCKET_VAR), OsString::new())];
-    let default = Path::new(DEFAULT_SOCKET).exists().then(|| PathBuf::from(DEFAULT_SOCKET));
+    let default = Path::new(DEFAULT_SOCKET)
+        .exists()
+        .then(|| PathBuf::from(DEFAULT_SOCKET));
     assert_eq!(socket_path(&empty), default);
 }
 
@@ -220,7 +263,10 @@ fn pass_through_is_only_for_the_helpers() {
 fn only_gits_own_exec_path_is_forgiven() {
     let ep = OsStr::new("/usr/lib/git-core");
     let env = vec![
-        (OsString::from("GIT_EXEC_PATH"), OsString::from("/usr/lib/git-core")),
+        (
+            OsString::from("GIT_EXEC_PATH"),
+            OsString::from("/usr/lib/git-core"),
+        ),
         (OsString::from("A"), OsString::from("b")),
     ];
     assert_eq!(judged_env(&env, Some(ep)).len(), 1);

@@ -36,6 +36,7 @@ complete -c sbx-git-guard -n "__fish_sbx_git_guard_needs_command" -s V -l versio
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_needs_command" -f -a "check" -d 'Print the verdict for a git command line without running anything'
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_needs_command" -f -a "exec" -d 'Run a git command line through the guard (what `git ARGS` does)'
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_needs_command" -f -a "rules" -d 'List every rule and what it blocks'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_needs_command" -f -a "serve" -d 'Run the real git for other users\' guards (root, inside the sandbox)'
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand check" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
@@ -61,7 +62,18 @@ complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand rules" -s q 
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand rules" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand rules" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand rules" -s h -l help -d 'Print help'
-complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules help" -f -a "check" -d 'Print the verdict for a git command line without running anything'
-complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules help" -f -a "exec" -d 'Run a git command line through the guard (what `git ARGS` does)'
-complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules help" -f -a "rules" -d 'List every rule and what it blocks'
-complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l socket -d 'The unix socket to listen on (made 0666; callers are told apart by their kernel-attested uid)' -r -F
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l git -d 'The real git: execute-only (0711) in a directory only root can enter' -r -F
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -s h -l help -d 'Print help'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules serve help" -f -a "check" -d 'Print the verdict for a git command line without running anything'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules serve help" -f -a "exec" -d 'Run a git command line through the guard (what `git ARGS` does)'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules serve help" -f -a "rules" -d 'List every rule and what it blocks'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules serve help" -f -a "serve" -d 'Run the real git for other users\' guards (root, inside the sandbox)'
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand help; and not __fish_seen_subcommand_from check exec rules serve help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -52,10 +52,21 @@ fn serve(dir: &Path, git: &Path) -> Child {
 /// `sh -c script` as uid/gid 1000 with the guard first on PATH as `git`.
 fn agent(dir: &Path, cwd: &Path, script: &str) -> Output {
     Command::new("setpriv")
-        .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--", "sh", "-c", script])
+        .args([
+            "--reuid=1000",
+            "--regid=1000",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
         .current_dir(cwd)
         .env_clear()
-        .env("PATH", format!("{}:/usr/bin:/bin", dir.join("bin").display()))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+        )
         .env("HOME", cwd)
         .env("SBX_GIT_BROKER", dir.join("s.sock"))
         .output()
@@ -102,10 +113,18 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
     }
     let repo = dir.join("repo");
     std::fs::create_dir(&repo).unwrap();
-    Command::new("chown").arg("1000:1000").arg(&repo).status().unwrap();
+    Command::new("chown")
+        .arg("1000:1000")
+        .arg(&repo)
+        .status()
+        .unwrap();
 
     // The binary itself: not runnable, not readable, as the caller.
-    let o = agent(dir, &repo, &format!("{0} --version || cat {0} >/dev/null", git.display()));
+    let o = agent(
+        dir,
+        &repo,
+        &format!("{0} --version || cat {0} >/dev/null", git.display()),
+    );
     assert!(!o.status.success(), "{}", text(&o));
     // Through the guard and broker it works, as uid 1000, in our cwd.
     let o = agent(
@@ -118,9 +137,17 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "1000\n1000\n");
     // Refused by the broker's own decision: exit 77, one line, audited.
-    let o = agent(dir, &repo, "git -c user.name=a -c user.email=a@b commit --no-verify --allow-empty -qm two");
+    let o = agent(
+        dir,
+        &repo,
+        "git -c user.name=a -c user.email=a@b commit --no-verify --allow-empty -qm two",
+    );
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(text(&o).contains("blocked (block-no-verify)"), "{}", text(&o));
+    assert!(
+        text(&o).contains("blocked (block-no-verify)"),
+        "{}",
+        text(&o)
+    );
     let audit = std::fs::read_to_string(dir.join("audit.jsonl")).unwrap();
     assert!(audit.contains(r#""policy":"block-no-verify""#), "{audit}");
     // The running git: not dumpable, so its exe and fds are closed to
@@ -135,5 +162,10 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
          ls /proc/$p/fd >/dev/null 2>&1 && echo fd-listable; \
          wait; git rev-parse --verify -q nosuchref; echo rc=$?",
     );
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "rc=1", "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "rc=1",
+        "{}",
+        text(&o)
+    );
 }

@@ -128,7 +128,8 @@ pub fn verify_commits(common: &CommonArgs, opts: &VerifyOpts) -> Result<ExitCode
             failed += 1;
         }
         if common.json {
-            output::json_line(&mut stdout, "commit", &v).map_err(|e| VerifyError::Io("-".into(), e))?;
+            output::json_line(&mut stdout, "commit", &v)
+                .map_err(|e| VerifyError::Io("-".into(), e))?;
         } else if !v.ok && !output::is_quiet() {
             let mut text = format!(
                 "FAIL {} {}: {} exited {}\n",
@@ -146,7 +147,11 @@ pub fn verify_commits(common: &CommonArgs, opts: &VerifyOpts) -> Result<ExitCode
                 .write_all(text.as_bytes())
                 .map_err(|e| VerifyError::Io("-".into(), e))?;
         } else if output::is_verbose() {
-            output::info(&format!("ok {} {}", &v.commit[..12.min(v.commit.len())], v.subject));
+            output::info(&format!(
+                "ok {} {}",
+                &v.commit[..12.min(v.commit.len())],
+                v.subject
+            ));
         }
     }
     if !common.json && !output::is_quiet() && failed == 0 {

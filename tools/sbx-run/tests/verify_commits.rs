@@ -55,12 +55,28 @@ fn commits_that_skipped_the_hooks_are_found() {
     let tmp = tempfile::tempdir().unwrap();
     let remote = tmp.path().join("remote.git");
     let repo = tmp.path().join("repo");
-    git(tmp.path(), &["init", "-q", "--bare", "-b", "main", remote.to_str().unwrap()]);
-    git(tmp.path(), &["init", "-q", "-b", "main", repo.to_str().unwrap()]);
+    git(
+        tmp.path(),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    git(
+        tmp.path(),
+        &["init", "-q", "-b", "main", repo.to_str().unwrap()],
+    );
     std::fs::write(repo.join("a"), "a\n").unwrap();
     git(&repo, &["add", "a"]);
     git(&repo, &["commit", "-qm", "base"]);
-    git(&repo, &["remote", "add", "origin", remote.to_str().unwrap()]);
+    git(
+        &repo,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
     git(&repo, &["push", "-q", "-u", "origin", "main"]);
     // The repository's gates: no file named `bad` (checked on what is
     // staged against HEAD), and messages start with a ticket.
@@ -84,7 +100,10 @@ fn commits_that_skipped_the_hooks_are_found() {
     // What an agent with its own git does: --no-verify.
     std::fs::write(repo.join("bad"), "b\n").unwrap();
     git(&repo, &["add", "bad"]);
-    git(&repo, &["commit", "-q", "--no-verify", "-m", "T-2 sneak a bad file"]);
+    git(
+        &repo,
+        &["commit", "-q", "--no-verify", "-m", "T-2 sneak a bad file"],
+    );
     let bad = git(&repo, &["rev-parse", "HEAD"]);
     // Later commits no longer stage `bad`, so they pass pre-commit.
     std::fs::write(repo.join("c"), "c\n").unwrap();
@@ -98,9 +117,21 @@ fn commits_that_skipped_the_hooks_are_found() {
     let o = verify(&repo, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains(&format!("FAIL {} T-2 sneak a bad file: pre-commit exited 3", &bad[..12])), "{out}");
+    assert!(
+        out.contains(&format!(
+            "FAIL {} T-2 sneak a bad file: pre-commit exited 3",
+            &bad[..12]
+        )),
+        "{out}"
+    );
     assert!(out.contains("lint: bad file staged"), "{out}");
-    assert!(out.contains(&format!("FAIL {} no ticket: commit-msg exited 4", &nomsg[..12])), "{out}");
+    assert!(
+        out.contains(&format!(
+            "FAIL {} no ticket: commit-msg exited 4",
+            &nomsg[..12]
+        )),
+        "{out}"
+    );
     assert_eq!(out.matches("FAIL").count(), 2, "{out}");
 
     let o = verify(&repo, &["--json"]);

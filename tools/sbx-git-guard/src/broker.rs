@@ -408,13 +408,40 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
     };
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);
-    let err = privsep::execveat_fd(git, &argv, &allow.env);
+    let env = loader_free(allow.env);
+    let err = privsep::execveat_fd(git, &argv, &env);
     output::error(&format!("cannot run the real git: {err}"));
     if err.kind() == std::io::ErrorKind::NotFound {
         Exit::NotFound.code()
     } else {
         Exit::CannotInvoke.code()
     }
+}
+
+/// Variables that make the dynamic loader or glibc load code into the
+/// process (glibc's own list for secure-exec, UNSECURE_ENVVARS): code of
+/// the agent's inside git could read the binary through /proc/self/exe.
+/// git and its hooks run without them.
+const LOADER_VARS: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+];
+
+fn loader_free(env: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    env.into_iter()
+        .filter(|(k, _)| {
+            let k = k.as_encoded_bytes();
+            !k.starts_with(b"LD_") && !LOADER_VARS.iter().any(|v| v.as_bytes() == k)
+        })
+        .collect()
 }
 
 /// git's compiled-in exec-path, asked of the binary itself once at start.

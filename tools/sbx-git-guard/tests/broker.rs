@@ -136,6 +136,22 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
     );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "1000\n1000\n");
+    // Loader variables never reach git (code in git's process could read
+    // the binary through /proc/self/exe); the hook, git's child, shows it.
+    let o = agent(
+        dir,
+        &repo,
+        "printf '#!/bin/sh\\nenv > hook-env\\n' > .git/hooks/pre-commit && \
+         GCONV_PATH=/tmp/evil LD_LIBRARY_PATH=/tmp/evil LD_AUDIT=/tmp/evil.so \
+         git -c user.name=a -c user.email=a@b commit -q --allow-empty -m two && \
+         grep -c -e '^LD_' -e '^GCONV_PATH' hook-env",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "0",
+        "{}",
+        text(&o)
+    );
     // Refused by the broker's own decision: exit 77, one line, audited.
     let o = agent(
         dir,

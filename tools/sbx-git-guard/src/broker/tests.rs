@@ -274,3 +274,24 @@ fn only_gits_own_exec_path_is_forgiven() {
     assert_eq!(judged_env(&evil, Some(ep)), evil);
     assert_eq!(judged_env(&env, None), env);
 }
+
+#[test]
+fn no_loader_variable_reaches_git() {
+    let env: Vec<(OsString, OsString)> = [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "GCONV_PATH",
+        "LOCPATH",
+        "HOME",
+        "OLD_PRELOAD",
+    ]
+    .iter()
+    .map(|k| (OsString::from(k), OsString::from("/tmp/evil")))
+    .collect();
+    let kept: Vec<_> = loader_free(env).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        kept,
+        vec![OsString::from("HOME"), OsString::from("OLD_PRELOAD")]
+    );
+}

@@ -104,7 +104,8 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
     assert_eq!(o.status.code(), Some(78), "{}", text(&o));
     assert!(text(&o).contains("readable"), "{}", text(&o));
 
-    let _broker = Broker(serve(dir, &git));
+    let broker = Broker(serve(dir, &git));
+    let pid = broker.0.id();
     for _ in 0..200 {
         if dir.join("s.sock").exists() {
             break;

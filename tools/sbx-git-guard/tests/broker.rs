@@ -185,4 +185,37 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
         "{}",
         text(&o)
     );
+
+    // Concurrent calls: each gets its own answer; afterwards the broker
+    // holds no more fds than before and leaves no zombie behind.
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
+    let o = agent(
+        dir,
+        &repo,
+        "for i in $(seq 24); do (git rev-parse --verify -q HEAD >/dev/null; echo $?) & done; wait",
+    );
+    let codes = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        codes.lines().filter(|l| *l == "0").count(),
+        24,
+        "{}",
+        text(&o)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(fds(), before, "the broker leaked fds");
+    let ps = Command::new("ps")
+        .args(["-eo", "stat=,ppid="])
+        .output()
+        .unwrap();
+    let ppid = pid.to_string();
+    let zombies = String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .filter(|l| l.starts_with('Z') && l.split_whitespace().nth(1) == Some(ppid.as_str()))
+        .count();
+    assert_eq!(zombies, 0, "zombie children of the broker");
 }

@@ -28,6 +28,20 @@ if [ "$uid" = 0 ]; then
       --bounding-set=-all --no-new-privs -- sbx-backup -q first-boot \
       || say "sbx-backup first-boot failed: starting with the home as it is"
   fi
+  # The git broker: the only way to the real git (0711 in a 0700 directory).
+  # Root with only SETUID/SETGID left; orphaned at once, so tini adopts it.
+  if [ -x /usr/libexec/sbx/git ] && command -v sbx-git-guard >/dev/null 2>&1; then
+    mkdir -p /run/sbx-git && chmod 0755 /run/sbx-git && rm -f /run/sbx-git/broker.sock
+    (setsid setpriv --inh-caps=-all --bounding-set=-all,+setuid,+setgid -- \
+      sbx-git-guard serve --socket /run/sbx-git/broker.sock --git /usr/libexec/sbx/git \
+      </dev/null >>/var/log/sbx/git-broker.log 2>&1 &)
+    i=0
+    while [ ! -S /run/sbx-git/broker.sock ]; do
+      i=$((i + 1))
+      [ "$i" -le 200 ] || { say "the git broker did not start (see /var/log/sbx/git-broker.log)"; exit 1; }
+      sleep 0.01
+    done
+  fi
   say "ready"
   exec setpriv --reuid=1000 --regid=1000 --init-groups \
     --inh-caps=-all --bounding-set=-all --no-new-privs -- "$@"

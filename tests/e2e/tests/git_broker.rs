@@ -244,3 +244,208 @@ fn the_real_git_is_reachable_only_through_the_broker() {
         .unwrap_or(99);
     assert!(fds <= 8, "the broker holds {fds} fds");
 }
+
+/// Issue 15's classes 1-6 and the guard's hook steps, through the
+/// sandbox's `git` (the guard, then the broker), as the agent: one case of
+/// each class refused; the pre-push and reference-transaction steps
+/// active; a normal commit and push to a local bare remote running the
+/// repository's hooks; and the steps refusing when the broker is down.
+#[test]
+fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
+    if !base_image() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("classes");
+    std::fs::create_dir_all(&path).unwrap();
+    sh(Command::new("git")
+        .args(["init", "-q", "-b", "main"])
+        .current_dir(&path));
+    let hooks = path.join(".git/hooks");
+    // bash, so BASH_ENV would end it before its body (class 4).
+    for (name, body) in [
+        (
+            "pre-commit",
+            "#!/bin/bash\necho pre-commit >> /tmp/hooks-ran\n\
+             if git diff --cached --name-only | grep -qx bad; then echo 'bad file' >&2; exit 1; fi\n",
+        ),
+        (
+            "pre-push",
+            "#!/bin/sh\necho pre-push >> /tmp/hooks-ran\ncat > /dev/null\n",
+        ),
+    ] {
+        std::fs::write(hooks.join(name), body).unwrap();
+        std::fs::set_permissions(hooks.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(dir.path()));
+    let repo = Repo { _dir: dir, path };
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let name = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None).container;
+    let agent = |script: &str| {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    let root = |script: &str| {
+        Command::new("docker")
+            .args(["exec", "-u", "0", &name, "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let head = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    // The guard's hooks directory: reachable by the agent, not writable.
+    let o = root("stat -c '%a %U' /usr/lib/sbx/hooks; readlink /usr/lib/sbx/hooks/pre-push");
+    assert_eq!(
+        head(&o),
+        "755 root\n/usr/local/bin/sbx-git-guard",
+        "{}",
+        text(&o)
+    );
+    let o = agent("touch /usr/lib/sbx/hooks/x || ln -sf /bin/true /usr/lib/sbx/hooks/pre-push");
+    assert!(!o.status.success(), "hooks dir writable: {}", text(&o));
+
+    // A normal commit and push to a local bare remote: the repository's
+    // hooks run (through the guard's directory for the push).
+    let o = agent(
+        "rm -f /tmp/hooks-ran; echo a > a && git add a && git commit -qm one && \
+         git init -q --bare /tmp/remote.git && git remote add origin /tmp/remote.git && \
+         git push -q origin main && git --git-dir=/tmp/remote.git rev-parse main && cat /tmp/hooks-ran",
+    );
+    assert!(o.status.success(), "commit and push: {}", text(&o));
+    let out = head(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.get(1..),
+        Some(&["pre-commit", "pre-push"][..]),
+        "{}",
+        text(&o)
+    );
+    let pushed = lines[0].to_owned();
+    let remote_main = || head(&agent("git --git-dir=/tmp/remote.git rev-parse main"));
+    let local_head = || head(&agent("git rev-parse HEAD"));
+    let before = local_head();
+
+    // One case per class, each through the sandbox's git.
+    for (class, script) in [
+        // 1: a decoy .git with an empty HEAD; git commits to the outer repo.
+        (
+            "1 decoy .git",
+            "mkdir -p sub/.git && : > sub/.git/HEAD && echo b > bad && git add bad && \
+             cd sub && git commit -qm decoy",
+        ),
+        // 2: the alias name is everything after `alias.`.
+        (
+            "2 dotted alias",
+            "git config alias.x.y 'commit --no-verify' && echo b > bad && git add bad && git x.y -qm m",
+        ),
+        // 3: a mirror remote chosen by an inline pushDefault.
+        (
+            "3 mirror push",
+            "git push -q origin main:refs/heads/other && \
+             git remote add --mirror evil /tmp/remote.git && git -c remote.pushDefault=evil push -q",
+        ),
+        // 4: BASH_ENV that ends a bash hook before its body.
+        (
+            "4 BASH_ENV",
+            "printf 'exit 0\\n' > /tmp/x && echo b > bad && git add bad && BASH_ENV=/tmp/x git commit -qm m",
+        ),
+        // 5: a stash commit moved onto the branch (reference-transaction).
+        (
+            "5 stash onto branch",
+            "echo b > bad && git add bad && git stash push -q && git reset -q --hard 'stash@{0}'",
+        ),
+        // 6: an output option that writes a hook.
+        (
+            "6 --output",
+            "git log -1 --format='tformat:exit 0' --output=.git/hooks/pre-commit",
+        ),
+    ] {
+        let o = agent(script);
+        assert!(
+            !o.status.success(),
+            "class {class} let through: {}",
+            text(&o)
+        );
+        assert_eq!(
+            local_head(),
+            before,
+            "class {class} moved HEAD: {}",
+            text(&o)
+        );
+        assert_eq!(
+            remote_main(),
+            pushed,
+            "class {class} moved the remote: {}",
+            text(&o)
+        );
+        // Put the tree back for the next case.
+        let _ = agent(
+            "git reset -q --hard HEAD; git stash clear; rm -rf sub bad; git remote remove evil; git config --unset alias.x.y; true",
+        );
+    }
+
+    let o = agent("git --git-dir=/tmp/remote.git rev-parse -q --verify other");
+    assert!(
+        o.status.success(),
+        "the mirror push deleted a branch: {}",
+        text(&o)
+    );
+
+    // The pre-push step asks git, through the broker, what an update is:
+    // a fast-forward passes (and runs the repository's pre-push), a rewind
+    // is refused.
+    let o = agent(
+        "echo c > c && git add c && git commit -qm two && \
+         git rev-parse HEAD HEAD~1 | tr '\\n' ' ' > /tmp/oids && cat /tmp/oids",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let step = |new_old: &str| {
+        agent(&format!(
+            "read -r new old < /tmp/oids; printf 'refs/heads/main %s refs/heads/main %s\\n' {new_old} | \
+             SBX_GUARD_TRUSTED_HOOKS=$PWD/.git/hooks /usr/lib/sbx/hooks/pre-push origin /tmp/remote.git"
+        ))
+    };
+    let o = step("$new $old");
+    assert!(o.status.success(), "a fast-forward refused: {}", text(&o));
+    let o = step("$old $new");
+    assert_eq!(o.status.code(), Some(1), "a rewind passed: {}", text(&o));
+    assert!(text(&o).contains("not a fast-forward"), "{}", text(&o));
+    // A broker of the agent's own is not asked (git passes the variable on).
+    let o = agent(
+        "read -r new old < /tmp/oids; printf 'refs/heads/main %s refs/heads/main %s\\n' $new $old | \
+         SBX_GIT_BROKER=/tmp/none.sock SBX_GUARD_TRUSTED_HOOKS=$PWD/.git/hooks \
+         /usr/lib/sbx/hooks/pre-push origin /tmp/remote.git",
+    );
+    assert!(o.status.success(), "SBX_GIT_BROKER was used: {}", text(&o));
+    // The reference-transaction step refused the stash case (class 5).
+    let o = root("grep -c 'a stash commit' /var/log/sbx/audit.jsonl");
+    assert_ne!(
+        head(&o),
+        "0",
+        "the reference-transaction step: {}",
+        text(&o)
+    );
+
+    // With the broker down, git does not run and the steps cannot pass.
+    let o = root("kill $(pgrep -o -x sbx-git-guard)");
+    assert!(o.status.success(), "{}", text(&o));
+    let o = agent("git push -q origin main");
+    assert!(!o.status.success(), "pushed without a broker: {}", text(&o));
+    let o = step("$new $old");
+    assert!(
+        !o.status.success(),
+        "pre-push step without a broker: {}",
+        text(&o)
+    );
+}

@@ -82,12 +82,18 @@ impl sbx_core::SbxError for BrokerError {
 
 // ---------------------------------------------------------------- client
 
-/// The socket to use, if a broker is configured: `$SBX_GIT_BROKER`, else
-/// the image's socket when it exists. None: exec the real git as before.
+/// The socket to use, if a broker is configured: `$SBX_GIT_BROKER` outside
+/// the sandbox, else the image's socket when it exists. None: exec the real
+/// git as before. Inside, the variable is ignored: git passes it on to the
+/// hook steps, and a broker of the agent's own could answer their checks.
 pub fn socket_path(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    socket_path_in(env, crate::in_sandbox())
+}
+
+pub(crate) fn socket_path_in(env: &[(OsString, OsString)], sandboxed: bool) -> Option<PathBuf> {
     let var = env
         .iter()
-        .find(|(k, _)| k == SOCKET_VAR)
+        .find(|(k, _)| k == SOCKET_VAR && !sandboxed)
         .map(|(_, v)| PathBuf::from(v))
         .filter(|p| !p.as_os_str().is_empty());
     match var {

@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::net::UnixStream;
 
 use super::proto::{self, Kind, ProtoError, Reply, Request, Transport};
@@ -245,6 +246,8 @@ fn the_socket_comes_from_the_variable_first() {
         .exists()
         .then(|| PathBuf::from(DEFAULT_SOCKET));
     assert_eq!(socket_path(&empty), default);
+    // In the sandbox only the image's socket counts.
+    assert_eq!(socket_path_in(&env, true), default);
 }
 
 #[test]

@@ -314,7 +314,7 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
     };
-    // Unknown: assume a stash, so the check below runs (and fails closed).
+    // Unknown (git could not run, e.g. the broker is down): refuse.
     let Some(common) = common else {
         return Err("cannot find the repository's common directory".into());
     };

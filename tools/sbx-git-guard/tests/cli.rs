@@ -1312,3 +1312,34 @@ fn a_stash_without_its_reflog_is_still_a_stash() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unverified-commit"));
     assert_eq!(lab.head("r", "main"), main);
 }
+
+/// git exports GIT_EXEC_PATH (its own) to hooks: a hook's `git`, when that
+/// is the guard (as the image's exec-path `git` is), still works on the
+/// host without a broker; another value is still refused.
+#[test]
+fn a_hooks_own_git_works_with_gits_exec_path() {
+    each_git(|lab| {
+        lab.repo("r");
+        let guard = lab.path("bin/git").display().to_string();
+        lab.hook(
+            "r",
+            "pre-commit",
+            &format!(
+                "test -n \"$GIT_EXEC_PATH\" || exit 3\n\"{guard}\" rev-parse --git-dir > ../hook-git || exit 1"
+            ),
+        );
+        let out = lab.git("r", &["commit", "--allow-empty", "-qm", "m"]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            lab.real.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(lab.path("hook-git")).unwrap().trim(),
+            ".git"
+        );
+        let out = lab.git_env("r", &["status"], &[("GIT_EXEC_PATH", "/tmp")]);
+        assert!(refused(&out), "{}", String::from_utf8_lossy(&out.stderr));
+    });
+}

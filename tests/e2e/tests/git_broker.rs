@@ -402,6 +402,22 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
         text(&o)
     );
 
+    // Class 5, the sequencer: new staged content at `rebase --continue` runs
+    // the repository's pre-commit first (in the broker's git process).
+    let o = agent(
+        "GIT_SEQUENCE_EDITOR='sed -i s/^pick/edit/' git rebase -q -i --root && \
+         echo b > bad && git add bad && git rebase --continue",
+    );
+    assert_eq!(o.status.code(), Some(77), "rebase --continue: {}", text(&o));
+    assert!(
+        text(&o).contains("fail the pre-commit hook"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(local_head(), before, "{}", text(&o));
+    let o = agent("git rebase --abort && git rev-parse --abbrev-ref HEAD");
+    assert_eq!(head(&o), "main", "{}", text(&o));
+
     // The pre-push step asks git, through the broker, what an update is:
     // a fast-forward passes (and runs the repository's pre-push), a rewind
     // is refused.

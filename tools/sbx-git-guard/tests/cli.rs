@@ -1336,7 +1336,9 @@ fn a_hooks_own_git_works_with_gits_exec_path() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(
-            std::fs::read_to_string(lab.path("hook-git")).unwrap().trim(),
+            std::fs::read_to_string(lab.path("hook-git"))
+                .unwrap()
+                .trim(),
             ".git"
         );
         let out = lab.git_env("r", &["status"], &[("GIT_EXEC_PATH", "/tmp")]);

@@ -208,8 +208,13 @@ fn env_vec() -> Vec<(OsString, OsString)> {
 }
 
 /// `git status --porcelain -- .husky` with the real git: the one place the
-/// guard runs git, and only in husky repositories.
-pub(crate) fn husky_dirty(real: &Path) -> impl Fn(&Path) -> Option<bool> + '_ {
+/// guard runs git, and only in husky repositories. It gets the caller's
+/// environment (as judged), not this process's: in the broker's git process
+/// that is the broker's own.
+pub(crate) fn husky_dirty<'a>(
+    real: &'a Path,
+    env: &'a [(OsString, OsString)],
+) -> impl Fn(&Path) -> Option<bool> + 'a {
     move |wt: &Path| {
         let out = std::process::Command::new(real)
             .arg("-C")
@@ -222,7 +227,10 @@ pub(crate) fn husky_dirty(real: &Path) -> impl Fn(&Path) -> Option<bool> + '_ {
                 "--",
                 ".husky",
             ])
+            .env_clear()
+            .envs(broker::loader_free(hookenv::clean(env)))
             .env_remove("GIT_CONFIG_PARAMETERS")
+            .stdin(std::process::Stdio::null())
             .output()
             .ok()?;
         Some(!out.status.success() || !out.stdout.is_empty())
@@ -372,7 +380,7 @@ pub(crate) fn decide_and_prepare(
         env: &env,
         settings,
     };
-    let mut allow = policy::decide(&call, &husky_dirty(real))?;
+    let mut allow = policy::decide(&call, &husky_dirty(real, &env))?;
     // Looked up only when used: it costs a readlink per hook name.
     if allow.moves_refs && allow.pin.is_some() {
         match hooks::guard_dir(sandboxed) {
@@ -580,7 +588,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                 settings: settings_for(cli.common.config.as_deref())?,
             };
             let real = real_git(&env, in_sandbox()).unwrap_or_else(|| PathBuf::from("git"));
-            let verdict = policy::decide(&call, &husky_dirty(&real));
+            let verdict = policy::decide(&call, &husky_dirty(&real, &env));
             if json {
                 let data = match &verdict {
                     Ok(allow) => serde_json::json!({

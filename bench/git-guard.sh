@@ -67,7 +67,7 @@ run() { # name, git args...
       "$REAL $args" "$TMP/guard/git $args" "$TMP/bash/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b c < <(summarize "$TMP/$name.csv")
-  echo "git $args: real ${a} ms   guard ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)   bash wrapper ${c} ms (+$(awk -v a="$a" -v c="$c" 'BEGIN{printf "%.3f", c-a}') ms)"
+  echo "[$name] git $args: real ${a} ms   guard ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)   bash wrapper ${c} ms (+$(awk -v a="$a" -v c="$c" 'BEGIN{printf "%.3f", c-a}') ms)"
 }
 
 # The same calls through the broker, beside the real git in one run.
@@ -82,7 +82,7 @@ run_broker() { # name, git args...
       "$REAL $args" "$TMP/guard/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b < <(summarize "$TMP/b$name.csv")
-  echo "git $args: real ${a} ms   guard via broker ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)"
+  echo "[$name] git $args: real ${a} ms   guard via broker ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)"
 }
 
 echo "== git-guard: added latency per call ($("$REAL" --version))"

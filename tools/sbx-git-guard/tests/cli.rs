@@ -1345,3 +1345,51 @@ fn a_hooks_own_git_works_with_gits_exec_path() {
         assert!(refused(&out), "{}", String::from_utf8_lossy(&out.stderr));
     });
 }
+
+/// The reference-transaction step asks git whether a branch move adds a
+/// stash commit. When git cannot be run (here: a broker that is not there)
+/// it refuses the move instead of finding nothing.
+#[test]
+fn the_reference_transaction_step_fails_closed_without_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        std::fs::write(lab.path("r/a"), "2\n").unwrap();
+        lab.real("r", &["stash", "push", "-q"]);
+        let old = lab.head("r", "HEAD");
+        lab.real("r", &["commit", "--allow-empty", "-qm", "two"]);
+        let new = lab.head("r", "HEAD");
+        std::os::unix::fs::symlink(GUARD, lab.path("bin/reference-transaction")).unwrap();
+        let step = |broker: Option<&str>| {
+            let mut c = lab.cmd(lab.path("bin/reference-transaction").as_os_str(), "r");
+            c.arg("prepared")
+                .env("SBX_GUARD_TRUSTED_HOOKS", lab.path("r/.git/hooks"))
+                .env("SBX_GUARD_COMMON_DIR", lab.path("r/.git"))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            if let Some(b) = broker {
+                c.env("SBX_GIT_BROKER", b);
+            }
+            let mut child = c.spawn().unwrap();
+            use std::io::Write as _;
+            let line = format!("{old} {new} refs/heads/master\n{old} {new} refs/heads/main\n");
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(line.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let o = step(None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let dead = lab.path("no-broker.sock").display().to_string();
+        let o = step(Some(&dead));
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    });
+}

@@ -6,14 +6,18 @@
 #   hooks through the guard's own directory, so its reference-transaction
 #   step runs once per transaction state) and a push of an
 #   up-to-date branch to a local bare remote (its pre-push step runs);
-#   also a bash wrapper of the seed's shape (a regex over "$*", then exec).
+#   also a bash wrapper of the seed's shape (a regex over "$*", then exec);
+#   and the sandbox's path: the guard handing the call to its root broker
+#   (sbx-git-guard serve), which decides, forks and execs git by fd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The statically linked guard `make build` installs.
 [ -x target/release/sbx-git-guard ] || make build >/dev/null
 GUARD=$PWD/target/release/sbx-git-guard
 REAL=${REAL_GIT:-/usr/bin/git}
-TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+TMP=$(mktemp -d)
+BPID=
+trap '[ -z "$BPID" ] || kill "$BPID"; rm -rf "$TMP"' EXIT
 RUNS=${RUNS:-300}
 
 mkdir -p "$TMP/guard" "$TMP/bash" "$TMP/home"
@@ -38,6 +42,13 @@ env HOME="$TMP/home" "$REAL" -C "$R" add . >/dev/null
 env HOME="$TMP/home" "$REAL" -C "$R" commit -qm init
 printf '#!/bin/sh\nexit 0\n' > "$R/.git/hooks/pre-commit"; chmod +x "$R/.git/hooks/pre-commit"
 
+# The broker, as the image lays it out: git execute-only in a 0700 dir.
+install -d -m 0700 "$TMP/libexec"
+install -m 0711 "$REAL" "$TMP/libexec/git"
+"$GUARD" serve --socket "$TMP/broker.sock" --git "$TMP/libexec/git" 2>"$TMP/broker.log" &
+BPID=$!
+for _ in $(seq 100); do [ -S "$TMP/broker.sock" ] && break; sleep 0.02; done
+
 summarize() { awk -F, 'NR > 1 { printf "%.3f ", $4 * 1000 } END { print "" }' "$1"; }
 
 BASE=$("$REAL" -C "$R" rev-parse HEAD)
@@ -56,7 +67,22 @@ run() { # name, git args...
       "$REAL $args" "$TMP/guard/git $args" "$TMP/bash/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b c < <(summarize "$TMP/$name.csv")
-  echo "git $args: real ${a} ms   guard ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)   bash wrapper ${c} ms (+$(awk -v a="$a" -v c="$c" 'BEGIN{printf "%.3f", c-a}') ms)"
+  echo "[$name] git $args: real ${a} ms   guard ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)   bash wrapper ${c} ms (+$(awk -v a="$a" -v c="$c" 'BEGIN{printf "%.3f", c-a}') ms)"
+}
+
+# The same calls through the broker, beside the real git in one run.
+run_broker() { # name, git args...
+  local name=$1; shift
+  local args="$*"
+  cd "$R"
+  env -i HOME="$TMP/home" SBX_AUDIT_LOG="$TMP/audit.jsonl" SBX_GIT_BROKER="$TMP/broker.sock" \
+      GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
+    hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/b$name.csv" \
+      --prepare "$RESET" \
+      "$REAL $args" "$TMP/guard/git $args" >/dev/null 2>&1
+  cd - >/dev/null
+  read -r a b < <(summarize "$TMP/b$name.csv")
+  echo "[$name] git $args: real ${a} ms   guard via broker ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)"
 }
 
 echo "== git-guard: added latency per call ($("$REAL" --version))"
@@ -71,3 +97,9 @@ run reset-stash reset -q --hard HEAD
 "$REAL" init -q --bare "$TMP/remote.git"
 "$REAL" -C "$R" push -q "$TMP/remote.git" master
 run push push -q "$TMP/remote.git" master
+echo "== through the broker (the sandbox's path)"
+run_broker status status --short
+run_broker revparse rev-parse HEAD
+run_broker commit commit -q --allow-empty -m bench
+run_broker reset-stash reset -q --hard HEAD
+run_broker push push -q "$TMP/remote.git" master

@@ -28,7 +28,7 @@ pub const TRUSTED_ENV: &str = "SBX_GUARD_TRUSTED_HOOKS";
 pub const COMMON_ENV: &str = "SBX_GUARD_COMMON_DIR";
 
 /// Where the image installs the directory (root-owned).
-pub const IMAGE_DIR: &str = "/usr/libexec/sbx/hooks";
+pub const IMAGE_DIR: &str = "/usr/lib/sbx/hooks";
 
 /// Every hook git runs from the hooks path on the client side. Left out on
 /// purpose: `push-to-checkout` and `proc-receive`, whose mere presence
@@ -133,8 +133,43 @@ fn is_zero(oid: &[u8]) -> bool {
     !oid.is_empty() && oid.iter().all(|b| *b == b'0') && oid.len() >= ZERO.len()
 }
 
-fn git(real: &Path, args: &[&OsStr]) -> Option<std::process::Output> {
-    Command::new(real)
+/// How the hook steps run git. Where a broker runs git (the sandbox: the
+/// agent can neither run the real binary nor name one with SBX_REAL_GIT),
+/// through this binary as `git`, so the broker decides and runs it as the
+/// caller; a broker that is down makes each call fail, and the steps
+/// refuse. Elsewhere, the real git directly.
+#[derive(Debug, Clone)]
+pub enum Git {
+    Real(PathBuf),
+    ViaGuard(PathBuf),
+}
+
+impl Git {
+    /// The runner for this process's environment; None: no git at all.
+    pub fn for_env(env: &[(OsString, OsString)]) -> Option<Git> {
+        let sandboxed = crate::in_sandbox();
+        if sandboxed || crate::broker::socket_path(env).is_some() {
+            let me = std::fs::canonicalize("/proc/self/exe").ok()?;
+            return Some(Git::ViaGuard(me));
+        }
+        crate::real_git(env, sandboxed).map(Git::Real)
+    }
+
+    fn command(&self) -> Command {
+        match self {
+            Git::Real(p) => Command::new(p),
+            Git::ViaGuard(me) => {
+                use std::os::unix::process::CommandExt as _;
+                let mut c = Command::new(me);
+                c.arg0("git");
+                c
+            }
+        }
+    }
+}
+
+fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
+    real.command()
         .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
@@ -144,7 +179,7 @@ fn git(real: &Path, args: &[&OsStr]) -> Option<std::process::Output> {
 
 /// pre-push: each line is `<local ref> <local oid> <remote ref> <remote oid>`
 /// for an update git will make (rejected ones are not listed).
-pub fn check_push(real: &Path, stdin: &[u8]) -> Result<(), String> {
+pub fn check_push(real: &Git, stdin: &[u8]) -> Result<(), String> {
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
         let [_lref, loid, rref, roid] = f[..] else {
@@ -186,7 +221,7 @@ type StashSets = (Vec<Vec<u8>>, Vec<Vec<u8>>);
 
 /// The stash's commits (each entry's own commit and its index and
 /// untracked parents, not its base) and their trees.
-fn stash_commits(real: &Path) -> StashSets {
+fn stash_commits(real: &Git) -> StashSets {
     let mut commits = Vec::new();
     let mut trees = Vec::new();
     let list = |walk: &str| {
@@ -252,7 +287,7 @@ pub fn stash_exists(common: &Path) -> bool {
 }
 
 /// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
-pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
+pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     let mut moves = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
@@ -276,9 +311,14 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
             real,
             &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
         )
+        .filter(|o| o.status.success())
         .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
     };
-    let has_stash = common.is_some_and(|d| stash_exists(&d));
+    // Unknown (git could not run, e.g. the broker is down): refuse.
+    let Some(common) = common else {
+        return Err("cannot find the repository's common directory".into());
+    };
+    let has_stash = stash_exists(&common);
     if !has_stash {
         return Ok(());
     }
@@ -297,7 +337,8 @@ pub fn check_transaction(real: &Path, stdin: &[u8]) -> Result<(), String> {
             args.push(OsStr::from_bytes(old));
         }
         args.push(OsStr::new("--"));
-        let Some(out) = git(real, &args) else {
+        // A git that cannot run (a broker that is down) refuses the move.
+        let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
             return Err("cannot list the commits the update adds".into());
         };
         for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -350,7 +391,7 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         return ExitCode::from(1);
     }
     let settings = crate::settings_for(None).unwrap_or_default();
-    let real = crate::real_git(&env, crate::in_sandbox());
+    let real = Git::for_env(&env);
     let verdict = match &real {
         None => Err("the real git was not found".to_owned()),
         Some(real) if name == "pre-push" => {

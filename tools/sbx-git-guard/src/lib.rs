@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod argv;
+pub mod broker;
 pub mod hookenv;
 pub mod hooks;
 pub mod keys;
@@ -14,7 +15,7 @@ pub mod rules;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write as _;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,7 +48,7 @@ trusted hooks are the common dir's `hooks`, or `.husky/_` (husky 9) or
 repository has a stash, for commands that can move a branch (am, bisect,
 branch, checkout, cherry-pick, fetch, merge, pull, rebase, replay, reset,
 revert, stash, switch, symbolic-ref, update-ref, worktree, external
-git-<cmd>), <dir> is the guard's own hooks directory (/usr/libexec/sbx/hooks in the image; next
+git-<cmd>), <dir> is the guard's own hooks directory (/usr/lib/sbx/hooks in the image; next
 to this binary elsewhere): each hook there runs the trusted hook of the same
 name, and two check first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,
@@ -93,6 +94,12 @@ sees commits, not pushes the sandbox made to other remotes. Protect the
 remote as well (receive.denyNonFastForwards, receive.denyDeletes, branch
 protection) and run the same checks in CI.
 
+In the sandbox the real binary is execute-only in a root-only directory
+and runs only through `sbx-git-guard serve`, a root broker that takes the
+caller's uid from SO_PEERCRED and makes this same decision as the caller
+before it execs git; the hook steps reach git through it too, and refuse
+when it is down.
+
 Exit status: the real git's; 77 when refused; 78 for a bad sbx config;
 125-127 when the real git cannot be run. `check` exits 0 (allowed) or 1
 (would be refused).";
@@ -128,11 +135,24 @@ pub enum Cmd {
     /// List every rule and what it blocks
     Rules,
     /// Create the guard's hooks directory at DIR (a link per hook to this
-    /// binary); the image runs it for /usr/libexec/sbx/hooks
+    /// binary); the image runs it for /usr/lib/sbx/hooks
     InstallHooks {
         /// The directory to create
         dir: PathBuf,
     },
+    /// Run the real git for other users' guards (root, inside the sandbox)
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct ServeArgs {
+    /// The unix socket to listen on (made 0666; callers are told apart by
+    /// their kernel-attested uid)
+    #[arg(long, value_name = "PATH", default_value = broker::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    /// The real git: execute-only (0711) in a directory only root can enter
+    #[arg(long, value_name = "PATH", default_value = FALLBACK_REAL_GIT)]
+    pub git: PathBuf,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -188,8 +208,13 @@ fn env_vec() -> Vec<(OsString, OsString)> {
 }
 
 /// `git status --porcelain -- .husky` with the real git: the one place the
-/// guard runs git, and only in husky repositories.
-fn husky_dirty(real: &Path) -> impl Fn(&Path) -> Option<bool> + '_ {
+/// guard runs git, and only in husky repositories. It gets the caller's
+/// environment (as judged), not this process's: in the broker's git process
+/// that is the broker's own.
+pub(crate) fn husky_dirty<'a>(
+    real: &'a Path,
+    env: &'a [(OsString, OsString)],
+) -> impl Fn(&Path) -> Option<bool> + 'a {
     move |wt: &Path| {
         let out = std::process::Command::new(real)
             .arg("-C")
@@ -202,7 +227,10 @@ fn husky_dirty(real: &Path) -> impl Fn(&Path) -> Option<bool> + '_ {
                 "--",
                 ".husky",
             ])
+            .env_clear()
+            .envs(broker::loader_free(hookenv::clean(env)))
             .env_remove("GIT_CONFIG_PARAMETERS")
+            .stdin(std::process::Stdio::null())
             .output()
             .ok()?;
         Some(!out.status.success() || !out.stdout.is_empty())
@@ -281,6 +309,10 @@ pub fn guard(args: Vec<OsString>) -> ExitCode {
 /// Guard mode with the tool's `--config FILE`.
 pub fn guard_with(args: Vec<OsString>, config: Option<PathBuf>) -> ExitCode {
     output::set_tool_if_unset(TOOL);
+    // In the sandbox the broker decides and runs git (see broker.rs).
+    if let Some(code) = broker::forward(&args, None) {
+        return code;
+    }
     let result = std::panic::catch_unwind(|| guard_inner(&args, config.as_deref()));
     match result {
         Ok(code) => code,
@@ -317,32 +349,98 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
             return Exit::WrapperFailed.into();
         }
     };
+    let found = || git_exec_path(&real);
+    match decide_and_prepare(args, &env, &cwd, settings, &real, found, sandboxed, config) {
+        Ok(allow) => exec(&real, allow),
+        Err(b) => refuse(args, &b),
+    }
+}
+
+/// The one decision and exec setup, shared by the direct path and the
+/// broker's git process so the two cannot differ: the policy's verdict, the
+/// hooks routed through the guard's directory, the settings the hook steps
+/// read, a loader-free environment, and pre-commit first for `--continue`.
+/// `real` runs the real git from this process (a path, or the broker's fd);
+/// `exec_path` is its compiled-in exec-path, asked only when needed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decide_and_prepare(
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+    settings: Settings,
+    real: &Path,
+    exec_path: impl FnOnce() -> Option<OsString>,
+    sandboxed: bool,
+    config: Option<&Path>,
+) -> Result<Allow, Block> {
+    let env = judged_env(env, exec_path);
     let call = Call {
         args,
-        cwd: &cwd,
+        cwd,
         env: &env,
         settings,
     };
-    match policy::decide(&call, &husky_dirty(&real)) {
-        Ok(mut allow) => {
-            // Looked up only when used: it costs a readlink per hook name.
-            if allow.moves_refs {
-                if let Some(d) = hooks::guard_dir(sandboxed) {
-                    allow.route_hooks(&d);
-                }
+    let mut allow = policy::decide(&call, &husky_dirty(real, &env))?;
+    // Looked up only when used: it costs a readlink per hook name.
+    if allow.moves_refs && allow.pin.is_some() {
+        match hooks::guard_dir(sandboxed) {
+            Some(d) => allow.route_hooks(&d),
+            // In the sandbox the pre-push and reference-transaction steps
+            // are not optional.
+            None if sandboxed => {
+                return Err(Block {
+                    rule: R::Internal.name(),
+                    reason: format!(
+                        "the guard's hooks directory {} is missing or stale; nothing was run",
+                        hooks::IMAGE_DIR
+                    ),
+                });
             }
-            // The hook steps read the same settings the guard did.
-            if let (Some(c), false) = (config, sandboxed) {
-                allow.env.retain(|(k, _)| k != "SBX_CONFIG");
-                allow.env.push(("SBX_CONFIG".into(), c.into()));
-            }
-            if let Err(b) = precommit_first(&real, &allow) {
-                return refuse(args, &b);
-            }
-            exec(&real, allow)
+            None => {}
         }
-        Err(b) => refuse(args, &b),
     }
+    // The hook steps read the same settings the guard did.
+    if let (Some(c), false) = (config, sandboxed) {
+        allow.env.retain(|(k, _)| k != "SBX_CONFIG");
+        allow.env.push(("SBX_CONFIG".into(), c.into()));
+    }
+    allow.env = broker::loader_free(allow.env);
+    precommit_first(real, &allow)?;
+    Ok(allow)
+}
+
+/// The environment as the policy judges it. Every git exports
+/// GIT_EXEC_PATH to its children (setup_path), so a hook's own `git`
+/// arrives with it: at the real git's own value it moves nothing and is
+/// dropped; any other value stays for the policy to refuse.
+pub(crate) fn judged_env(
+    env: &[(OsString, OsString)],
+    exec_path: impl FnOnce() -> Option<OsString>,
+) -> Vec<(OsString, OsString)> {
+    if !env.iter().any(|(k, _)| k == "GIT_EXEC_PATH") {
+        return env.to_vec();
+    }
+    let own = exec_path();
+    env.iter()
+        .filter(|(k, v)| !(k == "GIT_EXEC_PATH" && Some(v) == own.as_ref()))
+        .cloned()
+        .collect()
+}
+
+/// The real git's compiled-in exec-path, asked of the binary itself.
+pub(crate) fn git_exec_path(real: &Path) -> Option<OsString> {
+    let out = std::process::Command::new(real)
+        .arg("--exec-path")
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let mut v = out.stdout;
+    while v.last() == Some(&b'\n') {
+        v.pop();
+    }
+    (out.status.success() && !v.is_empty()).then(|| OsString::from_vec(v))
 }
 
 /// A sequencer `--continue` commits whatever is staged without pre-commit:
@@ -401,6 +499,9 @@ fn exec(real: &Path, allow: Allow) -> ExitCode {
 
 /// Pass-through for git-receive-pack and friends.
 pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
+    if let Some(code) = broker::forward(&args, Some(cmd)) {
+        return code;
+    }
     let env = env_vec();
     let Some(real) = real_git(&env, in_sandbox()) else {
         output::error("the real git was not found");
@@ -460,6 +561,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             hooks::install(&dir, &exe).map_err(GuardError::from)?;
             Ok(Exit::Ok.into())
         }
+        Cmd::Serve(a) => Ok(broker::serve(&a.socket, &a.git)?),
         Cmd::Rules => {
             for r in policy::RULES {
                 let (name, what) = (r.name, r.blocks);
@@ -486,7 +588,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                 settings: settings_for(cli.common.config.as_deref())?,
             };
             let real = real_git(&env, in_sandbox()).unwrap_or_else(|| PathBuf::from("git"));
-            let verdict = policy::decide(&call, &husky_dirty(&real));
+            let verdict = policy::decide(&call, &husky_dirty(&real, &env));
             if json {
                 let data = match &verdict {
                     Ok(allow) => serde_json::json!({

@@ -1312,3 +1312,84 @@ fn a_stash_without_its_reflog_is_still_a_stash() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unverified-commit"));
     assert_eq!(lab.head("r", "main"), main);
 }
+
+/// git exports GIT_EXEC_PATH (its own) to hooks: a hook's `git`, when that
+/// is the guard (as the image's exec-path `git` is), still works on the
+/// host without a broker; another value is still refused.
+#[test]
+fn a_hooks_own_git_works_with_gits_exec_path() {
+    each_git(|lab| {
+        lab.repo("r");
+        let guard = lab.path("bin/git").display().to_string();
+        lab.hook(
+            "r",
+            "pre-commit",
+            &format!(
+                "test -n \"$GIT_EXEC_PATH\" || exit 3\n\"{guard}\" rev-parse --git-dir > ../hook-git || exit 1"
+            ),
+        );
+        let out = lab.git("r", &["commit", "--allow-empty", "-qm", "m"]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            lab.real.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(lab.path("hook-git"))
+                .unwrap()
+                .trim(),
+            ".git"
+        );
+        let out = lab.git_env("r", &["status"], &[("GIT_EXEC_PATH", "/tmp")]);
+        assert!(refused(&out), "{}", String::from_utf8_lossy(&out.stderr));
+    });
+}
+
+/// The reference-transaction step asks git whether a branch move adds a
+/// stash commit. When git cannot be run (here: a broker that is not there)
+/// it refuses the move instead of finding nothing.
+#[test]
+fn the_reference_transaction_step_fails_closed_without_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        std::fs::write(lab.path("r/a"), "2\n").unwrap();
+        lab.real("r", &["stash", "push", "-q"]);
+        let old = lab.head("r", "HEAD");
+        lab.real("r", &["commit", "--allow-empty", "-qm", "two"]);
+        let new = lab.head("r", "HEAD");
+        std::os::unix::fs::symlink(GUARD, lab.path("bin/reference-transaction")).unwrap();
+        let step = |broker: Option<&str>| {
+            let mut c = lab.cmd(lab.path("bin/reference-transaction").as_os_str(), "r");
+            c.arg("prepared")
+                .env("SBX_GUARD_TRUSTED_HOOKS", lab.path("r/.git/hooks"))
+                .env("SBX_GUARD_COMMON_DIR", lab.path("r/.git"))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            if let Some(b) = broker {
+                c.env("SBX_GIT_BROKER", b);
+            }
+            let mut child = c.spawn().unwrap();
+            use std::io::Write as _;
+            let line = format!("{old} {new} refs/heads/master\n{old} {new} refs/heads/main\n");
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(line.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let o = step(None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let dead = lab.path("no-broker.sock").display().to_string();
+        let o = step(Some(&dead));
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    });
+}

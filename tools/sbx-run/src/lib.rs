@@ -10,6 +10,7 @@ pub mod login;
 pub mod names;
 pub mod spec;
 pub mod tools;
+pub mod verify;
 pub mod workspace;
 
 use std::ffi::OsString;
@@ -208,6 +209,9 @@ pub enum Cmd {
     },
     /// Delete the Codex credentials from the machine's store and every workspace's volume.
     CodexLogout,
+    /// Run the repository's pre-commit and commit-msg hooks, on the host, against
+    /// each commit added since REF; exit 1 when any fails.
+    VerifyCommits(verify::VerifyOpts),
 }
 
 pub fn command() -> clap::Command {
@@ -315,6 +319,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Log(opts) => tools::log(common, &opts),
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
         Cmd::CodexLogout => tools::codex_logout(common),
+        Cmd::VerifyCommits(opts) => verify::verify_commits(common, &opts),
     };
     // A failure after Ctrl-C is reported as the interruption it was; a
     // shell or exec that ended normally keeps its own status even if the

@@ -2,6 +2,8 @@
 //! wrapper, `unsafe`). Keeping them here keeps every other crate
 //! `#![forbid(unsafe_code)]` and these few operations easy to audit.
 
+pub mod privsep;
+
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;

@@ -1,0 +1,467 @@
+//! The real git's back door, tried from inside a real sandbox as the agent:
+//! the binary cannot be run, read or copied; the broker runs git only as
+//! the guard allows, whatever a forged request says; a running git's
+//! /proc/PID/exe stays closed; hooks run, as the agent.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+
+fn sbx() -> Command {
+    let mut c = Command::new(bin("sbx-run"));
+    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
+    c
+}
+
+fn base_image() -> bool {
+    static BUILT: OnceLock<bool> = OnceLock::new();
+    *BUILT.get_or_init(|| {
+        if !prerequisite(docker_ready(), "a running Docker engine") {
+            return false;
+        }
+        let out = sbx()
+            .args(["-q", "build-base", "--bootstrap", "--no-ai-clis"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "build-base: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        true
+    })
+}
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.path)
+            .output();
+    }
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// A repository whose pre-commit hook records who ran it (and that its
+/// own git call works), and fails when a file named `bad` is staged.
+fn repo() -> Repo {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("broker");
+    std::fs::create_dir_all(&path).unwrap();
+    sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
+    let hook = path.join(".git/hooks/pre-commit");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\n\
+         id -u > /tmp/hook-ran\n\
+         git rev-parse --git-dir >> /tmp/hook-ran\n\
+         if git diff --cached --name-only | grep -qx bad; then echo 'bad file' >&2; exit 1; fi\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(dir.path()));
+    Repo { _dir: dir, path }
+}
+
+#[test]
+fn the_real_git_is_reachable_only_through_the_broker() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let name = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None).container;
+
+    let agent = |script: &str| {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let root = |script: &str| {
+        Command::new("docker")
+            .args(["exec", "-u", "0", &name, "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    // The layout, as root sees it.
+    let o = root("stat -c '%a %U' /usr/libexec/sbx /usr/libexec/sbx/git");
+    assert_eq!(text(&o).trim(), "700 root\n711 root", "{}", text(&o));
+
+    // Running, reading, copying or listing the real binary: all refused.
+    for attack in [
+        "/usr/libexec/sbx/git --version",
+        "cat /usr/libexec/sbx/git > /tmp/g",
+        "cp /usr/libexec/sbx/git /tmp/g2",
+        "ls /usr/libexec/sbx",
+        "SBX_REAL_GIT=/usr/libexec/sbx/git git -c alias.x='!true' --version >/dev/null && /usr/libexec/sbx/git --version",
+    ] {
+        let o = agent(attack);
+        assert!(!o.status.success(), "{attack}: {}", text(&o));
+    }
+    // No readable copy of the binary anywhere else in the image.
+    let o = root(
+        "s=$(stat -c %s /usr/libexec/sbx/git); h=$(sha256sum < /usr/libexec/sbx/git); \
+         find / -xdev -type f -size \"${s}c\" ! -path /usr/libexec/sbx/git -perm -o+r 2>/dev/null \
+         | while read -r f; do [ \"$(sha256sum < \"$f\")\" = \"$h\" ] && echo \"$f\"; done; true",
+    );
+    assert_eq!(text(&o).trim(), "", "a readable copy of the real git");
+
+    // Through the guard git works, as the agent.
+    let o = agent("git --version");
+    assert!(
+        o.status.success() && text(&o).starts_with("git version"),
+        "{}",
+        text(&o)
+    );
+    // Skipping the hook is refused (77) by the broker's decision.
+    let o = agent(
+        "echo x > f && git add f && git -c user.name=a -c user.email=a@b commit --no-verify -qm skip",
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("block-no-verify"), "{}", text(&o));
+    // A normal commit runs the real hook, as the agent, and the hook's own
+    // git calls go through the broker too.
+    let o = agent("git -c user.name=a -c user.email=a@b commit -qm good && cat /tmp/hook-ran");
+    assert!(o.status.success(), "commit: {}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "1000\n.git",
+        "the hook ran as the agent: {}",
+        text(&o)
+    );
+    // The hook still rejects what it must.
+    let o =
+        agent("echo b > bad && git add bad && git -c user.name=a -c user.email=a@b commit -qm bad");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let head = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let before = head(&agent("git rev-parse HEAD"));
+
+    // Forged requests straight to the socket, refused on the broker's side.
+    let forge = bin("sbx-broker-forge");
+    let o = Command::new("docker")
+        .args(["cp"])
+        .arg(&forge)
+        .arg(format!("{name}:/usr/local/bin/sbx-broker-forge"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "docker cp: {}", text(&o));
+    let o =
+        agent("sbx-broker-forge --pass-through -- commit --no-verify -qm forged -c user.name=a");
+    assert_eq!(
+        o.status.code(),
+        Some(77),
+        "pass-through commit: {}",
+        text(&o)
+    );
+    let o =
+        agent("sbx-broker-forge -- -c user.name=a -c user.email=a@b commit --no-verify -qm forged");
+    assert_eq!(
+        o.status.code(),
+        Some(77),
+        "raw commit --no-verify: {}",
+        text(&o)
+    );
+    // A planted SBX_REAL_GIT is not what runs: the broker's fd is.
+    let o = agent(
+        "printf '#!/bin/sh\\necho planted > /tmp/planted\\n' > /tmp/fakegit && chmod +x /tmp/fakegit && \
+         sbx-broker-forge --env SBX_REAL_GIT=/tmp/fakegit -- --version; test ! -e /tmp/planted",
+    );
+    assert!(
+        o.status.success() && text(&o).contains("git version"),
+        "{}",
+        text(&o)
+    );
+    let o = agent("sbx-broker-forge --garbage");
+    assert_eq!(o.status.code(), Some(100), "garbage: {}", text(&o));
+    assert!(text(&o).contains("over the limit"), "{}", text(&o));
+    assert_eq!(
+        head(&agent("git rev-parse HEAD")),
+        before,
+        "a forged request committed"
+    );
+
+    // A running git: its /proc/PID/exe and fds are closed to the agent's
+    // other processes (not dumpable: the binary is unreadable).
+    let o = agent(
+        "sleep 3 | git hash-object --stdin >/dev/null & sleep 0.5; \
+         p=$(pgrep -u 1000 -f '^git -c core.hooksPath=.* hash-object' | head -1); \
+         test -n \"$p\" || { echo no-git-process; exit 9; }; \
+         if cat /proc/$p/exe > /tmp/g3 2>/dev/null; then echo exe-readable; fi; \
+         if ls /proc/$p/fd >/dev/null 2>&1; then echo fd-listable; fi; \
+         if readlink /proc/$p/exe; then echo exe-linkable; fi; wait; echo done",
+    );
+    assert_eq!(head(&o), "done", "{}", text(&o));
+
+    // Ctrl-C reaches git through the client; the client exits as git did.
+    // (--foreground: only the guard is signalled, not `sleep`, whose exit
+    // would end git's input first.)
+    let o = agent(
+        "sleep 5 | timeout --foreground --preserve-status -s INT 0.5 git hash-object --stdin; \
+         echo \"rc=$?\"; sleep 0.3; pgrep -u 1000 -f '^git -c core.hooksPath' || echo gone",
+    );
+    assert_eq!(head(&o), "rc=130\ngone", "{}", text(&o));
+
+    // Audit: the refusals are logged.
+    let o = root("cat /var/log/sbx/audit.jsonl");
+    assert!(
+        text(&o).contains(r#""policy":"block-no-verify""#),
+        "{}",
+        text(&o)
+    );
+    // No zombies and no growth of the broker's fds after all that.
+    let o = root(
+        "ps -eo stat= | grep -c '^Z' || true; ls /proc/$(pgrep -o -x sbx-git-guard)/fd | wc -l",
+    );
+    let lines: Vec<String> = head(&o).lines().map(str::to_owned).collect();
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("0"),
+        "zombies: {}",
+        text(&o)
+    );
+    let fds: usize = lines
+        .get(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(99);
+    assert!(fds <= 8, "the broker holds {fds} fds");
+}
+
+/// Issue 15's classes 1-6 and the guard's hook steps, through the
+/// sandbox's `git` (the guard, then the broker), as the agent: one case of
+/// each class refused; the pre-push and reference-transaction steps
+/// active; a normal commit and push to a local bare remote running the
+/// repository's hooks; and the steps refusing when the broker is down.
+#[test]
+fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
+    if !base_image() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("classes");
+    std::fs::create_dir_all(&path).unwrap();
+    sh(Command::new("git")
+        .args(["init", "-q", "-b", "main"])
+        .current_dir(&path));
+    let hooks = path.join(".git/hooks");
+    // bash, so BASH_ENV would end it before its body (class 4).
+    for (name, body) in [
+        (
+            "pre-commit",
+            "#!/bin/bash\necho pre-commit >> /tmp/hooks-ran\n\
+             if git diff --cached --name-only | grep -qx bad; then echo 'bad file' >&2; exit 1; fi\n",
+        ),
+        (
+            "pre-push",
+            "#!/bin/sh\necho pre-push >> /tmp/hooks-ran\ncat > /dev/null\n",
+        ),
+    ] {
+        std::fs::write(hooks.join(name), body).unwrap();
+        std::fs::set_permissions(hooks.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(dir.path()));
+    let repo = Repo { _dir: dir, path };
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let name = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None).container;
+    let agent = |script: &str| {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    let root = |script: &str| {
+        Command::new("docker")
+            .args(["exec", "-u", "0", &name, "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let head = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    // The guard's hooks directory: reachable by the agent, not writable.
+    let o = root("stat -c '%a %U' /usr/lib/sbx/hooks; readlink /usr/lib/sbx/hooks/pre-push");
+    assert_eq!(
+        head(&o),
+        "755 root\n/usr/local/bin/sbx-git-guard",
+        "{}",
+        text(&o)
+    );
+    let o = agent("touch /usr/lib/sbx/hooks/x || ln -sf /bin/true /usr/lib/sbx/hooks/pre-push");
+    assert!(!o.status.success(), "hooks dir writable: {}", text(&o));
+
+    // A normal commit and push to a local bare remote: the repository's
+    // hooks run (through the guard's directory for the push).
+    let o = agent(
+        "rm -f /tmp/hooks-ran; echo a > a && git add a && git commit -qm one && \
+         git init -q --bare /tmp/remote.git && git remote add origin /tmp/remote.git && \
+         git push -q origin main && git --git-dir=/tmp/remote.git rev-parse main && cat /tmp/hooks-ran",
+    );
+    assert!(o.status.success(), "commit and push: {}", text(&o));
+    let out = head(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.get(1..),
+        Some(&["pre-commit", "pre-push"][..]),
+        "{}",
+        text(&o)
+    );
+    let pushed = lines[0].to_owned();
+    let remote_main = || head(&agent("git --git-dir=/tmp/remote.git rev-parse main"));
+    let local_head = || head(&agent("git rev-parse HEAD"));
+    let before = local_head();
+
+    // One case per class, each through the sandbox's git.
+    for (class, script) in [
+        // 1: a decoy .git with an empty HEAD; git commits to the outer repo.
+        (
+            "1 decoy .git",
+            "mkdir -p sub/.git && : > sub/.git/HEAD && echo b > bad && git add bad && \
+             cd sub && git commit -qm decoy",
+        ),
+        // 2: the alias name is everything after `alias.`.
+        (
+            "2 dotted alias",
+            "git config alias.x.y 'commit --no-verify' && echo b > bad && git add bad && git x.y -qm m",
+        ),
+        // 3: a mirror remote chosen by an inline pushDefault.
+        (
+            "3 mirror push",
+            "git push -q origin main:refs/heads/other && \
+             git remote add --mirror evil /tmp/remote.git && git -c remote.pushDefault=evil push -q",
+        ),
+        // 4: BASH_ENV that ends a bash hook before its body.
+        (
+            "4 BASH_ENV",
+            "printf 'exit 0\\n' > /tmp/x && echo b > bad && git add bad && BASH_ENV=/tmp/x git commit -qm m",
+        ),
+        // 5: a stash commit moved onto the branch (reference-transaction).
+        (
+            "5 stash onto branch",
+            "echo b > bad && git add bad && git stash push -q && git reset -q --hard 'stash@{0}'",
+        ),
+        // 6: an output option that writes a hook.
+        (
+            "6 --output",
+            "git log -1 --format='tformat:exit 0' --output=.git/hooks/pre-commit",
+        ),
+    ] {
+        let o = agent(script);
+        assert!(
+            !o.status.success(),
+            "class {class} let through: {}",
+            text(&o)
+        );
+        assert_eq!(
+            local_head(),
+            before,
+            "class {class} moved HEAD: {}",
+            text(&o)
+        );
+        assert_eq!(
+            remote_main(),
+            pushed,
+            "class {class} moved the remote: {}",
+            text(&o)
+        );
+        // Put the tree back for the next case.
+        let _ = agent(
+            "git reset -q --hard HEAD; git stash clear; rm -rf sub bad; git remote remove evil; git config --unset alias.x.y; true",
+        );
+    }
+
+    let o = agent("git --git-dir=/tmp/remote.git rev-parse -q --verify other");
+    assert!(
+        o.status.success(),
+        "the mirror push deleted a branch: {}",
+        text(&o)
+    );
+
+    // Class 5, the sequencer: new staged content at `rebase --continue` runs
+    // the repository's pre-commit first (in the broker's git process).
+    let o = agent(
+        "GIT_SEQUENCE_EDITOR='sed -i s/^pick/edit/' git rebase -q -i --root && \
+         echo b > bad && git add bad && git rebase --continue",
+    );
+    assert_eq!(o.status.code(), Some(77), "rebase --continue: {}", text(&o));
+    assert!(
+        text(&o).contains("fail the pre-commit hook"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(local_head(), before, "{}", text(&o));
+    let o = agent("git rebase --abort && git rev-parse --abbrev-ref HEAD");
+    assert_eq!(head(&o), "main", "{}", text(&o));
+
+    // The pre-push step asks git, through the broker, what an update is:
+    // a fast-forward passes (and runs the repository's pre-push), a rewind
+    // is refused.
+    let o = agent(
+        "echo c > c && git add c && git commit -qm two && \
+         git rev-parse HEAD HEAD~1 | tr '\\n' ' ' > /tmp/oids && cat /tmp/oids",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let step = |new_old: &str| {
+        agent(&format!(
+            "read -r new old < /tmp/oids; printf 'refs/heads/main %s refs/heads/main %s\\n' {new_old} | \
+             SBX_GUARD_TRUSTED_HOOKS=$PWD/.git/hooks /usr/lib/sbx/hooks/pre-push origin /tmp/remote.git"
+        ))
+    };
+    let o = step("$new $old");
+    assert!(o.status.success(), "a fast-forward refused: {}", text(&o));
+    let o = step("$old $new");
+    assert_eq!(o.status.code(), Some(1), "a rewind passed: {}", text(&o));
+    assert!(text(&o).contains("not a fast-forward"), "{}", text(&o));
+    // A broker of the agent's own is not asked (git passes the variable on).
+    let o = agent(
+        "read -r new old < /tmp/oids; printf 'refs/heads/main %s refs/heads/main %s\\n' $new $old | \
+         SBX_GIT_BROKER=/tmp/none.sock SBX_GUARD_TRUSTED_HOOKS=$PWD/.git/hooks \
+         /usr/lib/sbx/hooks/pre-push origin /tmp/remote.git",
+    );
+    assert!(o.status.success(), "SBX_GIT_BROKER was used: {}", text(&o));
+    // The reference-transaction step refused the stash case (class 5).
+    let o = root("grep -c 'a stash commit' /var/log/sbx/audit.jsonl");
+    assert_ne!(
+        head(&o),
+        "0",
+        "the reference-transaction step: {}",
+        text(&o)
+    );
+
+    // With the broker down, git does not run and the steps cannot pass.
+    let o = root("kill $(pgrep -o -x sbx-git-guard)");
+    assert!(o.status.success(), "{}", text(&o));
+    let o = agent("git push -q origin main");
+    assert!(!o.status.success(), "pushed without a broker: {}", text(&o));
+    let o = step("$new $old");
+    assert!(
+        !o.status.success(),
+        "pre-push step without a broker: {}",
+        text(&o)
+    );
+}

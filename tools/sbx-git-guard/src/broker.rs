@@ -1,0 +1,504 @@
+//! The lock on the real git's back door. Inside the sandbox the real git is
+//! execute-only in a root-only directory, so the agent can neither name,
+//! run nor copy it. A root broker holds it open (O_PATH) and runs it for
+//! the guard: the guard sends argv, environment, stdio and cwd over a unix
+//! socket; the broker takes the caller's uid/gid from SO_PEERCRED, and a
+//! forked child becomes that user, makes the guard's decision there, and
+//! execs the binary by fd. The client is untrusted (the agent can talk to
+//! the socket itself), so every decision is made on the broker's side.
+
+pub mod proto;
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write as _;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use sbx_core::{Exit, output};
+use sbx_sys::privsep::{self, Forked, PeerCred, Status};
+
+use crate::policy::{Allow, Block};
+use proto::{Kind, ProtoError, Reply, Request, Transport};
+
+/// Where the image's entrypoint puts the broker's socket.
+pub const DEFAULT_SOCKET: &str = "/run/sbx-git/broker.sock";
+/// Overrides the socket (tests, and a broker outside the image). The
+/// agent may set it: it only chooses whom the guard asks, never what runs.
+pub const SOCKET_VAR: &str = "SBX_GIT_BROKER";
+
+/// Signals the client passes on to git's process group, as a terminal
+/// would deliver them to a foreground job that git was part of.
+pub const RELAYED: &[i32] = &[
+    libc_sig::SIGHUP,
+    libc_sig::SIGINT,
+    libc_sig::SIGQUIT,
+    libc_sig::SIGTERM,
+    libc_sig::SIGUSR1,
+    libc_sig::SIGUSR2,
+    libc_sig::SIGWINCH,
+];
+
+/// Signal numbers (Linux, every architecture sbx targets).
+mod libc_sig {
+    pub const SIGHUP: i32 = 1;
+    pub const SIGINT: i32 = 2;
+    pub const SIGQUIT: i32 = 3;
+    pub const SIGKILL: i32 = 9;
+    pub const SIGUSR1: i32 = 10;
+    pub const SIGUSR2: i32 = 12;
+    pub const SIGTERM: i32 = 15;
+    pub const SIGWINCH: i32 = 28;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("the real git {0}: {1}")]
+    Git(PathBuf, std::io::Error),
+    #[error(
+        "the real git {0} is {1}; the agent could run or copy it: install it 0711 in a 0700 root directory"
+    )]
+    Exposed(PathBuf, String),
+    #[error(
+        "fs.suid_dumpable is 1, so the agent could read the real git through /proc/PID/exe: set it to 0 or 2"
+    )]
+    Dumpable,
+    #[error("socket {0}: {1}")]
+    Socket(PathBuf, std::io::Error),
+}
+
+impl sbx_core::SbxError for BrokerError {
+    fn exit(&self) -> Exit {
+        match self {
+            BrokerError::Git(_, e) if e.kind() == std::io::ErrorKind::NotFound => Exit::NoInput,
+            BrokerError::Exposed(..) | BrokerError::Dumpable => Exit::Config,
+            _ => Exit::OsErr,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- client
+
+/// The socket to use, if a broker is configured: `$SBX_GIT_BROKER` outside
+/// the sandbox, else the image's socket when it exists. None: exec the real
+/// git as before. Inside, the variable is ignored: git passes it on to the
+/// hook steps, and a broker of the agent's own could answer their checks.
+pub fn socket_path(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    socket_path_in(env, crate::in_sandbox())
+}
+
+pub(crate) fn socket_path_in(env: &[(OsString, OsString)], sandboxed: bool) -> Option<PathBuf> {
+    let var = env
+        .iter()
+        .find(|(k, _)| k == SOCKET_VAR && !sandboxed)
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| !p.as_os_str().is_empty());
+    match var {
+        Some(p) => Some(p),
+        None => {
+            let p = Path::new(DEFAULT_SOCKET);
+            std::fs::symlink_metadata(p).is_ok().then(|| p.to_owned())
+        }
+    }
+}
+
+/// Hand `git ARGS` (or a pass-through helper) to the broker when one is
+/// configured; None when there is none. The answer is git's exit status.
+pub fn forward(args: &[OsString], pass_through: Option<&str>) -> Option<ExitCode> {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let socket = socket_path(&env)?;
+    output::set_tool_if_unset(crate::TOOL);
+    let (kind, args) = match pass_through {
+        Some(cmd) => {
+            let mut all = vec![OsString::from(cmd)];
+            all.extend(args.iter().cloned());
+            (Kind::PassThrough, all)
+        }
+        None => (Kind::Git, args.to_vec()),
+    };
+    let req = Request {
+        kind,
+        umask: privsep::umask(),
+        args,
+        env,
+    };
+    Some(match call(&socket, &req) {
+        Ok(code) => code,
+        Err(msg) => {
+            output::error(&format!("git broker {}: {msg}", socket.display()));
+            Exit::WrapperFailed.into()
+        }
+    })
+}
+
+/// One round trip: connect, send, relay signals until the reply.
+pub fn call(socket: &Path, req: &Request) -> Result<ExitCode, String> {
+    let stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
+    let cwd = privsep::open_cwd().map_err(|e| format!("the working directory: {e}"))?;
+    // Blocked before connecting, so none arrives between send and poll.
+    let sigfd = privsep::signalfd_for(RELAYED).map_err(|e| format!("signals: {e}"))?;
+    let conn = UnixStream::connect(socket).map_err(|e| e.to_string())?;
+    let fds = [
+        stdio[0].as_fd(),
+        stdio[1].as_fd(),
+        stdio[2].as_fd(),
+        cwd.as_fd(),
+    ];
+    proto::send_request(&conn, req, fds).map_err(|e| e.to_string())?;
+    drop(stdio);
+    drop(cwd);
+    loop {
+        let ready =
+            privsep::poll_readable(&[conn.as_fd(), sigfd.as_fd()]).map_err(|e| e.to_string())?;
+        if ready[1] {
+            if let Ok(Some(info)) = sigfd.read_signal() {
+                let _ = proto::send_signal(&conn, info.ssi_signo as i32);
+            }
+        }
+        if ready[0] {
+            return match proto::read_reply(&conn).map_err(|e| e.to_string())? {
+                Some(Reply::Exited(c)) => Ok(ExitCode::from(c.clamp(0, 255) as u8)),
+                Some(Reply::Signaled(s)) => Ok(ExitCode::from((128 + s).clamp(0, 255) as u8)),
+                Some(Reply::Error(m)) => Err(m),
+                None => Err("the broker hung up without an exit status".into()),
+            };
+        }
+    }
+}
+
+/// Our stdin, stdout and stderr as fds to pass; a closed one is sent as
+/// /dev/null (SCM_RIGHTS cannot carry "closed").
+fn stdio_fds() -> std::io::Result<Vec<OwnedFd>> {
+    (0..3)
+        .map(|fd| {
+            if privsep::is_open(fd) {
+                dup_std(fd)
+            } else {
+                let f = std::fs::OpenOptions::new()
+                    .read(fd == 0)
+                    .write(fd != 0)
+                    .open("/dev/null")?;
+                Ok(OwnedFd::from(f))
+            }
+        })
+        .collect()
+}
+
+fn dup_std(fd: i32) -> std::io::Result<OwnedFd> {
+    match fd {
+        0 => std::io::stdin().as_fd().try_clone_to_owned(),
+        1 => std::io::stdout().as_fd().try_clone_to_owned(),
+        _ => std::io::stderr().as_fd().try_clone_to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------- server
+
+/// `sbx-git-guard serve`: check the layout, bind, and serve forever.
+pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
+    let git_fd = open_git(git)?;
+    let exec_path = crate::git_exec_path(&fd_path(git_fd.as_fd()));
+    if std::fs::read_to_string("/proc/sys/fs/suid_dumpable").is_ok_and(|s| s.trim() == "1") {
+        return Err(BrokerError::Dumpable);
+    }
+    let sock_err = |e| BrokerError::Socket(socket.to_owned(), e);
+    match std::fs::remove_file(socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(sock_err(e)),
+        _ => {}
+    }
+    let listener = UnixListener::bind(socket).map_err(sock_err)?;
+    // Every local user may ask; the broker decides what each may do.
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(sock_err)?;
+    privsep::auto_reap_children().map_err(sock_err)?;
+    loop {
+        let conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                output::warn(&format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        // One session process per connection: the accept loop never
+        // blocks on a client, and a session's failure stays its own.
+        match privsep::fork() {
+            Ok(Forked::Child) => {
+                drop(listener);
+                session(&conn, git_fd, exec_path.as_deref())
+            }
+            Ok(Forked::Parent(_)) => drop(conn),
+            Err(e) => {
+                let _ = proto::send_reply(&conn, &Reply::Error(format!("cannot fork: {e}")));
+            }
+        }
+    }
+}
+
+/// Open the real git by fd, and refuse a layout that leaves it exposed.
+fn open_git(git: &Path) -> Result<OwnedFd, BrokerError> {
+    let err = |e| BrokerError::Git(git.to_owned(), e);
+    let fd = privsep::open_path(git).map_err(err)?;
+    let meta = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(err)?;
+    if !meta.is_file() {
+        return Err(BrokerError::Exposed(
+            git.to_owned(),
+            "not a regular file".into(),
+        ));
+    }
+    if meta.mode() & 0o044 != 0 {
+        return Err(BrokerError::Exposed(
+            git.to_owned(),
+            format!("readable (mode {:o})", meta.mode() & 0o7777),
+        ));
+    }
+    let dir = git.parent().unwrap_or(Path::new("/"));
+    let dmeta = std::fs::metadata(dir).map_err(err)?;
+    if dmeta.mode() & 0o055 != 0 || dmeta.uid() != 0 && nix_uid() == 0 {
+        return Err(BrokerError::Exposed(
+            git.to_owned(),
+            format!(
+                "in {} (mode {:o}, owner {})",
+                dir.display(),
+                dmeta.mode() & 0o7777,
+                dmeta.uid()
+            ),
+        ));
+    }
+    Ok(fd)
+}
+
+fn nix_uid() -> u32 {
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
+}
+
+/// A session: read the request, run it as the peer, report how it ended.
+fn session(conn: &UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
+    let _ = privsep::reset_signals();
+    let code = match session_inner(conn, git, exec_path) {
+        Ok(()) => 0,
+        Err(msg) => {
+            let _ = proto::send_reply(conn, &Reply::Error(msg));
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+fn session_inner<T: Transport>(
+    conn: &T,
+    git: OwnedFd,
+    exec_path: Option<&OsStr>,
+) -> Result<(), String> {
+    // The kernel's word, taken before anything the peer sends.
+    let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
+    let (req, fds) = read_request_timed(conn)?;
+    let child = match privsep::fork().map_err(|e| format!("cannot fork: {e}"))? {
+        Forked::Child => run_as_peer(&req, fds, &peer, git.as_fd(), exec_path),
+        Forked::Parent(pid) => pid,
+    };
+    // The session only waits and relays from here: it lets go of the
+    // binary and becomes the peer too, so it may signal git's group
+    // without CAP_KILL (the container has none) and holds nothing more.
+    drop(git);
+    drop(fds);
+    privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
+    // Both sides set the group, so a signal relayed at once finds it.
+    let _ = privsep::set_process_group(child);
+    let pidfd = privsep::pidfd_open(child).map_err(|e| format!("pidfd: {e}"))?;
+    let mut client_gone = false;
+    loop {
+        let watch: Vec<BorrowedFd<'_>> = if client_gone {
+            vec![pidfd.as_fd()]
+        } else {
+            vec![pidfd.as_fd(), conn.poll_fd()]
+        };
+        let ready = privsep::poll_readable(&watch).map_err(|e| format!("poll: {e}"))?;
+        if ready[0] {
+            break;
+        }
+        match proto::read_signal(conn) {
+            Ok(Some(sig)) if RELAYED.contains(&sig) => {
+                let _ = privsep::kill_group(child, sig);
+            }
+            // Unknown signals are ignored; a broken or closed connection
+            // means the guard died (kill -9): git dies with it, as it
+            // would have had the guard exec'd it.
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                client_gone = true;
+                let _ = privsep::kill_group(child, libc_sig::SIGKILL);
+            }
+        }
+    }
+    let reply = match privsep::wait(child).map_err(|e| format!("wait: {e}"))? {
+        Status::Exited(c) => Reply::Exited(c),
+        Status::Signaled(s) => Reply::Signaled(s),
+    };
+    let _ = proto::send_reply(conn, &reply);
+    Ok(())
+}
+
+fn read_request_timed<T: Transport>(conn: &T) -> Result<(Request, Vec<OwnedFd>), String> {
+    // A client that connects and says nothing ties up only its own
+    // session, and only for so long.
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let r = proto::read_request(conn).map_err(|e: ProtoError| e.to_string());
+    let _ = conn.set_read_timeout(None);
+    r
+}
+
+/// The forked child: become the peer, settle stdio and cwd, decide, exec.
+/// Never returns.
+fn run_as_peer(
+    req: &Request,
+    fds: Vec<OwnedFd>,
+    peer: &PeerCred,
+    git: BorrowedFd<'_>,
+    exec_path: Option<&OsStr>,
+) -> ! {
+    let code = match prepare(req, &fds, peer) {
+        Ok(()) => {
+            drop(fds);
+            decide_and_exec(req, git, exec_path)
+        }
+        Err(msg) => {
+            // Stdio may not be set up yet: write to the caller's stderr fd.
+            if let Some(f) = fds.get(2).and_then(|f| f.try_clone().ok()) {
+                let _ = writeln!(
+                    std::fs::File::from(f),
+                    "{}: error: git broker: {msg}",
+                    crate::TOOL
+                );
+            }
+            Exit::WrapperFailed.code()
+        }
+    };
+    std::process::exit(i32::from(code))
+}
+
+fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred) -> Result<(), String> {
+    privsep::reset_signals().map_err(|e| format!("signals: {e}"))?;
+    privsep::new_process_group().map_err(|e| format!("process group: {e}"))?;
+    privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
+    privsep::set_umask(req.umask);
+    // As the peer: a cwd it cannot enter fails here, as it would for it.
+    privsep::fchdir(fds[3].as_fd()).map_err(|e| format!("working directory: {e}"))?;
+    privsep::set_stdio(fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd())
+        .map_err(|e| format!("stdio: {e}"))?;
+    Ok(())
+}
+
+/// The guard's own decision, made here as the peer, then git by fd.
+fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> u8 {
+    output::set_tool_if_unset(crate::TOOL);
+    let decided = std::panic::catch_unwind(|| decide(req, git, exec_path)).unwrap_or_else(|_| {
+        Err(Block {
+            rule: "internal",
+            reason: "the guard crashed; nothing was run".into(),
+        })
+    });
+    let allow = match decided {
+        Ok(a) => a,
+        Err(b) => {
+            crate::record_block(&req.args, &b);
+            output::error(&b.message());
+            return Exit::Denied.code();
+        }
+    };
+    let mut argv = vec![OsString::from("git")];
+    argv.extend(allow.args);
+    let err = privsep::execveat_fd(git, &argv, &allow.env);
+    output::error(&format!("cannot run the real git: {err}"));
+    if err.kind() == std::io::ErrorKind::NotFound {
+        Exit::NotFound.code()
+    } else {
+        Exit::CannotInvoke.code()
+    }
+}
+
+/// Variables that make the dynamic loader or glibc load code into the
+/// process (glibc's own list for secure-exec, UNSECURE_ENVVARS): code of
+/// the agent's inside git could read the binary through /proc/self/exe.
+/// git and its hooks run without them.
+const LOADER_VARS: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+];
+
+pub(crate) fn loader_free(env: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    env.into_iter()
+        .filter(|(k, _)| {
+            let k = k.as_encoded_bytes();
+            !k.starts_with(b"LD_") && !LOADER_VARS.iter().any(|v| v.as_bytes() == k)
+        })
+        .collect()
+}
+
+/// The real git as a path this process (and its children, until exec) can run.
+fn fd_path(git: BorrowedFd<'_>) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", git.as_raw_fd()))
+}
+
+fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Result<Allow, Block> {
+    let internal = |reason: String| Block {
+        rule: "internal",
+        reason,
+    };
+    match req.kind {
+        Kind::PassThrough => {
+            let cmd = req.args.first().and_then(|c| c.to_str()).unwrap_or("");
+            if !crate::PASS_THROUGH.contains(&cmd) {
+                return Err(Block {
+                    rule: "parse-error",
+                    reason: format!("`{cmd}` is not a pass-through helper"),
+                });
+            }
+            Ok(Allow {
+                args: req.args.clone(),
+                env: loader_free(req.env.clone()),
+                command: cmd.into(),
+                pin: None,
+                moves_refs: false,
+                precommit_first: false,
+                repo: None,
+            })
+        }
+        Kind::Git => {
+            let settings = crate::settings_for(None).map_err(|e| Block {
+                rule: "config-unreadable",
+                reason: sbx_core::entry::chain(e.as_ref()),
+            })?;
+            let cwd = std::env::current_dir()
+                .map_err(|e| internal(format!("cannot read the working directory: {e}")))?;
+            // The same decision and setup as the direct path; the guard's
+            // own git calls run the same binary by fd.
+            crate::decide_and_prepare(
+                &req.args,
+                &req.env,
+                &cwd,
+                settings,
+                &fd_path(git),
+                || exec_path.map(OsStr::to_owned),
+                crate::in_sandbox(),
+                None,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -76,6 +76,13 @@ impl<'a> Record<'a> {
         self
     }
 
+    /// The agent a broker acted for: its caller's `SBX_AGENT`, not the
+    /// broker's own environment.
+    pub fn agent(mut self, agent: &str) -> Self {
+        agent.clone_into(&mut self.agent);
+        self
+    }
+
     /// The record as one line, newline included.
     pub fn to_line(&self) -> Vec<u8> {
         let mut v = serde_json::to_vec(self).expect("audit records always serialize");

@@ -406,7 +406,13 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
     let allow = match decided {
         Ok(a) => a,
         Err(b) => {
-            crate::record_block(&req.args, &b);
+            // The caller's agent name, first value as git's getenv reads it.
+            let agent = req
+                .env
+                .iter()
+                .find(|(k, _)| k == "SBX_AGENT")
+                .map(|(_, v)| v.to_string_lossy().into_owned());
+            crate::record_block_for(&req.args, &b, Some(agent.as_deref().unwrap_or("unknown")));
             output::error(&b.message());
             return Exit::Denied.code();
         }

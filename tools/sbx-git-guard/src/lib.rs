@@ -288,9 +288,18 @@ fn operation(args: &[OsString]) -> String {
 }
 
 pub(crate) fn record_block(args: &[OsString], b: &Block) {
+    record_block_for(args, b, None);
+}
+
+/// `agent`: whom a broker acted for (else this process's `SBX_AGENT`).
+pub(crate) fn record_block_for(args: &[OsString], b: &Block, agent: Option<&str>) {
     let target = shell_join(args);
     let op = operation(args);
-    audit::append(&Record::new(TOOL, &op, &target, Outcome::Blocked, b.rule).reason(&b.reason));
+    let mut r = Record::new(TOOL, &op, &target, Outcome::Blocked, b.rule).reason(&b.reason);
+    if let Some(a) = agent {
+        r = r.agent(a);
+    }
+    audit::append(&r);
 }
 
 fn refuse(args: &[OsString], b: &Block) -> ExitCode {

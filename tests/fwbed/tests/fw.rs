@@ -1057,3 +1057,123 @@ fn the_agent_cannot_ride_roots_connections_to_a_loopback_resolver() {
         bed.resolver_saw("")
     );
 }
+
+/// IPv4's routing header: a loose source route option (IP_OPTIONS needs
+/// no privilege) on a SYN addressed to an allowed first hop, naming a
+/// blocked host as the final destination. TCP Fast Open without a cookie
+/// (also unprivileged) puts the agent's data in that SYN, so one packet
+/// out is enough. The gateway here honours source routes, as any host on
+/// the path may: the payload must not reach the blocked address.
+#[test]
+fn ipv4_source_routes_never_leave() {
+    let Some(bed) = Bed::new("fwsr") else { return };
+    srr_fails(&bed);
+}
+
+#[test]
+fn ipv4_source_routes_never_leave_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwsrn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    srr_fails(&bed);
+}
+
+fn srr_fails(bed: &Bed) {
+    bed.ok(false, &["init"]);
+    let gw = bed.sbx.replace("-sbx", "-gw");
+    let in_gw = |args: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &gw])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for k in ["all", "default", "br0"] {
+        in_gw(&[
+            "sysctl",
+            "-q",
+            &format!("net.ipv4.conf.{k}.accept_source_route=1"),
+        ]);
+    }
+    // What arrives at the gateway with IP options at all, and what the
+    // blocked address receives after the gateway followed the route.
+    bed.far_side_count(
+        false,
+        &["-s", "10.77.0.2", "-m", "u32", "--u32", "0>>24&0xF=6:15"],
+    );
+    let mark = "EXFIL-via-lsrr";
+    in_gw(&[
+        "iptables-legacy",
+        "-I",
+        "INPUT",
+        "-s",
+        "10.77.0.2",
+        "-d",
+        "198.18.2.1",
+        "-p",
+        "tcp",
+        "-m",
+        "string",
+        "--string",
+        mark,
+        "--algo",
+        "bm",
+    ]);
+    let r = bed.attack(
+        std::env::var_os("SRR_AS_ROOT").is_none(),
+        &["srr", "198.18.1.1", "198.18.2.1:443", mark],
+    );
+    eprintln!("srr attempt: {r}");
+    let delivered: u64 = in_gw(&["iptables-legacy", "-nvxL", "INPUT"])
+        .lines()
+        .filter(|l| l.contains(mark))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(
+        (bed.far_side_arrived(false), delivered),
+        (0, 0),
+        "source-routed packets left the sandbox (arrived, delivered to 198.18.2.1): {r}"
+    );
+    // The allowlisted host itself is still reachable.
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443"]), "open");
+}
+
+/// The filter writes one audit record per refused name per minute, but the
+/// agent picks the names: each distinct name is a fresh record, so a loop
+/// of unique names grows the audit log (outside the sandbox) without
+/// bound. The log must stay bounded however many names the agent makes up.
+#[test]
+fn made_up_names_do_not_flood_the_audit_log() {
+    let Some(bed) = Bed::new("fwaf") else { return };
+    bed.ok(false, &["init"]);
+    let before = bed.audit().len();
+    let n: u64 = std::env::var("SBX_FLOOD_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    let r = bed.attack(true, &["refusedflood", "127.0.0.53:53", &n.to_string()]);
+    assert_eq!(
+        r["answered"].as_u64(),
+        Some(n),
+        "the flood did not run: {r}"
+    );
+    let audit = bed.audit();
+    let records = audit
+        .lines()
+        .filter(|l| l.contains(".exfil.example"))
+        .count();
+    let bytes = audit.len() - before;
+    eprintln!("flood: {r}; {records} audit records, {bytes} bytes");
+    assert!(
+        records <= 200,
+        "{records} audit records ({bytes} bytes) from {n} made-up names in {}s",
+        r["secs"]
+    );
+}

@@ -39,6 +39,11 @@ pub fn main(args: &[String]) -> i32 {
             arg(1).parse().expect("SERVER:PORT"),
             arg(2).parse().expect("N"),
         ),
+        "tcpdribble" => tcpdribble(
+            arg(1).parse().expect("SERVER:PORT"),
+            arg(2).parse().expect("N"),
+            arg(3).parse().expect("SECS"),
+        ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
         "tcpflood" => tcpflood(
             arg(1).parse().expect("SERVER:PORT"),
@@ -250,6 +255,46 @@ fn refusedflood(server: SocketAddr, n: usize) -> serde_json::Value {
         }
     }
     json!({"sent": n, "answered": answered, "secs": t.elapsed().as_secs_f64()})
+}
+
+/// Slow clients: `n` TCP connections that each announce a long frame and
+/// send one more byte of it every 3 s (under the filter's idle timeout),
+/// for `secs`; then an honest client asks over TCP.
+fn tcpdribble(server: SocketAddr, n: usize, secs: u64) -> serde_json::Value {
+    let mut conns: Vec<TcpStream> = (0..n)
+        .filter_map(|_| TcpStream::connect_timeout(&server, Duration::from_secs(2)).ok())
+        .collect();
+    for s in &mut conns {
+        let _ = s.write_all(&[0x01]);
+    }
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_secs(3));
+        for s in &mut conns {
+            let _ = s.write_all(&[0x00]);
+        }
+    }
+    let held = conns
+        .iter()
+        .filter(|s| {
+            let mut s: &TcpStream = s;
+            s.write_all(&[0]).is_ok()
+        })
+        .count();
+    let q = query("allowed.test", RecordType::A);
+    let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&q);
+    let honest = TcpStream::connect_timeout(&server, Duration::from_secs(2)).and_then(|mut s| {
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        s.write_all(&framed)?;
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len)?;
+        Ok(u16::from_be_bytes(len))
+    });
+    json!({"opened": n, "held": held, "honest": match honest {
+        Ok(len) => format!("answered ({len} bytes)"),
+        Err(e) => e.to_string(),
+    }})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

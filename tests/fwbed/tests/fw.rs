@@ -1196,3 +1196,87 @@ fn slow_tcp_clients_do_not_hold_the_filter() {
         "DNS over TCP refused while slow clients hold the slots: {r}"
     );
 }
+
+/// The filter asks upstream from one socket that lives as long as it does
+/// (so its port never changes, and the agent reads it from /proc/net/udp),
+/// and takes any reply whose 16-bit id and question match. An accomplice
+/// outside who can forge the resolver's source address sprays answers for
+/// every id while the agent keeps asking for an allowlisted name: a forged
+/// address gets into the allow set. Here the resolver's own answers are
+/// held back (as a real round trip delays them), so the race is won at once.
+#[test]
+fn forged_upstream_answers_open_nothing() {
+    let Some(bed) = Bed::new("fwkm") else { return };
+    bed.ok(false, &["init"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    // One query of its own makes the filter open its upstream socket.
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    let udp = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .args(["cat", "/proc/net/udp"])
+        .output()
+        .unwrap();
+    // The filter's connected socket to 198.18.0.53:53 (hex, little-endian).
+    let port = String::from_utf8_lossy(&udp.stdout)
+        .lines()
+        .find(|l| l.contains(" 350012C6:0035 "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)?
+                .split(':')
+                .nth(1)
+                .map(str::to_owned)
+        })
+        .and_then(|p| u16::from_str_radix(&p, 16).ok())
+        .expect("the filter's upstream socket is visible to the agent");
+    let gw = bed.sbx.replace("-sbx", "-gw");
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &gw,
+            "iptables-legacy",
+            "-I",
+            "OUTPUT",
+            "-s",
+            "198.18.0.53",
+        ])
+        .args([
+            "-d",
+            "10.77.0.2",
+            "-p",
+            "udp",
+            "--sport",
+            "53",
+            "-j",
+            "DROP",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let nb = bed.sbx.replace("-sbx", "-nb");
+    let victim = format!("10.77.0.2:{port}");
+    let spoofer = Command::new("ip")
+        .args(["netns", "exec", &nb])
+        .arg(bin("sbx-fwbed"))
+        .args([
+            "attack",
+            "spoofdns",
+            "198.18.0.53",
+            &victim,
+            "allowed.test",
+            "198.18.2.1",
+            "6",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..3 {
+        bed.probe(true, &["dns:127.0.0.53/allowed.test"]);
+    }
+    let sent = spoofer.wait_with_output().unwrap();
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    eprintln!("spoofer: {}", String::from_utf8_lossy(&sent.stdout));
+}

@@ -1280,3 +1280,28 @@ fn forged_upstream_answers_open_nothing() {
     assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
     eprintln!("spoofer: {}", String::from_utf8_lossy(&sent.stdout));
 }
+
+/// `sbx-fw deny NAME` takes out the addresses init resolved, but not those
+/// the DNS filter handed out since (a wildcard's names, a CDN name's later
+/// addresses): they stay reachable until their hold runs out, up to an
+/// hour. A denied name must close every address given out for it alone.
+#[test]
+fn deny_closes_what_the_filter_handed_out() {
+    let Some(bed) = Bed::new("fwdn") else { return };
+    bed.ok(false, &["init"]);
+    // Handed out by the filter only: a wildcard's name and later addresses
+    // of rotate.test (init saw 198.18.6.1; these are .2 and .3).
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/x.wild.test"]), "open");
+    for _ in 0..2 {
+        bed.probe(true, &["dns:127.0.0.53/rotate.test"]);
+    }
+    let handed = [
+        "tcp:198.18.1.3:443",
+        "tcp:198.18.6.2:443",
+        "tcp:198.18.6.3:443",
+    ];
+    assert_verdicts(&bed.probe(true, &handed), "open");
+    bed.ok(false, &["deny", "*.wild.test", "rotate.test"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.6.1:443"]), "blocked");
+    assert_verdicts(&bed.probe(true, &handed), "blocked");
+}

@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
@@ -271,89 +271,101 @@ struct Policy {
     state: State,
 }
 
-/// One long-lived UDP socket per upstream: a fresh socket per query would
-/// leave a conntrack entry behind for each closed one (see plan.rs on
-/// root's marked flows). Answers are matched to queries by id.
-struct Upstream {
-    sock: UdpSocket,
-    pending: Mutex<HashMap<u16, mpsc::Sender<Vec<u8>>>>,
+/// One fresh UDP socket per upstream query: the kernel picks a random
+/// ephemeral port, so an off-path forger must guess port and id (and the
+/// 0x20 case pattern), not read a fixed port from /proc/net/udp. Root's
+/// flows are connmarked (plan.rs), so the closed sockets' conntrack
+/// entries open nothing for the agent. One socket per worker at a time.
+fn exchange_udp(q: &Message, ip: IpAddr) -> std::io::Result<Vec<u8>> {
+    let bind: SocketAddr = if ip.is_ipv6() {
+        SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), 0)
+    } else {
+        SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0)
+    };
+    let sock = UdpSocket::bind(bind)?;
+    sock.connect(SocketAddr::new(ip, 53))?;
+    let mut q = q.clone();
+    let id = random_id();
+    q.metadata.id = id;
+    let body = q.to_vec().map_err(std::io::Error::other)?;
+    sock.send(&body)?;
+    let deadline = Instant::now() + UPSTREAM_TIMEOUT;
+    let mut buf = vec![0u8; 65535];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        sock.set_read_timeout(Some(left))?;
+        let n = sock.recv(&mut buf)?;
+        // Another id is a stray or a forgery: keep waiting for ours.
+        if be16(&buf[..n], 0) == Some(id) && same_question(&body, &buf[..n]) {
+            return Ok(buf[..n].to_vec());
+        }
+    }
 }
 
-impl Upstream {
-    fn open(ip: IpAddr) -> std::io::Result<Arc<Self>> {
-        let bind: SocketAddr = if ip.is_ipv6() {
-            "[::]:0".parse().expect("literal")
-        } else {
-            "0.0.0.0:0".parse().expect("literal")
-        };
-        let sock = UdpSocket::bind(bind)?;
-        sock.connect(SocketAddr::new(ip, 53))?;
-        let up = Arc::new(Self {
-            sock,
-            pending: Mutex::new(HashMap::new()),
-        });
-        let reader = up.clone();
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; 65535];
-            loop {
-                let Ok(n) = reader.sock.recv(&mut buf) else {
-                    // ECONNREFUSED from an earlier send: keep reading.
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                };
-                let Some(id) = be16(&buf[..n], 0) else {
-                    continue;
-                };
-                let waiter = reader
-                    .pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
-                if let Some(w) = waiter {
-                    let _ = w.send(buf[..n].to_vec());
-                }
-            }
-        });
-        Ok(up)
-    }
+/// The reply repeats our question byte for byte (one question, same
+/// name in the same 0x20 letter case, type and class).
+fn same_question(sent: &[u8], got: &[u8]) -> bool {
+    let Some(end) = question_end(sent) else {
+        return false;
+    };
+    be16(got, 4) == Some(1) && got.len() >= end && got[12..end] == sent[12..end]
+}
 
-    fn exchange(&self, q: &Message) -> std::io::Result<Vec<u8>> {
-        let (tx, rx) = mpsc::channel();
-        let id = {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let mut id = random_id();
-            while p.contains_key(&id) {
-                id = random_id();
-            }
-            p.insert(id, tx);
-            id
-        };
-        let mut q = q.clone();
-        q.metadata.id = id;
-        let sent = q
-            .to_vec()
-            .map_err(std::io::Error::other)
-            .and_then(|b| self.sock.send(&b));
-        let got = sent.and_then(|_| {
-            rx.recv_timeout(UPSTREAM_TIMEOUT)
-                .map_err(|_| std::io::ErrorKind::TimedOut.into())
-        });
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-        got
+/// Where the (uncompressed) first question of a message we built ends.
+fn question_end(b: &[u8]) -> Option<usize> {
+    let mut at = 12;
+    loop {
+        let len = usize::from(*b.get(at)?);
+        if len == 0 {
+            return Some(at + 1 + 4).filter(|e| *e <= b.len());
+        }
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        at += 1 + len;
     }
+}
+
+/// DNS 0x20: each letter of the name in a random case.
+fn mix_case(name: &str) -> String {
+    let mut bits = 0u64;
+    let mut left = 0;
+    name.chars()
+        .map(|c| {
+            if !c.is_ascii_alphabetic() {
+                return c;
+            }
+            if left == 0 {
+                bits = random_u64();
+                left = 64;
+            }
+            left -= 1;
+            let upper = bits & 1 == 1;
+            bits >>= 1;
+            if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect()
 }
 
 /// Query ids need not be secret from the agent (it cannot reach the
 /// upstream), only hard to guess from outside: the std hasher's random keys.
 fn random_id() -> u16 {
+    random_u64() as u16
+}
+
+fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static N: AtomicU64 = AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(N.fetch_add(1, Ordering::Relaxed));
-    h.finish() as u16
+    h.finish()
 }
 
 /// A truncated UDP answer is asked again over TCP (a short-lived socket;
@@ -374,7 +386,6 @@ fn exchange_tcp(q: &Message, upstream: IpAddr) -> std::io::Result<Vec<u8>> {
 pub struct Filter {
     dir: PathBuf,
     loaded: Mutex<Loaded>,
-    upstreams: Mutex<HashMap<IpAddr, Arc<Upstream>>>,
     refused: Mutex<HashMap<String, Instant>>,
     counts: [AtomicU64; Reason::ALL.len()],
 }
@@ -391,7 +402,6 @@ impl Filter {
                 upstreams: Vec::new(),
                 state: State::new(),
             }),
-            upstreams: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             counts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -452,16 +462,6 @@ impl Filter {
         refusal_reply(&r, q)
     }
 
-    fn upstream(&self, ip: IpAddr) -> Option<Arc<Upstream>> {
-        let mut m = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(u) = m.get(&ip) {
-            return Some(u.clone());
-        }
-        let u = Upstream::open(ip).ok()?;
-        m.insert(ip, u.clone());
-        Some(u)
-    }
-
     /// Answer one query (wire format in, wire format out). None only when
     /// no reply can be addressed (fewer than two bytes: no id).
     pub fn handle(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
@@ -487,7 +487,7 @@ impl Filter {
                 .iter()
                 .filter(|d| !p.github_only.contains(d))
                 .any(matches);
-        let Ok(name) = Name::from_ascii(format!("{}.", q.name)) else {
+        let Ok(name) = Name::from_ascii(format!("{}.", mix_case(&q.name))) else {
             return self.refuse(no(Reason::BadName), Some(&q));
         };
         let mut up = Message::new(0, MessageType::Query, OpCode::Query);
@@ -500,16 +500,15 @@ impl Filter {
         up.set_edns(edns);
 
         let answer = p.upstreams.iter().find_map(|ip| {
-            let u = self.upstream(*ip)?;
-            let mut m = Message::from_vec(&u.exchange(&up).ok()?).ok()?;
+            let mut m = Message::from_vec(&exchange_udp(&up, *ip).ok()?).ok()?;
             if m.metadata.truncation {
                 m = Message::from_vec(&exchange_tcp(&up, *ip).ok()?).ok()?;
             }
-            // The answer to this question, not another.
+            // The answer to this question, not another (exact case: 0x20).
             let same = m.metadata.message_type == MessageType::Response
                 && m.queries.len() == 1
                 && m.queries[0].query_type() == question.query_type()
-                && m.queries[0].name() == question.name();
+                && m.queries[0].name().to_ascii() == question.name().to_ascii();
             same.then_some(m)
         });
         let Some(m) = answer else {
@@ -523,7 +522,19 @@ impl Filter {
         reply.add_query(question);
         let mut add = String::new();
         let (mut kept, mut dropped) = (0, 0);
+        // Only the question's name and its CNAME chain may own records:
+        // anything else is an injection and is left out.
+        let mut owners = vec![q.name.to_ascii_lowercase()];
         for rec in m.answers {
+            let owner = rec.name.to_ascii().to_ascii_lowercase();
+            let owner = owner.trim_end_matches('.');
+            if !owners.iter().any(|o| o == owner) {
+                continue;
+            }
+            if let RData::CNAME(c) = &rec.data {
+                let t = c.0.to_ascii().to_ascii_lowercase();
+                owners.push(t.trim_end_matches('.').to_owned());
+            }
             let ip: Option<IpAddr> = match &rec.data {
                 RData::A(a) => Some(a.0.into()),
                 RData::AAAA(a) => Some(a.0.into()),
@@ -784,5 +795,26 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn replies_must_repeat_the_mixed_case_question() {
+        let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+        let name = Name::from_ascii(format!("{}.", mix_case("allowed.test"))).unwrap();
+        m.add_query(Query::query(name, RecordType::A));
+        let sent = m.to_vec().unwrap();
+        assert!(same_question(&sent, &sent));
+        // The same name in another case (a forger who does not know ours).
+        let mut forged = sent.clone();
+        let end = question_end(&sent).unwrap();
+        for b in &mut forged[12..end - 4] {
+            if b.is_ascii_alphabetic() {
+                *b ^= 0x20;
+            }
+        }
+        assert!(!same_question(&sent, &forged));
+        let cased: std::collections::HashSet<String> =
+            (0..32).map(|_| mix_case("allowed.test")).collect();
+        assert!(cased.len() > 1, "0x20 case is not random: {cased:?}");
     }
 }

@@ -44,6 +44,10 @@ pub const TCP_SLOTS: usize = 32;
 const TCP_IDLE: Duration = Duration::from_secs(5);
 /// The UDP payload the filter asks upstream answers to fit in.
 const EDNS_PAYLOAD: u16 = 1232;
+/// Which allowlist entries each address the filter added was handed out
+/// for, one "ADDRESS ENTRY..." line each, so `sbx-fw deny` can take out
+/// what only the denied entries hold.
+pub const HANDED_FILE: &str = "dns.handed";
 /// Where the counters are published for `sbx-fw status`.
 pub const STATS_FILE: &str = "dns.stats.json";
 
@@ -383,10 +387,40 @@ fn exchange_tcp(q: &Message, upstream: IpAddr) -> std::io::Result<Vec<u8>> {
     read_framed(&mut s)
 }
 
+/// The filter's record of what it added: address -> (entries, hold end).
+#[derive(Default)]
+struct Handed {
+    by_ip: HashMap<IpAddr, (Vec<String>, Instant)>,
+    /// Lines in the file; rewritten from `by_ip` when it doubles.
+    lines: usize,
+}
+
+/// Parse [`HANDED_FILE`]: address -> entries (every line counts).
+pub fn read_handed(dir: &Path) -> HashMap<IpAddr, Vec<String>> {
+    let mut out: HashMap<IpAddr, Vec<String>> = HashMap::new();
+    let Ok(t) = std::fs::read_to_string(dir.join(HANDED_FILE)) else {
+        return out;
+    };
+    for l in t.lines() {
+        let mut w = l.split_whitespace();
+        let Some(Ok(ip)) = w.next().map(str::parse::<IpAddr>) else {
+            continue;
+        };
+        let e = out.entry(ip).or_default();
+        for d in w {
+            if !e.iter().any(|x| x == d) {
+                e.push(d.to_owned());
+            }
+        }
+    }
+    out
+}
+
 pub struct Filter {
     dir: PathBuf,
     loaded: Mutex<Loaded>,
     refused: Mutex<HashMap<String, Instant>>,
+    handed: Mutex<Handed>,
     counts: [AtomicU64; Reason::ALL.len()],
 }
 
@@ -403,6 +437,7 @@ impl Filter {
                 state: State::new(),
             }),
             refused: Mutex::new(HashMap::new()),
+            handed: Mutex::new(Handed::default()),
             counts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -521,6 +556,7 @@ impl Filter {
         reply.metadata.response_code = m.metadata.response_code;
         reply.add_query(question);
         let mut add = String::new();
+        let mut added: Vec<(IpAddr, u32)> = Vec::new();
         let (mut kept, mut dropped) = (0, 0);
         // Only the question's name and its CNAME chain may own records:
         // anything else is an injection and is left out.
@@ -552,6 +588,7 @@ impl Filter {
                     let set = if ip.is_ipv4() { SET_ALLOW4 } else { SET_ALLOW6 };
                     let hold = rec.ttl.clamp(MIN_HOLD, MAX_HOLD);
                     add.push_str(&format!("add {set} {ip} timeout {hold}\n"));
+                    added.push((ip, hold));
                 }
                 kept += 1;
             }
@@ -563,6 +600,16 @@ impl Filter {
                 return self.refuse(no(Reason::GithubOutside), Some(&q));
             }
             self.count(Reason::GithubOutside);
+        }
+        // Recorded before the set is touched: deny must find every address.
+        if !added.is_empty() {
+            let entries: Vec<String> = p
+                .allow
+                .iter()
+                .filter(|d| matches(d))
+                .map(|d| d.to_string())
+                .collect();
+            self.record_handed(&added, &entries);
         }
         // Before the reply: the client connects as soon as it has one.
         if !add.is_empty()
@@ -582,6 +629,55 @@ impl Filter {
             out = reply.to_vec().ok()?;
         }
         Some(out)
+    }
+
+    fn record_handed(&self, added: &[(IpAddr, u32)], entries: &[String]) {
+        let mut h = self.handed.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let mut new = String::new();
+        for (ip, hold) in added {
+            let until = now + Duration::from_secs(u64::from(*hold));
+            let (have, end) = h.by_ip.entry(*ip).or_insert_with(|| (Vec::new(), until));
+            *end = (*end).max(until);
+            let fresh: Vec<&String> = entries.iter().filter(|e| !have.contains(e)).collect();
+            if !fresh.is_empty() {
+                new.push_str(&ip.to_string());
+                for e in fresh {
+                    new.push(' ');
+                    new.push_str(e);
+                    have.push(e.clone());
+                }
+                new.push('\n');
+            }
+        }
+        if new.is_empty() {
+            return;
+        }
+        let path = self.dir.join(HANDED_FILE);
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(new.as_bytes()));
+        if let Err(e) = appended {
+            sbx_core::output::warn(&format!(
+                "DNS filter: cannot record handed-out addresses in {}: {e}",
+                path.display()
+            ));
+        }
+        h.lines += new.lines().count();
+        if h.lines > 2 * h.by_ip.len() + 1024 {
+            // Compact: expired holds go, the rest is written anew.
+            h.by_ip.retain(|_, (_, end)| *end > now);
+            let mut all = String::new();
+            for (ip, (es, _)) in &h.by_ip {
+                all.push_str(&format!("{ip} {}\n", es.join(" ")));
+            }
+            let tmp = self.dir.join(format!(".{HANDED_FILE}.tmp"));
+            if std::fs::write(&tmp, &all).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
+                h.lines = h.by_ip.len();
+            }
+        }
     }
 
     fn audit_refusal(&self, name: &str, why: &str) {

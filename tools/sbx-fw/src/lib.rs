@@ -856,11 +856,30 @@ fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
             "runtime-deny",
         ));
     }
-    if !script.is_empty() {
-        apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
-    }
+    // The filter stops answering for the denied entries first, then what
+    // it handed out for them alone goes too.
     st.refreshed_at = now();
     st.store(dir).with_path(state::path(dir))?;
+    let denied: Vec<String> = domains.iter().map(|d| d.to_string()).collect();
+    for (ip, entries) in dns::read_handed(dir) {
+        let held_by_denied = entries.iter().any(|e| denied.contains(e));
+        let still_held = entries
+            .iter()
+            .any(|e| !denied.contains(e) && st.allow.contains(e));
+        if held_by_denied && !still_held && !st.is_permanent(ip) {
+            let set = if ip.is_ipv4() {
+                plan::SET_ALLOW4
+            } else {
+                plan::SET_ALLOW6
+            };
+            script.push_str(&format!("del {set} {ip}\n"));
+        }
+    }
+    if !script.is_empty() {
+        apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        // Connections already open to a removed address die too.
+        apply::flush_conntrack().map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    }
     Ok(Exit::Ok)
 }
 

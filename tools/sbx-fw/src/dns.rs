@@ -10,7 +10,7 @@
 //! from the parsed question. What cannot be parsed or is not allowed gets
 //! a FORMERR or REFUSED, counted by reason (`sbx-fw status`), never silence.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -36,6 +36,11 @@ pub const MIN_HOLD: u32 = 300;
 pub const MAX_HOLD: u32 = 3600;
 /// One audit record per refused name per minute: a loop must not fill the disk.
 const AUDIT_EVERY: Duration = Duration::from_secs(60);
+/// Refusal records a second, all names together; the rest are counted
+/// into one summary record a minute.
+const AUDIT_RATE: u32 = 10;
+/// Names remembered per period; beyond, the global budget still holds.
+const AUDIT_NAMES: usize = 4096;
 /// Threads answering UDP queries: a fixed pool, whatever the load.
 const UDP_WORKERS: usize = 16;
 /// TCP connections served at once; more are closed at once (counted).
@@ -387,6 +392,19 @@ fn exchange_tcp(q: &Message, upstream: IpAddr) -> std::io::Result<Vec<u8>> {
     read_framed(&mut s)
 }
 
+/// What keeps refusal records few: per name and reason once a period,
+/// and at most [`AUDIT_RATE`] a second in all.
+struct AuditBudget {
+    new: HashSet<String>,
+    old: HashSet<String>,
+    since: Instant,
+    /// (generation, second within it) the count below is for.
+    window: (Instant, u64),
+    in_window: u32,
+    suppressed: u64,
+    summary_at: Option<Instant>,
+}
+
 /// The filter's record of what it added: address -> (entries, hold end).
 #[derive(Default)]
 struct Handed {
@@ -419,7 +437,7 @@ pub fn read_handed(dir: &Path) -> HashMap<IpAddr, Vec<String>> {
 pub struct Filter {
     dir: PathBuf,
     loaded: Mutex<Loaded>,
-    refused: Mutex<HashMap<String, Instant>>,
+    refused: Mutex<AuditBudget>,
     handed: Mutex<Handed>,
     counts: [AtomicU64; Reason::ALL.len()],
 }
@@ -436,7 +454,15 @@ impl Filter {
                 upstreams: Vec::new(),
                 state: State::new(),
             }),
-            refused: Mutex::new(HashMap::new()),
+            refused: Mutex::new(AuditBudget {
+                new: HashSet::new(),
+                old: HashSet::new(),
+                since: Instant::now(),
+                window: (Instant::now(), 0),
+                in_window: 0,
+                suppressed: 0,
+                summary_at: None,
+            }),
             handed: Mutex::new(Handed::default()),
             counts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -681,19 +707,33 @@ impl Filter {
     }
 
     fn audit_refusal(&self, name: &str, why: &str) {
-        let mut seen = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
+        // Two generations, swapped each period: a lookup sees the last
+        // minute or two, and nothing is ever scanned whole.
+        if now.duration_since(a.since) >= AUDIT_EVERY {
+            a.old = std::mem::take(&mut a.new);
+            a.since = now;
+        }
         let key = format!("{name} {why}");
-        if seen
-            .get(&key)
-            .is_some_and(|t| now.duration_since(*t) < AUDIT_EVERY)
-        {
+        if a.new.contains(&key) || a.old.contains(&key) {
             return;
         }
-        seen.insert(key, now);
-        if seen.len() > 4096 {
-            seen.retain(|_, t| now.duration_since(*t) < AUDIT_EVERY);
+        if a.new.len() < AUDIT_NAMES {
+            a.new.insert(key);
         }
+        // The global budget: AUDIT_RATE records a second, the rest counted.
+        let secs = now.duration_since(a.since).as_secs();
+        if a.window != (a.since, secs) {
+            a.window = (a.since, secs);
+            a.in_window = 0;
+        }
+        if a.in_window >= AUDIT_RATE {
+            a.suppressed += 1;
+            return;
+        }
+        a.in_window += 1;
+        drop(a);
         audit::append(
             &Record::new("sbx-fw", "dns", name, Outcome::Blocked, "dns-filter").reason(
                 if why == "not on the allowlist" {
@@ -702,6 +742,31 @@ impl Filter {
                     why
                 },
             ),
+        );
+    }
+
+    /// One record a minute for the refusals the budget left out.
+    fn audit_summary(&self) {
+        let mut a = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if a.suppressed == 0
+            || a.summary_at
+                .is_some_and(|t| now.duration_since(t) < AUDIT_EVERY)
+        {
+            return;
+        }
+        let n = std::mem::take(&mut a.suppressed);
+        a.summary_at = Some(now);
+        drop(a);
+        audit::append(
+            &Record::new(
+                "sbx-fw",
+                "dns",
+                "(refusals over the audit budget)",
+                Outcome::Blocked,
+                "dns-filter",
+            )
+            .reason(&format!("{n} more refused queries not logged one by one")),
         );
     }
 
@@ -774,6 +839,7 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
             let mut last = String::new();
             loop {
                 filter.publish(&mut last);
+                filter.audit_summary();
                 std::thread::sleep(Duration::from_millis(250));
             }
         });

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -43,10 +43,15 @@ const AUDIT_RATE: u32 = 10;
 const AUDIT_NAMES: usize = 4096;
 /// Threads answering UDP queries: a fixed pool, whatever the load.
 const UDP_WORKERS: usize = 16;
-/// TCP connections served at once; more are closed at once (counted).
+/// TCP connections served at once; a new one beyond takes the oldest's
+/// slot (counted).
 pub const TCP_SLOTS: usize = 32;
 /// An idle TCP connection is closed after this long.
 const TCP_IDLE: Duration = Duration::from_secs(5);
+/// A query's bytes, however dribbled, must all arrive within this.
+const TCP_QUERY_DEADLINE: Duration = Duration::from_secs(15);
+/// No TCP connection lives longer than this.
+const TCP_CONN_DEADLINE: Duration = Duration::from_secs(60);
 /// The UDP payload the filter asks upstream answers to fit in.
 const EDNS_PAYLOAD: u16 = 1232;
 /// Which allowlist entries each address the filter added was handed out
@@ -793,10 +798,40 @@ fn read_framed(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Fill `buf` by `deadline`, however slowly the bytes come.
+fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[at..])? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => at += n,
+        }
+    }
+    Ok(())
+}
+
 fn serve_tcp(filter: &Filter, mut conn: TcpStream) {
-    let _ = conn.set_read_timeout(Some(TCP_IDLE));
-    let _ = conn.set_write_timeout(Some(TCP_IDLE));
-    while let Ok(q) = read_framed(&mut conn) {
+    let end = Instant::now() + TCP_CONN_DEADLINE;
+    loop {
+        // The next query's first byte within the idle time, the whole of
+        // it within the query deadline, all within the connection's.
+        let mut len = [0u8; 2];
+        if read_by(&mut conn, &mut len[..1], end.min(Instant::now() + TCP_IDLE)).is_err() {
+            break;
+        }
+        let by = end.min(Instant::now() + TCP_QUERY_DEADLINE);
+        if read_by(&mut conn, &mut len[1..], by).is_err() {
+            break;
+        }
+        let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        if read_by(&mut conn, &mut q, by).is_err() {
+            break;
+        }
         let Some(r) = filter.handle(&q, true) else {
             break;
         };
@@ -805,10 +840,22 @@ fn serve_tcp(filter: &Filter, mut conn: TcpStream) {
         };
         let mut framed = len.to_be_bytes().to_vec();
         framed.extend_from_slice(&r);
-        if conn.write_all(&framed).is_err() {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero()
+            || conn.set_write_timeout(Some(left)).is_err()
+            || conn.write_all(&framed).is_err()
+        {
             break;
         }
     }
+}
+
+/// The TCP connections being served, oldest first, so a new client can
+/// take the slot of the oldest when all are held.
+#[derive(Default)]
+struct Slots {
+    next: u64,
+    open: std::collections::VecDeque<(u64, TcpStream)>,
 }
 
 /// Bind both transports, call `ready`, and serve until killed: a fixed
@@ -844,23 +891,36 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
             }
         });
     }
-    let busy = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Mutex::new(Slots::default()));
     for conn in tcp.incoming() {
         let Ok(conn) = conn else {
             // EMFILE and the like: back off instead of spinning.
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        if busy.fetch_add(1, Ordering::AcqRel) >= TCP_SLOTS {
-            busy.fetch_sub(1, Ordering::AcqRel);
-            filter.count(Reason::TcpBusy);
-            drop(conn);
+        let Ok(handle) = conn.try_clone() else {
             continue;
-        }
-        let (filter, busy) = (filter.clone(), busy.clone());
+        };
+        let id = {
+            let mut s = slots.lock().unwrap_or_else(|e| e.into_inner());
+            if s.open.len() >= TCP_SLOTS {
+                // All held: the oldest goes (its thread sees EOF and ends),
+                // so slow clients cannot lock out a new one.
+                filter.count(Reason::TcpBusy);
+                if let Some((_, old)) = s.open.pop_front() {
+                    let _ = old.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            s.next += 1;
+            let id = s.next;
+            s.open.push_back((id, handle));
+            id
+        };
+        let (filter, slots) = (filter.clone(), slots.clone());
         std::thread::spawn(move || {
             serve_tcp(&filter, conn);
-            busy.fetch_sub(1, Ordering::AcqRel);
+            let mut s = slots.lock().unwrap_or_else(|e| e.into_inner());
+            s.open.retain(|(i, _)| *i != id);
         });
     }
     Ok(())

@@ -70,7 +70,7 @@ pub enum Cmd {
     Verify(VerifyArgs),
     /// Allow more names now, keeping every open connection.
     Allow(NamesArgs),
-    /// Remove names from the running allowlist (new connections are refused; open ones stay).
+    /// Remove names from the running allowlist, with the addresses the DNS filter handed out for them alone (their connections are cut).
     Deny(NamesArgs),
     /// Rules, set sizes, the DNS filter and the last refresh.
     Status,
@@ -861,6 +861,7 @@ fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
     st.refreshed_at = now();
     st.store(dir).with_path(state::path(dir))?;
     let denied: Vec<String> = domains.iter().map(|d| d.to_string()).collect();
+    let mut removed: Vec<IpAddr> = Vec::new();
     for (ip, entries) in dns::read_handed(dir) {
         let held_by_denied = entries.iter().any(|e| denied.contains(e));
         let still_held = entries
@@ -873,14 +874,36 @@ fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
                 plan::SET_ALLOW6
             };
             script.push_str(&format!("del {set} {ip}\n"));
+            removed.push(ip);
         }
     }
     if !script.is_empty() {
         apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
-        // Connections already open to a removed address die too.
-        apply::flush_conntrack().map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        forget_flows(&removed)?;
     }
     Ok(Exit::Ok)
+}
+
+/// Connections already open to a removed address die too: their conntrack
+/// entries go (conntrack(8) deletes by address; without it the whole
+/// table is flushed, which also cuts other connections, but fails closed).
+fn forget_flows(removed: &[IpAddr]) -> Result<(), BoxError> {
+    for ip in removed {
+        match Command::new("conntrack")
+            .args(["-D", "-d", &ip.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+        {
+            // 1: no entry to delete.
+            Ok(s) if matches!(s.code(), Some(0 | 1)) => {}
+            _ => {
+                apply::flush_conntrack().map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn set_sizes() -> BTreeMap<String, Option<usize>> {

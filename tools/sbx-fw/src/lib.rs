@@ -181,18 +181,24 @@ rotate, and a timer is always late. The filter hands out each answer only
 after adding its addresses to the allow set (for the TTL, at least 5 min,
 at most 1 h; the next init starts the sets afresh), so what the agent
 connects to is what it was just told. It refuses every other name
-(audited), which also closes DNS tunnelling, and wildcards work because it
-sees the names asked. Names resolved at init stay allowed until the next
+(audited: once per name a minute, at most 10 records a second, then one
+summary record a minute), which also closes DNS tunnelling, and wildcards
+work because it sees the names asked. `sbx-fw deny` also takes out what it
+handed out for the denied entries alone. Names resolved at init stay allowed until the next
 init. GitHub's names are answered only with addresses inside GitHub's
 ranges (others are left out of the answer, or the query is refused) and
 add nothing to the allow set.
 
 The filter parses strictly: one question of host-name labels (letters,
 digits, - and _), class IN, at most an EDNS OPT record, nothing after it.
-It builds the upstream query and the reply anew from that question, over
-long-lived upstream sockets. Anything else gets FORMERR or REFUSED, never
-silence, counted by reason (`sbx-fw status`). It serves UDP with a fixed
-pool of threads and at most 32 TCP connections; more are closed at once.
+It builds the upstream query and the reply anew from that question, from
+a fresh random source port each time, with the name's letter case mixed
+(DNS 0x20); a reply must repeat the question exactly, and only records of
+the name and its CNAME chain are kept. Anything else gets FORMERR or
+REFUSED, never silence, counted by reason (`sbx-fw status`). It serves UDP
+with a fixed pool of threads and at most 32 TCP connections (each query
+within 15 s, each connection within 60 s); a new one beyond takes the
+oldest's slot.
 
 Failure: a duplicate address between names or a name that does not resolve
 is a warning; a [network].required name that fails aborts. An abort before

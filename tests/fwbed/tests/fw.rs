@@ -1308,3 +1308,34 @@ fn deny_closes_what_the_filter_handed_out() {
     assert_verdicts(&bed.probe(true, &["tcp:198.18.6.1:443"]), "blocked");
     assert_verdicts(&bed.probe(true, &handed), "blocked");
 }
+
+/// The filter mixes the letter case of its upstream query (DNS 0x20); the
+/// client still gets its question back as it asked it (or as the strict
+/// parser lower-cased it), never in the filter's random case.
+#[test]
+fn the_reply_repeats_the_clients_question() {
+    let Some(bed) = Bed::new("fwqc") else { return };
+    bed.ok(false, &["init"]);
+    prerequisite(
+        Command::new("dig").arg("-v").output().is_ok(),
+        "dig (bind9-dnsutils)",
+    );
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .args(["dig", "+noall", "+question", "+answer", "+tries=1"])
+        .args(["@127.0.0.53", "AlLoWeD.TeSt", "A"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        out.contains(";AlLoWeD.TeSt.") || out.contains(";allowed.test."),
+        "{out}{err}"
+    );
+    assert!(
+        !out.contains("mismatch") && !err.contains("mismatch"),
+        "{out}{err}"
+    );
+    assert!(out.contains("\tA\t"), "no answer: {out}{err}");
+}

@@ -585,7 +585,13 @@ impl Filter {
         reply.metadata.recursion_desired = q.rd;
         reply.metadata.recursion_available = true;
         reply.metadata.response_code = m.metadata.response_code;
-        reply.add_query(question);
+        // The client's own question back, in its letter case, not ours.
+        let Ok(asked) = Name::from_ascii(format!("{}.", q.name)) else {
+            return self.refuse(no(Reason::BadName), Some(&q));
+        };
+        let mut asked = Query::query(asked, RecordType::from(q.qtype));
+        asked.set_query_class(DNSClass::IN);
+        reply.add_query(asked);
         let mut add = String::new();
         let mut added: Vec<(IpAddr, u32)> = Vec::new();
         let (mut kept, mut dropped) = (0, 0);

@@ -343,6 +343,27 @@ fn question_end(b: &[u8]) -> Option<usize> {
     }
 }
 
+/// Only the question's name and its CNAME chain (in answer order) may own
+/// records: anything else is an injection and is left out.
+fn on_chain(
+    qname: &str,
+    answers: Vec<hickory_proto::rr::Record>,
+) -> Vec<hickory_proto::rr::Record> {
+    let canon = |n: &Name| n.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+    let mut owners = vec![qname.trim_end_matches('.').to_ascii_lowercase()];
+    let mut out = Vec::new();
+    for rec in answers {
+        if !owners.contains(&canon(&rec.name)) {
+            continue;
+        }
+        if let RData::CNAME(c) = &rec.data {
+            owners.push(canon(&c.0));
+        }
+        out.push(rec);
+    }
+    out
+}
+
 /// DNS 0x20: each letter of the name in a random case.
 fn mix_case(name: &str) -> String {
     let mut bits = 0u64;
@@ -595,19 +616,7 @@ impl Filter {
         let mut add = String::new();
         let mut added: Vec<(IpAddr, u32)> = Vec::new();
         let (mut kept, mut dropped) = (0, 0);
-        // Only the question's name and its CNAME chain may own records:
-        // anything else is an injection and is left out.
-        let mut owners = vec![q.name.to_ascii_lowercase()];
-        for rec in m.answers {
-            let owner = rec.name.to_ascii().to_ascii_lowercase();
-            let owner = owner.trim_end_matches('.');
-            if !owners.iter().any(|o| o == owner) {
-                continue;
-            }
-            if let RData::CNAME(c) = &rec.data {
-                let t = c.0.to_ascii().to_ascii_lowercase();
-                owners.push(t.trim_end_matches('.').to_owned());
-            }
+        for rec in on_chain(&q.name, m.answers) {
             let ip: Option<IpAddr> = match &rec.data {
                 RData::A(a) => Some(a.0.into()),
                 RData::AAAA(a) => Some(a.0.into()),
@@ -1044,5 +1053,34 @@ mod tests {
         let cased: std::collections::HashSet<String> =
             (0..32).map(|_| mix_case("allowed.test")).collect();
         assert!(cased.len() > 1, "0x20 case is not random: {cased:?}");
+    }
+
+    #[test]
+    fn only_the_name_and_its_cname_chain_own_answers() {
+        use hickory_proto::rr::Record;
+        use hickory_proto::rr::rdata::{A, CNAME};
+        let n = |s: &str| Name::from_ascii(s).unwrap();
+        let a = |owner: &str, ip: [u8; 4]| {
+            Record::from_rdata(
+                n(owner),
+                60,
+                RData::A(A::from(std::net::Ipv4Addr::from(ip))),
+            )
+        };
+        let answers = vec![
+            a("evil.example.", [198, 18, 2, 1]),
+            Record::from_rdata(
+                n("WWW.Allowed.test."),
+                60,
+                RData::CNAME(CNAME(n("cdn.example."))),
+            ),
+            a("CDN.example.", [198, 18, 1, 1]),
+            a("other.example.", [198, 18, 2, 2]),
+        ];
+        let kept: Vec<String> = on_chain("www.allowed.test", answers)
+            .iter()
+            .map(|r| r.name.to_ascii().to_ascii_lowercase())
+            .collect();
+        assert_eq!(kept, ["www.allowed.test.", "cdn.example."]);
     }
 }

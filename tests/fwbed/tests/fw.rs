@@ -1057,3 +1057,285 @@ fn the_agent_cannot_ride_roots_connections_to_a_loopback_resolver() {
         bed.resolver_saw("")
     );
 }
+
+/// IPv4's routing header: a loose source route option (IP_OPTIONS needs
+/// no privilege) on a SYN addressed to an allowed first hop, naming a
+/// blocked host as the final destination. TCP Fast Open without a cookie
+/// (also unprivileged) puts the agent's data in that SYN, so one packet
+/// out is enough. The gateway here honours source routes, as any host on
+/// the path may: the payload must not reach the blocked address.
+#[test]
+fn ipv4_source_routes_never_leave() {
+    let Some(bed) = Bed::new("fwsr") else { return };
+    srr_fails(&bed);
+}
+
+#[test]
+fn ipv4_source_routes_never_leave_with_nft_iptables() {
+    let Some(mut bed) = Bed::new("fwsrn") else {
+        return;
+    };
+    bed.backend = Some("system");
+    srr_fails(&bed);
+}
+
+fn srr_fails(bed: &Bed) {
+    bed.ok(false, &["init"]);
+    let gw = bed.sbx.replace("-sbx", "-gw");
+    let in_gw = |args: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &gw])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for k in ["all", "default", "br0"] {
+        in_gw(&[
+            "sysctl",
+            "-q",
+            &format!("net.ipv4.conf.{k}.accept_source_route=1"),
+        ]);
+    }
+    // What arrives at the gateway with IP options at all, and what the
+    // blocked address receives after the gateway followed the route.
+    bed.far_side_count(
+        false,
+        &["-s", "10.77.0.2", "-m", "u32", "--u32", "0>>24&0xF=6:15"],
+    );
+    let mark = "EXFIL-via-lsrr";
+    in_gw(&[
+        "iptables-legacy",
+        "-I",
+        "INPUT",
+        "-s",
+        "10.77.0.2",
+        "-d",
+        "198.18.2.1",
+        "-p",
+        "tcp",
+        "-m",
+        "string",
+        "--string",
+        mark,
+        "--algo",
+        "bm",
+    ]);
+    let r = bed.attack(
+        std::env::var_os("SRR_AS_ROOT").is_none(),
+        &["srr", "198.18.1.1", "198.18.2.1:443", mark],
+    );
+    eprintln!("srr attempt: {r}");
+    let delivered: u64 = in_gw(&["iptables-legacy", "-nvxL", "INPUT"])
+        .lines()
+        .filter(|l| l.contains(mark))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(
+        (bed.far_side_arrived(false), delivered),
+        (0, 0),
+        "source-routed packets left the sandbox (arrived, delivered to 198.18.2.1): {r}"
+    );
+    // The allowlisted host itself is still reachable.
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.1.1:443"]), "open");
+}
+
+/// The filter writes one audit record per refused name per minute, but the
+/// agent picks the names: each distinct name is a fresh record, so a loop
+/// of unique names grows the audit log (outside the sandbox) without
+/// bound. The log must stay bounded however many names the agent makes up.
+#[test]
+fn made_up_names_do_not_flood_the_audit_log() {
+    let Some(bed) = Bed::new("fwaf") else { return };
+    bed.ok(false, &["init"]);
+    let before = bed.audit().len();
+    let n: u64 = std::env::var("SBX_FLOOD_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    let r = bed.attack(true, &["refusedflood", "127.0.0.53:53", &n.to_string()]);
+    assert_eq!(
+        r["answered"].as_u64(),
+        Some(n),
+        "the flood did not run: {r}"
+    );
+    let audit = bed.audit();
+    let records = audit
+        .lines()
+        .filter(|l| l.contains(".exfil.example"))
+        .count();
+    let bytes = audit.len() - before;
+    eprintln!("flood: {r}; {records} audit records, {bytes} bytes");
+    assert!(
+        records <= 200,
+        "{records} audit records ({bytes} bytes) from {n} made-up names in {}s",
+        r["secs"]
+    );
+}
+
+/// The filter's TCP idle timeout is per read, so a client that sends one
+/// byte of a frame every few seconds keeps its slot forever; the agent
+/// holds all of them and DNS over TCP (what a truncated answer needs)
+/// stops for everyone in the sandbox. A slot must have a whole-query
+/// deadline, not only an idle one.
+#[test]
+fn slow_tcp_clients_do_not_hold_the_filter() {
+    let Some(bed) = Bed::new("fwdr") else { return };
+    bed.ok(false, &["init"]);
+    let r = bed.attack(true, &["tcpdribble", "127.0.0.53:53", "40", "12"]);
+    assert!(r["held"].as_u64() > Some(0), "the attack did not run: {r}");
+    assert!(
+        r["honest"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("answered")),
+        "DNS over TCP refused while slow clients hold the slots: {r}"
+    );
+}
+
+/// The filter asks upstream from one socket that lives as long as it does
+/// (so its port never changes, and the agent reads it from /proc/net/udp),
+/// and takes any reply whose 16-bit id and question match. An accomplice
+/// outside who can forge the resolver's source address sprays answers for
+/// every id while the agent keeps asking for an allowlisted name: a forged
+/// address gets into the allow set. Here the resolver's own answers are
+/// held back (as a real round trip delays them), so the race is won at once.
+#[test]
+fn forged_upstream_answers_open_nothing() {
+    let Some(bed) = Bed::new("fwkm") else { return };
+    bed.ok(false, &["init"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    // One query of its own makes the filter open its upstream socket.
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    let udp = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .args(["cat", "/proc/net/udp"])
+        .output()
+        .unwrap();
+    // The filter's connected socket to 198.18.0.53:53 (hex, little-endian).
+    let port = String::from_utf8_lossy(&udp.stdout)
+        .lines()
+        .find(|l| l.contains(" 350012C6:0035 "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)?
+                .split(':')
+                .nth(1)
+                .map(str::to_owned)
+        })
+        .and_then(|p| u16::from_str_radix(&p, 16).ok())
+        // A fresh socket per query leaves none open to read: the accomplice
+        // then sprays a guessed port (the 0x20 and owner checks must hold
+        // even when the guess is right).
+        .unwrap_or(32768);
+    let gw = bed.sbx.replace("-sbx", "-gw");
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &gw,
+            "iptables-legacy",
+            "-I",
+            "OUTPUT",
+            "-s",
+            "198.18.0.53",
+        ])
+        .args([
+            "-d",
+            "10.77.0.2",
+            "-p",
+            "udp",
+            "--sport",
+            "53",
+            "-j",
+            "DROP",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let nb = bed.sbx.replace("-sbx", "-nb");
+    let victim = format!("10.77.0.2:{port}");
+    let spoofer = Command::new("ip")
+        .args(["netns", "exec", &nb])
+        .arg(bin("sbx-fwbed"))
+        .args([
+            "attack",
+            "spoofdns",
+            "198.18.0.53",
+            &victim,
+            "allowed.test",
+            "198.18.2.1",
+            "6",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..3 {
+        bed.probe(true, &["dns:127.0.0.53/allowed.test"]);
+    }
+    let sent = spoofer.wait_with_output().unwrap();
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "blocked");
+    eprintln!("spoofer: {}", String::from_utf8_lossy(&sent.stdout));
+}
+
+/// `sbx-fw deny NAME` takes out the addresses init resolved, but not those
+/// the DNS filter handed out since (a wildcard's names, a CDN name's later
+/// addresses): they stay reachable until their hold runs out, up to an
+/// hour. A denied name must close every address given out for it alone.
+#[test]
+fn deny_closes_what_the_filter_handed_out() {
+    let Some(bed) = Bed::new("fwdn") else { return };
+    bed.ok(false, &["init"]);
+    // Handed out by the filter only: a wildcard's name and later addresses
+    // of rotate.test (init saw 198.18.6.1; these are .2 and .3).
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/x.wild.test"]), "open");
+    for _ in 0..2 {
+        bed.probe(true, &["dns:127.0.0.53/rotate.test"]);
+    }
+    let handed = [
+        "tcp:198.18.1.3:443",
+        "tcp:198.18.6.2:443",
+        "tcp:198.18.6.3:443",
+    ];
+    assert_verdicts(&bed.probe(true, &handed), "open");
+    bed.ok(false, &["deny", "*.wild.test", "rotate.test"]);
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.6.1:443"]), "blocked");
+    assert_verdicts(&bed.probe(true, &handed), "blocked");
+}
+
+/// The filter mixes the letter case of its upstream query (DNS 0x20); the
+/// client still gets its question back as it asked it (or as the strict
+/// parser lower-cased it), never in the filter's random case.
+#[test]
+fn the_reply_repeats_the_clients_question() {
+    let Some(bed) = Bed::new("fwqc") else { return };
+    bed.ok(false, &["init"]);
+    prerequisite(
+        Command::new("dig").arg("-v").output().is_ok(),
+        "dig (bind9-dnsutils)",
+    );
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .args(["dig", "+noall", "+question", "+answer", "+tries=1"])
+        .args(["@127.0.0.53", "AlLoWeD.TeSt", "A"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        out.contains(";AlLoWeD.TeSt.") || out.contains(";allowed.test."),
+        "{out}{err}"
+    );
+    assert!(
+        !out.contains("mismatch") && !err.contains("mismatch"),
+        "{out}{err}"
+    );
+    assert!(out.contains("\tA\t"), "no answer: {out}{err}");
+}

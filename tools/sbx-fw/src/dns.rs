@@ -10,12 +10,12 @@
 //! from the parsed question. What cannot be parsed or is not allowed gets
 //! a FORMERR or REFUSED, counted by reason (`sbx-fw status`), never silence.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
@@ -36,14 +36,28 @@ pub const MIN_HOLD: u32 = 300;
 pub const MAX_HOLD: u32 = 3600;
 /// One audit record per refused name per minute: a loop must not fill the disk.
 const AUDIT_EVERY: Duration = Duration::from_secs(60);
+/// Refusal records a second, all names together; the rest are counted
+/// into one summary record a minute.
+const AUDIT_RATE: u32 = 10;
+/// Names remembered per period; beyond, the global budget still holds.
+const AUDIT_NAMES: usize = 4096;
 /// Threads answering UDP queries: a fixed pool, whatever the load.
 const UDP_WORKERS: usize = 16;
-/// TCP connections served at once; more are closed at once (counted).
+/// TCP connections served at once; a new one beyond takes the oldest's
+/// slot (counted).
 pub const TCP_SLOTS: usize = 32;
 /// An idle TCP connection is closed after this long.
 const TCP_IDLE: Duration = Duration::from_secs(5);
+/// A query's bytes, however dribbled, must all arrive within this.
+const TCP_QUERY_DEADLINE: Duration = Duration::from_secs(15);
+/// No TCP connection lives longer than this.
+const TCP_CONN_DEADLINE: Duration = Duration::from_secs(60);
 /// The UDP payload the filter asks upstream answers to fit in.
 const EDNS_PAYLOAD: u16 = 1232;
+/// Which allowlist entries each address the filter added was handed out
+/// for, one "ADDRESS ENTRY..." line each, so `sbx-fw deny` can take out
+/// what only the denied entries hold.
+pub const HANDED_FILE: &str = "dns.handed";
 /// Where the counters are published for `sbx-fw status`.
 pub const STATS_FILE: &str = "dns.stats.json";
 
@@ -271,89 +285,122 @@ struct Policy {
     state: State,
 }
 
-/// One long-lived UDP socket per upstream: a fresh socket per query would
-/// leave a conntrack entry behind for each closed one (see plan.rs on
-/// root's marked flows). Answers are matched to queries by id.
-struct Upstream {
-    sock: UdpSocket,
-    pending: Mutex<HashMap<u16, mpsc::Sender<Vec<u8>>>>,
+/// One fresh UDP socket per upstream query: the kernel picks a random
+/// ephemeral port, so an off-path forger must guess port and id (and the
+/// 0x20 case pattern), not read a fixed port from /proc/net/udp. Root's
+/// flows are connmarked (plan.rs), so the closed sockets' conntrack
+/// entries open nothing for the agent. One socket per worker at a time.
+fn exchange_udp(q: &Message, ip: IpAddr) -> std::io::Result<Vec<u8>> {
+    let bind: SocketAddr = if ip.is_ipv6() {
+        SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), 0)
+    } else {
+        SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), 0)
+    };
+    let sock = UdpSocket::bind(bind)?;
+    sock.connect(SocketAddr::new(ip, 53))?;
+    let mut q = q.clone();
+    let id = random_id();
+    q.metadata.id = id;
+    let body = q.to_vec().map_err(std::io::Error::other)?;
+    sock.send(&body)?;
+    let deadline = Instant::now() + UPSTREAM_TIMEOUT;
+    let mut buf = vec![0u8; 65535];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        sock.set_read_timeout(Some(left))?;
+        let n = sock.recv(&mut buf)?;
+        // Another id is a stray or a forgery: keep waiting for ours.
+        if be16(&buf[..n], 0) == Some(id) && same_question(&body, &buf[..n]) {
+            return Ok(buf[..n].to_vec());
+        }
+    }
 }
 
-impl Upstream {
-    fn open(ip: IpAddr) -> std::io::Result<Arc<Self>> {
-        let bind: SocketAddr = if ip.is_ipv6() {
-            "[::]:0".parse().expect("literal")
-        } else {
-            "0.0.0.0:0".parse().expect("literal")
-        };
-        let sock = UdpSocket::bind(bind)?;
-        sock.connect(SocketAddr::new(ip, 53))?;
-        let up = Arc::new(Self {
-            sock,
-            pending: Mutex::new(HashMap::new()),
-        });
-        let reader = up.clone();
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; 65535];
-            loop {
-                let Ok(n) = reader.sock.recv(&mut buf) else {
-                    // ECONNREFUSED from an earlier send: keep reading.
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                };
-                let Some(id) = be16(&buf[..n], 0) else {
-                    continue;
-                };
-                let waiter = reader
-                    .pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
-                if let Some(w) = waiter {
-                    let _ = w.send(buf[..n].to_vec());
-                }
-            }
-        });
-        Ok(up)
-    }
+/// The reply repeats our question byte for byte (one question, same
+/// name in the same 0x20 letter case, type and class).
+fn same_question(sent: &[u8], got: &[u8]) -> bool {
+    let Some(end) = question_end(sent) else {
+        return false;
+    };
+    be16(got, 4) == Some(1) && got.len() >= end && got[12..end] == sent[12..end]
+}
 
-    fn exchange(&self, q: &Message) -> std::io::Result<Vec<u8>> {
-        let (tx, rx) = mpsc::channel();
-        let id = {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let mut id = random_id();
-            while p.contains_key(&id) {
-                id = random_id();
-            }
-            p.insert(id, tx);
-            id
-        };
-        let mut q = q.clone();
-        q.metadata.id = id;
-        let sent = q
-            .to_vec()
-            .map_err(std::io::Error::other)
-            .and_then(|b| self.sock.send(&b));
-        let got = sent.and_then(|_| {
-            rx.recv_timeout(UPSTREAM_TIMEOUT)
-                .map_err(|_| std::io::ErrorKind::TimedOut.into())
-        });
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-        got
+/// Where the (uncompressed) first question of a message we built ends.
+fn question_end(b: &[u8]) -> Option<usize> {
+    let mut at = 12;
+    loop {
+        let len = usize::from(*b.get(at)?);
+        if len == 0 {
+            return Some(at + 1 + 4).filter(|e| *e <= b.len());
+        }
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        at += 1 + len;
     }
+}
+
+/// Only the question's name and its CNAME chain (in answer order) may own
+/// records: anything else is an injection and is left out.
+fn on_chain(
+    qname: &str,
+    answers: Vec<hickory_proto::rr::Record>,
+) -> Vec<hickory_proto::rr::Record> {
+    let canon = |n: &Name| n.to_ascii().trim_end_matches('.').to_ascii_lowercase();
+    let mut owners = vec![qname.trim_end_matches('.').to_ascii_lowercase()];
+    let mut out = Vec::new();
+    for rec in answers {
+        if !owners.contains(&canon(&rec.name)) {
+            continue;
+        }
+        if let RData::CNAME(c) = &rec.data {
+            owners.push(canon(&c.0));
+        }
+        out.push(rec);
+    }
+    out
+}
+
+/// DNS 0x20: each letter of the name in a random case.
+fn mix_case(name: &str) -> String {
+    let mut bits = 0u64;
+    let mut left = 0;
+    name.chars()
+        .map(|c| {
+            if !c.is_ascii_alphabetic() {
+                return c;
+            }
+            if left == 0 {
+                bits = random_u64();
+                left = 64;
+            }
+            left -= 1;
+            let upper = bits & 1 == 1;
+            bits >>= 1;
+            if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect()
 }
 
 /// Query ids need not be secret from the agent (it cannot reach the
 /// upstream), only hard to guess from outside: the std hasher's random keys.
 fn random_id() -> u16 {
+    random_u64() as u16
+}
+
+fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static N: AtomicU64 = AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(N.fetch_add(1, Ordering::Relaxed));
-    h.finish() as u16
+    h.finish()
 }
 
 /// A truncated UDP answer is asked again over TCP (a short-lived socket;
@@ -371,11 +418,53 @@ fn exchange_tcp(q: &Message, upstream: IpAddr) -> std::io::Result<Vec<u8>> {
     read_framed(&mut s)
 }
 
+/// What keeps refusal records few: per name and reason once a period,
+/// and at most [`AUDIT_RATE`] a second in all.
+struct AuditBudget {
+    new: HashSet<String>,
+    old: HashSet<String>,
+    since: Instant,
+    /// (generation, second within it) the count below is for.
+    window: (Instant, u64),
+    in_window: u32,
+    suppressed: u64,
+    summary_at: Option<Instant>,
+}
+
+/// The filter's record of what it added: address -> (entries, hold end).
+#[derive(Default)]
+struct Handed {
+    by_ip: HashMap<IpAddr, (Vec<String>, Instant)>,
+    /// Lines in the file; rewritten from `by_ip` when it doubles.
+    lines: usize,
+}
+
+/// Parse [`HANDED_FILE`]: address -> entries (every line counts).
+pub fn read_handed(dir: &Path) -> HashMap<IpAddr, Vec<String>> {
+    let mut out: HashMap<IpAddr, Vec<String>> = HashMap::new();
+    let Ok(t) = std::fs::read_to_string(dir.join(HANDED_FILE)) else {
+        return out;
+    };
+    for l in t.lines() {
+        let mut w = l.split_whitespace();
+        let Some(Ok(ip)) = w.next().map(str::parse::<IpAddr>) else {
+            continue;
+        };
+        let e = out.entry(ip).or_default();
+        for d in w {
+            if !e.iter().any(|x| x == d) {
+                e.push(d.to_owned());
+            }
+        }
+    }
+    out
+}
+
 pub struct Filter {
     dir: PathBuf,
     loaded: Mutex<Loaded>,
-    upstreams: Mutex<HashMap<IpAddr, Arc<Upstream>>>,
-    refused: Mutex<HashMap<String, Instant>>,
+    refused: Mutex<AuditBudget>,
+    handed: Mutex<Handed>,
     counts: [AtomicU64; Reason::ALL.len()],
 }
 
@@ -391,8 +480,16 @@ impl Filter {
                 upstreams: Vec::new(),
                 state: State::new(),
             }),
-            upstreams: Mutex::new(HashMap::new()),
-            refused: Mutex::new(HashMap::new()),
+            refused: Mutex::new(AuditBudget {
+                new: HashSet::new(),
+                old: HashSet::new(),
+                since: Instant::now(),
+                window: (Instant::now(), 0),
+                in_window: 0,
+                suppressed: 0,
+                summary_at: None,
+            }),
+            handed: Mutex::new(Handed::default()),
             counts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -452,16 +549,6 @@ impl Filter {
         refusal_reply(&r, q)
     }
 
-    fn upstream(&self, ip: IpAddr) -> Option<Arc<Upstream>> {
-        let mut m = self.upstreams.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(u) = m.get(&ip) {
-            return Some(u.clone());
-        }
-        let u = Upstream::open(ip).ok()?;
-        m.insert(ip, u.clone());
-        Some(u)
-    }
-
     /// Answer one query (wire format in, wire format out). None only when
     /// no reply can be addressed (fewer than two bytes: no id).
     pub fn handle(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
@@ -487,7 +574,7 @@ impl Filter {
                 .iter()
                 .filter(|d| !p.github_only.contains(d))
                 .any(matches);
-        let Ok(name) = Name::from_ascii(format!("{}.", q.name)) else {
+        let Ok(name) = Name::from_ascii(format!("{}.", mix_case(&q.name))) else {
             return self.refuse(no(Reason::BadName), Some(&q));
         };
         let mut up = Message::new(0, MessageType::Query, OpCode::Query);
@@ -500,16 +587,15 @@ impl Filter {
         up.set_edns(edns);
 
         let answer = p.upstreams.iter().find_map(|ip| {
-            let u = self.upstream(*ip)?;
-            let mut m = Message::from_vec(&u.exchange(&up).ok()?).ok()?;
+            let mut m = Message::from_vec(&exchange_udp(&up, *ip).ok()?).ok()?;
             if m.metadata.truncation {
                 m = Message::from_vec(&exchange_tcp(&up, *ip).ok()?).ok()?;
             }
-            // The answer to this question, not another.
+            // The answer to this question, not another (exact case: 0x20).
             let same = m.metadata.message_type == MessageType::Response
                 && m.queries.len() == 1
                 && m.queries[0].query_type() == question.query_type()
-                && m.queries[0].name() == question.name();
+                && m.queries[0].name().to_ascii() == question.name().to_ascii();
             same.then_some(m)
         });
         let Some(m) = answer else {
@@ -520,10 +606,17 @@ impl Filter {
         reply.metadata.recursion_desired = q.rd;
         reply.metadata.recursion_available = true;
         reply.metadata.response_code = m.metadata.response_code;
-        reply.add_query(question);
+        // The client's own question back, in its letter case, not ours.
+        let Ok(asked) = Name::from_ascii(format!("{}.", q.name)) else {
+            return self.refuse(no(Reason::BadName), Some(&q));
+        };
+        let mut asked = Query::query(asked, RecordType::from(q.qtype));
+        asked.set_query_class(DNSClass::IN);
+        reply.add_query(asked);
         let mut add = String::new();
+        let mut added: Vec<(IpAddr, u32)> = Vec::new();
         let (mut kept, mut dropped) = (0, 0);
-        for rec in m.answers {
+        for rec in on_chain(&q.name, m.answers) {
             let ip: Option<IpAddr> = match &rec.data {
                 RData::A(a) => Some(a.0.into()),
                 RData::AAAA(a) => Some(a.0.into()),
@@ -541,6 +634,7 @@ impl Filter {
                     let set = if ip.is_ipv4() { SET_ALLOW4 } else { SET_ALLOW6 };
                     let hold = rec.ttl.clamp(MIN_HOLD, MAX_HOLD);
                     add.push_str(&format!("add {set} {ip} timeout {hold}\n"));
+                    added.push((ip, hold));
                 }
                 kept += 1;
             }
@@ -552,6 +646,16 @@ impl Filter {
                 return self.refuse(no(Reason::GithubOutside), Some(&q));
             }
             self.count(Reason::GithubOutside);
+        }
+        // Recorded before the set is touched: deny must find every address.
+        if !added.is_empty() {
+            let entries: Vec<String> = p
+                .allow
+                .iter()
+                .filter(|d| matches(d))
+                .map(|d| d.to_string())
+                .collect();
+            self.record_handed(&added, &entries);
         }
         // Before the reply: the client connects as soon as it has one.
         if !add.is_empty()
@@ -573,20 +677,83 @@ impl Filter {
         Some(out)
     }
 
-    fn audit_refusal(&self, name: &str, why: &str) {
-        let mut seen = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+    fn record_handed(&self, added: &[(IpAddr, u32)], entries: &[String]) {
+        let mut h = self.handed.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        let key = format!("{name} {why}");
-        if seen
-            .get(&key)
-            .is_some_and(|t| now.duration_since(*t) < AUDIT_EVERY)
-        {
+        let mut new = String::new();
+        for (ip, hold) in added {
+            let until = now + Duration::from_secs(u64::from(*hold));
+            let (have, end) = h.by_ip.entry(*ip).or_insert_with(|| (Vec::new(), until));
+            *end = (*end).max(until);
+            let fresh: Vec<&String> = entries.iter().filter(|e| !have.contains(e)).collect();
+            if !fresh.is_empty() {
+                new.push_str(&ip.to_string());
+                for e in fresh {
+                    new.push(' ');
+                    new.push_str(e);
+                    have.push(e.clone());
+                }
+                new.push('\n');
+            }
+        }
+        if new.is_empty() {
             return;
         }
-        seen.insert(key, now);
-        if seen.len() > 4096 {
-            seen.retain(|_, t| now.duration_since(*t) < AUDIT_EVERY);
+        let path = self.dir.join(HANDED_FILE);
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(new.as_bytes()));
+        if let Err(e) = appended {
+            sbx_core::output::warn(&format!(
+                "DNS filter: cannot record handed-out addresses in {}: {e}",
+                path.display()
+            ));
         }
+        h.lines += new.lines().count();
+        if h.lines > 2 * h.by_ip.len() + 1024 {
+            // Compact: expired holds go, the rest is written anew.
+            h.by_ip.retain(|_, (_, end)| *end > now);
+            let mut all = String::new();
+            for (ip, (es, _)) in &h.by_ip {
+                all.push_str(&format!("{ip} {}\n", es.join(" ")));
+            }
+            let tmp = self.dir.join(format!(".{HANDED_FILE}.tmp"));
+            if std::fs::write(&tmp, &all).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
+                h.lines = h.by_ip.len();
+            }
+        }
+    }
+
+    fn audit_refusal(&self, name: &str, why: &str) {
+        let mut a = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        // Two generations, swapped each period: a lookup sees the last
+        // minute or two, and nothing is ever scanned whole.
+        if now.duration_since(a.since) >= AUDIT_EVERY {
+            a.old = std::mem::take(&mut a.new);
+            a.since = now;
+        }
+        let key = format!("{name} {why}");
+        if a.new.contains(&key) || a.old.contains(&key) {
+            return;
+        }
+        if a.new.len() < AUDIT_NAMES {
+            a.new.insert(key);
+        }
+        // The global budget: AUDIT_RATE records a second, the rest counted.
+        let secs = now.duration_since(a.since).as_secs();
+        if a.window != (a.since, secs) {
+            a.window = (a.since, secs);
+            a.in_window = 0;
+        }
+        if a.in_window >= AUDIT_RATE {
+            a.suppressed += 1;
+            return;
+        }
+        a.in_window += 1;
+        drop(a);
         audit::append(
             &Record::new("sbx-fw", "dns", name, Outcome::Blocked, "dns-filter").reason(
                 if why == "not on the allowlist" {
@@ -595,6 +762,31 @@ impl Filter {
                     why
                 },
             ),
+        );
+    }
+
+    /// One record a minute for the refusals the budget left out.
+    fn audit_summary(&self) {
+        let mut a = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if a.suppressed == 0
+            || a.summary_at
+                .is_some_and(|t| now.duration_since(t) < AUDIT_EVERY)
+        {
+            return;
+        }
+        let n = std::mem::take(&mut a.suppressed);
+        a.summary_at = Some(now);
+        drop(a);
+        audit::append(
+            &Record::new(
+                "sbx-fw",
+                "dns",
+                "(refusals over the audit budget)",
+                Outcome::Blocked,
+                "dns-filter",
+            )
+            .reason(&format!("{n} more refused queries not logged one by one")),
         );
     }
 
@@ -621,10 +813,40 @@ fn read_framed(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Fill `buf` by `deadline`, however slowly the bytes come.
+fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[at..])? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => at += n,
+        }
+    }
+    Ok(())
+}
+
 fn serve_tcp(filter: &Filter, mut conn: TcpStream) {
-    let _ = conn.set_read_timeout(Some(TCP_IDLE));
-    let _ = conn.set_write_timeout(Some(TCP_IDLE));
-    while let Ok(q) = read_framed(&mut conn) {
+    let end = Instant::now() + TCP_CONN_DEADLINE;
+    loop {
+        // The next query's first byte within the idle time, the whole of
+        // it within the query deadline, all within the connection's.
+        let mut len = [0u8; 2];
+        if read_by(&mut conn, &mut len[..1], end.min(Instant::now() + TCP_IDLE)).is_err() {
+            break;
+        }
+        let by = end.min(Instant::now() + TCP_QUERY_DEADLINE);
+        if read_by(&mut conn, &mut len[1..], by).is_err() {
+            break;
+        }
+        let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        if read_by(&mut conn, &mut q, by).is_err() {
+            break;
+        }
         let Some(r) = filter.handle(&q, true) else {
             break;
         };
@@ -633,10 +855,22 @@ fn serve_tcp(filter: &Filter, mut conn: TcpStream) {
         };
         let mut framed = len.to_be_bytes().to_vec();
         framed.extend_from_slice(&r);
-        if conn.write_all(&framed).is_err() {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero()
+            || conn.set_write_timeout(Some(left)).is_err()
+            || conn.write_all(&framed).is_err()
+        {
             break;
         }
     }
+}
+
+/// The TCP connections being served, oldest first, so a new client can
+/// take the slot of the oldest when all are held.
+#[derive(Default)]
+struct Slots {
+    next: u64,
+    open: std::collections::VecDeque<(u64, TcpStream)>,
 }
 
 /// Bind both transports, call `ready`, and serve until killed: a fixed
@@ -667,27 +901,41 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
             let mut last = String::new();
             loop {
                 filter.publish(&mut last);
+                filter.audit_summary();
                 std::thread::sleep(Duration::from_millis(250));
             }
         });
     }
-    let busy = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Mutex::new(Slots::default()));
     for conn in tcp.incoming() {
         let Ok(conn) = conn else {
             // EMFILE and the like: back off instead of spinning.
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        if busy.fetch_add(1, Ordering::AcqRel) >= TCP_SLOTS {
-            busy.fetch_sub(1, Ordering::AcqRel);
-            filter.count(Reason::TcpBusy);
-            drop(conn);
+        let Ok(handle) = conn.try_clone() else {
             continue;
-        }
-        let (filter, busy) = (filter.clone(), busy.clone());
+        };
+        let id = {
+            let mut s = slots.lock().unwrap_or_else(|e| e.into_inner());
+            if s.open.len() >= TCP_SLOTS {
+                // All held: the oldest goes (its thread sees EOF and ends),
+                // so slow clients cannot lock out a new one.
+                filter.count(Reason::TcpBusy);
+                if let Some((_, old)) = s.open.pop_front() {
+                    let _ = old.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            s.next += 1;
+            let id = s.next;
+            s.open.push_back((id, handle));
+            id
+        };
+        let (filter, slots) = (filter.clone(), slots.clone());
         std::thread::spawn(move || {
             serve_tcp(&filter, conn);
-            busy.fetch_sub(1, Ordering::AcqRel);
+            let mut s = slots.lock().unwrap_or_else(|e| e.into_inner());
+            s.open.retain(|(i, _)| *i != id);
         });
     }
     Ok(())
@@ -784,5 +1032,55 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn replies_must_repeat_the_mixed_case_question() {
+        let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+        let name = Name::from_ascii(format!("{}.", mix_case("allowed.test"))).unwrap();
+        m.add_query(Query::query(name, RecordType::A));
+        let sent = m.to_vec().unwrap();
+        assert!(same_question(&sent, &sent));
+        // The same name in another case (a forger who does not know ours).
+        let mut forged = sent.clone();
+        let end = question_end(&sent).unwrap();
+        for b in &mut forged[12..end - 4] {
+            if b.is_ascii_alphabetic() {
+                *b ^= 0x20;
+            }
+        }
+        assert!(!same_question(&sent, &forged));
+        let cased: std::collections::HashSet<String> =
+            (0..32).map(|_| mix_case("allowed.test")).collect();
+        assert!(cased.len() > 1, "0x20 case is not random: {cased:?}");
+    }
+
+    #[test]
+    fn only_the_name_and_its_cname_chain_own_answers() {
+        use hickory_proto::rr::Record;
+        use hickory_proto::rr::rdata::{A, CNAME};
+        let n = |s: &str| Name::from_ascii(s).unwrap();
+        let a = |owner: &str, ip: [u8; 4]| {
+            Record::from_rdata(
+                n(owner),
+                60,
+                RData::A(A::from(std::net::Ipv4Addr::from(ip))),
+            )
+        };
+        let answers = vec![
+            a("evil.example.", [198, 18, 2, 1]),
+            Record::from_rdata(
+                n("WWW.Allowed.test."),
+                60,
+                RData::CNAME(CNAME(n("cdn.example."))),
+            ),
+            a("CDN.example.", [198, 18, 1, 1]),
+            a("other.example.", [198, 18, 2, 2]),
+        ];
+        let kept: Vec<String> = on_chain("www.allowed.test", answers)
+            .iter()
+            .map(|r| r.name.to_ascii().to_ascii_lowercase())
+            .collect();
+        assert_eq!(kept, ["www.allowed.test.", "cdn.example."]);
     }
 }

@@ -70,7 +70,7 @@ pub enum Cmd {
     Verify(VerifyArgs),
     /// Allow more names now, keeping every open connection.
     Allow(NamesArgs),
-    /// Remove names from the running allowlist (new connections are refused; open ones stay).
+    /// Remove names from the running allowlist, with the addresses the DNS filter handed out for them alone (their connections are cut).
     Deny(NamesArgs),
     /// Rules, set sizes, the DNS filter and the last refresh.
     Status,
@@ -181,18 +181,24 @@ rotate, and a timer is always late. The filter hands out each answer only
 after adding its addresses to the allow set (for the TTL, at least 5 min,
 at most 1 h; the next init starts the sets afresh), so what the agent
 connects to is what it was just told. It refuses every other name
-(audited), which also closes DNS tunnelling, and wildcards work because it
-sees the names asked. Names resolved at init stay allowed until the next
+(audited: once per name a minute, at most 10 records a second, then one
+summary record a minute), which also closes DNS tunnelling, and wildcards
+work because it sees the names asked. `sbx-fw deny` also takes out what it
+handed out for the denied entries alone. Names resolved at init stay allowed until the next
 init. GitHub's names are answered only with addresses inside GitHub's
 ranges (others are left out of the answer, or the query is refused) and
 add nothing to the allow set.
 
 The filter parses strictly: one question of host-name labels (letters,
 digits, - and _), class IN, at most an EDNS OPT record, nothing after it.
-It builds the upstream query and the reply anew from that question, over
-long-lived upstream sockets. Anything else gets FORMERR or REFUSED, never
-silence, counted by reason (`sbx-fw status`). It serves UDP with a fixed
-pool of threads and at most 32 TCP connections; more are closed at once.
+It builds the upstream query and the reply anew from that question, from
+a fresh random source port each time, with the name's letter case mixed
+(DNS 0x20); a reply must repeat the question exactly, and only records of
+the name and its CNAME chain are kept. Anything else gets FORMERR or
+REFUSED, never silence, counted by reason (`sbx-fw status`). It serves UDP
+with a fixed pool of threads and at most 32 TCP connections (each query
+within 15 s, each connection within 60 s); a new one beyond takes the
+oldest's slot.
 
 Failure: a duplicate address between names or a name that does not resolve
 is a warning; a [network].required name that fails aborts. An abort before
@@ -856,12 +862,54 @@ fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
             "runtime-deny",
         ));
     }
-    if !script.is_empty() {
-        apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
-    }
+    // The filter stops answering for the denied entries first, then what
+    // it handed out for them alone goes too.
     st.refreshed_at = now();
     st.store(dir).with_path(state::path(dir))?;
+    let denied: Vec<String> = domains.iter().map(|d| d.to_string()).collect();
+    let mut removed: Vec<IpAddr> = Vec::new();
+    for (ip, entries) in dns::read_handed(dir) {
+        let held_by_denied = entries.iter().any(|e| denied.contains(e));
+        let still_held = entries
+            .iter()
+            .any(|e| !denied.contains(e) && st.allow.contains(e));
+        if held_by_denied && !still_held && !st.is_permanent(ip) {
+            let set = if ip.is_ipv4() {
+                plan::SET_ALLOW4
+            } else {
+                plan::SET_ALLOW6
+            };
+            script.push_str(&format!("del {set} {ip}\n"));
+            removed.push(ip);
+        }
+    }
+    if !script.is_empty() {
+        apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        forget_flows(&removed)?;
+    }
     Ok(Exit::Ok)
+}
+
+/// Connections already open to a removed address die too: their conntrack
+/// entries go (conntrack(8) deletes by address; without it the whole
+/// table is flushed, which also cuts other connections, but fails closed).
+fn forget_flows(removed: &[IpAddr]) -> Result<(), BoxError> {
+    for ip in removed {
+        match Command::new("conntrack")
+            .args(["-D", "-d", &ip.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+        {
+            // 1: no entry to delete.
+            Ok(s) if matches!(s.code(), Some(0 | 1)) => {}
+            _ => {
+                apply::flush_conntrack().map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn set_sizes() -> BTreeMap<String, Option<usize>> {

@@ -37,6 +37,8 @@ pub const NEVER4: &[&str] = &[
 pub const NEVER6: &[&str] = &[
     "::/127",
     "::ffff:0:0/96",
+    // NAT64: an IPv4 address (a private one too) inside an IPv6 one.
+    "64:ff9b::/96",
     "64:ff9b:1::/48",
     "fc00::/7",
     "fe80::/10",
@@ -190,6 +192,10 @@ impl Plan {
             // A routing header (type 4 is settable without privileges) sends
             // a packet for an allowed first hop on to any final address.
             rule("-A SBX-OUT -m rt -j DROP");
+        } else {
+            // IPv4 options (IHL > 5): loose/strict source routes do what
+            // IPv6 routing headers do; nothing the agent needs sets options.
+            rule("-A SBX-OUT -m u32 --u32 0>>24&0xF=6:15 -j DROP");
         }
         // Root's flows (the DNS filter's upstream queries, root-only
         // loopback services) are marked; another uid's packet that conntrack
@@ -398,6 +404,12 @@ mod tests {
                 assert!(r.find(before).unwrap() < state, "{fam:?}: {before}");
             }
             assert_eq!(r.contains("-A SBX-OUT -m rt -j DROP"), fam == Family::V6);
+            let opts = r.find("-A SBX-OUT -m u32 --u32 0>>24&0xF=6:15 -j DROP");
+            assert_eq!(opts.is_some(), fam == Family::V4);
+            assert!(opts.is_none_or(|o| o < state));
+            if fam == Family::V6 {
+                assert!(r.contains("-d 64:ff9b::/96"), "{r}");
+            }
         }
     }
 

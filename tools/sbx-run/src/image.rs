@@ -539,6 +539,14 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
     docker::require_engine()?;
     let base = format!("{BASE_IMAGE}:{}", o.base_tag);
     if !docker::exists("image", &base)? {
+        // Only the default base is built on demand: a tag the user named
+        // and that is not there is a mistake to report, not to paper over.
+        if o.base_tag != "latest" {
+            return Err(RunError::Usage(format!(
+                "{base} does not exist: build it with `sbx-run build-base --bootstrap --tag {}`, or name an existing tag",
+                o.base_tag
+            )));
+        }
         output::progress(&format!("{base} is missing: building it"));
         let opts = BaseOpts {
             tag: o.base_tag.clone(),

@@ -183,6 +183,10 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
         ("the old audit log path", ": > /var/log/sbx/audit.jsonl"),
         ("the audit log's contents", "cat /run/sbx/host/audit.jsonl"),
         ("root", "sudo -n true"),
+        (
+            "the config the next start reads",
+            "mkdir -p .agent-sandbox && echo '[network]' > .agent-sandbox/config.toml",
+        ),
     ] {
         let o = repo.exec(attack);
         assert!(
@@ -221,6 +225,9 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
                 "src/lib.rs",
                 "created.txt",
                 "renamed",
+                // The one mount point left on purpose: an empty, read-only
+                // .agent-sandbox, so the agent cannot write the config.
+                ".agent-sandbox",
             ]
             .map(String::from),
         )

@@ -65,6 +65,7 @@ fn rust_programs() -> BTreeMap<String, String> {
     let mut files = Vec::new();
     rust_files(&root().join("tools"), &mut files);
     rust_files(&root().join("tests"), &mut files);
+    let attacks = fwbed_attacks();
     let mut out = BTreeMap::new();
     for f in files {
         let text: String = std::fs::read_to_string(&f)
@@ -90,7 +91,8 @@ fn rust_programs() -> BTreeMap<String, String> {
                         .chars()
                         .all(|c| c.is_ascii_lowercase() || c == '6' || c == '-')
                     && !word.starts_with('-')
-                    && !FWBED_NOT_PROGRAMS.contains(&word);
+                    && !FWBED_NOT_PROGRAMS.contains(&word)
+                    && !attacks.contains(word);
                 if is_cmd {
                     out.entry(word.to_owned()).or_insert_with(|| rel.clone());
                 }
@@ -100,11 +102,23 @@ fn rust_programs() -> BTreeMap<String, String> {
     out
 }
 
+/// The bed's own attack commands (`"name" =>` arms in its dispatcher), read
+/// from the source so a new attack needs no entry here.
+fn fwbed_attacks() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join("tests/fwbed/src/attack.rs")).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim_start().strip_prefix('"')?;
+            let (name, rest) = l.split_once('"')?;
+            rest.trim_start().starts_with("=>").then(|| name.to_owned())
+        })
+        .collect()
+}
+
 /// First words of argument lists in the bed that are not programs
-/// (sbx-fw subcommands, ip's objects, and the bed's own attack commands).
+/// (sbx-fw subcommands and ip's objects).
 const FWBED_NOT_PROGRAMS: &[&str] = &[
-    "allow", "deny", "init", "probe", "reset", "status", "verify", "netns", "forge", "hijack",
-    "rthdr", "tcpflood",
+    "allow", "deny", "init", "probe", "reset", "status", "verify", "netns",
 ];
 
 const SHELL_WORDS: &[&str] = &[

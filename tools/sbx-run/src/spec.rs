@@ -374,14 +374,13 @@ pub fn build(
                 let _ = std::fs::create_dir(host.join("_"));
             }
             a.extend(["--mount".into(), bind(&host, &dst, true)]);
-        } else if host.parent().is_some_and(|d| d.is_dir())
-            && p != ".agent-sandbox"
-            && p != ".husky"
-        {
+        } else if host.parent().is_some_and(|d| d.is_dir()) && p != ".husky" {
             // Missing: an empty read-only directory stops the agent creating
-            // it (docker makes the mount point on the host). Not for .husky:
-            // the guard trusts only a read-only .husky (sbx-git-guard repo.rs),
-            // so one the agent makes changes nothing and none is left behind.
+            // it (docker makes the mount point on the host, an empty
+            // directory that must stay: without it the agent could write the
+            // .agent-sandbox/config.toml the next start obeys). Not for
+            // .husky: the guard trusts only a read-only .husky (sbx-git-guard
+            // repo.rs), so one the agent makes changes nothing.
             a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
         }
     }

@@ -44,6 +44,13 @@ registries = false
 "#;
 
 impl Bed {
+    /// A bed whose sbx-fw uses the system's (nft-backed) iptables.
+    fn with_system_iptables(prefix: &str) -> Option<Self> {
+        let mut bed = Self::new(prefix)?;
+        bed.backend = Some("system");
+        Some(bed)
+    }
+
     fn new(prefix: &str) -> Option<Self> {
         if !prerequisite(is_root(), "root (network namespaces)") {
             return None;
@@ -227,10 +234,9 @@ fn every_leak_class_is_blocked_for_the_agent_and_the_allowlist_works() {
 
 #[test]
 fn every_leak_class_is_blocked_with_the_systems_nft_iptables_too() {
-    let Some(mut bed) = Bed::new("fwn") else {
+    let Some(bed) = Bed::with_system_iptables("fwn") else {
         return;
     };
-    bed.backend = Some("system");
     leak_classes(&bed);
     let st: Value = serde_json::from_str(&bed.ok(false, &["status", "--json"])).unwrap();
     assert_eq!(st["data"]["rules"]["backend"], "system", "{st}");
@@ -744,10 +750,9 @@ fn the_agent_cannot_ride_roots_connections_to_the_resolver() {
 
 #[test]
 fn the_agent_cannot_ride_roots_connections_to_the_resolver_with_nft_iptables() {
-    let Some(mut bed) = Bed::new("fwhn") else {
+    let Some(bed) = Bed::with_system_iptables("fwhn") else {
         return;
     };
-    bed.backend = Some("system");
     hijack_fails(&bed);
 }
 
@@ -780,10 +785,9 @@ fn forged_source_addresses_never_leave() {
 
 #[test]
 fn forged_source_addresses_never_leave_with_nft_iptables() {
-    let Some(mut bed) = Bed::new("fwsn") else {
+    let Some(bed) = Bed::with_system_iptables("fwsn") else {
         return;
     };
-    bed.backend = Some("system");
     forged_fails(&bed);
 }
 
@@ -824,10 +828,9 @@ fn ipv6_routing_headers_never_leave() {
 
 #[test]
 fn ipv6_routing_headers_never_leave_with_nft_iptables() {
-    let Some(mut bed) = Bed::new("fwrn") else {
+    let Some(bed) = Bed::with_system_iptables("fwrn") else {
         return;
     };
-    bed.backend = Some("system");
     rthdr_fails(&bed);
 }
 
@@ -1072,10 +1075,9 @@ fn ipv4_source_routes_never_leave() {
 
 #[test]
 fn ipv4_source_routes_never_leave_with_nft_iptables() {
-    let Some(mut bed) = Bed::new("fwsrn") else {
+    let Some(bed) = Bed::with_system_iptables("fwsrn") else {
         return;
     };
-    bed.backend = Some("system");
     srr_fails(&bed);
 }
 

@@ -87,7 +87,8 @@ pub fn test_image() -> String {
     sbx_run::image::ensure_bootstrap().unwrap_or_else(|e| panic!("bootstrap image: {e}"))
 }
 
-/// The base image (`build-base --bootstrap --no-ai-clis`, tag latest) with
+/// The base image (`build-base --bootstrap --no-ai-clis`, tag
+/// `$SBX_BASE_TAG` or latest, which sbx-run also reads) with
 /// the freshly built sbx binaries, once per test process and one process
 /// at a time (cached layers make a rebuild quick).
 pub fn base_image() -> bool {

@@ -691,7 +691,11 @@ fn codex_config_on_a_fresh_store_is_idempotent_and_logout_removes_credentials() 
         Command::new("docker")
             .args(["run", "--rm", "--entrypoint", "cat", "--mount"])
             .arg(format!("type=volume,source={},target=/codex", store.0))
-            .args(["agent-sandbox-base:latest", &format!("/codex/{f}")])
+            .arg(format!(
+                "agent-sandbox-base:{}",
+                sbx_run::image::default_base_tag()
+            ))
+            .arg(format!("/codex/{f}"))
             .output()
             .unwrap()
     };

@@ -37,10 +37,24 @@ const SUITE: &str = "bookworm";
 /// What the bootstrap image holds; its hash is part of the tag.
 const BOOTSTRAP_RECIPE: &str = "debootstrap --variant=minbase --include=ca-certificates v1";
 
+/// The base tag used when none is named: `$SBX_BASE_TAG`, else latest.
+/// Lets parallel checkouts (and their test suites) keep separate bases.
+pub fn default_base_tag() -> String {
+    std::env::var("SBX_BASE_TAG")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "latest".into())
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct BuildOpts {
     /// Tag of agent-sandbox-base to build on.
-    #[arg(long, value_name = "TAG", default_value = "latest")]
+    #[arg(
+        long,
+        value_name = "TAG",
+        env = "SBX_BASE_TAG",
+        default_value = "latest"
+    )]
     pub base_tag: String,
     /// Allow ENTRYPOINT and USER in .agent-sandbox/Dockerfile.
     #[arg(long)]
@@ -50,7 +64,7 @@ pub struct BuildOpts {
 impl Default for BuildOpts {
     fn default() -> Self {
         Self {
-            base_tag: "latest".into(),
+            base_tag: default_base_tag(),
             allow_entrypoint: false,
         }
     }
@@ -59,7 +73,12 @@ impl Default for BuildOpts {
 #[derive(Debug, Clone, Args)]
 pub struct BaseOpts {
     /// Tag of the base image.
-    #[arg(long, value_name = "TAG", default_value = "latest")]
+    #[arg(
+        long,
+        value_name = "TAG",
+        env = "SBX_BASE_TAG",
+        default_value = "latest"
+    )]
     pub tag: String,
     /// Claude Code version from npm ("latest" is resolved before the build).
     #[arg(long, value_name = "V", default_value = "latest")]
@@ -149,7 +168,7 @@ fn ensure_delta(version: &str) -> Result<PathBuf, RunError> {
 impl Default for BaseOpts {
     fn default() -> Self {
         Self {
-            tag: "latest".into(),
+            tag: default_base_tag(),
             claude_code_version: "latest".into(),
             codex_version: "latest".into(),
             ast_grep_version: "latest".into(),
@@ -541,7 +560,7 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
     if !docker::exists("image", &base)? {
         // Only the default base is built on demand: a tag the user named
         // and that is not there is a mistake to report, not to paper over.
-        if o.base_tag != "latest" {
+        if o.base_tag != default_base_tag() {
             return Err(RunError::Usage(format!(
                 "{base} does not exist: build it with `sbx-run build-base --bootstrap --tag {}`, or name an existing tag",
                 o.base_tag

@@ -297,7 +297,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             base_tag,
         } => {
             let opts = (build || base_tag.is_some()).then(|| image::BuildOpts {
-                base_tag: base_tag.unwrap_or_else(|| "latest".into()),
+                base_tag: base_tag.unwrap_or_else(image::default_base_tag),
                 ..image::BuildOpts::default()
             });
             lifecycle::start(common, path.get(), opts.as_ref()).map(|_| Exit::Ok.into())

@@ -12,6 +12,26 @@ pub fn marker(home: &Path) -> PathBuf {
     home.join(".local/state/sbx-backup/sbx-guest-started")
 }
 
+/// Below this much free space the home counts as full: the agent's tools,
+/// its CLI's transcripts and the backup's own state start to fail.
+pub const LOW_SPACE: u64 = 1 << 20;
+
+/// A warning for the status when the home's file system is (nearly) full.
+pub fn space_warning(home: &Path, available: std::io::Result<u64>) -> Option<String> {
+    match available {
+        Ok(n) if n < LOW_SPACE => Some(format!(
+            "the home volume is full ({} KiB free in {}): the agent's tools and backups will fail to write there",
+            n / 1024,
+            home.display()
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "cannot tell the free space of {}: {e}",
+            home.display()
+        )),
+    }
+}
+
 /// The home operations, all run as the agent user.
 pub trait HomeOps {
     fn marker_exists(&self) -> bool;
@@ -109,6 +129,16 @@ mod tests {
         };
         assert_eq!(prepare(&mut f, true), Ok(Prepared::New { restored: false }));
         assert_eq!(f.calls, ["snapshots"]);
+    }
+
+    #[test]
+    fn a_full_home_is_a_warning_that_names_it() {
+        let h = Path::new("/home/agent");
+        assert_eq!(space_warning(h, Ok(LOW_SPACE)), None);
+        let w = space_warning(h, Ok(4096)).unwrap();
+        assert!(w.contains("full (4 KiB free in /home/agent)"), "{w}");
+        let e = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert!(space_warning(h, Err(e)).unwrap().contains("/home/agent"));
     }
 
     #[test]

@@ -498,6 +498,10 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 env: config::agent_env(base.clone(), agent, "sbx-guest"),
                 home: &agent.home,
             };
+            let free = sbx_sys::available_bytes(&agent.home);
+            if let Some(w) = crate::home::space_warning(&agent.home, free) {
+                warnings.push(w);
+            }
             match crate::home::prepare(&mut home, backup_on) {
                 Ok(crate::home::Prepared::Known) => {}
                 Ok(crate::home::Prepared::New { restored }) => {

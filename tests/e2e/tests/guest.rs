@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 use sbx_e2e::{bin, docker_ready, is_root, prerequisite, sh};
 
-/// A base-image tag of this suite's own, so parallel suites do not trade
-/// images under one tag.
-const TAG: &str = "guest-e2e";
+/// A base-image tag of this suite's own (and of this checkout's, after
+/// `$SBX_BASE_TAG`), so parallel suites do not trade images under one tag.
+fn tag() -> String {
+    format!("guest-e2e-{}", sbx_run::image::default_base_tag())
+}
 const CAPS: &[&str] = sbx_run::spec::INIT_CAPS;
 
 fn image() -> Option<String> {
@@ -34,7 +36,7 @@ fn image() -> Option<String> {
                 "--bootstrap",
                 "--no-ai-clis",
                 "--tag",
-                TAG,
+                &tag(),
             ])
             .output()
             .unwrap();
@@ -45,7 +47,7 @@ fn image() -> Option<String> {
         );
         true
     });
-    ok.then(|| format!("agent-sandbox-base:{TAG}"))
+    ok.then(|| format!("agent-sandbox-base:{}", tag()))
 }
 
 fn sbx() -> Command {
@@ -758,4 +760,148 @@ fn secret_files_that_appear_later_are_masked() {
     let o = s.exec("1000", "umount /workspace/w/.env");
     assert!(!o.status.success());
     assert!(!text(&s.exec("1000", "cat /workspace/w/.env")).contains("hunter2"));
+}
+
+/// A 1 MiB home volume (tmpfs-backed, the way a full disk behaves): full
+/// before the start, the guest still starts the agent behind the firewall
+/// and says what it could not do; filled while backups run, the daemon's
+/// failures back off, the guest stays healthy, and `docker stop` is on time.
+#[test]
+fn a_full_home_volume_never_breaks_the_guest() {
+    let Some(img) = image() else { return };
+    let vol = format!("sbx-guest-e2e-fullhome-{}", std::process::id());
+    struct Vol(String);
+    impl Drop for Vol {
+        fn drop(&mut self) {
+            let _ = Command::new("docker")
+                .args(["volume", "rm", "-f", &self.0])
+                .output();
+        }
+    }
+    let new_volume = || {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f", &vol])
+            .output();
+        sh(Command::new("docker").args([
+            "volume",
+            "create",
+            "--driver",
+            "local",
+            "--opt",
+            "type=tmpfs",
+            "--opt",
+            "device=tmpfs",
+            "--opt",
+            "o=size=1m,uid=1000,gid=1000",
+            &vol,
+        ]));
+        Vol(vol.clone())
+    };
+    let cfg = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cfg.path().join("config.toml"),
+        "[backup]\nurl = \"file:///var/tmp/sbx-store\"\ninterval = \"1s\"\n",
+    )
+    .unwrap();
+    let extra = vec![
+        "--mount".to_string(),
+        format!("type=volume,source={vol},target=/home/agent"),
+        "--mount".into(),
+        format!(
+            "type=bind,source={},target=/.agent-sandbox,readonly",
+            cfg.path().display()
+        ),
+    ];
+    let zombies = |s: &Sandbox| text(&s.exec("0", "ps -eo stat | grep -c '^Z' || true"));
+    let egress_dropped = |s: &Sandbox| {
+        let rules = text(&s.exec("0", "iptables-legacy -S OUTPUT 2>/dev/null || iptables -S OUTPUT; ip6tables-legacy -S OUTPUT 2>/dev/null || ip6tables -S OUTPUT"));
+        assert_eq!(rules.matches("-P OUTPUT DROP").count(), 2, "{rules}");
+    };
+
+    // 1. Full before the first start. A tmpfs volume lives while a
+    // container has it mounted: a holder fills it and keeps it.
+    let _v = new_volume();
+    let holder = format!("{vol}-holder");
+    struct Holder(String);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+        }
+    }
+    sh(Command::new("docker")
+        .args(["run", "-d", "--name", &holder, "--entrypoint", "sh"])
+        .args(["--user", "1000:1000", "--mount"])
+        .arg(format!("type=volume,source={vol},target=/h"))
+        .arg(&img)
+        .args([
+            "-c",
+            "dd if=/dev/zero of=/h/fill bs=64k 2>/dev/null; sleep infinity",
+        ]));
+    let h = Holder(holder.clone());
+    let full = sh(Command::new("docker").args([
+        "exec",
+        &holder,
+        "sh",
+        "-c",
+        "sleep 1; echo x > /h/x 2>/dev/null && echo room || echo full",
+    ]));
+    assert_eq!(full.trim(), "full");
+    let s = Sandbox::run_with(
+        "fullhome1",
+        &img,
+        &extra,
+        &["sh", "-c", "echo agent-ran; sleep infinity"],
+    );
+    let log = s.wait_for("sbx-guest: ready");
+    let st = s.status();
+    assert_eq!(st["state"], "ready", "{st}");
+    let warnings = st["warnings"].to_string();
+    assert!(
+        warnings.contains("the home volume is full"),
+        "the full home went unreported: {st}\n{log}"
+    );
+    s.wait_for("agent-ran");
+    egress_dropped(&s);
+    assert!(s.exec("0", "sbx-guest health").status.success());
+    assert_eq!(zombies(&s).trim(), "0");
+    let t0 = Instant::now();
+    sh(Command::new("docker").args(["stop", "--time", "10", &s.name]));
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "stop took {:?}",
+        t0.elapsed()
+    );
+    drop(s);
+    drop(h);
+
+    // 2. Filled while the backup daemon runs.
+    let _v = new_volume();
+    let s = Sandbox::run_with("fullhome2", &img, &extra, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    assert_eq!(s.status()["state"], "ready", "{}", s.status());
+    let o = s.exec(
+        "1000",
+        "cd && dd if=/dev/zero of=fill bs=64k 2>/dev/null; ! echo x > more",
+    );
+    assert!(o.status.success(), "the home did not fill: {}", text(&o));
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(s.exec("0", "sbx-guest health").status.success());
+    assert_eq!(zombies(&s).trim(), "0");
+    egress_dropped(&s);
+    let lines = text(
+        &Command::new("docker")
+            .args(["logs", &s.name])
+            .output()
+            .unwrap(),
+    )
+    .lines()
+    .count();
+    assert!(lines < 60, "{lines} log lines in ~6 s of a full home");
+    let t0 = Instant::now();
+    sh(Command::new("docker").args(["stop", "--time", "10", &s.name]));
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "stop took {:?}",
+        t0.elapsed()
+    );
 }

@@ -92,6 +92,13 @@ pub fn on_readonly_mount(p: &Path) -> bool {
         .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
 }
 
+/// Bytes an unprivileged writer can still use on the file system of `p`
+/// (statvfs f_bavail × f_frsize).
+pub fn available_bytes(p: &Path) -> io::Result<u64> {
+    let s = nix::sys::statvfs::statvfs(p).map_err(io::Error::from)?;
+    Ok(u64::from(s.blocks_available()).saturating_mul(u64::from(s.fragment_size())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

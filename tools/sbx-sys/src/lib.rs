@@ -96,7 +96,7 @@ pub fn on_readonly_mount(p: &Path) -> bool {
 /// (statvfs f_bavail × f_frsize).
 pub fn available_bytes(p: &Path) -> io::Result<u64> {
     let s = nix::sys::statvfs::statvfs(p).map_err(io::Error::from)?;
-    Ok(u64::from(s.blocks_available()).saturating_mul(u64::from(s.fragment_size())))
+    Ok(s.blocks_available().saturating_mul(s.fragment_size()))
 }
 
 #[cfg(test)]

@@ -639,11 +639,33 @@ fn full_base_image_has_working_ai_clis() {
     if !prerequisite(docker_ready(), "a running Docker engine") {
         return;
     }
+    let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    // scripts/shell's prefetch: the package and AI-CLI layers, before any
+    // sbx tool is built (an empty tool directory), and no tag for them.
+    let no_tools = tempfile::tempdir().unwrap();
+    let mut c = sbx();
+    c.env("SBX_BIN_DIR", no_tools.path()).args([
+        "-q",
+        "build-base",
+        "--bootstrap",
+        "--prefetch",
+        "--tag",
+        "e2e-prefetch",
+    ]);
+    if ca.is_file() {
+        c.arg("--ca-cert").arg(ca);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "build-base --prefetch: {}", text(&o));
+    let tagged = Command::new("docker")
+        .args(["image", "inspect", "agent-sandbox-base:e2e-prefetch"])
+        .output()
+        .unwrap();
+    assert!(!tagged.status.success(), "a prefetch tagged an image");
     let mut c = sbx();
     // git-delta too (seed 000): built from its crate once, then cached.
     c.args(["-q", "build-base", "--bootstrap", "--tag", "e2e-full"])
         .args(["--git-delta-version", "0.18.2"]);
-    let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
     if ca.is_file() {
         c.arg("--ca-cert").arg(ca);
     }

@@ -98,6 +98,11 @@ pub struct BaseOpts {
     /// Skip the npm AI CLIs (Claude Code, Codex, ast-grep).
     #[arg(long)]
     pub no_ai_clis: bool,
+    /// Build only the layers that do not hold the sbx tools (Debian packages,
+    /// AI CLIs), so they are cached while the tools still compile; the next
+    /// build-base with the same options reuses them. Needs no sbx binaries.
+    #[arg(long)]
+    pub prefetch: bool,
     /// git-delta version to put in the image as /usr/local/bin/delta, or "none".
     /// Debian bookworm has no git-delta package, so it is built from its crate
     /// with the host's cargo (minutes, once per version: cached in ~/.cache/sbx).
@@ -175,6 +180,7 @@ impl Default for BaseOpts {
             bootstrap: false,
             ca_cert: None,
             no_ai_clis: false,
+            prefetch: false,
             git_delta_version: "none".into(),
         }
     }
@@ -435,7 +441,7 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
         .copied()
         .filter(|t| !dir.as_ref().is_some_and(|d| d.join(t).is_file()))
         .collect();
-    if !missing.is_empty() {
+    if !missing.is_empty() && !o.prefetch {
         return Err(RunError::Build(format!(
             "cannot build {image}: {} not found in {} (build them first: `make build` or `cargo build --workspace`, or set SBX_BIN_DIR)",
             missing.join(", "),
@@ -445,7 +451,7 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
         )));
     }
     let mut copied = Vec::new();
-    if let Some(dir) = dir {
+    if let Some(dir) = dir.filter(|_| !o.prefetch) {
         for t in TOOLS {
             let src = dir.join(t);
             if src.is_file() {
@@ -455,8 +461,10 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
             }
         }
     }
-    output::info(&format!("sbx tools in the image: {}", copied.join(" ")));
-    if o.git_delta_version != "none" {
+    if !o.prefetch {
+        output::info(&format!("sbx tools in the image: {}", copied.join(" ")));
+    }
+    if o.git_delta_version != "none" && !o.prefetch {
         let delta = ensure_delta(&o.git_delta_version)?;
         std::fs::copy(&delta, c.join("bin/delta")).map_err(|e| RunError::Io(delta.clone(), e))?;
     }
@@ -466,7 +474,12 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
     } else {
         "debian:bookworm-slim".to_owned()
     };
-    let mut args: Vec<OsString> = vec!["build".into(), "--tag".into(), image.clone().into()];
+    // A prefetch wants only the cache: no tag, so a half image never takes one.
+    let mut args: Vec<OsString> = if o.prefetch {
+        vec!["build".into(), "--target".into(), "deps".into()]
+    } else {
+        vec!["build".into(), "--tag".into(), image.clone().into()]
+    };
     let mut arg = |k: &str, v: &str| {
         args.push("--build-arg".into());
         args.push(format!("{k}={v}").into());
@@ -498,6 +511,10 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
     let log = log_to(&mut cmd, &image)?;
     run_checked(&mut cmd, &format!("docker build of {image}"))
         .map_err(|e| with_tail(e, log.as_deref()))?;
+    if o.prefetch {
+        output::progress(&format!("cached the package layers of {image}"));
+        return Ok(image);
+    }
     if !o.no_ai_clis && !ai_clis_present(&image) {
         output::warn(&format!(
             "{image} has no Claude Code or Codex: the npm registry could not be reached during the build; rebuild later with `sbx-run build-base{}`",

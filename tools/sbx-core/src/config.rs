@@ -115,7 +115,11 @@ impl Tools {
     /// but said out loud, since a typo would otherwise refuse nothing.
     pub fn warnings(&self) -> Vec<String> {
         let all = self.disallowed.iter().map(|r| ("disallowed", r));
-        let all = all.chain(self.allowed.iter().flat_map(|l| l.iter().map(|r| ("allowed", r))));
+        let all = all.chain(
+            self.allowed
+                .iter()
+                .flat_map(|l| l.iter().map(|r| ("allowed", r))),
+        );
         all.filter(|(_, r)| !r.is_known())
             .map(|(key, r)| {
                 format!(

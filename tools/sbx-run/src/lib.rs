@@ -9,6 +9,7 @@ pub mod lifecycle;
 pub mod login;
 pub mod names;
 pub mod spec;
+pub mod toolpolicy;
 pub mod tools;
 pub mod verify;
 pub mod workspace;

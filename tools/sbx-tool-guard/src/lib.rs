@@ -158,7 +158,10 @@ fn check(common: &CommonArgs, workspace: &std::path::Path) -> ExitCode {
             ExitCode::from(HOOK_BLOCK)
         }
         Ok(Err(e)) => {
-            eprintln!("sbx-tool-guard: {}; the call is refused", sbx_core::entry::chain(e.as_ref()));
+            eprintln!(
+                "sbx-tool-guard: {}; the call is refused",
+                sbx_core::entry::chain(e.as_ref())
+            );
             ExitCode::from(HOOK_BLOCK)
         }
         Err(_) => {
@@ -169,7 +172,10 @@ fn check(common: &CommonArgs, workspace: &std::path::Path) -> ExitCode {
 }
 
 /// `Some(reason)` when refused.
-fn check_inner(common: &CommonArgs, workspace: &std::path::Path) -> Result<Option<String>, BoxError> {
+fn check_inner(
+    common: &CommonArgs,
+    workspace: &std::path::Path,
+) -> Result<Option<String>, BoxError> {
     let mut buf = Vec::new();
     std::io::stdin()
         .take(MAX_INPUT + 1)
@@ -223,7 +229,9 @@ fn decide(
     if common.json {
         let (result, key, reason) = match &d {
             Decision::Allow(k) => ("allowed", k.map(Key::policy), None),
-            Decision::Block { key, reason } => ("blocked", Some(key.policy()), Some(reason.clone())),
+            Decision::Block { key, reason } => {
+                ("blocked", Some(key.policy()), Some(reason.clone()))
+            }
         };
         output::json_line(
             &mut out,

@@ -35,7 +35,10 @@ impl Key {
 pub enum Decision {
     /// No rule refused it; `Key::Allowed` when an allowed rule matched.
     Allow(Option<Key>),
-    Block { key: Key, reason: String },
+    Block {
+        key: Key,
+        reason: String,
+    },
 }
 
 impl Decision {
@@ -66,7 +69,11 @@ impl Policy {
         let tools = cfg.tools.clone().unwrap_or_default();
         let set = |p: &[PathPattern]| PathSet::new(p).map_err(|e| PolicyError(e.to_string()));
         let mut globs = Vec::new();
-        for r in tools.disallowed.iter().chain(tools.allowed.iter().flat_map(|a| a.iter())) {
+        for r in tools
+            .disallowed
+            .iter()
+            .chain(tools.allowed.iter().flat_map(|a| a.iter()))
+        {
             globs.push(match &r.arg {
                 Some(RuleArg::Path(p)) => Some(set(std::slice::from_ref(p))?),
                 _ => None,
@@ -87,7 +94,9 @@ impl Policy {
         if self.tools.read_only && WRITE_TOOLS.contains(&tool) {
             return Decision::Block {
                 key: Key::ReadOnly,
-                reason: format!("{tool} is refused: [tools].read-only = true (the workspace is read-only)"),
+                reason: format!(
+                    "{tool} is refused: [tools].read-only = true (the workspace is read-only)"
+                ),
             };
         }
         let n_dis = self.tools.disallowed.len();
@@ -95,7 +104,10 @@ impl Policy {
             if self.matches_any_part(r, self.globs[i].as_ref(), &call) {
                 return Decision::Block {
                     key: Key::Disallowed,
-                    reason: format!("{} is refused by [tools].disallowed rule \"{r}\"", call.what()),
+                    reason: format!(
+                        "{} is refused by [tools].disallowed rule \"{r}\"",
+                        call.what()
+                    ),
                 };
             }
         }
@@ -112,7 +124,11 @@ impl Policy {
                     reason: format!(
                         "{} is refused: no [tools].allowed rule matches it (allowed: {})",
                         call.what(),
-                        allowed.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+                        allowed
+                            .iter()
+                            .map(|r| r.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 };
             }
@@ -272,13 +288,20 @@ impl<'a> Call<'a> {
 /// The call's target for the audit record.
 pub fn target(tool: &str, input: &Value) -> String {
     let s = |k: &str| input.get(k).and_then(Value::as_str);
-    ["command", "file_path", "notebook_path", "path", "url", "pattern"]
-        .iter()
-        .find_map(|k| s(k))
-        .unwrap_or(tool)
-        .chars()
-        .take(1024)
-        .collect()
+    [
+        "command",
+        "file_path",
+        "notebook_path",
+        "path",
+        "url",
+        "pattern",
+    ]
+    .iter()
+    .find_map(|k| s(k))
+    .unwrap_or(tool)
+    .chars()
+    .take(1024)
+    .collect()
 }
 
 /// `Bash(npm run:*)` matches `npm run x` and `npm run`, not `npm runner`.
@@ -287,7 +310,10 @@ fn command_matches(r: &ToolRule, cmd: &str) -> bool {
         None => true,
         Some(RuleArg::Prefix(p)) => {
             let p = squash(p);
-            cmd == p || cmd.strip_prefix(&p).is_some_and(|rest| rest.starts_with(' '))
+            cmd == p
+                || cmd
+                    .strip_prefix(&p)
+                    .is_some_and(|rest| rest.starts_with(' '))
         }
         Some(RuleArg::Exact(e)) => cmd == squash(e),
         _ => false,
@@ -311,7 +337,10 @@ pub fn split_command(cmd: &str) -> Vec<String> {
                 let assignment = w.split_once('=').is_some_and(|(n, _)| {
                     !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 });
-                let wrapper = matches!(*w, "sudo" | "env" | "exec" | "command" | "nohup" | "time" | "$" | "{" | "!");
+                let wrapper = matches!(
+                    *w,
+                    "sudo" | "env" | "exec" | "command" | "nohup" | "time" | "$" | "{" | "!"
+                );
                 if assignment || wrapper {
                     words.remove(0);
                 } else {
@@ -327,7 +356,11 @@ fn url_host(u: &str) -> Option<String> {
     let rest = u.split_once("://").map_or(u, |(_, r)| r);
     let auth = rest.split(['/', '?', '#']).next()?;
     let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
-    let host = host.split(':').next()?.trim_end_matches('.').to_ascii_lowercase();
+    let host = host
+        .split(':')
+        .next()?
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
     (!host.is_empty()).then_some(host)
 }
 
@@ -338,7 +371,11 @@ fn domain_matches(d: &str, host: &str) -> bool {
 /// `p` made absolute against `base`, `.` and `..` resolved lexically
 /// (`..` at the root stays at the root, as the kernel does).
 pub fn normalize(base: &Path, p: &Path) -> PathBuf {
-    let joined = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    };
     let mut out = PathBuf::from("/");
     for c in joined.components() {
         match c {

@@ -33,10 +33,7 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
     for g in tools.deny_read.iter() {
         push(format!("Read({})", claude_path(&g.0.text, workspace)));
     }
-    let command = format!(
-        "{CHECKER} check --workspace {}",
-        quote(workspace)
-    );
+    let command = format!("{CHECKER} check --workspace {}", quote(workspace));
     Some(json!({
         "permissions": { "deny": deny },
         "hooks": {
@@ -72,7 +69,9 @@ fn claude_path(glob: &str, workspace: &str) -> String {
 }
 
 fn quote(s: &str) -> String {
-    if s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))

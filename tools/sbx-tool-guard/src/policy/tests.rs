@@ -21,7 +21,10 @@ fn disallowed_tools_by_name() {
     let p = policy("[tools]\ndisallowed = [\"Write\", \"Edit\"]\n");
     let dis = Some(Key::Disallowed);
     assert_eq!(d(&p, "Write", json!({"file_path": "/workspace/a"})), dis);
-    assert_eq!(d(&p, "Edit", json!({"file_path": "a", "old_string": "x"})), dis);
+    assert_eq!(
+        d(&p, "Edit", json!({"file_path": "a", "old_string": "x"})),
+        dis
+    );
     assert_eq!(d(&p, "Bash", json!({"command": "touch a"})), None);
     assert_eq!(d(&p, "Read", json!({"file_path": "a"})), None);
     // Names are exact: Claude's tools are case-sensitive.
@@ -76,12 +79,19 @@ fn allowed_list_refuses_the_rest_and_every_part() {
     assert_eq!(d(&p, "Bash", json!({"command": "npm test && curl x"})), al);
     assert_eq!(d(&p, "Bash", json!({})), al);
     assert_eq!(d(&p, "Write", json!({"file_path": "src/a/b.rs"})), None);
-    assert_eq!(d(&p, "Write", json!({"file_path": "/workspace/src/a.rs"})), None);
+    assert_eq!(
+        d(&p, "Write", json!({"file_path": "/workspace/src/a.rs"})),
+        None
+    );
     assert_eq!(d(&p, "Write", json!({"file_path": "docs/a.md"})), al);
     // `..` is resolved before matching: out of src/ is out.
     assert_eq!(d(&p, "Write", json!({"file_path": "src/../docs/a.md"})), al);
     assert_eq!(
-        d(&p, "Write", json!({"file_path": "/workspace/src/../../etc/passwd"})),
+        d(
+            &p,
+            "Write",
+            json!({"file_path": "/workspace/src/../../etc/passwd"})
+        ),
         al
     );
 }
@@ -107,7 +117,11 @@ fn disallowed_paths_with_dotdot() {
 fn read_only_refuses_the_writing_tools() {
     let p = policy("[tools]\nread-only = true\n");
     for t in WRITE_TOOLS {
-        assert_eq!(d(&p, t, json!({"file_path": "a"})), Some(Key::ReadOnly), "{t}");
+        assert_eq!(
+            d(&p, t, json!({"file_path": "a"})),
+            Some(Key::ReadOnly),
+            "{t}"
+        );
     }
     // Bash is let through: the read-only mount refuses its writes (EROFS).
     assert_eq!(d(&p, "Bash", json!({"command": "touch a"})), None);
@@ -169,7 +183,10 @@ fn webfetch_domains() {
 fn no_table_refuses_only_masked_paths() {
     let p = policy("");
     assert_eq!(d(&p, "Write", json!({"file_path": "a"})), None);
-    assert_eq!(d(&p, "Read", json!({"file_path": ".env"})), Some(Key::DenyRead));
+    assert_eq!(
+        d(&p, "Read", json!({"file_path": ".env"})),
+        Some(Key::DenyRead)
+    );
 }
 
 #[test]

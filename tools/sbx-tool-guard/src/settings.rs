@@ -5,8 +5,6 @@
 use sbx_core::config::{Config, RuleArg, ToolRule};
 use serde_json::{Value, json};
 
-use crate::policy::WRITE_TOOLS;
-
 /// Where Claude Code reads managed settings on Linux; sbx-run binds the
 /// file there read-only, so the agent user can neither edit nor replace it.
 pub const MANAGED_PATH: &str = "/etc/claude-code/managed-settings.json";
@@ -22,12 +20,12 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
             deny.push(s);
         }
     };
-    if tools.read_only {
-        for t in WRITE_TOOLS {
-            push(t.to_owned());
-        }
-    }
-    for r in tools.disallowed.iter() {
+    // A bare tool name in `deny` makes Claude drop the tool from the
+    // model's list: the hook would never see an attempt, and AC-4 wants
+    // each one logged. Bare names are the hook's (it holds under bypass
+    // modes, tests/e2e/tests/tools.rs); rules with an argument are also
+    // Claude's own, as a second check after the hook.
+    for r in tools.disallowed.iter().filter(|r| r.arg.is_some()) {
         push(claude_rule(r, workspace));
     }
     for g in tools.deny_read.iter() {
@@ -94,10 +92,6 @@ mod tests {
         assert_eq!(
             v["permissions"]["deny"],
             json!([
-                "Write",
-                "Edit",
-                "MultiEdit",
-                "NotebookEdit",
                 "Bash(curl:*)",
                 "Read(//workspace/config/*.yml)",
                 "Read(//workspace/**/.env*)",

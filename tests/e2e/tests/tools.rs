@@ -80,7 +80,9 @@ impl Repo {
         let stand_in = path.join(".sbxtest/sbx-msgapi");
         std::fs::copy(bin("sbx-msgapi"), &stand_in).unwrap();
         std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
-        sh(Command::new("chown").args(["-R", "1000:1000"]).arg(dir.path()));
+        sh(Command::new("chown")
+            .args(["-R", "1000:1000"])
+            .arg(dir.path()));
         let r = Self {
             _dir: dir,
             path,
@@ -96,7 +98,10 @@ impl Repo {
     }
 
     fn target(&self) -> String {
-        format!("/workspace/{}", self.path.file_name().unwrap().to_string_lossy())
+        format!(
+            "/workspace/{}",
+            self.path.file_name().unwrap().to_string_lossy()
+        )
     }
 
     fn exec(&self, script: &str) -> Output {
@@ -127,14 +132,16 @@ impl Repo {
             ws = self.target()
         ));
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        let (head, log) = out.split_once("=====\n").unwrap_or_else(|| panic!("{}", text(&o)));
+        let (head, log) = out
+            .split_once("=====\n")
+            .unwrap_or_else(|| panic!("{}", text(&o)));
         assert!(head.contains("claude-rc=0"), "{}", text(&o));
         // The last request carries the whole conversation.
         let last: Value = log
             .lines()
+            .rev()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["body"]["tools"].is_array())
-            .last()
+            .find(|v| v["body"]["tools"].is_array())
             .unwrap_or_else(|| panic!("no request logged: {out}"));
         let mut results = Vec::new();
         for m in last["body"]["messages"].as_array().unwrap() {
@@ -155,7 +162,8 @@ impl Repo {
             c.arg("--blocked-only");
         }
         let o = c.output().unwrap();
-        let container = sbx_run::names::Names::new(&self.path.canonicalize().unwrap(), None).container;
+        let container =
+            sbx_run::names::Names::new(&self.path.canonicalize().unwrap(), None).container;
         String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -167,7 +175,10 @@ impl Repo {
 
 impl Drop for Repo {
     fn drop(&mut self) {
-        let _ = sbx().args(["-q", "rm", "--volumes"]).arg(&self.path).output();
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.path)
+            .output();
     }
 }
 
@@ -197,9 +208,12 @@ fn disallowed_write_and_edit_are_refused_and_logged_even_in_bypass_mode() {
         return;
     };
     let ws = r.target();
-    for (round, args) in ["--dangerously-skip-permissions", "--permission-mode bypassPermissions"]
-        .iter()
-        .enumerate()
+    for (round, args) in [
+        "--dangerously-skip-permissions",
+        "--permission-mode bypassPermissions",
+    ]
+    .iter()
+    .enumerate()
     {
         if round == 1 {
             let o = r.exec(
@@ -217,22 +231,38 @@ fn disallowed_write_and_edit_are_refused_and_logged_even_in_bypass_mode() {
         }
         assert_ne!(res[2]["is_error"], true, "{args}: Bash refused: {res:?}");
         assert!(!r.path.join("written.txt").exists(), "{args}: Write wrote");
-        assert_eq!(std::fs::read_to_string(r.path.join("README.md")).unwrap(), "original\n", "{args}");
-        assert_eq!(std::fs::read_to_string(r.path.join("bash.txt")).unwrap(), "ran\n", "{args}");
+        assert_eq!(
+            std::fs::read_to_string(r.path.join("README.md")).unwrap(),
+            "original\n",
+            "{args}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.path.join("bash.txt")).unwrap(),
+            "ran\n",
+            "{args}"
+        );
     }
     // Each refusal logged, beside git and network ones in --blocked-only.
     let blocked = r.tool_records(true);
     for tool in ["Write", "Edit"] {
         let n = blocked
             .iter()
-            .filter(|d| d["operation"] == tool && d["result"] == "blocked" && d["policy"] == "tools.disallowed")
+            .filter(|d| {
+                d["operation"] == tool
+                    && d["result"] == "blocked"
+                    && d["policy"] == "tools.disallowed"
+            })
             .count();
         assert_eq!(n, 2, "{tool}: {blocked:?}");
     }
-    assert!(blocked.iter().all(|d| d["operation"] != "Bash"), "{blocked:?}");
+    assert!(
+        blocked.iter().all(|d| d["operation"] != "Bash"),
+        "{blocked:?}"
+    );
     let all = r.tool_records(false);
     assert!(
-        all.iter().any(|d| d["operation"] == "Bash" && d["result"] == "allowed"),
+        all.iter()
+            .any(|d| d["operation"] == "Bash" && d["result"] == "allowed"),
         "{all:?}"
     );
 }
@@ -258,11 +288,16 @@ fn read_only_workspace_refuses_every_writer() {
     );
     assert_eq!(res.len(), 2, "{res:?}");
     assert!(content(&res[0]).contains("[tools].read-only"), "{res:?}");
-    assert!(content(&res[1]).contains("Read-only file system"), "{res:?}");
+    assert!(
+        content(&res[1]).contains("Read-only file system"),
+        "{res:?}"
+    );
     assert!(!r.path.join("written.txt").exists() && !r.path.join("bash.txt").exists());
     let blocked = r.tool_records(true);
     assert!(
-        blocked.iter().any(|d| d["operation"] == "Write" && d["policy"] == "tools.read-only"),
+        blocked
+            .iter()
+            .any(|d| d["operation"] == "Write" && d["policy"] == "tools.read-only"),
         "{blocked:?}"
     );
 }
@@ -291,9 +326,14 @@ fn agent_cannot_change_the_managed_settings_or_the_hook() {
         let o = r.exec(&attack);
         assert!(!o.status.success(), "{attack:?} worked: {}", text(&o));
     }
-    let after = text(&r.exec(&format!("sha256sum {f} /usr/local/bin/sbx-tool-guard; ls /etc/claude-code")));
+    let after = text(&r.exec(&format!(
+        "sha256sum {f} /usr/local/bin/sbx-tool-guard; ls /etc/claude-code"
+    )));
     assert!(after.starts_with(&before), "{before}\n{after}");
-    assert!(!after.contains("managed-mcp") && !after.contains("x.json"), "{after}");
+    assert!(
+        !after.contains("managed-mcp") && !after.contains("x.json"),
+        "{after}"
+    );
     let o = r.exec(&format!("stat -c '%U %a' {f}"));
     assert!(text(&o).starts_with("root "), "{}", text(&o));
 }

@@ -330,7 +330,7 @@ fn squash(s: &str) -> String {
 /// `time`. A convenience, not a shell parser: the OS layer (mounts,
 /// firewall) is what holds against a determined `bash -c`.
 pub fn split_command(cmd: &str) -> Vec<String> {
-    cmd.split(|c: char| matches!(c, ';' | '&' | '|' | '\n' | '(' | ')' | '`'))
+    cmd.split([';', '&', '|', '\n', '(', ')', '`'])
         .filter_map(|part| {
             let mut words: Vec<&str> = part.split_whitespace().collect();
             while let Some(w) = words.first() {

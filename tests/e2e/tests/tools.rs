@@ -337,3 +337,41 @@ fn agent_cannot_change_the_managed_settings_or_the_hook() {
     let o = r.exec(&format!("stat -c '%U %a' {f}"));
     assert!(text(&o).starts_with("root "), "{}", text(&o));
 }
+
+/// `sbx-run test`: every configured guard held, in a table; exit 0.
+#[test]
+fn self_check_table_reports_every_guard_held() {
+    let Some(r) = Repo::new(
+        "tools-selftest",
+        "[tools]\ndisallowed = [\"Write\"]\nread-only = true\n",
+    ) else {
+        return;
+    };
+    let o = sbx().args(["test"]).arg(&r.path).output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for row in [
+        "write under read-only",
+        "disallowed tool",
+        "secret read",
+        "blocked domain",
+        "--no-verify commit",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("{row}: {out}"));
+        assert!(line.ends_with(" held"), "{line}");
+    }
+    let o = sbx()
+        .args(["test", "--json"])
+        .arg(&r.path)
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert!(rows.iter().all(|r| r["data"]["held"] == true), "{rows:?}");
+}

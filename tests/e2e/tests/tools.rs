@@ -38,10 +38,14 @@ fn ai_base() -> Option<String> {
         let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| e)
             .unwrap();
-        let o = sbx()
-            .args(["-q", "build-base", "--bootstrap", "--tag", &tag])
-            .output()
-            .unwrap();
+        let mut c = sbx();
+        c.args(["-q", "build-base", "--bootstrap", "--tag", &tag]);
+        // As run.rs's full image does (same layers, one npm install).
+        let ca = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+        if ca.is_file() {
+            c.arg("--ca-cert").arg(ca);
+        }
+        let o = c.output().unwrap();
         assert!(o.status.success(), "build-base: {}", text(&o));
         let v = Command::new("docker")
             .args(["run", "--rm", "--entrypoint", "claude"])

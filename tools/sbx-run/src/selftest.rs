@@ -103,12 +103,11 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
                 "session_id": "sbx-run-test", "hook_event_name": "PreToolUse", "cwd": target,
                 "tool_name": r.tool, "tool_input": {"file_path": format!("{target}/.sbx-selftest")},
             });
+            // The hook Claude would run, as the managed settings name it.
             let script = format!(
-                "grep -q {k} {m} || {{ echo 'no hook in {m}'; exit 9; }}; echo {j} | {k} check --workspace {w}",
-                k = sbx_tool_guard::settings::CHECKER,
+                "cmd=$(jq -er '.hooks.PreToolUse[] | select(.matcher == \"*\") | .hooks[0].command' {m}) || {{ echo 'no PreToolUse hook in {m}'; exit 9; }}; echo {j} | sh -c \"$cmd\"",
                 m = sbx_tool_guard::settings::MANAGED_PATH,
                 j = q(&hook.to_string()),
-                w = q(&target),
             );
             let (code, out) = agent_sh(&c, &target, &script)?;
             Check {

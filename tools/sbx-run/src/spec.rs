@@ -446,16 +446,9 @@ pub fn build(
     } else {
         a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
     }
-    // [tools] at the agent: Claude Code's managed settings, read-only.
-    if crate::toolpolicy::settings_text(ws).is_some() {
-        a.extend([
-            "--mount".into(),
-            bind(
-                &crate::toolpolicy::host_dir(&n.container),
-                crate::toolpolicy::TARGET,
-                true,
-            ),
-        ]);
+    // [tools] at the agent: the AI CLIs' managed files, read-only.
+    for (src, dst) in crate::toolpolicy::mounts(ws, &n.container) {
+        a.extend(["--mount".into(), bind(&src, dst, true)]);
     }
     a.extend([
         "--mount".into(),

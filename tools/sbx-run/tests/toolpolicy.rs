@@ -57,11 +57,14 @@ fn tools_policy_shows_managed_settings_and_read_only_mounts() {
     );
     // The managed settings, shown as the commands that install them.
     assert!(
-        out.contains("managed-settings.json <<'SBX_MANAGED_SETTINGS'"),
+        out.contains("managed-settings.json <<'SBX_MANAGED'"),
+        "{out}"
+    );
+    assert!(
+        out.contains("allowed_sandbox_modes = [\"read-only\"]"),
         "{out}"
     );
     for want in [
-        "\"Write\"",
         "\"Bash(curl:*)\"",
         "\"Read(//workspace/ws/**/*.sql)\"",
         "sbx-tool-guard check --workspace /workspace/ws",
@@ -97,7 +100,11 @@ fn no_tools_table_no_managed_settings_and_a_writable_workspace() {
     let (_d, out) = show_run("");
     assert!(out.contains("# [tools]: none"), "{out}");
     let m = mounts(&out);
-    assert!(!m.iter().any(|v| v.contains("/etc/claude-code")), "{m:?}");
+    assert!(
+        !m.iter()
+            .any(|v| v.contains("/etc/claude-code") || v.contains("/etc/codex")),
+        "{m:?}"
+    );
     let ws = m
         .iter()
         .find(|v| v.ends_with("target=/workspace/ws"))

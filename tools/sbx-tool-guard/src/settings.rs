@@ -44,6 +44,20 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
     }))
 }
 
+/// Where Codex reads the requirements an admin sets.
+pub const CODEX_REQUIREMENTS: &str = "/etc/codex/requirements.toml";
+
+/// Codex has no per-tool hook; what it can enforce is its sandbox mode.
+/// With `read-only = true`, Codex (0.169, checked in the image) downgrades
+/// `--sandbox workspace-write` to read-only and refuses
+/// `--dangerously-bypass-approvals-and-sandbox`. Otherwise nothing: a
+/// requirement there would refuse the bypass mode sbx's users run Codex in.
+pub fn codex_requirements(cfg: &Config) -> Option<String> {
+    cfg.read_only().then(|| {
+        "# Written by sbx-run for [tools].read-only = true; read-only to the agent.\nallowed_sandbox_modes = [\"read-only\"]\n".to_owned()
+    })
+}
+
 /// Our rule in Claude's spelling: path globs become absolute (`//` is
 /// Claude's absolute-path prefix), since ours are workspace-relative.
 fn claude_rule(r: &ToolRule, workspace: &str) -> String {

@@ -11,9 +11,11 @@ use crate::RunError;
 use crate::spec::state_dir;
 use crate::workspace::Workspace;
 
-/// The managed files: (host subdirectory, file name, container directory).
-pub const CLAUDE: (&str, &str, &str) = ("claude-code", "managed-settings.json", "/etc/claude-code");
-pub const CODEX: (&str, &str, &str) = ("codex", "requirements.toml", "/etc/codex");
+/// A managed file: (host subdirectory, file name, container directory).
+pub type Managed = (&'static str, &'static str, &'static str);
+
+pub const CLAUDE: Managed = ("claude-code", "managed-settings.json", "/etc/claude-code");
+pub const CODEX: Managed = ("codex", "requirements.toml", "/etc/codex");
 
 /// The host directory holding a container's managed files.
 pub fn host_dir(container: &str) -> PathBuf {
@@ -29,7 +31,7 @@ pub fn settings_text(ws: &Workspace) -> Option<String> {
 }
 
 /// Each managed file with its text (None: not installed).
-pub fn files(ws: &Workspace) -> [((&'static str, &'static str, &'static str), Option<String>); 2] {
+pub fn files(ws: &Workspace) -> [(Managed, Option<String>); 2] {
     [
         (CLAUDE, settings_text(ws)),
         (CODEX, settings::codex_requirements(&ws.loaded.config)),

@@ -46,7 +46,7 @@ fn agent_sh(container: &str, workdir: &str, script: &str) -> Result<(i32, String
 
 fn short(s: &str) -> String {
     let line = s.lines().last().unwrap_or("");
-    line.chars().take(70).collect()
+    line.chars().take(40).collect()
 }
 
 pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxError> {

@@ -183,6 +183,13 @@ impl Drop for Repo {
             .args(["-q", "rm", "--volumes"])
             .arg(&self.path)
             .output();
+        // The per-repo image too (a tag of the shared base's layers).
+        if let Ok(p) = self.path.canonicalize() {
+            let image = sbx_run::names::Names::new(&p, None).image;
+            let _ = Command::new("docker")
+                .args(["image", "rm", &image])
+                .output();
+        }
     }
 }
 

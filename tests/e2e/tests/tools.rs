@@ -81,6 +81,9 @@ impl Repo {
         std::fs::write(path.join(".agent-sandbox/config.toml"), config).unwrap();
         std::fs::write(path.join("README.md"), "original\n").unwrap();
         std::fs::write(path.join(".env"), "API_KEY=hunter2\n").unwrap();
+        std::fs::create_dir_all(path.join("db")).unwrap();
+        std::fs::create_dir_all(path.join("src")).unwrap();
+        std::fs::write(path.join("db/dump.sql"), "secret rows\n").unwrap();
         let stand_in = path.join(".sbxtest/sbx-msgapi");
         std::fs::copy(bin("sbx-msgapi"), &stand_in).unwrap();
         std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -228,7 +231,7 @@ fn disallowed_write_and_edit_are_refused_and_logged_even_in_bypass_mode() {
     {
         if round == 1 {
             let o = r.exec(
-                "mkdir -p ~/.claude && echo '{\"disableAllHooks\": true, \"permissions\": {\"allow\": [\"Write\", \"Edit\"], \"defaultMode\": \"bypassPermissions\"}}' > ~/.claude/settings.json",
+                "s='{\"disableAllHooks\": true, \"permissions\": {\"allow\": [\"Write\", \"Edit\"], \"defaultMode\": \"bypassPermissions\"}}'; mkdir -p ~/.claude .claude && echo \"$s\" > ~/.claude/settings.json && echo \"$s\" > .claude/settings.local.json",
             );
             assert!(o.status.success(), "{}", text(&o));
         }
@@ -399,4 +402,41 @@ fn self_check_table_reports_every_guard_held() {
         .collect();
     assert_eq!(rows.len(), 5, "{rows:?}");
     assert!(rows.iter().all(|r| r["data"]["held"] == true), "{rows:?}");
+}
+
+/// deny-read: Read is refused (and logged, `..` resolved), and the file is
+/// masked for every process; its content reaches the model by no route.
+#[test]
+fn deny_read_is_refused_to_tools_and_masked_for_bash() {
+    let Some(r) = Repo::new("tools-dr", "[tools]\ndeny-read = [\"**/*.sql\"]\n") else {
+        return;
+    };
+    let ws = r.target();
+    let res = r.agent(
+        json!([
+            {"tool_use": {"name": "Read", "input": {"file_path": format!("{ws}/src/../db/dump.sql")}}},
+            {"tool_use": {"name": "Bash", "input": {"command": "wc -c < db/dump.sql; cat db/dump.sql", "description": "read"}}},
+            {"text": "done"}
+        ]),
+        "--dangerously-skip-permissions",
+    );
+    assert_eq!(res.len(), 2, "{res:?}");
+    assert!(content(&res[0]).contains("[tools].deny-read"), "{res:?}");
+    // Bash: Claude's own Read deny rule refuses it, and the mask empties it.
+    let o = r.exec(&format!("wc -c < {ws}/db/dump.sql"));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "0",
+        "{}",
+        text(&o)
+    );
+    let all = serde_json::to_string(&res).unwrap();
+    assert!(!all.contains("secret rows"), "{all}");
+    let blocked = r.tool_records(true);
+    assert!(
+        blocked
+            .iter()
+            .any(|d| d["operation"] == "Read" && d["policy"] == "tools.deny-read"),
+        "{blocked:?}"
+    );
 }

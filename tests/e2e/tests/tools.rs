@@ -364,6 +364,13 @@ fn agent_cannot_change_the_managed_settings_or_the_hook() {
     );
     let o = r.exec(&format!("stat -c '%U %a' {f}"));
     assert!(text(&o).starts_with("root "), "{}", text(&o));
+    // rm takes the host's copy with it (start writes it anew).
+    let container = sbx_run::names::Names::new(&r.path.canonicalize().unwrap(), None).container;
+    let managed = sbx_run::toolpolicy::host_dir(&container);
+    assert!(managed.join("claude-code/managed-settings.json").is_file());
+    let o = sbx().args(["-q", "rm"]).arg(&r.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!managed.exists(), "{}", managed.display());
 }
 
 /// `sbx-run test`: every configured guard held, in a table; exit 0.

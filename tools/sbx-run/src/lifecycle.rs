@@ -670,6 +670,11 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
         docker::remove(&["rm", "--force", &n.container])?;
     }
     workspace::release_mount(&n.container);
+    // The managed settings are written anew at each start.
+    let managed = crate::toolpolicy::host_dir(&n.container);
+    if managed.exists() {
+        std::fs::remove_dir_all(&managed).map_err(|e| RunError::Io(managed.clone(), e))?;
+    }
     if owned(&ws, &n.holder)?.is_some() {
         docker::remove(&["rm", "--force", &n.holder])?;
     }

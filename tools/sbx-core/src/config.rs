@@ -54,23 +54,81 @@ pub struct Config {
     pub git: Git,
     pub backup: Backup,
     pub guest: Guest,
-    /// Refused whole: see [`Tools`].
+    /// `None`: no `[tools]` table, no managed agent settings.
     pub tools: Option<Tools>,
 }
 
-/// `[tools]` (policy seed AC-4: disallowed, allowed, read-only, deny-read)
-/// is refused, not parsed and warned about: sbx does not enforce agent tool
-/// permissions yet, and a policy that loads but is not enforced is a guard
-/// that silently means less than the file says. A later issue implements it.
-#[derive(Debug, Clone)]
-pub struct Tools;
+/// `[tools]`: agent tool permissions (policy seed AC-4, US-3). Enforced at
+/// the agent by sbx-tool-guard (Claude Code managed settings and a
+/// PreToolUse hook) and by the OS (`read-only` mounts, `deny-read` masks).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Tools {
+    /// Refused tool calls: `Write`, `Bash(curl:*)`, `Read(**/*.sql)`.
+    pub disallowed: Unique<ToolRule>,
+    /// When set, every call no rule here matches is refused.
+    pub allowed: Option<Unique<ToolRule>>,
+    /// The workspace (and repo-shelf) mounted read-only, and the agent's
+    /// file-writing tools refused.
+    pub read_only: bool,
+    /// Masked like `[filesystem].blocked` (its `allowed` exceptions apply),
+    /// and refused to the agent's file tools.
+    pub deny_read: Unique<PathGlob>,
+}
 
-impl<'de> Deserialize<'de> for Tools {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        de::IgnoredAny::deserialize(d)?;
-        Err(de::Error::custom(
-            "[tools] (agent tool permissions) is not enforced by sbx yet; remove the [tools] table (sbx refuses a policy it cannot enforce). For a read-only workspace list paths in [sandbox].protected",
-        ))
+/// Claude Code's built-in tool names; `mcp__…` names are MCP tools.
+pub const KNOWN_TOOLS: [&str; 18] = [
+    "Bash",
+    "BashOutput",
+    "Edit",
+    "ExitPlanMode",
+    "Glob",
+    "Grep",
+    "KillShell",
+    "LS",
+    "MultiEdit",
+    "NotebookEdit",
+    "NotebookRead",
+    "Read",
+    "SlashCommand",
+    "Task",
+    "TodoWrite",
+    "WebFetch",
+    "WebSearch",
+    "Write",
+];
+
+/// Tools whose argument is a file path, matched against the workspace.
+pub const PATH_TOOLS: [&str; 8] = [
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "NotebookEdit",
+    "NotebookRead",
+    "Glob",
+    "Grep",
+];
+
+impl Tools {
+    /// Unknown tool names: loaded (a later agent version may have them),
+    /// but said out loud, since a typo would otherwise refuse nothing.
+    pub fn warnings(&self) -> Vec<String> {
+        let all = self.disallowed.iter().map(|r| ("disallowed", r));
+        let all = all.chain(
+            self.allowed
+                .iter()
+                .flat_map(|l| l.iter().map(|r| ("allowed", r))),
+        );
+        all.filter(|(_, r)| !r.is_known())
+            .map(|(key, r)| {
+                format!(
+                    "[tools].{key}: unknown tool \"{}\" (known: {}, and mcp__<server>__<tool>)",
+                    r.tool,
+                    KNOWN_TOOLS.join(", ")
+                )
+            })
+            .collect()
     }
 }
 
@@ -274,7 +332,15 @@ impl Config {
             .map(|p| PathPattern::new(p).expect("built-in pattern"))
             .collect();
         v.extend(self.filesystem.blocked.0.iter().map(|g| g.0.clone()));
+        if let Some(t) = &self.tools {
+            v.extend(t.deny_read.0.iter().map(|g| g.0.clone()));
+        }
         v
+    }
+
+    /// `[tools].read-only`.
+    pub fn read_only(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| t.read_only)
     }
 
     pub fn allowed_files(&self) -> Vec<PathPattern> {
@@ -719,6 +785,110 @@ impl std::str::FromStr for StoreUrl {
 }
 from_str_deserialize!(StoreUrl);
 
+/// One tool rule, Claude Code's spelling: `Name` or `Name(argument)`.
+#[derive(Debug, Clone)]
+pub struct ToolRule {
+    pub tool: String,
+    pub arg: Option<RuleArg>,
+}
+
+#[derive(Debug, Clone)]
+pub enum RuleArg {
+    /// `Bash(npm run test:*)`: the command or a compound's part starts
+    /// with this, word-wise.
+    Prefix(String),
+    /// `Bash(git status)`: exactly this command.
+    Exact(String),
+    /// `Read(**/*.sql)`: a path glob of `[filesystem]`'s dialect.
+    Path(PathPattern),
+    /// `WebFetch(domain:example.com)`.
+    Domain(String),
+}
+
+impl ToolRule {
+    pub fn is_known(&self) -> bool {
+        KNOWN_TOOLS.contains(&self.tool.as_str()) || self.tool.starts_with("mcp__")
+    }
+}
+
+impl std::str::FromStr for ToolRule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (tool, arg) = match s.split_once('(') {
+            Some((t, rest)) => match rest.strip_suffix(')') {
+                Some(a) => (t, Some(a)),
+                None => {
+                    return Err(format!(
+                        "invalid tool rule \"{s}\": close the argument with ')', like \"Bash(curl:*)\""
+                    ));
+                }
+            },
+            None => (s, None),
+        };
+        let name_ok = tool.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && tool
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(format!(
+                "invalid tool rule \"{s}\": expected a tool name like \"Write\" or \"Bash(curl:*)\""
+            ));
+        }
+        let arg = match arg {
+            None => None,
+            Some(a) if a.trim().is_empty() => {
+                return Err(format!(
+                    "invalid tool rule \"{s}\": empty argument (write \"{tool}\" for every call)"
+                ));
+            }
+            Some(a) if tool == "Bash" => Some(match a.strip_suffix(":*") {
+                Some(p) if !p.trim().is_empty() => RuleArg::Prefix(p.trim().to_owned()),
+                Some(_) => {
+                    return Err(format!(
+                        "invalid tool rule \"{s}\": name a command before \":*\" (write \"Bash\" for every command)"
+                    ));
+                }
+                None => RuleArg::Exact(a.trim().to_owned()),
+            }),
+            Some(a) if PATH_TOOLS.contains(&tool) => {
+                let g: PathGlob = a.parse()?;
+                Some(RuleArg::Path(g.0))
+            }
+            Some(a) if tool == "WebFetch" => match a.strip_prefix("domain:") {
+                Some(d) => Some(RuleArg::Domain(d.parse::<Domain>()?.to_string())),
+                None => {
+                    return Err(format!(
+                        "invalid tool rule \"{s}\": WebFetch takes \"domain:NAME\""
+                    ));
+                }
+            },
+            Some(_) => {
+                return Err(format!(
+                    "invalid tool rule \"{s}\": sbx cannot match the arguments of {tool}; list the tool by name"
+                ));
+            }
+        };
+        Ok(Self {
+            tool: tool.to_owned(),
+            arg,
+        })
+    }
+}
+from_str_deserialize!(ToolRule);
+
+impl fmt::Display for ToolRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.tool)?;
+        match &self.arg {
+            None => Ok(()),
+            Some(RuleArg::Prefix(p)) => write!(f, "({p}:*)"),
+            Some(RuleArg::Exact(c)) => write!(f, "({c})"),
+            Some(RuleArg::Path(p)) => write!(f, "({})", p.text),
+            Some(RuleArg::Domain(d)) => write!(f, "(domain:{d})"),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- legacy
 
 /// `.agent-sandbox/config.json` of the TypeScript agent-sandbox.
@@ -877,6 +1047,11 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
         })
     } else {
         let config = parse_toml(&text, path)?;
+        if let Some(t) = &config.tools {
+            for w in t.warnings() {
+                crate::output::warn(&format!("{}: {w}", path.display()));
+            }
+        }
         Ok(Loaded {
             config,
             source: Source::File(path.to_owned()),

@@ -28,10 +28,12 @@ pub const TOOLS: &[&str] = &[
     "sbx-guest",
     "sbx-backup",
     "sbx-worktree",
+    "sbx-tool-guard",
 ];
 
-/// Tools an image cannot do without: its init, its firewall, its git guard.
-pub const REQUIRED: &[&str] = &["sbx-guest", "sbx-fw", "sbx-git-guard"];
+/// Tools an image cannot do without: its init, its firewall, its git guard,
+/// and the [tools] checker (a hook that is missing lets every call through).
+pub const REQUIRED: &[&str] = &["sbx-guest", "sbx-fw", "sbx-git-guard", "sbx-tool-guard"];
 
 const SUITE: &str = "bookworm";
 /// What the bootstrap image holds; its hash is part of the tag.

@@ -8,7 +8,9 @@ pub mod image;
 pub mod lifecycle;
 pub mod login;
 pub mod names;
+pub mod selftest;
 pub mod spec;
+pub mod toolpolicy;
 pub mod tools;
 pub mod verify;
 pub mod workspace;
@@ -196,8 +198,15 @@ pub enum Cmd {
         #[command(flatten)]
         path: PathArg,
     },
-    /// Show the audit log.
+    /// Show the audit log (git, network and tool refusals with --blocked-only).
     Log(tools::LogOpts),
+    /// Self-check: start the sandbox, try what each guard must refuse (a write under
+    /// read-only, a disallowed tool, a secret read, a blocked domain, a --no-verify
+    /// commit) and print expected vs got; exit 0 only when every configured guard held.
+    Test {
+        #[command(flatten)]
+        path: PathArg,
+    },
     /// Initialise the machine's Codex store (config.toml, AGENTS.md for new workspaces; --auth imports credentials).
     CodexInitConfig {
         /// Import ~/.codex/auth.json (and profile.json) from the host.
@@ -317,6 +326,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Prune => lifecycle::prune(common),
         Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),
+        Cmd::Test { path } => selftest::run(common, path.get()),
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
         Cmd::CodexLogout => tools::codex_logout(common),
         Cmd::VerifyCommits(opts) => verify::verify_commits(common, &opts),

@@ -166,6 +166,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             }
             sync_login(ws);
             spec::ensure_host_dir(&name)?;
+            crate::toolpolicy::install(ws, &name)?;
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
@@ -211,6 +212,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
         }
     }
     spec::ensure_host_dir(&name)?;
+    crate::toolpolicy::install(ws, &name)?;
     let since = logs_since_now();
     let run = docker::run_detached(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
     if crate::tools::interrupted() || run.is_err() {
@@ -462,7 +464,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         String::new()
     };
     let text = format!(
-        "# sbx-run show-run {}\n# config: {}\n{idmap}{}\nmkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
+        "# sbx-run show-run {}\n# config: {}\n{idmap}{}\n{managed}mkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
         ws.path.display(),
         ws.loaded.describe(),
         spec::masked_comment(&s.masked),
@@ -476,6 +478,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         spec::shell_line(&s.holder),
         spec::shell_line(&s.run),
         docker = docker::program().to_string_lossy(),
+        managed = crate::toolpolicy::show(&ws, &ws.names.container),
         hostdir = shlex::try_quote(&spec::host_dir(&ws.names.container).to_string_lossy())
             .map(|q| q.into_owned())
             .unwrap_or_default(),
@@ -667,6 +670,11 @@ pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res
         docker::remove(&["rm", "--force", &n.container])?;
     }
     workspace::release_mount(&n.container);
+    // The managed settings are written anew at each start.
+    let managed = crate::toolpolicy::host_dir(&n.container);
+    if managed.exists() {
+        std::fs::remove_dir_all(&managed).map_err(|e| RunError::Io(managed.clone(), e))?;
+    }
     if owned(&ws, &n.holder)?.is_some() {
         docker::remove(&["rm", "--force", &n.holder])?;
     }

@@ -363,7 +363,9 @@ pub fn build(
     // The workspace, then read-only and masking mounts over parts of it
     // (later mounts stack on earlier ones).
     // Owned by someone other than the agent: the idmapped view (workspace.rs).
-    a.extend(["--mount".into(), bind(&ws.mount_source(), &target, false)]);
+    // [tools].read-only: the OS refuses every writer, whatever tool it is.
+    let ro = cfg.read_only();
+    a.extend(["--mount".into(), bind(&ws.mount_source(), &target, ro)]);
     for p in cfg.protected_paths() {
         let host = ws.path.join(&p);
         let dst = format!("{target}/{p}");
@@ -374,13 +376,15 @@ pub fn build(
                 let _ = std::fs::create_dir(host.join("_"));
             }
             a.extend(["--mount".into(), bind(&host, &dst, true)]);
-        } else if host.parent().is_some_and(|d| d.is_dir()) && p != ".husky" {
+        } else if !ro && host.parent().is_some_and(|d| d.is_dir()) && p != ".husky" {
             // Missing: an empty read-only directory stops the agent creating
             // it (docker makes the mount point on the host, an empty
             // directory that must stay: without it the agent could write the
             // .agent-sandbox/config.toml the next start obeys). Not for
             // .husky: the guard trusts only a read-only .husky (sbx-git-guard
-            // repo.rs), so one the agent makes changes nothing.
+            // repo.rs), so one the agent makes changes nothing. Not under
+            // read-only: the agent cannot create it, and docker could not
+            // make the mount point inside a read-only bind.
             a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
         }
     }
@@ -429,7 +433,23 @@ pub fn build(
         a.extend(["--mount".into(), volume(&c.volume(n), c.target)]);
     }
     a.extend(["--mount".into(), volume(&n.history, "/commandhistory")]);
-    a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
+    if ro {
+        a.extend([
+            "--mount".into(),
+            mount(&[
+                ("type", "volume"),
+                ("source", &n.repo_shelf),
+                ("target", "/repo-shelf"),
+                ("readonly", ""),
+            ]),
+        ]);
+    } else {
+        a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
+    }
+    // [tools] at the agent: the AI CLIs' managed files, read-only.
+    for (src, dst) in crate::toolpolicy::mounts(ws, &n.container) {
+        a.extend(["--mount".into(), bind(&src, dst, true)]);
+    }
     a.extend([
         "--mount".into(),
         bind(&host_dir(&n.container), "/run/sbx/host", false),

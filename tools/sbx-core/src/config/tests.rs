@@ -320,12 +320,36 @@ fn policy_seed_spellings() {
             "sandbox.enabled: expected true",
         ),
         (
-            "[tools]\ndisallowed = [\"Write\", \"Edit\"]\n",
-            "tools: [tools] (agent tool permissions) is not enforced by sbx yet",
+            "[tools]\nenforce-agent-permissions = true\n",
+            "unknown field `enforce-agent-permissions`",
         ),
         (
-            "[tools]\nenforce-agent-permissions = true\n",
-            "remove the [tools] table",
+            "[tools]\ndisallowed = [\"Bash(curl:*\"]\n",
+            "tools.disallowed[0]: invalid tool rule \"Bash(curl:*\": close the argument",
+        ),
+        (
+            "[tools]\ndisallowed = [\"Bash(:*)\"]\n",
+            "name a command before",
+        ),
+        (
+            "[tools]\nallowed = [\"Read(../x)\"]\n",
+            "tools.allowed[0]: invalid path pattern \"../x\"",
+        ),
+        (
+            "[tools]\ndisallowed = [\"Task(x)\"]\n",
+            "cannot match the arguments of Task",
+        ),
+        (
+            "[tools]\ndisallowed = [\"Write\", \"Write\"]\n",
+            "duplicate entry \"Write\"",
+        ),
+        (
+            "[tools]\nread-only = \"yes\"\n",
+            "tools.read-only: invalid type",
+        ),
+        (
+            "[tools]\ndeny-read = [\"\"]\n",
+            "tools.deny-read[0]: invalid path pattern",
         ),
         (
             "[filesystem]\nblocked = [\"a\"]\nblocked-patterns = [\"b\"]\n",
@@ -351,4 +375,42 @@ fn guest_services_need_a_program() {
         let e = parse_toml(bad, p).unwrap_err().to_string();
         assert!(e.contains("guest.services"), "{bad}: {e}");
     }
+}
+
+#[test]
+fn tools_table_parses_into_rules() {
+    let c = parse_toml(
+        "[tools]\ndisallowed = [\"Write\", \"Edit\", \"Bash(curl:*)\", \"Bash(git push)\", \"Read(**/*.sql)\", \"WebFetch(domain:Example.com)\", \"Wirte\"]\nallowed = [\"Read\", \"mcp__fs__read\"]\nread-only = true\ndeny-read = [\"**/.env*\"]\n",
+        Path::new("cfg.toml"),
+    )
+    .unwrap();
+    let t = c.tools.as_ref().unwrap();
+    let shown: Vec<String> = t.disallowed.iter().map(|r| r.to_string()).collect();
+    assert_eq!(
+        shown,
+        [
+            "Write",
+            "Edit",
+            "Bash(curl:*)",
+            "Bash(git push)",
+            "Read(**/*.sql)",
+            "WebFetch(domain:example.com)",
+            "Wirte"
+        ]
+    );
+    assert!(matches!(t.disallowed[2].arg, Some(RuleArg::Prefix(ref p)) if p == "curl"));
+    assert!(matches!(t.disallowed[3].arg, Some(RuleArg::Exact(ref p)) if p == "git push"));
+    assert!(c.read_only());
+    // deny-read masks like [filesystem].blocked, on top of the defaults.
+    let blocked = c.blocked_files();
+    assert_eq!(blocked.last().unwrap().text, "**/.env*");
+    assert_eq!(blocked.len(), DEFAULT_BLOCKED_FILES.len() + 1);
+    // The typo is a warning naming the known tools; the MCP tool is not.
+    let w = t.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("unknown tool \"Wirte\""), "{w:?}");
+    assert!(w[0].contains("Write"), "{w:?}");
+    // No table: no policy, nothing read-only.
+    let c = parse_toml("", Path::new("cfg.toml")).unwrap();
+    assert!(c.tools.is_none() && !c.read_only());
 }

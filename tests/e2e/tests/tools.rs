@@ -1,0 +1,449 @@
+//! `[tools]` (issue 20, policy seed AC-4 and US-3) with the real Claude Code
+//! CLI in the real image. The Messages API stand-in (sbx-msgapi) runs inside
+//! the sandbox on 127.0.0.1 and asks for Write, Edit and Bash calls; the
+//! tool results Claude sends back, the workspace on the host and the audit
+//! log say what happened. Nothing leaves the machine.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+use serde_json::{Value, json};
+
+fn sbx() -> Command {
+    let mut c = Command::new(bin("sbx-run"));
+    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
+    c
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// A base with the AI CLIs, its own tag (`<base tag>-ai`) so the suites
+/// that build theirs without CLIs do not trade images with this one.
+fn ai_base() -> Option<String> {
+    static TAG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        if !prerequisite(docker_ready(), "a running Docker engine") {
+            return None;
+        }
+        let base = std::env::var("SBX_BASE_TAG")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "latest".into());
+        let tag = format!("{base}-ai");
+        let lock = std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
+        let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let mut c = sbx();
+        c.args(["-q", "build-base", "--bootstrap", "--tag", &tag]);
+        // As run.rs's full image does (same layers, one npm install).
+        let ca = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+        if ca.is_file() {
+            c.arg("--ca-cert").arg(ca);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "build-base: {}", text(&o));
+        let v = Command::new("docker")
+            .args(["run", "--rm", "--entrypoint", "claude"])
+            .arg(format!("agent-sandbox-base:{tag}"))
+            .arg("--version")
+            .output()
+            .unwrap();
+        if !prerequisite(
+            text(&v).contains("Claude Code"),
+            "Claude Code in the base image (the image's npm could not install it)",
+        ) {
+            return None;
+        }
+        Some(tag)
+    })
+    .clone()
+}
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    tag: String,
+}
+
+impl Repo {
+    fn new(name: &str, config: &str) -> Option<Self> {
+        let tag = ai_base()?;
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.join(".agent-sandbox")).unwrap();
+        std::fs::create_dir_all(path.join(".sbxtest")).unwrap();
+        sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
+        std::fs::write(path.join(".agent-sandbox/config.toml"), config).unwrap();
+        std::fs::write(path.join("README.md"), "original\n").unwrap();
+        std::fs::write(path.join(".env"), "API_KEY=hunter2\n").unwrap();
+        std::fs::create_dir_all(path.join("db")).unwrap();
+        std::fs::create_dir_all(path.join("src")).unwrap();
+        std::fs::write(path.join("db/dump.sql"), "secret rows\n").unwrap();
+        let stand_in = path.join(".sbxtest/sbx-msgapi");
+        std::fs::copy(bin("sbx-msgapi"), &stand_in).unwrap();
+        std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+        sh(Command::new("chown")
+            .args(["-R", "1000:1000"])
+            .arg(dir.path()));
+        let r = Self {
+            _dir: dir,
+            path,
+            tag,
+        };
+        let o = sbx()
+            .args(["-q", "start", "--base-tag", &r.tag])
+            .arg(&r.path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "start: {}", text(&o));
+        Some(r)
+    }
+
+    fn target(&self) -> String {
+        format!(
+            "/workspace/{}",
+            self.path.file_name().unwrap().to_string_lossy()
+        )
+    }
+
+    fn exec(&self, script: &str) -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&self.path)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    }
+
+    /// Run `claude -p` against the stand-in serving `turns`; the tool
+    /// results Claude sent back, in order.
+    fn agent(&self, turns: Value, claude_args: &str) -> Vec<Value> {
+        let script = json!({"turns": turns, "side_text": "ok"});
+        let f = self.path.join(".sbxtest/script.json");
+        // Written before start when the workspace is read-only.
+        if std::fs::read_to_string(&f).ok() != Some(script.to_string()) {
+            std::fs::write(&f, script.to_string()).unwrap();
+        }
+        let o = self.exec(&format!(
+            "cd {ws}; rm -f /tmp/req.jsonl /tmp/port
+             .sbxtest/sbx-msgapi --script .sbxtest/script.json --log /tmp/req.jsonl --port-file /tmp/port >/tmp/msgapi.out 2>&1 &
+             for i in $(seq 100); do [ -s /tmp/port ] && break; sleep 0.05; done
+             ANTHROPIC_BASE_URL=http://127.0.0.1:$(cat /tmp/port) ANTHROPIC_API_KEY=sk-sbx-test \
+             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 120 claude -p go {claude_args} </dev/null >/tmp/claude.out 2>&1
+             echo claude-rc=$?; kill $! 2>/dev/null; echo =====; cat /tmp/req.jsonl",
+            ws = self.target()
+        ));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (head, log) = out
+            .split_once("=====\n")
+            .unwrap_or_else(|| panic!("{}", text(&o)));
+        assert!(head.contains("claude-rc=0"), "{}", text(&o));
+        // The last request carries the whole conversation.
+        let last: Value = log
+            .lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["body"]["tools"].is_array())
+            .unwrap_or_else(|| panic!("no request logged: {out}"));
+        let mut results = Vec::new();
+        for m in last["body"]["messages"].as_array().unwrap() {
+            for c in m["content"].as_array().into_iter().flatten() {
+                if c["type"] == "tool_result" {
+                    results.push(c.clone());
+                }
+            }
+        }
+        results
+    }
+
+    /// This sandbox's audit records from `[tools]`.
+    fn tool_records(&self, blocked_only: bool) -> Vec<Value> {
+        let mut c = sbx();
+        c.args(["log", "--json"]);
+        if blocked_only {
+            c.arg("--blocked-only");
+        }
+        let o = c.output().unwrap();
+        let container =
+            sbx_run::names::Names::new(&self.path.canonicalize().unwrap(), None).container;
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|v| v["data"].clone())
+            .filter(|d| d["tool"] == "tools" && d["origin"] == container.as_str())
+            .collect()
+    }
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.path)
+            .output();
+        // The per-repo image too (a tag of the shared base's layers).
+        if let Ok(p) = self.path.canonicalize() {
+            let image = sbx_run::names::Names::new(&p, None).image;
+            let _ = Command::new("docker")
+                .args(["image", "rm", &image])
+                .output();
+        }
+    }
+}
+
+fn content(r: &Value) -> String {
+    match &r["content"] {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+fn write_edit_bash(ws: &str) -> Value {
+    json!([
+        {"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/written.txt"), "content": "x\n"}}},
+        {"tool_use": {"name": "Edit", "input": {"file_path": format!("{ws}/README.md"), "old_string": "original", "new_string": "edited"}}},
+        {"tool_use": {"name": "Bash", "input": {"command": format!("echo ran > {ws}/bash.txt"), "description": "write a file"}}},
+        {"text": "done"}
+    ])
+}
+
+/// AC-4: Write and Edit refused (with sbx's reason, shown to the model)
+/// and logged as blocked; Bash runs. Then again with bypass-permissions
+/// mode, after the agent wrote user settings that disable hooks and allow
+/// everything: still refused.
+#[test]
+fn disallowed_write_and_edit_are_refused_and_logged_even_in_bypass_mode() {
+    let Some(r) = Repo::new("tools-ac4", "[tools]\ndisallowed = [\"Write\", \"Edit\"]\n") else {
+        return;
+    };
+    let ws = r.target();
+    for (round, args) in [
+        "--dangerously-skip-permissions",
+        "--permission-mode bypassPermissions",
+    ]
+    .iter()
+    .enumerate()
+    {
+        if round == 1 {
+            let o = r.exec(
+                "s='{\"disableAllHooks\": true, \"permissions\": {\"allow\": [\"Write\", \"Edit\"], \"defaultMode\": \"bypassPermissions\"}}'; mkdir -p ~/.claude .claude && echo \"$s\" > ~/.claude/settings.json && echo \"$s\" > .claude/settings.local.json",
+            );
+            assert!(o.status.success(), "{}", text(&o));
+        }
+        let _ = std::fs::remove_file(r.path.join("bash.txt"));
+        let res = r.agent(write_edit_bash(&ws), args);
+        assert_eq!(res.len(), 3, "{args}: {res:?}");
+        for (i, tool) in ["Write", "Edit"].iter().enumerate() {
+            assert_eq!(res[i]["is_error"], true, "{args}: {tool} ran: {res:?}");
+            let c = content(&res[i]);
+            assert!(c.contains("[tools].disallowed"), "{args}: {tool}: {c}");
+        }
+        assert_ne!(res[2]["is_error"], true, "{args}: Bash refused: {res:?}");
+        assert!(!r.path.join("written.txt").exists(), "{args}: Write wrote");
+        assert_eq!(
+            std::fs::read_to_string(r.path.join("README.md")).unwrap(),
+            "original\n",
+            "{args}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.path.join("bash.txt")).unwrap(),
+            "ran\n",
+            "{args}"
+        );
+    }
+    // Each refusal logged, beside git and network ones in --blocked-only.
+    let blocked = r.tool_records(true);
+    for tool in ["Write", "Edit"] {
+        let n = blocked
+            .iter()
+            .filter(|d| {
+                d["operation"] == tool
+                    && d["result"] == "blocked"
+                    && d["policy"] == "tools.disallowed"
+            })
+            .count();
+        assert_eq!(n, 2, "{tool}: {blocked:?}");
+    }
+    assert!(
+        blocked.iter().all(|d| d["operation"] != "Bash"),
+        "{blocked:?}"
+    );
+    let all = r.tool_records(false);
+    assert!(
+        all.iter()
+            .any(|d| d["operation"] == "Bash" && d["result"] == "allowed"),
+        "{all:?}"
+    );
+}
+
+/// US-3: read-only holds "even if it tries": the file tools are refused by
+/// the hook, and Bash (any process) fails with EROFS from the mount.
+#[test]
+fn read_only_workspace_refuses_every_writer() {
+    let Some(r) = Repo::new("tools-ro", "[tools]\nread-only = true\n") else {
+        return;
+    };
+    let ws = r.target();
+    let o = r.exec(&format!("touch {ws}/x"));
+    assert!(!o.status.success(), "touch worked: {}", text(&o));
+    assert!(text(&o).contains("Read-only file system"), "{}", text(&o));
+    let res = r.agent(
+        json!([
+            {"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/written.txt"), "content": "x\n"}}},
+            {"tool_use": {"name": "Bash", "input": {"command": format!("touch {ws}/bash.txt"), "description": "touch"}}},
+            {"text": "done"}
+        ]),
+        "--dangerously-skip-permissions",
+    );
+    assert_eq!(res.len(), 2, "{res:?}");
+    assert!(content(&res[0]).contains("[tools].read-only"), "{res:?}");
+    assert!(
+        content(&res[1]).contains("Read-only file system"),
+        "{res:?}"
+    );
+    assert!(!r.path.join("written.txt").exists() && !r.path.join("bash.txt").exists());
+    let blocked = r.tool_records(true);
+    assert!(
+        blocked
+            .iter()
+            .any(|d| d["operation"] == "Write" && d["policy"] == "tools.read-only"),
+        "{blocked:?}"
+    );
+    // Codex: the root-owned requirements refuse its bypass mode (before
+    // any request; the API address is a closed local port anyway).
+    let o = r.exec(
+        "cd /tmp && OPENAI_API_KEY=sk-sbx-test OPENAI_BASE_URL=http://127.0.0.1:9/v1 timeout 60 codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox hi </dev/null",
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("requirements do not allow"),
+        "{}",
+        text(&o)
+    );
+    let o = r.exec(
+        "echo 'allowed_sandbox_modes = [\"danger-full-access\"]' >> /etc/codex/requirements.toml",
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+}
+
+/// The agent user cannot change, replace or add to the managed settings,
+/// nor replace the checker the hook runs.
+#[test]
+fn agent_cannot_change_the_managed_settings_or_the_hook() {
+    let Some(r) = Repo::new("tools-tamper", "[tools]\ndisallowed = [\"Write\"]\n") else {
+        return;
+    };
+    let f = "/etc/claude-code/managed-settings.json";
+    let before = text(&r.exec(&format!("sha256sum {f} /usr/local/bin/sbx-tool-guard")));
+    assert!(before.contains(f), "{before}");
+    for attack in [
+        format!("echo '{{}}' > {f}"),
+        format!("rm -f {f}"),
+        format!("mv {f} /tmp/x"),
+        format!("chmod 666 {f}"),
+        "touch /etc/claude-code/managed-mcp.json".to_owned(),
+        "echo '{}' > /etc/claude-code/x.json".to_owned(),
+        "cp /bin/true /usr/local/bin/sbx-tool-guard".to_owned(),
+        "rm -f /usr/local/bin/sbx-tool-guard".to_owned(),
+        "mount -o remount,rw /etc/claude-code".to_owned(),
+    ] {
+        let o = r.exec(&attack);
+        assert!(!o.status.success(), "{attack:?} worked: {}", text(&o));
+    }
+    let after = text(&r.exec(&format!(
+        "sha256sum {f} /usr/local/bin/sbx-tool-guard; ls /etc/claude-code"
+    )));
+    assert!(after.starts_with(&before), "{before}\n{after}");
+    assert!(
+        !after.contains("managed-mcp") && !after.contains("x.json"),
+        "{after}"
+    );
+    let o = r.exec(&format!("stat -c '%U %a' {f}"));
+    assert!(text(&o).starts_with("root "), "{}", text(&o));
+    // rm takes the host's copy with it (start writes it anew).
+    let container = sbx_run::names::Names::new(&r.path.canonicalize().unwrap(), None).container;
+    let managed = sbx_run::toolpolicy::host_dir(&container);
+    assert!(managed.join("claude-code/managed-settings.json").is_file());
+    let o = sbx().args(["-q", "rm"]).arg(&r.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!managed.exists(), "{}", managed.display());
+}
+
+/// `sbx-run test`: every configured guard held, in a table; exit 0.
+#[test]
+fn self_check_table_reports_every_guard_held() {
+    let Some(r) = Repo::new(
+        "tools-selftest",
+        "[tools]\ndisallowed = [\"Write\"]\nread-only = true\n",
+    ) else {
+        return;
+    };
+    let o = sbx().args(["test"]).arg(&r.path).output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for row in [
+        "write under read-only",
+        "disallowed tool",
+        "secret read",
+        "blocked domain",
+        "--no-verify commit",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("{row}: {out}"));
+        assert!(line.ends_with(" held"), "{line}");
+    }
+    let o = sbx()
+        .args(["test", "--json"])
+        .arg(&r.path)
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert!(rows.iter().all(|r| r["data"]["held"] == true), "{rows:?}");
+}
+
+/// deny-read: Read is refused (and logged, `..` resolved), and the file is
+/// masked for every process; its content reaches the model by no route.
+#[test]
+fn deny_read_is_refused_to_tools_and_masked_for_bash() {
+    let Some(r) = Repo::new("tools-dr", "[tools]\ndeny-read = [\"**/*.sql\"]\n") else {
+        return;
+    };
+    let ws = r.target();
+    let res = r.agent(
+        json!([
+            {"tool_use": {"name": "Read", "input": {"file_path": format!("{ws}/src/../db/dump.sql")}}},
+            {"tool_use": {"name": "Bash", "input": {"command": "wc -c < db/dump.sql; cat db/dump.sql", "description": "read"}}},
+            {"text": "done"}
+        ]),
+        "--dangerously-skip-permissions",
+    );
+    assert_eq!(res.len(), 2, "{res:?}");
+    assert!(content(&res[0]).contains("[tools].deny-read"), "{res:?}");
+    // Bash: Claude's own Read deny rule refuses it, and the mask empties it.
+    let o = r.exec(&format!("wc -c < {ws}/db/dump.sql"));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "0",
+        "{}",
+        text(&o)
+    );
+    let all = serde_json::to_string(&res).unwrap();
+    assert!(!all.contains("secret rows"), "{all}");
+    let blocked = r.tool_records(true);
+    assert!(
+        blocked
+            .iter()
+            .any(|d| d["operation"] == "Read" && d["policy"] == "tools.deny-read"),
+        "{blocked:?}"
+    );
+}

@@ -1,0 +1,202 @@
+use std::path::Path;
+
+use serde_json::json;
+
+use super::*;
+
+fn policy(toml: &str) -> Policy {
+    let cfg = sbx_core::config::parse_toml(toml, Path::new("c.toml")).unwrap();
+    Policy::new(&cfg, Path::new("/workspace")).unwrap()
+}
+
+fn d(p: &Policy, tool: &str, input: Value) -> Option<Key> {
+    match p.decide(tool, &input, None) {
+        Decision::Allow(_) => None,
+        Decision::Block { key, .. } => Some(key),
+    }
+}
+
+#[test]
+fn disallowed_tools_by_name() {
+    let p = policy("[tools]\ndisallowed = [\"Write\", \"Edit\"]\n");
+    let dis = Some(Key::Disallowed);
+    assert_eq!(d(&p, "Write", json!({"file_path": "/workspace/a"})), dis);
+    assert_eq!(
+        d(&p, "Edit", json!({"file_path": "a", "old_string": "x"})),
+        dis
+    );
+    assert_eq!(d(&p, "Bash", json!({"command": "touch a"})), None);
+    assert_eq!(d(&p, "Read", json!({"file_path": "a"})), None);
+    // Names are exact: Claude's tools are case-sensitive.
+    assert_eq!(d(&p, "write", json!({})), None);
+}
+
+#[test]
+fn bash_prefix_rules() {
+    let p = policy(
+        "[tools]\ndisallowed = [\"Bash(curl:*)\", \"Bash(git push:*)\", \"Bash(rm -rf /)\"]\n",
+    );
+    let dis = Some(Key::Disallowed);
+    for (cmd, want) in [
+        ("curl https://x", dis),
+        ("curl", dis),
+        ("  curl   -s x", dis),
+        ("curly x", None),
+        ("echo curl", None),
+        ("ls && curl x", dis),
+        ("ls; curl x", dis),
+        ("ls | curl -d @- x", dis),
+        ("echo $(curl x)", dis),
+        ("echo `curl x`", dis),
+        ("(curl x)", dis),
+        ("A=1 B=2 curl x", dis),
+        ("sudo curl x", dis),
+        ("env FOO=1 curl x", dis),
+        ("ls\ncurl x", dis),
+        ("git push origin main", dis),
+        ("git  push", dis),
+        ("git pushx", None),
+        ("git status", None),
+        ("rm -rf /", dis),
+        ("rm -rf /tmp/x", None),
+    ] {
+        assert_eq!(d(&p, "Bash", json!({"command": cmd})), want, "{cmd:?}");
+    }
+}
+
+#[test]
+fn allowed_list_refuses_the_rest_and_every_part() {
+    let p = policy(
+        "[tools]\nallowed = [\"Read\", \"Glob\", \"Bash(npm test:*)\", \"Bash(ls)\", \"Write(src/**)\"]\n",
+    );
+    let al = Some(Key::Allowed);
+    assert_eq!(d(&p, "Read", json!({"file_path": "x"})), None);
+    assert_eq!(d(&p, "Edit", json!({"file_path": "x"})), al);
+    assert_eq!(d(&p, "WebFetch", json!({"url": "https://a.example"})), al);
+    assert_eq!(d(&p, "Bash", json!({"command": "npm test -- -u"})), None);
+    assert_eq!(d(&p, "Bash", json!({"command": "ls"})), None);
+    assert_eq!(d(&p, "Bash", json!({"command": "ls -la"})), al);
+    assert_eq!(d(&p, "Bash", json!({"command": "npm test && curl x"})), al);
+    assert_eq!(d(&p, "Bash", json!({})), al);
+    assert_eq!(d(&p, "Write", json!({"file_path": "src/a/b.rs"})), None);
+    assert_eq!(
+        d(&p, "Write", json!({"file_path": "/workspace/src/a.rs"})),
+        None
+    );
+    assert_eq!(d(&p, "Write", json!({"file_path": "docs/a.md"})), al);
+    // `..` is resolved before matching: out of src/ is out.
+    assert_eq!(d(&p, "Write", json!({"file_path": "src/../docs/a.md"})), al);
+    assert_eq!(
+        d(
+            &p,
+            "Write",
+            json!({"file_path": "/workspace/src/../../etc/passwd"})
+        ),
+        al
+    );
+}
+
+#[test]
+fn disallowed_paths_with_dotdot() {
+    let p = policy("[tools]\ndisallowed = [\"Edit(config/*.yml)\", \"Read(/secrets/)\"]\n");
+    let dis = Some(Key::Disallowed);
+    for (path, want) in [
+        ("config/app.yml", dis),
+        ("/workspace/config/app.yml", dis),
+        ("src/../config/app.yml", dis),
+        ("./config/./app.yml", dis),
+        ("/workspace/src/../../workspace/config/app.yml", dis),
+        ("config/sub/app.yml", None),
+        ("other/config/app.yml", None),
+    ] {
+        assert_eq!(d(&p, "Edit", json!({"file_path": path})), want, "{path:?}");
+    }
+}
+
+#[test]
+fn read_only_refuses_the_writing_tools() {
+    let p = policy("[tools]\nread-only = true\n");
+    for t in WRITE_TOOLS {
+        assert_eq!(
+            d(&p, t, json!({"file_path": "a"})),
+            Some(Key::ReadOnly),
+            "{t}"
+        );
+    }
+    // Bash is let through: the read-only mount refuses its writes (EROFS).
+    assert_eq!(d(&p, "Bash", json!({"command": "touch a"})), None);
+    assert_eq!(d(&p, "Read", json!({"file_path": "a"})), None);
+}
+
+#[test]
+fn deny_read_and_masks() {
+    let p = policy("[tools]\ndeny-read = [\"**/*.sql\", \"private/\"]\n");
+    let dr = Some(Key::DenyRead);
+    for (tool, path, want) in [
+        ("Read", "db/dump.sql", dr),
+        ("Read", "/workspace/a/../db/dump.sql", dr),
+        ("Read", "private/notes.md", dr),
+        ("Grep", "private", dr),
+        ("Read", "README.md", None),
+        // The default masks ([filesystem].blocked) are refused too...
+        ("Read", ".env", dr),
+        ("Read", "/workspace/app/.env.local", dr),
+        ("Edit", "deploy/server.pem", dr),
+        // ...minus their exceptions.
+        ("Read", ".env.example", None),
+    ] {
+        assert_eq!(
+            d(&p, tool, json!({"file_path": path})),
+            want,
+            "{tool} {path}"
+        );
+    }
+}
+
+#[test]
+fn deny_read_follows_symlinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::write(ws.join(".env"), "K=v").unwrap();
+    std::os::unix::fs::symlink(ws.join(".env"), ws.join("innocent.txt")).unwrap();
+    let cfg = sbx_core::config::parse_toml("[tools]\n", Path::new("c.toml")).unwrap();
+    let p = Policy::new(&cfg, ws).unwrap();
+    let got = p.decide("Read", &json!({"file_path": "innocent.txt"}), Some(ws));
+    assert!(got.blocked(), "{got:?}");
+}
+
+#[test]
+fn webfetch_domains() {
+    let p = policy("[tools]\ndisallowed = [\"WebFetch(domain:example.com)\"]\n");
+    let dis = Some(Key::Disallowed);
+    for (url, want) in [
+        ("https://example.com/x", dis),
+        ("https://api.Example.com:443/x", dis),
+        ("https://user@example.com./", dis),
+        ("https://notexample.com/", None),
+    ] {
+        assert_eq!(d(&p, "WebFetch", json!({"url": url})), want, "{url}");
+    }
+}
+
+#[test]
+fn no_table_refuses_only_masked_paths() {
+    let p = policy("");
+    assert_eq!(d(&p, "Write", json!({"file_path": "a"})), None);
+    assert_eq!(
+        d(&p, "Read", json!({"file_path": ".env"})),
+        Some(Key::DenyRead)
+    );
+}
+
+#[test]
+fn normalize_is_lexical_and_stops_at_root() {
+    for (base, p, want) in [
+        ("/workspace", "a/../b", "/workspace/b"),
+        ("/workspace", "../../../etc", "/etc"),
+        ("/workspace", "/a/./b/../c", "/a/c"),
+        ("/w/x", ".", "/w/x"),
+    ] {
+        assert_eq!(normalize(Path::new(base), Path::new(p)), Path::new(want));
+    }
+}

@@ -42,3 +42,31 @@ fn man_pages_pass_mandoc_lint() {
         "mandoc -T lint:\n{report}"
     );
 }
+
+/// `make install` (what scripts/shell runs) builds and installs every tool
+/// that has a man page, and so every tool an image requires: a tool left
+/// out of BINS leaves the main job with an image build that refuses.
+#[test]
+fn make_installs_every_documented_tool() {
+    let makefile = std::fs::read_to_string(xtask::root().join("Makefile")).unwrap();
+    let bins: Vec<&str> = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("BINS"))
+        .and_then(|l| l.split_once(":="))
+        .map(|(_, v)| v.split_whitespace().collect())
+        .expect("a BINS := line in the Makefile");
+    let mut want: Vec<String> = xtask::commands()
+        .iter()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    want.sort();
+    let mut have: Vec<String> = bins.iter().map(|s| s.to_string()).collect();
+    have.sort();
+    assert_eq!(have, want, "Makefile BINS vs the tools xtask documents");
+    for t in sbx_run::image::REQUIRED {
+        assert!(
+            bins.contains(t),
+            "{t} is required in images but not built by make"
+        );
+    }
+}

@@ -2,7 +2,6 @@
 //! shared base image, and the thin per-repo image. Every build tags only
 //! when it completes, so an interrupted build leaves no half-tagged image.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -36,6 +35,8 @@ pub const TOOLS: &[&str] = &[
 pub const REQUIRED: &[&str] = &["sbx-guest", "sbx-fw", "sbx-git-guard", "sbx-tool-guard"];
 
 const SUITE: &str = "bookworm";
+/// What the Dockerfile's AI-CLI step prints before it fails.
+const NPM_UNREACHABLE: &str = "the npm registry could not be reached: no AI CLIs installed";
 /// What the bootstrap image holds; its hash is part of the tag.
 const BOOTSTRAP_RECIPE: &str = "debootstrap --variant=minbase --include=ca-certificates v1";
 
@@ -476,57 +477,83 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
     } else {
         "debian:bookworm-slim".to_owned()
     };
-    // A prefetch wants only the cache: no tag, so a half image never takes one.
-    let mut args: Vec<OsString> = if o.prefetch {
-        vec!["build".into(), "--target".into(), "deps".into()]
-    } else {
-        vec!["build".into(), "--tag".into(), image.clone().into()]
-    };
-    let mut arg = |k: &str, v: &str| {
-        args.push("--build-arg".into());
-        args.push(format!("{k}={v}").into());
-    };
-    arg("FROM_IMAGE", &from);
+    let mut build_args: Vec<(&str, String)> = vec![("FROM_IMAGE", from.clone())];
     if o.no_ai_clis {
-        arg("INSTALL_AI_CLIS", "0");
+        build_args.push(("INSTALL_AI_CLIS", "0".into()));
     } else {
-        arg(
-            "CLAUDE_CODE_VERSION",
-            &resolve_version("@anthropic-ai/claude-code", &o.claude_code_version)?,
-        );
-        arg(
-            "CODEX_VERSION",
-            &resolve_version("@openai/codex", &o.codex_version)?,
-        );
-        arg(
-            "AST_GREP_VERSION",
-            &resolve_version("@ast-grep/cli", &o.ast_grep_version)?,
-        );
+        build_args.extend([
+            (
+                "CLAUDE_CODE_VERSION",
+                resolve_version("@anthropic-ai/claude-code", &o.claude_code_version)?,
+            ),
+            (
+                "CODEX_VERSION",
+                resolve_version("@openai/codex", &o.codex_version)?,
+            ),
+            (
+                "AST_GREP_VERSION",
+                resolve_version("@ast-grep/cli", &o.ast_grep_version)?,
+            ),
+        ]);
         if let Some(r) = npm_registry() {
-            arg("NPM_CONFIG_REGISTRY", &r);
+            build_args.push(("NPM_CONFIG_REGISTRY", r));
         }
     }
-    args.push(c.as_os_str().to_owned());
     output::progress(&format!("building {image} FROM {from}…"));
-    let mut cmd = docker::cmd();
-    cmd.args(&args);
-    let log = log_to(&mut cmd, &image)?;
-    run_checked(&mut cmd, &format!("docker build of {image}"))
-        .map_err(|e| with_tail(e, log.as_deref()))?;
+    let build = |build_args: &[(&str, String)]| -> Result<(), RunError> {
+        // A prefetch wants only the cache: no tag, so a half image never takes one.
+        let mut cmd = docker::cmd();
+        if o.prefetch {
+            cmd.args(["build", "--target", "deps"]);
+        } else {
+            cmd.args(["build", "--tag", &image]);
+        }
+        for (k, v) in build_args {
+            cmd.arg("--build-arg").arg(format!("{k}={v}"));
+        }
+        cmd.arg(c);
+        let log = log_to(&mut cmd, &image)?;
+        run_checked(&mut cmd, &format!("docker build of {image}")).map_err(|e| {
+            let npm_failed = log.as_deref().is_some_and(|l| {
+                std::fs::read_to_string(l).is_ok_and(|t| t.contains(NPM_UNREACHABLE))
+            });
+            if npm_failed {
+                RunError::Build(NPM_UNREACHABLE.into())
+            } else {
+                with_tail(e, log.as_deref())
+            }
+        })
+    };
+    match build(&build_args) {
+        // The AI CLIs' step fails rather than caching an image without
+        // them, so a later build-base tries the registry again.
+        Err(RunError::Build(m)) if m == NPM_UNREACHABLE => {
+            let later = format!(
+                "`sbx-run build-base{}` adds them once the registry answers",
+                if o.bootstrap { " --bootstrap" } else { "" }
+            );
+            if crate::tools::ci() {
+                return Err(RunError::Build(format!(
+                    "{image}: {NPM_UNREACHABLE} (CI=true): {later}"
+                )));
+            }
+            output::warn(&format!(
+                "{image}: {NPM_UNREACHABLE}: building it without Claude Code and Codex; {later}"
+            ));
+            build_args.retain(|(k, _)| !k.ends_with("_VERSION") && *k != "NPM_CONFIG_REGISTRY");
+            build_args.push(("INSTALL_AI_CLIS", "0".into()));
+            build(&build_args)?;
+        }
+        r => r?,
+    }
     if o.prefetch {
         output::progress(&format!("cached the package layers of {image}"));
         return Ok(image);
     }
-    if !o.no_ai_clis && !ai_clis_present(&image) {
-        output::warn(&format!(
-            "{image} has no Claude Code or Codex: the npm registry could not be reached during the build; rebuild later with `sbx-run build-base{}`",
-            if o.bootstrap { " --bootstrap" } else { "" }
-        ));
-        if crate::tools::ci() {
-            return Err(RunError::Build(format!(
-                "{image}: the AI CLIs are missing (CI=true)"
-            )));
-        }
+    if !o.no_ai_clis && !ai_clis_present(&image) && crate::tools::ci() {
+        return Err(RunError::Build(format!(
+            "{image}: the AI CLIs are missing (CI=true)"
+        )));
     }
     output::progress(&format!("built {image}"));
     Ok(image)

@@ -6,6 +6,7 @@
 //! network blocked and the sandbox reported unhealthy with the reason.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod boot;
 pub mod config;
 pub mod home;
@@ -123,6 +124,11 @@ impl Paths {
 
     pub fn status(&self) -> PathBuf {
         self.shared().join("status.json")
+    }
+
+    /// The host API's socket (sbx_core::guestapi), where the host can reach it.
+    pub fn api_socket(&self) -> PathBuf {
+        sbx_core::guestapi::socket_in(&self.shared())
     }
 
     pub fn audit_log(&self) -> PathBuf {

@@ -183,6 +183,13 @@ impl Server {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lock is released before the caller streams (a guard living
+    /// through a `match` would hold it for the whole attach).
+    fn session(&self, id: u64) -> Option<Arc<Session>> {
+        let m = self.sessions();
+        m.get(&id).cloned()
+    }
+
     /// Execs still known (running, or ended and not yet reported).
     pub fn session_count(&self) -> usize {
         self.sessions().len()
@@ -204,7 +211,7 @@ impl Server {
         self.sweep();
         let r = match req {
             Request::Exec(x) => self.exec(&mut s, x),
-            Request::Attach { id } => match self.sessions().get(&id).cloned() {
+            Request::Attach { id } => match self.session(id) {
                 Some(sess) => {
                     let _ = proto::write_json(
                         &mut s,

@@ -4,6 +4,7 @@
 
 mod api;
 pub mod docker;
+pub mod guestexec;
 pub mod image;
 pub mod lifecycle;
 pub mod login;
@@ -167,6 +168,22 @@ pub enum Cmd {
         #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
         command: Vec<OsString>,
     },
+    /// Copy files or directories between the host and the sandbox, like docker cp.
+    ///
+    /// The sandbox side is written :PATH; `-` is a tar stream on stdin (to the sandbox)
+    /// or stdout (from it). Files are written as the agent and replaced atomically;
+    /// paths must stay beneath /workspace, /home/agent, /tmp or /repo-shelf.
+    Cp {
+        /// Workspace (default: the current directory).
+        #[arg(long = "path", short = 'C', value_name = "PATH")]
+        path: Option<PathBuf>,
+        /// What to copy: a host path, :PATH in the sandbox, or - (a tar stream on stdin).
+        #[arg(value_name = "SRC")]
+        src: OsString,
+        /// Where to: :PATH in the sandbox, a host path, or - (a tar stream on stdout).
+        #[arg(value_name = "DEST")]
+        dest: OsString,
+    },
     /// Print the exact docker commands start would run, shell-quoted.
     ShowRun {
         #[command(flatten)]
@@ -306,6 +323,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Restart { path } => lifecycle::restart(common, path.get()),
         Cmd::Shell { path, build } => lifecycle::shell(common, path.get(), build),
         Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
+        Cmd::Cp { path, src, dest } => lifecycle::cp(common, path, &src, &dest),
         Cmd::ShowRun { path } => lifecycle::show_run(common, path.get()),
         Cmd::Volume => {
             println!("{}", names::claude_store());

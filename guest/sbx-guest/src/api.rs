@@ -55,28 +55,32 @@ pub enum Reaper {
 }
 
 /// Pids of API children and where their status goes. The lock is held from
-/// spawn until the pid is in the map, so PID 1's reaper cannot take a
-/// status before it has somewhere to go.
+/// spawn until the pid is in the map, and PID 1 reaps only under it, so no
+/// status is taken before it has somewhere to go.
 #[derive(Debug, Default)]
 pub struct Registry {
     waiting: Mutex<HashMap<i32, File>>,
 }
 
 impl Registry {
-    /// Called by PID 1's reaper: true when `pid` was an API child.
-    pub fn deliver(&self, pid: i32, how: Ended) -> bool {
-        let tx = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&pid);
-        match tx {
+    /// PID 1's reaper runs `reap` (its waitpid(-1) loop) under the lock:
+    /// while an API spawn holds it, nothing is reaped, so std's own wait
+    /// for a child whose exec failed cannot find it gone. API children's
+    /// statuses are handed over; the rest is returned.
+    pub fn reap_with(
+        &self,
+        reap: impl FnOnce() -> (Vec<(i32, Ended)>, bool),
+    ) -> (Vec<(i32, Ended)>, bool) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut out, none_left) = reap();
+        out.retain(|(pid, how)| match w.remove(pid) {
             Some(mut f) => {
-                let _ = f.write_all(&encode(how));
-                true
+                let _ = f.write_all(&encode(*how));
+                false
             }
-            None => false,
-        }
+            None => true,
+        });
+        (out, none_left)
     }
 }
 

@@ -231,33 +231,25 @@ impl Procs for RealProcs {
     }
 
     fn reap(&mut self) -> (Vec<(i32, Ended)>, bool) {
-        let mut out = Vec::new();
-        loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, c)) => out.push((p.as_raw(), Ended::Code(c))),
-                Ok(WaitStatus::Signaled(p, s, _)) => {
-                    out.push((p.as_raw(), Ended::Signal(s as i32)))
-                }
-                Ok(WaitStatus::StillAlive) => {
-                    self.divert(&mut out);
-                    return (out, false);
-                }
-                Ok(_) => continue,
-                Err(nix::errno::Errno::ECHILD) => {
-                    self.divert(&mut out);
-                    return (out, true);
-                }
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => return (out, false),
-            }
+        match &self.api {
+            Some(reg) => reg.reap_with(reap_all),
+            None => reap_all(),
         }
     }
 }
 
-impl RealProcs {
-    fn divert(&self, out: &mut Vec<(i32, Ended)>) {
-        if let Some(reg) = &self.api {
-            out.retain(|(pid, how)| !reg.deliver(*pid, *how));
+/// waitpid(-1) until nothing more has ended.
+fn reap_all() -> (Vec<(i32, Ended)>, bool) {
+    let mut out = Vec::new();
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(p, c)) => out.push((p.as_raw(), Ended::Code(c))),
+            Ok(WaitStatus::Signaled(p, s, _)) => out.push((p.as_raw(), Ended::Signal(s as i32))),
+            Ok(WaitStatus::StillAlive) => return (out, false),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::ECHILD) => return (out, true),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return (out, false),
         }
     }
 }

@@ -120,6 +120,14 @@ fn guest_api_in_a_real_sandbox() {
     let o = repo.sbx(&["start"]);
     assert!(o.status.success(), "start: {}", text(&o));
 
+    // The agent cannot open the socket, by any path; root (as a control,
+    // so the probe itself is known to work) can.
+    let probe = "perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Peer => $ARGV[0]) or die \"connect: $!\\n\"; print \"connected\\n\"' /run/sbx/host/guest.sock";
+    let o = repo.docker_exec("0", probe);
+    assert!(text(&o).contains("connected"), "root probe: {}", text(&o));
+    let o = repo.docker_exec("agent", probe);
+    assert!(!text(&o).contains("connected"), "the agent connected: {}", text(&o));
+    assert!(text(&o).contains("Permission denied"), "{}", text(&o));
     // The socket: the invoking user's, 0600, inside root's 0700 /run/sbx.
     let sock = repo.socket();
     let m = std::fs::metadata(&sock).unwrap();
@@ -155,6 +163,11 @@ fn guest_api_in_a_real_sandbox() {
     );
     assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
     assert!(!mark.exists(), "the fast path ran docker: {:?}", std::fs::read_to_string(&mark));
+
+    // Nor through sbx-run exec (the agent's own view).
+    let probe = "perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Peer => $ARGV[0]) or die \"connect: $!\\n\"; print \"connected\\n\"' /run/sbx/host/guest.sock";
+    let o = repo.sbx(&["exec", "--", "sh", "-c", probe]);
+    assert!(!text(&o).contains("connected"), "the agent connected via exec: {}", text(&o));
 
     // Codes as a shell reports them.
     for (script, code) in [("kill -KILL $$", 137), ("kill -TERM $$", 143), ("exit 0", 0)] {
@@ -403,16 +416,6 @@ fn guest_api_in_a_real_sandbox() {
     }
     assert_eq!(after, before, "(fds, threads, children) of the guest");
 
-    // The agent cannot open the socket, by any path; root (as a control,
-    // so the probe itself is known to work) can.
-    let probe = "perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Peer => $ARGV[0]) or die \"connect: $!\\n\"; print \"connected\\n\"' /run/sbx/host/guest.sock";
-    let o = repo.docker_exec("0", probe);
-    assert!(text(&o).contains("connected"), "root probe: {}", text(&o));
-    let o = repo.docker_exec("agent", probe);
-    assert!(!text(&o).contains("connected"), "the agent connected: {}", text(&o));
-    assert!(text(&o).contains("Permission denied"), "{}", text(&o));
-    let o = repo.sbx(&["exec", "--", "sh", "-c", probe]);
-    assert!(!text(&o).contains("connected"), "the agent connected via exec: {}", text(&o));
 }
 
 #[test]

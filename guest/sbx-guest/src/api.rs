@@ -220,10 +220,7 @@ impl Server {
                     let _ = proto::write_json(
                         &mut s,
                         Kind::Reply,
-                        &Reply::Started {
-                            id,
-                            pid: sess.pid,
-                        },
+                        &Reply::Started { id, pid: sess.pid },
                     );
                     self.attach(&sess, s);
                     return;
@@ -305,7 +302,7 @@ impl Server {
         let now = Instant::now();
         self.sessions().retain(|_, s| {
             let i = s.inner.lock().unwrap_or_else(|e| e.into_inner());
-            !i.ended_at.is_some_and(|t| now.duration_since(t) > UNCLAIMED)
+            i.ended_at.is_none_or(|t| now.duration_since(t) <= UNCLAIMED)
         });
     }
 
@@ -478,7 +475,10 @@ impl Server {
                 if let Some(e) = child.stderr.take() {
                     outs.push((Kind::Stderr, File::from(OwnedFd::from(e))));
                 }
-                (child.stdin.take().map(|i| File::from(OwnedFd::from(i))), outs)
+                (
+                    child.stdin.take().map(|i| File::from(OwnedFd::from(i))),
+                    outs,
+                )
             }
         };
         let sess = Arc::new(Session {
@@ -613,12 +613,7 @@ impl Server {
         if r.is_err() {
             // Let the client finish sending, so it reads our reason
             // instead of a broken pipe.
-            loop {
-                match proto::read_frame(s) {
-                    Ok((Kind::Data, _)) => continue,
-                    _ => break,
-                }
-            }
+            while let Ok((Kind::Data, _)) = proto::read_frame(s) {}
         }
         r
     }
@@ -636,8 +631,7 @@ impl Session {
             return Ok(());
         }
         // The pty's session and the pipes' group both have the child's pid.
-        nix::sys::signal::killpg(Pid::from_raw(self.pid), sig)
-            .map_err(|e| io_err("kill", e.desc()))
+        nix::sys::signal::killpg(Pid::from_raw(self.pid), sig).map_err(|e| io_err("kill", e.desc()))
     }
 
     /// Client frames while attached: stdin, its end, resize, signal.
@@ -916,7 +910,10 @@ fn write_file<S: Transport>(cfg: &Config, s: &mut S, path: &str, mode: Option<u3
     // A replaced file keeps its mode unless one is given.
     let old = nix::sys::stat::fstatat(&dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok();
     if old.is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifdir()) {
-        return Err(ErrorMsg::new("bad-request", format!("{path}: is a directory")));
+        return Err(ErrorMsg::new(
+            "bad-request",
+            format!("{path}: is a directory"),
+        ));
     }
     let mode = mode.unwrap_or_else(|| old.map(|st| st.st_mode & 0o7777).unwrap_or(0o644));
     let tmp = format!(
@@ -953,7 +950,8 @@ fn write_file<S: Transport>(cfg: &Config, s: &mut S, path: &str, mode: Option<u3
     nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(mode))
         .map_err(|e| cleanup(errno_msg(path, e)))?;
     drop(f);
-    renameat(&dir, tmp.as_str(), &dir, name.as_os_str()).map_err(|e| cleanup(errno_msg(path, e)))?;
+    renameat(&dir, tmp.as_str(), &dir, name.as_os_str())
+        .map_err(|e| cleanup(errno_msg(path, e)))?;
     Ok(Reply::Ok)
 }
 
@@ -984,8 +982,8 @@ fn info(path: String, st: &nix::sys::stat::FileStat) -> StatInfo {
 
 fn stat(cfg: &Config, path: &str) -> Res<Reply> {
     let (root, rel) = beneath(cfg, path)?;
-    let fd = open2(&root, &rel, OFlag::O_PATH | OFlag::O_NOFOLLOW, 0)
-        .map_err(|e| errno_msg(path, e))?;
+    let fd =
+        open2(&root, &rel, OFlag::O_PATH | OFlag::O_NOFOLLOW, 0).map_err(|e| errno_msg(path, e))?;
     let st = nix::sys::stat::fstat(&fd).map_err(|e| errno_msg(path, e))?;
     Ok(Reply::Stat(info(path.into(), &st)))
 }
@@ -1006,7 +1004,10 @@ fn walk(fd: OwnedFd, prefix: &str, depth: u32, out: &mut Vec<StatInfo>) -> Res<(
     use nix::fcntl::AtFlags;
     let mut dir = nix::dir::Dir::from_fd(fd).map_err(|e| errno_msg(prefix, e))?;
     let mut subdirs = Vec::new();
-    let dfd = dir.as_fd().try_clone_to_owned().map_err(|e| io_err(prefix, e))?;
+    let dfd = dir
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| io_err(prefix, e))?;
     for ent in dir.iter() {
         let ent = ent.map_err(|e| errno_msg(prefix, e))?;
         let name = ent.file_name().to_string_lossy().into_owned();
@@ -1129,8 +1130,8 @@ fn rename(cfg: &Config, from: &str, to: &str) -> Res<Reply> {
 fn health(cfg: &Config) -> Res<Reply> {
     let text = std::fs::read_to_string(&cfg.status)
         .map_err(|e| io_err(&cfg.status.display().to_string(), e))?;
-    let status = serde_json::from_str(&text)
-        .map_err(|e| io_err(&cfg.status.display().to_string(), e))?;
+    let status =
+        serde_json::from_str(&text).map_err(|e| io_err(&cfg.status.display().to_string(), e))?;
     Ok(Reply::Health { status })
 }
 

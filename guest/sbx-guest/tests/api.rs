@@ -19,8 +19,11 @@ fn server(root: &Path) -> Arc<Server> {
         .map(|(k, v)| (k.into(), v.into()))
         .collect();
     let status = root.join("status.json");
-    std::fs::write(&status, r#"{"state":"unhealthy","reason":"sbx-fw init failed","since":"x"}"#)
-        .unwrap();
+    std::fs::write(
+        &status,
+        r#"{"state":"unhealthy","reason":"sbx-fw init failed","since":"x"}"#,
+    )
+    .unwrap();
     Server::new(Config {
         roots: vec![root.join("ws"), root.join("home")],
         agent: Some(sbx_sys::Creds {
@@ -79,7 +82,7 @@ fn run(s: &Arc<Server>, req: ExecReq, stdin: &[u8]) -> Ran {
         err: vec![],
         exit: Err(ErrorMsg::new("none", "")),
     };
-    match c.next() {
+    match c.frame() {
         Ok((Kind::Reply, _)) => {}
         Err(ProtoError::Remote(e)) => {
             r.exit = Err(e);
@@ -100,7 +103,7 @@ fn run(s: &Arc<Server>, req: ExecReq, stdin: &[u8]) -> Ran {
         let _ = proto::write_frame(&mut w, Kind::Eof, &[]);
     });
     loop {
-        match c.next() {
+        match c.frame() {
             Ok((Kind::Stdout, d)) => r.out.extend(d),
             Ok((Kind::Stderr, d)) => r.err.extend(d),
             Ok((Kind::Exit, p)) => {
@@ -126,7 +129,11 @@ fn status(r: &Ran) -> i32 {
 #[test]
 fn exec_streams_and_reports_codes_like_a_shell() {
     let (_t, s) = setup();
-    let r = run(&s, root_exec(&["sh", "-c", "echo out; echo err >&2; exit 3"]), b"");
+    let r = run(
+        &s,
+        root_exec(&["sh", "-c", "echo out; echo err >&2; exit 3"]),
+        b"",
+    );
     assert_eq!(r.out, b"out\n");
     assert_eq!(r.err, b"err\n");
     assert_eq!(status(&r), 3);
@@ -205,7 +212,7 @@ fn pty_has_a_terminal_and_follows_resizes() {
     assert!(matches!(c.reply().unwrap(), Reply::Started { .. }));
     let mut out = Vec::new();
     while !String::from_utf8_lossy(&out).contains("24 80") {
-        match c.next().unwrap() {
+        match c.frame().unwrap() {
             (Kind::Stdout, d) => out.extend(d),
             f => panic!("{f:?}"),
         }
@@ -213,12 +220,15 @@ fn pty_has_a_terminal_and_follows_resizes() {
     proto::write_json(
         &mut c.stream,
         Kind::Control,
-        &Control::Resize(Winsize { rows: 40, cols: 100 }),
+        &Control::Resize(Winsize {
+            rows: 40,
+            cols: 100,
+        }),
     )
     .unwrap();
     proto::write_frame(&mut c.stream, Kind::Stdin, b"\n").unwrap();
     loop {
-        match c.next().unwrap() {
+        match c.frame().unwrap() {
             (Kind::Stdout, d) => out.extend(d),
             (Kind::Exit, p) => {
                 let x: ExitMsg = proto::parse("exit", &p).unwrap();
@@ -235,8 +245,12 @@ fn pty_has_a_terminal_and_follows_resizes() {
 fn a_dropped_client_leaves_the_process_to_reattach() {
     let (_t, s) = setup();
     let mut c = client(&s);
-    c.send(&Request::Exec(root_exec(&["sh", "-c", "echo first; read x; echo got $x"])))
-        .unwrap();
+    c.send(&Request::Exec(root_exec(&[
+        "sh",
+        "-c",
+        "echo first; read x; echo got $x",
+    ])))
+    .unwrap();
     let Reply::Started { id, .. } = c.reply().unwrap() else {
         panic!()
     };
@@ -249,14 +263,17 @@ fn a_dropped_client_leaves_the_process_to_reattach() {
     proto::write_frame(&mut c.stream, Kind::Stdin, b"hi\n").unwrap();
     let mut out = Vec::new();
     loop {
-        match c.next().unwrap() {
+        match c.frame().unwrap() {
             (Kind::Stdout, d) => out.extend(d),
             (Kind::Exit, _) => break,
             f => panic!("{f:?}"),
         }
     }
     // "first" was either delivered before the drop or kept for us.
-    assert!(String::from_utf8_lossy(&out).ends_with("got hi\n"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out).ends_with("got hi\n"),
+        "{out:?}"
+    );
     assert_eq!(s.session_count(), 0);
     // Signal by id on another connection.
     let mut c = client(&s);
@@ -270,7 +287,7 @@ fn a_dropped_client_leaves_the_process_to_reattach() {
         Reply::Ok
     );
     loop {
-        if let (Kind::Exit, p) = c.next().unwrap() {
+        if let (Kind::Exit, p) = c.frame().unwrap() {
             let x: ExitMsg = proto::parse("exit", &p).unwrap();
             assert_eq!(x.status, 137);
             break;
@@ -322,7 +339,10 @@ fn files_round_trip_and_stay_beneath_the_roots() {
     else {
         panic!()
     };
-    assert_eq!((st.kind.as_str(), st.size, st.mode), ("file", data.len() as u64, 0o640));
+    assert_eq!(
+        (st.kind.as_str(), st.size, st.mode),
+        ("file", data.len() as u64, 0o640)
+    );
     let Reply::List { entries } = client(&s)
         .call(&Request::List {
             path: p("a"),
@@ -380,11 +400,7 @@ fn path_escapes_are_refused() {
         "relative".into(),
     ] {
         let mut out = Vec::new();
-        let e = remote(
-            client(&s)
-                .read_to(&path, User::Root, &mut out)
-                .unwrap_err(),
-        );
+        let e = remote(client(&s).read_to(&path, User::Root, &mut out).unwrap_err());
         assert!(
             matches!(e.kind.as_str(), "escape" | "bad-request"),
             "{path}: {e:?}"
@@ -416,7 +432,12 @@ fn path_escapes_are_refused() {
     // Writing through a symlinked directory out of the root is refused too.
     let e = remote(
         client(&s)
-            .write_from(&format!("{w}/dir-link/new"), None, User::Root, &mut &b"x"[..])
+            .write_from(
+                &format!("{w}/dir-link/new"),
+                None,
+                User::Root,
+                &mut &b"x"[..],
+            )
             .unwrap_err(),
     );
     assert_eq!(e.kind, "escape", "{e:?}");
@@ -461,9 +482,17 @@ pub fn bad_inputs() -> Vec<(&'static str, Vec<u8>, Option<&'static str>)> {
             frame(1, br#"{"proto":"sbx-guest","version":99}"#),
             Some("version"),
         ),
-        ("request before hello", frame(2, br#"{"op":"health"}"#), Some("bad-request")),
+        (
+            "request before hello",
+            frame(2, br#"{"op":"health"}"#),
+            Some("bad-request"),
+        ),
         ("malformed hello", frame(1, b"{nope"), Some("bad-request")),
-        ("oversized", (u32::MAX).to_be_bytes().to_vec(), Some("bad-request")),
+        (
+            "oversized",
+            (u32::MAX).to_be_bytes().to_vec(),
+            Some("bad-request"),
+        ),
         ("empty frame", vec![0, 0, 0, 0], Some("bad-request")),
         ("unknown kind", frame(200, b""), Some("bad-request")),
         (
@@ -508,7 +537,11 @@ fn bad_frames_get_an_error_frame() {
     let (_t, s) = setup();
     for (what, bytes, want) in bad_inputs() {
         let got = send_bad(&s, &bytes);
-        assert_eq!(got.as_ref().map(|e| e.kind.as_str()), want, "{what}: {got:?}");
+        assert_eq!(
+            got.as_ref().map(|e| e.kind.as_str()),
+            want,
+            "{what}: {got:?}"
+        );
         if what == "wrong version" {
             let m = got.unwrap().message;
             assert!(m.contains("version 1") && m.contains("99"), "{m}");

@@ -47,7 +47,7 @@ fn req(argv: &[&str]) -> ExecReq {
 fn finish(c: &mut Client<UnixStream>) -> (Vec<u8>, ExitMsg) {
     let mut out = Vec::new();
     loop {
-        match c.next().unwrap() {
+        match c.frame().unwrap() {
             (Kind::Stdout, d) => out.extend(d),
             (Kind::Stderr, _) => {}
             (Kind::Exit, p) => return (out, proto::parse("exit", &p).unwrap()),
@@ -105,7 +105,7 @@ fn nothing_leaks() {
     let Reply::Started { id, .. } = c.reply().unwrap() else {
         panic!()
     };
-    let _ = c.next().unwrap();
+    let _ = c.frame().unwrap();
     drop(c);
     std::thread::sleep(Duration::from_millis(100));
     let mut c = connect(&s);
@@ -133,7 +133,8 @@ fn nothing_leaks() {
             let s = Arc::clone(&s);
             std::thread::spawn(move || {
                 let mut c = connect(&s);
-                c.send(&Request::Exec(req(&["echo", &i.to_string()]))).unwrap();
+                c.send(&Request::Exec(req(&["echo", &i.to_string()])))
+                    .unwrap();
                 c.reply().unwrap();
                 let (out, x) = finish(&mut c);
                 assert_eq!((out, x.status), (format!("{i}\n").into_bytes(), 0));

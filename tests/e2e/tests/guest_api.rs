@@ -39,7 +39,9 @@ impl Repo {
         std::fs::create_dir_all(&path).unwrap();
         sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
         std::fs::write(path.join("README"), "hi\n").unwrap();
-        sh(Command::new("chown").args(["-R", "1000:1000"]).arg(dir.path()));
+        sh(Command::new("chown")
+            .args(["-R", "1000:1000"])
+            .arg(dir.path()));
         Self { _dir: dir, path }
     }
 
@@ -64,7 +66,15 @@ impl Repo {
 
     fn docker_exec(&self, user: &str, script: &str) -> Output {
         Command::new("docker")
-            .args(["exec", "-u", user, &self.names().container, "sh", "-c", script])
+            .args([
+                "exec",
+                "-u",
+                user,
+                &self.names().container,
+                "sh",
+                "-c",
+                script,
+            ])
             .output()
             .unwrap()
     }
@@ -82,7 +92,7 @@ impl Drop for Repo {
 fn finish(c: &mut Client<UnixStream>) -> (Vec<u8>, ExitMsg) {
     let mut out = Vec::new();
     loop {
-        match c.next().unwrap() {
+        match c.frame().unwrap() {
             (Kind::Stdout | Kind::Stderr, d) => out.extend(d),
             (Kind::Exit, p) => return (out, proto::parse("exit", &p).unwrap()),
             f => panic!("{f:?}"),
@@ -126,7 +136,11 @@ fn guest_api_in_a_real_sandbox() {
     let o = repo.docker_exec("0", probe);
     assert!(text(&o).contains("connected"), "root probe: {}", text(&o));
     let o = repo.docker_exec("agent", probe);
-    assert!(!text(&o).contains("connected"), "the agent connected: {}", text(&o));
+    assert!(
+        !text(&o).contains("connected"),
+        "the agent connected: {}",
+        text(&o)
+    );
     assert!(text(&o).contains("Permission denied"), "{}", text(&o));
     // The socket: the invoking user's, 0600, inside root's 0700 /run/sbx.
     let sock = repo.socket();
@@ -162,21 +176,37 @@ fn guest_api_in_a_real_sandbox() {
         "1000\n/workspace/api app\n"
     );
     assert_eq!(String::from_utf8_lossy(&o.stderr), "err\n");
-    assert!(!mark.exists(), "the fast path ran docker: {:?}", std::fs::read_to_string(&mark));
+    assert!(
+        !mark.exists(),
+        "the fast path ran docker: {:?}",
+        std::fs::read_to_string(&mark)
+    );
 
     // Nor through sbx-run exec (the agent's own view).
     let probe = "perl -MIO::Socket::UNIX -e 'IO::Socket::UNIX->new(Peer => $ARGV[0]) or die \"connect: $!\\n\"; print \"connected\\n\"' /run/sbx/host/guest.sock";
     let o = repo.sbx(&["exec", "--", "sh", "-c", probe]);
-    assert!(!text(&o).contains("connected"), "the agent connected via exec: {}", text(&o));
+    assert!(
+        !text(&o).contains("connected"),
+        "the agent connected via exec: {}",
+        text(&o)
+    );
 
     // Codes as a shell reports them.
-    for (script, code) in [("kill -KILL $$", 137), ("kill -TERM $$", 143), ("exit 0", 0)] {
+    for (script, code) in [
+        ("kill -KILL $$", 137),
+        ("kill -TERM $$", 143),
+        ("exit 0", 0),
+    ] {
         let o = repo.sbx(&["exec", "--", "sh", "-c", script]);
         assert_eq!(o.status.code(), Some(code), "{script}: {}", text(&o));
     }
     let o = repo.sbx(&["exec", "--", "no-such-cmd-sbx"]);
     assert_eq!(o.status.code(), Some(127), "{}", text(&o));
-    assert!(text(&o).contains("no-such-cmd-sbx: command not found"), "{}", text(&o));
+    assert!(
+        text(&o).contains("no-such-cmd-sbx: command not found"),
+        "{}",
+        text(&o)
+    );
     let o = repo.sbx(&["exec", "--", "/etc/hostname"]);
     assert_eq!(o.status.code(), Some(126), "{}", text(&o));
     // stdin through exec, binary-safe.
@@ -195,14 +225,17 @@ fn guest_api_in_a_real_sandbox() {
         i.write_all(&data).unwrap();
     }
     let o = child.wait_with_output().unwrap();
-    let local = sh(Command::new("sh").arg("-c").arg(format!(
-        "head -c {} /dev/stdin | sha256sum",
-        data.len()
-    )).stdin(std::fs::File::open({
-        let p = fake.path().join("data");
-        std::fs::write(&p, &data).unwrap();
-        p
-    }).unwrap()));
+    let local = sh(Command::new("sh")
+        .arg("-c")
+        .arg(format!("head -c {} /dev/stdin | sha256sum", data.len()))
+        .stdin(
+            std::fs::File::open({
+                let p = fake.path().join("data");
+                std::fs::write(&p, &data).unwrap();
+                p
+            })
+            .unwrap(),
+        ));
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).split_whitespace().next(),
         local.split_whitespace().next()
@@ -233,7 +266,10 @@ fn guest_api_in_a_real_sandbox() {
         .output()
         .unwrap();
     assert!(o.status.success(), "cp out: {}", text(&o));
-    assert!(std::fs::read(&back).unwrap() == blob, "cp round trip differs");
+    assert!(
+        std::fs::read(&back).unwrap() == blob,
+        "cp round trip differs"
+    );
     let tree = fake.path().join("tree");
     std::fs::create_dir_all(tree.join("a/b")).unwrap();
     std::fs::write(tree.join("a/b/x"), b"\x00\x01bin").unwrap();
@@ -255,7 +291,10 @@ fn guest_api_in_a_real_sandbox() {
         .output()
         .unwrap();
     assert!(o.status.success(), "cp dir out: {}", text(&o));
-    assert_eq!(std::fs::read(out_dir.join("a/b/x")).unwrap(), b"\x00\x01bin");
+    assert_eq!(
+        std::fs::read(out_dir.join("a/b/x")).unwrap(),
+        b"\x00\x01bin"
+    );
     assert_eq!(std::fs::read(out_dir.join("top")).unwrap(), b"top");
     let o = sbx()
         .args(["cp", "-C"])
@@ -264,14 +303,11 @@ fn guest_api_in_a_real_sandbox() {
         .output()
         .unwrap();
     assert!(o.status.success(), "cp to -: {}", text(&o));
-    let listing = sh(Command::new("sh")
-        .arg("-c")
-        .arg("tar -t -f -")
-        .stdin({
-            let p = fake.path().join("t.tar");
-            std::fs::write(&p, &o.stdout).unwrap();
-            std::fs::File::open(p).unwrap()
-        }));
+    let listing = sh(Command::new("sh").arg("-c").arg("tar -t -f -").stdin({
+        let p = fake.path().join("t.tar");
+        std::fs::write(&p, &o.stdout).unwrap();
+        std::fs::File::open(p).unwrap()
+    }));
     assert!(listing.contains("tree/a/b/x"), "{listing}");
     // An escape through cp is refused, with nothing written.
     let o = sbx()
@@ -282,7 +318,11 @@ fn guest_api_in_a_real_sandbox() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
-    assert!(text(&o).contains("outside the allowed roots"), "{}", text(&o));
+    assert!(
+        text(&o).contains("outside the allowed roots"),
+        "{}",
+        text(&o)
+    );
 
     // PTY with a resize, through the API.
     let mut c = repo.client();
@@ -297,25 +337,33 @@ fn guest_api_in_a_real_sandbox() {
     c.reply().unwrap();
     let mut out = Vec::new();
     while !String::from_utf8_lossy(&out).contains("24 80") {
-        if let (Kind::Stdout, d) = c.next().unwrap() {
+        if let (Kind::Stdout, d) = c.frame().unwrap() {
             out.extend(d)
         }
     }
     proto::write_json(
         &mut c.stream,
         Kind::Control,
-        &Control::Resize(Winsize { rows: 50, cols: 132 }),
+        &Control::Resize(Winsize {
+            rows: 50,
+            cols: 132,
+        }),
     )
     .unwrap();
     proto::write_frame(&mut c.stream, Kind::Stdin, b"\r").unwrap();
     let (rest, x) = finish(&mut c);
     assert_eq!(x.status, 0);
-    assert!(String::from_utf8_lossy(&rest).contains("50 132"), "{rest:?}");
+    assert!(
+        String::from_utf8_lossy(&rest).contains("50 132"),
+        "{rest:?}"
+    );
 
     // Re-attach after a dropped client.
     let mut c = repo.client();
     c.send(&Request::Exec(ExecReq {
-        argv: ["sh", "-c", "read x; echo got $x"].map(String::from).to_vec(),
+        argv: ["sh", "-c", "read x; echo got $x"]
+            .map(String::from)
+            .to_vec(),
         ..Default::default()
     }))
     .unwrap();
@@ -329,7 +377,10 @@ fn guest_api_in_a_real_sandbox() {
     c.reply().unwrap();
     proto::write_frame(&mut c.stream, Kind::Stdin, b"again\n").unwrap();
     let (out, x) = finish(&mut c);
-    assert_eq!((String::from_utf8_lossy(&out).into_owned(), x.status), ("got again\n".into(), 0));
+    assert_eq!(
+        (String::from_utf8_lossy(&out).into_owned(), x.status),
+        ("got again\n".into(), 0)
+    );
 
     // Health through the API.
     let Reply::Health { status } = repo.client().call(&Request::Health).unwrap() else {
@@ -364,7 +415,8 @@ fn guest_api_in_a_real_sandbox() {
         use std::io::Write;
         let mut s = UnixStream::connect(repo.socket()).unwrap();
         s.write_all(&[0, 0, 0, 36, 1]).unwrap();
-        s.write_all(br#"{"proto":"sbx-guest","version":999}"#).unwrap();
+        s.write_all(br#"{"proto":"sbx-guest","version":999}"#)
+            .unwrap();
         s
     });
     assert!(e.is_err());
@@ -378,7 +430,7 @@ fn guest_api_in_a_real_sandbox() {
     let Reply::Started { id, .. } = c.reply().unwrap() else {
         panic!()
     };
-    let _ = c.next().unwrap();
+    let _ = c.frame().unwrap();
     drop(c);
     let mut c = repo.client();
     c.send(&Request::Attach { id }).unwrap();
@@ -415,7 +467,6 @@ fn guest_api_in_a_real_sandbox() {
         after = guest_counts(&repo);
     }
     assert_eq!(after, before, "(fds, threads, children) of the guest");
-
 }
 
 #[test]
@@ -434,7 +485,9 @@ fn a_failed_firewall_start_is_readable_through_the_api() {
         format!("FROM {img}\nRUN printf '#!/bin/sh\\necho boom >&2\\nexit 3\\n' > /usr/local/bin/sbx-fw\n"),
     )
     .unwrap();
-    sh(Command::new("docker").args(["build", "-q", "-t", &derived]).arg(ctx.path()));
+    sh(Command::new("docker")
+        .args(["build", "-q", "-t", &derived])
+        .arg(ctx.path()));
     let host = tempfile::tempdir().unwrap();
     std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let name = format!("sbx-api-e2e-badfw-{}", std::process::id());
@@ -444,9 +497,18 @@ fn a_failed_firewall_start_is_readable_through_the_api() {
     for cap in sbx_run::spec::INIT_CAPS {
         c.args(["--cap-add", cap]);
     }
-    c.args(["--security-opt", "no-new-privileges", "--user", "0:0", "--mount"])
-        .arg(format!("type=bind,source={},target=/run/sbx/host", host.path().display()))
-        .args([&derived, "sleep", "infinity"]);
+    c.args([
+        "--security-opt",
+        "no-new-privileges",
+        "--user",
+        "0:0",
+        "--mount",
+    ])
+    .arg(format!(
+        "type=bind,source={},target=/run/sbx/host",
+        host.path().display()
+    ))
+    .args([&derived, "sleep", "infinity"]);
     sh(&mut c);
     let sock = proto::socket_in(host.path());
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -458,13 +520,21 @@ fn a_failed_firewall_start_is_readable_through_the_api() {
                 }
             }
         }
-        assert!(Instant::now() < deadline, "no unhealthy status through the API");
+        assert!(
+            Instant::now() < deadline,
+            "no unhealthy status through the API"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     let _ = Command::new("docker").args(["rm", "-f", &name]).output();
-    let _ = Command::new("docker").args(["image", "rm", &derived]).output();
+    let _ = Command::new("docker")
+        .args(["image", "rm", &derived])
+        .output();
     assert!(
-        status["reason"].as_str().unwrap_or("").contains("sbx-fw init failed (exit 3): boom"),
+        status["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sbx-fw init failed (exit 3): boom"),
         "{status}"
     );
     let _: &Path = host.path();

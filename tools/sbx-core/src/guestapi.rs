@@ -300,11 +300,18 @@ pub struct StatInfo {
 #[serde(tag = "reply", rename_all = "lowercase")]
 pub enum Reply {
     /// An exec started (or was attached): its id for attach and signal.
-    Started { id: u64, pid: i32 },
+    Started {
+        id: u64,
+        pid: i32,
+    },
     Stat(StatInfo),
-    List { entries: Vec<StatInfo> },
+    List {
+        entries: Vec<StatInfo>,
+    },
     /// The guest's status.json as it is.
-    Health { status: serde_json::Value },
+    Health {
+        status: serde_json::Value,
+    },
     Ok,
 }
 
@@ -403,7 +410,7 @@ impl<S: Read + Write> Client<S> {
     }
 
     /// The next frame; an Error frame becomes `Remote`.
-    pub fn next(&mut self) -> Result<Frame, ProtoError> {
+    pub fn frame(&mut self) -> Result<Frame, ProtoError> {
         let f = read_frame(&mut self.stream)?;
         if f.0 == Kind::Error {
             return Err(ProtoError::Remote(parse("error", &f.1)?));
@@ -412,7 +419,7 @@ impl<S: Read + Write> Client<S> {
     }
 
     pub fn reply(&mut self) -> Result<Reply, ProtoError> {
-        match self.next()? {
+        match self.frame()? {
             (Kind::Reply, p) => parse("reply", &p),
             (got, _) => Err(ProtoError::Unexpected {
                 expected: Kind::Reply,
@@ -441,7 +448,7 @@ impl<S: Read + Write> Client<S> {
         self.reply()?;
         let mut n = 0u64;
         loop {
-            match self.next()? {
+            match self.frame()? {
                 (Kind::Data, d) => {
                     n += d.len() as u64;
                     out.write_all(&d)?;
@@ -517,14 +524,20 @@ mod tests {
         write_frame(&mut buf, Kind::Stdout, b"\0\xffbin").unwrap();
         write_json(&mut buf, Kind::Request, &Request::Health).unwrap();
         let mut r = &buf[..];
-        assert_eq!(read_frame(&mut r).unwrap(), (Kind::Stdout, b"\0\xffbin".to_vec()));
+        assert_eq!(
+            read_frame(&mut r).unwrap(),
+            (Kind::Stdout, b"\0\xffbin".to_vec())
+        );
         let (k, p) = read_frame(&mut r).unwrap();
         assert_eq!(k, Kind::Request);
         assert_eq!(parse::<Request>("r", &p).unwrap(), Request::Health);
         assert!(read_frame(&mut r).unwrap_err().is_closed());
         // Oversized, empty, unknown, truncated.
         let big = ((MAX_FRAME + 1) as u32).to_be_bytes();
-        assert!(matches!(read_frame(&mut &big[..]), Err(ProtoError::TooBig(_))));
+        assert!(matches!(
+            read_frame(&mut &big[..]),
+            Err(ProtoError::TooBig(_))
+        ));
         assert!(matches!(
             read_frame(&mut &[0u8, 0, 0, 0][..]),
             Err(ProtoError::Empty)

@@ -32,7 +32,7 @@ fn main() {
         c.reply().expect("started");
         proto::write_frame(&mut c.stream, Kind::Eof, &[]).expect("eof");
         loop {
-            if let (Kind::Exit, _) = c.next().expect("frame") {
+            if let (Kind::Exit, _) = c.frame().expect("frame") {
                 break;
             }
         }

@@ -130,7 +130,7 @@ pub fn run_with(
 ) -> Result<ExitMsg, GuestError> {
     let tty = req.tty.is_some();
     client.send(&Request::Exec(req))?;
-    match client.next() {
+    match client.frame() {
         Ok((Kind::Reply, _)) => {}
         Ok((got, _)) => {
             return Err(ProtoError::Unexpected {
@@ -145,7 +145,9 @@ pub fn run_with(
         }
         Err(e) => return Err(e.into()),
     }
-    let writer = Arc::new(Mutex::new(client.stream.try_clone().map_err(ProtoError::from)?));
+    let writer = Arc::new(Mutex::new(
+        client.stream.try_clone().map_err(ProtoError::from)?,
+    ));
     if let Some(mut input) = stdin {
         let w = Arc::clone(&writer);
         std::thread::spawn(move || {
@@ -174,7 +176,7 @@ pub fn run_with(
         forward(Arc::clone(&writer), tty);
     }
     loop {
-        match client.next()? {
+        match client.frame()? {
             (Kind::Stdout, d) => {
                 out.write_all(&d).map_err(ProtoError::from)?;
                 out.flush().map_err(ProtoError::from)?;
@@ -358,7 +360,10 @@ pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<u64, GuestError> {
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .map_err(io_err)?;
-                let out = child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>);
+                let out = child
+                    .stdout
+                    .take()
+                    .map(|o| Box::new(o) as Box<dyn Read + Send>);
                 let x = run_with(
                     connect(socket)?,
                     tar_exec(&["tar", "-x", "-f", "-", "-C", &dir]),
@@ -403,7 +408,10 @@ pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<u64, GuestError> {
                 .stdin(std::process::Stdio::piped())
                 .spawn()
                 .map_err(io_err)?;
-                let mut input = child.stdin.take().ok_or_else(|| io_err(io::Error::other("tar")))?;
+                let mut input = child
+                    .stdin
+                    .take()
+                    .ok_or_else(|| io_err(io::Error::other("tar")))?;
                 let x = run_with(
                     connect(socket)?,
                     tar_exec(&["tar", "-c", "-f", "-", "-C", &parent, &name]),

@@ -468,7 +468,9 @@ pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) ->
 
 fn fallback_notice(common: &CommonArgs) {
     if !common.quiet {
-        output::warn("this sandbox has no guest API socket (a base image older than this sbx-run?): using docker exec; `sbx-run restart` after `sbx-run build-base` makes exec fast");
+        output::warn(
+            "this sandbox has no guest API socket (a base image older than this sbx-run?): using docker exec; `sbx-run restart` after `sbx-run build-base` makes exec fast",
+        );
     }
 }
 

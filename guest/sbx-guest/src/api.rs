@@ -302,7 +302,8 @@ impl Server {
         let now = Instant::now();
         self.sessions().retain(|_, s| {
             let i = s.inner.lock().unwrap_or_else(|e| e.into_inner());
-            i.ended_at.is_none_or(|t| now.duration_since(t) <= UNCLAIMED)
+            i.ended_at
+                .is_none_or(|t| now.duration_since(t) <= UNCLAIMED)
         });
     }
 

@@ -24,7 +24,7 @@ cleanup() { "$S" -q rm --volumes -C "$REPO" >/dev/null 2>&1 || true; rm -rf "$WO
 trap cleanup EXIT
 SBX_BIN_DIR=$BIN "$S" -q build-base --bootstrap --no-ai-clis
 "$S" -q start -C "$REPO"
-C=$(cd "$REPO" && "$S" show-run | sed -n 's/.*--name \(agent-sandbox-[^ ]*\) .*/\1/p' | grep -v -- '-net$' | head -1)
+C=$(docker ps --filter "label=sbx.workspace=$(realpath "$REPO")" --format '{{.Names}}' | grep -v -- '-net$' | head -1)
 SOCK=$("$S" show-run -C "$REPO" | sed -n 's/^# guest API: \(.*\) (host).*/\1/p')
 head -c 100000000 /dev/urandom > "$WORK/100m.bin"
 hyperfine --style basic --warmup 3 --runs "$RUNS" --export-csv "$WORK/exec.csv" \

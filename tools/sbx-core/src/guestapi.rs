@@ -385,6 +385,21 @@ impl<S: Read + Write> Client<S> {
     /// Send our hello, check theirs.
     pub fn handshake(mut stream: S) -> Result<Self, ProtoError> {
         write_json(&mut stream, Kind::Hello, &Hello::ours())?;
+        Self::their_hello(stream)
+    }
+
+    /// Our hello and `req` in one write, then their hello: one round trip
+    /// less than `handshake` + `send` (the guest reads the request after
+    /// answering the hello; a version it refuses is still an error frame).
+    pub fn open(mut stream: S, req: &Request) -> Result<Self, ProtoError> {
+        let mut buf = Vec::with_capacity(256);
+        write_json(&mut buf, Kind::Hello, &Hello::ours())?;
+        write_json(&mut buf, Kind::Request, req)?;
+        stream.write_all(&buf)?;
+        Self::their_hello(stream)
+    }
+
+    fn their_hello(mut stream: S) -> Result<Self, ProtoError> {
         let (k, p) = read_frame(&mut stream)?;
         match k {
             Kind::Hello => {
@@ -445,6 +460,11 @@ impl<S: Read + Write> Client<S> {
             path: path.into(),
             user,
         })?;
+        self.recv_file(out)
+    }
+
+    /// The answer to a read request already sent: the file's bytes.
+    pub fn recv_file(&mut self, out: &mut impl Write) -> Result<u64, ProtoError> {
         self.reply()?;
         let mut n = 0u64;
         loop {
@@ -499,6 +519,14 @@ impl<S: Read + Write> Client<S> {
 pub fn connect(socket: &Path) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
     let s = std::os::unix::net::UnixStream::connect(socket)?;
     Client::handshake(s)
+}
+
+/// Connect and send `req` with the hello (see `Client::open`).
+pub fn connect_send(
+    socket: &Path,
+    req: &Request,
+) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
+    Client::open(std::os::unix::net::UnixStream::connect(socket)?, req)
 }
 
 /// Connect, with a deadline for the handshake (a wedged guest must not

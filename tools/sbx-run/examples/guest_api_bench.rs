@@ -22,15 +22,18 @@ fn main() {
     let sock = std::path::Path::new(sock);
     let runs: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(500);
     let exec = |argv: &[&str]| {
-        let mut c = proto::connect(sock).expect("connect");
-        c.send(&Request::Exec(ExecReq {
-            argv: argv.iter().map(|a| a.to_string()).collect(),
-            cwd: Some("/".into()),
-            ..Default::default()
-        }))
-        .expect("send");
+        let mut c = proto::connect_send(
+            sock,
+            &Request::Exec(ExecReq {
+                argv: argv.iter().map(|a| a.to_string()).collect(),
+                cwd: Some("/".into()),
+                ..Default::default()
+            }),
+        )
+        .expect("connect");
         c.reply().expect("started");
-        proto::write_frame(&mut c.stream, Kind::Eof, &[]).expect("eof");
+        // The exec may have ended and the guest closed already.
+        let _ = proto::write_frame(&mut c.stream, Kind::Eof, &[]);
         loop {
             if let (Kind::Exit, _) = c.frame().expect("frame") {
                 break;
@@ -56,10 +59,16 @@ fn main() {
     for _ in 0..runs {
         out.clear();
         let t = Instant::now();
-        proto::connect(sock)
-            .expect("connect")
-            .read_to("/tmp/sbx-bench-4k", User::Agent, &mut out)
-            .expect("read");
+        proto::connect_send(
+            sock,
+            &Request::Read {
+                path: "/tmp/sbx-bench-4k".into(),
+                user: User::Agent,
+            },
+        )
+        .expect("connect")
+        .recv_file(&mut out)
+        .expect("read");
         r.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(out.len(), 4096);
     }

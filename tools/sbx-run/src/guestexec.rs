@@ -48,7 +48,17 @@ impl GuestError {
 
 /// Connect, treating "nothing there" as `NoGuest` so callers can fall back.
 pub fn connect(socket: &Path) -> Result<Client<UnixStream>, GuestError> {
-    match proto::connect_timeout(socket, Duration::from_secs(5)) {
+    no_guest(
+        socket,
+        proto::connect_timeout(socket, Duration::from_secs(5)),
+    )
+}
+
+fn no_guest(
+    socket: &Path,
+    r: Result<Client<UnixStream>, ProtoError>,
+) -> Result<Client<UnixStream>, GuestError> {
+    match r {
         Ok(c) => Ok(c),
         Err(ProtoError::Io(e))
             if matches!(
@@ -106,7 +116,8 @@ impl<T: std::os::fd::AsFd> FdOf for T {
 /// the remote process group otherwise. Returns how it ended.
 pub fn run(socket: &Path, req: ExecReq) -> Result<ExitMsg, GuestError> {
     let tty = req.tty.is_some();
-    let client = connect(socket)?;
+    // The request rides with the hello: one round trip less.
+    let client = no_guest(socket, proto::connect_send(socket, &Request::Exec(req)))?;
     let _raw = if tty {
         sbx_sys::raw_terminal(io::stdin().as_fd_borrowed()).ok()
     } else {
@@ -115,7 +126,7 @@ pub fn run(socket: &Path, req: ExecReq) -> Result<ExitMsg, GuestError> {
     let stdin: Box<dyn Read + Send> = Box::new(io::stdin());
     let mut out = io::stdout().lock();
     let mut err = io::stderr().lock();
-    run_with(client, req, Some(stdin), &mut out, &mut err, true)
+    stream(client, tty, Some(stdin), &mut out, &mut err, true)
 }
 
 /// The same over an open client with any streams. `forward_signals`
@@ -130,6 +141,18 @@ pub fn run_with(
 ) -> Result<ExitMsg, GuestError> {
     let tty = req.tty.is_some();
     client.send(&Request::Exec(req))?;
+    stream(client, tty, stdin, out, err, forward_signals)
+}
+
+/// An exec whose request is sent: started, then the streams to the end.
+fn stream(
+    mut client: Client<UnixStream>,
+    tty: bool,
+    stdin: Option<Box<dyn Read + Send>>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    forward_signals: bool,
+) -> Result<ExitMsg, GuestError> {
     match client.frame() {
         Ok((Kind::Reply, _)) => {}
         Ok((got, _)) => {
@@ -169,8 +192,9 @@ pub fn run_with(
             let _ = proto::write_frame(&mut *s, Kind::Eof, &[]);
         });
     } else {
+        // Best effort: a command that already ended has closed the stream.
         let mut s = writer.lock().unwrap_or_else(|e| e.into_inner());
-        proto::write_frame(&mut *s, Kind::Eof, &[])?;
+        let _ = proto::write_frame(&mut *s, Kind::Eof, &[]);
     }
     if forward_signals {
         forward(Arc::clone(&writer), tty);

@@ -79,6 +79,9 @@ resolv.conf. The sandbox container joins it, so replacing or restarting the sand
 engine's namespace setup (about half of a docker run here). stop leaves it; rm and prune remove it;
 it is made anew when [sandbox].ports or the image name change.
 
+Guest API: exec, shell and cp talk to the guest over $XDG_STATE_HOME/sbx/sandboxes/<container>/guest.sock
+(0600, yours; root-only inside the sandbox); a sandbox without it gets docker exec and a warning.
+
 Exit status: 0 ok; exec passes the command's status through; 1 doctor found a problem; 64 usage;
 66 no such workspace; 69 Docker engine unavailable; 77 refused (a container of that name is not ours);
 78 bad config (nothing is started); 130 interrupted.
@@ -89,6 +92,9 @@ Examples:
   sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
   sbx-run exec -- npm test         run one command in the sandbox
   sbx-run exec -C ~/src/app -- make   the same in another workspace (-C PATH works for every command)
+  sbx-run cp build.log :/tmp/      a file into the sandbox (the sandbox side is :PATH)
+  sbx-run cp :/workspace/app/dist ./dist   a directory out of it
+  tar -c src | sbx-run cp - :/tmp  a tar stream in (`:PATH -` streams one out)
   sbx-run show-run | sh            what start would run, runnable";
 
 /// The workspace, named as git and cargo users expect: `-C PATH` on every
@@ -159,6 +165,9 @@ pub enum Cmd {
         build: bool,
     },
     /// Run a command in the sandbox; its exit status is passed through.
+    ///
+    /// Goes straight to the guest's socket (no docker command) when the sandbox runs; starts it
+    /// otherwise. 128+N for a signal, 127 not found, 126 cannot run, 125 when sbx-run failed.
     #[command(trailing_var_arg = true)]
     Exec {
         /// Workspace (default: the current directory).

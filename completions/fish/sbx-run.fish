@@ -138,7 +138,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l config -d 'Conf
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -s C -l path -d 'Workspace (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''

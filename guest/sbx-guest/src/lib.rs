@@ -80,6 +80,9 @@ Environment (set by sbx-run):
 Files:
   /run/sbx/host/status.json      the start's outcome, readable from the host
   /run/sbx/host/audit.jsonl      the sandbox's audit log (the guest is its only writer)
+  /run/sbx/host/guest.sock       the host API (exec, files, health; sbx_core::guestapi),
+                                 0600, owned by the host directory's owner; /run/sbx is
+                                 root's 0700, so the agent cannot reach it
 
 Exit status: init exits with COMMAND's status (128+N for a signal), 69 when
   the sandbox could not start; health exits 0 healthy, 1 unhealthy.

@@ -467,6 +467,21 @@ fn guest_api_in_a_real_sandbox() {
         after = guest_counts(&repo);
     }
     assert_eq!(after, before, "(fds, threads, children) of the guest");
+
+    // No socket (a sandbox from an image without the API): docker exec,
+    // with one warning, the status still passed through.
+    std::fs::remove_file(&sock).unwrap();
+    let o = repo.sbx(&["exec", "--", "sh", "-c", "id -u; exit 3"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1000\n");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr)
+            .matches("no guest API socket")
+            .count(),
+        1,
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]

@@ -20,7 +20,12 @@ WORK=$(mktemp -d /var/tmp/sbx-guest-api-bench.XXXXXX)
 REPO=$WORK/bench-app
 mkdir -p "$REPO" && git -C "$REPO" init -q && chown -R 1000:1000 "$WORK"
 S="$BIN/sbx-run"
-cleanup() { "$S" -q rm --volumes -C "$REPO" >/dev/null 2>&1 || true; rm -rf "$WORK"; }
+cleanup() {
+  IMGS=$(docker ps -a --filter "label=sbx.workspace=$(realpath "$REPO")" --format '{{.Image}}' | sort -u)
+  "$S" -q rm --volumes -C "$REPO" >/dev/null 2>&1 || true
+  for i in $IMGS; do case $i in agent-sandbox-bench-app-*) docker image rm "$i" >/dev/null 2>&1 || true;; esac; done
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 SBX_BIN_DIR=$BIN "$S" -q build-base --bootstrap --no-ai-clis
 "$S" -q start -C "$REPO"

@@ -86,6 +86,10 @@ impl Drop for Repo {
             .args(["-q", "rm", "--volumes", "-C"])
             .arg(&self.path)
             .output();
+        // rm keeps the per-repo image; each run's temp path names a new one.
+        let _ = Command::new("docker")
+            .args(["image", "rm", &self.names().image])
+            .output();
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -550,6 +550,3 @@ fn bad_frames_get_an_error_frame() {
     // The server still serves.
     assert_eq!(status(&run(&s, root_exec(&["true"]), b"")), 0);
 }
-
-#[allow(dead_code)]
-fn unused(_: PathBuf) {}

@@ -8,12 +8,12 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use sbx_core::guestapi::{
-    self as proto, Client, Control, ExecReq, ExitMsg, Kind, Reply, Request, User, Winsize,
+    self as proto, Client, Control, ExecReq, ExitMsg, Kind, Reply, Request, Winsize,
 };
 use sbx_e2e::{base_image, bin, sh};
 
@@ -104,11 +104,6 @@ fn finish(c: &mut Client<UnixStream>) -> (Vec<u8>, ExitMsg) {
     }
 }
 
-fn started(repo: &Repo) -> Option<Repo> {
-    let _ = repo;
-    None
-}
-
 /// The guest's process, zombie and descriptor counts, seen as root.
 fn guest_counts(repo: &Repo) -> (usize, usize, usize) {
     let o = repo.docker_exec(
@@ -129,7 +124,6 @@ fn guest_api_in_a_real_sandbox() {
     if !base_image() {
         return;
     }
-    let _ = started;
     let repo = Repo::new("api app");
     let o = repo.sbx(&["start"]);
     assert!(o.status.success(), "start: {}", text(&o));
@@ -556,6 +550,4 @@ fn a_failed_firewall_start_is_readable_through_the_api() {
             .contains("sbx-fw init failed (exit 3): boom"),
         "{status}"
     );
-    let _: &Path = host.path();
-    let _ = User::Agent;
 }

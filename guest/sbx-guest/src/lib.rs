@@ -6,6 +6,7 @@
 //! network blocked and the sandbox reported unhealthy with the reason.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod boot;
 pub mod config;
 pub mod home;
@@ -79,6 +80,9 @@ Environment (set by sbx-run):
 Files:
   /run/sbx/host/status.json      the start's outcome, readable from the host
   /run/sbx/host/audit.jsonl      the sandbox's audit log (the guest is its only writer)
+  /run/sbx/host/guest.sock       the host API (exec, files, health; sbx_core::guestapi),
+                                 0600, owned by the host directory's owner; /run/sbx is
+                                 root's 0700, so the agent cannot reach it
 
 Exit status: init exits with COMMAND's status (128+N for a signal), 69 when
   the sandbox could not start; health exits 0 healthy, 1 unhealthy.
@@ -123,6 +127,11 @@ impl Paths {
 
     pub fn status(&self) -> PathBuf {
         self.shared().join("status.json")
+    }
+
+    /// The host API's socket (sbx_core::guestapi), where the host can reach it.
+    pub fn api_socket(&self) -> PathBuf {
+        sbx_core::guestapi::socket_in(&self.shared())
     }
 
     pub fn audit_log(&self) -> PathBuf {

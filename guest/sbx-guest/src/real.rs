@@ -179,6 +179,8 @@ impl Effects for RealEffects {
 
 pub struct RealProcs {
     pid1: bool,
+    /// API children's statuses go to the API server, not the supervisor.
+    api: Option<Arc<crate::api::Registry>>,
 }
 
 impl Procs for RealProcs {
@@ -229,19 +231,25 @@ impl Procs for RealProcs {
     }
 
     fn reap(&mut self) -> (Vec<(i32, Ended)>, bool) {
-        let mut out = Vec::new();
-        loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, c)) => out.push((p.as_raw(), Ended::Code(c))),
-                Ok(WaitStatus::Signaled(p, s, _)) => {
-                    out.push((p.as_raw(), Ended::Signal(s as i32)))
-                }
-                Ok(WaitStatus::StillAlive) => return (out, false),
-                Ok(_) => continue,
-                Err(nix::errno::Errno::ECHILD) => return (out, true),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => return (out, false),
-            }
+        match &self.api {
+            Some(reg) => reg.reap_with(reap_all),
+            None => reap_all(),
+        }
+    }
+}
+
+/// waitpid(-1) until nothing more has ended.
+fn reap_all() -> (Vec<(i32, Ended)>, bool) {
+    let mut out = Vec::new();
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(p, c)) => out.push((p.as_raw(), Ended::Code(c))),
+            Ok(WaitStatus::Signaled(p, s, _)) => out.push((p.as_raw(), Ended::Signal(s as i32))),
+            Ok(WaitStatus::StillAlive) => return (out, false),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::ECHILD) => return (out, true),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return (out, false),
         }
     }
 }
@@ -397,7 +405,11 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     };
     let t0 = Instant::now();
     let mut fx = RealEffects;
-    let mut procs = RealProcs { pid1 };
+    let registry = Arc::new(crate::api::Registry::default());
+    let mut procs = RealProcs {
+        pid1,
+        api: Some(Arc::clone(&registry)),
+    };
     let agent_name = std::env::var_os("SBX_AGENT")
         .filter(|v| !v.is_empty())
         .or_else(|| {
@@ -616,6 +628,12 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
         _ => Supervisor::new(None, vec![], stop_grace()),
     };
 
+    // The host API, before the status says ready (sbx-run execs right
+    // after), and after a failed start too, so the host can read why.
+    if let Err(e) = start_api(paths, &agent, registry) {
+        warnings.push(format!("the host API is not available: {e}"));
+    }
+
     match &outcome {
         None => {
             let _ = status::write(
@@ -685,6 +703,41 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             let _ = procs.reap();
         }
     }
+}
+
+/// Bind the API socket in the shared directory and serve it on a thread.
+fn start_api(
+    paths: &Paths,
+    agent: &Result<Agent, config::ConfigError>,
+    registry: Arc<crate::api::Registry>,
+) -> Result<(), String> {
+    let sock = paths.api_socket();
+    let listener = crate::api::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
+    let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let (creds, home, env) = match agent {
+        Ok(a) => (
+            Some(a.creds()),
+            a.home.clone(),
+            config::agent_env(base.clone(), a, "sbx-run"),
+        ),
+        Err(_) => (None, PathBuf::from("/"), vec![]),
+    };
+    let mut roots: Vec<PathBuf> = ["/workspace", "/tmp", "/repo-shelf"]
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
+    roots.push(home.clone());
+    let server = crate::api::Server::new(crate::api::Config {
+        roots,
+        agent: creds,
+        agent_home: home,
+        agent_env: env,
+        root_env: base,
+        status: paths.status(),
+        reaper: crate::api::Reaper::Pid1(registry),
+    });
+    std::thread::spawn(move || crate::api::serve(listener, server));
+    Ok(())
 }
 
 /// Watch the workspace (`SBX_WORKSPACE`) for new secret files.

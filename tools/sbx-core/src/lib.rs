@@ -10,6 +10,7 @@ pub mod entry;
 pub mod error;
 pub mod exit;
 pub mod glob;
+pub mod guestapi;
 pub mod output;
 
 pub use entry::main;

@@ -4,6 +4,7 @@
 
 mod api;
 pub mod docker;
+pub mod guestexec;
 pub mod image;
 pub mod lifecycle;
 pub mod login;
@@ -80,6 +81,9 @@ resolv.conf. The sandbox container joins it, so replacing or restarting the sand
 engine's namespace setup (about half of a docker run here). stop leaves it; rm and prune remove it;
 it is made anew when [sandbox].ports or the image name change.
 
+Guest API: exec, shell and cp talk to the guest over $XDG_STATE_HOME/sbx/sandboxes/<container>/guest.sock
+(0600, yours; root-only inside the sandbox); a sandbox without it gets docker exec and a warning.
+
 Exit status: 0 ok; exec passes the command's status through; 1 doctor found a problem; 64 usage;
 66 no such workspace; 69 Docker engine unavailable; 77 refused (a container of that name is not ours);
 78 bad config (nothing is started); 130 interrupted.
@@ -90,6 +94,9 @@ Examples:
   sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
   sbx-run exec -- npm test         run one command in the sandbox
   sbx-run exec -C ~/src/app -- make   the same in another workspace (-C PATH works for every command)
+  sbx-run cp build.log :/tmp/      a file into the sandbox (the sandbox side is :PATH)
+  sbx-run cp :/workspace/app/dist ./dist   a directory out of it
+  tar -c src | sbx-run cp - :/tmp  a tar stream in (`:PATH -` streams one out)
   sbx-run show-run | sh            what start would run, runnable";
 
 /// The workspace, named as git and cargo users expect: `-C PATH` on every
@@ -160,6 +167,9 @@ pub enum Cmd {
         build: bool,
     },
     /// Run a command in the sandbox; its exit status is passed through.
+    ///
+    /// Goes straight to the guest's socket (no docker command) when the sandbox runs; starts it
+    /// otherwise. 128+N for a signal, 127 not found, 126 cannot run, 125 when sbx-run failed.
     #[command(trailing_var_arg = true)]
     Exec {
         /// Workspace (default: the current directory).
@@ -168,6 +178,22 @@ pub enum Cmd {
         /// The command and its arguments (after --).
         #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
         command: Vec<OsString>,
+    },
+    /// Copy files or directories between the host and the sandbox, like docker cp.
+    ///
+    /// The sandbox side is written :PATH; `-` is a tar stream on stdin (to the sandbox)
+    /// or stdout (from it). Files are written as the agent and replaced atomically;
+    /// paths must stay beneath /workspace, /home/agent, /tmp or /repo-shelf.
+    Cp {
+        /// Workspace (default: the current directory).
+        #[arg(long = "path", short = 'C', value_name = "PATH")]
+        path: Option<PathBuf>,
+        /// What to copy: a host path, :PATH in the sandbox, or - (a tar stream on stdin).
+        #[arg(value_name = "SRC")]
+        src: OsString,
+        /// Where to: :PATH in the sandbox, a host path, or - (a tar stream on stdout).
+        #[arg(value_name = "DEST")]
+        dest: OsString,
     },
     /// Print the exact docker commands start would run, shell-quoted.
     ShowRun {
@@ -315,6 +341,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Restart { path } => lifecycle::restart(common, path.get()),
         Cmd::Shell { path, build } => lifecycle::shell(common, path.get(), build),
         Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
+        Cmd::Cp { path, src, dest } => lifecycle::cp(common, path, &src, &dest),
         Cmd::ShowRun { path } => lifecycle::show_run(common, path.get()),
         Cmd::Volume => {
             println!("{}", names::claude_store());

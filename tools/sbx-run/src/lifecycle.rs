@@ -432,17 +432,110 @@ fn status_code(s: std::process::ExitStatus) -> ExitCode {
 }
 
 pub fn shell(common: &CommonArgs, path: Option<PathBuf>, rebuild: bool) -> Res {
+    let argv: Vec<OsString> = vec!["bash".into(), "-l".into()];
+    if !rebuild {
+        let ws = Workspace::open(common, path.clone())?;
+        if let Some(r) = via_guest(&ws, &argv, "shell")? {
+            return Ok(r);
+        }
+    }
     let ws = start(common, path, rebuild.then(BuildOpts::default).as_ref())?;
+    if let Some(r) = via_guest(&ws, &argv, "shell")? {
+        return Ok(r);
+    }
+    fallback_notice(common);
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, &["bash".into(), "-l".into()], "shell");
+    let args = exec_args(&ws, tty, &argv, "shell");
     Ok(status_code(docker::status(&args)?))
 }
 
+/// exec and shell: first straight to the guest's socket (no docker
+/// command at all when the sandbox runs); else start it and try again;
+/// a sandbox without the host API (an older base image) gets docker exec.
 pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) -> Res {
+    let agent = agent_name(false, command);
+    let ws = Workspace::open(common, path.clone())?;
+    if let Some(r) = via_guest(&ws, command, &agent)? {
+        return Ok(r);
+    }
     let ws = start(common, path, None)?;
+    if let Some(r) = via_guest(&ws, command, &agent)? {
+        return Ok(r);
+    }
+    fallback_notice(common);
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, command, &agent_name(false, command));
+    let args = exec_args(&ws, tty, command, &agent);
     Ok(status_code(docker::status(&args)?))
+}
+
+fn fallback_notice(common: &CommonArgs) {
+    if !common.quiet {
+        output::warn(
+            "this sandbox has no guest API socket (a base image older than this sbx-run?): using docker exec; `sbx-run restart` after `sbx-run build-base` makes exec fast",
+        );
+    }
+}
+
+/// Ok(None): no guest listening, the caller falls back.
+fn via_guest(ws: &Workspace, argv: &[OsString], agent: &str) -> Result<Option<ExitCode>, BoxError> {
+    use crate::guestexec::{self, GuestError};
+    let sock = guestexec::socket_for(ws);
+    let req = guestexec::exec_request(ws, argv, agent, guestexec::on_tty());
+    match guestexec::run(&sock, req) {
+        Ok(x) => Ok(Some(ExitCode::from(guestexec::status_of(&x)))),
+        Err(GuestError::NoGuest(..)) => Ok(None),
+        Err(e @ GuestError::Spawn(..)) => {
+            output::error(&e.to_string());
+            Ok(Some(ExitCode::from(e.status().clamp(0, 255) as u8)))
+        }
+        Err(e) => {
+            output::error(&e.to_string());
+            Ok(Some(ExitCode::from(125)))
+        }
+    }
+}
+
+/// `sbx-run cp SRC DEST` through the guest (the sandbox must run).
+pub fn cp(common: &CommonArgs, path: Option<PathBuf>, src: &OsString, dest: &OsString) -> Res {
+    use crate::guestexec::{self, GuestError, Place};
+    let (s, d) = (Place::parse(src), Place::parse(dest));
+    let sandbox = |p: &Place| matches!(p, Place::Sandbox(_));
+    if sandbox(&s) == sandbox(&d) {
+        return Err(RunError::Usage(
+            "cp: exactly one side must be in the sandbox, written :PATH (e.g. `sbx-run cp out.txt :/tmp/`, `sbx-run cp :/workspace/app/dist -`)".into(),
+        )
+        .into());
+    }
+    let ws = Workspace::open(common, path.clone())?;
+    let mut sock = guestexec::socket_for(&ws);
+    if guestexec::connect(&sock).is_err() {
+        let ws = start(common, path, None)?;
+        sock = guestexec::socket_for(&ws);
+    }
+    match guestexec::cp(&sock, &s, &d) {
+        Ok(_) => ok(),
+        Err(GuestError::NoGuest(p, e)) => Err(RunError::Usage(format!(
+            "cp needs the sandbox's guest API ({}: {e}): rebuild the base image (`sbx-run build-base`) and `sbx-run restart`",
+            p.display()
+        ))
+        .into()),
+        Err(e) => {
+            output::error(&e.to_string());
+            Ok(ExitCode::from(match &e {
+                GuestError::Proto(sbx_core::guestapi::ProtoError::Remote(m))
+                    if m.kind == "not-found" =>
+                {
+                    66
+                }
+                GuestError::Proto(sbx_core::guestapi::ProtoError::Remote(m))
+                    if m.kind == "escape" || m.kind == "denied" =>
+                {
+                    77
+                }
+                _ => 74,
+            }))
+        }
+    }
 }
 
 pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
@@ -464,7 +557,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         String::new()
     };
     let text = format!(
-        "# sbx-run show-run {}\n# config: {}\n{idmap}{}\n{managed}mkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
+        "# sbx-run show-run {}\n# config: {}\n{idmap}{}\n# guest API: {sock} (host) = /run/sbx/host/{sockname} (sandbox; root-only: /run/sbx is 0700)\n{managed}mkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
         ws.path.display(),
         ws.loaded.describe(),
         spec::masked_comment(&s.masked),
@@ -479,6 +572,8 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         spec::shell_line(&s.run),
         docker = docker::program().to_string_lossy(),
         managed = crate::toolpolicy::show(&ws, &ws.names.container),
+        sock = crate::guestexec::socket_for(&ws).display(),
+        sockname = sbx_core::guestapi::SOCKET_NAME,
         hostdir = shlex::try_quote(&spec::host_dir(&ws.names.container).to_string_lossy())
             .map(|q| q.into_owned())
             .unwrap_or_default(),

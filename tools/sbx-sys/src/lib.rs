@@ -116,3 +116,85 @@ mod tests {
         );
     }
 }
+
+/// Make the child the leader of a new session whose controlling terminal is
+/// its stdin (a pty slave), as login(1) and `docker exec -t` do, so job
+/// control and ^C reach its foreground group.
+#[allow(unsafe_code)] // reason: setsid + TIOCSCTTY must run between fork and exec
+pub fn controlling_tty(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid and ioctl are async-signal-safe and use no memory of
+    // the parent; std has already made fd 0 the pty slave at this point.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// TIOCSWINSZ on a pty master: the kernel sends SIGWINCH to the
+/// terminal's foreground group.
+#[allow(unsafe_code)] // reason: nix has no safe wrapper for TIOCSWINSZ
+pub fn set_winsize(fd: std::os::fd::BorrowedFd<'_>, rows: u16, cols: u16) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: the fd is borrowed for the call; the kernel reads `ws`, which
+    // lives on our stack for the whole call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// TIOCGWINSZ of a terminal (stdin/stdout of the host's CLI).
+#[allow(unsafe_code)] // reason: nix has no safe wrapper for TIOCGWINSZ
+pub fn winsize(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u16, u16)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: zeroed winsize is a valid value of a plain C struct.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes into `ws`, which outlives the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
+    (r == 0 && ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
+}
+
+/// Put the host terminal in raw mode; the returned guard restores it.
+pub fn raw_terminal(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<RawGuard> {
+    use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+    let saved = tcgetattr(fd)?;
+    let mut raw = saved.clone();
+    cfmakeraw(&mut raw);
+    tcsetattr(fd, SetArg::TCSANOW, &raw)?;
+    use std::os::fd::AsRawFd;
+    Ok(RawGuard {
+        fd: fd.as_raw_fd(),
+        saved,
+    })
+}
+
+#[derive(Debug)]
+pub struct RawGuard {
+    fd: std::os::fd::RawFd,
+    saved: nix::sys::termios::Termios,
+}
+
+impl Drop for RawGuard {
+    #[allow(unsafe_code)] // reason: the guard holds a raw fd number of stdin
+    fn drop(&mut self) {
+        // SAFETY: the fd is the process's stdin/stdout, open for its life.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
+        let _ = nix::sys::termios::tcsetattr(fd, nix::sys::termios::SetArg::TCSANOW, &self.saved);
+    }
+}

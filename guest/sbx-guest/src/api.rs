@@ -1,0 +1,1178 @@
+//! The host API server (DESIGN.md §8): exec with streams, PTY, signals,
+//! timeouts and re-attach, and file operations confined to the allowed
+//! roots, over any `Transport`. Frames and messages are `sbx_core::guestapi`.
+//!
+//! One thread per connection (plus a reader thread while an exec is
+//! attached) and one pump thread per exec, so a slow or vanished client
+//! never stalls another. An exec belongs to the server, not the
+//! connection: a dropped client leaves it running (its output waits in a
+//! bounded buffer, then back-pressures the process) until someone attaches.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::Pid;
+use sbx_core::guestapi::{
+    self as proto, Control, ErrorMsg, ExecReq, ExitMsg, Hello, Kind, ProtoError, Reply, Request,
+    StatInfo, Transport, User,
+};
+
+use crate::init::Ended;
+
+/// Output held for a detached exec before its process is made to wait.
+const BUF_CAP: usize = 1 << 20;
+/// Live execs at once; more is refused (`busy`), never queued.
+const MAX_SESSIONS: usize = 512;
+/// How long a client may take for its hello and request.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+/// After the process ended, output still in the pipes is read for this
+/// long; a background child holding them open does not hold the exit.
+const DRAIN: Duration = Duration::from_millis(100);
+/// An ended exec nobody attached to is forgotten after this.
+const UNCLAIMED: Duration = Duration::from_secs(600);
+
+/// How exit statuses reach the server.
+#[derive(Debug)]
+pub enum Reaper {
+    /// Not PID 1 (tests, a nested guest): each exec waits for its own pid.
+    Own,
+    /// PID 1 reaps everything with waitpid(-1); it hands API children's
+    /// statuses over through this registry.
+    Pid1(Arc<Registry>),
+}
+
+/// Pids of API children and where their status goes. The lock is held from
+/// spawn until the pid is in the map, and PID 1 reaps only under it, so no
+/// status is taken before it has somewhere to go.
+#[derive(Debug, Default)]
+pub struct Registry {
+    waiting: Mutex<HashMap<i32, File>>,
+}
+
+impl Registry {
+    /// PID 1's reaper runs `reap` (its waitpid(-1) loop) under the lock:
+    /// while an API spawn holds it, nothing is reaped, so std's own wait
+    /// for a child whose exec failed cannot find it gone. API children's
+    /// statuses are handed over; the rest is returned.
+    pub fn reap_with(
+        &self,
+        reap: impl FnOnce() -> (Vec<(i32, Ended)>, bool),
+    ) -> (Vec<(i32, Ended)>, bool) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut out, none_left) = reap();
+        out.retain(|(pid, how)| match w.remove(pid) {
+            Some(mut f) => {
+                let _ = f.write_all(&encode(*how));
+                false
+            }
+            None => true,
+        });
+        (out, none_left)
+    }
+}
+
+fn encode(how: Ended) -> [u8; 8] {
+    let (t, v) = match how {
+        Ended::Code(c) => (0i32, c),
+        Ended::Signal(s) => (1, s),
+    };
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&t.to_le_bytes());
+    b[4..].copy_from_slice(&v.to_le_bytes());
+    b
+}
+
+fn decode(b: [u8; 8]) -> Ended {
+    let t = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let v = i32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    if t == 0 {
+        Ended::Code(v)
+    } else {
+        Ended::Signal(v)
+    }
+}
+
+/// What the server needs to know about the sandbox.
+#[derive(Debug)]
+pub struct Config {
+    /// File operations stay beneath these directories.
+    pub roots: Vec<PathBuf>,
+    /// The agent's identity; None when the guest's own config was bad
+    /// (agent requests are then refused).
+    pub agent: Option<sbx_sys::Creds>,
+    pub agent_home: PathBuf,
+    /// Base environments of an exec, before the request's own variables.
+    pub agent_env: Vec<(OsString, OsString)>,
+    pub root_env: Vec<(OsString, OsString)>,
+    /// The guest's status.json, for `health`.
+    pub status: PathBuf,
+    pub reaper: Reaper,
+}
+
+#[derive(Debug)]
+pub struct Server {
+    cfg: Config,
+    sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Session {
+    id: u64,
+    pid: i32,
+    /// The pty master (for resize), None for pipes.
+    tty: Option<File>,
+    stdin: Mutex<Option<File>>,
+    inner: Mutex<Inner>,
+    cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    out: VecDeque<(Kind, Vec<u8>)>,
+    buffered: usize,
+    exit: Option<ExitMsg>,
+    ended_at: Option<Instant>,
+    /// Bumped by every attach; an older attachment sees it and leaves.
+    owner: u64,
+}
+
+type Res<T> = Result<T, ErrorMsg>;
+
+fn io_err(what: &str, e: impl std::fmt::Display) -> ErrorMsg {
+    ErrorMsg::new("io", format!("{what}: {e}"))
+}
+
+fn errno_msg(path: &str, e: Errno) -> ErrorMsg {
+    match e {
+        Errno::EXDEV => ErrorMsg::new(
+            "escape",
+            format!("{path}: resolves outside the allowed roots (a symlink leads out)"),
+        ),
+        Errno::ENOENT => ErrorMsg::new("not-found", format!("{path}: no such file or directory")),
+        Errno::EACCES | Errno::EPERM => {
+            ErrorMsg::new("denied", format!("{path}: permission denied"))
+        }
+        Errno::ELOOP => ErrorMsg::new(
+            "escape",
+            format!("{path}: a symlink where none is followed"),
+        ),
+        e => ErrorMsg::new("io", format!("{path}: {}", e.desc())),
+    }
+}
+
+impl Server {
+    pub fn new(cfg: Config) -> Arc<Self> {
+        Arc::new(Self {
+            cfg,
+            sessions: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lock is released before the caller streams (a guard living
+    /// through a `match` would hold it for the whole attach).
+    fn session(&self, id: u64) -> Option<Arc<Session>> {
+        let m = self.sessions();
+        m.get(&id).cloned()
+    }
+
+    /// Execs still known (running, or ended and not yet reported).
+    pub fn session_count(&self) -> usize {
+        self.sessions().len()
+    }
+
+    /// Serve one connection to its end. Never panics on what the client
+    /// sends; every refusal is an error frame.
+    pub fn handle<S: Transport>(self: &Arc<Self>, mut s: S) {
+        let _ = s.set_read_timeout(Some(HANDSHAKE));
+        let req = match self.open(&mut s) {
+            Ok(r) => r,
+            Err(Some(e)) => {
+                let _ = proto::write_json(&mut s, Kind::Error, &e);
+                return;
+            }
+            Err(None) => return,
+        };
+        let _ = s.set_read_timeout(None);
+        self.sweep();
+        let r = match req {
+            Request::Exec(x) => self.exec(&mut s, x),
+            Request::Attach { id } => match self.session(id) {
+                Some(sess) => {
+                    let _ = proto::write_json(
+                        &mut s,
+                        Kind::Reply,
+                        &Reply::Started { id, pid: sess.pid },
+                    );
+                    self.attach(&sess, s);
+                    return;
+                }
+                None => Err(ErrorMsg::new("not-found", format!("no exec with id {id}"))),
+            },
+            Request::Signal { id, signal } => self.signal(id, signal).map(|_| Reply::Ok),
+            Request::Read { path, user } => self.read(&mut s, &path, user),
+            Request::Write { path, mode, user } => self.write(&mut s, &path, mode, user),
+            Request::Stat { path } => self.as_user(User::Agent, || stat(&self.cfg, &path)),
+            Request::List { path, depth } => {
+                self.as_user(User::Agent, || list(&self.cfg, &path, depth))
+            }
+            Request::Mkdir { path, mode, user } => {
+                self.as_user(user, || mkdir_p(&self.cfg, &path, mode.unwrap_or(0o755)))
+            }
+            Request::Remove {
+                path,
+                recursive,
+                user,
+            } => self.as_user(user, || remove(&self.cfg, &path, recursive)),
+            Request::Rename { from, to, user } => {
+                self.as_user(user, || rename(&self.cfg, &from, &to))
+            }
+            Request::Health => health(&self.cfg),
+        };
+        // Exec, read and write have streamed their own frames when Ok(Ok).
+        match r {
+            Err(e) if e.kind == "done" => {}
+            Ok(reply) => {
+                let _ = proto::write_json(&mut s, Kind::Reply, &reply);
+            }
+            Err(e) => {
+                let _ = proto::write_json(&mut s, Kind::Error, &e);
+            }
+        }
+    }
+
+    /// Hello both ways, then the request. Err(None): the client left.
+    fn open<S: Transport>(&self, s: &mut S) -> Result<Request, Option<ErrorMsg>> {
+        let bad = |e: ProtoError| {
+            if e.is_closed() {
+                None
+            } else {
+                Some(ErrorMsg::new("bad-request", e.to_string()))
+            }
+        };
+        let (k, p) = proto::read_frame(s).map_err(bad)?;
+        if k != Kind::Hello {
+            return Err(Some(ErrorMsg::new(
+                "bad-request",
+                format!("the first frame must be a hello, got {k:?}"),
+            )));
+        }
+        let h: Hello = proto::parse("hello", &p).map_err(bad)?;
+        if h.version != proto::VERSION {
+            return Err(Some(ErrorMsg::new(
+                "version",
+                format!(
+                    "the guest speaks protocol version {}, this client {}: use an sbx-run and a base image of the same release",
+                    proto::VERSION,
+                    h.version
+                ),
+            )));
+        }
+        proto::write_json(s, Kind::Hello, &Hello::ours()).map_err(|_| None)?;
+        let (k, p) = proto::read_frame(s).map_err(bad)?;
+        if k != Kind::Request {
+            return Err(Some(ErrorMsg::new(
+                "bad-request",
+                format!("expected a request frame, got {k:?}"),
+            )));
+        }
+        proto::parse("request", &p).map_err(bad)
+    }
+
+    /// Forget ended execs nobody came back for.
+    fn sweep(&self) {
+        let now = Instant::now();
+        self.sessions().retain(|_, s| {
+            let i = s.inner.lock().unwrap_or_else(|e| e.into_inner());
+            i.ended_at
+                .is_none_or(|t| now.duration_since(t) <= UNCLAIMED)
+        });
+    }
+
+    /// Run `f` with this thread's filesystem identity set to `user`, so
+    /// files are created with its ownership and checked with its rights.
+    fn as_user<T>(&self, user: User, f: impl FnOnce() -> Res<T>) -> Res<T> {
+        let creds = match user {
+            User::Root => return f(),
+            User::Agent => self.agent()?,
+        };
+        let _g = FsId::set(creds.uid, creds.gid);
+        f()
+    }
+
+    fn agent(&self) -> Res<&sbx_sys::Creds> {
+        self.cfg.agent.as_ref().ok_or_else(|| {
+            ErrorMsg::new(
+                "denied",
+                "the guest has no valid agent user (see the sandbox's status)",
+            )
+        })
+    }
+
+    fn signal(&self, id: u64, sig: i32) -> Res<()> {
+        let sess = self
+            .sessions()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| ErrorMsg::new("not-found", format!("no exec with id {id}")))?;
+        sess.signal(sig)
+    }
+
+    fn exec<S: Transport>(self: &Arc<Self>, s: &mut S, req: ExecReq) -> Res<Reply> {
+        if self.session_count() >= MAX_SESSIONS {
+            return Err(ErrorMsg::new(
+                "busy",
+                format!("{MAX_SESSIONS} execs are running: try again later"),
+            ));
+        }
+        let sess = self.spawn(&req)?;
+        let id = sess.id;
+        self.sessions().insert(id, Arc::clone(&sess));
+        let reply = Reply::Started { id, pid: sess.pid };
+        if proto::write_json(s, Kind::Reply, &reply).is_err() {
+            return Err(ErrorMsg::new("done", "")); // the client left; the exec runs on
+        }
+        let stream = s.try_clone().map_err(|e| io_err("socket", e))?;
+        self.attach(&sess, stream);
+        // Everything was sent by attach; nothing more on this connection.
+        s.shutdown();
+        Err(ErrorMsg::new("done", ""))
+    }
+
+    fn spawn(self: &Arc<Self>, req: &ExecReq) -> Res<Arc<Session>> {
+        let spawn_err = |status: i32, msg: String| ErrorMsg {
+            kind: "spawn".into(),
+            message: msg,
+            status: Some(status),
+        };
+        let (prog, args) = req
+            .argv
+            .split_first()
+            .ok_or_else(|| ErrorMsg::new("bad-request", "exec: empty argv"))?;
+        let (mut env, creds) = match req.user {
+            User::Agent => (self.cfg.agent_env.clone(), Some(self.agent()?.clone())),
+            User::Root => (self.cfg.root_env.clone(), None),
+        };
+        for (k, v) in &req.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(ErrorMsg::new(
+                    "bad-request",
+                    format!("exec: bad environment variable name {k:?}"),
+                ));
+            }
+            env.retain(|(ek, _)| ek != k.as_str());
+            env.push((k.into(), v.into()));
+        }
+        let cwd = match &req.cwd {
+            Some(c) => PathBuf::from(c),
+            None if creds.is_some() => self.cfg.agent_home.clone(),
+            None => PathBuf::from("/"),
+        };
+        if !cwd.is_dir() {
+            return Err(spawn_err(
+                126,
+                format!("{}: no such directory (the exec's cwd)", cwd.display()),
+            ));
+        }
+        let path_var = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_os_str());
+        let resolved = sbx_sys::resolve_program(prog.as_ref(), path_var, &cwd)
+            .map_err(|_| spawn_err(127, format!("{prog}: command not found")))?;
+        let mut cmd = Command::new(&resolved);
+        cmd.arg0(prog)
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&cwd);
+        sbx_sys::unblock_signals(&mut cmd);
+        if let Some(c) = &creds {
+            sbx_sys::drop_to(&mut cmd, c).map_err(|e| spawn_err(126, e.to_string()))?;
+        }
+        let mut tty = None;
+        if let Some(ws) = req.tty {
+            let w = nix::pty::Winsize {
+                ws_row: ws.rows,
+                ws_col: ws.cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            let pty = nix::pty::openpty(&w, None).map_err(|e| io_err("openpty", e))?;
+            let slave = File::from(pty.slave);
+            let dup = |f: &File| f.try_clone().map_err(|e| io_err("pty", e));
+            cmd.stdin(dup(&slave)?).stdout(dup(&slave)?).stderr(slave);
+            sbx_sys::controlling_tty(&mut cmd);
+            tty = Some(File::from(pty.master));
+        } else {
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
+        }
+        let (status_rx, status_tx) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| io_err("pipe", e))?;
+        let status_tx = File::from(status_tx);
+        let to_status = |e: std::io::Error| {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            };
+            spawn_err(code, format!("{prog}: {e}"))
+        };
+        let mut child = match &self.cfg.reaper {
+            Reaper::Pid1(reg) => {
+                let mut w = reg.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                let child = cmd.spawn().map_err(to_status)?;
+                w.insert(child.id() as i32, status_tx);
+                child
+            }
+            Reaper::Own => {
+                let child = cmd.spawn().map_err(to_status)?;
+                let pid = Pid::from_raw(child.id() as i32);
+                let mut tx = status_tx;
+                std::thread::spawn(move || {
+                    let how = match sbx_sys::privsep::wait(pid) {
+                        Ok(sbx_sys::privsep::Status::Exited(c)) => Ended::Code(c),
+                        Ok(sbx_sys::privsep::Status::Signaled(s)) => Ended::Signal(s),
+                        Err(_) => Ended::Code(125),
+                    };
+                    let _ = tx.write_all(&encode(how));
+                });
+                child
+            }
+        };
+        drop(cmd); // closes our copies of the pty slave
+        let pid = child.id() as i32;
+        let (stdin, outs): (Option<File>, Vec<(Kind, File)>) = match &tty {
+            Some(m) => {
+                let w = m.try_clone().map_err(|e| io_err("pty", e))?;
+                let r = m.try_clone().map_err(|e| io_err("pty", e))?;
+                (Some(w), vec![(Kind::Stdout, r)])
+            }
+            None => {
+                let mut outs = Vec::new();
+                if let Some(o) = child.stdout.take() {
+                    outs.push((Kind::Stdout, File::from(OwnedFd::from(o))));
+                }
+                if let Some(e) = child.stderr.take() {
+                    outs.push((Kind::Stderr, File::from(OwnedFd::from(e))));
+                }
+                (
+                    child.stdin.take().map(|i| File::from(OwnedFd::from(i))),
+                    outs,
+                )
+            }
+        };
+        let sess = Arc::new(Session {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            pid,
+            tty,
+            stdin: Mutex::new(stdin),
+            inner: Mutex::new(Inner::default()),
+            cv: Condvar::new(),
+        });
+        let deadline = req
+            .timeout_ms
+            .map(|ms| Instant::now() + Duration::from_millis(ms));
+        let s2 = Arc::clone(&sess);
+        std::thread::spawn(move || pump(&s2, outs, File::from(status_rx), deadline));
+        Ok(sess)
+    }
+
+    /// Stream a session to `s` until it ends, the client leaves, or another
+    /// client attaches. Input frames are read on a second thread.
+    fn attach<S: Transport>(&self, sess: &Arc<Session>, mut s: S) {
+        let generation = {
+            let mut i = sess.inner();
+            i.owner += 1;
+            i.owner
+        };
+        sess.cv.notify_all();
+        let gone = Arc::new(AtomicBool::new(false));
+        let reader = match s.try_clone() {
+            Ok(mut r) => {
+                let sess = Arc::clone(sess);
+                let gone = Arc::clone(&gone);
+                Some(std::thread::spawn(move || {
+                    sess.read_input(&mut r);
+                    gone.store(true, Ordering::SeqCst);
+                    let _g = sess.inner();
+                    sess.cv.notify_all();
+                }))
+            }
+            Err(_) => None,
+        };
+        loop {
+            let (chunks, exit, taken) = {
+                let mut i = sess.inner();
+                while i.out.is_empty()
+                    && i.exit.is_none()
+                    && i.owner == generation
+                    && !gone.load(Ordering::SeqCst)
+                {
+                    i = sess.cv.wait(i).unwrap_or_else(|e| e.into_inner());
+                }
+                let taken = i.owner != generation;
+                let chunks: Vec<_> = i.out.drain(..).collect();
+                i.buffered = 0;
+                (chunks, i.exit.clone(), taken)
+            };
+            if taken {
+                let _ = proto::write_json(
+                    &mut s,
+                    Kind::Error,
+                    &ErrorMsg::new("detached", "another client attached to this exec"),
+                );
+                break;
+            }
+            let mut ok = true;
+            for (k, d) in &chunks {
+                if proto::write_frame(&mut s, *k, d).is_err() {
+                    ok = false;
+                    break;
+                }
+            }
+            if !ok {
+                break;
+            }
+            if let Some(x) = exit {
+                if proto::write_json(&mut s, Kind::Exit, &x).is_ok() {
+                    self.sessions().remove(&sess.id);
+                }
+                break;
+            }
+            if gone.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+        s.shutdown();
+        if let Some(r) = reader {
+            let _ = r.join();
+        }
+    }
+
+    fn read<S: Transport>(&self, s: &mut S, path: &str, user: User) -> Res<Reply> {
+        let mut f = self.as_user(user, || {
+            let (root, rel) = beneath(&self.cfg, path)?;
+            let fd = open2(&root, &rel, OFlag::O_RDONLY, 0).map_err(|e| errno_msg(path, e))?;
+            let f = File::from(fd);
+            let m = f.metadata().map_err(|e| io_err(path, e))?;
+            if !m.is_file() {
+                return Err(ErrorMsg::new(
+                    "bad-request",
+                    format!("{path}: not a regular file"),
+                ));
+            }
+            Ok(f)
+        })?;
+        if proto::write_json(s, Kind::Reply, &Reply::Ok).is_err() {
+            return Err(ErrorMsg::new("done", ""));
+        }
+        let mut buf = vec![0u8; proto::CHUNK];
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err(path, e)),
+            };
+            if proto::write_frame(s, Kind::Data, &buf[..n]).is_err() {
+                return Err(ErrorMsg::new("done", ""));
+            }
+        }
+        let _ = proto::write_frame(s, Kind::Eof, &[]);
+        Err(ErrorMsg::new("done", ""))
+    }
+
+    fn write<S: Transport>(
+        &self,
+        s: &mut S,
+        path: &str,
+        mode: Option<u32>,
+        user: User,
+    ) -> Res<Reply> {
+        let r = self.as_user(user, || write_file(&self.cfg, s, path, mode));
+        if r.is_err() {
+            // Let the client finish sending, so it reads our reason
+            // instead of a broken pipe.
+            while let Ok((Kind::Data, _)) = proto::read_frame(s) {}
+        }
+        r
+    }
+}
+
+impl Session {
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn signal(&self, sig: i32) -> Res<()> {
+        let sig = nix::sys::signal::Signal::try_from(sig)
+            .map_err(|_| ErrorMsg::new("bad-request", format!("no signal number {sig}")))?;
+        if self.inner().exit.is_some() {
+            return Ok(());
+        }
+        // The pty's session and the pipes' group both have the child's pid.
+        nix::sys::signal::killpg(Pid::from_raw(self.pid), sig).map_err(|e| io_err("kill", e.desc()))
+    }
+
+    /// Client frames while attached: stdin, its end, resize, signal.
+    fn read_input<S: Transport>(&self, r: &mut S) {
+        loop {
+            let (k, p) = match proto::read_frame(r) {
+                Ok(f) => f,
+                Err(_) => return,
+            };
+            match k {
+                Kind::Stdin => {
+                    let mut g = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(f) = g.as_mut() {
+                        if f.write_all(&p).is_err() {
+                            *g = None;
+                        }
+                    }
+                }
+                Kind::Eof => {
+                    if self.tty.is_some() {
+                        // A terminal has no close: ^D at a line start.
+                        let mut g = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some(f) = g.as_mut() {
+                            let _ = f.write_all(b"\x04");
+                        }
+                    } else {
+                        *self.stdin.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    }
+                }
+                Kind::Control => match proto::parse::<Control>("control", &p) {
+                    Ok(Control::Resize(ws)) => {
+                        if let Some(m) = &self.tty {
+                            let _ = sbx_sys::set_winsize(m.as_fd(), ws.rows, ws.cols);
+                        }
+                    }
+                    Ok(Control::Signal { signal }) => {
+                        let _ = self.signal(signal);
+                    }
+                    Err(_) => return,
+                },
+                _ => return,
+            }
+        }
+    }
+
+    fn push(&self, kind: Kind, data: Vec<u8>) {
+        let mut i = self.inner();
+        i.buffered += data.len();
+        // Consecutive small chunks of one stream become one frame.
+        match i.out.back_mut() {
+            Some((k, d)) if *k == kind && d.len() + data.len() <= 64 * 1024 => {
+                d.extend_from_slice(&data)
+            }
+            _ => i.out.push_back((kind, data)),
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// The exec's own thread: output into the buffer, the exit status, the
+/// timeout.
+fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline: Option<Instant>) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut ended: Option<(Ended, Instant)> = None;
+    let mut timed_out = false;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let now = Instant::now();
+        if let Some(d) = deadline {
+            if now >= d && !timed_out && ended.is_none() {
+                timed_out = true;
+                let _ = nix::sys::signal::killpg(
+                    Pid::from_raw(sess.pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        if let Some((_, t)) = ended {
+            if outs.is_empty() || now.duration_since(t) >= DRAIN {
+                break;
+            }
+        }
+        let full = sess.inner().buffered >= BUF_CAP;
+        let mut wait = if full {
+            Duration::from_millis(20)
+        } else {
+            Duration::from_secs(3600)
+        };
+        if let Some((_, t)) = ended {
+            wait = wait.min(DRAIN.saturating_sub(now.duration_since(t)));
+        }
+        if let (Some(d), false) = (deadline, timed_out) {
+            wait = wait.min(d.saturating_duration_since(now));
+        }
+        let mut fds: Vec<PollFd<'_>> = Vec::new();
+        if !full {
+            for (_, f) in &outs {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            }
+        }
+        let n_out = fds.len();
+        if ended.is_none() {
+            fds.push(PollFd::new(status.as_fd(), PollFlags::POLLIN));
+        }
+        let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => break,
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        if ended.is_none() && ready[n_out] {
+            let mut b = [0u8; 8];
+            if status.read_exact(&mut b).is_ok() {
+                ended = Some((decode(b), Instant::now()));
+            } else {
+                ended = Some((Ended::Code(125), Instant::now()));
+            }
+        }
+        let mut closed = Vec::new();
+        for (i, (k, f)) in outs.iter_mut().enumerate() {
+            if i >= n_out || !ready[i] {
+                continue;
+            }
+            match f.read(&mut buf) {
+                Ok(0) => closed.push(i),
+                Ok(n) => sess.push(*k, buf[..n].to_vec()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // EIO: the pty's last slave closed.
+                Err(_) => closed.push(i),
+            }
+        }
+        for i in closed.into_iter().rev() {
+            outs.remove(i);
+        }
+    }
+    let (how, _) = ended.unwrap_or((Ended::Code(125), Instant::now()));
+    let exit = match how {
+        _ if timed_out => ExitMsg {
+            status: 124,
+            code: None,
+            signal: Some(9),
+            timed_out: true,
+        },
+        Ended::Code(c) => ExitMsg {
+            status: c,
+            code: Some(c),
+            signal: None,
+            timed_out: false,
+        },
+        Ended::Signal(s) => ExitMsg {
+            status: 128 + s,
+            code: None,
+            signal: Some(s),
+            timed_out: false,
+        },
+    };
+    *sess.stdin.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let mut i = sess.inner();
+    i.exit = Some(exit);
+    i.ended_at = Some(Instant::now());
+    sess.cv.notify_all();
+}
+
+/// Sets this thread's fsuid/fsgid, and back to root on drop.
+struct FsId;
+
+impl FsId {
+    fn set(uid: u32, gid: u32) -> Self {
+        use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
+        setfsgid(Gid::from_raw(gid));
+        setfsuid(Uid::from_raw(uid));
+        FsId
+    }
+}
+
+impl Drop for FsId {
+    fn drop(&mut self) {
+        use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
+        setfsuid(Uid::from_raw(0));
+        setfsgid(Gid::from_raw(0));
+    }
+}
+
+/// The root directory holding `path` (opened O_PATH) and the rest of the
+/// path. `..` anywhere is refused before anything is opened.
+fn beneath(cfg: &Config, path: &str) -> Res<(OwnedFd, PathBuf)> {
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(ErrorMsg::new(
+            "bad-request",
+            format!("{path}: give an absolute path"),
+        ));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(ErrorMsg::new(
+            "escape",
+            format!("{path}: `..` is not allowed in API paths"),
+        ));
+    }
+    let root = cfg
+        .roots
+        .iter()
+        .filter(|r| p.starts_with(r))
+        .max_by_key(|r| r.components().count())
+        .ok_or_else(|| {
+            ErrorMsg::new(
+                "escape",
+                format!(
+                    "{path}: outside the allowed roots ({})",
+                    cfg.roots
+                        .iter()
+                        .map(|r| r.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?;
+    let rel = p.strip_prefix(root).unwrap_or(Path::new("")).to_path_buf();
+    let fd = nix::fcntl::open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| errno_msg(&root.display().to_string(), e))?;
+    let rel = if rel.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        rel
+    };
+    Ok((fd, rel))
+}
+
+/// openat2 beneath `dir`: symlinks are followed only while they stay
+/// inside (an absolute one, or one climbing out, is EXDEV).
+fn open2(dir: &OwnedFd, rel: &Path, flags: OFlag, mode: u32) -> Result<OwnedFd, Errno> {
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .mode(Mode::from_bits_truncate(mode))
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    nix::fcntl::openat2(dir, rel, how)
+}
+
+/// The parent directory (O_PATH, beneath a root) and the last name.
+fn parent_of(cfg: &Config, path: &str) -> Res<(OwnedFd, OsString)> {
+    let (root, rel) = beneath(cfg, path)?;
+    let name = rel
+        .file_name()
+        .filter(|_| rel != Path::new("."))
+        .ok_or_else(|| {
+            ErrorMsg::new(
+                "bad-request",
+                format!("{path}: names a root, not something in it"),
+            )
+        })?
+        .to_owned();
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let fd = open2(&root, parent, OFlag::O_PATH | OFlag::O_DIRECTORY, 0)
+        .map_err(|e| errno_msg(path, e))?;
+    Ok((fd, name))
+}
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn write_file<S: Transport>(cfg: &Config, s: &mut S, path: &str, mode: Option<u32>) -> Res<Reply> {
+    use nix::fcntl::{AtFlags, openat, renameat};
+    let (dir, name) = parent_of(cfg, path)?;
+    // A replaced file keeps its mode unless one is given.
+    let old = nix::sys::stat::fstatat(&dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok();
+    if old.is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifdir()) {
+        return Err(ErrorMsg::new(
+            "bad-request",
+            format!("{path}: is a directory"),
+        ));
+    }
+    let mode = mode.unwrap_or_else(|| old.map(|st| st.st_mode & 0o7777).unwrap_or(0o644));
+    let tmp = format!(
+        ".{}.sbx-{}-{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let fd = openat(
+        &dir,
+        tmp.as_str(),
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| errno_msg(path, e))?;
+    let mut f = File::from(fd);
+    let cleanup = |e: ErrorMsg| {
+        let _ = nix::unistd::unlinkat(&dir, tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+        e
+    };
+    loop {
+        match proto::read_frame(s) {
+            Ok((Kind::Data, d)) => f.write_all(&d).map_err(|e| cleanup(io_err(path, e)))?,
+            Ok((Kind::Eof, _)) => break,
+            Ok((k, _)) => {
+                return Err(cleanup(ErrorMsg::new(
+                    "bad-request",
+                    format!("write: expected data, got a {k:?} frame"),
+                )));
+            }
+            Err(e) => return Err(cleanup(ErrorMsg::new("bad-request", e.to_string()))),
+        }
+    }
+    nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(mode))
+        .map_err(|e| cleanup(errno_msg(path, e)))?;
+    drop(f);
+    renameat(&dir, tmp.as_str(), &dir, name.as_os_str())
+        .map_err(|e| cleanup(errno_msg(path, e)))?;
+    Ok(Reply::Ok)
+}
+
+fn libc_s_ifmt() -> u32 {
+    0o170000
+}
+fn libc_s_ifdir() -> u32 {
+    0o040000
+}
+
+fn info(path: String, st: &nix::sys::stat::FileStat) -> StatInfo {
+    let kind = match st.st_mode & 0o170000 {
+        0o100000 => "file",
+        0o040000 => "dir",
+        0o120000 => "symlink",
+        _ => "other",
+    };
+    StatInfo {
+        path,
+        kind: kind.into(),
+        size: st.st_size as u64,
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        mtime: st.st_mtime,
+    }
+}
+
+fn stat(cfg: &Config, path: &str) -> Res<Reply> {
+    let (root, rel) = beneath(cfg, path)?;
+    let fd =
+        open2(&root, &rel, OFlag::O_PATH | OFlag::O_NOFOLLOW, 0).map_err(|e| errno_msg(path, e))?;
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| errno_msg(path, e))?;
+    Ok(Reply::Stat(info(path.into(), &st)))
+}
+
+/// At most this many entries per list, so one request stays bounded.
+const LIST_MAX: usize = 100_000;
+
+fn list(cfg: &Config, path: &str, depth: u32) -> Res<Reply> {
+    let (root, rel) = beneath(cfg, path)?;
+    let fd = open2(&root, &rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY, 0)
+        .map_err(|e| errno_msg(path, e))?;
+    let mut entries = Vec::new();
+    walk(fd, path.trim_end_matches('/'), depth, &mut entries)?;
+    Ok(Reply::List { entries })
+}
+
+fn walk(fd: OwnedFd, prefix: &str, depth: u32, out: &mut Vec<StatInfo>) -> Res<()> {
+    use nix::fcntl::AtFlags;
+    let mut dir = nix::dir::Dir::from_fd(fd).map_err(|e| errno_msg(prefix, e))?;
+    let mut subdirs = Vec::new();
+    let dfd = dir
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| io_err(prefix, e))?;
+    for ent in dir.iter() {
+        let ent = ent.map_err(|e| errno_msg(prefix, e))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if name == "." || name == ".." {
+            continue;
+        }
+        if out.len() >= LIST_MAX {
+            return Err(ErrorMsg::new(
+                "bad-request",
+                format!("{prefix}: more than {LIST_MAX} entries; list a smaller tree"),
+            ));
+        }
+        let Ok(st) = nix::sys::stat::fstatat(&dfd, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+        else {
+            continue;
+        };
+        let p = format!("{prefix}/{name}");
+        let i = info(p.clone(), &st);
+        if depth > 0 && i.kind == "dir" {
+            subdirs.push((name, p));
+        }
+        out.push(i);
+    }
+    for (name, p) in subdirs {
+        if let Ok(sub) = nix::fcntl::openat(
+            &dfd,
+            name.as_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            walk(sub, &p, depth - 1, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn mkdir_p(cfg: &Config, path: &str, mode: u32) -> Res<Reply> {
+    let (root, rel) = beneath(cfg, path)?;
+    let mut cur = root;
+    for c in rel.components() {
+        let Component::Normal(name) = c else { continue };
+        match nix::sys::stat::mkdirat(&cur, name, Mode::from_bits_truncate(mode)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(errno_msg(path, e)),
+        }
+        // Each step refuses a symlink: a directory made here is ours.
+        cur = nix::fcntl::openat(
+            &cur,
+            name,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| errno_msg(path, e))?;
+    }
+    Ok(Reply::Ok)
+}
+
+fn remove(cfg: &Config, path: &str, recursive: bool) -> Res<Reply> {
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    let (dir, name) = parent_of(cfg, path)?;
+    match unlinkat(&dir, name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+        Ok(()) => return Ok(Reply::Ok),
+        Err(Errno::EISDIR) => {}
+        Err(e) => return Err(errno_msg(path, e)),
+    }
+    if recursive {
+        let sub = nix::fcntl::openat(
+            &dir,
+            name.as_os_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| errno_msg(path, e))?;
+        empty_dir(sub, path)?;
+    }
+    unlinkat(&dir, name.as_os_str(), UnlinkatFlags::RemoveDir).map_err(|e| errno_msg(path, e))?;
+    Ok(Reply::Ok)
+}
+
+fn empty_dir(fd: OwnedFd, path: &str) -> Res<()> {
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    let dfd = fd.try_clone().map_err(|e| io_err(path, e))?;
+    let mut dir = nix::dir::Dir::from_fd(fd).map_err(|e| errno_msg(path, e))?;
+    let names: Vec<OsString> = dir
+        .iter()
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            use std::os::unix::ffi::OsStrExt;
+            std::ffi::OsStr::from_bytes(e.file_name().to_bytes()).to_owned()
+        })
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    for n in names {
+        match unlinkat(&dfd, n.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => continue,
+            Err(Errno::EISDIR) => {}
+            Err(e) => return Err(errno_msg(path, e)),
+        }
+        let sub = nix::fcntl::openat(
+            &dfd,
+            n.as_os_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| errno_msg(path, e))?;
+        empty_dir(sub, path)?;
+        unlinkat(&dfd, n.as_os_str(), UnlinkatFlags::RemoveDir).map_err(|e| errno_msg(path, e))?;
+    }
+    Ok(())
+}
+
+fn rename(cfg: &Config, from: &str, to: &str) -> Res<Reply> {
+    let (fd, fname) = parent_of(cfg, from)?;
+    let (td, tname) = parent_of(cfg, to)?;
+    nix::fcntl::renameat(&fd, fname.as_os_str(), &td, tname.as_os_str())
+        .map_err(|e| errno_msg(from, e))?;
+    Ok(Reply::Ok)
+}
+
+fn health(cfg: &Config) -> Res<Reply> {
+    let text = std::fs::read_to_string(&cfg.status)
+        .map_err(|e| io_err(&cfg.status.display().to_string(), e))?;
+    let status =
+        serde_json::from_str(&text).map_err(|e| io_err(&cfg.status.display().to_string(), e))?;
+    Ok(Reply::Health { status })
+}
+
+/// Bind the socket as the owner of its directory (the host user who runs
+/// sbx-run, who must be able to connect), mode 0600. Inside the sandbox
+/// the socket sits under root's 0700 /run/sbx, out of the agent's reach.
+pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let meta = std::fs::metadata(dir)?;
+    let path = path.to_owned();
+    // A thread of its own: the fsuid switch must not touch any other.
+    std::thread::spawn(move || {
+        let _g = FsId::set(meta.uid(), meta.gid());
+        let _ = std::fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(l)
+    })
+    .join()
+    .unwrap_or_else(|_| Err(std::io::Error::other("bind thread panicked")))
+}
+
+/// Accept forever, a thread per connection.
+pub fn serve(listener: std::os::unix::net::UnixListener, server: Arc<Server>) {
+    for conn in listener.incoming() {
+        match conn {
+            Ok(s) => {
+                let server = Arc::clone(&server);
+                std::thread::spawn(move || server.handle(s));
+            }
+            Err(e) if e.raw_os_error() == Some(libc_emfile()) => {
+                // Out of descriptors: wait for connections to end.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn libc_emfile() -> i32 {
+    Errno::EMFILE as i32
+}

@@ -1,0 +1,597 @@
+//! The host-to-guest API (DESIGN.md §8): frame format, message types and the
+//! client, in one place that the guest's server and sbx-run's client both
+//! use, so the two sides cannot disagree on the wire format.
+//!
+//! A frame is a 4-byte big-endian length, then one kind byte, then the
+//! payload (length counts kind + payload). Control messages are JSON;
+//! stdout/stderr/stdin and file data are raw bytes. The first frame each
+//! way is a `Hello` carrying the protocol version; a mismatch is refused
+//! with an `Error` frame naming both versions. Nothing here knows about
+//! Docker: any `Read + Write` stream is a transport (a unix socket now,
+//! vsock in a microVM later, a socketpair in tests).
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped on any incompatible change of frames or messages.
+pub const VERSION: u32 = 1;
+/// The largest frame either side accepts (kind byte + payload).
+pub const MAX_FRAME: usize = 1 << 20;
+/// Data frames are sent in chunks of at most this size.
+pub const CHUNK: usize = 256 * 1024;
+/// The socket's name in the sandbox's host directory.
+pub const SOCKET_NAME: &str = "guest.sock";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Hello = 1,
+    Request = 2,
+    Reply = 3,
+    Stdin = 4,
+    Stdout = 5,
+    Stderr = 6,
+    /// End of a stream: stdin closed (client), file data complete (both).
+    Eof = 7,
+    Exit = 8,
+    Error = 9,
+    /// Resize or signal a running exec (client to guest).
+    Control = 10,
+    Data = 11,
+}
+
+impl Kind {
+    pub fn from_u8(b: u8) -> Option<Self> {
+        use Kind::*;
+        Some(match b {
+            1 => Hello,
+            2 => Request,
+            3 => Reply,
+            4 => Stdin,
+            5 => Stdout,
+            6 => Stderr,
+            7 => Eof,
+            8 => Exit,
+            9 => Error,
+            10 => Control,
+            11 => Data,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("guest API: {0}")]
+    Io(#[from] io::Error),
+    #[error("guest API: frame of {0} bytes is over the limit of {MAX_FRAME}")]
+    TooBig(usize),
+    #[error("guest API: empty frame")]
+    Empty,
+    #[error("guest API: unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("guest API: connection closed mid-frame")]
+    Truncated,
+    #[error("guest API: bad {what} message: {err}")]
+    Json { what: &'static str, err: String },
+    #[error("guest API: expected a {expected:?} frame, got {got:?}")]
+    Unexpected { expected: Kind, got: Kind },
+    #[error(
+        "guest API: protocol version mismatch: this side speaks {ours}, the other {theirs} (update sbx-run and the base image together)"
+    )]
+    Version { ours: u32, theirs: u32 },
+    /// The other side's error frame.
+    #[error("{}", .0.message)]
+    Remote(ErrorMsg),
+}
+
+impl ProtoError {
+    /// True when the stream ended cleanly between frames.
+    pub fn is_closed(&self) -> bool {
+        matches!(self, ProtoError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof)
+    }
+}
+
+pub type Frame = (Kind, Vec<u8>);
+
+/// Write one frame (a single write of header and payload for small frames).
+pub fn write_frame(w: &mut impl Write, kind: Kind, payload: &[u8]) -> Result<(), ProtoError> {
+    let len = payload.len() + 1;
+    if len > MAX_FRAME {
+        return Err(ProtoError::TooBig(len));
+    }
+    let mut head = [0u8; 5];
+    head[..4].copy_from_slice(&(len as u32).to_be_bytes());
+    head[4] = kind as u8;
+    if payload.len() <= 4096 {
+        let mut buf = Vec::with_capacity(5 + payload.len());
+        buf.extend_from_slice(&head);
+        buf.extend_from_slice(payload);
+        w.write_all(&buf)?;
+    } else {
+        w.write_all(&head)?;
+        w.write_all(payload)?;
+    }
+    Ok(())
+}
+
+pub fn write_json<T: Serialize>(w: &mut impl Write, kind: Kind, msg: &T) -> Result<(), ProtoError> {
+    let v = serde_json::to_vec(msg).map_err(|e| ProtoError::Json {
+        what: "outgoing",
+        err: e.to_string(),
+    })?;
+    write_frame(w, kind, &v)
+}
+
+/// Read one frame. A clean end before the header is `Io(UnexpectedEof)`;
+/// an end inside a frame is `Truncated`. The length is checked before
+/// anything is allocated.
+pub fn read_frame(r: &mut impl Read) -> Result<Frame, ProtoError> {
+    let mut head = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut head[got..]) {
+            Ok(0) if got == 0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(0) => return Err(ProtoError::Truncated),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u32::from_be_bytes(head) as usize;
+    if len == 0 {
+        return Err(ProtoError::Empty);
+    }
+    if len > MAX_FRAME {
+        return Err(ProtoError::TooBig(len));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => ProtoError::Truncated,
+        _ => ProtoError::Io(e),
+    })?;
+    let kind = Kind::from_u8(buf[0]).ok_or(ProtoError::UnknownKind(buf[0]))?;
+    buf.remove(0);
+    Ok((kind, buf))
+}
+
+pub fn parse<T: for<'de> Deserialize<'de>>(
+    what: &'static str,
+    payload: &[u8],
+) -> Result<T, ProtoError> {
+    serde_json::from_slice(payload).map_err(|e| ProtoError::Json {
+        what,
+        err: e.to_string(),
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub proto: String,
+    pub version: u32,
+}
+
+impl Hello {
+    pub fn ours() -> Self {
+        Self {
+            proto: "sbx-guest".into(),
+            version: VERSION,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Winsize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// Who a request runs as inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum User {
+    /// The agent's uid, no capabilities (the default).
+    #[default]
+    Agent,
+    /// The guest's root, with the few capabilities it keeps.
+    Root,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ExecReq {
+    pub argv: Vec<String>,
+    /// Set over the agent's environment (the container's, filtered).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub user: User,
+    /// Run on a new pseudo-terminal of this size.
+    #[serde(default)]
+    pub tty: Option<Winsize>,
+    /// Kill the process group after this many milliseconds.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Request {
+    Exec(ExecReq),
+    /// Take over the streams of a running (or ended, unreported) exec.
+    Attach {
+        id: u64,
+    },
+    /// Send a signal to an exec's process group.
+    Signal {
+        id: u64,
+        signal: i32,
+    },
+    Read {
+        path: String,
+        #[serde(default)]
+        user: User,
+    },
+    /// Data frames and an Eof follow; the file is replaced atomically.
+    Write {
+        path: String,
+        #[serde(default)]
+        mode: Option<u32>,
+        #[serde(default)]
+        user: User,
+    },
+    Stat {
+        path: String,
+    },
+    List {
+        path: String,
+        #[serde(default)]
+        depth: u32,
+    },
+    Mkdir {
+        path: String,
+        #[serde(default)]
+        mode: Option<u32>,
+        #[serde(default)]
+        user: User,
+    },
+    Remove {
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+        #[serde(default)]
+        user: User,
+    },
+    Rename {
+        from: String,
+        to: String,
+        #[serde(default)]
+        user: User,
+    },
+    Health,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ctl", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Control {
+    Resize(Winsize),
+    Signal { signal: i32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatInfo {
+    pub path: String,
+    /// "file", "dir", "symlink" or "other".
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "lowercase")]
+pub enum Reply {
+    /// An exec started (or was attached): its id for attach and signal.
+    Started {
+        id: u64,
+        pid: i32,
+    },
+    Stat(StatInfo),
+    List {
+        entries: Vec<StatInfo>,
+    },
+    /// The guest's status.json as it is.
+    Health {
+        status: serde_json::Value,
+    },
+    Ok,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitMsg {
+    /// The shell's number: the code, 128+N for a signal, 124 after a
+    /// timeout (as timeout(1)).
+    pub status: i32,
+    #[serde(default)]
+    pub code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorMsg {
+    /// "version", "bad-request", "not-found", "denied", "escape", "spawn", "io", "busy".
+    pub kind: String,
+    pub message: String,
+    /// For a spawn failure: 127 not found, 126 cannot run.
+    #[serde(default)]
+    pub status: Option<i32>,
+}
+
+impl ErrorMsg {
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            message: message.into(),
+            status: None,
+        }
+    }
+}
+
+/// What the API runs over: one bidirectional byte stream that can be
+/// split between a reader and a writer thread. A unix socket today, a
+/// vsock stream in a microVM, a socketpair in tests.
+pub trait Transport: Read + Write + Send + Sized + 'static {
+    fn try_clone(&self) -> io::Result<Self>;
+    /// End both directions, waking a thread blocked reading.
+    fn shutdown(&self);
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()>;
+}
+
+impl Transport for std::os::unix::net::UnixStream {
+    fn try_clone(&self) -> io::Result<Self> {
+        std::os::unix::net::UnixStream::try_clone(self)
+    }
+    fn shutdown(&self) {
+        let _ = std::os::unix::net::UnixStream::shutdown(self, std::net::Shutdown::Both);
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        std::os::unix::net::UnixStream::set_read_timeout(self, t)
+    }
+}
+
+/// Where a sandbox's socket is on the host, given its host directory.
+pub fn socket_in(host_dir: &Path) -> std::path::PathBuf {
+    host_dir.join(SOCKET_NAME)
+}
+
+/// One connection to the guest, after the version handshake.
+#[derive(Debug)]
+pub struct Client<S: Read + Write> {
+    pub stream: S,
+}
+
+impl<S: Read + Write> Client<S> {
+    /// Send our hello, check theirs.
+    pub fn handshake(mut stream: S) -> Result<Self, ProtoError> {
+        write_json(&mut stream, Kind::Hello, &Hello::ours())?;
+        Self::their_hello(stream)
+    }
+
+    /// Our hello and `req` in one write, then their hello: one round trip
+    /// less than `handshake` + `send` (the guest reads the request after
+    /// answering the hello; a version it refuses is still an error frame).
+    pub fn open(mut stream: S, req: &Request) -> Result<Self, ProtoError> {
+        let mut buf = Vec::with_capacity(256);
+        write_json(&mut buf, Kind::Hello, &Hello::ours())?;
+        write_json(&mut buf, Kind::Request, req)?;
+        stream.write_all(&buf)?;
+        Self::their_hello(stream)
+    }
+
+    fn their_hello(mut stream: S) -> Result<Self, ProtoError> {
+        let (k, p) = read_frame(&mut stream)?;
+        match k {
+            Kind::Hello => {
+                let h: Hello = parse("hello", &p)?;
+                if h.version != VERSION {
+                    return Err(ProtoError::Version {
+                        ours: VERSION,
+                        theirs: h.version,
+                    });
+                }
+                Ok(Self { stream })
+            }
+            Kind::Error => Err(ProtoError::Remote(parse("error", &p)?)),
+            got => Err(ProtoError::Unexpected {
+                expected: Kind::Hello,
+                got,
+            }),
+        }
+    }
+
+    pub fn send(&mut self, req: &Request) -> Result<(), ProtoError> {
+        write_json(&mut self.stream, Kind::Request, req)
+    }
+
+    /// The next frame; an Error frame becomes `Remote`.
+    pub fn frame(&mut self) -> Result<Frame, ProtoError> {
+        let f = read_frame(&mut self.stream)?;
+        if f.0 == Kind::Error {
+            return Err(ProtoError::Remote(parse("error", &f.1)?));
+        }
+        Ok(f)
+    }
+
+    pub fn reply(&mut self) -> Result<Reply, ProtoError> {
+        match self.frame()? {
+            (Kind::Reply, p) => parse("reply", &p),
+            (got, _) => Err(ProtoError::Unexpected {
+                expected: Kind::Reply,
+                got,
+            }),
+        }
+    }
+
+    /// A request answered by one reply (stat, list, mkdir, health …).
+    pub fn call(&mut self, req: &Request) -> Result<Reply, ProtoError> {
+        self.send(req)?;
+        self.reply()
+    }
+
+    /// Read a whole file into `out`; returns its size.
+    pub fn read_to(
+        &mut self,
+        path: &str,
+        user: User,
+        out: &mut impl Write,
+    ) -> Result<u64, ProtoError> {
+        self.send(&Request::Read {
+            path: path.into(),
+            user,
+        })?;
+        self.recv_file(out)
+    }
+
+    /// The answer to a read request already sent: the file's bytes.
+    pub fn recv_file(&mut self, out: &mut impl Write) -> Result<u64, ProtoError> {
+        self.reply()?;
+        let mut n = 0u64;
+        loop {
+            match self.frame()? {
+                (Kind::Data, d) => {
+                    n += d.len() as u64;
+                    out.write_all(&d)?;
+                }
+                (Kind::Eof, _) => return Ok(n),
+                (got, _) => {
+                    return Err(ProtoError::Unexpected {
+                        expected: Kind::Data,
+                        got,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Replace a file with everything `input` yields.
+    pub fn write_from(
+        &mut self,
+        path: &str,
+        mode: Option<u32>,
+        user: User,
+        input: &mut impl Read,
+    ) -> Result<u64, ProtoError> {
+        self.send(&Request::Write {
+            path: path.into(),
+            mode,
+            user,
+        })?;
+        let mut buf = vec![0u8; CHUNK];
+        let mut n = 0u64;
+        loop {
+            let got = match input.read(&mut buf) {
+                Ok(0) => break,
+                Ok(g) => g,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            n += got as u64;
+            write_frame(&mut self.stream, Kind::Data, &buf[..got])?;
+        }
+        write_frame(&mut self.stream, Kind::Eof, &[])?;
+        self.reply()?;
+        Ok(n)
+    }
+}
+
+/// Connect to a guest's unix socket and shake hands.
+pub fn connect(socket: &Path) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
+    let s = std::os::unix::net::UnixStream::connect(socket)?;
+    Client::handshake(s)
+}
+
+/// Connect and send `req` with the hello (see `Client::open`).
+pub fn connect_send(
+    socket: &Path,
+    req: &Request,
+) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
+    Client::open(std::os::unix::net::UnixStream::connect(socket)?, req)
+}
+
+/// Connect, with a deadline for the handshake (a wedged guest must not
+/// hang the host's command).
+pub fn connect_timeout(
+    socket: &Path,
+    t: Duration,
+) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
+    let s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(t))?;
+    let c = Client::handshake(s)?;
+    c.stream.set_read_timeout(None)?;
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_limits_hold() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, Kind::Stdout, b"\0\xffbin").unwrap();
+        write_json(&mut buf, Kind::Request, &Request::Health).unwrap();
+        let mut r = &buf[..];
+        assert_eq!(
+            read_frame(&mut r).unwrap(),
+            (Kind::Stdout, b"\0\xffbin".to_vec())
+        );
+        let (k, p) = read_frame(&mut r).unwrap();
+        assert_eq!(k, Kind::Request);
+        assert_eq!(parse::<Request>("r", &p).unwrap(), Request::Health);
+        assert!(read_frame(&mut r).unwrap_err().is_closed());
+        // Oversized, empty, unknown, truncated.
+        let big = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(
+            read_frame(&mut &big[..]),
+            Err(ProtoError::TooBig(_))
+        ));
+        assert!(matches!(
+            read_frame(&mut &[0u8, 0, 0, 0][..]),
+            Err(ProtoError::Empty)
+        ));
+        assert!(matches!(
+            read_frame(&mut &[0u8, 0, 0, 1, 99][..]),
+            Err(ProtoError::UnknownKind(99))
+        ));
+        assert!(matches!(
+            read_frame(&mut &[0u8, 0, 0, 9, 5, 1][..]),
+            Err(ProtoError::Truncated)
+        ));
+        assert!(matches!(
+            read_frame(&mut &[0u8, 0][..]),
+            Err(ProtoError::Truncated)
+        ));
+        assert!(matches!(
+            write_frame(&mut Vec::new(), Kind::Data, &vec![0; MAX_FRAME]),
+            Err(ProtoError::TooBig(_))
+        ));
+    }
+
+    #[test]
+    fn requests_reject_unknown_fields() {
+        assert!(parse::<Request>("r", br#"{"op":"exec","argv":["true"]}"#).is_ok());
+        assert!(parse::<Request>("r", br#"{"op":"exec","argv":["true"],"x":1}"#).is_err());
+        assert!(parse::<Request>("r", br#"{"op":"launch"}"#).is_err());
+    }
+}

@@ -1,0 +1,495 @@
+//! exec, shell and cp through the guest's host API (sbx_core::guestapi):
+//! the socket is found from the workspace's names alone, so the fast path
+//! runs no docker command at all. `run` is the library entry point other
+//! commands (sbx-run agent) build on.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{self, IsTerminal, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sbx_core::guestapi::{
+    self as proto, Client, Control, ErrorMsg, ExecReq, ExitMsg, Kind, ProtoError, Reply, Request,
+    User, Winsize,
+};
+
+use crate::spec;
+use crate::workspace::Workspace;
+
+/// The guest's socket of a workspace's sandbox, on the host.
+pub fn socket_for(ws: &Workspace) -> PathBuf {
+    proto::socket_in(&spec::host_dir(&ws.names.container))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GuestError {
+    /// No guest listening (no socket, a stale one, an old image).
+    #[error("no guest API at {}: {}", .0.display(), .1)]
+    NoGuest(PathBuf, io::Error),
+    /// The command could not start: 127 not found, 126 not runnable.
+    #[error("{}", .0.message)]
+    Spawn(ErrorMsg, i32),
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+}
+
+impl GuestError {
+    /// The exit status a wrapper reports for this failure.
+    pub fn status(&self) -> i32 {
+        match self {
+            GuestError::Spawn(_, s) => *s,
+            _ => 125,
+        }
+    }
+}
+
+/// Connect, treating "nothing there" as `NoGuest` so callers can fall back.
+pub fn connect(socket: &Path) -> Result<Client<UnixStream>, GuestError> {
+    no_guest(
+        socket,
+        proto::connect_timeout(socket, Duration::from_secs(5)),
+    )
+}
+
+fn no_guest(
+    socket: &Path,
+    r: Result<Client<UnixStream>, ProtoError>,
+) -> Result<Client<UnixStream>, GuestError> {
+    match r {
+        Ok(c) => Ok(c),
+        Err(ProtoError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            Err(GuestError::NoGuest(socket.to_owned(), e))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The request `sbx-run exec` sends: the agent, in the workspace, with
+/// the host variables the config lets through (as `docker exec --env`).
+pub fn exec_request(ws: &Workspace, argv: &[OsString], agent: &str, tty: bool) -> ExecReq {
+    let mut env = BTreeMap::new();
+    env.insert("SBX_AGENT".to_owned(), agent.to_owned());
+    for name in spec::env_names(ws, std::env::vars_os()) {
+        if let Ok(v) = std::env::var(&name) {
+            env.insert(name, v);
+        }
+    }
+    ExecReq {
+        argv: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        env,
+        cwd: Some(ws.target()),
+        user: User::Agent,
+        tty: if tty { Some(term_size()) } else { None },
+        timeout_ms: None,
+    }
+}
+
+fn term_size() -> Winsize {
+    let (rows, cols) = sbx_sys::winsize(io::stdout().as_fd_borrowed())
+        .or_else(|| sbx_sys::winsize(io::stdin().as_fd_borrowed()))
+        .unwrap_or((24, 80));
+    Winsize { rows, cols }
+}
+
+trait FdOf {
+    fn as_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_>;
+}
+impl<T: std::os::fd::AsFd> FdOf for T {
+    fn as_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.as_fd()
+    }
+}
+
+/// Run `req` on the guest with this process's stdin/stdout/stderr: raw
+/// terminal and SIGWINCH resizes for a tty; SIGINT/SIGTERM/SIGHUP go to
+/// the remote process group otherwise. Returns how it ended.
+pub fn run(socket: &Path, req: ExecReq) -> Result<ExitMsg, GuestError> {
+    let tty = req.tty.is_some();
+    // The request rides with the hello: one round trip less.
+    let client = no_guest(socket, proto::connect_send(socket, &Request::Exec(req)))?;
+    let _raw = if tty {
+        sbx_sys::raw_terminal(io::stdin().as_fd_borrowed()).ok()
+    } else {
+        None
+    };
+    let stdin: Box<dyn Read + Send> = Box::new(io::stdin());
+    let mut out = io::stdout().lock();
+    let mut err = io::stderr().lock();
+    stream(client, tty, Some(stdin), &mut out, &mut err, true)
+}
+
+/// The same over an open client with any streams. `forward_signals`
+/// installs the terminal/signal forwarding (a CLI's, not a library's).
+pub fn run_with(
+    mut client: Client<UnixStream>,
+    req: ExecReq,
+    stdin: Option<Box<dyn Read + Send>>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    forward_signals: bool,
+) -> Result<ExitMsg, GuestError> {
+    let tty = req.tty.is_some();
+    client.send(&Request::Exec(req))?;
+    stream(client, tty, stdin, out, err, forward_signals)
+}
+
+/// An exec whose request is sent: started, then the streams to the end.
+fn stream(
+    mut client: Client<UnixStream>,
+    tty: bool,
+    stdin: Option<Box<dyn Read + Send>>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    forward_signals: bool,
+) -> Result<ExitMsg, GuestError> {
+    match client.frame() {
+        Ok((Kind::Reply, _)) => {}
+        Ok((got, _)) => {
+            return Err(ProtoError::Unexpected {
+                expected: Kind::Reply,
+                got,
+            }
+            .into());
+        }
+        Err(ProtoError::Remote(e)) if e.kind == "spawn" => {
+            let s = e.status.unwrap_or(126);
+            return Err(GuestError::Spawn(e, s));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let writer = Arc::new(Mutex::new(
+        client.stream.try_clone().map_err(ProtoError::from)?,
+    ));
+    if let Some(mut input) = stdin {
+        let w = Arc::clone(&writer);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match input.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+                        if proto::write_frame(&mut *s, Kind::Stdin, &buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
+            }
+            let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = proto::write_frame(&mut *s, Kind::Eof, &[]);
+        });
+    } else {
+        // Best effort: a command that already ended has closed the stream.
+        let mut s = writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = proto::write_frame(&mut *s, Kind::Eof, &[]);
+    }
+    if forward_signals {
+        forward(Arc::clone(&writer), tty);
+    }
+    loop {
+        match client.frame()? {
+            (Kind::Stdout, d) => {
+                out.write_all(&d).map_err(ProtoError::from)?;
+                out.flush().map_err(ProtoError::from)?;
+            }
+            (Kind::Stderr, d) => {
+                err.write_all(&d).map_err(ProtoError::from)?;
+                err.flush().map_err(ProtoError::from)?;
+            }
+            (Kind::Exit, p) => return Ok(proto::parse("exit", &p)?),
+            (got, _) => {
+                return Err(ProtoError::Unexpected {
+                    expected: Kind::Exit,
+                    got,
+                }
+                .into());
+            }
+        }
+    }
+}
+
+/// SIGWINCH becomes a resize; SIGINT/SIGTERM/SIGHUP/SIGQUIT a signal to
+/// the remote group (with a tty, ^C is a byte the remote terminal turns
+/// into SIGINT itself).
+fn forward(w: Arc<Mutex<UnixStream>>, tty: bool) {
+    use signal_hook::consts::*;
+    let mut sigs = vec![SIGWINCH, SIGTERM, SIGHUP];
+    if !tty {
+        sigs.extend([SIGINT, SIGQUIT]);
+    }
+    let Ok(mut it) = signal_hook::iterator::Signals::new(&sigs) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        for sig in it.forever() {
+            let ctl = if sig == SIGWINCH {
+                if !tty {
+                    continue;
+                }
+                Control::Resize(term_size())
+            } else {
+                Control::Signal { signal: sig }
+            };
+            let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+            if proto::write_json(&mut *s, Kind::Control, &ctl).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// The shell's exit number of an ended exec.
+pub fn status_of(x: &ExitMsg) -> u8 {
+    x.status.clamp(0, 255) as u8
+}
+
+/// One side of `sbx-run cp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// `-`: a tar stream on stdin or stdout.
+    Stream,
+    Host(PathBuf),
+    /// `:PATH` in the sandbox.
+    Sandbox(String),
+}
+
+impl Place {
+    pub fn parse(s: &std::ffi::OsStr) -> Place {
+        let t = s.to_string_lossy();
+        if t == "-" {
+            Place::Stream
+        } else if let Some(p) = t.strip_prefix(':') {
+            Place::Sandbox(p.to_owned())
+        } else {
+            Place::Host(PathBuf::from(s))
+        }
+    }
+}
+
+fn stat(socket: &Path, path: &str) -> Result<Option<proto::StatInfo>, GuestError> {
+    match connect(socket)?.call(&Request::Stat { path: path.into() }) {
+        Ok(Reply::Stat(s)) => Ok(Some(s)),
+        Ok(_) => Ok(None),
+        Err(ProtoError::Remote(e)) if e.kind == "not-found" => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn tar_exec(argv: &[&str]) -> ExecReq {
+    ExecReq {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        ..ExecReq::default()
+    }
+}
+
+fn split(path: &str) -> (String, String) {
+    let p = Path::new(path.trim_end_matches('/'));
+    let parent = p
+        .parent()
+        .map(|d| d.to_string_lossy().into_owned())
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "/".into());
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| ".".into());
+    (parent, name)
+}
+
+fn check(x: ExitMsg, what: &str) -> Result<(), GuestError> {
+    if x.status == 0 {
+        Ok(())
+    } else {
+        Err(ProtoError::Remote(ErrorMsg::new(
+            "io",
+            format!("{what} in the sandbox ended with status {}", x.status),
+        ))
+        .into())
+    }
+}
+
+fn host_tar(args: &[&std::ffi::OsStr]) -> std::process::Command {
+    let mut c = std::process::Command::new("tar");
+    c.args(args);
+    c
+}
+
+/// `sbx-run cp SRC DEST`, like `docker cp`: files go through the API's
+/// read and write (atomic replace, as the agent); directories and `-` as
+/// tar streams through an exec of tar (as the agent).
+pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<u64, GuestError> {
+    let io_err = |e: io::Error| GuestError::Proto(ProtoError::Io(e));
+    match (src, dest) {
+        (Place::Stream, Place::Sandbox(d)) => {
+            let x = run_with(
+                connect(socket)?,
+                tar_exec(&["tar", "-x", "-f", "-", "-C", d]),
+                Some(Box::new(io::stdin())),
+                &mut io::sink(),
+                &mut io::stderr(),
+                false,
+            )?;
+            check(x, "tar -x").map(|_| 0)
+        }
+        (Place::Sandbox(s), Place::Stream) => {
+            let (parent, name) = split(s);
+            stat(socket, s)?.ok_or_else(|| not_found(s))?;
+            let x = run_with(
+                connect(socket)?,
+                tar_exec(&["tar", "-c", "-f", "-", "-C", &parent, &name]),
+                None,
+                &mut io::stdout().lock(),
+                &mut io::stderr(),
+                false,
+            )?;
+            check(x, "tar -c").map(|_| 0)
+        }
+        (Place::Host(h), Place::Sandbox(d)) => {
+            let meta = std::fs::metadata(h).map_err(io_err)?;
+            let target = stat(socket, d)?;
+            let into_dir = target.as_ref().is_some_and(|t| t.kind == "dir");
+            if meta.is_dir() {
+                let (parent, name, dir) = if into_dir {
+                    let (p, n) = split(&h.to_string_lossy());
+                    (PathBuf::from(p), n, d.clone())
+                } else {
+                    connect(socket)?.call(&Request::Mkdir {
+                        path: d.clone(),
+                        mode: None,
+                        user: User::Agent,
+                    })?;
+                    (h.clone(), ".".into(), d.clone())
+                };
+                let mut child = host_tar(&[
+                    "-c".as_ref(),
+                    "-f".as_ref(),
+                    "-".as_ref(),
+                    "-C".as_ref(),
+                    parent.as_os_str(),
+                    name.as_ref(),
+                ])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .map_err(io_err)?;
+                let out = child
+                    .stdout
+                    .take()
+                    .map(|o| Box::new(o) as Box<dyn Read + Send>);
+                let x = run_with(
+                    connect(socket)?,
+                    tar_exec(&["tar", "-x", "-f", "-", "-C", &dir]),
+                    out,
+                    &mut io::sink(),
+                    &mut io::stderr(),
+                    false,
+                )?;
+                let _ = child.wait();
+                check(x, "tar -x").map(|_| 0)
+            } else {
+                let path = if into_dir {
+                    let name = h.file_name().map(|n| n.to_string_lossy().into_owned());
+                    format!("{}/{}", d.trim_end_matches('/'), name.unwrap_or_default())
+                } else {
+                    d.clone()
+                };
+                use std::os::unix::fs::PermissionsExt;
+                let mode = meta.permissions().mode() & 0o7777;
+                let mut f = std::fs::File::open(h).map_err(io_err)?;
+                Ok(connect(socket)?.write_from(&path, Some(mode), User::Agent, &mut f)?)
+            }
+        }
+        (Place::Sandbox(s), Place::Host(h)) => {
+            let info = stat(socket, s)?.ok_or_else(|| not_found(s))?;
+            let host_dir = h.is_dir();
+            if info.kind == "dir" {
+                let (parent, name, dest) = if host_dir {
+                    let (p, n) = split(s);
+                    (p, n, h.clone())
+                } else {
+                    std::fs::create_dir_all(h).map_err(io_err)?;
+                    (s.clone(), ".".into(), h.clone())
+                };
+                let mut child = host_tar(&[
+                    "-x".as_ref(),
+                    "-f".as_ref(),
+                    "-".as_ref(),
+                    "-C".as_ref(),
+                    dest.as_os_str(),
+                ])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .map_err(io_err)?;
+                let mut input = child
+                    .stdin
+                    .take()
+                    .ok_or_else(|| io_err(io::Error::other("tar")))?;
+                let x = run_with(
+                    connect(socket)?,
+                    tar_exec(&["tar", "-c", "-f", "-", "-C", &parent, &name]),
+                    None,
+                    &mut input,
+                    &mut io::stderr(),
+                    false,
+                )?;
+                drop(input);
+                let st = child.wait().map_err(io_err)?;
+                check(x, "tar -c")?;
+                if !st.success() {
+                    return Err(io_err(io::Error::other("tar -x on the host failed")));
+                }
+                Ok(0)
+            } else {
+                let dest = if host_dir {
+                    h.join(split(s).1)
+                } else {
+                    h.clone()
+                };
+                let dir = dest.parent().unwrap_or(Path::new("."));
+                let dir = if dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    dir
+                };
+                let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err)?;
+                let n = connect(socket)?.read_to(s, User::Agent, tmp.as_file_mut())?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(
+                    tmp.path(),
+                    std::fs::Permissions::from_mode(info.mode & 0o777),
+                )
+                .map_err(io_err)?;
+                tmp.persist(&dest).map_err(|e| io_err(e.error))?;
+                Ok(n)
+            }
+        }
+        _ => Err(GuestError::Proto(ProtoError::Remote(ErrorMsg::new(
+            "bad-request",
+            "cp: one side must be in the sandbox (:PATH), the other on the host (a path, or - for a tar stream)",
+        )))),
+    }
+}
+
+fn not_found(p: &str) -> GuestError {
+    GuestError::Proto(ProtoError::Remote(ErrorMsg::new(
+        "not-found",
+        format!("{p}: no such file or directory in the sandbox"),
+    )))
+}
+
+/// Is this process on a terminal both ways (shell, exec)?
+pub fn on_tty() -> bool {
+    io::stdin().is_terminal() && io::stdout().is_terminal()
+}

@@ -75,7 +75,7 @@ exclude = ["node_modules/", "target/", ".cache/"]
     assert_eq!(c.protected_paths().last().unwrap(), "docs");
     assert_eq!(c.environment.pass[0].0, "ANTHROPIC_API_KEY");
     assert!(c.network.allow_domains[1].wildcard);
-    assert_eq!(c.backup.url.as_ref().unwrap().scheme, "file");
+    assert_eq!(c.backup.url.as_ref().unwrap().kind, StoreKind::File);
 }
 
 #[test]
@@ -350,5 +350,26 @@ fn guest_services_need_a_program() {
     ] {
         let e = parse_toml(bad, p).unwrap_err().to_string();
         assert!(e.contains("guest.services"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn store_urls_are_parsed_once_into_fields() {
+    let u: StoreUrl = "s3://bkt/a/b/".parse().unwrap();
+    assert_eq!(
+        (u.kind, u.bucket.as_str(), u.path.as_str()),
+        (StoreKind::S3, "bkt", "a/b")
+    );
+    let u: StoreUrl = "gs://bkt".parse().unwrap();
+    assert_eq!(
+        (u.kind, u.bucket.as_str(), u.path.as_str()),
+        (StoreKind::Gs, "bkt", "")
+    );
+    let u: StoreUrl = "file:///var/tmp/x".parse().unwrap();
+    assert_eq!((u.kind, u.path.as_str()), (StoreKind::File, "/var/tmp/x"));
+    let u: StoreUrl = "memory://".parse().unwrap();
+    assert_eq!(u.kind, StoreKind::Memory);
+    for bad in ["s3:///prefix", "gs://", "file://rel", "ftp://x", "bucket"] {
+        assert!(bad.parse::<StoreUrl>().is_err(), "{bad}");
     }
 }

@@ -218,8 +218,10 @@ fn ctx(cli: &Cli) -> Result<Ctx, BoxError> {
     let loaded = config::discover_from_env(cli.common.config.as_deref())?;
     let b = &loaded.config.backup;
     let url = match (&cli.url, &b.url) {
-        (Some(u), _) => u.clone(),
-        (None, Some(u)) => u.text.clone(),
+        (Some(u), _) => u
+            .parse::<config::StoreUrl>()
+            .map_err(|e| Message::new(Exit::Config, format!("--url: {e}")))?,
+        (None, Some(u)) => u.clone(),
         (None, None) => {
             return Err(Box::new(Message::new(
                 Exit::Config,

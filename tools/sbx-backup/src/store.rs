@@ -11,6 +11,7 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ObjectStore, RetryConfig};
 use sbx_core::Exit;
+use sbx_core::config::{StoreKind, StoreUrl};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -51,40 +52,37 @@ fn retry() -> RetryConfig {
 impl Remote {
     /// Open `url`. Credentials come from the environment only
     /// (`AWS_*`, `GOOGLE_APPLICATION_CREDENTIALS`, `GOOGLE_SERVICE_ACCOUNT*`).
-    pub fn open(url: &str) -> Result<Self, StoreError> {
+    pub fn open(url: &StoreUrl) -> Result<Self, StoreError> {
         let cfg = |why: String| StoreError::Config {
-            url: url.to_owned(),
+            url: url.text.clone(),
             why,
         };
-        let parsed = url::Url::parse(url).map_err(|e| cfg(e.to_string()))?;
-        let prefix = Path::from(parsed.path().trim_matches('/'));
-        let store: Arc<dyn ObjectStore> = match parsed.scheme() {
-            "file" => {
-                let dir = parsed
-                    .to_file_path()
-                    .map_err(|_| cfg("not a local path".into()))?;
-                std::fs::create_dir_all(&dir)
+        let prefix = Path::from(url.path.as_str());
+        let store: Arc<dyn ObjectStore> = match url.kind {
+            StoreKind::File => {
+                let dir = std::path::Path::new(&url.path);
+                std::fs::create_dir_all(dir)
                     .map_err(|e| cfg(format!("cannot create {}: {e}", dir.display())))?;
                 return Ok(Self {
-                    url: url.to_owned(),
+                    url: url.text.clone(),
                     store: Arc::new(
-                        object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                        object_store::local::LocalFileSystem::new_with_prefix(dir)
                             .map_err(|e| cfg(e.to_string()))?,
                     ),
                     prefix: Path::default(),
                 });
             }
-            "memory" => Arc::new(object_store::memory::InMemory::new()),
-            "s3" => Arc::new(
+            StoreKind::Memory => Arc::new(object_store::memory::InMemory::new()),
+            StoreKind::S3 => Arc::new(
                 object_store::aws::AmazonS3Builder::from_env()
-                    .with_url(url)
+                    .with_bucket_name(&url.bucket)
                     .with_retry(retry())
                     .build()
                     .map_err(|e| cfg(format!("{e} (credentials come from AWS_* variables)")))?,
             ),
-            "gs" => Arc::new(
+            StoreKind::Gs => Arc::new(
                 object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                    .with_url(url)
+                    .with_bucket_name(&url.bucket)
                     .with_retry(retry())
                     .build()
                     .map_err(|e| {
@@ -93,14 +91,9 @@ impl Remote {
                         ))
                     })?,
             ),
-            other => {
-                return Err(cfg(format!(
-                    "unknown URL scheme \"{other}\": use gs://, s3://, file:// or memory://"
-                )));
-            }
         };
         Ok(Self {
-            url: url.to_owned(),
+            url: url.text.clone(),
             store,
             prefix,
         })

@@ -124,24 +124,6 @@ pub fn mirror_for(sources: &[AptSource], suite: &str) -> Option<String> {
         .and_then(|s| s.uris.first().cloned())
 }
 
-/// Host names of every source, for an egress allowlist.
-pub fn hosts(sources: &[AptSource]) -> Vec<String> {
-    let mut v: Vec<String> = sources
-        .iter()
-        .flat_map(|s| &s.uris)
-        .filter_map(|u| u.split_once("://").map(|(_, rest)| rest))
-        .map(|rest| {
-            let authority = rest.split('/').next().unwrap_or("");
-            let host = authority.rsplit('@').next().unwrap_or("");
-            host.split(':').next().unwrap_or("").to_ascii_lowercase()
-        })
-        .filter(|h| !h.is_empty())
-        .collect();
-    v.sort();
-    v.dedup();
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,12 +156,13 @@ mod tests {
             Some("http://mirror.test/debian")
         );
         assert_eq!(mirror_for(&s, "trixie"), None);
-        assert_eq!(hosts(&s), ["mirror.test", "sec.test"]);
-    }
-
-    #[test]
-    fn hosts_strip_userinfo_and_port() {
-        let s = parse_list("deb https://u:p@Mirror.Test:8443/debian bookworm main\n");
-        assert_eq!(hosts(&s), ["mirror.test"]);
+        let uris: Vec<&str> = s.iter().flat_map(|s| &s.uris).map(String::as_str).collect();
+        assert_eq!(
+            uris,
+            [
+                "http://mirror.test/debian",
+                "http://sec.test/debian-security"
+            ]
+        );
     }
 }

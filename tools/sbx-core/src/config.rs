@@ -741,44 +741,71 @@ impl std::str::FromStr for Interval {
 from_str_deserialize!(Interval);
 
 /// An object store URL: gs://bucket/prefix, s3://bucket/prefix,
-/// file:///absolute/path or memory://.
+/// file:///absolute/path or memory://. Parsed once here; sbx-backup opens
+/// the store from these fields and sbx-fw derives the store's endpoints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreUrl {
-    pub scheme: String,
+    pub kind: StoreKind,
+    /// The bucket of gs:// and s3://; empty otherwise.
+    pub bucket: String,
+    /// The prefix inside the bucket (no leading or trailing `/`), or the
+    /// absolute directory of file://.
+    pub path: String,
     pub text: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Gs,
+    S3,
+    File,
+    Memory,
 }
 
 impl std::str::FromStr for StoreUrl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        let usage = "use gs://, s3://, file:// or memory://";
         let (scheme, rest) = s.split_once("://").ok_or_else(|| {
             format!("invalid URL \"{s}\": expected gs://, s3://, file:// or memory://")
         })?;
-        match scheme {
-            "gs" | "s3" => {
-                let bucket = rest.split('/').next().unwrap_or("");
-                if bucket.is_empty() {
-                    return Err(format!(
-                        "invalid URL \"{s}\": name a bucket, like {scheme}://bucket/prefix"
-                    ));
-                }
-            }
-            "file" => {
-                if !rest.starts_with('/') {
-                    return Err(format!(
-                        "invalid URL \"{s}\": file URLs need an absolute path (file:///var/tmp/x)"
-                    ));
-                }
-            }
-            "memory" => {}
+        let kind = match scheme {
+            "gs" => StoreKind::Gs,
+            "s3" => StoreKind::S3,
+            "file" => StoreKind::File,
+            "memory" => StoreKind::Memory,
             other => {
                 return Err(format!(
-                    "unknown URL scheme \"{other}\" in \"{s}\": use gs://, s3://, file:// or memory://"
+                    "unknown URL scheme \"{other}\" in \"{s}\": {usage}"
                 ));
             }
+        };
+        if kind == StoreKind::File && !rest.starts_with('/') {
+            return Err(format!(
+                "invalid URL \"{s}\": file URLs need an absolute path (file:///var/tmp/x)"
+            ));
         }
+        let u = url::Url::parse(s).map_err(|e| format!("invalid URL \"{s}\": {e}"))?;
+        let bucket = u.host_str().unwrap_or_default().to_owned();
+        let (bucket, path) = match kind {
+            StoreKind::Gs | StoreKind::S3 if bucket.is_empty() => {
+                return Err(format!(
+                    "invalid URL \"{s}\": name a bucket, like {scheme}://bucket/prefix"
+                ));
+            }
+            StoreKind::Gs | StoreKind::S3 => (bucket, u.path().trim_matches('/').to_owned()),
+            StoreKind::File => {
+                let dir = u
+                    .to_file_path()
+                    .map_err(|()| format!("invalid URL \"{s}\": not a local path"))?;
+                (String::new(), dir.to_string_lossy().into_owned())
+            }
+            StoreKind::Memory => (String::new(), String::new()),
+        };
         Ok(Self {
-            scheme: scheme.to_owned(),
+            kind,
+            bucket,
+            path,
             text: s.to_owned(),
         })
     }

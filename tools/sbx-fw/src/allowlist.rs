@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use sbx_core::config::{Domain, Network, StoreUrl};
+use sbx_core::config::{Domain, Network, StoreKind, StoreUrl};
 
 /// Seed 000 "Allowed Services": the endpoints the image's AI CLIs use.
 /// GitHub is allowed by its published ranges, not by name (see `github`).
@@ -220,25 +220,9 @@ pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<
         }
     }
 
-    // apt: one-line and deb822 sources.
-    let mut apt = Vec::new();
-    if let Ok(t) = fs::read_to_string(rel(Path::new("/etc/apt/sources.list"))) {
-        apt.push(t);
-    }
-    if let Ok(rd) = fs::read_dir(rel(Path::new("/etc/apt/sources.list.d"))) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if matches!(
-                p.extension().and_then(|x| x.to_str()),
-                Some("list" | "sources")
-            ) && let Ok(t) = fs::read_to_string(&p)
-            {
-                apt.push(t);
-            }
-        }
-    }
-    for text in &apt {
-        urls.extend(apt_uris(text));
+    // apt: one-line and deb822 sources, disabled stanzas left out.
+    for src in sbx_core::apt::read_sources(root) {
+        urls.extend(src.uris);
     }
 
     for u in urls {
@@ -258,8 +242,8 @@ pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<
 /// token endpoints; file:// and memory:// reach nothing.
 pub fn backup_endpoints(url: &StoreUrl, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-    match url.scheme.as_str() {
-        "s3" => {
+    match url.kind {
+        StoreKind::S3 => {
             let region = var("AWS_REGION")
                 .or_else(|| var("AWS_DEFAULT_REGION"))
                 .unwrap_or_else(|| "us-east-1".to_owned());
@@ -269,8 +253,7 @@ pub fn backup_endpoints(url: &StoreUrl, env: &dyn Fn(&str) -> Option<String>) ->
             {
                 Some(e) => vec![e],
                 None => {
-                    let rest = url.text.split_once("://").map_or("", |(_, r)| r);
-                    let bucket = rest.split('/').next().unwrap_or_default();
+                    let bucket = &url.bucket;
                     vec![
                         format!("https://s3.{region}.amazonaws.com"),
                         format!("https://{bucket}.s3.{region}.amazonaws.com"),
@@ -285,43 +268,20 @@ pub fn backup_endpoints(url: &StoreUrl, env: &dyn Fn(&str) -> Option<String>) ->
             }
             out
         }
-        "gs" => [
+        StoreKind::Gs => [
             "https://storage.googleapis.com",
             "https://oauth2.googleapis.com",
             "https://accounts.google.com",
         ]
         .map(str::to_owned)
         .to_vec(),
-        _ => Vec::new(),
+        StoreKind::File | StoreKind::Memory => Vec::new(),
     }
 }
 
 /// The port a URL names, or its scheme's (http 80, https 443).
 pub fn url_port(u: &str) -> Option<u16> {
-    let (scheme, rest) = u.trim().split_once("://")?;
-    match authority(rest)?.1 {
-        Some(p) => p.parse().ok(),
-        None => match scheme {
-            "http" => Some(80),
-            "https" => Some(443),
-            _ => None,
-        },
-    }
-}
-
-/// Host and port of what follows `scheme://` (userinfo, path, query and
-/// fragment dropped); an IPv6 host keeps its brackets.
-fn authority(rest: &str) -> Option<(&str, Option<&str>)> {
-    let hostport = rest.split(['/', '?', '#']).next()?.rsplit('@').next()?;
-    Some(match hostport.find(']') {
-        Some(i) if hostport.starts_with('[') => {
-            (&hostport[..=i], hostport[i + 1..].strip_prefix(':'))
-        }
-        _ => match hostport.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (hostport, None),
-        },
-    })
+    url::Url::parse(u.trim()).ok()?.port_or_known_default()
 }
 
 fn collect_cargo(v: &toml::Value, out: &mut Vec<String>) {
@@ -339,50 +299,25 @@ fn collect_cargo(v: &toml::Value, out: &mut Vec<String>) {
     }
 }
 
-fn apt_uris(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let t = line.trim();
-        if t.starts_with('#') {
-            continue;
-        }
-        if let Some(rest) = t.strip_prefix("URIs:") {
-            out.extend(rest.split_whitespace().map(str::to_owned));
-        } else if t.starts_with("deb ") || t.starts_with("deb-src ") {
-            // deb [opts] URI suite components
-            let mut words = t.split_whitespace().skip(1).peekable();
-            if words.peek().is_some_and(|w| w.starts_with('[')) {
-                for w in words.by_ref() {
-                    if w.ends_with(']') {
-                        break;
-                    }
-                }
-            }
-            out.extend(words.next().map(str::to_owned));
-        }
-    }
-    out
-}
-
 /// The host of a URL such as `sparse+https://h:8080/x`, or a bare host
 /// (pip's trusted-host). Addresses are not names and are skipped.
 pub fn url_host(u: &str) -> Option<String> {
     let u = u.trim().trim_matches('"');
-    let rest = match u.split_once("://") {
+    let parsed = match u.split_once("://") {
         Some((scheme, rest)) => {
+            // `sparse+https`, `git+https`: the transport is the last part.
             let scheme = scheme.rsplit('+').next().unwrap_or(scheme);
             if !matches!(scheme, "http" | "https") {
                 return None;
             }
-            rest
+            url::Url::parse(&format!("{scheme}://{rest}")).ok()?
         }
-        None => u,
+        None => url::Url::parse(&format!("http://{u}")).ok()?,
     };
-    let host = authority(rest)?.0.to_ascii_lowercase();
-    if host.is_empty() || host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
-        return None;
+    match parsed.host()? {
+        url::Host::Domain(h) => h.parse::<Domain>().ok().map(|d| d.name),
+        url::Host::Ipv4(_) | url::Host::Ipv6(_) => None,
     }
-    host.parse::<Domain>().ok().map(|d| d.name)
 }
 
 #[cfg(test)]
@@ -444,7 +379,8 @@ mod tests {
         );
         w(
             "etc/apt/sources.list.d/d.sources",
-            "Types: deb\nURIs: https://sec.corp.test/debian-security\nSuites: x\n",
+            "Types: deb\nURIs: https://sec.corp.test/debian-security\nSuites: x\n\n\
+             Types: deb\nURIs: https://off.corp.test/debian\nSuites: x\nEnabled: no\n",
         );
         let env = |k: &str| match k {
             "HOME" => Some("/home/a".to_owned()),

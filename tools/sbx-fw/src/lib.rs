@@ -283,20 +283,13 @@ fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
-/// Container-side ports of `[sandbox].ports`, split by protocol.
+/// Container-side TCP ports of `[sandbox].ports` (UDP is never let in).
 fn inbound_ports(cfg: &config::Config) -> Vec<u16> {
     cfg.sandbox
         .ports
         .iter()
-        .filter(|p| !p.text.ends_with("/udp"))
-        .filter_map(|p| {
-            p.text
-                .trim_end_matches("/tcp")
-                .rsplit(':')
-                .next()?
-                .parse()
-                .ok()
-        })
+        .filter(|p| !p.udp)
+        .map(|p| p.container)
         .collect()
 }
 

@@ -75,7 +75,7 @@ exclude = ["node_modules/", "target/", ".cache/"]
     assert_eq!(c.protected_paths().last().unwrap(), "docs");
     assert_eq!(c.environment.pass[0].0, "ANTHROPIC_API_KEY");
     assert!(c.network.allow_domains[1].wildcard);
-    assert_eq!(c.backup.url.as_ref().unwrap().scheme, "file");
+    assert_eq!(c.backup.url.as_ref().unwrap().kind, StoreKind::File);
 }
 
 #[test]
@@ -413,4 +413,25 @@ fn tools_table_parses_into_rules() {
     // No table: no policy, nothing read-only.
     let c = parse_toml("", Path::new("cfg.toml")).unwrap();
     assert!(c.tools.is_none() && !c.read_only());
+}
+
+#[test]
+fn store_urls_are_parsed_once_into_fields() {
+    let u: StoreUrl = "s3://bkt/a/b/".parse().unwrap();
+    assert_eq!(
+        (u.kind, u.bucket.as_str(), u.path.as_str()),
+        (StoreKind::S3, "bkt", "a/b")
+    );
+    let u: StoreUrl = "gs://bkt".parse().unwrap();
+    assert_eq!(
+        (u.kind, u.bucket.as_str(), u.path.as_str()),
+        (StoreKind::Gs, "bkt", "")
+    );
+    let u: StoreUrl = "file:///var/tmp/x".parse().unwrap();
+    assert_eq!((u.kind, u.path.as_str()), (StoreKind::File, "/var/tmp/x"));
+    let u: StoreUrl = "memory://".parse().unwrap();
+    assert_eq!(u.kind, StoreKind::Memory);
+    for bad in ["s3:///prefix", "gs://", "file://rel", "ftp://x", "bucket"] {
+        assert!(bad.parse::<StoreUrl>().is_err(), "{bad}");
+    }
 }

@@ -4,7 +4,7 @@
 //! guard.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use gix_config::file::{Metadata, includes, init};
@@ -396,9 +396,79 @@ pub fn current_branch(git_dir: &Path) -> Option<String> {
         .filter(|r| r.starts_with("refs/heads/"))
 }
 
-/// The trusted hooks directory: husky's `.husky/_` (v9) or `.husky` (v4–8)
-/// when the work tree is a husky repository, else the common dir's `hooks`.
+/// The trusted hooks directory. In a sandbox, a repository other than the
+/// workspace's (a scratch clone, a git dir or common dir the agent made,
+/// with the workspace's refs and objects linked in) has hooks the agent
+/// writes, so git runs the workspace's hooks there. Otherwise the
+/// repository's own: husky's `.husky/_` (v9) or `.husky` (v4–8) when the
+/// work tree is a husky repository, else the common dir's `hooks`.
 pub fn trusted_hooks(repo: &Repo) -> PathBuf {
+    if Path::new("/.agent-sandbox").is_dir() {
+        if let Some(ws) =
+            sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())
+        {
+            let git = ws.join(".git");
+            if git.canonicalize().ok().as_ref() != Some(&repo.common_dir) {
+                return own_hooks(&Repo {
+                    git_dir: git.clone(),
+                    common_dir: git,
+                    work_tree: Some(ws),
+                    inside_git_dir: false,
+                });
+            }
+        }
+    }
+    own_hooks(repo)
+}
+
+/// The sandbox's workspace: the directory whose `.git/hooks` sbx-run
+/// mounted read-only (from mountinfo: the agent can make no mount, while it
+/// sets any variable). The shallowest one, should a protected path name a
+/// nested repository's hooks too.
+pub fn sandbox_workspace(mountinfo: &[u8]) -> Option<PathBuf> {
+    let mut best: Option<Vec<u8>> = None;
+    for line in mountinfo.split(|b| *b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        let (Some(mp), Some(opts)) = (f.get(4), f.get(5)) else {
+            continue;
+        };
+        if !opts.split(|b| *b == b',').any(|o| o == b"ro") {
+            continue;
+        }
+        let mp = unescape_mount(mp);
+        let Some(ws) = mp.strip_suffix(b"/.git/hooks") else {
+            continue;
+        };
+        if !ws.is_empty() && best.as_ref().is_none_or(|b| ws.len() < b.len()) {
+            best = Some(ws.to_vec());
+        }
+    }
+    best.map(|b| PathBuf::from(OsString::from_vec(b)))
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let oct = s
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (s[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn own_hooks(repo: &Repo) -> PathBuf {
     if let Some(wt) = &repo.work_tree {
         let husky = wt.join(".husky");
         // In a sandbox, sbx-run mounts a .husky that existed at start
@@ -430,5 +500,30 @@ mod tests {
         assert_eq!(resolve(&real, Path::new("l/new/x")), real.join("d/new/x"));
         assert_eq!(resolve(&real, Path::new("d/../l")), real.join("d"));
         assert_eq!(resolve(&real, Path::new("missing/../d")), real.join("d"));
+    }
+
+    #[test]
+    fn the_workspace_is_found_from_its_read_only_hooks_mount() {
+        let mi = b"174 101 0:61 / / rw,relatime master:5 - overlay overlay rw\n\
+            180 174 254:0 /a /workspace/my\\040ws rw,relatime - ext4 /dev/vda rw\n\
+            181 180 254:0 /b /workspace/my\\040ws/sub/.git/hooks ro,relatime - ext4 /dev/vda rw\n\
+            182 180 254:0 /c /workspace/my\\040ws/.git/hooks ro,relatime - ext4 /dev/vda rw\n\
+            183 180 254:0 /d /tmp/x/.git/hooks rw,relatime - ext4 /dev/vda rw\n";
+        assert_eq!(
+            sandbox_workspace(mi),
+            Some(PathBuf::from("/workspace/my ws"))
+        );
+        // A writable one is not the sandbox's (the agent can make none, but
+        // a bind by the user is not a protection either).
+        assert_eq!(
+            sandbox_workspace(
+                &mi[..mi.len() - 1]
+                    .split(|b| *b == b'\n')
+                    .nth(4)
+                    .unwrap()
+                    .to_vec()
+            ),
+            None
+        );
     }
 }

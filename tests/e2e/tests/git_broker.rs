@@ -546,6 +546,15 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
     }
     let o = agent("cd /tmp/c && git push -q \"$OLDPWD/remote.git\" HEAD:refs/heads/side");
     assert!(text(&o).contains("PRE-PUSH-RAN"), "{}", text(&o));
+    // Where the guard sees no repository, git is pinned to the workspace's
+    // hooks all the same (one renamed into place before git looks runs no
+    // hooks of its own).
+    let o = agent("cd /tmp && sbx-git-guard check -- status");
+    assert!(
+        o.status.success() && text(&o).contains("core.hooksPath=/workspace/broker/.git/hooks"),
+        "{}",
+        text(&o)
+    );
     // Fetching from a local non-bare clone works (its upload-pack runs
     // pack-objects inside that clone's git dir).
     let o = agent("git fetch -q /tmp/c HEAD");

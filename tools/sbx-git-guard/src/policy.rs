@@ -1017,7 +1017,14 @@ pub fn decide(
         &setup,
     )
     .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
-    ctx.hooks = ctx.repo.as_ref().map(repo::trusted_hooks);
+    // In a sandbox git is pinned to the workspace's hooks even where the
+    // guard found no repository: a repository that appears between its look
+    // and git's (renamed into place) would otherwise run hooks of its own.
+    ctx.hooks = ctx
+        .repo
+        .as_ref()
+        .map(repo::trusted_hooks)
+        .or_else(repo::sandbox_hooks);
     // Inline config is judged once the trusted hooks dir is known.
     for g in &globals {
         if matches!(g, Global::Config(_) | Global::ConfigEnv(_)) {

@@ -403,22 +403,32 @@ pub fn current_branch(git_dir: &Path) -> Option<String> {
 /// repository's own: husky's `.husky/_` (v9) or `.husky` (v4–8) when the
 /// work tree is a husky repository, else the common dir's `hooks`.
 pub fn trusted_hooks(repo: &Repo) -> PathBuf {
-    if Path::new("/.agent-sandbox").is_dir() {
-        if let Some(ws) =
-            sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())
-        {
-            let git = ws.join(".git");
-            if git.canonicalize().ok().as_ref() != Some(&repo.common_dir) {
-                return own_hooks(&Repo {
-                    git_dir: git.clone(),
-                    common_dir: git,
-                    work_tree: Some(ws),
-                    inside_git_dir: false,
-                });
-            }
+    if let Some(ws) = sandbox_repo() {
+        if ws.git_dir.canonicalize().ok().as_ref() != Some(&repo.common_dir) {
+            return own_hooks(&ws);
         }
     }
     own_hooks(repo)
+}
+
+/// In a sandbox, the workspace's trusted hooks (also for a command that
+/// acts on no repository the guard can see).
+pub fn sandbox_hooks() -> Option<PathBuf> {
+    sandbox_repo().map(|ws| own_hooks(&ws))
+}
+
+fn sandbox_repo() -> Option<Repo> {
+    if !Path::new("/.agent-sandbox").is_dir() {
+        return None;
+    }
+    let ws = sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())?;
+    let git = ws.join(".git");
+    Some(Repo {
+        git_dir: git.clone(),
+        common_dir: git,
+        work_tree: Some(ws),
+        inside_git_dir: false,
+    })
 }
 
 /// The sandbox's workspace: the directory whose `.git/hooks` sbx-run
@@ -515,15 +525,7 @@ mod tests {
         );
         // A writable one is not the sandbox's (the agent can make none, but
         // a bind by the user is not a protection either).
-        assert_eq!(
-            sandbox_workspace(
-                &mi[..mi.len() - 1]
-                    .split(|b| *b == b'\n')
-                    .nth(4)
-                    .unwrap()
-                    .to_vec()
-            ),
-            None
-        );
+        let rw = b"183 180 254:0 /d /tmp/x/.git/hooks rw,relatime - ext4 /dev/vda rw\n";
+        assert_eq!(sandbox_workspace(rw), None);
     }
 }

@@ -534,6 +534,14 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
              && ln -s \"$PWD/.git/objects\" /tmp/g/objects && cp .git/config .git/HEAD .git/index /tmp/g/ \
              && echo x > bad && git --git-dir=/tmp/g add bad && git --git-dir=/tmp/g --work-tree=. commit -qm g",
         ),
+        (
+            // The read-only hooks mount moves with its renamed parent.
+            "a moved .git",
+            "mv .git .gitold && mkdir .git && cp .gitold/HEAD .gitold/config .gitold/index .git/ \
+             && ln -s ../.gitold/objects .git/objects && ln -s ../.gitold/refs .git/refs \
+             && echo x > bad && git add bad && git commit -qm moved; rc=$?; \
+             rm -rf .git; mv .gitold .git; exit $rc",
+        ),
     ] {
         let o = agent(attack);
         assert!(!o.status.success(), "{what}: {}", text(&o));

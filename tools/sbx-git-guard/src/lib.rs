@@ -54,10 +54,11 @@ name, and two check first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,
 and reference-transaction refuses moving a branch onto a stash commit.
 `am` is always routed: there pre-applypatch runs the trusted pre-commit
-after itself and applypatch-msg the trusted commit-msg. In a sandbox, a
-repository other than the workspace's (a scratch clone, a git or common
-dir the agent made) runs the workspace's hooks, found from the read-only
-.git/hooks mount.
+after itself and applypatch-msg the trusted commit-msg. In a sandbox every
+repository (a scratch clone, a git or common dir the agent made, a .git
+made after renaming the real one) and no repository runs the workspace's
+hooks: the read-only mount at /workspace/<name>/.git/hooks, wherever a
+rename has moved it (from mountinfo).
 
 The real git and its hooks run in a cleaned environment: one value per
 variable (the first, as git's getenv reads it); BASH_ENV, ENV, SHELLOPTS,

@@ -396,19 +396,17 @@ pub fn current_branch(git_dir: &Path) -> Option<String> {
         .filter(|r| r.starts_with("refs/heads/"))
 }
 
-/// The trusted hooks directory. In a sandbox, a repository other than the
-/// workspace's (a scratch clone, a git dir or common dir the agent made,
-/// with the workspace's refs and objects linked in) has hooks the agent
-/// writes, so git runs the workspace's hooks there. Otherwise the
+/// The trusted hooks directory. In a sandbox, always the workspace's: a
+/// repository other than the workspace's (a scratch clone, a git dir or
+/// common dir the agent made, with the workspace's refs and objects linked
+/// in) has hooks the agent writes. Outside, the
 /// repository's own: husky's `.husky/_` (v9) or `.husky` (v4–8) when the
 /// work tree is a husky repository, else the common dir's `hooks`.
 pub fn trusted_hooks(repo: &Repo) -> PathBuf {
-    if let Some(ws) = sandbox_repo() {
-        if ws.git_dir.canonicalize().ok().as_ref() != Some(&repo.common_dir) {
-            return own_hooks(&ws);
-        }
-    }
-    own_hooks(repo)
+    // Even the workspace's own repository: its .git may have been renamed
+    // (taking the mount along) and another made in its place, and a path
+    // that merely leads to the mount (a symlink) can be retargeted.
+    sandbox_hooks().unwrap_or_else(|| own_hooks(repo))
 }
 
 /// In a sandbox, the workspace's trusted hooks (also for a command that
@@ -417,43 +415,79 @@ pub fn sandbox_hooks() -> Option<PathBuf> {
     sandbox_repo().map(|ws| own_hooks(&ws))
 }
 
+/// The workspace as a repository whose hooks are the read-only mount,
+/// wherever that mount now is.
 fn sandbox_repo() -> Option<Repo> {
     if !Path::new("/.agent-sandbox").is_dir() {
         return None;
     }
-    let ws = sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())?;
-    let git = ws.join(".git");
+    let w = sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())?;
+    let common = w.hooks.parent()?.to_owned();
     Some(Repo {
-        git_dir: git.clone(),
-        common_dir: git,
-        work_tree: Some(ws),
+        git_dir: common.clone(),
+        common_dir: common,
+        work_tree: Some(w.dir),
         inside_git_dir: false,
     })
 }
 
-/// The sandbox's workspace: the directory whose `.git/hooks` sbx-run
-/// mounted read-only (from mountinfo: the agent can make no mount, while it
-/// sets any variable). The shallowest one, should a protected path name a
-/// nested repository's hooks too.
-pub fn sandbox_workspace(mountinfo: &[u8]) -> Option<PathBuf> {
-    let mut best: Option<Vec<u8>> = None;
+/// The sandbox's workspace and its hooks mount.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SandboxWorkspace {
+    /// `/workspace/<name>`: a mount point, so the agent cannot rename it.
+    pub dir: PathBuf,
+    /// The read-only hooks mount: `<dir>/.git/hooks` as sbx-run made it, or
+    /// where a rename of `.git` (the mount's parent, which the agent can
+    /// rename) has taken it.
+    pub hooks: PathBuf,
+}
+
+/// Found from mountinfo (the agent can make no mount, while it sets any
+/// variable): the read-only mount named `hooks` under a `/workspace/<name>`
+/// mount; `<name>/.git/hooks` first, else the shallowest.
+pub fn sandbox_workspace(mountinfo: &[u8]) -> Option<SandboxWorkspace> {
+    let mut mounts: Vec<(Vec<u8>, bool)> = Vec::new();
     for line in mountinfo.split(|b| *b == b'\n') {
         let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
         let (Some(mp), Some(opts)) = (f.get(4), f.get(5)) else {
             continue;
         };
-        if !opts.split(|b| *b == b',').any(|o| o == b"ro") {
+        let ro = opts.split(|b| *b == b',').any(|o| o == b"ro");
+        mounts.push((unescape_mount(mp), ro));
+    }
+    let is_mount = |p: &[u8]| mounts.iter().any(|(m, _)| m == p);
+    let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
+    for (mp, ro) in &mounts {
+        if !ro || !mp.ends_with(b"/hooks") {
             continue;
         }
-        let mp = unescape_mount(mp);
-        let Some(ws) = mp.strip_suffix(b"/.git/hooks") else {
+        // /workspace/<name>/...
+        let Some(rest) = mp.strip_prefix(b"/workspace/") else {
             continue;
         };
-        if !ws.is_empty() && best.as_ref().is_none_or(|b| ws.len() < b.len()) {
-            best = Some(ws.to_vec());
+        let Some(slash) = rest.iter().position(|b| *b == b'/') else {
+            continue;
+        };
+        let dir = &mp[..b"/workspace/".len() + slash];
+        if !is_mount(dir) {
+            continue;
+        }
+        let exact = mp[dir.len()..] == *b"/.git/hooks";
+        let better = match &best {
+            None => true,
+            Some((d, h)) => {
+                let best_exact = h[d.len()..] == *b"/.git/hooks";
+                (exact && !best_exact) || (exact == best_exact && mp.len() < h.len())
+            }
+        };
+        if better {
+            best = Some((dir.to_vec(), mp.clone()));
         }
     }
-    best.map(|b| PathBuf::from(OsString::from_vec(b)))
+    best.map(|(d, h)| SandboxWorkspace {
+        dir: PathBuf::from(OsString::from_vec(d)),
+        hooks: PathBuf::from(OsString::from_vec(h)),
+    })
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
@@ -514,18 +548,32 @@ mod tests {
 
     #[test]
     fn the_workspace_is_found_from_its_read_only_hooks_mount() {
+        let ws = |d: &str, h: &str| {
+            Some(SandboxWorkspace {
+                dir: PathBuf::from(d),
+                hooks: PathBuf::from(h),
+            })
+        };
         let mi = b"174 101 0:61 / / rw,relatime master:5 - overlay overlay rw\n\
             180 174 254:0 /a /workspace/my\\040ws rw,relatime - ext4 /dev/vda rw\n\
-            181 180 254:0 /b /workspace/my\\040ws/sub/.git/hooks ro,relatime - ext4 /dev/vda rw\n\
+            181 180 254:0 /b /workspace/my\\040ws/s/.git/hooks ro,relatime - ext4 /dev/vda rw\n\
             182 180 254:0 /c /workspace/my\\040ws/.git/hooks ro,relatime - ext4 /dev/vda rw\n\
-            183 180 254:0 /d /tmp/x/.git/hooks rw,relatime - ext4 /dev/vda rw\n";
+            183 180 254:0 /d /tmp/x/.git/hooks ro,relatime - ext4 /dev/vda rw\n";
         assert_eq!(
             sandbox_workspace(mi),
-            Some(PathBuf::from("/workspace/my ws"))
+            ws("/workspace/my ws", "/workspace/my ws/.git/hooks")
         );
-        // A writable one is not the sandbox's (the agent can make none, but
-        // a bind by the user is not a protection either).
-        let rw = b"183 180 254:0 /d /tmp/x/.git/hooks rw,relatime - ext4 /dev/vda rw\n";
+        // `.git` renamed: the mount went with it, and is still the hooks.
+        let moved = b"180 174 254:0 /a /workspace/w rw,relatime - ext4 /dev/vda rw\n\
+            182 180 254:0 /c /workspace/w/.gitold/hooks ro,relatime - ext4 /dev/vda rw\n";
+        assert_eq!(
+            sandbox_workspace(moved),
+            ws("/workspace/w", "/workspace/w/.gitold/hooks")
+        );
+        // Writable, or not under a workspace mount: not the sandbox's.
+        let rw = b"180 174 254:0 /a /workspace/w rw,relatime - ext4 /dev/vda rw\n\
+            183 180 254:0 /d /workspace/w/.git/hooks rw,relatime - ext4 /dev/vda rw\n\
+            184 180 254:0 /d /tmp/w/.git/hooks ro,relatime - ext4 /dev/vda rw\n";
         assert_eq!(sandbox_workspace(rw), None);
     }
 }

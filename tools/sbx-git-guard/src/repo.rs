@@ -440,24 +440,30 @@ pub struct SandboxWorkspace {
     /// where a rename of `.git` (the mount's parent, which the agent can
     /// rename) has taken it.
     pub hooks: PathBuf,
+    /// The hooks mount's id (mountinfo's first field, fdinfo's `mnt_id`).
+    pub mount_id: u64,
 }
 
 /// Found from mountinfo (the agent can make no mount, while it sets any
 /// variable): the read-only mount named `hooks` under a `/workspace/<name>`
 /// mount; `<name>/.git/hooks` first, else the shallowest.
 pub fn sandbox_workspace(mountinfo: &[u8]) -> Option<SandboxWorkspace> {
-    let mut mounts: Vec<(Vec<u8>, bool)> = Vec::new();
+    let mut mounts: Vec<(Vec<u8>, bool, u64)> = Vec::new();
     for line in mountinfo.split(|b| *b == b'\n') {
         let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
         let (Some(mp), Some(opts)) = (f.get(4), f.get(5)) else {
             continue;
         };
         let ro = opts.split(|b| *b == b',').any(|o| o == b"ro");
-        mounts.push((unescape_mount(mp), ro));
+        let id = std::str::from_utf8(f[0])
+            .ok()
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(0);
+        mounts.push((unescape_mount(mp), ro, id));
     }
-    let is_mount = |p: &[u8]| mounts.iter().any(|(m, _)| m == p);
-    let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
-    for (mp, ro) in &mounts {
+    let is_mount = |p: &[u8]| mounts.iter().any(|(m, _, _)| m == p);
+    let mut best: Option<(Vec<u8>, Vec<u8>, u64)> = None;
+    for (mp, ro, id) in &mounts {
         if !ro || !mp.ends_with(b"/hooks") {
             continue;
         }
@@ -475,18 +481,19 @@ pub fn sandbox_workspace(mountinfo: &[u8]) -> Option<SandboxWorkspace> {
         let exact = mp[dir.len()..] == *b"/.git/hooks";
         let better = match &best {
             None => true,
-            Some((d, h)) => {
+            Some((d, h, _)) => {
                 let best_exact = h[d.len()..] == *b"/.git/hooks";
                 (exact && !best_exact) || (exact == best_exact && mp.len() < h.len())
             }
         };
         if better {
-            best = Some((dir.to_vec(), mp.clone()));
+            best = Some((dir.to_vec(), mp.clone(), *id));
         }
     }
-    best.map(|(d, h)| SandboxWorkspace {
+    best.map(|(d, h, mount_id)| SandboxWorkspace {
         dir: PathBuf::from(OsString::from_vec(d)),
         hooks: PathBuf::from(OsString::from_vec(h)),
+        mount_id,
     })
 }
 
@@ -548,10 +555,11 @@ mod tests {
 
     #[test]
     fn the_workspace_is_found_from_its_read_only_hooks_mount() {
-        let ws = |d: &str, h: &str| {
+        let ws = |d: &str, h: &str, mount_id: u64| {
             Some(SandboxWorkspace {
                 dir: PathBuf::from(d),
                 hooks: PathBuf::from(h),
+                mount_id,
             })
         };
         let mi = b"174 101 0:61 / / rw,relatime master:5 - overlay overlay rw\n\
@@ -561,14 +569,14 @@ mod tests {
             183 180 254:0 /d /tmp/x/.git/hooks ro,relatime - ext4 /dev/vda rw\n";
         assert_eq!(
             sandbox_workspace(mi),
-            ws("/workspace/my ws", "/workspace/my ws/.git/hooks")
+            ws("/workspace/my ws", "/workspace/my ws/.git/hooks", 182)
         );
         // `.git` renamed: the mount went with it, and is still the hooks.
         let moved = b"180 174 254:0 /a /workspace/w rw,relatime - ext4 /dev/vda rw\n\
             182 180 254:0 /c /workspace/w/.gitold/hooks ro,relatime - ext4 /dev/vda rw\n";
         assert_eq!(
             sandbox_workspace(moved),
-            ws("/workspace/w", "/workspace/w/.gitold/hooks")
+            ws("/workspace/w", "/workspace/w/.gitold/hooks", 182)
         );
         // Writable, or not under a workspace mount: not the sandbox's.
         let rw = b"180 174 254:0 /a /workspace/w rw,relatime - ext4 /dev/vda rw\n\

@@ -439,8 +439,7 @@ fn pin_by_fd(allow: &mut Allow) -> Result<(), Block> {
     let Some((i, trusted)) = allow.pin.clone() else {
         return Ok(());
     };
-    let mountinfo = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
-    let Some(ws) = repo::sandbox_workspace(&mountinfo) else {
+    let Some(ws) = repo::sandbox_mounts() else {
         return Ok(());
     };
     if trusted != ws.hooks {

@@ -421,14 +421,26 @@ fn sandbox_repo() -> Option<Repo> {
     if !Path::new("/.agent-sandbox").is_dir() {
         return None;
     }
-    let w = sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())?;
+    let w = sandbox_mounts()?;
     let common = w.hooks.parent()?.to_owned();
     Some(Repo {
         git_dir: common.clone(),
         common_dir: common,
-        work_tree: Some(w.dir),
+        work_tree: Some(w.dir.clone()),
         inside_git_dir: false,
     })
+}
+
+/// This process's one reading of mountinfo, so the hooks pinned and the fd
+/// opened for them (`pin_by_fd`) come from the same look. Each decision
+/// runs in a process of its own (the broker forks one per request before
+/// it decides; its accept loop never asks).
+pub fn sandbox_mounts() -> Option<&'static SandboxWorkspace> {
+    static ONCE: std::sync::OnceLock<Option<SandboxWorkspace>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())
+    })
+    .as_ref()
 }
 
 /// The sandbox's workspace and its hooks mount.

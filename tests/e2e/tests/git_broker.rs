@@ -466,3 +466,105 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
         text(&o)
     );
 }
+
+/// Hooks are the workspace's in every repository the agent makes: a
+/// scratch clone, a fake git dir or common dir with the workspace's refs
+/// and objects linked in, each has a hooks directory the agent can write,
+/// so git run there skipped the workspace's pre-commit and pre-push (a
+/// commit that reached the remote and then the workspace's main).
+#[test]
+fn repositories_the_agent_makes_run_the_workspaces_hooks() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    // pre-push refuses everything; the bare remote lives in the workspace.
+    let hook = repo.path.join(".git/hooks/pre-push");
+    std::fs::write(&hook, "#!/bin/sh\necho PRE-PUSH-RAN >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let setup = "git -c user.name=a -c user.email=a@b commit -q --allow-empty --no-verify -m one \
+         && git init -q --bare remote.git && echo remote.git > .git/info/exclude \
+         && git -c core.hooksPath=/dev/null push -q remote.git HEAD:refs/heads/main";
+    sh(Command::new("sh")
+        .args(["-c", setup])
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*")
+        .current_dir(&repo.path));
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(&repo.path));
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let agent = |script: &str| {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                &format!("export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"),
+            ])
+            .output()
+            .unwrap()
+    };
+    let state = "git rev-parse main; git --git-dir=remote.git rev-parse main";
+    let before = String::from_utf8_lossy(&agent(state).stdout).into_owned();
+    for (what, attack) in [
+        (
+            "a scratch clone's commit",
+            "rm -rf /tmp/c && git clone -q . /tmp/c && cd /tmp/c && echo x > bad && git add bad && git commit -qm c",
+        ),
+        (
+            "a scratch clone's push",
+            "rm -rf /tmp/c && git clone -q . /tmp/c && cd /tmp/c && git push -q \"$OLDPWD/remote.git\" HEAD:refs/heads/side",
+        ),
+        (
+            "a fake common dir",
+            "rm -rf /tmp/f && mkdir -p /tmp/f/hooks && ln -s \"$PWD/.git/refs\" /tmp/f/refs \
+             && ln -s \"$PWD/.git/objects\" /tmp/f/objects && cp .git/config .git/HEAD /tmp/f/ \
+             && echo x > bad && git add bad && GIT_COMMON_DIR=/tmp/f git commit -qm f",
+        ),
+        (
+            "a fake git dir",
+            "rm -rf /tmp/g && mkdir -p /tmp/g/hooks && ln -s \"$PWD/.git/refs\" /tmp/g/refs \
+             && ln -s \"$PWD/.git/objects\" /tmp/g/objects && cp .git/config .git/HEAD .git/index /tmp/g/ \
+             && echo x > bad && git --git-dir=/tmp/g add bad && git --git-dir=/tmp/g --work-tree=. commit -qm g",
+        ),
+        (
+            // The read-only hooks mount moves with its renamed parent.
+            "a moved .git",
+            "mv .git .gitold && mkdir .git && cp .gitold/HEAD .gitold/config .gitold/index .git/ \
+             && ln -s ../.gitold/objects .git/objects && ln -s ../.gitold/refs .git/refs \
+             && echo x > bad && git add bad && git commit -qm moved; rc=$?; \
+             rm -rf .git; mv .gitold .git; exit $rc",
+        ),
+    ] {
+        let o = agent(attack);
+        assert!(!o.status.success(), "{what}: {}", text(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&agent(state).stdout),
+            before,
+            "{what} moved a branch"
+        );
+        let _ = agent("git reset -q; rm -f bad");
+    }
+    let o = agent("cd /tmp/c && git push -q \"$OLDPWD/remote.git\" HEAD:refs/heads/side");
+    assert!(text(&o).contains("PRE-PUSH-RAN"), "{}", text(&o));
+    // Where the guard sees no repository, git is pinned to the workspace's
+    // hooks all the same (one renamed into place before git looks runs no
+    // hooks of its own).
+    let o = agent("cd /tmp && sbx-git-guard check -- status");
+    assert!(
+        o.status.success() && text(&o).contains("core.hooksPath=/workspace/broker/.git/hooks"),
+        "{}",
+        text(&o)
+    );
+    // Fetching from a local non-bare clone works (its upload-pack runs
+    // pack-objects inside that clone's git dir).
+    let o = agent("git fetch -q /tmp/c HEAD");
+    assert!(o.status.success(), "fetch from a clone: {}", text(&o));
+}

@@ -376,6 +376,35 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let checked = name == "pre-push"
         || (name == "reference-transaction" && args.first().is_some_and(|a| a == "prepared"));
     if !checked {
+        // `git am` runs neither pre-commit nor commit-msg: its own hooks
+        // run them after themselves here, as git's sample hooks do.
+        let then = match name {
+            "pre-applypatch" => Some("pre-commit"),
+            "applypatch-msg" => Some("commit-msg"),
+            _ => None,
+        };
+        if let Some(then) = then {
+            let trusted = target.parent().unwrap_or(Path::new("/"));
+            for hook in [name, then] {
+                let p = trusted.join(hook);
+                if !executable(&p) {
+                    continue;
+                }
+                match Command::new(&p).args(&args).status() {
+                    Ok(st) if st.success() => {}
+                    Ok(st) => {
+                        return ExitCode::from(
+                            st.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1),
+                        );
+                    }
+                    Err(e) => {
+                        eprintln!("sbx-git-guard: cannot run {}: {e}", p.display());
+                        return ExitCode::from(126);
+                    }
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
         if !executable(&target) {
             return ExitCode::SUCCESS;
         }

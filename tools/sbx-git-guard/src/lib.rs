@@ -53,6 +53,14 @@ to this binary elsewhere): each hook there runs the trusted hook of the same
 name, and two check first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,
 and reference-transaction refuses moving a branch onto a stash commit.
+`am` is always routed: there pre-applypatch runs the trusted pre-commit
+after itself and applypatch-msg the trusted commit-msg. In a sandbox every
+repository (a scratch clone, a git or common dir the agent made, a .git
+made after renaming the real one) and no repository runs the workspace's
+hooks: the read-only mount at /workspace/<name>/.git/hooks, wherever a
+rename has moved it (from mountinfo), passed to git as /proc/self/fd/N, a
+directory fd git and its hooks inherit, so no rename while git runs can
+swap it.
 
 The real git and its hooks run in a cleaned environment: one value per
 variable (the first, as git's getenv reads it); BASH_ENV, ENV, SHELLOPTS,
@@ -390,6 +398,9 @@ pub(crate) fn decide_and_prepare(
         settings,
     };
     let mut allow = policy::decide(&call, &husky_dirty(real, &env))?;
+    if sandboxed {
+        pin_by_fd(&mut allow)?;
+    }
     // Looked up only when used: it costs a readlink per hook name.
     if allow.moves_refs && allow.pin.is_some() {
         match hooks::guard_dir(sandboxed) {
@@ -416,6 +427,48 @@ pub(crate) fn decide_and_prepare(
     allow.env = broker::loader_free(allow.env);
     precommit_first(real, &allow)?;
     Ok(allow)
+}
+
+/// In a sandbox the hooks mount's path can change under git (renaming
+/// `.git` takes the mount along, and a fresh `.git` can take its place):
+/// git gets `/proc/self/fd/N` instead, a directory fd that it, its hooks
+/// and the guard's hook steps inherit, opened here and checked to be that
+/// mount. husky's `.husky` is a mount point itself and cannot move.
+fn pin_by_fd(allow: &mut Allow) -> Result<(), Block> {
+    use std::os::fd::{AsRawFd as _, IntoRawFd as _};
+    let Some((i, trusted)) = allow.pin.clone() else {
+        return Ok(());
+    };
+    let Some(ws) = repo::sandbox_mounts() else {
+        return Ok(());
+    };
+    if trusted != ws.hooks {
+        return Ok(());
+    }
+    let fail = |why: String| Block {
+        rule: R::Internal.name(),
+        reason: format!(
+            "the workspace's hooks {}: {why}; nothing was run",
+            ws.hooks.display()
+        ),
+    };
+    let fd = sbx_sys::privsep::open_dir_inherited(&ws.hooks).map_err(|e| fail(e.to_string()))?;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+        .map_err(|e| fail(e.to_string()))?;
+    let mnt = info
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if mnt != Some(ws.mount_id) {
+        return Err(fail("moved while the guard looked".into()));
+    }
+    // Open until git (and this process) exits: exec keeps it.
+    let p = PathBuf::from(format!("/proc/self/fd/{}", fd.into_raw_fd()));
+    let mut v = OsString::from("core.hooksPath=");
+    v.push(&p);
+    allow.args[i] = v;
+    allow.pin = Some((i, p));
+    Ok(())
 }
 
 /// The environment as the policy judges it. Every git exports

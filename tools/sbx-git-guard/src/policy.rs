@@ -1017,7 +1017,14 @@ pub fn decide(
         &setup,
     )
     .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
-    ctx.hooks = ctx.repo.as_ref().map(repo::trusted_hooks);
+    // In a sandbox git is pinned to the workspace's hooks even where the
+    // guard found no repository: a repository that appears between its look
+    // and git's (renamed into place) would otherwise run hooks of its own.
+    ctx.hooks = ctx
+        .repo
+        .as_ref()
+        .map(repo::trusted_hooks)
+        .or_else(repo::sandbox_hooks);
     // Inline config is judged once the trusted hooks dir is known.
     for g in &globals {
         if matches!(g, Global::Config(_) | Global::ConfigEnv(_)) {
@@ -1025,7 +1032,15 @@ pub fn decide(
         }
     }
     let env = check_env(&mut ctx)?;
-    if let Some(r) = &ctx.repo {
+    // git runs these inside a git dir itself (upload-pack's pack-objects,
+    // receive-pack's unpack-objects); none touches a work tree.
+    let no_work_tree = call.args.get(idx).is_some_and(|c| {
+        matches!(
+            c.as_bytes(),
+            b"pack-objects" | b"unpack-objects" | b"index-pack" | b"rev-list"
+        )
+    });
+    if let Some(r) = ctx.repo.as_ref().filter(|_| !no_work_tree) {
         if r.inside_git_dir {
             return Err(block(
                 R::GitDir,
@@ -1140,7 +1155,9 @@ pub fn decide(
     // The guard's hook steps judge pushes (pre-push) and branch moves onto
     // stash commits (reference-transaction): without a stash only a push
     // needs them, and every hook run through them costs a process.
+    // `am` always: its hook steps run pre-commit and commit-msg.
     let moves_refs = last == "push"
+        || last == "am"
         || ((ROUTED.contains(&last.as_str())
             || BUILTINS_ANY.binary_search(&last.as_str()).is_err())
             && ctx

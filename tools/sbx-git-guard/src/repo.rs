@@ -4,7 +4,7 @@
 //! guard.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use gix_config::file::{Metadata, includes, init};
@@ -396,9 +396,142 @@ pub fn current_branch(git_dir: &Path) -> Option<String> {
         .filter(|r| r.starts_with("refs/heads/"))
 }
 
-/// The trusted hooks directory: husky's `.husky/_` (v9) or `.husky` (v4–8)
-/// when the work tree is a husky repository, else the common dir's `hooks`.
+/// The trusted hooks directory. In a sandbox, always the workspace's: a
+/// repository other than the workspace's (a scratch clone, a git dir or
+/// common dir the agent made, with the workspace's refs and objects linked
+/// in) has hooks the agent writes. Outside, the
+/// repository's own: husky's `.husky/_` (v9) or `.husky` (v4–8) when the
+/// work tree is a husky repository, else the common dir's `hooks`.
 pub fn trusted_hooks(repo: &Repo) -> PathBuf {
+    // Even the workspace's own repository: its .git may have been renamed
+    // (taking the mount along) and another made in its place, and a path
+    // that merely leads to the mount (a symlink) can be retargeted.
+    sandbox_hooks().unwrap_or_else(|| own_hooks(repo))
+}
+
+/// In a sandbox, the workspace's trusted hooks (also for a command that
+/// acts on no repository the guard can see).
+pub fn sandbox_hooks() -> Option<PathBuf> {
+    sandbox_repo().map(|ws| own_hooks(&ws))
+}
+
+/// The workspace as a repository whose hooks are the read-only mount,
+/// wherever that mount now is.
+fn sandbox_repo() -> Option<Repo> {
+    if !Path::new("/.agent-sandbox").is_dir() {
+        return None;
+    }
+    let w = sandbox_mounts()?;
+    let common = w.hooks.parent()?.to_owned();
+    Some(Repo {
+        git_dir: common.clone(),
+        common_dir: common,
+        work_tree: Some(w.dir.clone()),
+        inside_git_dir: false,
+    })
+}
+
+/// This process's one reading of mountinfo, so the hooks pinned and the fd
+/// opened for them (`pin_by_fd`) come from the same look. Each decision
+/// runs in a process of its own (the broker forks one per request before
+/// it decides; its accept loop never asks).
+pub fn sandbox_mounts() -> Option<&'static SandboxWorkspace> {
+    static ONCE: std::sync::OnceLock<Option<SandboxWorkspace>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        sandbox_workspace(&std::fs::read("/proc/self/mountinfo").unwrap_or_default())
+    })
+    .as_ref()
+}
+
+/// The sandbox's workspace and its hooks mount.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SandboxWorkspace {
+    /// `/workspace/<name>`: a mount point, so the agent cannot rename it.
+    pub dir: PathBuf,
+    /// The read-only hooks mount: `<dir>/.git/hooks` as sbx-run made it, or
+    /// where a rename of `.git` (the mount's parent, which the agent can
+    /// rename) has taken it.
+    pub hooks: PathBuf,
+    /// The hooks mount's id (mountinfo's first field, fdinfo's `mnt_id`).
+    pub mount_id: u64,
+}
+
+/// Found from mountinfo (the agent can make no mount, while it sets any
+/// variable): the read-only mount named `hooks` under a `/workspace/<name>`
+/// mount; `<name>/.git/hooks` first, else the shallowest.
+pub fn sandbox_workspace(mountinfo: &[u8]) -> Option<SandboxWorkspace> {
+    let mut mounts: Vec<(Vec<u8>, bool, u64)> = Vec::new();
+    for line in mountinfo.split(|b| *b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        let (Some(mp), Some(opts)) = (f.get(4), f.get(5)) else {
+            continue;
+        };
+        let ro = opts.split(|b| *b == b',').any(|o| o == b"ro");
+        let id = std::str::from_utf8(f[0])
+            .ok()
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(0);
+        mounts.push((unescape_mount(mp), ro, id));
+    }
+    let is_mount = |p: &[u8]| mounts.iter().any(|(m, _, _)| m == p);
+    let mut best: Option<(Vec<u8>, Vec<u8>, u64)> = None;
+    for (mp, ro, id) in &mounts {
+        if !ro || !mp.ends_with(b"/hooks") {
+            continue;
+        }
+        // /workspace/<name>/...
+        let Some(rest) = mp.strip_prefix(b"/workspace/") else {
+            continue;
+        };
+        let Some(slash) = rest.iter().position(|b| *b == b'/') else {
+            continue;
+        };
+        let dir = &mp[..b"/workspace/".len() + slash];
+        if !is_mount(dir) {
+            continue;
+        }
+        let exact = mp[dir.len()..] == *b"/.git/hooks";
+        let better = match &best {
+            None => true,
+            Some((d, h, _)) => {
+                let best_exact = h[d.len()..] == *b"/.git/hooks";
+                (exact && !best_exact) || (exact == best_exact && mp.len() < h.len())
+            }
+        };
+        if better {
+            best = Some((dir.to_vec(), mp.clone(), *id));
+        }
+    }
+    best.map(|(d, h, mount_id)| SandboxWorkspace {
+        dir: PathBuf::from(OsString::from_vec(d)),
+        hooks: PathBuf::from(OsString::from_vec(h)),
+        mount_id,
+    })
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let oct = s
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (s[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn own_hooks(repo: &Repo) -> PathBuf {
     if let Some(wt) = &repo.work_tree {
         let husky = wt.join(".husky");
         // In a sandbox, sbx-run mounts a .husky that existed at start
@@ -430,5 +563,37 @@ mod tests {
         assert_eq!(resolve(&real, Path::new("l/new/x")), real.join("d/new/x"));
         assert_eq!(resolve(&real, Path::new("d/../l")), real.join("d"));
         assert_eq!(resolve(&real, Path::new("missing/../d")), real.join("d"));
+    }
+
+    #[test]
+    fn the_workspace_is_found_from_its_read_only_hooks_mount() {
+        let ws = |d: &str, h: &str, mount_id: u64| {
+            Some(SandboxWorkspace {
+                dir: PathBuf::from(d),
+                hooks: PathBuf::from(h),
+                mount_id,
+            })
+        };
+        let mi = b"174 101 0:61 / / rw,relatime master:5 - overlay overlay rw\n\
+            180 174 254:0 /a /workspace/my\\040ws rw,relatime - ext4 /dev/vda rw\n\
+            181 180 254:0 /b /workspace/my\\040ws/s/.git/hooks ro,relatime - ext4 /dev/vda rw\n\
+            182 180 254:0 /c /workspace/my\\040ws/.git/hooks ro,relatime - ext4 /dev/vda rw\n\
+            183 180 254:0 /d /tmp/x/.git/hooks ro,relatime - ext4 /dev/vda rw\n";
+        assert_eq!(
+            sandbox_workspace(mi),
+            ws("/workspace/my ws", "/workspace/my ws/.git/hooks", 182)
+        );
+        // `.git` renamed: the mount went with it, and is still the hooks.
+        let moved = b"180 174 254:0 /a /workspace/w rw,relatime - ext4 /dev/vda rw\n\
+            182 180 254:0 /c /workspace/w/.gitold/hooks ro,relatime - ext4 /dev/vda rw\n";
+        assert_eq!(
+            sandbox_workspace(moved),
+            ws("/workspace/w", "/workspace/w/.gitold/hooks", 182)
+        );
+        // Writable, or not under a workspace mount: not the sandbox's.
+        let rw = b"180 174 254:0 /a /workspace/w rw,relatime - ext4 /dev/vda rw\n\
+            183 180 254:0 /d /workspace/w/.git/hooks rw,relatime - ext4 /dev/vda rw\n\
+            184 180 254:0 /d /tmp/w/.git/hooks ro,relatime - ext4 /dev/vda rw\n";
+        assert_eq!(sandbox_workspace(rw), None);
     }
 }

@@ -1393,3 +1393,51 @@ fn the_reference_transaction_step_fails_closed_without_git() {
         );
     });
 }
+
+/// `git am` runs neither pre-commit nor commit-msg (only applypatch-msg
+/// and pre-applypatch), so a patch commits content no pre-commit hook saw.
+/// The guard routes am's hooks through its own directory, where
+/// pre-applypatch also runs the repository's pre-commit and applypatch-msg
+/// its commit-msg (what git's own sample hooks do).
+#[test]
+fn am_runs_the_pre_commit_and_commit_msg_hooks() {
+    each_git(|lab| {
+        lab.repo("r");
+        let main = lab.head("r", "main");
+        let patch = |name: &str, file: &str, msg: &str| {
+            lab.real("r", &["checkout", "-qb", name, &main]);
+            std::fs::write(lab.path("r").join(file), "x\n").unwrap();
+            lab.real("r", &["add", file]);
+            lab.real("r", &["commit", "-qm", msg]);
+            let out = lab.real("r", &["format-patch", "-1", "-o", &format!("../p-{name}")]);
+            lab.real("r", &["checkout", "-q", "main"]);
+            lab.path("r").join(out)
+        };
+        let bad_file = patch("f", "bad", "fine message");
+        let bad_msg = patch("m", "good", "BADMSG here");
+        let good = patch("g", "good2", "fine message");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "! git diff --cached --name-only | grep -qx bad",
+        );
+        lab.hook("r", "commit-msg", "! grep -q BADMSG \"$1\"");
+        for p in [&bad_file, &bad_msg] {
+            let out = lab.git("r", &["am", "-q", p.to_str().unwrap()]);
+            let _ = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .args(["am", "--abort"])
+                .output();
+            assert!(!out.status.success(), "git am {} committed", p.display());
+            assert_eq!(lab.head("r", "main"), main, "git am {}", p.display());
+        }
+        // An honest patch applies.
+        let out = lab.git("r", &["am", "-q", good.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_ne!(lab.head("r", "main"), main);
+    });
+}

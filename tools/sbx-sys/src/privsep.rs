@@ -229,6 +229,18 @@ pub fn open_path(path: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
+/// Open directory `path` O_PATH and NOT close-on-exec: exec'd programs and
+/// their children inherit it, so `/proc/self/fd/N/...` names this directory
+/// in them whatever is renamed meanwhile.
+pub fn open_dir_inherited(path: &Path) -> io::Result<OwnedFd> {
+    use nix::fcntl::{OFlag, open};
+    Ok(open(
+        path,
+        OFlag::O_PATH | OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )?)
+}
+
 /// The current directory as an O_PATH fd, to hand to another process.
 pub fn open_cwd() -> io::Result<OwnedFd> {
     use nix::fcntl::{OFlag, open};

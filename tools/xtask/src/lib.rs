@@ -17,6 +17,7 @@ pub fn commands() -> Vec<clap::Command> {
         sbx_git_guard::command(),
         sbx_guest::command(),
         sbx_run::command(),
+        sbx_worktree::command(),
     ]
 }
 

@@ -88,7 +88,7 @@ pub fn exec_request(ws: &Workspace, argv: &[OsString], agent: &str, tty: bool) -
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
         env,
-        cwd: Some(ws.target()),
+        cwd: Some(ws.workdir()),
         user: User::Agent,
         tty: if tty { Some(term_size()) } else { None },
         timeout_ms: None,

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod api;
+pub mod branch;
 pub mod docker;
 pub mod guestexec;
 pub mod image;
@@ -118,6 +119,15 @@ impl PathArg {
     }
 }
 
+/// Branch mode (seed 000): the sandbox of one branch, working in its own
+/// worktree of the shared clone on the repo shelf.
+#[derive(Debug, Clone, Args)]
+pub struct BranchArg {
+    /// Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout.
+    #[arg(long, value_name = "BRANCH")]
+    pub branch: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Create .agent-sandbox/ (commented config.toml and a per-repo Dockerfile), then build.
@@ -147,11 +157,15 @@ pub enum Cmd {
         /// Build the per-repo image on agent-sandbox-base:TAG (implies --build).
         #[arg(long, value_name = "TAG")]
         base_tag: Option<String>,
+        #[command(flatten)]
+        branch: BranchArg,
     },
     /// Stop the sandbox container.
     Stop {
         #[command(flatten)]
         path: PathArg,
+        #[command(flatten)]
+        branch: BranchArg,
     },
     /// Recreate the sandbox container (picks up config changes).
     Restart {
@@ -165,6 +179,8 @@ pub enum Cmd {
         /// Rebuild the per-repo image first and replace a running container.
         #[arg(long)]
         build: bool,
+        #[command(flatten)]
+        branch: BranchArg,
     },
     /// Run a command in the sandbox; its exit status is passed through.
     ///
@@ -175,6 +191,8 @@ pub enum Cmd {
         /// Workspace (default: the current directory).
         #[arg(long = "path", short = 'C', value_name = "PATH")]
         path: Option<PathBuf>,
+        #[command(flatten)]
+        branch: BranchArg,
         /// The command and its arguments (after --).
         #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
         command: Vec<OsString>,
@@ -199,6 +217,17 @@ pub enum Cmd {
     ShowRun {
         #[command(flatten)]
         path: PathArg,
+        #[command(flatten)]
+        branch: BranchArg,
+    },
+    /// Provision BRANCH's worktree on the repo shelf (clone once, fetch, add the worktree), start nothing.
+    Checkout {
+        /// The branch (created from origin/BRANCH, else from the default branch).
+        #[arg(value_name = "BRANCH")]
+        branch: String,
+        /// Workspace (default: the current directory).
+        #[arg(long = "path", short = 'C', value_name = "PATH")]
+        path: Option<PathBuf>,
     },
     /// Print the name of the machine's Claude Code login store (never mounted into a sandbox).
     Volume,
@@ -216,6 +245,8 @@ pub enum Cmd {
         /// Also remove the workspace's history and repo-shelf volumes.
         #[arg(long)]
         volumes: bool,
+        #[command(flatten)]
+        branch: BranchArg,
     },
     /// Remove containers, networks and volumes whose workspace no longer exists.
     Prune,
@@ -320,6 +351,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             path: None,
         },
         build: false,
+        branch: BranchArg { branch: None },
     }) {
         Cmd::Init { path, force } => lifecycle::init(common, path.get(), force),
         Cmd::Build { path, build } => lifecycle::build(common, path.get(), &build),
@@ -330,26 +362,43 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             path,
             build,
             base_tag,
+            branch,
         } => {
             let opts = (build || base_tag.is_some()).then(|| image::BuildOpts {
                 base_tag: base_tag.unwrap_or_else(image::default_base_tag),
                 ..image::BuildOpts::default()
             });
-            lifecycle::start(common, path.get(), opts.as_ref()).map(|_| Exit::Ok.into())
+            lifecycle::start_in(common, path.get(), opts.as_ref(), branch.branch.as_deref())
+                .map(|_| Exit::Ok.into())
         }
-        Cmd::Stop { path } => lifecycle::stop(common, path.get()),
+        Cmd::Stop { path, branch } => lifecycle::stop(common, path.get(), branch.branch.as_deref()),
         Cmd::Restart { path } => lifecycle::restart(common, path.get()),
-        Cmd::Shell { path, build } => lifecycle::shell(common, path.get(), build),
-        Cmd::Exec { path, command } => lifecycle::exec(common, path, &command),
+        Cmd::Shell {
+            path,
+            build,
+            branch,
+        } => lifecycle::shell(common, path.get(), build, branch.branch.as_deref()),
+        Cmd::Exec {
+            path,
+            command,
+            branch,
+        } => lifecycle::exec(common, path, &command, branch.branch.as_deref()),
+        Cmd::ShowRun { path, branch } => {
+            lifecycle::show_run(common, path.get(), branch.branch.as_deref())
+        }
+        Cmd::Checkout { branch, path } => branch::checkout(common, path, &branch),
         Cmd::Cp { path, src, dest } => lifecycle::cp(common, path, &src, &dest),
-        Cmd::ShowRun { path } => lifecycle::show_run(common, path.get()),
         Cmd::Volume => {
             println!("{}", names::claude_store());
             Ok(Exit::Ok.into())
         }
         Cmd::Volumes { path } => lifecycle::volumes(common, path.get()),
         Cmd::List => lifecycle::list(common),
-        Cmd::Rm { path, volumes } => lifecycle::rm(common, path.get(), volumes),
+        Cmd::Rm {
+            path,
+            volumes,
+            branch,
+        } => lifecycle::rm(common, path.get(), volumes, branch.branch.as_deref()),
         Cmd::Prune => lifecycle::prune(common),
         Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),

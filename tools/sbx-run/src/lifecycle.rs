@@ -108,7 +108,18 @@ pub fn start(
     path: Option<PathBuf>,
     rebuild: Option<&BuildOpts>,
 ) -> Result<Workspace, BoxError> {
-    let ws = Workspace::open(common, path)?;
+    start_in(common, path, rebuild, None)
+}
+
+/// `start`, in branch mode when `branch` is given: the branch is
+/// provisioned on the shelf (branch.rs) before its container starts.
+pub fn start_in(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    rebuild: Option<&BuildOpts>,
+    branch: Option<&str>,
+) -> Result<Workspace, BoxError> {
+    let ws = Workspace::open(common, path)?.with_branch(branch);
     let name = ws.names.container.clone();
     if let Some(o) = rebuild {
         image::build_repo(&ws, o)?;
@@ -128,6 +139,7 @@ pub fn start(
     // A workspace the agent could not write is refused before anything is
     // built or started; the idmapped view is made now and lives as long as
     // the sandbox is started.
+    crate::branch::provision(&ws)?;
     workspace::prepare_mount(&ws)?;
     let started = start_stopped(&ws, container.is_some());
     if started.is_err() {
@@ -345,8 +357,8 @@ fn sync_login(ws: &Workspace) {
     }
 }
 
-pub fn stop(common: &CommonArgs, path: Option<PathBuf>) -> Res {
-    let ws = open_for_names(common, path)?;
+pub fn stop(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) -> Res {
+    let ws = open_for_names(common, path)?.with_branch(branch);
     docker::require_engine()?;
     if check_owner(&ws)?.is_some() {
         docker::output(&["stop", "--time", spec::STOP_TIMEOUT, &ws.names.container])?;
@@ -410,7 +422,7 @@ fn exec_args(ws: &Workspace, tty: bool, command: &[OsString], agent: &str) -> Ve
         "--user".into(),
         "agent".into(),
         "--workdir".into(),
-        ws.target().into(),
+        ws.workdir().into(),
     ]);
     a.extend(["--env".into(), format!("SBX_AGENT={agent}").into()]);
     // Interactive sessions see the same filtered host variables as the container.
@@ -431,15 +443,25 @@ fn status_code(s: std::process::ExitStatus) -> ExitCode {
     }
 }
 
-pub fn shell(common: &CommonArgs, path: Option<PathBuf>, rebuild: bool) -> Res {
+pub fn shell(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    rebuild: bool,
+    branch: Option<&str>,
+) -> Res {
     let argv: Vec<OsString> = vec!["bash".into(), "-l".into()];
     if !rebuild {
-        let ws = Workspace::open(common, path.clone())?;
+        let ws = Workspace::open(common, path.clone())?.with_branch(branch);
         if let Some(r) = via_guest(&ws, &argv, "shell")? {
             return Ok(r);
         }
     }
-    let ws = start(common, path, rebuild.then(BuildOpts::default).as_ref())?;
+    let ws = start_in(
+        common,
+        path,
+        rebuild.then(BuildOpts::default).as_ref(),
+        branch,
+    )?;
     if let Some(r) = via_guest(&ws, &argv, "shell")? {
         return Ok(r);
     }
@@ -452,13 +474,18 @@ pub fn shell(common: &CommonArgs, path: Option<PathBuf>, rebuild: bool) -> Res {
 /// exec and shell: first straight to the guest's socket (no docker
 /// command at all when the sandbox runs); else start it and try again;
 /// a sandbox without the host API (an older base image) gets docker exec.
-pub fn exec(common: &CommonArgs, path: Option<PathBuf>, command: &[OsString]) -> Res {
+pub fn exec(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    command: &[OsString],
+    branch: Option<&str>,
+) -> Res {
     let agent = agent_name(false, command);
-    let ws = Workspace::open(common, path.clone())?;
+    let ws = Workspace::open(common, path.clone())?.with_branch(branch);
     if let Some(r) = via_guest(&ws, command, &agent)? {
         return Ok(r);
     }
-    let ws = start(common, path, None)?;
+    let ws = start_in(common, path, None, branch)?;
     if let Some(r) = via_guest(&ws, command, &agent)? {
         return Ok(r);
     }
@@ -538,8 +565,8 @@ pub fn cp(common: &CommonArgs, path: Option<PathBuf>, src: &OsString, dest: &OsS
     }
 }
 
-pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
-    let ws = Workspace::open(common, path)?;
+pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) -> Res {
+    let ws = Workspace::open(common, path)?.with_branch(branch);
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
@@ -556,8 +583,17 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>) -> Res {
     } else {
         String::new()
     };
+    let provision = match &ws.branch {
+        Some(b) => format!(
+            "# branch {b:?}: provision its worktree on the repo shelf first\n{docker} volume inspect {shelf} >/dev/null 2>&1 || {docker} volume create {shelf} >/dev/null\n{}\n",
+            spec::shell_line(&crate::branch::provision_args(&ws, b, false)),
+            docker = docker::program().to_string_lossy(),
+            shelf = ws.names.repo_shelf,
+        ),
+        None => String::new(),
+    };
     let text = format!(
-        "# sbx-run show-run {}\n# config: {}\n{idmap}{}\n# guest API: {sock} (host) = /run/sbx/host/{sockname} (sandbox; root-only: /run/sbx is 0700)\n{managed}mkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
+        "# sbx-run show-run {}\n# config: {}\n{idmap}{provision}{}\n# guest API: {sock} (host) = /run/sbx/host/{sockname} (sandbox; root-only: /run/sbx is 0700)\n{managed}mkdir -p {hostdir} && chmod 0777 {hostdir}\n{docker} network inspect {} >/dev/null 2>&1 || {net} >/dev/null\n{}\n{docker} start {} >/dev/null 2>&1 || {} >/dev/null\n{}\n",
         ws.path.display(),
         ws.loaded.describe(),
         spec::masked_comment(&s.masked),
@@ -757,8 +793,13 @@ fn health_of(name: &str, c: &Value) -> (&'static str, Option<String>) {
     }
 }
 
-pub fn rm(common: &CommonArgs, path: Option<PathBuf>, with_volumes: bool) -> Res {
-    let ws = open_for_names(common, path)?;
+pub fn rm(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    with_volumes: bool,
+    branch: Option<&str>,
+) -> Res {
+    let ws = open_for_names(common, path)?.with_branch(branch);
     docker::require_engine()?;
     let n = &ws.names;
     if check_owner(&ws)?.is_some() {

@@ -273,8 +273,15 @@ pub fn build(
     let workspace = ws.path.to_string_lossy().into_owned();
     let labels = [
         format!("{LABEL_WORKSPACE}={workspace}"),
-        format!("{LABEL_MODE}=bind"),
-        format!("{LABEL_BRANCH}="),
+        format!(
+            "{LABEL_MODE}={}",
+            if ws.branch.is_some() {
+                "branch"
+            } else {
+                "bind"
+            }
+        ),
+        format!("{LABEL_BRANCH}={}", ws.branch.as_deref().unwrap_or("")),
         format!("{LABEL_HASH}={}", n.hash),
     ];
     let label_args: Vec<String> = labels
@@ -439,16 +446,24 @@ pub fn build(
             mount(&[
                 ("type", "volume"),
                 ("source", &n.repo_shelf),
-                ("target", "/repo-shelf"),
+                ("target", crate::branch::SHELF),
                 ("readonly", ""),
             ]),
         ]);
     } else {
-        a.extend(["--mount".into(), volume(&n.repo_shelf, "/repo-shelf")]);
+        a.extend([
+            "--mount".into(),
+            volume(&n.repo_shelf, crate::branch::SHELF),
+        ]);
     }
     // [tools] at the agent: the AI CLIs' managed files, read-only.
     for (src, dst) in crate::toolpolicy::mounts(ws, &n.container) {
         a.extend(["--mount".into(), bind(&src, dst, true)]);
+    }
+    // Branch mode: the host's hooks and protected paths, read-only, over
+    // the shelf's copies, as bind mode has them over the workspace's.
+    for (src, dst) in crate::branch::protected_mounts(ws, masks.1) {
+        a.extend(["--mount".into(), bind(&src, &dst, true)]);
     }
     a.extend([
         "--mount".into(),
@@ -463,7 +478,7 @@ pub fn build(
     for name in env_names {
         a.extend(["--env".into(), name.clone()]);
     }
-    a.extend(["--workdir".into(), target]);
+    a.extend(["--workdir".into(), ws.workdir()]);
     a.push(image.to_owned());
     // --entrypoint clears the image's CMD: the command is given here.
     a.extend(["init", "--", "sleep", "infinity"].map(String::from));

@@ -20,6 +20,8 @@ pub struct Workspace {
     pub loaded: Loaded,
     /// The workspace directory's owner on the host (uid, gid).
     pub owner: (u32, u32),
+    /// Branch mode: the branch whose shelf worktree is the workdir.
+    pub branch: Option<String>,
 }
 
 impl Workspace {
@@ -46,6 +48,24 @@ impl Workspace {
             path,
             loaded,
             owner,
+            branch: None,
+        }
+    }
+
+    /// The same workspace in branch mode (its own container, network,
+    /// home and labels; the workdir is the branch's shelf worktree).
+    pub fn with_branch(mut self, branch: Option<&str>) -> Self {
+        self.names = Names::new(&self.path, branch);
+        self.branch = branch.map(str::to_owned);
+        self
+    }
+
+    /// The container's working directory: the workspace in bind mode, the
+    /// branch's worktree on the repo shelf in branch mode.
+    pub fn workdir(&self) -> String {
+        match &self.branch {
+            Some(b) => crate::branch::worktree_dir(b),
+            None => self.target(),
         }
     }
 

@@ -18,6 +18,7 @@ pub fn commands() -> Vec<clap::Command> {
         sbx_guest::command(),
         sbx_run::command(),
         sbx_tool_guard::command(),
+        sbx_worktree::command(),
     ]
 }
 

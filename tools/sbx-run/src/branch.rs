@@ -1,0 +1,302 @@
+//! Branch mode (seed 000, "Dual-Mount, Branch-Aware Mode"): one sandbox per
+//! branch, each working in its own worktree of one shared clone on the
+//! repo-shelf volume, which every sandbox of the workspace mounts at
+//! /repo-shelf. Provisioning runs sbx-worktree with the real git in a
+//! short-lived root container before the agent's container starts, so the
+//! agent itself never gets a way around the git guard; its pushes to the
+//! `host` remote go through the guard like any other.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::BoxError;
+use sbx_core::{Exit, SbxError, output};
+use serde_json::Value;
+
+use crate::image::{self, BuildOpts};
+use crate::names::{LABEL_HASH, LABEL_ROLE, LABEL_WORKSPACE, sanitize_branch};
+use crate::workspace::{AGENT_ID, Workspace};
+use crate::{RunError, docker};
+
+/// Where every sandbox mounts the workspace's repo-shelf volume.
+pub const SHELF: &str = "/repo-shelf";
+/// The tool in the image that does the provisioning.
+pub const WORKTREE_TOOL: &str = "/usr/local/bin/sbx-worktree";
+
+/// A branch's worktree inside a sandbox.
+pub fn worktree_dir(branch: &str) -> String {
+    format!("{SHELF}/worktrees/{}", sanitize_branch(branch))
+}
+
+/// sbx-worktree's refusal, passed on with its own line and exit status.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ProvisionError {
+    pub message: String,
+    pub exit: Exit,
+}
+
+impl SbxError for ProvisionError {
+    fn exit(&self) -> Exit {
+        self.exit
+    }
+}
+
+/// Branch mode's read-only mounts: the host's hooks over the shelf
+/// clone's (the hooks directory of every worktree) and the host's
+/// protected paths over the worktree's; a protected path the host lacks is
+/// masked by an empty read-only directory (not .husky, see spec.rs), so the
+/// agent cannot create one the guard or the next start would obey.
+pub fn protected_mounts(ws: &Workspace, empty_dir: &std::path::Path) -> Vec<(PathBuf, String)> {
+    let Some(b) = &ws.branch else {
+        return Vec::new();
+    };
+    let wt = worktree_dir(b);
+    let mut v = Vec::new();
+    for p in ws.loaded.config.protected_paths() {
+        let host = ws.path.join(&p);
+        let dst = if p == ".git/hooks" {
+            format!("{SHELF}/repo/.git/hooks")
+        } else {
+            format!("{wt}/{p}")
+        };
+        if host.exists() {
+            v.push((host, dst));
+        } else if p != ".husky" {
+            v.push((empty_dir.to_owned(), dst));
+        }
+    }
+    v
+}
+
+/// Whether the host's origin needs a network to fetch: a URL with a host
+/// in it. A local origin is unreachable from the container either way.
+fn origin_is_remote(ws: &Workspace) -> bool {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&ws.path)
+        .args(["config", "--get", "remote.origin.url"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    out.is_ok_and(|o| {
+        let url = String::from_utf8_lossy(&o.stdout);
+        let url = url.trim();
+        o.status.success() && !url.starts_with('/') && !url.starts_with("file:")
+    })
+}
+
+/// The provisioning container: root with only what handing files to the
+/// agent needs (chown, reading the host checkout whoever owns it), no
+/// new privileges, no network unless the host's origin is remote, the host
+/// checkout read-only, gone when done.
+pub fn provision_args(ws: &Workspace, branch: &str, network: bool) -> Vec<String> {
+    let n = &ws.names;
+    let target = ws.target();
+    let mut a: Vec<String> = vec!["run".into(), "--rm".into()];
+    a.extend([
+        "--name".into(),
+        format!("{}-provision-{}", n.container, std::process::id()),
+    ]);
+    a.extend([
+        "--label".into(),
+        format!("{LABEL_WORKSPACE}={}", ws.path.to_string_lossy()),
+        "--label".into(),
+        format!("{LABEL_HASH}={}", n.hash),
+        "--label".into(),
+        format!("{LABEL_ROLE}=provision"),
+    ]);
+    a.extend([
+        "--user".into(),
+        "0:0".into(),
+        "--cap-drop".into(),
+        "ALL".into(),
+    ]);
+    for c in ["CHOWN", "DAC_OVERRIDE", "FOWNER"] {
+        a.extend(["--cap-add".into(), c.into()]);
+    }
+    a.extend(["--security-opt".into(), "no-new-privileges".into()]);
+    a.extend([
+        "--network".into(),
+        if network { "bridge" } else { "none" }.into(),
+    ]);
+    a.extend([
+        "--mount".into(),
+        format!("type=volume,source={},target={SHELF}", n.repo_shelf),
+    ]);
+    let src = ws.path.to_string_lossy();
+    let bind = format!("type=bind,source={src},target={target},readonly");
+    // Same quoting as spec.rs for paths with commas or quotes.
+    let bind = if src.contains([',', '"', '\n', '\r']) || target.contains([',', '"']) {
+        format!(
+            "type=bind,\"source={}\",\"target={}\",readonly",
+            src.replace('"', "\"\""),
+            target.replace('"', "\"\"")
+        )
+    } else {
+        bind
+    };
+    a.extend(["--mount".into(), bind]);
+    a.extend(["--entrypoint".into(), WORKTREE_TOOL.into()]);
+    a.push(n.image.clone());
+    a.extend([
+        "--json".into(),
+        "provision".into(),
+        "--shelf".into(),
+        SHELF.into(),
+        "--host-repo".into(),
+        target,
+        format!("--branch={branch}"),
+        "--owner".into(),
+        format!("{AGENT_ID}:{AGENT_ID}"),
+    ]);
+    a
+}
+
+/// Provision the workspace's branch on its shelf (idempotent): builds the
+/// image and makes the volume when missing, then runs sbx-worktree.
+pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
+    let Some(branch) = ws.branch.as_deref() else {
+        return Ok(Value::Null);
+    };
+    let n = &ws.names;
+    if !docker::exists("image", &n.image)? {
+        image::build_repo(ws, &BuildOpts::default())?;
+    }
+    if !docker::exists("volume", &n.repo_shelf)? {
+        let w = format!("{LABEL_WORKSPACE}={}", ws.path.to_string_lossy());
+        let h = format!("{LABEL_HASH}={}", n.hash);
+        docker::output(&[
+            "volume",
+            "create",
+            "--label",
+            &w,
+            "--label",
+            &h,
+            &n.repo_shelf,
+        ])?;
+    }
+    let args = provision_args(ws, branch, origin_is_remote(ws));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = docker::probe(&argv)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        // sbx-worktree's own line and status (64 bad name, 75 lock, …);
+        // docker's 125-127 are the run itself failing.
+        let code = out.status.code().unwrap_or(70);
+        let line = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message")
+            .trim_start_matches("sbx-worktree: error: ")
+            .to_owned();
+        let exit = match code {
+            64 => Exit::Usage,
+            65 => Exit::DataErr,
+            66 => Exit::NoInput,
+            69 => Exit::Unavailable,
+            71 => Exit::OsErr,
+            75 => Exit::TempFail,
+            77 => Exit::Denied,
+            _ => Exit::Software,
+        };
+        return Err(ProvisionError {
+            message: format!("branch {branch:?}: provisioning failed: {line}"),
+            exit,
+        }
+        .into());
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| ProvisionError {
+        message: format!("branch {branch:?}: sbx-worktree printed no JSON ({e}); is it in the image? rebuild the base image"),
+        exit: Exit::Software,
+    })?;
+    Ok(v["data"].clone())
+}
+
+/// `sbx-run checkout BRANCH`: provision only, print what was done.
+pub fn checkout(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    branch: &str,
+) -> Result<ExitCode, BoxError> {
+    let ws = Workspace::open(common, path)?.with_branch(Some(branch));
+    let d = provision(&ws)?;
+    let mut out = std::io::stdout().lock();
+    let r = if common.json {
+        output::json_line(&mut out, "provisioned", &d)
+    } else if common.quiet {
+        Ok(())
+    } else {
+        use std::io::Write;
+        writeln!(
+            out,
+            "{} {} ({}; pushes to {})",
+            d["worktree"].as_str().unwrap_or("?"),
+            d["path"].as_str().unwrap_or("?"),
+            branch,
+            d["upstream"].as_str().unwrap_or("?")
+        )
+    };
+    r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    Ok(Exit::Ok.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws(branch: Option<&str>) -> Workspace {
+        let t = std::env::temp_dir().join("sbx-branch-test/my-app");
+        Workspace::with_config(
+            t,
+            sbx_core::config::Loaded {
+                config: Default::default(),
+                source: sbx_core::config::Source::Default,
+            },
+        )
+        .with_branch(branch)
+    }
+
+    #[test]
+    fn workdir_and_names() {
+        let w = ws(Some("feature/x y"));
+        assert_eq!(w.workdir(), "/repo-shelf/worktrees/feature__x__y");
+        assert!(w.names.container.contains("-feature__x__y-"));
+        assert_eq!(ws(None).workdir(), "/workspace/my-app");
+        // One shelf per workspace, whatever the branch.
+        assert_eq!(w.names.repo_shelf, ws(None).names.repo_shelf);
+    }
+
+    #[test]
+    fn provisioning_container_is_narrow() {
+        let w = ws(Some("b"));
+        let a = provision_args(&w, "b", false).join(" ");
+        for want in [
+            "--rm",
+            "--cap-drop ALL",
+            "--cap-add CHOWN",
+            "--security-opt no-new-privileges",
+            "--network none",
+            "target=/workspace/my-app,readonly",
+            "--entrypoint /usr/local/bin/sbx-worktree",
+            "--branch=b --owner 1000:1000",
+        ] {
+            assert!(a.contains(want), "{want} in {a}");
+        }
+        assert!(!a.contains("SYS_ADMIN") && !a.contains("--privileged"));
+    }
+
+    #[test]
+    fn hooks_are_pinned_over_the_shelf() {
+        let empty = PathBuf::from("/empty.d");
+        let m = protected_mounts(&ws(Some("b")), &empty);
+        assert!(m.contains(&(empty.clone(), "/repo-shelf/repo/.git/hooks".into())));
+        assert!(m.contains(&(
+            empty.clone(),
+            "/repo-shelf/worktrees/b/.agent-sandbox".into()
+        )));
+        assert!(protected_mounts(&ws(None), &empty).is_empty());
+    }
+}

@@ -1,0 +1,721 @@
+//! The shelf: SHELF/repo (one clone, no checkout of its own) and
+//! SHELF/worktrees/<branchSan>. Every input is checked before the first
+//! change; a clone is made aside and renamed into place, so a failed
+//! provisioning leaves no half-made repository.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sbx_core::audit::{self, Outcome, Record};
+use sbx_core::cli::CommonArgs;
+use sbx_core::output;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::WorktreeError as E;
+use crate::git::{Git, Out};
+use crate::lock;
+
+/// `/` and white space become `__` (DESIGN.md §5), as sbx-run names containers.
+pub fn sanitize_branch(branch: &str) -> String {
+    let mut out = String::new();
+    for c in branch.chars() {
+        if c == '/' || c.is_whitespace() {
+            out.push_str("__");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The caller's uid and gid.
+pub fn caller() -> (u32, u32) {
+    (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    )
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Provisioned {
+    pub branch: String,
+    /// "created" or "reused".
+    pub worktree: &'static str,
+    /// "cloned" or "reused".
+    pub repo: &'static str,
+    pub path: PathBuf,
+    pub repo_path: PathBuf,
+    /// Where `git push` goes: host/<branch>.
+    pub upstream: String,
+    /// What a new branch started from (origin/<branch> or the default branch).
+    pub base: Option<String>,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Entry {
+    pub branch: Option<String>,
+    pub path: PathBuf,
+    pub head: String,
+    pub prunable: bool,
+}
+
+pub struct Shelf<'a> {
+    git: &'a dyn Git,
+    pub dir: PathBuf,
+    owner: (u32, u32),
+}
+
+impl<'a> Shelf<'a> {
+    pub fn new(git: &'a dyn Git, dir: &Path, owner: (u32, u32)) -> Self {
+        Self {
+            git,
+            dir: dir.to_owned(),
+            owner,
+        }
+    }
+
+    pub fn repo(&self) -> PathBuf {
+        self.dir.join("repo")
+    }
+
+    pub fn worktree(&self, branch: &str) -> PathBuf {
+        self.dir.join("worktrees").join(sanitize_branch(branch))
+    }
+
+    /// The paths git may be asked to trust (its ownership check): exactly
+    /// the shelf's clone and worktrees, and the host checkout, never `*`.
+    fn safe(&self, extra: &[&Path]) -> Vec<PathBuf> {
+        let mut v = vec![self.repo(), self.repo().join(".git")];
+        v.extend(extra.iter().map(|p| p.to_path_buf()));
+        v
+    }
+
+    fn git(&self, cwd: &Path, extra: &[&Path], args: &[&str]) -> Result<Out, E> {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        self.git.run(cwd, &self.safe(extra), &args)
+    }
+
+    /// Run git; a failure is an error naming the command and git's words.
+    fn must(&self, cwd: &Path, extra: &[&Path], args: &[&str]) -> Result<String, E> {
+        let o = self.git(cwd, extra, args)?;
+        if o.ok {
+            Ok(o.stdout)
+        } else {
+            Err(git_failed(args, &o))
+        }
+    }
+
+    /// Refuse a shelf that belongs to someone else (its files would be
+    /// theirs to change under us); audited, like every sbx refusal.
+    fn check_owner(&self) -> Result<(), E> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = std::fs::metadata(&self.dir) else {
+            return Ok(());
+        };
+        let me = caller().0;
+        if m.uid() == self.owner.0 || m.uid() == me {
+            return Ok(());
+        }
+        let target = self.dir.to_string_lossy();
+        audit::append(
+            &Record::new(
+                "sbx-worktree",
+                "shelf",
+                &target,
+                Outcome::Blocked,
+                "foreign-shelf",
+            )
+            .reason("the shelf belongs to another uid"),
+        );
+        Err(E::ForeignShelf(self.dir.clone(), m.uid(), self.owner.0))
+    }
+
+    fn check_branch(&self, branch: &str) -> Result<(), E> {
+        // `@{-1}` and the like expand: only a name that is itself is taken.
+        let o = self.git(
+            &self.dir_or_root(),
+            &[],
+            &["check-ref-format", "--branch", branch],
+        )?;
+        if !o.ok || o.stdout.trim_end_matches('\n') != branch || branch.starts_with('-') {
+            return Err(E::BadBranch(branch.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn dir_or_root(&self) -> PathBuf {
+        if self.dir.is_dir() {
+            self.dir.clone()
+        } else {
+            PathBuf::from("/")
+        }
+    }
+
+    /// The host checkout, validated: a work tree's top level, on a branch,
+    /// with commits.
+    fn check_host(&self, host: &Path) -> Result<PathBuf, E> {
+        if !host.is_dir() {
+            return Err(E::NoHost(host.to_owned()));
+        }
+        let host = host.canonicalize().map_err(|e| E::Io(host.to_owned(), e))?;
+        let extra = [host.as_path(), &host.join(".git")];
+        let top = self.git(&host, &extra, &["rev-parse", "--show-toplevel"])?;
+        if !top.ok || Path::new(top.stdout.trim_end()) != host {
+            return Err(E::NotARepo(host));
+        }
+        let head = self.git(&host, &extra, &["symbolic-ref", "-q", "HEAD"])?;
+        if !head.ok {
+            return Err(E::Detached(host));
+        }
+        let born = self.git(
+            &host,
+            &extra,
+            &["rev-parse", "-q", "--verify", "HEAD^{commit}"],
+        )?;
+        if !born.ok {
+            return Err(E::Unborn(host));
+        }
+        Ok(host)
+    }
+
+    pub fn provision(&self, host: &Path, branch: &str, wait: Duration) -> Result<Provisioned, E> {
+        // Every check before the first change.
+        self.check_owner()?;
+        self.check_branch(branch)?;
+        let host = self.check_host(host)?;
+        let hosts = [host.as_path(), &host.join(".git")];
+        let host_url = format!("file://{}", host.display());
+        let origin = self.git(&host, &hosts, &["remote", "get-url", "origin"])?;
+        let source = if origin.ok && !origin.stdout.trim().is_empty() {
+            origin.stdout.trim().to_owned()
+        } else {
+            host_url.clone()
+        };
+
+        self.make_dir(&self.dir)?;
+        let _lock = lock::acquire(&self.dir.join(".lock"), wait)?;
+        // A fresh volume is root's: the agent gets the shelf (not what is
+        // in it that it did not make, such as another user's files).
+        if caller().0 == 0 && self.owner.0 != 0 {
+            for p in [self.dir.clone(), self.dir.join(".lock")] {
+                std::os::unix::fs::lchown(&p, Some(self.owner.0), Some(self.owner.1))
+                    .map_err(|e| E::Io(p.clone(), e))?;
+            }
+        }
+        let repo = self.repo();
+        let wt = self.worktree(branch);
+        let extra = [host.as_path(), &host.join(".git"), wt.as_path()];
+
+        let repo_state = if repo.join(".git").exists() {
+            // Keep origin in step with the host's, then fetch.
+            self.set_remote(&repo, &extra, "origin", &source)?;
+            self.must(&repo, &extra, &["fetch", "--quiet", "--prune", "origin"])?;
+            "reused"
+        } else {
+            self.clone_into(&repo, &extra, &source)?;
+            "cloned"
+        };
+        self.set_remote(&repo, &extra, "host", &host_url)?;
+        // The clone's own HEAD detached, so no branch (the host's main
+        // above all) is held by the clone rather than a worktree.
+        if self.git(&repo, &extra, &["symbolic-ref", "-q", "HEAD"])?.ok {
+            self.must(&repo, &extra, &["update-ref", "--no-deref", "HEAD", "HEAD"])?;
+        }
+
+        let worktree_state = if wt.exists() {
+            // Ours only if it is this branch's: `a/b` and `a__b` share a name.
+            let o = self.git(&wt, &extra, &["symbolic-ref", "-q", "--short", "HEAD"])?;
+            let there = o.stdout.trim_end().to_owned();
+            if !o.ok || there != branch {
+                return Err(E::Collision(branch.to_owned(), there, wt));
+            }
+            None
+        } else {
+            Some(self.add_worktree(&repo, &wt, &extra, branch)?)
+        };
+        // Upstream is the host: a plain `git push` lands in its checkout.
+        let key = |k: &str| format!("branch.{branch}.{k}");
+        self.must(&repo, &extra, &["config", &key("remote"), "host"])?;
+        let merge = format!("refs/heads/{branch}");
+        self.must(&repo, &extra, &["config", &key("merge"), &merge])?;
+        self.hand_over(&[&repo, &wt])?;
+        Ok(Provisioned {
+            branch: branch.to_owned(),
+            worktree: if worktree_state.is_some() {
+                "created"
+            } else {
+                "reused"
+            },
+            repo: repo_state,
+            path: wt,
+            repo_path: repo,
+            upstream: format!("host/{branch}"),
+            base: worktree_state.flatten(),
+            host: host_url,
+        })
+    }
+
+    fn make_dir(&self, d: &Path) -> Result<(), E> {
+        if d.is_dir() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(d).map_err(|e| E::Io(d.to_owned(), e))?;
+        self.hand_over(&[d])
+    }
+
+    fn clone_into(&self, repo: &Path, extra: &[&Path], source: &str) -> Result<(), E> {
+        // Aside, then renamed: no half clone is ever SHELF/repo.
+        let tmp = self.dir.join(format!(".repo.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let tmp_s = tmp.to_string_lossy().into_owned();
+        let mut ex = extra.to_vec();
+        ex.push(&tmp);
+        let r = self
+            .must(
+                &self.dir,
+                &ex,
+                &["clone", "--quiet", "--no-checkout", "--", source, &tmp_s],
+            )
+            .and_then(|_| {
+                // A clone of an empty remote has no origin/HEAD to branch from.
+                self.must(&tmp, &ex, &["remote", "set-head", "origin", "--auto"])
+                    .map(drop)
+            })
+            .and_then(|()| std::fs::rename(&tmp, repo).map_err(|e| E::Io(repo.to_owned(), e)));
+        if r.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        r
+    }
+
+    fn set_remote(&self, repo: &Path, extra: &[&Path], name: &str, url: &str) -> Result<(), E> {
+        let key = format!("remote.{name}.url");
+        let cur = self.git(repo, extra, &["config", "--get", &key])?;
+        if !cur.ok {
+            self.must(repo, extra, &["remote", "add", name, url])?;
+        } else if cur.stdout.trim_end() != url {
+            self.must(repo, extra, &["remote", "set-url", name, url])?;
+        }
+        Ok(())
+    }
+
+    /// Create the worktree; returns what a new branch started from (None
+    /// when the branch already existed in the clone).
+    fn add_worktree(
+        &self,
+        repo: &Path,
+        wt: &Path,
+        extra: &[&Path],
+        branch: &str,
+    ) -> Result<Option<String>, E> {
+        let wt_s = wt.to_string_lossy().into_owned();
+        let local = format!("refs/heads/{branch}");
+        let remote = format!("refs/remotes/origin/{branch}");
+        let has = |r: &str| -> Result<bool, E> {
+            Ok(self
+                .git(
+                    repo,
+                    extra,
+                    &["rev-parse", "-q", "--verify", &format!("{r}^{{commit}}")],
+                )?
+                .ok)
+        };
+        self.make_dir(&self.dir.join("worktrees"))?;
+        let def;
+        let (args, base): (Vec<&str>, Option<String>) = if has(&local)? {
+            (vec!["worktree", "add", "--quiet", &wt_s, branch], None)
+        } else if has(&remote)? {
+            let base = format!("origin/{branch}");
+            (
+                vec![
+                    "worktree",
+                    "add",
+                    "--quiet",
+                    "--no-track",
+                    "-b",
+                    branch,
+                    &wt_s,
+                    &remote,
+                ],
+                Some(base),
+            )
+        } else {
+            let head = self.git(
+                repo,
+                extra,
+                &["symbolic-ref", "-q", "refs/remotes/origin/HEAD"],
+            )?;
+            def = head.stdout.trim_end().to_owned();
+            if !head.ok || def.is_empty() {
+                return Err(E::NoDefault(repo.to_owned()));
+            }
+            let base = def.trim_start_matches("refs/remotes/").to_owned();
+            (
+                vec![
+                    "worktree",
+                    "add",
+                    "--quiet",
+                    "--no-track",
+                    "-b",
+                    branch,
+                    &wt_s,
+                    &def,
+                ],
+                Some(base),
+            )
+        };
+        let args: Vec<&str> = args.to_vec();
+        if let Err(e) = self.must(repo, extra, &args) {
+            // No half state: a directory git began is removed, and so is
+            // its record in the clone.
+            let _ = std::fs::remove_dir_all(wt);
+            let _ = self.git(repo, extra, &["worktree", "prune"]);
+            return Err(e);
+        }
+        Ok(base)
+    }
+
+    /// As root for another user: give them what was made (lchown, no
+    /// symlink is followed). Skipped when the caller is that user already.
+    fn hand_over(&self, roots: &[&Path]) -> Result<(), E> {
+        if caller() == self.owner || caller().0 != 0 {
+            return Ok(());
+        }
+        let (u, g) = self.owner;
+        for root in roots {
+            chown_tree(root, u, g)?;
+        }
+        Ok(())
+    }
+
+    pub fn list(&self) -> Result<Vec<Entry>, E> {
+        let repo = self.repo();
+        if !repo.join(".git").exists() {
+            return Ok(Vec::new());
+        }
+        let text = self.must(&repo, &[], &["worktree", "list", "--porcelain"])?;
+        let wts = self.dir.join("worktrees");
+        Ok(parse_porcelain(&text)
+            .into_iter()
+            .filter(|e| e.path.starts_with(&wts))
+            .collect())
+    }
+
+    pub fn remove(&self, branch: &str, force: bool, wait: Duration) -> Result<PathBuf, E> {
+        self.check_owner()?;
+        let _lock = lock::acquire(&self.dir.join(".lock"), wait)?;
+        let wt = self.worktree(branch);
+        let found = self.list()?;
+        let Some(e) = found.iter().find(|e| e.path == wt) else {
+            return Err(E::NoWorktree(branch.to_owned()));
+        };
+        if e.branch.as_deref() != Some(branch) {
+            return Err(E::Collision(
+                branch.to_owned(),
+                e.branch.clone().unwrap_or_default(),
+                wt,
+            ));
+        }
+        let repo = self.repo();
+        if !force && wt.is_dir() {
+            let st = self.must(&wt, &[&wt], &["status", "--porcelain"])?;
+            if !st.trim().is_empty() {
+                return Err(E::Dirty(wt));
+            }
+        }
+        let wt_s = wt.to_string_lossy().into_owned();
+        let mut args = vec!["worktree", "remove"];
+        if force {
+            args.push("--force");
+        }
+        args.push(&wt_s);
+        self.must(&repo, &[&wt], &args)?;
+        Ok(wt)
+    }
+
+    pub fn prune(&self, wait: Duration) -> Result<Vec<(String, PathBuf)>, E> {
+        self.check_owner()?;
+        let _lock = lock::acquire(&self.dir.join(".lock"), wait)?;
+        let gone: Vec<(String, PathBuf)> = self
+            .list()?
+            .into_iter()
+            .filter(|e| e.prunable || !e.path.exists())
+            .map(|e| (e.branch.unwrap_or_default(), e.path))
+            .collect();
+        if !gone.is_empty() {
+            self.must(&self.repo(), &[], &["worktree", "prune"])?;
+        }
+        Ok(gone)
+    }
+}
+
+fn git_failed(args: &[&str], o: &Out) -> E {
+    let msg = o
+        .stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message")
+        .trim()
+        .to_owned();
+    let cmd = args.iter().take(3).copied().collect::<Vec<_>>().join(" ");
+    E::Git(cmd, msg)
+}
+
+fn chown_tree(root: &Path, uid: u32, gid: u32) -> Result<(), E> {
+    let io = |p: &Path, e| E::Io(p.to_owned(), e);
+    let mut stack = vec![root.to_owned()];
+    while let Some(p) = stack.pop() {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(gid)).map_err(|e| io(&p, e))?;
+        let m = std::fs::symlink_metadata(&p).map_err(|e| io(&p, e))?;
+        if m.is_dir() {
+            for e in std::fs::read_dir(&p).map_err(|e| io(&p, e))? {
+                stack.push(e.map_err(|e| io(&p, e))?.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `git worktree list --porcelain`: blank-line separated records.
+pub fn parse_porcelain(text: &str) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for rec in text.split("\n\n") {
+        let mut e = Entry {
+            branch: None,
+            path: PathBuf::new(),
+            head: String::new(),
+            prunable: false,
+        };
+        for line in rec.lines() {
+            let (k, v) = line.split_once(' ').unwrap_or((line, ""));
+            match k {
+                "worktree" => e.path = PathBuf::from(v),
+                "HEAD" => e.head = v.to_owned(),
+                "branch" => e.branch = Some(v.trim_start_matches("refs/heads/").to_owned()),
+                "prunable" => e.prunable = true,
+                _ => {}
+            }
+        }
+        if !e.path.as_os_str().is_empty() {
+            out.push(e);
+        }
+    }
+    out
+}
+
+pub fn print_provisioned(
+    out: &mut impl Write,
+    common: &CommonArgs,
+    p: &Provisioned,
+) -> std::io::Result<()> {
+    if common.json {
+        output::json_line(out, "provisioned", p)
+    } else if !common.quiet {
+        writeln!(
+            out,
+            "{} {} ({}; pushes to {})",
+            p.worktree,
+            p.path.display(),
+            p.branch,
+            p.upstream
+        )
+    } else {
+        Ok(())
+    }
+}
+
+pub fn print_list(
+    out: &mut impl Write,
+    common: &CommonArgs,
+    list: &[Entry],
+) -> std::io::Result<()> {
+    for e in list {
+        if common.json {
+            output::json_line(out, "worktree", e)?;
+        } else if !common.quiet {
+            writeln!(
+                out,
+                "{}\t{}\t{}{}",
+                e.branch.as_deref().unwrap_or("(detached)"),
+                e.path.display(),
+                e.head.get(..12).unwrap_or(&e.head),
+                if e.prunable { "\tprunable" } else { "" }
+            )?;
+        }
+    }
+    Ok(())
+}
+
+pub fn print_event(
+    out: &mut impl Write,
+    common: &CommonArgs,
+    what: &str,
+    branch: &str,
+    dir: &Path,
+) -> std::io::Result<()> {
+    if common.json {
+        output::json_line(out, what, &json!({"branch": branch, "path": dir}))
+    } else if !common.quiet {
+        writeln!(out, "{what} {} ({branch})", dir.display())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::fake::FakeGit;
+
+    fn fail(stderr: &str) -> Out {
+        Out {
+            ok: false,
+            stdout: String::new(),
+            stderr: stderr.into(),
+        }
+    }
+
+    #[test]
+    fn sanitizing_matches_sbx_run() {
+        assert_eq!(sanitize_branch("a/b c\td"), "a__b__c__d");
+        assert_eq!(
+            sanitize_branch("feature/login page"),
+            "feature__login__page"
+        );
+    }
+
+    #[test]
+    fn porcelain() {
+        let t = "worktree /s/repo\nHEAD abc\nbare\n\nworktree /s/worktrees/a__b\nHEAD def\nbranch refs/heads/a/b\n\nworktree /s/worktrees/x\nHEAD 123\ndetached\nprunable gitdir file points to non-existent location\n";
+        let v = parse_porcelain(t);
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[1].branch.as_deref(), Some("a/b"));
+        assert!(v[2].prunable && v[2].branch.is_none());
+    }
+
+    /// A refused name stops everything: no clone, no directory.
+    #[test]
+    fn bad_branch_changes_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let shelf = t.path().join("shelf");
+        let git = FakeGit {
+            script: vec![("check-ref-format".into(), fail("fatal: bad"))],
+            ..FakeGit::default()
+        };
+        let s = Shelf::new(&git, &shelf, caller());
+        let r = s.provision(t.path(), "bad..name", Duration::from_secs(1));
+        assert!(matches!(r, Err(E::BadBranch(_))), "{r:?}");
+        assert!(!shelf.exists());
+        assert_eq!(git.calls.borrow().len(), 1);
+    }
+
+    /// `@{-1}` expands to another name: refused though git says ok.
+    #[test]
+    fn expanding_names_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let git = FakeGit {
+            script: vec![(
+                "check-ref-format".into(),
+                Out {
+                    ok: true,
+                    stdout: "main\n".into(),
+                    stderr: String::new(),
+                },
+            )],
+            ..FakeGit::default()
+        };
+        let s = Shelf::new(&git, &t.path().join("s"), caller());
+        let r = s.provision(t.path(), "@{-1}", Duration::from_secs(1));
+        assert!(matches!(r, Err(E::BadBranch(_))), "{r:?}");
+    }
+
+    /// A failing `worktree add` leaves no directory and prunes git's record.
+    #[test]
+    fn failed_worktree_add_is_undone() {
+        let t = tempfile::tempdir().unwrap();
+        let shelf = t.path().join("shelf");
+        std::fs::create_dir_all(shelf.join("repo/.git")).unwrap();
+        let host = t.path().join("host");
+        std::fs::create_dir_all(&host).unwrap();
+        let host_c = host.canonicalize().unwrap();
+        let ok = |s: &str| Out {
+            ok: true,
+            stdout: s.into(),
+            stderr: String::new(),
+        };
+        let git = FakeGit {
+            script: vec![
+                ("check-ref-format".into(), ok("b\n")),
+                (
+                    "rev-parse --show-toplevel".into(),
+                    ok(&format!("{}\n", host_c.display())),
+                ),
+                ("remote get-url".into(), fail("")),
+                ("rev-parse -q --verify refs/heads/b".into(), fail("")),
+                (
+                    "rev-parse -q --verify refs/remotes/origin/b".into(),
+                    fail(""),
+                ),
+                (
+                    "symbolic-ref -q refs/remotes/origin/HEAD".into(),
+                    ok("refs/remotes/origin/main\n"),
+                ),
+                ("worktree add".into(), fail("fatal: disk full")),
+            ],
+            ..FakeGit::default()
+        };
+        let s = Shelf::new(&git, &shelf, caller());
+        let r = s.provision(&host, "b", Duration::from_secs(1));
+        assert!(
+            matches!(&r, Err(E::Git(c, m)) if c == "worktree add --quiet" && m == "fatal: disk full"),
+            "{r:?}"
+        );
+        assert!(!shelf.join("worktrees/b").exists());
+        let calls = git.calls.borrow();
+        assert_eq!(calls.last().map(String::as_str), Some("worktree prune"));
+        // The upstream was never set on a branch that was not made.
+        assert!(!calls.iter().any(|c| c.starts_with("config branch.")));
+    }
+
+    /// A clone that fails leaves no SHELF/repo behind.
+    #[test]
+    fn failed_clone_leaves_no_repo() {
+        let t = tempfile::tempdir().unwrap();
+        let shelf = t.path().join("shelf");
+        let host = t.path().join("host");
+        std::fs::create_dir_all(&host).unwrap();
+        let host_c = host.canonicalize().unwrap();
+        let ok = |s: &str| Out {
+            ok: true,
+            stdout: s.into(),
+            stderr: String::new(),
+        };
+        let git = FakeGit {
+            script: vec![
+                ("check-ref-format".into(), ok("b\n")),
+                (
+                    "rev-parse --show-toplevel".into(),
+                    ok(&format!("{}\n", host_c.display())),
+                ),
+                ("remote get-url".into(), fail("")),
+                ("remote set-head".into(), fail("fatal: no HEAD")),
+            ],
+            ..FakeGit::default()
+        };
+        let s = Shelf::new(&git, &shelf, caller());
+        let r = s.provision(&host, "b", Duration::from_secs(1));
+        assert!(matches!(r, Err(E::Git(..))), "{r:?}");
+        assert!(!shelf.join("repo").exists());
+        let left: Vec<_> = std::fs::read_dir(&shelf)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != ".lock")
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}

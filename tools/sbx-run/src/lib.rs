@@ -2,6 +2,7 @@
 //! guarded sandbox containers for a repository, by driving the docker CLI.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 mod api;
 pub mod docker;
 pub mod image;
@@ -190,7 +191,17 @@ pub enum Cmd {
         volumes: bool,
     },
     /// Remove containers, networks and volumes whose workspace no longer exists.
-    Prune,
+    Prune {
+        /// Remove agent chats (every workspace's) idle longer than --older-than instead.
+        #[arg(long)]
+        chats: bool,
+        /// With --chats: the age, e.g. 7d (default: [agent].chat-retention, 7d).
+        #[arg(long, value_name = "DUR", requires = "chats")]
+        older_than: Option<String>,
+    },
+    /// Run Claude Code (or Codex) headless in the sandbox; print its text, or events with --json.
+    #[command(after_long_help = agent::AFTER_HELP)]
+    Agent(agent::AgentOpts),
     /// Check the Docker engine, kernel features, images and the workspace's ownership; say how to fix each.
     Doctor {
         #[command(flatten)]
@@ -314,7 +325,12 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Volumes { path } => lifecycle::volumes(common, path.get()),
         Cmd::List => lifecycle::list(common),
         Cmd::Rm { path, volumes } => lifecycle::rm(common, path.get(), volumes),
-        Cmd::Prune => lifecycle::prune(common),
+        Cmd::Prune { chats: false, .. } => lifecycle::prune(common),
+        Cmd::Prune {
+            chats: true,
+            older_than,
+        } => agent::prune_chats(common, older_than.as_deref()),
+        Cmd::Agent(opts) => agent::run(common, &opts),
         Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),

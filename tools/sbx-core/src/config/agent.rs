@@ -244,3 +244,56 @@ impl<'de> Deserialize<'de> for HostArgv {
         Ok(Self(v))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls() {
+        for (u, host, lo) in [
+            ("https://api.example.com/v1", Some("api.example.com"), false),
+            ("http://127.0.0.1:8089", Some("127.0.0.1"), true),
+            ("http://localhost", Some("localhost"), true),
+            ("http://[::1]:80/", Some("[::1]"), true),
+            ("https://Gateway.Corp:8443", Some("gateway.corp"), false),
+            ("ftp://x", None, false),
+            ("https://user:pw@x.test", None, false),
+            ("https://", None, false),
+        ] {
+            let got = u.parse::<BaseUrl>();
+            assert_eq!(got.as_ref().ok().map(|b| b.host.as_str()), host, "{u}");
+            if let Ok(b) = got {
+                assert_eq!(b.is_loopback(), lo, "{u}");
+            }
+        }
+    }
+
+    #[test]
+    fn host_tool_argv() {
+        let ok: HostArgv =
+            serde_json::from_str(r#"["git","log","-n","{count}","{count}"]"#).unwrap();
+        assert_eq!(ok.params(), vec!["count"]);
+        for bad in [
+            r#"[]"#,
+            r#"["{prog}"]"#,
+            r#"["git","{a b}"]"#,
+            r#"["git","{}"]"#,
+        ] {
+            assert!(serde_json::from_str::<HostArgv>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn agent_table_parses_and_refuses_unknown_keys() {
+        let a: Agent = toml::from_str(
+            "cli = \"codex\"\nbase-url = \"https://gw.test\"\nmax-turns = 3\npermission-mode = \"plan\"\ntimeout = \"10m\"\n[mcp.fs]\ncommand = [\"mcp-fs\", \"/w\"]\n[host-tools.log]\nargv = [\"git\", \"log\"]\ndescription = \"git log\"\n",
+        )
+        .unwrap();
+        assert_eq!(a.cli, AgentCli::Codex);
+        assert_eq!(a.permission_mode, Some(PermissionMode::Plan));
+        assert_eq!(a.host_tools.len(), 1);
+        assert!(toml::from_str::<Agent>("colour = 1").is_err());
+        assert!(toml::from_str::<Agent>("permission-mode = \"yolo\"").is_err());
+    }
+}

@@ -332,6 +332,14 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     let ws0 = Workspace::open(common, o.path.clone())?;
     let cfg = ws0.loaded.config.agent.clone();
     let timeout = timeout.or(cfg.timeout.map(|i| i.0));
+    if let Some(name) = cfg.host_tools.keys().next() {
+        // Not served yet: refusing beats a config that loads and means nothing.
+        return Err(config_err(format!(
+            "{}: [agent.host-tools.{}]: host tools are not served by sbx-run agent yet; remove the table",
+            ws0.loaded.describe(),
+            name.0
+        )));
+    }
     let acc = access(&ws0)?;
     let cli = match o.cli.as_deref() {
         Some("codex") => AgentCli::Codex,

@@ -35,6 +35,8 @@ complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -s h -l help -d 'Print
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -s V -l version -d 'Print version'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "agent-launch" -d 'Run the agent CLI for `sbx-run agent`: the API key (stdin\'s first line) reaches only it'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "agent-key" -d 'The agent CLI\'s apiKeyHelper: print the key agent-launch serves once on SOCKET'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
@@ -52,6 +54,25 @@ complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -s q -l quie
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -s h -l help -d 'Print help'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health help" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health help" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l timeout -d 'Kill the CLI\'s whole process group after this many seconds (exit 124)' -r
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -s h -l help -d 'Print help'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -s h -l help -d 'Print help'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch agent-key help" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch agent-key help" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch agent-key help" -f -a "agent-launch" -d 'Run the agent CLI for `sbx-run agent`: the API key (stdin\'s first line) reaches only it'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch agent-key help" -f -a "agent-key" -d 'The agent CLI\'s apiKeyHelper: print the key agent-launch serves once on SOCKET'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch agent-key help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

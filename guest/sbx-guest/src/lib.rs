@@ -6,6 +6,7 @@
 //! network blocked and the sandbox reported unhealthy with the reason.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod api;
 pub mod boot;
 pub mod config;
@@ -56,6 +57,25 @@ pub enum Cmd {
     },
     /// Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK).
     Health,
+    /// Run the agent CLI for `sbx-run agent`: the API key (stdin's first line) reaches only it.
+    AgentLaunch {
+        /// Kill the CLI's whole process group after this many seconds (exit 124).
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<u64>,
+        /// The CLI and its arguments (after --).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<OsString>,
+    },
+    /// The agent CLI's apiKeyHelper: print the key agent-launch serves once on SOCKET.
+    AgentKey {
+        #[arg(value_name = "SOCKET")]
+        socket: PathBuf,
+    },
 }
 
 const AFTER_HELP: &str = "\
@@ -154,6 +174,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             }
             Ok(real::init(&paths, command))
         }
+        Cmd::AgentLaunch { timeout, command } => Ok(agent::launch(
+            timeout.map(std::time::Duration::from_secs),
+            &command,
+        )),
+        Cmd::AgentKey { socket } => Ok(agent::key(&socket)),
         Cmd::Health => {
             let (healthy, text) = status::health(&paths.status());
             if !cli.common.quiet {

@@ -274,6 +274,11 @@ fn a_dropped_client_leaves_the_process_to_reattach() {
         String::from_utf8_lossy(&out).ends_with("got hi\n"),
         "{out:?}"
     );
+    // The session is forgotten just after its exit frame went out.
+    let t0 = std::time::Instant::now();
+    while s.session_count() != 0 && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(s.session_count(), 0);
     // Signal by id on another connection.
     let mut c = client(&s);

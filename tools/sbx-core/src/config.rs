@@ -11,7 +11,10 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
 use crate::glob::{PathPattern, name_glob};
+
+pub mod agent;
 use crate::{Exit, SbxError};
+pub use agent::Agent;
 
 pub const DIR: &str = ".agent-sandbox";
 pub const FILE: &str = "config.toml";
@@ -54,6 +57,7 @@ pub struct Config {
     pub git: Git,
     pub backup: Backup,
     pub guest: Guest,
+    pub agent: Agent,
     /// `None`: no `[tools]` table, no managed agent settings.
     pub tools: Option<Tools>,
 }

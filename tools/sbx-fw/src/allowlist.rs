@@ -60,6 +60,8 @@ pub enum Source {
     Registry,
     Github,
     Backup,
+    /// `[agent].base-url`'s host (sbx-run agent's API endpoint).
+    AgentApi,
     Runtime,
 }
 

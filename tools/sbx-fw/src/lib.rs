@@ -356,6 +356,16 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
             }
         }
     }
+    // The agent's API endpoint; a loopback one never leaves the sandbox.
+    if let Some(u) = cfg.agent.base_url.as_ref().filter(|u| !u.is_loopback()) {
+        match u.host.parse() {
+            Ok(d) => list.push(d, Source::AgentApi),
+            Err(_) => output::warn(&format!(
+                "[agent].base-url {}: host {} is not a name the firewall can allow; the agent cannot reach it",
+                u.text, u.host
+            )),
+        }
+    }
     if let Some(p) = &prev {
         for n in p.names.iter().filter(|n| n.source == "runtime") {
             if let Ok(d) = n.name.parse() {

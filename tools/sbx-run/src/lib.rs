@@ -2,6 +2,7 @@
 //! guarded sandbox containers for a repository, by driving the docker CLI.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 mod api;
 pub mod branch;
 pub mod docker;
@@ -249,7 +250,17 @@ pub enum Cmd {
         branch: BranchArg,
     },
     /// Remove containers, networks and volumes whose workspace no longer exists.
-    Prune,
+    Prune {
+        /// Remove agent chats (every workspace's) idle longer than --older-than instead.
+        #[arg(long)]
+        chats: bool,
+        /// With --chats: the age, e.g. 7d (default: [agent].chat-retention, 7d).
+        #[arg(long, value_name = "DUR", requires = "chats")]
+        older_than: Option<String>,
+    },
+    /// Run Claude Code (or Codex) headless in the sandbox; print its text, or events with --json.
+    #[command(after_long_help = agent::AFTER_HELP)]
+    Agent(agent::AgentOpts),
     /// Check the Docker engine, kernel features, images and the workspace's ownership; say how to fix each.
     Doctor {
         #[command(flatten)]
@@ -399,7 +410,12 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             volumes,
             branch,
         } => lifecycle::rm(common, path.get(), volumes, branch.branch.as_deref()),
-        Cmd::Prune => lifecycle::prune(common),
+        Cmd::Prune { chats: false, .. } => lifecycle::prune(common),
+        Cmd::Prune {
+            chats: true,
+            older_than,
+        } => agent::prune_chats(common, older_than.as_deref()),
+        Cmd::Agent(opts) => agent::run(common, &opts),
         Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),
         Cmd::Test { path } => selftest::run(common, path.get()),

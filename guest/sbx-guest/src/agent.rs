@@ -1,0 +1,180 @@
+//! `agent-launch`: runs the agent CLI for `sbx-run agent` so that the API
+//! key reaches the CLI process and nothing else in the sandbox.
+//!
+//! The key arrives as the first line of stdin (sbx-run writes it into the
+//! exec's pipe: never an argument, a variable or a file). The CLI is started
+//! without it in its environment and with an `apiKeyHelper` that runs
+//! `sbx-guest agent-key SOCKET`: the launcher serves the key on that socket
+//! once, to a process whose parent or grandparent is the CLI, then removes
+//! the socket and forgets the key. The CLI asks before its first request,
+//! so by the time a tool of the agent runs the key is gone from everywhere
+//! but the CLI's memory. The rest of stdin is the prompt.
+//!
+//! The CLI runs in its own process group; `--timeout` kills the whole group
+//! (TERM, then KILL after 2 s) and exits 124, like timeout(1).
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// Exit status of a run killed by `--timeout`.
+pub const TIMEOUT_EXIT: u8 = 124;
+
+fn read_key_line() -> std::io::Result<String> {
+    // Byte by byte on the raw fd (std's stdin buffers): whatever follows
+    // the line is the CLI's stdin.
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    let mut key = Vec::new();
+    let mut b = [0u8; 1];
+    while nix::unistd::read(stdin.as_fd(), &mut b).map_err(std::io::Error::from)? == 1
+        && b[0] != b'\n'
+    {
+        key.push(b[0]);
+        if key.len() > 4096 {
+            return Err(std::io::Error::other("key line longer than 4096 bytes"));
+        }
+    }
+    Ok(String::from_utf8_lossy(&key).trim().to_owned())
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: parse after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn serve_key_once(listener: UnixListener, path: PathBuf, key: String, cli: u32) {
+    let cli = cli as i32;
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let peer = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials)
+            .map(|c| c.pid())
+            .unwrap_or(-1);
+        let p1 = parent_of(peer);
+        let p2 = p1.and_then(parent_of);
+        if p1 == Some(cli) || p2 == Some(cli) {
+            let _ = conn.write_all(key.as_bytes());
+            break;
+        }
+        // Not the CLI's helper: nothing, and keep waiting for the real one.
+        let _ = conn.write_all(b"");
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+pub fn launch(timeout: Option<Duration>, command: &[std::ffi::OsString]) -> ExitCode {
+    match launch_inner(timeout, command) {
+        Ok(code) => code,
+        Err(e) => {
+            sbx_core::output::error(&format!("agent-launch: {e}"));
+            ExitCode::from(125)
+        }
+    }
+}
+
+fn launch_inner(
+    timeout: Option<Duration>,
+    command: &[std::ffi::OsString],
+) -> std::io::Result<ExitCode> {
+    let (prog, args) = command
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("no command"))?;
+    let key = read_key_line()?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .env_remove("ANTHROPIC_API_KEY")
+        .process_group(0);
+    let mut server = None;
+    if !key.is_empty() {
+        let dir = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = dir.join(format!("sbx-key-{}-{nanos}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        let settings = serde_json::json!({
+            "apiKeyHelper": format!("/usr/local/bin/sbx-guest agent-key {}", path.display())
+        });
+        cmd.arg("--settings").arg(settings.to_string());
+        // The helper is asked again only after this long: a day, so never in a run.
+        cmd.env("CLAUDE_CODE_API_KEY_HELPER_TTL_MS", "86400000");
+        server = Some((listener, path, key));
+    }
+    let mut child = cmd.stdin(Stdio::inherit()).spawn()?;
+    let pid = child.id();
+    let server_thread = server.map(|(l, p, k)| {
+        let p2 = p.clone();
+        (std::thread::spawn(move || serve_key_once(l, p, k, pid)), p2)
+    });
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if let Some((_, path)) = &server_thread {
+        // The CLI never asked: the socket goes; the thread ends with us.
+        let _ = std::fs::remove_file(path);
+    }
+    let group = Pid::from_raw(pid as i32);
+    match status {
+        Some(s) => {
+            // Whatever the CLI left running in its group goes with it.
+            let _ = killpg(group, Signal::SIGKILL);
+            Ok(match (s.code(), s.signal()) {
+                (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+                (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+                _ => ExitCode::from(125),
+            })
+        }
+        None => {
+            let _ = killpg(group, Signal::SIGTERM);
+            let end = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < end {
+                if child.try_wait()?.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = killpg(group, Signal::SIGKILL);
+            let _ = child.wait();
+            Ok(ExitCode::from(TIMEOUT_EXIT))
+        }
+    }
+}
+
+/// `agent-key SOCKET`: the `apiKeyHelper`: print what the launcher serves.
+pub fn key(socket: &Path) -> ExitCode {
+    let mut s = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e) => {
+            sbx_core::output::error(&format!(
+                "agent-key: {}: {e} (the key is served once, to the agent CLI)",
+                socket.display()
+            ));
+            return ExitCode::from(77);
+        }
+    };
+    let mut key = String::new();
+    if s.read_to_string(&mut key).is_err() || key.is_empty() {
+        sbx_core::output::error("agent-key: refused (the key is served once, to the agent CLI)");
+        return ExitCode::from(77);
+    }
+    println!("{key}");
+    ExitCode::SUCCESS
+}

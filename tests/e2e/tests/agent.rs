@@ -1,0 +1,460 @@
+//! `sbx-run agent` with the real Claude Code CLI in the real image, against
+//! sbx-msgapi (tests/msgapi), a scripted Messages API stand-in started inside
+//! the sandbox on 127.0.0.1: nothing leaves the machine. The CLI really runs
+//! its tools: a Bash call's file shows up in the host workspace.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-sbx-test-3f9c1e77d2a04b6b";
+
+/// The base image with the AI CLIs (npm, cached layer) and these binaries.
+/// `SBX_TEST_CA_CERT` names a CA bundle for TLS-intercepting networks.
+fn base_image_with_clis() -> bool {
+    if !prerequisite(docker_ready(), "a running Docker engine") {
+        return false;
+    }
+    let lock_file =
+        std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap();
+    let sbx = bin("sbx-run");
+    let mut c = Command::new(&sbx);
+    c.env("SBX_BIN_DIR", sbx.parent().unwrap())
+        .args(["-q", "build-base", "--bootstrap"]);
+    if let Some(ca) = std::env::var_os("SBX_TEST_CA_CERT") {
+        c.arg("--ca-cert").arg(ca);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "build-base: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tag = std::env::var("SBX_BASE_TAG").unwrap_or_else(|_| "latest".into());
+    let has = Command::new("docker")
+        .args(["run", "--rm", "--entrypoint", "claude"])
+        .arg(format!("agent-sandbox-base:{tag}"))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    prerequisite(
+        has,
+        "Claude Code in the base image (build-base without --no-ai-clis; npm must reach its registry)",
+    )
+}
+
+struct Sandbox {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    state: PathBuf,
+    hook_log: PathBuf,
+    container: String,
+}
+
+impl Sandbox {
+    fn sbx(&self) -> Command {
+        let sbx = bin("sbx-run");
+        let mut c = Command::new(&sbx);
+        c.env("SBX_BIN_DIR", sbx.parent().unwrap())
+            .env("XDG_STATE_HOME", &self.state)
+            .env("HOOK_LOG", &self.hook_log)
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_BASE_URL");
+        c
+    }
+
+    /// `sbx-run agent` against the stand-in on `port`.
+    fn agent(&self, port: u16, args: &[&str]) -> Output {
+        self.sbx()
+            .env("ANTHROPIC_API_KEY", KEY)
+            .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+            .arg("agent")
+            .arg("-C")
+            .arg(&self.path)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn exec_root(&self, script: &str) -> String {
+        let o = Command::new("docker")
+            .args(["exec", "-u", "root", &self.container, "sh", "-c", script])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Start a stand-in on `port` inside the sandbox with `script`.
+    fn msgapi(&self, port: u16, script: &Value) {
+        let f = self.state.join(format!("script-{port}.json"));
+        std::fs::write(&f, script.to_string()).unwrap();
+        sh(Command::new("docker")
+            .arg("cp")
+            .arg(&f)
+            .arg(format!("{}:/tmp/script-{port}.json", self.container)));
+        sh(Command::new("docker").args([
+            "exec", "-d", "-u", "agent", &self.container, "sh", "-c",
+            &format!("/tmp/sbx-msgapi --script /tmp/script-{port}.json --log /tmp/msgapi-{port}.jsonl --listen 127.0.0.1:{port} --require-key {KEY}"),
+        ]));
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if self
+                .exec_root(&format!("test -e /tmp/msgapi-{port}.jsonl && echo up"))
+                .contains("up")
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("sbx-msgapi on {port} did not start");
+    }
+
+    fn requests(&self, port: u16) -> Vec<Value> {
+        self.exec_root(&format!("cat /tmp/msgapi-{port}.jsonl"))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = self
+            .sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.path)
+            .status();
+    }
+}
+
+fn events(o: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}")))
+        .collect()
+}
+
+fn of_type<'a>(ev: &'a [Value], t: &str) -> Vec<&'a Value> {
+    ev.iter().filter(|e| e["type"] == t).collect()
+}
+
+fn diag(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn write_exec(p: &Path, text: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn setup() -> Option<Sandbox> {
+    if !prerequisite(
+        sbx_e2e::is_root(),
+        "root (the sandbox's workspace ownership)",
+    ) || !base_image_with_clis()
+    {
+        return None;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("agentrepo");
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
+    let cfg = path.join(".agent-sandbox");
+    std::fs::create_dir_all(cfg.join("skills/hello")).unwrap();
+    std::fs::write(
+        cfg.join("skills/hello/SKILL.md"),
+        "---\nname: hello\ndescription: Says hello. Use when greeting.\n---\nSay hello.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        "[agent]\nchat-retention = \"7d\"\n[agent.mcp.echo]\ncommand = [\"cat\"]\n",
+    )
+    .unwrap();
+    // Hooks log their order, and the before-hook refuses while REFUSE exists.
+    write_exec(
+        &cfg.join("hooks/before"),
+        "#!/bin/sh\necho \"before chat=$SBX_CHAT_ID prompt=$(cat \"$SBX_PROMPT_FILE\") sandbox=$SBX_SANDBOX\" >> \"$HOOK_LOG\"\n[ -e \"$SBX_WORKSPACE/REFUSE\" ] && exit 1\nexit 0\n",
+    );
+    write_exec(
+        &cfg.join("hooks/after"),
+        "#!/bin/sh\necho \"after $(grep -o '\"status\":\"[a-z_]*\"' \"$SBX_RESULT_FILE\" | head -1)\" >> \"$HOOK_LOG\"\n",
+    );
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&path));
+    let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
+    let sb = Sandbox {
+        hook_log: dir.path().join("hooks.log"),
+        _dir: dir,
+        path,
+        state,
+        container: names.container,
+    };
+    let o = sb
+        .sbx()
+        .args(["-q", "start"])
+        .arg(&sb.path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "start: {}", diag(&o));
+    sh(Command::new("docker")
+        .arg("cp")
+        .arg(bin("sbx-msgapi"))
+        .arg(format!("{}:/tmp/sbx-msgapi", sb.container)));
+    Some(sb)
+}
+
+#[test]
+fn agent_runs_claude_code_in_the_sandbox() {
+    let Some(sb) = setup() else { return };
+
+    // 1. A Bash tool call whose file shows up on the host; the tool also looks for
+    //    the key in every process's environment it can read, and at the prepared files.
+    let probe = format!(
+        // The key is spelled in two halves so no transcript holds it whole.
+        "K1={}; K2={}; echo made-by-agent > made.txt; n=0; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null | grep -q \"$K1$K2\" && n=$((n+1)); done; echo key-in-environ=$n; ls .claude/skills/hello/SKILL.md .mcp.json",
+        &KEY[..8],
+        &KEY[8..]
+    );
+    sb.msgapi(8101, &json!({"turns": [
+        {"text": "Writing it.", "tool_use": {"name": "Bash", "input": {"command": probe, "description": "probe"}}},
+        {"text": "All done.", "usage": {"input_tokens": 40, "output_tokens": 6}}
+    ]}));
+    let o = sb.agent(8101, &["--json", "write the file"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let ev = events(&o);
+    assert!(
+        ev.iter().all(|e| e["v"] == 1),
+        "every event carries the schema version"
+    );
+    assert_eq!(of_type(&ev, "session").len(), 1, "{ev:?}");
+    let tu = of_type(&ev, "tool_use");
+    assert_eq!(tu.len(), 1);
+    assert_eq!(tu[0]["data"]["name"], "Bash");
+    let tr = of_type(&ev, "tool_result");
+    let out = tr[0]["data"]["content"].as_str().unwrap();
+    assert!(
+        out.contains("key-in-environ=0"),
+        "the key is in a process's environment: {out}"
+    );
+    assert!(
+        out.contains(".claude/skills/hello/SKILL.md") && out.contains(".mcp.json"),
+        "{out}"
+    );
+    assert!(
+        of_type(&ev, "text")
+            .iter()
+            .any(|e| e["data"]["text"] == "All done.")
+    );
+    let usage = of_type(&ev, "usage");
+    assert!(
+        usage[0]["data"]["input_tokens"].as_u64().unwrap() >= 40,
+        "{usage:?}"
+    );
+    assert!(usage[0]["data"]["cost_usd"].as_f64().unwrap() > 0.0);
+    let result = of_type(&ev, "result");
+    assert_eq!(result.last().unwrap()["data"]["status"], "success");
+    assert_eq!(
+        ev.last().unwrap()["type"],
+        "result",
+        "result is the last event"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.path.join("made.txt")).unwrap(),
+        "made-by-agent\n",
+        "the agent's file reaches the host workspace"
+    );
+    let reqs = sb.requests(8101);
+    assert!(reqs.len() >= 2, "{reqs:?}");
+    assert!(
+        reqs.iter().all(|r| r["headers"]["x-api-key"] == KEY),
+        "the key reached the API"
+    );
+    let mcp: Value =
+        serde_json::from_str(&std::fs::read_to_string(sb.path.join(".mcp.json")).unwrap()).unwrap();
+    assert_eq!(mcp["mcpServers"]["echo"]["command"], "cat");
+    // The key is in no audit log (host or sandbox) and no container env.
+    let host_audit = std::fs::read_to_string(sb.state.join("sbx/audit.jsonl")).unwrap_or_default();
+    assert!(
+        host_audit.contains("\"agent-run\""),
+        "the run is audited: {host_audit}"
+    );
+    assert!(!host_audit.contains(KEY));
+    let sandbox_audit = std::fs::read_to_string(
+        sb.state
+            .join("sbx/sandboxes")
+            .join(&sb.container)
+            .join("audit.jsonl"),
+    )
+    .unwrap_or_default();
+    assert!(!sandbox_audit.contains(KEY));
+    let inspect = sh(Command::new("docker").args(["inspect", &sb.container]));
+    assert!(
+        !inspect.contains(KEY),
+        "the key is in the container's config"
+    );
+    assert!(
+        sb.exec_root(&format!(
+            "grep -rl {KEY} /workspace /home/agent /tmp 2>/dev/null | grep -v msgapi-"
+        ))
+        .trim()
+        .is_empty(),
+        "the key is in a file"
+    );
+
+    // 2. Human output: text, a dim tool line, a last line with usage and cost.
+    sb.msgapi(8102, &json!({"turns": [{"text": "Plain answer.", "usage": {"input_tokens": 11, "output_tokens": 5}}]}));
+    let o = sb.agent(8102, &["--color", "never", "say it"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Plain answer."), "{text}");
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("success · turns 1 · tokens 11 in / 5 out · $"),
+        "{last}"
+    );
+
+    // 3. An API error: exit 1, result status error.
+    sb.msgapi(8103, &json!({"turns": [{"error": {"status": 400, "type": "invalid_request_error", "message": "scripted failure"}}]}));
+    let o = sb.agent(8103, &["--json", "fail"]);
+    assert_eq!(o.status.code(), Some(1), "{}", diag(&o));
+    assert_eq!(
+        of_type(&events(&o), "result").last().unwrap()["data"]["status"],
+        "error"
+    );
+
+    // 4. Max turns: the model keeps calling tools, --max-turns 1 stops it: exit 3.
+    let again = json!({"tool_use": {"name": "Bash", "input": {"command": "true"}}});
+    sb.msgapi(8104, &json!({"turns": [again, again, again, again]}));
+    let o = sb.agent(8104, &["--json", "--max-turns", "1", "loop"]);
+    assert_eq!(o.status.code(), Some(3), "{}", diag(&o));
+    assert_eq!(
+        of_type(&events(&o), "result").last().unwrap()["data"]["status"],
+        "max_turns"
+    );
+
+    // 5. Timeout: the API hangs; the CLI's whole process group is killed: exit 124.
+    sb.msgapi(
+        8105,
+        &json!({"turns": [{"text": "late", "delay_ms": 120000}]}),
+    );
+    let t = Instant::now();
+    let o = sb.agent(8105, &["--json", "--timeout", "4s", "hang"]);
+    assert_eq!(o.status.code(), Some(124), "{}", diag(&o));
+    assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
+    let left = sb.exec_root("cat /proc/[0-9]*/comm");
+    assert!(
+        !left.contains("claude"),
+        "the CLI survived its timeout: {left}"
+    );
+
+    // 6. Hooks in order, with the chat and prompt; a refusing before-hook stops the run.
+    let hooks = std::fs::read_to_string(&sb.hook_log).unwrap();
+    let lines: Vec<&str> = hooks.lines().collect();
+    assert!(
+        lines[0].starts_with("before chat= prompt=write the file sandbox=agent-sandbox-"),
+        "{hooks}"
+    );
+    assert_eq!(lines[1], "after \"status\":\"success\"", "{hooks}");
+    std::fs::write(sb.path.join("REFUSE"), "").unwrap();
+    let before = sb.requests(8102).len();
+    let o = sb.agent(8102, &["--json", "refused"]);
+    assert_eq!(o.status.code(), Some(77), "{}", diag(&o));
+    assert_eq!(
+        sb.requests(8102).len(),
+        before,
+        "a refused run sends nothing"
+    );
+    assert!(
+        !std::fs::read_to_string(&sb.hook_log)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("after")
+    );
+    std::fs::remove_file(sb.path.join("REFUSE")).unwrap();
+
+    // 7. Chats: the second run gets the first's turns.
+    sb.msgapi(8106, &json!({"turns": [{"text": "The answer is 42."}]}));
+    let o = sb.agent(8106, &["--chat", "c1", "what is the answer?"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let o = sb.agent(8106, &["--chat", "c1", "and again?"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let reqs = sb.requests(8106);
+    let last = reqs.iter().rfind(|r| r["side"] == false).unwrap();
+    let sys = last["body"]["system"].to_string();
+    assert!(
+        sys.contains("[user]: what is the answer?")
+            && sys.contains("[assistant]: The answer is 42."),
+        "{sys}"
+    );
+    let o = sb
+        .sbx()
+        .args(["agent", "--list-chats", "-C"])
+        .arg(&sb.path)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("c1\t4 turns"),
+        "{}",
+        diag(&o)
+    );
+    let o = sb
+        .sbx()
+        .args(["agent", "--show-chat", "c1", "-C"])
+        .arg(&sb.path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count(),
+        4,
+        "{}",
+        diag(&o)
+    );
+    let o = sb
+        .sbx()
+        .args(["-q", "prune", "--chats", "--older-than", "1h"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", diag(&o));
+    let o = sb
+        .sbx()
+        .args(["agent", "--list-chats", "-C"])
+        .arg(&sb.path)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("c1"),
+        "a fresh chat survives prune"
+    );
+
+    // 8. A bad skill is refused before anything runs, naming the file.
+    std::fs::write(
+        sb.path.join(".agent-sandbox/skills/hello/SKILL.md"),
+        "---\nname: Hello\ndescription: x\n---\n",
+    )
+    .unwrap();
+    let o = sb.agent(8102, &["--json", "hi"]);
+    assert_eq!(o.status.code(), Some(78), "{}", diag(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("skills/hello/SKILL.md"),
+        "{}",
+        diag(&o)
+    );
+}

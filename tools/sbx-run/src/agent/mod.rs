@@ -1,0 +1,606 @@
+//! `sbx-run agent`: a headless Claude Code (or Codex) run in the
+//! repository's sandbox, its output translated into sbx's own events.
+
+pub mod chats;
+pub mod events;
+pub mod exec;
+pub mod skills;
+
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::Instant;
+
+use clap::Args;
+use sbx_core::audit::{self, Outcome, Record};
+use sbx_core::cli::CommonArgs;
+use sbx_core::config::agent::AgentCli;
+use sbx_core::error::BoxError;
+use sbx_core::{Exit, output};
+use serde_json::{Value, json};
+
+use crate::RunError;
+use crate::workspace::Workspace;
+use events::Event;
+
+/// Exit statuses of `sbx-run agent` beyond the shared table.
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_MAX_TURNS: u8 = 3;
+pub const EXIT_TIMEOUT: u8 = 124;
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentOpts {
+    /// Workspace: a git repository or a directory in one (default: the current directory).
+    #[arg(short = 'C', long = "path", value_name = "PATH")]
+    pub path: Option<PathBuf>,
+    /// Keep a conversation: earlier turns of chat ID are given to this run, and this run's are kept.
+    #[arg(long, value_name = "ID")]
+    pub chat: Option<String>,
+    /// Model for the CLI's --model.
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Stop after N agent turns (exit 3).
+    #[arg(long, value_name = "N")]
+    pub max_turns: Option<u32>,
+    /// The CLI's permission mode (default: [agent].permission-mode, else bypassPermissions: the sandbox is the guard).
+    #[arg(long, value_name = "MODE")]
+    pub permission_mode: Option<String>,
+    /// Kill the run (the CLI's whole process group in the sandbox) after DUR, e.g. 10m (exit 124).
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// Which agent CLI (default: [agent].cli, else claude).
+    #[arg(long, value_name = "CLI", value_parser = ["claude", "codex"])]
+    pub cli: Option<String>,
+    /// List this workspace's chats and exit.
+    #[arg(long, conflicts_with_all = ["show_chat", "prompt"])]
+    pub list_chats: bool,
+    /// Print chat ID's turns and exit.
+    #[arg(long, value_name = "ID", conflicts_with = "prompt")]
+    pub show_chat: Option<String>,
+    /// The prompt, or - to read it from stdin.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Option<String>,
+}
+
+pub const AFTER_HELP: &str = "\
+Runs `claude --print --output-format stream-json --verbose` (or `codex exec --json`) in the
+repository's sandbox as the agent user, starting the sandbox when needed.
+
+Output: the assistant's text as it streams, one dim line per tool call, and a last line with
+turns, tokens, cost and time. --json prints sbx's agent events (schema v1), one a line:
+  {\"type\": KIND, \"v\": 1, \"data\": {...}}   KIND: session text tool_use tool_result usage
+  result error raw. A CLI line sbx does not know is passed on whole as `raw`, never dropped.
+
+Endpoint and key: ANTHROPIC_BASE_URL (host environment, else [agent].base-url) is given to the
+CLI; its host is allowlisted by sbx-fw (loopback needs nothing). The key comes from the host's
+ANTHROPIC_API_KEY, else [agent].credential-file. It is written into the exec's stdin, read by
+`sbx-guest agent-launch` and served once over a socket to the CLI's apiKeyHelper: it is never in
+the container's environment, any process's environment, a workspace file or the audit log.
+
+Workspace preparation: .agent-sandbox/skills/<name>/SKILL.md (validated: name a-z 0-9 -, up to
+64, equal to the directory; description 1-1024 chars) are copied to .claude/skills/;
+[agent.mcp] servers are written to .mcp.json and passed with --mcp-config.
+
+Hooks: .agent-sandbox/hooks/before and hooks/after run on the host around the run, in the
+workspace, with SBX_SANDBOX, SBX_WORKSPACE, SBX_CHAT_ID, SBX_PROMPT_FILE and (after)
+SBX_RESULT_FILE set; `sbx-run exec` reaches the same sandbox. A failing before-hook stops the
+run (77); a failing after-hook is reported, the result stands. Hooks are audit-logged.
+
+Chats: --chat ID stores the turns under $XDG_STATE_HOME/sbx/chats/<workspace-hash>/ID/ and gives
+earlier turns to the next run in its system prompt. --list-chats, --show-chat ID; `sbx-run
+prune --chats [--older-than 7d]` removes stale ones ([agent].chat-retention).
+
+Exit status: 0 success; 1 the CLI or the API reported an error; 3 max turns reached; 77 the
+before-hook refused; 124 timeout; 64 usage; 66 no workspace; 69 Docker unavailable; 78 bad
+config or skill.
+
+Examples:
+  sbx-run agent 'fix the failing test'
+  git diff | sbx-run agent --json - > events.jsonl
+  sbx-run agent --chat review --max-turns 5 'and now the docs'";
+
+type Res = Result<ExitCode, BoxError>;
+
+fn config_err(msg: String) -> BoxError {
+    Box::new(RunError::Config(msg))
+}
+
+fn usage_err(msg: String) -> BoxError {
+    Box::new(RunError::Usage(msg))
+}
+
+/// Host state for the agent's API access, resolved before anything starts.
+struct Access {
+    base_url: Option<String>,
+    key: Option<String>,
+}
+
+fn access(ws: &Workspace) -> Result<Access, BoxError> {
+    let agent = &ws.loaded.config.agent;
+    let base_url = match std::env::var("ANTHROPIC_BASE_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        Some(u) => Some(
+            u.parse::<sbx_core::config::agent::BaseUrl>()
+                .map_err(|e| usage_err(format!("ANTHROPIC_BASE_URL: {e}")))?
+                .text,
+        ),
+        None => agent.base_url.as_ref().map(|u| u.text.clone()),
+    };
+    let key = match std::env::var("ANTHROPIC_API_KEY")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        Some(k) => Some(k),
+        None => match &agent.credential_file {
+            Some(f) => {
+                let text = std::fs::read_to_string(f).map_err(|e| {
+                    config_err(format!(
+                        "{}: [agent].credential-file {}: {e}",
+                        ws.loaded.describe(),
+                        f.display()
+                    ))
+                })?;
+                let k = text.lines().next().unwrap_or("").trim().to_owned();
+                if k.is_empty() {
+                    return Err(config_err(format!(
+                        "{}: [agent].credential-file {} is empty: put the API key on its first line",
+                        ws.loaded.describe(),
+                        f.display()
+                    )));
+                }
+                Some(k)
+            }
+            None => None,
+        },
+    };
+    if key.as_deref().is_some_and(|k| k.contains(['\n', '\r'])) {
+        return Err(usage_err("ANTHROPIC_API_KEY holds a line break".into()));
+    }
+    Ok(Access { base_url, key })
+}
+
+fn read_prompt(p: Option<&str>) -> Result<String, BoxError> {
+    match p {
+        Some("-") => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| Box::new(RunError::Io("stdin".into(), e)) as BoxError)?;
+            Ok(s)
+        }
+        Some(p) if !p.trim().is_empty() => Ok(p.to_owned()),
+        _ => Err(usage_err(
+            "give a prompt (sbx-run agent 'fix the test'), or - to read it from stdin".into(),
+        )),
+    }
+}
+
+/// Write the skills and `.mcp.json` into the workspace; return --mcp-config's value.
+fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
+    let list = skills::load(&ws.config_dir().join("skills")).map_err(config_err)?;
+    for s in &list {
+        let to = ws.path.join(".claude").join("skills").join(&s.name);
+        skills::copy_tree(&s.dir, &to)
+            .map_err(|e| Box::new(RunError::Io(to.clone(), e)) as BoxError)?;
+    }
+    let mcp = &ws.loaded.config.agent.mcp;
+    if mcp.is_empty() {
+        return Ok(None);
+    }
+    let servers: serde_json::Map<String, Value> = mcp
+        .iter()
+        .map(|(name, s)| {
+            let (cmd, args) = s
+                .command
+                .0
+                .split_first()
+                .map_or(("", &[][..]), |(c, a)| (c.as_str(), a));
+            (
+                name.clone(),
+                json!({"type": "stdio", "command": cmd, "args": args, "env": s.env}),
+            )
+        })
+        .collect();
+    let path = ws.path.join(".mcp.json");
+    let text = serde_json::to_string_pretty(&json!({"mcpServers": servers})).unwrap_or_default();
+    std::fs::write(&path, text + "\n").map_err(|e| Box::new(RunError::Io(path, e)) as BoxError)?;
+    Ok(Some(".mcp.json".into()))
+}
+
+/// Hooks print to our stderr, so stdout stays the events.
+fn stderr_stdio() -> Stdio {
+    use std::os::fd::AsFd;
+    match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => Stdio::from(fd),
+        Err(_) => Stdio::null(),
+    }
+}
+
+fn hook_path(ws: &Workspace, which: &str) -> PathBuf {
+    ws.config_dir().join("hooks").join(which)
+}
+
+/// Run a hook if present; Ok(true) when absent or it exited 0.
+fn run_hook(
+    ws: &Workspace,
+    which: &str,
+    env: &[(&str, &Path)],
+    chat: Option<&str>,
+) -> Result<bool, BoxError> {
+    let hook = hook_path(ws, which);
+    if !hook.exists() {
+        return Ok(true);
+    }
+    let mut c = std::process::Command::new(&hook);
+    c.current_dir(&ws.path)
+        .env("SBX_SANDBOX", &ws.names.container)
+        .env("SBX_WORKSPACE", &ws.path)
+        .env("SBX_CHAT_ID", chat.unwrap_or(""))
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(stderr_stdio());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let target = hook.display().to_string();
+    let ok = match c.status() {
+        Ok(s) => s.success(),
+        Err(e) => {
+            output::warn(&format!("{target}: {e}"));
+            false
+        }
+    };
+    let op = format!("hook-{which}");
+    audit::append(
+        &Record::new(
+            "sbx-run",
+            &op,
+            &target,
+            if ok {
+                Outcome::Allowed
+            } else {
+                Outcome::Blocked
+            },
+            "agent-hooks",
+        )
+        .agent("sbx-run-agent"),
+    );
+    Ok(ok)
+}
+
+struct Printer {
+    json: bool,
+    color: bool,
+    quiet: bool,
+}
+
+impl Printer {
+    fn emit(&self, out: &mut impl Write, e: &Event) {
+        if self.json {
+            let _ = writeln!(out, "{}", e.to_json());
+        } else if !self.quiet {
+            let dim = |s: String| {
+                if self.color {
+                    format!("\x1b[2m{s}\x1b[0m")
+                } else {
+                    s
+                }
+            };
+            match e.kind {
+                "text" => {
+                    let _ = writeln!(out, "{}", e.data["text"].as_str().unwrap_or(""));
+                }
+                "tool_use" => {
+                    let input = e.data["input"].to_string();
+                    let short: String = input.chars().take(100).collect();
+                    let _ = writeln!(
+                        out,
+                        "{}",
+                        dim(format!(
+                            "→ {} {short}",
+                            e.data["name"].as_str().unwrap_or("?")
+                        ))
+                    );
+                }
+                "error" => output::error(e.data["message"].as_str().unwrap_or("")),
+                _ => {}
+            }
+        }
+        let _ = out.flush();
+    }
+}
+
+pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
+    if o.list_chats || o.show_chat.is_some() {
+        let ws = Workspace::open(common, o.path.clone())?;
+        return chats::cli(common, &ws, o.list_chats, o.show_chat.as_deref());
+    }
+    let prompt = read_prompt(o.prompt.as_deref())?;
+    if let Some(id) = &o.chat {
+        chats::check_id(id).map_err(usage_err)?;
+    }
+    let timeout = match &o.timeout {
+        Some(t) => Some(
+            humantime::parse_duration(t)
+                .map_err(|e| usage_err(format!("--timeout {t}: {e} (like 30s or 10m)")))?,
+        ),
+        None => None,
+    };
+    // Everything that can be refused is checked before the sandbox starts.
+    let ws0 = Workspace::open(common, o.path.clone())?;
+    let cfg = ws0.loaded.config.agent.clone();
+    let timeout = timeout.or(cfg.timeout.map(|i| i.0));
+    if let Some(name) = cfg.host_tools.keys().next() {
+        // Not served yet: refusing beats a config that loads and means nothing.
+        return Err(config_err(format!(
+            "{}: [agent.host-tools.{}]: host tools are not served by sbx-run agent yet; remove the table",
+            ws0.loaded.describe(),
+            name.0
+        )));
+    }
+    let acc = access(&ws0)?;
+    let cli = match o.cli.as_deref() {
+        Some("codex") => AgentCli::Codex,
+        Some(_) => AgentCli::Claude,
+        None => cfg.cli,
+    };
+    let mode = match &o.permission_mode {
+        Some(m) => m
+            .parse::<sbx_core::config::agent::PermissionMode>()
+            .map_err(|e| usage_err(format!("--permission-mode: {e}")))?
+            .as_str(),
+        None => cfg
+            .permission_mode
+            .map_or("bypassPermissions", |m| m.as_str()),
+    };
+    let mcp_config = prepare_workspace(&ws0)?;
+    let history = match &o.chat {
+        Some(id) => chats::history_prompt(&chats::load(&ws0, id)?),
+        None => None,
+    };
+    let ws = crate::lifecycle::start(common, o.path.clone(), None)?;
+
+    // Files the hooks read live in a private temporary directory.
+    let tmp = tempfile::Builder::new()
+        .prefix("sbx-agent-")
+        .tempdir()
+        .map_err(|e| Box::new(RunError::Io(std::env::temp_dir(), e)) as BoxError)?;
+    let prompt_file = tmp.path().join("prompt.txt");
+    std::fs::write(&prompt_file, &prompt)
+        .map_err(|e| Box::new(RunError::Io(prompt_file.clone(), e)) as BoxError)?;
+    if !run_hook(
+        &ws,
+        "before",
+        &[("SBX_PROMPT_FILE", &prompt_file)],
+        o.chat.as_deref(),
+    )? {
+        let msg = format!(
+            "{}: refused the run (exit non-zero); nothing was run",
+            hook_path(&ws, "before").display()
+        );
+        let p = Printer {
+            json: common.json,
+            color: false,
+            quiet: common.quiet,
+        };
+        let mut out = std::io::stdout().lock();
+        p.emit(&mut out, &Event::new("error", json!({"message": msg})));
+        p.emit(
+            &mut out,
+            &Event::new("result", json!({"status": "refused", "exit": 77})),
+        );
+        return Ok(Exit::Denied.into());
+    }
+
+    let mut argv: Vec<String> = match cli {
+        AgentCli::Claude => {
+            let mut a: Vec<String> = [
+                "claude",
+                "--print",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+            ]
+            .map(String::from)
+            .into();
+            a.extend(["--permission-mode".into(), mode.into()]);
+            if let Some(m) = o.model.clone().or(cfg.model.clone()) {
+                a.extend(["--model".into(), m]);
+            }
+            if let Some(n) = o.max_turns.or(cfg.max_turns) {
+                a.extend(["--max-turns".into(), n.to_string()]);
+            }
+            if let Some(m) = &mcp_config {
+                a.extend(["--mcp-config".into(), m.clone()]);
+            }
+            if let Some(h) = &history {
+                a.extend(["--append-system-prompt".into(), h.clone()]);
+            }
+            a
+        }
+        AgentCli::Codex => ["codex", "exec", "--json", "-"].map(String::from).into(),
+    };
+    let mut launch: Vec<String> = vec!["sbx-guest".into(), "agent-launch".into()];
+    if let Some(t) = timeout {
+        launch.extend(["--timeout".into(), t.as_secs().max(1).to_string()]);
+    }
+    launch.push("--".into());
+    launch.append(&mut argv);
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "SBX_AGENT".into(),
+            match cli {
+                AgentCli::Claude => "claude".into(),
+                AgentCli::Codex => "codex".into(),
+            },
+        ),
+        (
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+            "1".into(),
+        ),
+        ("DISABLE_AUTOUPDATER".into(), "1".into()),
+    ];
+    if let Some(u) = &acc.base_url {
+        env.push(("ANTHROPIC_BASE_URL".into(), u.clone()));
+    }
+
+    let started = Instant::now();
+    let mut child = exec::spawn(&ws, &launch, &env)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // The key line first (empty: the CLI's own login), then the prompt.
+        let mut buf = acc.key.clone().unwrap_or_default().into_bytes();
+        buf.push(b'\n');
+        buf.extend_from_slice(prompt.as_bytes());
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&buf);
+        });
+    }
+    let printer = Printer {
+        json: common.json,
+        color: output::use_color(common.color, std::io::stdout().is_terminal()),
+        quiet: common.quiet,
+    };
+    let mut out = std::io::stdout().lock();
+    let mut result: Option<Value> = None;
+    let mut usage: Option<Value> = None;
+    let mut final_text = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let evs = match cli {
+                AgentCli::Claude => events::translate_claude(&line),
+                AgentCli::Codex => vec![Event::new(
+                    "raw",
+                    json!({"line": line, "reason": "codex lines are not translated yet"}),
+                )],
+            };
+            for e in evs {
+                match e.kind {
+                    "result" => {
+                        result = Some(e.data.clone());
+                        continue; // printed last, with the exit status
+                    }
+                    "usage" => {
+                        usage = Some(e.data.clone());
+                    }
+                    "text" => {
+                        if let Some(t) = e.data["text"].as_str() {
+                            final_text = t.to_owned();
+                        }
+                    }
+                    _ => {}
+                }
+                printer.emit(&mut out, &e);
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Box::new(RunError::Io("docker exec".into(), e)) as BoxError)?;
+    let elapsed = started.elapsed();
+    let code = status.code().unwrap_or(125);
+    let mut result = result.unwrap_or_else(|| json!({"status": "error", "turns": null}));
+    let exit: u8 = if code == i32::from(EXIT_TIMEOUT) {
+        result["status"] = json!("timeout");
+        EXIT_TIMEOUT
+    } else {
+        match result["status"].as_str() {
+            Some("success") if code == 0 => 0,
+            Some("max_turns") => EXIT_MAX_TURNS,
+            _ => {
+                result["status"] = json!("error");
+                EXIT_FAILED
+            }
+        }
+    };
+    result["exit"] = json!(exit);
+    if exit == EXIT_TIMEOUT {
+        printer.emit(&mut out, &Event::new("error", json!({"message": format!("timed out after {}; the CLI's process group was killed", humantime::format_duration(timeout.unwrap_or_default()))})));
+    } else if exit == EXIT_FAILED && result.get("text").is_none_or(Value::is_null) {
+        printer.emit(&mut out, &Event::new("error", json!({"message": format!("the agent CLI exited with status {code} without a result")})));
+    }
+    printer.emit(&mut out, &Event::new("result", result.clone()));
+    if !common.json && !common.quiet {
+        let u = usage.clone().unwrap_or(json!({}));
+        let line = format!(
+            "{} · turns {} · tokens {} in / {} out · ${:.4} · {:.1} s",
+            result["status"].as_str().unwrap_or("error"),
+            result["turns"]
+                .as_u64()
+                .map_or("?".into(), |n| n.to_string()),
+            u["input_tokens"].as_u64().unwrap_or(0),
+            u["output_tokens"].as_u64().unwrap_or(0),
+            u["cost_usd"].as_f64().unwrap_or(0.0),
+            elapsed.as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "{}",
+            if printer.color {
+                format!("\x1b[2m{line}\x1b[0m")
+            } else {
+                line
+            }
+        );
+    }
+    drop(out);
+    let target = format!(
+        "{} chat={}",
+        ws.names.container,
+        o.chat.as_deref().unwrap_or("-")
+    );
+    let reason = format!(
+        "status {} exit {exit}",
+        result["status"].as_str().unwrap_or("error")
+    );
+    audit::append(
+        &Record::new("sbx-run", "agent-run", &target, Outcome::Allowed, "agent")
+            .agent(match cli {
+                AgentCli::Claude => "claude",
+                AgentCli::Codex => "codex",
+            })
+            .reason(&reason),
+    );
+    if let Some(id) = &o.chat {
+        chats::append(&ws, id, &prompt, &final_text)?;
+    }
+    let result_file = tmp.path().join("result.json");
+    let _ = std::fs::write(
+        &result_file,
+        json!({"result": result, "usage": usage}).to_string(),
+    );
+    if !run_hook(
+        &ws,
+        "after",
+        &[
+            ("SBX_PROMPT_FILE", &prompt_file),
+            ("SBX_RESULT_FILE", &result_file),
+        ],
+        o.chat.as_deref(),
+    )? {
+        output::warn(&format!(
+            "{}: failed; the run's result stands",
+            hook_path(&ws, "after").display()
+        ));
+    }
+    Ok(ExitCode::from(exit))
+}
+
+/// `sbx-run prune --chats [--older-than DUR]`.
+pub fn prune_chats(common: &CommonArgs, older_than: Option<&str>) -> Res {
+    let age = match older_than {
+        Some(t) => humantime::parse_duration(t)
+            .map_err(|e| usage_err(format!("--older-than {t}: {e} (like 7d or 12h)")))?,
+        None => {
+            let ws = Workspace::open(common, None).ok();
+            ws.map_or(std::time::Duration::from_secs(7 * 24 * 3600), |w| {
+                w.loaded.config.agent.chat_retention.0
+            })
+        }
+    };
+    let n = chats::prune(age)?;
+    output::info(&format!("removed {n} chat(s)"));
+    Ok(Exit::Ok.into())
+}

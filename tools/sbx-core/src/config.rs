@@ -261,6 +261,19 @@ pub struct Network {
     /// Git over SSH: TCP 22 to GitHub's ranges (with `github = true`).
     /// `false` closes port 22 everywhere; git over HTTPS is unaffected.
     pub allow_git: bool,
+    /// How egress is judged: by address only, or by name through sbx-fw's proxy.
+    pub mode: NetMode,
+}
+
+/// `[network] mode`: `address` (default) allows TCP 443 to the addresses
+/// allowlisted names resolved to; `proxy` also checks every connection's
+/// TLS server name or HTTP Host in `sbx-fw proxy` (no domain fronting).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetMode {
+    #[default]
+    Address,
+    Proxy,
 }
 
 impl Default for Network {
@@ -273,6 +286,7 @@ impl Default for Network {
             allow_localhost: true,
             allow_external: false,
             allow_git: true,
+            mode: NetMode::Address,
         }
     }
 }

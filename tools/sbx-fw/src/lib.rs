@@ -11,6 +11,7 @@ pub mod dns;
 pub mod github;
 pub mod plan;
 pub mod probe;
+pub mod proxy;
 pub mod resolve;
 pub mod state;
 
@@ -80,6 +81,8 @@ pub enum Cmd {
     Probe(ProbeArgs),
     /// Serve the DNS filter in the foreground (init starts it).
     Dns(DnsArgs),
+    /// Serve the name-checking proxy in the foreground ([network] mode = "proxy"; init starts it).
+    Proxy,
 }
 
 #[derive(Debug, Args)]
@@ -252,6 +255,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             .with_path(a.listen.to_string())?;
             Ok(Exit::Ok)
         }
+        Cmd::Proxy => proxy_cmd(&dir),
     }
 }
 
@@ -422,6 +426,8 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         no_git_ssh: !net.allow_git,
         inbound: inbound_ports(cfg),
         local: apply::local_nets(),
+        proxy_uid: (net.mode == config::NetMode::Proxy).then_some(proxy::PROXY_UID),
+        flush_nat: prev.as_ref().is_some_and(|p| p.proxy),
         ..Plan::default()
     };
     for (name, res) in &outcomes {
@@ -564,6 +570,7 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         .filter(|d| allowlist::GITHUB_NAMES.contains(&d.as_str()))
         .collect();
     st.github_nets = plan.github.clone();
+    st.proxy = plan.proxy_uid.is_some();
     st.upstreams = upstreams;
     st.resolv_conf_original = original;
     st.installed_at = now();
@@ -576,6 +583,9 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         if !ours {
             point_resolv_conf(&resolv)?;
         }
+    }
+    if st.proxy {
+        start_proxy(dir)?;
     }
     output::info(&format!(
         "installed: {} names ({} IPv4, {} IPv6 addresses), {} GitHub ranges ({}), in {:?}",
@@ -721,6 +731,70 @@ fn start_filter(dir: &Path) -> Result<(), BoxError> {
     std::fs::write(dir.join("dns.pid"), format!("{}\n", child.id()))
         .with_path(dir.join("dns.pid"))?;
     Ok(())
+}
+
+/// `sbx-fw proxy`: as root it drops to its own uid first.
+fn proxy_cmd(dir: &Path) -> Result<Exit, BoxError> {
+    proxy::serve(dir, || {
+        println!("ready");
+        let _ = std::io::stdout().flush();
+    })
+    .map_err(|e| Message::new(Exit::OsErr, format!("sbx-fw proxy: {e}")))?;
+    Ok(Exit::Ok)
+}
+
+/// Start the proxy unless it runs (it follows the state file itself). If
+/// it cannot start, the redirect leads nowhere: blocked, never open.
+fn start_proxy(dir: &Path) -> Result<(), BoxError> {
+    let pid_file = dir.join("proxy.pid");
+    if let Ok(p) = std::fs::read_to_string(&pid_file)
+        && let Ok(pid) = p.trim().parse::<u32>()
+        && is_ours(pid, "proxy")
+    {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().with_path("/proc/self/exe")?;
+    let log_path = dir.join("proxy.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_path(&log_path)?;
+    let mut child = Command::new(exe)
+        .arg("proxy")
+        .env("SBX_FW_STATE_DIR", dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Message::new(Exit::OsErr, format!("cannot start the proxy: {e}")))?;
+    let mut line = String::new();
+    let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Box::new(Message::new(
+            Exit::OsErr,
+            format!(
+                "the proxy did not start (see {}); the firewall is installed and TCP 80/443 stay blocked",
+                log_path.display()
+            ),
+        )));
+    }
+    std::fs::write(&pid_file, format!("{}\n", child.id())).with_path(&pid_file)?;
+    Ok(())
+}
+
+/// `pid` is an `sbx-fw SUB` in our network namespace.
+fn is_ours(pid: u32, sub: &str) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let netns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).ok();
+    args.first().is_some_and(|a| a.ends_with(b"sbx-fw"))
+        && args.iter().any(|a| *a == sub.as_bytes())
+        && netns(&pid.to_string()).is_some_and(|n| Some(n) == netns("self"))
 }
 
 /// Point resolv.conf at the filter, in place: it is a bind mount in Docker

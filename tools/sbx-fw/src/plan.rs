@@ -67,6 +67,10 @@ pub struct Plan {
     pub no_git_ssh: bool,
     /// The sandbox's own subnets and gateways.
     pub local: Vec<IpNet>,
+    /// `[network] mode = "proxy"`: the proxy's uid; see [`Plan::nat`].
+    pub proxy_uid: Option<u32>,
+    /// Emit an empty nat table (leaving proxy mode) when `proxy_uid` is None.
+    pub flush_nat: bool,
 }
 
 fn set_type(name: &str) -> &'static str {
@@ -213,6 +217,15 @@ impl Plan {
              -j CONNMARK --set-xmark {ROOT_MARK}/{ROOT_MARK}"
         ));
         rule("-A SBX-OUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
+        if self.proxy_uid.is_some() {
+            // The redirected connections, and the explicit proxy.
+            let lo = if v6 { "::1/128" } else { "127.0.0.1/32" };
+            rule(&format!(
+                "-A SBX-OUT -o lo -d {lo} -p tcp -m multiport --dports {},{} -j ACCEPT",
+                crate::proxy::CONNECT_PORT,
+                crate::proxy::TRANSPARENT_PORT
+            ));
+        }
         // A resolver on loopback (Docker's 127.0.0.11) answers any name:
         // only uid 0 (the DNS filter, Docker's resolver) may use it.
         for ip in self.upstreams.iter().filter(|i| ours(i) && i.is_loopback()) {
@@ -265,9 +278,16 @@ impl Plan {
                 "-A SBX-OUT -d {n} -j REJECT --reject-with {reject_other}"
             ));
         }
-        rule(&format!(
-            "-A SBX-OUT -p tcp --dport 443 -m set --match-set {allow} dst -j ACCEPT"
-        ));
+        match self.proxy_uid {
+            // Only the proxy goes out to 80 and 443, after its checks.
+            Some(uid) => rule(&format!(
+                "-A SBX-OUT -p tcp -m multiport --dports 80,443 -m set --match-set {allow} dst \
+                 -m owner --uid-owner {uid} -j ACCEPT"
+            )),
+            None => rule(&format!(
+                "-A SBX-OUT -p tcp --dport 443 -m set --match-set {allow} dst -j ACCEPT"
+            )),
+        }
         let gh_ports = if self.no_git_ssh {
             "--dport 443"
         } else {
@@ -281,7 +301,33 @@ impl Plan {
             "-A SBX-OUT -j REJECT --reject-with {reject_other}"
         ));
         r.push_str("COMMIT\n");
+        r.push_str(&self.nat(fam));
         r
+    }
+
+    /// Proxy mode: every uid's TCP 80 and 443 but the proxy's own goes to
+    /// the proxy (loopback destinations excepted). Empty otherwise.
+    pub fn nat(&self, fam: Family) -> String {
+        let head = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+                    :POSTROUTING ACCEPT [0:0]\n";
+        let Some(uid) = self.proxy_uid else {
+            return if self.flush_nat {
+                format!("{head}COMMIT\n")
+            } else {
+                String::new()
+            };
+        };
+        let lo = if fam == Family::V6 {
+            "::1/128"
+        } else {
+            "127.0.0.0/8"
+        };
+        format!(
+            "{head}-A OUTPUT -p tcp -m owner --uid-owner {uid} -j RETURN\n\
+             -A OUTPUT -d {lo} -j RETURN\n\
+             -A OUTPUT -p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports {}\nCOMMIT\n",
+            crate::proxy::TRANSPARENT_PORT
+        )
     }
 }
 
@@ -337,7 +383,37 @@ mod tests {
             ],
             local: vec!["10.77.0.0/24".parse().unwrap()],
             no_git_ssh: false,
+            proxy_uid: None,
+            flush_nat: false,
         }
+    }
+
+    /// Proxy mode: the agent's 80/443 go to the proxy, the proxy's own do
+    /// not (no loop), and only the proxy's uid goes out to the allow set.
+    #[test]
+    fn proxy_mode_redirects_all_but_the_proxy() {
+        let mut p = plan();
+        assert!(!p.rules(Family::V4).contains("*nat"));
+        p.proxy_uid = Some(65533);
+        for fam in [Family::V4, Family::V6] {
+            let r = p.rules(fam);
+            let nat = &r[r.find("*nat").expect("nat table")..];
+            let ret = nat.find("--uid-owner 65533 -j RETURN").expect("exempt");
+            let redir = nat.find("-j REDIRECT --to-ports 3129").expect("redirect");
+            assert!(ret < redir, "{nat}");
+            assert!(
+                r.contains("--dports 80,443 -m set --match-set sbx-allow")
+                    && r.contains("dst -m owner --uid-owner 65533 -j ACCEPT"),
+                "{r}"
+            );
+            assert!(
+                !r.contains("--dport 443 -m set --match-set sbx-allow"),
+                "{r}"
+            );
+        }
+        p.proxy_uid = None;
+        p.flush_nat = true;
+        assert!(p.rules(Family::V6).ends_with("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"));
     }
 
     /// Issue 13.8: `allow-git = false` leaves no rule that accepts port 22.

@@ -37,6 +37,9 @@ pub struct State {
     pub github_nets: Vec<ipnet::IpNet>,
     /// What each name resolved to at init or on `allow`.
     pub names: Vec<Name>,
+    /// `[network] mode = "proxy"`: the nat redirect to `sbx-fw proxy` is installed.
+    #[serde(default)]
+    pub proxy: bool,
     pub github: GithubState,
     pub warnings: Vec<String>,
 }

@@ -793,7 +793,7 @@ fn is_ours(pid: u32, sub: &str) -> bool {
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     let netns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).ok();
     args.first().is_some_and(|a| a.ends_with(b"sbx-fw"))
-        && args.iter().any(|a| *a == sub.as_bytes())
+        && args.contains(&sub.as_bytes())
         && netns(&pid.to_string()).is_some_and(|n| Some(n) == netns("self"))
 }
 

@@ -50,7 +50,7 @@ pub struct Policy {
 
 impl Policy {
     pub fn load(dir: &Path) -> Self {
-        let st = State::load(dir).ok().flatten().unwrap_or_else(State::new);
+        let st = State::load(dir).ok().flatten().unwrap_or_default();
         Self::from_parts(&st, crate::dns::read_handed(dir))
     }
 

@@ -21,18 +21,10 @@ pub enum Hello {
 }
 
 /// Feeds bytes to a rustls `Acceptor` as they arrive.
+#[derive(Default)]
 pub struct Reader {
     acc: Acceptor,
     seen: usize,
-}
-
-impl Default for Reader {
-    fn default() -> Self {
-        Self {
-            acc: Acceptor::default(),
-            seen: 0,
-        }
-    }
 }
 
 impl Reader {

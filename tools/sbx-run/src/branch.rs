@@ -21,6 +21,8 @@ use crate::{RunError, docker};
 
 /// Where every sandbox mounts the workspace's repo-shelf volume.
 pub const SHELF: &str = "/repo-shelf";
+/// False until provisioning runs git as the agent (see `provision`).
+const PROVISIONING_IS_SAFE: bool = false;
 /// The tool in the image that does the provisioning.
 pub const WORKTREE_TOOL: &str = "/usr/local/bin/sbx-worktree";
 
@@ -160,6 +162,20 @@ pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
     let Some(branch) = ws.branch.as_deref() else {
         return Ok(Value::Null);
     };
+    // Refused until provisioning runs git as the agent with a private
+    // exec-path: today it would run git as root on a shelf repository whose
+    // config and hooks a sandbox can write (README, branch mode).
+    if !PROVISIONING_IS_SAFE {
+        return Err(ProvisionError {
+            message: format!(
+                "branch {branch:?}: branch mode is not available yet (its provisioning is not safe against a repository the agent wrote); use a sandbox on a separate checkout of the branch (`git worktree add ../{} {branch}` on the host, then `sbx-run shell -C ../{}`)",
+                sanitize_branch(branch),
+                sanitize_branch(branch),
+            ),
+            exit: Exit::Unavailable,
+        }
+        .into());
+    }
     let n = &ws.names;
     if !docker::exists("image", &n.image)? {
         image::build_repo(ws, &BuildOpts::default())?;

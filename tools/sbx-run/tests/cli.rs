@@ -132,3 +132,23 @@ fn git_delta_version_is_a_version() {
         assert!(text(&o).contains("is not a version"), "{}", text(&o));
     }
 }
+
+/// Branch mode's provisioning would run git as root on a shelf repository
+/// a sandbox can write: until it runs as the agent, `checkout` and
+/// `start --branch` refuse (69) before anything is created.
+#[test]
+fn branch_mode_is_refused_until_its_provisioning_is_safe() {
+    let r = Repo::new("");
+    for args in [
+        vec!["checkout", "feat/x", "-C"],
+        vec!["start", "--branch", "feat/x", "-C"],
+    ] {
+        let o = r.cmd().args(&args).arg(r.ws()).output().unwrap();
+        assert_eq!(o.status.code(), Some(69), "{args:?}: {}", text(&o));
+        assert!(
+            text(&o).contains("branch mode is not available yet"),
+            "{}",
+            text(&o)
+        );
+    }
+}

@@ -28,7 +28,11 @@ fn base_image_with_clis() -> bool {
     let mut c = Command::new(&sbx);
     c.env("SBX_BIN_DIR", sbx.parent().unwrap())
         .args(["-q", "build-base", "--bootstrap"]);
-    if let Some(ca) = std::env::var_os("SBX_TEST_CA_CERT") {
+    // TLS-intercepting networks: the host's CA bundle, as scripts/shell does.
+    let ca = std::env::var_os("SBX_TEST_CA_CERT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
+    if ca.is_file() {
         c.arg("--ca-cert").arg(ca);
     }
     let out = c.output().unwrap();

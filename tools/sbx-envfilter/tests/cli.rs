@@ -579,8 +579,8 @@ fn policy_seed_spellings_load_or_say_what_to_write() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     for (text, want) in [
         (
-            "[tools]\ndisallowed = [\"Write\"]\n",
-            "tools: [tools] (agent tool permissions) is not enforced by sbx yet",
+            "[tools]\ndisallowed = [\"Bash(curl\"]\n",
+            "tools.disallowed",
         ),
         (
             "[sandbox]\nenabled = false\n",

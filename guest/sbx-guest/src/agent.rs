@@ -18,7 +18,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -117,45 +117,41 @@ fn launch_inner(
         let p2 = p.clone();
         (std::thread::spawn(move || serve_key_once(l, p, k, pid)), p2)
     });
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break Some(s);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    // A waiter thread reports the exit at once (no polling latency).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let s = child.wait();
+        let _ = tx.send(());
+        s
+    });
+    let finished = match timeout {
+        Some(t) => rx.recv_timeout(t).is_ok(),
+        None => rx.recv().is_ok(),
     };
     if let Some((_, path)) = &server_thread {
         // The CLI never asked: the socket goes; the thread ends with us.
         let _ = std::fs::remove_file(path);
     }
     let group = Pid::from_raw(pid as i32);
-    match status {
-        Some(s) => {
-            // Whatever the CLI left running in its group goes with it.
+    if !finished {
+        let _ = killpg(group, Signal::SIGTERM);
+        if rx.recv_timeout(Duration::from_secs(2)).is_err() {
             let _ = killpg(group, Signal::SIGKILL);
-            Ok(match (s.code(), s.signal()) {
-                (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-                (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
-                _ => ExitCode::from(125),
-            })
-        }
-        None => {
-            let _ = killpg(group, Signal::SIGTERM);
-            let end = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < end {
-                if child.try_wait()?.is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = killpg(group, Signal::SIGKILL);
-            let _ = child.wait();
-            Ok(ExitCode::from(TIMEOUT_EXIT))
         }
     }
+    let status = waiter
+        .join()
+        .map_err(|_| std::io::Error::other("waiter thread panicked"))??;
+    // Whatever the CLI left running in its group goes with it.
+    let _ = killpg(group, Signal::SIGKILL);
+    if !finished {
+        return Ok(ExitCode::from(TIMEOUT_EXIT));
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        _ => ExitCode::from(125),
+    })
 }
 
 /// `agent-key SOCKET`: the `apiKeyHelper`: print what the launcher serves.

@@ -701,35 +701,46 @@ fn start_filter(dir: &Path) -> Result<(), BoxError> {
         }
         Err(_) => {}
     }
+    spawn_helper(dir, "dns", "the DNS filter", |_| {
+        "the DNS filter did not start (is 127.0.0.53:53 taken?); the firewall is installed and DNS is closed".into()
+    })
+}
+
+/// Start `sbx-fw SUB` as a daemon of this state directory: its diagnostics
+/// go to SUB.log beside the state (an inherited stderr would keep our
+/// caller's pipe open for as long as it lives); it is up once it prints
+/// "ready", and its pid goes to SUB.pid. `refusal(log)` says what is left
+/// blocked when it does not start.
+fn spawn_helper(
+    dir: &Path,
+    sub: &str,
+    what: &str,
+    refusal: impl Fn(&Path) -> String,
+) -> Result<(), BoxError> {
     let exe = std::env::current_exe().with_path("/proc/self/exe")?;
-    // Its diagnostics go to a log beside the state: an inherited stderr
-    // would keep our caller's pipe open for as long as the filter lives.
-    let log_path = dir.join("dns.log");
+    let log_path = dir.join(format!("{sub}.log"));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
         .with_path(&log_path)?;
     let mut child = Command::new(exe)
-        .arg("dns")
+        .arg(sub)
         .env("SBX_FW_STATE_DIR", dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
-        .map_err(|e| Message::new(Exit::OsErr, format!("cannot start the DNS filter: {e}")))?;
+        .map_err(|e| Message::new(Exit::OsErr, format!("cannot start {what}: {e}")))?;
     let mut line = String::new();
     let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
     if line.trim() != "ready" {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(Box::new(Message::new(
-            Exit::OsErr,
-            "the DNS filter did not start (is 127.0.0.53:53 taken?); the firewall is installed and DNS is closed",
-        )));
+        return Err(Box::new(Message::new(Exit::OsErr, refusal(&log_path))));
     }
-    std::fs::write(dir.join("dns.pid"), format!("{}\n", child.id()))
-        .with_path(dir.join("dns.pid"))?;
+    let pid_file = dir.join(format!("{sub}.pid"));
+    std::fs::write(&pid_file, format!("{}\n", child.id())).with_path(&pid_file)?;
     Ok(())
 }
 
@@ -753,36 +764,12 @@ fn start_proxy(dir: &Path) -> Result<(), BoxError> {
     {
         return Ok(());
     }
-    let exe = std::env::current_exe().with_path("/proc/self/exe")?;
-    let log_path = dir.join("proxy.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_path(&log_path)?;
-    let mut child = Command::new(exe)
-        .arg("proxy")
-        .env("SBX_FW_STATE_DIR", dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| Message::new(Exit::OsErr, format!("cannot start the proxy: {e}")))?;
-    let mut line = String::new();
-    let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
-    if line.trim() != "ready" {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(Box::new(Message::new(
-            Exit::OsErr,
-            format!(
-                "the proxy did not start (see {}); the firewall is installed and TCP 80/443 stay blocked",
-                log_path.display()
-            ),
-        )));
-    }
-    std::fs::write(&pid_file, format!("{}\n", child.id())).with_path(&pid_file)?;
-    Ok(())
+    spawn_helper(dir, "proxy", "the proxy", |log| {
+        format!(
+            "the proxy did not start (see {}); the firewall is installed and TCP 80/443 stay blocked",
+            log.display()
+        )
+    })
 }
 
 /// `pid` is an `sbx-fw SUB` in our network namespace.

@@ -57,6 +57,15 @@ pub fn main(args: &[String]) -> i32 {
             arg(2).parse().expect("N"),
             arg(3).parse().expect("FILTER-PID"),
         ),
+        "tls" => tls(arg(1), arg(2), arg(3)),
+        "http" => http(arg(1), arg(2)),
+        "tlsmany" => tlsmany(arg(1), arg(2), arg(3).parse().expect("N")),
+        "holdhttp" => holdhttp(arg(1), arg(2), arg(3).parse().expect("SECS")),
+        "slowloris" => slowloris(
+            arg(1).parse().expect("ADDR:PORT"),
+            arg(2).parse().expect("N"),
+            arg(3).parse().expect("SECS"),
+        ),
         k => {
             eprintln!("unknown attack {k:?}");
             return 64;
@@ -439,4 +448,171 @@ fn tcpflood(server: SocketAddr, n: usize, pid: u32) -> serde_json::Value {
     }
     json!({"connected": conns.len(), "connect_failed": connect_failed, "peak_threads": peak_threads,
            "udp_answer": udp_answer, "udp_ms": udp_ms, "answered": answered, "closed": closed, "silent": silent})
+}
+
+/// `HOST:PORT` through resolv.conf (the DNS filter) or as an address.
+fn dial(target: &str) -> std::io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let addr = target
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let c = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    c.set_read_timeout(Some(Duration::from_secs(3)))?;
+    Ok(c)
+}
+
+/// Whether the far side answered: any bytes back (ServerHello, alert,
+/// echo). A reset or a close with nothing is a refusal.
+fn answered(c: &mut TcpStream) -> Result<u8, String> {
+    let mut b = [0u8; 1];
+    match c.read(&mut b) {
+        Ok(1) => Ok(b[0]),
+        Ok(_) => Err("closed".into()),
+        Err(e) => Err(e.kind().to_string()),
+    }
+}
+
+/// A ClientHello naming SNI (`-`: none) to HOST:PORT, directly or through
+/// an explicit proxy's CONNECT.
+fn tls(target: &str, sni: &str, proxy: &str) -> serde_json::Value {
+    let sni = (sni != "-").then_some(sni);
+    let run = || -> Result<u8, String> {
+        let mut c = if proxy.is_empty() {
+            dial(target).map_err(|e| e.to_string())?
+        } else {
+            let mut c = dial(proxy).map_err(|e| e.to_string())?;
+            write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
+                .map_err(|e| e.to_string())?;
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match c.read(&mut b) {
+                    Ok(1) => head.push(b[0]),
+                    _ => return Err(format!("proxy: {}", String::from_utf8_lossy(&head))),
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            if !head.starts_with("HTTP/1.1 200") {
+                return Err(format!("proxy: {}", head.lines().next().unwrap_or("")));
+            }
+            c
+        };
+        c.write_all(&sbx_fw::proxy::sni::client_hello(sni))
+            .map_err(|e| e.to_string())?;
+        answered(&mut c)
+    };
+    match run() {
+        Ok(b) => json!({"reached": true, "first": b}),
+        Err(e) => json!({"reached": false, "error": e}),
+    }
+}
+
+/// An HTTP request with Host HOST to TARGET (the far side echoes it).
+fn http(target: &str, host: &str) -> serde_json::Value {
+    let run = || -> Result<u8, String> {
+        let mut c = dial(target).map_err(|e| e.to_string())?;
+        write!(c, "GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").map_err(|e| e.to_string())?;
+        answered(&mut c)
+    };
+    match run() {
+        Ok(b) => json!({"reached": true, "first": b}),
+        Err(e) => json!({"reached": false, "error": e}),
+    }
+}
+
+/// N connections open at once, each sending its hello before any reads.
+fn tlsmany(target: &str, sni: &str, n: usize) -> serde_json::Value {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let hello = sbx_fw::proxy::sni::client_hello(Some(sni));
+    let t0 = Instant::now();
+    let mut conns = Vec::new();
+    let mut failed = 0;
+    for _ in 0..n {
+        match dial(target).and_then(|mut c| c.write_all(&hello).map(|()| c)) {
+            Ok(c) => conns.push(c),
+            Err(_) => failed += 1,
+        }
+    }
+    let open_at_once = conns.len();
+    let reached = conns
+        .iter_mut()
+        .map(|c| {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+            answered(c).is_ok()
+        })
+        .filter(|ok| *ok)
+        .count();
+    json!({"reached": reached, "failed": failed, "open_at_once": open_at_once,
+           "ms": t0.elapsed().as_millis()})
+}
+
+/// N connections that dribble a ClientHello a byte a second for SECS:
+/// how many the far side cut before SECS, and how soon.
+fn slowloris(target: SocketAddr, n: usize, secs: u64) -> serde_json::Value {
+    let hello = sbx_fw::proxy::sni::client_hello(Some("allowed.test"));
+    let mut conns: Vec<Option<TcpStream>> = (0..n)
+        .map(|_| TcpStream::connect_timeout(&target, Duration::from_secs(3)).ok())
+        .collect();
+    let t0 = Instant::now();
+    let mut cut_after = Vec::new();
+    let mut i = 0;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        for c in conns.iter_mut() {
+            let gone = match c {
+                Some(s) => {
+                    s.write_all(&hello[i % hello.len()..][..1]).is_err()
+                        || {
+                            let _ = s.set_nonblocking(true);
+                            let mut b = [0u8; 1];
+                            let r = matches!(s.read(&mut b), Ok(0))
+                                || matches!(s.read(&mut b), Err(ref e) if e.kind() != std::io::ErrorKind::WouldBlock);
+                            let _ = s.set_nonblocking(false);
+                            r
+                        }
+                }
+                None => false,
+            };
+            if gone {
+                *c = None;
+                cut_after.push(t0.elapsed().as_millis());
+            }
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    json!({"cut": cut_after.len(), "max_ms": cut_after.iter().max()})
+}
+
+/// A transfer kept going for SECS: a request with Host HOST, then a ping
+/// echoed every 100 ms. Prints "open" once the first answer came.
+fn holdhttp(target: &str, host: &str, secs: u64) -> serde_json::Value {
+    let run = || -> Result<u64, String> {
+        let mut c = dial(target).map_err(|e| e.to_string())?;
+        let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        c.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+        let mut b = vec![0u8; req.len()];
+        c.read_exact(&mut b).map_err(|e| e.to_string())?;
+        println!("open");
+        let _ = std::io::stdout().flush();
+        let t0 = Instant::now();
+        let mut pings = 0;
+        while t0.elapsed() < Duration::from_secs(secs) {
+            c.write_all(b"ping")
+                .map_err(|e| format!("after {pings}: {e}"))?;
+            let mut p = [0u8; 4];
+            c.read_exact(&mut p)
+                .map_err(|e| format!("after {pings}: {e}"))?;
+            pings += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(pings)
+    };
+    match run() {
+        Ok(n) => json!({"alive": true, "pings": n}),
+        Err(e) => json!({"alive": false, "error": e}),
+    }
 }

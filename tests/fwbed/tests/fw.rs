@@ -1345,3 +1345,180 @@ fn the_reply_repeats_the_clients_question() {
     );
     assert!(out.contains("\tA\t"), "no answer: {out}{err}");
 }
+
+// ---- Issue 22: proxy mode ([network] mode = "proxy") ----
+
+impl Bed {
+    /// A bed in proxy mode, initialised; the proxy's uid must read the state.
+    fn proxy(prefix: &str) -> Option<Self> {
+        let bed = Self::new(prefix)?;
+        Command::new("chmod")
+            .arg("0755")
+            .arg(bed.dir.path())
+            .status()
+            .unwrap();
+        bed.config("mode = \"proxy\"\n");
+        let o = bed.init();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        Some(bed)
+    }
+
+    fn reached(&self, args: &[&str]) -> bool {
+        let v = self.attack(true, args);
+        eprintln!("{args:?}: {v}");
+        v["reached"] == true
+    }
+
+    fn proxy_pid(&self) -> String {
+        std::fs::read_to_string(self.path("state/proxy.pid"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+}
+
+/// The names the proxy refused, from the audit log.
+fn proxy_refusals(bed: &Bed) -> Vec<String> {
+    bed.audit()
+        .lines()
+        .filter(|l| l.contains("\"policy\":\"proxy\""))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn proxy_checks_names_against_addresses_on_both_paths() {
+    let Some(bed) = Bed::proxy("px1") else { return };
+    // The allowed name to its own address: transparent (v4, v6) and CONNECT.
+    assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test"]));
+    assert!(bed.reached(&["tls", "[2001:2::1:1]:443", "allowed.test"]));
+    assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test", "127.0.0.1:3128"]));
+    assert!(bed.reached(&["http", "allowed.test:80", "allowed.test"]));
+    // A wildcard name, once the DNS filter handed out its address.
+    assert!(bed.reached(&["tls", "x.wild.test:443", "x.wild.test"]));
+    // Fronting: an allowed address with a forbidden name, or with another
+    // allowed name whose address it is not.
+    assert!(!bed.reached(&["tls", "198.18.1.1:443", "blocked.test"]));
+    assert!(!bed.reached(&["tls", "198.18.1.1:443", "x.wild.test"]));
+    assert!(!bed.reached(&["http", "198.18.1.1:80", "x.wild.test"]));
+    // No server name, no Host.
+    assert!(!bed.reached(&["tls", "198.18.1.1:443", "-"]));
+    assert!(!bed.reached(&["http", "198.18.1.1:80", "198.18.1.1"]));
+    // CONNECT: a forbidden name, and an allowed one whose tunnel then
+    // names another.
+    assert!(!bed.reached(&["tls", "blocked.test:443", "blocked.test", "127.0.0.1:3128"]));
+    assert!(!bed.reached(&["tls", "allowed.test:443", "x.wild.test", "127.0.0.1:3128"]));
+    // An address no name resolved to, whatever the hello says.
+    assert!(!bed.reached(&["tls", "198.18.2.1:443", "allowed.test"]));
+    let refused = proxy_refusals(&bed);
+    for want in [
+        "not on the allowlist",
+        "address is not one the name resolved to",
+        "no server name",
+    ] {
+        assert!(
+            refused.iter().any(|l| l.contains(want)),
+            "no {want:?} record: {refused:#?}"
+        );
+    }
+    assert!(
+        refused
+            .iter()
+            .any(|l| l.contains("\"target\":\"blocked.test\"") && l.contains("198.18.1.1:443"))
+    );
+}
+
+#[test]
+fn proxy_killed_leaves_everything_blocked_until_restarted() {
+    let Some(bed) = Bed::proxy("px2") else { return };
+    assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test"]));
+    let pid = bed.proxy_pid();
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    for a in [
+        &["tls", "198.18.1.1:443", "allowed.test"][..],
+        &["tls", "[2001:2::1:1]:443", "allowed.test"],
+        &["http", "198.18.1.1:80", "allowed.test"],
+        &["tls", "allowed.test:443", "allowed.test", "127.0.0.1:3128"],
+    ] {
+        assert!(!bed.reached(a), "{a:?} got through with the proxy dead");
+    }
+    // The next init (the guest's restart) brings it back.
+    let o = bed.init();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ne!(bed.proxy_pid(), pid);
+    assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test"]));
+}
+
+#[test]
+fn proxy_reload_adds_a_name_and_keeps_open_connections() {
+    let Some(bed) = Bed::proxy("px3") else { return };
+    assert!(!bed.reached(&["tls", "198.18.1.2:443", "other.test"]));
+    // A running transfer through the proxy (the far side echoes).
+    let mut hold = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .arg(bin("sbx-fwbed"))
+        .args(["attack", "holdhttp", "198.18.1.1:80", "allowed.test", "4"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(hold.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "open");
+    bed.ok(false, &["allow", "other.test"]);
+    assert!(bed.reached(&["tls", "other.test:443", "other.test"]));
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    hold.wait().unwrap();
+    let v: Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(
+        v["alive"], true,
+        "the open connection was dropped by the reload: {v}"
+    );
+    // And a removal is followed too.
+    bed.ok(false, &["deny", "other.test"]);
+    assert!(!bed.reached(&["tls", "198.18.1.2:443", "other.test"]));
+}
+
+#[test]
+fn proxy_serves_a_thousand_at_once_and_slow_clients_starve_nobody() {
+    let Some(bed) = Bed::proxy("px4") else { return };
+    let v = bed.attack(true, &["tlsmany", "198.18.1.1:443", "allowed.test", "1000"]);
+    eprintln!("1000 at once: {v}");
+    assert_eq!(v["reached"], 1000, "{v}");
+    // 300 clients dribbling their hello a byte a second for 8 s, while a
+    // normal client connects: it is served at once, and the slow ones are
+    // cut when their hello is not whole within the proxy's timeout.
+    let ns = bed.sbx.clone();
+    let mut slow = Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .args(AGENT)
+        .arg(bin("sbx-fwbed"))
+        .args(["attack", "slowloris", "198.18.1.1:443", "300", "8"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let t0 = Instant::now();
+    assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test"]));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let mut out = String::new();
+    slow.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    slow.wait().unwrap();
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    eprintln!("slowloris: {v}");
+    assert_eq!(v["cut"], 300, "{v}");
+    assert!(v["max_ms"].as_u64().unwrap() < 7500, "{v}");
+}

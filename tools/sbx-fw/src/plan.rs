@@ -218,10 +218,12 @@ impl Plan {
         ));
         rule("-A SBX-OUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
         if self.proxy_uid.is_some() {
-            // The redirected connections, and the explicit proxy.
+            // The redirected connections, and the explicit proxy. Not by
+            // `-o lo`: a redirected packet keeps the interface it was
+            // first routed to.
             let lo = if v6 { "::1/128" } else { "127.0.0.1/32" };
             rule(&format!(
-                "-A SBX-OUT -o lo -d {lo} -p tcp -m multiport --dports {},{} -j ACCEPT",
+                "-A SBX-OUT -d {lo} -p tcp -m multiport --dports {},{} -j ACCEPT",
                 crate::proxy::CONNECT_PORT,
                 crate::proxy::TRANSPARENT_PORT
             ));
@@ -280,10 +282,17 @@ impl Plan {
         }
         match self.proxy_uid {
             // Only the proxy goes out to 80 and 443, after its checks.
-            Some(uid) => rule(&format!(
-                "-A SBX-OUT -p tcp -m multiport --dports 80,443 -m set --match-set {allow} dst \
-                 -m owner --uid-owner {uid} -j ACCEPT"
-            )),
+            // Root (init's own fetches, backups) keeps its direct 443.
+            Some(uid) => {
+                rule(&format!(
+                    "-A SBX-OUT -p tcp -m multiport --dports 80,443 -m set --match-set {allow} dst \
+                     -m owner --uid-owner {uid} -j ACCEPT"
+                ));
+                rule(&format!(
+                    "-A SBX-OUT -p tcp --dport 443 -m set --match-set {allow} dst \
+                     -m owner --uid-owner 0 -j ACCEPT"
+                ));
+            }
             None => rule(&format!(
                 "-A SBX-OUT -p tcp --dport 443 -m set --match-set {allow} dst -j ACCEPT"
             )),
@@ -305,8 +314,11 @@ impl Plan {
         r
     }
 
-    /// Proxy mode: every uid's TCP 80 and 443 but the proxy's own goes to
-    /// the proxy (loopback destinations excepted). Empty otherwise.
+    /// Proxy mode: every uid's TCP 80 and 443 but the proxy's own and
+    /// root's goes to the proxy (loopback destinations excepted). Root's
+    /// flows are connmarked, and the proxy's replies on one would be
+    /// refused as riding on them; root is the sandbox's own tooling, not
+    /// the agent. Empty otherwise.
     pub fn nat(&self, fam: Family) -> String {
         let head = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
                     :POSTROUTING ACCEPT [0:0]\n";
@@ -324,6 +336,7 @@ impl Plan {
         };
         format!(
             "{head}-A OUTPUT -p tcp -m owner --uid-owner {uid} -j RETURN\n\
+             -A OUTPUT -p tcp -m owner --uid-owner 0 -j RETURN\n\
              -A OUTPUT -d {lo} -j RETURN\n\
              -A OUTPUT -p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports {}\nCOMMIT\n",
             crate::proxy::TRANSPARENT_PORT
@@ -406,8 +419,11 @@ mod tests {
                     && r.contains("dst -m owner --uid-owner 65533 -j ACCEPT"),
                 "{r}"
             );
+            // Direct 443 to the set: root only.
             assert!(
-                !r.contains("--dport 443 -m set --match-set sbx-allow"),
+                !r.lines()
+                    .any(|l| l.contains("--dport 443 -m set --match-set sbx-allow")
+                        && !l.contains("--uid-owner 0 -j ACCEPT")),
                 "{r}"
             );
         }

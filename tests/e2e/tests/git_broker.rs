@@ -482,6 +482,9 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
     let hook = repo.path.join(".git/hooks/pre-push");
     std::fs::write(&hook, "#!/bin/sh\necho PRE-PUSH-RAN >&2\nexit 1\n").unwrap();
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hook = repo.path.join(".git/hooks/prepare-commit-msg");
+    std::fs::write(&hook, "#!/bin/sh\necho \"$0\" > /tmp/hook0\n").unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let setup = "git -c user.name=a -c user.email=a@b commit -q --allow-empty --no-verify -m one \
          && git init -q --bare remote.git && echo remote.git > .git/info/exclude \
          && git -c core.hooksPath=/dev/null push -q remote.git HEAD:refs/heads/main";
@@ -560,6 +563,14 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
     let o = agent("cd /tmp && sbx-git-guard check -- status");
     assert!(
         o.status.success() && text(&o).contains("core.hooksPath=/workspace/broker/.git/hooks"),
+        "{}",
+        text(&o)
+    );
+    // git finds the hooks through a directory fd it inherited, not a path
+    // that a rename of .git could point elsewhere while it runs.
+    let o = agent("git commit -q --allow-empty -m honest && cat /tmp/hook0");
+    assert!(
+        o.status.success() && text(&o).starts_with("/proc/self/fd/"),
         "{}",
         text(&o)
     );

@@ -19,6 +19,11 @@ pub struct Out {
 pub trait Git {
     /// `git [-c safe.directory=S]... -C cwd args...`
     fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError>;
+
+    /// The program, as a shell word for `--upload-pack`.
+    fn program(&self) -> String {
+        "git".into()
+    }
 }
 
 /// The real binary: the root-only one a sandbox image keeps off PATH when
@@ -45,6 +50,10 @@ impl RealGit {
 }
 
 impl Git for RealGit {
+    fn program(&self) -> String {
+        crate::shelf::shell_quote(&self.program.to_string_lossy())
+    }
+
     fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError> {
         let mut c = Command::new(&self.program);
         for s in safe {

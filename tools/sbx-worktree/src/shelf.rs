@@ -213,10 +213,16 @@ impl<'a> Shelf<'a> {
         let repo_state = if repo.join(".git").exists() {
             // Keep origin in step with the host's, then fetch.
             self.set_remote(&repo, &extra, "origin", &source)?;
-            self.must(&repo, &extra, &["fetch", "--quiet", "--prune", "origin"])?;
+            let mut args = vec!["fetch", "--quiet", "--prune"];
+            let up = self.upload_pack(&source, &host);
+            if let Some(u) = &up {
+                args.extend(["--upload-pack", u]);
+            }
+            args.push("origin");
+            self.must(&repo, &extra, &args)?;
             "reused"
         } else {
-            self.clone_into(&repo, &extra, &source)?;
+            self.clone_into(&repo, &extra, &source, self.upload_pack(&source, &host))?;
             "cloned"
         };
         self.set_remote(&repo, &extra, "host", &host_url)?;
@@ -259,6 +265,23 @@ impl<'a> Shelf<'a> {
         })
     }
 
+    /// A local source is read by an upload-pack git starts with a cleaned
+    /// environment (no `-c` config reaches it), so it gets its own
+    /// safe.directory for the host checkout, and is the same git binary
+    /// (in the image, the real one rather than the guard on exec-path).
+    fn upload_pack(&self, source: &str, host: &Path) -> Option<String> {
+        if !(source.starts_with("file://") || source.starts_with('/')) {
+            return None;
+        }
+        let mut s = self.git.program();
+        for p in [host.to_path_buf(), host.join(".git")] {
+            s.push_str(" -c ");
+            s.push_str(&shell_quote(&format!("safe.directory={}", p.display())));
+        }
+        s.push_str(" upload-pack");
+        Some(s)
+    }
+
     fn make_dir(&self, d: &Path) -> Result<(), E> {
         if d.is_dir() {
             return Ok(());
@@ -267,19 +290,26 @@ impl<'a> Shelf<'a> {
         self.hand_over(&[d])
     }
 
-    fn clone_into(&self, repo: &Path, extra: &[&Path], source: &str) -> Result<(), E> {
+    fn clone_into(
+        &self,
+        repo: &Path,
+        extra: &[&Path],
+        source: &str,
+        upload_pack: Option<String>,
+    ) -> Result<(), E> {
         // Aside, then renamed: no half clone is ever SHELF/repo.
         let tmp = self.dir.join(format!(".repo.tmp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         let tmp_s = tmp.to_string_lossy().into_owned();
         let mut ex = extra.to_vec();
         ex.push(&tmp);
+        let mut args = vec!["clone", "--quiet", "--no-checkout"];
+        if let Some(u) = &upload_pack {
+            args.extend(["--upload-pack", u]);
+        }
+        args.extend(["--", source, &tmp_s]);
         let r = self
-            .must(
-                &self.dir,
-                &ex,
-                &["clone", "--quiet", "--no-checkout", "--", source, &tmp_s],
-            )
+            .must(&self.dir, &ex, &args)
             .and_then(|_| {
                 // A clone of an empty remote has no origin/HEAD to branch from.
                 self.must(&tmp, &ex, &["remote", "set-head", "origin", "--auto"])
@@ -450,6 +480,18 @@ impl<'a> Shelf<'a> {
             self.must(&self.repo(), &[], &["worktree", "prune"])?;
         }
         Ok(gone)
+    }
+}
+
+/// A word for sh: single-quoted unless plainly safe.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Branch mode (issue 18), side by side in one run:
+#   1. provisioning a new worktree of a 5,000-file repository
+#      (`sbx-worktree provision` on a shelf already cloned) vs a plain
+#      `git worktree add` on the same clone: target <= 1.5x;
+#   2. `sbx-run start --branch B2` while B1 runs vs a bind-mode
+#      `sbx-run start` (each from stopped-and-removed): target <= 1.3x;
+#   3. disk: du of the shelf with N=4 branch worktrees vs the clone alone.
+# PHASES="provision start du" picks phases; RUNS sets hyperfine's runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PHASES=${PHASES:-"provision start du"}
+RUNS=${RUNS:-10}
+export SBX_BASE_TAG=${SBX_BASE_TAG:-latest}
+BIN=${SBX_BIN_DIR:-$PWD/target/debug}
+[ -x "$BIN/sbx-worktree" ] || cargo build -q -p sbx-worktree
+TMP=$(mktemp -d /var/tmp/sbx-bench-wt.XXXXXX)
+cleanup() {
+  if [ -n "${STARTED:-}" ]; then
+    for b in b1 b2; do "$BIN/sbx-run" -q rm --branch=$b -C "$TMP/app" >/dev/null 2>&1 || true; done
+    "$BIN/sbx-run" -q rm --volumes -C "$TMP/app" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+export HOME=$TMP/home GIT_TERMINAL_PROMPT=0
+mkdir -p "$HOME"
+printf '[user]\n\tname = b\n\temail = b@b\n[init]\n\tdefaultBranch = main\n' > "$HOME/.gitconfig"
+
+# A 5,000-file repository, one commit.
+R=$TMP/app
+git init -q "$R"
+for d in $(seq 1 50); do
+  mkdir -p "$R/d$d"
+  for f in $(seq 1 100); do echo "$d $f" > "$R/d$d/f$f.txt"; done
+done
+git -C "$R" add . && git -C "$R" commit -qm init
+
+if [[ " $PHASES " == *" provision "* ]]; then
+  S=$TMP/shelf
+  "$BIN/sbx-worktree" -q provision --shelf "$S" --host-repo "$R" --branch seed
+  # Both make a new branch's worktree on the same clone; prepare removes
+  # the previous run's worktree and branch.
+  hyperfine -N --runs "$RUNS" --warmup 2 --export-csv "$TMP/prov.csv" \
+    --prepare "sh -c 'git -C $S/repo worktree remove --force $S/worktrees/x 2>/dev/null; git -C $S/repo branch -qD x 2>/dev/null; true'" \
+    -n "git worktree add" "git -C $S/repo worktree add -q --no-track -b x $S/worktrees/x origin/main" \
+    -n "sbx-worktree provision" "$BIN/sbx-worktree -q provision --shelf $S --host-repo $R --branch x"
+fi
+
+if [[ " $PHASES " == *" start "* ]]; then
+  STARTED=1
+  chown -R 1000:1000 "$R"
+  "$BIN/sbx-run" -q start --branch=b1 -C "$R"
+  "$BIN/sbx-run" -q start -C "$R"
+  "$BIN/sbx-run" -q checkout b2 -C "$R" >/dev/null
+  # Each run starts from no container (the image, volumes and, for b2, the
+  # worktree exist), as a new sandbox would.
+  hyperfine -N --runs "$RUNS" --warmup 1 --export-csv "$TMP/start.csv" \
+    -n "start (bind)" --prepare "$BIN/sbx-run -q rm -C $R" "$BIN/sbx-run -q start -C $R" \
+    -n "start --branch b2 (b1 running)" --prepare "$BIN/sbx-run -q rm --branch=b2 -C $R" "$BIN/sbx-run -q start --branch=b2 -C $R"
+fi
+
+if [[ " $PHASES " == *" du "* ]]; then
+  S=$TMP/du
+  "$BIN/sbx-worktree" -q provision --shelf "$S" --host-repo "$R" --branch w1
+  git -C "$R" count-objects -vH | grep size-pack
+  echo "host checkout:    $(du -sk --exclude=.git "$R" | cut -f1) KiB files, $(du -sk "$R/.git" | cut -f1) KiB .git"
+  echo "shelf clone:      $(du -sk "$S/repo" | cut -f1) KiB"
+  for b in w2 w3 w4; do "$BIN/sbx-worktree" -q provision --shelf "$S" --host-repo "$R" --branch $b; done
+  echo "shelf, N=4:       $(du -sk "$S" | cut -f1) KiB (clone $(du -sk "$S/repo" | cut -f1) KiB + worktrees $(du -sk "$S/worktrees" | cut -f1) KiB)"
+  echo "4 full clones:    $(( 4 * $(du -sk "$R" | cut -f1) )) KiB"
+fi

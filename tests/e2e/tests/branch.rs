@@ -1,0 +1,222 @@
+//! Branch mode against a real Docker engine: two branch sandboxes at once
+//! on one repo shelf, a commit and a plain `git push` that lands in the
+//! host checkout (owned by a uid that is not the agent's) while the host
+//! has main checked out, the guard still refusing a force push, git still
+//! refusing a push to the checked-out branch, and a bind-mode sandbox
+//! working in a branch's worktree.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sbx_e2e::{base_image, bin, sh};
+use serde_json::Value;
+
+const OWNER: u32 = 1234;
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    branches: Vec<&'static str>,
+}
+
+fn sbx() -> Command {
+    let mut c = Command::new(bin("sbx-run"));
+    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
+    c
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    sh(Command::new("git")
+        .arg("-c")
+        .arg(format!("safe.directory={}", dir.display()))
+        .arg("-C")
+        .arg(dir)
+        .args(args))
+    .trim()
+    .to_owned()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+impl Repo {
+    /// A host checkout on main, owned by OWNER (the agent sees it through
+    /// the idmapped view), with a pre-push hook that leaves a mark.
+    fn new() -> Self {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("shelfapp");
+        std::fs::create_dir_all(&path).unwrap();
+        git(&path, &["init", "-q", "-b", "main"]);
+        std::fs::write(path.join("README"), "hi\n").unwrap();
+        git(&path, &["add", "README"]);
+        git(
+            &path,
+            &["-c", "user.name=Dev", "-c", "user.email=d@example.invalid", "commit", "-qm", "one"],
+        );
+        let hook = path.join(".git/hooks/pre-push");
+        std::fs::write(&hook, "#!/bin/sh\necho ran > /tmp/pre-push-ran\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        sh(Command::new("chown")
+            .args(["-R", &format!("{OWNER}:{OWNER}")])
+            .arg(dir.path()));
+        Self {
+            _dir: dir,
+            path,
+            branches: Vec::new(),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        sbx().args(args).arg("-C").arg(&self.path).output().unwrap()
+    }
+
+    /// `sh -c script` as the agent, in BRANCH's sandbox (None: bind mode).
+    fn exec(&self, branch: Option<&str>, script: &str) -> Output {
+        let mut c = sbx();
+        c.arg("exec").arg("-C").arg(&self.path);
+        if let Some(b) = branch {
+            c.arg(format!("--branch={b}"));
+        }
+        c.args(["--", "sh", "-c", script]).output().unwrap()
+    }
+
+    fn ok(&self, branch: Option<&str>, script: &str) -> String {
+        let o = self.exec(branch, script);
+        assert!(o.status.success(), "{script}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    }
+
+    fn names(&self, branch: Option<&str>) -> sbx_run::names::Names {
+        sbx_run::names::Names::new(&self.path.canonicalize().unwrap(), branch)
+    }
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        for b in &self.branches {
+            let _ = self.run(&["-q", "rm", &format!("--branch={b}")]);
+        }
+        let _ = self.run(&["-q", "rm", "--volumes"]);
+    }
+}
+
+const COMMIT: &str = "git -c user.name=Agent -c user.email=agent@example.invalid commit -qm";
+
+#[test]
+fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
+    if !base_image() {
+        return;
+    }
+    let mut repo = Repo::new();
+    repo.branches = vec!["feat/a", "feat/b"];
+    let main_before = git(&repo.path, &["rev-parse", "main"]);
+
+    // Bad names are refused in one line, before any container starts.
+    let bad = repo.run(&["checkout", "a..b"]);
+    assert_eq!(bad.status.code(), Some(64), "{}", text(&bad));
+    assert!(text(&bad).contains("git refuses this name"), "{}", text(&bad));
+
+    for b in ["feat/a", "feat/b"] {
+        let o = repo.run(&["start", &format!("--branch={b}")]);
+        assert!(o.status.success(), "start {b}: {}", text(&o));
+    }
+    // Both run at once, each in its own worktree, on one shelf volume.
+    let shelf = repo.names(None).repo_shelf;
+    for (b, san) in [("feat/a", "feat__a"), ("feat/b", "feat__b")] {
+        let n = repo.names(Some(b));
+        let c: Value = serde_json::from_str(&sh(Command::new("docker").args([
+            "inspect",
+            "--format",
+            "{{json .}}",
+            &n.container,
+        ])))
+        .unwrap();
+        assert_eq!(c["State"]["Running"], true, "{b}");
+        assert_eq!(c["Config"]["WorkingDir"], format!("/repo-shelf/worktrees/{san}"));
+        assert_eq!(c["Config"]["Labels"]["sbx.mode"], "branch");
+        assert_eq!(c["Config"]["Labels"]["sbx.branch"], b);
+        assert!(
+            c["Mounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["Name"] == shelf.as_str() && m["Destination"] == "/repo-shelf"),
+            "{b} mounts {shelf}"
+        );
+        assert_eq!(
+            repo.ok(Some(b), "pwd; git symbolic-ref --short HEAD"),
+            format!("/repo-shelf/worktrees/{san}\n{b}")
+        );
+    }
+    // list: mode, branch and workdir from the labels.
+    let list = sbx().args(["list", "--json"]).output().unwrap();
+    let rows: Vec<Value> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["data"].clone())
+        .filter(|d| d["workspace"] == repo.path.canonicalize().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["mode"], "branch");
+        assert!(r["workdir"].as_str().unwrap().starts_with("/repo-shelf/worktrees/feat__"));
+    }
+
+    // Commit in A and a plain `git push`: lands in the host, which stays on
+    // main; the host's pre-push hook ran (pinned over the shelf's hooks).
+    let head = repo.ok(
+        Some("feat/a"),
+        &format!("echo a > a.txt && git add a.txt && {COMMIT} a && git push -q && rm -f /tmp/x; cat /tmp/pre-push-ran; git rev-parse HEAD"),
+    );
+    let (ran, head) = head.split_once('\n').unwrap();
+    assert_eq!(ran, "ran");
+    assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/feat/a"]), head);
+    assert_eq!(git(&repo.path, &["symbolic-ref", "HEAD"]), "refs/heads/main");
+    // ... owned by the host checkout's owner, not by the agent's uid.
+    let loose = repo
+        .path
+        .join(".git/objects")
+        .join(&head[..2])
+        .join(&head[2..]);
+    let refs = repo.path.join(".git/refs/heads/feat/a");
+    for p in [&loose, &refs] {
+        assert_eq!(std::fs::metadata(p).unwrap().uid(), OWNER, "{}", p.display());
+    }
+    // The worktrees are independent; the shelf is shared.
+    assert_eq!(
+        repo.ok(Some("feat/b"), "test -e a.txt && echo yes || echo no; cat ../feat__a/a.txt"),
+        "no\na"
+    );
+
+    // The guard still stands: a force push to host is refused (77), the
+    // host's ref stays.
+    let force = repo.exec(
+        Some("feat/a"),
+        &format!("{COMMIT} amended --amend && git push --force host feat/a"),
+    );
+    assert_eq!(force.status.code(), Some(77), "{}", text(&force));
+    assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/feat/a"]), head);
+    // Git's own refusal stands: no push into the host's checked-out branch.
+    let cur = repo.exec(Some("feat/a"), "git reset -q --hard @{u} && git push host HEAD:main");
+    assert_ne!(cur.status.code(), Some(0), "{}", text(&cur));
+    assert!(text(&cur).contains("checked out"), "{}", text(&cur));
+    assert_eq!(git(&repo.path, &["rev-parse", "main"]), main_before);
+
+    // Bind mode sees the shelf and works in a branch's worktree.
+    let bind = repo.ok(
+        None,
+        &format!(
+            "cd /repo-shelf/worktrees/feat__b && echo b > b.txt && git add b.txt && {COMMIT} b && git push -q && git rev-parse HEAD"
+        ),
+    );
+    assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/feat/b"]), bind);
+
+    // show-run prints the provisioning and the branch's workdir.
+    let show = repo.run(&["show-run", "--branch=feat/a"]);
+    let t = text(&show);
+    assert!(show.status.success(), "{t}");
+    assert!(t.contains("--workdir /repo-shelf/worktrees/feat__a"), "{t}");
+    assert!(t.contains("sbx-worktree") && t.contains("--branch=feat/a"), "{t}");
+}

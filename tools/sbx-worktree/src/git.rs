@@ -1,8 +1,16 @@
 //! The one side effect that matters, running git, behind a trait so the
 //! fail-closed paths can be unit-tested with a recording fake; everything
 //! else is tested against the real git (tests/cli.rs).
+//!
+//! Provisioning runs git on a shelf repository a sandbox can write, often
+//! as root (in the provisioning container, or on the host). So every call
+//! runs as the shelf's owner (the agent) when this process is root, with a
+//! cleared environment, no system or user config, a private exec-path (in
+//! the image the exec-path's `git` is the guard) and the command-line
+//! overrides below, which beat anything in the repository's config.
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -19,53 +27,287 @@ pub struct Out {
 pub trait Git {
     /// `git [-c safe.directory=S]... -C cwd args...`
     fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError>;
-
-    /// The program, as a shell word for `--upload-pack`.
-    fn program(&self) -> String {
-        "git".into()
-    }
-}
-
-/// The real binary: the root-only one a sandbox image keeps off PATH when
-/// this process may run it (the provisioning container runs as root),
-/// else `git` on PATH (the guard, for an agent; plain git on a host).
-#[derive(Debug, Clone)]
-pub struct RealGit {
-    pub program: PathBuf,
 }
 
 /// Where the sandbox image keeps the real git (base-image/Dockerfile).
 pub const SANDBOX_REAL_GIT: &str = "/usr/libexec/sbx/git";
 
-impl RealGit {
-    pub fn find() -> Self {
-        let real = Path::new(SANDBOX_REAL_GIT);
-        let program = if nix::unistd::access(real, nix::unistd::AccessFlags::X_OK).is_ok() {
-            real.to_owned()
-        } else {
-            PathBuf::from("git")
+/// Config keys (git help config, 2.39-2.47) that make git run a program,
+/// overridden on the command line (command scope beats the repository's
+/// and a worktree's config). `core.hooksPath=/dev/null` turns off every
+/// hook (post-checkout, reference-transaction, post-index-change, ...).
+pub const OVERRIDES: &[(&str, &str)] = &[
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.attributesFile", "/dev/null"),
+    ("core.sshCommand", "ssh -o BatchMode=yes"),
+    ("core.askPass", "false"),
+    ("core.editor", "false"),
+    ("core.pager", "cat"),
+    ("sequence.editor", "false"),
+    // The empty helper empties the list, url-specific ones included.
+    ("credential.helper", ""),
+    ("diff.external", ""),
+    ("gpg.program", "false"),
+    ("gpg.ssh.program", "false"),
+    ("gpg.x509.program", "false"),
+    ("gpg.ssh.defaultKeyCommand", ""),
+    ("protocol.allow", "never"),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    // No `gc --auto` or `maintenance run --auto` after a fetch.
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+];
+
+/// The environment every call gets (after clearing the caller's): the
+/// variables beat their config keys (GIT_ALLOW_PROTOCOL beats every
+/// protocol.*.allow, so no `ext::` URL runs a command).
+pub const ENV: &[(&str, &str)] = &[
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+    ("GIT_ATTR_NOSYSTEM", "1"),
+    ("GIT_ALLOW_PROTOCOL", "file:https:http:ssh"),
+    ("GIT_PROTOCOL_FROM_USER", "0"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("GIT_ASKPASS", "false"),
+    ("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+    ("GIT_EDITOR", "false"),
+    ("GIT_SEQUENCE_EDITOR", "false"),
+    ("GIT_PAGER", "cat"),
+    ("GIT_NO_REPLACE_OBJECTS", "1"),
+    ("LC_ALL", "C"),
+];
+
+/// Config keys that run a program (or point git at other config or
+/// another repository) under a name of the repository's choosing, so no
+/// override can reach them: a shelf whose config has one is refused
+/// (`Shelf::check_config`). Lower-case, `*` for the name.
+pub const REFUSED: &[&str] = &[
+    "include.*",
+    "includeif.*",
+    "filter.*.clean",
+    "filter.*.smudge",
+    "filter.*.process",
+    "diff.*.textconv",
+    "diff.*.command",
+    "merge.*.driver",
+    "remote.*.vcs",
+    "remote.*.uploadpack",
+    "remote.*.receivepack",
+    "url.*.insteadof",
+    "url.*.pushinsteadof",
+    "core.alternaterefscommand",
+    "core.worktree",
+];
+
+/// Keys that run a program but that no command provisioning runs ever
+/// reaches (documented so the list above is complete, not refused):
+/// alias.* (never shadows a builtin; provisioning runs only builtins),
+/// pager.*, web.browser, browser.*.cmd, browser.*.path, man.*.cmd,
+/// man.*.path, difftool.*.cmd, mergetool.*.cmd, sendemail.*,
+/// submodule.*.update (only `git submodule update`), uploadpack.packObjectsHook
+/// (protected config only), core.gitProxy (git:// is not allowed).
+pub const UNREACHED: &[&str] = &[
+    "alias.*",
+    "pager.*",
+    "web.browser",
+    "browser.*.cmd",
+    "man.*.cmd",
+    "difftool.*.cmd",
+    "mergetool.*.cmd",
+    "sendemail.*",
+    "submodule.*.update",
+    "uploadpack.packobjectshook",
+    "core.gitproxy",
+];
+
+/// Whether a config key (as `git config --list --name-only` prints it)
+/// matches one of `pats`.
+pub fn matches(pats: &[&str], key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    pats.iter().any(|p| {
+        let Some((head, tail)) = p.split_once(".*") else {
+            return key == *p;
         };
-        Self { program }
-    }
+        // "section.*" matches any key of the section; "section.*.var" any
+        // subsection's var (the subsection may itself contain dots).
+        let Some(rest) = key.strip_prefix(head).and_then(|r| r.strip_prefix('.')) else {
+            return false;
+        };
+        tail.is_empty() || (rest.ends_with(tail) && rest.len() > tail.len())
+    })
 }
 
-impl Git for RealGit {
-    fn program(&self) -> String {
-        crate::shelf::shell_quote(&self.program.to_string_lossy())
+/// The real binary, run as described at the top of this file.
+#[derive(Debug)]
+pub struct RealGit {
+    program: PathBuf,
+    exec_path: Option<PathBuf>,
+    run_as: Option<(u32, u32)>,
+    path: OsString,
+    dir: tempfile::TempDir,
+}
+
+impl RealGit {
+    /// `owner`: who git runs as when this process is root.
+    pub fn new(owner: (u32, u32)) -> Result<Self, WorktreeError> {
+        let me = nix::unistd::geteuid().as_raw();
+        let run_as = (me == 0 && owner.0 != 0).then_some(owner);
+        let dir = tempfile::Builder::new()
+            .prefix("sbx-worktree.")
+            .tempdir()
+            .map_err(|e| WorktreeError::Io(std::env::temp_dir(), e))?;
+        let io = |p: &Path, e| WorktreeError::Io(p.to_owned(), e);
+        let d = dir.path().to_owned();
+        // The owner reads the config and runs the git copy; writes none of it.
+        set_mode(&d, 0o755)?;
+        std::fs::create_dir(d.join("home")).map_err(|e| io(&d, e))?;
+        let real = Path::new(SANDBOX_REAL_GIT);
+        let sandbox = nix::unistd::access(real, nix::unistd::AccessFlags::X_OK).is_ok();
+        let mut path = OsString::new();
+        let (program, exec_path) = if sandbox {
+            // In the image: a private copy (execute-only: whoever runs it
+            // cannot read it out) and an exec-path whose git is that copy.
+            let copy = d.join("git");
+            std::fs::copy(real, &copy).map_err(|e| io(&copy, e))?;
+            set_mode(&copy, 0o711)?;
+            let ep = d.join("exec");
+            mirror_exec_path(real, &ep, &copy)?;
+            path.push(&ep);
+            path.push(":");
+            (copy, Some(ep))
+        } else {
+            let found = which("git").ok_or_else(|| {
+                WorktreeError::NoGit(
+                    "git".into(),
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "not on PATH"),
+                )
+            })?;
+            if let Some(p) = found.parent() {
+                path.push(p);
+                path.push(":");
+            }
+            (found, None)
+        };
+        path.push("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        Ok(Self {
+            program,
+            exec_path,
+            run_as,
+            path,
+            dir,
+        })
     }
 
-    fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError> {
+    /// The command for `args`, with the environment and overrides, run as
+    /// the owner; `safe` goes into a private global config, so the
+    /// upload-pack of a local clone (which git starts without `-c`) has it.
+    pub fn command(&self, safe: &[PathBuf]) -> Result<Command, WorktreeError> {
+        let home = self.dir.path().join("home");
+        let global = self.dir.path().join("gitconfig");
+        let mut text = String::from("[safe]\n");
+        for s in safe {
+            text.push_str(&format!(
+                "\tdirectory = {}\n",
+                quote_value(&s.to_string_lossy())
+            ));
+        }
+        std::fs::write(&global, text).map_err(|e| WorktreeError::Io(global.clone(), e))?;
+        set_mode(&global, 0o644)?;
         let mut c = Command::new(&self.program);
+        c.env_clear()
+            .env("PATH", &self.path)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("GIT_CONFIG_GLOBAL", &global)
+            .envs(ENV.iter().copied());
+        if let Some(ep) = &self.exec_path {
+            c.env("GIT_EXEC_PATH", ep);
+        }
+        for (k, v) in OVERRIDES {
+            c.arg("-c").arg(format!("{k}={v}"));
+        }
         for s in safe {
             let mut v = OsString::from("safe.directory=");
             v.push(s);
             c.arg("-c").arg(v);
         }
+        if let Some((u, g)) = self.run_as {
+            // std drops the supplementary groups with the uid.
+            c.uid(u).gid(g);
+        }
+        c.current_dir("/").stdin(Stdio::null());
+        Ok(c)
+    }
+}
+
+/// A config value in double quotes (git's syntax: \" and \\ escaped).
+fn quote_value(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn set_mode(p: &Path, mode: u32) -> Result<(), WorktreeError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| WorktreeError::Io(p.to_owned(), e))
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok())
+}
+
+/// A copy of the real git's exec-path in which every name that leads to
+/// `git` (the guard, in the image) leads to `git_copy`; the rest (scripts,
+/// remote helpers) are links to the originals, which find `git` through
+/// the exec-path git puts first on PATH.
+fn mirror_exec_path(real: &Path, to: &Path, git_copy: &Path) -> Result<(), WorktreeError> {
+    let io = |p: &Path, e| WorktreeError::Io(p.to_owned(), e);
+    let o = Command::new(real)
+        .arg("--exec-path")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| WorktreeError::NoGit(real.display().to_string(), e))?;
+    let from = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim_end());
+    if !o.status.success() || !from.is_absolute() {
+        return Err(WorktreeError::NoGit(
+            real.display().to_string(),
+            std::io::Error::other("no exec-path"),
+        ));
+    }
+    std::fs::create_dir(to).map_err(|e| io(to, e))?;
+    let guard = std::fs::canonicalize(from.join("git")).ok();
+    std::os::unix::fs::symlink(git_copy, to.join("git")).map_err(|e| io(to, e))?;
+    for e in std::fs::read_dir(&from).map_err(|e| io(&from, e))? {
+        let e = e.map_err(|e| io(&from, e))?;
+        let name = e.file_name();
+        if name == "git" {
+            continue;
+        }
+        let orig = e.path();
+        let dst = to.join(&name);
+        let link = std::fs::read_link(&orig).ok();
+        let target = match link {
+            // `git-add -> git`: the same relative link, now to the copy.
+            Some(l) if l.is_relative() && l.components().count() == 1 => l,
+            Some(_) if guard.is_some() && std::fs::canonicalize(&orig).ok() == guard => {
+                git_copy.to_owned()
+            }
+            _ => orig,
+        };
+        std::os::unix::fs::symlink(&target, &dst).map_err(|e| io(&dst, e))?;
+    }
+    Ok(())
+}
+
+impl Git for RealGit {
+    fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError> {
+        let mut c = self.command(safe)?;
         c.arg("-C").arg(cwd).args(args);
-        // No prompts: a provisioning run has no one to answer them.
-        c.env("GIT_TERMINAL_PROMPT", "0")
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null());
         let name = self.program.display().to_string();
         let o = c.output().map_err(|e| WorktreeError::NoGit(name, e))?;
         Ok(Out {
@@ -111,6 +353,89 @@ pub mod fake {
                     ok: true,
                     ..Out::default()
                 }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        assert!(matches(REFUSED, "filter.lfs.smudge"));
+        assert!(matches(REFUSED, "filter.a.b.process"));
+        assert!(matches(REFUSED, "includeIf.gitdir:/x/.path"));
+        assert!(matches(REFUSED, "include.path"));
+        assert!(matches(REFUSED, "url.ext::sh -c x.insteadOf"));
+        assert!(matches(REFUSED, "Core.AlternateRefsCommand"));
+        assert!(!matches(REFUSED, "filter.lfs.required"));
+        assert!(!matches(REFUSED, "remote.origin.url"));
+        assert!(!matches(REFUSED, "branch.x.remote"));
+        assert!(!matches(REFUSED, "diff.textconv"));
+        assert!(matches(UNREACHED, "alias.fetch"));
+    }
+
+    /// Every key git documents as running a program is overridden,
+    /// refused, or listed as never reached: none is forgotten.
+    #[test]
+    fn every_program_key_is_handled() {
+        let overridden: Vec<String> = OVERRIDES
+            .iter()
+            .map(|(k, _)| k.to_ascii_lowercase())
+            .collect();
+        for k in [
+            "core.hooksPath",
+            "core.fsmonitor",
+            "core.sshCommand",
+            "core.askPass",
+            "core.editor",
+            "core.pager",
+            "sequence.editor",
+            "credential.helper",
+            "credential.https://x.helper",
+            "diff.external",
+            "gpg.program",
+            "gpg.ssh.program",
+            "gpg.ssh.defaultKeyCommand",
+            "core.attributesFile",
+            "filter.x.clean",
+            "filter.x.smudge",
+            "filter.x.process",
+            "diff.x.textconv",
+            "diff.x.command",
+            "merge.x.driver",
+            "remote.o.vcs",
+            "remote.o.uploadpack",
+            "remote.o.receivepack",
+            "url.x.insteadOf",
+            "include.path",
+            "includeIf.onbranch:x.path",
+            "core.alternateRefsCommand",
+            "alias.x",
+            "pager.log",
+            "web.browser",
+            "browser.x.cmd",
+            "man.x.cmd",
+            "difftool.x.cmd",
+            "mergetool.x.cmd",
+            "sendemail.toCmd",
+            "submodule.x.update",
+            "uploadpack.packObjectsHook",
+            "core.gitProxy",
+            "protocol.ext.allow",
+        ] {
+            let l = k.to_ascii_lowercase();
+            let credential = l.starts_with("credential.") && l.ends_with(".helper");
+            let protocol = l.starts_with("protocol.");
+            assert!(
+                overridden.contains(&l)
+                    || matches(REFUSED, k)
+                    || matches(UNREACHED, k)
+                    || credential
+                    || protocol,
+                "{k} is not handled"
+            );
         }
     }
 }

@@ -150,6 +150,11 @@ pub enum WorktreeError {
         shelf = .0.display()
     )]
     ForeignShelf(PathBuf, u32, u32),
+    #[error(
+        "{p}: {1}: a sandbox may have planted it; remove it (or the repo-shelf volume) and provision again",
+        p = .0.display()
+    )]
+    Armed(PathBuf, String),
     #[error("{}: has uncommitted changes or untracked files: commit or stash them, or use --force", .0.display())]
     Dirty(PathBuf),
     #[error("branch {0:?}: no worktree on this shelf (sbx-worktree list shows them)")]
@@ -174,7 +179,7 @@ impl SbxError for WorktreeError {
             | Self::NoWorktree(_) => Exit::Usage,
             Self::Detached(_) | Self::Unborn(_) | Self::NoDefault(_) => Exit::DataErr,
             Self::NoHost(_) => Exit::NoInput,
-            Self::ForeignShelf(..) => Exit::Denied,
+            Self::ForeignShelf(..) | Self::Armed(..) => Exit::Denied,
             Self::Locked(..) => Exit::TempFail,
             Self::Git(..) => Exit::OsErr,
             Self::NoGit(..) => Exit::Unavailable,
@@ -185,7 +190,6 @@ impl SbxError for WorktreeError {
 
 pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     output::init(TOOL, &cli.common);
-    let git = git::RealGit::find();
     let common = &cli.common;
     let mut out = std::io::stdout().lock();
     match cli.command {
@@ -196,12 +200,16 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             owner,
         } => {
             let owner = owner.unwrap_or_else(shelf::caller);
+            let git = git::RealGit::new(owner)?;
             let s = shelf::Shelf::new(&git, &shelf.shelf, owner);
             let r = s.provision(&host_repo, &branch, shelf.timeout())?;
             shelf::print_provisioned(&mut out, common, &r)
         }
         Cmd::List { shelf } => {
+            // Root reads another user's shelf as that user.
+            let git = git::RealGit::new(shelf::owner_of(&shelf.shelf))?;
             let s = shelf::Shelf::new(&git, &shelf.shelf, shelf::caller());
+            s.check_config()?;
             let list = s.list()?;
             shelf::print_list(&mut out, common, &list)
         }
@@ -210,11 +218,13 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             branch,
             force,
         } => {
+            let git = git::RealGit::new(shelf::owner_of(&shelf.shelf))?;
             let s = shelf::Shelf::new(&git, &shelf.shelf, shelf::caller());
             let dir = s.remove(&branch, force, shelf.timeout())?;
             shelf::print_event(&mut out, common, "removed", &branch, &dir)
         }
         Cmd::Prune { shelf } => {
+            let git = git::RealGit::new(shelf::owner_of(&shelf.shelf))?;
             let s = shelf::Shelf::new(&git, &shelf.shelf, shelf::caller());
             s.prune(shelf.timeout())?
                 .iter()

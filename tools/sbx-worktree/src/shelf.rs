@@ -39,6 +39,14 @@ pub fn caller() -> (u32, u32) {
     )
 }
 
+/// Who owns the shelf directory (the caller when it does not exist yet).
+pub fn owner_of(dir: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir)
+        .map(|m| (m.uid(), m.gid()))
+        .unwrap_or_else(|_| caller())
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Provisioned {
     pub branch: String,
@@ -206,6 +214,7 @@ impl<'a> Shelf<'a> {
                     .map_err(|e| E::Io(p.clone(), e))?;
             }
         }
+        self.check_config()?;
         let repo = self.repo();
         let wt = self.worktree(branch);
         let extra = [host.as_path(), &host.join(".git"), wt.as_path()];
@@ -213,16 +222,10 @@ impl<'a> Shelf<'a> {
         let repo_state = if repo.join(".git").exists() {
             // Keep origin in step with the host's, then fetch.
             self.set_remote(&repo, &extra, "origin", &source)?;
-            let mut args = vec!["fetch", "--quiet", "--prune"];
-            let up = self.upload_pack(&source, &host);
-            if let Some(u) = &up {
-                args.extend(["--upload-pack", u]);
-            }
-            args.push("origin");
-            self.must(&repo, &extra, &args)?;
+            self.must(&repo, &extra, &["fetch", "--quiet", "--prune", "origin"])?;
             "reused"
         } else {
-            self.clone_into(&repo, &extra, &source, self.upload_pack(&source, &host))?;
+            self.clone_into(&repo, &extra, &source)?;
             "cloned"
         };
         self.set_remote(&repo, &extra, "host", &host_url)?;
@@ -233,10 +236,16 @@ impl<'a> Shelf<'a> {
         }
 
         let worktree_state = if wt.exists() {
-            // Ours only if it is this branch's: `a/b` and `a__b` share a name.
-            let o = self.git(&wt, &extra, &["symbolic-ref", "-q", "--short", "HEAD"])?;
-            let there = o.stdout.trim_end().to_owned();
-            if !o.ok || there != branch {
+            // Ours only if it is this branch's: `a/b` and `a__b` share a
+            // name. Asked of the clone, not of the worktree, whose `.git`
+            // file a sandbox could point at another repository.
+            let there = self
+                .list()?
+                .into_iter()
+                .find(|e| e.path == wt)
+                .and_then(|e| e.branch)
+                .unwrap_or_default();
+            if there != branch {
                 return Err(E::Collision(branch.to_owned(), there, wt));
             }
             None
@@ -248,7 +257,6 @@ impl<'a> Shelf<'a> {
         self.must(&repo, &extra, &["config", &key("remote"), "host"])?;
         let merge = format!("refs/heads/{branch}");
         self.must(&repo, &extra, &["config", &key("merge"), &merge])?;
-        self.hand_over(&[&repo, &wt])?;
         Ok(Provisioned {
             branch: branch.to_owned(),
             worktree: if worktree_state.is_some() {
@@ -265,21 +273,95 @@ impl<'a> Shelf<'a> {
         })
     }
 
-    /// A local source is read by an upload-pack git starts with a cleaned
-    /// environment (no `-c` config reaches it), so it gets its own
-    /// safe.directory for the host checkout, and is the same git binary
-    /// (in the image, the real one rather than the guard on exec-path).
-    fn upload_pack(&self, source: &str, host: &Path) -> Option<String> {
-        if !(source.starts_with("file://") || source.starts_with('/')) {
-            return None;
+    /// Refuse a shelf repository a sandbox has armed: a config key that
+    /// runs a program under a name of its choosing (git::REFUSED; the
+    /// rest are overridden on every call), or git metadata that points
+    /// git at another repository's config. Read as data, before any git
+    /// runs in the clone. Audited, like every sbx refusal.
+    pub fn check_config(&self) -> Result<(), E> {
+        let gd = self.repo().join(".git");
+        let Ok(m) = std::fs::symlink_metadata(&gd) else {
+            return Ok(());
+        };
+        let refuse = |what: String| {
+            let target = gd.to_string_lossy();
+            audit::append(
+                &Record::new(
+                    "sbx-worktree",
+                    "shelf",
+                    &target,
+                    Outcome::Blocked,
+                    "armed-shelf",
+                )
+                .reason(&what),
+            );
+            E::Armed(gd.clone(), what)
+        };
+        if !m.is_dir() {
+            return Err(refuse(".git is not a directory".into()));
         }
-        let mut s = self.git.program();
-        for p in [host.to_path_buf(), host.join(".git")] {
-            s.push_str(" -c ");
-            s.push_str(&shell_quote(&format!("safe.directory={}", p.display())));
+        if std::fs::symlink_metadata(gd.join("commondir")).is_ok() {
+            return Err(refuse("commondir points git at another repository".into()));
         }
-        s.push_str(" upload-pack");
-        Some(s)
+        let mut files = vec![gd.join("config"), gd.join("config.worktree")];
+        if let Ok(rd) = std::fs::read_dir(gd.join("worktrees")) {
+            for e in rd.flatten() {
+                let d = e.path();
+                let common = std::fs::read_to_string(d.join("commondir")).unwrap_or_default();
+                if !std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir())
+                    || common.trim_end_matches('\n') != "../.."
+                {
+                    return Err(refuse(format!(
+                        "{}: not a worktree of this clone (commondir {common:?})",
+                        d.display()
+                    )));
+                }
+                files.push(d.join("config.worktree"));
+            }
+        }
+        for f in files.iter().filter(|f| f.exists()) {
+            let fs = f.to_string_lossy().into_owned();
+            let o = self.git(
+                Path::new("/"),
+                &[],
+                &["config", "--file", &fs, "--list", "--name-only", "-z"],
+            )?;
+            if !o.ok {
+                return Err(refuse(format!(
+                    "{fs}: git cannot read it ({})",
+                    o.stderr.trim()
+                )));
+            }
+            if let Some(k) = o
+                .stdout
+                .split('\0')
+                .find(|k| crate::git::matches(crate::git::REFUSED, k))
+            {
+                return Err(refuse(format!("{fs}: {k} can run a program")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The administrative directory of a shelf worktree, from its `.git`
+    /// file, checked to be the clone's own (a sandbox can rewrite it).
+    fn worktree_gitdir(&self, wt: &Path) -> Result<PathBuf, E> {
+        let f = wt.join(".git");
+        let bad = || E::Armed(f.clone(), "not a link to this clone's worktrees".into());
+        if !std::fs::symlink_metadata(&f).is_ok_and(|m| m.is_file()) {
+            return Err(bad());
+        }
+        let text = std::fs::read_to_string(&f).map_err(|e| E::Io(f.clone(), e))?;
+        let gd = PathBuf::from(
+            text.strip_prefix("gitdir: ")
+                .map(|t| t.trim_end_matches('\n'))
+                .ok_or_else(bad)?,
+        );
+        let admin = self.repo().join(".git/worktrees");
+        if gd.parent() != Some(admin.as_path()) || !gd.is_dir() {
+            return Err(bad());
+        }
+        Ok(gd)
     }
 
     fn make_dir(&self, d: &Path) -> Result<(), E> {
@@ -290,24 +372,14 @@ impl<'a> Shelf<'a> {
         self.hand_over(&[d])
     }
 
-    fn clone_into(
-        &self,
-        repo: &Path,
-        extra: &[&Path],
-        source: &str,
-        upload_pack: Option<String>,
-    ) -> Result<(), E> {
+    fn clone_into(&self, repo: &Path, extra: &[&Path], source: &str) -> Result<(), E> {
         // Aside, then renamed: no half clone is ever SHELF/repo.
         let tmp = self.dir.join(format!(".repo.tmp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         let tmp_s = tmp.to_string_lossy().into_owned();
         let mut ex = extra.to_vec();
         ex.push(&tmp);
-        let mut args = vec!["clone", "--quiet", "--no-checkout"];
-        if let Some(u) = &upload_pack {
-            args.extend(["--upload-pack", u]);
-        }
-        args.extend(["--", source, &tmp_s]);
+        let args = ["clone", "--quiet", "--no-checkout", "--", source, &tmp_s];
         let r = self
             .must(&self.dir, &ex, &args)
             .and_then(|_| {
@@ -451,8 +523,13 @@ impl<'a> Shelf<'a> {
             ));
         }
         let repo = self.repo();
+        self.check_config()?;
         if !force && wt.is_dir() {
-            let st = self.must(&wt, &[&wt], &["status", "--porcelain"])?;
+            let gd = self.worktree_gitdir(&wt)?;
+            let git_dir = format!("--git-dir={}", gd.display());
+            let work_tree = format!("--work-tree={}", wt.display());
+            let args = [git_dir.as_str(), &work_tree, "status", "--porcelain"];
+            let st = self.must(&wt, &[&wt], &args)?;
             if !st.trim().is_empty() {
                 return Err(E::Dirty(wt));
             }
@@ -470,6 +547,7 @@ impl<'a> Shelf<'a> {
     pub fn prune(&self, wait: Duration) -> Result<Vec<(String, PathBuf)>, E> {
         self.check_owner()?;
         let _lock = lock::acquire(&self.dir.join(".lock"), wait)?;
+        self.check_config()?;
         let gone: Vec<(String, PathBuf)> = self
             .list()?
             .into_iter()
@@ -480,18 +558,6 @@ impl<'a> Shelf<'a> {
             self.must(&self.repo(), &[], &["worktree", "prune"])?;
         }
         Ok(gone)
-    }
-}
-
-/// A word for sh: single-quoted unless plainly safe.
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:@".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 

@@ -1,12 +1,16 @@
 //! Branch mode (seed 000, "Dual-Mount, Branch-Aware Mode"): one sandbox per
 //! branch, each working in its own worktree of one shared clone on the
 //! repo-shelf volume, which every sandbox of the workspace mounts at
-//! /repo-shelf. Provisioning runs sbx-worktree with the real git in a
-//! short-lived root container before the agent's container starts, so the
-//! agent itself never gets a way around the git guard; its pushes to the
-//! `host` remote go through the guard like any other.
+//! /repo-shelf. Provisioning runs sbx-worktree in a short-lived container
+//! before the agent's container starts; sbx-worktree runs every git call as
+//! the agent, with a private copy of the real git (the agent never gets a
+//! way around the git guard) and a config environment in which nothing the
+//! shelf repository says can run a program (sbx-worktree's git.rs). The
+//! container sees only the host's `.git`, through the same idmapped view
+//! the sandbox gets, never its work tree (secrets the sandbox masks). The
+//! agent's pushes to the `host` remote go through the guard like any other.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use sbx_core::cli::CommonArgs;
@@ -21,8 +25,6 @@ use crate::{RunError, docker};
 
 /// Where every sandbox mounts the workspace's repo-shelf volume.
 pub const SHELF: &str = "/repo-shelf";
-/// False until provisioning runs git as the agent (see `provision`).
-const PROVISIONING_IS_SAFE: bool = false;
 /// The tool in the image that does the provisioning.
 pub const WORKTREE_TOOL: &str = "/usr/local/bin/sbx-worktree";
 
@@ -89,11 +91,12 @@ fn origin_is_remote(ws: &Workspace) -> bool {
     })
 }
 
-/// The provisioning container: root with only what handing files to the
-/// agent needs (chown, reading the host checkout whoever owns it), no
-/// new privileges, no network unless the host's origin is remote, the host
-/// checkout read-only, gone when done.
-pub fn provision_args(ws: &Workspace, branch: &str, network: bool) -> Vec<String> {
+/// The provisioning container: root with only what handing the shelf to
+/// the agent needs (chown; git itself runs as the agent), no new
+/// privileges, no network unless the host's origin is remote, only the
+/// host's `.git` (`git_dir`: the idmapped view when the agent needs one),
+/// read-only, gone when done.
+pub fn provision_args(ws: &Workspace, branch: &str, network: bool, git_dir: &Path) -> Vec<String> {
     let n = &ws.names;
     let target = ws.target();
     let mut a: Vec<String> = vec!["run".into(), "--rm".into()];
@@ -127,7 +130,8 @@ pub fn provision_args(ws: &Workspace, branch: &str, network: bool) -> Vec<String
         "--mount".into(),
         format!("type=volume,source={},target={SHELF}", n.repo_shelf),
     ]);
-    let src = ws.path.to_string_lossy();
+    let src = git_dir.to_string_lossy();
+    let target = format!("{target}/.git");
     let bind = format!("type=bind,source={src},target={target},readonly");
     // Same quoting as spec.rs for paths with commas or quotes.
     let bind = if src.contains([',', '"', '\n', '\r']) || target.contains([',', '"']) {
@@ -148,7 +152,7 @@ pub fn provision_args(ws: &Workspace, branch: &str, network: bool) -> Vec<String
         "--shelf".into(),
         SHELF.into(),
         "--host-repo".into(),
-        target,
+        ws.target(),
         format!("--branch={branch}"),
         "--owner".into(),
         format!("{AGENT_ID}:{AGENT_ID}"),
@@ -162,20 +166,6 @@ pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
     let Some(branch) = ws.branch.as_deref() else {
         return Ok(Value::Null);
     };
-    // Refused until provisioning runs git as the agent with a private
-    // exec-path: today it would run git as root on a shelf repository whose
-    // config and hooks a sandbox can write (README, branch mode).
-    if !PROVISIONING_IS_SAFE {
-        return Err(ProvisionError {
-            message: format!(
-                "branch {branch:?}: branch mode is not available yet (its provisioning is not safe against a repository the agent wrote); use a sandbox on a separate checkout of the branch (`git worktree add ../{} {branch}` on the host, then `sbx-run shell -C ../{}`)",
-                sanitize_branch(branch),
-                sanitize_branch(branch),
-            ),
-            exit: Exit::Unavailable,
-        }
-        .into());
-    }
     let n = &ws.names;
     if !docker::exists("image", &n.image)? {
         image::build_repo(ws, &BuildOpts::default())?;
@@ -193,9 +183,12 @@ pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
             &n.repo_shelf,
         ])?;
     }
-    let args = provision_args(ws, branch, origin_is_remote(ws));
+    let view = GitView::new(ws)?;
+    let args = provision_args(ws, branch, origin_is_remote(ws), &view.dir);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = docker::probe(&argv)?;
+    let out = docker::probe(&argv);
+    drop(view);
+    let out = out?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         // sbx-worktree's own line and status (64 bad name, 75 lock, …);
@@ -229,6 +222,85 @@ pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
         exit: Exit::Software,
     })?;
     Ok(v["data"].clone())
+}
+
+/// The host's `.git` as the provisioning container binds it: the
+/// directory itself when the agent owns the workspace, else an idmapped
+/// view of it (owner <-> agent, as workspace.rs makes for the sandbox)
+/// in a root-only directory, detached when dropped.
+struct GitView {
+    dir: PathBuf,
+    mount: Option<PathBuf>,
+}
+
+impl GitView {
+    fn new(ws: &Workspace) -> Result<Self, BoxError> {
+        let git = ws.path.join(".git");
+        if !std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir()) {
+            return Err(ProvisionError {
+                message: format!(
+                    "{}: .git is not a directory (a linked worktree or submodule): branch mode needs the repository's own checkout",
+                    ws.path.display()
+                ),
+                exit: Exit::DataErr,
+            }
+            .into());
+        }
+        if !ws.idmapped() {
+            return Ok(Self {
+                dir: git,
+                mount: None,
+            });
+        }
+        let parent = crate::workspace::run_dir(&format!(
+            "{}.provision.{}",
+            ws.names.container,
+            std::process::id()
+        ));
+        let dir = parent.join("git");
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| RunError::Io(dir.clone(), e))?;
+        }
+        let (u, g) = ws.owner;
+        let r = sbx_sys::idmap::bind(
+            &git,
+            &dir,
+            &sbx_sys::idmap::swap(AGENT_ID, u),
+            &sbx_sys::idmap::swap(AGENT_ID, g),
+        );
+        if let Err(e) = r {
+            let _ = std::fs::remove_dir(&dir);
+            let _ = std::fs::remove_dir(&parent);
+            return Err(ProvisionError {
+                message: format!(
+                    "{}: owned by {u}:{g}: cannot make the idmapped view provisioning reads it through ({e}): run sbx-run as root, or `chown -R {AGENT_ID}:{AGENT_ID} {}`",
+                    ws.path.display(),
+                    ws.path.display()
+                ),
+                exit: Exit::OsErr,
+            }
+            .into());
+        }
+        Ok(Self {
+            dir: dir.clone(),
+            mount: Some(parent),
+        })
+    }
+}
+
+impl Drop for GitView {
+    fn drop(&mut self) {
+        if let Some(parent) = &self.mount {
+            let _ = sbx_sys::idmap::detach(&self.dir);
+            let _ = std::fs::remove_dir(&self.dir);
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
 }
 
 /// `sbx-run checkout BRANCH`: provision only, print what was done.
@@ -288,14 +360,15 @@ mod tests {
     #[test]
     fn provisioning_container_is_narrow() {
         let w = ws(Some("b"));
-        let a = provision_args(&w, "b", false).join(" ");
+        let a = provision_args(&w, "b", false, Path::new("/v/git")).join(" ");
         for want in [
             "--rm",
             "--cap-drop ALL",
             "--cap-add CHOWN",
             "--security-opt no-new-privileges",
             "--network none",
-            "target=/workspace/my-app,readonly",
+            "source=/v/git,target=/workspace/my-app/.git,readonly",
+            "--host-repo /workspace/my-app ",
             "--entrypoint /usr/local/bin/sbx-worktree",
             "--branch=b --owner 1000:1000",
         ] {

@@ -586,7 +586,12 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     let provision = match &ws.branch {
         Some(b) => format!(
             "# branch {b:?}: provision its worktree on the repo shelf first\n{docker} volume inspect {shelf} >/dev/null 2>&1 || {docker} volume create {shelf} >/dev/null\n{}\n",
-            spec::shell_line(&crate::branch::provision_args(&ws, b, false)),
+            spec::shell_line(&crate::branch::provision_args(
+                &ws,
+                b,
+                false,
+                &ws.mount_source().join(".git")
+            )),
             docker = docker::program().to_string_lossy(),
             shelf = ws.names.repo_shelf,
         ),

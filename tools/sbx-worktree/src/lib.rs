@@ -137,8 +137,8 @@ pub enum WorktreeError {
     Collision(String, String, PathBuf),
     #[error("{}: no such directory (give the host's git checkout)", .0.display())]
     NoHost(PathBuf),
-    #[error("{}: not a git repository (give the host's git checkout)", .0.display())]
-    NotARepo(PathBuf),
+    #[error("{p}: not a git repository for uid {1} (git: {2}): give the host's git checkout, readable by that uid", p = .0.display())]
+    NotARepo(PathBuf, u32, String),
     #[error("{}: HEAD is detached: check out a branch on the host first (git switch main)", .0.display())]
     Detached(PathBuf),
     #[error("{}: the repository has no commits yet: commit once on the host first", .0.display())]
@@ -174,7 +174,7 @@ impl SbxError for WorktreeError {
         match self {
             Self::BadBranch(_)
             | Self::Collision(..)
-            | Self::NotARepo(_)
+            | Self::NotARepo(..)
             | Self::Dirty(_)
             | Self::NoWorktree(_) => Exit::Usage,
             Self::Detached(_) | Self::Unborn(_) | Self::NoDefault(_) => Exit::DataErr,

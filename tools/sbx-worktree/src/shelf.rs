@@ -173,7 +173,13 @@ impl<'a> Shelf<'a> {
         let extra = [host.as_path(), &host.join(".git")];
         let top = self.git(&host, &extra, &["rev-parse", "--show-toplevel"])?;
         if !top.ok || Path::new(top.stdout.trim_end()) != host {
-            return Err(E::NotARepo(host));
+            let why = top.stderr.lines().last().unwrap_or("").trim().to_owned();
+            let uid = if caller().0 == 0 {
+                self.owner.0
+            } else {
+                caller().0
+            };
+            return Err(E::NotARepo(host, uid, why));
         }
         let head = self.git(&host, &extra, &["symbolic-ref", "-q", "HEAD"])?;
         if !head.ok {

@@ -42,9 +42,10 @@ fn text(o: &Output) -> String {
 }
 
 impl Repo {
-    /// A host checkout on main, owned by OWNER (the agent sees it through
-    /// the idmapped view), with a pre-push hook that leaves a mark.
-    fn new() -> Self {
+    /// A host checkout on main, owned by `owner` (not the agent: the
+    /// agent sees it through the idmapped view), with a pre-push hook that
+    /// leaves a mark.
+    fn new(owner: u32) -> Self {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let path = dir.path().join("shelfapp");
         std::fs::create_dir_all(&path).unwrap();
@@ -53,14 +54,22 @@ impl Repo {
         git(&path, &["add", "README"]);
         git(
             &path,
-            &["-c", "user.name=Dev", "-c", "user.email=d@example.invalid", "commit", "-qm", "one"],
+            &[
+                "-c",
+                "user.name=Dev",
+                "-c",
+                "user.email=d@example.invalid",
+                "commit",
+                "-qm",
+                "one",
+            ],
         );
         let hook = path.join(".git/hooks/pre-push");
         std::fs::write(&hook, "#!/bin/sh\necho ran > /tmp/pre-push-ran\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
         sh(Command::new("chown")
-            .args(["-R", &format!("{OWNER}:{OWNER}")])
+            .args(["-R", &format!("{owner}:{owner}")])
             .arg(dir.path()));
         Self {
             _dir: dir,
@@ -110,14 +119,18 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
     if !base_image() {
         return;
     }
-    let mut repo = Repo::new();
-    repo.branches = vec!["feat/a", "feat/b"];
+    let mut repo = Repo::new(OWNER);
+    repo.branches = vec!["feat/a", "feat/b", "feat/c"];
     let main_before = git(&repo.path, &["rev-parse", "main"]);
 
     // Bad names are refused in one line, before any container starts.
     let bad = repo.run(&["checkout", "a..b"]);
     assert_eq!(bad.status.code(), Some(64), "{}", text(&bad));
-    assert!(text(&bad).contains("git refuses this name"), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("git refuses this name"),
+        "{}",
+        text(&bad)
+    );
 
     for b in ["feat/a", "feat/b"] {
         let o = repo.run(&["start", &format!("--branch={b}")]);
@@ -135,7 +148,10 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
         ])))
         .unwrap();
         assert_eq!(c["State"]["Running"], true, "{b}");
-        assert_eq!(c["Config"]["WorkingDir"], format!("/repo-shelf/worktrees/{san}"));
+        assert_eq!(
+            c["Config"]["WorkingDir"],
+            format!("/repo-shelf/worktrees/{san}")
+        );
         assert_eq!(c["Config"]["Labels"]["sbx.mode"], "branch");
         assert_eq!(c["Config"]["Labels"]["sbx.branch"], b);
         assert!(
@@ -161,7 +177,12 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
     assert_eq!(rows.len(), 2, "{rows:?}");
     for r in &rows {
         assert_eq!(r["mode"], "branch");
-        assert!(r["workdir"].as_str().unwrap().starts_with("/repo-shelf/worktrees/feat__"));
+        assert!(
+            r["workdir"]
+                .as_str()
+                .unwrap()
+                .starts_with("/repo-shelf/worktrees/feat__")
+        );
     }
 
     // Commit in A and a plain `git push`: lands in the host, which stays on
@@ -173,7 +194,10 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
     let (ran, head) = head.split_once('\n').unwrap();
     assert_eq!(ran, "ran");
     assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/feat/a"]), head);
-    assert_eq!(git(&repo.path, &["symbolic-ref", "HEAD"]), "refs/heads/main");
+    assert_eq!(
+        git(&repo.path, &["symbolic-ref", "HEAD"]),
+        "refs/heads/main"
+    );
     // ... owned by the host checkout's owner, not by the agent's uid.
     let loose = repo
         .path
@@ -182,11 +206,19 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
         .join(&head[2..]);
     let refs = repo.path.join(".git/refs/heads/feat/a");
     for p in [&loose, &refs] {
-        assert_eq!(std::fs::metadata(p).unwrap().uid(), OWNER, "{}", p.display());
+        assert_eq!(
+            std::fs::metadata(p).unwrap().uid(),
+            OWNER,
+            "{}",
+            p.display()
+        );
     }
     // The worktrees are independent; the shelf is shared.
     assert_eq!(
-        repo.ok(Some("feat/b"), "test -e a.txt && echo yes || echo no; cat ../feat__a/a.txt"),
+        repo.ok(
+            Some("feat/b"),
+            "test -e a.txt && echo yes || echo no; cat ../feat__a/a.txt"
+        ),
         "no\na"
     );
 
@@ -199,7 +231,10 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
     assert_eq!(force.status.code(), Some(77), "{}", text(&force));
     assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/feat/a"]), head);
     // Git's own refusal stands: no push into the host's checked-out branch.
-    let cur = repo.exec(Some("feat/a"), "git reset -q --hard @{u} && git push host HEAD:main");
+    let cur = repo.exec(
+        Some("feat/a"),
+        "git reset -q --hard @{u} && git push host HEAD:main",
+    );
     assert_ne!(cur.status.code(), Some(0), "{}", text(&cur));
     assert!(text(&cur).contains("checked out"), "{}", text(&cur));
     assert_eq!(git(&repo.path, &["rev-parse", "main"]), main_before);
@@ -218,5 +253,80 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
     let t = text(&show);
     assert!(show.status.success(), "{t}");
     assert!(t.contains("--workdir /repo-shelf/worktrees/feat__a"), "{t}");
-    assert!(t.contains("sbx-worktree") && t.contains("--branch=feat/a"), "{t}");
+    assert!(
+        t.contains("sbx-worktree") && t.contains("--branch=feat/a"),
+        "{t}"
+    );
+
+    // Attack: the agent in feat/a arms the shelf's config (a hooks
+    // directory and core.fsmonitor of its own, aliases named like
+    // provisioning's sub-commands, its own hook in the clone's hooks,
+    // which the host's hooks mask in the sandbox). Provisioning feat/c
+    // (root in its container) runs none of it, and still works.
+    let arm = r#"set -e
+m=/repo-shelf/marks; mkdir -p $m /repo-shelf/evil-hooks
+printf '#!/bin/sh\necho "$(id -u) $0" >> /repo-shelf/marks/ran\ncat\n' > /repo-shelf/evil
+chmod 755 /repo-shelf/evil
+for h in post-checkout reference-transaction post-index-change; do cp /repo-shelf/evil /repo-shelf/evil-hooks/$h; done
+c=/repo-shelf/repo/.git/config
+printf '[core]\n\thooksPath = /repo-shelf/evil-hooks\n\tfsmonitor = /repo-shelf/evil\n[alias]\n\tfetch = !/repo-shelf/evil\n\tworktree = !/repo-shelf/evil\n' >> $c
+echo armed"#;
+    assert_eq!(repo.ok(Some("feat/a"), arm), "armed");
+    let c = repo.run(&["checkout", "feat/c"]);
+    assert!(c.status.success(), "{}", text(&c));
+    assert_eq!(
+        repo.ok(
+            Some("feat/a"),
+            "cat /repo-shelf/marks/ran 2>/dev/null; ls /repo-shelf/worktrees"
+        ),
+        "feat__a\nfeat__b\nfeat__c"
+    );
+    // A smudge filter every file gets: the shelf is refused (77), no
+    // worktree, nothing ran.
+    let filter = r#"set -e
+printf '* filter=x\n' > /repo-shelf/repo/.git/info/attributes
+printf '[filter "x"]\n\tsmudge = /repo-shelf/evil\n' >> /repo-shelf/repo/.git/config
+echo armed"#;
+    assert_eq!(repo.ok(Some("feat/a"), filter), "armed");
+    let d = repo.run(&["checkout", "feat/d"]);
+    assert_eq!(d.status.code(), Some(77), "{}", text(&d));
+    assert!(
+        text(&d).contains("filter.x.smudge is not allowed"),
+        "{}",
+        text(&d)
+    );
+    assert_eq!(
+        repo.ok(
+            Some("feat/a"),
+            "cat /repo-shelf/marks/ran 2>/dev/null; ls /repo-shelf/worktrees"
+        ),
+        "feat__a\nfeat__b\nfeat__c"
+    );
+}
+
+/// A host checkout owned by root: provisioning reads it through the
+/// idmapped view of its .git, the agent commits in its branch sandbox and
+/// `git push` lands in the host, root-owned.
+#[test]
+fn a_root_owned_host_checkout_works_in_branch_mode() {
+    if !base_image() {
+        return;
+    }
+    let mut repo = Repo::new(0);
+    repo.branches = vec!["work"];
+    let o = repo.run(&["checkout", "work"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let head = repo.ok(
+        Some("work"),
+        &format!("id -u; echo w > w.txt && git add w.txt && {COMMIT} w && git push -q && git rev-parse HEAD"),
+    );
+    let (uid, head) = head.split_once('\n').unwrap();
+    assert_eq!(uid, "1000");
+    assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/work"]), head);
+    let refs = repo.path.join(".git/refs/heads/work");
+    assert_eq!(std::fs::metadata(&refs).unwrap().uid(), 0);
+    assert_eq!(
+        git(&repo.path, &["symbolic-ref", "HEAD"]),
+        "refs/heads/main"
+    );
 }

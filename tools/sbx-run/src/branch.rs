@@ -118,7 +118,8 @@ pub fn provision_args(ws: &Workspace, branch: &str, network: bool, git_dir: &Pat
         "--cap-drop".into(),
         "ALL".into(),
     ]);
-    for c in ["CHOWN", "DAC_OVERRIDE", "FOWNER"] {
+    // SETUID and SETGID: sbx-worktree runs git as the agent.
+    for c in ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"] {
         a.extend(["--cap-add".into(), c.into()]);
     }
     a.extend(["--security-opt".into(), "no-new-privileges".into()]);
@@ -365,6 +366,7 @@ mod tests {
             "--rm",
             "--cap-drop ALL",
             "--cap-add CHOWN",
+            "--cap-add SETUID",
             "--security-opt no-new-privileges",
             "--network none",
             "source=/v/git,target=/workspace/my-app/.git,readonly",

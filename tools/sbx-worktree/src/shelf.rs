@@ -343,7 +343,9 @@ impl<'a> Shelf<'a> {
                 .split('\0')
                 .find(|k| crate::git::matches(crate::git::REFUSED, k))
             {
-                return Err(refuse(format!("{fs}: {k} can run a program")));
+                return Err(refuse(format!(
+                    "{fs}: {k} is not allowed in a shelf (it can run a program or redirect git)"
+                )));
             }
         }
         Ok(())

@@ -480,3 +480,225 @@ fn help_teaches() {
         assert!(t.contains(w), "{w}");
     }
 }
+
+/// What a sandbox can plant in the shelf it shares: a shell script that
+/// records who ran it (and for what) in the world-writable `marks`.
+fn plant_script(lab: &Lab, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let marks = lab.p("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let s = lab.p(&format!("evil-{name}"));
+    std::fs::write(
+        &s,
+        format!(
+            "#!/bin/sh\necho \"$(id -u) $0 $*\" >> {}/{name}\ncat\n",
+            marks.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&s, std::fs::Permissions::from_mode(0o755)).unwrap();
+    s
+}
+
+fn marks(lab: &Lab) -> Vec<String> {
+    std::fs::read_dir(lab.p("marks"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n + ": " + &std::fs::read_to_string(e.path()).unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn root_provision(lab: &Lab, host: &Path, branch: &str) -> Output {
+    lab.wt(&[
+        "provision",
+        "--json",
+        "--shelf",
+        lab.p("shelf").to_str().unwrap(),
+        "--host-repo",
+        host.to_str().unwrap(),
+        &format!("--branch={branch}"),
+        "--owner",
+        "1234:1234",
+    ])
+}
+
+/// Attack: a sandbox arms the shelf it shares (hooks in the clone and in a
+/// core.hooksPath of its own, core.fsmonitor, aliases named like the
+/// sub-commands provisioning runs, an ssh command, a credential helper,
+/// an editor and a pager). The next provisioning, run by root, runs none
+/// of it: it clones, fetches, checks out a new branch and still succeeds.
+#[test]
+fn a_planted_shelf_config_runs_nothing_when_root_provisions() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(std::env::var("CI").is_err(), "CI runs these tests as root");
+        eprintln!("skip: needs root");
+        return;
+    }
+    let lab = Lab::new();
+    let host = lab.host("app");
+    json(&root_provision(&lab, &host, "a"));
+    let repo = lab.p("shelf/repo");
+    let hooks = lab.p("evil-hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for h in [
+        "post-checkout",
+        "reference-transaction",
+        "post-index-change",
+        "pre-auto-gc",
+        "post-rewrite",
+    ] {
+        let s = plant_script(&lab, h);
+        std::fs::copy(&s, hooks.join(h)).unwrap();
+        std::fs::copy(&s, repo.join(".git/hooks").join(h)).unwrap();
+    }
+    let fsmonitor = plant_script(&lab, "fsmonitor");
+    let ssh = plant_script(&lab, "ssh");
+    let cred = plant_script(&lab, "credential");
+    let editor = plant_script(&lab, "editor");
+    let alias = plant_script(&lab, "alias");
+    let mut cfg = std::fs::OpenOptions::new()
+        .append(true)
+        .open(repo.join(".git/config"))
+        .unwrap();
+    use std::io::Write;
+    write!(
+        cfg,
+        "[core]\n\thooksPath = {h}\n\tfsmonitor = {f}\n\tsshCommand = {s}\n\teditor = {e}\n\tpager = {e}\n\
+         [credential]\n\thelper = {c}\n[gc]\n\tauto = 1\n\
+         [alias]\n\tfetch = !{a}\n\tworktree = !{a}\n\tclone = !{a}\n\tconfig = !{a}\n\trev-parse = !{a}\n",
+        h = hooks.display(),
+        f = fsmonitor.display(),
+        s = ssh.display(),
+        e = editor.display(),
+        c = cred.display(),
+        a = alias.display(),
+    )
+    .unwrap();
+    drop(cfg);
+    // New commits on the host, so the fetch updates refs (reference-transaction).
+    std::fs::write(host.join("more"), "x\n").unwrap();
+    lab.ok(&host, &["add", "more"]);
+    lab.ok(&host, &["commit", "-qm", "more"]);
+
+    let d = json(&root_provision(&lab, &host, "b"));
+    assert_eq!(d["worktree"], "created");
+    assert!(lab.p("shelf/worktrees/b/more").is_file());
+    assert_eq!(marks(&lab), Vec::<String>::new(), "planted programs ran");
+    // Reused, removed and listed by root: still nothing.
+    json(&root_provision(&lab, &host, "b"));
+    let l = lab.wt(&["list", "--shelf", lab.p("shelf").to_str().unwrap()]);
+    assert!(l.status.success(), "{}", String::from_utf8_lossy(&l.stderr));
+    assert_eq!(marks(&lab), Vec::<String>::new(), "planted programs ran");
+}
+
+/// Attack: program-running keys under names of the sandbox's choosing (a
+/// smudge filter every file gets through info/attributes, an include of
+/// such a config, a URL rewrite, a worktree whose commondir points at
+/// another repository) make the shelf refused (77, audited) before git
+/// runs in it: no filter runs, no worktree is made.
+#[test]
+fn a_planted_filter_or_redirect_is_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(std::env::var("CI").is_err(), "CI runs these tests as root");
+        eprintln!("skip: needs root");
+        return;
+    }
+    let smudge = |lab: &Lab| {
+        let s = plant_script(lab, "smudge");
+        format!(
+            "[filter \"x\"]\n\tsmudge = {}\n\tclean = {}\n",
+            s.display(),
+            s.display()
+        )
+    };
+    type Plant = fn(&Lab, &Path, String);
+    let cases: [(&str, Plant, &str); 4] = [
+        (
+            "filter",
+            |_, repo, f| append(&repo.join(".git/config"), &f),
+            "filter.x.smudge is not allowed",
+        ),
+        (
+            "include",
+            |lab, repo, f| {
+                let inc = lab.p("evil.inc");
+                std::fs::write(&inc, f).unwrap();
+                append(
+                    &repo.join(".git/config"),
+                    &format!("[include]\n\tpath = {}\n", inc.display()),
+                );
+            },
+            "include.path is not allowed",
+        ),
+        (
+            "insteadOf",
+            |_, repo, _| {
+                append(
+                    &repo.join(".git/config"),
+                    "[url \"/nonexistent/\"]\n\tinsteadOf = file:///\n",
+                )
+            },
+            "insteadof is not allowed",
+        ),
+        (
+            "commondir",
+            |_, repo, _| {
+                let d = repo.join(".git/worktrees/a/commondir");
+                std::fs::write(d, "/elsewhere/.git\n").unwrap();
+            },
+            "not a worktree of this clone",
+        ),
+    ];
+    for (name, plant, needle) in cases {
+        let lab = Lab::new();
+        let host = lab.host("app");
+        std::fs::write(host.join(".gitattributes"), "* filter=x\n").unwrap();
+        lab.ok(&host, &["add", ".gitattributes"]);
+        lab.ok(&host, &["commit", "-qm", "attrs"]);
+        json(&root_provision(&lab, &host, "a"));
+        let repo = lab.p("shelf/repo");
+        std::fs::create_dir_all(repo.join(".git/info")).unwrap();
+        std::fs::write(repo.join(".git/info/attributes"), "* filter=x\n").unwrap();
+        // The filter is in the config itself for every case but include,
+        // whose included file has it: each must be refused on its own.
+        let f = smudge(&lab);
+        if name != "include" {
+            append(&repo.join(".git/config"), &f);
+        }
+        plant(&lab, &repo, f);
+        if name != "filter" && name != "include" {
+            // Only the case's own key: drop the filter again.
+            let cfg = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+            let cut = cfg.find("[filter \"x\"]").unwrap();
+            let end = cut + cfg[cut..].find("clean =").unwrap();
+            let end = end + cfg[end..].find('\n').unwrap() + 1;
+            std::fs::write(
+                repo.join(".git/config"),
+                format!("{}{}", &cfg[..cut], &cfg[end..]),
+            )
+            .unwrap();
+        }
+        let o = root_provision(&lab, &host, "b");
+        fails(&o, 77, needle);
+        assert!(!lab.p("shelf/worktrees/b").exists(), "{name}");
+        assert_eq!(
+            marks(&lab),
+            Vec::<String>::new(),
+            "{name}: planted programs ran"
+        );
+        let log = std::fs::read_to_string(lab.p("state/sbx/audit.jsonl")).unwrap_or_default();
+        assert!(log.contains("armed-shelf"), "{name}: audited: {log}");
+    }
+}
+
+fn append(p: &Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(p).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}

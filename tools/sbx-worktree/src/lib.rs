@@ -43,8 +43,15 @@ provision is idempotent and safe to run from any number of processes at once: th
 on SHELF/.lock (waiting up to --lock-timeout, then exit 75). It clones from the host's `origin`
 when it has one, else from the host repository itself, fetches with --prune, points `host` at
 file://HOST, and creates the branch from origin/BRANCH when that exists, else from the default
-branch origin/HEAD names. Run as root with --owner, it hands what it made to that user, so the
-agent owns its worktree; git runs with safe.directory given for exactly the shelf's paths.
+branch origin/HEAD names. Run as root, every git call runs as the shelf's owner (--owner for
+provision), so the agent owns its worktree and nothing runs as root.
+
+The shelf's repository is writable by every sandbox that mounts it, so git runs with a cleared
+environment, no system or user config, a private exec-path, safe.directory for exactly the
+shelf's paths and the host's, and command-line overrides for every config key that runs a
+program (core.hooksPath=/dev/null, core.fsmonitor=false, core.sshCommand, credential.helper, ...).
+A shelf whose config names a program no override reaches (filter.*, diff.*.textconv,
+merge.*.driver, remote.*.vcs, url.*.insteadOf, include.*) is refused (77, audited).
 
 Bad input is refused before anything changes: a name git refuses (check-ref-format --branch), two
 branches that would share a directory, a host path that is not a repository, a host on a detached
@@ -52,7 +59,7 @@ HEAD or without commits, a shelf owned by another user, a dirty worktree on remo
 
 Exit status: 0 ok; 64 usage or bad branch; 65 the host repository's state (detached, unborn);
 66 no such host directory; 71 git failed; 75 the shelf lock is held past --lock-timeout;
-77 the shelf belongs to another user (audited).
+77 the shelf belongs to another user, or its config can run a program (audited).
 
 Examples:
   sbx-worktree provision --shelf /repo-shelf --host-repo /workspace/app --branch feature/x

@@ -161,6 +161,35 @@ pub fn provision_args(ws: &Workspace, branch: &str, network: bool, git_dir: &Pat
     a
 }
 
+/// Before a start: provision only when the branch has no worktree on the
+/// shelf yet (a short-lived container costs as much as the start itself);
+/// `sbx-run checkout B` provisions (fetches) every time.
+pub fn ensure(ws: &Workspace) -> Result<Value, BoxError> {
+    let Some(branch) = ws.branch.as_deref() else {
+        return Ok(Value::Null);
+    };
+    let n = &ws.names;
+    let mp = docker::probe(&[
+        "volume",
+        "inspect",
+        "--format",
+        "{{.Mountpoint}}",
+        &n.repo_shelf,
+    ])?;
+    if mp.status.success() {
+        let root = PathBuf::from(String::from_utf8_lossy(&mp.stdout).trim_end());
+        // Only looked at, never followed: the shelf is the agent's.
+        let link = root
+            .join("worktrees")
+            .join(sanitize_branch(branch))
+            .join(".git");
+        if root.is_absolute() && std::fs::symlink_metadata(&link).is_ok_and(|m| m.is_file()) {
+            return Ok(Value::Null);
+        }
+    }
+    provision(ws)
+}
+
 /// Provision the workspace's branch on its shelf (idempotent): builds the
 /// image and makes the volume when missing, then runs sbx-worktree.
 pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {

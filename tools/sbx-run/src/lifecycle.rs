@@ -139,7 +139,7 @@ pub fn start_in(
     // A workspace the agent could not write is refused before anything is
     // built or started; the idmapped view is made now and lives as long as
     // the sandbox is started.
-    crate::branch::provision(&ws)?;
+    crate::branch::ensure(&ws)?;
     workspace::prepare_mount(&ws)?;
     let started = start_stopped(&ws, container.is_some());
     if started.is_err() {

@@ -256,6 +256,8 @@ impl<'a> Shelf<'a> {
             }
             None
         } else {
+            // A worktree whose directory vanished still holds its branch.
+            self.must(&repo, &extra, &["worktree", "prune"])?;
             Some(self.add_worktree(&repo, &wt, &extra, branch)?)
         };
         // Upstream is the host: a plain `git push` lands in its checkout.

@@ -468,6 +468,12 @@ fn prune_forgets_vanished_worktrees() {
         json(&lab.provision("shelf", &host, "gone"))["worktree"],
         "created"
     );
+    // A vanished worktree needs no prune first: provisioning prunes.
+    std::fs::remove_dir_all(lab.p("shelf/worktrees/kept")).unwrap();
+    assert_eq!(
+        json(&lab.provision("shelf", &host, "kept"))["worktree"],
+        "created"
+    );
 }
 
 #[test]

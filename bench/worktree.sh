@@ -55,10 +55,10 @@ if [[ " $PHASES " == *" start "* ]]; then
   "$BIN/sbx-run" -q checkout b2 -C "$R" >/dev/null
   # Each run starts from no container (the image, volumes and, for b2, the
   # worktree exist), as a new sandbox would.
-  # "new worktree" also removes b2's worktree (as the agent, in a
+  # "new worktree" also removes b2's worktree (in a
   # throwaway container on the shelf volume), so the start provisions it.
   SHELF=$(docker volume ls -q --filter "label=sbx.workspace=$R" --filter name=agent-sbx-repo-)
-  RMWT="docker run --rm --user 1000:1000 --entrypoint rm --mount type=volume,source=$SHELF,target=/repo-shelf agent-sandbox-base:$SBX_BASE_TAG -rf /repo-shelf/worktrees/b2"
+  RMWT="docker run --rm --user 0:0 --entrypoint rm --mount type=volume,source=$SHELF,target=/repo-shelf agent-sandbox-base:$SBX_BASE_TAG -rf /repo-shelf/worktrees/b2"
   hyperfine -N --runs "$RUNS" --warmup 1 --export-csv "$TMP/start.csv" \
     -n "start (bind)" --prepare "$BIN/sbx-run -q rm -C $R" "$BIN/sbx-run -q start -C $R" \
     -n "start --branch b2 (b1 running)" --prepare "$BIN/sbx-run -q rm --branch=b2 -C $R" "$BIN/sbx-run -q start --branch=b2 -C $R" \

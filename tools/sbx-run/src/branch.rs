@@ -196,6 +196,8 @@ pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
     let Some(branch) = ws.branch.as_deref() else {
         return Ok(Value::Null);
     };
+    // Before anything is built or created.
+    git_dir(ws)?;
     let n = &ws.names;
     if !docker::exists("image", &n.image)? {
         image::build_repo(ws, &BuildOpts::default())?;
@@ -263,19 +265,25 @@ struct GitView {
     mount: Option<PathBuf>,
 }
 
+/// The host's `.git`, which must be a directory: the provisioning
+/// container binds only it, so a `gitdir:` file would point nowhere.
+fn git_dir(ws: &Workspace) -> Result<PathBuf, ProvisionError> {
+    let git = ws.path.join(".git");
+    if std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir()) {
+        return Ok(git);
+    }
+    Err(ProvisionError {
+        message: format!(
+            "{}: .git is not a directory (a linked worktree or a submodule): branch mode needs the repository's main checkout",
+            ws.path.display()
+        ),
+        exit: Exit::DataErr,
+    })
+}
+
 impl GitView {
     fn new(ws: &Workspace) -> Result<Self, BoxError> {
-        let git = ws.path.join(".git");
-        if !std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir()) {
-            return Err(ProvisionError {
-                message: format!(
-                    "{}: .git is not a directory (a linked worktree or submodule): branch mode needs the repository's own checkout",
-                    ws.path.display()
-                ),
-                exit: Exit::DataErr,
-            }
-            .into());
-        }
+        let git = git_dir(ws)?;
         if !ws.idmapped() {
             return Ok(Self {
                 dir: git,

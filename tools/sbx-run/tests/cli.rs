@@ -133,22 +133,25 @@ fn git_delta_version_is_a_version() {
     }
 }
 
-/// Branch mode's provisioning would run git as root on a shelf repository
-/// a sandbox can write: until it runs as the agent, `checkout` and
-/// `start --branch` refuse (69) before anything is created.
+/// Branch mode binds only the host's `.git` into its provisioning
+/// container: a checkout whose `.git` is a file (a linked worktree) is
+/// refused (65) in one line, before the engine is asked anything.
 #[test]
-fn branch_mode_is_refused_until_its_provisioning_is_safe() {
+fn branch_mode_needs_a_git_directory() {
     let r = Repo::new("");
-    for args in [
-        vec!["checkout", "feat/x", "-C"],
-        vec!["start", "--branch", "feat/x", "-C"],
-    ] {
-        let o = r.cmd().args(&args).arg(r.ws()).output().unwrap();
-        assert_eq!(o.status.code(), Some(69), "{args:?}: {}", text(&o));
-        assert!(
-            text(&o).contains("branch mode is not available yet"),
-            "{}",
-            text(&o)
-        );
-    }
+    std::fs::remove_dir(r.ws().join(".git")).unwrap();
+    std::fs::write(
+        r.ws().join(".git"),
+        "gitdir: /elsewhere/.git/worktrees/ws\n",
+    )
+    .unwrap();
+    let o = r
+        .cmd()
+        .args(["checkout", "feat/x", "-C"])
+        .arg(r.ws())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains(".git is not a directory"), "{}", text(&o));
+    assert_eq!(text(&o).trim_end().lines().count(), 1, "{}", text(&o));
 }

@@ -313,7 +313,49 @@ fn a_root_owned_host_checkout_works_in_branch_mode() {
         return;
     }
     let mut repo = Repo::new(0);
-    repo.branches = vec!["work"];
+    repo.branches = vec!["work", "feature"];
+    // A remote origin the provisioning container could not reach (it has
+    // no network): origin's branches come from the host's origin/* refs.
+    let p = &repo.path;
+    git(
+        p,
+        &["remote", "add", "origin", "https://127.0.0.1:9/app.git"],
+    );
+    git(p, &["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    git(
+        p,
+        &[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/main",
+        ],
+    );
+    let tree = git(p, &["rev-parse", "HEAD^{tree}"]);
+    let feature = git(
+        p,
+        &[
+            "-c",
+            "user.name=Up",
+            "-c",
+            "user.email=u@example.invalid",
+            "commit-tree",
+            &tree,
+            "-p",
+            "HEAD",
+            "-m",
+            "upstream",
+        ],
+    );
+    git(p, &["update-ref", "refs/remotes/origin/feature", &feature]);
+    let o = repo.run(&["checkout", "feature"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        repo.ok(
+            Some("feature"),
+            "git rev-parse HEAD; git config branch.feature.remote"
+        ),
+        format!("{feature}\nhost")
+    );
     let o = repo.run(&["checkout", "work"]);
     assert!(o.status.success(), "{}", text(&o));
     let head = repo.ok(

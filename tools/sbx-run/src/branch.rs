@@ -74,29 +74,12 @@ pub fn protected_mounts(ws: &Workspace, empty_dir: &std::path::Path) -> Vec<(Pat
     v
 }
 
-/// Whether the host's origin needs a network to fetch: a URL with a host
-/// in it. A local origin is unreachable from the container either way.
-fn origin_is_remote(ws: &Workspace) -> bool {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(&ws.path)
-        .args(["config", "--get", "remote.origin.url"])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
-    out.is_ok_and(|o| {
-        let url = String::from_utf8_lossy(&o.stdout);
-        let url = url.trim();
-        o.status.success() && !url.starts_with('/') && !url.starts_with("file:")
-    })
-}
-
 /// The provisioning container: root with only what handing the shelf to
 /// the agent needs (chown; git itself runs as the agent), no new
-/// privileges, no network unless the host's origin is remote, only the
-/// host's `.git` (`git_dir`: the idmapped view when the agent needs one),
-/// read-only, gone when done.
-pub fn provision_args(ws: &Workspace, branch: &str, network: bool, git_dir: &Path) -> Vec<String> {
+/// privileges, no network (origin's branches come from the host's
+/// remote-tracking refs), only the host's `.git` (`git_dir`: the idmapped
+/// view when the agent needs one), read-only, gone when done.
+pub fn provision_args(ws: &Workspace, branch: &str, git_dir: &Path) -> Vec<String> {
     let n = &ws.names;
     let target = ws.target();
     let mut a: Vec<String> = vec!["run".into(), "--rm".into()];
@@ -123,10 +106,7 @@ pub fn provision_args(ws: &Workspace, branch: &str, network: bool, git_dir: &Pat
         a.extend(["--cap-add".into(), c.into()]);
     }
     a.extend(["--security-opt".into(), "no-new-privileges".into()]);
-    a.extend([
-        "--network".into(),
-        if network { "bridge" } else { "none" }.into(),
-    ]);
+    a.extend(["--network".into(), "none".into()]);
     a.extend([
         "--mount".into(),
         format!("type=volume,source={},target={SHELF}", n.repo_shelf),
@@ -157,6 +137,7 @@ pub fn provision_args(ws: &Workspace, branch: &str, network: bool, git_dir: &Pat
         format!("--branch={branch}"),
         "--owner".into(),
         format!("{AGENT_ID}:{AGENT_ID}"),
+        "--origin-from-host".into(),
     ]);
     a
 }
@@ -216,7 +197,7 @@ pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
         ])?;
     }
     let view = GitView::new(ws)?;
-    let args = provision_args(ws, branch, origin_is_remote(ws), &view.dir);
+    let args = provision_args(ws, branch, &view.dir);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = docker::probe(&argv);
     drop(view);
@@ -398,7 +379,7 @@ mod tests {
     #[test]
     fn provisioning_container_is_narrow() {
         let w = ws(Some("b"));
-        let a = provision_args(&w, "b", false, Path::new("/v/git")).join(" ");
+        let a = provision_args(&w, "b", Path::new("/v/git")).join(" ");
         for want in [
             "--rm",
             "--cap-drop ALL",
@@ -409,7 +390,7 @@ mod tests {
             "source=/v/git,target=/workspace/my-app/.git,readonly",
             "--host-repo /workspace/my-app ",
             "--entrypoint /usr/local/bin/sbx-worktree",
-            "--branch=b --owner 1000:1000",
+            "--branch=b --owner 1000:1000 --origin-from-host",
         ] {
             assert!(a.contains(want), "{want} in {a}");
         }

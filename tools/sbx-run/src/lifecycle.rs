@@ -589,7 +589,6 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
             spec::shell_line(&crate::branch::provision_args(
                 &ws,
                 b,
-                false,
                 &ws.mount_source().join(".git")
             )),
             docker = docker::program().to_string_lossy(),

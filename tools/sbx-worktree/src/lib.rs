@@ -98,6 +98,11 @@ pub enum Cmd {
         /// Hand what is created to UID:GID (when run as root; default: the caller).
         #[arg(long, value_name = "UID:GID", value_parser = parse_owner)]
         owner: Option<(u32, u32)>,
+        /// Take origin's branches from the host's remote-tracking refs
+        /// (origin/*, as the host last fetched them) instead of fetching
+        /// origin: no network needed (sbx-run's provisioning container).
+        #[arg(long)]
+        origin_from_host: bool,
     },
     /// List the shelf's branch worktrees.
     List {
@@ -205,10 +210,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             host_repo,
             branch,
             owner,
+            origin_from_host,
         } => {
             let owner = owner.unwrap_or_else(shelf::caller);
             let git = git::RealGit::new(owner)?;
-            let s = shelf::Shelf::new(&git, &shelf.shelf, owner);
+            let s = shelf::Shelf::new(&git, &shelf.shelf, owner).origin_from_host(origin_from_host);
             let r = s.provision(&host_repo, &branch, shelf.timeout())?;
             shelf::print_provisioned(&mut out, common, &r)
         }

@@ -75,6 +75,7 @@ pub struct Shelf<'a> {
     git: &'a dyn Git,
     pub dir: PathBuf,
     owner: (u32, u32),
+    origin_from_host: bool,
 }
 
 impl<'a> Shelf<'a> {
@@ -83,7 +84,15 @@ impl<'a> Shelf<'a> {
             git,
             dir: dir.to_owned(),
             owner,
+            origin_from_host: false,
         }
+    }
+
+    /// Take origin's branches from the host's remote-tracking refs rather
+    /// than from origin itself: provisioning needs no network.
+    pub fn origin_from_host(mut self, on: bool) -> Self {
+        self.origin_from_host = on;
+        self
     }
 
     pub fn repo(&self) -> PathBuf {
@@ -204,11 +213,13 @@ impl<'a> Shelf<'a> {
         let hosts = [host.as_path(), &host.join(".git")];
         let host_url = format!("file://{}", host.display());
         let origin = self.git(&host, &hosts, &["remote", "get-url", "origin"])?;
-        let source = if origin.ok && !origin.stdout.trim().is_empty() {
+        let has_origin = origin.ok && !origin.stdout.trim().is_empty();
+        let source = if has_origin {
             origin.stdout.trim().to_owned()
         } else {
             host_url.clone()
         };
+        let mirror = self.origin_from_host && has_origin;
 
         self.make_dir(&self.dir)?;
         let _lock = lock::acquire(&self.dir.join(".lock"), wait)?;
@@ -228,12 +239,18 @@ impl<'a> Shelf<'a> {
         let repo_state = if repo.join(".git").exists() {
             // Keep origin in step with the host's, then fetch.
             self.set_remote(&repo, &extra, "origin", &source)?;
-            self.must(&repo, &extra, &["fetch", "--quiet", "--prune", "origin"])?;
+            if !mirror {
+                self.must(&repo, &extra, &["fetch", "--quiet", "--prune", "origin"])?;
+            }
             "reused"
         } else {
-            self.clone_into(&repo, &extra, &source)?;
+            self.clone_into(&repo, &extra, if mirror { &host_url } else { &source })?;
+            self.set_remote(&repo, &extra, "origin", &source)?;
             "cloned"
         };
+        if mirror {
+            self.origin_from(&repo, &extra, &host, &host_url)?;
+        }
         self.set_remote(&repo, &extra, "host", &host_url)?;
         // The clone's own HEAD detached, so no branch (the host's main
         // above all) is held by the clone rather than a worktree.
@@ -372,6 +389,47 @@ impl<'a> Shelf<'a> {
             return Err(bad());
         }
         Ok(gd)
+    }
+
+    /// origin/* as the host last fetched it (--prune), and origin/HEAD as
+    /// the host has it, else the host's current branch.
+    fn origin_from(&self, repo: &Path, extra: &[&Path], host: &Path, url: &str) -> Result<(), E> {
+        self.must(
+            repo,
+            extra,
+            &[
+                "fetch",
+                "--quiet",
+                "--prune",
+                "--no-tags",
+                url,
+                "+refs/remotes/origin/*:refs/remotes/origin/*",
+                "^refs/remotes/origin/HEAD",
+            ],
+        )?;
+        let hosts = [host, &host.join(".git")];
+        let d = self.git(
+            host,
+            &hosts,
+            &["symbolic-ref", "-q", "refs/remotes/origin/HEAD"],
+        )?;
+        let def = if d.ok && !d.stdout.trim().is_empty() {
+            d.stdout.trim().to_owned()
+        } else {
+            let b = self.must(host, &hosts, &["symbolic-ref", "-q", "--short", "HEAD"])?;
+            format!("refs/remotes/origin/{}", b.trim())
+        };
+        let probe = format!("{def}^{{commit}}");
+        let head = "refs/remotes/origin/HEAD";
+        if self
+            .git(repo, extra, &["rev-parse", "-q", "--verify", &probe])?
+            .ok
+        {
+            self.must(repo, extra, &["symbolic-ref", head, &def])?;
+        } else {
+            let _ = self.git(repo, extra, &["update-ref", "--no-deref", "-d", head])?;
+        }
+        Ok(())
     }
 
     fn make_dir(&self, d: &Path) -> Result<(), E> {

@@ -227,6 +227,44 @@ fn existing_branches_and_a_non_main_default() {
     for b in ["feat/x", "new", "later"] {
         assert!(branches.iter().any(|x| x == b), "{b} in {branches:?}");
     }
+
+    // --origin-from-host: origin/* as the host last fetched it, origin
+    // itself never asked (it is gone), origin/HEAD from the host's.
+    lab.ok(&host, &["fetch", "-q", "origin"]);
+    lab.ok(&seed, &["commit", "-qm", "unfetched", "--allow-empty"]);
+    lab.ok(&seed, &["push", "-q", up.to_str().unwrap(), "feat/x"]);
+    std::fs::rename(&up, lab.p("up-gone.git")).unwrap();
+    let from_host = |branch: &str| {
+        json(&lab.wt(&[
+            "provision",
+            "--json",
+            "--origin-from-host",
+            "--shelf",
+            lab.p("shelf2").to_str().unwrap(),
+            "--host-repo",
+            host.to_str().unwrap(),
+            &format!("--branch={branch}"),
+        ]))
+    };
+    let x = from_host("feat/x");
+    assert_eq!(x["base"], "origin/feat/x");
+    let wt2 = lab.p("shelf2/worktrees/feat__x");
+    assert_eq!(lab.ok(&wt2, &["rev-parse", "HEAD"]), feat);
+    assert_eq!(from_host("other")["base"], "origin/trunk");
+    let repo2 = lab.p("shelf2/repo");
+    assert_eq!(
+        lab.ok(&repo2, &["remote", "get-url", "origin"]),
+        up.to_str().unwrap()
+    );
+    // Only origin's branches are origin/*, not the host's own.
+    let refs = lab.ok(
+        &repo2,
+        &["for-each-ref", "--format=%(refname)", "refs/remotes/origin"],
+    );
+    assert!(!refs.contains("origin/main"), "{refs}");
+    assert!(refs.contains("origin/later"), "{refs}");
+    // Reused: still no network.
+    assert_eq!(from_host("feat/x")["worktree"], "reused");
 }
 
 #[test]

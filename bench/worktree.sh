@@ -40,9 +40,10 @@ if [[ " $PHASES " == *" provision "* ]]; then
   S=$TMP/shelf
   "$BIN/sbx-worktree" -q provision --shelf "$S" --host-repo "$R" --branch seed
   # Both make a new branch's worktree on the same clone; prepare removes
-  # the previous run's worktree and branch.
+  # the previous run's worktree and branch, and syncs (the disk is shared:
+  # writeback of one run must not land in the next).
   hyperfine -N --runs "$RUNS" --warmup 2 --export-csv "$TMP/prov.csv" \
-    --prepare "sh -c 'git -C $S/repo worktree remove --force $S/worktrees/x 2>/dev/null; git -C $S/repo branch -qD x 2>/dev/null; true'" \
+    --prepare "sh -c 'git -C $S/repo worktree remove --force $S/worktrees/x 2>/dev/null; git -C $S/repo branch -qD x 2>/dev/null; sync; true'" \
     -n "git worktree add" "git -C $S/repo worktree add -q --no-track -b x $S/worktrees/x origin/main" \
     -n "sbx-worktree provision" "$BIN/sbx-worktree -q provision --shelf $S --host-repo $R --branch x"
 fi

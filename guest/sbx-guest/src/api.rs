@@ -14,9 +14,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -398,36 +396,55 @@ impl Server {
             .map(|(_, v)| v.as_os_str());
         let resolved = sbx_sys::resolve_program(prog.as_ref(), path_var, &cwd)
             .map_err(|_| spawn_err(127, format!("{prog}: command not found")))?;
-        let mut cmd = Command::new(&resolved);
-        cmd.arg0(prog)
-            .args(args)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&cwd);
-        sbx_sys::unblock_signals(&mut cmd);
-        if let Some(c) = &creds {
-            sbx_sys::drop_to(&mut cmd, c).map_err(|e| spawn_err(126, e.to_string()))?;
-        }
-        let mut tty = None;
-        if let Some(ws) = req.tty {
-            let w = nix::pty::Winsize {
-                ws_row: ws.rows,
-                ws_col: ws.cols,
-                ws_xpixel: 0,
-                ws_ypixel: 0,
-            };
-            let pty = nix::pty::openpty(&w, None).map_err(|e| io_err("openpty", e))?;
-            let slave = File::from(pty.slave);
-            let dup = |f: &File| f.try_clone().map_err(|e| io_err("pty", e));
-            cmd.stdin(dup(&slave)?).stdout(dup(&slave)?).stderr(slave);
-            sbx_sys::controlling_tty(&mut cmd);
-            tty = Some(File::from(pty.master));
-        } else {
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0);
-        }
+        let argv: Vec<OsString> = std::iter::once(prog)
+            .chain(args.iter())
+            .map(OsString::from)
+            .collect();
+        // The child's ends of its pipes or its pty slave, closed here once
+        // it runs; ours, and the master.
+        let (child_ends, tty, stdin, outs) = match req.tty {
+            Some(ws) => {
+                let (master, slave) = open_pty(ws).map_err(|e| io_err("openpty", e))?;
+                let dup = |f: &File| f.try_clone().map_err(|e| io_err("pty", e));
+                let (w, r) = (dup(&master)?, dup(&master)?);
+                (
+                    [dup(&slave)?, dup(&slave)?, slave],
+                    Some(master),
+                    Some(w),
+                    vec![(Kind::Stdout, r)],
+                )
+            }
+            None => {
+                let pipe = || {
+                    nix::unistd::pipe2(OFlag::O_CLOEXEC)
+                        .map(|(r, w)| (File::from(r), File::from(w)))
+                        .map_err(|e| io_err("pipe", e))
+                };
+                let (in_r, in_w) = pipe()?;
+                let (out_r, out_w) = pipe()?;
+                let (err_r, err_w) = pipe()?;
+                (
+                    [in_r, out_w, err_w],
+                    None,
+                    Some(in_w),
+                    vec![(Kind::Stdout, out_r), (Kind::Stderr, err_r)],
+                )
+            }
+        };
+        let spec = sbx_sys::spawn::Spawn {
+            program: &resolved,
+            argv: &argv,
+            env: &env,
+            cwd: &cwd,
+            stdio: [
+                child_ends[0].as_fd(),
+                child_ends[1].as_fd(),
+                child_ends[2].as_fd(),
+            ],
+            pgroup: tty.is_none(),
+            session_tty: tty.is_some(),
+            creds: creds.as_ref(),
+        };
         let (status_rx, status_tx) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| io_err("pipe", e))?;
         let status_tx = File::from(status_tx);
@@ -438,50 +455,29 @@ impl Server {
             };
             spawn_err(code, format!("{prog}: {e}"))
         };
-        let mut child = match &self.cfg.reaper {
+        let pid = match &self.cfg.reaper {
             Reaper::Pid1(reg) => {
                 let mut w = reg.waiting.lock().unwrap_or_else(|e| e.into_inner());
-                let child = cmd.spawn().map_err(to_status)?;
-                w.insert(child.id() as i32, status_tx);
-                child
+                let pid = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
+                w.insert(pid, status_tx);
+                pid
             }
             Reaper::Own => {
-                let child = cmd.spawn().map_err(to_status)?;
-                let pid = Pid::from_raw(child.id() as i32);
+                let pid = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
                 let mut tx = status_tx;
                 std::thread::spawn(move || {
-                    let how = match sbx_sys::privsep::wait(pid) {
+                    let how = match sbx_sys::privsep::wait(Pid::from_raw(pid)) {
                         Ok(sbx_sys::privsep::Status::Exited(c)) => Ended::Code(c),
                         Ok(sbx_sys::privsep::Status::Signaled(s)) => Ended::Signal(s),
                         Err(_) => Ended::Code(125),
                     };
                     let _ = tx.write_all(&encode(how));
                 });
-                child
+                pid
             }
         };
-        drop(cmd); // closes our copies of the pty slave
-        let pid = child.id() as i32;
-        let (stdin, outs): (Option<File>, Vec<(Kind, File)>) = match &tty {
-            Some(m) => {
-                let w = m.try_clone().map_err(|e| io_err("pty", e))?;
-                let r = m.try_clone().map_err(|e| io_err("pty", e))?;
-                (Some(w), vec![(Kind::Stdout, r)])
-            }
-            None => {
-                let mut outs = Vec::new();
-                if let Some(o) = child.stdout.take() {
-                    outs.push((Kind::Stdout, File::from(OwnedFd::from(o))));
-                }
-                if let Some(e) = child.stderr.take() {
-                    outs.push((Kind::Stderr, File::from(OwnedFd::from(e))));
-                }
-                (
-                    child.stdin.take().map(|i| File::from(OwnedFd::from(i))),
-                    outs,
-                )
-            }
-        };
+        drop(spec);
+        drop(child_ends);
         let sess = Arc::new(Session {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             pid,
@@ -798,6 +794,24 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline:
     i.exit = Some(exit);
     i.ended_at = Some(Instant::now());
     sess.cv.notify_all();
+}
+
+/// A pty pair whose descriptors are close-on-exec from the start (openpty(3)
+/// leaves both inheritable: every later child would hold this terminal).
+fn open_pty(ws: sbx_core::guestapi::Winsize) -> std::io::Result<(File, File)> {
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    let m = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    grantpt(&m)?;
+    unlockpt(&m)?;
+    let name = ptsname_r(&m)?;
+    let slave = nix::fcntl::open(
+        name.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let master = File::from(OwnedFd::from(m));
+    sbx_sys::set_winsize(master.as_fd(), ws.rows, ws.cols)?;
+    Ok((master, File::from(slave)))
 }
 
 /// Sets this thread's fsuid/fsgid, and back to root on drop.

@@ -199,17 +199,19 @@ impl Server {
 
     /// Serve one connection to its end. Never panics on what the client
     /// sends; every refusal is an error frame.
-    pub fn handle<S: Transport>(self: &Arc<Self>, mut s: S) {
-        let _ = s.set_read_timeout(Some(HANDSHAKE));
+    pub fn handle<S: Transport>(self: &Arc<Self>, s: S) {
+        let mut s = Conn::new(s);
+        let _ = s.s.set_read_timeout(Some(HANDSHAKE));
         let req = match self.open(&mut s) {
             Ok(r) => r,
             Err(Some(e)) => {
                 let _ = proto::write_json(&mut s, Kind::Error, &e);
+                let _ = s.flush();
                 return;
             }
             Err(None) => return,
         };
-        let _ = s.set_read_timeout(None);
+        let _ = s.s.set_read_timeout(None);
         self.sweep();
         let r = match req {
             Request::Exec(x) => self.exec(&mut s, x),
@@ -220,7 +222,9 @@ impl Server {
                         Kind::Reply,
                         &Reply::Started { id, pid: sess.pid },
                     );
-                    self.attach(&sess, s);
+                    if s.flush().is_ok() {
+                        self.attach(&sess, s.s);
+                    }
                     return;
                 }
                 None => Err(ErrorMsg::new("not-found", format!("no exec with id {id}"))),
@@ -255,10 +259,11 @@ impl Server {
                 let _ = proto::write_json(&mut s, Kind::Error, &e);
             }
         }
+        let _ = s.flush();
     }
 
     /// Hello both ways, then the request. Err(None): the client left.
-    fn open<S: Transport>(&self, s: &mut S) -> Result<Request, Option<ErrorMsg>> {
+    fn open<S: Transport>(&self, s: &mut Conn<S>) -> Result<Request, Option<ErrorMsg>> {
         let bad = |e: ProtoError| {
             if e.is_closed() {
                 None
@@ -334,7 +339,7 @@ impl Server {
         sess.signal(sig)
     }
 
-    fn exec<S: Transport>(self: &Arc<Self>, s: &mut S, req: ExecReq) -> Res<Reply> {
+    fn exec<S: Transport>(self: &Arc<Self>, s: &mut Conn<S>, req: ExecReq) -> Res<Reply> {
         if self.session_count() >= MAX_SESSIONS {
             return Err(ErrorMsg::new(
                 "busy",
@@ -345,13 +350,13 @@ impl Server {
         let id = sess.id;
         self.sessions().insert(id, Arc::clone(&sess));
         let reply = Reply::Started { id, pid: sess.pid };
-        if proto::write_json(s, Kind::Reply, &reply).is_err() {
+        if proto::write_json(s, Kind::Reply, &reply).is_err() || s.flush().is_err() {
             return Err(ErrorMsg::new("done", "")); // the client left; the exec runs on
         }
-        let stream = s.try_clone().map_err(|e| io_err("socket", e))?;
+        let stream = s.s.try_clone().map_err(|e| io_err("socket", e))?;
         self.attach(&sess, stream);
         // Everything was sent by attach; nothing more on this connection.
-        s.shutdown();
+        s.s.shutdown();
         Err(ErrorMsg::new("done", ""))
     }
 
@@ -455,27 +460,32 @@ impl Server {
             };
             spawn_err(code, format!("{prog}: {e}"))
         };
-        let pid = match &self.cfg.reaper {
+        let (child, reg) = match &self.cfg.reaper {
             Reaper::Pid1(reg) => {
                 let mut w = reg.waiting.lock().unwrap_or_else(|e| e.into_inner());
-                let pid = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
-                w.insert(pid, status_tx);
-                pid
+                let child = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
+                w.insert(child.pid, status_tx);
+                (child, Some(Arc::clone(reg)))
             }
             Reaper::Own => {
-                let pid = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
-                let mut tx = status_tx;
-                std::thread::spawn(move || {
-                    let how = match sbx_sys::privsep::wait(Pid::from_raw(pid)) {
-                        Ok(sbx_sys::privsep::Status::Exited(c)) => Ended::Code(c),
-                        Ok(sbx_sys::privsep::Status::Signaled(s)) => Ended::Signal(s),
-                        Err(_) => Ended::Code(125),
-                    };
-                    let _ = tx.write_all(&encode(how));
-                });
-                pid
+                let child = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
+                if child.pidfd.is_none() {
+                    // No pidfd to poll: a thread waits instead.
+                    let pid = Pid::from_raw(child.pid);
+                    let mut tx = status_tx;
+                    std::thread::spawn(move || {
+                        let how = match sbx_sys::privsep::wait(pid) {
+                            Ok(sbx_sys::privsep::Status::Exited(c)) => Ended::Code(c),
+                            Ok(sbx_sys::privsep::Status::Signaled(s)) => Ended::Signal(s),
+                            Err(_) => Ended::Code(125),
+                        };
+                        let _ = tx.write_all(&encode(how));
+                    });
+                }
+                (child, None)
             }
         };
+        let pid = child.pid;
         drop(spec);
         drop(child_ends);
         let sess = Arc::new(Session {
@@ -490,7 +500,14 @@ impl Server {
             .timeout_ms
             .map(|ms| Instant::now() + Duration::from_millis(ms));
         let s2 = Arc::clone(&sess);
-        std::thread::spawn(move || pump(&s2, outs, File::from(status_rx), deadline));
+        // Not PID 1 and a pidfd: nothing is ever written to the pipe.
+        let own_pidfd = reg.is_none() && child.pidfd.is_some();
+        let ended = Exited {
+            pidfd: child.pidfd,
+            registry: reg,
+            status: (!own_pidfd).then(|| File::from(status_rx)),
+        };
+        std::thread::spawn(move || pump(&s2, outs, ended, deadline));
         Ok(sess)
     }
 
@@ -566,7 +583,7 @@ impl Server {
         }
     }
 
-    fn read<S: Transport>(&self, s: &mut S, path: &str, user: User) -> Res<Reply> {
+    fn read<S: Transport>(&self, s: &mut Conn<S>, path: &str, user: User) -> Res<Reply> {
         let mut f = self.as_user(user, || {
             let (root, rel) = beneath(&self.cfg, path)?;
             let fd = open2(&root, &rel, OFlag::O_RDONLY, 0).map_err(|e| errno_msg(path, e))?;
@@ -601,7 +618,7 @@ impl Server {
 
     fn write<S: Transport>(
         &self,
-        s: &mut S,
+        s: &mut Conn<S>,
         path: &str,
         mode: Option<u32>,
         user: User,
@@ -690,7 +707,48 @@ impl Session {
 
 /// The exec's own thread: output into the buffer, the exit status, the
 /// timeout.
-fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline: Option<Instant>) {
+/// How the pump learns the exit status. The pidfd turns readable the
+/// moment the child ends; the pump then reaps it itself (under the
+/// registry's lock, so PID 1 cannot take it at the same time) instead of
+/// waiting for PID 1's SIGCHLD pass to hand it over through `status`.
+/// Without a pidfd, or when PID 1 was first, the status comes on `status`.
+struct Exited {
+    pidfd: Option<OwnedFd>,
+    registry: Option<Arc<Registry>>,
+    status: Option<File>,
+}
+
+impl Exited {
+    /// After the pidfd turned readable: the status, if ours to take.
+    fn reap(&mut self, pid: i32) -> Option<Ended> {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        let mut guard = self
+            .registry
+            .as_ref()
+            .map(|r| r.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(w) = &guard {
+            if !w.contains_key(&pid) {
+                return None; // PID 1 reaped it and wrote to `status`
+            }
+        }
+        let how = loop {
+            match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, c)) => break Ended::Code(c),
+                Ok(WaitStatus::Signaled(_, sig, _)) => break Ended::Signal(sig as i32),
+                Err(Errno::EINTR) => continue,
+                Ok(WaitStatus::StillAlive) => return None,
+                Ok(_) => continue,
+                Err(_) => break Ended::Code(125),
+            }
+        };
+        if let Some(w) = guard.as_mut() {
+            w.remove(&pid);
+        }
+        Some(how)
+    }
+}
+
+fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut ex: Exited, deadline: Option<Instant>) {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut ended: Option<(Ended, Instant)> = None;
     let mut timed_out = false;
@@ -730,8 +788,16 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline:
             }
         }
         let n_out = fds.len();
+        let (mut at_status, mut at_pidfd) = (None, None);
         if ended.is_none() {
-            fds.push(PollFd::new(status.as_fd(), PollFlags::POLLIN));
+            if let Some(st) = &ex.status {
+                at_status = Some(fds.len());
+                fds.push(PollFd::new(st.as_fd(), PollFlags::POLLIN));
+            }
+            if let Some(p) = &ex.pidfd {
+                at_pidfd = Some(fds.len());
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+            }
         }
         let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
         match poll(&mut fds, PollTimeout::from(ms)) {
@@ -743,9 +809,18 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline:
             .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
             .collect();
         drop(fds);
-        if ended.is_none() && ready[n_out] {
+        if at_pidfd.is_some_and(|i| ready[i]) {
+            // Ended: reap it here, or PID 1 did and the status is on its way.
+            match ex.reap(sess.pid) {
+                Some(how) => ended = Some((how, Instant::now())),
+                None if ex.status.is_some() => ex.pidfd = None,
+                None => {}
+            }
+        }
+        if ended.is_none() && at_status.is_some_and(|i| ready[i]) {
             let mut b = [0u8; 8];
-            if status.read_exact(&mut b).is_ok() {
+            let got = ex.status.as_mut().map(|st| st.read_exact(&mut b));
+            if got.is_some_and(|r| r.is_ok()) {
                 ended = Some((decode(b), Instant::now()));
             } else {
                 ended = Some((Ended::Code(125), Instant::now()));
@@ -794,6 +869,58 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline:
     i.exit = Some(exit);
     i.ended_at = Some(Instant::now());
     sess.cv.notify_all();
+}
+
+/// A connection whose writes wait in `out` while more input is already
+/// there: the hello and the answer to the request that came with it, or a
+/// reply, a small file and its end, leave in one write and wake the client
+/// once. Any read that would block sends what waits first.
+struct Conn<S: Transport> {
+    s: S,
+    out: Vec<u8>,
+}
+
+impl<S: Transport> Conn<S> {
+    fn new(s: S) -> Self {
+        Self { s, out: Vec::new() }
+    }
+
+    fn input_waiting(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let Some(fd) = self.s.poll_fd() else {
+            return false;
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+}
+
+impl<S: Transport> Read for Conn<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.out.is_empty() && !self.input_waiting() {
+            self.flush()?;
+        }
+        self.s.read(buf)
+    }
+}
+
+impl<S: Transport> Write for Conn<S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.out.extend_from_slice(buf);
+        if self.out.len() >= proto::CHUNK {
+            self.flush()?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            let r = self.s.write_all(&self.out);
+            self.out.clear();
+            r?;
+        }
+        self.s.flush()
+    }
 }
 
 /// A pty pair whose descriptors are close-on-exec from the start (openpty(3)
@@ -919,7 +1046,7 @@ fn parent_of(cfg: &Config, path: &str) -> Res<(OwnedFd, OsString)> {
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
-fn write_file<S: Transport>(cfg: &Config, s: &mut S, path: &str, mode: Option<u32>) -> Res<Reply> {
+fn write_file(cfg: &Config, s: &mut impl Read, path: &str, mode: Option<u32>) -> Res<Reply> {
     use nix::fcntl::{AtFlags, openat, renameat};
     let (dir, name) = parent_of(cfg, path)?;
     // A replaced file keeps its mode unless one is given.

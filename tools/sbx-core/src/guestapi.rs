@@ -356,6 +356,12 @@ pub trait Transport: Read + Write + Send + Sized + 'static {
     /// End both directions, waking a thread blocked reading.
     fn shutdown(&self);
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()>;
+    /// A descriptor to poll for input, when the transport has one: the
+    /// server then holds small frames back while more input is already
+    /// waiting, and sends them with the next (one write, one wake-up).
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 impl Transport for std::os::unix::net::UnixStream {
@@ -367,6 +373,9 @@ impl Transport for std::os::unix::net::UnixStream {
     }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         std::os::unix::net::UnixStream::set_read_timeout(self, t)
+    }
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(std::os::fd::AsFd::as_fd(self))
     }
 }
 

@@ -41,6 +41,14 @@ pub struct Spawn<'a> {
     pub creds: Option<&'a Creds>,
 }
 
+/// A started child: its pid, and a pidfd (readable once it has ended)
+/// when the kernel gives one.
+#[derive(Debug)]
+pub struct Child {
+    pub pid: i32,
+    pub pidfd: Option<std::os::fd::OwnedFd>,
+}
+
 /// Where the child reports a failure before exec: which step, and errno.
 #[repr(C)]
 struct Failure {
@@ -93,11 +101,11 @@ fn bounding() -> (u64, u32) {
     })
 }
 
-/// Start the child; returns its pid once it has exec'd. A failure before
+/// Start the child; returns it once it has exec'd. A failure before
 /// the exec (the program missing, a bad cwd, a refused credential) is the
 /// error, and that child is already reaped. Its exit later sends SIGCHLD
 /// like any child's; the caller reaps it.
-pub fn spawn(s: &Spawn<'_>) -> io::Result<i32> {
+pub fn spawn(s: &Spawn<'_>) -> io::Result<Child> {
     if let Some(c) = s.creds {
         if c.uid == 0 || c.gid == 0 || c.groups.contains(&0) {
             return Err(io::Error::new(
@@ -169,18 +177,36 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<i32> {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
+    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    let mut pidfd: libc::c_int = -1;
     // SAFETY: CLONE_VFORK suspends this thread until the child execs or
     // exits, so `plan` and `stack` outlive every use by the child; the
-    // child function only makes raw syscalls on `plan`.
-    let pid = unsafe {
+    // child function only makes raw syscalls on `plan`. With CLONE_PIDFD
+    // the kernel writes the new descriptor (close-on-exec) into `pidfd`.
+    let mut pid = unsafe {
         libc::clone(
             child,
             top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            flags | libc::CLONE_PIDFD,
             &mut plan as *mut Plan as *mut libc::c_void,
+            &mut pidfd as *mut libc::c_int,
         )
     };
-    let clone_err = io::Error::last_os_error();
+    let mut clone_err = io::Error::last_os_error();
+    if pid < 0 && clone_err.raw_os_error() == Some(libc::EINVAL) {
+        // A kernel before 5.2: no pidfd.
+        pidfd = -1;
+        // SAFETY: as above.
+        pid = unsafe {
+            libc::clone(
+                child,
+                top,
+                flags,
+                &mut plan as *mut Plan as *mut libc::c_void,
+            )
+        };
+        clone_err = io::Error::last_os_error();
+    }
     // SAFETY: restores the mask saved above.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
@@ -190,18 +216,22 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<i32> {
     if pid < 0 {
         return Err(clone_err);
     }
+    // SAFETY: the kernel made this descriptor for us; nothing else owns it.
+    let pidfd = (pidfd >= 0)
+        .then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) });
     // SAFETY: the child has exec'd or exited; it no longer touches `plan`.
     let fail = unsafe { std::ptr::read_volatile(&plan.fail) };
     if fail.step != 0 {
         let _ = crate::privsep::wait(nix::unistd::Pid::from_raw(pid));
         let e = io::Error::from_raw_os_error(fail.errno);
+        drop(pidfd);
         return Err(match fail.step {
             STEP_EXEC => e,
             STEP_CHDIR => io::Error::new(e.kind(), format!("cannot enter the directory: {e}")),
             _ => io::Error::new(e.kind(), format!("cannot drop privileges: {e}")),
         });
     }
-    Ok(pid)
+    Ok(Child { pid, pidfd })
 }
 
 const STEP_FDS: i32 = 1;
@@ -379,7 +409,7 @@ mod tests {
             .map(OsString::from)
             .collect();
         let env = vec![(OsString::from("A"), OsString::from("b c"))];
-        let pid = spawn(&Spawn {
+        let child = spawn(&Spawn {
             program: Path::new(prog),
             argv: &argv,
             env: &env,
@@ -389,6 +419,8 @@ mod tests {
             session_tty: false,
             creds,
         })?;
+        assert!(child.pidfd.is_some(), "this kernel gives pidfds");
+        let pid = child.pid;
         drop(w);
         let mut out = String::new();
         let mut r = r;

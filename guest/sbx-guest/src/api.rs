@@ -36,6 +36,8 @@ const BUF_CAP: usize = 1 << 20;
 const MAX_SESSIONS: usize = 512;
 /// How long a client may take for its hello and request.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long a reused connection may sit between requests.
+const IDLE: Duration = Duration::from_secs(60);
 /// After the process ended, output still in the pipes is read for this
 /// long; a background child holding them open does not hold the exit.
 const DRAIN: Duration = Duration::from_millis(100);
@@ -202,8 +204,11 @@ impl Server {
     pub fn handle<S: Transport>(self: &Arc<Self>, s: S) {
         let mut s = Conn::new(s);
         let _ = s.s.set_read_timeout(Some(HANDSHAKE));
-        let req = match self.open(&mut s) {
-            Ok(r) => r,
+        let (mut req, reuse) = match self.open(&mut s) {
+            Ok(r) => {
+                s.reuse = r.1;
+                r
+            }
             Err(Some(e)) => {
                 let _ = proto::write_json(&mut s, Kind::Error, &e);
                 let _ = s.flush();
@@ -211,27 +216,73 @@ impl Server {
             }
             Err(None) => return,
         };
-        let _ = s.s.set_read_timeout(None);
-        self.sweep();
-        let r = match req {
-            Request::Exec(x) => self.exec(&mut s, x),
-            Request::Attach { id } => match self.session(id) {
-                Some(sess) => {
+        loop {
+            let _ = s.s.set_read_timeout(None);
+            self.sweep();
+            let more = self.one(&mut s, req);
+            if !reuse || !more {
+                let _ = s.flush();
+                return;
+            }
+            // The next request, sent whenever the client likes (within IDLE).
+            let _ = s.s.set_read_timeout(Some(IDLE));
+            req = match proto::read_frame(&mut s) {
+                Ok((Kind::Request, p)) => match proto::parse("request", &p) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = proto::write_json(
+                            &mut s,
+                            Kind::Error,
+                            &ErrorMsg::new("bad-request", e.to_string()),
+                        );
+                        let _ = s.flush();
+                        return;
+                    }
+                },
+                Ok((k, _)) => {
                     let _ = proto::write_json(
                         &mut s,
-                        Kind::Reply,
-                        &Reply::Started { id, pid: sess.pid },
+                        Kind::Error,
+                        &ErrorMsg::new(
+                            "bad-request",
+                            format!("expected a request frame, got {k:?}"),
+                        ),
                     );
-                    if s.flush().is_ok() {
-                        self.attach(&sess, s.s);
+                    let _ = s.flush();
+                    return;
+                }
+                Err(e) => {
+                    if !e.is_closed() {
+                        let _ = proto::write_json(
+                            &mut s,
+                            Kind::Error,
+                            &ErrorMsg::new("bad-request", e.to_string()),
+                        );
+                        let _ = s.flush();
                     }
                     return;
+                }
+            };
+        }
+    }
+
+    /// One request to its last frame. False when the connection cannot
+    /// carry another (a client gone, a stream cut, an exec not ended by
+    /// `Control::Done`).
+    fn one<S: Transport>(self: &Arc<Self>, s: &mut Conn<S>, req: Request) -> bool {
+        let r = match req {
+            Request::Exec(x) => self.exec(s, x),
+            Request::Attach { id } => match self.session(id) {
+                Some(sess) => {
+                    let _ =
+                        proto::write_json(s, Kind::Reply, &Reply::Started { id, pid: sess.pid });
+                    return s.flush().is_ok() && self.attach_conn(&sess, s);
                 }
                 None => Err(ErrorMsg::new("not-found", format!("no exec with id {id}"))),
             },
             Request::Signal { id, signal } => self.signal(id, signal).map(|_| Reply::Ok),
-            Request::Read { path, user } => self.read(&mut s, &path, user),
-            Request::Write { path, mode, user } => self.write(&mut s, &path, mode, user),
+            Request::Read { path, user } => self.read(s, &path, user),
+            Request::Write { path, mode, user } => self.write(s, &path, mode, user),
             Request::Stat { path } => self.as_user(User::Agent, || stat(&self.cfg, &path)),
             Request::List { path, depth } => {
                 self.as_user(User::Agent, || list(&self.cfg, &path, depth))
@@ -251,19 +302,15 @@ impl Server {
         };
         // Exec, read and write have streamed their own frames when Ok(Ok).
         match r {
-            Err(e) if e.kind == "done" => {}
-            Ok(reply) => {
-                let _ = proto::write_json(&mut s, Kind::Reply, &reply);
-            }
-            Err(e) => {
-                let _ = proto::write_json(&mut s, Kind::Error, &e);
-            }
+            Err(e) if e.kind == "done" => true,
+            Err(e) if e.kind == "closed" => false,
+            Ok(reply) => proto::write_json(s, Kind::Reply, &reply).is_ok(),
+            Err(e) => proto::write_json(s, Kind::Error, &e).is_ok(),
         }
-        let _ = s.flush();
     }
 
     /// Hello both ways, then the request. Err(None): the client left.
-    fn open<S: Transport>(&self, s: &mut Conn<S>) -> Result<Request, Option<ErrorMsg>> {
+    fn open<S: Transport>(&self, s: &mut Conn<S>) -> Result<(Request, bool), Option<ErrorMsg>> {
         let bad = |e: ProtoError| {
             if e.is_closed() {
                 None
@@ -289,7 +336,12 @@ impl Server {
                 ),
             )));
         }
-        proto::write_json(s, Kind::Hello, &Hello::ours()).map_err(|_| None)?;
+        let ours = if h.reuse {
+            Hello::reusable()
+        } else {
+            Hello::ours()
+        };
+        proto::write_json(s, Kind::Hello, &ours).map_err(|_| None)?;
         let (k, p) = proto::read_frame(s).map_err(bad)?;
         if k != Kind::Request {
             return Err(Some(ErrorMsg::new(
@@ -297,7 +349,9 @@ impl Server {
                 format!("expected a request frame, got {k:?}"),
             )));
         }
-        proto::parse("request", &p).map_err(bad)
+        proto::parse("request", &p)
+            .map_err(bad)
+            .map(|r| (r, h.reuse))
     }
 
     /// Forget ended execs nobody came back for.
@@ -351,13 +405,13 @@ impl Server {
         self.sessions().insert(id, Arc::clone(&sess));
         let reply = Reply::Started { id, pid: sess.pid };
         if proto::write_json(s, Kind::Reply, &reply).is_err() || s.flush().is_err() {
-            return Err(ErrorMsg::new("done", "")); // the client left; the exec runs on
+            return Err(ErrorMsg::new("closed", "")); // the client left; the exec runs on
         }
-        let stream = s.s.try_clone().map_err(|e| io_err("socket", e))?;
-        self.attach(&sess, stream);
-        // Everything was sent by attach; nothing more on this connection.
-        s.s.shutdown();
-        Err(ErrorMsg::new("done", ""))
+        if self.attach_conn(&sess, s) {
+            Err(ErrorMsg::new("done", ""))
+        } else {
+            Err(ErrorMsg::new("closed", ""))
+        }
     }
 
     fn spawn(self: &Arc<Self>, req: &ExecReq) -> Res<Arc<Session>> {
@@ -513,7 +567,23 @@ impl Server {
 
     /// Stream a session to `s` until it ends, the client leaves, or another
     /// client attaches. Input frames are read on a second thread.
-    fn attach<S: Transport>(&self, sess: &Arc<Session>, mut s: S) {
+    /// Attach `s`'s connection; true when it can carry another request.
+    fn attach_conn<S: Transport>(&self, sess: &Arc<Session>, s: &mut Conn<S>) -> bool {
+        let more = match s.s.try_clone() {
+            Ok(stream) => self.attach(sess, stream, s.reuse),
+            Err(_) => false,
+        };
+        if !more {
+            s.s.shutdown();
+        }
+        more
+    }
+
+    /// Stream a session to `s` until it ends, the client leaves, or another
+    /// client attaches. Input frames are read on a second thread. True when
+    /// the client ended the streams with `Control::Done` (`reuse` only);
+    /// otherwise the connection is shut down.
+    fn attach<S: Transport>(&self, sess: &Arc<Session>, mut s: S, reuse: bool) -> bool {
         let generation = {
             let mut i = sess.inner();
             i.owner += 1;
@@ -526,14 +596,17 @@ impl Server {
                 let sess = Arc::clone(sess);
                 let gone = Arc::clone(&gone);
                 Some(std::thread::spawn(move || {
-                    sess.read_input(&mut r);
+                    let done = sess.read_input(&mut r);
                     gone.store(true, Ordering::SeqCst);
                     let _g = sess.inner();
                     sess.cv.notify_all();
+                    done
                 }))
             }
             Err(_) => None,
         };
+        let mut clean = false;
+        let mut buf = Vec::new();
         loop {
             let (chunks, exit, taken) = {
                 let mut i = sess.inner();
@@ -557,30 +630,32 @@ impl Server {
                 );
                 break;
             }
-            let mut ok = true;
+            // What is there, and the exit, in one write.
+            buf.clear();
             for (k, d) in &chunks {
-                if proto::write_frame(&mut s, *k, d).is_err() {
-                    ok = false;
-                    break;
-                }
+                let _ = proto::write_frame(&mut buf, *k, d);
             }
-            if !ok {
+            if let Some(x) = &exit {
+                let _ = proto::write_json(&mut buf, Kind::Exit, x);
+            }
+            if s.write_all(&buf).is_err() {
                 break;
             }
-            if let Some(x) = exit {
-                if proto::write_json(&mut s, Kind::Exit, &x).is_ok() {
-                    self.sessions().remove(&sess.id);
-                }
+            if exit.is_some() {
+                self.sessions().remove(&sess.id);
+                clean = true;
                 break;
             }
             if gone.load(Ordering::SeqCst) {
                 break;
             }
         }
-        s.shutdown();
-        if let Some(r) = reader {
-            let _ = r.join();
+        if !(clean && reuse) {
+            s.shutdown();
         }
+        // With reuse, the reader ends at the client's Done (or its leaving).
+        let done = reader.map(|r| r.join().unwrap_or(false)).unwrap_or(false);
+        reuse && done
     }
 
     fn read<S: Transport>(&self, s: &mut Conn<S>, path: &str, user: User) -> Res<Reply> {
@@ -648,12 +723,13 @@ impl Session {
         nix::sys::signal::killpg(Pid::from_raw(self.pid), sig).map_err(|e| io_err("kill", e.desc()))
     }
 
-    /// Client frames while attached: stdin, its end, resize, signal.
-    fn read_input<S: Transport>(&self, r: &mut S) {
+    /// Client frames while attached: stdin, its end, resize, signal. True
+    /// when the client ended them with `Control::Done`.
+    fn read_input<S: Transport>(&self, r: &mut S) -> bool {
         loop {
             let (k, p) = match proto::read_frame(r) {
                 Ok(f) => f,
-                Err(_) => return,
+                Err(_) => return false,
             };
             match k {
                 Kind::Stdin => {
@@ -684,9 +760,10 @@ impl Session {
                     Ok(Control::Signal { signal }) => {
                         let _ = self.signal(signal);
                     }
-                    Err(_) => return,
+                    Ok(Control::Done) => return true,
+                    Err(_) => return false,
                 },
-                _ => return,
+                _ => return false,
             }
         }
     }
@@ -878,11 +955,17 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut ex: Exited, deadline: O
 struct Conn<S: Transport> {
     s: S,
     out: Vec<u8>,
+    /// The client asked for more than one request (and got it).
+    reuse: bool,
 }
 
 impl<S: Transport> Conn<S> {
     fn new(s: S) -> Self {
-        Self { s, out: Vec::new() }
+        Self {
+            s,
+            out: Vec::new(),
+            reuse: false,
+        }
     }
 
     fn input_waiting(&self) -> bool {
@@ -1297,13 +1380,68 @@ pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     .unwrap_or_else(|_| Err(std::io::Error::other("bind thread panicked")))
 }
 
-/// Accept forever, a thread per connection.
+/// Threads that wait in accept(2) themselves, so a connection needs no
+/// thread start and no hand-over: the kernel wakes one waiting thread, which
+/// serves the connection to its end. `KEEP` of them stay for good; when the
+/// last idle one takes a connection it starts another first (100 clients at
+/// once get 100 threads), and an extra one that sat idle for
+/// `ACCEPT_IDLE` ends.
+struct Acceptors {
+    listener: std::os::unix::net::UnixListener,
+    idle: std::sync::atomic::AtomicUsize,
+}
+
+const KEEP: usize = 2;
+const ACCEPT_IDLE: Duration = Duration::from_millis(250);
+
+/// Accept forever (this thread is one of the acceptors).
 pub fn serve(listener: std::os::unix::net::UnixListener, server: Arc<Server>) {
-    for conn in listener.incoming() {
-        match conn {
-            Ok(s) => {
-                let server = Arc::clone(&server);
-                std::thread::spawn(move || server.handle(s));
+    use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
+    use nix::sys::time::TimeVal;
+    // accept(2) honours SO_RCVTIMEO: that is how an extra acceptor notices
+    // it has been idle.
+    let tv = TimeVal::new(0, ACCEPT_IDLE.as_micros() as nix::libc::suseconds_t);
+    let timed = setsockopt(&listener, ReceiveTimeout, &tv).is_ok();
+    let pool = Arc::new(Acceptors {
+        listener,
+        idle: std::sync::atomic::AtomicUsize::new(0),
+    });
+    for _ in 1..KEEP {
+        let (p, s) = (Arc::clone(&pool), Arc::clone(&server));
+        std::thread::spawn(move || accept_loop(&p, &s, timed));
+    }
+    accept_loop(&pool, &server, timed);
+}
+
+fn accept_loop(pool: &Arc<Acceptors>, server: &Arc<Server>, timed: bool) {
+    pool.idle.fetch_add(1, Ordering::SeqCst);
+    loop {
+        match pool.listener.accept() {
+            Ok((s, _)) => {
+                if pool.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    // Nobody else is waiting: one more, before this one is busy.
+                    let (p, sv) = (Arc::clone(pool), Arc::clone(server));
+                    std::thread::spawn(move || accept_loop(&p, &sv, timed));
+                }
+                server.handle(s);
+                pool.idle.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                // Idle: an extra acceptor ends, the first KEEP stay.
+                let gone = pool
+                    .idle
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                        (n > KEEP).then(|| n - 1)
+                    })
+                    .is_ok();
+                if gone {
+                    return;
+                }
             }
             Err(e) if e.raw_os_error() == Some(libc_emfile()) => {
                 // Out of descriptors: wait for connections to end.

@@ -217,6 +217,11 @@ fn pty_has_a_terminal_and_follows_resizes() {
             f => panic!("{f:?}"),
         }
     }
+    // While this terminal is open, another exec holds no end of it (a
+    // master it inherited could type into this session).
+    let r = run(&s, root_exec(&["sh", "-c", "ls -l /proc/$$/fd"]), b"");
+    let fds = String::from_utf8_lossy(&r.out);
+    assert!(!fds.contains("ptmx") && !fds.contains("/dev/pts/"), "{fds}");
     proto::write_json(
         &mut c.stream,
         Kind::Control,

@@ -438,6 +438,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, "b c|/|unset\n");
+        // No signal blocked (the parent blocks all around the clone) and
+        // SIGPIPE, which Rust ignores, back to the default; grep reads its
+        // own status (a shell blocks signals while it waits).
+        let (sigs, _) = run(
+            "/bin/grep",
+            &["-E", "^Sig(Blk|Ign)", "/proc/self/status"],
+            None,
+        )
+        .unwrap();
+        // Ours, less SIGPIPE (what this process inherited stays as std
+        // leaves it).
+        let ours = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        assert_ne!(ours & (1 << 12), 0, "the test harness ignores SIGPIPE");
+        assert_eq!(
+            sigs,
+            format!(
+                "SigBlk:\t0000000000000000\nSigIgn:\t{:016x}\n",
+                ours & !(1 << 12)
+            )
+        );
         assert_eq!(st, crate::privsep::Status::Exited(3));
     }
 

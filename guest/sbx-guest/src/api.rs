@@ -540,7 +540,6 @@ impl Server {
             }
         };
         let pid = child.pid;
-        drop(spec);
         drop(child_ends);
         let sess = Arc::new(Session {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -1401,19 +1400,20 @@ pub fn serve(listener: std::os::unix::net::UnixListener, server: Arc<Server>) {
     // accept(2) honours SO_RCVTIMEO: that is how an extra acceptor notices
     // it has been idle.
     let tv = TimeVal::new(0, ACCEPT_IDLE.as_micros() as nix::libc::suseconds_t);
-    let timed = setsockopt(&listener, ReceiveTimeout, &tv).is_ok();
+    // Without it (it does not fail on a unix socket) extras would stay.
+    let _ = setsockopt(&listener, ReceiveTimeout, &tv);
     let pool = Arc::new(Acceptors {
         listener,
         idle: std::sync::atomic::AtomicUsize::new(0),
     });
     for _ in 1..KEEP {
         let (p, s) = (Arc::clone(&pool), Arc::clone(&server));
-        std::thread::spawn(move || accept_loop(&p, &s, timed));
+        std::thread::spawn(move || accept_loop(&p, &s));
     }
-    accept_loop(&pool, &server, timed);
+    accept_loop(&pool, &server);
 }
 
-fn accept_loop(pool: &Arc<Acceptors>, server: &Arc<Server>, timed: bool) {
+fn accept_loop(pool: &Arc<Acceptors>, server: &Arc<Server>) {
     pool.idle.fetch_add(1, Ordering::SeqCst);
     loop {
         match pool.listener.accept() {
@@ -1421,7 +1421,7 @@ fn accept_loop(pool: &Arc<Acceptors>, server: &Arc<Server>, timed: bool) {
                 if pool.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
                     // Nobody else is waiting: one more, before this one is busy.
                     let (p, sv) = (Arc::clone(pool), Arc::clone(server));
-                    std::thread::spawn(move || accept_loop(&p, &sv, timed));
+                    std::thread::spawn(move || accept_loop(&p, &sv));
                 }
                 server.handle(s);
                 pool.idle.fetch_add(1, Ordering::SeqCst);

@@ -170,9 +170,11 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Child> {
     let top = ((top as usize) & !15) as *mut libc::c_void;
     // No signal handler may run in the child on the shared memory: block
     // everything around the clone (the child unblocks right before exec).
-    // SAFETY: sigset_t is plain data; the calls only read/write these sets.
+    // SAFETY: sigset_t is plain data, valid when zeroed.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the calls only read and write these two sets.
     unsafe {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
@@ -266,8 +268,8 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
 /// Everything between clone and exec; returns only on failure.
 fn run_child(p: &Plan) -> Result<(), i32> {
     let ok = |r: libc::c_long, step: i32| if r < 0 { Err(step) } else { Ok(()) };
-    // SAFETY (whole block): raw syscalls with integer arguments or pointers
-    // into `p`, which the parent keeps alive and unchanged.
+    // SAFETY: raw syscalls with integer arguments or pointers into `p`,
+    // which the parent keeps alive and unchanged.
     unsafe {
         for (i, &fd) in p.stdio.iter().enumerate() {
             let target = i as libc::c_long;

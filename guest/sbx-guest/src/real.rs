@@ -107,10 +107,13 @@ pub fn block_rules(v6: bool) -> String {
 #[derive(Default)]
 pub struct RealEffects {
     pub steps: Vec<(String, Duration)>,
+    /// Phases of the start, as times since it began.
+    pub marks: Vec<(&'static str, Duration)>,
 }
 
 impl RealEffects {
-    /// "block 6 ms, sbx-fw init 41 ms, …, the rest 9 ms" of `total`.
+    /// "block 6 ms, sbx-fw init 41 ms, …, the rest 9 ms; done at (ms):
+    /// sink 8, firewall 80, …" of `total`.
     pub fn profile(&self, total: Duration) -> String {
         let mut parts: Vec<String> = self
             .steps
@@ -122,7 +125,12 @@ impl RealEffects {
             "the rest {} ms",
             total.saturating_sub(steps).as_millis()
         ));
-        parts.join(", ")
+        let marks: Vec<String> = self
+            .marks
+            .iter()
+            .map(|(what, t)| format!("{what} {}", t.as_millis()))
+            .collect();
+        format!("{}; done at (ms): {}", parts.join(", "), marks.join(", "))
     }
 }
 
@@ -503,6 +511,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     }
     let agent = Agent::from_lookup(|k| std::env::var(k).ok());
     let services = config::load(&paths.config);
+    fx.marks.push(("sink", t0.elapsed()));
 
     // 3-4. Firewall, verify, marker (the pre-block above is repeated inside
     // `firewall` only in tests; here it has run).
@@ -527,6 +536,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             },
         };
     }
+    fx.marks.push(("firewall", t0.elapsed()));
     let audit =
         |op: &str, target: &str, result: AuditOutcome, policy: &str, reason: Option<String>| {
             if let Some(l) = &log {
@@ -575,6 +585,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     ));
                 }
             }
+            fx.marks.push(("home", t0.elapsed()));
             // The workspace's [guest.services]: the agent's uid, never root.
             for (name, svc) in &ws_config.guest.services {
                 if file.services.contains_key(name) {
@@ -656,6 +667,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     warnings.push(format!("cannot trim the guest's capabilities: {e}"));
                 }
             }
+            fx.marks.push(("masks+caps", t0.elapsed()));
             let mut sup = Supervisor::new(Some(main), svcs, stop_grace());
             match sup.start(&mut procs, Instant::now()) {
                 Ok(()) => {
@@ -674,9 +686,11 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
 
     // The host API, before the status says ready (sbx-run execs right
     // after), and after a failed start too, so the host can read why.
+    fx.marks.push(("children", t0.elapsed()));
     if let Err(e) = start_api(paths, &agent, registry) {
         warnings.push(format!("the host API is not available: {e}"));
     }
+    fx.marks.push(("api", t0.elapsed()));
 
     match &outcome {
         None => {

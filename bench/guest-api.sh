@@ -5,7 +5,8 @@
 #   100 MB in and out: sbx-run cp   vs  docker cp
 # and a raw client (tools/sbx-run/examples/guest_api_bench.rs): exec /bin/true
 # to its exit and a 4 KiB read, medians of RAW runs, each on a new connection
-# (connect + hello + request) and on one reused connection.
+# (connect + hello + request) and on one reused connection; and, as the
+# floor, the client spawning /bin/true itself on the host.
 # Every measurement is repeated ROUNDS times; the best and the median of the
 # rounds' medians are printed (the machine this runs on is often shared).
 # With BASELINE_BIN_DIR=<dir of an older build's tools>, a second sandbox
@@ -81,7 +82,7 @@ echo "$ROUNDS rounds; each value: best / median of the rounds' medians, ms"
 echo "sbx-run exec -- true: $(bm "$WORK/e")   docker exec: $(bm "$WORK/d")"
 echo "100 MB in:  sbx-run cp $(bm "$WORK/cp1")   docker cp $(bm "$WORK/cp2")"
 echo "100 MB out: sbx-run cp $(bm "$WORK/cp3")   docker cp $(bm "$WORK/cp4")"
-for k in "exec /bin/true round trip" "read 4 KiB:" "exec /bin/true on one reused" "read 4 KiB on one reused"; do
+for k in "local spawn of /bin/true" "exec /bin/true round trip" "read 4 KiB:" "exec /bin/true on one reused" "read 4 KiB on one reused"; do
   line="raw ${k%:}: $(raw "$WORK/raw" "$k")"
   [ -z "${OLD_SOCK:-}" ] || line="$line   baseline guest: $(raw "$WORK/old" "$k")"
   echo "$line"

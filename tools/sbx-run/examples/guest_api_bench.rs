@@ -4,6 +4,9 @@
 //! - the same on one connection that carries every request (the hello's
 //!   `reuse`: what a client making many calls, such as a hook, pays).
 //!
+//! - for reference, this process starting /bin/true itself and waiting for
+//!   it (std's posix_spawn): the floor any exec round trip stands on.
+//!
 //! Prints the median and p90 of each in milliseconds.
 //!
 //! usage: guest_api_bench SOCKET [RUNS]
@@ -85,6 +88,11 @@ fn main() {
             .expect("read");
         assert_eq!(out.len(), 4096);
     });
+    let (fm, f9) = time(runs, || {
+        let st = std::process::Command::new("/bin/true").status();
+        assert!(st.expect("spawn /bin/true").success());
+    });
+    println!("local spawn of /bin/true: median {fm:.3} ms, p90 {f9:.3} ms ({runs} runs)");
     println!("exec /bin/true round trip: median {em:.3} ms, p90 {e9:.3} ms ({runs} runs)");
     println!("read 4 KiB: median {rm:.3} ms, p90 {r9:.3} ms ({runs} runs)");
 

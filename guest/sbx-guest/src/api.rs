@@ -1391,7 +1391,7 @@ struct Acceptors {
 }
 
 const KEEP: usize = 2;
-const ACCEPT_IDLE: Duration = Duration::from_millis(250);
+const ACCEPT_IDLE: Duration = Duration::from_millis(100);
 
 /// Accept forever (this thread is one of the acceptors).
 pub fn serve(listener: std::os::unix::net::UnixListener, server: Arc<Server>) {

@@ -14,9 +14,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -38,6 +36,8 @@ const BUF_CAP: usize = 1 << 20;
 const MAX_SESSIONS: usize = 512;
 /// How long a client may take for its hello and request.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long a reused connection may sit between requests.
+const IDLE: Duration = Duration::from_secs(60);
 /// After the process ended, output still in the pipes is read for this
 /// long; a background child holding them open does not hold the exit.
 const DRAIN: Duration = Duration::from_millis(100);
@@ -201,35 +201,88 @@ impl Server {
 
     /// Serve one connection to its end. Never panics on what the client
     /// sends; every refusal is an error frame.
-    pub fn handle<S: Transport>(self: &Arc<Self>, mut s: S) {
-        let _ = s.set_read_timeout(Some(HANDSHAKE));
-        let req = match self.open(&mut s) {
-            Ok(r) => r,
+    pub fn handle<S: Transport>(self: &Arc<Self>, s: S) {
+        let mut s = Conn::new(s);
+        let _ = s.s.set_read_timeout(Some(HANDSHAKE));
+        let (mut req, reuse) = match self.open(&mut s) {
+            Ok(r) => {
+                s.reuse = r.1;
+                r
+            }
             Err(Some(e)) => {
                 let _ = proto::write_json(&mut s, Kind::Error, &e);
+                let _ = s.flush();
                 return;
             }
             Err(None) => return,
         };
-        let _ = s.set_read_timeout(None);
-        self.sweep();
-        let r = match req {
-            Request::Exec(x) => self.exec(&mut s, x),
-            Request::Attach { id } => match self.session(id) {
-                Some(sess) => {
+        loop {
+            let _ = s.s.set_read_timeout(None);
+            self.sweep();
+            let more = self.one(&mut s, req);
+            if !reuse || !more {
+                let _ = s.flush();
+                return;
+            }
+            // The next request, sent whenever the client likes (within IDLE).
+            let _ = s.s.set_read_timeout(Some(IDLE));
+            req = match proto::read_frame(&mut s) {
+                Ok((Kind::Request, p)) => match proto::parse("request", &p) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = proto::write_json(
+                            &mut s,
+                            Kind::Error,
+                            &ErrorMsg::new("bad-request", e.to_string()),
+                        );
+                        let _ = s.flush();
+                        return;
+                    }
+                },
+                Ok((k, _)) => {
                     let _ = proto::write_json(
                         &mut s,
-                        Kind::Reply,
-                        &Reply::Started { id, pid: sess.pid },
+                        Kind::Error,
+                        &ErrorMsg::new(
+                            "bad-request",
+                            format!("expected a request frame, got {k:?}"),
+                        ),
                     );
-                    self.attach(&sess, s);
+                    let _ = s.flush();
                     return;
+                }
+                Err(e) => {
+                    if !e.is_closed() {
+                        let _ = proto::write_json(
+                            &mut s,
+                            Kind::Error,
+                            &ErrorMsg::new("bad-request", e.to_string()),
+                        );
+                        let _ = s.flush();
+                    }
+                    return;
+                }
+            };
+        }
+    }
+
+    /// One request to its last frame. False when the connection cannot
+    /// carry another (a client gone, a stream cut, an exec not ended by
+    /// `Control::Done`).
+    fn one<S: Transport>(self: &Arc<Self>, s: &mut Conn<S>, req: Request) -> bool {
+        let r = match req {
+            Request::Exec(x) => self.exec(s, x),
+            Request::Attach { id } => match self.session(id) {
+                Some(sess) => {
+                    let _ =
+                        proto::write_json(s, Kind::Reply, &Reply::Started { id, pid: sess.pid });
+                    return s.flush().is_ok() && self.attach_conn(&sess, s);
                 }
                 None => Err(ErrorMsg::new("not-found", format!("no exec with id {id}"))),
             },
             Request::Signal { id, signal } => self.signal(id, signal).map(|_| Reply::Ok),
-            Request::Read { path, user } => self.read(&mut s, &path, user),
-            Request::Write { path, mode, user } => self.write(&mut s, &path, mode, user),
+            Request::Read { path, user } => self.read(s, &path, user),
+            Request::Write { path, mode, user } => self.write(s, &path, mode, user),
             Request::Stat { path } => self.as_user(User::Agent, || stat(&self.cfg, &path)),
             Request::List { path, depth } => {
                 self.as_user(User::Agent, || list(&self.cfg, &path, depth))
@@ -249,18 +302,15 @@ impl Server {
         };
         // Exec, read and write have streamed their own frames when Ok(Ok).
         match r {
-            Err(e) if e.kind == "done" => {}
-            Ok(reply) => {
-                let _ = proto::write_json(&mut s, Kind::Reply, &reply);
-            }
-            Err(e) => {
-                let _ = proto::write_json(&mut s, Kind::Error, &e);
-            }
+            Err(e) if e.kind == "done" => true,
+            Err(e) if e.kind == "closed" => false,
+            Ok(reply) => proto::write_json(s, Kind::Reply, &reply).is_ok(),
+            Err(e) => proto::write_json(s, Kind::Error, &e).is_ok(),
         }
     }
 
     /// Hello both ways, then the request. Err(None): the client left.
-    fn open<S: Transport>(&self, s: &mut S) -> Result<Request, Option<ErrorMsg>> {
+    fn open<S: Transport>(&self, s: &mut Conn<S>) -> Result<(Request, bool), Option<ErrorMsg>> {
         let bad = |e: ProtoError| {
             if e.is_closed() {
                 None
@@ -286,7 +336,12 @@ impl Server {
                 ),
             )));
         }
-        proto::write_json(s, Kind::Hello, &Hello::ours()).map_err(|_| None)?;
+        let ours = if h.reuse {
+            Hello::reusable()
+        } else {
+            Hello::ours()
+        };
+        proto::write_json(s, Kind::Hello, &ours).map_err(|_| None)?;
         let (k, p) = proto::read_frame(s).map_err(bad)?;
         if k != Kind::Request {
             return Err(Some(ErrorMsg::new(
@@ -294,7 +349,9 @@ impl Server {
                 format!("expected a request frame, got {k:?}"),
             )));
         }
-        proto::parse("request", &p).map_err(bad)
+        proto::parse("request", &p)
+            .map_err(bad)
+            .map(|r| (r, h.reuse))
     }
 
     /// Forget ended execs nobody came back for.
@@ -336,7 +393,7 @@ impl Server {
         sess.signal(sig)
     }
 
-    fn exec<S: Transport>(self: &Arc<Self>, s: &mut S, req: ExecReq) -> Res<Reply> {
+    fn exec<S: Transport>(self: &Arc<Self>, s: &mut Conn<S>, req: ExecReq) -> Res<Reply> {
         if self.session_count() >= MAX_SESSIONS {
             return Err(ErrorMsg::new(
                 "busy",
@@ -347,14 +404,14 @@ impl Server {
         let id = sess.id;
         self.sessions().insert(id, Arc::clone(&sess));
         let reply = Reply::Started { id, pid: sess.pid };
-        if proto::write_json(s, Kind::Reply, &reply).is_err() {
-            return Err(ErrorMsg::new("done", "")); // the client left; the exec runs on
+        if proto::write_json(s, Kind::Reply, &reply).is_err() || s.flush().is_err() {
+            return Err(ErrorMsg::new("closed", "")); // the client left; the exec runs on
         }
-        let stream = s.try_clone().map_err(|e| io_err("socket", e))?;
-        self.attach(&sess, stream);
-        // Everything was sent by attach; nothing more on this connection.
-        s.shutdown();
-        Err(ErrorMsg::new("done", ""))
+        if self.attach_conn(&sess, s) {
+            Err(ErrorMsg::new("done", ""))
+        } else {
+            Err(ErrorMsg::new("closed", ""))
+        }
     }
 
     fn spawn(self: &Arc<Self>, req: &ExecReq) -> Res<Arc<Session>> {
@@ -398,36 +455,55 @@ impl Server {
             .map(|(_, v)| v.as_os_str());
         let resolved = sbx_sys::resolve_program(prog.as_ref(), path_var, &cwd)
             .map_err(|_| spawn_err(127, format!("{prog}: command not found")))?;
-        let mut cmd = Command::new(&resolved);
-        cmd.arg0(prog)
-            .args(args)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&cwd);
-        sbx_sys::unblock_signals(&mut cmd);
-        if let Some(c) = &creds {
-            sbx_sys::drop_to(&mut cmd, c).map_err(|e| spawn_err(126, e.to_string()))?;
-        }
-        let mut tty = None;
-        if let Some(ws) = req.tty {
-            let w = nix::pty::Winsize {
-                ws_row: ws.rows,
-                ws_col: ws.cols,
-                ws_xpixel: 0,
-                ws_ypixel: 0,
-            };
-            let pty = nix::pty::openpty(&w, None).map_err(|e| io_err("openpty", e))?;
-            let slave = File::from(pty.slave);
-            let dup = |f: &File| f.try_clone().map_err(|e| io_err("pty", e));
-            cmd.stdin(dup(&slave)?).stdout(dup(&slave)?).stderr(slave);
-            sbx_sys::controlling_tty(&mut cmd);
-            tty = Some(File::from(pty.master));
-        } else {
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0);
-        }
+        let argv: Vec<OsString> = std::iter::once(prog)
+            .chain(args.iter())
+            .map(OsString::from)
+            .collect();
+        // The child's ends of its pipes or its pty slave, closed here once
+        // it runs; ours, and the master.
+        let (child_ends, tty, stdin, outs) = match req.tty {
+            Some(ws) => {
+                let (master, slave) = open_pty(ws).map_err(|e| io_err("openpty", e))?;
+                let dup = |f: &File| f.try_clone().map_err(|e| io_err("pty", e));
+                let (w, r) = (dup(&master)?, dup(&master)?);
+                (
+                    [dup(&slave)?, dup(&slave)?, slave],
+                    Some(master),
+                    Some(w),
+                    vec![(Kind::Stdout, r)],
+                )
+            }
+            None => {
+                let pipe = || {
+                    nix::unistd::pipe2(OFlag::O_CLOEXEC)
+                        .map(|(r, w)| (File::from(r), File::from(w)))
+                        .map_err(|e| io_err("pipe", e))
+                };
+                let (in_r, in_w) = pipe()?;
+                let (out_r, out_w) = pipe()?;
+                let (err_r, err_w) = pipe()?;
+                (
+                    [in_r, out_w, err_w],
+                    None,
+                    Some(in_w),
+                    vec![(Kind::Stdout, out_r), (Kind::Stderr, err_r)],
+                )
+            }
+        };
+        let spec = sbx_sys::spawn::Spawn {
+            program: &resolved,
+            argv: &argv,
+            env: &env,
+            cwd: &cwd,
+            stdio: [
+                child_ends[0].as_fd(),
+                child_ends[1].as_fd(),
+                child_ends[2].as_fd(),
+            ],
+            pgroup: tty.is_none(),
+            session_tty: tty.is_some(),
+            creds: creds.as_ref(),
+        };
         let (status_rx, status_tx) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| io_err("pipe", e))?;
         let status_tx = File::from(status_tx);
@@ -438,50 +514,33 @@ impl Server {
             };
             spawn_err(code, format!("{prog}: {e}"))
         };
-        let mut child = match &self.cfg.reaper {
+        let (child, reg) = match &self.cfg.reaper {
             Reaper::Pid1(reg) => {
                 let mut w = reg.waiting.lock().unwrap_or_else(|e| e.into_inner());
-                let child = cmd.spawn().map_err(to_status)?;
-                w.insert(child.id() as i32, status_tx);
-                child
+                let child = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
+                w.insert(child.pid, status_tx);
+                (child, Some(Arc::clone(reg)))
             }
             Reaper::Own => {
-                let child = cmd.spawn().map_err(to_status)?;
-                let pid = Pid::from_raw(child.id() as i32);
-                let mut tx = status_tx;
-                std::thread::spawn(move || {
-                    let how = match sbx_sys::privsep::wait(pid) {
-                        Ok(sbx_sys::privsep::Status::Exited(c)) => Ended::Code(c),
-                        Ok(sbx_sys::privsep::Status::Signaled(s)) => Ended::Signal(s),
-                        Err(_) => Ended::Code(125),
-                    };
-                    let _ = tx.write_all(&encode(how));
-                });
-                child
+                let child = sbx_sys::spawn::spawn(&spec).map_err(to_status)?;
+                if child.pidfd.is_none() {
+                    // No pidfd to poll: a thread waits instead.
+                    let pid = Pid::from_raw(child.pid);
+                    let mut tx = status_tx;
+                    std::thread::spawn(move || {
+                        let how = match sbx_sys::privsep::wait(pid) {
+                            Ok(sbx_sys::privsep::Status::Exited(c)) => Ended::Code(c),
+                            Ok(sbx_sys::privsep::Status::Signaled(s)) => Ended::Signal(s),
+                            Err(_) => Ended::Code(125),
+                        };
+                        let _ = tx.write_all(&encode(how));
+                    });
+                }
+                (child, None)
             }
         };
-        drop(cmd); // closes our copies of the pty slave
-        let pid = child.id() as i32;
-        let (stdin, outs): (Option<File>, Vec<(Kind, File)>) = match &tty {
-            Some(m) => {
-                let w = m.try_clone().map_err(|e| io_err("pty", e))?;
-                let r = m.try_clone().map_err(|e| io_err("pty", e))?;
-                (Some(w), vec![(Kind::Stdout, r)])
-            }
-            None => {
-                let mut outs = Vec::new();
-                if let Some(o) = child.stdout.take() {
-                    outs.push((Kind::Stdout, File::from(OwnedFd::from(o))));
-                }
-                if let Some(e) = child.stderr.take() {
-                    outs.push((Kind::Stderr, File::from(OwnedFd::from(e))));
-                }
-                (
-                    child.stdin.take().map(|i| File::from(OwnedFd::from(i))),
-                    outs,
-                )
-            }
-        };
+        let pid = child.pid;
+        drop(child_ends);
         let sess = Arc::new(Session {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             pid,
@@ -494,13 +553,36 @@ impl Server {
             .timeout_ms
             .map(|ms| Instant::now() + Duration::from_millis(ms));
         let s2 = Arc::clone(&sess);
-        std::thread::spawn(move || pump(&s2, outs, File::from(status_rx), deadline));
+        // Not PID 1 and a pidfd: nothing is ever written to the pipe.
+        let own_pidfd = reg.is_none() && child.pidfd.is_some();
+        let ended = Exited {
+            pidfd: child.pidfd,
+            registry: reg,
+            status: (!own_pidfd).then(|| File::from(status_rx)),
+        };
+        std::thread::spawn(move || pump(&s2, outs, ended, deadline));
         Ok(sess)
     }
 
     /// Stream a session to `s` until it ends, the client leaves, or another
     /// client attaches. Input frames are read on a second thread.
-    fn attach<S: Transport>(&self, sess: &Arc<Session>, mut s: S) {
+    /// Attach `s`'s connection; true when it can carry another request.
+    fn attach_conn<S: Transport>(&self, sess: &Arc<Session>, s: &mut Conn<S>) -> bool {
+        let more = match s.s.try_clone() {
+            Ok(stream) => self.attach(sess, stream, s.reuse),
+            Err(_) => false,
+        };
+        if !more {
+            s.s.shutdown();
+        }
+        more
+    }
+
+    /// Stream a session to `s` until it ends, the client leaves, or another
+    /// client attaches. Input frames are read on a second thread. True when
+    /// the client ended the streams with `Control::Done` (`reuse` only);
+    /// otherwise the connection is shut down.
+    fn attach<S: Transport>(&self, sess: &Arc<Session>, mut s: S, reuse: bool) -> bool {
         let generation = {
             let mut i = sess.inner();
             i.owner += 1;
@@ -513,14 +595,17 @@ impl Server {
                 let sess = Arc::clone(sess);
                 let gone = Arc::clone(&gone);
                 Some(std::thread::spawn(move || {
-                    sess.read_input(&mut r);
+                    let done = sess.read_input(&mut r);
                     gone.store(true, Ordering::SeqCst);
                     let _g = sess.inner();
                     sess.cv.notify_all();
+                    done
                 }))
             }
             Err(_) => None,
         };
+        let mut clean = false;
+        let mut buf = Vec::new();
         loop {
             let (chunks, exit, taken) = {
                 let mut i = sess.inner();
@@ -544,33 +629,35 @@ impl Server {
                 );
                 break;
             }
-            let mut ok = true;
+            // What is there, and the exit, in one write.
+            buf.clear();
             for (k, d) in &chunks {
-                if proto::write_frame(&mut s, *k, d).is_err() {
-                    ok = false;
-                    break;
-                }
+                let _ = proto::write_frame(&mut buf, *k, d);
             }
-            if !ok {
+            if let Some(x) = &exit {
+                let _ = proto::write_json(&mut buf, Kind::Exit, x);
+            }
+            if s.write_all(&buf).is_err() {
                 break;
             }
-            if let Some(x) = exit {
-                if proto::write_json(&mut s, Kind::Exit, &x).is_ok() {
-                    self.sessions().remove(&sess.id);
-                }
+            if exit.is_some() {
+                self.sessions().remove(&sess.id);
+                clean = true;
                 break;
             }
             if gone.load(Ordering::SeqCst) {
                 break;
             }
         }
-        s.shutdown();
-        if let Some(r) = reader {
-            let _ = r.join();
+        if !(clean && reuse) {
+            s.shutdown();
         }
+        // With reuse, the reader ends at the client's Done (or its leaving).
+        let done = reader.map(|r| r.join().unwrap_or(false)).unwrap_or(false);
+        reuse && done
     }
 
-    fn read<S: Transport>(&self, s: &mut S, path: &str, user: User) -> Res<Reply> {
+    fn read<S: Transport>(&self, s: &mut Conn<S>, path: &str, user: User) -> Res<Reply> {
         let mut f = self.as_user(user, || {
             let (root, rel) = beneath(&self.cfg, path)?;
             let fd = open2(&root, &rel, OFlag::O_RDONLY, 0).map_err(|e| errno_msg(path, e))?;
@@ -605,7 +692,7 @@ impl Server {
 
     fn write<S: Transport>(
         &self,
-        s: &mut S,
+        s: &mut Conn<S>,
         path: &str,
         mode: Option<u32>,
         user: User,
@@ -635,12 +722,13 @@ impl Session {
         nix::sys::signal::killpg(Pid::from_raw(self.pid), sig).map_err(|e| io_err("kill", e.desc()))
     }
 
-    /// Client frames while attached: stdin, its end, resize, signal.
-    fn read_input<S: Transport>(&self, r: &mut S) {
+    /// Client frames while attached: stdin, its end, resize, signal. True
+    /// when the client ended them with `Control::Done`.
+    fn read_input<S: Transport>(&self, r: &mut S) -> bool {
         loop {
             let (k, p) = match proto::read_frame(r) {
                 Ok(f) => f,
-                Err(_) => return,
+                Err(_) => return false,
             };
             match k {
                 Kind::Stdin => {
@@ -671,9 +759,10 @@ impl Session {
                     Ok(Control::Signal { signal }) => {
                         let _ = self.signal(signal);
                     }
-                    Err(_) => return,
+                    Ok(Control::Done) => return true,
+                    Err(_) => return false,
                 },
-                _ => return,
+                _ => return false,
             }
         }
     }
@@ -694,7 +783,48 @@ impl Session {
 
 /// The exec's own thread: output into the buffer, the exit status, the
 /// timeout.
-fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline: Option<Instant>) {
+/// How the pump learns the exit status. The pidfd turns readable the
+/// moment the child ends; the pump then reaps it itself (under the
+/// registry's lock, so PID 1 cannot take it at the same time) instead of
+/// waiting for PID 1's SIGCHLD pass to hand it over through `status`.
+/// Without a pidfd, or when PID 1 was first, the status comes on `status`.
+struct Exited {
+    pidfd: Option<OwnedFd>,
+    registry: Option<Arc<Registry>>,
+    status: Option<File>,
+}
+
+impl Exited {
+    /// After the pidfd turned readable: the status, if ours to take.
+    fn reap(&mut self, pid: i32) -> Option<Ended> {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        let mut guard = self
+            .registry
+            .as_ref()
+            .map(|r| r.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(w) = &guard {
+            if !w.contains_key(&pid) {
+                return None; // PID 1 reaped it and wrote to `status`
+            }
+        }
+        let how = loop {
+            match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, c)) => break Ended::Code(c),
+                Ok(WaitStatus::Signaled(_, sig, _)) => break Ended::Signal(sig as i32),
+                Err(Errno::EINTR) => continue,
+                Ok(WaitStatus::StillAlive) => return None,
+                Ok(_) => continue,
+                Err(_) => break Ended::Code(125),
+            }
+        };
+        if let Some(w) = guard.as_mut() {
+            w.remove(&pid);
+        }
+        Some(how)
+    }
+}
+
+fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut ex: Exited, deadline: Option<Instant>) {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut ended: Option<(Ended, Instant)> = None;
     let mut timed_out = false;
@@ -734,8 +864,16 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline:
             }
         }
         let n_out = fds.len();
+        let (mut at_status, mut at_pidfd) = (None, None);
         if ended.is_none() {
-            fds.push(PollFd::new(status.as_fd(), PollFlags::POLLIN));
+            if let Some(st) = &ex.status {
+                at_status = Some(fds.len());
+                fds.push(PollFd::new(st.as_fd(), PollFlags::POLLIN));
+            }
+            if let Some(p) = &ex.pidfd {
+                at_pidfd = Some(fds.len());
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+            }
         }
         let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
         match poll(&mut fds, PollTimeout::from(ms)) {
@@ -747,9 +885,18 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline:
             .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
             .collect();
         drop(fds);
-        if ended.is_none() && ready[n_out] {
+        if at_pidfd.is_some_and(|i| ready[i]) {
+            // Ended: reap it here, or PID 1 did and the status is on its way.
+            match ex.reap(sess.pid) {
+                Some(how) => ended = Some((how, Instant::now())),
+                None if ex.status.is_some() => ex.pidfd = None,
+                None => {}
+            }
+        }
+        if ended.is_none() && at_status.is_some_and(|i| ready[i]) {
             let mut b = [0u8; 8];
-            if status.read_exact(&mut b).is_ok() {
+            let got = ex.status.as_mut().map(|st| st.read_exact(&mut b));
+            if got.is_some_and(|r| r.is_ok()) {
                 ended = Some((decode(b), Instant::now()));
             } else {
                 ended = Some((Ended::Code(125), Instant::now()));
@@ -798,6 +945,82 @@ fn pump(sess: &Session, mut outs: Vec<(Kind, File)>, mut status: File, deadline:
     i.exit = Some(exit);
     i.ended_at = Some(Instant::now());
     sess.cv.notify_all();
+}
+
+/// A connection whose writes wait in `out` while more input is already
+/// there: the hello and the answer to the request that came with it, or a
+/// reply, a small file and its end, leave in one write and wake the client
+/// once. Any read that would block sends what waits first.
+struct Conn<S: Transport> {
+    s: S,
+    out: Vec<u8>,
+    /// The client asked for more than one request (and got it).
+    reuse: bool,
+}
+
+impl<S: Transport> Conn<S> {
+    fn new(s: S) -> Self {
+        Self {
+            s,
+            out: Vec::new(),
+            reuse: false,
+        }
+    }
+
+    fn input_waiting(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let Some(fd) = self.s.poll_fd() else {
+            return false;
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+}
+
+impl<S: Transport> Read for Conn<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.out.is_empty() && !self.input_waiting() {
+            self.flush()?;
+        }
+        self.s.read(buf)
+    }
+}
+
+impl<S: Transport> Write for Conn<S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.out.extend_from_slice(buf);
+        if self.out.len() >= proto::CHUNK {
+            self.flush()?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            let r = self.s.write_all(&self.out);
+            self.out.clear();
+            r?;
+        }
+        self.s.flush()
+    }
+}
+
+/// A pty pair whose descriptors are close-on-exec from the start (openpty(3)
+/// leaves both inheritable: every later child would hold this terminal).
+fn open_pty(ws: sbx_core::guestapi::Winsize) -> std::io::Result<(File, File)> {
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    let m = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    grantpt(&m)?;
+    unlockpt(&m)?;
+    let name = ptsname_r(&m)?;
+    let slave = nix::fcntl::open(
+        name.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let master = File::from(OwnedFd::from(m));
+    sbx_sys::set_winsize(master.as_fd(), ws.rows, ws.cols)?;
+    Ok((master, File::from(slave)))
 }
 
 /// Sets this thread's fsuid/fsgid, and back to root on drop.
@@ -905,7 +1128,7 @@ fn parent_of(cfg: &Config, path: &str) -> Res<(OwnedFd, OsString)> {
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
-fn write_file<S: Transport>(cfg: &Config, s: &mut S, path: &str, mode: Option<u32>) -> Res<Reply> {
+fn write_file(cfg: &Config, s: &mut impl Read, path: &str, mode: Option<u32>) -> Res<Reply> {
     use nix::fcntl::{AtFlags, openat, renameat};
     let (dir, name) = parent_of(cfg, path)?;
     // A replaced file keeps its mode unless one is given.
@@ -1156,13 +1379,69 @@ pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     .unwrap_or_else(|_| Err(std::io::Error::other("bind thread panicked")))
 }
 
-/// Accept forever, a thread per connection.
+/// Threads that wait in accept(2) themselves, so a connection needs no
+/// thread start and no hand-over: the kernel wakes one waiting thread, which
+/// serves the connection to its end. `KEEP` of them stay for good; when the
+/// last idle one takes a connection it starts another first (100 clients at
+/// once get 100 threads), and an extra one that sat idle for
+/// `ACCEPT_IDLE` ends.
+struct Acceptors {
+    listener: std::os::unix::net::UnixListener,
+    idle: std::sync::atomic::AtomicUsize,
+}
+
+const KEEP: usize = 2;
+const ACCEPT_IDLE: Duration = Duration::from_millis(100);
+
+/// Accept forever (this thread is one of the acceptors).
 pub fn serve(listener: std::os::unix::net::UnixListener, server: Arc<Server>) {
-    for conn in listener.incoming() {
-        match conn {
-            Ok(s) => {
-                let server = Arc::clone(&server);
-                std::thread::spawn(move || server.handle(s));
+    use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
+    use nix::sys::time::TimeVal;
+    // accept(2) honours SO_RCVTIMEO: that is how an extra acceptor notices
+    // it has been idle.
+    let tv = TimeVal::new(0, ACCEPT_IDLE.as_micros() as nix::libc::suseconds_t);
+    // Without it (it does not fail on a unix socket) extras would stay.
+    let _ = setsockopt(&listener, ReceiveTimeout, &tv);
+    let pool = Arc::new(Acceptors {
+        listener,
+        idle: std::sync::atomic::AtomicUsize::new(0),
+    });
+    for _ in 1..KEEP {
+        let (p, s) = (Arc::clone(&pool), Arc::clone(&server));
+        std::thread::spawn(move || accept_loop(&p, &s));
+    }
+    accept_loop(&pool, &server);
+}
+
+fn accept_loop(pool: &Arc<Acceptors>, server: &Arc<Server>) {
+    pool.idle.fetch_add(1, Ordering::SeqCst);
+    loop {
+        match pool.listener.accept() {
+            Ok((s, _)) => {
+                if pool.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    // Nobody else is waiting: one more, before this one is busy.
+                    let (p, sv) = (Arc::clone(pool), Arc::clone(server));
+                    std::thread::spawn(move || accept_loop(&p, &sv));
+                }
+                server.handle(s);
+                pool.idle.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                // Idle: an extra acceptor ends, the first KEEP stay.
+                let gone = pool
+                    .idle
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                        (n > KEEP).then(|| n - 1)
+                    })
+                    .is_ok();
+                if gone {
+                    return;
+                }
             }
             Err(e) if e.raw_os_error() == Some(libc_emfile()) => {
                 // Out of descriptors: wait for connections to end.

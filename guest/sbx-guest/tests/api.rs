@@ -217,6 +217,11 @@ fn pty_has_a_terminal_and_follows_resizes() {
             f => panic!("{f:?}"),
         }
     }
+    // While this terminal is open, another exec holds no end of it (a
+    // master it inherited could type into this session).
+    let r = run(&s, root_exec(&["sh", "-c", "ls -l /proc/$$/fd"]), b"");
+    let fds = String::from_utf8_lossy(&r.out);
+    assert!(!fds.contains("ptmx") && !fds.contains("/dev/pts/"), "{fds}");
     proto::write_json(
         &mut c.stream,
         Kind::Control,
@@ -554,4 +559,86 @@ fn bad_frames_get_an_error_frame() {
     }
     // The server still serves.
     assert_eq!(status(&run(&s, root_exec(&["true"]), b"")), 0);
+}
+
+/// Frames to an exec's exit: (stdout, status).
+fn to_exit(c: &mut Client<UnixStream>) -> (Vec<u8>, i32) {
+    let mut out = Vec::new();
+    loop {
+        match c.frame().unwrap() {
+            (Kind::Stdout, d) => out.extend(d),
+            (Kind::Stderr, _) => {}
+            (Kind::Exit, p) => return (out, proto::parse::<ExitMsg>("exit", &p).unwrap().status),
+            f => panic!("{f:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_reused_connection_carries_many_requests_and_only_when_asked() {
+    let (t, s) = setup();
+    let ws = t.path().join("ws");
+    let p = |n: &str| ws.join(n).display().to_string();
+    let mut c = Client::handshake_reusable(raw(&s)).unwrap();
+    assert!(c.reuse, "the guest grants reuse");
+    // Files, an exec ended by Done, an error, another exec, a read.
+    let n = c
+        .write_from(&p("a"), None, User::Root, &mut &b"hello"[..])
+        .unwrap();
+    assert_eq!(n, 5);
+    assert!(matches!(
+        c.call(&Request::Stat { path: p("a") }).unwrap(),
+        Reply::Stat(_)
+    ));
+    for i in 0..3 {
+        c.send(&Request::Exec(root_exec(&[
+            "sh",
+            "-c",
+            &format!("echo {i}; exit {i}"),
+        ])))
+        .unwrap();
+        assert!(matches!(c.reply().unwrap(), Reply::Started { .. }));
+        proto::write_frame(&mut c.stream, Kind::Eof, &[]).unwrap();
+        assert_eq!(to_exit(&mut c), (format!("{i}\n").into_bytes(), i));
+        c.done_then(None).unwrap();
+    }
+    match c.call(&Request::Stat { path: p("missing") }) {
+        Err(ProtoError::Remote(e)) => assert_eq!(e.kind, "not-found"),
+        other => panic!("{other:?}"),
+    }
+    // Done and the next request in one write, as a busy client sends them.
+    c.send(&Request::Exec(root_exec(&["true"]))).unwrap();
+    c.reply().unwrap();
+    proto::write_frame(&mut c.stream, Kind::Eof, &[]).unwrap();
+    assert_eq!(to_exit(&mut c).1, 0);
+    c.done_then(Some(&Request::Read {
+        path: p("a"),
+        user: User::Root,
+    }))
+    .unwrap();
+    let mut out = Vec::new();
+    c.recv_file(&mut out).unwrap();
+    assert_eq!(out, b"hello");
+    // Something other than a request between requests: an error, then the end.
+    proto::write_frame(&mut c.stream, Kind::Stdin, b"x").unwrap();
+    match c.frame() {
+        Err(ProtoError::Remote(e)) => assert_eq!(e.kind, "bad-request"),
+        other => panic!("{other:?}"),
+    }
+    assert!(c.frame().unwrap_err().is_closed());
+
+    // Without asking, one request per connection, as before.
+    let mut c = client(&s);
+    assert!(!c.reuse);
+    assert!(matches!(
+        c.call(&Request::Stat { path: p("a") }).unwrap(),
+        Reply::Stat(_)
+    ));
+    assert!(c.frame().unwrap_err().is_closed());
+    // And an exec's connection ends with its exit, Done or not.
+    let mut c = client(&s);
+    c.send(&Request::Exec(root_exec(&["true"]))).unwrap();
+    c.reply().unwrap();
+    assert_eq!(to_exit(&mut c).1, 0);
+    assert!(c.frame().unwrap_err().is_closed());
 }

@@ -127,6 +127,26 @@ fn nothing_leaks() {
     .unwrap();
     proto::write_frame(&mut c.stream, Kind::Data, b"partial").unwrap();
     drop(c);
+    // A reused connection: execs ended by Done, then one the client
+    // leaves after its exit without Done.
+    {
+        let (a, b) = UnixStream::pair().unwrap();
+        let s2 = Arc::clone(&s);
+        std::thread::spawn(move || s2.handle(b));
+        let mut c = Client::handshake_reusable(a).unwrap();
+        assert!(c.reuse);
+        for _ in 0..3 {
+            c.send(&Request::Exec(req(&["true"]))).unwrap();
+            c.reply().unwrap();
+            proto::write_frame(&mut c.stream, Kind::Eof, &[]).unwrap();
+            assert_eq!(finish(&mut c).1.status, 0);
+            c.done_then(None).unwrap();
+        }
+        c.send(&Request::Exec(req(&["sh", "-c", "echo x; sleep 0.2"])))
+            .unwrap();
+        c.reply().unwrap();
+        assert_eq!(finish(&mut c).0, b"x\n");
+    }
     // 100 clients at once.
     let hs: Vec<_> = (0..100)
         .map(|i| {

@@ -389,6 +389,30 @@ fn guest_api_in_a_real_sandbox() {
     // Bad input and 100 clients at once: the guest's counts do not move.
     std::thread::sleep(Duration::from_millis(300));
     let before = guest_counts(&repo);
+    // One connection for many requests (the hello's `reuse`): agent execs
+    // ended by Done, a write and a read, through the real PID 1.
+    {
+        let mut c = proto::connect_reusable(&repo.socket()).unwrap();
+        assert!(c.reuse);
+        for i in 0..3 {
+            c.send(&Request::Exec(ExecReq {
+                argv: vec!["sh".into(), "-c".into(), format!("id -u; exit {i}")],
+                ..ExecReq::default()
+            }))
+            .unwrap();
+            c.reply().unwrap();
+            proto::write_frame(&mut c.stream, Kind::Eof, &[]).unwrap();
+            let (out, x) = finish(&mut c);
+            assert_eq!((out, x.status), (b"1000\n".to_vec(), i));
+            c.done_then(None).unwrap();
+        }
+        c.write_from("/tmp/reuse", None, proto::User::Agent, &mut &b"r"[..])
+            .unwrap();
+        let mut out = Vec::new();
+        c.read_to("/tmp/reuse", proto::User::Agent, &mut out)
+            .unwrap();
+        assert_eq!(out, b"r");
+    }
     for bytes in [
         {
             let p = br#"{"proto":"sbx-guest","version":999}"#;

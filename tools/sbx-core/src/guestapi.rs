@@ -9,6 +9,13 @@
 //! with an `Error` frame naming both versions. Nothing here knows about
 //! Docker: any `Read + Write` stream is a transport (a unix socket now,
 //! vsock in a microVM later, a socketpair in tests).
+//!
+//! A connection carries one request, unless the client's hello asks for
+//! `reuse` and the guest's hello grants it: then, after each request's last
+//! frame (a reply, an error, a file's Eof, an exec's Exit followed by the
+//! client's `Control::Done`), the next request may follow on the same
+//! connection, without a new hello. Both fields default to false, so a
+//! side that does not know them keeps one request per connection.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -173,6 +180,10 @@ pub fn parse<T: for<'de> Deserialize<'de>>(
 pub struct Hello {
     pub proto: String,
     pub version: u32,
+    /// Client: more than one request on this connection, please. Guest:
+    /// granted. Absent means false (and is left out when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse: bool,
 }
 
 impl Hello {
@@ -180,6 +191,14 @@ impl Hello {
         Self {
             proto: "sbx-guest".into(),
             version: VERSION,
+            reuse: false,
+        }
+    }
+
+    pub fn reusable() -> Self {
+        Self {
+            reuse: true,
+            ..Self::ours()
         }
     }
 }
@@ -281,7 +300,12 @@ pub enum Request {
 #[serde(tag = "ctl", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Control {
     Resize(Winsize),
-    Signal { signal: i32 },
+    Signal {
+        signal: i32,
+    },
+    /// After the Exit frame, on a reused connection: this exec's streams are
+    /// over; the next frame is a request.
+    Done,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -356,6 +380,12 @@ pub trait Transport: Read + Write + Send + Sized + 'static {
     /// End both directions, waking a thread blocked reading.
     fn shutdown(&self);
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()>;
+    /// A descriptor to poll for input, when the transport has one: the
+    /// server then holds small frames back while more input is already
+    /// waiting, and sends them with the next (one write, one wake-up).
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 impl Transport for std::os::unix::net::UnixStream {
@@ -368,6 +398,9 @@ impl Transport for std::os::unix::net::UnixStream {
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         std::os::unix::net::UnixStream::set_read_timeout(self, t)
     }
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(std::os::fd::AsFd::as_fd(self))
+    }
 }
 
 /// Where a sandbox's socket is on the host, given its host directory.
@@ -379,12 +412,24 @@ pub fn socket_in(host_dir: &Path) -> std::path::PathBuf {
 #[derive(Debug)]
 pub struct Client<S: Read + Write> {
     pub stream: S,
+    /// The guest granted more than one request on this connection.
+    pub reuse: bool,
 }
 
 impl<S: Read + Write> Client<S> {
     /// Send our hello, check theirs.
-    pub fn handshake(mut stream: S) -> Result<Self, ProtoError> {
-        write_json(&mut stream, Kind::Hello, &Hello::ours())?;
+    pub fn handshake(stream: S) -> Result<Self, ProtoError> {
+        Self::handshake_with(stream, &Hello::ours())
+    }
+
+    /// The same, asking to keep the connection for more requests; see
+    /// `reuse` for whether the guest agreed.
+    pub fn handshake_reusable(stream: S) -> Result<Self, ProtoError> {
+        Self::handshake_with(stream, &Hello::reusable())
+    }
+
+    fn handshake_with(mut stream: S, hello: &Hello) -> Result<Self, ProtoError> {
+        write_json(&mut stream, Kind::Hello, hello)?;
         Self::their_hello(stream)
     }
 
@@ -399,6 +444,18 @@ impl<S: Read + Write> Client<S> {
         Self::their_hello(stream)
     }
 
+    /// After an exec's Exit on a reused connection: end its streams and
+    /// send the next request, in one write.
+    pub fn done_then(&mut self, next: Option<&Request>) -> Result<(), ProtoError> {
+        let mut buf = Vec::with_capacity(256);
+        write_json(&mut buf, Kind::Control, &Control::Done)?;
+        if let Some(r) = next {
+            write_json(&mut buf, Kind::Request, r)?;
+        }
+        self.stream.write_all(&buf)?;
+        Ok(())
+    }
+
     fn their_hello(mut stream: S) -> Result<Self, ProtoError> {
         let (k, p) = read_frame(&mut stream)?;
         match k {
@@ -410,7 +467,10 @@ impl<S: Read + Write> Client<S> {
                         theirs: h.version,
                     });
                 }
-                Ok(Self { stream })
+                Ok(Self {
+                    stream,
+                    reuse: h.reuse,
+                })
             }
             Kind::Error => Err(ProtoError::Remote(parse("error", &p)?)),
             got => Err(ProtoError::Unexpected {
@@ -521,6 +581,14 @@ pub fn connect(socket: &Path) -> Result<Client<std::os::unix::net::UnixStream>, 
     Client::handshake(s)
 }
 
+/// Connect asking for a connection that carries many requests (see
+/// `Client::reuse` for the answer).
+pub fn connect_reusable(
+    socket: &Path,
+) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
+    Client::handshake_reusable(std::os::unix::net::UnixStream::connect(socket)?)
+}
+
 /// Connect and send `req` with the hello (see `Client::open`).
 pub fn connect_send(
     socket: &Path,
@@ -586,6 +654,20 @@ mod tests {
             write_frame(&mut Vec::new(), Kind::Data, &vec![0; MAX_FRAME]),
             Err(ProtoError::TooBig(_))
         ));
+    }
+
+    #[test]
+    fn reuse_is_absent_unless_asked_so_old_and_new_hellos_agree() {
+        // What a guest or client before `reuse` sends and reads.
+        let old = br#"{"proto":"sbx-guest","version":1}"#;
+        assert_eq!(parse::<Hello>("h", old).unwrap(), Hello::ours());
+        assert_eq!(serde_json::to_vec(&Hello::ours()).unwrap(), old.to_vec());
+        let new = serde_json::to_vec(&Hello::reusable()).unwrap();
+        assert!(parse::<Hello>("h", &new).unwrap().reuse);
+        assert_eq!(
+            parse::<Control>("c", br#"{"ctl":"done"}"#).unwrap(),
+            Control::Done
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub fn last_cap() -> u32 {
         .unwrap_or(40)
 }
 
-const CAP_V3: u32 = 0x2008_0522;
+pub(crate) const CAP_V3: u32 = 0x2008_0522;
 
 #[repr(C)]
 struct CapHeader {

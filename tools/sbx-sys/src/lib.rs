@@ -84,6 +84,7 @@ pub fn setsockopt_bytes(
     }
 }
 pub mod caps;
+pub mod spawn;
 pub use caps::{Creds, drop_to, keep_only_caps, unblock_signals};
 /// True when `p` is on a read-only mount (statvfs ST_RDONLY), whoever
 /// asks: mode bits and uid 0 do not change the answer.

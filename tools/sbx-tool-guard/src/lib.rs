@@ -5,6 +5,7 @@
 
 pub mod policy;
 pub mod settings;
+pub mod shell;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;

@@ -4,7 +4,8 @@
 # config parsed, the decision, one audit record appended) vs `true` given
 # the same stdin, in one hyperfine run (through a shell, for the redirect:
 # hyperfine 1.15 has no --input; it subtracts the shell's own start).
-# BIN=target/debug/sbx-tool-guard measures a debug build instead. Two calls: an allowed Bash call and
+# BIN=target/debug/sbx-tool-guard measures a debug build instead. Two calls: an allowed Bash call
+# (a pipeline through sudo, env, timeout and bash -c with a $(…), all parsed and unwrapped) and
 # a refused Write (the refusal's reason goes to stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ cat > "$TMP/ws/.agent-sandbox/config.toml" <<'TOML'
 disallowed = ["Write", "Edit", "Bash(curl:*)", "Bash(git push:*)"]
 deny-read = ["**/*.sql"]
 TOML
-printf '{"session_id":"s","hook_event_name":"PreToolUse","cwd":"%s","tool_name":"Bash","tool_input":{"command":"npm test && ls -la src"}}' "$TMP/ws" > "$TMP/bash.json"
+printf '{"session_id":"s","hook_event_name":"PreToolUse","cwd":"%s","tool_name":"Bash","tool_input":{"command":"npm test && ls -la src | sudo -u agent env A=1 timeout 5 bash -c '"'"'grep -c x $(git ls-files)'"'"'"}}' "$TMP/ws" > "$TMP/bash.json"
 printf '{"session_id":"s","hook_event_name":"PreToolUse","cwd":"%s","tool_name":"Write","tool_input":{"file_path":"src/a.rs","content":"fn main() {}"}}' "$TMP/ws" > "$TMP/write.json"
 
 summarize() { # csv -> "median_a median_b" in ms

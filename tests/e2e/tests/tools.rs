@@ -582,7 +582,10 @@ fn shell_tricks_edit_family_and_agent_hooks() {
         assert_eq!(got["is_error"], true, "call {i} ran: {got:?}");
         assert!(content(got).contains("[tools].disallowed"), "{got:?}");
     }
-    assert!(content(&res[tricks.len()]).contains("cannot be checked"), "{res:?}");
+    assert!(
+        content(&res[tricks.len()]).contains("cannot be checked"),
+        "{res:?}"
+    );
     assert_ne!(res[tricks.len() + 1]["is_error"], true, "{res:?}");
     assert!(!r.path.join("written.txt").exists());
     for i in 0..tricks.len() {

@@ -588,8 +588,8 @@ fn shell_tricks_edit_family_and_agent_hooks() {
     );
     assert_ne!(res[tricks.len() + 1]["is_error"], true, "{res:?}");
     assert!(!r.path.join("written.txt").exists());
-    for i in 0..tricks.len() {
-        assert!(!r.path.join(format!("c{i}.txt")).exists(), "{}", tricks[i]);
+    for (i, t) in tricks.iter().enumerate() {
+        assert!(!r.path.join(format!("c{i}.txt")).exists(), "{t}");
     }
     assert!(r.path.join("ok.txt").exists());
     let o = r.exec("test -e /tmp/agent-hook-ran && echo HOOK-RAN || echo no-hook");

@@ -244,7 +244,9 @@ pub enum Cmd {
     /// The per-repo image (agent-sandbox-<repo>-<hash>, the base plus
     /// .agent-sandbox/Dockerfile) is rebuilt by the next start; it is kept
     /// while another sandbox of the workspace (another --branch) uses it.
-    /// Base images are never removed.
+    /// Base images are never removed. A Dockerfile that needs
+    /// --allow-entrypoint: run `sbx-run build --allow-entrypoint` again
+    /// before the next start.
     Rm {
         #[command(flatten)]
         path: PathArg,

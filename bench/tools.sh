@@ -2,9 +2,11 @@
 # sbx-tool-guard (issue 20): the PreToolUse check adds <= 5 ms per tool call.
 # `sbx-tool-guard check` end to end (process start, hook JSON on stdin, the
 # config parsed, the decision, one audit record appended) vs `true` given
-# the same stdin, in one hyperfine run (through a shell, for the redirect:
-# hyperfine 1.15 has no --input; it subtracts the shell's own start).
-# BIN=target/debug/sbx-tool-guard measures a debug build instead. Two calls: an allowed Bash call and
+# the same stdin, in one hyperfine run (each through `sh -c 'exec … < f'`,
+# for the redirect: hyperfine 1.15 has no --input; -N, so nothing is
+# subtracted and both sides pay the same shell start).
+# BIN=target/debug/sbx-tool-guard measures a debug build instead. Two calls: an allowed Bash call
+# (a pipeline through sudo, env, timeout and bash -c with a $(…), all parsed and unwrapped) and
 # a refused Write (the refusal's reason goes to stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,7 @@ cat > "$TMP/ws/.agent-sandbox/config.toml" <<'TOML'
 disallowed = ["Write", "Edit", "Bash(curl:*)", "Bash(git push:*)"]
 deny-read = ["**/*.sql"]
 TOML
-printf '{"session_id":"s","hook_event_name":"PreToolUse","cwd":"%s","tool_name":"Bash","tool_input":{"command":"npm test && ls -la src"}}' "$TMP/ws" > "$TMP/bash.json"
+printf '{"session_id":"s","hook_event_name":"PreToolUse","cwd":"%s","tool_name":"Bash","tool_input":{"command":"npm test && ls -la src | sudo -u agent env A=1 timeout 5 bash -c '"'"'grep -c x $(git ls-files)'"'"'"}}' "$TMP/ws" > "$TMP/bash.json"
 printf '{"session_id":"s","hook_event_name":"PreToolUse","cwd":"%s","tool_name":"Write","tool_input":{"file_path":"src/a.rs","content":"fn main() {}"}}' "$TMP/ws" > "$TMP/write.json"
 
 summarize() { # csv -> "median_a median_b" in ms
@@ -30,9 +32,10 @@ summarize() { # csv -> "median_a median_b" in ms
 for call in bash write; do
   echo "== check of a ${call} call"
   ( cd "$TMP/ws" && env -i PATH="$PATH" HOME="$TMP" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
-    hyperfine --style basic --warmup 50 --runs "$RUNS" -i --export-csv "$TMP/$call.csv" \
-    "true < $TMP/$call.json" "$BIN check --workspace $TMP/ws < $TMP/$call.json 2>/dev/null" >/dev/null 2>&1 )
+    hyperfine -N --style basic --warmup 50 --runs "$RUNS" -i --export-csv "$TMP/$call.csv" \
+    "sh -c 'exec /bin/true < $TMP/$call.json'" \
+    "sh -c 'exec $BIN check --workspace $TMP/ws < $TMP/$call.json 2>/dev/null'" >/dev/null 2>&1 )
   read -r a b < <(summarize "$TMP/$call.csv")
-  echo "true: ${a} ms   sbx-tool-guard check: ${b} ms   added: $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms"
+  echo "/bin/true: ${a} ms   sbx-tool-guard check: ${b} ms   added: $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms"
 done
 echo "audit records written: $(wc -l < "$TMP/audit.jsonl")"

@@ -47,8 +47,8 @@ complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "checkout" -d 'Provi
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volume" -d 'Print the name of the machine\'s Claude Code login store (never mounted into a sandbox)'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "volumes" -d 'List the volumes a workspace\'s sandbox uses'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "list" -d 'List sandbox containers (from their labels)'
-complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "rm" -d 'Remove the sandbox container, its network holder and its network'
-complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "rm" -d 'Remove the sandbox container, its network holder, its network and its per-repo image'
+complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "prune" -d 'Remove containers, networks, volumes and per-repo images whose workspace no longer exists'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "agent" -d 'Run Claude Code (or Codex) headless in the sandbox; print its text, or events with --json'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "doctor" -d 'Check the Docker engine, kernel features, images and the workspace\'s ownership; say how to fix each'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "log" -d 'Show the audit log (git, network and tool refusals with --blocked-only)'
@@ -210,7 +210,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l volumes -d 'Also 
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l older-than -d 'With --chats: the age, e.g. 7d (default: [agent].chat-retention, 7d)' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
@@ -220,7 +220,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l chats -d 'Remo
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s h -l help -d 'Print help'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand prune" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -l chat -d 'Keep a conversation: earlier turns of chat ID are given to this run, and this run\'s are kept' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -l model -d 'Model for the CLI\'s --model' -r
@@ -309,8 +309,8 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_see
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "volume" -d 'Print the name of the machine\'s Claude Code login store (never mounted into a sandbox)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "volumes" -d 'List the volumes a workspace\'s sandbox uses'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "list" -d 'List sandbox containers (from their labels)'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "rm" -d 'Remove the sandbox container, its network holder and its network'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "prune" -d 'Remove containers, networks and volumes whose workspace no longer exists'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "rm" -d 'Remove the sandbox container, its network holder, its network and its per-repo image'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "prune" -d 'Remove containers, networks, volumes and per-repo images whose workspace no longer exists'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "agent" -d 'Run Claude Code (or Codex) headless in the sandbox; print its text, or events with --json'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "doctor" -d 'Check the Docker engine, kernel features, images and the workspace\'s ownership; say how to fix each'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start stop restart shell exec cp show-run checkout volume volumes list rm prune agent doctor log test codex-init-config codex-logout verify-commits help" -f -a "log" -d 'Show the audit log (git, network and tool refusals with --blocked-only)'

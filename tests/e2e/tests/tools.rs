@@ -182,18 +182,21 @@ impl Repo {
 
 impl Drop for Repo {
     fn drop(&mut self) {
+        // rm takes the per-repo image with it.
         let _ = sbx()
             .args(["-q", "rm", "--volumes"])
             .arg(&self.path)
             .output();
-        // The per-repo image too (a tag of the shared base's layers).
-        if let Ok(p) = self.path.canonicalize() {
-            let image = sbx_run::names::Names::new(&p, None).image;
-            let _ = Command::new("docker")
-                .args(["image", "rm", &image])
-                .output();
-        }
     }
+}
+
+fn image_exists(image: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", image])
+        .output()
+        .unwrap()
+        .status
+        .success()
 }
 
 fn content(r: &Value) -> String {
@@ -364,13 +367,54 @@ fn agent_cannot_change_the_managed_settings_or_the_hook() {
     );
     let o = r.exec(&format!("stat -c '%U %a' {f}"));
     assert!(text(&o).starts_with("root "), "{}", text(&o));
-    // rm takes the host's copy with it (start writes it anew).
-    let container = sbx_run::names::Names::new(&r.path.canonicalize().unwrap(), None).container;
-    let managed = sbx_run::toolpolicy::host_dir(&container);
+    // rm takes the host's copy with it (start writes it anew), and the
+    // per-repo image (the next start builds it again from the base).
+    let names = sbx_run::names::Names::new(&r.path.canonicalize().unwrap(), None);
+    let managed = sbx_run::toolpolicy::host_dir(&names.container);
     assert!(managed.join("claude-code/managed-settings.json").is_file());
+    assert!(image_exists(&names.image), "{}", names.image);
     let o = sbx().args(["-q", "rm"]).arg(&r.path).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert!(!managed.exists(), "{}", managed.display());
+    assert!(!image_exists(&names.image), "rm left {}", names.image);
+    assert!(
+        image_exists(&format!("agent-sandbox-base:{}", r.tag)),
+        "rm took the base"
+    );
+}
+
+/// prune: a per-repo image whose workspace is gone goes (it is labelled
+/// with its workspace at build); the base stays.
+#[test]
+fn prune_removes_the_image_of_a_deleted_workspace() {
+    let Some(tag) = ai_base() else {
+        return;
+    };
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("tools-prune");
+    std::fs::create_dir_all(&path).unwrap();
+    sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
+    let image = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None).image;
+    let o = sbx()
+        .args(["-q", "build", "--base-tag", &tag])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "build: {}", text(&o));
+    assert!(image_exists(&image));
+    let o = sbx().args(["prune"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(image_exists(&image), "prune took a live workspace's image");
+    drop(dir);
+    let o = sbx().args(["prune"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!image_exists(&image), "prune left {image}: {}", text(&o));
+    assert!(
+        text(&o).contains(&format!("removed image {image}:latest")),
+        "{}",
+        text(&o)
+    );
+    assert!(image_exists(&format!("agent-sandbox-base:{tag}")));
 }
 
 /// `sbx-run test`: every configured guard held, in a table; exit 0.
@@ -446,4 +490,108 @@ fn deny_read_is_refused_to_tools_and_masked_for_bash() {
             .any(|d| d["operation"] == "Read" && d["policy"] == "tools.deny-read"),
         "{blocked:?}"
     );
+}
+
+/// `allowed`: only what a rule names runs, in bypass mode too; a Bash
+/// part the rules do not cover (here one in `$(…)`) refuses the call.
+#[test]
+fn allowed_list_refuses_everything_else() {
+    let Some(r) = Repo::new(
+        "tools-allowed",
+        "[tools]\nallowed = [\"Read\", \"Bash(echo:*)\", \"Write(src/**)\"]\n",
+    ) else {
+        return;
+    };
+    let ws = r.target();
+    let res = r.agent(
+        json!([
+            {"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/src/ok.txt"), "content": "ok\n"}}},
+            {"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/other.txt"), "content": "x\n"}}},
+            {"tool_use": {"name": "Bash", "input": {"command": format!("echo ran > {ws}/bash.txt"), "description": "echo"}}},
+            {"tool_use": {"name": "Bash", "input": {"command": format!("touch {ws}/touched.txt"), "description": "touch"}}},
+            {"tool_use": {"name": "Bash", "input": {"command": format!("echo $(touch {ws}/sub.txt)"), "description": "sub"}}},
+            {"text": "done"}
+        ]),
+        "--dangerously-skip-permissions",
+    );
+    assert_eq!(res.len(), 5, "{res:?}");
+    for i in [0, 2] {
+        assert_ne!(res[i]["is_error"], true, "call {i} refused: {res:?}");
+    }
+    for i in [1, 3, 4] {
+        assert_eq!(res[i]["is_error"], true, "call {i} ran: {res:?}");
+        assert!(content(&res[i]).contains("[tools].allowed"), "{res:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(r.path.join("src/ok.txt")).unwrap(),
+        "ok\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.path.join("bash.txt")).unwrap(),
+        "ran\n"
+    );
+    for f in ["other.txt", "touched.txt", "sub.txt"] {
+        assert!(!r.path.join(f).exists(), "{f} was written");
+    }
+    let blocked = r.tool_records(true);
+    let n = |op: &str| {
+        blocked
+            .iter()
+            .filter(|d| d["operation"] == op && d["policy"] == "tools.allowed")
+            .count()
+    };
+    assert_eq!((n("Write"), n("Bash")), (1, 2), "{blocked:?}");
+}
+
+/// The shell's ways round `Bash(curl:*)` are refused at the hook, `Edit`
+/// refuses Write too, and a PreToolUse hook the agent puts in its own
+/// settings does not run (allowManagedHooksOnly).
+#[test]
+fn shell_tricks_edit_family_and_agent_hooks() {
+    let Some(r) = Repo::new(
+        "tools-tricks",
+        "[tools]\ndisallowed = [\"Edit\", \"Bash(curl:*)\"]\n",
+    ) else {
+        return;
+    };
+    let ws = r.target();
+    let o = r.exec(
+        "mkdir -p ~/.claude && echo '{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"*\", \"hooks\": [{\"type\": \"command\", \"command\": \"touch /tmp/agent-hook-ran\"}]}]}}' > ~/.claude/settings.json",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let tricks = [
+        "\\curl --version",
+        "c''url --version",
+        "bash -c 'curl --version'",
+        "env -i /usr/bin/curl --version",
+        "sudo -u agent timeout 5 curl --version",
+        "echo $(curl --version)",
+        "C=curl; $C --version",
+    ];
+    let mut turns = vec![
+        json!({"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/written.txt"), "content": "x\n"}}}),
+    ];
+    for (i, t) in tricks.iter().enumerate() {
+        turns.push(json!({"tool_use": {"name": "Bash", "input": {"command": format!("{t} > {ws}/c{i}.txt"), "description": "trick"}}}));
+    }
+    turns.push(json!({"tool_use": {"name": "Bash", "input": {"command": format!("echo ok > {ws}/ok.txt"), "description": "ok"}}}));
+    turns.push(json!({"text": "done"}));
+    let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
+    assert_eq!(res.len(), tricks.len() + 2, "{res:?}");
+    for (i, got) in res[..tricks.len() + 1].iter().enumerate() {
+        assert_eq!(got["is_error"], true, "call {i} ran: {got:?}");
+        assert!(content(got).contains("[tools].disallowed"), "{got:?}");
+    }
+    assert!(
+        content(&res[tricks.len()]).contains("cannot be checked"),
+        "{res:?}"
+    );
+    assert_ne!(res[tricks.len() + 1]["is_error"], true, "{res:?}");
+    assert!(!r.path.join("written.txt").exists());
+    for (i, t) in tricks.iter().enumerate() {
+        assert!(!r.path.join(format!("c{i}.txt")).exists(), "{t}");
+    }
+    assert!(r.path.join("ok.txt").exists());
+    let o = r.exec("test -e /tmp/agent-hook-ran && echo HOOK-RAN || echo no-hook");
+    assert!(text(&o).contains("no-hook"), "the agent's own hook ran");
 }

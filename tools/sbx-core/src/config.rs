@@ -102,6 +102,30 @@ pub const KNOWN_TOOLS: [&str; 18] = [
     "Write",
 ];
 
+/// What a rule naming a tool covers, the one table every `[tools]` check
+/// reads. Claude Code's own reading: Edit rules apply to every built-in tool
+/// that changes a file (Write too: it replaces a file wholesale, so refusing
+/// Edit but not Write would refuse nothing), Read rules to every tool that
+/// reads one. `read-only` refuses the Edit family. Other names cover
+/// themselves (`Write` is only the Write tool).
+pub const TOOL_FAMILIES: [(&str, &[&str]); 2] = [
+    ("Edit", &["Edit", "MultiEdit", "NotebookEdit", "Write"]),
+    ("Read", &["Read", "NotebookRead", "Grep", "Glob", "LS"]),
+];
+
+/// Whether a rule naming `rule_tool` covers a call of `call_tool`.
+pub fn rule_covers(rule_tool: &str, call_tool: &str) -> bool {
+    rule_tool == call_tool
+        || TOOL_FAMILIES
+            .iter()
+            .any(|(name, members)| *name == rule_tool && members.contains(&call_tool))
+}
+
+/// The tools that change files: refused whole under `read-only`.
+pub fn writing_tools() -> &'static [&'static str] {
+    TOOL_FAMILIES[0].1
+}
+
 /// Tools whose argument is a file path, matched against the workspace.
 pub const PATH_TOOLS: [&str; 8] = [
     "Read",

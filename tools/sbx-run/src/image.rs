@@ -10,7 +10,7 @@ use md5::{Digest, Md5};
 use sbx_core::cli::CommonArgs;
 use sbx_core::output;
 
-use crate::names::BASE_IMAGE;
+use crate::names::{BASE_IMAGE, LABEL_IMAGE};
 use crate::{RunError, docker};
 
 pub const DOCKERFILE: &str = include_str!("../../../base-image/Dockerfile");
@@ -639,7 +639,10 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
         empty.path().to_path_buf()
     };
     let mut cmd = docker::cmd();
-    cmd.args(["build", "--tag", image, "--build-arg"])
+    // The label lets `prune` find the image once the workspace is gone.
+    cmd.args(["build", "--tag", image, "--label"])
+        .arg(format!("{LABEL_IMAGE}={}", ws.path.display()))
+        .arg("--build-arg")
         .arg(format!("BASE_IMAGE_TAG={}", o.base_tag))
         .args(["--file", "-"])
         .arg(&context)

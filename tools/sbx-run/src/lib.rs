@@ -239,7 +239,14 @@ pub enum Cmd {
     },
     /// List sandbox containers (from their labels).
     List,
-    /// Remove the sandbox container, its network holder and its network.
+    /// Remove the sandbox container, its network holder, its network and its per-repo image.
+    ///
+    /// The per-repo image (agent-sandbox-<repo>-<hash>, the base plus
+    /// .agent-sandbox/Dockerfile) is rebuilt by the next start; it is kept
+    /// while another sandbox of the workspace (another --branch) uses it.
+    /// Base images are never removed. A Dockerfile that needs
+    /// --allow-entrypoint: run `sbx-run build --allow-entrypoint` again
+    /// before the next start.
     Rm {
         #[command(flatten)]
         path: PathArg,
@@ -249,7 +256,12 @@ pub enum Cmd {
         #[command(flatten)]
         branch: BranchArg,
     },
-    /// Remove containers, networks and volumes whose workspace no longer exists.
+    /// Remove containers, networks, volumes and per-repo images whose workspace no longer exists.
+    ///
+    /// Images are found by their sbx.image.workspace label (set by build
+    /// and start since this version; older per-repo images have none: remove
+    /// them with `docker image rm`). Base images and the shared login volumes
+    /// stay.
     Prune {
         /// Remove agent chats (every workspace's) idle longer than --older-than instead.
         #[arg(long)]

@@ -15,7 +15,10 @@ use sbx_core::{Exit, output};
 use serde_json::{Value, json};
 
 use crate::image::{self, BuildOpts};
-use crate::names::{LABEL_BRANCH, LABEL_HASH, LABEL_MODE, LABEL_ROLE, LABEL_SPEC, LABEL_WORKSPACE};
+use crate::names::{
+    BASE_IMAGE, LABEL_BRANCH, LABEL_HASH, LABEL_IMAGE, LABEL_MODE, LABEL_ROLE, LABEL_SPEC,
+    LABEL_WORKSPACE,
+};
 use crate::workspace::{self, Workspace};
 use crate::{RunError, docker, spec};
 
@@ -834,11 +837,37 @@ pub fn rm(
             docker::remove(&["volume", "rm", &v])?;
         }
     }
+    remove_repo_image(&n.image)?;
     ok()
 }
 
-/// Remove sandboxes (containers, then networks and volumes) whose
-/// workspace directory no longer exists. Shared config volumes stay.
+/// Remove a per-repo image: it is the base plus the repository's
+/// Dockerfile, rebuilt by the next start, and one per workspace piles up.
+/// Kept while a container uses it (another branch's sandbox). Never a
+/// base image. True when removed.
+fn remove_repo_image(image: &str) -> Result<bool, RunError> {
+    let repo = image.split(':').next().unwrap_or(image);
+    if repo == BASE_IMAGE || !repo.starts_with("agent-sandbox-") {
+        return Ok(false);
+    }
+    let args = ["image", "rm", image];
+    let out = docker::probe(&args)?;
+    if out.status.success() {
+        return Ok(true);
+    }
+    let err = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
+    if err.contains("no such image") || err.contains("is using its referenced image") {
+        return Ok(false);
+    }
+    Err(RunError::Docker {
+        command: format!("docker {}", args.join(" ")),
+        message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    })
+}
+
+/// Remove sandboxes (containers, then networks, volumes and per-repo
+/// images) whose workspace directory no longer exists. Shared config
+/// volumes and base images stay.
 pub fn prune(common: &CommonArgs) -> Res {
     docker::require_engine()?;
     let gone = |v: &Value| {
@@ -874,6 +903,33 @@ pub fn prune(common: &CommonArgs) -> Res {
                     "removed {kind} {name} ({} is gone)",
                     label(v, LABEL_WORKSPACE)
                 );
+            }
+        }
+    }
+    let ids = docker::output(&[
+        "image",
+        "ls",
+        "--quiet",
+        "--no-trunc",
+        "--filter",
+        &format!("label={LABEL_IMAGE}"),
+    ])?;
+    let mut ids: Vec<&str> = ids.split_whitespace().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for v in docker::inspect_all("image", &ids)? {
+        let w = label(&v, LABEL_IMAGE);
+        if w.is_empty() || Path::new(w).exists() {
+            continue;
+        }
+        for tag in v["RepoTags"].as_array().into_iter().flatten() {
+            let tag = tag.as_str().unwrap_or_default();
+            if !remove_repo_image(tag)? {
+                continue;
+            }
+            removed += 1;
+            if !common.quiet {
+                println!("removed image {tag} ({w} is gone)");
             }
         }
     }

@@ -34,6 +34,9 @@ pub const LABEL_WORKSPACE: &str = "sbx.workspace";
 pub const LABEL_BRANCH: &str = "sbx.branch";
 pub const LABEL_MODE: &str = "sbx.mode";
 pub const LABEL_HASH: &str = "sbx.hash";
+/// On a per-repo image: its workspace (not `sbx.workspace`, which the
+/// image would hand down to every container run from it).
+pub const LABEL_IMAGE: &str = "sbx.image.workspace";
 /// On the network holder: `netns`. Sandbox containers carry no role.
 pub const LABEL_ROLE: &str = "sbx.role";
 /// On the network holder: a digest of its spec, to tell when it is stale.

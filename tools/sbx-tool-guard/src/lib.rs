@@ -5,6 +5,7 @@
 
 pub mod policy;
 pub mod settings;
+pub mod shell;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -53,12 +54,21 @@ pub struct Cli {
 const AFTER_HELP: &str = "\
 Rules, in order; the first that refuses decides:
   1. read-only    [tools].read-only = true refuses Write, Edit, MultiEdit, NotebookEdit
-  2. disallowed   any rule matching the tool (Bash: any part of a compound command)
-  3. allowed      when set, every part of the call must match one of its rules
+  2. disallowed   any rule matching the call (Bash: any command it runs)
+  3. allowed      when set, every command and path of the call must match one of its rules
   4. deny-read    a path argument that is masked ([tools].deny-read, [filesystem].blocked
                   minus [filesystem].allowed); `..` is resolved, symlinks are followed
 Rules: Name, Bash(prefix:*), Bash(exact command), Read(glob) (and the other file tools),
-WebFetch(domain:NAME).
+WebFetch(domain:NAME). Edit rules cover Edit, MultiEdit, NotebookEdit and Write; Read
+rules cover Read, NotebookRead, Grep, Glob and LS.
+
+Bash rules see the command as bash parses it: quotes undone (c''url), a path
+prefix dropped (/usr/bin/curl), wrappers unwrapped (env, sudo, xargs, command,
+exec, nice, nohup, timeout, stdbuf, time, setsid, ionice, doas, find -exec), and
+the scripts of sh/bash -c, eval, su -c and $(…) read too. A command word the
+shell computes ($X, a glob, a shell reading stdin) is refused under a Bash
+rule. Advisory still: a script written to a file and run is not read; the
+workspace mounts and the firewall are what hold.
 
 Exit status: check: 0 let through, 2 refused (Claude Code's hook protocol);
 decide: 0 allowed, 77 refused; 78 bad config.

@@ -3,12 +3,11 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use sbx_core::config::{Config, RuleArg, ToolRule, Tools};
+use sbx_core::config::{Config, RuleArg, ToolRule, Tools, rule_covers, writing_tools};
 use sbx_core::glob::{PathPattern, PathSet};
 use serde_json::Value;
 
-/// Tools that write files: refused whole under `read-only`.
-pub const WRITE_TOOLS: [&str; 4] = ["Write", "Edit", "MultiEdit", "NotebookEdit"];
+use crate::shell::{self, SimpleCmd, Word};
 
 /// Which `[tools]` key decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +90,7 @@ impl Policy {
     pub fn decide(&self, tool: &str, input: &Value, cwd: Option<&Path>) -> Decision {
         let cwd = cwd.map_or_else(|| self.workspace.clone(), |c| normalize(&self.workspace, c));
         let call = Call::new(tool, input, &cwd);
-        if self.tools.read_only && WRITE_TOOLS.contains(&tool) {
+        if self.tools.read_only && writing_tools().contains(&tool) {
             return Decision::Block {
                 key: Key::ReadOnly,
                 reason: format!(
@@ -101,15 +100,22 @@ impl Policy {
         }
         let n_dis = self.tools.disallowed.len();
         for (i, r) in self.tools.disallowed.iter().enumerate() {
-            if self.matches_any_part(r, self.globs[i].as_ref(), &call) {
-                return Decision::Block {
-                    key: Key::Disallowed,
-                    reason: format!(
-                        "{} is refused by [tools].disallowed rule \"{r}\"",
-                        call.what()
-                    ),
-                };
-            }
+            let m = self.matches_any_part(r, self.globs[i].as_ref(), &call);
+            let reason = match m {
+                M::No => continue,
+                M::Yes => format!(
+                    "{} is refused by [tools].disallowed rule \"{r}\"",
+                    call.what()
+                ),
+                M::Unknown(why) => format!(
+                    "{} is refused: [tools].disallowed rule \"{r}\" cannot be checked, as {why}; write the command out literally",
+                    call.what()
+                ),
+            };
+            return Decision::Block {
+                key: Key::Disallowed,
+                reason,
+            };
         }
         let mut key = None;
         if let Some(allowed) = &self.tools.allowed {
@@ -119,10 +125,20 @@ impl Policy {
                 .map(|(i, r)| (r, self.globs[n_dis + i].as_ref()))
                 .collect();
             if !self.allowed_by(&rules, &call) {
+                let why = match &call.unknown {
+                    Some(u)
+                        if !rules
+                            .iter()
+                            .any(|(r, _)| r.tool == "Bash" && r.arg.is_none()) =>
+                    {
+                        format!(" ({u})")
+                    }
+                    _ => String::new(),
+                };
                 return Decision::Block {
                     key: Key::Allowed,
                     reason: format!(
-                        "{} is refused: no [tools].allowed rule matches it (allowed: {})",
+                        "{} is refused: no [tools].allowed rule matches it{why} (allowed: {})",
                         call.what(),
                         allowed
                             .iter()
@@ -184,36 +200,58 @@ impl Policy {
         }
     }
 
-    /// Disallowed: refused when any part of a compound command (or any
-    /// path) matches.
-    fn matches_any_part(&self, r: &ToolRule, glob: Option<&PathSet>, call: &Call) -> bool {
-        if r.tool != call.tool {
-            return false;
+    /// Disallowed: refused when any command the call runs (or any path)
+    /// matches, and when what runs cannot be known.
+    fn matches_any_part(&self, r: &ToolRule, glob: Option<&PathSet>, call: &Call) -> M {
+        if !rule_covers(&r.tool, call.tool) {
+            return M::No;
         }
+        let yes = |b: bool| if b { M::Yes } else { M::No };
         match &r.arg {
-            None => true,
+            None => M::Yes,
             Some(RuleArg::Prefix(_) | RuleArg::Exact(_)) => {
-                call.commands.iter().any(|c| command_matches(r, c))
+                let mut unknown = None;
+                for c in &call.commands {
+                    match command_matches(r, c) {
+                        M::Yes => return M::Yes,
+                        M::Unknown(w) => {
+                            unknown.get_or_insert(w);
+                        }
+                        M::No => {}
+                    }
+                }
+                match (unknown, &call.unknown) {
+                    (Some(w), _) => M::Unknown(w),
+                    (None, Some(u)) => M::Unknown(u.clone()),
+                    (None, None) => M::No,
+                }
             }
-            Some(RuleArg::Path(_)) => call.paths.iter().any(|p| self.path_matches(glob, p)),
-            Some(RuleArg::Domain(d)) => call.host.as_deref().is_some_and(|h| domain_matches(d, h)),
+            Some(RuleArg::Path(_)) => yes(call.paths.iter().any(|p| self.path_matches(glob, p))),
+            Some(RuleArg::Domain(d)) => {
+                yes(call.host.as_deref().is_some_and(|h| domain_matches(d, h)))
+            }
         }
     }
 
     /// Allowed: every part of a compound command, and every path, must be
     /// matched by some rule (`npm test && curl x` is not `npm test`).
     fn allowed_by(&self, rules: &[(&ToolRule, Option<&PathSet>)], call: &Call) -> bool {
-        let mine: Vec<_> = rules.iter().filter(|(r, _)| r.tool == call.tool).collect();
+        let mine: Vec<_> = rules
+            .iter()
+            .filter(|(r, _)| rule_covers(&r.tool, call.tool))
+            .collect();
         if mine.iter().any(|(r, _)| r.arg.is_none()) {
             return true;
         }
         if mine.is_empty() {
             return false;
         }
-        let cmds_ok = call
-            .commands
-            .iter()
-            .all(|c| mine.iter().any(|(r, _)| command_matches(r, c)));
+        // An allow rule only lets through what it can see.
+        let cmds_ok = call.unknown.is_none()
+            && call
+                .commands
+                .iter()
+                .all(|c| mine.iter().any(|(r, _)| command_matches(r, c) == M::Yes));
         let paths_ok = call
             .paths
             .iter()
@@ -236,8 +274,10 @@ impl Policy {
 /// What a call acts on, from its input.
 struct Call<'a> {
     tool: &'a str,
-    /// Bash: the command split at shell operators.
-    commands: Vec<String>,
+    /// Bash: every simple command it runs.
+    commands: Vec<SimpleCmd>,
+    /// Bash: why what it runs cannot be known, when it cannot.
+    unknown: Option<String>,
     /// File tools: the path argument, absolute and normalized.
     paths: Vec<PathBuf>,
     host: Option<String>,
@@ -248,12 +288,15 @@ impl<'a> Call<'a> {
     fn new(tool: &'a str, input: &Value, cwd: &Path) -> Self {
         let s = |k: &str| input.get(k).and_then(Value::as_str);
         let mut commands = Vec::new();
+        let mut unknown = None;
         let mut paths = Vec::new();
         let mut host = None;
         let mut whole = String::new();
         if tool == "Bash" {
             if let Some(c) = s("command") {
-                commands = split_command(c);
+                let script = shell::analyze(c);
+                commands = script.commands;
+                unknown = script.unknown;
                 whole = c.to_owned();
             }
         }
@@ -270,6 +313,7 @@ impl<'a> Call<'a> {
         Self {
             tool,
             commands,
+            unknown,
             paths,
             host,
             whole,
@@ -304,52 +348,66 @@ pub fn target(tool: &str, input: &Value) -> String {
     .collect()
 }
 
-/// `Bash(npm run:*)` matches `npm run x` and `npm run`, not `npm runner`.
-fn command_matches(r: &ToolRule, cmd: &str) -> bool {
-    match &r.arg {
-        None => true,
-        Some(RuleArg::Prefix(p)) => {
-            let p = squash(p);
-            cmd == p
-                || cmd
-                    .strip_prefix(&p)
-                    .is_some_and(|rest| rest.starts_with(' '))
-        }
-        Some(RuleArg::Exact(e)) => cmd == squash(e),
-        _ => false,
+/// A rule against one command: matched, not, or undecidable because a
+/// word it needs is computed when the command runs.
+#[derive(Debug, PartialEq, Eq)]
+enum M {
+    Yes,
+    No,
+    Unknown(String),
+}
+
+/// `Bash(npm run:*)` matches `npm run x` and `npm run`, not `npm runner`;
+/// `Bash(curl:*)` matches `/usr/bin/curl` too (a rule word with a `/`
+/// must match the command word whole).
+fn command_matches(r: &ToolRule, cmd: &SimpleCmd) -> M {
+    let (rule, exact) = match &r.arg {
+        None => return M::Yes,
+        Some(RuleArg::Prefix(p)) => (p, false),
+        Some(RuleArg::Exact(e)) => (e, true),
+        _ => return M::No,
+    };
+    let rule: Vec<&str> = rule.split_whitespace().collect();
+    let words = &cmd.0;
+    if words.len() < rule.len() || (exact && words.len() != rule.len()) {
+        return M::No;
     }
-}
-
-fn squash(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Split at `;`, `&`, `|`, newlines, `(`, `)` and backquotes (so `$(curl
-/// x)` and `a && curl x` show their `curl`), drop leading `NAME=value`
-/// assignments and a leading `sudo`, `env`, `exec`, `command`, `nohup` or
-/// `time`. A convenience, not a shell parser: the OS layer (mounts,
-/// firewall) is what holds against a determined `bash -c`.
-pub fn split_command(cmd: &str) -> Vec<String> {
-    cmd.split([';', '&', '|', '\n', '(', ')', '`'])
-        .filter_map(|part| {
-            let mut words: Vec<&str> = part.split_whitespace().collect();
-            while let Some(w) = words.first() {
-                let assignment = w.split_once('=').is_some_and(|(n, _)| {
-                    !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                });
-                let wrapper = matches!(
-                    *w,
-                    "sudo" | "env" | "exec" | "command" | "nohup" | "time" | "$" | "{" | "!"
-                );
-                if assignment || wrapper {
-                    words.remove(0);
-                } else {
-                    break;
+    let mut unknown = None;
+    for (i, (want, got)) in rule.iter().zip(words).enumerate() {
+        let first = i == 0 && !want.contains('/');
+        match got {
+            Word::Lit(s) => {
+                let s = if first { basename(s) } else { s };
+                if s != *want {
+                    return M::No;
                 }
             }
-            (!words.is_empty()).then(|| words.join(" "))
-        })
-        .collect()
+            Word::Pattern(p) => {
+                let p = if first { basename(p) } else { p };
+                if !shell::wild_match(p, want) {
+                    return M::No;
+                }
+                unknown.get_or_insert_with(|| {
+                    format!("a word of the command is a pattern the shell expands ({p})")
+                });
+            }
+            Word::Dynamic => {
+                unknown.get_or_insert_with(|| {
+                    if i == 0 {
+                        "the command word is computed at run time ($…, `…` or a substitution)"
+                            .to_owned()
+                    } else {
+                        format!("word {} of a command is computed at run time", i + 1)
+                    }
+                });
+            }
+        }
+    }
+    unknown.map_or(M::Yes, M::Unknown)
+}
+
+fn basename(s: &str) -> &str {
+    s.rsplit('/').next().unwrap_or(s)
 }
 
 fn url_host(u: &str) -> Option<String> {

@@ -32,7 +32,11 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
         push(format!("Read({})", claude_path(&g.0.text, workspace)));
     }
     let command = format!("{CHECKER} check --workspace {}", quote(workspace));
+    // allowManagedHooksOnly: hooks from the agent's own settings files
+    // (which it can write) do not run beside ours; disableAllHooks there
+    // cannot switch ours off either way (tests/e2e/tests/tools.rs).
     Some(json!({
+        "allowManagedHooksOnly": true,
         "permissions": { "deny": deny },
         "hooks": {
             "PreToolUse": [{
@@ -103,6 +107,7 @@ mod tests {
         )
         .unwrap();
         let v = managed(&cfg, "/workspace").unwrap();
+        assert_eq!(v["allowManagedHooksOnly"], true);
         assert_eq!(
             v["permissions"]["deny"],
             json!([

@@ -64,6 +64,153 @@ fn bash_prefix_rules() {
     }
 }
 
+/// The ways round a prefix rule a shell offers: each is the same `curl`.
+#[test]
+fn bash_prefix_rules_see_through_the_shell() {
+    let p = policy("[tools]\ndisallowed = [\"Bash(curl:*)\", \"Bash(git push:*)\"]\n");
+    for cmd in [
+        "/usr/bin/curl x",
+        "\\curl x",
+        "c''url x",
+        "\"curl\" x",
+        "bash -c 'curl x'",
+        "sh -c 'curl x'",
+        "env -i curl x",
+        "env FOO=1 curl x",
+        "sudo -u x curl x",
+        "xargs curl",
+        "xargs -0 -n1 curl",
+        "command curl x",
+        "exec curl x",
+        "nice curl x",
+        "nice -n 5 curl x",
+        "nohup curl x",
+        "timeout 5 curl x",
+        "stdbuf -oL curl x",
+        "time curl x",
+        "/usr/bin/time curl x",
+        "echo $(curl x)",
+        "echo `curl x`",
+        "( curl x )",
+        "{ curl x; }",
+        "ls | curl x",
+        "ls\ncurl x",
+        "eval 'curl x'",
+        "/usr/bin/git push origin",
+        "sudo -E -u root -- env -u HOME timeout 5 nice -n 1 /usr/bin/curl x",
+    ] {
+        let got = p.decide("Bash", &json!({"command": cmd}), None);
+        assert!(
+            matches!(
+                &got,
+                Decision::Block {
+                    key: Key::Disallowed,
+                    ..
+                }
+            ),
+            "{cmd:?}: {got:?}"
+        );
+    }
+}
+
+/// Fail closed: a command word the shell computes cannot be checked
+/// against a deny rule, so it is refused, saying why.
+#[test]
+fn bash_computed_commands_are_refused_under_a_deny_rule() {
+    let p = policy("[tools]\ndisallowed = [\"Bash(curl:*)\"]\n");
+    for cmd in [
+        "$C x",
+        "X=curl; $X x",
+        "\"$(echo curl)\" x",
+        "/usr/bin/cur? x",
+        "{c,}url x",
+        "eval \"$CMD\"",
+        "bash -c \"$CMD\"",
+        "echo curl x | sh",
+        "sh < script.sh",
+        "echo 'unterminated",
+    ] {
+        match p.decide("Bash", &json!({"command": cmd}), None) {
+            Decision::Block { key, reason } => {
+                assert_eq!(key, Key::Disallowed, "{cmd:?}");
+                assert!(reason.contains("cannot be checked"), "{cmd:?}: {reason}");
+            }
+            d => panic!("{cmd:?}: {d:?}"),
+        }
+    }
+    // What is known and not curl runs, computed arguments and all.
+    for cmd in [
+        "ls -la \"$HOME\"",
+        "echo $(date) curl",
+        "git log --format=%H | head -1",
+        "for f in *.rs; do wc -l \"$f\"; done",
+        "bash ./build.sh",
+        "npm test -- --grep 'a b'",
+        "[ -f x ] && cat x",
+        "ls *.rs",
+    ] {
+        assert_eq!(d(&p, "Bash", json!({"command": cmd})), None, "{cmd:?}");
+    }
+    // Without a Bash rule nothing needs to be known.
+    let none = policy("[tools]\ndisallowed = [\"Write\"]\n");
+    assert_eq!(d(&none, "Bash", json!({"command": "$C x"})), None);
+}
+
+/// Edit rules cover every tool that changes a file (Claude Code's own
+/// reading), Read rules every tool that reads one; Write is Write.
+#[test]
+fn edit_and_read_rules_cover_their_families() {
+    let p = policy("[tools]\ndisallowed = [\"Edit\"]\n");
+    for t in ["Edit", "MultiEdit", "NotebookEdit", "Write"] {
+        assert_eq!(
+            d(&p, t, json!({"file_path": "a"})),
+            Some(Key::Disallowed),
+            "{t}"
+        );
+    }
+    assert_eq!(d(&p, "Read", json!({"file_path": "a"})), None);
+    let p = policy("[tools]\ndisallowed = [\"Edit(config/**)\"]\n");
+    for (t, k) in [
+        ("MultiEdit", "file_path"),
+        ("NotebookEdit", "notebook_path"),
+    ] {
+        assert_eq!(
+            d(&p, t, json!({k: "config/a.yml"})),
+            Some(Key::Disallowed),
+            "{t}"
+        );
+        assert_eq!(d(&p, t, json!({k: "src/a.rs"})), None, "{t}");
+    }
+    let p = policy("[tools]\ndisallowed = [\"Write\"]\n");
+    assert_eq!(
+        d(&p, "Write", json!({"file_path": "a"})),
+        Some(Key::Disallowed)
+    );
+    assert_eq!(d(&p, "Edit", json!({"file_path": "a"})), None);
+    let p = policy("[tools]\ndisallowed = [\"Read(secrets/**)\"]\n");
+    for (t, k) in [
+        ("Read", "file_path"),
+        ("Grep", "path"),
+        ("Glob", "path"),
+        ("LS", "path"),
+    ] {
+        assert_eq!(
+            d(&p, t, json!({k: "secrets/x"})),
+            Some(Key::Disallowed),
+            "{t}"
+        );
+    }
+    // An allow list is read the same way.
+    let p = policy("[tools]\nallowed = [\"Edit(src/**)\", \"Read\"]\n");
+    assert_eq!(d(&p, "MultiEdit", json!({"file_path": "src/a"})), None);
+    assert_eq!(d(&p, "Write", json!({"file_path": "src/a"})), None);
+    assert_eq!(d(&p, "Grep", json!({"pattern": "x"})), None);
+    assert_eq!(
+        d(&p, "NotebookEdit", json!({"notebook_path": "docs/a.ipynb"})),
+        Some(Key::Allowed)
+    );
+}
+
 #[test]
 fn allowed_list_refuses_the_rest_and_every_part() {
     let p = policy(
@@ -78,6 +225,10 @@ fn allowed_list_refuses_the_rest_and_every_part() {
     assert_eq!(d(&p, "Bash", json!({"command": "ls -la"})), al);
     assert_eq!(d(&p, "Bash", json!({"command": "npm test && curl x"})), al);
     assert_eq!(d(&p, "Bash", json!({})), al);
+    // Only what it can see: a computed command is not `npm test`.
+    assert_eq!(d(&p, "Bash", json!({"command": "npm test; $X"})), al);
+    assert_eq!(d(&p, "Bash", json!({"command": "npm test $(curl x)"})), al);
+    assert_eq!(d(&p, "Bash", json!({"command": "sh -c 'npm test'"})), al);
     assert_eq!(d(&p, "Write", json!({"file_path": "src/a/b.rs"})), None);
     assert_eq!(
         d(&p, "Write", json!({"file_path": "/workspace/src/a.rs"})),
@@ -116,7 +267,7 @@ fn disallowed_paths_with_dotdot() {
 #[test]
 fn read_only_refuses_the_writing_tools() {
     let p = policy("[tools]\nread-only = true\n");
-    for t in WRITE_TOOLS {
+    for &t in writing_tools() {
         assert_eq!(
             d(&p, t, json!({"file_path": "a"})),
             Some(Key::ReadOnly),

@@ -620,13 +620,11 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
         };
         build_base(&CommonArgs::default(), &opts)?;
     }
-    let file = ws.config_dir().join("Dockerfile");
-    let text = if file.is_file() {
-        std::fs::read_to_string(&file).map_err(|e| RunError::Io(file.clone(), e))?
-    } else {
-        REPO_DOCKERFILE.to_owned()
-    };
+    let (text, file) = repo_dockerfile(ws)?;
     check_repo_dockerfile(&text, &file, o.allow_entrypoint)?;
+    let base_id = docker::inspect("image", &base)?
+        .and_then(|b| b["Id"].as_str().map(str::to_owned))
+        .unwrap_or_default();
     let image = &ws.names.image;
     output::progress(&format!("building {image}…"));
     // The Dockerfile goes on stdin; the context is .agent-sandbox/, or an
@@ -642,6 +640,14 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
     // The label lets `prune` find the image once the workspace is gone.
     cmd.args(["build", "--tag", image, "--label"])
         .arg(format!("{LABEL_IMAGE}={}", ws.path.display()))
+        .arg("--label")
+        .arg(format!("{LABEL_BASE}={}", o.base_tag))
+        .arg("--label")
+        .arg(format!("{LABEL_BASE_ID}={base_id}"))
+        .arg("--label")
+        .arg(format!("{LABEL_RECIPE}={}", digest(&text)))
+        .arg("--label")
+        .arg(format!("{LABEL_ENTRYPOINT}={}", o.allow_entrypoint))
         .arg("--build-arg")
         .arg(format!("BASE_IMAGE_TAG={}", o.base_tag))
         .args(["--file", "-"])
@@ -660,6 +666,63 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
             .map_err(|e| RunError::Build(format!("{what}: {e}")))?;
     }
     check_status(child.wait(), &what).map_err(|e| with_tail(e, log.as_deref()))
+}
+
+// What a per-repo image was built from, so a start can tell it is stale.
+const LABEL_BASE: &str = "sbx.image.base";
+const LABEL_BASE_ID: &str = "sbx.image.base-id";
+const LABEL_RECIPE: &str = "sbx.image.dockerfile-md5";
+const LABEL_ENTRYPOINT: &str = "sbx.image.allow-entrypoint";
+
+fn repo_dockerfile(ws: &crate::workspace::Workspace) -> Result<(String, PathBuf), RunError> {
+    let file = ws.config_dir().join("Dockerfile");
+    let text = if file.is_file() {
+        std::fs::read_to_string(&file).map_err(|e| RunError::Io(file.clone(), e))?
+    } else {
+        REPO_DOCKERFILE.to_owned()
+    };
+    Ok((text, file))
+}
+
+fn digest(text: &str) -> String {
+    Md5::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Why the per-repo image must be (re)built before a new container is made
+/// from it, with the options it was built with: missing, built by an older
+/// sbx, its base image rebuilt since, or its Dockerfile changed. None: use it.
+pub fn repo_rebuild(
+    ws: &crate::workspace::Workspace,
+) -> Result<Option<(BuildOpts, &'static str)>, RunError> {
+    let Some(image) = docker::inspect("image", &ws.names.image)? else {
+        return Ok(Some((BuildOpts::default(), "")));
+    };
+    let labels = &image["Config"]["Labels"];
+    let Some(tag) = labels[LABEL_BASE].as_str() else {
+        return Ok(Some((
+            BuildOpts::default(),
+            "it was built by an older sbx-run",
+        )));
+    };
+    let opts = BuildOpts {
+        base_tag: tag.to_owned(),
+        allow_entrypoint: labels[LABEL_ENTRYPOINT] == "true",
+    };
+    let base = docker::inspect("image", &format!("{BASE_IMAGE}:{tag}"))?;
+    let base_id = base.as_ref().and_then(|b| b["Id"].as_str());
+    let (text, _) = repo_dockerfile(ws)?;
+    Ok(stale(labels, base_id, &digest(&text)).map(|why| (opts, why)))
+}
+
+fn stale(labels: &serde_json::Value, base_id: Option<&str>, recipe: &str) -> Option<&'static str> {
+    // A base that is gone cannot be built on: keep what there is.
+    if base_id.is_some_and(|id| labels[LABEL_BASE_ID] != id) {
+        return Some("its base image was rebuilt since");
+    }
+    (labels[LABEL_RECIPE] != recipe).then_some("its Dockerfile changed since")
 }
 
 /// Whether the image answers `claude --version` and `codex --version`.
@@ -719,6 +782,24 @@ mod tests {
             Some("https://mirror.invalid/npm/")
         );
         assert_eq!(registry_line("registry=file:///x\n"), None);
+    }
+
+    #[test]
+    fn a_repo_image_is_stale_when_its_base_or_dockerfile_changed() {
+        let labels = serde_json::json!({LABEL_BASE_ID: "sha256:a", LABEL_RECIPE: "r1"});
+        assert_eq!(stale(&labels, Some("sha256:a"), "r1"), None);
+        assert_eq!(stale(&labels, None, "r1"), None);
+        assert!(
+            stale(&labels, Some("sha256:b"), "r1")
+                .unwrap()
+                .contains("base")
+        );
+        assert!(
+            stale(&labels, Some("sha256:a"), "r2")
+                .unwrap()
+                .contains("Dockerfile")
+        );
+        assert!(stale(&serde_json::json!(null), Some("sha256:a"), "r1").is_some());
     }
 
     #[test]

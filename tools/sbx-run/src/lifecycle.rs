@@ -156,7 +156,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     // Then every other lookup at once (each is a request to the engine).
     let n = &ws.names;
     let (holder, image, network, volumes) = std::thread::scope(|s| {
-        let image = s.spawn(|| docker::exists("image", &n.image));
+        let image = s.spawn(|| image::repo_rebuild(ws));
         let network = s.spawn(|| docker::exists("network", &n.network));
         let volumes: Vec<_> = spec::workspace_volumes(n)
             .into_iter()
@@ -194,8 +194,11 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
         // Its network namespace went with the holder: make both anew.
         docker::remove(&["rm", "--force", &name])?;
     }
-    if !image? {
-        image::build_repo(ws, &BuildOpts::default())?;
+    if let Some((opts, why)) = image? {
+        if !why.is_empty() {
+            output::progress(&format!("{} is stale ({why}): rebuilding it", n.image));
+        }
+        image::build_repo(ws, &opts)?;
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(ws, std::env::vars_os());

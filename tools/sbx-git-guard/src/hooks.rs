@@ -216,20 +216,47 @@ pub fn check_push(real: &Git, stdin: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Object ids of stash commits, and of their trees.
-type StashSets = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+/// What the stash holds: its commits (each entry's own commit and its
+/// index and untracked parents, not its base), their trees, and the blobs
+/// they bring in (against the base; every blob of an untracked commit).
+#[derive(Default)]
+struct StashSets {
+    commits: Vec<Vec<u8>>,
+    trees: Vec<Vec<u8>>,
+    blobs: Vec<Vec<u8>>,
+}
 
-/// The stash's commits (each entry's own commit and its index and
-/// untracked parents, not its base) and their trees.
+/// The empty blob: common to unrelated changes, and holds nothing.
+const EMPTY_BLOB: &[u8] = b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391";
+
+/// The new blob ids in `git log --raw --no-abbrev` lines
+/// (`:100644 100644 <old> <new> M\tpath`), added or modified only.
+fn raw_new_blob(line: &[u8]) -> Option<&[u8]> {
+    let meta = line.strip_prefix(b":")?;
+    let meta = meta.split(|b| *b == b'\t').next()?;
+    let w: Vec<&[u8]> = meta.split(|b| *b == b' ').collect();
+    let (new, status) = (w.get(3)?, w.get(4)?);
+    (matches!(status.first(), Some(b'A' | b'M' | b'T' | b'C' | b'R'))
+        && !is_zero(new)
+        && *new != EMPTY_BLOB)
+        .then_some(*new)
+}
+
 fn stash_commits(real: &Git) -> StashSets {
-    let mut commits = Vec::new();
-    let mut trees = Vec::new();
+    let mut set = StashSets::default();
+    // Each entry's commit against its base (first parent), with its raw diff.
     let list = |walk: &str| {
         git(
             real,
             &[
                 OsStr::new("log"),
                 OsStr::new(walk),
+                OsStr::new("-m"),
+                OsStr::new("--first-parent"),
+                OsStr::new("--raw"),
+                OsStr::new("-r"),
+                OsStr::new("--no-abbrev"),
+                OsStr::new("--no-renames"),
                 OsStr::new("--format=%H %T %P"),
                 OsStr::new("refs/stash"),
                 OsStr::new("--"),
@@ -241,38 +268,49 @@ fn stash_commits(real: &Git) -> StashSets {
         .filter(|o| !o.stdout.is_empty())
         .or_else(|| list("--no-walk"))
     else {
-        return (commits, trees);
+        return set;
     };
     let mut extra: Vec<OsString> = Vec::new();
-    for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let w: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
-        if w.len() < 2 {
-            continue;
+    let read = |stdout: &[u8], set: &mut StashSets, extra: Option<&mut Vec<OsString>>| {
+        let mut extra = extra;
+        for line in stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if let Some(b) = raw_new_blob(line) {
+                set.blobs.push(b.to_vec());
+                continue;
+            }
+            let w: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+            if w.len() < 2 || w[0].len() < 40 {
+                continue;
+            }
+            set.commits.push(w[0].to_vec());
+            set.trees.push(w[1].to_vec());
+            if let Some(extra) = extra.as_deref_mut() {
+                for p in w.iter().skip(3) {
+                    extra.push(OsStr::from_bytes(p).to_owned());
+                }
+            }
         }
-        commits.push(w[0].to_vec());
-        trees.push(w[1].to_vec());
-        for p in w.iter().skip(3) {
-            commits.push(p.to_vec());
-            extra.push(OsStr::from_bytes(p).to_owned());
-        }
-    }
+    };
+    read(&out.stdout, &mut set, Some(&mut extra));
     if !extra.is_empty() {
+        // The index and untracked commits, each against its own parent (the
+        // untracked one has none: every file it holds).
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),
             OsStr::new("--no-walk"),
-            OsStr::new("--format=%T"),
+            OsStr::new("--root"),
+            OsStr::new("--raw"),
+            OsStr::new("-r"),
+            OsStr::new("--no-abbrev"),
+            OsStr::new("--no-renames"),
+            OsStr::new("--format=%H %T"),
         ];
         args.extend(extra.iter().map(|e| e.as_os_str()));
         if let Some(o) = git(real, &args) {
-            trees.extend(
-                o.stdout
-                    .split(|b| *b == b'\n')
-                    .filter(|l| !l.is_empty())
-                    .map(<[u8]>::to_vec),
-            );
+            read(&o.stdout, &mut set, None);
         }
     }
-    (commits, trees)
+    set
 }
 
 /// Does the repository have a stash (a reflog, a loose or a packed
@@ -303,6 +341,31 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     if moves.is_empty() {
         return Ok(());
     }
+    refuse_stash_copies(real, &moves)
+}
+
+/// pre-push, with `block_no_verify`: the commits a push sends may not be a
+/// stash's either (`git push origin 'stash@{0}^2:refs/heads/x'` is a plain
+/// new branch or fast-forward to the first check).
+pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
+    let mut moves = Vec::new();
+    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        if let [_lref, loid, rref, roid] = f[..] {
+            if !is_zero(loid) {
+                moves.push((roid, loid, rref));
+            }
+        }
+    }
+    if moves.is_empty() {
+        return Ok(());
+    }
+    refuse_stash_copies(real, &moves)
+}
+
+/// `(old, new, name)`: refuse when a `new` brings in, beyond the branches,
+/// tags and `old`, a stash commit or a commit with a stash's tree.
+fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
     // No stash, nothing that skipped pre-commit this way: the common case
     // costs a few stats.
     let common = match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
@@ -324,10 +387,17 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     }
     // Listed lazily: most updates add no commit that is not on a branch.
     let mut stash: Option<StashSets> = None;
-    for (old, new, name) in moves {
+    for &(old, new, name) in moves {
+        // Each new commit with the blobs it brings in (against its first
+        // parent): a stash's change cherry-picked, reverted or rebased onto
+        // a moved branch has another tree, but still its file contents.
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),
             OsStr::new("--format=%H %T"),
+            OsStr::new("--raw"),
+            OsStr::new("-r"),
+            OsStr::new("--no-abbrev"),
+            OsStr::new("--no-renames"),
             OsStr::from_bytes(new),
             OsStr::new("--not"),
             OsStr::new("--branches"),
@@ -341,15 +411,23 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
         let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
             return Err("cannot list the commits the update adds".into());
         };
+        let mut current: &[u8] = b"";
         for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let mut w = line.split(|b| *b == b' ');
-            let (Some(c), Some(t)) = (w.next(), w.next()) else {
-                continue;
+            let set = stash.get_or_insert_with(|| stash_commits(real));
+            let copied = if let Some(blob) = raw_new_blob(line) {
+                set.blobs.iter().any(|s| s == blob)
+            } else {
+                let mut w = line.split(|b| *b == b' ');
+                let (Some(c), Some(t)) = (w.next(), w.next()) else {
+                    continue;
+                };
+                current = c;
+                set.commits.iter().any(|s| s == c) || set.trees.iter().any(|s| s == t)
             };
-            let (commits, trees) = stash.get_or_insert_with(|| stash_commits(real));
-            if commits.iter().any(|s| s == c) || trees.iter().any(|s| s == t) {
+            if copied {
+                let c = current;
                 return Err(format!(
-                    "{} would point at {}, a stash commit (or a copy of one) that no pre-commit hook saw; `git stash pop` and commit instead",
+                    "{} would point at {}, a stash commit or a copy of a stash's change that no pre-commit hook saw; `git stash pop` (or drop) and commit instead",
                     String::from_utf8_lossy(name),
                     String::from_utf8_lossy(&c[..c.len().min(12)])
                 ));
@@ -424,11 +502,18 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let verdict = match &real {
         None => Err("the real git was not found".to_owned()),
         Some(real) if name == "pre-push" => {
-            if settings.block_force_push {
+            let force = if settings.block_force_push {
                 check_push(real, &input)
             } else {
                 Ok(())
-            }
+            };
+            force.and_then(|()| {
+                if settings.block_no_verify {
+                    check_push_commits(real, &input)
+                } else {
+                    Ok(())
+                }
+            })
         }
         Some(real) => {
             if settings.block_no_verify {

@@ -540,7 +540,8 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
         (
             // The read-only hooks mount moves with its renamed parent.
             "a moved .git",
-            "mv .git .gitold && mkdir .git && cp .gitold/HEAD .gitold/config .gitold/index .git/ \
+            // (sbx-run pins .git itself now: the move is refused, EBUSY.)
+            "mv .git .gitold || exit 97; mkdir .git && cp .gitold/HEAD .gitold/config .gitold/index .git/ \
              && ln -s ../.gitold/objects .git/objects && ln -s ../.gitold/refs .git/refs \
              && echo x > bad && git add bad && git commit -qm moved; rc=$?; \
              rm -rf .git; mv .gitold .git; exit $rc",
@@ -667,7 +668,7 @@ fn fresh_attacks_on_the_guard_are_refused() {
              git clean -qffdx -e remote.git; git stash clear; \
              for r in $(git for-each-ref --format='%(refname)' refs/heads refs/tags refs/replace refs/notes); do \
                [ $r = refs/heads/main ] || git update-ref -d $r; done; \
-             rm -f .git/info/grafts .gitmodules; rm -rf .git/modules; git worktree prune; \
+             rm -f .git/info/grafts .gitmodules .git/sbx-stash-seen; rm -rf .git/modules; git worktree prune; \
              git config --unset-all include.path; git config --unset-all remote.origin.push; \
              git config --unset-all remote.origin.mirror; \
              for r in $(git -C remote.git for-each-ref --format='%(refname)'); do \
@@ -678,7 +679,9 @@ fn fresh_attacks_on_the_guard_are_refused() {
         sh(Command::new("sh").arg("-c").arg(script).current_dir(&p));
     };
     // Fresh cases: (name, script that exits 0 only if the attack landed).
-    let landed_bad = "git --no-replace-objects ls-tree -r --name-only HEAD | grep -qx bad";
+    // On a branch (a rebase refused mid-way leaves HEAD detached on it).
+    let landed_bad = "for r in $(git for-each-ref --format='%(refname)' refs/heads); do \
+                      git --no-replace-objects ls-tree -r --name-only $r; done | grep -qx bad";
     let stage_bad = "echo b > bad && git add bad";
     let stash_bad_moved = "echo b > bad && git add bad && git stash push -q && echo z > z && git add z && git commit -qm z";
     let cases: Vec<(&str, String)> = vec![
@@ -747,6 +750,10 @@ fn fresh_attacks_on_the_guard_are_refused() {
             format!("{stash_bad_moved} && git tag t 'stash@{{0}}^2' && git stash clear && git cherry-pick $(git rev-parse t); {landed_bad}"),
         ),
         (
+            "cherry-pick by object id after the stash is dropped",
+            format!("{stash_bad_moved} && I=$(git rev-parse 'stash@{{0}}^2') && git stash drop -q && git cherry-pick $I; {landed_bad}"),
+        ),
+        (
             "revert -m 2 of a stash that deleted a staged file",
             format!("{stage_bad} && rm bad && git stash push -q && echo z > z && git add z && git commit -qm z && \
                      git revert --no-edit -m 2 'stash@{{0}}'; {landed_bad}"),
@@ -763,11 +770,13 @@ fn fresh_attacks_on_the_guard_are_refused() {
              git -c core.notesRef=refs/heads/main notes add -f -m z HEAD; test \"$(git rev-parse main)\" != \"$B\"".into(),
         ),
         (
-            "replace --edit fools pre-commit, then push",
-            format!("{stage_bad} && T=$(git write-tree) && git reset -q && rm bad && \
-                     GIT_EDITOR=\"sed -i s/^tree.*/tree\\ $T/\" git replace --edit HEAD && git reset -q --hard && \
-                     echo z > z && git add z && git commit -qm z && git push -q origin main; \
-                     git --no-replace-objects ls-tree -r --name-only main | grep -qx bad"),
+            // `git replace` is refused (plumbing), but update-ref writes a
+            // replace ref all the same: HEAD then reads as the stash's
+            // index commit, and pre-commit diffs against its tree.
+            "replace ref by update-ref fools pre-commit",
+            format!("{stage_bad} && git stash push -q && \
+                     git update-ref refs/replace/$(git rev-parse HEAD) $(git rev-parse 'stash@{{0}}^2') && \
+                     git stash drop -q && git reset -q --hard && echo z > z && git add z && git commit -qm z; {landed_bad}"),
         ),
         (
             "grafts fake a fast-forward",
@@ -861,4 +870,14 @@ fn fresh_attacks_on_the_guard_are_refused() {
         "got through:\n{}",
         through.join("\n---\n")
     );
+    // Control: content a dropped stash once held, committed for real, can
+    // still be rebased (it is on a branch already), and commits go on.
+    reset();
+    let o = agent(
+        "echo g > good && git add good && git stash push -q && git stash drop -q && \
+         echo g > good && git add good && git commit -qm good && \
+         git checkout -q -b feat HEAD~1 && echo f > f && git add f && git commit -qm f && \
+         git checkout -q main && git rebase -q feat && git ls-tree -r --name-only main | grep -qx f",
+    );
+    assert!(o.status.success(), "a legitimate rebase: {}", text(&o));
 }

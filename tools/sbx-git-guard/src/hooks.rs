@@ -264,12 +264,42 @@ fn stash_commits(real: &Git) -> StashSets {
         )
     };
     // The reflog holds every stash; without one, refs/stash names the last.
-    let Some(out) = list("-g")
+    let mut out = list("-g")
         .filter(|o| !o.stdout.is_empty())
         .or_else(|| list("--no-walk"))
-    else {
-        return set;
-    };
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    // And every one the guard saw made, dropped or not (gone ones skipped).
+    let seen = common_dir(real)
+        .and_then(|c| std::fs::read(c.join(SEEN_FILE)).ok())
+        .unwrap_or_default();
+    let ids: Vec<&OsStr> = seen
+        .split(|b| *b == b'\n')
+        .filter(|l| l.len() >= 40 && l.iter().all(u8::is_ascii_hexdigit))
+        .map(OsStr::from_bytes)
+        .collect();
+    if !ids.is_empty() {
+        let mut args: Vec<&OsStr> = [
+            "log",
+            "--no-walk",
+            "--ignore-missing",
+            "-m",
+            "--first-parent",
+            "--raw",
+            "-r",
+            "--no-abbrev",
+            "--no-renames",
+            "--format=%H %T %P",
+        ]
+        .iter()
+        .map(OsStr::new)
+        .collect();
+        args.extend(ids);
+        args.push(OsStr::new("--"));
+        if let Some(o) = git(real, &args) {
+            out.extend_from_slice(&o.stdout);
+        }
+    }
     let mut extra: Vec<OsString> = Vec::new();
     let read = |stdout: &[u8], set: &mut StashSets, extra: Option<&mut Vec<OsString>>| {
         let mut extra = extra;
@@ -291,7 +321,7 @@ fn stash_commits(real: &Git) -> StashSets {
             }
         }
     };
-    read(&out.stdout, &mut set, Some(&mut extra));
+    read(&out, &mut set, Some(&mut extra));
     if !extra.is_empty() {
         // The index and untracked commits, each against its own parent (the
         // untracked one has none: every file it holds).
@@ -313,11 +343,18 @@ fn stash_commits(real: &Git) -> StashSets {
     set
 }
 
+/// Every stash commit the guard's step saw made (one id a line, in the
+/// common dir): a stash dropped or cleared leaves its commits in the object
+/// store, where `git cherry-pick <id>` still finds them. Kept until the
+/// repository is; deleting it by hand is writing the git dir, limit (1).
+pub const SEEN_FILE: &str = "sbx-stash-seen";
+
 /// Does the repository have a stash (a reflog, a loose or a packed
 /// refs/stash; a stash ref without a reflog still names one stash commit)?
 pub fn stash_exists(common: &Path) -> bool {
     // reftable keeps refs in tables the guard does not read: assume one.
     common.join("reftable").is_dir()
+        || std::fs::metadata(common.join(SEEN_FILE)).is_ok_and(|m| m.len() > 0)
         || common.join("logs/refs/stash").is_file()
         || common.join("refs/stash").is_file()
         || std::fs::read(common.join("packed-refs"))
@@ -327,9 +364,14 @@ pub fn stash_exists(common: &Path) -> bool {
 /// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     let mut moves = Vec::new();
+    let mut stashed: Vec<u8> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
         let [old, new, name] = f[..] else { continue };
+        if name == b"refs/stash" && !is_zero(new) && !new.starts_with(b"ref:") {
+            stashed.extend_from_slice(new);
+            stashed.push(b'\n');
+        }
         if name.starts_with(b"refs/heads/")
             && !is_zero(new)
             && old != new
@@ -338,10 +380,52 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
             moves.push((old, new, name));
         }
     }
+    if !stashed.is_empty() {
+        let common = common_dir(real).ok_or("cannot find the repository's common directory")?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(common.join(SEEN_FILE))
+            .map_err(|e| format!("cannot record the stash in {SEEN_FILE}: {e}"))?;
+        f.write_all(&stashed)
+            .map_err(|e| format!("cannot record the stash in {SEEN_FILE}: {e}"))?;
+    }
     if moves.is_empty() {
         return Ok(());
     }
     refuse_stash_copies(real, &moves)
+}
+
+/// Is `blob` in some local branch's history? Asked only for a blob a stash
+/// brought in; a git that cannot answer says no.
+fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
+    let mut find = OsString::from("--find-object=");
+    find.push(OsStr::from_bytes(blob));
+    git(
+        real,
+        &[
+            OsStr::new("log"),
+            OsStr::new("--branches"),
+            &find,
+            OsStr::new("-1"),
+            OsStr::new("--format=%H"),
+            OsStr::new("--"),
+        ],
+    )
+    .is_some_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty())
+}
+
+/// The common dir: the guard's variable, else git's answer.
+fn common_dir(real: &Git) -> Option<PathBuf> {
+    match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
+        Some(c) => Some(PathBuf::from(c)),
+        None => git(
+            real,
+            &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
+        )
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
+    }
 }
 
 /// pre-push, with `block_no_verify`: the commits a push sends may not be a
@@ -368,15 +452,7 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
 fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
     // No stash, nothing that skipped pre-commit this way: the common case
     // costs a few stats.
-    let common = match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
-        Some(c) => Some(PathBuf::from(c)),
-        None => git(
-            real,
-            &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
-        )
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
-    };
+    let common = common_dir(real);
     // Unknown (git could not run, e.g. the broker is down): refuse.
     let Some(common) = common else {
         return Err("cannot find the repository's common directory".into());
@@ -415,7 +491,9 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
         for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             let set = stash.get_or_insert_with(|| stash_commits(real));
             let copied = if let Some(blob) = raw_new_blob(line) {
-                set.blobs.iter().any(|s| s == blob)
+                // Content already on a branch came there through a commit
+                // or a step like this one (a rebase of one's own commits).
+                set.blobs.iter().any(|s| s == blob) && !on_a_branch(real, blob)
             } else {
                 let mut w = line.split(|b| *b == b' ');
                 let (Some(c), Some(t)) = (w.next(), w.next()) else {
@@ -563,5 +641,31 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
             None => ExitCode::from(1),
         },
         Err(_) => ExitCode::from(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raw_new_blob;
+
+    /// Added and modified blobs count; deletions and the empty blob do not.
+    #[test]
+    fn raw_lines_give_the_blobs_a_commit_brings_in() {
+        let z = "0".repeat(40);
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let line = |s: &str| format!(":100644 100644 {a} {b} {s}\tpath with space");
+        assert_eq!(raw_new_blob(line("M").as_bytes()), Some(b.as_bytes()));
+        assert_eq!(
+            raw_new_blob(format!(":000000 100644 {z} {b} A\tnew").as_bytes()),
+            Some(b.as_bytes())
+        );
+        assert_eq!(
+            raw_new_blob(format!(":100644 000000 {a} {z} D\tgone").as_bytes()),
+            None
+        );
+        let empty = format!(":000000 100644 {z} e69de29bb2d1d6434b8b29ae775ad8c2e48c5391 A\te");
+        assert_eq!(raw_new_blob(empty.as_bytes()), None);
+        assert_eq!(raw_new_blob(format!("{a} {b}").as_bytes()), None);
     }
 }

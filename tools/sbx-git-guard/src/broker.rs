@@ -214,8 +214,8 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(sock_err)?;
     privsep::auto_reap_children().map_err(sock_err)?;
     // Spares, made ahead so no fork is on a call's path: each is a session
-    // blocked in accept() with git's process already forked and waiting
-    // for its connection. A spare that takes a connection says so, and a
+    // and git's process-to-be, forked and blocked in accept(); it passes
+    // the session a copy of the connection. A spare that takes one says so, and a
     // new one is forked while it serves (not when it ends: a hook's own git
     // calls nest, each holding its session).
     let (taken_rx, taken_tx) = UnixStream::pair().map_err(sock_err)?;
@@ -257,8 +257,9 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
 /// Sessions kept waiting in accept().
 const SPARES: usize = 2;
 
-/// A spare session: fork git's process-to-be, wait for a connection, hand
-/// it over, then wait for git and relay. Never returns.
+/// A spare session: fork git's process-to-be, which waits in accept() and
+/// hands the connection back once it has one; then wait for git and relay.
+/// Never returns.
 fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
     let _ = privsep::reset_signals();
     let fail = |what: &str, e: std::io::Error| -> ! {
@@ -266,35 +267,34 @@ fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Opt
         let _ = (&taken).write_all(&[1]);
         std::process::exit(1)
     };
-    let (handoff, child_end) = UnixStream::pair().unwrap_or_else(|e| fail("socketpair", e));
+    let (handoff, runner_end) = UnixStream::pair().unwrap_or_else(|e| fail("socketpair", e));
+    let me = std::process::id();
     let child = match privsep::fork() {
         Ok(Forked::Child) => {
-            drop(listener);
-            drop(taken);
             drop(handoff);
-            runner(child_end, git, exec_path)
+            // An idle runner dies with its session (and so with the broker).
+            if !privsep::die_with_parent(me).unwrap_or(false) {
+                std::process::exit(0);
+            }
+            runner(listener, taken, runner_end, git, exec_path)
         }
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => fail("fork", e),
     };
-    drop(child_end);
-    // The session never runs git itself.
+    // The session never runs git, nor accepts: the runner does both, so a
+    // call wakes one process to start.
+    drop(runner_end);
     drop(git);
+    drop(listener);
+    drop(taken);
     // Both sides set the group, so a signal relayed at once finds it.
     let _ = privsep::set_process_group(child);
-    let conn = loop {
-        match listener.accept() {
-            Ok((c, _)) => break c,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                let _ = privsep::kill_group(child, libc_sig::SIGKILL);
-                fail("accept", e)
-            }
-        }
+    let mut b = [0u8; 1];
+    let conn = match privsep::recv_with_fds(handoff.as_fd(), &mut b, 1) {
+        Ok((1, mut fds)) if fds.len() == 1 => UnixStream::from(fds.remove(0)),
+        // The runner ended before a connection came (it said why).
+        _ => std::process::exit(0),
     };
-    let _ = (&taken).write_all(&[1]);
-    drop(taken);
-    drop(listener);
     let code = match session_inner(&conn, &handoff, child) {
         Ok(()) => 0,
         Err(msg) => {
@@ -306,16 +306,35 @@ fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Opt
     std::process::exit(code)
 }
 
-/// git's process-to-be: wait for the connection, read the request, become
-/// the peer, decide, exec. Never returns. Its end of the hand-over socket
-/// closes on exec (or exit), which tells the session the request was read.
-fn runner(from_session: UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
-    let mut b = [0u8; 1];
-    let conn = match privsep::recv_with_fds(from_session.as_fd(), &mut b, 1) {
-        Ok((1, mut fds)) if fds.len() == 1 => UnixStream::from(fds.remove(0)),
-        // The session went away before a connection came.
-        _ => std::process::exit(0),
+/// git's process-to-be: accept a connection, pass a copy to the session,
+/// read the request, become the peer, decide, exec. Never returns. Its end
+/// of the hand-over socket closes on exec (or exit), which tells the
+/// session the request was read.
+fn runner(
+    listener: UnixListener,
+    taken: UnixStream,
+    to_session: UnixStream,
+    git: OwnedFd,
+    exec_path: Option<&OsStr>,
+) -> ! {
+    let conn = loop {
+        match listener.accept() {
+            Ok((c, _)) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                output::warn(&format!("session: accept: {e}"));
+                let _ = (&taken).write_all(&[1]);
+                std::process::exit(1)
+            }
+        }
     };
+    let _ = (&taken).write_all(&[1]);
+    drop(taken);
+    drop(listener);
+    if privsep::send_with_fds(to_session.as_fd(), b"c", &[conn.as_fd()]).is_err() {
+        let _ = proto::send_reply(&conn, &Reply::Error("the session is gone".into()));
+        std::process::exit(1)
+    }
     // The kernel's word, taken before anything the peer sends.
     let peer = match conn.peer() {
         Ok(p) => p,
@@ -332,7 +351,7 @@ fn runner(from_session: UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> 
         }
     };
     drop(conn);
-    drop(from_session);
+    drop(to_session);
     run_as_peer(&req, fds, &peer, git.as_fd(), exec_path)
 }
 
@@ -375,7 +394,7 @@ fn nix_uid() -> u32 {
         .unwrap_or(u32::MAX)
 }
 
-/// The session, once its runner has the connection: become the peer,
+/// The session, once its runner has passed it the connection: become the peer,
 /// wait until the runner has read the request (its hand-over end closes),
 /// then relay signals until git ends and report how.
 fn session_inner(
@@ -384,8 +403,6 @@ fn session_inner(
     child: privsep::Pid,
 ) -> Result<(), String> {
     let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
-    privsep::send_with_fds(handoff.as_fd(), b"c", &[conn.as_fd()])
-        .map_err(|e| format!("hand-over: {e}"))?;
     // It lets go of root and becomes the peer too, so it may signal git's
     // group without CAP_KILL (the container has none) and holds nothing more.
     privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;

@@ -659,6 +659,15 @@ fn fresh_attacks_on_the_guard_are_refused() {
             .output()
             .unwrap()
     };
+    // The remote as the sandbox sees it (the host's path is not mounted).
+    let o = agent(
+        "git remote set-url origin \"$PWD/remote.git\" && git fetch -q origin && git rev-parse origin/other",
+    );
+    assert!(
+        o.status.success() && text(&o).trim() == other,
+        "the remote: {}",
+        text(&o)
+    );
     // Host-side reset between cases (in place: .git is a mount point).
     let reset = || {
         let script = format!(

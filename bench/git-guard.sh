@@ -8,7 +8,11 @@
 #   up-to-date branch to a local bare remote (its pre-push step runs);
 #   also a bash wrapper of the seed's shape (a regex over "$*", then exec);
 #   and the sandbox's path: the guard handing the call to its root broker
-#   (sbx-git-guard serve), which decides, forks and execs git by fd.
+#   (sbx-git-guard serve), which decides and execs git by fd in a process
+#   forked ahead of the call.
+# OLD_GUARD=/path/to/an/older/sbx-git-guard adds a side-by-side run of the
+# brokered calls through that build's broker and this one's, each behind
+# `env` as the real git is, in one hyperfine run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The statically linked guard `make build` installs.
@@ -17,7 +21,8 @@ GUARD=$PWD/target/release/sbx-git-guard
 REAL=${REAL_GIT:-/usr/bin/git}
 TMP=$(mktemp -d)
 BPID=
-trap '[ -z "$BPID" ] || kill "$BPID"; rm -rf "$TMP"' EXIT
+OPID=
+trap '[ -z "$BPID" ] || kill "$BPID"; [ -z "$OPID" ] || kill "$OPID"; rm -rf "$TMP"' EXIT
 RUNS=${RUNS:-300}
 
 mkdir -p "$TMP/guard" "$TMP/bash" "$TMP/home"
@@ -103,3 +108,21 @@ run_broker revparse rev-parse HEAD
 run_broker commit commit -q --allow-empty -m bench
 run_broker reset-stash reset -q --hard HEAD
 run_broker push push -q "$TMP/remote.git" master
+if [ -n "${OLD_GUARD:-}" ]; then
+  mkdir -p "$TMP/old"
+  ln -s "$OLD_GUARD" "$TMP/old/git"
+  "$OLD_GUARD" serve --socket "$TMP/old.sock" --git "$TMP/libexec/git" 2>"$TMP/old.log" &
+  OPID=$!
+  for _ in $(seq 100); do [ -S "$TMP/old.sock" ] && break; sleep 0.02; done
+  echo "== broker A/B: real git, this build's broker, OLD_GUARD's broker (each behind env)"
+  for args in "rev-parse HEAD" "status --short"; do
+    cd "$R"
+    env -i HOME="$TMP/home" SBX_AUDIT_LOG="$TMP/audit.jsonl" GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
+      hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/ab.csv" \
+        "env $REAL $args" "env SBX_GIT_BROKER=$TMP/broker.sock $TMP/guard/git $args" \
+        "env SBX_GIT_BROKER=$TMP/old.sock $TMP/old/git $args" >/dev/null 2>&1
+    cd - >/dev/null
+    read -r a b c < <(summarize "$TMP/ab.csv")
+    echo "[ab] git $args: real ${a} ms   broker ${b} ms   old broker ${c} ms"
+  done
+fi

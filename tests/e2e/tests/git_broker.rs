@@ -540,7 +540,8 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
         (
             // The read-only hooks mount moves with its renamed parent.
             "a moved .git",
-            "mv .git .gitold && mkdir .git && cp .gitold/HEAD .gitold/config .gitold/index .git/ \
+            // (sbx-run pins .git itself now: the move is refused, EBUSY.)
+            "mv .git .gitold || exit 97; mkdir .git && cp .gitold/HEAD .gitold/config .gitold/index .git/ \
              && ln -s ../.gitold/objects .git/objects && ln -s ../.gitold/refs .git/refs \
              && echo x > bad && git add bad && git commit -qm moved; rc=$?; \
              rm -rf .git; mv .gitold .git; exit $rc",
@@ -578,4 +579,314 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
     // pack-objects inside that clone's git dir).
     let o = agent("git fetch -q /tmp/c HEAD");
     assert!(o.status.success(), "fetch from a clone: {}", text(&o));
+}
+
+/// Fresh attacks on the guard (issue 15, round three), each run as the
+/// agent in a real sandbox; every script ends by checking whether it
+/// landed (exit 0 = it got through). A pre-commit and a pre-merge-commit
+/// refuse a file named `bad`; the workspace holds a bare remote with
+/// `main` and a diverged `other`. After each case, from the host with the
+/// real git (replace refs and grafts off): no local branch or remote ref
+/// holds `bad`, and the remote's `other` is where it was.
+#[test]
+fn fresh_attacks_on_the_guard_are_refused() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    let p = repo.path.clone();
+    let hooks = p.join(".git/hooks");
+    let check = "#!/bin/sh\nif git diff --cached --name-only HEAD 2>/dev/null | grep -qx bad; then echo BAD >&2; exit 1; fi\n";
+    for h in ["pre-commit", "pre-merge-commit"] {
+        std::fs::write(hooks.join(h), check).unwrap();
+        std::fs::set_permissions(hooks.join(h), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // pre-merge-commit also refuses merging a file named `nomerge`.
+    std::fs::write(
+        hooks.join("pre-merge-commit"),
+        format!(
+            "{check}if git diff --cached --name-only HEAD | grep -qx nomerge; then exit 1; fi\n"
+        ),
+    )
+    .unwrap();
+    let host = |args: &[&str]| {
+        let o = Command::new("git")
+            .args([
+                "-c",
+                "safe.directory=*",
+                "-c",
+                "core.hooksPath=/dev/null",
+                "-c",
+                "user.name=h",
+                "-c",
+                "user.email=h@h",
+                "--no-replace-objects",
+            ])
+            .args(args)
+            .env("GIT_GRAFT_FILE", "/nonexistent")
+            .current_dir(&p)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    sh(Command::new("sh").current_dir(&p).arg("-c").arg(
+        "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'; \
+         git checkout -q -b main && echo 1 > one && git add one && git -c user.name=h -c user.email=h@h commit -qm one && \
+         echo 2 > two && git add two && git -c user.name=h -c user.email=h@h commit -qm two && \
+         git init -q --bare remote.git && printf 'remote.git\\n' >> .git/info/exclude && \
+         git remote add origin \"$PWD/remote.git\" && git -c core.hooksPath=/dev/null push -q origin main && \
+         git -c core.hooksPath=/dev/null push -q origin main~1:refs/heads/other && \
+         git -C remote.git -c user.name=h -c user.email=h@h commit-tree -p other -m diverged other^{tree} > /tmp/sbx-div && \
+         git -C remote.git update-ref refs/heads/other $(cat /tmp/sbx-div) && rm /tmp/sbx-div && \
+         git branch -q -D master 2>/dev/null; git fetch -q origin",
+    ));
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&p));
+    let base = host(&["rev-parse", "main"]);
+    let other = host(&["--git-dir=remote.git", "rev-parse", "other"]);
+    let out = sbx().args(["-q", "init"]).arg(&p).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&p).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let agent = |script: &str| {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&p)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; \
+                 mkdir -p /tmp/h && printf '#!/bin/sh\\nexit 0\\n' > /tmp/h/pre-commit && chmod +x /tmp/h/pre-commit; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    // The remote as the sandbox sees it (the host's path is not mounted).
+    let o = agent(
+        "git remote set-url origin \"$PWD/remote.git\" && git fetch -q origin && git rev-parse origin/other",
+    );
+    assert!(
+        o.status.success() && text(&o).trim() == other,
+        "the remote: {}",
+        text(&o)
+    );
+    // Host-side reset between cases (in place: .git is a mount point).
+    let reset = || {
+        let script = format!(
+            "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'; \
+             git rebase --abort 2>/dev/null; git merge --abort 2>/dev/null; git cherry-pick --abort 2>/dev/null; \
+             git revert --abort 2>/dev/null; git checkout -qf main; git reset -q --hard {base}; \
+             git clean -qffdx -e remote.git; git stash clear; \
+             for r in $(git for-each-ref --format='%(refname)' refs/heads refs/tags refs/replace refs/notes); do \
+               [ $r = refs/heads/main ] || git update-ref -d $r; done; \
+             rm -f .git/info/grafts .gitmodules .git/sbx-stash-seen; rm -rf .git/modules; git worktree prune; \
+             git config --unset-all include.path; git config --unset-all remote.origin.push; \
+             git config --unset-all remote.origin.mirror; \
+             for r in $(git -C remote.git for-each-ref --format='%(refname)'); do \
+               case $r in refs/heads/main|refs/heads/other) ;; *) git -C remote.git update-ref -d $r;; esac; done; \
+             git -C remote.git update-ref refs/heads/main {base}; git -C remote.git update-ref refs/heads/other {other}; \
+             chown -R 1000:1000 ."
+        );
+        sh(Command::new("sh").arg("-c").arg(script).current_dir(&p));
+    };
+    // Fresh cases: (name, script that exits 0 only if the attack landed).
+    // On a branch (a rebase refused mid-way leaves HEAD detached on it).
+    let landed_bad = "for r in $(git for-each-ref --format='%(refname)' refs/heads); do \
+                      git --no-replace-objects ls-tree -r --name-only $r; done | grep -qx bad";
+    let stage_bad = "echo b > bad && git add bad";
+    let stash_bad_moved = "echo b > bad && git add bad && git stash push -q && echo z > z && git add z && git commit -qm z";
+    let cases: Vec<(&str, String)> = vec![
+        ("-C", format!("{stage_bad}; git -C \"$PWD\" commit -qm c; {landed_bad}")),
+        (
+            "--git-dir + --work-tree",
+            format!("{stage_bad}; W=$PWD; cd /tmp && git --git-dir=\"$W/.git\" --work-tree=\"$W\" commit -qm c; cd \"$W\"; {landed_bad}"),
+        ),
+        (
+            "worktree add, commit there",
+            format!("git worktree add -q /tmp/wt -b wtb && cd /tmp/wt && {stage_bad} && git commit -qm c; {landed_bad}"),
+        ),
+        (
+            "submodule",
+            "rm -rf /tmp/sub && git init -q /tmp/sub && git -C /tmp/sub commit -q --allow-empty -m s && \
+             git -c protocol.file.allow=always submodule add -q /tmp/sub sm && cd sm && echo b > bad && git add bad && \
+             git commit -qm c && git ls-tree -r --name-only HEAD | grep -qx bad".into(),
+        ),
+        ("-c core.hooksPath", format!("{stage_bad}; git -c core.hooksPath=/tmp/h commit -qm c; {landed_bad}")),
+        (
+            "--config-env core.hooksPath",
+            format!("{stage_bad}; HP=/tmp/h git --config-env=core.hooksPath=HP commit -qm c; {landed_bad}"),
+        ),
+        (
+            "GIT_CONFIG_PARAMETERS and GIT_DIR twice",
+            format!(
+                "{stage_bad}; python3 -c '\nimport ctypes, os\nlibc = ctypes.CDLL(None)\n\
+                 a = [b\"git\", b\"commit\", b\"-qm\", b\"c\"]\n\
+                 e = [b\"GIT_CONFIG_PARAMETERS=\\x27core.hookspath\\x27=\\x27/tmp/h\\x27\", b\"GIT_CONFIG_PARAMETERS=\\x27core.hookspath\\x27=\\x27/tmp/h\\x27\", \
+                 b\"GIT_DIR=.git\", b\"GIT_DIR=/nonexistent\"] + [(k + \"=\" + v).encode() for k, v in os.environ.items()]\n\
+                 A = (ctypes.c_char_p * (len(a) + 1))(*a, None)\nE = (ctypes.c_char_p * (len(e) + 1))(*e, None)\n\
+                 pid = os.fork()\nif pid == 0:\n    libc.execve(b\"/usr/bin/git\", A, E)\n    os._exit(127)\nos.waitpid(pid, 0)\n'; {landed_bad}"
+            ),
+        ),
+        (
+            "rebase --exec amend --no-verify",
+            format!("git rebase -q --exec '{stage_bad} && git commit -q --amend --no-edit --no-verify' HEAD~1; {landed_bad}"),
+        ),
+        (
+            "rebase --exec amend with -c core.hooksPath",
+            format!("git rebase -q --exec '{stage_bad} && git -c core.hooksPath=/tmp/h commit -q --amend --no-edit' HEAD~1; {landed_bad}"),
+        ),
+        (
+            "merge --no-verify (pre-merge-commit)",
+            "git checkout -q -b side && echo n > nomerge && git add nomerge && git commit -qm n && git checkout -q main && \
+             echo m > m && git add m && git commit -qm m && git merge -q --no-verify --no-ff -m x side; \
+             git ls-tree -r --name-only HEAD | grep -qx nomerge".into(),
+        ),
+        (
+            "merge --no-commit, stage, --continue",
+            format!(
+                "git checkout -q -b side && echo s > s && git add s && git commit -qm s && git checkout -q main && \
+                 git merge -q --no-ff --no-commit side; {stage_bad}; GIT_EDITOR=true git merge --continue; {landed_bad}"
+            ),
+        ),
+        (
+            "cherry-pick -m 1 of a stash on a moved branch",
+            format!("{stash_bad_moved} && git cherry-pick -m 1 'stash@{{0}}'; {landed_bad}"),
+        ),
+        (
+            "cherry-pick of a stash's index commit on a moved branch",
+            format!("{stash_bad_moved} && git cherry-pick 'stash@{{0}}^2'; {landed_bad}"),
+        ),
+        (
+            "cherry-pick by object id after a tag",
+            format!("{stash_bad_moved} && git tag t 'stash@{{0}}^2' && git stash clear && git cherry-pick $(git rev-parse t); {landed_bad}"),
+        ),
+        (
+            "cherry-pick by object id after the stash is dropped",
+            format!("{stash_bad_moved} && I=$(git rev-parse 'stash@{{0}}^2') && git stash drop -q && git cherry-pick $I; {landed_bad}"),
+        ),
+        (
+            "revert -m 2 of a stash that deleted a staged file",
+            format!("{stage_bad} && rm bad && git stash push -q && echo z > z && git add z && git commit -qm z && \
+                     git revert --no-edit -m 2 'stash@{{0}}'; {landed_bad}"),
+        ),
+        (
+            "rebase -i picking a stash's index commit",
+            format!("{stash_bad_moved} && I=$(git rev-parse 'stash@{{0}}^2') && \
+                     GIT_SEQUENCE_EDITOR=\"sed -i '1i pick $I'\" git rebase -q -i HEAD; {landed_bad}"),
+        ),
+        (
+            "notes onto a branch",
+            "B=$(git rev-parse main); git notes --ref=refs/heads/main add -m x HEAD; \
+             GIT_NOTES_REF=refs/heads/main git notes add -f -m y HEAD; \
+             git -c core.notesRef=refs/heads/main notes add -f -m z HEAD; test \"$(git rev-parse main)\" != \"$B\"".into(),
+        ),
+        (
+            // `git replace` is refused (plumbing), but update-ref writes a
+            // replace ref all the same: HEAD then reads as the stash's
+            // index commit, and pre-commit diffs against its tree.
+            "replace ref by update-ref fools pre-commit",
+            format!("{stage_bad} && git stash push -q && \
+                     git update-ref refs/replace/$(git rev-parse HEAD) $(git rev-parse 'stash@{{0}}^2') && \
+                     git stash drop -q && git reset -q --hard && echo z > z && git add z && git commit -qm z; {landed_bad}"),
+        ),
+        (
+            "grafts fake a fast-forward",
+            "git fetch -q origin && git checkout -q -b g && echo g > g && git add g && git commit -qm g && \
+             echo \"$(git rev-parse HEAD) $(git rev-parse origin/other)\" > .git/info/grafts && \
+             git push -q origin g:other; test \"$(git ls-remote origin refs/heads/other | cut -f1)\" = \"$(git rev-parse g)\"".into(),
+        ),
+        (
+            "replace --graft fakes a fast-forward",
+            "git fetch -q origin && git checkout -q -b g && echo g > g && git add g && git commit -qm g && \
+             git replace --graft HEAD origin/other && \
+             git push -q origin g:other; test \"$(git ls-remote origin refs/heads/other | cut -f1)\" = \"$(git rev-parse g)\"".into(),
+        ),
+        (
+            "push a stash's index commit to a new branch",
+            "echo b > bad && git add bad && git stash push -q && git push -q origin 'stash@{0}^2:refs/heads/newb'; \
+             git --git-dir=remote.git ls-tree -r --name-only newb | grep -qx bad".into(),
+        ),
+        (
+            "update-ref of a remote-tracking ref, then push it",
+            "echo b > bad && git add bad && git stash push -q && \
+             git update-ref refs/remotes/origin/x 'stash@{0}^2' && git push -q origin refs/remotes/origin/x:refs/heads/main; \
+             git --git-dir=remote.git ls-tree -r --name-only main | grep -qx bad".into(),
+        ),
+        (
+            "push --atomic with a deletion",
+            "git push -q --atomic origin main :other; ! git --git-dir=remote.git rev-parse -q --verify other".into(),
+        ),
+        (
+            "push --force-with-lease --force-if-includes",
+            "git fetch -q origin && git push -q --force-with-lease --force-if-includes origin main:other; \
+             test \"$(git ls-remote origin refs/heads/other | cut -f1)\" = \"$(git rev-parse main)\"".into(),
+        ),
+        (
+            "+refspec from an included config",
+            "printf '[remote \"origin\"]\\n\\tpush = +refs/heads/main:refs/heads/other\\n' > /tmp/inc && \
+             git config include.path /tmp/inc && git push -q origin; \
+             test \"$(git ls-remote origin refs/heads/other | cut -f1)\" = \"$(git rev-parse main)\"".into(),
+        ),
+        (
+            "mirror set inline",
+            "git -c remote.origin.mirror=true push -q origin; ! git --git-dir=remote.git rev-parse -q --verify other".into(),
+        ),
+    ];
+    let mut through = Vec::new();
+    for (name, script) in &cases {
+        reset();
+        let o = agent(script);
+        let mut why = Vec::new();
+        if o.status.success() {
+            why.push("landed".to_owned());
+        }
+        for r in host(&["for-each-ref", "--format=%(refname)", "refs/heads"]).lines() {
+            if host(&["ls-tree", "-r", "--name-only", r])
+                .lines()
+                .any(|f| f == "bad")
+            {
+                why.push(format!("local {r} holds bad"));
+            }
+        }
+        for r in host(&[
+            "--git-dir=remote.git",
+            "for-each-ref",
+            "--format=%(refname)",
+        ])
+        .lines()
+        {
+            if host(&["--git-dir=remote.git", "ls-tree", "-r", "--name-only", r])
+                .lines()
+                .any(|f| f == "bad")
+            {
+                why.push(format!("remote {r} holds bad"));
+            }
+        }
+        if host(&[
+            "--git-dir=remote.git",
+            "rev-parse",
+            "-q",
+            "--verify",
+            "refs/heads/other",
+        ]) != other
+        {
+            why.push("the remote's other moved".into());
+        }
+        if !why.is_empty() {
+            through.push(format!("{name}: {}\n{}", why.join(", "), text(&o)));
+        }
+    }
+    assert!(
+        through.is_empty(),
+        "got through:\n{}",
+        through.join("\n---\n")
+    );
+    // Control: content a dropped stash once held, committed for real, can
+    // still be rebased (it is on a branch already), and commits go on.
+    reset();
+    let o = agent(
+        "echo g > good && git add good && git stash push -q && git stash drop -q && \
+         echo g > good && git add good && git commit -qm good && \
+         git checkout -q -b feat HEAD~1 && echo f > f && git add f && git commit -qm f && \
+         git checkout -q main && git rebase -q feat && git ls-tree -r --name-only main | grep -qx f",
+    );
+    assert!(o.status.success(), "a legitimate rebase: {}", text(&o));
 }

@@ -10,7 +10,7 @@
 pub mod proto;
 
 use std::ffi::{OsStr, OsString};
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -213,29 +213,146 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
     // Every local user may ask; the broker decides what each may do.
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(sock_err)?;
     privsep::auto_reap_children().map_err(sock_err)?;
+    // Spares, made ahead so no fork is on a call's path: each is a session
+    // and git's process-to-be, forked and blocked in accept(); it passes
+    // the session a copy of the connection. A spare that takes one says so, and a
+    // new one is forked while it serves (not when it ends: a hook's own git
+    // calls nest, each holding its session).
+    let (taken_rx, taken_tx) = UnixStream::pair().map_err(sock_err)?;
+    let mut spares = 0usize;
+    let me = std::process::id();
     loop {
-        let conn = match listener.accept() {
-            Ok((c, _)) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+        while spares < SPARES {
+            match privsep::fork() {
+                Ok(Forked::Child) => {
+                    drop(taken_rx);
+                    if !privsep::die_with_parent(me).unwrap_or(false) {
+                        std::process::exit(0);
+                    }
+                    spare(listener, taken_tx, git_fd, exec_path.as_deref())
+                }
+                Ok(Forked::Parent(_)) => spares += 1,
+                Err(e) => {
+                    output::warn(&format!("cannot fork a session: {e}"));
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            }
+        }
+        if spares == 0 {
+            continue;
+        }
+        let mut taken = [0u8; 64];
+        match (&taken_rx).read(&mut taken) {
+            Ok(n) => spares = spares.saturating_sub(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
-                output::warn(&format!("accept: {e}"));
+                output::warn(&format!("session pipe: {e}"));
                 std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        // One session process per connection: the accept loop never
-        // blocks on a client, and a session's failure stays its own.
-        match privsep::fork() {
-            Ok(Forked::Child) => {
-                drop(listener);
-                session(&conn, git_fd, exec_path.as_deref())
-            }
-            Ok(Forked::Parent(_)) => drop(conn),
-            Err(e) => {
-                let _ = proto::send_reply(&conn, &Reply::Error(format!("cannot fork: {e}")));
             }
         }
     }
+}
+
+/// Sessions kept waiting in accept().
+const SPARES: usize = 2;
+
+/// A spare session: fork git's process-to-be, which waits in accept() and
+/// hands the connection back once it has one; then wait for git and relay.
+/// Never returns.
+fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
+    let _ = privsep::reset_signals();
+    let fail = |what: &str, e: std::io::Error| -> ! {
+        output::warn(&format!("session: {what}: {e}"));
+        let _ = (&taken).write_all(&[1]);
+        std::process::exit(1)
+    };
+    let (handoff, runner_end) = UnixStream::pair().unwrap_or_else(|e| fail("socketpair", e));
+    let me = std::process::id();
+    let child = match privsep::fork() {
+        Ok(Forked::Child) => {
+            drop(handoff);
+            // An idle runner dies with its session (and so with the broker).
+            if !privsep::die_with_parent(me).unwrap_or(false) {
+                std::process::exit(0);
+            }
+            runner(listener, taken, runner_end, git, exec_path)
+        }
+        Ok(Forked::Parent(pid)) => pid,
+        Err(e) => fail("fork", e),
+    };
+    // The session never runs git, nor accepts: the runner does both, so a
+    // call wakes one process to start.
+    drop(runner_end);
+    drop(git);
+    drop(listener);
+    drop(taken);
+    // Both sides set the group, so a signal relayed at once finds it.
+    let _ = privsep::set_process_group(child);
+    let mut b = [0u8; 1];
+    let conn = match privsep::recv_with_fds(handoff.as_fd(), &mut b, 1) {
+        Ok((1, mut fds)) if fds.len() == 1 => UnixStream::from(fds.remove(0)),
+        // The runner ended before a connection came (it said why).
+        _ => std::process::exit(0),
+    };
+    let code = match session_inner(&conn, &handoff, child) {
+        Ok(()) => 0,
+        Err(msg) => {
+            let _ = privsep::kill_group(child, libc_sig::SIGKILL);
+            let _ = proto::send_reply(&conn, &Reply::Error(msg));
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+/// git's process-to-be: accept a connection, pass a copy to the session,
+/// read the request, become the peer, decide, exec. Never returns. Its end
+/// of the hand-over socket closes on exec (or exit), which tells the
+/// session the request was read.
+fn runner(
+    listener: UnixListener,
+    taken: UnixStream,
+    to_session: UnixStream,
+    git: OwnedFd,
+    exec_path: Option<&OsStr>,
+) -> ! {
+    let conn = loop {
+        match listener.accept() {
+            Ok((c, _)) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                output::warn(&format!("session: accept: {e}"));
+                let _ = (&taken).write_all(&[1]);
+                std::process::exit(1)
+            }
+        }
+    };
+    let _ = (&taken).write_all(&[1]);
+    drop(taken);
+    drop(listener);
+    if privsep::send_with_fds(to_session.as_fd(), b"c", &[conn.as_fd()]).is_err() {
+        let _ = proto::send_reply(&conn, &Reply::Error("the session is gone".into()));
+        std::process::exit(1)
+    }
+    // The kernel's word, taken before anything the peer sends.
+    let peer = match conn.peer() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = proto::send_reply(&conn, &Reply::Error(format!("peer credentials: {e}")));
+            std::process::exit(1)
+        }
+    };
+    let (req, fds) = match read_request_timed(&conn) {
+        Ok(r) => r,
+        Err(msg) => {
+            let _ = proto::send_reply(&conn, &Reply::Error(msg));
+            std::process::exit(1)
+        }
+    };
+    drop(conn);
+    drop(to_session);
+    run_as_peer(&req, fds, &peer, git.as_fd(), exec_path)
 }
 
 /// Open the real git by fd, and refuse a layout that leaves it exposed.
@@ -277,62 +394,47 @@ fn nix_uid() -> u32 {
         .unwrap_or(u32::MAX)
 }
 
-/// A session: read the request, run it as the peer, report how it ended.
-fn session(conn: &UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
-    let _ = privsep::reset_signals();
-    let code = match session_inner(conn, git, exec_path) {
-        Ok(()) => 0,
-        Err(msg) => {
-            let _ = proto::send_reply(conn, &Reply::Error(msg));
-            1
-        }
-    };
-    std::process::exit(code)
-}
-
-fn session_inner<T: Transport>(
-    conn: &T,
-    git: OwnedFd,
-    exec_path: Option<&OsStr>,
+/// The session, once its runner has passed it the connection: become the peer,
+/// wait until the runner has read the request (its hand-over end closes),
+/// then relay signals until git ends and report how.
+fn session_inner(
+    conn: &UnixStream,
+    handoff: &UnixStream,
+    child: privsep::Pid,
 ) -> Result<(), String> {
-    // The kernel's word, taken before anything the peer sends.
     let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
-    let (req, fds) = read_request_timed(conn)?;
-    let child = match privsep::fork().map_err(|e| format!("cannot fork: {e}"))? {
-        Forked::Child => run_as_peer(&req, fds, &peer, git.as_fd(), exec_path),
-        Forked::Parent(pid) => pid,
-    };
-    // The session only waits and relays from here: it lets go of the
-    // binary and becomes the peer too, so it may signal git's group
-    // without CAP_KILL (the container has none) and holds nothing more.
-    drop(git);
-    drop(fds);
+    // It lets go of root and becomes the peer too, so it may signal git's
+    // group without CAP_KILL (the container has none) and holds nothing more.
     privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
-    // Both sides set the group, so a signal relayed at once finds it.
-    let _ = privsep::set_process_group(child);
     let pidfd = privsep::pidfd_open(child).map_err(|e| format!("pidfd: {e}"))?;
+    // Until the runner has read the request, the connection's bytes are
+    // the request's, not signal frames.
+    let ready = privsep::poll_readable(&[pidfd.as_fd(), handoff.as_fd()])
+        .map_err(|e| format!("poll: {e}"))?;
     let mut client_gone = false;
-    loop {
-        let watch: Vec<BorrowedFd<'_>> = if client_gone {
-            vec![pidfd.as_fd()]
-        } else {
-            vec![pidfd.as_fd(), conn.poll_fd()]
-        };
-        let ready = privsep::poll_readable(&watch).map_err(|e| format!("poll: {e}"))?;
-        if ready[0] {
-            break;
-        }
-        match proto::read_signal(conn) {
-            Ok(Some(sig)) if RELAYED.contains(&sig) => {
-                let _ = privsep::kill_group(child, sig);
+    if !ready[0] {
+        loop {
+            let watch: Vec<BorrowedFd<'_>> = if client_gone {
+                vec![pidfd.as_fd()]
+            } else {
+                vec![pidfd.as_fd(), conn.poll_fd()]
+            };
+            let ready = privsep::poll_readable(&watch).map_err(|e| format!("poll: {e}"))?;
+            if ready[0] {
+                break;
             }
-            // Unknown signals are ignored; a broken or closed connection
-            // means the guard died (kill -9): git dies with it, as it
-            // would have had the guard exec'd it.
-            Ok(Some(_)) => {}
-            Ok(None) | Err(_) => {
-                client_gone = true;
-                let _ = privsep::kill_group(child, libc_sig::SIGKILL);
+            match proto::read_signal(conn) {
+                Ok(Some(sig)) if RELAYED.contains(&sig) => {
+                    let _ = privsep::kill_group(child, sig);
+                }
+                // Unknown signals are ignored; a broken or closed connection
+                // means the guard died (kill -9): git dies with it, as it
+                // would have had the guard exec'd it.
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    client_gone = true;
+                    let _ = privsep::kill_group(child, libc_sig::SIGKILL);
+                }
             }
         }
     }
@@ -383,7 +485,7 @@ fn run_as_peer(
 }
 
 fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred) -> Result<(), String> {
-    privsep::reset_signals().map_err(|e| format!("signals: {e}"))?;
+    // Signals were reset when the spare was made.
     privsep::new_process_group().map_err(|e| format!("process group: {e}"))?;
     privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
     privsep::set_umask(req.umask);

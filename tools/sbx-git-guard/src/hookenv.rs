@@ -45,6 +45,7 @@ pub const STRIPPED: &[&str] = &[
     "GIT_DIFF_OPTS",
     "GIT_REPLACE_REF_BASE",
     "GIT_GRAFT_FILE",
+    "GIT_NO_REPLACE_OBJECTS",
     "GIT_SHALLOW_FILE",
     "GIT_ATTR_SOURCE",
     // The guard's own channel to its hook steps: set by the guard only.
@@ -109,8 +110,24 @@ pub fn clean(env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
         out.push((k.clone(), v.clone()));
     }
     out.push(("PATH".into(), system_first_path(path.as_deref())));
+    out.extend(
+        FORCED
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
     out
 }
+
+/// Set for git and every hook: replace refs and `info/grafts` rewrite what
+/// a commit's tree and parents read as, so `git replace --edit HEAD` made
+/// pre-commit diff the index against a tree of the agent's choosing, and a
+/// graft (or `replace --graft`) made a rewind look like a fast-forward to
+/// git's push and to the pre-push step. A graft file that cannot exist
+/// (git skips a missing one silently; /dev/null would print its advice).
+pub const FORCED: &[(&str, &str)] = &[
+    ("GIT_NO_REPLACE_OBJECTS", "1"),
+    ("GIT_GRAFT_FILE", "/proc/self/sbx-no-grafts"),
+];
 
 #[cfg(test)]
 mod tests {
@@ -127,6 +144,7 @@ mod tests {
             e("BASH_FUNC_npx%%", "() { exit 0; }"),
             e("PATH", "/tmp/evil:/usr/bin:/home/a/bin"),
             e("HOME", "/h"),
+            e("GIT_NO_REPLACE_OBJECTS", ""),
         ];
         let out = clean(&env);
         assert_eq!(
@@ -138,6 +156,8 @@ mod tests {
                     "PATH",
                     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/tmp/evil:/home/a/bin"
                 ),
+                e("GIT_NO_REPLACE_OBJECTS", "1"),
+                e("GIT_GRAFT_FILE", "/proc/self/sbx-no-grafts"),
             ]
         );
     }

@@ -216,20 +216,47 @@ pub fn check_push(real: &Git, stdin: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Object ids of stash commits, and of their trees.
-type StashSets = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+/// What the stash holds: its commits (each entry's own commit and its
+/// index and untracked parents, not its base), their trees, and the blobs
+/// they bring in (against the base; every blob of an untracked commit).
+#[derive(Default)]
+struct StashSets {
+    commits: Vec<Vec<u8>>,
+    trees: Vec<Vec<u8>>,
+    blobs: Vec<Vec<u8>>,
+}
 
-/// The stash's commits (each entry's own commit and its index and
-/// untracked parents, not its base) and their trees.
+/// The empty blob: common to unrelated changes, and holds nothing.
+const EMPTY_BLOB: &[u8] = b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391";
+
+/// The new blob ids in `git log --raw --no-abbrev` lines
+/// (`:100644 100644 <old> <new> M\tpath`), added or modified only.
+fn raw_new_blob(line: &[u8]) -> Option<&[u8]> {
+    let meta = line.strip_prefix(b":")?;
+    let meta = meta.split(|b| *b == b'\t').next()?;
+    let w: Vec<&[u8]> = meta.split(|b| *b == b' ').collect();
+    let (new, status) = (w.get(3)?, w.get(4)?);
+    (matches!(status.first(), Some(b'A' | b'M' | b'T' | b'C' | b'R'))
+        && !is_zero(new)
+        && *new != EMPTY_BLOB)
+        .then_some(*new)
+}
+
 fn stash_commits(real: &Git) -> StashSets {
-    let mut commits = Vec::new();
-    let mut trees = Vec::new();
+    let mut set = StashSets::default();
+    // Each entry's commit against its base (first parent), with its raw diff.
     let list = |walk: &str| {
         git(
             real,
             &[
                 OsStr::new("log"),
                 OsStr::new(walk),
+                OsStr::new("-m"),
+                OsStr::new("--first-parent"),
+                OsStr::new("--raw"),
+                OsStr::new("-r"),
+                OsStr::new("--no-abbrev"),
+                OsStr::new("--no-renames"),
                 OsStr::new("--format=%H %T %P"),
                 OsStr::new("refs/stash"),
                 OsStr::new("--"),
@@ -237,49 +264,97 @@ fn stash_commits(real: &Git) -> StashSets {
         )
     };
     // The reflog holds every stash; without one, refs/stash names the last.
-    let Some(out) = list("-g")
+    let mut out = list("-g")
         .filter(|o| !o.stdout.is_empty())
         .or_else(|| list("--no-walk"))
-    else {
-        return (commits, trees);
-    };
-    let mut extra: Vec<OsString> = Vec::new();
-    for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let w: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
-        if w.len() < 2 {
-            continue;
-        }
-        commits.push(w[0].to_vec());
-        trees.push(w[1].to_vec());
-        for p in w.iter().skip(3) {
-            commits.push(p.to_vec());
-            extra.push(OsStr::from_bytes(p).to_owned());
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    // And every one the guard saw made, dropped or not (gone ones skipped).
+    let seen = common_dir(real)
+        .and_then(|c| std::fs::read(c.join(SEEN_FILE)).ok())
+        .unwrap_or_default();
+    let ids: Vec<&OsStr> = seen
+        .split(|b| *b == b'\n')
+        .filter(|l| l.len() >= 40 && l.iter().all(u8::is_ascii_hexdigit))
+        .map(OsStr::from_bytes)
+        .collect();
+    if !ids.is_empty() {
+        let mut args: Vec<&OsStr> = [
+            "log",
+            "--no-walk",
+            "--ignore-missing",
+            "-m",
+            "--first-parent",
+            "--raw",
+            "-r",
+            "--no-abbrev",
+            "--no-renames",
+            "--format=%H %T %P",
+        ]
+        .iter()
+        .map(OsStr::new)
+        .collect();
+        args.extend(ids);
+        args.push(OsStr::new("--"));
+        if let Some(o) = git(real, &args) {
+            out.extend_from_slice(&o.stdout);
         }
     }
+    let mut extra: Vec<OsString> = Vec::new();
+    let read = |stdout: &[u8], set: &mut StashSets, extra: Option<&mut Vec<OsString>>| {
+        let mut extra = extra;
+        for line in stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if let Some(b) = raw_new_blob(line) {
+                set.blobs.push(b.to_vec());
+                continue;
+            }
+            let w: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+            if w.len() < 2 || w[0].len() < 40 {
+                continue;
+            }
+            set.commits.push(w[0].to_vec());
+            set.trees.push(w[1].to_vec());
+            if let Some(extra) = extra.as_deref_mut() {
+                for p in w.iter().skip(3) {
+                    extra.push(OsStr::from_bytes(p).to_owned());
+                }
+            }
+        }
+    };
+    read(&out, &mut set, Some(&mut extra));
     if !extra.is_empty() {
+        // The index and untracked commits, each against its own parent (the
+        // untracked one has none: every file it holds).
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),
             OsStr::new("--no-walk"),
-            OsStr::new("--format=%T"),
+            OsStr::new("--root"),
+            OsStr::new("--raw"),
+            OsStr::new("-r"),
+            OsStr::new("--no-abbrev"),
+            OsStr::new("--no-renames"),
+            OsStr::new("--format=%H %T"),
         ];
         args.extend(extra.iter().map(|e| e.as_os_str()));
         if let Some(o) = git(real, &args) {
-            trees.extend(
-                o.stdout
-                    .split(|b| *b == b'\n')
-                    .filter(|l| !l.is_empty())
-                    .map(<[u8]>::to_vec),
-            );
+            read(&o.stdout, &mut set, None);
         }
     }
-    (commits, trees)
+    set
 }
+
+/// Every stash commit the guard's step saw made (one id a line, in the
+/// common dir): a stash dropped or cleared leaves its commits in the object
+/// store, where `git cherry-pick <id>` still finds them. Kept until the
+/// repository is; deleting it by hand is writing the git dir, limit (1).
+pub const SEEN_FILE: &str = "sbx-stash-seen";
 
 /// Does the repository have a stash (a reflog, a loose or a packed
 /// refs/stash; a stash ref without a reflog still names one stash commit)?
 pub fn stash_exists(common: &Path) -> bool {
     // reftable keeps refs in tables the guard does not read: assume one.
     common.join("reftable").is_dir()
+        || std::fs::metadata(common.join(SEEN_FILE)).is_ok_and(|m| m.len() > 0)
         || common.join("logs/refs/stash").is_file()
         || common.join("refs/stash").is_file()
         || std::fs::read(common.join("packed-refs"))
@@ -289,9 +364,14 @@ pub fn stash_exists(common: &Path) -> bool {
 /// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     let mut moves = Vec::new();
+    let mut stashed: Vec<u8> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
         let [old, new, name] = f[..] else { continue };
+        if name == b"refs/stash" && !is_zero(new) && !new.starts_with(b"ref:") {
+            stashed.extend_from_slice(new);
+            stashed.push(b'\n');
+        }
         if name.starts_with(b"refs/heads/")
             && !is_zero(new)
             && old != new
@@ -300,12 +380,44 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
             moves.push((old, new, name));
         }
     }
+    if !stashed.is_empty() {
+        let common = common_dir(real).ok_or("cannot find the repository's common directory")?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(common.join(SEEN_FILE))
+            .map_err(|e| format!("cannot record the stash in {SEEN_FILE}: {e}"))?;
+        f.write_all(&stashed)
+            .map_err(|e| format!("cannot record the stash in {SEEN_FILE}: {e}"))?;
+    }
     if moves.is_empty() {
         return Ok(());
     }
-    // No stash, nothing that skipped pre-commit this way: the common case
-    // costs a few stats.
-    let common = match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
+    refuse_stash_copies(real, &moves)
+}
+
+/// Is `blob` in some local branch's history? Asked only for a blob a stash
+/// brought in; a git that cannot answer says no.
+fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
+    let mut find = OsString::from("--find-object=");
+    find.push(OsStr::from_bytes(blob));
+    git(
+        real,
+        &[
+            OsStr::new("log"),
+            OsStr::new("--branches"),
+            &find,
+            OsStr::new("-1"),
+            OsStr::new("--format=%H"),
+            OsStr::new("--"),
+        ],
+    )
+    .is_some_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty())
+}
+
+/// The common dir: the guard's variable, else git's answer.
+fn common_dir(real: &Git) -> Option<PathBuf> {
+    match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
         Some(c) => Some(PathBuf::from(c)),
         None => git(
             real,
@@ -313,7 +425,34 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
         )
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
-    };
+    }
+}
+
+/// pre-push, with `block_no_verify`: the commits a push sends may not be a
+/// stash's either (`git push origin 'stash@{0}^2:refs/heads/x'` is a plain
+/// new branch or fast-forward to the first check).
+pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
+    let mut moves = Vec::new();
+    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        if let [_lref, loid, rref, roid] = f[..] {
+            if !is_zero(loid) {
+                moves.push((roid, loid, rref));
+            }
+        }
+    }
+    if moves.is_empty() {
+        return Ok(());
+    }
+    refuse_stash_copies(real, &moves)
+}
+
+/// `(old, new, name)`: refuse when a `new` brings in, beyond the branches,
+/// tags and `old`, a stash commit or a commit with a stash's tree.
+fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
+    // No stash, nothing that skipped pre-commit this way: the common case
+    // costs a few stats.
+    let common = common_dir(real);
     // Unknown (git could not run, e.g. the broker is down): refuse.
     let Some(common) = common else {
         return Err("cannot find the repository's common directory".into());
@@ -324,10 +463,17 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     }
     // Listed lazily: most updates add no commit that is not on a branch.
     let mut stash: Option<StashSets> = None;
-    for (old, new, name) in moves {
+    for &(old, new, name) in moves {
+        // Each new commit with the blobs it brings in (against its first
+        // parent): a stash's change cherry-picked, reverted or rebased onto
+        // a moved branch has another tree, but still its file contents.
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),
             OsStr::new("--format=%H %T"),
+            OsStr::new("--raw"),
+            OsStr::new("-r"),
+            OsStr::new("--no-abbrev"),
+            OsStr::new("--no-renames"),
             OsStr::from_bytes(new),
             OsStr::new("--not"),
             OsStr::new("--branches"),
@@ -341,15 +487,25 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
         let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
             return Err("cannot list the commits the update adds".into());
         };
+        let mut current: &[u8] = b"";
         for line in out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let mut w = line.split(|b| *b == b' ');
-            let (Some(c), Some(t)) = (w.next(), w.next()) else {
-                continue;
+            let set = stash.get_or_insert_with(|| stash_commits(real));
+            let copied = if let Some(blob) = raw_new_blob(line) {
+                // Content already on a branch came there through a commit
+                // or a step like this one (a rebase of one's own commits).
+                set.blobs.iter().any(|s| s == blob) && !on_a_branch(real, blob)
+            } else {
+                let mut w = line.split(|b| *b == b' ');
+                let (Some(c), Some(t)) = (w.next(), w.next()) else {
+                    continue;
+                };
+                current = c;
+                set.commits.iter().any(|s| s == c) || set.trees.iter().any(|s| s == t)
             };
-            let (commits, trees) = stash.get_or_insert_with(|| stash_commits(real));
-            if commits.iter().any(|s| s == c) || trees.iter().any(|s| s == t) {
+            if copied {
+                let c = current;
                 return Err(format!(
-                    "{} would point at {}, a stash commit (or a copy of one) that no pre-commit hook saw; `git stash pop` and commit instead",
+                    "{} would point at {}, a stash commit or a copy of a stash's change that no pre-commit hook saw; `git stash pop` (or drop) and commit instead",
                     String::from_utf8_lossy(name),
                     String::from_utf8_lossy(&c[..c.len().min(12)])
                 ));
@@ -424,11 +580,18 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let verdict = match &real {
         None => Err("the real git was not found".to_owned()),
         Some(real) if name == "pre-push" => {
-            if settings.block_force_push {
+            let force = if settings.block_force_push {
                 check_push(real, &input)
             } else {
                 Ok(())
-            }
+            };
+            force.and_then(|()| {
+                if settings.block_no_verify {
+                    check_push_commits(real, &input)
+                } else {
+                    Ok(())
+                }
+            })
         }
         Some(real) => {
             if settings.block_no_verify {
@@ -478,5 +641,31 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
             None => ExitCode::from(1),
         },
         Err(_) => ExitCode::from(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raw_new_blob;
+
+    /// Added and modified blobs count; deletions and the empty blob do not.
+    #[test]
+    fn raw_lines_give_the_blobs_a_commit_brings_in() {
+        let z = "0".repeat(40);
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let line = |s: &str| format!(":100644 100644 {a} {b} {s}\tpath with space");
+        assert_eq!(raw_new_blob(line("M").as_bytes()), Some(b.as_bytes()));
+        assert_eq!(
+            raw_new_blob(format!(":000000 100644 {z} {b} A\tnew").as_bytes()),
+            Some(b.as_bytes())
+        );
+        assert_eq!(
+            raw_new_blob(format!(":100644 000000 {a} {z} D\tgone").as_bytes()),
+            None
+        );
+        let empty = format!(":000000 100644 {z} e69de29bb2d1d6434b8b29ae775ad8c2e48c5391 A\te");
+        assert_eq!(raw_new_blob(empty.as_bytes()), None);
+        assert_eq!(raw_new_blob(format!("{a} {b}").as_bytes()), None);
     }
 }

@@ -45,16 +45,20 @@ stderr naming the rule, or execs the real git with
 `-c core.hooksPath=<dir>` as the last global option. The repository's
 trusted hooks are the common dir's `hooks`, or `.husky/_` (husky 9) or
 `.husky` (husky 4-8) in a husky repository. For push, and, while the
-repository has a stash, for commands that can move a branch (am, bisect,
+repository has (or had) a stash, for commands that can move a branch (am, bisect,
 branch, checkout, cherry-pick, fetch, merge, pull, rebase, replay, reset,
 revert, stash, switch, symbolic-ref, update-ref, worktree, external
 git-<cmd>), <dir> is the guard's own hooks directory (/usr/lib/sbx/hooks in the image; next
 to this binary elsewhere): each hook there runs the trusted hook of the same
 name, and two check first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,
-and reference-transaction refuses moving a branch onto a stash commit.
-`am` is always routed: there pre-applypatch runs the trusted pre-commit
-after itself and applypatch-msg the trusted commit-msg. In a sandbox every
+and any stash commit among the commits it sends; reference-transaction
+refuses moving a branch onto a stash commit or a copy of a stash's change
+(the same file contents, unless already on a branch), for every stash the
+guard saw made (recorded in <common dir>/sbx-stash-seen, so a dropped
+stash's commits stay refused). `stash` and `am` are always routed; for
+`am`, pre-applypatch runs the trusted pre-commit after itself and
+applypatch-msg the trusted commit-msg. In a sandbox every
 repository (a scratch clone, a git or common dir the agent made, a .git
 made after renaming the real one) and no repository runs the workspace's
 hooks: the read-only mount at /workspace/<name>/.git/hooks, wherever a
@@ -67,7 +71,8 @@ variable (the first, as git's getenv reads it); BASH_ENV, ENV, SHELLOPTS,
 BASHOPTS, PS4, CDPATH, IFS, exported bash functions, LD_*, NODE_OPTIONS,
 PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
 GIT_REPLACE_REF_BASE, GIT_TEST_* and the hook managers' kill switches
-removed; /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
+removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
+GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH.
 
 ";

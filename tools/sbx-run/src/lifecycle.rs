@@ -180,6 +180,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
                 docker::start(&n.holder)?;
             }
             sync_login(ws);
+            spec::make_parents(ws)?;
             spec::ensure_host_dir(&name)?;
             crate::toolpolicy::install(ws, &name)?;
             let since = logs_since_now();
@@ -229,6 +230,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             }
         }
     }
+    spec::make_parents(ws)?;
     spec::ensure_host_dir(&name)?;
     crate::toolpolicy::install(ws, &name)?;
     let since = logs_since_now();

@@ -96,6 +96,9 @@ pub struct Spec {
     pub run: Vec<String>,
     /// Masked paths, workspace-relative, for show-run and tests.
     pub masked: Vec<String>,
+    /// Directories bound onto themselves so they cannot be renamed
+    /// (`pinned_parents`), workspace-relative.
+    pub pinned: Vec<String>,
 }
 
 /// State directory on the host: the empty file and directory used as masks.
@@ -214,6 +217,73 @@ pub fn find_masked(
     }
     out.sort();
     Ok(out)
+}
+
+/// The directories strictly between the workspace root and each held
+/// path, workspace-relative and parents first, less those that are held
+/// (so mounted) themselves.
+pub fn pinned_parents(held: &[String]) -> Vec<String> {
+    let held_set: std::collections::BTreeSet<&str> = held.iter().map(String::as_str).collect();
+    let mut out = std::collections::BTreeSet::new();
+    for p in held {
+        let mut prefix = PathBuf::new();
+        let comps: Vec<_> = Path::new(p)
+            .components()
+            .filter(|c| matches!(c, std::path::Component::Normal(_)))
+            .collect();
+        for c in comps.iter().take(comps.len().saturating_sub(1)) {
+            prefix.push(c);
+            let s = prefix.to_string_lossy().into_owned();
+            if !held_set.contains(s.as_str()) {
+                out.insert(s);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The first directory above `rel` (workspace-relative) that exists but
+/// is a symlink or not a directory: a mount under it could not be pinned.
+fn broken_parent(root: &Path, rel: &str) -> Option<String> {
+    let mut prefix = PathBuf::new();
+    let comps: Vec<_> = Path::new(rel).components().collect();
+    for c in comps.iter().take(comps.len().saturating_sub(1)) {
+        prefix.push(c);
+        match std::fs::symlink_metadata(root.join(&prefix)) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Some(prefix.to_string_lossy().into_owned()),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Make the missing directories above the protected paths, owned as the
+/// workspace is, so `start` can pin them (docker would make them anyway,
+/// as root, for the read-only mount below). Nothing under read-only.
+pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
+    if ws.loaded.config.read_only() {
+        return Ok(());
+    }
+    for p in ws.loaded.config.protected_paths() {
+        if p == ".husky" || broken_parent(&ws.path, &p).is_some() {
+            continue;
+        }
+        let mut dir = ws.path.clone();
+        let comps: Vec<_> = Path::new(&p).components().collect();
+        for c in comps.iter().take(comps.len().saturating_sub(1)) {
+            dir.push(c);
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    // As root on the host: give it to the workspace's owner.
+                    let _ = std::os::unix::fs::lchown(&dir, Some(ws.owner.0), Some(ws.owner.1));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(RunError::Io(dir, e)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Host variables for `-e NAME`: the candidates that sbx-envfilter keeps.
@@ -373,9 +443,25 @@ pub fn build(
     // [tools].read-only: the OS refuses every writer, whatever tool it is.
     let ro = cfg.read_only();
     a.extend(["--mount".into(), bind(&ws.mount_source(), &target, ro)]);
+    // Every read-only or masking mount inside the workspace, whose parent
+    // directories get pinned below.
+    let mut held: Vec<String> = Vec::new();
     for p in cfg.protected_paths() {
         let host = ws.path.join(&p);
         let dst = format!("{target}/{p}");
+        if let Some(bad) = broken_parent(&ws.path, &p) {
+            // A worktree's `.git` is a file: git keeps the hooks elsewhere
+            // and the guard pins them itself. Under read-only nothing moves.
+            if p == ".git/hooks" {
+                continue;
+            }
+            if !ro {
+                return Err(RunError::Config(format!(
+                    "{}: [sandbox].protected: \"{p}\": {bad} is a symlink or not a directory, so no read-only mount under it can be held in place; protect \"{bad}\" itself or the path it leads to",
+                    ws.loaded.describe()
+                )));
+            }
+        }
         if host.exists() {
             // husky writes its hooks into .husky/_: make it before the
             // directory turns read-only, so the guard can pin it.
@@ -383,16 +469,19 @@ pub fn build(
                 let _ = std::fs::create_dir(host.join("_"));
             }
             a.extend(["--mount".into(), bind(&host, &dst, true)]);
-        } else if !ro && host.parent().is_some_and(|d| d.is_dir()) && p != ".husky" {
+            held.push(p);
+        } else if !ro && p != ".husky" {
             // Missing: an empty read-only directory stops the agent creating
             // it (docker makes the mount point on the host, an empty
             // directory that must stay: without it the agent could write the
-            // .agent-sandbox/config.toml the next start obeys). Not for
-            // .husky: the guard trusts only a read-only .husky (sbx-git-guard
-            // repo.rs), so one the agent makes changes nothing. Not under
-            // read-only: the agent cannot create it, and docker could not
-            // make the mount point inside a read-only bind.
+            // .agent-sandbox/config.toml the next start obeys); `start` makes
+            // its missing parents (`make_parents`). Not for .husky: the guard
+            // trusts only a read-only .husky (sbx-git-guard repo.rs), so one
+            // the agent makes changes nothing. Not under read-only: the agent
+            // cannot create it, and docker could not make the mount point
+            // inside a read-only bind.
             a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
+            held.push(p);
         }
     }
     let set = |pats: &[sbx_core::glob::PathPattern], key: &str| {
@@ -410,6 +499,23 @@ pub fn build(
             masks.0
         };
         a.extend(["--mount".into(), bind(src, &format!("{target}/{m}"), true)]);
+    }
+    held.extend(masked.iter().cloned());
+    // Each directory above a held mount, bound onto itself (from the same
+    // source as the workspace, so writes in it stay the agent's): rename(2)
+    // and rmdir of a mount point fail with EBUSY, so `mv .github .gh2`
+    // cannot carry `.github/workflows`'s read-only mount away and free the
+    // path for a writable copy. Read-only: nothing can be renamed.
+    let pinned = if ro {
+        Vec::new()
+    } else {
+        pinned_parents(&held)
+    };
+    for d in &pinned {
+        a.extend([
+            "--mount".into(),
+            bind(&ws.mount_source().join(d), &format!("{target}/{d}"), false),
+        ]);
     }
     // The config, read-only where every tool inside looks for it (inside a
     // sandbox, tools read only /.agent-sandbox: the agent cannot pick its own).
@@ -489,6 +595,7 @@ pub fn build(
         holder_spec,
         run: a,
         masked,
+        pinned,
     })
 }
 
@@ -527,6 +634,27 @@ mod tests {
         assert_eq!(
             bind(Path::new("/m"), "/workspace/x/a secret\nb", true),
             "type=bind,source=/m,\"target=/workspace/x/a secret\nb\",readonly"
+        );
+    }
+
+    /// Every directory above a held mount is pinned once, parents first;
+    /// a held directory is a mount already and is not bound again.
+    #[test]
+    fn pinned_parents_are_every_directory_above_a_held_mount() {
+        let held: Vec<String> = [
+            ".git/hooks",
+            ".agent-sandbox",
+            ".github/workflows",
+            "docs",
+            "docs/api/v1",
+            "a/b/c/.env",
+            "a/b/key.pem",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            pinned_parents(&held),
+            [".git", ".github", "a", "a/b", "a/b/c", "docs/api"]
         );
     }
 

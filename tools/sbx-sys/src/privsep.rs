@@ -13,7 +13,8 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg, sockopt};
-use nix::unistd::{Gid, Pid, Uid};
+pub use nix::unistd::Pid;
+use nix::unistd::{Gid, Uid};
 
 fn cstr(b: &[u8]) -> io::Result<CString> {
     CString::new(b)
@@ -303,6 +304,14 @@ pub fn reset_signals() -> io::Result<()> {
     }
     sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
     Ok(())
+}
+
+/// SIGKILL this process when its parent dies (a broker's spare session,
+/// idle in accept(), must not outlive the broker); false when the parent
+/// `parent` is already gone. Cleared by a change of credentials.
+pub fn die_with_parent(parent: u32) -> io::Result<bool> {
+    nix::sys::prctl::set_pdeathsig(Some(nix::sys::signal::Signal::SIGKILL))?;
+    Ok(std::os::unix::process::parent_id() == parent)
 }
 
 /// SIGCHLD ignored: children of this process are reaped by the kernel

@@ -50,10 +50,7 @@ pub fn restore_programs() -> (&'static str, &'static str) {
         Ok("system" | "nft") => return system,
         _ => {}
     }
-    let state = std::env::var_os("SBX_FW_STATE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/sbx-fw"))
-        .join("state.json");
+    let state = fw_state_dir().join("state.json");
     if let Ok(text) = std::fs::read_to_string(state) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
             match v["backend"].as_str() {
@@ -70,6 +67,31 @@ pub fn restore_programs() -> (&'static str, &'static str) {
     } else {
         system
     }
+}
+
+fn fw_state_dir() -> PathBuf {
+    std::env::var_os("SBX_FW_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/sbx-fw"))
+}
+
+/// The supervised service that is sbx-fw's proxy in `[network] mode = "proxy"`.
+pub const PROXY_SVC: &str = "sbx-fw-proxy";
+
+/// In proxy mode (sbx-fw's state says so): Some, with the pid of the proxy
+/// `sbx-fw init` left running, if it still runs.
+fn fw_proxy() -> Option<Option<i32>> {
+    let dir = fw_state_dir();
+    let text = std::fs::read_to_string(dir.join("state.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if v["proxy"] != true {
+        return None;
+    }
+    let pid = std::fs::read_to_string(dir.join("proxy.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .filter(|p| *p > 1 && kill(Pid::from_raw(*p), None).is_ok());
+    Some(pid)
 }
 
 fn has_ipv6() -> bool {
@@ -574,6 +596,19 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     main: false,
                 });
             }
+            // Proxy mode: the proxy is a root service (it drops to its own
+            // uid), restarted with backoff; while it is down the redirected
+            // ports lead nowhere, so TCP 80/443 stay blocked.
+            let proxy = fw_proxy();
+            if proxy.is_some() {
+                svcs.push(ChildSpec {
+                    name: PROXY_SVC.into(),
+                    argv: ["sbx-fw", "proxy"].map(OsString::from).to_vec(),
+                    creds: None,
+                    env: base.clone(),
+                    main: false,
+                });
+            }
             let main = ChildSpec {
                 name: "main".into(),
                 argv: command.clone(),
@@ -613,6 +648,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 }
             }
             let mut sup = Supervisor::new(Some(main), svcs, stop_grace());
+            if let Some(Some(pid)) = proxy {
+                sup.adopt(PROXY_SVC, pid, Instant::now());
+            }
             match sup.start(&mut procs, Instant::now()) {
                 Ok(()) => {
                     if home_new {
@@ -668,10 +706,47 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
         }
     }
 
+    // The proxy's ends and restarts: audited, and the status is unhealthy
+    // while it is down (TCP 80/443 blocked).
+    let mut proxy_up = sup.running(PROXY_SVC);
+    let report_proxy = |up: bool| {
+        let (st, result, reason) = if up {
+            (
+                Status::new(State::Ready, None, warnings.clone()),
+                AuditOutcome::Allowed,
+                "the firewall proxy was restarted: TCP 80/443 are checked again".to_owned(),
+            )
+        } else {
+            let r = "the firewall proxy ended: TCP 80/443 are blocked until it is restarted";
+            (
+                Status::new(State::Unhealthy, Some(r.into()), warnings.clone()),
+                AuditOutcome::Blocked,
+                r.to_owned(),
+            )
+        };
+        eprintln!("sbx-guest: {reason}");
+        audit(
+            if up { "restart" } else { "end" },
+            "sbx-fw proxy",
+            result,
+            "fw-proxy",
+            Some(reason),
+        );
+        let _ = status::write(&paths.status(), &st);
+    };
+    let mut watch_proxy = |sup: &Supervisor| {
+        let now = sup.running(PROXY_SVC);
+        if outcome.is_none() && !sup.stopping() && now.is_some() && now != proxy_up {
+            proxy_up = now;
+            report_proxy(now == Some(true));
+        }
+    };
+
     // The loop: signals and timers until every child is gone.
     loop {
         let now = Instant::now();
         sup.tick(&mut procs, now);
+        watch_proxy(&sup);
         if let Some(code) = sup.finished(&mut procs, now) {
             stop_sink.store(true, std::sync::atomic::Ordering::Relaxed);
             return ExitCode::from(code.clamp(0, 255) as u8);
@@ -698,6 +773,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             }
             sup.on_signal(&mut procs, sig, now);
         }
+        watch_proxy(&sup);
         // With no main child (a failed start), stay up until told to stop.
         if outcome.is_some() && !sup.stopping() {
             let _ = procs.reap();

@@ -745,8 +745,13 @@ fn spawn_helper(
     Ok(())
 }
 
-/// `sbx-fw proxy`: as root it drops to its own uid first.
+/// `sbx-fw proxy`: as root it drops to its own uid first. It records its
+/// pid itself (while still root): a supervisor may restart it without init.
 fn proxy_cmd(dir: &Path) -> Result<Exit, BoxError> {
+    if nix::unistd::getuid().is_root() {
+        let pid_file = dir.join("proxy.pid");
+        std::fs::write(&pid_file, format!("{}\n", std::process::id())).with_path(&pid_file)?;
+    }
     proxy::serve(dir, || {
         println!("ready");
         let _ = std::io::stdout().flush();

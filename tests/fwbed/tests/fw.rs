@@ -1433,6 +1433,8 @@ fn proxy_checks_names_against_addresses_on_both_paths() {
     assert!(bed.reached(&["http", "allowed.test:80", "allowed.test"]));
     // A wildcard name, once the DNS filter handed out its address.
     assert!(bed.reached(&["tls", "x.wild.test:443", "x.wild.test"]));
+    // CONNECT to a name only a wildcard covers: resolved through the filter.
+    assert!(bed.reached(&["tls", "x.wild.test:443", "x.wild.test", "127.0.0.1:3128"]));
     // Fronting: an allowed address with a forbidden name, or with another
     // allowed name whose address it is not.
     assert!(!bed.reached(&["tls", "198.18.1.1:443", "blocked.test"]));

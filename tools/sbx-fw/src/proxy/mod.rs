@@ -364,18 +364,28 @@ async fn connect_proxy(mut c: TcpStream, s: Arc<Shared>) {
         forbid(&mut c);
         return;
     }
-    // Resolved through the DNS filter (resolv.conf), which records the
-    // addresses it hands out; the first one the policy accepts is used.
-    let n2 = name.clone();
-    let addrs: Vec<SocketAddr> = tokio::task::spawn_blocking(move || {
-        use std::net::ToSocketAddrs;
-        (n2.as_str(), 443)
-            .to_socket_addrs()
-            .map(|i| i.collect())
-            .unwrap_or_default()
-    })
-    .await
-    .unwrap_or_default();
+    // A name resolved at init is dialled at those addresses (the ones the
+    // firewall let in for it); any other through the DNS filter
+    // (resolv.conf), which records the addresses it hands out. The first
+    // one the policy accepts is used.
+    let mut addrs: Vec<SocketAddr> = s
+        .policy()
+        .addresses(&name)
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, 443))
+        .collect();
+    if addrs.is_empty() {
+        let n2 = name.clone();
+        addrs = tokio::task::spawn_blocking(move || {
+            use std::net::ToSocketAddrs;
+            (n2.as_str(), 443)
+                .to_socket_addrs()
+                .map(|i| i.collect())
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default();
+    }
     let Some(dst) = addrs
         .iter()
         .copied()

@@ -108,30 +108,16 @@ fn which(prog: &str) -> Option<PathBuf> {
         })
 }
 
-/// Everything dropped, both directions, both families. Root keeps DNS so
-/// sbx-fw can resolve the allowlist; loopback resets keep refusals fast.
-pub fn block_rules(v6: bool) -> String {
-    let icmp = if v6 { "ipv6-icmp" } else { "icmp" };
-    format!(
-        "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n\
-         -A INPUT -i lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A INPUT -i lo -p {icmp} -j ACCEPT\n\
-         -A OUTPUT -o lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A OUTPUT -o lo -p {icmp} -j ACCEPT\n\
-         -A INPUT -m conntrack --ctstate ESTABLISHED -p udp --sport 53 -j ACCEPT\n\
-         -A INPUT -m conntrack --ctstate ESTABLISHED -p tcp --sport 53 -j ACCEPT\n\
-         -A OUTPUT -p udp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
-         -A OUTPUT -p tcp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
-         -A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\nCOMMIT\n"
-    )
-}
-
 pub struct RealEffects;
 
 impl Effects for RealEffects {
     fn block_egress(&mut self) -> Result<(), String> {
         let (v4, v6) = restore_programs();
-        let mut jobs = vec![(v4, block_rules(false))];
+        // sbx-fw's own block-everything rules: one generator for both.
+        let block = sbx_core::netblock::block_all;
+        let mut jobs = vec![(v4, block(false))];
         if has_ipv6() {
-            jobs.push((v6, block_rules(true)));
+            jobs.push((v6, block(true)));
         }
         // Both families at once: each restore is a process and a commit.
         let mut running = Vec::new();
@@ -878,22 +864,4 @@ fn command_text(c: &[OsString]) -> String {
 
 fn shell_words(w: &[String]) -> String {
     w.join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_rules_drop_both_directions() {
-        for v6 in [false, true] {
-            let r = block_rules(v6);
-            assert!(
-                r.contains(":INPUT DROP")
-                    && r.contains(":OUTPUT DROP")
-                    && r.contains(":FORWARD DROP")
-            );
-            assert!(!r.contains("ACCEPT [0:0]"));
-        }
-    }
 }

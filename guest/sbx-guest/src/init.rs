@@ -109,11 +109,33 @@ impl Supervisor {
         self.log.push(msg);
     }
 
+    /// Take on a service already running as `pid` (a daemon another
+    /// program started; as PID 1 or subreaper its end is ours to reap), so
+    /// `start` leaves it and its end restarts it from its spec.
+    pub fn adopt(&mut self, name: &str, pid: i32, now: Instant) -> bool {
+        let Some(s) = self.services.iter_mut().find(|s| s.spec.name == name) else {
+            return false;
+        };
+        s.pid = Some(pid);
+        s.started = Some(now);
+        true
+    }
+
+    /// Whether the service `name` runs now (None: no such service).
+    pub fn running(&self, name: &str) -> Option<bool> {
+        self.services
+            .iter()
+            .find(|s| s.spec.name == name)
+            .map(|s| s.pid.is_some())
+    }
+
     /// Services first (brokers the agent talks to), then the main child.
     /// A main child that cannot start is an error: the caller reports it.
     pub fn start(&mut self, p: &mut dyn Procs, now: Instant) -> Result<(), String> {
         for i in 0..self.services.len() {
-            self.start_service(p, i, now);
+            if self.services[i].pid.is_none() {
+                self.start_service(p, i, now);
+            }
         }
         if let Some(spec) = self.main_spec.clone() {
             match p.spawn(&spec) {
@@ -481,6 +503,39 @@ mod tests {
         assert!(s.stopping());
         p.end(p.pid_of("svc"), Ended::Signal(15));
         assert_eq!(s.finished(&mut p, t0), Some(127));
+    }
+
+    /// The firewall proxy, started by `sbx-fw init` as a daemon: adopted,
+    /// not started twice; its end (the reaped orphan) restarts it from the
+    /// spec, and a second end soon after waits its backoff.
+    #[test]
+    fn an_adopted_daemon_is_restarted_from_its_spec_when_it_ends() {
+        let mut p = FakeProcs::default();
+        let mut s = Supervisor::new(
+            Some(spec("main", true)),
+            vec![spec("sbx-fw-proxy", false)],
+            Duration::from_secs(3),
+        );
+        let t0 = Instant::now();
+        assert!(s.adopt("sbx-fw-proxy", 4242, t0));
+        assert!(!s.adopt("nothing", 1, t0));
+        s.start(&mut p, t0).unwrap();
+        assert_eq!(p.spawned, ["main"]);
+        assert_eq!(s.running("sbx-fw-proxy"), Some(true));
+        p.ended.push((4242, Ended::Signal(9)));
+        s.on_signal(&mut p, Signal::SIGCHLD, t0);
+        assert_eq!(s.running("sbx-fw-proxy"), Some(false));
+        s.tick(&mut p, t0);
+        assert_eq!(p.spawned, ["main", "sbx-fw-proxy"]);
+        assert_eq!(s.running("sbx-fw-proxy"), Some(true));
+        p.end(p.pid_of("sbx-fw-proxy"), Ended::Signal(9));
+        let t1 = t0 + Duration::from_secs(2);
+        s.on_signal(&mut p, Signal::SIGCHLD, t1);
+        s.tick(&mut p, t1);
+        assert_eq!(s.running("sbx-fw-proxy"), Some(false), "backoff");
+        s.tick(&mut p, t1 + Duration::from_secs(1));
+        assert_eq!(s.running("sbx-fw-proxy"), Some(true));
+        assert_eq!(s.running("nothing"), None);
     }
 
     #[test]

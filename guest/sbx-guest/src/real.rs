@@ -50,10 +50,7 @@ pub fn restore_programs() -> (&'static str, &'static str) {
         Ok("system" | "nft") => return system,
         _ => {}
     }
-    let state = std::env::var_os("SBX_FW_STATE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/sbx-fw"))
-        .join("state.json");
+    let state = fw_state_dir().join("state.json");
     if let Ok(text) = std::fs::read_to_string(state) {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
             match v["backend"].as_str() {
@@ -72,6 +69,31 @@ pub fn restore_programs() -> (&'static str, &'static str) {
     }
 }
 
+fn fw_state_dir() -> PathBuf {
+    std::env::var_os("SBX_FW_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/sbx-fw"))
+}
+
+/// The supervised service that is sbx-fw's proxy in `[network] mode = "proxy"`.
+pub const PROXY_SVC: &str = "sbx-fw-proxy";
+
+/// In proxy mode (sbx-fw's state says so): Some, with the pid of the proxy
+/// `sbx-fw init` left running, if it still runs.
+fn fw_proxy() -> Option<Option<i32>> {
+    let dir = fw_state_dir();
+    let text = std::fs::read_to_string(dir.join("state.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if v["proxy"] != true {
+        return None;
+    }
+    let pid = std::fs::read_to_string(dir.join("proxy.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .filter(|p| *p > 1 && kill(Pid::from_raw(*p), None).is_ok());
+    Some(pid)
+}
+
 fn has_ipv6() -> bool {
     Path::new("/proc/sys/net/ipv6").exists()
 }
@@ -84,22 +106,6 @@ fn which(prog: &str) -> Option<PathBuf> {
             use std::os::unix::fs::PermissionsExt;
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-}
-
-/// Everything dropped, both directions, both families. Root keeps DNS so
-/// sbx-fw can resolve the allowlist; loopback resets keep refusals fast.
-pub fn block_rules(v6: bool) -> String {
-    let icmp = if v6 { "ipv6-icmp" } else { "icmp" };
-    format!(
-        "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n\
-         -A INPUT -i lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A INPUT -i lo -p {icmp} -j ACCEPT\n\
-         -A OUTPUT -o lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A OUTPUT -o lo -p {icmp} -j ACCEPT\n\
-         -A INPUT -m conntrack --ctstate ESTABLISHED -p udp --sport 53 -j ACCEPT\n\
-         -A INPUT -m conntrack --ctstate ESTABLISHED -p tcp --sport 53 -j ACCEPT\n\
-         -A OUTPUT -p udp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
-         -A OUTPUT -p tcp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
-         -A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\nCOMMIT\n"
-    )
 }
 
 /// The real effects; `steps` keeps how long each took, for the ready line
@@ -163,9 +169,11 @@ impl Effects for RealEffects {
 impl RealEffects {
     fn block_egress_now(&mut self) -> Result<(), String> {
         let (v4, v6) = restore_programs();
-        let mut jobs = vec![(v4, block_rules(false))];
+        // sbx-fw's own block-everything rules: one generator for both.
+        let block = sbx_core::netblock::block_all;
+        let mut jobs = vec![(v4, block(false))];
         if has_ipv6() {
-            jobs.push((v6, block_rules(true)));
+            jobs.push((v6, block(true)));
         }
         // Both families at once: each restore is a process and a commit.
         let mut running = Vec::new();
@@ -629,6 +637,19 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     main: false,
                 });
             }
+            // Proxy mode: the proxy is a root service (it drops to its own
+            // uid), restarted with backoff; while it is down the redirected
+            // ports lead nowhere, so TCP 80/443 stay blocked.
+            let proxy = fw_proxy();
+            if proxy.is_some() {
+                svcs.push(ChildSpec {
+                    name: PROXY_SVC.into(),
+                    argv: ["sbx-fw", "proxy"].map(OsString::from).to_vec(),
+                    creds: None,
+                    env: base.clone(),
+                    main: false,
+                });
+            }
             let main = ChildSpec {
                 name: "main".into(),
                 argv: command.clone(),
@@ -669,6 +690,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             }
             fx.marks.push(("masks+caps", t0.elapsed()));
             let mut sup = Supervisor::new(Some(main), svcs, stop_grace());
+            if let Some(Some(pid)) = proxy {
+                sup.adopt(PROXY_SVC, pid, Instant::now());
+            }
             match sup.start(&mut procs, Instant::now()) {
                 Ok(()) => {
                     if home_new {
@@ -731,10 +755,47 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
         }
     }
 
+    // The proxy's ends and restarts: audited, and the status is unhealthy
+    // while it is down (TCP 80/443 blocked).
+    let mut proxy_up = sup.running(PROXY_SVC);
+    let report_proxy = |up: bool| {
+        let (st, result, reason) = if up {
+            (
+                Status::new(State::Ready, None, warnings.clone()),
+                AuditOutcome::Allowed,
+                "the firewall proxy was restarted: TCP 80/443 are checked again".to_owned(),
+            )
+        } else {
+            let r = "the firewall proxy ended: TCP 80/443 are blocked until it is restarted";
+            (
+                Status::new(State::Unhealthy, Some(r.into()), warnings.clone()),
+                AuditOutcome::Blocked,
+                r.to_owned(),
+            )
+        };
+        eprintln!("sbx-guest: {reason}");
+        audit(
+            if up { "restart" } else { "end" },
+            "sbx-fw proxy",
+            result,
+            "fw-proxy",
+            Some(reason),
+        );
+        let _ = status::write(&paths.status(), &st);
+    };
+    let mut watch_proxy = |sup: &Supervisor| {
+        let now = sup.running(PROXY_SVC);
+        if outcome.is_none() && !sup.stopping() && now.is_some() && now != proxy_up {
+            proxy_up = now;
+            report_proxy(now == Some(true));
+        }
+    };
+
     // The loop: signals and timers until every child is gone.
     loop {
         let now = Instant::now();
         sup.tick(&mut procs, now);
+        watch_proxy(&sup);
         if let Some(code) = sup.finished(&mut procs, now) {
             stop_sink.store(true, std::sync::atomic::Ordering::Relaxed);
             return ExitCode::from(code.clamp(0, 255) as u8);
@@ -761,6 +822,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             }
             sup.on_signal(&mut procs, sig, now);
         }
+        watch_proxy(&sup);
         // With no main child (a failed start), stay up until told to stop.
         if outcome.is_some() && !sup.stopping() {
             let _ = procs.reap();
@@ -865,22 +927,4 @@ fn command_text(c: &[OsString]) -> String {
 
 fn shell_words(w: &[String]) -> String {
     w.join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_rules_drop_both_directions() {
-        for v6 in [false, true] {
-            let r = block_rules(v6);
-            assert!(
-                r.contains(":INPUT DROP")
-                    && r.contains(":OUTPUT DROP")
-                    && r.contains(":FORWARD DROP")
-            );
-            assert!(!r.contains("ACCEPT [0:0]"));
-        }
-    }
 }

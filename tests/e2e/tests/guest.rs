@@ -905,3 +905,101 @@ fn a_full_home_volume_never_breaks_the_guest() {
         t0.elapsed()
     );
 }
+
+/// `[network] mode = "proxy"`: the guest supervises sbx-fw's proxy. Killed,
+/// it comes back (with backoff when it keeps dying); while it is down the
+/// redirected ports lead nowhere (the agent's 443 and the CONNECT port are
+/// refused), the status says unhealthy, and each end and restart is in the
+/// audit log.
+#[test]
+fn the_firewall_proxy_is_restarted_and_everything_stays_blocked_meanwhile() {
+    let Some(img) = image() else { return };
+    let cfg = tempfile::tempdir().unwrap();
+    let file = cfg.path().join("config.toml");
+    std::fs::write(
+        &file,
+        "[network]\nmode = \"proxy\"\nregistries = false\ngithub = false\n",
+    )
+    .unwrap();
+    sh(Command::new("chmod").arg("0755").arg(cfg.path()));
+    sh(Command::new("chmod").arg("0644").arg(&file));
+    let s = Sandbox::run_with(
+        "proxy",
+        &img,
+        &[
+            "--mount".into(),
+            format!(
+                "type=bind,source={},target=/.agent-sandbox/config.toml,readonly",
+                file.display()
+            ),
+        ],
+        &["sleep", "infinity"],
+    );
+    s.wait_for("sbx-guest: ready");
+    let pid = || {
+        text(&s.exec("0", "cat /run/sbx-fw/proxy.pid 2>/dev/null || true"))
+            .trim()
+            .to_owned()
+    };
+    let owner = |p: &str| text(&s.exec("0", &format!("ps -o user= -p {p} || true")));
+    // The proxy as the agent sees it: a CONNECT for a name not on the
+    // allowlist is answered 403 by the proxy when up, refused when down.
+    let connect = "exec 3<>/dev/tcp/127.0.0.1/3128 || { echo REFUSED; exit 0; }; \
+                   printf 'CONNECT nope.invalid:443 HTTP/1.1\\r\\n\\r\\n' >&3; head -c 12 <&3; echo";
+    let connect = format!("bash -c \"{connect}\" 2>/dev/null");
+    // The agent's TLS to an outside address: redirected to the proxy
+    // (accepted there, then cut), or refused outright when it is down.
+    let direct = "timeout 3 bash -c 'exec 3<>/dev/tcp/198.18.0.1/443' 2>/dev/null \
+                  && echo ACCEPTED || echo REFUSED";
+    let first = pid();
+    assert!(!first.is_empty());
+    assert!(owner(&first).trim() != "root", "{}", owner(&first));
+    assert!(text(&s.exec("1000", &connect)).contains("HTTP/1.1 403"));
+    assert!(text(&s.exec("1000", direct)).contains("ACCEPTED"));
+    let wait_new = |old: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let p = pid();
+            if !p.is_empty() && p != old && !owner(&p).trim().is_empty() {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "the proxy did not come back");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // Killed: back at once the first time.
+    s.exec("0", &format!("kill -9 {first}"));
+    let second = wait_new(&first);
+    assert!(text(&s.exec("1000", &connect)).contains("HTTP/1.1 403"));
+    // Killed again soon: it waits its backoff (1 s, then 2 s). Within that
+    // window everything redirected is refused and the status is unhealthy.
+    s.exec("0", &format!("kill -9 {second}"));
+    let third = wait_new(&second);
+    s.exec("0", &format!("kill -9 {third}"));
+    let o = s.exec("1000", &format!("{connect}; {direct}"));
+    let st = s.status();
+    let out = text(&o);
+    assert_eq!(out.matches("REFUSED").count(), 2, "{out}");
+    assert_eq!(st["state"], "unhealthy", "{st}");
+    assert!(
+        st["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("firewall proxy ended"),
+        "{st}"
+    );
+    wait_new(&third);
+    assert!(text(&s.exec("1000", &connect)).contains("HTTP/1.1 403"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.status()["state"] != "ready" {
+        assert!(Instant::now() < deadline, "{}", s.status());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = s.log();
+    let records = log.matches("\"policy\":\"fw-proxy\"").count();
+    assert!(
+        records >= 6,
+        "three ends and three restarts audited:\n{log}"
+    );
+    assert!(log.contains("\"operation\":\"restart\""), "{log}");
+}

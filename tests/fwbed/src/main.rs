@@ -14,6 +14,7 @@
 //! one JSON line when ready, tears everything down when stdin closes.
 
 mod attack;
+mod bench;
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
@@ -364,11 +365,15 @@ fn tls_server(gw: String, dir: &Path) {
         .push(rcgen::DnType::CommonName, "sbx-fwbed test CA");
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("ca");
     let leaf_key = rcgen::KeyPair::generate().expect("key");
-    let leaf = rcgen::CertificateParams::new(vec!["meta.github.test".to_owned()])
-        .expect("params")
-        .signed_by(&leaf_key, &ca)
-        .expect("leaf");
+    let leaf = rcgen::CertificateParams::new(vec![
+        "meta.github.test".to_owned(),
+        "allowed.test".to_owned(),
+    ])
+    .expect("params")
+    .signed_by(&leaf_key, &ca)
+    .expect("leaf");
     std::fs::write(dir.join("ca.pem"), ca.pem()).expect("ca.pem");
+    std::fs::write(dir.join("ca.der"), ca.der()).expect("ca.der");
     let config = Arc::new(
         rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -403,6 +408,31 @@ fn tls_server(gw: String, dir: &Path) {
                             Ok(0) | Err(_) => return,
                             Ok(n) => req.extend_from_slice(&buf[..n]),
                         }
+                    }
+                    // GET /bytes/N (the benchmark): N bytes of body.
+                    let head = String::from_utf8_lossy(&req);
+                    if let Some(n) = head
+                        .strip_prefix("GET /bytes/")
+                        .and_then(|r| r.split(' ').next())
+                        .and_then(|n| n.parse::<u64>().ok())
+                    {
+                        let _ = write!(
+                            tls,
+                            "HTTP/1.1 200 OK\r\ncontent-length: {n}\r\nconnection: close\r\n\r\n"
+                        );
+                        let chunk = vec![0u8; 256 * 1024];
+                        let mut left = n;
+                        while left > 0 {
+                            let k = left.min(chunk.len() as u64) as usize;
+                            if tls.write_all(&chunk[..k]).is_err() {
+                                return;
+                            }
+                            left -= k as u64;
+                        }
+                        let _ = tls.flush();
+                        tls.conn.send_close_notify();
+                        let _ = tls.flush();
+                        return;
                     }
                     let _ = write!(
                         tls,
@@ -446,6 +476,9 @@ fn socket_v6only(addr: &str) -> TcpListener {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).is_some_and(|a| a == "bench") {
+        std::process::exit(bench::main(&args[2..]));
+    }
     if args.get(1).is_some_and(|a| a == "attack") {
         std::process::exit(attack::main(&args[2..]));
     }

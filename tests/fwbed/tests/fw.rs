@@ -1370,11 +1370,48 @@ impl Bed {
     }
 
     fn proxy_pid(&self) -> String {
-        std::fs::read_to_string(self.path("state/proxy.pid"))
+        self.pid("proxy")
+    }
+
+    fn pid(&self, what: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("state/{what}.pid")))
             .unwrap()
             .trim()
             .to_owned()
     }
+
+    /// `iptables-legacy ARGS` (or ip6tables-legacy) in the sandbox: stdout.
+    fn tables(&self, v6: bool, args: &[&str]) -> String {
+        let prog = if v6 {
+            "ip6tables-legacy"
+        } else {
+            "iptables-legacy"
+        };
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.sbx, prog, "--wait"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{prog} {args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+/// Whether `pid` still runs (a zombie is not running).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit(") ").next().unwrap_or("").starts_with('Z'))
+}
+
+fn wait_gone(pid: &str) -> bool {
+    let t0 = Instant::now();
+    while running(pid) {
+        if t0.elapsed() > Duration::from_secs(3) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
 }
 
 /// The names the proxy refused, from the audit log.
@@ -1396,6 +1433,8 @@ fn proxy_checks_names_against_addresses_on_both_paths() {
     assert!(bed.reached(&["http", "allowed.test:80", "allowed.test"]));
     // A wildcard name, once the DNS filter handed out its address.
     assert!(bed.reached(&["tls", "x.wild.test:443", "x.wild.test"]));
+    // CONNECT to a name only a wildcard covers: resolved through the filter.
+    assert!(bed.reached(&["tls", "x.wild.test:443", "x.wild.test", "127.0.0.1:3128"]));
     // Fronting: an allowed address with a forbidden name, or with another
     // allowed name whose address it is not.
     assert!(!bed.reached(&["tls", "198.18.1.1:443", "blocked.test"]));
@@ -1448,6 +1487,21 @@ fn proxy_killed_leaves_everything_blocked_until_restarted() {
         &["tls", "allowed.test:443", "allowed.test", "127.0.0.1:3128"],
     ] {
         assert!(!bed.reached(a), "{a:?} got through with the proxy dead");
+    }
+    // With the redirect lost too (the nat table flushed), the agent's own
+    // connections to the allowed address are still refused: only the
+    // proxy's uid may go out to 80 and 443.
+    bed.tables(false, &["-t", "nat", "-F", "OUTPUT"]);
+    bed.tables(true, &["-t", "nat", "-F", "OUTPUT"]);
+    for a in [
+        &["tls", "198.18.1.1:443", "allowed.test"][..],
+        &["tls", "[2001:2::1:1]:443", "allowed.test"],
+        &["http", "198.18.1.1:80", "allowed.test"],
+    ] {
+        assert!(
+            !bed.reached(a),
+            "{a:?} got through with the proxy dead and no redirect"
+        );
     }
     // The next init (the guest's restart) brings it back.
     let o = bed.init();
@@ -1521,4 +1575,53 @@ fn proxy_serves_a_thousand_at_once_and_slow_clients_starve_nobody() {
     eprintln!("slowloris: {v}");
     assert_eq!(v["cut"], 300, "{v}");
     assert!(v["max_ms"].as_u64().unwrap() < 7500, "{v}");
+}
+
+#[test]
+fn proxy_reset_removes_the_redirect_and_stops_proxy_and_filter() {
+    let Some(bed) = Bed::proxy("px5") else { return };
+    assert!(!bed.reached(&["tls", "198.18.2.1:443", "blocked.test"]));
+    for v6 in [false, true] {
+        assert!(
+            bed.tables(v6, &["-t", "nat", "-S", "OUTPUT"])
+                .contains("REDIRECT")
+        );
+    }
+    let (proxy, dns) = (bed.proxy_pid(), bed.pid("dns"));
+    assert!(running(&proxy) && running(&dns));
+    bed.ok(false, &["reset", "--yes"]);
+    for v6 in [false, true] {
+        let nat = bed.tables(v6, &["-t", "nat", "-S", "OUTPUT"]);
+        assert!(!nat.contains("REDIRECT") && !nat.contains("65533"), "{nat}");
+    }
+    assert!(
+        wait_gone(&proxy),
+        "the proxy {proxy} still runs after reset"
+    );
+    assert!(
+        wait_gone(&dns),
+        "the DNS filter {dns} still runs after reset"
+    );
+    assert!(!bed.path("state/proxy.pid").exists());
+    // Open, and straight to the address: no proxy in the way.
+    assert!(bed.reached(&["tls", "198.18.2.1:443", "blocked.test"]));
+    assert!(bed.reached(&["tls", "[2001:2::2:1]:443", "blocked.test"]));
+    // A later init in proxy mode installs it all again.
+    let o = bed.init();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!bed.reached(&["tls", "198.18.1.1:443", "blocked.test"]));
+    assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test"]));
+}
+
+#[test]
+fn proxy_mode_leaves_roots_own_443_direct() {
+    let Some(bed) = Bed::proxy("px6") else { return };
+    // Root (init's fetches, backups) is not redirected: the hello's name
+    // is not checked for it, the address still is.
+    let v = bed.attack(false, &["tls", "198.18.1.1:443", "blocked.test"]);
+    assert_eq!(v["reached"], true, "{v}");
+    let v = bed.attack(false, &["tls", "198.18.2.1:443", "blocked.test"]);
+    assert_eq!(v["reached"], false, "{v}");
+    // The agent with the same hello is refused by the proxy.
+    assert!(!bed.reached(&["tls", "198.18.1.1:443", "blocked.test"]));
 }

@@ -170,6 +170,15 @@ pub fn installed(fam: Family) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Whether the nat table of this family redirects to `port` (ours).
+pub fn nat_redirects(fam: Family, port: u16) -> bool {
+    Command::new(backend().tables(fam))
+        .args(["--wait", "-t", "nat", "-S", "OUTPUT"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&format!("--to-ports {port}")))
+}
+
 /// Whether this kernel has IPv6 at all; without it there is nothing to filter.
 pub fn has_ipv6() -> bool {
     std::path::Path::new("/proc/sys/net/ipv6").exists()

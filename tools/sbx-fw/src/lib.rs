@@ -648,6 +648,7 @@ fn open_everything(a: &InitArgs, dir: &Path, cfg: &str) -> Result<Exit, BoxError
         apply::tables_restore(Family::V6, &plan::open_all())
             .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
     }
+    leave_proxy_mode(dir)?;
     let mut st = State::new();
     st.open = true;
     st.installed_at = now();
@@ -744,8 +745,13 @@ fn spawn_helper(
     Ok(())
 }
 
-/// `sbx-fw proxy`: as root it drops to its own uid first.
+/// `sbx-fw proxy`: as root it drops to its own uid first. It records its
+/// pid itself (while still root): a supervisor may restart it without init.
 fn proxy_cmd(dir: &Path) -> Result<Exit, BoxError> {
+    if nix::unistd::getuid().is_root() {
+        let pid_file = dir.join("proxy.pid");
+        std::fs::write(&pid_file, format!("{}\n", std::process::id())).with_path(&pid_file)?;
+    }
     proxy::serve(dir, || {
         println!("ready");
         let _ = std::io::stdout().flush();
@@ -770,6 +776,39 @@ fn start_proxy(dir: &Path) -> Result<(), BoxError> {
             log.display()
         )
     })
+}
+
+/// Out of proxy mode (reset, allow-external): our nat redirect goes, in
+/// both families, then the proxy is stopped. The nat table is only
+/// touched when our redirect is in it or the state says proxy mode.
+fn leave_proxy_mode(dir: &Path) -> Result<(), BoxError> {
+    let was_proxy = State::load(dir).ok().flatten().is_some_and(|s| s.proxy);
+    let empty = Plan {
+        flush_nat: true,
+        ..Plan::default()
+    };
+    let mut fams = vec![Family::V4];
+    if apply::has_ipv6() {
+        fams.push(Family::V6);
+    }
+    for fam in fams {
+        if was_proxy || apply::nat_redirects(fam, proxy::TRANSPARENT_PORT) {
+            apply::tables_restore(fam, &empty.nat(fam))
+                .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        }
+    }
+    let pid_file = dir.join("proxy.pid");
+    if let Ok(p) = std::fs::read_to_string(&pid_file)
+        && let Ok(pid) = p.trim().parse::<u32>()
+        && is_ours(pid, "proxy")
+    {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let _ = std::fs::remove_file(pid_file);
+    Ok(())
 }
 
 /// `pid` is an `sbx-fw SUB` in our network namespace.
@@ -1150,6 +1189,7 @@ fn reset(a: &ResetArgs, dir: &Path) -> Result<Exit, BoxError> {
         .map(|s| format!("destroy {s}\n"))
         .collect();
     let _ = apply::ipset_restore(&destroy);
+    leave_proxy_mode(dir)?;
     if let Some(pid) = filter_pid(dir) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),

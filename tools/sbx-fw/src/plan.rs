@@ -345,26 +345,9 @@ impl Plan {
 }
 
 /// Everything blocked, loopback included: the state after a failed first
-/// init. Docker's resolver on loopback would otherwise still answer anything.
-/// Rejected rather than dropped, so programs fail at once instead of hanging.
+/// init, the same rules sbx-guest installs before init runs.
 pub fn block_all(fam: Family) -> String {
-    let (other, icmp) = if fam == Family::V6 {
-        ("icmp6-port-unreachable", "ipv6-icmp")
-    } else {
-        ("icmp-port-unreachable", "icmp")
-    };
-    // The resets and unreachables themselves go out over loopback; DNS for
-    // uid 0 (never the agent) lets the next init resolve and recover.
-    format!(
-        "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n\
-         -A INPUT -i lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A INPUT -i lo -p {icmp} -j ACCEPT\n\
-         -A OUTPUT -o lo -p tcp --tcp-flags RST RST -j ACCEPT\n-A OUTPUT -o lo -p {icmp} -j ACCEPT\n\
-         -A INPUT -m conntrack --ctstate ESTABLISHED -p udp --sport 53 -j ACCEPT\n\
-         -A INPUT -m conntrack --ctstate ESTABLISHED -p tcp --sport 53 -j ACCEPT\n\
-         -A OUTPUT -p udp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
-         -A OUTPUT -p tcp --dport 53 -m owner --uid-owner 0 -j ACCEPT\n\
-         -A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n-A OUTPUT -j REJECT --reject-with {other}\nCOMMIT\n"
-    )
+    sbx_core::netblock::block_all(fam == Family::V6)
 }
 
 /// `allow-external = true`: no filtering at all.

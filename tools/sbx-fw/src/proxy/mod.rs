@@ -285,13 +285,58 @@ async fn dial(dst: SocketAddr) -> Option<TcpStream> {
     Some(u)
 }
 
-async fn splice(mut c: TcpStream, mut u: TcpStream, first: &[u8]) {
+async fn splice(c: TcpStream, mut u: TcpStream, first: &[u8]) {
     let _ = c.set_nodelay(true);
     if u.write_all(first).await.is_err() {
         reset(c);
         return;
     }
-    let _ = tokio::io::copy_bidirectional_with_sizes(&mut c, &mut u, BUF, BUF).await;
+    if tokio::try_join!(pump(&c, &u), pump(&u, &c)).is_err() {
+        // Whatever was not spliced cannot be, in user space either.
+        reset(c);
+    }
+}
+
+/// `from` to `to` until `from` ends, through a pipe with splice(2): the
+/// bytes stay in the kernel. Its end is passed on as a half close.
+async fn pump(from: &TcpStream, to: &TcpStream) -> std::io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
+    use tokio::io::Interest;
+    let (pr, pw) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    // A bigger pipe moves more a call; the default (64 KiB) still works.
+    let _ = fcntl(&pw, FcntlArg::F_SETPIPE_SZ(BUF as i32));
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    loop {
+        // The pipe is empty here, so EAGAIN means the socket has nothing.
+        let n = loop {
+            from.readable().await?;
+            match from.try_io(Interest::READABLE, || {
+                splice(from, None, &pw, None, BUF, flags).map_err(std::io::Error::from)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 {
+            let _ = nix::sys::socket::shutdown(
+                std::os::fd::AsRawFd::as_raw_fd(to),
+                nix::sys::socket::Shutdown::Write,
+            );
+            return Ok(());
+        }
+        let mut left = n;
+        while left > 0 {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                splice(&pr, None, to, None, left, flags).map_err(std::io::Error::from)
+            }) {
+                Ok(k) => left -= k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 async fn transparent(mut c: TcpStream, s: Arc<Shared>) {
@@ -364,18 +409,28 @@ async fn connect_proxy(mut c: TcpStream, s: Arc<Shared>) {
         forbid(&mut c);
         return;
     }
-    // Resolved through the DNS filter (resolv.conf), which records the
-    // addresses it hands out; the first one the policy accepts is used.
-    let n2 = name.clone();
-    let addrs: Vec<SocketAddr> = tokio::task::spawn_blocking(move || {
-        use std::net::ToSocketAddrs;
-        (n2.as_str(), 443)
-            .to_socket_addrs()
-            .map(|i| i.collect())
-            .unwrap_or_default()
-    })
-    .await
-    .unwrap_or_default();
+    // A name resolved at init is dialled at those addresses (the ones the
+    // firewall let in for it); any other through the DNS filter
+    // (resolv.conf), which records the addresses it hands out. The first
+    // one the policy accepts is used.
+    let mut addrs: Vec<SocketAddr> = s
+        .policy()
+        .addresses(&name)
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, 443))
+        .collect();
+    if addrs.is_empty() {
+        let n2 = name.clone();
+        addrs = tokio::task::spawn_blocking(move || {
+            use std::net::ToSocketAddrs;
+            (n2.as_str(), 443)
+                .to_socket_addrs()
+                .map(|i| i.collect())
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default();
+    }
     let Some(dst) = addrs
         .iter()
         .copied()

@@ -81,6 +81,12 @@ impl Policy {
         }
     }
 
+    /// The addresses `name` resolved to at init (empty for a name only a
+    /// wildcard covers): the CONNECT path dials these without a lookup.
+    pub fn addresses(&self, name: &str) -> Vec<IpAddr> {
+        self.resolved.get(name).cloned().unwrap_or_default()
+    }
+
     pub fn allows_name(&self, name: &str) -> bool {
         self.allow.iter().any(|d| domain_matches(d, name))
     }

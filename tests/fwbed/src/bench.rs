@@ -1,0 +1,146 @@
+//! `sbx-fwbed bench tls TARGET SNI CA_DER PROXY N CONC BYTES`: the client of
+//! bench/fw-proxy.sh. N TLS connections (CONC at a time) to TARGET, each
+//! directly or through PROXY's CONNECT (`-`: none): a full TLS 1.3
+//! handshake verified against the bed's CA, then `GET /bytes/BYTES` read to
+//! the end. Prints one JSON line: handshake latency (connect to handshake
+//! done) median and p90, connections a second, body throughput.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+pub fn main(args: &[String]) -> i32 {
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    if arg(0) != "tls" || args.len() != 8 {
+        eprintln!("usage: sbx-fwbed bench tls TARGET SNI CA_DER PROXY|- N CONC BYTES");
+        return 64;
+    }
+    let (target, sni, ca, proxy) = (arg(1), arg(2), arg(3), arg(4));
+    let num = |i: usize| arg(i).parse::<u64>().unwrap_or(0);
+    let (n, conc, bytes) = (num(5) as usize, num(6).max(1) as usize, num(7));
+    let mut roots = rustls::RootCertStore::empty();
+    let der = std::fs::read(ca).unwrap_or_default();
+    if roots.add(der.into()).is_err() {
+        eprintln!("{ca}: not a DER certificate");
+        return 66;
+    }
+    let config = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("tls versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    );
+    let name = rustls::pki_types::ServerName::try_from(sni.to_owned()).expect("SNI");
+    let proxy = (proxy != "-").then(|| proxy.to_owned());
+    let next = Arc::new(AtomicUsize::new(0));
+    let lat = Arc::new(Mutex::new(Vec::with_capacity(n)));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let got = Arc::new(AtomicUsize::new(0));
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..conc {
+            let (config, name, proxy) = (config.clone(), name.clone(), proxy.clone());
+            let (next, lat, errors, got) = (next.clone(), lat.clone(), errors.clone(), got.clone());
+            s.spawn(move || {
+                while next.fetch_add(1, Ordering::Relaxed) < n {
+                    match one(&config, &name, target, sni, proxy.as_deref(), bytes) {
+                        Ok((d, b)) => {
+                            lat.lock().unwrap().push(d);
+                            got.fetch_add(b, Ordering::Relaxed);
+                        }
+                        Err(e) => errors.lock().unwrap().push(e),
+                    }
+                }
+            });
+        }
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let mut lat = lat.lock().unwrap().clone();
+    lat.sort();
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * p).round() as usize)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    let errors = errors.lock().unwrap();
+    let got = got.load(Ordering::Relaxed);
+    println!(
+        "{}",
+        json!({
+            "ok": lat.len(), "errors": errors.len(), "first_error": errors.first(),
+            "median_ms": pct(0.5), "p90_ms": pct(0.9), "secs": secs,
+            "cps": lat.len() as f64 / secs, "bytes": got,
+            "mib_s": got as f64 / secs / (1024.0 * 1024.0),
+        })
+    );
+    if errors.is_empty() { 0 } else { 1 }
+}
+
+fn one(
+    config: &Arc<rustls::ClientConfig>,
+    name: &rustls::pki_types::ServerName<'static>,
+    target: &str,
+    sni: &str,
+    proxy: Option<&str>,
+    bytes: u64,
+) -> Result<(Duration, usize), String> {
+    let e = |what: &str, err: std::io::Error| format!("{what}: {err}");
+    let t0 = Instant::now();
+    let mut c = match proxy {
+        None => TcpStream::connect(target).map_err(|x| e("connect", x))?,
+        Some(p) => {
+            let mut c = TcpStream::connect(p).map_err(|x| e("proxy", x))?;
+            c.set_nodelay(true).map_err(|x| e("nodelay", x))?;
+            write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
+                .map_err(|x| e("CONNECT", x))?;
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match c.read(&mut b) {
+                    Ok(1) => head.push(b[0]),
+                    _ => return Err("proxy closed".into()),
+                }
+            }
+            if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
+                return Err(format!("proxy: {}", String::from_utf8_lossy(&head)));
+            }
+            c
+        }
+    };
+    c.set_nodelay(true).map_err(|x| e("nodelay", x))?;
+    c.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|x| e("timeout", x))?;
+    let mut tls = rustls::ClientConnection::new(config.clone(), name.clone())
+        .map_err(|x| format!("tls: {x}"))?;
+    while tls.is_handshaking() {
+        tls.complete_io(&mut c).map_err(|x| e("handshake", x))?;
+    }
+    let shook = t0.elapsed();
+    let mut s = rustls::Stream::new(&mut tls, &mut c);
+    write!(
+        s,
+        "GET /bytes/{bytes} HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|x| e("request", x))?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => total += k,
+            // The server's close_notify is read as the end; a bare close too.
+            Err(x) if x.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(x) => return Err(e("read", x)),
+        }
+    }
+    if (total as u64) < bytes {
+        return Err(format!("short body: {total} of {bytes}"));
+    }
+    Ok((shook, total))
+}

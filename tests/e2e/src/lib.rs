@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 /// Directory of the built sbx binaries: `$SBX_BIN_DIR`, else the cargo
 /// target directory this test binary runs from (ripgrep's tests/util.rs).
@@ -20,6 +20,18 @@ pub fn bin_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("target dir")
         .to_path_buf()
+}
+
+/// `sbx-run`, finding the other tools beside it.
+pub fn sbx() -> Command {
+    let mut c = Command::new(bin("sbx-run"));
+    c.env("SBX_BIN_DIR", bin("sbx-run").parent().expect("bin dir"));
+    c
+}
+
+/// stdout then stderr, for assertion messages and matching.
+pub fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 pub fn bin(name: &str) -> PathBuf {

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sbx_e2e::{base_image, bin, sh};
+use sbx_e2e::{base_image, sbx, sh, text};
 use serde_json::Value;
 
 const OWNER: u32 = 1234;
@@ -18,12 +18,6 @@ struct Repo {
     _dir: tempfile::TempDir,
     path: PathBuf,
     branches: Vec<&'static str>,
-}
-
-fn sbx() -> Command {
-    let mut c = Command::new(bin("sbx-run"));
-    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
-    c
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -35,10 +29,6 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .args(args))
     .trim()
     .to_owned()
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 impl Repo {

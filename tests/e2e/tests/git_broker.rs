@@ -8,13 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use sbx_e2e::{bin, docker_ready, prerequisite, sh};
-
-fn sbx() -> Command {
-    let mut c = Command::new(bin("sbx-run"));
-    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
-    c
-}
+use sbx_e2e::{bin, docker_ready, prerequisite, sbx, sh, text};
 
 fn base_image() -> bool {
     static BUILT: OnceLock<bool> = OnceLock::new();
@@ -47,10 +41,6 @@ impl Drop for Repo {
             .arg(&self.path)
             .output();
     }
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 /// A repository whose pre-commit hook records who ran it (and that its

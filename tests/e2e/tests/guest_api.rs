@@ -15,17 +15,7 @@ use std::time::{Duration, Instant};
 use sbx_core::guestapi::{
     self as proto, Client, Control, ExecReq, ExitMsg, Kind, Reply, Request, Winsize,
 };
-use sbx_e2e::{base_image, bin, sh};
-
-fn sbx() -> Command {
-    let mut c = Command::new(bin("sbx-run"));
-    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
-    c
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-}
+use sbx_e2e::{base_image, sbx, sh, text};
 
 struct Repo {
     _dir: tempfile::TempDir,

@@ -10,23 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use sbx_e2e::{base_image, bin, prerequisite, sh};
+use sbx_e2e::{base_image, prerequisite, sbx, sh, text};
 
 fn ready() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
         prerequisite(sbx_e2e::is_root(), "root (chown, idmapped mounts)") && base_image()
     })
-}
-
-fn sbx() -> Command {
-    let mut c = Command::new(bin("sbx-run"));
-    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
-    c
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 struct Repo {

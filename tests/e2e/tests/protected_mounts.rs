@@ -7,15 +7,9 @@
 //! start gets them made, and pinned, first.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use sbx_e2e::{base_image, bin, sh};
-
-fn sbx() -> Command {
-    let mut c = Command::new(bin("sbx-run"));
-    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
-    c
-}
+use sbx_e2e::{base_image, sbx, sh, text};
 
 struct Repo {
     _dir: tempfile::TempDir,
@@ -29,10 +23,6 @@ impl Drop for Repo {
             .arg(&self.path)
             .output();
     }
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 fn read(r: &Repo, rel: &str) -> Option<String> {

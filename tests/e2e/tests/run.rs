@@ -6,14 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sbx_e2e::{base_image, bin, docker_ready, prerequisite, sh};
+use sbx_e2e::{base_image, bin, docker_ready, prerequisite, sbx, sh, text};
 use serde_json::Value;
-
-fn sbx() -> Command {
-    let mut c = Command::new(bin("sbx-run"));
-    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
-    c
-}
 
 struct Repo {
     _dir: tempfile::TempDir,
@@ -96,10 +90,6 @@ impl Drop for Repo {
             .arg(&self.path)
             .output();
     }
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 #[test]

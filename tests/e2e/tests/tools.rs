@@ -8,18 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+use sbx_e2e::{bin, docker_ready, prerequisite, sbx, sh, text};
 use serde_json::{Value, json};
-
-fn sbx() -> Command {
-    let mut c = Command::new(bin("sbx-run"));
-    c.env("SBX_BIN_DIR", bin("sbx-run").parent().unwrap());
-    c
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-}
 
 /// A base with the AI CLIs, its own tag (`<base tag>-ai`) so the suites
 /// that build theirs without CLIs do not trade images with this one.

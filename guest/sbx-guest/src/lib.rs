@@ -11,6 +11,7 @@ pub mod api;
 pub mod boot;
 pub mod config;
 pub mod home;
+pub mod hosttools;
 pub mod init;
 pub mod masks;
 pub mod real;
@@ -62,6 +63,10 @@ pub enum Cmd {
         /// Kill the CLI's whole process group after this many seconds (exit 124).
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
+        /// Serve [agent.host-tools] to the CLI's MCP server: stdin carries a header line
+        /// and the prompt's length, then the host's answers; calls go up on stdout.
+        #[arg(long)]
+        host_tools: bool,
         /// The CLI and its arguments (after --).
         #[arg(
             trailing_var_arg = true,
@@ -71,6 +76,8 @@ pub enum Cmd {
         )]
         command: Vec<OsString>,
     },
+    /// The MCP stdio server for [agent.host-tools], started by the agent CLI under agent-launch.
+    McpHostTools,
     /// The agent CLI's apiKeyHelper: print the key agent-launch serves once on SOCKET.
     AgentKey {
         #[arg(value_name = "SOCKET")]
@@ -174,10 +181,16 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             }
             Ok(real::init(&paths, command))
         }
-        Cmd::AgentLaunch { timeout, command } => Ok(agent::launch(
+        Cmd::AgentLaunch {
+            timeout,
+            host_tools,
+            command,
+        } => Ok(agent::launch(
             timeout.map(std::time::Duration::from_secs),
+            host_tools,
             &command,
         )),
+        Cmd::McpHostTools => Ok(hosttools::serve()),
         Cmd::AgentKey { socket } => Ok(agent::key(&socket)),
         Cmd::Health => {
             let (healthy, text) = status::health(&paths.status());

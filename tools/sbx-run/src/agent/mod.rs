@@ -506,11 +506,12 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     let mut result: Option<Value> = None;
     let mut usage: Option<Value> = None;
     let mut final_text = String::new();
+    let mut calls = Vec::new();
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if let (Some(ht), Some(call)) = (&host_tools, line.strip_prefix(char::from(MARK))) {
-                host_tool_call(ht, call, &stdin);
+                calls.extend(host_tool_call(ht, call, &stdin));
                 continue;
             }
             let evs = match cli {
@@ -544,6 +545,10 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     *stdin.lock().unwrap_or_else(|e| e.into_inner()) = None;
     if let Some(ht) = &host_tools {
         ht.kill_all();
+    }
+    // Every call that reached the host is audited before we exit.
+    for c in calls {
+        let _ = c.join();
     }
     let status = child
         .wait()
@@ -643,16 +648,16 @@ fn host_tool_call(
     ht: &std::sync::Arc<hosttools::HostTools>,
     line: &str,
     stdin: &std::sync::Arc<std::sync::Mutex<Option<std::process::ChildStdin>>>,
-) {
+) -> Option<std::thread::JoinHandle<()>> {
     let call: Call = match serde_json::from_str(line) {
         Ok(c) => c,
         Err(e) => {
             output::warn(&format!("host tools: a malformed call from the sandbox: {e}"));
-            return;
+            return None;
         }
     };
     let (ht, stdin) = (ht.clone(), stdin.clone());
-    std::thread::spawn(move || {
+    Some(std::thread::spawn(move || {
         let a = ht.call(&call);
         ht.audit(&a);
         let mut text = serde_json::to_vec(&a).unwrap_or_default();
@@ -660,7 +665,7 @@ fn host_tool_call(
         if let Some(w) = stdin.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             let _ = w.write_all(&text).and_then(|()| w.flush());
         }
-    });
+    }))
 }
 
 /// `sbx-run prune --chats [--older-than DUR]`.

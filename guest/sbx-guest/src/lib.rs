@@ -111,6 +111,12 @@ Files:
                                  0600, owned by the host directory's owner; /run/sbx is
                                  root's 0700, so the agent cannot reach it
 
+agent-launch --host-tools: [agent.host-tools] for sbx-run agent. The CLI's MCP server
+  `mcp-host-tools` connects to a socket in a fresh 0700 directory named only in the CLI's
+  environment (SBX_HOST_TOOLS_SOCKET); one connection is taken, from a child of the CLI
+  running sbx-guest, and the socket removed. Calls go up the exec's stdout as lines
+  starting with 0x1e, answers come down its stdin; the host decides and runs them.
+
 Exit status: init exits with COMMAND's status (128+N for a signal), 69 when
   the sandbox could not start; health exits 0 healthy, 1 unhealthy.
 

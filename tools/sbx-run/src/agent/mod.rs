@@ -83,6 +83,12 @@ Workspace preparation: .agent-sandbox/skills/<name>/SKILL.md (validated: name a-
 64, equal to the directory; description 1-1024 chars) are copied to .claude/skills/;
 [agent.mcp] servers are written to .mcp.json and passed with --mcp-config.
 
+Host tools: [agent.host-tools.NAME] (argv, description, timeout) are MCP tools
+mcp__sbx-host__NAME, served in the sandbox by `sbx-guest mcp-host-tools` and run on the host:
+only configured commands, each {param} element replaced by one argument as one argv element
+(never a shell), environment cleared but PATH HOME USER LOGNAME LANG LC_ALL TZ, the process
+group killed at the timeout (default 30s), every call audit-logged (host and sandbox).
+
 Hooks: .agent-sandbox/hooks/before and hooks/after run on the host around the run, in the
 workspace, with SBX_SANDBOX, SBX_WORKSPACE, SBX_CHAT_ID, SBX_PROMPT_FILE and (after)
 SBX_RESULT_FILE set; `sbx-run exec` reaches the same sandbox. A failing before-hook stops the

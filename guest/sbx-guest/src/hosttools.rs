@@ -85,7 +85,13 @@ pub fn handle(
         }
         "resources/list" => json!({"resources": []}),
         "prompts/list" => json!({"prompts": []}),
-        _ => return Some(rpc_error(&id, -32601, &format!("method not found: {method}"))),
+        _ => {
+            return Some(rpc_error(
+                &id,
+                -32601,
+                &format!("method not found: {method}"),
+            ));
+        }
     };
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
@@ -135,7 +141,11 @@ fn serve_inner(socket: &Path) -> std::io::Result<()> {
             continue;
         }
         let reply = match serde_json::from_str::<Value>(&line) {
-            Err(e) => Some(rpc_error(&Value::Null, -32700, &format!("parse error: {e}"))),
+            Err(e) => Some(rpc_error(
+                &Value::Null,
+                -32700,
+                &format!("parse error: {e}"),
+            )),
             Ok(msg) => handle(&msg, &tools, &mut |name, args| {
                 next += 1;
                 let c = Call {
@@ -204,7 +214,9 @@ pub mod tempfile_dir {
                     Err(e) => return Err(e),
                 }
             }
-            Err(std::io::Error::other("no fresh directory for the host tools socket"))
+            Err(std::io::Error::other(
+                "no fresh directory for the host tools socket",
+            ))
         }
 
         pub fn path(&self) -> &Path {
@@ -355,10 +367,9 @@ pub mod launcher {
             let Ok((c, _)) = l.listener.accept() else {
                 return;
             };
-            let peer =
-                nix::sys::socket::getsockopt(&c, nix::sys::socket::sockopt::PeerCredentials)
-                    .map(|c| c.pid())
-                    .unwrap_or(-1);
+            let peer = nix::sys::socket::getsockopt(&c, nix::sys::socket::sockopt::PeerCredentials)
+                .map(|c| c.pid())
+                .unwrap_or(-1);
             if is_cli_child(peer, cli, crate::agent::parent_of) {
                 break c;
             }

@@ -478,7 +478,10 @@ fn tool_results(reqs: &[Value]) -> Vec<(String, Value)> {
     for m in msgs {
         for b in m["content"].as_array().into_iter().flatten() {
             if b["type"] == "tool_use" {
-                names.insert(b["id"].as_str().unwrap().to_owned(), b["name"].as_str().unwrap().to_owned());
+                names.insert(
+                    b["id"].as_str().unwrap().to_owned(),
+                    b["name"].as_str().unwrap().to_owned(),
+                );
             }
         }
     }
@@ -486,7 +489,10 @@ fn tool_results(reqs: &[Value]) -> Vec<(String, Value)> {
     for m in msgs {
         for b in m["content"].as_array().into_iter().flatten() {
             if b["type"] == "tool_result" {
-                let n = names.get(b["tool_use_id"].as_str().unwrap()).cloned().unwrap_or_default();
+                let n = names
+                    .get(b["tool_use_id"].as_str().unwrap())
+                    .cloned()
+                    .unwrap_or_default();
                 out.push((n, b.clone()));
             }
         }
@@ -497,7 +503,11 @@ fn tool_results(reqs: &[Value]) -> Vec<(String, Value)> {
 fn result_text(b: &Value) -> String {
     match &b["content"] {
         Value::String(s) => s.clone(),
-        Value::Array(a) => a.iter().filter_map(|c| c["text"].as_str()).collect::<Vec<_>>().join(""),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|c| c["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
         v => v.to_string(),
     }
 }
@@ -548,10 +558,17 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
     );
     let mcp: Value =
         serde_json::from_str(&std::fs::read_to_string(sb.path.join(".mcp.json")).unwrap()).unwrap();
-    assert_eq!(mcp["mcpServers"]["sbx-host"]["args"], json!(["mcp-host-tools"]));
+    assert_eq!(
+        mcp["mcpServers"]["sbx-host"]["args"],
+        json!(["mcp-host-tools"])
+    );
     let results = tool_results(&sb.requests(8111));
     let of = |n: &str| -> Vec<String> {
-        results.iter().filter(|(name, _)| name == n).map(|(_, b)| result_text(b)).collect()
+        results
+            .iter()
+            .filter(|(name, _)| name == n)
+            .map(|(_, b)| result_text(b))
+            .collect()
     };
     let shows = of("mcp__sbx-host__show");
     assert_eq!(shows.len(), 2, "{results:?}");
@@ -559,15 +576,34 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
         shows.contains(&format!("<; touch {semi}>\n<$(touch {subst})>\n")),
         "shell syntax is one argv element, as written: {shows:?}"
     );
-    assert!(shows.contains(&"<-n>\n<--version>\n".to_owned()), "{shows:?}");
-    assert!(!Path::new(&semi).exists() && !Path::new(&subst).exists(), "an argument reached a shell");
-    assert_eq!(of("mcp__sbx-host__where"), vec!["only-on-the-host\n".to_owned()], "the host ran it");
+    assert!(
+        shows.contains(&"<-n>\n<--version>\n".to_owned()),
+        "{shows:?}"
+    );
+    assert!(
+        !Path::new(&semi).exists() && !Path::new(&subst).exists(),
+        "an argument reached a shell"
+    );
+    assert_eq!(
+        of("mcp__sbx-host__where"),
+        vec!["only-on-the-host\n".to_owned()],
+        "the host ran it"
+    );
     let slow = of("mcp__sbx-host__slow");
     assert!(slow[0].contains("timed out after 1s"), "{slow:?}");
-    let rm = results.iter().find(|(n, _)| n == "mcp__sbx-host__rm").unwrap();
-    assert_eq!(rm.1["is_error"], true, "an unconfigured tool is refused: {rm:?}");
+    let rm = results
+        .iter()
+        .find(|(n, _)| n == "mcp__sbx-host__rm")
+        .unwrap();
+    assert_eq!(
+        rm.1["is_error"], true,
+        "an unconfigured tool is refused: {rm:?}"
+    );
     let env = of("mcp__sbx-host__environ");
-    assert!(env[0].contains("PATH=") && !env[0].contains(KEY), "the host tool sees the key: {env:?}");
+    assert!(
+        env[0].contains("PATH=") && !env[0].contains(KEY),
+        "the host tool sees the key: {env:?}"
+    );
     let bash = of("Bash");
     assert!(
         bash[0].contains("attack-rc=77") && !bash[0].contains("only-on-the-host"),
@@ -580,7 +616,10 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
     // one never left the CLI.
     let host_audit = std::fs::read_to_string(sb.state.join("sbx/audit.jsonl")).unwrap_or_default();
     let sandbox_audit = std::fs::read_to_string(
-        sb.state.join("sbx/sandboxes").join(&sb.container).join("audit.jsonl"),
+        sb.state
+            .join("sbx/sandboxes")
+            .join(&sb.container)
+            .join("audit.jsonl"),
     )
     .unwrap_or_default();
     for (log, tool) in [(&host_audit, "sbx-run"), (&sandbox_audit, "sbx-host-tools")] {
@@ -590,10 +629,24 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
             .filter(|r| r["operation"] == "host-tool" && r["tool"] == tool)
             .collect();
         assert_eq!(calls.len(), 5, "{tool}: {log}");
-        let wheres = calls.iter().filter(|r| r["target"].as_str().unwrap().starts_with("where ")).count();
+        let wheres = calls
+            .iter()
+            .filter(|r| r["target"].as_str().unwrap().starts_with("where "))
+            .count();
         assert_eq!(wheres, 1, "a forged call line ran: {log}");
-        assert!(calls.iter().any(|r| r["target"].as_str().unwrap().starts_with("slow ") && r["reason"].as_str().unwrap().starts_with("timeout")), "{calls:?}");
-        assert!(calls.iter().any(|r| r["target"] == r#"show ["printf","<%s>\\n","-n","--version"]"#), "{calls:?}");
+        assert!(
+            calls
+                .iter()
+                .any(|r| r["target"].as_str().unwrap().starts_with("slow ")
+                    && r["reason"].as_str().unwrap().starts_with("timeout")),
+            "{calls:?}"
+        );
+        assert!(
+            calls
+                .iter()
+                .any(|r| r["target"] == r#"show ["printf","<%s>\\n","-n","--version"]"#),
+            "{calls:?}"
+        );
         assert!(!log.contains("\"rm"), "{log}");
     }
 }

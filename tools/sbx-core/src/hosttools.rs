@@ -62,4 +62,3 @@ pub struct Header {
     pub tools: Vec<ToolSpec>,
     pub prompt_bytes: usize,
 }
-

@@ -59,7 +59,9 @@ pub fn build_argv(tool: &HostTool, args: &Value) -> Result<Vec<String>, String> 
     };
     let params = tool.argv.params();
     if let Some(k) = obj.keys().find(|k| !params.contains(&k.as_str())) {
-        return Err(format!("unknown argument \"{k}\" (this tool takes: {params:?})"));
+        return Err(format!(
+            "unknown argument \"{k}\" (this tool takes: {params:?})"
+        ));
     }
     let mut values: BTreeMap<&str, String> = BTreeMap::new();
     for p in &params {
@@ -103,7 +105,10 @@ fn read_capped(mut r: impl Read) -> (Vec<u8>, bool) {
 impl HostTools {
     pub fn new(tools: &BTreeMap<ToolName, HostTool>, cwd: PathBuf, agent: &str) -> Self {
         Self {
-            tools: tools.iter().map(|(k, v)| (k.0.clone(), v.clone())).collect(),
+            tools: tools
+                .iter()
+                .map(|(k, v)| (k.0.clone(), v.clone()))
+                .collect(),
             cwd,
             agent: agent.to_owned(),
             running: Arc::new(Mutex::new(Vec::new())),
@@ -204,8 +209,14 @@ impl HostTools {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(pgid);
-        let out = child.stdout.take().map(|s| std::thread::spawn(|| read_capped(s)));
-        let err = child.stderr.take().map(|s| std::thread::spawn(|| read_capped(s)));
+        let out = child
+            .stdout
+            .take()
+            .map(|s| std::thread::spawn(|| read_capped(s)));
+        let err = child
+            .stderr
+            .take()
+            .map(|s| std::thread::spawn(|| read_capped(s)));
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
             let s = child.wait();
@@ -283,15 +294,28 @@ mod tests {
         for (args, want) in [
             (
                 json!({"a": "; rm -rf /", "b": "$(id)"}),
-                Ok(vec!["printf", "%s|", "--", "; rm -rf /", "$(id)", "; rm -rf /"]),
+                Ok(vec![
+                    "printf",
+                    "%s|",
+                    "--",
+                    "; rm -rf /",
+                    "$(id)",
+                    "; rm -rf /",
+                ]),
             ),
             (
                 json!({"a": "-rf", "b": "a b\nc"}),
                 Ok(vec!["printf", "%s|", "--", "-rf", "a b\nc", "-rf"]),
             ),
-            (json!({"a": 3, "b": true}), Ok(vec!["printf", "%s|", "--", "3", "true", "3"])),
+            (
+                json!({"a": 3, "b": true}),
+                Ok(vec!["printf", "%s|", "--", "3", "true", "3"]),
+            ),
             (json!({"a": "x"}), Err("missing argument \"b\"")),
-            (json!({"a": "x", "b": "y", "c": "z"}), Err("unknown argument \"c\"")),
+            (
+                json!({"a": "x", "b": "y", "c": "z"}),
+                Err("unknown argument \"c\""),
+            ),
             (json!({"a": ["x"], "b": "y"}), Err("must be a string")),
             (json!({"a": "x\u{0}", "b": "y"}), Err("NUL")),
             (json!("a"), Err("must be an object")),
@@ -358,11 +382,16 @@ mod tests {
 
     #[test]
     fn exit_status_and_stderr_reach_the_model() {
-        let h = tools(&[("f", tool(&["sh", "-c", "echo out; echo err >&2; exit 3"], 5000))]);
+        let h = tools(&[(
+            "f",
+            tool(&["sh", "-c", "echo out; echo err >&2; exit 3"], 5000),
+        )]);
         let a = h.call(&call("f", json!({})));
         assert!(a.is_error);
         assert!(
-            a.text.contains("out") && a.text.contains("[stderr]\nerr") && a.text.contains("[exit status 3]"),
+            a.text.contains("out")
+                && a.text.contains("[stderr]\nerr")
+                && a.text.contains("[exit status 3]"),
             "{}",
             a.text
         );

@@ -658,7 +658,9 @@ fn host_tool_call(
     let call: Call = match serde_json::from_str(line) {
         Ok(c) => c,
         Err(e) => {
-            output::warn(&format!("host tools: a malformed call from the sandbox: {e}"));
+            output::warn(&format!(
+                "host tools: a malformed call from the sandbox: {e}"
+            ));
             return None;
         }
     };

@@ -556,11 +556,10 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     for c in calls {
         let _ = c.join();
     }
-    let status = child
+    let code = child
         .wait()
-        .map_err(|e| Box::new(RunError::Io("docker exec".into(), e)) as BoxError)?;
+        .map_err(|e| Box::new(RunError::Io("agent exec".into(), e)) as BoxError)?;
     let elapsed = started.elapsed();
-    let code = status.code().unwrap_or(125);
     let mut result = result.unwrap_or_else(|| json!({"status": "error", "turns": null}));
     let exit: u8 = if code == i32::from(EXIT_TIMEOUT) {
         result["status"] = json!("timeout");
@@ -653,7 +652,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
 fn host_tool_call(
     ht: &std::sync::Arc<hosttools::HostTools>,
     line: &str,
-    stdin: &std::sync::Arc<std::sync::Mutex<Option<std::process::ChildStdin>>>,
+    stdin: &std::sync::Arc<std::sync::Mutex<Option<Box<dyn Write + Send>>>>,
 ) -> Option<std::thread::JoinHandle<()>> {
     let call: Call = match serde_json::from_str(line) {
         Ok(c) => c,

@@ -51,8 +51,13 @@ fn through_guest(
     env: &[(String, String)],
 ) -> Result<Spawned, BoxError> {
     let io_err = |e: std::io::Error| Box::new(RunError::Io("pipe".into(), e)) as BoxError;
-    let (in_r, in_w) = std::io::pipe().map_err(io_err)?;
-    let (out_r, out_w) = std::io::pipe().map_err(io_err)?;
+    let pipe = || {
+        nix::unistd::pipe()
+            .map(|(r, w)| (std::fs::File::from(r), std::fs::File::from(w)))
+            .map_err(|e| io_err(e.into()))
+    };
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
     let req = ExecReq {
         argv: argv.to_vec(),
         env: env.iter().cloned().collect(),

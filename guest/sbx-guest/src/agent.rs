@@ -44,7 +44,7 @@ fn read_key_line() -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&key).trim().to_owned())
 }
 
-fn parent_of(pid: i32) -> Option<i32> {
+pub(crate) fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: parse after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -70,8 +70,12 @@ fn serve_key_once(listener: UnixListener, path: PathBuf, key: String, cli: u32) 
     let _ = std::fs::remove_file(&path);
 }
 
-pub fn launch(timeout: Option<Duration>, command: &[std::ffi::OsString]) -> ExitCode {
-    match launch_inner(timeout, command) {
+pub fn launch(
+    timeout: Option<Duration>,
+    host_tools: bool,
+    command: &[std::ffi::OsString],
+) -> ExitCode {
+    match launch_inner(timeout, host_tools, command) {
         Ok(code) => code,
         Err(e) => {
             sbx_core::output::error(&format!("agent-launch: {e}"));
@@ -82,6 +86,7 @@ pub fn launch(timeout: Option<Duration>, command: &[std::ffi::OsString]) -> Exit
 
 fn launch_inner(
     timeout: Option<Duration>,
+    host_tools: bool,
     command: &[std::ffi::OsString],
 ) -> std::io::Result<ExitCode> {
     let (prog, args) = command
@@ -92,6 +97,16 @@ fn launch_inner(
     cmd.args(args)
         .env_remove("ANTHROPIC_API_KEY")
         .process_group(0);
+    let tools = if host_tools {
+        let t = crate::hosttools::launcher::Session::start()?;
+        cmd.env(crate::hosttools::SOCKET_ENV, t.socket())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        Some(t)
+    } else {
+        cmd.stdin(Stdio::inherit());
+        None
+    };
     let mut server = None;
     if !key.is_empty() {
         let dir = std::env::temp_dir();
@@ -111,8 +126,12 @@ fn launch_inner(
         cmd.env("CLAUDE_CODE_API_KEY_HELPER_TTL_MS", "86400000");
         server = Some((listener, path, key));
     }
-    let mut child = cmd.stdin(Stdio::inherit()).spawn()?;
+    let mut child = cmd.spawn()?;
     let pid = child.id();
+    let relay = match tools {
+        Some(t) => Some(t.run(&mut child)?),
+        None => None,
+    };
     let server_thread = server.map(|(l, p, k)| {
         let p2 = p.clone();
         (std::thread::spawn(move || serve_key_once(l, p, k, pid)), p2)
@@ -144,6 +163,10 @@ fn launch_inner(
         .map_err(|_| std::io::Error::other("waiter thread panicked"))??;
     // Whatever the CLI left running in its group goes with it.
     let _ = killpg(group, Signal::SIGKILL);
+    if let Some(r) = relay {
+        // The CLI's last lines (its result) before our exit.
+        r.drain(Duration::from_secs(2));
+    }
     if !finished {
         return Ok(ExitCode::from(TIMEOUT_EXIT));
     }

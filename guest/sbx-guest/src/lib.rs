@@ -11,6 +11,7 @@ pub mod api;
 pub mod boot;
 pub mod config;
 pub mod home;
+pub mod hosttools;
 pub mod init;
 pub mod masks;
 pub mod real;
@@ -62,6 +63,10 @@ pub enum Cmd {
         /// Kill the CLI's whole process group after this many seconds (exit 124).
         #[arg(long, value_name = "SECS")]
         timeout: Option<u64>,
+        /// Serve [agent.host-tools] to the CLI's MCP server: stdin carries a header line
+        /// and the prompt's length, then the host's answers; calls go up on stdout.
+        #[arg(long)]
+        host_tools: bool,
         /// The CLI and its arguments (after --).
         #[arg(
             trailing_var_arg = true,
@@ -71,6 +76,8 @@ pub enum Cmd {
         )]
         command: Vec<OsString>,
     },
+    /// The MCP stdio server for [agent.host-tools], started by the agent CLI under agent-launch.
+    McpHostTools,
     /// The agent CLI's apiKeyHelper: print the key agent-launch serves once on SOCKET.
     AgentKey {
         #[arg(value_name = "SOCKET")]
@@ -103,6 +110,12 @@ Files:
   /run/sbx/host/guest.sock       the host API (exec, files, health; sbx_core::guestapi),
                                  0600, owned by the host directory's owner; /run/sbx is
                                  root's 0700, so the agent cannot reach it
+
+agent-launch --host-tools: [agent.host-tools] for sbx-run agent. The CLI's MCP server
+  `mcp-host-tools` connects to a socket in a fresh 0700 directory named only in the CLI's
+  environment (SBX_HOST_TOOLS_SOCKET); one connection is taken, from a child of the CLI
+  running sbx-guest, and the socket removed. Calls go up the exec's stdout as lines
+  starting with 0x1e, answers come down its stdin; the host decides and runs them.
 
 Exit status: init exits with COMMAND's status (128+N for a signal), 69 when
   the sandbox could not start; health exits 0 healthy, 1 unhealthy.
@@ -174,10 +187,16 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             }
             Ok(real::init(&paths, command))
         }
-        Cmd::AgentLaunch { timeout, command } => Ok(agent::launch(
+        Cmd::AgentLaunch {
+            timeout,
+            host_tools,
+            command,
+        } => Ok(agent::launch(
             timeout.map(std::time::Duration::from_secs),
+            host_tools,
             &command,
         )),
+        Cmd::McpHostTools => Ok(hosttools::serve()),
         Cmd::AgentKey { socket } => Ok(agent::key(&socket)),
         Cmd::Health => {
             let (healthy, text) = status::health(&paths.status());

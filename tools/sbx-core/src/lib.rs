@@ -11,6 +11,7 @@ pub mod error;
 pub mod exit;
 pub mod glob;
 pub mod guestapi;
+pub mod hosttools;
 pub mod netblock;
 pub mod output;
 

@@ -1,16 +1,97 @@
-//! How `sbx-run agent` runs a command in the sandbox: one function, so the
-//! guest host API (a unix socket, sub-ms) can replace `docker exec` here.
+//! How `sbx-run agent` runs a command in the sandbox: through the guest's
+//! host API (a unix socket, no docker process), or `docker exec` when the
+//! sandbox's image has no guest API.
 
-use std::process::{Child, Stdio};
+use std::io::{Read, Write};
+use std::process::Stdio;
 
 use sbx_core::error::BoxError;
+use sbx_core::guestapi::{ExecReq, User};
 
 use crate::RunError;
+use crate::guestexec::{self, GuestError};
 use crate::workspace::Workspace;
 
+/// A started command: its stdin and stdout as pipes, and a way to wait.
+pub struct Spawned {
+    pub stdin: Option<Box<dyn Write + Send>>,
+    pub stdout: Option<Box<dyn Read + Send>>,
+    wait: Box<dyn FnOnce() -> std::io::Result<i32> + Send>,
+}
+
+impl Spawned {
+    /// The shell's number: the code, 128+N for a signal.
+    pub fn wait(self) -> std::io::Result<i32> {
+        (self.wait)()
+    }
+}
+
 /// Start `argv` in the sandbox as the agent user in the workspace, with
-/// `env` set for that process only; stdin and stdout are pipes.
-pub fn spawn(ws: &Workspace, argv: &[String], env: &[(String, String)]) -> Result<Child, BoxError> {
+/// `env` set for that process only.
+pub fn spawn(
+    ws: &Workspace,
+    argv: &[String],
+    env: &[(String, String)],
+) -> Result<Spawned, BoxError> {
+    let socket = guestexec::socket_for(ws);
+    match guestexec::connect(&socket) {
+        Ok(client) => Ok(through_guest(client, ws, argv, env)?),
+        Err(GuestError::NoGuest(..)) => docker_exec(ws, argv, env),
+        Err(e) => Err(Box::new(RunError::Docker {
+            command: "guest exec".into(),
+            message: e.to_string(),
+        })),
+    }
+}
+
+fn through_guest(
+    client: sbx_core::guestapi::Client<std::os::unix::net::UnixStream>,
+    ws: &Workspace,
+    argv: &[String],
+    env: &[(String, String)],
+) -> Result<Spawned, BoxError> {
+    let io_err = |e: std::io::Error| Box::new(RunError::Io("pipe".into(), e)) as BoxError;
+    let pipe = || {
+        nix::unistd::pipe()
+            .map(|(r, w)| (std::fs::File::from(r), std::fs::File::from(w)))
+            .map_err(|e| io_err(e.into()))
+    };
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
+    let req = ExecReq {
+        argv: argv.to_vec(),
+        env: env.iter().cloned().collect(),
+        cwd: Some(ws.target()),
+        user: User::Agent,
+        tty: None,
+        timeout_ms: None,
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = out_w;
+        let mut err = std::io::stderr();
+        let r = guestexec::run_with(client, req, Some(Box::new(in_r)), &mut out, &mut err, false);
+        // The stdout pipe closes here: the reader sees the end.
+        drop(out);
+        let _ = tx.send(r);
+    });
+    Ok(Spawned {
+        stdin: Some(Box::new(in_w)),
+        stdout: Some(Box::new(out_r)),
+        wait: Box::new(move || match rx.recv() {
+            Ok(Ok(x)) => Ok(x.status),
+            Ok(Err(GuestError::Spawn(_, s))) => Ok(s),
+            Ok(Err(e)) => Err(std::io::Error::other(e.to_string())),
+            Err(_) => Err(std::io::Error::other("guest exec thread ended")),
+        }),
+    })
+}
+
+fn docker_exec(
+    ws: &Workspace,
+    argv: &[String],
+    env: &[(String, String)],
+) -> Result<Spawned, BoxError> {
     let mut c = crate::docker::cmd();
     c.args(["exec", "--interactive", "--user", "agent", "--workdir"])
         .arg(ws.target());
@@ -21,10 +102,25 @@ pub fn spawn(ws: &Workspace, argv: &[String], env: &[(String, String)]) -> Resul
     c.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    c.spawn().map_err(|e| {
+    let mut child = c.spawn().map_err(|e| {
         Box::new(RunError::Docker {
             command: "docker exec".into(),
             message: e.to_string(),
         }) as BoxError
+    })?;
+    Ok(Spawned {
+        stdin: child
+            .stdin
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Write + Send>),
+        stdout: child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        wait: Box::new(move || {
+            use std::os::unix::process::ExitStatusExt;
+            let s = child.wait()?;
+            Ok(s.code().or(s.signal().map(|n| 128 + n)).unwrap_or(125))
+        }),
     })
 }

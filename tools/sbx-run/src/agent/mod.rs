@@ -4,6 +4,7 @@
 pub mod chats;
 pub mod events;
 pub mod exec;
+pub mod hosttools;
 pub mod skills;
 
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -16,6 +17,7 @@ use sbx_core::audit::{self, Outcome, Record};
 use sbx_core::cli::CommonArgs;
 use sbx_core::config::agent::AgentCli;
 use sbx_core::error::BoxError;
+use sbx_core::hosttools::{Call, Header, MARK, SERVER};
 use sbx_core::{Exit, output};
 use serde_json::{Value, json};
 
@@ -80,6 +82,12 @@ the container's environment, any process's environment, a workspace file or the 
 Workspace preparation: .agent-sandbox/skills/<name>/SKILL.md (validated: name a-z 0-9 -, up to
 64, equal to the directory; description 1-1024 chars) are copied to .claude/skills/;
 [agent.mcp] servers are written to .mcp.json and passed with --mcp-config.
+
+Host tools: [agent.host-tools.NAME] (argv, description, timeout) are MCP tools
+mcp__sbx-host__NAME, served in the sandbox by `sbx-guest mcp-host-tools` and run on the host:
+only configured commands, each {param} element replaced by one argument as one argv element
+(never a shell), environment cleared but PATH HOME USER LOGNAME LANG LC_ALL TZ, the process
+group killed at the timeout (default 30s), every call audit-logged (host and sandbox).
 
 Hooks: .agent-sandbox/hooks/before and hooks/after run on the host around the run, in the
 workspace, with SBX_SANDBOX, SBX_WORKSPACE, SBX_CHAT_ID, SBX_PROMPT_FILE and (after)
@@ -186,10 +194,11 @@ fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
             .map_err(|e| Box::new(RunError::Io(to.clone(), e)) as BoxError)?;
     }
     let mcp = &ws.loaded.config.agent.mcp;
-    if mcp.is_empty() {
+    let host_tools = !ws.loaded.config.agent.host_tools.is_empty();
+    if mcp.is_empty() && !host_tools {
         return Ok(None);
     }
-    let servers: serde_json::Map<String, Value> = mcp
+    let mut servers: serde_json::Map<String, Value> = mcp
         .iter()
         .map(|(name, s)| {
             let (cmd, args) = s
@@ -203,6 +212,13 @@ fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
             )
         })
         .collect();
+    if host_tools {
+        // The guest's relay; it reaches the host only through agent-launch.
+        servers.insert(
+            SERVER.into(),
+            json!({"type": "stdio", "command": "/usr/local/bin/sbx-guest", "args": ["mcp-host-tools"], "env": {}}),
+        );
+    }
     let path = ws.path.join(".mcp.json");
     let text = serde_json::to_string_pretty(&json!({"mcpServers": servers})).unwrap_or_default();
     std::fs::write(&path, text + "\n").map_err(|e| Box::new(RunError::Io(path, e)) as BoxError)?;
@@ -332,12 +348,10 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     let ws0 = Workspace::open(common, o.path.clone())?;
     let cfg = ws0.loaded.config.agent.clone();
     let timeout = timeout.or(cfg.timeout.map(|i| i.0));
-    if let Some(name) = cfg.host_tools.keys().next() {
-        // Not served yet: refusing beats a config that loads and means nothing.
+    if !cfg.host_tools.is_empty() && cfg.mcp.contains_key(SERVER) {
         return Err(config_err(format!(
-            "{}: [agent.host-tools.{}]: host tools are not served by sbx-run agent yet; remove the table",
-            ws0.loaded.describe(),
-            name.0
+            "{}: [agent.mcp.{SERVER}]: the name is sbx's server for [agent.host-tools]; rename it",
+            ws0.loaded.describe()
         )));
     }
     let acc = access(&ws0)?;
@@ -426,6 +440,19 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     if let Some(t) = timeout {
         launch.extend(["--timeout".into(), t.as_secs().max(1).to_string()]);
     }
+    let host_tools = (!cfg.host_tools.is_empty()).then(|| {
+        std::sync::Arc::new(hosttools::HostTools::new(
+            &cfg.host_tools,
+            ws.path.clone(),
+            match cli {
+                AgentCli::Claude => "claude",
+                AgentCli::Codex => "codex",
+            },
+        ))
+    });
+    if host_tools.is_some() {
+        launch.push("--host-tools".into());
+    }
     launch.push("--".into());
     launch.append(&mut argv);
     let mut env: Vec<(String, String)> = vec![
@@ -448,13 +475,32 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
 
     let started = Instant::now();
     let mut child = exec::spawn(&ws, &launch, &env)?;
-    if let Some(mut stdin) = child.stdin.take() {
+    // With host tools stdin stays open for their answers; else it closes
+    // after the prompt (the CLI reads it to the end).
+    let stdin = std::sync::Arc::new(std::sync::Mutex::new(child.stdin.take()));
+    {
         // The key line first (empty: the CLI's own login), then the prompt.
         let mut buf = acc.key.clone().unwrap_or_default().into_bytes();
         buf.push(b'\n');
+        if host_tools.is_some() {
+            let h = Header {
+                tools: hosttools::specs(&cfg.host_tools),
+                prompt_bytes: prompt.len(),
+            };
+            buf.extend_from_slice(&serde_json::to_vec(&h).unwrap_or_default());
+            buf.push(b'\n');
+        }
         buf.extend_from_slice(prompt.as_bytes());
+        let stdin = stdin.clone();
+        let keep_open = host_tools.is_some();
         std::thread::spawn(move || {
-            let _ = stdin.write_all(&buf);
+            let mut g = stdin.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(w) = g.as_mut() {
+                let _ = w.write_all(&buf);
+            }
+            if !keep_open {
+                *g = None;
+            }
         });
     }
     let printer = Printer {
@@ -466,9 +512,14 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     let mut result: Option<Value> = None;
     let mut usage: Option<Value> = None;
     let mut final_text = String::new();
+    let mut calls = Vec::new();
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
+            if let (Some(ht), Some(call)) = (&host_tools, line.strip_prefix(char::from(MARK))) {
+                calls.extend(host_tool_call(ht, call, &stdin));
+                continue;
+            }
             let evs = match cli {
                 AgentCli::Claude => events::translate_claude(&line),
                 AgentCli::Codex => vec![Event::new(
@@ -496,11 +547,19 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
             }
         }
     }
-    let status = child
+    // The launcher is done: no more answers; calls still running are killed.
+    *stdin.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    if let Some(ht) = &host_tools {
+        ht.kill_all();
+    }
+    // Every call that reached the host is audited before we exit.
+    for c in calls {
+        let _ = c.join();
+    }
+    let code = child
         .wait()
-        .map_err(|e| Box::new(RunError::Io("docker exec".into(), e)) as BoxError)?;
+        .map_err(|e| Box::new(RunError::Io("agent exec".into(), e)) as BoxError)?;
     let elapsed = started.elapsed();
-    let code = status.code().unwrap_or(125);
     let mut result = result.unwrap_or_else(|| json!({"status": "error", "turns": null}));
     let exit: u8 = if code == i32::from(EXIT_TIMEOUT) {
         result["status"] = json!("timeout");
@@ -586,6 +645,34 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         ));
     }
     Ok(ExitCode::from(exit))
+}
+
+/// Run one call from the sandbox on its own thread (the events keep
+/// flowing) and write the answer down the exec's stdin.
+fn host_tool_call(
+    ht: &std::sync::Arc<hosttools::HostTools>,
+    line: &str,
+    stdin: &std::sync::Arc<std::sync::Mutex<Option<Box<dyn Write + Send>>>>,
+) -> Option<std::thread::JoinHandle<()>> {
+    let call: Call = match serde_json::from_str(line) {
+        Ok(c) => c,
+        Err(e) => {
+            output::warn(&format!(
+                "host tools: a malformed call from the sandbox: {e}"
+            ));
+            return None;
+        }
+    };
+    let (ht, stdin) = (ht.clone(), stdin.clone());
+    Some(std::thread::spawn(move || {
+        let a = ht.call(&call);
+        ht.audit(&a);
+        let mut text = serde_json::to_vec(&a).unwrap_or_default();
+        text.push(b'\n');
+        if let Some(w) = stdin.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            let _ = w.write_all(&text).and_then(|()| w.flush());
+        }
+    }))
 }
 
 /// `sbx-run prune --chats [--older-than DUR]`.

@@ -1,0 +1,400 @@
+//! `[agent.host-tools]` on the host: the one place a call from the sandbox
+//! is decided and run. Only a configured tool runs; each `{param}` element
+//! of its argv template becomes exactly one argv element holding the
+//! argument's text (no shell ever sees it); the run is bounded by the
+//! tool's timeout (its whole process group is killed); every call, allowed
+//! or refused, is audit-logged on the host and, through agent-launch, in
+//! the sandbox's log.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use sbx_core::audit::{self, Outcome, Record};
+use sbx_core::config::agent::{HostTool, ToolName, param};
+use sbx_core::hosttools::{Answer, AuditNote, Call, ToolSpec};
+use serde_json::Value;
+
+/// Output kept per stream; the rest is read and dropped.
+const MAX_OUTPUT: usize = 64 * 1024;
+/// Host variables a tool keeps; everything else (the API key first) is cleared.
+const KEEP_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ"];
+
+pub struct HostTools {
+    tools: BTreeMap<String, HostTool>,
+    cwd: PathBuf,
+    agent: String,
+    /// Process groups of calls still running, killed when the run ends.
+    running: Arc<Mutex<Vec<i32>>>,
+}
+
+/// What the tools/list of the sandbox's MCP server shows.
+pub fn specs(tools: &BTreeMap<ToolName, HostTool>) -> Vec<ToolSpec> {
+    tools
+        .iter()
+        .map(|(n, t)| ToolSpec {
+            name: n.0.clone(),
+            description: t.description.clone(),
+            params: t.argv.params().into_iter().map(String::from).collect(),
+        })
+        .collect()
+}
+
+/// The argv of a call: the template with each `{param}` element replaced by
+/// that argument. Refused: an argument the template does not name, one it
+/// names that is missing, a value that is not text (numbers and booleans
+/// are taken as written), and a NUL byte (it cannot be in an argv).
+pub fn build_argv(tool: &HostTool, args: &Value) -> Result<Vec<String>, String> {
+    let empty = serde_json::Map::new();
+    let obj = match args {
+        Value::Object(o) => o,
+        Value::Null => &empty,
+        _ => return Err("arguments must be an object".into()),
+    };
+    let params = tool.argv.params();
+    if let Some(k) = obj.keys().find(|k| !params.contains(&k.as_str())) {
+        return Err(format!(
+            "unknown argument \"{k}\" (this tool takes: {params:?})"
+        ));
+    }
+    let mut values: BTreeMap<&str, String> = BTreeMap::new();
+    for p in &params {
+        let v = match obj.get(*p) {
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ (Value::Number(_) | Value::Bool(_))) => v.to_string(),
+            Some(_) => return Err(format!("argument \"{p}\" must be a string")),
+            None => return Err(format!("missing argument \"{p}\"")),
+        };
+        if v.contains('\0') {
+            return Err(format!("argument \"{p}\" holds a NUL byte"));
+        }
+        values.insert(p, v);
+    }
+    Ok(tool
+        .argv
+        .0
+        .iter()
+        .map(|a| match param(a) {
+            Some(p) => values.get(p).cloned().unwrap_or_default(),
+            None => a.clone(),
+        })
+        .collect())
+}
+
+fn read_capped(mut r: impl Read) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut cut = false;
+    while let Ok(n) = r.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let room = MAX_OUTPUT.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+        cut |= n > room;
+    }
+    (kept, cut)
+}
+
+impl HostTools {
+    pub fn new(tools: &BTreeMap<ToolName, HostTool>, cwd: PathBuf, agent: &str) -> Self {
+        Self {
+            tools: tools
+                .iter()
+                .map(|(k, v)| (k.0.clone(), v.clone()))
+                .collect(),
+            cwd,
+            agent: agent.to_owned(),
+            running: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Decide and run one call; the answer carries its audit note (see [`Self::audit`]).
+    pub fn call(&self, c: &Call) -> Answer {
+        let (text, is_error, allowed, target, reason) = match self.decide(c) {
+            Err((target, why)) => (
+                format!("refused by sbx: {why}"),
+                true,
+                false,
+                target,
+                format!("refused: {why}"),
+            ),
+            Ok((argv, timeout)) => {
+                let target = format!(
+                    "{} {}",
+                    c.name,
+                    serde_json::to_string(&argv).unwrap_or_default()
+                );
+                let (text, is_error, reason) = self.run(&argv, timeout);
+                (text, is_error, true, target, reason)
+            }
+        };
+        let target: String = target.chars().take(2048).collect();
+        Answer {
+            id: c.id,
+            text,
+            is_error,
+            audit: AuditNote {
+                allowed,
+                target,
+                reason,
+            },
+        }
+    }
+
+    /// The host's record of a call (the sandbox's comes through agent-launch).
+    pub fn audit(&self, a: &Answer) {
+        audit::append(
+            &Record::new(
+                "sbx-run",
+                "host-tool",
+                &a.audit.target,
+                if a.audit.allowed {
+                    Outcome::Allowed
+                } else {
+                    Outcome::Blocked
+                },
+                "agent.host-tools",
+            )
+            .agent(&self.agent)
+            .reason(&a.audit.reason),
+        );
+    }
+
+    fn decide(&self, c: &Call) -> Result<(Vec<String>, Duration), (String, String)> {
+        let name: String = c.name.chars().take(64).collect();
+        let Some(tool) = self.tools.get(&c.name) else {
+            return Err((
+                name,
+                "not a configured host tool ([agent.host-tools] in .agent-sandbox/config.toml)"
+                    .into(),
+            ));
+        };
+        let argv = build_argv(tool, &c.arguments).map_err(|e| (name, e))?;
+        Ok((argv, tool.timeout.0))
+    }
+
+    fn run(&self, argv: &[String], timeout: Duration) -> (String, bool, String) {
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .current_dir(&self.cwd)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        for k in KEEP_ENV {
+            if let Some(v) = std::env::var_os(k) {
+                cmd.env(k, v);
+            }
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return (
+                    format!("cannot run {}: {e}", argv[0]),
+                    true,
+                    format!("spawn failed: {e}"),
+                );
+            }
+        };
+        let pgid = child.id() as i32;
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pgid);
+        let out = child
+            .stdout
+            .take()
+            .map(|s| std::thread::spawn(|| read_capped(s)));
+        let err = child
+            .stderr
+            .take()
+            .map(|s| std::thread::spawn(|| read_capped(s)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let s = child.wait();
+            let _ = tx.send(());
+            s
+        });
+        let timed_out = rx.recv_timeout(timeout).is_err();
+        // The group goes in either case: nothing a tool started outlives its call.
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        let status = waiter.join().ok().and_then(Result::ok);
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| *p != pgid);
+        let take = |h: Option<std::thread::JoinHandle<(Vec<u8>, bool)>>| {
+            h.and_then(|h| h.join().ok()).unwrap_or_default()
+        };
+        let (stdout, cut_o) = take(out);
+        let (stderr, cut_e) = take(err);
+        let mut text = String::from_utf8_lossy(&stdout).into_owned();
+        if cut_o {
+            text.push_str("\n[stdout cut at 64 KiB]");
+        }
+        if !stderr.is_empty() {
+            text.push_str(&format!("\n[stderr]\n{}", String::from_utf8_lossy(&stderr)));
+            if cut_e {
+                text.push_str("\n[stderr cut at 64 KiB]");
+            }
+        }
+        if timed_out {
+            let t = humantime::format_duration(timeout);
+            text.push_str(&format!("\n[killed: timed out after {t}]"));
+            return (text, true, format!("timeout after {t}"));
+        }
+        let (code, reason) = match status.map(|s| (s.code(), s.signal())) {
+            Some((Some(c), _)) => (c, format!("exit {c}")),
+            Some((None, Some(sig))) => (128 + sig, format!("signal {sig}")),
+            _ => (125, "wait failed".into()),
+        };
+        if code != 0 {
+            text.push_str(&format!("\n[exit status {code}]"));
+        }
+        (text, code != 0, reason)
+    }
+
+    /// Kill every call still running (the run is over).
+    pub fn kill_all(&self) {
+        for p in self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(argv: &[&str], timeout_ms: u64) -> HostTool {
+        HostTool {
+            argv: serde_json::from_value(json!(argv)).unwrap(),
+            description: "t".into(),
+            timeout: sbx_core::config::Interval(Duration::from_millis(timeout_ms)),
+        }
+    }
+
+    #[test]
+    fn argv_substitution_is_whole_elements() {
+        let t = tool(&["printf", "%s|", "--", "{a}", "{b}", "{a}"], 1000);
+        for (args, want) in [
+            (
+                json!({"a": "; rm -rf /", "b": "$(id)"}),
+                Ok(vec![
+                    "printf",
+                    "%s|",
+                    "--",
+                    "; rm -rf /",
+                    "$(id)",
+                    "; rm -rf /",
+                ]),
+            ),
+            (
+                json!({"a": "-rf", "b": "a b\nc"}),
+                Ok(vec!["printf", "%s|", "--", "-rf", "a b\nc", "-rf"]),
+            ),
+            (
+                json!({"a": 3, "b": true}),
+                Ok(vec!["printf", "%s|", "--", "3", "true", "3"]),
+            ),
+            (json!({"a": "x"}), Err("missing argument \"b\"")),
+            (
+                json!({"a": "x", "b": "y", "c": "z"}),
+                Err("unknown argument \"c\""),
+            ),
+            (json!({"a": ["x"], "b": "y"}), Err("must be a string")),
+            (json!({"a": "x\u{0}", "b": "y"}), Err("NUL")),
+            (json!("a"), Err("must be an object")),
+        ] {
+            let got = build_argv(&t, &args);
+            match want {
+                Ok(w) => assert_eq!(got.unwrap(), w, "{args}"),
+                Err(w) => assert!(got.as_ref().unwrap_err().contains(w), "{args}: {got:?}"),
+            }
+        }
+        // A template without parameters takes no arguments at all.
+        let t = tool(&["date"], 1000);
+        assert_eq!(build_argv(&t, &Value::Null).unwrap(), vec!["date"]);
+        assert!(build_argv(&t, &json!({"x": "1"})).is_err());
+    }
+
+    fn tools(list: &[(&str, HostTool)]) -> HostTools {
+        let m: BTreeMap<ToolName, HostTool> = list
+            .iter()
+            .map(|(n, t)| (n.parse().unwrap(), t.clone()))
+            .collect();
+        HostTools::new(&m, std::env::temp_dir(), "test")
+    }
+
+    fn call(name: &str, args: Value) -> Call {
+        Call {
+            id: 7,
+            name: name.into(),
+            arguments: args,
+        }
+    }
+
+    #[test]
+    fn only_configured_tools_run_and_no_shell_sees_arguments() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("pwned");
+        let h = tools(&[("echo", tool(&["echo", "{msg}"], 5000))]);
+        let inj = format!("; touch {0} $(touch {0}) `touch {0}`", marker.display());
+        let a = h.call(&call("echo", json!({"msg": inj})));
+        assert!(!a.is_error, "{a:?}");
+        assert_eq!(a.text, format!("{inj}\n"));
+        assert!(!marker.exists(), "an argument reached a shell");
+        assert!(a.audit.allowed);
+        assert_eq!(a.id, 7);
+        let a = h.call(&call("sh", json!({"msg": "-c"})));
+        assert!(a.is_error && !a.audit.allowed, "{a:?}");
+        assert!(a.text.contains("not a configured host tool"));
+    }
+
+    #[test]
+    fn a_call_past_its_timeout_is_killed_with_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let late = dir.path().join("late");
+        let script = format!("sleep 3; touch {}", late.display());
+        let h = tools(&[("slow", tool(&["sh", "-c", &script], 300))]);
+        let t = std::time::Instant::now();
+        let a = h.call(&call("slow", json!({})));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(a.is_error && a.text.contains("timed out"), "{a:?}");
+        assert!(a.audit.reason.starts_with("timeout"));
+        std::thread::sleep(Duration::from_millis(3500));
+        assert!(!late.exists(), "the tool's group outlived its timeout");
+    }
+
+    #[test]
+    fn exit_status_and_stderr_reach_the_model() {
+        let h = tools(&[(
+            "f",
+            tool(&["sh", "-c", "echo out; echo err >&2; exit 3"], 5000),
+        )]);
+        let a = h.call(&call("f", json!({})));
+        assert!(a.is_error);
+        assert!(
+            a.text.contains("out")
+                && a.text.contains("[stderr]\nerr")
+                && a.text.contains("[exit status 3]"),
+            "{}",
+            a.text
+        );
+        assert_eq!(a.audit.reason, "exit 3");
+    }
+}

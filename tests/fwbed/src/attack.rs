@@ -589,11 +589,13 @@ fn slowloris(target: SocketAddr, n: usize, secs: u64) -> serde_json::Value {
 }
 
 /// A transfer kept going for SECS: a request with Host HOST, then a ping
-/// echoed every 100 ms. Prints "open" once the first answer came.
+/// (part of its body) echoed every 100 ms. Prints "open" once the first answer came.
 fn holdhttp(target: &str, host: &str, secs: u64) -> serde_json::Value {
     let run = || -> Result<u64, String> {
         let mut c = dial(target).map_err(|e| e.to_string())?;
-        let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        // The pings are the request's body: bytes after a head without one
+        // would be the next request's, which the proxy holds until whole.
+        let req = format!("POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000000\r\n\r\n");
         c.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
         let mut b = vec![0u8; req.len()];
         c.read_exact(&mut b).map_err(|e| e.to_string())?;

@@ -359,9 +359,86 @@ async fn transparent(mut c: TcpStream, s: Arc<Shared>) {
         s.audit(name.as_deref(), dst, r);
         return reset(c);
     }
+    if dst.port() == 80 {
+        return http_relay(c, s, dst, &buf).await;
+    }
     match dial(dst).await {
         Some(u) => splice(c, u, &buf).await,
         None => reset(c),
+    }
+}
+
+/// Every request head in `data` judged, as the first one was: a later
+/// request on a kept-alive connection may name another host.
+fn follow(
+    s: &Shared,
+    dst: SocketAddr,
+    reqs: &mut http::Requests,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let mut heads = Vec::new();
+    let fed = reqs.feed(data, out, &mut heads);
+    for r in &heads {
+        let v = if r.method == "CONNECT" {
+            Err(Refusal::Malformed)
+        } else {
+            s.judge(r.host.as_deref(), dst.ip())
+        };
+        if let Err(e) = v {
+            s.audit(r.host.as_deref(), dst, e);
+            return Err(());
+        }
+    }
+    fed.map_err(|_| s.audit(None, dst, Refusal::Malformed))
+}
+
+/// Plain HTTP: the client's bytes go through user space, each request
+/// head judged before it is sent; the answers are spliced.
+async fn http_relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8]) {
+    let mut reqs = http::Requests::default();
+    let mut out = Vec::new();
+    if follow(&s, dst, &mut reqs, first, &mut out).is_err() {
+        return reset(c);
+    }
+    let Some(u) = dial(dst).await else {
+        return reset(c);
+    };
+    let _ = c.set_nodelay(true);
+    let up = async {
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let mut off = 0;
+            while off < out.len() {
+                u.writable().await?;
+                match u.try_write(&out[off..]) {
+                    Ok(k) => off += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            out.clear();
+            c.readable().await?;
+            let n = match c.try_read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                let _ = nix::sys::socket::shutdown(
+                    std::os::fd::AsRawFd::as_raw_fd(&u),
+                    nix::sys::socket::Shutdown::Write,
+                );
+                return Ok(());
+            }
+            if follow(&s, dst, &mut reqs, &chunk[..n], &mut out).is_err() {
+                return Err(std::io::Error::other("refused"));
+            }
+        }
+    };
+    if tokio::try_join!(up, pump(&u, &c)).is_err() {
+        let _ = u.set_zero_linger();
+        reset(c);
     }
 }
 

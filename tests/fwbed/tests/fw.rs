@@ -1800,3 +1800,45 @@ fn proxy_http_later_requests_on_one_connection_are_checked() {
         );
     }
 }
+
+/// Racing the reload: a fronting verdict re-reads the DNS filter's record
+/// and stored a policy built from the one it started with, so a `deny`
+/// loaded meanwhile by another connection could be overwritten, and the
+/// denied name (on an address another allowed name keeps open) went on
+/// passing. The agent keeps fronting verdicts coming while the host denies.
+/// (Found by reading; not reproduced in 150 rounds before the fix.)
+#[test]
+fn proxy_a_deny_is_not_lost_to_concurrent_verdicts() {
+    let Some(bed) = Bed::proxy("pa4") else { return };
+    assert!(bed.reached(&["tls", "198.18.1.1:443", "dup.test"]));
+    let spam: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new("ip")
+                .args(["netns", "exec", &bed.sbx])
+                .args(AGENT)
+                .args(["sh", "-c"])
+                .arg(format!(
+                    "while :; do {} attack tlsmany 198.18.1.1:443 x.wild.test 200; done",
+                    bin("sbx-fwbed").display()
+                ))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut lost = Vec::new();
+    for i in 0..100 {
+        bed.ok(false, &["deny", "dup.test"]);
+        std::thread::sleep(Duration::from_millis(20));
+        if bed.attack(true, &["tls", "198.18.1.1:443", "dup.test"])["reached"] == true {
+            lost.push(i);
+        }
+        bed.ok(false, &["allow", "dup.test"]);
+    }
+    for mut c in spam {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(lost.is_empty(), "the deny was lost in rounds {lost:?}");
+}

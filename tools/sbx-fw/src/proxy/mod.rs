@@ -419,7 +419,7 @@ async fn http_relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8])
     };
     let _ = c.set_nodelay(true);
     let up = async {
-        let mut chunk = vec![0u8; 64 * 1024];
+        let mut chunk = vec![0u8; 16 * 1024];
         loop {
             let mut off = 0;
             while off < out.len() {

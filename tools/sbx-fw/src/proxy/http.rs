@@ -26,6 +26,11 @@ pub struct Request {
 
 /// Parse the head at the start of `buf`.
 pub fn parse(buf: &[u8]) -> Head {
+    // A method is a token: a TLS hello or other binary is refused at once,
+    // not after the head timeout.
+    if buf.first().is_some_and(|b| !is_tchar(*b)) {
+        return Head::Bad("not an HTTP request".into());
+    }
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return if buf.len() > MAX_HEAD {
             Head::Bad(format!("no request head within {MAX_HEAD} bytes"))
@@ -318,6 +323,7 @@ mod tests {
         );
         assert_eq!(host("GET / HTTP/1.0\r\n\r\n"), None);
         assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: a"), Head::More);
+        assert!(matches!(parse(&[0x16, 3, 1]), Head::Bad(_)));
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub fn main(args: &[String]) -> i32 {
         ),
         "tls" => tls(arg(1), arg(2), arg(3)),
         "http" => http(arg(1), arg(2)),
+        "raw" => raw(arg(1), &args[2..]),
         "tlsmany" => tlsmany(arg(1), arg(2), arg(3).parse().expect("N")),
         "holdhttp" => holdhttp(arg(1), arg(2), arg(3).parse().expect("SECS")),
         "slowloris" => slowloris(
@@ -588,11 +589,13 @@ fn slowloris(target: SocketAddr, n: usize, secs: u64) -> serde_json::Value {
 }
 
 /// A transfer kept going for SECS: a request with Host HOST, then a ping
-/// echoed every 100 ms. Prints "open" once the first answer came.
+/// (part of its body) echoed every 100 ms. Prints "open" once the first answer came.
 fn holdhttp(target: &str, host: &str, secs: u64) -> serde_json::Value {
     let run = || -> Result<u64, String> {
         let mut c = dial(target).map_err(|e| e.to_string())?;
-        let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        // The pings are the request's body: bytes after a head without one
+        // would be the next request's, which the proxy holds until whole.
+        let req = format!("POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000000\r\n\r\n");
         c.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
         let mut b = vec![0u8; req.len()];
         c.read_exact(&mut b).map_err(|e| e.to_string())?;
@@ -614,5 +617,73 @@ fn holdhttp(target: &str, host: &str, secs: u64) -> serde_json::Value {
     match run() {
         Ok(n) => json!({"alive": true, "pings": n}),
         Err(e) => json!({"alive": false, "error": e}),
+    }
+}
+
+/// `\r`, `\n`, `\t`, `\\` and `\xHH` in a command-line argument.
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 1 < b.len() {
+            match b[i + 1] {
+                b'r' => out.push(b'\r'),
+                b'n' => out.push(b'\n'),
+                b't' => out.push(b'\t'),
+                b'x' if i + 3 < b.len() => {
+                    let h = std::str::from_utf8(&b[i + 2..i + 4]).unwrap_or("zz");
+                    out.push(u8::from_str_radix(h, 16).expect("\\xHH"));
+                    i += 4;
+                    continue;
+                }
+                c => out.push(c),
+            }
+            i += 2;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// CHUNKS (escaped, see [`unescape`]; `@hello:NAME` is a ClientHello) to
+/// TARGET, one write each 100 ms apart, then whatever comes back within
+/// 2 s: the far side echoes on port 80, so `echo` shows what it received.
+fn raw(target: &str, chunks: &[String]) -> serde_json::Value {
+    let run = || -> Result<Vec<u8>, String> {
+        let mut c = dial(target).map_err(|e| e.to_string())?;
+        c.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        for ch in chunks {
+            let bytes = match ch.strip_prefix("@hello:") {
+                Some(n) => {
+                    let n = String::from_utf8_lossy(&unescape(n)).into_owned();
+                    sbx_fw::proxy::sni::client_hello(Some(&n))
+                }
+                None => unescape(ch),
+            };
+            c.write_all(&bytes).map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        loop {
+            match c.read(&mut b) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&b[..n]),
+                Err(e) if got.is_empty() => return Err(e.kind().to_string()),
+                Err(_) => break,
+            }
+        }
+        if got.is_empty() {
+            return Err("closed".into());
+        }
+        Ok(got)
+    };
+    match run() {
+        Ok(b) => json!({"reached": true, "echo": String::from_utf8_lossy(&b)}),
+        Err(e) => json!({"reached": false, "error": e}),
     }
 }

@@ -13,7 +13,7 @@ pub mod sni;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -41,23 +41,32 @@ const AUDIT_RATE: u64 = 20;
 
 struct Shared {
     dir: PathBuf,
-    policy: RwLock<Arc<Policy>>,
-    dirty: AtomicBool,
+    /// The policy and the change count it was loaded at.
+    policy: RwLock<(u64, Arc<Policy>)>,
+    /// Changes seen in the state directory.
+    changes: AtomicU64,
     audit: Mutex<(Instant, u64)>,
     suppressed: AtomicU64,
 }
 
 impl Shared {
+    /// The current policy, re-read after a change. Loads may race: one
+    /// started earlier never replaces one that saw a later change (a
+    /// `deny` must not be undone by a slow reader).
     fn policy(&self) -> Arc<Policy> {
-        if self.dirty.swap(false, Ordering::AcqRel) {
-            let p = Arc::new(Policy::load(&self.dir));
-            *self.policy.write().unwrap_or_else(|e| e.into_inner()) = p.clone();
-            return p;
+        let seen = self.changes.load(Ordering::Acquire);
+        {
+            let cur = self.policy.read().unwrap_or_else(|e| e.into_inner());
+            if cur.0 >= seen {
+                return cur.1.clone();
+            }
         }
-        self.policy
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        let p = Arc::new(Policy::load(&self.dir));
+        let mut cur = self.policy.write().unwrap_or_else(|e| e.into_inner());
+        if cur.0 < seen {
+            *cur = (seen, p);
+        }
+        cur.1.clone()
     }
 
     /// The verdict; a fronting verdict is checked once more against the
@@ -68,7 +77,11 @@ impl Shared {
             Err(Refusal::Fronting) => {
                 let fresh = Arc::new(p.with_handed(crate::dns::read_handed(&self.dir)));
                 let v = fresh.judge(name, dst);
-                *self.policy.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+                // Kept only if no newer policy was loaded meanwhile.
+                let mut cur = self.policy.write().unwrap_or_else(|e| e.into_inner());
+                if Arc::ptr_eq(&cur.1, &p) {
+                    cur.1 = fresh;
+                }
                 v
             }
             v => v,
@@ -114,8 +127,8 @@ pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
         .build()?;
     let shared = Arc::new(Shared {
         dir: dir.to_owned(),
-        policy: RwLock::new(Arc::new(Policy::load(dir))),
-        dirty: AtomicBool::new(false),
+        policy: RwLock::new((0, Arc::new(Policy::load(dir)))),
+        changes: AtomicU64::new(0),
         audit: Mutex::new((Instant::now(), 0)),
         suppressed: AtomicU64::new(0),
     });
@@ -174,7 +187,7 @@ fn watch(dir: &Path, shared: Arc<Shared>) -> Option<notify::RecommendedWatcher> 
     use notify::Watcher;
     let s = shared.clone();
     let mut w = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
-        s.dirty.store(true, Ordering::Release);
+        s.changes.fetch_add(1, Ordering::AcqRel);
     })
     .ok()?;
     match w.watch(dir, notify::RecursiveMode::NonRecursive) {
@@ -359,9 +372,86 @@ async fn transparent(mut c: TcpStream, s: Arc<Shared>) {
         s.audit(name.as_deref(), dst, r);
         return reset(c);
     }
+    if dst.port() == 80 {
+        return http_relay(c, s, dst, &buf).await;
+    }
     match dial(dst).await {
         Some(u) => splice(c, u, &buf).await,
         None => reset(c),
+    }
+}
+
+/// Every request head in `data` judged, as the first one was: a later
+/// request on a kept-alive connection may name another host.
+fn follow(
+    s: &Shared,
+    dst: SocketAddr,
+    reqs: &mut http::Requests,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let mut heads = Vec::new();
+    let fed = reqs.feed(data, out, &mut heads);
+    for r in &heads {
+        let v = if r.method == "CONNECT" {
+            Err(Refusal::Malformed)
+        } else {
+            s.judge(r.host.as_deref(), dst.ip())
+        };
+        if let Err(e) = v {
+            s.audit(r.host.as_deref(), dst, e);
+            return Err(());
+        }
+    }
+    fed.map_err(|_| s.audit(None, dst, Refusal::Malformed))
+}
+
+/// Plain HTTP: the client's bytes go through user space, each request
+/// head judged before it is sent; the answers are spliced.
+async fn http_relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8]) {
+    let mut reqs = http::Requests::default();
+    let mut out = Vec::new();
+    if follow(&s, dst, &mut reqs, first, &mut out).is_err() {
+        return reset(c);
+    }
+    let Some(u) = dial(dst).await else {
+        return reset(c);
+    };
+    let _ = c.set_nodelay(true);
+    let up = async {
+        let mut chunk = vec![0u8; 16 * 1024];
+        loop {
+            let mut off = 0;
+            while off < out.len() {
+                u.writable().await?;
+                match u.try_write(&out[off..]) {
+                    Ok(k) => off += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            out.clear();
+            c.readable().await?;
+            let n = match c.try_read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                let _ = nix::sys::socket::shutdown(
+                    std::os::fd::AsRawFd::as_raw_fd(&u),
+                    nix::sys::socket::Shutdown::Write,
+                );
+                return Ok(());
+            }
+            if follow(&s, dst, &mut reqs, &chunk[..n], &mut out).is_err() {
+                return Err(std::io::Error::other("refused"));
+            }
+        }
+    };
+    if tokio::try_join!(up, pump(&u, &c)).is_err() {
+        let _ = u.set_zero_linger();
+        reset(c);
     }
 }
 

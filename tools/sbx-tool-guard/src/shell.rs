@@ -10,15 +10,18 @@
 //! firewall are what hold.
 
 use brush_parser::ast::{
-    AndOr, AndOrList, Assignment, AssignmentValue, Command, CommandPrefixOrSuffixItem,
-    CompoundCommand, CompoundList, ExtendedTestExpr, IoFileRedirectTarget, IoRedirect,
-    SimpleCommand,
+    AndOr, AndOrList, Assignment, AssignmentName, AssignmentValue, Command,
+    CommandPrefixOrSuffixItem, CompoundCommand, CompoundList, ExtendedTestExpr,
+    IoFileRedirectTarget, IoRedirect, SimpleCommand,
 };
 use brush_parser::word::{self, WordPiece, WordPieceWithSource};
 use brush_parser::{Parser, ParserOptions};
 
 /// How deep `sh -c "eval '…'"` and `$( $( … ) )` are followed.
 const MAX_DEPTH: usize = 16;
+/// Deeper bracket or keyword nesting is not parsed (the parser recurses;
+/// a stack overflow is a crash, which Claude Code takes as "let through").
+const MAX_NEST: usize = 200;
 
 /// One word of a command as it will run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +75,9 @@ impl Walker {
     fn script(&mut self, text: &str) {
         if self.depth >= MAX_DEPTH {
             return self.unknown("scripts are nested too deeply to follow");
+        }
+        if nesting(text) > MAX_NEST {
+            return self.unknown("it is nested too deeply to parse");
         }
         self.depth += 1;
         let mut p = Parser::new(std::io::Cursor::new(text.as_bytes()), &self.opts);
@@ -221,18 +227,41 @@ impl Walker {
     }
 
     fn assignment(&mut self, a: &Assignment) {
+        // `a[$(cmd)]=1`: the subscript is arithmetic, its `$(…)` run.
+        if let AssignmentName::ArrayElementName(_, i) = &a.name {
+            self.deferred(i);
+        }
         match &a.value {
             AssignmentValue::Scalar(w) => {
-                self.word(&w.value);
+                let v = self.word(&w.value);
+                self.deferred_word(&v);
             }
             AssignmentValue::Array(items) => {
                 for (k, v) in items {
                     if let Some(k) = k {
+                        self.deferred(&k.value);
                         self.word(&k.value);
                     }
-                    self.word(&v.value);
+                    let v = self.word(&v.value);
+                    self.deferred_word(&v);
                 }
             }
+        }
+    }
+
+    /// Text bash may evaluate later (an array subscript, a variable's value
+    /// that arithmetic such as `$((x))` or `[[ $x -eq 0 ]]` evaluates, which
+    /// runs its `a[$(…)]`): its substitutions are read as if they ran.
+    fn deferred(&mut self, text: &str) {
+        if text.contains("$(") || text.contains('`') {
+            self.word(text);
+        }
+    }
+
+    fn deferred_word(&mut self, w: &Word) {
+        if let Word::Lit(t) = w {
+            let t = t.clone();
+            self.deferred(&t);
         }
     }
 
@@ -385,13 +414,56 @@ impl Walker {
                     },
                 ),
                 "doas" => options(rest, &o("uC", "nsL")),
-                "xargs" => options(
-                    rest,
-                    &Opts {
-                        opt: "eil",
-                        ..o("adEIsLnP", "0oprtx")
-                    },
-                ),
+                "xargs" => {
+                    let r = options(
+                        rest,
+                        &Opts {
+                            opt: "eil",
+                            ..o("adEIsLnP", "0oprtx")
+                        },
+                    );
+                    match (r, xargs_replace(rest)) {
+                        // `-I R`: the words holding R are filled from stdin.
+                        (Ok(cmd), Some(repl)) => {
+                            let filled = cmd
+                                .iter()
+                                .map(|w| match w {
+                                    Word::Lit(t) if t.contains(&repl) => Word::Dynamic,
+                                    w => w.clone(),
+                                })
+                                .collect();
+                            return self.nested_argv(filled);
+                        }
+                        (r, _) => r,
+                    }
+                }
+                "git" => {
+                    match git_subcommand(rest) {
+                        Ok(sub) if sub.len() < rest.len() => {
+                            let mut v = vec![lit("git")];
+                            v.extend_from_slice(sub);
+                            self.out.commands.push(SimpleCmd(v));
+                        }
+                        Ok(_) => {}
+                        Err(why) => self.unknown(format!("git: {why}")),
+                    }
+                    return;
+                }
+                "source" | "." => {
+                    match rest.first() {
+                        Some(Word::Lit(f)) if !reads_stdin(f) => {}
+                        _ => self.unknown(format!(
+                            "{name} reads its script from stdin, a pipe or a computed path"
+                        )),
+                    }
+                    return;
+                }
+                "declare" | "typeset" | "local" | "export" | "readonly" | "let" => {
+                    for a in rest {
+                        self.deferred_word(a);
+                    }
+                    return;
+                }
                 "command" => options(rest, &o("", "pvV")),
                 "exec" => options(rest, &o("a", "cl")),
                 "builtin" | "nohup" | "busybox" => Ok(rest),
@@ -441,6 +513,17 @@ impl Walker {
                 Err(why) => return self.unknown(format!("{name}: {why}")),
             }
         }
+    }
+
+    /// A wrapper's command rebuilt (not a slice of the words): followed
+    /// with the nesting bounded like a script's.
+    fn nested_argv(&mut self, words: Vec<Word>) {
+        if self.depth >= MAX_DEPTH {
+            return self.unknown("wrappers are nested too deeply to follow");
+        }
+        self.depth += 1;
+        self.argv(words);
+        self.depth -= 1;
     }
 
     /// `find … -exec cmd … ;`.
@@ -531,10 +614,97 @@ impl Walker {
             Some(Word::Lit(s)) if c_mode => self.script(s),
             Some(_) if c_mode => self.unknown("sh -c runs a script computed at run time"),
             None if c_mode => self.unknown("sh -c without a script"),
-            Some(_) if !stdin => {}
+            Some(Word::Lit(f)) if !stdin && !reads_stdin(f) => {}
             _ => self.unknown("a shell reading its commands from stdin runs what it reads"),
         }
     }
+}
+
+/// A script path that is the caller's stdin or a pipe, not a file.
+fn reads_stdin(f: &str) -> bool {
+    f == "-" || f.starts_with("/dev/") || (f.starts_with("/proc/") && f.contains("/fd/"))
+}
+
+/// xargs' replace string (`-I R`, `-IR`, `-i[R]`, `--replace[=R]`), when set.
+fn xargs_replace(w: &[Word]) -> Option<String> {
+    let mut it = w.iter();
+    let mut found = None;
+    while let Some(Word::Lit(a)) = it.next() {
+        if !a.starts_with('-') || a == "--" {
+            break;
+        }
+        if a == "-I" {
+            if let Some(Word::Lit(r)) = it.next() {
+                found = Some(r.clone());
+            }
+        } else if let Some(r) = a.strip_prefix("-I") {
+            found = Some(r.to_owned());
+        } else if let Some(r) = a.strip_prefix("-i").or_else(|| a.strip_prefix("--replace")) {
+            let r = r.strip_prefix('=').unwrap_or(r);
+            found = Some(if r.is_empty() { "{}" } else { r }.to_owned());
+        } else if matches!(a.as_str(), "-a" | "-d" | "-E" | "-s" | "-L" | "-n" | "-P") {
+            it.next();
+        }
+    }
+    found.filter(|r| !r.is_empty())
+}
+
+/// git's global options skipped: the words from the subcommand on.
+fn git_subcommand(mut w: &[Word]) -> Result<&[Word], String> {
+    const WITH_ARG: &[&str] = &[
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--exec-path",
+        "--config-env",
+        "--super-prefix",
+        "--attr-source",
+        "--list-cmds",
+    ];
+    const FLAGS: &[&str] = &[
+        "-p",
+        "-P",
+        "--paginate",
+        "--no-pager",
+        "--bare",
+        "--no-replace-objects",
+        "--literal-pathspecs",
+        "--glob-pathspecs",
+        "--noglob-pathspecs",
+        "--icase-pathspecs",
+        "--no-optional-locks",
+        "--no-advice",
+        "--no-lazy-fetch",
+        "--html-path",
+        "--man-path",
+        "--info-path",
+        "--version",
+        "--help",
+        "-v",
+        "-h",
+    ];
+    while let Some(first) = w.first() {
+        let Word::Lit(a) = first else {
+            return Err("an option is computed at run time".into());
+        };
+        if !a.starts_with('-') {
+            return Ok(w);
+        }
+        let name = a.split('=').next().unwrap_or(a);
+        let skip = if FLAGS.contains(&a.as_str()) || (WITH_ARG.contains(&name) && a.contains('=')) {
+            1
+        } else if WITH_ARG.contains(&a.as_str()) {
+            2
+        } else if (a.starts_with("-C") || a.starts_with("-c")) && a.len() > 2 {
+            1
+        } else {
+            return Err(format!("unknown option {a:?}"));
+        };
+        w = w.get(skip..).unwrap_or(&[]);
+    }
+    Ok(w)
 }
 
 /// Shells whose `-c` script is read.
@@ -634,7 +804,6 @@ const LONG_WITH_ARG: &[&str] = &[
     "arg-file",
     "delimiter",
     "max-args",
-    "max-lines",
     "max-procs",
     "max-chars",
     "adjustment",
@@ -652,8 +821,6 @@ const LONG_WITH_ARG: &[&str] = &[
     "type",
     "other-user",
     "command-timeout",
-    "eof",
-    "replace",
     "process-slot-var",
 ];
 /// The wrappers' long options without a value (`=v` accepted too).
@@ -686,6 +853,10 @@ const LONG_FLAGS: &[&str] = &[
     "preserve-groups",
     "ignore",
     "ignore-case",
+    // xargs: the value only with `=`.
+    "replace",
+    "eof",
+    "max-lines",
 ];
 
 /// `nice [-n N | -N | --adjustment=N] command`.
@@ -704,11 +875,19 @@ struct Builder {
     text: String,
     pattern: String,
     wild: bool,
+    /// The word with quoted text blanked: brace expansion and extglob
+    /// spanning quoted pieces (`{cu,'x'}rl`) show here.
+    skeleton: String,
 }
 
 impl Builder {
     fn push(&mut self, s: &str, quoted: bool) {
         self.text.push_str(s);
+        if quoted {
+            self.skeleton.extend(s.chars().map(|_| '\u{0}'));
+        } else {
+            self.skeleton.push_str(s);
+        }
         if quoted {
             for c in s.chars() {
                 if matches!(c, '*' | '?' | '[' | ']' | '\\' | '{' | '}') {
@@ -744,6 +923,19 @@ impl Builder {
     }
 
     fn finish(self) -> Word {
+        let sk = &self.skeleton;
+        let brace = sk.find('{').is_some_and(|i| {
+            sk[i..].find('}').is_some_and(|j| {
+                let inner = &sk[i..i + j];
+                inner.contains(',') || inner.contains("..")
+            })
+        });
+        let extglob = ["@(", "+(", "!(", "*(", "?("]
+            .iter()
+            .any(|e| sk.contains(e));
+        if !self.wild && (brace || extglob) {
+            return Word::Pattern("*".into());
+        }
         if self.wild {
             Word::Pattern(self.pattern)
         } else {
@@ -753,20 +945,73 @@ impl Builder {
 }
 
 /// Whether `pat` (`*`, `?`, `\` escapes) can match `s`. A bracket
-/// expression is taken as `?` that also matches nothing, a superset.
+/// expression is taken as `?` that also matches nothing, a superset; case
+/// is ignored (`shopt -s nocaseglob`). Time O(len(pat) × len(s)).
 pub fn wild_match(pat: &str, s: &str) -> bool {
-    let p: Vec<char> = pat.chars().collect();
-    let s: Vec<char> = s.chars().collect();
-    fn go(p: &[char], s: &[char]) -> bool {
-        match p.first() {
-            None => s.is_empty(),
-            Some('*') => (0..=s.len()).any(|i| go(&p[1..], &s[i..])),
-            Some('?') => go(&p[1..], s) || (!s.is_empty() && go(&p[1..], &s[1..])),
-            Some('\\') if p.len() > 1 => s.first() == Some(&p[1]) && go(&p[2..], &s[1..]),
-            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
+    // (literal char or None for `*`/`?`, is_star)
+    let mut toks: Vec<(Option<char>, bool)> = Vec::new();
+    let mut it = pat.chars();
+    while let Some(c) = it.next() {
+        match c {
+            '*' => toks.push((None, true)),
+            '?' => toks.push((None, false)),
+            '\\' => match it.next() {
+                Some(n) => toks.push((Some(n), false)),
+                None => toks.push((Some('\\'), false)),
+            },
+            c => toks.push((Some(c), false)),
         }
     }
-    go(&p, &s)
+    let s: Vec<char> = s.chars().collect();
+    let eq = |a: char, b: char| a.to_lowercase().eq(b.to_lowercase());
+    // can[j]: the tokens so far can match s[..j].
+    let mut can = vec![false; s.len() + 1];
+    can[0] = true;
+    for (lit, star) in toks {
+        let mut next = vec![false; s.len() + 1];
+        for j in 0..=s.len() {
+            next[j] = match (lit, star) {
+                (None, true) => can[..=j].iter().any(|b| *b),
+                (None, false) => can[j] || (j > 0 && can[j - 1]),
+                (Some(c), _) => j > 0 && can[j - 1] && eq(c, s[j - 1]),
+            };
+        }
+        can = next;
+    }
+    can[s.len()]
+}
+
+/// The deepest nesting of brackets and compound-command keywords, quotes
+/// ignored (an overestimate is only ever a refusal).
+fn nesting(text: &str) -> usize {
+    let (mut d, mut max) = (0usize, 0usize);
+    let mut word = String::new();
+    let bump = |d: &mut usize, up: bool| {
+        if up {
+            *d += 1;
+        } else {
+            *d = d.saturating_sub(1);
+        }
+    };
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphabetic() {
+            word.push(c);
+            continue;
+        }
+        match word.as_str() {
+            "if" | "case" | "for" | "while" | "until" | "select" => bump(&mut d, true),
+            "fi" | "esac" | "done" => bump(&mut d, false),
+            _ => {}
+        }
+        word.clear();
+        match c {
+            '(' | '{' | '[' => bump(&mut d, true),
+            ')' | '}' | ']' => bump(&mut d, false),
+            _ => {}
+        }
+        max = max.max(d);
+    }
+    max
 }
 
 #[cfg(test)]

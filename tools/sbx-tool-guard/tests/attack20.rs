@@ -53,7 +53,10 @@ impl Ws {
         let mut c = self.cmd();
         c.args(["check", "--workspace"]).arg(self.ws());
         let o = run_with_stdin(c, &stdin);
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     }
 
     fn bash(&self, command: &str) -> (Option<i32>, String) {
@@ -94,7 +97,12 @@ fn refused(w: &Ws, cmds: &[&str]) {
 fn brace_expansion_across_quotes() {
     refused(
         &Ws::new(),
-        &["{cu,'x'}rl x", "{c,''}url x", "{curl,-s''} x", "{cu,\"x\"}rl x"],
+        &[
+            "{cu,'x'}rl x",
+            "{c,''}url x",
+            "{curl,-s''} x",
+            "{cu,\"x\"}rl x",
+        ],
     );
 }
 
@@ -245,4 +253,15 @@ fn path_rules_follow_symlinks() {
     }
     assert!(through.is_empty(), "got through:\n{}", through.join("\n"));
     let _ = Path::new("");
+}
+
+/// A search rooted at the denied directory itself reads its files.
+#[test]
+fn search_tools_rooted_in_a_denied_directory() {
+    let w = Ws::new();
+    for (tool, p) in [("Grep", "private"), ("Glob", "private"), ("LS", "private")] {
+        let p = w.ws().join(p).to_string_lossy().into_owned();
+        let (code, err) = w.check(tool, serde_json::json!({ "path": p, "pattern": "*" }));
+        assert_eq!(code, Some(2), "{tool} {p}: {err}");
+    }
 }

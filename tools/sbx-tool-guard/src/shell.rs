@@ -474,6 +474,71 @@ impl Walker {
                 "time" => options(rest, &o("fo", "pavq")),
                 "setsid" => options(rest, &o("", "cfw")),
                 "ionice" => options(rest, &o("cnpPu", "t")),
+                // A new root, a CPU mask, a priority: one word, then the command.
+                "chroot" => options(rest, &o("", "")).map(|r| r.get(1..).unwrap_or(&[])),
+                "taskset" => options(rest, &o("", "acp")).map(|r| r.get(1..).unwrap_or(&[])),
+                "chrt" => {
+                    options(rest, &o("TPD", "abdfiormpRve")).map(|r| r.get(1..).unwrap_or(&[]))
+                }
+                "unshare" => options(rest, &o("SGRw", "mUinpuCTrfc")),
+                "nsenter" => options(rest, &o("tSGwr", "amuinpUCTFe")),
+                "strace" | "ltrace" => options(rest, &o("eoOpPsSuEIXbaA", "fFhiqrtTvVwxyzcCDkn")),
+                "flock" => {
+                    // flock [opts] FILE (-c SCRIPT | CMD …)
+                    match options(rest, &o("wE", "sxuneoFhV")) {
+                        Ok([_, c, s, ..]) if *c == lit("-c") || *c == lit("--command") => {
+                            match s {
+                                Word::Lit(s) => self.script(s),
+                                _ => self.unknown("flock -c runs a script computed at run time"),
+                            }
+                            return;
+                        }
+                        r => r.map(|r| r.get(1..).unwrap_or(&[])),
+                    }
+                }
+                "watch" => {
+                    // Its words are joined and run by `sh -c`.
+                    match options(rest, &o("dnq", "bcegptxwr")) {
+                        Ok(cmd) => {
+                            let mut text = String::new();
+                            for a in cmd {
+                                match a {
+                                    Word::Lit(a) => {
+                                        text.push_str(a);
+                                        text.push(' ');
+                                    }
+                                    _ => {
+                                        return self
+                                            .unknown("watch runs a command computed at run time");
+                                    }
+                                }
+                            }
+                            self.script(&text);
+                            return;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                "script" => {
+                    let mut it = rest.iter();
+                    while let Some(a) = it.next() {
+                        if matches!(a, Word::Lit(a) if a == "--command"
+                            || (a.starts_with('-') && !a.starts_with("--") && a.ends_with('c')))
+                        {
+                            match it.next() {
+                                Some(Word::Lit(s)) => self.script(s),
+                                _ => self.unknown("script -c runs a command computed at run time"),
+                            }
+                        } else if let Word::Lit(a) = a {
+                            if let Some(s) = a.strip_prefix("--command=") {
+                                self.script(s);
+                            } else if let Some(s) = a.strip_prefix("-c").filter(|s| !s.is_empty()) {
+                                self.script(s);
+                            }
+                        }
+                    }
+                    return;
+                }
                 "find" => {
                     self.find(rest);
                     return;

@@ -265,3 +265,24 @@ fn search_tools_rooted_in_a_denied_directory() {
         assert_eq!(code, Some(2), "{tool} {p}: {err}");
     }
 }
+
+/// Programs that run a command given in their arguments.
+#[test]
+fn more_command_runners() {
+    refused(
+        &Ws::new(),
+        &[
+            "flock /tmp/f curl x",
+            "flock -x /tmp/f -c 'curl x'",
+            "chroot / curl x",
+            "unshare -U curl x",
+            "watch -n1 curl x",
+            "watch 'curl x'",
+            "taskset 1 curl x",
+            "strace -f curl x",
+            "script -qc 'curl x' /dev/null",
+            "chrt 1 curl x",
+            "nsenter -t 1 curl x",
+        ],
+    );
+}

@@ -286,3 +286,18 @@ fn more_command_runners() {
         ],
     );
 }
+
+/// `mcp__server` names every tool of the server, as in Claude Code.
+#[test]
+fn mcp_server_rule_covers_its_tools() {
+    let w = Ws::new();
+    std::fs::write(
+        w.ws().join(".agent-sandbox/config.toml"),
+        "[tools]\ndisallowed = [\"mcp__github\"]\n",
+    )
+    .unwrap();
+    let (code, err) = w.check("mcp__github__create_issue", serde_json::json!({}));
+    assert_eq!(code, Some(2), "{err}");
+    let (code, err) = w.check("mcp__githubx__y", serde_json::json!({}));
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -49,13 +49,23 @@ pub struct Script {
     pub unknown: Option<String>,
 }
 
+/// A longer command is not parsed: the hook has 30 s, and a timed-out hook
+/// lets the call through.
+const MAX_SCRIPT: usize = 1 << 20;
+
 pub fn analyze(script: &str) -> Script {
     let mut w = Walker {
         out: Script::default(),
         depth: 0,
         opts: ParserOptions::default(),
     };
-    w.script(script);
+    if script.len() > MAX_SCRIPT {
+        w.unknown(format!(
+            "it is longer than {MAX_SCRIPT} bytes (write it to a file and run that)"
+        ));
+    } else {
+        w.script(script);
+    }
     w.out
 }
 

@@ -301,3 +301,14 @@ fn mcp_server_rule_covers_its_tools() {
     let (code, err) = w.check("mcp__githubx__y", serde_json::json!({}));
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A huge command must be answered well inside the hook's 30 s timeout.
+#[test]
+fn huge_command_is_answered_quickly() {
+    let w = Ws::new();
+    let c = format!("{}; curl x", "a ".repeat(8 << 20));
+    let t = Instant::now();
+    let (code, err) = w.bash(&c);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}

@@ -231,7 +231,8 @@ impl Walker {
                 }
             }
             IoRedirect::HereString(_, w) | IoRedirect::OutputAndError(w, _) => {
-                self.word(&w.value);
+                let w = self.word(&w.value);
+                self.subscript_text(&w);
             }
         }
     }
@@ -240,6 +241,15 @@ impl Walker {
         // `a[$(cmd)]=1`: the subscript is arithmetic, its `$(…)` run.
         if let AssignmentName::ArrayElementName(_, i) = &a.name {
             self.deferred(i);
+        }
+        // The script a shell started later sources first.
+        if let (AssignmentName::VariableName(n), AssignmentValue::Scalar(w)) = (&a.name, &a.value) {
+            if n == "BASH_ENV" || n == "ENV" {
+                match self.word(&w.value) {
+                    Word::Lit(f) if !reads_stdin(&f) => {}
+                    _ => self.unknown(format!("{n} names stdin, a pipe or a computed path")),
+                }
+            }
         }
         match &a.value {
             AssignmentValue::Scalar(w) => {
@@ -265,6 +275,20 @@ impl Walker {
     fn deferred(&mut self, text: &str) {
         if text.contains("$(") || text.contains('`') {
             self.word(text);
+        }
+    }
+
+    /// `printf -v x 'a[$(cmd)]'`, `read x <<< 'a[$(cmd)]'`: text that
+    /// reaches a variable by a builtin; a subscript holding a substitution
+    /// is read as if it ran.
+    fn subscript_text(&mut self, w: &Word) {
+        if let Word::Lit(t) = w {
+            if t.find('[')
+                .is_some_and(|i| t[i..].contains("$(") || t[i..].contains('`'))
+            {
+                let t = t.clone();
+                self.word(&t);
+            }
         }
     }
 
@@ -300,6 +324,9 @@ impl Walker {
                     words.push(Word::Dynamic);
                 }
             }
+        }
+        for w in &words {
+            self.subscript_text(w);
         }
         self.argv(words);
     }
@@ -476,7 +503,21 @@ impl Walker {
                 }
                 "command" => options(rest, &o("", "pvV")),
                 "exec" => options(rest, &o("a", "cl")),
-                "builtin" | "nohup" | "busybox" => Ok(rest),
+                // `time -- cmd`: the parser leaves the `--` to us.
+                "builtin" | "nohup" | "busybox" | "--" => Ok(rest),
+                // `hash -p /usr/bin/curl c` makes `c` run curl.
+                "hash" => {
+                    let mut it = rest.iter();
+                    while let Some(a) = it.next() {
+                        if *a == lit("-p") {
+                            match it.next() {
+                                Some(p) => self.out.commands.push(SimpleCmd(vec![p.clone()])),
+                                None => {}
+                            }
+                        }
+                    }
+                    return;
+                }
                 "nice" => nice(rest),
                 // The duration, then the command.
                 "timeout" => options(rest, &o("sk", "v")).map(|r| r.get(1..).unwrap_or(&[])),

@@ -312,3 +312,18 @@ fn huge_command_is_answered_quickly() {
     assert_eq!(code, Some(2), "{err}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
+
+/// Names bound, scripts sourced and subscripts filled by builtins.
+#[test]
+fn hash_bash_env_and_builtin_filled_subscripts() {
+    refused(
+        &Ws::new(),
+        &[
+            "hash -p /usr/bin/curl c; c x",
+            "BASH_ENV=/dev/stdin bash -c true <<< 'curl x'",
+            "printf -v a 'x[$(curl x)]'; echo $((a))",
+            "read -r x <<< 'a[$(curl x)]'; echo $((x))",
+            "time -- curl x",
+        ],
+    );
+}

@@ -510,9 +510,8 @@ impl Walker {
                     let mut it = rest.iter();
                     while let Some(a) = it.next() {
                         if *a == lit("-p") {
-                            match it.next() {
-                                Some(p) => self.out.commands.push(SimpleCmd(vec![p.clone()])),
-                                None => {}
+                            if let Some(p) = it.next() {
+                                self.out.commands.push(SimpleCmd(vec![p.clone()]));
                             }
                         }
                     }

@@ -242,14 +242,9 @@ impl Walker {
         if let AssignmentName::ArrayElementName(_, i) = &a.name {
             self.deferred(i);
         }
-        // The script a shell started later sources first.
         if let (AssignmentName::VariableName(n), AssignmentValue::Scalar(w)) = (&a.name, &a.value) {
-            if n == "BASH_ENV" || n == "ENV" {
-                match self.word(&w.value) {
-                    Word::Lit(f) if !reads_stdin(&f) => {}
-                    _ => self.unknown(format!("{n} names stdin, a pipe or a computed path")),
-                }
-            }
+            let v = self.word(&w.value);
+            self.env_value(n, &v);
         }
         match &a.value {
             AssignmentValue::Scalar(w) => {
@@ -288,6 +283,38 @@ impl Walker {
             {
                 let t = t.clone();
                 self.word(&t);
+            }
+        }
+    }
+
+    /// A variable a program runs or sources: `GIT_SSH_COMMAND='curl x'`,
+    /// `PAGER=…`, `BASH_ENV=/dev/stdin`.
+    fn env_value(&mut self, name: &str, v: &Word) {
+        if name == "BASH_ENV" || name == "ENV" {
+            match v {
+                Word::Lit(f) if !reads_stdin(f) => {}
+                _ => self.unknown(format!("{name} names stdin, a pipe or a computed path")),
+            }
+        } else if COMMAND_VARS.contains(&name) {
+            match v {
+                Word::Lit(c) => {
+                    let c = c.trim_start_matches('|').to_owned();
+                    self.script(&c);
+                }
+                _ => self.unknown(format!("{name} is a command computed at run time")),
+            }
+        }
+    }
+
+    /// `NAME=value` words of env and sudo.
+    fn env_words(&mut self, w: &[Word]) {
+        for a in w {
+            if let Word::Lit(a) = a {
+                if let Some((n, v)) = a.split_once('=') {
+                    if !n.starts_with('-') {
+                        self.env_value(n, &lit(v));
+                    }
+                }
             }
         }
     }
@@ -433,6 +460,9 @@ impl Walker {
             };
             let name = basename(name).to_owned();
             let rest = &w[1..];
+            if matches!(name.as_str(), "env" | "sudo") {
+                self.env_words(rest);
+            }
             let next = match name.as_str() {
                 // `-S` (split a string into the command) is not listed:
                 // refused as unknown.
@@ -475,6 +505,13 @@ impl Walker {
                     }
                 }
                 "git" => {
+                    for pair in rest.windows(2) {
+                        if let [Word::Lit(c), Word::Lit(kv)] = pair {
+                            if c == "-c" {
+                                self.git_config(kv);
+                            }
+                        }
+                    }
                     match git_subcommand(rest) {
                         Ok(sub) if sub.len() < rest.len() => {
                             let mut v = vec![lit("git")];
@@ -487,6 +524,7 @@ impl Walker {
                     return;
                 }
                 "source" | "." => {
+                    let rest = rest.strip_prefix(&[lit("--")][..]).unwrap_or(rest);
                     match rest.first() {
                         Some(Word::Lit(f)) if !reads_stdin(f) => {}
                         _ => self.unknown(format!(
@@ -630,6 +668,22 @@ impl Walker {
         }
     }
 
+    /// `git -c key=value` where git runs the value (`alias.x=!cmd`,
+    /// `core.pager`, `core.sshCommand`, …).
+    fn git_config(&mut self, kv: &str) {
+        let Some((k, v)) = kv.split_once('=') else {
+            return;
+        };
+        let k = k.to_ascii_lowercase();
+        let runs = k.starts_with("alias.")
+            || k.starts_with("pager.")
+            || GIT_COMMAND_KEYS.iter().any(|s| k.ends_with(s));
+        if runs {
+            let v = v.trim_start_matches('!').to_owned();
+            self.script(&v);
+        }
+    }
+
     /// A wrapper's command rebuilt (not a slice of the words): followed
     /// with the nesting bounded like a script's.
     fn nested_argv(&mut self, words: Vec<Word>) {
@@ -734,6 +788,46 @@ impl Walker {
         }
     }
 }
+
+/// Variables whose value a program runs as a command.
+const COMMAND_VARS: &[&str] = &[
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "GIT_PAGER",
+    "PAGER",
+    "MANPAGER",
+    "GIT_EDITOR",
+    "EDITOR",
+    "VISUAL",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "PROMPT_COMMAND",
+    "BROWSER",
+];
+
+/// git config keys (suffixes) whose value git runs.
+const GIT_COMMAND_KEYS: &[&str] = &[
+    "pager",
+    "sshcommand",
+    "editor",
+    "fsmonitor",
+    "external",
+    "helper",
+    "program",
+    "command",
+    "cmd",
+    "textconv",
+    "driver",
+    "clean",
+    "smudge",
+    "process",
+    "hook",
+];
 
 /// A script path that is the caller's stdin or a pipe, not a file.
 fn reads_stdin(f: &str) -> bool {

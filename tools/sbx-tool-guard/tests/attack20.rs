@@ -327,3 +327,23 @@ fn hash_bash_env_and_builtin_filled_subscripts() {
         ],
     );
 }
+
+/// Variables and git settings whose value a program runs.
+#[test]
+fn command_valued_variables_and_git_settings() {
+    refused(
+        &Ws::new(),
+        &[
+            "env BASH_ENV=/dev/stdin bash -c true <<< 'curl x'",
+            "sudo BASH_ENV=/dev/stdin bash -c true <<< 'curl x'",
+            "source -- /dev/stdin <<< 'curl x'",
+            "git -c core.pager='curl x' log",
+            "git -c core.sshCommand='curl x' fetch",
+            "git -c alias.x='!curl x' x",
+            "GIT_SSH_COMMAND='curl x' git fetch",
+            "env GIT_PAGER='curl x' git log",
+            "PAGER='curl x' man ls",
+            "LESSOPEN='|curl x' less f",
+        ],
+    );
+}

@@ -443,6 +443,16 @@ fn domain_matches(d: &str, host: &str) -> bool {
 /// `p` as the kernel resolves it: the longest prefix that exists
 /// canonicalized, the rest appended (`..` in it taken lexically).
 fn resolve(p: &Path) -> Option<PathBuf> {
+    // A dangling symlink: writing it creates its target.
+    let mut p = p.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(t) if std::fs::canonicalize(&p).is_err() => {
+                p = p.parent().map_or_else(|| t.clone(), |d| d.join(&t));
+            }
+            _ => break,
+        }
+    }
     let comps: Vec<Component> = p.components().collect();
     for k in (1..=comps.len()).rev() {
         let prefix: PathBuf = comps[..k].iter().collect();

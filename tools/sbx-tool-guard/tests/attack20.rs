@@ -347,3 +347,19 @@ fn command_valued_variables_and_git_settings() {
         ],
     );
 }
+
+/// Writing a dangling symlink creates its target.
+#[test]
+fn write_through_a_dangling_symlink() {
+    let w = Ws::new();
+    std::os::unix::fs::symlink("src/new.rs", w.ws().join("e")).unwrap();
+    std::os::unix::fs::symlink("f", w.ws().join("g")).unwrap();
+    std::os::unix::fs::symlink("src/deep/new.rs", w.ws().join("f")).unwrap();
+    for p in ["e", "g"] {
+        let (code, err) = w.check(
+            "Write",
+            serde_json::json!({ "file_path": p, "content": "x" }),
+        );
+        assert_eq!(code, Some(2), "{p}: {err}");
+    }
+}

@@ -116,6 +116,13 @@ pub const TOOL_FAMILIES: [(&str, &[&str]); 2] = [
 /// Whether a rule naming `rule_tool` covers a call of `call_tool`.
 pub fn rule_covers(rule_tool: &str, call_tool: &str) -> bool {
     rule_tool == call_tool
+        // Claude Code's reading: `mcp__server` is every tool of the server.
+        || rule_tool.strip_prefix("mcp__").is_some_and(|server| {
+            !server.contains("__")
+                && call_tool
+                    .strip_prefix(rule_tool)
+                    .is_some_and(|t| t.starts_with("__"))
+        })
         || TOOL_FAMILIES
             .iter()
             .any(|(name, members)| *name == rule_tool && members.contains(&call_tool))

@@ -30,6 +30,8 @@ pub const SOURCE: &str = "tools";
 const HOOK_BLOCK: u8 = 2;
 /// Hook input larger than this is refused (a Write carries its content).
 const MAX_INPUT: u64 = 64 << 20;
+/// The checker thread's stack (reserved, touched only as deep as it goes).
+const STACK: usize = 256 << 20;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -160,7 +162,23 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
 
 /// The hook. Never returns anything but 0 (let through) or 2 (refused).
 fn check(common: &CommonArgs, workspace: &std::path::Path) -> ExitCode {
-    let r = std::panic::catch_unwind(|| check_inner(common, workspace));
+    // A stack of its own, larger than main's: the shell parser recurses,
+    // and a stack overflow aborts (a status Claude Code lets through).
+    let r = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn_scoped(s, || {
+                std::panic::catch_unwind(|| {
+                    check_inner(common, workspace).map_err(|e| sbx_core::entry::chain(e.as_ref()))
+                })
+            })
+            .map_err(|_| ())
+            .and_then(|h| h.join().map_err(|_| ()))
+    });
+    let r = match r {
+        Ok(r) => r,
+        Err(()) => Err(Box::new("thread") as Box<dyn std::any::Any + Send>),
+    };
     match r {
         Ok(Ok(None)) => ExitCode::SUCCESS,
         Ok(Ok(Some(reason))) => {
@@ -168,10 +186,7 @@ fn check(common: &CommonArgs, workspace: &std::path::Path) -> ExitCode {
             ExitCode::from(HOOK_BLOCK)
         }
         Ok(Err(e)) => {
-            eprintln!(
-                "sbx-tool-guard: {}; the call is refused",
-                sbx_core::entry::chain(e.as_ref())
-            );
+            eprintln!("sbx-tool-guard: {e}; the call is refused");
             ExitCode::from(HOOK_BLOCK)
         }
         Err(_) => {

@@ -226,7 +226,14 @@ impl Policy {
                     (None, None) => M::No,
                 }
             }
-            Some(RuleArg::Path(_)) => yes(call.paths.iter().any(|p| self.path_matches(glob, p))),
+            // Grep, Glob and LS read the files below their path: refused
+            // when a file directly in it would be (`Read(private/**)` and
+            // `Grep` in `private`). A search from higher up still reads them.
+            Some(RuleArg::Path(_)) => yes(call.paths.iter().any(|p| {
+                self.path_matches(glob, p)
+                    || (matches!(call.tool, "Grep" | "Glob" | "LS")
+                        && self.path_matches(glob, &p.join("sbx-probe")))
+            })),
             Some(RuleArg::Domain(d)) => {
                 yes(call.host.as_deref().is_some_and(|h| domain_matches(d, h)))
             }
@@ -302,7 +309,14 @@ impl<'a> Call<'a> {
         }
         for k in ["file_path", "notebook_path", "path"] {
             if let Some(p) = s(k).filter(|p| !p.is_empty()) {
-                paths.push(normalize(cwd, Path::new(p)));
+                let lexical = normalize(cwd, Path::new(p));
+                // The file the kernel reaches: through symlinks, and `..`
+                // after a symlink (`d/../x`) taken from its target.
+                let real = resolve(&cwd.join(p));
+                paths.push(lexical.clone());
+                if let Some(r) = real.filter(|r| *r != lexical) {
+                    paths.push(r);
+                }
                 whole = p.to_owned();
             }
         }
@@ -424,6 +438,38 @@ fn url_host(u: &str) -> Option<String> {
 
 fn domain_matches(d: &str, host: &str) -> bool {
     host == d || host.strip_suffix(d).is_some_and(|r| r.ends_with('.'))
+}
+
+/// `p` as the kernel resolves it: the longest prefix that exists
+/// canonicalized, the rest appended (`..` in it taken lexically).
+fn resolve(p: &Path) -> Option<PathBuf> {
+    // A dangling symlink: writing it creates its target.
+    let mut p = p.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(t) if std::fs::canonicalize(&p).is_err() => {
+                p = p.parent().map_or_else(|| t.clone(), |d| d.join(&t));
+            }
+            _ => break,
+        }
+    }
+    let comps: Vec<Component> = p.components().collect();
+    for k in (1..=comps.len()).rev() {
+        let prefix: PathBuf = comps[..k].iter().collect();
+        if let Ok(mut out) = std::fs::canonicalize(&prefix) {
+            for c in &comps[k..] {
+                match c {
+                    Component::ParentDir => {
+                        out.pop();
+                    }
+                    Component::Normal(n) => out.push(n),
+                    _ => {}
+                }
+            }
+            return Some(out);
+        }
+    }
+    None
 }
 
 /// `p` made absolute against `base`, `.` and `..` resolved lexically

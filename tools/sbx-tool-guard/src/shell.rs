@@ -10,15 +10,18 @@
 //! firewall are what hold.
 
 use brush_parser::ast::{
-    AndOr, AndOrList, Assignment, AssignmentValue, Command, CommandPrefixOrSuffixItem,
-    CompoundCommand, CompoundList, ExtendedTestExpr, IoFileRedirectTarget, IoRedirect,
-    SimpleCommand,
+    AndOr, AndOrList, Assignment, AssignmentName, AssignmentValue, Command,
+    CommandPrefixOrSuffixItem, CompoundCommand, CompoundList, ExtendedTestExpr,
+    IoFileRedirectTarget, IoRedirect, SimpleCommand,
 };
 use brush_parser::word::{self, WordPiece, WordPieceWithSource};
 use brush_parser::{Parser, ParserOptions};
 
 /// How deep `sh -c "eval '…'"` and `$( $( … ) )` are followed.
 const MAX_DEPTH: usize = 16;
+/// Deeper bracket or keyword nesting is not parsed (the parser recurses;
+/// a stack overflow is a crash, which Claude Code takes as "let through").
+const MAX_NEST: usize = 200;
 
 /// One word of a command as it will run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,13 +49,23 @@ pub struct Script {
     pub unknown: Option<String>,
 }
 
+/// A longer command is not parsed: the hook has 30 s, and a timed-out hook
+/// lets the call through.
+const MAX_SCRIPT: usize = 1 << 20;
+
 pub fn analyze(script: &str) -> Script {
     let mut w = Walker {
         out: Script::default(),
         depth: 0,
         opts: ParserOptions::default(),
     };
-    w.script(script);
+    if script.len() > MAX_SCRIPT {
+        w.unknown(format!(
+            "it is longer than {MAX_SCRIPT} bytes (write it to a file and run that)"
+        ));
+    } else {
+        w.script(script);
+    }
     w.out
 }
 
@@ -72,6 +85,9 @@ impl Walker {
     fn script(&mut self, text: &str) {
         if self.depth >= MAX_DEPTH {
             return self.unknown("scripts are nested too deeply to follow");
+        }
+        if nesting(text) > MAX_NEST {
+            return self.unknown("it is nested too deeply to parse");
         }
         self.depth += 1;
         let mut p = Parser::new(std::io::Cursor::new(text.as_bytes()), &self.opts);
@@ -215,24 +231,98 @@ impl Walker {
                 }
             }
             IoRedirect::HereString(_, w) | IoRedirect::OutputAndError(w, _) => {
-                self.word(&w.value);
+                let w = self.word(&w.value);
+                self.subscript_text(&w);
             }
         }
     }
 
     fn assignment(&mut self, a: &Assignment) {
+        // `a[$(cmd)]=1`: the subscript is arithmetic, its `$(…)` run.
+        if let AssignmentName::ArrayElementName(_, i) = &a.name {
+            self.deferred(i);
+        }
+        if let (AssignmentName::VariableName(n), AssignmentValue::Scalar(w)) = (&a.name, &a.value) {
+            let v = self.word(&w.value);
+            self.env_value(n, &v);
+        }
         match &a.value {
             AssignmentValue::Scalar(w) => {
-                self.word(&w.value);
+                let v = self.word(&w.value);
+                self.deferred_word(&v);
             }
             AssignmentValue::Array(items) => {
                 for (k, v) in items {
                     if let Some(k) = k {
+                        self.deferred(&k.value);
                         self.word(&k.value);
                     }
-                    self.word(&v.value);
+                    let v = self.word(&v.value);
+                    self.deferred_word(&v);
                 }
             }
+        }
+    }
+
+    /// Text bash may evaluate later (an array subscript, a variable's value
+    /// that arithmetic such as `$((x))` or `[[ $x -eq 0 ]]` evaluates, which
+    /// runs its `a[$(…)]`): its substitutions are read as if they ran.
+    fn deferred(&mut self, text: &str) {
+        if text.contains("$(") || text.contains('`') {
+            self.word(text);
+        }
+    }
+
+    /// `printf -v x 'a[$(cmd)]'`, `read x <<< 'a[$(cmd)]'`: text that
+    /// reaches a variable by a builtin; a subscript holding a substitution
+    /// is read as if it ran.
+    fn subscript_text(&mut self, w: &Word) {
+        if let Word::Lit(t) = w {
+            if t.find('[')
+                .is_some_and(|i| t[i..].contains("$(") || t[i..].contains('`'))
+            {
+                let t = t.clone();
+                self.word(&t);
+            }
+        }
+    }
+
+    /// A variable a program runs or sources: `GIT_SSH_COMMAND='curl x'`,
+    /// `PAGER=…`, `BASH_ENV=/dev/stdin`.
+    fn env_value(&mut self, name: &str, v: &Word) {
+        if name == "BASH_ENV" || name == "ENV" {
+            match v {
+                Word::Lit(f) if !reads_stdin(f) => {}
+                _ => self.unknown(format!("{name} names stdin, a pipe or a computed path")),
+            }
+        } else if COMMAND_VARS.contains(&name) {
+            match v {
+                Word::Lit(c) => {
+                    let c = c.trim_start_matches('|').to_owned();
+                    self.script(&c);
+                }
+                _ => self.unknown(format!("{name} is a command computed at run time")),
+            }
+        }
+    }
+
+    /// `NAME=value` words of env and sudo.
+    fn env_words(&mut self, w: &[Word]) {
+        for a in w {
+            if let Word::Lit(a) = a {
+                if let Some((n, v)) = a.split_once('=') {
+                    if !n.starts_with('-') {
+                        self.env_value(n, &lit(v));
+                    }
+                }
+            }
+        }
+    }
+
+    fn deferred_word(&mut self, w: &Word) {
+        if let Word::Lit(t) = w {
+            let t = t.clone();
+            self.deferred(&t);
         }
     }
 
@@ -261,6 +351,9 @@ impl Walker {
                     words.push(Word::Dynamic);
                 }
             }
+        }
+        for w in &words {
+            self.subscript_text(w);
         }
         self.argv(words);
     }
@@ -367,6 +460,9 @@ impl Walker {
             };
             let name = basename(name).to_owned();
             let rest = &w[1..];
+            if matches!(name.as_str(), "env" | "sudo") {
+                self.env_words(rest);
+            }
             let next = match name.as_str() {
                 // `-S` (split a string into the command) is not listed:
                 // refused as unknown.
@@ -385,16 +481,80 @@ impl Walker {
                     },
                 ),
                 "doas" => options(rest, &o("uC", "nsL")),
-                "xargs" => options(
-                    rest,
-                    &Opts {
-                        opt: "eil",
-                        ..o("adEIsLnP", "0oprtx")
-                    },
-                ),
+                "xargs" => {
+                    let r = options(
+                        rest,
+                        &Opts {
+                            opt: "eil",
+                            ..o("adEIsLnP", "0oprtx")
+                        },
+                    );
+                    match (r, xargs_replace(rest)) {
+                        // `-I R`: the words holding R are filled from stdin.
+                        (Ok(cmd), Some(repl)) => {
+                            let filled = cmd
+                                .iter()
+                                .map(|w| match w {
+                                    Word::Lit(t) if t.contains(&repl) => Word::Dynamic,
+                                    w => w.clone(),
+                                })
+                                .collect();
+                            return self.nested_argv(filled);
+                        }
+                        (r, _) => r,
+                    }
+                }
+                "git" => {
+                    for pair in rest.windows(2) {
+                        if let [Word::Lit(c), Word::Lit(kv)] = pair {
+                            if c == "-c" {
+                                self.git_config(kv);
+                            }
+                        }
+                    }
+                    match git_subcommand(rest) {
+                        Ok(sub) if sub.len() < rest.len() => {
+                            let mut v = vec![lit("git")];
+                            v.extend_from_slice(sub);
+                            self.out.commands.push(SimpleCmd(v));
+                        }
+                        Ok(_) => {}
+                        Err(why) => self.unknown(format!("git: {why}")),
+                    }
+                    return;
+                }
+                "source" | "." => {
+                    let rest = rest.strip_prefix(&[lit("--")][..]).unwrap_or(rest);
+                    match rest.first() {
+                        Some(Word::Lit(f)) if !reads_stdin(f) => {}
+                        _ => self.unknown(format!(
+                            "{name} reads its script from stdin, a pipe or a computed path"
+                        )),
+                    }
+                    return;
+                }
+                "declare" | "typeset" | "local" | "export" | "readonly" | "let" => {
+                    for a in rest {
+                        self.deferred_word(a);
+                    }
+                    return;
+                }
                 "command" => options(rest, &o("", "pvV")),
                 "exec" => options(rest, &o("a", "cl")),
-                "builtin" | "nohup" | "busybox" => Ok(rest),
+                // `time -- cmd`: the parser leaves the `--` to us.
+                "builtin" | "nohup" | "busybox" | "--" => Ok(rest),
+                // `hash -p /usr/bin/curl c` makes `c` run curl.
+                "hash" => {
+                    let mut it = rest.iter();
+                    while let Some(a) = it.next() {
+                        if *a == lit("-p") {
+                            if let Some(p) = it.next() {
+                                self.out.commands.push(SimpleCmd(vec![p.clone()]));
+                            }
+                        }
+                    }
+                    return;
+                }
                 "nice" => nice(rest),
                 // The duration, then the command.
                 "timeout" => options(rest, &o("sk", "v")).map(|r| r.get(1..).unwrap_or(&[])),
@@ -402,6 +562,71 @@ impl Walker {
                 "time" => options(rest, &o("fo", "pavq")),
                 "setsid" => options(rest, &o("", "cfw")),
                 "ionice" => options(rest, &o("cnpPu", "t")),
+                // A new root, a CPU mask, a priority: one word, then the command.
+                "chroot" => options(rest, &o("", "")).map(|r| r.get(1..).unwrap_or(&[])),
+                "taskset" => options(rest, &o("", "acp")).map(|r| r.get(1..).unwrap_or(&[])),
+                "chrt" => {
+                    options(rest, &o("TPD", "abdfiormpRve")).map(|r| r.get(1..).unwrap_or(&[]))
+                }
+                "unshare" => options(rest, &o("SGRw", "mUinpuCTrfc")),
+                "nsenter" => options(rest, &o("tSGwr", "amuinpUCTFe")),
+                "strace" | "ltrace" => options(rest, &o("eoOpPsSuEIXbaA", "fFhiqrtTvVwxyzcCDkn")),
+                "flock" => {
+                    // flock [opts] FILE (-c SCRIPT | CMD …)
+                    match options(rest, &o("wE", "sxuneoFhV")) {
+                        Ok([_, c, s, ..]) if *c == lit("-c") || *c == lit("--command") => {
+                            match s {
+                                Word::Lit(s) => self.script(s),
+                                _ => self.unknown("flock -c runs a script computed at run time"),
+                            }
+                            return;
+                        }
+                        r => r.map(|r| r.get(1..).unwrap_or(&[])),
+                    }
+                }
+                "watch" => {
+                    // Its words are joined and run by `sh -c`.
+                    match options(rest, &o("dnq", "bcegptxwr")) {
+                        Ok(cmd) => {
+                            let mut text = String::new();
+                            for a in cmd {
+                                match a {
+                                    Word::Lit(a) => {
+                                        text.push_str(a);
+                                        text.push(' ');
+                                    }
+                                    _ => {
+                                        return self
+                                            .unknown("watch runs a command computed at run time");
+                                    }
+                                }
+                            }
+                            self.script(&text);
+                            return;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                "script" => {
+                    let mut it = rest.iter();
+                    while let Some(a) = it.next() {
+                        if matches!(a, Word::Lit(a) if a == "--command"
+                            || (a.starts_with('-') && !a.starts_with("--") && a.ends_with('c')))
+                        {
+                            match it.next() {
+                                Some(Word::Lit(s)) => self.script(s),
+                                _ => self.unknown("script -c runs a command computed at run time"),
+                            }
+                        } else if let Word::Lit(a) = a {
+                            if let Some(s) = a.strip_prefix("--command=") {
+                                self.script(s);
+                            } else if let Some(s) = a.strip_prefix("-c").filter(|s| !s.is_empty()) {
+                                self.script(s);
+                            }
+                        }
+                    }
+                    return;
+                }
                 "find" => {
                     self.find(rest);
                     return;
@@ -441,6 +666,33 @@ impl Walker {
                 Err(why) => return self.unknown(format!("{name}: {why}")),
             }
         }
+    }
+
+    /// `git -c key=value` where git runs the value (`alias.x=!cmd`,
+    /// `core.pager`, `core.sshCommand`, …).
+    fn git_config(&mut self, kv: &str) {
+        let Some((k, v)) = kv.split_once('=') else {
+            return;
+        };
+        let k = k.to_ascii_lowercase();
+        let runs = k.starts_with("alias.")
+            || k.starts_with("pager.")
+            || GIT_COMMAND_KEYS.iter().any(|s| k.ends_with(s));
+        if runs {
+            let v = v.trim_start_matches('!').to_owned();
+            self.script(&v);
+        }
+    }
+
+    /// A wrapper's command rebuilt (not a slice of the words): followed
+    /// with the nesting bounded like a script's.
+    fn nested_argv(&mut self, words: Vec<Word>) {
+        if self.depth >= MAX_DEPTH {
+            return self.unknown("wrappers are nested too deeply to follow");
+        }
+        self.depth += 1;
+        self.argv(words);
+        self.depth -= 1;
     }
 
     /// `find … -exec cmd … ;`.
@@ -531,10 +783,137 @@ impl Walker {
             Some(Word::Lit(s)) if c_mode => self.script(s),
             Some(_) if c_mode => self.unknown("sh -c runs a script computed at run time"),
             None if c_mode => self.unknown("sh -c without a script"),
-            Some(_) if !stdin => {}
+            Some(Word::Lit(f)) if !stdin && !reads_stdin(f) => {}
             _ => self.unknown("a shell reading its commands from stdin runs what it reads"),
         }
     }
+}
+
+/// Variables whose value a program runs as a command.
+const COMMAND_VARS: &[&str] = &[
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "GIT_PAGER",
+    "PAGER",
+    "MANPAGER",
+    "GIT_EDITOR",
+    "EDITOR",
+    "VISUAL",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "PROMPT_COMMAND",
+    "BROWSER",
+];
+
+/// git config keys (suffixes) whose value git runs.
+const GIT_COMMAND_KEYS: &[&str] = &[
+    "pager",
+    "sshcommand",
+    "editor",
+    "fsmonitor",
+    "external",
+    "helper",
+    "program",
+    "command",
+    "cmd",
+    "textconv",
+    "driver",
+    "clean",
+    "smudge",
+    "process",
+    "hook",
+];
+
+/// A script path that is the caller's stdin or a pipe, not a file.
+fn reads_stdin(f: &str) -> bool {
+    f == "-" || f.starts_with("/dev/") || (f.starts_with("/proc/") && f.contains("/fd/"))
+}
+
+/// xargs' replace string (`-I R`, `-IR`, `-i[R]`, `--replace[=R]`), when set.
+fn xargs_replace(w: &[Word]) -> Option<String> {
+    let mut it = w.iter();
+    let mut found = None;
+    while let Some(Word::Lit(a)) = it.next() {
+        if !a.starts_with('-') || a == "--" {
+            break;
+        }
+        if a == "-I" {
+            if let Some(Word::Lit(r)) = it.next() {
+                found = Some(r.clone());
+            }
+        } else if let Some(r) = a.strip_prefix("-I") {
+            found = Some(r.to_owned());
+        } else if let Some(r) = a.strip_prefix("-i").or_else(|| a.strip_prefix("--replace")) {
+            let r = r.strip_prefix('=').unwrap_or(r);
+            found = Some(if r.is_empty() { "{}" } else { r }.to_owned());
+        } else if matches!(a.as_str(), "-a" | "-d" | "-E" | "-s" | "-L" | "-n" | "-P") {
+            it.next();
+        }
+    }
+    found.filter(|r| !r.is_empty())
+}
+
+/// git's global options skipped: the words from the subcommand on.
+fn git_subcommand(mut w: &[Word]) -> Result<&[Word], String> {
+    const WITH_ARG: &[&str] = &[
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--exec-path",
+        "--config-env",
+        "--super-prefix",
+        "--attr-source",
+        "--list-cmds",
+    ];
+    const FLAGS: &[&str] = &[
+        "-p",
+        "-P",
+        "--paginate",
+        "--no-pager",
+        "--bare",
+        "--no-replace-objects",
+        "--literal-pathspecs",
+        "--glob-pathspecs",
+        "--noglob-pathspecs",
+        "--icase-pathspecs",
+        "--no-optional-locks",
+        "--no-advice",
+        "--no-lazy-fetch",
+        "--html-path",
+        "--man-path",
+        "--info-path",
+        "--version",
+        "--help",
+        "-v",
+        "-h",
+    ];
+    while let Some(first) = w.first() {
+        let Word::Lit(a) = first else {
+            return Err("an option is computed at run time".into());
+        };
+        if !a.starts_with('-') {
+            return Ok(w);
+        }
+        let name = a.split('=').next().unwrap_or(a);
+        let skip = if FLAGS.contains(&a.as_str()) || (WITH_ARG.contains(&name) && a.contains('=')) {
+            1
+        } else if WITH_ARG.contains(&a.as_str()) {
+            2
+        } else if (a.starts_with("-C") || a.starts_with("-c")) && a.len() > 2 {
+            1
+        } else {
+            return Err(format!("unknown option {a:?}"));
+        };
+        w = w.get(skip..).unwrap_or(&[]);
+    }
+    Ok(w)
 }
 
 /// Shells whose `-c` script is read.
@@ -634,7 +1013,6 @@ const LONG_WITH_ARG: &[&str] = &[
     "arg-file",
     "delimiter",
     "max-args",
-    "max-lines",
     "max-procs",
     "max-chars",
     "adjustment",
@@ -652,8 +1030,6 @@ const LONG_WITH_ARG: &[&str] = &[
     "type",
     "other-user",
     "command-timeout",
-    "eof",
-    "replace",
     "process-slot-var",
 ];
 /// The wrappers' long options without a value (`=v` accepted too).
@@ -686,6 +1062,10 @@ const LONG_FLAGS: &[&str] = &[
     "preserve-groups",
     "ignore",
     "ignore-case",
+    // xargs: the value only with `=`.
+    "replace",
+    "eof",
+    "max-lines",
 ];
 
 /// `nice [-n N | -N | --adjustment=N] command`.
@@ -704,11 +1084,19 @@ struct Builder {
     text: String,
     pattern: String,
     wild: bool,
+    /// The word with quoted text blanked: brace expansion and extglob
+    /// spanning quoted pieces (`{cu,'x'}rl`) show here.
+    skeleton: String,
 }
 
 impl Builder {
     fn push(&mut self, s: &str, quoted: bool) {
         self.text.push_str(s);
+        if quoted {
+            self.skeleton.extend(s.chars().map(|_| '\u{0}'));
+        } else {
+            self.skeleton.push_str(s);
+        }
         if quoted {
             for c in s.chars() {
                 if matches!(c, '*' | '?' | '[' | ']' | '\\' | '{' | '}') {
@@ -744,6 +1132,19 @@ impl Builder {
     }
 
     fn finish(self) -> Word {
+        let sk = &self.skeleton;
+        let brace = sk.find('{').is_some_and(|i| {
+            sk[i..].find('}').is_some_and(|j| {
+                let inner = &sk[i..i + j];
+                inner.contains(',') || inner.contains("..")
+            })
+        });
+        let extglob = ["@(", "+(", "!(", "*(", "?("]
+            .iter()
+            .any(|e| sk.contains(e));
+        if !self.wild && (brace || extglob) {
+            return Word::Pattern("*".into());
+        }
         if self.wild {
             Word::Pattern(self.pattern)
         } else {
@@ -753,20 +1154,73 @@ impl Builder {
 }
 
 /// Whether `pat` (`*`, `?`, `\` escapes) can match `s`. A bracket
-/// expression is taken as `?` that also matches nothing, a superset.
+/// expression is taken as `?` that also matches nothing, a superset; case
+/// is ignored (`shopt -s nocaseglob`). Time O(len(pat) × len(s)).
 pub fn wild_match(pat: &str, s: &str) -> bool {
-    let p: Vec<char> = pat.chars().collect();
-    let s: Vec<char> = s.chars().collect();
-    fn go(p: &[char], s: &[char]) -> bool {
-        match p.first() {
-            None => s.is_empty(),
-            Some('*') => (0..=s.len()).any(|i| go(&p[1..], &s[i..])),
-            Some('?') => go(&p[1..], s) || (!s.is_empty() && go(&p[1..], &s[1..])),
-            Some('\\') if p.len() > 1 => s.first() == Some(&p[1]) && go(&p[2..], &s[1..]),
-            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
+    // (literal char or None for `*`/`?`, is_star)
+    let mut toks: Vec<(Option<char>, bool)> = Vec::new();
+    let mut it = pat.chars();
+    while let Some(c) = it.next() {
+        match c {
+            '*' => toks.push((None, true)),
+            '?' => toks.push((None, false)),
+            '\\' => match it.next() {
+                Some(n) => toks.push((Some(n), false)),
+                None => toks.push((Some('\\'), false)),
+            },
+            c => toks.push((Some(c), false)),
         }
     }
-    go(&p, &s)
+    let s: Vec<char> = s.chars().collect();
+    let eq = |a: char, b: char| a.to_lowercase().eq(b.to_lowercase());
+    // can[j]: the tokens so far can match s[..j].
+    let mut can = vec![false; s.len() + 1];
+    can[0] = true;
+    for (lit, star) in toks {
+        let mut next = vec![false; s.len() + 1];
+        for j in 0..=s.len() {
+            next[j] = match (lit, star) {
+                (None, true) => can[..=j].iter().any(|b| *b),
+                (None, false) => can[j] || (j > 0 && can[j - 1]),
+                (Some(c), _) => j > 0 && can[j - 1] && eq(c, s[j - 1]),
+            };
+        }
+        can = next;
+    }
+    can[s.len()]
+}
+
+/// The deepest nesting of brackets and compound-command keywords, quotes
+/// ignored (an overestimate is only ever a refusal).
+fn nesting(text: &str) -> usize {
+    let (mut d, mut max) = (0usize, 0usize);
+    let mut word = String::new();
+    let bump = |d: &mut usize, up: bool| {
+        if up {
+            *d += 1;
+        } else {
+            *d = d.saturating_sub(1);
+        }
+    };
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphabetic() {
+            word.push(c);
+            continue;
+        }
+        match word.as_str() {
+            "if" | "case" | "for" | "while" | "until" | "select" => bump(&mut d, true),
+            "fi" | "esac" | "done" => bump(&mut d, false),
+            _ => {}
+        }
+        word.clear();
+        match c {
+            '(' | '{' | '[' => bump(&mut d, true),
+            ')' | '}' | ']' => bump(&mut d, false),
+            _ => {}
+        }
+        max = max.max(d);
+    }
+    max
 }
 
 #[cfg(test)]

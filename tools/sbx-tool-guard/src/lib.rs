@@ -66,11 +66,15 @@ rules cover Read, NotebookRead, Grep, Glob and LS.
 
 Bash rules see the command as bash parses it: quotes undone (c''url), a path
 prefix dropped (/usr/bin/curl), wrappers unwrapped (env, sudo, xargs, command,
-exec, nice, nohup, timeout, stdbuf, time, setsid, ionice, doas, find -exec), and
-the scripts of sh/bash -c, eval, su -c and $(…) read too. A command word the
-shell computes ($X, a glob, a shell reading stdin) is refused under a Bash
-rule. Advisory still: a script written to a file and run is not read; the
-workspace mounts and the firewall are what hold.
+exec, nice, nohup, timeout, stdbuf, time, setsid, ionice, doas, find -exec,
+flock, chroot, unshare, nsenter, taskset, chrt, strace, watch, git's global
+options), and the scripts of sh/bash -c, eval, su -c, script -c, trap, alias,
+command-valued variables (GIT_SSH_COMMAND, PAGER, EDITOR), git -c settings git
+runs and $(…) read too. A command word the shell computes ($X, a glob, a shell
+reading stdin) is refused under a Bash rule. Advisory still: a script written
+to a file and run is not read, nor is python -c; Read rules do not stop a Grep
+rooted above the denied directory (use deny-read); the workspace mounts and
+the firewall are what hold.
 
 Exit status: check: 0 let through, 2 refused (Claude Code's hook protocol);
 decide: 0 allowed, 77 refused; 78 bad config.

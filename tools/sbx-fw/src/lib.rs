@@ -560,8 +560,12 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         for fam in families() {
             match plan.nat(fam) {
                 Some(nat) => apply::nat_install(fam, &nat)?,
-                // Out of proxy mode, even when the state was lost.
-                None => apply::nat_remove(fam)?,
+                // Leaving proxy mode. Not on every init: listing the nat
+                // table costs a process and creates the table where there
+                // was none. A redirect left over without state (reset
+                // removes it) leads to no proxy: blocked, not open.
+                None if prev.as_ref().is_some_and(|p| p.proxy) => apply::nat_remove(fam)?,
+                None => {}
             }
         }
         output::debug(&format!("rules in {:?}", t0.elapsed()));

@@ -1063,19 +1063,21 @@ fn proxy_mode_keeps_dockers_dns_on_a_user_defined_network() {
     s.wait_for("sbx-guest: ready");
     let proxy = text(&s.exec("0", "cat /run/sbx-fw/proxy.pid"));
     assert!(!proxy.trim().is_empty(), "not in proxy mode");
-    let nat = text(&s.exec("0", "iptables -t nat -S"));
-    assert!(
-        nat.contains("-j DOCKER_OUTPUT") && nat.contains("-j DNAT") && nat.contains("SBX-NAT"),
-        "{nat}"
-    );
     // The agent's resolver is the filter; its answers come from Docker's.
     let resolv = text(&s.exec("1000", "cat /etc/resolv.conf"));
     assert!(resolv.contains("nameserver 127.0.0.53"), "{resolv}");
     let o = s.exec("1000", &format!("getent hosts {name}"));
     assert!(
         o.status.success() && text(&o).contains(&name),
-        "the agent cannot resolve an allowlisted name: {}\n{nat}",
-        text(&o)
+        "the agent cannot resolve an allowlisted name: {}\n{}",
+        text(&o),
+        text(&s.exec("0", "iptables -t nat -S"))
+    );
+    // Docker's rules are there beside ours.
+    let nat = text(&s.exec("0", "iptables -t nat -S"));
+    assert!(
+        nat.contains("-j DOCKER_OUTPUT") && nat.contains("-j DNAT") && nat.contains("SBX-NAT"),
+        "{nat}"
     );
     // The filter still refuses what is not on the list.
     let o = s.exec("1000", "getent hosts nope.invalid");

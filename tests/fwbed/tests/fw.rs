@@ -604,8 +604,27 @@ fn dry_run_prints_everything_and_installs_nothing() {
     assert!(out.contains(
         "-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set sbx-gh6 dst -j ACCEPT"
     ));
+    // Proxy mode: the nat part is our chain alone, for --noflush.
+    bed.config("mode = \"proxy\"\n");
+    let out = bed.ok(false, &["init", "--dry-run"]);
+    assert!(
+        out.contains("# iptables-restore --noflush, then iptables -t nat -I OUTPUT -j SBX-NAT")
+            && out.contains("*nat\n:SBX-NAT - [0:0]\n-A SBX-NAT "),
+        "{out}"
+    );
+    assert!(!out.contains(":OUTPUT ACCEPT"), "{out}");
+    let v: Value = serde_json::from_str(&bed.ok(false, &["--json", "init", "--dry-run"])).unwrap();
+    for fam in ["iptables", "ip6tables"] {
+        let nat = v["data"]["nat"][fam].as_str().unwrap_or_default();
+        assert!(nat.contains("-j REDIRECT --to-ports 3129"), "{v}");
+        assert!(!v["data"][fam].as_str().unwrap().contains("*nat"), "{v}");
+    }
+    assert_eq!(v["data"]["nat"]["jump"], "OUTPUT -j SBX-NAT");
     assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "open");
     assert!(!bed.path("state/state.json").exists());
+    for v6 in [false, true] {
+        assert!(!bed.tables(v6, &["-t", "nat", "-S"]).contains("SBX-NAT"));
+    }
 }
 
 /// A backup store is reachable from inside by the endpoint sbx-backup uses,

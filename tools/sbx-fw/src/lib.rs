@@ -557,17 +557,26 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         // The nat table is shared (Docker's DNS is there): only our chain
         // and its jump, after the filter rules, which already keep the
         // agent's 80/443 from going out directly.
-        for fam in families() {
-            match plan.nat(fam) {
-                Some(nat) => apply::nat_install(fam, &nat)?,
-                // Leaving proxy mode. Not on every init: listing the nat
-                // table costs a process and creates the table where there
-                // was none. A redirect left over without state (reset
-                // removes it) leads to no proxy: blocked, not open.
-                None if prev.as_ref().is_some_and(|p| p.proxy) => apply::nat_remove(fam)?,
-                None => {}
-            }
-        }
+        let was_proxy = prev.as_ref().is_some_and(|p| p.proxy);
+        let nat = |fam| match plan.nat(fam) {
+            Some(nat) => apply::nat_install(fam, &nat),
+            // Leaving proxy mode. Not on every init: listing the nat
+            // table costs a process and creates the table where there
+            // was none. A redirect left over without state (reset
+            // removes it) leads to no proxy: blocked, not open.
+            None if was_proxy => apply::nat_remove(fam),
+            None => Ok(()),
+        };
+        // Both families at once, as for the filter rules.
+        std::thread::scope(|s| {
+            let six = apply::has_ipv6().then(|| s.spawn(|| nat(Family::V6)));
+            let four = nat(Family::V4);
+            let six = six.map_or(Ok(()), |h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(apply::ApplyError("nat: thread panicked".into())))
+            });
+            four.and(six)
+        })?;
         output::debug(&format!("rules in {:?}", t0.elapsed()));
         apply::flush_conntrack()
     };

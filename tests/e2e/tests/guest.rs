@@ -1003,3 +1003,84 @@ fn the_firewall_proxy_is_restarted_and_everything_stays_blocked_meanwhile() {
     );
     assert!(log.contains("\"operation\":\"restart\""), "{log}");
 }
+
+/// A Docker network, removed when dropped (after the containers on it).
+struct Network(String);
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.0])
+            .output();
+    }
+}
+
+/// Issue 22: on a user-defined network (every sbx sandbox's) Docker's
+/// embedded DNS is a DNAT in the container's own nat table. Proxy mode's
+/// redirect is a chain of sbx-fw's own beside it, so the agent's names
+/// still resolve through the DNS filter, whose upstream is 127.0.0.11.
+/// With the nft-backed iptables for sbx-fw, where Docker's rules are (on
+/// hosts without the legacy tables that is the only choice).
+#[test]
+fn proxy_mode_keeps_dockers_dns_on_a_user_defined_network() {
+    let Some(img) = image() else { return };
+    let net = Network(format!("sbx-guest-e2e-net-{}", std::process::id()));
+    let _ = Command::new("docker")
+        .args(["network", "rm", &net.0])
+        .output();
+    sh(Command::new("docker").args(["network", "create", &net.0]));
+    // Docker's DNS answers for the container's own name: allowlisted.
+    let name = format!("sbx-guest-e2e-proxydns-{}", std::process::id());
+    let cfg = tempfile::tempdir().unwrap();
+    let file = cfg.path().join("config.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[network]\nmode = \"proxy\"\nregistries = false\ngithub = false\n\
+             allow-domains = [\"{name}\"]\n"
+        ),
+    )
+    .unwrap();
+    sh(Command::new("chmod").arg("0755").arg(cfg.path()));
+    sh(Command::new("chmod").arg("0644").arg(&file));
+    let s = Sandbox::run_with(
+        "proxydns",
+        &img,
+        &[
+            "--network".into(),
+            net.0.clone(),
+            "--env".into(),
+            "SBX_FW_BACKEND=system".into(),
+            "--mount".into(),
+            format!(
+                "type=bind,source={},target=/.agent-sandbox/config.toml,readonly",
+                file.display()
+            ),
+        ],
+        &["sleep", "infinity"],
+    );
+    assert_eq!(s.name, name);
+    s.wait_for("sbx-guest: ready");
+    let proxy = text(&s.exec("0", "cat /run/sbx-fw/proxy.pid"));
+    assert!(!proxy.trim().is_empty(), "not in proxy mode");
+    // The agent's resolver is the filter; its answers come from Docker's.
+    let resolv = text(&s.exec("1000", "cat /etc/resolv.conf"));
+    assert!(resolv.contains("nameserver 127.0.0.53"), "{resolv}");
+    let o = s.exec("1000", &format!("getent hosts {name}"));
+    assert!(
+        o.status.success() && text(&o).contains(&name),
+        "the agent cannot resolve an allowlisted name: {}\n{}",
+        text(&o),
+        text(&s.exec("0", "iptables -t nat -S"))
+    );
+    // Docker's rules are there beside ours.
+    let nat = text(&s.exec("0", "iptables -t nat -S"));
+    assert!(
+        nat.contains("-j DOCKER_OUTPUT") && nat.contains("-j DNAT") && nat.contains("SBX-NAT"),
+        "{nat}"
+    );
+    // The filter still refuses what is not on the list.
+    let o = s.exec("1000", "getent hosts nope.invalid");
+    assert!(!o.status.success(), "{}", text(&o));
+    drop(s);
+}

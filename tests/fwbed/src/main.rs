@@ -482,11 +482,16 @@ fn main() {
     if args.get(1).is_some_and(|a| a == "attack") {
         std::process::exit(attack::main(&args[2..]));
     }
-    // `sbx-fwbed resolver DIR`: the zone on 127.0.0.11:53 in this namespace,
-    // standing in for Docker's embedded resolver, until killed.
-    if args.get(1).is_some_and(|a| a == "resolver") && args.len() == 3 {
+    // `sbx-fwbed resolver DIR [ADDR]`: the zone on 127.0.0.11:53 (or ADDR:
+    // Docker's own listens on a random port behind a DNAT) in this
+    // namespace, standing in for Docker's embedded resolver, until killed.
+    if args.get(1).is_some_and(|a| a == "resolver") && (3..=4).contains(&args.len()) {
         let log = PathBuf::from(&args[2]).join("queries.log");
-        dns_server(String::new(), "127.0.0.11:53", Arc::new(Zone::new()), log);
+        let addr: &'static str = match args.get(3) {
+            Some(a) => Box::leak(a.clone().into_boxed_str()),
+            None => "127.0.0.11:53",
+        };
+        dns_server(String::new(), addr, Arc::new(Zone::new()), log);
         std::thread::sleep(Duration::from_millis(100));
         println!("ready");
         let _ = std::io::stdout().flush();

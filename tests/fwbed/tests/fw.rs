@@ -604,8 +604,27 @@ fn dry_run_prints_everything_and_installs_nothing() {
     assert!(out.contains(
         "-A SBX-OUT -p tcp -m multiport --dports 22,443 -m set --match-set sbx-gh6 dst -j ACCEPT"
     ));
+    // Proxy mode: the nat part is our chain alone, for --noflush.
+    bed.config("mode = \"proxy\"\n");
+    let out = bed.ok(false, &["init", "--dry-run"]);
+    assert!(
+        out.contains("# iptables-restore --noflush, then iptables -t nat -I OUTPUT -j SBX-NAT")
+            && out.contains("*nat\n:SBX-NAT - [0:0]\n-A SBX-NAT "),
+        "{out}"
+    );
+    assert!(!out.contains(":OUTPUT ACCEPT"), "{out}");
+    let v: Value = serde_json::from_str(&bed.ok(false, &["--json", "init", "--dry-run"])).unwrap();
+    for fam in ["iptables", "ip6tables"] {
+        let nat = v["data"]["nat"][fam].as_str().unwrap_or_default();
+        assert!(nat.contains("-j REDIRECT --to-ports 3129"), "{v}");
+        assert!(!v["data"][fam].as_str().unwrap().contains("*nat"), "{v}");
+    }
+    assert_eq!(v["data"]["nat"]["jump"], "OUTPUT -j SBX-NAT");
     assert_verdicts(&bed.probe(true, &["tcp:198.18.2.1:443"]), "open");
     assert!(!bed.path("state/state.json").exists());
+    for v6 in [false, true] {
+        assert!(!bed.tables(v6, &["-t", "nat", "-S"]).contains("SBX-NAT"));
+    }
 }
 
 /// A backup store is reachable from inside by the endpoint sbx-backup uses,
@@ -1582,17 +1601,17 @@ fn proxy_reset_removes_the_redirect_and_stops_proxy_and_filter() {
     let Some(bed) = Bed::proxy("px5") else { return };
     assert!(!bed.reached(&["tls", "198.18.2.1:443", "blocked.test"]));
     for v6 in [false, true] {
-        assert!(
-            bed.tables(v6, &["-t", "nat", "-S", "OUTPUT"])
-                .contains("REDIRECT")
-        );
+        assert!(bed.tables(v6, &["-t", "nat", "-S"]).contains("REDIRECT"));
     }
     let (proxy, dns) = (bed.proxy_pid(), bed.pid("dns"));
     assert!(running(&proxy) && running(&dns));
     bed.ok(false, &["reset", "--yes"]);
     for v6 in [false, true] {
-        let nat = bed.tables(v6, &["-t", "nat", "-S", "OUTPUT"]);
-        assert!(!nat.contains("REDIRECT") && !nat.contains("65533"), "{nat}");
+        let nat = bed.tables(v6, &["-t", "nat", "-S"]);
+        assert!(
+            !nat.contains("REDIRECT") && !nat.contains("65533") && !nat.contains("SBX-NAT"),
+            "{nat}"
+        );
     }
     assert!(
         wait_gone(&proxy),
@@ -1847,4 +1866,198 @@ fn proxy_a_deny_is_not_lost_to_concurrent_verdicts() {
         let _ = c.wait();
     }
     assert!(lost.is_empty(), "the deny was lost in rounds {lost:?}");
+}
+
+impl Bed {
+    /// `iptables ARGS` (or ip6tables) of the backend this bed's sbx-fw uses.
+    fn own_tables(&self, v6: bool, args: &[&str]) -> String {
+        let prog = match (v6, self.backend == Some("system")) {
+            (false, true) => "iptables",
+            (true, true) => "ip6tables",
+            (false, false) => "iptables-legacy",
+            (true, false) => "ip6tables-legacy",
+        };
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.sbx, prog, "--wait"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{prog} {args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+/// Docker's embedded DNS as it is in a container on a user-defined network
+/// (every sbx sandbox): the resolver on 127.0.0.11 at a random port, and
+/// nat rules that send 127.0.0.11:53 there and put port 53 back on the
+/// answers. Plus an IPv6 rule of someone else's.
+const FOREIGN_NAT4: &[&[&str]] = &[
+    &["-N", "DOCKER_OUTPUT"],
+    &["-N", "DOCKER_POSTROUTING"],
+    &["-A", "OUTPUT", "-d", "127.0.0.11/32", "-j", "DOCKER_OUTPUT"],
+    &[
+        "-A",
+        "POSTROUTING",
+        "-d",
+        "127.0.0.11/32",
+        "-j",
+        "DOCKER_POSTROUTING",
+    ],
+    &[
+        "-A",
+        "DOCKER_OUTPUT",
+        "-d",
+        "127.0.0.11/32",
+        "-p",
+        "udp",
+        "-m",
+        "udp",
+        "--dport",
+        "53",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "127.0.0.11:45353",
+    ],
+    &[
+        "-A",
+        "DOCKER_POSTROUTING",
+        "-s",
+        "127.0.0.11/32",
+        "-p",
+        "udp",
+        "-m",
+        "udp",
+        "--sport",
+        "45353",
+        "-j",
+        "SNAT",
+        "--to-source",
+        ":53",
+    ],
+];
+const FOREIGN_NAT6: &[&[&str]] = &[
+    &["-N", "OTHER_OUTPUT"],
+    &["-A", "OUTPUT", "-d", "fd00:53::1/128", "-j", "OTHER_OUTPUT"],
+    &[
+        "-A",
+        "OTHER_OUTPUT",
+        "-p",
+        "udp",
+        "-m",
+        "udp",
+        "--dport",
+        "53",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "[::1]:45353",
+    ],
+];
+
+/// Issue 22: proxy mode's redirect is our own nat chain; init, a re-init,
+/// a switch out of proxy mode and reset leave every other nat rule (here
+/// Docker's DNS) in place, so names keep resolving through 127.0.0.11.
+fn foreign_nat_rules_survive(bed: Bed) {
+    Command::new("chmod")
+        .arg("0755")
+        .arg(bed.dir.path())
+        .status()
+        .unwrap();
+    let mut resolver = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .arg(bin("sbx-fwbed"))
+        .args([
+            "resolver",
+            bed.dir.path().to_str().unwrap(),
+            "127.0.0.11:45353",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(resolver.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::fs::write(
+        format!("/etc/netns/{}/resolv.conf", bed.sbx),
+        "nameserver 127.0.0.11\noptions ndots:0\n",
+    )
+    .unwrap();
+    for r in FOREIGN_NAT4 {
+        bed.own_tables(false, &[&["-t", "nat"][..], r].concat());
+    }
+    for r in FOREIGN_NAT6 {
+        bed.own_tables(true, &[&["-t", "nat"][..], r].concat());
+    }
+    let foreign = |v6: bool| -> Vec<String> {
+        bed.own_tables(v6, &["-t", "nat", "-S"])
+            .lines()
+            .filter(|l| !l.contains("SBX-NAT"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let before = [foreign(false), foreign(true)];
+    assert!(before[0].iter().any(|l| l.contains("DNAT")), "{before:?}");
+    // Docker's DNS works as root before sbx-fw is there.
+    assert_verdicts(&bed.probe(false, &["dns:127.0.0.11/allowed.test"]), "open");
+    let check = |when: &str, ours: bool| {
+        for v6 in [false, true] {
+            let nat = bed.own_tables(v6, &["-t", "nat", "-S"]);
+            let now: Vec<String> = nat
+                .lines()
+                .filter(|l| !l.contains("SBX-NAT"))
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(
+                now, before[v6 as usize],
+                "{when}: foreign nat rules changed\n{nat}"
+            );
+            let jumps = nat.lines().filter(|l| *l == "-A OUTPUT -j SBX-NAT").count();
+            assert_eq!(jumps, ours as usize, "{when}: jumps to our chain\n{nat}");
+            // Re-declaring our chain under --noflush empties it first.
+            let redirects = nat.matches("REDIRECT --to-ports 3129").count();
+            assert_eq!(redirects, ours as usize, "{when}\n{nat}");
+            assert_eq!(nat.contains("-N SBX-NAT"), ours, "{when}\n{nat}");
+        }
+    };
+    bed.config("mode = \"proxy\"\n");
+    for when in ["init", "re-init"] {
+        bed.ok(false, &["init"]);
+        check(when, true);
+        // Names resolve for the agent through the filter, whose upstream
+        // is Docker's resolver behind its DNAT.
+        assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+        assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test"]));
+    }
+    // Out of proxy mode by init: our chain goes, theirs stays.
+    bed.config("");
+    bed.ok(false, &["init"]);
+    check("init out of proxy mode", false);
+    assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
+    bed.config("mode = \"proxy\"\n");
+    bed.ok(false, &["init"]);
+    check("init back in proxy mode", true);
+    bed.ok(false, &["reset", "--yes"]);
+    check("reset", false);
+    assert_verdicts(&bed.probe(false, &["dns:127.0.0.11/allowed.test"]), "open");
+    let _ = resolver.kill();
+    let _ = resolver.wait();
+}
+
+#[test]
+fn proxy_mode_leaves_other_nat_rules_alone() {
+    let Some(bed) = Bed::new("px7") else { return };
+    foreign_nat_rules_survive(bed);
+}
+
+/// The same with the nft-backed iptables, which is where Docker's own rules
+/// are on most hosts.
+#[test]
+fn proxy_mode_leaves_other_nat_rules_alone_nft() {
+    let Some(bed) = Bed::with_system_iptables("px8") else {
+        return;
+    };
+    foreign_nat_rules_survive(bed);
 }

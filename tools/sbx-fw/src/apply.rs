@@ -170,13 +170,67 @@ pub fn installed(fam: Family) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether the nat table of this family redirects to `port` (ours).
-pub fn nat_redirects(fam: Family, port: u16) -> bool {
-    Command::new(backend().tables(fam))
-        .args(["--wait", "-t", "nat", "-S", "OUTPUT"])
-        .stderr(Stdio::null())
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&format!("--to-ports {port}")))
+/// Proxy mode's redirect: our nat chain with `--noflush`, so the rest of
+/// the nat table (Docker's DNS DNAT for 127.0.0.11, anything else) stays,
+/// then the jump from nat OUTPUT, inserted only when it is not there yet.
+/// Chain before jump: a packet never jumps into a half-filled chain.
+pub fn nat_install(fam: Family, chain: &str) -> Result<(), ApplyError> {
+    restore(backend().restore(fam), &["--wait", "--noflush"], chain)?;
+    if !nat(fam, "-C", &crate::plan::nat_jump()).0 {
+        let (ok, err) = nat(fam, "-I", &crate::plan::nat_jump());
+        if !ok {
+            return Err(ApplyError(err));
+        }
+    }
+    Ok(())
+}
+
+/// Leaving proxy mode: our jump and our chain go, nothing else in the nat
+/// table. A no-op when the chain is not there.
+pub fn nat_remove(fam: Family) -> Result<(), ApplyError> {
+    let chain = crate::plan::NAT_CHAIN;
+    if !nat(fam, "-n", &["-L", chain]).0 {
+        return Ok(());
+    }
+    // Every copy of the jump (a second tool might have added one too).
+    while nat(fam, "-C", &crate::plan::nat_jump()).0 {
+        let (ok, err) = nat(fam, "-D", &crate::plan::nat_jump());
+        if !ok {
+            return Err(ApplyError(err));
+        }
+    }
+    for op in ["-F", "-X"] {
+        let (ok, err) = nat(fam, op, &[chain]);
+        if !ok {
+            return Err(ApplyError(err));
+        }
+    }
+    Ok(())
+}
+
+/// `iptables --wait -t nat OP ARGS`: success, and the first stderr line.
+fn nat(fam: Family, op: &str, args: &[&str]) -> (bool, String) {
+    let prog = backend().tables(fam);
+    let out = Command::new(prog)
+        .args(["--wait", "-t", "nat", op])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    match out {
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let first = err
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("failed");
+            (
+                o.status.success(),
+                format!("{prog} -t nat {op} {}: {}", args.join(" "), first.trim()),
+            )
+        }
+        Err(e) => (false, format!("cannot run {prog}: {e} (install iptables)")),
+    }
 }
 
 /// Whether this kernel has IPv6 at all; without it there is nothing to filter.

@@ -427,7 +427,6 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         inbound: inbound_ports(cfg),
         local: apply::local_nets(),
         proxy_uid: (net.mode == config::NetMode::Proxy).then_some(proxy::PROXY_UID),
-        flush_nat: prev.as_ref().is_some_and(|p| p.proxy),
         ..Plan::default()
     };
     for (name, res) in &outcomes {
@@ -518,6 +517,11 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
                 "ipset": plan.ipset_script(),
                 "iptables": plan.rules(Family::V4),
                 "ip6tables": plan.rules(Family::V6),
+                "nat": {
+                    "iptables": plan.nat(Family::V4),
+                    "ip6tables": plan.nat(Family::V6),
+                    "jump": plan.nat(Family::V4).map(|_| plan::nat_jump().join(" ")),
+                },
                 "names": st.names,
                 "warnings": st.warnings,
             });
@@ -526,6 +530,16 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
             writeln!(out, "# ipset -exist restore\n{}", plan.ipset_script()).with_path("stdout")?;
             writeln!(out, "# iptables-restore\n{}", plan.rules(Family::V4)).with_path("stdout")?;
             writeln!(out, "# ip6tables-restore\n{}", plan.rules(Family::V6)).with_path("stdout")?;
+            for (prog, fam) in [("iptables", Family::V4), ("ip6tables", Family::V6)] {
+                if let Some(nat) = plan.nat(fam) {
+                    let jump = plan::nat_jump().join(" ");
+                    writeln!(
+                        out,
+                        "# {prog}-restore --noflush, then {prog} -t nat -I {jump} unless -C finds it\n{nat}"
+                    )
+                    .with_path("stdout")?;
+                }
+            }
         }
         return Ok(Exit::Ok);
     }
@@ -540,6 +554,29 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
             &plan.rules(Family::V4),
             apply::has_ipv6().then_some(v6.as_str()),
         )?;
+        // The nat table is shared (Docker's DNS is there): only our chain
+        // and its jump, after the filter rules, which already keep the
+        // agent's 80/443 from going out directly.
+        let was_proxy = prev.as_ref().is_some_and(|p| p.proxy);
+        let nat = |fam| match plan.nat(fam) {
+            Some(nat) => apply::nat_install(fam, &nat),
+            // Leaving proxy mode. Not on every init: listing the nat
+            // table costs a process and creates the table where there
+            // was none. A redirect left over without state (reset
+            // removes it) leads to no proxy: blocked, not open.
+            None if was_proxy => apply::nat_remove(fam),
+            None => Ok(()),
+        };
+        // Both families at once, as for the filter rules.
+        std::thread::scope(|s| {
+            let six = apply::has_ipv6().then(|| s.spawn(|| nat(Family::V6)));
+            let four = nat(Family::V4);
+            let six = six.map_or(Ok(()), |h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(apply::ApplyError("nat: thread panicked".into())))
+            });
+            four.and(six)
+        })?;
         output::debug(&format!("rules in {:?}", t0.elapsed()));
         apply::flush_conntrack()
     };
@@ -778,24 +815,12 @@ fn start_proxy(dir: &Path) -> Result<(), BoxError> {
     })
 }
 
-/// Out of proxy mode (reset, allow-external): our nat redirect goes, in
-/// both families, then the proxy is stopped. The nat table is only
-/// touched when our redirect is in it or the state says proxy mode.
+/// Out of proxy mode (reset, allow-external): our nat chain and its jump
+/// go, in both families, then the proxy is stopped. The rest of the nat
+/// table is not ours (Docker's DNS lives there) and stays as it is.
 fn leave_proxy_mode(dir: &Path) -> Result<(), BoxError> {
-    let was_proxy = State::load(dir).ok().flatten().is_some_and(|s| s.proxy);
-    let empty = Plan {
-        flush_nat: true,
-        ..Plan::default()
-    };
-    let mut fams = vec![Family::V4];
-    if apply::has_ipv6() {
-        fams.push(Family::V6);
-    }
-    for fam in fams {
-        if was_proxy || apply::nat_redirects(fam, proxy::TRANSPARENT_PORT) {
-            apply::tables_restore(fam, &empty.nat(fam))
-                .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
-        }
+    for fam in families() {
+        apply::nat_remove(fam).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
     }
     let pid_file = dir.join("proxy.pid");
     if let Ok(p) = std::fs::read_to_string(&pid_file)
@@ -809,6 +834,15 @@ fn leave_proxy_mode(dir: &Path) -> Result<(), BoxError> {
     }
     let _ = std::fs::remove_file(pid_file);
     Ok(())
+}
+
+/// The families this kernel has.
+fn families() -> Vec<Family> {
+    let mut fams = vec![Family::V4];
+    if apply::has_ipv6() {
+        fams.push(Family::V6);
+    }
+    fams
 }
 
 /// `pid` is an `sbx-fw SUB` in our network namespace.

@@ -13,6 +13,10 @@ pub const SET_GH4: &str = "sbx-gh4";
 pub const SET_GH6: &str = "sbx-gh6";
 pub const SETS: [&str; 4] = [SET_ALLOW4, SET_ALLOW6, SET_GH4, SET_GH6];
 const MAXELEM: u32 = 65536;
+/// Our own chain in the nat table (proxy mode). The nat table is shared:
+/// Docker's embedded DNS (127.0.0.11) lives there, so we never restore the
+/// table whole, only this chain, and jump to it from nat OUTPUT.
+pub const NAT_CHAIN: &str = "SBX-NAT";
 /// The connmark bit on connections uid 0 opened.
 pub const ROOT_MARK: &str = "0x1000000";
 
@@ -69,8 +73,6 @@ pub struct Plan {
     pub local: Vec<IpNet>,
     /// `[network] mode = "proxy"`: the proxy's uid; see [`Plan::nat`].
     pub proxy_uid: Option<u32>,
-    /// Emit an empty nat table (leaving proxy mode) when `proxy_uid` is None.
-    pub flush_nat: bool,
 }
 
 fn set_type(name: &str) -> &'static str {
@@ -310,7 +312,6 @@ impl Plan {
             "-A SBX-OUT -j REJECT --reject-with {reject_other}"
         ));
         r.push_str("COMMIT\n");
-        r.push_str(&self.nat(fam));
         r
     }
 
@@ -318,30 +319,33 @@ impl Plan {
     /// root's goes to the proxy (loopback destinations excepted). Root's
     /// flows are connmarked, and the proxy's replies on one would be
     /// refused as riding on them; root is the sandbox's own tooling, not
-    /// the agent. Empty otherwise.
-    pub fn nat(&self, fam: Family) -> String {
-        let head = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
-                    :POSTROUTING ACCEPT [0:0]\n";
-        let Some(uid) = self.proxy_uid else {
-            return if self.flush_nat {
-                format!("{head}COMMIT\n")
-            } else {
-                String::new()
-            };
-        };
+    /// the agent. Only our chain, for `iptables-restore --noflush`: there
+    /// the chain's declaration line empties it (or creates it) and nothing
+    /// else in the table is touched. The jump to it is [`nat_jump`]'s.
+    /// None outside proxy mode.
+    pub fn nat(&self, fam: Family) -> Option<String> {
+        let uid = self.proxy_uid?;
         let lo = if fam == Family::V6 {
             "::1/128"
         } else {
             "127.0.0.0/8"
         };
-        format!(
-            "{head}-A OUTPUT -p tcp -m owner --uid-owner {uid} -j RETURN\n\
-             -A OUTPUT -p tcp -m owner --uid-owner 0 -j RETURN\n\
-             -A OUTPUT -d {lo} -j RETURN\n\
-             -A OUTPUT -p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports {}\nCOMMIT\n",
+        let c = NAT_CHAIN;
+        Some(format!(
+            "*nat\n:{c} - [0:0]\n\
+             -A {c} -p tcp -m owner --uid-owner {uid} -j RETURN\n\
+             -A {c} -p tcp -m owner --uid-owner 0 -j RETURN\n\
+             -A {c} -d {lo} -j RETURN\n\
+             -A {c} -p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports {}\nCOMMIT\n",
             crate::proxy::TRANSPARENT_PORT
-        )
+        ))
     }
+}
+
+/// The rule in nat OUTPUT that sends packets through [`NAT_CHAIN`], as
+/// `iptables -t nat -C|-I|-D` arguments after the command letter.
+pub fn nat_jump() -> [&'static str; 3] {
+    ["OUTPUT", "-j", NAT_CHAIN]
 }
 
 /// Everything blocked, loopback included: the state after a failed first
@@ -380,20 +384,31 @@ mod tests {
             local: vec!["10.77.0.0/24".parse().unwrap()],
             no_git_ssh: false,
             proxy_uid: None,
-            flush_nat: false,
         }
     }
 
     /// Proxy mode: the agent's 80/443 go to the proxy, the proxy's own do
     /// not (no loop), and only the proxy's uid goes out to the allow set.
+    /// The nat part is our chain alone: no builtin chain is declared (that
+    /// would reset other tools' rules, Docker's DNS among them) and the
+    /// filter ruleset carries no nat table.
     #[test]
     fn proxy_mode_redirects_all_but_the_proxy() {
         let mut p = plan();
-        assert!(!p.rules(Family::V4).contains("*nat"));
+        assert_eq!(p.nat(Family::V4), None);
         p.proxy_uid = Some(65533);
         for fam in [Family::V4, Family::V6] {
             let r = p.rules(fam);
-            let nat = &r[r.find("*nat").expect("nat table")..];
+            assert!(!r.contains("*nat"), "{r}");
+            let nat = p.nat(fam).expect("nat chain");
+            assert!(nat.starts_with("*nat\n:SBX-NAT - [0:0]\n"), "{nat}");
+            assert!(nat.ends_with("COMMIT\n"), "{nat}");
+            for l in nat.lines().skip(2).take_while(|l| *l != "COMMIT") {
+                assert!(l.starts_with("-A SBX-NAT "), "{l}");
+            }
+            for builtin in ["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"] {
+                assert!(!nat.contains(builtin), "{nat}");
+            }
             let ret = nat.find("--uid-owner 65533 -j RETURN").expect("exempt");
             let redir = nat.find("-j REDIRECT --to-ports 3129").expect("redirect");
             assert!(ret < redir, "{nat}");
@@ -410,9 +425,7 @@ mod tests {
                 "{r}"
             );
         }
-        p.proxy_uid = None;
-        p.flush_nat = true;
-        assert!(p.rules(Family::V6).ends_with("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"));
+        assert_eq!(nat_jump(), ["OUTPUT", "-j", "SBX-NAT"]);
     }
 
     /// Issue 13.8: `allow-git = false` leaves no rule that accepts port 22.

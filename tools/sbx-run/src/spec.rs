@@ -258,6 +258,13 @@ fn broken_parent(root: &Path, rel: &str) -> Option<String> {
     None
 }
 
+/// Whether a protected path whose parents are missing is held anyway (its
+/// parents made): yes for what the user listed, no for the built-in ones,
+/// which would leave `.agent-precommit/` in every repository that has none.
+fn made_when_missing(p: &str) -> bool {
+    !sbx_core::config::ALWAYS_PROTECTED.contains(&p)
+}
+
 /// Make the missing directories above the protected paths, owned as the
 /// workspace is, so `start` can pin them (docker would make them anyway,
 /// as root, for the read-only mount below). Nothing under read-only.
@@ -266,7 +273,7 @@ pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
         return Ok(());
     }
     for p in ws.loaded.config.protected_paths() {
-        if p == ".husky" || broken_parent(&ws.path, &p).is_some() {
+        if p == ".husky" || broken_parent(&ws.path, &p).is_some() || !made_when_missing(&p) {
             continue;
         }
         let mut dir = ws.path.clone();
@@ -470,7 +477,10 @@ pub fn build(
             }
             a.extend(["--mount".into(), bind(&host, &dst, true)]);
             held.push(p);
-        } else if !ro && p != ".husky" {
+        } else if !ro
+            && p != ".husky"
+            && (host.parent().is_some_and(Path::is_dir) || made_when_missing(&p))
+        {
             // Missing: an empty read-only directory stops the agent creating
             // it (docker makes the mount point on the host, an empty
             // directory that must stay: without it the agent could write the

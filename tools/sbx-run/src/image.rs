@@ -504,9 +504,9 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
         // A prefetch wants only the cache: no tag, so a half image never takes one.
         let mut cmd = docker::cmd();
         if o.prefetch {
-            cmd.args(["build", "--target", "deps"]);
+            cmd.args(["build", "--force-rm", "--target", "deps"]);
         } else {
-            cmd.args(["build", "--tag", &image]);
+            cmd.args(["build", "--force-rm", "--tag", &image]);
         }
         for (k, v) in build_args {
             cmd.arg("--build-arg").arg(format!("{k}={v}"));
@@ -638,7 +638,8 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
     };
     let mut cmd = docker::cmd();
     // The label lets `prune` find the image once the workspace is gone.
-    cmd.args(["build", "--tag", image, "--label"])
+    // --force-rm: the legacy builder keeps a failed step's container.
+    cmd.args(["build", "--force-rm", "--tag", image, "--label"])
         .arg(format!("{LABEL_IMAGE}={}", ws.path.display()))
         .arg("--label")
         .arg(format!("{LABEL_BASE}={}", o.base_tag))

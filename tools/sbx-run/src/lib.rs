@@ -148,7 +148,7 @@ pub enum Cmd {
     },
     /// Build the shared base image agent-sandbox-base:<tag>.
     BuildBase(image::BaseOpts),
-    /// Start the sandbox container (building what is missing).
+    /// Start the sandbox container (building what is missing or stale).
     Start {
         #[command(flatten)]
         path: PathArg,

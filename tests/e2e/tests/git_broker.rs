@@ -505,7 +505,14 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
             .unwrap()
     };
     let state = "git rev-parse main; git --git-dir=remote.git rev-parse main";
-    let before = String::from_utf8_lossy(&agent(state).stdout).into_owned();
+    let o = agent(state);
+    let before = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        !before.is_empty(),
+        "state before: {:?} {}",
+        o.status,
+        text(&o)
+    );
     for (what, attack) in [
         (
             "a scratch clone's commit",

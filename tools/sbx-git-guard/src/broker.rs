@@ -134,13 +134,33 @@ pub fn forward(args: &[OsString], pass_through: Option<&str>) -> Option<ExitCode
     })
 }
 
+/// The broker is a service the guest starts just before the sandbox is
+/// ready (and restarts after a crash): a call that comes first waits up to
+/// two seconds for its socket, then fails (git does not run).
+fn connect(socket: &Path) -> Result<UnixStream, String> {
+    use std::io::ErrorKind::{ConnectionRefused, NotFound};
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(c) => return Ok(c),
+            Err(e)
+                if matches!(e.kind(), NotFound | ConnectionRefused)
+                    && std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// One round trip: connect, send, relay signals until the reply.
 pub fn call(socket: &Path, req: &Request) -> Result<ExitCode, String> {
     let stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
     let cwd = privsep::open_cwd().map_err(|e| format!("the working directory: {e}"))?;
     // Blocked before connecting, so none arrives between send and poll.
     let sigfd = privsep::signalfd_for(RELAYED).map_err(|e| format!("signals: {e}"))?;
-    let conn = UnixStream::connect(socket).map_err(|e| e.to_string())?;
+    let conn = connect(socket)?;
     let fds = [
         stdio[0].as_fd(),
         stdio[1].as_fd(),

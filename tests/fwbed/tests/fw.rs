@@ -86,6 +86,30 @@ impl Bed {
         })
     }
 
+    /// `sbx-fwbed resolver [ADDR]` in the sandbox namespace, up, and named
+    /// by the namespace's resolv.conf as 127.0.0.11 (Docker's address).
+    fn loopback_resolver(&self, addr: &[&str]) -> std::process::Child {
+        let mut resolver = Command::new("ip")
+            .args(["netns", "exec", &self.sbx])
+            .arg(bin("sbx-fwbed"))
+            .args(["resolver", self.dir.path().to_str().unwrap()])
+            .args(addr)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(resolver.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        std::fs::write(
+            format!("/etc/netns/{}/resolv.conf", self.sbx),
+            "nameserver 127.0.0.11\noptions ndots:0\n",
+        )
+        .unwrap();
+        resolver
+    }
+
     fn path(&self, f: &str) -> PathBuf {
         self.dir.path().join(f)
     }
@@ -1031,23 +1055,7 @@ fn a_filter_in_another_namespace_is_not_taken_for_ours() {
 #[test]
 fn the_agent_cannot_ride_roots_connections_to_a_loopback_resolver() {
     let Some(bed) = Bed::new("fwl") else { return };
-    let mut resolver = Command::new("ip")
-        .args(["netns", "exec", &bed.sbx])
-        .arg(bin("sbx-fwbed"))
-        .args(["resolver", bed.dir.path().to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(resolver.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    std::fs::write(
-        format!("/etc/netns/{}/resolv.conf", bed.sbx),
-        "nameserver 127.0.0.11\noptions ndots:0\n",
-    )
-    .unwrap();
+    let mut resolver = bed.loopback_resolver(&[]);
     bed.ok(false, &["init"]);
     assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
     assert_verdicts(
@@ -1964,27 +1972,7 @@ fn foreign_nat_rules_survive(bed: Bed) {
         .arg(bed.dir.path())
         .status()
         .unwrap();
-    let mut resolver = Command::new("ip")
-        .args(["netns", "exec", &bed.sbx])
-        .arg(bin("sbx-fwbed"))
-        .args([
-            "resolver",
-            bed.dir.path().to_str().unwrap(),
-            "127.0.0.11:45353",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(resolver.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    std::fs::write(
-        format!("/etc/netns/{}/resolv.conf", bed.sbx),
-        "nameserver 127.0.0.11\noptions ndots:0\n",
-    )
-    .unwrap();
+    let mut resolver = bed.loopback_resolver(&["127.0.0.11:45353"]);
     for r in FOREIGN_NAT4 {
         bed.own_tables(false, &[&["-t", "nat"][..], r].concat());
     }

@@ -748,6 +748,14 @@ mod tests {
     use super::*;
     use crate::git::fake::FakeGit;
 
+    fn ok(stdout: &str) -> Out {
+        Out {
+            ok: true,
+            stdout: stdout.into(),
+            stderr: String::new(),
+        }
+    }
+
     fn fail(stderr: &str) -> Out {
         Out {
             ok: false,
@@ -819,11 +827,6 @@ mod tests {
         let host = t.path().join("host");
         std::fs::create_dir_all(&host).unwrap();
         let host_c = host.canonicalize().unwrap();
-        let ok = |s: &str| Out {
-            ok: true,
-            stdout: s.into(),
-            stderr: String::new(),
-        };
         let git = FakeGit {
             script: vec![
                 ("check-ref-format".into(), ok("b\n")),
@@ -866,11 +869,6 @@ mod tests {
         let host = t.path().join("host");
         std::fs::create_dir_all(&host).unwrap();
         let host_c = host.canonicalize().unwrap();
-        let ok = |s: &str| Out {
-            ok: true,
-            stdout: s.into(),
-            stderr: String::new(),
-        };
         let git = FakeGit {
             script: vec![
                 ("check-ref-format".into(), ok("b\n")),

@@ -99,6 +99,16 @@ fn fails(o: &Output, code: i32, needle: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
 }
 
+/// Root-only cases skip elsewhere; under CI, where they must run, not root fails.
+fn root_or_skip() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(std::env::var("CI").is_err(), "CI runs these tests as root");
+    eprintln!("skip: needs root");
+    false
+}
+
 #[test]
 fn provision_then_push_lands_in_the_host() {
     let lab = Lab::new();
@@ -338,9 +348,7 @@ fn bad_input_is_refused_and_changes_nothing() {
 
 #[test]
 fn a_shelf_of_another_uid_is_refused() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(std::env::var("CI").is_err(), "CI runs these tests as root");
-        eprintln!("skip: needs root to chown");
+    if !root_or_skip() {
         return;
     }
     let lab = Lab::new();
@@ -360,9 +368,7 @@ fn a_shelf_of_another_uid_is_refused() {
 /// was told to trust exactly the shelf (not `*`): the global config is untouched.
 #[test]
 fn root_hands_the_shelf_to_the_owner() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(std::env::var("CI").is_err(), "CI runs these tests as root");
-        eprintln!("skip: needs root to chown");
+    if !root_or_skip() {
         return;
     }
     let lab = Lab::new();
@@ -579,9 +585,7 @@ fn root_provision(lab: &Lab, host: &Path, branch: &str) -> Output {
 /// of it: it clones, fetches, checks out a new branch and still succeeds.
 #[test]
 fn a_planted_shelf_config_runs_nothing_when_root_provisions() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(std::env::var("CI").is_err(), "CI runs these tests as root");
-        eprintln!("skip: needs root");
+    if !root_or_skip() {
         return;
     }
     let lab = Lab::new();
@@ -648,9 +652,7 @@ fn a_planted_shelf_config_runs_nothing_when_root_provisions() {
 /// runs in it: no filter runs, no worktree is made.
 #[test]
 fn a_planted_filter_or_redirect_is_refused() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(std::env::var("CI").is_err(), "CI runs these tests as root");
-        eprintln!("skip: needs root");
+    if !root_or_skip() {
         return;
     }
     let smudge = |lab: &Lab| {

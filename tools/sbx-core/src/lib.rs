@@ -18,3 +18,26 @@ pub mod output;
 pub use entry::main;
 pub use error::{IoContext, SbxError};
 pub use exit::Exit;
+
+/// A branch name as a path or name part: `/` and white space become `__`
+/// (DESIGN.md §5). sbx-run names containers and worktree directories with
+/// it, and sbx-worktree makes those directories: one function, one spelling.
+pub fn sanitize_branch(branch: &str) -> String {
+    let mut out = String::new();
+    for c in branch.chars() {
+        if c == '/' || c.is_whitespace() {
+            out.push_str("__");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn branch_names_lose_slashes_and_white_space() {
+        assert_eq!(super::sanitize_branch("a/b c\td"), "a__b__c__d");
+    }
+}

@@ -19,9 +19,10 @@ use sbx_core::{Exit, SbxError, output};
 use serde_json::Value;
 
 use crate::image::{self, BuildOpts};
-use crate::names::{LABEL_HASH, LABEL_ROLE, LABEL_WORKSPACE, sanitize_branch};
+use crate::names::{LABEL_HASH, LABEL_ROLE, LABEL_WORKSPACE};
 use crate::workspace::{AGENT_ID, Workspace};
 use crate::{RunError, docker};
+use sbx_core::sanitize_branch;
 
 /// Where every sandbox mounts the workspace's repo-shelf volume.
 pub const SHELF: &str = "/repo-shelf";

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use md5::{Digest, Md5};
+use sbx_core::sanitize_branch;
 
 pub const BASE_IMAGE: &str = "agent-sandbox-base";
 /// The machine-wide login stores (credentials only reach sandboxes, see
@@ -77,20 +78,6 @@ pub fn sanitize_repo(name: &str) -> String {
         s.push_str("repo");
     }
     s
-}
-
-/// Branch names in container names and worktree dirs: `/` and white
-/// space become `__` (seed 000).
-pub fn sanitize_branch(branch: &str) -> String {
-    let mut out = String::new();
-    for c in branch.chars() {
-        if c == '/' || c.is_whitespace() {
-            out.push_str("__");
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,6 +187,5 @@ mod tests {
         assert_eq!(sanitize_repo("My Repo ü"), "my-repo--");
         assert_eq!(sanitize_repo(".hidden"), "hidden");
         assert_eq!(sanitize_repo("日本"), "repo");
-        assert_eq!(sanitize_branch("a/b c\td"), "a__b__c__d");
     }
 }

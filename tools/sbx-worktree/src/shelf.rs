@@ -10,26 +10,13 @@ use std::time::Duration;
 
 use sbx_core::audit::{self, Outcome, Record};
 use sbx_core::cli::CommonArgs;
-use sbx_core::output;
+use sbx_core::{output, sanitize_branch};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::WorktreeError as E;
 use crate::git::{Git, Out};
 use crate::lock;
-
-/// `/` and white space become `__` (DESIGN.md §5), as sbx-run names containers.
-pub fn sanitize_branch(branch: &str) -> String {
-    let mut out = String::new();
-    for c in branch.chars() {
-        if c == '/' || c.is_whitespace() {
-            out.push_str("__");
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 /// The caller's uid and gid.
 pub fn caller() -> (u32, u32) {

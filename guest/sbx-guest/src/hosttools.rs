@@ -253,7 +253,7 @@ pub mod launcher {
     use std::sync::{Arc, Mutex, mpsc};
     use std::time::Duration;
 
-    use sbx_core::audit::{self, Outcome, Record};
+    use sbx_core::audit;
 
     use super::{Answer, Call, Header, Listener, MARK, ToolSpec, escape_cli_line, is_cli_child};
 
@@ -411,20 +411,7 @@ pub mod launcher {
                 continue;
             };
             // The sandbox's log has every call; the guest is its only writer.
-            audit::append(
-                &Record::new(
-                    "sbx-host-tools",
-                    "host-tool",
-                    &a.audit.target,
-                    if a.audit.allowed {
-                        Outcome::Allowed
-                    } else {
-                        Outcome::Blocked
-                    },
-                    "agent.host-tools",
-                )
-                .reason(&a.audit.reason),
-            );
+            audit::append(&a.audit.record("sbx-host-tools"));
             let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
             if let (Some(w), Ok(mut text)) = (g.as_mut(), serde_json::to_vec(&a)) {
                 text.push(b'\n');

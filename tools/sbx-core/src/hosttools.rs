@@ -45,6 +45,21 @@ pub struct AuditNote {
     pub reason: String,
 }
 
+impl AuditNote {
+    /// The audit record of a call, as `tool` writes it (the host's log and
+    /// the sandbox's carry the same facts).
+    pub fn record<'a>(&'a self, tool: &'a str) -> crate::audit::Record<'a> {
+        use crate::audit::{Outcome, Record};
+        let outcome = if self.allowed {
+            Outcome::Allowed
+        } else {
+            Outcome::Blocked
+        };
+        Record::new(tool, "host-tool", &self.target, outcome, "agent.host-tools")
+            .reason(&self.reason)
+    }
+}
+
 /// The host's answer to a call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use sbx_core::audit::{self, Outcome, Record};
+use sbx_core::audit;
 use sbx_core::config::agent::{HostTool, ToolName, param};
 use sbx_core::hosttools::{Answer, AuditNote, Call, ToolSpec};
 use serde_json::Value;
@@ -150,21 +150,7 @@ impl HostTools {
 
     /// The host's record of a call (the sandbox's comes through agent-launch).
     pub fn audit(&self, a: &Answer) {
-        audit::append(
-            &Record::new(
-                "sbx-run",
-                "host-tool",
-                &a.audit.target,
-                if a.audit.allowed {
-                    Outcome::Allowed
-                } else {
-                    Outcome::Blocked
-                },
-                "agent.host-tools",
-            )
-            .agent(&self.agent)
-            .reason(&a.audit.reason),
-        );
+        audit::append(&a.audit.record("sbx-run").agent(&self.agent));
     }
 
     fn decide(&self, c: &Call) -> Result<(Vec<String>, Duration), (String, String)> {

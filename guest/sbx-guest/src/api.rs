@@ -226,37 +226,23 @@ impl Server {
             }
             // The next request, sent whenever the client likes (within IDLE).
             let _ = s.s.set_read_timeout(Some(IDLE));
-            req = match proto::read_frame(&mut s) {
-                Ok((Kind::Request, p)) => match proto::parse("request", &p) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = proto::write_json(
-                            &mut s,
-                            Kind::Error,
-                            &ErrorMsg::new("bad-request", e.to_string()),
-                        );
-                        let _ = s.flush();
-                        return;
-                    }
-                },
-                Ok((k, _)) => {
-                    let _ = proto::write_json(
-                        &mut s,
-                        Kind::Error,
-                        &ErrorMsg::new(
-                            "bad-request",
-                            format!("expected a request frame, got {k:?}"),
-                        ),
-                    );
-                    let _ = s.flush();
-                    return;
+            // Err(None): the client went away, nothing to tell it.
+            let next = match proto::read_frame(&mut s) {
+                Ok((Kind::Request, p)) => {
+                    proto::parse("request", &p).map_err(|e| Some(e.to_string()))
                 }
-                Err(e) => {
-                    if !e.is_closed() {
+                Ok((k, _)) => Err(Some(format!("expected a request frame, got {k:?}"))),
+                Err(e) if e.is_closed() => Err(None),
+                Err(e) => Err(Some(e.to_string())),
+            };
+            req = match next {
+                Ok(r) => r,
+                Err(why) => {
+                    if let Some(why) = why {
                         let _ = proto::write_json(
                             &mut s,
                             Kind::Error,
-                            &ErrorMsg::new("bad-request", e.to_string()),
+                            &ErrorMsg::new("bad-request", why),
                         );
                         let _ = s.flush();
                     }

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AptSource {
     pub types: Vec<String>,
     pub uris: Vec<String>,
@@ -45,49 +45,76 @@ pub fn parse_list(text: &str) -> Vec<AptSource> {
 }
 
 /// Parse deb822 format: stanzas of `Field: value` separated by blank lines.
+/// A stanza with `Enabled: no` (or any of apt's other words for false) is
+/// left out, as apt leaves it out.
 pub fn parse_sources(text: &str) -> Vec<AptSource> {
     let mut out = Vec::new();
-    for stanza in text.split("\n\n") {
-        let mut s = AptSource {
-            types: vec![],
-            uris: vec![],
-            suites: vec![],
-            components: vec![],
-        };
-        let mut enabled = true;
-        let mut last: Option<String> = None;
-        for line in stanza.lines() {
-            if line.starts_with('#') {
-                continue;
-            }
-            // Continuation lines start with white space.
-            let (field, value) = if line.starts_with([' ', '\t']) {
-                match &last {
-                    Some(f) => (f.clone(), line.trim()),
-                    None => continue,
-                }
-            } else {
-                match line.split_once(':') {
-                    Some((f, v)) => (f.trim().to_ascii_lowercase(), v.trim()),
-                    None => continue,
-                }
-            };
-            let words = value.split_whitespace().map(str::to_owned);
-            match field.as_str() {
-                "types" => s.types.extend(words),
-                "uris" => s.uris.extend(words),
-                "suites" => s.suites.extend(words),
-                "components" => s.components.extend(words),
-                "enabled" => enabled = !value.eq_ignore_ascii_case("no"),
-                _ => {}
-            }
-            last = Some(field);
+    let mut s = Stanza::default();
+    for line in text.lines() {
+        // apt ends a stanza at a line that is empty or only white space.
+        if line.trim().is_empty() {
+            out.extend(std::mem::take(&mut s).finish());
+            continue;
         }
-        if enabled && !s.uris.is_empty() && !s.suites.is_empty() {
-            out.push(s);
+        if line.starts_with('#') {
+            continue;
+        }
+        // Continuation lines start with white space.
+        let (field, value) = if line.starts_with([' ', '\t']) {
+            match &s.last {
+                Some(f) => (f.clone(), line.trim()),
+                None => continue,
+            }
+        } else {
+            match line.split_once(':') {
+                Some((f, v)) => (f.trim().to_ascii_lowercase(), v.trim()),
+                None => continue,
+            }
+        };
+        let words = value.split_whitespace().map(str::to_owned);
+        match field.as_str() {
+            "types" => s.src.types.extend(words),
+            "uris" => s.src.uris.extend(words),
+            "suites" => s.src.suites.extend(words),
+            "components" => s.src.components.extend(words),
+            "enabled" => s.enabled = !is_apt_false(value),
+            _ => {}
+        }
+        s.last = Some(field);
+    }
+    out.extend(s.finish());
+    out
+}
+
+/// One deb822 stanza while it is read.
+struct Stanza {
+    src: AptSource,
+    enabled: bool,
+    last: Option<String>,
+}
+
+impl Default for Stanza {
+    fn default() -> Self {
+        Self {
+            src: AptSource::default(),
+            enabled: true,
+            last: None,
         }
     }
-    out
+}
+
+impl Stanza {
+    fn finish(self) -> Option<AptSource> {
+        (self.enabled && !self.src.uris.is_empty() && !self.src.suites.is_empty())
+            .then_some(self.src)
+    }
+}
+
+/// apt's words for false (`StringToBool`); anything else leaves a stanza on.
+fn is_apt_false(v: &str) -> bool {
+    ["no", "false", "without", "off", "disable", "0"]
+        .iter()
+        .any(|f| v.eq_ignore_ascii_case(f))
 }
 
 /// Every source under an apt root (`/` for the host): sources.list, then
@@ -163,6 +190,54 @@ mod tests {
                 "http://mirror.test/debian",
                 "http://sec.test/debian-security"
             ]
+        );
+    }
+
+    #[test]
+    fn deb822_disabled_stanzas_and_odd_spacing() {
+        let uris = |t: &str| -> Vec<String> {
+            parse_sources(t).into_iter().flat_map(|s| s.uris).collect()
+        };
+        for off in ["no", "No", "false", "off", "0", "disable"] {
+            let t =
+                format!("Types: deb\nURIs: http://off.test/x\nSuites: bookworm\nEnabled: {off}\n");
+            assert_eq!(uris(&t), Vec::<String>::new(), "Enabled: {off}");
+        }
+        for on in ["yes", "true", "1"] {
+            let t =
+                format!("Types: deb\nURIs: http://on.test/x\nSuites: bookworm\nEnabled: {on}\n");
+            assert_eq!(uris(&t), ["http://on.test/x"], "Enabled: {on}");
+        }
+        // A line of spaces ends a stanza, so Enabled: no below it belongs
+        // to the second; CRLF files and continuation lines read the same.
+        let t = "Types: deb\r\nURIs: http://a.test/x\r\n  http://b.test/x\r\nSuites: bookworm\r\n \t\r\n\
+                 Types: deb\nURIs: http://off.test/x\nSuites: bookworm\nEnabled: no\n";
+        assert_eq!(uris(t), ["http://a.test/x", "http://b.test/x"]);
+        // Enabled: no on the first stanza does not leak into the next.
+        let t = "Enabled: no\nTypes: deb\nURIs: http://off.test/x\nSuites: bookworm\n\n\n\
+                 Types: deb\nURIs: http://on.test/x\nSuites: bookworm\n";
+        assert_eq!(uris(t), ["http://on.test/x"]);
+    }
+
+    #[test]
+    fn read_sources_skips_disabled_files_content() {
+        let d = tempfile::tempdir().unwrap();
+        let etc = d.path().join("etc/apt/sources.list.d");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(
+            etc.join("a.sources"),
+            "Types: deb\nURIs: http://off.test/debian\nSuites: bookworm\nEnabled: no\n",
+        )
+        .unwrap();
+        std::fs::write(
+            etc.join("b.sources"),
+            "Types: deb\nURIs: http://on.test/debian\nSuites: bookworm\n",
+        )
+        .unwrap();
+        let s = read_sources(d.path());
+        assert_eq!(
+            mirror_for(&s, "bookworm").as_deref(),
+            Some("http://on.test/debian")
         );
     }
 }

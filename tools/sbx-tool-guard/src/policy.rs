@@ -424,13 +424,17 @@ fn basename(s: &str) -> &str {
     s.rsplit('/').next().unwrap_or(s)
 }
 
+/// The host a WebFetch URL reaches, read as the CLI's WHATWG parser reads
+/// it (a `\\` ends the authority, `user@` is not the host, `%61` is `a`).
+/// A URL without a scheme is taken as https.
 fn url_host(u: &str) -> Option<String> {
-    let rest = u.split_once("://").map_or(u, |(_, r)| r);
-    let auth = rest.split(['/', '?', '#']).next()?;
-    let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
-    let host = host
-        .split(':')
-        .next()?
+    let parsed = match url::Url::parse(u) {
+        Ok(p) if p.host().is_some() => p,
+        _ if !u.contains("://") => url::Url::parse(&format!("https://{u}")).ok()?,
+        _ => return None,
+    };
+    let host = parsed
+        .host_str()?
         .trim_end_matches('.')
         .to_ascii_lowercase();
     (!host.is_empty()).then_some(host)

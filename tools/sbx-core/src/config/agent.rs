@@ -114,23 +114,22 @@ impl BaseUrl {
 
 impl std::str::FromStr for BaseUrl {
     type Err = String;
+    /// Parsed as the CLI's own URL parser (WHATWG) reads it, so the host
+    /// allowlisted is the host the CLI connects to.
     fn from_str(s: &str) -> Result<Self, String> {
-        let rest = s
-            .strip_prefix("https://")
-            .or_else(|| s.strip_prefix("http://"))
-            .ok_or_else(|| format!("invalid base-url \"{s}\": expected http:// or https://"))?;
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if authority.contains('@') {
+        let u = url::Url::parse(s).map_err(|e| format!("invalid base-url \"{s}\": {e}"))?;
+        if !matches!(u.scheme(), "http" | "https") {
+            return Err(format!(
+                "invalid base-url \"{s}\": expected http:// or https://"
+            ));
+        }
+        if !u.username().is_empty() || u.password().is_some() {
             return Err(format!(
                 "invalid base-url \"{s}\": no user or password in the URL (use credential-file)"
             ));
         }
-        let host = if let Some(v6) = authority.strip_prefix('[') {
-            format!("[{}]", v6.split(']').next().unwrap_or(""))
-        } else {
-            authority.split(':').next().unwrap_or("").to_owned()
-        };
-        if host.is_empty() || host == "[]" {
+        let host = u.host_str().unwrap_or_default();
+        if host.is_empty() {
             return Err(format!("invalid base-url \"{s}\": no host"));
         }
         Ok(Self {
@@ -257,9 +256,26 @@ mod tests {
             ("http://localhost", Some("localhost"), true),
             ("http://[::1]:80/", Some("[::1]"), true),
             ("https://Gateway.Corp:8443", Some("gateway.corp"), false),
+            ("http://[::1]", Some("[::1]"), true),
+            ("http://[2001:DB8::1]:8080/v1", Some("[2001:db8::1]"), false),
+            ("https://api.example.com/", Some("api.example.com"), false),
+            (
+                "https://api.example.com.:443",
+                Some("api.example.com."),
+                false,
+            ),
+            ("http://127.1:8089", Some("127.0.0.1"), true),
             ("ftp://x", None, false),
             ("https://user:pw@x.test", None, false),
+            ("https://user@x.test", None, false),
+            ("https://:pw@x.test", None, false),
+            // A backslash ends the authority for the CLI's parser: the
+            // host it reaches is a.test, and a.test is what gets allowed.
+            ("https://a.test\\@b.test/", Some("a.test"), false),
             ("https://", None, false),
+            ("https://[::1/", None, false),
+            ("https://a b.test/", None, false),
+            ("api.example.com", None, false),
         ] {
             let got = u.parse::<BaseUrl>();
             assert_eq!(got.as_ref().ok().map(|b| b.host.as_str()), host, "{u}");

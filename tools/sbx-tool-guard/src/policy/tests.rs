@@ -325,6 +325,32 @@ fn webfetch_domains() {
         ("https://api.Example.com:443/x", dis),
         ("https://user@example.com./", dis),
         ("https://notexample.com/", None),
+        ("example.com/x", dis),
+        ("example.com:8443", dis),
+        ("http://[::1]:8080/", None),
+        // Attacks: spellings that reach example.com while naming another
+        // host to a parser that is not the fetcher's (WHATWG).
+        ("https://example.com\\@allowed.test/", dis),
+        ("https://example.com\\.allowed.test/", dis),
+        ("https://ex%61mple.com/", dis),
+        ("https://EXAMPLE.COM:443@other.test/", None),
+        ("https://other.test#@example.com/", None),
+    ] {
+        assert_eq!(d(&p, "WebFetch", json!({"url": url})), want, "{url}");
+    }
+}
+
+#[test]
+fn webfetch_allowed_domain_is_the_host_fetched() {
+    let p = policy("[tools]\nallowed = [\"WebFetch(domain:allowed.test)\"]\n");
+    let al = Some(Key::Allowed);
+    for (url, want) in [
+        ("https://allowed.test/x", None),
+        ("https://api.allowed.test", None),
+        // A backslash ends the authority: this fetches evil.test.
+        ("https://evil.test\\@allowed.test/", al),
+        ("https://allowed.test@evil.test/", al),
+        ("https://[::1]/", al),
     ] {
         assert_eq!(d(&p, "WebFetch", json!({"url": url})), want, "{url}");
     }

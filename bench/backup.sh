@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sbx-backup against Debian's restic and rclone (issues: sbx-backup, 21),
+# sbx-backup against Debian's restic and rclone,
 # all three against the same local S3 server (moto, from scripts/prereqs)
 # in one run, on the home bench/gen-home.py makes (~20,000 files, ~200 MB).
 # Targets: a full backup and a full restore no slower than restic's; an

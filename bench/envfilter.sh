@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sbx-envfilter against its baselines (issue: foundation):
+# sbx-envfilter against its baselines:
 #   1. `sbx-envfilter -- true` vs `env -i PATH=$PATH true`: added latency < 1 ms
 #   2. exec with 10,000 variables vs `env true` with the same 10,000: < 10 ms
 #   3. `--stdin -0 --print -0` of 10,000 records vs `cat` of the same file

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sbx-fw proxy mode (issue 22) side by side with a direct connection and
+# sbx-fw proxy mode side by side with a direct connection and
 # with Squid (Debian's squid 5, an explicit CONNECT proxy with an
 # equivalent dstdomain ACL: Debian's package has no SSL peek/splice), in
 # the sealed bed (tests/fwbed): the far side is the bed's TLS server in its

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sbx-fw init against the reference script's shape (issue: sbx-fw), in the
+# sbx-fw init against the reference script's shape, in the
 # sealed bed (tests/fwbed), side by side in one hyperfine run: the default
 # allowlist, GitHub meta of 50 ranges over HTTPS. Target: >= 10x faster
 # and < 50 ms median. Each side has its own bed so neither sees the other's

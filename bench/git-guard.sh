@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# sbx-git-guard against the real git it wraps (issue: sbx-git-guard):
+# sbx-git-guard against the real git it wraps:
 #   median added latency per call < 1 ms for `git status`, `git rev-parse HEAD`
 #   on a small repository and `git commit` with a trivial hook; `git reset
 #   --hard HEAD` without and with a stash (with one, ref-moving commands route
 #   hooks through the guard's own directory, so its reference-transaction
 #   step runs once per transaction state) and a push of an
 #   up-to-date branch to a local bare remote (its pre-push step runs);
-#   also a bash wrapper of the seed's shape (a regex over "$*", then exec);
+#   also a bash wrapper of the classic shape (a regex over "$*", then exec);
 #   and the sandbox's path: the guard handing the call to its root broker
 #   (sbx-git-guard serve), which decides and execs git by fd in a process
 #   forked ahead of the call.
@@ -27,7 +27,7 @@ RUNS=${RUNS:-300}
 
 mkdir -p "$TMP/guard" "$TMP/bash" "$TMP/home"
 ln -s "$GUARD" "$TMP/guard/git"
-# The seed's git-wrapper.sh, in shape: string matching on the joined argv.
+# A classic git-wrapper.sh, in shape: string matching on the joined argv.
 cat > "$TMP/bash/git" <<EOF
 #!/bin/bash
 if [[ "\$*" =~ (^|[[:space:]])(commit).*(--no-verify|[[:space:]]-n([[:space:]]|$)) ]] ||

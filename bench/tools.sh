@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sbx-tool-guard (issue 20): the PreToolUse check adds <= 5 ms per tool call.
+# sbx-tool-guard: the PreToolUse check adds <= 5 ms per tool call.
 # `sbx-tool-guard check` end to end (process start, hook JSON on stdin, the
 # config parsed, the decision, one audit record appended) vs `true` given
 # the same stdin, in one hyperfine run (each through `sh -c 'exec … < f'`,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Branch mode (issue 18), side by side in one run:
+# Branch mode, side by side in one run:
 #   1. provisioning a new worktree of a 5,000-file repository
 #      (`sbx-worktree provision` on a shelf already cloned) vs a plain
 #      `git worktree add` on the same clone: target <= 1.5x;

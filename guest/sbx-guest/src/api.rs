@@ -1,4 +1,4 @@
-//! The host API server (DESIGN.md §8): exec with streams, PTY, signals,
+//! The host API server: exec with streams, PTY, signals,
 //! timeouts and re-attach, and file operations confined to the allowed
 //! roots, over any `Transport`. Frames and messages are `sbx_core::guestapi`.
 //!

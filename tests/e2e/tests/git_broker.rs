@@ -235,7 +235,7 @@ fn the_real_git_is_reachable_only_through_the_broker() {
     assert!(fds <= 8, "the broker holds {fds} fds");
 }
 
-/// Issue 15's classes 1-6 and the guard's hook steps, through the
+/// Every class of bypass the guard refuses, and its hook steps, through the
 /// sandbox's `git` (the guard, then the broker), as the agent: one case of
 /// each class refused; the pre-push and reference-transaction steps
 /// active; a normal commit and push to a local bare remote running the
@@ -578,7 +578,7 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
     assert!(o.status.success(), "fetch from a clone: {}", text(&o));
 }
 
-/// Fresh attacks on the guard (issue 15, round three), each run as the
+/// Further attacks on the guard, each run as the
 /// agent in a real sandbox; every script ends by checking whether it
 /// landed (exit 0 = it got through). A pre-commit and a pre-merge-commit
 /// refuse a file named `bad`; the workspace holds a bare remote with

@@ -1015,7 +1015,7 @@ impl Drop for Network {
     }
 }
 
-/// Issue 22: on a user-defined network (every sbx sandbox's) Docker's
+/// On a user-defined network (every sbx sandbox's) Docker's
 /// embedded DNS is a DNAT in the container's own nat table. Proxy mode's
 /// redirect is a chain of sbx-fw's own beside it, so the agent's names
 /// still resolve through the DNS filter, whose upstream is 127.0.0.11.

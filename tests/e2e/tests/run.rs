@@ -236,7 +236,7 @@ fn sandbox_guarantees_hold_from_inside() {
         Some(0)
     );
     // Secret host variables are absent even when allowed by name; passed,
-    // allowed and the seed's default names (NODE_ENV, DEBUG, CI) are there.
+    // allowed and the default names (NODE_ENV, DEBUG, CI) are there.
     assert_eq!(probe("env | grep -c GITHUB_TOKEN").1, "0");
     assert_eq!(probe("echo $LANG").1, "C.UTF-8");
     assert_eq!(
@@ -653,7 +653,7 @@ fn full_base_image_has_working_ai_clis() {
         .unwrap();
     assert!(!tagged.status.success(), "a prefetch tagged an image");
     let mut c = sbx();
-    // git-delta too (seed 000): built from its crate once, then cached.
+    // git-delta too: built from its crate once, then cached.
     c.args(["-q", "build-base", "--bootstrap", "--tag", "e2e-full"])
         .args(["--git-delta-version", "0.18.2"]);
     if ca.is_file() {
@@ -678,7 +678,7 @@ fn full_base_image_has_working_ai_clis() {
     assert!(v.contains("/usr/local/bin/sbx-envfilter"), "{v}");
 }
 
-/// Issue 13.6: on a machine where the Codex store does not exist yet
+/// On a machine where the Codex store does not exist yet
 /// (Docker then creates it root-owned), codex-init-config works; a
 /// workspace gets the defaults and the login at start; logout removes the
 /// credentials from the store and from every workspace's copy.
@@ -925,7 +925,7 @@ fn volume_mounts(container: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Issue 13.5, as an attack: what one sandbox writes to ~/.claude
+/// As an attack: what one sandbox writes to ~/.claude
 /// (settings, hooks, a transcript) is invisible to the sandbox of another
 /// repository, which cannot plant anything there either; a login (the
 /// credentials file) made once in one sandbox works in both, both ways.
@@ -1070,7 +1070,7 @@ fn container_id(name: &str) -> String {
         .to_owned()
 }
 
-/// Issue 13.12 and 13.9: configured `protected` paths (and the default
+/// Configured `protected` paths (and the default
 /// agent-precommit context) are read-only; `restart` picks up a config
 /// change; `list` shows mode, workdir and volumes; `volumes` names what is
 /// mounted; `shell` runs non-interactively and under a pty; `start
@@ -1284,7 +1284,7 @@ fn shlex_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// Issue 13.12 and 13.8: `allow-external = true` really turns the
+/// `allow-external = true` really turns the
 /// firewall off (a host port on the bridge gateway is reachable, which the
 /// default firewall refuses); `github = false` with `allow-git = false`
 /// leaves GitHub unresolvable and no rule for port 22.

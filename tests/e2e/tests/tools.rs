@@ -1,4 +1,4 @@
-//! `[tools]` (issue 20, policy seed AC-4 and US-3) with the real Claude Code
+//! `[tools]` with the real Claude Code
 //! CLI in the real image. The Messages API stand-in (sbx-msgapi) runs inside
 //! the sandbox on 127.0.0.1 and asks for Write, Edit and Bash calls; the
 //! tool results Claude sends back, the workspace on the host and the audit
@@ -205,7 +205,7 @@ fn write_edit_bash(ws: &str) -> Value {
     ])
 }
 
-/// AC-4: Write and Edit refused (with sbx's reason, shown to the model)
+/// Write and Edit refused (with sbx's reason, shown to the model)
 /// and logged as blocked; Bash runs. Then again with bypass-permissions
 /// mode, after the agent wrote user settings that disable hooks and allow
 /// everything: still refused.
@@ -274,7 +274,7 @@ fn disallowed_write_and_edit_are_refused_and_logged_even_in_bypass_mode() {
     );
 }
 
-/// US-3: read-only holds "even if it tries": the file tools are refused by
+/// Read-only holds "even if it tries": the file tools are refused by
 /// the hook, and Bash (any process) fails with EROFS from the mount.
 #[test]
 fn read_only_workspace_refuses_every_writer() {

@@ -782,7 +782,7 @@ impl Bed {
     }
 }
 
-/// Issue 24, 1: the agent binds every ephemeral port, hoping to land on one
+/// The agent binds every ephemeral port, hoping to land on one
 /// whose conntrack entry still belongs to a root flow to the resolver (the
 /// DNS filter's, init's lookups), and sends its own query there.
 #[test]
@@ -818,7 +818,7 @@ fn hijack_fails(bed: &Bed) {
     );
 }
 
-/// Issue 24, 2: a SYN to an allowlisted address from an address the
+/// A SYN to an allowlisted address from an address the
 /// sandbox does not own (the allowed host's answers would go there).
 #[test]
 fn forged_source_addresses_never_leave() {
@@ -861,7 +861,7 @@ fn forged_fails(bed: &Bed) {
     );
 }
 
-/// Issue 24, 3: a routing header set without privileges sends a packet
+/// A routing header set without privileges sends a packet
 /// addressed to an allowed first hop on to a blocked final destination.
 #[test]
 fn ipv6_routing_headers_never_leave() {
@@ -909,7 +909,7 @@ impl Bed {
     }
 }
 
-/// Issue 24, 4: GitHub's names are answered only with addresses inside
+/// GitHub's names are answered only with addresses inside
 /// GitHub's meta ranges; an answer elsewhere opens nothing.
 #[test]
 fn github_names_resolve_only_inside_githubs_ranges() {
@@ -945,7 +945,7 @@ fn raw_query(labels: &[&[u8]], ar: u8, extra: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Issue 24, 5: what the filter cannot parse strictly is refused with a
+/// What the filter cannot parse strictly is refused with a
 /// counted reason and never reaches the resolver in any form.
 #[test]
 fn the_dns_filter_refuses_what_it_cannot_parse_and_forwards_nothing_raw() {
@@ -1001,7 +1001,7 @@ fn the_dns_filter_refuses_what_it_cannot_parse_and_forwards_nothing_raw() {
     );
 }
 
-/// Issue 24, 6: a thousand TCP clients at once cost a bounded number of
+/// A thousand TCP clients at once cost a bounded number of
 /// threads, and the filter keeps answering.
 #[test]
 fn a_thousand_tcp_clients_do_not_take_the_filter_down() {
@@ -1019,7 +1019,7 @@ fn a_thousand_tcp_clients_do_not_take_the_filter_down() {
     assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
 }
 
-/// Issue 24, 7: a dns.pid naming a filter in another network namespace is
+/// A dns.pid naming a filter in another network namespace is
 /// not this sandbox's filter: init starts one here and says why.
 #[test]
 fn a_filter_in_another_namespace_is_not_taken_for_ours() {
@@ -1049,7 +1049,7 @@ fn a_filter_in_another_namespace_is_not_taken_for_ours() {
     assert_verdicts(&bed.probe(true, &["dns:127.0.0.53/allowed.test"]), "open");
 }
 
-/// Issue 24, 1, with Docker's embedded resolver: a resolver on loopback
+/// The ephemeral-port ride, with Docker's embedded resolver: a resolver on loopback
 /// (127.0.0.11), which only uid 0 may reach, and whose flows the agent
 /// tries to ride the same way.
 #[test]
@@ -1373,7 +1373,7 @@ fn the_reply_repeats_the_clients_question() {
     assert!(out.contains("\tA\t"), "no answer: {out}{err}");
 }
 
-// ---- Issue 22: proxy mode ([network] mode = "proxy") ----
+// ---- Proxy mode ([network] mode = "proxy") ----
 
 impl Bed {
     /// A bed in proxy mode, initialised; the proxy's uid must read the state.
@@ -1963,7 +1963,7 @@ const FOREIGN_NAT6: &[&[&str]] = &[
     ],
 ];
 
-/// Issue 22: proxy mode's redirect is our own nat chain; init, a re-init,
+/// Proxy mode's redirect is our own nat chain; init, a re-init,
 /// a switch out of proxy mode and reset leave every other nat rule (here
 /// Docker's DNS) in place, so names keep resolving through 127.0.0.11.
 fn foreign_nat_rules_survive(bed: Bed) {

@@ -390,7 +390,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
         patterns.push(PathPattern::new(p).expect("built-in pattern"));
     }
     // The state dir is left out by path, not by a glob of its name: a name
-    // with `[` or `*` would panic or exclude its siblings (issue 13.4).
+    // with `[` or `*` would panic or exclude its siblings.
     let skip = state_rel(o.home, o.state_dir);
     let set = PathSet::new(&patterns)
         .map_err(|e| sbx_core::error::Message::new(sbx_core::Exit::Config, e.to_string()))?;

@@ -1,4 +1,4 @@
-//! Issue 13.4: the state directory under the home is left out of the
+//! The state directory under the home is left out of the
 //! backup by comparing paths, not by a glob made from its name. Names with
 //! glob syntax, spaces and newlines, in the home, the state dir and the
 //! files, neither panic nor exclude a sibling.

@@ -37,7 +37,7 @@ pub enum Outcome {
     Passed,
 }
 
-/// One decision. Field order is the documented order of DESIGN.md §6.
+/// One decision. Field order is the documented order of the audit format.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record<'a> {
     pub timestamp: String,

@@ -21,7 +21,7 @@ pub const FILE: &str = "config.toml";
 pub const LEGACY_FILE: &str = "config.json";
 
 /// Always read-only inside the sandbox, whatever the config says.
-/// The fourth is agent-precommit's user context (agent-sandbox seed): the
+/// The fourth is agent-precommit's user context: the
 /// agent must not rewrite what the pre-commit checks are told about it.
 pub const ALWAYS_PROTECTED: [&str; 4] = [
     ".git/hooks",
@@ -30,7 +30,7 @@ pub const ALWAYS_PROTECTED: [&str; 4] = [
     ".agent-precommit/user-context.json",
 ];
 
-/// Secret files masked by default (seed SPEC-SANDBOX-01 AC-2).
+/// Secret files masked by default.
 pub const DEFAULT_BLOCKED_FILES: [&str; 9] = [
     ".env",
     ".env.*",
@@ -62,7 +62,7 @@ pub struct Config {
     pub tools: Option<Tools>,
 }
 
-/// `[tools]`: agent tool permissions (policy seed AC-4, US-3). Enforced at
+/// `[tools]`: agent tool permissions. Enforced at
 /// the agent by sbx-tool-guard (Claude Code managed settings and a
 /// PreToolUse hook) and by the OS (`read-only` mounts, `deny-read` masks).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -167,7 +167,7 @@ impl Tools {
     }
 }
 
-/// `[sandbox].enabled` of the policy seed: `true` is accepted (sbx is
+/// `[sandbox].enabled` of legacy policy files: `true` is accepted (sbx is
 /// always on); `false` is refused, as there is no off switch in the file.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Enabled;
@@ -226,7 +226,7 @@ pub struct Sandbox {
     pub ports: Unique<Port>,
     /// Added to [`ALWAYS_PROTECTED`].
     pub protected: Unique<RelPath>,
-    /// The policy seed's `enabled`; only `true` loads.
+    /// Legacy policy files' `enabled`; only `true` loads.
     pub enabled: Option<Enabled>,
 }
 
@@ -250,7 +250,7 @@ impl Default for Sandbox {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Filesystem {
     /// Added to [`DEFAULT_BLOCKED_FILES`]; a list here cannot unmask a default.
-    /// `blocked-patterns` is the policy seed's spelling.
+    /// `blocked-patterns` is the legacy policy files' spelling.
     #[serde(alias = "blocked-patterns")]
     pub blocked: Unique<PathGlob>,
     /// Exceptions to `blocked`; [`DEFAULT_ALLOWED_FILES`] when unset.

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-/// Exit statuses shared by all tools. See STYLE.md for the table.
+/// Exit statuses shared by all tools (the table is in the README).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Exit {

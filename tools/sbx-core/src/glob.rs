@@ -19,7 +19,7 @@ pub fn name_glob(pattern: &str) -> Result<Glob, globset::Error> {
 /// A compiled name glob. globset is the one parser and the reference
 /// matcher: a pattern with any metacharacter besides a leading or trailing
 /// `*` is matched by globset itself, so validation and matching cannot
-/// disagree (issue 13: braces were accepted, then read as literals). The
+/// disagree (braces accepted by one and read as literals by the other). The
 /// common shapes (`X`, `X*`, `*X`, `*X*`) are byte comparisons, because env
 /// filtering runs on every exec; a table-driven test holds them to globset.
 #[derive(Debug, Clone)]
@@ -306,7 +306,7 @@ mod tests {
         }
     }
 
-    /// Issue 13.1, as a property over generated patterns: whatever config
+    /// As a property over generated patterns: whatever config
     /// validation accepts means the same wherever it is used. Env names
     /// (envfilter, sbx-run's candidates) go through `NameSet`, file masks
     /// and backup excludes through `PathSet`; both must agree with

@@ -1,4 +1,4 @@
-//! The host-to-guest API (DESIGN.md §8): frame format, message types and the
+//! The host-to-guest API: frame format, message types and the
 //! client, in one place that the guest's server and sbx-run's client both
 //! use, so the two sides cannot disagree on the wire format.
 //!

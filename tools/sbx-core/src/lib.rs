@@ -19,8 +19,8 @@ pub use entry::main;
 pub use error::{IoContext, SbxError};
 pub use exit::Exit;
 
-/// A branch name as a path or name part: `/` and white space become `__`
-/// (DESIGN.md §5). sbx-run names containers and worktree directories with
+/// A branch name as a path or name part: `/` and white space become `__`.
+/// sbx-run names containers and worktree directories with
 /// it, and sbx-worktree makes those directories: one function, one spelling.
 pub fn sanitize_branch(branch: &str) -> String {
     let mut out = String::new();

@@ -528,7 +528,7 @@ fn audit_failure_warns_but_does_not_block() {
     assert!(out.stderr.is_empty());
 }
 
-/// Issue 13.1: config validation accepts brace globs, so matching must
+/// Config validation accepts brace globs, so matching must
 /// honour them too (one dialect), not read `{`, `,`, `}` as literals.
 #[test]
 fn brace_globs_in_config_match() {
@@ -561,10 +561,10 @@ fn brace_globs_in_config_match() {
     }
 }
 
-/// Issue 13.8: the policy seed's spellings load (aliases), and what sbx
+/// Legacy policy files' spellings load (aliases), and what sbx
 /// cannot enforce is refused in one line naming the key and what to do.
 #[test]
-fn policy_seed_spellings_load_or_say_what_to_write() {
+fn legacy_policy_spellings_load_or_say_what_to_write() {
     let e = Env::new();
     let ok = e.write_config(
         "[sandbox]\nenabled = true\n[filesystem]\nblocked-patterns = [\"**/.env*\"]\nallowed-patterns = [\".env.example\"]\n[network]\nallow-git = true\n[environment]\nallow = [\"NODE_ENV\", \"DEBUG\", \"CI\"]\n",

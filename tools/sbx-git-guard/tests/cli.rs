@@ -590,8 +590,7 @@ fn check_explains_without_running() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("block-no-verify"));
 }
 
-// ---- Round two (issue 15): each class as a table, judged against the
-// real git's own answer.
+// ---- Each class as a table, judged against the real git's own answer.
 
 fn json_verdict(out: &Output) -> serde_json::Value {
     let line = String::from_utf8_lossy(&out.stdout);
@@ -1244,7 +1243,7 @@ fn output_options_cannot_write_hooks() {
     });
 }
 
-/// Issue 13.2: `--config FILE` changes the verdict as SBX_CONFIG=FILE does.
+/// `--config FILE` changes the verdict as SBX_CONFIG=FILE does.
 #[test]
 fn config_flag_means_what_sbx_config_means() {
     let lab = Lab::new(&real_gits()[0]);
@@ -1270,8 +1269,7 @@ fn config_flag_means_what_sbx_config_means() {
     );
 }
 
-/// Issue 13.3: every rule the guard enforces is listed by `rules` and in
-/// the man page, under the same name (all three come from one table).
+/// Every rule the guard enforces is listed by `rules` and in the man page, under the same name (all three come from one table).
 #[test]
 fn rules_output_and_man_page_list_every_enforced_rule() {
     let out = Command::new(GUARD)

@@ -1,4 +1,4 @@
-//! Branch mode (seed 000, "Dual-Mount, Branch-Aware Mode"): one sandbox per
+//! Branch mode: one sandbox per
 //! branch, each working in its own worktree of one shared clone on the
 //! repo-shelf volume, which every sandbox of the workspace mounts at
 //! /repo-shelf. Provisioning runs sbx-worktree in a short-lived container

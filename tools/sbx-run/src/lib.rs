@@ -120,7 +120,7 @@ impl PathArg {
     }
 }
 
-/// Branch mode (seed 000): the sandbox of one branch, working in its own
+/// Branch mode: the sandbox of one branch, working in its own
 /// worktree of the shared clone on the repo shelf.
 #[derive(Debug, Clone, Args)]
 pub struct BranchArg {

@@ -1,5 +1,5 @@
 //! Names of everything sbx-run creates, derived from the workspace path
-//! alone (DESIGN.md §5), so `list` and `prune` need no state file.
+//! alone, so `list` and `prune` need no state file.
 
 use std::path::Path;
 

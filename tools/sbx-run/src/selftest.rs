@@ -1,4 +1,4 @@
-//! `sbx-run test`: the policy seed's `sandbox test`. Starts the sandbox and
+//! `sbx-run test`: the policy self-check. Starts the sandbox and
 //! tries, as the agent, what each guard must refuse; prints expected vs got
 //! and exits 0 only when every configured guard held. No check sends
 //! traffic anywhere: the domain check asks the sandbox's DNS filter.

@@ -15,7 +15,7 @@ use crate::names::{
 use crate::workspace::Workspace;
 
 /// Host variables considered for the container, before the filter decides.
-/// NODE_ENV, DEBUG and CI are the policy seed's allowed names (AC-3); they still
+/// NODE_ENV, DEBUG and CI are allowed by default; they still
 /// pass through the filter, so a secret-looking value is dropped.
 pub const HOST_VARS: &[&str] = &[
     "TERM",
@@ -637,7 +637,7 @@ mod tests {
         );
     }
 
-    /// Issue 13 audit: a newline in a masked name must not end docker's
+    /// A newline in a masked name must not end docker's
     /// CSV record (dropping `readonly` and pointing the mask elsewhere).
     #[test]
     fn line_breaks_are_quoted() {

@@ -60,13 +60,12 @@ fn env_names(show_run: &str) -> Vec<String> {
 
 const GHP: &str = "ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
-/// Issue 13.7: the policy seed's allowed names reach the sandbox by default.
-/// Issue 13.10: names the config forwards still go through the filter, so a
+/// The default allowed names reach the sandbox. Names the config forwards still go through the filter, so a
 /// secret-looking name is dropped even when `allow` lists it (only `pass`,
 /// audited, forwards one); this fails if sbx-run forwarded its candidates
 /// unfiltered.
 #[test]
-fn show_run_forwards_seed_names_and_filters_configured_ones() {
+fn show_run_forwards_default_names_and_filters_configured_ones() {
     let r = Repo::new(
         "[environment]\nallow = [\"APP_*\", \"GITHUB_TOKEN\"]\npass = [\"PASSED_KEY\"]\n",
     );

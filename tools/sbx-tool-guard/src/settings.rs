@@ -21,8 +21,8 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
         }
     };
     // A bare tool name in `deny` makes Claude drop the tool from the
-    // model's list: the hook would never see an attempt, and AC-4 wants
-    // each one logged. Bare names are the hook's (it holds under bypass
+    // model's list: the hook would never see an attempt, and each one must
+    // be logged. Bare names are the hook's (it holds under bypass
     // modes, tests/e2e/tests/tools.rs); rules with an argument are also
     // Claude's own, as a second check after the hook.
     for r in tools.disallowed.iter().filter(|r| r.arg.is_some()) {

@@ -1,4 +1,4 @@
-//! Attack round 20: calls that got past the rules (exit 0 where a rule
+//! Attacks: calls that got past the rules (exit 0 where a rule
 //! refuses, or a crash/hang, which Claude Code takes as "let through").
 
 use std::io::Write;

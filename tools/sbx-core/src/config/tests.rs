@@ -138,7 +138,7 @@ fn errors_name_file_line_column_and_key() {
         ),
         ("[backup]\nurl = \"file://relative\"\n", "absolute path"),
         ("[backup]\nexclude = [\"a/../b\"]\n", "backup.exclude[0]"),
-        // Issue 13.1: what validation accepts must mean the same at use.
+        // What validation accepts must mean the same at use.
         (
             "[backup]\nexclude = [\"//\"]\n",
             "empty and \".\" components",
@@ -293,10 +293,10 @@ fn discovery_order() {
     );
 }
 
-/// Issue 13.8: the policy seed's spellings (AC-6) are accepted where sbx
+/// Legacy policy files' spellings are accepted where sbx
 /// can honour them, and refused with the sbx key to write where it cannot.
 #[test]
-fn policy_seed_spellings() {
+fn legacy_policy_spellings() {
     let c = parse(
         "[sandbox]\nenabled = true\n[filesystem]\nblocked-patterns = [\"**/.env*\", \"config/{a,b}.yml\"]\nallowed-patterns = [\".env.example\"]\n[network]\nallow-git = false\n",
     )

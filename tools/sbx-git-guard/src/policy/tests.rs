@@ -286,8 +286,8 @@ const ATTACKS: &[(&str, &str)] = &[
     ("clone /tmp/r .git/hooks", "git-dir"),
     ("init .git/x", "git-dir"),
     ("archive -o .git/hooks/x HEAD", "output-path"),
-    // Round two (issue 15): aliases with dots, inline push targets, bare
-    // --mirror, outputs, history plumbing.
+    // Aliases with dots, inline push targets, bare --mirror, outputs,
+    // history plumbing.
     ("x.y -m m", "block-no-verify"),
     ("X.Y -m m", "block-no-verify"),
     ("deep.er.name -m m", "block-no-verify"),

@@ -65,7 +65,7 @@ pub fn load(ws: &Workspace, id: &str) -> Result<Vec<Value>, BoxError> {
         .collect()
 }
 
-/// Earlier turns as the seed passes them: a system-prompt section.
+/// Earlier turns as one system-prompt section.
 pub fn history_prompt(turns: &[Value]) -> Option<String> {
     if turns.is_empty() {
         return None;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, SFlag};
 use nix::unistd::Pid;
 use sbx_core::guestapi::{
     self as proto, Control, ErrorMsg, ExecReq, ExitMsg, Hello, Kind, ProtoError, Reply, Request,
@@ -1119,7 +1119,8 @@ fn write_file(cfg: &Config, s: &mut impl Read, path: &str, mode: Option<u32>) ->
     let (dir, name) = parent_of(cfg, path)?;
     // A replaced file keeps its mode unless one is given.
     let old = nix::sys::stat::fstatat(&dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok();
-    if old.is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifdir()) {
+    if old.is_some_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)
+    {
         return Err(ErrorMsg::new(
             "bad-request",
             format!("{path}: is a directory"),
@@ -1163,13 +1164,6 @@ fn write_file(cfg: &Config, s: &mut impl Read, path: &str, mode: Option<u32>) ->
     renameat(&dir, tmp.as_str(), &dir, name.as_os_str())
         .map_err(|e| cleanup(errno_msg(path, e)))?;
     Ok(Reply::Ok)
-}
-
-fn libc_s_ifmt() -> u32 {
-    0o170000
-}
-fn libc_s_ifdir() -> u32 {
-    0o040000
 }
 
 fn info(path: String, st: &nix::sys::stat::FileStat) -> StatInfo {
@@ -1382,10 +1376,10 @@ const ACCEPT_IDLE: Duration = Duration::from_millis(100);
 /// Accept forever (this thread is one of the acceptors).
 pub fn serve(listener: std::os::unix::net::UnixListener, server: Arc<Server>) {
     use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
-    use nix::sys::time::TimeVal;
+    use nix::sys::time::{TimeVal, TimeValLike};
     // accept(2) honours SO_RCVTIMEO: that is how an extra acceptor notices
     // it has been idle.
-    let tv = TimeVal::new(0, ACCEPT_IDLE.as_micros() as nix::libc::suseconds_t);
+    let tv = TimeVal::microseconds(ACCEPT_IDLE.as_micros() as i64);
     // Without it (it does not fail on a unix socket) extras would stay.
     let _ = setsockopt(&listener, ReceiveTimeout, &tv);
     let pool = Arc::new(Acceptors {

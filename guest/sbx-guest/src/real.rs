@@ -213,17 +213,7 @@ impl RealEffects {
         cmd.args(args).stdin(Stdio::null());
         // Daemons it leaves behind (the DNS filter) must see our SIGTERM.
         sbx_sys::unblock_signals(&mut cmd);
-        let out = cmd.output()?;
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        // sbx-fw's own diagnostics belong in the container's log too.
-        if !stderr.is_empty() {
-            eprint!("{stderr}");
-        }
-        Ok(ToolOut {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr,
-        })
+        Ok(echoed(cmd.output()?))
     }
 
     fn write_marker_now(&mut self) -> std::io::Result<()> {
@@ -358,16 +348,21 @@ fn run_as(
         .stdin(Stdio::null());
     sbx_sys::unblock_signals(&mut cmd);
     sbx_sys::drop_to(&mut cmd, creds).map_err(|e| e.to_string())?;
-    let out = cmd.output().map_err(|e| format!("{prog}: {e}"))?;
+    Ok(echoed(cmd.output().map_err(|e| format!("{prog}: {e}"))?))
+}
+
+/// A finished tool's result; its stderr (sbx-fw's diagnostics, a home
+/// step's complaint) is copied to ours so the container's log has it too.
+fn echoed(out: std::process::Output) -> ToolOut {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !stderr.is_empty() {
         eprint!("{stderr}");
     }
-    Ok(ToolOut {
+    ToolOut {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr,
-    })
+    }
 }
 
 /// The home operations through sbx-backup, as the agent.

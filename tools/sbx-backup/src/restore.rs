@@ -126,7 +126,7 @@ async fn fetch(remote: &Remote, hash: &str, dest: &Path) -> Res<u64> {
     let mut n = 0u64;
     let fail = |tmp: &Path, e: std::io::Error| {
         let _ = fs::remove_file(tmp);
-        let hint = if e.raw_os_error() == Some(nix::libc::ENOSPC) {
+        let hint = if e.kind() == std::io::ErrorKind::StorageFull {
             " (disk full; the partial file was removed)"
         } else {
             ""
@@ -192,7 +192,7 @@ fn write_file(dest: &Path, bytes: &[u8], hash: &str, what: &str) -> Res<()> {
         .and_then(|()| fs::rename(&tmp, dest));
     r.map_err(|e| {
         let _ = fs::remove_file(&tmp);
-        let hint = if e.raw_os_error() == Some(nix::libc::ENOSPC) {
+        let hint = if e.kind() == std::io::ErrorKind::StorageFull {
             " (disk full; the partial file was removed)"
         } else {
             ""

@@ -29,9 +29,28 @@ pub fn resolve_program(
     })
 }
 
-fn cstring(s: &OsStr) -> io::Result<CString> {
+pub(crate) fn cstring(s: &OsStr) -> io::Result<CString> {
     CString::new(s.as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))
+}
+
+/// An argv and a `KEY=VALUE` environment as the C strings execve takes.
+/// A NUL inside any of them is an error rather than a silent truncation.
+pub(crate) fn exec_strings(
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+) -> io::Result<(Vec<CString>, Vec<CString>)> {
+    let args = argv.iter().map(|a| cstring(a)).collect::<io::Result<_>>()?;
+    let envp = env
+        .iter()
+        .map(|(k, v)| {
+            let mut kv = k.clone();
+            kv.push("=");
+            kv.push(v);
+            cstring(&kv)
+        })
+        .collect::<io::Result<_>>()?;
+    Ok((args, envp))
 }
 
 /// Replace this process with `program`, with exactly `env` as its
@@ -41,19 +60,9 @@ pub fn exec(program: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> 
         Ok(p) => p,
         Err(e) => return e,
     };
-    let args: io::Result<Vec<CString>> = argv.iter().map(|a| cstring(a)).collect();
-    let envp: io::Result<Vec<CString>> = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.clone();
-            kv.push("=");
-            kv.push(v);
-            cstring(&kv)
-        })
-        .collect();
-    let (args, envp) = match (args, envp) {
-        (Ok(a), Ok(e)) => (a, e),
-        (Err(e), _) | (_, Err(e)) => return e,
+    let (args, envp) = match exec_strings(argv, env) {
+        Ok(s) => s,
+        Err(e) => return e,
     };
     match nix::unistd::execve(&prog, &args, &envp) {
         Ok(never) => match never {},

@@ -5,21 +5,15 @@
 // The one place raw syscalls nix does not wrap safely live; each block says why it is sound.
 #![allow(unsafe_code)]
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg, sockopt};
 pub use nix::unistd::Pid;
 use nix::unistd::{Gid, Uid};
-
-fn cstr(b: &[u8]) -> io::Result<CString> {
-    CString::new(b)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))
-}
 
 /// Send `data` with `fds` attached (SCM_RIGHTS) in one sendmsg; returns
 /// the bytes sent (the fds travel with the first of them).
@@ -272,19 +266,9 @@ pub fn execveat_fd(
     argv: &[OsString],
     env: &[(OsString, OsString)],
 ) -> io::Error {
-    let args: io::Result<Vec<CString>> = argv.iter().map(|a| cstr(a.as_bytes())).collect();
-    let envp: io::Result<Vec<CString>> = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            cstr(&kv)
-        })
-        .collect();
-    let (args, envp) = match (args, envp) {
-        (Ok(a), Ok(e)) => (a, e),
-        (Err(e), _) | (_, Err(e)) => return e,
+    let (args, envp) = match crate::exec_strings(argv, env) {
+        Ok(s) => s,
+        Err(e) => return e,
     };
     match nix::unistd::execveat(fd, c"", &args, &envp, nix::fcntl::AtFlags::AT_EMPTY_PATH) {
         Ok(never) => match never {},

@@ -15,7 +15,6 @@
 use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -73,11 +72,6 @@ struct Plan {
     fail: Failure,
 }
 
-fn cstr(b: &[u8]) -> io::Result<CString> {
-    CString::new(b)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains a NUL byte"))
-}
-
 /// Our bounding set and the kernel's last capability, read once: the
 /// bounding set only ever shrinks, so an early reading is a superset.
 fn bounding() -> (u64, u32) {
@@ -114,22 +108,8 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Child> {
             ));
         }
     }
-    let prog = cstr(s.program.as_os_str().as_bytes())?;
-    let argv_c: Vec<CString> = s
-        .argv
-        .iter()
-        .map(|a| cstr(a.as_bytes()))
-        .collect::<io::Result<_>>()?;
-    let env_c: Vec<CString> = s
-        .env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            cstr(&kv)
-        })
-        .collect::<io::Result<_>>()?;
+    let prog = crate::cstring(s.program.as_os_str())?;
+    let (argv_c, env_c) = crate::exec_strings(s.argv, s.env)?;
     let ptrs = |v: &[CString]| {
         let mut p: Vec<*const libc::c_char> = v.iter().map(|c| c.as_ptr()).collect();
         p.push(std::ptr::null());
@@ -154,7 +134,7 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Child> {
         prog,
         argv: ptrs(&argv_c),
         envp: ptrs(&env_c),
-        cwd: cstr(s.cwd.as_os_str().as_bytes())?,
+        cwd: crate::cstring(s.cwd.as_os_str())?,
         stdio,
         pgroup: s.pgroup,
         session_tty: s.session_tty,

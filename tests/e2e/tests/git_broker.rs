@@ -6,28 +6,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-use sbx_e2e::{bin, docker_ready, prerequisite, sbx, sh, text};
-
-fn base_image() -> bool {
-    static BUILT: OnceLock<bool> = OnceLock::new();
-    *BUILT.get_or_init(|| {
-        if !prerequisite(docker_ready(), "a running Docker engine") {
-            return false;
-        }
-        let out = sbx()
-            .args(["-q", "build-base", "--bootstrap", "--no-ai-clis"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "build-base: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        true
-    })
-}
+use sbx_e2e::{base_image, bin, sbx, sh, text};
 
 struct Repo {
     _dir: tempfile::TempDir,

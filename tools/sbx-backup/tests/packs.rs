@@ -1,71 +1,17 @@
 //! Packs, prune, check, locks and the old store format, through the binary,
 //! against file:// and the real S3 server of moto on 127.0.0.1.
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const MOTO: &str = "/opt/sbx/moto/bin/moto_server";
-
-struct Moto(Child, u16);
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http(port: u16, method: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut r = String::new();
-    let _ = s.read_to_string(&mut r);
-    r
-}
-
-fn moto() -> Option<Moto> {
-    let bin = std::env::var("SBX_MOTO_SERVER").unwrap_or_else(|_| MOTO.into());
-    if !Path::new(&bin).exists() {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-        assert!(!ci, "{bin} is missing: run scripts/prereqs");
-        eprintln!("skipping: {bin} is missing (scripts/prereqs installs it)");
-        return None;
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Moto(child, port);
-    for _ in 0..100 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            let r = http(port, "PUT", "/sbx");
-            assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
-            return Some(server);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("moto_server did not start");
-}
+mod common;
+use common::{http, moto, tree};
 
 /// One store (file:// or moto's S3), a home, a state dir.
 struct Env {
@@ -213,46 +159,6 @@ impl Env {
         v.sort();
         v
     }
-}
-
-/// type, mode, mtime, content, link target of every path under `root`.
-fn tree(root: &Path) -> BTreeMap<Vec<u8>, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let md = fs::symlink_metadata(&p).unwrap();
-            let rel = p
-                .strip_prefix(root)
-                .unwrap()
-                .as_os_str()
-                .as_bytes()
-                .to_vec();
-            if rel.starts_with(b".local") {
-                continue;
-            }
-            let desc = if md.is_dir() {
-                stack.push(p.clone());
-                format!("dir {:o}", md.mode() & 0o7777)
-            } else if md.file_type().is_symlink() {
-                format!("link {:?}", fs::read_link(&p).unwrap())
-            } else {
-                let mut h = blake3::Hasher::new();
-                h.update_reader(fs::File::open(&p).unwrap()).unwrap();
-                format!(
-                    "file {:o} {}.{} {} {}",
-                    md.mode() & 0o7777,
-                    md.mtime(),
-                    md.mtime_nsec(),
-                    md.len(),
-                    h.finalize().to_hex()
-                )
-            };
-            out.insert(rel, desc);
-        }
-    }
-    out
 }
 
 fn write(home: &Path, rel: &str, body: &[u8]) {

@@ -1,7 +1,6 @@
 //! sbx-backup end to end through its binary, against the real local
 //! filesystem backend (file://) and an unreachable S3 endpoint.
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -10,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod common;
+use common::tree;
 
 struct Env {
     _tmp: tempfile::TempDir,
@@ -64,46 +66,6 @@ impl Env {
         );
         serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
     }
-}
-
-/// type, mode, mtime, content, link target of every path under `root`.
-fn tree(root: &Path) -> BTreeMap<Vec<u8>, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let md = fs::symlink_metadata(&p).unwrap();
-            let rel = p
-                .strip_prefix(root)
-                .unwrap()
-                .as_os_str()
-                .as_bytes()
-                .to_vec();
-            if rel.starts_with(b".local") {
-                continue;
-            }
-            let ft = md.file_type();
-            let desc = if ft.is_symlink() {
-                format!("link -> {:?}", fs::read_link(&p).unwrap())
-            } else if ft.is_dir() {
-                stack.push(p.clone());
-                format!("dir {:o} {}", md.mode() & 0o7777, md.mtime())
-            } else if ft.is_file() {
-                format!(
-                    "file {:o} {}.{} {}",
-                    md.mode() & 0o7777,
-                    md.mtime(),
-                    md.mtime_nsec(),
-                    blake3::hash(&fs::read(&p).unwrap()).to_hex()
-                )
-            } else {
-                "special".into()
-            };
-            out.insert(rel, desc);
-        }
-    }
-    out
 }
 
 fn make_home(h: &Path) {

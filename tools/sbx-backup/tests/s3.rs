@@ -5,59 +5,13 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-const MOTO: &str = "/opt/sbx/moto/bin/moto_server";
-
-struct Moto(Child, u16);
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn moto() -> Option<Moto> {
-    let bin = std::env::var("SBX_MOTO_SERVER").unwrap_or_else(|_| MOTO.into());
-    if !Path::new(&bin).exists() {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-        assert!(!ci, "{bin} is missing: run scripts/prereqs");
-        eprintln!("skipping: {bin} is missing (scripts/prereqs installs it)");
-        return None;
-    }
-    let port = free_port();
-    let child = Command::new(bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Dropping the guard kills and reaps it, on every path out of here.
-    let server = Moto(child, port);
-    for _ in 0..100 {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            // Make the bucket (moto does not check signatures).
-            write!(s, "PUT /sbx HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
-            let mut r = String::new();
-            let _ = s.read_to_string(&mut r);
-            assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
-            return Some(server);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("moto_server did not start");
-}
+mod common;
+use common::moto;
 
 /// A relay to `to` that can be cut (new and open connections dropped),
 /// counting the bytes it forwards to the server in `sent`.

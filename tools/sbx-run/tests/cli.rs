@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sbx-run");
+mod common;
+use common::{run_flag_values, sbx_run};
 
 struct Repo {
     dir: tempfile::TempDir,
@@ -25,16 +26,9 @@ impl Repo {
         self.dir.path().join("ws")
     }
 
-    /// A fake docker that fails: show-run must not need the engine.
     fn cmd(&self) -> Command {
-        let mut c = Command::new(BIN);
-        c.env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", self.dir.path())
-            .env("XDG_STATE_HOME", self.dir.path().join("state"))
-            .env("SBX_AUDIT_LOG", self.dir.path().join("audit.jsonl"))
-            .env("SBX_DOCKER", "/bin/false")
-            .current_dir(self.dir.path());
+        let mut c = sbx_run(self.dir.path());
+        c.current_dir(self.dir.path());
         c
     }
 }
@@ -45,17 +39,9 @@ fn text(o: &Output) -> String {
 
 /// The `--env NAME` words of the sandbox's `docker run` line.
 fn env_names(show_run: &str) -> Vec<String> {
-    let run = show_run
-        .lines()
-        .find(|l| l.contains(" run --detach --name ") && !l.contains("--entrypoint sleep"))
-        .unwrap_or_default();
-    let words = shlex::split(run).unwrap_or_default();
-    words
-        .windows(2)
-        .filter(|w| w[0] == "--env")
-        .map(|w| w[1].clone())
-        .filter(|w| !w.contains('='))
-        .collect()
+    let mut names = run_flag_values(show_run, "--env");
+    names.retain(|w| !w.contains('='));
+    names
 }
 
 const GHP: &str = "ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

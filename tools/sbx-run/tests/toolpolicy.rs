@@ -3,9 +3,9 @@
 //! (Enforcement in a real container, with the real Claude Code: tests/e2e.)
 
 use std::path::PathBuf;
-use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sbx-run");
+mod common;
+use common::{run_flag_values, sbx_run};
 
 fn show_run(config: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -15,13 +15,7 @@ fn show_run(config: &str) -> (tempfile::TempDir, String) {
     std::fs::create_dir_all(ws.join("db")).unwrap();
     std::fs::write(ws.join("db/dump.sql"), "secret rows").unwrap();
     std::fs::write(ws.join(".agent-sandbox/config.toml"), config).unwrap();
-    let o = Command::new(BIN)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", dir.path())
-        .env("XDG_STATE_HOME", dir.path().join("state"))
-        .env("SBX_AUDIT_LOG", dir.path().join("audit.jsonl"))
-        .env("SBX_DOCKER", "/bin/false")
+    let o = sbx_run(dir.path())
         .arg("show-run")
         .arg(&ws)
         .output()
@@ -38,16 +32,7 @@ fn show_run(config: &str) -> (tempfile::TempDir, String) {
 
 /// The `--mount` values of the sandbox's `docker run` line.
 fn mounts(out: &str) -> Vec<String> {
-    let run = out
-        .lines()
-        .find(|l| l.contains(" run --detach --name ") && !l.contains("--entrypoint sleep"))
-        .unwrap_or_default();
-    let words = shlex::split(run).unwrap_or_default();
-    words
-        .windows(2)
-        .filter(|w| w[0] == "--mount")
-        .map(|w| w[1].clone())
-        .collect()
+    run_flag_values(out, "--mount")
 }
 
 #[test]

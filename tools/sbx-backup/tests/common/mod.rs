@@ -1,0 +1,122 @@
+//! What several of sbx-backup's test files need: moto's S3 server on
+//! loopback, and a description of a tree to compare a restore with.
+
+// Each test file uses its own part of this module.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const MOTO: &str = "/opt/sbx/moto/bin/moto_server";
+
+/// A running moto_server; dropping it kills and reaps it, on every path
+/// out of a test.
+pub struct Moto(Child, pub u16);
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One bodiless request, answered in full (the connection is closed).
+pub fn http(port: u16, method: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    r
+}
+
+/// moto_server on a free loopback port with the bucket `sbx` made; None
+/// (a skip) where it is missing, a failure under CI.
+pub fn moto() -> Option<Moto> {
+    let bin = std::env::var("SBX_MOTO_SERVER").unwrap_or_else(|_| MOTO.into());
+    if !Path::new(&bin).exists() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+        assert!(!ci, "{bin} is missing: run scripts/prereqs");
+        eprintln!("skipping: {bin} is missing (scripts/prereqs installs it)");
+        return None;
+    }
+    let port = free_port();
+    let child = Command::new(bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Moto(child, port);
+    for _ in 0..100 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            // moto does not check signatures: a plain PUT makes the bucket.
+            let r = http(port, "PUT", "/sbx");
+            assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
+            return Some(server);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("moto_server did not start");
+}
+
+/// Type, mode, mtime, content and link target of every path under `root`
+/// (the state directory `.local` left out), to compare a restore with.
+pub fn tree(root: &Path) -> BTreeMap<Vec<u8>, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            if rel.starts_with(b".local") {
+                continue;
+            }
+            let ft = md.file_type();
+            let desc = if ft.is_symlink() {
+                format!("link -> {:?}", fs::read_link(&p).unwrap())
+            } else if ft.is_dir() {
+                stack.push(p.clone());
+                format!("dir {:o} {}", md.mode() & 0o7777, md.mtime())
+            } else if ft.is_file() {
+                let mut h = blake3::Hasher::new();
+                h.update_reader(fs::File::open(&p).unwrap()).unwrap();
+                format!(
+                    "file {:o} {}.{} {} {}",
+                    md.mode() & 0o7777,
+                    md.mtime(),
+                    md.mtime_nsec(),
+                    md.len(),
+                    h.finalize().to_hex()
+                )
+            } else {
+                "special".into()
+            };
+            out.insert(rel, desc);
+        }
+    }
+    out
+}

@@ -815,10 +815,8 @@ impl std::str::FromStr for StoreUrl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let usage = "use gs://, s3://, file:// or memory://";
-        let (scheme, rest) = s.split_once("://").ok_or_else(|| {
-            format!("invalid URL \"{s}\": expected gs://, s3://, file:// or memory://")
-        })?;
-        let kind = match scheme {
+        let u = url::Url::parse(s).map_err(|e| format!("invalid URL \"{s}\": {e} ({usage})"))?;
+        let kind = match u.scheme() {
             "gs" => StoreKind::Gs,
             "s3" => StoreKind::S3,
             "file" => StoreKind::File,
@@ -829,21 +827,36 @@ impl std::str::FromStr for StoreUrl {
                 ));
             }
         };
-        if kind == StoreKind::File && !rest.starts_with('/') {
+        // Credentials, a port, a query or a fragment would be dropped
+        // without a word (and credentials logged with the URL): refused.
+        if !u.username().is_empty() || u.password().is_some() {
             return Err(format!(
-                "invalid URL \"{s}\": file URLs need an absolute path (file:///var/tmp/x)"
+                "invalid URL \"{s}\": no user or password in a store URL (credentials come from the environment)"
             ));
         }
-        let u = url::Url::parse(s).map_err(|e| format!("invalid URL \"{s}\": {e}"))?;
-        let bucket = u.host_str().unwrap_or_default().to_owned();
+        if u.port().is_some() || u.query().is_some() || u.fragment().is_some() {
+            return Err(format!(
+                "invalid URL \"{s}\": a store URL has no port, ? or # (an S3 endpoint is set with AWS_ENDPOINT)"
+            ));
+        }
         let (bucket, path) = match kind {
-            StoreKind::Gs | StoreKind::S3 if bucket.is_empty() => {
-                return Err(format!(
-                    "invalid URL \"{s}\": name a bucket, like {scheme}://bucket/prefix"
-                ));
-            }
-            StoreKind::Gs | StoreKind::S3 => (bucket, u.path().trim_matches('/').to_owned()),
+            StoreKind::Gs | StoreKind::S3 => match u.host() {
+                Some(url::Host::Domain(b)) if !b.is_empty() => {
+                    (b.to_owned(), u.path().trim_matches('/').to_owned())
+                }
+                _ => {
+                    return Err(format!(
+                        "invalid URL \"{s}\": name a bucket, like {}://bucket/prefix",
+                        u.scheme()
+                    ));
+                }
+            },
             StoreKind::File => {
+                if u.host_str().is_some_and(|h| !h.is_empty()) {
+                    return Err(format!(
+                        "invalid URL \"{s}\": file URLs need an absolute path (file:///var/tmp/x)"
+                    ));
+                }
                 let dir = u
                     .to_file_path()
                     .map_err(|()| format!("invalid URL \"{s}\": not a local path"))?;

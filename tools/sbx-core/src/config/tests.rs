@@ -431,7 +431,31 @@ fn store_urls_are_parsed_once_into_fields() {
     assert_eq!((u.kind, u.path.as_str()), (StoreKind::File, "/var/tmp/x"));
     let u: StoreUrl = "memory://".parse().unwrap();
     assert_eq!(u.kind, StoreKind::Memory);
-    for bad in ["s3:///prefix", "gs://", "file://rel", "ftp://x", "bucket"] {
-        assert!(bad.parse::<StoreUrl>().is_err(), "{bad}");
+    // Trailing and doubled slashes do not change the prefix.
+    let u: StoreUrl = "s3://bkt//a/b//".parse().unwrap();
+    assert_eq!((u.bucket.as_str(), u.path.as_str()), ("bkt", "a/b"));
+    let u: StoreUrl = "S3://bkt/".parse().unwrap();
+    assert_eq!(
+        (u.kind, u.bucket.as_str(), u.path.as_str()),
+        (StoreKind::S3, "bkt", "")
+    );
+    let u: StoreUrl = "file:///var/tmp/x/".parse().unwrap();
+    assert_eq!(u.path.as_str(), "/var/tmp/x/");
+    for (bad, says) in [
+        ("s3:///prefix", "name a bucket"),
+        ("gs://", "name a bucket"),
+        ("s3://[::1]/x", "name a bucket"),
+        ("file://rel", "absolute path"),
+        ("file://host/var/tmp", "absolute path"),
+        ("ftp://x", "unknown URL scheme"),
+        ("bucket", "invalid URL"),
+        ("s3://key:secret@bkt/x", "no user or password"),
+        ("gs://user@bkt/x", "no user or password"),
+        ("s3://bkt:9000/x", "no port"),
+        ("s3://bkt/x?versionId=1", "no port, ? or #"),
+        ("s3://bkt/x#frag", "no port, ? or #"),
+    ] {
+        let err = bad.parse::<StoreUrl>().unwrap_err();
+        assert!(err.contains(says), "{bad}: {err}");
     }
 }

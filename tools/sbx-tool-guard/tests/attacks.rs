@@ -302,7 +302,8 @@ fn mcp_server_rule_covers_its_tools() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-/// A huge command must be answered well inside the hook's 30 s timeout.
+/// A huge command must be answered inside the hook's 30 s timeout (20 s leaves room for a
+/// loaded machine and a debug build; quadratic work would take minutes).
 #[test]
 fn huge_command_is_answered_quickly() {
     let w = Ws::new();
@@ -310,7 +311,7 @@ fn huge_command_is_answered_quickly() {
     let t = Instant::now();
     let (code, err) = w.bash(&c);
     assert_eq!(code, Some(2), "{err}");
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
 }
 
 /// Names bound, scripts sourced and subscripts filled by builtins.

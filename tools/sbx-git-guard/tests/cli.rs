@@ -673,6 +673,9 @@ fn repository_discovery_matches_git() {
             format!("gitdir: {}\r\n", lab.path("sep.git").display()),
         )
         .unwrap();
+        // A gitfile with a relative path.
+        std::fs::create_dir_all(lab.path("relfile")).unwrap();
+        std::fs::write(lab.path("relfile/.git"), "gitdir: ../sep.git\n").unwrap();
         // A linked worktree, and a bare repository.
         lab.real("r", &["worktree", "add", "-q", "../wt"]);
         lab.real(".", &["init", "-q", "--bare", "bare.git"]);
@@ -686,9 +689,11 @@ fn repository_discovery_matches_git() {
             ("r/decoy-junk", vec![]),
             ("r/decoy-valid", vec![]),
             ("crlf", vec![]),
+            ("relfile", vec![]),
             ("wt", vec![]),
             ("bare.git", vec![]),
             ("r", vec![("GIT_DIR".into(), p("other/.git"))]),
+            ("r", vec![("GIT_DIR".into(), "../other/.git".into())]),
             (
                 "r",
                 vec![

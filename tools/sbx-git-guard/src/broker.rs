@@ -289,7 +289,8 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
 const SPARES: usize = 2;
 
 /// A spare session: fork git's process-to-be, which waits in accept() and
-/// hands the connection back once it has one; then wait for git and relay.
+/// hands the connection back once it has read the request; then wait for
+/// git and relay.
 /// Never returns.
 fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
     let _ = privsep::reset_signals();

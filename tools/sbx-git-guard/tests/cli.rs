@@ -673,8 +673,10 @@ fn repository_discovery_matches_git() {
             format!("gitdir: {}\r\n", lab.path("sep.git").display()),
         )
         .unwrap();
-        // A gitfile with a relative path.
-        std::fs::create_dir_all(lab.path("relfile")).unwrap();
+        // A gitfile with a relative path (relative to the gitfile, not the
+        // cwd: the case runs in a subdirectory).
+        std::fs::create_dir_all(lab.path("relfile/sub")).unwrap();
+        std::fs::create_dir_all(lab.path("r/sub")).unwrap();
         std::fs::write(lab.path("relfile/.git"), "gitdir: ../sep.git\n").unwrap();
         // A linked worktree, and a bare repository.
         lab.real("r", &["worktree", "add", "-q", "../wt"]);
@@ -689,11 +691,12 @@ fn repository_discovery_matches_git() {
             ("r/decoy-junk", vec![]),
             ("r/decoy-valid", vec![]),
             ("crlf", vec![]),
-            ("relfile", vec![]),
+            ("relfile/sub", vec![]),
             ("wt", vec![]),
             ("bare.git", vec![]),
             ("r", vec![("GIT_DIR".into(), p("other/.git"))]),
             ("r", vec![("GIT_DIR".into(), "../other/.git".into())]),
+            ("r/sub", vec![("GIT_DIR".into(), "../../other/.git".into())]),
             (
                 "r",
                 vec![

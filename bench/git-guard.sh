@@ -10,14 +10,15 @@
 #   and the sandbox's path: the guard handing the call to its root broker
 #   (sbx-git-guard serve), which decides and execs git by fd in a process
 #   forked ahead of the call.
-# OLD_GUARD=/path/to/an/older/sbx-git-guard adds a side-by-side run of the
-# brokered calls through that build's broker and this one's, each behind
-# `env` as the real git is, in one hyperfine run.
+# Last, `rev-parse HEAD` and `status --short` through the real git, the
+# guard and the broker interleaved call by call (bench/interleave.py);
+# OLD_GUARD=/path/to/an/older/sbx-git-guard adds that build's broker to it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The statically linked guard `make build` installs.
 [ -x target/release/sbx-git-guard ] || make build >/dev/null
 GUARD=$PWD/target/release/sbx-git-guard
+IL=$PWD/bench/interleave.py
 REAL=${REAL_GIT:-/usr/bin/git}
 TMP=$(mktemp -d)
 BPID=
@@ -108,21 +109,37 @@ run_broker revparse rev-parse HEAD
 run_broker commit commit -q --allow-empty -m bench
 run_broker reset-stash reset -q --hard HEAD
 run_broker push push -q "$TMP/remote.git" master
+# The three side by side, interleaved call by call in random order (the
+# noise of a shared machine spreads evenly over them), no launcher between:
+# min / p25 / median, and the load average while it ran.
+interleaved() { # args...
+  local args="$*" extra=()
+  if [ -n "${OLD_GUARD:-}" ]; then
+    extra=("old-broker=SBX_GIT_BROKER=$TMP/old.sock $TMP/old/git $args")
+  fi
+  cd "$R"
+  env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
+      GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
+    python3 "$IL" "$RUNS" "real=$REAL $args" "guard=$TMP/guard/git $args" \
+      "broker=SBX_GIT_BROKER=$TMP/broker.sock $TMP/guard/git $args" "${extra[@]}" > "$TMP/il.txt"
+  cd - >/dev/null
+  local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
+  awk -v args="$args" -v load="$load" '
+    { n[NR] = $1; mn[NR] = $2; p25[NR] = $3; med[NR] = $4 }
+    END {
+      printf "[interleaved] git %s (load %s), min / p25 / median ms:\n", args, load
+      for (i = 1; i <= NR; i++)
+        printf "  %-10s %6.3f %6.3f %6.3f   added p25 %+.3f  median %+.3f\n", n[i], mn[i], p25[i], med[i], p25[i] - p25[1], med[i] - med[1]
+    }' "$TMP/il.txt"
+}
+
 if [ -n "${OLD_GUARD:-}" ]; then
   mkdir -p "$TMP/old"
   ln -s "$OLD_GUARD" "$TMP/old/git"
   "$OLD_GUARD" serve --socket "$TMP/old.sock" --git "$TMP/libexec/git" 2>"$TMP/old.log" &
   OPID=$!
   for _ in $(seq 100); do [ -S "$TMP/old.sock" ] && break; sleep 0.02; done
-  echo "== broker A/B: real git, this build's broker, OLD_GUARD's broker (each behind env)"
-  for args in "rev-parse HEAD" "status --short"; do
-    cd "$R"
-    env -i HOME="$TMP/home" SBX_AUDIT_LOG="$TMP/audit.jsonl" GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
-      hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/ab.csv" \
-        "env $REAL $args" "env SBX_GIT_BROKER=$TMP/broker.sock $TMP/guard/git $args" \
-        "env SBX_GIT_BROKER=$TMP/old.sock $TMP/old/git $args" >/dev/null 2>&1
-    cd - >/dev/null
-    read -r a b c < <(summarize "$TMP/ab.csv")
-    echo "[ab] git $args: real ${a} ms   broker ${b} ms   old broker ${c} ms"
-  done
 fi
+echo "== real git, guard and broker interleaved (OLD_GUARD: that build's broker too)"
+interleaved rev-parse HEAD
+interleaved status --short

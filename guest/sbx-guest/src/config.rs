@@ -6,7 +6,11 @@
 //! [services.git-broker]
 //! command = ["sbx-git-guard", "serve", "--socket", "/run/sbx-git/broker.sock"]
 //! user = "root"
+//! ready_socket = "/run/sbx-git/broker.sock"
 //! ```
+//!
+//! With `ready_socket`, the agent's command starts (and the status says
+//! ready) only once that socket accepts connections.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -82,6 +86,9 @@ pub struct Service {
     pub command: Vec<String>,
     #[serde(default)]
     pub user: User,
+    /// A unix socket the service listens on, awaited before the agent starts.
+    #[serde(default)]
+    pub ready_socket: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -115,6 +122,11 @@ pub fn parse(text: &str) -> Result<GuestFile, String> {
         if s.command.is_empty() || s.command[0].is_empty() {
             return Err(format!(
                 "services.{name}.command: give the program and its arguments"
+            ));
+        }
+        if s.ready_socket.as_ref().is_some_and(|p| !p.is_absolute()) {
+            return Err(format!(
+                "services.{name}.ready_socket: give an absolute path"
             ));
         }
     }
@@ -205,12 +217,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(f.services["git-broker"].user, User::Root);
+        assert_eq!(f.services["git-broker"].ready_socket, None);
+        let f = parse("[services.b]\ncommand = [\"b\"]\nready_socket = \"/run/b.sock\"\n").unwrap();
+        assert_eq!(
+            f.services["b"].ready_socket.as_deref(),
+            Some(Path::new("/run/b.sock"))
+        );
         let f = parse("[services.ttyd]\ncommand = [\"ttyd\"]\n").unwrap();
         assert_eq!(f.services["ttyd"].user, User::Agent);
         for bad in [
             "[services.x]\ncommand = []\n",
             "[services.x]\ncommand = [\"a\"]\nuser = \"admin\"\n",
             "[services.x]\ncommand = [\"a\"]\nrestart = 1\n",
+            "[services.x]\ncommand = [\"a\"]\nready_socket = \"run/x.sock\"\n",
             "[other]\n",
         ] {
             assert!(parse(bad).is_err(), "{bad}");

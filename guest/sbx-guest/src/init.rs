@@ -4,6 +4,7 @@
 //! the stop and crash-loop paths are unit tests with a recording fake.
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -44,6 +45,8 @@ pub trait Procs {
     fn signal_rest(&mut self, sig: Signal);
     /// Reap everything that ended; `true` when no child is left at all.
     fn reap(&mut self) -> (Vec<(i32, Ended)>, bool);
+    /// Wait until a unix socket accepts connections, at most until `by`.
+    fn await_socket(&mut self, path: &Path, by: Instant) -> Result<(), String>;
 }
 
 #[derive(Debug)]
@@ -53,12 +56,17 @@ struct Svc {
     started: Option<Instant>,
     failures: u32,
     next: Option<Instant>,
+    /// A socket the service serves: the main child starts once it listens.
+    ready: Option<PathBuf>,
 }
 
 /// Backoff after the n-th quick failure: 1 s, 2 s, 4 s … at most 60 s.
 pub fn backoff(n: u32) -> Duration {
     Duration::from_secs(1u64 << n.min(6)).min(Duration::from_secs(60))
 }
+
+/// How long the main child waits for the services' sockets, in all.
+pub const READY_WAIT: Duration = Duration::from_secs(10);
 
 /// A service that ran this long before ending starts again without delay.
 const HEALTHY_RUN: Duration = Duration::from_secs(30);
@@ -93,6 +101,7 @@ impl Supervisor {
                     started: None,
                     failures: 0,
                     next: None,
+                    ready: None,
                 })
                 .collect(),
             stopping: None,
@@ -121,6 +130,17 @@ impl Supervisor {
         true
     }
 
+    /// The main child (and so the agent, and the status's "ready") waits
+    /// until service `name` accepts connections on `socket`: the git broker
+    /// is the only way to git, and a first `git` must not find it missing.
+    pub fn ready_when_listening(&mut self, name: &str, socket: &Path) -> bool {
+        let Some(s) = self.services.iter_mut().find(|s| s.spec.name == name) else {
+            return false;
+        };
+        s.ready = Some(socket.to_owned());
+        true
+    }
+
     /// Whether the service `name` runs now (None: no such service).
     pub fn running(&self, name: &str) -> Option<bool> {
         self.services
@@ -129,12 +149,29 @@ impl Supervisor {
             .map(|s| s.pid.is_some())
     }
 
-    /// Services first (brokers the agent talks to), then the main child.
-    /// A main child that cannot start is an error: the caller reports it.
+    /// Services first (brokers the agent talks to), then, once each with a
+    /// socket listens, the main child. A main child that cannot start, or a
+    /// socket that does not listen within READY_WAIT, is an error: the
+    /// caller reports it and nothing of the agent's runs.
     pub fn start(&mut self, p: &mut dyn Procs, now: Instant) -> Result<(), String> {
         for i in 0..self.services.len() {
             if self.services[i].pid.is_none() {
                 self.start_service(p, i, now);
+            }
+        }
+        let by = now + READY_WAIT;
+        for i in 0..self.services.len() {
+            let Some(sock) = self.services[i].ready.clone() else {
+                continue;
+            };
+            if let Err(e) = p.await_socket(&sock, by) {
+                self.default_status = 69;
+                self.begin_stop(p, now);
+                return Err(format!(
+                    "service {} does not listen on {} ({e}) after {READY_WAIT:?}",
+                    self.services[i].spec.name,
+                    sock.display()
+                ));
             }
         }
         if let Some(spec) = self.main_spec.clone() {
@@ -362,6 +399,9 @@ pub mod fake {
         pub signals: Vec<(i32, Signal)>,
         pub spawned: Vec<String>,
         pub fail_spawn: BTreeSet<String>,
+        /// Sockets that listen; each wait, with how many had been spawned.
+        pub listening: BTreeSet<PathBuf>,
+        pub waits: Vec<(usize, PathBuf)>,
     }
 
     impl FakeProcs {
@@ -393,6 +433,14 @@ pub mod fake {
         }
         fn reap(&mut self) -> (Vec<(i32, Ended)>, bool) {
             (std::mem::take(&mut self.ended), self.live.is_empty())
+        }
+        fn await_socket(&mut self, path: &Path, _by: Instant) -> Result<(), String> {
+            self.waits.push((self.spawned.len(), path.to_owned()));
+            if self.listening.contains(path) {
+                Ok(())
+            } else {
+                Err("timed out".into())
+            }
         }
     }
 }
@@ -536,6 +584,47 @@ mod tests {
         s.tick(&mut p, t1 + Duration::from_secs(1));
         assert_eq!(s.running("sbx-fw-proxy"), Some(true));
         assert_eq!(s.running("nothing"), None);
+    }
+
+    #[test]
+    fn the_main_child_starts_only_once_the_brokers_socket_listens() {
+        let sock = Path::new("/run/sbx-git/broker.sock");
+        let mut p = FakeProcs::default();
+        p.listening.insert(sock.to_owned());
+        let mut s = Supervisor::new(
+            Some(spec("main", true)),
+            vec![spec("git-broker", false), spec("backup", false)],
+            Duration::from_secs(3),
+        );
+        assert!(s.ready_when_listening("git-broker", sock));
+        assert!(!s.ready_when_listening("nothing", sock));
+        s.start(&mut p, Instant::now()).unwrap();
+        // Both services spawned, then the wait, then main.
+        assert_eq!(p.spawned, ["git-broker", "backup", "main"]);
+        assert_eq!(p.waits, [(2, sock.to_owned())]);
+    }
+
+    #[test]
+    fn a_broker_that_never_listens_keeps_the_agent_from_starting() {
+        let sock = Path::new("/run/sbx-git/broker.sock");
+        let mut p = FakeProcs::default();
+        let mut s = Supervisor::new(
+            Some(spec("main", true)),
+            vec![spec("git-broker", false)],
+            Duration::from_secs(3),
+        );
+        s.ready_when_listening("git-broker", sock);
+        let err = s.start(&mut p, Instant::now()).unwrap_err();
+        assert!(
+            err.contains("git-broker") && err.contains("/run/sbx-git/broker.sock"),
+            "{err}"
+        );
+        assert_eq!(p.spawned, ["git-broker"], "main never started");
+        assert!(s.stopping());
+        assert!(
+            p.signals
+                .contains(&(p.pid_of("git-broker"), Signal::SIGTERM))
+        );
     }
 
     #[test]

@@ -286,6 +286,16 @@ impl Procs for RealProcs {
             None => reap_all(),
         }
     }
+
+    fn await_socket(&mut self, path: &Path, by: Instant) -> Result<(), String> {
+        loop {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() >= by => return Err(e.to_string()),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
 }
 
 /// waitpid(-1) until nothing more has ended.
@@ -685,6 +695,11 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             }
             fx.marks.push(("masks+caps", t0.elapsed()));
             let mut sup = Supervisor::new(Some(main), svcs, stop_grace());
+            for (name, s) in &file.services {
+                if let Some(sock) = &s.ready_socket {
+                    sup.ready_when_listening(name, sock);
+                }
+            }
             if let Some(Some(pid)) = proxy {
                 sup.adopt(PROXY_SVC, pid, Instant::now());
             }

@@ -712,6 +712,60 @@ fn services_are_supervised_with_backoff() {
         .output();
 }
 
+/// The agent starts, and the status says ready, only once the git broker
+/// listens: with a broker that takes 2 s to come up, the main command's
+/// very first `git` works (the guard's own wait for a missing broker is
+/// 0.5 s, so it cannot cover for a guest that starts the agent early).
+#[test]
+fn the_agent_starts_only_after_the_git_broker_listens() {
+    let Some(img) = image() else { return };
+    let derived = format!("sbx-guest-e2e-ready:{}", std::process::id());
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ctx.path().join("guest.toml"),
+        "[services.git-broker]\n\
+         command = [\"sh\", \"-c\", \"sleep 2; exec setpriv --inh-caps=-all \
+         --bounding-set=-all,+setuid,+setgid -- sbx-git-guard serve \
+         --socket /run/sbx-git/broker.sock --git /usr/libexec/sbx/git\"]\n\
+         user = \"root\"\nready_socket = \"/run/sbx-git/broker.sock\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        format!("FROM {img}\nCOPY guest.toml /etc/sbx/guest.toml\n"),
+    )
+    .unwrap();
+    sh(Command::new("docker")
+        .args(["build", "-q", "-t", &derived])
+        .arg(ctx.path()));
+    let s = Sandbox::run(
+        "ready",
+        &derived,
+        &[
+            "sh",
+            "-c",
+            "cd /tmp && git init -q r && git -C r rev-parse --git-dir >&2 \
+             && echo first-git-ok >&2 || echo first-git-failed >&2; exec sleep infinity",
+        ],
+    );
+    let log = s.wait_for("first-git-");
+    assert!(log.contains("first-git-ok"), "{log}");
+    // The status went ready after the broker's 2 s, not before.
+    let log = s.wait_for("sbx-guest: ready (");
+    let ms: u64 = log
+        .split("sbx-guest: ready (")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(ms >= 1900, "ready after {ms} ms:\n{log}");
+    assert_eq!(s.status()["state"], "ready", "{}", s.status());
+    drop(s);
+    let _ = Command::new("docker")
+        .args(["rmi", "-f", &derived])
+        .output();
+}
+
 /// A secret file the host creates after the start is unreadable to the
 /// agent within a second; an allowed one stays readable.
 #[test]

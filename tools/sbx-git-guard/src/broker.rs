@@ -121,7 +121,8 @@ pub fn forward(args: &[OsString], pass_through: Option<&str>) -> Option<ExitCode
     };
     let req = Request {
         kind,
-        umask: privsep::umask(),
+        // The guard runs no threads: set-and-restore is safe here.
+        umask: privsep::umask_single_threaded(),
         args,
         env,
     };
@@ -134,12 +135,14 @@ pub fn forward(args: &[OsString], pass_through: Option<&str>) -> Option<ExitCode
     })
 }
 
-/// The broker is a service the guest starts just before the sandbox is
-/// ready (and restarts after a crash): a call that comes first waits up to
-/// two seconds for its socket, then fails (git does not run).
+/// The guest starts the agent only once the broker listens (guest.toml's
+/// `ready_socket`), so a missing broker here is one being restarted after
+/// a crash (at once after a run of 30 s or more), or a stale socket file
+/// from the container's last run. Half a second covers the restart; then
+/// the call fails and git does not run.
 fn connect(socket: &Path) -> Result<UnixStream, String> {
     use std::io::ErrorKind::{ConnectionRefused, NotFound};
-    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let give_up = std::time::Instant::now() + CONNECT_WAIT;
     loop {
         match UnixStream::connect(socket) {
             Ok(c) => return Ok(c),
@@ -147,12 +150,15 @@ fn connect(socket: &Path) -> Result<UnixStream, String> {
                 if matches!(e.kind(), NotFound | ConnectionRefused)
                     && std::time::Instant::now() < give_up =>
             {
-                std::thread::sleep(std::time::Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(10));
             }
             Err(e) => return Err(e.to_string()),
         }
     }
 }
+
+/// How long a call waits for a broker that is not listening.
+pub const CONNECT_WAIT: Duration = Duration::from_millis(500);
 
 /// One round trip: connect, send, relay signals until the reply.
 pub fn call(socket: &Path, req: &Request) -> Result<ExitCode, String> {
@@ -233,6 +239,11 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
     // Every local user may ask; the broker decides what each may do.
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(sock_err)?;
     privsep::auto_reap_children().map_err(sock_err)?;
+    // CPU feature detection (memchr asks on first use) runs CPUID, which
+    // traps to the hypervisor in a VM (~12 µs a leaf measured here): done
+    // once here, every spare inherits the answer instead of asking per call.
+    #[cfg(target_arch = "x86_64")]
+    let _ = std::arch::is_x86_feature_detected!("avx2");
     // Spares, made ahead so no fork is on a call's path: each is a session
     // and git's process-to-be, forked and blocked in accept(); it passes
     // the session a copy of the connection. A spare that takes one says so, and a
@@ -278,7 +289,8 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
 const SPARES: usize = 2;
 
 /// A spare session: fork git's process-to-be, which waits in accept() and
-/// hands the connection back once it has one; then wait for git and relay.
+/// hands the connection back once it has read the request; then wait for
+/// git and relay.
 /// Never returns.
 fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
     let _ = privsep::reset_signals();
@@ -315,7 +327,8 @@ fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Opt
         // The runner ended before a connection came (it said why).
         _ => std::process::exit(0),
     };
-    let code = match session_inner(&conn, &handoff, child) {
+    drop(handoff);
+    let code = match session_inner(&conn, child) {
         Ok(()) => 0,
         Err(msg) => {
             let _ = privsep::kill_group(child, libc_sig::SIGKILL);
@@ -326,10 +339,9 @@ fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Opt
     std::process::exit(code)
 }
 
-/// git's process-to-be: accept a connection, pass a copy to the session,
-/// read the request, become the peer, decide, exec. Never returns. Its end
-/// of the hand-over socket closes on exec (or exit), which tells the
-/// session the request was read.
+/// git's process-to-be: accept a connection, read the request, become
+/// the peer, pass the session a copy of the connection, decide, exec.
+/// Never returns.
 fn runner(
     listener: UnixListener,
     taken: UnixStream,
@@ -351,10 +363,6 @@ fn runner(
     let _ = (&taken).write_all(&[1]);
     drop(taken);
     drop(listener);
-    if privsep::send_with_fds(to_session.as_fd(), b"c", &[conn.as_fd()]).is_err() {
-        let _ = proto::send_reply(&conn, &Reply::Error("the session is gone".into()));
-        std::process::exit(1)
-    }
     // The kernel's word, taken before anything the peer sends.
     let peer = match conn.peer() {
         Ok(p) => p,
@@ -370,9 +378,18 @@ fn runner(
             std::process::exit(1)
         }
     };
+    // The session gets the connection only now: the request has been read
+    // (what follows on it are signal frames) and this process is the peer
+    // (so a signal it relays at once reaches it). It wakes once before git
+    // ends, not twice.
+    let prepared = prepare(&req, &fds, &peer);
+    if privsep::send_with_fds(to_session.as_fd(), b"c", &[conn.as_fd()]).is_err() {
+        let _ = proto::send_reply(&conn, &Reply::Error("the session is gone".into()));
+        std::process::exit(1)
+    }
     drop(conn);
     drop(to_session);
-    run_as_peer(&req, fds, &peer, git.as_fd(), exec_path)
+    run_as_peer(&req, fds, prepared, git.as_fd(), exec_path)
 }
 
 /// Open the real git by fd, and refuse a layout that leaves it exposed.
@@ -414,47 +431,38 @@ fn nix_uid() -> u32 {
         .unwrap_or(u32::MAX)
 }
 
-/// The session, once its runner has passed it the connection: become the peer,
-/// wait until the runner has read the request (its hand-over end closes),
-/// then relay signals until git ends and report how.
-fn session_inner(
-    conn: &UnixStream,
-    handoff: &UnixStream,
-    child: privsep::Pid,
-) -> Result<(), String> {
+/// The session, once its runner has read the request and passed it the
+/// connection: become the peer, relay signals until git ends, report how.
+fn session_inner(conn: &UnixStream, child: privsep::Pid) -> Result<(), String> {
     let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
     // It lets go of root and becomes the peer too, so it may signal git's
     // group without CAP_KILL (the container has none) and holds nothing more.
     privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
     let pidfd = privsep::pidfd_open(child).map_err(|e| format!("pidfd: {e}"))?;
-    // Until the runner has read the request, the connection's bytes are
-    // the request's, not signal frames.
-    let ready = privsep::poll_readable(&[pidfd.as_fd(), handoff.as_fd()])
-        .map_err(|e| format!("poll: {e}"))?;
+    // The runner has read the request before handing the connection over:
+    // what arrives now are signal frames.
     let mut client_gone = false;
-    if !ready[0] {
-        loop {
-            let watch: Vec<BorrowedFd<'_>> = if client_gone {
-                vec![pidfd.as_fd()]
-            } else {
-                vec![pidfd.as_fd(), conn.poll_fd()]
-            };
-            let ready = privsep::poll_readable(&watch).map_err(|e| format!("poll: {e}"))?;
-            if ready[0] {
-                break;
+    loop {
+        let watch: Vec<BorrowedFd<'_>> = if client_gone {
+            vec![pidfd.as_fd()]
+        } else {
+            vec![pidfd.as_fd(), conn.poll_fd()]
+        };
+        let ready = privsep::poll_readable(&watch).map_err(|e| format!("poll: {e}"))?;
+        if ready[0] {
+            break;
+        }
+        match proto::read_signal(conn) {
+            Ok(Some(sig)) if RELAYED.contains(&sig) => {
+                let _ = privsep::kill_group(child, sig);
             }
-            match proto::read_signal(conn) {
-                Ok(Some(sig)) if RELAYED.contains(&sig) => {
-                    let _ = privsep::kill_group(child, sig);
-                }
-                // Unknown signals are ignored; a broken or closed connection
-                // means the guard died (kill -9): git dies with it, as it
-                // would have had the guard exec'd it.
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => {
-                    client_gone = true;
-                    let _ = privsep::kill_group(child, libc_sig::SIGKILL);
-                }
+            // Unknown signals are ignored; a broken or closed connection
+            // means the guard died (kill -9): git dies with it, as it
+            // would have had the guard exec'd it.
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                client_gone = true;
+                let _ = privsep::kill_group(child, libc_sig::SIGKILL);
             }
         }
     }
@@ -480,11 +488,11 @@ fn read_request_timed<T: Transport>(conn: &T) -> Result<(Request, Vec<OwnedFd>),
 fn run_as_peer(
     req: &Request,
     fds: Vec<OwnedFd>,
-    peer: &PeerCred,
+    prepared: Result<(), String>,
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
 ) -> ! {
-    let code = match prepare(req, &fds, peer) {
+    let code = match prepared {
         Ok(()) => {
             drop(fds);
             decide_and_exec(req, git, exec_path)

@@ -22,6 +22,9 @@ pub struct Repo {
     /// Found by standing inside a git directory that has a work tree
     /// elsewhere (`cd .git && git …`).
     pub inside_git_dir: bool,
+    /// `extensions.worktreeConfig` in the common config (read without
+    /// includes, as setup.c reads it): only then is `config.worktree` read.
+    pub worktree_config: bool,
 }
 
 /// The environment variables setup reads, taken once.
@@ -196,6 +199,10 @@ pub fn discover(
     let core_bare = local
         .as_ref()
         .and_then(|c| c.boolean("core.bare").ok().flatten());
+    let worktree_config = local
+        .as_ref()
+        .and_then(|c| c.boolean("extensions.worktreeConfig").ok().flatten())
+        == Some(true);
     let core_wt = local
         .as_ref()
         .and_then(|c| c.string("core.worktree"))
@@ -218,6 +225,7 @@ pub fn discover(
         common_dir,
         work_tree,
         inside_git_dir,
+        worktree_config,
     }))
 }
 
@@ -321,7 +329,9 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
         .and_then(|b| gix_ref::FullName::try_from(b).ok());
     if let Some(r) = repo {
         push(r.common_dir.join("config"), Source::Local);
-        push(r.git_dir.join("config.worktree"), Source::Worktree);
+        if r.worktree_config {
+            push(r.git_dir.join("config.worktree"), Source::Worktree);
+        }
     }
     let opts = init::Options {
         includes: includes::Options::follow(
@@ -428,6 +438,7 @@ fn sandbox_repo() -> Option<Repo> {
         common_dir: common,
         work_tree: Some(w.dir.clone()),
         inside_git_dir: false,
+        worktree_config: false,
     })
 }
 

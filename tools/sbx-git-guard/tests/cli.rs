@@ -672,6 +672,11 @@ fn repository_discovery_matches_git() {
             format!("gitdir: {}\r\n", lab.path("sep.git").display()),
         )
         .unwrap();
+        // A gitfile with a relative path (relative to the gitfile, not the
+        // cwd: the case runs in a subdirectory).
+        std::fs::create_dir_all(lab.path("relfile/sub")).unwrap();
+        std::fs::create_dir_all(lab.path("r/sub")).unwrap();
+        std::fs::write(lab.path("relfile/.git"), "gitdir: ../sep.git\n").unwrap();
         // A linked worktree, and a bare repository.
         lab.real("r", &["worktree", "add", "-q", "../wt"]);
         lab.real(".", &["init", "-q", "--bare", "bare.git"]);
@@ -685,9 +690,12 @@ fn repository_discovery_matches_git() {
             ("r/decoy-junk", vec![]),
             ("r/decoy-valid", vec![]),
             ("crlf", vec![]),
+            ("relfile/sub", vec![]),
             ("wt", vec![]),
             ("bare.git", vec![]),
             ("r", vec![("GIT_DIR".into(), p("other/.git"))]),
+            ("r", vec![("GIT_DIR".into(), "../other/.git".into())]),
+            ("r/sub", vec![("GIT_DIR".into(), "../../other/.git".into())]),
             (
                 "r",
                 vec![
@@ -830,6 +838,326 @@ fn alias_lookup_matches_git() {
                 ));
             }
         }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    });
+}
+
+/// Class 2 over configuration sources: wherever an alias can come from
+/// (the repository's config and what it includes, includeIf on the git
+/// dir, the branch or a remote's URL, matching or not, the global and XDG
+/// files, the worktree's config, the environment's config), git's own
+/// `config --get-regexp` says whether git sees `alias.sneak`, and the guard
+/// refuses `git sneak` exactly when it does; the branch never moves.
+#[test]
+fn config_sources_match_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook("r", "pre-commit", "exit 1");
+        let alias = "[alias]\n\tsneak = commit --no-verify\n";
+        std::fs::write(lab.path("inc.conf"), alias).unwrap();
+        std::fs::write(
+            lab.path("chain.conf"),
+            format!("[include]\n\tpath = {}\n", lab.path("inc.conf").display()),
+        )
+        .unwrap();
+        std::fs::write(lab.path("r/.git/rel.conf"), alias).unwrap();
+        let xdg = lab.path("xdg/git");
+        std::fs::create_dir_all(&xdg).unwrap();
+        std::fs::create_dir_all(lab.path("home/.config/git")).unwrap();
+        let inc = lab.path("inc.conf").display().to_string();
+        let r = lab.path("r").canonicalize().unwrap().display().to_string();
+        let local_path = lab.path("r/.git/config");
+        let local_base = std::fs::read_to_string(&local_path).unwrap();
+        let global_path = lab.path("home/.gitconfig");
+        let global_base = std::fs::read_to_string(&global_path).unwrap();
+        let wt_path = lab.path("r/.git/config.worktree");
+        // (case, added to .git/config, to ~/.gitconfig, ~/.config/git/config,
+        // $XDG_CONFIG_HOME/git/config, .git/config.worktree, environment)
+        type Case = (
+            &'static str,
+            String,
+            String,
+            String,
+            String,
+            String,
+            Vec<(String, String)>,
+        );
+        let none = String::new;
+        let env = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let cases: Vec<Case> = vec![
+            (
+                "local",
+                alias.into(),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "upper-case section and key",
+                "[ALIAS]\n\tSNEAK = commit --no-verify\n".into(),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "continued line",
+                "[alias]\n\tsneak = commit \\\n --no-verify\n".into(),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "include.path",
+                format!("[include]\n\tpath = {inc}\n"),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "relative include",
+                "[include]\n\tpath = rel.conf\n".into(),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "include chain",
+                format!("[include]\n\tpath = {}\n", lab.path("chain.conf").display()),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "missing include",
+                format!("[include]\n\tpath = {inc}.missing\n"),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "includeIf gitdir matching",
+                format!("[includeIf \"gitdir:{r}/\"]\n\tpath = {inc}\n"),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "includeIf gitdir elsewhere",
+                format!("[includeIf \"gitdir:{r}-other/\"]\n\tpath = {inc}\n"),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "includeIf gitdir/i",
+                format!(
+                    "[includeIf \"gitdir/i:{}/\"]\n\tpath = {inc}\n",
+                    r.to_uppercase()
+                ),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "includeIf onbranch matching",
+                format!("[includeIf \"onbranch:main\"]\n\tpath = {inc}\n"),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "includeIf onbranch other",
+                format!("[includeIf \"onbranch:other\"]\n\tpath = {inc}\n"),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "includeIf hasconfig matching",
+                format!(
+                    "[remote \"o\"]\n\turl = https://example.invalid/x.git\n[includeIf \"hasconfig:remote.*.url:https://example.invalid/**\"]\n\tpath = {inc}\n"
+                ),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "includeIf hasconfig other",
+                format!(
+                    "[includeIf \"hasconfig:remote.*.url:https://elsewhere.invalid/**\"]\n\tpath = {inc}\n"
+                ),
+                none(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "global",
+                none(),
+                alias.into(),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "global include",
+                none(),
+                format!("[include]\n\tpath = {inc}\n"),
+                none(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "home XDG",
+                none(),
+                none(),
+                alias.into(),
+                none(),
+                none(),
+                vec![],
+            ),
+            (
+                "XDG_CONFIG_HOME",
+                none(),
+                none(),
+                none(),
+                alias.into(),
+                none(),
+                env(&[("XDG_CONFIG_HOME", &lab.path("xdg").display().to_string())]),
+            ),
+            (
+                "XDG_CONFIG_HOME unset: not read",
+                none(),
+                none(),
+                none(),
+                alias.into(),
+                none(),
+                vec![],
+            ),
+            (
+                "worktree config on",
+                "[extensions]\n\tworktreeConfig = true\n".into(),
+                none(),
+                none(),
+                none(),
+                alias.into(),
+                vec![],
+            ),
+            (
+                "worktree config off",
+                none(),
+                none(),
+                none(),
+                none(),
+                alias.into(),
+                vec![],
+            ),
+            (
+                "GIT_CONFIG_COUNT",
+                none(),
+                none(),
+                none(),
+                none(),
+                none(),
+                env(&[
+                    ("GIT_CONFIG_COUNT", "1"),
+                    ("GIT_CONFIG_KEY_0", "alias.sneak"),
+                    ("GIT_CONFIG_VALUE_0", "commit --no-verify"),
+                ]),
+            ),
+            (
+                "GIT_CONFIG_COUNT include",
+                none(),
+                none(),
+                none(),
+                none(),
+                none(),
+                env(&[
+                    ("GIT_CONFIG_COUNT", "1"),
+                    ("GIT_CONFIG_KEY_0", "include.path"),
+                    ("GIT_CONFIG_VALUE_0", &inc),
+                ]),
+            ),
+            (
+                "GIT_CONFIG_PARAMETERS",
+                none(),
+                none(),
+                none(),
+                none(),
+                none(),
+                env(&[(
+                    "GIT_CONFIG_PARAMETERS",
+                    "'alias.sneak'='commit --no-verify'",
+                )]),
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (case, local, global, home_xdg, xdg_home, wt, extra) in &cases {
+            std::fs::write(&local_path, format!("{local_base}{local}")).unwrap();
+            std::fs::write(&global_path, format!("{global_base}{global}")).unwrap();
+            std::fs::write(lab.path("home/.config/git/config"), home_xdg).unwrap();
+            std::fs::write(xdg.join("config"), xdg_home).unwrap();
+            std::fs::write(&wt_path, wt).unwrap();
+            let envs: Vec<(&str, &str)> = extra
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let mut c = lab.cmd(lab.real.as_os_str(), "r");
+            c.args(["config", "--get-regexp", "^alias[.]sneak$"]);
+            for (k, v) in &envs {
+                c.env(k, v);
+            }
+            let seen = c.output().unwrap();
+            let sees = seen.status.success()
+                && String::from_utf8_lossy(&seen.stdout).contains("--no-verify");
+            let before = lab.head("r", "HEAD");
+            let out = lab.git_env("r", &["sneak", "--allow-empty", "-m", "m"], &envs);
+            let moved = lab.head("r", "HEAD") != before;
+            if moved || refused(&out) != sees {
+                wrong.push(format!(
+                    "{case}: git sees the alias {sees}, guard refused {} ({}), HEAD moved {moved}",
+                    refused(&out),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            if moved {
+                lab.real("r", &["reset", "-q", "--soft", &before]);
+            }
+        }
+        std::fs::write(&local_path, local_base).unwrap();
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     });
 }

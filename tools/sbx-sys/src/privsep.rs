@@ -185,6 +185,16 @@ pub fn set_umask(mask: u32) {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(mask & 0o777));
 }
 
+/// This process's umask by setting it and setting it back: two syscalls
+/// instead of generating /proc/self/status (the guard's client, once per
+/// git call). Only where no other thread can create a file in between.
+pub fn umask_single_threaded() -> u32 {
+    use nix::sys::stat::{Mode, umask};
+    let old = umask(Mode::from_bits_truncate(0o077));
+    umask(old);
+    old.bits() as u32
+}
+
 /// This process's umask, read without changing it (/proc, Linux 4.7).
 pub fn umask() -> u32 {
     std::fs::read_to_string("/proc/self/status")

@@ -334,7 +334,7 @@ fn parse(key: &str, args: &[OsString]) -> Result<Args, Block> {
 
 /// Does this parse skip hooks? `--no-verify` for most; pull spells its
 /// option `verify`, so `--no-verify` is its negation.
-fn skips_hooks(a: &Args) -> bool {
+pub(crate) fn skips_hooks(a: &Args) -> bool {
     for o in a.opts.iter().rev() {
         match o.name.as_str() {
             "no-verify" => return !o.negated,
@@ -355,6 +355,49 @@ fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> 
         )),
         None => Ok(()),
     }
+}
+
+/// `-s`/`--strategy NAME` of merge, pull, rebase, cherry-pick and revert:
+/// only git's own strategies (`keys::STRATEGIES`).
+fn refuse_strategies(cmd: &str, a: &Args) -> Result<(), Block> {
+    for v in a.values("strategy") {
+        let v = s(v);
+        if !keys::STRATEGIES.contains(&&*v) {
+            return Err(block(
+                R::ExecOption,
+                format!(
+                    "git {cmd} --strategy={v} runs git-merge-{v}, a program of the caller's choosing, and commits its result without pre-commit"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The stored `branch.<current>.mergeOptions`, which git merge (and pull's
+/// merge) parses as if typed: the same test as writing it.
+fn check_merge_options(ctx: &Ctx<'_>, cfg: &gix_config::File) -> Result<(), Block> {
+    let Some(b) = ctx
+        .repo
+        .as_ref()
+        .and_then(|r| repo::current_branch(&r.git_dir))
+    else {
+        return Ok(());
+    };
+    let b = b.trim_start_matches("refs/heads/");
+    for v in cfg
+        .strings_by("branch", Some(b.as_bytes().into()), "mergeOptions")
+        .unwrap_or_default()
+    {
+        let v = v.to_string();
+        ctx.check_key(
+            &format!("branch.{b}.mergeOptions"),
+            Some(&v),
+            Via::Write,
+            R::NoVerify,
+        )?;
+    }
+    Ok(())
 }
 
 /// The first word that is not an option (for `stash`, `submodule`, `bisect`,
@@ -753,14 +796,22 @@ fn check_command(
     check_outputs(ctx, cmd, args)?;
     match cmd {
         "commit" => no_verify("commit", "the pre-commit and commit-msg hooks").map(drop),
-        "merge" => no_verify("merge", "the pre-merge-commit and commit-msg hooks").map(drop),
+        "merge" => {
+            let a = no_verify("merge", "the pre-merge-commit and commit-msg hooks")?;
+            refuse_strategies(cmd, &a)?;
+            check_merge_options(ctx, cfg)
+        }
+        "cherry-pick" | "revert" => refuse_strategies(cmd, &parse(cmd, args)?),
         "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks").map(drop),
         "pull" => {
             let a = no_verify("pull", "the merge hooks")?;
+            refuse_strategies(cmd, &a)?;
+            check_merge_options(ctx, cfg)?;
             refuse_exec_options(cmd, &a, &["upload-pack"])
         }
         "rebase" => {
             let a = no_verify("rebase", "the pre-rebase hook")?;
+            refuse_strategies(cmd, &a)?;
             refuse_exec_options(cmd, &a, &["exec"])
         }
         "push" => check_push(ctx, cfg, args),
@@ -940,6 +991,20 @@ fn check_command(
             }
             Ok(())
         }
+        // The strategy program itself, as git runs it (`git merge-NAME`):
+        // whatever spelling or config chose it, in the sandbox it comes here.
+        c if c.starts_with("merge-")
+            && BUILTINS_ANY.binary_search(&c).is_err()
+            && !keys::STRATEGIES.contains(&&c["merge-".len()..])
+            && c != "merge-one-file" =>
+        {
+            Err(block(
+                R::ExecOption,
+                format!(
+                    "git {c} is a merge strategy of the caller's choosing: git would commit what it leaves in the index without pre-commit"
+                ),
+            ))
+        }
         _ => Ok(()),
     }
 }
@@ -1086,7 +1151,8 @@ pub fn decide(
     // builtin of every git can be one) and for push; reading it is skipped
     // otherwise, as it is most of the guard's own work.
     let command = s(first).into_owned();
-    let needs_config = command == "push" || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
+    let needs_config = matches!(command.as_str(), "push" | "merge" | "pull")
+        || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {
         let mut cfg = repo::config(ctx.repo.as_ref(), &setup)
             .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;

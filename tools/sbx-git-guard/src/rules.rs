@@ -107,8 +107,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: R::ExecOption,
         name: "exec-option",
-        blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases",
-        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases",
+        blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases, merge strategies other than git's own",
+        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases; a merge strategy other than git's own (octopus, ort, ours, recursive, resolve, subtree), which is a git-merge-NAME program whose index git commits without pre-commit: -s/--strategy of merge, pull, rebase, cherry-pick and revert, pull.twohead/pull.octopus, branch.*.mergeOptions (which may not skip hooks either, stored or inline), and `git merge-NAME` itself, as git runs it",
     },
     Rule {
         id: R::GitDir,

@@ -1441,3 +1441,80 @@ fn am_runs_the_pre_commit_and_commit_msg_hooks() {
         assert_ne!(lab.head("r", "main"), main);
     });
 }
+
+/// A merge strategy other than git's own is `git-merge-NAME` from PATH: git
+/// commits whatever it leaves in the index, with no pre-commit (merge runs
+/// pre-merge-commit at most; the sequencer nothing). Every way to name one
+/// is refused, and so is the program itself (how git runs it in the
+/// sandbox: `git merge-NAME` through the guard). branch.*.mergeOptions,
+/// which merge reads as typed options, may not skip hooks either.
+#[test]
+fn merge_strategy_programs_and_merge_options_are_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        lab.hook("r", "pre-merge-commit", "exit 1");
+        let evil = lab.path("bin/git-merge-evil");
+        std::fs::write(&evil, "#!/bin/sh\necho MARKER > a\ngit add a\nexit 0\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
+        lab.real("r", &["checkout", "-qb", "side"]);
+        std::fs::write(lab.path("r/b"), "b\n").unwrap();
+        lab.real("r", &["add", "b"]);
+        lab.real("r", &["commit", "-qm", "side"]);
+        lab.real("r", &["checkout", "-q", "main"]);
+        std::fs::write(lab.path("r/c"), "c\n").unwrap();
+        lab.real("r", &["add", "c"]);
+        lab.real("r", &["commit", "-qm", "c"]);
+        let (main, side) = (lab.head("r", "main"), lab.head("r", "side"));
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["merge", "-s", "evil", "-m", "m", "side"],
+            vec!["merge", "-sevil", "-m", "m", "side"],
+            vec!["merge", "--strat=evil", "-m", "m", "side"],
+            vec!["cherry-pick", "--strategy=evil", "side"],
+            vec!["revert", "--strategy", "evil", "HEAD"],
+            vec!["rebase", "-s", "evil", "side"],
+            vec!["pull", "--no-rebase", "-s", "evil", ".", "side"],
+            vec!["-c", "pull.twohead=evil", "merge", "-m", "m", "side"],
+            vec!["-c", "pull.octopus=ours evil", "merge", "-m", "m", "side"],
+            vec!["config", "pull.twohead", "evil"],
+            vec!["config", "branch.main.mergeOptions", " --no-verify"],
+            vec!["config", "branch.main.mergeOptions", " -s evil"],
+            vec![
+                "-c",
+                "branch.main.mergeOptions= --no-verif",
+                "merge",
+                "side",
+            ],
+            // The strategy as git itself runs it.
+            vec!["merge-evil", "HEAD", "--", "HEAD", "side"],
+        ];
+        for a in &cases {
+            let out = lab.git("r", a);
+            assert!(refused(&out), "{a:?}: {out:?}");
+            let _ = lab.git("r", &["reset", "-q", "--hard", &main]);
+            assert_eq!(lab.head("r", "main"), main, "{a:?} moved main");
+            assert_eq!(lab.head("r", "side"), side, "{a:?} moved side");
+        }
+        // Stored by the shell, straight into .git/config: still refused.
+        lab.real("r", &["config", "branch.main.mergeOptions", " --no-verify"]);
+        let out = lab.git("r", &["merge", "-m", "m", "side"]);
+        assert!(refused(&out), "{out:?}");
+        assert_eq!(lab.head("r", "main"), main);
+        lab.real("r", &["config", "--unset", "branch.main.mergeOptions"]);
+        // Control: git's own strategies run (and the merge hook fails).
+        let out = lab.git("r", &["merge", "-s", "ort", "-m", "m", "side"]);
+        assert!(!refused(&out), "{out:?}");
+        lab.real("r", &["merge", "--abort"]);
+        lab.hook("r", "pre-merge-commit", "exit 0");
+        let out = lab.git("r", &["merge", "-s", "ort", "-m", "m", "side"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_ne!(lab.head("r", "main"), main);
+        let out = lab.git("r", &["config", "pull.twohead", "ort"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}

@@ -819,15 +819,13 @@ fn check_command(
         "commit-tree" => plumbing("makes a commit without running any hook"),
         "replay" => plumbing("writes rebased commits without running any hook"),
         "hash-object" => {
-            let typed = args.windows(2).any(|w| {
-                (w[0] == "-t" || w[0] == "--type") && matches!(w[1].as_bytes(), b"commit" | b"tag")
-            }) || args.iter().any(|a| {
-                matches!(
-                    a.as_bytes(),
-                    b"-tcommit" | b"-ttag" | b"--type=commit" | b"--type=tag"
-                )
-            });
-            if typed && args.iter().any(|a| a == "-w" || a == "--stdin-paths") {
+            // parse-options: `-wtcommit`, `-wt commit`, `-t commit -w`.
+            let a = parse("hash-object", args)?;
+            let typed = a
+                .values("-t")
+                .last()
+                .is_some_and(|t| matches!(t.as_bytes(), b"commit" | b"tag"));
+            if typed && a.has("-w") {
                 return plumbing("-t commit -w writes a commit without running any hook");
             }
             Ok(())

@@ -1518,3 +1518,43 @@ fn merge_strategy_programs_and_merge_options_are_refused() {
         assert!(out.status.success(), "{out:?}");
     });
 }
+
+/// `hash-object -t commit -w` in every parse-options spelling (clusters,
+/// attached values) is refused: it writes a commit no hook saw.
+#[test]
+fn hash_object_commits_are_refused_in_every_spelling() {
+    each_git(|lab| {
+        lab.repo("r");
+        let main = lab.head("r", "main");
+        let tree = lab.head("r", "HEAD^{tree}");
+        let body = format!(
+            "tree {tree}\nparent {main}\nauthor A <a@b> 1 +0000\ncommitter A <a@b> 1 +0000\n\nx\n"
+        );
+        for spelling in [
+            &["hash-object", "-wtcommit", "--stdin"][..],
+            &["hash-object", "--stdin", "-wt", "commit"],
+            &["hash-object", "-w", "-tcommit", "--stdin"],
+            &[
+                "hash-object",
+                "--literally",
+                "-w",
+                "-t",
+                "commit",
+                "--stdin",
+            ],
+        ] {
+            let mut c = lab.cmd(OsStr::new("git"), "r");
+            c.args(spelling).stdin(std::process::Stdio::piped());
+            c.stdout(std::process::Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            use std::io::Write as _;
+            // A refusal may come before git reads its input.
+            let _ = child.stdin.take().unwrap().write_all(body.as_bytes());
+            let out = child.wait_with_output().unwrap();
+            assert!(refused(&out), "{spelling:?}: {out:?}");
+        }
+        // Control: hashing a blob still works.
+        let out = lab.git("r", &["hash-object", "-w", "a"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}

@@ -53,10 +53,11 @@ to this binary elsewhere): each hook there runs the trusted hook of the same
 name, and two check first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,
 and any stash commit among the commits it sends; reference-transaction
-refuses moving a branch onto a stash commit or a copy of a stash's change
-(the same file contents, unless already on a branch), for every stash the
-guard saw made (recorded in <common dir>/sbx-stash-seen, so a dropped
-stash's commits stay refused). `stash` and `am` are always routed; for
+refuses moving a branch onto a stash or `git notes` commit or a copy of
+one's change (the same file contents, unless already on a branch), for
+every one the guard saw made (recorded in <common dir>/sbx-stash-seen, so a
+dropped stash's or deleted notes ref's commits stay refused) and every one
+a refs/notes/* ref reaches. `stash`, `notes` and `am` are always routed; for
 `am`, pre-applypatch runs the trusted pre-commit after itself and
 applypatch-msg the trusted commit-msg. In a sandbox every
 repository (a scratch clone, a git or common dir the agent made, a .git

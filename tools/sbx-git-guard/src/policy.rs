@@ -1220,10 +1220,11 @@ pub fn decide(
     // stash commits (reference-transaction): without a stash only a push
     // needs them, and every hook run through them costs a process.
     // `am` always: its hook steps run pre-commit and commit-msg.
-    // `stash` always: its step records the stash commits it makes.
+    // `stash` and `notes` always: the step records the commits they make.
     let moves_refs = last == "push"
         || last == "am"
         || last == "stash"
+        || last == "notes"
         || ((ROUTED.contains(&last.as_str())
             || BUILTINS_ANY.binary_search(&last.as_str()).is_err())
             && ctx

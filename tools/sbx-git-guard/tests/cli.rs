@@ -1558,3 +1558,62 @@ fn hash_object_commits_are_refused_in_every_spelling() {
         assert!(out.status.success(), "{out:?}");
     });
 }
+
+/// `git notes` makes commits whose trees hold the note's text, and no
+/// pre-commit sees them: they may not reach a branch, by merge, reset,
+/// branch -f or cherry-pick, while the notes ref exists or after it is
+/// deleted.
+#[test]
+fn notes_commits_do_not_reach_a_branch() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        let main = lab.head("r", "main");
+
+        let out = lab.git("r", &["notes", "add", "-m", "MARKER", "HEAD"]);
+        assert!(out.status.success(), "{out:?}");
+        let note = lab.head("r", "refs/notes/commits");
+        let attacks: Vec<Vec<&str>> = vec![
+            vec![
+                "merge",
+                "--allow-unrelated-histories",
+                "-m",
+                "m",
+                "refs/notes/commits",
+            ],
+            vec!["reset", "--hard", "refs/notes/commits"],
+            vec!["branch", "-f", "side", "refs/notes/commits"],
+            vec!["cherry-pick", "refs/notes/commits"],
+        ];
+        let check = |attacks: &[Vec<&str>]| {
+            for a in attacks {
+                let out = lab.git("r", a);
+                assert!(!out.status.success(), "{a:?}: {out:?}");
+                let _ = lab.git("r", &["merge", "--abort"]);
+                let _ = lab.git("r", &["cherry-pick", "--abort"]);
+                lab.real("r", &["reset", "-q", "--hard", &main, "--"]);
+                assert_eq!(lab.head("r", "main"), main, "{a:?} moved main");
+                let branches = lab.real("r", &["branch", "--contains", &note]);
+                assert_eq!(branches, "", "{a:?} put the notes commit on a branch");
+            }
+        };
+        check(&attacks);
+        // The notes ref deleted: its commit is still refused, by id.
+        lab.real("r", &["update-ref", "-d", "refs/notes/commits"]);
+        let by_id: Vec<Vec<&str>> = vec![
+            vec!["merge", "--allow-unrelated-histories", "-m", "m", &note],
+            vec!["reset", "--hard", &note],
+        ];
+        check(&by_id);
+        // Control: an honest commit, and notes themselves, still work.
+        std::fs::write(lab.path("r/a"), "ok\n").unwrap();
+        let out = lab.git("r", &["commit", "-qam", "ok"]);
+        assert!(out.status.success(), "{out:?}");
+        let out = lab.git("r", &["notes", "add", "-m", "fine", "HEAD"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}

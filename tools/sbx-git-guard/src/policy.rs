@@ -561,6 +561,11 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
             b"set" | b"unset" | b"rename-section" | b"remove-section" | b"edit" | b"get" | b"list"
         )
     );
+    // git config stops at the first operand (PARSE_OPT_STOP_AT_NON_OPTION):
+    // in `git config KEY -tVALUE` the value is not `-t VALUE`.
+    let parse = |key: &str, args: &[OsString]| {
+        argv::parse(args, table(key), true).map_err(parse_error)
+    };
     let (a, action) = if new_syntax {
         let name = s(&args[0]).into_owned();
         (parse(&format!("config {name}"), &args[1..])?, name)

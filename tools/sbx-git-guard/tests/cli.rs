@@ -1617,3 +1617,38 @@ fn notes_commits_do_not_reach_a_branch() {
         assert!(out.status.success(), "{out:?}");
     });
 }
+
+/// git config stops at its first operand (PARSE_OPT_STOP_AT_NON_OPTION):
+/// in `git config diff.x.textconv '-t; true'` the value is `-t; true`, not
+/// a --type. Read as an option, a refused key got set; with `* diff=x` in
+/// info/attributes the hook's `git diff --cached` then showed nothing.
+#[test]
+fn config_values_starting_with_a_dash_are_read_as_git_reads_them() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        std::fs::write(lab.path("r/.git/info/attributes"), "* diff=x\n").unwrap();
+        let before = lab.head("r", "HEAD");
+        for a in [
+            &["config", "diff.x.textconv", "-t; true"][..],
+            &["config", "diff.x.textconv", "-f/dev/null"],
+            &["config", "core.sshCommand", "-tssh"],
+        ] {
+            let out = lab.git("r", a);
+            assert!(refused(&out) || !out.status.success(), "{a:?}: {out:?}");
+            std::fs::write(lab.path("r/a"), "MARKER\n").unwrap();
+            lab.real("r", &["add", "a"]);
+            let out = lab.git("r", &["commit", "-qm", "x"]);
+            assert!(!out.status.success(), "{a:?} then commit: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?}");
+        }
+        // Values that start with `-` are still values for harmless keys.
+        let out = lab.git("r", &["config", "user.name", "-tname"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(lab.real("r", &["config", "user.name"]), "-tname");
+    });
+}

@@ -77,6 +77,15 @@ pub fn refused(
             "editor" | "pager" | "sshcommand" | "askpass" | "gitproxy" | "alternaterefscommand",
         ) => program,
         ("core", None, "worktree") => "core.worktree can point the work tree into .git",
+        // What a hook's own `git diff --cached` shows: an attributes file
+        // saying `* -diff`, or a size over which every file is binary, turn
+        // the staged text into "Binary files differ"; core.whitespace turns
+        // off `diff --check` (git's sample pre-commit).
+        ("core", None, "attributesfile" | "bigfilethreshold" | "whitespace")
+            if value != Some("\u{0}") =>
+        {
+            "it changes what the hooks' own git commands report about the staged content"
+        }
         ("sequence", None, "editor") => program,
         ("pager", Some(_), _) | ("pager", None, _) if !is_bool(value) => program,
         ("diff", None, "external") => program,

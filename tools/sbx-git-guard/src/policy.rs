@@ -563,9 +563,8 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
     );
     // git config stops at the first operand (PARSE_OPT_STOP_AT_NON_OPTION):
     // in `git config KEY -tVALUE` the value is not `-t VALUE`.
-    let parse = |key: &str, args: &[OsString]| {
-        argv::parse(args, table(key), true).map_err(parse_error)
-    };
+    let parse =
+        |key: &str, args: &[OsString]| argv::parse(args, table(key), true).map_err(parse_error);
     let (a, action) = if new_syntax {
         let name = s(&args[0]).into_owned();
         (parse(&format!("config {name}"), &args[1..])?, name)

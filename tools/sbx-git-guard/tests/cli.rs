@@ -1652,3 +1652,56 @@ fn config_values_starting_with_a_dash_are_read_as_git_reads_them() {
         assert_eq!(lab.real("r", &["config", "user.name"]), "-tname");
     });
 }
+
+/// A hook that reads `git diff --cached` is told "Binary files differ" when
+/// an attributes file says `* -diff` or every file is over
+/// core.bigFileThreshold, and `--check` (git's sample pre-commit) goes
+/// quiet under core.whitespace: these keys may not be set through git.
+#[test]
+fn config_that_blinds_the_hooks_git_is_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi\n\
+             exec git diff-index --check --cached HEAD --",
+        );
+        std::fs::write(lab.path("attrs"), "* -diff\n").unwrap();
+        let attrs = lab.path("attrs").display().to_string();
+        let kv = format!("core.attributesFile={attrs}");
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["config", "core.attributesFile", &attrs],
+            vec!["config", "core.bigFileThreshold", "1"],
+            vec!["config", "core.whitespace", "-trailing-space"],
+            vec!["config", "core.bigFileThreshold", "-1"],
+            vec!["config", "core.whitespace", "-t,-trailing-space"],
+            vec!["-c", &kv, "commit", "-qm", "x"],
+            vec!["-c", "core.bigfilethreshold=1", "commit", "-qm", "x"],
+            vec![
+                "-c",
+                "core.whitespace=-trailing-space",
+                "commit",
+                "-qm",
+                "x",
+            ],
+        ];
+        let before = lab.head("r", "HEAD");
+        for a in &cases {
+            std::fs::write(lab.path("r/a"), "MARKER \n").unwrap();
+            lab.real("r", &["add", "a"]);
+            let out = lab.git("r", a);
+            assert!(refused(&out), "{a:?}: {out:?}");
+            let out = lab.git("r", &["commit", "-qm", "x"]);
+            assert!(!out.status.success(), "{a:?} then commit: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?}");
+        }
+        // Unsetting them is fine; so is a clean commit.
+        let out = lab.git("r", &["config", "--unset", "core.whitespace"]);
+        assert!(!refused(&out), "{out:?}");
+        std::fs::write(lab.path("r/a"), "fine\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        let out = lab.git("r", &["commit", "-qm", "x"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}

@@ -539,6 +539,9 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
             return Exit::Denied.code();
         }
     };
+    if allow.records_stash {
+        return crate::run_recording_stash(&fd_path(git), &allow);
+    }
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);
     let err = privsep::execveat_fd(git, &argv, &allow.env);
@@ -602,6 +605,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 pin: None,
                 moves_refs: false,
                 precommit_first: false,
+                records_stash: false,
                 repo: None,
             })
         }

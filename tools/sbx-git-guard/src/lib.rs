@@ -376,6 +376,7 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
     };
     let found = || git_exec_path(&real);
     match decide_and_prepare(args, &env, &cwd, settings, &real, found, sandboxed, config) {
+        Ok(allow) if allow.records_stash => run_recording_stash(&real, &allow).into(),
         Ok(allow) => exec(&real, allow),
         Err(b) => refuse(args, &b),
     }
@@ -554,6 +555,63 @@ pub fn precommit_first(real: &Path, allow: &Allow) -> Result<(), Block> {
     }
 }
 
+/// `git stash create` makes a commit no hook saw and prints its id: run
+/// git as a child, record each id in `<common dir>/sbx-stash-seen` (where
+/// the reference-transaction and pre-push steps look), and only then pass
+/// the output on. Nothing recorded, nothing printed: the caller never
+/// learns an id the steps do not know.
+pub(crate) fn run_recording_stash(real: &Path, allow: &Allow) -> u8 {
+    let Some(common) = allow.repo.as_ref().map(|r| r.common_dir.clone()) else {
+        output::error("git stash create outside a repository: nothing to record it in");
+        return Exit::Denied.code();
+    };
+    let mut argv = allow.args.iter();
+    let out = std::process::Command::new(real)
+        .args(argv.by_ref())
+        .env_clear()
+        .envs(allow.env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            output::error(&format!("cannot run the real git: {e}"));
+            return Exit::CannotInvoke.code();
+        }
+    };
+    let ids: Vec<u8> = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| l.len() >= 40 && l.iter().all(u8::is_ascii_hexdigit))
+        .flat_map(|l| l.iter().copied().chain([b'\n']))
+        .collect();
+    if !ids.is_empty() {
+        let rec = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(common.join(hooks::SEEN_FILE))
+            .and_then(|mut f| f.write_all(&ids));
+        if let Err(e) = rec {
+            output::error(&format!(
+                "cannot record the stash commit in {}: {e}; its id is withheld",
+                hooks::SEEN_FILE
+            ));
+            return Exit::Denied.code();
+        }
+    }
+    if std::io::stdout().write_all(&out.stdout).is_err() {
+        return Exit::IoErr.code();
+    }
+    match out.status.code() {
+        Some(c) => u8::try_from(c).unwrap_or(1),
+        None => 128u8.saturating_add(
+            std::os::unix::process::ExitStatusExt::signal(&out.status)
+                .and_then(|s| u8::try_from(s).ok())
+                .unwrap_or(0),
+        ),
+    }
+}
+
 fn exec(real: &Path, allow: Allow) -> ExitCode {
     let mut argv: Vec<OsString> = Vec::with_capacity(allow.args.len() + 1);
     argv.push("git".into());
@@ -588,6 +646,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             pin: None,
             moves_refs: false,
             precommit_first: false,
+            records_stash: false,
             repo: None,
         },
     )

@@ -73,6 +73,10 @@ pub struct Allow {
     /// A sequencer `--continue`: run the repository's pre-commit on the
     /// index first when it differs from HEAD (`lib::precommit_first`).
     pub precommit_first: bool,
+    /// `git stash create`: run git as a child and record the commit it
+    /// prints in `<common dir>/sbx-stash-seen` before the caller sees its id
+    /// (`lib::run_recording_stash`). git merge runs it for itself.
+    pub records_stash: bool,
     /// The repository git will act on, as the guard found it.
     pub repo: Option<Repo>,
 }
@@ -880,7 +884,8 @@ fn check_command(
             }
         }
         "stash" => match first_word(args, &["-m", "--message"]).map(|i| args[i].as_bytes()) {
-            Some(b"create" | b"store") => plumbing("create/store makes commits without hooks"),
+            // `create` is let through but recorded (git merge runs it).
+            Some(b"store") => plumbing("store puts any commit on the stash without hooks"),
             _ => Ok(()),
         },
         "submodule" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {
@@ -1141,6 +1146,7 @@ pub fn decide(
         pin: pin.clone(),
         moves_refs,
         precommit_first,
+        records_stash: false,
         repo: found.clone(),
     };
     let Some(first) = call.args.get(idx) else {
@@ -1243,7 +1249,10 @@ pub fn decide(
             (w.len() >= 5 && b"--continue".starts_with(w))
                 || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
         });
-    Ok(allow(command, moves_refs, precommit_first))
+    let mut out = allow(command, moves_refs, precommit_first);
+    out.records_stash = last == "stash"
+        && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
+    Ok(out)
 }
 
 impl Block {

@@ -1705,3 +1705,43 @@ fn config_that_blinds_the_hooks_git_is_refused() {
         assert!(out.status.success(), "{out:?}");
     });
 }
+
+/// `git stash create` (which git merge runs for itself, through the guard
+/// in a sandbox) is let through, recorded before its id is printed: the
+/// commit it makes may not reach a branch.
+#[test]
+fn stash_create_is_recorded_before_its_id_is_printed() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        let main = lab.head("r", "main");
+        std::fs::write(lab.path("r/a"), "MARKER\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        let out = lab.git("r", &["stash", "create"]);
+        assert!(out.status.success(), "{out:?}");
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(id.len(), 40, "{out:?}");
+        let seen = std::fs::read_to_string(lab.path("r/.git/sbx-stash-seen")).unwrap();
+        assert!(seen.lines().any(|l| l == id), "{seen}");
+        lab.real("r", &["reset", "-q", "--hard"]);
+        for a in [
+            &["reset", "--hard", id.as_str()][..],
+            &["merge", "-m", "m", &id],
+            &["branch", "-f", "x", &id],
+        ] {
+            let out = lab.git("r", a);
+            assert!(!out.status.success(), "{a:?}: {out:?}");
+            assert_eq!(lab.head("r", "main"), main, "{a:?}");
+        }
+        // A clean tree: no commit, nothing printed, success.
+        lab.real("r", &["reset", "-q", "--hard"]);
+        let out = lab.git("r", &["stash", "create"]);
+        assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+        // store stays refused.
+        assert!(refused(&lab.git("r", &["stash", "store", &id])));
+    });
+}

@@ -145,3 +145,73 @@ fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
     let o = agent("echo ok > a && git commit -qam ok && git merge -q -m m side");
     assert!(o.status.success(), "honest: {}", text(&o));
 }
+
+/// A push over smart HTTP goes through git-remote-http, which runs `git
+/// send-pack --stateless-rpc` through the guard: it works (it was refused as
+/// plumbing, so no HTTP(S) push worked in a sandbox), and a forced update
+/// or deletion is still refused. The server is git-http-backend behind
+/// python's CGI server on the sandbox's loopback.
+#[test]
+fn http_pushes_work_and_stay_guarded_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let server = r#"import http.server, os
+class H(http.server.CGIHTTPRequestHandler):
+    def is_cgi(self):
+        if self.path.startswith('/git/'):
+            self.cgi_info = ('/git', 'http-backend/' + self.path[5:])
+            return True
+        return False
+os.makedirs('/tmp/cgi/git', exist_ok=True)
+os.chdir('/tmp/cgi')
+os.symlink('/usr/lib/git-core/git-http-backend', '/tmp/cgi/git/http-backend')
+os.environ['GIT_PROJECT_ROOT'] = '/tmp/srv'
+os.environ['GIT_HTTP_EXPORT_ALL'] = '1'
+http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
+"#;
+    std::fs::write(repo.path.join(".srv.py"), server).unwrap();
+    let agent = |script: &str| -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a \
+                 GIT_COMMITTER_EMAIL=a@b U=http://127.0.0.1:8765/git/r.git; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    let o = agent(
+        "mkdir -p /tmp/srv && git init -q --bare /tmp/srv/r.git && \
+         git -C /tmp/srv/r.git config http.receivepack true && \
+         { python3 .srv.py >/tmp/srv.log 2>&1 & } && \
+         for i in 1 2 3 4 5 6 7 8 9 10; do git ls-remote $U >/dev/null 2>&1 && break; sleep 0.3; done; \
+         echo c > c && git add c && git commit -qm c && git push -q $U main",
+    );
+    assert!(o.status.success(), "http push: {}", text(&o));
+    let remote = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let head = remote(&agent("git rev-parse main"));
+    assert_eq!(remote(&agent("git -C /tmp/srv/r.git rev-parse main")), head);
+    for attack in [
+        "git push --force $U main~1:main",
+        "git push $U +main~1:main",
+        "git push $U :main",
+        "printf '[remote \"x\"]\\n\\turl = %s\\n\\tmirror = true\\n' $U >> .git/config; \
+         git branch -f gone main~1; git push x",
+    ] {
+        let o = agent(attack);
+        assert!(!o.status.success(), "{attack}: {}", text(&o));
+        assert_eq!(
+            remote(&agent("git -C /tmp/srv/r.git rev-parse main")),
+            head,
+            "{attack} moved the remote's main"
+        );
+    }
+}

@@ -855,6 +855,17 @@ fn check_command(
             Ok(())
         }
         "fast-import" => plumbing("writes commits and branches without hooks"),
+        // git-remote-http(s) pushes through `send-pack --stateless-rpc`,
+        // which only writes the request to its stdout for the helper; the
+        // `git push` above it has run the pre-push step on the same updates.
+        "send-pack"
+            if args
+                .iter()
+                .take_while(|a| *a != "--")
+                .any(|a| a == "--stateless-rpc") =>
+        {
+            Ok(())
+        }
         "send-pack" => plumbing("pushes without the pre-push hook or push checks"),
         "filter-branch" | "filter-repo" => plumbing("rewrites history without hooks"),
         "replace" => {

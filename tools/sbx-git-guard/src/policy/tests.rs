@@ -262,6 +262,7 @@ const ATTACKS: &[(&str, &str)] = &[
     ("commit-tree HEAD^{tree} -m x", "plumbing"),
     ("fast-import", "plumbing"),
     ("send-pack /tmp/r main", "plumbing"),
+    ("send-pack /tmp/r main -- --stateless-rpc", "plumbing"),
     ("filter-branch --tree-filter true", "plumbing"),
     ("filter-repo --force", "plumbing"),
     ("replace HEAD HEAD~1", "plumbing"),
@@ -339,6 +340,8 @@ const ATTACKS: &[(&str, &str)] = &[
 /// Honest use: must run.
 const ALLOWED: &[&str] = &[
     "status",
+    // git-remote-http(s)'s half of a push (git push ran pre-push already).
+    "send-pack --stateless-rpc --helper-status --thin --progress http://h/r.git/ --stdin",
     "status --short",
     "commit -m x",
     "commit -m --no-verify",

@@ -101,9 +101,11 @@ see on git's command line and in git's own ref updates; it cannot see an
 agent that writes objects and refs with its own code, a hook that calls a
 script the agent can edit, or attributes (`* -diff` in .gitattributes or
 .git/info/attributes) that make a hook's `git diff --cached` print `Binary
-files differ` (hooks: use --text, or --name-only and read the files).
-(2) The OS layer (sbx-run) mounts .git/hooks, .husky, .agent-sandbox and the configured protected paths read-only; it
-does not stop writes to .git/config, refs or objects. (3) The boundary
+files differ` (hooks: use --text, or --name-only and read the files), or
+the agent's processes killing or ptracing a hook's (they run as the agent:
+write hooks that fail closed). (2) The OS layer (sbx-run) mounts
+.git/hooks, .husky, .agent-sandbox and the configured protected paths
+read-only; it does not stop writes to .git/config, refs or objects. (3) The boundary
 check, `sbx-run verify-commits`, runs the repository's pre-commit and
 commit-msg hooks on the host against every commit the sandbox added; it
 sees commits, not pushes the sandbox made to other remotes. Protect the

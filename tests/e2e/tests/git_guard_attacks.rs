@@ -144,6 +144,24 @@ fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
     // Control: honest work still commits and merges.
     let o = agent("echo ok > a && git commit -qam ok && git merge -q -m m side");
     assert!(o.status.success(), "honest: {}", text(&o));
+
+    // 5. rebase -i `edit`, new staged content, --continue: the sequencer's
+    // own `git commit -n` comes through the guard and runs the hooks (it was
+    // refused, so every such --continue failed); MARKER is still refused.
+    let edit = "GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -q -i HEAD~2 && ";
+    let o = agent(&format!(
+        "{edit} echo fine >> c && git add c && GIT_EDITOR=true git rebase --continue"
+    ));
+    assert!(o.status.success(), "honest rebase --continue: {}", text(&o));
+    let o = agent(&format!(
+        "{edit} echo MARKER > c && git add c && GIT_EDITOR=true git rebase --continue;          rc=$?; git rebase --abort; exit $rc"
+    ));
+    assert!(
+        !o.status.success(),
+        "MARKER rebase --continue: {}",
+        text(&o)
+    );
+    clean("rebase --continue");
 }
 
 /// A push over smart HTTP goes through git-remote-http, which runs `git

@@ -404,6 +404,16 @@ fn check_merge_options(ctx: &Ctx<'_>, cfg: &gix_config::File) -> Result<(), Bloc
     Ok(())
 }
 
+/// A `git commit` the sequencer runs (it exports GIT_REFLOG_ACTION) that
+/// skips hooks, with no `--` after which `--verify` would be a path. Set
+/// by anyone else, the result is the same: the hooks run.
+fn sequencer_commit(call: &Call<'_>, args: &[OsString]) -> bool {
+    call.settings.block_no_verify
+        && call.var("GIT_REFLOG_ACTION").is_some()
+        && !args.iter().any(|a| a == "--")
+        && argv::parse(args, table("commit"), false).is_ok_and(|a| skips_hooks(&a))
+}
+
 /// The first word that is not an option (for `stash`, `submodule`, `bisect`,
 /// `worktree`, whose subcommands come first).
 fn first_word(args: &[OsString], with_value: &[&str]) -> Option<usize> {
@@ -803,6 +813,11 @@ fn check_command(
     let plumbing = |why: &str| Err(block(R::Plumbing, format!("git {cmd} {why}")));
     check_outputs(ctx, cmd, args)?;
     match cmd {
+        // The sequencer's own `git commit -n` (rebase/cherry-pick/revert
+        // --continue with staged changes) comes through the guard in a
+        // sandbox: it runs with the hooks turned back on (`decide` appends
+        // --verify) instead of failing every such --continue.
+        "commit" if sequencer_commit(ctx.call, args) => Ok(()),
         "commit" => no_verify("commit", "the pre-commit and commit-msg hooks").map(drop),
         "merge" => {
             let a = no_verify("merge", "the pre-merge-commit and commit-msg hooks")?;
@@ -1261,6 +1276,10 @@ pub fn decide(
                 || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
         });
     let mut out = allow(command, moves_refs, precommit_first);
+    if last == "commit" && sequencer_commit(call, &words[1..]) {
+        // The last of -n/--no-verify/--verify wins: hooks run.
+        out.args.push("--verify".into());
+    }
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)

@@ -520,6 +520,39 @@ fn stash_create_runs_only_recorded() {
     }
 }
 
+/// The sequencer's `git commit -n ...` (GIT_REFLOG_ACTION set) runs with
+/// `--verify` last, so the hooks run; without that variable, or with a `--`
+/// after which `--verify` would be a path, -n is refused as always.
+#[test]
+fn a_sequencer_commit_runs_its_hooks() {
+    let env = Env::new();
+    let seq = [("GIT_REFLOG_ACTION", "rebase (continue)")];
+    let line = words("commit -n --amend --no-gpg-sign -F m -e --allow-empty");
+    let a = env
+        .decide_in(env.dir.path(), &line, &seq)
+        .unwrap_or_else(|b| panic!("{b:?}"));
+    assert_eq!(
+        a.args.last().map(|a| a.as_os_str()),
+        Some(OsStr::new("--verify"))
+    );
+    for (line, extra) in [
+        ("commit -n --amend -F m", &[][..]),
+        ("commit -nm x -- a", &seq[..]),
+        ("commit --no-verif -m x -- --verify", &seq[..]),
+    ] {
+        let r = env.decide_in(env.dir.path(), &words(line), extra);
+        assert!(
+            r.as_ref().is_err_and(|b| b.rule == "block-no-verify"),
+            "{line}: {r:?}"
+        );
+    }
+    // Honest commits get nothing appended.
+    let a = env
+        .decide_in(env.dir.path(), &words("commit -m x"), &seq)
+        .unwrap_or_else(|b| panic!("{b:?}"));
+    assert_eq!(a.args.last().map(|a| a.as_os_str()), Some(OsStr::new("x")));
+}
+
 #[test]
 fn honest_use_is_never_blocked() {
     let env = Env::new();

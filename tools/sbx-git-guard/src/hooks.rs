@@ -562,8 +562,11 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     if !checked {
         // `git am` runs neither pre-commit nor commit-msg: its own hooks
         // run them after themselves here, as git's sample hooks do.
+        // Nor does an automatic merge run pre-commit (only pre-merge-commit),
+        // though its tree is new content: run it after, as git's sample
+        // pre-merge-commit does.
         let then = match name {
-            "pre-applypatch" => Some("pre-commit"),
+            "pre-applypatch" | "pre-merge-commit" => Some("pre-commit"),
             "applypatch-msg" => Some("commit-msg"),
             _ => None,
         };

@@ -57,9 +57,10 @@ refuses moving a branch onto a stash or `git notes` commit or a copy of
 one's change (the same file contents, unless already on a branch), for
 every one the guard saw made (recorded in <common dir>/sbx-stash-seen, so a
 dropped stash's or deleted notes ref's commits stay refused) and every one
-a refs/notes/* ref reaches. `stash`, `notes` and `am` are always routed; for
-`am`, pre-applypatch runs the trusted pre-commit after itself and
-applypatch-msg the trusted commit-msg. In a sandbox every
+a refs/notes/* ref reaches. `stash`, `notes`, `merge`, `pull` and `am` are
+always routed; for `am`, pre-applypatch runs the trusted pre-commit after
+itself and applypatch-msg the trusted commit-msg, and for an automatic
+merge pre-merge-commit runs the trusted pre-commit after itself. In a sandbox every
 repository (a scratch clone, a git or common dir the agent made, a .git
 made after renaming the real one) and no repository runs the workspace's
 hooks: the read-only mount at /workspace/<name>/.git/hooks, wherever a

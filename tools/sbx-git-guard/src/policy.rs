@@ -1257,10 +1257,13 @@ pub fn decide(
     // needs them, and every hook run through them costs a process.
     // `am` always: its hook steps run pre-commit and commit-msg.
     // `stash` and `notes` always: the step records the commits they make.
+    // `merge` and `pull` always: their pre-merge-commit step runs pre-commit.
     let moves_refs = last == "push"
         || last == "am"
         || last == "stash"
         || last == "notes"
+        || last == "merge"
+        || last == "pull"
         || ((ROUTED.contains(&last.as_str())
             || BUILTINS_ANY.binary_search(&last.as_str()).is_err())
             && ctx

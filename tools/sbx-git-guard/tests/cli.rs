@@ -1745,3 +1745,48 @@ fn stash_create_is_recorded_before_its_id_is_printed() {
         assert!(refused(&lab.git("r", &["stash", "store", &id])));
     });
 }
+
+/// An automatic merge commits a tree neither parent had, and git runs only
+/// pre-merge-commit for it: a pre-commit that refuses two lines together
+/// (each branch passed alone) never saw the merge. The guard's
+/// pre-merge-commit step runs the repository's pre-commit after it.
+#[test]
+fn an_automatic_merge_runs_pre_commit() {
+    each_git(|lab| {
+        lab.repo("r");
+        std::fs::write(lab.path("r/a"), "l1\nl2\nl3\nl4\nl5\n").unwrap();
+        lab.real("r", &["commit", "-qam", "base"]);
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git show :a | grep -q alpha && git show :a | grep -q beta; then exit 1; fi",
+        );
+        lab.real("r", &["checkout", "-qb", "A"]);
+        std::fs::write(lab.path("r/a"), "alpha\nl2\nl3\nl4\nl5\n").unwrap();
+        assert!(lab.git("r", &["commit", "-qam", "A"]).status.success());
+        lab.real("r", &["checkout", "-q", "main"]);
+        std::fs::write(lab.path("r/a"), "l1\nl2\nl3\nl4\nbeta\n").unwrap();
+        assert!(lab.git("r", &["commit", "-qam", "B"]).status.success());
+        let main = lab.head("r", "main");
+        for a in [
+            &["merge", "-m", "m", "A"][..],
+            &["pull", "--no-rebase", ".", "A"],
+        ] {
+            let out = lab.git("r", a);
+            assert!(!out.status.success(), "{a:?}: {out:?}");
+            let _ = lab.git("r", &["merge", "--abort"]);
+            assert_eq!(lab.head("r", "main"), main, "{a:?} merged");
+        }
+        // The repository's own pre-merge-commit runs too, first.
+        lab.hook("r", "pre-merge-commit", "echo own > ../own-ran");
+        let out = lab.git("r", &["merge", "-m", "m", "A"]);
+        assert!(!out.status.success(), "{out:?}");
+        let _ = lab.git("r", &["merge", "--abort"]);
+        assert!(lab.path("own-ran").exists());
+        // Control: with a passing pre-commit the merge is made.
+        lab.hook("r", "pre-commit", "exit 0");
+        let out = lab.git("r", &["merge", "-m", "m", "A"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_ne!(lab.head("r", "main"), main);
+    });
+}

@@ -116,15 +116,20 @@ fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
     let o = agent("git config --unset branch.main.mergeoptions");
     assert!(o.status.success(), "{}", text(&o));
 
-    // 2. git notes: a note's text merged onto a branch.
+    // 2. git notes: a note's text merged onto a branch (pre-commit, run by
+    // the pre-merge-commit step, refuses that), or a branch moved onto the
+    // notes commit (the reference-transaction step refuses that).
     let o = agent(
         "git notes add -m MARKER HEAD && \
          git merge --allow-unrelated-histories -m m refs/notes/commits; rc=$?; \
          git merge --abort 2>/dev/null; git reset -q --hard; exit $rc",
     );
     assert!(!o.status.success(), "notes merge: {}", text(&o));
+    clean("notes merge");
+    let o = agent("git branch -f side refs/notes/commits");
+    assert!(!o.status.success(), "notes branch -f: {}", text(&o));
     assert!(text(&o).contains("unverified-commit"), "{}", text(&o));
-    clean("notes");
+    clean("notes branch -f");
 
     // 3. hash-object in a cluster, then the branch moved onto it.
     let o = agent(

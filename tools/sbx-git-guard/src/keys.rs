@@ -185,6 +185,8 @@ pub fn guarded_section(section: &str) -> bool {
             | "uploadpack"
             | "submodule"
             | "init"
+            | "pull"
+            | "branch"
     )
 }
 

@@ -1482,6 +1482,9 @@ fn merge_strategy_programs_and_merge_options_are_refused() {
             vec!["-c", "pull.twohead=evil", "merge", "-m", "m", "side"],
             vec!["-c", "pull.octopus=ours evil", "merge", "-m", "m", "side"],
             vec!["config", "pull.twohead", "evil"],
+            // `[pull "x"] twohead` renamed into `[pull]`.
+            vec!["config", "--rename-section", "pull.x", "pull"],
+            vec!["config", "--rename-section", "branch.x", "branch.main"],
             vec!["config", "branch.main.mergeOptions", " --no-verify"],
             vec!["config", "branch.main.mergeOptions", " -s evil"],
             vec![

@@ -533,7 +533,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             if copied {
                 let c = current;
                 return Err(format!(
-                    "{} would point at {}, a stash or notes commit, or a copy of one's change, that no pre-commit hook saw; `git stash pop` (or drop) and commit instead",
+                    "{} would point at {}, a stash commit (or a notes commit, or a copy of one's change) that no pre-commit hook saw; `git stash pop` (or drop) and commit instead",
                     String::from_utf8_lossy(name),
                     String::from_utf8_lossy(&c[..c.len().min(12)])
                 ));

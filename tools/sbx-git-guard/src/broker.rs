@@ -98,6 +98,13 @@ pub(crate) fn socket_path_in(env: &[(OsString, OsString)], sandboxed: bool) -> O
         .filter(|p| !p.as_os_str().is_empty());
     match var {
         Some(p) => Some(p),
+        // In a sandbox the broker is the agent's only way to git: a socket
+        // not made yet (the first call right after start) is waited for in
+        // `connect`, not taken for "no broker" (which ran the guard
+        // directly and failed, 127). Root (the image build) runs git itself.
+        None if sandboxed && !nix::unistd::geteuid().is_root() => {
+            Some(PathBuf::from(DEFAULT_SOCKET))
+        }
         None => {
             let p = Path::new(DEFAULT_SOCKET);
             std::fs::symlink_metadata(p).is_ok().then(|| p.to_owned())

@@ -405,12 +405,13 @@ fn check_merge_options(ctx: &Ctx<'_>, cfg: &gix_config::File) -> Result<(), Bloc
 }
 
 /// A `git commit` the sequencer runs (it exports GIT_REFLOG_ACTION) that
-/// skips hooks, with no `--` after which `--verify` would be a path. Set
+/// skips hooks, with no `--` or `--end-of-options` after which `--verify`
+/// would be a path (a file named `--verify` made that commit skip them). Set
 /// by anyone else, the result is the same: the hooks run.
 fn sequencer_commit(call: &Call<'_>, args: &[OsString]) -> bool {
     call.settings.block_no_verify
         && call.var("GIT_REFLOG_ACTION").is_some()
-        && !args.iter().any(|a| a == "--")
+        && !args.iter().any(|a| a == "--" || a == "--end-of-options")
         && argv::parse(args, table("commit"), false).is_ok_and(|a| skips_hooks(&a))
 }
 

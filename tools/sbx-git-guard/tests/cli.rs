@@ -1793,3 +1793,32 @@ fn an_automatic_merge_runs_pre_commit() {
         assert_ne!(lab.head("r", "main"), main);
     });
 }
+
+/// The sequencer's `git commit -n` gets `--verify` appended so its hooks
+/// run; where that would be a path (after `--` or `--end-of-options`, with
+/// a file named `--verify` staged) the commit is refused instead.
+#[test]
+fn a_sequencer_commit_cannot_turn_verify_into_a_path() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        let before = lab.head("r", "HEAD");
+        std::fs::write(lab.path("r/a"), "MARKER\n").unwrap();
+        std::fs::write(lab.path("r/--verify"), "x\n").unwrap();
+        lab.real("r", &["add", "--", "a", "--verify"]);
+        let seq = [("GIT_REFLOG_ACTION", "rebase (continue)")];
+        for a in [
+            &["commit", "-qnm", "x", "--end-of-options", "a"][..],
+            &["commit", "-qnm", "x", "--", "a"],
+            &["commit", "-qnm", "x"],
+        ] {
+            let out = lab.git_env("r", a, &seq);
+            assert!(!out.status.success(), "{a:?}: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?} committed");
+        }
+    });
+}

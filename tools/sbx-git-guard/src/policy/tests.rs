@@ -539,6 +539,7 @@ fn a_sequencer_commit_runs_its_hooks() {
         ("commit -n --amend -F m", &[][..]),
         ("commit -nm x -- a", &seq[..]),
         ("commit --no-verif -m x -- --verify", &seq[..]),
+        ("commit -nm x --end-of-options a", &seq[..]),
     ] {
         let r = env.decide_in(env.dir.path(), &words(line), extra);
         assert!(

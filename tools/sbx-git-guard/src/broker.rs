@@ -98,6 +98,13 @@ pub(crate) fn socket_path_in(env: &[(OsString, OsString)], sandboxed: bool) -> O
         .filter(|p| !p.as_os_str().is_empty());
     match var {
         Some(p) => Some(p),
+        // In a sandbox the broker is the agent's only way to git: a socket
+        // not made yet (the first call right after start) is waited for in
+        // `connect`, not taken for "no broker" (which ran the guard
+        // directly and failed, 127). Root (the image build) runs git itself.
+        None if sandboxed && !nix::unistd::geteuid().is_root() => {
+            Some(PathBuf::from(DEFAULT_SOCKET))
+        }
         None => {
             let p = Path::new(DEFAULT_SOCKET);
             std::fs::symlink_metadata(p).is_ok().then(|| p.to_owned())
@@ -547,6 +554,9 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
             return Exit::Denied.code();
         }
     };
+    if allow.records_stash {
+        return crate::run_recording_stash(&fd_path(git), &allow);
+    }
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);
     let err = privsep::execveat_fd(git, &argv, &allow.env);
@@ -610,6 +620,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 pin: None,
                 moves_refs: false,
                 precommit_first: false,
+                records_stash: false,
                 repo: None,
             })
         }

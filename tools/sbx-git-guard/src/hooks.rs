@@ -9,8 +9,8 @@
 //!   (pushDefault, pushRemote, `-c`, mirror remotes, `.git/remotes` files)
 //!   can disagree with git;
 //! - `reference-transaction` (state `prepared`) refuses moving a branch onto
-//!   a stash commit, or onto a new commit whose tree is a stash's (a stash
-//!   cherry-picked), since no pre-commit hook ever saw them.
+//!   a stash or `git notes` commit, or onto a new commit whose tree is
+//!   one's (a stash cherry-picked), since no pre-commit hook ever saw them.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read as _, Write as _};
@@ -269,6 +269,26 @@ fn stash_commits(real: &Git) -> StashSets {
         .or_else(|| list("--no-walk"))
         .map(|o| o.stdout)
         .unwrap_or_default();
+    // Every notes commit a notes ref reaches (made before the guard saw it,
+    // or fetched).
+    if let Some(o) = git(
+        real,
+        &[
+            "log",
+            "--glob=refs/notes/",
+            "-m",
+            "--first-parent",
+            "--raw",
+            "-r",
+            "--no-abbrev",
+            "--no-renames",
+            "--format=%H %T %P",
+            "--",
+        ]
+        .map(OsStr::new),
+    ) {
+        out.extend_from_slice(&o.stdout);
+    }
     // And every one the guard saw made, dropped or not (gone ones skipped).
     let seen = common_dir(real)
         .and_then(|c| std::fs::read(c.join(SEEN_FILE)).ok())
@@ -357,8 +377,11 @@ pub fn stash_exists(common: &Path) -> bool {
         || std::fs::metadata(common.join(SEEN_FILE)).is_ok_and(|m| m.len() > 0)
         || common.join("logs/refs/stash").is_file()
         || common.join("refs/stash").is_file()
-        || std::fs::read(common.join("packed-refs"))
-            .is_ok_and(|p| p.windows(11).any(|w| w == b" refs/stash\n"))
+        || std::fs::read_dir(common.join("refs/notes")).is_ok_and(|mut d| d.next().is_some())
+        || std::fs::read(common.join("packed-refs")).is_ok_and(|p| {
+            p.windows(11).any(|w| w == b" refs/stash\n")
+                || p.windows(12).any(|w| w == b" refs/notes/")
+        })
 }
 
 /// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
@@ -368,7 +391,12 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
         let [old, new, name] = f[..] else { continue };
-        if name == b"refs/stash" && !is_zero(new) && !new.starts_with(b"ref:") {
+        // `git notes` makes commits too (their tree holds the notes' text),
+        // and no pre-commit sees them: recorded and refused like a stash's.
+        if (name == b"refs/stash" || name.starts_with(b"refs/notes/"))
+            && !is_zero(new)
+            && !new.starts_with(b"ref:")
+        {
             stashed.extend_from_slice(new);
             stashed.push(b'\n');
         }
@@ -505,7 +533,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             if copied {
                 let c = current;
                 return Err(format!(
-                    "{} would point at {}, a stash commit or a copy of a stash's change that no pre-commit hook saw; `git stash pop` (or drop) and commit instead",
+                    "{} would point at {}, a stash commit (or a notes commit, or a copy of one's change) that no pre-commit hook saw; `git stash pop` (or drop) and commit instead",
                     String::from_utf8_lossy(name),
                     String::from_utf8_lossy(&c[..c.len().min(12)])
                 ));
@@ -534,8 +562,11 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     if !checked {
         // `git am` runs neither pre-commit nor commit-msg: its own hooks
         // run them after themselves here, as git's sample hooks do.
+        // Nor does an automatic merge run pre-commit (only pre-merge-commit),
+        // though its tree is new content: run it after, as git's sample
+        // pre-merge-commit does.
         let then = match name {
-            "pre-applypatch" => Some("pre-commit"),
+            "pre-applypatch" | "pre-merge-commit" => Some("pre-commit"),
             "applypatch-msg" => Some("commit-msg"),
             _ => None,
         };

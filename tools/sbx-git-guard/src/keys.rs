@@ -77,6 +77,15 @@ pub fn refused(
             "editor" | "pager" | "sshcommand" | "askpass" | "gitproxy" | "alternaterefscommand",
         ) => program,
         ("core", None, "worktree") => "core.worktree can point the work tree into .git",
+        // What a hook's own `git diff --cached` shows: an attributes file
+        // saying `* -diff`, or a size over which every file is binary, turn
+        // the staged text into "Binary files differ"; core.whitespace turns
+        // off `diff --check` (git's sample pre-commit).
+        ("core", None, "attributesfile" | "bigfilethreshold" | "whitespace")
+            if value != Some("\u{0}") =>
+        {
+            "it changes what the hooks' own git commands report about the staged content"
+        }
         ("sequence", None, "editor") => program,
         ("pager", Some(_), _) | ("pager", None, _) if !is_bool(value) => program,
         ("diff", None, "external") => program,
@@ -92,6 +101,12 @@ pub fn refused(
         ("sendemail", _, "sendmailcmd" | "smtpserver") => program,
         ("submodule", Some(_), "update") if value.is_some_and(|v| v.starts_with('!')) => program,
         ("hook", _, _) => "hook.* configures hooks outside the trusted directory",
+        ("pull", None, "twohead" | "octopus") if !value.is_none_or(strategies_ok) => {
+            "a merge strategy other than git's own is a `git-merge-NAME` program of the caller's choosing, whose result git commits without pre-commit"
+        }
+        ("branch", Some(_), "mergeoptions") if value.is_some_and(merge_options_refused) => {
+            "these merge options skip hooks or name a merge strategy program (git merge reads them as if typed)"
+        }
         ("init", None, "templatedir") => "a template directory can install other hooks",
         ("remote", Some(_), "push") if value.is_some_and(|v| v.trim_start().starts_with('+')) => {
             "a `+` push refspec forces every push to that remote"
@@ -108,6 +123,42 @@ pub fn refused(
         }
         _ => return None,
     })
+}
+
+/// The merge strategies git has itself (merge.c's `all_strategy`). Any
+/// other name makes git run `git-merge-NAME` from PATH, a program of the
+/// caller's choosing, and commit whatever it leaves in the index without
+/// pre-commit (merge, pull, and the sequencer: rebase, cherry-pick, revert).
+pub const STRATEGIES: &[&str] = &["octopus", "ort", "ours", "recursive", "resolve", "subtree"];
+
+/// A strategy list as `pull.twohead`/`pull.octopus` hold it (words); the
+/// `unset` probe's NUL counts as none.
+fn strategies_ok(v: &str) -> bool {
+    v == "\u{0}" || v.split_ascii_whitespace().all(|w| STRATEGIES.contains(&w))
+}
+
+/// `branch.NAME.mergeOptions`, which git merge splits and parses as its own
+/// options: refused when it skips hooks or names a strategy program, or
+/// cannot be read the way git reads it.
+fn merge_options_refused(v: &str) -> bool {
+    if v == "\u{0}" {
+        return false;
+    }
+    let Some(words) = crate::argv::split_cmdline(v.as_bytes()) else {
+        return true;
+    };
+    let Some((_, table)) = crate::options_gen::TABLES
+        .iter()
+        .find(|(k, _)| *k == "merge")
+    else {
+        return true;
+    };
+    let Ok(a) = crate::argv::parse(&words, table, false) else {
+        return true;
+    };
+    crate::policy::skips_hooks(&a)
+        || a.values("strategy")
+            .any(|s| !STRATEGIES.contains(&&*String::from_utf8_lossy(s.as_encoded_bytes())))
 }
 
 /// Sections whose renaming or removal could smuggle in, or drop, a guarded key.
@@ -134,6 +185,8 @@ pub fn guarded_section(section: &str) -> bool {
             | "uploadpack"
             | "submodule"
             | "init"
+            | "pull"
+            | "branch"
     )
 }
 

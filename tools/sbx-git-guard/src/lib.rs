@@ -53,12 +53,14 @@ to this binary elsewhere): each hook there runs the trusted hook of the same
 name, and two check first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,
 and any stash commit among the commits it sends; reference-transaction
-refuses moving a branch onto a stash commit or a copy of a stash's change
-(the same file contents, unless already on a branch), for every stash the
-guard saw made (recorded in <common dir>/sbx-stash-seen, so a dropped
-stash's commits stay refused). `stash` and `am` are always routed; for
-`am`, pre-applypatch runs the trusted pre-commit after itself and
-applypatch-msg the trusted commit-msg. In a sandbox every
+refuses moving a branch onto a stash or `git notes` commit or a copy of
+one's change (the same file contents, unless already on a branch), for
+every one the guard saw made (recorded in <common dir>/sbx-stash-seen, so a
+dropped stash's or deleted notes ref's commits stay refused) and every one
+a refs/notes/* ref reaches. `stash`, `notes`, `merge`, `pull` and `am` are
+always routed; for `am`, pre-applypatch runs the trusted pre-commit after
+itself and applypatch-msg the trusted commit-msg, and for an automatic
+merge pre-merge-commit runs the trusted pre-commit after itself. In a sandbox every
 repository (a scratch clone, a git or common dir the agent made, a .git
 made after renaming the real one) and no repository runs the workspace's
 hooks: the read-only mount at /workspace/<name>/.git/hooks, wherever a
@@ -97,10 +99,14 @@ environment.
 
 Limits: the guard is one of three layers. (1) The guard refuses what it can
 see on git's command line and in git's own ref updates; it cannot see an
-agent that writes objects and refs with its own code, or a hook that calls a
-script the agent can edit. (2) The OS layer (sbx-run) mounts .git/hooks,
-.husky, .agent-sandbox and the configured protected paths read-only; it
-does not stop writes to .git/config, refs or objects. (3) The boundary
+agent that writes objects and refs with its own code, a hook that calls a
+script the agent can edit, or attributes (`* -diff` in .gitattributes or
+.git/info/attributes) that make a hook's `git diff --cached` print `Binary
+files differ` (hooks: use --text, or --name-only and read the files), or
+the agent's processes killing or ptracing a hook's (they run as the agent:
+write hooks that fail closed). (2) The OS layer (sbx-run) mounts
+.git/hooks, .husky, .agent-sandbox and the configured protected paths
+read-only; it does not stop writes to .git/config, refs or objects. (3) The boundary
 check, `sbx-run verify-commits`, runs the repository's pre-commit and
 commit-msg hooks on the host against every commit the sandbox added; it
 sees commits, not pushes the sandbox made to other remotes. Protect the
@@ -373,6 +379,7 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
     };
     let found = || git_exec_path(&real);
     match decide_and_prepare(args, &env, &cwd, settings, &real, found, sandboxed, config) {
+        Ok(allow) if allow.records_stash => run_recording_stash(&real, &allow).into(),
         Ok(allow) => exec(&real, allow),
         Err(b) => refuse(args, &b),
     }
@@ -551,6 +558,63 @@ pub fn precommit_first(real: &Path, allow: &Allow) -> Result<(), Block> {
     }
 }
 
+/// `git stash create` makes a commit no hook saw and prints its id: run
+/// git as a child, record each id in `<common dir>/sbx-stash-seen` (where
+/// the reference-transaction and pre-push steps look), and only then pass
+/// the output on. Nothing recorded, nothing printed: the caller never
+/// learns an id the steps do not know.
+pub(crate) fn run_recording_stash(real: &Path, allow: &Allow) -> u8 {
+    let Some(common) = allow.repo.as_ref().map(|r| r.common_dir.clone()) else {
+        output::error("git stash create outside a repository: nothing to record it in");
+        return Exit::Denied.code();
+    };
+    let mut argv = allow.args.iter();
+    let out = std::process::Command::new(real)
+        .args(argv.by_ref())
+        .env_clear()
+        .envs(allow.env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            output::error(&format!("cannot run the real git: {e}"));
+            return Exit::CannotInvoke.code();
+        }
+    };
+    let ids: Vec<u8> = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| l.len() >= 40 && l.iter().all(u8::is_ascii_hexdigit))
+        .flat_map(|l| l.iter().copied().chain([b'\n']))
+        .collect();
+    if !ids.is_empty() {
+        let rec = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(common.join(hooks::SEEN_FILE))
+            .and_then(|mut f| f.write_all(&ids));
+        if let Err(e) = rec {
+            output::error(&format!(
+                "cannot record the stash commit in {}: {e}; its id is withheld",
+                hooks::SEEN_FILE
+            ));
+            return Exit::Denied.code();
+        }
+    }
+    if std::io::stdout().write_all(&out.stdout).is_err() {
+        return Exit::IoErr.code();
+    }
+    match out.status.code() {
+        Some(c) => u8::try_from(c).unwrap_or(1),
+        None => 128u8.saturating_add(
+            std::os::unix::process::ExitStatusExt::signal(&out.status)
+                .and_then(|s| u8::try_from(s).ok())
+                .unwrap_or(0),
+        ),
+    }
+}
+
 fn exec(real: &Path, allow: Allow) -> ExitCode {
     let mut argv: Vec<OsString> = Vec::with_capacity(allow.args.len() + 1);
     argv.push("git".into());
@@ -585,6 +649,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             pin: None,
             moves_refs: false,
             precommit_first: false,
+            records_stash: false,
             repo: None,
         },
     )

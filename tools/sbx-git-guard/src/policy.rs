@@ -73,6 +73,10 @@ pub struct Allow {
     /// A sequencer `--continue`: run the repository's pre-commit on the
     /// index first when it differs from HEAD (`lib::precommit_first`).
     pub precommit_first: bool,
+    /// `git stash create`: run git as a child and record the commit it
+    /// prints in `<common dir>/sbx-stash-seen` before the caller sees its id
+    /// (`lib::run_recording_stash`). git merge runs it for itself.
+    pub records_stash: bool,
     /// The repository git will act on, as the guard found it.
     pub repo: Option<Repo>,
 }
@@ -334,7 +338,7 @@ fn parse(key: &str, args: &[OsString]) -> Result<Args, Block> {
 
 /// Does this parse skip hooks? `--no-verify` for most; pull spells its
 /// option `verify`, so `--no-verify` is its negation.
-fn skips_hooks(a: &Args) -> bool {
+pub(crate) fn skips_hooks(a: &Args) -> bool {
     for o in a.opts.iter().rev() {
         match o.name.as_str() {
             "no-verify" => return !o.negated,
@@ -355,6 +359,60 @@ fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> 
         )),
         None => Ok(()),
     }
+}
+
+/// `-s`/`--strategy NAME` of merge, pull, rebase, cherry-pick and revert:
+/// only git's own strategies (`keys::STRATEGIES`).
+fn refuse_strategies(cmd: &str, a: &Args) -> Result<(), Block> {
+    for v in a.values("strategy") {
+        let v = s(v);
+        if !keys::STRATEGIES.contains(&&*v) {
+            return Err(block(
+                R::ExecOption,
+                format!(
+                    "git {cmd} --strategy={v} runs git-merge-{v}, a program of the caller's choosing, and commits its result without pre-commit"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The stored `branch.<current>.mergeOptions`, which git merge (and pull's
+/// merge) parses as if typed: the same test as writing it.
+fn check_merge_options(ctx: &Ctx<'_>, cfg: &gix_config::File) -> Result<(), Block> {
+    let Some(b) = ctx
+        .repo
+        .as_ref()
+        .and_then(|r| repo::current_branch(&r.git_dir))
+    else {
+        return Ok(());
+    };
+    let b = b.trim_start_matches("refs/heads/");
+    for v in cfg
+        .strings_by("branch", Some(b.as_bytes().into()), "mergeOptions")
+        .unwrap_or_default()
+    {
+        let v = v.to_string();
+        ctx.check_key(
+            &format!("branch.{b}.mergeOptions"),
+            Some(&v),
+            Via::Write,
+            R::NoVerify,
+        )?;
+    }
+    Ok(())
+}
+
+/// A `git commit` the sequencer runs (it exports GIT_REFLOG_ACTION) that
+/// skips hooks, with no `--` or `--end-of-options` after which `--verify`
+/// would be a path (a file named `--verify` made that commit skip them). Set
+/// by anyone else, the result is the same: the hooks run.
+fn sequencer_commit(call: &Call<'_>, args: &[OsString]) -> bool {
+    call.settings.block_no_verify
+        && call.var("GIT_REFLOG_ACTION").is_some()
+        && !args.iter().any(|a| a == "--" || a == "--end-of-options")
+        && argv::parse(args, table("commit"), false).is_ok_and(|a| skips_hooks(&a))
 }
 
 /// The first word that is not an option (for `stash`, `submodule`, `bisect`,
@@ -518,6 +576,10 @@ fn check_config(ctx: &Ctx<'_>, args: &[OsString]) -> Result<(), Block> {
             b"set" | b"unset" | b"rename-section" | b"remove-section" | b"edit" | b"get" | b"list"
         )
     );
+    // git config stops at the first operand (PARSE_OPT_STOP_AT_NON_OPTION):
+    // in `git config KEY -tVALUE` the value is not `-t VALUE`.
+    let parse =
+        |key: &str, args: &[OsString]| argv::parse(args, table(key), true).map_err(parse_error);
     let (a, action) = if new_syntax {
         let name = s(&args[0]).into_owned();
         (parse(&format!("config {name}"), &args[1..])?, name)
@@ -752,15 +814,28 @@ fn check_command(
     let plumbing = |why: &str| Err(block(R::Plumbing, format!("git {cmd} {why}")));
     check_outputs(ctx, cmd, args)?;
     match cmd {
+        // The sequencer's own `git commit -n` (rebase/cherry-pick/revert
+        // --continue with staged changes) comes through the guard in a
+        // sandbox: it runs with the hooks turned back on (`decide` appends
+        // --verify) instead of failing every such --continue.
+        "commit" if sequencer_commit(ctx.call, args) => Ok(()),
         "commit" => no_verify("commit", "the pre-commit and commit-msg hooks").map(drop),
-        "merge" => no_verify("merge", "the pre-merge-commit and commit-msg hooks").map(drop),
+        "merge" => {
+            let a = no_verify("merge", "the pre-merge-commit and commit-msg hooks")?;
+            refuse_strategies(cmd, &a)?;
+            check_merge_options(ctx, cfg)
+        }
+        "cherry-pick" | "revert" => refuse_strategies(cmd, &parse(cmd, args)?),
         "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks").map(drop),
         "pull" => {
             let a = no_verify("pull", "the merge hooks")?;
+            refuse_strategies(cmd, &a)?;
+            check_merge_options(ctx, cfg)?;
             refuse_exec_options(cmd, &a, &["upload-pack"])
         }
         "rebase" => {
             let a = no_verify("rebase", "the pre-rebase hook")?;
+            refuse_strategies(cmd, &a)?;
             refuse_exec_options(cmd, &a, &["exec"])
         }
         "push" => check_push(ctx, cfg, args),
@@ -768,15 +843,13 @@ fn check_command(
         "commit-tree" => plumbing("makes a commit without running any hook"),
         "replay" => plumbing("writes rebased commits without running any hook"),
         "hash-object" => {
-            let typed = args.windows(2).any(|w| {
-                (w[0] == "-t" || w[0] == "--type") && matches!(w[1].as_bytes(), b"commit" | b"tag")
-            }) || args.iter().any(|a| {
-                matches!(
-                    a.as_bytes(),
-                    b"-tcommit" | b"-ttag" | b"--type=commit" | b"--type=tag"
-                )
-            });
-            if typed && args.iter().any(|a| a == "-w" || a == "--stdin-paths") {
+            // parse-options: `-wtcommit`, `-wt commit`, `-t commit -w`.
+            let a = parse("hash-object", args)?;
+            let typed = a
+                .values("-t")
+                .last()
+                .is_some_and(|t| matches!(t.as_bytes(), b"commit" | b"tag"));
+            if typed && a.has("-w") {
                 return plumbing("-t commit -w writes a commit without running any hook");
             }
             Ok(())
@@ -798,6 +871,17 @@ fn check_command(
             Ok(())
         }
         "fast-import" => plumbing("writes commits and branches without hooks"),
+        // git-remote-http(s) pushes through `send-pack --stateless-rpc`,
+        // which only writes the request to its stdout for the helper; the
+        // `git push` above it has run the pre-push step on the same updates.
+        "send-pack"
+            if args
+                .iter()
+                .take_while(|a| *a != "--")
+                .any(|a| a == "--stateless-rpc") =>
+        {
+            Ok(())
+        }
         "send-pack" => plumbing("pushes without the pre-push hook or push checks"),
         "filter-branch" | "filter-repo" => plumbing("rewrites history without hooks"),
         "replace" => {
@@ -827,7 +911,8 @@ fn check_command(
             }
         }
         "stash" => match first_word(args, &["-m", "--message"]).map(|i| args[i].as_bytes()) {
-            Some(b"create" | b"store") => plumbing("create/store makes commits without hooks"),
+            // `create` is let through but recorded (git merge runs it).
+            Some(b"store") => plumbing("store puts any commit on the stash without hooks"),
             _ => Ok(()),
         },
         "submodule" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {
@@ -939,6 +1024,20 @@ fn check_command(
                 }
             }
             Ok(())
+        }
+        // The strategy program itself, as git runs it (`git merge-NAME`):
+        // whatever spelling or config chose it, in the sandbox it comes here.
+        c if c.starts_with("merge-")
+            && BUILTINS_ANY.binary_search(&c).is_err()
+            && !keys::STRATEGIES.contains(&&c["merge-".len()..])
+            && c != "merge-one-file" =>
+        {
+            Err(block(
+                R::ExecOption,
+                format!(
+                    "git {c} is a merge strategy of the caller's choosing: git would commit what it leaves in the index without pre-commit"
+                ),
+            ))
         }
         _ => Ok(()),
     }
@@ -1074,6 +1173,7 @@ pub fn decide(
         pin: pin.clone(),
         moves_refs,
         precommit_first,
+        records_stash: false,
         repo: found.clone(),
     };
     let Some(first) = call.args.get(idx) else {
@@ -1086,7 +1186,8 @@ pub fn decide(
     // builtin of every git can be one) and for push; reading it is skipped
     // otherwise, as it is most of the guard's own work.
     let command = s(first).into_owned();
-    let needs_config = command == "push" || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
+    let needs_config = matches!(command.as_str(), "push" | "merge" | "pull")
+        || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {
         let mut cfg = repo::config(ctx.repo.as_ref(), &setup)
             .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
@@ -1156,10 +1257,14 @@ pub fn decide(
     // stash commits (reference-transaction): without a stash only a push
     // needs them, and every hook run through them costs a process.
     // `am` always: its hook steps run pre-commit and commit-msg.
-    // `stash` always: its step records the stash commits it makes.
+    // `stash` and `notes` always: the step records the commits they make.
+    // `merge` and `pull` always: their pre-merge-commit step runs pre-commit.
     let moves_refs = last == "push"
         || last == "am"
         || last == "stash"
+        || last == "notes"
+        || last == "merge"
+        || last == "pull"
         || ((ROUTED.contains(&last.as_str())
             || BUILTINS_ANY.binary_search(&last.as_str()).is_err())
             && ctx
@@ -1174,7 +1279,14 @@ pub fn decide(
             (w.len() >= 5 && b"--continue".starts_with(w))
                 || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
         });
-    Ok(allow(command, moves_refs, precommit_first))
+    let mut out = allow(command, moves_refs, precommit_first);
+    if last == "commit" && sequencer_commit(call, &words[1..]) {
+        // The last of -n/--no-verify/--verify wins: hooks run.
+        out.args.push("--verify".into());
+    }
+    out.records_stash = last == "stash"
+        && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
+    Ok(out)
 }
 
 impl Block {

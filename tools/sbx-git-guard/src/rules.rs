@@ -60,7 +60,7 @@ pub const RULES: &[Rule] = &[
         id: R::NoVerify,
         name: "block-no-verify",
         blocks: "skipping hooks: --no-verify/-n (where it means that) for commit, merge, pull, rebase, am, push; husky kill switches",
-        detail: "--no-verify/-n where it skips hooks (commit, merge, pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS, LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's environment ([git] block-no-verify)",
+        detail: "--no-verify/-n where it skips hooks (commit, merge, pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS, LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's environment; a `git commit -n` with GIT_REFLOG_ACTION set (the sequencer's own, at rebase/cherry-pick/revert --continue) runs with --verify appended, so its hooks run, instead of being refused ([git] block-no-verify)",
     },
     Rule {
         id: R::ForcePush,
@@ -78,7 +78,7 @@ pub const RULES: &[Rule] = &[
         id: R::ConfigInline,
         name: "config-inline",
         blocks: "-c, --config-env, GIT_CONFIG_COUNT/KEY/VALUE and GIT_CONFIG_PARAMETERS that set hooks, includes, aliases or programs",
-        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*",
+        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*; core.attributesFile, core.bigFileThreshold and core.whitespace, which change what a hook's own `git diff --cached` or `--check` reports",
     },
     Rule {
         id: R::ConfigWrite,
@@ -95,20 +95,20 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: R::Plumbing,
         name: "plumbing",
-        blocks: "commands that make commits or move branches without hooks: commit-tree, fast-import, replay, hash-object -t commit -w, send-pack, filter-branch, filter-repo, replace, stash create/store, update-ref of HEAD or refs/heads/*",
-        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack, filter-branch, filter-repo, replace (but --list/--delete), stash create/store, update-ref of HEAD or refs/heads/* (and --stdin)",
+        blocks: "commands that make commits or move branches without hooks: commit-tree, fast-import, replay, hash-object -t commit -w (any spelling: -wtcommit), send-pack, filter-branch, filter-repo, replace, stash store, update-ref of HEAD or refs/heads/*",
+        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack (but --stateless-rpc: git-remote-http(s)'s half of a push, after git push's pre-push step), filter-branch, filter-repo, replace (but --list/--delete), stash store (stash create runs, its commit recorded as a stash's before its id is printed: git merge runs it), update-ref of HEAD or refs/heads/* (and --stdin)",
     },
     Rule {
         id: R::UnverifiedCommit,
         name: "unverified-commit",
-        blocks: "commits no pre-commit hook saw: a branch moved onto a stash commit (or a copy of one); rebase/cherry-pick/revert/am --continue with staged content the pre-commit hook rejects",
-        detail: "a branch moved onto a stash commit or a new commit with a stash's tree (reset, merge, cherry-pick, checkout -B, branch -f, fetch into a branch: the guard's reference-transaction step); rebase/cherry-pick/revert/am --continue while the index differs from HEAD, unless the repository's pre-commit hook passes on it first; git am, whose pre-applypatch and applypatch-msg steps run the repository's pre-commit and commit-msg ([git] block-no-verify)",
+        blocks: "commits no pre-commit hook saw: a branch moved onto a stash or notes commit (or a copy of one); rebase/cherry-pick/revert/am --continue with staged content the pre-commit hook rejects",
+        detail: "a branch moved onto a stash or `git notes` commit (every one the guard saw made, and every one a notes ref reaches) or a new commit with such a tree (reset, merge, cherry-pick, checkout -B, branch -f, fetch into a branch: the guard's reference-transaction step); rebase/cherry-pick/revert/am --continue while the index differs from HEAD, unless the repository's pre-commit hook passes on it first; git am, whose pre-applypatch and applypatch-msg steps run the repository's pre-commit and commit-msg; an automatic merge (merge, pull), whose pre-merge-commit step runs the repository's pre-commit ([git] block-no-verify)",
     },
     Rule {
         id: R::ExecOption,
         name: "exec-option",
-        blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases",
-        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases",
+        blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases, merge strategies other than git's own",
+        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases; a merge strategy other than git's own (octopus, ort, ours, recursive, resolve, subtree), which is a git-merge-NAME program whose index git commits without pre-commit: -s/--strategy of merge, pull, rebase, cherry-pick and revert, pull.twohead/pull.octopus, branch.*.mergeOptions (which may not skip hooks either, stored or inline), and `git merge-NAME` itself, as git runs it",
     },
     Rule {
         id: R::GitDir,

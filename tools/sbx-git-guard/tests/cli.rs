@@ -1767,3 +1767,384 @@ fn am_runs_the_pre_commit_and_commit_msg_hooks() {
         assert_ne!(lab.head("r", "main"), main);
     });
 }
+
+/// A merge strategy other than git's own is `git-merge-NAME` from PATH: git
+/// commits whatever it leaves in the index, with no pre-commit (merge runs
+/// pre-merge-commit at most; the sequencer nothing). Every way to name one
+/// is refused, and so is the program itself (how git runs it in the
+/// sandbox: `git merge-NAME` through the guard). branch.*.mergeOptions,
+/// which merge reads as typed options, may not skip hooks either.
+#[test]
+fn merge_strategy_programs_and_merge_options_are_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        lab.hook("r", "pre-merge-commit", "exit 1");
+        let evil = lab.path("bin/git-merge-evil");
+        std::fs::write(&evil, "#!/bin/sh\necho MARKER > a\ngit add a\nexit 0\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
+        lab.real("r", &["checkout", "-qb", "side"]);
+        std::fs::write(lab.path("r/b"), "b\n").unwrap();
+        lab.real("r", &["add", "b"]);
+        lab.real("r", &["commit", "-qm", "side"]);
+        lab.real("r", &["checkout", "-q", "main"]);
+        std::fs::write(lab.path("r/c"), "c\n").unwrap();
+        lab.real("r", &["add", "c"]);
+        lab.real("r", &["commit", "-qm", "c"]);
+        let (main, side) = (lab.head("r", "main"), lab.head("r", "side"));
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["merge", "-s", "evil", "-m", "m", "side"],
+            vec!["merge", "-sevil", "-m", "m", "side"],
+            vec!["merge", "--strat=evil", "-m", "m", "side"],
+            vec!["cherry-pick", "--strategy=evil", "side"],
+            vec!["revert", "--strategy", "evil", "HEAD"],
+            vec!["rebase", "-s", "evil", "side"],
+            vec!["pull", "--no-rebase", "-s", "evil", ".", "side"],
+            vec!["-c", "pull.twohead=evil", "merge", "-m", "m", "side"],
+            vec!["-c", "pull.octopus=ours evil", "merge", "-m", "m", "side"],
+            vec!["config", "pull.twohead", "evil"],
+            // `[pull "x"] twohead` renamed into `[pull]`.
+            vec!["config", "--rename-section", "pull.x", "pull"],
+            vec!["config", "--rename-section", "branch.x", "branch.main"],
+            vec!["config", "branch.main.mergeOptions", " --no-verify"],
+            vec!["config", "branch.main.mergeOptions", " -s evil"],
+            vec![
+                "-c",
+                "branch.main.mergeOptions= --no-verif",
+                "merge",
+                "side",
+            ],
+            // The strategy as git itself runs it.
+            vec!["merge-evil", "HEAD", "--", "HEAD", "side"],
+        ];
+        for a in &cases {
+            let out = lab.git("r", a);
+            assert!(refused(&out), "{a:?}: {out:?}");
+            let _ = lab.git("r", &["reset", "-q", "--hard", &main]);
+            assert_eq!(lab.head("r", "main"), main, "{a:?} moved main");
+            assert_eq!(lab.head("r", "side"), side, "{a:?} moved side");
+        }
+        // Stored by the shell, straight into .git/config: still refused.
+        lab.real("r", &["config", "branch.main.mergeOptions", " --no-verify"]);
+        let out = lab.git("r", &["merge", "-m", "m", "side"]);
+        assert!(refused(&out), "{out:?}");
+        assert_eq!(lab.head("r", "main"), main);
+        lab.real("r", &["config", "--unset", "branch.main.mergeOptions"]);
+        // Control: git's own strategies run (and the merge hook fails).
+        let out = lab.git("r", &["merge", "-s", "ort", "-m", "m", "side"]);
+        assert!(!refused(&out), "{out:?}");
+        lab.real("r", &["merge", "--abort"]);
+        lab.hook("r", "pre-merge-commit", "exit 0");
+        let out = lab.git("r", &["merge", "-s", "ort", "-m", "m", "side"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_ne!(lab.head("r", "main"), main);
+        let out = lab.git("r", &["config", "pull.twohead", "ort"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}
+
+/// `hash-object -t commit -w` in every parse-options spelling (clusters,
+/// attached values) is refused: it writes a commit no hook saw.
+#[test]
+fn hash_object_commits_are_refused_in_every_spelling() {
+    each_git(|lab| {
+        lab.repo("r");
+        let main = lab.head("r", "main");
+        let tree = lab.head("r", "HEAD^{tree}");
+        let body = format!(
+            "tree {tree}\nparent {main}\nauthor A <a@b> 1 +0000\ncommitter A <a@b> 1 +0000\n\nx\n"
+        );
+        for spelling in [
+            &["hash-object", "-wtcommit", "--stdin"][..],
+            &["hash-object", "--stdin", "-wt", "commit"],
+            &["hash-object", "-w", "-tcommit", "--stdin"],
+            &[
+                "hash-object",
+                "--literally",
+                "-w",
+                "-t",
+                "commit",
+                "--stdin",
+            ],
+        ] {
+            let mut c = lab.cmd(OsStr::new("git"), "r");
+            c.args(spelling).stdin(std::process::Stdio::piped());
+            c.stdout(std::process::Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            use std::io::Write as _;
+            // A refusal may come before git reads its input.
+            let _ = child.stdin.take().unwrap().write_all(body.as_bytes());
+            let out = child.wait_with_output().unwrap();
+            assert!(refused(&out), "{spelling:?}: {out:?}");
+        }
+        // Control: hashing a blob still works.
+        let out = lab.git("r", &["hash-object", "-w", "a"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}
+
+/// `git notes` makes commits whose trees hold the note's text, and no
+/// pre-commit sees them: they may not reach a branch, by merge, reset,
+/// branch -f or cherry-pick, while the notes ref exists or after it is
+/// deleted.
+#[test]
+fn notes_commits_do_not_reach_a_branch() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        let main = lab.head("r", "main");
+
+        let out = lab.git("r", &["notes", "add", "-m", "MARKER", "HEAD"]);
+        assert!(out.status.success(), "{out:?}");
+        let note = lab.head("r", "refs/notes/commits");
+        let attacks: Vec<Vec<&str>> = vec![
+            vec![
+                "merge",
+                "--allow-unrelated-histories",
+                "-m",
+                "m",
+                "refs/notes/commits",
+            ],
+            vec!["reset", "--hard", "refs/notes/commits"],
+            vec!["branch", "-f", "side", "refs/notes/commits"],
+            vec!["cherry-pick", "refs/notes/commits"],
+        ];
+        let check = |attacks: &[Vec<&str>]| {
+            for a in attacks {
+                let out = lab.git("r", a);
+                assert!(!out.status.success(), "{a:?}: {out:?}");
+                let _ = lab.git("r", &["merge", "--abort"]);
+                let _ = lab.git("r", &["cherry-pick", "--abort"]);
+                lab.real("r", &["reset", "-q", "--hard", &main, "--"]);
+                assert_eq!(lab.head("r", "main"), main, "{a:?} moved main");
+                let branches = lab.real("r", &["branch", "--contains", &note]);
+                assert_eq!(branches, "", "{a:?} put the notes commit on a branch");
+            }
+        };
+        check(&attacks);
+        // The notes ref deleted: its commit is still refused, by id.
+        lab.real("r", &["update-ref", "-d", "refs/notes/commits"]);
+        let by_id: Vec<Vec<&str>> = vec![
+            vec!["merge", "--allow-unrelated-histories", "-m", "m", &note],
+            vec!["reset", "--hard", &note],
+        ];
+        check(&by_id);
+        // Control: an honest commit, and notes themselves, still work.
+        std::fs::write(lab.path("r/a"), "ok\n").unwrap();
+        let out = lab.git("r", &["commit", "-qam", "ok"]);
+        assert!(out.status.success(), "{out:?}");
+        let out = lab.git("r", &["notes", "add", "-m", "fine", "HEAD"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}
+
+/// git config stops at its first operand (PARSE_OPT_STOP_AT_NON_OPTION):
+/// in `git config diff.x.textconv '-t; true'` the value is `-t; true`, not
+/// a --type. Read as an option, a refused key got set; with `* diff=x` in
+/// info/attributes the hook's `git diff --cached` then showed nothing.
+#[test]
+fn config_values_starting_with_a_dash_are_read_as_git_reads_them() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        std::fs::write(lab.path("r/.git/info/attributes"), "* diff=x\n").unwrap();
+        let before = lab.head("r", "HEAD");
+        for a in [
+            &["config", "diff.x.textconv", "-t; true"][..],
+            &["config", "diff.x.textconv", "-f/dev/null"],
+            &["config", "core.sshCommand", "-tssh"],
+        ] {
+            let out = lab.git("r", a);
+            assert!(refused(&out) || !out.status.success(), "{a:?}: {out:?}");
+            std::fs::write(lab.path("r/a"), "MARKER\n").unwrap();
+            lab.real("r", &["add", "a"]);
+            let out = lab.git("r", &["commit", "-qm", "x"]);
+            assert!(!out.status.success(), "{a:?} then commit: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?}");
+        }
+        // Values that start with `-` are still values for harmless keys.
+        let out = lab.git("r", &["config", "user.name", "-tname"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(lab.real("r", &["config", "user.name"]), "-tname");
+    });
+}
+
+/// A hook that reads `git diff --cached` is told "Binary files differ" when
+/// an attributes file says `* -diff` or every file is over
+/// core.bigFileThreshold, and `--check` (git's sample pre-commit) goes
+/// quiet under core.whitespace: these keys may not be set through git.
+#[test]
+fn config_that_blinds_the_hooks_git_is_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi\n\
+             exec git diff-index --check --cached HEAD --",
+        );
+        std::fs::write(lab.path("attrs"), "* -diff\n").unwrap();
+        let attrs = lab.path("attrs").display().to_string();
+        let kv = format!("core.attributesFile={attrs}");
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["config", "core.attributesFile", &attrs],
+            vec!["config", "core.bigFileThreshold", "1"],
+            vec!["config", "core.whitespace", "-trailing-space"],
+            vec!["config", "core.bigFileThreshold", "-1"],
+            vec!["config", "core.whitespace", "-t,-trailing-space"],
+            vec!["-c", &kv, "commit", "-qm", "x"],
+            vec!["-c", "core.bigfilethreshold=1", "commit", "-qm", "x"],
+            vec![
+                "-c",
+                "core.whitespace=-trailing-space",
+                "commit",
+                "-qm",
+                "x",
+            ],
+        ];
+        let before = lab.head("r", "HEAD");
+        for a in &cases {
+            std::fs::write(lab.path("r/a"), "MARKER \n").unwrap();
+            lab.real("r", &["add", "a"]);
+            let out = lab.git("r", a);
+            assert!(refused(&out), "{a:?}: {out:?}");
+            let out = lab.git("r", &["commit", "-qm", "x"]);
+            assert!(!out.status.success(), "{a:?} then commit: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?}");
+        }
+        // Unsetting them is fine; so is a clean commit.
+        let out = lab.git("r", &["config", "--unset", "core.whitespace"]);
+        assert!(!refused(&out), "{out:?}");
+        std::fs::write(lab.path("r/a"), "fine\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        let out = lab.git("r", &["commit", "-qm", "x"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}
+
+/// `git stash create` (which git merge runs for itself, through the guard
+/// in a sandbox) is let through, recorded before its id is printed: the
+/// commit it makes may not reach a branch.
+#[test]
+fn stash_create_is_recorded_before_its_id_is_printed() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        let main = lab.head("r", "main");
+        std::fs::write(lab.path("r/a"), "MARKER\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        let out = lab.git("r", &["stash", "create"]);
+        assert!(out.status.success(), "{out:?}");
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(id.len(), 40, "{out:?}");
+        let seen = std::fs::read_to_string(lab.path("r/.git/sbx-stash-seen")).unwrap();
+        assert!(seen.lines().any(|l| l == id), "{seen}");
+        lab.real("r", &["reset", "-q", "--hard"]);
+        for a in [
+            &["reset", "--hard", id.as_str()][..],
+            &["merge", "-m", "m", &id],
+            &["branch", "-f", "x", &id],
+        ] {
+            let out = lab.git("r", a);
+            assert!(!out.status.success(), "{a:?}: {out:?}");
+            assert_eq!(lab.head("r", "main"), main, "{a:?}");
+        }
+        // A clean tree: no commit, nothing printed, success.
+        lab.real("r", &["reset", "-q", "--hard"]);
+        let out = lab.git("r", &["stash", "create"]);
+        assert!(out.status.success() && out.stdout.is_empty(), "{out:?}");
+        // store stays refused.
+        assert!(refused(&lab.git("r", &["stash", "store", &id])));
+    });
+}
+
+/// An automatic merge commits a tree neither parent had, and git runs only
+/// pre-merge-commit for it: a pre-commit that refuses two lines together
+/// (each branch passed alone) never saw the merge. The guard's
+/// pre-merge-commit step runs the repository's pre-commit after it.
+#[test]
+fn an_automatic_merge_runs_pre_commit() {
+    each_git(|lab| {
+        lab.repo("r");
+        std::fs::write(lab.path("r/a"), "l1\nl2\nl3\nl4\nl5\n").unwrap();
+        lab.real("r", &["commit", "-qam", "base"]);
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git show :a | grep -q alpha && git show :a | grep -q beta; then exit 1; fi",
+        );
+        lab.real("r", &["checkout", "-qb", "A"]);
+        std::fs::write(lab.path("r/a"), "alpha\nl2\nl3\nl4\nl5\n").unwrap();
+        assert!(lab.git("r", &["commit", "-qam", "A"]).status.success());
+        lab.real("r", &["checkout", "-q", "main"]);
+        std::fs::write(lab.path("r/a"), "l1\nl2\nl3\nl4\nbeta\n").unwrap();
+        assert!(lab.git("r", &["commit", "-qam", "B"]).status.success());
+        let main = lab.head("r", "main");
+        for a in [
+            &["merge", "-m", "m", "A"][..],
+            &["pull", "--no-rebase", ".", "A"],
+        ] {
+            let out = lab.git("r", a);
+            assert!(!out.status.success(), "{a:?}: {out:?}");
+            let _ = lab.git("r", &["merge", "--abort"]);
+            assert_eq!(lab.head("r", "main"), main, "{a:?} merged");
+        }
+        // The repository's own pre-merge-commit runs too, first.
+        lab.hook("r", "pre-merge-commit", "echo own > ../own-ran");
+        let out = lab.git("r", &["merge", "-m", "m", "A"]);
+        assert!(!out.status.success(), "{out:?}");
+        let _ = lab.git("r", &["merge", "--abort"]);
+        assert!(lab.path("own-ran").exists());
+        // Control: with a passing pre-commit the merge is made.
+        lab.hook("r", "pre-commit", "exit 0");
+        let out = lab.git("r", &["merge", "-m", "m", "A"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_ne!(lab.head("r", "main"), main);
+    });
+}
+
+/// The sequencer's `git commit -n` gets `--verify` appended so its hooks
+/// run; where that would be a path (after `--` or `--end-of-options`, with
+/// a file named `--verify` staged) the commit is refused instead.
+#[test]
+fn a_sequencer_commit_cannot_turn_verify_into_a_path() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        let before = lab.head("r", "HEAD");
+        std::fs::write(lab.path("r/a"), "MARKER\n").unwrap();
+        std::fs::write(lab.path("r/--verify"), "x\n").unwrap();
+        lab.real("r", &["add", "--", "a", "--verify"]);
+        let seq = [("GIT_REFLOG_ACTION", "rebase (continue)")];
+        for a in [
+            &["commit", "-qnm", "x", "--end-of-options", "a"][..],
+            &["commit", "-qnm", "x", "--", "a"],
+            &["commit", "-qnm", "x"],
+        ] {
+            let out = lab.git_env("r", a, &seq);
+            assert!(!out.status.success(), "{a:?}: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?} committed");
+        }
+    });
+}

@@ -17,6 +17,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
     ("am", &["am"]),
     ("archive", &["archive"]),
     ("checkout-index", &["checkout-index"]),
+    ("cherry-pick", &["cherry-pick"]),
     ("clone", &["clone"]),
     ("commit", &["commit"]),
     ("config", &["config", "--get"]),
@@ -29,6 +30,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
     ("config unset", &["config", "unset"]),
     ("difftool", &["difftool"]),
     ("fetch", &["fetch"]),
+    ("hash-object", &["hash-object"]),
     ("init", &["init"]),
     ("ls-remote", &["ls-remote"]),
     ("merge", &["merge"]),
@@ -38,6 +40,7 @@ const COMMANDS: &[(&str, &[&str])] = &[
     ("rebase", &["rebase"]),
     ("remote add", &["remote", "add"]),
     ("replace", &["replace"]),
+    ("revert", &["revert"]),
     ("update-ref", &["update-ref"]),
     ("worktree add", &["worktree", "add"]),
 ];

@@ -262,12 +262,12 @@ const ATTACKS: &[(&str, &str)] = &[
     ("commit-tree HEAD^{tree} -m x", "plumbing"),
     ("fast-import", "plumbing"),
     ("send-pack /tmp/r main", "plumbing"),
+    ("send-pack /tmp/r main -- --stateless-rpc", "plumbing"),
     ("filter-branch --tree-filter true", "plumbing"),
     ("filter-repo --force", "plumbing"),
     ("replace HEAD HEAD~1", "plumbing"),
     ("replace --graft HEAD", "plumbing"),
     ("replace --edit HEAD", "plumbing"),
-    ("stash create", "plumbing"),
     ("stash store abc", "plumbing"),
     ("update-ref refs/heads/main HEAD~1", "plumbing"),
     ("update-ref HEAD HEAD~1", "plumbing"),
@@ -340,6 +340,8 @@ const ATTACKS: &[(&str, &str)] = &[
 /// Honest use: must run.
 const ALLOWED: &[&str] = &[
     "status",
+    // git-remote-http(s)'s half of a push (git push ran pre-push already).
+    "send-pack --stateless-rpc --helper-status --thin --progress http://h/r.git/ --stdin",
     "status --short",
     "commit -m x",
     "commit -m --no-verify",
@@ -500,6 +502,56 @@ fn every_attack_in_every_spelling_is_blocked() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(n > 1000, "{n} cases");
+}
+
+/// `stash create` (git merge runs it) is let through only as a recorded
+/// run, in every spelling that reaches it; anything else is not recorded.
+#[test]
+fn stash_create_runs_only_recorded() {
+    let env = Env::new();
+    for prefix in PREFIXES {
+        for line in ["stash create", "stash create msg", "stash list"] {
+            let line = format!("{prefix} {line}");
+            let a = env
+                .decide(&words(&line))
+                .unwrap_or_else(|b| panic!("{line}: {b:?}"));
+            assert_eq!(a.records_stash, line.contains("create"), "git {line}");
+        }
+    }
+}
+
+/// The sequencer's `git commit -n ...` (GIT_REFLOG_ACTION set) runs with
+/// `--verify` last, so the hooks run; without that variable, or with a `--`
+/// after which `--verify` would be a path, -n is refused as always.
+#[test]
+fn a_sequencer_commit_runs_its_hooks() {
+    let env = Env::new();
+    let seq = [("GIT_REFLOG_ACTION", "rebase (continue)")];
+    let line = words("commit -n --amend --no-gpg-sign -F m -e --allow-empty");
+    let a = env
+        .decide_in(env.dir.path(), &line, &seq)
+        .unwrap_or_else(|b| panic!("{b:?}"));
+    assert_eq!(
+        a.args.last().map(|a| a.as_os_str()),
+        Some(OsStr::new("--verify"))
+    );
+    for (line, extra) in [
+        ("commit -n --amend -F m", &[][..]),
+        ("commit -nm x -- a", &seq[..]),
+        ("commit --no-verif -m x -- --verify", &seq[..]),
+        ("commit -nm x --end-of-options a", &seq[..]),
+    ] {
+        let r = env.decide_in(env.dir.path(), &words(line), extra);
+        assert!(
+            r.as_ref().is_err_and(|b| b.rule == "block-no-verify"),
+            "{line}: {r:?}"
+        );
+    }
+    // Honest commits get nothing appended.
+    let a = env
+        .decide_in(env.dir.path(), &words("commit -m x"), &seq)
+        .unwrap_or_else(|b| panic!("{b:?}"));
+    assert_eq!(a.args.last().map(|a| a.as_os_str()), Some(OsStr::new("x")));
 }
 
 #[test]

@@ -1,0 +1,240 @@
+//! Round-three attacks on the git guard, from inside a real sandbox as the
+//! agent: commits that no pre-commit saw, made by git's own machinery (a
+//! merge strategy program on PATH, `git notes`, `hash-object -wtcommit`),
+//! and config that blinds the hook's own git. Judged by their effect: no
+//! commit on any branch holds the content the pre-commit hook refuses.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use sbx_e2e::{base_image, sbx, sh, text};
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.path)
+            .output();
+    }
+}
+
+/// A repository with a pre-commit hook that refuses staged MARKER, and a
+/// branch `side` beside `main`.
+fn repo() -> Repo {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let path = dir.path().join("gattack");
+    std::fs::create_dir_all(&path).unwrap();
+    let git = |args: &[&str]| {
+        sh(Command::new("git")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .current_dir(&path))
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(path.join("a"), "1\n").unwrap();
+    git(&["add", "a"]);
+    git(&["commit", "-qm", "one"]);
+    git(&["branch", "side"]);
+    let hook = path.join(".git/hooks/pre-commit");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(dir.path()));
+    Repo { _dir: dir, path }
+}
+
+#[test]
+fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let agent = |script: &str| -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export PATH=/tmp/evil:$PATH GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    // Nothing on any branch may hold MARKER.
+    let clean = |what: &str| {
+        let o = agent(
+            "for b in $(git for-each-ref --format='%(refname)' refs/heads); do \
+               git grep -q MARKER \"$b\" -- && echo \"$b\"; done; true",
+        );
+        assert_eq!(text(&o).trim(), "", "{what}: MARKER on a branch");
+    };
+    let setup = agent(
+        "mkdir -p /tmp/evil && printf '#!/bin/sh\\necho MARKER > a\\ngit add a\\nexit 0\\n' \
+           > /tmp/evil/git-merge-evil && chmod +x /tmp/evil/git-merge-evil && \
+         git checkout -q side && echo b > b && git add b && git commit -qm side && \
+         git checkout -q main && echo c > c && git add c && git commit -qm c && \
+         echo MARKER > a && git add a && ! git commit -qm direct && git reset -q --hard",
+    );
+    assert!(setup.status.success(), "setup: {}", text(&setup));
+    clean("setup");
+
+    // 1. A merge strategy program: git commits its index without pre-commit.
+    for attack in [
+        "git checkout -q side && git cherry-pick --strategy=evil main",
+        "git revert --strategy=evil --no-edit HEAD",
+        "git -c pull.twohead=evil merge -m m side",
+        // git runs the strategy as `git merge-evil`, through the guard.
+        "git merge-evil HEAD -- HEAD side",
+        // Stored by the shell: the program is still refused as git runs it.
+        "printf '[branch \"main\"]\\n\\tmergeoptions = --no-verify\\n' >> .git/config; \
+         git merge -m m side",
+    ] {
+        let o = agent(&format!(
+            "{attack}; rc=$?; git cherry-pick --abort 2>/dev/null; \
+             git merge --abort 2>/dev/null; git revert --abort 2>/dev/null; \
+             git checkout -q main 2>/dev/null; git reset -q --hard; exit $rc"
+        ));
+        assert_eq!(o.status.code(), Some(77), "{attack}: {}", text(&o));
+        clean(attack);
+    }
+    let o = agent("git config --unset branch.main.mergeoptions");
+    assert!(o.status.success(), "{}", text(&o));
+
+    // 2. git notes: a note's text merged onto a branch (pre-commit, run by
+    // the pre-merge-commit step, refuses that), or a branch moved onto the
+    // notes commit (the reference-transaction step refuses that).
+    let o = agent(
+        "git notes add -m MARKER HEAD && \
+         git merge --allow-unrelated-histories -m m refs/notes/commits; rc=$?; \
+         git merge --abort 2>/dev/null; git reset -q --hard; exit $rc",
+    );
+    assert!(!o.status.success(), "notes merge: {}", text(&o));
+    clean("notes merge");
+    let o = agent("git branch -f side refs/notes/commits");
+    assert!(!o.status.success(), "notes branch -f: {}", text(&o));
+    assert!(text(&o).contains("unverified-commit"), "{}", text(&o));
+    clean("notes branch -f");
+
+    // 3. hash-object in a cluster, then the branch moved onto it.
+    let o = agent(
+        "c=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nx\\n' \
+           $(git rev-parse HEAD^{tree}) $(git rev-parse HEAD) | git hash-object -wtcommit --stdin)",
+    );
+    assert_eq!(o.status.code(), Some(77), "hash-object: {}", text(&o));
+
+    // 4. Config that blinds the hook's own `git diff --cached`.
+    let o = agent(
+        "echo '* -diff' > /tmp/attrs && git config core.attributesFile /tmp/attrs; rc=$?; \
+         echo MARKER > a && git add a && git commit -qm blind; git reset -q --hard; exit $rc",
+    );
+    assert_eq!(o.status.code(), Some(77), "attributesFile: {}", text(&o));
+    clean("attributesFile");
+
+    // Control: honest work still commits and merges.
+    let o = agent("echo ok > a && git commit -qam ok && git merge -q -m m side");
+    assert!(o.status.success(), "honest: {}", text(&o));
+
+    // 5. rebase -i `edit`, new staged content, --continue: the sequencer's
+    // own `git commit -n` comes through the guard and runs the hooks (it was
+    // refused, so every such --continue failed); MARKER is still refused.
+    let edit = "GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -q -i HEAD~2 && ";
+    let o = agent(&format!(
+        "{edit} echo fine >> c && git add c && GIT_EDITOR=true git rebase --continue"
+    ));
+    assert!(o.status.success(), "honest rebase --continue: {}", text(&o));
+    let o = agent(&format!(
+        "{edit} echo MARKER > c && git add c && GIT_EDITOR=true git rebase --continue;          rc=$?; git rebase --abort; exit $rc"
+    ));
+    assert!(
+        !o.status.success(),
+        "MARKER rebase --continue: {}",
+        text(&o)
+    );
+    clean("rebase --continue");
+}
+
+/// A push over smart HTTP goes through git-remote-http, which runs `git
+/// send-pack --stateless-rpc` through the guard: it works (it was refused as
+/// plumbing, so no HTTP(S) push worked in a sandbox), and a forced update
+/// or deletion is still refused. The server is git-http-backend behind
+/// python's CGI server on the sandbox's loopback.
+#[test]
+fn http_pushes_work_and_stay_guarded_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let server = r#"import http.server, os
+class H(http.server.CGIHTTPRequestHandler):
+    def is_cgi(self):
+        if self.path.startswith('/git/'):
+            self.cgi_info = ('/git', 'http-backend/' + self.path[5:])
+            return True
+        return False
+os.makedirs('/tmp/cgi/git', exist_ok=True)
+os.chdir('/tmp/cgi')
+os.symlink('/usr/lib/git-core/git-http-backend', '/tmp/cgi/git/http-backend')
+os.environ['GIT_PROJECT_ROOT'] = '/tmp/srv'
+os.environ['GIT_HTTP_EXPORT_ALL'] = '1'
+http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
+"#;
+    std::fs::write(repo.path.join(".srv.py"), server).unwrap();
+    let agent = |script: &str| -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a \
+                 GIT_COMMITTER_EMAIL=a@b U=http://127.0.0.1:8765/git/r.git; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    let o = agent(
+        "mkdir -p /tmp/srv && git init -q --bare /tmp/srv/r.git && \
+         git -C /tmp/srv/r.git config http.receivepack true && \
+         { python3 .srv.py >/tmp/srv.log 2>&1 & } && \
+         for i in 1 2 3 4 5 6 7 8 9 10; do git ls-remote $U >/dev/null 2>&1 && break; sleep 0.3; done; \
+         echo c > c && git add c && git commit -qm c && git push -q $U main",
+    );
+    assert!(o.status.success(), "http push: {}", text(&o));
+    let remote = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let head = remote(&agent("git rev-parse main"));
+    assert_eq!(remote(&agent("git -C /tmp/srv/r.git rev-parse main")), head);
+    for attack in [
+        "git push --force $U main~1:main",
+        "git push $U +main~1:main",
+        "git push $U :main",
+        "printf '[remote \"x\"]\\n\\turl = %s\\n\\tmirror = true\\n' $U >> .git/config; \
+         git branch -f gone main~1; git push x",
+    ] {
+        let o = agent(attack);
+        assert!(!o.status.success(), "{attack}: {}", text(&o));
+        assert_eq!(
+            remote(&agent("git -C /tmp/srv/r.git rev-parse main")),
+            head,
+            "{attack} moved the remote's main"
+        );
+    }
+}

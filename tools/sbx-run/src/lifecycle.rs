@@ -580,16 +580,22 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
+    let scratch = workspace::scratch_root(&ws.names.hash);
     let idmap = if ws.idmapped() {
         format!(
-            "# workspace owner {}:{}: docker binds its idmapped view {} (owner <-> agent uid {}), which sbx-run start makes\n",
+            "# workspace owner {}:{}: docker binds its idmapped views {} and {} (of {}; owner <-> agent uid {}), which sbx-run start makes\n",
             ws.owner.0,
             ws.owner.1,
             ws.mount_source().display(),
+            ws.scratch_source().display(),
+            scratch.display(),
             workspace::AGENT_ID
         )
     } else {
-        String::new()
+        let q = shlex::try_quote(&scratch.to_string_lossy())
+            .map(|q| q.into_owned())
+            .unwrap_or_default();
+        format!("mkdir -p {q} && chown {}:{} {q}\n", ws.owner.0, ws.owner.1)
     };
     let provision = match &ws.branch {
         Some(b) => format!(

@@ -790,3 +790,41 @@ fn scratch_workspace_is_kept_per_chat() {
     );
     assert!(keep.join("precious").exists(), "prune followed a link");
 }
+
+/// The `-c mcp_servers.…` overrides sbx-run gives `codex exec`, read back by
+/// the image's own codex (`codex … mcp list --json`): what codex parsed is
+/// what the config said, the relay passes its socket variable through.
+#[test]
+fn codex_reads_the_mcp_servers_sbx_gives_it() {
+    let text = "[agent.mcp.docs]\ncommand = [\"npx\", \"a \\\"quoted\\\" arg\", \"$(id)\"]\nenv = { TOKEN = \"x y\" }\n\
+                [agent.host-tools.show]\nargv = [\"echo\", \"{a}\"]\ndescription = \"echo\"\n";
+    let cfg = sbx_core::config::parse_toml(text, Path::new("config.toml")).unwrap();
+    let Some(sb) = setup_with(text) else { return };
+    let args =
+        sbx_run::agent::codex::mcp_args(&cfg.agent.mcp, !cfg.agent.host_tools.is_empty()).unwrap();
+    let o = Command::new("docker")
+        .args(["exec", "-u", "agent", &sb.container, "codex"])
+        .args(&args)
+        .args(["mcp", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", diag(&o));
+    let list: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", diag(&o)));
+    let by = |n: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == n)
+            .unwrap_or_else(|| panic!("{n} missing: {list}"))["transport"]
+            .clone()
+    };
+    let docs = by("docs");
+    assert_eq!(docs["command"], "npx");
+    assert_eq!(docs["args"], json!(["a \"quoted\" arg", "$(id)"]));
+    assert_eq!(docs["env"], json!({"TOKEN": "x y"}));
+    let relay = by("sbx-host");
+    assert_eq!(relay["command"], "/usr/local/bin/sbx-guest");
+    assert_eq!(relay["args"], json!(["mcp-host-tools"]));
+    assert_eq!(relay["env_vars"], json!(["SBX_HOST_TOOLS_SOCKET"]));
+}

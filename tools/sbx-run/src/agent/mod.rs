@@ -100,8 +100,17 @@ SBX_RESULT_FILE set; `sbx-run exec` reaches the same sandbox. A failing before-h
 run (77); a failing after-hook is reported, the result stands. Hooks are audit-logged.
 
 Chats: --chat ID stores the turns under $XDG_STATE_HOME/sbx/chats/<workspace-hash>/ID/ and gives
-earlier turns to the next run in its system prompt. --list-chats, --show-chat ID; `sbx-run
-prune --chats [--older-than 7d]` removes stale ones ([agent].chat-retention).
+earlier turns to the next run in its system prompt. --chat ID --scratch also gives the run the
+chat's scratch directory, /scratch/ID in the sandbox ($SBX_SCRATCH, --add-dir, named in the system
+prompt; the repository stays the working directory), kept on the host in
+$XDG_STATE_HOME/sbx/scratch/<workspace-hash>/ID and owned like the repository. --list-chats,
+--show-chat ID; `sbx-run prune --chats [--older-than 7d]` removes stale chats with their scratch
+directories ([agent].chat-retention).
+
+Codex: --cli codex runs `codex exec --json`; [agent.mcp] and the host tools are given to it as
+`-c mcp_servers.NAME={...}` (names of letters, digits, _ and - only), not through .mcp.json.
+
+-vv prints sbx-run's own phase times (before the exec, first CLI line, exec exit, done) on stderr.
 
 Exit status: 0 success; 1 the CLI or the API reported an error; 3 max turns reached; 77 the
 before-hook refused; 124 timeout; 64 usage; 66 no workspace; 69 Docker unavailable; 78 bad

@@ -203,9 +203,8 @@ pub fn ensure_scratch_root(ws: &Workspace) -> Result<PathBuf, RunError> {
 /// Called before every `docker run`/`docker start` of the sandbox, so
 /// docker never binds an empty directory where the view should be.
 pub fn prepare_mount(ws: &Workspace) -> Result<(), RunError> {
-    let scratch = ensure_scratch_root(ws)?;
     if !ws.idmapped() {
-        return Ok(());
+        return ensure_scratch_root(ws).map(|_| ());
     }
     let dir = idmap_dir(&ws.names.container);
     release_mount(&ws.names.container);
@@ -231,6 +230,8 @@ pub fn prepare_mount(ws: &Workspace) -> Result<(), RunError> {
         sbx_sys::idmap::swap(AGENT_ID, g),
     );
     sbx_sys::idmap::bind(&ws.path, &dir, &um, &gm).map_err(|e| idmap_error(ws, &e))?;
+    // Only now: a workspace refused above leaves nothing in the state directory.
+    let scratch = ensure_scratch_root(ws).inspect_err(|_| release_mount(&ws.names.container))?;
     let view = scratch_view_dir(&ws.names.container);
     {
         use std::os::unix::fs::DirBuilderExt;

@@ -510,7 +510,8 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
             let mut a: Vec<String> = ["codex", "exec", "--json"].map(String::from).into();
             a.extend(codex_mcp);
             if let Some(d) = &scratch {
-                a.extend(["--add-dir".into(), d.clone()]);
+                // One word: the prompt's `-` can never be taken for a directory.
+                a.push(format!("--add-dir={d}"));
             }
             a.push("-".into());
             a

@@ -402,6 +402,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         )));
     }
     let acc = access(&ws0)?;
+    timing.mark("config loaded");
     let cli = match o.cli.as_deref() {
         Some("codex") => AgentCli::Codex,
         Some(_) => AgentCli::Claude,
@@ -426,6 +427,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         Some(id) => chats::history_prompt(&chats::load(&ws0, id)?),
         None => None,
     };
+    timing.mark("workspace prepared");
     let scratch = match (&o.chat, o.scratch) {
         (Some(id), true) => Some(chats::scratch_in_sandbox(id)),
         _ => None,
@@ -438,11 +440,15 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     // A running sandbox answers on its guest socket (only sbx-run makes that
     // socket, in the host directory of this workspace's container): then no
     // engine inspection and no second config load, as `sbx-run exec` does.
-    let ws = if crate::guestexec::connect(&crate::guestexec::socket_for(&ws0)).is_ok() {
-        ws0
-    } else {
-        crate::lifecycle::start(common, o.path.clone(), None)?
+    // The probe's connection then carries the exec, unless a before-hook
+    // runs first (the guest wants the request within its handshake time).
+    let (ws, mut conn) = match crate::guestexec::connect(&crate::guestexec::socket_for(&ws0)) {
+        Ok(c) => (ws0, Some(c)),
+        Err(_) => (crate::lifecycle::start(common, o.path.clone(), None)?, None),
     };
+    if hook_path(&ws, "before").exists() {
+        conn = None;
+    }
     timing.mark("sandbox ready");
 
     // Files the hooks read live in a private temporary directory.
@@ -559,7 +565,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
 
     let started = Instant::now();
     timing.mark("exec");
-    let mut child = exec::spawn(&ws, &launch, &env)?;
+    let mut child = exec::spawn(&ws, &launch, &env, conn)?;
     // With host tools stdin stays open for their answers; else it closes
     // after the prompt (the CLI reads it to the end).
     let stdin = std::sync::Arc::new(std::sync::Mutex::new(child.stdin.take()));

@@ -72,7 +72,7 @@ echo "  agent - docker exec: $(awk -v a="$a" -v b="$d" 'BEGIN{printf "%+.1f ms",
 for _ in $(seq "$FAST_RUNS"); do
   "$BIN/sbx-run" -vv agent -C "$REPO" --json hi </dev/null 2>>"$DIR/phases" >/dev/null
 done
-phase() { grep -F " ms $1" "$DIR/phases" | awk '{print $3}' | median; }
+phase() { grep -E " ms $1\$" "$DIR/phases" | awk '{print $3}' | median; }
 ex=$(phase exec); first=$(phase "first CLI line"); ended=$(phase "exec exited"); done_=$(phase done)
 echo "sbx-run agent -vv phases (ms since it began, medians of $FAST_RUNS): ready to exec $ex, first CLI line $first, exec exited $ended, done $done_; after the exec: $(awk -v a="$done_" -v b="$ended" 'BEGIN{printf "%.1f", a-b}') ms"
 docker exec -u root "$C" rm -f /usr/local/sbin/claude

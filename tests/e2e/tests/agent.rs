@@ -761,20 +761,24 @@ fn scratch_workspace_is_kept_per_chat() {
     std::fs::write(keep.join("precious"), "x").unwrap();
     std::os::unix::fs::symlink(&keep, root.join("c3")).unwrap();
     std::os::unix::fs::symlink(&keep, root.join("c1/link")).unwrap();
+    let ten_days_ago = |p: &Path| {
+        std::fs::File::open(p)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(10 * 86400))
+            .unwrap();
+    };
     for c in ["c1", "c3"] {
-        sh(Command::new("touch").args(["-h", "-d", "10 days ago"]).arg(
-            sb.state
+        ten_days_ago(
+            &sb.state
                 .join("sbx/chats")
                 .join(&hash)
                 .join(c)
                 .join("turns.jsonl"),
-        ));
+        );
     }
     // A scratch directory whose chat never finished a run, as old.
     std::fs::create_dir_all(root.join("orphan")).unwrap();
-    sh(Command::new("touch")
-        .args(["-d", "10 days ago"])
-        .arg(root.join("orphan")));
+    ten_days_ago(&root.join("orphan"));
     let o = sb
         .sbx()
         .args(["prune", "--chats", "--older-than", "7d"])

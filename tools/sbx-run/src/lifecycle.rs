@@ -824,6 +824,11 @@ pub fn rm(
         docker::remove(&["rm", "--force", &n.container])?;
     }
     workspace::release_mount(&n.container);
+    // An empty scratch root goes with the sandbox; one holding a chat's
+    // directory stays for that chat (prune --chats removes it).
+    if ws.branch.is_none() {
+        let _ = std::fs::remove_dir(workspace::scratch_root(&n.hash));
+    }
     // The managed settings are written anew at each start.
     let managed = crate::toolpolicy::host_dir(&n.container);
     if managed.exists() {

@@ -674,6 +674,9 @@ fn scratch_workspace_is_kept_per_chat() {
     };
     let hash = sbx_run::names::Names::new(&sb.path.canonicalize().unwrap(), None).hash;
     let root = sb.state.join("sbx/scratch").join(&hash);
+    // No before-hook: these runs take the guest probe's connection for the
+    // exec (the first test covers the reconnect after a hook).
+    std::fs::remove_file(sb.path.join(".agent-sandbox/hooks/before")).unwrap();
     let probe = "echo scratch=$SBX_SCRATCH; echo pwd=$(pwd); echo seen:; [ -n \"$SBX_SCRATCH\" ] && { sed 's/^/  /' \"$SBX_SCRATCH/note.txt\" 2>/dev/null; echo run >> \"$SBX_SCRATCH/note.txt\"; }; echo end";
     sb.msgapi(
         8121,

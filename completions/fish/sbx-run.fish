@@ -234,6 +234,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -l color -d 'When
 always\t''
 never\t''"
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -l scratch -d 'With --chat: give the run the chat\'s own scratch directory, /scratch/ID in the sandbox ($SBX_SCRATCH), kept across the chat\'s runs until `sbx-run prune --chats` removes the chat'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -l list-chats -d 'List this workspace\'s chats and exit'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand agent" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'

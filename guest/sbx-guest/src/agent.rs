@@ -73,9 +73,10 @@ fn serve_key_once(listener: UnixListener, path: PathBuf, key: String, cli: u32) 
 pub fn launch(
     timeout: Option<Duration>,
     host_tools: bool,
+    scratch: Option<&Path>,
     command: &[std::ffi::OsString],
 ) -> ExitCode {
-    match launch_inner(timeout, host_tools, command) {
+    match launch_inner(timeout, host_tools, scratch, command) {
         Ok(code) => code,
         Err(e) => {
             sbx_core::output::error(&format!("agent-launch: {e}"));
@@ -84,9 +85,32 @@ pub fn launch(
     }
 }
 
+/// Make the chat's scratch directory in its mount; a sandbox made before
+/// the mount existed has none (the parent is missing), and says how to fix it.
+fn make_scratch(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let root = dir.parent().unwrap_or(Path::new("/"));
+    if !root.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{}: no chat scratch mount in this sandbox (made by an older sbx-run): remove it with `sbx-run rm` and run again",
+            root.display()
+        )));
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            Err(std::io::Error::other(format!("{}: {e}", dir.display())))
+        }
+        _ if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) => Err(
+            std::io::Error::other(format!("{}: not a directory", dir.display())),
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn launch_inner(
     timeout: Option<Duration>,
     host_tools: bool,
+    scratch: Option<&Path>,
     command: &[std::ffi::OsString],
 ) -> std::io::Result<ExitCode> {
     let (prog, args) = command
@@ -97,6 +121,10 @@ fn launch_inner(
     cmd.args(args)
         .env_remove("ANTHROPIC_API_KEY")
         .process_group(0);
+    if let Some(d) = scratch {
+        make_scratch(d)?;
+        cmd.env("SBX_SCRATCH", d);
+    }
     let tools = if host_tools {
         let t = crate::hosttools::launcher::Session::start()?;
         cmd.env(crate::hosttools::SOCKET_ENV, t.socket())

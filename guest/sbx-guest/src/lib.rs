@@ -67,6 +67,10 @@ pub enum Cmd {
         /// and the prompt's length, then the host's answers; calls go up on stdout.
         #[arg(long)]
         host_tools: bool,
+        /// The chat's scratch directory (under the /scratch mount): made if missing and named
+        /// to the CLI as SBX_SCRATCH.
+        #[arg(long, value_name = "DIR")]
+        scratch: Option<PathBuf>,
         /// The CLI and its arguments (after --).
         #[arg(
             trailing_var_arg = true,
@@ -190,10 +194,12 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::AgentLaunch {
             timeout,
             host_tools,
+            scratch,
             command,
         } => Ok(agent::launch(
             timeout.map(std::time::Duration::from_secs),
             host_tools,
+            scratch.as_deref(),
             &command,
         )),
         Cmd::McpHostTools => Ok(hosttools::serve()),

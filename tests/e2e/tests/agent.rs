@@ -170,6 +170,12 @@ fn setup() -> Option<Sandbox> {
 }
 
 fn setup_with(extra_config: &str) -> Option<Sandbox> {
+    setup_owned(extra_config, "1000:1000")
+}
+
+/// A sandbox for a repository owned by `owner` (uid:gid): anything but the
+/// agent's 1000 is seen through idmapped mounts.
+fn setup_owned(extra_config: &str, owner: &str) -> Option<Sandbox> {
     if !prerequisite(
         sbx_e2e::is_root(),
         "root (the sandbox's workspace ownership)",
@@ -204,7 +210,7 @@ fn setup_with(extra_config: &str) -> Option<Sandbox> {
         &cfg.join("hooks/after"),
         "#!/bin/sh\necho \"after $(grep -o '\"status\":\"[a-z_]*\"' \"$SBX_RESULT_FILE\" | head -1)\" >> \"$HOOK_LOG\"\n",
     );
-    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&path));
+    sh(Command::new("chown").args(["-R", owner]).arg(&path));
     let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
     let sb = Sandbox {
         hook_log: dir.path().join("hooks.log"),
@@ -649,4 +655,183 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
         );
         assert!(!log.contains("\"rm"), "{log}");
     }
+}
+
+/// Each tool_result text of a run's events.
+fn tool_outputs(o: &Output) -> Vec<String> {
+    of_type(&events(o), "tool_result")
+        .iter()
+        .map(|e| e["data"]["content"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn scratch_workspace_is_kept_per_chat() {
+    // Owned by neither root nor the agent: the workspace and the scratch
+    // directories are both seen through the owner <-> agent idmapped view.
+    let Some(sb) = setup_owned("", "1234:1234") else {
+        return;
+    };
+    let hash = sbx_run::names::Names::new(&sb.path.canonicalize().unwrap(), None).hash;
+    let root = sb.state.join("sbx/scratch").join(&hash);
+    // No before-hook: these runs take the guest probe's connection for the
+    // exec (the first test covers the reconnect after a hook).
+    std::fs::remove_file(sb.path.join(".agent-sandbox/hooks/before")).unwrap();
+    let probe = "echo scratch=$SBX_SCRATCH; echo pwd=$(pwd); echo seen:; [ -n \"$SBX_SCRATCH\" ] && { sed 's/^/  /' \"$SBX_SCRATCH/note.txt\" 2>/dev/null; echo run >> \"$SBX_SCRATCH/note.txt\"; }; echo end";
+    sb.msgapi(
+        8121,
+        &json!({"turns": [
+            {"tool_use": {"name": "Bash", "input": {"command": probe, "description": "scratch"}}},
+            {"text": "Noted."}
+        ]}),
+    );
+    let run = |args: &[&str]| {
+        let o = sb.agent(8121, args);
+        assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+        let out = tool_outputs(&o);
+        assert_eq!(out.len(), 1, "{}", diag(&o));
+        out[0].clone()
+    };
+
+    // 1. The first run of c1 starts with an empty scratch directory, and the
+    //    repository stays the working directory.
+    let first = run(&["--json", "--chat", "c1", "--scratch", "note it"]);
+    assert!(first.contains("scratch=/scratch/c1\n"), "{first}");
+    assert!(first.contains("pwd=/workspace/agentrepo\n"), "{first}");
+    assert!(
+        first.contains("seen:\nend"),
+        "a fresh chat's scratch is empty: {first}"
+    );
+    let sys = sb
+        .requests(8121)
+        .iter()
+        .rfind(|r| r["side"] == false)
+        .unwrap()["body"]["system"]
+        .to_string();
+    assert!(sys.contains("/scratch/c1"), "the model is told: {sys}");
+    // On the host, beside the chat store, owned like the repository.
+    let note = root.join("c1/note.txt");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "run\n");
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&note).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid()),
+            (1234, 1234),
+            "owned like the repository"
+        );
+    }
+
+    // 2. The chat's next run sees what the first left.
+    let second = run(&["--json", "--chat", "c1", "--scratch", "again"]);
+    assert!(second.contains("seen:\n  run\nend"), "{second}");
+
+    // 3. Another chat gets its own, empty one; a run without --scratch none.
+    let other = run(&["--json", "--chat", "c2", "--scratch", "other"]);
+    assert!(other.contains("scratch=/scratch/c2\n"), "{other}");
+    assert!(
+        other.contains("seen:\nend"),
+        "another chat sees c1's files: {other}"
+    );
+    let plain = run(&["--json", "--chat", "c3", "plain"]);
+    assert!(plain.contains("scratch=\n"), "{plain}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "run\nrun\n");
+    let o = sb
+        .sbx()
+        .args(["--json", "agent", "--list-chats", "-C"])
+        .arg(&sb.path)
+        .output()
+        .unwrap();
+    let listed: Vec<Value> = events(&o);
+    let scratch_of = |id: &str| {
+        listed
+            .iter()
+            .find(|c| c["data"]["id"] == id)
+            .map(|c| c["data"]["scratch"].clone())
+    };
+    assert_eq!(scratch_of("c1"), Some(json!("/scratch/c1")), "{}", diag(&o));
+    assert_eq!(scratch_of("c3"), Some(Value::Null), "{}", diag(&o));
+
+    // 4. --scratch needs a chat.
+    let o = sb.agent(8121, &["--scratch", "no chat"]);
+    assert_eq!(o.status.code(), Some(64), "{}", diag(&o));
+
+    // 5. prune --chats removes a stale chat with its scratch directory and
+    //    leaves fresh ones; a link the agent put in place of a chat's scratch
+    //    directory is removed, never followed.
+    let keep = sb.state.join("keep");
+    std::fs::create_dir_all(&keep).unwrap();
+    std::fs::write(keep.join("precious"), "x").unwrap();
+    std::os::unix::fs::symlink(&keep, root.join("c3")).unwrap();
+    std::os::unix::fs::symlink(&keep, root.join("c1/link")).unwrap();
+    let ten_days_ago = |p: &Path| {
+        std::fs::File::open(p)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(10 * 86400))
+            .unwrap();
+    };
+    for c in ["c1", "c3"] {
+        ten_days_ago(
+            &sb.state
+                .join("sbx/chats")
+                .join(&hash)
+                .join(c)
+                .join("turns.jsonl"),
+        );
+    }
+    // A scratch directory whose chat never finished a run, as old.
+    std::fs::create_dir_all(root.join("orphan")).unwrap();
+    ten_days_ago(&root.join("orphan"));
+    let o = sb
+        .sbx()
+        .args(["prune", "--chats", "--older-than", "7d"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", diag(&o));
+    assert!(!root.join("c1").exists(), "the stale chat's scratch stayed");
+    assert!(std::fs::symlink_metadata(root.join("c3")).is_err());
+    assert!(!root.join("orphan").exists());
+    assert!(
+        root.join("c2/note.txt").exists(),
+        "a fresh chat's scratch went"
+    );
+    assert!(keep.join("precious").exists(), "prune followed a link");
+}
+
+/// The `-c mcp_servers.…` overrides sbx-run gives `codex exec`, read back by
+/// the image's own codex (`codex … mcp list --json`): what codex parsed is
+/// what the config said, the relay passes its socket variable through.
+#[test]
+fn codex_reads_the_mcp_servers_sbx_gives_it() {
+    let text = "[agent.mcp.docs]\ncommand = [\"npx\", \"a \\\"quoted\\\" arg\", \"$(id)\"]\nenv = { TOKEN = \"x y\" }\n\
+                [agent.host-tools.show]\nargv = [\"echo\", \"{a}\"]\ndescription = \"echo\"\n";
+    let cfg = sbx_core::config::parse_toml(text, Path::new("config.toml")).unwrap();
+    let Some(sb) = setup_with(text) else { return };
+    let args =
+        sbx_run::agent::codex::mcp_args(&cfg.agent.mcp, !cfg.agent.host_tools.is_empty()).unwrap();
+    let o = Command::new("docker")
+        .args(["exec", "-u", "agent", &sb.container, "codex"])
+        .args(&args)
+        .args(["mcp", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", diag(&o));
+    let list: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", diag(&o)));
+    let by = |n: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == n)
+            .unwrap_or_else(|| panic!("{n} missing: {list}"))["transport"]
+            .clone()
+    };
+    let docs = by("docs");
+    assert_eq!(docs["command"], "npx");
+    assert_eq!(docs["args"], json!(["a \"quoted\" arg", "$(id)"]));
+    assert_eq!(docs["env"], json!({"TOKEN": "x y"}));
+    let relay = by("sbx-host");
+    assert_eq!(relay["command"], "/usr/local/bin/sbx-guest");
+    assert_eq!(relay["args"], json!(["mcp-host-tools"]));
+    assert_eq!(relay["env_vars"], json!(["SBX_HOST_TOOLS_SOCKET"]));
 }

@@ -580,16 +580,22 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
+    let scratch = workspace::scratch_root(&ws.names.hash);
     let idmap = if ws.idmapped() {
         format!(
-            "# workspace owner {}:{}: docker binds its idmapped view {} (owner <-> agent uid {}), which sbx-run start makes\n",
+            "# workspace owner {}:{}: docker binds its idmapped views {} and {} (of {}; owner <-> agent uid {}), which sbx-run start makes\n",
             ws.owner.0,
             ws.owner.1,
             ws.mount_source().display(),
+            ws.scratch_source().display(),
+            scratch.display(),
             workspace::AGENT_ID
         )
     } else {
-        String::new()
+        let q = shlex::try_quote(&scratch.to_string_lossy())
+            .map(|q| q.into_owned())
+            .unwrap_or_default();
+        format!("mkdir -p {q} && chown {}:{} {q}\n", ws.owner.0, ws.owner.1)
     };
     let provision = match &ws.branch {
         Some(b) => format!(
@@ -818,6 +824,11 @@ pub fn rm(
         docker::remove(&["rm", "--force", &n.container])?;
     }
     workspace::release_mount(&n.container);
+    // An empty scratch root goes with the sandbox; one holding a chat's
+    // directory stays for that chat (prune --chats removes it).
+    if ws.branch.is_none() {
+        let _ = std::fs::remove_dir(workspace::scratch_root(&n.hash));
+    }
     // The managed settings are written anew at each start.
     let managed = crate::toolpolicy::host_dir(&n.container);
     if managed.exists() {

@@ -585,6 +585,16 @@ pub fn build(
         "--mount".into(),
         bind(&host_dir(&n.container), "/run/sbx/host", false),
     ]);
+    // Chat scratch directories (`sbx-run agent --scratch`), in every sandbox
+    // so a chat can ask for one without a restart.
+    a.extend([
+        "--mount".into(),
+        bind(
+            &ws.scratch_source(),
+            crate::workspace::SCRATCH_TARGET,
+            false,
+        ),
+    ]);
     // Environment: fixed values, then host names the filter allows.
     a.extend(["--env".into(), format!("SBX_WORKSPACE={target}")]);
     a.extend([

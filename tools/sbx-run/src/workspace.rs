@@ -85,6 +85,16 @@ impl Workspace {
         }
     }
 
+    /// What docker binds at `/scratch` (SCRATCH_TARGET): the workspace's
+    /// chat scratch root, or its idmapped view (as for the workspace).
+    pub fn scratch_source(&self) -> PathBuf {
+        if self.idmapped() {
+            scratch_view_dir(&self.names.container)
+        } else {
+            scratch_root(&self.names.hash)
+        }
+    }
+
     /// Where the workspace is mounted inside the sandbox.
     pub fn target(&self) -> String {
         format!("/workspace/{}", self.dir_name())
@@ -142,13 +152,59 @@ pub fn idmap_dir(container: &str) -> PathBuf {
     run_dir(container).join("workspace")
 }
 
+/// Where every sandbox sees its workspace's chat scratch directories
+/// (`sbx-run agent --chat ID --scratch`: SCRATCH_TARGET/ID).
+pub const SCRATCH_TARGET: &str = "/scratch";
+
+/// The host directory of a workspace's chat scratch directories, one per
+/// chat, beside the chat store: `$XDG_STATE_HOME/sbx/scratch/<hash>/`.
+pub fn scratch_root(hash: &str) -> PathBuf {
+    crate::spec::state_dir().join("scratch").join(hash)
+}
+
+/// Where the idmapped view of the scratch root is mounted on the host.
+pub fn scratch_view_dir(container: &str) -> PathBuf {
+    run_dir(container).join("scratch")
+}
+
+/// Make the scratch root, owned like the workspace (so what the agent
+/// writes there lands owned by the workspace's owner, as in the workspace),
+/// under a 0700 parent no other host user can enter.
+pub fn ensure_scratch_root(ws: &Workspace) -> Result<PathBuf, RunError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let dir = scratch_root(&ws.names.hash);
+    let parent = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let io = |p: &Path, e| RunError::Io(p.to_owned(), e);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| io(&dir, e))?;
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| io(&parent, e))?;
+    // Never follows a link: the agent writes inside this directory, not
+    // its parent, but a link is refused rather than trusted.
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| io(&dir, e))?;
+    if !meta.is_dir() {
+        return Err(RunError::Io(
+            dir.clone(),
+            std::io::Error::other("not a directory: remove it"),
+        ));
+    }
+    let (u, g) = ws.owner;
+    if (meta.uid(), meta.gid()) != (u, g) {
+        std::os::unix::fs::lchown(&dir, Some(u), Some(g)).map_err(|e| io(&dir, e))?;
+    }
+    Ok(dir)
+}
+
 /// Make (or make anew, when ownership changed) the idmapped view of the
 /// workspace: on-disk owner <-> agent (uid 1000), every other id as is.
 /// Called before every `docker run`/`docker start` of the sandbox, so
 /// docker never binds an empty directory where the view should be.
 pub fn prepare_mount(ws: &Workspace) -> Result<(), RunError> {
     if !ws.idmapped() {
-        return Ok(());
+        return ensure_scratch_root(ws).map(|_| ());
     }
     let dir = idmap_dir(&ws.names.container);
     release_mount(&ws.names.container);
@@ -169,13 +225,31 @@ pub fn prepare_mount(ws: &Workspace) -> Result<(), RunError> {
             .map_err(|e| RunError::Io(parent.clone(), e))?;
     }
     let (u, g) = ws.owner;
-    let r = sbx_sys::idmap::bind(
-        &ws.path,
-        &dir,
-        &sbx_sys::idmap::swap(AGENT_ID, u),
-        &sbx_sys::idmap::swap(AGENT_ID, g),
+    let (um, gm) = (
+        sbx_sys::idmap::swap(AGENT_ID, u),
+        sbx_sys::idmap::swap(AGENT_ID, g),
     );
-    r.map_err(|e| idmap_error(ws, &e))
+    sbx_sys::idmap::bind(&ws.path, &dir, &um, &gm).map_err(|e| idmap_error(ws, &e))?;
+    // Only now: a workspace refused above leaves nothing in the state directory.
+    let scratch = ensure_scratch_root(ws).inspect_err(|_| release_mount(&ws.names.container))?;
+    let view = scratch_view_dir(&ws.names.container);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&view)
+            .map_err(|e| RunError::Io(view.clone(), e))?;
+    }
+    let r = sbx_sys::idmap::bind(&scratch, &view, &um, &gm);
+    if let Err(e) = r {
+        release_mount(&ws.names.container);
+        return Err(RunError::Idmap(format!(
+            "{}: cannot make the idmapped view of the chat scratch directories ({e}): keep $XDG_STATE_HOME on a filesystem with idmapped mounts (ext4, xfs, btrfs), or `chown -R {AGENT_ID}:{AGENT_ID} {}`",
+            scratch.display(),
+            ws.path.display()
+        )));
+    }
+    Ok(())
 }
 
 fn idmap_error(ws: &Workspace, e: &std::io::Error) -> RunError {
@@ -200,17 +274,18 @@ fn idmap_error(ws: &Workspace, e: &std::io::Error) -> RunError {
 
 /// Undo `prepare_mount` (every copy stacked there), keeping nothing.
 pub fn release_mount(container: &str) {
-    let dir = idmap_dir(container);
-    for _ in 0..16 {
-        match sbx_sys::idmap::mount_of(&dir) {
-            Some(m) if m.point == dir => {
-                if sbx_sys::idmap::detach(&dir).is_err() {
-                    break;
+    for dir in [idmap_dir(container), scratch_view_dir(container)] {
+        for _ in 0..16 {
+            match sbx_sys::idmap::mount_of(&dir) {
+                Some(m) if m.point == dir => {
+                    if sbx_sys::idmap::detach(&dir).is_err() {
+                        break;
+                    }
                 }
+                _ => break,
             }
-            _ => break,
         }
+        let _ = std::fs::remove_dir(&dir);
     }
-    let _ = std::fs::remove_dir(&dir);
     let _ = std::fs::remove_dir(run_dir(container));
 }

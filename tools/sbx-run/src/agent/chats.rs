@@ -22,6 +22,23 @@ fn dir(ws: &Workspace, id: &str) -> PathBuf {
     root().join(&ws.names.hash).join(id)
 }
 
+/// Chat ID's scratch directory as the sandbox sees it.
+pub fn scratch_in_sandbox(id: &str) -> String {
+    format!("{}/{id}", crate::workspace::SCRATCH_TARGET)
+}
+
+/// Chat ID's scratch directory on the host.
+fn scratch_on_host(hash: &str, id: &str) -> PathBuf {
+    crate::workspace::scratch_root(hash).join(id)
+}
+
+/// What the model is told about its scratch directory.
+pub fn scratch_prompt(dir: &str) -> String {
+    format!(
+        "## Scratch workspace\nThis conversation has its own scratch directory, {dir} ($SBX_SCRATCH). What you leave there is there again in this conversation's later runs, and no other conversation is given it. Keep notes, downloads and intermediate files there, not in the repository; the repository stays your working directory."
+    )
+}
+
 /// A chat id names a directory: 1-64 of letters, digits, `_`, `-` and `.`, not starting with `.`.
 pub fn check_id(id: &str) -> Result<(), String> {
     let ok = !id.is_empty()
@@ -130,14 +147,21 @@ pub fn cli(
             let when = modified(&base.join(&id))
                 .map(|t| humantime::format_rfc3339_seconds(t).to_string())
                 .unwrap_or_default();
+            let scratch = scratch_on_host(&ws.names.hash, &id)
+                .is_dir()
+                .then(|| scratch_in_sandbox(&id));
             let r = if common.json {
                 output::json_line(
                     &mut out,
                     "chat",
-                    &json!({"id": id, "turns": turns, "modified": when}),
+                    &json!({"id": id, "turns": turns, "modified": when, "scratch": scratch}),
                 )
             } else {
-                writeln!(out, "{id}\t{turns} turns\t{when}")
+                writeln!(
+                    out,
+                    "{id}\t{turns} turns\t{when}{}",
+                    scratch.map(|s| format!("\t{s}")).unwrap_or_default()
+                )
             };
             r.map_err(|e| io(Path::new("stdout"), e))?;
         }
@@ -168,25 +192,58 @@ pub fn cli(
     Ok(Exit::Ok.into())
 }
 
-/// Remove chats (of every workspace) idle longer than `older_than`; return how many.
+fn entries(dir: &Path) -> Vec<std::fs::DirEntry> {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Remove a directory tree the agent may have written (a scratch
+/// directory): `remove_dir_all` never follows a link, it removes the link.
+fn remove(p: &Path) -> Result<(), BoxError> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p).map_err(|e| io(p, e)),
+        Ok(_) => std::fs::remove_file(p).map_err(|e| io(p, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(p, e)),
+    }
+}
+
+/// Remove chats (of every workspace) idle longer than `older_than`, with
+/// their scratch directories; return how many chats.
 pub fn prune(older_than: Duration) -> Result<usize, BoxError> {
     let now = SystemTime::now();
-    let mut n = 0;
-    let Ok(workspaces) = std::fs::read_dir(root()) else {
-        return Ok(0);
+    let stale = |t: Option<SystemTime>| {
+        t.and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > older_than)
     };
-    for w in workspaces.filter_map(|e| e.ok()) {
-        let Ok(chats) = std::fs::read_dir(w.path()) else {
-            continue;
-        };
-        for c in chats.filter_map(|e| e.ok()) {
+    let mut n = 0;
+    for w in entries(&root()) {
+        let hash = w.file_name().to_string_lossy().into_owned();
+        for c in entries(&w.path()) {
             let p = c.path();
-            let old = modified(&p)
-                .and_then(|t| now.duration_since(t).ok())
-                .is_some_and(|age| age > older_than);
-            if old {
+            if stale(modified(&p)) {
+                remove(&scratch_on_host(&hash, &c.file_name().to_string_lossy()))?;
                 std::fs::remove_dir_all(&p).map_err(|e| io(&p, e))?;
                 n += 1;
+            }
+        }
+    }
+    // A scratch directory whose chat is gone (its first run never ended)
+    // goes once it is as old.
+    for w in entries(&crate::spec::state_dir().join("scratch")) {
+        let hash = w.file_name();
+        for s in entries(&w.path()) {
+            let chat = root().join(&hash).join(s.file_name());
+            let p = s.path();
+            if !chat.exists()
+                && stale(
+                    std::fs::symlink_metadata(&p)
+                        .and_then(|m| m.modified())
+                        .ok(),
+                )
+            {
+                remove(&p)?;
             }
         }
     }

@@ -27,12 +27,17 @@ impl Spawned {
 }
 
 /// Start `argv` in the sandbox as the agent user in the workspace, with
-/// `env` set for that process only.
+/// `env` set for that process only, on `conn` when the caller holds a
+/// fresh connection to the guest (one round trip fewer).
 pub fn spawn(
     ws: &Workspace,
     argv: &[String],
     env: &[(String, String)],
+    conn: Option<sbx_core::guestapi::Client<std::os::unix::net::UnixStream>>,
 ) -> Result<Spawned, BoxError> {
+    if let Some(client) = conn {
+        return through_guest(client, ws, argv, env);
+    }
     let socket = guestexec::socket_for(ws);
     match guestexec::connect(&socket) {
         Ok(client) => Ok(through_guest(client, ws, argv, env)?),

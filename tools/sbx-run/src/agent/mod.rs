@@ -2,6 +2,7 @@
 //! repository's sandbox, its output translated into sbx's own events.
 
 pub mod chats;
+pub mod codex;
 pub mod events;
 pub mod exec;
 pub mod hosttools;
@@ -38,6 +39,10 @@ pub struct AgentOpts {
     /// Keep a conversation: earlier turns of chat ID are given to this run, and this run's are kept.
     #[arg(long, value_name = "ID")]
     pub chat: Option<String>,
+    /// With --chat: give the run the chat's own scratch directory, /scratch/ID in the sandbox
+    /// ($SBX_SCRATCH), kept across the chat's runs until `sbx-run prune --chats` removes the chat.
+    #[arg(long, requires = "chat")]
+    pub scratch: bool,
     /// Model for the CLI's --model.
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
@@ -95,8 +100,17 @@ SBX_RESULT_FILE set; `sbx-run exec` reaches the same sandbox. A failing before-h
 run (77); a failing after-hook is reported, the result stands. Hooks are audit-logged.
 
 Chats: --chat ID stores the turns under $XDG_STATE_HOME/sbx/chats/<workspace-hash>/ID/ and gives
-earlier turns to the next run in its system prompt. --list-chats, --show-chat ID; `sbx-run
-prune --chats [--older-than 7d]` removes stale ones ([agent].chat-retention).
+earlier turns to the next run in its system prompt. --chat ID --scratch also gives the run the
+chat's scratch directory, /scratch/ID in the sandbox ($SBX_SCRATCH, --add-dir, named in the system
+prompt; the repository stays the working directory), kept on the host in
+$XDG_STATE_HOME/sbx/scratch/<workspace-hash>/ID and owned like the repository. --list-chats,
+--show-chat ID; `sbx-run prune --chats [--older-than 7d]` removes stale chats with their scratch
+directories ([agent].chat-retention).
+
+Codex: --cli codex runs `codex exec --json`; [agent.mcp] and the host tools are given to it as
+`-c mcp_servers.NAME={...}` (names of letters, digits, _ and - only), not through .mcp.json.
+
+-vv prints sbx-run's own phase times (before the exec, first CLI line, exec exit, done) on stderr.
 
 Exit status: 0 success; 1 the CLI or the API reported an error; 3 max turns reached; 77 the
 before-hook refused; 124 timeout; 64 usage; 66 no workspace; 69 Docker unavailable; 78 bad
@@ -328,11 +342,44 @@ impl Printer {
     }
 }
 
+/// `-vv`: each phase's time since `run` began, on stderr, to see
+/// what sbx adds around the CLI (bench/agent.sh reads them).
+struct Timing {
+    on: bool,
+    seen_first: bool,
+    t0: Instant,
+}
+
+impl Timing {
+    fn new(on: bool) -> Self {
+        Timing {
+            on,
+            seen_first: false,
+            t0: Instant::now(),
+        }
+    }
+
+    fn mark(&mut self, what: &str) {
+        if self.on {
+            let ms = self.t0.elapsed().as_secs_f64() * 1000.0;
+            eprintln!("sbx-run agent: {ms:7.2} ms {what}");
+        }
+    }
+
+    fn first(&mut self, what: &str) {
+        if !self.seen_first {
+            self.seen_first = true;
+            self.mark(what);
+        }
+    }
+}
+
 pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     if o.list_chats || o.show_chat.is_some() {
         let ws = Workspace::open(common, o.path.clone())?;
         return chats::cli(common, &ws, o.list_chats, o.show_chat.as_deref());
     }
+    let mut timing = Timing::new(common.verbose >= 2);
     let prompt = read_prompt(o.prompt.as_deref())?;
     if let Some(id) = &o.chat {
         chats::check_id(id).map_err(usage_err)?;
@@ -355,10 +402,16 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         )));
     }
     let acc = access(&ws0)?;
+    timing.mark("config loaded");
     let cli = match o.cli.as_deref() {
         Some("codex") => AgentCli::Codex,
         Some(_) => AgentCli::Claude,
         None => cfg.cli,
+    };
+    let codex_mcp = match cli {
+        AgentCli::Codex => codex::mcp_args(&cfg.mcp, !cfg.host_tools.is_empty())
+            .map_err(|e| config_err(format!("{}: {e}", ws0.loaded.describe())))?,
+        AgentCli::Claude => Vec::new(),
     };
     let mode = match &o.permission_mode {
         Some(m) => m
@@ -374,7 +427,29 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         Some(id) => chats::history_prompt(&chats::load(&ws0, id)?),
         None => None,
     };
-    let ws = crate::lifecycle::start(common, o.path.clone(), None)?;
+    timing.mark("workspace prepared");
+    let scratch = match (&o.chat, o.scratch) {
+        (Some(id), true) => Some(chats::scratch_in_sandbox(id)),
+        _ => None,
+    };
+    let system: Vec<String> = history
+        .into_iter()
+        .chain(scratch.as_deref().map(chats::scratch_prompt))
+        .collect();
+    let system = (!system.is_empty()).then(|| system.join("\n\n"));
+    // A running sandbox answers on its guest socket (only sbx-run makes that
+    // socket, in the host directory of this workspace's container): then no
+    // engine inspection and no second config load, as `sbx-run exec` does.
+    // The probe's connection then carries the exec, unless a before-hook
+    // runs first (the guest wants the request within its handshake time).
+    let (ws, mut conn) = match crate::guestexec::connect(&crate::guestexec::socket_for(&ws0)) {
+        Ok(c) => (ws0, Some(c)),
+        Err(_) => (crate::lifecycle::start(common, o.path.clone(), None)?, None),
+    };
+    if hook_path(&ws, "before").exists() {
+        conn = None;
+    }
+    timing.mark("sandbox ready");
 
     // Files the hooks read live in a private temporary directory.
     let tmp = tempfile::Builder::new()
@@ -429,12 +504,24 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
             if let Some(m) = &mcp_config {
                 a.extend(["--mcp-config".into(), m.clone()]);
             }
-            if let Some(h) = &history {
+            if let Some(d) = &scratch {
+                a.extend(["--add-dir".into(), d.clone()]);
+            }
+            if let Some(h) = &system {
                 a.extend(["--append-system-prompt".into(), h.clone()]);
             }
             a
         }
-        AgentCli::Codex => ["codex", "exec", "--json", "-"].map(String::from).into(),
+        AgentCli::Codex => {
+            let mut a: Vec<String> = ["codex", "exec", "--json"].map(String::from).into();
+            a.extend(codex_mcp);
+            if let Some(d) = &scratch {
+                // One word: the prompt's `-` can never be taken for a directory.
+                a.push(format!("--add-dir={d}"));
+            }
+            a.push("-".into());
+            a
+        }
     };
     let mut launch: Vec<String> = vec!["sbx-guest".into(), "agent-launch".into()];
     if let Some(t) = timeout {
@@ -452,6 +539,9 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     });
     if host_tools.is_some() {
         launch.push("--host-tools".into());
+    }
+    if let Some(d) = &scratch {
+        launch.extend(["--scratch".into(), d.clone()]);
     }
     launch.push("--".into());
     launch.append(&mut argv);
@@ -474,13 +564,19 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     }
 
     let started = Instant::now();
-    let mut child = exec::spawn(&ws, &launch, &env)?;
+    timing.mark("exec");
+    let mut child = exec::spawn(&ws, &launch, &env, conn)?;
     // With host tools stdin stays open for their answers; else it closes
     // after the prompt (the CLI reads it to the end).
     let stdin = std::sync::Arc::new(std::sync::Mutex::new(child.stdin.take()));
     {
         // The key line first (empty: the CLI's own login), then the prompt.
-        let mut buf = acc.key.clone().unwrap_or_default().into_bytes();
+        // The Anthropic key is Claude Code's; codex uses its own login.
+        let key = match cli {
+            AgentCli::Claude => acc.key.clone().unwrap_or_default(),
+            AgentCli::Codex => String::new(),
+        };
+        let mut buf = key.into_bytes();
         buf.push(b'\n');
         if host_tools.is_some() {
             let h = Header {
@@ -516,6 +612,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
+            timing.first("first CLI line");
             if let (Some(ht), Some(call)) = (&host_tools, line.strip_prefix(char::from(MARK))) {
                 calls.extend(host_tool_call(ht, call, &stdin));
                 continue;
@@ -556,9 +653,11 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     for c in calls {
         let _ = c.join();
     }
+    timing.mark("CLI output ended");
     let code = child
         .wait()
         .map_err(|e| Box::new(RunError::Io("agent exec".into(), e)) as BoxError)?;
+    timing.mark("exec exited");
     let elapsed = started.elapsed();
     let mut result = result.unwrap_or_else(|| json!({"status": "error", "turns": null}));
     let exit: u8 = if code == i32::from(EXIT_TIMEOUT) {
@@ -644,6 +743,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
             hook_path(&ws, "after").display()
         ));
     }
+    timing.mark("done");
     Ok(ExitCode::from(exit))
 }
 

@@ -9,66 +9,69 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use ipnet::IpNet;
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
-};
 
+use crate::error::NetfilterError;
 use crate::plan::Family;
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ApplyError(pub String);
-
 /// Feed `input` to a restore command; its stderr becomes the error.
-pub fn restore(program: &str, args: &[&str], input: &str) -> Result<(), ApplyError> {
+pub fn restore(program: &str, args: &[&str], input: &str) -> Result<(), NetfilterError> {
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| {
-            ApplyError(format!(
-                "cannot run {program}: {e} (install iptables and ipset)"
-            ))
+        .map_err(|source| NetfilterError::Spawn {
+            program: program.to_owned(),
+            source,
         })?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let wrote = stdin.write_all(input.as_bytes());
-    drop(stdin);
-    let out = child
-        .wait_with_output()
-        .map_err(|e| ApplyError(format!("{program}: {e}")))?;
+    let io = |source| NetfilterError::Io {
+        program: program.to_owned(),
+        source,
+    };
+    let wrote = match child.stdin.take() {
+        Some(mut stdin) => stdin.write_all(input.as_bytes()),
+        None => Ok(()),
+    };
+    let out = child.wait_with_output().map_err(io)?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let first = err
-            .lines()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("failed")
-            .trim();
-        return Err(ApplyError(format!("{program} {}: {first}", args.join(" "))));
+        return Err(NetfilterError::Refused {
+            command: format!("{program} {}", args.join(" ")),
+            detail: first_line(&out.stderr),
+        });
     }
-    wrote.map_err(|e| ApplyError(format!("{program}: {e}")))
+    wrote.map_err(io)
 }
 
-pub fn ipset_restore(script: &str) -> Result<(), ApplyError> {
+/// The first non-empty line of a tool's stderr, or "failed".
+fn first_line(stderr: &[u8]) -> String {
+    let err = String::from_utf8_lossy(stderr);
+    err.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("failed")
+        .trim()
+        .to_owned()
+}
+
+pub fn ipset_restore(script: &str) -> Result<(), NetfilterError> {
     restore("ipset", &["-exist", "restore"], script)
 }
 
 /// Both families at once: two independent kernel transactions, so there is
 /// no reason to wait for one before starting the other.
-pub fn tables_restore_both(v4: &str, v6: Option<&str>) -> Result<(), ApplyError> {
+pub fn tables_restore_both(v4: &str, v6: Option<&str>) -> Result<(), NetfilterError> {
     std::thread::scope(|s| {
         let six = v6.map(|r| s.spawn(move || tables_restore(Family::V6, r)));
         let four = tables_restore(Family::V4, v4);
         let six = six.map_or(Ok(()), |h| {
             h.join()
-                .unwrap_or_else(|_| Err(ApplyError("ip6tables-restore: thread panicked".into())))
+                .unwrap_or(Err(NetfilterError::Panicked("ip6tables-restore")))
         });
         four.and(six)
     })
 }
 
-pub fn tables_restore(fam: Family, rules: &str) -> Result<(), ApplyError> {
+pub fn tables_restore(fam: Family, rules: &str) -> Result<(), NetfilterError> {
     restore(backend().restore(fam), &["--wait"], rules)
 }
 
@@ -174,63 +177,51 @@ pub fn installed(fam: Family) -> bool {
 /// the nat table (Docker's DNS DNAT for 127.0.0.11, anything else) stays,
 /// then the jump from nat OUTPUT, inserted only when it is not there yet.
 /// Chain before jump: a packet never jumps into a half-filled chain.
-pub fn nat_install(fam: Family, chain: &str) -> Result<(), ApplyError> {
+pub fn nat_install(fam: Family, chain: &str) -> Result<(), NetfilterError> {
     restore(backend().restore(fam), &["--wait", "--noflush"], chain)?;
-    if !nat(fam, "-C", &crate::plan::nat_jump()).0 {
-        let (ok, err) = nat(fam, "-I", &crate::plan::nat_jump());
-        if !ok {
-            return Err(ApplyError(err));
-        }
+    if nat(fam, "-C", &crate::plan::nat_jump()).is_err() {
+        nat(fam, "-I", &crate::plan::nat_jump())?;
     }
     Ok(())
 }
 
 /// Leaving proxy mode: our jump and our chain go, nothing else in the nat
 /// table. A no-op when the chain is not there.
-pub fn nat_remove(fam: Family) -> Result<(), ApplyError> {
+pub fn nat_remove(fam: Family) -> Result<(), NetfilterError> {
     let chain = crate::plan::NAT_CHAIN;
-    if !nat(fam, "-n", &["-L", chain]).0 {
+    if nat(fam, "-n", &["-L", chain]).is_err() {
         return Ok(());
     }
     // Every copy of the jump (a second tool might have added one too).
-    while nat(fam, "-C", &crate::plan::nat_jump()).0 {
-        let (ok, err) = nat(fam, "-D", &crate::plan::nat_jump());
-        if !ok {
-            return Err(ApplyError(err));
-        }
+    while nat(fam, "-C", &crate::plan::nat_jump()).is_ok() {
+        nat(fam, "-D", &crate::plan::nat_jump())?;
     }
     for op in ["-F", "-X"] {
-        let (ok, err) = nat(fam, op, &[chain]);
-        if !ok {
-            return Err(ApplyError(err));
-        }
+        nat(fam, op, &[chain])?;
     }
     Ok(())
 }
 
-/// `iptables --wait -t nat OP ARGS`: success, and the first stderr line.
-fn nat(fam: Family, op: &str, args: &[&str]) -> (bool, String) {
-    let prog = backend().tables(fam);
-    let out = Command::new(prog)
+/// `iptables --wait -t nat OP ARGS`.
+fn nat(fam: Family, op: &str, args: &[&str]) -> Result<(), NetfilterError> {
+    let program = backend().tables(fam);
+    let out = Command::new(program)
         .args(["--wait", "-t", "nat", op])
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .output();
-    match out {
-        Ok(o) => {
-            let err = String::from_utf8_lossy(&o.stderr);
-            let first = err
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("failed");
-            (
-                o.status.success(),
-                format!("{prog} -t nat {op} {}: {}", args.join(" "), first.trim()),
-            )
-        }
-        Err(e) => (false, format!("cannot run {prog}: {e} (install iptables)")),
+        .output()
+        .map_err(|source| NetfilterError::Spawn {
+            program: program.to_owned(),
+            source,
+        })?;
+    if out.status.success() {
+        return Ok(());
     }
+    Err(NetfilterError::Refused {
+        command: format!("{program} -t nat {op} {}", args.join(" ")),
+        detail: first_line(&out.stderr),
+    })
 }
 
 /// Whether this kernel has IPv6 at all; without it there is nothing to filter.
@@ -239,7 +230,7 @@ pub fn has_ipv6() -> bool {
 }
 
 /// Close everything in both families, as best we can. Used after a failure.
-pub fn block_everything() -> Result<(), ApplyError> {
+pub fn block_everything() -> Result<(), NetfilterError> {
     use crate::plan::block_all;
     let v4 = tables_restore(Family::V4, &block_all(Family::V4));
     let v6 = if has_ipv6() {
@@ -250,54 +241,9 @@ pub fn block_everything() -> Result<(), ApplyError> {
     v4.and(v6)
 }
 
-/// Flush the conntrack table of this namespace, both families: an
-/// IPCTNL_MSG_CT_DELETE with no tuple and family AF_UNSPEC.
-pub fn flush_conntrack() -> Result<(), ApplyError> {
-    const NFNL_SUBSYS_CTNETLINK: u16 = 1;
-    const IPCTNL_MSG_CT_DELETE: u16 = 2;
-    const NLM_F_REQUEST: u16 = 1;
-    const NLM_F_ACK: u16 = 4;
-    const NLMSG_ERROR: u16 = 2;
-    let err = |what: &str, e: nix::Error| ApplyError(format!("conntrack flush: {what}: {e}"));
-    let fd = socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkNetFilter,
-    )
-    .map_err(|e| err("socket", e))?;
-    let mut msg = Vec::with_capacity(20);
-    msg.extend_from_slice(&20u32.to_ne_bytes()); // nlmsg_len
-    msg.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE).to_ne_bytes());
-    msg.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
-    msg.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    msg.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel's
-    msg.extend_from_slice(&[0, 0, 0, 0]); // nfgenmsg: AF_UNSPEC, v0, res_id 0
-    use std::os::fd::AsRawFd;
-    sendto(
-        fd.as_raw_fd(),
-        &msg,
-        &NetlinkAddr::new(0, 0),
-        MsgFlags::empty(),
-    )
-    .map_err(|e| err("send", e))?;
-    let mut buf = [0u8; 256];
-    let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|e| err("recv", e))?;
-    if n >= 20 && u16::from_ne_bytes([buf[4], buf[5]]) == NLMSG_ERROR {
-        let code = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
-        // ENOENT: nothing tracked yet.
-        if code != 0 && code != -libc_enoent() {
-            return Err(ApplyError(format!(
-                "conntrack flush: {}",
-                nix::Error::from_raw(-code).desc()
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn libc_enoent() -> i32 {
-    nix::Error::ENOENT as i32
+/// Flush the conntrack table of this namespace, both families.
+pub fn flush_conntrack() -> Result<(), NetfilterError> {
+    sbx_sys::netlink::flush_conntrack().map_err(NetfilterError::Conntrack)
 }
 
 /// Whether this process holds CAP_NET_ADMIN (bit 12 of CapEff).

@@ -8,6 +8,7 @@
 pub mod allowlist;
 pub mod apply;
 pub mod dns;
+pub mod error;
 pub mod github;
 pub mod plan;
 pub mod probe;
@@ -26,10 +27,11 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use sbx_core::audit::{self, Outcome, Record};
 use sbx_core::cli::CommonArgs;
 use sbx_core::config::Domain;
-use sbx_core::error::{BoxError, IoContext, Message};
+use sbx_core::error::{BoxError, IoContext};
 use sbx_core::{Exit, config, output};
 
 use allowlist::{Allowlist, Source};
+use error::FwError;
 use plan::{Family, Plan};
 use state::State;
 
@@ -252,7 +254,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                 println!("ready");
                 let _ = std::io::stdout().flush();
             })
-            .with_path(a.listen.to_string())?;
+            .map_err(|e| FwError::dns_serve(a.listen, e))?;
             Ok(Exit::Ok)
         }
         Cmd::Proxy => proxy_cmd(&dir),
@@ -261,7 +263,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
 
 /// Every command that changes or reads netfilter needs CAP_NET_ADMIN; the
 /// refusal is audited, since an agent trying it is worth knowing about.
-fn need_net_admin(op: &str) -> Result<(), BoxError> {
+fn need_net_admin(op: &'static str) -> Result<(), FwError> {
     if apply::has_net_admin() {
         return Ok(());
     }
@@ -269,12 +271,7 @@ fn need_net_admin(op: &str) -> Result<(), BoxError> {
         &Record::new(TOOL, op, "firewall", Outcome::Blocked, "net-admin")
             .reason("caller lacks CAP_NET_ADMIN"),
     );
-    Err(Box::new(Message::new(
-        Exit::Denied,
-        format!(
-            "{op}: needs CAP_NET_ADMIN (run as root in the container's init, not as the agent)"
-        ),
-    )))
+    Err(FwError::NoNetAdmin { op })
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
@@ -327,10 +324,7 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         _ => (resolve::nameservers(&resolv), Some(resolv.clone())),
     };
     if upstreams.is_empty() {
-        return fail(
-            a.dry_run,
-            format!("{RESOLV_CONF} names no nameserver: nothing to resolve the allowlist with"),
-        );
+        return fail(a.dry_run, FwError::NoNameserver { path: RESOLV_CONF });
     }
 
     let registries = if net.registries {
@@ -504,10 +498,7 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         output::warn(w);
     }
     if !fatal.is_empty() {
-        return fail(
-            a.dry_run,
-            format!("required name failed: {}", fatal.join("; ")),
-        );
+        return fail(a.dry_run, FwError::RequiredFailed(fatal));
     }
 
     if a.dry_run {
@@ -545,7 +536,7 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
     }
 
     // Commit. From here on a failure closes everything.
-    let commit = || -> Result<(), apply::ApplyError> {
+    let commit = || -> Result<(), error::NetfilterError> {
         output::debug(&format!("built in {:?}", t0.elapsed()));
         apply::ipset_restore(&plan.ipset_script())?;
         output::debug(&format!("sets in {:?}", t0.elapsed()));
@@ -573,7 +564,7 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
             let four = nat(Family::V4);
             let six = six.map_or(Ok(()), |h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(apply::ApplyError("nat: thread panicked".into())))
+                    .unwrap_or(Err(error::NetfilterError::Panicked("nat")))
             });
             four.and(six)
         })?;
@@ -587,10 +578,10 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
         } else {
             "and blocking everything failed too"
         };
-        return Err(Box::new(Message::new(
-            Exit::Unavailable,
-            format!("{e}; {how}"),
-        )));
+        return Err(Box::new(FwError::Aborted {
+            cause: Box::new(e.into()),
+            how: how.to_owned(),
+        }));
     }
 
     let mut allow: Vec<String> = list.entries.iter().map(|e| e.domain.to_string()).collect();
@@ -612,8 +603,7 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
     st.resolv_conf_original = original;
     st.installed_at = now();
     st.refreshed_at = st.installed_at.clone();
-    st.store(dir)
-        .map_err(|e| Message::new(Exit::IoErr, format!("{}: {e}", state::path(dir).display())))?;
+    st.store(dir).with_path(state::path(dir))?;
 
     if !a.no_dns_filter {
         start_filter(dir)?;
@@ -642,10 +632,11 @@ fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<Exit, BoxError>
 
 /// An init that failed before the commit: keep an installed firewall, or
 /// block everything if there is none. Never open.
-fn fail(dry_run: bool, msg: String) -> Result<Exit, BoxError> {
+fn fail(dry_run: bool, cause: FwError) -> Result<Exit, BoxError> {
     if dry_run {
-        return Err(Box::new(Message::new(Exit::Unavailable, msg)));
+        return Err(Box::new(cause));
     }
+    let msg = cause.to_string();
     let had = apply::installed(Family::V4) && (!apply::has_ipv6() || apply::installed(Family::V6));
     let how = if had {
         "the previous firewall is unchanged".to_owned()
@@ -658,10 +649,10 @@ fn fail(dry_run: bool, msg: String) -> Result<Exit, BoxError> {
     audit::append(
         &Record::new(TOOL, "init", "firewall", Outcome::Blocked, "fail-closed").reason(&msg),
     );
-    Err(Box::new(Message::new(
-        Exit::Unavailable,
-        format!("{msg}; {how}"),
-    )))
+    Err(Box::new(FwError::Aborted {
+        cause: Box::new(cause),
+        how,
+    }))
 }
 
 fn open_everything(a: &InitArgs, dir: &Path, cfg: &str) -> Result<Exit, BoxError> {
@@ -679,11 +670,9 @@ fn open_everything(a: &InitArgs, dir: &Path, cfg: &str) -> Result<Exit, BoxError
         &Record::new(TOOL, "init", "firewall", Outcome::Passed, "allow-external")
             .reason("allow-external = true: no egress filtering"),
     );
-    apply::tables_restore(Family::V4, &plan::open_all())
-        .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    apply::tables_restore(Family::V4, &plan::open_all()).map_err(FwError::from)?;
     if apply::has_ipv6() {
-        apply::tables_restore(Family::V6, &plan::open_all())
-            .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        apply::tables_restore(Family::V6, &plan::open_all()).map_err(FwError::from)?;
     }
     leave_proxy_mode(dir)?;
     let mut st = State::new();
@@ -752,7 +741,7 @@ fn start_filter(dir: &Path) -> Result<(), BoxError> {
 fn spawn_helper(
     dir: &Path,
     sub: &str,
-    what: &str,
+    what: &'static str,
     refusal: impl Fn(&Path) -> String,
 ) -> Result<(), BoxError> {
     let exe = std::env::current_exe().with_path("/proc/self/exe")?;
@@ -769,13 +758,15 @@ fn spawn_helper(
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
-        .map_err(|e| Message::new(Exit::OsErr, format!("cannot start {what}: {e}")))?;
+        .map_err(|source| FwError::Spawn { what, source })?;
     let mut line = String::new();
-    let _ = BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
     if line.trim() != "ready" {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(Box::new(Message::new(Exit::OsErr, refusal(&log_path))));
+        return Err(Box::new(FwError::NotReady(refusal(&log_path))));
     }
     let pid_file = dir.join(format!("{sub}.pid"));
     std::fs::write(&pid_file, format!("{}\n", child.id())).with_path(&pid_file)?;
@@ -793,7 +784,11 @@ fn proxy_cmd(dir: &Path) -> Result<Exit, BoxError> {
         println!("ready");
         let _ = std::io::stdout().flush();
     })
-    .map_err(|e| Message::new(Exit::OsErr, format!("sbx-fw proxy: {e}")))?;
+    .map_err(|source| FwError::Serve {
+        what: "proxy",
+        listen: "its ports".into(),
+        source,
+    })?;
     Ok(Exit::Ok)
 }
 
@@ -820,7 +815,7 @@ fn start_proxy(dir: &Path) -> Result<(), BoxError> {
 /// table is not ours (Docker's DNS lives there) and stays as it is.
 fn leave_proxy_mode(dir: &Path) -> Result<(), BoxError> {
     for fam in families() {
-        apply::nat_remove(fam).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        apply::nat_remove(fam).map_err(FwError::from)?;
     }
     let pid_file = dir.join("proxy.pid");
     if let Ok(p) = std::fs::read_to_string(&pid_file)
@@ -876,8 +871,7 @@ fn point_resolv_conf(old: &str) -> Result<(), BoxError> {
         text.push_str(l);
         text.push('\n');
     }
-    std::fs::write(RESOLV_CONF, text)
-        .map_err(|e| Message::new(Exit::IoErr, format!("{RESOLV_CONF}: {e}")))?;
+    std::fs::write(RESOLV_CONF, text).with_path(RESOLV_CONF)?;
     Ok(())
 }
 
@@ -892,26 +886,13 @@ fn original_resolv_conf(ours: &str) -> String {
         })
 }
 
-fn load_state(dir: &Path) -> Result<State, BoxError> {
-    match State::load(dir) {
-        Ok(Some(s)) => Ok(s),
-        Ok(None) => Err(Box::new(Message::new(
-            Exit::Unavailable,
-            format!(
-                "no firewall state in {}: run `sbx-fw init` first",
-                dir.display()
-            ),
-        ))),
-        Err(e) => Err(Box::new(Message::new(Exit::DataErr, e))),
-    }
+fn load_state(dir: &Path) -> Result<State, FwError> {
+    State::load(dir)?.ok_or_else(|| FwError::NoState(dir.to_owned()))
 }
 
-fn parse_domains(raw: &[String]) -> Result<Vec<Domain>, BoxError> {
+fn parse_domains(raw: &[String]) -> Result<Vec<Domain>, FwError> {
     raw.iter()
-        .map(|d| {
-            d.parse::<Domain>()
-                .map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError)
-        })
+        .map(|d| d.parse::<Domain>().map_err(FwError::BadDomain))
         .collect()
 }
 
@@ -927,10 +908,10 @@ fn allow(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
     let outcomes = resolve::resolve_all(&st.upstreams, &exact, Duration::from_secs(3));
     // All or nothing: one unresolvable name changes nothing.
     if let Some((n, Err(f))) = outcomes.iter().find(|(_, r)| r.is_err()) {
-        return Err(Box::new(Message::new(
-            Exit::Unavailable,
-            format!("{n}: {f}; nothing was changed"),
-        )));
+        return Err(Box::new(FwError::Unresolvable {
+            name: n.clone(),
+            why: f.to_string(),
+        }));
     }
     let mut script = String::new();
     for (name, res) in &outcomes {
@@ -950,7 +931,7 @@ fn allow(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
             error: None,
         });
     }
-    apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    apply::ipset_restore(&script).map_err(FwError::from)?;
     for d in &domains {
         let s = d.to_string();
         if !st.allow.contains(&s) {
@@ -1021,7 +1002,7 @@ fn deny(a: &NamesArgs, dir: &Path) -> Result<Exit, BoxError> {
         }
     }
     if !script.is_empty() {
-        apply::ipset_restore(&script).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        apply::ipset_restore(&script).map_err(FwError::from)?;
         forget_flows(&removed)?;
     }
     Ok(Exit::Ok)
@@ -1041,7 +1022,7 @@ fn forget_flows(removed: &[IpAddr]) -> Result<(), BoxError> {
             // 1: no entry to delete.
             Ok(s) if matches!(s.code(), Some(0 | 1)) => {}
             _ => {
-                apply::flush_conntrack().map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+                apply::flush_conntrack().map_err(FwError::from)?;
                 return Ok(());
             }
         }
@@ -1085,7 +1066,7 @@ fn rule_count(fam: Family) -> Option<usize> {
 
 fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
     need_net_admin("status")?;
-    let st = State::load(dir).map_err(|e| Message::new(Exit::DataErr, e))?;
+    let st = State::load(dir)?;
     let sets = set_sizes();
     let rules4 = rule_count(Family::V4);
     let rules6 = if apply::has_ipv6() {
@@ -1207,16 +1188,12 @@ fn status(common: &CommonArgs, dir: &Path) -> Result<Exit, BoxError> {
 fn reset(a: &ResetArgs, dir: &Path) -> Result<Exit, BoxError> {
     need_net_admin("reset")?;
     if !a.yes {
-        return Err(Box::new(Message::new(
-            Exit::Usage,
-            "reset removes the firewall and leaves the sandbox open; say `sbx-fw reset --yes`",
-        )));
+        return Err(Box::new(FwError::ResetNeedsYes));
     }
     let open = plan::open_all();
-    apply::tables_restore(Family::V4, &open).map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+    apply::tables_restore(Family::V4, &open).map_err(FwError::from)?;
     if apply::has_ipv6() {
-        apply::tables_restore(Family::V6, &open)
-            .map_err(|e| Message::new(Exit::Unavailable, e.0))?;
+        apply::tables_restore(Family::V6, &open).map_err(FwError::from)?;
     }
     let destroy: String = plan::SETS
         .iter()
@@ -1252,7 +1229,7 @@ fn probe_cmd(common: &CommonArgs, a: &ProbeArgs) -> Result<Exit, BoxError> {
         .iter()
         .map(|p| {
             p.parse::<probe::Probe>()
-                .map_err(|e| Box::new(Message::new(Exit::Usage, e)) as BoxError)
+                .map_err(|e| Box::new(FwError::BadProbe(e)) as BoxError)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
@@ -1291,10 +1268,7 @@ fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, BoxEr
     let t0 = Instant::now();
     let st = load_state(dir)?;
     if st.open {
-        return Err(Box::new(Message::new(
-            Exit::No,
-            "the firewall is off (allow-external = true)",
-        )));
+        return Err(Box::new(FwError::FirewallOff));
     }
     let reach = match &a.reach {
         Some(n) => st.names.iter().find(|x| x.name == *n && !x.v4.is_empty()),
@@ -1303,18 +1277,7 @@ fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, BoxEr
             .iter()
             .find(|x| !x.v4.is_empty() && x.error.is_none()),
     }
-    .ok_or_else(|| {
-        Message::new(
-            Exit::Unavailable,
-            format!(
-                "no allowlisted name with an IPv4 address to test{}",
-                a.reach
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            ),
-        )
-    })?;
+    .ok_or_else(|| FwError::NothingToReach(a.reach.clone()))?;
     let ip = IpAddr::V4(reach.v4[0]);
     use probe::Probe::*;
     let plan: Vec<(&'static str, probe::Probe, bool)> = vec![

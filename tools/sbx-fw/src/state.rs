@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::FwError;
+
 pub const DEFAULT_DIR: &str = "/run/sbx-fw";
 const VERSION: u32 = 1;
 
@@ -81,23 +83,26 @@ impl State {
         }
     }
 
-    pub fn load(dir: &Path) -> Result<Option<Self>, String> {
+    /// The state, None when there is none yet.
+    pub fn load(dir: &Path) -> Result<Option<Self>, FwError> {
         let p = path(dir);
+        let bad = |why: String| FwError::BadState {
+            path: p.clone(),
+            why,
+        };
         match fs::read_to_string(&p) {
             Ok(t) => {
-                let s: State =
-                    serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
+                let s: State = serde_json::from_str(&t).map_err(|e| bad(e.to_string()))?;
                 if s.version != VERSION {
-                    return Err(format!(
-                        "{}: format version {} is not {VERSION}",
-                        p.display(),
+                    return Err(bad(format!(
+                        "format version {} is not {VERSION}",
                         s.version
-                    ));
+                    )));
                 }
                 Ok(Some(s))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", p.display())),
+            Err(e) => Err(bad(e.to_string())),
         }
     }
 

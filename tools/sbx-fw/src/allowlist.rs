@@ -228,8 +228,8 @@ pub fn registry_hosts(root: &Path, env: &dyn Fn(&str) -> Option<String>) -> Vec<
     }
 
     for u in urls {
-        if let Some(h) = url_host(&u) {
-            hosts.insert(h);
+        if let Some(d) = url_host(&u) {
+            hosts.insert(d.name);
         }
     }
     hosts.into_iter().collect()
@@ -303,7 +303,7 @@ fn collect_cargo(v: &toml::Value, out: &mut Vec<String>) {
 
 /// The host of a URL such as `sparse+https://h:8080/x`, or a bare host
 /// (pip's trusted-host). Addresses are not names and are skipped.
-pub fn url_host(u: &str) -> Option<String> {
+pub fn url_host(u: &str) -> Option<Domain> {
     let u = u.trim().trim_matches('"');
     let parsed = match u.split_once("://") {
         Some((scheme, rest)) => {
@@ -317,7 +317,7 @@ pub fn url_host(u: &str) -> Option<String> {
         None => url::Url::parse(&format!("http://{u}")).ok()?,
     };
     match parsed.host()? {
-        url::Host::Domain(h) => h.parse::<Domain>().ok().map(|d| d.name),
+        url::Host::Domain(h) => h.parse::<Domain>().ok(),
         url::Host::Ipv4(_) | url::Host::Ipv6(_) => None,
     }
 }
@@ -342,15 +342,16 @@ mod tests {
 
     #[test]
     fn url_hosts() {
+        let host = |u: &str| url_host(u).map(|d| d.to_string());
         assert_eq!(
-            url_host("https://mirror.corp:8443/npm/").as_deref(),
+            host("https://mirror.corp:8443/npm/").as_deref(),
             Some("mirror.corp")
         );
         assert_eq!(
-            url_host("sparse+https://u:p@crates.corp/index/").as_deref(),
+            host("sparse+https://u:p@crates.corp/index/").as_deref(),
             Some("crates.corp")
         );
-        assert_eq!(url_host("pypi.corp").as_deref(), Some("pypi.corp"));
+        assert_eq!(host("pypi.corp").as_deref(), Some("pypi.corp"));
         assert_eq!(url_host("file:///srv/repo"), None);
         assert_eq!(url_host("http://10.0.0.1/debian"), None);
     }

@@ -78,7 +78,7 @@ impl State {
     pub fn new() -> Self {
         Self {
             version: VERSION,
-            backend: crate::apply::backend().name().into(),
+            backend: crate::netfilter::backend().name().into(),
             ..Self::default()
         }
     }

@@ -1,14 +1,12 @@
-//! Installing a plan: one `ipset restore`, one `iptables-restore` and one
-//! `ip6tables-restore` (each a single kernel transaction), then a conntrack
-//! flush over netlink so connections opened before the rules die.
+//! The kernel's packet filter behind one small trait, so every fail-closed
+//! path can be tested against a recording fake without root. The real one
+//! runs `ipset restore` and `ip[6]tables-restore` (each a single kernel
+//! transaction) and flushes conntrack over netlink.
 
 use std::fs;
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::process::{Command, Stdio};
-
-use ipnet::IpNet;
 
 use crate::error::NetfilterError;
 use crate::plan::Family;
@@ -53,26 +51,95 @@ fn first_line(stderr: &[u8]) -> String {
         .to_owned()
 }
 
-pub fn ipset_restore(script: &str) -> Result<(), NetfilterError> {
-    restore("ipset", &["-exist", "restore"], script)
+/// What sbx-fw asks of the kernel's packet filter. Each call is one
+/// transaction or fails whole; the defaults build on the required ones so
+/// a fake records exactly what the real filter would be given.
+pub trait Netfilter: Send + Sync {
+    /// One `ipset -exist restore` script (create, fill, swap, or `add`).
+    fn ipset_restore(&self, script: &str) -> Result<(), NetfilterError>;
+    /// One family's whole filter table.
+    fn tables_restore(&self, fam: Family, rules: &str) -> Result<(), NetfilterError>;
+    /// Our nat chain and its jump (proxy mode).
+    fn nat_install(&self, fam: Family, chain: &str) -> Result<(), NetfilterError>;
+    /// Our nat chain and its jump gone; nothing else in the nat table.
+    fn nat_remove(&self, fam: Family) -> Result<(), NetfilterError>;
+    fn flush_conntrack(&self) -> Result<(), NetfilterError>;
+    /// Whether our chain is in the kernel for this family.
+    fn installed(&self, fam: Family) -> bool;
+    fn has_ipv6(&self) -> bool;
+
+    /// The families this kernel has.
+    fn families(&self) -> Vec<Family> {
+        let mut fams = vec![Family::V4];
+        if self.has_ipv6() {
+            fams.push(Family::V6);
+        }
+        fams
+    }
+
+    /// Both families at once: two independent kernel transactions, so
+    /// there is no reason to wait for one before starting the other.
+    fn tables_restore_both(&self, v4: &str, v6: Option<&str>) -> Result<(), NetfilterError> {
+        std::thread::scope(|s| {
+            let six = v6.map(|r| s.spawn(move || self.tables_restore(Family::V6, r)));
+            let four = self.tables_restore(Family::V4, v4);
+            let six = six.map_or(Ok(()), |h| {
+                h.join()
+                    .unwrap_or(Err(NetfilterError::Panicked("ip6tables-restore")))
+            });
+            four.and(six)
+        })
+    }
+
+    /// Close everything in both families, as best we can. Used after a failure.
+    fn block_everything(&self) -> Result<(), NetfilterError> {
+        let v4 = self.tables_restore(Family::V4, &crate::plan::block_all(Family::V4));
+        let v6 = if self.has_ipv6() {
+            self.tables_restore(Family::V6, &crate::plan::block_all(Family::V6))
+        } else {
+            Ok(())
+        };
+        v4.and(v6)
+    }
+
+    /// Whether a firewall of ours is up in every family this kernel has.
+    fn installed_everywhere(&self) -> bool {
+        self.families().into_iter().all(|f| self.installed(f))
+    }
 }
 
-/// Both families at once: two independent kernel transactions, so there is
-/// no reason to wait for one before starting the other.
-pub fn tables_restore_both(v4: &str, v6: Option<&str>) -> Result<(), NetfilterError> {
-    std::thread::scope(|s| {
-        let six = v6.map(|r| s.spawn(move || tables_restore(Family::V6, r)));
-        let four = tables_restore(Family::V4, v4);
-        let six = six.map_or(Ok(()), |h| {
-            h.join()
-                .unwrap_or(Err(NetfilterError::Panicked("ip6tables-restore")))
-        });
-        four.and(six)
-    })
-}
+/// The real packet filter of this network namespace.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct System;
 
-pub fn tables_restore(fam: Family, rules: &str) -> Result<(), NetfilterError> {
-    restore(backend().restore(fam), &["--wait"], rules)
+impl Netfilter for System {
+    fn ipset_restore(&self, script: &str) -> Result<(), NetfilterError> {
+        restore("ipset", &["-exist", "restore"], script)
+    }
+
+    fn tables_restore(&self, fam: Family, rules: &str) -> Result<(), NetfilterError> {
+        restore(backend().restore(fam), &["--wait"], rules)
+    }
+
+    fn nat_install(&self, fam: Family, chain: &str) -> Result<(), NetfilterError> {
+        nat_install(fam, chain)
+    }
+
+    fn nat_remove(&self, fam: Family) -> Result<(), NetfilterError> {
+        nat_remove(fam)
+    }
+
+    fn flush_conntrack(&self) -> Result<(), NetfilterError> {
+        sbx_sys::netlink::flush_conntrack().map_err(NetfilterError::Conntrack)
+    }
+
+    fn installed(&self, fam: Family) -> bool {
+        installed(fam)
+    }
+
+    fn has_ipv6(&self) -> bool {
+        crate::host::has_ipv6()
+    }
 }
 
 /// Which iptables implementation holds our tables. Both hook into the same
@@ -143,7 +210,7 @@ pub fn backend() -> Backend {
             }
         }
         let kernel = Path::new("/proc/net/ip_tables_names").exists()
-            && (!has_ipv6() || Path::new("/proc/net/ip6_tables_names").exists());
+            && (!crate::host::has_ipv6() || Path::new("/proc/net/ip6_tables_names").exists());
         if kernel && on_path("iptables-legacy-restore") && on_path("ip6tables-legacy-restore") {
             Backend::Legacy
         } else {
@@ -164,7 +231,7 @@ fn on_path(prog: &str) -> bool {
 }
 
 /// Whether our chain is in the kernel for this family: "previous state".
-pub fn installed(fam: Family) -> bool {
+fn installed(fam: Family) -> bool {
     Command::new(backend().tables(fam))
         .args(["--wait", "-n", "-L", "SBX-OUT"])
         .stdout(Stdio::null())
@@ -177,7 +244,7 @@ pub fn installed(fam: Family) -> bool {
 /// the nat table (Docker's DNS DNAT for 127.0.0.11, anything else) stays,
 /// then the jump from nat OUTPUT, inserted only when it is not there yet.
 /// Chain before jump: a packet never jumps into a half-filled chain.
-pub fn nat_install(fam: Family, chain: &str) -> Result<(), NetfilterError> {
+fn nat_install(fam: Family, chain: &str) -> Result<(), NetfilterError> {
     restore(backend().restore(fam), &["--wait", "--noflush"], chain)?;
     if nat(fam, "-C", &crate::plan::nat_jump()).is_err() {
         nat(fam, "-I", &crate::plan::nat_jump())?;
@@ -187,7 +254,7 @@ pub fn nat_install(fam: Family, chain: &str) -> Result<(), NetfilterError> {
 
 /// Leaving proxy mode: our jump and our chain go, nothing else in the nat
 /// table. A no-op when the chain is not there.
-pub fn nat_remove(fam: Family) -> Result<(), NetfilterError> {
+fn nat_remove(fam: Family) -> Result<(), NetfilterError> {
     let chain = crate::plan::NAT_CHAIN;
     if nat(fam, "-n", &["-L", chain]).is_err() {
         return Ok(());
@@ -222,127 +289,4 @@ fn nat(fam: Family, op: &str, args: &[&str]) -> Result<(), NetfilterError> {
         command: format!("{program} -t nat {op} {}", args.join(" ")),
         detail: first_line(&out.stderr),
     })
-}
-
-/// Whether this kernel has IPv6 at all; without it there is nothing to filter.
-pub fn has_ipv6() -> bool {
-    std::path::Path::new("/proc/sys/net/ipv6").exists()
-}
-
-/// Close everything in both families, as best we can. Used after a failure.
-pub fn block_everything() -> Result<(), NetfilterError> {
-    use crate::plan::block_all;
-    let v4 = tables_restore(Family::V4, &block_all(Family::V4));
-    let v6 = if has_ipv6() {
-        tables_restore(Family::V6, &block_all(Family::V6))
-    } else {
-        Ok(())
-    };
-    v4.and(v6)
-}
-
-/// Flush the conntrack table of this namespace, both families.
-pub fn flush_conntrack() -> Result<(), NetfilterError> {
-    sbx_sys::netlink::flush_conntrack().map_err(NetfilterError::Conntrack)
-}
-
-/// Whether this process holds CAP_NET_ADMIN (bit 12 of CapEff).
-pub fn has_net_admin() -> bool {
-    cap_eff().is_some_and(|c| c & (1 << 12) != 0)
-}
-
-fn cap_eff() -> Option<u64> {
-    let s = fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
-    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
-}
-
-/// This namespace's on-link subnets and default gateways, from the
-/// kernel's routing tables: the bridge, the host and the neighbours.
-pub fn local_nets() -> Vec<IpNet> {
-    let mut out = Vec::new();
-    if let Ok(t) = fs::read_to_string("/proc/net/route") {
-        out.extend(parse_route4(&t));
-    }
-    if let Ok(t) = fs::read_to_string("/proc/net/ipv6_route") {
-        out.extend(parse_route6(&t));
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
-fn parse_route4(t: &str) -> Vec<IpNet> {
-    let mut out = Vec::new();
-    for l in t.lines().skip(1) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 8 || f[0] == "lo" {
-            continue;
-        }
-        let hex = |s: &str| {
-            u32::from_str_radix(s, 16)
-                .ok()
-                .map(|v| Ipv4Addr::from(u32::from_be(v)))
-        };
-        let (Some(dst), Some(gw), Some(mask)) = (hex(f[1]), hex(f[2]), hex(f[7])) else {
-            continue;
-        };
-        if !gw.is_unspecified() {
-            out.push(IpNet::from(IpAddr::V4(gw)));
-        }
-        if !dst.is_unspecified()
-            && let Ok(n) = ipnet::Ipv4Net::with_netmask(dst, mask)
-        {
-            out.push(IpNet::V4(n.trunc()));
-        }
-    }
-    out
-}
-
-fn parse_route6(t: &str) -> Vec<IpNet> {
-    let mut out = Vec::new();
-    for l in t.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 10 || f[9] == "lo" {
-            continue;
-        }
-        let addr = |s: &str| u128::from_str_radix(s, 16).ok().map(Ipv6Addr::from);
-        let (Some(dst), Ok(plen), Some(gw)) =
-            (addr(f[0]), u8::from_str_radix(f[1], 16), addr(f[4]))
-        else {
-            continue;
-        };
-        if !gw.is_unspecified() {
-            out.push(IpNet::from(IpAddr::V6(gw)));
-        }
-        // Skip the default route, multicast and link-local (already never-reachable).
-        if plen > 0
-            && plen < 128
-            && (dst.segments()[0] & 0xff00) != 0xff00
-            && (dst.segments()[0] & 0xffc0) != 0xfe80
-            && let Ok(n) = ipnet::Ipv6Net::new(dst, plen)
-        {
-            out.push(IpNet::V6(n.trunc()));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_give_subnets_and_gateways() {
-        let r4 = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
-                  eth0\t00000000\t01004D0A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
-                  eth0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
-        let s: Vec<String> = parse_route4(r4).iter().map(|n| n.to_string()).collect();
-        assert_eq!(s, ["10.77.0.1/32", "10.77.0.0/24"]);
-        let r6 = "fd770000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n\
-                  00000000000000000000000000000000 00 00000000000000000000000000000000 00 fd770000000000000000000000000001 00000400 00000001 00000000 00000003     eth0\n\
-                  fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n";
-        let s: Vec<String> = parse_route6(r6).iter().map(|n| n.to_string()).collect();
-        assert_eq!(s, ["fd77::/64", "fd77::1/128"]);
-    }
 }

@@ -102,6 +102,37 @@ impl Netfilter for FakeNetfilter {
     }
 }
 
+/// Shared, so a test can read the calls of a fake it handed over.
+impl Netfilter for std::sync::Arc<FakeNetfilter> {
+    fn ipset_restore(&self, script: &str) -> Result<(), NetfilterError> {
+        (**self).ipset_restore(script)
+    }
+
+    fn tables_restore(&self, fam: Family, rules: &str) -> Result<(), NetfilterError> {
+        (**self).tables_restore(fam, rules)
+    }
+
+    fn nat_install(&self, fam: Family, chain: &str) -> Result<(), NetfilterError> {
+        (**self).nat_install(fam, chain)
+    }
+
+    fn nat_remove(&self, fam: Family) -> Result<(), NetfilterError> {
+        (**self).nat_remove(fam)
+    }
+
+    fn flush_conntrack(&self) -> Result<(), NetfilterError> {
+        (**self).flush_conntrack()
+    }
+
+    fn installed(&self, fam: Family) -> bool {
+        (**self).installed(fam)
+    }
+
+    fn has_ipv6(&self) -> bool {
+        (**self).has_ipv6()
+    }
+}
+
 /// Answers from a table; any other name times out.
 #[derive(Default)]
 pub struct FakeResolver(pub HashMap<String, Addresses>);

@@ -143,3 +143,5 @@ impl Reason {
         }
     }
 }
+#[cfg(test)]
+mod tests;

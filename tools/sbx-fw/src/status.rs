@@ -51,122 +51,124 @@ fn rule_count(fam: Family) -> Option<usize> {
     })
 }
 
-pub fn status(nf: &dyn Netfilter, common: &CommonArgs, dir: &Path) -> Result<(), FwError> {
-    let st = State::load(dir)?;
-    let sets = set_sizes();
-    let rules4 = rule_count(Family::V4);
-    let rules6 = if nf.has_ipv6() {
-        rule_count(Family::V6)
-    } else {
-        None
-    };
+/// What status reads from the kernel, the state file and the filter.
+struct Seen {
+    st: Option<State>,
+    sets: BTreeMap<String, Option<usize>>,
+    rules4: Option<usize>,
+    rules6: Option<usize>,
+    filter: Option<u32>,
+    /// The filter's refusal counters, when the file is the running filter's.
+    refused: Option<serde_json::Value>,
+}
+
+fn look(nf: &dyn Netfilter, dir: &Path) -> Result<Seen, FwError> {
     let filter = filter_pid(dir);
-    // The filter's refusal counters, when the file is the running filter's.
     let refused = std::fs::read_to_string(dir.join(dns::STATS_FILE))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .filter(|v| filter.is_some_and(|p| v["pid"] == p))
         .map(|v| v["refused"].clone());
+    Ok(Seen {
+        st: State::load(dir)?,
+        sets: set_sizes(),
+        rules4: rule_count(Family::V4),
+        rules6: nf.has_ipv6().then(|| rule_count(Family::V6)).flatten(),
+        filter,
+        refused,
+    })
+}
+
+pub fn status(nf: &dyn Netfilter, common: &CommonArgs, dir: &Path) -> Result<(), FwError> {
+    let seen = look(nf, dir)?;
     let mut out = std::io::stdout().lock();
     if common.json {
         let data = serde_json::json!({
-            "installed": rules4.is_some(),
-            "open": st.as_ref().is_some_and(|s| s.open),
-            "rules": {"ipv4": rules4, "ipv6": rules6, "backend": netfilter::backend().name()},
-            "sets": sets,
-            "dns_filter": {"running": filter.is_some(), "pid": filter, "listen": format!("{}:53", plan::FILTER_ADDR), "refused": refused},
-            "state": st,
+            "installed": seen.rules4.is_some(),
+            "open": seen.st.as_ref().is_some_and(|s| s.open),
+            "rules": {"ipv4": seen.rules4, "ipv6": seen.rules6, "backend": netfilter::backend().name()},
+            "sets": seen.sets,
+            "dns_filter": {"running": seen.filter.is_some(), "pid": seen.filter, "listen": format!("{}:53", plan::FILTER_ADDR), "refused": seen.refused},
+            "state": seen.st,
         });
         output::json_line(&mut out, "status", &data).with_path("stdout")?;
         return Ok(());
     }
-    let Some(st) = st else {
-        writeln!(
-            out,
+    let lines = match &seen.st {
+        None => vec![format!(
             "not initialized (no {}); rules: {}",
             state::path(dir).display(),
-            rules4.map_or("none".into(), |n| n.to_string())
-        )
-        .with_path("stdout")?;
-        return Ok(());
-    };
-    if st.open {
-        writeln!(
-            out,
+            seen.rules4.map_or("none".into(), |n| n.to_string())
+        )],
+        Some(st) if st.open => vec![format!(
             "OPEN: allow-external = true, no filtering (since {})",
             st.installed_at
-        )
-        .with_path("stdout")?;
-        return Ok(());
+        )],
+        Some(st) => text(&seen, st),
+    };
+    for l in lines {
+        writeln!(out, "{l}").with_path("stdout")?;
     }
+    Ok(())
+}
+
+/// The text report of an installed firewall, one line per item.
+fn text(seen: &Seen, st: &State) -> Vec<String> {
     let show = |n: Option<usize>| n.map_or("missing".to_owned(), |n| n.to_string());
-    writeln!(out, "installed     {}", st.installed_at).with_path("stdout")?;
-    writeln!(out, "refreshed     {}", st.refreshed_at).with_path("stdout")?;
-    writeln!(
-        out,
-        "rules         {} IPv4, {} IPv6 in SBX-OUT ({} iptables)",
-        show(rules4),
-        show(rules6),
-        netfilter::backend().name()
-    )
-    .with_path("stdout")?;
-    for (s, n) in &sets {
-        writeln!(out, "set {s:<10}    {} entries", show(*n)).with_path("stdout")?;
+    let mut l = vec![
+        format!("installed     {}", st.installed_at),
+        format!("refreshed     {}", st.refreshed_at),
+        format!(
+            "rules         {} IPv4, {} IPv6 in SBX-OUT ({} iptables)",
+            show(seen.rules4),
+            show(seen.rules6),
+            netfilter::backend().name()
+        ),
+    ];
+    for (s, n) in &seen.sets {
+        l.push(format!("set {s:<10}    {} entries", show(*n)));
     }
     let ok = st.names.iter().filter(|n| n.error.is_none()).count();
-    writeln!(
-        out,
+    l.push(format!(
         "names         {} allowed, {ok} resolved at init or allow",
         st.allow.len()
-    )
-    .with_path("stdout")?;
-    writeln!(
-        out,
+    ));
+    let gh = &st.github;
+    l.push(format!(
         "github        {}",
-        if st.github.enabled {
+        if gh.enabled {
+            let at = gh.fetched_at.as_deref().map(|t| format!(", fetched {t}"));
             format!(
                 "{} ranges ({}{})",
-                st.github.ranges,
-                st.github.source,
-                st.github
-                    .fetched_at
-                    .as_deref()
-                    .map(|t| format!(", fetched {t}"))
-                    .unwrap_or_default()
+                gh.ranges,
+                gh.source,
+                at.unwrap_or_default()
             )
         } else {
             "off".into()
         }
-    )
-    .with_path("stdout")?;
+    ));
     let ups: Vec<String> = st.upstreams.iter().map(|u| u.to_string()).collect();
-    writeln!(
-        out,
+    l.push(format!(
         "dns filter    {} on {}:53, upstream {}",
-        filter.map_or("NOT RUNNING".to_owned(), |p| format!("pid {p}")),
+        seen.filter
+            .map_or("NOT RUNNING".to_owned(), |p| format!("pid {p}")),
         plan::FILTER_ADDR,
         ups.join(", ")
-    )
-    .with_path("stdout")?;
-    if let Some(r) = refused.as_ref().and_then(|r| r.as_object()) {
+    ));
+    if let Some(r) = seen.refused.as_ref().and_then(|r| r.as_object()) {
         let nonzero: Vec<String> = r
             .iter()
             .filter(|(_, n)| n.as_u64().is_some_and(|n| n > 0))
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
-        writeln!(
-            out,
-            "dns refused   {}",
-            if nonzero.is_empty() {
-                "none".to_owned()
-            } else {
-                nonzero.join(", ")
-            }
-        )
-        .with_path("stdout")?;
+        let refused = if nonzero.is_empty() {
+            "none".to_owned()
+        } else {
+            nonzero.join(", ")
+        };
+        l.push(format!("dns refused   {refused}"));
     }
-    for w in &st.warnings {
-        writeln!(out, "warning       {w}").with_path("stdout")?;
-    }
-    Ok(())
+    l.extend(st.warnings.iter().map(|w| format!("warning       {w}")));
+    l
 }

@@ -55,6 +55,26 @@ struct Check {
     pass: bool,
 }
 
+/// The checks verify runs: each probe and whether it must come back open.
+fn checks(a: &VerifyArgs, reach: &crate::state::Name) -> Vec<(&'static str, probe::Probe, bool)> {
+    use probe::Probe::{Dns, Tcp};
+    let ip = IpAddr::V4(reach.v4[0]);
+    let tcp = |ip, port| Tcp(SocketAddr::new(ip, port));
+    let other_dns = Dns(
+        SocketAddr::new(a.other_resolver, 53),
+        reach.name.clone(),
+        hickory_proto::rr::RecordType::A,
+    );
+    vec![
+        ("blocked IPv4 address", tcp(a.blocked_v4, 443), false),
+        ("blocked IPv6 address", tcp(a.blocked_v6, 443), false),
+        ("other port on an allowlisted address", tcp(ip, 80), false),
+        ("DNS to another resolver", other_dns, false),
+        ("SSH to a non-GitHub host", tcp(ip, 22), false),
+        ("allowlisted name reachable", tcp(ip, 443), true),
+    ]
+}
+
 pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, FwError> {
     let t0 = Instant::now();
     let st = load_state(dir)?;
@@ -69,88 +89,21 @@ pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, F
             .find(|x| !x.v4.is_empty() && x.error.is_none()),
     }
     .ok_or_else(|| FwError::NothingToReach(a.reach.clone()))?;
-    let ip = IpAddr::V4(reach.v4[0]);
-    use probe::Probe::*;
-    let plan: Vec<(&'static str, probe::Probe, bool)> = vec![
-        (
-            "blocked IPv4 address",
-            Tcp(SocketAddr::new(a.blocked_v4, 443)),
-            false,
-        ),
-        (
-            "blocked IPv6 address",
-            Tcp(SocketAddr::new(a.blocked_v6, 443)),
-            false,
-        ),
-        (
-            "other port on an allowlisted address",
-            Tcp(SocketAddr::new(ip, 80)),
-            false,
-        ),
-        (
-            "DNS to another resolver",
-            Dns(
-                SocketAddr::new(a.other_resolver, 53),
-                reach.name.clone(),
-                hickory_proto::rr::RecordType::A,
-            ),
-            false,
-        ),
-        (
-            "SSH to a non-GitHub host",
-            Tcp(SocketAddr::new(ip, 22)),
-            false,
-        ),
-        (
-            "allowlisted name reachable",
-            Tcp(SocketAddr::new(ip, 443)),
-            true,
-        ),
-    ];
+    let plan = checks(a, reach);
     let probes: Vec<probe::Probe> = plan.iter().map(|p| p.1.clone()).collect();
     let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
     let mut failed = 0;
     let mut out = std::io::stdout().lock();
     for ((check, _, want_open), r) in plan.iter().zip(results) {
-        let pass = if *want_open {
-            r.verdict == probe::Verdict::Open
-        } else {
-            matches!(
-                r.verdict,
-                probe::Verdict::Refused | probe::Verdict::DnsRefused
-            )
-        };
-        failed += usize::from(!pass);
-        let target = format!("{check}: {}", r.probe);
-        let rec = match (pass, want_open) {
-            (true, false) => Record::new(
-                TOOL,
-                "verify",
-                &target,
-                Outcome::Blocked,
-                "egress-default-deny",
-            ),
-            (true, true) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "allowlist"),
-            (false, _) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "verify-failed")
-                .reason(&r.detail),
-        };
-        audit::append(&rec);
-        let c = Check {
-            check,
-            probe: r.probe,
-            expect: if *want_open { "open" } else { "refused" },
-            verdict: r.verdict,
-            detail: r.detail,
-            ms: r.ms,
-            pass,
-        };
+        let c = judge(check, *want_open, r);
+        failed += usize::from(!c.pass);
         if common.json {
             output::json_line(&mut out, "check", &c).with_path("stdout")?;
         } else if !output::is_quiet() {
             writeln!(
                 out,
                 "{}  {:<38} {} ({}, {:.1} ms)",
-                if pass { "ok  " } else { "FAIL" },
+                if c.pass { "ok  " } else { "FAIL" },
                 c.check,
                 c.probe,
                 c.detail,
@@ -159,14 +112,10 @@ pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, F
             .with_path("stdout")?;
         }
     }
-    let total = t0.elapsed().as_secs_f64() * 1e3;
     if common.json {
-        output::json_line(
-            &mut out,
-            "summary",
-            &serde_json::json!({"checks": plan.len(), "failed": failed, "ms": total}),
-        )
-        .with_path("stdout")?;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let summary = serde_json::json!({"checks": plan.len(), "failed": failed, "ms": ms});
+        output::json_line(&mut out, "summary", &summary).with_path("stdout")?;
     }
     if failed > 0 {
         output::error(&format!(
@@ -176,4 +125,39 @@ pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, F
         return Ok(Exit::No);
     }
     Ok(Exit::Ok)
+}
+
+/// One probe's result against what it must be, audited.
+fn judge(check: &'static str, want_open: bool, r: probe::Result) -> Check {
+    let pass = if want_open {
+        r.verdict == probe::Verdict::Open
+    } else {
+        matches!(
+            r.verdict,
+            probe::Verdict::Refused | probe::Verdict::DnsRefused
+        )
+    };
+    let target = format!("{check}: {}", r.probe);
+    let rec = match (pass, want_open) {
+        (true, false) => Record::new(
+            TOOL,
+            "verify",
+            &target,
+            Outcome::Blocked,
+            "egress-default-deny",
+        ),
+        (true, true) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "allowlist"),
+        (false, _) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "verify-failed")
+            .reason(&r.detail),
+    };
+    audit::append(&rec);
+    Check {
+        check,
+        probe: r.probe,
+        expect: if want_open { "open" } else { "refused" },
+        verdict: r.verdict,
+        detail: r.detail,
+        ms: r.ms,
+        pass,
+    }
 }

@@ -88,17 +88,7 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
     ready();
     for _ in 0..UDP_WORKERS {
         let (filter, udp) = (filter.clone(), udp.clone());
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; 65535];
-            loop {
-                let Ok((n, from)) = udp.recv_from(&mut buf) else {
-                    continue;
-                };
-                if let Some(r) = filter.handle(&buf[..n], false) {
-                    let _ = udp.send_to(&r, from);
-                }
-            }
-        });
+        std::thread::spawn(move || serve_udp(&filter, &udp));
     }
     {
         let filter = filter.clone();
@@ -118,23 +108,8 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        let Ok(handle) = conn.try_clone() else {
+        let Some(id) = take_slot(&filter, &slots, &conn) else {
             continue;
-        };
-        let id = {
-            let mut s = slots.lock().unwrap_or_else(|e| e.into_inner());
-            if s.open.len() >= TCP_SLOTS {
-                // All held: the oldest goes (its thread sees EOF and ends),
-                // so slow clients cannot lock out a new one.
-                filter.count(Reason::TcpBusy);
-                if let Some((_, old)) = s.open.pop_front() {
-                    let _ = old.shutdown(std::net::Shutdown::Both);
-                }
-            }
-            s.next += 1;
-            let id = s.next;
-            s.open.push_back((id, handle));
-            id
         };
         let (filter, slots) = (filter.clone(), slots.clone());
         std::thread::spawn(move || {
@@ -144,4 +119,34 @@ pub fn serve(dir: &Path, listen: SocketAddr, ready: impl FnOnce()) -> std::io::R
         });
     }
     Ok(())
+}
+
+/// One UDP worker: a query in, a reply out, forever.
+fn serve_udp(filter: &Filter, udp: &UdpSocket) {
+    let mut buf = vec![0u8; 65535];
+    loop {
+        let Ok((n, from)) = udp.recv_from(&mut buf) else {
+            continue;
+        };
+        if let Some(r) = filter.handle(&buf[..n], false) {
+            let _ = udp.send_to(&r, from);
+        }
+    }
+}
+
+/// A slot for a new TCP connection. All held: the oldest goes (its
+/// thread sees EOF and ends), so slow clients cannot lock out a new one.
+fn take_slot(filter: &Filter, slots: &Mutex<Slots>, conn: &TcpStream) -> Option<u64> {
+    let handle = conn.try_clone().ok()?;
+    let mut s = slots.lock().unwrap_or_else(|e| e.into_inner());
+    if s.open.len() >= TCP_SLOTS {
+        filter.count(Reason::TcpBusy);
+        if let Some((_, old)) = s.open.pop_front() {
+            let _ = old.shutdown(std::net::Shutdown::Both);
+        }
+    }
+    s.next += 1;
+    let id = s.next;
+    s.open.push_back((id, handle));
+    Some(id)
 }

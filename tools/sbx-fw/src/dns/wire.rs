@@ -51,48 +51,13 @@ pub fn parse_query(b: &[u8]) -> Result<Question, Refusal> {
     if an != Some(0) || ns != Some(0) || ar.is_some_and(|n| n > 1) {
         return Err(no(Reason::ExtraRecords));
     }
-    let mut pos = 12;
-    let mut labels: Vec<String> = Vec::new();
-    let mut wire_len = 1;
-    loop {
-        let len = *b.get(pos).ok_or(no(Reason::TrailingData))? as usize;
-        pos += 1;
-        if len == 0 {
-            break;
-        }
-        // 0xc0: a compression pointer, 0x40/0x80: reserved label types.
-        if len > 63 {
-            return Err(no(Reason::BadName));
-        }
-        let label = b.get(pos..pos + len).ok_or(no(Reason::BadName))?;
-        if !label
-            .iter()
-            .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
-        {
-            return Err(no(Reason::BadLabel));
-        }
-        wire_len += len + 1;
-        if wire_len > 255 {
-            return Err(no(Reason::BadName));
-        }
-        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
-        pos += len;
-    }
+    let (name, mut pos) = parse_name(b).map_err(no)?;
     let qtype = be16(b, pos).ok_or(no(Reason::BadName))?;
     let qclass = be16(b, pos + 2).ok_or(no(Reason::BadName))?;
     pos += 4;
     let mut udp_size = 512;
     if ar == Some(1) {
-        // The OPT pseudo-record: root name, type 41, class = UDP size.
-        if b.get(pos) != Some(&0) || be16(b, pos + 1) != Some(41) {
-            return Err(no(Reason::ExtraRecords));
-        }
-        udp_size = be16(b, pos + 3).ok_or(no(Reason::ExtraRecords))?.max(512);
-        let rdlen = be16(b, pos + 9).ok_or(no(Reason::ExtraRecords))? as usize;
-        pos += 11 + rdlen;
-        if pos > b.len() {
-            return Err(no(Reason::ExtraRecords));
-        }
+        (udp_size, pos) = parse_opt(b, pos).ok_or(no(Reason::ExtraRecords))?;
     }
     if pos != b.len() {
         return Err(no(Reason::TrailingData));
@@ -103,10 +68,53 @@ pub fn parse_query(b: &[u8]) -> Result<Question, Refusal> {
     Ok(Question {
         id: id.unwrap_or(0),
         rd,
-        name: labels.join("."),
+        name,
         qtype,
         udp_size,
     })
+}
+
+/// The question's name from offset 12: uncompressed host-name labels,
+/// lowercased; and the offset after it.
+fn parse_name(b: &[u8]) -> Result<(String, usize), Reason> {
+    let mut pos = 12;
+    let mut labels: Vec<String> = Vec::new();
+    let mut wire_len = 1;
+    loop {
+        let len = *b.get(pos).ok_or(Reason::TrailingData)? as usize;
+        pos += 1;
+        if len == 0 {
+            return Ok((labels.join("."), pos));
+        }
+        // 0xc0: a compression pointer, 0x40/0x80: reserved label types.
+        if len > 63 {
+            return Err(Reason::BadName);
+        }
+        let label = b.get(pos..pos + len).ok_or(Reason::BadName)?;
+        if !label
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
+        {
+            return Err(Reason::BadLabel);
+        }
+        wire_len += len + 1;
+        if wire_len > 255 {
+            return Err(Reason::BadName);
+        }
+        labels.push(String::from_utf8_lossy(label).to_ascii_lowercase());
+        pos += len;
+    }
+}
+
+/// The OPT pseudo-record at `pos` (root name, type 41, class = UDP
+/// size): the client's UDP size (at least 512) and the offset after it.
+fn parse_opt(b: &[u8], pos: usize) -> Option<(u16, usize)> {
+    if b.get(pos) != Some(&0) || be16(b, pos + 1) != Some(41) {
+        return None;
+    }
+    let udp_size = be16(b, pos + 3)?.max(512);
+    let end = pos + 11 + usize::from(be16(b, pos + 9)?);
+    (end <= b.len()).then_some((udp_size, end))
 }
 
 /// A header-only or question-carrying refusal, built by hand: the query

@@ -65,12 +65,12 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
         Cmd::Allow(a) => {
             need_net_admin("allow")?;
             let domains = runtime::parse_domains(&a.domains)?;
-            runtime::allow(&System, &Hickory, &SystemClock, &domains, &dir)?;
+            runtime::allow(&runtime(&dir), &Hickory, &domains)?;
         }
         Cmd::Deny(a) => {
             need_net_admin("deny")?;
             let domains = runtime::parse_domains(&a.domains)?;
-            runtime::deny(&System, &SystemClock, &domains, &dir)?;
+            runtime::deny(&runtime(&dir), &domains)?;
         }
         Cmd::Status => {
             need_net_admin("status")?;
@@ -89,6 +89,14 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
         Cmd::Proxy => daemons::serve_proxy(&dir)?,
     }
     Ok(Exit::Ok)
+}
+
+fn runtime(dir: &std::path::Path) -> runtime::Runtime<'_> {
+    runtime::Runtime {
+        nf: &System,
+        clock: &SystemClock,
+        dir,
+    }
 }
 
 /// Every command that changes or reads netfilter needs CAP_NET_ADMIN; the

@@ -13,9 +13,26 @@ use crate::plan::Family;
 
 /// Feed `input` to a restore command; its stderr becomes the error.
 pub fn restore(program: &str, args: &[&str], input: &str) -> Result<(), NetfilterError> {
+    run(program, args, Some(input), || {
+        format!("{program} {}", args.join(" "))
+    })
+}
+
+/// Run `program ARGS`, with `input` on its stdin if any; on failure the
+/// error names the command as `shown` says and carries its first stderr line.
+fn run(
+    program: &str,
+    args: &[&str],
+    input: Option<&str>,
+    shown: impl Fn() -> String,
+) -> Result<(), NetfilterError> {
     let mut child = Command::new(program)
         .args(args)
-        .stdin(Stdio::piped())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -27,14 +44,14 @@ pub fn restore(program: &str, args: &[&str], input: &str) -> Result<(), Netfilte
         program: program.to_owned(),
         source,
     };
-    let wrote = match child.stdin.take() {
-        Some(mut stdin) => stdin.write_all(input.as_bytes()),
-        None => Ok(()),
+    let wrote = match (child.stdin.take(), input) {
+        (Some(mut stdin), Some(text)) => stdin.write_all(text.as_bytes()),
+        _ => Ok(()),
     };
     let out = child.wait_with_output().map_err(io)?;
     if !out.status.success() {
         return Err(NetfilterError::Refused {
-            command: format!("{program} {}", args.join(" ")),
+            command: shown(),
             detail: first_line(&out.stderr),
         });
     }
@@ -118,7 +135,7 @@ impl Netfilter for System {
     }
 
     fn tables_restore(&self, fam: Family, rules: &str) -> Result<(), NetfilterError> {
-        restore(backend().restore(fam), &["--wait"], rules)
+        restore(&backend().restore(fam), &["--wait"], rules)
     }
 
     fn nat_install(&self, fam: Family, chain: &str) -> Result<(), NetfilterError> {
@@ -179,14 +196,10 @@ impl Backend {
         }
     }
 
-    /// Its `iptables-restore` (or `ip6tables-restore`).
-    pub fn restore(self, fam: Family) -> &'static str {
-        match (fam, self) {
-            (Family::V4, Backend::Legacy) => "iptables-legacy-restore",
-            (Family::V6, Backend::Legacy) => "ip6tables-legacy-restore",
-            (Family::V4, Backend::System) => "iptables-restore",
-            (Family::V6, Backend::System) => "ip6tables-restore",
-        }
+    /// Its `iptables-restore` (or `ip6tables-restore`): the same name
+    /// with `-restore`, in both implementations.
+    pub fn restore(self, fam: Family) -> String {
+        format!("{}-restore", self.tables(fam))
     }
 }
 
@@ -245,7 +258,7 @@ fn installed(fam: Family) -> bool {
 /// then the jump from nat OUTPUT, inserted only when it is not there yet.
 /// Chain before jump: a packet never jumps into a half-filled chain.
 fn nat_install(fam: Family, chain: &str) -> Result<(), NetfilterError> {
-    restore(backend().restore(fam), &["--wait", "--noflush"], chain)?;
+    restore(&backend().restore(fam), &["--wait", "--noflush"], chain)?;
     if nat(fam, "-C", &crate::plan::nat_jump()).is_err() {
         nat(fam, "-I", &crate::plan::nat_jump())?;
     }
@@ -272,21 +285,9 @@ fn nat_remove(fam: Family) -> Result<(), NetfilterError> {
 /// `iptables --wait -t nat OP ARGS`.
 fn nat(fam: Family, op: &str, args: &[&str]) -> Result<(), NetfilterError> {
     let program = backend().tables(fam);
-    let out = Command::new(program)
-        .args(["--wait", "-t", "nat", op])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|source| NetfilterError::Spawn {
-            program: program.to_owned(),
-            source,
-        })?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(NetfilterError::Refused {
-        command: format!("{program} -t nat {op} {}", args.join(" ")),
-        detail: first_line(&out.stderr),
+    let mut all = vec!["--wait", "-t", "nat", op];
+    all.extend_from_slice(args);
+    run(program, &all, None, || {
+        format!("{program} -t nat {op} {}", args.join(" "))
     })
 }

@@ -18,6 +18,14 @@ use crate::resolve::Resolver;
 use crate::state::{self, State};
 use crate::{TOOL, dns};
 
+/// What a runtime change works on: the packet filter, the time it is
+/// recorded at, the state directory.
+pub struct Runtime<'a> {
+    pub nf: &'a dyn Netfilter,
+    pub clock: &'a dyn Clock,
+    pub dir: &'a Path,
+}
+
 pub fn parse_domains(raw: &[String]) -> Result<Vec<Domain>, FwError> {
     raw.iter()
         .map(|d| d.parse::<Domain>().map_err(FwError::BadDomain))
@@ -35,13 +43,8 @@ fn set_for(ip: IpAddr) -> &'static str {
 /// Resolve the exact names, add their addresses for good, and let the
 /// filter answer the names (and wildcards). All or nothing: one
 /// unresolvable name changes nothing.
-pub fn allow(
-    nf: &dyn Netfilter,
-    resolver: &dyn Resolver,
-    clock: &dyn Clock,
-    domains: &[Domain],
-    dir: &Path,
-) -> Result<(), FwError> {
+pub fn allow(w: &Runtime<'_>, resolver: &dyn Resolver, domains: &[Domain]) -> Result<(), FwError> {
+    let (nf, dir) = (w.nf, w.dir);
     let mut st = load_state(dir)?;
     let exact: Vec<String> = domains
         .iter()
@@ -88,7 +91,7 @@ pub fn allow(
             "runtime-allow",
         ));
     }
-    st.refreshed_at = clock.stamp();
+    st.refreshed_at = w.clock.stamp();
     st.store(dir).with_path(state::path(dir))?;
     Ok(())
 }
@@ -96,12 +99,8 @@ pub fn allow(
 /// Stop answering the entries, then take out the addresses they alone
 /// hold (resolved at init or allow, or handed out by the filter) and cut
 /// the connections to them.
-pub fn deny(
-    nf: &dyn Netfilter,
-    clock: &dyn Clock,
-    domains: &[Domain],
-    dir: &Path,
-) -> Result<(), FwError> {
+pub fn deny(w: &Runtime<'_>, domains: &[Domain]) -> Result<(), FwError> {
+    let (nf, dir) = (w.nf, w.dir);
     let mut st = load_state(dir)?;
     let mut gone: Vec<IpAddr> = Vec::new();
     for d in domains {
@@ -132,7 +131,7 @@ pub fn deny(
         .collect();
     // The filter stops answering for the denied entries first, then what
     // it handed out for them alone goes too.
-    st.refreshed_at = clock.stamp();
+    st.refreshed_at = w.clock.stamp();
     st.store(dir).with_path(state::path(dir))?;
     let removed = handed_out_for(&st, domains, dir);
     for ip in &removed {

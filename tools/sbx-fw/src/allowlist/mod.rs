@@ -10,7 +10,7 @@ pub use registries::registry_hosts;
 
 use sbx_core::config::{Domain, Network};
 
-/// Seed 000 "Allowed Services": the endpoints the image's AI CLIs use.
+/// The endpoints the image's AI CLIs use.
 /// GitHub is allowed by its published ranges, not by name (see `github`).
 pub const DEFAULT_NAMES: &[&str] = &[
     // Anthropic: API, OAuth login, telemetry
@@ -140,20 +140,21 @@ pub fn domain_matches(d: &Domain, name: &str) -> bool {
 }
 
 /// The host of a URL such as `sparse+https://h:8080/x`, or a bare host
-/// (pip's trusted-host). Addresses are not names and are skipped.
+/// (pip's trusted-host, read as an http URL). Only http(s) transports
+/// count; addresses are not names and are skipped.
 pub fn url_host(u: &str) -> Option<Domain> {
     let u = u.trim().trim_matches('"');
-    let parsed = match u.split_once("://") {
-        Some((scheme, rest)) => {
-            // `sparse+https`, `git+https`: the transport is the last part.
-            let scheme = scheme.rsplit('+').next().unwrap_or(scheme);
-            if !matches!(scheme, "http" | "https") {
-                return None;
-            }
-            url::Url::parse(&format!("{scheme}://{rest}")).ok()?
-        }
-        None => url::Url::parse(&format!("http://{u}")).ok()?,
-    };
+    let parsed = if u.contains("://") {
+        url::Url::parse(u)
+    } else {
+        url::Url::parse(&format!("http://{u}"))
+    }
+    .ok()?;
+    // `sparse+https`, `git+https`: the transport is the last part.
+    let transport = parsed.scheme().rsplit('+').next()?;
+    if !matches!(transport, "http" | "https") {
+        return None;
+    }
     match parsed.host()? {
         url::Host::Domain(h) => h.parse::<Domain>().ok(),
         url::Host::Ipv4(_) | url::Host::Ipv6(_) => None,
@@ -215,6 +216,13 @@ mod tests {
         assert_eq!(host("pypi.corp").as_deref(), Some("pypi.corp"));
         assert_eq!(url_host("file:///srv/repo"), None);
         assert_eq!(url_host("http://10.0.0.1/debian"), None);
+        assert_eq!(url_host("sparse+https://[::1]/index/"), None);
+        assert_eq!(url_host("ftp://mirror.corp/debian"), None);
+        assert_eq!(host("pypi.corp:8443").as_deref(), Some("pypi.corp"));
+        assert_eq!(
+            host("git+https://Git.Corp/x.git").as_deref(),
+            Some("git.corp")
+        );
     }
 
     #[test]

@@ -89,6 +89,15 @@ fn set_type(name: &str) -> &'static str {
 }
 
 impl Plan {
+    /// GitHub's ranges of one family, as set entries.
+    fn github_ranges(&self, v6: bool) -> Vec<String> {
+        self.github
+            .iter()
+            .filter(|n| matches!(n, IpNet::V6(_)) == v6)
+            .map(|n| n.to_string())
+            .collect()
+    }
+
     /// One `ipset -exist restore` script: fill fresh sets, make sure the
     /// live ones exist, swap, drop the old contents. Entries added later
     /// by the DNS filter carry a timeout; these are permanent.
@@ -101,18 +110,8 @@ impl Plan {
             let entries: Vec<String> = match name {
                 SET_ALLOW4 => self.allow4.iter().map(|a| a.to_string()).collect(),
                 SET_ALLOW6 => self.allow6.iter().map(|a| a.to_string()).collect(),
-                SET_GH4 => self
-                    .github
-                    .iter()
-                    .filter(|n| matches!(n, IpNet::V4(_)))
-                    .map(|n| n.to_string())
-                    .collect(),
-                _ => self
-                    .github
-                    .iter()
-                    .filter(|n| matches!(n, IpNet::V6(_)))
-                    .map(|n| n.to_string())
-                    .collect(),
+                SET_GH4 => self.github_ranges(false),
+                _ => self.github_ranges(true),
             };
             for e in entries {
                 let _ = writeln!(s, "add {new} {e}");

@@ -60,7 +60,7 @@ fn proxy_mode_redirects_all_but_the_proxy() {
     assert_eq!(nat_jump(), ["OUTPUT", "-j", "SBX-NAT"]);
 }
 
-/// Issue 13.8: `allow-git = false` leaves no rule that accepts port 22.
+/// `allow-git = false` leaves no rule that accepts port 22.
 #[test]
 fn allow_git_false_closes_ssh() {
     let mut p = plan();

@@ -20,8 +20,7 @@ const BODY_LIMIT: u64 = 16 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ranges {
     pub nets: Vec<IpNet>,
-    /// "fetched", "cache" or "none".
-    pub source: String,
+    pub source: RangeSource,
     /// When the ranges were fetched, RFC 3339.
     pub fetched_at: Option<String>,
     /// Why the fetch failed, when it did.
@@ -55,12 +54,34 @@ pub trait MetaFetch: Send + Sync {
     fn fetch(&self, url: &str, timeout: Duration) -> Result<String, MetaError>;
 }
 
+/// Where the installed ranges came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RangeSource {
+    Fetched,
+    /// The last good copy, the fetch having failed.
+    Cache,
+    /// None at all: GitHub stays blocked.
+    #[default]
+    None,
+}
+
+impl RangeSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            RangeSource::Fetched => "fetched",
+            RangeSource::Cache => "cache",
+            RangeSource::None => "none",
+        }
+    }
+}
+
 impl Ranges {
     /// No ranges: GitHub stays blocked.
     pub fn none(why: &str) -> Self {
         Self {
             nets: Vec::new(),
-            source: "none".into(),
+            source: RangeSource::None,
             fetched_at: None,
             error: Some(why.to_owned()),
         }
@@ -156,7 +177,7 @@ pub fn cache_path(dir: &Path) -> PathBuf {
 pub fn load_cache(dir: &Path) -> Option<Ranges> {
     let text = fs::read_to_string(cache_path(dir)).ok()?;
     let mut r: Ranges = serde_json::from_str(&text).ok()?;
-    r.source = "cache".into();
+    r.source = RangeSource::Cache;
     (!r.nets.is_empty()).then_some(r)
 }
 
@@ -186,7 +207,7 @@ pub fn ranges(
         Ok(nets) => {
             let r = Ranges {
                 nets,
-                source: "fetched".into(),
+                source: RangeSource::Fetched,
                 fetched_at: Some(clock.stamp()),
                 error: None,
             };
@@ -238,13 +259,13 @@ mod tests {
         assert!(load_cache(d.path()).is_none());
         let r = Ranges {
             nets: vec!["192.0.2.0/24".parse().unwrap()],
-            source: "fetched".into(),
+            source: RangeSource::Fetched,
             fetched_at: Some("2026-01-01T00:00:00Z".into()),
             error: None,
         };
         store_cache(d.path(), &r).unwrap();
         let back = load_cache(d.path()).unwrap();
         assert_eq!(back.nets, r.nets);
-        assert_eq!(back.source, "cache");
+        assert_eq!(back.source, RangeSource::Cache);
     }
 }

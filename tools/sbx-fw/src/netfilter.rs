@@ -162,11 +162,14 @@ impl Netfilter for System {
 /// Which iptables implementation holds our tables. Both hook into the same
 /// netfilter, so packets must pass whichever tables exist; what differs is
 /// speed: a legacy table commit takes ~1 ms, an nft-backed one ~15 ms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// `iptables-legacy*`: x_tables, when the kernel has it.
     Legacy,
     /// Whatever `iptables*` is on this system (nft-backed on Debian).
+    #[default]
+    #[serde(alias = "nft")]
     System,
 }
 
@@ -218,9 +221,7 @@ pub fn backend() -> Backend {
         }
         let dir = crate::state::dir_from_env();
         if let Ok(Some(st)) = crate::state::State::load(&dir) {
-            if let Some(b) = Backend::parse(&st.backend) {
-                return b;
-            }
+            return st.backend;
         }
         let kernel = Path::new("/proc/net/ip_tables_names").exists()
             && (!crate::host::has_ipv6() || Path::new("/proc/net/ip6_tables_names").exists());

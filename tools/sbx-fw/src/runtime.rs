@@ -10,6 +10,7 @@ use sbx_core::audit::{self, Outcome, Record};
 use sbx_core::config::Domain;
 use sbx_core::error::IoContext;
 
+use crate::allowlist::Source;
 use crate::clock::Clock;
 use crate::error::FwError;
 use crate::netfilter::Netfilter;
@@ -67,7 +68,7 @@ pub fn allow(w: &Runtime<'_>, resolver: &dyn Resolver, domains: &[Domain]) -> Re
         }
         names.push(state::Name {
             name,
-            source: "runtime".into(),
+            source: Source::Runtime,
             v4: addrs.v4,
             v6: addrs.v6,
             error: None,

@@ -141,7 +141,7 @@ fn text(seen: &Seen, st: &State) -> Vec<String> {
             format!(
                 "{} ranges ({}{})",
                 gh.ranges,
-                gh.source,
+                gh.source.name(),
                 at.unwrap_or_default()
             )
         } else {

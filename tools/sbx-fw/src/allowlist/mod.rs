@@ -54,10 +54,12 @@ pub struct Entry {
     pub required: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// Where an allowlist entry came from, as the state file spells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     Default,
+    #[default]
     Config,
     Registry,
     Github,

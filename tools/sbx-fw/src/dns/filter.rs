@@ -40,7 +40,7 @@ impl Policy {
             |v: &[String]| -> Vec<Domain> { v.iter().filter_map(|d| d.parse().ok()).collect() };
         Self {
             allow: parse(&s.allow),
-            github_only: parse(&s.github_only),
+            github_only: s.github_only.clone(),
             github_nets: s.github_nets.clone(),
             upstreams: s.upstreams.clone(),
             state: s,

@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use sbx_core::config::{self, Config};
 
-use crate::allowlist::{Allowlist, Entry};
-use crate::github::Ranges;
+use crate::allowlist::Allowlist;
+use crate::github::{RangeSource, Ranges};
 use crate::plan::Plan;
 use crate::resolve::Outcome;
 use crate::state::{self, State};
@@ -69,7 +69,7 @@ pub fn build(plan: Plan, list: &Allowlist, outcomes: &[Outcome], github: Option<
                 b.allow_addresses(name, addrs, &mut owner);
                 b.state.names.push(state::Name {
                     name: name.clone(),
-                    source: source(entry),
+                    source: entry.source,
                     v4: addrs.v4.clone(),
                     v6: addrs.v6.clone(),
                     error: None,
@@ -83,7 +83,7 @@ pub fn build(plan: Plan, list: &Allowlist, outcomes: &[Outcome], github: Option<
                 }
                 b.state.names.push(state::Name {
                     name: name.clone(),
-                    source: source(entry),
+                    source: entry.source,
                     error: Some(f.to_string()),
                     ..Default::default()
                 });
@@ -94,14 +94,6 @@ pub fn build(plan: Plan, list: &Allowlist, outcomes: &[Outcome], github: Option<
         b.github(gh);
     }
     b
-}
-
-/// Where an entry came from, as the state file spells it.
-fn source(e: &Entry) -> String {
-    serde_json::to_value(e.source)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 impl Built {
@@ -133,11 +125,11 @@ impl Built {
 
     /// GitHub's ranges, and a warning when they are stale or missing.
     fn github(&mut self, gh: &Ranges) {
-        match (gh.source.as_str(), &gh.error) {
-            ("none", Some(e)) => self.state.warnings.push(format!(
+        match (gh.source, &gh.error) {
+            (RangeSource::None, Some(e)) => self.state.warnings.push(format!(
                 "GitHub stays blocked: cannot fetch its ranges ({e}) and none are cached"
             )),
-            ("cache", Some(e)) => self.state.warnings.push(format!(
+            (RangeSource::Cache, Some(e)) => self.state.warnings.push(format!(
                 "GitHub ranges from the cache of {}: fetch failed ({e})",
                 gh.fetched_at.as_deref().unwrap_or("an earlier run")
             )),
@@ -146,7 +138,7 @@ impl Built {
         self.plan.github = gh.nets.clone();
         self.state.github = state::GithubState {
             enabled: true,
-            source: gh.source.clone(),
+            source: gh.source,
             ranges: gh.nets.len(),
             fetched_at: gh.fetched_at.clone(),
         };

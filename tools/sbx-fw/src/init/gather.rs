@@ -71,7 +71,7 @@ fn agent_api(list: &mut Allowlist, cfg: &Config) {
 /// Names and wildcards `sbx-fw allow` added; GitHub's wildcards come back
 /// only with github = true.
 fn runtime_names(list: &mut Allowlist, p: &State) {
-    for n in p.names.iter().filter(|n| n.source == "runtime") {
+    for n in p.names.iter().filter(|n| n.source == Source::Runtime) {
         if let Ok(d) = n.name.parse() {
             list.push(d, Source::Runtime);
         }
@@ -79,10 +79,9 @@ fn runtime_names(list: &mut Allowlist, p: &State) {
     for d in p
         .allow
         .iter()
-        .filter(|d| d.starts_with("*.") && !p.github_only.contains(d))
+        .filter_map(|d| d.parse::<Domain>().ok())
+        .filter(|d| d.wildcard && !p.github_only.contains(d))
     {
-        if let Ok(d) = d.parse() {
-            list.push(d, Source::Runtime);
-        }
+        list.push(d, Source::Runtime);
     }
 }

@@ -190,8 +190,8 @@ fn record(
         .entries
         .iter()
         .filter(|e| e.source == Source::Github)
-        .map(|e| e.domain.to_string())
-        .filter(|d| allowlist::GITHUB_NAMES.contains(&d.as_str()))
+        .filter(|e| allowlist::GITHUB_NAMES.contains(&e.domain.to_string().as_str()))
+        .map(|e| e.domain.clone())
         .collect();
     st.github_nets = plan.github.clone();
     st.proxy = plan.proxy_uid.is_some();

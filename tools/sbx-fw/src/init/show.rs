@@ -54,7 +54,7 @@ pub fn installed(plan: &Plan, st: &State, took: Duration) {
         plan.allow6.len(),
         plan.github.len(),
         if st.github.enabled {
-            st.github.source.as_str()
+            st.github.source.name()
         } else {
             "off"
         },

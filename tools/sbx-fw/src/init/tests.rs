@@ -189,7 +189,7 @@ fn a_garbage_meta_document_is_a_failed_fetch() {
     w.nf = FakeNetfilter::default();
     w.meta = FakeMeta(Ok(r#"{"web":["not a range"]}"#.into()));
     let b = w.install(&[]).unwrap();
-    assert_eq!(b.state.github.source, "cache");
+    assert_eq!(b.state.github.source, crate::github::RangeSource::Cache);
     assert_eq!(
         github_sets(&w),
         [

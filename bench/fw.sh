@@ -38,7 +38,7 @@ if [ -n "${BASELINE_FW:-}" ]; then
   base=(-n "baseline sbx-fw init" "ip netns exec bbase-sbx env SBX_FW_STATE_DIR=$TMP/bbase/state SBX_FW_CACHE_DIR=$TMP/bbase/cache SSL_CERT_FILE=$TMP/bbase/ca.pem $BASELINE_FW --config $TMP/config.toml init")
 fi
 printf '[network]\nregistries = false\n' > "$TMP/config.toml"
-names=$(sed -n '/^pub const DEFAULT_NAMES/,/^];/p' tools/sbx-fw/src/allowlist.rs | grep -o '"[a-z0-9.-]*"' | tr -d '"' | tr '\n' ' ')
+names=$(sed -n '/^pub const DEFAULT_NAMES/,/^];/p' tools/sbx-fw/src/allowlist/mod.rs | grep -o '"[a-z0-9.-]*"' | tr -d '"' | tr '\n' ' ')
 export SBX_FW_GITHUB_META_URL=https://meta.github.test/meta SBX_AUDIT_LOG=$TMP/audit.jsonl
 sbx="env SBX_FW_STATE_DIR=$TMP/bfw/state SBX_FW_CACHE_DIR=$TMP/bfw/cache SSL_CERT_FILE=$TMP/bfw/ca.pem $FW --config $TMP/config.toml init"
 ref="bash $PWD/bench/fw-reference.sh https://meta.github.test/meta $TMP/bref/ca.pem $names"

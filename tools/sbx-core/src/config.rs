@@ -714,7 +714,7 @@ impl fmt::Display for PathGlob {
 }
 
 /// A DNS name, optionally a `*.` wildcard for every name below it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Domain {
     pub name: String,
     pub wildcard: bool,
@@ -761,6 +761,13 @@ impl std::str::FromStr for Domain {
     }
 }
 from_str_deserialize!(Domain);
+
+/// As written in the config (`*.example.com`), so it reads back the same.
+impl serde::Serialize for Domain {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 impl fmt::Display for Domain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

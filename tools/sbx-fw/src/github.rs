@@ -10,6 +10,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Clock;
+
 pub const DEFAULT_META_URL: &str = "https://api.github.com/meta";
 /// The meta keys whose ranges serve git over SSH and HTTPS, the web and the API.
 const KEYS: &[&str] = &["git", "web", "api"];
@@ -18,8 +20,7 @@ const BODY_LIMIT: u64 = 16 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ranges {
     pub nets: Vec<IpNet>,
-    /// "fetched", "cache" or "none".
-    pub source: String,
+    pub source: RangeSource,
     /// When the ranges were fetched, RFC 3339.
     pub fetched_at: Option<String>,
     /// Why the fetch failed, when it did.
@@ -27,82 +28,146 @@ pub struct Ranges {
     pub error: Option<String>,
 }
 
+/// Why GitHub's ranges could not be had from the meta API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("\"{0}\" is not a list")]
+    NotAList(&'static str),
+    #[error("\"{0}\" holds a non-string")]
+    NotAString(&'static str),
+    #[error("\"{key}\" holds \"{value}\", which is not a CIDR range")]
+    NotCidr { key: &'static str, value: String },
+    #[error("none of {} present: not a GitHub meta document", KEYS.join(", "))]
+    NoRanges,
+    #[error("{}: {why} (set SSL_CERT_FILE to a PEM bundle)", path.display())]
+    Certificates { path: PathBuf, why: String },
+    #[error("{0}")]
+    Fetch(String),
+}
+
+/// Where the meta document comes from: HTTPS in the real one, canned
+/// bodies, garbage or failures in tests.
+pub trait MetaFetch: Send + Sync {
+    /// The body of one GET of `url`, within `timeout`.
+    fn fetch(&self, url: &str, timeout: Duration) -> Result<String, MetaError>;
+}
+
+/// Where the installed ranges came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RangeSource {
+    Fetched,
+    /// The last good copy, the fetch having failed.
+    Cache,
+    /// None at all: GitHub stays blocked.
+    #[default]
+    None,
+}
+
+impl RangeSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            RangeSource::Fetched => "fetched",
+            RangeSource::Cache => "cache",
+            RangeSource::None => "none",
+        }
+    }
+}
+
+impl Ranges {
+    /// No ranges: GitHub stays blocked.
+    pub fn none(why: &str) -> Self {
+        Self {
+            nets: Vec::new(),
+            source: RangeSource::None,
+            fetched_at: None,
+            error: Some(why.to_owned()),
+        }
+    }
+}
+
 /// Parse a meta document: the union of the wanted keys, aggregated.
-pub fn parse_meta(body: &str) -> Result<Vec<IpNet>, String> {
-    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+pub fn parse_meta(body: &str) -> Result<Vec<IpNet>, MetaError> {
+    let v: serde_json::Value =
+        serde_json::from_str(body).map_err(|e| MetaError::NotJson(e.to_string()))?;
     let mut nets = Vec::new();
     for k in KEYS {
         let Some(list) = v.get(k) else { continue };
-        let list = list
-            .as_array()
-            .ok_or_else(|| format!("\"{k}\" is not a list"))?;
+        let list = list.as_array().ok_or(MetaError::NotAList(k))?;
         for item in list {
-            let s = item
-                .as_str()
-                .ok_or_else(|| format!("\"{k}\" holds a non-string"))?;
+            let s = item.as_str().ok_or(MetaError::NotAString(k))?;
             let net: IpNet = s
                 .parse()
                 .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map_err(|_| format!("\"{k}\" holds \"{s}\", which is not a CIDR range"))?;
+                .map_err(|_| MetaError::NotCidr {
+                    key: k,
+                    value: s.to_owned(),
+                })?;
             nets.push(net.trunc());
         }
     }
     if nets.is_empty() {
-        return Err(format!(
-            "none of {} present: not a GitHub meta document",
-            KEYS.join(", ")
-        ));
+        return Err(MetaError::NoRanges);
     }
     Ok(IpNet::aggregate(&nets))
 }
 
-fn root_certs(ca_file: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>, String> {
-    let pem = fs::read(ca_file).map_err(|e| format!("{}: {e}", ca_file.display()))?;
-    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-        .filter_map(|i| match i {
-            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-            _ => None,
-        })
-        .collect();
-    if certs.is_empty() {
-        return Err(format!("{}: no certificates", ca_file.display()));
-    }
-    Ok(certs)
+/// The meta API over HTTPS with rustls, trusting `ca_file`; a token
+/// (`GH_TOKEN`) raises the rate limit.
+pub struct Https {
+    pub ca_file: PathBuf,
+    pub token: Option<String>,
 }
 
-/// One GET with a total deadline; `GH_TOKEN` raises the rate limit.
-pub fn fetch(
-    url: &str,
-    ca_file: &Path,
-    token: Option<&str>,
-    timeout: Duration,
-) -> Result<Vec<IpNet>, String> {
-    let tls = ureq::tls::TlsConfig::builder()
-        .root_certs(ureq::tls::RootCerts::Specific(Arc::new(root_certs(
-            ca_file,
-        )?)))
-        .build();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .tls_config(tls)
-        .proxy(None)
-        .timeout_global(Some(timeout))
-        .user_agent("sbx-fw")
-        .build()
-        .into();
-    let mut req = agent
-        .get(url)
-        .header("Accept", "application/vnd.github+json");
-    if let Some(t) = token.filter(|t| !t.is_empty()) {
-        req = req.header("Authorization", &format!("Bearer {t}"));
+impl Https {
+    fn root_certs(&self) -> Result<Vec<ureq::tls::Certificate<'static>>, MetaError> {
+        let bad = |why: String| MetaError::Certificates {
+            path: self.ca_file.clone(),
+            why,
+        };
+        let pem = fs::read(&self.ca_file).map_err(|e| bad(e.to_string()))?;
+        let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+            .filter_map(|i| match i {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if certs.is_empty() {
+            return Err(bad("no certificates".into()));
+        }
+        Ok(certs)
     }
-    let mut resp = req.call().map_err(|e| e.to_string())?;
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(BODY_LIMIT)
-        .read_to_string()
-        .map_err(|e| e.to_string())?;
-    parse_meta(&body)
+}
+
+impl MetaFetch for Https {
+    /// One GET with a total deadline.
+    fn fetch(&self, url: &str, timeout: Duration) -> Result<String, MetaError> {
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::Specific(Arc::new(self.root_certs()?)))
+            .build();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .tls_config(tls)
+            .proxy(None)
+            .timeout_global(Some(timeout))
+            .user_agent("sbx-fw")
+            .build()
+            .into();
+        let mut req = agent
+            .get(url)
+            .header("Accept", "application/vnd.github+json");
+        if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let fetch = |e: ureq::Error| MetaError::Fetch(e.to_string());
+        let mut resp = req.call().map_err(fetch)?;
+        resp.body_mut()
+            .with_config()
+            .limit(BODY_LIMIT)
+            .read_to_string()
+            .map_err(fetch)
+    }
 }
 
 pub fn cache_path(dir: &Path) -> PathBuf {
@@ -112,7 +177,7 @@ pub fn cache_path(dir: &Path) -> PathBuf {
 pub fn load_cache(dir: &Path) -> Option<Ranges> {
     let text = fs::read_to_string(cache_path(dir)).ok()?;
     let mut r: Ranges = serde_json::from_str(&text).ok()?;
-    r.source = "cache".into();
+    r.source = RangeSource::Cache;
     (!r.nets.is_empty()).then_some(r)
 }
 
@@ -120,27 +185,30 @@ pub fn store_cache(dir: &Path, r: &Ranges) -> std::io::Result<()> {
     fs::create_dir_all(dir)?;
     let tmp = dir.join(".github-meta.json.tmp");
     let mut f = fs::File::create(&tmp)?;
-    f.write_all(serde_json::to_string(r).expect("serializable").as_bytes())?;
+    f.write_all(
+        serde_json::to_string(r)
+            .map_err(std::io::Error::other)?
+            .as_bytes(),
+    )?;
     f.sync_all()?;
     fs::rename(tmp, cache_path(dir))
 }
 
-/// Fetch, else the cache, else nothing (GitHub stays blocked).
+/// Fetch, else the cache, else nothing (GitHub stays blocked). A body
+/// that is not a meta document counts as a failed fetch.
 pub fn ranges(
+    meta: &dyn MetaFetch,
+    clock: &dyn Clock,
     url: &str,
-    ca_file: &Path,
-    token: Option<&str>,
     cache_dir: &Path,
     timeout: Duration,
 ) -> Ranges {
-    match fetch(url, ca_file, token, timeout) {
+    match meta.fetch(url, timeout).and_then(|b| parse_meta(&b)) {
         Ok(nets) => {
             let r = Ranges {
                 nets,
-                source: "fetched".into(),
-                fetched_at: Some(
-                    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-                ),
+                source: RangeSource::Fetched,
+                fetched_at: Some(clock.stamp()),
                 error: None,
             };
             if let Err(e) = store_cache(cache_dir, &r) {
@@ -153,15 +221,10 @@ pub fn ranges(
         }
         Err(e) => match load_cache(cache_dir) {
             Some(mut r) => {
-                r.error = Some(e);
+                r.error = Some(e.to_string());
                 r
             }
-            None => Ranges {
-                nets: Vec::new(),
-                source: "none".into(),
-                fetched_at: None,
-                error: Some(e),
-            },
+            None => Ranges::none(&e.to_string()),
         },
     }
 }
@@ -184,17 +247,10 @@ mod tests {
 
     #[test]
     fn bad_meta_is_refused_by_name() {
-        assert!(parse_meta("<html>").unwrap_err().contains("not JSON"));
-        assert!(
-            parse_meta(r#"{"web":["nope"]}"#)
-                .unwrap_err()
-                .contains("\"nope\"")
-        );
-        assert!(
-            parse_meta(r#"{"message":"rate limited"}"#)
-                .unwrap_err()
-                .contains("not a GitHub meta")
-        );
+        let err = |b: &str| parse_meta(b).unwrap_err().to_string();
+        assert!(err("<html>").contains("not JSON"));
+        assert!(err(r#"{"web":["nope"]}"#).contains("\"nope\""));
+        assert!(err(r#"{"message":"rate limited"}"#).contains("not a GitHub meta"));
     }
 
     #[test]
@@ -203,13 +259,13 @@ mod tests {
         assert!(load_cache(d.path()).is_none());
         let r = Ranges {
             nets: vec!["192.0.2.0/24".parse().unwrap()],
-            source: "fetched".into(),
+            source: RangeSource::Fetched,
             fetched_at: Some("2026-01-01T00:00:00Z".into()),
             error: None,
         };
         store_cache(d.path(), &r).unwrap();
         let back = load_cache(d.path()).unwrap();
         assert_eq!(back.nets, r.nets);
-        assert_eq!(back.source, "cache");
+        assert_eq!(back.source, RangeSource::Cache);
     }
 }

@@ -5,10 +5,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
-use hickory_resolver::{Resolver, TokioResolver};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Addresses {
@@ -40,15 +40,37 @@ impl std::fmt::Display for Failure {
 
 pub type Outcome = (String, Result<Addresses, Failure>);
 
-/// Nameserver addresses from resolv.conf text (`nameserver IP` lines).
-pub fn nameservers(resolv_conf: &str) -> Vec<IpAddr> {
-    resolv_conf
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some("nameserver")).then(|| w.next()).flatten()
-        })
-        .filter_map(|a| a.split('%').next()?.parse().ok())
+/// Name lookups against the upstream resolvers. Every name gets an
+/// outcome, in order, within one deadline for the lot.
+pub trait Resolver: Send + Sync {
+    fn resolve_all(
+        &self,
+        upstreams: &[IpAddr],
+        names: &[String],
+        timeout: Duration,
+    ) -> Vec<Outcome>;
+}
+
+/// hickory-resolver, asking the upstream servers themselves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hickory;
+
+impl Resolver for Hickory {
+    fn resolve_all(
+        &self,
+        upstreams: &[IpAddr],
+        names: &[String],
+        timeout: Duration,
+    ) -> Vec<Outcome> {
+        resolve_all(upstreams, names, timeout)
+    }
+}
+
+/// Every name failed for the same reason.
+fn fail_all(names: &[String], why: Failure) -> Vec<Outcome> {
+    names
+        .iter()
+        .map(|n| (n.clone(), Err(why.clone())))
         .collect()
 }
 
@@ -67,7 +89,7 @@ fn resolver(upstreams: &[IpAddr], timeout: Duration) -> Result<TokioResolver, St
     opts.cache_size = 0;
     opts.num_concurrent_reqs = upstreams.len().max(1);
     opts.try_tcp_on_error = false;
-    Resolver::builder_with_config(
+    hickory_resolver::Resolver::builder_with_config(
         ResolverConfig::from_name_servers(servers),
         TokioRuntimeProvider::default(),
     )
@@ -77,13 +99,12 @@ fn resolver(upstreams: &[IpAddr], timeout: Duration) -> Result<TokioResolver, St
 }
 
 /// Resolve `names` against `upstreams`; every name gets an outcome, in order.
-pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) -> Vec<Outcome> {
+fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) -> Vec<Outcome> {
     if upstreams.is_empty() {
-        let why = Failure::Failed("no nameserver in resolv.conf".into());
-        return names
-            .iter()
-            .map(|n| (n.clone(), Err(why.clone())))
-            .collect();
+        return fail_all(
+            names,
+            Failure::Failed("no nameserver in resolv.conf".into()),
+        );
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -91,107 +112,103 @@ pub fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) ->
     {
         Ok(rt) => rt,
         Err(e) => {
-            let why = Failure::Failed(format!("cannot start the resolver: {e}"));
-            return names
-                .iter()
-                .map(|n| (n.clone(), Err(why.clone())))
-                .collect();
+            return fail_all(
+                names,
+                Failure::Failed(format!("cannot start the resolver: {e}")),
+            );
         }
     };
     rt.block_on(async {
-        let r = match resolver(upstreams, timeout) {
-            Ok(r) => r,
-            Err(e) => {
-                let why = Failure::Failed(e);
-                return names
-                    .iter()
-                    .map(|n| (n.clone(), Err(why.clone())))
-                    .collect();
-            }
-        };
-        let mut tasks = tokio::task::JoinSet::new();
-        for (i, name) in names.iter().enumerate() {
-            let fqdn = format!("{}.", name.trim_end_matches('.'));
-            for rt in [RecordType::A, RecordType::AAAA] {
-                let (r, fqdn) = (r.clone(), fqdn.clone());
-                tasks.spawn(async move { (i, rt, r.lookup(fqdn.as_str(), rt).await) });
-            }
+        match resolver(upstreams, timeout) {
+            Ok(r) => lookup_all(&r, names, timeout).await,
+            Err(e) => fail_all(names, Failure::Failed(e)),
         }
-        let mut done = vec![0u8; names.len()];
-        let mut out: Vec<(Addresses, Option<Failure>)> =
-            names.iter().map(|_| (Addresses::default(), None)).collect();
-        // One deadline for the lot: a silent server cannot stretch it.
-        let deadline = tokio::time::Instant::now() + timeout;
-        while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
-            let Ok((i, _rt, res)) = joined else { continue };
-            done[i] += 1;
-            let slot = &mut out[i];
-            match res {
-                Ok(lookup) => {
-                    for rec in lookup.answers() {
-                        match &rec.data {
-                            RData::A(a) => slot.0.v4.push(a.0),
-                            RData::AAAA(a) => slot.0.v6.push(a.0),
-                            _ => continue,
-                        }
-                        slot.0.ttl = if slot.0.ttl == 0 {
-                            rec.ttl
-                        } else {
-                            slot.0.ttl.min(rec.ttl)
-                        };
-                    }
-                }
-                Err(e) if e.is_nx_domain() => slot.1 = Some(Failure::NxDomain),
-                Err(e) if e.is_no_records_found() => {}
-                Err(e) => {
-                    if !matches!(slot.1, Some(Failure::NxDomain)) {
-                        slot.1 = Some(Failure::Failed(e.to_string()));
-                    }
-                }
-            }
-        }
-        tasks.abort_all();
-        names
-            .iter()
-            .zip(out)
-            .enumerate()
-            .map(|(i, (n, (mut addrs, fail)))| {
-                addrs.v4.sort();
-                addrs.v4.dedup();
-                addrs.v6.sort();
-                addrs.v6.dedup();
-                // Any address is a usable answer; a failed AAAA beside a good
-                // A only costs that family.
-                let res = if !addrs.v4.is_empty() || !addrs.v6.is_empty() {
-                    Ok(addrs)
-                } else {
-                    Err(fail.unwrap_or_else(|| {
-                        if done[i] == 2 {
-                            Failure::NoAddress
-                        } else {
-                            Failure::Failed("timed out".into())
-                        }
-                    }))
-                };
-                (n.clone(), res)
-            })
-            .collect()
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A and AAAA of every name at once; what has not answered by the
+/// deadline has timed out.
+async fn lookup_all(r: &TokioResolver, names: &[String], timeout: Duration) -> Vec<Outcome> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, name) in names.iter().enumerate() {
+        let fqdn = format!("{}.", name.trim_end_matches('.'));
+        for rt in [RecordType::A, RecordType::AAAA] {
+            let (r, fqdn) = (r.clone(), fqdn.clone());
+            tasks.spawn(async move { (i, r.lookup(fqdn.as_str(), rt).await) });
+        }
+    }
+    let mut got: Vec<Gathered> = names.iter().map(|_| Gathered::default()).collect();
+    // One deadline for the lot: a silent server cannot stretch it.
+    let deadline = tokio::time::Instant::now() + timeout;
+    while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
+        let Ok((i, res)) = joined else { continue };
+        got[i].take(res);
+    }
+    tasks.abort_all();
+    names
+        .iter()
+        .zip(got)
+        .map(|(n, g)| (n.clone(), g.settle()))
+        .collect()
+}
 
-    #[test]
-    fn nameserver_lines() {
-        let t = "# c\nnameserver 127.0.0.11\nnameserver fe80::1%eth0\noptions ndots:0\nnameserver bogus\n";
-        assert_eq!(
-            nameservers(t),
-            vec![
-                "127.0.0.11".parse::<IpAddr>().unwrap(),
-                "fe80::1".parse().unwrap()
-            ]
-        );
+/// One name's answers so far.
+#[derive(Default)]
+struct Gathered {
+    addrs: Addresses,
+    fail: Option<Failure>,
+    /// Lookups (of two) that came back.
+    done: u8,
+}
+
+impl Gathered {
+    fn take(
+        &mut self,
+        res: Result<hickory_resolver::lookup::Lookup, hickory_resolver::net::NetError>,
+    ) {
+        self.done += 1;
+        match res {
+            Ok(lookup) => {
+                for rec in lookup.answers() {
+                    match &rec.data {
+                        RData::A(a) => self.addrs.v4.push(a.0),
+                        RData::AAAA(a) => self.addrs.v6.push(a.0),
+                        _ => continue,
+                    }
+                    self.addrs.ttl = if self.addrs.ttl == 0 {
+                        rec.ttl
+                    } else {
+                        self.addrs.ttl.min(rec.ttl)
+                    };
+                }
+            }
+            Err(e) if e.is_nx_domain() => self.fail = Some(Failure::NxDomain),
+            Err(e) if e.is_no_records_found() => {}
+            Err(e) => {
+                if !matches!(self.fail, Some(Failure::NxDomain)) {
+                    self.fail = Some(Failure::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Any address is a usable answer; a failed AAAA beside a good A only
+    /// costs that family.
+    fn settle(mut self) -> Result<Addresses, Failure> {
+        let a = &mut self.addrs;
+        a.v4.sort();
+        a.v4.dedup();
+        a.v6.sort();
+        a.v6.dedup();
+        if !a.v4.is_empty() || !a.v6.is_empty() {
+            return Ok(self.addrs);
+        }
+        Err(self.fail.unwrap_or_else(|| {
+            if self.done == 2 {
+                Failure::NoAddress
+            } else {
+                Failure::Failed("timed out".into())
+            }
+        }))
     }
 }

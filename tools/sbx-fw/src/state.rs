@@ -9,6 +9,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use sbx_core::config::Domain;
+
+use crate::allowlist::Source;
+use crate::error::FwError;
+use crate::github::RangeSource;
+use crate::netfilter::Backend;
+
 pub const DEFAULT_DIR: &str = "/run/sbx-fw";
 const VERSION: u32 = 1;
 
@@ -19,9 +26,9 @@ pub struct State {
     pub refreshed_at: String,
     /// `true` when allow-external turned the firewall off.
     pub open: bool,
-    /// The iptables backend the rules went into ("legacy" or "system").
+    /// The iptables backend the rules went into.
     #[serde(default)]
-    pub backend: String,
+    pub backend: Backend,
     /// The resolvers the filter forwards to.
     pub upstreams: Vec<IpAddr>,
     /// resolv.conf as it was before init pointed it at the filter.
@@ -31,7 +38,7 @@ pub struct State {
     /// Those of `allow` that are GitHub's: answered only with addresses
     /// inside `github_nets`.
     #[serde(default)]
-    pub github_only: Vec<String>,
+    pub github_only: Vec<Domain>,
     /// GitHub's meta ranges as installed.
     #[serde(default)]
     pub github_nets: Vec<ipnet::IpNet>,
@@ -47,7 +54,7 @@ pub struct State {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Name {
     pub name: String,
-    pub source: String,
+    pub source: Source,
     pub v4: Vec<Ipv4Addr>,
     pub v6: Vec<Ipv6Addr>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,7 +64,7 @@ pub struct Name {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct GithubState {
     pub enabled: bool,
-    pub source: String,
+    pub source: RangeSource,
     pub ranges: usize,
     pub fetched_at: Option<String>,
 }
@@ -76,28 +83,31 @@ impl State {
     pub fn new() -> Self {
         Self {
             version: VERSION,
-            backend: crate::apply::backend().name().into(),
+            backend: crate::netfilter::backend(),
             ..Self::default()
         }
     }
 
-    pub fn load(dir: &Path) -> Result<Option<Self>, String> {
+    /// The state, None when there is none yet.
+    pub fn load(dir: &Path) -> Result<Option<Self>, FwError> {
         let p = path(dir);
+        let bad = |why: String| FwError::BadState {
+            path: p.clone(),
+            why,
+        };
         match fs::read_to_string(&p) {
             Ok(t) => {
-                let s: State =
-                    serde_json::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?;
+                let s: State = serde_json::from_str(&t).map_err(|e| bad(e.to_string()))?;
                 if s.version != VERSION {
-                    return Err(format!(
-                        "{}: format version {} is not {VERSION}",
-                        p.display(),
+                    return Err(bad(format!(
+                        "format version {} is not {VERSION}",
                         s.version
-                    ));
+                    )));
                 }
                 Ok(Some(s))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", p.display())),
+            Err(e) => Err(bad(e.to_string())),
         }
     }
 
@@ -127,5 +137,61 @@ impl State {
             IpAddr::V4(a) => n.v4.contains(&a),
             IpAddr::V6(a) => n.v6.contains(&a),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state file as the previous, untyped version wrote it reads back
+    /// into the typed fields, and writes out the same text again.
+    #[test]
+    fn the_previous_format_reads_and_round_trips() {
+        let old = r#"{"version":1,"installed_at":"2026-11-23T10:00:00Z","refreshed_at":"2026-11-23T10:00:00Z",
+            "open":false,"backend":"legacy","upstreams":["198.18.0.53"],"resolv_conf_original":null,
+            "allow":["*.github.com","allowed.test"],"github_only":["*.github.com"],
+            "github_nets":["198.18.3.0/24"],
+            "names":[{"name":"allowed.test","source":"agentapi","v4":["198.18.1.1"],"v6":[]},
+                     {"name":"x.test","source":"runtime","v4":[],"v6":[],"error":"no such name (NXDOMAIN)"}],
+            "proxy":false,"github":{"enabled":true,"source":"cache","ranges":1,"fetched_at":null},"warnings":[]}"#;
+        let d = tempfile::tempdir().unwrap();
+        fs::write(path(d.path()), old).unwrap();
+        let st = State::load(d.path()).unwrap().unwrap();
+        assert_eq!(st.backend, Backend::Legacy);
+        assert_eq!(st.names[0].source, Source::AgentApi);
+        assert_eq!(st.github.source, RangeSource::Cache);
+        assert_eq!(st.github_only, ["*.github.com".parse::<Domain>().unwrap()]);
+        st.store(d.path()).unwrap();
+        let again: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(path(d.path())).unwrap()).unwrap();
+        let before: serde_json::Value = serde_json::from_str(old).unwrap();
+        assert_eq!(again, before);
+    }
+
+    /// A value the types do not know, or another format version, is refused
+    /// by name (exit 65), never half read.
+    #[test]
+    fn an_unknown_value_or_version_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let mut st = State::new();
+        st.store(d.path()).unwrap();
+        let text = fs::read_to_string(path(d.path())).unwrap();
+        for (from, to) in [
+            ("\"version\": 1", "\"version\": 2"),
+            ("\"enabled\": false", "\"enabled\": 3"),
+        ] {
+            fs::write(path(d.path()), text.replace(from, to)).unwrap();
+            let e = State::load(d.path()).unwrap_err();
+            assert_eq!(sbx_core::error::SbxError::exit(&e).code(), 65, "{e}");
+            assert!(e.to_string().contains("state.json"), "{e}");
+        }
+        st.github.source = RangeSource::Fetched;
+        st.store(d.path()).unwrap();
+        let t = fs::read_to_string(path(d.path()))
+            .unwrap()
+            .replace("\"fetched\"", "\"bogus\"");
+        fs::write(path(d.path()), t).unwrap();
+        assert!(State::load(d.path()).is_err());
     }
 }

@@ -10,6 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 pub mod idmap;
+pub mod netlink;
 
 /// Find `program` the way execvp(3) would, but in the *child's* PATH: the
 /// environment the program will see, not ours (env(1) behaves the same).

@@ -1,0 +1,315 @@
+//! Answering one query: strict parse, allowlist, upstream, the answer's
+//! addresses into the allow set, then the reply.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+use ipnet::IpNet;
+use sbx_core::config::Domain;
+
+use super::audit::AuditBudget;
+use super::handed::Handed;
+use super::upstream::Upstream;
+use super::wire::{Question, Refusal, mix_case, on_chain, parse_query, refusal_reply};
+use super::{EDNS_PAYLOAD, MAX_HOLD, MIN_HOLD, Reason, STATS_FILE};
+use crate::allowlist::domain_matches;
+use crate::auditlog::AuditSink;
+use crate::netfilter::Netfilter;
+use crate::plan::{SET_ALLOW4, SET_ALLOW6};
+use crate::state::{self, State};
+
+/// What the filter answers from, as the state file last said.
+#[derive(Default)]
+pub(super) struct Policy {
+    allow: Vec<Domain>,
+    /// Allowlist entries GitHub's: answered only inside `github_nets`.
+    github_only: Vec<Domain>,
+    github_nets: Vec<IpNet>,
+    upstreams: Vec<IpAddr>,
+    state: State,
+}
+
+impl Policy {
+    fn from_state(s: State) -> Self {
+        let parse =
+            |v: &[String]| -> Vec<Domain> { v.iter().filter_map(|d| d.parse().ok()).collect() };
+        Self {
+            allow: parse(&s.allow),
+            github_only: s.github_only.clone(),
+            github_nets: s.github_nets.clone(),
+            upstreams: s.upstreams.clone(),
+            state: s,
+        }
+    }
+
+    /// Only GitHub's entries name it: its addresses must lie in its ranges.
+    fn github_only(&self, name: &str) -> bool {
+        let matches = |d: &&Domain| domain_matches(d, name);
+        self.github_only.iter().any(|d| matches(&d))
+            && !self
+                .allow
+                .iter()
+                .filter(|d| !self.github_only.contains(d))
+                .any(|d| matches(&d))
+    }
+}
+
+/// An upstream answer sorted out: the client's reply, and what goes into
+/// the allow set before it is sent.
+struct Sorted {
+    reply: Message,
+    /// `ipset restore` lines adding the addresses with their holds.
+    add: String,
+    added: Vec<(IpAddr, u32)>,
+}
+
+pub struct Filter {
+    pub(super) dir: PathBuf,
+    loaded: Mutex<(Option<SystemTime>, Arc<Policy>)>,
+    pub(super) refused: Mutex<AuditBudget>,
+    pub(super) handed: Mutex<Handed>,
+    counts: [AtomicU64; Reason::ALL.len()],
+    nf: Box<dyn Netfilter>,
+    upstream: Box<dyn Upstream>,
+    pub(super) audit: Box<dyn AuditSink>,
+}
+
+impl Filter {
+    pub fn new(
+        dir: &Path,
+        nf: Box<dyn Netfilter>,
+        upstream: Box<dyn Upstream>,
+        audit: Box<dyn AuditSink>,
+    ) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            loaded: Mutex::new((None, Arc::default())),
+            refused: Mutex::new(AuditBudget::new()),
+            handed: Mutex::new(Handed::default()),
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            nf,
+            upstream,
+            audit,
+        }
+    }
+
+    /// Re-read the state file when it changed (init, allow, deny).
+    pub(super) fn refresh(&self) -> Arc<Policy> {
+        let mtime = std::fs::metadata(state::path(&self.dir))
+            .and_then(|m| m.modified())
+            .ok();
+        let mut l = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if mtime != l.0 {
+            if let Ok(Some(s)) = State::load(&self.dir) {
+                l.1 = Arc::new(Policy::from_state(s));
+            }
+            l.0 = mtime;
+        }
+        l.1.clone()
+    }
+
+    pub(super) fn count(&self, r: Reason) {
+        if let Some(i) = Reason::ALL.iter().position(|x| *x == r) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counters, by reason name.
+    pub fn counts(&self) -> serde_json::Value {
+        let m: serde_json::Map<String, serde_json::Value> = Reason::ALL
+            .iter()
+            .zip(&self.counts)
+            .map(|(r, c)| (r.name().to_owned(), c.load(Ordering::Relaxed).into()))
+            .collect();
+        serde_json::Value::Object(m)
+    }
+
+    fn refuse(&self, r: Refusal, q: Option<&Question>) -> Option<Vec<u8>> {
+        self.count(r.reason);
+        if r.reason != Reason::NotAllowed {
+            self.audit_refusal(
+                q.map_or("(unparsed query)", |q| q.name.as_str()),
+                r.reason.name(),
+            );
+        }
+        refusal_reply(&r, q)
+    }
+
+    /// Answer one query (wire format in, wire format out). None only when
+    /// no reply can be addressed (fewer than two bytes: no id); that is
+    /// counted too.
+    pub fn handle(&self, query: &[u8], tcp: bool) -> Option<Vec<u8>> {
+        let q = match parse_query(query) {
+            Ok(q) => q,
+            Err(r) => return self.refuse(r, None),
+        };
+        match self.answer(&q, tcp) {
+            Ok(out) => Some(out),
+            Err(reason) => {
+                let r = Refusal {
+                    reason,
+                    id: Some(q.id),
+                    rd: q.rd,
+                };
+                self.refuse(r, Some(&q))
+            }
+        }
+    }
+
+    /// The reply to a well-formed query, or why it is refused.
+    fn answer(&self, q: &Question, tcp: bool) -> Result<Vec<u8>, Reason> {
+        let p = self.refresh();
+        if !p.allow.iter().any(|d| domain_matches(d, &q.name)) {
+            self.audit_refusal(&q.name, "not on the allowlist");
+            return Err(Reason::NotAllowed);
+        }
+        let asked = ask_upstream_query(q)?;
+        let m = self.ask(&p, &asked).ok_or(Reason::Upstream)?;
+        let sorted = self.sort(&p, q, m)?;
+        // Recorded before the set is touched: deny must find every address.
+        if !sorted.added.is_empty() {
+            let entries: Vec<String> = p
+                .allow
+                .iter()
+                .filter(|d| domain_matches(d, &q.name))
+                .map(|d| d.to_string())
+                .collect();
+            self.record_handed(&sorted.added, &entries);
+        }
+        // Before the reply: the client connects as soon as it has one.
+        if !sorted.add.is_empty()
+            && let Err(e) = self.nf.ipset_restore(&sorted.add)
+        {
+            sbx_core::output::warn(&format!(
+                "DNS filter: cannot allow the addresses of {}: {e}",
+                q.name
+            ));
+            return Err(Reason::AllowSet);
+        }
+        encode(sorted.reply, q, tcp)
+    }
+
+    /// The first upstream's answer to exactly this question (exact letter
+    /// case: 0x20), over TCP when UDP came back truncated.
+    fn ask(&self, p: &Policy, up: &Message) -> Option<Message> {
+        let question = &up.queries[0];
+        p.upstreams.iter().find_map(|ip| {
+            let mut m = Message::from_vec(&self.upstream.udp(up, *ip).ok()?).ok()?;
+            if m.metadata.truncation {
+                m = Message::from_vec(&self.upstream.tcp(up, *ip).ok()?).ok()?;
+            }
+            let same = m.metadata.message_type == MessageType::Response
+                && m.queries.len() == 1
+                && m.queries[0].query_type() == question.query_type()
+                && m.queries[0].name().to_ascii() == question.name().to_ascii();
+            same.then_some(m)
+        })
+    }
+
+    /// The reply from the upstream answer: only the name's CNAME chain,
+    /// GitHub's names only inside GitHub's ranges, and the addresses to
+    /// allow for their TTL.
+    fn sort(&self, p: &Policy, q: &Question, m: Message) -> Result<Sorted, Reason> {
+        let github_only = p.github_only(&q.name);
+        let mut reply = Message::new(q.id, MessageType::Response, OpCode::Query);
+        reply.metadata.recursion_desired = q.rd;
+        reply.metadata.recursion_available = true;
+        reply.metadata.response_code = m.metadata.response_code;
+        // The client's own question back, in its letter case, not ours.
+        reply.add_query(question(&q.name, q.qtype)?);
+        let mut sorted = Sorted {
+            reply,
+            add: String::new(),
+            added: Vec::new(),
+        };
+        let (mut kept, mut dropped) = (0, 0);
+        for rec in on_chain(&q.name, m.answers) {
+            if let Some(ip) = address(&rec.data) {
+                // GitHub's ranges are open on 22 and 443 already; an
+                // address outside them is left out of the answer.
+                if github_only && !p.github_nets.iter().any(|n| n.contains(&ip)) {
+                    dropped += 1;
+                    continue;
+                }
+                if !github_only && !p.state.is_permanent(ip) {
+                    let set = if ip.is_ipv4() { SET_ALLOW4 } else { SET_ALLOW6 };
+                    let hold = rec.ttl.clamp(MIN_HOLD, MAX_HOLD);
+                    sorted
+                        .add
+                        .push_str(&format!("add {set} {ip} timeout {hold}\n"));
+                    sorted.added.push((ip, hold));
+                }
+                kept += 1;
+            }
+            sorted.reply.add_answer(rec);
+        }
+        if dropped > 0 {
+            self.audit_refusal(&q.name, "answer outside GitHub's ranges");
+            if kept == 0 {
+                return Err(Reason::GithubOutside);
+            }
+            self.count(Reason::GithubOutside);
+        }
+        Ok(sorted)
+    }
+
+    /// Publish the counters when they changed, for `sbx-fw status`.
+    pub(super) fn publish(&self, last: &mut String) {
+        let now =
+            serde_json::json!({"pid": std::process::id(), "refused": self.counts()}).to_string();
+        if now != *last {
+            let tmp = self.dir.join(format!(".{STATS_FILE}.tmp"));
+            if std::fs::write(&tmp, &now).is_ok()
+                && std::fs::rename(&tmp, self.dir.join(STATS_FILE)).is_ok()
+            {
+                *last = now;
+            }
+        }
+    }
+}
+
+fn address(d: &RData) -> Option<IpAddr> {
+    match d {
+        RData::A(a) => Some(a.0.into()),
+        RData::AAAA(a) => Some(a.0.into()),
+        _ => None,
+    }
+}
+
+/// `name` (no trailing dot) of type `qtype`, class IN.
+fn question(name: &str, qtype: u16) -> Result<Query, Reason> {
+    let n = Name::from_ascii(format!("{name}.")).map_err(|_| Reason::BadName)?;
+    let mut q = Query::query(n, RecordType::from(qtype));
+    q.set_query_class(DNSClass::IN);
+    Ok(q)
+}
+
+/// The upstream query, built anew from the parsed question: the name in
+/// 0x20 mixed case, recursion desired, our EDNS payload size.
+fn ask_upstream_query(q: &Question) -> Result<Message, Reason> {
+    let mut up = Message::new(0, MessageType::Query, OpCode::Query);
+    up.metadata.recursion_desired = true;
+    up.add_query(question(&mix_case(&q.name), q.qtype)?);
+    let mut edns = Edns::new();
+    edns.set_max_payload(EDNS_PAYLOAD);
+    up.set_edns(edns);
+    Ok(up)
+}
+
+/// The reply's bytes; truncated (no answers) when too big for the
+/// client's UDP, so it asks again over TCP. A reply that cannot be
+/// written is refused, never dropped.
+fn encode(mut reply: Message, q: &Question, tcp: bool) -> Result<Vec<u8>, Reason> {
+    let out = reply.to_vec().map_err(|_| Reason::Unencodable)?;
+    if tcp || out.len() <= usize::from(q.udp_size) {
+        return Ok(out);
+    }
+    reply.answers.clear();
+    reply.metadata.truncation = true;
+    reply.to_vec().map_err(|_| Reason::Unencodable)
+}

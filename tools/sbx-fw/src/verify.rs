@@ -1,0 +1,163 @@
+//! `sbx-fw verify` and `probe`: connections tried from inside, each
+//! reported as refused or open; verify's set proves the policy holds.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sbx_core::audit::{self, Outcome, Record};
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::IoContext;
+use sbx_core::{Exit, output};
+
+use crate::TOOL;
+use crate::cli::{ProbeArgs, VerifyArgs};
+use crate::error::FwError;
+use crate::probe;
+use crate::runtime::load_state;
+
+pub fn probe_cmd(common: &CommonArgs, a: &ProbeArgs) -> Result<(), FwError> {
+    let probes = a
+        .probes
+        .iter()
+        .map(|p| p.parse::<probe::Probe>().map_err(FwError::BadProbe))
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
+    let mut out = std::io::stdout().lock();
+    for r in &results {
+        if common.json {
+            output::json_line(&mut out, "probe", r).with_path("stdout")?;
+        } else {
+            let v = serde_json::to_value(r.verdict).unwrap_or_default();
+            writeln!(
+                out,
+                "{:<10} {:<40} {} ({:.1} ms)",
+                v.as_str().unwrap_or(""),
+                r.probe,
+                r.detail,
+                r.ms
+            )
+            .with_path("stdout")?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct Check {
+    check: &'static str,
+    probe: String,
+    expect: &'static str,
+    verdict: probe::Verdict,
+    detail: String,
+    ms: f64,
+    pass: bool,
+}
+
+/// The checks verify runs: each probe and whether it must come back open.
+fn checks(a: &VerifyArgs, reach: &crate::state::Name) -> Vec<(&'static str, probe::Probe, bool)> {
+    use probe::Probe::{Dns, Tcp};
+    let ip = IpAddr::V4(reach.v4[0]);
+    let tcp = |ip, port| Tcp(SocketAddr::new(ip, port));
+    let other_dns = Dns(
+        SocketAddr::new(a.other_resolver, 53),
+        reach.name.clone(),
+        hickory_proto::rr::RecordType::A,
+    );
+    vec![
+        ("blocked IPv4 address", tcp(a.blocked_v4, 443), false),
+        ("blocked IPv6 address", tcp(a.blocked_v6, 443), false),
+        ("other port on an allowlisted address", tcp(ip, 80), false),
+        ("DNS to another resolver", other_dns, false),
+        ("SSH to a non-GitHub host", tcp(ip, 22), false),
+        ("allowlisted name reachable", tcp(ip, 443), true),
+    ]
+}
+
+pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, FwError> {
+    let t0 = Instant::now();
+    let st = load_state(dir)?;
+    if st.open {
+        return Err(FwError::FirewallOff);
+    }
+    let reach = match &a.reach {
+        Some(n) => st.names.iter().find(|x| x.name == *n && !x.v4.is_empty()),
+        None => st
+            .names
+            .iter()
+            .find(|x| !x.v4.is_empty() && x.error.is_none()),
+    }
+    .ok_or_else(|| FwError::NothingToReach(a.reach.clone()))?;
+    let plan = checks(a, reach);
+    let probes: Vec<probe::Probe> = plan.iter().map(|p| p.1.clone()).collect();
+    let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
+    let mut failed = 0;
+    let mut out = std::io::stdout().lock();
+    for ((check, _, want_open), r) in plan.iter().zip(results) {
+        let c = judge(check, *want_open, r);
+        failed += usize::from(!c.pass);
+        if common.json {
+            output::json_line(&mut out, "check", &c).with_path("stdout")?;
+        } else if !output::is_quiet() {
+            writeln!(
+                out,
+                "{}  {:<38} {} ({}, {:.1} ms)",
+                if c.pass { "ok  " } else { "FAIL" },
+                c.check,
+                c.probe,
+                c.detail,
+                c.ms
+            )
+            .with_path("stdout")?;
+        }
+    }
+    if common.json {
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let summary = serde_json::json!({"checks": plan.len(), "failed": failed, "ms": ms});
+        output::json_line(&mut out, "summary", &summary).with_path("stdout")?;
+    }
+    if failed > 0 {
+        output::error(&format!(
+            "verify: {failed} of {} checks failed: the firewall leaks",
+            plan.len()
+        ));
+        return Ok(Exit::No);
+    }
+    Ok(Exit::Ok)
+}
+
+/// One probe's result against what it must be, audited.
+fn judge(check: &'static str, want_open: bool, r: probe::Result) -> Check {
+    let pass = if want_open {
+        r.verdict == probe::Verdict::Open
+    } else {
+        matches!(
+            r.verdict,
+            probe::Verdict::Refused | probe::Verdict::DnsRefused
+        )
+    };
+    let target = format!("{check}: {}", r.probe);
+    let rec = match (pass, want_open) {
+        (true, false) => Record::new(
+            TOOL,
+            "verify",
+            &target,
+            Outcome::Blocked,
+            "egress-default-deny",
+        ),
+        (true, true) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "allowlist"),
+        (false, _) => Record::new(TOOL, "verify", &target, Outcome::Allowed, "verify-failed")
+            .reason(&r.detail),
+    };
+    audit::append(&rec);
+    Check {
+        check,
+        probe: r.probe,
+        expect: if want_open { "open" } else { "refused" },
+        verdict: r.verdict,
+        detail: r.detail,
+        ms: r.ms,
+        pass,
+    }
+}

@@ -213,7 +213,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             origin_from_host,
         } => {
             let owner = owner.unwrap_or_else(shelf::caller);
-            let git = git::RealGit::new(owner)?;
+            let git = git::RealGit::new(owner)?.local_only(origin_from_host);
             let s = shelf::Shelf::new(&git, &shelf.shelf, owner).origin_from_host(origin_from_host);
             let r = s.provision(&host_repo, &branch, shelf.timeout())?;
             shelf::print_provisioned(&mut out, common, &r)

@@ -18,6 +18,10 @@ use crate::WorktreeError as E;
 use crate::git::{Git, Out};
 use crate::lock;
 
+/// Every transport names the program itself: a `remote.<url>.uploadpack`
+/// in the shelf's config (a remote named like the URL) would be used.
+const UPLOAD_PACK: &str = "--upload-pack=git-upload-pack";
+
 /// The caller's uid and gid.
 pub fn caller() -> (u32, u32) {
     (
@@ -227,11 +231,21 @@ impl<'a> Shelf<'a> {
             // Keep origin in step with the host's, then fetch.
             self.set_remote(&repo, &extra, "origin", &source)?;
             if !mirror {
-                self.must(&repo, &extra, &["fetch", "--quiet", "--prune", "origin"])?;
+                // The program named, not the remote's (its config is the shelf's).
+                self.must(
+                    &repo,
+                    &extra,
+                    &["fetch", "--quiet", "--prune", UPLOAD_PACK, "origin"],
+                )?;
             }
             "reused"
         } else {
-            self.clone_into(&repo, &extra, if mirror { &host_url } else { &source })?;
+            self.clone_into(
+                &repo,
+                &extra,
+                if mirror { &host_url } else { &source },
+                mirror,
+            )?;
             self.set_remote(&repo, &extra, "origin", &source)?;
             "cloned"
         };
@@ -389,6 +403,7 @@ impl<'a> Shelf<'a> {
                 "--quiet",
                 "--prune",
                 "--no-tags",
+                UPLOAD_PACK,
                 url,
                 "+refs/remotes/origin/*:refs/remotes/origin/*",
                 "^refs/remotes/origin/HEAD",
@@ -427,20 +442,45 @@ impl<'a> Shelf<'a> {
         self.hand_over(&[d])
     }
 
-    fn clone_into(&self, repo: &Path, extra: &[&Path], source: &str) -> Result<(), E> {
+    fn clone_into(
+        &self,
+        repo: &Path,
+        extra: &[&Path],
+        source: &str,
+        mirror: bool,
+    ) -> Result<(), E> {
         // Aside, then renamed: no half clone is ever SHELF/repo.
         let tmp = self.dir.join(format!(".repo.tmp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         let tmp_s = tmp.to_string_lossy().into_owned();
         let mut ex = extra.to_vec();
         ex.push(&tmp);
-        let args = ["clone", "--quiet", "--no-checkout", "--", source, &tmp_s];
+        let args = [
+            "clone",
+            "--quiet",
+            "--no-checkout",
+            UPLOAD_PACK,
+            "--",
+            source,
+            &tmp_s,
+        ];
+        let set_head = [
+            "-c",
+            "remote.origin.uploadpack=git-upload-pack",
+            "remote",
+            "set-head",
+            "origin",
+            "--auto",
+        ];
         let r = self
             .must(&self.dir, &ex, &args)
             .and_then(|_| {
-                // A clone of an empty remote has no origin/HEAD to branch from.
-                self.must(&tmp, &ex, &["remote", "set-head", "origin", "--auto"])
-                    .map(drop)
+                // A clone of an empty remote has no origin/HEAD to branch
+                // from; with the host's refs, origin_from sets it.
+                if mirror {
+                    return Ok(());
+                }
+                self.must(&tmp, &ex, &set_head).map(drop)
             })
             .and_then(|()| std::fs::rename(&tmp, repo).map_err(|e| E::Io(repo.to_owned(), e)));
         if r.is_err() {
@@ -525,8 +565,13 @@ impl<'a> Shelf<'a> {
                 Some(base),
             )
         };
-        let args: Vec<&str> = args.to_vec();
-        if let Err(e) = self.must(repo, extra, &args) {
+        let mut args: Vec<&str> = args.to_vec();
+        // The checkout comes after, from a git that reads no shelf config.
+        args.insert(3, "--no-checkout");
+        let r = self
+            .must(repo, extra, &args)
+            .and_then(|_| self.checkout_private(repo, wt, branch));
+        if let Err(e) = r {
             // No half state: a directory git began is removed, and so is
             // its record in the clone.
             let _ = std::fs::remove_dir_all(wt);
@@ -534,6 +579,48 @@ impl<'a> Shelf<'a> {
             return Err(e);
         }
         Ok(base)
+    }
+
+    /// Fill a new worktree from its branch's commit with a git that reads
+    /// none of the shelf's own files but its objects and the worktree's
+    /// index: a private GIT_DIR (empty config, no info/attributes), so no
+    /// filter or other program the shelf's config names can run, whatever
+    /// a sandbox writes there after `check_config` read it.
+    fn checkout_private(&self, repo: &Path, wt: &Path, branch: &str) -> Result<(), E> {
+        let admin = self.worktree_gitdir(wt)?;
+        let want = format!("refs/heads/{branch}^{{commit}}");
+        let sha = self.must(repo, &[], &["rev-parse", "--verify", "-q", &want])?;
+        let sha = sha.trim().to_owned();
+        let tmp = tempfile::Builder::new()
+            .prefix("sbx-worktree-checkout.")
+            .tempdir()
+            .map_err(|e| E::Io(std::env::temp_dir(), e))?;
+        let gd = tmp.path();
+        let io = |p: &Path, e| E::Io(p.to_owned(), e);
+        std::fs::create_dir(gd.join("refs")).map_err(|e| io(gd, e))?;
+        std::fs::write(gd.join("HEAD"), format!("{sha}\n")).map_err(|e| io(gd, e))?;
+        std::fs::write(gd.join("config"), "").map_err(|e| io(gd, e))?;
+        // Git runs as the owner: it reads this directory, writes nothing in it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(gd, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| io(gd, e))?;
+        }
+        let objects = repo.join(".git/objects");
+        let index = admin.join("index");
+        let env: [(&str, &OsStr); 4] = [
+            ("GIT_DIR", gd.as_os_str()),
+            ("GIT_OBJECT_DIRECTORY", objects.as_os_str()),
+            ("GIT_INDEX_FILE", index.as_os_str()),
+            ("GIT_WORK_TREE", wt.as_os_str()),
+        ];
+        let args = ["read-tree", "--reset", "-u", sha.as_str()];
+        let argv: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let o = self.git.run_env(wt, &[], &env, &argv)?;
+        if !o.ok {
+            return Err(git_failed(&args, &o));
+        }
+        Ok(())
     }
 
     /// As root for another user: give them what was made (lchown, no
@@ -864,7 +951,10 @@ mod tests {
                     ok(&format!("{}\n", host_c.display())),
                 ),
                 ("remote get-url".into(), fail("")),
-                ("remote set-head".into(), fail("fatal: no HEAD")),
+                (
+                    "-c remote.origin.uploadpack=git-upload-pack remote set-head".into(),
+                    fail("fatal: no HEAD"),
+                ),
             ],
             ..FakeGit::default()
         };

@@ -51,12 +51,6 @@ impl Branch {
         self.shelf.join(self.rel())
     }
 
-    /// Provisioned already (a start of an existing sandbox, or a branch
-    /// `sbx-run checkout` made): its `.git` file is there (not followed).
-    pub fn provisioned(&self) -> bool {
-        std::fs::symlink_metadata(self.worktree().join(".git")).is_ok_and(|m| m.is_file())
-    }
-
     /// sbx-worktree's arguments (run as the agent, who owns the shelf).
     pub fn argv(&self) -> Vec<String> {
         vec![
@@ -69,6 +63,7 @@ impl Branch {
             self.workspace.to_string_lossy().into_owned(),
             format!("--branch={}", self.name),
             "--origin-from-host".into(),
+            "--keep-existing".into(),
         ]
     }
 
@@ -157,7 +152,9 @@ mod tests {
         );
         let a = b().argv().join(" ");
         assert!(
-            a.ends_with("--host-repo /nonexistent/app --branch=feat/x y --origin-from-host"),
+            a.ends_with(
+                "--host-repo /nonexistent/app --branch=feat/x y --origin-from-host --keep-existing"
+            ),
             "{a}"
         );
         assert!(!a.contains("--owner"), "runs as the agent: {a}");

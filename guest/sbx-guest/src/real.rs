@@ -931,7 +931,9 @@ fn start_branch(
     };
     let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let env = config::agent_env(base, agent, "sbx-worktree");
-    if !b.provisioned() {
+    // Every start, so a name that maps to another branch's directory is
+    // refused; a worktree that exists is only checked (--keep-existing).
+    {
         // Root's, 0711: the agent's git can run the copy, nobody can list
         // or read it, and it is gone before anything else starts.
         let stage = PathBuf::from(format!("/run/sbx-git.{}", std::process::id()));

@@ -31,7 +31,19 @@ fn ok() -> Res {
 /// Refuse to touch a container of our name that another workspace (or
 /// someone else) owns; the refusal is audited.
 fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
-    owned(ws, &ws.names.container)
+    let c = owned(ws, &ws.names.container)?;
+    // `a/b` and `a__b` share a directory and so a container name.
+    if let (Some(c), Some(b)) = (&c, &ws.branch) {
+        let there = label(c, LABEL_BRANCH);
+        if there != b {
+            return Err(RunError::Usage(format!(
+                "branches {b:?} and {there:?} both map to {} (container {}): rename one (`/` and white space become `__`)",
+                crate::branch::worktree_dir(b),
+                ws.names.container
+            )));
+        }
+    }
+    Ok(c)
 }
 
 /// The container `name` if it exists and carries this workspace's label.

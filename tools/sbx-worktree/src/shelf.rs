@@ -67,6 +67,7 @@ pub struct Shelf<'a> {
     pub dir: PathBuf,
     owner: (u32, u32),
     origin_from_host: bool,
+    keep_existing: bool,
 }
 
 impl<'a> Shelf<'a> {
@@ -76,7 +77,15 @@ impl<'a> Shelf<'a> {
             dir: dir.to_owned(),
             owner,
             origin_from_host: false,
+            keep_existing: false,
         }
+    }
+
+    /// Reuse a branch's worktree that exists as it is: no fetch, no
+    /// remote or upstream set (a start; `sbx-run checkout` refreshes).
+    pub fn keep_existing(mut self, on: bool) -> Self {
+        self.keep_existing = on;
+        self
     }
 
     /// Take origin's branches from the host's remote-tracking refs rather
@@ -226,6 +235,20 @@ impl<'a> Shelf<'a> {
         let repo = self.repo();
         let wt = self.worktree(branch);
         let extra = [host.as_path(), &host.join(".git"), wt.as_path()];
+        if self.keep_existing && repo.join(".git").exists() && wt.exists() {
+            // A start: the worktree as it is, if it is this branch's.
+            self.owned_by(&wt, branch)?;
+            return Ok(Provisioned {
+                branch: branch.to_owned(),
+                worktree: "reused",
+                repo: "reused",
+                path: wt,
+                repo_path: repo,
+                upstream: format!("host/{branch}"),
+                base: None,
+                host: host_url,
+            });
+        }
 
         let repo_state = if repo.join(".git").exists() {
             // Keep origin in step with the host's, then fetch.
@@ -263,15 +286,7 @@ impl<'a> Shelf<'a> {
             // Ours only if it is this branch's: `a/b` and `a__b` share a
             // name. Asked of the clone, not of the worktree, whose `.git`
             // file a sandbox could point at another repository.
-            let there = self
-                .list()?
-                .into_iter()
-                .find(|e| e.path == wt)
-                .and_then(|e| e.branch)
-                .unwrap_or_default();
-            if there != branch {
-                return Err(E::Collision(branch.to_owned(), there, wt));
-            }
+            self.owned_by(&wt, branch)?;
             None
         } else {
             // A worktree whose directory vanished still holds its branch.
@@ -297,6 +312,22 @@ impl<'a> Shelf<'a> {
             base: worktree_state.flatten(),
             host: host_url,
         })
+    }
+
+    /// `wt` is `branch`'s worktree: `a/b` and `a__b` share a directory.
+    /// Asked of the clone, not of the worktree, whose `.git` file a
+    /// sandbox could point at another repository.
+    fn owned_by(&self, wt: &Path, branch: &str) -> Result<(), E> {
+        let there = self
+            .list()?
+            .into_iter()
+            .find(|e| e.path == wt)
+            .and_then(|e| e.branch)
+            .unwrap_or_default();
+        if there != branch {
+            return Err(E::Collision(branch.to_owned(), there, wt.to_owned()));
+        }
+        Ok(())
     }
 
     /// Refuse a shelf repository a sandbox has armed: a config key that

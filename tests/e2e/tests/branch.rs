@@ -415,3 +415,36 @@ fn a_root_owned_host_checkout_works_in_branch_mode() {
         "refs/heads/main"
     );
 }
+
+/// Through a start, whose guest provisions: a host on a detached HEAD is
+/// refused (65, sbx-worktree's line); the private git copy provisioning
+/// ran is gone before the agent starts; and a pin target another sandbox
+/// turned into a symbolic link is refused, nothing mounted through it.
+#[test]
+fn a_start_refuses_a_detached_host_and_a_linked_pin_target() {
+    if !base_image() {
+        return;
+    }
+    let mut repo = Repo::new(OWNER);
+    repo.branches = vec!["x", "y"];
+    git(&repo.path, &["checkout", "-q", "--detach"]);
+    let o = repo.run(&["start", "--branch=x"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains("HEAD is detached"), "{}", text(&o));
+    git(&repo.path, &["checkout", "-q", "main"]);
+
+    let o = repo.run(&["start", "--branch=x"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        repo.ok(Some("x"), "ls -d /run/sbx-git.* 2>/dev/null; pwd"),
+        "/repo-shelf/worktrees/x"
+    );
+    let o = repo.run(&["checkout", "y"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The agent's home is there in every sandbox: the link resolves in y too.
+    let plant = "cd /repo-shelf/worktrees/y && rm -rf .agent-precommit && ln -s /home/agent .agent-precommit && echo planted";
+    assert_eq!(repo.ok(Some("x"), plant), "planted");
+    let o = repo.run(&["start", "--branch=y"]);
+    assert_eq!(o.status.code(), Some(71), "{}", text(&o));
+    assert!(text(&o).contains("symbolic link"), "{}", text(&o));
+}

@@ -407,6 +407,12 @@ fn a_root_owned_host_checkout_works_in_branch_mode() {
     );
     let (uid, head) = head.split_once('\n').unwrap();
     assert_eq!(uid, "1000");
+    // The host checkout is root's; what the guest made in the worktree is
+    // still the agent's.
+    assert_eq!(
+        repo.ok(Some("work"), "stat -c '%u' .agent-precommit"),
+        "1000"
+    );
     assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/work"]), head);
     let refs = repo.path.join(".git/refs/heads/work");
     assert_eq!(std::fs::metadata(&refs).unwrap().uid(), 0);

@@ -4,9 +4,12 @@
 #      (`sbx-worktree provision` on a shelf already cloned) vs a plain
 #      `git worktree add` on the same clone: target <= 1.5x;
 #   2. `sbx-run start --branch B2` while B1 runs vs a bind-mode
-#      `sbx-run start` (each from stopped-and-removed): target <= 1.3x;
+#      `sbx-run start` (each from stopped-and-removed; B2's worktree there,
+#      and removed first, so the start's guest provisions it): target <= 1.3x;
 #   3. disk: du of the shelf with N=4 branch worktrees vs the clone alone.
 # PHASES="provision start du" picks phases; RUNS sets hyperfine's runs.
+# Release builds: SBX_BIN_DIR=target/release, with the base image built
+# from them (sbx-run build-base --bootstrap --no-ai-clis, same SBX_BASE_TAG).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PHASES=${PHASES:-"provision start du"}

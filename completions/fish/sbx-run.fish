@@ -97,7 +97,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l json -d '
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s h -l help -d 'Print help'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l base-tag -d 'Build the per-repo image on agent-sandbox-base:TAG (implies --build)' -r
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -108,7 +108,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s v -l verbose -
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s h -l help -d 'Print help'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand stop" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -127,7 +127,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s v -l verbose
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restart" -s h -l help -d 'Print help'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -138,7 +138,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s v -l verbose -
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand shell" -s h -l help -d 'Print help'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -s C -l path -d 'Workspace (default: the current directory)' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand exec" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -157,7 +157,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -s v -l verbose -d '
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand show-run" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -201,7 +201,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s v -l verbose -d
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand list" -s h -l help -d 'Print help'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

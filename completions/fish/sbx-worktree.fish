@@ -48,6 +48,7 @@ always\t''
 never\t''"
 complete -c sbx-worktree -n "__fish_sbx_worktree_using_subcommand provision" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
 complete -c sbx-worktree -n "__fish_sbx_worktree_using_subcommand provision" -l origin-from-host -d 'Take origin\'s branches from the host\'s remote-tracking refs (origin/*, as the host last fetched them) instead of fetching origin: no network needed (sbx-run\'s provisioning container)'
+complete -c sbx-worktree -n "__fish_sbx_worktree_using_subcommand provision" -l keep-existing -d 'When the branch\'s worktree exists (and is this branch\'s), change nothing: no fetch, no remote or upstream set (sbx-guest\'s start of a branch sandbox)'
 complete -c sbx-worktree -n "__fish_sbx_worktree_using_subcommand provision" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-worktree -n "__fish_sbx_worktree_using_subcommand provision" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-worktree -n "__fish_sbx_worktree_using_subcommand provision" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'

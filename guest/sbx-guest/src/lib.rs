@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod api;
 pub mod boot;
+pub mod branch;
 pub mod config;
 pub mod home;
 pub mod hosttools;
@@ -93,7 +94,10 @@ const AFTER_HELP: &str = "\
 Start order (each step fails closed: the agent's command never starts on an
 unfiltered network, egress stays blocked, the reason is in the status):
   1. OUTPUT/INPUT DROP in both families (the iptables backend sbx-fw uses)
-  2. the audit sink on /run/sbx-audit/audit.sock
+  2. the audit sink on /run/sbx-audit/audit.sock; in branch mode
+     (SBX_BRANCH) the branch's worktree on /repo-shelf, provisioned by
+     sbx-worktree as the agent, and the host's hooks and protected paths
+     pinned read-only over the shelf's
   3. sbx-fw init, then sbx-fw verify (a blocked target that answers fails
      the start; an allowlisted host that cannot be reached is a warning)
   4. the marker /.agent-sandbox, supervised services, then COMMAND as the
@@ -102,6 +106,7 @@ unfiltered network, egress stays blocked, the reason is in the status):
 Environment (set by sbx-run):
   SBX_AGENT_UID, SBX_AGENT_GID   the agent's uid and gid (default 1000; 0 is refused)
   SBX_AGENT_HOME                 its home (default /home/agent)
+  SBX_BRANCH                     branch mode: the branch whose worktree to provision
   SBX_AGENT                      the agent field of audit records (default:
                                  the command's name)
   SBX_GUEST_STOP_TIMEOUT         seconds to stop everything after SIGTERM (default 8)

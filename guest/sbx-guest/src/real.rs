@@ -526,6 +526,26 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let services = config::load(&paths.config);
     fx.marks.push(("sink", t0.elapsed()));
 
+    // 2b. Branch mode: the branch's worktree, before the firewall opens
+    // anything and before any agent process or the host API.
+    let mut exit_hint = None;
+    let branch = crate::branch::Branch::from_lookup(|k| std::env::var(k).ok());
+    if let (None, Some(b), Ok(agent)) = (&outcome, &branch, &agent) {
+        match start_branch(paths, b, agent, pid1) {
+            // The agent's command and every exec start in the worktree.
+            Ok(()) => {
+                if let Err(e) = std::env::set_current_dir(b.worktree()) {
+                    outcome = Some(format!("{}: {e}", b.worktree().display()));
+                }
+            }
+            Err(f) => {
+                outcome = Some(f.reason);
+                exit_hint = Some(f.exit);
+            }
+        }
+        fx.marks.push(("branch", t0.elapsed()));
+    }
+
     // 3-4. Firewall, verify, marker (the pre-block above is repeated inside
     // `firewall` only in tests; here it has run).
     let mut warnings = Vec::new();
@@ -750,10 +770,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             );
         }
         Some(reason) => {
-            let _ = status::write(
-                &paths.status(),
-                &Status::new(State::Unhealthy, Some(reason.clone()), vec![]),
-            );
+            let mut st = Status::new(State::Unhealthy, Some(reason.clone()), vec![]);
+            st.exit = exit_hint;
+            let _ = status::write(&paths.status(), &st);
             audit(
                 "start",
                 &command_text(&command),
@@ -905,6 +924,93 @@ fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), Str
         }),
         done: Default::default(),
     })
+}
+
+/// Branch mode's provisioning and pins (branch.rs); a failure is the
+/// start's, with sbx-worktree's exit status for sbx-run to pass on.
+fn start_branch(
+    paths: &Paths,
+    b: &crate::branch::Branch,
+    agent: &Agent,
+    pid1: bool,
+) -> Result<(), crate::branch::Failed> {
+    use crate::branch::{Failed, failure};
+    let fail = |what: String| Failed {
+        reason: format!("branch {:?}: {what}", b.name),
+        exit: 71,
+    };
+    let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let env = config::agent_env(base, agent, "sbx-worktree");
+    // Every start, so a name that maps to another branch's directory is
+    // refused; a worktree that exists is only checked (--keep-existing).
+    {
+        // Root's, 0711: the agent's git can run the copy, nobody can list
+        // or read it, and it is gone before anything else starts.
+        let stage = PathBuf::from(format!("/run/sbx-git.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&stage);
+        let r = (|| {
+            std::fs::create_dir(&stage).map_err(|e| fail(format!("{}: {e}", stage.display())))?;
+            set_mode(&stage, 0o711);
+            let real = Path::new(sbx_worktree::git::SANDBOX_REAL_GIT);
+            sbx_worktree::git::stage_private_git(real, &stage)
+                .map_err(|e| fail(format!("cannot stage git for provisioning: {e}")))?;
+            let mut env = env.clone();
+            env.push((
+                sbx_worktree::git::PRIVATE_GIT_ENV.into(),
+                stage.clone().into(),
+            ));
+            let argv = b.argv();
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let o = run_as(&agent.creds(), &argv, &env).map_err(fail)?;
+            if o.code != Some(0) {
+                return Err(failure(&b.name, o.code, &o.stderr));
+            }
+            Ok(())
+        })();
+        let _ = std::fs::remove_dir_all(&stage);
+        if pid1 {
+            // Nothing provisioning started outlives it (as with --rm).
+            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+            let _ = reap_all();
+        }
+        r?;
+    }
+    let cfg = sbx_core::config::discover_from_env(None)
+        .map_err(|e| fail(format!("config: {e}")))?
+        .config;
+    let empty = paths.run_dir.join("empty.d");
+    std::fs::create_dir_all(&empty).map_err(|e| fail(format!("{}: {e}", empty.display())))?;
+    set_mode(&empty, 0o555);
+    let pins = b.pins(&cfg.protected_paths(), &empty);
+    let points = crate::branch::mount_points(&b.shelf, &pins);
+    if !points.is_empty() {
+        let mut argv = vec!["/bin/sh", "-c", crate::branch::MKPOINTS, "sh"];
+        argv.extend(points.iter().map(String::as_str));
+        let o = run_as(&agent.creds(), &argv, &env).map_err(fail)?;
+        if o.code != Some(0) {
+            return Err(fail(format!(
+                "cannot make the mount points of the protected paths: {}",
+                o.stderr.lines().last().unwrap_or("").trim()
+            )));
+        }
+    }
+    for (src, rel) in &pins {
+        let dst = b.shelf.join(rel);
+        let fd = sbx_sys::idmap::open_beneath(&b.shelf, rel).map_err(|e| {
+            fail(format!(
+                "{}: {e} (a symbolic link on the shelf? remove it)",
+                dst.display()
+            ))
+        })?;
+        sbx_sys::idmap::bind_readonly_at(src, &fd).map_err(|e| {
+            fail(format!(
+                "cannot pin {} read-only over {}: {e}",
+                src.display(),
+                dst.display()
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// `firewall` with the block already done by `init`.

@@ -22,6 +22,9 @@ pub struct Status {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The exit status a failed start stands for (branch provisioning's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i32>,
     pub since: String,
 }
 
@@ -31,6 +34,7 @@ impl Status {
             state,
             reason,
             warnings,
+            exit: None,
             since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         }
     }

@@ -110,7 +110,7 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
         return;
     }
     let mut repo = Repo::new(OWNER);
-    repo.branches = vec!["feat/a", "feat/b", "feat/c"];
+    repo.branches = vec!["feat/a", "feat/b", "feat/c", "feat/d", "feat__a", "feat__c"];
     let main_before = git(&repo.path, &["rev-parse", "main"]);
 
     // Bad names are refused in one line, before any container starts.
@@ -121,6 +121,17 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
         "{}",
         text(&bad)
     );
+
+    let bad = repo.run(&["start", "--branch=a..b"]);
+    assert_eq!(bad.status.code(), Some(64), "{}", text(&bad));
+    assert!(text(&bad).contains("git refuses this name"));
+    let none = sh(Command::new("docker").args([
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("name={}", repo.names(Some("a..b")).container),
+    ]));
+    assert!(none.trim().is_empty(), "no container for a refused name");
 
     for b in ["feat/a", "feat/b"] {
         let o = repo.run(&["start", &format!("--branch={b}")]);
@@ -138,10 +149,9 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
         ])))
         .unwrap();
         assert_eq!(c["State"]["Running"], true, "{b}");
-        assert_eq!(
-            c["Config"]["WorkingDir"],
-            format!("/repo-shelf/worktrees/{san}")
-        );
+        // Docker's workdir is the shelf (docker would make a missing one,
+        // root's); the guest moves into the worktree it provisioned.
+        assert_eq!(c["Config"]["WorkingDir"], "/repo-shelf");
         assert_eq!(c["Config"]["Labels"]["sbx.mode"], "branch");
         assert_eq!(c["Config"]["Labels"]["sbx.branch"], b);
         assert!(
@@ -238,14 +248,35 @@ fn branch_sandboxes_share_a_shelf_and_push_to_the_host() {
     );
     assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/feat/b"]), bind);
 
-    // show-run prints the provisioning and the branch's workdir.
+    // show-run says who provisions and where the branch works.
     let show = repo.run(&["show-run", "--branch=feat/a"]);
     let t = text(&show);
     assert!(show.status.success(), "{t}");
-    assert!(t.contains("--workdir /repo-shelf/worktrees/feat__a"), "{t}");
+    assert!(t.contains("--env 'SBX_BRANCH=feat/a'"), "{t}");
     assert!(
-        t.contains("sbx-worktree") && t.contains("--branch=feat/a"),
+        t.contains("sbx-guest provisions /repo-shelf/worktrees/feat__a"),
         "{t}"
+    );
+
+    // Two names, one directory: the second start is refused (64), naming
+    // both, though feat/a's worktree is there to be (wrongly) reused.
+    let twin = repo.run(&["start", "--branch=feat__a"]);
+    assert_eq!(twin.status.code(), Some(64), "{}", text(&twin));
+    assert!(
+        text(&twin).contains("\"feat__a\" and \"feat/a\""),
+        "{}",
+        text(&twin)
+    );
+
+    // What the guest made in a worktree (the mount points of the pinned
+    // protected paths) is the agent's: seen from bind mode, where nothing
+    // is mounted over it, and removable once the branch's sandbox is gone.
+    assert_eq!(
+        repo.ok(
+            None,
+            "cd /repo-shelf/worktrees/feat__b && stat -c '%u %n' .agent-precommit .agent-precommit/user-context.json .agent-sandbox"
+        ),
+        "1000 .agent-precommit\n1000 .agent-precommit/user-context.json\n1000 .agent-sandbox"
     );
 
     // Attack: the agent in feat/a arms the shelf's config (a hooks
@@ -264,6 +295,15 @@ echo armed"#;
     assert_eq!(repo.ok(Some("feat/a"), arm), "armed");
     let c = repo.run(&["checkout", "feat/c"]);
     assert!(c.status.success(), "{}", text(&c));
+    // feat/c has a worktree and no sandbox: a start of feat__c gets as far
+    // as its guest, whose sbx-worktree refuses it; its line and 64 come back.
+    let twin = repo.run(&["start", "--branch=feat__c"]);
+    assert_eq!(twin.status.code(), Some(64), "{}", text(&twin));
+    assert!(
+        text(&twin).contains("\"feat__c\" and \"feat/c\""),
+        "{}",
+        text(&twin)
+    );
     assert_eq!(
         repo.ok(
             Some("feat/a"),
@@ -278,7 +318,8 @@ printf '* filter=x\n' > /repo-shelf/repo/.git/info/attributes
 printf '[filter "x"]\n\tsmudge = /repo-shelf/evil\n' >> /repo-shelf/repo/.git/config
 echo armed"#;
     assert_eq!(repo.ok(Some("feat/a"), filter), "armed");
-    let d = repo.run(&["checkout", "feat/d"]);
+    // Through a start, whose guest provisions: the same refusal and status.
+    let d = repo.run(&["start", "--branch=feat/d"]);
     assert_eq!(d.status.code(), Some(77), "{}", text(&d));
     assert!(
         text(&d).contains("filter.x.smudge is not allowed"),
@@ -291,6 +332,18 @@ echo armed"#;
             "cat /repo-shelf/marks/ran 2>/dev/null; ls /repo-shelf/worktrees"
         ),
         "feat__a\nfeat__b\nfeat__c"
+    );
+
+    // feat/b's sandbox gone, its worktree goes from a bind-mode sandbox,
+    // the agent's alone: nothing in it is root's.
+    let rm = repo.run(&["-q", "rm", "--branch=feat/b"]);
+    assert!(rm.status.success(), "{}", text(&rm));
+    assert_eq!(
+        repo.ok(
+            None,
+            "rm -rf /repo-shelf/worktrees/feat__b && git -C /repo-shelf/repo worktree prune && echo gone"
+        ),
+        "gone"
     );
 }
 
@@ -354,6 +407,12 @@ fn a_root_owned_host_checkout_works_in_branch_mode() {
     );
     let (uid, head) = head.split_once('\n').unwrap();
     assert_eq!(uid, "1000");
+    // The host checkout is root's; what the guest made in the worktree is
+    // still the agent's.
+    assert_eq!(
+        repo.ok(Some("work"), "stat -c '%u' .agent-precommit"),
+        "1000"
+    );
     assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/work"]), head);
     let refs = repo.path.join(".git/refs/heads/work");
     assert_eq!(std::fs::metadata(&refs).unwrap().uid(), 0);
@@ -361,4 +420,37 @@ fn a_root_owned_host_checkout_works_in_branch_mode() {
         git(&repo.path, &["symbolic-ref", "HEAD"]),
         "refs/heads/main"
     );
+}
+
+/// Through a start, whose guest provisions: a host on a detached HEAD is
+/// refused (65, sbx-worktree's line); the private git copy provisioning
+/// ran is gone before the agent starts; and a pin target another sandbox
+/// turned into a symbolic link is refused, nothing mounted through it.
+#[test]
+fn a_start_refuses_a_detached_host_and_a_linked_pin_target() {
+    if !base_image() {
+        return;
+    }
+    let mut repo = Repo::new(OWNER);
+    repo.branches = vec!["x", "y"];
+    git(&repo.path, &["checkout", "-q", "--detach"]);
+    let o = repo.run(&["start", "--branch=x"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains("HEAD is detached"), "{}", text(&o));
+    git(&repo.path, &["checkout", "-q", "main"]);
+
+    let o = repo.run(&["start", "--branch=x"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        repo.ok(Some("x"), "ls -d /run/sbx-git.* 2>/dev/null; pwd"),
+        "/repo-shelf/worktrees/x"
+    );
+    let o = repo.run(&["checkout", "y"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The agent's home is there in every sandbox: the link resolves in y too.
+    let plant = "cd /repo-shelf/worktrees/y && rm -rf .agent-precommit && ln -s /home/agent .agent-precommit && echo planted";
+    assert_eq!(repo.ok(Some("x"), plant), "planted");
+    let o = repo.run(&["start", "--branch=y"]);
+    assert_eq!(o.status.code(), Some(71), "{}", text(&o));
+    assert!(text(&o).contains("symbolic link"), "{}", text(&o));
 }

@@ -1,8 +1,9 @@
 //! Branch mode: one sandbox per
 //! branch, each working in its own worktree of one shared clone on the
 //! repo-shelf volume, which every sandbox of the workspace mounts at
-//! /repo-shelf. Provisioning runs sbx-worktree in a short-lived container
-//! before the agent's container starts; sbx-worktree runs every git call as
+//! /repo-shelf. A start's guest provisions the branch (sbx-guest's
+//! branch.rs, SBX_BRANCH); `sbx-run checkout` runs sbx-worktree in a
+//! short-lived container instead. sbx-worktree runs every git call as
 //! the agent, with a private copy of the real git (the agent never gets a
 //! way around the git guard) and a config environment in which nothing the
 //! shelf repository says can run a program (sbx-worktree's git.rs). The
@@ -46,33 +47,6 @@ impl SbxError for ProvisionError {
     fn exit(&self) -> Exit {
         self.exit
     }
-}
-
-/// Branch mode's read-only mounts: the host's hooks over the shelf
-/// clone's (the hooks directory of every worktree) and the host's
-/// protected paths over the worktree's; a protected path the host lacks is
-/// masked by an empty read-only directory (not .husky, see spec.rs), so the
-/// agent cannot create one the guard or the next start would obey.
-pub fn protected_mounts(ws: &Workspace, empty_dir: &std::path::Path) -> Vec<(PathBuf, String)> {
-    let Some(b) = &ws.branch else {
-        return Vec::new();
-    };
-    let wt = worktree_dir(b);
-    let mut v = Vec::new();
-    for p in ws.loaded.config.protected_paths() {
-        let host = ws.path.join(&p);
-        let dst = if p == ".git/hooks" {
-            format!("{SHELF}/repo/.git/hooks")
-        } else {
-            format!("{wt}/{p}")
-        };
-        if host.exists() {
-            v.push((host, dst));
-        } else if p != ".husky" {
-            v.push((empty_dir.to_owned(), dst));
-        }
-    }
-    v
 }
 
 /// The provisioning container: root with only what handing the shelf to
@@ -143,33 +117,78 @@ pub fn provision_args(ws: &Workspace, branch: &str, git_dir: &Path) -> Vec<Strin
     a
 }
 
-/// Before a start: provision only when the branch has no worktree on the
-/// shelf yet (a short-lived container costs as much as the start itself);
-/// `sbx-run checkout B` provisions (fetches) every time.
-pub fn ensure(ws: &Workspace) -> Result<Value, BoxError> {
+/// Before a start builds or creates anything: the host's `.git` is a
+/// directory and git takes the name. The sandbox's guest provisions the
+/// worktree itself (sbx-guest's branch.rs), and sbx-worktree checks all
+/// of it again there; these two are the one-line refusals before any
+/// container exists.
+pub fn precheck(ws: &Workspace) -> Result<(), BoxError> {
     let Some(branch) = ws.branch.as_deref() else {
-        return Ok(Value::Null);
+        return Ok(());
     };
-    let n = &ws.names;
-    let mp = docker::probe(&[
-        "volume",
-        "inspect",
-        "--format",
-        "{{.Mountpoint}}",
-        &n.repo_shelf,
-    ])?;
-    if mp.status.success() {
-        let root = PathBuf::from(String::from_utf8_lossy(&mp.stdout).trim_end());
-        // Only looked at, never followed: the shelf is the agent's.
-        let link = root
-            .join("worktrees")
-            .join(sanitize_branch(branch))
-            .join(".git");
-        if root.is_absolute() && std::fs::symlink_metadata(&link).is_ok_and(|m| m.is_file()) {
-            return Ok(Value::Null);
+    git_dir(ws)?;
+    // No repository, no config: the name alone (`@{-1}` expands to nothing).
+    let o = std::process::Command::new("git")
+        .args(["check-ref-format", "--branch", branch])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CEILING_DIRECTORIES", "/")
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let taken = match o {
+        Ok(o) => {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).trim_end_matches('\n') == branch
+                && !branch.starts_with('-')
         }
+        // No git on the host: the sandbox's sbx-worktree decides.
+        Err(_) => true,
+    };
+    if taken {
+        return Ok(());
     }
-    provision(ws)
+    Err(ProvisionError {
+        message: format!(
+            "branch {branch:?}: git refuses this name (git check-ref-format --branch): pick another"
+        ),
+        exit: Exit::Usage,
+    }
+    .into())
+}
+
+/// A start that did not get ready: a branch whose provisioning failed is
+/// sbx-worktree's line and exit status (the guest's status has both).
+pub fn start_failure(container: &str, e: RunError) -> BoxError {
+    let st = crate::lifecycle::read_status(container);
+    let exit = st.as_ref().and_then(|s| s["exit"].as_i64());
+    match (exit, st) {
+        (Some(code), Some(st)) => ProvisionError {
+            message: st["reason"]
+                .as_str()
+                .unwrap_or("provisioning failed")
+                .to_owned(),
+            exit: exit_of(code as i32),
+        }
+        .into(),
+        _ => e.into(),
+    }
+}
+
+/// sbx-worktree's status as sbx's (64 bad name, 75 lock, 77 refused, …).
+fn exit_of(code: i32) -> Exit {
+    match code {
+        64 => Exit::Usage,
+        65 => Exit::DataErr,
+        66 => Exit::NoInput,
+        69 => Exit::Unavailable,
+        71 => Exit::OsErr,
+        75 => Exit::TempFail,
+        77 => Exit::Denied,
+        _ => Exit::Software,
+    }
 }
 
 /// Provision the workspace's branch on its shelf (idempotent): builds the
@@ -215,16 +234,7 @@ pub fn provision(ws: &Workspace) -> Result<Value, BoxError> {
             .unwrap_or("no message")
             .trim_start_matches("sbx-worktree: error: ")
             .to_owned();
-        let exit = match code {
-            64 => Exit::Usage,
-            65 => Exit::DataErr,
-            66 => Exit::NoInput,
-            69 => Exit::Unavailable,
-            71 => Exit::OsErr,
-            75 => Exit::TempFail,
-            77 => Exit::Denied,
-            _ => Exit::Software,
-        };
+        let exit = exit_of(code);
         return Err(ProvisionError {
             message: format!("branch {branch:?}: provisioning failed: {line}"),
             exit,
@@ -396,17 +406,5 @@ mod tests {
             assert!(a.contains(want), "{want} in {a}");
         }
         assert!(!a.contains("SYS_ADMIN") && !a.contains("--privileged"));
-    }
-
-    #[test]
-    fn hooks_are_pinned_over_the_shelf() {
-        let empty = PathBuf::from("/empty.d");
-        let m = protected_mounts(&ws(Some("b")), &empty);
-        assert!(m.contains(&(empty.clone(), "/repo-shelf/repo/.git/hooks".into())));
-        assert!(m.contains(&(
-            empty.clone(),
-            "/repo-shelf/worktrees/b/.agent-sandbox".into()
-        )));
-        assert!(protected_mounts(&ws(None), &empty).is_empty());
     }
 }

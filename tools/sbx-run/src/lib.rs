@@ -124,7 +124,7 @@ impl PathArg {
 /// worktree of the shared clone on the repo shelf.
 #[derive(Debug, Clone, Args)]
 pub struct BranchArg {
-    /// Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (provisioned first); `git push` there lands in the host checkout.
+    /// Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout.
     #[arg(long, value_name = "BRANCH")]
     pub branch: Option<String>,
 }

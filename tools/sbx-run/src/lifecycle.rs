@@ -31,7 +31,19 @@ fn ok() -> Res {
 /// Refuse to touch a container of our name that another workspace (or
 /// someone else) owns; the refusal is audited.
 fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
-    owned(ws, &ws.names.container)
+    let c = owned(ws, &ws.names.container)?;
+    // `a/b` and `a__b` share a directory and so a container name.
+    if let (Some(c), Some(b)) = (&c, &ws.branch) {
+        let there = label(c, LABEL_BRANCH);
+        if there != b {
+            return Err(RunError::Usage(format!(
+                "branches {b:?} and {there:?} both map to {} (container {}): rename one (`/` and white space become `__`)",
+                crate::branch::worktree_dir(b),
+                ws.names.container
+            )));
+        }
+    }
+    Ok(c)
 }
 
 /// The container `name` if it exists and carries this workspace's label.
@@ -142,7 +154,7 @@ pub fn start_in(
     // A workspace the agent could not write is refused before anything is
     // built or started; the idmapped view is made now and lives as long as
     // the sandbox is started.
-    crate::branch::ensure(&ws)?;
+    crate::branch::precheck(&ws)?;
     workspace::prepare_mount(&ws)?;
     let started = start_stopped(&ws, container.is_some());
     if started.is_err() {
@@ -186,9 +198,10 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
+                let e = crate::branch::start_failure(&name, e);
                 // Back to stopped, as it was before this start.
                 let _ = docker::probe(&["stop", "--time", "1", &name]);
-                return Err(e.into());
+                return Err(e);
             }
             return Ok(());
         }
@@ -245,8 +258,9 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     // volume the image's ownership, which copied files then take.
     sync_login(ws);
     if let Err(e) = wait_ready(&name, &since) {
+        let e = crate::branch::start_failure(&name, e);
         let _ = docker::probe(&["rm", "--force", &name]);
-        return Err(e.into());
+        return Err(e);
     }
     Ok(())
 }
@@ -284,6 +298,21 @@ fn unhealthy_reason(name: &str) -> String {
 pub fn read_status(name: &str) -> Option<Value> {
     let p = spec::host_dir(name).join("status.json");
     serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
+}
+
+/// Where the sandbox works: a branch sandbox's worktree (its guest moves
+/// there once it is provisioned; docker's workdir is the shelf, which
+/// docker would otherwise make, root's, before the guest ran), else
+/// docker's workdir.
+fn workdir_of(c: &Value) -> String {
+    let branch = label(c, LABEL_BRANCH);
+    if label(c, LABEL_MODE) == "branch" && !branch.is_empty() {
+        return crate::branch::worktree_dir(branch);
+    }
+    c.pointer("/Config/WorkingDir")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
 }
 
 /// Follow the container's log until its guest says it is ready; a
@@ -599,14 +628,13 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     };
     let provision = match &ws.branch {
         Some(b) => format!(
-            "# branch {b:?}: provision its worktree on the repo shelf first\n{docker} volume inspect {shelf} >/dev/null 2>&1 || {docker} volume create {shelf} >/dev/null\n{}\n",
+            "# branch {b:?}: sbx-guest provisions {} at the start (SBX_BRANCH; sbx-worktree as the agent) and pins the host's hooks and protected paths over the shelf's; `sbx-run checkout` runs instead:\n# {}\n",
+            ws.workdir(),
             spec::shell_line(&crate::branch::provision_args(
                 &ws,
                 b,
                 &ws.mount_source().join(".git")
             )),
-            docker = docker::program().to_string_lossy(),
-            shelf = ws.names.repo_shelf,
         ),
         None => String::new(),
     };
@@ -734,7 +762,7 @@ pub fn list(common: &CommonArgs) -> Res {
             "workspace": label(c, LABEL_WORKSPACE),
             "hash": label(c, LABEL_HASH),
             "image": c.pointer("/Config/Image").and_then(Value::as_str).unwrap_or(""),
-            "workdir": c.pointer("/Config/WorkingDir").and_then(Value::as_str).unwrap_or(""),
+            "workdir": workdir_of(c),
             "volumes": mapped_volumes(c),
         });
         let r = if common.json {

@@ -576,11 +576,6 @@ pub fn build(
     for (src, dst) in crate::toolpolicy::mounts(ws, &n.container) {
         a.extend(["--mount".into(), bind(&src, dst, true)]);
     }
-    // Branch mode: the host's hooks and protected paths, read-only, over
-    // the shelf's copies, as bind mode has them over the workspace's.
-    for (src, dst) in crate::branch::protected_mounts(ws, masks.1) {
-        a.extend(["--mount".into(), bind(&src, &dst, true)]);
-    }
     a.extend([
         "--mount".into(),
         bind(&host_dir(&n.container), "/run/sbx/host", false),
@@ -597,6 +592,11 @@ pub fn build(
     ]);
     // Environment: fixed values, then host names the filter allows.
     a.extend(["--env".into(), format!("SBX_WORKSPACE={target}")]);
+    // Branch mode: the guest provisions the worktree and pins the host's
+    // hooks and protected paths over the shelf's (sbx-guest's branch.rs).
+    if let Some(b) = &ws.branch {
+        a.extend(["--env".into(), format!("SBX_BRANCH={b}")]);
+    }
     a.extend([
         "--env".into(),
         format!("SBX_GUEST_STOP_TIMEOUT={GUEST_STOP_TIMEOUT}"),
@@ -604,7 +604,14 @@ pub fn build(
     for name in env_names {
         a.extend(["--env".into(), name.clone()]);
     }
-    a.extend(["--workdir".into(), ws.workdir()]);
+    // Branch mode: the shelf, which exists; docker would make a missing
+    // workdir itself, root's, where the worktree is to be provisioned.
+    let workdir = if ws.branch.is_some() {
+        crate::branch::SHELF.to_owned()
+    } else {
+        ws.workdir()
+    };
+    a.extend(["--workdir".into(), workdir]);
     a.push(image.to_owned());
     // --entrypoint clears the image's CMD: the command is given here.
     a.extend(["init", "--", "sleep", "infinity"].map(String::from));

@@ -222,6 +222,92 @@ pub fn mount_of(path: &Path) -> Option<MountInfo> {
         .max_by_key(|m| m.point.as_os_str().len())
 }
 
+/// `rel` under `root`, opened O_PATH without following any symlink and
+/// without leaving `root` (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH):
+/// a mount target a sandbox shares cannot be turned into a link elsewhere.
+pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
+    let dir = std::fs::File::open(root)?;
+    let p = cpath(rel)?;
+    // struct open_how (libc's is non-exhaustive).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: `p` and `how` outlive the call; the size of `how` is passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            p.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Mount a read-only copy of `source` (a file or a directory) on the
+/// object `target` is open on (from `open_beneath`), not on a path that
+/// could change in between.
+pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
+    let src = cpath(source)?;
+    let empty = c"";
+    let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint;
+    // SAFETY: `src` is a NUL-terminated path that outlives the call.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: open_tree returned a new fd that nothing else owns.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: as in `bind`: `attr` and its size, the detached tree itself.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are open; "" with the EMPTY_PATH flags names them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

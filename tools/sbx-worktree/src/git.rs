@@ -26,11 +26,31 @@ pub struct Out {
 
 pub trait Git {
     /// `git [-c safe.directory=S]... -C cwd args...`
-    fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError>;
+    fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError> {
+        self.run_env(cwd, safe, &[], args)
+    }
+    /// The same with `env` added (GIT_DIR and the like).
+    fn run_env(
+        &self,
+        cwd: &Path,
+        safe: &[PathBuf],
+        env: &[(&str, &OsStr)],
+        args: &[&OsStr],
+    ) -> Result<Out, WorktreeError>;
 }
 
 /// Where the sandbox image keeps the real git (base-image/Dockerfile).
 pub const SANDBOX_REAL_GIT: &str = "/usr/libexec/sbx/git";
+
+/// A directory that root staged with `stage_private_git` (sbx-guest does,
+/// before it runs provisioning as the agent, who cannot read the real git).
+pub const PRIVATE_GIT_ENV: &str = "SBX_WORKTREE_PRIVATE_GIT";
+
+/// What `GIT_ALLOW_PROTOCOL` allows: every transport provisioning may use,
+/// or only `file` (origin's branches from the host's refs), which leaves
+/// no remote helper (`remote.*.vcs`, `ext::`) and no ssh to run.
+pub const PROTOCOLS: &str = "file:https:http:ssh";
+pub const PROTOCOLS_LOCAL: &str = "file";
 
 /// Config keys (git help config, 2.39-2.47) that make git run a program,
 /// overridden on the command line (command scope beats the repository's
@@ -58,6 +78,9 @@ pub const OVERRIDES: &[(&str, &str)] = &[
     // No `gc --auto` or `maintenance run --auto` after a fetch.
     ("gc.auto", "0"),
     ("maintenance.auto", "false"),
+    // Run when the shelf has alternates (objects/info/alternates is the
+    // shelf's): `true` lists no refs of theirs.
+    ("core.alternateRefsCommand", "true"),
 ];
 
 /// The environment every call gets (after clearing the caller's): the
@@ -66,7 +89,6 @@ pub const OVERRIDES: &[(&str, &str)] = &[
 pub const ENV: &[(&str, &str)] = &[
     ("GIT_CONFIG_NOSYSTEM", "1"),
     ("GIT_ATTR_NOSYSTEM", "1"),
-    ("GIT_ALLOW_PROTOCOL", "file:https:http:ssh"),
     ("GIT_PROTOCOL_FROM_USER", "0"),
     ("GIT_TERMINAL_PROMPT", "0"),
     ("GIT_ASKPASS", "false"),
@@ -146,6 +168,20 @@ pub struct RealGit {
     run_as: Option<(u32, u32)>,
     path: OsString,
     dir: tempfile::TempDir,
+    protocols: &'static str,
+}
+
+/// Stage a private copy of the real git in `dir` (root's, 0711: whoever
+/// runs git can execute it but not read it out) and an exec-path whose
+/// `git` is that copy: `dir/git` and `dir/exec`.
+pub fn stage_private_git(real: &Path, dir: &Path) -> Result<(PathBuf, PathBuf), WorktreeError> {
+    let io = |p: &Path, e| WorktreeError::Io(p.to_owned(), e);
+    let copy = dir.join("git");
+    std::fs::copy(real, &copy).map_err(|e| io(&copy, e))?;
+    set_mode(&copy, 0o711)?;
+    let ep = dir.join("exec");
+    mirror_exec_path(real, &ep, &copy)?;
+    Ok((copy, ep))
 }
 
 impl RealGit {
@@ -164,15 +200,19 @@ impl RealGit {
         std::fs::create_dir(d.join("home")).map_err(|e| io(&d, e))?;
         let real = Path::new(SANDBOX_REAL_GIT);
         let sandbox = nix::unistd::access(real, nix::unistd::AccessFlags::X_OK).is_ok();
+        let staged = std::env::var_os(PRIVATE_GIT_ENV)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute());
         let mut path = OsString::new();
-        let (program, exec_path) = if sandbox {
+        let (program, exec_path) = if let Some(s) = staged {
+            let ep = s.join("exec");
+            path.push(&ep);
+            path.push(":");
+            (s.join("git"), Some(ep))
+        } else if sandbox {
             // In the image: a private copy (execute-only: whoever runs it
             // cannot read it out) and an exec-path whose git is that copy.
-            let copy = d.join("git");
-            std::fs::copy(real, &copy).map_err(|e| io(&copy, e))?;
-            set_mode(&copy, 0o711)?;
-            let ep = d.join("exec");
-            mirror_exec_path(real, &ep, &copy)?;
+            let (copy, ep) = stage_private_git(real, &d)?;
             path.push(&ep);
             path.push(":");
             (copy, Some(ep))
@@ -196,7 +236,16 @@ impl RealGit {
             run_as,
             path,
             dir,
+            protocols: PROTOCOLS,
         })
+    }
+
+    /// Only `file://` transports (see PROTOCOLS_LOCAL).
+    pub fn local_only(mut self, on: bool) -> Self {
+        if on {
+            self.protocols = PROTOCOLS_LOCAL;
+        }
+        self
     }
 
     /// The command for `args`, with the environment and overrides, run as
@@ -220,6 +269,7 @@ impl RealGit {
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("GIT_CONFIG_GLOBAL", &global)
+            .env("GIT_ALLOW_PROTOCOL", self.protocols)
             .envs(ENV.iter().copied());
         if let Some(ep) = &self.exec_path {
             c.env("GIT_EXEC_PATH", ep);
@@ -305,8 +355,15 @@ fn mirror_exec_path(real: &Path, to: &Path, git_copy: &Path) -> Result<(), Workt
 }
 
 impl Git for RealGit {
-    fn run(&self, cwd: &Path, safe: &[PathBuf], args: &[&OsStr]) -> Result<Out, WorktreeError> {
+    fn run_env(
+        &self,
+        cwd: &Path,
+        safe: &[PathBuf],
+        env: &[(&str, &OsStr)],
+        args: &[&OsStr],
+    ) -> Result<Out, WorktreeError> {
         let mut c = self.command(safe)?;
+        c.envs(env.iter().copied());
         c.arg("-C").arg(cwd).args(args);
         let name = self.program.display().to_string();
         let o = c.output().map_err(|e| WorktreeError::NoGit(name, e))?;
@@ -332,10 +389,11 @@ pub mod fake {
     }
 
     impl Git for FakeGit {
-        fn run(
+        fn run_env(
             &self,
             _cwd: &Path,
             _safe: &[PathBuf],
+            _env: &[(&str, &OsStr)],
             args: &[&OsStr],
         ) -> Result<Out, WorktreeError> {
             let line = args

@@ -103,6 +103,10 @@ pub enum Cmd {
         /// origin: no network needed (sbx-run's provisioning container).
         #[arg(long)]
         origin_from_host: bool,
+        /// When the branch's worktree exists (and is this branch's), change nothing:
+        /// no fetch, no remote or upstream set (sbx-guest's start of a branch sandbox).
+        #[arg(long)]
+        keep_existing: bool,
     },
     /// List the shelf's branch worktrees.
     List {
@@ -211,10 +215,13 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             branch,
             owner,
             origin_from_host,
+            keep_existing,
         } => {
             let owner = owner.unwrap_or_else(shelf::caller);
-            let git = git::RealGit::new(owner)?;
-            let s = shelf::Shelf::new(&git, &shelf.shelf, owner).origin_from_host(origin_from_host);
+            let git = git::RealGit::new(owner)?.local_only(origin_from_host);
+            let s = shelf::Shelf::new(&git, &shelf.shelf, owner)
+                .origin_from_host(origin_from_host)
+                .keep_existing(keep_existing);
             let r = s.provision(&host_repo, &branch, shelf.timeout())?;
             shelf::print_provisioned(&mut out, common, &r)
         }

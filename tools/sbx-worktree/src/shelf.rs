@@ -18,6 +18,10 @@ use crate::WorktreeError as E;
 use crate::git::{Git, Out};
 use crate::lock;
 
+/// Every transport names the program itself: a `remote.<url>.uploadpack`
+/// in the shelf's config (a remote named like the URL) would be used.
+const UPLOAD_PACK: &str = "--upload-pack=git-upload-pack";
+
 /// The caller's uid and gid.
 pub fn caller() -> (u32, u32) {
     (
@@ -63,6 +67,7 @@ pub struct Shelf<'a> {
     pub dir: PathBuf,
     owner: (u32, u32),
     origin_from_host: bool,
+    keep_existing: bool,
 }
 
 impl<'a> Shelf<'a> {
@@ -72,7 +77,15 @@ impl<'a> Shelf<'a> {
             dir: dir.to_owned(),
             owner,
             origin_from_host: false,
+            keep_existing: false,
         }
+    }
+
+    /// Reuse a branch's worktree that exists as it is: no fetch, no
+    /// remote or upstream set (a start; `sbx-run checkout` refreshes).
+    pub fn keep_existing(mut self, on: bool) -> Self {
+        self.keep_existing = on;
+        self
     }
 
     /// Take origin's branches from the host's remote-tracking refs rather
@@ -222,16 +235,40 @@ impl<'a> Shelf<'a> {
         let repo = self.repo();
         let wt = self.worktree(branch);
         let extra = [host.as_path(), &host.join(".git"), wt.as_path()];
+        if self.keep_existing && repo.join(".git").exists() && wt.exists() {
+            // A start: the worktree as it is, if it is this branch's.
+            self.owned_by(&wt, branch)?;
+            return Ok(Provisioned {
+                branch: branch.to_owned(),
+                worktree: "reused",
+                repo: "reused",
+                path: wt,
+                repo_path: repo,
+                upstream: format!("host/{branch}"),
+                base: None,
+                host: host_url,
+            });
+        }
 
         let repo_state = if repo.join(".git").exists() {
             // Keep origin in step with the host's, then fetch.
             self.set_remote(&repo, &extra, "origin", &source)?;
             if !mirror {
-                self.must(&repo, &extra, &["fetch", "--quiet", "--prune", "origin"])?;
+                // The program named, not the remote's (its config is the shelf's).
+                self.must(
+                    &repo,
+                    &extra,
+                    &["fetch", "--quiet", "--prune", UPLOAD_PACK, "origin"],
+                )?;
             }
             "reused"
         } else {
-            self.clone_into(&repo, &extra, if mirror { &host_url } else { &source })?;
+            self.clone_into(
+                &repo,
+                &extra,
+                if mirror { &host_url } else { &source },
+                mirror,
+            )?;
             self.set_remote(&repo, &extra, "origin", &source)?;
             "cloned"
         };
@@ -249,15 +286,7 @@ impl<'a> Shelf<'a> {
             // Ours only if it is this branch's: `a/b` and `a__b` share a
             // name. Asked of the clone, not of the worktree, whose `.git`
             // file a sandbox could point at another repository.
-            let there = self
-                .list()?
-                .into_iter()
-                .find(|e| e.path == wt)
-                .and_then(|e| e.branch)
-                .unwrap_or_default();
-            if there != branch {
-                return Err(E::Collision(branch.to_owned(), there, wt));
-            }
+            self.owned_by(&wt, branch)?;
             None
         } else {
             // A worktree whose directory vanished still holds its branch.
@@ -283,6 +312,22 @@ impl<'a> Shelf<'a> {
             base: worktree_state.flatten(),
             host: host_url,
         })
+    }
+
+    /// `wt` is `branch`'s worktree: `a/b` and `a__b` share a directory.
+    /// Asked of the clone, not of the worktree, whose `.git` file a
+    /// sandbox could point at another repository.
+    fn owned_by(&self, wt: &Path, branch: &str) -> Result<(), E> {
+        let there = self
+            .list()?
+            .into_iter()
+            .find(|e| e.path == wt)
+            .and_then(|e| e.branch)
+            .unwrap_or_default();
+        if there != branch {
+            return Err(E::Collision(branch.to_owned(), there, wt.to_owned()));
+        }
+        Ok(())
     }
 
     /// Refuse a shelf repository a sandbox has armed: a config key that
@@ -389,6 +434,7 @@ impl<'a> Shelf<'a> {
                 "--quiet",
                 "--prune",
                 "--no-tags",
+                UPLOAD_PACK,
                 url,
                 "+refs/remotes/origin/*:refs/remotes/origin/*",
                 "^refs/remotes/origin/HEAD",
@@ -427,20 +473,45 @@ impl<'a> Shelf<'a> {
         self.hand_over(&[d])
     }
 
-    fn clone_into(&self, repo: &Path, extra: &[&Path], source: &str) -> Result<(), E> {
+    fn clone_into(
+        &self,
+        repo: &Path,
+        extra: &[&Path],
+        source: &str,
+        mirror: bool,
+    ) -> Result<(), E> {
         // Aside, then renamed: no half clone is ever SHELF/repo.
         let tmp = self.dir.join(format!(".repo.tmp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         let tmp_s = tmp.to_string_lossy().into_owned();
         let mut ex = extra.to_vec();
         ex.push(&tmp);
-        let args = ["clone", "--quiet", "--no-checkout", "--", source, &tmp_s];
+        let args = [
+            "clone",
+            "--quiet",
+            "--no-checkout",
+            UPLOAD_PACK,
+            "--",
+            source,
+            &tmp_s,
+        ];
+        let set_head = [
+            "-c",
+            "remote.origin.uploadpack=git-upload-pack",
+            "remote",
+            "set-head",
+            "origin",
+            "--auto",
+        ];
         let r = self
             .must(&self.dir, &ex, &args)
             .and_then(|_| {
-                // A clone of an empty remote has no origin/HEAD to branch from.
-                self.must(&tmp, &ex, &["remote", "set-head", "origin", "--auto"])
-                    .map(drop)
+                // A clone of an empty remote has no origin/HEAD to branch
+                // from; with the host's refs, origin_from sets it.
+                if mirror {
+                    return Ok(());
+                }
+                self.must(&tmp, &ex, &set_head).map(drop)
             })
             .and_then(|()| std::fs::rename(&tmp, repo).map_err(|e| E::Io(repo.to_owned(), e)));
         if r.is_err() {
@@ -525,8 +596,13 @@ impl<'a> Shelf<'a> {
                 Some(base),
             )
         };
-        let args: Vec<&str> = args.to_vec();
-        if let Err(e) = self.must(repo, extra, &args) {
+        let mut args: Vec<&str> = args.to_vec();
+        // The checkout comes after, from a git that reads no shelf config.
+        args.insert(3, "--no-checkout");
+        let r = self
+            .must(repo, extra, &args)
+            .and_then(|_| self.checkout_private(repo, wt, branch));
+        if let Err(e) = r {
             // No half state: a directory git began is removed, and so is
             // its record in the clone.
             let _ = std::fs::remove_dir_all(wt);
@@ -534,6 +610,48 @@ impl<'a> Shelf<'a> {
             return Err(e);
         }
         Ok(base)
+    }
+
+    /// Fill a new worktree from its branch's commit with a git that reads
+    /// none of the shelf's own files but its objects and the worktree's
+    /// index: a private GIT_DIR (empty config, no info/attributes), so no
+    /// filter or other program the shelf's config names can run, whatever
+    /// a sandbox writes there after `check_config` read it.
+    fn checkout_private(&self, repo: &Path, wt: &Path, branch: &str) -> Result<(), E> {
+        let admin = self.worktree_gitdir(wt)?;
+        let want = format!("refs/heads/{branch}^{{commit}}");
+        let sha = self.must(repo, &[], &["rev-parse", "--verify", "-q", &want])?;
+        let sha = sha.trim().to_owned();
+        let tmp = tempfile::Builder::new()
+            .prefix("sbx-worktree-checkout.")
+            .tempdir()
+            .map_err(|e| E::Io(std::env::temp_dir(), e))?;
+        let gd = tmp.path();
+        let io = |p: &Path, e| E::Io(p.to_owned(), e);
+        std::fs::create_dir(gd.join("refs")).map_err(|e| io(gd, e))?;
+        std::fs::write(gd.join("HEAD"), format!("{sha}\n")).map_err(|e| io(gd, e))?;
+        std::fs::write(gd.join("config"), "").map_err(|e| io(gd, e))?;
+        // Git runs as the owner: it reads this directory, writes nothing in it.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(gd, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| io(gd, e))?;
+        }
+        let objects = repo.join(".git/objects");
+        let index = admin.join("index");
+        let env: [(&str, &OsStr); 4] = [
+            ("GIT_DIR", gd.as_os_str()),
+            ("GIT_OBJECT_DIRECTORY", objects.as_os_str()),
+            ("GIT_INDEX_FILE", index.as_os_str()),
+            ("GIT_WORK_TREE", wt.as_os_str()),
+        ];
+        let args = ["read-tree", "--reset", "-u", sha.as_str()];
+        let argv: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let o = self.git.run_env(wt, &[], &env, &argv)?;
+        if !o.ok {
+            return Err(git_failed(&args, &o));
+        }
+        Ok(())
     }
 
     /// As root for another user: give them what was made (lchown, no
@@ -864,7 +982,10 @@ mod tests {
                     ok(&format!("{}\n", host_c.display())),
                 ),
                 ("remote get-url".into(), fail("")),
-                ("remote set-head".into(), fail("fatal: no HEAD")),
+                (
+                    "-c remote.origin.uploadpack=git-upload-pack remote set-head".into(),
+                    fail("fatal: no HEAD"),
+                ),
             ],
             ..FakeGit::default()
         };

@@ -748,3 +748,87 @@ fn append(p: &Path, text: &str) {
     let mut f = std::fs::OpenOptions::new().append(true).open(p).unwrap();
     f.write_all(text.as_bytes()).unwrap();
 }
+
+/// Attack, racing: another sandbox rewrites the shared shelf's config
+/// while root provisions, flipping it between clean (so the check passes)
+/// and armed (a smudge filter every file gets, an upload-pack of its own
+/// for origin) thousands of times a second. Whatever git reads at any
+/// instant, no planted program runs: the checkout reads no shelf config,
+/// the fetch names its upload-pack. Each run either provisions or is
+/// refused (77); some must get past the check, or the race was not run.
+#[test]
+fn a_config_rewritten_during_provisioning_runs_nothing() {
+    if !root_or_skip() {
+        return;
+    }
+    let lab = Lab::new();
+    let host = lab.host("app");
+    for d in 0..20 {
+        let dir = host.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..20 {
+            std::fs::write(dir.join(format!("f{f}")), format!("{d} {f}\n")).unwrap();
+        }
+    }
+    std::fs::write(host.join(".gitattributes"), "* filter=x\n").unwrap();
+    lab.ok(&host, &["add", "."]);
+    lab.ok(&host, &["commit", "-qm", "files"]);
+    json(&root_provision(&lab, &host, "a"));
+    let repo = lab.p("shelf/repo");
+    std::fs::write(repo.join(".git/info/attributes"), "* filter=x\n").unwrap();
+    let s = plant_script(&lab, "smudge");
+    // An upload-pack that answers nothing: the fetch fails rather than hangs.
+    let up = lab.p("evil-uploadpack");
+    std::fs::write(
+        &up,
+        format!(
+            "#!/bin/sh\necho \"$(id -u)\" >> {}/uploadpack\nexit 1\n",
+            lab.p("marks").display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&up, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let clean = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+    let armed = format!(
+        "{clean}[filter \"x\"]\n\tsmudge = {s}\n\tclean = {s}\n\tprocess = {s}\n[remote \"origin\"]\n\tuploadpack = {u}\n",
+        s = s.display(),
+        u = up.display()
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attacker = {
+        let stop = stop.clone();
+        let cfg = repo.join(".git/config");
+        let tmp = repo.join(".git/config.evil");
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = if n % 2 == 0 { &armed } else { &clean };
+                if std::fs::write(&tmp, text).is_ok() {
+                    let _ = std::fs::rename(&tmp, &cfg);
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    let (mut made, mut refused) = (0, 0);
+    for i in 0..12 {
+        let o = root_provision(&lab, &host, &format!("r{i}"));
+        match o.status.code() {
+            Some(0) => made += 1,
+            Some(77) => refused += 1,
+            _ => {}
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = attacker.join().unwrap();
+    assert_eq!(
+        marks(&lab),
+        Vec::<String>::new(),
+        "planted programs ran ({made} made, {refused} refused, {flips} rewrites)"
+    );
+    assert!(made > 0, "no run got past the check: {refused} refused");
+}

@@ -537,6 +537,17 @@ fn a_new_container_in_a_kept_namespace_gets_a_working_firewall() {
     bed.ok(false, &["init"]);
     let pid = std::fs::read_to_string(bed.path("state/dns.pid")).unwrap();
     Command::new("kill").arg(pid.trim()).status().unwrap();
+    // kill(1) returns before the filter has closed its socket; until then a
+    // query is read and never answered (a timeout, not a refusal).
+    let proc_dir = format!("/proc/{}", pid.trim());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(&proc_dir).exists() && std::time::Instant::now() < until {
+        let stat = std::fs::read_to_string(format!("{proc_dir}/stat")).unwrap_or_default();
+        if stat.contains(") Z ") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     std::fs::remove_dir_all(bed.path("state")).unwrap();
     assert_verdicts(
         &bed.probe(true, &["dns:127.0.0.53/allowed.test"]),

@@ -136,7 +136,8 @@ for p in "${paths[@]}"; do printf '  %-17s %s\n' "$p" "$(stats "${lat[$p]}")"; d
 # rounds; with the proxy's CPU time per connection.
 for _ in $(seq "$ROUNDS"); do
   for p in "${paths[@]}"; do
-    j=$($(light "$p" "$CPS_N" "$CPS_CONC"))
+    # A run with failed connections is reported and counted as it came.
+    j=$($(light "$p" "$CPS_N" "$CPS_CONC")) || echo "  ($p: $(jq -c '{errors, first_error}' <<<"$j"))" >&2
     cps[$p]="${cps[$p]:-} $(jq .cps <<<"$j")"
     cpu[$p]="${cpu[$p]:-} $(jq .proxy_cpu_us_per_conn <<<"$j")"
     hlat[$p]="${hlat[$p]:-} $(jq .median_ms <<<"$j")"

@@ -1677,7 +1677,15 @@ fn proxy_closes_idle_connections_only() {
         return;
     };
     // Pings every 100 ms for 4 s, twice the limit: kept.
-    let v = bed.attack(true, &["holdhttp", "198.18.1.1:80", "allowed.test", "4"]);
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .arg(bin("sbx-fwbed"))
+        .args(["attack", "holdhttp", "198.18.1.1:80", "allowed.test", "4"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or_default()).unwrap();
     assert_eq!(v["alive"], true, "a busy connection was cut: {v}");
     // Silent after one exchange: closed at the limit. The far sides would
     // hold it (port 80 for ever, the TLS server 5 s).

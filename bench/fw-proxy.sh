@@ -159,6 +159,17 @@ tp_args=()
 for p in "${paths[@]}"; do tp_args+=(-n "$p" "$(client "$p" 1 1 "$BYTES")"); done
 hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/tp.json" "${tp_args[@]}"
 
+# 5. The proxies' CPU time for one BYTES transfer (the wall clock above
+# is mostly other processes' on a busy machine).
+cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+echo "proxy CPU time for one $BYTES-byte transfer:"
+for p in "${paths[@]}"; do
+  read -r _ _ _ pid <<<"$(where "$p")"
+  [ "$pid" = - ] && continue
+  c0=$(cpu_of "$pid"); $(client "$p" 1 1 "$BYTES") > /dev/null; c1=$(cpu_of "$pid")
+  printf '  %-17s %s ms\n' "$p" "$(( (c1 - c0) / 1000000 ))"
+done
+
 echo "summary (medians):"
 echo "  handshake latency ms: direct $(med "${lat[direct]}"), transparent $(med "${lat[transparent]}"), sbx CONNECT $(med "${lat[sbx-connect]}"), squid CONNECT $(med "${lat[squid-connect]}")"
 for p in "${paths[@]}"; do

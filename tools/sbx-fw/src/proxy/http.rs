@@ -61,74 +61,16 @@ pub fn parse(buf: &[u8]) -> Head {
     if first.contains(['\r', '\n']) {
         return Head::Bad("bare CR or LF in the request line".into());
     }
-    let mut host = None;
-    let mut framing = Framing::None;
-    for l in lines {
-        if l.contains(['\r', '\n']) {
-            return Head::Bad("bare CR or LF in a header".into());
-        }
-        let Some((k, v)) = l.split_once(':') else {
-            return Head::Bad("malformed header line".into());
-        };
-        if k.is_empty() || !k.bytes().all(is_tchar) {
-            return Head::Bad(format!("header name {k:?} is not a token"));
-        }
-        let v = v.trim_matches([' ', '\t']);
-        if k.eq_ignore_ascii_case("host") {
-            if host.is_some() {
-                return Head::Bad("more than one Host header".into());
-            }
-            host = Some(v.to_owned());
-        } else if k.eq_ignore_ascii_case("content-length") {
-            let Ok(n) = v.parse::<u64>() else {
-                return Head::Bad(format!("Content-Length {v:?}"));
-            };
-            if !v.bytes().all(|b| b.is_ascii_digit()) || framing != Framing::None {
-                return Head::Bad("ambiguous body length".into());
-            }
-            framing = Framing::Length(n);
-        } else if k.eq_ignore_ascii_case("transfer-encoding") {
-            if !v.eq_ignore_ascii_case("chunked") || framing != Framing::None {
-                return Head::Bad("ambiguous body length".into());
-            }
-            framing = Framing::Chunked;
-        } else if k.eq_ignore_ascii_case("upgrade") {
-            framing = Framing::Upgrade;
-        }
-    }
-    let host = match host {
-        Some(h) => match host_name(&h) {
-            Some((n, _)) => Some(n),
-            None => return Head::Bad(format!("Host {h:?} is not a host name")),
-        },
-        None => None,
+    let (host, framing) = match headers(lines) {
+        Ok(v) => v,
+        Err(e) => return Head::Bad(e),
     };
-    // The name in the request target (absolute-form, or CONNECT's
-    // authority-form) is the one a server or proxy acts on: it must be the
-    // Host's, and stands for it when there is no Host.
-    let named = if target.starts_with('/') || target == "*" {
-        None
-    } else {
-        let auth = match target.split_once("://") {
-            Some((scheme, rest))
-                if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
-            {
-                rest.split(['/', '?', '#']).next().unwrap_or_default()
-            }
-            Some(_) => return Head::Bad(format!("request target {target:?}")),
-            None if method == "CONNECT" => target,
-            None => return Head::Bad(format!("request target {target:?}")),
-        };
-        match host_name(auth) {
-            Some((n, _)) => Some(n),
-            None => return Head::Bad(format!("request target {target:?} names no host")),
-        }
-    };
-    let host = match (host, named) {
-        (Some(h), Some(n)) if h != n => {
+    let host = match (host, target_name(method, target)) {
+        (_, Err(e)) => return Head::Bad(e),
+        (Some(h), Ok(Some(n))) if h != n => {
             return Head::Bad(format!("request target names {n}, Host {h}"));
         }
-        (h, n) => h.or(n),
+        (h, Ok(n)) => h.or(n),
     };
     Head::Done(Request {
         method: method.to_owned(),
@@ -137,6 +79,75 @@ pub fn parse(buf: &[u8]) -> Head {
         len: end + 4,
         framing,
     })
+}
+
+/// The Host (lower case, no port) and the body framing of the header lines.
+fn headers<'a>(lines: impl Iterator<Item = &'a str>) -> Result<(Option<String>, Framing), String> {
+    let mut host = None;
+    let mut framing = Framing::None;
+    for l in lines {
+        if l.contains(['\r', '\n']) {
+            return Err("bare CR or LF in a header".into());
+        }
+        let Some((k, v)) = l.split_once(':') else {
+            return Err("malformed header line".into());
+        };
+        if k.is_empty() || !k.bytes().all(is_tchar) {
+            return Err(format!("header name {k:?} is not a token"));
+        }
+        let v = v.trim_matches([' ', '\t']);
+        if k.eq_ignore_ascii_case("host") {
+            if host.is_some() {
+                return Err("more than one Host header".into());
+            }
+            host = Some(v.to_owned());
+        } else if k.eq_ignore_ascii_case("content-length") {
+            let Ok(n) = v.parse::<u64>() else {
+                return Err(format!("Content-Length {v:?}"));
+            };
+            if !v.bytes().all(|b| b.is_ascii_digit()) || framing != Framing::None {
+                return Err("ambiguous body length".into());
+            }
+            framing = Framing::Length(n);
+        } else if k.eq_ignore_ascii_case("transfer-encoding") {
+            if !v.eq_ignore_ascii_case("chunked") || framing != Framing::None {
+                return Err("ambiguous body length".into());
+            }
+            framing = Framing::Chunked;
+        } else if k.eq_ignore_ascii_case("upgrade") {
+            framing = Framing::Upgrade;
+        }
+    }
+    match host {
+        Some(h) => match host_name(&h) {
+            Some((n, _)) => Ok((Some(n), framing)),
+            None => Err(format!("Host {h:?} is not a host name")),
+        },
+        None => Ok((None, framing)),
+    }
+}
+
+/// The name in the request target (absolute-form, or CONNECT's
+/// authority-form) is the one a server or proxy acts on: it must be the
+/// Host's, and stands for it when there is no Host.
+fn target_name(method: &str, target: &str) -> Result<Option<String>, String> {
+    if target.starts_with('/') || target == "*" {
+        return Ok(None);
+    }
+    let auth = match target.split_once("://") {
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
+        {
+            rest.split(['/', '?', '#']).next().unwrap_or_default()
+        }
+        Some(_) => return Err(format!("request target {target:?}")),
+        None if method == "CONNECT" => target,
+        None => return Err(format!("request target {target:?}")),
+    };
+    match host_name(auth) {
+        Some((n, _)) => Ok(Some(n)),
+        None => Err(format!("request target {target:?} names no host")),
+    }
 }
 
 /// RFC 9110 token characters.

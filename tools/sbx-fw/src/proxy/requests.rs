@@ -50,47 +50,19 @@ impl Requests {
                     };
                 }
                 St::Head => {
-                    let take = self.take_until(&mut data, b"\r\n\r\n", MAX_HEAD)?;
-                    if !take {
-                        continue;
+                    if self.take_until(&mut data, b"\r\n\r\n", MAX_HEAD)? {
+                        heads.push(self.head()?);
+                        out.append(&mut self.pending);
                     }
-                    let r = match parse(&self.pending) {
-                        Head::Done(r) => r,
-                        Head::Bad(e) => return Err(e),
-                        Head::More => return Err("request head".into()),
-                    };
-                    self.state = match r.framing {
-                        Framing::None | Framing::Length(0) => St::Head,
-                        Framing::Length(n) => St::Body(n),
-                        Framing::Chunked => St::ChunkLine,
-                        Framing::Upgrade => return Err("a protocol upgrade".into()),
-                    };
-                    heads.push(r);
-                    out.append(&mut self.pending);
                 }
                 St::ChunkLine => {
-                    if !self.take_until(&mut data, b"\r\n", 1024)? {
-                        continue;
+                    if self.take_until(&mut data, b"\r\n", 1024)? {
+                        self.state = match self.chunk_size()? {
+                            0 => St::Trailer,
+                            n => St::ChunkData(n),
+                        };
+                        out.append(&mut self.pending);
                     }
-                    let line = &self.pending[..self.pending.len() - 2];
-                    let size = line.split(|b| *b == b';').next().unwrap_or_default();
-                    let ok = !size.is_empty()
-                        && size.len() <= 15
-                        && size.iter().all(u8::is_ascii_hexdigit)
-                        && !line.iter().any(|b| matches!(b, b'\r' | b'\n' | 0));
-                    if !ok {
-                        return Err("malformed chunk size".into());
-                    }
-                    let n = std::str::from_utf8(size)
-                        .ok()
-                        .and_then(|s| u64::from_str_radix(s, 16).ok())
-                        .ok_or("malformed chunk size")?;
-                    self.state = if n == 0 {
-                        St::Trailer
-                    } else {
-                        St::ChunkData(n)
-                    };
-                    out.append(&mut self.pending);
                 }
                 St::ChunkEnd | St::Trailer => {
                     self.pending.push(data[0]);
@@ -110,6 +82,39 @@ impl Requests {
             }
         }
         Ok(())
+    }
+
+    /// The whole head in `pending`, and the state its body puts us in.
+    fn head(&mut self) -> Result<Request, String> {
+        let r = match parse(&self.pending) {
+            Head::Done(r) => r,
+            Head::Bad(e) => return Err(e),
+            Head::More => return Err("request head".into()),
+        };
+        self.state = match r.framing {
+            Framing::None | Framing::Length(0) => St::Head,
+            Framing::Length(n) => St::Body(n),
+            Framing::Chunked => St::ChunkLine,
+            Framing::Upgrade => return Err("a protocol upgrade".into()),
+        };
+        Ok(r)
+    }
+
+    /// The size on the chunk line in `pending` (CRLF included).
+    fn chunk_size(&self) -> Result<u64, String> {
+        let line = &self.pending[..self.pending.len() - 2];
+        let size = line.split(|b| *b == b';').next().unwrap_or_default();
+        let ok = !size.is_empty()
+            && size.len() <= 15
+            && size.iter().all(u8::is_ascii_hexdigit)
+            && !line.iter().any(|b| matches!(b, b'\r' | b'\n' | 0));
+        let n = std::str::from_utf8(size)
+            .ok()
+            .and_then(|s| u64::from_str_radix(s, 16).ok());
+        match n {
+            Some(n) if ok => Ok(n),
+            _ => Err("malformed chunk size".into()),
+        }
     }
 
     /// Move bytes into `pending` until it ends with `end`: true then.

@@ -161,13 +161,13 @@ hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/tp.json" "${tp_args[@
 
 # 5. The proxies' CPU time for one BYTES transfer (the wall clock above
 # is mostly other processes' on a busy machine).
-cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 echo "proxy CPU time for one $BYTES-byte transfer:"
 for p in "${paths[@]}"; do
   read -r _ _ _ pid <<<"$(where "$p")"
   [ "$pid" = - ] && continue
   c0=$(cpu_of "$pid"); $(client "$p" 1 1 "$BYTES") > /dev/null; c1=$(cpu_of "$pid")
-  printf '  %-17s %s ms\n' "$p" "$(( (c1 - c0) / 1000000 ))"
+  printf '  %-17s %s ms\n' "$p" "$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.0f", (b - a) / 1e6}')"
 done
 
 echo "summary (medians):"

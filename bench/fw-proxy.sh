@@ -6,14 +6,19 @@
 # gateway namespace, nothing leaves the machine. Each path has its own bed:
 #   direct        sbx-fw in address mode, the agent dials 198.18.1.1:443
 #   transparent   sbx-fw in proxy mode, the same dial, redirected to the proxy
-#   sbx CONNECT   the same bed, through sbx-fw's CONNECT port 127.0.0.1:3128
-#   squid CONNECT no sbx-fw, Squid on 127.0.0.1:3128 in the sandbox namespace
-# The client (sbx-fwbed bench tls) runs as uid 1000 and does a full TLS 1.3
-# handshake, verified, then reads GET /bytes/N to the end.
+#   sbx-connect   the same bed, through sbx-fw's CONNECT port 127.0.0.1:3128
+#   squid-connect no sbx-fw, Squid on 127.0.0.1:3128 in the sandbox namespace
+#   base-*        with FW_BASE=/path/to/an/older/sbx-fw: its proxy, the same way
+# Two clients (sbx-fwbed bench), both as uid 1000, CONC connections in
+# flight from as many threads:
+#   tls    a full TLS 1.3 handshake, verified, then GET /bytes/N to the end
+#   hello  a ready-made ClientHello out, the server's first record back: no
+#          client crypto, so connections a second measure the proxies, not
+#          the client; it also reads the proxy's CPU time per connection
 # Targets: added handshake latency <= 1 ms median over direct; a 1 GiB
 # transfer >= 90% of direct's throughput; >= 2x Squid's connections a
 # second, and lower latency than Squid. Needs root and squid (scripts/prereqs
-# --test). RUNS, LAT_N, CPS_N, CPS_CONC, BYTES tune it.
+# --test). RUNS, ROUNDS, LAT_N, CPS_N, CPS_CONC, BYTES tune it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v squid >/dev/null || PATH=$PATH:/usr/sbin
@@ -21,13 +26,17 @@ command -v squid >/dev/null || { echo "fw-proxy.sh: squid is missing (scripts/pr
 cargo build --release --locked -q -p sbx-fw -p sbx-fwbed
 FW=$PWD/target/release/sbx-fw
 BED=$PWD/target/release/sbx-fwbed
-RUNS=${RUNS:-5} LAT_N=${LAT_N:-500} CPS_N=${CPS_N:-1000} CPS_CONC=${CPS_CONC:-16}
+FW_BASE=${FW_BASE:-}
+RUNS=${RUNS:-5} ROUNDS=${ROUNDS:-7} LAT_N=${LAT_N:-500} CPS_N=${CPS_N:-2000} CPS_CONC=${CPS_CONC:-32}
 BYTES=${BYTES:-1073741824}
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 TMP=$(mktemp -d)
 chmod 0755 "$TMP"
 fds=()
+beds=(pdir ppx psq)
+[ -n "$FW_BASE" ] && beds+=(pbs)
 cleanup() {
-  for p in pdir ppx psq; do { ip netns pids "$p-sbx" 2>/dev/null || true; } | xargs -r kill || true; done
+  for p in "${beds[@]}"; do { ip netns pids "$p-sbx" 2>/dev/null || true; } | xargs -r kill || true; done
   for f in "${fds[@]}"; do eval "exec $f>&-"; done
   wait 2>/dev/null || true
   rm -rf "$TMP"
@@ -42,20 +51,21 @@ bed() { # PREFIX: start a bed, wait until it is up
   for _ in $(seq 100); do [ -s "$TMP/$1.json" ] && { chmod 0755 "$TMP/$1"; return; }; sleep 0.05; done
   echo "bed $1 did not start" >&2; exit 1
 }
-bed pdir; bed ppx; bed psq
+for b in "${beds[@]}"; do bed "$b"; done
 
-init() { # PREFIX MODE
+init() { # PREFIX MODE [SBX-FW]
   printf '[network]\nallow-domains = ["allowed.test"]\nregistries = false\ngithub = false\nmode = "%s"\n' "$2" > "$TMP/$1.toml"
   ip netns exec "$1-sbx" env SBX_FW_STATE_DIR="$TMP/$1/state" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
-    "$FW" -q --config "$TMP/$1.toml" init
+    "${3:-$FW}" -q --config "$TMP/$1.toml" init
 }
 init pdir address
 init ppx proxy
+[ -n "$FW_BASE" ] && init pbs proxy "$FW_BASE"
 
 # Squid as Debian ships it, tuned as one would for this job: no cache, no
 # access log (sbx-fw logs refusals only), the bed's resolver.
 mkdir -p "$TMP/squid" && chown proxy: "$TMP/squid"
-cat > "$TMP/squid.conf" <<EOF
+cat > "$TMP/squid.conf" <<EOC
 http_port 127.0.0.1:3128
 acl allowed dstdomain allowed.test .wild.test
 acl SSL_ports port 443
@@ -74,65 +84,105 @@ netdb_filename none
 pinger_enable off
 shutdown_lifetime 0 seconds
 max_filedescriptors 8192
-EOF
+EOC
 ip netns exec psq-sbx squid -N -f "$TMP/squid.conf" &
+SQUID_PID=$!
 for _ in $(seq 100); do
   ip netns exec psq-sbx bash -c 'exec 3<>/dev/tcp/127.0.0.1/3128' 2>/dev/null && break; sleep 0.1
 done
 
-agent=(setpriv --reuid=1000 --regid=1000 --clear-groups --)
-# client NAME N CONC BYTES: the command line of one path.
-client() {
-  local ns target proxy ca
-  case "$1" in
-    direct) ns=pdir target=198.18.1.1:443 proxy=- ;;
-    transparent) ns=ppx target=198.18.1.1:443 proxy=- ;;
-    sbx-connect) ns=ppx target=allowed.test:443 proxy=127.0.0.1:3128 ;;
-    squid-connect) ns=psq target=allowed.test:443 proxy=127.0.0.1:3128 ;;
-  esac
-  ca=$TMP/$ns/ca.der
-  echo "ip netns exec $ns-sbx ${agent[*]} $BED bench tls $target allowed.test $ca $proxy $2 $3 $4"
-}
 paths=(direct transparent sbx-connect squid-connect)
+[ -n "$FW_BASE" ] && paths+=(base-transparent base-connect)
+agent=(setpriv --reuid=1000 --regid=1000 --clear-groups --)
+where() { # PATH -> "netns target proxy pid"
+  case "$1" in
+    direct) echo "pdir 198.18.1.1:443 - -" ;;
+    transparent) echo "ppx 198.18.1.1:443 - $(cat "$TMP/ppx/state/proxy.pid")" ;;
+    sbx-connect) echo "ppx allowed.test:443 127.0.0.1:3128 $(cat "$TMP/ppx/state/proxy.pid")" ;;
+    squid-connect) echo "psq allowed.test:443 127.0.0.1:3128 $SQUID_PID" ;;
+    base-transparent) echo "pbs 198.18.1.1:443 - $(cat "$TMP/pbs/state/proxy.pid")" ;;
+    base-connect) echo "pbs allowed.test:443 127.0.0.1:3128 $(cat "$TMP/pbs/state/proxy.pid")" ;;
+  esac
+}
+client() { # PATH N CONC BYTES: the full-TLS client's command line
+  local ns target proxy pid
+  read -r ns target proxy pid <<<"$(where "$1")"
+  echo "ip netns exec $ns-sbx ${agent[*]} $BED bench tls $target allowed.test $TMP/$ns/ca.der $proxy $2 $3 $4"
+}
+light() { # PATH N CONC: the light client's command line
+  local ns target proxy pid
+  read -r ns target proxy pid <<<"$(where "$1")"
+  echo "ip netns exec $ns-sbx ${agent[*]} $BED bench hello $target allowed.test $proxy $2 $3 $pid"
+}
 for p in "${paths[@]}"; do # each path works before anything is timed
   $(client "$p" 2 1 1024) > /dev/null || { echo "path $p does not work: $($(client "$p" 1 1 0))" >&2; exit 1; }
+  $(light "$p" 2 1) > /dev/null || { echo "path $p does not work: $($(light "$p" 1 1))" >&2; exit 1; }
 done
 
-# 1. Handshake latency: LAT_N sequential connections a path, the paths
-# interleaved over three rounds; the median of each path's medians.
-declare -A med
-for round in 1 2 3; do
+# stats "v1 v2 ...": median [min–max]
+stats() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR]=$1} END {m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.4g [%.4g–%.4g]", m, v[1], v[NR]}'; }
+med() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
+
+# 1. Handshake latency (full TLS): LAT_N sequential connections a path,
+# the paths interleaved over ROUNDS rounds; median of the rounds' medians.
+declare -A lat cps cpu hlat
+for _ in $(seq "$ROUNDS"); do
+  for p in "${paths[@]}"; do lat[$p]="${lat[$p]:-} $($(client "$p" "$LAT_N" 1 0) | jq .median_ms)"; done
+done
+echo "handshake latency ms (full TLS 1.3), median of $LAT_N sequential connections, median [min–max] of $ROUNDS rounds:"
+for p in "${paths[@]}"; do printf '  %-17s %s\n' "$p" "$(stats "${lat[$p]}")"; done
+
+# 2. Connections a second, light client, CPS_CONC in flight; interleaved
+# rounds; with the proxy's CPU time per connection.
+for _ in $(seq "$ROUNDS"); do
   for p in "${paths[@]}"; do
-    m=$($(client "$p" "$LAT_N" 1 0) | jq .median_ms)
-    med[$p]="${med[$p]:-} $m"
+    # A run with failed connections is reported and counted as it came.
+    j=$($(light "$p" "$CPS_N" "$CPS_CONC")) || echo "  ($p: $(jq -c '{errors, first_error}' <<<"$j"))" >&2
+    cps[$p]="${cps[$p]:-} $(jq .cps <<<"$j")"
+    cpu[$p]="${cpu[$p]:-} $(jq .proxy_cpu_us_per_conn <<<"$j")"
+    hlat[$p]="${hlat[$p]:-} $(jq .median_ms <<<"$j")"
   done
 done
-median3() { tr ' ' '\n' <<<"$1" | grep . | sort -g | sed -n 2p; }
-echo "handshake latency, median of $LAT_N sequential connections (3 rounds):"
-for p in "${paths[@]}"; do printf '  %-14s %s ms  (rounds:%s)\n' "$p" "$(median3 "${med[$p]}")" "${med[$p]}"; done
+echo "connections/s (light client: hello out, ServerHello back), $CPS_N connections $CPS_CONC at a time, median [min–max] of $ROUNDS rounds:"
+for p in "${paths[@]}"; do
+  printf '  %-17s %s conn/s; connection time %s ms; proxy CPU %s µs/connection\n' "$p" \
+    "$(stats "${cps[$p]}")" "$(stats "${hlat[$p]}")" "$(stats "${cpu[$p]}")"
+done
 
-# 2. Connections a second: CPS_N connections, CPS_CONC at a time.
+# 3. Connections a second with the full-TLS client (hyperfine).
 cps_args=()
 for p in "${paths[@]}"; do cps_args+=(-n "$p" "$(client "$p" "$CPS_N" "$CPS_CONC" 0)"); done
 hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/cps.json" "${cps_args[@]}"
 
-# 3. Throughput: one connection reading BYTES.
+# 4. Throughput: one connection reading BYTES (hyperfine).
 tp_args=()
 for p in "${paths[@]}"; do tp_args+=(-n "$p" "$(client "$p" 1 1 "$BYTES")"); done
 hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/tp.json" "${tp_args[@]}"
 
-lat() { median3 "${med[$1]}"; }
-jq -r --arg n "$CPS_N" --arg b "$BYTES" \
-  --arg ld "$(lat direct)" --arg lt "$(lat transparent)" --arg lc "$(lat sbx-connect)" --arg ls "$(lat squid-connect)" \
-  --slurpfile tp "$TMP/tp.json" '
-  def by($r; $name): ($r.results[] | select(.command == $name) | .median);
-  . as $c |
-  ($n | tonumber) as $n | ($b | tonumber) as $b |
-  def cps($x): $n / by($c; $x);
-  def mib($x): $b / by($tp[0]; $x) / 1048576;
-  "summary (medians):",
-  "  handshake latency ms: direct \($ld), transparent \($lt) (+\((($lt|tonumber) - ($ld|tonumber)) * 1000 | round / 1000)), sbx CONNECT \($lc), squid CONNECT \($ls)",
-  "  connections/s: direct \(cps("direct") | round), transparent \(cps("transparent") | round), sbx CONNECT \(cps("sbx-connect") | round), squid CONNECT \(cps("squid-connect") | round)",
-  "  vs squid: transparent \(cps("transparent") / cps("squid-connect") * 100 | round / 100)x, sbx CONNECT \(cps("sbx-connect") / cps("squid-connect") * 100 | round / 100)x its connections/s",
-  "  1 GiB throughput MiB/s: direct \(mib("direct") | round), transparent \(mib("transparent") | round) (\(mib("transparent") / mib("direct") * 100 | round)%), sbx CONNECT \(mib("sbx-connect") | round) (\(mib("sbx-connect") / mib("direct") * 100 | round)%), squid CONNECT \(mib("squid-connect") | round) (\(mib("squid-connect") / mib("direct") * 100 | round)%)"
+# 5. The proxies' CPU time for one BYTES transfer (the wall clock above
+# is mostly other processes' on a busy machine).
+cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
+echo "proxy CPU time for one $BYTES-byte transfer:"
+for p in "${paths[@]}"; do
+  read -r _ _ _ pid <<<"$(where "$p")"
+  [ "$pid" = - ] && continue
+  c0=$(cpu_of "$pid"); $(client "$p" 1 1 "$BYTES") > /dev/null; c1=$(cpu_of "$pid")
+  printf '  %-17s %s ms\n' "$p" "$(awk -v a="$c0" -v b="$c1" 'BEGIN {printf "%.0f", (b - a) / 1e6}')"
+done
+
+echo "summary (medians):"
+echo "  handshake latency ms: direct $(med "${lat[direct]}"), transparent $(med "${lat[transparent]}"), sbx CONNECT $(med "${lat[sbx-connect]}"), squid CONNECT $(med "${lat[squid-connect]}")"
+for p in "${paths[@]}"; do
+  printf '  %-17s light conn/s %s (%.2fx squid), proxy CPU %s µs/conn\n' "$p" "$(med "${cps[$p]}")" \
+    "$(awk -v a="$(med "${cps[$p]}")" -v b="$(med "${cps[squid-connect]}")" 'BEGIN {print a / b}')" "$(med "${cpu[$p]}")"
+done
+jq -r --arg n "$CPS_N" --arg b "$BYTES" --slurpfile tp "$TMP/tp.json" '
+  def by($r; $name): ($r.results[] | select(.command == $name));
+  . as $c | ($n | tonumber) as $n | ($b | tonumber) as $b |
+  ($c.results | map(.command)) as $paths |
+  ($n / by($c; "squid-connect").median) as $sq |
+  (by($tp[0]; "direct").median) as $dt |
+  $paths[] as $p |
+  "  \($p): full-TLS conn/s \($n / by($c; $p).median | round) [\($n / by($c; $p).max | round)–\($n / by($c; $p).min | round)] (\($n / by($c; $p).median / $sq * 100 | round / 100)x squid); 1 GiB \($b / by($tp[0]; $p).median / 1048576 | round) MiB/s [\($b / by($tp[0]; $p).max / 1048576 | round)–\($b / by($tp[0]; $p).min / 1048576 | round)] (\($dt / by($tp[0]; $p).median * 100 | round)% of direct)"
 ' "$TMP/cps.json"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -62,6 +62,7 @@ pub fn main(args: &[String]) -> i32 {
         "raw" => raw(arg(1), &args[2..]),
         "tlsmany" => tlsmany(arg(1), arg(2), arg(3).parse().expect("N")),
         "holdhttp" => holdhttp(arg(1), arg(2), arg(3).parse().expect("SECS")),
+        "idle" => idle(arg(1), arg(2), arg(3).parse().expect("SECS")),
         "slowloris" => slowloris(
             arg(1).parse().expect("ADDR:PORT"),
             arg(2).parse().expect("N"),
@@ -590,6 +591,46 @@ fn slowloris(target: SocketAddr, n: usize, secs: u64) -> serde_json::Value {
 
 /// A transfer kept going for SECS: a request with Host HOST, then a ping
 /// (part of its body) echoed every 100 ms. Prints "open" once the first answer came.
+/// One exchange (port 443: a ClientHello and the server's first bytes;
+/// otherwise a request head, echoed by the far side), then silence: when,
+/// if within `secs`, is the connection closed?
+fn idle(target: &str, host: &str, secs: u64) -> serde_json::Value {
+    let run = || -> Result<Option<u128>, String> {
+        let mut c = dial(target).map_err(|e| e.to_string())?;
+        let first = if target.ends_with(":443") {
+            sbx_fw::proxy::sni::client_hello(Some(host))
+        } else {
+            format!("POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000\r\n\r\n").into_bytes()
+        };
+        c.write_all(&first).map_err(|e| e.to_string())?;
+        let mut b = [0u8; 5];
+        c.read_exact(&mut b).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        c.set_read_timeout(Some(Duration::from_secs(secs)))
+            .map_err(|e| e.to_string())?;
+        let mut rest = [0u8; 4096];
+        loop {
+            match c.read(&mut rest) {
+                Ok(0) => return Ok(Some(t0.elapsed().as_millis())),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None);
+                }
+                Err(_) => return Ok(Some(t0.elapsed().as_millis())),
+            }
+        }
+    };
+    match run() {
+        Ok(ms) => json!({"opened": true, "closed_ms": ms}),
+        Err(e) => json!({"opened": false, "error": e}),
+    }
+}
+
 fn holdhttp(target: &str, host: &str, secs: u64) -> serde_json::Value {
     let run = || -> Result<u64, String> {
         let mut c = dial(target).map_err(|e| e.to_string())?;

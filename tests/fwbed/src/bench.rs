@@ -4,6 +4,13 @@
 //! handshake verified against the bed's CA, then `GET /bytes/BYTES` read to
 //! the end. Prints one JSON line: handshake latency (connect to handshake
 //! done) median and p90, connections a second, body throughput.
+//!
+//! `sbx-fwbed bench hello TARGET SNI PROXY N CONC PID`: the light client,
+//! for connections a second where the proxy, not the client, is the cost:
+//! each connection sends a ready-made ClientHello and reads the server's
+//! first record (its ServerHello), then closes; no client-side crypto.
+//! PID (`-`: none) is the proxy's: the CPU time all its threads used over
+//! the run is reported, per connection.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,6 +22,9 @@ use serde_json::json;
 
 pub fn main(args: &[String]) -> i32 {
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    if arg(0) == "hello" && args.len() == 7 {
+        return hello_main(args);
+    }
     if arg(0) != "tls" || args.len() != 8 {
         eprintln!("usage: sbx-fwbed bench tls TARGET SNI CA_DER PROXY|- N CONC BYTES");
         return 64;
@@ -143,4 +153,95 @@ fn one(
         return Err(format!("short body: {total} of {bytes}"));
     }
     Ok((shook, total))
+}
+
+/// CPU time, in ns, that all threads of `pid` have used (schedstat).
+fn cpu_ns(pid: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn hello_main(args: &[String]) -> i32 {
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let (target, sni, proxy, pid) = (arg(1), arg(2), arg(3), arg(6));
+    let num = |i: usize| arg(i).parse::<usize>().unwrap_or(0);
+    let (n, conc) = (num(4), num(5).max(1));
+    let hello = sbx_fw::proxy::sni::client_hello(Some(sni));
+    let proxy = (proxy != "-").then_some(proxy);
+    let next = AtomicUsize::new(0);
+    let lat = Mutex::new(Vec::with_capacity(n));
+    let errors = Mutex::new(Vec::new());
+    let cpu0 = cpu_ns(pid);
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..conc {
+            s.spawn(|| {
+                while next.fetch_add(1, Ordering::Relaxed) < n {
+                    let t = Instant::now();
+                    match hello_one(target, proxy, &hello) {
+                        Ok(()) => lat.lock().unwrap().push(t.elapsed()),
+                        Err(e) => errors.lock().unwrap().push(e),
+                    }
+                }
+            });
+        }
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_ns(pid).saturating_sub(cpu0);
+    let mut lat = lat.into_inner().unwrap();
+    lat.sort();
+    let median = lat
+        .get(lat.len() / 2)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    let errors = errors.into_inner().unwrap();
+    let ok = lat.len().max(1) as f64;
+    println!(
+        "{}",
+        json!({
+            "ok": lat.len(), "errors": errors.len(), "first_error": errors.first(),
+            "median_ms": median, "secs": secs, "cps": lat.len() as f64 / secs,
+            "proxy_cpu_us_per_conn": cpu as f64 / 1000.0 / ok,
+        })
+    );
+    if errors.is_empty() { 0 } else { 1 }
+}
+
+/// One connection: the hello out, the server's first record back.
+fn hello_one(target: &str, proxy: Option<&str>, hello: &[u8]) -> Result<(), String> {
+    let e = |what: &str, err: std::io::Error| format!("{what}: {err}");
+    let mut c = TcpStream::connect(proxy.unwrap_or(target)).map_err(|x| e("connect", x))?;
+    c.set_nodelay(true).map_err(|x| e("nodelay", x))?;
+    c.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|x| e("timeout", x))?;
+    if proxy.is_some() {
+        // As clients do: the hello after the proxy's 200.
+        write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
+            .map_err(|x| e("CONNECT", x))?;
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match c.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => return Err("proxy closed".into()),
+            }
+        }
+        if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
+            return Err(format!("proxy: {}", String::from_utf8_lossy(&head)));
+        }
+    }
+    c.write_all(hello).map_err(|x| e("hello", x))?;
+    let mut rec = [0u8; 5];
+    c.read_exact(&mut rec).map_err(|x| e("server hello", x))?;
+    if rec[0] != 0x16 {
+        return Err(format!("not a handshake record: {rec:?}"));
+    }
+    let mut body = vec![0u8; usize::from(u16::from_be_bytes([rec[3], rec[4]]))];
+    c.read_exact(&mut body).map_err(|x| e("server hello", x))?;
+    Ok(())
 }

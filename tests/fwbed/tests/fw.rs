@@ -1664,6 +1664,93 @@ fn proxy_mode_leaves_roots_own_443_direct() {
     assert!(!bed.reached(&["tls", "198.18.1.1:443", "blocked.test"]));
 }
 
+/// A bed in proxy mode whose proxy runs with `env` (shorter limits).
+fn proxy_bed_with(prefix: &str, env: &[(&'static str, &'static str)]) -> Option<Bed> {
+    let mut bed = Bed::new(prefix)?;
+    bed.env.extend_from_slice(env);
+    Command::new("chmod")
+        .arg("0755")
+        .arg(bed.dir.path())
+        .status()
+        .unwrap();
+    bed.config("mode = \"proxy\"\n");
+    let o = bed.init();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Some(bed)
+}
+
+/// Issue 22: a connection with nothing moving either way past the idle
+/// limit (2 s here; 120 s for kept-alive port 80 and 15 min for tunnels
+/// by default) is closed; one that keeps moving bytes is not.
+#[test]
+fn proxy_closes_idle_connections_only() {
+    let Some(bed) = proxy_bed_with("px7", &[("SBX_FW_PROXY_IDLE", "2")]) else {
+        return;
+    };
+    // Pings every 100 ms for 4 s, twice the limit: kept.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .arg(bin("sbx-fwbed"))
+        .args(["attack", "holdhttp", "198.18.1.1:80", "allowed.test", "4"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(v["alive"], true, "a busy connection was cut: {v}");
+    // Silent after one exchange: closed at the limit. The far sides would
+    // hold it (port 80 for ever, the TLS server 5 s).
+    for (target, name) in [
+        ("198.18.1.1:80", "allowed.test"),
+        ("198.18.1.1:443", "allowed.test"),
+    ] {
+        let v = bed.attack(true, &["idle", target, name, "8"]);
+        eprintln!("idle {target}: {v}");
+        assert_eq!(v["opened"], true, "{v}");
+        let ms = v["closed_ms"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            (1500..4000).contains(&ms),
+            "{target}: not closed at the idle limit: {v}"
+        );
+    }
+}
+
+/// Issue 22: an address the DNS filter handed out is trusted by the proxy
+/// for the filter's longest hold (2 s here); after that only if the name
+/// still resolves to it, looked up afresh.
+#[test]
+fn proxy_handed_addresses_expire_and_are_looked_up_again() {
+    let Some(bed) = proxy_bed_with("px8", &[("SBX_FW_PROXY_HOLD", "2")]) else {
+        return;
+    };
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .args(["getent", "ahostsv4", "rotate.test"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let addr = out
+        .split_whitespace()
+        .next()
+        .expect("rotate.test resolves")
+        .to_owned();
+    let target = format!("{addr}:443");
+    assert!(bed.reached(&["tls", &target, "rotate.test"]));
+    assert!(bed.reached(&["tls", "x.wild.test:443", "x.wild.test"]));
+    std::thread::sleep(Duration::from_secs(3));
+    // Stale: rotate.test now resolves elsewhere (each answer is the next
+    // address), x.wild.test still to the same one.
+    assert!(
+        !bed.reached(&["tls", &target, "rotate.test"]),
+        "a handed-out address outlived its hold"
+    );
+    assert!(
+        bed.reached(&["tls", "198.18.1.3:443", "x.wild.test"]),
+        "a name still resolving to its address was refused after the hold"
+    );
+}
+
 // ---- Attacks on proxy mode as the agent (fresh eyes) ----
 
 impl Bed {

@@ -61,74 +61,16 @@ pub fn parse(buf: &[u8]) -> Head {
     if first.contains(['\r', '\n']) {
         return Head::Bad("bare CR or LF in the request line".into());
     }
-    let mut host = None;
-    let mut framing = Framing::None;
-    for l in lines {
-        if l.contains(['\r', '\n']) {
-            return Head::Bad("bare CR or LF in a header".into());
-        }
-        let Some((k, v)) = l.split_once(':') else {
-            return Head::Bad("malformed header line".into());
-        };
-        if k.is_empty() || !k.bytes().all(is_tchar) {
-            return Head::Bad(format!("header name {k:?} is not a token"));
-        }
-        let v = v.trim_matches([' ', '\t']);
-        if k.eq_ignore_ascii_case("host") {
-            if host.is_some() {
-                return Head::Bad("more than one Host header".into());
-            }
-            host = Some(v.to_owned());
-        } else if k.eq_ignore_ascii_case("content-length") {
-            let Ok(n) = v.parse::<u64>() else {
-                return Head::Bad(format!("Content-Length {v:?}"));
-            };
-            if !v.bytes().all(|b| b.is_ascii_digit()) || framing != Framing::None {
-                return Head::Bad("ambiguous body length".into());
-            }
-            framing = Framing::Length(n);
-        } else if k.eq_ignore_ascii_case("transfer-encoding") {
-            if !v.eq_ignore_ascii_case("chunked") || framing != Framing::None {
-                return Head::Bad("ambiguous body length".into());
-            }
-            framing = Framing::Chunked;
-        } else if k.eq_ignore_ascii_case("upgrade") {
-            framing = Framing::Upgrade;
-        }
-    }
-    let host = match host {
-        Some(h) => match host_name(&h) {
-            Some((n, _)) => Some(n),
-            None => return Head::Bad(format!("Host {h:?} is not a host name")),
-        },
-        None => None,
+    let (host, framing) = match headers(lines) {
+        Ok(v) => v,
+        Err(e) => return Head::Bad(e),
     };
-    // The name in the request target (absolute-form, or CONNECT's
-    // authority-form) is the one a server or proxy acts on: it must be the
-    // Host's, and stands for it when there is no Host.
-    let named = if target.starts_with('/') || target == "*" {
-        None
-    } else {
-        let auth = match target.split_once("://") {
-            Some((scheme, rest))
-                if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
-            {
-                rest.split(['/', '?', '#']).next().unwrap_or_default()
-            }
-            Some(_) => return Head::Bad(format!("request target {target:?}")),
-            None if method == "CONNECT" => target,
-            None => return Head::Bad(format!("request target {target:?}")),
-        };
-        match host_name(auth) {
-            Some((n, _)) => Some(n),
-            None => return Head::Bad(format!("request target {target:?} names no host")),
-        }
-    };
-    let host = match (host, named) {
-        (Some(h), Some(n)) if h != n => {
+    let host = match (host, target_name(method, target)) {
+        (_, Err(e)) => return Head::Bad(e),
+        (Some(h), Ok(Some(n))) if h != n => {
             return Head::Bad(format!("request target names {n}, Host {h}"));
         }
-        (h, n) => h.or(n),
+        (h, Ok(n)) => h.or(n),
     };
     Head::Done(Request {
         method: method.to_owned(),
@@ -137,6 +79,75 @@ pub fn parse(buf: &[u8]) -> Head {
         len: end + 4,
         framing,
     })
+}
+
+/// The Host (lower case, no port) and the body framing of the header lines.
+fn headers<'a>(lines: impl Iterator<Item = &'a str>) -> Result<(Option<String>, Framing), String> {
+    let mut host = None;
+    let mut framing = Framing::None;
+    for l in lines {
+        if l.contains(['\r', '\n']) {
+            return Err("bare CR or LF in a header".into());
+        }
+        let Some((k, v)) = l.split_once(':') else {
+            return Err("malformed header line".into());
+        };
+        if k.is_empty() || !k.bytes().all(is_tchar) {
+            return Err(format!("header name {k:?} is not a token"));
+        }
+        let v = v.trim_matches([' ', '\t']);
+        if k.eq_ignore_ascii_case("host") {
+            if host.is_some() {
+                return Err("more than one Host header".into());
+            }
+            host = Some(v.to_owned());
+        } else if k.eq_ignore_ascii_case("content-length") {
+            let Ok(n) = v.parse::<u64>() else {
+                return Err(format!("Content-Length {v:?}"));
+            };
+            if !v.bytes().all(|b| b.is_ascii_digit()) || framing != Framing::None {
+                return Err("ambiguous body length".into());
+            }
+            framing = Framing::Length(n);
+        } else if k.eq_ignore_ascii_case("transfer-encoding") {
+            if !v.eq_ignore_ascii_case("chunked") || framing != Framing::None {
+                return Err("ambiguous body length".into());
+            }
+            framing = Framing::Chunked;
+        } else if k.eq_ignore_ascii_case("upgrade") {
+            framing = Framing::Upgrade;
+        }
+    }
+    match host {
+        Some(h) => match host_name(&h) {
+            Some((n, _)) => Ok((Some(n), framing)),
+            None => Err(format!("Host {h:?} is not a host name")),
+        },
+        None => Ok((None, framing)),
+    }
+}
+
+/// The name in the request target (absolute-form, or CONNECT's
+/// authority-form) is the one a server or proxy acts on: it must be the
+/// Host's, and stands for it when there is no Host.
+fn target_name(method: &str, target: &str) -> Result<Option<String>, String> {
+    if target.starts_with('/') || target == "*" {
+        return Ok(None);
+    }
+    let auth = match target.split_once("://") {
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
+        {
+            rest.split(['/', '?', '#']).next().unwrap_or_default()
+        }
+        Some(_) => return Err(format!("request target {target:?}")),
+        None if method == "CONNECT" => target,
+        None => return Err(format!("request target {target:?}")),
+    };
+    match host_name(auth) {
+        Some((n, _)) => Ok(Some(n)),
+        None => Err(format!("request target {target:?} names no host")),
+    }
 }
 
 /// RFC 9110 token characters.
@@ -167,141 +178,6 @@ pub fn host_name(s: &str) -> Option<(String, Option<u16>)> {
         return None;
     }
     Some((d.name, port))
-}
-
-/// Follows the requests a client sends on one plain HTTP connection, so
-/// that every head is judged, not only the first: a keep-alive connection
-/// could otherwise carry a second request for any host. Bodies are framed
-/// by Content-Length or chunked coding; anything we could not follow the
-/// way a server does (an Upgrade, trailers, a malformed chunk) is refused.
-#[derive(Debug, Default)]
-pub struct Requests {
-    state: St,
-    pending: Vec<u8>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-enum St {
-    #[default]
-    Head,
-    Body(u64),
-    ChunkLine,
-    ChunkData(u64),
-    ChunkEnd,
-    Trailer,
-}
-
-impl Requests {
-    /// Take the next bytes: every whole head in them goes to `heads` (to
-    /// be judged before anything is sent) and the bytes that may be sent on
-    /// to `out`. A head still incomplete is held back.
-    pub fn feed(
-        &mut self,
-        mut data: &[u8],
-        out: &mut Vec<u8>,
-        heads: &mut Vec<Request>,
-    ) -> Result<(), String> {
-        while !data.is_empty() {
-            match self.state {
-                St::Body(n) | St::ChunkData(n) => {
-                    let k = usize::try_from(n).unwrap_or(usize::MAX).min(data.len());
-                    out.extend_from_slice(&data[..k]);
-                    data = &data[k..];
-                    let left = n - k as u64;
-                    self.state = match self.state {
-                        St::Body(_) if left == 0 => St::Head,
-                        St::Body(_) => St::Body(left),
-                        _ if left == 0 => St::ChunkEnd,
-                        _ => St::ChunkData(left),
-                    };
-                }
-                St::Head => {
-                    let take = self.take_until(&mut data, b"\r\n\r\n", MAX_HEAD)?;
-                    if !take {
-                        continue;
-                    }
-                    let r = match parse(&self.pending) {
-                        Head::Done(r) => r,
-                        Head::Bad(e) => return Err(e),
-                        Head::More => return Err("request head".into()),
-                    };
-                    self.state = match r.framing {
-                        Framing::None | Framing::Length(0) => St::Head,
-                        Framing::Length(n) => St::Body(n),
-                        Framing::Chunked => St::ChunkLine,
-                        Framing::Upgrade => return Err("a protocol upgrade".into()),
-                    };
-                    heads.push(r);
-                    out.append(&mut self.pending);
-                }
-                St::ChunkLine => {
-                    if !self.take_until(&mut data, b"\r\n", 1024)? {
-                        continue;
-                    }
-                    let line = &self.pending[..self.pending.len() - 2];
-                    let size = line.split(|b| *b == b';').next().unwrap_or_default();
-                    let ok = !size.is_empty()
-                        && size.len() <= 15
-                        && size.iter().all(u8::is_ascii_hexdigit)
-                        && !line.iter().any(|b| matches!(b, b'\r' | b'\n' | 0));
-                    if !ok {
-                        return Err("malformed chunk size".into());
-                    }
-                    let n = std::str::from_utf8(size)
-                        .ok()
-                        .and_then(|s| u64::from_str_radix(s, 16).ok())
-                        .ok_or("malformed chunk size")?;
-                    self.state = if n == 0 {
-                        St::Trailer
-                    } else {
-                        St::ChunkData(n)
-                    };
-                    out.append(&mut self.pending);
-                }
-                St::ChunkEnd | St::Trailer => {
-                    self.pending.push(data[0]);
-                    data = &data[1..];
-                    if self.pending.len() < 2 {
-                        continue;
-                    }
-                    if self.pending != b"\r\n" {
-                        return Err("malformed chunked body (or trailers)".into());
-                    }
-                    self.state = match self.state {
-                        St::ChunkEnd => St::ChunkLine,
-                        _ => St::Head,
-                    };
-                    out.append(&mut self.pending);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Move bytes into `pending` until it ends with `end`: true then.
-    fn take_until(&mut self, data: &mut &[u8], end: &[u8], max: usize) -> Result<bool, String> {
-        // Look from a little before the new bytes: `end` may straddle.
-        let from = self.pending.len().saturating_sub(end.len() - 1);
-        let old = self.pending.len();
-        let avail = &data[..data.len().min(max + 1 - old.min(max))];
-        self.pending.extend_from_slice(avail);
-        match self.pending[from..]
-            .windows(end.len())
-            .position(|w| w == end)
-        {
-            Some(i) => {
-                let stop = from + i + end.len();
-                *data = &data[stop - old..];
-                self.pending.truncate(stop);
-                Ok(true)
-            }
-            None if self.pending.len() > max => Err(format!("nothing whole within {max} bytes")),
-            None => {
-                *data = &data[avail.len()..];
-                Ok(false)
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -385,47 +261,6 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
         ] {
             assert!(matches!(parse(r.as_bytes()), Head::Bad(_)), "{r:?}");
-        }
-    }
-
-    /// Every head on a connection comes out, whatever the bodies and
-    /// however the bytes are cut; what cannot be followed is refused.
-    #[test]
-    fn requests_on_one_connection_are_all_seen() {
-        let stream = "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 33\r\n\r\n\
-                      GET / HTTP/1.1\r\nHost: no.test\r\n\r\n\
-                      PUT / HTTP/1.1\r\nHost: b.test\r\nTransfer-Encoding: chunked\r\n\r\n\
-                      5;x=1\r\nHost:\r\n10\r\nGET / HTTP/1.1\r\n\r\n0\r\n\r\n\
-                      GET / HTTP/1.1\r\nHost: c.test\r\n\r\n";
-        for step in [1, 2, 7, 64, stream.len()] {
-            let mut r = Requests::default();
-            let (mut out, mut heads) = (Vec::new(), Vec::new());
-            for piece in stream.as_bytes().chunks(step) {
-                r.feed(piece, &mut out, &mut heads).unwrap();
-            }
-            let hosts: Vec<_> = heads.iter().map(|h| h.host.clone().unwrap()).collect();
-            assert_eq!(hosts, ["a.test", "b.test", "c.test"], "step {step}");
-            assert_eq!(out, stream.as_bytes(), "step {step}");
-        }
-        // A head is not passed on before it is whole.
-        let mut r = Requests::default();
-        let (mut out, mut heads) = (Vec::new(), Vec::new());
-        r.feed(b"GET / HTTP/1.1\r\nHost: a", &mut out, &mut heads)
-            .unwrap();
-        assert!(out.is_empty() && heads.is_empty());
-        for bad in [
-            "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: h2c\r\n\r\n",
-            "PUT / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5\nabcde\r\n",
-            "PUT / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n",
-            "PUT / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nHost: b.test\r\n\r\n",
-            "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: b.test\r\n\r\n",
-        ] {
-            let mut r = Requests::default();
-            let (mut out, mut heads) = (Vec::new(), Vec::new());
-            assert!(
-                r.feed(bad.as_bytes(), &mut out, &mut heads).is_err(),
-                "{bad:?}"
-            );
         }
     }
 

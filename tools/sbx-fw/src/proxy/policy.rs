@@ -13,6 +13,8 @@ use sbx_core::config::Domain;
 use crate::allowlist::domain_matches;
 use crate::state::State;
 
+use super::handed::Hold;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// TLS without a server name, HTTP without a Host.
@@ -38,23 +40,34 @@ impl Refusal {
     }
 }
 
+/// Whether an address was handed out for an entry the predicate accepts.
+pub type HandedFn<'a> = dyn Fn(IpAddr, &dyn Fn(&str) -> bool) -> Hold + 'a;
+
+/// What [`Policy::judge`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Refuse(Refusal),
+    /// The DNS filter handed the address out for the name, longer ago than
+    /// any hold it gives: allowed only if the name still resolves to it.
+    Stale,
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct Policy {
-    allow: Vec<Domain>,
+    /// Each entry with its text (the DNS filter records entries as text).
+    allow: Vec<(Domain, String)>,
     /// Entry text -> addresses it resolved to at init.
     resolved: HashMap<String, Vec<IpAddr>>,
-    /// Address -> entries the DNS filter handed it out for.
-    handed: HashMap<IpAddr, Vec<String>>,
     github_nets: Vec<IpNet>,
 }
 
 impl Policy {
     pub fn load(dir: &Path) -> Self {
-        let st = State::load(dir).ok().flatten().unwrap_or_default();
-        Self::from_parts(&st, crate::dns::read_handed(dir))
+        Self::from_state(&State::load(dir).ok().flatten().unwrap_or_default())
     }
 
-    pub fn from_parts(st: &State, handed: HashMap<IpAddr, Vec<String>>) -> Self {
+    pub fn from_state(st: &State) -> Self {
         let resolved = st
             .names
             .iter()
@@ -65,63 +78,79 @@ impl Policy {
             })
             .collect();
         Self {
-            allow: st.allow.iter().filter_map(|d| d.parse().ok()).collect(),
+            allow: st
+                .allow
+                .iter()
+                .filter_map(|d| d.parse::<Domain>().ok())
+                .map(|d| {
+                    let s = d.to_string();
+                    (d, s)
+                })
+                .collect(),
             resolved,
-            handed,
             github_nets: st.github_nets.clone(),
-        }
-    }
-
-    /// Re-read the DNS filter's record (it writes before it answers, so a
-    /// client that just resolved finds its address there).
-    pub fn with_handed(&self, handed: HashMap<IpAddr, Vec<String>>) -> Self {
-        Self {
-            handed,
-            ..self.clone()
         }
     }
 
     /// The addresses `name` resolved to at init (empty for a name only a
     /// wildcard covers): the CONNECT path dials these without a lookup.
-    pub fn addresses(&self, name: &str) -> Vec<IpAddr> {
-        self.resolved.get(name).cloned().unwrap_or_default()
+    pub fn addresses(&self, name: &str) -> &[IpAddr] {
+        self.resolved.get(name).map_or(&[], Vec::as_slice)
     }
 
     pub fn allows_name(&self, name: &str) -> bool {
-        self.allow.iter().any(|d| domain_matches(d, name))
+        self.allow.iter().any(|(d, _)| domain_matches(d, name))
     }
 
-    /// The verdict for `name` (from SNI or Host) on a connection to `dst`.
-    pub fn judge(&self, name: Option<&str>, dst: IpAddr) -> Result<(), Refusal> {
-        let name = name.ok_or(Refusal::NoName)?;
-        let entries: Vec<String> = self
-            .allow
+    /// The verdict for `name` (from SNI or Host) on a connection to `dst`;
+    /// `handed` answers from the DNS filter's record, asked only when the
+    /// addresses from init and GitHub's ranges do not settle it.
+    pub fn judge(&self, name: Option<&str>, dst: IpAddr, handed: &HandedFn<'_>) -> Verdict {
+        let Some(name) = name else {
+            return Verdict::Refuse(Refusal::NoName);
+        };
+        if !self.allows_name(name) {
+            return Verdict::Refuse(Refusal::NotAllowed);
+        }
+        // The common case first: no allocation, no lock.
+        if self.resolved.get(name).is_some_and(|v| v.contains(&dst))
+            || self.github_nets.iter().any(|n| n.contains(&dst))
+        {
+            return Verdict::Allow;
+        }
+        let entry = |e: &str| {
+            self.allow
+                .iter()
+                .any(|(d, s)| s == e && domain_matches(d, name))
+        };
+        match handed(dst, &entry) {
+            Hold::Live => Verdict::Allow,
+            Hold::Expired => Verdict::Stale,
+            Hold::None => Verdict::Refuse(Refusal::Fronting),
+        }
+    }
+
+    /// The allowlist entries covering `name`, as the DNS filter writes them.
+    pub fn entries(&self, name: &str) -> Vec<String> {
+        self.allow
             .iter()
-            .filter(|d| domain_matches(d, name))
-            .map(|d| d.to_string())
-            .collect();
-        if entries.is_empty() {
-            return Err(Refusal::NotAllowed);
-        }
-        let at_init = self.resolved.get(name).is_some_and(|v| v.contains(&dst));
-        let handed = self
-            .handed
-            .get(&dst)
-            .is_some_and(|es| es.iter().any(|e| entries.contains(e)));
-        let github = self.github_nets.iter().any(|n| n.contains(&dst));
-        if at_init || handed || github {
-            Ok(())
-        } else {
-            Err(Refusal::Fronting)
-        }
+            .filter(|(d, _)| domain_matches(d, name))
+            .map(|(_, s)| s.clone())
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::handed::Handed;
+    use std::time::{Duration, Instant};
 
-    fn policy() -> Policy {
+    fn at<'a>(h: &'a Handed, now: Instant) -> impl Fn(IpAddr, &dyn Fn(&str) -> bool) -> Hold + 'a {
+        move |d, e| h.hold(d, e, now)
+    }
+
+    fn policy() -> (Policy, Handed) {
         let mut st = State::new();
         st.allow = vec!["allowed.test".into(), "*.wild.test".into()];
         st.names.push(crate::state::Name {
@@ -135,33 +164,63 @@ mod tests {
             "198.18.1.3".parse().unwrap(),
             vec!["*.wild.test".to_owned()],
         );
-        Policy::from_parts(&st, h)
+        let mut handed = Handed::default();
+        handed.merge(h, Instant::now());
+        (Policy::from_state(&st), handed)
     }
 
     #[test]
     fn names_and_addresses_must_agree() {
-        let p = policy();
+        let (p, h) = policy();
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(p.judge(Some("allowed.test"), ip("198.18.1.1")), Ok(()));
-        assert_eq!(p.judge(Some("x.wild.test"), ip("198.18.1.3")), Ok(()));
-        assert_eq!(p.judge(Some("allowed.test"), ip("198.18.3.9")), Ok(()));
-        assert_eq!(p.judge(None, ip("198.18.1.1")), Err(Refusal::NoName));
+        let judge = |n: Option<&str>, a: &str| p.judge(n, ip(a), &at(&h, Instant::now()));
+        assert_eq!(judge(Some("allowed.test"), "198.18.1.1"), Verdict::Allow);
+        assert_eq!(judge(Some("x.wild.test"), "198.18.1.3"), Verdict::Allow);
+        assert_eq!(judge(Some("allowed.test"), "198.18.3.9"), Verdict::Allow);
+        let refused = |r| Verdict::Refuse(r);
+        assert_eq!(judge(None, "198.18.1.1"), refused(Refusal::NoName));
         assert_eq!(
-            p.judge(Some("blocked.test"), ip("198.18.1.1")),
-            Err(Refusal::NotAllowed)
+            judge(Some("blocked.test"), "198.18.1.1"),
+            refused(Refusal::NotAllowed)
         );
         // Allowed names, each on the other's address: fronting.
         assert_eq!(
-            p.judge(Some("x.wild.test"), ip("198.18.1.1")),
-            Err(Refusal::Fronting)
+            judge(Some("x.wild.test"), "198.18.1.1"),
+            refused(Refusal::Fronting)
         );
         assert_eq!(
-            p.judge(Some("allowed.test"), ip("198.18.1.3")),
-            Err(Refusal::Fronting)
+            judge(Some("allowed.test"), "198.18.1.3"),
+            refused(Refusal::Fronting)
         );
         assert_eq!(
-            p.judge(Some("wild.test"), ip("198.18.1.3")),
-            Err(Refusal::NotAllowed)
+            judge(Some("wild.test"), "198.18.1.3"),
+            refused(Refusal::NotAllowed)
+        );
+    }
+
+    /// A handed-out address is trusted for the filter's longest hold after
+    /// the proxy last saw it handed out; then it has to be looked up again.
+    #[test]
+    fn handed_addresses_go_stale() {
+        let (p, mut h) = policy();
+        let ip: IpAddr = "198.18.1.3".parse().unwrap();
+        let now = Instant::now();
+        let later = now + super::super::handed::HOLD + Duration::from_secs(1);
+        let name = Some("x.wild.test");
+        assert_eq!(p.judge(name, ip, &at(&h, now)), Verdict::Allow);
+        assert_eq!(p.judge(name, ip, &at(&h, later)), Verdict::Stale);
+        // Still in the file: a re-read does not make it fresh.
+        let mut file = HashMap::new();
+        file.insert(ip, vec!["*.wild.test".to_owned()]);
+        h.merge(file.clone(), later);
+        assert_eq!(p.judge(name, ip, &at(&h, later)), Verdict::Stale);
+        h.stamp(ip, &p.entries("x.wild.test"), later);
+        assert_eq!(p.judge(name, ip, &at(&h, later)), Verdict::Allow);
+        // Gone from the file (the filter compacted it away): gone here.
+        h.merge(HashMap::new(), later);
+        assert_eq!(
+            p.judge(name, ip, &at(&h, later)),
+            Verdict::Refuse(Refusal::Fronting)
         );
     }
 }

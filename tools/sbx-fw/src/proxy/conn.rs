@@ -1,0 +1,225 @@
+//! One accepted connection: its name read and judged, then relayed or reset.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::http::{self, Head, Request};
+use super::policy::Refusal;
+use super::relay::{reset, tunnel};
+use super::shared::{Shared, lookup};
+use super::{CONNECT_PORT, HELLO_TIMEOUT, Limits, sni};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The address the client dialled before the redirect.
+fn original_dst(c: &TcpStream, v6: bool) -> Option<SocketAddr> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    if v6 {
+        let sa = getsockopt(c, sockopt::Ip6tOriginalDst).ok()?;
+        Some(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(sa.sin6_addr.s6_addr),
+            u16::from_be(sa.sin6_port),
+            0,
+            0,
+        )))
+    } else {
+        let sa = getsockopt(c, sockopt::OriginalDst).ok()?;
+        Some(SocketAddr::V4(SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
+            u16::from_be(sa.sin_port),
+        )))
+    }
+}
+
+enum Seen {
+    Name(Option<String>),
+    Bad,
+}
+
+/// Read until the ClientHello (443) or the request head (80) is whole,
+/// within [`HELLO_TIMEOUT`]. `buf` keeps every byte, for the upstream;
+/// bytes already in it (after a CONNECT head) count.
+async fn read_name(c: &mut TcpStream, buf: &mut Vec<u8>, tls: bool) -> Seen {
+    let mut hello = sni::Reader::default();
+    let mut fed = 0;
+    let work = async {
+        loop {
+            if fed == buf.len() {
+                buf.reserve(4096);
+                if c.read_buf(buf).await.unwrap_or(0) == 0 {
+                    return Seen::Bad;
+                }
+            }
+            if tls {
+                let v = hello.push(&buf[fed..]);
+                fed = buf.len();
+                match v {
+                    sni::Hello::More => {}
+                    sni::Hello::Name(n) => return Seen::Name(n),
+                    sni::Hello::Bad(_) => return Seen::Bad,
+                }
+            } else {
+                fed = buf.len();
+                match http::parse(buf) {
+                    Head::More => {}
+                    Head::Done(r) => return Seen::Name(r.host),
+                    Head::Bad(_) => return Seen::Bad,
+                }
+            }
+        }
+    };
+    tokio::time::timeout(HELLO_TIMEOUT, work)
+        .await
+        .unwrap_or(Seen::Bad)
+}
+
+pub async fn dial(dst: SocketAddr) -> Option<TcpStream> {
+    let u = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst))
+        .await
+        .ok()?
+        .ok()?;
+    let _ = u.set_nodelay(true);
+    Some(u)
+}
+
+/// A connection redirected by netfilter (`v6`: from the ::1 listener).
+pub async fn transparent(mut c: TcpStream, s: Arc<Shared>, v6: bool, lim: Limits) {
+    let Some(dst) = original_dst(&c, v6) else {
+        return reset(c);
+    };
+    // Dialled directly, not redirected: there is nowhere to go.
+    if dst.ip().is_loopback() || !matches!(dst.port(), 80 | 443) {
+        return reset(c);
+    }
+    let mut buf = Vec::new();
+    let name = match read_name(&mut c, &mut buf, dst.port() == 443).await {
+        Seen::Name(n) => n,
+        Seen::Bad => {
+            s.audit(None, dst, Refusal::Malformed);
+            return reset(c);
+        }
+    };
+    if let Err(r) = s.judge(name.as_deref(), dst.ip()).await {
+        s.audit(name.as_deref(), dst, r);
+        return reset(c);
+    }
+    if dst.port() == 80 {
+        return super::plain::relay(c, s, dst, &buf, lim.keepalive).await;
+    }
+    match dial(dst).await {
+        Some(u) => tunnel(c, u, &buf, lim.tunnel).await,
+        None => reset(c),
+    }
+}
+
+/// The CONNECT head, within [`HELLO_TIMEOUT`]; `buf` keeps what came.
+async fn connect_head(c: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Head> {
+    tokio::time::timeout(HELLO_TIMEOUT, async {
+        loop {
+            match http::parse(buf) {
+                Head::More => {}
+                other => return other,
+            }
+            buf.reserve(4096);
+            if c.read_buf(buf).await.unwrap_or(0) == 0 {
+                return Head::Bad("closed".into());
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+const FORBIDDEN: &[u8] = b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n";
+
+/// The explicit proxy: `CONNECT name:443`, the same checks as a
+/// redirected connection, and the tunnel's ClientHello must name `name`.
+pub async fn connect_proxy(mut c: TcpStream, s: Arc<Shared>, lim: Limits) {
+    let local = SocketAddr::from((Ipv4Addr::LOCALHOST, CONNECT_PORT));
+    let mut buf = Vec::new();
+    let req = match connect_head(&mut c, &mut buf).await {
+        Some(Head::Done(r)) if r.method == "CONNECT" => r,
+        Some(Head::Done(_)) => {
+            let _ = c
+                .write_all(b"HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\n\r\n")
+                .await;
+            return;
+        }
+        _ => {
+            s.audit(None, local, Refusal::Malformed);
+            return reset(c);
+        }
+    };
+    let (name, dst) = match connect_target(&s, &req).await {
+        Ok(v) => v,
+        Err((name, r)) => {
+            s.audit(name.as_deref(), local, r);
+            let _ = c.try_write(FORBIDDEN);
+            return;
+        }
+    };
+    let Some(u) = dial(dst).await else {
+        let _ = c
+            .write_all(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n")
+            .await;
+        return;
+    };
+    if c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let mut hello = buf.split_off(req.len);
+    match read_name(&mut c, &mut hello, true).await {
+        Seen::Name(Some(n)) if n == name => tunnel(c, u, &hello, lim.tunnel).await,
+        Seen::Name(n) => {
+            let r = if n.is_some() {
+                Refusal::Fronting
+            } else {
+                Refusal::NoName
+            };
+            s.audit(n.as_deref().or(Some(&name)), dst, r);
+            reset(c);
+        }
+        Seen::Bad => {
+            s.audit(Some(&name), dst, Refusal::Malformed);
+            reset(c);
+        }
+    }
+}
+
+/// The name of a CONNECT and the address to dial for it. A name resolved
+/// at init is dialled at those addresses (the ones the firewall let in
+/// for it); any other through the DNS filter (resolv.conf), which records
+/// the addresses it hands out. The first one the policy accepts is used.
+async fn connect_target(
+    s: &Shared,
+    req: &Request,
+) -> Result<(String, SocketAddr), (Option<String>, Refusal)> {
+    let Some((name, Some(443))) = http::host_name(&req.target) else {
+        return Err((None, Refusal::NoName));
+    };
+    let p = s.policy();
+    if !p.allows_name(&name) {
+        return Err((Some(name), Refusal::NotAllowed));
+    }
+    let mut addrs: Vec<IpAddr> = p.addresses(&name).to_vec();
+    if addrs.is_empty() {
+        addrs = lookup(&name, 443)
+            .await
+            .iter()
+            .map(SocketAddr::ip)
+            .collect();
+    }
+    for ip in addrs {
+        if s.judge(Some(&name), ip).await.is_ok() {
+            return Ok((name, SocketAddr::new(ip, 443)));
+        }
+    }
+    Err((Some(name), Refusal::Fronting))
+}

@@ -1,0 +1,98 @@
+//! Plain HTTP (port 80): the client's bytes go through user space, each
+//! request head judged before it is sent; the answers are spliced.
+
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use super::http::Request;
+use super::policy::Refusal;
+use super::relay::{Activity, pump, reset};
+use super::requests::Requests;
+use super::shared::Shared;
+
+/// Judge every request head in `data`, as the first one was: a later
+/// request on a kept-alive connection may name another host. What may be
+/// sent on is appended to `out`.
+async fn follow(
+    s: &Shared,
+    dst: SocketAddr,
+    reqs: &mut Requests,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let mut heads: Vec<Request> = Vec::new();
+    let fed = reqs.feed(data, out, &mut heads);
+    for r in &heads {
+        let v = if r.method == "CONNECT" {
+            Err(Refusal::Malformed)
+        } else {
+            s.judge(r.host.as_deref(), dst.ip()).await
+        };
+        if let Err(e) = v {
+            s.audit(r.host.as_deref(), dst, e);
+            return Err(());
+        }
+    }
+    fed.map_err(|_| s.audit(None, dst, Refusal::Malformed))
+}
+
+/// Relay a plain HTTP connection whose first bytes are `first`. Nothing
+/// moving either way for `idle` (a kept-alive connection between
+/// requests, a stalled answer) ends it.
+pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], idle: Duration) {
+    let mut reqs = Requests::default();
+    let mut out = Vec::new();
+    if follow(&s, dst, &mut reqs, first, &mut out).await.is_err() {
+        return reset(c);
+    }
+    let Some(u) = super::conn::dial(dst).await else {
+        return reset(c);
+    };
+    let act = Activity::new();
+    let up = async {
+        let mut chunk = vec![0u8; 16 * 1024];
+        loop {
+            let mut off = 0;
+            while off < out.len() {
+                u.writable().await?;
+                match u.try_write(&out[off..]) {
+                    Ok(k) => off += k,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            out.clear();
+            c.readable().await?;
+            let n = match c.try_read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            };
+            act.touch();
+            if n == 0 {
+                let _ =
+                    nix::sys::socket::shutdown(u.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+                return Ok(());
+            }
+            if follow(&s, dst, &mut reqs, &chunk[..n], &mut out)
+                .await
+                .is_err()
+            {
+                return Err(std::io::Error::other("refused"));
+            }
+        }
+    };
+    let ok = tokio::select! {
+        r = async { tokio::try_join!(up, pump(&u, &c, &act)) } => r.is_ok(),
+        () = act.idle(idle) => false,
+    };
+    if !ok {
+        let _ = u.set_zero_linger();
+        reset(c);
+    }
+}

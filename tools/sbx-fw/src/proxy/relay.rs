@@ -1,0 +1,158 @@
+//! Moving the bytes of an accepted connection: splice(2) through a pipe
+//! per direction (the bytes stay in the kernel), with an idle limit.
+
+use std::cell::RefCell;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
+use tokio::io::{AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
+
+/// A pipe grows to this once a transfer half fills its default 64 KiB: fewer,
+/// larger splices for bulk transfers, while the many small connections
+/// keep small pipes (the kernel caps a user's pipe memory).
+const BIG_PIPE: usize = 1024 * 1024;
+const SMALL_PIPE: usize = 64 * 1024;
+/// Empty default-size pipes kept for the next connections, a thread's.
+const POOL: usize = 64;
+
+thread_local! {
+    static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+}
+
+struct Pipe {
+    r: OwnedFd,
+    w: OwnedFd,
+    size: usize,
+}
+
+impl Pipe {
+    fn get() -> std::io::Result<Self> {
+        if let Some(p) = PIPES.with_borrow_mut(Vec::pop) {
+            return Ok(p);
+        }
+        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        Ok(Self {
+            r,
+            w,
+            size: SMALL_PIPE,
+        })
+    }
+
+    /// Back to the pool: only empty (every byte spliced out) and small.
+    fn put(self) {
+        if self.size == SMALL_PIPE {
+            PIPES.with_borrow_mut(|pool| {
+                if pool.len() < POOL {
+                    pool.push(self);
+                }
+            });
+        }
+    }
+
+    fn grow(&mut self) {
+        let want = i32::try_from(BIG_PIPE).unwrap_or(i32::MAX);
+        if let Ok(n) = fcntl(&self.w, FcntlArg::F_SETPIPE_SZ(want)) {
+            self.size = usize::try_from(n).unwrap_or(SMALL_PIPE);
+        }
+    }
+}
+
+/// When a connection last moved a byte, for the idle limit.
+pub struct Activity {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    pub fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Returns once nothing has moved for `limit`.
+    pub async fn idle(&self, limit: Duration) {
+        loop {
+            let last = self.base + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            let end = last + limit;
+            if Instant::now() >= end {
+                return;
+            }
+            tokio::time::sleep_until(end.into()).await;
+        }
+    }
+}
+
+/// A clean refusal: RST now, not a hang and not a half-open socket.
+pub fn reset(c: TcpStream) {
+    let _ = c.set_zero_linger();
+    drop(c);
+}
+
+/// `first` to the upstream, then both directions spliced until both end
+/// or nothing moves for `idle`; a failure or the idle limit resets both.
+/// (The client's socket has TCP_NODELAY from the listener.)
+pub async fn tunnel(c: TcpStream, u: TcpStream, first: &[u8], idle: Duration) {
+    let mut u = u;
+    if u.write_all(first).await.is_err() {
+        return reset(c);
+    }
+    let act = Activity::new();
+    let ok = tokio::select! {
+        r = async { tokio::try_join!(pump(&c, &u, &act), pump(&u, &c, &act)) } => r.is_ok(),
+        () = act.idle(idle) => false,
+    };
+    if !ok {
+        // Whatever was not spliced cannot be, in user space either.
+        let _ = u.set_zero_linger();
+        reset(c);
+    }
+}
+
+/// `from` to `to` until `from` ends, through a pipe with splice(2). Its
+/// end is passed on as a half close.
+pub async fn pump(from: &TcpStream, to: &TcpStream, act: &Activity) -> std::io::Result<()> {
+    let mut pipe = Pipe::get()?;
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    loop {
+        // The pipe is empty here, so EAGAIN means the socket has nothing.
+        let want = pipe.size;
+        let n = from
+            .async_io(Interest::READABLE, || {
+                splice(from, None, &pipe.w, None, want, flags).map_err(std::io::Error::from)
+            })
+            .await?;
+        if n == 0 {
+            let _ = nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+            pipe.put();
+            return Ok(());
+        }
+        act.touch();
+        let mut left = n;
+        while left > 0 {
+            // No SPLICE_F_MORE: it corks, and the last piece of an answer
+            // would wait for the cork timer.
+            let k = to
+                .async_io(Interest::WRITABLE, || {
+                    splice(&pipe.r, None, to, None, left, flags).map_err(std::io::Error::from)
+                })
+                .await?;
+            left -= k;
+            act.touch();
+        }
+        // Half a pipe in one go (the slots hold pieces of pages): a bulk
+        // transfer, worth a bigger pipe.
+        if n >= want / 2 && pipe.size < BIG_PIPE {
+            pipe.grow();
+        }
+    }
+}

@@ -81,8 +81,8 @@ pub fn allow(w: &Runtime<'_>, resolver: &dyn Resolver, domains: &[Domain]) -> Re
     }
     for d in domains {
         let s = d.to_string();
-        if !st.allow.contains(&s) {
-            st.allow.push(s.clone());
+        if !st.allow.contains(d) {
+            st.allow.push(d.clone());
         }
         audit::append(&Record::new(
             TOOL,
@@ -105,8 +105,7 @@ pub fn deny(w: &Runtime<'_>, domains: &[Domain]) -> Result<(), FwError> {
     let mut st = load_state(dir)?;
     let mut gone: Vec<IpAddr> = Vec::new();
     for d in domains {
-        let s = d.to_string();
-        st.allow.retain(|x| *x != s);
+        st.allow.retain(|x| x != d);
         if let Some(pos) = st
             .names
             .iter()
@@ -119,7 +118,7 @@ pub fn deny(w: &Runtime<'_>, domains: &[Domain]) -> Result<(), FwError> {
         audit::append(&Record::new(
             TOOL,
             "deny",
-            &s,
+            &d.to_string(),
             Outcome::Blocked,
             "runtime-deny",
         ));
@@ -155,7 +154,7 @@ fn handed_out_for(st: &State, domains: &[Domain], dir: &Path) -> Vec<IpAddr> {
             let held_by_denied = entries.iter().any(|e| denied.contains(e));
             let still_held = entries
                 .iter()
-                .any(|e| !denied.contains(e) && st.allow.contains(e));
+                .any(|e| !denied.contains(e) && st.allow.iter().any(|d| d.to_string() == *e));
             held_by_denied && !still_held && !st.is_permanent(*ip)
         })
         .map(|(ip, _)| ip)

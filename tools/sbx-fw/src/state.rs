@@ -34,7 +34,7 @@ pub struct State {
     /// resolv.conf as it was before init pointed it at the filter.
     pub resolv_conf_original: Option<String>,
     /// Names the DNS filter answers (exact and `*.` wildcards).
-    pub allow: Vec<String>,
+    pub allow: Vec<Domain>,
     /// Those of `allow` that are GitHub's: answered only with addresses
     /// inside `github_nets`.
     #[serde(default)]

@@ -36,10 +36,8 @@ pub(super) struct Policy {
 
 impl Policy {
     fn from_state(s: State) -> Self {
-        let parse =
-            |v: &[String]| -> Vec<Domain> { v.iter().filter_map(|d| d.parse().ok()).collect() };
         Self {
-            allow: parse(&s.allow),
+            allow: s.allow.clone(),
             github_only: s.github_only.clone(),
             github_nets: s.github_nets.clone(),
             upstreams: s.upstreams.clone(),

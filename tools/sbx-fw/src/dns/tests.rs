@@ -42,7 +42,7 @@ where
 {
     let dir = tempfile::tempdir().unwrap();
     let mut st = State::new();
-    st.allow = vec!["allowed.test".into()];
+    st.allow = vec!["allowed.test".parse().unwrap()];
     st.upstreams = vec!["198.18.0.53".parse().unwrap()];
     st.store(dir.path()).unwrap();
     let f = Filter::new(

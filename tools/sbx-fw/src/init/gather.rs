@@ -79,8 +79,8 @@ fn runtime_names(list: &mut Allowlist, p: &State) {
     for d in p
         .allow
         .iter()
-        .filter_map(|d| d.parse::<Domain>().ok())
         .filter(|d| d.wildcard && !p.github_only.contains(d))
+        .cloned()
     {
         list.push(d, Source::Runtime);
     }

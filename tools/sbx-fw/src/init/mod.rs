@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use sbx_core::cli::CommonArgs;
-use sbx_core::config::{self, Config};
+use sbx_core::config::{self, Config, Domain};
 use sbx_core::error::IoContext;
 use sbx_core::output;
 
@@ -180,8 +180,8 @@ fn record(
     plan: &crate::plan::Plan,
     ups: Upstreams,
 ) -> Result<State, FwError> {
-    let mut allow: Vec<String> = list.entries.iter().map(|e| e.domain.to_string()).collect();
-    allow.sort();
+    let mut allow: Vec<Domain> = list.entries.iter().map(|e| e.domain.clone()).collect();
+    allow.sort_by_cached_key(Domain::to_string);
     allow.dedup();
     st.allow = allow;
     // The meta host is GitHub's too, but must resolve before any range is

@@ -81,11 +81,7 @@ impl Policy {
             allow: st
                 .allow
                 .iter()
-                .filter_map(|d| d.parse::<Domain>().ok())
-                .map(|d| {
-                    let s = d.to_string();
-                    (d, s)
-                })
+                .map(|d| (d.clone(), d.to_string()))
                 .collect(),
             resolved,
             github_nets: st.github_nets.clone(),
@@ -152,7 +148,10 @@ mod tests {
 
     fn policy() -> (Policy, Handed) {
         let mut st = State::new();
-        st.allow = vec!["allowed.test".into(), "*.wild.test".into()];
+        st.allow = vec![
+            "allowed.test".parse().unwrap(),
+            "*.wild.test".parse().unwrap(),
+        ];
         st.names.push(crate::state::Name {
             name: "allowed.test".into(),
             v4: vec!["198.18.1.1".parse().unwrap()],

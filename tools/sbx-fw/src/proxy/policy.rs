@@ -173,28 +173,30 @@ mod tests {
         let (p, h) = policy();
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let judge = |n: Option<&str>, a: &str| p.judge(n, ip(a), &at(&h, Instant::now()));
-        assert_eq!(judge(Some("allowed.test"), "198.18.1.1"), Verdict::Allow);
-        assert_eq!(judge(Some("x.wild.test"), "198.18.1.3"), Verdict::Allow);
-        assert_eq!(judge(Some("allowed.test"), "198.18.3.9"), Verdict::Allow);
-        let refused = |r| Verdict::Refuse(r);
-        assert_eq!(judge(None, "198.18.1.1"), refused(Refusal::NoName));
-        assert_eq!(
-            judge(Some("blocked.test"), "198.18.1.1"),
-            refused(Refusal::NotAllowed)
-        );
-        // Allowed names, each on the other's address: fronting.
-        assert_eq!(
-            judge(Some("x.wild.test"), "198.18.1.1"),
-            refused(Refusal::Fronting)
-        );
-        assert_eq!(
-            judge(Some("allowed.test"), "198.18.1.3"),
-            refused(Refusal::Fronting)
-        );
-        assert_eq!(
-            judge(Some("wild.test"), "198.18.1.3"),
-            refused(Refusal::NotAllowed)
-        );
+        use Refusal::*;
+        let allow = Verdict::Allow;
+        let cases = [
+            (Some("allowed.test"), "198.18.1.1", allow),
+            (Some("x.wild.test"), "198.18.1.3", allow),
+            (Some("allowed.test"), "198.18.3.9", allow),
+            (None, "198.18.1.1", Verdict::Refuse(NoName)),
+            (
+                Some("blocked.test"),
+                "198.18.1.1",
+                Verdict::Refuse(NotAllowed),
+            ),
+            // Allowed names, each on the other's address: fronting.
+            (Some("x.wild.test"), "198.18.1.1", Verdict::Refuse(Fronting)),
+            (
+                Some("allowed.test"),
+                "198.18.1.3",
+                Verdict::Refuse(Fronting),
+            ),
+            (Some("wild.test"), "198.18.1.3", Verdict::Refuse(NotAllowed)),
+        ];
+        for (name, addr, want) in cases {
+            assert_eq!(judge(name, addr), want, "{name:?} on {addr}");
+        }
     }
 
     /// A handed-out address is trusted for the filter's longest hold after

@@ -111,9 +111,38 @@ fn userns(uids: &[IdRange], gids: &[IdRange]) -> io::Result<OwnedFd> {
 /// source's filesystem has no idmapped mounts.
 pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) -> io::Result<()> {
     let ns = userns(uids, gids)?;
-    let src = cpath(source)?;
     let dst = cpath(target)?;
+    let tree = clone_tree(source)?;
+    set_attr(
+        &tree,
+        libc::mount_attr {
+            attr_set: libc::MOUNT_ATTR_IDMAP,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: ns.as_raw_fd() as u64,
+        },
+    )?;
     let empty = c"";
+    // SAFETY: both paths are NUL-terminated and outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A detached copy of the mount tree at `source` (open_tree OPEN_TREE_CLONE).
+fn clone_tree(source: &Path) -> io::Result<OwnedFd> {
+    let src = cpath(source)?;
     let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint;
     // SAFETY: `src` is a NUL-terminated path that outlives the call.
     let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) };
@@ -121,13 +150,12 @@ pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) ->
         return Err(io::Error::last_os_error());
     }
     // SAFETY: open_tree returned a new fd that nothing else owns.
-    let tree = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: ns.as_raw_fd() as u64,
-    };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Apply `attr` to the detached tree `tree` itself.
+fn set_attr(tree: &OwnedFd, attr: libc::mount_attr) -> io::Result<()> {
+    let empty = c"";
     // SAFETY: `attr` lives across the call and its size is passed with it;
     // AT_EMPTY_PATH with "" applies to the detached tree `tree` itself.
     let r = unsafe {
@@ -138,20 +166,6 @@ pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) ->
             libc::AT_EMPTY_PATH as libc::c_uint,
             &attr as *const libc::mount_attr,
             std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both paths are NUL-terminated and outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            dst.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
         )
     };
     if r < 0 {
@@ -261,36 +275,17 @@ pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
 /// object `target` is open on (from `open_beneath`), not on a path that
 /// could change in between.
 pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
-    let src = cpath(source)?;
+    let tree = clone_tree(source)?;
+    set_attr(
+        &tree,
+        libc::mount_attr {
+            attr_set: libc::MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        },
+    )?;
     let empty = c"";
-    let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint;
-    // SAFETY: `src` is a NUL-terminated path that outlives the call.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: open_tree returned a new fd that nothing else owns.
-    let tree = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: as in `bind`: `attr` and its size, the detached tree itself.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
     // SAFETY: both fds are open; "" with the EMPTY_PATH flags names them.
     let r = unsafe {
         libc::syscall(

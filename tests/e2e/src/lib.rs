@@ -128,3 +128,35 @@ pub fn base_image() -> bool {
         true
     })
 }
+
+/// A repository directory in a fresh temporary directory under /var/tmp
+/// (outside /tmp, which sandboxes mount over); its sandbox, volumes and
+/// per-repository image are removed when it drops.
+pub struct Repo {
+    dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Repo {
+    /// An empty directory `name` in the temporary directory.
+    pub fn new(name: &str) -> Self {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        Self { dir, path }
+    }
+
+    /// The temporary directory holding the repository.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.path)
+            .output();
+    }
+}

@@ -4,31 +4,15 @@
 //! /proc/PID/exe stays closed; hooks run, as the agent.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use sbx_e2e::{base_image, bin, sbx, sh, text};
-
-struct Repo {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl Drop for Repo {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.path)
-            .output();
-    }
-}
+use sbx_e2e::{Repo, base_image, bin, sbx, sh, text};
 
 /// A repository whose pre-commit hook records who ran it (and that its
 /// own git call works), and fails when a file named `bad` is staged.
 fn repo() -> Repo {
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let path = dir.path().join("broker");
-    std::fs::create_dir_all(&path).unwrap();
+    let repo = Repo::new("broker");
+    let path = repo.path.clone();
     sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
     let hook = path.join(".git/hooks/pre-commit");
     std::fs::write(
@@ -42,8 +26,8 @@ fn repo() -> Repo {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
-        .arg(dir.path()));
-    Repo { _dir: dir, path }
+        .arg(repo.root()));
+    repo
 }
 
 #[test]
@@ -225,9 +209,8 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
     if !base_image() {
         return;
     }
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let path = dir.path().join("classes");
-    std::fs::create_dir_all(&path).unwrap();
+    let repo = Repo::new("classes");
+    let path = repo.path.clone();
     sh(Command::new("git")
         .args(["init", "-q", "-b", "main"])
         .current_dir(&path));
@@ -249,8 +232,7 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
     }
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
-        .arg(dir.path()));
-    let repo = Repo { _dir: dir, path };
+        .arg(repo.root()));
     let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
     assert!(out.status.success(), "init: {}", text(&out));
     let start = sbx().arg("start").arg(&repo.path).output().unwrap();

@@ -5,31 +5,15 @@
 //! commit on any branch holds the content the pre-commit hook refuses.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use sbx_e2e::{base_image, sbx, sh, text};
-
-struct Repo {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl Drop for Repo {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.path)
-            .output();
-    }
-}
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
 
 /// A repository with a pre-commit hook that refuses staged MARKER, and a
 /// branch `side` beside `main`.
 fn repo() -> Repo {
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let path = dir.path().join("gattack");
-    std::fs::create_dir_all(&path).unwrap();
+    let repo = Repo::new("gattack");
+    let path = repo.path.clone();
     let git = |args: &[&str]| {
         sh(Command::new("git")
             .args(["-c", "user.name=a", "-c", "user.email=a@b"])
@@ -50,8 +34,8 @@ fn repo() -> Repo {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
-        .arg(dir.path()));
-    Repo { _dir: dir, path }
+        .arg(repo.root()));
+    repo
 }
 
 #[test]

@@ -6,24 +6,9 @@
 //! renamed (EBUSY); a protected path whose parents are missing at the
 //! start gets them made, and pinned, first.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use sbx_e2e::{base_image, sbx, sh, text};
-
-struct Repo {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl Drop for Repo {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.path)
-            .output();
-    }
-}
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
 
 fn read(r: &Repo, rel: &str) -> Option<String> {
     std::fs::read_to_string(r.path.join(rel)).ok()
@@ -34,9 +19,8 @@ fn renaming_a_parent_frees_no_protected_or_masked_path() {
     if !base_image() {
         return;
     }
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let path = dir.path().join("pins");
-    std::fs::create_dir_all(&path).unwrap();
+    let repo = Repo::new("pins");
+    let path = repo.path.clone();
     sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
     for (f, t) in [
         (".github/workflows/ci.yml", "on: push\n"),
@@ -57,8 +41,8 @@ fn renaming_a_parent_frees_no_protected_or_masked_path() {
     }
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
-        .arg(dir.path()));
-    let r = Repo { _dir: dir, path };
+        .arg(repo.root()));
+    let r = repo;
     let o = sbx().arg("start").arg(&r.path).output().unwrap();
     assert!(o.status.success(), "start: {}", text(&o));
     let agent = |script: &str| {
@@ -149,8 +133,8 @@ fn a_protected_path_under_a_symlink_is_refused() {
     if !base_image() {
         return;
     }
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let path = dir.path().join("pinlink");
+    let repo = Repo::new("pinlink");
+    let path = repo.path.clone();
     std::fs::create_dir_all(path.join("real/sub")).unwrap();
     sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
     std::os::unix::fs::symlink("real", path.join("link")).unwrap();
@@ -160,7 +144,7 @@ fn a_protected_path_under_a_symlink_is_refused() {
         "[sandbox]\nprotected = [\"link/sub\"]\n",
     )
     .unwrap();
-    let r = Repo { _dir: dir, path };
+    let r = repo;
     let o = sbx().arg("start").arg(&r.path).output().unwrap();
     assert_eq!(o.status.code(), Some(78), "{}", text(&o));
     let t = text(&o);

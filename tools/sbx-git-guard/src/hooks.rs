@@ -242,40 +242,16 @@ fn raw_new_blob(line: &[u8]) -> Option<&[u8]> {
         .then_some(*new)
 }
 
-fn stash_commits(real: &Git) -> StashSets {
-    let mut set = StashSets::default();
-    // Each entry's commit against its base (first parent), with its raw diff.
-    let list = |walk: &str| {
-        git(
-            real,
-            &[
-                OsStr::new("log"),
-                OsStr::new(walk),
-                OsStr::new("-m"),
-                OsStr::new("--first-parent"),
-                OsStr::new("--raw"),
-                OsStr::new("-r"),
-                OsStr::new("--no-abbrev"),
-                OsStr::new("--no-renames"),
-                OsStr::new("--format=%H %T %P"),
-                OsStr::new("refs/stash"),
-                OsStr::new("--"),
-            ],
-        )
-    };
-    // The reflog holds every stash; without one, refs/stash names the last.
-    let mut out = list("-g")
-        .filter(|o| !o.stdout.is_empty())
-        .or_else(|| list("--no-walk"))
-        .map(|o| o.stdout)
-        .unwrap_or_default();
-    // Every notes commit a notes ref reaches (made before the guard saw it,
-    // or fetched).
-    if let Some(o) = git(
-        real,
-        &[
-            "log",
-            "--glob=refs/notes/",
+/// `git log` of `walk`, each commit with its raw diff against its first
+/// parent: a `%H %T %P` line, then the `:` lines `stash_commits` reads.
+fn raw_log<'a>(
+    real: &Git,
+    walk: impl IntoIterator<Item = &'a OsStr>,
+) -> Option<std::process::Output> {
+    let mut args = vec![OsStr::new("log")];
+    args.extend(walk);
+    args.extend(
+        [
             "-m",
             "--first-parent",
             "--raw",
@@ -286,7 +262,23 @@ fn stash_commits(real: &Git) -> StashSets {
             "--",
         ]
         .map(OsStr::new),
-    ) {
+    );
+    git(real, &args)
+}
+
+fn stash_commits(real: &Git) -> StashSets {
+    let mut set = StashSets::default();
+    // Each entry's commit against its base (first parent), with its raw diff.
+    let list = |walk: &str| raw_log(real, [walk, "refs/stash"].map(OsStr::new));
+    // The reflog holds every stash; without one, refs/stash names the last.
+    let mut out = list("-g")
+        .filter(|o| !o.stdout.is_empty())
+        .or_else(|| list("--no-walk"))
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    // Every notes commit a notes ref reaches (made before the guard saw it,
+    // or fetched).
+    if let Some(o) = raw_log(real, [OsStr::new("--glob=refs/notes/")]) {
         out.extend_from_slice(&o.stdout);
     }
     // And every one the guard saw made, dropped or not (gone ones skipped).
@@ -299,24 +291,8 @@ fn stash_commits(real: &Git) -> StashSets {
         .map(OsStr::from_bytes)
         .collect();
     if !ids.is_empty() {
-        let mut args: Vec<&OsStr> = [
-            "log",
-            "--no-walk",
-            "--ignore-missing",
-            "-m",
-            "--first-parent",
-            "--raw",
-            "-r",
-            "--no-abbrev",
-            "--no-renames",
-            "--format=%H %T %P",
-        ]
-        .iter()
-        .map(OsStr::new)
-        .collect();
-        args.extend(ids);
-        args.push(OsStr::new("--"));
-        if let Some(o) = git(real, &args) {
+        let walk = ["--no-walk", "--ignore-missing"].map(OsStr::new);
+        if let Some(o) = raw_log(real, walk.into_iter().chain(ids)) {
             out.extend_from_slice(&o.stdout);
         }
     }

@@ -150,6 +150,16 @@ impl Repo {
     pub fn root(&self) -> &Path {
         self.dir.path()
     }
+
+    /// `sh -c script` in the repository's sandbox, as the agent.
+    pub fn exec(&self, script: &str) -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&self.path)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    }
 }
 
 impl Drop for Repo {

@@ -6,11 +6,11 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::sync::OnceLock;
 
-use sbx_e2e::{base_image, prerequisite, sbx, sh, text};
+use sbx_e2e::{Repo, base_image, prerequisite, sbx, sh, text};
 
 fn ready() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
@@ -19,48 +19,23 @@ fn ready() -> bool {
     })
 }
 
-struct Repo {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl Repo {
-    /// A repository with a source file, a failing pre-commit hook and no
-    /// .husky, every file owned by `uid:uid`.
-    fn owned_by(uid: u32) -> Self {
-        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-        let path = dir.path().join(format!("own{uid}"));
-        std::fs::create_dir_all(path.join("src")).unwrap();
-        sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
-        std::fs::write(path.join("src/main.rs"), "fn main() {}\n").unwrap();
-        std::fs::write(path.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 1\n").unwrap();
-        sh(Command::new("chmod")
-            .arg("755")
-            .arg(path.join(".git/hooks/pre-commit")));
-        sh(Command::new("chown")
-            .arg("-R")
-            .arg(format!("{uid}:{uid}"))
-            .arg(&path));
-        Self { _dir: dir, path }
-    }
-
-    fn exec(&self, script: &str) -> Output {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&self.path)
-            .args(["--", "sh", "-c", script])
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Repo {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.path)
-            .output();
-    }
+/// A repository with a source file, a failing pre-commit hook and no
+/// .husky, every file owned by `uid:uid`.
+fn owned_by(uid: u32) -> Repo {
+    let repo = Repo::new(&format!("own{uid}"));
+    let path = &repo.path;
+    std::fs::create_dir_all(path.join("src")).unwrap();
+    sh(Command::new("git").args(["init", "-q"]).current_dir(path));
+    std::fs::write(path.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(path.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 1\n").unwrap();
+    sh(Command::new("chmod")
+        .arg("755")
+        .arg(path.join(".git/hooks/pre-commit")));
+    sh(Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{uid}"))
+        .arg(path));
+    repo
 }
 
 /// Every path under `root` (`.git` internals left out), relative.
@@ -91,7 +66,7 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
     if !ready() {
         return;
     }
-    let repo = Repo::owned_by(uid);
+    let repo = owned_by(uid);
     let before = tree(&repo.path);
     let start = sbx().arg("start").arg(&repo.path).output().unwrap();
     assert!(start.status.success(), "start: {}", text(&start));
@@ -312,7 +287,7 @@ fn an_agent_made_husky_does_not_replace_the_hooks() {
     if !ready() {
         return;
     }
-    let repo = Repo::owned_by(1000);
+    let repo = owned_by(1000);
     let o = repo.exec(
         "echo .husky >> .git/info/exclude && mkdir -p .husky/_ && printf '#!/bin/sh\\nexit 0\\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit \
          && touch .husky/_/h .husky/_/husky.sh && echo x > f && git add f \

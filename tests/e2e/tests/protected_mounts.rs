@@ -45,14 +45,7 @@ fn renaming_a_parent_frees_no_protected_or_masked_path() {
     let r = repo;
     let o = sbx().arg("start").arg(&r.path).output().unwrap();
     assert!(o.status.success(), "start: {}", text(&o));
-    let agent = |script: &str| {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&r.path)
-            .args(["--", "sh", "-c", script])
-            .output()
-            .unwrap()
-    };
+    let agent = |script: &str| r.exec(script);
 
     // Controls: the parents stay writable, the secret reads as empty.
     for ok in [

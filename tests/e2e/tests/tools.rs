@@ -5,8 +5,7 @@
 //! log say what happened. Nothing leaves the machine.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use sbx_e2e::{bin, docker_ready, prerequisite, sbx, sh, text};
 use serde_json::{Value, json};
@@ -54,20 +53,27 @@ fn ai_base() -> Option<String> {
     .clone()
 }
 
+/// The shared repository, with the AI-CLI base image its sandbox runs.
 struct Repo {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
+    inner: sbx_e2e::Repo,
     tag: String,
+}
+
+impl std::ops::Deref for Repo {
+    type Target = sbx_e2e::Repo;
+    fn deref(&self) -> &sbx_e2e::Repo {
+        &self.inner
+    }
 }
 
 impl Repo {
     fn new(name: &str, config: &str) -> Option<Self> {
         let tag = ai_base()?;
-        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-        let path = dir.path().join(name);
+        let inner = sbx_e2e::Repo::new(name);
+        let path = &inner.path;
         std::fs::create_dir_all(path.join(".agent-sandbox")).unwrap();
         std::fs::create_dir_all(path.join(".sbxtest")).unwrap();
-        sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
+        sh(Command::new("git").args(["init", "-q"]).current_dir(path));
         std::fs::write(path.join(".agent-sandbox/config.toml"), config).unwrap();
         std::fs::write(path.join("README.md"), "original\n").unwrap();
         std::fs::write(path.join(".env"), "API_KEY=hunter2\n").unwrap();
@@ -79,12 +85,8 @@ impl Repo {
         std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
         sh(Command::new("chown")
             .args(["-R", "1000:1000"])
-            .arg(dir.path()));
-        let r = Self {
-            _dir: dir,
-            path,
-            tag,
-        };
+            .arg(inner.root()));
+        let r = Self { inner, tag };
         let o = sbx()
             .args(["-q", "start", "--base-tag", &r.tag])
             .arg(&r.path)
@@ -99,15 +101,6 @@ impl Repo {
             "/workspace/{}",
             self.path.file_name().unwrap().to_string_lossy()
         )
-    }
-
-    fn exec(&self, script: &str) -> Output {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&self.path)
-            .args(["--", "sh", "-c", script])
-            .output()
-            .unwrap()
     }
 
     /// Run `claude -p` against the stand-in serving `turns`; the tool
@@ -167,16 +160,6 @@ impl Repo {
             .map(|v| v["data"].clone())
             .filter(|d| d["tool"] == "tools" && d["origin"] == container.as_str())
             .collect()
-    }
-}
-
-impl Drop for Repo {
-    fn drop(&mut self) {
-        // rm takes the per-repo image with it.
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.path)
-            .output();
     }
 }
 

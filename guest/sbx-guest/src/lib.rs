@@ -18,6 +18,7 @@ pub mod masks;
 pub mod real;
 pub mod sink;
 pub mod status;
+pub mod tree;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -72,6 +73,10 @@ pub enum Cmd {
         /// to the CLI as SBX_SCRATCH.
         #[arg(long, value_name = "DIR")]
         scratch: Option<PathBuf>,
+        /// How the key reaches the CLI: claude (an apiKeyHelper in --settings) or codex
+        /// (model_providers.sbx.auth, a token command).
+        #[arg(long, value_name = "CLI", default_value = "claude", value_parser = ["claude", "codex"])]
+        cli: String,
         /// The CLI and its arguments (after --).
         #[arg(
             trailing_var_arg = true,
@@ -200,11 +205,13 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             timeout,
             host_tools,
             scratch,
+            cli,
             command,
         } => Ok(agent::launch(
             timeout.map(std::time::Duration::from_secs),
             host_tools,
             scratch.as_deref(),
+            cli == "codex",
             &command,
         )),
         Cmd::McpHostTools => Ok(hosttools::serve()),

@@ -125,6 +125,11 @@ Files:
                                  0600, owned by the host directory's owner; /run/sbx is
                                  root's 0700, so the agent cannot reach it
 
+agent-launch: the CLI runs in its own process group; the launcher is a child subreaper, so
+  the CLI's whole tree stays beneath it. SIGINT/SIGTERM/SIGHUP/SIGQUIT go to the CLI's group,
+  the tree is killed 3 s later (at once on a second signal), exit 128+N; --timeout: TERM, the
+  tree killed 2 s later, exit 124; when the CLI ends, what its tree left is killed.
+
 agent-launch --host-tools: [agent.host-tools] for sbx-run agent. The CLI's MCP server
   `mcp-host-tools` connects to a socket in a fresh 0700 directory named only in the CLI's
   environment (SBX_HOST_TOOLS_SOCKET); one connection is taken, from a child of the CLI

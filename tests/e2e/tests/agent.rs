@@ -929,7 +929,8 @@ fn agent_runs_codex_against_the_responses_stand_in() {
     assert_eq!(reqs.len(), 2, "{reqs:?}");
     let bearer = format!("Bearer {KEY}");
     assert!(
-        reqs.iter().all(|r| r["headers"]["authorization"] == bearer.as_str()),
+        reqs.iter()
+            .all(|r| r["headers"]["authorization"] == bearer.as_str()),
         "the key reached the API"
     );
     let host_audit = std::fs::read_to_string(sb.state.join("sbx/audit.jsonl")).unwrap_or_default();
@@ -944,7 +945,10 @@ fn agent_runs_codex_against_the_responses_stand_in() {
     .unwrap_or_default();
     assert!(!sandbox_audit.contains(KEY));
     let inspect = sh(Command::new("docker").args(["inspect", &sb.container]));
-    assert!(!inspect.contains(KEY), "the key is in the container's config");
+    assert!(
+        !inspect.contains(KEY),
+        "the key is in the container's config"
+    );
     assert!(
         sb.exec_root(&format!(
             "grep -rl {KEY} /workspace /home/agent /tmp 2>/dev/null | grep -v msgapi-"
@@ -994,10 +998,13 @@ fn agent_ends_with_sbx_run_on_every_signal() {
         let cmd = format!(
             "tail -s {marker}1 -f /dev/null & setsid tail -s {marker}2 -f /dev/null & tail -s {marker}3 -f /dev/null"
         );
-        sb.msgapi(port, &json!({"turns": [
-            {"tool_use": {"name": "Bash", "input": {"command": cmd, "description": "wait"}}},
-            {"text": "never"}
-        ]}));
+        sb.msgapi(
+            port,
+            &json!({"turns": [
+                {"tool_use": {"name": "Bash", "input": {"command": cmd, "description": "wait"}}},
+                {"text": "never"}
+            ]}),
+        );
         let mut child = sb
             .agent_cmd(port, &["--json", "wait for it"])
             .stdout(Stdio::piped())
@@ -1007,7 +1014,10 @@ fn agent_ends_with_sbx_run_on_every_signal() {
         let t = Instant::now();
         while running(&sb, &format!("{marker}3")).is_empty() {
             if t.elapsed() > Duration::from_secs(60) {
-                let _ = kill(nix::unistd::Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                let _ = kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    Signal::SIGKILL,
+                );
                 let o = child.wait_with_output().unwrap();
                 panic!("{sig}: the tool never started: {}", diag(&o));
             }
@@ -1015,7 +1025,9 @@ fn agent_ends_with_sbx_run_on_every_signal() {
         }
         // The whole tree is up: the setsid'd sleep too.
         let t = Instant::now();
-        while running(&sb, &format!("{marker}2")).is_empty() && t.elapsed() < Duration::from_secs(10) {
+        while running(&sb, &format!("{marker}2")).is_empty()
+            && t.elapsed() < Duration::from_secs(10)
+        {
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(!running(&sb, &format!("{marker}2")).is_empty(), "{sig}");
@@ -1035,7 +1047,12 @@ fn agent_ends_with_sbx_run_on_every_signal() {
         if sig == Signal::SIGKILL {
             assert_eq!(o.status.code(), None);
         } else {
-            assert_eq!(o.status.code(), Some(128 + sig as i32), "{sig}: {}", diag(&o));
+            assert_eq!(
+                o.status.code(),
+                Some(128 + sig as i32),
+                "{sig}: {}",
+                diag(&o)
+            );
             let ev = events(&o);
             let last = ev.last().unwrap();
             assert_eq!(last["type"], "result", "{sig}: {ev:?}");
@@ -1055,7 +1072,13 @@ fn agent_ends_with_sbx_run_on_every_signal() {
             }
             std::thread::sleep(Duration::from_millis(100));
         };
-        assert!(left.is_empty(), "{sig}: still running after {bound:?}:\n{left}");
-        eprintln!("{sig}: the tree was gone {:?} after the signal", stopped.elapsed());
+        assert!(
+            left.is_empty(),
+            "{sig}: still running after {bound:?}:\n{left}"
+        );
+        eprintln!(
+            "{sig}: the tree was gone {:?} after the signal",
+            stopped.elapsed()
+        );
     }
 }

@@ -103,9 +103,11 @@ pub fn respond(server: &Server, body: &Value, out: &mut TcpStream) -> std::io::R
     let n = || server.ids.fetch_add(1, Ordering::Relaxed);
     let mut items = Vec::new();
     if let Some(text) = t.get("text").and_then(Value::as_str) {
-        items.push(json!({"type": "message", "id": format!("msg_standin_{:06}", n()), "role": "assistant",
+        items.push(
+            json!({"type": "message", "id": format!("msg_standin_{:06}", n()), "role": "assistant",
                           "status": "completed",
-                          "content": [{"type": "output_text", "text": text, "annotations": []}]}));
+                          "content": [{"type": "output_text", "text": text, "annotations": []}]}),
+        );
     }
     if let Some(cmd) = t.get("shell").and_then(Value::as_str) {
         let k = n();
@@ -118,14 +120,24 @@ pub fn respond(server: &Server, body: &Value, out: &mut TcpStream) -> std::io::R
     }
     if let Some(f) = t.get("function_call") {
         let k = n();
-        items.push(json!({"type": "function_call", "id": format!("fc_standin_{k:06}"),
+        items.push(
+            json!({"type": "function_call", "id": format!("fc_standin_{k:06}"),
                           "call_id": format!("call_standin_{k:06}"),
                           "name": f.get("name").and_then(Value::as_str).unwrap_or("tool"),
                           "arguments": f.get("arguments").cloned().unwrap_or(json!({})).to_string(),
-                          "status": "completed"}));
+                          "status": "completed"}),
+        );
     }
-    let u = |k: &str, d: u64| t.pointer(&format!("/usage/{k}")).and_then(Value::as_u64).unwrap_or(d);
-    let (input, output, cached) = (u("input_tokens", 100), u("output_tokens", 20), u("cached_tokens", 0));
+    let u = |k: &str, d: u64| {
+        t.pointer(&format!("/usage/{k}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(d)
+    };
+    let (input, output, cached) = (
+        u("input_tokens", 100),
+        u("output_tokens", 20),
+        u("cached_tokens", 0),
+    );
     let model = body
         .get("model")
         .and_then(Value::as_str)

@@ -62,10 +62,15 @@ pub fn provider_args(base_url: Option<&str>, key: bool) -> Vec<String> {
         format!("model_providers.{PROVIDER}.wire_api=\"responses\""),
     ];
     if let Some(u) = base_url {
-        kv.push(format!("model_providers.{PROVIDER}.base_url={}", toml_str(u)));
+        kv.push(format!(
+            "model_providers.{PROVIDER}.base_url={}",
+            toml_str(u)
+        ));
     }
     if !key {
-        kv.push(format!("model_providers.{PROVIDER}.requires_openai_auth=true"));
+        kv.push(format!(
+            "model_providers.{PROVIDER}.requires_openai_auth=true"
+        ));
     }
     kv.into_iter().flat_map(|a| ["-c".to_owned(), a]).collect()
 }

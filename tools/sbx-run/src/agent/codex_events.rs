@@ -93,7 +93,10 @@ fn tool_result(item: &Value) -> Option<Event> {
                     })
                     .unwrap_or_default(),
             };
-            (text, status != "completed" || item.get("error").is_some_and(|e| !e.is_null()))
+            (
+                text,
+                status != "completed" || item.get("error").is_some_and(|e| !e.is_null()),
+            )
         }
         "file_change" => (
             item.get("changes")
@@ -238,7 +241,10 @@ mod tests {
     fn a_run_with_a_shell_call() {
         let mut s = CodexStream::new();
         let cases: &[(&str, &[&str])] = &[
-            (r#"{"type":"thread.started","thread_id":"th1"}"#, &["session"]),
+            (
+                r#"{"type":"thread.started","thread_id":"th1"}"#,
+                &["session"],
+            ),
             (r#"{"type":"turn.started"}"#, &[]),
             (
                 r#"{"type":"item.completed","item":{"id":"item_0","type":"reasoning","text":"hm"}}"#,
@@ -315,7 +321,8 @@ mod tests {
         assert_eq!(ev[1].data["status"], "error");
         let ev = s.line(r#"{"type":"error","message":"stream disconnected"}"#);
         assert_eq!(ev[0].kind, "error");
-        let ev = s.line(r#"{"type":"item.completed","item":{"id":"e","type":"error","message":"bad"}}"#);
+        let ev =
+            s.line(r#"{"type":"item.completed","item":{"id":"e","type":"error","message":"bad"}}"#);
         assert_eq!(ev[0].kind, "error");
     }
 

@@ -78,6 +78,7 @@ Output: the assistant's text as it streams, one dim line per tool call, and a la
 turns, tokens, cost and time. --json prints sbx's agent events (schema v1), one a line:
   {\"type\": KIND, \"v\": 1, \"data\": {...}}   KIND: session text tool_use tool_result usage
   result error raw. A CLI line sbx does not know is passed on whole as `raw`, never dropped.
+  result.status: success error max_turns timeout refused stopped.
 
 Endpoint and key: ANTHROPIC_BASE_URL (host environment, else [agent].base-url) is given to the
 CLI; its host is allowlisted by sbx-fw (loopback needs nothing). The key comes from the host's
@@ -108,14 +109,27 @@ $XDG_STATE_HOME/sbx/scratch/<workspace-hash>/ID and owned like the repository. -
 --show-chat ID; `sbx-run prune --chats [--older-than 7d]` removes stale chats with their scratch
 directories ([agent].chat-retention).
 
-Codex: --cli codex runs `codex exec --json`; [agent.mcp] and the host tools are given to it as
-`-c mcp_servers.NAME={...}` (names of letters, digits, _ and - only), not through .mcp.json.
+Codex: --cli codex runs `codex exec --json --dangerously-bypass-approvals-and-sandbox` (plan:
+--sandbox read-only; other modes workspace-write); --max-turns is refused. [agent.mcp] and the
+host tools are given to it as `-c mcp_servers.NAME={...}` (names of letters, digits, _ and -
+only), not through .mcp.json. OPENAI_BASE_URL (else [agent].base-url) and OPENAI_API_KEY (else
+[agent].credential-file) make a model provider `sbx` (Responses API); the key reaches codex only
+through its token command (model_providers.sbx.auth = sbx-guest agent-key SOCKET, served once).
+Its lines become events: thread.started session; item.started/completed of command_execution,
+mcp_tool_call, file_change, web_search tool_use/tool_result (name shell, mcp__S__T, apply_patch,
+web_search); agent_message text; error items and lines error; turn.completed usage (cost null)
+and result success; turn.failed error and result error; anything else raw.
+
+Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the CLI's process group in the
+sandbox; its whole process tree is killed 3 s later (at once on a second signal); exit 128+N,
+result status `stopped`. If sbx-run dies (SIGKILL) the guest sees the connection close, sends
+SIGTERM, and kills the tree 5 s later: nothing of the run outlives sbx-run.
 
 -vv prints sbx-run's own phase times (before the exec, first CLI line, exec exit, done) on stderr.
 
 Exit status: 0 success; 1 the CLI or the API reported an error; 3 max turns reached; 77 the
-before-hook refused; 124 timeout; 64 usage; 66 no workspace; 69 Docker unavailable; 78 bad
-config or skill.
+before-hook refused; 124 timeout; 128+N stopped by signal N; 64 usage; 66 no workspace; 69
+Docker unavailable; 78 bad config or skill.
 
 Examples:
   sbx-run agent 'fix the failing test'
@@ -157,10 +171,7 @@ fn access(ws: &Workspace, cli: AgentCli) -> Result<Access, BoxError> {
         ),
         None => agent.base_url.as_ref().map(|u| u.text.clone()),
     };
-    let key = match std::env::var(key_var)
-        .ok()
-        .filter(|v| !v.is_empty())
-    {
+    let key = match std::env::var(key_var).ok().filter(|v| !v.is_empty()) {
         Some(k) => Some(k),
         None => match &agent.credential_file {
             Some(f) => {
@@ -535,7 +546,10 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
             if let Some(m) = o.model.clone().or(cfg.model.clone()) {
                 a.extend(["--model".into(), m]);
             }
-            a.extend(codex::provider_args(acc.base_url.as_deref(), acc.key.is_some()));
+            a.extend(codex::provider_args(
+                acc.base_url.as_deref(),
+                acc.key.is_some(),
+            ));
             a.extend(codex_mcp);
             if let Some(d) = &scratch {
                 // One word: the prompt's `-` can never be taken for a directory.

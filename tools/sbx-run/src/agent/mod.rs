@@ -109,8 +109,8 @@ $XDG_STATE_HOME/sbx/scratch/<workspace-hash>/ID and owned like the repository. -
 --show-chat ID; `sbx-run prune --chats [--older-than 7d]` removes stale chats with their scratch
 directories ([agent].chat-retention).
 
-Codex: --cli codex runs `codex exec --json --dangerously-bypass-approvals-and-sandbox` (plan:
---sandbox read-only; other modes workspace-write); --max-turns is refused. [agent.mcp] and the
+Codex: --cli codex runs `codex exec --json --dangerously-bypass-approvals-and-sandbox` (plan or
+[tools] read-only: --sandbox read-only; other modes workspace-write); --max-turns is refused. [agent.mcp] and the
 host tools are given to it as `-c mcp_servers.NAME={...}` (names of letters, digits, _ and -
 only), not through .mcp.json. OPENAI_BASE_URL (else [agent].base-url) and OPENAI_API_KEY (else
 [agent].credential-file) make a model provider `sbx` (Responses API); the key reaches codex only
@@ -538,7 +538,10 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         AgentCli::Codex => {
             let mut a: Vec<String> = ["codex", "exec", "--json"].map(String::from).into();
             // The sandbox is the guard, as bypassPermissions is for Claude.
+            // [tools] read-only: codex's requirements refuse the bypass.
+            let read_only = ws.loaded.config.read_only();
             match mode {
+                _ if read_only => a.extend(["--sandbox".into(), "read-only".into()]),
                 "bypassPermissions" => a.push("--dangerously-bypass-approvals-and-sandbox".into()),
                 "plan" => a.extend(["--sandbox".into(), "read-only".into()]),
                 _ => a.extend(["--sandbox".into(), "workspace-write".into()]),

@@ -95,16 +95,18 @@ impl Sandbox {
 
     /// `sbx-run agent --cli codex` against the stand-in's Responses API on `port`.
     fn agent_codex(&self, port: u16, args: &[&str]) -> Output {
-        self.sbx()
-            .env_remove("OPENAI_API_KEY")
-            .env("OPENAI_API_KEY", KEY)
+        self.agent_codex_cmd(port, args).output().unwrap()
+    }
+
+    fn agent_codex_cmd(&self, port: u16, args: &[&str]) -> Command {
+        let mut c = self.sbx();
+        c.env("OPENAI_API_KEY", KEY)
             .env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
             .args(["agent", "--cli", "codex", "--model", "standin-model", "-C"])
             .arg(&self.path)
             .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdin(Stdio::null());
+        c
     }
 
     fn exec_root(&self, script: &str) -> String {
@@ -965,6 +967,27 @@ fn agent_runs_codex_against_the_responses_stand_in() {
     let ev = events(&o);
     assert!(!of_type(&ev, "error").is_empty(), "{ev:?}");
     assert_eq!(ev.last().unwrap()["data"]["status"], "error");
+
+    // Stopped while its shell call waits: codex (node and the native binary)
+    // and the call's processes go with sbx-run.
+    sb.msgapi(8113, &json!({"turns": [
+        {"shell": "tail -s 4081131 -f /dev/null & setsid tail -s 4081132 -f /dev/null & tail -s 4081133 -f /dev/null"},
+        // Codex may leave a long call running and ask on: then it waits here.
+        {"text": "late", "delay_ms": 120000}
+    ]}));
+    let child = sb
+        .agent_codex_cmd(8113, &["--json", "wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    stop_and_check(
+        &sb,
+        child,
+        nix::sys::signal::Signal::SIGTERM,
+        "408113",
+        "codex",
+    );
 }
 
 /// Live processes of the sandbox whose command line holds `marker` (the
@@ -983,7 +1006,7 @@ fn running(sb: &Sandbox, marker: &str) -> String {
 /// its own session, are gone within a bound.
 #[test]
 fn agent_ends_with_sbx_run_on_every_signal() {
-    use nix::sys::signal::{Signal, kill};
+    use nix::sys::signal::Signal;
     let Some(sb) = setup() else { return };
     let cases = [
         (Signal::SIGINT, 8121u16),
@@ -1005,80 +1028,92 @@ fn agent_ends_with_sbx_run_on_every_signal() {
                 {"text": "never"}
             ]}),
         );
-        let mut child = sb
+        let child = sb
             .agent_cmd(port, &["--json", "wait for it"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let t = Instant::now();
-        while running(&sb, &format!("{marker}3")).is_empty() {
-            if t.elapsed() > Duration::from_secs(60) {
-                let _ = kill(
-                    nix::unistd::Pid::from_raw(child.id() as i32),
-                    Signal::SIGKILL,
-                );
-                let o = child.wait_with_output().unwrap();
-                panic!("{sig}: the tool never started: {}", diag(&o));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // The whole tree is up: the setsid'd sleep too.
-        let t = Instant::now();
-        while running(&sb, &format!("{marker}2")).is_empty()
-            && t.elapsed() < Duration::from_secs(10)
-        {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        assert!(!running(&sb, &format!("{marker}2")).is_empty(), "{sig}");
-        let stopped = Instant::now();
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        kill(pid, sig).unwrap();
-        // sbx-run itself ends within the bound too (its few events fit the pipe).
-        while child.try_wait().unwrap().is_none() {
-            if stopped.elapsed() > Duration::from_secs(30) {
-                let _ = kill(pid, Signal::SIGKILL);
-                let o = child.wait_with_output().unwrap();
-                panic!("{sig}: sbx-run did not end: {}", diag(&o));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let o = child.wait_with_output().unwrap();
-        if sig == Signal::SIGKILL {
-            assert_eq!(o.status.code(), None);
-        } else {
-            assert_eq!(
-                o.status.code(),
-                Some(128 + sig as i32),
-                "{sig}: {}",
-                diag(&o)
-            );
-            let ev = events(&o);
-            let last = ev.last().unwrap();
-            assert_eq!(last["type"], "result", "{sig}: {ev:?}");
-            assert_eq!(last["data"]["status"], "stopped", "{sig}");
-        }
-        // Gone within the bound: the CLI, the launcher, every sleep.
-        let bound = Duration::from_secs(20);
-        let left = loop {
-            let left = format!(
-                "{}{}{}",
-                running(&sb, &marker),
-                running(&sb, "agent-launch"),
-                running(&sb, "claude")
-            );
-            if left.is_empty() || stopped.elapsed() > bound {
-                break left;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        assert!(
-            left.is_empty(),
-            "{sig}: still running after {bound:?}:\n{left}"
-        );
-        eprintln!(
-            "{sig}: the tree was gone {:?} after the signal",
-            stopped.elapsed()
-        );
+        stop_and_check(&sb, child, sig, &marker, "claude");
     }
+}
+
+/// Once the three waits of the tool call (`{marker}1..3`) run, stop
+/// `sbx-run agent` by `sig`; it and every process of the run (the CLI
+/// `cli`, the launcher, the waits) end within a bound.
+fn stop_and_check(
+    sb: &Sandbox,
+    mut child: std::process::Child,
+    sig: nix::sys::signal::Signal,
+    marker: &str,
+    cli: &str,
+) {
+    use nix::sys::signal::{Signal, kill};
+    let t = Instant::now();
+    while running(sb, &format!("{marker}3")).is_empty() {
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                Signal::SIGKILL,
+            );
+            let o = child.wait_with_output().unwrap();
+            panic!("{sig}: the tool never started: {}", diag(&o));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The whole tree is up: the setsid'd sleep too.
+    let t = Instant::now();
+    while running(sb, &format!("{marker}2")).is_empty() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!running(sb, &format!("{marker}2")).is_empty(), "{sig}");
+    let stopped = Instant::now();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    kill(pid, sig).unwrap();
+    // sbx-run itself ends within the bound too (its few events fit the pipe).
+    while child.try_wait().unwrap().is_none() {
+        if stopped.elapsed() > Duration::from_secs(30) {
+            let _ = kill(pid, Signal::SIGKILL);
+            let o = child.wait_with_output().unwrap();
+            panic!("{sig}: sbx-run did not end: {}", diag(&o));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    if sig == Signal::SIGKILL {
+        assert_eq!(o.status.code(), None);
+    } else {
+        assert_eq!(
+            o.status.code(),
+            Some(128 + sig as i32),
+            "{sig}: {}",
+            diag(&o)
+        );
+        let ev = events(&o);
+        let last = ev.last().unwrap();
+        assert_eq!(last["type"], "result", "{sig}: {ev:?}");
+        assert_eq!(last["data"]["status"], "stopped", "{sig}");
+    }
+    // Gone within the bound: the CLI, the launcher, every sleep.
+    let bound = Duration::from_secs(20);
+    let left = loop {
+        let left = format!(
+            "{}{}{}",
+            running(sb, marker),
+            running(sb, "agent-launch"),
+            running(sb, cli)
+        );
+        if left.is_empty() || stopped.elapsed() > bound {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        left.is_empty(),
+        "{sig}: still running after {bound:?}:\n{left}"
+    );
+    eprintln!(
+        "{sig}: the tree was gone {:?} after the signal",
+        stopped.elapsed()
+    );
 }

@@ -57,6 +57,8 @@ complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -l json -d '
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand health" -s h -l help -d 'Print help'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l timeout -d 'Kill the CLI\'s whole process group after this many seconds (exit 124)' -r
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l scratch -d 'The chat\'s scratch directory (under the /scratch mount): made if missing and named to the CLI as SBX_SCRATCH' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l cli -d 'How the key reaches the CLI: claude (an apiKeyHelper in --settings) or codex (model_providers.sbx.auth, a token command)' -r -f -a "claude\t''
+codex\t''"
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -10,8 +10,19 @@
 //! so by the time a tool of the agent runs the key is gone from everywhere
 //! but the CLI's memory. The rest of stdin is the prompt.
 //!
-//! The CLI runs in its own process group; `--timeout` kills the whole group
-//! (TERM, then KILL after 2 s) and exits 124, like timeout(1).
+//! For codex (`--cli codex`) the same socket is served to its provider's
+//! token command: `-c model_providers.sbx.auth={command = "sbx-guest",
+//! args = ["agent-key", SOCKET]}` goes in after `exec`.
+//!
+//! The CLI runs in its own process group, and the launcher is a child
+//! subreaper, so whatever the CLI's tree leaves behind (a daemon that made
+//! its own session) is re-parented here, not to PID 1, and stays findable.
+//! `--timeout` sends the group SIGTERM, and 2 s later kills the whole tree;
+//! exit 124, like timeout(1). SIGINT, SIGTERM, SIGHUP and SIGQUIT (from the
+//! host's `sbx-run agent`, or the guest when the host's connection closed)
+//! go to the CLI's group first; 3 s later, or at a second signal, the tree
+//! is killed; exit 128+N. When the CLI ends, what is left of its tree is
+//! killed too.
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -25,6 +36,15 @@ use nix::unistd::Pid;
 
 /// Exit status of a run killed by `--timeout`.
 pub const TIMEOUT_EXIT: u8 = 124;
+/// After a stop signal (or the timeout's SIGTERM) the CLI has this long
+/// before its whole tree is killed.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+const TIMEOUT_GRACE: Duration = Duration::from_secs(2);
+
+enum Ev {
+    Exited,
+    Signal(i32),
+}
 
 fn read_key_line() -> std::io::Result<String> {
     // Byte by byte on the raw fd (std's stdin buffers): whatever follows
@@ -74,9 +94,10 @@ pub fn launch(
     timeout: Option<Duration>,
     host_tools: bool,
     scratch: Option<&Path>,
+    codex: bool,
     command: &[std::ffi::OsString],
 ) -> ExitCode {
-    match launch_inner(timeout, host_tools, scratch, command) {
+    match launch_inner(timeout, host_tools, scratch, codex, command) {
         Ok(code) => code,
         Err(e) => {
             sbx_core::output::error(&format!("agent-launch: {e}"));
@@ -111,15 +132,21 @@ fn launch_inner(
     timeout: Option<Duration>,
     host_tools: bool,
     scratch: Option<&Path>,
+    codex: bool,
     command: &[std::ffi::OsString],
 ) -> std::io::Result<ExitCode> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
     let (prog, args) = command
         .split_first()
         .ok_or_else(|| std::io::Error::other("no command"))?;
+    // Before anything runs, so no stop signal is missed.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])?;
+    nix::sys::prctl::set_child_subreaper(true).map_err(std::io::Error::from)?;
     let key = read_key_line()?;
+    let mut args: Vec<std::ffi::OsString> = args.to_vec();
     let mut cmd = Command::new(prog);
-    cmd.args(args)
-        .env_remove("ANTHROPIC_API_KEY")
+    cmd.env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
         .process_group(0);
     if let Some(d) = scratch {
         make_scratch(d)?;
@@ -146,14 +173,25 @@ fn launch_inner(
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path)?;
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        let settings = serde_json::json!({
-            "apiKeyHelper": format!("/usr/local/bin/sbx-guest agent-key {}", path.display())
-        });
-        cmd.arg("--settings").arg(settings.to_string());
-        // The helper is asked again only after this long: a day, so never in a run.
-        cmd.env("CLAUDE_CODE_API_KEY_HELPER_TTL_MS", "86400000");
+        if codex {
+            // Asked again only after a day, so never in a run.
+            let auth = format!(
+                "model_providers.sbx.auth={{command = \"/usr/local/bin/sbx-guest\", args = [\"agent-key\", {}], refresh_interval_ms = 86400000}}",
+                toml::Value::String(path.display().to_string())
+            );
+            let at = args.len().min(1); // after `exec`
+            args.splice(at..at, ["-c".into(), auth.into()]);
+        } else {
+            let settings = serde_json::json!({
+                "apiKeyHelper": format!("/usr/local/bin/sbx-guest agent-key {}", path.display())
+            });
+            args.extend(["--settings".into(), settings.to_string().into()]);
+            // The helper is asked again only after this long: a day, so never in a run.
+            cmd.env("CLAUDE_CODE_API_KEY_HELPER_TTL_MS", "86400000");
+        }
         server = Some((listener, path, key));
     }
+    cmd.args(&args);
     let mut child = cmd.spawn()?;
     let pid = child.id();
     let relay = match tools {
@@ -166,37 +204,85 @@ fn launch_inner(
     });
     // A waiter thread reports the exit at once (no polling latency).
     let (tx, rx) = std::sync::mpsc::channel();
+    let tx2 = tx.clone();
     let waiter = std::thread::spawn(move || {
         let s = child.wait();
-        let _ = tx.send(());
+        let _ = tx.send(Ev::Exited);
         s
     });
-    let finished = match timeout {
-        Some(t) => rx.recv_timeout(t).is_ok(),
-        None => rx.recv().is_ok(),
-    };
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if tx2.send(Ev::Signal(sig)).is_err() {
+                return;
+            }
+        }
+    });
+    let me = std::process::id() as i32;
+    let group = Pid::from_raw(pid as i32);
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut timed_out = false;
+    let mut stopped_by: Option<i32> = None;
+    let mut kill_at: Option<std::time::Instant> = None;
+    loop {
+        let now = std::time::Instant::now();
+        // Each second the orphans that ended are reaped.
+        let mut wake = now + Duration::from_secs(1);
+        if let (Some(d), false) = (deadline, timed_out) {
+            wake = wake.min(d);
+        }
+        if let Some(k) = kill_at {
+            wake = wake.min(k);
+        }
+        match rx.recv_timeout(wake.saturating_duration_since(now)) {
+            Ok(Ev::Exited) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Ok(Ev::Signal(sig)) => {
+                let now = std::time::Instant::now();
+                if stopped_by.is_some() || timed_out {
+                    kill_at = Some(now); // a second signal: no more grace
+                } else {
+                    stopped_by = Some(sig);
+                    let sig = Signal::try_from(sig).unwrap_or(Signal::SIGTERM);
+                    let _ = killpg(group, sig);
+                    kill_at = Some(now + STOP_GRACE);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let now = std::time::Instant::now();
+        if deadline.is_some_and(|d| now >= d) && !timed_out && stopped_by.is_none() {
+            timed_out = true;
+            let _ = killpg(group, Signal::SIGTERM);
+            kill_at = Some(now + TIMEOUT_GRACE);
+        }
+        if kill_at.is_some_and(|k| now >= k) {
+            kill_at = None;
+            crate::tree::kill_tree(me, false);
+        }
+        crate::tree::reap_children(me, pid as i32);
+    }
     if let Some((_, path)) = &server_thread {
         // The CLI never asked: the socket goes; the thread ends with us.
         let _ = std::fs::remove_file(path);
     }
-    let group = Pid::from_raw(pid as i32);
-    if !finished {
-        let _ = killpg(group, Signal::SIGTERM);
-        if rx.recv_timeout(Duration::from_secs(2)).is_err() {
-            let _ = killpg(group, Signal::SIGKILL);
-        }
-    }
     let status = waiter
         .join()
         .map_err(|_| std::io::Error::other("waiter thread panicked"))??;
-    // Whatever the CLI left running in its group goes with it.
-    let _ = killpg(group, Signal::SIGKILL);
+    // Whatever the CLI's tree left running goes with it, and is reaped.
+    crate::tree::kill_tree(me, false);
+    let t = std::time::Instant::now();
+    while !crate::tree::descendants(me).is_empty() && t.elapsed() < Duration::from_secs(2) {
+        crate::tree::reap_children(me, -1);
+        std::thread::sleep(Duration::from_millis(5));
+    }
     if let Some(r) = relay {
         // The CLI's last lines (its result) before our exit.
         r.drain(Duration::from_secs(2));
     }
-    if !finished {
+    if timed_out {
         return Ok(ExitCode::from(TIMEOUT_EXIT));
+    }
+    if let Some(sig) = stopped_by {
+        return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
     }
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),

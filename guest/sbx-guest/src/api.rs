@@ -43,6 +43,9 @@ const IDLE: Duration = Duration::from_secs(60);
 const DRAIN: Duration = Duration::from_millis(100);
 /// An ended exec nobody attached to is forgotten after this.
 const UNCLAIMED: Duration = Duration::from_secs(600);
+/// A `hangup` exec whose client left has this long after its SIGTERM
+/// before its process tree is killed.
+const HANGUP_GRACE: Duration = Duration::from_secs(5);
 
 /// How exit statuses reach the server.
 #[derive(Debug)]
@@ -138,6 +141,8 @@ struct Session {
     stdin: Mutex<Option<File>>,
     inner: Mutex<Inner>,
     cv: Condvar,
+    /// Ends when its client leaves (`ExecReq::hangup`).
+    hangup: bool,
 }
 
 #[derive(Debug, Default)]
@@ -534,6 +539,7 @@ impl Server {
             stdin: Mutex::new(stdin),
             inner: Mutex::new(Inner::default()),
             cv: Condvar::new(),
+            hangup: req.hangup,
         });
         let deadline = req
             .timeout_ms
@@ -591,6 +597,7 @@ impl Server {
             Err(_) => None,
         };
         let mut clean = false;
+        let mut taken_over = false;
         let mut buf = Vec::new();
         loop {
             let (chunks, exit, taken) = {
@@ -608,6 +615,7 @@ impl Server {
                 (chunks, i.exit.clone(), taken)
             };
             if taken {
+                taken_over = true;
                 let _ = proto::write_json(
                     &mut s,
                     Kind::Error,
@@ -637,6 +645,9 @@ impl Server {
         }
         if !(clean && reuse) {
             s.shutdown();
+        }
+        if !clean && !taken_over && sess.hangup {
+            hang_up(sess);
         }
         // With reuse, the reader ends at the client's Done (or its leaving).
         let done = reader.map(|r| r.join().unwrap_or(false)).unwrap_or(false);
@@ -765,6 +776,33 @@ impl Session {
         }
         self.cv.notify_all();
     }
+}
+
+/// A `hangup` exec's client left: SIGTERM to its group now (a graceful
+/// stop), its whole tree SIGKILLed if it has not ended after the grace.
+fn hang_up(sess: &Arc<Session>) {
+    if sess.inner().exit.is_some() {
+        return;
+    }
+    let _ = nix::sys::signal::killpg(Pid::from_raw(sess.pid), nix::sys::signal::Signal::SIGTERM);
+    let sess = Arc::clone(sess);
+    std::thread::spawn(move || {
+        let until = Instant::now() + HANGUP_GRACE;
+        let mut i = sess.inner();
+        while i.exit.is_none() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                drop(i);
+                crate::tree::kill_tree(sess.pid, true);
+                return;
+            }
+            i = sess
+                .cv
+                .wait_timeout(i, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    });
 }
 
 /// The exec's own thread: output into the buffer, the exit status, the

@@ -18,6 +18,7 @@ pub mod masks;
 pub mod real;
 pub mod sink;
 pub mod status;
+pub mod tree;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -72,6 +73,10 @@ pub enum Cmd {
         /// to the CLI as SBX_SCRATCH.
         #[arg(long, value_name = "DIR")]
         scratch: Option<PathBuf>,
+        /// How the key reaches the CLI: claude (an apiKeyHelper in --settings) or codex
+        /// (model_providers.sbx.auth, a token command).
+        #[arg(long, value_name = "CLI", default_value = "claude", value_parser = ["claude", "codex"])]
+        cli: String,
         /// The CLI and its arguments (after --).
         #[arg(
             trailing_var_arg = true,
@@ -119,6 +124,11 @@ Files:
   /run/sbx/host/guest.sock       the host API (exec, files, health; sbx_core::guestapi),
                                  0600, owned by the host directory's owner; /run/sbx is
                                  root's 0700, so the agent cannot reach it
+
+agent-launch: the CLI runs in its own process group; the launcher is a child subreaper, so
+  the CLI's whole tree stays beneath it. SIGINT/SIGTERM/SIGHUP/SIGQUIT go to the CLI's group,
+  the tree is killed 3 s later (at once on a second signal), exit 128+N; --timeout: TERM, the
+  tree killed 2 s later, exit 124; when the CLI ends, what its tree left is killed.
 
 agent-launch --host-tools: [agent.host-tools] for sbx-run agent. The CLI's MCP server
   `mcp-host-tools` connects to a socket in a fresh 0700 directory named only in the CLI's
@@ -200,11 +210,13 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             timeout,
             host_tools,
             scratch,
+            cli,
             command,
         } => Ok(agent::launch(
             timeout.map(std::time::Duration::from_secs),
             host_tools,
             scratch.as_deref(),
+            cli == "codex",
             &command,
         )),
         Cmd::McpHostTools => Ok(hosttools::serve()),

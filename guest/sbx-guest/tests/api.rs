@@ -642,3 +642,61 @@ fn a_reused_connection_carries_many_requests_and_only_when_asked() {
     assert_eq!(to_exit(&mut c).1, 0);
     assert!(c.frame().unwrap_err().is_closed());
 }
+
+/// Alive and not a zombie.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st != "Z")
+    })
+}
+
+/// A `hangup` exec whose client goes away is ended with its whole tree:
+/// here a shell that ignores SIGTERM, a background child and one in its
+/// own session (out of the group a killpg reaches) all go within the grace.
+#[test]
+fn a_hangup_exec_ends_with_its_client_tree_and_all() {
+    let (t, s) = setup();
+    let pids = t.path().join("ws/pids");
+    let mut req = root_exec(&[
+        "sh",
+        "-c",
+        &format!(
+            "trap '' TERM; sleep 300 & echo $! >> {p}; setsid sleep 301 & echo $! >> {p}; echo $$ >> {p}; wait",
+            p = pids.display()
+        ),
+    ]);
+    req.hangup = true;
+    let mut c = client(&s);
+    c.send(&Request::Exec(req)).unwrap();
+    assert!(matches!(c.reply().unwrap(), Reply::Started { .. }));
+    let read = || -> Vec<i32> {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let t0 = Instant::now();
+    while read().len() < 3 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the tree never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let all = read();
+    assert!(all.iter().all(|p| alive(*p)), "{all:?}");
+    drop(c);
+    let t0 = Instant::now();
+    while all.iter().any(|p| alive(*p)) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<_> = all.iter().filter(|p| alive(**p)).collect();
+    assert!(
+        left.is_empty(),
+        "still running after the client left: {left:?}"
+    );
+}

@@ -70,22 +70,43 @@ impl Sandbox {
             .env("XDG_STATE_HOME", &self.state)
             .env("HOOK_LOG", &self.hook_log)
             .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ANTHROPIC_BASE_URL");
+            .env_remove("ANTHROPIC_BASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL");
         c
     }
 
     /// `sbx-run agent` against the stand-in on `port`.
     fn agent(&self, port: u16, args: &[&str]) -> Output {
-        self.sbx()
-            .env("ANTHROPIC_API_KEY", KEY)
+        self.agent_cmd(port, args).output().unwrap()
+    }
+
+    fn agent_cmd(&self, port: u16, args: &[&str]) -> Command {
+        let mut c = self.sbx();
+        c.env("ANTHROPIC_API_KEY", KEY)
             .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
             .arg("agent")
             .arg("-C")
             .arg(&self.path)
             .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `sbx-run agent --cli codex` against the stand-in's Responses API on `port`.
+    fn agent_codex(&self, port: u16, args: &[&str]) -> Output {
+        self.agent_codex_cmd(port, args).output().unwrap()
+    }
+
+    fn agent_codex_cmd(&self, port: u16, args: &[&str]) -> Command {
+        let mut c = self.sbx();
+        c.env("OPENAI_API_KEY", KEY)
+            .env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"))
+            .args(["agent", "--cli", "codex", "--model", "standin-model", "-C"])
+            .arg(&self.path)
+            .args(args)
+            .stdin(Stdio::null());
+        c
     }
 
     fn exec_root(&self, script: &str) -> String {
@@ -834,4 +855,265 @@ fn codex_reads_the_mcp_servers_sbx_gives_it() {
     assert_eq!(relay["command"], "/usr/local/bin/sbx-guest");
     assert_eq!(relay["args"], json!(["mcp-host-tools"]));
     assert_eq!(relay["env_vars"], json!(["SBX_HOST_TOOLS_SOCKET"]));
+}
+
+/// The real codex CLI against the stand-in's Responses API: its shell call
+/// really runs (the file reaches the host workspace), and `codex exec
+/// --json` comes out as sbx's events, not `raw` lines. The key reaches the
+/// API (bearer) through codex's token command, and no process environment,
+/// file, audit log or container config.
+#[test]
+fn agent_runs_codex_against_the_responses_stand_in() {
+    let Some(sb) = setup() else { return };
+    let probe = format!(
+        "K1={}; K2={}; echo made-by-codex > codex.txt; n=0; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null | grep -q \"$K1$K2\" && n=$((n+1)); done; echo key-in-environ=$n",
+        &KEY[..8],
+        &KEY[8..]
+    );
+    sb.msgapi(8111, &json!({"turns": [
+        {"text": "Writing it.", "shell": probe},
+        {"text": "All done.", "usage": {"input_tokens": 40, "output_tokens": 6, "cached_tokens": 3}}
+    ]}));
+    let o = sb.agent_codex(8111, &["--json", "write the file"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let ev = events(&o);
+    assert!(ev.iter().all(|e| e["v"] == 1));
+    assert!(
+        of_type(&ev, "raw").is_empty(),
+        "codex lines of known types came out raw: {ev:?}"
+    );
+    assert_eq!(of_type(&ev, "session").len(), 1, "{ev:?}");
+    let tu = of_type(&ev, "tool_use");
+    assert_eq!(tu.len(), 1, "{ev:?}");
+    assert_eq!(tu[0]["data"]["name"], "shell");
+    assert!(
+        tu[0]["data"]["input"]["command"]
+            .as_str()
+            .unwrap()
+            .contains("made-by-codex"),
+        "{tu:?}"
+    );
+    let tr = of_type(&ev, "tool_result");
+    assert_eq!(tr.len(), 1, "{ev:?}");
+    assert_eq!(tr[0]["data"]["tool_use_id"], tu[0]["data"]["id"]);
+    assert_eq!(tr[0]["data"]["is_error"], false);
+    let out = tr[0]["data"]["content"].as_str().unwrap();
+    assert!(
+        out.contains("key-in-environ=0"),
+        "the key is in a process's environment: {out}"
+    );
+    assert!(
+        of_type(&ev, "text")
+            .iter()
+            .any(|e| e["data"]["text"] == "All done.")
+    );
+    let usage = of_type(&ev, "usage");
+    assert_eq!(usage.len(), 1, "{ev:?}");
+    // Codex sums its two requests: 100 (the stand-in's default) + 40.
+    assert_eq!(usage[0]["data"]["input_tokens"], 140, "{usage:?}");
+    assert_eq!(usage[0]["data"]["cache_read_input_tokens"], 3);
+    assert_eq!(usage[0]["data"]["output_tokens"], 26);
+    let last = ev.last().unwrap();
+    assert_eq!(last["type"], "result", "result is the last event");
+    assert_eq!(last["data"]["status"], "success");
+    assert_eq!(last["data"]["text"], "All done.");
+    assert_eq!(last["data"]["exit"], 0);
+    assert_eq!(
+        std::fs::read_to_string(sb.path.join("codex.txt")).unwrap(),
+        "made-by-codex\n",
+        "codex's shell call reaches the host workspace"
+    );
+    let reqs: Vec<Value> = sb
+        .requests(8111)
+        .into_iter()
+        .filter(|r| r["path"] == "/v1/responses")
+        .collect();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    let bearer = format!("Bearer {KEY}");
+    assert!(
+        reqs.iter()
+            .all(|r| r["headers"]["authorization"] == bearer.as_str()),
+        "the key reached the API"
+    );
+    let host_audit = std::fs::read_to_string(sb.state.join("sbx/audit.jsonl")).unwrap_or_default();
+    assert!(host_audit.contains("\"agent-run\""), "{host_audit}");
+    assert!(!host_audit.contains(KEY));
+    let sandbox_audit = std::fs::read_to_string(
+        sb.state
+            .join("sbx/sandboxes")
+            .join(&sb.container)
+            .join("audit.jsonl"),
+    )
+    .unwrap_or_default();
+    assert!(!sandbox_audit.contains(KEY));
+    let inspect = sh(Command::new("docker").args(["inspect", &sb.container]));
+    assert!(
+        !inspect.contains(KEY),
+        "the key is in the container's config"
+    );
+    assert!(
+        sb.exec_root(&format!(
+            "grep -rl {KEY} /workspace /home/agent /tmp 2>/dev/null | grep -v msgapi-"
+        ))
+        .trim()
+        .is_empty(),
+        "the key is in a file"
+    );
+
+    // An API error: codex's turn.failed is an error event and exit 1.
+    sb.msgapi(8112, &json!({"turns": [{"error": {"status": 400, "type": "invalid_request_error", "message": "scripted failure"}}]}));
+    let o = sb.agent_codex(8112, &["--json", "fail"]);
+    assert_eq!(o.status.code(), Some(1), "{}", diag(&o));
+    let ev = events(&o);
+    assert!(!of_type(&ev, "error").is_empty(), "{ev:?}");
+    assert_eq!(ev.last().unwrap()["data"]["status"], "error");
+
+    // Stopped while its shell call waits: codex (node and the native binary)
+    // and the call's processes go with sbx-run.
+    sb.msgapi(8113, &json!({"turns": [
+        {"shell": "tail -s 4081131 -f /dev/null & setsid tail -s 4081132 -f /dev/null & tail -s 4081133 -f /dev/null"},
+        // Codex may leave a long call running and ask on: then it waits here.
+        {"text": "late", "delay_ms": 120000}
+    ]}));
+    let child = sb
+        .agent_codex_cmd(8113, &["--json", "wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    stop_and_check(
+        &sb,
+        child,
+        nix::sys::signal::Signal::SIGTERM,
+        "408113",
+        "codex",
+    );
+}
+
+/// Live processes of the sandbox whose command line holds `marker` (the
+/// scan spells it in two halves, so it does not find itself).
+fn running(sb: &Sandbox, marker: &str) -> String {
+    let (m1, m2) = marker.split_at(marker.len() / 2);
+    sb.exec_root(&format!(
+        "m={m1}; m=\"$m\"{m2}; for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); s=$(cut -d' ' -f3 $p/stat 2>/dev/null); case \"$c\" in *\"$m\"*) [ \"$s\" != Z ] && echo \"${{p#/proc/}} $s $c\";; esac; done"
+    ))
+}
+
+/// `sbx-run agent` stopped on the host while the CLI waits on a tool: by
+/// SIGINT, SIGTERM or SIGHUP (forwarded, the CLI stops, exit 128+N and a
+/// `stopped` result), or SIGKILL (the guest sees the connection close). In
+/// every case the CLI, the launcher and the tool's processes, one of them in
+/// its own session, are gone within a bound.
+#[test]
+fn agent_ends_with_sbx_run_on_every_signal() {
+    use nix::sys::signal::Signal;
+    let Some(sb) = setup() else { return };
+    let cases = [
+        (Signal::SIGINT, 8121u16),
+        (Signal::SIGTERM, 8122),
+        (Signal::SIGHUP, 8123),
+        (Signal::SIGKILL, 8124),
+    ];
+    for (sig, port) in cases {
+        let marker = format!("40{port}");
+        // Three endless waits (Claude Code refuses chained sleeps), one in
+        // the background and one in its own session.
+        let cmd = format!(
+            "tail -s {marker}1 -f /dev/null & setsid tail -s {marker}2 -f /dev/null & tail -s {marker}3 -f /dev/null"
+        );
+        sb.msgapi(
+            port,
+            &json!({"turns": [
+                {"tool_use": {"name": "Bash", "input": {"command": cmd, "description": "wait"}}},
+                {"text": "never"}
+            ]}),
+        );
+        let child = sb
+            .agent_cmd(port, &["--json", "wait for it"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        stop_and_check(&sb, child, sig, &marker, "claude");
+    }
+}
+
+/// Once the three waits of the tool call (`{marker}1..3`) run, stop
+/// `sbx-run agent` by `sig`; it and every process of the run (the CLI
+/// `cli`, the launcher, the waits) end within a bound.
+fn stop_and_check(
+    sb: &Sandbox,
+    mut child: std::process::Child,
+    sig: nix::sys::signal::Signal,
+    marker: &str,
+    cli: &str,
+) {
+    use nix::sys::signal::{Signal, kill};
+    let t = Instant::now();
+    while running(sb, &format!("{marker}3")).is_empty() {
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                Signal::SIGKILL,
+            );
+            let o = child.wait_with_output().unwrap();
+            panic!("{sig}: the tool never started: {}", diag(&o));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The whole tree is up: the setsid'd sleep too.
+    let t = Instant::now();
+    while running(sb, &format!("{marker}2")).is_empty() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!running(sb, &format!("{marker}2")).is_empty(), "{sig}");
+    let stopped = Instant::now();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    kill(pid, sig).unwrap();
+    // sbx-run itself ends within the bound too (its few events fit the pipe).
+    while child.try_wait().unwrap().is_none() {
+        if stopped.elapsed() > Duration::from_secs(30) {
+            let _ = kill(pid, Signal::SIGKILL);
+            let o = child.wait_with_output().unwrap();
+            panic!("{sig}: sbx-run did not end: {}", diag(&o));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    if sig == Signal::SIGKILL {
+        assert_eq!(o.status.code(), None);
+    } else {
+        assert_eq!(
+            o.status.code(),
+            Some(128 + sig as i32),
+            "{sig}: {}",
+            diag(&o)
+        );
+        let ev = events(&o);
+        let last = ev.last().unwrap();
+        assert_eq!(last["type"], "result", "{sig}: {ev:?}");
+        assert_eq!(last["data"]["status"], "stopped", "{sig}");
+    }
+    // Gone within the bound: the CLI, the launcher, every sleep.
+    let bound = Duration::from_secs(20);
+    let left = loop {
+        let left = format!(
+            "{}{}{}",
+            running(sb, marker),
+            running(sb, "agent-launch"),
+            running(sb, cli)
+        );
+        if left.is_empty() || stopped.elapsed() > bound {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        left.is_empty(),
+        "{sig}: still running after {bound:?}:\n{left}"
+    );
+    eprintln!(
+        "{sig}: the tree was gone {:?} after the signal",
+        stopped.elapsed()
+    );
 }

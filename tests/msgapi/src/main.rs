@@ -1,9 +1,12 @@
-//! sbx-msgapi: a scripted stand-in for the Anthropic Messages API.
+//! sbx-msgapi: a scripted stand-in for the Anthropic Messages API and the
+//! OpenAI Responses API (see [`responses`]).
 //!
 //! The agent e2e tests point the real Claude Code CLI at it with
-//! `ANTHROPIC_BASE_URL`. It serves `POST /v1/messages` as SSE (`stream: true`)
-//! or plain JSON from a script of turns and logs every request (headers and
-//! body) as one JSON line, so tests can assert what the CLI sent.
+//! `ANTHROPIC_BASE_URL`, and the real codex CLI through a model provider's
+//! `base_url`. It serves `POST /v1/messages` as SSE (`stream: true`) or plain
+//! JSON, and `POST /v1/responses`, from a script of turns, and logs every
+//! request (headers and body) as one JSON line, so tests can assert what the
+//! CLI sent.
 //!
 //! Script (JSON):
 //! ```json
@@ -37,6 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+
+mod responses;
 
 struct Opts {
     script: PathBuf,
@@ -255,6 +260,7 @@ fn handle(server: &Server, req: &Request, out: &mut TcpStream) -> std::io::Resul
     }
     match (req.method.as_str(), path) {
         ("POST", "/v1/messages") => messages(server, &body, turn, side, out),
+        ("POST", "/v1/responses") => responses::respond(server, &body, out),
         ("POST", "/v1/messages/count_tokens") => send_json(out, 200, &json!({"input_tokens": 100})),
         ("GET", "/v1/models") => send_json(
             out,
@@ -419,15 +425,8 @@ fn messages(
                     "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage}),
         );
     }
-    write!(
-        out,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nrequest-id: req_standin\r\ntransfer-encoding: chunked\r\n\r\n"
-    )?;
-    let mut ev = |name: &str, data: Value| -> std::io::Result<()> {
-        let payload = format!("event: {name}\ndata: {data}\n\n");
-        write!(out, "{:x}\r\n{payload}\r\n", payload.len())?;
-        out.flush()
-    };
+    sse_start(out)?;
+    let mut ev = |name: &str, data: Value| sse_event(out, name, &data);
     ev(
         "message_start",
         json!({"type": "message_start", "message": {"id": msg_id, "type": "message", "role": "assistant",
@@ -443,12 +442,7 @@ fn messages(
                     "content_block_start",
                     json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}),
                 )?;
-                // Two deltas so clients see real streaming.
-                let mid = text
-                    .char_indices()
-                    .nth(text.chars().count() / 2)
-                    .map_or(text.len(), |(p, _)| p);
-                for part in [&text[..mid], &text[mid..]] {
+                for part in halves(text) {
                     if !part.is_empty() {
                         ev(
                             "content_block_delta",
@@ -463,11 +457,7 @@ fn messages(
                     json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
                 )?;
                 let js = input.to_string();
-                let mid = js
-                    .char_indices()
-                    .nth(js.chars().count() / 2)
-                    .map_or(js.len(), |(p, _)| p);
-                for part in [&js[..mid], &js[mid..]] {
+                for part in halves(&js) {
                     ev(
                         "content_block_delta",
                         json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": part}}),
@@ -486,6 +476,33 @@ fn messages(
                "usage": {"output_tokens": output_tokens}}),
     )?;
     ev("message_stop", json!({"type": "message_stop"}))?;
+    sse_end(out)
+}
+
+/// An SSE response's head; its events go out as HTTP chunks.
+fn sse_start(out: &mut TcpStream) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nrequest-id: req_standin\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+}
+
+fn sse_event(out: &mut TcpStream, name: &str, data: &Value) -> std::io::Result<()> {
+    let payload = format!("event: {name}\ndata: {data}\n\n");
+    write!(out, "{:x}\r\n{payload}\r\n", payload.len())?;
+    out.flush()
+}
+
+fn sse_end(out: &mut TcpStream) -> std::io::Result<()> {
     write!(out, "0\r\n\r\n")?;
     out.flush()
+}
+
+/// A text's two halves (so clients see real streaming).
+fn halves(text: &str) -> [&str; 2] {
+    let mid = text
+        .char_indices()
+        .nth(text.chars().count() / 2)
+        .map_or(text.len(), |(p, _)| p);
+    [&text[..mid], &text[mid..]]
 }

@@ -237,6 +237,11 @@ pub struct ExecReq {
     /// Kill the process group after this many milliseconds.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// End with the client: when its connection closes before the exec
+    /// ended, SIGTERM to the process group, and the whole process tree
+    /// SIGKILLed a few seconds later. Such an exec cannot be re-attached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hangup: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -92,6 +92,7 @@ pub fn exec_request(ws: &Workspace, argv: &[OsString], agent: &str, tty: bool) -
         user: User::Agent,
         tty: if tty { Some(term_size()) } else { None },
         timeout_ms: None,
+        hangup: false,
     }
 }
 

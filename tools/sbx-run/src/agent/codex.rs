@@ -1,7 +1,13 @@
-//! `codex exec`'s MCP servers: codex reads no `.mcp.json`, so `[agent.mcp]`
-//! and sbx's host-tools relay become `-c mcp_servers.NAME={…}` overrides
-//! (one inline TOML table per server, so the user's own servers in
-//! `~/.codex/config.toml` stay).
+//! `codex exec`'s endpoint and MCP servers as `-c` overrides.
+//!
+//! Codex reads no `.mcp.json`, so `[agent.mcp]` and sbx's host-tools relay
+//! become `-c mcp_servers.NAME={…}` (one inline TOML table per server, so the
+//! user's own servers in `~/.codex/config.toml` stay).
+//!
+//! An endpoint or a key given to sbx makes a model provider `sbx` speaking
+//! the Responses API; the key itself is never an argument: `agent-launch
+//! --cli codex` adds `model_providers.sbx.auth`, a command (`sbx-guest
+//! agent-key SOCKET`) codex runs for its bearer token, served once.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +45,34 @@ fn server(command: &str, args: &[String], env: &BTreeMap<String, String>, pass: 
         env.join(", "),
         toml_list(&pass)
     )
+}
+
+/// The provider sbx defines when it has an endpoint or a key.
+pub const PROVIDER: &str = "sbx";
+
+/// `-c` arguments pointing codex at `base_url` (Responses API). With no
+/// key of sbx's, the provider takes codex's own OpenAI login.
+pub fn provider_args(base_url: Option<&str>, key: bool) -> Vec<String> {
+    if base_url.is_none() && !key {
+        return Vec::new();
+    }
+    let mut kv = vec![
+        format!("model_provider={}", toml_str(PROVIDER)),
+        format!("model_providers.{PROVIDER}.name={}", toml_str(PROVIDER)),
+        format!("model_providers.{PROVIDER}.wire_api=\"responses\""),
+    ];
+    if let Some(u) = base_url {
+        kv.push(format!(
+            "model_providers.{PROVIDER}.base_url={}",
+            toml_str(u)
+        ));
+    }
+    if !key {
+        kv.push(format!(
+            "model_providers.{PROVIDER}.requires_openai_auth=true"
+        ));
+    }
+    kv.into_iter().flat_map(|a| ["-c".to_owned(), a]).collect()
 }
 
 /// The `-c` arguments for `codex exec`, or the name codex would not take.
@@ -104,6 +138,22 @@ mod tests {
         let (k, v) = arg.split_once('=').unwrap();
         let doc: toml::Table = toml::from_str(&format!("v = {v}")).unwrap();
         (k.to_owned(), doc["v"].clone())
+    }
+
+    #[test]
+    fn provider_overrides_parse_as_toml() {
+        assert!(provider_args(None, false).is_empty());
+        let a = provider_args(Some("http://127.0.0.1:9/v1"), true);
+        let kv: Vec<_> = a.chunks(2).map(|c| parsed(&c[1])).collect();
+        assert!(a.chunks(2).all(|c| c[0] == "-c"));
+        assert!(kv.contains(&("model_provider".into(), toml::Value::String("sbx".into()))));
+        assert!(kv.contains(&(
+            "model_providers.sbx.base_url".into(),
+            toml::Value::String("http://127.0.0.1:9/v1".into())
+        )));
+        assert!(!a.iter().any(|x| x.contains("requires_openai_auth")));
+        let a = provider_args(Some("http://h/v1"), false);
+        assert!(a.iter().any(|x| x.contains("requires_openai_auth=true")));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The CLI's stream-json lines translated into sbx's own agent events
-//! (schema version [`SCHEMA`]). One CLI line may give several events; a line
+//! sbx's own agent events (schema version [`SCHEMA`]), and Claude Code's
+//! stream-json lines translated into them (codex's `exec --json` lines:
+//! [`super::codex_events`]). One CLI line may give several events; a line
 //! that is not JSON or of a type this version does not know becomes a `raw`
 //! event carrying it whole: nothing is dropped.
 //!
@@ -13,7 +14,7 @@
 //! | `tool_use` | `id`, `name`, `input` |
 //! | `tool_result` | `tool_use_id`, `is_error`, `content` (text) |
 //! | `usage` | `input_tokens`, `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`, `cost_usd` |
-//! | `result` | `status` (success, error, max_turns, timeout, refused), `turns`, `duration_ms`, `text`, `session_id`, `exit` |
+//! | `result` | `status` (success, error, max_turns, timeout, refused, stopped), `turns`, `duration_ms`, `text`, `session_id`, `exit` |
 //! | `error` | `message` |
 //! | `raw` | `line` (the CLI's line as text), `reason` |
 

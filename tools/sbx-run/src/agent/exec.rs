@@ -16,6 +16,8 @@ use crate::workspace::Workspace;
 pub struct Spawned {
     pub stdin: Option<Box<dyn Write + Send>>,
     pub stdout: Option<Box<dyn Read + Send>>,
+    /// Through the guest: the last stop signal forwarded (0: none).
+    pub stopped_by: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
     wait: Box<dyn FnOnce() -> std::io::Result<i32> + Send>,
 }
 
@@ -28,7 +30,9 @@ impl Spawned {
 
 /// Start `argv` in the sandbox as the agent user in the workspace, with
 /// `env` set for that process only, on `conn` when the caller holds a
-/// fresh connection to the guest (one round trip fewer).
+/// fresh connection to the guest (one round trip fewer). SIGINT, SIGTERM,
+/// SIGHUP and SIGQUIT are forwarded to it; when this process dies the
+/// connection closes and the guest ends the command's whole tree.
 pub fn spawn(
     ws: &Workspace,
     argv: &[String],
@@ -70,12 +74,24 @@ fn through_guest(
         user: User::Agent,
         tty: None,
         timeout_ms: None,
+        // The run ends with sbx-run: killed or gone, the CLI goes too.
+        hangup: true,
     };
+    // Noted here; run_with forwards them (a second handler of the same signals).
+    let stopped_by = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGQUIT,
+    ] {
+        let _ = signal_hook::flag::register_usize(sig, stopped_by.clone(), sig as usize);
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut out = out_w;
         let mut err = std::io::stderr();
-        let r = guestexec::run_with(client, req, Some(Box::new(in_r)), &mut out, &mut err, false);
+        let r = guestexec::run_with(client, req, Some(Box::new(in_r)), &mut out, &mut err, true);
         // The stdout pipe closes here: the reader sees the end.
         drop(out);
         let _ = tx.send(r);
@@ -83,6 +99,7 @@ fn through_guest(
     Ok(Spawned {
         stdin: Some(Box::new(in_w)),
         stdout: Some(Box::new(out_r)),
+        stopped_by: Some(stopped_by),
         wait: Box::new(move || match rx.recv() {
             Ok(Ok(x)) => Ok(x.status),
             Ok(Err(GuestError::Spawn(_, s))) => Ok(s),
@@ -122,6 +139,7 @@ fn docker_exec(
             .stdout
             .take()
             .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        stopped_by: None,
         wait: Box::new(move || {
             use std::os::unix::process::ExitStatusExt;
             let s = child.wait()?;

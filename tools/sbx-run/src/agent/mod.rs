@@ -3,6 +3,7 @@
 
 pub mod chats;
 pub mod codex;
+pub mod codex_events;
 pub mod events;
 pub mod exec;
 pub mod hosttools;
@@ -77,6 +78,7 @@ Output: the assistant's text as it streams, one dim line per tool call, and a la
 turns, tokens, cost and time. --json prints sbx's agent events (schema v1), one a line:
   {\"type\": KIND, \"v\": 1, \"data\": {...}}   KIND: session text tool_use tool_result usage
   result error raw. A CLI line sbx does not know is passed on whole as `raw`, never dropped.
+  result.status: success error max_turns timeout refused stopped.
 
 Endpoint and key: ANTHROPIC_BASE_URL (host environment, else [agent].base-url) is given to the
 CLI; its host is allowlisted by sbx-fw (loopback needs nothing). The key comes from the host's
@@ -107,14 +109,27 @@ $XDG_STATE_HOME/sbx/scratch/<workspace-hash>/ID and owned like the repository. -
 --show-chat ID; `sbx-run prune --chats [--older-than 7d]` removes stale chats with their scratch
 directories ([agent].chat-retention).
 
-Codex: --cli codex runs `codex exec --json`; [agent.mcp] and the host tools are given to it as
-`-c mcp_servers.NAME={...}` (names of letters, digits, _ and - only), not through .mcp.json.
+Codex: --cli codex runs `codex exec --json --dangerously-bypass-approvals-and-sandbox` (plan or
+[tools] read-only: --sandbox read-only; other modes workspace-write); --max-turns is refused. [agent.mcp] and the
+host tools are given to it as `-c mcp_servers.NAME={...}` (names of letters, digits, _ and -
+only), not through .mcp.json. OPENAI_BASE_URL (else [agent].base-url) and OPENAI_API_KEY (else
+[agent].credential-file) make a model provider `sbx` (Responses API); the key reaches codex only
+through its token command (model_providers.sbx.auth = sbx-guest agent-key SOCKET, served once).
+Its lines become events: thread.started session; item.started/completed of command_execution,
+mcp_tool_call, file_change, web_search tool_use/tool_result (name shell, mcp__S__T, apply_patch,
+web_search); agent_message text; error items and lines error; turn.completed usage (cost null)
+and result success; turn.failed error and result error; anything else raw.
+
+Stopping: SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the CLI's process group in the
+sandbox; its whole process tree is killed 3 s later (at once on a second signal); exit 128+N,
+result status `stopped`. If sbx-run dies (SIGKILL) the guest sees the connection close, sends
+SIGTERM, and kills the tree 5 s later: nothing of the run outlives sbx-run.
 
 -vv prints sbx-run's own phase times (before the exec, first CLI line, exec exit, done) on stderr.
 
 Exit status: 0 success; 1 the CLI or the API reported an error; 3 max turns reached; 77 the
-before-hook refused; 124 timeout; 64 usage; 66 no workspace; 69 Docker unavailable; 78 bad
-config or skill.
+before-hook refused; 124 timeout; 128+N stopped by signal N; 64 usage; 66 no workspace; 69
+Docker unavailable; 78 bad config or skill.
 
 Examples:
   sbx-run agent 'fix the failing test'
@@ -137,23 +152,26 @@ struct Access {
     key: Option<String>,
 }
 
-fn access(ws: &Workspace) -> Result<Access, BoxError> {
+/// The host variables naming each CLI's endpoint and key.
+fn access_vars(cli: AgentCli) -> (&'static str, &'static str) {
+    match cli {
+        AgentCli::Claude => ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+        AgentCli::Codex => ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
+    }
+}
+
+fn access(ws: &Workspace, cli: AgentCli) -> Result<Access, BoxError> {
     let agent = &ws.loaded.config.agent;
-    let base_url = match std::env::var("ANTHROPIC_BASE_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-    {
+    let (url_var, key_var) = access_vars(cli);
+    let base_url = match std::env::var(url_var).ok().filter(|v| !v.is_empty()) {
         Some(u) => Some(
             u.parse::<sbx_core::config::agent::BaseUrl>()
-                .map_err(|e| usage_err(format!("ANTHROPIC_BASE_URL: {e}")))?
+                .map_err(|e| usage_err(format!("{url_var}: {e}")))?
                 .text,
         ),
         None => agent.base_url.as_ref().map(|u| u.text.clone()),
     };
-    let key = match std::env::var("ANTHROPIC_API_KEY")
-        .ok()
-        .filter(|v| !v.is_empty())
-    {
+    let key = match std::env::var(key_var).ok().filter(|v| !v.is_empty()) {
         Some(k) => Some(k),
         None => match &agent.credential_file {
             Some(f) => {
@@ -178,7 +196,7 @@ fn access(ws: &Workspace) -> Result<Access, BoxError> {
         },
     };
     if key.as_deref().is_some_and(|k| k.contains(['\n', '\r'])) {
-        return Err(usage_err("ANTHROPIC_API_KEY holds a line break".into()));
+        return Err(usage_err(format!("{key_var} holds a line break")));
     }
     Ok(Access { base_url, key })
 }
@@ -401,13 +419,18 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
             ws0.loaded.describe()
         )));
     }
-    let acc = access(&ws0)?;
-    timing.mark("config loaded");
     let cli = match o.cli.as_deref() {
         Some("codex") => AgentCli::Codex,
         Some(_) => AgentCli::Claude,
         None => cfg.cli,
     };
+    if cli == AgentCli::Codex && o.max_turns.is_some() {
+        return Err(usage_err(
+            "--max-turns: codex exec has no turn limit; drop it, or use --cli claude".into(),
+        ));
+    }
+    let acc = access(&ws0, cli)?;
+    timing.mark("config loaded");
     let codex_mcp = match cli {
         AgentCli::Codex => codex::mcp_args(&cfg.mcp, !cfg.host_tools.is_empty())
             .map_err(|e| config_err(format!("{}: {e}", ws0.loaded.describe())))?,
@@ -514,6 +537,22 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         }
         AgentCli::Codex => {
             let mut a: Vec<String> = ["codex", "exec", "--json"].map(String::from).into();
+            // The sandbox is the guard, as bypassPermissions is for Claude.
+            // [tools] read-only: codex's requirements refuse the bypass.
+            let read_only = ws.loaded.config.read_only();
+            match mode {
+                _ if read_only => a.extend(["--sandbox".into(), "read-only".into()]),
+                "bypassPermissions" => a.push("--dangerously-bypass-approvals-and-sandbox".into()),
+                "plan" => a.extend(["--sandbox".into(), "read-only".into()]),
+                _ => a.extend(["--sandbox".into(), "workspace-write".into()]),
+            }
+            if let Some(m) = o.model.clone().or(cfg.model.clone()) {
+                a.extend(["--model".into(), m]);
+            }
+            a.extend(codex::provider_args(
+                acc.base_url.as_deref(),
+                acc.key.is_some(),
+            ));
             a.extend(codex_mcp);
             if let Some(d) = &scratch {
                 // One word: the prompt's `-` can never be taken for a directory.
@@ -524,6 +563,9 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         }
     };
     let mut launch: Vec<String> = vec!["sbx-guest".into(), "agent-launch".into()];
+    if cli == AgentCli::Codex {
+        launch.extend(["--cli".into(), "codex".into()]);
+    }
     if let Some(t) = timeout {
         launch.extend(["--timeout".into(), t.as_secs().max(1).to_string()]);
     }
@@ -559,24 +601,20 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         ),
         ("DISABLE_AUTOUPDATER".into(), "1".into()),
     ];
-    if let Some(u) = &acc.base_url {
+    if let (AgentCli::Claude, Some(u)) = (cli, &acc.base_url) {
         env.push(("ANTHROPIC_BASE_URL".into(), u.clone()));
     }
 
     let started = Instant::now();
     timing.mark("exec");
     let mut child = exec::spawn(&ws, &launch, &env, conn)?;
+    let stopped_by = child.stopped_by.take();
     // With host tools stdin stays open for their answers; else it closes
     // after the prompt (the CLI reads it to the end).
     let stdin = std::sync::Arc::new(std::sync::Mutex::new(child.stdin.take()));
     {
         // The key line first (empty: the CLI's own login), then the prompt.
-        // The Anthropic key is Claude Code's; codex uses its own login.
-        let key = match cli {
-            AgentCli::Claude => acc.key.clone().unwrap_or_default(),
-            AgentCli::Codex => String::new(),
-        };
-        let mut buf = key.into_bytes();
+        let mut buf = acc.key.clone().unwrap_or_default().into_bytes();
         buf.push(b'\n');
         if host_tools.is_some() {
             let h = Header {
@@ -609,6 +647,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     let mut usage: Option<Value> = None;
     let mut final_text = String::new();
     let mut calls = Vec::new();
+    let mut codex_stream = (cli == AgentCli::Codex).then(codex_events::CodexStream::new);
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -617,12 +656,9 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
                 calls.extend(host_tool_call(ht, call, &stdin));
                 continue;
             }
-            let evs = match cli {
-                AgentCli::Claude => events::translate_claude(&line),
-                AgentCli::Codex => vec![Event::new(
-                    "raw",
-                    json!({"line": line, "reason": "codex lines are not translated yet"}),
-                )],
+            let evs = match &mut codex_stream {
+                None => events::translate_claude(&line),
+                Some(s) => s.line(&line),
             };
             for e in evs {
                 match e.kind {
@@ -660,7 +696,11 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     timing.mark("exec exited");
     let elapsed = started.elapsed();
     let mut result = result.unwrap_or_else(|| json!({"status": "error", "turns": null}));
-    let exit: u8 = if code == i32::from(EXIT_TIMEOUT) {
+    let stop_sig = stopped_by.map_or(0, |s| s.load(std::sync::atomic::Ordering::SeqCst));
+    let exit: u8 = if stop_sig != 0 {
+        result["status"] = json!("stopped");
+        (128 + stop_sig).min(255) as u8
+    } else if code == i32::from(EXIT_TIMEOUT) {
         result["status"] = json!("timeout");
         EXIT_TIMEOUT
     } else {
@@ -674,7 +714,9 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         }
     };
     result["exit"] = json!(exit);
-    if exit == EXIT_TIMEOUT {
+    if stop_sig != 0 {
+        printer.emit(&mut out, &Event::new("error", json!({"message": format!("stopped by signal {stop_sig}: forwarded to the CLI, its process tree ended")})));
+    } else if exit == EXIT_TIMEOUT {
         printer.emit(&mut out, &Event::new("error", json!({"message": format!("timed out after {}; the CLI's process group was killed", humantime::format_duration(timeout.unwrap_or_default()))})));
     } else if exit == EXIT_FAILED && result.get("text").is_none_or(Value::is_null) {
         printer.emit(&mut out, &Event::new("error", json!({"message": format!("the agent CLI exited with status {code} without a result")})));

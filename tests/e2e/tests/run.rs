@@ -828,6 +828,39 @@ fn the_firewall_is_up_before_the_agent_runs() {
     let _ = r.run(&["rm"]);
 }
 
+/// The agent CLIs' endpoints named by the host's environment at start
+/// (ANTHROPIC_BASE_URL, OPENAI_BASE_URL) are allowlisted like
+/// `[agent].base-url`'s; a loopback one needs nothing.
+#[test]
+fn the_agents_endpoints_the_host_names_are_allowlisted() {
+    if !base_image() {
+        return;
+    }
+    let r = Repo::new("agentapi");
+    let o = sbx()
+        .args(["-q", "start"])
+        .arg(&r.path)
+        .env("ANTHROPIC_BASE_URL", "https://GW.sbx-e2e.test/v1")
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let st =
+        sh(Command::new("docker").args(["exec", &r.container(), "sbx-fw", "status", "--json"]));
+    let v: Value = serde_json::from_str(&st).unwrap();
+    let names = v["data"]["state"]["names"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let api: Vec<&str> = names
+        .iter()
+        .filter(|n| n["source"] == "agentapi")
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(api, ["gw.sbx-e2e.test"], "{st}");
+    let _ = r.run(&["rm"]);
+}
+
 fn firewall_holds(r: &Repo, gateway: &str) {
     // As the agent: the host, a TEST-NET address, Docker's resolver directly,
     // a name not on the allowlist through the filter: all refused at once.

@@ -604,6 +604,12 @@ pub fn build(
     for name in env_names {
         a.extend(["--env".into(), name.clone()]);
     }
+    // The host's agent endpoints, for sbx-fw to allowlist (not secrets).
+    let host_var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if let Some(urls) = sbx_core::config::agent::sandbox_api_value(host_var) {
+        let var = sbx_core::config::agent::SANDBOX_API_VAR;
+        a.extend(["--env".into(), format!("{var}={urls}")]);
+    }
     // Branch mode: the shelf, which exists; docker would make a missing
     // workdir itself, root's, where the worktree is to be provisioned.
     let workdir = if ws.branch.is_some() {

@@ -8,6 +8,26 @@ use serde::de::{self, Deserializer};
 
 use super::{Argv, Interval};
 
+/// The host variables naming the agent CLIs' endpoints (Claude Code's,
+/// Codex's): `sbx-run start` hands the ones set to the sandbox as
+/// [`SANDBOX_API_VAR`], whose hosts sbx-fw allowlists like `base-url`'s.
+pub const HOST_API_VARS: [&str; 2] = ["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"];
+
+/// The sandbox's variable holding those URLs, separated by spaces.
+pub const SANDBOX_API_VAR: &str = "SBX_AGENT_API";
+
+/// [`SANDBOX_API_VAR`]'s value for a host environment, `None` when no
+/// endpoint is set. A URL that does not parse is left out: `sbx-run agent`
+/// refuses it by name before any run.
+pub fn sandbox_api_value(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let urls: Vec<String> = HOST_API_VARS
+        .iter()
+        .filter_map(|k| var(k))
+        .filter(|v| v.parse::<BaseUrl>().is_ok())
+        .collect();
+    (!urls.is_empty()).then(|| urls.join(" "))
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Agent {

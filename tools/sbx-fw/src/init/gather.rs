@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use sbx_core::config::{Config, Domain};
+use sbx_core::config::{Config, Domain, agent};
 use sbx_core::output;
 
 use crate::allowlist::{self, Allowlist, Source};
@@ -31,7 +31,7 @@ pub fn allowlist(cfg: &Config, meta_url: &str, prev: Option<&State>, env: Env<'_
         list.push(d, Source::Github);
     }
     backup_store(&mut list, cfg, env);
-    agent_api(&mut list, cfg);
+    agent_api(&mut list, cfg, env);
     if let Some(p) = prev {
         runtime_names(&mut list, p);
     }
@@ -54,17 +54,30 @@ fn backup_store(list: &mut Allowlist, cfg: &Config, env: Env<'_>) {
     }
 }
 
-/// The agent's API endpoint; a loopback one never leaves the sandbox.
-fn agent_api(list: &mut Allowlist, cfg: &Config) {
-    let Some(u) = cfg.agent.base_url.as_ref().filter(|u| !u.is_loopback()) else {
-        return;
-    };
-    match u.host.parse::<Domain>() {
-        Ok(d) => list.push(d, Source::AgentApi),
-        Err(_) => output::warn(&format!(
-            "[agent].base-url {}: host {} is not a name the firewall can allow; the agent cannot reach it",
-            u.text, u.host
-        )),
+/// The agents' API endpoints: `[agent].base-url` and those the host's
+/// environment named at `sbx-run start`; a loopback one never leaves the
+/// sandbox.
+fn agent_api(list: &mut Allowlist, cfg: &Config, env: Env<'_>) {
+    let from_host = env(agent::SANDBOX_API_VAR).unwrap_or_default();
+    let urls = cfg
+        .agent
+        .base_url
+        .iter()
+        .map(|u| ("[agent].base-url", u.clone()))
+        .chain(
+            from_host
+                .split_whitespace()
+                .filter_map(|u| u.parse::<agent::BaseUrl>().ok())
+                .map(|u| (agent::SANDBOX_API_VAR, u)),
+        );
+    for (key, u) in urls.filter(|(_, u)| !u.is_loopback()) {
+        match u.host.parse::<Domain>() {
+            Ok(d) => list.push(d, Source::AgentApi),
+            Err(_) => output::warn(&format!(
+                "{key} {}: host {} is not a name the firewall can allow; the agent cannot reach it",
+                u.text, u.host
+            )),
+        }
     }
 }
 
@@ -83,5 +96,69 @@ fn runtime_names(list: &mut Allowlist, p: &State) {
         .cloned()
     {
         list.push(d, Source::Runtime);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent_api_names(base_url: Option<&str>, host: Option<&str>) -> Vec<String> {
+        let mut cfg = Config::default();
+        cfg.agent.base_url = base_url.map(|u| u.parse().unwrap());
+        let env = |k: &str| (k == agent::SANDBOX_API_VAR).then(|| host.unwrap_or("").to_owned());
+        let mut list = Allowlist::default();
+        agent_api(&mut list, &cfg, &env);
+        list.entries
+            .iter()
+            .filter(|e| e.source == Source::AgentApi)
+            .map(|e| e.domain.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_agents_endpoints_from_config_and_host_are_allowed_but_loopback() {
+        assert_eq!(
+            agent_api_names(Some("https://gw.corp.test/anthropic"), None),
+            ["gw.corp.test"]
+        );
+        assert_eq!(
+            agent_api_names(
+                Some("http://127.0.0.1:8080"),
+                Some(
+                    "https://API.Gateway.test/v1 http://localhost:9 http://[::1]:7 https://codex.corp.test"
+                )
+            ),
+            ["api.gateway.test", "codex.corp.test"]
+        );
+        assert!(agent_api_names(None, Some("not a url")).is_empty());
+    }
+
+    #[test]
+    fn the_sandbox_variable_holds_the_hosts_parsable_endpoints() {
+        let host = |vars: &'static [(&'static str, &'static str)]| {
+            agent::sandbox_api_value(move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        assert_eq!(host(&[]), None);
+        assert_eq!(
+            host(&[
+                ("ANTHROPIC_BASE_URL", "https://a.test"),
+                ("OPENAI_BASE_URL", "ftp://nope"),
+            ])
+            .as_deref(),
+            Some("https://a.test")
+        );
+        assert_eq!(
+            host(&[
+                ("ANTHROPIC_BASE_URL", "https://a.test"),
+                ("OPENAI_BASE_URL", "https://o.test/v1"),
+            ])
+            .as_deref(),
+            Some("https://a.test https://o.test/v1")
+        );
     }
 }

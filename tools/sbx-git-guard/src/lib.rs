@@ -103,8 +103,12 @@ agent that writes objects and refs with its own code, a hook that calls a
 script the agent can edit, or attributes (`* -diff` in .gitattributes or
 .git/info/attributes) that make a hook's `git diff --cached` print `Binary
 files differ` (hooks: use --text, or --name-only and read the files), or
-the agent's processes killing or ptracing a hook's (they run as the agent:
-write hooks that fail closed). (2) The OS layer (sbx-run) mounts
+the agent killing a hook's child (a hook runs as the agent's uid, with the
+broker's group so the agent cannot ptrace it or write its memory; killing
+the hook itself fails the command, but a hook that reads a child's failure
+as success passes: write hooks that fail closed), or a program git runs
+for the agent (pager, editor, `!` alias, ssh command) tracing a hook: it
+shares the hook's group. (2) The OS layer (sbx-run) mounts
 .git/hooks, .husky, .agent-sandbox and the configured protected paths
 read-only; it does not stop writes to .git/config, refs or objects. (3) The boundary
 check, `sbx-run verify-commits`, runs the repository's pre-commit and
@@ -172,6 +176,10 @@ pub struct ServeArgs {
     /// The real git: execute-only (0711) in a directory only root can enter
     #[arg(long, value_name = "PATH", default_value = FALLBACK_REAL_GIT)]
     pub git: PathBuf,
+    /// The group (name or gid) git and its hooks run with, instead of the
+    /// caller's: one no agent process has, so the agent cannot ptrace them
+    #[arg(long, value_name = "GROUP", default_value = broker::DEFAULT_GROUP)]
+    pub group: String,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -693,7 +701,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             hooks::install(&dir, &exe).map_err(GuardError::from)?;
             Ok(Exit::Ok.into())
         }
-        Cmd::Serve(a) => Ok(broker::serve(&a.socket, &a.git)?),
+        Cmd::Serve(a) => Ok(broker::serve(&a.socket, &a.git, &a.group)?),
         Cmd::Rules => {
             for r in policy::RULES {
                 let (name, what) = (r.name, r.blocks);

@@ -438,7 +438,12 @@ pub(crate) fn git_creds(peer: &PeerCred, group: u32) -> (u32, Vec<u32>) {
     if peer.uid == 0 {
         return (peer.gid, peer.groups.clone());
     }
-    let mut groups: Vec<u32> = peer.groups.iter().copied().filter(|g| *g != group).collect();
+    let mut groups: Vec<u32> = peer
+        .groups
+        .iter()
+        .copied()
+        .filter(|g| *g != group)
+        .collect();
     if peer.gid != group && !groups.contains(&peer.gid) {
         groups.push(peer.gid);
     }
@@ -669,6 +674,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 precommit_first: false,
                 records_stash: false,
                 repo: None,
+                routable: false,
             })
         }
         Kind::Git => {

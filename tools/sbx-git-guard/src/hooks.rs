@@ -24,7 +24,8 @@ use crate::rules::R;
 /// Set by the guard for git's children: the repository's trusted hooks.
 pub const TRUSTED_ENV: &str = "SBX_GUARD_TRUSTED_HOOKS";
 
-/// Set by the guard beside it: the common dir (saves the hook a git call).
+/// No longer set (the steps ask git): removed from what hooks inherit, so
+/// an agent's value is never read as the guard's.
 pub const COMMON_ENV: &str = "SBX_GUARD_COMMON_DIR";
 
 /// Where the image installs the directory (root-owned).
@@ -420,16 +421,16 @@ fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
 }
 
 /// The common dir: the guard's variable, else git's answer.
+/// The common dir of the repository git runs this hook in, asked of git:
+/// `$SBX_GUARD_COMMON_DIR` is the one the guard looked at, which a swapped
+/// `GIT_DIR` symlink or `.git` can make another than git's.
 fn common_dir(real: &Git) -> Option<PathBuf> {
-    match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
-        Some(c) => Some(PathBuf::from(c)),
-        None => git(
-            real,
-            &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
-        )
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
-    }
+    git(
+        real,
+        &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
+    )
+    .filter(|o| o.status.success())
+    .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end())))
 }
 
 /// pre-push, with `block_no_verify`: the commits a push sends may not be a

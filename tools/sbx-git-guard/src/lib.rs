@@ -420,6 +420,7 @@ pub(crate) fn decide_and_prepare(
     let mut allow = policy::decide(&call, &husky_dirty(real, &env))?;
     if sandboxed {
         pin_by_fd(&mut allow)?;
+        allow.moves_refs |= allow.routable;
     }
     // Looked up only when used: it costs a readlink per hook name.
     if allow.moves_refs && allow.pin.is_some() {
@@ -570,17 +571,36 @@ pub fn precommit_first(real: &Path, allow: &Allow) -> Result<(), Block> {
 /// git as a child, record each id in `<common dir>/sbx-stash-seen` (where
 /// the reference-transaction and pre-push steps look), and only then pass
 /// the output on. Nothing recorded, nothing printed: the caller never
-/// learns an id the steps do not know.
+/// learns an id the steps do not know. The common dir is held by fd and
+/// given to git as `GIT_COMMON_DIR=/proc/self/fd/N`: the commit's object
+/// lands in the one whose list records it, even if the repository's path
+/// is swapped (a `GIT_DIR` symlink, a renamed `.git`) while git runs.
 pub(crate) fn run_recording_stash(real: &Path, allow: &Allow) -> u8 {
+    use std::os::fd::AsRawFd as _;
     let Some(common) = allow.repo.as_ref().map(|r| r.common_dir.clone()) else {
         output::error("git stash create outside a repository: nothing to record it in");
         return Exit::Denied.code();
     };
+    let pinned = match sbx_sys::privsep::open_dir_inherited(&common) {
+        Ok(fd) => fd,
+        Err(e) => {
+            output::error(&format!("{}: {e}; nothing was run", common.display()));
+            return Exit::Denied.code();
+        }
+    };
+    let common = PathBuf::from(format!("/proc/self/fd/{}", pinned.as_raw_fd()));
     let mut argv = allow.args.iter();
     let out = std::process::Command::new(real)
         .args(argv.by_ref())
         .env_clear()
-        .envs(allow.env.iter().map(|(k, v)| (k, v)))
+        .envs(
+            allow
+                .env
+                .iter()
+                .filter(|(k, _)| k != "GIT_COMMON_DIR")
+                .map(|(k, v)| (k, v)),
+        )
+        .env("GIT_COMMON_DIR", &common)
         .stdout(std::process::Stdio::piped())
         .output();
     let out = match out {
@@ -659,6 +679,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             precommit_first: false,
             records_stash: false,
             repo: None,
+            routable: false,
         },
     )
 }

@@ -2271,3 +2271,34 @@ fn a_repository_swapped_after_the_guards_look_changes_nothing() {
         }
     });
 }
+
+/// A merge's stored `branch.<name>.mergeOptions` may be read from a
+/// repository swapped in after the guard's look (too rare to hit in a
+/// test loop: git reads a dozen files in between): git's merge gets
+/// `--verify` first among its options, which wins over them.
+#[test]
+fn merge_gets_verify_over_options_the_guard_did_not_see() {
+    each_git(|lab| {
+        lab.repo("r");
+        for (args, want) in [
+            (&["merge", "-m", "m", "side"][..], true),
+            (&["merge", "--abort"], false),
+            (&["merge", "--cont"], false),
+            (&["pull", ".", "side"], false),
+        ] {
+            let out = lab
+                .cmd(OsStr::new(GUARD), "r")
+                .arg("check")
+                .args(args)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            assert_eq!(
+                text.contains(&format!(" {} --verify", args[0])),
+                want,
+                "{args:?}: {text}"
+            );
+        }
+    });
+}

@@ -575,6 +575,12 @@ fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<
     privsep::new_process_group().map_err(|e| format!("process group: {e}"))?;
     let (gid, groups) = git_creds(peer, gid);
     privsep::drop_to(peer.uid, gid, &groups).map_err(|e| format!("credentials: {e}"))?;
+    // Each call its own Landlock domain: a process an earlier call left
+    // running with the group (a pager's or editor's daemon) cannot trace
+    // this call's hooks either. A kernel without Landlock keeps the group.
+    if peer.uid != 0 {
+        privsep::own_landlock_domain().map_err(|e| format!("landlock: {e}"))?;
+    }
     privsep::set_umask(req.umask);
     // As the peer: a cwd it cannot enter fails here, as it would for it.
     privsep::fchdir(fds[3].as_fd()).map_err(|e| format!("working directory: {e}"))?;

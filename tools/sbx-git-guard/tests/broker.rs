@@ -323,3 +323,53 @@ fn a_running_hook_is_not_the_callers_to_trace_and_killing_it_fails_closed() {
     let out = text(&o);
     assert!(out.contains("commit=1") && out.contains("no-head"), "{out}");
 }
+
+/// Started as a git editor (so with the broker's group), it outlives that
+/// call, waits for the next call's hook and tries to trace it.
+const LEFTOVER: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+gid = [l for l in open("/proc/self/status") if l.startswith("Gid:")][0].split()[1]
+for _ in range(400):
+    if os.path.exists("hook2.pid"):
+        break
+    time.sleep(0.025)
+pid = int(open("hook2.pid").read())
+r = libc.ptrace(16, pid, 0, 0)
+with open("leftover.out", "w") as f:
+    f.write("gid=%s attach=%d errno=%d\n" % (gid, r, ctypes.get_errno()))
+if r == 0:
+    import signal
+    os.waitpid(pid, 0)
+    libc.ptrace(17, pid, 0, 0)
+    os.kill(pid, signal.SIGCONT)
+"#;
+
+#[test]
+fn a_process_left_by_an_earlier_call_cannot_trace_a_hook() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    std::fs::write(dir.join("leftover.py"), LEFTOVER).unwrap();
+    let o = agent(
+        dir,
+        &repo,
+        &format!(
+            "git init -q . && git config user.name a && git config user.email a@b && \
+             git commit -q --allow-empty -m one && \
+             GIT_EDITOR='setsid python3 {} </dev/null >/dev/null 2>&1 & true' git tag -a t0; \
+             printf '#!/bin/sh\\necho $$ > hook2.pid\\nsleep 1\\nexit 1\\n' > .git/hooks/pre-commit && \
+             chmod +x .git/hooks/pre-commit; git commit -q --allow-empty -m two; \
+             sleep 0.5; cat leftover.out",
+            dir.join("leftover.py").display()
+        ),
+    );
+    let out = text(&o);
+    assert!(
+        out.contains(&format!("gid={GIT_GID} attach=-1 errno=1")),
+        "{out}"
+    );
+}

@@ -323,3 +323,41 @@ fn hooks_cannot_be_traced_killed_into_passing_or_raced_in_a_sandbox() {
         "a raced reset moved a branch onto the stash"
     );
 }
+
+/// A clone in the sandbox pushing back into the workspace: the receiving
+/// side's receive-pack runs the workspace's hooks through the guard's
+/// directory (so a branch cannot be pushed onto the workspace's own stash
+/// commit, which the clone's pre-push step cannot know).
+#[test]
+fn pushes_into_the_workspace_from_a_clone_are_guarded_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let agent = |script: &str| -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    let o = agent(
+        "echo MARKER > a && git stash -q && git clone -q . /tmp/c && cd /tmp/c && \
+         git fetch -q origin refs/stash && git push -q origin FETCH_HEAD:refs/heads/x; echo rc=$?",
+    );
+    assert!(text(&o).contains("rc=1"), "stash pushed back: {}", text(&o));
+    let o = agent("git rev-parse -q --verify refs/heads/x || echo no-x");
+    assert!(text(&o).contains("no-x"), "{}", text(&o));
+    // Control: an honest branch pushed back lands.
+    let o = agent("cd /tmp/c && git push -q origin HEAD:refs/heads/y && echo pushed");
+    assert!(text(&o).contains("pushed"), "{}", text(&o));
+}

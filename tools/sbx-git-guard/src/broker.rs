@@ -671,9 +671,9 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                     reason: format!("`{cmd}` is not a pass-through helper"),
                 });
             }
-            Ok(Allow {
+            let mut allow = Allow {
                 args: req.args.clone(),
-                env: loader_free(req.env.clone()),
+                env: loader_free(crate::hookenv::clean(&req.env)),
                 command: cmd.into(),
                 pin: None,
                 moves_refs: false,
@@ -681,7 +681,11 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 records_stash: false,
                 repo: None,
                 routable: false,
-            })
+            };
+            if cmd == "receive-pack" && crate::in_sandbox() {
+                crate::route_receive_pack(&mut allow)?;
+            }
+            Ok(allow)
         }
         Kind::Git => {
             let settings = crate::settings_for(None).map_err(|e| Block {

@@ -450,6 +450,35 @@ pub(crate) fn decide_and_prepare(
     Ok(allow)
 }
 
+/// A push into a repository of the sandbox (a clone pushing back into the
+/// workspace) updates refs in receive-pack, where the pushing side's steps
+/// do not look: the receiving repository's stash commits are recorded
+/// there, not in the clone. receive-pack runs the workspace's hooks
+/// through the guard's directory too, so its reference-transaction step
+/// refuses a branch moved onto one of them.
+pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
+    let fail = |reason: String| Block {
+        rule: R::Internal.name(),
+        reason,
+    };
+    let hooks = repo::sandbox_hooks()
+        .ok_or_else(|| fail("the workspace's hooks mount is missing; nothing was run".into()))?;
+    let mut v = OsString::from("core.hooksPath=");
+    v.push(&hooks);
+    allow.args.splice(0..0, [OsString::from("-c"), v]);
+    allow.pin = Some((1, hooks));
+    allow.moves_refs = true;
+    pin_by_fd(allow)?;
+    let dir = hooks::guard_dir(true).ok_or_else(|| {
+        fail(format!(
+            "the guard's hooks directory {} is missing or stale; nothing was run",
+            hooks::IMAGE_DIR
+        ))
+    })?;
+    allow.route_hooks(&dir);
+    Ok(())
+}
+
 /// In a sandbox the hooks mount's path can change under git (renaming
 /// `.git` takes the mount along, and a fresh `.git` can take its place):
 /// git gets `/proc/self/fd/N` instead, a directory fd that it, its hooks

@@ -373,3 +373,25 @@ fn a_process_left_by_an_earlier_call_cannot_trace_a_hook() {
         "{out}"
     );
 }
+
+/// Inside the call's Landlock domain git still renames across directories
+/// (a push's objects leave the quarantine directory that way; a ruleset
+/// denies reparenting unless a rule grants it).
+#[test]
+fn a_push_into_a_local_repository_works_through_the_broker() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    let o = agent(
+        dir,
+        &repo,
+        "git init -q . && git config user.name a && git config user.email a@b && \
+         echo x > f && git add f && git commit -qm one && git init -q --bare r.git && \
+         git push -q r.git HEAD:refs/heads/main && mkdir -p d/e && echo y > d/e/g && \
+         mv d/e/g d/h && git -C r.git rev-parse --verify -q main",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+}

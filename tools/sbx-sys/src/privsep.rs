@@ -403,11 +403,13 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> io::Result<Vec<bool>> {
 }
 
 /// Put this process (and all it will start) in a Landlock domain of its
-/// own that restricts nothing it does: execution is the one access handled
-/// and it is allowed beneath `/`. What a domain brings is the kernel's
-/// ptrace scoping: no process outside it, nor in a sibling domain, may
-/// trace or open the /proc/PID/mem of a process inside. Needs
-/// no_new_privs (set by `drop_to`). Ok(false): the kernel has no Landlock.
+/// own that restricts nothing it does: execution and reparenting (a rename
+/// or link across directories, which every ruleset denies unless a rule
+/// grants it) are the accesses handled, both allowed beneath `/`. What a
+/// domain brings is the kernel's ptrace scoping: no process outside it,
+/// nor in a sibling domain, may trace or open the /proc/PID/mem of a
+/// process inside. Needs no_new_privs (set by `drop_to`). Ok(false): the
+/// kernel has no Landlock, or only ABI 1 (which cannot grant reparenting).
 pub fn own_landlock_domain() -> io::Result<bool> {
     #[repr(C)]
     struct RulesetAttr {
@@ -419,9 +421,29 @@ pub fn own_landlock_domain() -> io::Result<bool> {
         parent_fd: i32,
     }
     const ACCESS_FS_EXECUTE: u64 = 1;
+    const ACCESS_FS_REFER: u64 = 1 << 13;
     const RULE_PATH_BENEATH: libc::c_int = 1;
+    const CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: the version query takes no attribute (NULL, size 0).
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            CREATE_RULESET_VERSION,
+        )
+    };
+    if abi < 2 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            _ if abi >= 0 => Ok(false),
+            Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    let access = ACCESS_FS_EXECUTE | ACCESS_FS_REFER;
     let attr = RulesetAttr {
-        handled_access_fs: ACCESS_FS_EXECUTE,
+        handled_access_fs: access,
     };
     // SAFETY: attr is a valid landlock_ruleset_attr (its first field, the
     // only one this ABI-1 call reads) and its size is passed with it.
@@ -434,11 +456,7 @@ pub fn own_landlock_domain() -> io::Result<bool> {
         )
     };
     if rs < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => Ok(false),
-            _ => Err(e),
-        };
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel just returned this fd, owned by nothing else.
     let rs = unsafe { OwnedFd::from_raw_fd(rs as i32) };
@@ -448,7 +466,7 @@ pub fn own_landlock_domain() -> io::Result<bool> {
         nix::sys::stat::Mode::empty(),
     )?;
     let rule = PathBeneath {
-        allowed_access: ACCESS_FS_EXECUTE,
+        allowed_access: access,
         parent_fd: root.as_raw_fd(),
     };
     // SAFETY: rule is a packed landlock_path_beneath_attr whose fd is open

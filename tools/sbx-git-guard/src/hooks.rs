@@ -169,8 +169,14 @@ impl Git {
     }
 }
 
+/// The steps only read objects and refs: where git named the repository
+/// (`GIT_DIR`, as receive-pack sets it for hooks it runs inside a
+/// non-bare repository's `.git`), as a bare one, so the work tree that
+/// GIT_DIR alone implies (the git dir itself) is no work tree at all.
 fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
+    let bare = std::env::var_os("GIT_DIR").is_some_and(|d| !d.is_empty());
     real.command()
+        .args(bare.then_some("--bare"))
         .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::null())

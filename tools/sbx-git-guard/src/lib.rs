@@ -104,11 +104,15 @@ script the agent can edit, or attributes (`* -diff` in .gitattributes or
 .git/info/attributes) that make a hook's `git diff --cached` print `Binary
 files differ` (hooks: use --text, or --name-only and read the files), or
 the agent killing a hook's child (a hook runs as the agent's uid, with the
-broker's group so the agent cannot ptrace it or write its memory; killing
-the hook itself fails the command, but a hook that reads a child's failure
-as success passes: write hooks that fail closed), or a program git runs
-for the agent (pager, editor, `!` alias, ssh command) tracing a hook: it
-shares the hook's group. (2) The OS layer (sbx-run) mounts
+broker's group and a Landlock domain per call, so the agent cannot ptrace it
+or write its memory; killing the hook itself fails the command, but a hook
+that reads a child's failure as success passes: write hooks that fail
+closed), a program git starts for the agent in the same call (pager,
+editor, core.fsmonitor, filters, merge drivers, ssh or credential helpers)
+tracing that call's hooks (it shares their group and domain), or git acting
+on two repositories when one is swapped in by path while it runs (the
+guard's decisions hold either way: hooks pinned by fd, aliases expanded
+for git, routed steps that ask git). (2) The OS layer (sbx-run) mounts
 .git/hooks, .husky, .agent-sandbox and the configured protected paths
 read-only; it does not stop writes to .git/config, refs or objects. (3) The boundary
 check, `sbx-run verify-commits`, runs the repository's pre-commit and

@@ -173,11 +173,22 @@ impl Git {
 /// (`GIT_DIR`, as receive-pack sets it for hooks it runs inside a
 /// non-bare repository's `.git`), as a bare one, so the work tree that
 /// GIT_DIR alone implies (the git dir itself) is no work tree at all.
+///
+/// That GIT_DIR is resolved once per step (symlinks and all), so every
+/// question the step asks reads one repository: a `GIT_DIR` symlink flipped
+/// while it runs cannot answer "no stash" from one and have git move the
+/// other's branch (the commit git adds is then missing and the move refused).
 fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
-    let bare = std::env::var_os("GIT_DIR").is_some_and(|d| !d.is_empty());
-    real.command()
-        .args(bare.then_some("--bare"))
-        .args(args)
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::var_os("GIT_DIR").filter(|d| !d.is_empty())?;
+        Some(std::fs::canonicalize(&d).unwrap_or_else(|_| PathBuf::from(d)))
+    });
+    let mut c = real.command();
+    if let Some(d) = dir {
+        c.arg("--bare").env("GIT_DIR", d);
+    }
+    c.args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
@@ -460,6 +471,55 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
 
 /// `(old, new, name)`: refuse when a `new` brings in, beyond the branches,
 /// tags and `old`, a stash commit or a commit with a stash's tree.
+/// With no stash in the repository the step reads, git's new commits must
+/// still be there and none may be shaped as `git stash` makes them (a
+/// second parent titled "index on ..."): the repository may not be git's
+/// (swapped in by path while git ran), and its "no stash" then says
+/// nothing about the commits git is moving a branch onto.
+fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("log"),
+        OsStr::new("--no-walk"),
+        OsStr::new("--format=%P"),
+    ];
+    args.extend(moves.iter().map(|(_, new, _)| OsStr::from_bytes(new)));
+    args.push(OsStr::new("--"));
+    let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
+        return Err(
+            "the commits the update adds are not in the repository the check reads (one swapped in while git ran?)"
+                .into(),
+        );
+    };
+    let second: Vec<&OsStr> = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter_map(|l| l.split(|b| *b == b' ').nth(1))
+        .filter(|p| !p.is_empty())
+        .map(OsStr::from_bytes)
+        .collect();
+    if second.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec![
+        OsStr::new("log"),
+        OsStr::new("--no-walk"),
+        OsStr::new("--format=%s"),
+    ];
+    args.extend(second);
+    args.push(OsStr::new("--"));
+    let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
+        return Err("cannot read the parents of the commits the update adds".into());
+    };
+    if out
+        .stdout
+        .split(|b| *b == b'\n')
+        .any(|l| l.starts_with(b"index on "))
+    {
+        return Err("the update moves a branch onto a stash commit".into());
+    }
+    Ok(())
+}
+
 fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
     // No stash, nothing that skipped pre-commit this way: the common case
     // costs a few stats.
@@ -470,7 +530,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     };
     let has_stash = stash_exists(&common);
     if !has_stash {
-        return Ok(());
+        return no_stash_shapes(real, moves);
     }
     // Listed lazily: most updates add no commit that is not on a branch.
     let mut stash: Option<StashSets> = None;

@@ -222,3 +222,142 @@ http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
         );
     }
 }
+
+/// PTRACE_ATTACH, then /proc/PID/mem opened for writing: how an agent
+/// would make a running hook exit 0. On success it lets the hook go.
+const TRACER: &str = r#"import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+pid = int(sys.argv[1])
+r = libc.ptrace(16, pid, 0, 0)
+print("attach=%d errno=%d" % (r, ctypes.get_errno()))
+if r == 0:
+    os.waitpid(pid, 0)
+    libc.ptrace(17, pid, 0, 0)
+    os.kill(pid, signal.SIGCONT)
+try:
+    open("/proc/%d/mem" % pid, "r+b")
+    print("mem=open")
+except OSError as e:
+    print("mem=%d" % e.errno)
+"#;
+
+/// The broker's git and its hooks, attacked by the agent's own processes:
+/// a running hook cannot be traced or have its memory written (it runs
+/// with group sbx-git, which the agent lacks), killing it fails the
+/// commit, and a `GIT_DIR` flipped between a repository without a stash
+/// and the real one cannot move main onto the stash (the reference-
+/// transaction step runs whatever the guard saw).
+#[test]
+fn hooks_cannot_be_traced_killed_into_passing_or_raced_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    std::fs::write(repo.path.join(".tracer.py"), TRACER).unwrap();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let agent = |script: &str| -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    // The hook waits (a file `go` ends the wait), then refuses MARKER.
+    let hook = repo.path.join(".git/hooks/pre-commit");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho $$ > /tmp/hook.pid\nwhile [ ! -e /tmp/go ]; do sleep 0.05; done\n\
+         if git diff --cached | grep -q MARKER; then exit 1; fi\n",
+    )
+    .unwrap();
+    let o = agent(
+        "rm -f /tmp/hook.pid /tmp/go; echo MARKER > a && git add a && \
+         { git commit -qm traced & } ; \
+         while [ ! -s /tmp/hook.pid ]; do sleep 0.02; done; p=$(cat /tmp/hook.pid); \
+         id -g; stat -c 'gid=%g' /proc/$p; python3 .tracer.py $p; touch /tmp/go; wait; \
+         git log --oneline | grep -c traced",
+    );
+    let out = text(&o);
+    assert!(out.contains("attach=-1 errno=1"), "{out}");
+    assert!(out.contains("mem=13") || out.contains("mem=1\n"), "{out}");
+    assert!(!out.contains("gid=1000"), "{out}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.trim_end().ends_with('0'), "{out}");
+    // A hook that would pass, killed mid-run: nothing is committed.
+    let o = agent(
+        "rm -f /tmp/hook.pid /tmp/go; git reset -q --hard; echo fine > a && git add a && \
+         { git commit -qm killed & } ; \
+         while [ ! -s /tmp/hook.pid ]; do sleep 0.02; done; kill -9 $(cat /tmp/hook.pid); \
+         wait; git log --oneline | grep -c killed; git reset -q --hard",
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.trim_end().ends_with('0'), "{}", text(&o));
+
+    // The race: a stash in the real repository, none in a copy; GIT_DIR
+    // a symlink flipped between the two while `reset --hard stash@{0}`
+    // runs again and again.
+    let o = agent(
+        "touch /tmp/go; echo MARKER > a && git stash -q && git clone -q --bare . /tmp/decoy.git && \
+         (while :; do ln -sfn /tmp/decoy.git /tmp/l.new; mv -T /tmp/l.new /tmp/l; \
+                      ln -sfn $PWD/.git /tmp/l.new; mv -T /tmp/l.new /tmp/l; done) & f=$!; \
+         for i in $(seq 60); do GIT_DIR=/tmp/l GIT_WORK_TREE=. git reset -q --hard 'stash@{0}' 2>/dev/null; \
+           rm -f .git/*.lock .git/refs/heads/*.lock /tmp/decoy.git/*.lock; done; \
+         kill $f; git reset -q --hard; git stash list | wc -l",
+    );
+    assert!(o.status.success(), "race: {}", text(&o));
+    let o = agent(
+        "for b in $(git for-each-ref --format='%(refname)' refs/heads); do \
+           git grep -q MARKER \"$b\" -- && echo \"$b\"; done; true",
+    );
+    assert_eq!(
+        text(&o).trim(),
+        "",
+        "a raced reset moved a branch onto the stash"
+    );
+}
+
+/// A clone in the sandbox pushing back into the workspace: the receiving
+/// side's receive-pack runs the workspace's hooks through the guard's
+/// directory (so a branch cannot be pushed onto the workspace's own stash
+/// commit, which the clone's pre-push step cannot know).
+#[test]
+fn pushes_into_the_workspace_from_a_clone_are_guarded_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let agent = |script: &str| -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    let o = agent(
+        "echo MARKER > a && git stash -q && git clone -q . /tmp/c && cd /tmp/c && \
+         git fetch -q origin refs/stash && git push -q origin FETCH_HEAD:refs/heads/x; echo rc=$?",
+    );
+    assert!(text(&o).contains("rc=1"), "stash pushed back: {}", text(&o));
+    let o = agent("git rev-parse -q --verify refs/heads/x || echo no-x");
+    assert!(text(&o).contains("no-x"), "{}", text(&o));
+    // Control: an honest branch pushed back lands.
+    let o = agent("cd /tmp/c && git push -q origin HEAD:refs/heads/y && echo pushed");
+    assert!(text(&o).contains("pushed"), "{}", text(&o));
+}

@@ -26,6 +26,8 @@ use proto::{Kind, ProtoError, Reply, Request, Transport};
 
 /// Where the image's entrypoint puts the broker's socket.
 pub const DEFAULT_SOCKET: &str = "/run/sbx-git/broker.sock";
+/// The image's group for git and its hooks (base-image/Dockerfile).
+pub const DEFAULT_GROUP: &str = "sbx-git";
 /// Overrides the socket (tests, and a broker outside the image). The
 /// agent may set it: it only chooses whom the guard asks, never what runs.
 pub const SOCKET_VAR: &str = "SBX_GIT_BROKER";
@@ -68,13 +70,19 @@ pub enum BrokerError {
     Dumpable,
     #[error("socket {0}: {1}")]
     Socket(PathBuf, std::io::Error),
+    #[error(
+        "--group {0}: no such group: create it (groupadd -r {0}) or give a numeric gid no user has"
+    )]
+    Group(String),
 }
 
 impl sbx_core::SbxError for BrokerError {
     fn exit(&self) -> Exit {
         match self {
             BrokerError::Git(_, e) if e.kind() == std::io::ErrorKind::NotFound => Exit::NoInput,
-            BrokerError::Exposed(..) | BrokerError::Dumpable => Exit::Config,
+            BrokerError::Exposed(..) | BrokerError::Dumpable | BrokerError::Group(_) => {
+                Exit::Config
+            }
             _ => Exit::OsErr,
         }
     }
@@ -231,7 +239,9 @@ fn dup_std(fd: i32) -> std::io::Result<OwnedFd> {
 // ---------------------------------------------------------------- server
 
 /// `sbx-git-guard serve`: check the layout, bind, and serve forever.
-pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
+/// `group`: the gid git and its hooks run with (see [`git_creds`]).
+pub fn serve(socket: &Path, git: &Path, group: &str) -> Result<ExitCode, BrokerError> {
+    let gid = resolve_group(group)?;
     let git_fd = open_git(git)?;
     let exec_path = crate::git_exec_path(&fd_path(git_fd.as_fd()));
     if std::fs::read_to_string("/proc/sys/fs/suid_dumpable").is_ok_and(|s| s.trim() == "1") {
@@ -267,7 +277,7 @@ pub fn serve(socket: &Path, git: &Path) -> Result<ExitCode, BrokerError> {
                     if !privsep::die_with_parent(me).unwrap_or(false) {
                         std::process::exit(0);
                     }
-                    spare(listener, taken_tx, git_fd, exec_path.as_deref())
+                    spare(listener, taken_tx, git_fd, exec_path.as_deref(), gid)
                 }
                 Ok(Forked::Parent(_)) => spares += 1,
                 Err(e) => {
@@ -299,7 +309,13 @@ const SPARES: usize = 2;
 /// hands the connection back once it has read the request; then wait for
 /// git and relay.
 /// Never returns.
-fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Option<&OsStr>) -> ! {
+fn spare(
+    listener: UnixListener,
+    taken: UnixStream,
+    git: OwnedFd,
+    exec_path: Option<&OsStr>,
+    gid: u32,
+) -> ! {
     let _ = privsep::reset_signals();
     let fail = |what: &str, e: std::io::Error| -> ! {
         output::warn(&format!("session: {what}: {e}"));
@@ -315,7 +331,7 @@ fn spare(listener: UnixListener, taken: UnixStream, git: OwnedFd, exec_path: Opt
             if !privsep::die_with_parent(me).unwrap_or(false) {
                 std::process::exit(0);
             }
-            runner(listener, taken, runner_end, git, exec_path)
+            runner(listener, taken, runner_end, git, exec_path, gid)
         }
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => fail("fork", e),
@@ -355,6 +371,7 @@ fn runner(
     to_session: UnixStream,
     git: OwnedFd,
     exec_path: Option<&OsStr>,
+    gid: u32,
 ) -> ! {
     let conn = loop {
         match listener.accept() {
@@ -389,7 +406,7 @@ fn runner(
     // (what follows on it are signal frames) and this process is the peer
     // (so a signal it relays at once reaches it). It wakes once before git
     // ends, not twice.
-    let prepared = prepare(&req, &fds, &peer);
+    let prepared = prepare(&req, &fds, &peer, gid);
     if privsep::send_with_fds(to_session.as_fd(), b"c", &[conn.as_fd()]).is_err() {
         let _ = proto::send_reply(&conn, &Reply::Error("the session is gone".into()));
         std::process::exit(1)
@@ -397,6 +414,40 @@ fn runner(
     drop(conn);
     drop(to_session);
     run_as_peer(&req, fds, prepared, git.as_fd(), exec_path)
+}
+
+/// The group git runs with: a name from /etc/group, or a number.
+fn resolve_group(group: &str) -> Result<u32, BrokerError> {
+    if let Ok(n) = group.parse::<u32>() {
+        return Ok(n);
+    }
+    match nix::unistd::Group::from_name(group) {
+        Ok(Some(g)) => Ok(g.gid.as_raw()),
+        _ => Err(BrokerError::Group(group.to_owned())),
+    }
+}
+
+/// git, its hooks and everything they start run as the peer's uid but
+/// with real, effective and saved gid `group`, which the agent's own
+/// processes lack: the kernel lets a process ptrace another (and open its
+/// /proc/PID/mem) only when uid AND gid triples match, and exec keeps the
+/// gid, so no hook becomes the agent's to trace. The peer's own gid stays
+/// a supplementary group (its files stay reachable); files git creates are
+/// the peer's, with group `group`. Root (the image build) keeps its own.
+pub(crate) fn git_creds(peer: &PeerCred, group: u32) -> (u32, Vec<u32>) {
+    if peer.uid == 0 {
+        return (peer.gid, peer.groups.clone());
+    }
+    let mut groups: Vec<u32> = peer
+        .groups
+        .iter()
+        .copied()
+        .filter(|g| *g != group)
+        .collect();
+    if peer.gid != group && !groups.contains(&peer.gid) {
+        groups.push(peer.gid);
+    }
+    (group, groups)
 }
 
 /// Open the real git by fd, and refuse a layout that leaves it exposed.
@@ -519,10 +570,17 @@ fn run_as_peer(
     std::process::exit(i32::from(code))
 }
 
-fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred) -> Result<(), String> {
+fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<(), String> {
     // Signals were reset when the spare was made.
     privsep::new_process_group().map_err(|e| format!("process group: {e}"))?;
-    privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
+    let (gid, groups) = git_creds(peer, gid);
+    privsep::drop_to(peer.uid, gid, &groups).map_err(|e| format!("credentials: {e}"))?;
+    // Each call its own Landlock domain: a process an earlier call left
+    // running with the group (a pager's or editor's daemon) cannot trace
+    // this call's hooks either. A kernel without Landlock keeps the group.
+    if peer.uid != 0 {
+        privsep::own_landlock_domain().map_err(|e| format!("landlock: {e}"))?;
+    }
     privsep::set_umask(req.umask);
     // As the peer: a cwd it cannot enter fails here, as it would for it.
     privsep::fchdir(fds[3].as_fd()).map_err(|e| format!("working directory: {e}"))?;
@@ -613,16 +671,21 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                     reason: format!("`{cmd}` is not a pass-through helper"),
                 });
             }
-            Ok(Allow {
+            let mut allow = Allow {
                 args: req.args.clone(),
-                env: loader_free(req.env.clone()),
+                env: loader_free(crate::hookenv::clean(&req.env)),
                 command: cmd.into(),
                 pin: None,
                 moves_refs: false,
                 precommit_first: false,
                 records_stash: false,
                 repo: None,
-            })
+                routable: false,
+            };
+            if cmd == "receive-pack" && crate::in_sandbox() {
+                crate::route_receive_pack(&mut allow)?;
+            }
+            Ok(allow)
         }
         Kind::Git => {
             let settings = crate::settings_for(None).map_err(|e| Block {

@@ -24,7 +24,8 @@ use crate::rules::R;
 /// Set by the guard for git's children: the repository's trusted hooks.
 pub const TRUSTED_ENV: &str = "SBX_GUARD_TRUSTED_HOOKS";
 
-/// Set by the guard beside it: the common dir (saves the hook a git call).
+/// No longer set (the steps ask git): removed from what hooks inherit, so
+/// an agent's value is never read as the guard's.
 pub const COMMON_ENV: &str = "SBX_GUARD_COMMON_DIR";
 
 /// Where the image installs the directory (root-owned).
@@ -168,9 +169,26 @@ impl Git {
     }
 }
 
+/// The steps only read objects and refs: where git named the repository
+/// (`GIT_DIR`, as receive-pack sets it for hooks it runs inside a
+/// non-bare repository's `.git`), as a bare one, so the work tree that
+/// GIT_DIR alone implies (the git dir itself) is no work tree at all.
+///
+/// That GIT_DIR is resolved once per step (symlinks and all), so every
+/// question the step asks reads one repository: a `GIT_DIR` symlink flipped
+/// while it runs cannot answer "no stash" from one and have git move the
+/// other's branch (the commit git adds is then missing and the move refused).
 fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
-    real.command()
-        .args(args)
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::var_os("GIT_DIR").filter(|d| !d.is_empty())?;
+        Some(std::fs::canonicalize(&d).unwrap_or_else(|_| PathBuf::from(d)))
+    });
+    let mut c = real.command();
+    if let Some(d) = dir {
+        c.arg("--bare").env("GIT_DIR", d);
+    }
+    c.args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
@@ -420,16 +438,16 @@ fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
 }
 
 /// The common dir: the guard's variable, else git's answer.
+/// The common dir of the repository git runs this hook in, asked of git:
+/// `$SBX_GUARD_COMMON_DIR` is the one the guard looked at, which a swapped
+/// `GIT_DIR` symlink or `.git` can make another than git's.
 fn common_dir(real: &Git) -> Option<PathBuf> {
-    match std::env::var_os(COMMON_ENV).filter(|c| !c.is_empty()) {
-        Some(c) => Some(PathBuf::from(c)),
-        None => git(
-            real,
-            &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
-        )
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end()))),
-    }
+    git(
+        real,
+        &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
+    )
+    .filter(|o| o.status.success())
+    .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end())))
 }
 
 /// pre-push, with `block_no_verify`: the commits a push sends may not be a
@@ -453,6 +471,55 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
 
 /// `(old, new, name)`: refuse when a `new` brings in, beyond the branches,
 /// tags and `old`, a stash commit or a commit with a stash's tree.
+/// With no stash in the repository the step reads, git's new commits must
+/// still be there and none may be shaped as `git stash` makes them (a
+/// second parent titled "index on ..."): the repository may not be git's
+/// (swapped in by path while git ran), and its "no stash" then says
+/// nothing about the commits git is moving a branch onto.
+fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("log"),
+        OsStr::new("--no-walk"),
+        OsStr::new("--format=%P"),
+    ];
+    args.extend(moves.iter().map(|(_, new, _)| OsStr::from_bytes(new)));
+    args.push(OsStr::new("--"));
+    let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
+        return Err(
+            "the commits the update adds are not in the repository the check reads (one swapped in while git ran?)"
+                .into(),
+        );
+    };
+    let second: Vec<&OsStr> = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter_map(|l| l.split(|b| *b == b' ').nth(1))
+        .filter(|p| !p.is_empty())
+        .map(OsStr::from_bytes)
+        .collect();
+    if second.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec![
+        OsStr::new("log"),
+        OsStr::new("--no-walk"),
+        OsStr::new("--format=%s"),
+    ];
+    args.extend(second);
+    args.push(OsStr::new("--"));
+    let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
+        return Err("cannot read the parents of the commits the update adds".into());
+    };
+    if out
+        .stdout
+        .split(|b| *b == b'\n')
+        .any(|l| l.starts_with(b"index on "))
+    {
+        return Err("the update moves a branch onto a stash commit".into());
+    }
+    Ok(())
+}
+
 fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
     // No stash, nothing that skipped pre-commit this way: the common case
     // costs a few stats.
@@ -463,7 +530,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     };
     let has_stash = stash_exists(&common);
     if !has_stash {
-        return Ok(());
+        return no_stash_shapes(real, moves);
     }
     // Listed lazily: most updates add no commit that is not on a branch.
     let mut stash: Option<StashSets> = None;

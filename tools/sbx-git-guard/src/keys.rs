@@ -67,7 +67,9 @@ pub fn refused(
         ("include", _, _) | ("includeif", _, _) => {
             "an include pulls in configuration the guard has not checked"
         }
-        ("alias", _, _) if via == Via::Inline => {
+        // Empty: git dies rather than run it (the guard passes these itself
+        // for a last word that is no builtin; git's children inherit them).
+        ("alias", _, _) if via == Via::Inline && value != Some("") => {
             "an inline alias can expand into anything; store it with `git config alias.NAME` instead"
         }
         ("core", None, "fsmonitor") if !is_bool(value) => program,

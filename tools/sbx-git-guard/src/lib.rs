@@ -103,8 +103,16 @@ agent that writes objects and refs with its own code, a hook that calls a
 script the agent can edit, or attributes (`* -diff` in .gitattributes or
 .git/info/attributes) that make a hook's `git diff --cached` print `Binary
 files differ` (hooks: use --text, or --name-only and read the files), or
-the agent's processes killing or ptracing a hook's (they run as the agent:
-write hooks that fail closed). (2) The OS layer (sbx-run) mounts
+the agent killing a hook's child (a hook runs as the agent's uid, with the
+broker's group and a Landlock domain per call, so the agent cannot ptrace it
+or write its memory; killing the hook itself fails the command, but a hook
+that reads a child's failure as success passes: write hooks that fail
+closed), a program git starts for the agent in the same call (pager,
+editor, core.fsmonitor, filters, merge drivers, ssh or credential helpers)
+tracing that call's hooks (it shares their group and domain), or git acting
+on two repositories when one is swapped in by path while it runs (the
+guard's decisions hold either way: hooks pinned by fd, aliases expanded
+for git, routed steps that ask git). (2) The OS layer (sbx-run) mounts
 .git/hooks, .husky, .agent-sandbox and the configured protected paths
 read-only; it does not stop writes to .git/config, refs or objects. (3) The boundary
 check, `sbx-run verify-commits`, runs the repository's pre-commit and
@@ -172,6 +180,10 @@ pub struct ServeArgs {
     /// The real git: execute-only (0711) in a directory only root can enter
     #[arg(long, value_name = "PATH", default_value = FALLBACK_REAL_GIT)]
     pub git: PathBuf,
+    /// The group (name or gid) git and its hooks run with, instead of the
+    /// caller's: one no agent process has, so the agent cannot ptrace them
+    #[arg(long, value_name = "GROUP", default_value = broker::DEFAULT_GROUP)]
+    pub group: String,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -412,6 +424,7 @@ pub(crate) fn decide_and_prepare(
     let mut allow = policy::decide(&call, &husky_dirty(real, &env))?;
     if sandboxed {
         pin_by_fd(&mut allow)?;
+        allow.moves_refs |= allow.routable;
     }
     // Looked up only when used: it costs a readlink per hook name.
     if allow.moves_refs && allow.pin.is_some() {
@@ -439,6 +452,35 @@ pub(crate) fn decide_and_prepare(
     allow.env = broker::loader_free(allow.env);
     precommit_first(real, &allow)?;
     Ok(allow)
+}
+
+/// A push into a repository of the sandbox (a clone pushing back into the
+/// workspace) updates refs in receive-pack, where the pushing side's steps
+/// do not look: the receiving repository's stash commits are recorded
+/// there, not in the clone. receive-pack runs the workspace's hooks
+/// through the guard's directory too, so its reference-transaction step
+/// refuses a branch moved onto one of them.
+pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
+    let fail = |reason: String| Block {
+        rule: R::Internal.name(),
+        reason,
+    };
+    let hooks = repo::sandbox_hooks()
+        .ok_or_else(|| fail("the workspace's hooks mount is missing; nothing was run".into()))?;
+    let mut v = OsString::from("core.hooksPath=");
+    v.push(&hooks);
+    allow.args.splice(0..0, [OsString::from("-c"), v]);
+    allow.pin = Some((1, hooks));
+    allow.moves_refs = true;
+    pin_by_fd(allow)?;
+    let dir = hooks::guard_dir(true).ok_or_else(|| {
+        fail(format!(
+            "the guard's hooks directory {} is missing or stale; nothing was run",
+            hooks::IMAGE_DIR
+        ))
+    })?;
+    allow.route_hooks(&dir);
+    Ok(())
 }
 
 /// In a sandbox the hooks mount's path can change under git (renaming
@@ -562,17 +604,36 @@ pub fn precommit_first(real: &Path, allow: &Allow) -> Result<(), Block> {
 /// git as a child, record each id in `<common dir>/sbx-stash-seen` (where
 /// the reference-transaction and pre-push steps look), and only then pass
 /// the output on. Nothing recorded, nothing printed: the caller never
-/// learns an id the steps do not know.
+/// learns an id the steps do not know. The common dir is held by fd and
+/// given to git as `GIT_COMMON_DIR=/proc/self/fd/N`: the commit's object
+/// lands in the one whose list records it, even if the repository's path
+/// is swapped (a `GIT_DIR` symlink, a renamed `.git`) while git runs.
 pub(crate) fn run_recording_stash(real: &Path, allow: &Allow) -> u8 {
+    use std::os::fd::AsRawFd as _;
     let Some(common) = allow.repo.as_ref().map(|r| r.common_dir.clone()) else {
         output::error("git stash create outside a repository: nothing to record it in");
         return Exit::Denied.code();
     };
+    let pinned = match sbx_sys::privsep::open_dir_inherited(&common) {
+        Ok(fd) => fd,
+        Err(e) => {
+            output::error(&format!("{}: {e}; nothing was run", common.display()));
+            return Exit::Denied.code();
+        }
+    };
+    let common = PathBuf::from(format!("/proc/self/fd/{}", pinned.as_raw_fd()));
     let mut argv = allow.args.iter();
     let out = std::process::Command::new(real)
         .args(argv.by_ref())
         .env_clear()
-        .envs(allow.env.iter().map(|(k, v)| (k, v)))
+        .envs(
+            allow
+                .env
+                .iter()
+                .filter(|(k, _)| k != "GIT_COMMON_DIR")
+                .map(|(k, v)| (k, v)),
+        )
+        .env("GIT_COMMON_DIR", &common)
         .stdout(std::process::Stdio::piped())
         .output();
     let out = match out {
@@ -651,6 +712,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             precommit_first: false,
             records_stash: false,
             repo: None,
+            routable: false,
         },
     )
 }
@@ -693,7 +755,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             hooks::install(&dir, &exe).map_err(GuardError::from)?;
             Ok(Exit::Ok.into())
         }
-        Cmd::Serve(a) => Ok(broker::serve(&a.socket, &a.git)?),
+        Cmd::Serve(a) => Ok(broker::serve(&a.socket, &a.git, &a.group)?),
         Cmd::Rules => {
             for r in policy::RULES {
                 let (name, what) = (r.name, r.blocks);

@@ -79,6 +79,10 @@ pub struct Allow {
     pub records_stash: bool,
     /// The repository git will act on, as the guard found it.
     pub repo: Option<Repo>,
+    /// The command (after aliases) is one `moves_refs` routes when the
+    /// repository has a stash: in a sandbox it is routed whatever the
+    /// guard saw, since the repository can be swapped after its look.
+    pub routable: bool,
 }
 
 impl Allow {
@@ -96,10 +100,6 @@ impl Allow {
         self.args[*i] = v;
         self.env
             .push((crate::hooks::TRUSTED_ENV.into(), trusted.clone().into()));
-        if let Some(r) = &self.repo {
-            self.env
-                .push((crate::hooks::COMMON_ENV.into(), r.common_dir.clone().into()));
-        }
     }
 }
 
@@ -1175,6 +1175,7 @@ pub fn decide(
         precommit_first,
         records_stash: false,
         repo: found.clone(),
+        routable: false,
     };
     let Some(first) = call.args.get(idx) else {
         return Ok(allow(String::new(), false, false));
@@ -1201,6 +1202,7 @@ pub fn decide(
 
     // Resolve aliases the way git's run_argv does, checking every step.
     let mut words: Vec<OsString> = call.args[idx..].to_vec();
+    let mut alias_globals: Vec<OsString> = Vec::new();
     let mut seen: Vec<String> = Vec::new();
     loop {
         let cmd = s(&words[0]).into_owned();
@@ -1244,6 +1246,7 @@ pub fn decide(
         if aidx >= split.len() {
             return Err(block(R::ParseError, format!("alias.{cmd} is empty")));
         }
+        alias_globals.extend_from_slice(&split[..aidx]);
         let mut next = split[aidx..].to_vec();
         next.extend_from_slice(&words[1..]);
         words = next;
@@ -1280,6 +1283,24 @@ pub fn decide(
                 || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
         });
     let mut out = allow(command, moves_refs, precommit_first);
+    out.routable =
+        ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
+    pin_expansion(&mut out, &call.args[..idx], &alias_globals, &words);
+    // `--abort`, `--quit` and `--continue` take no other argument.
+    let bare_action = words[1..].iter().any(|w| {
+        let w = w.as_bytes();
+        w.len() >= 3
+            && [&b"--abort"[..], b"--quit", b"--continue"]
+                .iter()
+                .any(|a| a.starts_with(w))
+    });
+    if call.settings.block_no_verify && last == "merge" && !bare_action {
+        // Stored branch.<name>.mergeOptions are parsed before the command
+        // line, so a `--verify` first among its options wins over one read
+        // from a config the guard did not see (swapped in after its look).
+        let at = out.args.len() - words.len() + 1;
+        out.args.insert(at, "--verify".into());
+    }
     if last == "commit" && sequencer_commit(call, &words[1..]) {
         // The last of -n/--no-verify/--verify wins: hooks run.
         out.args.push("--verify".into());
@@ -1287,6 +1308,44 @@ pub fn decide(
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)
+}
+
+/// git runs what the guard judged, not its own reading of the aliases: the
+/// configuration may be another repository's by the time git reads it (a
+/// `GIT_DIR` symlink or a `.git` swapped after the guard's look). The
+/// expansion replaces the alias, the aliases' own globals go before the
+/// pin, and a last word that is no builtin of every git gets an empty
+/// `alias.<word>` (git tries `git-<word>` first; with none, an alias of
+/// the guard's unseen config would have run, the empty one fails).
+fn pin_expansion(
+    out: &mut Allow,
+    globals: &[OsString],
+    alias_globals: &[OsString],
+    words: &[OsString],
+) {
+    let Some(last) = words.first() else { return };
+    let builtin = BUILTINS_ALL.binary_search(&s(last).as_ref()).is_ok();
+    if builtin && alias_globals.is_empty() && out.args.ends_with(words) {
+        return;
+    }
+    let mut args: Vec<OsString> = globals.to_vec();
+    args.extend_from_slice(alias_globals);
+    if !builtin {
+        args.push("-c".into());
+        let mut v = OsString::from("alias.");
+        v.push(last);
+        v.push("=");
+        args.push(v);
+    }
+    if let Some((_, h)) = &out.pin {
+        let mut v = OsString::from("core.hooksPath=");
+        v.push(h);
+        args.push("-c".into());
+        out.pin = Some((args.len(), h.clone()));
+        args.push(v);
+    }
+    args.extend_from_slice(words);
+    out.args = args;
 }
 
 impl Block {

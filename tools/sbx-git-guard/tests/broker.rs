@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_sbx-git-guard");
+/// The broker's group for git and its hooks: a gid no test user has.
+const GIT_GID: u32 = 2575;
 
 fn root() -> bool {
     let ok = std::fs::read_to_string("/proc/self/status")
@@ -42,6 +44,7 @@ fn serve(dir: &Path, git: &Path) -> Child {
         .arg(dir.join("s.sock"))
         .arg("--git")
         .arg(git)
+        .args(["--group", &GIT_GID.to_string()])
         .env_clear()
         .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
         .stderr(Stdio::piped())
@@ -218,4 +221,177 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
         .filter(|l| l.starts_with('Z') && l.split_whitespace().nth(1) == Some(ppid.as_str()))
         .count();
     assert_eq!(zombies, 0, "zombie children of the broker");
+}
+
+/// The layout the broker insists on (the real git 0711 in a 0700
+/// directory, the guard as `git` in bin/), a running broker, and an empty
+/// repository owned by uid 1000.
+fn started(dir: &Path) -> (Broker, std::path::PathBuf) {
+    mode(dir, 0o755);
+    std::fs::create_dir(dir.join("bin")).unwrap();
+    std::os::unix::fs::symlink(GUARD, dir.join("bin/git")).unwrap();
+    let libexec = dir.join("libexec");
+    std::fs::create_dir(&libexec).unwrap();
+    mode(&libexec, 0o700);
+    let git = libexec.join("git");
+    std::fs::copy("/usr/bin/git", &git).unwrap();
+    mode(&git, 0o711);
+    std::fs::write(dir.join("audit.jsonl"), "").unwrap();
+    mode(&dir.join("audit.jsonl"), 0o666);
+    let broker = Broker(serve(dir, &git));
+    for _ in 0..200 {
+        if dir.join("s.sock").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let repo = dir.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    Command::new("chown")
+        .arg("1000:1000")
+        .arg(&repo)
+        .status()
+        .unwrap();
+    (broker, repo)
+}
+
+/// PTRACE_ATTACH, then opening /proc/PID/mem for writing: what an agent
+/// would do to make a running hook exit 0. Prints what it got.
+const TRACER: &str = r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+pid = int(sys.argv[1])
+r = libc.ptrace(16, pid, 0, 0)
+print("attach=%d errno=%d" % (r, ctypes.get_errno()))
+if r == 0:
+    import os, signal
+    os.waitpid(pid, 0)
+    libc.ptrace(17, pid, 0, 0)
+    os.kill(pid, signal.SIGCONT)
+try:
+    open("/proc/%d/mem" % pid, "r+b")
+    print("mem=open")
+except OSError as e:
+    print("mem=%d" % e.errno)
+"#;
+
+#[test]
+fn a_running_hook_is_not_the_callers_to_trace_and_killing_it_fails_closed() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    std::fs::write(dir.join("tracer.py"), TRACER).unwrap();
+    let setup = "git init -q . && git config user.name a && git config user.email a@b && \
+                 printf '#!/bin/sh\\necho $$ > hook.pid\\nsleep 3\\nexit 1\\n' > .git/hooks/pre-commit && \
+                 chmod +x .git/hooks/pre-commit";
+    let o = agent(dir, &repo, setup);
+    assert!(o.status.success(), "{}", text(&o));
+    // A failing hook, attacked while it runs by the caller's own process.
+    let o = agent(
+        dir,
+        &repo,
+        &format!(
+            "rm -f hook.pid; git commit -q --allow-empty -m x & \
+             while [ ! -s hook.pid ]; do sleep 0.02; done; p=$(cat hook.pid); \
+             grep '^Gid:' /proc/$p/status; python3 {} $p; wait $!; echo commit=$?; \
+             stat -c 'index=%u:%g' .git/index",
+            dir.join("tracer.py").display()
+        ),
+    );
+    let out = text(&o);
+    assert!(
+        out.contains(&format!("Gid:\t{GIT_GID}\t{GIT_GID}\t{GIT_GID}")),
+        "{out}"
+    );
+    assert!(out.contains("attach=-1 errno=1"), "{out}");
+    assert!(out.contains("mem=13") || out.contains("mem=1"), "{out}");
+    assert!(out.contains("commit=1"), "{out}");
+    // git's files stay the caller's.
+    assert!(out.contains(&format!("index=1000:{GIT_GID}")), "{out}");
+    // A hook that would pass, killed: the commit fails, nothing is made.
+    let o = agent(
+        dir,
+        &repo,
+        "sed -i 's/exit 1/exit 0/' .git/hooks/pre-commit; rm -f hook.pid; \
+         git commit -q --allow-empty -m y & \
+         while [ ! -s hook.pid ]; do sleep 0.02; done; kill -9 $(cat hook.pid); \
+         wait $!; echo commit=$?; git rev-parse -q --verify HEAD || echo no-head",
+    );
+    let out = text(&o);
+    assert!(out.contains("commit=1") && out.contains("no-head"), "{out}");
+}
+
+/// Started as a git editor (so with the broker's group), it outlives that
+/// call, waits for the next call's hook and tries to trace it.
+const LEFTOVER: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+gid = [l for l in open("/proc/self/status") if l.startswith("Gid:")][0].split()[1]
+for _ in range(400):
+    if os.path.exists("hook2.pid"):
+        break
+    time.sleep(0.025)
+pid = int(open("hook2.pid").read())
+r = libc.ptrace(16, pid, 0, 0)
+with open("leftover.out", "w") as f:
+    f.write("gid=%s attach=%d errno=%d\n" % (gid, r, ctypes.get_errno()))
+if r == 0:
+    import signal
+    os.waitpid(pid, 0)
+    libc.ptrace(17, pid, 0, 0)
+    os.kill(pid, signal.SIGCONT)
+"#;
+
+#[test]
+fn a_process_left_by_an_earlier_call_cannot_trace_a_hook() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    std::fs::write(dir.join("leftover.py"), LEFTOVER).unwrap();
+    let o = agent(
+        dir,
+        &repo,
+        &format!(
+            "git init -q . && git config user.name a && git config user.email a@b && \
+             git commit -q --allow-empty -m one && \
+             GIT_EDITOR='setsid python3 {} </dev/null >/dev/null 2>&1 & true' git tag -a t0; \
+             printf '#!/bin/sh\\necho $$ > hook2.pid\\nsleep 1\\nexit 1\\n' > .git/hooks/pre-commit && \
+             chmod +x .git/hooks/pre-commit; git commit -q --allow-empty -m two; \
+             sleep 0.5; cat leftover.out",
+            dir.join("leftover.py").display()
+        ),
+    );
+    let out = text(&o);
+    assert!(
+        out.contains(&format!("gid={GIT_GID} attach=-1 errno=1")),
+        "{out}"
+    );
+}
+
+/// Inside the call's Landlock domain git still renames across directories
+/// (a push's objects leave the quarantine directory that way; a ruleset
+/// denies reparenting unless a rule grants it).
+#[test]
+fn a_push_into_a_local_repository_works_through_the_broker() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    let o = agent(
+        dir,
+        &repo,
+        "git init -q . && git config user.name a && git config user.email a@b && \
+         echo x > f && git add f && git commit -qm one && git init -q --bare r.git && \
+         git push -q r.git HEAD:refs/heads/main && mkdir -p d/e && echo y > d/e/g && \
+         mv d/e/g d/h && git -C r.git rev-parse --verify -q main",
+    );
+    assert!(o.status.success(), "{}", text(&o));
 }

@@ -2148,3 +2148,157 @@ fn a_sequencer_commit_cannot_turn_verify_into_a_path() {
         }
     });
 }
+
+/// Flips `link` between `a` and `b` (atomic renames of a fresh symlink)
+/// until dropped: a repository swapped between the guard's look and git's.
+struct Flipper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flipper {
+    fn new(link: PathBuf, a: PathBuf, b: PathBuf) -> Flipper {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let tmp = link.with_extension("tmp");
+            let mut i = 0u64;
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::remove_file(&tmp);
+                let _ = std::os::unix::fs::symlink(if i % 2 == 0 { &a } else { &b }, &tmp);
+                let _ = std::fs::rename(&tmp, &link);
+                i += 1;
+            }
+        });
+        Flipper {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Flipper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `GIT_DIR` a symlink flipped between a decoy and the real repository
+/// while git runs, many times: git runs the alias expansion the guard
+/// judged (not the other repository's `commit --no-verify`), and a
+/// `git stash create` commit's object lands in the repository whose list
+/// records it.
+#[test]
+fn a_repository_swapped_after_the_guards_look_changes_nothing() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook("r", "pre-commit", "exit 1");
+        let main = lab.head("r", "main");
+        // The decoy: a copy whose aliases are harmless.
+        let cp = Command::new("cp")
+            .arg("-a")
+            .arg(lab.path("r/.git"))
+            .arg(lab.path("decoy.git"))
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        let real_dir = lab.path("r/.git");
+        let decoy = lab.path("decoy.git");
+        let d = decoy.to_str().unwrap();
+        lab.real(
+            "r",
+            &[
+                "config",
+                "alias.x",
+                "commit --no-verify --allow-empty -qm raced",
+            ],
+        );
+        lab.real(
+            "r",
+            &[
+                "config",
+                "alias.y",
+                "commit --no-verify --allow-empty -qm raced",
+            ],
+        );
+        lab.real("r", &["--git-dir", d, "config", "alias.x", "status"]);
+        std::fs::write(lab.path("r/a"), "staged\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        lab.real("r", &["--git-dir", d, "add", "a"]);
+        let link = lab.path("gitdir-link");
+        let flip = Flipper::new(link.clone(), decoy.clone(), real_dir.clone());
+        let l = link.to_str().unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..60 {
+            let _ = lab.git_env("r", &["x", "-s"], &[("GIT_DIR", l)]);
+            let _ = lab.git_env("r", &["y"], &[("GIT_DIR", l)]);
+            let out = lab.git_env("r", &["stash", "create"], &[("GIT_DIR", l)]);
+            let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if id.len() == 40 {
+                ids.push(id);
+            }
+        }
+        drop(flip);
+        assert_eq!(
+            lab.head("r", "main"),
+            main,
+            "an alias of the other repository ran"
+        );
+        assert!(!ids.is_empty());
+        for id in &ids {
+            for (dir, seen) in [
+                (&real_dir, "r/.git/sbx-stash-seen"),
+                (&decoy, "decoy.git/sbx-stash-seen"),
+            ] {
+                let has = lab
+                    .cmd(lab.real.as_os_str(), "r")
+                    .args(["--git-dir"])
+                    .arg(dir)
+                    .args(["cat-file", "-e", id])
+                    .status()
+                    .unwrap()
+                    .success();
+                let rec = std::fs::read_to_string(lab.path(seen)).unwrap_or_default();
+                assert!(
+                    !has || rec.lines().any(|l| l == id),
+                    "{id} is in {} unrecorded",
+                    dir.display()
+                );
+            }
+        }
+    });
+}
+
+/// A merge's stored `branch.<name>.mergeOptions` may be read from a
+/// repository swapped in after the guard's look (too rare to hit in a
+/// test loop: git reads a dozen files in between): git's merge gets
+/// `--verify` first among its options, which wins over them.
+#[test]
+fn merge_gets_verify_over_options_the_guard_did_not_see() {
+    each_git(|lab| {
+        lab.repo("r");
+        for (args, want) in [
+            (&["merge", "-m", "m", "side"][..], true),
+            (&["merge", "--abort"], false),
+            (&["merge", "--cont"], false),
+            (&["pull", ".", "side"], false),
+        ] {
+            let out = lab
+                .cmd(OsStr::new(GUARD), "r")
+                .arg("check")
+                .args(args)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            assert_eq!(
+                text.contains(&format!(" {} --verify", args[0])),
+                want,
+                "{args:?}: {text}"
+            );
+        }
+    });
+}

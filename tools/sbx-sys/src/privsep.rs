@@ -401,3 +401,92 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> io::Result<Vec<bool>> {
         .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
         .collect())
 }
+
+/// Put this process (and all it will start) in a Landlock domain of its
+/// own that restricts nothing it does: execution and reparenting (a rename
+/// or link across directories, which every ruleset denies unless a rule
+/// grants it) are the accesses handled, both allowed beneath `/`. What a
+/// domain brings is the kernel's ptrace scoping: no process outside it,
+/// nor in a sibling domain, may trace or open the /proc/PID/mem of a
+/// process inside. Needs no_new_privs (set by `drop_to`). Ok(false): the
+/// kernel has no Landlock, or only ABI 1 (which cannot grant reparenting).
+pub fn own_landlock_domain() -> io::Result<bool> {
+    #[repr(C)]
+    struct RulesetAttr {
+        handled_access_fs: u64,
+    }
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    const ACCESS_FS_EXECUTE: u64 = 1;
+    const ACCESS_FS_REFER: u64 = 1 << 13;
+    const RULE_PATH_BENEATH: libc::c_int = 1;
+    const CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: the version query takes no attribute (NULL, size 0).
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            CREATE_RULESET_VERSION,
+        )
+    };
+    if abi < 2 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            _ if abi >= 0 => Ok(false),
+            Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    let access = ACCESS_FS_EXECUTE | ACCESS_FS_REFER;
+    let attr = RulesetAttr {
+        handled_access_fs: access,
+    };
+    // SAFETY: attr is a valid landlock_ruleset_attr (its first field, the
+    // only one this ABI-1 call reads) and its size is passed with it.
+    let rs = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const RulesetAttr,
+            std::mem::size_of::<RulesetAttr>(),
+            0u32,
+        )
+    };
+    if rs < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd, owned by nothing else.
+    let rs = unsafe { OwnedFd::from_raw_fd(rs as i32) };
+    let root = nix::fcntl::open(
+        "/",
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let rule = PathBeneath {
+        allowed_access: access,
+        parent_fd: root.as_raw_fd(),
+    };
+    // SAFETY: rule is a packed landlock_path_beneath_attr whose fd is open
+    // for the duration of the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            rs.as_raw_fd(),
+            RULE_PATH_BENEATH,
+            &rule as *const PathBeneath,
+            0u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a plain syscall on an fd we own.
+    let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, rs.as_raw_fd(), 0u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(true)
+}

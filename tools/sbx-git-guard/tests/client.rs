@@ -148,6 +148,9 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
+/// What, argv, environment, umask.
+type Case<'a> = (&'a str, Vec<&'a [u8]>, Vec<&'a [u8]>, u32);
+
 #[test]
 fn the_client_sends_the_guards_request_byte_for_byte() {
     if client().is_none() {
@@ -162,7 +165,7 @@ fn the_client_sends_the_guards_request_byte_for_byte() {
     let mut huge: Vec<&[u8]> = vec![b"git", b"log", b"--"];
     huge.extend(many.iter().map(|v| v.as_slice()));
     huge.push(&big_arg);
-    let cases: Vec<(&str, Vec<&[u8]>, Vec<&[u8]>, u32)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "plain",
             vec![b"git", b"status", b"--short"],

@@ -10,11 +10,12 @@
 #   and the sandbox's path: sbx-git-client (the sandbox's libc-free `git`)
 #   handing the call to the guard's root broker (sbx-git-guard serve), which
 #   decides and execs git by fd in a process forked ahead of the call.
-# Last, `rev-parse HEAD` and `status --short` through the real git, the
+# Then `rev-parse HEAD` and `status --short` through the real git, the
 # guard and the broker interleaved call by call (bench/interleave.py);
 # OLD_GUARD=/path/to/an/older/sbx-git-guard adds that build's broker to it
 # (called through that guard itself as the client, as images before
-# sbx-git-client did).
+# sbx-git-client did). Last, with perf installed, the calling process's
+# CPU per call (client; OLD_GUARD's guard as client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The statically linked guard `make build` installs.
@@ -147,3 +148,19 @@ fi
 echo "== real git, guard and broker interleaved (OLD_GUARD: that build's broker too)"
 interleaved rev-parse HEAD
 interleaved status --short
+
+# CPU per call of the calling process alone (perf stat task-clock, which a
+# busy machine disturbs far less than wall time): the client, and with
+# OLD_GUARD that build's guard as its own client.
+if command -v perf >/dev/null 2>&1; then
+  cpu() { # name, socket, program
+    local ms
+    ms=$(cd "$R" && env -i HOME="$TMP/home" SBX_AUDIT_LOG="$TMP/audit.jsonl" SBX_GIT_BROKER="$2" \
+        GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
+      perf stat -x, -r "$RUNS" -e task-clock "$3" rev-parse HEAD 2>&1 >/dev/null | awk -F, '/task-clock/ { print $1 }')
+    echo "  $1: ${ms} ms CPU per call (rev-parse HEAD, $RUNS calls)"
+  }
+  echo "== the calling process's CPU (perf stat)"
+  cpu client "$TMP/broker.sock" "$TMP/client/git"
+  [ -z "${OLD_GUARD:-}" ] || cpu old-client "$TMP/old.sock" "$TMP/old/git"
+fi

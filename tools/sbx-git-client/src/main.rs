@@ -226,6 +226,8 @@ enum Why<'a> {
     TooLarge(usize),
     Malformed(&'static str),
     Io(Errno),
+    /// poll(2) failed: the guard prints the OS error alone.
+    Poll(Errno),
 }
 
 impl core::fmt::Display for Why<'_> {
@@ -237,6 +239,7 @@ impl core::fmt::Display for Why<'_> {
             Why::TooLarge(n) => write!(f, "frame of {n} bytes is over the limit of {MAX_SMALL}"),
             Why::Malformed(m) => write!(f, "malformed request: {m}"),
             Why::Io(e) => write!(f, "connection: {}", OsError(*e)),
+            Why::Poll(e) => write!(f, "{}", OsError(*e)),
         }
     }
 }
@@ -268,7 +271,8 @@ fn forward<'a>(
     send_all(conn, req, &[0, 1, 2, cwd]).map_err(|_| undo(&[cwd, sigfd, conn]))?;
     sys::close(cwd);
     loop {
-        let [reply, signal] = sys::poll_in([conn, sigfd]).map_err(|e| Sent::Failed(Why::Io(e)))?;
+        let [reply, signal] =
+            sys::poll_in([conn, sigfd]).map_err(|e| Sent::Failed(Why::Poll(e)))?;
         if signal {
             let mut info = [0u8; 128];
             if sys::read(sigfd, &mut info) == Ok(128) {

@@ -532,3 +532,34 @@ fn through_a_real_broker_the_client_is_git() {
     ch.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(err.is_empty(), "{err}");
 }
+
+#[test]
+fn the_guard_never_takes_the_client_for_the_real_git() {
+    let Some(client) = client() else { return };
+    // The image's PATH: the client as `git` first, the real git after.
+    // Were the client the guard's "real git", each would exec the other
+    // (here the guard's clean PATH would end it at a system git).
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, real) = (tmp.path().join("bin"), tmp.path().join("real"));
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&client, bin.join("git")).unwrap();
+    std::fs::write(real.join("git"), "#!/bin/sh\necho the real git\n").unwrap();
+    std::fs::set_permissions(real.join("git"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new("/usr/bin/timeout")
+        .arg("20")
+        .arg(bin.join("git"))
+        .arg("--version")
+        .current_dir(tmp.path())
+        .env_clear()
+        .env("PATH", format!("{}:{}", bin.display(), real.display()))
+        .env("HOME", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "the real git\n",
+        "{}",
+        text(&o)
+    );
+}

@@ -7,17 +7,21 @@
 #   step runs once per transaction state) and a push of an
 #   up-to-date branch to a local bare remote (its pre-push step runs);
 #   also a bash wrapper of the classic shape (a regex over "$*", then exec);
-#   and the sandbox's path: the guard handing the call to its root broker
-#   (sbx-git-guard serve), which decides and execs git by fd in a process
-#   forked ahead of the call.
-# Last, `rev-parse HEAD` and `status --short` through the real git, the
+#   and the sandbox's path: sbx-git-client (the sandbox's libc-free `git`)
+#   handing the call to the guard's root broker (sbx-git-guard serve), which
+#   decides and execs git by fd in a process forked ahead of the call.
+# Then `rev-parse HEAD` and `status --short` through the real git, the
 # guard and the broker interleaved call by call (bench/interleave.py);
-# OLD_GUARD=/path/to/an/older/sbx-git-guard adds that build's broker to it.
+# OLD_GUARD=/path/to/an/older/sbx-git-guard adds that build's broker to it
+# (called through that guard itself as the client, as images before
+# sbx-git-client did). Last, with perf installed, the calling process's
+# CPU per call (client; OLD_GUARD's guard as client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The statically linked guard `make build` installs.
-[ -x target/release/sbx-git-guard ] || make build >/dev/null
+[ -x target/release/sbx-git-guard ] && [ -x target/release/sbx-git-client ] || make build >/dev/null
 GUARD=$PWD/target/release/sbx-git-guard
+CLIENT=$PWD/target/release/sbx-git-client
 IL=$PWD/bench/interleave.py
 REAL=${REAL_GIT:-/usr/bin/git}
 TMP=$(mktemp -d)
@@ -26,8 +30,9 @@ OPID=
 trap '[ -z "$BPID" ] || kill "$BPID"; [ -z "$OPID" ] || kill "$OPID"; rm -rf "$TMP"' EXIT
 RUNS=${RUNS:-300}
 
-mkdir -p "$TMP/guard" "$TMP/bash" "$TMP/home"
+mkdir -p "$TMP/guard" "$TMP/client" "$TMP/bash" "$TMP/home"
 ln -s "$GUARD" "$TMP/guard/git"
+ln -s "$CLIENT" "$TMP/client/git"
 # A classic git-wrapper.sh, in shape: string matching on the joined argv.
 cat > "$TMP/bash/git" <<EOF
 #!/bin/bash
@@ -85,10 +90,10 @@ run_broker() { # name, git args...
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
     hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/b$name.csv" \
       --prepare "$RESET" \
-      "$REAL $args" "$TMP/guard/git $args" >/dev/null 2>&1
+      "$REAL $args" "$TMP/client/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b < <(summarize "$TMP/b$name.csv")
-  echo "[$name] git $args: real ${a} ms   guard via broker ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)"
+  echo "[$name] git $args: real ${a} ms   client via broker ${b} ms (+$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms)"
 }
 
 echo "== git-guard: added latency per call ($("$REAL" --version))"
@@ -121,7 +126,7 @@ interleaved() { # args...
   env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
     python3 "$IL" "$RUNS" "real=$REAL $args" "guard=$TMP/guard/git $args" \
-      "broker=SBX_GIT_BROKER=$TMP/broker.sock $TMP/guard/git $args" "${extra[@]}" > "$TMP/il.txt"
+      "broker=SBX_GIT_BROKER=$TMP/broker.sock $TMP/client/git $args" "${extra[@]}" > "$TMP/il.txt"
   cd - >/dev/null
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
   awk -v args="$args" -v load="$load" '
@@ -143,3 +148,19 @@ fi
 echo "== real git, guard and broker interleaved (OLD_GUARD: that build's broker too)"
 interleaved rev-parse HEAD
 interleaved status --short
+
+# CPU per call of the calling process alone (perf stat task-clock, which a
+# busy machine disturbs far less than wall time): the client, and with
+# OLD_GUARD that build's guard as its own client.
+if command -v perf >/dev/null 2>&1; then
+  cpu() { # name, socket, program
+    local ms
+    ms=$(cd "$R" && env -i HOME="$TMP/home" SBX_AUDIT_LOG="$TMP/audit.jsonl" SBX_GIT_BROKER="$2" \
+        GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
+      perf stat -x, -r "$RUNS" -e task-clock "$3" rev-parse HEAD 2>&1 >/dev/null | awk -F, '/task-clock/ { print $1 }')
+    echo "  $1: ${ms} ms CPU per call (rev-parse HEAD, $RUNS calls)"
+  }
+  echo "== the calling process's CPU (perf stat)"
+  cpu client "$TMP/broker.sock" "$TMP/client/git"
+  [ -z "${OLD_GUARD:-}" ] || cpu old-client "$TMP/old.sock" "$TMP/old/git"
+fi

@@ -38,7 +38,7 @@ pub fn bin(name: &str) -> PathBuf {
     let p = bin_dir().join(name);
     assert!(
         p.is_file(),
-        "{} is not built: run `cargo build --workspace` first or set SBX_BIN_DIR",
+        "{} is not built: run `make debug` first or set SBX_BIN_DIR",
         p.display()
     );
     p

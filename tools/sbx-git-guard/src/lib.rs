@@ -31,6 +31,10 @@ use rules::R;
 
 pub const TOOL: &str = "sbx-git-guard";
 
+/// sbx-git-client: the libc-free `git` that forwards to the broker and
+/// execs this binary (found beside it) for everything else.
+pub const CLIENT: &str = "sbx-git-client";
+
 /// Where the image keeps the real git, off the agent's PATH.
 pub const FALLBACK_REAL_GIT: &str = "/usr/libexec/sbx/git";
 
@@ -279,9 +283,16 @@ pub fn real_git(env: &[(OsString, OsString)], in_sandbox: bool) -> Option<PathBu
         }
     }
     let me = std::fs::metadata("/proc/self/exe").ok();
+    // The forwarding client beside this binary is `git` too (the image's
+    // /usr/bin/git): never the real one, or each would exec the other.
+    let client = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| std::fs::metadata(p.with_file_name(CLIENT)).ok());
     let is_me = |m: &std::fs::Metadata| {
+        let same = |o: &std::fs::Metadata| (o.dev(), o.ino()) == (m.dev(), m.ino());
         me.as_ref()
-            .is_some_and(|me| (me.dev(), me.ino()) == (m.dev(), m.ino()) || me.len() == m.len())
+            .is_some_and(|me| same(me) || me.len() == m.len())
+            || client.as_ref().is_some_and(same)
     };
     let path = var("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     for dir in std::env::split_paths(&path) {

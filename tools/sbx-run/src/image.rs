@@ -23,6 +23,7 @@ pub const CONFIG_TEMPLATE: &str = include_str!("../../../base-image/config.toml"
 pub const TOOLS: &[&str] = &[
     "sbx-envfilter",
     "sbx-git-guard",
+    "sbx-git-client",
     "sbx-fw",
     "sbx-guest",
     "sbx-backup",
@@ -30,9 +31,16 @@ pub const TOOLS: &[&str] = &[
     "sbx-tool-guard",
 ];
 
-/// Tools an image cannot do without: its init, its firewall, its git guard,
-/// and the [tools] checker (a hook that is missing lets every call through).
-pub const REQUIRED: &[&str] = &["sbx-guest", "sbx-fw", "sbx-git-guard", "sbx-tool-guard"];
+/// Tools an image cannot do without: its init, its firewall, its git guard
+/// and the client that is the sandbox's `git`, and the [tools] checker (a
+/// hook that is missing lets every call through).
+pub const REQUIRED: &[&str] = &[
+    "sbx-guest",
+    "sbx-fw",
+    "sbx-git-guard",
+    "sbx-git-client",
+    "sbx-tool-guard",
+];
 
 const SUITE: &str = "bookworm";
 /// What the Dockerfile's AI-CLI step prints before it fails.
@@ -446,7 +454,7 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
         .collect();
     if !missing.is_empty() && !o.prefetch {
         return Err(RunError::Build(format!(
-            "cannot build {image}: {} not found in {} (build them first: `make build` or `cargo build --workspace`, or set SBX_BIN_DIR)",
+            "cannot build {image}: {} not found in {} (build them first: `make build`, or `make debug` for debug builds, or set SBX_BIN_DIR)",
             missing.join(", "),
             dir.as_deref()
                 .map(|d| d.display().to_string())

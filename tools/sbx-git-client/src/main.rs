@@ -1,0 +1,411 @@
+//! The sandbox's `git`: hands the call to sbx-git-guard's broker, which
+//! decides and runs the real git, and exits with git's status. Nothing
+//! else: no libc, no allocator, no decision of its own, so a call pays one
+//! small process start (glibc's start-up alone is ~0.3 ms on a VM, where
+//! its CPUID instructions trap). Whatever it does not handle (no broker,
+//! a broker it cannot reach, an argv[0] that is not git or git-<cmd>) it
+//! hands to the full guard beside it, by exec with the same argv and
+//! environment, before anything was sent: behaviour never differs.
+//!
+//! The request is the bytes sbx-git-guard's broker/proto.rs encodes;
+//! tools/sbx-git-guard/tests/client.rs checks the two byte for byte.
+#![no_std]
+#![no_main]
+
+mod sys;
+
+use core::fmt::Write as _;
+use sys::{Errno, Fd, Proc};
+
+/// Messages are the guard's own, word for word.
+const TOOL: &str = "sbx-git-guard";
+const GUARD: &[u8] = b"sbx-git-guard";
+const DEFAULT_SOCKET: &[u8] = b"/run/sbx-git/broker.sock";
+const DEFAULT_SOCKET_Z: &[u8] = b"/run/sbx-git/broker.sock\0";
+const SOCKET_VAR: &[u8] = b"SBX_GIT_BROKER";
+/// sbx_core's SANDBOX_DIR and SANDBOX_MARKER (the same path).
+const SANDBOX_DIR: &[u8] = b"/.agent-sandbox\0";
+const PASS_THROUGH: [&[u8]; 3] = [b"receive-pack", b"upload-pack", b"upload-archive"];
+/// broker::RELAYED: HUP INT QUIT TERM USR1 USR2 WINCH.
+const RELAYED: [u32; 7] = [1, 2, 3, 15, 10, 12, 28];
+const MAGIC: &[u8; 4] = b"SBXG";
+const VERSION: u8 = 1;
+const KIND_GIT: u8 = 0;
+const KIND_PASS_THROUGH: u8 = 1;
+const MAX_SMALL: usize = 4096;
+/// sbx_core::Exit::WrapperFailed.
+const WRAPPER_FAILED: i32 = 125;
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    sys::exit(WRAPPER_FAILED)
+}
+
+enum Kind<'a> {
+    Git,
+    Dashed(&'a [u8]),
+    PassThrough(&'a [u8]),
+}
+
+/// sbx-git-guard's `mode(argv[0])`, for the cases that forward; None for
+/// the rest (hooks, the tool's own CLI, anything unusual), which the guard
+/// itself handles.
+fn kind(argv0: &'static [u8]) -> Option<Kind<'static>> {
+    if argv0.is_empty() || argv0.ends_with(b"/") {
+        return None;
+    }
+    let base = match argv0.iter().rposition(|&b| b == b'/') {
+        Some(i) => &argv0[i + 1..],
+        None => argv0,
+    };
+    core::str::from_utf8(base).ok()?;
+    if base == b"git" {
+        return Some(Kind::Git);
+    }
+    let cmd = base.strip_prefix(b"git-")?;
+    Some(if PASS_THROUGH.contains(&cmd) {
+        Kind::PassThrough(cmd)
+    } else {
+        Kind::Dashed(cmd)
+    })
+}
+
+/// One environment entry split as Rust's std splits it (the guard reads
+/// its environment with `vars_os`): the name may start with '=', an entry
+/// without '=' after the first byte is skipped.
+fn split_env(e: &[u8]) -> Option<(&[u8], &[u8])> {
+    let p = e.get(1..)?.iter().position(|&b| b == b'=')? + 1;
+    Some((&e[..p], &e[p + 1..]))
+}
+
+fn env(p: &Proc) -> impl Iterator<Item = (&'static [u8], &'static [u8])> {
+    p.env().filter_map(split_env)
+}
+
+/// broker::socket_path: `$SBX_GIT_BROKER` outside the sandbox, the image's
+/// socket inside (as the agent), or when it exists. None: no broker.
+fn socket_path(p: &Proc) -> Option<&'static [u8]> {
+    let sandboxed = sys::file_type(SANDBOX_DIR, false) == Ok(sys::S_IFDIR);
+    if !sandboxed {
+        let var = env(p).find(|(k, _)| *k == SOCKET_VAR).map(|(_, v)| v);
+        if let Some(v) = var.filter(|v| !v.is_empty()) {
+            return Some(v);
+        }
+    }
+    if (sandboxed && sys::geteuid() != 0) || sys::file_type(DEFAULT_SOCKET_Z, true).is_ok() {
+        Some(DEFAULT_SOCKET)
+    } else {
+        None
+    }
+}
+
+/// The request frame, exactly as proto.rs's `Request::encode` writes it.
+struct Frame {
+    buf: &'static mut [u8],
+    at: usize,
+}
+
+impl Frame {
+    fn put(&mut self, b: &[u8]) {
+        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+    fn u32(&mut self, n: u32) {
+        self.put(&n.to_le_bytes());
+    }
+    fn string(&mut self, s: &[u8]) {
+        self.u32(s.len() as u32);
+        self.put(s);
+    }
+}
+
+fn encode(p: &Proc, kind: &Kind<'static>, umask: u32) -> Option<&'static [u8]> {
+    let (k, first) = match kind {
+        Kind::Git => (KIND_GIT, None),
+        Kind::Dashed(c) => (KIND_GIT, Some(*c)),
+        Kind::PassThrough(c) => (KIND_PASS_THROUGH, Some(*c)),
+    };
+    let args = || first.into_iter().chain(p.args().skip(1));
+    let nargs = args().count();
+    let nenv = env(p).count();
+    let len = 4
+        + 4
+        + 1
+        + 1
+        + 4
+        + 4
+        + args().map(|a| 4 + a.len()).sum::<usize>()
+        + 4
+        + env(p).map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>();
+    let body = u32::try_from(len - 4).ok()?;
+    let mut f = Frame {
+        buf: sys::alloc(len).ok()?,
+        at: 0,
+    };
+    debug_assert!(f.buf.len() == len);
+    f.u32(body);
+    f.put(MAGIC);
+    f.put(&[VERSION, k]);
+    f.u32(umask);
+    f.u32(nargs as u32);
+    for a in args() {
+        f.string(a);
+    }
+    f.u32(nenv as u32);
+    for (k, v) in env(p) {
+        f.string(k);
+        f.string(v);
+    }
+    Some(f.buf)
+}
+
+/// The guard, exec'd with this process's argv and environment.
+fn fallback(p: &Proc) -> i32 {
+    let mut path = [0u8; 4096 + 32];
+    let n = sys::readlink(b"/proc/self/exe\0", &mut path[..4096]).unwrap_or(0);
+    let dir = path[..n]
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(0, |i| i + 1);
+    path[dir..dir + GUARD.len()].copy_from_slice(GUARD);
+    path[dir + GUARD.len()] = 0;
+    let guard = &path[..dir + GUARD.len() + 1];
+    let e = p.exec(guard);
+    let mut m = Msg::new();
+    let _ = write!(
+        m,
+        "sbx-git-client: error: cannot run the git guard {} (installed beside this program): ",
+        Lossy(&guard[..guard.len() - 1])
+    );
+    let _ = write!(m, "{}", OsError(e));
+    m.emit();
+    if e == sys::ENOENT { 127 } else { 126 }
+}
+
+pub fn main(p: &Proc) -> i32 {
+    let Some(kind) = p.args().next().and_then(kind) else {
+        return fallback(p);
+    };
+    // Rust's runtime opens /dev/null on a closed stdin, stdout or stderr
+    // before the guard's main; so does this, so both send the same.
+    for fd in 0..3 {
+        if !sys::is_open(fd) {
+            let _ = sys::openat(b"/dev/null\0", sys::O_RDWR);
+        }
+    }
+    // Non-UTF-8 would print differently in an error (`Path::display`).
+    let Some(socket) = socket_path(p).filter(|s| core::str::from_utf8(s).is_ok()) else {
+        return fallback(p);
+    };
+    let old = sys::umask(0o077);
+    sys::umask(old);
+    let mut body = [0u8; MAX_SMALL];
+    match forward(p, &kind, old, socket, &mut body) {
+        Ok(code) => code,
+        Err(Sent::No) => fallback(p),
+        Err(Sent::Failed(why)) => {
+            let mut m = Msg::new();
+            let _ = write!(m, "{TOOL}: error: git broker {}: {why}", Lossy(socket));
+            m.emit();
+            WRAPPER_FAILED
+        }
+    }
+}
+
+enum Sent<'a> {
+    /// Nothing reached the broker whole: the guard can start over.
+    No,
+    /// After the request: the guard's `call` error, as it words it.
+    Failed(Why<'a>),
+}
+
+enum Why<'a> {
+    Broker(&'a [u8]),
+    HungUp,
+    Truncated,
+    TooLarge(usize),
+    Malformed(&'static str),
+    Io(Errno),
+    /// poll(2) failed: the guard prints the OS error alone.
+    Poll(Errno),
+}
+
+impl core::fmt::Display for Why<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Why::Broker(m) => write!(f, "{}", Lossy(m)),
+            Why::HungUp => f.write_str("the broker hung up without an exit status"),
+            Why::Truncated => f.write_str("the connection closed mid-frame"),
+            Why::TooLarge(n) => write!(f, "frame of {n} bytes is over the limit of {MAX_SMALL}"),
+            Why::Malformed(m) => write!(f, "malformed request: {m}"),
+            Why::Io(e) => write!(f, "connection: {}", OsError(*e)),
+            Why::Poll(e) => write!(f, "{}", OsError(*e)),
+        }
+    }
+}
+
+/// broker::call: send argv, environment, stdio and cwd; relay signals
+/// until the reply.
+fn forward<'a>(
+    p: &Proc,
+    kind: &Kind<'static>,
+    umask: u32,
+    socket: &[u8],
+    body: &'a mut [u8; MAX_SMALL],
+) -> Result<i32, Sent<'a>> {
+    let req = encode(p, kind, umask).ok_or(Sent::No)?;
+    let cwd = sys::openat(b".\0", sys::O_PATH | sys::O_DIRECTORY | sys::O_CLOEXEC)
+        .map_err(|_| Sent::No)?;
+    let mask = RELAYED.iter().fold(0u64, |m, s| m | 1 << (s - 1));
+    // Blocked before connecting, so none arrives between send and poll;
+    // unblocked again before a fallback exec, which would inherit it.
+    let old = sys::block(mask).map_err(|_| Sent::No)?;
+    let undo = |fds: &[Fd]| {
+        fds.iter().for_each(|&f| sys::close(f));
+        sys::set_mask(old);
+        Sent::No
+    };
+    let sigfd = sys::signalfd(mask).map_err(|_| undo(&[cwd]))?;
+    let conn = sys::connect_unix(socket).map_err(|_| undo(&[cwd, sigfd]))?;
+    // A request cut short is never run (the broker reads it whole first).
+    send_all(conn, req, &[0, 1, 2, cwd]).map_err(|_| undo(&[cwd, sigfd, conn]))?;
+    sys::close(cwd);
+    loop {
+        let [reply, signal] =
+            sys::poll_in([conn, sigfd]).map_err(|e| Sent::Failed(Why::Poll(e)))?;
+        if signal {
+            let mut info = [0u8; 128];
+            if sys::read(sigfd, &mut info) == Ok(128) {
+                let mut k = [5, 0, 0, 0, b'K', 0, 0, 0, 0];
+                k[5..].copy_from_slice(&info[..4]);
+                let _ = send_all(conn, &k, &[]);
+            }
+        }
+        if reply {
+            return read_reply(conn, body).map_err(Sent::Failed);
+        }
+    }
+}
+
+fn send_all(fd: Fd, mut data: &[u8], mut fds: &[Fd]) -> Result<(), Errno> {
+    while !data.is_empty() {
+        let n = sys::send(fd, data, fds)?;
+        fds = &[];
+        data = &data[n..];
+    }
+    Ok(())
+}
+
+/// Fill `buf`; Ok(false) on EOF before its first byte.
+fn read_exact(fd: Fd, buf: &mut [u8]) -> Result<bool, Why<'static>> {
+    let mut got = 0;
+    while got < buf.len() {
+        match sys::read(fd, &mut buf[got..]).map_err(Why::Io)? {
+            0 if got == 0 => return Ok(false),
+            0 => return Err(Why::Truncated),
+            n => got += n,
+        }
+    }
+    Ok(true)
+}
+
+/// proto::read_reply, and the exit status `call` makes of it.
+fn read_reply(conn: Fd, body: &mut [u8; MAX_SMALL]) -> Result<i32, Why<'_>> {
+    let mut len = [0u8; 4];
+    if !read_exact(conn, &mut len)? {
+        return Err(Why::HungUp);
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_SMALL {
+        return Err(Why::TooLarge(len));
+    }
+    let body = &mut body[..len];
+    if !read_exact(conn, body)? && len > 0 {
+        return Err(Why::Truncated);
+    }
+    let int = |b: &[u8]| -> Result<i32, Why<'static>> {
+        let a: [u8; 4] = b
+            .try_into()
+            .map_err(|_| Why::Malformed("bad integer field"))?;
+        Ok(i32::from_le_bytes(a))
+    };
+    match body.split_first() {
+        None => Err(Why::Malformed("empty reply")),
+        Some((b'E', c)) => Ok(int(c)?.clamp(0, 255)),
+        Some((b'S', s)) => Ok(int(s)?.saturating_add(128).clamp(0, 255)),
+        Some((b'X', m)) => Err(Why::Broker(m)),
+        Some(_) => Err(Why::Malformed("unknown reply")),
+    }
+}
+
+/// `String::from_utf8_lossy`, as Display.
+struct Lossy<'a>(&'a [u8]);
+
+impl core::fmt::Display for Lossy<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for c in self.0.utf8_chunks() {
+            f.write_str(c.valid())?;
+            if !c.invalid().is_empty() {
+                f.write_str("\u{FFFD}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// io::Error's Display for an OS error: strerror, then the number.
+struct OsError(Errno);
+
+impl core::fmt::Display for OsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let n = self.0.0;
+        let s = match n {
+            2 => "No such file or directory",
+            5 => "Input/output error",
+            9 => "Bad file descriptor",
+            11 => "Resource temporarily unavailable",
+            12 => "Cannot allocate memory",
+            13 => "Permission denied",
+            22 => "Invalid argument",
+            32 => "Broken pipe",
+            104 => "Connection reset by peer",
+            110 => "Connection timed out",
+            111 => "Connection refused",
+            _ => return write!(f, "Unknown error {n} (os error {n})"),
+        };
+        write!(f, "{s} (os error {n})")
+    }
+}
+
+/// One stderr line, built on the stack and written at once.
+struct Msg {
+    buf: [u8; 8192],
+    len: usize,
+}
+
+impl Msg {
+    fn new() -> Self {
+        Msg {
+            buf: [0; 8192],
+            len: 0,
+        }
+    }
+    fn emit(mut self) {
+        let _ = self.write_str("\n");
+        sys::ignore_sigpipe();
+        let mut out = &self.buf[..self.len];
+        while let Ok(n @ 1..) = sys::write(2, out) {
+            out = &out[n..];
+        }
+    }
+}
+
+impl core::fmt::Write for Msg {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = self.buf.len() - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}

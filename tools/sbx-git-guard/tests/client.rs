@@ -1,0 +1,565 @@
+//! sbx-git-client, the sandbox's libc-free `git`, against the guard it
+//! stands in for. Differential: the same call (argv[0], arguments,
+//! environment byte for byte, duplicates and malformed entries included,
+//! umask) through the client and through the guard must put the same
+//! request on the wire, and the same broker reply must end both the same
+//! way (exit status, stderr). Then against a real `sbx-git-guard serve`:
+//! exit codes, stdin/stdout, signals relayed to git, a deleted working
+//! directory, a huge argv and environment; and the fallback to the full
+//! guard when there is no broker.
+
+use std::io::{Read as _, Write as _};
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_git_guard::broker::proto::{self, Reply};
+
+const GUARD: &str = env!("CARGO_BIN_EXE_sbx-git-guard");
+
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
+}
+
+/// The client beside the guard (`make debug` / scripts/test build it).
+fn client() -> Option<PathBuf> {
+    let p = Path::new(GUARD).with_file_name("sbx-git-client");
+    if p.is_file() {
+        return Some(p);
+    }
+    assert!(
+        !ci(),
+        "{} is not built (scripts/test builds it: cargo rustc -p sbx-git-client --features client -- -C panic=abort)",
+        p.display()
+    );
+    eprintln!("skipping: {} is not built (make debug)", p.display());
+    None
+}
+
+/// Exec `prog` with exactly this argv and environment (raw entries, so
+/// duplicates and entries without '=' reach it as given) and umask.
+fn exec_raw(
+    prog: &Path,
+    argv: &[&[u8]],
+    env: &[&[u8]],
+    umask: u32,
+    cwd: &Path,
+    stdin: &[u8],
+) -> Output {
+    // The lists go through a file: one argument is at most 128 KiB.
+    let py = "import ctypes, os, sys\n\
+        spec = open(sys.argv[4]).read().split('\\n')\n\
+        a = [bytes.fromhex(x) for x in spec[0].split(',') if x]\n\
+        e = [bytes.fromhex(x) for x in spec[1].split(',') if x]\n\
+        arr = lambda l: (ctypes.c_char_p * (len(l) + 1))(*l, None)\n\
+        os.umask(int(sys.argv[3], 8))\n\
+        os.chdir(sys.argv[2])\n\
+        ctypes.CDLL(None).execve(sys.argv[1].encode(), arr(a), arr(e))\n\
+        sys.exit('execve failed')\n";
+    let hex = |l: &[&[u8]]| {
+        l.iter()
+            .map(|b| b.iter().map(|c| format!("{c:02x}")).collect::<String>())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let spec = cwd.join("exec-spec");
+    std::fs::write(&spec, format!("{}\n{}\n", hex(argv), hex(env))).unwrap();
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(py)
+        .arg(prog)
+        .arg(cwd)
+        .arg(format!("{umask:o}"))
+        .arg(&spec)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (scripts/prereqs installs it)");
+    let mut i = child.stdin.take().unwrap();
+    i.write_all(stdin).unwrap();
+    drop(i);
+    child.wait_with_output().unwrap()
+}
+
+/// A broker that records one request's raw bytes (and how many fds came
+/// with it) and answers with `reply` (raw frame bytes; empty: hang up).
+fn recorder(sock: &Path, reply: Vec<u8>) -> std::thread::JoinHandle<(Vec<u8>, usize)> {
+    let l = UnixListener::bind(sock).unwrap();
+    l.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let c = loop {
+            match l.accept() {
+                Ok((c, _)) => break c,
+                Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("nothing called the recorder: {e}"),
+            }
+        };
+        let mut got = Vec::new();
+        let mut nfds = 0;
+        let mut want = 4;
+        while got.len() < want {
+            let mut buf = vec![0u8; 1 << 16];
+            let (n, fds) = sbx_sys::privsep::recv_with_fds(c.as_fd(), &mut buf, 8).unwrap();
+            assert!(n > 0, "the request ended early");
+            nfds += fds.len();
+            got.extend_from_slice(&buf[..n]);
+            if got.len() >= 4 {
+                want = 4 + u32::from_le_bytes(got[..4].try_into().unwrap()) as usize;
+            }
+        }
+        (&c).write_all(&reply).unwrap();
+        (got, nfds)
+    })
+}
+
+fn run_both(
+    dir: &Path,
+    argv: &[&[u8]],
+    env: &[&[u8]],
+    umask: u32,
+    reply: &[u8],
+) -> [(Vec<u8>, usize, Output); 2] {
+    let client = client().unwrap();
+    [client.as_path(), Path::new(GUARD)].map(|prog| {
+        let sock = dir.join("rec.sock");
+        let _ = std::fs::remove_file(&sock);
+        let rec = recorder(&sock, reply.to_vec());
+        let var = [
+            b"SBX_GIT_BROKER=".as_slice(),
+            sock.as_os_str().as_encoded_bytes(),
+        ]
+        .concat();
+        let mut env: Vec<&[u8]> = env.to_vec();
+        env.push(&var);
+        let out = exec_raw(prog, argv, &env, umask, dir, b"");
+        let (req, fds) = rec.join().unwrap();
+        (req, fds, out)
+    })
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// What, argv, environment, umask.
+type Case<'a> = (&'a str, Vec<&'a [u8]>, Vec<&'a [u8]>, u32);
+
+#[test]
+fn the_client_sends_the_guards_request_byte_for_byte() {
+    if client().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let big_arg = vec![b'a'; 100_000];
+    let big_env = [b"BIG=".as_slice(), &vec![b'v'; 120_000]].concat();
+    let many: Vec<Vec<u8>> = (0..3000)
+        .map(|i| format!("path/{i:0>60}").into_bytes())
+        .collect();
+    let mut huge: Vec<&[u8]> = vec![b"git", b"log", b"--"];
+    huge.extend(many.iter().map(|v| v.as_slice()));
+    huge.push(&big_arg);
+    let cases: Vec<Case> = vec![
+        (
+            "plain",
+            vec![b"git", b"status", b"--short"],
+            vec![b"HOME=/h", b"PATH=/usr/bin:/bin"],
+            0o022,
+        ),
+        (
+            "a path as argv[0], odd umask",
+            vec![b"/usr/local/bin/git", b"commit", b"-m", b"m\xffsg"],
+            vec![b"LANG=C"],
+            0o027,
+        ),
+        (
+            "dashed",
+            vec![b"/usr/lib/git-core/git-commit", b"-qm", b"x"],
+            vec![],
+            0o077,
+        ),
+        ("dashed, empty command", vec![b"git-", b"x"], vec![], 0o022),
+        (
+            "pass-through",
+            vec![b"git-receive-pack", b"/srv/r.git"],
+            vec![b"GIT_DIR=/x"],
+            0o022,
+        ),
+        (
+            "environment as the kernel gives it",
+            vec![b"git", b"version"],
+            vec![
+                b"A=1",
+                b"A=2",
+                b"NOEQUALS",
+                b"=lead=v",
+                b"",
+                b"E=",
+                b"K=v=w",
+                b"U=\xfe\xff",
+            ],
+            0o022,
+        ),
+        ("no arguments", vec![b"git"], vec![], 0o022),
+        ("huge argv and environment", huge, vec![&big_env], 0o022),
+    ];
+    for (what, argv, env, umask) in cases {
+        let [(c_req, c_fds, c_out), (g_req, g_fds, g_out)] =
+            run_both(tmp.path(), &argv, &env, umask, &Reply::Exited(3).encode());
+        assert!(
+            c_req == g_req,
+            "{what}: the requests differ ({} vs {} bytes)",
+            c_req.len(),
+            g_req.len()
+        );
+        assert_eq!((c_fds, g_fds), (4, 4), "{what}");
+        assert_eq!(c_out.status.code(), Some(3), "{what}: {}", text(&c_out));
+        assert_eq!(g_out.status.code(), Some(3), "{what}: {}", text(&g_out));
+        // And it decodes as the broker reads it.
+        let r = proto::Request::decode(&c_req[4..]);
+        assert!(r.is_ok() || what.contains("environment"), "{what}: {r:?}");
+    }
+}
+
+#[test]
+fn every_broker_reply_ends_the_client_as_it_ends_the_guard() {
+    if client().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let frame = |body: &[u8]| [&(body.len() as u32).to_le_bytes()[..], body].concat();
+    let replies: Vec<(&str, Vec<u8>, Option<i32>)> = vec![
+        ("exit 0", Reply::Exited(0).encode(), Some(0)),
+        ("exit 128", Reply::Exited(128).encode(), Some(128)),
+        ("exit over 255", Reply::Exited(300).encode(), Some(255)),
+        ("negative exit", Reply::Exited(-1).encode(), Some(0)),
+        ("killed by SIGINT", Reply::Signaled(2).encode(), Some(130)),
+        ("killed by SIGKILL", Reply::Signaled(9).encode(), Some(137)),
+        (
+            "the broker's error",
+            Reply::Error("peer credentials: n\u{e9}ant".into()).encode(),
+            Some(125),
+        ),
+        ("an error cut mid-character", frame(b"Xab\xc3"), Some(125)),
+        ("hung up", Vec::new(), Some(125)),
+        ("empty frame", frame(b""), Some(125)),
+        ("unknown tag", frame(b"Q\0\0\0\0"), Some(125)),
+        ("short integer", frame(b"E\x01"), Some(125)),
+        ("oversized", 5000u32.to_le_bytes().to_vec(), Some(125)),
+        ("cut mid-frame", vec![5, 0, 0, 0, b'E'], Some(125)),
+    ];
+    for (what, reply, code) in replies {
+        let [(_, _, c), (_, _, g)] = run_both(
+            tmp.path(),
+            &[b"git", b"status"],
+            &[b"PATH=/usr/bin:/bin"],
+            0o022,
+            &reply,
+        );
+        assert_eq!(c.status.code(), code, "{what}: {}", text(&c));
+        assert_eq!(c.status.code(), g.status.code(), "{what}");
+        assert_eq!(
+            String::from_utf8_lossy(&c.stderr),
+            String::from_utf8_lossy(&g.stderr),
+            "{what}"
+        );
+        assert_eq!(c.stdout, g.stdout, "{what}");
+    }
+}
+
+#[test]
+fn without_a_broker_the_full_guard_decides() {
+    let Some(client) = client() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let repo = dir.join("repo");
+    let git = |args: &[&str]| {
+        Command::new("/usr/bin/git")
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap()
+    };
+    std::fs::create_dir(&repo).unwrap();
+    git(&["init", "-q", "."]);
+    std::fs::write(repo.join("f"), "x").unwrap();
+    git(&["add", "f"]);
+    let audit = dir.join("audit.jsonl");
+    let run = |prog: &Path, args: &[&str], env: &[(&str, &Path)]| {
+        let mut c = Command::new(prog);
+        c.arg0("git")
+            .args(args)
+            .current_dir(&repo)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("SBX_REAL_GIT", "/usr/bin/git")
+            .env("SBX_AUDIT_LOG", &audit);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    use std::os::unix::process::CommandExt as _;
+    // No broker configured: the client execs the guard, which refuses
+    // what it refuses and runs the real git for the rest.
+    let o = run(&client, &["commit", "--no-verify", "-qm", "m"], &[]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("block-no-verify"), "{}", text(&o));
+    assert!(
+        std::fs::read_to_string(&audit)
+            .unwrap()
+            .contains("block-no-verify")
+    );
+    let o = run(
+        &client,
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "m",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&client, &["rev-parse", "--verify", "nosuch"], &[]);
+    assert_eq!(o.status.code(), Some(128), "{}", text(&o));
+    // A broker configured but not there: the guard's own wait and message.
+    let gone = dir.join("gone.sock");
+    let c = run(&client, &["status"], &[("SBX_GIT_BROKER", &gone)]);
+    let g = run(Path::new(GUARD), &["status"], &[("SBX_GIT_BROKER", &gone)]);
+    assert_eq!(c.status.code(), Some(125), "{}", text(&c));
+    assert_eq!(text(&c), text(&g));
+    assert!(text(&c).contains("git broker"), "{}", text(&c));
+    // Not git by name: the guard's own CLI.
+    let o = Command::new(&client).arg("rules").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("block-no-verify"), "{}", text(&o));
+}
+
+struct Broker(std::process::Child);
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn root() -> bool {
+    let ok = nix::unistd::geteuid().is_root();
+    if !ok {
+        assert!(!ci(), "missing prerequisite under CI: root");
+        eprintln!("skipping: the broker test needs root");
+    }
+    ok
+}
+
+#[test]
+fn through_a_real_broker_the_client_is_git() {
+    use std::os::unix::process::CommandExt as _;
+    let Some(client) = client() else { return };
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let libexec = dir.join("libexec");
+    std::fs::create_dir(&libexec).unwrap();
+    std::fs::set_permissions(&libexec, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let real = libexec.join("git");
+    std::fs::copy("/usr/bin/git", &real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let sock = dir.join("s.sock");
+    let _broker = Broker(
+        Command::new(GUARD)
+            .args(["serve", "--socket"])
+            .arg(&sock)
+            .arg("--git")
+            .arg(&real)
+            .env_clear()
+            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while UnixStream::connect(&sock).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no broker");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let repo = dir.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let cmd = |prog: &Path, cwd: &Path, args: &[&str]| {
+        let mut c = Command::new(prog);
+        c.arg0("git")
+            .args(args)
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("GIT_AUTHOR_NAME", "a")
+            .env("GIT_AUTHOR_EMAIL", "a@b")
+            .env("GIT_COMMITTER_NAME", "a")
+            .env("GIT_COMMITTER_EMAIL", "a@b")
+            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
+            .env("SBX_GIT_BROKER", &sock);
+        c
+    };
+    let run = |prog: &Path, cwd: &Path, args: &[&str], stdin: &[u8]| {
+        let mut ch = cmd(prog, cwd, args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut i = ch.stdin.take().unwrap();
+        let data = stdin.to_vec();
+        let w = std::thread::spawn(move || {
+            let _ = i.write_all(&data);
+        });
+        let o = ch.wait_with_output().unwrap();
+        w.join().unwrap();
+        o
+    };
+    let o = run(&client, &repo, &["init", "-q", "."], b"");
+    assert!(o.status.success(), "{}", text(&o));
+    // stdin in, stdout out, a megabyte each way; the same as the real git.
+    let blob: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let o = run(&client, &repo, &["hash-object", "-w", "--stdin"], &blob);
+    assert!(o.status.success(), "{}", text(&o));
+    let id = String::from_utf8(o.stdout).unwrap();
+    let real_id = run(
+        Path::new("/usr/bin/git"),
+        &repo,
+        &["hash-object", "--stdin"],
+        &blob,
+    );
+    assert_eq!(id, String::from_utf8(real_id.stdout).unwrap());
+    let o = run(&client, &repo, &["cat-file", "blob", id.trim()], b"");
+    assert!(o.stdout == blob, "cat-file through the client");
+    // Exit codes: git's own, and the guard's refusal.
+    let o = run(
+        &client,
+        &repo,
+        &["rev-parse", "--verify", "-q", "nosuch"],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = run(&client, &repo, &["no-such-command"], b"");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = run(
+        &client,
+        &repo,
+        &["commit", "--allow-empty", "-n", "-m", "x"],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("block-no-verify"), "{}", text(&o));
+    // A huge argv and environment arrive whole.
+    let mut args: Vec<String> = vec!["rev-parse".into(), "--sq-quote".into()];
+    args.extend((0..2000).map(|i| format!("{i:0>100}")));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = cmd(&client, &repo, &a)
+        .env("BIG", "v".repeat(100_000))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).matches('\'').count(),
+        4000,
+        "every argument came back"
+    );
+    // A working directory deleted under the caller: the same answer as
+    // through the guard.
+    let gone = dir.join("gone");
+    std::fs::create_dir(&gone).unwrap();
+    let pair = |prog: &Path| {
+        let mut c = cmd(Path::new("bash"), dir, &[]);
+        c.arg0("bash")
+            .arg("-c")
+            .arg(r#"cd "$0" && rmdir "$0" && exec -a git "$1" status"#)
+            .arg(&gone)
+            .arg(prog);
+        std::fs::create_dir_all(&gone).unwrap();
+        c.output().unwrap()
+    };
+    let (c, g) = (pair(&client), pair(Path::new(GUARD)));
+    assert_eq!(
+        c.status.code(),
+        g.status.code(),
+        "{} / {}",
+        text(&c),
+        text(&g)
+    );
+    assert!(!c.status.success(), "{}", text(&c));
+    assert_eq!(text(&c), text(&g));
+    // A signal to the client reaches git: `hash-object --stdin` waits on
+    // a stdin that stays open until SIGINT ends it (128 + 2).
+    let mut ch = cmd(&client, &repo, &["hash-object", "--stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(ch.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = ch.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = ch.kill();
+            panic!("SIGINT did not reach git: the client still waits");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let mut err = String::new();
+    ch.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.is_empty(), "{err}");
+}
+
+#[test]
+fn the_guard_never_takes_the_client_for_the_real_git() {
+    let Some(client) = client() else { return };
+    // The image's PATH: the client as `git` first, the real git after.
+    // Were the client the guard's "real git", each would exec the other
+    // (here the guard's clean PATH would end it at a system git).
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, real) = (tmp.path().join("bin"), tmp.path().join("real"));
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&client, bin.join("git")).unwrap();
+    std::fs::write(real.join("git"), "#!/bin/sh\necho the real git\n").unwrap();
+    std::fs::set_permissions(real.join("git"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new("/usr/bin/timeout")
+        .arg("20")
+        .arg(bin.join("git"))
+        .arg("--version")
+        .current_dir(tmp.path())
+        .env_clear()
+        .env("PATH", format!("{}:{}", bin.display(), real.display()))
+        .env("HOME", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "the real git\n",
+        "{}",
+        text(&o)
+    );
+}

@@ -1615,6 +1615,50 @@ fn proxy_serves_a_thousand_at_once_and_slow_clients_starve_nobody() {
     assert!(v["max_ms"].as_u64().unwrap() < 7500, "{v}");
 }
 
+/// The splice pipes go back to a pool for the next connections, however a
+/// connection ends; one dropped with bytes still in it must not be: the next
+/// connection would send a stranger's bytes first. Downloads killed while
+/// the proxy holds their data (the agent stops reading, then goes away),
+/// then connections that must all complete a verified handshake. Small
+/// socket buffers keep each splice small, so the pipes stay pool-sized.
+#[test]
+fn proxy_reuses_no_pipe_with_bytes_left_in_it() {
+    let Some(bed) = Bed::proxy("px9") else { return };
+    let ca = bed.dir.path().join("ca.der");
+    let o = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx, "sysctl", "-qw"])
+        .arg("net.ipv4.tcp_rmem=4096 8192 8192")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    for _ in 0..12 {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &bed.sbx])
+            .args(AGENT)
+            .arg(bin("sbx-fwbed"))
+            .args(["bench", "tls", "198.18.1.1:443", "allowed.test"])
+            .arg(&ca)
+            .args(["-", "1", "1", "1073741824"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        Command::new("kill")
+            .args(["-STOP", &c.id().to_string()])
+            .status()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    for i in 0..30 {
+        assert!(
+            bed.reached(&["tls", "allowed.test:443", "allowed.test"]),
+            "connection {i} after the killed downloads"
+        );
+    }
+}
+
 #[test]
 fn proxy_reset_removes_the_redirect_and_stops_proxy_and_filter() {
     let Some(bed) = Bed::proxy("px5") else { return };

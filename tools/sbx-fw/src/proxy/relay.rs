@@ -1,7 +1,7 @@
 //! Moving the bytes of an accepted connection: splice(2) through a pipe
 //! per direction (the bytes stay in the kernel), with an idle limit.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,43 +19,59 @@ const SMALL_PIPE: usize = 64 * 1024;
 const POOL: usize = 64;
 
 thread_local! {
-    static PIPES: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
+    static PIPES: RefCell<Vec<(OwnedFd, OwnedFd)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A pipe a direction, back to the thread's pool when dropped empty and
+/// small: whichever way the connection ends (a reset, the other half's
+/// error, the idle limit), the next connection skips pipe2 and two closes.
 struct Pipe {
-    r: OwnedFd,
-    w: OwnedFd,
-    size: usize,
+    fds: Option<(OwnedFd, OwnedFd)>,
+    size: Cell<usize>,
+    /// Bytes spliced in and not yet out.
+    held: Cell<usize>,
 }
 
 impl Pipe {
     fn get() -> std::io::Result<Self> {
-        if let Some(p) = PIPES.with_borrow_mut(Vec::pop) {
-            return Ok(p);
-        }
-        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        let fds = match PIPES.with_borrow_mut(Vec::pop) {
+            Some(fds) => fds,
+            None => nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?,
+        };
         Ok(Self {
-            r,
-            w,
-            size: SMALL_PIPE,
+            fds: Some(fds),
+            size: Cell::new(SMALL_PIPE),
+            held: Cell::new(0),
         })
     }
 
-    /// Back to the pool: only empty (every byte spliced out) and small.
-    fn put(self) {
-        if self.size == SMALL_PIPE {
-            PIPES.with_borrow_mut(|pool| {
-                if pool.len() < POOL {
-                    pool.push(self);
-                }
-            });
-        }
+    fn fds(&self) -> std::io::Result<&(OwnedFd, OwnedFd)> {
+        self.fds
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("pipe already returned"))
     }
 
-    fn grow(&mut self) {
+    fn grow(&self) {
         let want = i32::try_from(BIG_PIPE).unwrap_or(i32::MAX);
-        if let Ok(n) = fcntl(&self.w, FcntlArg::F_SETPIPE_SZ(want)) {
-            self.size = usize::try_from(n).unwrap_or(SMALL_PIPE);
+        if let Some((_, w)) = &self.fds
+            && let Ok(n) = fcntl(w, FcntlArg::F_SETPIPE_SZ(want))
+        {
+            self.size.set(usize::try_from(n).unwrap_or(SMALL_PIPE));
+        }
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        if self.held.get() == 0
+            && self.size.get() == SMALL_PIPE
+            && let Some(fds) = self.fds.take()
+        {
+            PIPES.with_borrow_mut(|pool| {
+                if pool.len() < POOL {
+                    pool.push(fds);
+                }
+            });
         }
     }
 }
@@ -121,37 +137,38 @@ pub async fn tunnel(c: TcpStream, u: TcpStream, first: &[u8], idle: Duration) {
 /// `from` to `to` until `from` ends, through a pipe with splice(2). Its
 /// end is passed on as a half close.
 pub async fn pump(from: &TcpStream, to: &TcpStream, act: &Activity) -> std::io::Result<()> {
-    let mut pipe = Pipe::get()?;
+    let pipe = Pipe::get()?;
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
     loop {
         // The pipe is empty here, so EAGAIN means the socket has nothing.
-        let want = pipe.size;
+        let want = pipe.size.get();
+        let (r, w) = pipe.fds()?;
         let n = from
             .async_io(Interest::READABLE, || {
-                splice(from, None, &pipe.w, None, want, flags).map_err(std::io::Error::from)
+                splice(from, None, w, None, want, flags).map_err(std::io::Error::from)
             })
             .await?;
         if n == 0 {
             let _ = nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
-            pipe.put();
             return Ok(());
         }
+        pipe.held.set(n);
         act.touch();
-        let mut left = n;
-        while left > 0 {
+        while pipe.held.get() > 0 {
             // No SPLICE_F_MORE: it corks, and the last piece of an answer
             // would wait for the cork timer.
+            let left = pipe.held.get();
             let k = to
                 .async_io(Interest::WRITABLE, || {
-                    splice(&pipe.r, None, to, None, left, flags).map_err(std::io::Error::from)
+                    splice(r, None, to, None, left, flags).map_err(std::io::Error::from)
                 })
                 .await?;
-            left -= k;
+            pipe.held.set(left - k);
             act.touch();
         }
         // Half a pipe in one go (the slots hold pieces of pages): a bulk
         // transfer, worth a bigger pipe.
-        if n >= want / 2 && pipe.size < BIG_PIPE {
+        if n >= want / 2 && pipe.size.get() < BIG_PIPE {
             pipe.grow();
         }
     }

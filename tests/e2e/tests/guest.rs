@@ -142,6 +142,37 @@ impl Drop for Sandbox {
     }
 }
 
+const GUEST_TOML: &str = "COPY guest.toml /etc/sbx/guest.toml";
+
+/// An image derived from the base by one Dockerfile line (and a
+/// guest.toml beside it), removed when dropped.
+struct Derived(String);
+
+impl Derived {
+    fn build(img: &str, tag: &str, line: &str, guest_toml: Option<&str>) -> Self {
+        let name = format!("sbx-guest-e2e-{tag}:{}", std::process::id());
+        let ctx = tempfile::tempdir().unwrap();
+        if let Some(t) = guest_toml {
+            std::fs::write(ctx.path().join("guest.toml"), t).unwrap();
+        }
+        std::fs::write(
+            ctx.path().join("Dockerfile"),
+            format!("FROM {img}\n{line}\n"),
+        )
+        .unwrap();
+        sh(Command::new("docker")
+            .args(["build", "-q", "-t", &name])
+            .arg(ctx.path()));
+        Self(name)
+    }
+}
+
+impl Drop for Derived {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
 #[test]
 fn pid1_reaps_orphans_forwards_sigterm_and_stops_in_time() {
     let Some(img) = image() else { return };
@@ -215,17 +246,8 @@ fn a_missing_or_failing_firewall_keeps_egress_blocked_and_reports_why() {
             "sbx-fw init failed (exit 3): boom",
         ),
     ] {
-        let derived = format!("sbx-guest-e2e-{tag}:{}", std::process::id());
-        let ctx = tempfile::tempdir().unwrap();
-        std::fs::write(
-            ctx.path().join("Dockerfile"),
-            format!("FROM {img}\nRUN {step}\n"),
-        )
-        .unwrap();
-        sh(Command::new("docker")
-            .args(["build", "-q", "-t", &derived])
-            .arg(ctx.path()));
-        let s = Sandbox::run(tag, &derived, &["sleep", "infinity"]);
+        let derived = Derived::build(&img, tag, &format!("RUN {step}"), None);
+        let s = Sandbox::run(tag, &derived.0, &["sleep", "infinity"]);
         let log = s.wait_for("sbx-guest: unhealthy:");
         assert!(log.contains(want), "{log}");
         // The reason is on the host, and `health` (the HEALTHCHECK) says it.
@@ -256,9 +278,6 @@ fn a_missing_or_failing_firewall_keeps_egress_blocked_and_reports_why() {
             "{}",
             s.log()
         );
-        let _ = Command::new("docker")
-            .args(["rmi", "-f", &derived])
-            .output();
     }
 }
 
@@ -651,24 +670,17 @@ fn show_run_with_the_guest_matches_the_api_start() {
 #[test]
 fn services_are_supervised_with_backoff() {
     let Some(img) = image() else { return };
-    let derived = format!("sbx-guest-e2e-svc:{}", std::process::id());
-    let ctx = tempfile::tempdir().unwrap();
-    std::fs::write(
-        ctx.path().join("guest.toml"),
-        "[services.crashy]\ncommand = [\"sh\", \"-c\", \"echo crashy-ran >&2; exit 1\"]\n\
+    let derived = Derived::build(
+        &img,
+        "svc",
+        GUEST_TOML,
+        Some(
+            "[services.crashy]\ncommand = [\"sh\", \"-c\", \"echo crashy-ran >&2; exit 1\"]\n\
          [services.steady]\ncommand = [\"sleep\", \"1000\"]\n\
          [services.broker]\ncommand = [\"sleep\", \"1001\"]\nuser = \"root\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        ctx.path().join("Dockerfile"),
-        format!("FROM {img}\nCOPY guest.toml /etc/sbx/guest.toml\n"),
-    )
-    .unwrap();
-    sh(Command::new("docker")
-        .args(["build", "-q", "-t", &derived])
-        .arg(ctx.path()));
-    let s = Sandbox::run("svc", &derived, &["sleep", "infinity"]);
+        ),
+    );
+    let s = Sandbox::run("svc", &derived.0, &["sleep", "infinity"]);
     s.wait_for("sbx-guest: ready");
     let who = |pattern: &str| {
         text(&s.exec(
@@ -707,9 +719,6 @@ fn services_are_supervised_with_backoff() {
     let z = text(&s.exec("0", "ps -eo stat | grep -c '^Z' || true"));
     assert_eq!(z.trim(), "0", "zombies");
     drop(s);
-    let _ = Command::new("docker")
-        .args(["rmi", "-f", &derived])
-        .output();
 }
 
 /// The agent starts, and the status says ready, only once the git broker
@@ -719,28 +728,21 @@ fn services_are_supervised_with_backoff() {
 #[test]
 fn the_agent_starts_only_after_the_git_broker_listens() {
     let Some(img) = image() else { return };
-    let derived = format!("sbx-guest-e2e-ready:{}", std::process::id());
-    let ctx = tempfile::tempdir().unwrap();
-    std::fs::write(
-        ctx.path().join("guest.toml"),
-        "[services.git-broker]\n\
+    let derived = Derived::build(
+        &img,
+        "ready",
+        GUEST_TOML,
+        Some(
+            "[services.git-broker]\n\
          command = [\"sh\", \"-c\", \"sleep 2; exec setpriv --inh-caps=-all \
          --bounding-set=-all,+setuid,+setgid -- sbx-git-guard serve \
          --socket /run/sbx-git/broker.sock --git /usr/libexec/sbx/git\"]\n\
          user = \"root\"\nready_socket = \"/run/sbx-git/broker.sock\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        ctx.path().join("Dockerfile"),
-        format!("FROM {img}\nCOPY guest.toml /etc/sbx/guest.toml\n"),
-    )
-    .unwrap();
-    sh(Command::new("docker")
-        .args(["build", "-q", "-t", &derived])
-        .arg(ctx.path()));
+        ),
+    );
     let s = Sandbox::run(
         "ready",
-        &derived,
+        &derived.0,
         &[
             "sh",
             "-c",
@@ -761,9 +763,6 @@ fn the_agent_starts_only_after_the_git_broker_listens() {
     assert!(ms >= 1900, "ready after {ms} ms:\n{log}");
     assert_eq!(s.status()["state"], "ready", "{}", s.status());
     drop(s);
-    let _ = Command::new("docker")
-        .args(["rmi", "-f", &derived])
-        .output();
 }
 
 /// A secret file the host creates after the start is unreadable to the

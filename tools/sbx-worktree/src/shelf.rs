@@ -620,7 +620,11 @@ impl<'a> Shelf<'a> {
     fn checkout_private(&self, repo: &Path, wt: &Path, branch: &str) -> Result<(), E> {
         let want = format!("refs/heads/{branch}^{{commit}}");
         let sha = self.must(repo, &[], &["rev-parse", "--verify", "-q", &want])?;
-        let args = ["read-tree", "--reset", "-u", sha.trim()];
+        // Writing the files is most of a new worktree's time, much of it
+        // waiting on the file system: parallel checkout (workers are the
+        // same private git) overlaps those waits.
+        let workers = format!("checkout.workers={}", checkout_workers());
+        let args = ["-c", &workers, "read-tree", "--reset", "-u", sha.trim()];
         let o = self.private(repo, wt, sha.trim(), &args)?;
         if !o.ok {
             return Err(git_failed(&args, &o));
@@ -765,6 +769,15 @@ impl<'a> Shelf<'a> {
     }
 }
 
+/// Two per core (file creation waits on the journal as much as it
+/// computes), at most 8.
+fn checkout_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get() * 2)
+        .unwrap_or(2)
+        .clamp(2, 8)
+}
+
 fn git_failed(args: &[&str], o: &Out) -> E {
     let msg = o
         .stderr
@@ -774,7 +787,11 @@ fn git_failed(args: &[&str], o: &Out) -> E {
         .unwrap_or("no message")
         .trim()
         .to_owned();
-    let cmd = args.iter().take(3).copied().collect::<Vec<_>>().join(" ");
+    let mut rest = args;
+    while let ["-c", _, tail @ ..] = rest {
+        rest = tail;
+    }
+    let cmd = rest.iter().take(3).copied().collect::<Vec<_>>().join(" ");
     E::Git(cmd, msg)
 }
 

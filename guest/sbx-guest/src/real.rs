@@ -531,7 +531,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let mut exit_hint = None;
     let branch = crate::branch::Branch::from_lookup(|k| std::env::var(k).ok());
     if let (None, Some(b), Ok(agent)) = (&outcome, &branch, &agent) {
-        match start_branch(paths, b, agent, pid1, &mut |m| fx.marks.push((m, t0.elapsed()))) {
+        match start_branch(paths, b, agent, pid1, &mut |m| {
+            fx.marks.push((m, t0.elapsed()))
+        }) {
             // The agent's command and every exec start in the worktree.
             Ok(()) => {
                 if let Err(e) = std::env::set_current_dir(b.worktree()) {

@@ -26,6 +26,8 @@ cleanup() {
   if [ -n "${STARTED:-}" ]; then
     for b in b1 b2; do "$BIN/sbx-run" -q rm --branch=$b -C "$TMP/app" >/dev/null 2>&1 || true; done
     "$BIN/sbx-run" -q rm --volumes -C "$TMP/app" >/dev/null 2>&1 || true
+    # rm --volumes leaves the branches' home volumes (b1, b2, n<k>).
+    docker volume ls -q --filter "label=sbx.workspace=$TMP/app" | xargs -r docker volume rm >/dev/null 2>&1 || true
   fi
   rm -rf "$TMP"
 }

@@ -531,7 +531,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let mut exit_hint = None;
     let branch = crate::branch::Branch::from_lookup(|k| std::env::var(k).ok());
     if let (None, Some(b), Ok(agent)) = (&outcome, &branch, &agent) {
-        match start_branch(paths, b, agent, pid1) {
+        match start_branch(paths, b, agent, pid1, &mut |m| {
+            fx.marks.push((m, t0.elapsed()))
+        }) {
             // The agent's command and every exec start in the worktree.
             Ok(()) => {
                 if let Err(e) = std::env::set_current_dir(b.worktree()) {
@@ -933,12 +935,14 @@ fn start_branch(
     b: &crate::branch::Branch,
     agent: &Agent,
     pid1: bool,
+    mark: &mut dyn FnMut(&'static str),
 ) -> Result<(), crate::branch::Failed> {
     use crate::branch::{Failed, failure};
     let fail = |what: String| Failed {
         reason: format!("branch {:?}: {what}", b.name),
         exit: 71,
     };
+    mark("branch start");
     let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let env = config::agent_env(base, agent, "sbx-worktree");
     // Every start, so a name that maps to another branch's directory is
@@ -951,6 +955,7 @@ fn start_branch(
         let r = (|| {
             std::fs::create_dir(&stage).map_err(|e| fail(format!("{}: {e}", stage.display())))?;
             set_mode(&stage, 0o711);
+            mark("stage made");
             let real = Path::new(sbx_worktree::git::SANDBOX_REAL_GIT);
             sbx_worktree::git::stage_private_git(real, &stage)
                 .map_err(|e| fail(format!("cannot stage git for provisioning: {e}")))?;
@@ -961,7 +966,9 @@ fn start_branch(
             ));
             let argv = b.argv();
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            mark("git staged");
             let o = run_as(&agent.creds(), &argv, &env).map_err(fail)?;
+            mark("provisioned");
             if o.code != Some(0) {
                 return Err(failure(&b.name, o.code, &o.stderr));
             }
@@ -975,6 +982,7 @@ fn start_branch(
         }
         r?;
     }
+    mark("reaped");
     let cfg = sbx_core::config::discover_from_env(None)
         .map_err(|e| fail(format!("config: {e}")))?
         .config;
@@ -994,6 +1002,7 @@ fn start_branch(
             )));
         }
     }
+    mark("mount points");
     for (src, rel) in &pins {
         let dst = b.shelf.join(rel);
         let fd = sbx_sys::idmap::open_beneath(&b.shelf, rel).map_err(|e| {

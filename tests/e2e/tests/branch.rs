@@ -454,3 +454,105 @@ fn a_start_refuses_a_detached_host_and_a_linked_pin_target() {
     assert_eq!(o.status.code(), Some(71), "{}", text(&o));
     assert!(text(&o).contains("symbolic link"), "{}", text(&o));
 }
+
+/// A fresh machine, as a user meets it: no shelf volume yet, a host
+/// checkout owned by root or by a uid that is neither root nor the
+/// agent's, and the first thing run is `sbx-run start --branch` (its guest
+/// clones the shelf). A commit and a plain `git push` land in the host as
+/// its owner's, a second branch starts while the first runs, and the
+/// host's own git still reads its repository.
+#[test]
+fn a_first_branch_start_works_for_any_host_owner() {
+    if !base_image() {
+        return;
+    }
+    for owner in [0, OWNER] {
+        let mut repo = Repo::new(owner);
+        repo.branches = vec!["feat/one", "two"];
+        let shelf = repo.names(None).repo_shelf;
+        let vols = sh(Command::new("docker")
+            .args(["volume", "ls", "-q", "--filter"])
+            .arg(format!("name={shelf}")));
+        assert!(
+            vols.trim().is_empty(),
+            "owner {owner}: a shelf volume before the first start"
+        );
+
+        let o = repo.run(&["start", "--branch=feat/one"]);
+        assert!(o.status.success(), "owner {owner}: {}", text(&o));
+        let out = repo.ok(
+            Some("feat/one"),
+            &format!("id -u; pwd; git config branch.feat/one.remote; echo 1 > one.txt && git add one.txt && {COMMIT} one && git push -q && git rev-parse HEAD"),
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[..3],
+            ["1000", "/repo-shelf/worktrees/feat__one", "host"],
+            "owner {owner}"
+        );
+        let head = lines[3];
+        assert_eq!(
+            git(&repo.path, &["rev-parse", "refs/heads/feat/one"]),
+            head,
+            "owner {owner}"
+        );
+        let refs = repo.path.join(".git/refs/heads/feat/one");
+        let loose = repo
+            .path
+            .join(".git/objects")
+            .join(&head[..2])
+            .join(&head[2..]);
+        for p in [&refs, &loose] {
+            assert_eq!(
+                std::fs::metadata(p).unwrap().uid(),
+                owner,
+                "{}",
+                p.display()
+            );
+        }
+        assert_eq!(
+            git(&repo.path, &["symbolic-ref", "HEAD"]),
+            "refs/heads/main"
+        );
+        git(&repo.path, &["fsck", "--no-dangling", "--no-progress"]);
+
+        // A second branch while the first runs: its own worktree, from main.
+        let o = repo.run(&["start", "--branch=two"]);
+        assert!(o.status.success(), "owner {owner}: {}", text(&o));
+        let two = repo.ok(
+            Some("two"),
+            &format!("test -e one.txt && echo leaked; echo 2 > two.txt && git add two.txt && {COMMIT} two && git push -q && git rev-parse HEAD HEAD~1"),
+        );
+        let (two, base) = two.split_once('\n').unwrap();
+        assert_eq!(
+            base,
+            git(&repo.path, &["rev-parse", "main"]),
+            "owner {owner}"
+        );
+        assert_eq!(git(&repo.path, &["rev-parse", "refs/heads/two"]), two);
+        assert_eq!(
+            std::fs::metadata(repo.path.join(".git/refs/heads/two"))
+                .unwrap()
+                .uid(),
+            owner
+        );
+        // The host's own git, as the owner, sees both branches.
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            &owner.to_string(),
+            "--regid",
+            &owner.to_string(),
+            "--clear-groups",
+            "git",
+            "-C",
+        ])
+        .arg(&repo.path)
+        .args(["for-each-ref", "--format=%(refname)", "refs/heads/"]);
+        assert_eq!(
+            sh(c.env("HOME", "/nonexistent")).trim(),
+            "refs/heads/feat/one\nrefs/heads/main\nrefs/heads/two",
+            "owner {owner}"
+        );
+    }
+}

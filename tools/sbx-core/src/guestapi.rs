@@ -580,9 +580,28 @@ impl<S: Read + Write> Client<S> {
     }
 }
 
+/// Connect to a unix socket whatever the length of its path: one longer
+/// than sun_path (108 bytes; a branch sandbox's state directory, with its
+/// branch in the container's name, passes it under a long home) is
+/// reached through its directory's descriptor, /proc/self/fd/N/NAME.
+pub fn unix_connect(socket: &Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use std::os::unix::ffi::OsStrExt;
+    if socket.as_os_str().as_bytes().len() < 100 {
+        return std::os::unix::net::UnixStream::connect(socket);
+    }
+    let (Some(dir), Some(name)) = (socket.parent(), socket.file_name()) else {
+        return std::os::unix::net::UnixStream::connect(socket);
+    };
+    let d = std::fs::File::open(dir)?;
+    let via = Path::new("/proc/self/fd")
+        .join(std::os::fd::AsRawFd::as_raw_fd(&d).to_string())
+        .join(name);
+    std::os::unix::net::UnixStream::connect(via)
+}
+
 /// Connect to a guest's unix socket and shake hands.
 pub fn connect(socket: &Path) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
-    let s = std::os::unix::net::UnixStream::connect(socket)?;
+    let s = unix_connect(socket)?;
     Client::handshake(s)
 }
 
@@ -591,7 +610,7 @@ pub fn connect(socket: &Path) -> Result<Client<std::os::unix::net::UnixStream>, 
 pub fn connect_reusable(
     socket: &Path,
 ) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
-    Client::handshake_reusable(std::os::unix::net::UnixStream::connect(socket)?)
+    Client::handshake_reusable(unix_connect(socket)?)
 }
 
 /// Connect and send `req` with the hello (see `Client::open`).
@@ -599,7 +618,7 @@ pub fn connect_send(
     socket: &Path,
     req: &Request,
 ) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
-    Client::open(std::os::unix::net::UnixStream::connect(socket)?, req)
+    Client::open(unix_connect(socket)?, req)
 }
 
 /// Connect, with a deadline for the handshake (a wedged guest must not
@@ -608,7 +627,7 @@ pub fn connect_timeout(
     socket: &Path,
     t: Duration,
 ) -> Result<Client<std::os::unix::net::UnixStream>, ProtoError> {
-    let s = std::os::unix::net::UnixStream::connect(socket)?;
+    let s = unix_connect(socket)?;
     s.set_read_timeout(Some(t))?;
     let c = Client::handshake(s)?;
     c.stream.set_read_timeout(None)?;
@@ -618,6 +637,22 @@ pub fn connect_timeout(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket whose path is longer than sun_path is still reached.
+    #[test]
+    fn a_long_socket_path_connects() {
+        use std::os::fd::AsRawFd;
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = std::fs::File::open(&dir).unwrap();
+        let short = format!("/proc/self/fd/{}/guest.sock", d.as_raw_fd());
+        let l = std::os::unix::net::UnixListener::bind(short).unwrap();
+        let long = dir.join("guest.sock");
+        assert!(long.as_os_str().len() > 108);
+        unix_connect(&long).unwrap();
+        l.accept().unwrap();
+    }
 
     #[test]
     fn frames_round_trip_and_limits_hold() {

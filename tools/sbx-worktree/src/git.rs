@@ -309,6 +309,10 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok())
 }
 
+/// Builtins a transport runs by their dashed name (through PATH, whose
+/// first directory is the exec-path): the mirror keeps a link for these.
+const DASHED: &[&str] = &["git-upload-pack", "git-receive-pack", "git-upload-archive"];
+
 /// A copy of the real git's exec-path in which every name that leads to
 /// `git` (the guard, in the image) leads to `git_copy`; the rest (scripts,
 /// remote helpers) are links to the originals, which find `git` through
@@ -342,7 +346,16 @@ fn mirror_exec_path(real: &Path, to: &Path, git_copy: &Path) -> Result<(), Workt
         let dst = to.join(&name);
         let link = std::fs::read_link(&orig).ok();
         let target = match link {
-            // `git-add -> git`: the same relative link, now to the copy.
+            // `git-add -> git`: a builtin, which git never runs by its
+            // dashed name (it runs `git add`), so no link (each is a file
+            // made per start: ~130 of them took ~100 ms on a busy disk),
+            // but for those a transport runs by name, through PATH.
+            Some(l) if l.is_relative() && l.components().count() == 1 && l == Path::new("git") => {
+                if !DASHED.iter().any(|d| name == *d) {
+                    continue;
+                }
+                l
+            }
             Some(l) if l.is_relative() && l.components().count() == 1 => l,
             Some(_) if guard.is_some() && std::fs::canonicalize(&orig).ok() == guard => {
                 git_copy.to_owned()

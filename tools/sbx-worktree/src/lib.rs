@@ -171,7 +171,7 @@ pub enum WorktreeError {
         p = .0.display()
     )]
     Armed(PathBuf, String),
-    #[error("{}: has uncommitted changes or untracked files: commit or stash them, or use --force", .0.display())]
+    #[error("{}: has uncommitted changes, untracked files or submodules: commit or stash them, or use --force", .0.display())]
     Dirty(PathBuf),
     #[error("branch {0:?}: no worktree on this shelf (sbx-worktree list shows them)")]
     NoWorktree(String),

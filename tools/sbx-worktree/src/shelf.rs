@@ -614,16 +614,39 @@ impl<'a> Shelf<'a> {
 
     /// Fill a new worktree from its branch's commit with a git that reads
     /// none of the shelf's own files but its objects and the worktree's
-    /// index: a private GIT_DIR (empty config, no info/attributes), so no
-    /// filter or other program the shelf's config names can run, whatever
-    /// a sandbox writes there after `check_config` read it.
+    /// index (`private`), so no filter or other program the shelf's config
+    /// names can run, whatever a sandbox writes there after `check_config`
+    /// read it.
     fn checkout_private(&self, repo: &Path, wt: &Path, branch: &str) -> Result<(), E> {
-        let admin = self.worktree_gitdir(wt)?;
         let want = format!("refs/heads/{branch}^{{commit}}");
         let sha = self.must(repo, &[], &["rev-parse", "--verify", "-q", &want])?;
-        let sha = sha.trim().to_owned();
+        // Writing the files is most of a new worktree's time, much of it
+        // waiting on the file system: parallel checkout (workers are the
+        // same private git) overlaps those waits.
+        let workers = format!("checkout.workers={}", checkout_workers());
+        let args = ["-c", &workers, "read-tree", "--reset", "-u", sha.trim()];
+        let o = self.private(repo, wt, sha.trim(), &args)?;
+        if !o.ok {
+            return Err(git_failed(&args, &o));
+        }
+        Ok(())
+    }
+
+    /// Run git on worktree `wt` as a repository of nothing but the clone's
+    /// objects, the worktree's index and HEAD at `sha`: a private GIT_DIR
+    /// (empty config, no info/attributes, no hooks, no refs), so the only
+    /// shelf files git reads are data (objects, index, the worktree's
+    /// files) and no config a sandbox wrote can name a program.
+    fn private(&self, repo: &Path, wt: &Path, sha: &str, args: &[&str]) -> Result<Out, E> {
+        if !(sha.len() == 40 || sha.len() == 64) || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(E::Git(
+                args.first().copied().unwrap_or("git").to_owned(),
+                format!("not an object name: {sha:?}"),
+            ));
+        }
+        let admin = self.worktree_gitdir(wt)?;
         let tmp = tempfile::Builder::new()
-            .prefix("sbx-worktree-checkout.")
+            .prefix("sbx-worktree-git.")
             .tempdir()
             .map_err(|e| E::Io(std::env::temp_dir(), e))?;
         let gd = tmp.path();
@@ -645,13 +668,34 @@ impl<'a> Shelf<'a> {
             ("GIT_INDEX_FILE", index.as_os_str()),
             ("GIT_WORK_TREE", wt.as_os_str()),
         ];
-        let args = ["read-tree", "--reset", "-u", sha.as_str()];
         let argv: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-        let o = self.git.run_env(wt, &[], &env, &argv)?;
-        if !o.ok {
-            return Err(git_failed(&args, &o));
-        }
-        Ok(())
+        self.git.run_env(wt, &[], &env, &argv)
+    }
+
+    /// Whether `wt` (HEAD at `head`) has nothing `remove` would lose:
+    /// no change against HEAD, no untracked file, no submodule (whose
+    /// status would be a git run in a repository a sandbox made). Asked
+    /// through `private`: a status through the shelf's config could run
+    /// a clean filter it names on every changed file.
+    fn is_clean(&self, wt: &Path, head: &str) -> Result<bool, E> {
+        let repo = self.repo();
+        let run = |args: &[&str]| -> Result<String, E> {
+            let o = self.private(&repo, wt, head, args)?;
+            if o.ok {
+                Ok(o.stdout)
+            } else {
+                Err(git_failed(args, &o))
+            }
+        };
+        let st = run(&[
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--ignore-submodules=all",
+        ])?;
+        let staged = run(&["ls-files", "--stage", "-z"])?;
+        let gitlink = staged.split('\0').any(|l| l.starts_with("160000 "));
+        Ok(st.trim().is_empty() && !gitlink)
     }
 
     /// As root for another user: give them what was made (lchown, no
@@ -697,23 +741,14 @@ impl<'a> Shelf<'a> {
         }
         let repo = self.repo();
         self.check_config()?;
-        if !force && wt.is_dir() {
-            let gd = self.worktree_gitdir(&wt)?;
-            let git_dir = format!("--git-dir={}", gd.display());
-            let work_tree = format!("--work-tree={}", wt.display());
-            let args = [git_dir.as_str(), &work_tree, "status", "--porcelain"];
-            let st = self.must(&wt, &[&wt], &args)?;
-            if !st.trim().is_empty() {
-                return Err(E::Dirty(wt));
-            }
+        if !force && wt.is_dir() && !self.is_clean(&wt, &e.head)? {
+            return Err(E::Dirty(wt));
         }
+        // Always --force: git's own check is a status through the shelf's
+        // config (see is_clean), and ours has run. A locked worktree is
+        // still refused (that takes --force twice).
         let wt_s = wt.to_string_lossy().into_owned();
-        let mut args = vec!["worktree", "remove"];
-        if force {
-            args.push("--force");
-        }
-        args.push(&wt_s);
-        self.must(&repo, &[&wt], &args)?;
+        self.must(&repo, &[&wt], &["worktree", "remove", "--force", &wt_s])?;
         Ok(wt)
     }
 
@@ -734,6 +769,15 @@ impl<'a> Shelf<'a> {
     }
 }
 
+/// Two per core (file creation waits on the journal as much as it
+/// computes), at most 8.
+fn checkout_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get() * 2)
+        .unwrap_or(2)
+        .clamp(2, 8)
+}
+
 fn git_failed(args: &[&str], o: &Out) -> E {
     let msg = o
         .stderr
@@ -743,7 +787,11 @@ fn git_failed(args: &[&str], o: &Out) -> E {
         .unwrap_or("no message")
         .trim()
         .to_owned();
-    let cmd = args.iter().take(3).copied().collect::<Vec<_>>().join(" ");
+    let mut rest = args;
+    while let ["-c", _, tail @ ..] = rest {
+        rest = tail;
+    }
+    let cmd = rest.iter().take(3).copied().collect::<Vec<_>>().join(" ");
     E::Git(cmd, msg)
 }
 
@@ -964,6 +1012,82 @@ mod tests {
         assert_eq!(calls.last().map(String::as_str), Some("worktree prune"));
         // The upstream was never set on a branch that was not made.
         assert!(!calls.iter().any(|c| c.starts_with("config branch.")));
+    }
+
+    /// Attack: `remove`'s clean check must not run what the shelf's config
+    /// names, even a config armed after `check_config` read it (here armed
+    /// before the check itself is called): a clean filter on every file
+    /// and a file whose stat changed, so a status through that config
+    /// would run the filter to hash it.
+    #[test]
+    fn clean_check_reads_no_shelf_config() {
+        use crate::git::RealGit;
+        let t = tempfile::tempdir().unwrap();
+        let host = t.path().join("host");
+        let sh = |cwd: &Path, args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "init.defaultBranch=main",
+                ])
+                .arg("-C")
+                .arg(cwd)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        std::fs::create_dir_all(&host).unwrap();
+        sh(&host, &["init", "-q"]);
+        std::fs::write(host.join("f"), "hello\n").unwrap();
+        std::fs::write(host.join(".gitattributes"), "* filter=x\n").unwrap();
+        sh(&host, &["add", "."]);
+        sh(&host, &["commit", "-qm", "one"]);
+        let git = RealGit::new(caller()).unwrap();
+        let shelf = t.path().join("shelf");
+        let s = Shelf::new(&git, &shelf, caller());
+        let p = s.provision(&host, "b", Duration::from_secs(5)).unwrap();
+        let head = s.list().unwrap().remove(0).head;
+        assert!(s.is_clean(&p.path, &head).unwrap());
+
+        let mark = t.path().join("ran");
+        let script = t.path().join("evil");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\ntouch {}\ncat\n", mark.display()),
+        )
+        .unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let cfg = shelf.join("repo/.git/config");
+        let mut text = std::fs::read_to_string(&cfg).unwrap();
+        text.push_str(&format!(
+            "[filter \"x\"]\n\tclean = {0}\n\tprocess = {0}\n[core]\n\tfsmonitor = {0}\n",
+            script.display()
+        ));
+        std::fs::write(&cfg, text).unwrap();
+        // Same size, new mtime: git must hash the file to know it is unchanged.
+        std::thread::sleep(Duration::from_millis(1100));
+        std::fs::write(p.path.join("f"), "hello\n").unwrap();
+
+        assert!(s.is_clean(&p.path, &head).unwrap());
+        assert!(!mark.exists(), "the shelf's clean filter ran");
+        std::fs::write(p.path.join("f"), "jello\n").unwrap();
+        assert!(!s.is_clean(&p.path, &head).unwrap());
+        std::fs::write(p.path.join("f"), "hello\n").unwrap();
+        std::fs::write(p.path.join("new"), "u").unwrap();
+        assert!(!s.is_clean(&p.path, &head).unwrap());
+        assert!(!mark.exists(), "the shelf's clean filter ran");
     }
 
     /// A clone that fails leaves no SHELF/repo behind.

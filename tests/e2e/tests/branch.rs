@@ -345,6 +345,46 @@ echo armed"#;
         ),
         "gone"
     );
+
+    // Volumes: while branch sandboxes are left, `rm --volumes` is refused
+    // and removes nothing; a branch's `rm --volumes` takes its home only;
+    // the last `rm --volumes` takes the rest, branch homes included.
+    let ws = repo.path.canonicalize().unwrap();
+    let labelled = |what: &str, format: &str| -> Vec<String> {
+        let filter = format!("label=sbx.workspace={}", ws.display());
+        let mut args = vec![what, "--filter", &filter, "--format", format];
+        if what == "ps" {
+            args.insert(1, "--all");
+        } else {
+            args.insert(0, "volume");
+        }
+        let mut v: Vec<String> = sh(Command::new("docker").args(&args))
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    };
+    let vols = || labelled("ls", "{{.Name}}");
+    let before = vols();
+    let (shelf, home_a) = (repo.names(None).repo_shelf, repo.names(Some("feat/a")).home);
+    assert!(
+        before.contains(&shelf) && before.contains(&home_a),
+        "{before:?}"
+    );
+    let refused = repo.run(&["rm", "--volumes"]);
+    assert_eq!(refused.status.code(), Some(64), "{}", text(&refused));
+    assert!(text(&refused).contains("feat/a"), "{}", text(&refused));
+    assert_eq!(vols(), before);
+    for b in labelled("ps", "{{.Label \"sbx.branch\"}}") {
+        let o = repo.run(&["-q", "rm", "--volumes", &format!("--branch={b}")]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let left = vols();
+    assert!(left.contains(&shelf) && !left.contains(&home_a), "{left:?}");
+    let o = repo.run(&["-q", "rm", "--volumes"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(vols(), Vec::<String>::new());
 }
 
 /// A host checkout owned by root: provisioning reads it through the

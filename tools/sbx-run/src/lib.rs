@@ -250,7 +250,8 @@ pub enum Cmd {
     Rm {
         #[command(flatten)]
         path: PathArg,
-        /// Also remove the workspace's history and repo-shelf volumes.
+        /// Also remove volumes: without --branch, the workspace's (history, repo shelf, logins,
+        /// homes), once no branch sandbox of it is left; with --branch, that sandbox's home.
         #[arg(long)]
         volumes: bool,
         #[command(flatten)]

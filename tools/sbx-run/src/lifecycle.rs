@@ -848,6 +848,13 @@ pub fn rm(
     let ws = open_for_names(common, path)?.with_branch(branch);
     docker::require_engine()?;
     let n = &ws.names;
+    // The workspace's shared volumes (history, shelf, logins) go only with
+    // the last of its sandboxes: refuse before anything is removed.
+    let volumes = if with_volumes {
+        doomed_volumes(&ws)?
+    } else {
+        Vec::new()
+    };
     if check_owner(&ws)?.is_some() {
         docker::remove(&["rm", "--force", &n.container])?;
     }
@@ -874,15 +881,51 @@ pub fn rm(
     }
     if with_volumes {
         // Keep a login made in the sandbox before its volumes go.
-        if docker::exists("volume", &n.claude)? || docker::exists("volume", &n.codex)? {
+        if volumes.iter().any(|v| *v == n.claude || *v == n.codex)
+            && (docker::exists("volume", &n.claude)? || docker::exists("volume", &n.codex)?)
+        {
             sync_login(&ws);
         }
-        for v in spec::workspace_volumes(n) {
-            docker::remove(&["volume", "rm", &v])?;
+        for v in &volumes {
+            docker::remove(&["volume", "rm", v])?;
         }
     }
     remove_repo_image(&n.image)?;
     ok()
+}
+
+/// The volumes `rm --volumes` takes. For a branch sandbox, its own home;
+/// the workspace's shared ones stay with the others. Without `--branch`,
+/// the workspace's volumes and every branch sandbox's home, refused while
+/// a branch sandbox of the workspace exists (it holds the shared ones).
+fn doomed_volumes(ws: &Workspace) -> Result<Vec<String>, RunError> {
+    let n = &ws.names;
+    if ws.branch.is_some() {
+        return Ok(vec![n.home.clone()]);
+    }
+    let mine = |v: &&Value| label(v, LABEL_WORKSPACE) == ws.path.to_string_lossy();
+    let others: Vec<String> = labelled("container")?
+        .iter()
+        .filter(mine)
+        .filter(|c| label(c, LABEL_MODE) == "branch")
+        .map(|c| label(c, LABEL_BRANCH).to_owned())
+        .collect();
+    if !others.is_empty() {
+        return Err(RunError::Usage(format!(
+            "--volumes: branch sandboxes of {} still hold the shared volumes ({}): \
+             remove them first (`sbx-run rm --volumes --branch B`), or leave out --volumes",
+            ws.path.display(),
+            others.join(", ")
+        )));
+    }
+    let mut out = spec::workspace_volumes(n);
+    for v in labelled("volume")?.iter().filter(mine) {
+        let name = v["Name"].as_str().unwrap_or_default();
+        if !name.is_empty() && !out.iter().any(|o| o == name) {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
 }
 
 /// Remove a per-repo image: it is the base plus the repository's

@@ -39,6 +39,7 @@ fn raw(bytes: &[u8], n: usize) -> Result<(Request, Vec<OwnedFd>), ProtoError> {
     let extra = spare.as_fd().try_clone_to_owned().unwrap();
     let mut all: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
     all.push(extra.as_fd());
+    all.push(extra.as_fd());
     all.truncate(n);
     a.send(bytes, &all).unwrap();
     drop(a);
@@ -107,13 +108,13 @@ fn a_frame_cut_short_is_refused() {
 #[test]
 fn the_fd_count_must_be_exactly_four() {
     let full = req().encode();
-    for n in [0, 1, 3] {
+    for n in [0, 1, 3, 5] {
         assert!(
             matches!(raw(&full, n), Err(ProtoError::Fds(m)) if m == n),
             "{n} fds"
         );
     }
-    let e = raw(&full, 5).unwrap_err();
+    let e = raw(&full, 6).unwrap_err();
     assert!(e.to_string().contains("too many file descriptors"), "{e}");
     assert!(raw(&full, 4).is_ok());
 }

@@ -595,11 +595,19 @@ fn executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The broker that starts the repository's hooks, where one runs git:
-/// never for root (no agent process can trace root's hooks).
+/// The broker that starts the repository's hooks, where one runs git.
+/// Not for root (no agent process can trace root's hooks), nor for a step
+/// without the image's git group: one the agent ran itself, whose hook is
+/// the agent's to trace anyway (and the broker would refuse it).
 fn hook_broker(env: &[(OsString, OsString)]) -> Option<PathBuf> {
     if nix::unistd::geteuid().is_root() {
         return None;
+    }
+    let group = nix::unistd::Group::from_name(crate::broker::DEFAULT_GROUP);
+    if let Ok(Some(g)) = group {
+        if g.gid != nix::unistd::getegid() {
+            return None;
+        }
     }
     crate::broker::socket_path(env)
 }

@@ -119,6 +119,28 @@ fn the_fd_count_must_be_exactly_four() {
     assert!(raw(&full, 4).is_ok());
 }
 
+/// A hook request carries its hooks directory as a fifth fd: exactly five,
+/// and a git request's frame is the same bytes as before (kind 0, 4 fds).
+#[test]
+fn a_hook_request_takes_exactly_five_fds() {
+    let mut hook = req();
+    hook.kind = Kind::Hook;
+    let full = hook.encode();
+    for n in [0, 3, 4] {
+        assert!(
+            matches!(raw(&full, n), Err(ProtoError::Fds(m)) if m == n),
+            "{n} fds"
+        );
+    }
+    let (got, fds) = raw(&full, 5).unwrap();
+    assert_eq!((got, fds.len()), (hook, 5));
+    let git = req().encode();
+    assert_eq!(git[9], 0);
+    assert_eq!(&full[..9], &git[..9]);
+    assert_eq!(full[9], 2);
+    assert_eq!(full[10..], git[10..]);
+}
+
 /// A valid frame with its body patched by `f`.
 fn patched(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let mut b = req().encode().split_off(4);

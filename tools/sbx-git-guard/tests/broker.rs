@@ -500,3 +500,31 @@ fn only_gits_own_processes_may_ask_for_a_hook() {
     assert!(out.contains("only for git's own processes"), "{out}");
     assert!(!out.contains("RAN") && out.contains("step=1"), "{out}");
 }
+
+/// A hook the broker starts sees what it would see run by git: `$0`'s
+/// directory holds its neighbours (husky's hooks source `$(dirname "$0")/h`),
+/// and a pre-push hook reads git's ref updates on stdin.
+#[test]
+fn a_hook_started_by_the_broker_finds_its_directory_and_its_input() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    let o = agent(
+        dir,
+        &repo,
+        "git init -q . && git config user.name a && git config user.email a@b && \
+         printf 'echo lib-ran; grep -q ok ok\\n' > .git/hooks/lib.sh && \
+         printf '#!/bin/sh\\n. \"$(dirname \"$0\")/lib.sh\"\\n' > .git/hooks/pre-commit && \
+         printf '#!/bin/sh\\ncat > pushed.txt\\n' > .git/hooks/pre-push && \
+         chmod +x .git/hooks/pre-commit .git/hooks/pre-push && \
+         git commit -q --allow-empty -m refused; echo commit=$?; echo ok > ok && \
+         git commit -q --allow-empty -m one && git init -q --bare r.git && \
+         git push -q r.git HEAD:refs/heads/main && cat pushed.txt",
+    );
+    let out = text(&o);
+    assert!(out.contains("lib-ran") && out.contains("commit=1"), "{out}");
+    assert!(out.contains(" refs/heads/main 0000000000"), "{out}");
+}

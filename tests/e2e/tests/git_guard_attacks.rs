@@ -361,3 +361,102 @@ fn pushes_into_the_workspace_from_a_clone_are_guarded_in_a_sandbox() {
     let o = agent("cd /tmp/c && git push -q origin HEAD:refs/heads/y && echo pushed");
     assert!(text(&o).contains("pushed"), "{}", text(&o));
 }
+
+/// Started by git as the `core.fsmonitor` the agent wrote into
+/// `.git/config`: in the same call as pre-commit, with git's group and
+/// Landlock domain. It tries to trace the repository's hook and the
+/// guard's hook step that waits for it (either, traced, could be made to
+/// exit 0), then lets the hook go.
+const FSMONITOR_TRACER: &str = r#"import ctypes, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+def attack(what, pid):
+    r = libc.ptrace(16, pid, 0, 0)
+    e = ctypes.get_errno()
+    if r == 0:
+        os.waitpid(pid, 0)
+        libc.ptrace(17, pid, 0, 0)
+        os.kill(pid, signal.SIGCONT)
+    try:
+        open("/proc/%d/mem" % pid, "r+b")
+        m = "open"
+    except OSError as x:
+        m = str(x.errno)
+    st = [l for l in open("/proc/%d/status" % pid) if l[:4] in ("Gid:", "Uid:")]
+    return "%s attach=%d errno=%d mem=%s owner=%d %s\n" % (
+        what, r, e, m, os.stat("/proc/%d/stat" % pid).st_uid, " ".join(x.strip() for x in st))
+gid = [l for l in open("/proc/self/status") if l.startswith("Gid:")][0].split()[1]
+for _ in range(400):
+    if os.path.exists("/tmp/hook.pid") and open("/tmp/hook.pid").read().strip():
+        break
+    time.sleep(0.025)
+import subprocess
+child = subprocess.Popen(["sleep", "5"])
+out = "tracer gid=%s\n" % gid + attack("control", child.pid)
+child.kill()
+out += attack("hook", int(open("/tmp/hook.pid").read()))
+for p in os.listdir("/proc"):
+    try:
+        argv0 = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")[0]
+    except OSError:
+        continue
+    if argv0 == b"/usr/lib/sbx/hooks/pre-commit":
+        out += attack("step", int(p))
+open("/tmp/fsmon.tmp", "w").write(out)
+os.rename("/tmp/fsmon.tmp", "/tmp/fsmon.out")
+open("/tmp/go", "w").close()
+"#;
+
+/// Programs git starts in the same call as a hook share git's group and
+/// Landlock domain: a `core.fsmonitor` planted in `.git/config` runs before
+/// pre-commit and forks a tracer. Neither the hook (started by the broker
+/// in a domain of its own) nor the guard's step (an unreadable binary, so
+/// not dumpable) can be traced, and the refusing hook refuses.
+#[test]
+fn a_program_git_starts_cannot_trace_that_calls_hook_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    std::fs::write(repo.path.join(".fsmon.py"), FSMONITOR_TRACER).unwrap();
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let hook = repo.path.join(".git/hooks/pre-commit");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho $$ > /tmp/hook.pid\ni=0\n\
+         while [ ! -e /tmp/go ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n\
+         if git diff --cached | grep -q MARKER; then exit 1; fi\n",
+    )
+    .unwrap();
+    let o = sbx()
+        .args(["exec", "-C"])
+        .arg(&repo.path)
+        .args(["--", "sh", "-c"])
+        .arg(
+            "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+             GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; \
+             printf '#!/bin/sh\\n[ -e /tmp/fsmon.started ] || { : > /tmp/fsmon.started; \
+             setsid python3 '$PWD'/.fsmon.py </dev/null >/dev/null 2>&1 & }\\nexit 1\\n' > /tmp/fsmon.sh; \
+             chmod +x /tmp/fsmon.sh; echo MARKER > a && git add a; \
+             printf '[core]\\n\\tfsmonitor = /tmp/fsmon.sh\\n' >> .git/config; \
+             git commit -qm traced; echo commit=$?; \
+             for i in $(seq 100); do [ -e /tmp/fsmon.out ] && break; sleep 0.05; done; \
+             cat /tmp/fsmon.out; git log --oneline | grep -c traced",
+        )
+        .output()
+        .unwrap();
+    let out = text(&o);
+    // The tracer had git's group: only the domain and dumpability stop it.
+    assert!(out.contains("tracer gid=65533"), "{out}");
+    // Tracing works here: its own child it may trace.
+    assert!(out.contains("control attach=0"), "{out}");
+    assert!(out.contains("hook attach=-1 errno=1"), "{out}");
+    assert!(out.contains("step attach=-1 errno=1"), "{out}");
+    assert!(out.contains("hook attach=-1 errno=1 mem=13"), "{out}");
+    assert!(out.contains("step attach=-1 errno=1 mem=13"), "{out}");
+    assert!(out.contains("commit=1"), "{out}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.trim_end().ends_with('0'), "{out}");
+}

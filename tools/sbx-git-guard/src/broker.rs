@@ -178,6 +178,43 @@ pub const CONNECT_WAIT: Duration = Duration::from_millis(500);
 /// One round trip: connect, send, relay signals until the reply.
 pub fn call(socket: &Path, req: &Request) -> Result<ExitCode, String> {
     let stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
+    call_with(socket, req, stdio, None)
+}
+
+/// Run the repository's hook `name` in `dir` (a guard hook step's trusted
+/// directory) through the broker, which starts it as this process's uid
+/// and group in a Landlock domain of its own, beside git's: programs git
+/// started in the same call (a `core.fsmonitor`, an editor, a filter)
+/// share git's domain, and from there cannot trace it. `stdin`: what the
+/// hook reads instead of this process's stdin. The answer is its status.
+pub fn run_hook(
+    socket: &Path,
+    dir: BorrowedFd<'_>,
+    name: &str,
+    args: &[OsString],
+    stdin: Option<OwnedFd>,
+) -> Result<ExitCode, String> {
+    let mut stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
+    if let Some(i) = stdin {
+        stdio[0] = i;
+    }
+    let mut all = vec![OsString::from(name)];
+    all.extend(args.iter().cloned());
+    let req = Request {
+        kind: Kind::Hook,
+        umask: privsep::umask_single_threaded(),
+        args: all,
+        env: std::env::vars_os().collect(),
+    };
+    call_with(socket, &req, stdio, Some(dir))
+}
+
+fn call_with(
+    socket: &Path,
+    req: &Request,
+    stdio: Vec<OwnedFd>,
+    hooks: Option<BorrowedFd<'_>>,
+) -> Result<ExitCode, String> {
     let cwd = privsep::open_cwd().map_err(|e| format!("the working directory: {e}"))?;
     // Blocked before connecting, so none arrives between send and poll.
     let sigfd = privsep::signalfd_for(RELAYED).map_err(|e| format!("signals: {e}"))?;
@@ -188,7 +225,11 @@ pub fn call(socket: &Path, req: &Request) -> Result<ExitCode, String> {
         stdio[2].as_fd(),
         cwd.as_fd(),
     ];
-    proto::send_request(&conn, req, fds).map_err(|e| e.to_string())?;
+    match hooks {
+        None => proto::send_request(&conn, req, fds),
+        Some(h) => proto::send_hook_request(&conn, req, [fds[0], fds[1], fds[2], fds[3], h]),
+    }
+    .map_err(|e| e.to_string())?;
     drop(stdio);
     drop(cwd);
     loop {
@@ -402,6 +443,15 @@ fn runner(
             std::process::exit(1)
         }
     };
+    // Only git's own processes (a guard hook step) have the group: an
+    // agent's process asking for a hook would get the group this way.
+    if req.kind == Kind::Hook && (peer.uid == 0 || peer.gid != gid) {
+        let _ = proto::send_reply(
+            &conn,
+            &Reply::Error("a hook is run only for git's own processes".into()),
+        );
+        std::process::exit(1)
+    }
     // The session gets the connection only now: the request has been read
     // (what follows on it are signal frames) and this process is the peer
     // (so a signal it relays at once reaches it). It wakes once before git
@@ -551,6 +601,7 @@ fn run_as_peer(
     exec_path: Option<&OsStr>,
 ) -> ! {
     let code = match prepared {
+        Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds),
         Ok(()) => {
             drop(fds);
             decide_and_exec(req, git, exec_path)
@@ -587,6 +638,34 @@ fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<
     privsep::set_stdio(fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd())
         .map_err(|e| format!("stdio: {e}"))?;
     Ok(())
+}
+
+/// A hook request, here as the peer in a fresh Landlock domain: the hook
+/// by its path under the directory fd passed (kept open across exec), so
+/// `$0` is a path under `/proc/self/fd/N/` as when git runs it pinned, and
+/// a script's interpreter can open it. Returns only on failure.
+fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
+    output::set_tool_if_unset(crate::TOOL);
+    let name = req.args.first().and_then(|n| n.to_str()).unwrap_or("");
+    if !crate::hooks::is_hook_name(name) {
+        output::error(&format!("git broker: `{name}` is not a hook name"));
+        return Exit::Denied.code();
+    }
+    let Some(dir) = fds.pop() else {
+        return Exit::WrapperFailed.code();
+    };
+    drop(fds);
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    if let Err(e) = fcntl(&dir, FcntlArg::F_SETFD(FdFlag::empty())) {
+        output::error(&format!("git broker: the hooks directory: {e}"));
+        return Exit::WrapperFailed.code();
+    }
+    let path = PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()));
+    let mut argv = vec![path.clone().into_os_string()];
+    argv.extend(req.args[1..].iter().cloned());
+    let err = sbx_sys::exec(&path, &argv, &loader_free(req.env.clone()));
+    output::error(&format!("cannot run the hook {name}: {err}"));
+    Exit::CannotInvoke.code()
 }
 
 /// The guard's own decision, made here as the peer, then git by fd.
@@ -696,7 +775,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 .map_err(|e| internal(format!("cannot read the working directory: {e}")))?;
             // The same decision and setup as the direct path; the guard's
             // own git calls run the same binary by fd.
-            crate::decide_and_prepare(
+            let mut allow = crate::decide_and_prepare(
                 &req.args,
                 &req.env,
                 &cwd,
@@ -705,8 +784,46 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 || exec_path.map(OsStr::to_owned),
                 crate::in_sandbox(),
                 None,
-            )
+            )?;
+            route_repo_hooks(&mut allow, crate::in_sandbox())?;
+            Ok(allow)
         }
+        Kind::Hook => Err(internal("a hook request reached the git path".into())),
+    }
+}
+
+/// Where the repository has hooks, git runs them through the guard's
+/// hook steps, which ask this broker to start each beside git's Landlock
+/// domain (see [`run_hook`]). Calls the steps already judge are routed.
+fn route_repo_hooks(allow: &mut Allow, sandboxed: bool) -> Result<(), Block> {
+    let Some((i, trusted)) = allow.pin.clone() else {
+        return Ok(());
+    };
+    let mut pinned = OsString::from("core.hooksPath=");
+    pinned.push(&trusted);
+    if allow.args.get(i) != Some(&pinned) {
+        return Ok(());
+    }
+    let any = crate::hooks::HOOK_NAMES.iter().any(|h| {
+        std::fs::metadata(trusted.join(h))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    });
+    if !any {
+        return Ok(());
+    }
+    match crate::hooks::guard_dir(sandboxed) {
+        Some(d) => {
+            allow.route_hooks_only(&d);
+            Ok(())
+        }
+        None if sandboxed => Err(Block {
+            rule: "internal",
+            reason: format!(
+                "the guard's hooks directory {} is missing or stale; nothing was run",
+                crate::hooks::IMAGE_DIR
+            ),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -50,6 +50,7 @@ pub const STRIPPED: &[&str] = &[
     "GIT_ATTR_SOURCE",
     // The guard's own channel to its hook steps: set by the guard only.
     crate::hooks::TRUSTED_ENV,
+    crate::hooks::HOOKS_ONLY_ENV,
     crate::hooks::COMMON_ENV,
 ];
 

@@ -24,6 +24,11 @@ use crate::rules::R;
 /// Set by the guard for git's children: the repository's trusted hooks.
 pub const TRUSTED_ENV: &str = "SBX_GUARD_TRUSTED_HOOKS";
 
+/// Set with [`TRUSTED_ENV`] when the call needs no pre-push or
+/// reference-transaction check: the step only runs the hook. Removed from
+/// the agent's environment like [`TRUSTED_ENV`].
+pub const HOOKS_ONLY_ENV: &str = "SBX_GUARD_HOOKS_ONLY";
+
 /// No longer set (the steps ask git): removed from what hooks inherit, so
 /// an agent's value is never read as the guard's.
 pub const COMMON_ENV: &str = "SBX_GUARD_COMMON_DIR";
@@ -590,6 +595,62 @@ fn executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// The broker that starts the repository's hooks, where one runs git.
+/// Not for root (no agent process can trace root's hooks), nor for a step
+/// without the image's git group: one the agent ran itself, whose hook is
+/// the agent's to trace anyway (and the broker would refuse it).
+fn hook_broker(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    if nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let group = nix::unistd::Group::from_name(crate::broker::DEFAULT_GROUP);
+    if let Ok(Some(g)) = group {
+        if g.gid != nix::unistd::getegid() {
+            return None;
+        }
+    }
+    crate::broker::socket_path(env)
+}
+
+/// Hook `name` in `dir`, started by the broker (see
+/// [`crate::broker::run_hook`]); `input` is written to its stdin. A broker
+/// that cannot run it refuses: git sees a failed hook.
+fn via_broker(
+    socket: &Path,
+    dir: &Path,
+    name: &str,
+    args: &[OsString],
+    input: Option<&[u8]>,
+) -> ExitCode {
+    let run = || -> Result<ExitCode, String> {
+        let d = sbx_sys::privsep::open_path(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let stdin = match input {
+            Some(b) => Some(input_fd(b).map_err(|e| format!("the hook's input: {e}"))?),
+            None => None,
+        };
+        crate::broker::run_hook(socket, std::os::fd::AsFd::as_fd(&d), name, args, stdin)
+    };
+    run().unwrap_or_else(|msg| {
+        eprintln!(
+            "sbx-git-guard: {name}: git broker {}: {msg}; refusing",
+            socket.display()
+        );
+        ExitCode::from(1)
+    })
+}
+
+/// `input` as a readable fd at offset 0 (a memory file: no thread needed to
+/// feed a pipe while the broker runs the hook).
+fn input_fd(input: &[u8]) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::io::Seek as _;
+    let fd =
+        nix::sys::memfd::memfd_create(c"sbx-hook-input", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(input)?;
+    f.rewind()?;
+    Ok(f.into())
+}
+
 /// Run as hook `name` (argv[0]'s basename) with git's hook arguments.
 pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
@@ -600,8 +661,10 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         return ExitCode::from(1);
     };
     let target = PathBuf::from(trusted).join(name);
-    let checked = name == "pre-push"
-        || (name == "reference-transaction" && args.first().is_some_and(|a| a == "prepared"));
+    let checked = std::env::var_os(HOOKS_ONLY_ENV).is_none()
+        && (name == "pre-push"
+            || (name == "reference-transaction" && args.first().is_some_and(|a| a == "prepared")));
+    let broker = hook_broker(&env);
     if !checked {
         // `git am` runs neither pre-commit nor commit-msg: its own hooks
         // run them after themselves here, as git's sample hooks do.
@@ -618,6 +681,13 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
             for hook in [name, then] {
                 let p = trusted.join(hook);
                 if !executable(&p) {
+                    continue;
+                }
+                if let Some(sock) = &broker {
+                    let code = via_broker(sock, trusted, hook, &args, None);
+                    if code != ExitCode::SUCCESS {
+                        return code;
+                    }
                     continue;
                 }
                 match Command::new(&p).args(&args).status() {
@@ -637,6 +707,10 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         }
         if !executable(&target) {
             return ExitCode::SUCCESS;
+        }
+        if let Some(sock) = &broker {
+            let dir = target.parent().unwrap_or(Path::new("/"));
+            return via_broker(sock, dir, name, &args, None);
         }
         let mut argv = vec![target.clone().into_os_string()];
         argv.extend(args);
@@ -693,6 +767,10 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     }
     if !executable(&target) {
         return ExitCode::SUCCESS;
+    }
+    if let Some(sock) = &broker {
+        let dir = target.parent().unwrap_or(Path::new("/"));
+        return via_broker(sock, dir, name, &args, Some(&input));
     }
     let child = Command::new(&target)
         .args(&args)

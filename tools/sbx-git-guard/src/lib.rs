@@ -111,9 +111,10 @@ the agent killing a hook's child (a hook runs as the agent's uid, with the
 broker's group and a Landlock domain per call, so the agent cannot ptrace it
 or write its memory; killing the hook itself fails the command, but a hook
 that reads a child's failure as success passes: write hooks that fail
-closed), a program git starts for the agent in the same call (pager,
-editor, core.fsmonitor, filters, merge drivers, ssh or credential helpers)
-tracing that call's hooks (it shares their group and domain), or git acting
+closed; a program git starts for the agent in the same call, such as
+core.fsmonitor, may kill them too, but no longer trace them: the broker
+starts each repository hook in a Landlock domain of its own, beside git's,
+and the guard's hook step is not dumpable), or git acting
 on two repositories when one is swapped in by path while it runs (the
 guard's decisions hold either way: hooks pinned by fd, aliases expanded
 for git, routed steps that ask git). (2) The OS layer (sbx-run) mounts

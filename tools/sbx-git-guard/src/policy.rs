@@ -101,6 +101,23 @@ impl Allow {
         self.env
             .push((crate::hooks::TRUSTED_ENV.into(), trusted.clone().into()));
     }
+
+    /// Point the pin at the guard's hooks directory only so that its steps
+    /// start the repository's hooks through the broker: without the
+    /// pre-push and reference-transaction checks, which this command does
+    /// not need.
+    pub fn route_hooks_only(&mut self, guard_dir: &Path) {
+        let Some((i, trusted)) = &self.pin else {
+            return;
+        };
+        let mut v = OsString::from("core.hooksPath=");
+        v.push(guard_dir);
+        self.args[*i] = v;
+        self.env
+            .push((crate::hooks::TRUSTED_ENV.into(), trusted.clone().into()));
+        self.env
+            .push((crate::hooks::HOOKS_ONLY_ENV.into(), "1".into()));
+    }
 }
 
 /// Builtins that can move a branch (or push) other than by a commit that

@@ -238,6 +238,15 @@ fn started(dir: &Path) -> (Broker, std::path::PathBuf) {
     mode(&git, 0o711);
     std::fs::write(dir.join("audit.jsonl"), "").unwrap();
     mode(&dir.join("audit.jsonl"), 0o666);
+    // The guard's hooks directory beside it, which the caller (uid 1000)
+    // could not make there.
+    let exe = std::fs::canonicalize(GUARD).unwrap();
+    let st = Command::new(GUARD)
+        .arg("install-hooks")
+        .arg(exe.parent().unwrap().join(".sbx-git-hooks"))
+        .status()
+        .unwrap();
+    assert!(st.success());
     let broker = Broker(serve(dir, &git));
     for _ in 0..200 {
         if dir.join("s.sock").exists() {
@@ -394,4 +403,128 @@ fn a_push_into_a_local_repository_works_through_the_broker() {
          mv d/e/g d/h && git -C r.git rev-parse --verify -q main",
     );
     assert!(o.status.success(), "{}", text(&o));
+}
+
+/// Started by git as the `core.fsmonitor` the agent wrote into
+/// `.git/config`, so in the same call, with the same group and Landlock
+/// domain as git: it waits for that call's pre-commit and tries to trace it.
+const FSMONITOR_TRACER: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+gid = [l for l in open("/proc/self/status") if l.startswith("Gid:")][0].split()[1]
+for _ in range(400):
+    if os.path.exists("hook.pid") and open("hook.pid").read().strip():
+        break
+    time.sleep(0.025)
+pid = int(open("hook.pid").read())
+r = libc.ptrace(16, pid, 0, 0)
+err = ctypes.get_errno()
+if r == 0:
+    import signal
+    os.waitpid(pid, 0)
+    libc.ptrace(17, pid, 0, 0)
+    os.kill(pid, signal.SIGCONT)
+try:
+    open("/proc/%d/mem" % pid, "r+b")
+    mem = "open"
+except OSError as e:
+    mem = str(e.errno)
+with open("fsmon.tmp", "w") as f:
+    f.write("gid=%s attach=%d errno=%d mem=%s\n" % (gid, r, err, mem))
+os.rename("fsmon.tmp", "fsmon.out")
+"#;
+
+#[test]
+fn a_program_git_starts_in_the_same_call_cannot_trace_that_calls_hook() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    std::fs::write(dir.join("fsmon.py"), FSMONITOR_TRACER).unwrap();
+    let fsmon = dir.join("fsmon.sh");
+    std::fs::write(
+        &fsmon,
+        format!(
+            "#!/bin/sh\n[ -e started ] || {{ : > started; \
+             setsid python3 {} </dev/null >/dev/null 2>&1 & }}\nexit 1\n",
+            dir.join("fsmon.py").display()
+        ),
+    )
+    .unwrap();
+    mode(&fsmon, 0o755);
+    let o = agent(
+        dir,
+        &repo,
+        &format!(
+            "git init -q . && git config user.name a && git config user.email a@b && \
+             printf '#!/bin/sh\\necho $$ > hook.pid\\nsleep 2\\nexit 1\\n' > .git/hooks/pre-commit && \
+             chmod +x .git/hooks/pre-commit && \
+             printf '[core]\\n\\tfsmonitor = {}\\n' >> .git/config && \
+             git commit -q --allow-empty -m x; echo commit=$?; \
+             for i in $(seq 100); do [ -e fsmon.out ] && break; sleep 0.05; done; \
+             cat fsmon.out; git rev-parse -q --verify HEAD || echo no-head",
+            fsmon.display()
+        ),
+    );
+    let out = text(&o);
+    // The tracer ran as git's group (so only the Landlock domain stops it).
+    assert!(out.contains(&format!("gid={GIT_GID} ")), "{out}");
+    assert!(out.contains("attach=-1 errno=1"), "{out}");
+    assert!(out.contains("mem=13") || out.contains("mem=1\n"), "{out}");
+    assert!(out.contains("commit=1") && out.contains("no-head"), "{out}");
+}
+
+/// A hook request gets a fresh Landlock domain with the broker's group:
+/// only a process that has the group already (one git started) may ask,
+/// so an agent's own process cannot get the group this way.
+#[test]
+fn only_gits_own_processes_may_ask_for_a_hook() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    let o = agent(
+        dir,
+        &repo,
+        &format!(
+            "mkdir h step && printf '#!/bin/sh\\necho RAN; id -g\\n' > h/pre-commit && \
+             chmod +x h/pre-commit && ln -s {GUARD} step/pre-commit && \
+             SBX_GUARD_TRUSTED_HOOKS=$PWD/h step/pre-commit; echo step=$?"
+        ),
+    );
+    let out = text(&o);
+    assert!(out.contains("only for git's own processes"), "{out}");
+    assert!(!out.contains("RAN") && out.contains("step=1"), "{out}");
+}
+
+/// A hook the broker starts sees what it would see run by git: `$0`'s
+/// directory holds its neighbours (husky's hooks source `$(dirname "$0")/h`),
+/// and a pre-push hook reads git's ref updates on stdin.
+#[test]
+fn a_hook_started_by_the_broker_finds_its_directory_and_its_input() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    let o = agent(
+        dir,
+        &repo,
+        "git init -q . && git config user.name a && git config user.email a@b && \
+         printf 'echo lib-ran; grep -q ok ok\\n' > .git/hooks/lib.sh && \
+         printf '#!/bin/sh\\n. \"$(dirname \"$0\")/lib.sh\"\\n' > .git/hooks/pre-commit && \
+         printf '#!/bin/sh\\ncat > pushed.txt\\n' > .git/hooks/pre-push && \
+         chmod +x .git/hooks/pre-commit .git/hooks/pre-push && \
+         git commit -q --allow-empty -m refused; echo commit=$?; echo ok > ok && \
+         git commit -q --allow-empty -m one && git init -q --bare r.git && \
+         git push -q r.git HEAD:refs/heads/main && cat pushed.txt",
+    );
+    let out = text(&o);
+    assert!(out.contains("lib-ran") && out.contains("commit=1"), "{out}");
+    assert!(out.contains(" refs/heads/main 0000000000"), "{out}");
 }

@@ -385,8 +385,8 @@ fn through_a_real_broker_the_client_is_git() {
             .arg(&sock)
             .arg("--git")
             .arg(&real)
-            // Any gid: the broker needs one its callers lack, not a name.
-            .args(["--group", "2576"])
+            // A gid no user has: the host need not have the image's group.
+            .args(["--group", "2575"])
             .env_clear()
             .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
             .stderr(Stdio::null())

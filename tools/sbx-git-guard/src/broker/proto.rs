@@ -3,7 +3,8 @@
 //! always UTF-8), hard size limits checked before anything is allocated.
 //!
 //! client -> broker: one request frame with exactly four fds attached
-//!   (stdin, stdout, stderr, an O_PATH fd of the cwd); later, zero or more
+//!   (stdin, stdout, stderr, an O_PATH fd of the cwd; a hook request a
+//!   fifth, its hooks directory); later, zero or more
 //!   `K`+i32 frames (relay this signal).
 //! broker -> client: one `E`+i32 (exit code), `S`+i32 (killed by signal)
 //!   or `X`+text (the broker could not run the request) frame, then EOF.
@@ -29,6 +30,8 @@ pub const MAX_SMALL: usize = 4096;
 const MAX_ITEMS: u32 = 1 << 20;
 /// stdin, stdout, stderr, cwd.
 pub const FDS: usize = 4;
+/// A hook request's: those and the hooks directory (O_PATH).
+pub const HOOK_FDS: usize = 5;
 
 /// What a connection carries: a stream socket today, a vsock or the
 /// guest's channel later. The peer's credentials come from the transport.
@@ -68,7 +71,7 @@ pub enum ProtoError {
     TooLarge(usize, usize),
     #[error("malformed request: {0}")]
     Malformed(&'static str),
-    #[error("expected {FDS} file descriptors with the request, got {0}")]
+    #[error("expected {FDS} file descriptors with the request ({HOOK_FDS} for a hook), got {0}")]
     Fds(usize),
 }
 
@@ -78,6 +81,11 @@ pub enum Kind {
     Git = 0,
     /// git-receive-pack and friends (argv[0] names which).
     PassThrough = 1,
+    /// A repository hook, asked for by a guard hook step (a process git
+    /// started): `args` are the hook's file name in the directory passed
+    /// as the fifth fd, then its arguments. Run as the step's uid and
+    /// group in a Landlock domain of its own, beside git's, not below it.
+    Hook = 2,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +141,7 @@ impl Request {
         let kind = match r.u8()? {
             0 => Kind::Git,
             1 => Kind::PassThrough,
+            2 => Kind::Hook,
             _ => return Err(ProtoError::Malformed("unknown request kind")),
         };
         let umask = r.u32()?;
@@ -320,14 +329,33 @@ pub fn send_request<T: Transport + ?Sized>(
     send_all(t, &req.encode(), &fds)
 }
 
-/// The request and its four fds (in order: stdin, stdout, stderr, cwd).
+/// A hook request: the four fds, then the hooks directory.
+pub fn send_hook_request<T: Transport + ?Sized>(
+    t: &T,
+    req: &Request,
+    fds: [BorrowedFd<'_>; HOOK_FDS],
+) -> io::Result<()> {
+    send_all(t, &req.encode(), &fds)
+}
+
+/// The request and its fds (in order: stdin, stdout, stderr, cwd, and for
+/// a hook its directory).
 pub fn read_request<T: Transport + ?Sized>(t: &T) -> Result<(Request, Vec<OwnedFd>), ProtoError> {
     let mut fds = Vec::new();
-    let body = read_frame(t, MAX_REQUEST, &mut fds, FDS)?.ok_or(ProtoError::Truncated)?;
-    if fds.len() != FDS {
+    let body = read_frame(t, MAX_REQUEST, &mut fds, HOOK_FDS)?.ok_or(ProtoError::Truncated)?;
+    if fds.len() != FDS && fds.len() != HOOK_FDS {
         return Err(ProtoError::Fds(fds.len()));
     }
-    Ok((Request::decode(&body)?, fds))
+    let req = Request::decode(&body)?;
+    let want = if req.kind == Kind::Hook {
+        HOOK_FDS
+    } else {
+        FDS
+    };
+    if fds.len() != want {
+        return Err(ProtoError::Fds(fds.len()));
+    }
+    Ok((req, fds))
 }
 
 pub fn send_reply<T: Transport + ?Sized>(t: &T, r: &Reply) -> io::Result<()> {

@@ -39,6 +39,7 @@ fn raw(bytes: &[u8], n: usize) -> Result<(Request, Vec<OwnedFd>), ProtoError> {
     let extra = spare.as_fd().try_clone_to_owned().unwrap();
     let mut all: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
     all.push(extra.as_fd());
+    all.push(extra.as_fd());
     all.truncate(n);
     a.send(bytes, &all).unwrap();
     drop(a);
@@ -107,15 +108,37 @@ fn a_frame_cut_short_is_refused() {
 #[test]
 fn the_fd_count_must_be_exactly_four() {
     let full = req().encode();
-    for n in [0, 1, 3] {
+    for n in [0, 1, 3, 5] {
         assert!(
             matches!(raw(&full, n), Err(ProtoError::Fds(m)) if m == n),
             "{n} fds"
         );
     }
-    let e = raw(&full, 5).unwrap_err();
+    let e = raw(&full, 6).unwrap_err();
     assert!(e.to_string().contains("too many file descriptors"), "{e}");
     assert!(raw(&full, 4).is_ok());
+}
+
+/// A hook request carries its hooks directory as a fifth fd: exactly five,
+/// and a git request's frame is the same bytes as before (kind 0, 4 fds).
+#[test]
+fn a_hook_request_takes_exactly_five_fds() {
+    let mut hook = req();
+    hook.kind = Kind::Hook;
+    let full = hook.encode();
+    for n in [0, 3, 4] {
+        assert!(
+            matches!(raw(&full, n), Err(ProtoError::Fds(m)) if m == n),
+            "{n} fds"
+        );
+    }
+    let (got, fds) = raw(&full, 5).unwrap();
+    assert_eq!((got, fds.len()), (hook, 5));
+    let git = req().encode();
+    assert_eq!(git[9], 0);
+    assert_eq!(&full[..9], &git[..9]);
+    assert_eq!(full[9], 2);
+    assert_eq!(full[10..], git[10..]);
 }
 
 /// A valid frame with its body patched by `f`.

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The added cost of one repository hook run through the broker (issue 15:
+# the hook starts beside git's Landlock domain) against the guard's step
+# running it itself and against the hook run directly, as git ran it before
+# for a command the steps did not judge. Interleaved (bench/interleave.py),
+# as uid 1000 with the broker's group, like git's children in a sandbox.
+# Needs root (the broker). GUARD=path picks the build (default: release).
+# Usage: bench/hook-broker.sh [RUNS]
+set -euo pipefail
+RUNS=${1:-300}
+GUARD=${GUARD:-$PWD/target/release/sbx-git-guard}
+IL=$PWD/bench/interleave.py
+GID=2575
+TMP=$(mktemp -d /tmp/sbx-hook-bench.XXXXXX)
+trap 'kill "$BROKER" 2>/dev/null || true; rm -rf "$TMP"' EXIT
+chmod 755 "$TMP"
+install -d -m 0700 "$TMP/libexec"
+install -m 0711 /usr/bin/git "$TMP/libexec/git"
+: > "$TMP/audit.jsonl"; chmod 666 "$TMP/audit.jsonl"
+env -i SBX_AUDIT_LOG="$TMP/audit.jsonl" "$GUARD" serve --socket "$TMP/s.sock" \
+  --git "$TMP/libexec/git" --group "$GID" 2>"$TMP/broker.log" &
+BROKER=$!
+for _ in $(seq 100); do [ -S "$TMP/s.sock" ] && break; sleep 0.02; done
+install -d -m 0755 "$TMP/hooks" "$TMP/step" "$TMP/w"
+printf '#!/bin/sh\nexit 0\n' > "$TMP/hooks/pre-commit"; chmod 755 "$TMP/hooks/pre-commit"
+ln -s "$GUARD" "$TMP/step/pre-commit"
+chown 1000 "$TMP/w"
+# Whole commits through the broker: a repository with a pre-commit hook
+# (its hooks run through the steps) and one without (no step runs).
+install -d -m 0755 "$TMP/bin"; ln -s "$GUARD" "$TMP/bin/git"
+# The guard's hooks directory beside it (uid 1000 could not make it there).
+"$GUARD" install-hooks "$(dirname "$(readlink -f "$GUARD")")/.sbx-git-hooks"
+for r in with without; do
+  git init -q "$TMP/$r"; git -C "$TMP/$r" config user.name a; git -C "$TMP/$r" config user.email a@b
+done
+cp "$TMP/hooks/pre-commit" "$TMP/with/.git/hooks/pre-commit"
+chown -R 1000 "$TMP/with" "$TMP/without"
+cd "$TMP/w"
+setpriv --reuid=1000 --regid="$GID" --clear-groups -- env -i PATH=/usr/bin:/bin \
+  python3 "$IL" "$RUNS" \
+  "hook=$TMP/hooks/pre-commit" \
+  "step=SBX_GUARD_TRUSTED_HOOKS=$TMP/hooks $TMP/step/pre-commit" \
+  "step+broker=SBX_GIT_BROKER=$TMP/s.sock SBX_GUARD_TRUSTED_HOOKS=$TMP/hooks $TMP/step/pre-commit" \
+  "commit-no-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/without commit -q --allow-empty -m x" \
+  "commit-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/with commit -q --allow-empty -m x"

@@ -172,9 +172,10 @@ fn sandbox_guarantees_hold_from_inside() {
         .output()
         .unwrap();
     assert!(!root_try.status.success(), "root wrote a hook");
-    // The git guard is every `git` the agent (or git itself) can reach by
-    // name; the real binary is off PATH.
-    let guard = "/usr/local/bin/sbx-git-guard";
+    // The guard's client (which hands each call to the broker, or to the
+    // guard) is every `git` the agent (or git itself) can reach by name;
+    // the real binary is off PATH.
+    let guard = "/usr/local/bin/sbx-git-client";
     let (_, all) = probe(
         "for g in $(which -a git) \"$(git --exec-path)/git\" \"$(git --exec-path)/git-commit\"; do readlink -f \"$g\"; done | sort -u",
     );

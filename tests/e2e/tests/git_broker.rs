@@ -260,7 +260,7 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
     let o = root("stat -c '%a %U' /usr/lib/sbx/hooks; readlink /usr/lib/sbx/hooks/pre-push");
     assert_eq!(
         head(&o),
-        "755 root\n/usr/local/bin/sbx-git-guard",
+        "755 root\n/usr/local/bin/sbx-git-client",
         "{}",
         text(&o)
     );

@@ -124,9 +124,11 @@ pub fn is_open(fd: Fd) -> bool {
 
 const S_IFMT: u32 = 0o170_000;
 pub const S_IFDIR: u32 = 0o040_000;
+const S_IFREG: u32 = 0o100_000;
 
-/// The file type bits of `path` (stat, or lstat with `nofollow`).
-pub fn file_type(path: &[u8], nofollow: bool) -> Res<u32> {
+/// The mode of `path`: type and permission bits (stat, or lstat with
+/// `nofollow`).
+pub fn file_mode(path: &[u8], nofollow: bool) -> Res<u32> {
     let p = cpath(path)?;
     // struct stat is 144 bytes on x86_64; st_mode is the u32 at offset 24.
     let mut st = [0u64; 18];
@@ -135,7 +137,18 @@ pub fn file_type(path: &[u8], nofollow: bool) -> Res<u32> {
         nr::NEWFSTATAT,
         [AT_FDCWD as usize, p, st.as_mut_ptr() as usize, flags, 0, 0],
     )?;
-    Ok((st[3] as u32) & S_IFMT)
+    Ok(st[3] as u32)
+}
+
+/// The file type bits of `path`.
+pub fn file_type(path: &[u8], nofollow: bool) -> Res<u32> {
+    Ok(file_mode(path, nofollow)? & S_IFMT)
+}
+
+/// An executable regular file, as the guard's hook step tests one
+/// (`metadata`, symlinks followed).
+pub fn executable(path: &[u8]) -> bool {
+    file_mode(path, false).is_ok_and(|m| m & S_IFMT == S_IFREG && m & 0o111 != 0)
 }
 
 pub fn geteuid() -> u32 {

@@ -68,13 +68,28 @@ pub fn is_hook_name(name: &str) -> bool {
     HOOK_NAMES.contains(&name)
 }
 
-fn is_current(dir: &Path, exe: &Path) -> bool {
-    HOOK_NAMES
-        .iter()
-        .all(|h| std::fs::read_link(dir.join(h)).is_ok_and(|t| t == exe))
+/// What a hooks directory links to: the libc-free client beside the
+/// guard when there is one (it answers a hooks-only step for a hook the
+/// repository lacks without starting the guard, and execs the guard for
+/// the rest), else the guard.
+pub fn step_exe(guard: &Path) -> PathBuf {
+    let client = guard.with_file_name("sbx-git-client");
+    if std::fs::metadata(&client).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    {
+        client
+    } else {
+        guard.to_owned()
+    }
 }
 
-/// Create `dir` with a link per hook to `exe`, atomically (a sibling
+fn is_current(dir: &Path, exe: &Path) -> bool {
+    let step = step_exe(exe);
+    HOOK_NAMES
+        .iter()
+        .all(|h| std::fs::read_link(dir.join(h)).is_ok_and(|t| t == step))
+}
+
+/// Create `dir` with a link per hook to [`step_exe`] of `exe`, atomically (a sibling
 /// temporary directory renamed into place), unless it is already current.
 pub fn install(dir: &Path, exe: &Path) -> std::io::Result<()> {
     if is_current(dir, exe) {
@@ -83,8 +98,9 @@ pub fn install(dir: &Path, exe: &Path) -> std::io::Result<()> {
     let parent = dir.parent().unwrap_or(Path::new("/"));
     std::fs::create_dir_all(parent)?;
     let tmp = tempfile_dir(parent)?;
+    let step = step_exe(exe);
     for h in HOOK_NAMES {
-        std::os::unix::fs::symlink(exe, tmp.join(h))?;
+        std::os::unix::fs::symlink(&step, tmp.join(h))?;
     }
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
     if dir.exists() {

@@ -166,8 +166,9 @@ pub enum Cmd {
     Exec(GitArgs),
     /// List every rule and what it blocks
     Rules,
-    /// Create the guard's hooks directory at DIR (a link per hook to this
-    /// binary); the image runs it for /usr/lib/sbx/hooks
+    /// Create the guard's hooks directory at DIR (a link per hook to the
+    /// sbx-git-client beside this binary, else to this binary); the image
+    /// runs it for /usr/lib/sbx/hooks
     InstallHooks {
         /// The directory to create
         dir: PathBuf,

@@ -565,3 +565,62 @@ fn the_guard_never_takes_the_client_for_the_real_git() {
         text(&o)
     );
 }
+
+/// As a hook step of the hooks-only routing, the client answers a hook the
+/// repository lacks (or has without an execute bit) itself, exit 0 and no
+/// guard started, and hands every other case to the guard beside it: a
+/// present hook, the steps that chain a second hook, a step without the
+/// routing's variables, a name that is not a hook. Run as each of the
+/// guard's hook names, so the two lists cannot drift.
+#[test]
+fn as_a_hook_step_the_client_answers_only_for_absent_hooks() {
+    use sbx_git_guard::hooks::{HOOK_NAMES, HOOKS_ONLY_ENV, TRUSTED_ENV};
+    let Some(client) = client() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::copy(&client, dir.join("sbx-git-client")).unwrap();
+    let mark = dir.join("guard-ran");
+    std::fs::write(
+        dir.join("sbx-git-guard"),
+        format!("#!/bin/sh\necho \"$0\" >> {}\nexit 3\n", mark.display()),
+    )
+    .unwrap();
+    let trusted = dir.join("trusted");
+    std::fs::create_dir(&trusted).unwrap();
+    std::fs::write(trusted.join("pre-commit"), "#!/bin/sh\n").unwrap();
+    std::fs::write(trusted.join("commit-msg"), "#!/bin/sh\n").unwrap();
+    for f in ["sbx-git-guard", "trusted/pre-commit"] {
+        std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let steps = dir.join("hooks");
+    std::fs::create_dir(&steps).unwrap();
+    let run = |name: &str, env: &[(&str, &Path)]| -> (Option<i32>, bool) {
+        let link = steps.join(name);
+        if !link.exists() {
+            std::os::unix::fs::symlink(dir.join("sbx-git-client"), &link).unwrap();
+        }
+        let _ = std::fs::remove_file(&mark);
+        let o = Command::new(&link)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
+            .output()
+            .unwrap();
+        (o.status.code(), mark.exists())
+    };
+    let routed = [(HOOKS_ONLY_ENV, Path::new("1")), (TRUSTED_ENV, &trusted)];
+    for name in HOOK_NAMES {
+        let to_guard = *name == "pre-commit"
+            || ["pre-applypatch", "pre-merge-commit", "applypatch-msg"].contains(name);
+        let want = if to_guard {
+            (Some(3), true)
+        } else {
+            (Some(0), false)
+        };
+        assert_eq!(run(name, &routed), want, "{name}");
+    }
+    let trusted_only = [(TRUSTED_ENV, trusted.as_path())];
+    assert_eq!(run("post-commit", &trusted_only), (Some(3), true));
+    let only = [(HOOKS_ONLY_ENV, Path::new("1"))];
+    assert_eq!(run("post-commit", &only), (Some(3), true));
+    assert_eq!(run("pre-nothing", &routed), (Some(3), true));
+}

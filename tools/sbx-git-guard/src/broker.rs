@@ -471,10 +471,23 @@ fn resolve_group(group: &str) -> Result<u32, BrokerError> {
     if let Ok(n) = group.parse::<u32>() {
         return Ok(n);
     }
-    match nix::unistd::Group::from_name(group) {
-        Ok(Some(g)) => Ok(g.gid.as_raw()),
-        _ => Err(BrokerError::Group(group.to_owned())),
-    }
+    group_gid(group).ok_or_else(|| BrokerError::Group(group.to_owned()))
+}
+
+/// `name`'s gid in /etc/group, read as the file it is: the guard is
+/// linked statically, and glibc's getgrnam would load NSS modules into a
+/// static program (it crashed there).
+pub fn group_gid(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    gid_in(&text, name)
+}
+
+fn gid_in(group_file: &str, name: &str) -> Option<u32> {
+    group_file.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
 }
 
 /// git, its hooks and everything they start run as the peer's uid but

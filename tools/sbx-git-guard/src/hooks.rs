@@ -619,9 +619,8 @@ fn hook_broker(env: &[(OsString, OsString)]) -> Option<PathBuf> {
     if nix::unistd::geteuid().is_root() {
         return None;
     }
-    let group = nix::unistd::Group::from_name(crate::broker::DEFAULT_GROUP);
-    if let Ok(Some(g)) = group {
-        if g.gid != nix::unistd::getegid() {
+    if let Some(g) = crate::broker::group_gid(crate::broker::DEFAULT_GROUP) {
+        if g != nix::unistd::getegid().as_raw() {
             return None;
         }
     }

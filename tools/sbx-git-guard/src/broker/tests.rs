@@ -329,3 +329,12 @@ fn no_loader_variable_reaches_git() {
         vec![OsString::from("HOME"), OsString::from("OLD_PRELOAD")]
     );
 }
+
+#[test]
+fn a_group_is_found_by_its_whole_name() {
+    let f = "root:x:0:\nsbx-gitx:x:7:\nsbx-git:x:65533:a,b\nbad:x:nan:\n";
+    assert_eq!(super::gid_in(f, "sbx-git"), Some(65533));
+    assert_eq!(super::gid_in(f, "sbx-gi"), None);
+    assert_eq!(super::gid_in(f, "bad"), None);
+    assert_eq!(super::gid_in(f, "x"), None);
+}

@@ -56,7 +56,7 @@ printf '#!/bin/sh\nexit 0\n' > "$R/.git/hooks/pre-commit"; chmod +x "$R/.git/hoo
 # The broker, as the image lays it out: git execute-only in a 0700 dir.
 install -d -m 0700 "$TMP/libexec"
 install -m 0711 "$REAL" "$TMP/libexec/git"
-"$GUARD" serve --socket "$TMP/broker.sock" --git "$TMP/libexec/git" 2>"$TMP/broker.log" &
+"$GUARD" serve --socket "$TMP/broker.sock" --git "$TMP/libexec/git" --group 2575 2>"$TMP/broker.log" &
 BPID=$!
 for _ in $(seq 100); do [ -S "$TMP/broker.sock" ] && break; sleep 0.02; done
 

@@ -89,17 +89,9 @@ impl Allow {
     /// Point the pin at the guard's hooks directory, which runs the trusted
     /// hooks and tells them apart by `SBX_GUARD_TRUSTED_HOOKS`.
     pub fn route_hooks(&mut self, guard_dir: &Path) {
-        let Some((i, trusted)) = &self.pin else {
-            return;
-        };
-        if !self.moves_refs {
-            return;
+        if self.moves_refs {
+            self.pin_to(guard_dir);
         }
-        let mut v = OsString::from("core.hooksPath=");
-        v.push(guard_dir);
-        self.args[*i] = v;
-        self.env
-            .push((crate::hooks::TRUSTED_ENV.into(), trusted.clone().into()));
     }
 
     /// Point the pin at the guard's hooks directory only so that its steps
@@ -107,16 +99,24 @@ impl Allow {
     /// pre-push and reference-transaction checks, which this command does
     /// not need.
     pub fn route_hooks_only(&mut self, guard_dir: &Path) {
+        if self.pin_to(guard_dir) {
+            self.env
+                .push((crate::hooks::HOOKS_ONLY_ENV.into(), "1".into()));
+        }
+    }
+
+    /// The pinned hooks path becomes `guard_dir`, the trusted one passed on
+    /// in the environment; false when nothing is pinned.
+    fn pin_to(&mut self, guard_dir: &Path) -> bool {
         let Some((i, trusted)) = &self.pin else {
-            return;
+            return false;
         };
         let mut v = OsString::from("core.hooksPath=");
         v.push(guard_dir);
         self.args[*i] = v;
         self.env
             .push((crate::hooks::TRUSTED_ENV.into(), trusted.clone().into()));
-        self.env
-            .push((crate::hooks::HOOKS_ONLY_ENV.into(), "1".into()));
+        true
     }
 }
 

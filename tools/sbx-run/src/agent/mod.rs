@@ -82,7 +82,7 @@ turns, tokens, cost and time. --json prints sbx's agent events (schema v1), one 
 
 Endpoint and key: ANTHROPIC_BASE_URL (host environment, else [agent].base-url) is given to the
 CLI; its host is allowlisted by sbx-fw (loopback needs nothing; the host's variable is read when
-the sandbox starts: set later, it takes a restart). The key comes from the host's
+the sandbox's container is created: set later, it takes `sbx-run rm` and a new start). The key comes from the host's
 ANTHROPIC_API_KEY, else [agent].credential-file. It is written into the exec's stdin, read by
 `sbx-guest agent-launch` and served once over a socket to the CLI's apiKeyHelper: it is never in
 the container's environment, any process's environment, a workspace file or the audit log.

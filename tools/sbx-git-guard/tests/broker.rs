@@ -6,7 +6,7 @@
 //! that would expose the binary.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_sbx-git-guard");
@@ -87,17 +87,7 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    mode(dir, 0o755);
-    std::fs::create_dir(dir.join("bin")).unwrap();
-    std::os::unix::fs::symlink(GUARD, dir.join("bin/git")).unwrap();
-    let libexec = dir.join("libexec");
-    std::fs::create_dir(&libexec).unwrap();
-    mode(&libexec, 0o700);
-    let git = libexec.join("git");
-    std::fs::copy("/usr/bin/git", &git).unwrap();
-    mode(&git, 0o711);
-    std::fs::write(dir.join("audit.jsonl"), "").unwrap();
-    mode(&dir.join("audit.jsonl"), 0o666);
+    let git = layout(dir);
 
     // A readable binary is refused before anything listens.
     let open = dir.join("open-git");
@@ -107,21 +97,8 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
     assert_eq!(o.status.code(), Some(78), "{}", text(&o));
     assert!(text(&o).contains("readable"), "{}", text(&o));
 
-    let broker = Broker(serve(dir, &git));
+    let (broker, repo) = listening(dir, &git);
     let pid = broker.0.id();
-    for _ in 0..200 {
-        if dir.join("s.sock").exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let repo = dir.join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    Command::new("chown")
-        .arg("1000:1000")
-        .arg(&repo)
-        .status()
-        .unwrap();
 
     // The binary itself: not runnable, not readable, as the caller.
     let o = agent(
@@ -224,9 +201,8 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
 }
 
 /// The layout the broker insists on (the real git 0711 in a 0700
-/// directory, the guard as `git` in bin/), a running broker, and an empty
-/// repository owned by uid 1000.
-fn started(dir: &Path) -> (Broker, std::path::PathBuf) {
+/// directory, the guard as `git` in bin/); the real git's path.
+fn layout(dir: &Path) -> PathBuf {
     mode(dir, 0o755);
     std::fs::create_dir(dir.join("bin")).unwrap();
     std::os::unix::fs::symlink(GUARD, dir.join("bin/git")).unwrap();
@@ -238,16 +214,13 @@ fn started(dir: &Path) -> (Broker, std::path::PathBuf) {
     mode(&git, 0o711);
     std::fs::write(dir.join("audit.jsonl"), "").unwrap();
     mode(&dir.join("audit.jsonl"), 0o666);
-    // The guard's hooks directory beside it, which the caller (uid 1000)
-    // could not make there.
-    let exe = std::fs::canonicalize(GUARD).unwrap();
-    let st = Command::new(GUARD)
-        .arg("install-hooks")
-        .arg(exe.parent().unwrap().join(".sbx-git-hooks"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let broker = Broker(serve(dir, &git));
+    git
+}
+
+/// A broker for `dir`'s layout, listening, and an empty repository owned
+/// by uid 1000.
+fn listening(dir: &Path, git: &Path) -> (Broker, PathBuf) {
+    let broker = Broker(serve(dir, git));
     for _ in 0..200 {
         if dir.join("s.sock").exists() {
             break;
@@ -262,6 +235,22 @@ fn started(dir: &Path) -> (Broker, std::path::PathBuf) {
         .status()
         .unwrap();
     (broker, repo)
+}
+
+/// [`layout`], the guard's hooks directory beside the guard, and
+/// [`listening`].
+fn started(dir: &Path) -> (Broker, PathBuf) {
+    let git = layout(dir);
+    // The guard's hooks directory beside it, which the caller (uid 1000)
+    // could not make there.
+    let exe = std::fs::canonicalize(GUARD).unwrap();
+    let st = Command::new(GUARD)
+        .arg("install-hooks")
+        .arg(exe.parent().unwrap().join(".sbx-git-hooks"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    listening(dir, &git)
 }
 
 /// PTRACE_ATTACH, then opening /proc/PID/mem for writing: what an agent

@@ -107,19 +107,7 @@ fn one(
         Some(p) => {
             let mut c = TcpStream::connect(p).map_err(|x| e("proxy", x))?;
             c.set_nodelay(true).map_err(|x| e("nodelay", x))?;
-            write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
-                .map_err(|x| e("CONNECT", x))?;
-            let mut head = Vec::new();
-            let mut b = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                match c.read(&mut b) {
-                    Ok(1) => head.push(b[0]),
-                    _ => return Err("proxy closed".into()),
-                }
-            }
-            if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
-                return Err(format!("proxy: {}", String::from_utf8_lossy(&head)));
-            }
+            tunnel(&mut c, target)?;
             c
         }
     };
@@ -212,6 +200,25 @@ fn hello_main(args: &[String]) -> i32 {
     if errors.is_empty() { 0 } else { 1 }
 }
 
+/// CONNECT `target` through the proxy `c` is connected to; Ok once the
+/// proxy answered 200 (its head read byte by byte, nothing past it).
+fn tunnel(c: &mut TcpStream, target: &str) -> Result<(), String> {
+    write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
+        .map_err(|x| format!("CONNECT: {x}"))?;
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match c.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => return Err("proxy closed".into()),
+        }
+    }
+    if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
+        return Err(format!("proxy: {}", String::from_utf8_lossy(&head)));
+    }
+    Ok(())
+}
+
 /// One connection: the hello out, the server's first record back.
 fn hello_one(target: &str, proxy: Option<&str>, hello: &[u8]) -> Result<(), String> {
     let e = |what: &str, err: std::io::Error| format!("{what}: {err}");
@@ -221,19 +228,7 @@ fn hello_one(target: &str, proxy: Option<&str>, hello: &[u8]) -> Result<(), Stri
         .map_err(|x| e("timeout", x))?;
     if proxy.is_some() {
         // As clients do: the hello after the proxy's 200.
-        write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
-            .map_err(|x| e("CONNECT", x))?;
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            match c.read(&mut b) {
-                Ok(1) => head.push(b[0]),
-                _ => return Err("proxy closed".into()),
-            }
-        }
-        if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
-            return Err(format!("proxy: {}", String::from_utf8_lossy(&head)));
-        }
+        tunnel(&mut c, target)?;
     }
     c.write_all(hello).map_err(|x| e("hello", x))?;
     let mut rec = [0u8; 5];

@@ -25,9 +25,16 @@ install -d -m 0755 "$TMP/hooks" "$TMP/step" "$TMP/w"
 printf '#!/bin/sh\nexit 0\n' > "$TMP/hooks/pre-commit"; chmod 755 "$TMP/hooks/pre-commit"
 ln -s "$GUARD" "$TMP/step/pre-commit"
 chown 1000 "$TMP/w"
-# Whole commits through the broker: a repository with a pre-commit hook
-# (its hooks run through the steps) and one without (no step runs).
-install -d -m 0755 "$TMP/bin"; ln -s "$GUARD" "$TMP/bin/git"
+# Whole commits, the real git vs through the broker: a repository with a
+# pre-commit hook (through the broker its hook runs by a step) and one
+# without (no step runs). The overhead per call is commit-hook minus
+# git-commit-hook.
+# git is sbx-git-client, as in the sandbox: it forwards the call, and as a
+# hook step it sends the hook to the broker itself.
+CLIENT=$(dirname "$(readlink -f "$GUARD")")/sbx-git-client
+[ -x "$CLIENT" ] || { echo "no $CLIENT: make build" >&2; exit 1; }
+install -d -m 0755 "$TMP/bin" "$TMP/cstep"; ln -s "$CLIENT" "$TMP/bin/git"
+ln -s "$CLIENT" "$TMP/cstep/pre-commit"
 # The guard's hooks directory beside it (uid 1000 could not make it there).
 "$GUARD" install-hooks "$(dirname "$(readlink -f "$GUARD")")/.sbx-git-hooks"
 for r in with without; do
@@ -41,5 +48,8 @@ setpriv --reuid=1000 --regid="$GID" --clear-groups -- env -i PATH=/usr/bin:/bin 
   "hook=$TMP/hooks/pre-commit" \
   "step=SBX_GUARD_TRUSTED_HOOKS=$TMP/hooks $TMP/step/pre-commit" \
   "step+broker=SBX_GIT_BROKER=$TMP/s.sock SBX_GUARD_TRUSTED_HOOKS=$TMP/hooks $TMP/step/pre-commit" \
+  "client-step+broker=SBX_GIT_BROKER=$TMP/s.sock SBX_GUARD_HOOKS_ONLY=1 SBX_GUARD_TRUSTED_HOOKS=$TMP/hooks $TMP/cstep/pre-commit" \
+  "git-commit-no-hook=HOME=$TMP/w /usr/bin/git -C $TMP/without commit -q --allow-empty -m x" \
   "commit-no-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/without commit -q --allow-empty -m x" \
+  "git-commit-hook=HOME=$TMP/w /usr/bin/git -C $TMP/with commit -q --allow-empty -m x" \
   "commit-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/with commit -q --allow-empty -m x"

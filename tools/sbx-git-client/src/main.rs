@@ -32,6 +32,7 @@ const MAGIC: &[u8; 4] = b"SBXG";
 const VERSION: u8 = 1;
 const KIND_GIT: u8 = 0;
 const KIND_PASS_THROUGH: u8 = 1;
+const KIND_HOOK: u8 = 2;
 const MAX_SMALL: usize = 4096;
 /// sbx_core::Exit::WrapperFailed.
 const WRAPPER_FAILED: i32 = 125;
@@ -45,6 +46,9 @@ enum Kind<'a> {
     Git,
     Dashed(&'a [u8]),
     PassThrough(&'a [u8]),
+    /// A repository hook, by name, for the broker to start (hooks.rs
+    /// `via_broker`).
+    Hook(&'a [u8]),
 }
 
 /// sbx-git-guard's `mode(argv[0])`, for the cases that forward; None for
@@ -124,6 +128,7 @@ fn encode(p: &Proc, kind: &Kind<'static>, umask: u32) -> Option<&'static [u8]> {
         Kind::Git => (KIND_GIT, None),
         Kind::Dashed(c) => (KIND_GIT, Some(*c)),
         Kind::PassThrough(c) => (KIND_PASS_THROUGH, Some(*c)),
+        Kind::Hook(n) => (KIND_HOOK, Some(*n)),
     };
     let args = || first.into_iter().chain(p.args().skip(1));
     let nargs = args().count();
@@ -212,46 +217,128 @@ const HOOKS_ONLY_VAR: &[u8] = b"SBX_GUARD_HOOKS_ONLY";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
 
-/// As a hook step of the guard's hooks-only routing (the step only starts
-/// the repository's hook): is this hook one the repository lacks? Then
-/// the step's answer is success, given here without starting the guard
-/// (~1.4 ms), which git asks of every hook a command has (7 for a commit).
-fn absent_hook(p: &Proc) -> bool {
-    let Some(argv0) = p.args().next() else {
-        return false;
-    };
+/// A hook step of the guard's hooks-only routing (the step only starts
+/// the repository's hook), as hooks.rs `run` sees one: the hook's name, the
+/// trusted directory, and whether the repository has the hook. A hook it
+/// lacks is answered here (success) without starting the guard (~1 ms),
+/// and one it has is sent to the broker as the guard's step would.
+struct HookStep {
+    name: &'static [u8],
+    trusted: &'static [u8],
+    present: bool,
+}
+
+fn hooks_only_step(p: &Proc) -> Option<HookStep> {
+    let argv0 = p.args().next()?;
     let name = match argv0.iter().rposition(|&b| b == b'/') {
         Some(i) => &argv0[i + 1..],
         None => argv0,
     };
     if !HOOK_NAMES.contains(&name) || CHAINED.contains(&name) {
-        return false;
+        return None;
     }
     // std's var_os is getenv: the first entry of a name.
     let var = |k: &[u8]| env(p).find(|(n, _)| *n == k).map(|(_, v)| v);
-    if var(HOOKS_ONLY_VAR).is_none() {
-        return false;
-    }
-    let Some(trusted) = var(TRUSTED_VAR).filter(|t| !t.is_empty()) else {
-        return false;
-    };
+    var(HOOKS_ONLY_VAR)?;
+    let trusted = var(TRUSTED_VAR).filter(|t| !t.is_empty())?;
     let mut path = [0u8; 4096];
-    let n = trusted.len() + 1 + name.len();
-    if n >= path.len() {
-        return false;
+    // A path too long for this buffer: the guard decides.
+    let present = sys::executable(join_z(&mut path, trusted, name)?);
+    Some(HookStep {
+        name,
+        trusted,
+        present,
+    })
+}
+
+/// `dir/name` with a trailing NUL in `buf`; None when it does not fit.
+fn join_z<'b>(buf: &'b mut [u8; 4096], dir: &[u8], name: &[u8]) -> Option<&'b [u8]> {
+    let n = dir.len() + 1 + name.len();
+    if n >= buf.len() {
+        return None;
     }
-    path[..trusted.len()].copy_from_slice(trusted);
-    path[trusted.len()] = b'/';
-    path[trusted.len() + 1..n].copy_from_slice(name);
-    !sys::executable(&path[..=n])
+    buf[..dir.len()].copy_from_slice(dir);
+    buf[dir.len()] = b'/';
+    buf[dir.len() + 1..n].copy_from_slice(name);
+    buf[n] = 0;
+    Some(&buf[..=n])
+}
+
+/// hooks.rs `hook_broker`: the socket a hook step sends its hook to, when
+/// it runs as git's process under the broker (not root; the image's group
+/// `sbx-git`, where /etc/group has one). None: the guard decides.
+fn hook_socket(p: &Proc) -> Option<&'static [u8]> {
+    if sys::geteuid() == 0 {
+        return None;
+    }
+    match group_gid(b"sbx-git") {
+        Group::Gid(g) if g != sys::getegid() => return None,
+        Group::Unknown => return None,
+        Group::Gid(_) | Group::Absent => {}
+    }
+    socket_path(p)
+}
+
+enum Group {
+    Gid(u32),
+    Absent,
+    /// Anything the guard might read otherwise: it decides.
+    Unknown,
+}
+
+/// broker::group_gid: `name`'s gid in /etc/group (the first line of that
+/// name with a plain decimal gid; any other shape is Unknown).
+fn group_gid(name: &[u8]) -> Group {
+    let Ok(fd) = sys::openat(b"/etc/group\0", sys::O_RDONLY | sys::O_CLOEXEC) else {
+        return Group::Unknown;
+    };
+    let Ok(buf) = sys::alloc(1 << 16) else {
+        sys::close(fd);
+        return Group::Unknown;
+    };
+    let mut len = 0;
+    let full = loop {
+        match sys::read(fd, &mut buf[len..]) {
+            Ok(0) => break false,
+            Ok(n) => len += n,
+            Err(_) => {
+                sys::close(fd);
+                return Group::Unknown;
+            }
+        }
+        if len == buf.len() {
+            break true;
+        }
+    };
+    sys::close(fd);
+    let text = &buf[..len];
+    if full || core::str::from_utf8(text).is_err() {
+        return Group::Unknown;
+    }
+    for line in text.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let mut f = line.split(|&b| b == b':');
+        if f.next() != Some(name) {
+            continue;
+        }
+        let gid = f.nth(1).unwrap_or(b"");
+        if gid.is_empty() || gid.len() > 9 || !gid.iter().all(u8::is_ascii_digit) {
+            return Group::Unknown;
+        }
+        return Group::Gid(gid.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')));
+    }
+    Group::Absent
 }
 
 pub fn main(p: &Proc) -> i32 {
-    if absent_hook(p) {
-        return 0;
-    }
-    let Some(kind) = p.args().next().and_then(kind) else {
-        return fallback(p);
+    let step = hooks_only_step(p);
+    let kind = match &step {
+        Some(h) if !h.present => return 0,
+        Some(h) => Kind::Hook(h.name),
+        None => match p.args().next().and_then(kind) {
+            Some(k) => k,
+            None => return fallback(p),
+        },
     };
     // Rust's runtime opens /dev/null on a closed stdin, stdout or stderr
     // before the guard's main; so does this, so both send the same.
@@ -260,23 +347,55 @@ pub fn main(p: &Proc) -> i32 {
             let _ = sys::openat(b"/dev/null\0", sys::O_RDWR);
         }
     }
+    let socket = match &step {
+        Some(_) => hook_socket(p),
+        None => socket_path(p),
+    };
     // Non-UTF-8 would print differently in an error (`Path::display`).
-    let Some(socket) = socket_path(p).filter(|s| core::str::from_utf8(s).is_ok()) else {
+    let Some(socket) = socket.filter(|s| core::str::from_utf8(s).is_ok()) else {
         return fallback(p);
+    };
+    // The hooks directory the step names, by fd as the guard passes it.
+    let dir = match &step {
+        Some(h) => match open_dir(h.trusted) {
+            Some(d) => Some(d),
+            None => return fallback(p),
+        },
+        None => None,
     };
     let old = sys::umask(0o077);
     sys::umask(old);
     let mut body = [0u8; MAX_SMALL];
-    match forward(p, &kind, old, socket, &mut body) {
+    match forward(p, &kind, old, socket, dir, &mut body) {
         Ok(code) => code,
         Err(Sent::No) => fallback(p),
         Err(Sent::Failed(why)) => {
             let mut m = Msg::new();
+            if let Some(h) = &step {
+                let _ = write!(
+                    m,
+                    "{TOOL}: {}: git broker {}: {why}; refusing",
+                    Lossy(h.name),
+                    Lossy(socket)
+                );
+                m.emit();
+                return 1;
+            }
             let _ = write!(m, "{TOOL}: error: git broker {}: {why}", Lossy(socket));
             m.emit();
             WRAPPER_FAILED
         }
     }
+}
+
+/// privsep::open_path: O_PATH, following links.
+fn open_dir(dir: &[u8]) -> Option<Fd> {
+    let mut buf = [0u8; 4096];
+    if dir.len() >= buf.len() || dir.contains(&0) {
+        return None;
+    }
+    buf[..dir.len()].copy_from_slice(dir);
+    sys::openat(&buf[..=dir.len()], sys::O_PATH | sys::O_CLOEXEC).ok()
 }
 
 enum Sent<'a> {
@@ -318,25 +437,35 @@ fn forward<'a>(
     kind: &Kind<'static>,
     umask: u32,
     socket: &[u8],
+    dir: Option<Fd>,
     body: &'a mut [u8; MAX_SMALL],
 ) -> Result<i32, Sent<'a>> {
-    let req = encode(p, kind, umask).ok_or(Sent::No)?;
-    let cwd = sys::openat(b".\0", sys::O_PATH | sys::O_DIRECTORY | sys::O_CLOEXEC)
-        .map_err(|_| Sent::No)?;
+    let dirs = dir.as_slice();
+    let Some(req) = encode(p, kind, umask) else {
+        dirs.iter().for_each(|&f| sys::close(f));
+        return Err(Sent::No);
+    };
+    let Ok(cwd) = sys::openat(b".\0", sys::O_PATH | sys::O_DIRECTORY | sys::O_CLOEXEC) else {
+        dirs.iter().for_each(|&f| sys::close(f));
+        return Err(Sent::No);
+    };
     let mask = RELAYED.iter().fold(0u64, |m, s| m | 1 << (s - 1));
     // Blocked before connecting, so none arrives between send and poll;
     // unblocked again before a fallback exec, which would inherit it.
     let old = sys::block(mask).map_err(|_| Sent::No)?;
     let undo = |fds: &[Fd]| {
-        fds.iter().for_each(|&f| sys::close(f));
+        fds.iter().chain(dirs).for_each(|&f| sys::close(f));
         sys::set_mask(old);
         Sent::No
     };
     let sigfd = sys::signalfd(mask).map_err(|_| undo(&[cwd]))?;
     let conn = sys::connect_unix(socket).map_err(|_| undo(&[cwd, sigfd]))?;
+    let all = [0, 1, 2, cwd, dir.unwrap_or(cwd)];
+    let fds = if dir.is_some() { &all[..] } else { &all[..4] };
     // A request cut short is never run (the broker reads it whole first).
-    send_all(conn, req, &[0, 1, 2, cwd]).map_err(|_| undo(&[cwd, sigfd, conn]))?;
+    send_all(conn, req, fds).map_err(|_| undo(&[cwd, sigfd, conn]))?;
     sys::close(cwd);
+    dirs.iter().for_each(|&f| sys::close(f));
     loop {
         let [reply, signal] =
             sys::poll_in([conn, sigfd]).map_err(|e| Sent::Failed(Why::Poll(e)))?;

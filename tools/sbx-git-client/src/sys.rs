@@ -35,6 +35,7 @@ mod nr {
     pub const READLINK: usize = 89;
     pub const UMASK: usize = 95;
     pub const GETEUID: usize = 107;
+    pub const GETEGID: usize = 108;
     pub const OPENAT: usize = 257;
     pub const NEWFSTATAT: usize = 262;
     pub const SIGNALFD4: usize = 289;
@@ -89,6 +90,7 @@ fn cpath(p: &[u8]) -> Res<usize> {
 
 pub type Fd = i32;
 pub const AT_FDCWD: i32 = -100;
+pub const O_RDONLY: usize = 0;
 pub const O_RDWR: usize = 2;
 pub const O_CLOEXEC: usize = 0o2_000_000;
 pub const O_DIRECTORY: usize = 0o200_000;
@@ -153,6 +155,10 @@ pub fn executable(path: &[u8]) -> bool {
 
 pub fn geteuid() -> u32 {
     syscall6(nr::GETEUID, [0; 6]) as u32
+}
+
+pub fn getegid() -> u32 {
+    syscall6(nr::GETEGID, [0; 6]) as u32
 }
 
 pub fn umask(mask: u32) -> u32 {
@@ -224,7 +230,7 @@ pub fn connect_unix(path: &[u8]) -> Res<Fd> {
 
 /// sendmsg with MSG_NOSIGNAL, and `fds` as SCM_RIGHTS when not empty.
 pub fn send(fd: Fd, data: &[u8], fds: &[Fd]) -> Res<usize> {
-    const MAX_FDS: usize = 4;
+    const MAX_FDS: usize = 6;
     if fds.len() > MAX_FDS {
         return Err(EINVAL);
     }

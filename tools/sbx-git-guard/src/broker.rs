@@ -309,18 +309,41 @@ pub fn serve(socket: &Path, git: &Path, group: &str) -> Result<ExitCode, BrokerE
     // calls nest, each holding its session).
     let (taken_rx, taken_tx) = UnixStream::pair().map_err(sock_err)?;
     let mut spares = 0usize;
+    // One channel a session, on which its git's process (as the peer) asks
+    // this root process for a directory of hook steps (`ask_for_set`).
+    let mut makers: Vec<UnixStream> = Vec::new();
     let me = std::process::id();
     loop {
         while spares < SPARES {
+            let (mine, theirs) = match UnixStream::pair() {
+                Ok(p) => p,
+                Err(e) => {
+                    output::warn(&format!("cannot make a session's channel: {e}"));
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            };
             match privsep::fork() {
                 Ok(Forked::Child) => {
                     drop(taken_rx);
+                    drop(mine);
+                    makers.clear();
                     if !privsep::die_with_parent(me).unwrap_or(false) {
                         std::process::exit(0);
                     }
-                    spare(listener, taken_tx, git_fd, exec_path.as_deref(), gid)
+                    spare(
+                        listener,
+                        taken_tx,
+                        theirs,
+                        git_fd,
+                        exec_path.as_deref(),
+                        gid,
+                    )
                 }
-                Ok(Forked::Parent(_)) => spares += 1,
+                Ok(Forked::Parent(_)) => {
+                    spares += 1;
+                    makers.push(mine);
+                }
                 Err(e) => {
                     output::warn(&format!("cannot fork a session: {e}"));
                     std::thread::sleep(Duration::from_millis(10));
@@ -329,6 +352,26 @@ pub fn serve(socket: &Path, git: &Path, group: &str) -> Result<ExitCode, BrokerE
             }
         }
         if spares == 0 {
+            continue;
+        }
+        let mut watch = vec![taken_rx.as_fd()];
+        watch.extend(makers.iter().map(|m| m.as_fd()));
+        let ready = match privsep::poll_readable(&watch) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                output::warn(&format!("session pipes: {e}"));
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        drop(watch);
+        let mut i = 0;
+        makers.retain(|m| {
+            i += 1;
+            !ready[i] || make_set_for(m)
+        });
+        if !ready[0] {
             continue;
         }
         let mut taken = [0u8; 64];
@@ -343,6 +386,31 @@ pub fn serve(socket: &Path, git: &Path, group: &str) -> Result<ExitCode, BrokerE
     }
 }
 
+/// One request on a session's channel: a hook set (4 bytes), answered 1
+/// when its directory is made. False: the session is gone.
+fn make_set_for(mut m: &UnixStream) -> bool {
+    let mut set = [0u8; 4];
+    if m.read_exact(&mut set).is_err() {
+        return false;
+    }
+    let made = crate::hooks::make_set(u32::from_le_bytes(set));
+    if let Err(e) = &made {
+        output::warn(&format!("hook steps: {e}"));
+    }
+    m.write_all(&[u8::from(made.is_ok())]).is_ok()
+}
+
+/// This session's channel to the root process (set in its git's process).
+static MAKER: std::sync::OnceLock<UnixStream> = std::sync::OnceLock::new();
+
+/// Ask the broker's root process to make the directory of hook set `set`:
+/// whether it did; None outside a broker's session.
+pub fn ask_for_set(set: u32) -> Option<bool> {
+    let mut m = MAKER.get()?;
+    let mut ok = [0u8];
+    Some(m.write_all(&set.to_le_bytes()).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1)
+}
+
 /// Sessions kept waiting in accept().
 const SPARES: usize = 2;
 
@@ -353,6 +421,7 @@ const SPARES: usize = 2;
 fn spare(
     listener: UnixListener,
     taken: UnixStream,
+    maker: UnixStream,
     git: OwnedFd,
     exec_path: Option<&OsStr>,
     gid: u32,
@@ -372,7 +441,7 @@ fn spare(
             if !privsep::die_with_parent(me).unwrap_or(false) {
                 std::process::exit(0);
             }
-            runner(listener, taken, runner_end, git, exec_path, gid)
+            runner(listener, taken, runner_end, maker, git, exec_path, gid)
         }
         Ok(Forked::Parent(pid)) => pid,
         Err(e) => fail("fork", e),
@@ -380,6 +449,7 @@ fn spare(
     // The session never runs git, nor accepts: the runner does both, so a
     // call wakes one process to start.
     drop(runner_end);
+    drop(maker);
     drop(git);
     drop(listener);
     drop(taken);
@@ -410,10 +480,12 @@ fn runner(
     listener: UnixListener,
     taken: UnixStream,
     to_session: UnixStream,
+    maker: UnixStream,
     git: OwnedFd,
     exec_path: Option<&OsStr>,
     gid: u32,
 ) -> ! {
+    let _ = MAKER.set(maker);
     let conn = loop {
         match listener.accept() {
             Ok((c, _)) => break c,
@@ -817,14 +889,10 @@ fn route_repo_hooks(allow: &mut Allow, sandboxed: bool) -> Result<(), Block> {
     if allow.args.get(i) != Some(&pinned) {
         return Ok(());
     }
-    let any = crate::hooks::HOOK_NAMES.iter().any(|h| {
-        std::fs::metadata(trusted.join(h))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    });
-    if !any {
+    if crate::hooks::needed(&trusted, false) == 0 {
         return Ok(());
     }
-    match crate::hooks::guard_dir(sandboxed) {
+    match crate::hooks::routed_dir(sandboxed, &trusted, false) {
         Some(d) => {
             allow.route_hooks_only(&d);
             Ok(())

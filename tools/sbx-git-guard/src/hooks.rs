@@ -82,24 +82,128 @@ pub fn step_exe(guard: &Path) -> PathBuf {
     }
 }
 
-fn is_current(dir: &Path, exe: &Path) -> bool {
-    let step = step_exe(exe);
+/// Every hook name, as a set.
+const ALL: u32 = (1 << HOOK_NAMES.len()) - 1;
+
+fn bit(name: &str) -> u32 {
     HOOK_NAMES
         .iter()
-        .all(|h| std::fs::read_link(dir.join(h)).is_ok_and(|t| t == step))
+        .position(|h| *h == name)
+        .map_or(0, |i| 1 << i)
+}
+
+fn names(set: u32) -> impl Iterator<Item = &'static str> {
+    HOOK_NAMES
+        .iter()
+        .enumerate()
+        .filter(move |(i, _)| set & 1 << i != 0)
+        .map(|(_, h)| *h)
+}
+
+/// Steps that run a second hook after their own (see [`run`]).
+const CHAINED: [(&str, &str); 3] = [
+    ("pre-applypatch", "pre-commit"),
+    ("pre-merge-commit", "pre-commit"),
+    ("applypatch-msg", "commit-msg"),
+];
+
+/// The hook names a routed call needs steps for: the hooks `trusted`
+/// has, each chained step whose hooks it has, and with `checked` the
+/// pre-push and reference-transaction checks. git starts no step for a
+/// name missing from the directory, so a commit in a repository with one
+/// hook starts one step, not nine. A hook added to `trusted` after this
+/// call began is not run by it (it runs from the next call on).
+pub fn needed(trusted: &Path, checked: bool) -> u32 {
+    let mut set = HOOK_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| executable(&trusted.join(h)))
+        .fold(0, |s, (i, _)| s | 1 << i);
+    for (step, then) in CHAINED {
+        if set & (bit(step) | bit(then)) != 0 {
+            set |= bit(step);
+        }
+    }
+    if checked {
+        set |= bit("pre-push") | bit("reference-transaction");
+    }
+    set
+}
+
+/// Where the directories of hook sets are: root-made in the sandbox (the
+/// broker's root process makes them, [`make_set`]), else beside this binary.
+pub const SETS_DIR: &str = "/run/sbx-git/hooks";
+
+fn sets_dir(sandboxed: bool, exe: &Path) -> Option<PathBuf> {
+    if sandboxed {
+        return Some(PathBuf::from(SETS_DIR));
+    }
+    Some(exe.parent()?.join(".sbx-git-hooks.d"))
+}
+
+fn set_dir(base: &Path, set: u32) -> PathBuf {
+    base.join(format!("{set:06x}"))
+}
+
+/// The directory git's hooks path points at for a routed call: one with
+/// steps for `needed(trusted, checked)` only, made on first use, else
+/// (it cannot be made) the directory of every name.
+pub fn routed_dir(sandboxed: bool, trusted: &Path, checked: bool) -> Option<PathBuf> {
+    let set = needed(trusted, checked);
+    let set_path = || -> Option<PathBuf> {
+        let exe = std::fs::canonicalize("/proc/self/exe").ok()?;
+        let dir = set_dir(&sets_dir(sandboxed, &exe)?, set);
+        if is_current(&dir, &exe, set) {
+            return Some(dir);
+        }
+        // Only root may make one in the sandbox (a directory the agent
+        // could write would let it choose what git runs with the group).
+        let made = match crate::broker::ask_for_set(set) {
+            Some(made) => made,
+            None if sandboxed && !nix::unistd::geteuid().is_root() => false,
+            None => install_set(&dir, &exe, set).is_ok(),
+        };
+        (made && is_current(&dir, &exe, set)).then_some(dir)
+    };
+    if set == 0 {
+        return guard_dir(sandboxed);
+    }
+    set_path().or_else(|| guard_dir(sandboxed))
+}
+
+/// The broker's root process: make the directory of hook set `set`.
+pub fn make_set(set: u32) -> std::io::Result<()> {
+    if set == 0 || set & !ALL != 0 {
+        return Err(std::io::Error::other(format!("no hook set {set:#x}")));
+    }
+    let exe = std::fs::canonicalize("/proc/self/exe")?;
+    let base = sets_dir(crate::in_sandbox(), &exe)
+        .ok_or_else(|| std::io::Error::other("no directory for hook sets"))?;
+    std::fs::create_dir_all(&base)?;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755))?;
+    install_set(&set_dir(&base, set), &exe, set)
+}
+
+fn is_current(dir: &Path, exe: &Path, set: u32) -> bool {
+    let step = step_exe(exe);
+    names(set).all(|h| std::fs::read_link(dir.join(h)).is_ok_and(|t| t == step))
 }
 
 /// Create `dir` with a link per hook to [`step_exe`] of `exe`, atomically (a sibling
 /// temporary directory renamed into place), unless it is already current.
 pub fn install(dir: &Path, exe: &Path) -> std::io::Result<()> {
-    if is_current(dir, exe) {
+    install_set(dir, exe, ALL)
+}
+
+fn install_set(dir: &Path, exe: &Path, set: u32) -> std::io::Result<()> {
+    if is_current(dir, exe, set) {
         return Ok(());
     }
     let parent = dir.parent().unwrap_or(Path::new("/"));
     std::fs::create_dir_all(parent)?;
     let tmp = tempfile_dir(parent)?;
     let step = step_exe(exe);
-    for h in HOOK_NAMES {
+    for h in names(set) {
         std::os::unix::fs::symlink(&step, tmp.join(h))?;
     }
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
@@ -112,7 +216,7 @@ pub fn install(dir: &Path, exe: &Path) -> std::io::Result<()> {
     match std::fs::rename(&tmp, dir) {
         Ok(()) => Ok(()),
         // Another guard won the race with the same content.
-        Err(_) if is_current(dir, exe) => {
+        Err(_) if is_current(dir, exe, set) => {
             let _ = std::fs::remove_dir_all(&tmp);
             Ok(())
         }
@@ -142,7 +246,7 @@ pub fn guard_dir(in_sandbox: bool) -> Option<PathBuf> {
     let exe = std::fs::canonicalize("/proc/self/exe").ok()?;
     if in_sandbox {
         let d = PathBuf::from(IMAGE_DIR);
-        return is_current(&d, &exe).then_some(d);
+        return is_current(&d, &exe, ALL).then_some(d);
     }
     let dir = exe.parent()?.join(".sbx-git-hooks");
     install(&dir, &exe).ok()?;
@@ -686,11 +790,7 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         // Nor does an automatic merge run pre-commit (only pre-merge-commit),
         // though its tree is new content: run it after, as git's sample
         // pre-merge-commit does.
-        let then = match name {
-            "pre-applypatch" | "pre-merge-commit" => Some("pre-commit"),
-            "applypatch-msg" => Some("commit-msg"),
-            _ => None,
-        };
+        let then = CHAINED.iter().find(|(s, _)| *s == name).map(|(_, t)| *t);
         if let Some(then) = then {
             let trusted = target.parent().unwrap_or(Path::new("/"));
             for hook in [name, then] {
@@ -813,7 +913,48 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::raw_new_blob;
+    use super::{bit, make_set, names, needed, raw_new_blob};
+
+    /// A routed call's steps: the hooks the directory has (executable
+    /// files only), the chained step of each hook that is run by one, and
+    /// the two checks when the call is checked.
+    #[test]
+    fn a_set_holds_the_present_hooks_their_chained_steps_and_the_checks() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempfile::tempdir().unwrap();
+        let add = |h: &str, mode: u32| {
+            std::fs::write(d.path().join(h), "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(d.path().join(h), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        };
+        let set = |checked| names(needed(d.path(), checked)).collect::<Vec<_>>();
+        assert!(set(false).is_empty());
+        assert_eq!(set(true), ["pre-push", "reference-transaction"]);
+        add("post-commit", 0o644);
+        std::fs::create_dir(d.path().join("post-merge")).unwrap();
+        assert!(set(false).is_empty(), "not executable files");
+        add("pre-commit", 0o755);
+        assert_eq!(set(false), ["pre-applypatch", "pre-commit", "pre-merge-commit"]);
+        add("commit-msg", 0o700);
+        add("post-checkout", 0o755);
+        assert_eq!(
+            set(true),
+            [
+                "applypatch-msg",
+                "pre-applypatch",
+                "pre-commit",
+                "pre-merge-commit",
+                "commit-msg",
+                "post-checkout",
+                "pre-push",
+                "reference-transaction"
+            ]
+        );
+        assert_eq!(bit("no-such-hook"), 0);
+        for bad in [0, 1 << 21, u32::MAX] {
+            assert!(make_set(bad).is_err(), "{bad:#x}");
+        }
+    }
 
     /// Added and modified blobs count; deletions and the empty blob do not.
     #[test]

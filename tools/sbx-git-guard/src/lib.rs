@@ -440,8 +440,8 @@ pub(crate) fn decide_and_prepare(
         allow.moves_refs |= allow.routable;
     }
     // Looked up only when used: it costs a readlink per hook name.
-    if allow.moves_refs && allow.pin.is_some() {
-        match hooks::guard_dir(sandboxed) {
+    if let (true, Some((_, trusted))) = (allow.moves_refs, allow.pin.clone()) {
+        match hooks::routed_dir(sandboxed, &trusted, true) {
             Some(d) => allow.route_hooks(&d),
             // In the sandbox the pre-push and reference-transaction steps
             // are not optional.
@@ -486,7 +486,12 @@ pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
     allow.pin = Some((1, hooks));
     allow.moves_refs = true;
     pin_by_fd(allow)?;
-    let dir = hooks::guard_dir(true).ok_or_else(|| {
+    let trusted = allow
+        .pin
+        .as_ref()
+        .map(|(_, t)| t.clone())
+        .unwrap_or_default();
+    let dir = hooks::routed_dir(true, &trusted, true).ok_or_else(|| {
         fail(format!(
             "the guard's hooks directory {} is missing or stale; nothing was run",
             hooks::IMAGE_DIR

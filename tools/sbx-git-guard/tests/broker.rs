@@ -517,3 +517,40 @@ fn a_hook_started_by_the_broker_finds_its_directory_and_its_input() {
     assert!(out.contains("lib-ran") && out.contains("commit=1"), "{out}");
     assert!(out.contains(" refs/heads/main 0000000000"), "{out}");
 }
+
+/// Through the broker, git starts a step only for the hooks the repository
+/// has (its hooks path is a root-made directory of those names), and each
+/// of them still runs: a commit in a repository with pre-commit and
+/// commit-msg starts two hooks, not nine (git's trace2 lists each hook it
+/// starts).
+#[test]
+fn a_commit_starts_steps_only_for_the_hooks_the_repository_has() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, repo) = started(dir);
+    let o = agent(
+        dir,
+        &repo,
+        "git init -q . && git config user.name a && git config user.email a@b && \
+         printf '#!/bin/sh\\necho pc >> ran\\n' > .git/hooks/pre-commit && \
+         printf '#!/bin/sh\\necho cm >> ran\\ngrep -q good \"$1\"\\n' > .git/hooks/commit-msg && \
+         chmod +x .git/hooks/pre-commit .git/hooks/commit-msg && \
+         GIT_TRACE2_EVENT=$PWD/trace git commit -q --allow-empty -m good; echo good=$? && \
+         git commit -q --allow-empty -m bad; echo bad=$? && cat ran",
+    );
+    let out = text(&o);
+    assert!(out.contains("good=0") && out.contains("bad=1"), "{out}");
+    assert_eq!(out.matches("pc").count(), 2, "{out}");
+    assert_eq!(out.matches("cm").count(), 2, "{out}");
+    let trace = std::fs::read_to_string(repo.join("trace")).unwrap();
+    let mut hooks: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains(r#""event":"child_start""#) && l.contains(r#""child_class":"hook""#))
+        .filter_map(|l| l.split(r#""hook_name":""#).nth(1)?.split('"').next())
+        .collect();
+    hooks.sort();
+    assert_eq!(hooks, ["commit-msg", "pre-commit"], "{trace}");
+}

@@ -40,15 +40,17 @@ fn client() -> Option<PathBuf> {
 }
 
 /// Exec `prog` with exactly this argv and environment (raw entries, so
-/// duplicates and entries without '=' reach it as given) and umask.
+/// duplicates and entries without '=' reach it as given) and umask; with
+/// `as_user`, as uid/gid 1000 (needs root).
 fn exec_raw(
     prog: &Path,
     argv: &[&[u8]],
     env: &[&[u8]],
     umask: u32,
     cwd: &Path,
-    stdin: &[u8],
+    as_user: bool,
 ) -> Output {
+    use std::os::unix::process::CommandExt as _;
     // The lists go through a file: one argument is at most 128 KiB.
     let py = "import ctypes, os, sys\n\
         spec = open(sys.argv[4]).read().split('\\n')\n\
@@ -67,7 +69,11 @@ fn exec_raw(
     };
     let spec = cwd.join("exec-spec");
     std::fs::write(&spec, format!("{}\n{}\n", hex(argv), hex(env))).unwrap();
-    let mut child = Command::new("python3")
+    let mut py3 = Command::new("python3");
+    if as_user {
+        py3.uid(1000).gid(1000);
+    }
+    let mut child = py3
         .arg("-c")
         .arg(py)
         .arg(prog)
@@ -79,9 +85,7 @@ fn exec_raw(
         .stderr(Stdio::piped())
         .spawn()
         .expect("python3 (scripts/prereqs installs it)");
-    let mut i = child.stdin.take().unwrap();
-    i.write_all(stdin).unwrap();
-    drop(i);
+    drop(child.stdin.take());
     child.wait_with_output().unwrap()
 }
 
@@ -89,6 +93,8 @@ fn exec_raw(
 /// with it) and answers with `reply` (raw frame bytes; empty: hang up).
 fn recorder(sock: &Path, reply: Vec<u8>) -> std::thread::JoinHandle<(Vec<u8>, usize)> {
     let l = UnixListener::bind(sock).unwrap();
+    // Callers run as another user too.
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o666)).unwrap();
     l.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
         let start = Instant::now();
@@ -127,7 +133,23 @@ fn run_both(
     reply: &[u8],
 ) -> [(Vec<u8>, usize, Output); 2] {
     let client = client().unwrap();
-    [client.as_path(), Path::new(GUARD)].map(|prog| {
+    let [c, g] = [client.as_path(), Path::new(GUARD)]
+        .map(|p| run_recorded(dir, p, argv, env, umask, reply, false));
+    [c, g]
+}
+
+/// `prog` run against a [`recorder`] answering `reply` (`$SBX_GIT_BROKER`
+/// names it): the request, how many fds came with it, and how `prog` ended.
+fn run_recorded(
+    dir: &Path,
+    prog: &Path,
+    argv: &[&[u8]],
+    env: &[&[u8]],
+    umask: u32,
+    reply: &[u8],
+    as_user: bool,
+) -> (Vec<u8>, usize, Output) {
+    {
         let sock = dir.join("rec.sock");
         let _ = std::fs::remove_file(&sock);
         let rec = recorder(&sock, reply.to_vec());
@@ -138,10 +160,10 @@ fn run_both(
         .concat();
         let mut env: Vec<&[u8]> = env.to_vec();
         env.push(&var);
-        let out = exec_raw(prog, argv, &env, umask, dir, b"");
+        let out = exec_raw(prog, argv, &env, umask, dir, as_user);
         let (req, fds) = rec.join().unwrap();
         (req, fds, out)
-    })
+    }
 }
 
 fn text(o: &Output) -> String {
@@ -623,4 +645,89 @@ fn as_a_hook_step_the_client_answers_only_for_absent_hooks() {
     let only = [(HOOKS_ONLY_ENV, Path::new("1"))];
     assert_eq!(run("post-commit", &only), (Some(3), true));
     assert_eq!(run("pre-nothing", &routed), (Some(3), true));
+}
+
+/// As a hook step for a hook the repository has, the client sends the
+/// broker what the guard's step sends (a hook request: the hook's name and
+/// arguments, the environment, and the trusted directory as a fifth fd),
+/// byte for byte, and ends as the guard's step does on each reply. Alone,
+/// with no guard beside it to fall back to, it still does: it starts no
+/// guard for a hook (~1 ms a commit).
+#[test]
+fn as_a_hook_step_the_client_sends_the_guards_hook_request() {
+    use sbx_git_guard::hooks::{HOOKS_ONLY_ENV, TRUSTED_ENV};
+    let Some(client) = client() else { return };
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (trusted, alone, steps) = (dir.join("trusted"), dir.join("alone"), dir.join("steps"));
+    for d in [&trusted, &alone, &steps] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::copy(&client, alone.join("sbx-git-client")).unwrap();
+    for h in ["pre-commit", "commit-msg"] {
+        std::fs::write(trusted.join(h), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(trusted.join(h), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let only = format!("{HOOKS_ONLY_ENV}=1");
+    let tr = format!("{TRUSTED_ENV}={}", trusted.display());
+    let env: Vec<&[u8]> = vec![
+        only.as_bytes(),
+        tr.as_bytes(),
+        b"A=1",
+        b"A=2",
+        b"NOEQ",
+        b"U=\xfe",
+    ];
+    let frame = |body: &[u8]| [&(body.len() as u32).to_le_bytes()[..], body].concat();
+    let replies: Vec<(&str, Vec<u8>, i32)> = vec![
+        ("exit 0", Reply::Exited(0).encode(), 0),
+        ("exit 3", Reply::Exited(3).encode(), 3),
+        ("killed", Reply::Signaled(15).encode(), 143),
+        (
+            "the broker's error",
+            Reply::Error("a hook is run only for git's own processes".into()).encode(),
+            1,
+        ),
+        ("hung up", Vec::new(), 1),
+        ("unknown tag", frame(b"Q\0\0\0\0"), 1),
+    ];
+    for (hook, args) in [
+        ("pre-commit", vec![]),
+        ("commit-msg", vec![b".git/COMMIT_EDITMSG".as_slice()]),
+    ] {
+        for (what, reply, code) in &replies {
+            let what = format!("{hook}, {what}");
+            let mut ends = Vec::new();
+            for (prog, name) in [
+                (client.clone(), "c"),
+                (PathBuf::from(GUARD), "g"),
+                (alone.join("sbx-git-client"), "a"),
+            ] {
+                let link = steps.join(name).join(hook);
+                std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+                let _ = std::os::unix::fs::symlink(&prog, &link);
+                let mut argv = vec![link.as_os_str().as_encoded_bytes()];
+                argv.extend(args.iter().copied());
+                ends.push(run_recorded(dir, &link, &argv, &env, 0o027, reply, true));
+            }
+            let [(c_req, c_fds, c), (g_req, g_fds, g), (a_req, a_fds, a)] = &ends[..] else {
+                unreachable!()
+            };
+            assert!(
+                c_req == g_req && a_req == g_req,
+                "{what}: the requests differ"
+            );
+            assert_eq!(g_req[9], 2, "{what}: not a hook request");
+            assert_eq!((*c_fds, *g_fds, *a_fds), (5, 5, 5), "{what}");
+            for o in [c, a] {
+                assert_eq!(o.status.code(), Some(*code), "{what}: {}", text(o));
+                assert_eq!(o.status.code(), g.status.code(), "{what}");
+                assert_eq!(text(o), text(g), "{what}");
+            }
+        }
+    }
 }

@@ -114,11 +114,22 @@ const CHAINED: [(&str, &str); 3] = [
 /// hook starts one step, not nine. A hook added to `trusted` after this
 /// call began is not run by it (it runs from the next call on).
 pub fn needed(trusted: &Path, checked: bool) -> u32 {
-    let mut set = HOOK_NAMES
-        .iter()
-        .enumerate()
-        .filter(|(_, h)| executable(&trusted.join(h)))
-        .fold(0, |s, (i, _)| s | 1 << i);
+    // One directory read, then a stat of each hook name it holds (most
+    // repositories have a few), not a stat of every name.
+    // A directory it cannot list (searchable only): a stat of every name.
+    let mut set = match std::fs::read_dir(trusted) {
+        Ok(d) => d
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let b = bit(e.file_name().to_str()?);
+                (b != 0 && executable(&e.path())).then_some(b)
+            })
+            .fold(0, |s, b| s | b),
+        Err(_) => HOOK_NAMES
+            .iter()
+            .filter(|h| executable(&trusted.join(h)))
+            .fold(0, |s, h| s | bit(h)),
+    };
     for (step, then) in CHAINED {
         if set & (bit(step) | bit(then)) != 0 {
             set |= bit(step);
@@ -934,7 +945,10 @@ mod tests {
         std::fs::create_dir(d.path().join("post-merge")).unwrap();
         assert!(set(false).is_empty(), "not executable files");
         add("pre-commit", 0o755);
-        assert_eq!(set(false), ["pre-applypatch", "pre-commit", "pre-merge-commit"]);
+        assert_eq!(
+            set(false),
+            ["pre-applypatch", "pre-commit", "pre-merge-commit"]
+        );
         add("commit-msg", 0o700);
         add("post-checkout", 0o755);
         assert_eq!(

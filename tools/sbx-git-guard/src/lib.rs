@@ -52,9 +52,13 @@ trusted hooks are the common dir's `hooks`, or `.husky/_` (husky 9) or
 repository has (or had) a stash, for commands that can move a branch (am, bisect,
 branch, checkout, cherry-pick, fetch, merge, pull, rebase, replay, reset,
 revert, stash, switch, symbolic-ref, update-ref, worktree, external
-git-<cmd>), <dir> is the guard's own hooks directory (/usr/lib/sbx/hooks in the image; next
-to this binary elsewhere): each hook there runs the trusted hook of the same
-name, and two check first what git itself computed: pre-push refuses every
+git-<cmd>), <dir> is a directory of the guard's hook steps, one for each
+trusted hook plus pre-push and reference-transaction, so git starts no step
+for a hook the repository lacks (/run/sbx-git/hooks/<set> in the image, made
+by the broker's root process; .sbx-git-hooks.d/<set> next to this binary
+elsewhere; the directory of every name, /usr/lib/sbx/hooks, when it cannot
+be made): each step runs the trusted hook of the same name, and two check
+first what git itself computed: pre-push refuses every
 deletion and non-fast-forward among the ref updates git is about to send,
 and any stash commit among the commits it sends; reference-transaction
 refuses moving a branch onto a stash or `git notes` commit or a copy of

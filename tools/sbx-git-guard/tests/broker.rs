@@ -539,7 +539,9 @@ fn a_commit_starts_steps_only_for_the_hooks_the_repository_has() {
          printf '#!/bin/sh\\necho cm >> ran\\ngrep -q good \"$1\"\\n' > .git/hooks/commit-msg && \
          chmod +x .git/hooks/pre-commit .git/hooks/commit-msg && \
          GIT_TRACE2_EVENT=$PWD/trace git commit -q --allow-empty -m good; echo good=$? && \
-         git commit -q --allow-empty -m bad; echo bad=$? && cat ran",
+         git commit -q --allow-empty -m bad; echo bad=$? && cat ran && \
+         chmod 311 .git/hooks && GIT_TRACE2_EVENT=$PWD/trace2 git commit -q --allow-empty -m good; \
+         echo unlisted=$?",
     );
     let out = text(&o);
     assert!(out.contains("good=0") && out.contains("bad=1"), "{out}");
@@ -553,4 +555,10 @@ fn a_commit_starts_steps_only_for_the_hooks_the_repository_has() {
         .collect();
     hooks.sort();
     assert_eq!(hooks, ["commit-msg", "pre-commit"], "{trace}");
+    // A hooks directory git can search but not list is looked up name by
+    // name: its hooks still run through the steps.
+    assert!(out.contains("unlisted=0"), "{out}");
+    for t in [trace, std::fs::read_to_string(repo.join("trace2")).unwrap()] {
+        assert!(t.contains("/.sbx-git-hooks.d/"), "{t}");
+    }
 }

@@ -196,7 +196,8 @@ fn the_real_git_is_reachable_only_through_the_broker() {
         .get(1)
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(99);
-    assert!(fds <= 8, "the broker holds {fds} fds");
+    // Its own 8 at most, and a channel to each of the 2 idle spares.
+    assert!(fds <= 10, "the broker holds {fds} fds");
 }
 
 /// Every class of bypass the guard refuses, and its hook steps, through the
@@ -284,6 +285,22 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
         text(&o)
     );
     let pushed = lines[0].to_owned();
+    // git ran them from root-made directories of the sets it needed (the
+    // commit: the two hooks and pre-commit's chained steps; the push: the
+    // reference-transaction check too),
+    // which the agent can read and not write.
+    let o = root("cd /run/sbx-git/hooks && stat -c '%a %U %n' . * && ls 00081a 01081a");
+    assert_eq!(
+        head(&o),
+        "755 root .\n755 root 00081a\n755 root 01081a\n00081a:\npre-applypatch\npre-commit\npre-merge-commit\npre-push\n\n\
+         01081a:\npre-applypatch\npre-commit\npre-merge-commit\npre-push\nreference-transaction",
+        "{}",
+        text(&o)
+    );
+    let o = agent(
+        "touch /run/sbx-git/hooks/x || ln -sf /bin/true /run/sbx-git/hooks/00081a/pre-commit",
+    );
+    assert!(!o.status.success(), "hook sets writable: {}", text(&o));
     let remote_main = || head(&agent("git --git-dir=/tmp/remote.git rev-parse main"));
     let local_head = || head(&agent("git rev-parse HEAD"));
     let before = local_head();

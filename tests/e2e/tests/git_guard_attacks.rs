@@ -399,7 +399,7 @@ for p in os.listdir("/proc"):
         argv0 = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")[0]
     except OSError:
         continue
-    if argv0 == b"/usr/lib/sbx/hooks/pre-commit":
+    if argv0.startswith(b"/run/sbx-git/hooks/") and argv0.endswith(b"/pre-commit"):
         out += attack("step", int(p))
 open("/tmp/fsmon.tmp", "w").write(out)
 os.rename("/tmp/fsmon.tmp", "/tmp/fsmon.out")

@@ -889,10 +889,11 @@ fn route_repo_hooks(allow: &mut Allow, sandboxed: bool) -> Result<(), Block> {
     if allow.args.get(i) != Some(&pinned) {
         return Ok(());
     }
-    if crate::hooks::needed(&trusted, false) == 0 {
+    let set = crate::hooks::needed(&trusted, false);
+    if set == 0 {
         return Ok(());
     }
-    match crate::hooks::routed_dir(sandboxed, &trusted, false) {
+    match crate::hooks::routed_dir(sandboxed, set) {
         Some(d) => {
             allow.route_hooks_only(&d);
             Ok(())

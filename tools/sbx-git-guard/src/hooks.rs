@@ -157,12 +157,12 @@ fn set_dir(base: &Path, set: u32) -> PathBuf {
 }
 
 /// The directory git's hooks path points at for a routed call: one with
-/// steps for `needed(trusted, checked)` only, made on first use, else
-/// (it cannot be made) the directory of every name.
-pub fn routed_dir(sandboxed: bool, trusted: &Path, checked: bool) -> Option<PathBuf> {
-    let set = needed(trusted, checked);
+/// steps for `set` ([`needed`]) only, made on first use, else (it cannot
+/// be made) the directory of every name.
+pub fn routed_dir(sandboxed: bool, set: u32) -> Option<PathBuf> {
     let set_path = || -> Option<PathBuf> {
-        let exe = std::fs::canonicalize("/proc/self/exe").ok()?;
+        // The kernel's link is the resolved path already.
+        let exe = std::fs::read_link("/proc/self/exe").ok()?;
         let dir = set_dir(&sets_dir(sandboxed, &exe)?, set);
         if is_current(&dir, &exe, set) {
             return Some(dir);
@@ -187,7 +187,7 @@ pub fn make_set(set: u32) -> std::io::Result<()> {
     if set == 0 || set & !ALL != 0 {
         return Err(std::io::Error::other(format!("no hook set {set:#x}")));
     }
-    let exe = std::fs::canonicalize("/proc/self/exe")?;
+    let exe = std::fs::read_link("/proc/self/exe")?;
     let base = sets_dir(crate::in_sandbox(), &exe)
         .ok_or_else(|| std::io::Error::other("no directory for hook sets"))?;
     std::fs::create_dir_all(&base)?;

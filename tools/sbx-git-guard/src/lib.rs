@@ -445,7 +445,7 @@ pub(crate) fn decide_and_prepare(
     }
     // Looked up only when used: it costs a readlink per hook name.
     if let (true, Some((_, trusted))) = (allow.moves_refs, allow.pin.clone()) {
-        match hooks::routed_dir(sandboxed, &trusted, true) {
+        match hooks::routed_dir(sandboxed, hooks::needed(&trusted, true)) {
             Some(d) => allow.route_hooks(&d),
             // In the sandbox the pre-push and reference-transaction steps
             // are not optional.
@@ -495,7 +495,7 @@ pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
         .as_ref()
         .map(|(_, t)| t.clone())
         .unwrap_or_default();
-    let dir = hooks::routed_dir(true, &trusted, true).ok_or_else(|| {
+    let dir = hooks::routed_dir(true, hooks::needed(&trusted, true)).ok_or_else(|| {
         fail(format!(
             "the guard's hooks directory {} is missing or stale; nothing was run",
             hooks::IMAGE_DIR

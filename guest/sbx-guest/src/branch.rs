@@ -1,9 +1,10 @@
 //! Branch mode (`SBX_BRANCH`, set by `sbx-run start --branch`): the
 //! branch's worktree on the repo shelf is provisioned inside the sandbox's
-//! own start, after egress is blocked and before the firewall, the host
-//! API or any agent process: no second container. sbx-worktree runs as
-//! the agent (no capabilities, no_new_privs) with a private copy of the
-//! real git that root stages here, execute-only, and removes right after.
+//! own start, after egress is blocked, on a thread while the firewall
+//! comes up (it is local: file:// only), and before the host API or any
+//! agent process: no second container. sbx-worktree runs as the agent (no
+//! capabilities, no_new_privs) with a private copy of the real git that
+//! root stages here, execute-only, and removes right after.
 //! Then the host's hooks and protected paths (as this sandbox sees them
 //! under /workspace) are pinned read-only over the shelf's, on mount
 //! points the agent owns, opened without following a symlink (the shelf

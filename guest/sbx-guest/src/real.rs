@@ -526,52 +526,80 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let services = config::load(&paths.config);
     fx.marks.push(("sink", t0.elapsed()));
 
-    // 2b. Branch mode: the branch's worktree, before the firewall opens
-    // anything and before any agent process or the host API.
+    // 2b-4. Branch mode's worktree on a thread while the firewall comes
+    // up: provisioning is local (the shelf's clone, file:// only, as the
+    // agent), nothing of the agent's starts before both are done, and
+    // either failing fails the start with egress blocked.
     let mut exit_hint = None;
     let branch = crate::branch::Branch::from_lookup(|k| std::env::var(k).ok());
-    if let (None, Some(b), Ok(agent)) = (&outcome, &branch, &agent) {
-        match start_branch(paths, b, agent, pid1, &mut |m| {
-            fx.marks.push((m, t0.elapsed()))
-        }) {
+    let mut warnings = Vec::new();
+    let provisioned = std::thread::scope(|s| {
+        let job = match (&outcome, &branch, &agent) {
+            (None, Some(b), Ok(agent)) => Some(s.spawn(move || {
+                let mut marks = Vec::new();
+                let r = start_branch(paths, b, agent, pid1, &mut |m| {
+                    marks.push((m, t0.elapsed()))
+                });
+                marks.push(("branch", t0.elapsed()));
+                (r, marks)
+            })),
+            _ => None,
+        };
+        // 3-4. Firewall, verify, marker (the pre-block above is repeated
+        // inside `firewall` only in tests; here it has run).
+        if outcome.is_none() {
+            outcome = match (&agent, &services) {
+                (Err(e), _) => Some(e.to_string()),
+                (_, Err(e)) => Some(e.to_string()),
+                _ => match boot::firewall(&mut AlreadyBlocked(&mut fx)) {
+                    boot::Outcome::Ready { warnings: w } => {
+                        warnings = w;
+                        None
+                    }
+                    boot::Outcome::Unhealthy(r) => {
+                        // Whatever sbx-fw left (a leaking set of rules, a half
+                        // init) is replaced by the full block again.
+                        if let Err(e) = fx.block_egress() {
+                            eprintln!("sbx-guest: cannot re-block egress: {e}");
+                        }
+                        Some(r)
+                    }
+                },
+            };
+        }
+        fx.marks.push(("firewall", t0.elapsed()));
+        job.map(|j| {
+            j.join().unwrap_or_else(|_| {
+                let reason = "branch mode: provisioning panicked".to_owned();
+                (Err(crate::branch::Failed { reason, exit: 70 }), Vec::new())
+            })
+        })
+    });
+    if let (Some((r, marks)), Some(b)) = (provisioned, &branch) {
+        fx.marks.extend(marks);
+        fx.marks.sort_by_key(|(_, t)| *t);
+        match r {
             // The agent's command and every exec start in the worktree.
             Ok(()) => {
-                if let Err(e) = std::env::set_current_dir(b.worktree()) {
-                    outcome = Some(format!("{}: {e}", b.worktree().display()));
+                if outcome.is_none() {
+                    if let Err(e) = std::env::set_current_dir(b.worktree()) {
+                        outcome = Some(format!("{}: {e}", b.worktree().display()));
+                    }
                 }
             }
             Err(f) => {
+                // The firewall opened meanwhile: closed again. Its own
+                // failure has re-blocked already.
+                if outcome.is_none() {
+                    if let Err(e) = fx.block_egress() {
+                        eprintln!("sbx-guest: cannot re-block egress: {e}");
+                    }
+                }
                 outcome = Some(f.reason);
                 exit_hint = Some(f.exit);
             }
         }
-        fx.marks.push(("branch", t0.elapsed()));
     }
-
-    // 3-4. Firewall, verify, marker (the pre-block above is repeated inside
-    // `firewall` only in tests; here it has run).
-    let mut warnings = Vec::new();
-    if outcome.is_none() {
-        outcome = match (&agent, &services) {
-            (Err(e), _) => Some(e.to_string()),
-            (_, Err(e)) => Some(e.to_string()),
-            _ => match boot::firewall(&mut AlreadyBlocked(&mut fx)) {
-                boot::Outcome::Ready { warnings: w } => {
-                    warnings = w;
-                    None
-                }
-                boot::Outcome::Unhealthy(r) => {
-                    // Whatever sbx-fw left (a leaking set of rules, a half
-                    // init) is replaced by the full block again.
-                    if let Err(e) = fx.block_egress() {
-                        eprintln!("sbx-guest: cannot re-block egress: {e}");
-                    }
-                    Some(r)
-                }
-            },
-        };
-    }
-    fx.marks.push(("firewall", t0.elapsed()));
     let audit =
         |op: &str, target: &str, result: AuditOutcome, policy: &str, reason: Option<String>| {
             if let Some(l) = &log {
@@ -976,9 +1004,13 @@ fn start_branch(
         })();
         let _ = std::fs::remove_dir_all(&stage);
         if pid1 {
-            // Nothing provisioning started outlives it (as with --rm).
-            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-            let _ = reap_all();
+            // Nothing provisioning started outlives it (as with --rm):
+            // kill(-1) as the agent reaches every process of its uid, which
+            // are provisioning's alone yet (the firewall's, running
+            // meanwhile, are root's and sbx-fw's own uid's). The main loop
+            // reaps them: a waitpid(-1) here could take the firewall's.
+            let sweep = ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; exit 0"];
+            let _ = run_as(&agent.creds(), &sweep, &env);
         }
         r?;
     }

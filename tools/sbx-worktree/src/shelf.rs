@@ -1235,6 +1235,79 @@ mod tests {
         assert!(!mark.exists(), "the shelf's clean filter ran");
     }
 
+    /// Records each call of a real git.
+    struct Counting<'a>(&'a dyn Git, std::cell::RefCell<Vec<String>>);
+
+    impl Git for Counting<'_> {
+        fn run_env(
+            &self,
+            cwd: &Path,
+            safe: &[PathBuf],
+            env: &[(&str, &OsStr)],
+            args: &[&OsStr],
+        ) -> Result<Out, E> {
+            let line: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+            self.1.borrow_mut().push(line.join(" "));
+            self.0.run_env(cwd, safe, env, args)
+        }
+    }
+
+    /// A new worktree on a cloned shelf takes ten git calls (each a
+    /// process; it took 19), and one that is there writes nothing: no
+    /// remote, no upstream, no worktree, no HEAD (all already so).
+    #[test]
+    fn a_new_worktree_takes_ten_git_calls() {
+        use crate::git::RealGit;
+        let t = tempfile::tempdir().unwrap();
+        let host = t.path().join("host");
+        std::fs::create_dir_all(&host).unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["commit", "-q", "--allow-empty", "-m", "one"],
+        ] {
+            let o = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(&host)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        let real = RealGit::new(caller()).unwrap();
+        let shelf = t.path().join("shelf");
+        let wait = Duration::from_secs(5);
+        Shelf::new(&real, &shelf, caller())
+            .provision(&host, "seed", wait)
+            .unwrap();
+        let git = Counting(&real, Default::default());
+        let s = Shelf::new(&git, &shelf, caller());
+        let p = s.provision(&host, "b", wait).unwrap();
+        assert_eq!(
+            (p.worktree, p.base.as_deref()),
+            ("created", Some("origin/main"))
+        );
+        let calls = git.1.take();
+        assert_eq!(calls.len(), 10, "{calls:#?}");
+        let p = s.provision(&host, "b", wait).unwrap();
+        assert_eq!(p.worktree, "reused");
+        let calls = git.1.take();
+        let writes = [
+            "config branch.",
+            "remote add",
+            "remote set-url",
+            "worktree add",
+            "update-ref",
+            "worktree prune",
+        ];
+        assert!(
+            !calls
+                .iter()
+                .any(|c| writes.iter().any(|w| c.starts_with(w))),
+            "{calls:#?}"
+        );
+        assert_eq!(calls.len(), 6, "{calls:#?}");
+    }
+
     /// A clone that fails leaves no SHELF/repo behind.
     #[test]
     fn failed_clone_leaves_no_repo() {

@@ -518,6 +518,15 @@ fn prune_forgets_vanished_worktrees() {
         json(&lab.provision("shelf", &host, "kept"))["worktree"],
         "created"
     );
+    // Its path still registered and its branch gone: made anew (git makes
+    // the branch before it refuses the path; the second try uses it).
+    std::fs::remove_dir_all(lab.p("shelf/worktrees/kept")).unwrap();
+    let repo = lab.p("shelf/repo");
+    lab.ok(&repo, &["update-ref", "-d", "refs/heads/kept"]);
+    let d = json(&lab.provision("shelf", &host, "kept"));
+    assert_eq!(d["worktree"], "created");
+    assert_eq!(d["base"], "origin/main");
+    assert!(lab.p("shelf/worktrees/kept/README").exists());
 }
 
 #[test]

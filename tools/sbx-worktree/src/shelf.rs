@@ -272,10 +272,30 @@ impl<'a> Shelf<'a> {
             });
         }
 
+        // The clone's refs when they are the host's already (no fetch).
+        let mut known: Option<Vec<Ref>> = None;
         let repo_state = if repo.join(".git").exists() {
             // Keep origin in step with the host's, then fetch.
             self.set_remote(&repo, &extra, "origin", &source, cfg)?;
-            if !mirror {
+            if mirror || source == host_url {
+                // What a fetch from the host would change, asked first.
+                let local = format!("refs/heads/{branch}");
+                let ours = self.refs(
+                    &repo,
+                    &extra,
+                    &["refs/remotes/origin/", "refs/tags/", &local],
+                )?;
+                let pats: &[&str] = if mirror {
+                    &["refs/remotes/origin/"]
+                } else {
+                    &["refs/heads/", "refs/tags/"]
+                };
+                let theirs = self.refs(&host, &extra, pats)?;
+                if in_step(mirror, &theirs, &ours, cfg) {
+                    known = Some(ours);
+                }
+            }
+            if !mirror && known.is_none() {
                 // The program named, not the remote's (its config is the shelf's).
                 self.must(
                     &repo,
@@ -294,7 +314,7 @@ impl<'a> Shelf<'a> {
             self.set_remote(&repo, &extra, "origin", &source, None)?;
             "cloned"
         };
-        if mirror {
+        if mirror && known.is_none() {
             self.origin_from(&repo, &extra, &host, &host_url)?;
         }
         self.set_remote(&repo, &extra, "host", &host_url, cfg)?;
@@ -314,7 +334,7 @@ impl<'a> Shelf<'a> {
             self.owned_by(&wt, branch)?;
             None
         } else {
-            Some(self.add_worktree(&repo, &wt, &extra, branch)?)
+            Some(self.add_worktree(&repo, &wt, &extra, branch, known.as_deref())?)
         };
         // Upstream is the host: a plain `git push` lands in its checkout
         // (each key written unless the config read above has it so).
@@ -552,6 +572,13 @@ impl<'a> Shelf<'a> {
         r
     }
 
+    /// The refs under `patterns` (for-each-ref's: whole path components).
+    fn refs(&self, cwd: &Path, extra: &[&Path], patterns: &[&str]) -> Result<Vec<Ref>, E> {
+        let mut args = vec!["for-each-ref", REF_FORMAT];
+        args.extend(patterns);
+        Ok(parse_refs(&self.must(cwd, extra, &args)?))
+    }
+
     /// `known`: the clone's config as `check_config` read it (else git is
     /// asked).
     fn set_remote(
@@ -582,12 +609,14 @@ impl<'a> Shelf<'a> {
 
     /// Create the worktree; returns what a new branch started from (None
     /// when the branch already existed in the clone).
+    /// `known`: the clone's refs, if read since the last change.
     fn add_worktree(
         &self,
         repo: &Path,
         wt: &Path,
         extra: &[&Path],
         branch: &str,
+        known: Option<&[Ref]>,
     ) -> Result<Option<String>, E> {
         let wt_s = wt.to_string_lossy().into_owned();
         let local = format!("refs/heads/{branch}");
@@ -595,12 +624,10 @@ impl<'a> Shelf<'a> {
         let head = "refs/remotes/origin/HEAD";
         // The three refs it may start from in one call (a name git refuses
         // in a branch has no glob character; exact names are kept below).
-        let refs = self.must(
-            repo,
-            extra,
-            &["for-each-ref", REF_FORMAT, &local, &remote, head],
-        )?;
-        let refs = parse_refs(&refs);
+        let refs = match known {
+            Some(r) => r.to_vec(),
+            None => self.refs(repo, extra, &[&local, &remote, head])?,
+        };
         let found = |name: &str| refs.iter().find(|r| r.name == name);
         // A commit, or a ref that is not one at first sight: asked of git.
         let commit_of = |name: &str| -> Result<Option<String>, E> {
@@ -837,6 +864,15 @@ impl RepoConfig {
         )
     }
 
+    /// Every value of `key`, in order.
+    pub fn all(&self, key: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_deref().unwrap_or(""))
+            .collect()
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|(k, _)| k.as_str())
     }
@@ -855,9 +891,10 @@ impl RepoConfig {
 /// for-each-ref's fields, NUL-separated (no refname holds one).
 const REF_FORMAT: &str = "--format=%(refname)%00%(objecttype)%00%(objectname)%00%(*objecttype)%00%(*objectname)%00%(symref)";
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Ref {
     name: String,
+    object: String,
     /// The commit it names, itself or through one tag.
     commit: Option<String>,
     symref: String,
@@ -879,11 +916,60 @@ fn parse_refs(text: &str) -> Vec<Ref> {
             .map(str::to_owned);
             Some(Ref {
                 name: name.to_owned(),
+                object: obj.to_owned(),
                 commit,
                 symref: symref.to_owned(),
             })
         })
         .collect()
+}
+
+/// Whether a fetch from the host would change nothing in the clone:
+/// origin's branches are the host's (`theirs`: its branches, or with
+/// `mirror` its origin's, whose HEAD must be the clone's too), and, with
+/// the refspec a clone writes, every tag of the host is here as it is
+/// there (a fetch brings no other; it never removes one).
+fn in_step(mirror: bool, theirs: &[Ref], ours: &[Ref], cfg: Option<&RepoConfig>) -> bool {
+    use std::collections::BTreeSet;
+    const ORIGIN: &str = "refs/remotes/origin/";
+    const HEAD: &str = "refs/remotes/origin/HEAD";
+    let from = if mirror { ORIGIN } else { "refs/heads/" };
+    let a: BTreeSet<(String, &str)> = theirs
+        .iter()
+        .filter(|r| r.name != HEAD)
+        .filter_map(|r| {
+            let n = r.name.strip_prefix(from)?;
+            Some((format!("{ORIGIN}{n}"), r.object.as_str()))
+        })
+        .collect();
+    let b: BTreeSet<(String, &str)> = ours
+        .iter()
+        .filter(|r| r.name.starts_with(ORIGIN) && r.name != HEAD)
+        .map(|r| (r.name.clone(), r.object.as_str()))
+        .collect();
+    if a != b {
+        return false;
+    }
+    if mirror {
+        let head = |v: &[Ref]| {
+            v.iter()
+                .find(|r| r.name == HEAD)
+                .map(|r| r.symref.clone())
+                .filter(|s| !s.is_empty())
+        };
+        return head(theirs).is_some() && head(theirs) == head(ours);
+    }
+    let spec: Vec<&str> = cfg
+        .map(|c| c.all("remote.origin.fetch"))
+        .unwrap_or_default();
+    spec == ["+refs/heads/*:refs/remotes/origin/*"]
+        && theirs
+            .iter()
+            .filter(|t| t.name.starts_with("refs/tags/"))
+            .all(|t| {
+                ours.iter()
+                    .any(|o| o.name == t.name && o.object == t.object)
+            })
 }
 
 fn is_object_name(s: &str) -> bool {
@@ -1252,19 +1338,18 @@ mod tests {
         }
     }
 
-    /// A new worktree on a cloned shelf takes ten git calls (each a
-    /// process; it took 19), and one that is there writes nothing: no
-    /// remote, no upstream, no worktree, no HEAD (all already so).
+    /// A new worktree on a cloned shelf whose refs are the host's takes
+    /// ten git calls and no fetch (it took 19 calls, the fetch four
+    /// processes), and one that is there writes nothing: no remote, no
+    /// upstream, no worktree, no HEAD (all already so). A branch or a tag
+    /// new on the host is fetched.
     #[test]
     fn a_new_worktree_takes_ten_git_calls() {
         use crate::git::RealGit;
         let t = tempfile::tempdir().unwrap();
         let host = t.path().join("host");
         std::fs::create_dir_all(&host).unwrap();
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["commit", "-q", "--allow-empty", "-m", "one"],
-        ] {
+        let sh = |args: &[&str]| {
             let o = std::process::Command::new("git")
                 .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
                 .arg(&host)
@@ -1272,7 +1357,9 @@ mod tests {
                 .output()
                 .unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        }
+        };
+        sh(&["init", "-q", "-b", "main"]);
+        sh(&["commit", "-q", "--allow-empty", "-m", "one"]);
         let real = RealGit::new(caller()).unwrap();
         let shelf = t.path().join("shelf");
         let wait = Duration::from_secs(5);
@@ -1288,10 +1375,12 @@ mod tests {
         );
         let calls = git.1.take();
         assert_eq!(calls.len(), 10, "{calls:#?}");
+        assert!(!calls.iter().any(|c| c.starts_with("fetch")), "{calls:#?}");
         let p = s.provision(&host, "b", wait).unwrap();
         assert_eq!(p.worktree, "reused");
         let calls = git.1.take();
         let writes = [
+            "fetch",
             "config branch.",
             "remote add",
             "remote set-url",
@@ -1305,7 +1394,28 @@ mod tests {
                 .any(|c| writes.iter().any(|w| c.starts_with(w))),
             "{calls:#?}"
         );
-        assert_eq!(calls.len(), 6, "{calls:#?}");
+        assert_eq!(calls.len(), 7, "{calls:#?}");
+
+        // New on the host: a branch, then a tag; each is fetched.
+        sh(&["branch", "f2"]);
+        let p = s.provision(&host, "f2", wait).unwrap();
+        assert_eq!(p.base.as_deref(), Some("origin/f2"));
+        assert!(git.1.take().iter().any(|c| c.starts_with("fetch")));
+        sh(&["tag", "v1"]);
+        s.provision(&host, "f3", wait).unwrap();
+        assert!(git.1.take().iter().any(|c| c.starts_with("fetch")));
+        let o = real
+            .run(
+                &shelf.join("repo"),
+                &[shelf.join("repo")],
+                &[OsStr::new("tag")],
+            )
+            .unwrap();
+        assert_eq!(o.stdout, "v1\n");
+        // A branch gone from the host: fetched (pruned).
+        sh(&["branch", "-D", "f2"]);
+        s.provision(&host, "f4", wait).unwrap();
+        assert!(git.1.take().iter().any(|c| c.starts_with("fetch")));
     }
 
     /// A clone that fails leaves no SHELF/repo behind.

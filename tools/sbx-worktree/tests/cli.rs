@@ -275,6 +275,20 @@ fn existing_branches_and_a_non_main_default() {
     assert!(refs.contains("origin/later"), "{refs}");
     // Reused: still no network.
     assert_eq!(from_host("feat/x")["worktree"], "reused");
+    // What the host fetches later is origin/* at the next provisioning:
+    // a new branch, then a new default (origin/HEAD).
+    lab.ok(&host, &["update-ref", "refs/remotes/origin/newer", &feat]);
+    assert_eq!(from_host("newer")["base"], "origin/newer");
+    lab.ok(
+        &host,
+        &[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/later",
+        ],
+    );
+    assert_eq!(from_host("n2")["base"], "origin/later");
+    assert_eq!(from_host("n3")["base"], "origin/later");
 }
 
 #[test]

@@ -1003,18 +1003,8 @@ fn start_branch(
             Ok(())
         })();
         let _ = std::fs::remove_dir_all(&stage);
-        if pid1 {
-            // Nothing provisioning started outlives it (as with --rm):
-            // kill(-1) as the agent reaches every process of its uid, which
-            // are provisioning's alone yet (the firewall's, running
-            // meanwhile, are root's and sbx-fw's own uid's). The main loop
-            // reaps them: a waitpid(-1) here could take the firewall's.
-            let sweep = ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; exit 0"];
-            let _ = run_as(&agent.creds(), &sweep, &env);
-        }
         r?;
     }
-    mark("reaped");
     let cfg = sbx_core::config::discover_from_env(None)
         .map_err(|e| fail(format!("config: {e}")))?
         .config;
@@ -1023,8 +1013,14 @@ fn start_branch(
     set_mode(&empty, 0o555);
     let pins = b.pins(&cfg.protected_paths(), &empty);
     let points = crate::branch::mount_points(&b.shelf, &pins);
-    if !points.is_empty() {
-        let mut argv = vec!["/bin/sh", "-c", crate::branch::MKPOINTS, "sh"];
+    // Nothing provisioning started outlives it (as with --rm): MKPOINTS'
+    // kill(-1) as the agent reaches every process of its uid, which are
+    // provisioning's alone yet (the firewall's, running meanwhile, are
+    // root's and sbx-fw's own uid's), and not PID 1's tests' machine. The
+    // main loop reaps them: a waitpid(-1) here could take the firewall's.
+    if pid1 || !points.is_empty() {
+        let sweep = if pid1 { "1" } else { "0" };
+        let mut argv = vec!["/bin/sh", "-c", crate::branch::MKPOINTS, "sh", sweep];
         argv.extend(points.iter().map(String::as_str));
         let o = run_as(&agent.creds(), &argv, &env).map_err(fail)?;
         if o.code != Some(0) {

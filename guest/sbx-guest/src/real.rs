@@ -533,6 +533,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let mut exit_hint = None;
     let branch = crate::branch::Branch::from_lookup(|k| std::env::var(k).ok());
     let mut warnings = Vec::new();
+    let mut early_masker = None;
     let provisioned = std::thread::scope(|s| {
         let job = match (&outcome, &branch, &agent) {
             (None, Some(b), Ok(agent)) => Some(s.spawn(move || {
@@ -568,6 +569,15 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             };
         }
         fx.marks.push(("firewall", t0.elapsed()));
+        // Branch mode: the masker's watch (a walk of the workspace, the
+        // host checkout; nothing of the worktree) is set up while
+        // provisioning runs, not after it.
+        if job.is_some() && outcome.is_none() {
+            if let Ok(l) = sbx_core::config::discover_from_env(None) {
+                early_masker = Some(masker_or_warning(paths, &l.config));
+                fx.marks.push(("masker", t0.elapsed()));
+            }
+        }
         job.map(|j| {
             j.join().unwrap_or_else(|_| {
                 let reason = "branch mode: provisioning panicked".to_owned();
@@ -720,13 +730,10 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 .map(|m| m[1])
                 .unwrap_or(0);
             // Secret files created later: masked by bind mounts (SYS_ADMIN).
-            if have & (1 << cap::SYS_ADMIN) != 0 {
-                if let Err(e) = start_masker(paths, &ws_config) {
-                    warnings.push(format!("new secret files are not masked: {e}"));
-                }
-            } else {
-                warnings.push("new secret files are not masked: no CAP_SYS_ADMIN".into());
-            }
+            let masked = early_masker
+                .take()
+                .unwrap_or_else(|| masker_or_warning(paths, &ws_config));
+            warnings.extend(masked);
             let keep: Vec<u32> = [
                 cap::KILL,
                 cap::SETUID,
@@ -925,6 +932,20 @@ fn start_api(
 }
 
 /// Watch the workspace (`SBX_WORKSPACE`) for new secret files.
+/// The masker, when the guest may mount (SYS_ADMIN); else why not.
+fn masker_or_warning(paths: &Paths, cfg: &sbx_core::config::Config) -> Option<String> {
+    use sbx_sys::caps::cap;
+    let have = sbx_sys::caps::cap_masks(std::process::id())
+        .map(|m| m[1])
+        .unwrap_or(0);
+    if have & (1 << cap::SYS_ADMIN) == 0 {
+        return Some("new secret files are not masked: no CAP_SYS_ADMIN".into());
+    }
+    start_masker(paths, cfg)
+        .err()
+        .map(|e| format!("new secret files are not masked: {e}"))
+}
+
 fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let Some(ws) = std::env::var_os("SBX_WORKSPACE").map(PathBuf::from) else {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::WorktreeError as E;
-use crate::git::{Git, Out};
+use crate::git::{Call, Git, Out};
 use crate::lock;
 
 /// Every transport names the program itself: a `remote.<url>.uploadpack`
@@ -151,17 +151,25 @@ impl<'a> Shelf<'a> {
         Err(E::ForeignShelf(self.dir.clone(), m.uid(), self.owner.0))
     }
 
+    /// Read-only calls that need nothing of each other, at once (each a
+    /// process): `(cwd, extra safe paths, args)`; the answers in order.
+    fn git_all(&self, calls: &[(&Path, &[&Path], &[&str])]) -> Result<Vec<Out>, E> {
+        let calls: Vec<Call<'_>> = calls
+            .iter()
+            .map(|(cwd, extra, args)| {
+                (
+                    *cwd,
+                    self.safe(extra),
+                    args.iter().map(OsStr::new).collect(),
+                )
+            })
+            .collect();
+        self.git.run_all(&calls).into_iter().collect()
+    }
+
     fn check_branch(&self, branch: &str) -> Result<(), E> {
-        // `@{-1}` and the like expand: only a name that is itself is taken.
-        let o = self.git(
-            &self.dir_or_root(),
-            &[],
-            &["check-ref-format", "--branch", branch],
-        )?;
-        if !o.ok || o.stdout.trim_end_matches('\n') != branch || branch.starts_with('-') {
-            return Err(E::BadBranch(branch.to_owned()));
-        }
-        Ok(())
+        let o = self.git(&self.dir_or_root(), &[], &check_ref_format(branch))?;
+        judge_branch(branch, &o)
     }
 
     fn dir_or_root(&self) -> PathBuf {
@@ -172,28 +180,12 @@ impl<'a> Shelf<'a> {
         }
     }
 
-    /// The host checkout, validated: a work tree's top level, on a branch,
-    /// with commits.
-    fn check_host(&self, host: &Path) -> Result<PathBuf, E> {
-        if !host.is_dir() {
-            return Err(E::NoHost(host.to_owned()));
-        }
-        let host = host.canonicalize().map_err(|e| E::Io(host.to_owned(), e))?;
+    /// The host checkout (canonical), validated: a work tree's top level,
+    /// on a branch, with commits. `all` answered HOST_CHECK: when all is
+    /// well that is the one call; the separate checks below only say what
+    /// is not.
+    fn judge_host(&self, host: PathBuf, all: &Out) -> Result<PathBuf, E> {
         let extra = [host.as_path(), &host.join(".git")];
-        // One call when all is well (the top level, HEAD on a branch, a
-        // commit there); the separate checks below only to say what is not.
-        let all = self.git(
-            &host,
-            &extra,
-            &[
-                "rev-parse",
-                "--show-toplevel",
-                "--symbolic-full-name",
-                "HEAD",
-                "HEAD^{commit}",
-                "--",
-            ],
-        )?;
         let lines: Vec<&str> = all.stdout.lines().collect();
         if all.ok
             && lines.first().is_some_and(|t| Path::new(t) == host)
@@ -229,11 +221,28 @@ impl<'a> Shelf<'a> {
     pub fn provision(&self, host: &Path, branch: &str, wait: Duration) -> Result<Provisioned, E> {
         // Every check before the first change.
         self.check_owner()?;
-        self.check_branch(branch)?;
-        let host = self.check_host(host)?;
+        if !host.is_dir() {
+            self.check_branch(branch)?;
+            return Err(E::NoHost(host.to_owned()));
+        }
+        let host = host.canonicalize().map_err(|e| E::Io(host.to_owned(), e))?;
         let hosts = [host.as_path(), &host.join(".git")];
+        // The name, the host and its origin asked at once.
+        let name = check_ref_format(branch);
+        let asked = self.git_all(&[
+            (&self.dir_or_root(), &[], &name),
+            (&host, &hosts, HOST_CHECK),
+            (&host, &hosts, &["remote", "get-url", "origin"]),
+        ])?;
+        let [name, all, origin] = <[Out; 3]>::try_from(asked).map_err(|v| {
+            E::Git(
+                "rev-parse".into(),
+                format!("{} answers to 3 calls", v.len()),
+            )
+        })?;
+        judge_branch(branch, &name)?;
+        let host = self.judge_host(host.clone(), &all)?;
         let host_url = format!("file://{}", host.display());
-        let origin = self.git(&host, &hosts, &["remote", "get-url", "origin"])?;
         let has_origin = origin.ok && !origin.stdout.trim().is_empty();
         let source = if has_origin {
             origin.stdout.trim().to_owned()
@@ -280,17 +289,30 @@ impl<'a> Shelf<'a> {
             if mirror || source == host_url {
                 // What a fetch from the host would change, asked first.
                 let local = format!("refs/heads/{branch}");
-                let ours = self.refs(
-                    &repo,
-                    &extra,
-                    &["refs/remotes/origin/", "refs/tags/", &local],
-                )?;
-                let pats: &[&str] = if mirror {
-                    &["refs/remotes/origin/"]
-                } else {
-                    &["refs/heads/", "refs/tags/"]
-                };
-                let theirs = self.refs(&host, &extra, pats)?;
+                let mut a = vec![
+                    "for-each-ref",
+                    REF_FORMAT,
+                    "refs/remotes/origin/",
+                    "refs/tags/",
+                ];
+                a.push(&local);
+                let mut b = vec!["for-each-ref", REF_FORMAT, "refs/remotes/origin/"];
+                if !mirror {
+                    b = vec!["for-each-ref", REF_FORMAT, "refs/heads/", "refs/tags/"];
+                }
+                let both = self.git_all(&[(&repo, &extra, &a), (&host, &extra, &b)])?;
+                let [ours, theirs] = <[Out; 2]>::try_from(both).map_err(|v| {
+                    E::Git(
+                        "for-each-ref".into(),
+                        format!("{} answers to 2 calls", v.len()),
+                    )
+                })?;
+                for (o, args) in [(&ours, &a), (&theirs, &b)] {
+                    if !o.ok {
+                        return Err(git_failed(args, o));
+                    }
+                }
+                let (ours, theirs) = (parse_refs(&ours.stdout), parse_refs(&theirs.stdout));
                 if in_step(mirror, &theirs, &ours, cfg) {
                     known = Some(ours);
                 }
@@ -845,6 +867,29 @@ impl<'a> Shelf<'a> {
     }
 }
 
+/// The host checkout's one call when all is well: its top level, HEAD's
+/// branch, and a commit there (`--`: a file named HEAD is no matter).
+const HOST_CHECK: &[&str] = &[
+    "rev-parse",
+    "--show-toplevel",
+    "--symbolic-full-name",
+    "HEAD",
+    "HEAD^{commit}",
+    "--",
+];
+
+fn check_ref_format(branch: &str) -> [&str; 3] {
+    ["check-ref-format", "--branch", branch]
+}
+
+/// `@{-1}` and the like expand: only a name that is itself is taken.
+fn judge_branch(branch: &str, o: &Out) -> Result<(), E> {
+    if !o.ok || o.stdout.trim_end_matches('\n') != branch || branch.starts_with('-') {
+        return Err(E::BadBranch(branch.to_owned()));
+    }
+    Ok(())
+}
+
 /// A shelf clone's config as `git config --list -z` printed it: (key,
 /// value) in file order, a key without `=` having no value.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -1166,7 +1211,15 @@ mod tests {
         let r = s.provision(t.path(), "bad..name", Duration::from_secs(1));
         assert!(matches!(r, Err(E::BadBranch(_))), "{r:?}");
         assert!(!shelf.exists());
-        assert_eq!(git.calls.borrow().len(), 1);
+        // Only the questions asked at once with the name's (read-only).
+        let calls = git.calls.borrow();
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert!(calls[0].starts_with("check-ref-format"), "{calls:?}");
+        assert!(
+            calls[1].starts_with("rev-parse --show-toplevel"),
+            "{calls:?}"
+        );
+        assert!(calls[2].starts_with("remote get-url"), "{calls:?}");
     }
 
     /// `@{-1}` expands to another name: refused though git says ok.

@@ -996,7 +996,7 @@ fn start_branch(
     let env = config::agent_env(base, agent, "sbx-worktree");
     // Every start, so a name that maps to another branch's directory is
     // refused; a worktree that exists is only checked (--keep-existing).
-    {
+    let stage = {
         // Root's, 0711: the agent's git can run the copy, nobody can list
         // or read it, and it is gone before anything else starts.
         let stage = PathBuf::from(format!("/run/sbx-git.{}", std::process::id()));
@@ -1023,9 +1023,34 @@ fn start_branch(
             }
             Ok(())
         })();
-        let _ = std::fs::remove_dir_all(&stage);
+        if r.is_err() {
+            let _ = std::fs::remove_dir_all(&stage);
+        }
         r?;
-    }
+        stage
+    };
+    // The staged git is removed while the pins are made (each takes a few
+    // milliseconds); gone before this returns.
+    std::thread::scope(|s| {
+        let gone = s.spawn(|| {
+            let _ = std::fs::remove_dir_all(&stage);
+        });
+        let r = pin(paths, b, agent, pid1, &env, &fail, mark);
+        let _ = gone.join();
+        r
+    })
+}
+
+/// The pins of `start_branch`, after a sweep of what provisioning left.
+fn pin(
+    paths: &Paths,
+    b: &crate::branch::Branch,
+    agent: &Agent,
+    pid1: bool,
+    env: &[(OsString, OsString)],
+    fail: &dyn Fn(String) -> crate::branch::Failed,
+    mark: &mut dyn FnMut(&'static str),
+) -> Result<(), crate::branch::Failed> {
     let cfg = sbx_core::config::discover_from_env(None)
         .map_err(|e| fail(format!("config: {e}")))?
         .config;
@@ -1043,7 +1068,7 @@ fn start_branch(
         let sweep = if pid1 { "1" } else { "0" };
         let mut argv = vec!["/bin/sh", "-c", crate::branch::MKPOINTS, "sh", sweep];
         argv.extend(points.iter().map(String::as_str));
-        let o = run_as(&agent.creds(), &argv, &env).map_err(fail)?;
+        let o = run_as(&agent.creds(), &argv, env).map_err(fail)?;
         if o.code != Some(0) {
             return Err(fail(format!(
                 "cannot make the mount points of the protected paths: {}",

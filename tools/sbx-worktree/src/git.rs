@@ -187,11 +187,28 @@ pub struct RealGit {
 /// `git` is that copy: `dir/git` and `dir/exec`.
 pub fn stage_private_git(real: &Path, dir: &Path) -> Result<(PathBuf, PathBuf), WorktreeError> {
     let io = |p: &Path, e| WorktreeError::Io(p.to_owned(), e);
+    let no_git = |e| WorktreeError::NoGit(real.display().to_string(), e);
+    // Its exec-path asked while the copy is made (each takes milliseconds).
+    let ask = Command::new(real)
+        .arg("--exec-path")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(no_git)?;
     let copy = dir.join("git");
-    std::fs::copy(real, &copy).map_err(|e| io(&copy, e))?;
+    let copied = std::fs::copy(real, &copy).map_err(|e| io(&copy, e));
+    let o = ask.wait_with_output().map_err(no_git)?;
+    copied?;
     set_mode(&copy, 0o711)?;
+    let from = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim_end());
+    if !o.status.success() || !from.is_absolute() {
+        return Err(no_git(std::io::Error::other("no exec-path")));
+    }
     let ep = dir.join("exec");
-    mirror_exec_path(real, &ep, &copy)?;
+    mirror_exec_path(&from, &ep, &copy)?;
     Ok((copy, ep))
 }
 
@@ -334,31 +351,17 @@ fn which(name: &str) -> Option<PathBuf> {
 /// first directory is the exec-path): the mirror keeps a link for these.
 const DASHED: &[&str] = &["git-upload-pack", "git-receive-pack", "git-upload-archive"];
 
-/// A copy of the real git's exec-path in which every name that leads to
+/// A copy of the real git's exec-path `from` in which every name that leads to
 /// `git` (the guard, in the image) leads to `git_copy`; the rest (scripts,
 /// remote helpers) are links to the originals, which find `git` through
 /// the exec-path git puts first on PATH.
-fn mirror_exec_path(real: &Path, to: &Path, git_copy: &Path) -> Result<(), WorktreeError> {
+fn mirror_exec_path(from: &Path, to: &Path, git_copy: &Path) -> Result<(), WorktreeError> {
     let io = |p: &Path, e| WorktreeError::Io(p.to_owned(), e);
-    let o = Command::new(real)
-        .arg("--exec-path")
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| WorktreeError::NoGit(real.display().to_string(), e))?;
-    let from = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim_end());
-    if !o.status.success() || !from.is_absolute() {
-        return Err(WorktreeError::NoGit(
-            real.display().to_string(),
-            std::io::Error::other("no exec-path"),
-        ));
-    }
     std::fs::create_dir(to).map_err(|e| io(to, e))?;
     let guard = std::fs::canonicalize(from.join("git")).ok();
     std::os::unix::fs::symlink(git_copy, to.join("git")).map_err(|e| io(to, e))?;
-    for e in std::fs::read_dir(&from).map_err(|e| io(&from, e))? {
-        let e = e.map_err(|e| io(&from, e))?;
+    for e in std::fs::read_dir(from).map_err(|e| io(from, e))? {
+        let e = e.map_err(|e| io(from, e))?;
         let name = e.file_name();
         if name == "git" {
             continue;

@@ -1,9 +1,10 @@
 //! Branch mode (`SBX_BRANCH`, set by `sbx-run start --branch`): the
 //! branch's worktree on the repo shelf is provisioned inside the sandbox's
-//! own start, after egress is blocked and before the firewall, the host
-//! API or any agent process: no second container. sbx-worktree runs as
-//! the agent (no capabilities, no_new_privs) with a private copy of the
-//! real git that root stages here, execute-only, and removes right after.
+//! own start, after egress is blocked, on a thread while the firewall
+//! comes up (it is local: file:// only), and before the host API or any
+//! agent process: no second container. sbx-worktree runs as the agent (no
+//! capabilities, no_new_privs) with a private copy of the real git that
+//! root stages here, execute-only, and removes right after.
 //! Then the host's hooks and protected paths (as this sandbox sees them
 //! under /workspace) are pinned read-only over the shelf's, on mount
 //! points the agent owns, opened without following a symlink (the shelf
@@ -106,27 +107,53 @@ pub fn failure(branch: &str, code: Option<i32>, stderr: &str) -> Failed {
     }
 }
 
-/// The mount point a pin needs, made by the agent (`mkdir -p`; a file
-/// for a file), so what the volume keeps after the sandbox is the agent's
-/// to remove: `d:PATH` or `f:PATH` arguments for `MKPOINTS`.
+/// The mount points the pins need, made by the agent (so what the volume
+/// keeps after the sandbox is the agent's to remove), as the arguments of
+/// `MKPOINTS` after its `sweep` one: the count of files, the files, then
+/// the directories (a file's parent among them).
 pub fn mount_points(shelf: &Path, pins: &[(PathBuf, PathBuf)]) -> Vec<String> {
-    pins.iter()
+    let missing: Vec<(bool, PathBuf)> = pins
+        .iter()
         .filter(|(_, rel)| std::fs::symlink_metadata(shelf.join(rel)).is_err())
-        .map(|(src, rel)| {
-            let kind = if src.is_dir() { "d" } else { "f" };
-            format!("{kind}:{}", shelf.join(rel).display())
-        })
-        .collect()
+        .map(|(src, rel)| (src.is_dir(), shelf.join(rel)))
+        .collect();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    let files: Vec<&PathBuf> = missing.iter().filter(|(d, _)| !d).map(|(_, p)| p).collect();
+    let mut dirs: Vec<&Path> = missing
+        .iter()
+        .filter(|(d, _)| *d)
+        .map(|(_, p)| p.as_path())
+        .collect();
+    dirs.extend(files.iter().filter_map(|f| f.parent()));
+    let mut v = vec![files.len().to_string()];
+    v.extend(files.iter().map(|p| p.to_string_lossy().into_owned()));
+    v.extend(dirs.iter().map(|p| p.to_string_lossy().into_owned()));
+    v
 }
 
-/// A shell script over `d:`/`f:` arguments (no word of it comes from them).
-pub const MKPOINTS: &str = r#"set -e
+/// A shell script run as the agent once provisioning is done: with `1`
+/// first, kill(-1) (every other process of the agent's uid: whatever
+/// provisioning left); then `mount_points`' arguments: every directory
+/// in one `mkdir -p`, each file with the shell's own `: >` (no word of the
+/// script comes from the arguments).
+pub const MKPOINTS: &str = r#"[ "$1" = 1 ] && { kill -9 -1 2>/dev/null || :; }
+shift
+[ "$#" -gt 0 ] || exit 0
+set -e
+m=$1
+shift
+i=0
 for a; do
-  p=${a#?:}
-  case $a in
-    d:*) mkdir -p -- "$p" ;;
-    f:*) mkdir -p -- "$(dirname -- "$p")"; [ -e "$p" ] || : > "$p" ;;
-  esac
+  if [ "$i" = 0 ]; then
+    j=0
+    while [ "$j" -lt "$m" ]; do shift; j=$((j+1)); done
+    [ "$#" = 0 ] || mkdir -p -- "$@"
+  fi
+  i=$((i+1))
+  [ "$i" -le "$m" ] || break
+  [ -e "$a" ] || : > "$a"
 done"#;
 
 #[cfg(test)]
@@ -174,6 +201,46 @@ mod tests {
             "worktrees/feat__x__y/.agent-precommit/user-context.json".into()
         )));
         assert!(!p.iter().any(|(_, d)| d.ends_with(".husky")));
+    }
+
+    /// One `mkdir -p` and the shell's own `: >`: directories, files and
+    /// their parents, names with spaces and shell words taken as names.
+    #[test]
+    fn mount_points_are_made_by_one_script() {
+        let t = tempfile::tempdir().unwrap();
+        let shelf = t.path().join("shelf");
+        let src_dir = t.path().join("d");
+        let src_file = t.path().join("f");
+        std::fs::create_dir_all(&src_dir).unwrap();
+        std::fs::write(&src_file, "").unwrap();
+        std::fs::create_dir_all(shelf.join("wt/there")).unwrap();
+        let pins = vec![
+            (src_dir.clone(), PathBuf::from("wt/.agent sandbox")),
+            (src_file.clone(), PathBuf::from("wt/$(touch x)/ctx.json")),
+            (src_file.clone(), PathBuf::from("wt/a b/c/f; touch y")),
+            (src_dir.clone(), PathBuf::from("wt/there")),
+        ];
+        let args = mount_points(&shelf, &pins);
+        assert_eq!(args[0], "2", "{args:?}");
+        assert_eq!(args.len(), 1 + 2 + 3, "{args:?}");
+        let o = std::process::Command::new("/bin/sh")
+            .args(["-c", MKPOINTS, "sh", "0"])
+            .args(&args)
+            .current_dir(t.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(shelf.join("wt/.agent sandbox").is_dir());
+        assert!(shelf.join("wt/$(touch x)/ctx.json").is_file());
+        assert!(shelf.join("wt/a b/c/f; touch y").is_file());
+        assert!(!t.path().join("x").exists() && !t.path().join("y").exists());
+        assert!(mount_points(&shelf, &pins).is_empty());
+        // Nothing to make: the script only sweeps (here not even that).
+        let o = std::process::Command::new("/bin/sh")
+            .args(["-c", MKPOINTS, "sh", "0"])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
     }
 
     #[test]

@@ -99,12 +99,13 @@ const AFTER_HELP: &str = "\
 Start order (each step fails closed: the agent's command never starts on an
 unfiltered network, egress stays blocked, the reason is in the status):
   1. OUTPUT/INPUT DROP in both families (the iptables backend sbx-fw uses)
-  2. the audit sink on /run/sbx-audit/audit.sock; in branch mode
-     (SBX_BRANCH) the branch's worktree on /repo-shelf, provisioned by
-     sbx-worktree as the agent, and the host's hooks and protected paths
-     pinned read-only over the shelf's
+  2. the audit sink on /run/sbx-audit/audit.sock
   3. sbx-fw init, then sbx-fw verify (a blocked target that answers fails
-     the start; an allowlisted host that cannot be reached is a warning)
+     the start; an allowlisted host that cannot be reached is a warning);
+     meanwhile, in branch mode (SBX_BRANCH), the branch's worktree on
+     /repo-shelf, provisioned by sbx-worktree as the agent (file:// only),
+     and the host's hooks and protected paths pinned read-only over the
+     shelf's; a failure of either blocks egress again
   4. the marker /.agent-sandbox, supervised services, then COMMAND as the
      agent user with every capability set empty and no_new_privs
 

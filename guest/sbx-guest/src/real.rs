@@ -526,52 +526,90 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let services = config::load(&paths.config);
     fx.marks.push(("sink", t0.elapsed()));
 
-    // 2b. Branch mode: the branch's worktree, before the firewall opens
-    // anything and before any agent process or the host API.
+    // 2b-4. Branch mode's worktree on a thread while the firewall comes
+    // up: provisioning is local (the shelf's clone, file:// only, as the
+    // agent), nothing of the agent's starts before both are done, and
+    // either failing fails the start with egress blocked.
     let mut exit_hint = None;
     let branch = crate::branch::Branch::from_lookup(|k| std::env::var(k).ok());
-    if let (None, Some(b), Ok(agent)) = (&outcome, &branch, &agent) {
-        match start_branch(paths, b, agent, pid1, &mut |m| {
-            fx.marks.push((m, t0.elapsed()))
-        }) {
+    let mut warnings = Vec::new();
+    let mut early_masker = None;
+    let provisioned = std::thread::scope(|s| {
+        let job = match (&outcome, &branch, &agent) {
+            (None, Some(b), Ok(agent)) => Some(s.spawn(move || {
+                let mut marks = Vec::new();
+                let r = start_branch(paths, b, agent, pid1, &mut |m| {
+                    marks.push((m, t0.elapsed()))
+                });
+                marks.push(("branch", t0.elapsed()));
+                (r, marks)
+            })),
+            _ => None,
+        };
+        // 3-4. Firewall, verify, marker (the pre-block above is repeated
+        // inside `firewall` only in tests; here it has run).
+        if outcome.is_none() {
+            outcome = match (&agent, &services) {
+                (Err(e), _) => Some(e.to_string()),
+                (_, Err(e)) => Some(e.to_string()),
+                _ => match boot::firewall(&mut AlreadyBlocked(&mut fx)) {
+                    boot::Outcome::Ready { warnings: w } => {
+                        warnings = w;
+                        None
+                    }
+                    boot::Outcome::Unhealthy(r) => {
+                        // Whatever sbx-fw left (a leaking set of rules, a half
+                        // init) is replaced by the full block again.
+                        if let Err(e) = fx.block_egress() {
+                            eprintln!("sbx-guest: cannot re-block egress: {e}");
+                        }
+                        Some(r)
+                    }
+                },
+            };
+        }
+        fx.marks.push(("firewall", t0.elapsed()));
+        // Branch mode: the masker's watch (a walk of the workspace, the
+        // host checkout; nothing of the worktree) is set up while
+        // provisioning runs, not after it.
+        if job.is_some() && outcome.is_none() {
+            if let Ok(l) = sbx_core::config::discover_from_env(None) {
+                early_masker = Some(masker_or_warning(paths, &l.config));
+                fx.marks.push(("masker", t0.elapsed()));
+            }
+        }
+        job.map(|j| {
+            j.join().unwrap_or_else(|_| {
+                let reason = "branch mode: provisioning panicked".to_owned();
+                (Err(crate::branch::Failed { reason, exit: 70 }), Vec::new())
+            })
+        })
+    });
+    if let (Some((r, marks)), Some(b)) = (provisioned, &branch) {
+        fx.marks.extend(marks);
+        fx.marks.sort_by_key(|(_, t)| *t);
+        match r {
             // The agent's command and every exec start in the worktree.
             Ok(()) => {
-                if let Err(e) = std::env::set_current_dir(b.worktree()) {
-                    outcome = Some(format!("{}: {e}", b.worktree().display()));
+                if outcome.is_none() {
+                    if let Err(e) = std::env::set_current_dir(b.worktree()) {
+                        outcome = Some(format!("{}: {e}", b.worktree().display()));
+                    }
                 }
             }
             Err(f) => {
+                // The firewall opened meanwhile: closed again. Its own
+                // failure has re-blocked already.
+                if outcome.is_none() {
+                    if let Err(e) = fx.block_egress() {
+                        eprintln!("sbx-guest: cannot re-block egress: {e}");
+                    }
+                }
                 outcome = Some(f.reason);
                 exit_hint = Some(f.exit);
             }
         }
-        fx.marks.push(("branch", t0.elapsed()));
     }
-
-    // 3-4. Firewall, verify, marker (the pre-block above is repeated inside
-    // `firewall` only in tests; here it has run).
-    let mut warnings = Vec::new();
-    if outcome.is_none() {
-        outcome = match (&agent, &services) {
-            (Err(e), _) => Some(e.to_string()),
-            (_, Err(e)) => Some(e.to_string()),
-            _ => match boot::firewall(&mut AlreadyBlocked(&mut fx)) {
-                boot::Outcome::Ready { warnings: w } => {
-                    warnings = w;
-                    None
-                }
-                boot::Outcome::Unhealthy(r) => {
-                    // Whatever sbx-fw left (a leaking set of rules, a half
-                    // init) is replaced by the full block again.
-                    if let Err(e) = fx.block_egress() {
-                        eprintln!("sbx-guest: cannot re-block egress: {e}");
-                    }
-                    Some(r)
-                }
-            },
-        };
-    }
-    fx.marks.push(("firewall", t0.elapsed()));
     let audit =
         |op: &str, target: &str, result: AuditOutcome, policy: &str, reason: Option<String>| {
             if let Some(l) = &log {
@@ -692,13 +730,10 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 .map(|m| m[1])
                 .unwrap_or(0);
             // Secret files created later: masked by bind mounts (SYS_ADMIN).
-            if have & (1 << cap::SYS_ADMIN) != 0 {
-                if let Err(e) = start_masker(paths, &ws_config) {
-                    warnings.push(format!("new secret files are not masked: {e}"));
-                }
-            } else {
-                warnings.push("new secret files are not masked: no CAP_SYS_ADMIN".into());
-            }
+            let masked = early_masker
+                .take()
+                .unwrap_or_else(|| masker_or_warning(paths, &ws_config));
+            warnings.extend(masked);
             let keep: Vec<u32> = [
                 cap::KILL,
                 cap::SETUID,
@@ -897,6 +932,20 @@ fn start_api(
 }
 
 /// Watch the workspace (`SBX_WORKSPACE`) for new secret files.
+/// The masker, when the guest may mount (SYS_ADMIN); else why not.
+fn masker_or_warning(paths: &Paths, cfg: &sbx_core::config::Config) -> Option<String> {
+    use sbx_sys::caps::cap;
+    let have = sbx_sys::caps::cap_masks(std::process::id())
+        .map(|m| m[1])
+        .unwrap_or(0);
+    if have & (1 << cap::SYS_ADMIN) == 0 {
+        return Some("new secret files are not masked: no CAP_SYS_ADMIN".into());
+    }
+    start_masker(paths, cfg)
+        .err()
+        .map(|e| format!("new secret files are not masked: {e}"))
+}
+
 fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let Some(ws) = std::env::var_os("SBX_WORKSPACE").map(PathBuf::from) else {
@@ -947,7 +996,7 @@ fn start_branch(
     let env = config::agent_env(base, agent, "sbx-worktree");
     // Every start, so a name that maps to another branch's directory is
     // refused; a worktree that exists is only checked (--keep-existing).
-    {
+    let stage = {
         // Root's, 0711: the agent's git can run the copy, nobody can list
         // or read it, and it is gone before anything else starts.
         let stage = PathBuf::from(format!("/run/sbx-git.{}", std::process::id()));
@@ -974,15 +1023,34 @@ fn start_branch(
             }
             Ok(())
         })();
-        let _ = std::fs::remove_dir_all(&stage);
-        if pid1 {
-            // Nothing provisioning started outlives it (as with --rm).
-            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-            let _ = reap_all();
+        if r.is_err() {
+            let _ = std::fs::remove_dir_all(&stage);
         }
         r?;
-    }
-    mark("reaped");
+        stage
+    };
+    // The staged git is removed while the pins are made (each takes a few
+    // milliseconds); gone before this returns.
+    std::thread::scope(|s| {
+        let gone = s.spawn(|| {
+            let _ = std::fs::remove_dir_all(&stage);
+        });
+        let r = pin(paths, b, agent, pid1, &env, &fail, mark);
+        let _ = gone.join();
+        r
+    })
+}
+
+/// The pins of `start_branch`, after a sweep of what provisioning left.
+fn pin(
+    paths: &Paths,
+    b: &crate::branch::Branch,
+    agent: &Agent,
+    pid1: bool,
+    env: &[(OsString, OsString)],
+    fail: &dyn Fn(String) -> crate::branch::Failed,
+    mark: &mut dyn FnMut(&'static str),
+) -> Result<(), crate::branch::Failed> {
     let cfg = sbx_core::config::discover_from_env(None)
         .map_err(|e| fail(format!("config: {e}")))?
         .config;
@@ -991,10 +1059,16 @@ fn start_branch(
     set_mode(&empty, 0o555);
     let pins = b.pins(&cfg.protected_paths(), &empty);
     let points = crate::branch::mount_points(&b.shelf, &pins);
-    if !points.is_empty() {
-        let mut argv = vec!["/bin/sh", "-c", crate::branch::MKPOINTS, "sh"];
+    // Nothing provisioning started outlives it (as with --rm): MKPOINTS'
+    // kill(-1) as the agent reaches every process of its uid, which are
+    // provisioning's alone yet (the firewall's, running meanwhile, are
+    // root's and sbx-fw's own uid's), and not PID 1's tests' machine. The
+    // main loop reaps them: a waitpid(-1) here could take the firewall's.
+    if pid1 || !points.is_empty() {
+        let sweep = if pid1 { "1" } else { "0" };
+        let mut argv = vec!["/bin/sh", "-c", crate::branch::MKPOINTS, "sh", sweep];
         argv.extend(points.iter().map(String::as_str));
-        let o = run_as(&agent.creds(), &argv, &env).map_err(fail)?;
+        let o = run_as(&agent.creds(), &argv, env).map_err(fail)?;
         if o.code != Some(0) {
             return Err(fail(format!(
                 "cannot make the mount points of the protected paths: {}",

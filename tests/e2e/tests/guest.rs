@@ -281,6 +281,136 @@ fn a_missing_or_failing_firewall_keeps_egress_blocked_and_reports_why() {
     }
 }
 
+/// A branch-mode sandbox (SBX_BRANCH) on a host checkout of one commit
+/// (detached when asked) and an empty shelf, both the agent's.
+fn branch_sandbox(tag: &str, image: &str, detach: bool) -> (tempfile::TempDir, Sandbox) {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let app = dir.path().join("app");
+    let shelf = dir.path().join("shelf");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&shelf).unwrap();
+    let git = |args: &[&str]| {
+        sh(Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+            .arg(&app)
+            .args(args))
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(app.join("README"), "hi\n").unwrap();
+    git(&["add", "README"]);
+    git(&["commit", "-qm", "one"]);
+    if detach {
+        git(&["checkout", "-q", "--detach"]);
+    }
+    sh(Command::new("chown")
+        .arg("-R")
+        .arg("1000:1000")
+        .arg(dir.path()));
+    let s = Sandbox::run_with(
+        tag,
+        image,
+        &[
+            "--env".into(),
+            "SBX_BRANCH=feat".into(),
+            "--env".into(),
+            "SBX_WORKSPACE=/workspace/app".into(),
+            "--mount".into(),
+            format!("type=bind,source={},target=/workspace/app", app.display()),
+            "--mount".into(),
+            format!("type=bind,source={},target=/repo-shelf", shelf.display()),
+        ],
+        &["sleep", "infinity"],
+    );
+    (dir, s)
+}
+
+/// Branch mode provisions on a thread while the firewall comes up: either
+/// failing fails the start, the command never runs and egress is blocked.
+/// A detached host fails provisioning after the firewall opened (its sets
+/// are there): the block-everything rules are back. A failing sbx-fw with
+/// a provisioning that succeeds: blocked too, the worktree made.
+#[test]
+fn a_branch_start_fails_closed_when_either_half_fails() {
+    let Some(img) = image() else { return };
+    let badfw = Derived::build(
+        &img,
+        "brbadfw",
+        "RUN printf '#!/bin/sh\\necho boom >&2\\nexit 3\\n' > /usr/local/bin/sbx-fw",
+        None,
+    );
+    for (tag, image, detach, want) in [
+        ("brdetached", img.as_str(), true, "HEAD is detached"),
+        (
+            "brfw",
+            badfw.0.as_str(),
+            false,
+            "sbx-fw init failed (exit 3): boom",
+        ),
+    ] {
+        let (dir, s) = branch_sandbox(tag, image, detach);
+        let log = s.wait_for("sbx-guest: unhealthy:");
+        assert!(log.contains(want), "{tag}: {log}");
+        let st = s.status();
+        assert_eq!(st["state"], "unhealthy", "{tag}: {st}");
+        assert!(st["reason"].as_str().unwrap().contains(want), "{tag}: {st}");
+        let ps = text(&s.exec("0", "ps -eo user,comm"));
+        assert!(!ps.contains("sleep"), "{tag}: the command ran: {ps}");
+        // The block-everything rules alone (sbx-fw's would be more).
+        let rules = text(&s.exec(
+            "0",
+            "iptables-legacy -S OUTPUT 2>/dev/null || iptables -S OUTPUT",
+        ));
+        assert!(rules.contains("-P OUTPUT DROP"), "{tag}: {rules}");
+        assert_eq!(
+            rules.lines().filter(|l| l.starts_with("-A OUTPUT")).count(),
+            6,
+            "{tag}: {rules}"
+        );
+        let gw = text(&s.exec("0", "ip route | awk '/default/ {print $3}'"));
+        let probe = s.exec(
+            "1000",
+            &format!(
+                "timeout 3 bash -c 'exec 3<>/dev/tcp/{}/9' && echo OPEN || echo CLOSED",
+                gw.trim()
+            ),
+        );
+        assert!(text(&probe).contains("CLOSED"), "{tag}: {}", text(&probe));
+        if detach {
+            // The firewall had come up meanwhile: its sets are there.
+            let sets = text(&s.exec("0", "ipset -n list"));
+            assert!(
+                !sets.trim().is_empty(),
+                "{tag}: no sets: the firewall never ran"
+            );
+        } else {
+            // Provisioning ran to its end meanwhile.
+            assert!(
+                dir.path().join("shelf/worktrees/feat/README").exists(),
+                "{tag}"
+            );
+        }
+    }
+}
+
+/// Branch mode sets the masker up while provisioning runs: a secret file
+/// the host creates in the workspace after the start is unreadable to the
+/// agent, and the agent starts in the worktree.
+#[test]
+fn a_branch_start_masks_secret_files_that_appear_later() {
+    let Some(img) = image() else { return };
+    let (dir, s) = branch_sandbox("brmask", &img, false);
+    s.wait_for("sbx-guest: ready");
+    std::fs::write(dir.path().join("app/.env"), "API_KEY=hunter2\n").unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let out = text(&s.exec("1000", "cat /workspace/app/.env"));
+    assert!(
+        !out.contains("hunter2"),
+        "a late secret was readable: {out}"
+    );
+    let cwd = text(&s.exec("0", "readlink /proc/1/cwd"));
+    assert_eq!(cwd.trim(), "/repo-shelf/worktrees/feat");
+}
+
 #[test]
 fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
     let Some(img) = image() else { return };

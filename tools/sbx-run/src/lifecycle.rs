@@ -222,7 +222,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     }
     for (v, exists) in s.volumes.iter().zip(volumes) {
         if !exists? {
-            docker::output(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
+            docker::create_volume(&v.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
     }
     // The holder is kept while its spec (ports, image, bridge) is current.

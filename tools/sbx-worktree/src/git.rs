@@ -37,7 +37,18 @@ pub trait Git {
         env: &[(&str, &OsStr)],
         args: &[&OsStr],
     ) -> Result<Out, WorktreeError>;
+    /// Read-only calls that need nothing of each other, at once where the
+    /// implementation can; the answers in order.
+    fn run_all(&self, calls: &[Call<'_>]) -> Vec<Result<Out, WorktreeError>> {
+        calls
+            .iter()
+            .map(|(cwd, safe, args)| self.run(cwd, safe, args))
+            .collect()
+    }
 }
+
+/// One call of `Git::run_all`: cwd, safe paths, arguments.
+pub type Call<'a> = (&'a Path, Vec<PathBuf>, Vec<&'a OsStr>);
 
 /// Where the sandbox image keeps the real git (base-image/Dockerfile).
 pub const SANDBOX_REAL_GIT: &str = "/usr/libexec/sbx/git";
@@ -176,11 +187,28 @@ pub struct RealGit {
 /// `git` is that copy: `dir/git` and `dir/exec`.
 pub fn stage_private_git(real: &Path, dir: &Path) -> Result<(PathBuf, PathBuf), WorktreeError> {
     let io = |p: &Path, e| WorktreeError::Io(p.to_owned(), e);
+    let no_git = |e| WorktreeError::NoGit(real.display().to_string(), e);
+    // Its exec-path asked while the copy is made (each takes milliseconds).
+    let ask = Command::new(real)
+        .arg("--exec-path")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(no_git)?;
     let copy = dir.join("git");
-    std::fs::copy(real, &copy).map_err(|e| io(&copy, e))?;
+    let copied = std::fs::copy(real, &copy).map_err(|e| io(&copy, e));
+    let o = ask.wait_with_output().map_err(no_git)?;
+    copied?;
     set_mode(&copy, 0o711)?;
+    let from = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim_end());
+    if !o.status.success() || !from.is_absolute() {
+        return Err(no_git(std::io::Error::other("no exec-path")));
+    }
     let ep = dir.join("exec");
-    mirror_exec_path(real, &ep, &copy)?;
+    mirror_exec_path(&from, &ep, &copy)?;
     Ok((copy, ep))
 }
 
@@ -252,7 +280,11 @@ impl RealGit {
     /// the owner; `safe` goes into a private global config, so the
     /// upload-pack of a local clone (which git starts without `-c`) has it.
     pub fn command(&self, safe: &[PathBuf]) -> Result<Command, WorktreeError> {
-        let home = self.dir.path().join("home");
+        self.write_global(safe)?;
+        Ok(self.build(safe))
+    }
+
+    fn write_global(&self, safe: &[PathBuf]) -> Result<(), WorktreeError> {
         let global = self.dir.path().join("gitconfig");
         let mut text = String::from("[safe]\n");
         for s in safe {
@@ -262,7 +294,13 @@ impl RealGit {
             ));
         }
         std::fs::write(&global, text).map_err(|e| WorktreeError::Io(global.clone(), e))?;
-        set_mode(&global, 0o644)?;
+        set_mode(&global, 0o644)
+    }
+
+    /// The command, with the global config as last written.
+    fn build(&self, safe: &[PathBuf]) -> Command {
+        let home = self.dir.path().join("home");
+        let global = self.dir.path().join("gitconfig");
         let mut c = Command::new(&self.program);
         c.env_clear()
             .env("PATH", &self.path)
@@ -287,7 +325,7 @@ impl RealGit {
             c.uid(u).gid(g);
         }
         c.current_dir("/").stdin(Stdio::null());
-        Ok(c)
+        c
     }
 }
 
@@ -313,31 +351,17 @@ fn which(name: &str) -> Option<PathBuf> {
 /// first directory is the exec-path): the mirror keeps a link for these.
 const DASHED: &[&str] = &["git-upload-pack", "git-receive-pack", "git-upload-archive"];
 
-/// A copy of the real git's exec-path in which every name that leads to
+/// A copy of the real git's exec-path `from` in which every name that leads to
 /// `git` (the guard, in the image) leads to `git_copy`; the rest (scripts,
 /// remote helpers) are links to the originals, which find `git` through
 /// the exec-path git puts first on PATH.
-fn mirror_exec_path(real: &Path, to: &Path, git_copy: &Path) -> Result<(), WorktreeError> {
+fn mirror_exec_path(from: &Path, to: &Path, git_copy: &Path) -> Result<(), WorktreeError> {
     let io = |p: &Path, e| WorktreeError::Io(p.to_owned(), e);
-    let o = Command::new(real)
-        .arg("--exec-path")
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| WorktreeError::NoGit(real.display().to_string(), e))?;
-    let from = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim_end());
-    if !o.status.success() || !from.is_absolute() {
-        return Err(WorktreeError::NoGit(
-            real.display().to_string(),
-            std::io::Error::other("no exec-path"),
-        ));
-    }
     std::fs::create_dir(to).map_err(|e| io(to, e))?;
     let guard = std::fs::canonicalize(from.join("git")).ok();
     std::os::unix::fs::symlink(git_copy, to.join("git")).map_err(|e| io(to, e))?;
-    for e in std::fs::read_dir(&from).map_err(|e| io(&from, e))? {
-        let e = e.map_err(|e| io(&from, e))?;
+    for e in std::fs::read_dir(from).map_err(|e| io(from, e))? {
+        let e = e.map_err(|e| io(from, e))?;
         let name = e.file_name();
         if name == "git" {
             continue;
@@ -380,11 +404,53 @@ impl Git for RealGit {
         c.arg("-C").arg(cwd).args(args);
         let name = self.program.display().to_string();
         let o = c.output().map_err(|e| WorktreeError::NoGit(name, e))?;
-        Ok(Out {
-            ok: o.status.success(),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        })
+        Ok(out(&o))
+    }
+
+    /// Every call started, then each waited for in turn (one that fills
+    /// its pipe waits until read: none waits on another). The private
+    /// global config names the safe paths of them all (every one ours).
+    fn run_all(&self, calls: &[Call<'_>]) -> Vec<Result<Out, WorktreeError>> {
+        let mut all: Vec<PathBuf> = calls.iter().flat_map(|(_, s, _)| s.clone()).collect();
+        all.sort();
+        all.dedup();
+        if let Err(e) = self.write_global(&all) {
+            return calls.iter().map(|_| Err(clone_err(&e))).collect();
+        }
+        let name = self.program.display().to_string();
+        let started: Vec<_> = calls
+            .iter()
+            .map(|(cwd, safe, args)| {
+                let mut c = self.build(safe);
+                c.arg("-C").arg(cwd).args(args);
+                c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()
+            })
+            .collect();
+        started
+            .into_iter()
+            .map(|c| {
+                c.and_then(|c| c.wait_with_output())
+                    .map(|o| out(&o))
+                    .map_err(|e| WorktreeError::NoGit(name.clone(), e))
+            })
+            .collect()
+    }
+}
+
+fn out(o: &std::process::Output) -> Out {
+    Out {
+        ok: o.status.success(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn clone_err(e: &WorktreeError) -> WorktreeError {
+    match e {
+        WorktreeError::Io(p, e) => {
+            WorktreeError::Io(p.clone(), std::io::Error::new(e.kind(), e.to_string()))
+        }
+        other => WorktreeError::Git("config".into(), other.to_string()),
     }
 }
 
@@ -445,6 +511,78 @@ mod tests {
         assert!(!matches(REFUSED, "branch.x.remote"));
         assert!(!matches(REFUSED, "diff.textconv"));
         assert!(matches(UNREACHED, "alias.fetch"));
+    }
+
+    /// `run_all` answers each call as `run` would, in order, whatever
+    /// their sizes (a first answer of 200 kB, beyond a pipe's buffer, and
+    /// a failing one among them).
+    #[test]
+    fn run_all_answers_as_run_does() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        let git = |args: &[&str], input: Option<String>| {
+            use std::io::Write;
+            let mut c = Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(r)
+                .args(args)
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap();
+            if let Some(i) = input {
+                c.stdin.take().unwrap().write_all(i.as_bytes()).unwrap();
+            }
+            assert!(c.wait().unwrap().success());
+        };
+        git(&["init", "-q", "-b", "main"], None);
+        git(&["commit", "-q", "--allow-empty", "-m", "one"], None);
+        let head = String::from_utf8(
+            Command::new("git")
+                .arg("-C")
+                .arg(r)
+                .args(["rev-parse", "HEAD"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let refs: String = (0..3000)
+            .map(|i| {
+                format!(
+                    "create refs/heads/branch-with-a-long-name-{i:05} {}",
+                    head.trim()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        git(&["update-ref", "--stdin"], Some(refs + "\n"));
+        let me = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let g = RealGit::new(me).unwrap();
+        let safe = vec![r.to_owned(), r.join(".git")];
+        fn os(a: &[&'static str]) -> Vec<&'static OsStr> {
+            a.iter().map(|s| OsStr::new(*s)).collect()
+        }
+        let calls: Vec<Call<'_>> = vec![
+            (r, safe.clone(), os(&["for-each-ref"])),
+            (
+                r,
+                safe.clone(),
+                os(&["rev-parse", "--verify", "-q", "nope"]),
+            ),
+            (r, safe.clone(), os(&["rev-parse", "HEAD"])),
+        ];
+        let all = g.run_all(&calls);
+        assert_eq!(all.len(), 3);
+        for ((cwd, safe, args), got) in calls.iter().zip(all) {
+            let got = got.unwrap();
+            let want = g.run(cwd, safe, args).unwrap();
+            assert_eq!((got.ok, &got.stdout), (want.ok, &want.stdout), "{args:?}");
+        }
+        let big = g.run(r, &safe, &os(&["for-each-ref"])).unwrap();
+        assert!(big.stdout.len() > 200_000, "{}", big.stdout.len());
     }
 
     /// Every key git documents as running a program is overridden,

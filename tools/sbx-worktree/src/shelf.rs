@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::WorktreeError as E;
-use crate::git::{Git, Out};
+use crate::git::{Call, Git, Out};
 use crate::lock;
 
 /// Every transport names the program itself: a `remote.<url>.uploadpack`
@@ -151,17 +151,25 @@ impl<'a> Shelf<'a> {
         Err(E::ForeignShelf(self.dir.clone(), m.uid(), self.owner.0))
     }
 
+    /// Read-only calls that need nothing of each other, at once (each a
+    /// process): `(cwd, extra safe paths, args)`; the answers in order.
+    fn git_all(&self, calls: &[(&Path, &[&Path], &[&str])]) -> Result<Vec<Out>, E> {
+        let calls: Vec<Call<'_>> = calls
+            .iter()
+            .map(|(cwd, extra, args)| {
+                (
+                    *cwd,
+                    self.safe(extra),
+                    args.iter().map(OsStr::new).collect(),
+                )
+            })
+            .collect();
+        self.git.run_all(&calls).into_iter().collect()
+    }
+
     fn check_branch(&self, branch: &str) -> Result<(), E> {
-        // `@{-1}` and the like expand: only a name that is itself is taken.
-        let o = self.git(
-            &self.dir_or_root(),
-            &[],
-            &["check-ref-format", "--branch", branch],
-        )?;
-        if !o.ok || o.stdout.trim_end_matches('\n') != branch || branch.starts_with('-') {
-            return Err(E::BadBranch(branch.to_owned()));
-        }
-        Ok(())
+        let o = self.git(&self.dir_or_root(), &[], &check_ref_format(branch))?;
+        judge_branch(branch, &o)
     }
 
     fn dir_or_root(&self) -> PathBuf {
@@ -172,14 +180,19 @@ impl<'a> Shelf<'a> {
         }
     }
 
-    /// The host checkout, validated: a work tree's top level, on a branch,
-    /// with commits.
-    fn check_host(&self, host: &Path) -> Result<PathBuf, E> {
-        if !host.is_dir() {
-            return Err(E::NoHost(host.to_owned()));
-        }
-        let host = host.canonicalize().map_err(|e| E::Io(host.to_owned(), e))?;
+    /// The host checkout (canonical), validated: a work tree's top level,
+    /// on a branch, with commits. `all` answered HOST_CHECK: when all is
+    /// well that is the one call; the separate checks below only say what
+    /// is not.
+    fn judge_host(&self, host: PathBuf, all: &Out) -> Result<PathBuf, E> {
         let extra = [host.as_path(), &host.join(".git")];
+        let lines: Vec<&str> = all.stdout.lines().collect();
+        if all.ok
+            && lines.first().is_some_and(|t| Path::new(t) == host)
+            && lines.get(1).is_some_and(|h| h.starts_with("refs/"))
+        {
+            return Ok(host);
+        }
         let top = self.git(&host, &extra, &["rev-parse", "--show-toplevel"])?;
         if !top.ok || Path::new(top.stdout.trim_end()) != host {
             let why = top.stderr.lines().last().unwrap_or("").trim().to_owned();
@@ -208,11 +221,28 @@ impl<'a> Shelf<'a> {
     pub fn provision(&self, host: &Path, branch: &str, wait: Duration) -> Result<Provisioned, E> {
         // Every check before the first change.
         self.check_owner()?;
-        self.check_branch(branch)?;
-        let host = self.check_host(host)?;
+        if !host.is_dir() {
+            self.check_branch(branch)?;
+            return Err(E::NoHost(host.to_owned()));
+        }
+        let host = host.canonicalize().map_err(|e| E::Io(host.to_owned(), e))?;
         let hosts = [host.as_path(), &host.join(".git")];
+        // The name, the host and its origin asked at once.
+        let name = check_ref_format(branch);
+        let asked = self.git_all(&[
+            (&self.dir_or_root(), &[], &name),
+            (&host, &hosts, HOST_CHECK),
+            (&host, &hosts, &["remote", "get-url", "origin"]),
+        ])?;
+        let [name, all, origin] = <[Out; 3]>::try_from(asked).map_err(|v| {
+            E::Git(
+                "rev-parse".into(),
+                format!("{} answers to 3 calls", v.len()),
+            )
+        })?;
+        judge_branch(branch, &name)?;
+        let host = self.judge_host(host.clone(), &all)?;
         let host_url = format!("file://{}", host.display());
-        let origin = self.git(&host, &hosts, &["remote", "get-url", "origin"])?;
         let has_origin = origin.ok && !origin.stdout.trim().is_empty();
         let source = if has_origin {
             origin.stdout.trim().to_owned()
@@ -231,7 +261,8 @@ impl<'a> Shelf<'a> {
                     .map_err(|e| E::Io(p.clone(), e))?;
             }
         }
-        self.check_config()?;
+        let cfg = self.check_config()?;
+        let cfg = cfg.as_ref();
         let repo = self.repo();
         let wt = self.worktree(branch);
         let extra = [host.as_path(), &host.join(".git"), wt.as_path()];
@@ -250,10 +281,43 @@ impl<'a> Shelf<'a> {
             });
         }
 
+        // The clone's refs when they are the host's already (no fetch).
+        let mut known: Option<Vec<Ref>> = None;
         let repo_state = if repo.join(".git").exists() {
             // Keep origin in step with the host's, then fetch.
-            self.set_remote(&repo, &extra, "origin", &source)?;
-            if !mirror {
+            self.set_remote(&repo, &extra, "origin", &source, cfg)?;
+            if mirror || source == host_url {
+                // What a fetch from the host would change, asked first.
+                let local = format!("refs/heads/{branch}");
+                let mut a = vec![
+                    "for-each-ref",
+                    REF_FORMAT,
+                    "refs/remotes/origin/",
+                    "refs/tags/",
+                ];
+                a.push(&local);
+                let mut b = vec!["for-each-ref", REF_FORMAT, "refs/remotes/origin/"];
+                if !mirror {
+                    b = vec!["for-each-ref", REF_FORMAT, "refs/heads/", "refs/tags/"];
+                }
+                let both = self.git_all(&[(&repo, &extra, &a), (&host, &extra, &b)])?;
+                let [ours, theirs] = <[Out; 2]>::try_from(both).map_err(|v| {
+                    E::Git(
+                        "for-each-ref".into(),
+                        format!("{} answers to 2 calls", v.len()),
+                    )
+                })?;
+                for (o, args) in [(&ours, &a), (&theirs, &b)] {
+                    if !o.ok {
+                        return Err(git_failed(args, o));
+                    }
+                }
+                let (ours, theirs) = (parse_refs(&ours.stdout), parse_refs(&theirs.stdout));
+                if in_step(mirror, &theirs, &ours, cfg) {
+                    known = Some(ours);
+                }
+            }
+            if !mirror && known.is_none() {
                 // The program named, not the remote's (its config is the shelf's).
                 self.must(
                     &repo,
@@ -269,16 +333,19 @@ impl<'a> Shelf<'a> {
                 if mirror { &host_url } else { &source },
                 mirror,
             )?;
-            self.set_remote(&repo, &extra, "origin", &source)?;
+            self.set_remote(&repo, &extra, "origin", &source, None)?;
             "cloned"
         };
-        if mirror {
+        if mirror && known.is_none() {
             self.origin_from(&repo, &extra, &host, &host_url)?;
         }
-        self.set_remote(&repo, &extra, "host", &host_url)?;
+        self.set_remote(&repo, &extra, "host", &host_url, cfg)?;
         // The clone's own HEAD detached, so no branch (the host's main
-        // above all) is held by the clone rather than a worktree.
-        if self.git(&repo, &extra, &["symbolic-ref", "-q", "HEAD"])?.ok {
+        // above all) is held by the clone rather than a worktree; asked of
+        // git unless its HEAD file names an object (as it does once done).
+        if !head_file_detached(&repo)
+            && self.git(&repo, &extra, &["symbolic-ref", "-q", "HEAD"])?.ok
+        {
             self.must(&repo, &extra, &["update-ref", "--no-deref", "HEAD", "HEAD"])?;
         }
 
@@ -289,15 +356,17 @@ impl<'a> Shelf<'a> {
             self.owned_by(&wt, branch)?;
             None
         } else {
-            // A worktree whose directory vanished still holds its branch.
-            self.must(&repo, &extra, &["worktree", "prune"])?;
-            Some(self.add_worktree(&repo, &wt, &extra, branch)?)
+            Some(self.add_worktree(&repo, &wt, &extra, branch, known.as_deref())?)
         };
-        // Upstream is the host: a plain `git push` lands in its checkout.
-        let key = |k: &str| format!("branch.{branch}.{k}");
-        self.must(&repo, &extra, &["config", &key("remote"), "host"])?;
+        // Upstream is the host: a plain `git push` lands in its checkout
+        // (each key written unless the config read above has it so).
         let merge = format!("refs/heads/{branch}");
-        self.must(&repo, &extra, &["config", &key("merge"), &merge])?;
+        for (k, v) in [("remote", "host"), ("merge", merge.as_str())] {
+            let key = format!("branch.{branch}.{k}");
+            if cfg.and_then(|c| c.get(&key)) != Some(v) {
+                self.must(&repo, &extra, &["config", &key, v])?;
+            }
+        }
         Ok(Provisioned {
             branch: branch.to_owned(),
             worktree: if worktree_state.is_some() {
@@ -334,11 +403,12 @@ impl<'a> Shelf<'a> {
     /// runs a program under a name of its choosing (git::REFUSED; the
     /// rest are overridden on every call), or git metadata that points
     /// git at another repository's config. Read as data, before any git
-    /// runs in the clone. Audited, like every sbx refusal.
-    pub fn check_config(&self) -> Result<(), E> {
+    /// runs in the clone. Audited, like every sbx refusal. Returns the
+    /// clone's own config as read (None: no clone yet).
+    pub fn check_config(&self) -> Result<Option<RepoConfig>, E> {
         let gd = self.repo().join(".git");
         let Ok(m) = std::fs::symlink_metadata(&gd) else {
-            return Ok(());
+            return Ok(None);
         };
         let refuse = |what: String| {
             let target = gd.to_string_lossy();
@@ -376,12 +446,13 @@ impl<'a> Shelf<'a> {
                 files.push(d.join("config.worktree"));
             }
         }
-        for f in files.iter().filter(|f| f.exists()) {
+        let mut own = RepoConfig::default();
+        for (i, f) in files.iter().enumerate().filter(|(_, f)| f.exists()) {
             let fs = f.to_string_lossy().into_owned();
             let o = self.git(
                 Path::new("/"),
                 &[],
-                &["config", "--file", &fs, "--list", "--name-only", "-z"],
+                &["config", "--file", &fs, "--list", "-z"],
             )?;
             if !o.ok {
                 return Err(refuse(format!(
@@ -389,17 +460,20 @@ impl<'a> Shelf<'a> {
                     o.stderr.trim()
                 )));
             }
-            if let Some(k) = o
-                .stdout
-                .split('\0')
+            let read = RepoConfig::parse(&o.stdout);
+            if let Some(k) = read
+                .keys()
                 .find(|k| crate::git::matches(crate::git::REFUSED, k))
             {
                 return Err(refuse(format!(
                     "{fs}: {k} is not allowed in a shelf (it can run a program or redirect git)"
                 )));
             }
+            if i == 0 {
+                own = read;
+            }
         }
-        Ok(())
+        Ok(Some(own))
     }
 
     /// The administrative directory of a shelf worktree, from its `.git`
@@ -520,93 +594,119 @@ impl<'a> Shelf<'a> {
         r
     }
 
-    fn set_remote(&self, repo: &Path, extra: &[&Path], name: &str, url: &str) -> Result<(), E> {
+    /// The refs under `patterns` (for-each-ref's: whole path components).
+    fn refs(&self, cwd: &Path, extra: &[&Path], patterns: &[&str]) -> Result<Vec<Ref>, E> {
+        let mut args = vec!["for-each-ref", REF_FORMAT];
+        args.extend(patterns);
+        Ok(parse_refs(&self.must(cwd, extra, &args)?))
+    }
+
+    /// `known`: the clone's config as `check_config` read it (else git is
+    /// asked).
+    fn set_remote(
+        &self,
+        repo: &Path,
+        extra: &[&Path],
+        name: &str,
+        url: &str,
+        known: Option<&RepoConfig>,
+    ) -> Result<(), E> {
         let key = format!("remote.{name}.url");
-        let cur = self.git(repo, extra, &["config", "--get", &key])?;
-        if !cur.ok {
-            self.must(repo, extra, &["remote", "add", name, url])?;
-        } else if cur.stdout.trim_end() != url {
-            self.must(repo, extra, &["remote", "set-url", name, url])?;
+        let cur = match known {
+            Some(c) => c.get(&key).map(str::to_owned),
+            None => {
+                let o = self.git(repo, extra, &["config", "--get", &key])?;
+                o.ok.then(|| o.stdout.trim_end().to_owned())
+            }
+        };
+        match cur {
+            None => drop(self.must(repo, extra, &["remote", "add", name, url])?),
+            Some(c) if c != url => {
+                drop(self.must(repo, extra, &["remote", "set-url", name, url])?)
+            }
+            Some(_) => {}
         }
         Ok(())
     }
 
     /// Create the worktree; returns what a new branch started from (None
     /// when the branch already existed in the clone).
+    /// `known`: the clone's refs, if read since the last change.
     fn add_worktree(
         &self,
         repo: &Path,
         wt: &Path,
         extra: &[&Path],
         branch: &str,
+        known: Option<&[Ref]>,
     ) -> Result<Option<String>, E> {
         let wt_s = wt.to_string_lossy().into_owned();
         let local = format!("refs/heads/{branch}");
         let remote = format!("refs/remotes/origin/{branch}");
-        let has = |r: &str| -> Result<bool, E> {
-            Ok(self
-                .git(
-                    repo,
-                    extra,
-                    &["rev-parse", "-q", "--verify", &format!("{r}^{{commit}}")],
-                )?
-                .ok)
+        let head = "refs/remotes/origin/HEAD";
+        // The three refs it may start from in one call (a name git refuses
+        // in a branch has no glob character; exact names are kept below).
+        let refs = match known {
+            Some(r) => r.to_vec(),
+            None => self.refs(repo, extra, &[&local, &remote, head])?,
+        };
+        let found = |name: &str| refs.iter().find(|r| r.name == name);
+        // A commit, or a ref that is not one at first sight: asked of git.
+        let commit_of = |name: &str| -> Result<Option<String>, E> {
+            match found(name) {
+                None => Ok(None),
+                Some(r) if r.commit.is_some() => Ok(r.commit.clone()),
+                Some(_) => {
+                    let want = format!("{name}^{{commit}}");
+                    let o = self.git(repo, extra, &["rev-parse", "-q", "--verify", &want])?;
+                    Ok(o.ok.then(|| o.stdout.trim().to_owned()))
+                }
+            }
         };
         self.make_dir(&self.dir.join("worktrees"))?;
-        let def;
-        let (args, base): (Vec<&str>, Option<String>) = if has(&local)? {
-            (vec!["worktree", "add", "--quiet", &wt_s, branch], None)
-        } else if has(&remote)? {
-            let base = format!("origin/{branch}");
-            (
-                vec![
-                    "worktree",
-                    "add",
-                    "--quiet",
-                    "--no-track",
-                    "-b",
-                    branch,
-                    &wt_s,
-                    &remote,
-                ],
-                Some(base),
-            )
+        let (sha, start, base) = if let Some(sha) = commit_of(&local)? {
+            (sha, None, None)
+        } else if let Some(sha) = commit_of(&remote)? {
+            (sha.clone(), Some(sha), Some(format!("origin/{branch}")))
         } else {
-            let head = self.git(
-                repo,
-                extra,
-                &["symbolic-ref", "-q", "refs/remotes/origin/HEAD"],
-            )?;
-            def = head.stdout.trim_end().to_owned();
-            if !head.ok || def.is_empty() {
-                return Err(E::NoDefault(repo.to_owned()));
-            }
+            let def = found(head)
+                .map(|r| r.symref.clone())
+                .filter(|d| !d.is_empty())
+                .ok_or_else(|| E::NoDefault(repo.to_owned()))?;
+            let sha = commit_of(head)?.ok_or_else(|| E::NoDefault(repo.to_owned()))?;
             let base = def.trim_start_matches("refs/remotes/").to_owned();
-            (
-                vec![
-                    "worktree",
-                    "add",
-                    "--quiet",
-                    "--no-track",
-                    "-b",
-                    branch,
-                    &wt_s,
-                    &def,
-                ],
-                Some(base),
-            )
+            (sha.clone(), Some(sha), Some(base))
         };
-        let mut args: Vec<&str> = args.to_vec();
-        // The checkout comes after, from a git that reads no shelf config.
-        args.insert(3, "--no-checkout");
-        let r = self
-            .must(repo, extra, &args)
-            .and_then(|_| self.checkout_private(repo, wt, branch));
-        if let Err(e) = r {
+        // The checkout comes after, from a git that reads no shelf config;
+        // a new branch starts at the very commit found above.
+        let mut args = vec!["worktree", "add", "--quiet", "--no-checkout"];
+        match &start {
+            None => args.extend([wt_s.as_str(), branch]),
+            Some(sha) => args.extend(["--no-track", "-b", branch, &wt_s, sha]),
+        }
+        let undo = || {
             // No half state: a directory git began is removed, and so is
             // its record in the clone.
             let _ = std::fs::remove_dir_all(wt);
-            let _ = self.git(repo, extra, &["worktree", "prune"]);
+            self.git(repo, extra, &["worktree", "prune"]).map(drop)
+        };
+        let first = self.git(repo, extra, &args)?;
+        let mut r = if first.ok {
+            Ok(first.stdout)
+        } else {
+            Err(git_failed(&args, &first))
+        };
+        if !first.ok && (first.stderr.contains("already") || first.stderr.contains("missing")) {
+            // A worktree whose directory vanished still holds its branch
+            // or its path (`-b` made the branch before it said so): pruned,
+            // then once more, on the branch.
+            undo()?;
+            let again = ["worktree", "add", "--quiet", "--no-checkout", &wt_s, branch];
+            r = self.must(repo, extra, &again);
+        }
+        let r = r.and_then(|_| self.checkout_private(repo, wt, &sha));
+        if let Err(e) = r {
+            let _ = undo();
             return Err(e);
         }
         Ok(base)
@@ -617,15 +717,13 @@ impl<'a> Shelf<'a> {
     /// index (`private`), so no filter or other program the shelf's config
     /// names can run, whatever a sandbox writes there after `check_config`
     /// read it.
-    fn checkout_private(&self, repo: &Path, wt: &Path, branch: &str) -> Result<(), E> {
-        let want = format!("refs/heads/{branch}^{{commit}}");
-        let sha = self.must(repo, &[], &["rev-parse", "--verify", "-q", &want])?;
+    fn checkout_private(&self, repo: &Path, wt: &Path, sha: &str) -> Result<(), E> {
         // Writing the files is most of a new worktree's time, much of it
         // waiting on the file system: parallel checkout (workers are the
         // same private git) overlaps those waits.
         let workers = format!("checkout.workers={}", checkout_workers());
-        let args = ["-c", &workers, "read-tree", "--reset", "-u", sha.trim()];
-        let o = self.private(repo, wt, sha.trim(), &args)?;
+        let args = ["-c", &workers, "read-tree", "--reset", "-u", sha];
+        let o = self.private(repo, wt, sha, &args)?;
         if !o.ok {
             return Err(git_failed(&args, &o));
         }
@@ -638,7 +736,7 @@ impl<'a> Shelf<'a> {
     /// shelf files git reads are data (objects, index, the worktree's
     /// files) and no config a sandbox wrote can name a program.
     fn private(&self, repo: &Path, wt: &Path, sha: &str, args: &[&str]) -> Result<Out, E> {
-        if !(sha.len() == 40 || sha.len() == 64) || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_object_name(sha) {
             return Err(E::Git(
                 args.first().copied().unwrap_or("git").to_owned(),
                 format!("not an object name: {sha:?}"),
@@ -767,6 +865,171 @@ impl<'a> Shelf<'a> {
         }
         Ok(gone)
     }
+}
+
+/// The host checkout's one call when all is well: its top level, HEAD's
+/// branch, and a commit there (`--`: a file named HEAD is no matter).
+const HOST_CHECK: &[&str] = &[
+    "rev-parse",
+    "--show-toplevel",
+    "--symbolic-full-name",
+    "HEAD",
+    "HEAD^{commit}",
+    "--",
+];
+
+fn check_ref_format(branch: &str) -> [&str; 3] {
+    ["check-ref-format", "--branch", branch]
+}
+
+/// `@{-1}` and the like expand: only a name that is itself is taken.
+fn judge_branch(branch: &str, o: &Out) -> Result<(), E> {
+    if !o.ok || o.stdout.trim_end_matches('\n') != branch || branch.starts_with('-') {
+        return Err(E::BadBranch(branch.to_owned()));
+    }
+    Ok(())
+}
+
+/// A shelf clone's config as `git config --list -z` printed it: (key,
+/// value) in file order, a key without `=` having no value.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RepoConfig(Vec<(String, Option<String>)>);
+
+impl RepoConfig {
+    /// Entries are `key\nvalue\0` or `key\0` (a key has no newline).
+    pub fn parse(z: &str) -> Self {
+        Self(
+            z.split('\0')
+                .filter(|e| !e.is_empty())
+                .map(|e| match e.split_once('\n') {
+                    Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+                    None => (e.to_owned(), None),
+                })
+                .collect(),
+        )
+    }
+
+    /// Every value of `key`, in order.
+    pub fn all(&self, key: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_deref().unwrap_or(""))
+            .collect()
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// The last value, as `git config --get` answers (the section and
+    /// the variable of `key` lower-case, as git prints them).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.as_deref())
+    }
+}
+
+/// for-each-ref's fields, NUL-separated (no refname holds one).
+const REF_FORMAT: &str = "--format=%(refname)%00%(objecttype)%00%(objectname)%00%(*objecttype)%00%(*objectname)%00%(symref)";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ref {
+    name: String,
+    object: String,
+    /// The commit it names, itself or through one tag.
+    commit: Option<String>,
+    symref: String,
+}
+
+fn parse_refs(text: &str) -> Vec<Ref> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\0').collect();
+            let [name, ty, obj, pty, pobj, symref] = f[..] else {
+                return None;
+            };
+            let commit = match (ty, pty) {
+                ("commit", _) => Some(obj),
+                (_, "commit") => Some(pobj),
+                _ => None,
+            }
+            .filter(|o| is_object_name(o))
+            .map(str::to_owned);
+            Some(Ref {
+                name: name.to_owned(),
+                object: obj.to_owned(),
+                commit,
+                symref: symref.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Whether a fetch from the host would change nothing in the clone:
+/// origin's branches are the host's (`theirs`: its branches, or with
+/// `mirror` its origin's, whose HEAD must be the clone's too), and, with
+/// the refspec a clone writes, every tag of the host is here as it is
+/// there (a fetch brings no other; it never removes one).
+fn in_step(mirror: bool, theirs: &[Ref], ours: &[Ref], cfg: Option<&RepoConfig>) -> bool {
+    use std::collections::BTreeSet;
+    const ORIGIN: &str = "refs/remotes/origin/";
+    const HEAD: &str = "refs/remotes/origin/HEAD";
+    let from = if mirror { ORIGIN } else { "refs/heads/" };
+    let a: BTreeSet<(String, &str)> = theirs
+        .iter()
+        .filter(|r| r.name != HEAD)
+        .filter_map(|r| {
+            let n = r.name.strip_prefix(from)?;
+            Some((format!("{ORIGIN}{n}"), r.object.as_str()))
+        })
+        .collect();
+    let b: BTreeSet<(String, &str)> = ours
+        .iter()
+        .filter(|r| r.name.starts_with(ORIGIN) && r.name != HEAD)
+        .map(|r| (r.name.clone(), r.object.as_str()))
+        .collect();
+    if a != b {
+        return false;
+    }
+    if mirror {
+        let head = |v: &[Ref]| {
+            v.iter()
+                .find(|r| r.name == HEAD)
+                .map(|r| r.symref.clone())
+                .filter(|s| !s.is_empty())
+        };
+        return head(theirs).is_some() && head(theirs) == head(ours);
+    }
+    let spec: Vec<&str> = cfg
+        .map(|c| c.all("remote.origin.fetch"))
+        .unwrap_or_default();
+    spec == ["+refs/heads/*:refs/remotes/origin/*"]
+        && theirs
+            .iter()
+            .filter(|t| t.name.starts_with("refs/tags/"))
+            .all(|t| {
+                ours.iter()
+                    .any(|o| o.name == t.name && o.object == t.object)
+            })
+}
+
+fn is_object_name(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Whether the clone's HEAD file names an object (a detached HEAD). A
+/// regular file of a few bytes only: the shelf is every sandbox's to
+/// write (a FIFO would hang the read); anything else is asked of git.
+fn head_file_detached(repo: &Path) -> bool {
+    let f = repo.join(".git/HEAD");
+    if !std::fs::symlink_metadata(&f).is_ok_and(|m| m.is_file() && m.len() <= 80) {
+        return false;
+    }
+    std::fs::read_to_string(&f).is_ok_and(|t| is_object_name(t.trim_end_matches('\n')))
 }
 
 /// Two per core (file creation waits on the journal as much as it
@@ -948,7 +1211,15 @@ mod tests {
         let r = s.provision(t.path(), "bad..name", Duration::from_secs(1));
         assert!(matches!(r, Err(E::BadBranch(_))), "{r:?}");
         assert!(!shelf.exists());
-        assert_eq!(git.calls.borrow().len(), 1);
+        // Only the questions asked at once with the name's (read-only).
+        let calls = git.calls.borrow();
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert!(calls[0].starts_with("check-ref-format"), "{calls:?}");
+        assert!(
+            calls[1].starts_with("rev-parse --show-toplevel"),
+            "{calls:?}"
+        );
+        assert!(calls[2].starts_with("remote get-url"), "{calls:?}");
     }
 
     /// `@{-1}` expands to another name: refused though git says ok.
@@ -988,14 +1259,12 @@ mod tests {
                     ok(&format!("{}\n", host_c.display())),
                 ),
                 ("remote get-url".into(), fail("")),
-                ("rev-parse -q --verify refs/heads/b".into(), fail("")),
                 (
-                    "rev-parse -q --verify refs/remotes/origin/b".into(),
-                    fail(""),
-                ),
-                (
-                    "symbolic-ref -q refs/remotes/origin/HEAD".into(),
-                    ok("refs/remotes/origin/main\n"),
+                    "for-each-ref".into(),
+                    ok(&format!(
+                        "refs/remotes/origin/HEAD\0commit\0{}\0\0\0refs/remotes/origin/main\n",
+                        "a".repeat(40)
+                    )),
                 ),
                 ("worktree add".into(), fail("fatal: disk full")),
             ],
@@ -1010,6 +1279,21 @@ mod tests {
         assert!(!shelf.join("worktrees/b").exists());
         let calls = git.calls.borrow();
         assert_eq!(calls.last().map(String::as_str), Some("worktree prune"));
+        // Started at the default branch's commit; not tried again (the
+        // failure was not a stale worktree's).
+        let adds: Vec<_> = calls
+            .iter()
+            .filter(|c| c.starts_with("worktree add"))
+            .collect();
+        assert_eq!(adds.len(), 1, "{calls:?}");
+        assert!(
+            adds[0].ends_with(&format!(
+                "-b b {} {}",
+                shelf.join("worktrees/b").display(),
+                "a".repeat(40)
+            )),
+            "{calls:?}"
+        );
         // The upstream was never set on a branch that was not made.
         assert!(!calls.iter().any(|c| c.starts_with("config branch.")));
     }
@@ -1088,6 +1372,103 @@ mod tests {
         std::fs::write(p.path.join("new"), "u").unwrap();
         assert!(!s.is_clean(&p.path, &head).unwrap());
         assert!(!mark.exists(), "the shelf's clean filter ran");
+    }
+
+    /// Records each call of a real git.
+    struct Counting<'a>(&'a dyn Git, std::cell::RefCell<Vec<String>>);
+
+    impl Git for Counting<'_> {
+        fn run_env(
+            &self,
+            cwd: &Path,
+            safe: &[PathBuf],
+            env: &[(&str, &OsStr)],
+            args: &[&OsStr],
+        ) -> Result<Out, E> {
+            let line: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
+            self.1.borrow_mut().push(line.join(" "));
+            self.0.run_env(cwd, safe, env, args)
+        }
+    }
+
+    /// A new worktree on a cloned shelf whose refs are the host's takes
+    /// ten git calls and no fetch (it took 19 calls, the fetch four
+    /// processes), and one that is there writes nothing: no remote, no
+    /// upstream, no worktree, no HEAD (all already so). A branch or a tag
+    /// new on the host is fetched.
+    #[test]
+    fn a_new_worktree_takes_ten_git_calls() {
+        use crate::git::RealGit;
+        let t = tempfile::tempdir().unwrap();
+        let host = t.path().join("host");
+        std::fs::create_dir_all(&host).unwrap();
+        let sh = |args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(&host)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        sh(&["init", "-q", "-b", "main"]);
+        sh(&["commit", "-q", "--allow-empty", "-m", "one"]);
+        let real = RealGit::new(caller()).unwrap();
+        let shelf = t.path().join("shelf");
+        let wait = Duration::from_secs(5);
+        Shelf::new(&real, &shelf, caller())
+            .provision(&host, "seed", wait)
+            .unwrap();
+        let git = Counting(&real, Default::default());
+        let s = Shelf::new(&git, &shelf, caller());
+        let p = s.provision(&host, "b", wait).unwrap();
+        assert_eq!(
+            (p.worktree, p.base.as_deref()),
+            ("created", Some("origin/main"))
+        );
+        let calls = git.1.take();
+        assert_eq!(calls.len(), 10, "{calls:#?}");
+        assert!(!calls.iter().any(|c| c.starts_with("fetch")), "{calls:#?}");
+        let p = s.provision(&host, "b", wait).unwrap();
+        assert_eq!(p.worktree, "reused");
+        let calls = git.1.take();
+        let writes = [
+            "fetch",
+            "config branch.",
+            "remote add",
+            "remote set-url",
+            "worktree add",
+            "update-ref",
+            "worktree prune",
+        ];
+        assert!(
+            !calls
+                .iter()
+                .any(|c| writes.iter().any(|w| c.starts_with(w))),
+            "{calls:#?}"
+        );
+        assert_eq!(calls.len(), 7, "{calls:#?}");
+
+        // New on the host: a branch, then a tag; each is fetched.
+        sh(&["branch", "f2"]);
+        let p = s.provision(&host, "f2", wait).unwrap();
+        assert_eq!(p.base.as_deref(), Some("origin/f2"));
+        assert!(git.1.take().iter().any(|c| c.starts_with("fetch")));
+        sh(&["tag", "v1"]);
+        s.provision(&host, "f3", wait).unwrap();
+        assert!(git.1.take().iter().any(|c| c.starts_with("fetch")));
+        let o = real
+            .run(
+                &shelf.join("repo"),
+                &[shelf.join("repo")],
+                &[OsStr::new("tag")],
+            )
+            .unwrap();
+        assert_eq!(o.stdout, "v1\n");
+        // A branch gone from the host: fetched (pruned).
+        sh(&["branch", "-D", "f2"]);
+        s.provision(&host, "f4", wait).unwrap();
+        assert!(git.1.take().iter().any(|c| c.starts_with("fetch")));
     }
 
     /// A clone that fails leaves no SHELF/repo behind.

@@ -275,6 +275,20 @@ fn existing_branches_and_a_non_main_default() {
     assert!(refs.contains("origin/later"), "{refs}");
     // Reused: still no network.
     assert_eq!(from_host("feat/x")["worktree"], "reused");
+    // What the host fetches later is origin/* at the next provisioning:
+    // a new branch, then a new default (origin/HEAD).
+    lab.ok(&host, &["update-ref", "refs/remotes/origin/newer", &feat]);
+    assert_eq!(from_host("newer")["base"], "origin/newer");
+    lab.ok(
+        &host,
+        &[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/later",
+        ],
+    );
+    assert_eq!(from_host("n2")["base"], "origin/later");
+    assert_eq!(from_host("n3")["base"], "origin/later");
 }
 
 #[test]
@@ -518,6 +532,15 @@ fn prune_forgets_vanished_worktrees() {
         json(&lab.provision("shelf", &host, "kept"))["worktree"],
         "created"
     );
+    // Its path still registered and its branch gone: made anew (git makes
+    // the branch before it refuses the path; the second try uses it).
+    std::fs::remove_dir_all(lab.p("shelf/worktrees/kept")).unwrap();
+    let repo = lab.p("shelf/repo");
+    lab.ok(&repo, &["update-ref", "-d", "refs/heads/kept"]);
+    let d = json(&lab.provision("shelf", &host, "kept"));
+    assert_eq!(d["worktree"], "created");
+    assert_eq!(d["base"], "origin/main");
+    assert!(lab.p("shelf/worktrees/kept/README").exists());
 }
 
 #[test]

@@ -2035,6 +2035,53 @@ fn config_that_blinds_the_hooks_git_is_refused() {
     });
 }
 
+/// commit-msg reads the message before git's cleanup drops its comment
+/// lines: with `core.commentChar=J`, `--cleanup=strip` dropped the
+/// `JIRA-1` line the hook required, after the hook had passed it, so the
+/// commit's message was one no commit-msg hook saw. Another comment
+/// character may not be set; `#` and `auto` still commit.
+#[test]
+fn a_comment_character_that_hides_lines_from_commit_msg_is_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook("r", "commit-msg", "grep -q '^JIRA-[0-9]' \"$1\" || exit 1");
+        let commit = |pre: &[&'static str]| -> Vec<&'static str> {
+            let mut a = pre.to_vec();
+            a.extend([
+                "commit",
+                "--allow-empty",
+                "--cleanup=strip",
+                "-qm",
+                "JIRA-1 ok",
+                "-m",
+                "no ticket",
+            ]);
+            a
+        };
+        let before = lab.head("r", "HEAD");
+        let cases: Vec<Vec<&str>> = vec![
+            commit(&["-c", "core.commentChar=J"]),
+            commit(&["-c", "CORE.commentchar=JIRA"]),
+            commit(&["-c", "core.commentString=JIRA"]),
+            vec!["config", "core.commentChar", "J"],
+            vec!["config", "core.commentString", "J"],
+        ];
+        for a in &cases {
+            let out = lab.git("r", a);
+            assert!(refused(&out), "{a:?}: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?}");
+        }
+        let out = lab.git("r", &commit(&[]));
+        assert!(out.status.success(), "{out:?}");
+        for c in ["core.commentChar=#", "core.commentChar=auto"] {
+            let out = lab.git("r", &commit(&["-c", c]));
+            assert!(out.status.success(), "{c}: {out:?}");
+            let msg = lab.real("r", &["log", "-1", "--format=%s"]);
+            assert_eq!(msg.trim(), "JIRA-1 ok", "{c}");
+        }
+    });
+}
+
 /// `git stash create` (which git merge runs for itself, through the guard
 /// in a sandbox) is let through, recorded before its id is printed: the
 /// commit it makes may not reach a branch.

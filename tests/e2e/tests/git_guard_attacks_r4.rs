@@ -1,0 +1,201 @@
+//! Round-four attacks on the git guard (issue 15), from inside a real
+//! sandbox as the agent: a commit holding content the pre-commit hook
+//! refuses gets onto `main` and is pushed to a bare remote, and a message
+//! the commit-msg hook never saw is committed. Judged by their effect.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output};
+
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
+
+/// A repository whose pre-commit refuses staged MARKER and whose
+/// commit-msg requires a `JIRA-<n>` first line, with a bare remote
+/// `origin` inside the workspace (so the sandbox reaches it).
+fn repo() -> Repo {
+    let repo = Repo::new("gattack4");
+    let path = repo.path.clone();
+    let git = |args: &[&str]| {
+        sh(Command::new("git")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .current_dir(&path))
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(path.join("a"), "1\n").unwrap();
+    std::fs::write(
+        path.join(".gitignore"),
+        "/remote.git/\n/.agent-sandbox/\n/*.py\n",
+    )
+    .unwrap();
+    git(&["add", "a", ".gitignore"]);
+    git(&["commit", "-qm", "JIRA-1 one"]);
+    git(&["init", "-q", "--bare", "remote.git"]);
+    git(&["push", "-q", "remote.git", "main"]);
+    for (name, body) in [
+        (
+            "pre-commit",
+            "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n",
+        ),
+        (
+            "commit-msg",
+            "#!/bin/sh\ngrep -q '^JIRA-[0-9]' \"$1\" || { echo no JIRA id >&2; exit 1; }\n",
+        ),
+    ] {
+        let hook = path.join(".git/hooks").join(name);
+        std::fs::write(&hook, body).unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(path.join(".race.py"), RACER).unwrap();
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(repo.root()));
+    repo
+}
+
+/// Waits for the pre-commit hook's own git to read the index (inotify on
+/// .git, once the hook runs), then renames `.git/B` over the index: git
+/// commit re-reads the index after pre-commit and commits that.
+const RACER: &str = r#"
+import ctypes, os, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+wd = libc.inotify_add_watch(fd, b".git", 0x10)  # IN_CLOSE_NOWRITE
+def hook_running():
+    for p in os.listdir('/proc'):
+        if p.isdigit():
+            try:
+                c = open('/proc/%s/cmdline' % p, 'rb').read()
+            except OSError:
+                continue
+            if b'/proc/self/fd/' in c and b'/pre-commit' in c:
+                return True
+    return False
+t0 = time.time()
+while not hook_running():
+    if time.time() - t0 > 20:
+        sys.exit("no hook seen")
+os.set_blocking(fd, False)
+try:
+    while os.read(fd, 4096):
+        pass
+except BlockingIOError:
+    pass
+os.set_blocking(fd, True)
+while True:
+    buf, i, hit = os.read(fd, 4096), 0, False
+    while i < len(buf):
+        _, _, _, n = struct.unpack_from('iIII', buf, i)
+        hit |= buf[i + 16:i + 16 + n].rstrip(b'\0') == b'index'
+        i += 16 + n
+    if hit:
+        os.rename('.git/B', '.git/index')
+        break
+"#;
+
+struct Sandbox {
+    repo: Repo,
+}
+
+impl Sandbox {
+    fn start() -> Option<Sandbox> {
+        if !base_image() {
+            return None;
+        }
+        let repo = repo();
+        let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+        assert!(out.status.success(), "init: {}", text(&out));
+        let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+        assert!(start.status.success(), "start: {}", text(&start));
+        Some(Sandbox { repo })
+    }
+
+    fn agent(&self, script: &str) -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&self.repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    }
+
+    /// Neither main nor the remote's main may hold MARKER.
+    fn clean(&self, what: &str) {
+        let o = self.agent(
+            "git grep -q MARKER main -- && echo main; \
+             git -C remote.git grep -q MARKER main -- && echo remote; true",
+        );
+        assert_eq!(text(&o).trim(), "", "{what}: MARKER on a branch");
+    }
+}
+
+/// A stash made in another repository of the sandbox is recorded there,
+/// not in the workspace: fetched in (FETCH_HEAD, no ref moves) and
+/// cherry-picked onto main (`-m 1`, an in-process commit without
+/// pre-commit), its change reached main and the remote, because the
+/// workspace's reference-transaction step, finding no stash of its own,
+/// only looked for stash-shaped commits.
+///
+/// Ignored: the fix belongs in hooks.rs (the steps' stash record and
+/// check), which is being reworked; see the report of round four.
+#[test]
+#[ignore = "hole: a foreign repository's stash cherry-picked onto main (fix in hooks.rs)"]
+fn a_stash_from_another_repository_cannot_be_cherry_picked_onto_main() {
+    let Some(sb) = Sandbox::start() else { return };
+    let o = sb.agent(
+        "git remote add origin /workspace/gattack4/remote.git && \
+         git clone -q /workspace/gattack4 /tmp/other && cd /tmp/other && \
+         echo MARKER > a && git stash -q && cd - >/dev/null && \
+         git fetch -q /tmp/other refs/stash && git cherry-pick -m 1 FETCH_HEAD; \
+         git push -q origin main; true",
+    );
+    assert!(o.status.code().is_some(), "{}", text(&o));
+    sb.clean("a foreign stash cherry-picked");
+}
+
+/// git commit re-reads the index after pre-commit and commits that: the
+/// agent swapping the index between the hook's own `git diff --cached`
+/// and that re-read commits what the hook never saw.
+///
+/// Ignored: no fix yet; the step that runs pre-commit would have to give
+/// the hook an index nobody else can write and the reference-transaction
+/// step check that the commit's tree is that index's (see the report).
+#[test]
+#[ignore = "hole: the index swapped between pre-commit and git's re-read (fix in hooks.rs)"]
+fn the_index_swapped_after_pre_commit_is_not_committed() {
+    let Some(sb) = Sandbox::start() else { return };
+    let o = sb.agent(
+        "git remote add origin /workspace/gattack4/remote.git && \
+         echo MARKER > a && git add a && cp .git/index .git/B && git reset -q && \
+         echo ok > b && git add b && \
+         { python3 .race.py & } && sleep 0.5 && git commit -qm 'JIRA-2 swapped'; \
+         wait; git push -q origin main; true",
+    );
+    assert!(o.status.code().is_some(), "{}", text(&o));
+    sb.clean("the index swapped after pre-commit");
+}
+
+/// core.commentChar: git's cleanup drops the lines commit-msg read as
+/// the ticket (`-c`, and `git config` stored). Refused now (77).
+#[test]
+fn a_comment_character_cannot_hide_the_message_commit_msg_saw() {
+    let Some(sb) = Sandbox::start() else { return };
+    for attack in [
+        "git -c core.commentChar=J commit -q --allow-empty --cleanup=strip -m 'JIRA-3 ok' -m 'no ticket'",
+        "git config core.commentChar J && \
+         git commit -q --allow-empty --cleanup=strip -m 'JIRA-3 ok' -m 'no ticket'",
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.commentchar GIT_CONFIG_VALUE_0=J \
+         git commit -q --allow-empty --cleanup=strip -m 'JIRA-3 ok' -m 'no ticket'",
+    ] {
+        let o = sb.agent(attack);
+        assert_eq!(o.status.code(), Some(77), "{attack}: {}", text(&o));
+        let o = sb.agent("git log -1 --format=%s");
+        assert_eq!(text(&o).trim(), "JIRA-1 one", "{attack}");
+    }
+    // Control: the hook still passes a good message.
+    let o = sb.agent("git commit -q --allow-empty --cleanup=strip -m 'JIRA-4 ok' -m body");
+    assert!(o.status.success(), "{}", text(&o));
+}

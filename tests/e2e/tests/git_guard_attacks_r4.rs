@@ -199,3 +199,121 @@ fn a_comment_character_cannot_hide_the_message_commit_msg_saw() {
     let o = sb.agent("git commit -q --allow-empty --cleanup=strip -m 'JIRA-4 ok' -m body");
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// husky 9's `.husky/_/h`, as `husky` installs it (trimmed of its messages).
+const HUSKY_H: &str = r#"#!/usr/bin/env sh
+[ "$HUSKY" = "2" ] && set -x
+n=$(basename "$0")
+s=$(dirname "$(dirname "$0")")/$n
+
+[ ! -f "$s" ] && exit 0
+
+i="${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh"
+[ -f "$i" ] && . "$i"
+
+[ "${HUSKY-}" = "0" ] && exit 0
+
+export PATH="node_modules/.bin:$PATH"
+sh -e "$s" "$@"
+c=$?
+
+[ $c != 0 ] && echo "husky - $n script failed (code $c)"
+exit $c
+"#;
+
+/// A husky 9 repository: git's hooks are `.husky/_/<name>`, each sourcing
+/// `.husky/_/h`, which runs `.husky/<name>` found from `$0`. The broker
+/// started the hook as `/proc/self/fd/N/pre-commit`, so `h` looked for
+/// `/proc/self/fd/pre-commit`, found nothing and exited 0: in a sandbox
+/// every husky hook passed without running. Now the hook runs by its path
+/// under the read-only `.husky`, as git runs it, and refuses MARKER.
+#[test]
+fn husky_hooks_run_in_a_sandbox() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("husky9");
+    let path = repo.path.clone();
+    let git = |args: &[&str]| {
+        sh(Command::new("git")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .current_dir(&path))
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "core.hooksPath", ".husky/_"]);
+    std::fs::create_dir_all(path.join(".husky/_")).unwrap();
+    std::fs::write(path.join(".husky/_/.gitignore"), "*\n").unwrap();
+    std::fs::write(path.join(".husky/_/h"), HUSKY_H).unwrap();
+    std::fs::write(
+        path.join(".husky/_/pre-commit"),
+        "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n",
+    )
+    .unwrap();
+    // husky 9 leaves the user's script as written (not executable).
+    std::fs::write(
+        path.join(".husky/pre-commit"),
+        "echo ran > /tmp/husky-ran\n\
+         if git diff --cached | grep -q 'MARK''ER'; then echo refused >&2; exit 1; fi\n",
+    )
+    .unwrap();
+    for f in [".husky/_/h", ".husky/_/pre-commit"] {
+        std::fs::set_permissions(path.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(path.join("a"), "1\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "one"]);
+    // The host's git runs the hook, which refuses MARKER.
+    std::fs::write(path.join("a"), "MARKER\n").unwrap();
+    git(&["add", "a"]);
+    let host = Command::new("git")
+        .args([
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "bad",
+        ])
+        .current_dir(&path)
+        .output()
+        .unwrap();
+    assert!(!host.status.success(), "host: {}", text(&host));
+    git(&["reset", "-q", "--hard"]);
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(repo.root()));
+    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(out.status.success(), "init: {}", text(&out));
+    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(start.status.success(), "start: {}", text(&start));
+    let agent = |script: &str| -> Output {
+        sbx()
+            .args(["exec", "-C"])
+            .arg(&repo.path)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+            ))
+            .output()
+            .unwrap()
+    };
+    let o = agent(
+        "echo MARKER > a && git add a && git commit -qm bad; echo rc=$?; git reset -q --hard",
+    );
+    assert!(text(&o).contains("rc=1"), "MARKER committed: {}", text(&o));
+    assert!(text(&o).contains("refused"), "{}", text(&o));
+    let o = agent("git grep -q MARKER main -- && echo main; true");
+    assert_eq!(text(&o).trim(), "", "MARKER on main");
+    // Control: a clean commit runs the script and commits.
+    let o = agent("rm -f /tmp/husky-ran; echo ok > a && git commit -qam ok && cat /tmp/husky-ran");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "ran",
+        "{}",
+        text(&o)
+    );
+}

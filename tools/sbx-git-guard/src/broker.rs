@@ -673,12 +673,36 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         output::error(&format!("git broker: the hooks directory: {e}"));
         return Exit::WrapperFailed.code();
     }
-    let path = PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()));
+    let path = hook_path(&req.env, dir.as_fd(), name);
     let mut argv = vec![path.clone().into_os_string()];
     argv.extend(req.args[1..].iter().cloned());
     let err = sbx_sys::exec(&path, &argv, &loader_free(req.env.clone()));
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// The path a hook runs by. Scripts find their siblings from `$0`, which
+/// is this path: husky 9's `.husky/_/pre-commit` sources `$(dirname "$0")/h`,
+/// which runs `$(dirname "$(dirname "$0")")/pre-commit` and exits 0 when
+/// that is missing, so `/proc/self/fd/N/pre-commit` made every husky hook
+/// pass unrun. So where the step's trusted directory is a real path (husky's,
+/// a read-only mount point that cannot be renamed) naming the same file as
+/// the fd's entry, that path, as git itself would run it; else (the hooks
+/// pinned as `/proc/self/fd/N`, which is also git's `$0` for them) the fd's.
+fn hook_path(env: &[(OsString, OsString)], dir: BorrowedFd<'_>, name: &str) -> PathBuf {
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()));
+    let trusted = env
+        .iter()
+        .find(|(k, _)| k == crate::hooks::TRUSTED_ENV)
+        .map(|(_, v)| Path::new(v))
+        .filter(|t| t.is_absolute() && !t.starts_with("/proc"));
+    let Some(by_path) = trusted.map(|t| t.join(name)) else {
+        return by_fd;
+    };
+    match (std::fs::metadata(&by_path), std::fs::metadata(&by_fd)) {
+        (Ok(a), Ok(b)) if (a.dev(), a.ino()) == (b.dev(), b.ino()) => by_path,
+        _ => by_fd,
+    }
 }
 
 /// The guard's own decision, made here as the peer, then git by fd.

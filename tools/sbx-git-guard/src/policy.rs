@@ -1060,6 +1060,67 @@ fn check_command(
     }
 }
 
+/// Why husky's `init.sh` or `~/.huskyrc` at `f` could switch its hooks off
+/// as the hook reads it, though this process reads it empty or absent:
+/// content; a relative path (the hook resolves it from the work tree's top,
+/// the guard from the caller's directory); a way through `/proc` or `/dev`
+/// (per-process views: `/proc/self/environ` is the hook's own environment
+/// as text, `/proc/self/cwd` another directory for each process), literal
+/// or by a symlink; anything but a plain file.
+fn husky_file_risk(f: &Path) -> Option<&'static str> {
+    const OFF: &str = "can switch husky's hooks off; empty or remove it";
+    const VIEW: &str = "leads through /proc or /dev, which husky's hook reads as its own process; use a plain path";
+    if !f.is_absolute() {
+        return Some(
+            "is a relative path, which husky's hook reads from another directory; use an absolute HOME and XDG_CONFIG_HOME",
+        );
+    }
+    let per_process = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    // Resolved by hand, each symlink's target checked, as the kernel would
+    // walk it (at most 40 links).
+    let mut todo: Vec<OsString> = f
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_owned())
+        .collect();
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match c.to_str() {
+            Some("/") => at = PathBuf::from("/"),
+            Some(".") => {}
+            Some("..") => {
+                at.pop();
+            }
+            _ => {
+                let next = at.join(&c);
+                if per_process(&next) {
+                    return Some(VIEW);
+                }
+                match std::fs::symlink_metadata(&next) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        links += 1;
+                        let Ok(target) = std::fs::read_link(&next) else {
+                            return Some(OFF);
+                        };
+                        if links > 40 {
+                            return Some(OFF);
+                        }
+                        todo.extend(target.components().rev().map(|c| c.as_os_str().to_owned()));
+                    }
+                    Ok(_) => at = next,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                    Err(_) => return Some(OFF),
+                }
+            }
+        }
+    }
+    match std::fs::symlink_metadata(&at) {
+        Ok(m) if m.is_file() && m.len() == 0 => None,
+        _ => Some(OFF),
+    }
+}
+
 /// husky sources these before every hook; either can export HUSKY=0.
 fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Result<(), Block> {
     let env = |n: &str| ctx.call.var(n).filter(|v| !v.is_empty()).map(PathBuf::from);
@@ -1070,14 +1131,8 @@ fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Resu
         home.map(|h| h.join(".huskyrc")),
     ];
     for f in files.into_iter().flatten() {
-        if std::fs::metadata(&f).is_ok_and(|m| m.len() > 0) {
-            return Err(block(
-                R::Husky,
-                format!(
-                    "{} can switch husky's hooks off; empty or remove it",
-                    f.display()
-                ),
-            ));
+        if let Some(why) = husky_file_risk(&f) {
+            return Err(block(R::Husky, format!("{} {why}", f.display())));
         }
     }
     if let Some(wt) = ctx.repo.as_ref().and_then(|r| r.work_tree.as_ref()) {

@@ -126,7 +126,7 @@ pub const RULES: &[Rule] = &[
         id: R::Husky,
         name: "husky",
         blocks: "commits while .husky has uncommitted changes or a husky init.sh/.huskyrc has content",
-        detail: "commit/merge/pull/rebase/am while .husky has uncommitted changes or a husky init.sh / ~/.huskyrc has content",
+        detail: "commit/merge/pull/rebase/am while .husky has uncommitted changes or a husky init.sh / ~/.huskyrc has content, is not a plain file, or is reached by a relative path or through /proc or /dev (read as the hook's own process: /proc/self/environ, /proc/self/cwd)",
     },
     Rule {
         id: R::ParseError,

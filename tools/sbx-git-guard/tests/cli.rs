@@ -467,6 +467,128 @@ fn husky_repositories() {
     });
 }
 
+/// husky 9's `h` sources `${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh`
+/// as the hook's own process, after the guard looked at it as the caller's:
+/// a symlink to `/proc/self/environ` (empty to the guard; the hook's own
+/// environment as text to husky, where a variable holding `exit 0` on a
+/// line of its own ends the hook), a directory linked to `/proc/self/cwd`
+/// (the caller's directory to the guard, the work tree's top to the hook),
+/// or a relative XDG_CONFIG_HOME (the same) each let husky's hook pass
+/// unrun. Each is refused; a plain empty init.sh is not.
+#[test]
+fn husky_init_files_are_judged_as_the_hook_reads_them() {
+    each_git(|lab| {
+        lab.repo("r");
+        let r = lab.path("r");
+        std::fs::create_dir_all(r.join(".husky/_")).unwrap();
+        std::fs::create_dir_all(r.join("sub")).unwrap();
+        std::fs::write(
+            r.join(".husky/_/h"),
+            "#!/usr/bin/env sh
+n=$(basename \"$0\")
+s=$(dirname \"$(dirname \"$0\")\")/$n
+\
+             [ ! -f \"$s\" ] && exit 0
+i=\"${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh\"
+\
+             [ -f \"$i\" ] && . \"$i\"
+sh -e \"$s\"
+",
+        )
+        .unwrap();
+        std::fs::write(
+            r.join(".husky/_/pre-commit"),
+            "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n",
+        )
+        .unwrap();
+        std::fs::write(r.join(".husky/pre-commit"), "echo lint failed; exit 1\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for f in ["_/h", "_/pre-commit"] {
+            std::fs::set_permissions(
+                r.join(".husky").join(f),
+                std::fs::Permissions::from_mode(0o755),
+            )
+            .unwrap();
+        }
+        lab.real("r", &["config", "core.hooksPath", ".husky/_"]);
+        lab.real("r", &["add", ".husky"]);
+        lab.real("r", &["commit", "-qm", "husky", "--no-verify"]);
+        let before = lab.head("r", "HEAD");
+        std::fs::write(r.join("a"), "changed\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        std::fs::write(r.join("hx.sh"), "exit 0\n").unwrap();
+        std::fs::create_dir_all(r.join("hx/husky")).unwrap();
+        std::fs::write(r.join("hx/husky/init.sh"), "exit 0\n").unwrap();
+        let config = lab.path("home/.config");
+        let husky = config.join("husky");
+        let reset = || {
+            let _ = std::fs::remove_dir_all(&config);
+            std::fs::create_dir_all(&config).unwrap();
+        };
+        let exit0 = ("X", "\nexit 0\n");
+        let cases: Vec<(&str, Box<dyn Fn()>, Vec<(&str, &str)>, &str)> = vec![
+            (
+                "init.sh -> /proc/self/environ",
+                Box::new(|| {
+                    std::fs::create_dir_all(&husky).unwrap();
+                    std::os::unix::fs::symlink("/proc/self/environ", husky.join("init.sh"))
+                        .unwrap();
+                }),
+                vec![exit0],
+                "r",
+            ),
+            (
+                "husky dir -> /proc/self/cwd/hx/husky",
+                Box::new(|| {
+                    std::os::unix::fs::symlink("/proc/self/cwd/hx/husky", &husky).unwrap();
+                }),
+                vec![],
+                "r/sub",
+            ),
+            (
+                "a chain of links to /proc/self/cwd",
+                Box::new(|| {
+                    std::os::unix::fs::symlink("/proc/self/cwd/hx/husky", config.join("l2"))
+                        .unwrap();
+                    std::os::unix::fs::symlink("l2", &husky).unwrap();
+                }),
+                vec![],
+                "r/sub",
+            ),
+            (
+                "a relative XDG_CONFIG_HOME",
+                Box::new(|| {}),
+                vec![("XDG_CONFIG_HOME", "hx")],
+                "r/sub",
+            ),
+            (
+                "XDG_CONFIG_HOME under /proc",
+                Box::new(|| {}),
+                vec![("XDG_CONFIG_HOME", "/proc/self/cwd/hx")],
+                "r/sub",
+            ),
+        ];
+        for (what, setup, env, cwd) in &cases {
+            reset();
+            setup();
+            let out = lab.git_env(cwd, &["commit", "-qm", "x"], env);
+            assert!(refused(&out), "{what}: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{what}");
+        }
+        // A plain empty init.sh: the hook runs (and fails).
+        reset();
+        std::fs::create_dir_all(&husky).unwrap();
+        std::fs::write(husky.join("init.sh"), "").unwrap();
+        let out = lab.git("r", &["commit", "-qm", "x"]);
+        assert!(!out.status.success() && !refused(&out), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("lint failed"),
+            "{out:?}"
+        );
+        assert_eq!(lab.head("r", "HEAD"), before);
+    });
+}
+
 #[test]
 fn honest_use_works() {
     each_git(|lab| {

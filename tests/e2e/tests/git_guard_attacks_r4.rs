@@ -307,6 +307,27 @@ fn husky_hooks_run_in_a_sandbox() {
     assert!(text(&o).contains("refused"), "{}", text(&o));
     let o = agent("git grep -q MARKER main -- && echo main; true");
     assert_eq!(text(&o).trim(), "", "MARKER on main");
+    // husky's init.sh filled while git runs, after the guard looked: an
+    // empty one (the image's, root-owned, moved aside with its directory)
+    // takes git's stderr, where GIT_TRACE_SETUP prints a git dir path that
+    // holds `;exit 0`; or the trace is written there by path. The broker
+    // looks again just before it starts the hook.
+    for attack in [
+        "GIT_TRACE_SETUP=2 GIT_DIR=\"$d\" GIT_WORK_TREE=$PWD git commit -qm bad 2>>\"$i\"",
+        "GIT_TRACE_SETUP=\"$i\" GIT_DIR=\"$d\" GIT_WORK_TREE=$PWD git commit -qm bad",
+    ] {
+        let o = agent(&format!(
+            "mv ~/.config/husky ~/.config/h.$$ 2>/dev/null; mkdir -p ~/.config/husky; \
+             i=~/.config/husky/init.sh; rm -f \"$i\"; : > \"$i\"; \
+             d='/tmp/x;exit 0'; ln -sfn \"$PWD/.git\" \"$d\"; \
+             echo MARKER > a && git add a; {attack}; echo rc=$?; git reset -q --hard"
+        ));
+        assert!(text(&o).contains("rc=1"), "{attack}: {}", text(&o));
+        let o = agent("git grep -q MARKER main -- && echo main; true");
+        assert_eq!(text(&o).trim(), "", "{attack}: MARKER on main");
+    }
+    let o = agent("rm -f ~/.config/husky/init.sh");
+    assert!(o.status.success(), "{}", text(&o));
     // Control: a clean commit runs the script and commits.
     let o = agent("rm -f /tmp/husky-ran; echo ok > a && git commit -qam ok && cat /tmp/husky-ran");
     assert!(o.status.success(), "{}", text(&o));

@@ -673,12 +673,34 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         output::error(&format!("git broker: the hooks directory: {e}"));
         return Exit::WrapperFailed.code();
     }
+    if let Some(why) = husky_off_switch(&req.env, dir.as_fd()) {
+        output::error(&format!("git broker: {name}: {why}; the hook was not run"));
+        return Exit::Denied.code();
+    }
     let path = hook_path(&req.env, dir.as_fd(), name);
     let mut argv = vec![path.clone().into_os_string()];
     argv.extend(req.args[1..].iter().cloned());
     let err = sbx_sys::exec(&path, &argv, &loader_free(req.env.clone()));
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// In a husky hooks directory (`h`: husky 9's `.husky/_`; `husky.sh`:
+/// husky 4's `.git/hooks`; `_/husky.sh`: husky 5-8's `.husky`), husky's
+/// own off switches, checked here (as the hook's uid, in its directory, with
+/// its environment) just before it starts: the guard's look came before git
+/// ran, and git's own stderr or trace output can fill an empty `init.sh`
+/// since. A hook that cannot run this way fails.
+fn husky_off_switch(env: &[(OsString, OsString)], dir: BorrowedFd<'_>) -> Option<String> {
+    let d = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let husky = ["h", "husky.sh", "_/husky.sh"]
+        .iter()
+        .any(|f| Path::new(&d).join(f).is_file());
+    if !husky {
+        return None;
+    }
+    let var = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    crate::policy::husky_off_switch(&var)
 }
 
 /// The path a hook runs by. Scripts find their siblings from `$0`, which

@@ -1121,19 +1121,30 @@ fn husky_file_risk(f: &Path) -> Option<&'static str> {
     }
 }
 
-/// husky sources these before every hook; either can export HUSKY=0.
-fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Result<(), Block> {
-    let env = |n: &str| ctx.call.var(n).filter(|v| !v.is_empty()).map(PathBuf::from);
+/// husky's own off switches as an environment names them (`var`: first
+/// values, as getenv reads them): why one could switch husky's hooks off,
+/// naming the file. The guard asks before git runs; the broker again just
+/// before it starts a husky hook, since the files can be written while git
+/// runs (its stderr redirected into one, with `GIT_TRACE=2` printing a path
+/// that holds `;exit 0`).
+pub(crate) fn husky_off_switch(var: &dyn Fn(&str) -> Option<OsString>) -> Option<String> {
+    let env = |n: &str| var(n).filter(|v| !v.is_empty()).map(PathBuf::from);
     let home = env("HOME");
     let xdg = env("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
     let files = [
         xdg.map(|x| x.join("husky/init.sh")),
         home.map(|h| h.join(".huskyrc")),
     ];
-    for f in files.into_iter().flatten() {
-        if let Some(why) = husky_file_risk(&f) {
-            return Err(block(R::Husky, format!("{} {why}", f.display())));
-        }
+    files
+        .into_iter()
+        .flatten()
+        .find_map(|f| husky_file_risk(&f).map(|why| format!("{} {why}", f.display())))
+}
+
+/// husky sources these before every hook; either can export HUSKY=0.
+fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Result<(), Block> {
+    if let Some(why) = husky_off_switch(&|n| ctx.call.var(n).map(OsStr::to_owned)) {
+        return Err(block(R::Husky, why));
     }
     if let Some(wt) = ctx.repo.as_ref().and_then(|r| r.work_tree.as_ref()) {
         if wt.join(".husky").is_dir() && real_git(wt) == Some(true) {

@@ -526,7 +526,13 @@ sh -e \"$s\"
             std::fs::create_dir_all(&config).unwrap();
         };
         let exit0 = ("X", "\nexit 0\n");
-        let cases: Vec<(&str, Box<dyn Fn()>, Vec<(&str, &str)>, &str)> = vec![
+        type Case<'a> = (
+            &'a str,
+            Box<dyn Fn() + 'a>,
+            Vec<(&'a str, &'a str)>,
+            &'a str,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "init.sh -> /proc/self/environ",
                 Box::new(|| {

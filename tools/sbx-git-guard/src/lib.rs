@@ -76,7 +76,7 @@ The real git and its hooks run in a cleaned environment: one value per
 variable (the first, as git's getenv reads it); BASH_ENV, ENV, SHELLOPTS,
 BASHOPTS, PS4, CDPATH, IFS, exported bash functions, LD_*, NODE_OPTIONS,
 PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
-GIT_REPLACE_REF_BASE, GIT_TEST_* and the hook managers' kill switches
+GIT_REPLACE_REF_BASE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers' kill switches
 removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
 GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH.

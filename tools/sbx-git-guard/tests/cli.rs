@@ -1480,6 +1480,51 @@ fn hooks_run_in_a_clean_environment() {
     });
 }
 
+/// git's pathspec switches reach the hook's own git through the
+/// environment: with GIT_LITERAL_PATHSPECS or GIT_NOGLOB_PATHSPECS the
+/// hook's `git diff --cached -- '*.txt'` matches only a file named `*.txt`,
+/// with GIT_GLOB_PATHSPECS its `*` no longer matches `sub/`, and the hook
+/// sees nothing to refuse. The real git commits past it; the guard removes
+/// them from the environment git and the hooks get.
+#[test]
+fn pathspec_switches_do_not_blind_the_hooks_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached -- '*.txt' | grep -q MARKER; then exit 1; fi",
+        );
+        std::fs::create_dir_all(lab.path("r/sub")).unwrap();
+        std::fs::write(lab.path("r/sub/x.txt"), "MARKER\n").unwrap();
+        lab.real("r", &["add", "sub/x.txt"]);
+        let mut wrong = Vec::new();
+        for k in [
+            "GIT_LITERAL_PATHSPECS",
+            "GIT_NOGLOB_PATHSPECS",
+            "GIT_GLOB_PATHSPECS",
+        ] {
+            let before = lab.head("r", "HEAD");
+            let real = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .env(k, "1")
+                .args(["commit", "-qm", "m"])
+                .output()
+                .unwrap();
+            if !(real.status.success() && lab.head("r", "HEAD") != before) {
+                wrong.push(format!("{k}=1: not an attack on the real git (bad case)"));
+            }
+            lab.real("r", &["reset", "-q", "--soft", &before]);
+            let out = lab.git_env("r", &["commit", "-qm", "m"], &[(k, "1")]);
+            if out.status.success() || lab.head("r", "HEAD") != before {
+                wrong.push(format!("{k}=1: the commit passed the hook through the guard"));
+                lab.real("r", &["reset", "-q", "--soft", &before]);
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    });
+}
+
 /// Class 5: commits no pre-commit hook saw do not reach a branch.
 #[test]
 fn unverified_commits_do_not_reach_a_branch() {

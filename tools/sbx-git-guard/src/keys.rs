@@ -94,6 +94,17 @@ pub fn refused(
         ("core", None, "commentchar" | "commentstring") if !comment_ok(value) => {
             "a comment character other than `#` makes git drop message lines the commit-msg hook read as text"
         }
+        // The patch a hook's own `git diff --cached` prints: forced colour
+        // puts an escape before each `+`, so `grep '^+.*MARKER'` matched
+        // nothing; other prefixes than `a/` `b/` hide `+++ b/path`.
+        ("color", _, _) if value.is_some_and(|v| v.trim().eq_ignore_ascii_case("always")) => {
+            "forced colour changes the patch the hooks' own git commands print"
+        }
+        ("diff", None, "noprefix" | "mnemonicprefix" | "srcprefix" | "dstprefix")
+            if !is_false(value) && value != Some("\u{0}") =>
+        {
+            "it changes the patch the hooks' own git commands print"
+        }
         ("sequence", None, "editor") => program,
         ("pager", Some(_), _) | ("pager", None, _) if !is_bool(value) => program,
         ("diff", None, "external") => program,
@@ -241,6 +252,15 @@ mod tests {
         assert!(r("diff.foo.textconv", Some("x"), Inline));
         assert!(r("submodule.a.update", Some("!sh"), Write));
         assert!(!r("submodule.a.update", Some("rebase"), Write));
+        assert!(r("color.ui", Some("always"), Inline));
+        assert!(r("Color.Diff", Some(" Always"), Write));
+        assert!(r("color.diff.new", Some("always"), Inline));
+        assert!(!r("color.ui", Some("auto"), Write));
+        assert!(!r("color.diff.new", Some("green"), Inline));
+        assert!(r("diff.noprefix", None, Inline));
+        assert!(r("diff.mnemonicPrefix", Some("true"), Write));
+        assert!(r("diff.srcPrefix", Some("x/"), Inline));
+        assert!(!r("diff.noprefix", Some("false"), Write));
         assert!(r("core.commentChar", Some("J"), Inline));
         assert!(r("core.commentString", Some("//"), Write));
         assert!(r("CORE.COMMENTCHAR", None, Inline));

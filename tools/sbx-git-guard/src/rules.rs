@@ -78,7 +78,7 @@ pub const RULES: &[Rule] = &[
         id: R::ConfigInline,
         name: "config-inline",
         blocks: "-c, --config-env, GIT_CONFIG_COUNT/KEY/VALUE and GIT_CONFIG_PARAMETERS that set hooks, includes, aliases or programs",
-        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*; core.attributesFile, core.bigFileThreshold and core.whitespace, which change what a hook's own `git diff --cached` or `--check` reports; core.commentChar/commentString other than `#` or `auto`, with which git's cleanup drops message lines the commit-msg hook read",
+        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*; core.attributesFile, core.bigFileThreshold and core.whitespace, which change what a hook's own `git diff --cached` or `--check` reports; color.*=always and diff.noprefix/mnemonicPrefix/srcPrefix/dstPrefix, which change the patch a hook's own `git diff --cached` prints; core.commentChar/commentString other than `#` or `auto`, with which git's cleanup drops message lines the commit-msg hook read",
     },
     Rule {
         id: R::ConfigWrite,

@@ -1517,7 +1517,9 @@ fn pathspec_switches_do_not_blind_the_hooks_git() {
             lab.real("r", &["reset", "-q", "--soft", &before]);
             let out = lab.git_env("r", &["commit", "-qm", "m"], &[(k, "1")]);
             if out.status.success() || lab.head("r", "HEAD") != before {
-                wrong.push(format!("{k}=1: the commit passed the hook through the guard"));
+                wrong.push(format!(
+                    "{k}=1: the commit passed the hook through the guard"
+                ));
                 lab.real("r", &["reset", "-q", "--soft", &before]);
             }
         }
@@ -2204,6 +2206,72 @@ fn config_that_blinds_the_hooks_git_is_refused() {
         std::fs::write(lab.path("r/a"), "fine\n").unwrap();
         lab.real("r", &["add", "a"]);
         let out = lab.git("r", &["commit", "-qm", "x"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}
+
+/// Settings that change the patch a hook's own `git diff --cached` prints,
+/// read by the hook's git from GIT_CONFIG_PARAMETERS or the repository's
+/// config: forced colour (`grep '^+.*MARKER'` then matches nothing) and
+/// other path prefixes (`grep '^+++ b/secret$'` neither). The real git
+/// commits past such a hook; the guard refuses them, inline or written.
+#[test]
+fn settings_that_change_the_hooks_patch_are_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "d=$(git diff --cached)\n\
+             if printf '%s\\n' \"$d\" | grep -q '^+.*MARKER'; then exit 1; fi\n\
+             if printf '%s\\n' \"$d\" | grep -q '^+++ b/secret$'; then exit 1; fi",
+        );
+        let before = lab.head("r", "HEAD");
+        let cases: &[(&str, &[&str])] = &[
+            ("a", &["-c", "color.ui=always"]),
+            ("a", &["-c", "color.diff=Always"]),
+            ("secret", &["-c", "diff.noprefix"]),
+            ("secret", &["-c", "diff.mnemonicPrefix=true"]),
+        ];
+        let mut wrong = Vec::new();
+        for (file, pre) in cases {
+            let body = if *file == "a" { "MARKER\n" } else { "x\n" };
+            std::fs::write(lab.path("r").join(file), body).unwrap();
+            lab.real("r", &["add", file]);
+            let mut args = pre.to_vec();
+            args.extend(["commit", "-qm", "m"]);
+            let real = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .args(&args)
+                .output()
+                .unwrap();
+            if !(real.status.success() && lab.head("r", "HEAD") != before) {
+                wrong.push(format!(
+                    "{args:?}: not an attack on the real git (bad case)"
+                ));
+            }
+            lab.real("r", &["reset", "-q", "--soft", &before]);
+            let out = lab.git("r", &args);
+            if !refused(&out) || lab.head("r", "HEAD") != before {
+                wrong.push(format!("{args:?}: not refused by the guard: {out:?}"));
+                lab.real("r", &["reset", "-q", "--soft", &before]);
+            }
+            lab.real("r", &["reset", "-q", "--hard"]);
+            let _ = std::fs::remove_file(lab.path("r").join(file));
+        }
+        for a in [
+            &["config", "color.ui", "always"][..],
+            &["config", "color.diff", "always"],
+            &["config", "diff.noprefix", "true"],
+        ] {
+            let out = lab.git("r", a);
+            if !refused(&out) {
+                wrong.push(format!("{a:?}: not refused: {out:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // Colour for the terminal is still fine.
+        let out = lab.git("r", &["config", "color.ui", "auto"]);
         assert!(out.status.success(), "{out:?}");
     });
 }

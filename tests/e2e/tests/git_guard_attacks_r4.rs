@@ -338,3 +338,92 @@ fn husky_hooks_run_in_a_sandbox() {
         text(&o)
     );
 }
+
+/// The real git's other programs are libgit too: `git-http-fetch -w`
+/// writes a ref, `git-http-push --force`/`-D` rewinds and deletes on a
+/// remote, all without the broker. Only git run by the broker (group
+/// sbx-git) may start them now; git's https transport still works.
+#[test]
+fn the_real_gits_other_programs_run_only_under_git() {
+    let Some(sb) = Sandbox::start() else { return };
+    for prog in [
+        "/usr/lib/git-core/git-http-fetch",
+        "/usr/lib/git-core/git-http-push",
+        "/usr/lib/git-core/git-remote-https",
+        "/usr/bin/scalar",
+        "/usr/bin/git-shell",
+        "cat /usr/lib/git-core/git-http-fetch >/tmp/copy; /tmp/copy",
+    ] {
+        let o = sb.agent(&format!("{prog} --help >/dev/null 2>&1; echo rc=$?"));
+        assert!(text(&o).contains("rc=126"), "{prog}: {}", text(&o));
+    }
+    // git run by the broker still starts its https helper.
+    let o = sb.agent("git ls-remote https://127.0.0.1:1/x.git");
+    assert!(
+        text(&o).contains("unable to access"),
+        "git-remote-https: {}",
+        text(&o)
+    );
+}
+
+/// git-http-backend behind python's CGI server on the sandbox's loopback.
+const HTTP_SERVER: &str = r#"import http.server, os
+class H(http.server.CGIHTTPRequestHandler):
+    def is_cgi(self):
+        if self.path.startswith('/git/'):
+            self.cgi_info = ('/git', 'http-backend/' + self.path[5:])
+            return True
+        return False
+os.makedirs('/tmp/cgi/git', exist_ok=True)
+os.chdir('/tmp/cgi')
+os.symlink('/usr/lib/git-core/git-http-backend', '/tmp/cgi/git/http-backend')
+os.environ['GIT_PROJECT_ROOT'] = '/tmp/srv'
+os.environ['GIT_HTTP_EXPORT_ALL'] = '1'
+http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
+"#;
+
+/// `git push` runs the remote helper (`git remote-https URL`) through the
+/// guard and sends it `push` commands only past its pre-push step. The
+/// agent running the helper itself and writing `push +main:main` or
+/// `push :main` on its stdin force-pushed and deleted the remote's main
+/// (its `send-pack --stateless-rpc` was let through as git push's half).
+/// The guard now reads the helper's commands first and refuses those.
+#[test]
+fn a_remote_helper_driven_by_hand_cannot_force_or_delete() {
+    let Some(sb) = Sandbox::start() else { return };
+    std::fs::write(sb.repo.path.join(".srv.py"), HTTP_SERVER).unwrap();
+    let u = "U=http://127.0.0.1:8765/git/r.git";
+    let o = sb.agent(&format!(
+        "{u}; mkdir -p /tmp/srv && git init -q --bare /tmp/srv/r.git && \
+         git -C /tmp/srv/r.git config http.receivepack true && \
+         {{ python3 .srv.py >/tmp/srv.log 2>&1 & }} && \
+         for i in $(seq 20); do git ls-remote $U >/dev/null 2>&1 && break; sleep 0.3; done; \
+         echo c > c && git add c && git commit -qm 'JIRA-5 c' && git push -q $U main && \
+         git reset -q --hard HEAD~1 && echo d > d && git add d && git commit -qm 'JIRA-6 d'"
+    ));
+    assert!(o.status.success(), "setup: {}", text(&o));
+    let remote_main = || {
+        let o = sb.agent("git -C /tmp/srv/r.git rev-parse main");
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    let before = remote_main();
+    assert_eq!(before.len(), 40, "the remote's main");
+    for cmds in [
+        "push +refs/heads/main:refs/heads/main\\n\\n",
+        "push :refs/heads/main\\n\\n",
+        "option force true\\npush refs/heads/main:refs/heads/main\\n\\n",
+        "capabilities\\nlist for-push\\npush +HEAD:refs/heads/main\\n\\n",
+    ] {
+        let o = sb.agent(&format!("{u}; printf '{cmds}' | git remote-http $U $U"));
+        assert_eq!(o.status.code(), Some(77), "{cmds}: {}", text(&o));
+        assert_eq!(remote_main(), before, "{cmds} moved the remote's main");
+    }
+    // git push itself still works over the helper: a new branch.
+    let o = sb.agent(&format!("{u}; git push -q $U main:side"));
+    assert!(o.status.success(), "push: {}", text(&o));
+    // And a fetch (protocol v2, a raw stream after stateless-connect).
+    let o = sb.agent(&format!(
+        "{u}; git fetch -q $U side && git rev-parse FETCH_HEAD"
+    ));
+    assert!(o.status.success(), "fetch: {}", text(&o));
+}

@@ -753,6 +753,9 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
     if allow.records_stash {
         return crate::run_recording_stash(&fd_path(git), &allow);
     }
+    if allow.filters_helper {
+        return crate::run_filtering_helper(&fd_path(git), &allow);
+    }
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);
     let err = privsep::execveat_fd(git, &argv, &allow.env);
@@ -817,6 +820,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 moves_refs: false,
                 precommit_first: false,
                 records_stash: false,
+                filters_helper: false,
                 repo: None,
                 routable: false,
             };

@@ -77,6 +77,10 @@ pub struct Allow {
     /// prints in `<common dir>/sbx-stash-seen` before the caller sees its id
     /// (`lib::run_recording_stash`). git merge runs it for itself.
     pub records_stash: bool,
+    /// A remote helper (`git remote-https`): its command stream is read
+    /// before the helper gets it (`lib::run_filtering_helper`), since a
+    /// caller other than `git push` can ask it to force or delete.
+    pub filters_helper: bool,
     /// The repository git will act on, as the guard found it.
     pub repo: Option<Repo>,
     /// The command (after aliases) is one `moves_refs` routes when the
@@ -890,7 +894,8 @@ fn check_command(
         "fast-import" => plumbing("writes commits and branches without hooks"),
         // git-remote-http(s) pushes through `send-pack --stateless-rpc`,
         // which only writes the request to its stdout for the helper; the
-        // `git push` above it has run the pre-push step on the same updates.
+        // helper's own commands (`push +src:dst`, `push :dst`) are read by
+        // the guard first (`lib::run_filtering_helper`), whoever sends them.
         "send-pack"
             if args
                 .iter()
@@ -1257,6 +1262,7 @@ pub fn decide(
         moves_refs,
         precommit_first,
         records_stash: false,
+        filters_helper: false,
         repo: found.clone(),
         routable: false,
     };
@@ -1388,6 +1394,7 @@ pub fn decide(
         // The last of -n/--no-verify/--verify wins: hooks run.
         out.args.push("--verify".into());
     }
+    out.filters_helper = call.settings.block_force_push && last.starts_with("remote-");
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)

@@ -96,7 +96,7 @@ pub const RULES: &[Rule] = &[
         id: R::Plumbing,
         name: "plumbing",
         blocks: "commands that make commits or move branches without hooks: commit-tree, fast-import, replay, hash-object -t commit -w (any spelling: -wtcommit), send-pack, filter-branch, filter-repo, replace, stash store, update-ref of HEAD or refs/heads/*",
-        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack (but --stateless-rpc: git-remote-http(s)'s half of a push, after git push's pre-push step), filter-branch, filter-repo, replace (but --list/--delete), stash store (stash create runs, its commit recorded as a stash's before its id is printed: git merge runs it), update-ref of HEAD or refs/heads/* (and --stdin)",
+        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack (but --stateless-rpc: git-remote-http(s)'s half of a push, after git push's pre-push step; the helper's own `push +src:dst`/`push :dst`/`option force`/`export`/`connect` to receive-pack are refused as it reads them, rule block-force-push), filter-branch, filter-repo, replace (but --list/--delete), stash store (stash create runs, its commit recorded as a stash's before its id is printed: git merge runs it), update-ref of HEAD or refs/heads/* (and --stdin)",
     },
     Rule {
         id: R::UnverifiedCommit,

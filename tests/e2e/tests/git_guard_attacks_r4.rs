@@ -392,7 +392,7 @@ http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
 fn a_remote_helper_driven_by_hand_cannot_force_or_delete() {
     let Some(sb) = Sandbox::start() else { return };
     std::fs::write(sb.repo.path.join(".srv.py"), HTTP_SERVER).unwrap();
-    let u = "U=http://127.0.0.1:8765/git/r.git";
+    let u = "export U=http://127.0.0.1:8765/git/r.git";
     let o = sb.agent(&format!(
         "{u}; mkdir -p /tmp/srv && git init -q --bare /tmp/srv/r.git && \
          git -C /tmp/srv/r.git config http.receivepack true && \
@@ -417,6 +417,26 @@ fn a_remote_helper_driven_by_hand_cannot_force_or_delete() {
         let o = sb.agent(&format!("{u}; printf '{cmds}' | git remote-http $U $U"));
         assert_eq!(o.status.code(), Some(77), "{cmds}: {}", text(&o));
         assert_eq!(remote_main(), before, "{cmds} moved the remote's main");
+    }
+    // A program git starts (an editor) has git's group, so it may run the
+    // helper binary itself, unfiltered: its `git send-pack --stateless-rpc`
+    // (through the guard) reads the refspecs, which are checked there.
+    for cmds in [
+        "push :refs/heads/main\\n\\n",
+        "push +refs/heads/main:refs/heads/main\\n\\n",
+    ] {
+        let o = sb.agent(&format!(
+            "{u}; printf '#!/bin/sh\\nprintf \"{cmds}\" | /usr/lib/git-core/git-remote-http $U $U >/tmp/ed.out 2>&1\\n' > /tmp/ed && \
+             chmod +x /tmp/ed && GIT_EDITOR=/tmp/ed git commit -q --allow-empty -m 'JIRA-7 e' -e; \
+             cat /tmp/ed.out; git reset -q --hard HEAD@{{1}} 2>/dev/null; true"
+        ));
+        assert!(o.status.code().is_some(), "{}", text(&o));
+        assert_eq!(
+            remote_main(),
+            before,
+            "{cmds} by an editor moved the remote's main: {}",
+            text(&o)
+        );
     }
     // git push itself still works over the helper: a new branch.
     let o = sb.agent(&format!("{u}; git push -q $U main:side"));

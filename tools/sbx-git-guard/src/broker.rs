@@ -753,7 +753,7 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
     if allow.records_stash {
         return crate::run_recording_stash(&fd_path(git), &allow);
     }
-    if allow.filters_helper {
+    if allow.filters_helper || allow.filters_send_pack {
         return crate::run_filtering_helper(&fd_path(git), &allow);
     }
     let mut argv = vec![OsString::from("git")];
@@ -821,6 +821,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 precommit_first: false,
                 records_stash: false,
                 filters_helper: false,
+                filters_send_pack: false,
                 repo: None,
                 routable: false,
             };

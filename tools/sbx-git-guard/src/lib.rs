@@ -405,7 +405,9 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
     let found = || git_exec_path(&real);
     match decide_and_prepare(args, &env, &cwd, settings, &real, found, sandboxed, config) {
         Ok(allow) if allow.records_stash => run_recording_stash(&real, &allow).into(),
-        Ok(allow) if allow.filters_helper => run_filtering_helper(&real, &allow).into(),
+        Ok(allow) if allow.filters_helper || allow.filters_send_pack => {
+            run_filtering_helper(&real, &allow).into()
+        }
         Ok(allow) => exec(&real, allow),
         Err(b) => refuse(args, &b),
     }
@@ -761,6 +763,58 @@ pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
     let pidfd = i32::try_from(child.id())
         .ok()
         .and_then(|p| sbx_sys::privsep::pidfd_open(nix::unistd::Pid::from_raw(p)).ok());
+    if allow.filters_send_pack {
+        // pkt-lines, each a refspec, up to a flush; then the remote's
+        // advertisement and the rest, passed on as they come.
+        loop {
+            let mut len = [0u8; 4];
+            if std::io::Read::read_exact(&mut from, &mut len).is_err() {
+                break;
+            }
+            let n = std::str::from_utf8(&len)
+                .ok()
+                .and_then(|h| usize::from_str_radix(h, 16).ok());
+            let mut payload = Vec::new();
+            match n {
+                Some(0) => {
+                    let _ = to.write_all(&len);
+                    break;
+                }
+                Some(n) if n >= 4 => {
+                    payload.resize(n - 4, 0);
+                    if std::io::Read::read_exact(&mut from, &mut payload).is_err() {
+                        break;
+                    }
+                }
+                _ => payload.clear(),
+            }
+            let spec = payload.strip_suffix(b"\n").unwrap_or(&payload);
+            if n.is_none_or(|n| n < 4) || spec.starts_with(b"+") || spec.starts_with(b":") {
+                let _ = child.kill();
+                let _ = child.wait();
+                let b = policy::Block {
+                    rule: R::ForcePush.name(),
+                    reason: format!(
+                        "git send-pack was given the refspec `{}`, which forces or deletes",
+                        String::from_utf8_lossy(spec)
+                    ),
+                };
+                let mut words = vec![OsString::from("git")];
+                words.extend(allow.args.iter().cloned());
+                record_block(&words, &b);
+                output::error(&b.message());
+                return Exit::Denied.code();
+            }
+            if to
+                .write_all(&len)
+                .and_then(|()| to.write_all(&payload))
+                .is_err()
+            {
+                break;
+            }
+        }
+        raw = true;
+    }
     loop {
         if from.buffer().is_empty() {
             if let Some(pf) = &pidfd {
@@ -862,6 +916,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             precommit_first: false,
             records_stash: false,
             filters_helper: false,
+            filters_send_pack: false,
             repo: None,
             routable: false,
         },

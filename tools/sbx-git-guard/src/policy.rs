@@ -81,6 +81,9 @@ pub struct Allow {
     /// before the helper gets it (`lib::run_filtering_helper`), since a
     /// caller other than `git push` can ask it to force or delete.
     pub filters_helper: bool,
+    /// `send-pack --stateless-rpc`: the refspecs it reads on stdin are
+    /// read by the guard first (`lib::run_filtering_helper`).
+    pub filters_send_pack: bool,
     /// The repository git will act on, as the guard found it.
     pub repo: Option<Repo>,
     /// The command (after aliases) is one `moves_refs` routes when the
@@ -902,6 +905,44 @@ fn check_command(
                 .take_while(|a| *a != "--")
                 .any(|a| a == "--stateless-rpc") =>
         {
+            // Only what git-remote-http passes; its refspecs come on stdin
+            // (read by `lib::run_filtering_helper`). Anyone may run it
+            // (a program git started can drive git-remote-http itself).
+            const OK: &[&str] = &[
+                "--stateless-rpc",
+                "--helper-status",
+                "--thin",
+                "--no-thin",
+                "--progress",
+                "--no-progress",
+                "--quiet",
+                "-q",
+                "--verbose",
+                "-v",
+                "--dry-run",
+                "--atomic",
+                "--stdin",
+            ];
+            if ctx.call.settings.block_force_push {
+                let odd = args.iter().map(|a| a.as_bytes()).find(|a| {
+                    if a.starts_with(b"-") {
+                        !OK.iter().any(|o| o.as_bytes() == *a)
+                            && !a.starts_with(b"--signed")
+                            && !a.starts_with(b"--push-option=")
+                    } else {
+                        a.starts_with(b"+") || a.starts_with(b":")
+                    }
+                });
+                if let Some(a) = odd {
+                    return Err(block(
+                        R::ForcePush,
+                        format!(
+                            "git send-pack {}: only the options git-remote-http passes, and no forced or deleting refspec",
+                            String::from_utf8_lossy(a)
+                        ),
+                    ));
+                }
+            }
             Ok(())
         }
         "send-pack" => plumbing("pushes without the pre-push hook or push checks"),
@@ -1263,6 +1304,7 @@ pub fn decide(
         precommit_first,
         records_stash: false,
         filters_helper: false,
+        filters_send_pack: false,
         repo: found.clone(),
         routable: false,
     };
@@ -1395,6 +1437,7 @@ pub fn decide(
         out.args.push("--verify".into());
     }
     out.filters_helper = call.settings.block_force_push && last.starts_with("remote-");
+    out.filters_send_pack = call.settings.block_force_push && last == "send-pack";
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)

@@ -946,6 +946,25 @@ fn check_command(
             Ok(())
         }
         "send-pack" => plumbing("pushes without the pre-push hook or push checks"),
+        // A push to a WebDAV remote (git-remote-http runs it past git push's
+        // pre-push step): its own options force (`--force`, a `+` refspec)
+        // and delete (`-d`, `-D`, a `:` refspec).
+        "http-push" if ctx.call.settings.block_force_push => {
+            match args.iter().map(|a| a.as_bytes()).find(|a| {
+                matches!(*a, b"--force" | b"-d" | b"-D")
+                    || a.starts_with(b"+")
+                    || a.starts_with(b":")
+            }) {
+                Some(a) => Err(block(
+                    R::ForcePush,
+                    format!(
+                        "git http-push {}: forces or deletes on the remote",
+                        String::from_utf8_lossy(a)
+                    ),
+                )),
+                None => Ok(()),
+            }
+        }
         "filter-branch" | "filter-repo" => plumbing("rewrites history without hooks"),
         "replace" => {
             let a = parse("replace", args)?;

@@ -66,7 +66,7 @@ pub const RULES: &[Rule] = &[
         id: R::ForcePush,
         name: "block-force-push",
         blocks: "forced or destructive pushes: -f, --force*, +refspec, --mirror, --delete/-d, :ref, --prune, stored + refspecs, mirror remotes; and any deletion or non-fast-forward git itself is about to push",
-        detail: "-f, --force, --force-with-lease, --force-if-includes, --mirror, --delete/-d, --prune, +refspec, :ref, a remote whose stored or inline push refspec has + or mirror = true, `remote add --mirror`, a legacy .git/remotes file with a + Push line; and, whatever the spelling, the guard's pre-push step refuses every deletion and non-fast-forward in the ref updates git computed ([git] block-force-push)",
+        detail: "-f, --force, --force-with-lease, --force-if-includes, --mirror, --delete/-d, --prune, +refspec, :ref, a remote whose stored or inline push refspec has + or mirror = true, `remote add --mirror`, a legacy .git/remotes file with a + Push line; and, whatever the spelling, the guard's pre-push step refuses every deletion and non-fast-forward in the ref updates git computed; a remote helper's own `push +src:dst`/`push :dst`/`option force`, `send-pack --stateless-rpc` with other options than git-remote-http's or a + or : refspec (argv or stdin), and `http-push --force`/`-d`/`-D`/+/: ([git] block-force-push)",
     },
     Rule {
         id: R::GlobalConfig,

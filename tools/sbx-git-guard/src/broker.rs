@@ -745,12 +745,58 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         output::error(&format!("git broker: the hooks directory: {e}"));
         return Exit::WrapperFailed.code();
     }
-    let path = PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()));
+    if let Some(why) = husky_off_switch(&req.env, dir.as_fd()) {
+        output::error(&format!("git broker: {name}: {why}; the hook was not run"));
+        return Exit::Denied.code();
+    }
+    let path = hook_path(&req.env, dir.as_fd(), name);
     let mut argv = vec![path.clone().into_os_string()];
     argv.extend(req.args[1..].iter().cloned());
     let err = sbx_sys::exec(&path, &argv, &loader_free(req.env.clone()));
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// In a husky hooks directory (`h`: husky 9's `.husky/_`; `husky.sh`:
+/// husky 4's `.git/hooks`; `_/husky.sh`: husky 5-8's `.husky`), husky's
+/// own off switches, checked here (as the hook's uid, in its directory, with
+/// its environment) just before it starts: the guard's look came before git
+/// ran, and git's own stderr or trace output can fill an empty `init.sh`
+/// since. A hook that cannot run this way fails.
+fn husky_off_switch(env: &[(OsString, OsString)], dir: BorrowedFd<'_>) -> Option<String> {
+    let d = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let husky = ["h", "husky.sh", "_/husky.sh"]
+        .iter()
+        .any(|f| Path::new(&d).join(f).is_file());
+    if !husky {
+        return None;
+    }
+    let var = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    crate::policy::husky_off_switch(&var)
+}
+
+/// The path a hook runs by. Scripts find their siblings from `$0`, which
+/// is this path: husky 9's `.husky/_/pre-commit` sources `$(dirname "$0")/h`,
+/// which runs `$(dirname "$(dirname "$0")")/pre-commit` and exits 0 when
+/// that is missing, so `/proc/self/fd/N/pre-commit` made every husky hook
+/// pass unrun. So where the step's trusted directory is a real path (husky's,
+/// a read-only mount point that cannot be renamed) naming the same file as
+/// the fd's entry, that path, as git itself would run it; else (the hooks
+/// pinned as `/proc/self/fd/N`, which is also git's `$0` for them) the fd's.
+fn hook_path(env: &[(OsString, OsString)], dir: BorrowedFd<'_>, name: &str) -> PathBuf {
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()));
+    let trusted = env
+        .iter()
+        .find(|(k, _)| k == crate::hooks::TRUSTED_ENV)
+        .map(|(_, v)| Path::new(v))
+        .filter(|t| t.is_absolute() && !t.starts_with("/proc"));
+    let Some(by_path) = trusted.map(|t| t.join(name)) else {
+        return by_fd;
+    };
+    match (std::fs::metadata(&by_path), std::fs::metadata(&by_fd)) {
+        (Ok(a), Ok(b)) if (a.dev(), a.ino()) == (b.dev(), b.ino()) => by_path,
+        _ => by_fd,
+    }
 }
 
 /// The guard's own decision, made here as the peer, then git by fd.
@@ -778,6 +824,9 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
     };
     if allow.records_stash {
         return crate::run_recording_stash(&fd_path(git), &allow);
+    }
+    if allow.filters_helper || allow.filters_send_pack {
+        return crate::run_filtering_helper(&fd_path(git), &allow);
     }
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);
@@ -843,6 +892,8 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 moves_refs: false,
                 precommit_first: false,
                 records_stash: false,
+                filters_helper: false,
+                filters_send_pack: false,
                 repo: None,
                 routable: false,
             };

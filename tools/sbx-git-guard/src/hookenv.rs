@@ -48,6 +48,13 @@ pub const STRIPPED: &[&str] = &[
     "GIT_NO_REPLACE_OBJECTS",
     "GIT_SHALLOW_FILE",
     "GIT_ATTR_SOURCE",
+    // Pathspec switches: a hook's `git diff --cached -- '*.txt'` matched
+    // only a file named `*.txt` (literal, noglob) or none under a directory
+    // (glob), and an `:(exclude)` more (icase).
+    "GIT_LITERAL_PATHSPECS",
+    "GIT_NOGLOB_PATHSPECS",
+    "GIT_GLOB_PATHSPECS",
+    "GIT_ICASE_PATHSPECS",
     // The guard's own channel to its hook steps: set by the guard only.
     crate::hooks::TRUSTED_ENV,
     crate::hooks::HOOKS_ONLY_ENV,

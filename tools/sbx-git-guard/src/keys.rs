@@ -88,6 +88,23 @@ pub fn refused(
         {
             "it changes what the hooks' own git commands report about the staged content"
         }
+        // The commit-msg hook reads the message before git's cleanup, which
+        // drops comment lines: with another comment character, `--cleanup=strip`
+        // drops lines the hook read as text (the ticket it requires).
+        ("core", None, "commentchar" | "commentstring") if !comment_ok(value) => {
+            "a comment character other than `#` makes git drop message lines the commit-msg hook read as text"
+        }
+        // The patch a hook's own `git diff --cached` prints: forced colour
+        // puts an escape before each `+`, so `grep '^+.*MARKER'` matched
+        // nothing; other prefixes than `a/` `b/` hide `+++ b/path`.
+        ("color", _, _) if value.is_some_and(|v| v.trim().eq_ignore_ascii_case("always")) => {
+            "forced colour changes the patch the hooks' own git commands print"
+        }
+        ("diff", None, "noprefix" | "mnemonicprefix" | "srcprefix" | "dstprefix")
+            if !is_false(value) && value != Some("\u{0}") =>
+        {
+            "it changes the patch the hooks' own git commands print"
+        }
         ("sequence", None, "editor") => program,
         ("pager", Some(_), _) | ("pager", None, _) if !is_bool(value) => program,
         ("diff", None, "external") => program,
@@ -125,6 +142,13 @@ pub fn refused(
         }
         _ => return None,
     })
+}
+
+/// `core.commentChar` values that keep git's cleanup what hooks expect:
+/// `#`, and `auto` (a character no line of the message starts with); the
+/// `unset` probe's NUL too.
+fn comment_ok(v: Option<&str>) -> bool {
+    matches!(v, Some(v) if v == "#" || v == "\u{0}" || v.eq_ignore_ascii_case("auto"))
 }
 
 /// The merge strategies git has itself (merge.c's `all_strategy`). Any
@@ -228,6 +252,20 @@ mod tests {
         assert!(r("diff.foo.textconv", Some("x"), Inline));
         assert!(r("submodule.a.update", Some("!sh"), Write));
         assert!(!r("submodule.a.update", Some("rebase"), Write));
+        assert!(r("color.ui", Some("always"), Inline));
+        assert!(r("Color.Diff", Some(" Always"), Write));
+        assert!(r("color.diff.new", Some("always"), Inline));
+        assert!(!r("color.ui", Some("auto"), Write));
+        assert!(!r("color.diff.new", Some("green"), Inline));
+        assert!(r("diff.noprefix", None, Inline));
+        assert!(r("diff.mnemonicPrefix", Some("true"), Write));
+        assert!(r("diff.srcPrefix", Some("x/"), Inline));
+        assert!(!r("diff.noprefix", Some("false"), Write));
+        assert!(r("core.commentChar", Some("J"), Inline));
+        assert!(r("core.commentString", Some("//"), Write));
+        assert!(r("CORE.COMMENTCHAR", None, Inline));
+        assert!(!r("core.commentChar", Some("#"), Write));
+        assert!(!r("core.commentChar", Some("Auto"), Inline));
         assert!(!r("user.name", Some("x"), Write));
         assert!(!r("color.ui", Some("auto"), Inline));
         // Subsection case is kept: `remote.Origin` is its own remote.

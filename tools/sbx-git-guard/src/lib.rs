@@ -80,7 +80,7 @@ The real git and its hooks run in a cleaned environment: one value per
 variable (the first, as git's getenv reads it); BASH_ENV, ENV, SHELLOPTS,
 BASHOPTS, PS4, CDPATH, IFS, exported bash functions, LD_*, NODE_OPTIONS,
 PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
-GIT_REPLACE_REF_BASE, GIT_TEST_* and the hook managers' kill switches
+GIT_REPLACE_REF_BASE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers' kill switches
 removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
 GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH.
@@ -409,6 +409,9 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
     let found = || git_exec_path(&real);
     match decide_and_prepare(args, &env, &cwd, settings, &real, found, sandboxed, config) {
         Ok(allow) if allow.records_stash => run_recording_stash(&real, &allow).into(),
+        Ok(allow) if allow.filters_helper || allow.filters_send_pack => {
+            run_filtering_helper(&real, &allow).into()
+        }
         Ok(allow) => exec(&real, allow),
         Err(b) => refuse(args, &b),
     }
@@ -698,6 +701,194 @@ pub(crate) fn run_recording_stash(real: &Path, allow: &Allow) -> u8 {
     }
 }
 
+/// Why a remote helper may not get this command line: a forced push
+/// (`push +src:dst`, or `option force`/`option cas` before it), a deletion
+/// (`push :dst`), an `export` stream, or a raw connection to the remote's
+/// receive-pack. `git push` sends these only past its pre-push step, which
+/// refuses them; a caller that drives the helper itself skips that step.
+fn helper_line_refused(line: &[u8]) -> Option<&'static str> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let word = |w: &[u8]| line == w || line.starts_with(&[w, b" "].concat());
+    if let Some(spec) = line.strip_prefix(b"push ") {
+        if spec.starts_with(b"+") {
+            return Some("a forced push");
+        }
+        if spec.starts_with(b":") {
+            return Some("a deletion on the remote");
+        }
+        return None;
+    }
+    if line.starts_with(b"option force ") || line.starts_with(b"option cas ") {
+        return Some("a forced push");
+    }
+    if word(b"export") {
+        return Some("an export stream, which can force or delete");
+    }
+    if (line.starts_with(b"connect ") || line.starts_with(b"stateless-connect "))
+        && line.ends_with(b"receive-pack")
+    {
+        return Some("a raw connection to the remote's receive-pack");
+    }
+    None
+}
+
+/// A remote helper, run as a child with its command stream passed through
+/// here line by line (until a `connect`/`stateless-connect` to fetch turns it
+/// into a raw stream): a line [`helper_line_refused`] names stops the helper
+/// before it gets the line (a batch is only acted on at its blank line).
+pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
+    use std::io::BufRead as _;
+    let child = std::process::Command::new(real)
+        .args(&allow.args)
+        .env_clear()
+        .envs(allow.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            output::error(&format!("cannot run the real git: {e}"));
+            return Exit::CannotInvoke.code();
+        }
+    };
+    let Some(mut to) = child.stdin.take() else {
+        return Exit::CannotInvoke.code();
+    };
+    // Only the helper holds its stdout: git reads it to EOF (a helper that
+    // died) before it closes the helper's stdin, which this loop waits on.
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null");
+    if null
+        .and_then(|n| Ok(nix::unistd::dup2_stdout(&n)?))
+        .is_err()
+    {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Exit::CannotInvoke.code();
+    }
+    let mut from = std::io::BufReader::new(std::io::stdin().lock());
+    let mut raw = false;
+    // The client that handed git's pipes to the broker holds them until the
+    // broker answers: once the helper is gone, stop waiting for git's input.
+    let pidfd = i32::try_from(child.id())
+        .ok()
+        .and_then(|p| sbx_sys::privsep::pidfd_open(nix::unistd::Pid::from_raw(p)).ok());
+    if allow.filters_send_pack {
+        // pkt-lines, each a refspec, up to a flush; then the remote's
+        // advertisement and the rest, passed on as they come.
+        loop {
+            let mut len = [0u8; 4];
+            if std::io::Read::read_exact(&mut from, &mut len).is_err() {
+                break;
+            }
+            let n = std::str::from_utf8(&len)
+                .ok()
+                .and_then(|h| usize::from_str_radix(h, 16).ok());
+            let mut payload = Vec::new();
+            match n {
+                Some(0) => {
+                    let _ = to.write_all(&len);
+                    break;
+                }
+                Some(n) if n >= 4 => {
+                    payload.resize(n - 4, 0);
+                    if std::io::Read::read_exact(&mut from, &mut payload).is_err() {
+                        break;
+                    }
+                }
+                _ => payload.clear(),
+            }
+            let spec = payload.strip_suffix(b"\n").unwrap_or(&payload);
+            if n.is_none_or(|n| n < 4) || spec.starts_with(b"+") || spec.starts_with(b":") {
+                let _ = child.kill();
+                let _ = child.wait();
+                let b = policy::Block {
+                    rule: R::ForcePush.name(),
+                    reason: format!(
+                        "git send-pack was given the refspec `{}`, which forces or deletes",
+                        String::from_utf8_lossy(spec)
+                    ),
+                };
+                let mut words = vec![OsString::from("git")];
+                words.extend(allow.args.iter().cloned());
+                record_block(&words, &b);
+                output::error(&b.message());
+                return Exit::Denied.code();
+            }
+            if to
+                .write_all(&len)
+                .and_then(|()| to.write_all(&payload))
+                .is_err()
+            {
+                break;
+            }
+        }
+        raw = true;
+    }
+    loop {
+        if from.buffer().is_empty() {
+            if let Some(pf) = &pidfd {
+                use std::os::fd::AsFd as _;
+                let stdin = std::io::stdin();
+                match sbx_sys::privsep::poll_readable(&[stdin.as_fd(), pf.as_fd()]) {
+                    Ok(r) if r.get(1) == Some(&true) => break,
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        if raw {
+            let n = match from.fill_buf() {
+                Ok([]) | Err(_) => break,
+                Ok(b) => {
+                    if to.write_all(b).is_err() {
+                        break;
+                    }
+                    b.len()
+                }
+            };
+            from.consume(n);
+            continue;
+        }
+        let mut line = Vec::new();
+        match from.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if let Some(why) = helper_line_refused(&line) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let b = policy::Block {
+                rule: R::ForcePush.name(),
+                reason: format!(
+                    "the remote helper was asked for {why} (`{}`), which the pre-push checks refuse",
+                    String::from_utf8_lossy(line.trim_ascii_end())
+                ),
+            };
+            let mut words = vec![OsString::from("git")];
+            words.extend(allow.args.iter().cloned());
+            record_block(&words, &b);
+            output::error(&b.message());
+            return Exit::Denied.code();
+        }
+        raw = line.starts_with(b"connect ") || line.starts_with(b"stateless-connect ");
+        if to.write_all(&line).is_err() {
+            break;
+        }
+    }
+    drop(to);
+    match child.wait() {
+        Ok(st) => match st.code() {
+            Some(c) => u8::try_from(c).unwrap_or(1),
+            None => 128u8.saturating_add(
+                std::os::unix::process::ExitStatusExt::signal(&st)
+                    .and_then(|s| u8::try_from(s).ok())
+                    .unwrap_or(0),
+            ),
+        },
+        Err(_) => Exit::CannotInvoke.code(),
+    }
+}
+
 fn exec(real: &Path, allow: Allow) -> ExitCode {
     let mut argv: Vec<OsString> = Vec::with_capacity(allow.args.len() + 1);
     argv.push("git".into());
@@ -733,6 +924,8 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             moves_refs: false,
             precommit_first: false,
             records_stash: false,
+            filters_helper: false,
+            filters_send_pack: false,
             repo: None,
             routable: false,
         },
@@ -833,6 +1026,37 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                 }
             }
             Ok(if verdict.is_ok() { Exit::Ok } else { Exit::No }.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::helper_line_refused;
+
+    #[test]
+    fn helper_commands_that_force_or_delete_are_refused() {
+        for l in [
+            "push +refs/heads/main:refs/heads/main\n",
+            "push :refs/heads/main\n",
+            "option force true\n",
+            "option cas refs/heads/main:abc\n",
+            "export\n",
+            "connect git-receive-pack\n",
+            "stateless-connect git-receive-pack\n",
+        ] {
+            assert!(helper_line_refused(l.as_bytes()).is_some(), "{l}");
+        }
+        for l in [
+            "capabilities\n",
+            "list for-push\n",
+            "push refs/heads/main:refs/heads/main\n",
+            "option progress false\n",
+            "stateless-connect git-upload-pack\n",
+            "fetch 0123 refs/heads/main\n",
+            "\n",
+        ] {
+            assert!(helper_line_refused(l.as_bytes()).is_none(), "{l}");
         }
     }
 }

@@ -77,6 +77,13 @@ pub struct Allow {
     /// prints in `<common dir>/sbx-stash-seen` before the caller sees its id
     /// (`lib::run_recording_stash`). git merge runs it for itself.
     pub records_stash: bool,
+    /// A remote helper (`git remote-https`): its command stream is read
+    /// before the helper gets it (`lib::run_filtering_helper`), since a
+    /// caller other than `git push` can ask it to force or delete.
+    pub filters_helper: bool,
+    /// `send-pack --stateless-rpc`: the refspecs it reads on stdin are
+    /// read by the guard first (`lib::run_filtering_helper`).
+    pub filters_send_pack: bool,
     /// The repository git will act on, as the guard found it.
     pub repo: Option<Repo>,
     /// The command (after aliases) is one `moves_refs` routes when the
@@ -890,16 +897,74 @@ fn check_command(
         "fast-import" => plumbing("writes commits and branches without hooks"),
         // git-remote-http(s) pushes through `send-pack --stateless-rpc`,
         // which only writes the request to its stdout for the helper; the
-        // `git push` above it has run the pre-push step on the same updates.
+        // helper's own commands (`push +src:dst`, `push :dst`) are read by
+        // the guard first (`lib::run_filtering_helper`), whoever sends them.
         "send-pack"
             if args
                 .iter()
                 .take_while(|a| *a != "--")
                 .any(|a| a == "--stateless-rpc") =>
         {
+            // Only what git-remote-http passes; its refspecs come on stdin
+            // (read by `lib::run_filtering_helper`). Anyone may run it
+            // (a program git started can drive git-remote-http itself).
+            const OK: &[&str] = &[
+                "--stateless-rpc",
+                "--helper-status",
+                "--thin",
+                "--no-thin",
+                "--progress",
+                "--no-progress",
+                "--quiet",
+                "-q",
+                "--verbose",
+                "-v",
+                "--dry-run",
+                "--atomic",
+                "--stdin",
+            ];
+            if ctx.call.settings.block_force_push {
+                let odd = args.iter().map(|a| a.as_bytes()).find(|a| {
+                    if a.starts_with(b"-") {
+                        !OK.iter().any(|o| o.as_bytes() == *a)
+                            && !a.starts_with(b"--signed")
+                            && !a.starts_with(b"--push-option=")
+                    } else {
+                        a.starts_with(b"+") || a.starts_with(b":")
+                    }
+                });
+                if let Some(a) = odd {
+                    return Err(block(
+                        R::ForcePush,
+                        format!(
+                            "git send-pack {}: only the options git-remote-http passes, and no forced or deleting refspec",
+                            String::from_utf8_lossy(a)
+                        ),
+                    ));
+                }
+            }
             Ok(())
         }
         "send-pack" => plumbing("pushes without the pre-push hook or push checks"),
+        // A push to a WebDAV remote (git-remote-http runs it past git push's
+        // pre-push step): its own options force (`--force`, a `+` refspec)
+        // and delete (`-d`, `-D`, a `:` refspec).
+        "http-push" if ctx.call.settings.block_force_push => {
+            match args.iter().map(|a| a.as_bytes()).find(|a| {
+                matches!(*a, b"--force" | b"-d" | b"-D")
+                    || a.starts_with(b"+")
+                    || a.starts_with(b":")
+            }) {
+                Some(a) => Err(block(
+                    R::ForcePush,
+                    format!(
+                        "git http-push {}: forces or deletes on the remote",
+                        String::from_utf8_lossy(a)
+                    ),
+                )),
+                None => Ok(()),
+            }
+        }
         "filter-branch" | "filter-repo" => plumbing("rewrites history without hooks"),
         "replace" => {
             let a = parse("replace", args)?;
@@ -1060,25 +1125,91 @@ fn check_command(
     }
 }
 
-/// husky sources these before every hook; either can export HUSKY=0.
-fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Result<(), Block> {
-    let env = |n: &str| ctx.call.var(n).filter(|v| !v.is_empty()).map(PathBuf::from);
+/// Why husky's `init.sh` or `~/.huskyrc` at `f` could switch its hooks off
+/// as the hook reads it, though this process reads it empty or absent:
+/// content; a relative path (the hook resolves it from the work tree's top,
+/// the guard from the caller's directory); a way through `/proc` or `/dev`
+/// (per-process views: `/proc/self/environ` is the hook's own environment
+/// as text, `/proc/self/cwd` another directory for each process), literal
+/// or by a symlink; anything but a plain file.
+fn husky_file_risk(f: &Path) -> Option<&'static str> {
+    const OFF: &str = "can switch husky's hooks off; empty or remove it";
+    const VIEW: &str = "leads through /proc or /dev, which husky's hook reads as its own process; use a plain path";
+    if !f.is_absolute() {
+        return Some(
+            "is a relative path, which husky's hook reads from another directory; use an absolute HOME and XDG_CONFIG_HOME",
+        );
+    }
+    let per_process = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    // Resolved by hand, each symlink's target checked, as the kernel would
+    // walk it (at most 40 links).
+    let mut todo: Vec<OsString> = f
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_owned())
+        .collect();
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match c.to_str() {
+            Some("/") => at = PathBuf::from("/"),
+            Some(".") => {}
+            Some("..") => {
+                at.pop();
+            }
+            _ => {
+                let next = at.join(&c);
+                if per_process(&next) {
+                    return Some(VIEW);
+                }
+                match std::fs::symlink_metadata(&next) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        links += 1;
+                        let Ok(target) = std::fs::read_link(&next) else {
+                            return Some(OFF);
+                        };
+                        if links > 40 {
+                            return Some(OFF);
+                        }
+                        todo.extend(target.components().rev().map(|c| c.as_os_str().to_owned()));
+                    }
+                    Ok(_) => at = next,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                    Err(_) => return Some(OFF),
+                }
+            }
+        }
+    }
+    match std::fs::symlink_metadata(&at) {
+        Ok(m) if m.is_file() && m.len() == 0 => None,
+        _ => Some(OFF),
+    }
+}
+
+/// husky's own off switches as an environment names them (`var`: first
+/// values, as getenv reads them): why one could switch husky's hooks off,
+/// naming the file. The guard asks before git runs; the broker again just
+/// before it starts a husky hook, since the files can be written while git
+/// runs (its stderr redirected into one, with `GIT_TRACE=2` printing a path
+/// that holds `;exit 0`).
+pub(crate) fn husky_off_switch(var: &dyn Fn(&str) -> Option<OsString>) -> Option<String> {
+    let env = |n: &str| var(n).filter(|v| !v.is_empty()).map(PathBuf::from);
     let home = env("HOME");
     let xdg = env("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
     let files = [
         xdg.map(|x| x.join("husky/init.sh")),
         home.map(|h| h.join(".huskyrc")),
     ];
-    for f in files.into_iter().flatten() {
-        if std::fs::metadata(&f).is_ok_and(|m| m.len() > 0) {
-            return Err(block(
-                R::Husky,
-                format!(
-                    "{} can switch husky's hooks off; empty or remove it",
-                    f.display()
-                ),
-            ));
-        }
+    files
+        .into_iter()
+        .flatten()
+        .find_map(|f| husky_file_risk(&f).map(|why| format!("{} {why}", f.display())))
+}
+
+/// husky sources these before every hook; either can export HUSKY=0.
+fn husky_checks(ctx: &Ctx<'_>, real_git: &dyn Fn(&Path) -> Option<bool>) -> Result<(), Block> {
+    if let Some(why) = husky_off_switch(&|n| ctx.call.var(n).map(OsStr::to_owned)) {
+        return Err(block(R::Husky, why));
     }
     if let Some(wt) = ctx.repo.as_ref().and_then(|r| r.work_tree.as_ref()) {
         if wt.join(".husky").is_dir() && real_git(wt) == Some(true) {
@@ -1191,6 +1322,8 @@ pub fn decide(
         moves_refs,
         precommit_first,
         records_stash: false,
+        filters_helper: false,
+        filters_send_pack: false,
         repo: found.clone(),
         routable: false,
     };
@@ -1322,6 +1455,8 @@ pub fn decide(
         // The last of -n/--no-verify/--verify wins: hooks run.
         out.args.push("--verify".into());
     }
+    out.filters_helper = call.settings.block_force_push && last.starts_with("remote-");
+    out.filters_send_pack = call.settings.block_force_push && last == "send-pack";
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)

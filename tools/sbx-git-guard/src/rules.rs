@@ -66,7 +66,7 @@ pub const RULES: &[Rule] = &[
         id: R::ForcePush,
         name: "block-force-push",
         blocks: "forced or destructive pushes: -f, --force*, +refspec, --mirror, --delete/-d, :ref, --prune, stored + refspecs, mirror remotes; and any deletion or non-fast-forward git itself is about to push",
-        detail: "-f, --force, --force-with-lease, --force-if-includes, --mirror, --delete/-d, --prune, +refspec, :ref, a remote whose stored or inline push refspec has + or mirror = true, `remote add --mirror`, a legacy .git/remotes file with a + Push line; and, whatever the spelling, the guard's pre-push step refuses every deletion and non-fast-forward in the ref updates git computed ([git] block-force-push)",
+        detail: "-f, --force, --force-with-lease, --force-if-includes, --mirror, --delete/-d, --prune, +refspec, :ref, a remote whose stored or inline push refspec has + or mirror = true, `remote add --mirror`, a legacy .git/remotes file with a + Push line; and, whatever the spelling, the guard's pre-push step refuses every deletion and non-fast-forward in the ref updates git computed; a remote helper's own `push +src:dst`/`push :dst`/`option force`, `send-pack --stateless-rpc` with other options than git-remote-http's or a + or : refspec (argv or stdin), and `http-push --force`/`-d`/`-D`/+/: ([git] block-force-push)",
     },
     Rule {
         id: R::GlobalConfig,
@@ -78,7 +78,7 @@ pub const RULES: &[Rule] = &[
         id: R::ConfigInline,
         name: "config-inline",
         blocks: "-c, --config-env, GIT_CONFIG_COUNT/KEY/VALUE and GIT_CONFIG_PARAMETERS that set hooks, includes, aliases or programs",
-        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*; core.attributesFile, core.bigFileThreshold and core.whitespace, which change what a hook's own `git diff --cached` or `--check` reports",
+        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*; core.attributesFile, core.bigFileThreshold and core.whitespace, which change what a hook's own `git diff --cached` or `--check` reports; color.*=always and diff.noprefix/mnemonicPrefix/srcPrefix/dstPrefix, which change the patch a hook's own `git diff --cached` prints; core.commentChar/commentString other than `#` or `auto`, with which git's cleanup drops message lines the commit-msg hook read",
     },
     Rule {
         id: R::ConfigWrite,
@@ -96,7 +96,7 @@ pub const RULES: &[Rule] = &[
         id: R::Plumbing,
         name: "plumbing",
         blocks: "commands that make commits or move branches without hooks: commit-tree, fast-import, replay, hash-object -t commit -w (any spelling: -wtcommit), send-pack, filter-branch, filter-repo, replace, stash store, update-ref of HEAD or refs/heads/*",
-        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack (but --stateless-rpc: git-remote-http(s)'s half of a push, after git push's pre-push step), filter-branch, filter-repo, replace (but --list/--delete), stash store (stash create runs, its commit recorded as a stash's before its id is printed: git merge runs it), update-ref of HEAD or refs/heads/* (and --stdin)",
+        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack (but --stateless-rpc: git-remote-http(s)'s half of a push, after git push's pre-push step; the helper's own `push +src:dst`/`push :dst`/`option force`/`export`/`connect` to receive-pack are refused as it reads them, rule block-force-push), filter-branch, filter-repo, replace (but --list/--delete), stash store (stash create runs, its commit recorded as a stash's before its id is printed: git merge runs it), update-ref of HEAD or refs/heads/* (and --stdin)",
     },
     Rule {
         id: R::UnverifiedCommit,
@@ -126,7 +126,7 @@ pub const RULES: &[Rule] = &[
         id: R::Husky,
         name: "husky",
         blocks: "commits while .husky has uncommitted changes or a husky init.sh/.huskyrc has content",
-        detail: "commit/merge/pull/rebase/am while .husky has uncommitted changes or a husky init.sh / ~/.huskyrc has content",
+        detail: "commit/merge/pull/rebase/am while .husky has uncommitted changes or a husky init.sh / ~/.huskyrc has content, is not a plain file, or is reached by a relative path or through /proc or /dev (read as the hook's own process: /proc/self/environ, /proc/self/cwd)",
     },
     Rule {
         id: R::ParseError,

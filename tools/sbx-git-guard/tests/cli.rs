@@ -467,6 +467,134 @@ fn husky_repositories() {
     });
 }
 
+/// husky 9's `h` sources `${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh`
+/// as the hook's own process, after the guard looked at it as the caller's:
+/// a symlink to `/proc/self/environ` (empty to the guard; the hook's own
+/// environment as text to husky, where a variable holding `exit 0` on a
+/// line of its own ends the hook), a directory linked to `/proc/self/cwd`
+/// (the caller's directory to the guard, the work tree's top to the hook),
+/// or a relative XDG_CONFIG_HOME (the same) each let husky's hook pass
+/// unrun. Each is refused; a plain empty init.sh is not.
+#[test]
+fn husky_init_files_are_judged_as_the_hook_reads_them() {
+    each_git(|lab| {
+        lab.repo("r");
+        let r = lab.path("r");
+        std::fs::create_dir_all(r.join(".husky/_")).unwrap();
+        std::fs::create_dir_all(r.join("sub")).unwrap();
+        std::fs::write(
+            r.join(".husky/_/h"),
+            "#!/usr/bin/env sh
+n=$(basename \"$0\")
+s=$(dirname \"$(dirname \"$0\")\")/$n
+\
+             [ ! -f \"$s\" ] && exit 0
+i=\"${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh\"
+\
+             [ -f \"$i\" ] && . \"$i\"
+sh -e \"$s\"
+",
+        )
+        .unwrap();
+        std::fs::write(
+            r.join(".husky/_/pre-commit"),
+            "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n",
+        )
+        .unwrap();
+        std::fs::write(r.join(".husky/pre-commit"), "echo lint failed; exit 1\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for f in ["_/h", "_/pre-commit"] {
+            std::fs::set_permissions(
+                r.join(".husky").join(f),
+                std::fs::Permissions::from_mode(0o755),
+            )
+            .unwrap();
+        }
+        lab.real("r", &["config", "core.hooksPath", ".husky/_"]);
+        lab.real("r", &["add", ".husky"]);
+        lab.real("r", &["commit", "-qm", "husky", "--no-verify"]);
+        let before = lab.head("r", "HEAD");
+        std::fs::write(r.join("a"), "changed\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        std::fs::write(r.join("hx.sh"), "exit 0\n").unwrap();
+        std::fs::create_dir_all(r.join("hx/husky")).unwrap();
+        std::fs::write(r.join("hx/husky/init.sh"), "exit 0\n").unwrap();
+        let config = lab.path("home/.config");
+        let husky = config.join("husky");
+        let reset = || {
+            let _ = std::fs::remove_dir_all(&config);
+            std::fs::create_dir_all(&config).unwrap();
+        };
+        let exit0 = ("X", "\nexit 0\n");
+        type Case<'a> = (
+            &'a str,
+            Box<dyn Fn() + 'a>,
+            Vec<(&'a str, &'a str)>,
+            &'a str,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "init.sh -> /proc/self/environ",
+                Box::new(|| {
+                    std::fs::create_dir_all(&husky).unwrap();
+                    std::os::unix::fs::symlink("/proc/self/environ", husky.join("init.sh"))
+                        .unwrap();
+                }),
+                vec![exit0],
+                "r",
+            ),
+            (
+                "husky dir -> /proc/self/cwd/hx/husky",
+                Box::new(|| {
+                    std::os::unix::fs::symlink("/proc/self/cwd/hx/husky", &husky).unwrap();
+                }),
+                vec![],
+                "r/sub",
+            ),
+            (
+                "a chain of links to /proc/self/cwd",
+                Box::new(|| {
+                    std::os::unix::fs::symlink("/proc/self/cwd/hx/husky", config.join("l2"))
+                        .unwrap();
+                    std::os::unix::fs::symlink("l2", &husky).unwrap();
+                }),
+                vec![],
+                "r/sub",
+            ),
+            (
+                "a relative XDG_CONFIG_HOME",
+                Box::new(|| {}),
+                vec![("XDG_CONFIG_HOME", "hx")],
+                "r/sub",
+            ),
+            (
+                "XDG_CONFIG_HOME under /proc",
+                Box::new(|| {}),
+                vec![("XDG_CONFIG_HOME", "/proc/self/cwd/hx")],
+                "r/sub",
+            ),
+        ];
+        for (what, setup, env, cwd) in &cases {
+            reset();
+            setup();
+            let out = lab.git_env(cwd, &["commit", "-qm", "x"], env);
+            assert!(refused(&out), "{what}: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{what}");
+        }
+        // A plain empty init.sh: the hook runs (and fails).
+        reset();
+        std::fs::create_dir_all(&husky).unwrap();
+        std::fs::write(husky.join("init.sh"), "").unwrap();
+        let out = lab.git("r", &["commit", "-qm", "x"]);
+        assert!(!out.status.success() && !refused(&out), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("lint failed"),
+            "{out:?}"
+        );
+        assert_eq!(lab.head("r", "HEAD"), before);
+    });
+}
+
 #[test]
 fn honest_use_works() {
     each_git(|lab| {
@@ -1352,6 +1480,53 @@ fn hooks_run_in_a_clean_environment() {
     });
 }
 
+/// git's pathspec switches reach the hook's own git through the
+/// environment: with GIT_LITERAL_PATHSPECS or GIT_NOGLOB_PATHSPECS the
+/// hook's `git diff --cached -- '*.txt'` matches only a file named `*.txt`,
+/// with GIT_GLOB_PATHSPECS its `*` no longer matches `sub/`, and the hook
+/// sees nothing to refuse. The real git commits past it; the guard removes
+/// them from the environment git and the hooks get.
+#[test]
+fn pathspec_switches_do_not_blind_the_hooks_git() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached -- '*.txt' | grep -q MARKER; then exit 1; fi",
+        );
+        std::fs::create_dir_all(lab.path("r/sub")).unwrap();
+        std::fs::write(lab.path("r/sub/x.txt"), "MARKER\n").unwrap();
+        lab.real("r", &["add", "sub/x.txt"]);
+        let mut wrong = Vec::new();
+        for k in [
+            "GIT_LITERAL_PATHSPECS",
+            "GIT_NOGLOB_PATHSPECS",
+            "GIT_GLOB_PATHSPECS",
+        ] {
+            let before = lab.head("r", "HEAD");
+            let real = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .env(k, "1")
+                .args(["commit", "-qm", "m"])
+                .output()
+                .unwrap();
+            if !(real.status.success() && lab.head("r", "HEAD") != before) {
+                wrong.push(format!("{k}=1: not an attack on the real git (bad case)"));
+            }
+            lab.real("r", &["reset", "-q", "--soft", &before]);
+            let out = lab.git_env("r", &["commit", "-qm", "m"], &[(k, "1")]);
+            if out.status.success() || lab.head("r", "HEAD") != before {
+                wrong.push(format!(
+                    "{k}=1: the commit passed the hook through the guard"
+                ));
+                lab.real("r", &["reset", "-q", "--soft", &before]);
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    });
+}
+
 /// Class 5: commits no pre-commit hook saw do not reach a branch.
 #[test]
 fn unverified_commits_do_not_reach_a_branch() {
@@ -2032,6 +2207,119 @@ fn config_that_blinds_the_hooks_git_is_refused() {
         lab.real("r", &["add", "a"]);
         let out = lab.git("r", &["commit", "-qm", "x"]);
         assert!(out.status.success(), "{out:?}");
+    });
+}
+
+/// Settings that change the patch a hook's own `git diff --cached` prints,
+/// read by the hook's git from GIT_CONFIG_PARAMETERS or the repository's
+/// config: forced colour (`grep '^+.*MARKER'` then matches nothing) and
+/// other path prefixes (`grep '^+++ b/secret$'` neither). The real git
+/// commits past such a hook; the guard refuses them, inline or written.
+#[test]
+fn settings_that_change_the_hooks_patch_are_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "d=$(git diff --cached)\n\
+             if printf '%s\\n' \"$d\" | grep -q '^+.*MARKER'; then exit 1; fi\n\
+             if printf '%s\\n' \"$d\" | grep -q '^+++ b/secret$'; then exit 1; fi",
+        );
+        let before = lab.head("r", "HEAD");
+        let cases: &[(&str, &[&str])] = &[
+            ("a", &["-c", "color.ui=always"]),
+            ("a", &["-c", "color.diff=Always"]),
+            ("secret", &["-c", "diff.noprefix"]),
+            ("secret", &["-c", "diff.mnemonicPrefix=true"]),
+        ];
+        let mut wrong = Vec::new();
+        for (file, pre) in cases {
+            let body = if *file == "a" { "MARKER\n" } else { "x\n" };
+            std::fs::write(lab.path("r").join(file), body).unwrap();
+            lab.real("r", &["add", file]);
+            let mut args = pre.to_vec();
+            args.extend(["commit", "-qm", "m"]);
+            let real = lab
+                .cmd(lab.real.as_os_str(), "r")
+                .args(&args)
+                .output()
+                .unwrap();
+            if !(real.status.success() && lab.head("r", "HEAD") != before) {
+                wrong.push(format!(
+                    "{args:?}: not an attack on the real git (bad case)"
+                ));
+            }
+            lab.real("r", &["reset", "-q", "--soft", &before]);
+            let out = lab.git("r", &args);
+            if !refused(&out) || lab.head("r", "HEAD") != before {
+                wrong.push(format!("{args:?}: not refused by the guard: {out:?}"));
+                lab.real("r", &["reset", "-q", "--soft", &before]);
+            }
+            lab.real("r", &["reset", "-q", "--hard"]);
+            let _ = std::fs::remove_file(lab.path("r").join(file));
+        }
+        for a in [
+            &["config", "color.ui", "always"][..],
+            &["config", "color.diff", "always"],
+            &["config", "diff.noprefix", "true"],
+        ] {
+            let out = lab.git("r", a);
+            if !refused(&out) {
+                wrong.push(format!("{a:?}: not refused: {out:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // Colour for the terminal is still fine.
+        let out = lab.git("r", &["config", "color.ui", "auto"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}
+
+/// commit-msg reads the message before git's cleanup drops its comment
+/// lines: with `core.commentChar=J`, `--cleanup=strip` dropped the
+/// `JIRA-1` line the hook required, after the hook had passed it, so the
+/// commit's message was one no commit-msg hook saw. Another comment
+/// character may not be set; `#` and `auto` still commit.
+#[test]
+fn a_comment_character_that_hides_lines_from_commit_msg_is_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook("r", "commit-msg", "grep -q '^JIRA-[0-9]' \"$1\" || exit 1");
+        let commit = |pre: &[&'static str]| -> Vec<&'static str> {
+            let mut a = pre.to_vec();
+            a.extend([
+                "commit",
+                "--allow-empty",
+                "--cleanup=strip",
+                "-qm",
+                "JIRA-1 ok",
+                "-m",
+                "no ticket",
+            ]);
+            a
+        };
+        let before = lab.head("r", "HEAD");
+        let cases: Vec<Vec<&str>> = vec![
+            commit(&["-c", "core.commentChar=J"]),
+            commit(&["-c", "CORE.commentchar=JIRA"]),
+            commit(&["-c", "core.commentString=JIRA"]),
+            vec!["config", "core.commentChar", "J"],
+            vec!["config", "core.commentString", "J"],
+        ];
+        for a in &cases {
+            let out = lab.git("r", a);
+            assert!(refused(&out), "{a:?}: {out:?}");
+            assert_eq!(lab.head("r", "HEAD"), before, "{a:?}");
+        }
+        let out = lab.git("r", &commit(&[]));
+        assert!(out.status.success(), "{out:?}");
+        for c in ["core.commentChar=#", "core.commentChar=auto"] {
+            let out = lab.git("r", &commit(&["-c", c]));
+            assert!(out.status.success(), "{c}: {out:?}");
+            let msg = lab.real("r", &["log", "-1", "--format=%s"]);
+            assert_eq!(msg.trim(), "JIRA-1 ok", "{c}");
+        }
     });
 }
 

@@ -263,6 +263,32 @@ const ATTACKS: &[(&str, &str)] = &[
     ("fast-import", "plumbing"),
     ("send-pack /tmp/r main", "plumbing"),
     ("send-pack /tmp/r main -- --stateless-rpc", "plumbing"),
+    // Options or refspecs git-remote-http never passes: force or delete.
+    (
+        "send-pack --stateless-rpc --force http://h/r.git/ --stdin",
+        "block-force-push",
+    ),
+    (
+        "send-pack --stateless-rpc --mirror http://h/r.git/",
+        "block-force-push",
+    ),
+    (
+        "send-pack --stateless-rpc http://h/r.git/ +main:main",
+        "block-force-push",
+    ),
+    (
+        "send-pack --stateless-rpc http://h/r.git/ :main",
+        "block-force-push",
+    ),
+    (
+        "send-pack --stateless-rpc --force-with-lease http://h/r.git/ --stdin",
+        "block-force-push",
+    ),
+    ("http-push --force http://h/r.git/ main", "block-force-push"),
+    ("http-push -D http://h/r.git/ main", "block-force-push"),
+    ("http-push -d http://h/r.git/ main", "block-force-push"),
+    ("http-push http://h/r.git/ +main:main", "block-force-push"),
+    ("http-push http://h/r.git/ :main", "block-force-push"),
     ("filter-branch --tree-filter true", "plumbing"),
     ("filter-repo --force", "plumbing"),
     ("replace HEAD HEAD~1", "plumbing"),
@@ -342,6 +368,9 @@ const ALLOWED: &[&str] = &[
     "status",
     // git-remote-http(s)'s half of a push (git push ran pre-push already).
     "send-pack --stateless-rpc --helper-status --thin --progress http://h/r.git/ --stdin",
+    "send-pack --stateless-rpc --helper-status --thin --no-progress --dry-run --atomic --push-option=x http://h/r.git/ --stdin",
+    // A WebDAV push as git-remote-http runs it.
+    "http-push --helper-status --dry-run http://h/r.git/ main:main",
     "status --short",
     "commit -m x",
     "commit -m --no-verify",

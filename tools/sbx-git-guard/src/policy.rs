@@ -1423,7 +1423,8 @@ pub fn decide(
             && ctx
                 .repo
                 .as_ref()
-                .is_some_and(|r| crate::hooks::stash_exists(&r.common_dir)));
+                .is_some_and(|r| crate::hooks::stash_exists(&r.common_dir))
+            || crate::hooks::shared_stash_seen(call.env));
     let precommit_first = call.settings.block_no_verify
         && matches!(last.as_str(), "rebase" | "cherry-pick" | "revert" | "am")
         && words[1..].iter().any(|w| {

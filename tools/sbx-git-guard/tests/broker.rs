@@ -641,12 +641,7 @@ fn the_stash_record_is_added_to_only_by_gits_processes_and_never_cut() {
             ": > stash-seen; truncate -s 0 stash-seen; rm -f stash-seen; \
              mv stash-seen x; ln -sf /dev/null stash-seen; true",
         );
-        assert_eq!(
-            std::fs::read_to_string(&rec).unwrap(),
-            want,
-            "{}",
-            text(&o)
-        );
+        assert_eq!(std::fs::read_to_string(&rec).unwrap(), want, "{}", text(&o));
     }
     // Malformed ids: the whole request refused, nothing written.
     for bad in [

@@ -1541,7 +1541,10 @@ fn a_foreign_stashs_index_commit_is_not_pushed() {
         lab.real("o", &["add", "bad"]);
         lab.real("o", &["stash", "push", "-q"]);
         lab.real("r", &["fetch", "-q", "../o", "refs/stash"]);
-        let out = lab.git("r", &["push", "-q", "remote.git", "FETCH_HEAD^2:refs/heads/x"]);
+        let out = lab.git(
+            "r",
+            &["push", "-q", "remote.git", "FETCH_HEAD^2:refs/heads/x"],
+        );
         assert!(
             !out.status.success(),
             "{}",
@@ -1554,8 +1557,15 @@ fn a_foreign_stashs_index_commit_is_not_pushed() {
         );
         assert_eq!(lab.real("r/remote.git", &["branch", "--list"]), "");
         // Control: the stash's base (an ordinary commit) is pushed.
-        let out = lab.git("r", &["push", "-q", "remote.git", "FETCH_HEAD^1:refs/heads/y"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = lab.git(
+            "r",
+            &["push", "-q", "remote.git", "FETCH_HEAD^1:refs/heads/y"],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     });
 }
 

@@ -11,6 +11,8 @@
 //! - `reference-transaction` (state `prepared`) refuses moving a branch onto
 //!   a stash or `git notes` commit, or onto a new commit whose tree is
 //!   one's (a stash cherry-picked), since no pre-commit hook ever saw them.
+//!   The stashes are the repository's own and, under a broker, every one
+//!   any repository's step saw made (the broker's root-owned record).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read as _, Write as _};

@@ -137,12 +137,11 @@ impl Sandbox {
 /// cherry-picked onto main (`-m 1`, an in-process commit without
 /// pre-commit), its change reached main and the remote, because the
 /// workspace's reference-transaction step, finding no stash of its own,
-/// only looked for stash-shaped commits.
-///
-/// Ignored: the fix belongs in hooks.rs (the steps' stash record and
-/// check), which is being reworked; see the report of round four.
+/// only looked for stash-shaped commits. Every repository's step now adds
+/// the stash commits it sees made to one record of the sandbox's (the
+/// broker's, root's), which the workspace's steps read too. Same for the
+/// stash's index commit (`reset --hard FETCH_HEAD^2`).
 #[test]
-#[ignore = "hole: a foreign repository's stash cherry-picked onto main (fix in hooks.rs)"]
 fn a_stash_from_another_repository_cannot_be_cherry_picked_onto_main() {
     let Some(sb) = Sandbox::start() else { return };
     let o = sb.agent(
@@ -154,6 +153,21 @@ fn a_stash_from_another_repository_cannot_be_cherry_picked_onto_main() {
     );
     assert!(o.status.code().is_some(), "{}", text(&o));
     sb.clean("a foreign stash cherry-picked");
+    let o = sb.agent(
+        "git reset -q --hard; git cherry-pick --abort 2>/dev/null; \
+         git clone -q /workspace/gattack4 /tmp/other2 && cd /tmp/other2 && \
+         echo MARKER > a && git add a && git stash -q && cd - >/dev/null && \
+         git fetch -q /tmp/other2 refs/stash && git reset -q --hard FETCH_HEAD^2; \
+         git push -q origin main; true",
+    );
+    assert!(o.status.code().is_some(), "{}", text(&o));
+    sb.clean("a foreign stash's index commit");
+    // Control: an ordinary commit still reaches main and the remote.
+    let o = sb.agent(
+        "git fetch -q origin && git reset -q --hard origin/main && echo ok > a && git commit -qam 'JIRA-5 ok' && \
+         git push -q origin main && git -C remote.git log -1 --format=%s main",
+    );
+    assert!(text(&o).contains("JIRA-5 ok"), "{}", text(&o));
 }
 
 /// git commit re-reads the index after pre-commit and commits that: the

@@ -12,6 +12,7 @@ pub mod proto;
 use std::ffi::{OsStr, OsString};
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -207,6 +208,74 @@ pub fn run_hook(
         env: std::env::vars_os().collect(),
     };
     call_with(socket, &req, stdio, Some(dir))
+}
+
+/// The sandbox-wide record of stash and notes commits, beside the
+/// broker's socket (`/run/sbx-git/stash-seen` in the sandbox): root's,
+/// 0644, appended to only by the broker ([`Kind::Record`]). None: no broker.
+pub fn shared_record(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    Some(socket_path(env)?.parent()?.join(RECORD_FILE))
+}
+
+/// The record's file name, beside the socket.
+pub const RECORD_FILE: &str = "stash-seen";
+
+/// Ask the broker to append `ids` (one a line) to [`shared_record`].
+pub fn record(socket: &Path, ids: &[u8]) -> Result<(), String> {
+    let args = ids
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| OsStr::from_bytes(l).to_owned())
+        .collect();
+    let req = Request {
+        kind: Kind::Record,
+        umask: 0o022,
+        args,
+        env: Vec::new(),
+    };
+    let stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
+    match call_with(socket, &req, stdio, None)? {
+        c if c == ExitCode::SUCCESS => Ok(()),
+        _ => Err("the broker did not record the ids".into()),
+    }
+}
+
+/// The broker's side of [`Kind::Record`], as root: each id (40 or 64 hex
+/// digits, else nothing is written) appended in one write to `path`,
+/// which must be root's and writable by nobody else.
+fn append_record(path: &Path, ids: &[OsString]) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if ids.is_empty() {
+        return Err("nothing to record".into());
+    }
+    let mut buf = Vec::with_capacity(ids.len() * 41);
+    for id in ids {
+        let b = id.as_bytes();
+        if !matches!(b.len(), 40 | 64) || !b.iter().all(u8::is_ascii_hexdigit) {
+            return Err(format!(
+                "`{}` is not a commit id (40 or 64 hex digits); nothing was recorded",
+                id.to_string_lossy()
+            ));
+        }
+        buf.extend_from_slice(b);
+        buf.push(b'\n');
+    }
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o644)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+        .map_err(err)?;
+    let m = f.metadata().map_err(err)?;
+    if !m.is_file() || m.uid() != nix_uid() || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a regular file only its owner may write; nothing was recorded",
+            path.display()
+        ));
+    }
+    f.write_all(&buf).map_err(err)
 }
 
 fn call_with(
@@ -499,6 +568,10 @@ fn runner(
     };
     let _ = (&taken).write_all(&[1]);
     drop(taken);
+    let record = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(|p| p.with_file_name(RECORD_FILE)));
     drop(listener);
     // The kernel's word, taken before anything the peer sends.
     let peer = match conn.peer() {
@@ -523,6 +596,21 @@ fn runner(
             &Reply::Error("a hook is run only for git's own processes".into()),
         );
         std::process::exit(1)
+    }
+    // A record is appended here, as root (the agent, even with git's
+    // group, can only add to it), and nothing runs.
+    if req.kind == Kind::Record {
+        let reply = if peer.uid == 0 || peer.gid != gid {
+            Reply::Error("only git's own processes may add to the stash record".into())
+        } else {
+            match record.as_deref().map(|p| append_record(p, &req.args)) {
+                Some(Ok(())) => Reply::Exited(0),
+                Some(Err(msg)) => Reply::Error(msg),
+                None => Reply::Error("the broker's socket has no path".into()),
+            }
+        };
+        let _ = proto::send_reply(&conn, &reply);
+        std::process::exit(0)
     }
     // The session gets the connection only now: the request has been read
     // (what follows on it are signal frames) and this process is the peer
@@ -924,7 +1012,9 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
             route_repo_hooks(&mut allow, crate::in_sandbox())?;
             Ok(allow)
         }
-        Kind::Hook => Err(internal("a hook request reached the git path".into())),
+        Kind::Hook | Kind::Record => Err(internal(
+            "a hook or record request reached the git path".into(),
+        )),
     }
 }
 

@@ -11,6 +11,8 @@
 //! - `reference-transaction` (state `prepared`) refuses moving a branch onto
 //!   a stash or `git notes` commit, or onto a new commit whose tree is
 //!   one's (a stash cherry-picked), since no pre-commit hook ever saw them.
+//!   The stashes are the repository's own and, under a broker, every one
+//!   any repository's step saw made (the broker's root-owned record).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read as _, Write as _};
@@ -435,15 +437,20 @@ fn stash_commits(real: &Git) -> StashSets {
     if let Some(o) = raw_log(real, [OsStr::new("--glob=refs/notes/")]) {
         out.extend_from_slice(&o.stdout);
     }
-    // And every one the guard saw made, dropped or not (gone ones skipped).
-    let seen = common_dir(real)
+    // And every one the guard saw made, dropped or not (gone ones skipped),
+    // here or in any repository of the sandbox (fetched in, they are here).
+    let mut seen = common_dir(real)
         .and_then(|c| std::fs::read(c.join(SEEN_FILE)).ok())
         .unwrap_or_default();
-    let ids: Vec<&OsStr> = seen
+    seen.push(b'\n');
+    seen.extend(shared_seen());
+    let mut ids: Vec<&OsStr> = seen
         .split(|b| *b == b'\n')
         .filter(|l| l.len() >= 40 && l.iter().all(u8::is_ascii_hexdigit))
         .map(OsStr::from_bytes)
         .collect();
+    ids.sort_unstable();
+    ids.dedup();
     if !ids.is_empty() {
         let walk = ["--no-walk", "--ignore-missing"].map(OsStr::new);
         if let Some(o) = raw_log(real, walk.into_iter().chain(ids)) {
@@ -499,6 +506,34 @@ fn stash_commits(real: &Git) -> StashSets {
 /// repository is; deleting it by hand is writing the git dir, limit (1).
 pub const SEEN_FILE: &str = "sbx-stash-seen";
 
+/// The sandbox-wide record (see [`crate::broker::shared_record`]): every
+/// stash and notes commit any repository's step saw made. Empty without a
+/// broker.
+fn shared_seen() -> Vec<u8> {
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    crate::broker::shared_record(&env)
+        .and_then(|p| std::fs::read(p).ok())
+        .unwrap_or_default()
+}
+
+/// Has any repository's step recorded a stash or notes commit in the
+/// sandbox-wide record? One stat.
+pub fn shared_stash_seen(env: &[(OsString, OsString)]) -> bool {
+    crate::broker::shared_record(env)
+        .is_some_and(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+}
+
+/// Add `ids` (one a line) to the sandbox-wide record through the broker,
+/// where one runs git and this is git's own process; else nothing (the
+/// repository's own record is all there is).
+pub(crate) fn record_shared(env: &[(OsString, OsString)], ids: &[u8]) -> Result<(), String> {
+    match hook_broker(env) {
+        Some(sock) => crate::broker::record(&sock, ids)
+            .map_err(|e| format!("cannot record the stash with the git broker: {e}")),
+        None => Ok(()),
+    }
+}
+
 /// Does the repository have a stash (a reflog, a loose or a packed
 /// refs/stash; a stash ref without a reflog still names one stash commit)?
 pub fn stash_exists(common: &Path) -> bool {
@@ -547,6 +582,8 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
             .map_err(|e| format!("cannot record the stash in {SEEN_FILE}: {e}"))?;
         f.write_all(&stashed)
             .map_err(|e| format!("cannot record the stash in {SEEN_FILE}: {e}"))?;
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        record_shared(&env, &stashed)?;
     }
     if moves.is_empty() {
         return Ok(());
@@ -616,7 +653,7 @@ fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), St
     let mut args: Vec<&OsStr> = vec![
         OsStr::new("log"),
         OsStr::new("--no-walk"),
-        OsStr::new("--format=%P"),
+        OsStr::new("--format=%P%x09%s"),
     ];
     args.extend(moves.iter().map(|(_, new, _)| OsStr::from_bytes(new)));
     args.push(OsStr::new("--"));
@@ -626,10 +663,20 @@ fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), St
                 .into(),
         );
     };
-    let second: Vec<&OsStr> = out
-        .stdout
-        .split(|b| *b == b'\n')
-        .filter_map(|l| l.split(|b| *b == b' ').nth(1))
+    // A stash's index or untracked commit itself (`reset --hard
+    // stash^2`): one parent or none, titled as git stash titles them.
+    let lines = || {
+        out.stdout
+            .split(|b| *b == b'\n')
+            .filter_map(|l| l.iter().position(|b| *b == b'\t').map(|t| l.split_at(t)))
+    };
+    if lines().any(|(_, s)| {
+        s[1..].starts_with(b"index on ") || s[1..].starts_with(b"untracked files on ")
+    }) {
+        return Err("the update moves a branch onto a stash's index or untracked commit".into());
+    }
+    let second: Vec<&OsStr> = lines()
+        .filter_map(|(p, _)| p.split(|b| *b == b' ').nth(1))
         .filter(|p| !p.is_empty())
         .map(OsStr::from_bytes)
         .collect();
@@ -664,7 +711,12 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     let Some(common) = common else {
         return Err("cannot find the repository's common directory".into());
     };
-    let has_stash = stash_exists(&common);
+    // Or one made in another repository of the sandbox, which the
+    // workspace may have fetched (a stash or its index commit).
+    let has_stash = stash_exists(&common) || {
+        let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        shared_stash_seen(&env)
+    };
     if !has_stash {
         return no_stash_shapes(real, moves);
     }

@@ -687,6 +687,10 @@ pub(crate) fn run_recording_stash(real: &Path, allow: &Allow) -> u8 {
             ));
             return Exit::Denied.code();
         }
+        if let Err(e) = hooks::record_shared(&allow.env, &ids) {
+            output::error(&format!("{e}; its id is withheld"));
+            return Exit::Denied.code();
+        }
     }
     if std::io::stdout().write_all(&out.stdout).is_err() {
         return Exit::IoErr.code();

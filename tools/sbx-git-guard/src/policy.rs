@@ -1420,10 +1420,11 @@ pub fn decide(
         || last == "pull"
         || ((ROUTED.contains(&last.as_str())
             || BUILTINS_ANY.binary_search(&last.as_str()).is_err())
-            && ctx
+            && (ctx
                 .repo
                 .as_ref()
-                .is_some_and(|r| crate::hooks::stash_exists(&r.common_dir)));
+                .is_some_and(|r| crate::hooks::stash_exists(&r.common_dir))
+                || crate::hooks::shared_stash_seen(call.env)));
     let precommit_first = call.settings.block_no_verify
         && matches!(last.as_str(), "rebase" | "cherry-pick" | "revert" | "am")
         && words[1..].iter().any(|w| {

@@ -559,3 +559,129 @@ fn a_commit_starts_steps_only_for_the_hooks_the_repository_has() {
         assert!(t.contains("/.sbx-git-hooks.d/"), "{t}");
     }
 }
+
+/// A client of the broker's protocol sending a record request (kind 3)
+/// with argv[2:] as the ids to socket argv[1]; prints the reply.
+const RECORDER: &str = r#"
+import os, socket, struct, sys
+def put(b):
+    return struct.pack('<I', len(b)) + b
+args = [a.encode() for a in sys.argv[2:]]
+body = b'SBXG' + bytes([1, 3]) + struct.pack('<II', 0o022, len(args))
+body += b''.join(put(a) for a in args) + struct.pack('<I', 0)
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+cwd = os.open('.', os.O_PATH)
+socket.send_fds(s, [struct.pack('<I', len(body)) + body], [0, 1, 2, cwd])
+data = b''
+while True:
+    b = s.recv(4096)
+    if not b:
+        break
+    data += b
+tag, rest = data[4:5], data[5:]
+print('reply=' + (str(struct.unpack('<i', rest)[0]) if tag == b'E' else tag.decode() + rest.decode()))
+"#;
+
+/// `script` as uid 1000 with gid `gid` (git's group or the agent's own).
+fn as_gid(dir: &Path, gid: u32, script: &str) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=1000",
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap()
+}
+
+/// The sandbox-wide stash record: only git's own processes (the group)
+/// may add to it, only well-formed ids are written, and no process of
+/// the agent's, with the group or without, can truncate or replace it.
+#[test]
+fn the_stash_record_is_added_to_only_by_gits_processes_and_never_cut() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, _repo) = started(dir);
+    std::fs::write(dir.join("rec.py"), RECORDER).unwrap();
+    let rec = dir.join("stash-seen");
+    let a = "a".repeat(40);
+    let b = "b".repeat(64);
+    let send = |gid: u32, ids: &str| {
+        text(&as_gid(
+            dir,
+            gid,
+            &format!("python3 rec.py s.sock {ids} </dev/null"),
+        ))
+    };
+    // The agent's own process: refused, nothing written.
+    let out = send(1000, &a);
+    assert!(out.contains("only git's own processes"), "{out}");
+    assert!(!rec.exists(), "written for the agent");
+    // git's group: appended.
+    let out = send(GIT_GID, &format!("{a} {b}"));
+    assert!(out.contains("reply=0"), "{out}");
+    let want = format!("{a}\n{b}\n");
+    assert_eq!(std::fs::read_to_string(&rec).unwrap(), want);
+    // Neither the agent nor a program git started can cut or swap it.
+    for gid in [1000, GIT_GID] {
+        let o = as_gid(
+            dir,
+            gid,
+            ": > stash-seen; truncate -s 0 stash-seen; rm -f stash-seen; \
+             mv stash-seen x; ln -sf /dev/null stash-seen; true",
+        );
+        assert_eq!(std::fs::read_to_string(&rec).unwrap(), want, "{}", text(&o));
+    }
+    // Malformed ids: the whole request refused, nothing written.
+    for bad in [
+        "abc".to_owned(),
+        "g".repeat(40),
+        "a".repeat(41),
+        format!("'{a}\n{a}'"),
+        format!("{a} ''"),
+    ] {
+        let out = send(GIT_GID, &format!("{a} {bad}"));
+        assert!(out.contains("is not a commit id"), "{bad}: {out}");
+        assert_eq!(std::fs::read_to_string(&rec).unwrap(), want, "{bad}");
+    }
+    let out = send(GIT_GID, "");
+    assert!(out.contains("nothing to record"), "{out}");
+    // Root's file, 0644.
+    let m = std::fs::metadata(&rec).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o644));
+}
+
+/// A stash made in another repository, fetched into this one (no ref of
+/// its own names it): its change cherry-picked onto a branch, or its
+/// index commit made the branch's tip, is refused, because the other
+/// repository's step recorded it in the broker's record.
+#[test]
+fn a_stash_from_another_repository_reaches_no_branch() {
+    let Some(o) = in_a_new_repo(
+        "echo 1 > f && git add f && git commit -qm one && o=$(mktemp -d) && \
+         git clone -q . $o/b && (cd $o/b && git config user.name a && git config user.email a@b && \
+         echo MARKER > f && git add f && git stash -q) && \
+         git fetch -q $o/b refs/stash && test ! -e .git/refs/stash && \
+         { git cherry-pick -m 1 FETCH_HEAD; echo pick=$?; } && \
+         { git reset -q --hard FETCH_HEAD^2; echo reset=$?; } && \
+         git grep -c MARKER HEAD -- ; git log --format=%s; rm -rf $o",
+    ) else {
+        return;
+    };
+    let out = text(&o);
+    assert!(out.contains("reset=1"), "{out}");
+    assert!(out.contains("pick=1"), "{out}");
+    assert!(!out.contains("HEAD:f"), "MARKER on the branch: {out}");
+}

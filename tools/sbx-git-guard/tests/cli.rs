@@ -1527,6 +1527,48 @@ fn pathspec_switches_do_not_blind_the_hooks_git() {
     });
 }
 
+/// A stash's index commit, made in another repository and fetched in: a
+/// repository with no stash (nor any recorded) still refuses to push it as
+/// a branch, titled as `git stash` titles it (one parent, so not the
+/// stash-shaped second parent).
+#[test]
+fn a_foreign_stashs_index_commit_is_not_pushed() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.repo("o");
+        lab.real("r", &["init", "-q", "--bare", "remote.git"]);
+        std::fs::write(lab.path("o/bad"), "x\n").unwrap();
+        lab.real("o", &["add", "bad"]);
+        lab.real("o", &["stash", "push", "-q"]);
+        lab.real("r", &["fetch", "-q", "../o", "refs/stash"]);
+        let out = lab.git(
+            "r",
+            &["push", "-q", "remote.git", "FETCH_HEAD^2:refs/heads/x"],
+        );
+        assert!(
+            !out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("index or untracked commit"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(lab.real("r/remote.git", &["branch", "--list"]), "");
+        // Control: the stash's base (an ordinary commit) is pushed.
+        let out = lab.git(
+            "r",
+            &["push", "-q", "remote.git", "FETCH_HEAD^1:refs/heads/y"],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
 /// Class 5: commits no pre-commit hook saw do not reach a branch.
 #[test]
 fn unverified_commits_do_not_reach_a_branch() {

@@ -86,6 +86,11 @@ pub enum Kind {
     /// as the fifth fd, then its arguments. Run as the step's uid and
     /// group in a Landlock domain of its own, beside git's, not below it.
     Hook = 2,
+    /// Stash and notes commit ids a guard hook step saw made (`args`, one
+    /// id each, 40 or 64 hex digits), appended as root to the sandbox-wide
+    /// record the steps of every repository read. Only from git's own
+    /// processes; nothing runs.
+    Record = 3,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +147,7 @@ impl Request {
             0 => Kind::Git,
             1 => Kind::PassThrough,
             2 => Kind::Hook,
+            3 => Kind::Record,
             _ => return Err(ProtoError::Malformed("unknown request kind")),
         };
         let umask = r.u32()?;

@@ -160,6 +160,27 @@ impl Repo {
             .output()
             .unwrap()
     }
+
+    /// [`Repo::exec`] with a commit identity set (a, a@b).
+    pub fn agent(&self, script: &str) -> Output {
+        self.exec(&format!(
+            "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
+             GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
+        ))
+    }
+
+    /// `sbx-run init` and `sbx-run start` on it, each required to succeed.
+    pub fn start(&self) {
+        for args in [&["-q", "init"][..], &["start"][..]] {
+            let o = sbx().args(args).arg(&self.path).output().unwrap();
+            assert!(
+                o.status.success(),
+                "{args:?}: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
 }
 
 impl Drop for Repo {
@@ -170,3 +191,20 @@ impl Drop for Repo {
             .output();
     }
 }
+
+/// git-http-backend behind python's CGI server on the sandbox's loopback
+/// (127.0.0.1:8765, repositories under /tmp/srv).
+pub const GIT_HTTP_SERVER: &str = r#"import http.server, os
+class H(http.server.CGIHTTPRequestHandler):
+    def is_cgi(self):
+        if self.path.startswith('/git/'):
+            self.cgi_info = ('/git', 'http-backend/' + self.path[5:])
+            return True
+        return False
+os.makedirs('/tmp/cgi/git', exist_ok=True)
+os.chdir('/tmp/cgi')
+os.symlink('/usr/lib/git-core/git-http-backend', '/tmp/cgi/git/http-backend')
+os.environ['GIT_PROJECT_ROOT'] = '/tmp/srv'
+os.environ['GIT_HTTP_EXPORT_ALL'] = '1'
+http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
+"#;

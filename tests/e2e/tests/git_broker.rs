@@ -36,10 +36,7 @@ fn the_real_git_is_reachable_only_through_the_broker() {
         return;
     }
     let repo = repo();
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
+    repo.start();
     let name = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None).container;
 
     let agent = |script: &str| {
@@ -234,22 +231,9 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
         .arg(repo.root()));
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
+    repo.start();
     let name = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None).container;
-    let agent = |script: &str| {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&repo.path)
-            .args(["--", "sh", "-c"])
-            .arg(format!(
-                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
-            ))
-            .output()
-            .unwrap()
-    };
+    let agent = |script: &str| repo.agent(script);
     let root = |script: &str| {
         Command::new("docker")
             .args(["exec", "-u", "0", &name, "sh", "-c", script])
@@ -466,10 +450,7 @@ fn repositories_the_agent_makes_run_the_workspaces_hooks() {
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
         .arg(&repo.path));
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
+    repo.start();
     let agent = |script: &str| {
         sbx()
             .args(["exec", "-C"])

@@ -44,10 +44,7 @@ fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
         return;
     }
     let repo = repo();
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
+    repo.start();
     let agent = |script: &str| -> Output {
         sbx()
             .args(["exec", "-C"])
@@ -164,24 +161,8 @@ fn http_pushes_work_and_stay_guarded_in_a_sandbox() {
         return;
     }
     let repo = repo();
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
-    let server = r#"import http.server, os
-class H(http.server.CGIHTTPRequestHandler):
-    def is_cgi(self):
-        if self.path.startswith('/git/'):
-            self.cgi_info = ('/git', 'http-backend/' + self.path[5:])
-            return True
-        return False
-os.makedirs('/tmp/cgi/git', exist_ok=True)
-os.chdir('/tmp/cgi')
-os.symlink('/usr/lib/git-core/git-http-backend', '/tmp/cgi/git/http-backend')
-os.environ['GIT_PROJECT_ROOT'] = '/tmp/srv'
-os.environ['GIT_HTTP_EXPORT_ALL'] = '1'
-http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
-"#;
+    repo.start();
+    let server = sbx_e2e::GIT_HTTP_SERVER;
     std::fs::write(repo.path.join(".srv.py"), server).unwrap();
     let agent = |script: &str| -> Output {
         sbx()
@@ -254,22 +235,8 @@ fn hooks_cannot_be_traced_killed_into_passing_or_raced_in_a_sandbox() {
     }
     let repo = repo();
     std::fs::write(repo.path.join(".tracer.py"), TRACER).unwrap();
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
-    let agent = |script: &str| -> Output {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&repo.path)
-            .args(["--", "sh", "-c"])
-            .arg(format!(
-                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
-                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
-            ))
-            .output()
-            .unwrap()
-    };
+    repo.start();
+    let agent = |script: &str| repo.agent(script);
     // The hook waits (a file `go` ends the wait), then refuses MARKER.
     let hook = repo.path.join(".git/hooks/pre-commit");
     std::fs::write(
@@ -334,22 +301,8 @@ fn pushes_into_the_workspace_from_a_clone_are_guarded_in_a_sandbox() {
         return;
     }
     let repo = repo();
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
-    let agent = |script: &str| -> Output {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&repo.path)
-            .args(["--", "sh", "-c"])
-            .arg(format!(
-                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
-                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
-            ))
-            .output()
-            .unwrap()
-    };
+    repo.start();
+    let agent = |script: &str| repo.agent(script);
     let o = agent(
         "echo MARKER > a && git stash -q && git clone -q . /tmp/c && cd /tmp/c && \
          git fetch -q origin refs/stash && git push -q origin FETCH_HEAD:refs/heads/x; echo rc=$?",
@@ -418,10 +371,7 @@ fn a_program_git_starts_cannot_trace_that_calls_hook_in_a_sandbox() {
     }
     let repo = repo();
     std::fs::write(repo.path.join(".fsmon.py"), FSMONITOR_TRACER).unwrap();
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
+    repo.start();
     let hook = repo.path.join(".git/hooks/pre-commit");
     std::fs::write(
         &hook,

@@ -102,10 +102,7 @@ impl Sandbox {
             return None;
         }
         let repo = repo();
-        let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-        assert!(out.status.success(), "init: {}", text(&out));
-        let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-        assert!(start.status.success(), "start: {}", text(&start));
+        repo.start();
         Some(Sandbox { repo })
     }
 
@@ -298,22 +295,8 @@ fn husky_hooks_run_in_a_sandbox() {
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
         .arg(repo.root()));
-    let out = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(out.status.success(), "init: {}", text(&out));
-    let start = sbx().arg("start").arg(&repo.path).output().unwrap();
-    assert!(start.status.success(), "start: {}", text(&start));
-    let agent = |script: &str| -> Output {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&repo.path)
-            .args(["--", "sh", "-c"])
-            .arg(format!(
-                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
-                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
-            ))
-            .output()
-            .unwrap()
-    };
+    repo.start();
+    let agent = |script: &str| repo.agent(script);
     let o = agent(
         "echo MARKER > a && git add a && git commit -qm bad; echo rc=$?; git reset -q --hard",
     );
@@ -380,22 +363,6 @@ fn the_real_gits_other_programs_run_only_under_git() {
     );
 }
 
-/// git-http-backend behind python's CGI server on the sandbox's loopback.
-const HTTP_SERVER: &str = r#"import http.server, os
-class H(http.server.CGIHTTPRequestHandler):
-    def is_cgi(self):
-        if self.path.startswith('/git/'):
-            self.cgi_info = ('/git', 'http-backend/' + self.path[5:])
-            return True
-        return False
-os.makedirs('/tmp/cgi/git', exist_ok=True)
-os.chdir('/tmp/cgi')
-os.symlink('/usr/lib/git-core/git-http-backend', '/tmp/cgi/git/http-backend')
-os.environ['GIT_PROJECT_ROOT'] = '/tmp/srv'
-os.environ['GIT_HTTP_EXPORT_ALL'] = '1'
-http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
-"#;
-
 /// `git push` runs the remote helper (`git remote-https URL`) through the
 /// guard and sends it `push` commands only past its pre-push step. The
 /// agent running the helper itself and writing `push +main:main` or
@@ -405,7 +372,7 @@ http.server.HTTPServer(('127.0.0.1', 8765), H).serve_forever()
 #[test]
 fn a_remote_helper_driven_by_hand_cannot_force_or_delete() {
     let Some(sb) = Sandbox::start() else { return };
-    std::fs::write(sb.repo.path.join(".srv.py"), HTTP_SERVER).unwrap();
+    std::fs::write(sb.repo.path.join(".srv.py"), sbx_e2e::GIT_HTTP_SERVER).unwrap();
     let u = "export U=http://127.0.0.1:8765/git/r.git";
     let o = sb.agent(&format!(
         "{u}; mkdir -p /tmp/srv && git init -q --bare /tmp/srv/r.git && \

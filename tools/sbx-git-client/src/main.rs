@@ -217,18 +217,20 @@ const HOOKS_ONLY_VAR: &[u8] = b"SBX_GUARD_HOOKS_ONLY";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
 
-/// A hook step of the guard's hooks-only routing (the step only starts
-/// the repository's hook), as hooks.rs `run` sees one: the hook's name, the
-/// trusted directory, and whether the repository has the hook. A hook it
-/// lacks is answered here (success) without starting the guard (~1 ms),
-/// and one it has is sent to the broker as the guard's step would.
+/// A hook step that only starts the repository's hook, as hooks.rs `run`
+/// sees one (every step of the hooks-only routing; in a checked routing
+/// every step but pre-push and reference-transaction `prepared`, which
+/// check first): the hook's name, the trusted directory, and whether the
+/// repository has the hook. A hook it lacks is answered here (success)
+/// without starting the guard (~1 ms), and one it has is sent to the
+/// broker as the guard's step would.
 struct HookStep {
     name: &'static [u8],
     trusted: &'static [u8],
     present: bool,
 }
 
-fn hooks_only_step(p: &Proc) -> Option<HookStep> {
+fn hook_step(p: &Proc) -> Option<HookStep> {
     let argv0 = p.args().next()?;
     let name = match argv0.iter().rposition(|&b| b == b'/') {
         Some(i) => &argv0[i + 1..],
@@ -239,7 +241,11 @@ fn hooks_only_step(p: &Proc) -> Option<HookStep> {
     }
     // std's var_os is getenv: the first entry of a name.
     let var = |k: &[u8]| env(p).find(|(n, _)| *n == k).map(|(_, v)| v);
-    var(HOOKS_ONLY_VAR)?;
+    let checks = name == b"pre-push"
+        || (name == b"reference-transaction" && p.args().nth(1) == Some(b"prepared"));
+    if checks && var(HOOKS_ONLY_VAR).is_none() {
+        return None;
+    }
     let trusted = var(TRUSTED_VAR).filter(|t| !t.is_empty())?;
     let mut path = [0u8; 4096];
     // A path too long for this buffer: the guard decides.
@@ -331,7 +337,7 @@ fn group_gid(name: &[u8]) -> Group {
 }
 
 pub fn main(p: &Proc) -> i32 {
-    let step = hooks_only_step(p);
+    let step = hook_step(p);
     let kind = match &step {
         Some(h) if !h.present => return 0,
         Some(h) => Kind::Hook(h.name),

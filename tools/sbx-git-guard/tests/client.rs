@@ -588,12 +588,14 @@ fn the_guard_never_takes_the_client_for_the_real_git() {
     );
 }
 
-/// As a hook step of the hooks-only routing, the client answers a hook the
-/// repository lacks (or has without an execute bit) itself, exit 0 and no
-/// guard started, and hands every other case to the guard beside it: a
-/// present hook, the steps that chain a second hook, a step without the
-/// routing's variables, a name that is not a hook. Run as each of the
-/// guard's hook names, so the two lists cannot drift.
+/// As a hook step that only starts the repository's hook, the client
+/// answers a hook the repository lacks (or has without an execute bit)
+/// itself, exit 0 and no guard started, and hands every other case to the
+/// guard beside it: a present hook (here without a broker), the steps that
+/// chain a second hook, the checking steps of a checked routing (pre-push,
+/// reference-transaction `prepared`), a step without the trusted
+/// directory, a name that is not a hook. Run as each of the guard's hook
+/// names, so the two lists cannot drift.
 #[test]
 fn as_a_hook_step_the_client_answers_only_for_absent_hooks() {
     use sbx_git_guard::hooks::{HOOK_NAMES, HOOKS_ONLY_ENV, TRUSTED_ENV};
@@ -616,19 +618,21 @@ fn as_a_hook_step_the_client_answers_only_for_absent_hooks() {
     }
     let steps = dir.join("hooks");
     std::fs::create_dir(&steps).unwrap();
-    let run = |name: &str, env: &[(&str, &Path)]| -> (Option<i32>, bool) {
+    let run_with = |name: &str, args: &[&str], env: &[(&str, &Path)]| -> (Option<i32>, bool) {
         let link = steps.join(name);
         if !link.exists() {
             std::os::unix::fs::symlink(dir.join("sbx-git-client"), &link).unwrap();
         }
         let _ = std::fs::remove_file(&mark);
         let o = Command::new(&link)
+            .args(args)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (*k, *v)))
             .output()
             .unwrap();
         (o.status.code(), mark.exists())
     };
+    let run = |name: &str, env: &[(&str, &Path)]| run_with(name, &[], env);
     let routed = [(HOOKS_ONLY_ENV, Path::new("1")), (TRUSTED_ENV, &trusted)];
     for name in HOOK_NAMES {
         let to_guard = *name == "pre-commit"
@@ -640,8 +644,20 @@ fn as_a_hook_step_the_client_answers_only_for_absent_hooks() {
         };
         assert_eq!(run(name, &routed), want, "{name}");
     }
-    let trusted_only = [(TRUSTED_ENV, trusted.as_path())];
-    assert_eq!(run("post-commit", &trusted_only), (Some(3), true));
+    // A checked routing (no hooks-only variable): only its two checks are
+    // the guard's; every other step only starts the hook.
+    let checked = [(TRUSTED_ENV, trusted.as_path())];
+    assert_eq!(run("post-commit", &checked), (Some(0), false));
+    assert_eq!(run("pre-commit", &checked), (Some(3), true));
+    assert_eq!(run("pre-push", &checked), (Some(3), true));
+    let rt = |state: &str| run_with("reference-transaction", &[state], &checked);
+    assert_eq!(rt("prepared"), (Some(3), true));
+    assert_eq!(rt("committed"), (Some(0), false));
+    assert_eq!(rt("aborted"), (Some(0), false));
+    assert_eq!(
+        run_with("reference-transaction", &["prepared"], &routed),
+        (Some(0), false)
+    );
     let only = [(HOOKS_ONLY_ENV, Path::new("1"))];
     assert_eq!(run("post-commit", &only), (Some(3), true));
     assert_eq!(run("pre-nothing", &routed), (Some(3), true));
@@ -650,7 +666,9 @@ fn as_a_hook_step_the_client_answers_only_for_absent_hooks() {
 /// As a hook step for a hook the repository has, the client sends the
 /// broker what the guard's step sends (a hook request: the hook's name and
 /// arguments, the environment, and the trusted directory as a fifth fd),
-/// byte for byte, and ends as the guard's step does on each reply. Alone,
+/// byte for byte, and ends as the guard's step does on each reply; so
+/// does a checked routing's step that only starts its hook
+/// (reference-transaction `committed`). Alone,
 /// with no guard beside it to fall back to, it still does: it starts no
 /// guard for a hook (~1 ms a commit).
 #[test]
@@ -668,7 +686,7 @@ fn as_a_hook_step_the_client_sends_the_guards_hook_request() {
         std::fs::create_dir(d).unwrap();
     }
     std::fs::copy(&client, alone.join("sbx-git-client")).unwrap();
-    for h in ["pre-commit", "commit-msg"] {
+    for h in ["pre-commit", "commit-msg", "reference-transaction"] {
         std::fs::write(trusted.join(h), "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(trusted.join(h), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -682,6 +700,8 @@ fn as_a_hook_step_the_client_sends_the_guards_hook_request() {
         b"NOEQ",
         b"U=\xfe",
     ];
+    // A checked routing's step that only starts its hook.
+    let checked: Vec<&[u8]> = env[1..].to_vec();
     let frame = |body: &[u8]| [&(body.len() as u32).to_le_bytes()[..], body].concat();
     let replies: Vec<(&str, Vec<u8>, i32)> = vec![
         ("exit 0", Reply::Exited(0).encode(), 0),
@@ -695,9 +715,14 @@ fn as_a_hook_step_the_client_sends_the_guards_hook_request() {
         ("hung up", Vec::new(), 1),
         ("unknown tag", frame(b"Q\0\0\0\0"), 1),
     ];
-    for (hook, args) in [
-        ("pre-commit", vec![]),
-        ("commit-msg", vec![b".git/COMMIT_EDITMSG".as_slice()]),
+    for (hook, args, env) in [
+        ("pre-commit", vec![], &env),
+        ("commit-msg", vec![b".git/COMMIT_EDITMSG".as_slice()], &env),
+        (
+            "reference-transaction",
+            vec![b"committed".as_slice()],
+            &checked,
+        ),
     ] {
         for (what, reply, code) in &replies {
             let what = format!("{hook}, {what}");
@@ -712,7 +737,7 @@ fn as_a_hook_step_the_client_sends_the_guards_hook_request() {
                 let _ = std::os::unix::fs::symlink(&prog, &link);
                 let mut argv = vec![link.as_os_str().as_encoded_bytes()];
                 argv.extend(args.iter().copied());
-                ends.push(run_recorded(dir, &link, &argv, &env, 0o027, reply, true));
+                ends.push(run_recorded(dir, &link, &argv, env, 0o027, reply, true));
             }
             let [(c_req, c_fds, c), (g_req, g_fds, g), (a_req, a_fds, a)] = &ends[..] else {
                 unreachable!()

@@ -78,7 +78,7 @@ impl Drop for Repo {
             .output();
         // rm keeps the per-repo image; each run's temp path names a new one.
         let _ = Command::new("docker")
-            .args(["image", "rm", &self.names().image])
+            .args(["image", "rm", "--no-prune", &self.names().image])
             .output();
     }
 }
@@ -555,7 +555,7 @@ fn a_failed_firewall_start_is_readable_through_the_api() {
     };
     let _ = Command::new("docker").args(["rm", "-f", &name]).output();
     let _ = Command::new("docker")
-        .args(["image", "rm", &derived])
+        .args(["image", "rm", "--no-prune", &derived])
         .output();
     assert!(
         status["reason"]

@@ -931,13 +931,16 @@ fn doomed_volumes(ws: &Workspace) -> Result<Vec<String>, RunError> {
 /// Remove a per-repo image: it is the base plus the repository's
 /// Dockerfile, rebuilt by the next start, and one per workspace piles up.
 /// Kept while a container uses it (another branch's sandbox). Never a
-/// base image. True when removed.
+/// base image. True when removed. Its untagged parents stay
+/// (`--no-prune`): they are the build cache every other workspace's image
+/// shares, and removing them under a build that is using them fails that
+/// build ("failed to get digest").
 fn remove_repo_image(image: &str) -> Result<bool, RunError> {
     let repo = image.split(':').next().unwrap_or(image);
     if repo == BASE_IMAGE || !repo.starts_with("agent-sandbox-") {
         return Ok(false);
     }
-    let args = ["image", "rm", image];
+    let args = ["image", "rm", "--no-prune", image];
     let out = docker::probe(&args)?;
     if out.status.success() {
         return Ok(true);

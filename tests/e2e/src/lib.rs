@@ -161,6 +161,15 @@ impl Repo {
             .unwrap()
     }
 
+    /// The host's git in the repository, with a commit identity (a, a@b),
+    /// required to succeed; its stdout.
+    pub fn git(&self, args: &[&str]) -> String {
+        sh(Command::new("git")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .current_dir(&self.path))
+    }
+
     /// [`Repo::exec`] with a commit identity set (a, a@b).
     pub fn agent(&self, script: &str) -> Output {
         self.exec(&format!(

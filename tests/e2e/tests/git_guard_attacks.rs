@@ -14,12 +14,7 @@ use sbx_e2e::{Repo, base_image, sbx, sh, text};
 fn repo() -> Repo {
     let repo = Repo::new("gattack");
     let path = repo.path.clone();
-    let git = |args: &[&str]| {
-        sh(Command::new("git")
-            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
-            .args(args)
-            .current_dir(&path))
-    };
+    let git = |args: &[&str]| repo.git(args);
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(path.join("a"), "1\n").unwrap();
     git(&["add", "a"]);

@@ -14,12 +14,7 @@ use sbx_e2e::{Repo, base_image, sbx, sh, text};
 fn repo() -> Repo {
     let repo = Repo::new("gattack4");
     let path = repo.path.clone();
-    let git = |args: &[&str]| {
-        sh(Command::new("git")
-            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
-            .args(args)
-            .current_dir(&path))
-    };
+    let git = |args: &[&str]| repo.git(args);
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(path.join("a"), "1\n").unwrap();
     std::fs::write(
@@ -245,12 +240,7 @@ fn husky_hooks_run_in_a_sandbox() {
     }
     let repo = Repo::new("husky9");
     let path = repo.path.clone();
-    let git = |args: &[&str]| {
-        sh(Command::new("git")
-            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
-            .args(args)
-            .current_dir(&path))
-    };
+    let git = |args: &[&str]| repo.git(args);
     git(&["init", "-q", "-b", "main"]);
     git(&["config", "core.hooksPath", ".husky/_"]);
     std::fs::create_dir_all(path.join(".husky/_")).unwrap();

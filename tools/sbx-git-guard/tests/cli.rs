@@ -105,6 +105,33 @@ impl Lab {
         self.real(repo, &["rev-parse", rev])
     }
 
+    /// `git <commit>` in `repo` with `k=v` set, by the real git and then
+    /// through the guard: what is wrong, one line each. The real git must
+    /// commit past the hook (else the case is no attack); the guard must
+    /// refuse and leave HEAD where it was. HEAD is put back after each.
+    fn env_bypass(&self, repo: &str, commit: &[&str], k: &str, v: &str) -> Vec<String> {
+        let mut wrong = Vec::new();
+        let before = self.head(repo, "HEAD");
+        let real = self
+            .cmd(self.real.as_os_str(), repo)
+            .env(k, v)
+            .args(commit)
+            .output()
+            .unwrap();
+        if !(real.status.success() && self.head(repo, "HEAD") != before) {
+            wrong.push(format!("{k}={v}: not an attack on the real git (bad case)"));
+        }
+        self.real(repo, &["reset", "-q", "--soft", &before]);
+        let out = self.git_env(repo, commit, &[(k, v)]);
+        if out.status.success() || self.head(repo, "HEAD") != before {
+            wrong.push(format!(
+                "{k}={v}: the commit passed the hook through the guard"
+            ));
+            self.real(repo, &["reset", "-q", "--soft", &before]);
+        }
+        wrong
+    }
+
     fn hook(&self, repo: &str, name: &str, body: &str) {
         let p = self.path(repo).join(".git/hooks").join(name);
         std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -1455,26 +1482,8 @@ fn hooks_run_in_a_clean_environment() {
         for (body, k, v) in cases {
             std::fs::write(&hook, body).unwrap();
             std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-            let before = lab.head("r", "HEAD");
             // The real git, same environment: the hook is skipped.
-            let real = lab
-                .cmd(lab.real.as_os_str(), "r")
-                .env(k, v)
-                .args(["commit", "--allow-empty", "-qm", "m"])
-                .output()
-                .unwrap();
-            let bypassed = real.status.success() && lab.head("r", "HEAD") != before;
-            lab.real("r", &["reset", "-q", "--soft", &before]);
-            let out = lab.git_env("r", &["commit", "--allow-empty", "-qm", "m"], &[(k, v)]);
-            if !bypassed {
-                wrong.push(format!("{k}={v}: not an attack on the real git (bad case)"));
-            }
-            if out.status.success() || lab.head("r", "HEAD") != before {
-                wrong.push(format!(
-                    "{k}={v}: the commit skipped the hook through the guard"
-                ));
-                lab.real("r", &["reset", "-q", "--soft", &before]);
-            }
+            wrong.extend(lab.env_bypass("r", &["commit", "--allow-empty", "-qm", "m"], k, v));
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     });
@@ -1504,24 +1513,7 @@ fn pathspec_switches_do_not_blind_the_hooks_git() {
             "GIT_NOGLOB_PATHSPECS",
             "GIT_GLOB_PATHSPECS",
         ] {
-            let before = lab.head("r", "HEAD");
-            let real = lab
-                .cmd(lab.real.as_os_str(), "r")
-                .env(k, "1")
-                .args(["commit", "-qm", "m"])
-                .output()
-                .unwrap();
-            if !(real.status.success() && lab.head("r", "HEAD") != before) {
-                wrong.push(format!("{k}=1: not an attack on the real git (bad case)"));
-            }
-            lab.real("r", &["reset", "-q", "--soft", &before]);
-            let out = lab.git_env("r", &["commit", "-qm", "m"], &[(k, "1")]);
-            if out.status.success() || lab.head("r", "HEAD") != before {
-                wrong.push(format!(
-                    "{k}=1: the commit passed the hook through the guard"
-                ));
-                lab.real("r", &["reset", "-q", "--soft", &before]);
-            }
+            wrong.extend(lab.env_bypass("r", &["commit", "-qm", "m"], k, "1"));
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     });

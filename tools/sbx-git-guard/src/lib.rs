@@ -740,6 +740,22 @@ fn helper_line_refused(line: &[u8]) -> Option<&'static str> {
 /// here line by line (until a `connect`/`stateless-connect` to fetch turns it
 /// into a raw stream): a line [`helper_line_refused`] names stops the helper
 /// before it gets the line (a batch is only acted on at its blank line).
+/// A forcing or deleting request read on its way to git: git is stopped,
+/// and the refusal recorded and printed as the guard's own.
+fn refuse_forcing(child: &mut std::process::Child, allow: &Allow, reason: String) -> u8 {
+    let _ = child.kill();
+    let _ = child.wait();
+    let b = policy::Block {
+        rule: R::ForcePush.name(),
+        reason,
+    };
+    let mut words = vec![OsString::from("git")];
+    words.extend(allow.args.iter().cloned());
+    record_block(&words, &b);
+    output::error(&b.message());
+    Exit::Denied.code()
+}
+
 pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
     use std::io::BufRead as _;
     let child = std::process::Command::new(real)
@@ -803,20 +819,14 @@ pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
             }
             let spec = payload.strip_suffix(b"\n").unwrap_or(&payload);
             if n.is_none_or(|n| n < 4) || spec.starts_with(b"+") || spec.starts_with(b":") {
-                let _ = child.kill();
-                let _ = child.wait();
-                let b = policy::Block {
-                    rule: R::ForcePush.name(),
-                    reason: format!(
+                return refuse_forcing(
+                    &mut child,
+                    allow,
+                    format!(
                         "git send-pack was given the refspec `{}`, which forces or deletes",
                         String::from_utf8_lossy(spec)
                     ),
-                };
-                let mut words = vec![OsString::from("git")];
-                words.extend(allow.args.iter().cloned());
-                record_block(&words, &b);
-                output::error(&b.message());
-                return Exit::Denied.code();
+                );
             }
             if to
                 .write_all(&len)
@@ -859,20 +869,14 @@ pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
             Ok(_) => {}
         }
         if let Some(why) = helper_line_refused(&line) {
-            let _ = child.kill();
-            let _ = child.wait();
-            let b = policy::Block {
-                rule: R::ForcePush.name(),
-                reason: format!(
+            return refuse_forcing(
+                &mut child,
+                allow,
+                format!(
                     "the remote helper was asked for {why} (`{}`), which the pre-push checks refuse",
                     String::from_utf8_lossy(line.trim_ascii_end())
                 ),
-            };
-            let mut words = vec![OsString::from("git")];
-            words.extend(allow.args.iter().cloned());
-            record_block(&words, &b);
-            output::error(&b.message());
-            return Exit::Denied.code();
+            );
         }
         raw = line.starts_with(b"connect ") || line.starts_with(b"stateless-connect ");
         if to.write_all(&line).is_err() {

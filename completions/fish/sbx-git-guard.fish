@@ -74,6 +74,7 @@ complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand install-hook
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l socket -d 'The unix socket to listen on (made 0666; callers are told apart by their kernel-attested uid)' -r -F
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l git -d 'The real git: execute-only (0711) in a directory only root can enter' -r -F
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l group -d 'The group (name or gid) git and its hooks run with, instead of the caller\'s: one no agent process has, so the agent cannot ptrace them' -r
+complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l keep -d 'Also keep the record of stash and notes commits in PATH, a file in a directory only root can write (a volume that outlives the container): read into the run\'s record at start, appended to with it, so a stash made before the sandbox was made again is still refused on a branch' -r -F
 complete -c sbx-git-guard -n "__fish_sbx_git_guard_using_subcommand serve" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

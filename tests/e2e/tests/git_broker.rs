@@ -420,6 +420,63 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
     );
 }
 
+/// The sandbox's stash record outlives the container (`serve --keep` on
+/// the workspace's git record volume): a stash made, dropped and its
+/// repository record deleted, then the sandbox made again (`rm`, `start`),
+/// is still refused when cherry-picked onto a branch; and the agent can
+/// neither write nor remove the kept record.
+#[test]
+fn a_stash_recorded_before_the_sandbox_was_made_again_is_still_refused() {
+    if !base_image() {
+        return;
+    }
+    let repo = repo();
+    repo.start();
+    let name = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None).container;
+    let root = |script: &str| {
+        Command::new("docker")
+            .args(["exec", "-u", "0", &name, "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let o = repo.agent(
+        "echo 1 > f && git add f && git commit -qm one && \
+         echo b > bad && git add bad && git stash push -q && git rev-parse 'stash@{0}' && \
+         git stash drop -q && rm .git/sbx-stash-seen && test ! -e .git/refs/stash",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let w = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    assert_eq!(w.len(), 40, "{}", text(&o));
+    let o = root(
+        "stat -c '%a %U' /var/lib/sbx-git /var/lib/sbx-git/stash-seen; cat /var/lib/sbx-git/stash-seen",
+    );
+    let out = text(&o);
+    assert!(
+        out.starts_with("755 root\n644 root\n") && out.contains(&w),
+        "{out}"
+    );
+    let o = repo.agent(
+        ": > /var/lib/sbx-git/stash-seen; rm -f /var/lib/sbx-git/stash-seen; \
+         mv /var/lib/sbx-git/stash-seen /tmp/x; cat /var/lib/sbx-git/stash-seen",
+    );
+    assert!(text(&o).contains(&w), "{}", text(&o));
+
+    // Made again: a new container, the same workspace volumes.
+    for args in [&["-q", "rm"][..], &["-q", "start"][..]] {
+        let o = sbx().args(args).arg(&repo.path).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let o = repo.agent(&format!(
+        "git cherry-pick -m 1 {w}; echo picked=$?; git ls-tree -r --name-only HEAD"
+    ));
+    let out = text(&o);
+    assert!(
+        !out.contains("picked=0") && !out.lines().any(|l| l == "bad"),
+        "the stash's change reached the branch: {out}"
+    );
+    assert!(out.contains("a stash commit"), "{out}");
+}
+
 /// Hooks are the workspace's in every repository the agent makes: a
 /// scratch clone, a fake git dir or common dir with the workspace's refs
 /// and objects linked in, each has a hooks directory the agent can write,

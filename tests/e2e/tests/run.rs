@@ -269,6 +269,7 @@ fn assert_nothing_left(n: &sbx_run::names::Names, after: &str) {
         ("container", &n.holder),
         ("network", &n.network),
         ("volume", &n.history),
+        ("volume", &n.git_record),
         ("volume", &n.repo_shelf),
         ("volume", &n.claude),
         ("volume", &n.codex),
@@ -1221,6 +1222,7 @@ fn configured_protection_restart_list_volumes_and_shell() {
         {"name": n.claude, "target": "/home/agent/.claude"},
         {"name": n.codex, "target": "/home/agent/.codex"},
         {"name": n.repo_shelf, "target": "/repo-shelf"},
+        {"name": n.git_record, "target": "/var/lib/sbx-git"},
     ]);
     assert_eq!(Value::Array(vols), want);
     let out = sh(sbx().arg("list"));

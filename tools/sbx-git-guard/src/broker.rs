@@ -75,15 +75,20 @@ pub enum BrokerError {
         "--group {0}: no such group: create it (groupadd -r {0}) or give a numeric gid no user has"
     )]
     Group(String),
+    #[error(
+        "--keep {0}: {1}: give a file in a root-owned 0755 directory (a volume only root can write)"
+    )]
+    Keep(PathBuf, String),
 }
 
 impl sbx_core::SbxError for BrokerError {
     fn exit(&self) -> Exit {
         match self {
             BrokerError::Git(_, e) if e.kind() == std::io::ErrorKind::NotFound => Exit::NoInput,
-            BrokerError::Exposed(..) | BrokerError::Dumpable | BrokerError::Group(_) => {
-                Exit::Config
-            }
+            BrokerError::Exposed(..)
+            | BrokerError::Dumpable
+            | BrokerError::Group(_)
+            | BrokerError::Keep(..) => Exit::Config,
             _ => Exit::OsErr,
         }
     }
@@ -241,17 +246,17 @@ pub fn record(socket: &Path, ids: &[u8]) -> Result<(), String> {
 }
 
 /// The broker's side of [`Kind::Record`], as root: each id (40 or 64 hex
-/// digits, else nothing is written) appended in one write to `path`,
-/// which must be root's and writable by nobody else.
+/// digits, else nothing is written) appended in one write to the kept
+/// record first (`serve --keep`), when there is one, then to `path`; each
+/// must be root's and writable by nobody else.
 fn append_record(path: &Path, ids: &[OsString]) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt as _;
     if ids.is_empty() {
         return Err("nothing to record".into());
     }
     let mut buf = Vec::with_capacity(ids.len() * 41);
     for id in ids {
         let b = id.as_bytes();
-        if !matches!(b.len(), 40 | 64) || !b.iter().all(u8::is_ascii_hexdigit) {
+        if !is_commit_id(b) {
             return Err(format!(
                 "`{}` is not a commit id (40 or 64 hex digits); nothing was recorded",
                 id.to_string_lossy()
@@ -260,10 +265,26 @@ fn append_record(path: &Path, ids: &[OsString]) -> Result<(), String> {
         buf.extend_from_slice(b);
         buf.push(b'\n');
     }
+    if let Some(keep) = KEEP.get() {
+        append_to(keep, &buf)?;
+    }
+    append_to(path, &buf)
+}
+
+fn is_commit_id(b: &[u8]) -> bool {
+    matches!(b.len(), 40 | 64) && b.iter().all(u8::is_ascii_hexdigit)
+}
+
+/// A record file, opened to append (and read), made 0644 if new: never
+/// through a symlink, and only a regular file of ours nobody else may
+/// write.
+fn open_record(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .read(true)
         .mode(0o644)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
@@ -275,7 +296,66 @@ fn append_record(path: &Path, ids: &[OsString]) -> Result<(), String> {
             path.display()
         ));
     }
-    f.write_all(&buf).map_err(err)
+    Ok(f)
+}
+
+fn append_to(path: &Path, buf: &[u8]) -> Result<(), String> {
+    open_record(path)?
+        .write_all(buf)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `serve --keep`: the record that outlives the container (a volume).
+static KEEP: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// At start, with `--keep`: the kept record and the run's (`run`, beside
+/// the socket) made each other's union, so stashes recorded before the
+/// container was made again are still refused, and ones this run recorded
+/// before a restart of the broker are kept. `keep`'s directory must be
+/// root's (ours) and writable by nobody else: the agent must not be able
+/// to swap or empty it.
+fn join_records(keep: &Path, run: &Path) -> Result<(), String> {
+    let dir = keep.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = dir.ok_or_else(|| format!("{}: give a file in a directory", keep.display()))?;
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !m.is_dir() || m.uid() != nix_uid() || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a directory only its owner (uid {}) may write",
+            dir.display(),
+            nix_uid()
+        ));
+    }
+    let read = |path: &Path| -> Result<(std::fs::File, Vec<Vec<u8>>), String> {
+        let mut f = open_record(path)?;
+        let mut all = Vec::new();
+        f.read_to_end(&mut all)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let ids = all
+            .split(|b| *b == b'\n')
+            .filter(|l| is_commit_id(l))
+            .map(<[u8]>::to_vec)
+            .collect();
+        Ok((f, ids))
+    };
+    let (mut kf, kept) = read(keep)?;
+    let (mut rf, ran) = read(run)?;
+    let missing = |from: &[Vec<u8>], to: &[Vec<u8>]| -> Vec<u8> {
+        let have: std::collections::HashSet<&[u8]> = to.iter().map(Vec::as_slice).collect();
+        let mut seen = std::collections::HashSet::new();
+        let mut buf = Vec::new();
+        for id in from {
+            if !have.contains(id.as_slice()) && seen.insert(id.as_slice()) {
+                buf.extend_from_slice(id);
+                buf.push(b'\n');
+            }
+        }
+        buf
+    };
+    kf.write_all(&missing(&ran, &kept))
+        .map_err(|e| format!("{}: {e}", keep.display()))?;
+    rf.write_all(&missing(&kept, &ran))
+        .map_err(|e| format!("{}: {e}", run.display()))?;
+    Ok(())
 }
 
 fn call_with(
@@ -350,7 +430,12 @@ fn dup_std(fd: i32) -> std::io::Result<OwnedFd> {
 
 /// `sbx-git-guard serve`: check the layout, bind, and serve forever.
 /// `group`: the gid git and its hooks run with (see [`git_creds`]).
-pub fn serve(socket: &Path, git: &Path, group: &str) -> Result<ExitCode, BrokerError> {
+pub fn serve(
+    socket: &Path,
+    git: &Path,
+    group: &str,
+    keep: Option<&Path>,
+) -> Result<ExitCode, BrokerError> {
     let gid = resolve_group(group)?;
     let git_fd = open_git(git)?;
     let exec_path = crate::git_exec_path(&fd_path(git_fd.as_fd()));
@@ -361,6 +446,11 @@ pub fn serve(socket: &Path, git: &Path, group: &str) -> Result<ExitCode, BrokerE
     match std::fs::remove_file(socket) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(sock_err(e)),
         _ => {}
+    }
+    if let Some(keep) = keep {
+        join_records(keep, &socket.with_file_name(RECORD_FILE))
+            .map_err(|e| BrokerError::Keep(keep.to_owned(), e))?;
+        let _ = KEEP.set(keep.to_owned());
     }
     let listener = UnixListener::bind(socket).map_err(sock_err)?;
     // Every local user may ask; the broker decides what each may do.

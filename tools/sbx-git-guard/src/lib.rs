@@ -194,6 +194,13 @@ pub struct ServeArgs {
     /// caller's: one no agent process has, so the agent cannot ptrace them
     #[arg(long, value_name = "GROUP", default_value = broker::DEFAULT_GROUP)]
     pub group: String,
+    /// Also keep the record of stash and notes commits in PATH, a file in
+    /// a directory only root can write (a volume that outlives the
+    /// container): read into the run's record at start, appended to with
+    /// it, so a stash made before the sandbox was made again is still
+    /// refused on a branch
+    #[arg(long, value_name = "PATH")]
+    pub keep: Option<PathBuf>,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -978,7 +985,12 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             hooks::install(&dir, &exe).map_err(GuardError::from)?;
             Ok(Exit::Ok.into())
         }
-        Cmd::Serve(a) => Ok(broker::serve(&a.socket, &a.git, &a.group)?),
+        Cmd::Serve(a) => Ok(broker::serve(
+            &a.socket,
+            &a.git,
+            &a.group,
+            a.keep.as_deref(),
+        )?),
         Cmd::Rules => {
             for r in policy::RULES {
                 let (name, what) = (r.name, r.blocks);

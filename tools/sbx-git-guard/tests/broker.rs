@@ -5,6 +5,7 @@
 //! unreadable git is not dumpable) and that the broker refuses a layout
 //! that would expose the binary.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -39,12 +40,17 @@ impl Drop for Broker {
 }
 
 fn serve(dir: &Path, git: &Path) -> Child {
+    serve_with(dir, git, &[])
+}
+
+fn serve_with(dir: &Path, git: &Path, more: &[&OsStr]) -> Child {
     Command::new(GUARD)
         .args(["serve", "--socket"])
         .arg(dir.join("s.sock"))
         .arg("--git")
         .arg(git)
         .args(["--group", &GIT_GID.to_string()])
+        .args(more)
         .env_clear()
         .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
         .stderr(Stdio::piped())
@@ -661,6 +667,105 @@ fn the_stash_record_is_added_to_only_by_gits_processes_and_never_cut() {
     let m = std::fs::metadata(&rec).unwrap();
     use std::os::unix::fs::MetadataExt as _;
     assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o644));
+}
+
+/// `serve --keep`: the record outlives the broker and its run directory
+/// (a container made again), both records end up each other's union, and
+/// a kept record anyone but root could swap or write stops the broker.
+#[test]
+fn the_kept_stash_record_outlives_the_container() {
+    use std::os::unix::fs::MetadataExt as _;
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let git = layout(dir);
+    std::fs::write(dir.join("rec.py"), RECORDER).unwrap();
+    let vol = dir.join("vol");
+    std::fs::create_dir(&vol).unwrap();
+    mode(&vol, 0o755);
+    let keep = vol.join("stash-seen");
+    let run = dir.join("stash-seen");
+    let args = [OsStr::new("--keep"), keep.as_os_str()];
+    let up = || {
+        let b = Broker(serve_with(dir, &git, &args));
+        for _ in 0..200 {
+            if dir.join("s.sock").exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        b
+    };
+    let send = |ids: &str| {
+        text(&as_gid(
+            dir,
+            GIT_GID,
+            &format!("python3 rec.py s.sock {ids} </dev/null"),
+        ))
+    };
+    let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(64));
+    let broker = up();
+    let out = send(&a);
+    assert!(out.contains("reply=0"), "{out}");
+    drop(broker);
+    assert_eq!(std::fs::read_to_string(&keep).unwrap(), format!("{a}\n"));
+    let m = std::fs::metadata(&keep).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o644));
+    // A new container: the run's record is gone, the kept one is read in.
+    std::fs::remove_file(&run).unwrap();
+    std::fs::remove_file(dir.join("s.sock")).unwrap();
+    let broker = up();
+    assert_eq!(std::fs::read_to_string(&run).unwrap(), format!("{a}\n"));
+    let out = send(&b);
+    assert!(out.contains("reply=0"), "{out}");
+    drop(broker);
+    // The broker restarted in the same container, with an id the kept
+    // record lacks (a garbage line is not carried over).
+    std::fs::write(&run, format!("{a}\n{b}\n{c}\nnot an id\n")).unwrap();
+    std::fs::remove_file(dir.join("s.sock")).unwrap();
+    drop(up());
+    assert_eq!(
+        std::fs::read_to_string(&keep).unwrap(),
+        format!("{a}\n{b}\n{c}\n")
+    );
+    // Unsafe places: the broker does not start (78), naming --keep.
+    let refused = |why: &str| {
+        let _ = std::fs::remove_file(dir.join("s.sock"));
+        let mut child = serve_with(dir, &git, &args);
+        let mut status = None;
+        for _ in 0..500 {
+            status = child.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // Still serving: the unsafe record was taken.
+        let _ = child.kill();
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(status.and_then(|s| s.code()), Some(78), "{why}: {err}");
+        assert!(
+            err.contains("--keep") && err.contains("vol"),
+            "{why}: {err}"
+        );
+        assert!(!dir.join("s.sock").exists(), "{why}: listening");
+    };
+    mode(&vol, 0o777);
+    refused("a directory anyone may write");
+    mode(&vol, 0o755);
+    std::os::unix::fs::chown(&vol, Some(1000), Some(1000)).unwrap();
+    refused("the agent's directory");
+    std::os::unix::fs::chown(&vol, Some(0), Some(0)).unwrap();
+    std::fs::rename(&keep, vol.join("x")).unwrap();
+    std::os::unix::fs::symlink(vol.join("x"), &keep).unwrap();
+    refused("a symlink");
+    std::fs::remove_file(&keep).unwrap();
+    std::fs::rename(vol.join("x"), &keep).unwrap();
+    std::os::unix::fs::chown(&keep, Some(1000), Some(1000)).unwrap();
+    refused("the agent's file");
 }
 
 /// A stash made in another repository, fetched into this one (no ref of

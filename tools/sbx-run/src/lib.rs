@@ -55,6 +55,7 @@ Names (from the MD5 of the workspace's canonical path, so no state file is kept)
   network holder              agent-sandbox-<repo>-<hash>-net
   repo-shelf volume           agent-sbx-repo-<hash>
   history volume              agent-sandbox-<hash>-history
+  git record volume           agent-sandbox-<hash>-git (the git broker's stash record; root's)
   AI CLI config volumes       agent-sandbox-<hash>-claude, agent-sandbox-<hash>-codex (~/.claude, ~/.codex)
   machine login stores        agent-sandbox-claude-code-config, agent-sandbox-codex-config
                               ($SBX_CLAUDE_VOLUME, $SBX_CODEX_VOLUME), never mounted into a sandbox

@@ -672,6 +672,7 @@ pub fn volumes(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         (n.claude.as_str(), "/home/agent/.claude", "workspace"),
         (n.codex.as_str(), "/home/agent/.codex", "workspace"),
         (n.history.as_str(), "/commandhistory", "workspace"),
+        (n.git_record.as_str(), spec::GIT_RECORD_DIR, "workspace"),
         (n.repo_shelf.as_str(), "/repo-shelf", "workspace"),
         (n.home.as_str(), "/home/agent", "sandbox"),
     ];

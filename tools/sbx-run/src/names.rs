@@ -91,6 +91,10 @@ pub struct Names {
     pub network: String,
     pub repo_shelf: String,
     pub history: String,
+    /// The git broker's record of stash and notes commits (root's, never
+    /// the agent's): one per workspace, so it outlives a sandbox made
+    /// again and its branch sandboxes share it like the shelf.
+    pub git_record: String,
     /// Per-workspace ~/.claude and ~/.codex: settings, hooks and
     /// transcripts stay with their project.
     pub claude: String,
@@ -122,6 +126,7 @@ impl Names {
             container,
             repo_shelf: format!("agent-sbx-repo-{hash}"),
             history: format!("agent-sandbox-{hash}-history"),
+            git_record: format!("agent-sandbox-{hash}-git"),
             claude: format!("agent-sandbox-{hash}-claude"),
             codex: format!("agent-sandbox-{hash}-codex"),
             repo,
@@ -164,6 +169,7 @@ mod tests {
         assert_eq!(n.holder, format!("agent-sandbox-my-app-{h}-net"));
         assert_eq!(n.repo_shelf, format!("agent-sbx-repo-{h}"));
         assert_eq!(n.history, format!("agent-sandbox-{h}-history"));
+        assert_eq!(n.git_record, format!("agent-sandbox-{h}-git"));
         assert_eq!(n.claude, format!("agent-sandbox-{h}-claude"));
         assert_eq!(n.codex, format!("agent-sandbox-{h}-codex"));
         let b = Names::new(

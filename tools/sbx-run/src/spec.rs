@@ -165,6 +165,9 @@ fn bind(src: &Path, dst: &str, readonly: bool) -> String {
     mount(&f)
 }
 
+/// Where the git broker's record volume is mounted (base-image/guest.toml).
+pub const GIT_RECORD_DIR: &str = "/var/lib/sbx-git";
+
 fn volume(name: &str, dst: &str) -> String {
     mount(&[("type", "volume"), ("source", name), ("target", dst)])
 }
@@ -330,6 +333,7 @@ pub fn env_names(
 pub fn workspace_volumes(n: &names::Names) -> Vec<String> {
     vec![
         n.history.clone(),
+        n.git_record.clone(),
         n.repo_shelf.clone(),
         n.claude.clone(),
         n.codex.clone(),
@@ -556,6 +560,9 @@ pub fn build(
         a.extend(["--mount".into(), volume(&c.volume(n), c.target)]);
     }
     a.extend(["--mount".into(), volume(&n.history, "/commandhistory")]);
+    // Root's only (the image makes the directory root 0755): the git
+    // broker keeps its stash record there (`serve --keep`).
+    a.extend(["--mount".into(), volume(&n.git_record, GIT_RECORD_DIR)]);
     if ro {
         a.extend([
             "--mount".into(),

@@ -456,8 +456,9 @@ fn a_stash_recorded_before_the_sandbox_was_made_again_is_still_refused() {
         "{out}"
     );
     let o = repo.agent(
-        ": > /var/lib/sbx-git/stash-seen; rm -f /var/lib/sbx-git/stash-seen; \
-         mv /var/lib/sbx-git/stash-seen /tmp/x; cat /var/lib/sbx-git/stash-seen",
+        "echo > /var/lib/sbx-git/stash-seen; echo x >> /var/lib/sbx-git/stash-seen; \
+         rm -f /var/lib/sbx-git/stash-seen; mv /var/lib/sbx-git/stash-seen /tmp/x; \
+         cat /var/lib/sbx-git/stash-seen",
     );
     assert!(text(&o).contains(&w), "{}", text(&o));
 

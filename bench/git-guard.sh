@@ -5,7 +5,8 @@
 #   --hard HEAD` without and with a stash (with one, ref-moving commands route
 #   hooks through the guard's own directory, so its reference-transaction
 #   step runs once per transaction state) and a push of an
-#   up-to-date branch to a local bare remote (its pre-push step runs);
+#   up-to-date branch to a local bare remote (its pre-push step runs) and
+#   of a branch one commit ahead of it (the step's checks ask git);
 #   also a bash wrapper of the classic shape (a regex over "$*", then exec);
 #   and the sandbox's path: sbx-git-client (the sandbox's libc-free `git`)
 #   handing the call to the guard's root broker (sbx-git-guard serve), which
@@ -66,6 +67,14 @@ BASE=$("$REAL" -C "$R" rev-parse HEAD)
 # Commits would grow the branch and its reflog run after run, slowing
 # whichever command hyperfine runs last; put them back before each run.
 RESET="$REAL -C $R update-ref refs/heads/master $BASE"
+# A push that sends one commit: the branch one ahead, the remote put back.
+echo new > "$R/new"
+env HOME="$TMP/home" "$REAL" -C "$R" add new
+env HOME="$TMP/home" "$REAL" -C "$R" commit -qm new
+NEW=$("$REAL" -C "$R" rev-parse HEAD)
+$RESET
+env HOME="$TMP/home" "$REAL" -C "$R" reset -q --hard
+AHEAD="sh -c '$REAL -C $R update-ref refs/heads/master $NEW && $REAL --git-dir=$TMP/remote.git update-ref refs/heads/master $BASE'"
 
 run() { # name, git args...
   local name=$1; shift
@@ -74,7 +83,7 @@ run() { # name, git args...
   env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
     hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/$name.csv" \
-      --prepare "$RESET" \
+      --prepare "${PREP:-$RESET}" \
       "$REAL $args" "$TMP/guard/git $args" "$TMP/bash/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b c < <(summarize "$TMP/$name.csv")
@@ -89,7 +98,7 @@ run_broker() { # name, git args...
   env -i HOME="$TMP/home" SBX_AUDIT_LOG="$TMP/audit.jsonl" SBX_GIT_BROKER="$TMP/broker.sock" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
     hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/b$name.csv" \
-      --prepare "$RESET" \
+      --prepare "${PREP:-$RESET}" \
       "$REAL $args" "$TMP/client/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b < <(summarize "$TMP/b$name.csv")
@@ -108,12 +117,17 @@ run reset-stash reset -q --hard HEAD
 "$REAL" init -q --bare "$TMP/remote.git"
 "$REAL" -C "$R" push -q "$TMP/remote.git" master
 run push push -q "$TMP/remote.git" master
+PREP=$AHEAD run push-new push -q "$TMP/remote.git" master
 echo "== through the broker (the sandbox's path)"
 run_broker status status --short
 run_broker revparse rev-parse HEAD
 run_broker commit commit -q --allow-empty -m bench
 run_broker reset-stash reset -q --hard HEAD
 run_broker push push -q "$TMP/remote.git" master
+PREP=$AHEAD run_broker push-new push -q "$TMP/remote.git" master
+# The same without a stash in the repository (its checks ask git less).
+"$REAL" -C "$R" stash drop -q
+PREP=$AHEAD run_broker push-new-nostash push -q "$TMP/remote.git" master
 # The three side by side, interleaved call by call in random order (the
 # noise of a shared machine spreads evenly over them), no launcher between:
 # min / p25 / median, and the load average while it ran.

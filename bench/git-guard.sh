@@ -74,7 +74,9 @@ env HOME="$TMP/home" "$REAL" -C "$R" commit -qm new
 NEW=$("$REAL" -C "$R" rev-parse HEAD)
 $RESET
 env HOME="$TMP/home" "$REAL" -C "$R" reset -q --hard
-AHEAD="sh -c '$REAL -C $R update-ref refs/heads/master $NEW && $REAL --git-dir=$TMP/remote.git update-ref refs/heads/master $BASE'"
+printf '%s -C %s update-ref refs/heads/master %s\n%s --git-dir=%s update-ref refs/heads/master %s\n' \
+  "$REAL" "$R" "$NEW" "$REAL" "$TMP/remote.git" "$BASE" > "$TMP/ahead.sh"
+AHEAD="/bin/sh $TMP/ahead.sh"
 
 run() { # name, git args...
   local name=$1; shift
@@ -125,21 +127,19 @@ run_broker commit commit -q --allow-empty -m bench
 run_broker reset-stash reset -q --hard HEAD
 run_broker push push -q "$TMP/remote.git" master
 PREP=$AHEAD run_broker push-new push -q "$TMP/remote.git" master
-# The same without a stash in the repository (its checks ask git less).
-"$REAL" -C "$R" stash drop -q
-PREP=$AHEAD run_broker push-new-nostash push -q "$TMP/remote.git" master
 # The three side by side, interleaved call by call in random order (the
 # noise of a shared machine spreads evenly over them), no launcher between:
 # min / p25 / median, and the load average while it ran.
 interleaved() { # args...
-  local args="$*" extra=()
+  local args="$*" extra=() prep=()
   if [ -n "${OLD_GUARD:-}" ]; then
     extra=("old-broker=SBX_GIT_BROKER=$TMP/old.sock $TMP/old/git $args")
   fi
+  [ -z "${PREP:-}" ] || prep=(--prepare "$PREP")
   cd "$R"
   env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
-    python3 "$IL" "$RUNS" "real=$REAL $args" "guard=$TMP/guard/git $args" \
+    python3 "$IL" "${prep[@]}" "$RUNS" "real=$REAL $args" "guard=$TMP/guard/git $args" \
       "broker=SBX_GIT_BROKER=$TMP/broker.sock $TMP/client/git $args" "${extra[@]}" > "$TMP/il.txt"
   cd - >/dev/null
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -154,7 +154,9 @@ interleaved() { # args...
 
 if [ -n "${OLD_GUARD:-}" ]; then
   mkdir -p "$TMP/old"
-  ln -s "$OLD_GUARD" "$TMP/old/git"
+  # That build's client as its `git` where one lies beside it, else the guard.
+  OLD_CLIENT=$(dirname "$OLD_GUARD")/sbx-git-client
+  if [ -x "$OLD_CLIENT" ]; then ln -s "$OLD_CLIENT" "$TMP/old/git"; else ln -s "$OLD_GUARD" "$TMP/old/git"; fi
   "$OLD_GUARD" serve --socket "$TMP/old.sock" --git "$TMP/libexec/git" 2>"$TMP/old.log" &
   OPID=$!
   for _ in $(seq 100); do [ -S "$TMP/old.sock" ] && break; sleep 0.02; done
@@ -162,6 +164,14 @@ fi
 echo "== real git, guard and broker interleaved (OLD_GUARD: that build's broker too)"
 interleaved rev-parse HEAD
 interleaved status --short
+echo "== the checking hook steps (reference-transaction prepared, pre-push), interleaved"
+interleaved reset -q --hard HEAD
+interleaved push -q "$TMP/remote.git" master
+PREP=$AHEAD interleaved push -q "$TMP/remote.git" master
+# The same without a stash in the repository (its checks ask git less).
+"$REAL" -C "$R" stash drop -q
+PREP=$AHEAD run_broker push-new-nostash push -q "$TMP/remote.git" master
+PREP=$AHEAD interleaved push -q "$TMP/remote.git" master
 
 # CPU per call of the calling process alone (perf stat task-clock, which a
 # busy machine disturbs far less than wall time): the client, and with

@@ -77,6 +77,10 @@ env HOME="$TMP/home" "$REAL" -C "$R" reset -q --hard
 printf '%s -C %s update-ref refs/heads/master %s\n%s --git-dir=%s update-ref refs/heads/master %s\n' \
   "$REAL" "$R" "$NEW" "$REAL" "$TMP/remote.git" "$BASE" > "$TMP/ahead.sh"
 AHEAD="/bin/sh $TMP/ahead.sh"
+# An up-to-date push: both back at the base (a push-new row leaves them ahead).
+printf '%s -C %s update-ref refs/heads/master %s\n%s --git-dir=%s update-ref refs/heads/master %s\n' \
+  "$REAL" "$R" "$BASE" "$REAL" "$TMP/remote.git" "$BASE" > "$TMP/even.sh"
+EVEN="/bin/sh $TMP/even.sh"
 
 run() { # name, git args...
   local name=$1; shift
@@ -118,14 +122,14 @@ env HOME="$TMP/home" "$REAL" -C "$R" stash push -q
 run reset-stash reset -q --hard HEAD
 "$REAL" init -q --bare "$TMP/remote.git"
 "$REAL" -C "$R" push -q "$TMP/remote.git" master
-run push push -q "$TMP/remote.git" master
+PREP=$EVEN run push push -q "$TMP/remote.git" master
 PREP=$AHEAD run push-new push -q "$TMP/remote.git" master
 echo "== through the broker (the sandbox's path)"
 run_broker status status --short
 run_broker revparse rev-parse HEAD
 run_broker commit commit -q --allow-empty -m bench
 run_broker reset-stash reset -q --hard HEAD
-run_broker push push -q "$TMP/remote.git" master
+PREP=$EVEN run_broker push push -q "$TMP/remote.git" master
 PREP=$AHEAD run_broker push-new push -q "$TMP/remote.git" master
 # The three side by side, interleaved call by call in random order (the
 # noise of a shared machine spreads evenly over them), no launcher between:
@@ -166,7 +170,7 @@ interleaved rev-parse HEAD
 interleaved status --short
 echo "== the checking hook steps (reference-transaction prepared, pre-push), interleaved"
 interleaved reset -q --hard HEAD
-interleaved push -q "$TMP/remote.git" master
+PREP=$EVEN interleaved push -q "$TMP/remote.git" master
 PREP=$AHEAD interleaved push -q "$TMP/remote.git" master
 # The same without a stash in the repository (its checks ask git less).
 "$REAL" -C "$R" stash drop -q

@@ -322,6 +322,13 @@ impl Git {
 /// while it runs cannot answer "no stash" from one and have git move the
 /// other's branch (the commit git adds is then missing and the move refused).
 fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
+    finish(git_start(real, args))
+}
+
+/// [`git`] started, not waited for: the checks ask git their independent
+/// questions at once (each through the broker costs a process start and
+/// a round trip, ~1 ms).
+fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Child> {
     static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     let dir = DIR.get_or_init(|| {
         let d = std::env::var_os("GIT_DIR").filter(|d| !d.is_empty())?;
@@ -333,9 +340,14 @@ fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
     }
     c.args(args)
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .ok()
+}
+
+fn finish(child: Option<std::process::Child>) -> Option<std::process::Output> {
+    child?.wait_with_output().ok()
 }
 
 /// pre-push: each line is `<local ref> <local oid> <remote ref> <remote oid>`
@@ -620,12 +632,41 @@ fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
 /// `$SBX_GUARD_COMMON_DIR` is the one the guard looked at, which a swapped
 /// `GIT_DIR` symlink or `.git` can make another than git's.
 fn common_dir(real: &Git) -> Option<PathBuf> {
-    git(
+    // One answer per step: each question after the first reads the
+    // repository it named.
+    static COMMON: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    COMMON
+        .get_or_init(|| {
+            let asked = PREFETCHED
+                .lock()
+                .ok()
+                .and_then(|mut p| p.take())
+                .or_else(|| start_common_dir(real));
+            finish(asked)
+                .filter(|o| o.status.success())
+                .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end())))
+        })
+        .clone()
+}
+
+/// [`common_dir`]'s question, asked ahead by [`prefetch_common_dir`].
+static PREFETCHED: std::sync::Mutex<Option<std::process::Child>> = std::sync::Mutex::new(None);
+
+fn start_common_dir(real: &Git) -> Option<std::process::Child> {
+    git_start(
         real,
         &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
     )
-    .filter(|o| o.status.success())
-    .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end())))
+}
+
+/// Start [`common_dir`]'s question now, to run beside the push's
+/// ancestry questions.
+fn prefetch_common_dir(real: &Git) {
+    if let Ok(mut p) = PREFETCHED.lock() {
+        if p.is_none() {
+            *p = start_common_dir(real);
+        }
+    }
 }
 
 /// pre-push, with `block_no_verify`: the commits a push sends may not be a
@@ -654,7 +695,7 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
 /// second parent titled "index on ..."): the repository may not be git's
 /// (swapped in by path while git ran), and its "no stash" then says
 /// nothing about the commits git is moving a branch onto.
-fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
+fn start_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Option<std::process::Child> {
     let mut args: Vec<&OsStr> = vec![
         OsStr::new("log"),
         OsStr::new("--no-walk"),
@@ -662,7 +703,12 @@ fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), St
     ];
     args.extend(moves.iter().map(|(_, new, _)| OsStr::from_bytes(new)));
     args.push(OsStr::new("--"));
-    let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
+    git_start(real, &args)
+}
+
+/// `shapes`: [`start_shapes`] of the same moves.
+fn no_stash_shapes(real: &Git, shapes: Option<std::process::Child>) -> Result<(), String> {
+    let Some(out) = finish(shapes).filter(|o| o.status.success()) else {
         return Err(
             "the commits the update adds are not in the repository the check reads (one swapped in while git ran?)"
                 .into(),
@@ -710,7 +756,9 @@ fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), St
 
 fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
     // No stash, nothing that skipped pre-commit this way: the common case
-    // costs a few stats.
+    // costs a few stats, and the question it then asks git is asked now,
+    // beside git's answer for the common dir.
+    let shapes = start_shapes(real, moves);
     let common = common_dir(real);
     // Unknown (git could not run, e.g. the broker is down): refuse.
     let Some(common) = common else {
@@ -723,8 +771,10 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
         shared_stash_seen(&env)
     };
     if !has_stash {
-        return no_stash_shapes(real, moves);
+        return no_stash_shapes(real, shapes);
     }
+    // Not needed: a process of the broker's that ends on its own.
+    drop(shapes);
     // Listed lazily: most updates add no commit that is not on a branch.
     let mut stash: Option<StashSets> = None;
     for &(old, new, name) in moves {
@@ -911,6 +961,15 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let verdict = match &real {
         None => Err("the real git was not found".to_owned()),
         Some(real) if name == "pre-push" => {
+            // Asked by check_push_commits for any update that sends
+            // commits; asked now, it runs beside check_push's questions.
+            let sends = input.split(|b| *b == b'\n').any(|l| {
+                let f: Vec<&[u8]> = l.split(|b| *b == b' ').collect();
+                matches!(f[..], [_, loid, _, _] if !is_zero(loid))
+            });
+            if settings.block_no_verify && sends {
+                prefetch_common_dir(real);
+            }
             let force = if settings.block_force_push {
                 check_push(real, &input)
             } else {

@@ -161,7 +161,7 @@ if [ -n "${OLD_GUARD:-}" ]; then
   # That build's client as its `git` where one lies beside it, else the guard.
   OLD_CLIENT=$(dirname "$OLD_GUARD")/sbx-git-client
   if [ -x "$OLD_CLIENT" ]; then ln -s "$OLD_CLIENT" "$TMP/old/git"; else ln -s "$OLD_GUARD" "$TMP/old/git"; fi
-  "$OLD_GUARD" serve --socket "$TMP/old.sock" --git "$TMP/libexec/git" 2>"$TMP/old.log" &
+  "$OLD_GUARD" serve --socket "$TMP/old.sock" --git "$TMP/libexec/git" --group 2575 2>"$TMP/old.log" &
   OPID=$!
   for _ in $(seq 100); do [ -S "$TMP/old.sock" ] && break; sleep 0.02; done
 fi

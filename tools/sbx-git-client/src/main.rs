@@ -23,6 +23,7 @@ const GUARD: &[u8] = b"sbx-git-guard";
 const DEFAULT_SOCKET: &[u8] = b"/run/sbx-git/broker.sock";
 const DEFAULT_SOCKET_Z: &[u8] = b"/run/sbx-git/broker.sock\0";
 const SOCKET_VAR: &[u8] = b"SBX_GIT_BROKER";
+const REAL_GIT_VAR: &[u8] = b"SBX_REAL_GIT";
 /// sbx_core's SANDBOX_DIR and SANDBOX_MARKER (the same path).
 const SANDBOX_DIR: &[u8] = b"/.agent-sandbox\0";
 const PASS_THROUGH: [&[u8]; 3] = [b"receive-pack", b"upload-pack", b"upload-archive"];
@@ -268,12 +269,17 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
         None
     };
     // The guard's step fails any input when it has no git to ask
-    // (`Git::for_env`): it always has one where a broker runs git, and
-    // the guard to be that git is beside this program. Elsewhere it
+    // (`Git::for_env`): it has one where a broker runs git (the guard
+    // beside this program, as `git`) and, outside the sandbox, where
+    // `SBX_REAL_GIT` names one. Elsewhere (git looked up on PATH) it
     // decides.
     if check.is_some() {
         let mut buf = [0u8; 4096 + 32];
-        if socket_path(p).is_none() || !sys::executable(guard_path(&mut buf)) {
+        let named = || {
+            sys::file_type(SANDBOX_DIR, false) != Ok(sys::S_IFDIR)
+                && var(REAL_GIT_VAR).is_some_and(|v| !v.is_empty())
+        };
+        if !((socket_path(p).is_some() || named()) && sys::executable(guard_path(&mut buf))) {
             return None;
         }
     }

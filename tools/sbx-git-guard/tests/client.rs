@@ -879,12 +879,25 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
             ("PATH", PathBuf::from("/nonexistent")),
         ]
     };
+    // No broker, the real git named (outside the sandbox), in a
+    // directory that is no repository: git answers nothing.
+    let named = |trusted: &Path, git: &str| -> Vec<(&'static str, PathBuf)> {
+        vec![
+            (TRUSTED_ENV, trusted.to_path_buf()),
+            ("SBX_REAL_GIT", PathBuf::from(git)),
+            ("SBX_AUDIT_LOG", audit.clone()),
+            ("PATH", PathBuf::from("/nonexistent")),
+        ]
+    };
     let mut answered = 0;
     for (step, arg, input, safe) in check_inputs() {
         for (routing, env) in [
             ("broker, no hook", broker_env(&absent)),
             ("broker, a hook", broker_env(&present)),
             ("no git", no_git(&absent)),
+            ("real git named", named(&absent, "/usr/bin/git")),
+            ("real git named, a hook", named(&present, "/usr/bin/git")),
+            ("real git named empty", named(&absent, "")),
         ] {
             let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
             let what = format!(
@@ -905,7 +918,7 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
                 );
                 answered += usize::from(safe);
             }
-            if routing == "no git" {
+            if routing == "no git" || routing == "real git named empty" {
                 assert!(!g.status.success(), "{what}: the guard has no git to ask");
             }
         }
@@ -946,7 +959,21 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
             assert_eq!(std::fs::read(&kept).unwrap(), input, "{what}: its input");
         }
     }
-    // No broker: the guard decides every input (it may have no git).
+    // The real git named: answered here too.
+    let env = named(&absent, "/usr/bin/git");
+    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    let _ = std::fs::remove_file(&kept);
+    let o = run_step(
+        &link(&alone.join("sbx-git-client"), "a", "pre-push"),
+        "o",
+        b"",
+        &env,
+        dir,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!kept.exists(), "the guard was started");
+    // No broker, no git named: the guard decides every input (it may
+    // find no git).
     let env = no_git(&absent);
     let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
     let o = run_step(

@@ -351,7 +351,8 @@ fn finish(child: Option<std::process::Child>) -> Option<std::process::Output> {
 }
 
 /// pre-push: each line is `<local ref> <local oid> <remote ref> <remote oid>`
-/// for an update git will make (rejected ones are not listed).
+/// for an update git will make (rejected ones are not listed). An input
+/// without a line sbx-git-client answers itself (`needs_no_check`).
 pub fn check_push(real: &Git, stdin: &[u8]) -> Result<(), String> {
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
@@ -567,6 +568,11 @@ pub fn stash_exists(common: &Path) -> bool {
 }
 
 /// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
+///
+/// sbx-git-client answers, without this, the inputs it passes without
+/// asking git or recording anything (no `refs/stash` or notes line, no
+/// branch whose old and new ids differ: `needs_no_check`): a new check on
+/// other lines must narrow that too (tests/client.rs `check_inputs`).
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     let mut moves = Vec::new();
     let mut stashed: Vec<u8> = Vec::new();

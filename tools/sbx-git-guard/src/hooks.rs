@@ -679,6 +679,16 @@ fn prefetch_common_dir(real: &Git) {
 /// stash's either (`git push origin 'stash@{0}^2:refs/heads/x'` is a plain
 /// new branch or fast-forward to the first check).
 pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
+    let moves = push_moves(stdin);
+    if moves.is_empty() {
+        return Ok(());
+    }
+    refuse_stash_copies(real, &moves)
+}
+
+/// The updates of a pre-push input that send commits, as
+/// `(remote oid, local oid, remote ref)`.
+fn push_moves(stdin: &[u8]) -> Vec<(&[u8], &[u8], &[u8])> {
     let mut moves = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
@@ -688,10 +698,31 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
             }
         }
     }
-    if moves.is_empty() {
-        return Ok(());
+    moves
+}
+
+/// [`start_shapes`] asked ahead, with the new ids it was asked for.
+type Shapes = (Vec<Vec<u8>>, std::process::Child);
+static SHAPES: std::sync::Mutex<Option<Shapes>> = std::sync::Mutex::new(None);
+
+fn new_ids(moves: &[(&[u8], &[u8], &[u8])]) -> Vec<Vec<u8>> {
+    moves.iter().map(|(_, new, _)| new.to_vec()).collect()
+}
+
+/// Start [`start_shapes`] of `moves` now, beside the push's other questions.
+fn prefetch_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) {
+    if let (Ok(mut p), Some(child)) = (SHAPES.lock(), start_shapes(real, moves)) {
+        *p = Some((new_ids(moves), child));
     }
-    refuse_stash_copies(real, &moves)
+}
+
+/// The shapes asked ahead for exactly these moves, or asked now.
+fn shapes_of(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Option<std::process::Child> {
+    let ahead = SHAPES.lock().ok().and_then(|mut p| p.take());
+    match ahead {
+        Some((ids, child)) if ids == new_ids(moves) => Some(child),
+        _ => start_shapes(real, moves),
+    }
 }
 
 /// `(old, new, name)`: refuse when a `new` brings in, beyond the branches,
@@ -764,7 +795,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     // No stash, nothing that skipped pre-commit this way: the common case
     // costs a few stats, and the question it then asks git is asked now,
     // beside git's answer for the common dir.
-    let shapes = start_shapes(real, moves);
+    let shapes = shapes_of(real, moves);
     let common = common_dir(real);
     // Unknown (git could not run, e.g. the broker is down): refuse.
     let Some(common) = common else {
@@ -968,13 +999,11 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         None => Err("the real git was not found".to_owned()),
         Some(real) if name == "pre-push" => {
             // Asked by check_push_commits for any update that sends
-            // commits; asked now, it runs beside check_push's questions.
-            let sends = input.split(|b| *b == b'\n').any(|l| {
-                let f: Vec<&[u8]> = l.split(|b| *b == b' ').collect();
-                matches!(f[..], [_, loid, _, _] if !is_zero(loid))
-            });
-            if settings.block_no_verify && sends {
+            // commits; asked now, they run beside check_push's questions.
+            let moves = push_moves(&input);
+            if settings.block_no_verify && !moves.is_empty() {
                 prefetch_common_dir(real);
+                prefetch_shapes(real, &moves);
             }
             let force = if settings.block_force_push {
                 check_push(real, &input)

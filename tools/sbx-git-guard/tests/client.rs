@@ -833,8 +833,9 @@ fn run_step(link: &Path, arg: &str, input: &[u8], env: &[(&str, &Path)], cwd: &P
 /// guard, ends exactly as the guard's step on every input of the table
 /// (status, stderr, and what the repository's hook read on its stdin),
 /// where a broker runs git but does not answer (so the guard refuses
-/// every input it must ask git about), and where none runs (the guard
-/// has no git to ask and refuses every input). Then, beside a stand-in
+/// every input it must ask git about), where `SBX_REAL_GIT` names the
+/// real git outside any repository, and where no git is found (the
+/// guard refuses every input; the client must leave it to the guard). Then, beside a stand-in
 /// guard: only the inputs the check passes unasked are answered without
 /// starting it, and the rest reach it byte for byte on its stdin.
 #[test]

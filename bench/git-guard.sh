@@ -5,7 +5,8 @@
 #   --hard HEAD` without and with a stash (with one, ref-moving commands route
 #   hooks through the guard's own directory, so its reference-transaction
 #   step runs once per transaction state) and a push of an
-#   up-to-date branch to a local bare remote (its pre-push step runs);
+#   up-to-date branch to a local bare remote (its pre-push step runs) and
+#   of a branch one commit ahead of it (the step's checks ask git);
 #   also a bash wrapper of the classic shape (a regex over "$*", then exec);
 #   and the sandbox's path: sbx-git-client (the sandbox's libc-free `git`)
 #   handing the call to the guard's root broker (sbx-git-guard serve), which
@@ -66,6 +67,20 @@ BASE=$("$REAL" -C "$R" rev-parse HEAD)
 # Commits would grow the branch and its reflog run after run, slowing
 # whichever command hyperfine runs last; put them back before each run.
 RESET="$REAL -C $R update-ref refs/heads/master $BASE"
+# A push that sends one commit: the branch one ahead, the remote put back.
+echo new > "$R/new"
+env HOME="$TMP/home" "$REAL" -C "$R" add new
+env HOME="$TMP/home" "$REAL" -C "$R" commit -qm new
+NEW=$("$REAL" -C "$R" rev-parse HEAD)
+$RESET
+env HOME="$TMP/home" "$REAL" -C "$R" reset -q --hard
+printf '%s -C %s update-ref refs/heads/master %s\n%s --git-dir=%s update-ref refs/heads/master %s\n' \
+  "$REAL" "$R" "$NEW" "$REAL" "$TMP/remote.git" "$BASE" > "$TMP/ahead.sh"
+AHEAD="/bin/sh $TMP/ahead.sh"
+# An up-to-date push: both back at the base (a push-new row leaves them ahead).
+printf '%s -C %s update-ref refs/heads/master %s\n%s --git-dir=%s update-ref refs/heads/master %s\n' \
+  "$REAL" "$R" "$BASE" "$REAL" "$TMP/remote.git" "$BASE" > "$TMP/even.sh"
+EVEN="/bin/sh $TMP/even.sh"
 
 run() { # name, git args...
   local name=$1; shift
@@ -74,7 +89,7 @@ run() { # name, git args...
   env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
     hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/$name.csv" \
-      --prepare "$RESET" \
+      --prepare "${PREP:-$RESET}" \
       "$REAL $args" "$TMP/guard/git $args" "$TMP/bash/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b c < <(summarize "$TMP/$name.csv")
@@ -89,7 +104,7 @@ run_broker() { # name, git args...
   env -i HOME="$TMP/home" SBX_AUDIT_LOG="$TMP/audit.jsonl" SBX_GIT_BROKER="$TMP/broker.sock" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
     hyperfine -N --style basic --warmup 20 --runs "$RUNS" --export-csv "$TMP/b$name.csv" \
-      --prepare "$RESET" \
+      --prepare "${PREP:-$RESET}" \
       "$REAL $args" "$TMP/client/git $args" >/dev/null 2>&1
   cd - >/dev/null
   read -r a b < <(summarize "$TMP/b$name.csv")
@@ -107,25 +122,28 @@ env HOME="$TMP/home" "$REAL" -C "$R" stash push -q
 run reset-stash reset -q --hard HEAD
 "$REAL" init -q --bare "$TMP/remote.git"
 "$REAL" -C "$R" push -q "$TMP/remote.git" master
-run push push -q "$TMP/remote.git" master
+PREP=$EVEN run push push -q "$TMP/remote.git" master
+PREP=$AHEAD run push-new push -q "$TMP/remote.git" master
 echo "== through the broker (the sandbox's path)"
 run_broker status status --short
 run_broker revparse rev-parse HEAD
 run_broker commit commit -q --allow-empty -m bench
 run_broker reset-stash reset -q --hard HEAD
-run_broker push push -q "$TMP/remote.git" master
+PREP=$EVEN run_broker push push -q "$TMP/remote.git" master
+PREP=$AHEAD run_broker push-new push -q "$TMP/remote.git" master
 # The three side by side, interleaved call by call in random order (the
 # noise of a shared machine spreads evenly over them), no launcher between:
 # min / p25 / median, and the load average while it ran.
 interleaved() { # args...
-  local args="$*" extra=()
+  local args="$*" extra=() prep=()
   if [ -n "${OLD_GUARD:-}" ]; then
     extra=("old-broker=SBX_GIT_BROKER=$TMP/old.sock $TMP/old/git $args")
   fi
+  [ -z "${PREP:-}" ] || prep=(--prepare "$PREP")
   cd "$R"
   env -i HOME="$TMP/home" SBX_REAL_GIT="$REAL" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
       GIT_CONFIG_NOSYSTEM=1 LANG=C PATH=/usr/bin:/bin \
-    python3 "$IL" "$RUNS" "real=$REAL $args" "guard=$TMP/guard/git $args" \
+    python3 "$IL" "${prep[@]}" "$RUNS" "real=$REAL $args" "guard=$TMP/guard/git $args" \
       "broker=SBX_GIT_BROKER=$TMP/broker.sock $TMP/client/git $args" "${extra[@]}" > "$TMP/il.txt"
   cd - >/dev/null
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -140,14 +158,24 @@ interleaved() { # args...
 
 if [ -n "${OLD_GUARD:-}" ]; then
   mkdir -p "$TMP/old"
-  ln -s "$OLD_GUARD" "$TMP/old/git"
-  "$OLD_GUARD" serve --socket "$TMP/old.sock" --git "$TMP/libexec/git" 2>"$TMP/old.log" &
+  # That build's client as its `git` where one lies beside it, else the guard.
+  OLD_CLIENT=$(dirname "$OLD_GUARD")/sbx-git-client
+  if [ -x "$OLD_CLIENT" ]; then ln -s "$OLD_CLIENT" "$TMP/old/git"; else ln -s "$OLD_GUARD" "$TMP/old/git"; fi
+  "$OLD_GUARD" serve --socket "$TMP/old.sock" --git "$TMP/libexec/git" --group 2575 2>"$TMP/old.log" &
   OPID=$!
   for _ in $(seq 100); do [ -S "$TMP/old.sock" ] && break; sleep 0.02; done
 fi
 echo "== real git, guard and broker interleaved (OLD_GUARD: that build's broker too)"
 interleaved rev-parse HEAD
 interleaved status --short
+echo "== the checking hook steps (reference-transaction prepared, pre-push), interleaved"
+interleaved reset -q --hard HEAD
+PREP=$EVEN interleaved push -q "$TMP/remote.git" master
+PREP=$AHEAD interleaved push -q "$TMP/remote.git" master
+# The same without a stash in the repository (its checks ask git less).
+"$REAL" -C "$R" stash drop -q
+PREP=$AHEAD run_broker push-new-nostash push -q "$TMP/remote.git" master
+PREP=$AHEAD interleaved push -q "$TMP/remote.git" master
 
 # CPU per call of the calling process alone (perf stat task-clock, which a
 # busy machine disturbs far less than wall time): the client, and with

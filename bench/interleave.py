@@ -2,7 +2,8 @@
 """Run commands interleaved (each round every command once, in a random
 order) and print min / p25 / median wall time per command, in ms.
 
-Usage: interleave.py RUNS NAME=COMMAND... (COMMAND split on spaces;
+Usage: interleave.py [--prepare COMMAND] RUNS NAME=COMMAND... (COMMAND
+split on spaces; a --prepare command runs, untimed, before each timed one;
 leading VAR=VALUE words are added to this process's environment, as
 env(1) would, without an env process in between). Under load the machine's noise
 changes from second to second; interleaving spreads it evenly over the
@@ -18,9 +19,14 @@ import time
 
 
 def main() -> int:
-    runs = int(sys.argv[1])
+    args = sys.argv[1:]
+    prep = None
+    if args[0] == "--prepare":
+        prep = args[1].split()
+        args = args[2:]
+    runs = int(args[0])
     cmds = []
-    for spec in sys.argv[2:]:
+    for spec in args[1:]:
         name, _, line = spec.partition("=")
         words = line.split()
         extra = {}
@@ -37,6 +43,12 @@ def main() -> int:
         random.shuffle(order)
         for name, argv, extra in order:
             env = {**os.environ, **extra}
+            if prep:
+                pid = os.posix_spawn(prep[0], prep, os.environ, file_actions=fa)
+                _, status = os.waitpid(pid, 0)
+                if os.waitstatus_to_exitcode(status) != 0:
+                    print(f"--prepare: exit {os.waitstatus_to_exitcode(status)}", file=sys.stderr)
+                    return 1
             t0 = time.perf_counter_ns()
             pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
             _, status = os.waitpid(pid, 0)

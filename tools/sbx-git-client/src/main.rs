@@ -23,6 +23,7 @@ const GUARD: &[u8] = b"sbx-git-guard";
 const DEFAULT_SOCKET: &[u8] = b"/run/sbx-git/broker.sock";
 const DEFAULT_SOCKET_Z: &[u8] = b"/run/sbx-git/broker.sock\0";
 const SOCKET_VAR: &[u8] = b"SBX_GIT_BROKER";
+const REAL_GIT_VAR: &[u8] = b"SBX_REAL_GIT";
 /// sbx_core's SANDBOX_DIR and SANDBOX_MARKER (the same path).
 const SANDBOX_DIR: &[u8] = b"/.agent-sandbox\0";
 const PASS_THROUGH: [&[u8]; 3] = [b"receive-pack", b"upload-pack", b"upload-archive"];
@@ -164,17 +165,22 @@ fn encode(p: &Proc, kind: &Kind<'static>, umask: u32) -> Option<&'static [u8]> {
     Some(f.buf)
 }
 
-/// The guard, exec'd with this process's argv and environment.
-fn fallback(p: &Proc) -> i32 {
-    let mut path = [0u8; 4096 + 32];
-    let n = sys::readlink(b"/proc/self/exe\0", &mut path[..4096]).unwrap_or(0);
-    let dir = path[..n]
+/// The full guard's path: beside this program, NUL-terminated in `buf`.
+fn guard_path(buf: &mut [u8; 4096 + 32]) -> &[u8] {
+    let n = sys::readlink(b"/proc/self/exe\0", &mut buf[..4096]).unwrap_or(0);
+    let dir = buf[..n]
         .iter()
         .rposition(|&b| b == b'/')
         .map_or(0, |i| i + 1);
-    path[dir..dir + GUARD.len()].copy_from_slice(GUARD);
-    path[dir + GUARD.len()] = 0;
-    let guard = &path[..dir + GUARD.len() + 1];
+    buf[dir..dir + GUARD.len()].copy_from_slice(GUARD);
+    buf[dir + GUARD.len()] = 0;
+    &buf[..dir + GUARD.len() + 1]
+}
+
+/// The guard, exec'd with this process's argv and environment.
+fn fallback(p: &Proc) -> i32 {
+    let mut path = [0u8; 4096 + 32];
+    let guard = guard_path(&mut path);
     let e = p.exec(guard);
     let mut m = Msg::new();
     let _ = write!(
@@ -217,17 +223,29 @@ const HOOKS_ONLY_VAR: &[u8] = b"SBX_GUARD_HOOKS_ONLY";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
 
-/// A hook step that only starts the repository's hook, as hooks.rs `run`
-/// sees one (every step of the hooks-only routing; in a checked routing
-/// every step but pre-push and reference-transaction `prepared`, which
-/// check first): the hook's name, the trusted directory, and whether the
-/// repository has the hook. A hook it lacks is answered here (success)
-/// without starting the guard (~1 ms), and one it has is sent to the
-/// broker as the guard's step would.
+/// A hook step as hooks.rs `run` sees one: the hook's name, the trusted
+/// directory, whether the repository has the hook, and whether the step
+/// checks git's input first (a checked routing's pre-push and
+/// reference-transaction `prepared`). A step that only starts the hook
+/// (every step of the hooks-only routing, the rest of a checked one)
+/// answers a hook the repository lacks here (success) without starting
+/// the guard (~1 ms), and sends one it has to the broker as the guard's
+/// step would. A checking step does so too when git's input needs no
+/// check ([`needs_no_check`]); else the guard decides.
 struct HookStep {
     name: &'static [u8],
     trusted: &'static [u8],
     present: bool,
+    check: Option<Check>,
+}
+
+/// The two steps that check git's input before starting the hook.
+#[derive(Clone, Copy)]
+enum Check {
+    /// hooks.rs `check_push` and `check_push_commits`.
+    PrePush,
+    /// hooks.rs `check_transaction`.
+    Prepared,
 }
 
 fn hook_step(p: &Proc) -> Option<HookStep> {
@@ -241,10 +259,29 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     }
     // std's var_os is getenv: the first entry of a name.
     let var = |k: &[u8]| env(p).find(|(n, _)| *n == k).map(|(_, v)| v);
-    let checks = name == b"pre-push"
-        || (name == b"reference-transaction" && p.args().nth(1) == Some(b"prepared"));
-    if checks && var(HOOKS_ONLY_VAR).is_none() {
-        return None;
+    let check = if var(HOOKS_ONLY_VAR).is_some() {
+        None
+    } else if name == b"pre-push" {
+        Some(Check::PrePush)
+    } else if name == b"reference-transaction" && p.args().nth(1) == Some(b"prepared") {
+        Some(Check::Prepared)
+    } else {
+        None
+    };
+    // The guard's step fails any input when it has no git to ask
+    // (`Git::for_env`): it has one where a broker runs git (the guard
+    // beside this program, as `git`) and, outside the sandbox, where
+    // `SBX_REAL_GIT` names one. Elsewhere (git looked up on PATH) it
+    // decides.
+    if check.is_some() {
+        let mut buf = [0u8; 4096 + 32];
+        let named = || {
+            sys::file_type(SANDBOX_DIR, false) != Ok(sys::S_IFDIR)
+                && var(REAL_GIT_VAR).is_some_and(|v| !v.is_empty())
+        };
+        if !((socket_path(p).is_some() || named()) && sys::executable(guard_path(&mut buf))) {
+            return None;
+        }
     }
     let trusted = var(TRUSTED_VAR).filter(|t| !t.is_empty())?;
     let mut path = [0u8; 4096];
@@ -254,7 +291,80 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
         name,
         trusted,
         present,
+        check,
     })
+}
+
+/// Does the guard's check pass `input` without asking git or recording
+/// anything? Exactly the inputs its loops skip, so the answer is the
+/// guard's own; anything else goes to the guard. pre-push: no update at
+/// all (git lists none for a push with nothing to send, up-to-date
+/// branches included). `prepared`: no line naming `refs/stash` or a
+/// notes ref (recorded, as made without a pre-commit) and no branch
+/// whose old and new values differ (a move, checked against the stash).
+fn needs_no_check(check: Check, input: &[u8]) -> bool {
+    match check {
+        Check::PrePush => input.iter().all(|&b| b == b'\n'),
+        Check::Prepared => input.split(|&b| b == b'\n').all(|line| {
+            let mut f = line.splitn(3, |&b| b == b' ');
+            // Fewer than three fields: the guard skips the line.
+            let (Some(old), Some(new), Some(name)) = (f.next(), f.next(), f.next()) else {
+                return true;
+            };
+            !(name == b"refs/stash"
+                || name.starts_with(b"refs/notes/")
+                || (name.starts_with(b"refs/heads/") && old != new))
+        }),
+    }
+}
+
+/// Over this, the input goes to the guard whole (a fetch's thousands of
+/// refs); the mapping costs only the pages read into.
+const INPUT_MAX: usize = 1 << 24;
+
+/// git's input to a checking step, read whole into a memory file that
+/// becomes stdin (fd 0): the hook, or the guard this falls back to, reads
+/// it from there, as the guard's step hands its hook a copy. The bytes
+/// read, and whether that is all of it; None: it could not be read or
+/// kept, and the step refuses.
+fn take_input() -> Option<(&'static [u8], bool)> {
+    let buf = sys::alloc(INPUT_MAX).ok()?;
+    let mut len = 0;
+    while len < buf.len() {
+        match sys::read(0, &mut buf[len..]).ok()? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    let whole = len < buf.len();
+    let fd = sys::memfd(b"sbx-hook-input\0").ok()?;
+    let kept = (|| {
+        write_all(fd, &buf[..len])?;
+        if !whole {
+            let mut chunk = [0u8; 1 << 16];
+            loop {
+                match sys::read(0, &mut chunk)? {
+                    0 => break,
+                    n => write_all(fd, &chunk[..n])?,
+                }
+            }
+        }
+        sys::rewind(fd)?;
+        sys::dup2(fd, 0)
+    })();
+    sys::close(fd);
+    kept.ok()?;
+    Some((&buf[..len], whole))
+}
+
+fn write_all(fd: Fd, mut data: &[u8]) -> Result<(), Errno> {
+    while !data.is_empty() {
+        match sys::write(fd, data)? {
+            0 => return Err(sys::EINVAL),
+            n => data = &data[n..],
+        }
+    }
+    Ok(())
 }
 
 /// `dir/name` with a trailing NUL in `buf`; None when it does not fit.
@@ -336,8 +446,40 @@ fn group_gid(name: &[u8]) -> Group {
     Group::Absent
 }
 
+/// Rust's runtime opens /dev/null on a closed stdin, stdout or stderr
+/// before the guard's main; so does this, so both see the same.
+fn open_std() {
+    for fd in 0..3 {
+        if !sys::is_open(fd) {
+            let _ = sys::openat(b"/dev/null\0", sys::O_RDWR);
+        }
+    }
+}
+
 pub fn main(p: &Proc) -> i32 {
     let step = hook_step(p);
+    if let Some(HookStep {
+        name,
+        check: Some(check),
+        ..
+    }) = &step
+    {
+        open_std();
+        match take_input() {
+            Some((input, true)) if needs_no_check(*check, input) => {}
+            Some(_) => return fallback(p),
+            None => {
+                let mut m = Msg::new();
+                let _ = write!(
+                    m,
+                    "{TOOL}: {}: cannot read git's input; refusing",
+                    Lossy(name)
+                );
+                m.emit();
+                return 1;
+            }
+        }
+    }
     let kind = match &step {
         Some(h) if !h.present => return 0,
         Some(h) => Kind::Hook(h.name),
@@ -346,13 +488,7 @@ pub fn main(p: &Proc) -> i32 {
             None => return fallback(p),
         },
     };
-    // Rust's runtime opens /dev/null on a closed stdin, stdout or stderr
-    // before the guard's main; so does this, so both send the same.
-    for fd in 0..3 {
-        if !sys::is_open(fd) {
-            let _ = sys::openat(b"/dev/null\0", sys::O_RDWR);
-        }
-    }
+    open_std();
     let socket = match &step {
         Some(_) => hook_socket(p),
         None => socket_path(p),

@@ -24,6 +24,7 @@ mod nr {
     pub const WRITE: usize = 1;
     pub const CLOSE: usize = 3;
     pub const POLL: usize = 7;
+    pub const LSEEK: usize = 8;
     pub const MMAP: usize = 9;
     pub const RT_SIGACTION: usize = 13;
     pub const RT_SIGPROCMASK: usize = 14;
@@ -31,6 +32,7 @@ mod nr {
     pub const CONNECT: usize = 42;
     pub const SENDMSG: usize = 46;
     pub const EXECVE: usize = 59;
+    pub const DUP2: usize = 33;
     pub const FCNTL: usize = 72;
     pub const READLINK: usize = 89;
     pub const UMASK: usize = 95;
@@ -40,6 +42,7 @@ mod nr {
     pub const NEWFSTATAT: usize = 262;
     pub const SIGNALFD4: usize = 289;
     pub const EXIT_GROUP: usize = 231;
+    pub const MEMFD_CREATE: usize = 319;
 }
 
 #[inline(always)]
@@ -282,6 +285,23 @@ pub fn alloc(len: usize) -> Res<&'static mut [u8]> {
     // SAFETY: a fresh private mapping of at least `len` bytes that nothing
     // else refers to and that is never unmapped.
     Ok(unsafe { core::slice::from_raw_parts_mut(p as *mut u8, len) })
+}
+
+/// A memory file (close-on-exec), as the guard's step makes for a hook's
+/// input.
+pub fn memfd(name: &[u8]) -> Res<Fd> {
+    let p = cpath(name)?;
+    call(nr::MEMFD_CREATE, [p, 1, 0, 0, 0, 0]).map(|fd| fd as Fd) // MFD_CLOEXEC
+}
+
+/// Back to offset 0.
+pub fn rewind(fd: Fd) -> Res<()> {
+    call(nr::LSEEK, [fd as usize, 0, 0, 0, 0, 0]).map(|_| ())
+}
+
+/// `old` as `new` too (without close-on-exec).
+pub fn dup2(old: Fd, new: Fd) -> Res<()> {
+    call(nr::DUP2, [old as usize, new as usize, 0, 0, 0, 0]).map(|_| ())
 }
 
 pub fn readlink(path: &[u8], buf: &mut [u8]) -> Res<usize> {

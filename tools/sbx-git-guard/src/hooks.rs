@@ -274,9 +274,9 @@ fn is_zero(oid: &[u8]) -> bool {
 
 /// How the hook steps run git. Where a broker runs git (the sandbox: the
 /// agent can neither run the real binary nor name one with SBX_REAL_GIT),
-/// through this binary as `git`, so the broker decides and runs it as the
-/// caller; a broker that is down makes each call fail, and the steps
-/// refuse. Elsewhere, the real git directly.
+/// through this binary (or the client beside it) as `git`, so the broker
+/// decides and runs it as the caller; a broker that is down makes each
+/// call fail, and the steps refuse. Elsewhere, the real git directly.
 #[derive(Debug, Clone)]
 pub enum Git {
     Real(PathBuf),
@@ -289,7 +289,12 @@ impl Git {
         let sandboxed = crate::in_sandbox();
         if sandboxed || crate::broker::socket_path(env).is_some() {
             let me = std::fs::canonicalize("/proc/self/exe").ok()?;
-            return Some(Git::ViaGuard(me));
+            // The forwarding client beside this binary sends the broker the
+            // guard's own request (tests/client.rs) and execs this binary
+            // for whatever it does not forward, and it starts without libc:
+            // ~0.3 ms less for each git a check asks.
+            let client = me.with_file_name(crate::CLIENT);
+            return Some(Git::ViaGuard(if executable(&client) { client } else { me }));
         }
         crate::real_git(env, sandboxed).map(Git::Real)
     }
@@ -317,6 +322,13 @@ impl Git {
 /// while it runs cannot answer "no stash" from one and have git move the
 /// other's branch (the commit git adds is then missing and the move refused).
 fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
+    finish(git_start(real, args))
+}
+
+/// [`git`] started, not waited for: the checks ask git their independent
+/// questions at once (each through the broker costs a process start and
+/// a round trip, ~1 ms).
+fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Child> {
     static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     let dir = DIR.get_or_init(|| {
         let d = std::env::var_os("GIT_DIR").filter(|d| !d.is_empty())?;
@@ -328,13 +340,19 @@ fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
     }
     c.args(args)
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .ok()
 }
 
+fn finish(child: Option<std::process::Child>) -> Option<std::process::Output> {
+    child?.wait_with_output().ok()
+}
+
 /// pre-push: each line is `<local ref> <local oid> <remote ref> <remote oid>`
-/// for an update git will make (rejected ones are not listed).
+/// for an update git will make (rejected ones are not listed). An input
+/// without a line sbx-git-client answers itself (`needs_no_check`).
 pub fn check_push(real: &Git, stdin: &[u8]) -> Result<(), String> {
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
@@ -550,6 +568,11 @@ pub fn stash_exists(common: &Path) -> bool {
 }
 
 /// reference-transaction, `prepared`: lines `<old> <new> <ref>`.
+///
+/// sbx-git-client answers, without this, the inputs it passes without
+/// asking git or recording anything (no `refs/stash` or notes line, no
+/// branch whose old and new ids differ: `needs_no_check`): a new check on
+/// other lines must narrow that too (tests/client.rs `check_inputs`).
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     let mut moves = Vec::new();
     let mut stashed: Vec<u8> = Vec::new();
@@ -615,18 +638,57 @@ fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
 /// `$SBX_GUARD_COMMON_DIR` is the one the guard looked at, which a swapped
 /// `GIT_DIR` symlink or `.git` can make another than git's.
 fn common_dir(real: &Git) -> Option<PathBuf> {
-    git(
+    // One answer per step: each question after the first reads the
+    // repository it named.
+    static COMMON: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    COMMON
+        .get_or_init(|| {
+            let asked = PREFETCHED
+                .lock()
+                .ok()
+                .and_then(|mut p| p.take())
+                .or_else(|| start_common_dir(real));
+            finish(asked)
+                .filter(|o| o.status.success())
+                .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end())))
+        })
+        .clone()
+}
+
+/// [`common_dir`]'s question, asked ahead by [`prefetch_common_dir`].
+static PREFETCHED: std::sync::Mutex<Option<std::process::Child>> = std::sync::Mutex::new(None);
+
+fn start_common_dir(real: &Git) -> Option<std::process::Child> {
+    git_start(
         real,
         &[OsStr::new("rev-parse"), OsStr::new("--git-common-dir")],
     )
-    .filter(|o| o.status.success())
-    .map(|o| PathBuf::from(OsStr::from_bytes(o.stdout.trim_ascii_end())))
+}
+
+/// Start [`common_dir`]'s question now, to run beside the push's
+/// ancestry questions.
+fn prefetch_common_dir(real: &Git) {
+    if let Ok(mut p) = PREFETCHED.lock() {
+        if p.is_none() {
+            *p = start_common_dir(real);
+        }
+    }
 }
 
 /// pre-push, with `block_no_verify`: the commits a push sends may not be a
 /// stash's either (`git push origin 'stash@{0}^2:refs/heads/x'` is a plain
 /// new branch or fast-forward to the first check).
 pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
+    let moves = push_moves(stdin);
+    if moves.is_empty() {
+        return Ok(());
+    }
+    refuse_stash_copies(real, &moves)
+}
+
+/// The updates of a pre-push input that send commits, as
+/// `(remote oid, local oid, remote ref)`.
+fn push_moves(stdin: &[u8]) -> Vec<(&[u8], &[u8], &[u8])> {
     let mut moves = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
@@ -636,10 +698,31 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
             }
         }
     }
-    if moves.is_empty() {
-        return Ok(());
+    moves
+}
+
+/// [`start_shapes`] asked ahead, with the new ids it was asked for.
+type Shapes = (Vec<Vec<u8>>, std::process::Child);
+static SHAPES: std::sync::Mutex<Option<Shapes>> = std::sync::Mutex::new(None);
+
+fn new_ids(moves: &[(&[u8], &[u8], &[u8])]) -> Vec<Vec<u8>> {
+    moves.iter().map(|(_, new, _)| new.to_vec()).collect()
+}
+
+/// Start [`start_shapes`] of `moves` now, beside the push's other questions.
+fn prefetch_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) {
+    if let (Ok(mut p), Some(child)) = (SHAPES.lock(), start_shapes(real, moves)) {
+        *p = Some((new_ids(moves), child));
     }
-    refuse_stash_copies(real, &moves)
+}
+
+/// The shapes asked ahead for exactly these moves, or asked now.
+fn shapes_of(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Option<std::process::Child> {
+    let ahead = SHAPES.lock().ok().and_then(|mut p| p.take());
+    match ahead {
+        Some((ids, child)) if ids == new_ids(moves) => Some(child),
+        _ => start_shapes(real, moves),
+    }
 }
 
 /// `(old, new, name)`: refuse when a `new` brings in, beyond the branches,
@@ -649,7 +732,7 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
 /// second parent titled "index on ..."): the repository may not be git's
 /// (swapped in by path while git ran), and its "no stash" then says
 /// nothing about the commits git is moving a branch onto.
-fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
+fn start_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Option<std::process::Child> {
     let mut args: Vec<&OsStr> = vec![
         OsStr::new("log"),
         OsStr::new("--no-walk"),
@@ -657,7 +740,12 @@ fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), St
     ];
     args.extend(moves.iter().map(|(_, new, _)| OsStr::from_bytes(new)));
     args.push(OsStr::new("--"));
-    let Some(out) = git(real, &args).filter(|o| o.status.success()) else {
+    git_start(real, &args)
+}
+
+/// `shapes`: [`start_shapes`] of the same moves.
+fn no_stash_shapes(real: &Git, shapes: Option<std::process::Child>) -> Result<(), String> {
+    let Some(out) = finish(shapes).filter(|o| o.status.success()) else {
         return Err(
             "the commits the update adds are not in the repository the check reads (one swapped in while git ran?)"
                 .into(),
@@ -705,7 +793,9 @@ fn no_stash_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), St
 
 fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
     // No stash, nothing that skipped pre-commit this way: the common case
-    // costs a few stats.
+    // costs a few stats, and the question it then asks git is asked now,
+    // beside git's answer for the common dir.
+    let shapes = shapes_of(real, moves);
     let common = common_dir(real);
     // Unknown (git could not run, e.g. the broker is down): refuse.
     let Some(common) = common else {
@@ -718,8 +808,10 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
         shared_stash_seen(&env)
     };
     if !has_stash {
-        return no_stash_shapes(real, moves);
+        return no_stash_shapes(real, shapes);
     }
+    // Not needed: a process of the broker's that ends on its own.
+    drop(shapes);
     // Listed lazily: most updates add no commit that is not on a branch.
     let mut stash: Option<StashSets> = None;
     for &(old, new, name) in moves {
@@ -906,6 +998,13 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let verdict = match &real {
         None => Err("the real git was not found".to_owned()),
         Some(real) if name == "pre-push" => {
+            // Asked by check_push_commits for any update that sends
+            // commits; asked now, they run beside check_push's questions.
+            let moves = push_moves(&input);
+            if settings.block_no_verify && !moves.is_empty() {
+                prefetch_common_dir(real);
+                prefetch_shapes(real, &moves);
+            }
             let force = if settings.block_force_push {
                 check_push(real, &input)
             } else {

@@ -756,3 +756,233 @@ fn as_a_hook_step_the_client_sends_the_guards_hook_request() {
         }
     }
 }
+
+/// A checked routing's pre-push and reference-transaction `prepared`
+/// inputs: (step, argument, input, whether the guard's check passes it
+/// without asking git). Hostile ones included: lines the guard cannot
+/// read, deletions, branches moved onto anything, stash and notes refs,
+/// symbolic updates, names with spaces, CRLF endings.
+fn check_inputs() -> Vec<(&'static str, &'static str, Vec<u8>, bool)> {
+    let a = "a".repeat(40);
+    let b = "b".repeat(40);
+    let z = "0".repeat(40);
+    let pp = |s: String| ("pre-push", "origin", s.into_bytes());
+    let rt = |s: String| ("reference-transaction", "prepared", s.into_bytes());
+    let cases = vec![
+        (pp(String::new()), true),
+        (pp("\n\n".into()), true),
+        (pp(" \n".into()), false),
+        (pp("\r\n".into()), false),
+        (pp(format!("refs/heads/m {a} refs/heads/m {a}\n")), false),
+        (pp(format!("refs/heads/m {b} refs/heads/m {a}\n")), false),
+        (pp(format!("refs/heads/m {b} refs/heads/n {z}\n")), false),
+        (pp(format!("(delete) {z} refs/heads/m {a}\n")), false),
+        (pp(format!("\nrefs/heads/m {b} refs/heads/m {a}")), false),
+        (rt(String::new()), true),
+        (rt("\n".into()), true),
+        (
+            rt(format!("{a} {a} refs/heads/master\n{z} {a} ORIG_HEAD\n")),
+            true,
+        ),
+        (rt(format!("{a} {b} HEAD\n{a} {b} refs/tags/v1\n")), true),
+        (rt(format!("{a} {b}\nnonsense\n")), true),
+        (rt(format!("{a} {b} refs/heads/master\n")), false),
+        (
+            rt(format!("{a} {a} ORIG_HEAD\n{a} {b} refs/heads/x y\n")),
+            false,
+        ),
+        (rt(format!("{a} {b} refs/heads/master\r\n")), false),
+        (rt(format!("{a}  refs/heads/master\n")), false),
+        (rt(format!("{a} {z} refs/heads/master\n")), false),
+        (rt(format!("{a} ref:refs/heads/x refs/heads/y\n")), false),
+        (rt(format!("{z} {b} refs/stash\n")), false),
+        (rt(format!("{a} {a} refs/stash\n")), false),
+        (rt(format!("{z} {b} refs/notes/commits\n")), false),
+        (
+            rt(format!("{a} {a} refs/heads/m\n{z} {b} refs/notes/x\n")),
+            false,
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|((step, arg, input), safe)| (step, arg, input, safe))
+        .collect()
+}
+
+/// `prog` run as a hook step (argv[0] `link`) with `input` on stdin.
+fn run_step(link: &Path, arg: &str, input: &[u8], env: &[(&str, &Path)], cwd: &Path) -> Output {
+    let mut child = Command::new(link)
+        .arg(arg)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A step that does not read its input closes the pipe: not an error.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// A checked routing's checking steps (pre-push, reference-transaction
+/// `prepared`), differential: the client as the step, beside the real
+/// guard, ends exactly as the guard's step on every input of the table
+/// (status, stderr, and what the repository's hook read on its stdin),
+/// where a broker runs git but does not answer (so the guard refuses
+/// every input it must ask git about), where `SBX_REAL_GIT` names the
+/// real git outside any repository, and where no git is found (the
+/// guard refuses every input; the client must leave it to the guard). Then, beside a stand-in
+/// guard: only the inputs the check passes unasked are answered without
+/// starting it, and the rest reach it byte for byte on its stdin.
+#[test]
+fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
+    use sbx_git_guard::hooks::TRUSTED_ENV;
+    let Some(client) = client() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (absent, present) = (dir.join("absent"), dir.join("present"));
+    for d in [&absent, &present] {
+        std::fs::create_dir(d).unwrap();
+    }
+    for h in ["pre-push", "reference-transaction"] {
+        let p = present.join(h);
+        std::fs::write(&p, "#!/bin/sh\necho \"hook $0 $*\"\ncat\nexit 4\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let link = |prog: &Path, who: &str, step: &str| {
+        let l = dir.join(who).join(step);
+        std::fs::create_dir_all(l.parent().unwrap()).unwrap();
+        if !l.exists() {
+            std::os::unix::fs::symlink(prog, &l).unwrap();
+        }
+        l
+    };
+    let dead = dir.join("nobody.sock");
+    let audit = dir.join("audit.jsonl");
+    let path = Path::new("/usr/bin:/bin");
+    let broker_env = |trusted: &Path| -> Vec<(&'static str, PathBuf)> {
+        vec![
+            (TRUSTED_ENV, trusted.to_path_buf()),
+            ("SBX_GIT_BROKER", dead.clone()),
+            ("SBX_AUDIT_LOG", audit.clone()),
+            ("PATH", path.to_path_buf()),
+        ]
+    };
+    // No broker, and no git on PATH: the guard's step has no git to ask.
+    let no_git = |trusted: &Path| -> Vec<(&'static str, PathBuf)> {
+        vec![
+            (TRUSTED_ENV, trusted.to_path_buf()),
+            ("SBX_AUDIT_LOG", audit.clone()),
+            ("PATH", PathBuf::from("/nonexistent")),
+        ]
+    };
+    // No broker, the real git named (outside the sandbox), in a
+    // directory that is no repository: git answers nothing.
+    let named = |trusted: &Path, git: &str| -> Vec<(&'static str, PathBuf)> {
+        vec![
+            (TRUSTED_ENV, trusted.to_path_buf()),
+            ("SBX_REAL_GIT", PathBuf::from(git)),
+            ("SBX_AUDIT_LOG", audit.clone()),
+            ("PATH", PathBuf::from("/nonexistent")),
+        ]
+    };
+    let mut answered = 0;
+    for (step, arg, input, safe) in check_inputs() {
+        for (routing, env) in [
+            ("broker, no hook", broker_env(&absent)),
+            ("broker, a hook", broker_env(&present)),
+            ("no git", no_git(&absent)),
+            ("real git named", named(&absent, "/usr/bin/git")),
+            ("real git named, a hook", named(&present, "/usr/bin/git")),
+            ("real git named empty", named(&absent, "")),
+        ] {
+            let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+            let what = format!(
+                "{step} {arg} {:?} ({routing})",
+                String::from_utf8_lossy(&input)
+            );
+            let c = run_step(&link(&client, "c", step), arg, &input, &env, dir);
+            let g = run_step(&link(Path::new(GUARD), "g", step), arg, &input, &env, dir);
+            assert_eq!(c.status.code(), g.status.code(), "{what}: {}", text(&g));
+            // The hook's $0 names the same trusted hook either way.
+            assert_eq!(text(&c), text(&g), "{what}");
+            if routing == "broker, no hook" {
+                let passes = g.status.success();
+                assert!(
+                    !safe || passes,
+                    "{what}: the guard refuses it: {}",
+                    text(&g)
+                );
+                answered += usize::from(safe);
+            }
+            if routing == "no git" || routing == "real git named empty" {
+                assert!(!g.status.success(), "{what}: the guard has no git to ask");
+            }
+        }
+    }
+    assert!(answered >= 6, "the table has inputs the client answers");
+    // Beside a stand-in guard that keeps its stdin: which inputs start it.
+    let alone = dir.join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(&client, alone.join("sbx-git-client")).unwrap();
+    let kept = dir.join("guard-input");
+    std::fs::write(
+        alone.join("sbx-git-guard"),
+        format!("#!/bin/sh\ncat > {}\nexit 3\n", kept.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        alone.join("sbx-git-guard"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let env = broker_env(&absent);
+    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    for (step, arg, input, safe) in check_inputs() {
+        let what = format!("{step} {arg} {:?}", String::from_utf8_lossy(&input));
+        let _ = std::fs::remove_file(&kept);
+        let o = run_step(
+            &link(&alone.join("sbx-git-client"), "a", step),
+            arg,
+            &input,
+            &env,
+            dir,
+        );
+        if safe {
+            assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o));
+            assert!(!kept.exists(), "{what}: the guard was started");
+        } else {
+            assert_eq!(o.status.code(), Some(3), "{what}: {}", text(&o));
+            assert_eq!(std::fs::read(&kept).unwrap(), input, "{what}: its input");
+        }
+    }
+    // The real git named: answered here too.
+    let env = named(&absent, "/usr/bin/git");
+    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    let _ = std::fs::remove_file(&kept);
+    let o = run_step(
+        &link(&alone.join("sbx-git-client"), "a", "pre-push"),
+        "o",
+        b"",
+        &env,
+        dir,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!kept.exists(), "the guard was started");
+    // No broker, no git named: the guard decides every input (it may
+    // find no git).
+    let env = no_git(&absent);
+    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    let o = run_step(
+        &link(&alone.join("sbx-git-client"), "a", "pre-push"),
+        "o",
+        b"",
+        &env,
+        dir,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+}

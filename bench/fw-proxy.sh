@@ -13,8 +13,14 @@
 # flight from as many threads:
 #   tls    a full TLS 1.3 handshake, verified, then GET /bytes/N to the end
 #   hello  a ready-made ClientHello out, the server's first record back: no
-#          client crypto, so connections a second measure the proxies, not
-#          the client; it also reads the proxy's CPU time per connection
+#          client crypto; it also reads the proxy's CPU time per connection
+# and two origins: the bed's TLS server (allowed.test, 198.18.1.1: a thread
+# and a full handshake a connection) and its light origin (light.test,
+# 198.18.1.4: the hello read, a ready-made ServerHello back, closed; no
+# crypto, four threads). The light client against the light origin is the
+# fair measure of a proxy: client and origin cost a few system calls a
+# connection, so the proxy's own cost sets the rate; against the TLS server
+# the origin's CPU (and on 2 CPUs its scheduling) sets every path's rate.
 # Every path is also charged the CPU time of all three parties (client,
 # TLS server, proxy; softirq work runs in their context): on a 2-CPU bed
 # that is busy anyway, CPU per connection and per GiB compare the paths
@@ -23,7 +29,8 @@
 # Targets: added handshake latency <= 1 ms median over direct; a 1 GiB
 # transfer >= 90% of direct's throughput; >= 2x Squid's connections a
 # second, and lower latency than Squid. Needs root and squid (scripts/prereqs
-# --test). RUNS, ROUNDS, LAT_N, CPS_N, CPS_CONC, BYTES tune it.
+# --test). RUNS, ROUNDS, LAT_N, CPS_N, CPS_LIGHT_N, CPS_CONC, BYTES tune it; QUICK=1
+# runs the light bed's connections a second only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v squid >/dev/null || PATH=$PATH:/usr/sbin
@@ -34,6 +41,8 @@ BED=$PWD/target/release/sbx-fwbed
 FW_BASE=${FW_BASE:-}
 RUNS=${RUNS:-5} ROUNDS=${ROUNDS:-7} LAT_N=${LAT_N:-500} CPS_N=${CPS_N:-2000} CPS_CONC=${CPS_CONC:-32}
 BYTES=${BYTES:-1073741824}
+# The light bed runs ~20,000 connections a second: more of them a round.
+CPS_LIGHT_N=${CPS_LIGHT_N:-10000}
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 TMP=$(mktemp -d)
 chmod 0755 "$TMP"
@@ -61,7 +70,7 @@ bed() { # PREFIX: start a bed, wait until it is up
 for b in "${beds[@]}"; do bed "$b"; done
 
 init() { # PREFIX MODE [SBX-FW]
-  printf '[network]\nallow-domains = ["allowed.test"]\nregistries = false\ngithub = false\nmode = "%s"\n' "$2" > "$TMP/$1.toml"
+  printf '[network]\nallow-domains = ["allowed.test", "light.test"]\nregistries = false\ngithub = false\nmode = "%s"\n' "$2" > "$TMP/$1.toml"
   ip netns exec "$1-sbx" env SBX_FW_STATE_DIR="$TMP/$1/state" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
     "${3:-$FW}" -q --config "$TMP/$1.toml" init
 }
@@ -74,7 +83,7 @@ init ppx proxy
 mkdir -p "$TMP/squid" && chown proxy: "$TMP/squid"
 cat > "$TMP/squid.conf" <<EOC
 http_port 127.0.0.1:3128
-acl allowed dstdomain allowed.test .wild.test
+acl allowed dstdomain allowed.test light.test .wild.test
 acl SSL_ports port 443
 acl CONNECT method CONNECT
 http_access deny CONNECT !SSL_ports
@@ -116,10 +125,13 @@ client() { # PATH N CONC BYTES: the full-TLS client's command line
   read -r ns target proxy pid <<<"$(where "$1")"
   echo "ip netns exec $ns-sbx ${agent[*]} $BED bench tls $target allowed.test $TMP/$ns/ca.der $proxy $2 $3 $4"
 }
-light() { # PATH N CONC: the light client's command line
-  local ns target proxy pid
+light() { # PATH N CONC [light]: the light client's command line (to the light origin)
+  local ns target proxy pid sni=allowed.test
   read -r ns target proxy pid <<<"$(where "$1")"
-  echo "ip netns exec $ns-sbx ${agent[*]} $BED bench hello $target allowed.test $proxy $2 $3 $pid"
+  if [ "${4:-}" = light ]; then
+    sni=light.test target=${target/198.18.1.1/198.18.1.4} target=${target/allowed.test/light.test}
+  fi
+  echo "ip netns exec $ns-sbx ${agent[*]} $BED bench hello $target $sni $proxy $2 $3 $pid"
 }
 # CPU time in µs: a process's own and its finished threads' (the bed's
 # TLS server runs a thread a connection), and the CPU of a command (user
@@ -142,6 +154,7 @@ parties_us() {
 for p in "${paths[@]}"; do # each path works before anything is timed
   $(client "$p" 2 1 1024) > /dev/null || { echo "path $p does not work: $($(client "$p" 1 1 0))" >&2; exit 1; }
   $(light "$p" 2 1) > /dev/null || { echo "path $p does not work: $($(light "$p" 1 1))" >&2; exit 1; }
+  $(light "$p" 2 1 light) > /dev/null || { echo "path $p does not work: $($(light "$p" 1 1 light))" >&2; exit 1; }
 done
 
 # stats "v1 v2 ...": median [min–max]
@@ -151,35 +164,52 @@ med() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%
 # 1. Handshake latency (full TLS): LAT_N sequential connections a path,
 # the paths interleaved over ROUNDS rounds; median of the rounds' medians.
 declare -A lat cps cpu hlat
-for _ in $(seq "$ROUNDS"); do
-  for p in "${paths[@]}"; do lat[$p]="${lat[$p]:-} $($(client "$p" "$LAT_N" 1 0) | jq .median_ms)"; done
-done
-echo "handshake latency ms (full TLS 1.3), median of $LAT_N sequential connections, median [min–max] of $ROUNDS rounds:"
-for p in "${paths[@]}"; do printf '  %-17s %s\n' "$p" "$(stats "${lat[$p]}")"; done
+if [ -z "${QUICK:-}" ]; then
+  for _ in $(seq "$ROUNDS"); do
+    for p in "${paths[@]}"; do lat[$p]="${lat[$p]:-} $($(client "$p" "$LAT_N" 1 0) | jq .median_ms)"; done
+  done
+  echo "handshake latency ms (full TLS 1.3), median of $LAT_N sequential connections, median [min–max] of $ROUNDS rounds:"
+  for p in "${paths[@]}"; do printf '  %-17s %s\n' "$p" "$(stats "${lat[$p]}")"; done
+fi
 
 # 2. Connections a second, light client, CPS_CONC in flight; interleaved
 # rounds; with the proxy's CPU time per connection (its threads' schedstat)
-# and all three parties' (client, TLS server, proxy).
+# and all three parties' (client, origin, proxy). First against the light
+# origin (the proxies' own cost sets the rate), then the TLS server.
 declare -A allc
-for _ in $(seq "$ROUNDS"); do
-  for p in "${paths[@]}"; do
-    read -r s0 p0 <<<"$(parties_us "$p")"
-    # A run with failed connections is reported and counted as it came.
-    out=$(with_cpu $(light "$p" "$CPS_N" "$CPS_CONC")) || echo "  ($p: $(jq -c '{errors, first_error}' <<<"${out% *}"))" >&2
-    read -r s1 p1 <<<"$(parties_us "$p")"
-    j=${out% *}
-    cps[$p]="${cps[$p]:-} $(jq .cps <<<"$j")"
-    cpu[$p]="${cpu[$p]:-} $(jq .proxy_cpu_us_per_conn <<<"$j")"
-    hlat[$p]="${hlat[$p]:-} $(jq .median_ms <<<"$j")"
-    allc[$p]="${allc[$p]:-} $(jq --argjson c "${out##* }" --argjson s $((s1 - s0)) --argjson x $((p1 - p0)) \
-      '($c + $s + $x) / ([.ok, 1] | max) | round' <<<"$j")"
+cps_light() { # ORIGIN (light or tls) N: fills cps cpu hlat allc
+  cps=() cpu=() hlat=() allc=()
+  for _ in $(seq "$ROUNDS"); do
+    for p in "${paths[@]}"; do
+      read -r s0 p0 <<<"$(parties_us "$p")"
+      # A run with failed connections is reported and counted as it came.
+      out=$(with_cpu $(light "$p" "$2" "$CPS_CONC" "$1")) || echo "  ($p: $(jq -c '{errors, first_error}' <<<"${out% *}"))" >&2
+      read -r s1 p1 <<<"$(parties_us "$p")"
+      j=${out% *}
+      cps[$p]="${cps[$p]:-} $(jq .cps <<<"$j")"
+      cpu[$p]="${cpu[$p]:-} $(jq .proxy_cpu_us_per_conn <<<"$j")"
+      hlat[$p]="${hlat[$p]:-} $(jq .median_ms <<<"$j")"
+      allc[$p]="${allc[$p]:-} $(jq --argjson c "${out##* }" --argjson s $((s1 - s0)) --argjson x $((p1 - p0)) \
+        '($c + $s + $x) / ([.ok, 1] | max) | round' <<<"$j")"
+    done
   done
-done
-echo "connections/s (light client: hello out, ServerHello back), $CPS_N connections $CPS_CONC at a time, median [min–max] of $ROUNDS rounds:"
-for p in "${paths[@]}"; do
-  printf '  %-17s %s conn/s; connection time %s ms; CPU µs/connection: proxy %s, all parties %s\n' "$p" \
-    "$(stats "${cps[$p]}")" "$(stats "${hlat[$p]}")" "$(stats "${cpu[$p]}")" "$(stats "${allc[$p]}")"
-done
+  for p in "${paths[@]}"; do
+    printf '  %-17s %s conn/s (%.2fx squid, %.2fx direct); connection time %s ms; CPU µs/connection: proxy %s (%.2fx squid), all parties %s\n' "$p" \
+      "$(stats "${cps[$p]}")" \
+      "$(awk -v a="$(med "${cps[$p]}")" -v b="$(med "${cps[squid-connect]}")" 'BEGIN {print a / b}')" \
+      "$(awk -v a="$(med "${cps[$p]}")" -v b="$(med "${cps[direct]}")" 'BEGIN {print a / b}')" \
+      "$(stats "${hlat[$p]}")" "$(stats "${cpu[$p]}")" \
+      "$(awk -v a="$(med "${cpu[$p]}")" -v b="$(med "${cpu[squid-connect]}")" 'BEGIN {print (b > 0) ? a / b : 0}')" \
+      "$(stats "${allc[$p]}")"
+  done
+}
+echo "connections/s, LIGHT BED (light client: hello out; light origin: ServerHello back, close), $CPS_LIGHT_N connections $CPS_CONC at a time, median [min–max] of $ROUNDS rounds:"
+cps_light light "$CPS_LIGHT_N"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+# QUICK=1: the light bed only (for profiling rounds).
+[ -n "${QUICK:-}" ] && exit 0
+echo "connections/s, light client against the TLS server (a handshake a connection on the far side), $CPS_N connections $CPS_CONC at a time, median [min–max] of $ROUNDS rounds:"
+cps_light tls "$CPS_N"
 
 # 3. Connections a second with the full-TLS client (hyperfine).
 cps_args=()
@@ -214,7 +244,7 @@ done
 echo "summary (medians):"
 echo "  handshake latency ms: direct $(med "${lat[direct]}"), transparent $(med "${lat[transparent]}"), sbx CONNECT $(med "${lat[sbx-connect]}"), squid CONNECT $(med "${lat[squid-connect]}")"
 for p in "${paths[@]}"; do
-  printf '  %-17s light conn/s %s (%.2fx squid); CPU µs/conn: proxy %s (%.2fx squid), all %s; CPU ms/transfer: all %s (%.2fx direct), proxy %s\n' \
+  printf '  %-17s light client (TLS server) conn/s %s (%.2fx squid); CPU µs/conn: proxy %s (%.2fx squid), all %s; CPU ms/transfer: all %s (%.2fx direct), proxy %s\n' \
     "$p" "$(med "${cps[$p]}")" \
     "$(awk -v a="$(med "${cps[$p]}")" -v b="$(med "${cps[squid-connect]}")" 'BEGIN {print a / b}')" \
     "$(med "${cpu[$p]}")" "$(awk -v a="$(med "${cpu[$p]}")" -v b="$(med "${cpu[squid-connect]}")" 'BEGIN {print a / b}')" \

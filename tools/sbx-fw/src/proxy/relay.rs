@@ -3,7 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
@@ -80,6 +80,10 @@ impl Drop for Pipe {
 pub struct Activity {
     base: Instant,
     last_ms: AtomicU64,
+    /// A [`pump`] has ended (and half closed its far side): the one that
+    /// ends last leaves the FIN to the close that follows, one system
+    /// call fewer.
+    ended: AtomicBool,
 }
 
 impl Activity {
@@ -87,6 +91,7 @@ impl Activity {
         Self {
             base: Instant::now(),
             last_ms: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -136,9 +141,16 @@ pub async fn tunnel(c: TcpStream, u: TcpStream, first: &[u8], idle: Duration) {
 
 /// `from` to `to` until `from` ends, through a pipe with splice(2). Its
 /// end is passed on as a half close.
+///
+/// Only with both pumps in one task (the tunnel, which closes both sockets
+/// once both end) may the last one skip the half close; the plain relay's
+/// upstream half is no pump, so there this one always half closes.
 pub async fn pump(from: &TcpStream, to: &TcpStream, act: &Activity) -> std::io::Result<()> {
     let pipe = Pipe::get()?;
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+    // Readiness first: a fresh upstream has none, so this waits without
+    // a splice that could only fail with EAGAIN.
+    from.readable().await?;
     loop {
         // The pipe is empty here, so EAGAIN means the socket has nothing.
         let want = pipe.size.get();
@@ -149,7 +161,10 @@ pub async fn pump(from: &TcpStream, to: &TcpStream, act: &Activity) -> std::io::
             })
             .await?;
         if n == 0 {
-            let _ = nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+            if !act.ended.swap(true, Ordering::AcqRel) {
+                let _ =
+                    nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+            }
             return Ok(());
         }
         pipe.held.set(n);

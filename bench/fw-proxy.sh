@@ -116,8 +116,18 @@ for _ in $(seq 100); do
   ip netns exec psq-sbx bash -c 'exec 3<>/dev/tcp/127.0.0.1/3128' 2>/dev/null && break; sleep 0.1
 done
 
+# The smallest TCP-terminating relay (sbx-fwbed bench relay: blocking
+# splice, a thread a direction, 1 MiB pipes, no checks) in the direct bed,
+# for the throughput rows only: what any proxy pays for the second hop.
+ip netns exec pdir-sbx "$BED" bench relay 127.0.0.1:4443 198.18.1.1:443 &
+RELAY_PID=$!
+for _ in $(seq 100); do
+  ip netns exec pdir-sbx bash -c 'exec 3<>/dev/tcp/127.0.0.1/4443' 2>/dev/null && break; sleep 0.05
+done
+
 paths=(direct transparent sbx-connect squid-connect)
 [ -n "$FW_BASE" ] && paths+=(base-transparent base-connect)
+tpaths=("${paths[@]}" min-relay)
 agent=(setpriv --reuid=1000 --regid=1000 --clear-groups --)
 where() { # PATH -> "netns target proxy pid"
   case "$1" in
@@ -125,6 +135,7 @@ where() { # PATH -> "netns target proxy pid"
     transparent) echo "ppx 198.18.1.1:443 - $(cat "$TMP/ppx/state/proxy.pid")" ;;
     sbx-connect) echo "ppx allowed.test:443 127.0.0.1:3128 $(cat "$TMP/ppx/state/proxy.pid")" ;;
     squid-connect) echo "psq allowed.test:443 127.0.0.1:3128 $SQUID_PID" ;;
+    min-relay) echo "pdir 127.0.0.1:4443 - $RELAY_PID" ;;
     base-transparent) echo "pbs 198.18.1.1:443 - $(cat "$TMP/pbs/state/proxy.pid")" ;;
     base-connect) echo "pbs allowed.test:443 127.0.0.1:3128 $(cat "$TMP/pbs/state/proxy.pid")" ;;
   esac
@@ -160,6 +171,7 @@ parties_us() {
   read -r ns _ _ pid <<<"$(where "$1")"
   echo "$(proc_us "${bedpid[$ns]}") $([ "$pid" = - ] && echo 0 || proc_us "$pid")"
 }
+$(client min-relay 2 1 1024) > /dev/null || { echo "the minimal relay does not work" >&2; exit 1; }
 for p in "${paths[@]}"; do # each path works before anything is timed
   $(client "$p" 2 1 1024) > /dev/null || { echo "path $p does not work: $($(client "$p" 1 1 0))" >&2; exit 1; }
   $(light "$p" 2 1) > /dev/null || { echo "path $p does not work: $($(light "$p" 1 1))" >&2; exit 1; }
@@ -227,7 +239,7 @@ hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/cps.json" "${cps_args
 
 # 4. Throughput: one connection reading BYTES (hyperfine).
 tp_args=()
-for p in "${paths[@]}"; do tp_args+=(-n "$p" "$(client "$p" 1 1 "$BYTES")"); done
+for p in "${tpaths[@]}"; do tp_args+=(-n "$p" "$(client "$p" 1 1 "$BYTES")"); done
 hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/tp.json" "${tp_args[@]}"
 
 # 5. CPU time for one BYTES transfer, each party's, RUNS interleaved runs
@@ -235,7 +247,7 @@ hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/tp.json" "${tp_args[@
 # CPU a GiB is what the path costs).
 declare -A tcl tsv tpx tall
 for _ in $(seq "$RUNS"); do
-  for p in "${paths[@]}"; do
+  for p in "${tpaths[@]}"; do
     read -r s0 p0 <<<"$(parties_us "$p")"
     out=$(with_cpu $(client "$p" 1 1 "$BYTES"))
     read -r s1 p1 <<<"$(parties_us "$p")"
@@ -245,7 +257,7 @@ for _ in $(seq "$RUNS"); do
   done
 done
 echo "CPU ms for one $BYTES-byte transfer, median [min–max] of $RUNS runs:"
-for p in "${paths[@]}"; do
+for p in "${tpaths[@]}"; do
   printf '  %-17s all %s = client %s + TLS server %s + proxy %s\n' "$p" \
     "$(stats "${tall[$p]}")" "$(stats "${tcl[$p]}")" "$(stats "${tsv[$p]}")" "$(stats "${tpx[$p]}")"
 done
@@ -269,4 +281,8 @@ jq -r --arg n "$CPS_N" --arg b "$BYTES" --slurpfile tp "$TMP/tp.json" '
   $paths[] as $p |
   "  \($p): full-TLS conn/s \($n / by($c; $p).median | round) [\($n / by($c; $p).max | round)–\($n / by($c; $p).min | round)] (\($n / by($c; $p).median / $sq * 100 | round / 100)x squid); 1 GiB \($b / by($tp[0]; $p).median / 1048576 | round) MiB/s [\($b / by($tp[0]; $p).max / 1048576 | round)–\($b / by($tp[0]; $p).min / 1048576 | round)] (\($dt / by($tp[0]; $p).median * 100 | round)% of direct)"
 ' "$TMP/cps.json"
+jq -r --arg b "$BYTES" '
+  (.results[] | select(.command == "direct").median) as $dt |
+  .results[] | "  \(.command): \($b | tonumber / .median / 1048576 | round) MiB/s [\($b | tonumber / .max / 1048576 | round)–\($b | tonumber / .min / 1048576 | round)], \($dt / .median * 100 | round)% of direct"
+' "$TMP/tp.json"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -11,6 +11,12 @@
 //! first record (its ServerHello), then closes; no client-side crypto.
 //! PID (`-`: none) is the proxy's: the CPU time all its threads used over
 //! the run is reported, per connection.
+//!
+//! `sbx-fwbed bench relay LISTEN TARGET`: the smallest relay that
+//! terminates TCP, for the throughput rows: a connection accepted on
+//! LISTEN, TARGET dialled, each direction spliced by a thread of its own
+//! through a 1 MiB pipe with blocking splice(2), no checks, no timeouts.
+//! What any TCP-terminating proxy must at least pay, beside ours.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -24,6 +30,9 @@ pub fn main(args: &[String]) -> i32 {
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     if arg(0) == "hello" && args.len() == 7 {
         return hello_main(args);
+    }
+    if arg(0) == "relay" && args.len() == 3 {
+        return relay_main(arg(1), arg(2));
     }
     if arg(0) != "tls" || args.len() != 8 {
         eprintln!("usage: sbx-fwbed bench tls TARGET SNI CA_DER PROXY|- N CONC BYTES");
@@ -250,4 +259,51 @@ fn hello_one(target: &str, proxy: Option<&str>, hello: &[u8]) -> Result<(), Stri
     let mut body = vec![0u8; usize::from(u16::from_be_bytes([rec[3], rec[4]]))];
     c.read_exact(&mut body).map_err(|x| e("server hello", x))?;
     Ok(())
+}
+
+fn relay_main(listen: &str, target: &str) -> i32 {
+    let l = match std::net::TcpListener::bind(listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("relay: {listen}: {e}");
+            return 69;
+        }
+    };
+    let target = target.to_owned();
+    for c in l.incoming().flatten() {
+        let Ok(u) = TcpStream::connect(&target) else {
+            continue;
+        };
+        let _ = (c.set_nodelay(true), u.set_nodelay(true));
+        let (Ok(c2), Ok(u2)) = (c.try_clone(), u.try_clone()) else {
+            continue;
+        };
+        std::thread::spawn(move || splice_all(&c, &u));
+        std::thread::spawn(move || splice_all(&u2, &c2));
+    }
+    0
+}
+
+/// `from` to `to` through a 1 MiB pipe until `from` ends, then a half close.
+fn splice_all(from: &TcpStream, to: &TcpStream) {
+    use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
+    let Ok((r, w)) = nix::unistd::pipe2(OFlag::O_CLOEXEC) else {
+        return;
+    };
+    let size = fcntl(&w, FcntlArg::F_SETPIPE_SZ(1 << 20)).unwrap_or(65536) as usize;
+    let flags = SpliceFFlags::SPLICE_F_MOVE;
+    loop {
+        let n = match splice(from, None, &w, None, size, flags) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut left = n;
+        while left > 0 {
+            match splice(&r, None, to, None, left, flags) {
+                Ok(0) | Err(_) => return,
+                Ok(k) => left -= k,
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
 }

@@ -50,11 +50,8 @@ async fn read_name(c: &mut TcpStream, buf: &mut Vec<u8>, tls: bool) -> Seen {
     let mut fed = 0;
     let work = async {
         loop {
-            if fed == buf.len() {
-                buf.reserve(4096);
-                if c.read_buf(buf).await.unwrap_or(0) == 0 {
-                    return Seen::Bad;
-                }
+            if fed == buf.len() && !read_more(c, buf).await {
+                return Seen::Bad;
             }
             if tls {
                 let v = hello.push(&buf[fed..]);
@@ -77,6 +74,27 @@ async fn read_name(c: &mut TcpStream, buf: &mut Vec<u8>, tls: bool) -> Seen {
     tokio::time::timeout(HELLO_TIMEOUT, work)
         .await
         .unwrap_or(Seen::Bad)
+}
+
+/// Read what has come into `buf`; false at the end or an error. A read
+/// that took less than it had room for left the socket empty: its
+/// readiness is cleared then (no system call), so the next read waits for
+/// epoll instead of failing with EAGAIN first. Bytes that arrive after
+/// the read raise a new epoll event, which sets the readiness again.
+async fn read_more(c: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    buf.reserve(4096);
+    let room = buf.capacity() - buf.len();
+    match c.read_buf(buf).await {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            if n < room {
+                let _ = c.try_io(Interest::READABLE, || {
+                    Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                });
+            }
+            true
+        }
+    }
 }
 
 /// The upstream connection, connected, with TCP_NODELAY (set before the
@@ -147,8 +165,7 @@ async fn connect_head(c: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Head> {
                 Head::More => {}
                 other => return other,
             }
-            buf.reserve(4096);
-            if c.read_buf(buf).await.unwrap_or(0) == 0 {
+            if !read_more(c, buf).await {
                 return Head::Bad("closed".into());
             }
         }

@@ -30,7 +30,8 @@
 # transfer >= 90% of direct's throughput; >= 2x Squid's connections a
 # second, and lower latency than Squid. Needs root and squid (scripts/prereqs
 # --test). RUNS, ROUNDS, LAT_N, CPS_N, CPS_LIGHT_N, CPS_CONC, BYTES tune it; QUICK=1
-# runs the light bed's connections a second only.
+# runs the light bed's connections a second only, TP_ONLY=1 the
+# throughput rows only; RELAYS adds relays with other knobs to those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v squid >/dev/null || PATH=$PATH:/usr/sbin
@@ -120,15 +121,24 @@ done
 # The smallest TCP-terminating relay (sbx-fwbed bench relay: blocking
 # splice, a thread a direction, 1 MiB pipes, no checks) in the direct bed,
 # for the throughput rows only: what any proxy pays for the second hop.
-ip netns exec pdir-sbx "$BED" bench relay 127.0.0.1:4443 198.18.1.1:443 &
-RELAY_PID=$!
-for _ in $(seq 100); do
-  ip netns exec pdir-sbx bash -c 'exec 3<>/dev/tcp/127.0.0.1/4443' 2>/dev/null && break; sleep 0.05
-done
+# RELAYS="pipe=65536 more buf=4194304 copy=262144": more relays, each with
+# those knobs (see sbx-fwbed bench relay), as paths relay-1, relay-2, ...
+declare -A relaypid
+relay() { # NAME PORT [KNOBS]
+  ip netns exec pdir-sbx "$BED" bench relay "127.0.0.1:$2" 198.18.1.1:443 ${3:-} &
+  relaypid[$1]="$2 $!"
+  for _ in $(seq 100); do
+    ip netns exec pdir-sbx bash -c "exec 3<>/dev/tcp/127.0.0.1/$2" 2>/dev/null && break; sleep 0.05
+  done
+}
+relay min-relay 4443
+read -ra knobs <<<"${RELAYS:-}"
+for i in "${!knobs[@]}"; do relay "relay-$((i + 1))" $((4444 + i)) "${knobs[$i]}"; done
 
 paths=(direct transparent sbx-connect squid-connect)
 [ -n "$FW_BASE" ] && paths+=(base-transparent base-connect)
 tpaths=("${paths[@]}" min-relay)
+for i in "${!knobs[@]}"; do tpaths+=("relay-$((i + 1))"); echo "relay-$((i + 1)): ${knobs[$i]}"; done
 agent=(setpriv --reuid=1000 --regid=1000 --clear-groups --)
 where() { # PATH -> "netns target proxy pid"
   case "$1" in
@@ -136,7 +146,7 @@ where() { # PATH -> "netns target proxy pid"
     transparent) echo "ppx 198.18.1.1:443 - $(cat "$TMP/ppx/state/proxy.pid")" ;;
     sbx-connect) echo "ppx allowed.test:443 127.0.0.1:3128 $(cat "$TMP/ppx/state/proxy.pid")" ;;
     squid-connect) echo "psq allowed.test:443 127.0.0.1:3128 $SQUID_PID" ;;
-    min-relay) echo "pdir 127.0.0.1:4443 - $RELAY_PID" ;;
+    min-relay | relay-*) read -r port pid <<<"${relaypid[$1]}"; echo "pdir 127.0.0.1:$port - $pid" ;;
     base-transparent) echo "pbs 198.18.1.1:443 - $(cat "$TMP/pbs/state/proxy.pid")" ;;
     base-connect) echo "pbs allowed.test:443 127.0.0.1:3128 $(cat "$TMP/pbs/state/proxy.pid")" ;;
   esac
@@ -183,6 +193,8 @@ done
 stats() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR]=$1} END {m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.4g [%.4g–%.4g]", m, v[1], v[NR]}'; }
 med() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
 
+# TP_ONLY=1: the throughput rows only (sections 4 and 5).
+if [ -z "${TP_ONLY:-}" ]; then
 # 1. Handshake latency (full TLS): LAT_N sequential connections a path,
 # the paths interleaved over ROUNDS rounds; median of the rounds' medians.
 declare -A lat cps cpu hlat
@@ -238,6 +250,8 @@ cps_args=()
 for p in "${paths[@]}"; do cps_args+=(-n "$p" "$(client "$p" "$CPS_N" "$CPS_CONC" 0)"); done
 hyperfine -N --warmup 1 --runs "$RUNS" --export-json "$TMP/cps.json" "${cps_args[@]}"
 
+fi
+
 # 4. Throughput: one connection reading BYTES (hyperfine).
 tp_args=()
 for p in "${tpaths[@]}"; do tp_args+=(-n "$p" "$(client "$p" 1 1 "$BYTES")"); done
@@ -263,6 +277,7 @@ for p in "${tpaths[@]}"; do
     "$(stats "${tall[$p]}")" "$(stats "${tcl[$p]}")" "$(stats "${tsv[$p]}")" "$(stats "${tpx[$p]}")"
 done
 
+if [ -z "${TP_ONLY:-}" ]; then
 echo "summary (medians):"
 echo "  handshake latency ms: direct $(med "${lat[direct]}"), transparent $(med "${lat[transparent]}"), sbx CONNECT $(med "${lat[sbx-connect]}"), squid CONNECT $(med "${lat[squid-connect]}")"
 for p in "${paths[@]}"; do
@@ -282,6 +297,7 @@ jq -r --arg n "$CPS_N" --arg b "$BYTES" --slurpfile tp "$TMP/tp.json" '
   $paths[] as $p |
   "  \($p): full-TLS conn/s \($n / by($c; $p).median | round) [\($n / by($c; $p).max | round)–\($n / by($c; $p).min | round)] (\($n / by($c; $p).median / $sq * 100 | round / 100)x squid); 1 GiB \($b / by($tp[0]; $p).median / 1048576 | round) MiB/s [\($b / by($tp[0]; $p).max / 1048576 | round)–\($b / by($tp[0]; $p).min / 1048576 | round)] (\($dt / by($tp[0]; $p).median * 100 | round)% of direct)"
 ' "$TMP/cps.json"
+fi
 jq -r --arg b "$BYTES" '
   ($b | tonumber) as $b | (.results[] | select(.command == "direct").median) as $dt |
   .results[] | "  \(.command): 1 GiB \($b / .median / 1048576 | round) MiB/s [\($b / .max / 1048576 | round)–\($b / .min / 1048576 | round)], \($dt / .median * 100 | round)% of direct"

@@ -12,11 +12,15 @@
 //! PID (`-`: none) is the proxy's: the CPU time all its threads used over
 //! the run is reported, per connection.
 //!
-//! `sbx-fwbed bench relay LISTEN TARGET`: the smallest relay that
+//! `sbx-fwbed bench relay LISTEN TARGET [KNOBS]`: the smallest relay that
 //! terminates TCP, for the throughput rows: a connection accepted on
 //! LISTEN, TARGET dialled, each direction spliced by a thread of its own
 //! through a 1 MiB pipe with blocking splice(2), no checks, no timeouts.
-//! What any TCP-terminating proxy must at least pay, beside ours.
+//! What any TCP-terminating proxy must at least pay, beside ours. KNOBS,
+//! comma-separated, for the throughput experiments: `pipe=BYTES` (the
+//! pipe size), `more` (SPLICE_F_MORE on the way out), `buf=BYTES`
+//! (SO_SNDBUF and SO_RCVBUF on both sockets), `copy=BYTES` (read and
+//! write through a buffer of that size instead of splice).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -31,8 +35,8 @@ pub fn main(args: &[String]) -> i32 {
     if arg(0) == "hello" && args.len() == 7 {
         return hello_main(args);
     }
-    if arg(0) == "relay" && args.len() == 3 {
-        return relay_main(arg(1), arg(2));
+    if arg(0) == "relay" && (3..=4).contains(&args.len()) {
+        return relay_main(arg(1), arg(2), arg(3));
     }
     if arg(0) != "tls" || args.len() != 8 {
         eprintln!("usage: sbx-fwbed bench tls TARGET SNI CA_DER PROXY|- N CONC BYTES");
@@ -261,7 +265,35 @@ fn hello_one(target: &str, proxy: Option<&str>, hello: &[u8]) -> Result<(), Stri
     Ok(())
 }
 
-fn relay_main(listen: &str, target: &str) -> i32 {
+#[derive(Clone, Copy)]
+struct Knobs {
+    pipe: usize,
+    more: bool,
+    buf: usize,
+    copy: usize,
+}
+
+fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
+    let mut k = Knobs {
+        pipe: 1 << 20,
+        more: false,
+        buf: 0,
+        copy: 0,
+    };
+    for kv in knobs.split(',').filter(|x| !x.is_empty()) {
+        let (key, v) = kv.split_once('=').unwrap_or((kv, "0"));
+        let v = v.parse::<usize>().unwrap_or(0);
+        match key {
+            "pipe" => k.pipe = v,
+            "more" => k.more = true,
+            "buf" => k.buf = v,
+            "copy" => k.copy = v,
+            _ => {
+                eprintln!("relay: unknown knob {kv}");
+                return 64;
+            }
+        }
+    }
     let l = match std::net::TcpListener::bind(listen) {
         Ok(l) => l,
         Err(e) => {
@@ -275,23 +307,48 @@ fn relay_main(listen: &str, target: &str) -> i32 {
             continue;
         };
         let _ = (c.set_nodelay(true), u.set_nodelay(true));
+        if k.buf > 0 {
+            use nix::sys::socket::{setsockopt, sockopt};
+            for s in [&c, &u] {
+                let _ = setsockopt(s, sockopt::SndBuf, &k.buf);
+                let _ = setsockopt(s, sockopt::RcvBuf, &k.buf);
+            }
+        }
         let (Ok(c2), Ok(u2)) = (c.try_clone(), u.try_clone()) else {
             continue;
         };
-        std::thread::spawn(move || splice_all(&c, &u));
-        std::thread::spawn(move || splice_all(&u2, &c2));
+        std::thread::spawn(move || splice_all(&c, &u, k));
+        std::thread::spawn(move || splice_all(&u2, &c2, k));
     }
     0
 }
 
-/// `from` to `to` through a 1 MiB pipe until `from` ends, then a half close.
-fn splice_all(from: &TcpStream, to: &TcpStream) {
+/// `from` to `to` through a pipe (or a buffer) until `from` ends, then a
+/// half close.
+fn splice_all(from: &TcpStream, to: &TcpStream, k: Knobs) {
     use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
+    if k.copy > 0 {
+        let mut buf = vec![0u8; k.copy];
+        let (mut from, mut to) = (from, to);
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+        return;
+    }
     let Ok((r, w)) = nix::unistd::pipe2(OFlag::O_CLOEXEC) else {
         return;
     };
-    let size = fcntl(&w, FcntlArg::F_SETPIPE_SZ(1 << 20)).unwrap_or(65536) as usize;
+    let want = i32::try_from(k.pipe).unwrap_or(i32::MAX);
+    let size = fcntl(&w, FcntlArg::F_SETPIPE_SZ(want)).unwrap_or(65536) as usize;
     let flags = SpliceFFlags::SPLICE_F_MOVE;
+    let out = if k.more {
+        flags | SpliceFFlags::SPLICE_F_MORE
+    } else {
+        flags
+    };
     loop {
         let n = match splice(from, None, &w, None, size, flags) {
             Ok(0) | Err(_) => break,
@@ -299,7 +356,7 @@ fn splice_all(from: &TcpStream, to: &TcpStream) {
         };
         let mut left = n;
         while left > 0 {
-            match splice(&r, None, to, None, left, flags) {
+            match splice(&r, None, to, None, left, out) {
                 Ok(0) | Err(_) => return,
                 Ok(k) => left -= k,
             }

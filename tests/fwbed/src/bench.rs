@@ -11,6 +11,16 @@
 //! first record (its ServerHello), then closes; no client-side crypto.
 //! PID (`-`: none) is the proxy's: the CPU time all its threads used over
 //! the run is reported, per connection.
+//!
+//! `sbx-fwbed bench relay LISTEN TARGET [KNOBS]`: the smallest relay that
+//! terminates TCP, for the throughput rows: a connection accepted on
+//! LISTEN, TARGET dialled, each direction spliced by a thread of its own
+//! through a 1 MiB pipe with blocking splice(2), no checks, no timeouts.
+//! What any TCP-terminating proxy must at least pay, beside ours. KNOBS,
+//! comma-separated, for the throughput experiments: `pipe=BYTES` (the
+//! pipe size), `more` (SPLICE_F_MORE on the way out), `buf=BYTES`
+//! (SO_SNDBUF and SO_RCVBUF on both sockets), `copy=BYTES` (read and
+//! write through a buffer of that size instead of splice).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -24,6 +34,9 @@ pub fn main(args: &[String]) -> i32 {
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     if arg(0) == "hello" && args.len() == 7 {
         return hello_main(args);
+    }
+    if arg(0) == "relay" && (3..=4).contains(&args.len()) {
+        return relay_main(arg(1), arg(2), arg(3));
     }
     if arg(0) != "tls" || args.len() != 8 {
         eprintln!("usage: sbx-fwbed bench tls TARGET SNI CA_DER PROXY|- N CONC BYTES");
@@ -201,16 +214,27 @@ fn hello_main(args: &[String]) -> i32 {
 }
 
 /// CONNECT `target` through the proxy `c` is connected to; Ok once the
-/// proxy answered 200 (its head read byte by byte, nothing past it).
+/// proxy answered 200. Its head is read as clients do, in one read as a
+/// rule (not byte by byte: that cost the client more than the proxy):
+/// nothing can follow it, the far side speaks only after the hello.
 fn tunnel(c: &mut TcpStream, target: &str) -> Result<(), String> {
     write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
         .map_err(|x| format!("CONNECT: {x}"))?;
     let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
+    let mut b = [0u8; 1024];
+    loop {
         match c.read(&mut b) {
-            Ok(1) => head.push(b[0]),
-            _ => return Err("proxy closed".into()),
+            Ok(0) | Err(_) => return Err("proxy closed".into()),
+            Ok(k) => head.extend_from_slice(&b[..k]),
+        }
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            if i + 4 != head.len() {
+                return Err("bytes after the proxy's answer".into());
+            }
+            break;
+        }
+        if head.len() > 64 * 1024 {
+            return Err("proxy answer too long".into());
         }
     }
     if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
@@ -239,4 +263,104 @@ fn hello_one(target: &str, proxy: Option<&str>, hello: &[u8]) -> Result<(), Stri
     let mut body = vec![0u8; usize::from(u16::from_be_bytes([rec[3], rec[4]]))];
     c.read_exact(&mut body).map_err(|x| e("server hello", x))?;
     Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct Knobs {
+    pipe: usize,
+    more: bool,
+    buf: usize,
+    copy: usize,
+}
+
+fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
+    let mut k = Knobs {
+        pipe: 1 << 20,
+        more: false,
+        buf: 0,
+        copy: 0,
+    };
+    for kv in knobs.split(',').filter(|x| !x.is_empty()) {
+        let (key, v) = kv.split_once('=').unwrap_or((kv, "0"));
+        let v = v.parse::<usize>().unwrap_or(0);
+        match key {
+            "pipe" => k.pipe = v,
+            "more" => k.more = true,
+            "buf" => k.buf = v,
+            "copy" => k.copy = v,
+            _ => {
+                eprintln!("relay: unknown knob {kv}");
+                return 64;
+            }
+        }
+    }
+    let l = match std::net::TcpListener::bind(listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("relay: {listen}: {e}");
+            return 69;
+        }
+    };
+    let target = target.to_owned();
+    for c in l.incoming().flatten() {
+        let Ok(u) = TcpStream::connect(&target) else {
+            continue;
+        };
+        let _ = (c.set_nodelay(true), u.set_nodelay(true));
+        if k.buf > 0 {
+            use nix::sys::socket::{setsockopt, sockopt};
+            for s in [&c, &u] {
+                let _ = setsockopt(s, sockopt::SndBuf, &k.buf);
+                let _ = setsockopt(s, sockopt::RcvBuf, &k.buf);
+            }
+        }
+        let (Ok(c2), Ok(u2)) = (c.try_clone(), u.try_clone()) else {
+            continue;
+        };
+        std::thread::spawn(move || splice_all(&c, &u, k));
+        std::thread::spawn(move || splice_all(&u2, &c2, k));
+    }
+    0
+}
+
+/// `from` to `to` through a pipe (or a buffer) until `from` ends, then a
+/// half close.
+fn splice_all(from: &TcpStream, to: &TcpStream, k: Knobs) {
+    use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
+    if k.copy > 0 {
+        let mut buf = vec![0u8; k.copy];
+        let (mut from, mut to) = (from, to);
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+        return;
+    }
+    let Ok((r, w)) = nix::unistd::pipe2(OFlag::O_CLOEXEC) else {
+        return;
+    };
+    let want = i32::try_from(k.pipe).unwrap_or(i32::MAX);
+    let size = fcntl(&w, FcntlArg::F_SETPIPE_SZ(want)).unwrap_or(65536) as usize;
+    let flags = SpliceFFlags::SPLICE_F_MOVE;
+    let out = if k.more {
+        flags | SpliceFFlags::SPLICE_F_MORE
+    } else {
+        flags
+    };
+    loop {
+        let n = match splice(from, None, &w, None, size, flags) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut left = n;
+        while left > 0 {
+            match splice(&r, None, to, None, left, out) {
+                Ok(0) | Err(_) => return,
+                Ok(k) => left -= k,
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
 }

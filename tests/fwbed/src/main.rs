@@ -9,7 +9,9 @@
 //! In the gateway: DNS with fixed records on 198.18.0.53 (the configured
 //! resolver) and 198.18.0.54 (an outside resolver); TLS on every address's
 //! 443 serving a GitHub-meta stand-in for meta.github.test (test CA in
-//! DIR/ca.pem); plain listeners on 22, 80, 8080 and UDP 443. The neighbour
+//! DIR/ca.pem), except light.test's 198.18.1.4:443, a light origin for the
+//! benchmark (a ready-made ServerHello, no crypto, see [`light_origin`]);
+//! plain listeners on 22, 80, 8080 and UDP 443. The neighbour
 //! listens on 443 and 8080. Usage: `sbx-fwbed PREFIX DIR`; prints the bed as
 //! one JSON line when ready, tears everything down when stdin closes.
 
@@ -34,6 +36,7 @@ const V4: &[(&str, &str)] = &[
     ("dup.test", "198.18.1.1"),
     ("other.test", "198.18.1.2"),
     ("x.wild.test", "198.18.1.3"),
+    ("light.test", LIGHT),
     ("blocked.test", "198.18.2.1"),
     ("meta.github.test", "198.18.3.1"),
     ("rebind.test", "10.77.0.1"),
@@ -48,6 +51,8 @@ const V6: &[(&str, &str)] = &[
     ("allowed.test", "2001:2::1:1"),
     ("blocked.test", "2001:2::2:1"),
 ];
+/// The light origin's address (light.test).
+const LIGHT: &str = "198.18.1.4";
 /// Queries for these names are never answered: a failed lookup.
 const SILENT: &[&str] = &["slow.test"];
 
@@ -115,6 +120,7 @@ fn setup(p: &str) -> Names {
         "198.18.1.1",
         "198.18.1.2",
         "198.18.1.3",
+        LIGHT,
         "198.18.2.1",
         "198.18.3.1",
     ] {
@@ -450,6 +456,14 @@ fn tls_server(gw: String, dir: &Path) {
 
 /// std binds [::] dual-stack; a separate v4 listener needs v6only on the v6 one.
 fn socket_v6only(addr: &str) -> TcpListener {
+    socket_with(addr, false)
+}
+
+/// A listener on `addr`; all of them share the port (SO_REUSEPORT), so
+/// the light origin's one address can be taken from the TLS server's
+/// wildcard (the more specific listener gets the connections); `defer`:
+/// accept returns once the client has sent something.
+fn socket_with(addr: &str, defer: bool) -> TcpListener {
     use nix::sys::socket::{
         AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, bind, listen, setsockopt,
         socket, sockopt,
@@ -462,6 +476,16 @@ fn socket_v6only(addr: &str) -> TcpListener {
     };
     let fd = socket(fam, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).expect("socket");
     setsockopt(&fd, sockopt::ReuseAddr, &true).expect("reuseaddr");
+    setsockopt(&fd, sockopt::ReusePort, &true).expect("reuseport");
+    if defer {
+        sbx_sys::setsockopt_bytes(
+            std::os::fd::AsFd::as_fd(&fd),
+            nix::libc::IPPROTO_TCP,
+            nix::libc::TCP_DEFER_ACCEPT,
+            &5i32.to_ne_bytes(),
+        )
+        .expect("defer accept");
+    }
     if a.is_ipv6() {
         setsockopt(&fd, sockopt::Ipv6V6Only, &true).expect("v6only");
     }
@@ -470,8 +494,76 @@ fn socket_v6only(addr: &str) -> TcpListener {
         &SockaddrStorage::from(a),
     )
     .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
-    listen(&fd, Backlog::new(128).unwrap()).expect("listen");
+    listen(&fd, Backlog::new(if defer { 4096 } else { 128 }).unwrap()).expect("listen");
     TcpListener::from(fd)
+}
+
+/// A TLS 1.3 ServerHello record as a server sends it first (x25519 key
+/// share, TLS_AES_128_GCM_SHA256), fixed bytes.
+fn server_hello() -> Vec<u8> {
+    let mut b = vec![0x03, 0x03];
+    b.extend((0..32u8).map(|i| i ^ 0xa5)); // random
+    b.push(32);
+    b.extend([0x11u8; 32]); // the client's legacy session id, echoed
+    b.extend_from_slice(&[0x13, 0x01, 0]); // cipher suite, null compression
+    let mut ext = vec![0x00, 0x2b, 0, 2, 0x03, 0x04]; // TLS 1.3
+    ext.extend_from_slice(&[0x00, 0x33, 0, 36, 0, 0x1d, 0, 32]); // key share
+    ext.extend((0..32u8).map(|i| i.wrapping_mul(3)));
+    b.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+    b.extend(ext);
+    let mut hs = vec![0x02, 0, (b.len() >> 8) as u8, b.len() as u8];
+    hs.extend(b);
+    let mut rec = vec![0x16, 0x03, 0x03];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend(hs);
+    rec
+}
+
+/// The benchmark's light origin on 198.18.1.4:443: each connection's
+/// ClientHello record is read whole, a ready-made ServerHello written,
+/// and the connection closed; no crypto, no thread a connection (four
+/// threads accept from one listener that hands over connections only
+/// once their hello is there). With it, what a path costs beyond the
+/// far side's own few system calls is the proxy's, where the TLS server
+/// (a thread and a full handshake a connection) would set the rate.
+fn light_origin(gw: String) {
+    std::thread::spawn(move || {
+        enter(&gw);
+        let l = Arc::new(socket_with(&format!("{LIGHT}:443"), true));
+        let hello: Arc<[u8]> = server_hello().into();
+        let serve = move |l: Arc<TcpListener>, hello: Arc<[u8]>| {
+            for c in l.incoming().flatten() {
+                let mut c = c;
+                let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                // Usually one read: the whole record is there on accept.
+                let mut buf = [0u8; 16 * 1024];
+                let mut have = 0;
+                let whole = loop {
+                    match c.read(&mut buf[have..]) {
+                        Ok(0) | Err(_) => break false,
+                        Ok(k) => have += k,
+                    }
+                    if buf[0] != 0x16 {
+                        break false;
+                    }
+                    if have >= 5 && have >= 5 + usize::from(u16::from_be_bytes([buf[3], buf[4]])) {
+                        break true;
+                    }
+                    if have == buf.len() {
+                        break false;
+                    }
+                };
+                if whole {
+                    let _ = c.write_all(&hello);
+                }
+            }
+        };
+        for _ in 0..3 {
+            let (l, hello) = (l.clone(), hello.clone());
+            std::thread::spawn(move || serve(l, hello));
+        }
+        serve(l, hello);
+    });
 }
 
 fn main() {
@@ -520,6 +612,7 @@ fn main() {
         dir.join("queries.log"),
     );
     tls_server(n.gw.clone(), &dir);
+    light_origin(n.gw.clone());
     for port in [22, 80, 8080] {
         tcp_sink_dual(&n.gw, port);
     }

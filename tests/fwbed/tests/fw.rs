@@ -1505,6 +1505,46 @@ fn proxy_checks_names_against_addresses_on_both_paths() {
     );
 }
 
+/// An upstream that refuses the connection (a reset from the far side's
+/// netfilter): through CONNECT a 502, never a 200 for a tunnel that leads
+/// nowhere; redirected, a reset; and the next connections go through
+/// once it answers again.
+#[test]
+fn proxy_an_upstream_that_refuses_is_a_502_or_a_reset() {
+    let Some(bed) = Bed::proxy("pxr") else { return };
+    let gw = bed.sbx.replace("-sbx", "-gw");
+    let reject = |op: &str| {
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &gw,
+                "iptables-legacy",
+                "--wait",
+                op,
+                "INPUT",
+            ])
+            .args(["-d", "198.18.1.1", "-p", "tcp", "--dport", "443"])
+            .args(["-j", "REJECT", "--reject-with", "tcp-reset"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+    };
+    let connect = ["tls", "allowed.test:443", "allowed.test", "127.0.0.1:3128"];
+    let redirected = ["tls", "198.18.1.1:443", "allowed.test"];
+    assert!(bed.reached(&connect) && bed.reached(&redirected));
+    reject("-I");
+    let v = bed.attack(true, &connect);
+    assert!(
+        v["reached"] == false && v["error"].as_str().unwrap_or("").contains("502"),
+        "{v}"
+    );
+    let v = bed.attack(true, &redirected);
+    assert!(v["reached"] == false, "{v}");
+    reject("-D");
+    assert!(bed.reached(&connect) && bed.reached(&redirected));
+}
+
 #[test]
 fn proxy_killed_leaves_everything_blocked_until_restarted() {
     let Some(bed) = Bed::proxy("px2") else { return };

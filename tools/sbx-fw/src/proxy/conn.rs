@@ -4,7 +4,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::os::fd::AsRawFd;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use super::http::{self, Head, Request};
@@ -48,11 +50,8 @@ async fn read_name(c: &mut TcpStream, buf: &mut Vec<u8>, tls: bool) -> Seen {
     let mut fed = 0;
     let work = async {
         loop {
-            if fed == buf.len() {
-                buf.reserve(4096);
-                if c.read_buf(buf).await.unwrap_or(0) == 0 {
-                    return Seen::Bad;
-                }
+            if fed == buf.len() && !read_more(c, buf).await {
+                return Seen::Bad;
             }
             if tls {
                 let v = hello.push(&buf[fed..]);
@@ -77,13 +76,55 @@ async fn read_name(c: &mut TcpStream, buf: &mut Vec<u8>, tls: bool) -> Seen {
         .unwrap_or(Seen::Bad)
 }
 
+/// Read what has come into `buf`; false at the end or an error. A read
+/// that took less than it had room for left the socket empty: its
+/// readiness is cleared then (no system call), so the next read waits for
+/// epoll instead of failing with EAGAIN first. Bytes that arrive after
+/// the read raise a new epoll event, which sets the readiness again.
+async fn read_more(c: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    buf.reserve(4096);
+    let room = buf.capacity() - buf.len();
+    match c.read_buf(buf).await {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            if n < room {
+                let _ = c.try_io(Interest::READABLE, || {
+                    Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                });
+            }
+            true
+        }
+    }
+}
+
+/// The upstream connection, connected, with TCP_NODELAY (set before the
+/// connect). A failed connect shows as a closed write side or an error in
+/// the readiness epoll reports, so no SO_ERROR read is needed after it.
 pub async fn dial(dst: SocketAddr) -> Option<TcpStream> {
-    let u = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst))
-        .await
-        .ok()?
-        .ok()?;
-    let _ = u.set_nodelay(true);
-    Some(u)
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrStorage, connect, setsockopt, socket, sockopt,
+    };
+    let fam = if dst.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd = socket(fam, SockType::Stream, flags, None).ok()?;
+    let _ = setsockopt(&fd, sockopt::TcpNoDelay, &true);
+    match connect(fd.as_raw_fd(), &SockaddrStorage::from(dst)) {
+        Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
+        Err(_) => return None,
+    }
+    let u = TcpStream::from_std(std::net::TcpStream::from(fd)).ok()?;
+    let r = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        u.ready(Interest::WRITABLE | Interest::ERROR),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    (r.is_writable() && !r.is_write_closed() && !r.is_error()).then_some(u)
 }
 
 /// A connection redirected by netfilter (`v6`: from the ::1 listener).
@@ -124,8 +165,7 @@ async fn connect_head(c: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Head> {
                 Head::More => {}
                 other => return other,
             }
-            buf.reserve(4096);
-            if c.read_buf(buf).await.unwrap_or(0) == 0 {
+            if !read_more(c, buf).await {
                 return Head::Bad("closed".into());
             }
         }

@@ -3,7 +3,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
@@ -80,6 +80,10 @@ impl Drop for Pipe {
 pub struct Activity {
     base: Instant,
     last_ms: AtomicU64,
+    /// A [`pump`] has ended (and half closed its far side): the one that
+    /// ends last leaves the FIN to the close that follows, one system
+    /// call fewer.
+    ended: AtomicBool,
 }
 
 impl Activity {
@@ -87,6 +91,7 @@ impl Activity {
         Self {
             base: Instant::now(),
             last_ms: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -136,7 +141,20 @@ pub async fn tunnel(c: TcpStream, u: TcpStream, first: &[u8], idle: Duration) {
 
 /// `from` to `to` until `from` ends, through a pipe with splice(2). Its
 /// end is passed on as a half close.
+///
+/// Only with both pumps in one task (the tunnel, which closes both sockets
+/// once both end) may the last one skip the half close; the plain relay's
+/// upstream half is no pump, so there this one always half closes.
 pub async fn pump(from: &TcpStream, to: &TcpStream, act: &Activity) -> std::io::Result<()> {
+    // The first piece (a ServerHello flight, a client's Finished) is
+    // copied: for a few hundred bytes recv and send cost less than a
+    // splice pair, and a connection that ends after it takes no pipe.
+    let first = copy_first(from, to).await?;
+    act.touch();
+    if first == 0 {
+        end(to, act);
+        return Ok(());
+    }
     let pipe = Pipe::get()?;
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
     loop {
@@ -149,7 +167,7 @@ pub async fn pump(from: &TcpStream, to: &TcpStream, act: &Activity) -> std::io::
             })
             .await?;
         if n == 0 {
-            let _ = nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+            end(to, act);
             return Ok(());
         }
         pipe.held.set(n);
@@ -172,4 +190,57 @@ pub async fn pump(from: &TcpStream, to: &TcpStream, act: &Activity) -> std::io::
             pipe.grow();
         }
     }
+}
+
+/// `from` ended: half close `to`, unless the other pump ended first.
+fn end(to: &TcpStream, act: &Activity) {
+    if !act.ended.swap(true, Ordering::AcqRel) {
+        let _ = nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+    }
+}
+
+/// The size of the copied first piece; a fuller read goes on by splice.
+const FIRST: usize = 16 * 1024;
+
+thread_local! {
+    static FIRST_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; FIRST]);
+}
+
+/// Copy one read's worth from `from` to `to` through the thread's
+/// buffer: the bytes read (0: `from` ended). What `to` does not take at
+/// once (rare: its buffer is empty this early) is written from a copy.
+async fn copy_first(from: &TcpStream, to: &TcpStream) -> std::io::Result<usize> {
+    use std::io::ErrorKind::WouldBlock;
+    // Readiness first: a fresh upstream has none, so this waits without
+    // a read that could only fail with EAGAIN.
+    let (n, rest) = loop {
+        from.readable().await?;
+        let r = FIRST_BUF.with_borrow_mut(|b| -> std::io::Result<(usize, Vec<u8>)> {
+            let n = from.try_read(b)?;
+            let mut w = 0;
+            while w < n {
+                match to.try_write(&b[w..n]) {
+                    Ok(k) => w += k,
+                    Err(e) if e.kind() == WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok((n, b[w..n].to_vec()))
+        });
+        match r {
+            Err(e) if e.kind() == WouldBlock => {}
+            Err(e) => return Err(e),
+            Ok(v) => break v,
+        }
+    };
+    let mut off = 0;
+    while off < rest.len() {
+        to.writable().await?;
+        match to.try_write(&rest[off..]) {
+            Ok(k) => off += k,
+            Err(e) if e.kind() == WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }

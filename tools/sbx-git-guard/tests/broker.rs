@@ -223,16 +223,21 @@ fn layout(dir: &Path) -> PathBuf {
     git
 }
 
-/// A broker for `dir`'s layout, listening, and an empty repository owned
-/// by uid 1000.
-fn listening(dir: &Path, git: &Path) -> (Broker, PathBuf) {
-    let broker = Broker(serve(dir, git));
+/// Up to 2 s for the broker to listen on `dir`/s.sock.
+fn wait_for_socket(dir: &Path) {
     for _ in 0..200 {
         if dir.join("s.sock").exists() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// A broker for `dir`'s layout, listening, and an empty repository owned
+/// by uid 1000.
+fn listening(dir: &Path, git: &Path) -> (Broker, PathBuf) {
+    let broker = Broker(serve(dir, git));
+    wait_for_socket(dir);
     let repo = dir.join("repo");
     std::fs::create_dir(&repo).unwrap();
     Command::new("chown")
@@ -690,12 +695,7 @@ fn the_kept_stash_record_outlives_the_container() {
     let args = [OsStr::new("--keep"), keep.as_os_str()];
     let up = || {
         let b = Broker(serve_with(dir, &git, &args));
-        for _ in 0..200 {
-            if dir.join("s.sock").exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_for_socket(dir);
         b
     };
     let send = |ids: &str| {

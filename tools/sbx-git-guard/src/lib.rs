@@ -7,6 +7,7 @@ pub mod argv;
 pub mod broker;
 pub mod hookenv;
 pub mod hooks;
+pub mod index;
 pub mod keys;
 pub mod options_gen;
 pub mod policy;
@@ -936,6 +937,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             filters_send_pack: false,
             repo: None,
             routable: false,
+            builds_tree: false,
         },
     )
 }

@@ -53,6 +53,11 @@ pub fn make_root(socket_dir: &Path, gid: u32) -> std::io::Result<PathBuf> {
         )));
     }
     if nix::unistd::geteuid().is_root() {
+        // The image makes it so; a broker without CAP_CHOWN (the
+        // sandbox's) can only check.
+        if (m.uid(), m.gid(), m.mode() & 0o7777) == (0, gid, 0o1770) {
+            return Ok(root);
+        }
         std::os::unix::fs::lchown(&root, Some(0), Some(gid))?;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o1770))?;
     } else {

@@ -479,6 +479,11 @@ fn make_set_for(mut m: &UnixStream) -> bool {
 /// This session's channel to the root process (set in its git's process).
 static MAKER: std::sync::OnceLock<UnixStream> = std::sync::OnceLock::new();
 
+/// Is this a broker's runner (git's process-to-be)?
+pub fn in_session() -> bool {
+    MAKER.get().is_some()
+}
+
 /// Ask the broker's root process to make the directory of hook set `set`:
 /// whether it did; None outside a broker's session.
 pub fn ask_for_set(set: u32) -> Option<bool> {

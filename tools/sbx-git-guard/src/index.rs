@@ -1,12 +1,15 @@
 //! The index a commit is built from, out of the agent's reach. `git
-//! commit` (and `merge`, `am`) re-reads its index file by path after the
-//! pre-commit hook (pre-merge-commit, pre-applypatch) ran, and builds the
-//! commit's tree from what it reads then: a file renamed over `.git/index`
-//! between the hook's own `git diff --cached` and that re-read was
-//! committed unseen. So the broker's git process runs such a command on a
-//! private copy (`GIT_INDEX_FILE`) in a directory only git's group can
-//! enter, holding the real index's lock meanwhile, and puts the copy back
-//! as the index once git is done, as git would have left it.
+//! commit` (and `am`, after pre-applypatch) re-reads its index file by path
+//! after the pre-commit hook ran, and builds the commit's tree from what it
+//! reads then: a file renamed over `.git/index` between the hook's own `git
+//! diff --cached` and that re-read was committed unseen; so was one renamed
+//! between the pre-commit the guard runs before a sequencer `--continue`
+//! and git's read. (`git merge` commits the tree it merged before
+//! pre-merge-commit, whatever it re-reads.) So the broker's git process
+//! runs such a command on a private copy (`GIT_INDEX_FILE`) in a directory
+//! only git's group can enter, holding the real index's lock meanwhile,
+//! and puts the copy back as the index once git is done, as git would have
+//! left it.
 //!
 //! git's own lock on the copy (`index.lock`, for `commit -a`, `--include`,
 //! `--interactive`) is in that directory too. A partial commit (`git commit
@@ -72,20 +75,13 @@ pub fn needed(allow: &Allow) -> bool {
     if !allow.builds_tree {
         return false;
     }
-    let Some(trusted) = allow
-        .env
-        .iter()
-        .find(|(k, _)| k == crate::hooks::TRUSTED_ENV)
-        .map(|(_, v)| PathBuf::from(v))
-    else {
+    let Some((_, trusted)) = &allow.pin else {
         return false;
     };
-    ["pre-commit", "pre-merge-commit", "pre-applypatch"]
-        .iter()
-        .any(|h| {
-            std::fs::metadata(trusted.join(h))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    ["pre-commit", "pre-applypatch"].iter().any(|h| {
+        std::fs::metadata(trusted.join(h))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// The index file git would use: `$GIT_INDEX_FILE` (its first value, as
@@ -244,6 +240,18 @@ fn run_on(real: &Path, allow: &Allow, index: &Path, copy: &Path, dir: &Path) -> 
                 index.display()
             ));
             return Exit::WrapperFailed.code();
+        }
+    }
+    // A sequencer `--continue`: pre-commit on the copy (see
+    // `crate::precommit_first`), which git then commits from.
+    if allow.precommit_first {
+        let mut on_copy = allow.clone();
+        on_copy.env.retain(|(k, _)| k != "GIT_INDEX_FILE");
+        on_copy.env.push(("GIT_INDEX_FILE".into(), copy.into()));
+        if let Err(b) = crate::precommit_first(real, &on_copy) {
+            crate::record_block(&allow.args, &b);
+            output::error(&b.message());
+            return Exit::Denied.code();
         }
     }
     // A split index reads its shared part from the git dir at each read,

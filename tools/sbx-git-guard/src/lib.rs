@@ -471,7 +471,11 @@ pub(crate) fn decide_and_prepare(
         allow.env.push(("SBX_CONFIG".into(), c.into()));
     }
     allow.env = broker::loader_free(allow.env);
-    precommit_first(real, &allow)?;
+    // In a broker's runner on a private index, pre-commit runs on the copy
+    // git will commit from (`index::run_private`), not here.
+    if !(broker::in_session() && index::needed(&allow)) {
+        precommit_first(real, &allow)?;
+    }
     Ok(allow)
 }
 

@@ -858,7 +858,17 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         return Exit::WrapperFailed.code();
     }
     if let Some(why) = crate::index::partial_commit(name, &req.env) {
-        output::error(&format!("git broker: {name}: {why}; the hook was not run"));
+        let b = Block {
+            rule: crate::rules::R::UnverifiedCommit.name(),
+            reason: format!("{why}; the hook was not run"),
+        };
+        let agent = req
+            .env
+            .iter()
+            .find(|(k, _)| k == "SBX_AGENT")
+            .map(|(_, v)| v.to_string_lossy().into_owned());
+        crate::record_block_for(&req.args, &b, Some(agent.as_deref().unwrap_or("unknown")));
+        output::error(&format!("git broker: {}", b.message()));
         return Exit::Denied.code();
     }
     if let Some(why) = husky_off_switch(&req.env, dir.as_fd()) {

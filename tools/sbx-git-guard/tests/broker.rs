@@ -787,6 +787,8 @@ fn an_index_swapped_after_a_continues_pre_commit_is_not_committed() {
 fn a_partial_commit_is_refused_and_a_hooks_own_staging_is_kept() {
     let Some(o) = in_a_new_repo(&format!(
         "{SWAP_SETUP} && git commit -qm two -- b; echo partial=$?; \
+         echo audited=$(grep -c 'unverified-commit.*a partial commit' \
+           \"$(dirname \"$SBX_GIT_BROKER\")/audit.jsonl\"); \
          git log -1 --format=subject=%s; \
          printf '#!/bin/sh\\ngit add fixed\\n' > .git/hooks/pre-commit && echo f > fixed && \
          git commit -qm three && git log -1 --format=subject=%s && git cat-file -e HEAD:fixed && \
@@ -798,6 +800,10 @@ fn a_partial_commit_is_refused_and_a_hooks_own_staging_is_kept() {
     };
     let out = text(&o);
     assert!(out.contains("partial=1"), "{out}");
+    assert!(
+        out.contains("audited=1"),
+        "the refusal is in the audit log: {out}"
+    );
     assert!(out.contains("a partial commit"), "{out}");
     assert!(out.contains("subject=one"), "{out}");
     assert!(

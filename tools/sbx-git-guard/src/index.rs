@@ -1,11 +1,11 @@
 //! The index a commit is built from, out of the agent's reach. `git
-//! commit` (and `am`, after pre-applypatch) re-reads its index file by path
-//! after the pre-commit hook ran, and builds the commit's tree from what it
-//! reads then: a file renamed over `.git/index` between the hook's own `git
-//! diff --cached` and that re-read was committed unseen; so was one renamed
-//! between the pre-commit the guard runs before a sequencer `--continue`
-//! and git's read. (`git merge` commits the tree it merged before
-//! pre-merge-commit, whatever it re-reads.) So the broker's git process
+//! commit` re-reads its index file by path after the pre-commit hook ran,
+//! and builds the commit's tree from what it reads then: a file renamed
+//! over `.git/index` between the hook's own `git diff --cached` and that
+//! re-read was committed unseen; so was one renamed between the pre-commit
+//! the guard runs before a sequencer `--continue` and git's read. (`git
+//! merge` commits the tree it merged before pre-merge-commit, and `git am`
+//! the index it holds in memory, whatever either re-reads.) So the broker's git process
 //! runs such a command on a private copy (`GIT_INDEX_FILE`) in a directory
 //! only git's group can enter, holding the real index's lock meanwhile,
 //! and puts the copy back as the index once git is done, as git would have
@@ -78,10 +78,8 @@ pub fn needed(allow: &Allow) -> bool {
     let Some((_, trusted)) = &allow.pin else {
         return false;
     };
-    ["pre-commit", "pre-applypatch"].iter().any(|h| {
-        std::fs::metadata(trusted.join(h))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    std::fs::metadata(trusted.join("pre-commit"))
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The index file git would use: `$GIT_INDEX_FILE` (its first value, as

@@ -5,6 +5,9 @@
 # for a command the steps did not judge. Interleaved (bench/interleave.py),
 # as uid 1000 with the broker's group, like git's children in a sandbox.
 # Needs root (the broker). GUARD=path picks the build (default: release).
+# BASE_GUARD=path adds a broker of another build (its sbx-git-client beside
+# it) and its commit with the hook, commit-hook-base, to the same run: what
+# a change to the broker adds to a commit.
 # Usage: bench/hook-broker.sh [RUNS]
 set -euo pipefail
 RUNS=${1:-300}
@@ -12,7 +15,8 @@ GUARD=${GUARD:-$PWD/target/release/sbx-git-guard}
 IL=$PWD/bench/interleave.py
 GID=2575
 TMP=$(mktemp -d /tmp/sbx-hook-bench.XXXXXX)
-trap 'kill "$BROKER" 2>/dev/null || true; rm -rf "$TMP"' EXIT
+BASE_BROKER=
+trap 'kill "$BROKER" $BASE_BROKER 2>/dev/null || true; rm -rf "$TMP"' EXIT
 chmod 755 "$TMP"
 install -d -m 0700 "$TMP/libexec"
 install -m 0711 /usr/bin/git "$TMP/libexec/git"
@@ -20,6 +24,17 @@ install -m 0711 /usr/bin/git "$TMP/libexec/git"
 env -i SBX_AUDIT_LOG="$TMP/audit.jsonl" "$GUARD" serve --socket "$TMP/s.sock" \
   --git "$TMP/libexec/git" --group "$GID" 2>"$TMP/broker.log" &
 BROKER=$!
+BASE=()
+if [ -n "${BASE_GUARD:-}" ]; then
+  install -d -m 0755 "$TMP/base"
+  env -i SBX_AUDIT_LOG="$TMP/audit.jsonl" "$BASE_GUARD" serve --socket "$TMP/base/s.sock" \
+    --git "$TMP/libexec/git" --group "$GID" 2>"$TMP/base-broker.log" &
+  BASE_BROKER=$!
+  "$BASE_GUARD" install-hooks "$(dirname "$(readlink -f "$BASE_GUARD")")/.sbx-git-hooks"
+  install -d -m 0755 "$TMP/bbin"
+  ln -s "$(dirname "$(readlink -f "$BASE_GUARD")")/sbx-git-client" "$TMP/bbin/git"
+  BASE=("commit-hook-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/with commit -q --allow-empty -m x")
+fi
 for _ in $(seq 100); do [ -S "$TMP/s.sock" ] && break; sleep 0.02; done
 install -d -m 0755 "$TMP/hooks" "$TMP/step" "$TMP/w"
 printf '#!/bin/sh\nexit 0\n' > "$TMP/hooks/pre-commit"; chmod 755 "$TMP/hooks/pre-commit"
@@ -52,4 +67,5 @@ setpriv --reuid=1000 --regid="$GID" --clear-groups -- env -i PATH=/usr/bin:/bin 
   "git-commit-no-hook=HOME=$TMP/w /usr/bin/git -C $TMP/without commit -q --allow-empty -m x" \
   "commit-no-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/without commit -q --allow-empty -m x" \
   "git-commit-hook=HOME=$TMP/w /usr/bin/git -C $TMP/with commit -q --allow-empty -m x" \
-  "commit-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/with commit -q --allow-empty -m x"
+  "commit-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/with commit -q --allow-empty -m x" \
+  "${BASE[@]}"

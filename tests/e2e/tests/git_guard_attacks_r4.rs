@@ -47,14 +47,18 @@ fn repo() -> Repo {
     repo
 }
 
-/// Waits for the pre-commit hook's own git to read the index (inotify on
-/// .git, once the hook runs), then renames `.git/B` over the index: git
-/// commit re-reads the index after pre-commit and commits that.
+/// `python3 .race.py SRC TARGET`: waits for the pre-commit hook's own git
+/// to read TARGET (inotify on its directory, once the hook runs), then
+/// renames SRC over it: git commit re-reads its index after pre-commit and
+/// commits that. A hook that never reads TARGET (git commits from a
+/// private index) gets the rename after 5 s anyway.
 const RACER: &str = r#"
-import ctypes, os, struct, sys, time
+import ctypes, os, select, struct, sys, time
+src, target = sys.argv[1], sys.argv[2]
 libc = ctypes.CDLL(None, use_errno=True)
 fd = libc.inotify_init()
-wd = libc.inotify_add_watch(fd, b".git", 0x10)  # IN_CLOSE_NOWRITE
+wd = libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), 0x10)  # IN_CLOSE_NOWRITE
+name = os.path.basename(target).encode()
 def hook_running():
     for p in os.listdir('/proc'):
         if p.isdigit():
@@ -76,15 +80,18 @@ try:
 except BlockingIOError:
     pass
 os.set_blocking(fd, True)
-while True:
+t0 = time.time()
+while time.time() - t0 < 5:
+    if not select.select([fd], [], [], 0.1)[0]:
+        continue
     buf, i, hit = os.read(fd, 4096), 0, False
     while i < len(buf):
         _, _, _, n = struct.unpack_from('iIII', buf, i)
-        hit |= buf[i + 16:i + 16 + n].rstrip(b'\0') == b'index'
+        hit |= buf[i + 16:i + 16 + n].rstrip(b'\0') == name
         i += 16 + n
     if hit:
-        os.rename('.git/B', '.git/index')
         break
+os.rename(src, target)
 "#;
 
 struct Sandbox {
@@ -164,24 +171,85 @@ fn a_stash_from_another_repository_cannot_be_cherry_picked_onto_main() {
 
 /// git commit re-reads the index after pre-commit and commits that: the
 /// agent swapping the index between the hook's own `git diff --cached`
-/// and that re-read commits what the hook never saw.
-///
-/// Ignored: no fix yet; the step that runs pre-commit would have to give
-/// the hook an index nobody else can write and the reference-transaction
-/// step check that the commit's tree is that index's (see the report).
+/// and that re-read committed what the hook never saw. The broker now runs
+/// the commit on a private copy of the index (sbx-git-guard's index.rs).
 #[test]
-#[ignore = "hole: the index swapped between pre-commit and git's re-read (fix in hooks.rs)"]
 fn the_index_swapped_after_pre_commit_is_not_committed() {
     let Some(sb) = Sandbox::start() else { return };
     let o = sb.agent(
         "git remote add origin /workspace/gattack4/remote.git && \
          echo MARKER > a && git add a && cp .git/index .git/B && git reset -q && \
          echo ok > b && git add b && \
-         { python3 .race.py & } && sleep 0.5 && git commit -qm 'JIRA-2 swapped'; \
+         { python3 .race.py .git/B .git/index & } && sleep 0.5 && git commit -qm 'JIRA-2 swapped'; \
          wait; git push -q origin main; true",
     );
     assert!(o.status.code().is_some(), "{}", text(&o));
     sb.clean("the index swapped after pre-commit");
+}
+
+/// The same swap in every place git reads the index from after
+/// pre-commit: `commit -a` (git's own `.git/index.lock`), `--amend`, an
+/// index named by `GIT_INDEX_FILE`, and a `.git/index` that is a symlink
+/// (its target renamed over). A partial commit (`commit <paths>`), whose
+/// second index git keeps in the git dir, is refused whole.
+#[test]
+fn the_index_swapped_in_every_form_is_not_committed() {
+    let Some(sb) = Sandbox::start() else { return };
+    let o = sb.agent("git remote add origin /workspace/gattack4/remote.git");
+    assert!(o.status.success(), "{}", text(&o));
+    for (n, (what, prep, target, commit, after)) in [
+        (
+            "-a",
+            "true",
+            ".git/index.lock",
+            "git commit -qam 'JIRA-2 all'",
+            // The racer's late rename (git locked its private copy instead).
+            "rm -f .git/index.lock",
+        ),
+        (
+            "--amend",
+            "true",
+            ".git/index",
+            "git commit -q --amend -m 'JIRA-3 amend'",
+            "true",
+        ),
+        (
+            "GIT_INDEX_FILE",
+            "cp .git/index idx",
+            "idx",
+            "GIT_INDEX_FILE=$PWD/idx git commit -qm 'JIRA-4 env'",
+            "rm -f idx",
+        ),
+        (
+            "a symlinked index",
+            "mv .git/index idx2 && ln -s ../idx2 .git/index",
+            "idx2",
+            "git commit -qm 'JIRA-5 link'",
+            "rm -f .git/index && mv idx2 .git/index",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = sb.agent(&format!(
+            "rm -f .git/B; echo MARKER > a && git add a && cp .git/index .git/B && git reset -q && \
+             git checkout -q -- a && echo {n} > b && git add b && {prep} || exit 1; \
+             {{ python3 .race.py .git/B {target} & }}; sleep 0.5; {commit}; echo rc=$?; wait; \
+             {after}; git push -q origin main; git log -1 --format=%s"
+        ));
+        assert!(text(&o).contains("rc=0"), "{what}: {}", text(&o));
+        sb.clean(what);
+    }
+    let o = sb.agent(
+        "echo 9 > b && git add b && git commit -qm 'JIRA-6 partial' -- b; echo rc=$?; \
+         git log -1 --format=%s",
+    );
+    let out = text(&o);
+    assert!(
+        out.contains("rc=1") && out.contains("a partial commit"),
+        "{out}"
+    );
+    assert!(!out.contains("JIRA-6"), "{out}");
 }
 
 /// core.commentChar: git's cleanup drops the lines commit-msg read as

@@ -438,6 +438,13 @@ pub fn serve(
 ) -> Result<ExitCode, BrokerError> {
     let gid = resolve_group(group)?;
     let git_fd = open_git(git)?;
+    // Commits with a pre-commit hook run on a private index there; without
+    // it they are refused (`index::run_private`), other calls work.
+    if let Err(e) = crate::index::make_root(socket.parent().unwrap_or(Path::new("/")), gid) {
+        output::warn(&format!(
+            "private indexes: {e}; commits with a pre-commit hook will fail"
+        ));
+    }
     let exec_path = crate::git_exec_path(&fd_path(git_fd.as_fd()));
     if std::fs::read_to_string("/proc/sys/fs/suid_dumpable").is_ok_and(|s| s.trim() == "1") {
         return Err(BrokerError::Dumpable);
@@ -562,6 +569,11 @@ fn make_set_for(mut m: &UnixStream) -> bool {
 /// This session's channel to the root process (set in its git's process).
 static MAKER: std::sync::OnceLock<UnixStream> = std::sync::OnceLock::new();
 
+/// Is this a broker's runner (git's process-to-be)?
+pub fn in_session() -> bool {
+    MAKER.get().is_some()
+}
+
 /// Ask the broker's root process to make the directory of hook set `set`:
 /// whether it did; None outside a broker's session.
 pub fn ask_for_set(set: u32) -> Option<bool> {
@@ -658,10 +670,14 @@ fn runner(
     };
     let _ = (&taken).write_all(&[1]);
     drop(taken);
-    let record = listener
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_pathname().map(|p| p.with_file_name(RECORD_FILE)));
+    let beside = |name: &str| {
+        listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(|p| p.with_file_name(name)))
+    };
+    let record = beside(RECORD_FILE);
+    let index_root = beside(crate::index::ROOT_NAME);
     drop(listener);
     // The kernel's word, taken before anything the peer sends.
     let peer = match conn.peer() {
@@ -713,7 +729,14 @@ fn runner(
     }
     drop(conn);
     drop(to_session);
-    run_as_peer(&req, fds, prepared, git.as_fd(), exec_path)
+    run_as_peer(
+        &req,
+        fds,
+        prepared,
+        git.as_fd(),
+        exec_path,
+        index_root.as_deref(),
+    )
 }
 
 /// The group git runs with: a name from /etc/group, or a number.
@@ -862,12 +885,13 @@ fn run_as_peer(
     prepared: Result<(), String>,
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
+    index_root: Option<&Path>,
 ) -> ! {
     let code = match prepared {
         Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds),
         Ok(()) => {
             drop(fds);
-            decide_and_exec(req, git, exec_path)
+            decide_and_exec(req, git, exec_path, index_root)
         }
         Err(msg) => {
             // Stdio may not be set up yet: write to the caller's stderr fd.
@@ -922,6 +946,20 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     if let Err(e) = fcntl(&dir, FcntlArg::F_SETFD(FdFlag::empty())) {
         output::error(&format!("git broker: the hooks directory: {e}"));
         return Exit::WrapperFailed.code();
+    }
+    if let Some(why) = crate::index::partial_commit(name, &req.env) {
+        let b = Block {
+            rule: crate::rules::R::UnverifiedCommit.name(),
+            reason: format!("{why}; the hook was not run"),
+        };
+        let agent = req
+            .env
+            .iter()
+            .find(|(k, _)| k == "SBX_AGENT")
+            .map(|(_, v)| v.to_string_lossy().into_owned());
+        crate::record_block_for(&req.args, &b, Some(agent.as_deref().unwrap_or("unknown")));
+        output::error(&format!("git broker: {}", b.message()));
+        return Exit::Denied.code();
     }
     if let Some(why) = husky_off_switch(&req.env, dir.as_fd()) {
         output::error(&format!("git broker: {name}: {why}; the hook was not run"));
@@ -978,7 +1016,12 @@ fn hook_path(env: &[(OsString, OsString)], dir: BorrowedFd<'_>, name: &str) -> P
 }
 
 /// The guard's own decision, made here as the peer, then git by fd.
-fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> u8 {
+fn decide_and_exec(
+    req: &Request,
+    git: BorrowedFd<'_>,
+    exec_path: Option<&OsStr>,
+    index_root: Option<&Path>,
+) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
     let decided = std::panic::catch_unwind(|| decide(req, git, exec_path)).unwrap_or_else(|_| {
         Err(Block {
@@ -1005,6 +1048,13 @@ fn decide_and_exec(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>
     }
     if allow.filters_helper || allow.filters_send_pack {
         return crate::run_filtering_helper(&fd_path(git), &allow);
+    }
+    if crate::index::needed(&allow) {
+        let Some(root) = index_root else {
+            output::error("the broker's socket has no path for private indexes; nothing was run");
+            return Exit::WrapperFailed.code();
+        };
+        return crate::index::run_private(&fd_path(git), &allow, root);
     }
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);
@@ -1074,6 +1124,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                 filters_send_pack: false,
                 repo: None,
                 routable: false,
+                builds_tree: false,
             };
             if cmd == "receive-pack" && crate::in_sandbox() {
                 crate::route_receive_pack(&mut allow)?;

@@ -59,6 +59,7 @@ pub const STRIPPED: &[&str] = &[
     crate::hooks::TRUSTED_ENV,
     crate::hooks::HOOKS_ONLY_ENV,
     crate::hooks::COMMON_ENV,
+    crate::index::DIR_VAR,
 ];
 
 /// Removed by prefix: every `LD_*` (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT),

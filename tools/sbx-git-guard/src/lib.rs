@@ -7,6 +7,7 @@ pub mod argv;
 pub mod broker;
 pub mod hookenv;
 pub mod hooks;
+pub mod index;
 pub mod keys;
 pub mod options_gen;
 pub mod policy;
@@ -477,7 +478,11 @@ pub(crate) fn decide_and_prepare(
         allow.env.push(("SBX_CONFIG".into(), c.into()));
     }
     allow.env = broker::loader_free(allow.env);
-    precommit_first(real, &allow)?;
+    // In a broker's runner on a private index, pre-commit runs on the copy
+    // git will commit from (`index::run_private`), not here.
+    if !(broker::in_session() && index::needed(&allow)) {
+        precommit_first(real, &allow)?;
+    }
     Ok(allow)
 }
 
@@ -943,6 +948,7 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
             filters_send_pack: false,
             repo: None,
             routable: false,
+            builds_tree: false,
         },
     )
 }

@@ -90,6 +90,11 @@ pub struct Allow {
     /// repository has a stash: in a sandbox it is routed whatever the
     /// guard saw, since the repository can be swapped after its look.
     pub routable: bool,
+    /// `commit`, and a sequencer `--continue` that runs
+    /// pre-commit first: git builds the commit's tree from the index it
+    /// reads after the pre-commit hook; a broker runs it on a private index
+    /// (`index::run_private`).
+    pub builds_tree: bool,
 }
 
 impl Allow {
@@ -1326,6 +1331,7 @@ pub fn decide(
         filters_send_pack: false,
         repo: found.clone(),
         routable: false,
+        builds_tree: false,
     };
     let Some(first) = call.args.get(idx) else {
         return Ok(allow(String::new(), false, false));
@@ -1434,6 +1440,7 @@ pub fn decide(
                 || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
         });
     let mut out = allow(command, moves_refs, precommit_first);
+    out.builds_tree = call.settings.block_no_verify && (precommit_first || last == "commit");
     out.routable =
         ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
     pin_expansion(&mut out, &call.args[..idx], &alias_globals, &words);

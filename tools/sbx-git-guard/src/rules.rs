@@ -101,8 +101,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: R::UnverifiedCommit,
         name: "unverified-commit",
-        blocks: "commits no pre-commit hook saw: a branch moved onto a stash or notes commit (or a copy of one); rebase/cherry-pick/revert/am --continue with staged content the pre-commit hook rejects",
-        detail: "a branch moved onto a stash or `git notes` commit (every one the guard saw made, and every one a notes ref reaches) or a new commit with such a tree (reset, merge, cherry-pick, checkout -B, branch -f, fetch into a branch: the guard's reference-transaction step); rebase/cherry-pick/revert/am --continue while the index differs from HEAD, unless the repository's pre-commit hook passes on it first; git am, whose pre-applypatch and applypatch-msg steps run the repository's pre-commit and commit-msg; an automatic merge (merge, pull), whose pre-merge-commit step runs the repository's pre-commit ([git] block-no-verify)",
+        blocks: "commits no pre-commit hook saw: a branch moved onto a stash or notes commit (or a copy of one); rebase/cherry-pick/revert/am --continue with staged content the pre-commit hook rejects; through the broker, a partial commit (commit <paths>, --only) in a repository with pre-commit",
+        detail: "a branch moved onto a stash or `git notes` commit (every one the guard saw made, and every one a notes ref reaches) or a new commit with such a tree (reset, merge, cherry-pick, checkout -B, branch -f, fetch into a branch: the guard's reference-transaction step); rebase/cherry-pick/revert/am --continue while the index differs from HEAD, unless the repository's pre-commit hook passes on it first; git am, whose pre-applypatch and applypatch-msg steps run the repository's pre-commit and commit-msg; an automatic merge (merge, pull), whose pre-merge-commit step runs the repository's pre-commit; through the broker, commit and a --continue run on a private copy of the index (the hook and git's re-read see the copy, not a file renamed over .git/index), and a partial commit, whose second index git keeps in the git dir, is refused ([git] block-no-verify)",
     },
     Rule {
         id: R::ExecOption,

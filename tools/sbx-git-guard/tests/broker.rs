@@ -790,3 +790,133 @@ fn a_stash_from_another_repository_reaches_no_branch() {
     assert!(out.contains("pick=1"), "{out}");
     assert!(!out.contains("HEAD:f"), "MARKER on the branch: {out}");
 }
+
+/// The repository for the index-swap attacks: `one` committed, `a=MARKER`
+/// staged in `.git/B` (a copy of the index), `b=ok` staged in the index,
+/// and a pre-commit that refuses staged MARKER, then says it has checked
+/// (`sig/checked`) and waits (up to 5 s) for the racer's `sig/swapped`.
+const SWAP_SETUP: &str = "echo 1 > a && git add a && git commit -qm one && \
+    echo MARKER > a && git add a && cp .git/index .git/B && git reset -q && \
+    git checkout -q -- a && echo ok > b && git add b && mkdir sig && \
+    printf '#!/bin/sh\\nif git diff --cached | grep -q MARKER; then exit 1; fi\\n\
+touch sig/checked\\nn=0; while [ ! -e sig/swapped ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done\\n' \
+    > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit";
+
+/// The agent renames the bad index over `target` once pre-commit has
+/// checked the good one, while `commit` runs; then what was committed.
+fn swap_race(prep: &str, target: &str, commit: &str) -> Option<String> {
+    let o = in_a_new_repo(&format!(
+        "{SWAP_SETUP} && {prep} || exit 1; \
+         {{ n=0; while [ ! -e sig/checked ] && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done; \
+            mv .git/B {target}; touch sig/swapped; }} & \
+         {commit}; echo rc=$?; wait; git log -1 --format=subject=%s; \
+         git grep -q MARKER HEAD -- && echo COMMITTED-MARKER; \
+         git cat-file -e HEAD:b && echo has-b; true"
+    ))?;
+    Some(text(&o))
+}
+
+/// git commit re-reads its index after pre-commit and builds the tree
+/// from that: the agent renaming another index over it once the hook had
+/// read the good one committed what no hook saw. Through the broker git
+/// commits from a private copy of the index that only git's group can
+/// reach, so the rename changes nothing: not while the hook runs, not with
+/// `-a` (git's own `index.lock`), `--amend`, an index named by
+/// `GIT_INDEX_FILE`, or a `.git/index` that is a symlink.
+#[test]
+fn an_index_swapped_after_pre_commit_is_not_what_is_committed() {
+    for (what, prep, target, commit) in [
+        ("plain", "true", ".git/index", "git commit -qm two"),
+        ("-a", "true", ".git/index.lock", "git commit -qam two"),
+        (
+            "--amend",
+            "true",
+            ".git/index",
+            "git commit -q --amend -m two",
+        ),
+        (
+            "GIT_INDEX_FILE",
+            "cp .git/index idx",
+            "idx",
+            "GIT_INDEX_FILE=$PWD/idx git commit -qm two",
+        ),
+        (
+            "a symlinked index",
+            "mv .git/index idx2 && ln -s ../idx2 .git/index",
+            "idx2",
+            "git commit -qm two",
+        ),
+    ] {
+        let Some(out) = swap_race(prep, target, commit) else {
+            return;
+        };
+        assert!(!out.contains("COMMITTED-MARKER"), "{what}: {out}");
+        assert!(
+            out.contains("rc=0") && out.contains("subject=two") && out.contains("has-b"),
+            "{what}: the good commit: {out}"
+        );
+    }
+}
+
+/// `rebase --continue` after an `edit` with staged changes commits them
+/// without pre-commit, so the guard runs pre-commit first; the index
+/// renamed over after that run and before git's read (the work tree made
+/// to match it) was committed. Now the hook runs on the private copy git
+/// then commits from (the work tree then differs from it: git stops).
+#[test]
+fn an_index_swapped_after_a_continues_pre_commit_is_not_committed() {
+    let Some(o) = in_a_new_repo(&format!(
+        "echo 1 > a && git add a && git commit -qm one && echo 2 > c && git add c && \
+         git commit -qm two && GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -qi HEAD~1 && \
+         {} || exit 1; {{ n=0; while [ ! -e sig/checked ] && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done; \
+           mv .git/B .git/index; echo MARKER > a; touch sig/swapped; }} & \
+         GIT_EDITOR=true git rebase --continue; echo rc=$?; wait; git log -1 --format=subject=%s; \
+         git grep -q MARKER HEAD -- && echo COMMITTED-MARKER; git cat-file -e HEAD:b && echo has-b; true",
+        SWAP_SETUP
+            .split_once(" && echo MARKER")
+            .map(|(_, rest)| format!("echo MARKER{rest}"))
+            .unwrap()
+    )) else {
+        return;
+    };
+    let out = text(&o);
+    assert!(!out.contains("COMMITTED-MARKER"), "{out}");
+}
+
+/// A partial commit (`git commit <paths>`) builds its tree from a second
+/// index in the git dir, which the agent can rename over: its pre-commit
+/// is refused with a way out, and nothing is committed. A hook that stages
+/// a file itself (lint-staged) still has it committed and in the index
+/// after, and a repository without an index yet commits through the copy.
+#[test]
+fn a_partial_commit_is_refused_and_a_hooks_own_staging_is_kept() {
+    let Some(o) = in_a_new_repo(&format!(
+        "{SWAP_SETUP} && git commit -qm two -- b; echo partial=$?; \
+         echo audited=$(grep -c 'unverified-commit.*a partial commit' \
+           \"$(dirname \"$SBX_GIT_BROKER\")/audit.jsonl\"); \
+         git log -1 --format=subject=%s; \
+         printf '#!/bin/sh\\ngit add fixed\\n' > .git/hooks/pre-commit && echo f > fixed && \
+         git commit -qm three && git log -1 --format=subject=%s && git cat-file -e HEAD:fixed && \
+         git diff --cached --quiet && echo index-kept && ls .git | grep -c lock; \
+         mkdir fresh && cd fresh && git init -q && git config user.name a && git config user.email a@b && cp ../.git/hooks/pre-commit .git/hooks/ && \
+         echo f > fixed && git commit -qm first && git ls-files"
+    )) else {
+        return;
+    };
+    let out = text(&o);
+    assert!(out.contains("partial=1"), "{out}");
+    assert!(
+        out.contains("audited=1"),
+        "the refusal is in the audit log: {out}"
+    );
+    assert!(out.contains("a partial commit"), "{out}");
+    assert!(out.contains("subject=one"), "{out}");
+    assert!(
+        out.contains("subject=three") && out.contains("index-kept"),
+        "{out}"
+    );
+    assert!(
+        out.contains("index-kept\n0\nfixed\n"),
+        "no lock left: {out}"
+    );
+}

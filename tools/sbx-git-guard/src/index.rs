@@ -36,8 +36,11 @@ use crate::policy::Allow;
 pub const DIR_VAR: &str = "SBX_GUARD_INDEX_DIR";
 
 /// The private indexes' directory, beside the broker's socket
-/// (`/run/sbx-git/index` in the sandbox): root's, mode 01770, group
-/// `sbx-git`, so the agent's own processes cannot enter it.
+/// (`/run/sbx-git/index` in the sandbox): root's, mode 01730, group
+/// `sbx-git`, so the agent's own processes cannot enter it, and git's
+/// group can make a directory in it but not list it: the copy's name is
+/// its secret (git run through the broker can be made to list any
+/// directory it can read, `git init` there and `git status -uall`).
 pub const ROOT_NAME: &str = "index";
 
 /// The broker's root process, at start: make (or fix) [`ROOT_NAME`]
@@ -58,11 +61,11 @@ pub fn make_root(socket_dir: &Path, gid: u32) -> std::io::Result<PathBuf> {
     if nix::unistd::geteuid().is_root() {
         // The image makes it so; a broker without CAP_CHOWN (the
         // sandbox's) can only check.
-        if (m.uid(), m.gid(), m.mode() & 0o7777) == (0, gid, 0o1770) {
+        if (m.uid(), m.gid(), m.mode() & 0o7777) == (0, gid, 0o1730) {
             return Ok(root);
         }
         std::os::unix::fs::lchown(&root, Some(0), Some(gid))?;
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o1770))?;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o1730))?;
     } else {
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
     }

@@ -920,3 +920,29 @@ fn a_partial_commit_is_refused_and_a_hooks_own_staging_is_kept() {
         "no lock left: {out}"
     );
 }
+
+/// The private copy's name is its only secret from git's group: the agent
+/// had the broker's git `git init` the copies' directory and list it
+/// (`git status -uall`), which named the copy, then staged into it with
+/// `GIT_INDEX_FILE` while pre-commit ran: committed unseen. The directory
+/// is not readable by git's group now.
+#[test]
+fn the_private_index_cannot_be_found_through_the_broker() {
+    let Some(o) = in_a_new_repo(&format!(
+        "{SWAP_SETUP} || exit 1; \
+         {{ n=0; while [ ! -e sig/checked ] && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done; \
+            R=$(dirname \"$SBX_GIT_BROKER\")/index; W=$PWD; git init -q $R; \
+            r=$(git -c safe.directory='*' -C $R status --porcelain -uall 2>&1); echo \"listed=$r\"; \
+            p=$R/$(echo \"$r\" | grep -o '[0-9a-f]*/index$' | head -1); cd $W; \
+            echo MARKER > a; GIT_INDEX_FILE=$p git add a; git checkout -q -- a 2>/dev/null; \
+            touch sig/swapped; }} & \
+         git commit -qm two; echo rc=$?; wait; git log -1 --format=subject=%s; \
+         git grep -q MARKER HEAD -- && echo COMMITTED-MARKER; true"
+    )) else {
+        return;
+    };
+    let out = text(&o);
+    assert!(!out.contains("COMMITTED-MARKER"), "{out}");
+    assert!(!out.contains("/index\n"), "the copy was listed: {out}");
+    assert!(out.contains("rc=0") && out.contains("subject=two"), "{out}");
+}

@@ -121,7 +121,6 @@ fn a_branch_cannot_be_made_a_symbolic_ref_to_the_stash_or_notes() {
 /// as a tag first, the remote's own step skips it the same way and
 /// `push origin t:main` is a plain fast-forward there.
 #[test]
-#[ignore = "hole: a tag on the stash commit hides it from the move check (--not --tags in hooks.rs refuse_stash_copies)"]
 fn a_tag_does_not_hide_a_stash_commit() {
     let Some(sb) = Sandbox::start() else { return };
     sb.agent("git remote add origin /workspace/gattack5/remote.git");

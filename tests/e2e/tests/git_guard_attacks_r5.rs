@@ -209,6 +209,27 @@ const REFUSED: &[&str] = &[
      git branch -q big 'stash@{0}'",
     "echo MARKER > a && git stash -q && s=$(git rev-parse stash@{0}) && for i in $(seq 1 3000); do git tag t$i HEAD; done && \
      git fetch -q . \"refs/tags/*:refs/tags/*\" $s:refs/heads/big",
+    // More routes onto the stash.
+    "mkdir -p /tmp/h && printf '#!/bin/sh\\nexit 0\\n' > /tmp/h/pre-commit && chmod +x /tmp/h/pre-commit && \
+     git config core.hooksPath /tmp/h; echo MARKER > a && git commit -qam x",
+    "echo MARKER > a && git stash -q && git worktree add -q -b w /tmp/w5 'stash@{0}'",
+    "echo MARKER > a && git stash -q && git checkout -q --detach 'stash@{0}' && git branch -f evil HEAD",
+    "echo MARKER > a && git stash -q && git merge -q --no-ff --no-edit 'stash@{0}'",
+    "echo MARKER > a && git add a && git stash -q && git cherry-pick 'stash@{0}^2'",
+    "echo MARKER > a && git stash -q && git commit -q --allow-empty -m two && git rebase -q --onto 'stash@{0}' HEAD~1",
+    "echo MARKER > a && git add a && git stash -q && i=$(git rev-parse 'stash@{0}^2') && \
+     echo x > b && git add b && git commit -qm b && \
+     GIT_SEQUENCE_EDITOR=\"sed -i '1i pick $i'\" git rebase -qi HEAD~1",
+    "echo MARKER > a && git stash -q && git bundle create -q /tmp/s.bundle refs/stash && \
+     git fetch -q /tmp/s.bundle refs/stash:refs/heads/b",
+    "echo MARKER > a && git stash -q && git symbolic-ref -qm r refs/heads/e refs/stash",
+    "echo MARKER > a && git stash -q && git symbolic-ref refs/tags/s refs/heads/main && \
+     git update-ref refs/tags/s 'stash@{0}'",
+    "echo MARKER > a && git stash -q && git clone -q --bare . /tmp/bare5 && \
+     git -C /tmp/bare5 fetch -q /workspace/gattack5 refs/stash:refs/heads/s && \
+     git -C /tmp/bare5 push -q /workspace/gattack5/remote.git s:refs/heads/main",
+    "echo MARKER > a && git stash -q && git remote set-head origin main && \
+     git symbolic-ref refs/remotes/origin/HEAD refs/stash && git branch evil origin/HEAD",
     // The repository's refs moved to reftable, then the stash.
     "git refs migrate --ref-format=reftable 2>/dev/null; echo MARKER > a && git stash -q && git reset -q --hard 'stash@{0}'",
     // A worktree's stash and branch.

@@ -139,6 +139,55 @@ fn a_tag_does_not_hide_a_stash_commit() {
     }
 }
 
+/// A stash's change merged into a file that the branch has changed since
+/// (`cherry-pick -m 1` of the stash, or a pick of its index commit) is
+/// committed in-process by the sequencer, with no pre-commit, and has
+/// neither the stash's id, nor its tree, nor its blob: the step compares
+/// whole blobs, and the 3-way merge made a new one. A fix would compare
+/// the lines a new commit adds with the lines stash commits added (or run
+/// pre-commit on the sequencer's in-process commits).
+#[test]
+#[ignore = "hole: a stash's change 3-way merged into a moved file has a new blob (hooks.rs refuse_stash_copies compares whole blobs)"]
+fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
+    let Some(sb) = Sandbox::start() else { return };
+    sb.agent(
+        "git remote add origin /workspace/gattack5/remote.git && \
+         printf '1\\n2\\n3\\n4\\n5\\n' > a && git commit -qam five && git push -q origin main",
+    );
+    let mut landed = Vec::new();
+    for attack in [
+        "sed -i 1s/.*/MARKER/ a && git stash -q && sed -i 5s/.*/five/ a && git commit -qam five2 && \
+         git cherry-pick -m 1 $(git rev-parse 'stash@{0}'); git push -q origin main",
+        "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && sed -i 5s/.*/five/ a && \
+         git commit -qam five2 && git cherry-pick $(git rev-parse 'stash@{0}^2'); git push -q origin main",
+    ] {
+        let base = sb.repo.git(&[
+            "-c",
+            "safe.directory=*",
+            "-C",
+            "remote.git",
+            "rev-parse",
+            "main",
+        ]);
+        let o = sb.agent(attack);
+        let m = sb.marked();
+        if !m.is_empty() {
+            landed.push(format!("{attack}\n  -> {m}\n{}", text(&o)));
+        }
+        sb.repo.git(&[
+            "-c",
+            "safe.directory=*",
+            "-C",
+            "remote.git",
+            "update-ref",
+            "refs/heads/main",
+            base.trim(),
+        ]);
+        sb.reset();
+    }
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+}
+
 /// Attacks that are refused (regression cases): each leaves no MARKER on
 /// a branch or the remote.
 #[test]
@@ -230,6 +279,12 @@ const REFUSED: &[&str] = &[
      git -C /tmp/bare5 push -q /workspace/gattack5/remote.git s:refs/heads/main",
     "echo MARKER > a && git stash -q && git remote set-head origin main && \
      git symbolic-ref refs/remotes/origin/HEAD refs/stash && git branch evil origin/HEAD",
+    // The revert of a commit made on top of the stash that took its line
+    // out, onto a branch that changed the file since.
+    "printf '1\\n2\\n3\\n4\\n5\\n' > a && git commit -qam five && \
+     sed -i 1s/.*/MARKER/ a && git stash -q && git checkout -q --detach 'stash@{0}' && \
+     sed -i 1d a && git commit -qam out && r=$(git rev-parse HEAD) && git checkout -q main && \
+     sed -i 5s/.*/five/ a && git commit -qam five2 && git revert --no-edit $r; git push -q origin main",
     // The repository's refs moved to reftable, then the stash.
     "git refs migrate --ref-format=reftable 2>/dev/null; echo MARKER > a && git stash -q && git reset -q --hard 'stash@{0}'",
     // A worktree's stash and branch.

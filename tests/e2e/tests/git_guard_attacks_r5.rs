@@ -140,7 +140,8 @@ fn a_tag_does_not_hide_a_stash_commit() {
 }
 
 /// A stash's change merged into a file that the branch has changed since
-/// (`cherry-pick -m 1` of the stash, or a pick of its index commit) is
+/// (`cherry-pick -m 1` of the stash, a cherry-pick of its index commit,
+/// or a `pick` of it added to a `rebase -i` todo) is
 /// committed in-process by the sequencer, with no pre-commit, and has
 /// neither the stash's id, nor its tree, nor its blob: the step compares
 /// whole blobs, and the 3-way merge made a new one. A fix would compare
@@ -160,6 +161,9 @@ fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
          git cherry-pick -m 1 $(git rev-parse 'stash@{0}'); git push -q origin main",
         "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && sed -i 5s/.*/five/ a && \
          git commit -qam five2 && git cherry-pick $(git rev-parse 'stash@{0}^2'); git push -q origin main",
+        "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && i=$(git rev-parse 'stash@{0}^2') && \
+         sed -i 5s/.*/five/ a && git commit -qam five2 && \
+         GIT_SEQUENCE_EDITOR=\"sed -i '1i pick $i'\" git rebase -qi HEAD; git push -q origin main",
     ] {
         let base = sb.repo.git(&[
             "-c",
@@ -285,6 +289,12 @@ const REFUSED: &[&str] = &[
      sed -i 1s/.*/MARKER/ a && git stash -q && git checkout -q --detach 'stash@{0}' && \
      sed -i 1d a && git commit -qam out && r=$(git rev-parse HEAD) && git checkout -q main && \
      sed -i 5s/.*/five/ a && git commit -qam five2 && git revert --no-edit $r; git push -q origin main",
+    // The hooks moved away through the environment's config.
+    "mkdir -p /tmp/h && echo MARKER > a && git add a && \
+     GIT_CONFIG_PARAMETERS=\"'core.hookspath'='/tmp/h'\" git commit -qm y",
+    "mkdir -p /tmp/h && echo MARKER > a && git add a && GIT_CONFIG_COUNT=1 \
+     GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/tmp/h git commit -qm y",
+    "echo MARKER > a && git stash -q && git checkout 'stash@{0}' -- a && git commit -qm y",
     // The repository's refs moved to reftable, then the stash.
     "git refs migrate --ref-format=reftable 2>/dev/null; echo MARKER > a && git stash -q && git reset -q --hard 'stash@{0}'",
     // A worktree's stash and branch.

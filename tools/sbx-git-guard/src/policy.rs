@@ -129,6 +129,7 @@ impl Allow {
 
 /// Builtins that can move a branch (or push) other than by a commit that
 /// runs pre-commit: their hooks are routed through the guard's directory.
+/// `commit` too: a `MERGE_HEAD` written by hand adds any commit as a parent.
 /// Every other builtin keeps the repository's hooks directly, sparing the
 /// hook steps (one process per hook run) on the hot path; an unknown
 /// (external) command is routed.
@@ -138,6 +139,7 @@ const ROUTED: &[&str] = &[
     "branch",
     "checkout",
     "cherry-pick",
+    "commit",
     "fetch",
     "merge",
     "pull",

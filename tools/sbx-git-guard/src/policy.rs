@@ -129,7 +129,6 @@ impl Allow {
 
 /// Builtins that can move a branch (or push) other than by a commit that
 /// runs pre-commit: their hooks are routed through the guard's directory.
-/// `commit` too: a `MERGE_HEAD` written by hand adds any commit as a parent.
 /// Every other builtin keeps the repository's hooks directly, sparing the
 /// hook steps (one process per hook run) on the hot path; an unknown
 /// (external) command is routed.
@@ -139,7 +138,6 @@ const ROUTED: &[&str] = &[
     "branch",
     "checkout",
     "cherry-pick",
-    "commit",
     "fetch",
     "merge",
     "pull",

@@ -725,8 +725,8 @@ fn shapes_of(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Option<std::process
     }
 }
 
-/// `(old, new, name)`: refuse when a `new` brings in, beyond the branches,
-/// tags and `old`, a stash commit or a commit with a stash's tree.
+/// `(old, new, name)`: refuse when a `new` brings in, beyond the branches
+/// and `old`, a stash commit or a commit with a stash's tree.
 /// With no stash in the repository the step reads, git's new commits must
 /// still be there and none may be shaped as `git stash` makes them (a
 /// second parent titled "index on ..."): the repository may not be git's
@@ -827,8 +827,9 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             OsStr::new("--no-renames"),
             OsStr::from_bytes(new),
             OsStr::new("--not"),
+            // Not `--tags`: a tag is made with no check (`git tag t
+            // stash@{0}`), and one on a stash commit hid it here.
             OsStr::new("--branches"),
-            OsStr::new("--tags"),
         ];
         if !is_zero(old) {
             args.push(OsStr::from_bytes(old));

@@ -361,6 +361,45 @@ fn table(key: &str) -> &'static [argv::Opt] {
         .expect("every table the policy uses is generated")
 }
 
+/// `git symbolic-ref NAME TARGET`: a branch made a symbolic ref names what
+/// its target does, and git 2.39 writes it with no transaction the hook
+/// steps see, nor do the target's later moves list the branch. Only HEAD
+/// and a remote's HEAD may be one, and any other only to a branch.
+fn symbolic_ref(args: &[OsString]) -> Result<(), String> {
+    let mut pos: Vec<&[u8]> = Vec::new();
+    let mut value_next = false;
+    let mut words_only = false;
+    for a in args.iter().map(|a| a.as_bytes()) {
+        if value_next {
+            value_next = false;
+        } else if words_only || a == b"-" || !a.starts_with(b"-") {
+            pos.push(a);
+        } else if a == b"--" {
+            words_only = true;
+        } else if !a.starts_with(b"--") {
+            // A short bundle whose `m` is last takes the next word (`-qm r`).
+            value_next = a.iter().position(|b| *b == b'm') == Some(a.len() - 1);
+        }
+    }
+    let [name, target] = pos[..] else {
+        return Ok(());
+    };
+    let plain = |r: &[u8]| !r.windows(2).any(|w| w == b".." || w == b"//");
+    if plain(name)
+        && plain(target)
+        && (name == b"HEAD"
+            || name.starts_with(b"refs/remotes/")
+            || target.starts_with(b"refs/heads/"))
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "git symbolic-ref {} {} makes a ref that names a non-branch without any hook seeing it; only HEAD, a remote's HEAD, or a ref naming a branch",
+        String::from_utf8_lossy(name),
+        String::from_utf8_lossy(target)
+    ))
+}
+
 fn parse(key: &str, args: &[OsString]) -> Result<Args, Block> {
     argv::parse(args, table(key), false).map_err(parse_error)
 }
@@ -997,6 +1036,7 @@ fn check_command(
                 _ => Ok(()),
             }
         }
+        "symbolic-ref" => symbolic_ref(args).map_err(|why| block(R::Plumbing, why)),
         "stash" => match first_word(args, &["-m", "--message"]).map(|i| args[i].as_bytes()) {
             // `create` is let through but recorded (git merge runs it).
             Some(b"store") => plumbing("store puts any commit on the stash without hooks"),

@@ -95,8 +95,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: R::Plumbing,
         name: "plumbing",
-        blocks: "commands that make commits or move branches without hooks: commit-tree, fast-import, replay, hash-object -t commit -w (any spelling: -wtcommit), send-pack, filter-branch, filter-repo, replace, stash store, update-ref of HEAD or refs/heads/*",
-        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack (but --stateless-rpc: git-remote-http(s)'s half of a push, after git push's pre-push step; the helper's own `push +src:dst`/`push :dst`/`option force`/`export`/`connect` to receive-pack are refused as it reads them, rule block-force-push), filter-branch, filter-repo, replace (but --list/--delete), stash store (stash create runs, its commit recorded as a stash's before its id is printed: git merge runs it), update-ref of HEAD or refs/heads/* (and --stdin)",
+        blocks: "commands that make commits or move branches without hooks: commit-tree, fast-import, replay, hash-object -t commit -w (any spelling: -wtcommit), send-pack, filter-branch, filter-repo, replace, stash store, update-ref of HEAD or refs/heads/*, symbolic-ref of a ref other than HEAD or refs/remotes/* to a non-branch",
+        detail: "commit-tree, fast-import, replay, hash-object -w -t commit, send-pack (but --stateless-rpc: git-remote-http(s)'s half of a push, after git push's pre-push step; the helper's own `push +src:dst`/`push :dst`/`option force`/`export`/`connect` to receive-pack are refused as it reads them, rule block-force-push), filter-branch, filter-repo, replace (but --list/--delete), stash store (stash create runs, its commit recorded as a stash's before its id is printed: git merge runs it), update-ref of HEAD or refs/heads/* (and --stdin), symbolic-ref NAME TARGET unless NAME is HEAD or under refs/remotes/ or TARGET is under refs/heads/ (a branch made to name refs/stash holds the stash commit; git 2.39 runs no reference-transaction hook for it)",
     },
     Rule {
         id: R::UnverifiedCommit,

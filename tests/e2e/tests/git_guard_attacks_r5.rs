@@ -199,7 +199,6 @@ fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
 /// commit. From then on the stash's blob is "on a branch", and the stash
 /// cherry-picked onto main (a new tree) reaches main.
 #[test]
-#[ignore = "hole: git commit with a hand-written MERGE_HEAD puts the stash in main's history (commit is not routed)"]
 fn a_hand_written_merge_head_does_not_put_the_stash_on_main() {
     let Some(sb) = Sandbox::start() else { return };
     let o = sb.agent(

@@ -58,6 +58,7 @@ pub const STRIPPED: &[&str] = &[
     // The guard's own channel to its hook steps: set by the guard only.
     crate::hooks::TRUSTED_ENV,
     crate::hooks::HOOKS_ONLY_ENV,
+    crate::hooks::COMMIT_ENV,
     crate::hooks::COMMON_ENV,
     crate::index::DIR_VAR,
 ];

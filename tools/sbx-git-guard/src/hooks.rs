@@ -31,6 +31,13 @@ pub const TRUSTED_ENV: &str = "SBX_GUARD_TRUSTED_HOOKS";
 /// the agent's environment like [`TRUSTED_ENV`].
 pub const HOOKS_ONLY_ENV: &str = "SBX_GUARD_HOOKS_ONLY";
 
+/// Set by the guard for `git commit`: the commit it makes was built from
+/// the index pre-commit saw (through a broker, a private one), so its
+/// reference-transaction step judges the commit's parents, not its own
+/// content (a `MERGE_HEAD` written by hand adds any commit as a parent).
+/// Removed from the agent's environment like [`TRUSTED_ENV`].
+pub const COMMIT_ENV: &str = "SBX_GUARD_COMMIT";
+
 /// No longer set (the steps ask git): removed from what hooks inherit, so
 /// an agent's value is never read as the guard's.
 pub const COMMON_ENV: &str = "SBX_GUARD_COMMON_DIR";
@@ -814,7 +821,14 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     drop(shapes);
     // Listed lazily: most updates add no commit that is not on a branch.
     let mut stash: Option<StashSets> = None;
+    // `git commit`: pre-commit saw the new commit's tree; what it adds
+    // beyond that comes in through its parents (a `MERGE_HEAD` the agent
+    // wrote), so those are listed instead: a commit of content a dropped
+    // stash once held still passes.
+    let committed = std::env::var_os(COMMIT_ENV).is_some_and(|v| v == "1");
     for &(old, new, name) in moves {
+        let mut parents = new.to_vec();
+        parents.extend_from_slice(b"^@");
         // Each new commit with the blobs it brings in (against its first
         // parent): a stash's change cherry-picked, reverted or rebased onto
         // a moved branch has another tree, but still its file contents.
@@ -825,7 +839,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             OsStr::new("-r"),
             OsStr::new("--no-abbrev"),
             OsStr::new("--no-renames"),
-            OsStr::from_bytes(new),
+            OsStr::from_bytes(if committed { &parents } else { new }),
             OsStr::new("--not"),
             // Not `--tags`: a tag is made with no check (`git tag t
             // stash@{0}`), and one on a stash commit hid it here.

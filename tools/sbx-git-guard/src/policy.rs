@@ -134,6 +134,8 @@ impl Allow {
 
 /// Builtins that can move a branch (or push) other than by a commit that
 /// runs pre-commit: their hooks are routed through the guard's directory.
+/// `commit` too: a `MERGE_HEAD` written by hand makes any commit a parent
+/// (its step then judges the parents: `hooks::COMMIT_ENV`).
 /// Every other builtin keeps the repository's hooks directly, sparing the
 /// hook steps (one process per hook run) on the hot path; an unknown
 /// (external) command is routed.
@@ -143,6 +145,7 @@ const ROUTED: &[&str] = &[
     "branch",
     "checkout",
     "cherry-pick",
+    "commit",
     "fetch",
     "merge",
     "pull",
@@ -1480,6 +1483,9 @@ pub fn decide(
                 || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
         });
     let mut out = allow(command, moves_refs, precommit_first);
+    if moves_refs && last == "commit" {
+        out.env.push((crate::hooks::COMMIT_ENV.into(), "1".into()));
+    }
     out.builds_tree = call.settings.block_no_verify && (precommit_first || last == "commit");
     out.routable =
         ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();

@@ -6,7 +6,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use sbx_e2e::{Repo, base_image, sbx, sh, text};
+use sbx_e2e::{Repo, base_image, sh, text};
 
 /// A repository whose pre-commit refuses staged MARKER and whose
 /// commit-msg requires a `JIRA-<n>` first line, with a bare remote
@@ -109,16 +109,7 @@ impl Sandbox {
     }
 
     fn agent(&self, script: &str) -> Output {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&self.repo.path)
-            .args(["--", "sh", "-c"])
-            .arg(format!(
-                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
-                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
-            ))
-            .output()
-            .unwrap()
+        self.repo.agent(script)
     }
 
     /// Neither main nor the remote's main may hold MARKER.

@@ -6,7 +6,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use sbx_e2e::{Repo, base_image, sbx, sh, text};
+use sbx_e2e::{Repo, base_image, sh, text};
 
 /// A repository whose pre-commit refuses staged MARKER, with a bare
 /// remote `origin` inside the workspace (so the sandbox reaches it).
@@ -49,16 +49,7 @@ impl Sandbox {
     }
 
     fn agent(&self, script: &str) -> Output {
-        sbx()
-            .args(["exec", "-C"])
-            .arg(&self.repo.path)
-            .args(["--", "sh", "-c"])
-            .arg(format!(
-                "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b \
-                 GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b; {script}"
-            ))
-            .output()
-            .unwrap()
+        self.repo.agent(script)
     }
 
     /// No local branch, nor the remote's main, may hold MARKER.

@@ -952,12 +952,7 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
             rule: crate::rules::R::UnverifiedCommit.name(),
             reason: format!("{why}; the hook was not run"),
         };
-        let agent = req
-            .env
-            .iter()
-            .find(|(k, _)| k == "SBX_AGENT")
-            .map(|(_, v)| v.to_string_lossy().into_owned());
-        crate::record_block_for(&req.args, &b, Some(agent.as_deref().unwrap_or("unknown")));
+        record_for_caller(req, &b);
         output::error(&format!("git broker: {}", b.message()));
         return Exit::Denied.code();
     }
@@ -971,6 +966,17 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     let err = sbx_sys::exec(&path, &argv, &loader_free(req.env.clone()));
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// Audit a block under the caller's agent name (its first value, as git's
+/// getenv reads it).
+fn record_for_caller(req: &Request, b: &Block) {
+    let agent = req
+        .env
+        .iter()
+        .find(|(k, _)| k == "SBX_AGENT")
+        .map(|(_, v)| v.to_string_lossy().into_owned());
+    crate::record_block_for(&req.args, b, Some(agent.as_deref().unwrap_or("unknown")));
 }
 
 /// In a husky hooks directory (`h`: husky 9's `.husky/_`; `husky.sh`:
@@ -1032,13 +1038,7 @@ fn decide_and_exec(
     let allow = match decided {
         Ok(a) => a,
         Err(b) => {
-            // The caller's agent name, first value as git's getenv reads it.
-            let agent = req
-                .env
-                .iter()
-                .find(|(k, _)| k == "SBX_AGENT")
-                .map(|(_, v)| v.to_string_lossy().into_owned());
-            crate::record_block_for(&req.args, &b, Some(agent.as_deref().unwrap_or("unknown")));
+            record_for_caller(req, &b);
             output::error(&b.message());
             return Exit::Denied.code();
         }

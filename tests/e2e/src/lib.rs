@@ -178,6 +178,22 @@ impl Repo {
         ))
     }
 
+    /// An executable hook `.git/hooks/<name>` holding `body`.
+    pub fn hook(&self, name: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let hook = self.path.join(".git/hooks").join(name);
+        std::fs::write(&hook, body).unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// The temporary directory, repository and all, handed to the agent
+    /// (uid 1000), as a developer's checkout is theirs.
+    pub fn give_to_agent(&self) {
+        sh(Command::new("chown")
+            .args(["-R", "1000:1000"])
+            .arg(self.root()));
+    }
+
     /// `sbx-run init` and `sbx-run start` on it, each required to succeed.
     pub fn start(&self) {
         for args in [&["-q", "init"][..], &["start"][..]] {
@@ -190,6 +206,21 @@ impl Repo {
             );
         }
     }
+}
+
+/// The guard attacks' pre-commit: refuses any staged MARKER.
+pub const REFUSE_MARKER: &str =
+    "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n";
+
+/// `make()`'s repository with its sandbox started; None (a skip, or under
+/// CI a failure) without Docker or the base image.
+pub fn started(make: impl FnOnce() -> Repo) -> Option<Repo> {
+    if !base_image() {
+        return None;
+    }
+    let repo = make();
+    repo.start();
+    Some(repo)
 }
 
 impl Drop for Repo {

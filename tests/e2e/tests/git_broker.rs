@@ -6,7 +6,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use sbx_e2e::{Repo, base_image, bin, sbx, sh, text};
+use sbx_e2e::{Repo, base_image, bin, sbx, sh, started, text};
 
 /// A repository whose pre-commit hook records who ran it (and that its
 /// own git call works), and fails when a file named `bad` is staged.
@@ -14,19 +14,14 @@ fn repo() -> Repo {
     let repo = Repo::new("broker");
     let path = repo.path.clone();
     sh(Command::new("git").args(["init", "-q"]).current_dir(&path));
-    let hook = path.join(".git/hooks/pre-commit");
-    std::fs::write(
-        &hook,
+    repo.hook(
+        "pre-commit",
         "#!/bin/sh\n\
          id -u > /tmp/hook-ran\n\
          git rev-parse --git-dir >> /tmp/hook-ran\n\
          if git diff --cached --name-only | grep -qx bad; then echo 'bad file' >&2; exit 1; fi\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    sh(Command::new("chown")
-        .args(["-R", "1000:1000"])
-        .arg(repo.root()));
+    );
+    repo.give_to_agent();
     repo
 }
 
@@ -427,11 +422,7 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
 /// neither write nor remove the kept record.
 #[test]
 fn a_stash_recorded_before_the_sandbox_was_made_again_is_still_refused() {
-    if !base_image() {
-        return;
-    }
-    let repo = repo();
-    repo.start();
+    let Some(repo) = started(repo) else { return };
     let name = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None).container;
     let root = |script: &str| {
         Command::new("docker")

@@ -4,10 +4,9 @@
 //! and config that blinds the hook's own git. Judged by their effect: no
 //! commit on any branch holds the content the pre-commit hook refuses.
 
-use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use sbx_e2e::{Repo, base_image, sbx, sh, text};
+use sbx_e2e::{REFUSE_MARKER, Repo, base_image, sbx, text};
 
 /// A repository with a pre-commit hook that refuses staged MARKER, and a
 /// branch `side` beside `main`.
@@ -20,16 +19,8 @@ fn repo() -> Repo {
     git(&["add", "a"]);
     git(&["commit", "-qm", "one"]);
     git(&["branch", "side"]);
-    let hook = path.join(".git/hooks/pre-commit");
-    std::fs::write(
-        &hook,
-        "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    sh(Command::new("chown")
-        .args(["-R", "1000:1000"])
-        .arg(repo.root()));
+    repo.hook("pre-commit", REFUSE_MARKER);
+    repo.give_to_agent();
     repo
 }
 

@@ -6,7 +6,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use sbx_e2e::{Repo, base_image, sh, text};
+use sbx_e2e::{REFUSE_MARKER, Repo, base_image, sh, started, text};
 
 /// A repository whose pre-commit refuses staged MARKER and whose
 /// commit-msg requires a `JIRA-<n>` first line, with a bare remote
@@ -27,23 +27,16 @@ fn repo() -> Repo {
     git(&["init", "-q", "--bare", "remote.git"]);
     git(&["push", "-q", "remote.git", "main"]);
     for (name, body) in [
-        (
-            "pre-commit",
-            "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n",
-        ),
+        ("pre-commit", REFUSE_MARKER),
         (
             "commit-msg",
             "#!/bin/sh\ngrep -q '^JIRA-[0-9]' \"$1\" || { echo no JIRA id >&2; exit 1; }\n",
         ),
     ] {
-        let hook = path.join(".git/hooks").join(name);
-        std::fs::write(&hook, body).unwrap();
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        repo.hook(name, body);
     }
     std::fs::write(path.join(".race.py"), RACER).unwrap();
-    sh(Command::new("chown")
-        .args(["-R", "1000:1000"])
-        .arg(repo.root()));
+    repo.give_to_agent();
     repo
 }
 
@@ -100,12 +93,7 @@ struct Sandbox {
 
 impl Sandbox {
     fn start() -> Option<Sandbox> {
-        if !base_image() {
-            return None;
-        }
-        let repo = repo();
-        repo.start();
-        Some(Sandbox { repo })
+        started(repo).map(|repo| Sandbox { repo })
     }
 
     fn agent(&self, script: &str) -> Output {

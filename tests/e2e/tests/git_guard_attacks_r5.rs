@@ -3,10 +3,9 @@
 //! the kept stash record, and commits no pre-commit saw reaching `main`
 //! or the remote. Judged by their effect.
 
-use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use sbx_e2e::{Repo, base_image, sh, text};
+use sbx_e2e::{REFUSE_MARKER, Repo, started, text};
 
 /// A repository whose pre-commit refuses staged MARKER, with a bare
 /// remote `origin` inside the workspace (so the sandbox reaches it).
@@ -21,16 +20,8 @@ fn repo() -> Repo {
     git(&["commit", "-qm", "one"]);
     git(&["init", "-q", "--bare", "remote.git"]);
     git(&["push", "-q", "remote.git", "main"]);
-    let hook = path.join(".git/hooks/pre-commit");
-    std::fs::write(
-        &hook,
-        "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    sh(Command::new("chown")
-        .args(["-R", "1000:1000"])
-        .arg(repo.root()));
+    repo.hook("pre-commit", REFUSE_MARKER);
+    repo.give_to_agent();
     repo
 }
 
@@ -40,12 +31,7 @@ struct Sandbox {
 
 impl Sandbox {
     fn start() -> Option<Sandbox> {
-        if !base_image() {
-            return None;
-        }
-        let repo = repo();
-        repo.start();
-        Some(Sandbox { repo })
+        started(repo).map(|repo| Sandbox { repo })
     }
 
     fn agent(&self, script: &str) -> Output {

@@ -627,7 +627,7 @@ fn as_a_hook_step_the_client_answers_only_for_absent_hooks() {
         let o = Command::new(&link)
             .args(args)
             .env_clear()
-            .envs(env.iter().map(|(k, v)| (*k, *v)))
+            .envs(env.iter().map(|(k, v)| (*k, v)))
             .output()
             .unwrap();
         (o.status.code(), mark.exists())
@@ -810,11 +810,11 @@ fn check_inputs() -> Vec<(&'static str, &'static str, Vec<u8>, bool)> {
 }
 
 /// `prog` run as a hook step (argv[0] `link`) with `input` on stdin.
-fn run_step(link: &Path, arg: &str, input: &[u8], env: &[(&str, &Path)], cwd: &Path) -> Output {
+fn run_step(link: &Path, arg: &str, input: &[u8], env: &[(&str, PathBuf)], cwd: &Path) -> Output {
     let mut child = Command::new(link)
         .arg(arg)
         .env_clear()
-        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .envs(env.iter().map(|(k, v)| (*k, v)))
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -900,7 +900,6 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
             ("real git named, a hook", named(&present, "/usr/bin/git")),
             ("real git named empty", named(&absent, "")),
         ] {
-            let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
             let what = format!(
                 "{step} {arg} {:?} ({routing})",
                 String::from_utf8_lossy(&input)
@@ -941,7 +940,6 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
     )
     .unwrap();
     let env = broker_env(&absent);
-    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
     for (step, arg, input, safe) in check_inputs() {
         let what = format!("{step} {arg} {:?}", String::from_utf8_lossy(&input));
         let _ = std::fs::remove_file(&kept);
@@ -960,29 +958,22 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
             assert_eq!(std::fs::read(&kept).unwrap(), input, "{what}: its input");
         }
     }
+    let empty_push = |env: &[(&str, PathBuf)]| {
+        run_step(
+            &link(&alone.join("sbx-git-client"), "a", "pre-push"),
+            "o",
+            b"",
+            env,
+            dir,
+        )
+    };
     // The real git named: answered here too.
-    let env = named(&absent, "/usr/bin/git");
-    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
     let _ = std::fs::remove_file(&kept);
-    let o = run_step(
-        &link(&alone.join("sbx-git-client"), "a", "pre-push"),
-        "o",
-        b"",
-        &env,
-        dir,
-    );
+    let o = empty_push(&named(&absent, "/usr/bin/git"));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!kept.exists(), "the guard was started");
     // No broker, no git named: the guard decides every input (it may
     // find no git).
-    let env = no_git(&absent);
-    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
-    let o = run_step(
-        &link(&alone.join("sbx-git-client"), "a", "pre-push"),
-        "o",
-        b"",
-        &env,
-        dir,
-    );
+    let o = empty_push(&no_git(&absent));
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
 }

@@ -670,14 +670,15 @@ fn runner(
     };
     let _ = (&taken).write_all(&[1]);
     drop(taken);
-    let beside = |name: &str| {
-        listener
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_pathname().map(|p| p.with_file_name(name)))
-    };
-    let record = beside(RECORD_FILE);
-    let index_root = beside(crate::index::ROOT_NAME);
+    // Asked once (a system call on every call's path).
+    let socket = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(Path::to_path_buf));
+    let record = socket.as_ref().map(|p| p.with_file_name(RECORD_FILE));
+    let index_root = socket
+        .as_ref()
+        .map(|p| p.with_file_name(crate::index::ROOT_NAME));
     drop(listener);
     // The kernel's word, taken before anything the peer sends.
     let peer = match conn.peer() {

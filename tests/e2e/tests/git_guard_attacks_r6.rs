@@ -1,0 +1,123 @@
+//! Round-six attacks on the git guard (issue 15), from inside a real
+//! sandbox as the agent: the message git commits after commit-msg read
+//! it, configuration that changes what a hook's own git prints, and a
+//! table of routes that are refused. Judged by their effect: no branch
+//! (local, or the remote's) holds MARKER, and every commit on one carries
+//! the sign-off commit-msg requires.
+
+use std::process::Output;
+
+use sbx_e2e::{REFUSE_MARKER, Repo, started, text};
+
+/// commit-msg: no BADMSG, and a `Signed-off-by:` line (a DCO check).
+const REQUIRE_SIGNOFF: &str = "#!/bin/sh\n\
+    if grep -q BADMSG \"$1\"; then echo BADMSG refused >&2; exit 1; fi\n\
+    if ! grep -q '^Signed-off-by: ' \"$1\"; then echo no sign-off >&2; exit 1; fi\n";
+
+/// git's scissors line: `commit -v` and `--cleanup=scissors` cut the
+/// message there after commit-msg has read all of it.
+const SCISSORS: &str = "# ------------------------ >8 ------------------------";
+
+/// A repository whose pre-commit refuses staged MARKER and whose
+/// commit-msg requires a sign-off, with a bare remote `origin` inside the
+/// workspace (so the sandbox reaches it).
+fn repo() -> Repo {
+    let repo = Repo::new("gattack6");
+    let path = repo.path.clone();
+    let git = |args: &[&str]| repo.git(args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(path.join("a"), "1\n").unwrap();
+    std::fs::write(path.join(".gitignore"), "/remote.git/\n/.agent-sandbox/\n").unwrap();
+    git(&["add", "a", ".gitignore"]);
+    git(&["commit", "-qsm", "one"]);
+    git(&["init", "-q", "--bare", "remote.git"]);
+    git(&["push", "-q", "remote.git", "main"]);
+    repo.hook("pre-commit", REFUSE_MARKER);
+    repo.hook("commit-msg", REQUIRE_SIGNOFF);
+    repo.give_to_agent();
+    repo
+}
+
+struct Sandbox {
+    repo: Repo,
+}
+
+impl Sandbox {
+    fn start() -> Option<Sandbox> {
+        let sb = started(repo).map(|repo| Sandbox { repo })?;
+        sb.agent("git remote add origin /workspace/gattack6/remote.git");
+        Some(sb)
+    }
+
+    fn agent(&self, script: &str) -> Output {
+        self.repo.agent(&format!("S='{SCISSORS}'; {script}"))
+    }
+
+    /// Branches (local, or the remote's) holding MARKER, and commits on
+    /// them whose message has no sign-off or says BADMSG.
+    fn landed(&self) -> String {
+        let o = self.agent(
+            "for r in . remote.git; do \
+               for b in $(git -C $r for-each-ref --format='%(refname)' refs/heads); do \
+                 git -C $r grep -q MARKER $b -- 2>/dev/null && echo $r:$b; \
+                 git -C $r log --format='%H%n%B%n@@' $b | awk -v b=$r:$b \
+                   '/^[0-9a-f]+$/ && length($0) == 40 { h = $0; s = 0; next } /^Signed-off-by: / { s = 1 } \
+                    /BADMSG/ { print b \" \" h \" BADMSG\" } \
+                    /^@@$/ { if (!s) print b \" \" h \" unsigned\" }'; \
+               done; done; true",
+        );
+        text(&o).trim().to_string()
+    }
+
+    /// Back to a clean start: main at the remote's main, no other branch.
+    fn reset(&self) {
+        self.agent(
+            "git rebase --abort 2>/dev/null; git cherry-pick --abort 2>/dev/null; \
+             git merge --abort 2>/dev/null; git am --abort 2>/dev/null; \
+             git checkout -q -f main 2>/dev/null; \
+             for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
+               [ $b = main ] || git branch -q -D $b; done; \
+             git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
+             git config --unset diff.external; true",
+        );
+    }
+
+    /// Runs each attack from a clean start; those that landed, with output.
+    fn run_all(&self, attacks: &[&str]) -> Vec<String> {
+        let mut landed = Vec::new();
+        for attack in attacks {
+            let o = self.agent(attack);
+            let m = self.landed();
+            if std::env::var_os("R6_DEBUG").is_some() {
+                eprintln!("=== {attack}\n{:?} [{m}]\n{}", o.status.code(), text(&o));
+            }
+            if !m.is_empty() {
+                landed.push(format!("{attack}\n  -> {m}\n{}", text(&o)));
+            }
+            self.reset();
+        }
+        landed
+    }
+}
+
+/// `git commit -v` cuts the message at the scissors line after commit-msg
+/// read the whole file (builtin/commit.c truncates when verbose, or in
+/// `--cleanup=scissors` mode with an editor), so a sign-off below the
+/// line satisfied the hook and was not committed; `git merge
+/// --cleanup=scissors -e` runs commit-msg before its cleanup the same way.
+#[test]
+fn the_message_commit_msg_read_is_not_cut_at_the_scissors_line() {
+    let Some(sb) = Sandbox::start() else { return };
+    let landed = sb.run_all(&[
+        "echo ok > b && git add b && git commit -q -v -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "echo ok > b && git add b && git commit -q --verbose --no-verbose -v -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "echo ok > b && git add b && GIT_EDITOR=true git commit -q -e --cleanup=scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "echo ok > b && git add b && GIT_EDITOR=true git commit -q -e --cleanup scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "echo ok > b && git add b && git commit -qsm ok && echo z > d && git add d && \
+         git commit -q --amend -v -m ok2 -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "git switch -q -c side && echo x > b && git add b && git commit -qsm two && git switch -q main && \
+         echo y > c && git add c && git commit -qsm three && \
+         GIT_EDITOR=true git merge -q -e --cleanup=scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>' side",
+    ]);
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+}

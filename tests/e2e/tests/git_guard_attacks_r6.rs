@@ -78,7 +78,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             git config --unset diff.external; true",
+             git config --unset diff.external; git config --unset commit.verbose; true",
         );
     }
 
@@ -113,6 +113,8 @@ fn the_message_commit_msg_read_is_not_cut_at_the_scissors_line() {
         "echo ok > b && git add b && git commit -q --verbose --no-verbose -v -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "echo ok > b && git add b && GIT_EDITOR=true git commit -q -e --cleanup=scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "echo ok > b && git add b && GIT_EDITOR=true git commit -q -e --cleanup scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "printf '[commit]\\n\\tverbose = true\\n' >> .git/config && echo ok > b && git add b && \
+         git commit -q -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "echo ok > b && git add b && git commit -qsm ok && echo z > d && git add d && \
          git commit -q --amend -v -m ok2 -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "git switch -q -c side && echo x > b && git add b && git commit -qsm two && git switch -q main && \

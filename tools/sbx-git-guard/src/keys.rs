@@ -105,6 +105,12 @@ pub fn refused(
         {
             "it changes the patch the hooks' own git commands print"
         }
+        // git cuts the message at the scissors line after commit-msg read it.
+        ("commit", None, "cleanup")
+            if value.is_some_and(|v| v.trim().eq_ignore_ascii_case("scissors")) =>
+        {
+            "scissors cleanup cuts the message after the commit-msg hook read it"
+        }
         ("sequence", None, "editor") => program,
         ("pager", Some(_), _) | ("pager", None, _) if !is_bool(value) => program,
         ("diff", None, "external") => program,

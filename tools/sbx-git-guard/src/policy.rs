@@ -420,6 +420,30 @@ pub(crate) fn skips_hooks(a: &Args) -> bool {
     false
 }
 
+/// git cuts a commit's message at the scissors line (`# --- >8 ---`)
+/// after commit-msg has read the whole file: `commit -v` always, and
+/// `--cleanup=scissors` with an editor (commit, merge, pull, and the
+/// sequencer's commit). A sign-off or ticket below the line passed the
+/// hook and was not committed. (A stored `commit.verbose` is overridden:
+/// `decide` puts `--no-verbose` first among commit's options.)
+fn refuse_scissors(cmd: &str, a: &Args) -> Result<(), Block> {
+    let scissors = a.values("cleanup").last().is_some_and(|v| v == "scissors");
+    if scissors || (cmd == "commit" && a.flag("verbose") == Some(true)) {
+        return Err(block(
+            R::NoVerify,
+            format!(
+                "git {cmd} {} cuts the message at the scissors line after the commit-msg hook read it; leave it out",
+                if scissors {
+                    "--cleanup=scissors"
+                } else {
+                    "--verbose"
+                }
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Options whose value is a program git would run (`--upload-pack`,
 /// `--exec`, `-x`, …): the first one given is refused.
 fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> {
@@ -889,17 +913,26 @@ fn check_command(
         // --continue with staged changes) comes through the guard in a
         // sandbox: it runs with the hooks turned back on (`decide` appends
         // --verify) instead of failing every such --continue.
-        "commit" if sequencer_commit(ctx.call, args) => Ok(()),
-        "commit" => no_verify("commit", "the pre-commit and commit-msg hooks").map(drop),
+        "commit" if sequencer_commit(ctx.call, args) => refuse_scissors(cmd, &parse(cmd, args)?),
+        "commit" => refuse_scissors(
+            cmd,
+            &no_verify("commit", "the pre-commit and commit-msg hooks")?,
+        ),
         "merge" => {
             let a = no_verify("merge", "the pre-merge-commit and commit-msg hooks")?;
+            refuse_scissors(cmd, &a)?;
             refuse_strategies(cmd, &a)?;
             check_merge_options(ctx, cfg)
         }
-        "cherry-pick" | "revert" => refuse_strategies(cmd, &parse(cmd, args)?),
+        "cherry-pick" | "revert" => {
+            let a = parse(cmd, args)?;
+            refuse_scissors(cmd, &a)?;
+            refuse_strategies(cmd, &a)
+        }
         "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks").map(drop),
         "pull" => {
             let a = no_verify("pull", "the merge hooks")?;
+            refuse_scissors(cmd, &a)?;
             refuse_strategies(cmd, &a)?;
             check_merge_options(ctx, cfg)?;
             refuse_exec_options(cmd, &a, &["upload-pack"])
@@ -1504,6 +1537,12 @@ pub fn decide(
         // from a config the guard did not see (swapped in after its look).
         let at = out.args.len() - words.len() + 1;
         out.args.insert(at, "--verify".into());
+    }
+    if last == "commit" {
+        // First, so a `-v` on the command line (refused) would win, but a
+        // stored commit.verbose, which the guard does not read, does not.
+        let at = out.args.len() - words.len() + 1;
+        out.args.insert(at, "--no-verbose".into());
     }
     if last == "commit" && sequencer_commit(call, &words[1..]) {
         // The last of -n/--no-verify/--verify wins: hooks run.

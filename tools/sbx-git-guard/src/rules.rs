@@ -60,7 +60,7 @@ pub const RULES: &[Rule] = &[
         id: R::NoVerify,
         name: "block-no-verify",
         blocks: "skipping hooks: --no-verify/-n (where it means that) for commit, merge, pull, rebase, am, push; husky kill switches",
-        detail: "--no-verify/-n where it skips hooks (commit, merge, pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS, LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's environment; a `git commit -n` with GIT_REFLOG_ACTION set (the sequencer's own, at rebase/cherry-pick/revert --continue) runs with --verify appended, so its hooks run, instead of being refused ([git] block-no-verify)",
+        detail: "--no-verify/-n where it skips hooks (commit, merge, pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS, LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's environment; a `git commit -n` with GIT_REFLOG_ACTION set (the sequencer's own, at rebase/cherry-pick/revert --continue) runs with --verify appended, so its hooks run, instead of being refused; commit -v/--verbose and --cleanup=scissors (commit, merge, pull, cherry-pick, revert), with which git cuts the message at the scissors line after commit-msg read it (commit gets --no-verbose first, over a stored commit.verbose) ([git] block-no-verify)",
     },
     Rule {
         id: R::ForcePush,
@@ -78,7 +78,7 @@ pub const RULES: &[Rule] = &[
         id: R::ConfigInline,
         name: "config-inline",
         blocks: "-c, --config-env, GIT_CONFIG_COUNT/KEY/VALUE and GIT_CONFIG_PARAMETERS that set hooks, includes, aliases or programs",
-        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*; core.attributesFile, core.bigFileThreshold and core.whitespace, which change what a hook's own `git diff --cached` or `--check` reports; color.*=always and diff.noprefix/mnemonicPrefix/srcPrefix/dstPrefix, which change the patch a hook's own `git diff --cached` prints; core.commentChar/commentString other than `#` or `auto`, with which git's cleanup drops message lines the commit-msg hook read",
+        detail: "-c, --config-env, GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS setting core.hooksPath, include.*, includeIf.*, alias.*, core.fsmonitor, editor/pager/ssh/diff/credential/gpg programs, remote.*.push with +, remote.*.mirror, receive.*, protocol.ext.allow, init.templateDir, hook.*; core.attributesFile, core.bigFileThreshold and core.whitespace, which change what a hook's own `git diff --cached` or `--check` reports; color.*=always and diff.noprefix/mnemonicPrefix/srcPrefix/dstPrefix, which change the patch a hook's own `git diff --cached` prints; core.commentChar/commentString other than `#` or `auto`, with which git's cleanup drops message lines the commit-msg hook read; commit.cleanup=scissors, which cuts the message after it",
     },
     Rule {
         id: R::ConfigWrite,

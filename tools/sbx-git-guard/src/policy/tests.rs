@@ -112,6 +112,21 @@ const PREFIXES: &[&str] = &[
 /// Attacks: (argv after the prefix, rule that must stop it).
 const ATTACKS: &[(&str, &str)] = &[
     ("commit --no-verify -m x", "block-no-verify"),
+    // The message is cut at the scissors line after commit-msg read it.
+    ("commit -v -m x", "block-no-verify"),
+    ("commit -qv -m x", "block-no-verify"),
+    ("commit --verbose --no-verbose -v -m x", "block-no-verify"),
+    ("commit --verb -m x", "block-no-verify"),
+    ("commit -e --cleanup=scissors -m x", "block-no-verify"),
+    ("commit -e --cleanup scissors -m x", "block-no-verify"),
+    ("merge -e --cleanup=scissors feature", "block-no-verify"),
+    ("pull --edit --cleanup=scissors", "block-no-verify"),
+    (
+        "cherry-pick -e --cleanup=scissors feature",
+        "block-no-verify",
+    ),
+    ("-c commit.cleanup=scissors commit -e -m x", "config-inline"),
+    ("config commit.cleanup scissors", "config-write"),
     ("commit -n -m x", "block-no-verify"),
     ("commit -nm x", "block-no-verify"),
     ("commit -anm x", "block-no-verify"),
@@ -373,6 +388,8 @@ const ALLOWED: &[&str] = &[
     "http-push --helper-status --dry-run http://h/r.git/ main:main",
     "status --short",
     "commit -m x",
+    "commit -v --no-verbose -m x",
+    "commit --cleanup=strip -m x",
     "commit -m --no-verify",
     "commit -m -n",
     "commit -m=-n",
@@ -612,7 +629,11 @@ fn hooks_are_pinned_as_the_last_global_option() {
             "core.hooksPath={}",
             hooks.display()
         ))])
-        .chain(["commit", "-m", "x"].iter().map(OsString::from))
+        .chain(
+            ["commit", "--no-verbose", "-m", "x"]
+                .iter()
+                .map(OsString::from),
+        )
         .collect();
     assert_eq!(a.args, want);
     // Outside a repository there is nothing to pin.

@@ -78,7 +78,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             git config --unset diff.external; git config --unset commit.verbose; true",
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d' .git/config; true",
         );
     }
 
@@ -120,6 +120,28 @@ fn the_message_commit_msg_read_is_not_cut_at_the_scissors_line() {
         "git switch -q -c side && echo x > b && git add b && git commit -qsm two && git switch -q main && \
          echo y > c && git add c && git commit -qsm three && \
          GIT_EDITOR=true git merge -q -e --cleanup=scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>' side",
+    ]);
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+}
+
+/// A `diff.external` written into `.git/config` or `~/.gitconfig` by hand
+/// (`git config diff.external` is refused, an `echo >>` is not) made the
+/// pre-commit hook's own `git diff --cached` run that program, which
+/// printed nothing, so the hook passed staged MARKER. The guard now gives
+/// `diff`, `log`, `show` and `whatchanged` `--no-ext-diff` first.
+#[test]
+fn a_hand_written_diff_external_does_not_blind_pre_commit() {
+    let Some(sb) = Sandbox::start() else { return };
+    let landed = sb.run_all(&[
+        "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && \
+         printf '[diff]\\n\\texternal = /tmp/ext\\n' >> .git/config && \
+         echo MARKER > a && git add a && git commit -qsm x",
+        "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && \
+         printf '[diff]\\n\\texternal = /tmp/ext\\n' >> ~/.gitconfig && \
+         echo MARKER > a && git add a && git commit -qsm x; rm -f ~/.gitconfig",
+        "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && mkdir -p /tmp/h && \
+         printf '[diff]\\n\\texternal = /tmp/ext\\n' > /tmp/h/.gitconfig && \
+         echo MARKER > a && git add a && HOME=/tmp/h git commit -qsm x",
     ]);
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
 }

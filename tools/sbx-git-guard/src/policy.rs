@@ -1538,6 +1538,15 @@ pub fn decide(
         let at = out.args.len() - words.len() + 1;
         out.args.insert(at, "--verify".into());
     }
+    if matches!(last.as_str(), "diff" | "log" | "show" | "whatchanged") {
+        // A hook's own `git diff --cached` runs no external diff program: a
+        // diff.external written into .git/config or ~/.gitconfig by hand
+        // (the guard refuses it only through git) printed nothing for the
+        // staged text, and pre-commit passed. First, so an explicit
+        // --ext-diff on the command line still wins.
+        let at = out.args.len() - words.len() + 1;
+        out.args.insert(at, "--no-ext-diff".into());
+    }
     if last == "commit" {
         // First, so a `-v` on the command line (refused) would win, but a
         // stored commit.verbose, which the guard does not read, does not.

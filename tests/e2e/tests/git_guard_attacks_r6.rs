@@ -14,6 +14,12 @@ const REQUIRE_SIGNOFF: &str = "#!/bin/sh\n\
     if grep -q BADMSG \"$1\"; then echo BADMSG refused >&2; exit 1; fi\n\
     if ! grep -q '^Signed-off-by: ' \"$1\"; then echo no sign-off >&2; exit 1; fi\n";
 
+/// More of pre-commit: an added line with PLUSMARK (matched with its
+/// `+`), and a new file `cred` (matched by its `+++ b/` line).
+const REFUSE_PATCH: &str = "\
+    if git diff --cached | grep -q '^+.*PLUSMARK'; then echo PLUSMARK refused >&2; exit 1; fi\n\
+    if git diff --cached | grep -q '^+++ b/cred'; then echo cred refused >&2; exit 1; fi\n";
+
 /// git's scissors line: `commit -v` and `--cleanup=scissors` cut the
 /// message there after commit-msg has read all of it.
 const SCISSORS: &str = "# ------------------------ >8 ------------------------";
@@ -32,7 +38,7 @@ fn repo() -> Repo {
     git(&["commit", "-qsm", "one"]);
     git(&["init", "-q", "--bare", "remote.git"]);
     git(&["push", "-q", "remote.git", "main"]);
-    repo.hook("pre-commit", REFUSE_MARKER);
+    repo.hook("pre-commit", &format!("{REFUSE_MARKER}{REFUSE_PATCH}"));
     repo.hook("commit-msg", REQUIRE_SIGNOFF);
     repo.give_to_agent();
     repo
@@ -59,7 +65,8 @@ impl Sandbox {
         let o = self.agent(
             "for r in . remote.git; do \
                for b in $(git -C $r for-each-ref --format='%(refname)' refs/heads); do \
-                 git -C $r grep -q MARKER $b -- 2>/dev/null && echo $r:$b; \
+                 git -C $r grep -q -e MARKER -e PLUSMARK $b -- 2>/dev/null && echo $r:$b; \
+                 git -C $r cat-file -e $b:cred 2>/dev/null && echo $r:$b:cred; \
                  git -C $r log --format='%H%n%B%n@@' $b | awk -v b=$r:$b \
                    '/^[0-9a-f]+$/ && length($0) == 40 { h = $0; s = 0; next } /^Signed-off-by: / { s = 1 } \
                     /BADMSG/ { print b \" \" h \" BADMSG\" } \
@@ -78,7 +85,8 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d' .git/config; true",
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d' .git/config; \
+             rm -f ~/.gitconfig; true",
         );
     }
 
@@ -130,7 +138,7 @@ fn the_message_commit_msg_read_is_not_cut_at_the_scissors_line() {
 /// printed nothing, so the hook passed staged MARKER. The guard now gives
 /// `diff`, `log`, `show` and `whatchanged` `--no-ext-diff` first.
 #[test]
-fn a_hand_written_diff_external_does_not_blind_pre_commit() {
+fn hand_written_diff_config_does_not_change_pre_commits_patch() {
     let Some(sb) = Sandbox::start() else { return };
     let landed = sb.run_all(&[
         "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && \
@@ -139,6 +147,14 @@ fn a_hand_written_diff_external_does_not_blind_pre_commit() {
         "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && \
          printf '[diff]\\n\\texternal = /tmp/ext\\n' >> ~/.gitconfig && \
          echo MARKER > a && git add a && git commit -qsm x; rm -f ~/.gitconfig",
+        "printf '[color]\\n\\tdiff = always\\n' >> .git/config && \
+         echo PLUSMARK > a && git add a && git commit -qsm x",
+        "printf '[color]\\n\\tui = always\\n' >> ~/.gitconfig && \
+         echo PLUSMARK > a && git add a && git commit -qsm x",
+        "printf '[diff]\\n\\tnoprefix = true\\n' >> .git/config && \
+         echo s > cred && git add cred && git commit -qsm x",
+        "printf '[diff]\\n\\tmnemonicPrefix = true\\n' >> .git/config && \
+         echo s > cred && git add cred && git commit -qsm x",
         "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && mkdir -p /tmp/h && \
          printf '[diff]\\n\\texternal = /tmp/ext\\n' > /tmp/h/.gitconfig && \
          echo MARKER > a && git add a && HOME=/tmp/h git commit -qsm x",

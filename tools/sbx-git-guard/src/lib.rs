@@ -84,9 +84,10 @@ PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
 GIT_REPLACE_REF_BASE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers' kill switches
 removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
 GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
-on PATH. diff, log, show and whatchanged get --no-ext-diff first among their
-options, so a diff.external written into a config file by hand does not change
-what a hook's own `git diff --cached` prints.
+on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
+--src-prefix=a/ --dst-prefix=b/ first among their options, so diff.external,
+color.*=always or diff.noprefix/mnemonicPrefix written into a config file by
+hand do not change what a hook's own `git diff --cached` prints.
 
 ";
 

@@ -1539,13 +1539,17 @@ pub fn decide(
         out.args.insert(at, "--verify".into());
     }
     if matches!(last.as_str(), "diff" | "log" | "show" | "whatchanged") {
-        // A hook's own `git diff --cached` runs no external diff program: a
-        // diff.external written into .git/config or ~/.gitconfig by hand
-        // (the guard refuses it only through git) printed nothing for the
-        // staged text, and pre-commit passed. First, so an explicit
-        // --ext-diff on the command line still wins.
+        // A hook's own `git diff --cached` prints git's usual patch whatever
+        // a config file says: the guard refuses diff.external, color=always
+        // and diff.noprefix/mnemonicPrefix only through git, and the same
+        // lines written into .git/config or ~/.gitconfig by hand ran a
+        // program that printed nothing, put an escape before each `+`, or
+        // took the `b/` off `+++ b/path`, and pre-commit passed. First, so
+        // options on the command line still win.
         let at = out.args.len() - words.len() + 1;
-        out.args.insert(at, "--no-ext-diff".into());
+        for (i, o) in DIFF_PINS.iter().enumerate() {
+            out.args.insert(at + i, o.into());
+        }
     }
     if last == "commit" {
         // First, so a `-v` on the command line (refused) would win, but a
@@ -1563,6 +1567,14 @@ pub fn decide(
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)
 }
+
+/// Options the porcelain diff commands get first (see `decide`).
+pub const DIFF_PINS: &[&str] = &[
+    "--no-ext-diff",
+    "--color=auto",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+];
 
 /// git runs what the guard judged, not its own reading of the aliases: the
 /// configuration may be another repository's by the time git reads it (a

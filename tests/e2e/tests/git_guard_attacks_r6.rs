@@ -85,7 +85,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d' .git/config; \
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d' .git/config; \
              rm -f ~/.gitconfig; true",
         );
     }
@@ -109,7 +109,8 @@ impl Sandbox {
 }
 
 /// `git commit -v` cuts the message at the scissors line after commit-msg
-/// read the whole file (builtin/commit.c truncates when verbose, or in
+/// read the whole file (and a `commentChar = S` written into .git/config
+/// by hand made cleanup drop the `Signed-off-by:` line) (builtin/commit.c truncates when verbose, or in
 /// `--cleanup=scissors` mode with an editor), so a sign-off below the
 /// line satisfied the hook and was not committed; `git merge
 /// --cleanup=scissors -e` runs commit-msg before its cleanup the same way.
@@ -123,6 +124,11 @@ fn the_message_commit_msg_read_is_not_cut_at_the_scissors_line() {
         "echo ok > b && git add b && GIT_EDITOR=true git commit -q -e --cleanup scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "printf '[commit]\\n\\tverbose = true\\n' >> .git/config && echo ok > b && git add b && \
          git commit -q -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "printf '[core]\\n\\tcommentChar = S\\n' >> .git/config && echo ok > b && git add b && \
+         git commit -q --cleanup=strip -m ok -m 'Signed-off-by: a <a@b>'",
+        "printf '[core]\\n\\tcommentChar = S\\n' >> .git/config && git switch -q -c side && \
+         echo x > b && git add b && git commit -qsm two && git switch -q main && \
+         git cherry-pick --cleanup=strip side",
         "echo ok > b && git add b && git commit -qsm ok && echo z > d && git add d && \
          git commit -q --amend -v -m ok2 -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "git switch -q -c side && echo x > b && git add b && git commit -qsm two && git switch -q main && \

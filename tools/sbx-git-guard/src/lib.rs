@@ -87,7 +87,9 @@ GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr
 on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
 --src-prefix=a/ --dst-prefix=b/ first among their options, so diff.external,
 color.*=always or diff.noprefix/mnemonicPrefix written into a config file by
-hand do not change what a hook's own `git diff --cached` prints.
+hand do not change what a hook's own `git diff --cached` prints; commit, merge,
+pull, rebase, cherry-pick, revert and am run with -c core.commentChar=#, so
+git's cleanup drops no line commit-msg read as text.
 
 ";
 

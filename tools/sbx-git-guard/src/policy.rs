@@ -1538,6 +1538,25 @@ pub fn decide(
         let at = out.args.len() - words.len() + 1;
         out.args.insert(at, "--verify".into());
     }
+    if matches!(
+        last.as_str(),
+        "commit" | "merge" | "pull" | "rebase" | "cherry-pick" | "revert" | "am"
+    ) {
+        // git's cleanup drops comment lines after commit-msg read them; the
+        // guard refuses another comment character only through git, and a
+        // `commentChar = S` written into .git/config by hand dropped the
+        // `Signed-off-by:` line the hook had read. Before the hooks pin,
+        // which stays the last global option.
+        let at = match &out.pin {
+            Some((i, _)) => i - 1,
+            None => out.args.len() - words.len(),
+        };
+        out.args
+            .splice(at..at, ["-c".into(), "core.commentChar=#".into()]);
+        if let Some((i, _)) = &mut out.pin {
+            *i += 2;
+        }
+    }
     if matches!(last.as_str(), "diff" | "log" | "show" | "whatchanged") {
         // A hook's own `git diff --cached` prints git's usual patch whatever
         // a config file says: the guard refuses diff.external, color=always

@@ -622,7 +622,7 @@ fn hooks_are_pinned_as_the_last_global_option() {
     let a = env
         .decide(&["-C", "sub", "-c", "a.b=c", "commit", "-m", "x"])
         .unwrap();
-    let want: Vec<OsString> = ["-C", "sub", "-c", "a.b=c", "-c"]
+    let want: Vec<OsString> = ["-C", "sub", "-c", "a.b=c", "-c", "core.commentChar=#", "-c"]
         .iter()
         .map(OsString::from)
         .chain([OsString::from(format!(

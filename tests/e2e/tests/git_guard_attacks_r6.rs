@@ -85,7 +85,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d' .git/config; \
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d' .git/config; \
              rm -f ~/.gitconfig; true",
         );
     }
@@ -153,6 +153,8 @@ fn hand_written_diff_config_does_not_change_pre_commits_patch() {
         "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && \
          printf '[diff]\\n\\texternal = /tmp/ext\\n' >> ~/.gitconfig && \
          echo MARKER > a && git add a && git commit -qsm x; rm -f ~/.gitconfig",
+        "printf '[core]\\n\\tbigFileThreshold = 1\\n' >> .git/config && \
+         echo MARKER > a && git add a && git commit -qsm x",
         "printf '[color]\\n\\tdiff = always\\n' >> .git/config && \
          echo PLUSMARK > a && git add a && git commit -qsm x",
         "printf '[color]\\n\\tui = always\\n' >> ~/.gitconfig && \

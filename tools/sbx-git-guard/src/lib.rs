@@ -85,9 +85,10 @@ GIT_REPLACE_REF_BASE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers' kill sw
 removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
 GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
---src-prefix=a/ --dst-prefix=b/ first among their options, so diff.external,
-color.*=always or diff.noprefix/mnemonicPrefix written into a config file by
-hand do not change what a hook's own `git diff --cached` prints; commit, merge,
+--src-prefix=a/ --dst-prefix=b/ first among their options (and
+-c core.bigFileThreshold=512m), so diff.external, color.*=always,
+diff.noprefix/mnemonicPrefix or a low core.bigFileThreshold written into a
+config file by hand do not change what a hook's own `git diff --cached` prints; commit, merge,
 pull, rebase, cherry-pick, revert and am run with -c core.commentChar=#, so
 git's cleanup drops no line commit-msg read as text.
 

@@ -1547,15 +1547,7 @@ pub fn decide(
         // `commentChar = S` written into .git/config by hand dropped the
         // `Signed-off-by:` line the hook had read. Before the hooks pin,
         // which stays the last global option.
-        let at = match &out.pin {
-            Some((i, _)) => i - 1,
-            None => out.args.len() - words.len(),
-        };
-        out.args
-            .splice(at..at, ["-c".into(), "core.commentChar=#".into()]);
-        if let Some((i, _)) = &mut out.pin {
-            *i += 2;
-        }
+        pin_config(&mut out, words.len(), "core.commentChar=#");
     }
     if matches!(last.as_str(), "diff" | "log" | "show" | "whatchanged") {
         // A hook's own `git diff --cached` prints git's usual patch whatever
@@ -1569,6 +1561,9 @@ pub fn decide(
         for (i, o) in DIFF_PINS.iter().enumerate() {
             out.args.insert(at + i, o.into());
         }
+        // Git's default: a lower threshold written by hand made every
+        // staged file "Binary files differ".
+        pin_config(&mut out, words.len(), "core.bigFileThreshold=512m");
     }
     if last == "commit" {
         // First, so a `-v` on the command line (refused) would win, but a
@@ -1585,6 +1580,19 @@ pub fn decide(
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)
+}
+
+/// `-c key=value` for git, ahead of the hooks pin (which stays the last
+/// global option) or else of the command's `words`.
+fn pin_config(out: &mut Allow, words: usize, kv: &str) {
+    let at = match &out.pin {
+        Some((i, _)) => i - 1,
+        None => out.args.len() - words,
+    };
+    out.args.splice(at..at, ["-c".into(), kv.into()]);
+    if let Some((i, _)) = &mut out.pin {
+        *i += 2;
+    }
 }
 
 /// Options the porcelain diff commands get first (see `decide`).

@@ -86,7 +86,7 @@ removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
 GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
 --src-prefix=a/ --dst-prefix=b/ first among their options (and
--c core.bigFileThreshold=512m), so diff.external, color.*=always,
+-c core.bigFileThreshold=512m, for diff-index/-files/-tree too), so diff.external, color.*=always,
 diff.noprefix/mnemonicPrefix or a low core.bigFileThreshold written into a
 config file by hand do not change what a hook's own `git diff --cached` prints; commit, merge,
 pull, rebase, cherry-pick, revert and am run with -c core.commentChar=#, so

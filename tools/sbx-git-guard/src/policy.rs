@@ -1561,8 +1561,13 @@ pub fn decide(
         for (i, o) in DIFF_PINS.iter().enumerate() {
             out.args.insert(at + i, o.into());
         }
+    }
+    if matches!(
+        last.as_str(),
+        "diff" | "log" | "show" | "whatchanged" | "diff-index" | "diff-files" | "diff-tree"
+    ) {
         // Git's default: a lower threshold written by hand made every
-        // staged file "Binary files differ".
+        // staged file "Binary files differ", to plumbing as well.
         pin_config(&mut out, words.len(), "core.bigFileThreshold=512m");
     }
     if last == "commit" {

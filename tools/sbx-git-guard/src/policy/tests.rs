@@ -896,3 +896,50 @@ fn sandbox_ignores_sbx_real_git() {
         Some(PathBuf::from("/tmp/evil-git"))
     );
 }
+
+/// What a hook's own git prints does not follow a config file written by
+/// hand: diff commands get git's usual patch options, plumbing the default
+/// big-file threshold, and history commands `#` for comments.
+#[test]
+fn hook_views_are_pinned_to_gits_defaults() {
+    let env = Env::new();
+    let args = |line: &str| -> Vec<String> {
+        let a = env.decide(&words(line)).unwrap();
+        a.args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    };
+    let a = args("diff --cached");
+    let at = a.iter().position(|w| w == "diff").unwrap();
+    assert_eq!(a[at + 1..at + 5], *DIFF_PINS, "{a:?}");
+    assert!(
+        a[..at]
+            .windows(2)
+            .any(|w| w == ["-c", "core.bigFileThreshold=512m"]),
+        "{a:?}"
+    );
+    assert!(
+        a[at - 1].starts_with("core.hooksPath="),
+        "hooks pin last: {a:?}"
+    );
+    let a = args("diff-index -p --cached HEAD");
+    assert!(
+        a.windows(2)
+            .any(|w| w == ["-c", "core.bigFileThreshold=512m"]),
+        "{a:?}"
+    );
+    let a = args("commit -m x");
+    let at = a.iter().position(|w| w == "commit").unwrap();
+    assert!(
+        a[..at]
+            .windows(2)
+            .any(|w| w == ["-c", "core.commentChar=#"]),
+        "{a:?}"
+    );
+    assert_eq!(a[at + 1], "--no-verbose", "{a:?}");
+    assert!(
+        a[at - 1].starts_with("core.hooksPath="),
+        "hooks pin last: {a:?}"
+    );
+}

@@ -56,6 +56,7 @@ impl Sandbox {
     }
 
     fn agent(&self, script: &str) -> Output {
+        let script = script.replace("BE &&", &format!("{BAD_EDITOR} &&"));
         self.repo.agent(&format!("S='{SCISSORS}'; {script}"))
     }
 
@@ -86,16 +87,39 @@ impl Sandbox {
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
              sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d' .git/config; \
-             rm -f ~/.gitconfig; true",
+             rm -rf ~/.gitconfig .git/shallow .git/remotes /tmp/q; true",
         );
     }
 
-    /// Runs each attack from a clean start; those that landed, with output.
+    /// The host's git in the remote (the workspace belongs to the agent).
+    fn remote_git(&self, args: &[&str]) -> String {
+        let mut a = vec!["-c", "safe.directory=*", "-C", "remote.git"];
+        a.extend_from_slice(args);
+        self.repo.git(&a).trim().to_string()
+    }
+
+    /// Runs each attack from a clean start; those that landed (or rewound
+    /// or deleted the remote's main), with output.
     fn run_all(&self, attacks: &[&str]) -> Vec<String> {
         let mut landed = Vec::new();
         for attack in attacks {
+            let base = self.remote_git(&["rev-parse", "main"]);
             let o = self.agent(attack);
-            let m = self.landed();
+            let mut m = self.landed();
+            let now =
+                self.remote_git(&["for-each-ref", "--format=%(objectname)", "refs/heads/main"]);
+            let kept = !now.is_empty()
+                && self
+                    .repo
+                    .exec(&format!(
+                        "git -C remote.git merge-base --is-ancestor {base} {now}"
+                    ))
+                    .status
+                    .success();
+            if !kept {
+                m.push_str(&format!(" remote main {base} -> {now:?}"));
+            }
+            self.remote_git(&["update-ref", "refs/heads/main", &base]);
             if std::env::var_os("R6_DEBUG").is_some() {
                 eprintln!("=== {attack}\n{:?} [{m}]\n{}", o.status.code(), text(&o));
             }
@@ -169,3 +193,95 @@ fn hand_written_diff_config_does_not_change_pre_commits_patch() {
     ]);
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
 }
+
+/// A `commit.cleanup = scissors` written into `.git/config` by hand (the
+/// guard refuses it through git, and does not read the stored config for
+/// `commit`) still cuts an edited message after commit-msg read it. A fix
+/// would read the stored `commit.cleanup` when the commit uses an editor,
+/// or pin `-c commit.cleanup=default` (which would override a stored
+/// `verbatim` or `whitespace`).
+#[test]
+#[ignore = "hole: a hand-written commit.cleanup=scissors cuts the message after commit-msg (the guard reads no config for commit)"]
+fn a_hand_written_scissors_cleanup_does_not_cut_the_message() {
+    let Some(sb) = Sandbox::start() else { return };
+    let landed = sb.run_all(&[
+        "printf '[commit]\\n\\tcleanup = scissors\\n' >> .git/config && echo ok > b && git add b && \
+         GIT_EDITOR=true git commit -q -e -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+    ]);
+    sb.agent("sed -i '/cleanup = /d' .git/config");
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+}
+
+/// Routes tried in round six that are refused (regression cases), in one
+/// sandbox: none leaves MARKER, PLUSMARK or `cred` on a branch, an
+/// unsigned or BADMSG commit on one, or the remote's main rewound.
+#[test]
+fn round_six_routes_are_refused() {
+    let Some(sb) = Sandbox::start() else { return };
+    // A second commit on both sides, so `HEAD~1` pushes rewind.
+    let o = sb.agent("echo 2 > a && git commit -qsam two && git push -q origin main");
+    assert!(o.status.success(), "{}", text(&o));
+    let landed = sb.run_all(REFUSED);
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+}
+
+/// An editor that writes BADMSG (with a sign-off) as the message.
+const BAD_EDITOR: &str = "printf '#!/bin/sh\\nprintf \"BADMSG\\\\n\\\\nSigned-off-by: a <a@b>\\\\n\" > \"$1\"\\n' > /tmp/bad && chmod +x /tmp/bad && export GIT_EDITOR=/tmp/bad";
+
+const REFUSED: &[&str] = &[
+    // Hooks moved or skipped.
+    "echo MARKER > a && git add a && \
+     git -c core.hooksPath=/workspace/gattack6/.git/hooks/../../.git/hooks commit -qsm x",
+    "echo MARKER > a && git add a && git --exec-path=/tmp commit -qsm x",
+    "echo MARKER > a && git add a && GIT_EXEC_PATH=/tmp git commit -qsm x",
+    "echo MARKER > a && git add a && GIT_DIR=.git GIT_WORK_TREE=. git commit -qsm x",
+    "printf '[core]\\n\\thooksPath = /tmp\\n' >> .git/config; echo MARKER > a && git add a && \
+     git commit -qsm x; sed -i /hooksPath/d .git/config",
+    "printf '[core]\\n\\thooksPath = /tmp\\n' > /tmp/inc; printf '[include]\\n\\tpath = /tmp/inc\\n' >> .git/config; \
+     echo MARKER > a && git add a && git commit -qsm x; sed -i '/path = .tmp.inc/d' .git/config",
+    "mkdir -p /tmp/q && cd /tmp/q && git init -q && echo MARKER > m && git add m && git commit -qsm m; \
+     cd /workspace/gattack6 && git fetch -q /tmp/q HEAD:refs/heads/q",
+    "echo MARKER > a && git add a && git commit -q --no-verify --verify -n -sm x",
+    "echo MARKER > a && git add a && git commit -q --no-ver -sm x",
+    "echo MARKER > a && git add a && git commit -q --no-verify=1 -sm x",
+    "echo MARKER > a && git add a && GIT_REFLOG_ACTION=x git commit -q -n -sm x",
+    "echo MARKER > a && git add a && GIT_REFLOG_ACTION=x git commit -q -n -sm x --cleanup",
+    "echo MARKER > a && git add a && git commit -q -sm x --end-of-options --no-verify",
+    "echo MARKER > a && git add a && git commit -q --squash=HEAD --no-edit -sm x",
+    // Messages no commit-msg saw.
+    "git -c commit.verbose=true commit -q --allow-empty -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+    "git -c core.commentChar=S commit -q --allow-empty --cleanup=strip -m ok -m 'Signed-off-by: a <a@b>'",
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=commit.cleanup GIT_CONFIG_VALUE_0=scissors \
+     GIT_EDITOR=true git commit -q -e --allow-empty -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+    "git switch -q -c side && echo x > b && git add b && git commit -qsm b && git switch -q main && \
+     BE && git cherry-pick -e side",
+    "echo x > b && git add b && git commit -qsm b && BE && git revert -e HEAD",
+    "echo x > b && git add b && git commit -qsm b && BE && \
+     GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/reword/' git rebase -qi HEAD~1",
+    "echo x > b && git add b && git commit -qsm b && echo y > c && git add c && git commit -qsm c && BE && \
+     GIT_SEQUENCE_EDITOR='sed -i 2s/^pick/squash/' git rebase -qi HEAD~2",
+    "git switch -q -c side && echo x > b && git add b && git commit -qsm b && git switch -q main && \
+     echo y > c && git add c && git commit -qsm c && git merge -q --no-edit -m BADMSG -m 'Signed-off-by: a <a@b>' side",
+    "git subtree add -q -P sub HEAD 2>&1",
+    // Pushes that rewind or delete, configured by hand.
+    "git reset -q --hard HEAD~1 && printf '[remote \"origin\"]\\n\\tmirror = true\\n' >> .git/config && git push origin; \
+     sed -i /mirror/d .git/config",
+    "git reset -q --hard HEAD~1 && printf '[remote \"origin\"]\\n\\tpush = +refs/heads/*:refs/heads/*\\n' >> .git/config && \
+     git push origin; sed -i '/push = /d' .git/config",
+    "git reset -q --hard HEAD~1 && mkdir -p .git/remotes && \
+     printf 'URL: /workspace/gattack6/remote.git\\nPush: +refs/heads/main:refs/heads/main\\n' > .git/remotes/ev && git push ev",
+    "mkdir -p .git/remotes && printf 'URL: /workspace/gattack6/remote.git\\nPush: :refs/heads/main\\n' > .git/remotes/ev && \
+     git push ev",
+    "git reset -q --hard HEAD~1 && git push origin --force-if-includes main",
+    "git reset -q --hard HEAD~1 && git -c remote.origin.push=+main:main push origin",
+    "git reset -q --hard HEAD~1 && printf '[push]\\n\\tdefault = matching\\n' >> .git/config && git push origin '+:'; \
+     sed -i '/default = matching/d' .git/config",
+    "git reset -q --hard HEAD~1 && git push --atomic origin main",
+    "git reset -q --hard HEAD~1 && git push origin @:main",
+    "git reset -q --hard HEAD~1 && git push origin 'main^{}:main'",
+    "git push origin --delete main",
+    // A stash commit hidden behind a shallow boundary the agent wrote.
+    "echo MARKER > a && git stash -q && git checkout -q --detach 'stash@{0}' && echo ok > b && git add b && \
+     git commit -qsm c && c=$(git rev-parse HEAD) && git checkout -q main && echo $c > .git/shallow && \
+     git reset -q --hard $c",
+];

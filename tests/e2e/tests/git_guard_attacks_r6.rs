@@ -20,6 +20,10 @@ const REFUSE_PATCH: &str = "\
     if git diff --cached | grep -q '^+.*PLUSMARK'; then echo PLUSMARK refused >&2; exit 1; fi\n\
     if git diff --cached | grep -q '^+++ b/cred'; then echo cred refused >&2; exit 1; fi\n";
 
+/// pre-push: refuses every push to a URL naming `nopush`.
+const REFUSE_NOPUSH: &str =
+    "#!/bin/sh\ncase \"$2\" in *nopush*) echo nopush refused >&2; exit 1;; esac\n";
+
 /// git's scissors line: `commit -v` and `--cleanup=scissors` cut the
 /// message there after commit-msg has read all of it.
 const SCISSORS: &str = "# ------------------------ >8 ------------------------";
@@ -33,13 +37,19 @@ fn repo() -> Repo {
     let git = |args: &[&str]| repo.git(args);
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(path.join("a"), "1\n").unwrap();
-    std::fs::write(path.join(".gitignore"), "/remote.git/\n/.agent-sandbox/\n").unwrap();
+    std::fs::write(
+        path.join(".gitignore"),
+        "/remote.git/\n/.agent-sandbox/\n/.srv.py\n",
+    )
+    .unwrap();
     git(&["add", "a", ".gitignore"]);
     git(&["commit", "-qsm", "one"]);
     git(&["init", "-q", "--bare", "remote.git"]);
     git(&["push", "-q", "remote.git", "main"]);
     repo.hook("pre-commit", &format!("{REFUSE_MARKER}{REFUSE_PATCH}"));
     repo.hook("commit-msg", REQUIRE_SIGNOFF);
+    repo.hook("pre-push", REFUSE_NOPUSH);
+    std::fs::write(path.join(".srv.py"), sbx_e2e::GIT_HTTP_SERVER).unwrap();
     repo.give_to_agent();
     repo
 }
@@ -285,3 +295,53 @@ const REFUSED: &[&str] = &[
      git commit -qsm c && c=$(git rev-parse HEAD) && git checkout -q main && echo $c > .git/shallow && \
      git reset -q --hard $c",
 ];
+
+/// The remote helper driven by hand (`printf 'push src:dst\n\n' | git
+/// remote-http URL URL`) pushes without `git push`, so neither the
+/// repository's pre-push hook nor the guard's pre-push step (its stash
+/// check) runs: the guard filters only forced and deleting commands. Here
+/// a pre-push that refuses every push to the URL is skipped, and a stash
+/// commit (MARKER, no pre-commit) reaches a new remote branch. A fix: let
+/// `push` commands reach the helper (and `send-pack --stateless-rpc` run)
+/// only for ref updates a pre-push step of the same push approved (the
+/// step registers them with the broker, the send-pack checks and consumes
+/// them); refusing them from callers without git's group alone is not
+/// enough, as a program git starts may run the helper binary itself.
+#[test]
+#[ignore = "hole: a remote helper driven by hand pushes without pre-push (the repository's hook and the guard's stash check)"]
+fn a_remote_helper_driven_by_hand_runs_pre_push() {
+    let Some(sb) = Sandbox::start() else { return };
+    let u = "export U=http://127.0.0.1:8765/git/nopush.git";
+    let o = sb.agent(&format!(
+        "{u}; mkdir -p /tmp/srv && git init -q --bare /tmp/srv/nopush.git && \
+         git -C /tmp/srv/nopush.git config http.receivepack true && \
+         {{ python3 .srv.py >/tmp/srv.log 2>&1 & }} && \
+         for i in $(seq 20); do git ls-remote $U >/dev/null 2>&1 && break; sleep 0.3; done; \
+         git push -q $U main"
+    ));
+    assert!(text(&o).contains("nopush refused"), "control: {}", text(&o));
+    let mut landed = Vec::new();
+    for (cmds, landed_if) in [
+        (
+            "push refs/heads/main:refs/heads/main\\n\\n",
+            "git -C /tmp/srv/nopush.git rev-parse -q --verify main",
+        ),
+        (
+            "push refs/stash:refs/heads/s\\n\\n",
+            "git -C /tmp/srv/nopush.git grep -q MARKER s --",
+        ),
+    ] {
+        let o = sb.agent(&format!(
+            "{u}; echo MARKER > a && git stash -q && printf '{cmds}' | git remote-http $U $U; \
+             git stash drop -q; {landed_if} && echo LANDED"
+        ));
+        if String::from_utf8_lossy(&o.stdout).contains("LANDED") {
+            landed.push(format!("{cmds}: {}", text(&o)));
+        }
+    }
+    assert!(
+        landed.is_empty(),
+        "pushed without pre-push:\n{}",
+        landed.join("\n")
+    );
+}

@@ -96,7 +96,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d' .git/config; \
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d; /^\\[merge /d; /driver = /d' .git/config; rm -f .git/info/attributes; \
              rm -rf ~/.gitconfig .git/shallow .git/remotes /tmp/q; true",
         );
     }
@@ -344,4 +344,40 @@ fn a_remote_helper_driven_by_hand_runs_pre_push() {
         "pushed without pre-push:\n{}",
         landed.join("\n")
     );
+}
+
+/// Two branches that change different lines of `a`, and a merge driver
+/// written into .git/config by hand (`git config merge.ev.driver` is
+/// refused) that writes MARKER as the merged file, picked by
+/// `.git/info/attributes`.
+const DRIVER: &str = r#"printf '1\n2\n3\n' > a && git commit -qsam three && git switch -q -c side && \
+    sed -i 1s/.*/one/ a && git commit -qsam s1 && git switch -q main && sed -i 3s/.*/three/ a && \
+    git commit -qsam m1 && printf '#!/bin/sh\necho MARKER from a driver $$ > "$1"\n' > /tmp/drv && \
+    chmod +x /tmp/drv && printf '[merge "ev"]\n\tdriver = /tmp/drv %%A\n' >> .git/config && \
+    mkdir -p .git/info && echo 'a merge=ev' > .git/info/attributes"#;
+
+/// The sequencer commits a merge driver's output in-process, without
+/// pre-commit (as it did a strategy program's, refused since round four):
+/// `git cherry-pick`, `revert` and `rebase` put MARKER on a branch. They
+/// now refuse while the stored configuration names a driver.
+#[test]
+fn a_hand_written_merge_driver_does_not_commit_unseen_content() {
+    let Some(sb) = Sandbox::start() else { return };
+    let attacks: Vec<String> = [
+        "git cherry-pick side",
+        "git switch -q side && git rebase -q main",
+        "git revert --no-edit HEAD~1 2>&1; git cherry-pick side",
+    ]
+    .iter()
+    .map(|a| format!("{DRIVER} && {a}"))
+    .collect();
+    let attacks: Vec<&str> = attacks.iter().map(String::as_str).collect();
+    let landed = sb.run_all(&attacks);
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+    // Control: without the driver, the same cherry-pick works.
+    let o = sb.agent(&format!(
+        "{} && git cherry-pick side",
+        DRIVER.replace("printf '[merge", "true || printf '[merge")
+    ));
+    assert!(o.status.success(), "{}", text(&o));
 }

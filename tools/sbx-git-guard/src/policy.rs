@@ -420,6 +420,35 @@ pub(crate) fn skips_hooks(a: &Args) -> bool {
     false
 }
 
+/// A merge driver (`merge.NAME.driver`, picked by a `merge=NAME`
+/// attribute) writes the merged file, and the sequencer (cherry-pick,
+/// revert, rebase) commits it in-process without pre-commit, as it does a
+/// strategy program's index. `git config merge.NAME.driver` is refused,
+/// but one written into .git/config or ~/.gitconfig by hand put MARKER on
+/// main through `git cherry-pick`; so these commands read the stored
+/// configuration and refuse while any driver but `true` (keep ours) is
+/// set. `git merge` runs pre-commit on its result (pre-merge-commit step).
+fn refuse_merge_drivers(cmd: &str, cfg: &gix_config::File) -> Result<(), Block> {
+    for sec in cfg.sections_by_name("merge").into_iter().flatten() {
+        let Some(name) = sec.header().subsection_name() else {
+            continue;
+        };
+        if sec
+            .values("driver")
+            .iter()
+            .any(|v| v.to_string().trim() != "true")
+        {
+            return Err(block(
+                R::ExecOption,
+                format!(
+                    "merge.{name}.driver is a program whose output git {cmd} commits without pre-commit; use git merge, or remove the driver"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// git cuts a commit's message at the scissors line (`# --- >8 ---`)
 /// after commit-msg has read the whole file: `commit -v` always, and
 /// `--cleanup=scissors` with an editor (commit, merge, pull, and the
@@ -927,7 +956,8 @@ fn check_command(
         "cherry-pick" | "revert" => {
             let a = parse(cmd, args)?;
             refuse_scissors(cmd, &a)?;
-            refuse_strategies(cmd, &a)
+            refuse_strategies(cmd, &a)?;
+            refuse_merge_drivers(cmd, cfg)
         }
         "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks").map(drop),
         "pull" => {
@@ -940,6 +970,7 @@ fn check_command(
         "rebase" => {
             let a = no_verify("rebase", "the pre-rebase hook")?;
             refuse_strategies(cmd, &a)?;
+            refuse_merge_drivers(cmd, cfg)?;
             refuse_exec_options(cmd, &a, &["exec"])
         }
         "push" => check_push(ctx, cfg, args),
@@ -1419,8 +1450,10 @@ pub fn decide(
     // builtin of every git can be one) and for push; reading it is skipped
     // otherwise, as it is most of the guard's own work.
     let command = s(first).into_owned();
-    let needs_config = matches!(command.as_str(), "push" | "merge" | "pull")
-        || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
+    let needs_config = matches!(
+        command.as_str(),
+        "push" | "merge" | "pull" | "cherry-pick" | "revert" | "rebase"
+    ) || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {
         let mut cfg = repo::config(ctx.repo.as_ref(), &setup)
             .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;

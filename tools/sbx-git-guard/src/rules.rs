@@ -108,7 +108,7 @@ pub const RULES: &[Rule] = &[
         id: R::ExecOption,
         name: "exec-option",
         blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases, merge strategies other than git's own",
-        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases; a merge strategy other than git's own (octopus, ort, ours, recursive, resolve, subtree), which is a git-merge-NAME program whose index git commits without pre-commit: -s/--strategy of merge, pull, rebase, cherry-pick and revert, pull.twohead/pull.octopus, branch.*.mergeOptions (which may not skip hooks either, stored or inline), and `git merge-NAME` itself, as git runs it",
+        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases; a merge strategy other than git's own (octopus, ort, ours, recursive, resolve, subtree), which is a git-merge-NAME program whose index git commits without pre-commit: -s/--strategy of merge, pull, rebase, cherry-pick and revert, pull.twohead/pull.octopus, branch.*.mergeOptions (which may not skip hooks either, stored or inline), and `git merge-NAME` itself, as git runs it; cherry-pick, revert and rebase while any config file (one written by hand included) sets a merge.NAME.driver other than `true`, whose output the sequencer commits without pre-commit",
     },
     Rule {
         id: R::GitDir,

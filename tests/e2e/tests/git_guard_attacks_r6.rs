@@ -233,6 +233,16 @@ fn round_six_routes_are_refused() {
     assert!(o.status.success(), "{}", text(&o));
     let landed = sb.run_all(REFUSED);
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+    // Controls: the options the guard puts first leave git's man pages
+    // (`git CMD --help`, --help first) and ordinary use alone.
+    let o = sb.agent(
+        "git diff --help | head -1; git commit --help | head -1; \
+         echo d > d && git add d && git commit -qsm d && git log -1 --format=%s && git diff HEAD~1 --stat",
+    );
+    let t = text(&o);
+    for want in ["GIT-DIFF(1)", "GIT-COMMIT(1)", "\nd\n", "1 file changed"] {
+        assert!(t.contains(want), "{want}: {t}");
+    }
 }
 
 /// An editor that writes BADMSG (with a sign-off) as the message.

@@ -1582,7 +1582,10 @@ pub fn decide(
         // which stays the last global option.
         pin_config(&mut out, words.len(), "core.commentChar=#");
     }
-    if matches!(last.as_str(), "diff" | "log" | "show" | "whatchanged") {
+    // git turns `git CMD --help` into `git help CMD` only when --help comes
+    // first; an option put before it would make it an unknown option.
+    let help = words.get(1).is_some_and(|w| w == "--help");
+    if !help && matches!(last.as_str(), "diff" | "log" | "show" | "whatchanged") {
         // A hook's own `git diff --cached` prints git's usual patch whatever
         // a config file says: the guard refuses diff.external, color=always
         // and diff.noprefix/mnemonicPrefix only through git, and the same
@@ -1603,7 +1606,7 @@ pub fn decide(
         // staged file "Binary files differ", to plumbing as well.
         pin_config(&mut out, words.len(), "core.bigFileThreshold=512m");
     }
-    if last == "commit" {
+    if last == "commit" && !help {
         // First, so a `-v` on the command line (refused) would win, but a
         // stored commit.verbose, which the guard does not read, does not.
         let at = out.args.len() - words.len() + 1;

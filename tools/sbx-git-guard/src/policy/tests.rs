@@ -923,6 +923,15 @@ fn hook_views_are_pinned_to_gits_defaults() {
         a[at - 1].starts_with("core.hooksPath="),
         "hooks pin last: {a:?}"
     );
+    // `git CMD --help` is git's man page only with --help first.
+    for line in ["diff --help", "commit --help", "log --help"] {
+        let a = args(line);
+        assert_eq!(
+            a[a.len() - 2..],
+            line.split(' ').collect::<Vec<_>>(),
+            "{a:?}"
+        );
+    }
     let a = args("diff-index -p --cached HEAD");
     assert!(
         a.windows(2)

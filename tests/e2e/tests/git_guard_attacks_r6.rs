@@ -96,7 +96,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d; /^\\[merge /d; /driver = /d' .git/config; rm -f .git/info/attributes; \
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d; /^\\[merge /d; /driver = /d; /cleanup = /d' .git/config; rm -f .git/info/attributes; \
              rm -rf ~/.gitconfig .git/shallow .git/remotes /tmp/q; true",
         );
     }
@@ -205,20 +205,21 @@ fn hand_written_diff_config_does_not_change_pre_commits_patch() {
 }
 
 /// A `commit.cleanup = scissors` written into `.git/config` by hand (the
-/// guard refuses it through git, and does not read the stored config for
-/// `commit`) still cuts an edited message after commit-msg read it. A fix
-/// would read the stored `commit.cleanup` when the commit uses an editor,
-/// or pin `-c commit.cleanup=default` (which would override a stored
-/// `verbatim` or `whitespace`).
+/// guard refuses it through git, and reads no config for a `commit -m`)
+/// still cut an edited message after commit-msg read it. The guard now
+/// reads the stored config for a commit that may open an editor (the one
+/// case where scissors mode applies) and refuses it there.
 #[test]
-#[ignore = "hole: a hand-written commit.cleanup=scissors cuts the message after commit-msg (the guard reads no config for commit)"]
 fn a_hand_written_scissors_cleanup_does_not_cut_the_message() {
     let Some(sb) = Sandbox::start() else { return };
     let landed = sb.run_all(&[
         "printf '[commit]\\n\\tcleanup = scissors\\n' >> .git/config && echo ok > b && git add b && \
          GIT_EDITOR=true git commit -q -e -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
+        "printf '[commit]\\n\\tcleanup = scissors\\n' >> ~/.gitconfig && echo ok > b && git add b && \
+         printf '#!/bin/sh\\nprintf \"ok\\\\n%s\\\\nSigned-off-by: a <a@b>\\\\n\" \"$S\" > \"$1\"\\n' > /tmp/ed && \
+         chmod +x /tmp/ed && S=\"$S\" GIT_EDITOR=/tmp/ed git commit -q",
     ]);
-    sb.agent("sed -i '/cleanup = /d' .git/config");
+    sb.agent("sed -i '/cleanup = /d' .git/config; rm -f ~/.gitconfig");
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
 }
 

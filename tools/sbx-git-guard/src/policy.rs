@@ -420,6 +420,39 @@ pub(crate) fn skips_hooks(a: &Args) -> bool {
     false
 }
 
+/// Whether `git commit ARGS` may open an editor, read loosely: false only
+/// when a message is given (-m/-F/-C, spelled on its own) and no -e. The
+/// stored configuration is read for commit only then (see below).
+fn may_edit(args: &[OsString]) -> bool {
+    let given = args.iter().any(|a| {
+        let a = a.as_bytes();
+        (a.starts_with(b"-m") || a.starts_with(b"-F") || a.starts_with(b"-C"))
+            || [&b"--message"[..], b"--file", b"--reuse-message"]
+                .iter()
+                .any(|o| a.starts_with(o))
+    });
+    !given || args.iter().any(|a| a == "-e" || a == "--edit")
+}
+
+/// A `commit.cleanup = scissors` in a config file (written by hand: `git
+/// config` of it is refused) cuts an edited message at the scissors line
+/// after commit-msg read it. Read only when the commit may open an editor,
+/// the one case where scissors mode applies.
+fn refuse_stored_scissors(cfg: &gix_config::File) -> Result<(), Block> {
+    let stored = cfg
+        .strings_by("commit", None, "cleanup")
+        .unwrap_or_default()
+        .last()
+        .is_some_and(|v| v.to_string().trim().eq_ignore_ascii_case("scissors"));
+    if stored {
+        return Err(block(
+            R::NoVerify,
+            "commit.cleanup = scissors cuts the message at the scissors line after the commit-msg hook read it; remove it from the config",
+        ));
+    }
+    Ok(())
+}
+
 /// A merge driver (`merge.NAME.driver`, picked by a `merge=NAME`
 /// attribute) writes the merged file, and the sequencer (cherry-pick,
 /// revert, rebase) commits it in-process without pre-commit, as it does a
@@ -943,10 +976,13 @@ fn check_command(
         // sandbox: it runs with the hooks turned back on (`decide` appends
         // --verify) instead of failing every such --continue.
         "commit" if sequencer_commit(ctx.call, args) => refuse_scissors(cmd, &parse(cmd, args)?),
-        "commit" => refuse_scissors(
-            cmd,
-            &no_verify("commit", "the pre-commit and commit-msg hooks")?,
-        ),
+        "commit" => {
+            refuse_scissors(
+                cmd,
+                &no_verify("commit", "the pre-commit and commit-msg hooks")?,
+            )?;
+            refuse_stored_scissors(cfg)
+        }
         "merge" => {
             let a = no_verify("merge", "the pre-merge-commit and commit-msg hooks")?;
             refuse_scissors(cmd, &a)?;
@@ -1453,7 +1489,8 @@ pub fn decide(
     let needs_config = matches!(
         command.as_str(),
         "push" | "merge" | "pull" | "cherry-pick" | "revert" | "rebase"
-    ) || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
+    ) || (command == "commit" && may_edit(&call.args[idx + 1..]))
+        || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {
         let mut cfg = repo::config(ctx.repo.as_ref(), &setup)
             .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;

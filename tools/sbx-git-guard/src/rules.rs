@@ -60,7 +60,7 @@ pub const RULES: &[Rule] = &[
         id: R::NoVerify,
         name: "block-no-verify",
         blocks: "skipping hooks: --no-verify/-n (where it means that) for commit, merge, pull, rebase, am, push; husky kill switches",
-        detail: "--no-verify/-n where it skips hooks (commit, merge, pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS, LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's environment; a `git commit -n` with GIT_REFLOG_ACTION set (the sequencer's own, at rebase/cherry-pick/revert --continue) runs with --verify appended, so its hooks run, instead of being refused; commit -v/--verbose and --cleanup=scissors (commit, merge, pull, cherry-pick, revert), with which git cuts the message at the scissors line after commit-msg read it (commit gets --no-verbose first, over a stored commit.verbose) ([git] block-no-verify)",
+        detail: "--no-verify/-n where it skips hooks (commit, merge, pull, rebase, am, push); HUSKY, HUSKY_SKIP_HOOKS, LEFTHOOK, LEFTHOOK_EXCLUDE, SKIP and PRE_COMMIT_ALLOW_NO_CONFIG are removed from git's environment; a `git commit -n` with GIT_REFLOG_ACTION set (the sequencer's own, at rebase/cherry-pick/revert --continue) runs with --verify appended, so its hooks run, instead of being refused; commit -v/--verbose and --cleanup=scissors (commit, merge, pull, cherry-pick, revert), with which git cuts the message at the scissors line after commit-msg read it (commit gets --no-verbose first, over a stored commit.verbose, and a commit that may open an editor is refused under a stored commit.cleanup=scissors) ([git] block-no-verify)",
     },
     Rule {
         id: R::ForcePush,

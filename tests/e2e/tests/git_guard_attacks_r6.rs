@@ -96,7 +96,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d; /^\\[merge /d; /driver = /d; /cleanup = /d' .git/config; rm -f .git/info/attributes; \
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d; /^\\[merge /d; /driver = /d; /cleanup = /d; /^\\[filter /d; /clean = /d; /renormalize/d' .git/config; rm -f .git/info/attributes; \
              rm -rf ~/.gitconfig .git/shallow .git/remotes /tmp/q; true",
         );
     }
@@ -367,10 +367,25 @@ const DRIVER: &str = r#"printf '1\n2\n3\n' > a && git commit -qsam three && git 
     chmod +x /tmp/drv && printf '[merge "ev"]\n\tdriver = /tmp/drv %%A\n' >> .git/config && \
     mkdir -p .git/info && echo 'a merge=ev' > .git/info/attributes"#;
 
+/// A clean filter written into .git/config by hand that puts MARKER
+/// before any text starting with `one` (side's change), on `a`.
+const CLEAN_FILTER: &str = r#"printf '1
+2
+3
+4
+5
+' > a && git commit -qsam five && git switch -q -c side &&     sed -i 1s/.*/one/ a && git commit -qsam s1 && git switch -q main && sed -i 5s/.*/five/ a &&     git commit -qsam m1 &&     printf '#!/bin/sh
+t=$(cat); case "$t" in one*) echo MARKER from a clean filter;; esac; printf "%%s\n" "$t"
+' > /tmp/cln &&     chmod +x /tmp/cln && printf '[filter "ev"]
+	clean = /tmp/cln
+' >> .git/config &&     mkdir -p .git/info && echo 'a filter=ev' > .git/info/attributes"#;
+
 /// The sequencer commits a merge driver's output in-process, without
 /// pre-commit (as it did a strategy program's, refused since round four):
-/// `git cherry-pick`, `revert` and `rebase` put MARKER on a branch. They
-/// now refuse while the stored configuration names a driver.
+/// `git cherry-pick`, `revert` and `rebase` put MARKER on a branch; so did
+/// a clean filter's output when the pick renormalized. They now refuse
+/// while the configuration names a driver, or a clean filter when
+/// renormalizing.
 #[test]
 fn a_hand_written_merge_driver_does_not_commit_unseen_content() {
     let Some(sb) = Sandbox::start() else { return };
@@ -381,6 +396,15 @@ fn a_hand_written_merge_driver_does_not_commit_unseen_content() {
     ]
     .iter()
     .map(|a| format!("{DRIVER} && {a}"))
+    .chain(
+        [
+            "git -c merge.renormalize=true cherry-pick side",
+            "git cherry-pick -X renormalize side",
+            "printf '[merge]\n\trenormalize\n' >> .git/config && git cherry-pick side",
+        ]
+        .iter()
+        .map(|a| format!("{CLEAN_FILTER} && {a}")),
+    )
     .collect();
     let attacks: Vec<&str> = attacks.iter().map(String::as_str).collect();
     let landed = sb.run_all(&attacks);

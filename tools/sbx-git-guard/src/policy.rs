@@ -461,7 +461,32 @@ fn refuse_stored_scissors(cfg: &gix_config::File) -> Result<(), Block> {
 /// main through `git cherry-pick`; so these commands read the stored
 /// configuration and refuse while any driver but `true` (keep ours) is
 /// set. `git merge` runs pre-commit on its result (pre-merge-commit step).
-fn refuse_merge_drivers(cmd: &str, cfg: &gix_config::File) -> Result<(), Block> {
+///
+/// Likewise a clean filter (`filter.NAME.clean`/`process`) when the merge
+/// renormalizes (`-X renormalize`, `merge.renormalize`): git runs it on
+/// the three sides and merges its output, so a filter that adds MARKER to
+/// one side's text put it on main through `git cherry-pick`.
+fn refuse_merge_drivers(cmd: &str, cfg: &gix_config::File, a: &Args) -> Result<(), Block> {
+    let renormalize = a.values("strategy-option").any(|v| v == "renormalize")
+        || !matches!(
+            cfg.boolean_by("merge", None, "renormalize"),
+            Ok(None | Some(false))
+        );
+    if renormalize {
+        for sec in cfg.sections_by_name("filter").into_iter().flatten() {
+            let Some(name) = sec.header().subsection_name() else {
+                continue;
+            };
+            if !sec.values("clean").is_empty() || !sec.values("process").is_empty() {
+                return Err(block(
+                    R::ExecOption,
+                    format!(
+                        "a renormalizing git {cmd} runs filter.{name}'s clean program on every side and commits its output without pre-commit; leave out renormalize, or use git merge"
+                    ),
+                ));
+            }
+        }
+    }
     for sec in cfg.sections_by_name("merge").into_iter().flatten() {
         let Some(name) = sec.header().subsection_name() else {
             continue;
@@ -993,7 +1018,7 @@ fn check_command(
             let a = parse(cmd, args)?;
             refuse_scissors(cmd, &a)?;
             refuse_strategies(cmd, &a)?;
-            refuse_merge_drivers(cmd, cfg)
+            refuse_merge_drivers(cmd, cfg, &a)
         }
         "am" => no_verify("am", "the applypatch-msg and pre-applypatch hooks").map(drop),
         "pull" => {
@@ -1006,7 +1031,7 @@ fn check_command(
         "rebase" => {
             let a = no_verify("rebase", "the pre-rebase hook")?;
             refuse_strategies(cmd, &a)?;
-            refuse_merge_drivers(cmd, cfg)?;
+            refuse_merge_drivers(cmd, cfg, &a)?;
             refuse_exec_options(cmd, &a, &["exec"])
         }
         "push" => check_push(ctx, cfg, args),

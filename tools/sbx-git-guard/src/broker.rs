@@ -632,8 +632,7 @@ fn spare(
         // The runner ended before a connection came (it said why).
         _ => std::process::exit(0),
     };
-    drop(handoff);
-    let code = match session_inner(&conn, child) {
+    let code = match session_inner(&conn, &handoff, child, gid) {
         Ok(()) => 0,
         Err(msg) => {
             let _ = privsep::kill_group(child, libc_sig::SIGKILL);
@@ -657,6 +656,7 @@ fn runner(
     gid: u32,
 ) -> ! {
     let _ = MAKER.set(maker);
+    crate::index::draw_name();
     let conn = loop {
         match listener.accept() {
             Ok((c, _)) => break c,
@@ -729,7 +729,6 @@ fn runner(
         std::process::exit(1)
     }
     drop(conn);
-    drop(to_session);
     run_as_peer(
         &req,
         fds,
@@ -737,6 +736,7 @@ fn runner(
         git.as_fd(),
         exec_path,
         index_root.as_deref(),
+        &to_session,
     )
 }
 
@@ -827,12 +827,21 @@ fn nix_uid() -> u32 {
 }
 
 /// The session, once its runner has read the request and passed it the
-/// connection: become the peer, relay signals until git ends, report how.
-fn session_inner(conn: &UnixStream, child: privsep::Pid) -> Result<(), String> {
+/// connection: become the peer, relay signals until git ends, put a
+/// private index back (the runner's order on `handoff`), report how.
+fn session_inner(
+    conn: &UnixStream,
+    handoff: &UnixStream,
+    child: privsep::Pid,
+    gid: u32,
+) -> Result<(), String> {
     let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
     // It lets go of root and becomes the peer too, so it may signal git's
-    // group without CAP_KILL (the container has none) and holds nothing more.
-    privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
+    // group without CAP_KILL (the container has none) and holds nothing more;
+    // with git's group, so it can reach a private index (`index::put_back`).
+    // Like git, it is not the agent's to trace: never dumpable, no exec.
+    let (g, groups) = git_creds(&peer, gid);
+    privsep::drop_to(peer.uid, g, &groups).map_err(|e| format!("credentials: {e}"))?;
     let pidfd = privsep::pidfd_open(child).map_err(|e| format!("pidfd: {e}"))?;
     // The runner has read the request before handing the connection over:
     // what arrives now are signal frames.
@@ -865,6 +874,9 @@ fn session_inner(conn: &UnixStream, child: privsep::Pid) -> Result<(), String> {
         Status::Exited(c) => Reply::Exited(c),
         Status::Signaled(s) => Reply::Signaled(s),
     };
+    // git (and the runner it was) has ended: the runner's end of `handoff`
+    // is closed, so this reads its order, if it gave one, or end of file.
+    crate::index::put_back_from(handoff);
     let _ = proto::send_reply(conn, &reply);
     Ok(())
 }
@@ -887,12 +899,13 @@ fn run_as_peer(
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
     index_root: Option<&Path>,
+    session: &UnixStream,
 ) -> ! {
     let code = match prepared {
         Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds),
         Ok(()) => {
             drop(fds);
-            decide_and_exec(req, git, exec_path, index_root)
+            decide_and_exec(req, git, exec_path, index_root, session)
         }
         Err(msg) => {
             // Stdio may not be set up yet: write to the caller's stderr fd.
@@ -1028,6 +1041,7 @@ fn decide_and_exec(
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
     index_root: Option<&Path>,
+    session: &UnixStream,
 ) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
     let decided = std::panic::catch_unwind(|| decide(req, git, exec_path)).unwrap_or_else(|_| {
@@ -1055,7 +1069,7 @@ fn decide_and_exec(
             output::error("the broker's socket has no path for private indexes; nothing was run");
             return Exit::WrapperFailed.code();
         };
-        return crate::index::run_private(&fd_path(git), &allow, root);
+        return crate::index::run_private(git, &allow, root, session);
     }
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);

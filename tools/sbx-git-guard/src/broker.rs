@@ -462,6 +462,10 @@ pub fn serve(
     let listener = UnixListener::bind(socket).map_err(sock_err)?;
     // Every local user may ask; the broker decides what each may do.
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(sock_err)?;
+    // Signals as a fresh process has them (a shell that started the broker
+    // in the background left SIGINT and SIGQUIT ignored), once here: a
+    // spare then resets the two the broker itself changes.
+    privsep::reset_signals_but_pipe().map_err(sock_err)?;
     privsep::auto_reap_children().map_err(sock_err)?;
     // CPU feature detection (memchr asks on first use) runs CPUID, which
     // traps to the hypervisor in a VM (~12 µs a leaf measured here): done
@@ -597,7 +601,7 @@ fn spare(
     exec_path: Option<&OsStr>,
     gid: u32,
 ) -> ! {
-    let _ = privsep::reset_signals();
+    let _ = privsep::reset_forked_signals();
     let fail = |what: &str, e: std::io::Error| -> ! {
         output::warn(&format!("session: {what}: {e}"));
         let _ = (&taken).write_all(&[1]);
@@ -923,7 +927,7 @@ fn run_as_peer(
 }
 
 fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<(), String> {
-    // Signals were reset when the spare was made.
+    // Signals were reset when the spare was made (`reset_forked_signals`).
     privsep::new_process_group().map_err(|e| format!("process group: {e}"))?;
     let (gid, groups) = git_creds(peer, gid);
     privsep::drop_to(peer.uid, gid, &groups).map_err(|e| format!("credentials: {e}"))?;

@@ -951,3 +951,65 @@ fn the_private_index_cannot_be_found_through_the_broker() {
     );
     assert!(out.contains("rc=0") && out.contains("subject=two"), "{out}");
 }
+
+/// A broker started from a shell in the background inherits SIGINT and
+/// SIGQUIT ignored; the broker resets every signal once at start and its
+/// spares only the two it changes itself, so what it runs (here a hook)
+/// still starts with none ignored, as a fresh process would.
+#[test]
+fn what_the_broker_runs_starts_with_no_signal_ignored() {
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let git = layout(dir);
+    let exe = std::fs::canonicalize(GUARD).unwrap();
+    let st = Command::new(GUARD)
+        .arg("install-hooks")
+        .arg(exe.parent().unwrap().join(".sbx-git-hooks"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let broker = Broker(
+        Command::new("sh")
+            .args(["-c", "trap '' INT QUIT; exec \"$0\" \"$@\"", GUARD, "serve"])
+            .arg("--socket")
+            .arg(dir.join("s.sock"))
+            .arg("--git")
+            .arg(&git)
+            .args(["--group", &GIT_GID.to_string()])
+            .env_clear()
+            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_socket(dir);
+    let repo = dir.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    Command::new("chown")
+        .arg("1000:1000")
+        .arg(&repo)
+        .status()
+        .unwrap();
+    let o = agent(
+        dir,
+        &repo,
+        "git init -q . && printf '#!/bin/sh\\ngrep -E \"^SigIgn\" /proc/$$/status > sig\\n' \
+           > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && \
+         git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && cat sig",
+    );
+    drop(broker);
+    assert!(o.status.success(), "{}", text(&o));
+    // Signals 1 to 31 (what the reset covers; real-time ones are as the
+    // test harness left them).
+    let mask = |name: &str| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .map(|m| m & 0x7fff_ffff)
+    };
+    assert_eq!(mask("SigIgn:"), Some(0), "ignored: {}", text(&o));
+}

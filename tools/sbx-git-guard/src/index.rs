@@ -152,8 +152,8 @@ fn private_name(root: &Path) -> std::io::Result<PathBuf> {
 /// Copy `from` to `to` (a new file, made here: a name taken is an error),
 /// with `from`'s mode and times, by fd: git takes an entry changed in the
 /// index file's own second as racily clean and checks its content, so the
-/// copy keeps the index's mtime.
-fn copy_as_is(from: &Path, to: &Path) -> std::io::Result<()> {
+/// copy keeps the index's mtime. Returns the copy's [`Untouched`] mark.
+fn copy_as_is(from: &Path, to: &Path) -> std::io::Result<Untouched> {
     let mut src = std::fs::File::open(from)?;
     let m = src.metadata()?;
     let mut dst = std::fs::File::options()
@@ -167,7 +167,25 @@ fn copy_as_is(from: &Path, to: &Path) -> std::io::Result<()> {
         std::fs::FileTimes::new()
             .set_accessed(m.accessed()?)
             .set_modified(m.modified()?),
-    )
+    )?;
+    Ok(Untouched::of(&dst.metadata()?))
+}
+
+/// A file's inode and change time: git replaces an index it writes (a new
+/// inode), and any write, chmod or touch in place moves the ctime, which
+/// nobody can set. A copy still so marked when git ends is the index as it
+/// was, so the index is left as it is (git 2.39 writes none for most
+/// commits): no copy back, no rename.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Untouched([u64; 4]);
+
+impl Untouched {
+    /// Nothing to compare (no copy was made).
+    const NONE: Untouched = Untouched([0; 4]);
+
+    fn of(m: &std::fs::Metadata) -> Untouched {
+        Untouched([m.dev(), m.ino(), m.ctime() as u64, m.ctime_nsec() as u64])
+    }
 }
 
 /// The broker's runner: run git (`git`, by fd) as `allow` says, on a
@@ -217,9 +235,9 @@ pub fn run_private(git: BorrowedFd<'_>, allow: &Allow, root: &Path, session: &Un
         }
     };
     // No index yet: git makes the copy, which then becomes the index.
-    match copy_as_is(&index, &copy) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    let mark = match copy_as_is(&index, &copy) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Untouched::NONE,
         Err(e) => {
             let _ = std::fs::remove_file(&copy);
             let _ = std::fs::remove_file(&lock);
@@ -229,10 +247,10 @@ pub fn run_private(git: BorrowedFd<'_>, allow: &Allow, root: &Path, session: &Un
             ));
             return Exit::WrapperFailed.code();
         }
-    }
+    };
     // From here on, whatever happens (git refused, killed, never started),
     // the session puts the copy back as the index and lets go of the lock.
-    if let Err(e) = order_put_back(session, &index, &copy, &held) {
+    if let Err(e) = order_put_back(session, &index, &copy, mark, &held) {
         let _ = std::fs::remove_file(&copy);
         let _ = std::fs::remove_file(&lock);
         output::error(&format!(
@@ -273,15 +291,20 @@ pub fn run_private(git: BorrowedFd<'_>, allow: &Allow, root: &Path, session: &Un
     Exit::CannotInvoke.code()
 }
 
-/// The order a runner gives its session: `i`, the index's path, NUL, the
-/// copy's path; the held lock and the caller's stderr attached.
+/// The order a runner gives its session: `i`, the copy's [`Untouched`]
+/// mark (four little-endian u64), the index's path, NUL, the copy's path;
+/// the held lock and the caller's stderr attached.
 fn order_put_back(
     session: &UnixStream,
     index: &Path,
     copy: &Path,
+    mark: Untouched,
     held: &std::fs::File,
 ) -> std::io::Result<()> {
     let mut msg = b"i".to_vec();
+    for n in mark.0 {
+        msg.extend_from_slice(&n.to_le_bytes());
+    }
     msg.extend_from_slice(index.as_os_str().as_bytes());
     msg.push(0);
     msg.extend_from_slice(copy.as_os_str().as_bytes());
@@ -294,8 +317,9 @@ fn order_put_back(
 /// The session, once git has ended: if its runner ordered it, put the
 /// copy back as the index (git's result, or the copy as it was if git
 /// did not start), through the lock the runner took, and remove the copy.
-/// No copy (a repository without an index yet, and git made none): the
-/// index stays as it is. Errors go to the caller's stderr.
+/// No copy (a repository without an index yet, and git made none), or the
+/// copy as it was made ([`Untouched`]): the index stays as it is. Errors
+/// go to the caller's stderr.
 pub fn put_back_from(session: &UnixStream) {
     let mut first = vec![0u8; 8192];
     let Ok((n, mut fds)) = sbx_sys::privsep::recv_with_fds(session.as_fd(), &mut first, 2) else {
@@ -308,17 +332,33 @@ pub fn put_back_from(session: &UnixStream) {
     let _ = (&*session).read_to_end(&mut msg);
     let stderr = std::fs::File::from(fds.remove(1));
     let held = std::fs::File::from(fds.remove(0));
+    let mut mark = Untouched::NONE;
+    for (i, n) in mark.0.iter_mut().enumerate() {
+        let Some(b) = msg
+            .get(i * 8..i * 8 + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        else {
+            return;
+        };
+        *n = u64::from_le_bytes(b);
+    }
+    let msg = &msg[32..];
     let Some(cut) = msg.iter().position(|b| *b == 0) else {
         return;
     };
     let index = PathBuf::from(OsStr::from_bytes(&msg[..cut]));
     let copy = PathBuf::from(OsStr::from_bytes(&msg[cut + 1..]));
-    if let Err(m) = put_back(&index, &copy, held) {
+    if let Err(m) = put_back(&index, &copy, mark, held) {
         let _ = writeln!(&stderr, "{}: error: {m}", crate::TOOL);
     }
 }
 
-fn put_back(index: &Path, copy: &Path, mut held: std::fs::File) -> Result<(), String> {
+fn put_back(
+    index: &Path,
+    copy: &Path,
+    mark: Untouched,
+    mut held: std::fs::File,
+) -> Result<(), String> {
     let lock = lock_path(index);
     let back = (|| -> std::io::Result<bool> {
         let mut f = match std::fs::File::open(copy) {
@@ -327,6 +367,9 @@ fn put_back(index: &Path, copy: &Path, mut held: std::fs::File) -> Result<(), St
             Err(e) => return Err(e),
         };
         let m = f.metadata()?;
+        if mark != Untouched::NONE && Untouched::of(&m) == mark {
+            return Ok(false);
+        }
         std::io::copy(&mut f, &mut held)?;
         held.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
         held.set_times(

@@ -1013,3 +1013,28 @@ fn what_the_broker_runs_starts_with_no_signal_ignored() {
     };
     assert_eq!(mask("SigIgn:"), Some(0), "ignored: {}", text(&o));
 }
+
+/// A commit that writes no index (git 2.39 writes none when nothing was
+/// staged or refreshed) leaves `.git/index` as the real git would: the
+/// same file, not the private copy renamed over it. One whose hook stages
+/// a file has the copy put back (the new entry is in the index after).
+#[test]
+fn an_unwritten_private_index_is_not_put_back() {
+    let Some(o) = in_a_new_repo(
+        "printf '#!/bin/sh\\nexit 0\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && \
+         echo a > a && git add a && git commit -qm one && git commit -q --allow-empty -m two && \
+         a=$(stat -c %i .git/index) && git commit -q --allow-empty -m three && \
+         b=$(stat -c %i .git/index) && echo same=$([ \"$a\" = \"$b\" ] && echo yes || echo no) && \
+         printf '#!/bin/sh\\ngit add b\\n' > .git/hooks/pre-commit && echo b > b && \
+         git commit -q --allow-empty -m four && git ls-files && ls .git | grep -c lock; true",
+    ) else {
+        return;
+    };
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("same=yes\n"), "the index was replaced: {out}");
+    assert!(
+        out.contains("a\nb\n0\n"),
+        "the hook's staging was kept: {out}"
+    );
+}

@@ -462,6 +462,10 @@ pub fn serve(
     let listener = UnixListener::bind(socket).map_err(sock_err)?;
     // Every local user may ask; the broker decides what each may do.
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(sock_err)?;
+    // Signals as a fresh process has them (a shell that started the broker
+    // in the background left SIGINT and SIGQUIT ignored), once here: a
+    // spare then resets the two the broker itself changes.
+    privsep::reset_signals_but_pipe().map_err(sock_err)?;
     privsep::auto_reap_children().map_err(sock_err)?;
     // CPU feature detection (memchr asks on first use) runs CPUID, which
     // traps to the hypervisor in a VM (~12 µs a leaf measured here): done
@@ -597,7 +601,7 @@ fn spare(
     exec_path: Option<&OsStr>,
     gid: u32,
 ) -> ! {
-    let _ = privsep::reset_signals();
+    let _ = privsep::reset_forked_signals();
     let fail = |what: &str, e: std::io::Error| -> ! {
         output::warn(&format!("session: {what}: {e}"));
         let _ = (&taken).write_all(&[1]);
@@ -632,8 +636,7 @@ fn spare(
         // The runner ended before a connection came (it said why).
         _ => std::process::exit(0),
     };
-    drop(handoff);
-    let code = match session_inner(&conn, child) {
+    let code = match session_inner(&conn, &handoff, child, gid) {
         Ok(()) => 0,
         Err(msg) => {
             let _ = privsep::kill_group(child, libc_sig::SIGKILL);
@@ -657,6 +660,7 @@ fn runner(
     gid: u32,
 ) -> ! {
     let _ = MAKER.set(maker);
+    crate::index::draw_name();
     let conn = loop {
         match listener.accept() {
             Ok((c, _)) => break c,
@@ -729,7 +733,6 @@ fn runner(
         std::process::exit(1)
     }
     drop(conn);
-    drop(to_session);
     run_as_peer(
         &req,
         fds,
@@ -737,6 +740,7 @@ fn runner(
         git.as_fd(),
         exec_path,
         index_root.as_deref(),
+        &to_session,
     )
 }
 
@@ -827,12 +831,21 @@ fn nix_uid() -> u32 {
 }
 
 /// The session, once its runner has read the request and passed it the
-/// connection: become the peer, relay signals until git ends, report how.
-fn session_inner(conn: &UnixStream, child: privsep::Pid) -> Result<(), String> {
+/// connection: become the peer, relay signals until git ends, put a
+/// private index back (the runner's order on `handoff`), report how.
+fn session_inner(
+    conn: &UnixStream,
+    handoff: &UnixStream,
+    child: privsep::Pid,
+    gid: u32,
+) -> Result<(), String> {
     let peer = conn.peer().map_err(|e| format!("peer credentials: {e}"))?;
     // It lets go of root and becomes the peer too, so it may signal git's
-    // group without CAP_KILL (the container has none) and holds nothing more.
-    privsep::drop_to(peer.uid, peer.gid, &peer.groups).map_err(|e| format!("credentials: {e}"))?;
+    // group without CAP_KILL (the container has none) and holds nothing more;
+    // with git's group, so it can reach a private index (`index::put_back`).
+    // Like git, it is not the agent's to trace: never dumpable, no exec.
+    let (g, groups) = git_creds(&peer, gid);
+    privsep::drop_to(peer.uid, g, &groups).map_err(|e| format!("credentials: {e}"))?;
     let pidfd = privsep::pidfd_open(child).map_err(|e| format!("pidfd: {e}"))?;
     // The runner has read the request before handing the connection over:
     // what arrives now are signal frames.
@@ -865,6 +878,9 @@ fn session_inner(conn: &UnixStream, child: privsep::Pid) -> Result<(), String> {
         Status::Exited(c) => Reply::Exited(c),
         Status::Signaled(s) => Reply::Signaled(s),
     };
+    // git (and the runner it was) has ended: the runner's end of `handoff`
+    // is closed, so this reads its order, if it gave one, or end of file.
+    crate::index::put_back_from(handoff);
     let _ = proto::send_reply(conn, &reply);
     Ok(())
 }
@@ -887,12 +903,13 @@ fn run_as_peer(
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
     index_root: Option<&Path>,
+    session: &UnixStream,
 ) -> ! {
     let code = match prepared {
         Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds),
         Ok(()) => {
             drop(fds);
-            decide_and_exec(req, git, exec_path, index_root)
+            decide_and_exec(req, git, exec_path, index_root, session)
         }
         Err(msg) => {
             // Stdio may not be set up yet: write to the caller's stderr fd.
@@ -910,7 +927,7 @@ fn run_as_peer(
 }
 
 fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<(), String> {
-    // Signals were reset when the spare was made.
+    // Signals were reset when the spare was made (`reset_forked_signals`).
     privsep::new_process_group().map_err(|e| format!("process group: {e}"))?;
     let (gid, groups) = git_creds(peer, gid);
     privsep::drop_to(peer.uid, gid, &groups).map_err(|e| format!("credentials: {e}"))?;
@@ -1028,6 +1045,7 @@ fn decide_and_exec(
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
     index_root: Option<&Path>,
+    session: &UnixStream,
 ) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
     let decided = std::panic::catch_unwind(|| decide(req, git, exec_path)).unwrap_or_else(|_| {
@@ -1055,7 +1073,7 @@ fn decide_and_exec(
             output::error("the broker's socket has no path for private indexes; nothing was run");
             return Exit::WrapperFailed.code();
         };
-        return crate::index::run_private(&fd_path(git), &allow, root);
+        return crate::index::run_private(git, &allow, root, session);
     }
     let mut argv = vec![OsString::from("git")];
     argv.extend(allow.args);

@@ -60,7 +60,7 @@ pub const STRIPPED: &[&str] = &[
     crate::hooks::HOOKS_ONLY_ENV,
     crate::hooks::COMMIT_ENV,
     crate::hooks::COMMON_ENV,
-    crate::index::DIR_VAR,
+    crate::index::PRIVATE_VAR,
 ];
 
 /// Removed by prefix: every `LD_*` (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT),

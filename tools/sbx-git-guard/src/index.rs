@@ -11,7 +11,7 @@
 //! and puts the copy back as the index once git is done, as git would have
 //! left it.
 //!
-//! git's own lock on the copy (`index.lock`, for `commit -a`, `--include`,
+//! git's own lock on the copy (`<copy>.lock`, for `commit -a`, `--include`,
 //! `--interactive`) is in that directory too. A partial commit (`git commit
 //! <paths>`, `--only`) builds its tree from a second index git puts in the
 //! git dir (`next-index-<pid>.lock`), where the agent can rename over it:
@@ -19,11 +19,10 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read as _, Write as _};
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::{
-    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
-};
-use std::os::unix::process::CommandExt as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use sbx_core::{Exit, output};
@@ -31,14 +30,14 @@ use sbx_core::{Exit, output};
 use crate::policy::Allow;
 
 /// Set by the broker for the git it runs on a private index: that index's
-/// directory. Removed from the agent's environment (`hookenv`), so only a
-/// value the broker set reaches a hook request.
-pub const DIR_VAR: &str = "SBX_GUARD_INDEX_DIR";
+/// path. Removed from the agent's environment (`hookenv`), so only a value
+/// the broker set reaches a hook request.
+pub const PRIVATE_VAR: &str = "SBX_GUARD_PRIVATE_INDEX";
 
 /// The private indexes' directory, beside the broker's socket
 /// (`/run/sbx-git/index` in the sandbox): root's, mode 01730, group
 /// `sbx-git`, so the agent's own processes cannot enter it, and git's
-/// group can make a directory in it but not list it: the copy's name is
+/// group can make a file in it but not list it: the copy's name is
 /// its secret (git run through the broker can be made to list any
 /// directory it can read, `git init` there and `git status -uall`).
 pub const ROOT_NAME: &str = "index";
@@ -117,38 +116,85 @@ fn lock_path(index: &Path) -> PathBuf {
     PathBuf::from(l)
 }
 
-/// A fresh directory under `root` with a name nobody can guess (the agent
-/// cannot list `root`, and a hook's environment, which names it, is not
-/// the agent's to read).
-fn private_dir(root: &Path) -> std::io::Result<PathBuf> {
+/// 16 random bytes, read ahead of a call ([`draw_name`]): off its path.
+static NAME: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+
+/// A broker's runner, before it waits for a call: draw the name a private
+/// copy would take (a process forked per call, so each has its own).
+pub fn draw_name() {
     let mut r = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut r)?;
-    let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
-    let d = root.join(name);
-    std::fs::DirBuilder::new().mode(0o700).create(&d)?;
-    Ok(d)
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut r))
+        .is_ok()
+    {
+        let _ = NAME.set(r);
+    }
 }
 
-/// Copy `from` to `to` (a new file), with `from`'s mode and times: git
-/// takes an entry changed in the index file's own second as racily clean
-/// and checks its content, so the copy keeps the index's mtime.
-fn copy_as_is(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::copy(from, to)?;
-    let m = std::fs::metadata(from)?;
-    let f = std::fs::File::options().write(true).open(to)?;
-    f.set_times(
+/// A fresh name under `root` nobody can guess (the agent cannot list
+/// `root`, and a hook's environment, which names it, is not the agent's
+/// to read). A file, not a directory of its own: git's lock on it
+/// (`<name>.lock`) lands beside it, and no directory is made and removed
+/// per call (two metadata writes on the call's path).
+fn private_name(root: &Path) -> std::io::Result<PathBuf> {
+    let r = match NAME.get() {
+        Some(r) => *r,
+        None => {
+            let mut r = [0u8; 16];
+            std::fs::File::open("/dev/urandom")?.read_exact(&mut r)?;
+            r
+        }
+    };
+    let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(root.join(name))
+}
+
+/// Copy `from` to `to` (a new file, made here: a name taken is an error),
+/// with `from`'s mode and times, by fd: git takes an entry changed in the
+/// index file's own second as racily clean and checks its content, so the
+/// copy keeps the index's mtime. Returns the copy's [`Untouched`] mark.
+fn copy_as_is(from: &Path, to: &Path) -> std::io::Result<Untouched> {
+    let mut src = std::fs::File::open(from)?;
+    let m = src.metadata()?;
+    let mut dst = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    std::io::copy(&mut src, &mut dst)?;
+    dst.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+    dst.set_times(
         std::fs::FileTimes::new()
             .set_accessed(m.accessed()?)
             .set_modified(m.modified()?),
-    )
+    )?;
+    Ok(Untouched::of(&dst.metadata()?))
 }
 
-/// Run git (`real`, by its `/proc/self/fd` path) as `allow` says, on a
-/// private copy of its index, then put the copy back. Returns git's exit
-/// code (or 128 + signal). The index's lock is held throughout, so no
+/// A file's inode and change time: git replaces an index it writes (a new
+/// inode), and any write, chmod or touch in place moves the ctime, which
+/// nobody can set. A copy still so marked when git ends is the index as it
+/// was, so the index is left as it is (git 2.39 writes none for most
+/// commits): no copy back, no rename.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Untouched([u64; 4]);
+
+impl Untouched {
+    /// Nothing to compare (no copy was made).
+    const NONE: Untouched = Untouched([0; 4]);
+
+    fn of(m: &std::fs::Metadata) -> Untouched {
+        Untouched([m.dev(), m.ino(), m.ctime() as u64, m.ctime_nsec() as u64])
+    }
+}
+
+/// The broker's runner: run git (`git`, by fd) as `allow` says, on a
+/// private copy of its index; the session puts the copy back once git is
+/// done ([`put_back_from`]), so git is exec'd here, not waited for. The
+/// index's lock is held throughout (the session holds it open), so no
 /// other git writes the index meanwhile (one that tries fails, as it
-/// would against git's own lock).
-pub fn run_private(real: &Path, allow: &Allow, root: &Path) -> u8 {
+/// would against git's own lock). Returns only when git did not start.
+pub fn run_private(git: BorrowedFd<'_>, allow: &Allow, root: &Path, session: &UnixStream) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
     let cwd = std::env::current_dir().unwrap_or_default();
     let index = match index_path(allow, &cwd) {
@@ -159,7 +205,7 @@ pub fn run_private(real: &Path, allow: &Allow, root: &Path) -> u8 {
         }
     };
     let lock = lock_path(&index);
-    let mut held = match std::fs::File::options()
+    let held = match std::fs::File::options()
         .write(true)
         .create_new(true)
         .mode(0o666)
@@ -177,7 +223,7 @@ pub fn run_private(real: &Path, allow: &Allow, root: &Path) -> u8 {
             return 128;
         }
     };
-    let dir = match private_dir(root) {
+    let copy = match private_name(root) {
         Ok(d) => d,
         Err(e) => {
             let _ = std::fs::remove_file(&lock);
@@ -188,68 +234,41 @@ pub fn run_private(real: &Path, allow: &Allow, root: &Path) -> u8 {
             return Exit::WrapperFailed.code();
         }
     };
-    let copy = dir.join("index");
-    let code = run_on(real, allow, &index, &copy, &dir);
-    // Back as the index: git's result, or (git did not start) the copy
-    // as it was. No copy (a repository without an index yet, and git
-    // made none): the index stays as it is.
-    let back = (|| -> std::io::Result<bool> {
-        let mut f = match std::fs::File::open(&copy) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        let m = f.metadata()?;
-        std::io::copy(&mut f, &mut held)?;
-        held.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
-        held.set_times(
-            std::fs::FileTimes::new()
-                .set_accessed(m.accessed()?)
-                .set_modified(m.modified()?),
-        )?;
-        held.flush()?;
-        Ok(true)
-    })();
-    match back {
-        Ok(true) => {
-            if let Err(e) = std::fs::rename(&lock, &index) {
-                output::error(&format!("cannot put the index back: {e}"));
-            }
-        }
-        Ok(false) => {
-            let _ = std::fs::remove_file(&lock);
-        }
+    // No index yet: git makes the copy, which then becomes the index.
+    let mark = match copy_as_is(&index, &copy) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Untouched::NONE,
         Err(e) => {
+            let _ = std::fs::remove_file(&copy);
             let _ = std::fs::remove_file(&lock);
-            output::error(&format!(
-                "cannot put the index back from {}: {e}",
-                copy.display()
-            ));
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    code
-}
-
-fn run_on(real: &Path, allow: &Allow, index: &Path, copy: &Path, dir: &Path) -> u8 {
-    match copy_as_is(index, copy) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
             output::error(&format!(
                 "cannot copy the index {}: {e}; nothing was run",
                 index.display()
             ));
             return Exit::WrapperFailed.code();
         }
+    };
+    // From here on, whatever happens (git refused, killed, never started),
+    // the session puts the copy back as the index and lets go of the lock.
+    if let Err(e) = order_put_back(session, &index, &copy, mark, &held) {
+        let _ = std::fs::remove_file(&copy);
+        let _ = std::fs::remove_file(&lock);
+        output::error(&format!(
+            "cannot hand the private index to the session: {e}; nothing was run"
+        ));
+        return Exit::WrapperFailed.code();
     }
+    drop(held);
+    let real = PathBuf::from(format!("/proc/self/fd/{}", git.as_raw_fd()));
     // A sequencer `--continue`: pre-commit on the copy (see
     // `crate::precommit_first`), which git then commits from.
     if allow.precommit_first {
         let mut on_copy = allow.clone();
         on_copy.env.retain(|(k, _)| k != "GIT_INDEX_FILE");
-        on_copy.env.push(("GIT_INDEX_FILE".into(), copy.into()));
-        if let Err(b) = crate::precommit_first(real, &on_copy) {
+        on_copy
+            .env
+            .push(("GIT_INDEX_FILE".into(), copy.clone().into()));
+        if let Err(b) = crate::precommit_first(&real, &on_copy) {
             crate::record_block(&allow.args, &b);
             output::error(&b.message());
             return Exit::Denied.code();
@@ -257,68 +276,143 @@ fn run_on(real: &Path, allow: &Allow, index: &Path, copy: &Path, dir: &Path) -> 
     }
     // A split index reads its shared part from the git dir at each read,
     // the re-read after the hook included: written whole here.
-    let mut args: Vec<&OsStr> = vec![OsStr::new("-c"), OsStr::new("core.splitIndex=false")];
-    args.extend(allow.args.iter().map(OsString::as_os_str));
-    // Signals the session relays to git's group end git, not this process,
-    // which still has to put the index back: blocked here (the child's
-    // mask is reset by spawn), dropped when it exits.
-    let relayed = {
-        let mut s = nix::sys::signal::SigSet::empty();
-        for sig in crate::broker::RELAYED {
-            if let Ok(sig) = nix::sys::signal::Signal::try_from(*sig) {
-                s.add(sig);
-            }
-        }
-        s
+    let mut argv: Vec<OsString> = vec!["git".into(), "-c".into(), "core.splitIndex=false".into()];
+    argv.extend(allow.args.iter().cloned());
+    let mut env: Vec<(OsString, OsString)> = allow
+        .env
+        .iter()
+        .filter(|(k, _)| k != "GIT_INDEX_FILE" && k != PRIVATE_VAR)
+        .cloned()
+        .collect();
+    env.push(("GIT_INDEX_FILE".into(), copy.clone().into()));
+    env.push((PRIVATE_VAR.into(), copy.into()));
+    let err = sbx_sys::privsep::execveat_fd(git, &argv, &env);
+    output::error(&format!("cannot run the real git: {err}"));
+    Exit::CannotInvoke.code()
+}
+
+/// The order a runner gives its session: `i`, the copy's [`Untouched`]
+/// mark (four little-endian u64), the index's path, NUL, the copy's path;
+/// the held lock and the caller's stderr attached.
+fn order_put_back(
+    session: &UnixStream,
+    index: &Path,
+    copy: &Path,
+    mark: Untouched,
+    held: &std::fs::File,
+) -> std::io::Result<()> {
+    let mut msg = b"i".to_vec();
+    for n in mark.0 {
+        msg.extend_from_slice(&n.to_le_bytes());
+    }
+    msg.extend_from_slice(index.as_os_str().as_bytes());
+    msg.push(0);
+    msg.extend_from_slice(copy.as_os_str().as_bytes());
+    let stderr = std::io::stderr();
+    let n =
+        sbx_sys::privsep::send_with_fds(session.as_fd(), &msg, &[held.as_fd(), stderr.as_fd()])?;
+    (&*session).write_all(&msg[n..])
+}
+
+/// The session, once git has ended: if its runner ordered it, put the
+/// copy back as the index (git's result, or the copy as it was if git
+/// did not start), through the lock the runner took, and remove the copy.
+/// No copy (a repository without an index yet, and git made none), or the
+/// copy as it was made ([`Untouched`]): the index stays as it is. Errors
+/// go to the caller's stderr.
+pub fn put_back_from(session: &UnixStream) {
+    let mut first = vec![0u8; 8192];
+    let Ok((n, mut fds)) = sbx_sys::privsep::recv_with_fds(session.as_fd(), &mut first, 2) else {
+        return;
     };
-    let _ = relayed.thread_block();
-    let status = std::process::Command::new(real)
-        .arg0("git")
-        .args(args)
-        .env_clear()
-        .envs(
-            allow
-                .env
-                .iter()
-                .filter(|(k, _)| k != "GIT_INDEX_FILE" && k != DIR_VAR)
-                .map(|(k, v)| (k, v)),
-        )
-        .env("GIT_INDEX_FILE", copy)
-        .env(DIR_VAR, dir)
-        .status();
-    match status {
-        Ok(st) => {
-            use std::os::unix::process::ExitStatusExt as _;
-            match (st.code(), st.signal()) {
-                (Some(c), _) => u8::try_from(c).unwrap_or(1),
-                (None, Some(s)) => u8::try_from(128 + s).unwrap_or(255),
-                _ => 1,
-            }
+    if n == 0 || first[0] != b'i' || fds.len() != 2 {
+        return;
+    }
+    let mut msg = first[1..n].to_vec();
+    let _ = (&*session).read_to_end(&mut msg);
+    let stderr = std::fs::File::from(fds.remove(1));
+    let held = std::fs::File::from(fds.remove(0));
+    let mut mark = Untouched::NONE;
+    for (i, n) in mark.0.iter_mut().enumerate() {
+        let Some(b) = msg
+            .get(i * 8..i * 8 + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        else {
+            return;
+        };
+        *n = u64::from_le_bytes(b);
+    }
+    let msg = &msg[32..];
+    let Some(cut) = msg.iter().position(|b| *b == 0) else {
+        return;
+    };
+    let index = PathBuf::from(OsStr::from_bytes(&msg[..cut]));
+    let copy = PathBuf::from(OsStr::from_bytes(&msg[cut + 1..]));
+    if let Err(m) = put_back(&index, &copy, mark, held) {
+        let _ = writeln!(&stderr, "{}: error: {m}", crate::TOOL);
+    }
+}
+
+fn put_back(
+    index: &Path,
+    copy: &Path,
+    mark: Untouched,
+    mut held: std::fs::File,
+) -> Result<(), String> {
+    let lock = lock_path(index);
+    let back = (|| -> std::io::Result<bool> {
+        let mut f = match std::fs::File::open(copy) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let m = f.metadata()?;
+        if mark != Untouched::NONE && Untouched::of(&m) == mark {
+            return Ok(false);
+        }
+        std::io::copy(&mut f, &mut held)?;
+        held.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+        held.set_times(
+            std::fs::FileTimes::new()
+                .set_accessed(m.accessed()?)
+                .set_modified(m.modified()?),
+        )?;
+        Ok(true)
+    })();
+    let _ = std::fs::remove_file(copy);
+    // git's lock, where git was killed before it let go of it.
+    let _ = std::fs::remove_file(lock_path(copy));
+    match back {
+        Ok(true) => {
+            std::fs::rename(&lock, index).map_err(|e| format!("cannot put the index back: {e}"))
+        }
+        Ok(false) => {
+            let _ = std::fs::remove_file(&lock);
+            Ok(())
         }
         Err(e) => {
-            output::error(&format!("cannot run the real git: {e}"));
-            Exit::CannotInvoke.code()
+            let _ = std::fs::remove_file(&lock);
+            Err(format!(
+                "cannot put the index back from {}: {e}",
+                copy.display()
+            ))
         }
     }
 }
 
 /// A hook request's verdict on its index (the broker's runner, before the
-/// hook starts): under a private index (`$SBX_GUARD_INDEX_DIR` set, by the
-/// broker only), a pre-commit whose `GIT_INDEX_FILE` is not in it is a
-/// partial commit's, which git re-reads from the git dir after the hook.
+/// hook starts): under a private index (`$SBX_GUARD_PRIVATE_INDEX` set, by
+/// the broker only), a pre-commit whose `GIT_INDEX_FILE` is neither it nor
+/// git's lock on it is a partial commit's, which git re-reads from the git
+/// dir after the hook.
 pub fn partial_commit(name: &str, env: &[(OsString, OsString)]) -> Option<String> {
     if name != "pre-commit" {
         return None;
     }
     let var = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_os_str());
-    let dir = var(DIR_VAR).filter(|d| !d.is_empty())?;
-    let inside = var("GIT_INDEX_FILE").is_some_and(|i| {
-        Path::new(i).parent() == Some(Path::new(dir))
-            && !i.as_bytes().contains(&b'\n')
-            && Path::new(i)
-                .file_name()
-                .is_some_and(|f| f == "index" || f == "index.lock")
-    });
+    let copy = var(PRIVATE_VAR).filter(|d| !d.is_empty())?;
+    let inside = var("GIT_INDEX_FILE")
+        .is_some_and(|i| i == copy || i == lock_path(Path::new(copy)).as_os_str());
     (!inside).then(|| {
         "a partial commit (`git commit <paths>`, `--only`) builds its tree from an index in the git dir, which can be swapped after pre-commit; `git add` the paths and commit them (or use `--include`)".to_owned()
     })
@@ -341,27 +435,26 @@ mod tests {
     #[test]
     fn a_pre_commit_outside_the_private_index_is_a_partial_commits() {
         let d = "/run/sbx-git/index/00ff";
-        for ok in [
-            "/run/sbx-git/index/00ff/index",
-            "/run/sbx-git/index/00ff/index.lock",
-        ] {
-            let e = env(&[(super::DIR_VAR, d), ("GIT_INDEX_FILE", ok)]);
+        for ok in ["/run/sbx-git/index/00ff", "/run/sbx-git/index/00ff.lock"] {
+            let e = env(&[(super::PRIVATE_VAR, d), ("GIT_INDEX_FILE", ok)]);
             assert_eq!(partial_commit("pre-commit", &e), None, "{ok}");
         }
         for bad in [
             "/w/.git/next-index-12.lock",
-            "/run/sbx-git/index/00ff/../x/index",
-            "/run/sbx-git/index/00ff/other",
+            "/run/sbx-git/index/00ff/../00ff",
+            "/run/sbx-git/index/00ff/index",
+            "/run/sbx-git/index/00ff.lock/x",
+            "/run/sbx-git/index/00ffx",
             "",
         ] {
-            let e = env(&[(super::DIR_VAR, d), ("GIT_INDEX_FILE", bad)]);
+            let e = env(&[(super::PRIVATE_VAR, d), ("GIT_INDEX_FILE", bad)]);
             assert!(partial_commit("pre-commit", &e).is_some(), "{bad}");
         }
-        let e = env(&[(super::DIR_VAR, d)]);
+        let e = env(&[(super::PRIVATE_VAR, d)]);
         assert!(partial_commit("pre-commit", &e).is_some(), "no index");
         let e = env(&[("GIT_INDEX_FILE", "/w/.git/next-index-1.lock")]);
         assert_eq!(partial_commit("pre-commit", &e), None, "not private");
-        let e = env(&[(super::DIR_VAR, d), ("GIT_INDEX_FILE", "/x")]);
+        let e = env(&[(super::PRIVATE_VAR, d), ("GIT_INDEX_FILE", "/x")]);
         assert_eq!(partial_commit("commit-msg", &e), None);
     }
 }

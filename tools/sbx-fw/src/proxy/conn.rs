@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
@@ -112,6 +112,15 @@ pub async fn dial(dst: SocketAddr) -> Option<TcpStream> {
     let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
     let fd = socket(fam, SockType::Stream, flags, None).ok()?;
     let _ = setsockopt(&fd, sockopt::TcpNoDelay, &true);
+    // On a connecting socket this defers the handshake's last ACK to the
+    // first data (the hello, written as soon as it is here): one segment
+    // fewer a connection, for us and the server.
+    let _ = sbx_sys::setsockopt_bytes(
+        fd.as_fd(),
+        nix::libc::IPPROTO_TCP,
+        nix::libc::TCP_DEFER_ACCEPT,
+        &1i32.to_ne_bytes(),
+    );
     match connect(fd.as_raw_fd(), &SockaddrStorage::from(dst)) {
         Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
         Err(_) => return None,

@@ -1,6 +1,6 @@
 //! One accepted connection: its name read and judged, then relayed or reset.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -257,17 +257,14 @@ async fn connect_target(
     if !p.allows_name(&name) {
         return Err((Some(name), Refusal::NotAllowed));
     }
-    let mut addrs: Vec<IpAddr> = p.addresses(&name).to_vec();
-    if addrs.is_empty() {
-        addrs = lookup(&name, 443)
-            .await
-            .iter()
-            .map(SocketAddr::ip)
-            .collect();
+    // An address the name resolved to at init is one the verdict allows
+    // by definition (the same policy, just read): no second judgement.
+    if let Some(ip) = p.addresses(&name).first() {
+        return Ok((name, SocketAddr::new(*ip, 443)));
     }
-    for ip in addrs {
-        if s.judge(Some(&name), ip).await.is_ok() {
-            return Ok((name, SocketAddr::new(ip, 443)));
+    for a in lookup(&name, 443).await {
+        if s.judge(Some(&name), a.ip()).await.is_ok() {
+            return Ok((name, SocketAddr::new(a.ip(), 443)));
         }
     }
     Err((Some(name), Refusal::Fronting))

@@ -476,16 +476,26 @@ fn answered(c: &mut TcpStream) -> Result<u8, String> {
 }
 
 /// A ClientHello naming SNI (`-`: none) to HOST:PORT, directly or through
-/// an explicit proxy's CONNECT.
+/// an explicit proxy's CONNECT; `pipe:PROXY` sends the CONNECT and the
+/// hello in one write, before the proxy's answer (as some clients do).
 fn tls(target: &str, sni: &str, proxy: &str) -> serde_json::Value {
     let sni = (sni != "-").then_some(sni);
+    let hello = sbx_fw::proxy::sni::client_hello(sni);
+    let (proxy, pipelined) = match proxy.strip_prefix("pipe:") {
+        Some(p) => (p, true),
+        None => (proxy, false),
+    };
     let run = || -> Result<u8, String> {
         let mut c = if proxy.is_empty() {
             dial(target).map_err(|e| e.to_string())?
         } else {
             let mut c = dial(proxy).map_err(|e| e.to_string())?;
-            write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
-                .map_err(|e| e.to_string())?;
+            let mut req =
+                format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").into_bytes();
+            if pipelined {
+                req.extend_from_slice(&hello);
+            }
+            c.write_all(&req).map_err(|e| e.to_string())?;
             let mut head = Vec::new();
             let mut b = [0u8; 1];
             while !head.ends_with(b"\r\n\r\n") {
@@ -500,8 +510,9 @@ fn tls(target: &str, sni: &str, proxy: &str) -> serde_json::Value {
             }
             c
         };
-        c.write_all(&sbx_fw::proxy::sni::client_hello(sni))
-            .map_err(|e| e.to_string())?;
+        if !pipelined {
+            c.write_all(&hello).map_err(|e| e.to_string())?;
+        }
         answered(&mut c)
     };
     match run() {

@@ -218,7 +218,10 @@ fn hello_main(args: &[String]) -> i32 {
 /// rule (not byte by byte: that cost the client more than the proxy):
 /// nothing can follow it, the far side speaks only after the hello.
 fn tunnel(c: &mut TcpStream, target: &str) -> Result<(), String> {
-    write!(c, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
+    // One write, as clients send it: write! on the socket itself would
+    // send each piece of the format as a segment of its own (NODELAY).
+    let req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    c.write_all(req.as_bytes())
         .map_err(|x| format!("CONNECT: {x}"))?;
     let mut head = Vec::new();
     let mut b = [0u8; 1024];

@@ -1505,6 +1505,34 @@ fn proxy_checks_names_against_addresses_on_both_paths() {
     );
 }
 
+/// A client that sends its ClientHello in the same write as the CONNECT
+/// (before the 200): the hello that came with the request is read and
+/// judged like one that came after it, never passed on unchecked.
+#[test]
+fn proxy_connect_with_a_pipelined_hello_is_still_checked() {
+    let Some(bed) = Bed::proxy("pxq") else { return };
+    let pipe = "pipe:127.0.0.1:3128";
+    assert!(bed.reached(&["tls", "allowed.test:443", "allowed.test", pipe]));
+    assert!(bed.reached(&["tls", "x.wild.test:443", "x.wild.test", pipe]));
+    // An allowed CONNECT whose pipelined hello names another name, or none.
+    assert!(!bed.reached(&["tls", "allowed.test:443", "blocked.test", pipe]));
+    assert!(!bed.reached(&["tls", "allowed.test:443", "x.wild.test", pipe]));
+    assert!(!bed.reached(&["tls", "allowed.test:443", "-", pipe]));
+    let refused = proxy_refusals(&bed);
+    for (name, why) in [
+        ("blocked.test", "address is not one the name resolved to"),
+        ("x.wild.test", "address is not one the name resolved to"),
+        ("allowed.test", "no server name"),
+    ] {
+        assert!(
+            refused
+                .iter()
+                .any(|l| l.contains(&format!("\"target\":\"{name}\"")) && l.contains(why)),
+            "no {name} / {why:?} record: {refused:#?}"
+        );
+    }
+}
+
 /// An upstream that refuses the connection (a reset from the far side's
 /// netfilter): through CONNECT a 502, never a 200 for a tunnel that leads
 /// nowhere; redirected, a reset; and the next connections go through

@@ -733,6 +733,8 @@ fn runner(
         std::process::exit(1)
     }
     drop(conn);
+    // git's own processes have its group; the agent's never do.
+    let by_git = peer.uid != 0 && peer.gid == gid;
     run_as_peer(
         &req,
         fds,
@@ -741,6 +743,7 @@ fn runner(
         exec_path,
         index_root.as_deref(),
         &to_session,
+        by_git,
     )
 }
 
@@ -896,6 +899,7 @@ fn read_request_timed<T: Transport>(conn: &T) -> Result<(Request, Vec<OwnedFd>),
 
 /// The forked child: become the peer, settle stdio and cwd, decide, exec.
 /// Never returns.
+#[allow(clippy::too_many_arguments)]
 fn run_as_peer(
     req: &Request,
     fds: Vec<OwnedFd>,
@@ -904,12 +908,13 @@ fn run_as_peer(
     exec_path: Option<&OsStr>,
     index_root: Option<&Path>,
     session: &UnixStream,
+    by_git: bool,
 ) -> ! {
     let code = match prepared {
         Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds),
         Ok(()) => {
             drop(fds);
-            decide_and_exec(req, git, exec_path, index_root, session)
+            decide_and_exec(req, git, exec_path, index_root, session, by_git)
         }
         Err(msg) => {
             // Stdio may not be set up yet: write to the caller's stderr fd.
@@ -1046,6 +1051,7 @@ fn decide_and_exec(
     exec_path: Option<&OsStr>,
     index_root: Option<&Path>,
     session: &UnixStream,
+    by_git: bool,
 ) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
     let decided = std::panic::catch_unwind(|| decide(req, git, exec_path)).unwrap_or_else(|_| {
@@ -1066,7 +1072,7 @@ fn decide_and_exec(
         return crate::run_recording_stash(&fd_path(git), &allow);
     }
     if allow.filters_helper || allow.filters_send_pack {
-        return crate::run_filtering_helper(&fd_path(git), &allow);
+        return crate::run_filtering_helper(&fd_path(git), &allow, by_git);
     }
     if crate::index::needed(&allow) {
         let Some(root) = index_root else {

@@ -423,8 +423,9 @@ fn guard_inner(args: &[OsString], config: Option<&Path>) -> ExitCode {
     let found = || git_exec_path(&real);
     match decide_and_prepare(args, &env, &cwd, settings, &real, found, sandboxed, config) {
         Ok(allow) if allow.records_stash => run_recording_stash(&real, &allow).into(),
+        // No broker: no group tells git's processes from the agent's.
         Ok(allow) if allow.filters_helper || allow.filters_send_pack => {
-            run_filtering_helper(&real, &allow).into()
+            run_filtering_helper(&real, &allow, true).into()
         }
         Ok(allow) => exec(&real, allow),
         Err(b) => refuse(args, &b),
@@ -728,10 +729,16 @@ pub(crate) fn run_recording_stash(real: &Path, allow: &Allow) -> u8 {
 /// (`push :dst`), an `export` stream, or a raw connection to the remote's
 /// receive-pack. `git push` sends these only past its pre-push step, which
 /// refuses them; a caller that drives the helper itself skips that step.
-fn helper_line_refused(line: &[u8]) -> Option<&'static str> {
+/// `by_git`: the caller is one of git's own processes (the broker's word);
+/// any other may not push through a helper at all, since neither the
+/// repository's pre-push nor the guard's step would see what it sends.
+fn helper_line_refused(line: &[u8], by_git: bool) -> Option<&'static str> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let word = |w: &[u8]| line == w || line.starts_with(&[w, b" "].concat());
     if let Some(spec) = line.strip_prefix(b"push ") {
+        if !by_git {
+            return Some("a push that is not `git push`'s (no pre-push step saw it)");
+        }
         if spec.starts_with(b"+") {
             return Some("a forced push");
         }
@@ -774,7 +781,7 @@ fn refuse_forcing(child: &mut std::process::Child, allow: &Allow, reason: String
     Exit::Denied.code()
 }
 
-pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
+pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow, by_git: bool) -> u8 {
     use std::io::BufRead as _;
     let child = std::process::Command::new(real)
         .args(&allow.args)
@@ -846,6 +853,16 @@ pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
                     ),
                 );
             }
+            if !by_git {
+                return refuse_forcing(
+                    &mut child,
+                    allow,
+                    format!(
+                        "git send-pack was given the refspec `{}` by a caller that is not `git push` (no pre-push step saw it)",
+                        String::from_utf8_lossy(spec)
+                    ),
+                );
+            }
             if to
                 .write_all(&len)
                 .and_then(|()| to.write_all(&payload))
@@ -886,7 +903,7 @@ pub(crate) fn run_filtering_helper(real: &Path, allow: &Allow) -> u8 {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        if let Some(why) = helper_line_refused(&line) {
+        if let Some(why) = helper_line_refused(&line, by_git) {
             return refuse_forcing(
                 &mut child,
                 allow,
@@ -1077,7 +1094,7 @@ mod tests {
             "connect git-receive-pack\n",
             "stateless-connect git-receive-pack\n",
         ] {
-            assert!(helper_line_refused(l.as_bytes()).is_some(), "{l}");
+            assert!(helper_line_refused(l.as_bytes(), true).is_some(), "{l}");
         }
         for l in [
             "capabilities\n",
@@ -1088,7 +1105,17 @@ mod tests {
             "fetch 0123 refs/heads/main\n",
             "\n",
         ] {
-            assert!(helper_line_refused(l.as_bytes()).is_none(), "{l}");
+            assert!(helper_line_refused(l.as_bytes(), true).is_none(), "{l}");
+        }
+        // From a caller that is not git: no push at all, fetches still.
+        assert!(helper_line_refused(b"push refs/heads/main:refs/heads/main\n", false).is_some());
+        for l in [
+            "capabilities\n",
+            "list\n",
+            "fetch 0123 refs/heads/main\n",
+            "\n",
+        ] {
+            assert!(helper_line_refused(l.as_bytes(), false).is_none(), "{l}");
         }
     }
 }

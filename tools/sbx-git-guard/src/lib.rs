@@ -5,6 +5,7 @@
 
 pub mod argv;
 pub mod broker;
+pub mod copied;
 pub mod hookenv;
 pub mod hooks;
 pub mod index;

@@ -2727,12 +2727,13 @@ fn a_stash_change_merged_into_a_moved_file_does_not_reach_a_branch() {
         );
         assert!(lab.real("r", &["show", "main:a"]).contains("deux-popped"));
         reset();
-        // A line already in the parent's tree (another file) may be added.
+        // A line already in the parent's tree (another file) may be added,
+        // by a commit on no branch.
         ok(
             "sed -i 1s/.*/shared-line/ a && git stash -q && printf 'x\\nshared-line\\n' > c && \
             git add c && git commit -qm c && sed -i 5s/.*/five/ a && git commit -qam five2 && \
-            git switch -q -c side HEAD~1 && printf 'shared-line\\n' > d && git add d && \
-            git commit -qm d && git switch -q main && git cherry-pick side",
+            git switch -q --detach HEAD~1 && printf 'shared-line\\n' > d && git add d && \
+            git commit -qm d && d=$(git rev-parse HEAD) && git switch -q main && git cherry-pick $d",
         );
         reset();
     });

@@ -353,6 +353,13 @@ pub(crate) fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Chi
         .ok()
 }
 
+/// [`git`]'s standard output when it succeeded.
+pub(crate) fn git_output(real: &Git, args: &[&OsStr]) -> Option<Vec<u8>> {
+    git(real, args)
+        .filter(|o| o.status.success())
+        .map(|o| o.stdout)
+}
+
 pub(crate) fn finish(child: Option<std::process::Child>) -> Option<std::process::Output> {
     child?.wait_with_output().ok()
 }
@@ -581,6 +588,7 @@ pub fn stash_exists(common: &Path) -> bool {
 /// branch whose old and new ids differ: `needs_no_check`): a new check on
 /// other lines must narrow that too (tests/client.rs `check_inputs`).
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
+    crate::msg::check_commit(real, stdin)?;
     let mut moves = Vec::new();
     let mut stashed: Vec<u8> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {

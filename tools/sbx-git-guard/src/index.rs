@@ -81,8 +81,12 @@ pub fn needed(allow: &Allow) -> bool {
     let Some((_, trusted)) = &allow.pin else {
         return false;
     };
-    std::fs::metadata(trusted.join("pre-commit"))
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    // commit-msg too: its message is checked against git's the same way
+    // (msg.rs), from the same private directory.
+    ["pre-commit", "commit-msg"].iter().any(|h| {
+        std::fs::metadata(trusted.join(h))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// The index file git would use: `$GIT_INDEX_FILE` (its first value, as

@@ -10,6 +10,7 @@ pub mod hookenv;
 pub mod hooks;
 pub mod index;
 pub mod keys;
+pub mod msg;
 pub mod options_gen;
 pub mod policy;
 pub mod repo;

@@ -45,13 +45,24 @@ pub fn run_on_copy(
         std::fs::read(msg).map_err(|e| format!("cannot read {}: {e}", Path::new(msg).display()))?;
     let copy = dir.join("COMMIT_EDITMSG");
     write_new(&copy, &read)?;
+    // Named to the hook through an fd it inherits: a path would put the
+    // directory's secret name in its command line, which any process can
+    // read (the environment it has is not: the hook is not dumpable).
+    let d = std::fs::File::open(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    nix::fcntl::fcntl(&d, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let by_fd = format!(
+        "/proc/self/fd/{}/COMMIT_EDITMSG",
+        std::os::fd::AsRawFd::as_raw_fd(&d)
+    );
     let status = std::process::Command::new(path)
         .arg0(argv0)
-        .arg(&copy)
+        .arg(&by_fd)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .status()
         .map_err(|e| format!("cannot run the hook: {e}"))?;
+    drop(d);
     let code = match status.code() {
         Some(c) => u8::try_from(c).unwrap_or(1),
         None => 1,
@@ -153,12 +164,15 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
     let committed = env
         .iter()
         .any(|(k, v)| k == crate::hooks::COMMIT_ENV && v == "1");
-    let Some(dir) = private_dir(&env).filter(|_| committed) else {
+    let Some(dir) = private_dir(&env) else {
         return Ok(());
     };
     let approved = match std::fs::read(dir.join(APPROVED)) {
         Ok(a) => a,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !committed {
+                return Ok(());
+            }
             let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
                 .map(|t| Path::new(&t).join("commit-msg"))
                 .and_then(|p| std::fs::metadata(p).ok())

@@ -196,6 +196,18 @@ fn the_message_swapped_after_commit_msg_is_not_committed() {
         let o = sb.agent("git -C remote.git log -1 --format=%s main");
         assert!(!text(&o).contains("no ticket"), "{cleanup}: {}", text(&o));
     }
+    // On a detached HEAD (no branch moves; the step is asked all the same).
+    let o = sb.agent(
+        "git checkout -q --detach && printf 'no ticket\\n' > .git/M && \
+         { python3 .race.py .git/M .git/COMMIT_EDITMSG commit-msg 24 & }; sleep 0.5; \
+         git commit -q --allow-empty -m 'JIRA-7 ok'; echo rc=$?; wait; \
+         git log -1 --format=%s HEAD; git checkout -q main",
+    );
+    assert!(
+        !text(&o).lines().any(|l| l == "no ticket"),
+        "detached: the swapped message was committed: {}",
+        text(&o)
+    );
     // Control: a good message is still committed.
     let o = sb.agent("git commit -q --allow-empty -m 'JIRA-8 ok' && git log -1 --format=%s");
     assert!(text(&o).contains("JIRA-8 ok"), "{}", text(&o));

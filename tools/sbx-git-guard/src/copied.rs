@@ -55,8 +55,8 @@ pub struct Patch {
 pub fn parse(out: &[u8]) -> Vec<Patch> {
     let mut patches: Vec<Patch> = Vec::new();
     let (mut old_left, mut new_left) = (0usize, 0usize);
-    let mut lines = out.split(|b| *b == b'\n').peekable();
-    while let Some(l) = lines.next() {
+    let lines = out.split(|b| *b == b'\n');
+    for l in lines {
         if old_left > 0 || new_left > 0 {
             let Some(p) = patches.last_mut() else { break };
             match l.first() {

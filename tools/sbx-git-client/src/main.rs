@@ -239,8 +239,9 @@ struct HookStep {
     trusted: &'static [u8],
     present: bool,
     check: Option<Check>,
-    /// `git commit` (hooks.rs COMMIT_ENV): its HEAD moving is checked too
-    /// (msg.rs compares a detached HEAD's new commit's message).
+    /// `git commit` (hooks.rs COMMIT_ENV) in a repository with commit-msg:
+    /// its HEAD moving is checked too (msg.rs compares a detached HEAD's new
+    /// commit's message).
     commit: bool,
 }
 
@@ -292,12 +293,17 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     let mut path = [0u8; 4096];
     // A path too long for this buffer: the guard decides.
     let present = sys::executable(join_z(&mut path, trusted, name)?);
+    // Only where the repository has commit-msg (one stat, for a commit's
+    // prepared step): without it there is no message to compare.
+    let commit = matches!(check, Some(Check::Prepared))
+        && var(COMMIT_VAR).is_some_and(|v| v == b"1")
+        && sys::executable(join_z(&mut path, trusted, b"commit-msg")?);
     Some(HookStep {
         name,
         trusted,
         present,
         check,
-        commit: var(COMMIT_VAR).is_some_and(|v| v == b"1"),
+        commit,
     })
 }
 

@@ -49,8 +49,11 @@ pub fn run_on_copy(
     // directory's secret name in its command line, which any process can
     // read (the environment it has is not: the hook is not dumpable).
     let d = std::fs::File::open(dir).map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-    nix::fcntl::fcntl(&d, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    nix::fcntl::fcntl(
+        &d,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .map_err(|e| format!("{}: {e}", dir.display()))?;
     let by_fd = format!(
         "/proc/self/fd/{}/COMMIT_EDITMSG",
         std::os::fd::AsRawFd::as_raw_fd(&d)

@@ -198,6 +198,15 @@ fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
          git merge -q --ff-only side && git push -q origin main && git grep -q deux-popped origin/main -- a"
     ));
     assert!(o.status.success(), "{}", text(&o));
+    // Control: a line a stash added that is already in the branch's tree
+    // (another file), added by a commit on no branch, cherry-picked.
+    let o = sb.agent(
+        "sed -i 1s/.*/shared-line/ a && git stash -q && printf 'x\\nshared-line\\n' > c && \
+         git add c && git commit -qm c && git switch -q --detach HEAD~1 && \
+         printf 'shared-line\\n' > d && git add d && git commit -qm d && d=$(git rev-parse HEAD) && \
+         git switch -q main && git cherry-pick $d && git cat-file -e main:d",
+    );
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 /// `git commit` with a `MERGE_HEAD` the agent wrote (the stash's id)

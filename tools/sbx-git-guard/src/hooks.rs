@@ -35,6 +35,8 @@ pub const HOOKS_ONLY_ENV: &str = "SBX_GUARD_HOOKS_ONLY";
 /// the index pre-commit saw (through a broker, a private one), so its
 /// reference-transaction step judges the commit's parents, not its own
 /// content (a `MERGE_HEAD` written by hand adds any commit as a parent).
+/// Its prepared step also compares the commit's message with the one
+/// commit-msg passed (`msg::check_commit`); set for every commit.
 /// Removed from the agent's environment like [`TRUSTED_ENV`].
 pub const COMMIT_ENV: &str = "SBX_GUARD_COMMIT";
 

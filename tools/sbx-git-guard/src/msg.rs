@@ -203,7 +203,10 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
             news.push(new);
         }
     }
-    for new in news {
+    if news.is_empty() {
+        return Ok(());
+    }
+    for &new in &news {
         let raw = crate::hooks::git_output(
             real,
             &[
@@ -220,7 +223,10 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    // Used up: a sequencer's later commits in the same call (its picks,
+    // which no commit-msg saw) are not compared with it.
+    std::fs::remove_file(dir.join(APPROVED))
+        .map_err(|e| format!("cannot remove what commit-msg passed: {e}"))
 }
 
 #[cfg(test)]

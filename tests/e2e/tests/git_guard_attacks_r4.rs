@@ -208,9 +208,20 @@ fn the_message_swapped_after_commit_msg_is_not_committed() {
         "detached: the swapped message was committed: {}",
         text(&o)
     );
-    // Control: a good message is still committed.
+    // Control: a good message is still committed, and a rebase that
+    // amends one (an `edit` stop, `commit --amend`, `--continue` picking
+    // the next) and rewords another goes through.
     let o = sb.agent("git commit -q --allow-empty -m 'JIRA-8 ok' && git log -1 --format=%s");
     assert!(text(&o).contains("JIRA-8 ok"), "{}", text(&o));
+    let o = sb.agent(
+        "echo 9a > a && git commit -qam 'JIRA-9 a' && echo 9c > a && git commit -qam 'JIRA-9 c' && \
+         GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -qi HEAD~2 && \
+         git commit -q --amend -m 'JIRA-9 b' && git rebase --continue && \
+         GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/reword/' GIT_EDITOR='sed -i s/c/d/' git rebase -qi HEAD~1 && \
+         git log -2 --format=%s",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("JIRA-9 d\nJIRA-9 b"), "{}", text(&o));
 }
 
 /// The same swap in every place git reads the index from after

@@ -40,17 +40,20 @@ fn repo() -> Repo {
     repo
 }
 
-/// `python3 .race.py SRC TARGET`: waits for the pre-commit hook's own git
-/// to read TARGET (inotify on its directory, once the hook runs), then
+/// `python3 .race.py SRC TARGET [HOOK [MASK]]`: waits for the pre-commit
+/// hook's (HOOK's) own git to read TARGET (inotify MASK, IN_CLOSE_NOWRITE,
+/// on its directory, once the hook runs), then
 /// renames SRC over it: git commit re-reads its index after pre-commit and
 /// commits that. A hook that never reads TARGET (git commits from a
 /// private index) gets the rename after 5 s anyway.
 const RACER: &str = r#"
 import ctypes, os, select, struct, sys, time
 src, target = sys.argv[1], sys.argv[2]
+hook = ('/' + (sys.argv[3] if len(sys.argv) > 3 else 'pre-commit')).encode()
+mask = int(sys.argv[4]) if len(sys.argv) > 4 else 0x10
 libc = ctypes.CDLL(None, use_errno=True)
 fd = libc.inotify_init()
-wd = libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), 0x10)  # IN_CLOSE_NOWRITE
+wd = libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), mask)  # IN_CLOSE_NOWRITE
 name = os.path.basename(target).encode()
 def hook_running():
     for p in os.listdir('/proc'):
@@ -59,7 +62,7 @@ def hook_running():
                 c = open('/proc/%s/cmdline' % p, 'rb').read()
             except OSError:
                 continue
-            if b'/proc/self/fd/' in c and b'/pre-commit' in c:
+            if b'/proc/self/fd/' in c and hook in c:
                 return True
     return False
 t0 = time.time()
@@ -164,6 +167,61 @@ fn the_index_swapped_after_pre_commit_is_not_committed() {
     );
     assert!(o.status.code().is_some(), "{}", text(&o));
     sb.clean("the index swapped after pre-commit");
+}
+
+/// git commit re-reads `.git/COMMIT_EDITMSG` after commit-msg and commits
+/// what it reads: a message renamed over it once the hook had read the good
+/// one was committed unseen. Through the broker commit-msg now runs on a
+/// private copy, which is written back for git, and the commit's prepared
+/// step compares the message git committed with the one the hook passed
+/// (sbx-git-guard's msg.rs). The racer renames on the first close of the
+/// file after the hook started (the hook's read before; the broker's
+/// write-back now), for each cleanup mode.
+#[test]
+fn the_message_swapped_after_commit_msg_is_not_committed() {
+    let Some(sb) = Sandbox::start() else { return };
+    sb.agent("git remote add origin /workspace/gattack4/remote.git");
+    for cleanup in ["default", "strip", "whitespace", "verbatim", "scissors"] {
+        let o = sb.agent(&format!(
+            "printf 'no ticket\\n' > .git/M && \
+             {{ python3 .race.py .git/M .git/COMMIT_EDITMSG commit-msg 24 & }}; sleep 0.5; \
+             git commit -q --allow-empty --cleanup={cleanup} -m 'JIRA-7 ok'; echo rc=$?; wait; \
+             git push -q origin main; git log -1 --format=%s main"
+        ));
+        let out = text(&o);
+        assert!(
+            !out.lines().any(|l| l == "no ticket"),
+            "{cleanup}: the swapped message was committed: {out}"
+        );
+        let o = sb.agent("git -C remote.git log -1 --format=%s main");
+        assert!(!text(&o).contains("no ticket"), "{cleanup}: {}", text(&o));
+    }
+    // On a detached HEAD (no branch moves; the step is asked all the same).
+    let o = sb.agent(
+        "git checkout -q --detach && printf 'no ticket\\n' > .git/M && \
+         { python3 .race.py .git/M .git/COMMIT_EDITMSG commit-msg 24 & }; sleep 0.5; \
+         git commit -q --allow-empty -m 'JIRA-7 ok'; echo rc=$?; wait; \
+         git log -1 --format=%s HEAD; git checkout -q main",
+    );
+    assert!(
+        !text(&o).lines().any(|l| l == "no ticket"),
+        "detached: the swapped message was committed: {}",
+        text(&o)
+    );
+    // Control: a good message is still committed, and a rebase that
+    // amends one (an `edit` stop, `commit --amend`, `--continue` picking
+    // the next) and rewords another goes through.
+    let o = sb.agent("git commit -q --allow-empty -m 'JIRA-8 ok' && git log -1 --format=%s");
+    assert!(text(&o).contains("JIRA-8 ok"), "{}", text(&o));
+    let o = sb.agent(
+        "echo 9a > a && git commit -qam 'JIRA-9 a' && echo 9c > a && git commit -qam 'JIRA-9 c' && \
+         GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -qi HEAD~2 && \
+         git commit -q --amend -m 'JIRA-9 b' && git rebase --continue && \
+         GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/reword/' GIT_EDITOR='sed -i s/c/d/' git rebase -qi HEAD~1 && \
+         git log -2 --format=%s",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("JIRA-9 d\nJIRA-9 b"), "{}", text(&o));
 }
 
 /// The same swap in every place git reads the index from after

@@ -117,30 +117,48 @@ fn a_tag_does_not_hide_a_stash_commit() {
 }
 
 /// A stash's change merged into a file that the branch has changed since
-/// (`cherry-pick -m 1` of the stash, a cherry-pick of its index commit,
-/// or a `pick` of it added to a `rebase -i` todo) is
-/// committed in-process by the sequencer, with no pre-commit, and has
-/// neither the stash's id, nor its tree, nor its blob: the step compares
-/// whole blobs, and the 3-way merge made a new one. A fix would compare
-/// the lines a new commit adds with the lines stash commits added (or run
-/// pre-commit on the sequencer's in-process commits).
+/// (`cherry-pick -m 1` of the stash, a cherry-pick of its index commit, a
+/// `pick` of it added to a `rebase -i` todo, the revert of a commit that
+/// took its line out, onto a renamed file, or on a detached HEAD then
+/// pushed) is committed in-process by the sequencer, with no pre-commit,
+/// and has neither the stash's id, nor its tree, nor its blob: the 3-way
+/// merge made a new blob. The lines it adds are the stash's, and a new
+/// commit may not add a line a recorded stash commit added (hooks.rs
+/// `refuse_stash_copies`, copied.rs).
 #[test]
-#[ignore = "hole: a stash's change 3-way merged into a moved file has a new blob (hooks.rs refuse_stash_copies compares whole blobs)"]
 fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
     let Some(sb) = Sandbox::start() else { return };
     sb.agent(
         "git remote add origin /workspace/gattack5/remote.git && \
          printf '1\\n2\\n3\\n4\\n5\\n' > a && git commit -qam five && git push -q origin main",
     );
+    let moved = "sed -i 5s/.*/five/ a && git commit -qam five2";
     let mut landed = Vec::new();
     for attack in [
-        "sed -i 1s/.*/MARKER/ a && git stash -q && sed -i 5s/.*/five/ a && git commit -qam five2 && \
-         git cherry-pick -m 1 $(git rev-parse 'stash@{0}'); git push -q origin main",
-        "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && sed -i 5s/.*/five/ a && \
-         git commit -qam five2 && git cherry-pick $(git rev-parse 'stash@{0}^2'); git push -q origin main",
-        "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && i=$(git rev-parse 'stash@{0}^2') && \
-         sed -i 5s/.*/five/ a && git commit -qam five2 && \
-         GIT_SEQUENCE_EDITOR=\"sed -i '1i pick $i'\" git rebase -qi HEAD; git push -q origin main",
+        format!(
+            "sed -i 1s/.*/MARKER/ a && git stash -q && {moved} && \
+             git cherry-pick -m 1 $(git rev-parse 'stash@{{0}}'); git push -q origin main"
+        ),
+        format!(
+            "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && {moved} && \
+             git cherry-pick $(git rev-parse 'stash@{{0}}^2'); git push -q origin main"
+        ),
+        format!(
+            "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && i=$(git rev-parse 'stash@{{0}}^2') && \
+             {moved} && GIT_SEQUENCE_EDITOR=\"sed -i '1i pick $i'\" git rebase -qi HEAD; git push -q origin main"
+        ),
+        format!(
+            "sed -i 1s/.*/MARKER/ a && git stash -q && git checkout -q --detach 'stash@{{0}}' && \
+             sed -i 1s/.*/1/ a && git commit -qam out && r=$(git rev-parse HEAD) && \
+             git checkout -q main && {moved} && git revert --no-edit $r; git push -q origin main"
+        ),
+        "sed -i 1s/.*/MARKER/ a && git stash -q && git mv a b && sed -i 5s/.*/five/ b && \
+         git commit -qam moved && git cherry-pick -m 1 'stash@{0}'; git push -q origin main"
+            .to_owned(),
+        format!(
+            "sed -i 1s/.*/MARKER/ a && git stash -q && {moved} && git checkout -q --detach && \
+             git cherry-pick -m 1 'stash@{{0}}'; git push -q origin HEAD:refs/heads/x"
+        ),
     ] {
         let base = sb.repo.git(&[
             "-c",
@@ -150,7 +168,7 @@ fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
             "rev-parse",
             "main",
         ]);
-        let o = sb.agent(attack);
+        let o = sb.agent(&attack);
         let m = sb.marked();
         if !m.is_empty() {
             landed.push(format!("{attack}\n  -> {m}\n{}", text(&o)));
@@ -164,9 +182,31 @@ fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
             "refs/heads/main",
             base.trim(),
         ]);
+        sb.agent("git push -q origin :refs/heads/x 2>/dev/null; git stash clear; true");
         sb.reset();
     }
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+    // Control: one's own change, stashed, popped and committed (pre-commit
+    // saw it), rebased and cherry-picked onto a main that changed the same
+    // file, with a stash of another change still recorded, goes through.
+    let o = sb.agent(&format!(
+        "sed -i 2s/.*/two-popped/ a && git stash -q && git stash pop -q && \
+         git switch -q -c side && git commit -qam two && \
+         sed -i 2s/.*/deux-popped/ a && git commit -qam deux && git switch -q main && {moved} && \
+         sed -i 3s/.*/three-stashed/ a && git stash -q && git switch -q side && git rebase -q main && \
+         git switch -q -c pick main && git cherry-pick side~1 && git switch -q main && \
+         git merge -q --ff-only side && git push -q origin main && git grep -q deux-popped origin/main -- a"
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    // Control: a line a stash added that is already in the branch's tree
+    // (another file), added by a commit on no branch, cherry-picked.
+    let o = sb.agent(
+        "sed -i 1s/.*/shared-line/ a && git stash -q && printf 'x\\nshared-line\\n' > c && \
+         git add c && git commit -qm c && git switch -q --detach HEAD~1 && \
+         printf 'shared-line\\n' > d && git add d && git commit -qm d && d=$(git rev-parse HEAD) && \
+         git switch -q main && git cherry-pick $d && git cat-file -e main:d",
+    );
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 /// `git commit` with a `MERGE_HEAD` the agent wrote (the stash's id)

@@ -220,6 +220,8 @@ const HOOK_NAMES: [&[u8]; 21] = [
 /// hooks.rs's TRUSTED_ENV and HOOKS_ONLY_ENV.
 const TRUSTED_VAR: &[u8] = b"SBX_GUARD_TRUSTED_HOOKS";
 const HOOKS_ONLY_VAR: &[u8] = b"SBX_GUARD_HOOKS_ONLY";
+/// hooks.rs's COMMIT_ENV.
+const COMMIT_VAR: &[u8] = b"SBX_GUARD_COMMIT";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
 
@@ -237,6 +239,10 @@ struct HookStep {
     trusted: &'static [u8],
     present: bool,
     check: Option<Check>,
+    /// `git commit` (hooks.rs COMMIT_ENV) in a repository with commit-msg:
+    /// its HEAD moving is checked too (msg.rs compares a detached HEAD's new
+    /// commit's message).
+    commit: bool,
 }
 
 /// The two steps that check git's input before starting the hook.
@@ -287,11 +293,17 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     let mut path = [0u8; 4096];
     // A path too long for this buffer: the guard decides.
     let present = sys::executable(join_z(&mut path, trusted, name)?);
+    // Only where the repository has commit-msg (one stat, for a commit's
+    // prepared step): without it there is no message to compare.
+    let commit = matches!(check, Some(Check::Prepared))
+        && var(COMMIT_VAR).is_some_and(|v| v == b"1")
+        && sys::executable(join_z(&mut path, trusted, b"commit-msg")?);
     Some(HookStep {
         name,
         trusted,
         present,
         check,
+        commit,
     })
 }
 
@@ -301,8 +313,9 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
 /// all (git lists none for a push with nothing to send, up-to-date
 /// branches included). `prepared`: no line naming `refs/stash` or a
 /// notes ref (recorded, as made without a pre-commit) and no branch
-/// whose old and new values differ (a move, checked against the stash).
-fn needs_no_check(check: Check, input: &[u8]) -> bool {
+/// whose old and new values differ (a move, checked against the stash),
+/// nor, for `git commit`, a HEAD that moves (its message is compared).
+fn needs_no_check(check: Check, input: &[u8], commit: bool) -> bool {
     match check {
         Check::PrePush => input.iter().all(|&b| b == b'\n'),
         Check::Prepared => input.split(|&b| b == b'\n').all(|line| {
@@ -313,7 +326,8 @@ fn needs_no_check(check: Check, input: &[u8]) -> bool {
             };
             !(name == b"refs/stash"
                 || name.starts_with(b"refs/notes/")
-                || (name.starts_with(b"refs/heads/") && old != new))
+                || (name.starts_with(b"refs/heads/") && old != new)
+                || (commit && name == b"HEAD" && old != new))
         }),
     }
 }
@@ -461,12 +475,13 @@ pub fn main(p: &Proc) -> i32 {
     if let Some(HookStep {
         name,
         check: Some(check),
+        commit,
         ..
     }) = &step
     {
         open_std();
         match take_input() {
-            Some((input, true)) if needs_no_check(*check, input) => {}
+            Some((input, true)) if needs_no_check(*check, input, *commit) => {}
             Some(_) => return fallback(p),
             None => {
                 let mut m = Msg::new();

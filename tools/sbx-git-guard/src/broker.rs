@@ -984,6 +984,21 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         return Exit::Denied.code();
     }
     let path = hook_path(&req.env, dir.as_fd(), name);
+    // Under a private index: commit-msg on a private copy of the message,
+    // which the commit's `prepared` step compares with git's (msg.rs).
+    if let (true, Some(dir), Some(msg)) = (
+        name == "commit-msg",
+        crate::msg::private_dir(&req.env),
+        req.args.get(1),
+    ) {
+        let env = loader_free(req.env.clone());
+        return crate::msg::run_on_copy(&path, path.as_os_str(), msg, &env, &dir).unwrap_or_else(
+            |e| {
+                output::error(&format!("git broker: commit-msg: {e}; refusing"));
+                Exit::Denied.code()
+            },
+        );
+    }
     let mut argv = vec![path.clone().into_os_string()];
     argv.extend(req.args[1..].iter().cloned());
     let err = sbx_sys::exec(&path, &argv, &loader_free(req.env.clone()));

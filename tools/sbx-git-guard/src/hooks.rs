@@ -35,6 +35,8 @@ pub const HOOKS_ONLY_ENV: &str = "SBX_GUARD_HOOKS_ONLY";
 /// the index pre-commit saw (through a broker, a private one), so its
 /// reference-transaction step judges the commit's parents, not its own
 /// content (a `MERGE_HEAD` written by hand adds any commit as a parent).
+/// Its prepared step also compares the commit's message with the one
+/// commit-msg passed (`msg::check_commit`); set for every commit.
 /// Removed from the agent's environment like [`TRUSTED_ENV`].
 pub const COMMIT_ENV: &str = "SBX_GUARD_COMMIT";
 
@@ -335,7 +337,7 @@ fn git(real: &Git, args: &[&OsStr]) -> Option<std::process::Output> {
 /// [`git`] started, not waited for: the checks ask git their independent
 /// questions at once (each through the broker costs a process start and
 /// a round trip, ~1 ms).
-fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Child> {
+pub(crate) fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Child> {
     static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     let dir = DIR.get_or_init(|| {
         let d = std::env::var_os("GIT_DIR").filter(|d| !d.is_empty())?;
@@ -353,7 +355,14 @@ fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Child> {
         .ok()
 }
 
-fn finish(child: Option<std::process::Child>) -> Option<std::process::Output> {
+/// [`git`]'s standard output when it succeeded.
+pub(crate) fn git_output(real: &Git, args: &[&OsStr]) -> Option<Vec<u8>> {
+    git(real, args)
+        .filter(|o| o.status.success())
+        .map(|o| o.stdout)
+}
+
+pub(crate) fn finish(child: Option<std::process::Child>) -> Option<std::process::Output> {
     child?.wait_with_output().ok()
 }
 
@@ -581,6 +590,7 @@ pub fn stash_exists(common: &Path) -> bool {
 /// branch whose old and new ids differ: `needs_no_check`): a new check on
 /// other lines must narrow that too (tests/client.rs `check_inputs`).
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
+    crate::msg::check_commit(real, stdin)?;
     let mut moves = Vec::new();
     let mut stashed: Vec<u8> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -826,6 +836,8 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     // wrote), so those are listed instead: a commit of content a dropped
     // stash once held still passes.
     let committed = std::env::var_os(COMMIT_ENV).is_some_and(|v| v == "1");
+    // New commits with a blob no stash holds, for the line check.
+    let mut merged: Vec<Vec<u8>> = Vec::new();
     for &(old, new, name) in moves {
         let mut parents = new.to_vec();
         parents.extend_from_slice(b"^@");
@@ -859,7 +871,12 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             let copied = if let Some(blob) = raw_new_blob(line) {
                 // Content already on a branch came there through a commit
                 // or a step like this one (a rebase of one's own commits).
-                set.blobs.iter().any(|s| s == blob) && !on_a_branch(real, blob)
+                let stashed = set.blobs.iter().any(|s| s == blob);
+                if !stashed && merged.last().is_none_or(|m| m != current) {
+                    // A blob no stash holds: the line check below.
+                    merged.push(current.to_vec());
+                }
+                stashed && !on_a_branch(real, blob)
             } else {
                 let mut w = line.split(|b| *b == b' ');
                 let (Some(c), Some(t)) = (w.next(), w.next()) else {
@@ -878,7 +895,10 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             }
         }
     }
-    Ok(())
+    match &stash {
+        Some(set) if !merged.is_empty() => crate::copied::check(real, &set.commits, &merged),
+        _ => Ok(()),
+    }
 }
 
 fn executable(p: &Path) -> bool {

@@ -80,8 +80,12 @@ pub fn needed(allow: &Allow) -> bool {
     let Some((_, trusted)) = &allow.pin else {
         return false;
     };
-    std::fs::metadata(trusted.join("pre-commit"))
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    // commit-msg too: its message is checked against git's the same way
+    // (msg.rs), from the same private directory.
+    ["pre-commit", "commit-msg"].iter().any(|h| {
+        std::fs::metadata(trusted.join(h))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// The index file git would use: `$GIT_INDEX_FILE` (its first value, as
@@ -382,6 +386,8 @@ fn put_back(
     let _ = std::fs::remove_file(copy);
     // git's lock, where git was killed before it let go of it.
     let _ = std::fs::remove_file(lock_path(copy));
+    // commit-msg's private copy and what it passed (msg.rs).
+    let _ = std::fs::remove_dir_all(crate::msg::msg_dir(copy));
     match back {
         Ok(true) => {
             std::fs::rename(&lock, index).map_err(|e| format!("cannot put the index back: {e}"))

@@ -5,10 +5,12 @@
 
 pub mod argv;
 pub mod broker;
+pub mod copied;
 pub mod hookenv;
 pub mod hooks;
 pub mod index;
 pub mod keys;
+pub mod msg;
 pub mod options_gen;
 pub mod policy;
 pub mod repo;

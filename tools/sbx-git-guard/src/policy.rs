@@ -1611,7 +1611,9 @@ pub fn decide(
                 || (last == "am" && (w == b"-r" || (w.len() >= 4 && b"--resolved".starts_with(w))))
         });
     let mut out = allow(command, moves_refs, precommit_first);
-    if moves_refs && last == "commit" {
+    // Every commit: routed later in a sandbox whatever its stash, its
+    // prepared step compares the message with what commit-msg passed.
+    if last == "commit" {
         out.env.push((crate::hooks::COMMIT_ENV.into(), "1".into()));
     }
     out.builds_tree = call.settings.block_no_verify && (precommit_first || last == "commit");

@@ -2624,3 +2624,117 @@ fn merge_gets_verify_over_options_the_guard_did_not_see() {
         }
     });
 }
+
+/// Class 5, round six: a stash's change 3-way merged into a file the branch
+/// changed since (cherry-pick, a `rebase -i` pick, a revert, onto a moved
+/// file, a renamed file, or a detached HEAD then pushed) has a blob no stash
+/// holds; the lines it adds are a stash's, and are refused. The controls:
+/// one's own popped and committed change rebased and cherry-picked onto a
+/// branch that changed the same file, and merged, still go through.
+#[test]
+fn a_stash_change_merged_into_a_moved_file_does_not_reach_a_branch() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "! git diff --cached | grep -q '^+.*MARKER'",
+        );
+        std::fs::write(lab.path("r/a"), "1\n2\n3\n4\n5\n").unwrap();
+        lab.real("r", &["commit", "-qam", "five"]);
+        lab.real("r", &["init", "-q", "--bare", "remote.git"]);
+        let five = lab.head("r", "main");
+        let sh = |script: &str| {
+            lab.cmd(OsStr::new("sh"), "r")
+                .args(["-c", script])
+                .env("GIT_EDITOR", "true")
+                .output()
+                .unwrap()
+        };
+        let marked = || {
+            let o = sh(
+                "for b in $(git for-each-ref --format='%(refname)' refs/heads); do \
+                          git grep -q MARKER $b -- && echo $b; done; \
+                        git -C remote.git grep -q MARKER x -- 2>/dev/null && echo remote; true",
+            );
+            String::from_utf8_lossy(&o.stdout).trim().to_owned()
+        };
+        let reset = || {
+            sh(
+                "git rebase --abort; git cherry-pick --abort; git revert --abort; \
+                git checkout -q -f main; git stash clear; git branch -q -D side pick 2>/dev/null; true",
+            );
+            lab.real("r", &["reset", "-q", "--hard", &five]);
+        };
+        let moved = "sed -i 5s/.*/five/ a && git commit -qam five2";
+        let mut landed = Vec::new();
+        for attack in [
+            format!(
+                "sed -i 1s/.*/MARKER/ a && git stash -q && {moved} && git cherry-pick -m 1 'stash@{{0}}'"
+            ),
+            format!(
+                "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && {moved} && git cherry-pick 'stash@{{0}}^2'"
+            ),
+            format!(
+                "sed -i 1s/.*/MARKER/ a && git add a && git stash -q && i=$(git rev-parse 'stash@{{0}}^2') && \
+                     {moved} && GIT_SEQUENCE_EDITOR=\"sed -i '1i pick $i'\" git rebase -qi HEAD"
+            ),
+            // The revert of a commit that took the stash's line out again.
+            format!(
+                "sed -i 1s/.*/MARKER/ a && git stash -q && git checkout -q --detach 'stash@{{0}}' && \
+                     sed -i 1s/.*/1/ a && git commit -qam out && r=$(git rev-parse HEAD) && \
+                     git checkout -q main && {moved} && git revert --no-edit $r"
+            ),
+            // The file renamed on the branch: the merge follows the rename.
+            "sed -i 1s/.*/MARKER/ a && git stash -q && git mv a b && sed -i 5s/.*/five/ b && \
+             git commit -qam moved && git cherry-pick -m 1 'stash@{0}'"
+                .to_owned(),
+            // Picked on a detached HEAD (no branch moves), then pushed.
+            format!(
+                "sed -i 1s/.*/MARKER/ a && git stash -q && {moved} && git checkout -q --detach && \
+                     git cherry-pick -m 1 'stash@{{0}}' && git push -q remote.git HEAD:refs/heads/x"
+            ),
+        ] {
+            let o = sh(&attack);
+            let m = marked();
+            if !m.is_empty() {
+                landed.push(format!(
+                    "{attack}\n -> {m}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            reset();
+        }
+        assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+        // Controls, with the stashes above still recorded and a live one.
+        let ok = |script: &str| {
+            let o = sh(script);
+            assert!(
+                o.status.success(),
+                "{script}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        ok(
+            "sed -i 2s/.*/two-popped/ a && git stash -q && git stash pop -q && \
+            git switch -q -c side && git commit -qam two && \
+            sed -i 2s/.*/deux-popped/ a && git commit -qam deux && \
+            git switch -q main && sed -i 5s/.*/five/ a && git commit -qam five2 && \
+            sed -i 3s/.*/three-stashed/ a && git stash -q && \
+            git switch -q side && git rebase -q main && git switch -q -c pick main && \
+            git cherry-pick side~1 && git switch -q main && sed -i 4s/.*/four/ a && \
+            git commit -qam four && git merge -q --no-edit side",
+        );
+        assert!(lab.real("r", &["show", "main:a"]).contains("deux-popped"));
+        reset();
+        // A line already in the parent's tree (another file) may be added,
+        // by a commit on no branch.
+        ok(
+            "sed -i 1s/.*/shared-line/ a && git stash -q && printf 'x\\nshared-line\\n' > c && \
+            git add c && git commit -qm c && sed -i 5s/.*/five/ a && git commit -qam five2 && \
+            git switch -q --detach HEAD~1 && printf 'shared-line\\n' > d && git add d && \
+            git commit -qm d && d=$(git rev-parse HEAD) && git switch -q main && git cherry-pick $d",
+        );
+        reset();
+    });
+}

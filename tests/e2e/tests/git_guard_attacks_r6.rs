@@ -308,29 +308,35 @@ const REFUSED: &[&str] = &[
 ];
 
 /// The remote helper driven by hand (`printf 'push src:dst\n\n' | git
-/// remote-http URL URL`) pushes without `git push`, so neither the
+/// remote-http URL URL`) pushed without `git push`, so neither the
 /// repository's pre-push hook nor the guard's pre-push step (its stash
-/// check) runs: the guard filters only forced and deleting commands. Here
-/// a pre-push that refuses every push to the URL is skipped, and a stash
-/// commit (MARKER, no pre-commit) reaches a new remote branch. A fix: let
-/// `push` commands reach the helper (and `send-pack --stateless-rpc` run)
-/// only for ref updates a pre-push step of the same push approved (the
-/// step registers them with the broker, the send-pack checks and consumes
-/// them); refusing them from callers without git's group alone is not
-/// enough, as a program git starts may run the helper binary itself.
+/// check) ran. The broker now lets a helper (or `send-pack`) push only for
+/// one of git's own processes (group `sbx-git`), which `git push` is and
+/// the agent's shell is not. A push through `git push` over the same
+/// helper still works (control).
 #[test]
-#[ignore = "hole: a remote helper driven by hand pushes without pre-push (the repository's hook and the guard's stash check)"]
 fn a_remote_helper_driven_by_hand_runs_pre_push() {
     let Some(sb) = Sandbox::start() else { return };
     let u = "export U=http://127.0.0.1:8765/git/nopush.git";
     let o = sb.agent(&format!(
         "{u}; mkdir -p /tmp/srv && git init -q --bare /tmp/srv/nopush.git && \
+         git init -q --bare /tmp/srv/ok.git && \
          git -C /tmp/srv/nopush.git config http.receivepack true && \
+         git -C /tmp/srv/ok.git config http.receivepack true && \
          {{ python3 .srv.py >/tmp/srv.log 2>&1 & }} && \
          for i in $(seq 20); do git ls-remote $U >/dev/null 2>&1 && break; sleep 0.3; done; \
          git push -q $U main"
     ));
     assert!(text(&o).contains("nopush refused"), "control: {}", text(&o));
+    let o = sb.agent(
+        "git push -q http://127.0.0.1:8765/git/ok.git main && \
+         git -C /tmp/srv/ok.git rev-parse -q --verify main && echo PUSHED",
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("PUSHED"),
+        "control: git push over the helper: {}",
+        text(&o)
+    );
     let mut landed = Vec::new();
     for (cmds, landed_if) in [
         (

@@ -31,7 +31,8 @@
 # second, and lower latency than Squid. Needs root and squid (scripts/prereqs
 # --test). RUNS, ROUNDS, LAT_N, CPS_N, CPS_LIGHT_N, CPS_CONC, BYTES tune it; QUICK=1
 # runs the light bed's connections a second only, TP_ONLY=1 the
-# throughput rows only; RELAYS adds relays with other knobs to those.
+# throughput rows only; RELAYS adds relays with other knobs to those
+# (RELAYS=sockmap: the in-kernel sockhash relay), TP_PATHS picks rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v squid >/dev/null || PATH=$PATH:/usr/sbin
@@ -139,6 +140,8 @@ paths=(direct transparent sbx-connect squid-connect)
 [ -n "$FW_BASE" ] && paths+=(base-transparent base-connect)
 tpaths=("${paths[@]}" min-relay)
 for i in "${!knobs[@]}"; do tpaths+=("relay-$((i + 1))"); echo "relay-$((i + 1)): ${knobs[$i]}"; done
+# TP_PATHS="direct min-relay relay-1": the throughput rows of those only.
+[ -n "${TP_PATHS:-}" ] && read -ra tpaths <<<"$TP_PATHS"
 agent=(setpriv --reuid=1000 --regid=1000 --clear-groups --)
 where() { # PATH -> "netns target proxy pid"
   case "$1" in

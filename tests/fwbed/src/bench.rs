@@ -271,6 +271,7 @@ struct Knobs {
     more: bool,
     buf: usize,
     copy: usize,
+    sockmap: Option<sbx_sys::bpf::Verdict>,
 }
 
 fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
@@ -279,6 +280,7 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
         more: false,
         buf: 0,
         copy: 0,
+        sockmap: None,
     };
     for kv in knobs.split(',').filter(|x| !x.is_empty()) {
         let (key, v) = kv.split_once('=').unwrap_or((kv, "0"));
@@ -288,6 +290,14 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
             "more" => k.more = true,
             "buf" => k.buf = v,
             "copy" => k.copy = v,
+            "sockmap" | "sockmap-stream" | "sockmap-ingress" => {
+                use sbx_sys::bpf::Verdict;
+                k.sockmap = Some(match key {
+                    "sockmap" => Verdict::Egress,
+                    "sockmap-stream" => Verdict::StreamEgress,
+                    _ => Verdict::Ingress,
+                })
+            }
             _ => {
                 eprintln!("relay: unknown knob {kv}");
                 return 64;
@@ -302,6 +312,9 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
         }
     };
     let target = target.to_owned();
+    if let Some(v) = k.sockmap {
+        return sockmap_relay(&l, &target, v);
+    }
     for c in l.incoming().flatten() {
         let Ok(u) = TcpStream::connect(&target) else {
             continue;
@@ -363,4 +376,82 @@ fn splice_all(from: &TcpStream, to: &TcpStream, k: Knobs) {
         }
     }
     let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// The in-kernel relay: the first bytes the client sends are read and
+/// forwarded here (as a checking proxy would), then the pair goes into a
+/// sockhash whose verdict program redirects every later byte to the
+/// peer. A thread a connection only waits for the ends to close.
+fn sockmap_relay(l: &std::net::TcpListener, target: &str, v: sbx_sys::bpf::Verdict) -> i32 {
+    let relay = match sbx_sys::bpf::SockRelay::create(4096, v) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            eprintln!("relay: sockmap: {e}");
+            return 69;
+        }
+    };
+    for c in l.incoming().flatten() {
+        let relay = relay.clone();
+        let target = target.to_owned();
+        std::thread::spawn(move || {
+            let mut c = c;
+            let mut first = vec![0u8; 16384];
+            let n = match c.read(&mut first) {
+                Ok(n) if n > 0 => n,
+                _ => return,
+            };
+            let Ok(mut u) = TcpStream::connect(&target) else {
+                return;
+            };
+            let _ = (c.set_nodelay(true), u.set_nodelay(true));
+            if let Err(e) = relay.insert_pair(&c, &u) {
+                eprintln!("relay: sockmap insert: {e}");
+                return;
+            }
+            if u.write_all(&first[..n]).is_err() {
+                return;
+            }
+            wait_closed(&c, &u, [n as u64, 0]);
+            relay.remove_pair(&c, &u);
+        });
+    }
+    0
+}
+
+/// Poll both ends for a hang-up; on one side's EOF, once the kernel has
+/// moved all it received to the other, a half close of the other's
+/// write side; done when both ended. `moved[i]`: bytes this relay read
+/// from end i and wrote to the other itself.
+fn wait_closed(c: &TcpStream, u: &TcpStream, moved: [u64; 2]) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    // POLLRDHUP: nix does not name it.
+    let ev = PollFlags::from_bits_retain(0x2000);
+    let ends = [(c, u), (u, c)];
+    let mut open = [true, true];
+    while open.iter().any(|&o| o) {
+        let idx: Vec<usize> = (0..2).filter(|&i| open[i]).collect();
+        let mut fds: Vec<PollFd> = idx
+            .iter()
+            .map(|&i| PollFd::new(ends[i].0.as_fd(), ev))
+            .collect();
+        if poll(&mut fds, PollTimeout::NONE).is_err() {
+            return;
+        }
+        for (j, f) in fds.iter().enumerate() {
+            // None: bits nix does not know (POLLRDHUP, the one asked for).
+            if f.revents().is_none_or(|r| !r.is_empty()) {
+                let i = idx[j];
+                open[i] = false;
+                let (from, to) = ends[i];
+                let t0 = Instant::now();
+                while !sbx_sys::bpf::drained(from, to, moved[i], moved[i]).unwrap_or(true)
+                    && t0.elapsed() < Duration::from_secs(30)
+                {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+            }
+        }
+    }
 }

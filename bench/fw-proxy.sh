@@ -56,6 +56,7 @@ cleanup() {
   for p in "${beds[@]}"; do { ip netns pids "$p-sbx" 2>/dev/null || true; } | xargs -r kill || true; done
   for f in "${fds[@]}"; do eval "exec $f>&-"; done
   wait 2>/dev/null || true
+  if mountpoint -q "$TMP/cg2" 2>/dev/null; then rmdir "$TMP/cg2/sbx-bench-$$" || true; umount "$TMP/cg2"; fi
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -136,6 +137,22 @@ relay() { # NAME PORT [KNOBS]
 }
 relay min-relay 4443
 read -ra knobs <<<"${RELAYS:-}"
+# RELAYS=sockmap-local: the agent's own socket goes into the map too, by a
+# sock_ops program on a cgroup v2 the clients then run in (mounted under
+# $TMP: `ip netns exec` remounts /sys). Bytes redirected into a socket's
+# receive queue skip TCP's receive-buffer autotuning, and the kernel
+# retries a full one a jiffy later: at the default 128 KiB that path ran
+# at ~13 MiB/s, so every bed's initial receive buffer is 8 MiB then.
+incg=()
+if [[ " ${RELAYS:-} " == *" sockmap-local "* ]]; then
+  mkdir -p "$TMP/cg2" && mount -t cgroup2 none "$TMP/cg2"
+  mkdir "$TMP/cg2/sbx-bench-$$"
+  export SBX_BENCH_CGROUP=$TMP/cg2/sbx-bench-$$
+  printf '#!/bin/sh\necho $$ > %s/cgroup.procs && exec "$@"\n' "$SBX_BENCH_CGROUP" > "$TMP/in-cg"
+  chmod 0755 "$TMP/in-cg"
+  incg=("$TMP/in-cg")
+  for b in "${beds[@]}"; do ip netns exec "$b-sbx" sysctl -qw net.ipv4.tcp_rmem="4096 8388608 33554432"; done
+fi
 for i in "${!knobs[@]}"; do relay "relay-$((i + 1))" $((4444 + i)) "${knobs[$i]}"; done
 
 # NFQ=1: the out-of-path alternative, bare (bench/nfq-verdict.py): the
@@ -173,7 +190,7 @@ where() { # PATH -> "netns target proxy pid"
 client() { # PATH N CONC BYTES: the full-TLS client's command line
   local ns target proxy pid
   read -r ns target proxy pid <<<"$(where "$1")"
-  echo "ip netns exec $ns-sbx ${agent[*]} $BED bench tls $target allowed.test $TMP/$ns/ca.der $proxy $2 $3 $4"
+  echo "${incg[*]} ip netns exec $ns-sbx ${agent[*]} $BED bench tls $target allowed.test $TMP/$ns/ca.der $proxy $2 $3 $4"
 }
 light() { # PATH N CONC [light]: the light client's command line (to the light origin)
   local ns target proxy pid sni=allowed.test

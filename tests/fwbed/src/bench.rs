@@ -272,6 +272,7 @@ struct Knobs {
     buf: usize,
     copy: usize,
     sockmap: Option<sbx_sys::bpf::Verdict>,
+    local: bool,
 }
 
 fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
@@ -281,6 +282,7 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
         buf: 0,
         copy: 0,
         sockmap: None,
+        local: false,
     };
     for kv in knobs.split(',').filter(|x| !x.is_empty()) {
         let (key, v) = kv.split_once('=').unwrap_or((kv, "0"));
@@ -290,6 +292,7 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
             "more" => k.more = true,
             "buf" => k.buf = v,
             "copy" => k.copy = v,
+            "sockmap-local" => k.local = true,
             "sockmap" | "sockmap-stream" | "sockmap-ingress" => {
                 use sbx_sys::bpf::Verdict;
                 k.sockmap = Some(match key {
@@ -312,6 +315,9 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
         }
     };
     let target = target.to_owned();
+    if k.local {
+        return sockmap_local_relay(&l, &target);
+    }
     if let Some(v) = k.sockmap {
         return sockmap_relay(&l, &target, v);
     }
@@ -454,4 +460,58 @@ fn wait_closed(c: &TcpStream, u: &TcpStream, moved: [u64; 2]) {
             }
         }
     }
+}
+
+/// The cgroup v2 directory (SBX_BENCH_CGROUP) whose sockets the
+/// sockmap-local relay takes over: the bench runs that row's client in it.
+/// A path outside /sys, which `ip netns exec` mounts afresh.
+fn local_cgroup() -> String {
+    std::env::var("SBX_BENCH_CGROUP").unwrap_or_default()
+}
+
+/// sockmap-local: as sockmap, but the agent's own socket is in the map
+/// (sbx_sys::bpf::LocalRelay), so after the first bytes neither the
+/// loopback hop nor this process's accepted socket carries anything.
+/// Ends when the agent closes (its FIN still takes the loopback).
+fn sockmap_local_relay(l: &std::net::TcpListener, target: &str) -> i32 {
+    let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+    let cg = local_cgroup();
+    let relay = match std::fs::File::open(&cg)
+        .and_then(|cg| sbx_sys::bpf::LocalRelay::create(&cg, port, 4096))
+    {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            eprintln!("relay: sockmap-local: {cg:?} (SBX_BENCH_CGROUP): {e}");
+            return 69;
+        }
+    };
+    for c in l.incoming().flatten() {
+        let relay = relay.clone();
+        let target = target.to_owned();
+        std::thread::spawn(move || {
+            use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+            use std::os::fd::AsFd;
+            let mut c = c;
+            let mut first = vec![0u8; 16384];
+            let n = match c.read(&mut first) {
+                Ok(n) if n > 0 => n,
+                _ => return,
+            };
+            let Ok(mut u) = TcpStream::connect(&target) else {
+                return;
+            };
+            let _ = (c.set_nodelay(true), u.set_nodelay(true));
+            if let Err(e) = relay.insert(&c, &u) {
+                eprintln!("relay: sockmap-local insert: {e}");
+                return;
+            }
+            if u.write_all(&first[..n]).is_ok() {
+                let mut fd = [PollFd::new(c.as_fd(), PollFlags::from_bits_retain(0x2000))];
+                let _ = poll(&mut fd, PollTimeout::NONE);
+                let _ = u.shutdown(std::net::Shutdown::Write);
+            }
+            relay.remove(&c, &u);
+        });
+    }
+    0
 }

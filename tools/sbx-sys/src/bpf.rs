@@ -104,6 +104,7 @@ const LD_DW: u8 = 0x18; // BPF_LD | BPF_IMM | BPF_DW
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
 const JNE_K: u8 = 0x55;
+const JEQ_K: u8 = 0x15;
 const PSEUDO_MAP_FD: u8 = 1;
 
 fn verdict_prog(map_fd: RawFd, flags: i32) -> Vec<u64> {
@@ -139,10 +140,14 @@ fn parser_prog() -> Vec<u64> {
 }
 
 fn load(prog: &[u64], attach: u32) -> io::Result<OwnedFd> {
+    load_typed(BPF_PROG_TYPE_SK_SKB, prog, attach)
+}
+
+fn load_typed(kind: u32, prog: &[u64], attach: u32) -> io::Result<OwnedFd> {
     let license = c"GPL";
     let mut log = vec![0u8; 65536];
     let mut a = Attr::new();
-    a.u32(0, BPF_PROG_TYPE_SK_SKB)
+    a.u32(0, kind)
         .u32(4, prog.len() as u32)
         .u64(8, prog.as_ptr() as u64)
         .u64(16, license.as_ptr() as u64)
@@ -273,6 +278,10 @@ fn key(s: &TcpStream) -> io::Result<[u8; 16]> {
             "sockhash relay: IPv4 only",
         ));
     };
+    Ok(key_of(l, r))
+}
+
+fn key_of(l: std::net::SocketAddrV4, r: std::net::SocketAddrV4) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[0..4].copy_from_slice(&l.ip().octets());
     k[4..8].copy_from_slice(&r.ip().octets());
@@ -280,7 +289,7 @@ fn key(s: &TcpStream) -> io::Result<[u8; 16]> {
     // 16 bits in the upper half of the word (on little-endian hosts).
     k[8..12].copy_from_slice(&u32::from(l.port()).to_ne_bytes());
     k[12..16].copy_from_slice(&remote_port_word(r.port()).to_ne_bytes());
-    Ok(k)
+    k
 }
 
 #[cfg(target_endian = "little")]
@@ -298,8 +307,9 @@ fn remote_port_word(port: u16) -> u32 {
 /// `wrote` bytes to `to` itself. The kernel
 /// moves redirected bytes to `to` from a work queue: `from`'s EOF can
 /// arrive before they are all in, and a half close of `to` then would
-/// send its FIN ahead of them. Read `to`'s side first: its count only
-/// grows, so a race makes this answer "not yet", never a false "yes".
+/// send its FIN ahead of them. For after `from`'s FIN, which its count
+/// includes (one sequence number). Read `to`'s side first: its count
+/// only grows, so a race makes this answer "not yet", never a false "yes".
 pub fn drained(from: &TcpStream, to: &TcpStream, read: u64, wrote: u64) -> io::Result<bool> {
     let acked = tcp_info_u64(to, 120)?;
     let mut outq: libc::c_int = 0;
@@ -307,7 +317,7 @@ pub fn drained(from: &TcpStream, to: &TcpStream, read: u64, wrote: u64) -> io::R
     if unsafe { libc::ioctl(to.as_raw_fd(), libc::TIOCOUTQ, &mut outq) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    let received = tcp_info_u64(from, 128)?;
+    let received = tcp_info_u64(from, 128)?.saturating_sub(1);
     Ok(acked + outq.max(0) as u64 + read >= received + wrote)
 }
 
@@ -339,4 +349,196 @@ fn tcp_info_u64(s: &TcpStream, off: usize) -> io::Result<u64> {
     let mut v = [0u8; 8];
     v.copy_from_slice(&buf[off..off + 8]);
     Ok(u64::from_ne_bytes(v))
+}
+
+const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_PROG_TYPE_SOCK_OPS: u32 = 13;
+const BPF_PROG_TYPE_SK_MSG: u32 = 16;
+const BPF_CGROUP_SOCK_OPS: u32 = 3;
+const BPF_SK_MSG_VERDICT: u32 = 7;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
+const BPF_FUNC_SOCK_HASH_UPDATE: i32 = 70;
+const BPF_FUNC_MSG_REDIRECT_HASH: i32 = 71;
+
+/// The experiment's other shape: the agent's own socket in the map, so
+/// neither the loopback hop nor the relay's accepted socket carries the
+/// bulk. A sock_ops program on a cgroup v2 puts every socket of that
+/// cgroup that connects to the relay's port into the sockhash (keyed by
+/// its 4-tuple); the relay adds its upstream socket and two plain hash
+/// entries (peer keys, a direction each). The agent's sends (sk_msg)
+/// go to the upstream's egress; what upstream receives (sk_skb) goes
+/// straight into the agent socket's receive queue (BPF_F_INGRESS).
+#[derive(Debug)]
+pub struct LocalRelay {
+    socks: OwnedFd,
+    to_up: OwnedFd,
+    to_agent: OwnedFd,
+    _progs: Vec<OwnedFd>,
+}
+
+fn map_create(kind: u32, key: u32, value: u32, n: u32) -> io::Result<OwnedFd> {
+    let mut a = Attr::new();
+    a.u32(0, kind).u32(4, key).u32(8, value).u32(12, n);
+    bpf(BPF_MAP_CREATE, &mut a)
+        .map(fd_of)
+        .map_err(|e| io::Error::new(e.kind(), format!("BPF_MAP_CREATE: {e}")))
+}
+
+/// The key at fp-16 from ctx (r6) fields at these offsets: local_ip4,
+/// remote_ip4, local_port, remote_port.
+fn key_insns(off: [i16; 4]) -> Vec<u64> {
+    let mut v = Vec::new();
+    for (i, o) in off.iter().enumerate() {
+        v.push(insn(LDX_W, 2, 6, *o, 0));
+        v.push(insn(STX_W, 10, 2, -16 + 4 * i as i16, 0));
+    }
+    v
+}
+
+fn ld_map(reg: u8, fd: &OwnedFd) -> [u64; 2] {
+    [
+        insn(LD_DW, reg, PSEUDO_MAP_FD, 0, fd.as_raw_fd()),
+        insn(0, 0, 0, 0, 0),
+    ]
+}
+
+/// Look the ctx's key up in `peers`; if found, call `helper(ctx, socks,
+/// peer_key, flags)`; SK_PASS when not found or the redirect failed.
+fn redirect_prog(
+    off: [i16; 4],
+    peers: &OwnedFd,
+    socks: &OwnedFd,
+    helper: i32,
+    flags: i32,
+) -> Vec<u64> {
+    let mut v = vec![insn(MOV64_X, 6, 1, 0, 0)];
+    v.extend(key_insns(off));
+    v.extend(ld_map(1, peers));
+    v.push(insn(MOV64_X, 2, 10, 0, 0));
+    v.push(insn(ADD64_K, 2, 0, 0, -16));
+    v.push(insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM));
+    v.push(insn(JEQ_K, 0, 0, 7, 0)); // not found: to the SK_PASS below
+    v.push(insn(MOV64_X, 3, 0, 0, 0));
+    v.push(insn(MOV64_X, 1, 6, 0, 0));
+    v.extend(ld_map(2, socks));
+    v.push(insn(MOV64_K, 4, 0, 0, flags));
+    v.push(insn(CALL, 0, 0, 0, helper));
+    v.push(insn(JNE_K, 0, 0, 1, 0));
+    v.push(insn(MOV64_K, 0, 0, 0, 1));
+    v.push(insn(EXIT, 0, 0, 0, 0));
+    v
+}
+
+impl LocalRelay {
+    /// Needs root. `cgroup`: an open cgroup v2 directory whose sockets
+    /// connecting to `port` are the agents'.
+    pub fn create(cgroup: &std::fs::File, port: u16, pairs: u32) -> io::Result<LocalRelay> {
+        let n = pairs.saturating_mul(2).max(2);
+        let socks = map_create(BPF_MAP_TYPE_SOCKHASH, KEY_SIZE, 4, n)?;
+        let to_up = map_create(BPF_MAP_TYPE_HASH, KEY_SIZE, KEY_SIZE, n)?;
+        let to_agent = map_create(BPF_MAP_TYPE_HASH, KEY_SIZE, KEY_SIZE, n)?;
+        let mut progs = Vec::new();
+        // sk_msg_md: local_ip4 24, remote_ip4 20, local_port 64, remote_port 60.
+        let m = redirect_prog(
+            [24, 20, 64, 60],
+            &to_up,
+            &socks,
+            BPF_FUNC_MSG_REDIRECT_HASH,
+            0,
+        );
+        let m = load_typed(BPF_PROG_TYPE_SK_MSG, &m, BPF_SK_MSG_VERDICT)?;
+        attach(&socks, &m, BPF_SK_MSG_VERDICT)?;
+        progs.push(m);
+        // __sk_buff: local_ip4 96, remote_ip4 92, local_port 136, remote_port 132.
+        let k = redirect_prog(
+            [96, 92, 136, 132],
+            &to_agent,
+            &socks,
+            BPF_FUNC_SK_REDIRECT_HASH,
+            BPF_F_INGRESS,
+        );
+        let k = load(&k, BPF_SK_SKB_VERDICT)?;
+        attach(&socks, &k, BPF_SK_SKB_VERDICT)?;
+        progs.push(k);
+        // sock_ops: op 0, local_ip4 28, remote_ip4 24, local_port 68,
+        // remote_port 64. On an active open's ESTABLISHED (4) to `port`,
+        // the socket goes into the sockhash.
+        let mut o = vec![
+            insn(MOV64_X, 6, 1, 0, 0),
+            insn(LDX_W, 2, 6, 0, 0),
+            insn(JNE_K, 2, 0, 17, 4),
+            insn(LDX_W, 2, 6, 64, 0),
+            insn(JNE_K, 2, 0, 15, remote_port_word(port) as i32),
+        ];
+        o.extend(key_insns([28, 24, 68, 64]));
+        o.push(insn(MOV64_X, 1, 6, 0, 0));
+        o.extend(ld_map(2, &socks));
+        o.push(insn(MOV64_X, 3, 10, 0, 0));
+        o.push(insn(ADD64_K, 3, 0, 0, -16));
+        o.push(insn(MOV64_K, 4, 0, 0, 0));
+        o.push(insn(CALL, 0, 0, 0, BPF_FUNC_SOCK_HASH_UPDATE));
+        o.push(insn(MOV64_K, 0, 0, 0, 1));
+        o.push(insn(EXIT, 0, 0, 0, 0));
+        let o = load_typed(BPF_PROG_TYPE_SOCK_OPS, &o, BPF_CGROUP_SOCK_OPS)?;
+        let mut a = Attr::new();
+        a.u32(0, o.as_raw_fd() as u32)
+            .u32(4, cgroup.as_raw_fd() as u32)
+            .u32(8, BPF_CGROUP_SOCK_OPS);
+        let link = bpf(BPF_LINK_CREATE, &mut a)
+            .map(fd_of)
+            .map_err(|e| io::Error::new(e.kind(), format!("BPF_LINK_CREATE: {e}")))?;
+        progs.push(o);
+        progs.push(link);
+        Ok(LocalRelay {
+            socks,
+            to_up,
+            to_agent,
+            _progs: progs,
+        })
+    }
+
+    /// Hand the pair over: `accepted` is the relay's end of the agent's
+    /// connection (the agent's socket is its peer), `up` the upstream.
+    pub fn insert(&self, accepted: &TcpStream, up: &TcpStream) -> io::Result<()> {
+        let (SocketAddr::V4(l), SocketAddr::V4(r)) =
+            (accepted.local_addr()?, accepted.peer_addr()?)
+        else {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "IPv4 only"));
+        };
+        let agent = key_of(r, l);
+        let ku = key(up)?;
+        let v: u32 = up.as_raw_fd() as u32;
+        elem_update(&self.socks, &ku, &v.to_ne_bytes())?;
+        elem_update(&self.to_agent, &ku, &agent)?;
+        elem_update(&self.to_up, &agent, &ku)
+    }
+
+    pub fn remove(&self, accepted: &TcpStream, up: &TcpStream) {
+        if let (Ok(SocketAddr::V4(l)), Ok(SocketAddr::V4(r)), Ok(ku)) =
+            (accepted.local_addr(), accepted.peer_addr(), key(up))
+        {
+            let agent = key_of(r, l);
+            for (m, k) in [
+                (&self.to_up, &agent),
+                (&self.to_agent, &ku),
+                (&self.socks, &ku),
+            ] {
+                let mut a = Attr::new();
+                a.u32(0, m.as_raw_fd() as u32).u64(8, k.as_ptr() as u64);
+                let _ = bpf(BPF_MAP_DELETE_ELEM, &mut a);
+            }
+        }
+    }
+}
+
+fn elem_update(map: &OwnedFd, k: &[u8; 16], v: &[u8]) -> io::Result<()> {
+    let mut a = Attr::new();
+    a.u32(0, map.as_raw_fd() as u32)
+        .u64(8, k.as_ptr() as u64)
+        .u64(16, v.as_ptr() as u64)
+        .u64(24, 0);
+    bpf(BPF_MAP_UPDATE_ELEM, &mut a)
+        .map(drop)
+        .map_err(|e| io::Error::new(e.kind(), format!("map update: {e}")))
 }

@@ -31,7 +31,8 @@
 # second, and lower latency than Squid. Needs root and squid (scripts/prereqs
 # --test). RUNS, ROUNDS, LAT_N, CPS_N, CPS_LIGHT_N, CPS_CONC, BYTES tune it; QUICK=1
 # runs the light bed's connections a second only, TP_ONLY=1 the
-# throughput rows only; RELAYS adds relays with other knobs to those.
+# throughput rows only; RELAYS adds relays with other knobs to those
+# (RELAYS=sockmap: the in-kernel sockhash relay), TP_PATHS picks rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v squid >/dev/null || PATH=$PATH:/usr/sbin
@@ -50,10 +51,12 @@ chmod 0755 "$TMP"
 fds=()
 beds=(pdir ppx psq)
 [ -n "$FW_BASE" ] && beds+=(pbs)
+[ -n "${NFQ:-}" ] && beds+=(pnq)
 cleanup() {
   for p in "${beds[@]}"; do { ip netns pids "$p-sbx" 2>/dev/null || true; } | xargs -r kill || true; done
   for f in "${fds[@]}"; do eval "exec $f>&-"; done
   wait 2>/dev/null || true
+  if mountpoint -q "$TMP/cg2" 2>/dev/null; then rmdir "$TMP/cg2/sbx-bench-$$" || true; umount "$TMP/cg2"; fi
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -88,6 +91,7 @@ init() { # PREFIX MODE [SBX-FW]
 init pdir address
 init ppx proxy
 [ -n "$FW_BASE" ] && init pbs proxy "$FW_BASE"
+[ -n "${NFQ:-}" ] && init pnq address
 
 # Squid as Debian ships it, tuned as one would for this job: no cache, no
 # access log (sbx-fw logs refusals only), the bed's resolver.
@@ -133,16 +137,48 @@ relay() { # NAME PORT [KNOBS]
 }
 relay min-relay 4443
 read -ra knobs <<<"${RELAYS:-}"
+# RELAYS=sockmap-local: the agent's own socket goes into the map too, by a
+# sock_ops program on a cgroup v2 the clients then run in (mounted under
+# $TMP: `ip netns exec` remounts /sys). Bytes redirected into a socket's
+# receive queue skip TCP's receive-buffer autotuning, and the kernel
+# retries a full one a jiffy later: at the default 128 KiB that path ran
+# at ~13 MiB/s, so every bed's initial receive buffer is 8 MiB then.
+incg=()
+if [[ " ${RELAYS:-} " == *" sockmap-local "* ]]; then
+  mkdir -p "$TMP/cg2" && mount -t cgroup2 none "$TMP/cg2"
+  mkdir "$TMP/cg2/sbx-bench-$$"
+  export SBX_BENCH_CGROUP=$TMP/cg2/sbx-bench-$$
+  printf '#!/bin/sh\necho $$ > %s/cgroup.procs && exec "$@"\n' "$SBX_BENCH_CGROUP" > "$TMP/in-cg"
+  chmod 0755 "$TMP/in-cg"
+  incg=("$TMP/in-cg")
+  for b in "${beds[@]}"; do ip netns exec "$b-sbx" sysctl -qw net.ipv4.tcp_rmem="4096 8388608 33554432"; done
+fi
 for i in "${!knobs[@]}"; do relay "relay-$((i + 1))" $((4444 + i)) "${knobs[$i]}"; done
+
+# NFQ=1: the out-of-path alternative, bare (bench/nfq-verdict.py): the
+# direct bed's dial, each flow queued to user space until its first data
+# packet, which is accepted with a mark that becomes the connection's; its
+# later packets pass on a connmark rule. Row nfq-bypass.
+if [ -n "${NFQ:-}" ]; then
+  ip netns exec pnq-sbx iptables -t mangle -A OUTPUT -p tcp -d 198.18.1.1 --dport 443 -m connmark --mark 0x1/0x1 -j ACCEPT
+  ip netns exec pnq-sbx iptables -t mangle -A OUTPUT -p tcp -d 198.18.1.1 --dport 443 -j NFQUEUE --queue-num 7
+  ip netns exec pnq-sbx iptables -t mangle -A POSTROUTING -m mark --mark 0x1/0x1 -j CONNMARK --save-mark --mask 0x1
+  ip netns exec pnq-sbx python3 bench/nfq-verdict.py 7 > "$TMP/nfq.out" &
+  for _ in $(seq 100); do [ -s "$TMP/nfq.out" ] && break; sleep 0.05; done
+fi
 
 paths=(direct transparent sbx-connect squid-connect)
 [ -n "$FW_BASE" ] && paths+=(base-transparent base-connect)
 tpaths=("${paths[@]}" min-relay)
+[ -n "${NFQ:-}" ] && tpaths+=(nfq-bypass)
 for i in "${!knobs[@]}"; do tpaths+=("relay-$((i + 1))"); echo "relay-$((i + 1)): ${knobs[$i]}"; done
+# TP_PATHS="direct min-relay relay-1": the throughput rows of those only.
+[ -n "${TP_PATHS:-}" ] && read -ra tpaths <<<"$TP_PATHS"
 agent=(setpriv --reuid=1000 --regid=1000 --clear-groups --)
 where() { # PATH -> "netns target proxy pid"
   case "$1" in
     direct) echo "pdir 198.18.1.1:443 - -" ;;
+    nfq-bypass) echo "pnq 198.18.1.1:443 - -" ;;
     transparent) echo "ppx 198.18.1.1:443 - $(cat "$TMP/ppx/state/proxy.pid")" ;;
     sbx-connect) echo "ppx allowed.test:443 127.0.0.1:3128 $(cat "$TMP/ppx/state/proxy.pid")" ;;
     squid-connect) echo "psq allowed.test:443 127.0.0.1:3128 $SQUID_PID" ;;
@@ -154,7 +190,7 @@ where() { # PATH -> "netns target proxy pid"
 client() { # PATH N CONC BYTES: the full-TLS client's command line
   local ns target proxy pid
   read -r ns target proxy pid <<<"$(where "$1")"
-  echo "ip netns exec $ns-sbx ${agent[*]} $BED bench tls $target allowed.test $TMP/$ns/ca.der $proxy $2 $3 $4"
+  echo "${incg[*]} ip netns exec $ns-sbx ${agent[*]} $BED bench tls $target allowed.test $TMP/$ns/ca.der $proxy $2 $3 $4"
 }
 light() { # PATH N CONC [light]: the light client's command line (to the light origin)
   local ns target proxy pid sni=allowed.test
@@ -311,4 +347,7 @@ fi
   ($b | tonumber) as $b | (.results[] | select(.command == "direct").median) as $dt |
   .results[] | "  \(.command): 1 GiB \($b / .median / 1048576 | round) MiB/s [\($b / .max / 1048576 | round)–\($b / .min / 1048576 | round)], \($dt / .median * 100 | round)% of direct"
 ' "$TMP/tp.json"
+if [ -n "${NFQ:-}" ]; then # the bypass took the bulk: packets per rule
+  ip netns exec pnq-sbx iptables -t mangle -L OUTPUT -v -n -x | awk 'NR > 2 {print "  nfq-bypass: " $1 " packets by " $3}'
+fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -274,6 +274,8 @@ struct Knobs {
     more: bool,
     buf: usize,
     copy: usize,
+    sockmap: Option<sbx_sys::bpf::Verdict>,
+    local: bool,
 }
 
 fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
@@ -282,6 +284,8 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
         more: false,
         buf: 0,
         copy: 0,
+        sockmap: None,
+        local: false,
     };
     for kv in knobs.split(',').filter(|x| !x.is_empty()) {
         let (key, v) = kv.split_once('=').unwrap_or((kv, "0"));
@@ -291,6 +295,15 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
             "more" => k.more = true,
             "buf" => k.buf = v,
             "copy" => k.copy = v,
+            "sockmap-local" => k.local = true,
+            "sockmap" | "sockmap-stream" | "sockmap-ingress" => {
+                use sbx_sys::bpf::Verdict;
+                k.sockmap = Some(match key {
+                    "sockmap" => Verdict::Egress,
+                    "sockmap-stream" => Verdict::StreamEgress,
+                    _ => Verdict::Ingress,
+                })
+            }
             _ => {
                 eprintln!("relay: unknown knob {kv}");
                 return 64;
@@ -305,6 +318,12 @@ fn relay_main(listen: &str, target: &str, knobs: &str) -> i32 {
         }
     };
     let target = target.to_owned();
+    if k.local {
+        return sockmap_local_relay(&l, &target);
+    }
+    if let Some(v) = k.sockmap {
+        return sockmap_relay(&l, &target, v);
+    }
     for c in l.incoming().flatten() {
         let Ok(u) = TcpStream::connect(&target) else {
             continue;
@@ -366,4 +385,136 @@ fn splice_all(from: &TcpStream, to: &TcpStream, k: Knobs) {
         }
     }
     let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// The in-kernel relay: the first bytes the client sends are read and
+/// forwarded here (as a checking proxy would), then the pair goes into a
+/// sockhash whose verdict program redirects every later byte to the
+/// peer. A thread a connection only waits for the ends to close.
+fn sockmap_relay(l: &std::net::TcpListener, target: &str, v: sbx_sys::bpf::Verdict) -> i32 {
+    let relay = match sbx_sys::bpf::SockRelay::create(4096, v) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            eprintln!("relay: sockmap: {e}");
+            return 69;
+        }
+    };
+    for c in l.incoming().flatten() {
+        let relay = relay.clone();
+        let target = target.to_owned();
+        std::thread::spawn(move || {
+            let mut c = c;
+            let mut first = vec![0u8; 16384];
+            let n = match c.read(&mut first) {
+                Ok(n) if n > 0 => n,
+                _ => return,
+            };
+            let Ok(mut u) = TcpStream::connect(&target) else {
+                return;
+            };
+            let _ = (c.set_nodelay(true), u.set_nodelay(true));
+            if let Err(e) = relay.insert_pair(&c, &u) {
+                eprintln!("relay: sockmap insert: {e}");
+                return;
+            }
+            if u.write_all(&first[..n]).is_err() {
+                return;
+            }
+            wait_closed(&c, &u, [n as u64, 0]);
+            relay.remove_pair(&c, &u);
+        });
+    }
+    0
+}
+
+/// Poll both ends for a hang-up; on one side's EOF, once the kernel has
+/// moved all it received to the other, a half close of the other's
+/// write side; done when both ended. `moved[i]`: bytes this relay read
+/// from end i and wrote to the other itself.
+fn wait_closed(c: &TcpStream, u: &TcpStream, moved: [u64; 2]) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    // POLLRDHUP: nix does not name it.
+    let ev = PollFlags::from_bits_retain(0x2000);
+    let ends = [(c, u), (u, c)];
+    let mut open = [true, true];
+    while open.iter().any(|&o| o) {
+        let idx: Vec<usize> = (0..2).filter(|&i| open[i]).collect();
+        let mut fds: Vec<PollFd> = idx
+            .iter()
+            .map(|&i| PollFd::new(ends[i].0.as_fd(), ev))
+            .collect();
+        if poll(&mut fds, PollTimeout::NONE).is_err() {
+            return;
+        }
+        for (j, f) in fds.iter().enumerate() {
+            // None: bits nix does not know (POLLRDHUP, the one asked for).
+            if f.revents().is_none_or(|r| !r.is_empty()) {
+                let i = idx[j];
+                open[i] = false;
+                let (from, to) = ends[i];
+                let t0 = Instant::now();
+                while !sbx_sys::bpf::drained(from, to, moved[i], moved[i]).unwrap_or(true)
+                    && t0.elapsed() < Duration::from_secs(30)
+                {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+            }
+        }
+    }
+}
+
+/// The cgroup v2 directory (SBX_BENCH_CGROUP) whose sockets the
+/// sockmap-local relay takes over: the bench runs that row's client in it.
+/// A path outside /sys, which `ip netns exec` mounts afresh.
+fn local_cgroup() -> String {
+    std::env::var("SBX_BENCH_CGROUP").unwrap_or_default()
+}
+
+/// sockmap-local: as sockmap, but the agent's own socket is in the map
+/// (sbx_sys::bpf::LocalRelay), so after the first bytes neither the
+/// loopback hop nor this process's accepted socket carries anything.
+/// Ends when the agent closes (its FIN still takes the loopback).
+fn sockmap_local_relay(l: &std::net::TcpListener, target: &str) -> i32 {
+    let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+    let cg = local_cgroup();
+    let relay = match std::fs::File::open(&cg)
+        .and_then(|cg| sbx_sys::bpf::LocalRelay::create(&cg, port, 4096))
+    {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            eprintln!("relay: sockmap-local: {cg:?} (SBX_BENCH_CGROUP): {e}");
+            return 69;
+        }
+    };
+    for c in l.incoming().flatten() {
+        let relay = relay.clone();
+        let target = target.to_owned();
+        std::thread::spawn(move || {
+            use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+            use std::os::fd::AsFd;
+            let mut c = c;
+            let mut first = vec![0u8; 16384];
+            let n = match c.read(&mut first) {
+                Ok(n) if n > 0 => n,
+                _ => return,
+            };
+            let Ok(mut u) = TcpStream::connect(&target) else {
+                return;
+            };
+            let _ = (c.set_nodelay(true), u.set_nodelay(true));
+            if let Err(e) = relay.insert(&c, &u) {
+                eprintln!("relay: sockmap-local insert: {e}");
+                return;
+            }
+            if u.write_all(&first[..n]).is_ok() {
+                let mut fd = [PollFd::new(c.as_fd(), PollFlags::from_bits_retain(0x2000))];
+                let _ = poll(&mut fd, PollTimeout::NONE);
+                let _ = u.shutdown(std::net::Shutdown::Write);
+            }
+            relay.remove(&c, &u);
+        });
+    }
+    0
 }

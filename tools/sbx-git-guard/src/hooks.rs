@@ -901,7 +901,8 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     }
 }
 
-fn executable(p: &Path) -> bool {
+/// A regular file someone may execute (a hook git would run).
+pub(crate) fn executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 

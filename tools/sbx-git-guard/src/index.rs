@@ -82,10 +82,9 @@ pub fn needed(allow: &Allow) -> bool {
     };
     // commit-msg too: its message is checked against git's the same way
     // (msg.rs), from the same private directory.
-    ["pre-commit", "commit-msg"].iter().any(|h| {
-        std::fs::metadata(trusted.join(h))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    ["pre-commit", "commit-msg"]
+        .iter()
+        .any(|h| crate::hooks::executable(&trusted.join(h)))
 }
 
 /// The index file git would use: `$GIT_INDEX_FILE` (its first value, as

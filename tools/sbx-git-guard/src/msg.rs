@@ -196,12 +196,7 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
                 return Ok(());
             }
             let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
-                .map(|t| Path::new(&t).join("commit-msg"))
-                .and_then(|p| std::fs::metadata(p).ok())
-                .is_some_and(|m| {
-                    use std::os::unix::fs::PermissionsExt as _;
-                    m.is_file() && m.permissions().mode() & 0o111 != 0
-                });
+                .is_some_and(|t| crate::hooks::executable(&Path::new(&t).join("commit-msg")));
             if has_hook {
                 return Err("the commit's message was not passed by commit-msg".into());
             }

@@ -1657,10 +1657,7 @@ pub fn decide(
         // program that printed nothing, put an escape before each `+`, or
         // took the `b/` off `+++ b/path`, and pre-commit passed. First, so
         // options on the command line still win.
-        let at = out.args.len() - words.len() + 1;
-        for (i, o) in DIFF_PINS.iter().enumerate() {
-            out.args.insert(at + i, o.into());
-        }
+        pin_options(&mut out, words.len(), DIFF_PINS);
     }
     if matches!(
         last.as_str(),
@@ -1673,8 +1670,7 @@ pub fn decide(
     if last == "commit" && !help {
         // First, so a `-v` on the command line (refused) would win, but a
         // stored commit.verbose, which the guard does not read, does not.
-        let at = out.args.len() - words.len() + 1;
-        out.args.insert(at, "--no-verbose".into());
+        pin_options(&mut out, words.len(), &["--no-verbose"]);
     }
     if last == "commit" && sequencer_commit(call, &words[1..]) {
         // The last of -n/--no-verify/--verify wins: hooks run.
@@ -1685,6 +1681,14 @@ pub fn decide(
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)
+}
+
+/// `opts` first among the command's options (right after its name, the
+/// first of `words`), so options on the command line still win.
+fn pin_options(out: &mut Allow, words: usize, opts: &[&str]) {
+    let at = out.args.len() - words + 1;
+    out.args
+        .splice(at..at, opts.iter().map(|o| OsString::from(*o)));
 }
 
 /// `-c key=value` for git, ahead of the hooks pin (which stays the last

@@ -212,6 +212,32 @@ impl Repo {
 pub const REFUSE_MARKER: &str =
     "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n";
 
+/// The attack rounds' workspace `name`: `main` with one commit (`a`
+/// and a `.gitignore` naming `/remote.git/`, `/.agent-sandbox/` and
+/// `ignored`), made by `git commit <commit>`, a bare remote `remote.git`
+/// inside the workspace holding main (so the sandbox reaches it), and
+/// `hooks`; not yet the agent's (add files, then [`Repo::give_to_agent`]).
+pub fn attack_repo(name: &str, commit: &[&str], ignored: &[&str], hooks: &[(&str, &str)]) -> Repo {
+    let repo = Repo::new(name);
+    let git = |args: &[&str]| repo.git(args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join("a"), "1\n").unwrap();
+    let mut ignore = String::from("/remote.git/\n/.agent-sandbox/\n");
+    for i in ignored {
+        ignore.push_str(i);
+        ignore.push('\n');
+    }
+    std::fs::write(repo.path.join(".gitignore"), ignore).unwrap();
+    git(&["add", "a", ".gitignore"]);
+    git(&[&["commit"][..], commit].concat());
+    git(&["init", "-q", "--bare", "remote.git"]);
+    git(&["push", "-q", "remote.git", "main"]);
+    for (name, body) in hooks {
+        repo.hook(name, body);
+    }
+    repo
+}
+
 /// `make()`'s repository with its sandbox started; None (a skip, or under
 /// CI a failure) without Docker or the base image.
 pub fn started(make: impl FnOnce() -> Repo) -> Option<Repo> {

@@ -6,36 +6,25 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use sbx_e2e::{REFUSE_MARKER, Repo, base_image, sh, started, text};
+use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, base_image, sh, started, text};
 
 /// A repository whose pre-commit refuses staged MARKER and whose
 /// commit-msg requires a `JIRA-<n>` first line, with a bare remote
 /// `origin` inside the workspace (so the sandbox reaches it).
 fn repo() -> Repo {
-    let repo = Repo::new("gattack4");
-    let path = repo.path.clone();
-    let git = |args: &[&str]| repo.git(args);
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(path.join("a"), "1\n").unwrap();
-    std::fs::write(
-        path.join(".gitignore"),
-        "/remote.git/\n/.agent-sandbox/\n/*.py\n",
-    )
-    .unwrap();
-    git(&["add", "a", ".gitignore"]);
-    git(&["commit", "-qm", "JIRA-1 one"]);
-    git(&["init", "-q", "--bare", "remote.git"]);
-    git(&["push", "-q", "remote.git", "main"]);
-    for (name, body) in [
-        ("pre-commit", REFUSE_MARKER),
-        (
-            "commit-msg",
-            "#!/bin/sh\ngrep -q '^JIRA-[0-9]' \"$1\" || { echo no JIRA id >&2; exit 1; }\n",
-        ),
-    ] {
-        repo.hook(name, body);
-    }
-    std::fs::write(path.join(".race.py"), RACER).unwrap();
+    let repo = attack_repo(
+        "gattack4",
+        &["-qm", "JIRA-1 one"],
+        &["/*.py"],
+        &[
+            ("pre-commit", REFUSE_MARKER),
+            (
+                "commit-msg",
+                "#!/bin/sh\ngrep -q '^JIRA-[0-9]' \"$1\" || { echo no JIRA id >&2; exit 1; }\n",
+            ),
+        ],
+    );
+    std::fs::write(repo.path.join(".race.py"), RACER).unwrap();
     repo.give_to_agent();
     repo
 }

@@ -5,22 +5,17 @@
 
 use std::process::Output;
 
-use sbx_e2e::{REFUSE_MARKER, Repo, started, text};
+use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
 
 /// A repository whose pre-commit refuses staged MARKER, with a bare
 /// remote `origin` inside the workspace (so the sandbox reaches it).
 fn repo() -> Repo {
-    let repo = Repo::new("gattack5");
-    let path = repo.path.clone();
-    let git = |args: &[&str]| repo.git(args);
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(path.join("a"), "1\n").unwrap();
-    std::fs::write(path.join(".gitignore"), "/remote.git/\n/.agent-sandbox/\n").unwrap();
-    git(&["add", "a", ".gitignore"]);
-    git(&["commit", "-qm", "one"]);
-    git(&["init", "-q", "--bare", "remote.git"]);
-    git(&["push", "-q", "remote.git", "main"]);
-    repo.hook("pre-commit", REFUSE_MARKER);
+    let repo = attack_repo(
+        "gattack5",
+        &["-qm", "one"],
+        &[],
+        &[("pre-commit", REFUSE_MARKER)],
+    );
     repo.give_to_agent();
     repo
 }

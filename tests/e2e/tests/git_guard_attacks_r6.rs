@@ -7,7 +7,7 @@
 
 use std::process::Output;
 
-use sbx_e2e::{REFUSE_MARKER, Repo, started, text};
+use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
 
 /// commit-msg: no BADMSG, and a `Signed-off-by:` line (a DCO check).
 const REQUIRE_SIGNOFF: &str = "#!/bin/sh\n\
@@ -32,24 +32,18 @@ const SCISSORS: &str = "# ------------------------ >8 ------------------------";
 /// commit-msg requires a sign-off, with a bare remote `origin` inside the
 /// workspace (so the sandbox reaches it).
 fn repo() -> Repo {
-    let repo = Repo::new("gattack6");
-    let path = repo.path.clone();
-    let git = |args: &[&str]| repo.git(args);
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(path.join("a"), "1\n").unwrap();
-    std::fs::write(
-        path.join(".gitignore"),
-        "/remote.git/\n/.agent-sandbox/\n/.srv.py\n",
-    )
-    .unwrap();
-    git(&["add", "a", ".gitignore"]);
-    git(&["commit", "-qsm", "one"]);
-    git(&["init", "-q", "--bare", "remote.git"]);
-    git(&["push", "-q", "remote.git", "main"]);
-    repo.hook("pre-commit", &format!("{REFUSE_MARKER}{REFUSE_PATCH}"));
-    repo.hook("commit-msg", REQUIRE_SIGNOFF);
-    repo.hook("pre-push", REFUSE_NOPUSH);
-    std::fs::write(path.join(".srv.py"), sbx_e2e::GIT_HTTP_SERVER).unwrap();
+    let pre_commit = format!("{REFUSE_MARKER}{REFUSE_PATCH}");
+    let repo = attack_repo(
+        "gattack6",
+        &["-qsm", "one"],
+        &["/.srv.py"],
+        &[
+            ("pre-commit", &pre_commit),
+            ("commit-msg", REQUIRE_SIGNOFF),
+            ("pre-push", REFUSE_NOPUSH),
+        ],
+    );
+    std::fs::write(repo.path.join(".srv.py"), sbx_e2e::GIT_HTTP_SERVER).unwrap();
     repo.give_to_agent();
     repo
 }

@@ -1038,6 +1038,7 @@ fn a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip() {
     };
     let plain = ct(&["-p", &c1, "-m", "plain"]);
     let merge = ct(&["-p", &c1, "-p", &stash, "-m", "merge"]);
+    let merge_last = ct(&["-p", &stash, "-p", &c1, "-m", "merge"]);
     let root = ct(&["-m", "root"]);
     let amend = ct(&["-p", &c0, "-m", "amended"]);
     let index_on = ct(&["-p", &c1, "-m", "index on main: x"]);
@@ -1072,6 +1073,7 @@ fn a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip() {
         ),
         ("packed", line(&c1, &packed), false),
         ("merge with the stash", line(&c1, &merge), false),
+        ("merge, the old tip last", line(&c1, &merge_last), false),
         ("root", line(&z, &root), false),
         ("amend", line(&c1, &amend), false),
         ("index on", line(&c1, &index_on), false),
@@ -1162,7 +1164,7 @@ fn a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip() {
     };
     table(&cases, &env(&absent), &repo);
     // The guard refuses a merge with the stash and a commit on it.
-    for (what, input, _) in &cases[3..4] {
+    for (what, input, _) in &cases[3..5] {
         let g = run_step(
             &link(Path::new(GUARD), "g"),
             "prepared",

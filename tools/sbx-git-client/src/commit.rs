@@ -168,7 +168,7 @@ fn parents_elsewhere(common: &PathBuf) -> Option<bool> {
             return Some(true);
         }
     }
-    Some(packed_replace(&common.z(b"packed-refs")?)?)
+    packed_replace(&common.z(b"packed-refs")?)
 }
 
 /// Does packed-refs name a replace ref? Read in chunks (it can be large).

@@ -101,7 +101,6 @@ fn common_dir(var: &dyn Fn(&[u8]) -> Option<&'static [u8]>) -> Option<PathBuf> {
         &b"GIT_OBJECT_DIRECTORY"[..],
         b"GIT_ALTERNATE_OBJECT_DIRECTORIES",
         b"GIT_COMMON_DIR",
-        b"GIT_GRAFT_FILE",
         b"GIT_REPLACE_REF_BASE",
         b"GIT_QUARANTINE_PATH",
     ] {
@@ -148,27 +147,125 @@ fn common_dir(var: &dyn Fn(&[u8]) -> Option<&'static [u8]>) -> Option<PathBuf> {
     Some(git)
 }
 
-/// Could git's log take `new`'s parents from anywhere but its object?
-/// Replace refs and grafts rewrite them; a commit-graph may hold an entry
-/// for `new` (written ahead for its predictable id). reftable refs are
-/// not read here.
-fn parents_elsewhere(common: &PathBuf) -> Option<bool> {
+/// Could git's log take a commit's parents from anywhere but its object?
+/// Replace refs and grafts rewrite them, unless switched off as the guard
+/// switches them off for git and its hooks (hookenv.rs FORCED:
+/// `GIT_NO_REPLACE_OBJECTS=1`, `GIT_GRAFT_FILE` at a path that cannot
+/// exist); reftable refs are not read here; a commit-graph may too, for a
+/// commit it lists ([`in_commit_graph`]); alternates lend theirs.
+fn parents_elsewhere(common: &PathBuf, forced: (bool, Option<bool>)) -> Option<bool> {
+    let (no_replace, grafts_off) = forced;
+    if !grafts_off? && common.exists(b"info/grafts")? {
+        return Some(true);
+    }
+    for p in [&b"reftable"[..], b"objects/info/alternates"] {
+        if common.exists(p)? {
+            return Some(true);
+        }
+    }
+    if no_replace {
+        return Some(false);
+    }
     // An empty refs/replace stays after pack-refs and `replace -d`.
     match sys::has_entries(common.z(b"refs/replace")?.c()) {
         Ok(false) | Err(sys::ENOENT) => {}
         _ => return Some(true),
     }
-    for p in [
-        &b"reftable"[..],
-        b"info/grafts",
-        b"objects/info/commit-graph",
-        b"objects/info/commit-graphs",
-    ] {
-        if common.exists(p)? {
+    packed_replace(&common.z(b"packed-refs")?)
+}
+
+/// Is `id` in a commit-graph git would read (the repository's file, or a
+/// chain's)? A commit git has just written is not, unless one was written
+/// ahead for its predictable id, with other parents. Some(false) only
+/// where every graph was read and none lists it.
+fn in_commit_graph(common: &PathBuf, id: &[u8; 20]) -> Option<bool> {
+    let single = common.z(b"objects/info/commit-graph")?;
+    match sys::file_type(single.c(), false) {
+        Ok(_) => {
+            if graph_has(&single, id)? {
+                return Some(true);
+            }
+        }
+        Err(sys::ENOENT) => {}
+        Err(_) => return None,
+    }
+    let chain = common.z(b"objects/info/commit-graphs/commit-graph-chain")?;
+    if sys::file_type(chain.c(), false) == Err(sys::ENOENT) {
+        return Some(false);
+    }
+    let mut buf = [0u8; 4096];
+    let text = read_small(&chain, &mut buf)?;
+    for h in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        if !is_hex(h) {
+            return None;
+        }
+        let g = PathBuf::from(&[
+            common.bytes(),
+            b"objects/info/commit-graphs/graph-",
+            h,
+            b".graph",
+        ])?
+        .z(b"")?;
+        if graph_has(&g, id)? {
             return Some(true);
         }
     }
-    packed_replace(&common.z(b"packed-refs")?)
+    Some(false)
+}
+
+/// Does the commit-graph file at `path` list `id`? Its OID fanout and
+/// lookup chunks, read with a binary search (git's format, version 1,
+/// SHA-1); anything else: None.
+fn graph_has(path: &PathBuf, id: &[u8; 20]) -> Option<bool> {
+    let fd = sys::openat(path.c(), sys::O_RDONLY | sys::O_CLOEXEC | sys::O_NONBLOCK).ok()?;
+    let found = graph_lookup(fd, id);
+    sys::close(fd);
+    found
+}
+
+fn graph_lookup(fd: sys::Fd, id: &[u8; 20]) -> Option<bool> {
+    let at = |buf: &mut [u8], off: u64| -> Option<()> {
+        (sys::pread(fd, buf, off).ok()? == buf.len()).then_some(())
+    };
+    let mut head = [0u8; 8];
+    at(&mut head, 0)?;
+    if &head[..4] != b"CGPH" || head[4] != 1 || head[5] != 1 {
+        return None;
+    }
+    let chunks = u64::from(head[6]);
+    let (mut oidf, mut oidl) = (None, None);
+    for i in 0..chunks {
+        let mut e = [0u8; 12];
+        at(&mut e, 8 + 12 * i)?;
+        let off = u64::from_be_bytes(e[4..].try_into().ok()?);
+        match &e[..4] {
+            b"OIDF" => oidf = Some(off),
+            b"OIDL" => oidl = Some(off),
+            _ => {}
+        }
+    }
+    let (oidf, oidl) = (oidf?, oidl?);
+    let fan = |i: u64| -> Option<u64> {
+        let mut n = [0u8; 4];
+        at(&mut n, oidf + 4 * i)?;
+        Some(u64::from(u32::from_be_bytes(n)))
+    };
+    let first = u64::from(id[0]);
+    let (mut lo, mut hi) = (if first == 0 { 0 } else { fan(first - 1)? }, fan(first)?);
+    if lo > hi {
+        return None;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let mut oid = [0u8; 20];
+        at(&mut oid, oidl + 20 * mid)?;
+        match oid.cmp(id) {
+            core::cmp::Ordering::Equal => return Some(true),
+            core::cmp::Ordering::Less => lo = mid + 1,
+            core::cmp::Ordering::Greater => hi = mid,
+        }
+    }
+    Some(false)
 }
 
 /// Does packed-refs name a replace ref? Read in chunks (it can be large).
@@ -292,7 +389,15 @@ pub struct Repo {
 
 impl Repo {
     pub fn find(var: &dyn Fn(&[u8]) -> Option<&'static [u8]>) -> Repo {
-        let common = common_dir(var).filter(|c| parents_elsewhere(c) == Some(false));
+        // git reads the variables as the guard sets them (hookenv.rs
+        // FORCED); any other graft file: the guard decides.
+        let no_replace = var(b"GIT_NO_REPLACE_OBJECTS") == Some(b"1");
+        let grafts_off = match var(b"GIT_GRAFT_FILE") {
+            None => Some(false),
+            Some(f) => (f == b"/proc/self/sbx-no-grafts").then_some(true),
+        };
+        let common = common_dir(var)
+            .filter(|c| parents_elsewhere(c, (no_replace, grafts_off)) == Some(false));
         Repo { common }
     }
 
@@ -309,6 +414,8 @@ impl Repo {
         let Ok(out) = sys::alloc(OBJECT_MAX) else {
             return false;
         };
-        read_commit(common, new, out).is_some_and(|body| only_parent(body, old))
+        let Some(id) = unhex(new) else { return false };
+        in_commit_graph(common, &id) == Some(false)
+            && read_commit(common, new, out).is_some_and(|body| only_parent(body, old))
     }
 }

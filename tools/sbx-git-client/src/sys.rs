@@ -21,6 +21,7 @@ pub type Res<T> = Result<T, Errno>;
 
 mod nr {
     pub const READ: usize = 0;
+    pub const PREAD64: usize = 17;
     pub const WRITE: usize = 1;
     pub const CLOSE: usize = 3;
     pub const POLL: usize = 7;
@@ -105,6 +106,20 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> Res<usize> {
     call(
         nr::READ,
         [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
+    )
+}
+
+pub fn pread(fd: Fd, buf: &mut [u8], offset: u64) -> Res<usize> {
+    call(
+        nr::PREAD64,
+        [
+            fd as usize,
+            buf.as_mut_ptr() as usize,
+            buf.len(),
+            offset as usize,
+            0,
+            0,
+        ],
     )
 }
 

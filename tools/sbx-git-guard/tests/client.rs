@@ -987,8 +987,9 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
 /// (merges with a stash parent refused by both); beside a stand-in guard,
 /// only the plain commits are answered without starting it, and every
 /// doubt (another parent, two, none, a swapped object file, a packed one,
-/// a subject a stash's could be, an encoding header, a commit-graph,
-/// replace refs, a commit-msg's approved message) reaches it.
+/// a subject a stash's could be, an encoding header, a commit-graph that
+/// lists the new commit, replace refs, a commit-msg's approved message)
+/// reaches it.
 #[test]
 fn a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip() {
     use sbx_git_guard::hooks::{COMMIT_ENV, TRUSTED_ENV};
@@ -1204,14 +1205,135 @@ fn a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip() {
     let mut e = env(&absent);
     e.retain(|(k, _)| *k != COMMIT_ENV);
     assert_eq!(step(&doubt[0].1, &e, &repo), (Some(3), true));
+    // A commit-graph that does not list the new commit (it never does
+    // unless written ahead): answered; one that lists it: the guard.
+    git(&["commit-graph", "write", "--reachable"]);
+    table(&plain_only, &env(&absent), &repo);
+    git(&["update-ref", "refs/keep/plain", &plain]);
     git(&["commit-graph", "write", "--reachable"]);
     table(&doubt, &env(&absent), &repo);
     std::fs::remove_file(repo.join(".git/objects/info/commit-graph")).unwrap();
+    git(&["commit-graph", "write", "--reachable", "--split"]);
+    assert!(
+        repo.join(".git/objects/info/commit-graphs/commit-graph-chain")
+            .exists()
+    );
+    table(&doubt, &env(&absent), &repo);
+    std::fs::remove_dir_all(repo.join(".git/objects/info/commit-graphs")).unwrap();
+    git(&["update-ref", "-d", "refs/keep/plain"]);
+    git(&["commit-graph", "write", "--reachable", "--split"]);
+    table(&plain_only, &env(&absent), &repo);
+    std::fs::remove_dir_all(repo.join(".git/objects/info/commit-graphs")).unwrap();
     git(&["replace", &c0, &amend]);
     table(&doubt, &env(&absent), &repo);
     git(&["pack-refs", "--all"]);
     assert!(!repo.join(".git/refs/replace").join(&c0).exists());
     table(&doubt, &env(&absent), &repo);
+    // A replace ref for the new commit itself (its id written ahead).
+    git(&["replace", &plain, &merge]);
+    table(&doubt, &env(&absent), &repo);
+    git(&["replace", "-d", &plain]);
+    // As the guard runs git (hookenv.rs FORCED): replace refs and grafts
+    // off, so neither is a doubt.
+    let mut forced = env(&absent);
+    forced.push(("GIT_NO_REPLACE_OBJECTS", PathBuf::from("1")));
+    forced.push(("GIT_GRAFT_FILE", PathBuf::from("/proc/self/sbx-no-grafts")));
+    std::fs::write(repo.join(".git/info/grafts"), format!("{plain} {c0}\n")).unwrap();
+    table(&plain_only, &forced, &repo);
+    table(&doubt, &env(&absent), &repo);
+    std::fs::remove_file(repo.join(".git/info/grafts")).unwrap();
+    let mut other = env(&absent);
+    other.push(("GIT_GRAFT_FILE", dir.join("grafts")));
+    table(&doubt, &other, &repo);
     git(&["replace", "-d", &c0]);
     table(&plain_only, &env(&absent), &repo);
+}
+
+/// Through a real broker, the client as git: in a repository that holds a
+/// stash, a plain commit and an `--amend` commit, while a `MERGE_HEAD`
+/// written by hand (the stash's id) is refused by the commit's `prepared`
+/// step and main never reaches the stash (round five's attack; the client
+/// answers only a commit whose one parent is the branch's old tip).
+#[test]
+fn through_a_real_broker_a_hand_written_merge_head_is_refused() {
+    use std::os::unix::process::CommandExt as _;
+    let Some(client) = client() else { return };
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let libexec = dir.join("libexec");
+    std::fs::create_dir(&libexec).unwrap();
+    std::fs::set_permissions(&libexec, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let real = libexec.join("git");
+    std::fs::copy("/usr/bin/git", &real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let sock = dir.join("s.sock");
+    let _broker = Broker(
+        Command::new(GUARD)
+            .args(["serve", "--socket"])
+            .arg(&sock)
+            .arg("--git")
+            .arg(&real)
+            .args(["--group", "2575"])
+            .env_clear()
+            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while UnixStream::connect(&sock).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no broker");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let repo = dir.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        Command::new(&client)
+            .arg0("git")
+            .args(args)
+            .current_dir(&repo)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "a")
+            .env("GIT_AUTHOR_EMAIL", "a@b")
+            .env("GIT_COMMITTER_NAME", "a")
+            .env("GIT_COMMITTER_EMAIL", "a@b")
+            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
+            .env("SBX_GIT_BROKER", &sock)
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let o = git(args);
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_owned()
+    };
+    ok(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("a"), "one\n").unwrap();
+    ok(&["add", "a"]);
+    ok(&["commit", "-qm", "one"]);
+    std::fs::write(repo.join("a"), "MARKER\n").unwrap();
+    ok(&["stash", "-q"]);
+    let stash = ok(&["rev-parse", "stash@{0}"]);
+    std::fs::write(repo.join("b"), "b\n").unwrap();
+    ok(&["add", "b"]);
+    ok(&["commit", "-qm", "plain"]);
+    ok(&["commit", "-q", "--amend", "-m", "amended"]);
+    let before = ok(&["rev-parse", "main"]);
+    std::fs::write(repo.join(".git/MERGE_HEAD"), format!("{stash}\n")).unwrap();
+    let o = git(&["commit", "-qm", "merge"]);
+    assert!(
+        !o.status.success(),
+        "the merge commit went in: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("unverified-commit"), "{}", text(&o));
+    assert_eq!(ok(&["rev-parse", "main"]), before);
+    let o = git(&["merge-base", "--is-ancestor", &stash, "main"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
 }

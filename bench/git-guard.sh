@@ -6,7 +6,9 @@
 #   hooks through the guard's own directory, so its reference-transaction
 #   step runs once per transaction state) and a push of an
 #   up-to-date branch to a local bare remote (its pre-push step runs) and
-#   of a branch one commit ahead of it (the step's checks ask git);
+#   of a branch one commit ahead of it (the step's checks ask git), and
+#   `git commit` in a repository that holds a stash (its prepared step
+#   checks the new commit's parents), with and without a pre-commit hook;
 #   also a bash wrapper of the classic shape (a regex over "$*", then exec);
 #   and the sandbox's path: sbx-git-client (the sandbox's libc-free `git`)
 #   handing the call to the guard's root broker (sbx-git-guard serve), which
@@ -147,10 +149,10 @@ interleaved() { # args...
       "broker=SBX_GIT_BROKER=$TMP/broker.sock $TMP/client/git $args" "${extra[@]}" > "$TMP/il.txt"
   cd - >/dev/null
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
-  awk -v args="$args" -v load="$load" '
+  awk -v args="$args" -v load="$load" -v label="${LABEL:+ ($LABEL)}" '
     { n[NR] = $1; mn[NR] = $2; p25[NR] = $3; med[NR] = $4 }
     END {
-      printf "[interleaved] git %s (load %s), min / p25 / median ms:\n", args, load
+      printf "[interleaved] git %s%s (load %s), min / p25 / median ms:\n", args, label, load
       for (i = 1; i <= NR; i++)
         printf "  %-10s %6.3f %6.3f %6.3f   added p25 %+.3f  median %+.3f\n", n[i], mn[i], p25[i], med[i], p25[i] - p25[1], med[i] - med[1]
     }' "$TMP/il.txt"
@@ -172,6 +174,13 @@ echo "== the checking hook steps (reference-transaction prepared, pre-push), int
 interleaved reset -q --hard HEAD
 PREP=$EVEN interleaved push -q "$TMP/remote.git" master
 PREP=$AHEAD interleaved push -q "$TMP/remote.git" master
+# `git commit` where a stash exists: its prepared step checks the commit's
+# parents (sbx-git-client answers a plain commit's itself), with the
+# repository's pre-commit hook and without one.
+LABEL="a stash, pre-commit" PREP=$RESET interleaved commit -q --allow-empty -m bench
+mv "$R/.git/hooks/pre-commit" "$R/.git/pre-commit.off"
+LABEL="a stash, no hook" PREP=$RESET interleaved commit -q --allow-empty -m bench
+mv "$R/.git/pre-commit.off" "$R/.git/hooks/pre-commit"
 # The same without a stash in the repository (its checks ask git less).
 "$REAL" -C "$R" stash drop -q
 PREP=$AHEAD run_broker push-new-nostash push -q "$TMP/remote.git" master

@@ -12,6 +12,7 @@
 #![no_std]
 #![no_main]
 
+mod commit;
 mod sys;
 
 use core::fmt::Write as _;
@@ -222,6 +223,9 @@ const TRUSTED_VAR: &[u8] = b"SBX_GUARD_TRUSTED_HOOKS";
 const HOOKS_ONLY_VAR: &[u8] = b"SBX_GUARD_HOOKS_ONLY";
 /// hooks.rs's COMMIT_ENV.
 const COMMIT_VAR: &[u8] = b"SBX_GUARD_COMMIT";
+/// index.rs's PRIVATE_VAR, and msg.rs's APPROVED in `<its value>.msg/`.
+const PRIVATE_VAR: &[u8] = b"SBX_GUARD_PRIVATE_INDEX";
+const APPROVED: &[u8] = b".msg/commit-msg.approved\0";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
 
@@ -243,6 +247,10 @@ struct HookStep {
     /// its HEAD moving is checked too (msg.rs compares a detached HEAD's new
     /// commit's message).
     commit: bool,
+    /// `git commit` with no message to compare (no commit-msg, nothing
+    /// it passed in the call's private directory): its branch's move may
+    /// be answered here ([`commit::Repo`]).
+    plain_commit: bool,
 }
 
 /// The two steps that check git's input before starting the hook.
@@ -295,15 +303,31 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     let present = sys::executable(join_z(&mut path, trusted, name)?);
     // Only where the repository has commit-msg (one stat, for a commit's
     // prepared step): without it there is no message to compare.
-    let commit = matches!(check, Some(Check::Prepared))
-        && var(COMMIT_VAR).is_some_and(|v| v == b"1")
-        && sys::executable(join_z(&mut path, trusted, b"commit-msg")?);
+    let committing =
+        matches!(check, Some(Check::Prepared)) && var(COMMIT_VAR).is_some_and(|v| v == b"1");
+    let commit = committing && sys::executable(join_z(&mut path, trusted, b"commit-msg")?);
+    // msg.rs `check_commit` compares a message commit-msg passed, where
+    // one was kept (a path it cannot tell absent: the guard decides).
+    let approved_absent = || match var(PRIVATE_VAR) {
+        Some(copy) if copy.first() == Some(&b'/') => {
+            let mut buf = [0u8; 4096];
+            let n = copy.len() + APPROVED.len();
+            n <= buf.len() && !copy.contains(&0) && {
+                buf[..copy.len()].copy_from_slice(copy);
+                buf[copy.len()..n].copy_from_slice(APPROVED);
+                sys::file_type(&buf[..n], false) == Err(sys::ENOENT)
+            }
+        }
+        _ => true,
+    };
+    let plain_commit = committing && !commit && approved_absent();
     Some(HookStep {
         name,
         trusted,
         present,
         check,
         commit,
+        plain_commit,
     })
 }
 
@@ -315,7 +339,14 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
 /// notes ref (recorded, as made without a pre-commit) and no branch
 /// whose old and new values differ (a move, checked against the stash),
 /// nor, for `git commit`, a HEAD that moves (its message is compared).
-fn needs_no_check(check: Check, input: &[u8], commit: bool) -> bool {
+/// A branch's move passes where `moved(old, new)` says the guard's
+/// check would find nothing to list ([`commit::Repo`], a plain commit).
+fn needs_no_check(
+    check: Check,
+    input: &[u8],
+    commit: bool,
+    moved: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> bool {
     match check {
         Check::PrePush => input.iter().all(|&b| b == b'\n'),
         Check::Prepared => input.split(|&b| b == b'\n').all(|line| {
@@ -326,7 +357,7 @@ fn needs_no_check(check: Check, input: &[u8], commit: bool) -> bool {
             };
             !(name == b"refs/stash"
                 || name.starts_with(b"refs/notes/")
-                || (name.starts_with(b"refs/heads/") && old != new)
+                || (name.starts_with(b"refs/heads/") && old != new && !moved(old, new))
                 || (commit && name == b"HEAD" && old != new))
         }),
     }
@@ -476,12 +507,22 @@ pub fn main(p: &Proc) -> i32 {
         name,
         check: Some(check),
         commit,
+        plain_commit,
         ..
     }) = &step
     {
         open_std();
+        let mut repo = None;
+        let mut moved = |old: &[u8], new: &[u8]| {
+            *plain_commit
+                && repo
+                    .get_or_insert_with(|| {
+                        commit::Repo::find(&|k| env(p).find(|(n, _)| *n == k).map(|(_, v)| v))
+                    })
+                    .commit_moves_from(old, new)
+        };
         match take_input() {
-            Some((input, true)) if needs_no_check(*check, input, *commit) => {}
+            Some((input, true)) if needs_no_check(*check, input, *commit, &mut moved) => {}
             Some(_) => return fallback(p),
             None => {
                 let mut m = Msg::new();

@@ -21,6 +21,7 @@ pub type Res<T> = Result<T, Errno>;
 
 mod nr {
     pub const READ: usize = 0;
+    pub const PREAD64: usize = 17;
     pub const WRITE: usize = 1;
     pub const CLOSE: usize = 3;
     pub const POLL: usize = 7;
@@ -43,6 +44,7 @@ mod nr {
     pub const SIGNALFD4: usize = 289;
     pub const EXIT_GROUP: usize = 231;
     pub const MEMFD_CREATE: usize = 319;
+    pub const GETDENTS64: usize = 217;
 }
 
 #[inline(always)]
@@ -98,11 +100,26 @@ pub const O_RDWR: usize = 2;
 pub const O_CLOEXEC: usize = 0o2_000_000;
 pub const O_DIRECTORY: usize = 0o200_000;
 pub const O_PATH: usize = 0o10_000_000;
+pub const O_NONBLOCK: usize = 0o4_000;
 
 pub fn read(fd: Fd, buf: &mut [u8]) -> Res<usize> {
     call(
         nr::READ,
         [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
+    )
+}
+
+pub fn pread(fd: Fd, buf: &mut [u8], offset: u64) -> Res<usize> {
+    call(
+        nr::PREAD64,
+        [
+            fd as usize,
+            buf.as_mut_ptr() as usize,
+            buf.len(),
+            offset as usize,
+            0,
+            0,
+        ],
     )
 }
 
@@ -129,7 +146,7 @@ pub fn is_open(fd: Fd) -> bool {
 
 const S_IFMT: u32 = 0o170_000;
 pub const S_IFDIR: u32 = 0o040_000;
-const S_IFREG: u32 = 0o100_000;
+pub const S_IFREG: u32 = 0o100_000;
 
 /// The mode of `path`: type and permission bits (stat, or lstat with
 /// `nofollow`).
@@ -143,6 +160,46 @@ pub fn file_mode(path: &[u8], nofollow: bool) -> Res<u32> {
         [AT_FDCWD as usize, p, st.as_mut_ptr() as usize, flags, 0, 0],
     )?;
     Ok(st[3] as u32)
+}
+
+/// Does directory `path` (NUL-terminated) hold any entry but `.` and `..`?
+pub fn has_entries(path: &[u8]) -> Res<bool> {
+    let fd = openat(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)?;
+    let mut buf = [0u64; 512];
+    let found = (|| loop {
+        let n = call(
+            nr::GETDENTS64,
+            [
+                fd as usize,
+                buf.as_mut_ptr() as usize,
+                8 * buf.len(),
+                0,
+                0,
+                0,
+            ],
+        )?;
+        if n == 0 {
+            return Ok(false);
+        }
+        // SAFETY: u64s viewed as the bytes the kernel wrote into them.
+        let bytes = unsafe { core::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+        // linux_dirent64: ino u64, off i64, reclen u16, type u8, name.
+        let mut at = 0;
+        while at + 19 < n {
+            let reclen = usize::from(u16::from_le_bytes([bytes[at + 16], bytes[at + 17]]));
+            if reclen == 0 {
+                return Err(EINVAL);
+            }
+            let name = &bytes[at + 19..(at + reclen).min(n)];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if name != b"." && name != b".." {
+                return Ok(true);
+            }
+            at += reclen;
+        }
+    })();
+    close(fd);
+    found
 }
 
 /// The file type bits of `path`.
@@ -492,3 +549,11 @@ pub unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
 /// tables; built with panic=abort nothing ever unwinds, so it is never called.
 #[unsafe(no_mangle)]
 pub extern "C" fn rust_eh_personality() {}
+
+/// The dependencies (inflate, SHA-1) are compiled to unwind, as the
+/// workspace is: their landing pads name this. Nothing unwinds (the
+/// panic handler exits), so it is never called.
+#[unsafe(no_mangle)]
+pub extern "C" fn _Unwind_Resume() -> ! {
+    exit(125)
+}

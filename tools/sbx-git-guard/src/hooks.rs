@@ -587,8 +587,11 @@ pub fn stash_exists(common: &Path) -> bool {
 ///
 /// sbx-git-client answers, without this, the inputs it passes without
 /// asking git or recording anything (no `refs/stash` or notes line, no
-/// branch whose old and new ids differ: `needs_no_check`): a new check on
-/// other lines must narrow that too (tests/client.rs `check_inputs`).
+/// branch whose old and new ids differ: `needs_no_check`; under
+/// [`COMMIT_ENV`], a branch moved to a commit whose one parent is its old
+/// id: its commit.rs): a new check on other lines must narrow that too
+/// (tests/client.rs `check_inputs` and
+/// `a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip`).
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     crate::msg::check_commit(real, stdin)?;
     let mut moves = Vec::new();
@@ -834,7 +837,8 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
     // `git commit`: pre-commit saw the new commit's tree; what it adds
     // beyond that comes in through its parents (a `MERGE_HEAD` the agent
     // wrote), so those are listed instead: a commit of content a dropped
-    // stash once held still passes.
+    // stash once held still passes. A lone parent that is `old` lists
+    // nothing: sbx-git-client answers that case without this (commit.rs).
     let committed = std::env::var_os(COMMIT_ENV).is_some_and(|v| v == "1");
     // New commits with a blob no stash holds, for the line check.
     let mut merged: Vec<Vec<u8>> = Vec::new();

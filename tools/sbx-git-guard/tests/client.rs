@@ -977,3 +977,363 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
     let o = empty_push(&no_git(&absent));
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
 }
+
+/// A `git commit`'s `prepared` step in a repository that holds a stash
+/// (COMMIT_ENV set, no commit-msg): the client answers a branch's move
+/// itself only where the new commit's one parent is the branch's old tip
+/// (the guard's `log new^@ --not --branches old` then lists nothing), read
+/// from the loose object and checked against its name. Differential: on
+/// every case, the client ends as the guard's step with the real git
+/// (merges with a stash parent refused by both); beside a stand-in guard,
+/// only the plain commits are answered without starting it, and every
+/// doubt (another parent, two, none, a swapped object file, a packed one,
+/// a subject a stash's could be, an encoding header, a commit-graph that
+/// lists the new commit, replace refs, a commit-msg's approved message)
+/// reaches it.
+#[test]
+fn a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip() {
+    use sbx_git_guard::hooks::{COMMIT_ENV, TRUSTED_ENV};
+    let Some(client) = client() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let repo = dir.join("repo");
+    let git = |args: &[&str]| -> String {
+        let o = Command::new("/usr/bin/git")
+            .args(args)
+            .current_dir(&repo)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "a")
+            .env("GIT_AUTHOR_EMAIL", "a@b")
+            .env("GIT_COMMITTER_NAME", "a")
+            .env("GIT_COMMITTER_EMAIL", "a@b")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_owned()
+    };
+    std::fs::create_dir(&repo).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("a"), "one\n").unwrap();
+    git(&["add", "a"]);
+    git(&["commit", "-qm", "c0"]);
+    let c0 = git(&["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("a"), "two\n").unwrap();
+    git(&["commit", "-qam", "c1"]);
+    let c1 = git(&["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("a"), "STASHED\n").unwrap();
+    git(&["stash", "-q"]);
+    let stash = git(&["rev-parse", "stash@{0}"]);
+    let tree = git(&["rev-parse", "HEAD^{tree}"]);
+    // A plain commit, packed (the rest stay loose).
+    let packed = git(&["commit-tree", &tree, "-p", &c1, "-m", "packed"]);
+    git(&["update-ref", "refs/keep/packed", &packed]);
+    git(&["repack", "-adq"]);
+    assert!(!repo.join(".git/objects/info/commit-graph").exists());
+    let ct = |args: &[&str]| {
+        let mut a = vec!["commit-tree", tree.as_str()];
+        a.extend(args);
+        git(&a)
+    };
+    let plain = ct(&["-p", &c1, "-m", "plain"]);
+    let merge = ct(&["-p", &c1, "-p", &stash, "-m", "merge"]);
+    let merge_last = ct(&["-p", &stash, "-p", &c1, "-m", "merge"]);
+    let root = ct(&["-m", "root"]);
+    let amend = ct(&["-p", &c0, "-m", "amended"]);
+    let index_on = ct(&["-p", &c1, "-m", "index on main: x"]);
+    let split = ct(&["-p", &c1, "-m", "index\non main: x"]);
+    let blank = ct(&["-p", &c1, "-m", "   "]);
+    let stash_parent = ct(&["-p", &stash, "-m", "on the stash"]);
+    let raw = format!(
+        "tree {tree}\nparent {c1}\nauthor a <a@b> 1 +0000\ncommitter a <a@b> 1 +0000\nencoding ISO-8859-1\n\nlatin\n"
+    );
+    std::fs::write(dir.join("enc"), raw).unwrap();
+    let encoded = git(&[
+        "hash-object",
+        "-t",
+        "commit",
+        "-w",
+        dir.join("enc").to_str().unwrap(),
+    ]);
+    // `merge`'s object file holding `plain`'s bytes: git reads the swapped
+    // content under merge's name; the client must not.
+    let swapped = ct(&["-p", &c1, "-p", &stash, "-m", "swapped"]);
+    let obj = |id: &str| repo.join(format!(".git/objects/{}/{}", &id[..2], &id[2..]));
+    std::fs::copy(obj(&plain), obj(&swapped)).unwrap();
+    let z = "0".repeat(40);
+    let line = |old: &str, new: &str| format!("{z} {new} HEAD\n{old} {new} refs/heads/main\n");
+    // (case, input, answered by the client)
+    let cases: Vec<(&str, String, bool)> = vec![
+        ("plain", line(&c1, &plain), true),
+        (
+            "plain, a CRLF",
+            format!("{c1} {plain} refs/heads/main\r\n"),
+            true,
+        ),
+        ("packed", line(&c1, &packed), false),
+        ("merge with the stash", line(&c1, &merge), false),
+        ("merge, the old tip last", line(&c1, &merge_last), false),
+        ("root", line(&z, &root), false),
+        ("amend", line(&c1, &amend), false),
+        ("index on", line(&c1, &index_on), false),
+        ("index on, split", line(&c1, &split), false),
+        ("blank subject", line(&c1, &blank), false),
+        (
+            "the stash as parent, the old tip",
+            line(&stash, &stash_parent),
+            true,
+        ),
+        (
+            "the stash as parent, old c1",
+            line(&c1, &stash_parent),
+            false,
+        ),
+        ("encoding", line(&c1, &encoded), false),
+        ("swapped object", line(&c1, &swapped), false),
+        ("uppercase", line(&c1.to_uppercase(), &plain), false),
+        ("no such commit", line(&c1, &"e".repeat(40)), false),
+    ];
+    let absent = dir.join("absent");
+    std::fs::create_dir(&absent).unwrap();
+    let audit = dir.join("audit.jsonl");
+    let env = |trusted: &Path| -> Vec<(&'static str, PathBuf)> {
+        vec![
+            (TRUSTED_ENV, trusted.to_path_buf()),
+            (COMMIT_ENV, PathBuf::from("1")),
+            ("SBX_REAL_GIT", PathBuf::from("/usr/bin/git")),
+            ("SBX_AUDIT_LOG", audit.clone()),
+            ("HOME", dir.to_path_buf()),
+            ("GIT_CONFIG_NOSYSTEM", PathBuf::from("1")),
+            ("PATH", PathBuf::from("/usr/bin:/bin")),
+        ]
+    };
+    let link = |prog: &Path, who: &str| {
+        let l = dir.join(who).join("reference-transaction");
+        std::fs::create_dir_all(l.parent().unwrap()).unwrap();
+        if !l.exists() {
+            std::os::unix::fs::symlink(prog, &l).unwrap();
+        }
+        l
+    };
+    // Beside a stand-in guard that records it ran.
+    let alone = dir.join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(&client, alone.join("sbx-git-client")).unwrap();
+    let kept = dir.join("guard-input");
+    std::fs::write(
+        alone.join("sbx-git-guard"),
+        format!("#!/bin/sh\ncat > {}\nexit 3\n", kept.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        alone.join("sbx-git-guard"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let step = |input: &str, env: &[(&str, PathBuf)], cwd: &Path| {
+        let _ = std::fs::remove_file(&kept);
+        let o = run_step(
+            &link(&alone.join("sbx-git-client"), "a"),
+            "prepared",
+            input.as_bytes(),
+            env,
+            cwd,
+        );
+        (o.status.code(), kept.exists())
+    };
+    let table = |cases: &[(&str, String, bool)], e: &[(&str, PathBuf)], cwd: &Path| {
+        for (what, input, answered) in cases {
+            let c = run_step(&link(&client, "c"), "prepared", input.as_bytes(), e, cwd);
+            let g = run_step(
+                &link(Path::new(GUARD), "g"),
+                "prepared",
+                input.as_bytes(),
+                e,
+                cwd,
+            );
+            assert_eq!(c.status.code(), g.status.code(), "{what}: {}", text(&g));
+            assert_eq!(text(&c), text(&g), "{what}");
+            let want = if *answered {
+                (Some(0), false)
+            } else {
+                (Some(3), true)
+            };
+            assert_eq!(step(input, e, cwd), want, "{what}");
+        }
+    };
+    table(&cases, &env(&absent), &repo);
+    // The guard refuses a merge with the stash and a commit on it.
+    for (what, input, _) in &cases[3..5] {
+        let g = run_step(
+            &link(Path::new(GUARD), "g"),
+            "prepared",
+            input.as_bytes(),
+            &env(&absent),
+            &repo,
+        );
+        assert_eq!(g.status.code(), Some(1), "{what}: {}", text(&g));
+    }
+    let plain_only = [cases[0].clone()];
+    // A linked work tree: the common dir through its `commondir`.
+    let wt = dir.join("wt");
+    git(&["worktree", "add", "-q", "--detach", wt.to_str().unwrap()]);
+    table(&plain_only, &env(&absent), &wt);
+    // Doubts, one at a time: each sends the plain commit to the guard.
+    let doubt = [(plain_only[0].0, plain_only[0].1.clone(), false)];
+    let with_hook = dir.join("with-commit-msg");
+    std::fs::create_dir(&with_hook).unwrap();
+    std::fs::write(with_hook.join("commit-msg"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        with_hook.join("commit-msg"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    assert_eq!(step(&doubt[0].1, &env(&with_hook), &repo), (Some(3), true));
+    let copy = dir.join("index-copy");
+    std::fs::create_dir(dir.join("index-copy.msg")).unwrap();
+    std::fs::write(dir.join("index-copy.msg/commit-msg.approved"), "plain\n").unwrap();
+    let mut e = env(&absent);
+    e.push(("SBX_GUARD_PRIVATE_INDEX", copy.clone()));
+    assert_eq!(step(&doubt[0].1, &e, &repo), (Some(3), true));
+    std::fs::remove_file(dir.join("index-copy.msg/commit-msg.approved")).unwrap();
+    assert_eq!(step(&doubt[0].1, &e, &repo), (Some(0), false));
+    let mut e = env(&absent);
+    e.push(("GIT_OBJECT_DIRECTORY", repo.join(".git/objects")));
+    assert_eq!(step(&doubt[0].1, &e, &repo), (Some(3), true));
+    let mut e = env(&absent);
+    e.retain(|(k, _)| *k != COMMIT_ENV);
+    assert_eq!(step(&doubt[0].1, &e, &repo), (Some(3), true));
+    // A commit-graph that does not list the new commit (it never does
+    // unless written ahead): answered; one that lists it: the guard.
+    git(&["commit-graph", "write", "--reachable"]);
+    table(&plain_only, &env(&absent), &repo);
+    git(&["update-ref", "refs/keep/plain", &plain]);
+    git(&["commit-graph", "write", "--reachable"]);
+    table(&doubt, &env(&absent), &repo);
+    std::fs::remove_file(repo.join(".git/objects/info/commit-graph")).unwrap();
+    git(&["commit-graph", "write", "--reachable", "--split"]);
+    assert!(
+        repo.join(".git/objects/info/commit-graphs/commit-graph-chain")
+            .exists()
+    );
+    table(&doubt, &env(&absent), &repo);
+    std::fs::remove_dir_all(repo.join(".git/objects/info/commit-graphs")).unwrap();
+    git(&["update-ref", "-d", "refs/keep/plain"]);
+    git(&["commit-graph", "write", "--reachable", "--split"]);
+    table(&plain_only, &env(&absent), &repo);
+    std::fs::remove_dir_all(repo.join(".git/objects/info/commit-graphs")).unwrap();
+    git(&["replace", &c0, &amend]);
+    table(&doubt, &env(&absent), &repo);
+    git(&["pack-refs", "--all"]);
+    assert!(!repo.join(".git/refs/replace").join(&c0).exists());
+    table(&doubt, &env(&absent), &repo);
+    // A replace ref for the new commit itself (its id written ahead).
+    git(&["replace", &plain, &merge]);
+    table(&doubt, &env(&absent), &repo);
+    git(&["replace", "-d", &plain]);
+    // As the guard runs git (hookenv.rs FORCED): replace refs and grafts
+    // off, so neither is a doubt.
+    let mut forced = env(&absent);
+    forced.push(("GIT_NO_REPLACE_OBJECTS", PathBuf::from("1")));
+    forced.push(("GIT_GRAFT_FILE", PathBuf::from("/proc/self/sbx-no-grafts")));
+    std::fs::write(repo.join(".git/info/grafts"), format!("{plain} {c0}\n")).unwrap();
+    table(&plain_only, &forced, &repo);
+    table(&doubt, &env(&absent), &repo);
+    std::fs::remove_file(repo.join(".git/info/grafts")).unwrap();
+    let mut other = env(&absent);
+    other.push(("GIT_GRAFT_FILE", dir.join("grafts")));
+    table(&doubt, &other, &repo);
+    git(&["replace", "-d", &c0]);
+    table(&plain_only, &env(&absent), &repo);
+}
+
+/// Through a real broker, the client as git: in a repository that holds a
+/// stash, a plain commit and an `--amend` commit, while a `MERGE_HEAD`
+/// written by hand (the stash's id) is refused by the commit's `prepared`
+/// step and main never reaches the stash (round five's attack; the client
+/// answers only a commit whose one parent is the branch's old tip).
+#[test]
+fn through_a_real_broker_a_hand_written_merge_head_is_refused() {
+    use std::os::unix::process::CommandExt as _;
+    let Some(client) = client() else { return };
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let libexec = dir.join("libexec");
+    std::fs::create_dir(&libexec).unwrap();
+    std::fs::set_permissions(&libexec, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let real = libexec.join("git");
+    std::fs::copy("/usr/bin/git", &real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let sock = dir.join("s.sock");
+    let _broker = Broker(
+        Command::new(GUARD)
+            .args(["serve", "--socket"])
+            .arg(&sock)
+            .arg("--git")
+            .arg(&real)
+            .args(["--group", "2575"])
+            .env_clear()
+            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while UnixStream::connect(&sock).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no broker");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let repo = dir.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        Command::new(&client)
+            .arg0("git")
+            .args(args)
+            .current_dir(&repo)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "a")
+            .env("GIT_AUTHOR_EMAIL", "a@b")
+            .env("GIT_COMMITTER_NAME", "a")
+            .env("GIT_COMMITTER_EMAIL", "a@b")
+            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
+            .env("SBX_GIT_BROKER", &sock)
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let o = git(args);
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_owned()
+    };
+    ok(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("a"), "one\n").unwrap();
+    ok(&["add", "a"]);
+    ok(&["commit", "-qm", "one"]);
+    std::fs::write(repo.join("a"), "MARKER\n").unwrap();
+    ok(&["stash", "-q"]);
+    let stash = ok(&["rev-parse", "stash@{0}"]);
+    std::fs::write(repo.join("b"), "b\n").unwrap();
+    ok(&["add", "b"]);
+    ok(&["commit", "-qm", "plain"]);
+    ok(&["commit", "-q", "--amend", "-m", "amended"]);
+    let before = ok(&["rev-parse", "main"]);
+    std::fs::write(repo.join(".git/MERGE_HEAD"), format!("{stash}\n")).unwrap();
+    let o = git(&["commit", "-qm", "merge"]);
+    assert!(
+        !o.status.success(),
+        "the merge commit went in: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("unverified-commit"), "{}", text(&o));
+    assert_eq!(ok(&["rev-parse", "main"]), before);
+    let o = git(&["merge-base", "--is-ancestor", &stash, "main"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+}

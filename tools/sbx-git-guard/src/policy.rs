@@ -1659,6 +1659,13 @@ pub fn decide(
         // options on the command line still win.
         pin_options(&mut out, words.len(), DIFF_PINS);
     }
+    if !help && last == "grep" {
+        // git's default pattern type, so a hook's own `git grep --cached
+        // 'console\.log('` matches whatever `grep.patternType` or
+        // `grep.extendedRegexp` a config says (`fixed` matched nothing,
+        // round seven); a -E/-F/-P on the command line still wins.
+        pin_options(&mut out, words.len(), &["--basic-regexp"]);
+    }
     if matches!(
         last.as_str(),
         "diff" | "log" | "show" | "whatchanged" | "diff-index" | "diff-files" | "diff-tree"

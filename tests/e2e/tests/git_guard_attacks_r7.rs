@@ -1,0 +1,177 @@
+//! Round-seven attacks on the git guard (issue 15), from inside a real
+//! sandbox as the agent: what a hook's own git prints (an environment
+//! variable that turns colour on, a config that changes `git grep`'s
+//! pattern type) and configuration keys naming programs that `-c` could
+//! still set. Judged by their effect: no branch (local, or the remote's)
+//! holds MARKER, PLUSMARK, GREP.MARK or a file `cred`, and the remote's
+//! main is not rewound.
+
+use std::process::Output;
+
+use sbx_e2e::{REFUSE_MARKER, Repo, started, text};
+
+/// More of pre-commit: an added line with PLUSMARK (matched with its
+/// `+`), a new file `cred` (its `+++ b/` line), and GREP.MARK found by the
+/// hook's own `git grep` (a basic regular expression, as hooks write them).
+const REFUSE_PATCH: &str = "\
+    if git diff --cached | grep -q '^+.*PLUSMARK'; then echo PLUSMARK refused >&2; exit 1; fi\n\
+    if git diff --cached | grep -q '^+++ b/cred'; then echo cred refused >&2; exit 1; fi\n\
+    if git grep --cached -q 'GREP\\.MARK'; then echo GREP.MARK refused >&2; exit 1; fi\n";
+
+/// A repository whose pre-commit refuses staged MARKER (and the above),
+/// with a bare remote `origin` inside the workspace.
+fn repo() -> Repo {
+    let repo = Repo::new("gattack7");
+    let path = repo.path.clone();
+    let git = |args: &[&str]| repo.git(args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(path.join("a"), "1\n").unwrap();
+    std::fs::write(path.join(".gitignore"), "/remote.git/\n/.agent-sandbox/\n").unwrap();
+    git(&["add", "a", ".gitignore"]);
+    git(&["commit", "-qsm", "one"]);
+    git(&["init", "-q", "--bare", "remote.git"]);
+    git(&["push", "-q", "remote.git", "main"]);
+    repo.hook("pre-commit", &format!("{REFUSE_MARKER}{REFUSE_PATCH}"));
+    repo.give_to_agent();
+    repo
+}
+
+struct Sandbox {
+    repo: Repo,
+}
+
+impl Sandbox {
+    fn start() -> Option<Sandbox> {
+        let sb = started(repo).map(|repo| Sandbox { repo })?;
+        sb.agent("git remote add origin /workspace/gattack7/remote.git");
+        Some(sb)
+    }
+
+    fn agent(&self, script: &str) -> Output {
+        self.repo.agent(script)
+    }
+
+    /// Branches (local, or the remote's) holding what pre-commit refuses.
+    fn landed(&self) -> String {
+        let o = self.agent(
+            "for r in . remote.git; do \
+               for b in $(git -C $r for-each-ref --format='%(refname)' refs/heads); do \
+                 git -C $r grep -q -F -e MARKER -e PLUSMARK -e GREP.MARK $b -- 2>/dev/null && echo $r:$b; \
+                 git -C $r cat-file -e $b:cred 2>/dev/null && echo $r:$b:cred; \
+               done; done; true",
+        );
+        text(&o).trim().to_string()
+    }
+
+    /// Back to a clean start: main at the remote's main, no other branch.
+    fn reset(&self) {
+        self.agent(
+            "git checkout -q -f main 2>/dev/null; \
+             for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
+               [ $b = main ] || git branch -q -D $b; done; \
+             git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
+             sed -i '/^\\[grep\\]$/d; /atternType = /d; /xtendedRegexp = /d' .git/config; \
+             rm -rf ~/.gitconfig /tmp/ran; true",
+        );
+    }
+
+    /// Runs each attack from a clean start; those that landed, with output.
+    fn run_all(&self, attacks: &[&str]) -> Vec<String> {
+        let mut landed = Vec::new();
+        for attack in attacks {
+            let o = self.agent(attack);
+            let m = self.landed();
+            if std::env::var_os("R7_DEBUG").is_some() {
+                eprintln!("=== {attack}\n{:?} [{m}]\n{}", o.status.code(), text(&o));
+            }
+            if !m.is_empty() {
+                landed.push(format!("{attack}\n  -> {m}\n{}", text(&o)));
+            }
+            self.reset();
+        }
+        landed
+    }
+}
+
+/// `GIT_PAGER_IN_USE` is git's own word that its stdout is a pager; with
+/// it set, the `--color=auto` the guard gives every `git diff` (so a
+/// hand-written `color.diff = always` does not colour) turned colour on in
+/// the hook's own `git diff --cached | grep '^+.*X'`, which then matched
+/// nothing: PLUSMARK and a new `cred` were committed and pushed. The guard
+/// now removes it from git's and the hooks' environment. A config that
+/// makes `git grep` read patterns as fixed strings (`grep.patternType`,
+/// by `-c` or written by hand) made the hook's `git grep --cached -q
+/// 'GREP\.MARK'` find nothing; `git grep` now gets `--basic-regexp` (git's
+/// default) first among its options.
+#[test]
+fn a_hooks_own_git_prints_what_it_would_without_the_agents_settings() {
+    let Some(sb) = Sandbox::start() else { return };
+    let landed = sb.run_all(&[
+        "echo PLUSMARK > a && git add a && GIT_PAGER_IN_USE=1 git commit -qm x",
+        "echo s > cred && git add cred && GIT_PAGER_IN_USE=true git commit -qm x && git push -q origin main",
+        "echo PLUSMARK > a && git add a && GIT_PAGER_IN_USE=1 GIT_PAGER_IN_USE=1 git commit -qm x",
+        "echo GREP.MARK > a && git add a && git -c grep.patternType=fixed commit -qm x",
+        "echo GREP.MARK > a && git add a && \
+         GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=grep.patternType GIT_CONFIG_VALUE_0=fixed git commit -qm x",
+        "printf '[grep]\\n\\tpatternType = fixed\\n' >> .git/config && \
+         echo GREP.MARK > a && git add a && git commit -qm x",
+        "printf '[grep]\\n\\tpatternType = fixed\\n' >> ~/.gitconfig && \
+         echo GREP.MARK > a && git add a && git commit -qm x",
+    ]);
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+    // Controls: the hook still passes clean content, and `git grep` still
+    // takes its own pattern-type options over the pinned default.
+    let o = sb.agent(
+        "echo 'x.y' > c && git add c && git commit -qm c && \
+         git grep -q 'x\\.y' c && git grep -qF 'x.y' c && git grep -qE 'x\\.y' c && \
+         ! git grep -qF 'x\\.y' c && git -c grep.patternType=fixed grep -qF x.y c && echo OK",
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("OK"),
+        "control: {}",
+        text(&o)
+    );
+}
+
+/// Keys naming programs git runs that `-c` (and `git config`) could still
+/// set, while `rules` says config-inline refuses every such key: a
+/// trailer's command (`commit --trailer`, `interpret-trailers`), the ssh
+/// signing key command, `imap-send`'s tunnel and a remote's helper
+/// (`remote.<name>.vcs`, a `git-remote-<vcs>` from PATH). Such a program
+/// runs as git's child with git's group (which the broker trusts: a remote
+/// helper pushes only for git's own processes). Judged by the program not
+/// having run.
+#[test]
+fn inline_keys_naming_programs_are_refused() {
+    let Some(sb) = Sandbox::start() else { return };
+    let ran = "printf '#!/bin/sh\\nid -g > /tmp/ran\\necho x\\n' > /tmp/prog && chmod +x /tmp/prog && \
+               mkdir -p /tmp/bin && cp /tmp/prog /tmp/bin/git-remote-ev";
+    let mut missed = Vec::new();
+    for attack in [
+        "git -c trailer.s.key=Signed-off-by -c trailer.s.cmd=/tmp/prog commit -q --allow-empty --trailer s -m ok",
+        "git -c trailer.s.key=Signed-off-by -c trailer.s.command=/tmp/prog commit -q --allow-empty --trailer s -m ok",
+        "echo ok | git -c trailer.s.cmd=/tmp/prog interpret-trailers --trailer s",
+        "git config trailer.s.cmd /tmp/prog && git commit -q --allow-empty --trailer s -m ok",
+        "git -c gpg.format=ssh -c gpg.ssh.defaultKeyCommand=/tmp/prog commit -q -S --allow-empty -m ok",
+        "PATH=/tmp/bin:$PATH git -c remote.x.url=x -c remote.x.vcs=ev fetch x",
+    ] {
+        let o = sb.agent(&format!(
+            "{ran} && {{ {attack}; }}; test -e /tmp/ran && echo RAN"
+        ));
+        if String::from_utf8_lossy(&o.stdout).contains("RAN") {
+            missed.push(format!("{attack}\n{}", text(&o)));
+        }
+        sb.reset();
+        sb.agent("git config --unset trailer.s.cmd; true");
+    }
+    assert!(missed.is_empty(), "ran:\n{}", missed.join("\n"));
+    // Control: a trailer given as text still works.
+    let o = sb.agent(
+        "git commit -q --allow-empty -m ok --trailer 'Signed-off-by: a <a@b>' && git log -1 --format=%B",
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("Signed-off-by: a <a@b>"),
+        "control: {}",
+        text(&o)
+    );
+}

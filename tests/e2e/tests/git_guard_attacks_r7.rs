@@ -8,7 +8,7 @@
 
 use std::process::Output;
 
-use sbx_e2e::{REFUSE_MARKER, Repo, started, text};
+use sbx_e2e::{GIT_HTTP_SERVER, REFUSE_MARKER, Repo, started, text};
 
 /// More of pre-commit: an added line with PLUSMARK (matched with its
 /// `+`), a new file `cred` (its `+++ b/` line), and GREP.MARK found by the
@@ -18,6 +18,10 @@ const REFUSE_PATCH: &str = "\
     if git diff --cached | grep -q '^+++ b/cred'; then echo cred refused >&2; exit 1; fi\n\
     if git grep --cached -q 'GREP\\.MARK'; then echo GREP.MARK refused >&2; exit 1; fi\n";
 
+/// pre-push: refuses every push to a URL naming `nopush`.
+const REFUSE_NOPUSH: &str =
+    "#!/bin/sh\ncase \"$2\" in *nopush*) echo nopush refused >&2; exit 1;; esac\n";
+
 /// A repository whose pre-commit refuses staged MARKER (and the above),
 /// with a bare remote `origin` inside the workspace.
 fn repo() -> Repo {
@@ -26,12 +30,18 @@ fn repo() -> Repo {
     let git = |args: &[&str]| repo.git(args);
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(path.join("a"), "1\n").unwrap();
-    std::fs::write(path.join(".gitignore"), "/remote.git/\n/.agent-sandbox/\n").unwrap();
+    std::fs::write(
+        path.join(".gitignore"),
+        "/remote.git/\n/.agent-sandbox/\n/.srv.py\n",
+    )
+    .unwrap();
     git(&["add", "a", ".gitignore"]);
     git(&["commit", "-qsm", "one"]);
     git(&["init", "-q", "--bare", "remote.git"]);
     git(&["push", "-q", "remote.git", "main"]);
     repo.hook("pre-commit", &format!("{REFUSE_MARKER}{REFUSE_PATCH}"));
+    repo.hook("pre-push", REFUSE_NOPUSH);
+    std::fs::write(path.join(".srv.py"), GIT_HTTP_SERVER).unwrap();
     repo.give_to_agent();
     repo
 }
@@ -174,4 +184,56 @@ fn inline_keys_naming_programs_are_refused() {
         "control: {}",
         text(&o)
     );
+}
+
+/// `git x` runs `git-x` from PATH as git's child, with git's group, which
+/// the broker trusts as git's own (round six let a remote helper take
+/// `push` only from such a process): an agent's `/tmp/bin/git-x` piping
+/// `push refs/stash:refs/heads/s` into `git remote-http` pushed a stash
+/// (MARKER) to an HTTP remote whose pre-push refuses every push. In a
+/// sandbox the guard now runs `git <cmd>` for a program not in git's
+/// exec-path only when it and every PATH directory searched up to it are
+/// root's alone. Controls: `git push` still runs pre-push, git's own
+/// scripts (`git submodule`) still run, an unknown command still fails as
+/// git says.
+#[test]
+fn an_agents_git_program_on_path_does_not_get_gits_group() {
+    let Some(sb) = Sandbox::start() else { return };
+    let u = "export U=http://127.0.0.1:8765/git/nopush.git";
+    let o = sb.agent(&format!(
+        "{u}; mkdir -p /tmp/srv && git init -q --bare /tmp/srv/nopush.git && \
+         git -C /tmp/srv/nopush.git config http.receivepack true && \
+         {{ python3 .srv.py >/tmp/srv.log 2>&1 & }} && \
+         for i in $(seq 20); do git ls-remote $U >/dev/null 2>&1 && break; sleep 0.3; done; \
+         git push -q $U main"
+    ));
+    assert!(text(&o).contains("nopush refused"), "control: {}", text(&o));
+    let helper = "printf '#!/bin/sh\\nid -g >&2\\nprintf \"push refs/stash:refs/heads/s\\\\n\\\\n\" | git remote-http $U $U\\n'";
+    let mut landed = Vec::new();
+    for run in [
+        "PATH=/tmp/bin:$PATH git x",
+        "PATH=$PATH:/tmp/bin git x",
+        "cp /tmp/bin/git-x . && PATH=:$PATH git x; rm -f git-x",
+        "git config alias.y x && PATH=/tmp/bin:$PATH git y",
+        "ln -s /tmp/bin/git-x /tmp/bin/git-z && PATH=/usr/bin/../../tmp/bin:$PATH git z",
+    ] {
+        let o = sb.agent(&format!(
+            "{u}; echo MARKER > a && git stash -q && mkdir -p /tmp/bin && {helper} > /tmp/bin/git-x && \
+             chmod +x /tmp/bin/git-x && ( {run} ); git stash drop -q; git config --unset alias.y; rm -rf /tmp/bin; \
+             git -C /tmp/srv/nopush.git rev-parse -q --verify s && echo LANDED"
+        ));
+        if String::from_utf8_lossy(&o.stdout).contains("LANDED") {
+            landed.push(format!("{run}: {}", text(&o)));
+        }
+        sb.agent("git -C /tmp/srv/nopush.git update-ref -d refs/heads/s; true");
+    }
+    assert!(
+        landed.is_empty(),
+        "pushed without pre-push:\n{}",
+        landed.join("\n")
+    );
+    let o = sb.agent("git submodule status && echo SUB; git nosuchcmd; echo rc=$?");
+    let t = text(&o);
+    assert!(t.contains("SUB") && t.contains("rc=1"), "controls: {t}");
+    assert!(t.contains("is not a git command"), "controls: {t}");
 }

@@ -1547,6 +1547,9 @@ pub fn decide(
                 // An external `git-<cmd>`.
                 check_command(&ctx, &cfg, &cmd, &words[1..])?;
             }
+            if crate::in_sandbox() {
+                external_program(call, &cmd)?;
+            }
             break;
         };
         if seen.contains(&cmd.to_ascii_lowercase()) || seen.len() > 32 {
@@ -1688,6 +1691,79 @@ pub fn decide(
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)
+}
+
+/// The real git's exec-path in the image (Debian's), which git searches
+/// for `git-<cmd>` before PATH.
+const GIT_CORE: &str = "/usr/lib/git-core";
+
+/// In a sandbox, `git <cmd>` for a command git has no builtin for runs
+/// `git-<cmd>` from its exec-path or PATH as git's child, with git's group,
+/// which the broker trusts (a remote helper takes `push` only from git's
+/// processes): an agent's `/tmp/bin/git-x` that piped `push` into `git
+/// remote-http` pushed a stash past the pre-push step (round seven). So
+/// only a program the agent cannot have put there runs: it, and every
+/// PATH directory searched up to it, root's and writable by no one else.
+fn external_program(call: &Call<'_>, cmd: &str) -> Result<(), Block> {
+    let name = format!("git-{cmd}");
+    if cmd.contains('/') {
+        return Err(block(R::ExecOption, format!("`git {cmd}` names a path")));
+    }
+    if Path::new(GIT_CORE).join(&name).exists() {
+        return Ok(());
+    }
+    let path = call
+        .var("PATH")
+        .map_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"), OsStr::to_owned);
+    for dir in path.as_bytes().split(|b| *b == b':') {
+        let dir = Path::new(OsStr::from_bytes(dir));
+        let file = dir.join(&name);
+        let found = std::fs::metadata(&file).is_ok_and(|m| m.is_file());
+        if !root_only(dir) || found && !root_only(&file) {
+            return Err(block(
+                R::ExecOption,
+                format!(
+                    "`git {cmd}` runs a `{name}` looked up in {}, which is not root's alone, with git's own rights; run `{name}` directly instead",
+                    dir.display()
+                ),
+            ));
+        }
+        if found {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// `p` (absolute) and every directory above it are root's and writable by
+/// no one else; a symlink on the way must be root's, and so must be where
+/// it leads.
+fn root_only(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::path::Component;
+    let sound = |m: &std::fs::Metadata| m.uid() == 0 && m.mode() & 0o022 == 0;
+    if !p.is_absolute() || !std::fs::metadata("/").is_ok_and(|m| sound(&m)) {
+        return false;
+    }
+    let mut at = PathBuf::from("/");
+    for c in p.components().skip(1) {
+        let Component::Normal(n) = c else {
+            return false;
+        };
+        at.push(n);
+        let Ok(m) = std::fs::symlink_metadata(&at) else {
+            return false;
+        };
+        if m.file_type().is_symlink() {
+            match std::fs::canonicalize(&at) {
+                Ok(t) if m.uid() == 0 && root_only(&t) => at = t,
+                _ => return false,
+            }
+        } else if !sound(&m) {
+            return false;
+        }
+    }
+    true
 }
 
 /// `opts` first among the command's options (right after its name, the

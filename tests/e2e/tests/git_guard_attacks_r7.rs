@@ -80,7 +80,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[grep\\]$/d; /atternType = /d; /xtendedRegexp = /d' .git/config; \
+             sed -i '/^\\[grep\\]$/d; /atternType = /d; /xtendedRegexp = /d; /^\\[diff\\]$/d; /renames = /d' .git/config; \
              rm -rf ~/.gitconfig /tmp/ran; true",
         );
     }
@@ -112,7 +112,10 @@ impl Sandbox {
 /// makes `git grep` read patterns as fixed strings (`grep.patternType`,
 /// by `-c` or written by hand) made the hook's `git grep --cached -q
 /// 'GREP\.MARK'` find nothing; `git grep` now gets `--basic-regexp` (git's
-/// default) first among its options.
+/// default) first among its options. A `diff.renames = copies` turned a
+/// new file copied from one the commit also changed into "copy to cred",
+/// with no `+++ b/cred`; diff, log, show and whatchanged now get `-c
+/// diff.renames=true` (git's default).
 #[test]
 fn a_hooks_own_git_prints_what_it_would_without_the_agents_settings() {
     let Some(sb) = Sandbox::start() else { return };
@@ -127,6 +130,11 @@ fn a_hooks_own_git_prints_what_it_would_without_the_agents_settings() {
          echo GREP.MARK > a && git add a && git commit -qm x",
         "printf '[grep]\\n\\tpatternType = fixed\\n' >> ~/.gitconfig && \
          echo GREP.MARK > a && git add a && git commit -qm x",
+        // A copy of a file the commit also changes: "copy to cred", no `+++`.
+        "printf 'l1\\nl2\\nl3\\nl4\\n' > a && git commit -qam four && cp a cred && echo t >> a && \
+         git add a cred && git -c diff.renames=copies commit -qm x",
+        "printf 'l1\\nl2\\nl3\\nl4\\n' > a && git commit -qam four && cp a cred && echo t >> a && \
+         printf '[diff]\\n\\trenames = copies\\n' >> .git/config && git add a cred && git commit -qm x",
     ]);
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
     // Controls: the hook still passes clean content, and `git grep` still

@@ -88,7 +88,8 @@ kill switches removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=
 GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
 --src-prefix=a/ --dst-prefix=b/ first among their options (and
--c core.bigFileThreshold=512m, for diff-index/-files/-tree too), so diff.external, color.*=always,
+-c diff.renames=true, and -c core.bigFileThreshold=512m, for diff-index/-files/-tree too), so
+diff.external, color.*=always, diff.renames=copies,
 diff.noprefix/mnemonicPrefix or a low core.bigFileThreshold written into a
 config file by hand do not change what a hook's own `git diff --cached` prints; grep
 gets --basic-regexp first, so grep.patternType does not change what its pattern means; commit, merge,

@@ -1661,6 +1661,10 @@ pub fn decide(
         // took the `b/` off `+++ b/path`, and pre-commit passed. First, so
         // options on the command line still win.
         pin_options(&mut out, words.len(), DIFF_PINS);
+        // git's default: `diff.renames = copies` turned a new file copied
+        // from one the commit also changed into "copy to cred", with no
+        // `+++ b/cred` line for the hook to find (round seven).
+        pin_config(&mut out, words.len(), "diff.renames=true");
     }
     if !help && last == "grep" {
         // git's default pattern type, so a hook's own `git grep --cached
@@ -1712,9 +1716,10 @@ fn external_program(call: &Call<'_>, cmd: &str) -> Result<(), Block> {
     if Path::new(GIT_CORE).join(&name).exists() {
         return Ok(());
     }
-    let path = call
-        .var("PATH")
-        .map_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"), OsStr::to_owned);
+    let path = call.var("PATH").map_or_else(
+        || OsString::from("/usr/local/bin:/usr/bin:/bin"),
+        OsStr::to_owned,
+    );
     for dir in path.as_bytes().split(|b| *b == b':') {
         let dir = Path::new(OsStr::from_bytes(dir));
         let file = dir.join(&name);

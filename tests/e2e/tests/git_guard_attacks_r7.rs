@@ -22,6 +22,60 @@ const REFUSE_PATCH: &str = "\
 const REFUSE_NOPUSH: &str =
     "#!/bin/sh\ncase \"$2\" in *nopush*) echo nopush refused >&2; exit 1;; esac\n";
 
+/// commit-msg: no BADMSG.
+const REFUSE_BADMSG: &str =
+    "#!/bin/sh\nif grep -q BADMSG \"$1\"; then echo BADMSG refused >&2; exit 1; fi\n";
+
+/// `python3 .race.py SRC TARGET HOOK MASK SKIP`: once HOOK runs, renames
+/// SRC over TARGET at the (SKIP+1)th inotify MASK event on TARGET
+/// (round four's racer, with SKIP).
+const RACER: &str = r#"
+import ctypes, os, select, struct, sys, time
+src, target = sys.argv[1], sys.argv[2]
+hook = ('/' + (sys.argv[3] if len(sys.argv) > 3 else 'pre-commit')).encode()
+mask = int(sys.argv[4]) if len(sys.argv) > 4 else 0x10
+skip = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+wd = libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), mask)  # IN_CLOSE_NOWRITE
+name = os.path.basename(target).encode()
+def hook_running():
+    for p in os.listdir('/proc'):
+        if p.isdigit():
+            try:
+                c = open('/proc/%s/cmdline' % p, 'rb').read()
+            except OSError:
+                continue
+            if b'/proc/self/fd/' in c and hook in c:
+                return True
+    return False
+t0 = time.time()
+while not hook_running():
+    if time.time() - t0 > 20:
+        sys.exit("no hook seen")
+os.set_blocking(fd, False)
+try:
+    while os.read(fd, 4096):
+        pass
+except BlockingIOError:
+    pass
+os.set_blocking(fd, True)
+t0 = time.time()
+while time.time() - t0 < 5:
+    if not select.select([fd], [], [], 0.1)[0]:
+        continue
+    buf, i, hit = os.read(fd, 4096), 0, False
+    while i < len(buf):
+        _, _, _, n = struct.unpack_from('iIII', buf, i)
+        hit |= buf[i + 16:i + 16 + n].rstrip(b'\0') == name
+        i += 16 + n
+    if hit:
+        if skip == 0:
+            break
+        skip -= 1
+os.rename(src, target)
+"#;
+
 /// A repository whose pre-commit refuses staged MARKER (and the above),
 /// with a bare remote `origin` inside the workspace.
 fn repo() -> Repo {
@@ -32,7 +86,7 @@ fn repo() -> Repo {
     std::fs::write(path.join("a"), "1\n").unwrap();
     std::fs::write(
         path.join(".gitignore"),
-        "/remote.git/\n/.agent-sandbox/\n/.srv.py\n",
+        "/remote.git/\n/.agent-sandbox/\n/.srv.py\n/.race.py\n",
     )
     .unwrap();
     git(&["add", "a", ".gitignore"]);
@@ -41,6 +95,8 @@ fn repo() -> Repo {
     git(&["push", "-q", "remote.git", "main"]);
     repo.hook("pre-commit", &format!("{REFUSE_MARKER}{REFUSE_PATCH}"));
     repo.hook("pre-push", REFUSE_NOPUSH);
+    repo.hook("commit-msg", REFUSE_BADMSG);
+    std::fs::write(path.join(".race.py"), RACER).unwrap();
     std::fs::write(path.join(".srv.py"), GIT_HTTP_SERVER).unwrap();
     repo.give_to_agent();
     repo
@@ -68,6 +124,7 @@ impl Sandbox {
                for b in $(git -C $r for-each-ref --format='%(refname)' refs/heads); do \
                  git -C $r grep -q -F -e MARKER -e PLUSMARK -e GREP.MARK $b -- 2>/dev/null && echo $r:$b; \
                  git -C $r cat-file -e $b:cred 2>/dev/null && echo $r:$b:cred; \
+                 git -C $r log --format=%B $b | grep -q BADMSG && echo $r:$b:BADMSG; \
                done; done; true",
         );
         text(&o).trim().to_string()
@@ -76,10 +133,10 @@ impl Sandbox {
     /// Back to a clean start: main at the remote's main, no other branch.
     fn reset(&self) {
         self.agent(
-            "git checkout -q -f main 2>/dev/null; \
+            "git merge --abort 2>/dev/null; git checkout -q -f main 2>/dev/null; \
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
-             git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
+             git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd -e .race.py -e .srv.py; \
              sed -i '/^\\[grep\\]$/d; /atternType = /d; /xtendedRegexp = /d; /^\\[diff\\]$/d; /renames = /d' .git/config; \
              rm -rf ~/.gitconfig /tmp/ran; true",
         );
@@ -244,4 +301,44 @@ fn an_agents_git_program_on_path_does_not_get_gits_group() {
     let t = text(&o);
     assert!(t.contains("SUB") && t.contains("rc=1"), "controls: {t}");
     assert!(t.contains("is not a git command"), "controls: {t}");
+}
+
+/// `git merge` re-reads `.git/MERGE_MSG` by path after commit-msg (as
+/// `git commit` did COMMIT_EDITMSG, closed in round four): a message
+/// renamed over it once the hook had read it was committed unseen. `git
+/// merge` now runs on a private index too, so its commit-msg runs on a
+/// private copy and its prepared step compares the message git committed
+/// with the one the hook passed (msg.rs). The racer renames at the first,
+/// or the second, close of the file after commit-msg started.
+#[test]
+fn the_merge_message_swapped_after_commit_msg_is_not_committed() {
+    let Some(sb) = Sandbox::start() else { return };
+    let side = "git switch -q -c side && echo x > b && git add b && git commit -qm b && \
+                git switch -q main && echo y > c && git add c && git commit -qm c && \
+                printf 'BADMSG\\n' > .git/M";
+    let attacks: Vec<String> = ["0", "1", "0", "1"]
+        .iter()
+        .map(|skip| {
+            format!(
+                "{side} && {{ python3 .race.py .git/M .git/MERGE_MSG commit-msg 24 {skip} & }}; sleep 0.5; \
+                 git merge -q --no-ff -m ok side; echo rc=$?; wait"
+            )
+        })
+        .collect();
+    let attacks: Vec<&str> = attacks.iter().map(String::as_str).collect();
+    let landed = sb.run_all(&attacks);
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+    // Controls: a merge commits its message; a conflicted one is finished
+    // by `git commit`; a pull merges.
+    let o = sb.agent(&format!(
+        "{side} && git merge -q --no-ff -m 'merged ok' side && git log -1 --format=%s && \
+         git switch -q -c s2 HEAD~1 && echo z > b && git add b && git commit -qm z && \
+         ! git merge -q -m m2 main && echo z > b && git add b && git commit -qm 'conflict done' && git log -1 --format=%s && \
+         git clone -q . /tmp/cl && git -C /tmp/cl commit -q --allow-empty -m up && \
+         git pull -q --no-rebase --no-edit /tmp/cl s2 && git log -1 --format=%s"
+    ));
+    let t = text(&o);
+    for want in ["merged ok\n", "conflict done\n", "up\n"] {
+        assert!(t.contains(want), "{want}: {t}");
+    }
 }

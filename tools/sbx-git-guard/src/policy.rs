@@ -1619,10 +1619,6 @@ pub fn decide(
     if last == "commit" {
         out.env.push((crate::hooks::COMMIT_ENV.into(), "1".into()));
     }
-    out.builds_tree = call.settings.block_no_verify && (precommit_first || last == "commit");
-    out.routable =
-        ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
-    pin_expansion(&mut out, &call.args[..idx], &alias_globals, &words);
     // `--abort`, `--quit` and `--continue` take no other argument.
     let bare_action = words[1..].iter().any(|w| {
         let w = w.as_bytes();
@@ -1631,6 +1627,15 @@ pub fn decide(
                 .iter()
                 .any(|a| a.starts_with(w))
     });
+    // `merge` too: it re-reads .git/MERGE_MSG by path after commit-msg, so
+    // one renamed over it once the hook had read it was committed unseen
+    // (round seven); on a private index its commit-msg runs on a copy and
+    // its prepared step compares the message (msg.rs), as for commit.
+    out.builds_tree = call.settings.block_no_verify
+        && (precommit_first || last == "commit" || (last == "merge" && !bare_action));
+    out.routable =
+        ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
+    pin_expansion(&mut out, &call.args[..idx], &alias_globals, &words);
     if call.settings.block_no_verify && last == "merge" && !bare_action {
         // Stored branch.<name>.mergeOptions are parsed before the command
         // line, so a `--verify` first among its options wins over one read

@@ -26,9 +26,10 @@ const REFUSE_NOPUSH: &str =
 const REFUSE_BADMSG: &str =
     "#!/bin/sh\nif grep -q BADMSG \"$1\"; then echo BADMSG refused >&2; exit 1; fi\n";
 
-/// `python3 .race.py SRC TARGET HOOK MASK SKIP`: once HOOK runs, renames
-/// SRC over TARGET at the (SKIP+1)th inotify MASK event on TARGET
-/// (round four's racer, with SKIP).
+/// `python3 .race.py SRC TARGET HOOK MASK SKIP [late]`: once HOOK runs,
+/// renames SRC over TARGET at the (SKIP+1)th inotify MASK event on TARGET
+/// (round four's racer, with SKIP; `late` watches TARGET's directory only
+/// once the hook runs, for one git makes after the racer starts).
 const RACER: &str = r#"
 import ctypes, os, select, struct, sys, time
 src, target = sys.argv[1], sys.argv[2]
@@ -37,7 +38,10 @@ mask = int(sys.argv[4]) if len(sys.argv) > 4 else 0x10
 skip = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 libc = ctypes.CDLL(None, use_errno=True)
 fd = libc.inotify_init()
-wd = libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), mask)  # IN_CLOSE_NOWRITE
+late = len(sys.argv) > 6
+watch = lambda: libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), mask)
+if not late:
+    watch()
 name = os.path.basename(target).encode()
 def hook_running():
     for p in os.listdir('/proc'):
@@ -53,6 +57,8 @@ t0 = time.time()
 while not hook_running():
     if time.time() - t0 > 20:
         sys.exit("no hook seen")
+if late:
+    watch()
 os.set_blocking(fd, False)
 try:
     while os.read(fd, 4096):
@@ -133,7 +139,7 @@ impl Sandbox {
     /// Back to a clean start: main at the remote's main, no other branch.
     fn reset(&self) {
         self.agent(
-            "git merge --abort 2>/dev/null; git checkout -q -f main 2>/dev/null; \
+            "git merge --abort 2>/dev/null; git am --abort 2>/dev/null; git checkout -q -f main 2>/dev/null; \
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd -e .race.py -e .srv.py; \
@@ -341,4 +347,42 @@ fn the_merge_message_swapped_after_commit_msg_is_not_committed() {
     for want in ["merged ok\n", "conflict done\n", "up\n"] {
         assert!(t.contains(want), "{want}: {t}");
     }
+}
+
+/// `git am` re-reads `.git/rebase-apply/final-commit` after its
+/// applypatch-msg step (which runs commit-msg) the same way: a message
+/// renamed over it was committed unseen. `am` now runs on a private index
+/// too (not `--abort`, `--quit`, `--show-current-patch`), so commit-msg
+/// runs on a private copy and the prepared step compares.
+#[test]
+fn the_am_message_swapped_after_commit_msg_is_not_committed() {
+    let Some(sb) = Sandbox::start() else { return };
+    let patch = "git switch -q -c side && echo x > b && git add b && git commit -qm b && \
+                 git format-patch -q -1 -o /tmp/p && git switch -q main && printf 'BADMSG\\n' > .git/M";
+    let attacks: Vec<String> = ["0", "1", "0", "1", "1"]
+        .iter()
+        .map(|skip| {
+            format!(
+                "{patch} && {{ python3 .race.py .git/M .git/rebase-apply/final-commit commit-msg 24 {skip} late & }}; \
+                 sleep 0.5; git am -q /tmp/p/*.patch; echo rc=$?; wait; rm -rf /tmp/p"
+            )
+        })
+        .collect();
+    let attacks: Vec<&str> = attacks.iter().map(String::as_str).collect();
+    let landed = sb.run_all(&attacks);
+    assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
+    // Controls: am applies a series; a conflicting patch stops, and
+    // `--skip` and `--abort` still work.
+    let o = sb.agent(
+        "git switch -q -c s3 && echo 1 > d && git add d && git commit -qm d1 && echo 2 > d && \
+         git commit -qam d2 && git format-patch -q -2 -o /tmp/q && git switch -q main && \
+         git am -q /tmp/q/*.patch && git log -2 --format=%s && git reset -q --hard HEAD~2 && \
+         echo 9 > d && git add d && git commit -qm d9 && ! git am -q /tmp/q/*.patch 2>/dev/null && \
+         git am --skip 2>/dev/null; git am --abort; git log -1 --format=%s",
+    );
+    let t = text(&o);
+    assert!(
+        t.contains("d2\nd1\n") && t.ends_with("d9\n"),
+        "controls: {t}"
+    );
 }

@@ -1631,8 +1631,18 @@ pub fn decide(
     // one renamed over it once the hook had read it was committed unseen
     // (round seven); on a private index its commit-msg runs on a copy and
     // its prepared step compares the message (msg.rs), as for commit.
+    // `am` likewise re-reads .git/rebase-apply/final-commit after its
+    // applypatch-msg step (which runs commit-msg).
+    let am_commits = last == "am"
+        && !words[1..].iter().any(|w| {
+            let w = w.as_bytes();
+            w.len() >= 3
+                && [&b"--abort"[..], b"--quit", b"--show-current-patch"]
+                    .iter()
+                    .any(|a| a.starts_with(w))
+        });
     out.builds_tree = call.settings.block_no_verify
-        && (precommit_first || last == "commit" || (last == "merge" && !bare_action));
+        && (precommit_first || last == "commit" || (last == "merge" && !bare_action) || am_commits);
     out.routable =
         ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
     pin_expansion(&mut out, &call.args[..idx], &alias_globals, &words);

@@ -1,10 +1,13 @@
 //! Round-seven attacks on the git guard (issue 15), from inside a real
 //! sandbox as the agent: what a hook's own git prints (an environment
-//! variable that turns colour on, a config that changes `git grep`'s
-//! pattern type) and configuration keys naming programs that `-c` could
-//! still set. Judged by their effect: no branch (local, or the remote's)
-//! holds MARKER, PLUSMARK, GREP.MARK or a file `cred`, and the remote's
-//! main is not rewound.
+//! variable that turns colour on, configuration that changes `git grep`'s
+//! pattern type or turns a new file into a copy), configuration keys naming
+//! programs that `-c` could still set, an agent's `git-<cmd>` on PATH run
+//! with git's group (which drove a remote helper past pre-push), and the
+//! message `git merge` and `git am` re-read after commit-msg. Judged by
+//! their effect: no branch (local, or the remote's) holds MARKER,
+//! PLUSMARK, GREP.MARK, a file `cred` or a BADMSG message, and no program
+//! ran or push landed that the guard should have refused.
 
 use std::process::Output;
 

@@ -48,6 +48,9 @@ pub const STRIPPED: &[&str] = &[
     "GIT_NO_REPLACE_OBJECTS",
     "GIT_SHALLOW_FILE",
     "GIT_ATTR_SOURCE",
+    // git's word that its stdout is a pager: `--color=auto` (the diff pin)
+    // then colours a hook's `git diff --cached | grep '^+.*X'` (round seven).
+    "GIT_PAGER_IN_USE",
     // Pathspec switches: a hook's `git diff --cached -- '*.txt'` matched
     // only a file named `*.txt` (literal, noglob) or none under a directory
     // (glob), and an `:(exclude)` more (icase).

@@ -119,6 +119,12 @@ pub fn refused(
         ("filter", Some(_), "clean" | "smudge" | "process") => program,
         ("credential", _, "helper") => program,
         ("gpg", _, "program") => program,
+        // Round seven: more programs git runs that `-c` could name.
+        ("gpg", Some(_), "defaultkeycommand") => program,
+        ("trailer", Some(_), "cmd" | "command") => program,
+        ("imap", None, "tunnel") => program,
+        // `git-remote-<vcs>`, looked up on PATH.
+        ("remote", Some(_), "vcs") => program,
         ("interactive", None, "difffilter") => program,
         ("difftool" | "mergetool" | "browser" | "man", Some(_), "cmd" | "path") => program,
         ("web", None, "browser") => program,
@@ -256,6 +262,12 @@ mod tests {
         assert!(r("pager.log", Some("sh -c evil"), Inline));
         assert!(!r("pager.log", Some("false"), Inline));
         assert!(r("diff.foo.textconv", Some("x"), Inline));
+        assert!(r("trailer.s.cmd", Some("echo x"), Inline));
+        assert!(r("Trailer.s.Command", Some("echo x"), Write));
+        assert!(!r("trailer.s.key", Some("Signed-off-by"), Inline));
+        assert!(r("gpg.ssh.defaultKeyCommand", Some("x"), Inline));
+        assert!(r("imap.tunnel", Some("x"), Write));
+        assert!(r("remote.x.vcs", Some("evil"), Inline));
         assert!(r("submodule.a.update", Some("!sh"), Write));
         assert!(!r("submodule.a.update", Some("rebase"), Write));
         assert!(r("color.ui", Some("always"), Inline));

@@ -83,14 +83,16 @@ The real git and its hooks run in a cleaned environment: one value per
 variable (the first, as git's getenv reads it); BASH_ENV, ENV, SHELLOPTS,
 BASHOPTS, PS4, CDPATH, IFS, exported bash functions, LD_*, NODE_OPTIONS,
 PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
-GIT_REPLACE_REF_BASE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers' kill switches
-removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
+GIT_REPLACE_REF_BASE, GIT_PAGER_IN_USE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers'
+kill switches removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
 GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
 --src-prefix=a/ --dst-prefix=b/ first among their options (and
--c core.bigFileThreshold=512m, for diff-index/-files/-tree too), so diff.external, color.*=always,
+-c diff.renames=true, and -c core.bigFileThreshold=512m, for diff-index/-files/-tree too), so
+diff.external, color.*=always, diff.renames=copies,
 diff.noprefix/mnemonicPrefix or a low core.bigFileThreshold written into a
-config file by hand do not change what a hook's own `git diff --cached` prints; commit, merge,
+config file by hand do not change what a hook's own `git diff --cached` prints; grep
+gets --basic-regexp first, so grep.patternType does not change what its pattern means; commit, merge,
 pull, rebase, cherry-pick, revert and am run with -c core.commentChar=#, so
 git's cleanup drops no line commit-msg read as text.
 

@@ -1547,6 +1547,9 @@ pub fn decide(
                 // An external `git-<cmd>`.
                 check_command(&ctx, &cfg, &cmd, &words[1..])?;
             }
+            if crate::in_sandbox() {
+                external_program(call, &cmd)?;
+            }
             break;
         };
         if seen.contains(&cmd.to_ascii_lowercase()) || seen.len() > 32 {
@@ -1616,10 +1619,6 @@ pub fn decide(
     if last == "commit" {
         out.env.push((crate::hooks::COMMIT_ENV.into(), "1".into()));
     }
-    out.builds_tree = call.settings.block_no_verify && (precommit_first || last == "commit");
-    out.routable =
-        ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
-    pin_expansion(&mut out, &call.args[..idx], &alias_globals, &words);
     // `--abort`, `--quit` and `--continue` take no other argument.
     let bare_action = words[1..].iter().any(|w| {
         let w = w.as_bytes();
@@ -1628,6 +1627,25 @@ pub fn decide(
                 .iter()
                 .any(|a| a.starts_with(w))
     });
+    // `merge` too: it re-reads .git/MERGE_MSG by path after commit-msg, so
+    // one renamed over it once the hook had read it was committed unseen
+    // (round seven); on a private index its commit-msg runs on a copy and
+    // its prepared step compares the message (msg.rs), as for commit.
+    // `am` likewise re-reads .git/rebase-apply/final-commit after its
+    // applypatch-msg step (which runs commit-msg).
+    let am_commits = last == "am"
+        && !words[1..].iter().any(|w| {
+            let w = w.as_bytes();
+            w.len() >= 3
+                && [&b"--abort"[..], b"--quit", b"--show-current-patch"]
+                    .iter()
+                    .any(|a| a.starts_with(w))
+        });
+    out.builds_tree = call.settings.block_no_verify
+        && (precommit_first || last == "commit" || (last == "merge" && !bare_action) || am_commits);
+    out.routable =
+        ROUTED.contains(&last.as_str()) || BUILTINS_ANY.binary_search(&last.as_str()).is_err();
+    pin_expansion(&mut out, &call.args[..idx], &alias_globals, &words);
     if call.settings.block_no_verify && last == "merge" && !bare_action {
         // Stored branch.<name>.mergeOptions are parsed before the command
         // line, so a `--verify` first among its options wins over one read
@@ -1658,6 +1676,17 @@ pub fn decide(
         // took the `b/` off `+++ b/path`, and pre-commit passed. First, so
         // options on the command line still win.
         pin_options(&mut out, words.len(), DIFF_PINS);
+        // git's default: `diff.renames = copies` turned a new file copied
+        // from one the commit also changed into "copy to cred", with no
+        // `+++ b/cred` line for the hook to find (round seven).
+        pin_config(&mut out, words.len(), "diff.renames=true");
+    }
+    if !help && last == "grep" {
+        // git's default pattern type, so a hook's own `git grep --cached
+        // 'console\.log('` matches whatever `grep.patternType` or
+        // `grep.extendedRegexp` a config says (`fixed` matched nothing,
+        // round seven); a -E/-F/-P on the command line still wins.
+        pin_options(&mut out, words.len(), &["--basic-regexp"]);
     }
     if matches!(
         last.as_str(),
@@ -1681,6 +1710,80 @@ pub fn decide(
     out.records_stash = last == "stash"
         && first_word(&words[1..], &["-m", "--message"]).is_some_and(|i| words[1 + i] == "create");
     Ok(out)
+}
+
+/// The real git's exec-path in the image (Debian's), which git searches
+/// for `git-<cmd>` before PATH.
+const GIT_CORE: &str = "/usr/lib/git-core";
+
+/// In a sandbox, `git <cmd>` for a command git has no builtin for runs
+/// `git-<cmd>` from its exec-path or PATH as git's child, with git's group,
+/// which the broker trusts (a remote helper takes `push` only from git's
+/// processes): an agent's `/tmp/bin/git-x` that piped `push` into `git
+/// remote-http` pushed a stash past the pre-push step (round seven). So
+/// only a program the agent cannot have put there runs: it, and every
+/// PATH directory searched up to it, root's and writable by no one else.
+fn external_program(call: &Call<'_>, cmd: &str) -> Result<(), Block> {
+    let name = format!("git-{cmd}");
+    if cmd.contains('/') {
+        return Err(block(R::ExecOption, format!("`git {cmd}` names a path")));
+    }
+    if Path::new(GIT_CORE).join(&name).exists() {
+        return Ok(());
+    }
+    let path = call.var("PATH").map_or_else(
+        || OsString::from("/usr/local/bin:/usr/bin:/bin"),
+        OsStr::to_owned,
+    );
+    for dir in path.as_bytes().split(|b| *b == b':') {
+        let dir = Path::new(OsStr::from_bytes(dir));
+        let file = dir.join(&name);
+        let found = std::fs::metadata(&file).is_ok_and(|m| m.is_file());
+        if !root_only(dir) || found && !root_only(&file) {
+            return Err(block(
+                R::ExecOption,
+                format!(
+                    "`git {cmd}` runs a `{name}` looked up in {}, which is not root's alone, with git's own rights; run `{name}` directly instead",
+                    dir.display()
+                ),
+            ));
+        }
+        if found {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// `p` (absolute) and every directory above it are root's and writable by
+/// no one else; a symlink on the way must be root's, and so must be where
+/// it leads.
+fn root_only(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::path::Component;
+    let sound = |m: &std::fs::Metadata| m.uid() == 0 && m.mode() & 0o022 == 0;
+    if !p.is_absolute() || !std::fs::metadata("/").is_ok_and(|m| sound(&m)) {
+        return false;
+    }
+    let mut at = PathBuf::from("/");
+    for c in p.components().skip(1) {
+        let Component::Normal(n) = c else {
+            return false;
+        };
+        at.push(n);
+        let Ok(m) = std::fs::symlink_metadata(&at) else {
+            return false;
+        };
+        if m.file_type().is_symlink() {
+            match std::fs::canonicalize(&at) {
+                Ok(t) if m.uid() == 0 && root_only(&t) => at = t,
+                _ => return false,
+            }
+        } else if !sound(&m) {
+            return false;
+        }
+    }
+    true
 }
 
 /// `opts` first among the command's options (right after its name, the

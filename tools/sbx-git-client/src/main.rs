@@ -243,9 +243,10 @@ struct HookStep {
     trusted: &'static [u8],
     present: bool,
     check: Option<Check>,
-    /// `git commit` (hooks.rs COMMIT_ENV) in a repository with commit-msg:
-    /// its HEAD moving is checked too (msg.rs compares a detached HEAD's new
-    /// commit's message).
+    /// `git commit` (hooks.rs COMMIT_ENV) in a repository with commit-msg,
+    /// or any call with a message commit-msg passed in its private
+    /// directory (a merge, an am): its HEAD moving is checked too (msg.rs
+    /// compares a detached HEAD's new commit's message).
     commit: bool,
     /// `git commit` with no message to compare (no commit-msg, nothing
     /// it passed in the call's private directory): its branch's move may
@@ -320,7 +321,12 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
         }
         _ => true,
     };
-    let plain_commit = committing && !commit && approved_absent();
+    let approved = matches!(check, Some(Check::Prepared)) && !approved_absent();
+    // `git merge` and `git am` keep what commit-msg passed too (round
+    // seven), without COMMIT_ENV: wherever a message was kept, a HEAD that
+    // moves goes to the guard, which compares it (a detached HEAD's).
+    let commit = commit || approved;
+    let plain_commit = committing && !commit;
     Some(HookStep {
         name,
         trusted,

@@ -967,6 +967,25 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
             dir,
         )
     };
+    // A merge or am (no COMMIT_ENV) whose commit-msg passed a message,
+    // kept in the call's private directory: a detached HEAD's move reaches
+    // the guard, which compares the message (msg.rs); with none kept, the
+    // client answers it.
+    let head = format!("{} {} HEAD\n", "a".repeat(40), "b".repeat(40));
+    let copy = dir.join("private-index");
+    let mut private = env.clone();
+    private.push((sbx_git_guard::index::PRIVATE_VAR, copy.clone()));
+    let step = link(&alone.join("sbx-git-client"), "a", "reference-transaction");
+    let _ = std::fs::remove_file(&kept);
+    let o = run_step(&step, "prepared", head.as_bytes(), &private, dir);
+    assert_eq!(o.status.code(), Some(0), "nothing kept: {}", text(&o));
+    assert!(!kept.exists(), "nothing kept: the guard was started");
+    let msg = sbx_git_guard::msg::msg_dir(&copy);
+    std::fs::create_dir(&msg).unwrap();
+    std::fs::write(msg.join(sbx_git_guard::msg::APPROVED), "m\n").unwrap();
+    let o = run_step(&step, "prepared", head.as_bytes(), &private, dir);
+    assert_eq!(o.status.code(), Some(3), "a message kept: {}", text(&o));
+    assert_eq!(std::fs::read(&kept).unwrap(), head.as_bytes());
     // The real git named: answered here too.
     let _ = std::fs::remove_file(&kept);
     let o = empty_push(&named(&absent, "/usr/bin/git"));

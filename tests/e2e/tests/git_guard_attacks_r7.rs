@@ -11,7 +11,7 @@
 
 use std::process::Output;
 
-use sbx_e2e::{GIT_HTTP_SERVER, REFUSE_MARKER, Repo, started, text};
+use sbx_e2e::{GIT_HTTP_SERVER, REFUSE_MARKER, Repo, attack_repo, started, text};
 
 /// More of pre-commit: an added line with PLUSMARK (matched with its
 /// `+`), a new file `cred` (its `+++ b/` line), and GREP.MARK found by the
@@ -88,25 +88,19 @@ os.rename(src, target)
 /// A repository whose pre-commit refuses staged MARKER (and the above),
 /// with a bare remote `origin` inside the workspace.
 fn repo() -> Repo {
-    let repo = Repo::new("gattack7");
-    let path = repo.path.clone();
-    let git = |args: &[&str]| repo.git(args);
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(path.join("a"), "1\n").unwrap();
-    std::fs::write(
-        path.join(".gitignore"),
-        "/remote.git/\n/.agent-sandbox/\n/.srv.py\n/.race.py\n",
-    )
-    .unwrap();
-    git(&["add", "a", ".gitignore"]);
-    git(&["commit", "-qsm", "one"]);
-    git(&["init", "-q", "--bare", "remote.git"]);
-    git(&["push", "-q", "remote.git", "main"]);
-    repo.hook("pre-commit", &format!("{REFUSE_MARKER}{REFUSE_PATCH}"));
-    repo.hook("pre-push", REFUSE_NOPUSH);
-    repo.hook("commit-msg", REFUSE_BADMSG);
-    std::fs::write(path.join(".race.py"), RACER).unwrap();
-    std::fs::write(path.join(".srv.py"), GIT_HTTP_SERVER).unwrap();
+    let pre_commit = format!("{REFUSE_MARKER}{REFUSE_PATCH}");
+    let repo = attack_repo(
+        "gattack7",
+        &["-qsm", "one"],
+        &["/.srv.py", "/.race.py"],
+        &[
+            ("pre-commit", &pre_commit),
+            ("pre-push", REFUSE_NOPUSH),
+            ("commit-msg", REFUSE_BADMSG),
+        ],
+    );
+    std::fs::write(repo.path.join(".race.py"), RACER).unwrap();
+    std::fs::write(repo.path.join(".srv.py"), GIT_HTTP_SERVER).unwrap();
     repo.give_to_agent();
     repo
 }
@@ -388,4 +382,25 @@ fn the_am_message_swapped_after_commit_msg_is_not_committed() {
         t.contains("d2\nd1\n") && t.ends_with("d9\n"),
         "controls: {t}"
     );
+}
+
+/// A false refusal round seven found: `git worktree add --detach` (or at
+/// a commit) runs `git update-ref HEAD <oid>` in the new worktree, whose
+/// HEAD git wrote detached, and the plumbing rule refused it, so no
+/// detached worktree could be added in a sandbox. A detached HEAD may now
+/// move that way (with `--no-deref` pinned); a branch still may not
+/// (tools/sbx-git-guard/tests/cli.rs).
+#[test]
+fn a_detached_worktree_can_be_added() {
+    let Some(sb) = Sandbox::start() else { return };
+    let o = sb.agent(
+        "git worktree add -q --detach /tmp/w1 && git worktree add -q /tmp/w2 main~0 && \
+         git -C /tmp/w1 rev-parse HEAD && git -C /tmp/w2 rev-parse HEAD && git rev-parse main",
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let ids: Vec<&str> = out.lines().filter(|l| l.len() == 40).collect();
+    assert!(ids.len() == 3 && ids.iter().all(|i| *i == ids[0]), "{out}");
+    let o = sb.agent("git -C /tmp/w1 symbolic-ref -q HEAD; echo detached=$?");
+    assert!(text(&o).contains("detached=1"), "{}", text(&o));
 }

@@ -494,7 +494,17 @@ fn stash_commits(real: &Git) -> StashSets {
     let mut extra: Vec<OsString> = Vec::new();
     let read = |stdout: &[u8], set: &mut StashSets, extra: Option<&mut Vec<OsString>>| {
         let mut extra = extra;
+        // A commit's tree counts only where it changes something against
+        // its parent (or has none): an index commit of a stash with nothing
+        // staged has its base's tree, a commit's, and a revert back to that
+        // base was refused as a copy of the stash (round seven).
+        let mut tree: Option<&[u8]> = None;
         for line in stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if line.starts_with(b":") {
+                if let Some(t) = tree.take() {
+                    set.trees.push(t.to_vec());
+                }
+            }
             if let Some(b) = raw_new_blob(line) {
                 set.blobs.push(b.to_vec());
                 continue;
@@ -504,7 +514,12 @@ fn stash_commits(real: &Git) -> StashSets {
                 continue;
             }
             set.commits.push(w[0].to_vec());
-            set.trees.push(w[1].to_vec());
+            // `%H %T %P` without a parent: a root commit, all it holds.
+            if extra.is_some() && w.get(2).is_none_or(|p| p.is_empty()) {
+                set.trees.push(w[1].to_vec());
+            } else {
+                tree = Some(w[1]);
+            }
             if let Some(extra) = extra.as_deref_mut() {
                 for p in w.iter().skip(3) {
                     extra.push(OsStr::from_bytes(p).to_owned());

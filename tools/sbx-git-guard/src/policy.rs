@@ -364,6 +364,33 @@ fn table(key: &str) -> &'static [argv::Opt] {
         .expect("every table the policy uses is generated")
 }
 
+/// update-ref's `--deref` (`--no-deref` negated) given last: it moves
+/// what a symbolic HEAD names.
+fn derefs(a: &Args) -> bool {
+    a.opts
+        .iter()
+        .rev()
+        .find(|o| o.name == "no-deref")
+        .is_some_and(|o| o.negated)
+}
+
+/// Is the repository's HEAD a commit id rather than a symbolic ref? No
+/// repository, or a HEAD that cannot be read: no.
+fn head_detached(ctx: &Ctx<'_>) -> bool {
+    ctx.repo.as_ref().is_some_and(|r| {
+        std::fs::read(r.git_dir.join("HEAD"))
+            .is_ok_and(|h| !h.is_empty() && !h.starts_with(b"ref:"))
+    })
+}
+
+/// `git update-ref [options] HEAD ...` that is let through (not `-d`):
+/// `--no-deref` goes first, so HEAD itself moves whatever it names by
+/// then; a `--deref` given later is refused (see `check_command`).
+fn update_ref_pins(words: &[OsString]) -> bool {
+    parse("update-ref", &words[1..])
+        .is_ok_and(|a| !a.help && !a.has("-d") && a.positional.first().is_some_and(|r| r == "HEAD"))
+}
+
 /// `git symbolic-ref NAME TARGET`: a branch made a symbolic ref names what
 /// its target does, and git 2.39 writes it with no transaction the hook
 /// steps see, nor do the target's later moves list the branch. Only HEAD
@@ -1158,6 +1185,12 @@ fn check_command(
                 return plumbing("--stdin can move branches without hooks");
             }
             match a.positional.first().map(|r| r.as_bytes()) {
+                // `git worktree add` runs `git update-ref HEAD <oid>` in the
+                // new worktree, whose HEAD it wrote detached: a detached
+                // HEAD may move (as `checkout --detach` moves it), and
+                // `decide` pins `--no-deref` so that HEAD turned symbolic
+                // meanwhile is replaced, not the branch it names.
+                Some(b"HEAD") if !derefs(&a) && (a.has("no-deref") || head_detached(ctx)) => Ok(()),
                 Some(r) if r == b"HEAD" || r.starts_with(b"refs/heads/") => {
                     plumbing("moves a branch without hooks; use git commit, merge or reset")
                 }
@@ -1680,6 +1713,9 @@ pub fn decide(
         // from one the commit also changed into "copy to cred", with no
         // `+++ b/cred` line for the hook to find (round seven).
         pin_config(&mut out, words.len(), "diff.renames=true");
+    }
+    if last == "update-ref" && update_ref_pins(&words) {
+        pin_options(&mut out, words.len(), &["--no-deref"]);
     }
     if !help && last == "grep" {
         // git's default pattern type, so a hook's own `git grep --cached

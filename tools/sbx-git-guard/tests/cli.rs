@@ -2743,3 +2743,91 @@ fn a_stash_change_merged_into_a_moved_file_does_not_reach_a_branch() {
         reset();
     });
 }
+
+/// `git update-ref HEAD <oid>`, which `git worktree add` runs in the new
+/// worktree (whose HEAD it wrote detached): a detached HEAD moves, with
+/// `--no-deref` pinned, and never a branch: on a branch, or with a
+/// `--deref` after it, it is refused as before.
+#[test]
+fn update_ref_moves_a_detached_head_never_a_branch() {
+    each_git(|lab| {
+        lab.repo("r");
+        let one = lab.head("r", "HEAD");
+        lab.real("r", &["commit", "-q", "--allow-empty", "-m", "two"]);
+        let two = lab.head("r", "HEAD");
+        lab.real("r", &["reset", "-q", "--hard", &one]);
+        for args in [
+            &["update-ref", "HEAD", &two][..],
+            &["update-ref", "-m", "x", "HEAD", &two, &one],
+            &["update-ref", "--no-deref", "HEAD", &two, "--deref"],
+            &["update-ref", "HEAD", &two, "--no-no-deref"],
+        ] {
+            let out = lab.git("r", args);
+            assert!(
+                refused(&out),
+                "git {args:?} on main: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(lab.head("r", "main"), one, "git {args:?} moved main");
+        }
+        lab.real("r", &["checkout", "-q", "--detach", &one]);
+        let out = lab.git("r", &["update-ref", "HEAD", &two, "--no-no-deref"]);
+        assert!(
+            refused(&out),
+            "--no-no-deref: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = lab.git("r", &["update-ref", "HEAD", &two]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(lab.head("r", "HEAD"), two);
+        assert_eq!(lab.head("r", "main"), one, "main moved");
+        // On a branch, asked for explicitly: HEAD is detached, main stays.
+        lab.real("r", &["checkout", "-q", "main"]);
+        let out = lab.git("r", &["update-ref", "--no-deref", "HEAD", &two]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(lab.head("r", "HEAD"), two);
+        assert_eq!(lab.head("r", "main"), one, "main moved");
+    });
+}
+
+/// A stash made with nothing staged has an index commit with its base's
+/// tree: a revert back to that base (its content committed before) was
+/// refused as a copy of the stash (round seven). The stash's own commits
+/// stay refused.
+#[test]
+fn a_commit_with_a_stash_bases_tree_is_no_copy_of_the_stash() {
+    each_git(|lab| {
+        lab.repo("r");
+        std::fs::write(lab.path("r/a"), "stashed\n").unwrap();
+        lab.real("r", &["stash", "push", "-q"]);
+        std::fs::write(lab.path("r/b"), "b\n").unwrap();
+        lab.real("r", &["add", "b"]);
+        lab.real("r", &["commit", "-qm", "two"]);
+        let two = lab.head("r", "HEAD");
+        let out = lab.git("r", &["revert", "--no-edit", "HEAD"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_ne!(lab.head("r", "main"), two, "no revert");
+        let reverted = lab.head("r", "main");
+        for stash in ["stash@{0}", "stash@{0}^2"] {
+            let out = lab.git("r", &["reset", "-q", "--hard", stash]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("a stash commit"),
+                "reset to {stash}: {err}"
+            );
+            assert_eq!(lab.head("r", "main"), reverted, "reset to {stash}");
+        }
+    });
+}

@@ -364,16 +364,6 @@ fn table(key: &str) -> &'static [argv::Opt] {
         .expect("every table the policy uses is generated")
 }
 
-/// update-ref's `--deref` (`--no-deref` negated) given last: it moves
-/// what a symbolic HEAD names.
-fn derefs(a: &Args) -> bool {
-    a.opts
-        .iter()
-        .rev()
-        .find(|o| o.name == "no-deref")
-        .is_some_and(|o| o.negated)
-}
-
 /// Is the repository's HEAD a commit id rather than a symbolic ref? No
 /// repository, or a HEAD that cannot be read: no.
 fn head_detached(ctx: &Ctx<'_>) -> bool {
@@ -385,7 +375,7 @@ fn head_detached(ctx: &Ctx<'_>) -> bool {
 
 /// `git update-ref [options] HEAD ...` that is let through (not `-d`):
 /// `--no-deref` goes first, so HEAD itself moves whatever it names by
-/// then; a `--deref` given later is refused (see `check_command`).
+/// then (see `check_command`).
 fn update_ref_pins(words: &[OsString]) -> bool {
     parse("update-ref", &words[1..])
         .is_ok_and(|a| !a.help && !a.has("-d") && a.positional.first().is_some_and(|r| r == "HEAD"))
@@ -1187,10 +1177,16 @@ fn check_command(
             match a.positional.first().map(|r| r.as_bytes()) {
                 // `git worktree add` runs `git update-ref HEAD <oid>` in the
                 // new worktree, whose HEAD it wrote detached: a detached
-                // HEAD may move (as `checkout --detach` moves it), and
-                // `decide` pins `--no-deref` so that HEAD turned symbolic
-                // meanwhile is replaced, not the branch it names.
-                Some(b"HEAD") if !derefs(&a) && (a.has("no-deref") || head_detached(ctx)) => Ok(()),
+                // HEAD may move that way (as `checkout --detach` moves it),
+                // and `decide` pins `--no-deref` so that HEAD turned
+                // symbolic meanwhile is replaced, not the branch it names.
+                // No more: the catalog refuses `--no-deref HEAD` (it
+                // detaches a HEAD on a branch), and a `--deref` is refused.
+                Some(b"HEAD")
+                    if !a.opts.iter().any(|o| o.name == "no-deref") && head_detached(ctx) =>
+                {
+                    Ok(())
+                }
                 Some(r) if r == b"HEAD" || r.starts_with(b"refs/heads/") => {
                     plumbing("moves a branch without hooks; use git commit, merge or reset")
                 }

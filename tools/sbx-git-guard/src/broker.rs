@@ -919,8 +919,9 @@ fn session_inner(
     };
     // git (and the runner it was) has ended: the runner's end of `handoff`
     // is closed, so this reads its order, if it gave one, or end of file.
-    crate::index::put_back_from(handoff);
+    let leftovers = crate::index::put_back_from(handoff);
     let _ = proto::send_reply(conn, &reply);
+    leftovers.remove();
     Ok(())
 }
 

@@ -441,7 +441,10 @@ pub fn wait_hangup(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Re
     Ok(p[0].revents().is_some_and(|r| !r.is_empty()))
 }
 
-fn poll_all(p: &mut [nix::poll::PollFd<'_>], timeout: Option<std::time::Duration>) -> io::Result<()> {
+fn poll_all(
+    p: &mut [nix::poll::PollFd<'_>],
+    timeout: Option<std::time::Duration>,
+) -> io::Result<()> {
     use nix::poll::{PollTimeout, poll};
     let t = match timeout {
         None => PollTimeout::NONE,

@@ -446,9 +446,14 @@ fn poll_all(
     timeout: Option<std::time::Duration>,
 ) -> io::Result<()> {
     use nix::poll::{PollTimeout, poll};
+    // Whole milliseconds, rounded up: rounded down, a wait of less than
+    // one would return at once, and a caller waiting for a deadline spin.
     let t = match timeout {
         None => PollTimeout::NONE,
-        Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
+        Some(d) => {
+            let ms = d.as_micros().div_ceil(1000);
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
     };
     loop {
         match poll(p, t) {

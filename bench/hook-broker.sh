@@ -7,7 +7,7 @@
 # Needs root (the broker). GUARD=path picks the build (default: release).
 # BASE_GUARD=path adds a broker of another build (its sbx-git-client beside
 # it) and its commit with the hook, commit-hook-base, to the same run: what
-# a change to the broker adds to a commit.
+# a change to the broker adds to a commit (and commit-no-hook-base, without).
 # Usage: bench/hook-broker.sh [RUNS]
 set -euo pipefail
 RUNS=${1:-300}
@@ -33,7 +33,8 @@ if [ -n "${BASE_GUARD:-}" ]; then
   "$BASE_GUARD" install-hooks "$(dirname "$(readlink -f "$BASE_GUARD")")/.sbx-git-hooks"
   install -d -m 0755 "$TMP/bbin"
   ln -s "$(dirname "$(readlink -f "$BASE_GUARD")")/sbx-git-client" "$TMP/bbin/git"
-  BASE=("commit-hook-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/with commit -q --allow-empty -m x")
+  BASE=("commit-hook-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/with commit -q --allow-empty -m x"
+    "commit-no-hook-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/without commit -q --allow-empty -m x")
 fi
 for _ in $(seq 100); do [ -S "$TMP/s.sock" ] && break; sleep 0.02; done
 install -d -m 0755 "$TMP/hooks" "$TMP/step" "$TMP/w"

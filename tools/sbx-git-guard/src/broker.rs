@@ -483,8 +483,14 @@ pub fn serve(
     // this root process for a directory of hook steps (`ask_for_set`).
     let mut makers: Vec<UnixStream> = Vec::new();
     let me = std::process::id();
+    // A taken spare is replaced once its call no longer needs the CPU
+    // (see REFILL_WAIT): by then, or at once when none is left.
+    let mut refill: Option<std::time::Instant> = None;
     loop {
-        while spares < SPARES {
+        if spares == 0 || refill.is_some_and(|t| std::time::Instant::now() >= t) {
+            refill = None;
+        }
+        while spares < SPARES && refill.is_none() {
             let (mine, theirs) = match UnixStream::pair() {
                 Ok(p) => p,
                 Err(e) => {
@@ -526,7 +532,8 @@ pub fn serve(
         }
         let mut watch = vec![taken_rx.as_fd()];
         watch.extend(makers.iter().map(|m| m.as_fd()));
-        let ready = match privsep::poll_readable(&watch) {
+        let wait = refill.map(|t| t.saturating_duration_since(std::time::Instant::now()));
+        let ready = match privsep::poll_readable_for(&watch, wait) {
             Ok(r) => r,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -537,16 +544,28 @@ pub fn serve(
         };
         drop(watch);
         let mut i = 0;
+        let before = makers.len();
         makers.retain(|m| {
             i += 1;
             !ready[i] || make_set_for(m)
         });
+        // A runner's channel closes when it execs git or the hook (or
+        // exits): its call's own work is done, a new spare is made now.
+        let exec_seen = makers.len() < before;
+        if exec_seen {
+            refill = None;
+        }
         if !ready[0] {
             continue;
         }
         let mut taken = [0u8; 64];
         match (&taken_rx).read(&mut taken) {
-            Ok(n) => spares = spares.saturating_sub(n),
+            Ok(n) => {
+                spares = spares.saturating_sub(n);
+                if refill.is_none() && n > 0 && !exec_seen {
+                    refill = Some(std::time::Instant::now() + REFILL_WAIT);
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
                 output::warn(&format!("session pipe: {e}"));
@@ -589,6 +608,13 @@ pub fn ask_for_set(set: u32) -> Option<bool> {
 /// Sessions kept waiting in accept().
 const SPARES: usize = 2;
 
+/// How long a taken spare may wait to be replaced while its runner has
+/// not yet exec'd (two forks beside a call's decision take a CPU from it
+/// on a small machine). A call that finds none left waits for the fork;
+/// a decision that takes longer (one that runs pre-commit first, whose
+/// own git calls need spares) gets one within this.
+const REFILL_WAIT: Duration = Duration::from_millis(2);
+
 /// A spare session: fork git's process-to-be, which waits in accept() and
 /// hands the connection back once it has read the request; then wait for
 /// git and relay.
@@ -630,6 +656,12 @@ fn spare(
     drop(taken);
     // Both sides set the group, so a signal relayed at once finds it.
     let _ = privsep::set_process_group(child);
+    // The runner passes the connection a little before it execs git (or
+    // the hook); a session woken by that would take a CPU from it on the
+    // call's path. It waits instead for the runner's end to close (at
+    // exec, or its exit), or, for a decision taking longer, only so long
+    // before taking the connection, so signals are relayed within it.
+    let _ = privsep::wait_hangup(handoff.as_fd(), HANDOFF_WAIT);
     let mut b = [0u8; 1];
     let conn = match privsep::recv_with_fds(handoff.as_fd(), &mut b, 1) {
         Ok((1, mut fds)) if fds.len() == 1 => UnixStream::from(fds.remove(0)),
@@ -646,6 +678,10 @@ fn spare(
     };
     std::process::exit(code)
 }
+
+/// How long a session leaves its runner's connection waiting (see
+/// `spare`): a signal the client relays meanwhile is passed on after it.
+const HANDOFF_WAIT: Duration = Duration::from_millis(3);
 
 /// git's process-to-be: accept a connection, read the request, become
 /// the peer, pass the session a copy of the connection, decide, exec.
@@ -883,8 +919,9 @@ fn session_inner(
     };
     // git (and the runner it was) has ended: the runner's end of `handoff`
     // is closed, so this reads its order, if it gave one, or end of file.
-    crate::index::put_back_from(handoff);
+    let leftovers = crate::index::put_back_from(handoff);
     let _ = proto::send_reply(conn, &reply);
+    leftovers.remove();
     Ok(())
 }
 

@@ -319,17 +319,19 @@ fn order_put_back(
 
 /// The session, once git has ended: if its runner ordered it, put the
 /// copy back as the index (git's result, or the copy as it was if git
-/// did not start), through the lock the runner took, and remove the copy.
-/// No copy (a repository without an index yet, and git made none), or the
-/// copy as it was made ([`Untouched`]): the index stays as it is. Errors
-/// go to the caller's stderr.
-pub fn put_back_from(session: &UnixStream) {
+/// did not start), through the lock the runner took. No copy (a
+/// repository without an index yet, and git made none), or the copy as it
+/// was made ([`Untouched`]): the index stays as it is. Errors go to the
+/// caller's stderr. What is left in the private directory (the copy, and
+/// what git or commit-msg left beside it) only this session can name: it
+/// is removed after the reply ([`Leftovers::remove`]), off the call's path.
+pub fn put_back_from(session: &UnixStream) -> Leftovers {
     let mut first = vec![0u8; 8192];
     let Ok((n, mut fds)) = sbx_sys::privsep::recv_with_fds(session.as_fd(), &mut first, 2) else {
-        return;
+        return Leftovers(None);
     };
     if n == 0 || first[0] != b'i' || fds.len() != 2 {
-        return;
+        return Leftovers(None);
     }
     let mut msg = first[1..n].to_vec();
     let _ = (&*session).read_to_end(&mut msg);
@@ -341,21 +343,40 @@ pub fn put_back_from(session: &UnixStream) {
             .get(i * 8..i * 8 + 8)
             .and_then(|b| <[u8; 8]>::try_from(b).ok())
         else {
-            return;
+            return Leftovers(None);
         };
         *n = u64::from_le_bytes(b);
     }
     let msg = &msg[32..];
     let Some(cut) = msg.iter().position(|b| *b == 0) else {
-        return;
+        return Leftovers(None);
     };
     let index = PathBuf::from(OsStr::from_bytes(&msg[..cut]));
     let copy = PathBuf::from(OsStr::from_bytes(&msg[cut + 1..]));
     if let Err(m) = put_back(&index, &copy, mark, held) {
         let _ = writeln!(&stderr, "{}: error: {m}", crate::TOOL);
     }
+    Leftovers(Some(copy))
 }
 
+/// A private copy's files, once the index is back ([`put_back_from`]).
+#[must_use]
+pub struct Leftovers(Option<PathBuf>);
+
+impl Leftovers {
+    /// The copy, git's lock on it where git was killed before it let go,
+    /// and commit-msg's private copy and what it passed (msg.rs).
+    pub fn remove(self) {
+        let Some(copy) = self.0 else { return };
+        let _ = std::fs::remove_file(&copy);
+        let _ = std::fs::remove_file(lock_path(&copy));
+        let _ = std::fs::remove_dir_all(crate::msg::msg_dir(&copy));
+    }
+}
+
+/// Put the copy back as `index` through the lock `held`, or (no copy, or
+/// [`Untouched`]) let go of the lock. The copy stays (see [`Leftovers`]):
+/// nothing but this session can open it.
 fn put_back(
     index: &Path,
     copy: &Path,
@@ -364,6 +385,12 @@ fn put_back(
 ) -> Result<(), String> {
     let lock = lock_path(index);
     let back = (|| -> std::io::Result<bool> {
+        // One stat answers the usual case (git wrote no index).
+        match std::fs::metadata(copy) {
+            Ok(m) if mark != Untouched::NONE && Untouched::of(&m) == mark => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            _ => {}
+        }
         let mut f = match std::fs::File::open(copy) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -382,11 +409,6 @@ fn put_back(
         )?;
         Ok(true)
     })();
-    let _ = std::fs::remove_file(copy);
-    // git's lock, where git was killed before it let go of it.
-    let _ = std::fs::remove_file(lock_path(copy));
-    // commit-msg's private copy and what it passed (msg.rs).
-    let _ = std::fs::remove_dir_all(crate::msg::msg_dir(copy));
     match back {
         Ok(true) => {
             std::fs::rename(&lock, index).map_err(|e| format!("cannot put the index back: {e}"))

@@ -245,9 +245,14 @@ pub fn command() -> clap::Command {
 
 /// Inside the sandbox (sbx_core::config's test): the agent's environment
 /// may not name the real git or the config there.
+/// Asked once a process (a call's decision asks it a dozen times; the
+/// image's root-owned paths do not come and go under a running guard).
 pub fn in_sandbox() -> bool {
-    Path::new(sbx_core::config::SANDBOX_DIR).is_dir()
-        && Path::new(sbx_core::audit::SANDBOX_MARKER).exists()
+    static IN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IN.get_or_init(|| {
+        Path::new(sbx_core::config::SANDBOX_DIR).is_dir()
+            && Path::new(sbx_core::audit::SANDBOX_MARKER).exists()
+    })
 }
 
 /// The `[git]` settings from `--config FILE` (explicit), else SBX_CONFIG,

@@ -409,21 +409,59 @@ pub fn signalfd_for(sigs: &[i32]) -> io::Result<nix::sys::signalfd::SignalFd> {
 /// poll(2) on `fds` for input, forever; returns which are ready (readable,
 /// hung up or in error), restarting on EINTR.
 pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> io::Result<Vec<bool>> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    poll_readable_for(fds, None)
+}
+
+/// [`poll_readable`], giving up after `timeout` (None: never): then none
+/// is ready. EINTR restarts the full timeout.
+pub fn poll_readable_for(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<std::time::Duration>,
+) -> io::Result<Vec<bool>> {
+    use nix::poll::{PollFd, PollFlags};
     let mut p: Vec<PollFd> = fds
         .iter()
         .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
         .collect();
-    loop {
-        match poll(&mut p, PollTimeout::NONE) {
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-            Ok(_) => break,
-        }
-    }
+    poll_all(&mut p, timeout)?;
     Ok(p.iter()
         .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
         .collect())
+}
+
+/// Wait until the peer of `sock` has closed it (hang-up), at most
+/// `timeout`; whether it has. Data arriving meanwhile does not wake the
+/// caller (poll(2) asked for no event: the kernel skips such a waiter on
+/// a data wake-up), so a process that sends data and then execs, its end
+/// close-on-exec, wakes this one once, at the exec, not before.
+pub fn wait_hangup(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
+    use nix::poll::{PollFd, PollFlags};
+    let mut p = [PollFd::new(sock, PollFlags::empty())];
+    poll_all(&mut p, Some(timeout))?;
+    Ok(p[0].revents().is_some_and(|r| !r.is_empty()))
+}
+
+fn poll_all(
+    p: &mut [nix::poll::PollFd<'_>],
+    timeout: Option<std::time::Duration>,
+) -> io::Result<()> {
+    use nix::poll::{PollTimeout, poll};
+    // Whole milliseconds, rounded up: rounded down, a wait of less than
+    // one would return at once, and a caller waiting for a deadline spin.
+    let t = match timeout {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            let ms = d.as_micros().div_ceil(1000);
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+    };
+    loop {
+        match poll(p, t) {
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(_) => return Ok(()),
+        }
+    }
 }
 
 /// Put this process (and all it will start) in a Landlock domain of its

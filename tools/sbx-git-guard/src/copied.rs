@@ -28,6 +28,7 @@ const PATCH: &[&str] = &[
     "--no-renames",
     "--no-color",
     "--no-relative",
+    "--ignore-submodules=none",
     "--format=%x00%H %P",
 ];
 

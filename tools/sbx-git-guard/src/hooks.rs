@@ -448,6 +448,9 @@ fn raw_log<'a>(
             "-r",
             "--no-abbrev",
             "--no-renames",
+            // `diff.ignoreSubmodules=all` hid a gitlink's change, so a
+            // stash changing only a submodule counted no tree (attack15k).
+            "--ignore-submodules=none",
             "--format=%H %T %P",
             "--",
         ]
@@ -539,6 +542,7 @@ fn stash_commits(real: &Git) -> StashSets {
             OsStr::new("-r"),
             OsStr::new("--no-abbrev"),
             OsStr::new("--no-renames"),
+            OsStr::new("--ignore-submodules=none"),
             OsStr::new("--format=%H %T"),
         ];
         args.extend(extra.iter().map(|e| e.as_os_str()));
@@ -870,6 +874,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             OsStr::new("-r"),
             OsStr::new("--no-abbrev"),
             OsStr::new("--no-renames"),
+            OsStr::new("--ignore-submodules=none"),
             OsStr::from_bytes(if committed { &parents } else { new }),
             OsStr::new("--not"),
             // Not `--tags`: a tag is made with no check (`git tag t

@@ -2823,3 +2823,41 @@ fn a_commit_with_a_stash_bases_tree_is_no_copy_of_the_stash() {
         }
     });
 }
+
+/// `diff.ignoreSubmodules=all` hid a gitlink's change from the raw diffs
+/// the stash check reads: a stash whose worktree commit changes only a
+/// submodule then showed no change, so its tree did not count (a tree
+/// counts only where it changes something), and `cherry-pick -m 1` of it
+/// put that change on main unseen by pre-commit (attack15k).
+#[test]
+fn a_hidden_submodule_change_in_a_stash_does_not_reach_a_branch() {
+    each_git(|lab| {
+        lab.repo("r");
+        let one = lab.head("r", "HEAD");
+        lab.real(
+            "r",
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{one},sub"),
+            ],
+        );
+        lab.real("r", &["commit", "-qm", "base"]);
+        let base = lab.head("r", "HEAD");
+        // A staged change the work tree undoes: only the index commit has
+        // it; the worktree commit changes only the gitlink (absent: deleted).
+        std::fs::write(lab.path("r/a"), "staged\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        std::fs::write(lab.path("r/a"), "1\n").unwrap();
+        lab.real("r", &["stash", "push", "-q"]);
+        lab.real("r", &["config", "diff.ignoreSubmodules", "all"]);
+        let out = lab.git("r", &["cherry-pick", "-m", "1", "stash@{0}"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("a stash commit"),
+            "cherry-pick -m 1 stash@{{0}}: {err}"
+        );
+        assert_eq!(lab.head("r", "main"), base, "main moved");
+    });
+}

@@ -451,6 +451,9 @@ fn raw_log<'a>(
             // `diff.ignoreSubmodules=all` hid a gitlink's change, so a
             // stash changing only a submodule counted no tree (attack15k).
             "--ignore-submodules=none",
+            // `log.showRoot=false` hid a root commit's (a first notes
+            // commit's) blobs.
+            "--root",
             "--format=%H %T %P",
             "--",
         ]
@@ -875,6 +878,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
             OsStr::new("--no-abbrev"),
             OsStr::new("--no-renames"),
             OsStr::new("--ignore-submodules=none"),
+            OsStr::new("--root"),
             OsStr::from_bytes(if committed { &parents } else { new }),
             OsStr::new("--not"),
             // Not `--tags`: a tag is made with no check (`git tag t

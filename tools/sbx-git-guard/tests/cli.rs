@@ -2861,3 +2861,32 @@ fn a_hidden_submodule_change_in_a_stash_does_not_reach_a_branch() {
         assert_eq!(lab.head("r", "main"), base, "main moved");
     });
 }
+
+/// `log.showRoot=false` hid a root commit's diff from the stash check: the
+/// first notes commit (a root) then gave none of its blobs, and
+/// `cherry-pick` of it put the note's text on main unseen by pre-commit
+/// (attack15k; a text of punctuation only, which the line check skips).
+/// Refused with git's default too.
+#[test]
+fn a_notes_root_commit_does_not_reach_a_branch_with_show_root_off() {
+    each_git(|lab| {
+        for show_root in ["true", "false"] {
+            let r = format!("r-{show_root}");
+            lab.repo(&r);
+            let one = lab.head(&r, "HEAD");
+            lab.real(&r, &["config", "log.showRoot", show_root]);
+            lab.real(&r, &["notes", "add", "-m", "}", "HEAD"]);
+            let out = lab.git(&r, &["cherry-pick", "refs/notes/commits"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("a stash commit"),
+                "log.showRoot={show_root}: cherry-pick of the notes root: {err}"
+            );
+            assert_eq!(
+                lab.head(&r, "main"),
+                one,
+                "log.showRoot={show_root}: main moved"
+            );
+        }
+    });
+}

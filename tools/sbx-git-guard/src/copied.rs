@@ -138,7 +138,13 @@ pub fn check(real: &Git, stash_commits: &[Vec<u8>], new: &[Vec<u8>]) -> Result<(
         return Ok(());
     }
     // The two listings at once (each through the broker is a round trip).
-    let stash_walk = ["--no-walk", "--root", "-m", "--first-parent"];
+    // Not `-m`: that means `log.diffMerges`, which the agent sets.
+    let stash_walk = [
+        "--no-walk",
+        "--root",
+        "--diff-merges=first-parent",
+        "--first-parent",
+    ];
     let stashed = start_patches(
         real,
         stash_commits.iter().map(|c| OsStr::from_bytes(c)),

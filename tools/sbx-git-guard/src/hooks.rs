@@ -442,7 +442,9 @@ fn raw_log<'a>(
     args.extend(walk);
     args.extend(
         [
-            "-m",
+            // Not `-m`, which means `log.diffMerges` (`off` left a stash's
+            // worktree commit with no diff at all: attack15k).
+            "--diff-merges=first-parent",
             "--first-parent",
             "--raw",
             "-r",

@@ -2890,3 +2890,29 @@ fn a_notes_root_commit_does_not_reach_a_branch_with_show_root_off() {
         }
     });
 }
+
+/// `log.diffMerges` is what `-m` means since git 2.31: `off` left a stash's
+/// worktree commit (a merge) with no diff at all in the stash check, so its
+/// tree counted for nothing and its blobs and lines were unknown, and
+/// `combined` printed `::` lines it misread; `cherry-pick -m 1 stash@{0}`
+/// then put the stash's change on main unseen by pre-commit (attack15k).
+#[test]
+fn log_diff_merges_does_not_hide_a_stash_from_the_check() {
+    each_git(|lab| {
+        for mode in ["off", "none", "combined", "dense-combined", "remerge", "separate"] {
+            let r = format!("r-{mode}");
+            lab.repo(&r);
+            let one = lab.head(&r, "HEAD");
+            std::fs::write(lab.path(&r).join("a"), "STASHED secret\n").unwrap();
+            lab.real(&r, &["stash", "push", "-q"]);
+            lab.real(&r, &["config", "log.diffMerges", mode]);
+            let out = lab.git(&r, &["cherry-pick", "-m", "1", "stash@{0}"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("a stash commit"),
+                "log.diffMerges={mode}: cherry-pick -m 1 stash@{{0}}: {err}"
+            );
+            assert_eq!(lab.head(&r, "main"), one, "log.diffMerges={mode}: main moved");
+        }
+    });
+}

@@ -30,6 +30,7 @@ const PATCH: &[&str] = &[
     "--no-relative",
     "--ignore-submodules=none",
     "--format=%x00%H %P",
+    "--encoding=UTF-8",
 ];
 
 /// A line worth comparing: one with a letter or digit (or a byte beyond

@@ -457,6 +457,8 @@ fn raw_log<'a>(
             // commit's) blobs.
             "--root",
             "--format=%H %T %P",
+            // `i18n.logOutputEncoding` (UTF-16) re-encoded the ids.
+            "--encoding=UTF-8",
             "--",
         ]
         .map(OsStr::new),
@@ -549,6 +551,7 @@ fn stash_commits(real: &Git) -> StashSets {
             OsStr::new("--no-renames"),
             OsStr::new("--ignore-submodules=none"),
             OsStr::new("--format=%H %T"),
+            OsStr::new("--encoding=UTF-8"),
         ];
         args.extend(extra.iter().map(|e| e.as_os_str()));
         if let Some(o) = git(real, &args) {
@@ -671,6 +674,7 @@ fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
             &find,
             OsStr::new("-1"),
             OsStr::new("--format=%H"),
+            OsStr::new("--encoding=UTF-8"),
             OsStr::new("--"),
         ],
     )
@@ -781,6 +785,7 @@ fn start_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Option<std::proc
         OsStr::new("log"),
         OsStr::new("--no-walk"),
         OsStr::new("--format=%P%x09%s"),
+        OsStr::new("--encoding=UTF-8"),
     ];
     args.extend(moves.iter().map(|(_, new, _)| OsStr::from_bytes(new)));
     args.push(OsStr::new("--"));
@@ -819,6 +824,7 @@ fn no_stash_shapes(real: &Git, shapes: Option<std::process::Child>) -> Result<()
         OsStr::new("log"),
         OsStr::new("--no-walk"),
         OsStr::new("--format=%s"),
+        OsStr::new("--encoding=UTF-8"),
     ];
     args.extend(second);
     args.push(OsStr::new("--"));
@@ -875,6 +881,7 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),
             OsStr::new("--format=%H %T"),
+            OsStr::new("--encoding=UTF-8"),
             OsStr::new("--raw"),
             OsStr::new("-r"),
             OsStr::new("--no-abbrev"),

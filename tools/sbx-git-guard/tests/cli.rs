@@ -2899,7 +2899,14 @@ fn a_notes_root_commit_does_not_reach_a_branch_with_show_root_off() {
 #[test]
 fn log_diff_merges_does_not_hide_a_stash_from_the_check() {
     each_git(|lab| {
-        for mode in ["off", "none", "combined", "dense-combined", "remerge", "separate"] {
+        for mode in [
+            "off",
+            "none",
+            "combined",
+            "dense-combined",
+            "remerge",
+            "separate",
+        ] {
             let r = format!("r-{mode}");
             lab.repo(&r);
             let one = lab.head(&r, "HEAD");
@@ -2912,7 +2919,47 @@ fn log_diff_merges_does_not_hide_a_stash_from_the_check() {
                 !out.status.success() && err.contains("a stash commit"),
                 "log.diffMerges={mode}: cherry-pick -m 1 stash@{{0}}: {err}"
             );
-            assert_eq!(lab.head(&r, "main"), one, "log.diffMerges={mode}: main moved");
+            assert_eq!(
+                lab.head(&r, "main"),
+                one,
+                "log.diffMerges={mode}: main moved"
+            );
+        }
+    });
+}
+
+/// `i18n.logOutputEncoding` re-encodes every `--format` line the stash
+/// checks read: in UTF-16 no commit id matched as git wrote it, and `reset
+/// --hard stash@{0}^2` moved main onto a stash's index commit (attack15k;
+/// one with nothing staged: its content was caught by its blobs).
+#[test]
+fn log_output_encoding_does_not_hide_a_stash_from_the_check() {
+    each_git(|lab| {
+        for (enc, staged) in [
+            ("UTF-16", false),
+            ("UTF-16", true),
+            ("UTF-16LE", false),
+            ("UTF-32", false),
+            ("EBCDIC-US", false),
+        ] {
+            let r = format!("r-{enc}-{staged}");
+            lab.repo(&r);
+            let one = lab.head(&r, "HEAD");
+            std::fs::write(lab.path(&r).join("a"), "STASHED secret\n").unwrap();
+            if staged {
+                lab.real(&r, &["add", "a"]);
+            }
+            lab.real(&r, &["stash", "push", "-q"]);
+            lab.real(&r, &["config", "i18n.logOutputEncoding", enc]);
+            for target in ["stash@{0}", "stash@{0}^2"] {
+                let out = lab.git(&r, &["reset", "-q", "--hard", target]);
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    !out.status.success() && err.contains("stash"),
+                    "i18n.logOutputEncoding={enc}: reset --hard {target}: {err}"
+                );
+                assert_eq!(lab.head(&r, "main"), one, "{enc}: main moved");
+            }
         }
     });
 }

@@ -2963,3 +2963,63 @@ fn log_output_encoding_does_not_hide_a_stash_from_the_check() {
         }
     });
 }
+
+/// A stash whose change brings in no blob (a deletion, a mode change):
+/// cherry-picked onto a moved branch, the copy had no stash blob and no
+/// stash tree, and reached main unseen by pre-commit (attack15k). The same
+/// change made on a branch first (a rebase of one's own commit) passes.
+#[test]
+fn a_stash_change_with_no_blob_does_not_reach_a_moved_branch() {
+    each_git(|lab| {
+        for (case, change) in [
+            ("deletion", &["rm", "-q", "b"][..]),
+            ("mode", &["update-index", "--chmod=+x", "a"]),
+        ] {
+            let r = format!("r-{case}");
+            lab.repo(&r);
+            std::fs::write(lab.path(&r).join("b"), "b\n").unwrap();
+            lab.real(&r, &["add", "b"]);
+            lab.real(&r, &["commit", "-qm", "b"]);
+            let base = lab.head(&r, "HEAD");
+            lab.real(&r, change);
+            if case == "mode" {
+                use std::os::unix::fs::PermissionsExt as _;
+                let p = std::fs::Permissions::from_mode(0o755);
+                std::fs::set_permissions(lab.path(&r).join("a"), p).unwrap();
+            }
+            lab.real(&r, &["stash", "push", "-q"]);
+            std::fs::write(lab.path(&r).join("c"), "c\n").unwrap();
+            lab.real(&r, &["add", "c"]);
+            lab.real(&r, &["commit", "-qm", "moved"]);
+            let moved = lab.head(&r, "HEAD");
+            let out = lab.git(&r, &["cherry-pick", "-m", "1", "stash@{0}"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("a stash commit"),
+                "{case}: cherry-pick -m 1 stash@{{0}}: {err}"
+            );
+            assert_eq!(lab.head(&r, "main"), moved, "{case}: main moved");
+            // The change committed on a branch, then rebased: no copy.
+            lab.real(&r, &["reset", "-q", "--hard"]);
+            lab.real(&r, &["checkout", "-q", "-b", "feat", &base]);
+            lab.real(&r, change);
+            if case == "mode" {
+                use std::os::unix::fs::PermissionsExt as _;
+                let p = std::fs::Permissions::from_mode(0o755);
+                std::fs::set_permissions(lab.path(&r).join("a"), p).unwrap();
+            }
+            lab.real(&r, &["commit", "-qm", "own"]);
+            let out = lab.git(&r, &["rebase", "-q", "main"]);
+            assert!(
+                out.status.success(),
+                "{case}: rebase of one's own commit: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_ne!(
+                lab.head(&r, "feat"),
+                lab.head(&r, "main"),
+                "{case}: no rebase"
+            );
+        }
+    });
+}

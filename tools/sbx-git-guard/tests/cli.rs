@@ -2851,7 +2851,12 @@ fn a_hidden_submodule_change_in_a_stash_does_not_reach_a_branch() {
         lab.real("r", &["add", "a"]);
         std::fs::write(lab.path("r/a"), "1\n").unwrap();
         lab.real("r", &["stash", "push", "-q"]);
-        lab.real("r", &["config", "diff.ignoreSubmodules", "all"]);
+        // Set through the guard: the agent may.
+        assert!(
+            lab.git("r", &["config", "diff.ignoreSubmodules", "all"])
+                .status
+                .success()
+        );
         let out = lab.git("r", &["cherry-pick", "-m", "1", "stash@{0}"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -2874,7 +2879,12 @@ fn a_notes_root_commit_does_not_reach_a_branch_with_show_root_off() {
             let r = format!("r-{show_root}");
             lab.repo(&r);
             let one = lab.head(&r, "HEAD");
-            lab.real(&r, &["config", "log.showRoot", show_root]);
+            // Set through the guard: the agent may.
+            assert!(
+                lab.git(&r, &["config", "log.showRoot", show_root])
+                    .status
+                    .success()
+            );
             lab.real(&r, &["notes", "add", "-m", "}", "HEAD"]);
             let out = lab.git(&r, &["cherry-pick", "refs/notes/commits"]);
             let err = String::from_utf8_lossy(&out.stderr);
@@ -2912,7 +2922,12 @@ fn log_diff_merges_does_not_hide_a_stash_from_the_check() {
             let one = lab.head(&r, "HEAD");
             std::fs::write(lab.path(&r).join("a"), "STASHED secret\n").unwrap();
             lab.real(&r, &["stash", "push", "-q"]);
-            lab.real(&r, &["config", "log.diffMerges", mode]);
+            // Set through the guard: the agent may.
+            assert!(
+                lab.git(&r, &["config", "log.diffMerges", mode])
+                    .status
+                    .success()
+            );
             let out = lab.git(&r, &["cherry-pick", "-m", "1", "stash@{0}"]);
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -2950,7 +2965,12 @@ fn log_output_encoding_does_not_hide_a_stash_from_the_check() {
                 lab.real(&r, &["add", "a"]);
             }
             lab.real(&r, &["stash", "push", "-q"]);
-            lab.real(&r, &["config", "i18n.logOutputEncoding", enc]);
+            // Set through the guard: the agent may.
+            assert!(
+                lab.git(&r, &["config", "i18n.logOutputEncoding", enc])
+                    .status
+                    .success()
+            );
             for target in ["stash@{0}", "stash@{0}^2"] {
                 let out = lab.git(&r, &["reset", "-q", "--hard", target]);
                 let err = String::from_utf8_lossy(&out.stderr);

@@ -28,7 +28,9 @@ const PATCH: &[&str] = &[
     "--no-renames",
     "--no-color",
     "--no-relative",
+    "--ignore-submodules=none",
     "--format=%x00%H %P",
+    "--encoding=UTF-8",
 ];
 
 /// A line worth comparing: one with a letter or digit (or a byte beyond
@@ -137,7 +139,13 @@ pub fn check(real: &Git, stash_commits: &[Vec<u8>], new: &[Vec<u8>]) -> Result<(
         return Ok(());
     }
     // The two listings at once (each through the broker is a round trip).
-    let stash_walk = ["--no-walk", "--root", "-m", "--first-parent"];
+    // Not `-m`: that means `log.diffMerges`, which the agent sets.
+    let stash_walk = [
+        "--no-walk",
+        "--root",
+        "--diff-merges=first-parent",
+        "--first-parent",
+    ];
     let stashed = start_patches(
         real,
         stash_commits.iter().map(|c| OsStr::from_bytes(c)),

@@ -414,20 +414,26 @@ struct StashSets {
     commits: Vec<Vec<u8>>,
     trees: Vec<Vec<u8>>,
     blobs: Vec<Vec<u8>>,
+    /// Raw lines that bring in no blob: a deletion, a mode change, an
+    /// empty file. Cherry-picked onto a moved branch they had no blob and
+    /// no tree to match (attack15k).
+    changes: Vec<Vec<u8>>,
 }
 
 /// The empty blob: common to unrelated changes, and holds nothing.
 const EMPTY_BLOB: &[u8] = b"e69de29bb2d1d6434b8b29ae775ad8c2e48c5391";
 
 /// The new blob ids in `git log --raw --no-abbrev` lines
-/// (`:100644 100644 <old> <new> M\tpath`), added or modified only.
+/// (`:100644 100644 <old> <new> M\tpath`), added or modified only (a
+/// mode change keeps its blob: no new content, a change of its own).
 fn raw_new_blob(line: &[u8]) -> Option<&[u8]> {
     let meta = line.strip_prefix(b":")?;
     let meta = meta.split(|b| *b == b'\t').next()?;
     let w: Vec<&[u8]> = meta.split(|b| *b == b' ').collect();
-    let (new, status) = (w.get(3)?, w.get(4)?);
+    let (old, new, status) = (w.get(2)?, w.get(3)?, w.get(4)?);
     (matches!(status.first(), Some(b'A' | b'M' | b'T' | b'C' | b'R'))
         && !is_zero(new)
+        && old != new
         && *new != EMPTY_BLOB)
         .then_some(*new)
 }
@@ -442,13 +448,23 @@ fn raw_log<'a>(
     args.extend(walk);
     args.extend(
         [
-            "-m",
+            // Not `-m`, which means `log.diffMerges` (`off` left a stash's
+            // worktree commit with no diff at all: attack15k).
+            "--diff-merges=first-parent",
             "--first-parent",
             "--raw",
             "-r",
             "--no-abbrev",
             "--no-renames",
+            // `diff.ignoreSubmodules=all` hid a gitlink's change, so a
+            // stash changing only a submodule counted no tree (attack15k).
+            "--ignore-submodules=none",
+            // `log.showRoot=false` hid a root commit's (a first notes
+            // commit's) blobs.
+            "--root",
             "--format=%H %T %P",
+            // `i18n.logOutputEncoding` (UTF-16) re-encoded the ids.
+            "--encoding=UTF-8",
             "--",
         ]
         .map(OsStr::new),
@@ -509,6 +525,10 @@ fn stash_commits(real: &Git) -> StashSets {
                 set.blobs.push(b.to_vec());
                 continue;
             }
+            if line.starts_with(b":") {
+                set.changes.push(line.to_vec());
+                continue;
+            }
             let w: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
             if w.len() < 2 || w[0].len() < 40 {
                 continue;
@@ -539,7 +559,9 @@ fn stash_commits(real: &Git) -> StashSets {
             OsStr::new("-r"),
             OsStr::new("--no-abbrev"),
             OsStr::new("--no-renames"),
+            OsStr::new("--ignore-submodules=none"),
             OsStr::new("--format=%H %T"),
+            OsStr::new("--encoding=UTF-8"),
         ];
         args.extend(extra.iter().map(|e| e.as_os_str()));
         if let Some(o) = git(real, &args) {
@@ -662,10 +684,44 @@ fn on_a_branch(real: &Git, blob: &[u8]) -> bool {
             &find,
             OsStr::new("-1"),
             OsStr::new("--format=%H"),
+            OsStr::new("--encoding=UTF-8"),
             OsStr::new("--"),
         ],
     )
     .is_some_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty())
+}
+
+/// Is the raw line `change` (one that brings in no blob) a change some
+/// local branch's history made too (a rebase of one's own commits)? A
+/// quoted path, or a git that cannot answer: no.
+fn change_on_a_branch(real: &Git, change: &[u8]) -> bool {
+    let Some(tab) = change.iter().position(|b| *b == b'\t') else {
+        return false;
+    };
+    let path = &change[tab + 1..];
+    if path.first() == Some(&b'"') || path.is_empty() {
+        return false;
+    }
+    let mut spec = OsString::from(":(literal)");
+    spec.push(OsStr::from_bytes(path));
+    git(
+        real,
+        &[
+            OsStr::new("log"),
+            OsStr::new("--branches"),
+            OsStr::new("--raw"),
+            OsStr::new("-r"),
+            OsStr::new("--no-abbrev"),
+            OsStr::new("--no-renames"),
+            OsStr::new("--ignore-submodules=none"),
+            OsStr::new("--diff-merges=first-parent"),
+            OsStr::new("--root"),
+            OsStr::new("--format="),
+            OsStr::new("--"),
+            &spec,
+        ],
+    )
+    .is_some_and(|o| o.status.success() && o.stdout.split(|b| *b == b'\n').any(|l| l == change))
 }
 
 /// The common dir: the guard's variable, else git's answer.
@@ -772,6 +828,7 @@ fn start_shapes(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Option<std::proc
         OsStr::new("log"),
         OsStr::new("--no-walk"),
         OsStr::new("--format=%P%x09%s"),
+        OsStr::new("--encoding=UTF-8"),
     ];
     args.extend(moves.iter().map(|(_, new, _)| OsStr::from_bytes(new)));
     args.push(OsStr::new("--"));
@@ -810,6 +867,7 @@ fn no_stash_shapes(real: &Git, shapes: Option<std::process::Child>) -> Result<()
         OsStr::new("log"),
         OsStr::new("--no-walk"),
         OsStr::new("--format=%s"),
+        OsStr::new("--encoding=UTF-8"),
     ];
     args.extend(second);
     args.push(OsStr::new("--"));
@@ -866,10 +924,13 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
         let mut args: Vec<&OsStr> = vec![
             OsStr::new("log"),
             OsStr::new("--format=%H %T"),
+            OsStr::new("--encoding=UTF-8"),
             OsStr::new("--raw"),
             OsStr::new("-r"),
             OsStr::new("--no-abbrev"),
             OsStr::new("--no-renames"),
+            OsStr::new("--ignore-submodules=none"),
+            OsStr::new("--root"),
             OsStr::from_bytes(if committed { &parents } else { new }),
             OsStr::new("--not"),
             // Not `--tags`: a tag is made with no check (`git tag t
@@ -896,6 +957,9 @@ fn refuse_stash_copies(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<()
                     merged.push(current.to_vec());
                 }
                 stashed && !on_a_branch(real, blob)
+            } else if line.starts_with(b":") {
+                // No blob (its commit line was read before: `current`).
+                set.changes.iter().any(|c| c == line) && !change_on_a_branch(real, line)
             } else {
                 let mut w = line.split(|b| *b == b' ');
                 let (Some(c), Some(t)) = (w.next(), w.next()) else {

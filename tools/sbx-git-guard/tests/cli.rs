@@ -2823,3 +2823,223 @@ fn a_commit_with_a_stash_bases_tree_is_no_copy_of_the_stash() {
         }
     });
 }
+
+/// `diff.ignoreSubmodules=all` hid a gitlink's change from the raw diffs
+/// the stash check reads: a stash whose worktree commit changes only a
+/// submodule then showed no change, so its tree did not count (a tree
+/// counts only where it changes something), and `cherry-pick -m 1` of it
+/// put that change on main unseen by pre-commit (attack15k).
+#[test]
+fn a_hidden_submodule_change_in_a_stash_does_not_reach_a_branch() {
+    each_git(|lab| {
+        lab.repo("r");
+        let one = lab.head("r", "HEAD");
+        lab.real(
+            "r",
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                &format!("160000,{one},sub"),
+            ],
+        );
+        lab.real("r", &["commit", "-qm", "base"]);
+        let base = lab.head("r", "HEAD");
+        // A staged change the work tree undoes: only the index commit has
+        // it; the worktree commit changes only the gitlink (absent: deleted).
+        std::fs::write(lab.path("r/a"), "staged\n").unwrap();
+        lab.real("r", &["add", "a"]);
+        std::fs::write(lab.path("r/a"), "1\n").unwrap();
+        lab.real("r", &["stash", "push", "-q"]);
+        // Set through the guard: the agent may.
+        assert!(
+            lab.git("r", &["config", "diff.ignoreSubmodules", "all"])
+                .status
+                .success()
+        );
+        let out = lab.git("r", &["cherry-pick", "-m", "1", "stash@{0}"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("a stash commit"),
+            "cherry-pick -m 1 stash@{{0}}: {err}"
+        );
+        assert_eq!(lab.head("r", "main"), base, "main moved");
+    });
+}
+
+/// `log.showRoot=false` hid a root commit's diff from the stash check: the
+/// first notes commit (a root) then gave none of its blobs, and
+/// `cherry-pick` of it put the note's text on main unseen by pre-commit
+/// (attack15k; a text of punctuation only, which the line check skips).
+/// Refused with git's default too.
+#[test]
+fn a_notes_root_commit_does_not_reach_a_branch_with_show_root_off() {
+    each_git(|lab| {
+        for show_root in ["true", "false"] {
+            let r = format!("r-{show_root}");
+            lab.repo(&r);
+            let one = lab.head(&r, "HEAD");
+            // Set through the guard: the agent may.
+            assert!(
+                lab.git(&r, &["config", "log.showRoot", show_root])
+                    .status
+                    .success()
+            );
+            lab.real(&r, &["notes", "add", "-m", "}", "HEAD"]);
+            let out = lab.git(&r, &["cherry-pick", "refs/notes/commits"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("a stash commit"),
+                "log.showRoot={show_root}: cherry-pick of the notes root: {err}"
+            );
+            assert_eq!(
+                lab.head(&r, "main"),
+                one,
+                "log.showRoot={show_root}: main moved"
+            );
+        }
+    });
+}
+
+/// `log.diffMerges` is what `-m` means since git 2.31: `off` left a stash's
+/// worktree commit (a merge) with no diff at all in the stash check, so its
+/// tree counted for nothing and its blobs and lines were unknown, and
+/// `combined` printed `::` lines it misread; `cherry-pick -m 1 stash@{0}`
+/// then put the stash's change on main unseen by pre-commit (attack15k).
+#[test]
+fn log_diff_merges_does_not_hide_a_stash_from_the_check() {
+    each_git(|lab| {
+        for mode in [
+            "off",
+            "none",
+            "combined",
+            "dense-combined",
+            "remerge",
+            "separate",
+        ] {
+            let r = format!("r-{mode}");
+            lab.repo(&r);
+            let one = lab.head(&r, "HEAD");
+            std::fs::write(lab.path(&r).join("a"), "STASHED secret\n").unwrap();
+            lab.real(&r, &["stash", "push", "-q"]);
+            // Set through the guard: the agent may.
+            assert!(
+                lab.git(&r, &["config", "log.diffMerges", mode])
+                    .status
+                    .success()
+            );
+            let out = lab.git(&r, &["cherry-pick", "-m", "1", "stash@{0}"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("a stash commit"),
+                "log.diffMerges={mode}: cherry-pick -m 1 stash@{{0}}: {err}"
+            );
+            assert_eq!(
+                lab.head(&r, "main"),
+                one,
+                "log.diffMerges={mode}: main moved"
+            );
+        }
+    });
+}
+
+/// `i18n.logOutputEncoding` re-encodes every `--format` line the stash
+/// checks read: in UTF-16 no commit id matched as git wrote it, and `reset
+/// --hard stash@{0}^2` moved main onto a stash's index commit (attack15k;
+/// one with nothing staged: its content was caught by its blobs).
+#[test]
+fn log_output_encoding_does_not_hide_a_stash_from_the_check() {
+    each_git(|lab| {
+        for (enc, staged) in [
+            ("UTF-16", false),
+            ("UTF-16", true),
+            ("UTF-16LE", false),
+            ("UTF-32", false),
+            ("EBCDIC-US", false),
+        ] {
+            let r = format!("r-{enc}-{staged}");
+            lab.repo(&r);
+            let one = lab.head(&r, "HEAD");
+            std::fs::write(lab.path(&r).join("a"), "STASHED secret\n").unwrap();
+            if staged {
+                lab.real(&r, &["add", "a"]);
+            }
+            lab.real(&r, &["stash", "push", "-q"]);
+            // Set through the guard: the agent may.
+            assert!(
+                lab.git(&r, &["config", "i18n.logOutputEncoding", enc])
+                    .status
+                    .success()
+            );
+            for target in ["stash@{0}", "stash@{0}^2"] {
+                let out = lab.git(&r, &["reset", "-q", "--hard", target]);
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    !out.status.success() && err.contains("stash"),
+                    "i18n.logOutputEncoding={enc}: reset --hard {target}: {err}"
+                );
+                assert_eq!(lab.head(&r, "main"), one, "{enc}: main moved");
+            }
+        }
+    });
+}
+
+/// A stash whose change brings in no blob (a deletion, a mode change):
+/// cherry-picked onto a moved branch, the copy had no stash blob and no
+/// stash tree, and reached main unseen by pre-commit (attack15k). The same
+/// change made on a branch first (a rebase of one's own commit) passes.
+#[test]
+fn a_stash_change_with_no_blob_does_not_reach_a_moved_branch() {
+    each_git(|lab| {
+        for (case, change) in [
+            ("deletion", &["rm", "-q", "b"][..]),
+            ("mode", &["update-index", "--chmod=+x", "a"]),
+        ] {
+            let r = format!("r-{case}");
+            lab.repo(&r);
+            std::fs::write(lab.path(&r).join("b"), "b\n").unwrap();
+            lab.real(&r, &["add", "b"]);
+            lab.real(&r, &["commit", "-qm", "b"]);
+            let base = lab.head(&r, "HEAD");
+            lab.real(&r, change);
+            if case == "mode" {
+                use std::os::unix::fs::PermissionsExt as _;
+                let p = std::fs::Permissions::from_mode(0o755);
+                std::fs::set_permissions(lab.path(&r).join("a"), p).unwrap();
+            }
+            lab.real(&r, &["stash", "push", "-q"]);
+            std::fs::write(lab.path(&r).join("c"), "c\n").unwrap();
+            lab.real(&r, &["add", "c"]);
+            lab.real(&r, &["commit", "-qm", "moved"]);
+            let moved = lab.head(&r, "HEAD");
+            let out = lab.git(&r, &["cherry-pick", "-m", "1", "stash@{0}"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("a stash commit"),
+                "{case}: cherry-pick -m 1 stash@{{0}}: {err}"
+            );
+            assert_eq!(lab.head(&r, "main"), moved, "{case}: main moved");
+            // The change committed on a branch, then rebased: no copy.
+            lab.real(&r, &["reset", "-q", "--hard"]);
+            lab.real(&r, &["checkout", "-q", "-b", "feat", &base]);
+            lab.real(&r, change);
+            if case == "mode" {
+                use std::os::unix::fs::PermissionsExt as _;
+                let p = std::fs::Permissions::from_mode(0o755);
+                std::fs::set_permissions(lab.path(&r).join("a"), p).unwrap();
+            }
+            lab.real(&r, &["commit", "-qm", "own"]);
+            let out = lab.git(&r, &["rebase", "-q", "main"]);
+            assert!(
+                out.status.success(),
+                "{case}: rebase of one's own commit: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_ne!(
+                lab.head(&r, "feat"),
+                lab.head(&r, "main"),
+                "{case}: no rebase"
+            );
+        }
+    });
+}

@@ -229,24 +229,46 @@ fn install_set(dir: &Path, exe: &Path, set: u32) -> std::io::Result<()> {
         std::os::unix::fs::symlink(&step, tmp.join(h))?;
     }
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-    if dir.exists() {
-        let old = tempfile_dir(parent)?;
-        std::fs::remove_dir(&old)?;
-        std::fs::rename(dir, &old)?;
-        let _ = std::fs::remove_dir_all(&old);
-    }
-    match std::fs::rename(&tmp, dir) {
-        Ok(()) => Ok(()),
-        // Another guard won the race with the same content.
-        Err(_) if is_current(dir, exe, set) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            Ok(())
+    // Guards replacing a stale directory at once (parallel tests over one a
+    // build at another path made) each move what is there aside and retry
+    // until theirs, or another's current one, is in place.
+    let mut last = None;
+    for _ in 0..64 {
+        match std::fs::rename(&tmp, dir) {
+            Ok(()) => return Ok(()),
+            Err(_) if is_current(dir, exe, set) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Ok(());
+            }
+            Err(e) if occupied(&e) => {
+                let old = tempfile_dir(parent)?;
+                std::fs::remove_dir(&old)?;
+                // Gone meanwhile: another guard moved it.
+                match std::fs::rename(dir, &old) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        let _ = std::fs::remove_dir_all(&tmp);
+                        return Err(e);
+                    }
+                    _ => {}
+                }
+                let _ = std::fs::remove_dir_all(&old);
+                last = Some(e);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(e);
+            }
         }
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            Err(e)
-        }
     }
+    let _ = std::fs::remove_dir_all(&tmp);
+    Err(last.unwrap_or_else(|| std::io::Error::other("cannot install the hooks directory")))
+}
+
+/// rename(2)'s answer when the target is a directory with entries.
+fn occupied(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    e.raw_os_error()
+        .is_some_and(|n| n == Errno::ENOTEMPTY as i32 || n == Errno::EEXIST as i32)
 }
 
 fn tempfile_dir(parent: &Path) -> std::io::Result<PathBuf> {

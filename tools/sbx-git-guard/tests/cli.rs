@@ -3043,3 +3043,38 @@ fn a_stash_change_with_no_blob_does_not_reach_a_moved_branch() {
         }
     });
 }
+
+/// Guards replacing a stale hooks directory at once (parallel tests over
+/// a directory a build at another path made): each succeeds, and the
+/// directory ends current. Two had both seen it and the second rename of
+/// it failed (ENOENT).
+#[test]
+fn install_hooks_over_a_stale_directory_races_safely() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("hooks");
+    for round in 0..20 {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", dir.join("pre-commit")).unwrap();
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                Command::new(GUARD)
+                    .arg("install-hooks")
+                    .arg(&dir)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let o = c.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let link = std::fs::read_link(dir.join("pre-commit")).unwrap();
+        assert_ne!(link, Path::new("/nonexistent"), "round {round}");
+    }
+}

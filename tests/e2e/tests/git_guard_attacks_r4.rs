@@ -6,7 +6,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
-use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, base_image, sh, started, text};
+use sbx_e2e::{RACER, REFUSE_MARKER, Repo, attack_repo, base_image, sh, started, text};
 
 /// A repository whose pre-commit refuses staged MARKER and whose
 /// commit-msg requires a `JIRA-<n>` first line, with a bare remote
@@ -28,56 +28,6 @@ fn repo() -> Repo {
     repo.give_to_agent();
     repo
 }
-
-/// `python3 .race.py SRC TARGET [HOOK [MASK]]`: waits for the pre-commit
-/// hook's (HOOK's) own git to read TARGET (inotify MASK, IN_CLOSE_NOWRITE,
-/// on its directory, once the hook runs), then
-/// renames SRC over it: git commit re-reads its index after pre-commit and
-/// commits that. A hook that never reads TARGET (git commits from a
-/// private index) gets the rename after 5 s anyway.
-const RACER: &str = r#"
-import ctypes, os, select, struct, sys, time
-src, target = sys.argv[1], sys.argv[2]
-hook = ('/' + (sys.argv[3] if len(sys.argv) > 3 else 'pre-commit')).encode()
-mask = int(sys.argv[4]) if len(sys.argv) > 4 else 0x10
-libc = ctypes.CDLL(None, use_errno=True)
-fd = libc.inotify_init()
-wd = libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), mask)  # IN_CLOSE_NOWRITE
-name = os.path.basename(target).encode()
-def hook_running():
-    for p in os.listdir('/proc'):
-        if p.isdigit():
-            try:
-                c = open('/proc/%s/cmdline' % p, 'rb').read()
-            except OSError:
-                continue
-            if b'/proc/self/fd/' in c and hook in c:
-                return True
-    return False
-t0 = time.time()
-while not hook_running():
-    if time.time() - t0 > 20:
-        sys.exit("no hook seen")
-os.set_blocking(fd, False)
-try:
-    while os.read(fd, 4096):
-        pass
-except BlockingIOError:
-    pass
-os.set_blocking(fd, True)
-t0 = time.time()
-while time.time() - t0 < 5:
-    if not select.select([fd], [], [], 0.1)[0]:
-        continue
-    buf, i, hit = os.read(fd, 4096), 0, False
-    while i < len(buf):
-        _, _, _, n = struct.unpack_from('iIII', buf, i)
-        hit |= buf[i + 16:i + 16 + n].rstrip(b'\0') == name
-        i += 16 + n
-    if hit:
-        break
-os.rename(src, target)
-"#;
 
 struct Sandbox {
     repo: Repo,

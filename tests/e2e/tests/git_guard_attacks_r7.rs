@@ -11,7 +11,7 @@
 
 use std::process::Output;
 
-use sbx_e2e::{GIT_HTTP_SERVER, REFUSE_MARKER, Repo, attack_repo, started, text};
+use sbx_e2e::{GIT_HTTP_SERVER, RACER, REFUSE_MARKER, Repo, attack_repo, started, text};
 
 /// More of pre-commit: an added line with PLUSMARK (matched with its
 /// `+`), a new file `cred` (its `+++ b/` line), and GREP.MARK found by the
@@ -28,62 +28,6 @@ const REFUSE_NOPUSH: &str =
 /// commit-msg: no BADMSG.
 const REFUSE_BADMSG: &str =
     "#!/bin/sh\nif grep -q BADMSG \"$1\"; then echo BADMSG refused >&2; exit 1; fi\n";
-
-/// `python3 .race.py SRC TARGET HOOK MASK SKIP [late]`: once HOOK runs,
-/// renames SRC over TARGET at the (SKIP+1)th inotify MASK event on TARGET
-/// (round four's racer, with SKIP; `late` watches TARGET's directory only
-/// once the hook runs, for one git makes after the racer starts).
-const RACER: &str = r#"
-import ctypes, os, select, struct, sys, time
-src, target = sys.argv[1], sys.argv[2]
-hook = ('/' + (sys.argv[3] if len(sys.argv) > 3 else 'pre-commit')).encode()
-mask = int(sys.argv[4]) if len(sys.argv) > 4 else 0x10
-skip = int(sys.argv[5]) if len(sys.argv) > 5 else 0
-libc = ctypes.CDLL(None, use_errno=True)
-fd = libc.inotify_init()
-late = len(sys.argv) > 6
-watch = lambda: libc.inotify_add_watch(fd, (os.path.dirname(target) or '.').encode(), mask)
-if not late:
-    watch()
-name = os.path.basename(target).encode()
-def hook_running():
-    for p in os.listdir('/proc'):
-        if p.isdigit():
-            try:
-                c = open('/proc/%s/cmdline' % p, 'rb').read()
-            except OSError:
-                continue
-            if b'/proc/self/fd/' in c and hook in c:
-                return True
-    return False
-t0 = time.time()
-while not hook_running():
-    if time.time() - t0 > 20:
-        sys.exit("no hook seen")
-if late:
-    watch()
-os.set_blocking(fd, False)
-try:
-    while os.read(fd, 4096):
-        pass
-except BlockingIOError:
-    pass
-os.set_blocking(fd, True)
-t0 = time.time()
-while time.time() - t0 < 5:
-    if not select.select([fd], [], [], 0.1)[0]:
-        continue
-    buf, i, hit = os.read(fd, 4096), 0, False
-    while i < len(buf):
-        _, _, _, n = struct.unpack_from('iIII', buf, i)
-        hit |= buf[i + 16:i + 16 + n].rstrip(b'\0') == name
-        i += 16 + n
-    if hit:
-        if skip == 0:
-            break
-        skip -= 1
-os.rename(src, target)
-"#;
 
 /// A repository whose pre-commit refuses staged MARKER (and the above),
 /// with a bare remote `origin` inside the workspace.

@@ -376,24 +376,9 @@ impl Drop for Broker {
     }
 }
 
-fn root() -> bool {
-    let ok = nix::unistd::geteuid().is_root();
-    if !ok {
-        assert!(!ci(), "missing prerequisite under CI: root");
-        eprintln!("skipping: the broker test needs root");
-    }
-    ok
-}
-
-#[test]
-fn through_a_real_broker_the_client_is_git() {
-    use std::os::unix::process::CommandExt as _;
-    let Some(client) = client() else { return };
-    if !root() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+/// A broker in `dir`, as the image lays it out (the real git execute-only
+/// in a 0700 directory), listening; its socket.
+fn real_broker(dir: &Path) -> (Broker, PathBuf) {
     let libexec = dir.join("libexec");
     std::fs::create_dir(&libexec).unwrap();
     std::fs::set_permissions(&libexec, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -401,7 +386,7 @@ fn through_a_real_broker_the_client_is_git() {
     std::fs::copy("/usr/bin/git", &real).unwrap();
     std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o711)).unwrap();
     let sock = dir.join("s.sock");
-    let _broker = Broker(
+    let broker = Broker(
         Command::new(GUARD)
             .args(["serve", "--socket"])
             .arg(&sock)
@@ -420,6 +405,28 @@ fn through_a_real_broker_the_client_is_git() {
         assert!(start.elapsed() < Duration::from_secs(10), "no broker");
         std::thread::sleep(Duration::from_millis(10));
     }
+    (broker, sock)
+}
+
+fn root() -> bool {
+    let ok = nix::unistd::geteuid().is_root();
+    if !ok {
+        assert!(!ci(), "missing prerequisite under CI: root");
+        eprintln!("skipping: the broker test needs root");
+    }
+    ok
+}
+
+#[test]
+fn through_a_real_broker_the_client_is_git() {
+    use std::os::unix::process::CommandExt as _;
+    let Some(client) = client() else { return };
+    if !root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (_broker, sock) = real_broker(dir);
     let repo = dir.join("repo");
     std::fs::create_dir(&repo).unwrap();
     let cmd = |prog: &Path, cwd: &Path, args: &[&str]| {
@@ -1282,31 +1289,7 @@ fn through_a_real_broker_a_hand_written_merge_head_is_refused() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let libexec = dir.join("libexec");
-    std::fs::create_dir(&libexec).unwrap();
-    std::fs::set_permissions(&libexec, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let real = libexec.join("git");
-    std::fs::copy("/usr/bin/git", &real).unwrap();
-    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o711)).unwrap();
-    let sock = dir.join("s.sock");
-    let _broker = Broker(
-        Command::new(GUARD)
-            .args(["serve", "--socket"])
-            .arg(&sock)
-            .arg("--git")
-            .arg(&real)
-            .args(["--group", "2575"])
-            .env_clear()
-            .env("SBX_AUDIT_LOG", dir.join("audit.jsonl"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let start = Instant::now();
-    while UnixStream::connect(&sock).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10), "no broker");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let (_broker, sock) = real_broker(dir);
     let repo = dir.join("repo");
     std::fs::create_dir(&repo).unwrap();
     let git = |args: &[&str]| {

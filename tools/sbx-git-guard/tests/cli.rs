@@ -148,6 +148,18 @@ impl Lab {
         self.real(name, &["commit", "-qm", "one"]);
     }
 
+    /// `git ARGS` through the guard in `repo`: refused as bringing in a
+    /// stash commit, with main left at `main`.
+    fn refused_as_stash(&self, repo: &str, args: &[&str], main: &str, what: &str) {
+        let out = self.git(repo, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("a stash commit"),
+            "{what}: {err}"
+        );
+        assert_eq!(self.head(repo, "main"), main, "{what}: main moved");
+    }
+
     fn audit(&self) -> String {
         std::fs::read_to_string(self.path("audit.jsonl")).unwrap_or_default()
     }
@@ -2813,13 +2825,8 @@ fn a_commit_with_a_stash_bases_tree_is_no_copy_of_the_stash() {
         assert_ne!(lab.head("r", "main"), two, "no revert");
         let reverted = lab.head("r", "main");
         for stash in ["stash@{0}", "stash@{0}^2"] {
-            let out = lab.git("r", &["reset", "-q", "--hard", stash]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success() && err.contains("a stash commit"),
-                "reset to {stash}: {err}"
-            );
-            assert_eq!(lab.head("r", "main"), reverted, "reset to {stash}");
+            let what = format!("reset to {stash}");
+            lab.refused_as_stash("r", &["reset", "-q", "--hard", stash], &reverted, &what);
         }
     });
 }
@@ -2857,13 +2864,8 @@ fn a_hidden_submodule_change_in_a_stash_does_not_reach_a_branch() {
                 .status
                 .success()
         );
-        let out = lab.git("r", &["cherry-pick", "-m", "1", "stash@{0}"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && err.contains("a stash commit"),
-            "cherry-pick -m 1 stash@{{0}}: {err}"
-        );
-        assert_eq!(lab.head("r", "main"), base, "main moved");
+        let pick = ["cherry-pick", "-m", "1", "stash@{0}"];
+        lab.refused_as_stash("r", &pick, &base, "cherry-pick -m 1 stash@{0}");
     });
 }
 
@@ -2886,17 +2888,8 @@ fn a_notes_root_commit_does_not_reach_a_branch_with_show_root_off() {
                     .success()
             );
             lab.real(&r, &["notes", "add", "-m", "}", "HEAD"]);
-            let out = lab.git(&r, &["cherry-pick", "refs/notes/commits"]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success() && err.contains("a stash commit"),
-                "log.showRoot={show_root}: cherry-pick of the notes root: {err}"
-            );
-            assert_eq!(
-                lab.head(&r, "main"),
-                one,
-                "log.showRoot={show_root}: main moved"
-            );
+            let what = format!("log.showRoot={show_root}: cherry-pick of the notes root");
+            lab.refused_as_stash(&r, &["cherry-pick", "refs/notes/commits"], &one, &what);
         }
     });
 }
@@ -2928,17 +2921,9 @@ fn log_diff_merges_does_not_hide_a_stash_from_the_check() {
                     .status
                     .success()
             );
-            let out = lab.git(&r, &["cherry-pick", "-m", "1", "stash@{0}"]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success() && err.contains("a stash commit"),
-                "log.diffMerges={mode}: cherry-pick -m 1 stash@{{0}}: {err}"
-            );
-            assert_eq!(
-                lab.head(&r, "main"),
-                one,
-                "log.diffMerges={mode}: main moved"
-            );
+            let pick = ["cherry-pick", "-m", "1", "stash@{0}"];
+            let what = format!("log.diffMerges={mode}: cherry-pick -m 1 stash@{{0}}");
+            lab.refused_as_stash(&r, &pick, &one, &what);
         }
     });
 }
@@ -3012,13 +2997,9 @@ fn a_stash_change_with_no_blob_does_not_reach_a_moved_branch() {
             lab.real(&r, &["add", "c"]);
             lab.real(&r, &["commit", "-qm", "moved"]);
             let moved = lab.head(&r, "HEAD");
-            let out = lab.git(&r, &["cherry-pick", "-m", "1", "stash@{0}"]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success() && err.contains("a stash commit"),
-                "{case}: cherry-pick -m 1 stash@{{0}}: {err}"
-            );
-            assert_eq!(lab.head(&r, "main"), moved, "{case}: main moved");
+            let pick = ["cherry-pick", "-m", "1", "stash@{0}"];
+            let what = format!("{case}: cherry-pick -m 1 stash@{{0}}");
+            lab.refused_as_stash(&r, &pick, &moved, &what);
             // The change committed on a branch, then rebased: no copy.
             lab.real(&r, &["reset", "-q", "--hard"]);
             lab.real(&r, &["checkout", "-q", "-b", "feat", &base]);

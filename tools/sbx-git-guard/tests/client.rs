@@ -816,6 +816,23 @@ fn check_inputs() -> Vec<(&'static str, &'static str, Vec<u8>, bool)> {
         .collect()
 }
 
+/// A copy of the client in `dir/alone` beside a stand-in guard that keeps
+/// its stdin in `dir/guard-input` and exits 3: the directory, the file.
+fn stand_in_guard(dir: &Path, client: &Path) -> (PathBuf, PathBuf) {
+    let alone = dir.join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(client, alone.join("sbx-git-client")).unwrap();
+    let kept = dir.join("guard-input");
+    let guard = alone.join("sbx-git-guard");
+    std::fs::write(
+        &guard,
+        format!("#!/bin/sh\ncat > {}\nexit 3\n", kept.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&guard, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (alone, kept)
+}
+
 /// `prog` run as a hook step (argv[0] `link`) with `input` on stdin.
 fn run_step(link: &Path, arg: &str, input: &[u8], env: &[(&str, PathBuf)], cwd: &Path) -> Output {
     let mut child = Command::new(link)
@@ -932,20 +949,7 @@ fn a_checking_step_answers_only_inputs_its_check_passes_unasked() {
     }
     assert!(answered >= 6, "the table has inputs the client answers");
     // Beside a stand-in guard that keeps its stdin: which inputs start it.
-    let alone = dir.join("alone");
-    std::fs::create_dir(&alone).unwrap();
-    std::fs::copy(&client, alone.join("sbx-git-client")).unwrap();
-    let kept = dir.join("guard-input");
-    std::fs::write(
-        alone.join("sbx-git-guard"),
-        format!("#!/bin/sh\ncat > {}\nexit 3\n", kept.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        alone.join("sbx-git-guard"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    let (alone, kept) = stand_in_guard(dir, &client);
     let env = broker_env(&absent);
     for (step, arg, input, safe) in check_inputs() {
         let what = format!("{step} {arg} {:?}", String::from_utf8_lossy(&input));
@@ -1144,20 +1148,7 @@ fn a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip() {
         l
     };
     // Beside a stand-in guard that records it ran.
-    let alone = dir.join("alone");
-    std::fs::create_dir(&alone).unwrap();
-    std::fs::copy(&client, alone.join("sbx-git-client")).unwrap();
-    let kept = dir.join("guard-input");
-    std::fs::write(
-        alone.join("sbx-git-guard"),
-        format!("#!/bin/sh\ncat > {}\nexit 3\n", kept.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        alone.join("sbx-git-guard"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    let (alone, kept) = stand_in_guard(dir, &client);
     let step = |input: &str, env: &[(&str, PathBuf)], cwd: &Path| {
         let _ = std::fs::remove_file(&kept);
         let o = run_step(

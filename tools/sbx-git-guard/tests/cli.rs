@@ -2572,6 +2572,12 @@ fn a_repository_swapped_after_the_guards_look_changes_nothing() {
             if round >= 60 && !ids.is_empty() {
                 break;
             }
+            // git takes `$GIT_DIR/index.lock` and removes it by path: with
+            // the link flipped in between, the lock stays in the other
+            // repository, and every later `stash create` there fails on it.
+            for d in [&real_dir, &decoy] {
+                let _ = std::fs::remove_file(d.join("index.lock"));
+            }
             let _ = lab.git_env("r", &["x", "-s"], &[("GIT_DIR", l)]);
             let _ = lab.git_env("r", &["y"], &[("GIT_DIR", l)]);
             let out = lab.git_env("r", &["stash", "create"], &[("GIT_DIR", l)]);

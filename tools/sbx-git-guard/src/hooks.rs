@@ -542,13 +542,10 @@ fn stash_commits(real: &Git) -> StashSets {
                 if let Some(t) = tree.take() {
                     set.trees.push(t.to_vec());
                 }
-            }
-            if let Some(b) = raw_new_blob(line) {
-                set.blobs.push(b.to_vec());
-                continue;
-            }
-            if line.starts_with(b":") {
-                set.changes.push(line.to_vec());
+                match raw_new_blob(line) {
+                    Some(b) => set.blobs.push(b.to_vec()),
+                    None => set.changes.push(line.to_vec()),
+                }
                 continue;
             }
             let w: Vec<&[u8]> = line.split(|b| *b == b' ').collect();

@@ -85,7 +85,9 @@ BASHOPTS, PS4, CDPATH, IFS, exported bash functions, LD_*, NODE_OPTIONS,
 PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
 GIT_REPLACE_REF_BASE, GIT_PAGER_IN_USE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers'
 kill switches removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
-GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
+GIT_GRAFT_FILE at a path that cannot exist), and so is the commit-graph
+(every call gets -c core.commitGraph=false, which git exports to its hooks:
+a graph the agent wrote named other parents and trees); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
 --src-prefix=a/ --dst-prefix=b/ first among their options (and
 -c diff.renames=true, and -c core.bigFileThreshold=512m, for diff-index/-files/-tree too), so

@@ -57,14 +57,44 @@ if os.path.exists(p):
 open(p, "wb").write(data + hashlib.sha1(data).digest())
 "#;
 
+/// `python3 .ct.py INDEX TREE` makes INDEX's cache-tree say its root is
+/// TREE (valid, one node, every entry), checksum recomputed.
+const CACHE_TREE: &str = r#"import hashlib, struct, sys
+# cachetree.py INDEX TREE: the index's cache-tree root says TREE, valid
+p, tree = sys.argv[1], sys.argv[2]
+b = open(p, "rb").read()[:-20]
+sig, ver, n = struct.unpack(">4sII", b[:12])
+assert sig == b"DIRC" and ver in (2, 3)
+off = 12
+for _ in range(n):
+    flags = struct.unpack(">H", b[off + 60:off + 62])[0]
+    ext = 2 if ver == 3 and flags & 0x4000 else 0
+    name_end = b.index(b"\0", off + 62 + ext)
+    length = name_end - off
+    off += (length + 8) & ~7
+exts = b[off:]
+out = b""
+i = 0
+root = b"\0%d 0\n" % n + bytes.fromhex(tree)
+found = False
+while i < len(exts):
+    s, size = exts[i:i + 4], struct.unpack(">I", exts[i + 4:i + 8])[0]
+    if s != b"TREE":
+        out += exts[i:i + 8 + size]
+    i += 8 + size
+out = b[:off] + b"TREE" + struct.pack(">I", len(root)) + root + out
+open(p, "wb").write(out + hashlib.sha1(out).digest())
+"#;
+
 fn repo() -> Repo {
     let repo = attack_repo(
         "gattack8",
         &["-qm", "one"],
-        &["/.forge.py"],
+        &["/.forge.py", "/.ct.py"],
         &[("pre-commit", REFUSE_MARKER_HEAD)],
     );
     std::fs::write(repo.path.join(".forge.py"), FORGE).unwrap();
+    std::fs::write(repo.path.join(".ct.py"), CACHE_TREE).unwrap();
     repo.give_to_agent();
     repo
 }
@@ -135,4 +165,55 @@ fn a_forged_commit_graph_does_not_make_a_rewind_a_fast_forward() {
          git -C remote.git -c core.commitGraph=false merge-base --is-ancestor $(cat /tmp/o) main && echo KEPT",
     );
     assert!(o.contains("KEPT"), "the remote's main rewound: {o}");
+}
+
+/// git commits the tree ids the index's cache-tree (its `TREE`
+/// extension) marks valid, not its entries, and the index is the
+/// agent's file: one whose cache-tree named a tree holding MARKER, its
+/// entries holding none, passed pre-commit (its `git diff --cached`
+/// compares the entries) and MARKER was committed. The broker's private
+/// copy of the index no longer has a cache-tree; git builds the tree from
+/// the entries the hook saw.
+#[test]
+fn a_cache_tree_written_by_hand_is_not_what_git_commits() {
+    let Some(sb) = Sandbox::start() else { return };
+    let o = sb.agent(
+        "echo MARKER > a && git add a && t=$(git write-tree) && git reset -q && \
+         echo fine > b && git add b && python3 .ct.py .git/index $t && git commit -qm x; \
+         git grep -q MARKER main -- && echo LANDED; git log -1 --stat --format=%s main",
+    );
+    assert!(
+        !o.contains("LANDED"),
+        "MARKER committed past pre-commit: {o}"
+    );
+    // What the hook saw is what was committed.
+    assert!(o.contains(" b | 1 +"), "control: {o}");
+}
+
+/// Still open (a limit, README "Limits" 1): git does not check a blob's
+/// hash when it reads one, and the object store is the agent's. Staged
+/// MARKER's loose object rewritten to hold `ok` (the work tree file made
+/// to differ, so git's diff does not read the file instead) made the
+/// hook's `git diff --cached` and `git grep --cached` read `ok`; git
+/// commits the blob by its id, and the object put back afterwards holds
+/// MARKER again. A fix needs the hooks to read objects the agent cannot
+/// write while they run (a private object directory whose pack git
+/// searches first): not done. The boundary check reads the restored
+/// object and refuses the commit; a remote receiving the swapped content
+/// rejects it (its hash differs).
+#[test]
+#[ignore = "open: a blob swapped under its own id during pre-commit"]
+fn a_blob_swapped_under_its_id_is_not_what_pre_commit_reads() {
+    let Some(sb) = Sandbox::start() else { return };
+    let o = sb.agent(
+        "echo MARKER > a && git add a && m=$(git rev-parse :a) && f=.git/objects/${m%${m#??}}/${m#??} && \
+         cp $f /tmp/good && python3 -c \"import sys, zlib; b = b'ok\\n'; \
+         open(sys.argv[1], 'wb').write(zlib.compress(b'blob %d\\0' % len(b) + b))\" $f.new && mv -f $f.new $f && \
+         echo other > a && git commit -qm x; \
+         cp /tmp/good $f.new && mv -f $f.new $f; git grep -q MARKER main -- && echo LANDED",
+    );
+    assert!(
+        !o.contains("LANDED"),
+        "MARKER committed past pre-commit: {o}"
+    );
 }

@@ -258,8 +258,9 @@ fn strip_tree(data: &[u8], hash: usize) -> Option<Vec<u8>> {
 /// A file's inode and change time: git replaces an index it writes (a new
 /// inode), and any write, chmod or touch in place moves the ctime, which
 /// nobody can set. A copy still so marked when git ends is the index as it
-/// was, so the index is left as it is (git 2.39 writes none for most
-/// commits): no copy back, no rename.
+/// was, so the index is left as it is: no copy back, no rename. (git 2.39
+/// writes none for a commit whose index has a whole cache-tree; the copy
+/// has none since round eight, so git writes one, from the entries.)
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Untouched([u64; 4]);
 

@@ -196,7 +196,9 @@ fn a_cache_tree_written_by_hand_is_not_what_git_commits() {
 /// to differ, so git's diff does not read the file instead) made the
 /// hook's `git diff --cached` and `git grep --cached` read `ok`; git
 /// commits the blob by its id, and the object put back afterwards holds
-/// MARKER again. A fix needs the hooks to read objects the agent cannot
+/// MARKER again (a pack whose index names other content by the blob's
+/// id does the same, set up before the commit, no race). A fix needs
+/// the hooks to read objects the agent cannot
 /// write while they run (a private object directory whose pack git
 /// searches first): not done. The boundary check reads the restored
 /// object and refuses the commit; a remote receiving the swapped content

@@ -120,9 +120,9 @@ environment.
 
 Limits: the guard is one of three layers. (1) The guard refuses what it can
 see on git's command line and in git's own ref updates; it cannot see an
-agent that writes objects and refs with its own code (a staged blob's
-object rewritten under its own id while pre-commit runs: git checks no
-blob's hash on reading it), a hook that calls a
+agent that writes objects and refs with its own code (other content
+stored under a staged blob's id, as a loose object or in a pack, while
+pre-commit runs: git checks no blob's hash on reading it), a hook that calls a
 script the agent can edit, or attributes (`* -diff` in .gitattributes or
 .git/info/attributes) that make a hook's `git diff --cached` print `Binary
 files differ` (hooks: use --text, or --name-only and read the files), or

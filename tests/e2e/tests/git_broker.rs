@@ -149,7 +149,7 @@ fn the_real_git_is_reachable_only_through_the_broker() {
     // other processes (not dumpable: the binary is unreadable).
     let o = agent(
         "sleep 3 | git hash-object --stdin >/dev/null & sleep 0.5; \
-         p=$(pgrep -u 1000 -f '^git -c core.hooksPath=.* hash-object' | head -1); \
+         p=$(pgrep -u 1000 -f '^git -c .*core.hooksPath=.* hash-object' | head -1); \
          test -n \"$p\" || { echo no-git-process; exit 9; }; \
          if cat /proc/$p/exe > /tmp/g3 2>/dev/null; then echo exe-readable; fi; \
          if ls /proc/$p/fd >/dev/null 2>&1; then echo fd-listable; fi; \
@@ -162,7 +162,7 @@ fn the_real_git_is_reachable_only_through_the_broker() {
     // would end git's input first.)
     let o = agent(
         "sleep 5 | timeout --foreground --preserve-status -s INT 0.5 git hash-object --stdin; \
-         echo \"rc=$?\"; sleep 0.3; pgrep -u 1000 -f '^git -c core.hooksPath' || echo gone",
+         echo \"rc=$?\"; sleep 0.3; pgrep -u 1000 -f '^git -c .*core.hooksPath' || echo gone",
     );
     assert_eq!(head(&o), "rc=130\ngone", "{}", text(&o));
 

@@ -369,7 +369,11 @@ pub(crate) fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Chi
     if let Some(d) = dir {
         c.arg("--bare").env("GIT_DIR", d);
     }
-    c.args(args)
+    // What the objects say, not a commit-graph the agent may have written
+    // (the guard pins this for every git call; here for the real git run
+    // directly, outside a sandbox).
+    c.args(["-c", "core.commitGraph=false"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

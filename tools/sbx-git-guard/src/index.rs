@@ -156,15 +156,24 @@ fn private_name(root: &Path) -> std::io::Result<PathBuf> {
 /// with `from`'s mode and times, by fd: git takes an entry changed in the
 /// index file's own second as racily clean and checks its content, so the
 /// copy keeps the index's mtime. Returns the copy's [`Untouched`] mark.
+/// Its cache-tree is dropped ([`without_cache_tree`]).
 fn copy_as_is(from: &Path, to: &Path) -> std::io::Result<Untouched> {
     let mut src = std::fs::File::open(from)?;
     let m = src.metadata()?;
+    let mut data = Vec::with_capacity(m.len() as usize);
+    src.read_to_end(&mut data)?;
+    let data = without_cache_tree(&data).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not an index file git writes",
+        )
+    })?;
     let mut dst = std::fs::File::options()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(to)?;
-    std::io::copy(&mut src, &mut dst)?;
+    dst.write_all(&data)?;
     dst.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
     dst.set_times(
         std::fs::FileTimes::new()
@@ -174,11 +183,84 @@ fn copy_as_is(from: &Path, to: &Path) -> std::io::Result<Untouched> {
     Ok(Untouched::of(&dst.metadata()?))
 }
 
+/// The index file `data` without its cache-tree (`TREE`) and the offset
+/// tables that would then be stale (`EOIE`, `IEOT`), ending in a zero
+/// checksum (git skips checking one, as for `index.skipHash`). git
+/// commits the cache-tree's tree ids for the directories it marks valid
+/// rather than the entries: an index written by hand whose cache-tree
+/// named a tree holding MARKER, entries holding none, passed pre-commit
+/// (its `git diff --cached` compares the entries) and committed MARKER
+/// (round eight). Without one, git builds the tree from the entries.
+/// None: not an index this reads (versions 2 to 4, SHA-1 or SHA-256).
+pub fn without_cache_tree(data: &[u8]) -> Option<Vec<u8>> {
+    [20, 32].into_iter().find_map(|h| strip_tree(data, h))
+}
+
+fn strip_tree(data: &[u8], hash: usize) -> Option<Vec<u8>> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+    };
+    if data.get(..4)? != b"DIRC" {
+        return None;
+    }
+    let version = u32_at(4)?;
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let entries = u32_at(8)?;
+    let mut at = 12usize;
+    for _ in 0..entries {
+        let start = at;
+        let flags = u16::from_be_bytes(data.get(at + 40 + hash..at + 42 + hash)?.try_into().ok()?);
+        at += 42 + hash;
+        if flags & 0x4000 != 0 {
+            if version < 3 {
+                return None;
+            }
+            at += 2;
+        }
+        if version == 4 {
+            // The part of the previous path to drop, a varint.
+            while *data.get(at)? & 0x80 != 0 {
+                at += 1;
+            }
+            at += 1;
+        }
+        at += data.get(at..)?.iter().position(|&b| b == 0)? + 1;
+        if version < 4 {
+            // NUL padding to a multiple of eight from the entry's start.
+            at = start + (at - start).div_ceil(8) * 8;
+        }
+        if at > data.len() {
+            return None;
+        }
+    }
+    let end = data.len().checked_sub(hash)?;
+    let mut out = data.get(..at)?.to_vec();
+    while at < end {
+        let sig = data.get(at..at + 4)?;
+        let len = 8 + u32_at(at + 4)? as usize;
+        if len > end - at {
+            return None;
+        }
+        let ext = &data[at..at + len];
+        if !matches!(sig, b"TREE" | b"EOIE" | b"IEOT") {
+            out.extend_from_slice(ext);
+        }
+        at += len;
+    }
+    (at == end).then(|| {
+        out.resize(out.len() + hash, 0);
+        out
+    })
+}
+
 /// A file's inode and change time: git replaces an index it writes (a new
 /// inode), and any write, chmod or touch in place moves the ctime, which
 /// nobody can set. A copy still so marked when git ends is the index as it
-/// was, so the index is left as it is (git 2.39 writes none for most
-/// commits): no copy back, no rename.
+/// was, so the index is left as it is: no copy back, no rename. (git 2.39
+/// writes none for a commit whose index has a whole cache-tree; the copy
+/// has none since round eight, so git writes one, from the entries.)
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Untouched([u64; 4]);
 
@@ -483,5 +565,78 @@ mod tests {
         assert_eq!(partial_commit("pre-commit", &e), None, "not private");
         let e = env(&[(super::PRIVATE_VAR, d), ("GIT_INDEX_FILE", "/x")]);
         assert_eq!(partial_commit("commit-msg", &e), None);
+    }
+
+    /// The copy git reads is the index without its cache-tree, entries
+    /// and other extensions kept, for each index version and hash git
+    /// writes: git reads it, lists the same entries and builds the same
+    /// tree from them.
+    #[test]
+    fn the_private_copy_drops_only_the_cache_tree() {
+        let run = |dir: &std::path::Path, index: &std::path::Path, args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_INDEX_FILE", index)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("HOME", dir)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            o.stdout
+        };
+        for (format, version) in [
+            ("sha1", "2"),
+            ("sha1", "3"),
+            ("sha1", "4"),
+            ("sha256", "2"),
+            ("sha256", "4"),
+        ] {
+            let d = tempfile::tempdir().unwrap();
+            let dir = d.path();
+            let index = dir.join(".git/index");
+            run(
+                dir,
+                &index,
+                &["init", "-q", &format!("--object-format={format}")],
+            );
+            std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+            for f in ["a", "sub/b", "sub/deeper/c", "sub/deeper/long-name-to-pad"] {
+                std::fs::write(dir.join(f), f).unwrap();
+            }
+            run(dir, &index, &["add", "."]);
+            if version == "3" {
+                std::fs::write(dir.join("ita"), "x").unwrap();
+                run(dir, &index, &["add", "-N", "ita"]);
+            }
+            run(dir, &index, &["update-index", "--index-version", version]);
+            let tree = run(dir, &index, &["write-tree"]);
+            let data = std::fs::read(&index).unwrap();
+            assert!(
+                data.windows(4).any(|w| w == b"TREE"),
+                "{format} v{version}: a cache-tree"
+            );
+            let stripped =
+                super::without_cache_tree(&data).unwrap_or_else(|| panic!("{format} v{version}"));
+            assert!(
+                !stripped.windows(4).any(|w| w == b"TREE"),
+                "{format} v{version}"
+            );
+            let copy = dir.join("copy");
+            std::fs::write(&copy, &stripped).unwrap();
+            let list = |i: &std::path::Path| run(dir, i, &["ls-files", "-s", "--debug"]);
+            assert_eq!(list(&copy), list(&index), "{format} v{version}");
+            assert_eq!(
+                run(dir, &copy, &["write-tree"]),
+                tree,
+                "{format} v{version}"
+            );
+        }
+        assert!(super::without_cache_tree(b"DIRC").is_none());
+        assert!(super::without_cache_tree(b"").is_none());
     }
 }

@@ -85,7 +85,9 @@ BASHOPTS, PS4, CDPATH, IFS, exported bash functions, LD_*, NODE_OPTIONS,
 PYTHONPATH, PERL5LIB/PERL5OPT, RUBYOPT, GIT_EXTERNAL_DIFF,
 GIT_REPLACE_REF_BASE, GIT_PAGER_IN_USE, GIT_TEST_*, GIT_*_PATHSPECS and the hook managers'
 kill switches removed; replace refs and info/grafts off (GIT_NO_REPLACE_OBJECTS=1,
-GIT_GRAFT_FILE at a path that cannot exist); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
+GIT_GRAFT_FILE at a path that cannot exist), and so is the commit-graph
+(every call gets -c core.commitGraph=false, which git exports to its hooks:
+a graph the agent wrote named other parents and trees); /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin first
 on PATH. diff, log, show and whatchanged get --no-ext-diff --color=auto
 --src-prefix=a/ --dst-prefix=b/ first among their options (and
 -c diff.renames=true, and -c core.bigFileThreshold=512m, for diff-index/-files/-tree too), so
@@ -118,7 +120,9 @@ environment.
 
 Limits: the guard is one of three layers. (1) The guard refuses what it can
 see on git's command line and in git's own ref updates; it cannot see an
-agent that writes objects and refs with its own code, a hook that calls a
+agent that writes objects and refs with its own code (other content
+stored under a staged blob's id, as a loose object or in a pack, while
+pre-commit runs: git checks no blob's hash on reading it), a hook that calls a
 script the agent can edit, or attributes (`* -diff` in .gitattributes or
 .git/info/attributes) that make a hook's `git diff --cached` print `Binary
 files differ` (hooks: use --text, or --name-only and read the files), or

@@ -1728,6 +1728,12 @@ pub fn decide(
         // staged file "Binary files differ", to plumbing as well.
         pin_config(&mut out, words.len(), "core.bigFileThreshold=512m");
     }
+    // A commit-graph is a cache git trusts over the objects, and the agent
+    // can write one: it gave HEAD another tree (a hook's `git diff-index
+    // --cached HEAD` printed nothing) and a rewound branch a parent that
+    // made it a fast-forward to the pre-push check (round eight). git
+    // exports `-c` to its hooks, so their own git reads the objects too.
+    pin_config(&mut out, words.len(), "core.commitGraph=false");
     if last == "commit" && !help {
         // First, so a `-v` on the command line (refused) would win, but a
         // stored commit.verbose, which the guard does not read, does not.

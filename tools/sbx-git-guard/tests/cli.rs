@@ -747,7 +747,10 @@ fn check_explains_without_running() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with("allow: git -c 'core.hooksPath="), "{text}");
+    assert!(
+        text.starts_with("allow: git -c 'core.commitGraph=false' -c 'core.hooksPath="),
+        "{text}"
+    );
     assert!(lab.audit().is_empty(), "check is a query, not a decision");
     let out = lab
         .cmd(OsStr::new(GUARD), "r")

@@ -72,19 +72,32 @@ pub struct Verdict {
     pub output: Option<String>,
 }
 
-/// git with the caller's repository variables removed, so `-C` decides.
+/// A path that cannot exist: git skips a graft or shallow file it
+/// cannot open, silently.
+const NO_FILE: &str = "/proc/self/sbx-no-such-file";
+
+/// git with the caller's repository variables removed, so `-C` decides,
+/// reading history from the objects alone (for the hooks it runs too):
+/// replace refs, `info/grafts`, `shallow` and the commit-graph are files
+/// in the repository that the sandbox writes, and each made a commit that
+/// skipped the hooks read as a root (checked with nothing staged) or hid
+/// the commits beneath it from the list (round eight).
 fn git(dir: &Path) -> Command {
     let mut c = Command::new("git");
-    c.arg("-C").arg(dir);
+    c.arg("-C").arg(dir).args(["-c", "core.commitGraph=false"]);
     for v in [
         "GIT_DIR",
         "GIT_WORK_TREE",
         "GIT_INDEX_FILE",
         "GIT_COMMON_DIR",
         "GIT_OBJECT_DIRECTORY",
+        "GIT_REPLACE_REF_BASE",
     ] {
         c.env_remove(v);
     }
+    c.env("GIT_NO_REPLACE_OBJECTS", "1")
+        .env("GIT_GRAFT_FILE", NO_FILE)
+        .env("GIT_SHALLOW_FILE", NO_FILE);
     c
 }
 

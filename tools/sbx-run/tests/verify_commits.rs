@@ -160,3 +160,74 @@ fn commits_that_skipped_the_hooks_are_found() {
     assert_eq!(o.status.code(), Some(64), "{}", text(&o));
     assert!(text(&o).contains("--since"), "{}", text(&o));
 }
+
+/// The sandbox writes the repository's files, and history read through
+/// them is not the objects': a `.git/shallow` line, a replace ref (`git
+/// replace --graft`) or an `info/grafts` line naming the commit that
+/// skipped pre-commit made it a root, checked at itself with nothing
+/// staged, and every commit passed (round eight). The check now reads the
+/// objects alone.
+#[test]
+fn history_rewritten_by_repository_files_hides_no_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let remote = tmp.path().join("remote.git");
+    let repo = tmp.path().join("repo");
+    let r = remote.to_str().unwrap();
+    git(tmp.path(), &["init", "-q", "--bare", "-b", "main", r]);
+    git(
+        tmp.path(),
+        &["init", "-q", "-b", "main", repo.to_str().unwrap()],
+    );
+    std::fs::write(repo.join("a"), "a\n").unwrap();
+    git(&repo, &["add", "a"]);
+    git(&repo, &["commit", "-qm", "base"]);
+    git(&repo, &["remote", "add", "origin", r]);
+    git(&repo, &["push", "-q", "-u", "origin", "main"]);
+    hook(
+        &repo,
+        "pre-commit",
+        "#!/bin/sh\nif git diff --cached --name-only | grep -qx bad; then echo 'lint: bad file staged' >&2; exit 3; fi\n",
+    );
+    std::fs::write(repo.join("bad"), "b\n").unwrap();
+    git(&repo, &["add", "bad"]);
+    git(&repo, &["commit", "-q", "--no-verify", "-m", "sneak"]);
+    let bad = git(&repo, &["rev-parse", "HEAD"]);
+    let found = |how: &str| {
+        let o = verify(&repo, &[]);
+        assert_eq!(o.status.code(), Some(1), "{how}: {}", text(&o));
+        assert!(
+            text(&o).contains(&format!("FAIL {} sneak: pre-commit exited 3", &bad[..12])),
+            "{how}: {}",
+            text(&o)
+        );
+    };
+    found("control");
+    std::fs::write(repo.join(".git/shallow"), format!("{bad}\n")).unwrap();
+    found("shallow");
+    std::fs::remove_file(repo.join(".git/shallow")).unwrap();
+    git(&repo, &["replace", "--graft", &bad]);
+    found("replace --graft");
+    git(&repo, &["replace", "-d", &bad]);
+    std::fs::write(repo.join(".git/info/grafts"), format!("{bad}\n")).unwrap();
+    found("info/grafts");
+    // Control: a real shallow clone (its parents missing) still checks.
+    let shallow = tmp.path().join("shallow");
+    let url = format!("file://{}", repo.display());
+    git(
+        tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            &url,
+            shallow.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(shallow.join("g"), "g\n").unwrap();
+    git(&shallow, &["add", "g"]);
+    git(&shallow, &["commit", "-qm", "good"]);
+    assert!(shallow.join(".git/shallow").exists());
+    let o = verify(&shallow, &[]);
+    assert_eq!(o.status.code(), Some(0), "shallow clone: {}", text(&o));
+}

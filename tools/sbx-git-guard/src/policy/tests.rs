@@ -622,24 +622,38 @@ fn hooks_are_pinned_as_the_last_global_option() {
     let a = env
         .decide(&["-C", "sub", "-c", "a.b=c", "commit", "-m", "x"])
         .unwrap();
-    let want: Vec<OsString> = ["-C", "sub", "-c", "a.b=c", "-c", "core.commentChar=#", "-c"]
-        .iter()
-        .map(OsString::from)
-        .chain([OsString::from(format!(
-            "core.hooksPath={}",
-            hooks.display()
-        ))])
-        .chain(
-            ["commit", "--no-verbose", "-m", "x"]
-                .iter()
-                .map(OsString::from),
-        )
-        .collect();
+    let want: Vec<OsString> = [
+        "-C",
+        "sub",
+        "-c",
+        "a.b=c",
+        "-c",
+        "core.commentChar=#",
+        "-c",
+        "core.commitGraph=false",
+        "-c",
+    ]
+    .iter()
+    .map(OsString::from)
+    .chain([OsString::from(format!(
+        "core.hooksPath={}",
+        hooks.display()
+    ))])
+    .chain(
+        ["commit", "--no-verbose", "-m", "x"]
+            .iter()
+            .map(OsString::from),
+    )
+    .collect();
     assert_eq!(a.args, want);
-    // Outside a repository there is nothing to pin.
+    // Outside a repository there are no hooks to pin; the commit-graph
+    // stays off (round eight).
     let out = tempfile::tempdir().unwrap();
     let a = env.decide_in(out.path(), &["init", "x"], &[]).unwrap();
-    assert_eq!(a.args, [OsString::from("init"), "x".into()]);
+    assert_eq!(
+        a.args,
+        ["-c", "core.commitGraph=false", "init", "x"].map(OsString::from)
+    );
 }
 
 #[test]
@@ -650,7 +664,7 @@ fn husky_repositories_pin_husky_and_allow_its_install() {
     std::fs::write(root.join(".husky/_/h"), "").unwrap();
     let a = env.decide(&["status"]).unwrap();
     assert_eq!(
-        a.args[1],
+        a.args[3],
         OsString::from(format!(
             "core.hooksPath={}",
             root.join(".husky/_").display()

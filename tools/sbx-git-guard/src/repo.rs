@@ -287,8 +287,17 @@ fn locate(
 
 fn read_local(common_dir: &Path) -> Result<Option<File>, ConfigError> {
     let path = common_dir.join("config");
-    if !path.exists() {
-        return Ok(None);
+    match std::fs::symlink_metadata(&path) {
+        Err(_) => return Ok(None),
+        Ok(m) if m.file_type().is_symlink() => {
+            if let Some(why) = per_process_path(&path) {
+                return Err(ConfigError(format!("{} {why}", path.display())));
+            }
+            if !path.exists() {
+                return Ok(None);
+            }
+        }
+        Ok(_) => {}
     }
     File::from_path_no_includes(path, Source::Local)
         .map(Some)
@@ -310,7 +319,11 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
     if !env.config_nosystem {
         push(PathBuf::from("/etc/gitconfig"), Source::System);
     }
-    let home = env.home.as_deref().map(PathBuf::from);
+    // git appends "/.gitconfig" to an empty HOME.
+    let home = env
+        .home
+        .as_deref()
+        .map(|h| PathBuf::from(if h.is_empty() { OsStr::new("/") } else { h }));
     let xdg = env
         .xdg_config_home
         .as_deref()
@@ -347,10 +360,123 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
         lossy: true,
         ignore_io_errors: false,
     };
+    for m in &metas {
+        if let Some(p) = m
+            .path
+            .as_deref()
+            .filter(|p| p != &Path::new("/etc/gitconfig"))
+        {
+            if let Some(why) = per_process_path(p) {
+                return Err(ConfigError(format!("{} {why}", p.display())));
+            }
+        }
+    }
     let mut buf = Vec::with_capacity(4096);
     let file = File::from_paths_metadata_buf(&mut metas.into_iter(), &mut buf, false, opts)
-        .map_err(|e| ConfigError(format!("{e:#}")))?;
-    Ok(file.unwrap_or_default())
+        .map_err(|e| ConfigError(format!("{e:#}")))?
+        .unwrap_or_default();
+    includes_as_git_reads_them(&file, home.as_deref())?;
+    Ok(file)
+}
+
+/// The includes of `file` (followed or not) are files git reads as this
+/// process reads them: git's section names know no case, and gix follows
+/// only `[include]` and `[includeIf "…"]` as spelt so (an `[INCLUDE]` or
+/// `[includeif "gitdir:…"]` naming a merge driver made `git cherry-pick`
+/// commit its output unseen, round eight); and an include's path may not
+/// lead through /proc or /dev (see [`per_process_path`]).
+fn includes_as_git_reads_them(file: &File, home: Option<&Path>) -> Result<(), ConfigError> {
+    for sec in file.sections() {
+        let name = sec.header().name();
+        let exact = name == "include" || name == "includeIf";
+        if !exact
+            && !name.eq_ignore_ascii_case(b"include")
+            && !name.eq_ignore_ascii_case(b"includeif")
+        {
+            continue;
+        }
+        let at = sec
+            .meta()
+            .path
+            .as_deref()
+            .map_or_else(|| "the command line".into(), |p| p.display().to_string());
+        if !exact {
+            return Err(ConfigError(format!(
+                "[{name}] in {at}: spell it [include] or [includeIf \"...\"], as the guard reads includes"
+            )));
+        }
+        for v in sec.values("path") {
+            let v = Path::new(OsStr::from_bytes(&v));
+            let p = match (v.strip_prefix("~"), home) {
+                (Ok(rest), Some(h)) if v.as_os_str().as_bytes().starts_with(b"~/") => h.join(rest),
+                _ => match sec.meta().path.as_deref().and_then(Path::parent) {
+                    Some(dir) if v.is_relative() && !v.starts_with("~") => dir.join(v),
+                    _ => v.to_owned(),
+                },
+            };
+            if let Some(why) = per_process_path(&p) {
+                return Err(ConfigError(format!(
+                    "include.path {} in {at} {why}",
+                    p.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why git could read the file at `p` as another one than this process
+/// does: a relative path (git reads configuration from the top of the
+/// work tree, the guard from the caller's directory: `HOME=.` in a
+/// subdirectory), or a way through /proc or /dev, literal or by a
+/// symlink (per-process views: `/proc/self/cwd` is each process's own
+/// directory). A path that does not exist (from some point on) is fine:
+/// git finds nothing there either.
+pub fn per_process_path(p: &Path) -> Option<&'static str> {
+    const VIEW: &str =
+        "leads through /proc or /dev, which git reads as its own process; use a plain path";
+    if !p.is_absolute() {
+        return Some(
+            "is a relative path, which git reads from the top of the work tree; use an absolute HOME and XDG_CONFIG_HOME",
+        );
+    }
+    let per_process = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    let mut todo: Vec<OsString> = p
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_owned())
+        .collect();
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match c.to_str() {
+            Some("/") => at = PathBuf::from("/"),
+            Some(".") => {}
+            Some("..") => {
+                at.pop();
+            }
+            _ => {
+                let next = at.join(&c);
+                if per_process(&next) {
+                    return Some(VIEW);
+                }
+                match std::fs::symlink_metadata(&next) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        links += 1;
+                        match std::fs::read_link(&next) {
+                            Ok(t) if links <= 40 => {
+                                todo.extend(t.components().rev().map(|c| c.as_os_str().to_owned()));
+                            }
+                            _ => return Some(VIEW),
+                        }
+                    }
+                    Ok(_) => at = next,
+                    Err(_) => return None,
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Command-line and environment configuration as a config file of its own,

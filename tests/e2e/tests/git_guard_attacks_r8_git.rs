@@ -8,12 +8,15 @@ use std::process::Output;
 
 use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
 
+/// commit-msg: writes the PATH it runs with to /tmp/hookpath.
+const HOOK_PATH: &str = "#!/bin/sh\necho \"$PATH\" > /tmp/hookpath\n";
+
 fn repo() -> Repo {
     let repo = attack_repo(
         "gattack8",
         &["-qsm", "one"],
         &[],
-        &[("pre-commit", REFUSE_MARKER)],
+        &[("pre-commit", REFUSE_MARKER), ("commit-msg", HOOK_PATH)],
     );
     repo.give_to_agent();
     repo
@@ -49,7 +52,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             cp /tmp/config.orig .git/config; rm -f .git/info/attributes; true",
+             cp /tmp/config.orig .git/config; rm -f .git/info/attributes ~/.config/git/config; true",
         );
     }
 }
@@ -84,6 +87,11 @@ fn configuration_git_reads_is_the_configuration_the_guard_reads() {
         "printf '[include]\\n\\tpath = ../lnk\\n' >> .git/config && cd sub && git cherry-pick side",
         "cd sub && HOME=. git cherry-pick side",
         "cd sub && XDG_CONFIG_HOME=. git cherry-pick side",
+        // The feature's own use: a global include for repositories whose
+        // remote matches, the remote in .git/config.
+        "mkdir -p ~/.config/git && \
+         printf '[includeIf \"hasconfig:remote.*.url:/workspace/**\"]\\n\\tpath = /tmp/ev.inc\\n' > ~/.config/git/config && \
+         git remote add origin /workspace/gattack8/remote.git && git cherry-pick side",
     ]
     .iter()
     .map(|a| format!("{SETUP} && {a}"))
@@ -107,6 +115,59 @@ fn configuration_git_reads_is_the_configuration_the_guard_reads() {
     ));
     assert!(
         o.status.success() && text(&o).lines().any(|l| l.trim().len() == 12),
+        "control: {}",
+        text(&o)
+    );
+}
+
+/// Programs git runs for an option, a command's own configuration, a
+/// variable or a name it looks up on PATH, which ran as git's child with
+/// git's group (which the broker trusts: a remote helper takes `push` only
+/// from git's processes, and so does the sandbox's stash record): a
+/// `remote-ext` URL, `instaweb --httpd`/`instaweb.httpd`, `daemon
+/// --access-hook`, `GIT_SSH`/`GIT_SSH_COMMAND` (whose `-c core.sshCommand`
+/// is refused), and `info`, `w3m`, `ssh` and `ssh-keygen`, which the image
+/// lacks, found in the agent's directory on PATH. Judged by the program
+/// not having run.
+#[test]
+fn programs_git_runs_for_the_agent_are_refused() {
+    let Some(sb) = Sandbox::start() else { return };
+    let prog = "printf '#!/bin/sh\\nid -g > /tmp/ran\\necho x\\n' > /tmp/prog && chmod +x /tmp/prog && \
+                mkdir -p /tmp/bin && for p in info w3m ssh ssh-keygen evilhttpd; do cp /tmp/prog /tmp/bin/$p; done";
+    let mut missed = Vec::new();
+    for attack in [
+        "printf '002fgit-upload-pack /workspace/gattack8\\0host=x\\0' | \
+         git daemon --inetd --export-all --access-hook=/tmp/prog",
+        "git instaweb --local --httpd=/tmp/bin/evilhttpd",
+        "git -c instaweb.httpd=/tmp/bin/evilhttpd instaweb --local",
+        "printf 'capabilities\\nconnect git-upload-pack\\n' | timeout 20 git remote-ext x /tmp/prog",
+        "PATH=/tmp/bin:$PATH git help -i commit",
+        "PATH=/tmp/bin:$PATH git web--browse -b w3m http://x",
+        "PATH=/tmp/bin:$PATH git ls-remote ssh://x/y",
+        "PATH=/tmp/bin:$PATH git ls-remote x:y",
+        "GIT_SSH_COMMAND=/tmp/prog git ls-remote ssh://x/y",
+        "GIT_SSH=/tmp/prog git ls-remote ssh://x/y",
+        "PATH=/tmp/bin:$PATH git -c gpg.format=ssh -c user.signingKey=/tmp/prog commit -q -S --allow-empty -m ok",
+    ] {
+        let o = sb.agent(&format!(
+            "rm -f /tmp/ran; {prog} && {{ {attack}; }}; test -e /tmp/ran && echo RAN $(cat /tmp/ran)"
+        ));
+        if std::env::var_os("R8_DEBUG").is_some() {
+            eprintln!("=== {attack}\n{:?}\n{}", o.status.code(), text(&o));
+        }
+        if String::from_utf8_lossy(&o.stdout).contains("RAN") {
+            missed.push(format!("{attack}\n{}", text(&o)));
+        }
+        sb.reset();
+    }
+    assert!(missed.is_empty(), "ran:\n{}", missed.join("\n"));
+    // Control: the hooks still get the caller's PATH (system directories
+    // first), so a hook's own tools resolve.
+    let o = sb.agent(
+        "mkdir -p /tmp/bin && PATH=/tmp/bin:$PATH git commit -q --allow-empty -m ok && cat /tmp/hookpath",
+    );
+    assert!(
+        o.status.success() && text(&o).contains(":/tmp/bin"),
         "control: {}",
         text(&o)
     );

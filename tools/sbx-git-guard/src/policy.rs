@@ -307,6 +307,17 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
                     ),
                 ));
             }
+            // What `-c core.sshCommand`/`core.gitProxy`/`core.askPass` would
+            // name: a program git runs as its child, with git's group in a
+            // sandbox (round eight: `GIT_SSH_COMMAND=/tmp/prog git ls-remote
+            // ssh://x/y` ran it so).
+            b"GIT_SSH" | b"GIT_SSH_COMMAND" | b"GIT_PROXY_COMMAND" | b"GIT_ASKPASS"
+            | b"SSH_ASKPASS" => {
+                return Err(block(
+                    R::ConfigEnv,
+                    format!("{} names a program git would run with its own rights", s(k)),
+                ));
+            }
             b"GIT_EXEC_PATH" => {
                 return Err(block(
                     R::ConfigEnv,
@@ -1208,6 +1219,31 @@ fn check_command(
             _ => Ok(()),
         },
         "difftool" => refuse_exec_options(cmd, &parse("difftool", args)?, &["extcmd"]),
+        // Round eight: programs these run come from their arguments, their
+        // own configuration or PATH, as git's child (with git's group in a
+        // sandbox): remote-ext's URL is a command line (`printf 'connect
+        // git-upload-pack\n' | git remote-ext x /tmp/prog`), instaweb runs
+        // the httpd and browser `--httpd`/`instaweb.httpd` name, web--browse
+        // a browser, daemon its `--access-hook`.
+        "remote-ext" => Err(block(
+            R::ExecOption,
+            "git remote-ext runs its URL as a command",
+        )),
+        "instaweb" | "web--browse" => Err(block(
+            R::ExecOption,
+            format!("git {cmd} runs an httpd or browser of the caller's choosing"),
+        )),
+        "daemon"
+            if args
+                .iter()
+                .take_while(|a| *a != "--")
+                .any(|a| a.as_bytes().starts_with(b"--access-hook")) =>
+        {
+            Err(block(
+                R::ExecOption,
+                "git daemon --access-hook runs a program",
+            ))
+        }
         "fetch" | "ls-remote" | "clone" | "archive" => {
             let a = parse(cmd, args)?;
             refuse_exec_options(cmd, &a, &["upload-pack", "exec"])?;
@@ -1551,6 +1587,12 @@ pub fn decide(
         let pairs = ctx.env_inline.iter().chain(ctx.inline.iter());
         cfg.append(repo::inline_file(pairs))
             .map_err(|e| block(R::ConfigUnreadable, format!("inline configuration: {e}")))?;
+        let home = setup
+            .home
+            .as_deref()
+            .map(|h| Path::new(if h.is_empty() { OsStr::new("/") } else { h }));
+        repo::hasconfig_as_git_reads_it(&cfg, home)
+            .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
         cfg
     } else {
         gix_config::File::default()

@@ -406,14 +406,7 @@ fn includes_as_git_reads_them(file: &File, home: Option<&Path>) -> Result<(), Co
             )));
         }
         for v in sec.values("path") {
-            let v = Path::new(OsStr::from_bytes(&v));
-            let p = match (v.strip_prefix("~"), home) {
-                (Ok(rest), Some(h)) if v.as_os_str().as_bytes().starts_with(b"~/") => h.join(rest),
-                _ => match sec.meta().path.as_deref().and_then(Path::parent) {
-                    Some(dir) if v.is_relative() && !v.starts_with("~") => dir.join(v),
-                    _ => v.to_owned(),
-                },
-            };
+            let p = include_target(&v, sec.meta().path.as_deref(), home);
             if let Some(why) = per_process_path(&p) {
                 return Err(ConfigError(format!(
                     "include.path {} in {at} {why}",
@@ -423,6 +416,77 @@ fn includes_as_git_reads_them(file: &File, home: Option<&Path>) -> Result<(), Co
         }
     }
     Ok(())
+}
+
+/// git follows `includeIf "hasconfig:remote.*.url:GLOB"` when a remote URL
+/// anywhere in its configuration matches (a remote of `.git/config`, for an
+/// include in `~/.gitconfig`: the feature's own use); gix reads each file's
+/// includes with that file alone in view, so such an include naming a merge
+/// driver was followed by git and not by the guard, and `git cherry-pick`
+/// committed the driver's output without pre-commit (round eight). Where
+/// `cfg` (every source, the command line's too) has a matching URL and
+/// nothing read from that include, the guard cannot read it in git's order:
+/// refused.
+pub fn hasconfig_as_git_reads_it(cfg: &File, home: Option<&Path>) -> Result<(), ConfigError> {
+    let mut urls: Vec<Vec<u8>> = Vec::new();
+    for sec in cfg.sections() {
+        if sec.header().name().eq_ignore_ascii_case(b"remote")
+            && sec.header().subsection_name().is_some()
+        {
+            urls.extend(sec.values("url").into_iter().map(|u| u.to_vec()));
+        }
+    }
+    if urls.is_empty() {
+        return Ok(());
+    }
+    for sec in cfg.sections() {
+        let Some(cond) = sec.header().subsection_name() else {
+            continue;
+        };
+        let Some(glob) = cond.strip_prefix(b"hasconfig:remote.*.url:") else {
+            continue;
+        };
+        if !sec.header().name().eq_ignore_ascii_case(b"includeif") {
+            continue;
+        }
+        let mode = gix_glob::wildmatch::Mode::NO_MATCH_SLASH_LITERAL;
+        let hit = urls
+            .iter()
+            .any(|u| gix_glob::wildmatch(glob.into(), u.as_slice().into(), mode));
+        if !hit {
+            continue;
+        }
+        for v in sec.values("path") {
+            let p = include_target(&v, sec.meta().path.as_deref(), home);
+            let read = cfg
+                .sections()
+                .any(|s| s.meta().path.as_deref() == Some(p.as_path()));
+            if !read && p.is_file() {
+                return Err(ConfigError(format!(
+                    "includeIf \"{}\" in {} matches a remote URL the guard reads elsewhere; git follows it, the guard cannot in git's order: use includeIf \"gitdir:...\" or a plain include",
+                    String::from_utf8_lossy(cond),
+                    sec.meta()
+                        .path
+                        .as_deref()
+                        .map_or_else(|| "the command line".into(), |p| p.display().to_string()),
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where an include's `path` value leads: `~/` from HOME, a relative one
+/// from the including file's directory (git's handle_path_include).
+fn include_target(v: &[u8], from: Option<&Path>, home: Option<&Path>) -> PathBuf {
+    let v = Path::new(OsStr::from_bytes(v));
+    if let (Some(rest), Some(h)) = (v.as_os_str().as_bytes().strip_prefix(b"~/"), home) {
+        return h.join(OsStr::from_bytes(rest));
+    }
+    match from.and_then(Path::parent) {
+        Some(dir) if v.is_relative() && !v.as_os_str().as_bytes().starts_with(b"~") => dir.join(v),
+        _ => v.to_owned(),
+    }
 }
 
 /// Why git could read the file at `p` as another one than this process

@@ -3163,6 +3163,28 @@ fn config_the_guard_reads_is_the_config_git_reads() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        // An include in ~/.gitconfig for repositories whose remote URL
+        // matches (`hasconfig:`, the remote in .git/config): git follows it.
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
+        lab.real("r", &["remote", "add", "origin", "/srv/x.git"]);
+        let global = std::fs::read_to_string(lab.path("home/.gitconfig")).unwrap();
+        for (glob, refuse) in [("/srv/**", true), ("https://elsewhere/**", false)] {
+            std::fs::write(
+                lab.path("home/.gitconfig"),
+                format!(
+                    "{global}[includeIf \"hasconfig:remote.*.url:{glob}\"]\n\tpath = {}\n",
+                    evil.display()
+                ),
+            )
+            .unwrap();
+            let out = lab.git("r", &["cherry-pick", "side"]);
+            let landed = lab.head("r", "main") != main;
+            let _ = lab.git("r", &["cherry-pick", "--abort"]);
+            lab.real("r", &["reset", "-q", "--hard", &main]);
+            assert_eq!(refused(&out), refuse, "hasconfig {glob}: {out:?}");
+            assert!(!landed || !refuse, "hasconfig {glob}: main moved");
+        }
+        std::fs::write(lab.path("home/.gitconfig"), &global).unwrap();
         // Controls: includes spelt as documented, a harmless one followed
         // and a driver in one still refused; an absolute HOME is fine.
         let fine = lab.path("fine.inc");

@@ -296,7 +296,9 @@ fn read_local(common_dir: &Path) -> Result<Option<File>, ConfigError> {
             if !path.exists() {
                 return Ok(None);
             }
+            not_plain(&path)?;
         }
+        Ok(m) if !m.is_file() => not_plain(&path)?,
         Ok(_) => {}
     }
     File::from_path_no_includes(path, Source::Local)
@@ -369,6 +371,7 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
             if let Some(why) = per_process_path(p) {
                 return Err(ConfigError(format!("{} {why}", p.display())));
             }
+            not_plain(p)?;
         }
     }
     let mut buf = Vec::with_capacity(4096);
@@ -413,6 +416,7 @@ fn includes_as_git_reads_them(file: &File, home: Option<&Path>) -> Result<(), Co
                     p.display()
                 )));
             }
+            not_plain(&p)?;
         }
     }
     Ok(())
@@ -486,6 +490,21 @@ fn include_target(v: &[u8], from: Option<&Path>, home: Option<&Path>) -> PathBuf
     match from.and_then(Path::parent) {
         Some(dir) if v.is_relative() && !v.as_os_str().as_bytes().starts_with(b"~") => dir.join(v),
         _ => v.to_owned(),
+    }
+}
+
+/// A configuration file that exists must be a regular one: a FIFO gives
+/// each reader what its writer writes next (the guard one text, git
+/// another), and gix skips an include that is not a regular file, which
+/// git reads (round eight: a FIFO named by `include.path` served a merge
+/// driver to git only).
+fn not_plain(p: &Path) -> Result<(), ConfigError> {
+    match std::fs::metadata(p) {
+        Ok(m) if !m.is_file() => Err(ConfigError(format!(
+            "{} is not a regular file, which git and the guard could read differently",
+            p.display()
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -3163,6 +3163,38 @@ fn config_the_guard_reads_is_the_config_git_reads() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        // A FIFO: gix skipped an include that is not a regular file, git
+        // read what a writer put into it.
+        let fifo = lab.path("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let mut writer = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "while :; do cat '{}' > '{}'; done",
+                evil.display(),
+                fifo.display()
+            ))
+            .spawn()
+            .unwrap();
+        std::fs::write(
+            lab.path("r/.git/config"),
+            format!("{config}[include]\n\tpath = {}\n", fifo.display()),
+        )
+        .unwrap();
+        let out = lab.git("r", &["cherry-pick", "side"]);
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
+        let landed = lab.head("r", "main") != main;
+        let _ = writer.kill();
+        let _ = writer.wait();
+        // Its `cat` waits to open the FIFO: let it, so it ends.
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let _ = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(&fifo);
+        let _ = lab.git("r", &["cherry-pick", "--abort"]);
+        lab.real("r", &["reset", "-q", "--hard", &main]);
+        assert!(refused(&out) && !landed, "a FIFO include: {out:?}");
         // An include in ~/.gitconfig for repositories whose remote URL
         // matches (`hasconfig:`, the remote in .git/config): git follows it.
         std::fs::write(lab.path("r/.git/config"), &config).unwrap();

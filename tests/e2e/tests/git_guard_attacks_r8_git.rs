@@ -48,7 +48,7 @@ impl Sandbox {
     /// the configuration as it came.
     fn reset(&self) {
         self.agent(
-            "git cherry-pick --abort 2>/dev/null; git checkout -q -f main 2>/dev/null; \
+            "printf 'ref: refs/heads/main\\n' > .git/HEAD; git cherry-pick --abort 2>/dev/null; git checkout -q -f main 2>/dev/null; \
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
@@ -87,6 +87,9 @@ fn configuration_git_reads_is_the_configuration_the_guard_reads() {
         "printf '[include]\\n\\tpath = ../lnk\\n' >> .git/config && cd sub && git cherry-pick side",
         "cd sub && HOME=. git cherry-pick side",
         "cd sub && XDG_CONFIG_HOME=. git cherry-pick side",
+        // HEAD by hand, as git reads it too: main for onbranch:main.
+        "printf 'ref:refs/heads/main\\n' > .git/HEAD && \
+         printf '[includeIf \"onbranch:main\"]\\n\\tpath = /tmp/ev.inc\\n' >> .git/config && git cherry-pick side",
         // The feature's own use: a global include for repositories whose
         // remote matches, the remote in .git/config.
         "mkdir -p ~/.config/git && \

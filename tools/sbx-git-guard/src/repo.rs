@@ -610,8 +610,14 @@ pub fn alias(cfg: &File, cmd: &str) -> Option<Vec<u8>> {
 /// `refs/heads/<name>` when HEAD is on a branch.
 pub fn current_branch(git_dir: &Path) -> Option<String> {
     let head = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
-    head.strip_prefix("ref: ")
-        .map(|r| r.trim_end().to_owned())
+    // As refs/files-backend.c reads it: trailing whitespace trimmed, any
+    // after `ref:` skipped. `ref:refs/heads/main` (a HEAD written by hand)
+    // is main to git, and a guard that read no branch skipped an
+    // `includeIf "onbranch:main"` naming a merge driver (round eight).
+    let ws = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
+    head.trim_end_matches(ws)
+        .strip_prefix("ref:")
+        .map(|r| r.trim_start_matches(ws).to_owned())
         .filter(|r| r.starts_with("refs/heads/"))
 }
 

@@ -3163,6 +3163,26 @@ fn config_the_guard_reads_is_the_config_git_reads() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+        // HEAD written as `ref:refs/heads/main` (git skips any whitespace
+        // after `ref:`): git's onbranch:main matched, the guard's did not.
+        std::fs::write(
+            lab.path("r/.git/config"),
+            format!(
+                "{config}[includeIf \"onbranch:main\"]\n\tpath = {}\n",
+                evil.display()
+            ),
+        )
+        .unwrap();
+        for head in ["ref:refs/heads/main\n", "ref:\trefs/heads/main \r\n"] {
+            std::fs::write(lab.path("r/.git/HEAD"), head).unwrap();
+            let out = lab.git("r", &["cherry-pick", "side"]);
+            let landed = lab.head("r", "main") != main;
+            let _ = lab.git("r", &["cherry-pick", "--abort"]);
+            lab.real("r", &["reset", "-q", "--hard", &main]);
+            assert!(refused(&out) && !landed, "HEAD {head:?}: {out:?}");
+        }
+        std::fs::write(lab.path("r/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
         // A FIFO: gix skipped an include that is not a regular file, git
         // read what a writer put into it.
         let fifo = lab.path("fifo");

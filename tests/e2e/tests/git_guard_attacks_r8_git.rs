@@ -151,6 +151,11 @@ fn programs_git_runs_for_the_agent_are_refused() {
         "GIT_SSH_COMMAND=/tmp/prog git ls-remote ssh://x/y",
         "GIT_SSH=/tmp/prog git ls-remote ssh://x/y",
         "PATH=/tmp/bin:$PATH git -c gpg.format=ssh -c user.signingKey=/tmp/prog commit -q -S --allow-empty -m ok",
+        // Written by hand (`git config` of it is refused): what a fetch
+        // from a local remote runs.
+        "cp -n .git/config /tmp/config.orig; \
+         printf '[remote \"x\"]\\n\\turl = /workspace/gattack8/remote.git\\n\\tuploadpack = /tmp/prog\\n' >> .git/config && \
+         git fetch x",
     ] {
         let o = sb.agent(&format!(
             "rm -f /tmp/ran; {prog} && {{ {attack}; }}; test -e /tmp/ran && echo RAN $(cat /tmp/ran)"

@@ -571,6 +571,27 @@ fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> 
     }
 }
 
+/// A stored `remote.NAME.uploadpack` (written by hand: `git config` of it
+/// is refused) is the program a fetch from a local remote runs, as git's
+/// child: `git fetch x` and `git ls-remote x` ran the agent's with git's
+/// group (round eight), as a stored receivepack would for push (refused in
+/// `check_push`). Any remote's, since `fetch --all` and `remote update`
+/// reach them all.
+fn refuse_stored_upload_pack(cmd: &str, cfg: &gix_config::File) -> Result<(), Block> {
+    for sec in cfg.sections_by_name("remote").into_iter().flatten() {
+        let Some(name) = sec.header().subsection_name() else {
+            continue;
+        };
+        if !sec.values("uploadpack").is_empty() {
+            return Err(block(
+                R::ExecOption,
+                format!("remote.{name}.uploadpack is a program git {cmd} would run; remove it"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `-s`/`--strategy NAME` of merge, pull, rebase, cherry-pick and revert:
 /// only git's own strategies (`keys::STRATEGIES`).
 fn refuse_strategies(cmd: &str, a: &Args) -> Result<(), Block> {
@@ -1054,6 +1075,7 @@ fn check_command(
             refuse_scissors(cmd, &a)?;
             refuse_strategies(cmd, &a)?;
             check_merge_options(ctx, cfg)?;
+            refuse_stored_upload_pack(cmd, cfg)?;
             refuse_exec_options(cmd, &a, &["upload-pack"])
         }
         "rebase" => {
@@ -1247,6 +1269,7 @@ fn check_command(
         "fetch" | "ls-remote" | "clone" | "archive" => {
             let a = parse(cmd, args)?;
             refuse_exec_options(cmd, &a, &["upload-pack", "exec"])?;
+            refuse_stored_upload_pack(cmd, cfg)?;
             if cmd == "clone" {
                 for kv in a.values("config") {
                     let kv = s(kv);
@@ -1301,6 +1324,7 @@ fn check_command(
             }
         }
         "remote" => {
+            refuse_stored_upload_pack(cmd, cfg)?;
             let Some(i) = first_word(args, &[]) else {
                 return Ok(());
             };
@@ -1578,7 +1602,16 @@ pub fn decide(
     let command = s(first).into_owned();
     let needs_config = matches!(
         command.as_str(),
-        "push" | "merge" | "pull" | "cherry-pick" | "revert" | "rebase"
+        "push"
+            | "merge"
+            | "pull"
+            | "cherry-pick"
+            | "revert"
+            | "rebase"
+            | "fetch"
+            | "ls-remote"
+            | "remote"
+            | "clone"
     ) || (command == "commit" && may_edit(&call.args[idx + 1..]))
         || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {

@@ -3262,3 +3262,51 @@ fn config_the_guard_reads_is_the_config_git_reads() {
         assert_eq!(lab.head("r", "main"), main);
     });
 }
+
+/// Round eight: a `remote.NAME.uploadpack` written into .git/config by
+/// hand (`git config` of it is refused) is the program a fetch from a
+/// local remote runs as git's child: `git fetch x` and `git ls-remote x`
+/// ran it (with git's group, in a sandbox), where a stored receivepack
+/// was already refused for push.
+#[test]
+fn a_stored_upload_pack_is_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.real("", &["init", "-q", "--bare", "remote.git"]);
+        let ran = lab.path("ran");
+        let prog = lab.path("up");
+        std::fs::write(
+            &prog,
+            format!("#!/bin/sh\ntouch '{}'\nexit 1\n", ran.display()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let remote = lab.path("remote.git").display().to_string();
+        lab.real("r", &["remote", "add", "ok", &remote]);
+        let config = std::fs::read_to_string(lab.path("r/.git/config")).unwrap();
+        std::fs::write(
+            lab.path("r/.git/config"),
+            format!(
+                "{config}[remote \"x\"]\n\turl = {remote}\n\tuploadpack = {}\n",
+                prog.display()
+            ),
+        )
+        .unwrap();
+        for args in [
+            &["fetch", "x"][..],
+            &["ls-remote", "x"],
+            &["fetch", "--all"],
+            &["pull", "x", "main"],
+            &["remote", "update"],
+        ] {
+            let out = lab.git("r", args);
+            assert!(refused(&out), "{args:?}: {out:?}");
+            assert!(!ran.exists(), "{args:?} ran the program");
+        }
+        // Control: without it, the same fetch works.
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
+        let out = lab.git("r", &["fetch", "ok"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}

@@ -1028,7 +1028,7 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         crate::msg::private_dir(&req.env),
         req.args.get(1),
     ) {
-        let env = loader_free(req.env.clone());
+        let env = crate::hookenv::for_hooks(loader_free(req.env.clone()));
         return crate::msg::run_on_copy(&path, path.as_os_str(), msg, &env, &dir).unwrap_or_else(
             |e| {
                 output::error(&format!("git broker: commit-msg: {e}; refusing"));
@@ -1038,7 +1038,8 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     }
     let mut argv = vec![path.clone().into_os_string()];
     argv.extend(req.args[1..].iter().cloned());
-    let err = sbx_sys::exec(&path, &argv, &loader_free(req.env.clone()));
+    let env = crate::hookenv::for_hooks(loader_free(req.env.clone()));
+    let err = sbx_sys::exec(&path, &argv, &env);
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
 }

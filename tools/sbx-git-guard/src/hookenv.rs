@@ -64,6 +64,7 @@ pub const STRIPPED: &[&str] = &[
     crate::hooks::COMMIT_ENV,
     crate::hooks::COMMON_ENV,
     crate::index::PRIVATE_VAR,
+    HOOK_PATH_ENV,
 ];
 
 /// Removed by prefix: every `LD_*` (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT),
@@ -102,6 +103,38 @@ pub fn system_first_path(path: Option<&OsStr>) -> OsString {
         }
     }
     out
+}
+
+/// Where git's environment keeps the caller's PATH for the hooks, in a
+/// sandbox (see [`git_only_path`]); set by the guard only.
+pub const HOOK_PATH_ENV: &str = "SBX_HOOK_PATH";
+
+/// In a sandbox git looks programs up on the system directories alone
+/// (root's in the image): a name git runs from PATH (`ssh` for an ssh
+/// remote, `ssh-keygen` for ssh signing, `info` for `help -i`, a browser
+/// or merge tool by name) found in a directory of the agent's ran as git's
+/// child with git's group, which the broker trusts (round eight). The
+/// caller's PATH (system first) goes to the hooks, which the broker starts
+/// with it ([`for_hooks`]): a hook's tools still resolve.
+pub fn git_only_path(env: &mut Vec<(OsString, OsString)>) {
+    let Some(i) = env.iter().position(|(k, _)| k == "PATH") else {
+        return;
+    };
+    let caller = std::mem::replace(&mut env[i].1, OsString::from(SYSTEM_PATH.join(":")));
+    env.retain(|(k, _)| k != HOOK_PATH_ENV);
+    env.push((HOOK_PATH_ENV.into(), caller));
+}
+
+/// A hook's environment: git's, with the caller's PATH back (system
+/// directories first) where [`git_only_path`] put it aside.
+pub fn for_hooks(mut env: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    let Some(i) = env.iter().position(|(k, _)| k == HOOK_PATH_ENV) else {
+        return env;
+    };
+    let caller = env.remove(i).1;
+    env.retain(|(k, _)| k != "PATH");
+    env.push(("PATH".into(), system_first_path(Some(&caller))));
+    env
 }
 
 /// The cleaned environment: first value per name, stripped names gone,

@@ -473,6 +473,7 @@ pub(crate) fn decide_and_prepare(
     if sandboxed {
         pin_by_fd(&mut allow)?;
         allow.moves_refs |= allow.routable;
+        crate::hookenv::git_only_path(&mut allow.env);
     }
     // Looked up only when used: it costs a readlink per hook name.
     if let (true, Some((_, trusted))) = (allow.moves_refs, allow.pin.clone()) {
@@ -631,6 +632,8 @@ pub fn precommit_first(real: &Path, allow: &Allow) -> Result<(), Block> {
     let idx = allow.pin.as_ref().map_or(0, |(i, _)| i + 1);
     // The caller's globals (-C, --git-dir, ...) up to and including the pin.
     let globals = &allow.args[..idx.min(allow.args.len())];
+    // The hook runs with the caller's PATH, as the broker starts hooks.
+    let env = crate::hookenv::for_hooks(allow.env.clone());
     let run = |extra: &[&str]| {
         std::process::Command::new(real)
             .args(globals)
@@ -638,7 +641,7 @@ pub fn precommit_first(real: &Path, allow: &Allow) -> Result<(), Block> {
             .arg(&pin)
             .args(extra)
             .env_clear()
-            .envs(allow.env.iter().map(|(k, v)| (k, v)))
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .status()
     };
     let same = run(&["diff", "--cached", "--quiet", "HEAD", "--"]);

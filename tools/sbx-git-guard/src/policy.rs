@@ -307,6 +307,17 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
                     ),
                 ));
             }
+            // What `-c core.sshCommand`/`core.gitProxy`/`core.askPass` would
+            // name: a program git runs as its child, with git's group in a
+            // sandbox (round eight: `GIT_SSH_COMMAND=/tmp/prog git ls-remote
+            // ssh://x/y` ran it so).
+            b"GIT_SSH" | b"GIT_SSH_COMMAND" | b"GIT_PROXY_COMMAND" | b"GIT_ASKPASS"
+            | b"SSH_ASKPASS" => {
+                return Err(block(
+                    R::ConfigEnv,
+                    format!("{} names a program git would run with its own rights", s(k)),
+                ));
+            }
             b"GIT_EXEC_PATH" => {
                 return Err(block(
                     R::ConfigEnv,
@@ -558,6 +569,27 @@ fn refuse_exec_options(cmd: &str, a: &Args, opts: &[&str]) -> Result<(), Block> 
         )),
         None => Ok(()),
     }
+}
+
+/// A stored `remote.NAME.uploadpack` (written by hand: `git config` of it
+/// is refused) is the program a fetch from a local remote runs, as git's
+/// child: `git fetch x` and `git ls-remote x` ran the agent's with git's
+/// group (round eight), as a stored receivepack would for push (refused in
+/// `check_push`). Any remote's, since `fetch --all` and `remote update`
+/// reach them all.
+fn refuse_stored_upload_pack(cmd: &str, cfg: &gix_config::File) -> Result<(), Block> {
+    for sec in cfg.sections_by_name("remote").into_iter().flatten() {
+        let Some(name) = sec.header().subsection_name() else {
+            continue;
+        };
+        if !sec.values("uploadpack").is_empty() {
+            return Err(block(
+                R::ExecOption,
+                format!("remote.{name}.uploadpack is a program git {cmd} would run; remove it"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `-s`/`--strategy NAME` of merge, pull, rebase, cherry-pick and revert:
@@ -1043,6 +1075,7 @@ fn check_command(
             refuse_scissors(cmd, &a)?;
             refuse_strategies(cmd, &a)?;
             check_merge_options(ctx, cfg)?;
+            refuse_stored_upload_pack(cmd, cfg)?;
             refuse_exec_options(cmd, &a, &["upload-pack"])
         }
         "rebase" => {
@@ -1208,9 +1241,35 @@ fn check_command(
             _ => Ok(()),
         },
         "difftool" => refuse_exec_options(cmd, &parse("difftool", args)?, &["extcmd"]),
+        // Round eight: programs these run come from their arguments, their
+        // own configuration or PATH, as git's child (with git's group in a
+        // sandbox): remote-ext's URL is a command line (`printf 'connect
+        // git-upload-pack\n' | git remote-ext x /tmp/prog`), instaweb runs
+        // the httpd and browser `--httpd`/`instaweb.httpd` name, web--browse
+        // a browser, daemon its `--access-hook`.
+        "remote-ext" => Err(block(
+            R::ExecOption,
+            "git remote-ext runs its URL as a command",
+        )),
+        "instaweb" | "web--browse" => Err(block(
+            R::ExecOption,
+            format!("git {cmd} runs an httpd or browser of the caller's choosing"),
+        )),
+        "daemon"
+            if args
+                .iter()
+                .take_while(|a| *a != "--")
+                .any(|a| a.as_bytes().starts_with(b"--access-hook")) =>
+        {
+            Err(block(
+                R::ExecOption,
+                "git daemon --access-hook runs a program",
+            ))
+        }
         "fetch" | "ls-remote" | "clone" | "archive" => {
             let a = parse(cmd, args)?;
             refuse_exec_options(cmd, &a, &["upload-pack", "exec"])?;
+            refuse_stored_upload_pack(cmd, cfg)?;
             if cmd == "clone" {
                 for kv in a.values("config") {
                     let kv = s(kv);
@@ -1265,6 +1324,7 @@ fn check_command(
             }
         }
         "remote" => {
+            refuse_stored_upload_pack(cmd, cfg)?;
             let Some(i) = first_word(args, &[]) else {
                 return Ok(());
             };
@@ -1542,7 +1602,16 @@ pub fn decide(
     let command = s(first).into_owned();
     let needs_config = matches!(
         command.as_str(),
-        "push" | "merge" | "pull" | "cherry-pick" | "revert" | "rebase"
+        "push"
+            | "merge"
+            | "pull"
+            | "cherry-pick"
+            | "revert"
+            | "rebase"
+            | "fetch"
+            | "ls-remote"
+            | "remote"
+            | "clone"
     ) || (command == "commit" && may_edit(&call.args[idx + 1..]))
         || BUILTINS_ALL.binary_search(&command.as_str()).is_err();
     let cfg = if needs_config {
@@ -1551,6 +1620,12 @@ pub fn decide(
         let pairs = ctx.env_inline.iter().chain(ctx.inline.iter());
         cfg.append(repo::inline_file(pairs))
             .map_err(|e| block(R::ConfigUnreadable, format!("inline configuration: {e}")))?;
+        let home = setup
+            .home
+            .as_deref()
+            .map(|h| Path::new(if h.is_empty() { OsStr::new("/") } else { h }));
+        repo::hasconfig_as_git_reads_it(&cfg, home)
+            .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
         cfg
     } else {
         gix_config::File::default()

@@ -287,8 +287,19 @@ fn locate(
 
 fn read_local(common_dir: &Path) -> Result<Option<File>, ConfigError> {
     let path = common_dir.join("config");
-    if !path.exists() {
-        return Ok(None);
+    match std::fs::symlink_metadata(&path) {
+        Err(_) => return Ok(None),
+        Ok(m) if m.file_type().is_symlink() => {
+            if let Some(why) = per_process_path(&path) {
+                return Err(ConfigError(format!("{} {why}", path.display())));
+            }
+            if !path.exists() {
+                return Ok(None);
+            }
+            not_plain(&path)?;
+        }
+        Ok(m) if !m.is_file() => not_plain(&path)?,
+        Ok(_) => {}
     }
     File::from_path_no_includes(path, Source::Local)
         .map(Some)
@@ -310,7 +321,11 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
     if !env.config_nosystem {
         push(PathBuf::from("/etc/gitconfig"), Source::System);
     }
-    let home = env.home.as_deref().map(PathBuf::from);
+    // git appends "/.gitconfig" to an empty HOME.
+    let home = env
+        .home
+        .as_deref()
+        .map(|h| PathBuf::from(if h.is_empty() { OsStr::new("/") } else { h }));
     let xdg = env
         .xdg_config_home
         .as_deref()
@@ -347,10 +362,204 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
         lossy: true,
         ignore_io_errors: false,
     };
+    for m in &metas {
+        if let Some(p) = m
+            .path
+            .as_deref()
+            .filter(|p| p != &Path::new("/etc/gitconfig"))
+        {
+            if let Some(why) = per_process_path(p) {
+                return Err(ConfigError(format!("{} {why}", p.display())));
+            }
+            not_plain(p)?;
+        }
+    }
     let mut buf = Vec::with_capacity(4096);
     let file = File::from_paths_metadata_buf(&mut metas.into_iter(), &mut buf, false, opts)
-        .map_err(|e| ConfigError(format!("{e:#}")))?;
-    Ok(file.unwrap_or_default())
+        .map_err(|e| ConfigError(format!("{e:#}")))?
+        .unwrap_or_default();
+    includes_as_git_reads_them(&file, home.as_deref())?;
+    Ok(file)
+}
+
+/// The includes of `file` (followed or not) are files git reads as this
+/// process reads them: git's section names know no case, and gix follows
+/// only `[include]` and `[includeIf "…"]` as spelt so (an `[INCLUDE]` or
+/// `[includeif "gitdir:…"]` naming a merge driver made `git cherry-pick`
+/// commit its output unseen, round eight); and an include's path may not
+/// lead through /proc or /dev (see [`per_process_path`]).
+fn includes_as_git_reads_them(file: &File, home: Option<&Path>) -> Result<(), ConfigError> {
+    for sec in file.sections() {
+        let name = sec.header().name();
+        let exact = name == "include" || name == "includeIf";
+        if !exact
+            && !name.eq_ignore_ascii_case(b"include")
+            && !name.eq_ignore_ascii_case(b"includeif")
+        {
+            continue;
+        }
+        let at = sec
+            .meta()
+            .path
+            .as_deref()
+            .map_or_else(|| "the command line".into(), |p| p.display().to_string());
+        if !exact {
+            return Err(ConfigError(format!(
+                "[{name}] in {at}: spell it [include] or [includeIf \"...\"], as the guard reads includes"
+            )));
+        }
+        for v in sec.values("path") {
+            let p = include_target(&v, sec.meta().path.as_deref(), home);
+            if let Some(why) = per_process_path(&p) {
+                return Err(ConfigError(format!(
+                    "include.path {} in {at} {why}",
+                    p.display()
+                )));
+            }
+            not_plain(&p)?;
+        }
+    }
+    Ok(())
+}
+
+/// git follows `includeIf "hasconfig:remote.*.url:GLOB"` when a remote URL
+/// anywhere in its configuration matches (a remote of `.git/config`, for an
+/// include in `~/.gitconfig`: the feature's own use); gix reads each file's
+/// includes with that file alone in view, so such an include naming a merge
+/// driver was followed by git and not by the guard, and `git cherry-pick`
+/// committed the driver's output without pre-commit (round eight). Where
+/// `cfg` (every source, the command line's too) has a matching URL and
+/// nothing read from that include, the guard cannot read it in git's order:
+/// refused.
+pub fn hasconfig_as_git_reads_it(cfg: &File, home: Option<&Path>) -> Result<(), ConfigError> {
+    let mut urls: Vec<Vec<u8>> = Vec::new();
+    for sec in cfg.sections() {
+        if sec.header().name().eq_ignore_ascii_case(b"remote")
+            && sec.header().subsection_name().is_some()
+        {
+            urls.extend(sec.values("url").into_iter().map(|u| u.to_vec()));
+        }
+    }
+    if urls.is_empty() {
+        return Ok(());
+    }
+    for sec in cfg.sections() {
+        let Some(cond) = sec.header().subsection_name() else {
+            continue;
+        };
+        let Some(glob) = cond.strip_prefix(b"hasconfig:remote.*.url:") else {
+            continue;
+        };
+        if !sec.header().name().eq_ignore_ascii_case(b"includeif") {
+            continue;
+        }
+        let mode = gix_glob::wildmatch::Mode::NO_MATCH_SLASH_LITERAL;
+        let hit = urls
+            .iter()
+            .any(|u| gix_glob::wildmatch(glob.into(), u.as_slice().into(), mode));
+        if !hit {
+            continue;
+        }
+        for v in sec.values("path") {
+            let p = include_target(&v, sec.meta().path.as_deref(), home);
+            let read = cfg
+                .sections()
+                .any(|s| s.meta().path.as_deref() == Some(p.as_path()));
+            if !read && p.is_file() {
+                return Err(ConfigError(format!(
+                    "includeIf \"{}\" in {} matches a remote URL the guard reads elsewhere; git follows it, the guard cannot in git's order: use includeIf \"gitdir:...\" or a plain include",
+                    String::from_utf8_lossy(cond),
+                    sec.meta()
+                        .path
+                        .as_deref()
+                        .map_or_else(|| "the command line".into(), |p| p.display().to_string()),
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where an include's `path` value leads: `~/` from HOME, a relative one
+/// from the including file's directory (git's handle_path_include).
+fn include_target(v: &[u8], from: Option<&Path>, home: Option<&Path>) -> PathBuf {
+    let v = Path::new(OsStr::from_bytes(v));
+    if let (Some(rest), Some(h)) = (v.as_os_str().as_bytes().strip_prefix(b"~/"), home) {
+        return h.join(OsStr::from_bytes(rest));
+    }
+    match from.and_then(Path::parent) {
+        Some(dir) if v.is_relative() && !v.as_os_str().as_bytes().starts_with(b"~") => dir.join(v),
+        _ => v.to_owned(),
+    }
+}
+
+/// A configuration file that exists must be a regular one: a FIFO gives
+/// each reader what its writer writes next (the guard one text, git
+/// another), and gix skips an include that is not a regular file, which
+/// git reads (round eight: a FIFO named by `include.path` served a merge
+/// driver to git only).
+fn not_plain(p: &Path) -> Result<(), ConfigError> {
+    match std::fs::metadata(p) {
+        Ok(m) if !m.is_file() => Err(ConfigError(format!(
+            "{} is not a regular file, which git and the guard could read differently",
+            p.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Why git could read the file at `p` as another one than this process
+/// does: a relative path (git reads configuration from the top of the
+/// work tree, the guard from the caller's directory: `HOME=.` in a
+/// subdirectory), or a way through /proc or /dev, literal or by a
+/// symlink (per-process views: `/proc/self/cwd` is each process's own
+/// directory). A path that does not exist (from some point on) is fine:
+/// git finds nothing there either.
+pub fn per_process_path(p: &Path) -> Option<&'static str> {
+    const VIEW: &str =
+        "leads through /proc or /dev, which git reads as its own process; use a plain path";
+    if !p.is_absolute() {
+        return Some(
+            "is a relative path, which git reads from the top of the work tree; use an absolute HOME and XDG_CONFIG_HOME",
+        );
+    }
+    let per_process = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
+    let mut todo: Vec<OsString> = p
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_owned())
+        .collect();
+    let mut at = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match c.to_str() {
+            Some("/") => at = PathBuf::from("/"),
+            Some(".") => {}
+            Some("..") => {
+                at.pop();
+            }
+            _ => {
+                let next = at.join(&c);
+                if per_process(&next) {
+                    return Some(VIEW);
+                }
+                match std::fs::symlink_metadata(&next) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        links += 1;
+                        match std::fs::read_link(&next) {
+                            Ok(t) if links <= 40 => {
+                                todo.extend(t.components().rev().map(|c| c.as_os_str().to_owned()));
+                            }
+                            _ => return Some(VIEW),
+                        }
+                    }
+                    Ok(_) => at = next,
+                    Err(_) => return None,
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Command-line and environment configuration as a config file of its own,
@@ -401,8 +610,14 @@ pub fn alias(cfg: &File, cmd: &str) -> Option<Vec<u8>> {
 /// `refs/heads/<name>` when HEAD is on a branch.
 pub fn current_branch(git_dir: &Path) -> Option<String> {
     let head = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
-    head.strip_prefix("ref: ")
-        .map(|r| r.trim_end().to_owned())
+    // As refs/files-backend.c reads it: trailing whitespace trimmed, any
+    // after `ref:` skipped. `ref:refs/heads/main` (a HEAD written by hand)
+    // is main to git, and a guard that read no branch skipped an
+    // `includeIf "onbranch:main"` naming a merge driver (round eight).
+    let ws = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
+    head.trim_end_matches(ws)
+        .strip_prefix("ref:")
+        .map(|r| r.trim_start_matches(ws).to_owned())
         .filter(|r| r.starts_with("refs/heads/"))
 }
 

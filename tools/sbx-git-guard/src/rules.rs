@@ -89,8 +89,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: R::ConfigEnv,
         name: "config-env",
-        blocks: "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH and --exec-path=",
-        detail: "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH, --exec-path=, clone/init --template",
+        blocks: "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH and --exec-path=; GIT_SSH, GIT_SSH_COMMAND, GIT_PROXY_COMMAND, GIT_ASKPASS, SSH_ASKPASS",
+        detail: "GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM, GIT_CONFIG, GIT_TEMPLATE_DIR, GIT_EXEC_PATH, --exec-path=, clone/init --template; GIT_SSH, GIT_SSH_COMMAND, GIT_PROXY_COMMAND, GIT_ASKPASS and SSH_ASKPASS, programs git would run as its child (the variables of the refused core.sshCommand, core.gitProxy and core.askPass)",
     },
     Rule {
         id: R::Plumbing,
@@ -107,8 +107,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         id: R::ExecOption,
         name: "exec-option",
-        blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases, merge strategies other than git's own; in a sandbox, a git-<cmd> program the agent could have placed",
-        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack, `!` shell aliases; a merge strategy other than git's own (octopus, ort, ours, recursive, resolve, subtree), which is a git-merge-NAME program whose index git commits without pre-commit: -s/--strategy of merge, pull, rebase, cherry-pick and revert, pull.twohead/pull.octopus, branch.*.mergeOptions (which may not skip hooks either, stored or inline), and `git merge-NAME` itself, as git runs it; cherry-pick, revert and rebase while any config file (one written by hand included) sets a merge.NAME.driver other than `true`, or a clean/process filter while the pick renormalizes (-X renormalize, merge.renormalize), whose output the sequencer commits without pre-commit; in a sandbox, `git <cmd>` for a program outside git's exec-path unless that git-<cmd> and every PATH directory searched up to it are root's and writable by no one else (it would run as git's child, with git's group)",
+        blocks: "options that run commands: rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, ! aliases, merge strategies other than git's own, remote-ext, instaweb, web--browse, daemon --access-hook; in a sandbox, a git-<cmd> program the agent could have placed",
+        detail: "rebase -x/--exec, submodule foreach, bisect run, difftool -x, --upload-pack/--receive-pack/--exec, remote.*.receivepack (push) and any remote.*.uploadpack (fetch, pull, ls-remote, remote, clone), stored or inline, `!` shell aliases; a merge strategy other than git's own (octopus, ort, ours, recursive, resolve, subtree), which is a git-merge-NAME program whose index git commits without pre-commit: -s/--strategy of merge, pull, rebase, cherry-pick and revert, pull.twohead/pull.octopus, branch.*.mergeOptions (which may not skip hooks either, stored or inline), and `git merge-NAME` itself, as git runs it; cherry-pick, revert and rebase while any config file (one written by hand included) sets a merge.NAME.driver other than `true`, or a clean/process filter while the pick renormalizes (-X renormalize, merge.renormalize), whose output the sequencer commits without pre-commit; in a sandbox, `git <cmd>` for a program outside git's exec-path unless that git-<cmd> and every PATH directory searched up to it are root's and writable by no one else (it would run as git's child, with git's group), and git itself gets only the system directories on PATH (the hooks get the caller's PATH back); remote-ext (its URL is a command), instaweb and web--browse (an httpd and a browser of the caller's choosing), daemon --access-hook",
     },
     Rule {
         id: R::GitDir,

@@ -3068,3 +3068,248 @@ fn install_hooks_over_a_stale_directory_races_safely() {
         assert_ne!(link, Path::new("/nonexistent"), "round {round}");
     }
 }
+
+/// Round eight: the configuration the guard reads is the one git reads.
+/// A merge driver (whose output `git cherry-pick` commits without
+/// pre-commit, refused since round six) hidden from the guard only: in an
+/// include section spelt in another case (git's section names know none;
+/// gix followed only `[include]` and `[includeIf "…"]`), in an include
+/// that leads through /proc (`/proc/self/cwd` is the guard's directory, a
+/// subdirectory, but git's, the top of the work tree, by the time it reads
+/// its configuration), literally or by a symlink, and in a `.gitconfig`
+/// under a relative HOME or XDG_CONFIG_HOME (read from the same two
+/// directories). Each put the driver's MARKER on main.
+#[test]
+fn config_the_guard_reads_is_the_config_git_reads() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.hook(
+            "r",
+            "pre-commit",
+            "if git diff --cached | grep -q MARKER; then exit 1; fi",
+        );
+        std::fs::create_dir_all(lab.path("r/sub")).unwrap();
+        std::fs::write(lab.path("r/sub/k"), "k\n").unwrap();
+        std::fs::write(lab.path("r/a"), "1\n2\n3\n").unwrap();
+        lab.real("r", &["add", "-A"]);
+        lab.real("r", &["commit", "-qm", "three"]);
+        lab.real("r", &["switch", "-qc", "side"]);
+        std::fs::write(lab.path("r/a"), "one\n2\n3\n").unwrap();
+        lab.real("r", &["commit", "-qam", "s1"]);
+        lab.real("r", &["switch", "-q", "main"]);
+        std::fs::write(lab.path("r/a"), "1\n2\nthree\n").unwrap();
+        lab.real("r", &["commit", "-qam", "m1"]);
+        let main = lab.head("r", "main");
+        let drv = lab.path("drv");
+        std::fs::write(&drv, "#!/bin/sh\necho MARKER from a driver > \"$1\"\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&drv, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(lab.path("r/.git/info/attributes"), "a merge=ev\n").unwrap();
+        let driver = format!(
+            "[merge \"ev\"]\n\tdriver = {} %A\n[user]\n\tname = A\n\temail = a@b\n",
+            drv.display()
+        );
+        let evil = lab.path("evil.inc");
+        std::fs::write(&evil, &driver).unwrap();
+        let config = std::fs::read_to_string(lab.path("r/.git/config")).unwrap();
+        let top = lab.path("r").canonicalize().unwrap();
+        // (lines added to .git/config, where git runs, its variables)
+        type Case<'a> = (String, &'a str, Vec<(&'a str, &'a str)>);
+        let cases: Vec<Case> = vec![
+            (
+                format!("[INCLUDE]\n\tpath = {}\n", evil.display()),
+                "r",
+                vec![],
+            ),
+            (
+                format!(
+                    "[includeif \"gitdir:{}/\"]\n\tpath = {}\n",
+                    top.display(),
+                    evil.display()
+                ),
+                "r",
+                vec![],
+            ),
+            (
+                format!(
+                    "[IncludeIf \"onbranch:main\"]\n\tpath = {}\n",
+                    evil.display()
+                ),
+                "r",
+                vec![],
+            ),
+            (
+                "[include]\n\tpath = /proc/self/cwd/.inc\n".into(),
+                "r/sub",
+                vec![],
+            ),
+            ("[include]\n\tpath = ../lnk\n".into(), "r/sub", vec![]),
+            (String::new(), "r/sub", vec![("HOME", ".")]),
+            (String::new(), "r/sub", vec![("HOME", "/proc/self/cwd")]),
+            (String::new(), "r/sub", vec![("XDG_CONFIG_HOME", ".")]),
+        ];
+        std::fs::write(lab.path("r/.inc"), &driver).unwrap();
+        std::fs::write(lab.path("r/.gitconfig"), &driver).unwrap();
+        std::fs::create_dir_all(lab.path("r/git")).unwrap();
+        std::fs::write(lab.path("r/git/config"), &driver).unwrap();
+        std::os::unix::fs::symlink("/proc/self/cwd/.inc", lab.path("r/lnk")).unwrap();
+        for (extra, cwd, env) in &cases {
+            std::fs::write(lab.path("r/.git/config"), format!("{config}{extra}")).unwrap();
+            let out = lab.git_env(cwd, &["cherry-pick", "side"], env);
+            let _ = lab.real("r", &["status", "--short"]);
+            let landed = lab.head("r", "main") != main;
+            let _ = lab.git("r", &["cherry-pick", "--abort"]);
+            lab.real("r", &["reset", "-q", "--hard", &main]);
+            assert!(
+                refused(&out) && !landed,
+                "{extra:?} {env:?} in {cwd}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // HEAD written as `ref:refs/heads/main` (git skips any whitespace
+        // after `ref:`): git's onbranch:main matched, the guard's did not.
+        std::fs::write(
+            lab.path("r/.git/config"),
+            format!(
+                "{config}[includeIf \"onbranch:main\"]\n\tpath = {}\n",
+                evil.display()
+            ),
+        )
+        .unwrap();
+        for head in ["ref:refs/heads/main\n", "ref:\trefs/heads/main \r\n"] {
+            std::fs::write(lab.path("r/.git/HEAD"), head).unwrap();
+            let out = lab.git("r", &["cherry-pick", "side"]);
+            let landed = lab.head("r", "main") != main;
+            let _ = lab.git("r", &["cherry-pick", "--abort"]);
+            lab.real("r", &["reset", "-q", "--hard", &main]);
+            assert!(refused(&out) && !landed, "HEAD {head:?}: {out:?}");
+        }
+        std::fs::write(lab.path("r/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
+        // A FIFO: gix skipped an include that is not a regular file, git
+        // read what a writer put into it.
+        let fifo = lab.path("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let mut writer = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "while :; do cat '{}' > '{}'; done",
+                evil.display(),
+                fifo.display()
+            ))
+            .spawn()
+            .unwrap();
+        std::fs::write(
+            lab.path("r/.git/config"),
+            format!("{config}[include]\n\tpath = {}\n", fifo.display()),
+        )
+        .unwrap();
+        let out = lab.git("r", &["cherry-pick", "side"]);
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
+        let landed = lab.head("r", "main") != main;
+        let _ = writer.kill();
+        let _ = writer.wait();
+        // Its `cat` waits to open the FIFO: let it, so it ends.
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let _ = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(&fifo);
+        let _ = lab.git("r", &["cherry-pick", "--abort"]);
+        lab.real("r", &["reset", "-q", "--hard", &main]);
+        assert!(refused(&out) && !landed, "a FIFO include: {out:?}");
+        // An include in ~/.gitconfig for repositories whose remote URL
+        // matches (`hasconfig:`, the remote in .git/config): git follows it.
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
+        lab.real("r", &["remote", "add", "origin", "/srv/x.git"]);
+        let global = std::fs::read_to_string(lab.path("home/.gitconfig")).unwrap();
+        for (glob, refuse) in [("/srv/**", true), ("https://elsewhere/**", false)] {
+            std::fs::write(
+                lab.path("home/.gitconfig"),
+                format!(
+                    "{global}[includeIf \"hasconfig:remote.*.url:{glob}\"]\n\tpath = {}\n",
+                    evil.display()
+                ),
+            )
+            .unwrap();
+            let out = lab.git("r", &["cherry-pick", "side"]);
+            let landed = lab.head("r", "main") != main;
+            let _ = lab.git("r", &["cherry-pick", "--abort"]);
+            lab.real("r", &["reset", "-q", "--hard", &main]);
+            assert_eq!(refused(&out), refuse, "hasconfig {glob}: {out:?}");
+            assert!(!landed || !refuse, "hasconfig {glob}: main moved");
+        }
+        std::fs::write(lab.path("home/.gitconfig"), &global).unwrap();
+        // Controls: includes spelt as documented, a harmless one followed
+        // and a driver in one still refused; an absolute HOME is fine.
+        let fine = lab.path("fine.inc");
+        std::fs::write(&fine, "[core]\n\tabbrev = 12\n").unwrap();
+        let incl = format!(
+            "{config}[include]\n\tpath = {}\n[includeIf \"gitdir:{}/\"]\n\tpath = {}\n",
+            fine.display(),
+            top.display(),
+            fine.display()
+        );
+        std::fs::write(lab.path("r/.git/config"), &incl).unwrap();
+        let home = lab.path("home").display().to_string();
+        let out = lab.git_env("r/sub", &["cherry-pick", "side"], &[("HOME", &home)]);
+        assert!(out.status.success(), "{out:?}");
+        lab.real("r", &["reset", "-q", "--hard", &main]);
+        std::fs::write(
+            lab.path("r/.git/config"),
+            format!("{incl}[include]\n\tpath = {}\n", evil.display()),
+        )
+        .unwrap();
+        let out = lab.git("r", &["cherry-pick", "side"]);
+        assert!(refused(&out), "{out:?}");
+        assert_eq!(lab.head("r", "main"), main);
+    });
+}
+
+/// Round eight: a `remote.NAME.uploadpack` written into .git/config by
+/// hand (`git config` of it is refused) is the program a fetch from a
+/// local remote runs as git's child: `git fetch x` and `git ls-remote x`
+/// ran it (with git's group, in a sandbox), where a stored receivepack
+/// was already refused for push.
+#[test]
+fn a_stored_upload_pack_is_refused() {
+    each_git(|lab| {
+        lab.repo("r");
+        lab.real("", &["init", "-q", "--bare", "remote.git"]);
+        let ran = lab.path("ran");
+        let prog = lab.path("up");
+        std::fs::write(
+            &prog,
+            format!("#!/bin/sh\ntouch '{}'\nexit 1\n", ran.display()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let remote = lab.path("remote.git").display().to_string();
+        lab.real("r", &["remote", "add", "ok", &remote]);
+        let config = std::fs::read_to_string(lab.path("r/.git/config")).unwrap();
+        std::fs::write(
+            lab.path("r/.git/config"),
+            format!(
+                "{config}[remote \"x\"]\n\turl = {remote}\n\tuploadpack = {}\n",
+                prog.display()
+            ),
+        )
+        .unwrap();
+        for args in [
+            &["fetch", "x"][..],
+            &["ls-remote", "x"],
+            &["fetch", "--all"],
+            &["pull", "x", "main"],
+            &["remote", "update"],
+        ] {
+            let out = lab.git("r", args);
+            assert!(refused(&out), "{args:?}: {out:?}");
+            assert!(!ran.exists(), "{args:?} ran the program");
+        }
+        // Control: without it, the same fetch works.
+        std::fs::write(lab.path("r/.git/config"), &config).unwrap();
+        let out = lab.git("r", &["fetch", "ok"]);
+        assert!(out.status.success(), "{out:?}");
+    });
+}

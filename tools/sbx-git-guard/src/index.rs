@@ -360,9 +360,13 @@ pub fn run_private(git: BorrowedFd<'_>, allow: &Allow, root: &Path, session: &Un
         }
     }
     // A split index reads its shared part from the git dir at each read,
-    // the re-read after the hook included: written whole here.
-    let mut argv: Vec<OsString> = vec!["git".into(), "-c".into(), "core.splitIndex=false".into()];
+    // the re-read after the hook included: written whole here. Last among
+    // the `-c`s, before the hooks pin, so a caller's `-c
+    // core.splitIndex=true` cannot undo it.
+    let mut argv: Vec<OsString> = vec!["git".into()];
     argv.extend(allow.args.iter().cloned());
+    let at = allow.pin.as_ref().map_or(1, |(i, _)| *i);
+    argv.splice(at..at, ["-c".into(), "core.splitIndex=false".into()]);
     let mut env: Vec<(OsString, OsString)> = allow
         .env
         .iter()

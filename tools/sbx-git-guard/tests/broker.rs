@@ -1046,3 +1046,20 @@ fn a_private_index_is_put_back_with_gits_own_cache_tree() {
         "the hook's staging was kept: {out}"
     );
 }
+
+/// The private copy is written whole whatever the caller's `-c` says: a
+/// split copy would read its entries from a `sharedindex.*` the agent can
+/// rewrite between pre-commit and git's re-read.
+#[test]
+fn a_callers_split_index_setting_does_not_split_the_private_index() {
+    let Some(o) = in_a_new_repo(
+        "printf '#!/bin/sh\\nexit 0\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && \
+         echo a > a && git add a && git -c core.splitIndex=true commit -qm one && \
+         echo shared=$(ls .git | grep -c '^sharedindex'); true",
+    ) else {
+        return;
+    };
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("shared=0\n"), "the copy was split: {out}");
+}

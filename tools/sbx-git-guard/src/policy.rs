@@ -1395,56 +1395,23 @@ fn check_command(
 /// as text, `/proc/self/cwd` another directory for each process), literal
 /// or by a symlink; anything but a plain file.
 fn husky_file_risk(f: &Path) -> Option<&'static str> {
+    use crate::repo::Walk;
     const OFF: &str = "can switch husky's hooks off; empty or remove it";
-    const VIEW: &str = "leads through /proc or /dev, which husky's hook reads as its own process; use a plain path";
     if !f.is_absolute() {
         return Some(
             "is a relative path, which husky's hook reads from another directory; use an absolute HOME and XDG_CONFIG_HOME",
         );
     }
-    let per_process = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
-    // Resolved by hand, each symlink's target checked, as the kernel would
-    // walk it (at most 40 links).
-    let mut todo: Vec<OsString> = f
-        .components()
-        .rev()
-        .map(|c| c.as_os_str().to_owned())
-        .collect();
-    let mut at = PathBuf::from("/");
-    let mut links = 0;
-    while let Some(c) = todo.pop() {
-        match c.to_str() {
-            Some("/") => at = PathBuf::from("/"),
-            Some(".") => {}
-            Some("..") => {
-                at.pop();
-            }
-            _ => {
-                let next = at.join(&c);
-                if per_process(&next) {
-                    return Some(VIEW);
-                }
-                match std::fs::symlink_metadata(&next) {
-                    Ok(m) if m.file_type().is_symlink() => {
-                        links += 1;
-                        let Ok(target) = std::fs::read_link(&next) else {
-                            return Some(OFF);
-                        };
-                        if links > 40 {
-                            return Some(OFF);
-                        }
-                        todo.extend(target.components().rev().map(|c| c.as_os_str().to_owned()));
-                    }
-                    Ok(_) => at = next,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-                    Err(_) => return Some(OFF),
-                }
-            }
-        }
-    }
-    match std::fs::symlink_metadata(&at) {
-        Ok(m) if m.is_file() && m.len() == 0 => None,
-        _ => Some(OFF),
+    match crate::repo::walk(f) {
+        Walk::PerProcess => Some(
+            "leads through /proc or /dev, which husky's hook reads as its own process; use a plain path",
+        ),
+        Walk::Missing => None,
+        Walk::BadLink | Walk::Failed => Some(OFF),
+        Walk::At(at) => match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_file() && m.len() == 0 => None,
+            _ => Some(OFF),
+        },
     }
 }
 

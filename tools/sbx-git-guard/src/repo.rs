@@ -516,13 +516,35 @@ fn not_plain(p: &Path) -> Result<(), ConfigError> {
 /// directory). A path that does not exist (from some point on) is fine:
 /// git finds nothing there either.
 pub fn per_process_path(p: &Path) -> Option<&'static str> {
-    const VIEW: &str =
-        "leads through /proc or /dev, which git reads as its own process; use a plain path";
     if !p.is_absolute() {
         return Some(
             "is a relative path, which git reads from the top of the work tree; use an absolute HOME and XDG_CONFIG_HOME",
         );
     }
+    match walk(p) {
+        Walk::PerProcess | Walk::BadLink => Some(
+            "leads through /proc or /dev, which git reads as its own process; use a plain path",
+        ),
+        Walk::Missing | Walk::Failed | Walk::At(_) => None,
+    }
+}
+
+/// Where an absolute path leads, walked a component at a time as the
+/// kernel walks it, each symlink's target checked (at most 40 links).
+pub enum Walk {
+    /// Through /proc or /dev, literal or by a symlink: a per-process view.
+    PerProcess,
+    /// A symlink that cannot be read, or one too many.
+    BadLink,
+    /// Nothing there, from some component on.
+    Missing,
+    /// A component that cannot be looked at (other than missing).
+    Failed,
+    /// The path it resolves to, which exists.
+    At(PathBuf),
+}
+
+pub fn walk(p: &Path) -> Walk {
     let per_process = |p: &Path| p.starts_with("/proc") || p.starts_with("/dev");
     let mut todo: Vec<OsString> = p
         .components()
@@ -541,7 +563,7 @@ pub fn per_process_path(p: &Path) -> Option<&'static str> {
             _ => {
                 let next = at.join(&c);
                 if per_process(&next) {
-                    return Some(VIEW);
+                    return Walk::PerProcess;
                 }
                 match std::fs::symlink_metadata(&next) {
                     Ok(m) if m.file_type().is_symlink() => {
@@ -550,16 +572,17 @@ pub fn per_process_path(p: &Path) -> Option<&'static str> {
                             Ok(t) if links <= 40 => {
                                 todo.extend(t.components().rev().map(|c| c.as_os_str().to_owned()));
                             }
-                            _ => return Some(VIEW),
+                            _ => return Walk::BadLink,
                         }
                     }
                     Ok(_) => at = next,
-                    Err(_) => return None,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Walk::Missing,
+                    Err(_) => return Walk::Failed,
                 }
             }
         }
     }
-    None
+    Walk::At(at)
 }
 
 /// Command-line and environment configuration as a config file of its own,

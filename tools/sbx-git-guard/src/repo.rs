@@ -289,16 +289,14 @@ fn read_local(common_dir: &Path) -> Result<Option<File>, ConfigError> {
     let path = common_dir.join("config");
     match std::fs::symlink_metadata(&path) {
         Err(_) => return Ok(None),
-        Ok(m) if m.file_type().is_symlink() => {
-            if let Some(why) = per_process_path(&path) {
+        Ok(m) if m.file_type().is_symlink() || !m.is_file() => {
+            if let Some(why) = read_otherwise(&path) {
                 return Err(ConfigError(format!("{} {why}", path.display())));
             }
             if !path.exists() {
                 return Ok(None);
             }
-            not_plain(&path)?;
         }
-        Ok(m) if !m.is_file() => not_plain(&path)?,
         Ok(_) => {}
     }
     File::from_path_no_includes(path, Source::Local)
@@ -368,10 +366,9 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
             .as_deref()
             .filter(|p| p != &Path::new("/etc/gitconfig"))
         {
-            if let Some(why) = per_process_path(p) {
+            if let Some(why) = read_otherwise(p) {
                 return Err(ConfigError(format!("{} {why}", p.display())));
             }
-            not_plain(p)?;
         }
     }
     let mut buf = Vec::with_capacity(4096);
@@ -387,7 +384,8 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
 /// only `[include]` and `[includeIf "…"]` as spelt so (an `[INCLUDE]` or
 /// `[includeif "gitdir:…"]` naming a merge driver made `git cherry-pick`
 /// commit its output unseen, round eight); and an include's path may not
-/// lead through /proc or /dev (see [`per_process_path`]).
+/// lead through /proc or /dev, nor be other than a regular file (see
+/// [`read_otherwise`]).
 fn includes_as_git_reads_them(file: &File, home: Option<&Path>) -> Result<(), ConfigError> {
     for sec in file.sections() {
         let name = sec.header().name();
@@ -410,13 +408,12 @@ fn includes_as_git_reads_them(file: &File, home: Option<&Path>) -> Result<(), Co
         }
         for v in sec.values("path") {
             let p = include_target(&v, sec.meta().path.as_deref(), home);
-            if let Some(why) = per_process_path(&p) {
+            if let Some(why) = read_otherwise(&p) {
                 return Err(ConfigError(format!(
                     "include.path {} in {at} {why}",
                     p.display()
                 )));
             }
-            not_plain(&p)?;
         }
     }
     Ok(())
@@ -493,29 +490,17 @@ fn include_target(v: &[u8], from: Option<&Path>, home: Option<&Path>) -> PathBuf
     }
 }
 
-/// A configuration file that exists must be a regular one: a FIFO gives
-/// each reader what its writer writes next (the guard one text, git
-/// another), and gix skips an include that is not a regular file, which
-/// git reads (round eight: a FIFO named by `include.path` served a merge
-/// driver to git only).
-fn not_plain(p: &Path) -> Result<(), ConfigError> {
-    match std::fs::metadata(p) {
-        Ok(m) if !m.is_file() => Err(ConfigError(format!(
-            "{} is not a regular file, which git and the guard could read differently",
-            p.display()
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Why git could read the file at `p` as another one than this process
-/// does: a relative path (git reads configuration from the top of the
-/// work tree, the guard from the caller's directory: `HOME=.` in a
-/// subdirectory), or a way through /proc or /dev, literal or by a
+/// Why git could read the configuration file at `p` as another one than
+/// this process does: a relative path (git reads configuration from the
+/// top of the work tree, the guard from the caller's directory: `HOME=.`
+/// in a subdirectory); a way through /proc or /dev, literal or by a
 /// symlink (per-process views: `/proc/self/cwd` is each process's own
-/// directory). A path that does not exist (from some point on) is fine:
-/// git finds nothing there either.
-pub fn per_process_path(p: &Path) -> Option<&'static str> {
+/// directory); or a file there that is not a regular one (a FIFO gives
+/// each reader what its writer writes next, and gix skips an include that
+/// is not a regular file, which git reads: round eight, a FIFO named by
+/// `include.path` served a merge driver to git only). A path that leads
+/// nowhere is fine: git finds nothing there either.
+fn read_otherwise(p: &Path) -> Option<&'static str> {
     if !p.is_absolute() {
         return Some(
             "is a relative path, which git reads from the top of the work tree; use an absolute HOME and XDG_CONFIG_HOME",
@@ -525,7 +510,10 @@ pub fn per_process_path(p: &Path) -> Option<&'static str> {
         Walk::PerProcess | Walk::BadLink => Some(
             "leads through /proc or /dev, which git reads as its own process; use a plain path",
         ),
-        Walk::Missing | Walk::Failed | Walk::At(_) => None,
+        Walk::At(at) if std::fs::metadata(&at).is_ok_and(|m| !m.is_file()) => {
+            Some("is not a regular file, which git and the guard could read differently")
+        }
+        Walk::At(_) | Walk::Missing | Walk::Failed => None,
     }
 }
 

@@ -1587,11 +1587,7 @@ pub fn decide(
         let pairs = ctx.env_inline.iter().chain(ctx.inline.iter());
         cfg.append(repo::inline_file(pairs))
             .map_err(|e| block(R::ConfigUnreadable, format!("inline configuration: {e}")))?;
-        let home = setup
-            .home
-            .as_deref()
-            .map(|h| Path::new(if h.is_empty() { OsStr::new("/") } else { h }));
-        repo::hasconfig_as_git_reads_it(&cfg, home)
+        repo::hasconfig_as_git_reads_it(&cfg, setup.home_dir())
             .map_err(|e| block(R::ConfigUnreadable, e.to_string()))?;
         cfg
     } else {

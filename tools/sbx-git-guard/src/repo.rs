@@ -39,6 +39,16 @@ pub struct SetupEnv {
     pub object_dir: Option<OsString>,
 }
 
+impl SetupEnv {
+    /// The directory git reads `~` and `.gitconfig` from: HOME, `/` when it
+    /// is empty (git appends "/.gitconfig" to an empty HOME).
+    pub fn home_dir(&self) -> Option<&Path> {
+        self.home
+            .as_deref()
+            .map(|h| Path::new(if h.is_empty() { OsStr::new("/") } else { h }))
+    }
+}
+
 /// Make `p` absolute against `base` and canonical as far as it exists (the
 /// rest is appended lexically), so a symlink cannot disguise where it points.
 pub fn resolve(base: &Path, p: &Path) -> PathBuf {
@@ -319,11 +329,7 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
     if !env.config_nosystem {
         push(PathBuf::from("/etc/gitconfig"), Source::System);
     }
-    // git appends "/.gitconfig" to an empty HOME.
-    let home = env
-        .home
-        .as_deref()
-        .map(|h| PathBuf::from(if h.is_empty() { OsStr::new("/") } else { h }));
+    let home = env.home_dir();
     let xdg = env
         .xdg_config_home
         .as_deref()
@@ -349,7 +355,7 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
     let opts = init::Options {
         includes: includes::Options::follow(
             gix_config::path::interpolate::Context {
-                home_dir: home.as_deref(),
+                home_dir: home,
                 ..Default::default()
             },
             includes::conditional::Context {
@@ -375,7 +381,7 @@ pub fn config(repo: Option<&Repo>, env: &SetupEnv) -> Result<File, ConfigError> 
     let file = File::from_paths_metadata_buf(&mut metas.into_iter(), &mut buf, false, opts)
         .map_err(|e| ConfigError(format!("{e:#}")))?
         .unwrap_or_default();
-    includes_as_git_reads_them(&file, home.as_deref())?;
+    includes_as_git_reads_them(&file, home)?;
     Ok(file)
 }
 

@@ -14,6 +14,7 @@ pub mod guestapi;
 pub mod hosttools;
 pub mod netblock;
 pub mod output;
+pub mod sanitize;
 
 pub use entry::main;
 pub use error::{IoContext, SbxError};

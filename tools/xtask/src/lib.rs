@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use clap_complete::Shell;
 
 pub mod git_options;
+pub mod links;
 
 /// Every binary's clap definition. A new tool adds one line here.
 pub fn commands() -> Vec<clap::Command> {

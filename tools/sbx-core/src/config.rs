@@ -69,14 +69,21 @@ pub struct Config {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Tools {
     /// Refused tool calls: `Write`, `Bash(curl:*)`, `Read(**/*.sql)`.
+    /// Default: `[]`
+    /// Example: `["Write", "Bash(curl:*)", "Read(**/*.sql)"]`
     pub disallowed: Unique<ToolRule>,
     /// When set, every call no rule here matches is refused.
+    /// Example: `["Read", "Grep", "Glob", "Bash(npm test:*)"]`
     pub allowed: Option<Unique<ToolRule>>,
     /// The workspace (and repo-shelf) mounted read-only, and the agent's
     /// file-writing tools refused.
+    /// Default: `false`
+    /// Example: `true`
     pub read_only: bool,
     /// Masked like `[filesystem].blocked` (its `allowed` exceptions apply),
     /// and refused to the agent's file tools.
+    /// Default: `[]`
+    /// Example: `["**/.env*", "secrets/"]`
     pub deny_read: Unique<PathGlob>,
 }
 
@@ -199,6 +206,8 @@ pub struct Guest {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GuestService {
+    /// The program and its arguments, run as the agent user.
+    /// Example: `["ttyd", "-p", "7681", "tmux"]`
     pub command: Argv,
 }
 
@@ -217,16 +226,34 @@ impl TryFrom<Vec<String>> for Argv {
     }
 }
 
+/// `[sandbox]`: the container's limits, published ports and read-only paths.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Sandbox {
+    /// The container's memory limit (docker `--memory`).
+    /// Default: `"4g"`
+    /// Example: `"8g"`
     pub memory: Size,
+    /// CPUs the container may use (docker `--cpus`), 0.01 to 1024.
+    /// Default: `2.0`
+    /// Example: `1.5`
     pub cpus: Cpus,
+    /// The most processes the container may run (docker `--pids-limit`), 16 to 4194304.
+    /// Default: `1024`
+    /// Example: `4096`
     pub pids: Pids,
+    /// Ports published from the container, in docker's `-p` syntax.
+    /// Default: `[]`
+    /// Example: `["3000", "127.0.0.1:8080:80"]`
     pub ports: Unique<Port>,
-    /// Added to [`ALWAYS_PROTECTED`].
+    /// Paths mounted read-only inside the sandbox, added to the ones always
+    /// protected ([`ALWAYS_PROTECTED`]: `.git/hooks`, `.husky`,
+    /// `.agent-sandbox` and `.agent-precommit/user-context.json`).
+    /// Default: `[]`
+    /// Example: `[".github/workflows", "Makefile"]`
     pub protected: Unique<RelPath>,
     /// Legacy policy files' `enabled`; only `true` loads.
+    /// Example: `true`
     pub enabled: Option<Enabled>,
 }
 
@@ -246,24 +273,52 @@ impl Default for Sandbox {
     }
 }
 
+/// `[filesystem]`: secret files hidden inside the sandbox (masked, not deleted).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Filesystem {
-    /// Added to [`DEFAULT_BLOCKED_FILES`]; a list here cannot unmask a default.
+    /// Files masked inside the sandbox (an empty read-only file or directory
+    /// over each match, also for files that appear later), added to
+    /// [`DEFAULT_BLOCKED_FILES`] (`.env`, `.env.*`, `*.pem`, `*.key`,
+    /// `*credentials*`, `*secret*`, `.aws/`, `.ssh/`, `.gnupg/`); a list here
+    /// cannot unmask a default.
     /// `blocked-patterns` is the legacy policy files' spelling.
+    /// Default: `[]`
+    /// Example: `["config/deploy/*.env", "*.p12"]`
     #[serde(alias = "blocked-patterns")]
     pub blocked: Unique<PathGlob>,
-    /// Exceptions to `blocked`; [`DEFAULT_ALLOWED_FILES`] when unset.
+    /// Exceptions to `blocked` and the built-in masks;
+    /// [`DEFAULT_ALLOWED_FILES`] (`.env.example`) when unset.
+    /// Example: `[".env.example", ".env.test"]`
     #[serde(alias = "allowed-patterns")]
     pub allowed: Option<Unique<PathGlob>>,
 }
 
+/// `[environment]`: which host variables cross into the sandbox. Precedence:
+/// `block`, then `pass`, then the baseline, then secret-looking names (with
+/// `filter-secrets`), then `allow`, then secret-looking values.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Environment {
+    /// Drop host variables whose name looks like a secret (`*_KEY`, `*_TOKEN`,
+    /// `*SECRET*`, `*PASSWORD*`, `AWS_*`, `GITHUB_*`, …) or whose value holds a
+    /// credential.
+    /// Default: `true`
+    /// Example: `false`
     pub filter_secrets: bool,
+    /// Host variables let into the sandbox besides the baseline (`TERM`, `LANG`,
+    /// `LC_*`, `TZ`, …); cannot rescue a secret-looking name (that takes `pass`).
+    /// Default: `[]`
+    /// Example: `["NODE_ENV", "RUST_LOG"]`
     pub allow: Unique<NameGlob>,
+    /// Host variables always dropped; wins over every other rule.
+    /// Default: `[]`
+    /// Example: `["AWS_*", "GITHUB_TOKEN"]`
     pub block: Unique<NameGlob>,
+    /// Host variables passed even when they look like secrets; each one is
+    /// written to the audit log.
+    /// Default: `[]`
+    /// Example: `["ANTHROPIC_API_KEY"]`
     pub pass: Unique<NameGlob>,
 }
 
@@ -278,21 +333,45 @@ impl Default for Environment {
     }
 }
 
+/// `[network]`: the egress firewall (sbx-fw). Default deny in both address
+/// families; the agent reaches TCP 443 on the addresses of allowlisted names.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Network {
     /// Added to the built-in allowlist.
+    /// Default: `[]`
+    /// Example: `["api.example.com", "*.cdn.example"]`
     pub allow_domains: Unique<Domain>,
     /// Names that must resolve at init, or init fails (closed).
+    /// Default: `[]`
+    /// Example: `["api.example.com"]`
     pub required: Unique<Domain>,
+    /// Allow the package registries the image's npm, pip, cargo and apt are
+    /// configured to use (read from their config, never hard-coded).
+    /// Default: `true`
+    /// Example: `false`
     pub registries: bool,
+    /// Allow GitHub's names and its published address ranges (443, and 22 with
+    /// `allow-git`).
+    /// Default: `true`
+    /// Example: `false`
     pub github: bool,
+    /// Allow traffic to the sandbox's own loopback interface.
+    /// Default: `true`
+    /// Example: `false`
     pub allow_localhost: bool,
+    /// Turn the firewall off: every destination is reachable (logged loudly).
+    /// Default: `false`
+    /// Example: `true`
     pub allow_external: bool,
     /// Git over SSH: TCP 22 to GitHub's ranges (with `github = true`).
     /// `false` closes port 22 everywhere; git over HTTPS is unaffected.
+    /// Default: `true`
+    /// Example: `false`
     pub allow_git: bool,
     /// How egress is judged: by address only, or by name through sbx-fw's proxy.
+    /// Default: `"address"`
+    /// Example: `"proxy"`
     pub mode: NetMode,
 }
 
@@ -322,11 +401,23 @@ impl Default for Network {
     }
 }
 
+/// `[git]`: the git guard's switches.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Git {
+    /// Refuse git commands that would skip the repository's hooks
+    /// (`--no-verify` in any spelling, commits that skipped pre-commit).
+    /// Default: `true`
+    /// Example: `false`
     pub block_no_verify: bool,
+    /// Refuse force pushes and branch deletions on a remote.
+    /// Default: `true`
+    /// Example: `false`
     pub block_force_push: bool,
+    /// Refuse `git config --global` and `--system`, which change every
+    /// repository's configuration.
+    /// Default: `true`
+    /// Example: `false`
     pub block_global_config: bool,
 }
 
@@ -340,14 +431,24 @@ impl Default for Git {
     }
 }
 
+/// `[backup]`: incremental backups of the agent's home to an object store.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Backup {
     /// No URL: backups are off.
+    /// Example: `"s3://bucket/sbx"`
     pub url: Option<StoreUrl>,
+    /// Time between incremental backups.
+    /// Default: `"5m"`
+    /// Example: `"15m"`
     pub interval: Interval,
+    /// Paths in the home left out of backups.
+    /// Default: `[]`
+    /// Example: `["node_modules/", "target/", ".cache/"]`
     pub exclude: Unique<PathGlob>,
     /// Snapshots kept; older ones are deleted after each commit.
+    /// Default: `10`
+    /// Example: `30`
     pub keep: u32,
 }
 
@@ -494,6 +595,7 @@ impl fmt::Display for Size {
     }
 }
 
+/// A number of CPUs, whole or fractional (`2`, `1.5`), 0.01 to 1024.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Cpus(pub f64);
 
@@ -521,6 +623,7 @@ impl<'de> Deserialize<'de> for Cpus {
     }
 }
 
+/// A process count, 16 to 4194304 (an unlimited count is not allowed).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pids(pub u32);
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap_complete::Shell;
 
+pub mod configdoc;
 pub mod git_options;
 pub mod links;
 
@@ -25,7 +26,7 @@ pub fn commands() -> Vec<clap::Command> {
 
 /// (path relative to the repository root, contents) of every generated file.
 pub fn render() -> Vec<(PathBuf, Vec<u8>)> {
-    let mut files = Vec::new();
+    let mut files = vec![(PathBuf::from("docs/config.md"), configdoc::render())];
     for cmd in commands() {
         let name = cmd.get_name().to_owned();
         files.push((PathBuf::from(format!("man/{name}.1")), man_page(&cmd)));

@@ -28,22 +28,39 @@ pub fn sandbox_api_value(var: impl Fn(&str) -> Option<String>) -> Option<String>
     (!urls.is_empty()).then(|| urls.join(" "))
 }
 
+/// `[agent]`: headless Claude Code or Codex runs (`sbx-run agent`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Agent {
+    /// The agent CLI `sbx-run agent` runs (`--cli` overrides it).
+    /// Default: `"claude"`
+    /// Example: `"codex"`
     pub cli: AgentCli,
     /// The Messages API endpoint given to the CLI as ANTHROPIC_BASE_URL;
     /// its host is allowlisted by sbx-fw. `ANTHROPIC_BASE_URL` on the host wins.
+    /// Example: `"https://llm-gateway.corp.example"`
     pub base_url: Option<BaseUrl>,
     /// A file on the host holding the API key (first line). `ANTHROPIC_API_KEY`
     /// on the host wins. Never copied into the sandbox.
+    /// Example: `"/home/me/.config/sbx/anthropic-key"`
     pub credential_file: Option<std::path::PathBuf>,
+    /// The model the CLI is asked for (`--model`); unset, the CLI's own default.
+    /// Example: `"claude-sonnet-4-5"`
     pub model: Option<String>,
+    /// The most agent turns in one run (`--max-turns`; exit 3 when reached);
+    /// Claude Code only. Unset: no limit.
+    /// Example: `20`
     pub max_turns: Option<u32>,
+    /// Claude Code's permission mode for a run; unset, `bypassPermissions`
+    /// (a headless run has nobody to answer a prompt; the sandbox is the guard).
+    /// Example: `"acceptEdits"`
     pub permission_mode: Option<PermissionMode>,
     /// Kill the run (the CLI's whole process group) after this long.
+    /// Example: `"30m"`
     pub timeout: Option<Interval>,
     /// `sbx-run prune --chats` removes chats idle longer than this.
+    /// Default: `"7d"`
+    /// Example: `"30d"`
     pub chat_retention: Interval,
     /// MCP servers written to `.mcp.json` and passed with `--mcp-config`.
     pub mcp: BTreeMap<String, McpServer>,
@@ -169,7 +186,12 @@ impl<'de> Deserialize<'de> for BaseUrl {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServer {
+    /// The server's program and arguments (stdio transport).
+    /// Example: `["npx", "docs-mcp"]`
     pub command: Argv,
+    /// Variables set for the server.
+    /// Default: `{}`
+    /// Example: `{ DOCS_ROOT = "docs" }`
     #[serde(default)]
     pub env: BTreeMap<String, String>,
 }
@@ -207,8 +229,16 @@ impl<'de> Deserialize<'de> for ToolName {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostTool {
+    /// The host command; an element that is exactly `{param}` becomes the
+    /// call's argument of that name, as one element, never through a shell.
+    /// Example: `["gh", "issue", "view", "--", "{number}"]`
     pub argv: HostArgv,
+    /// What the tool does, shown to the model.
+    /// Example: `"Show a GitHub issue of this repository"`
     pub description: String,
+    /// The command's process group is killed after this long.
+    /// Default: `"30s"`
+    /// Example: `"20s"`
     #[serde(default = "default_tool_timeout")]
     pub timeout: Interval,
 }
@@ -217,6 +247,8 @@ fn default_tool_timeout() -> Interval {
     Interval(Duration::from_secs(30))
 }
 
+/// A host tool's command: the program and its arguments, where an element
+/// that is exactly `{name}` is a parameter the agent fills in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostArgv(pub Vec<String>);
 

@@ -117,3 +117,38 @@ fn the_readme_example_loads() {
     let len = readme[start..].find("```").expect("the block ends");
     parse(&readme[start..start + len]).unwrap_or_else(|e| panic!("README.md's example: {e}"));
 }
+
+/// The template `sbx-run init` writes (base-image/config.toml): as written,
+/// every line commented out, it loads; with every commented `key = value`
+/// and `[table]` line switched on, it still loads; and it names every key.
+#[test]
+fn the_init_template_loads_and_names_every_key() {
+    let text = std::fs::read_to_string(xtask::root().join("base-image/config.toml")).unwrap();
+    parse(&text).unwrap_or_else(|e| panic!("the template as written: {e}"));
+    let on: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest)
+                if rest.starts_with('[')
+                    || rest.split_once(" = ").is_some_and(|(k, _)| {
+                        !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                    }) =>
+            {
+                rest
+            }
+            _ => l,
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    parse(&on).unwrap_or_else(|e| panic!("the template with every key switched on: {e}\n{on}"));
+    let s = Schema::read();
+    let missing: Vec<String> = s
+        .keys
+        .iter()
+        // Legacy spellings are accepted, not taught.
+        .filter(|k| !(k.table == "sandbox" && k.name == "enabled"))
+        .filter(|k| !on.lines().any(|l| l.starts_with(&format!("{} = ", k.name))))
+        .map(|k| format!("[{}] {}", k.table, k.name))
+        .collect();
+    assert!(missing.is_empty(), "the template lacks {missing:?}");
+}

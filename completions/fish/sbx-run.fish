@@ -58,6 +58,7 @@ complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "codex-logout" -d 'D
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "verify-commits" -d 'Run the repository\'s pre-commit and commit-msg hooks, on the host, against each commit added since REF; exit 1 when any fails'
 complete -c sbx-run -n "__fish_sbx_run_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l import -d 'Write config.toml from a policy seed\'s YAML config (e.g. .uds/config.yaml) instead of the template: each key is mapped to its sbx key or named as not mappable, one line per key, printed and kept as comments in the file' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand init" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -8,6 +8,7 @@ pub mod branch;
 pub mod docker;
 pub mod guestexec;
 pub mod image;
+pub mod import;
 pub mod lifecycle;
 pub mod login;
 pub mod names;
@@ -139,6 +140,11 @@ pub enum Cmd {
         /// Overwrite existing files and remove an existing sandbox container.
         #[arg(long)]
         force: bool,
+        /// Write config.toml from a policy seed's YAML config (e.g. .uds/config.yaml) instead
+        /// of the template: each key is mapped to its sbx key or named as not mappable, one
+        /// line per key, printed and kept as comments in the file.
+        #[arg(long, value_name = "FILE")]
+        import: Option<PathBuf>,
     },
     /// Build the per-repo image from .agent-sandbox/Dockerfile.
     Build {
@@ -378,7 +384,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         build: false,
         branch: BranchArg { branch: None },
     }) {
-        Cmd::Init { path, force } => lifecycle::init(common, path.get(), force),
+        Cmd::Init {
+            path,
+            force,
+            import,
+        } => lifecycle::init(common, path.get(), force, import.as_deref()),
         Cmd::Build { path, build } => lifecycle::build(common, path.get(), &build),
         Cmd::BuildBase(opts) => image::build_base(common, &opts)
             .map(|_| Exit::Ok.into())

@@ -73,11 +73,33 @@ fn running(c: &Value) -> bool {
     c.pointer("/State/Running").and_then(Value::as_bool) == Some(true)
 }
 
-pub fn init(common: &CommonArgs, path: Option<PathBuf>, force: bool) -> Res {
+pub fn init(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    force: bool,
+    import: Option<&std::path::Path>,
+) -> Res {
     let root = workspace::resolve(path)?;
     let dir = root.join(sbx_core::config::DIR);
+    // An import is converted (and checked) before anything is written.
+    let imported = match import {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| RunError::Io(p.to_owned(), e))?;
+            let got = crate::import::from_yaml(&text, p).map_err(RunError::Config)?;
+            if !common.quiet {
+                for n in &got.notes {
+                    println!("{n}");
+                }
+            }
+            Some(got.toml)
+        }
+        None => None,
+    };
     let files = [
-        ("config.toml", image::CONFIG_TEMPLATE),
+        (
+            "config.toml",
+            imported.as_deref().unwrap_or(image::CONFIG_TEMPLATE),
+        ),
         ("Dockerfile", image::REPO_DOCKERFILE),
     ];
     if !force {

@@ -140,3 +140,76 @@ fn branch_mode_needs_a_git_directory() {
     assert!(text(&o).contains(".git is not a directory"), "{}", text(&o));
     assert_eq!(text(&o).trim_end().lines().count(), 1, "{}", text(&o));
 }
+
+/// `init --import` with the policy seed's AC-6 example, as a user runs it
+/// from the repository: one line per key on stdout, the converted config
+/// written (with the same lines as comments) before the image build, which
+/// this engine-less test lets fail.
+#[test]
+fn init_imports_the_seeds_yaml_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    std::fs::create_dir_all(ws.join(".uds")).unwrap();
+    let seed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/uds-config.yaml"
+    );
+    std::fs::copy(seed, ws.join(".uds/config.yaml")).unwrap();
+    let o = sbx_run(dir.path())
+        .current_dir(&ws)
+        .args(["init", "--import", ".uds/config.yaml"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let notes: Vec<&str> = out.lines().filter(|l| l.starts_with("sandbox.")).collect();
+    assert_eq!(notes.len(), 11, "{}", text(&o));
+    assert!(
+        notes.contains(&"sandbox.network.allow-git: mapped: [network] allow-git"),
+        "{out}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("sandbox.tools.enforce-agent-permissions: not mapped: ")),
+        "{out}"
+    );
+    let written = std::fs::read_to_string(ws.join(".agent-sandbox/config.toml")).unwrap();
+    for n in &notes {
+        assert!(written.contains(&format!("# {n}\n")), "{n}\n{written}");
+    }
+    assert!(
+        written.contains("allow = [\"NODE_ENV\", \"DEBUG\", \"CI\"]"),
+        "{written}"
+    );
+    // The build needs the engine this test has not got; the import is done.
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert_ne!(o.status.code(), Some(78), "{}", text(&o));
+}
+
+/// A YAML value sbx cannot take is one line naming file and key, exit 78,
+/// and nothing is written.
+#[test]
+fn init_refuses_a_bad_import_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    std::fs::write(
+        ws.join("c.yaml"),
+        "sandbox:\n  network:\n    allow-git: yes\n",
+    )
+    .unwrap();
+    let o = sbx_run(dir.path())
+        .current_dir(&ws)
+        .args(["init", "--import", "c.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("c.yaml: sandbox.network.allow-git: expected true or false"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!ws.join(".agent-sandbox").exists());
+}

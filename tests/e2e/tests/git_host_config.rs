@@ -30,7 +30,8 @@ fn repo() -> Repo {
     let git = |args: &[&str]| repo.git(args);
     let remote = repo.path.join("remote.git");
     let remote = remote.to_str().unwrap();
-    git(&["remote", "add", "origin", remote]);
+    // attack_repo's origin is the sandbox's path: the host's own here.
+    git(&["remote", "set-url", "origin", remote]);
     git(&["fetch", "-q", "origin"]);
     git(&["branch", "-q", "--set-upstream-to", "origin/main"]);
     // config.worktree is read only with this extension.
@@ -303,4 +304,63 @@ fn the_agents_git_still_works_without_writing_config() {
             "`{cmd}` wrote the host's config: {t}"
         );
     }
+}
+
+/// git on the host rewrites `.git/config` by renaming a new file over it,
+/// and a rename from the host's mount namespace used to detach the
+/// sandbox's read-only mount of that file: after the user's own `git
+/// remote add`, the agent could write the config again. While a sandbox
+/// runs the host's rename is refused instead (held there too), and once
+/// it stops the host's git writes its config as before.
+#[test]
+fn the_hosts_own_config_write_does_not_lift_the_pin() {
+    let Some(repo) = started(repo) else { return };
+    let config = repo.path.join(".git/config");
+    let canary = repo.root().join("canary");
+    // The user's own git on the host, while the sandbox runs: it fails
+    // (EBUSY) rather than lift the pin.
+    let host = Command::new("git")
+        .args(["remote", "add", "host-side", "/tmp/x"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    let before = std::fs::read_to_string(&config).unwrap();
+    let o = repo.agent(&format!(
+        "printf '[core]\\n\\tfsmonitor = touch {}\\n' >> .git/config; true",
+        canary.display()
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        before,
+        "the agent wrote .git/config after the host's git rewrote it: {}",
+        text(&o)
+    );
+    let st = Command::new("git")
+        .arg("status")
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    assert!(
+        !canary.exists(),
+        "the host's git status ran the agent's program: {}",
+        text(&st)
+    );
+    assert!(
+        text(&host).contains("could not write config file"),
+        "host git remote add: {}",
+        text(&host)
+    );
+    // Stopped: the host's git writes its configuration again.
+    let o = sbx_e2e::sbx().arg("stop").arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "stop: {}", text(&o));
+    let o = Command::new("git")
+        .args(["remote", "add", "after-stop", "/tmp/y"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "host git config after stop: {}",
+        text(&o)
+    );
 }

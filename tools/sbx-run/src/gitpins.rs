@@ -177,6 +177,61 @@ pub fn make_missing(root: &Path, owner: (u32, u32)) -> Result<(), RunError> {
     Ok(())
 }
 
+/// Hold each pinned *file* read-only on the host as well, for as long as
+/// a sandbox of the workspace runs. git rewrites `config` by renaming
+/// `config.lock` over it, and since Linux 3.18 a rename over a dentry that
+/// is a mount point in another mount namespace detaches that mount there:
+/// the user's `git remote add` on the host gave the sandbox a writable
+/// `.git/config`. A mount point in the host's own namespace makes that
+/// rename fail (EBUSY) instead, so the host's git cannot lift the pin; it
+/// says `could not write config file` until the sandboxes stop.
+/// Directories are not renamed over by git, and are not held here.
+///
+/// Needs root (the idmapped view does too); without it the pins hold only
+/// until the host's git rewrites a file, said in one warning line.
+pub fn hold_on_host(root: &Path) -> Result<(), RunError> {
+    use std::os::fd::AsRawFd as _;
+    let held: Vec<PathBuf> = sbx_sys::idmap::mounts()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| m.point)
+        .collect();
+    for p in pins(root)? {
+        if p.dir || !p.exists || held.contains(&root.join(&p.rel)) {
+            continue;
+        }
+        // By fd, never following a link: the path is the agent's to write.
+        let fd = sbx_sys::idmap::open_beneath(root, Path::new(&p.rel))
+            .map_err(|e| RunError::Io(root.join(&p.rel), e))?;
+        let me = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        if let Err(e) = sbx_sys::idmap::bind_readonly_at(&me, &fd) {
+            sbx_core::output::warn(&format!(
+                "{}: cannot hold it read-only on the host ({e}): the host's own git rewriting it (git config, remote add, push -u) will make it writable in the sandbox until it restarts; run sbx-run as root",
+                root.join(&p.rel).display()
+            ));
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Undo `hold_on_host`: every mount under the workspace's `.git` in the
+/// host's namespace (stacked ones too).
+pub fn release_on_host(root: &Path) {
+    let git = root.join(".git");
+    for _ in 0..64 {
+        let Ok(mounts) = sbx_sys::idmap::mounts() else {
+            return;
+        };
+        let Some(m) = mounts.into_iter().rev().find(|m| m.point.starts_with(&git)) else {
+            return;
+        };
+        if sbx_sys::idmap::detach(&m.point).is_err() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,8 @@ const WATCHED: &[&str] = &[
     ".git/modules/sub/hooks/pre-commit",
     ".git/worktrees/wt/config.worktree",
     ".git/worktrees/wt/commondir",
+    // Not the agent's either (its work tree is not in the sandbox).
+    ".git/worktrees/wt/HEAD",
 ];
 
 fn repo() -> Repo {
@@ -237,7 +239,8 @@ fn nothing_the_agent_writes_in_git_runs_on_the_host() {
              printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = {p}\\n' > evilcommon/config; \
              printf '../../../evilcommon\\n' > .git/worktrees/wt/commondir; \
              mv .git/worktrees/wt .git/worktrees/wt2 && cp -r .git/worktrees/wt2 .git/worktrees/wt && \
-             printf '../../../evilcommon\\n' > .git/worktrees/wt/commondir; true"
+             printf '../../../evilcommon\\n' > .git/worktrees/wt/commondir; \
+             git worktree prune; true"
         ),
     ));
     for (class, script) in targets {

@@ -79,7 +79,7 @@ fn git_dirs(root: &Path) -> Result<Vec<String>, RunError> {
             }
         }
     }
-    // A linked worktree's admin dir: config.worktree, commondir, gitdir.
+    // A linked worktree's admin dir (held whole by `pins`).
     for name in subdirs(root, ".git/worktrees")? {
         out.push(format!(".git/worktrees/{name}"));
     }
@@ -118,6 +118,16 @@ fn subdirs(root: &Path, rel: &str) -> Result<Vec<String>, RunError> {
 pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
     let mut out = Vec::new();
     for gd in git_dirs(root)? {
+        // A linked worktree's admin dir, whole: its work tree is not in the
+        // sandbox, so nothing there is the agent's to write.
+        if gd.starts_with(".git/worktrees/") {
+            out.push(Pin {
+                rel: gd,
+                dir: true,
+                exists: true,
+            });
+            continue;
+        }
         // `.git/hooks` is one of the always-protected paths already.
         for (name, kind) in GITDIR_ENTRIES {
             let rel = format!("{gd}/{name}");
@@ -278,8 +288,7 @@ mod tests {
             (".git/modules/lib/a/info", false),
             (".git/modules/lib/a/modules/inner/config", false),
             (".git/modules/lib/a/modules/inner/hooks", false),
-            (".git/worktrees/wt/commondir", true),
-            (".git/worktrees/wt/config.worktree", false),
+            (".git/worktrees/wt", true),
         ] {
             assert!(
                 got.contains(&(want.0.to_owned(), want.1)),

@@ -80,7 +80,7 @@ fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
         assert_eq!(o.status.code(), Some(77), "{attack}: {}", text(&o));
         clean(attack);
     }
-    let o = agent("git config --unset branch.main.mergeoptions");
+    let o = agent("sed -i '/mergeoptions/d' ~/.gitconfig");
     assert!(o.status.success(), "{}", text(&o));
 
     // 2. git notes: a note's text merged onto a branch (pre-commit, run by

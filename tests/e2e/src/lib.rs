@@ -215,7 +215,8 @@ pub const REFUSE_MARKER: &str =
 /// The attack rounds' workspace `name`: `main` with one commit (`a`
 /// and a `.gitignore` naming `/remote.git/`, `/.agent-sandbox/` and
 /// `ignored`), made by `git commit <commit>`, a bare remote `remote.git`
-/// inside the workspace holding main (so the sandbox reaches it), and
+/// inside the workspace holding main (so the sandbox reaches it; `origin`
+/// at its path in the sandbox), and
 /// `hooks`; not yet the agent's (add files, then [`Repo::give_to_agent`]).
 pub fn attack_repo(name: &str, commit: &[&str], ignored: &[&str], hooks: &[(&str, &str)]) -> Repo {
     let repo = Repo::new(name);
@@ -232,6 +233,10 @@ pub fn attack_repo(name: &str, commit: &[&str], ignored: &[&str], hooks: &[(&str
     git(&[&["commit"][..], commit].concat());
     git(&["init", "-q", "--bare", "remote.git"]);
     git(&["push", "-q", "remote.git", "main"]);
+    // `origin` as the sandbox sees it: its .git/config is the host's and
+    // read-only there, so the agent cannot add it.
+    let url = format!("/workspace/{name}/remote.git");
+    git(&["remote", "add", "origin", &url]);
     for (name, body) in hooks {
         repo.hook(name, body);
     }

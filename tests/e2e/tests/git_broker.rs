@@ -251,7 +251,8 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
     // hooks run (through the guard's directory for the push).
     let o = agent(
         "rm -f /tmp/hooks-ran; echo a > a && git add a && git commit -qm one && \
-         git init -q --bare /tmp/remote.git && git remote add origin /tmp/remote.git && \
+         git init -q --bare /tmp/remote.git && \
+         printf '[remote \"origin\"]\\n\\turl = /tmp/remote.git\\n' >> ~/.gitconfig && \
          git push -q origin main && git --git-dir=/tmp/remote.git rev-parse main && cat /tmp/hooks-ran",
     );
     assert!(o.status.success(), "commit and push: {}", text(&o));
@@ -295,13 +296,17 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
         // 2: the alias name is everything after `alias.`.
         (
             "2 dotted alias",
-            "git config alias.x.y 'commit --no-verify' && echo b > bad && git add bad && git x.y -qm m",
+            // In the agent's own ~/.gitconfig: the repository's is read-only.
+            "touch ~/.gitconfig && cp ~/.gitconfig /tmp/gc.orig && printf '[alias \"x\"]\\n\\ty = commit --no-verify\\n' >> ~/.gitconfig && \
+             echo b > bad && git add bad && git x.y -qm m",
         ),
         // 3: a mirror remote chosen by an inline pushDefault.
         (
             "3 mirror push",
             "git push -q origin main:refs/heads/other && \
-             git remote add --mirror evil /tmp/remote.git && git -c remote.pushDefault=evil push -q",
+             touch ~/.gitconfig && cp ~/.gitconfig /tmp/gc.orig && \
+             printf '[remote \"evil\"]\\n\\turl = /tmp/remote.git\\n\\tmirror = true\\n' >> ~/.gitconfig && \
+             git -c remote.pushDefault=evil push -q",
         ),
         // 4: BASH_ENV that ends a bash hook before its body.
         (
@@ -339,7 +344,8 @@ fn the_guards_rules_and_hook_steps_hold_through_the_broker() {
         );
         // Put the tree back for the next case.
         let _ = agent(
-            "git reset -q --hard HEAD; git stash clear; rm -rf sub bad; git remote remove evil; git config --unset alias.x.y; true",
+            "git reset -q --hard HEAD; git stash clear; rm -rf sub bad; \
+             if [ -f /tmp/gc.orig ]; then cp /tmp/gc.orig ~/.gitconfig && rm /tmp/gc.orig; fi; true",
         );
     }
 
@@ -640,7 +646,7 @@ fn fresh_attacks_on_the_guard_are_refused() {
          git checkout -q -b main && echo 1 > one && git add one && git -c user.name=h -c user.email=h@h commit -qm one && \
          echo 2 > two && git add two && git -c user.name=h -c user.email=h@h commit -qm two && \
          git init -q --bare remote.git && printf 'remote.git\\n' >> .git/info/exclude && \
-         git remote add origin \"$PWD/remote.git\" && git -c core.hooksPath=/dev/null push -q origin main && \
+         git remote add origin ./remote.git && git -c core.hooksPath=/dev/null push -q origin main && \
          git -c core.hooksPath=/dev/null push -q origin main~1:refs/heads/other && \
          git -C remote.git -c user.name=h -c user.email=h@h commit-tree -p other -m diverged other^{tree} > /tmp/sbx-div && \
          git -C remote.git update-ref refs/heads/other $(cat /tmp/sbx-div) && rm /tmp/sbx-div && \
@@ -665,10 +671,9 @@ fn fresh_attacks_on_the_guard_are_refused() {
             .output()
             .unwrap()
     };
-    // The remote as the sandbox sees it (the host's path is not mounted).
-    let o = agent(
-        "git remote set-url origin \"$PWD/remote.git\" && git fetch -q origin && git rev-parse origin/other",
-    );
+    // The remote, relative, so the sandbox reaches it too (its .git/config
+    // is the host's and read-only there).
+    let o = agent("git fetch -q origin && git rev-parse origin/other");
     assert!(
         o.status.success() && text(&o).trim() == other,
         "the remote: {}",

@@ -69,7 +69,7 @@ fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
         // git runs the strategy as `git merge-evil`, through the guard.
         "git merge-evil HEAD -- HEAD side",
         // Stored by the shell: the program is still refused as git runs it.
-        "printf '[branch \"main\"]\\n\\tmergeoptions = --no-verify\\n' >> .git/config; \
+        "printf '[branch \"main\"]\\n\\tmergeoptions = --no-verify\\n' >> ~/.gitconfig; \
          git merge -m m side",
     ] {
         let o = agent(&format!(
@@ -80,7 +80,7 @@ fn commits_no_pre_commit_saw_do_not_reach_a_branch_in_a_sandbox() {
         assert_eq!(o.status.code(), Some(77), "{attack}: {}", text(&o));
         clean(attack);
     }
-    let o = agent("git config --unset branch.main.mergeoptions");
+    let o = agent("sed -i '/mergeoptions/d' ~/.gitconfig");
     assert!(o.status.success(), "{}", text(&o));
 
     // 2. git notes: a note's text merged onto a branch (pre-commit, run by
@@ -177,7 +177,7 @@ fn http_pushes_work_and_stay_guarded_in_a_sandbox() {
         "git push --force $U main~1:main",
         "git push $U +main~1:main",
         "git push $U :main",
-        "printf '[remote \"x\"]\\n\\turl = %s\\n\\tmirror = true\\n' $U >> .git/config; \
+        "printf '[remote \"x\"]\\n\\turl = %s\\n\\tmirror = true\\n' $U >> ~/.gitconfig; \
          git branch -f gone main~1; git push x",
     ] {
         let o = agent(attack);
@@ -376,7 +376,7 @@ fn a_program_git_starts_cannot_trace_that_calls_hook_in_a_sandbox() {
              printf '#!/bin/sh\\n[ -e /tmp/fsmon.started ] || { : > /tmp/fsmon.started; \
              setsid python3 '$PWD'/.fsmon.py </dev/null >/dev/null 2>&1 & }\\nexit 1\\n' > /tmp/fsmon.sh; \
              chmod +x /tmp/fsmon.sh; echo MARKER > a && git add a; \
-             printf '[core]\\n\\tfsmonitor = /tmp/fsmon.sh\\n' >> .git/config; \
+             printf '[core]\\n\\tfsmonitor = /tmp/fsmon.sh\\n' >> ~/.gitconfig; \
              git commit -qm traced; echo commit=$?; \
              for i in $(seq 100); do [ -e /tmp/fsmon.out ] && break; sleep 0.05; done; \
              cat /tmp/fsmon.out; git log --oneline | grep -c traced",

@@ -65,8 +65,7 @@ impl Sandbox {
 fn a_stash_from_another_repository_cannot_be_cherry_picked_onto_main() {
     let Some(sb) = Sandbox::start() else { return };
     let o = sb.agent(
-        "git remote add origin /workspace/gattack4/remote.git && \
-         git clone -q /workspace/gattack4 /tmp/other && cd /tmp/other && \
+        "git clone -q /workspace/gattack4 /tmp/other && cd /tmp/other && \
          echo MARKER > a && git stash -q && cd - >/dev/null && \
          git fetch -q /tmp/other refs/stash && git cherry-pick -m 1 FETCH_HEAD; \
          git push -q origin main; true",
@@ -98,8 +97,7 @@ fn a_stash_from_another_repository_cannot_be_cherry_picked_onto_main() {
 fn the_index_swapped_after_pre_commit_is_not_committed() {
     let Some(sb) = Sandbox::start() else { return };
     let o = sb.agent(
-        "git remote add origin /workspace/gattack4/remote.git && \
-         echo MARKER > a && git add a && cp .git/index .git/B && git reset -q && \
+        "echo MARKER > a && git add a && cp .git/index .git/B && git reset -q && \
          echo ok > b && git add b && \
          { python3 .race.py .git/B .git/index & } && sleep 0.5 && git commit -qm 'JIRA-2 swapped'; \
          wait; git push -q origin main; true",
@@ -119,7 +117,6 @@ fn the_index_swapped_after_pre_commit_is_not_committed() {
 #[test]
 fn the_message_swapped_after_commit_msg_is_not_committed() {
     let Some(sb) = Sandbox::start() else { return };
-    sb.agent("git remote add origin /workspace/gattack4/remote.git");
     for cleanup in ["default", "strip", "whitespace", "verbatim", "scissors"] {
         let o = sb.agent(&format!(
             "printf 'no ticket\\n' > .git/M && \
@@ -171,8 +168,6 @@ fn the_message_swapped_after_commit_msg_is_not_committed() {
 #[test]
 fn the_index_swapped_in_every_form_is_not_committed() {
     let Some(sb) = Sandbox::start() else { return };
-    let o = sb.agent("git remote add origin /workspace/gattack4/remote.git");
-    assert!(o.status.success(), "{}", text(&o));
     for (n, (what, prep, target, commit, after)) in [
         (
             "-a",

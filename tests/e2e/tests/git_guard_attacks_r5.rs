@@ -67,7 +67,6 @@ impl Sandbox {
 #[test]
 fn a_branch_cannot_be_made_a_symbolic_ref_to_the_stash_or_notes() {
     let Some(sb) = Sandbox::start() else { return };
-    sb.agent("git remote add origin /workspace/gattack5/remote.git");
     for attack in [
         "echo MARKER > a && git stash -q && git symbolic-ref refs/heads/main refs/stash",
         "echo MARKER > a && git stash -q && git symbolic-ref refs/heads/evil refs/stash",
@@ -95,7 +94,6 @@ fn a_branch_cannot_be_made_a_symbolic_ref_to_the_stash_or_notes() {
 #[test]
 fn a_tag_does_not_hide_a_stash_commit() {
     let Some(sb) = Sandbox::start() else { return };
-    sb.agent("git remote add origin /workspace/gattack5/remote.git");
     for attack in [
         "echo MARKER > a && git stash -q && git tag t 'stash@{0}' && git reset -q --hard t",
         "echo MARKER > a && git stash -q && git tag t 'stash@{0}' && git branch evil t",
@@ -124,8 +122,7 @@ fn a_tag_does_not_hide_a_stash_commit() {
 fn a_stash_change_merged_into_a_moved_file_does_not_reach_main() {
     let Some(sb) = Sandbox::start() else { return };
     sb.agent(
-        "git remote add origin /workspace/gattack5/remote.git && \
-         printf '1\\n2\\n3\\n4\\n5\\n' > a && git commit -qam five && git push -q origin main",
+        "printf '1\\n2\\n3\\n4\\n5\\n' > a && git commit -qam five && git push -q origin main",
     );
     let moved = "sed -i 5s/.*/five/ a && git commit -qam five2";
     let mut landed = Vec::new();
@@ -231,7 +228,6 @@ fn a_hand_written_merge_head_does_not_put_the_stash_on_main() {
 #[test]
 fn commits_no_pre_commit_saw_do_not_reach_a_branch() {
     let Some(sb) = Sandbox::start() else { return };
-    sb.agent("git remote add origin /workspace/gattack5/remote.git");
     let mut landed = Vec::new();
     for attack in REFUSED {
         let o = sb.agent(attack);

@@ -55,7 +55,6 @@ struct Sandbox {
 impl Sandbox {
     fn start() -> Option<Sandbox> {
         let sb = started(repo).map(|repo| Sandbox { repo })?;
-        sb.agent("git remote add origin /workspace/gattack6/remote.git");
         Some(sb)
     }
 
@@ -90,7 +89,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d; /^\\[merge /d; /driver = /d; /cleanup = /d; /^\\[filter /d; /clean = /d; /renormalize/d' .git/config; rm -f .git/info/attributes; \
+             sed -i '/^\\[diff\\]$/d; /external = /d; /^\\[commit\\]$/d; /verbose = /d; /^\\[color\\]$/d; /always/d; /[Pp]refix/d; /ommentChar/d; /bigFile/d; /^\\[merge /d; /driver = /d; /cleanup = /d; /^\\[filter /d; /clean = /d; /renormalize/d' ~/.gitconfig; rm -f .git/info/attributes ~/.config/git/attributes; \
              rm -rf ~/.gitconfig .git/shallow .git/remotes /tmp/q; true",
         );
     }
@@ -150,11 +149,11 @@ fn the_message_commit_msg_read_is_not_cut_at_the_scissors_line() {
         "echo ok > b && git add b && git commit -q --verbose --no-verbose -v -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "echo ok > b && git add b && GIT_EDITOR=true git commit -q -e --cleanup=scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "echo ok > b && git add b && GIT_EDITOR=true git commit -q -e --cleanup scissors -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
-        "printf '[commit]\\n\\tverbose = true\\n' >> .git/config && echo ok > b && git add b && \
+        "printf '[commit]\\n\\tverbose = true\\n' >> ~/.gitconfig && echo ok > b && git add b && \
          git commit -q -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
-        "printf '[core]\\n\\tcommentChar = S\\n' >> .git/config && echo ok > b && git add b && \
+        "printf '[core]\\n\\tcommentChar = S\\n' >> ~/.gitconfig && echo ok > b && git add b && \
          git commit -q --cleanup=strip -m ok -m 'Signed-off-by: a <a@b>'",
-        "printf '[core]\\n\\tcommentChar = S\\n' >> .git/config && git switch -q -c side && \
+        "printf '[core]\\n\\tcommentChar = S\\n' >> ~/.gitconfig && git switch -q -c side && \
          echo x > b && git add b && git commit -qsm two && git switch -q main && \
          git cherry-pick --cleanup=strip side",
         "echo ok > b && git add b && git commit -qsm ok && echo z > d && git add d && \
@@ -176,20 +175,20 @@ fn hand_written_diff_config_does_not_change_pre_commits_patch() {
     let Some(sb) = Sandbox::start() else { return };
     let landed = sb.run_all(&[
         "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && \
-         printf '[diff]\\n\\texternal = /tmp/ext\\n' >> .git/config && \
+         printf '[diff]\\n\\texternal = /tmp/ext\\n' >> ~/.gitconfig && \
          echo MARKER > a && git add a && git commit -qsm x",
         "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && \
          printf '[diff]\\n\\texternal = /tmp/ext\\n' >> ~/.gitconfig && \
          echo MARKER > a && git add a && git commit -qsm x; rm -f ~/.gitconfig",
-        "printf '[core]\\n\\tbigFileThreshold = 1\\n' >> .git/config && \
+        "printf '[core]\\n\\tbigFileThreshold = 1\\n' >> ~/.gitconfig && \
          echo MARKER > a && git add a && git commit -qsm x",
-        "printf '[color]\\n\\tdiff = always\\n' >> .git/config && \
+        "printf '[color]\\n\\tdiff = always\\n' >> ~/.gitconfig && \
          echo PLUSMARK > a && git add a && git commit -qsm x",
         "printf '[color]\\n\\tui = always\\n' >> ~/.gitconfig && \
          echo PLUSMARK > a && git add a && git commit -qsm x",
-        "printf '[diff]\\n\\tnoprefix = true\\n' >> .git/config && \
+        "printf '[diff]\\n\\tnoprefix = true\\n' >> ~/.gitconfig && \
          echo s > cred && git add cred && git commit -qsm x",
-        "printf '[diff]\\n\\tmnemonicPrefix = true\\n' >> .git/config && \
+        "printf '[diff]\\n\\tmnemonicPrefix = true\\n' >> ~/.gitconfig && \
          echo s > cred && git add cred && git commit -qsm x",
         "printf '#!/bin/sh\\ntrue\\n' > /tmp/ext && chmod +x /tmp/ext && mkdir -p /tmp/h && \
          printf '[diff]\\n\\texternal = /tmp/ext\\n' > /tmp/h/.gitconfig && \
@@ -207,13 +206,13 @@ fn hand_written_diff_config_does_not_change_pre_commits_patch() {
 fn a_hand_written_scissors_cleanup_does_not_cut_the_message() {
     let Some(sb) = Sandbox::start() else { return };
     let landed = sb.run_all(&[
-        "printf '[commit]\\n\\tcleanup = scissors\\n' >> .git/config && echo ok > b && git add b && \
+        "printf '[commit]\\n\\tcleanup = scissors\\n' >> ~/.gitconfig && echo ok > b && git add b && \
          GIT_EDITOR=true git commit -q -e -m ok -m \"$S\" -m 'Signed-off-by: a <a@b>'",
         "printf '[commit]\\n\\tcleanup = scissors\\n' >> ~/.gitconfig && echo ok > b && git add b && \
          printf '#!/bin/sh\\nprintf \"ok\\\\n%s\\\\nSigned-off-by: a <a@b>\\\\n\" \"$S\" > \"$1\"\\n' > /tmp/ed && \
          chmod +x /tmp/ed && S=\"$S\" GIT_EDITOR=/tmp/ed git commit -q",
     ]);
-    sb.agent("sed -i '/cleanup = /d' .git/config; rm -f ~/.gitconfig");
+    sb.agent("sed -i '/cleanup = /d' ~/.gitconfig; rm -f ~/.gitconfig");
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
 }
 
@@ -250,10 +249,10 @@ const REFUSED: &[&str] = &[
     "echo MARKER > a && git add a && git --exec-path=/tmp commit -qsm x",
     "echo MARKER > a && git add a && GIT_EXEC_PATH=/tmp git commit -qsm x",
     "echo MARKER > a && git add a && GIT_DIR=.git GIT_WORK_TREE=. git commit -qsm x",
-    "printf '[core]\\n\\thooksPath = /tmp\\n' >> .git/config; echo MARKER > a && git add a && \
-     git commit -qsm x; sed -i /hooksPath/d .git/config",
-    "printf '[core]\\n\\thooksPath = /tmp\\n' > /tmp/inc; printf '[include]\\n\\tpath = /tmp/inc\\n' >> .git/config; \
-     echo MARKER > a && git add a && git commit -qsm x; sed -i '/path = .tmp.inc/d' .git/config",
+    "printf '[core]\\n\\thooksPath = /tmp\\n' >> ~/.gitconfig; echo MARKER > a && git add a && \
+     git commit -qsm x; sed -i /hooksPath/d ~/.gitconfig",
+    "printf '[core]\\n\\thooksPath = /tmp\\n' > /tmp/inc; printf '[include]\\n\\tpath = /tmp/inc\\n' >> ~/.gitconfig; \
+     echo MARKER > a && git add a && git commit -qsm x; sed -i '/path = .tmp.inc/d' ~/.gitconfig",
     "mkdir -p /tmp/q && cd /tmp/q && git init -q && echo MARKER > m && git add m && git commit -qsm m; \
      cd /workspace/gattack6 && git fetch -q /tmp/q HEAD:refs/heads/q",
     "echo MARKER > a && git add a && git commit -q --no-verify --verify -n -sm x",
@@ -279,18 +278,18 @@ const REFUSED: &[&str] = &[
      echo y > c && git add c && git commit -qsm c && git merge -q --no-edit -m BADMSG -m 'Signed-off-by: a <a@b>' side",
     "git subtree add -q -P sub HEAD 2>&1",
     // Pushes that rewind or delete, configured by hand.
-    "git reset -q --hard HEAD~1 && printf '[remote \"origin\"]\\n\\tmirror = true\\n' >> .git/config && git push origin; \
-     sed -i /mirror/d .git/config",
-    "git reset -q --hard HEAD~1 && printf '[remote \"origin\"]\\n\\tpush = +refs/heads/*:refs/heads/*\\n' >> .git/config && \
-     git push origin; sed -i '/push = /d' .git/config",
+    "git reset -q --hard HEAD~1 && printf '[remote \"origin\"]\\n\\tmirror = true\\n' >> ~/.gitconfig && git push origin; \
+     sed -i /mirror/d ~/.gitconfig",
+    "git reset -q --hard HEAD~1 && printf '[remote \"origin\"]\\n\\tpush = +refs/heads/*:refs/heads/*\\n' >> ~/.gitconfig && \
+     git push origin; sed -i '/push = /d' ~/.gitconfig",
     "git reset -q --hard HEAD~1 && mkdir -p .git/remotes && \
      printf 'URL: /workspace/gattack6/remote.git\\nPush: +refs/heads/main:refs/heads/main\\n' > .git/remotes/ev && git push ev",
     "mkdir -p .git/remotes && printf 'URL: /workspace/gattack6/remote.git\\nPush: :refs/heads/main\\n' > .git/remotes/ev && \
      git push ev",
     "git reset -q --hard HEAD~1 && git push origin --force-if-includes main",
     "git reset -q --hard HEAD~1 && git -c remote.origin.push=+main:main push origin",
-    "git reset -q --hard HEAD~1 && printf '[push]\\n\\tdefault = matching\\n' >> .git/config && git push origin '+:'; \
-     sed -i '/default = matching/d' .git/config",
+    "git reset -q --hard HEAD~1 && printf '[push]\\n\\tdefault = matching\\n' >> ~/.gitconfig && git push origin '+:'; \
+     sed -i '/default = matching/d' ~/.gitconfig",
     "git reset -q --hard HEAD~1 && git push --atomic origin main",
     "git reset -q --hard HEAD~1 && git push origin @:main",
     "git reset -q --hard HEAD~1 && git push origin 'main^{}:main'",
@@ -360,12 +359,12 @@ fn a_remote_helper_driven_by_hand_runs_pre_push() {
 /// Two branches that change different lines of `a`, and a merge driver
 /// written into .git/config by hand (`git config merge.ev.driver` is
 /// refused) that writes MARKER as the merged file, picked by
-/// `.git/info/attributes`.
+/// `~/.config/git/attributes` (`.git/info` is the host's, read-only).
 const DRIVER: &str = r#"printf '1\n2\n3\n' > a && git commit -qsam three && git switch -q -c side && \
     sed -i 1s/.*/one/ a && git commit -qsam s1 && git switch -q main && sed -i 3s/.*/three/ a && \
     git commit -qsam m1 && printf '#!/bin/sh\necho MARKER from a driver $$ > "$1"\n' > /tmp/drv && \
-    chmod +x /tmp/drv && printf '[merge "ev"]\n\tdriver = /tmp/drv %%A\n' >> .git/config && \
-    mkdir -p .git/info && echo 'a merge=ev' > .git/info/attributes"#;
+    chmod +x /tmp/drv && printf '[merge "ev"]\n\tdriver = /tmp/drv %%A\n' >> ~/.gitconfig && \
+    mkdir -p ~/.config/git && echo 'a merge=ev' > ~/.config/git/attributes"#;
 
 /// A clean filter written into .git/config by hand that puts MARKER
 /// before any text starting with `one` (side's change), on `a`.
@@ -378,7 +377,7 @@ const CLEAN_FILTER: &str = r#"printf '1
 t=$(cat); case "$t" in one*) echo MARKER from a clean filter;; esac; printf "%%s\n" "$t"
 ' > /tmp/cln &&     chmod +x /tmp/cln && printf '[filter "ev"]
 	clean = /tmp/cln
-' >> .git/config &&     mkdir -p .git/info && echo 'a filter=ev' > .git/info/attributes"#;
+' >> ~/.gitconfig &&     mkdir -p ~/.config/git && echo 'a filter=ev' > ~/.config/git/attributes"#;
 
 /// The sequencer commits a merge driver's output in-process, without
 /// pre-commit (as it did a strategy program's, refused since round four):
@@ -400,7 +399,7 @@ fn a_hand_written_merge_driver_does_not_commit_unseen_content() {
         [
             "git -c merge.renormalize=true cherry-pick side",
             "git cherry-pick -X renormalize side",
-            "printf '[merge]\n\trenormalize\n' >> .git/config && git cherry-pick side",
+            "printf '[merge]\n\trenormalize\n' >> ~/.gitconfig && git cherry-pick side",
         ]
         .iter()
         .map(|a| format!("{CLEAN_FILTER} && {a}")),

@@ -56,7 +56,6 @@ struct Sandbox {
 impl Sandbox {
     fn start() -> Option<Sandbox> {
         let sb = started(repo).map(|repo| Sandbox { repo })?;
-        sb.agent("git remote add origin /workspace/gattack7/remote.git");
         Some(sb)
     }
 
@@ -84,7 +83,7 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd -e .race.py -e .srv.py; \
-             sed -i '/^\\[grep\\]$/d; /atternType = /d; /xtendedRegexp = /d; /^\\[diff\\]$/d; /renames = /d; /^\\[log\\]$/d; /iffMerges = /d; /^\\[i18n\\]$/d; /ogOutputEncoding = /d' .git/config; \
+             sed -i '/^\\[grep\\]$/d; /atternType = /d; /xtendedRegexp = /d; /^\\[diff\\]$/d; /renames = /d; /^\\[log\\]$/d; /iffMerges = /d; /^\\[i18n\\]$/d; /ogOutputEncoding = /d' ~/.gitconfig; \
              rm -rf ~/.gitconfig /tmp/ran; true",
         );
     }
@@ -130,7 +129,7 @@ fn a_hooks_own_git_prints_what_it_would_without_the_agents_settings() {
         "echo GREP.MARK > a && git add a && git -c grep.patternType=fixed commit -qm x",
         "echo GREP.MARK > a && git add a && \
          GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=grep.patternType GIT_CONFIG_VALUE_0=fixed git commit -qm x",
-        "printf '[grep]\\n\\tpatternType = fixed\\n' >> .git/config && \
+        "printf '[grep]\\n\\tpatternType = fixed\\n' >> ~/.gitconfig && \
          echo GREP.MARK > a && git add a && git commit -qm x",
         "printf '[grep]\\n\\tpatternType = fixed\\n' >> ~/.gitconfig && \
          echo GREP.MARK > a && git add a && git commit -qm x",
@@ -138,7 +137,7 @@ fn a_hooks_own_git_prints_what_it_would_without_the_agents_settings() {
         "printf 'l1\\nl2\\nl3\\nl4\\n' > a && git commit -qam four && cp a cred && echo t >> a && \
          git add a cred && git -c diff.renames=copies commit -qm x",
         "printf 'l1\\nl2\\nl3\\nl4\\n' > a && git commit -qam four && cp a cred && echo t >> a && \
-         printf '[diff]\\n\\trenames = copies\\n' >> .git/config && git add a cred && git commit -qm x",
+         printf '[diff]\\n\\trenames = copies\\n' >> ~/.gitconfig && git add a cred && git commit -qm x",
     ]);
     assert!(landed.is_empty(), "landed:\n{}", landed.join("\n"));
     // Controls: the hook still passes clean content, and `git grep` still

@@ -52,23 +52,23 @@ impl Sandbox {
              for b in $(git for-each-ref --format='%(refname:short)' refs/heads); do \
                [ $b = main ] || git branch -q -D $b; done; \
              git reset -q --hard $(git -C remote.git rev-parse main); git clean -qfd; \
-             cp /tmp/config.orig .git/config; rm -f .git/info/attributes ~/.config/git/config; true",
+             rm -f .gitattributes ~/.gitconfig ~/.config/git/config; true",
         );
     }
 }
 
 /// Two branches that change different lines of `a`, a merge driver that
 /// writes MARKER as the merged file (`/tmp/drv`), picked for `a` by
-/// `.git/info/attributes`; its configuration in `/tmp/ev.inc`, in `.inc`,
+/// `.gitattributes` (`.git/info` is the host's, read-only in a sandbox); its
+/// configuration in `/tmp/ev.inc`, in `.inc`,
 /// `.gitconfig` and `git/config` at the top of the work tree, and a
 /// symlink `lnk` to `/proc/self/cwd/.inc`.
-const SETUP: &str = r#"cp -n .git/config /tmp/config.orig; \
-    printf '1\n2\n3\n' > a && git commit -qam three && git switch -q -c side && \
+const SETUP: &str = r#"printf '1\n2\n3\n' > a && git commit -qam three && git switch -q -c side && \
     sed -i 1s/.*/one/ a && git commit -qam s1 && git switch -q main && sed -i 3s/.*/three/ a && \
     git commit -qam m1 && printf '#!/bin/sh\necho MARKER from a driver > "$1"\n' > /tmp/drv && \
     chmod +x /tmp/drv && printf '[merge "ev"]\n\tdriver = /tmp/drv %%A\n[user]\n\tname = a\n\temail = a@b\n' > /tmp/ev.inc && \
     cp /tmp/ev.inc .inc && cp /tmp/ev.inc .gitconfig && mkdir -p git sub && cp /tmp/ev.inc git/config && \
-    ln -sf /proc/self/cwd/.inc lnk && mkdir -p .git/info && echo 'a merge=ev' > .git/info/attributes"#;
+    ln -sf /proc/self/cwd/.inc lnk && echo 'a merge=ev' > .gitattributes"#;
 
 /// The guard read includes only as `[include]` and `[includeIf "…"]`
 /// (gix's spelling), git in any case; and it read an include through
@@ -80,21 +80,21 @@ const SETUP: &str = r#"cp -n .git/config /tmp/config.orig; \
 fn configuration_git_reads_is_the_configuration_the_guard_reads() {
     let Some(sb) = Sandbox::start() else { return };
     let attacks: Vec<String> = [
-        "printf '[INCLUDE]\\n\\tpath = /tmp/ev.inc\\n' >> .git/config && git cherry-pick side",
-        "printf '[includeif \"gitdir:/workspace/\"]\\n\\tpath = /tmp/ev.inc\\n' >> .git/config && git cherry-pick side",
-        "printf '[IncludeIf \"onbranch:main\"]\\n\\tpath = /tmp/ev.inc\\n' >> .git/config && git cherry-pick side",
-        "printf '[include]\\n\\tpath = /proc/self/cwd/.inc\\n' >> .git/config && cd sub && git cherry-pick side",
-        "printf '[include]\\n\\tpath = ../lnk\\n' >> .git/config && cd sub && git cherry-pick side",
+        "printf '[INCLUDE]\\n\\tpath = /tmp/ev.inc\\n' >> ~/.gitconfig && git cherry-pick side",
+        "printf '[includeif \"gitdir:/workspace/\"]\\n\\tpath = /tmp/ev.inc\\n' >> ~/.gitconfig && git cherry-pick side",
+        "printf '[IncludeIf \"onbranch:main\"]\\n\\tpath = /tmp/ev.inc\\n' >> ~/.gitconfig && git cherry-pick side",
+        "printf '[include]\\n\\tpath = /proc/self/cwd/.inc\\n' >> ~/.gitconfig && cd sub && git cherry-pick side",
+        "printf '[include]\\n\\tpath = ../../workspace/gattack8/lnk\\n' >> ~/.gitconfig && cd sub && git cherry-pick side",
         "cd sub && HOME=. git cherry-pick side",
         "cd sub && XDG_CONFIG_HOME=. git cherry-pick side",
         // HEAD by hand, as git reads it too: main for onbranch:main.
         "printf 'ref:refs/heads/main\\n' > .git/HEAD && \
-         printf '[includeIf \"onbranch:main\"]\\n\\tpath = /tmp/ev.inc\\n' >> .git/config && git cherry-pick side",
+         printf '[includeIf \"onbranch:main\"]\\n\\tpath = /tmp/ev.inc\\n' >> ~/.gitconfig && git cherry-pick side",
         // The feature's own use: a global include for repositories whose
-        // remote matches, the remote in .git/config.
+        // remote matches, the remote in the agent's ~/.gitconfig.
         "mkdir -p ~/.config/git && \
          printf '[includeIf \"hasconfig:remote.*.url:/workspace/**\"]\\n\\tpath = /tmp/ev.inc\\n' > ~/.config/git/config && \
-         git remote add origin /workspace/gattack8/remote.git && git cherry-pick side",
+         printf '[remote \"origin\"]\\n\\turl = /workspace/gattack8/remote.git\\n' >> ~/.gitconfig && git cherry-pick side",
     ]
     .iter()
     .map(|a| format!("{SETUP} && {a}"))
@@ -112,8 +112,8 @@ fn configuration_git_reads_is_the_configuration_the_guard_reads() {
     // Control: an include spelt as documented is followed, and its
     // harmless setting lets the same cherry-pick through.
     let o = sb.agent(&format!(
-        "{SETUP} && rm .git/info/attributes && printf '[core]\\n\\tabbrev = 12\\n' > /tmp/ok.inc && \
-         printf '[include]\\n\\tpath = /tmp/ok.inc\\n' >> .git/config && cd sub && git cherry-pick side && \
+        "{SETUP} && rm .gitattributes && printf '[core]\\n\\tabbrev = 12\\n' > /tmp/ok.inc && \
+         printf '[include]\\n\\tpath = /tmp/ok.inc\\n' >> ~/.gitconfig && cd sub && git cherry-pick side && \
          git rev-parse --short HEAD"
     ));
     assert!(
@@ -151,10 +151,10 @@ fn programs_git_runs_for_the_agent_are_refused() {
         "GIT_SSH_COMMAND=/tmp/prog git ls-remote ssh://x/y",
         "GIT_SSH=/tmp/prog git ls-remote ssh://x/y",
         "PATH=/tmp/bin:$PATH git -c gpg.format=ssh -c user.signingKey=/tmp/prog commit -q -S --allow-empty -m ok",
-        // Written by hand (`git config` of it is refused): what a fetch
+        // Written by hand (`git config` of it is refused), in the agent's
+        // own ~/.gitconfig (the repository's is read-only): what a fetch
         // from a local remote runs.
-        "cp -n .git/config /tmp/config.orig; \
-         printf '[remote \"x\"]\\n\\turl = /workspace/gattack8/remote.git\\n\\tuploadpack = /tmp/prog\\n' >> .git/config && \
+        "printf '[remote \"x\"]\\n\\turl = /workspace/gattack8/remote.git\\n\\tuploadpack = /tmp/prog\\n' >> ~/.gitconfig && \
          git fetch x",
     ] {
         let o = sb.agent(&format!(

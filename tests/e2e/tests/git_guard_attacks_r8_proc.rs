@@ -106,7 +106,6 @@ struct Sandbox {
 impl Sandbox {
     fn start() -> Option<Sandbox> {
         let sb = started(repo).map(|repo| Sandbox { repo })?;
-        sb.agent("git remote add origin /workspace/gattack8/remote.git");
         Some(sb)
     }
 

@@ -281,7 +281,8 @@ fn no_idmap_support_is_refused_in_one_line() {
 /// With no .husky at start none is mounted (so none is left on the host),
 /// and one the agent makes, husky's v9 layout included, does not become
 /// the hooks directory, even hidden from `git status` (which the guard's
-/// dirty-.husky rule reads): the repository's own pre-commit hook still runs.
+/// dirty-.husky rule reads; in the agent's own ignore file, as `.git/info`
+/// is the host's): the repository's own pre-commit hook still runs.
 #[test]
 fn an_agent_made_husky_does_not_replace_the_hooks() {
     if !ready() {
@@ -289,7 +290,7 @@ fn an_agent_made_husky_does_not_replace_the_hooks() {
     }
     let repo = owned_by(1000);
     let o = repo.exec(
-        "echo .husky >> .git/info/exclude && mkdir -p .husky/_ && printf '#!/bin/sh\\nexit 0\\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit \
+        "mkdir -p ~/.config/git && echo .husky >> ~/.config/git/ignore && mkdir -p .husky/_ && printf '#!/bin/sh\\nexit 0\\n' > .husky/_/pre-commit && chmod +x .husky/_/pre-commit \
          && touch .husky/_/h .husky/_/husky.sh && echo x > f && git add f \
          && git -c user.name=a -c user.email=a@b commit -qm x",
     );

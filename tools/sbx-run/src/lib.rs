@@ -6,6 +6,7 @@ pub mod agent;
 mod api;
 pub mod branch;
 pub mod docker;
+pub mod gitpins;
 pub mod guestexec;
 pub mod image;
 pub mod import;

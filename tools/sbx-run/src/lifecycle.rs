@@ -181,6 +181,7 @@ pub fn start_in(
     let started = start_stopped(&ws, container.is_some());
     if started.is_err() {
         workspace::release_mount(&ws.names.container);
+        release_git(&ws);
     }
     started.map(|()| ws)
 }
@@ -215,6 +216,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             }
             sync_login(ws);
             spec::make_parents(ws)?;
+            hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
             crate::toolpolicy::install(ws, &name)?;
             let since = logs_since_now();
@@ -266,6 +268,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
         }
     }
     spec::make_parents(ws)?;
+    hold_git(ws)?;
     spec::ensure_host_dir(&name)?;
     crate::toolpolicy::install(ws, &name)?;
     let since = logs_since_now();
@@ -416,12 +419,36 @@ fn sync_login(ws: &Workspace) {
     }
 }
 
+/// Hold the checkout's pinned `.git` files on the host too, while a
+/// sandbox runs (gitpins.rs): the host's git renaming over one would lift
+/// the sandbox's read-only mount. Not under read-only: nothing is writable.
+fn hold_git(ws: &Workspace) -> Result<(), RunError> {
+    if ws.loaded.config.read_only() {
+        return Ok(());
+    }
+    crate::gitpins::hold_on_host(&ws.path)
+}
+
+/// Lift `hold_git` once no sandbox of the workspace runs (bind and branch
+/// sandboxes share the checkout); when docker cannot say, keep it.
+fn release_git(ws: &Workspace) {
+    let filter = format!("label={LABEL_WORKSPACE}={}", ws.path.to_string_lossy());
+    // Each running container's role: the network holders (role netns)
+    // outlive their sandboxes and mount nothing.
+    let format = format!("{{{{.Label \"{LABEL_ROLE}\"}}}}.");
+    let roles = docker::output(&["ps", "--filter", &filter, "--format", &format]);
+    if roles.is_ok_and(|o| o.lines().all(|l| l == "netns.")) {
+        crate::gitpins::release_on_host(&ws.path);
+    }
+}
+
 pub fn stop(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) -> Res {
     let ws = open_for_names(common, path)?.with_branch(branch);
     docker::require_engine()?;
     if check_owner(&ws)?.is_some() {
         docker::output(&["stop", "--time", spec::STOP_TIMEOUT, &ws.names.container])?;
         workspace::release_mount(&ws.names.container);
+        release_git(&ws);
         // A login made in the sandbox reaches the machine's store.
         sync_login(&ws);
     } else if !common.quiet {
@@ -882,6 +909,7 @@ pub fn rm(
         docker::remove(&["rm", "--force", &n.container])?;
     }
     workspace::release_mount(&n.container);
+    release_git(&ws);
     // An empty scratch root goes with the sandbox; one holding a chat's
     // directory stays for that chat (prune --chats removes it).
     if ws.branch.is_none() {

@@ -268,13 +268,15 @@ fn made_when_missing(p: &str) -> bool {
     !sbx_core::config::ALWAYS_PROTECTED.contains(&p)
 }
 
-/// Make the missing directories above the protected paths, owned as the
+/// Make the missing directories above the protected paths, and the
+/// missing files `.git` holds read-only (gitpins.rs), owned as the
 /// workspace is, so `start` can pin them (docker would make them anyway,
 /// as root, for the read-only mount below). Nothing under read-only.
 pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
     if ws.loaded.config.read_only() {
         return Ok(());
     }
+    crate::gitpins::make_missing(&ws.path, ws.owner)?;
     for p in ws.loaded.config.protected_paths() {
         if p == ".husky" || broken_parent(&ws.path, &p).is_some() || !made_when_missing(&p) {
             continue;
@@ -496,6 +498,23 @@ pub fn build(
             // inside a read-only bind.
             a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
             held.push(p);
+        }
+    }
+    // What the host's git reads as configuration or code under `.git`
+    // (gitpins.rs): the agent must not write it. Under read-only nothing
+    // is writable anyway.
+    if !ro {
+        for p in crate::gitpins::pins(&ws.path)? {
+            let src = match (p.exists, p.dir) {
+                (true, _) => ws.path.join(&p.rel),
+                (false, true) => masks.1.to_owned(),
+                (false, false) => masks.0.to_owned(),
+            };
+            a.extend([
+                "--mount".into(),
+                bind(&src, &format!("{target}/{}", p.rel), true),
+            ]);
+            held.push(p.rel);
         }
     }
     let set = |pats: &[sbx_core::glob::PathPattern], key: &str| {

@@ -1,0 +1,331 @@
+//! The files under a bind-mode workspace's `.git` that the host's own git
+//! reads as configuration or code, held read-only inside the sandbox: a
+//! `core.fsmonitor`, pager, filter or alias the agent wrote into
+//! `.git/config` ran as the user on their next plain `git status` (issue 36).
+//!
+//! Only paths that exist can be held; `start` first makes the missing ones
+//! that git reads as empty when present (`make_missing`), so the agent
+//! cannot create them later. What cannot be held is in docs/security.md
+//! ("The host boundary for `.git`"): `commondir` (an empty one makes git
+//! die), a nested repository in the work tree, and a file pin the host's
+//! own git replaces by rename (the kernel detaches a mount on a dentry
+//! renamed over from another mount namespace; directory pins stay).
+
+use std::path::{Path, PathBuf};
+
+use crate::RunError;
+
+/// How deep `.git/modules` is searched for submodules' git dirs (a module
+/// name may hold `/`, and modules nest).
+const MODULE_DEPTH: usize = 12;
+
+/// What a git dir holds that git reads as configuration or code, and
+/// whether a missing one is made (a directory, or an empty file git reads
+/// as empty configuration) or can only be held when present.
+const GITDIR_ENTRIES: &[(&str, Kind)] = &[
+    ("config", Kind::File { make: true }),
+    ("config.worktree", Kind::File { make: true }),
+    // attributes (which name the drivers), exclude, grafts, sparse-checkout
+    ("info", Kind::Dir { make: true }),
+    ("hooks", Kind::Dir { make: true }),
+    // Present only in a linked worktree's admin dir; an empty one makes git
+    // die, so a missing one cannot be made.
+    ("commondir", Kind::File { make: false }),
+    ("gitdir", Kind::File { make: false }),
+    // Legacy remote definitions (URLs for a name the config lacks).
+    ("remotes", Kind::Dir { make: false }),
+    ("branches", Kind::Dir { make: false }),
+    ("objects/info/alternates", Kind::File { make: false }),
+    ("objects/info/http-alternates", Kind::File { make: false }),
+];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    File { make: bool },
+    Dir { make: bool },
+}
+
+/// A path to hold read-only, workspace-relative, and whether it exists
+/// (else it is masked with an empty file or directory of the same kind).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Pin {
+    pub rel: String,
+    pub dir: bool,
+    pub exists: bool,
+}
+
+/// The git dirs whose configuration the host's git reads when run in the
+/// checkout: `.git` itself, each linked worktree's admin dir and each
+/// submodule's git dir under `.git/modules`, workspace-relative.
+/// Empty when `.git` is not a directory (a worktree's or submodule's
+/// `.git` file: its git dir is outside the workspace).
+fn git_dirs(root: &Path) -> Result<Vec<String>, RunError> {
+    let git = root.join(".git");
+    match std::fs::symlink_metadata(&git) {
+        Ok(m) if m.is_dir() => {}
+        _ => return Ok(Vec::new()),
+    }
+    let mut out = vec![".git".to_owned()];
+    let mut stack = vec![(".git/modules".to_owned(), 0usize)];
+    while let Some((rel, depth)) = stack.pop() {
+        for name in subdirs(root, &rel)? {
+            let sub = format!("{rel}/{name}");
+            if root.join(&sub).join("HEAD").is_file() {
+                // A submodule's git dir, which has modules of its own.
+                stack.push((format!("{sub}/modules"), depth + 1));
+                out.push(sub);
+            } else if depth < MODULE_DEPTH {
+                stack.push((sub, depth + 1));
+            }
+        }
+    }
+    // A linked worktree's admin dir (held whole by `pins`).
+    for name in subdirs(root, ".git/worktrees")? {
+        out.push(format!(".git/worktrees/{name}"));
+    }
+    Ok(out)
+}
+
+/// The real (not symlinked) subdirectories of `rel`, sorted; none when it
+/// is missing. A name docker cannot be given (not UTF-8) fails closed.
+fn subdirs(root: &Path, rel: &str) -> Result<Vec<String>, RunError> {
+    let dir = root.join(rel);
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => return Ok(Vec::new()),
+        Err(e) => return Err(RunError::Io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| RunError::Io(dir.clone(), e))?;
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name();
+        let name = name
+            .to_str()
+            .ok_or_else(|| RunError::Unmaskable(dir.join(&name)))?;
+        out.push(name.to_owned());
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every path to hold read-only under the workspace `root`. A pinned name
+/// that is a symlink, or of the other kind, is refused: docker would
+/// follow the link on the host, and git reads it either way.
+pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
+    let mut out = Vec::new();
+    for gd in git_dirs(root)? {
+        // A linked worktree's admin dir, whole: its work tree is not in the
+        // sandbox, so nothing there is the agent's to write.
+        if gd.starts_with(".git/worktrees/") {
+            out.push(Pin {
+                rel: gd,
+                dir: true,
+                exists: true,
+            });
+            continue;
+        }
+        // `.git/hooks` is one of the always-protected paths already.
+        for (name, kind) in GITDIR_ENTRIES {
+            let rel = format!("{gd}/{name}");
+            if rel == ".git/hooks" {
+                continue;
+            }
+            let (dir, make) = match kind {
+                Kind::File { make } => (false, *make),
+                Kind::Dir { make } => (true, *make),
+            };
+            let exists = match std::fs::symlink_metadata(root.join(&rel)) {
+                Ok(m) if m.is_dir() == dir && (dir || m.is_file()) => true,
+                Ok(_) => {
+                    return Err(RunError::Config(format!(
+                        "{}: is a symlink or not a {}, so it cannot be held read-only in the sandbox (the host's git reads it as configuration): replace it with a plain {0}",
+                        root.join(&rel).display(),
+                        if dir { "directory" } else { "file" }
+                    )));
+                }
+                Err(_) => false,
+            };
+            // Under a missing objects/info nothing is read; not made.
+            if exists || (make && root.join(&gd).is_dir()) {
+                out.push(Pin { rel, dir, exists });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Make the missing pinned files (empty) and directories, owned as the
+/// workspace is, so they are held as the host's from the start (docker
+/// would make the mount points itself, as root).
+pub fn make_missing(root: &Path, owner: (u32, u32)) -> Result<(), RunError> {
+    for p in pins(root)? {
+        if p.exists {
+            continue;
+        }
+        let path: PathBuf = root.join(&p.rel);
+        let made = if p.dir {
+            std::fs::create_dir(&path)
+        } else {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map(drop)
+        };
+        match made {
+            Ok(()) => {
+                let _ = std::os::unix::fs::lchown(&path, Some(owner.0), Some(owner.1));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(RunError::Io(path, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Hold each pinned *file* read-only on the host as well, for as long as
+/// a sandbox of the workspace runs. git rewrites `config` by renaming
+/// `config.lock` over it, and since Linux 3.18 a rename over a dentry that
+/// is a mount point in another mount namespace detaches that mount there:
+/// the user's `git remote add` on the host gave the sandbox a writable
+/// `.git/config`. A mount point in the host's own namespace makes that
+/// rename fail (EBUSY) instead, so the host's git cannot lift the pin; it
+/// says `could not write config file` until the sandboxes stop.
+/// Directories are not renamed over by git, and are not held here.
+///
+/// Needs root (the idmapped view does too); without it the pins hold only
+/// until the host's git rewrites a file, said in one warning line.
+pub fn hold_on_host(root: &Path) -> Result<(), RunError> {
+    use std::os::fd::AsRawFd as _;
+    let held: Vec<PathBuf> = sbx_sys::idmap::mounts()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| m.point)
+        .collect();
+    for p in pins(root)? {
+        if p.dir || !p.exists || held.contains(&root.join(&p.rel)) {
+            continue;
+        }
+        // By fd, never following a link: the path is the agent's to write.
+        let fd = sbx_sys::idmap::open_beneath(root, Path::new(&p.rel))
+            .map_err(|e| RunError::Io(root.join(&p.rel), e))?;
+        let me = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        if let Err(e) = sbx_sys::idmap::bind_readonly_at(&me, &fd) {
+            sbx_core::output::warn(&format!(
+                "{}: cannot hold it read-only on the host ({e}): the host's own git rewriting it (git config, remote add, push -u) will make it writable in the sandbox until it restarts; run sbx-run as root",
+                root.join(&p.rel).display()
+            ));
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Undo `hold_on_host`: every mount under the workspace's `.git` in the
+/// host's namespace (stacked ones too).
+pub fn release_on_host(root: &Path) {
+    let git = root.join(".git");
+    for _ in 0..64 {
+        let Ok(mounts) = sbx_sys::idmap::mounts() else {
+            return;
+        };
+        let Some(m) = mounts.into_iter().rev().find(|m| m.point.starts_with(&git)) else {
+            return;
+        };
+        if sbx_sys::idmap::detach(&m.point).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(root: &Path) -> Vec<(String, bool)> {
+        pins(root)
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.rel, p.exists))
+            .collect()
+    }
+
+    #[test]
+    fn config_files_of_every_git_dir_are_held() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for d in [
+            ".git/info",
+            ".git/objects/info",
+            ".git/modules/lib/a/hooks",
+            ".git/modules/lib/a/modules/inner",
+            ".git/worktrees/wt",
+        ] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        for f in [
+            ".git/config",
+            ".git/objects/info/alternates",
+            ".git/modules/lib/a/HEAD",
+            ".git/modules/lib/a/config",
+            ".git/modules/lib/a/modules/inner/HEAD",
+            ".git/worktrees/wt/commondir",
+        ] {
+            std::fs::write(r.join(f), "").unwrap();
+        }
+        let got = names(r);
+        for want in [
+            (".git/config", true),
+            (".git/config.worktree", false),
+            (".git/info", true),
+            (".git/objects/info/alternates", true),
+            (".git/modules/lib/a/config", true),
+            (".git/modules/lib/a/hooks", true),
+            (".git/modules/lib/a/info", false),
+            (".git/modules/lib/a/modules/inner/config", false),
+            (".git/modules/lib/a/modules/inner/hooks", false),
+            (".git/worktrees/wt", true),
+        ] {
+            assert!(
+                got.contains(&(want.0.to_owned(), want.1)),
+                "{want:?} not in {got:?}"
+            );
+        }
+        // A missing commondir is not held (an empty one makes git die);
+        // the main hooks are an always-protected path already.
+        assert!(
+            !got.iter()
+                .any(|(p, _)| p == ".git/commondir" || p == ".git/hooks")
+        );
+        // `lib` holds no HEAD: searched, not held.
+        assert!(
+            !got.iter()
+                .any(|(p, _)| p.starts_with(".git/modules/lib/config"))
+        );
+
+        make_missing(r, (0, 0)).unwrap();
+        assert!(pins(r).unwrap().iter().all(|p| p.exists));
+        assert_eq!(std::fs::read(r.join(".git/config.worktree")).unwrap(), b"");
+    }
+
+    #[test]
+    fn a_symlinked_config_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join(".git")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", r.join(".git/config")).unwrap();
+        let e = pins(r).unwrap_err().to_string();
+        assert!(e.contains(".git/config") && e.contains("symlink"), "{e}");
+    }
+
+    #[test]
+    fn a_worktree_git_file_holds_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join(".git"), "gitdir: /elsewhere\n").unwrap();
+        assert!(pins(t.path()).unwrap().is_empty());
+    }
+}

@@ -1079,7 +1079,9 @@ fn pin(
     mark("mount points");
     for (src, rel) in &pins {
         let dst = b.shelf.join(rel);
-        let fd = sbx_sys::idmap::open_beneath(&b.shelf, rel).map_err(|e| {
+        let fd = sbx_sys::beneath::Root::open(&b.shelf)
+            .and_then(|r| r.open_path(rel))
+            .map_err(|e| {
             fail(format!(
                 "{}: {e} (a symbolic link on the shelf? remove it)",
                 dst.display()

@@ -154,7 +154,7 @@ fn clone_tree(source: &Path) -> io::Result<OwnedFd> {
 }
 
 /// Apply `attr` to the detached tree `tree` itself.
-fn set_attr(tree: &OwnedFd, attr: libc::mount_attr) -> io::Result<()> {
+pub(crate) fn set_attr(tree: &OwnedFd, attr: libc::mount_attr) -> io::Result<()> {
     let empty = c"";
     // SAFETY: `attr` lives across the call and its size is passed with it;
     // AT_EMPTY_PATH with "" applies to the detached tree `tree` itself.
@@ -236,43 +236,8 @@ pub fn mount_of(path: &Path) -> Option<MountInfo> {
         .max_by_key(|m| m.point.as_os_str().len())
 }
 
-/// `rel` under `root`, opened O_PATH without following any symlink and
-/// without leaving `root` (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH):
-/// a mount target a sandbox shares cannot be turned into a link elsewhere.
-pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
-    let dir = std::fs::File::open(root)?;
-    let p = cpath(rel)?;
-    // struct open_how (libc's is non-exhaustive).
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: `p` and `how` outlive the call; the size of `how` is passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            p.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat2 returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
-}
-
 /// Mount a read-only copy of `source` (a file or a directory) on the
-/// object `target` is open on (from `open_beneath`), not on a path that
+/// object `target` is open on (from `beneath::Root::open_path`), not on a path that
 /// could change in between.
 pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
     let tree = clone_tree(source)?;

@@ -1082,11 +1082,11 @@ fn pin(
         let fd = sbx_sys::beneath::Root::open(&b.shelf)
             .and_then(|r| r.open_path(rel))
             .map_err(|e| {
-            fail(format!(
-                "{}: {e} (a symbolic link on the shelf? remove it)",
-                dst.display()
-            ))
-        })?;
+                fail(format!(
+                    "{}: {e} (a symbolic link on the shelf? remove it)",
+                    dst.display()
+                ))
+            })?;
         sbx_sys::idmap::bind_readonly_at(src, &fd).map_err(|e| {
             fail(format!(
                 "cannot pin {} read-only over {}: {e}",

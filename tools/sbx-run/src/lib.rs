@@ -7,6 +7,7 @@ mod api;
 pub mod branch;
 pub mod docker;
 pub mod guestexec;
+pub mod hostpath;
 pub mod image;
 pub mod lifecycle;
 pub mod login;
@@ -348,6 +349,9 @@ pub enum RunError {
     Unmaskable(PathBuf),
     #[error("{0}")]
     Idmap(String),
+    /// A path in the workspace that is a link or leads out of it.
+    #[error("{0}")]
+    Link(String),
 }
 
 impl SbxError for RunError {
@@ -360,7 +364,7 @@ impl SbxError for RunError {
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,
             Self::Config(_) => Exit::Config,
-            Self::Unmaskable(_) => Exit::DataErr,
+            Self::Unmaskable(_) | Self::Link(_) => Exit::DataErr,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
         }
     }

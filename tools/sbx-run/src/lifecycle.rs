@@ -195,6 +195,10 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             spec::make_parents(ws)?;
             spec::ensure_host_dir(&name)?;
             crate::toolpolicy::install(ws, &name)?;
+            // The container binds the staged copies: mount them anew, by fd.
+            let masks = spec::mask_sources()?;
+            let s = spec::build(ws, &ws.names.image, &[], (&masks.0, &masks.1))?;
+            crate::hostpath::stage(&name, &s.staged)?;
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
@@ -246,6 +250,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     spec::make_parents(ws)?;
     spec::ensure_host_dir(&name)?;
     crate::toolpolicy::install(ws, &name)?;
+    crate::hostpath::stage(&name, &s.staged)?;
     let since = logs_since_now();
     let run = docker::run_detached(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
     if crate::tools::interrupted() || run.is_err() {

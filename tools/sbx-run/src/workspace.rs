@@ -274,6 +274,7 @@ fn idmap_error(ws: &Workspace, e: &std::io::Error) -> RunError {
 
 /// Undo `prepare_mount` (every copy stacked there), keeping nothing.
 pub fn release_mount(container: &str) {
+    crate::hostpath::release(container);
     for dir in [idmap_dir(container), scratch_view_dir(container)] {
         for _ in 0..16 {
             match sbx_sys::idmap::mount_of(&dir) {

@@ -23,7 +23,7 @@ pub enum State {
 }
 
 fn refused(e: std::io::Error, what: &str) -> RunError {
-    RunError::Link(format!(
+    RunError::BadWorkspace(format!(
         "{e} ({what} is mounted read-only into the sandbox; nothing was started)"
     ))
 }

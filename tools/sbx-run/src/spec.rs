@@ -291,7 +291,7 @@ pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
             let new = root.open_path(&dir).is_err();
             let fd = root
                 .create_dir_all(&dir, 0o755)
-                .map_err(|e| RunError::Link(e.to_string()))?;
+                .map_err(|e| RunError::BadWorkspace(e.to_string()))?;
             if new {
                 // As root on the host: give it to the workspace's owner.
                 let _ = nix::unistd::fchownat(

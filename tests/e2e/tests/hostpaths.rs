@@ -207,12 +207,32 @@ fn a_sandbox_login_never_reaches_the_store_or_another_project() {
         let o = with_store(args, &b);
         assert!(o.status.success(), "{args:?}: {}", text(&o));
     }
-    let seen = b.exec("cat ~/.claude/.credentials.json 2>/dev/null; true");
+    let creds = |r: &Repo| text(&r.exec("cat ~/.claude/.credentials.json 2>/dev/null; true"));
     assert!(
-        !text(&seen).contains("by-a"),
+        !creds(&b).contains("by-a"),
         "B got A's login: {}",
-        text(&seen)
+        creds(&b)
     );
+
+    // Sharing is the user's word: `sbx-run login --share -C A`, then B's
+    // next start has it.
+    let o = with_store(&["login", "--share", "-C"], &a);
+    assert!(o.status.success(), "login --share: {}", text(&o));
+    let o = with_store(&["restart"], &b);
+    assert!(o.status.success(), "restart B: {}", text(&o));
+    assert!(creds(&b).contains("by-a"), "B: {}", creds(&b));
+
+    // A new machine login (what `sbx-run login` writes into the store)
+    // replaces a workspace's own at its next start, whatever its dates.
+    let image = format!("agent-sandbox-base:{}", sbx_run::image::default_base_tag());
+    sh(Command::new("docker")
+        .args(["run", "--rm", "--mount"])
+        .arg(format!("type=volume,source={store},target=/s"))
+        .args(["--entrypoint", "/bin/sh", &image, "-c"])
+        .arg("printf '{\"user\":\"login\"}' > /s/.credentials.json"));
+    let o = with_store(&["start"], &a);
+    assert!(o.status.success(), "start A: {}", text(&o));
+    assert!(creds(&a).contains("user"), "A: {}", creds(&a));
     let _ = with_store(&["-q", "rm", "--volumes"], &b);
     let _ = with_store(&["-q", "rm", "--volumes"], &a);
     let _ = Command::new("docker")

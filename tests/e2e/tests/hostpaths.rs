@@ -140,7 +140,8 @@ fn sbx_run_agent_writes_no_mcp_json_through_a_link() {
     )
     .unwrap();
     r.give_to_agent();
-    r.start();
+    let o = run(&r, &["start"]);
+    assert!(o.status.success(), "start: {}", text(&o));
     let canary = r.root().join("canary/secret");
     let o = r.exec(&format!("ln -s {} .mcp.json", canary.display()));
     assert!(o.status.success(), "{}", text(&o));

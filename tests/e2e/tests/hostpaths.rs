@@ -56,17 +56,20 @@ fn protected_links_made_by_the_agent_reach_nothing_on_the_host() {
          ln -s {c}/secret .agent-precommit/user-context.json; true",
         c = canary.display()
     );
-    r.exec(&attack);
+    // Both are masked (missing at the start): the agent cannot plant them.
+    let o = r.exec(&attack);
+    assert!(
+        r.exec("test -L .husky || test -L .agent-precommit/user-context.json")
+            .status
+            .code()
+            == Some(1),
+        "a link was planted: {}",
+        text(&o)
+    );
     let o = run(&r, &["restart"]);
-    // Refused (a link where a protected path must be) or started without
-    // it: either way nothing of the host is inside.
-    if o.status.success() {
-        let seen =
-            r.exec("cat .husky/secret .agent-precommit/user-context.json 2>&1; ls -a .husky");
-        assert!(!text(&seen).contains("host-only"), "{}", text(&seen));
-    } else {
-        assert_eq!(o.status.code(), Some(65), "{}", text(&o));
-    }
+    assert!(o.status.success(), "restart: {}", text(&o));
+    let seen = r.exec("cat .husky/secret .agent-precommit/user-context.json 2>&1; ls -a .husky");
+    assert!(!text(&seen).contains("host-only"), "{}", text(&seen));
     canary_untouched(&r);
 }
 

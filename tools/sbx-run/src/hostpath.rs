@@ -138,16 +138,7 @@ pub fn release(container: &str) {
     };
     for e in rd.flatten() {
         let p = e.path();
-        for _ in 0..16 {
-            match sbx_sys::idmap::mount_of(&p) {
-                Some(m) if m.point == p => {
-                    if sbx_sys::idmap::detach(&p).is_err() {
-                        break;
-                    }
-                }
-                _ => break,
-            }
-        }
+        crate::workspace::detach_all(&p);
         let _ = std::fs::remove_dir(&p).or_else(|_| std::fs::remove_file(&p));
     }
     let _ = std::fs::remove_dir(&dir);

@@ -6,10 +6,9 @@
 //! container paths the same way since CVE-2021-30465
 //! (<https://github.com/opencontainers/runc/security/advisories/GHSA-c3xm-pvg7-gh7r>).
 //! Mount sources are opened O_PATH and mounted by fd (`clone_to`).
-#![allow(unsafe_code)] // open_tree and move_mount have no nix wrapper
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
@@ -236,51 +235,13 @@ fn with_path(p: &Path, e: io::Error) -> io::Error {
 /// the caller owns, read-only when asked. The source is never named again,
 /// so nothing swapped in after it was opened is followed.
 pub fn clone_to(source: &OwnedFd, target: &Path, readonly: bool) -> io::Result<()> {
-    let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint
-        | libc::AT_EMPTY_PATH as libc::c_uint
-        | libc::AT_RECURSIVE as libc::c_uint;
-    let empty = c"";
-    // SAFETY: "" is NUL-terminated; AT_EMPTY_PATH names `source` itself.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            source.as_raw_fd(),
-            empty.as_ptr(),
-            flags,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: open_tree returned a new fd that nothing else owns.
-    let tree = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    // "" with AT_EMPTY_PATH names `source` itself.
+    let flags = libc::AT_EMPTY_PATH as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    let tree = crate::idmap::open_tree(source.as_raw_fd(), c"", flags)?;
     if readonly {
-        crate::idmap::set_attr(
-            &tree,
-            libc::mount_attr {
-                attr_set: libc::MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            },
-        )?;
+        crate::idmap::readonly(&tree)?;
     }
-    let dst = crate::cstring(target.as_os_str())?;
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            dst.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if r < 0 {
-        return Err(with_path(target, io::Error::last_os_error()));
-    }
-    Ok(())
+    crate::idmap::move_to(&tree, target).map_err(|e| with_path(target, e))
 }
 
 #[cfg(test)]

@@ -111,7 +111,6 @@ fn userns(uids: &[IdRange], gids: &[IdRange]) -> io::Result<OwnedFd> {
 /// source's filesystem has no idmapped mounts.
 pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) -> io::Result<()> {
     let ns = userns(uids, gids)?;
-    let dst = cpath(target)?;
     let tree = clone_tree(source)?;
     set_attr(
         &tree,
@@ -122,6 +121,12 @@ pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) ->
             userns_fd: ns.as_raw_fd() as u64,
         },
     )?;
+    move_to(&tree, target)
+}
+
+/// Move the detached mount `tree` onto `target`, a path.
+pub(crate) fn move_to(tree: &OwnedFd, target: &Path) -> io::Result<()> {
+    let dst = cpath(target)?;
     let empty = c"";
     // SAFETY: both paths are NUL-terminated and outlive the call.
     let r = unsafe {
@@ -143,9 +148,18 @@ pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) ->
 /// A detached copy of the mount tree at `source` (open_tree OPEN_TREE_CLONE).
 fn clone_tree(source: &Path) -> io::Result<OwnedFd> {
     let src = cpath(source)?;
-    let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint;
-    // SAFETY: `src` is a NUL-terminated path that outlives the call.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) };
+    open_tree(libc::AT_FDCWD, &src, 0)
+}
+
+/// open_tree(2) OPEN_TREE_CLONE of `path` from `dirfd`, with `flags` more.
+pub(crate) fn open_tree(
+    dirfd: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_uint,
+) -> io::Result<OwnedFd> {
+    let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint | flags;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -153,8 +167,21 @@ fn clone_tree(source: &Path) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
 
+/// Make the detached tree `tree` read-only.
+pub(crate) fn readonly(tree: &OwnedFd) -> io::Result<()> {
+    set_attr(
+        tree,
+        libc::mount_attr {
+            attr_set: libc::MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        },
+    )
+}
+
 /// Apply `attr` to the detached tree `tree` itself.
-pub(crate) fn set_attr(tree: &OwnedFd, attr: libc::mount_attr) -> io::Result<()> {
+fn set_attr(tree: &OwnedFd, attr: libc::mount_attr) -> io::Result<()> {
     let empty = c"";
     // SAFETY: `attr` lives across the call and its size is passed with it;
     // AT_EMPTY_PATH with "" applies to the detached tree `tree` itself.
@@ -241,15 +268,7 @@ pub fn mount_of(path: &Path) -> Option<MountInfo> {
 /// could change in between.
 pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
     let tree = clone_tree(source)?;
-    set_attr(
-        &tree,
-        libc::mount_attr {
-            attr_set: libc::MOUNT_ATTR_RDONLY,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
-        },
-    )?;
+    readonly(&tree)?;
     let empty = c"";
     // SAFETY: both fds are open; "" with the EMPTY_PATH flags names them.
     let r = unsafe {

@@ -5,6 +5,7 @@
 //! CAP_SYS_ADMIN, which the guest keeps for this and the agent never has.
 
 use std::collections::HashSet;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use sbx_core::glob::PathSet;
@@ -23,9 +24,10 @@ pub fn wanted(rel: &Path, is_dir: bool, blocked: &PathSet, allowed: &PathSet) ->
     allowed.first_match(rel, is_dir).is_none() && blocked.first_match(rel, is_dir).is_some()
 }
 
-/// How a mask is applied (a bind mount in the real guest).
+/// How a mask is applied (a bind mount in the real guest): over `target`,
+/// the object the watcher opened, never over a name looked up again.
 pub trait Mounter {
-    fn mask(&mut self, path: &Path, is_dir: bool) -> std::io::Result<()>;
+    fn mask(&mut self, path: &Path, target: &OwnedFd, is_dir: bool) -> std::io::Result<()>;
 }
 
 /// Decides and applies masks for event paths; each path is masked once.
@@ -44,13 +46,17 @@ impl Masker {
         if self.done.iter().any(|d| path.starts_with(d)) {
             return None;
         }
-        let md = std::fs::symlink_metadata(path).ok()?;
-        // Symlinks are not followed, as at start: the link itself is masked.
-        let is_dir = md.is_dir();
+        // Opened once, beneath the workspace and through no link, and
+        // masked by that fd: `hook.key -> .git/hooks/pre-commit` must not
+        // blank the hook (issue 37). A link is left alone, as at start:
+        // what it names is masked under its own name if it is a secret.
+        let root = sbx_sys::beneath::Root::open(&self.root).ok()?;
+        let (fd, kind) = root.open_mount_source(rel).ok()?;
+        let is_dir = kind == sbx_sys::beneath::Kind::Dir;
         if !wanted(rel, is_dir, &self.blocked, &self.allowed) {
             return None;
         }
-        let r = self.mounter.mask(path, is_dir);
+        let r = self.mounter.mask(path, &fd, is_dir);
         if r.is_ok() {
             self.done.insert(path.to_owned());
         }
@@ -65,29 +71,14 @@ pub struct BindMounter {
 }
 
 impl Mounter for BindMounter {
-    fn mask(&mut self, path: &Path, is_dir: bool) -> std::io::Result<()> {
-        use nix::mount::{MsFlags, mount};
+    fn mask(&mut self, _path: &Path, target: &OwnedFd, is_dir: bool) -> std::io::Result<()> {
         let src = if is_dir {
             &self.empty_dir
         } else {
             &self.empty_file
         };
-        mount(
-            Some(src.as_path()),
-            path,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )?;
-        // Read-only too, so nothing can be written through the mask.
-        mount(
-            None::<&str>,
-            path,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
-            None::<&str>,
-        )?;
-        Ok(())
+        // Read-only, so nothing can be written through the mask.
+        sbx_sys::idmap::bind_readonly_at(src, target)
     }
 }
 
@@ -129,7 +120,7 @@ mod tests {
     type Log = std::sync::Arc<std::sync::Mutex<Vec<(PathBuf, bool)>>>;
     struct Rec(Log);
     impl Mounter for Rec {
-        fn mask(&mut self, p: &Path, d: bool) -> std::io::Result<()> {
+        fn mask(&mut self, p: &Path, _: &OwnedFd, d: bool) -> std::io::Result<()> {
             self.0.lock().unwrap().push((p.to_owned(), d));
             Ok(())
         }
@@ -150,6 +141,10 @@ mod tests {
             std::fs::write(r.join(f), "x").unwrap();
         }
         std::fs::create_dir_all(r.join("home/.ssh")).unwrap();
+        // Links to what must not be blanked, by secret-looking names.
+        std::os::unix::fs::symlink(".git/x.key", r.join("hook.key")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", r.join("host.pem")).unwrap();
+        std::os::unix::fs::symlink("home", r.join("via")).unwrap();
         let cfg = sbx_core::config::Config::default();
         let log = Log::default();
         let mut m = Masker {
@@ -168,6 +163,9 @@ mod tests {
             "home/.ssh",
             ".env",
             "/elsewhere/.env",
+            "hook.key",
+            "host.pem",
+            "via/.ssh",
         ] {
             m.seen(&r.join(f.trim_start_matches('/')));
         }

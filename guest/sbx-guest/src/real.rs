@@ -1079,12 +1079,14 @@ fn pin(
     mark("mount points");
     for (src, rel) in &pins {
         let dst = b.shelf.join(rel);
-        let fd = sbx_sys::idmap::open_beneath(&b.shelf, rel).map_err(|e| {
-            fail(format!(
-                "{}: {e} (a symbolic link on the shelf? remove it)",
-                dst.display()
-            ))
-        })?;
+        let fd = sbx_sys::beneath::Root::open(&b.shelf)
+            .and_then(|r| r.open_path(rel))
+            .map_err(|e| {
+                fail(format!(
+                    "{}: {e} (a symbolic link on the shelf? remove it)",
+                    dst.display()
+                ))
+            })?;
         sbx_sys::idmap::bind_readonly_at(src, &fd).map_err(|e| {
             fail(format!(
                 "cannot pin {} read-only over {}: {e}",

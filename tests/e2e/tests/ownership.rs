@@ -190,9 +190,12 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
                 "src/lib.rs",
                 "created.txt",
                 "renamed",
-                // The one mount point left on purpose: an empty, read-only
-                // .agent-sandbox, so the agent cannot write the config.
+                // The mount points left on purpose: empty, read-only
+                // masks of the missing protected paths, so the agent cannot
+                // make them for the next start to trust (issue 37).
                 ".agent-sandbox",
+                ".husky",
+                ".agent-precommit",
             ]
             .map(String::from),
         )
@@ -278,11 +281,10 @@ fn no_idmap_support_is_refused_in_one_line() {
     let _ = sbx().args(["-q", "rm", "--volumes"]).arg(&path).output();
 }
 
-/// With no .husky at start none is mounted (so none is left on the host),
-/// and one the agent makes, husky's v9 layout included, does not become
-/// the hooks directory, even hidden from `git status` (which the guard's
-/// dirty-.husky rule reads; in the agent's own ignore file, as `.git/info`
-/// is the host's): the repository's own pre-commit hook still runs.
+/// With no .husky at start an empty read-only one is mounted, so the
+/// agent cannot make one (husky's v9 layout included) for the next start
+/// to trust, nor for git to run: the repository's own pre-commit hook
+/// still runs.
 #[test]
 fn an_agent_made_husky_does_not_replace_the_hooks() {
     if !ready() {

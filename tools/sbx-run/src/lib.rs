@@ -8,6 +8,7 @@ pub mod branch;
 pub mod docker;
 pub mod gitpins;
 pub mod guestexec;
+pub mod hostpath;
 pub mod image;
 pub mod import;
 pub mod lifecycle;
@@ -64,11 +65,10 @@ Names (from the MD5 of the workspace's canonical path, so no state file is kept)
 
 Log in once per machine: each workspace has its own ~/.claude and ~/.codex (settings, hooks,
 transcripts, AGENTS.md), so no sandbox reads or changes another's. Only the credential files
-(~/.claude/.credentials.json, ~/.codex/auth.json and profile.json) are shared: start, stop and
-rm --volumes run a short helper container that copies the newer of each pair between the
-workspace's volume and the machine's store (a JSON object in a regular file only). A login made
-in one sandbox reaches the store when that sandbox stops or starts again, and the others at their
-next start. A sandbox still running keeps the login it had: restart it to pick up a newer one.
+(~/.claude/.credentials.json, ~/.codex/auth.json and profile.json) are shared, one way: start
+copies the machine's store into a workspace's volume that has no login of its own (a JSON object
+in a regular file only). Nothing goes back from a sandbox: a login made in one sandbox stays that
+workspace's, and no sandbox can hand the others its credentials.
 
 What every sandbox gets (see show-run):
   the user agent (uid 1000); --cap-drop ALL plus only what init needs, dropped before the agent runs;
@@ -238,6 +238,24 @@ pub enum Cmd {
         #[arg(long = "path", short = 'C', value_name = "PATH")]
         path: Option<PathBuf>,
     },
+    /// Log in once for the whole machine, or share one workspace's login with the others.
+    ///
+    /// Without --share: runs the CLI's own login (`claude /login`, `codex login`) in a throwaway
+    /// container of the base image whose only volume is the machine's login store: no workspace,
+    /// no agent. Every workspace loads the new login at its next start. With --share: copies the
+    /// login made inside this workspace's sandbox into the store instead, because you say so;
+    /// nothing else ever copies a sandbox's credentials out of it.
+    Login {
+        /// Which AI CLI's login.
+        #[arg(long, default_value = "claude", value_parser = ["claude", "codex"])]
+        cli: String,
+        /// Copy this workspace's login (made in its sandbox) into the machine's store.
+        #[arg(long)]
+        share: bool,
+        /// With --share: the workspace (default: the current directory).
+        #[arg(long = "path", short = 'C', value_name = "PATH", requires = "share")]
+        path: Option<PathBuf>,
+    },
     /// Print the name of the machine's Claude Code login store (never mounted into a sandbox).
     Volume,
     /// List the volumes a workspace's sandbox uses.
@@ -355,6 +373,10 @@ pub enum RunError {
     Unmaskable(PathBuf),
     #[error("{0}")]
     Idmap(String),
+    /// Workspace data sbx will not act on: a link where a file or directory
+    /// must be, a path leading out, a file it cannot parse.
+    #[error("{0}")]
+    BadWorkspace(String),
 }
 
 impl SbxError for RunError {
@@ -367,7 +389,7 @@ impl SbxError for RunError {
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,
             Self::Config(_) => Exit::Config,
-            Self::Unmaskable(_) => Exit::DataErr,
+            Self::Unmaskable(_) | Self::BadWorkspace(_) => Exit::DataErr,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
         }
     }
@@ -424,6 +446,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         }
         Cmd::Checkout { branch, path } => branch::checkout(common, path, &branch),
         Cmd::Cp { path, src, dest } => lifecycle::cp(common, path, &src, &dest),
+        Cmd::Login { cli, share, path } => lifecycle::login(common, &cli, share, path),
         Cmd::Volume => {
             println!("{}", names::claude_store());
             Ok(Exit::Ok.into())

@@ -219,6 +219,10 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
             crate::toolpolicy::install(ws, &name)?;
+            // The container binds the staged copies: mount them anew, by fd.
+            let masks = spec::mask_sources()?;
+            let s = spec::build(ws, &ws.names.image, &[], (&masks.0, &masks.1))?;
+            crate::hostpath::stage(&name, &s.staged)?;
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
@@ -271,6 +275,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     hold_git(ws)?;
     spec::ensure_host_dir(&name)?;
     crate::toolpolicy::install(ws, &name)?;
+    crate::hostpath::stage(&name, &s.staged)?;
     let since = logs_since_now();
     let run = docker::run_detached(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
     if crate::tools::interrupted() || run.is_err() {
@@ -442,6 +447,47 @@ fn release_git(ws: &Workspace) {
     }
 }
 
+/// `sbx-run login`: the machine's store written by a login the user
+/// starts, or (--share) from this workspace on the user's word (login.rs).
+pub fn login(common: &CommonArgs, cli: &str, share: bool, path: Option<PathBuf>) -> Res {
+    docker::require_engine()?;
+    let c = crate::login::CLIS
+        .iter()
+        .find(|c| c.name == cli)
+        .ok_or_else(|| RunError::Usage(format!("--cli {cli}: give claude or codex")))?;
+    if share {
+        let ws = open_for_names(common, path)?;
+        if !docker::exists("image", &ws.names.image)? {
+            return Err(RunError::Usage(format!(
+                "{}: no sandbox was started here yet, so it has no login to share: `sbx-run start` it and log in inside first",
+                ws.path.display()
+            ))
+            .into());
+        }
+        let out = crate::login::share(&ws.names, c, &ws.names.image)?;
+        if out.trim().is_empty() {
+            return Err(RunError::Usage(format!(
+                "{}: its sandbox holds no {cli} login to share (log in inside it first)",
+                ws.path.display()
+            ))
+            .into());
+        }
+        if !common.quiet {
+            print!("{out}");
+        }
+        return ok();
+    }
+    let image = format!("{}:{}", crate::names::BASE_IMAGE, image::default_base_tag());
+    if !docker::exists("image", &image)? {
+        return Err(RunError::Usage(format!(
+            "{image} is missing: run `sbx-run build-base` first"
+        ))
+        .into());
+    }
+    let status = crate::login::interactive(c, &image)?;
+    Ok(ExitCode::from(status))
+}
+
 pub fn stop(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) -> Res {
     let ws = open_for_names(common, path)?.with_branch(branch);
     docker::require_engine()?;
@@ -449,8 +495,6 @@ pub fn stop(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) ->
         docker::output(&["stop", "--time", spec::STOP_TIMEOUT, &ws.names.container])?;
         workspace::release_mount(&ws.names.container);
         release_git(&ws);
-        // A login made in the sandbox reaches the machine's store.
-        sync_login(&ws);
     } else if !common.quiet {
         eprintln!("sbx-run: no sandbox container for {}", ws.path.display());
     }
@@ -931,14 +975,9 @@ pub fn rm(
         docker::remove(&["network", "rm", net["Id"].as_str().unwrap_or_default()])?;
     }
     if with_volumes {
-        // Keep a login made in the sandbox before its volumes go.
-        if volumes.iter().any(|v| *v == n.claude || *v == n.codex)
-            && (docker::exists("volume", &n.claude)? || docker::exists("volume", &n.codex)?)
-        {
-            sync_login(&ws);
-        }
         for v in &volumes {
             docker::remove(&["volume", "rm", v])?;
+            crate::login::forget(v);
         }
     }
     remove_repo_image(&n.image)?;

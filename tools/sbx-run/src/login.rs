@@ -2,19 +2,18 @@
 //! workspace has its own ~/.claude and ~/.codex volumes (settings, hooks,
 //! transcripts, AGENTS.md stay with their project: one sandbox can neither
 //! read another's transcripts nor plant hooks that run in it). Only the
-//! credential files cross, through a machine-wide store volume that is never
-//! mounted into a sandbox: a short-lived helper container, started by
-//! sbx-run on the host, copies the newer of each pair each way when a
-//! sandbox starts, stops or is removed. So a login made inside one sandbox
-//! reaches the store when that sandbox stops (or starts again), and every
-//! other sandbox at its next start.
+//! credential files cross, one way (issue 37): from a machine-wide store
+//! volume that is never mounted into a sandbox into a workspace's volume
+//! that has no login of its own, by sbx-run on the host when a sandbox
+//! starts. Nothing a sandbox writes reaches the store, and its file dates
+//! mean nothing: project A's agent forging a login dated 2100 changes
+//! only project A. The store is written by the user (`sbx-run
+//! codex-init-config --auth`, or a login copied into it by hand).
 //!
 //! Why a host-side copy: Claude Code writes its credentials by temp file and
 //! rename, which replaces a symlink or fails on a bind-mounted file, and
 //! this engine has no volume subpaths; a copy is the one way that holds.
-//! What a sandbox can still do: replace the machine's login with another
-//! valid JSON object (any login made in a sandbox is the machine's login, by
-//! design). It cannot place any other file in another project's home.
+//! A login made inside a sandbox stays that workspace's.
 
 use std::io::Write;
 use std::process::Stdio;
@@ -26,7 +25,7 @@ use crate::{RunError, docker};
 pub struct Cli {
     pub name: &'static str,
     pub target: &'static str,
-    /// Copied both ways, newer wins.
+    /// Copied from the store into a workspace that has none; never back.
     pub credentials: &'static [&'static str],
     /// Copied from the store into a workspace only where missing
     /// (codex-init-config's defaults); never back.
@@ -72,23 +71,83 @@ ok() { [ -f "$1" ] && [ ! -L "$1" ] && [ "$(stat -c %s "$1")" -le 1048576 ] && j
 put() { t="$2.sbx-$$"; cp "$1" "$t"; chmod 600 "$t"; touch -r "$1" "$t"; mv -f "$t" "$2"; }
 "#;
 
+/// What a workspace volume last loaded from the store, by file name: the
+/// store file's digest. Kept on the host (the sandbox cannot edit it), so
+/// a new login in the store reaches a workspace at its next start, and a
+/// login of the workspace's own stays while the store is unchanged.
+pub type Loaded = std::collections::BTreeMap<String, String>;
+
+fn record_path(volume: &str) -> std::path::PathBuf {
+    crate::spec::state_dir().join("logins").join(volume)
+}
+
+/// The record of `volume` ("FILE DIGEST" lines); empty when unreadable.
+pub fn loaded(volume: &str) -> Loaded {
+    std::fs::read_to_string(record_path(volume))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(f, d)| (f.to_owned(), d.to_owned()))
+        .collect()
+}
+
+fn save_loaded(volume: &str, rec: &Loaded) {
+    let p = record_path(volume);
+    if let Some(d) = p.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let text: String = rec.iter().map(|(f, d)| format!("{f} {d}\n")).collect();
+    let _ = std::fs::write(p, text);
+}
+
+/// Forget what `volume` loaded (it is being removed).
+pub fn forget(volume: &str) {
+    let _ = std::fs::remove_file(record_path(volume));
+}
+
+/// Whether the store's file (digest `store`) goes into a workspace whose
+/// own is `ws_ok` and which last loaded `last`: when it has none, or the
+/// store changed since. The workspace's file dates never count.
+pub fn should_load(store: Option<&str>, ws_ok: bool, last: Option<&str>) -> bool {
+    store.is_some_and(|s| !ws_ok || last != Some(s))
+}
+
 /// The sync script for `CLIS`, with stores at /s/<cli> and workspace
-/// volumes at /w/<cli>.
-fn sync_script() -> String {
+/// volumes at /w/<cli>: the store into the workspace only (issue 37).
+fn sync_script(records: &[Loaded]) -> String {
     let mut s = String::from(SYNC_FUNCS);
-    for c in CLIS {
+    for (c, rec) in CLIS.iter().zip(records) {
         for f in c.credentials {
             let (w, st) = (format!("/w/{}/{f}", c.name), format!("/s/{}/{f}", c.name));
+            let last = rec.get(*f).map_or("-", String::as_str);
             s.push_str(&format!(
-                "if ok {w} && {{ ! ok {st} || [ {w} -nt {st} ]; }}; then put {w} {st}; echo stored {n}/{f}; \
-                 elif ok {st} && {{ ! ok {w} || [ {st} -nt {w} ]; }}; then put {st} {w}; echo loaded {n}/{f}; fi\n",
-                n = c.name
+                "if ok {st}; then d=$(md5sum < {st} | cut -c1-32); \
+                 if ! ok {w} || [ \"$d\" != {last} ]; then put {st} {w}; echo loaded {n}/{f} $d; fi; fi\n",
+                n = c.name,
+                last = shlex::try_quote(last).unwrap_or_default()
             ));
         }
         for f in c.seeds {
             let (w, st) = (format!("/w/{}/{f}", c.name), format!("/s/{}/{f}", c.name));
             s.push_str(&format!(
                 "if [ ! -e {w} ] && [ ! -L {w} ] && [ -f {st} ] && [ ! -L {st} ]; then cp {st} {w}; echo seeded {n}/{f}; fi\n",
+                n = c.name
+            ));
+        }
+    }
+    s
+}
+
+/// `sbx-run login --share`: this workspace's credentials into the store,
+/// because the user said so (a login made in that sandbox is then every
+/// workspace's at its next start).
+fn share_script(c: &Cli) -> String {
+    let mut s = String::from(SYNC_FUNCS);
+    {
+        for f in c.credentials {
+            let (w, st) = (format!("/w/{}/{f}", c.name), format!("/s/{}/{f}", c.name));
+            s.push_str(&format!(
+                "if ok {w}; then put {w} {st}; touch {st}; echo shared {n}/{f}; fi\n",
                 n = c.name
             ));
         }
@@ -156,24 +215,94 @@ pub fn helper(
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Copy credentials between the machine's stores and this workspace's
-/// volumes, newer wins. A failure costs a login, not a guard: the caller
-/// warns and goes on. Where the volumes' directories are reachable from
-/// here (a local engine, sbx-run as root) the copy is done in place, in
+/// Load the machine's stores into this workspace's volumes (never the
+/// other way). A failure costs a login, not a guard: the caller warns and
+/// goes on. Where the volumes' directories are reachable from here (a
+/// local engine, sbx-run as root) the copy is done in place, in
 /// milliseconds; otherwise by the helper container (a few hundred).
 pub fn sync(n: &Names, image: &str) -> Result<String, RunError> {
     // SBX_LOGIN_VIA_HELPER=1: the helper even where the fast path works
     // (the tests run both).
     let helper_only = std::env::var_os("SBX_LOGIN_VIA_HELPER").is_some_and(|v| v == "1");
-    if !helper_only && let Some(dirs) = local_dirs(n) {
-        return Ok(host::sync(&dirs));
+    let mut records: Vec<Loaded> = CLIS.iter().map(|c| loaded(&c.volume(n))).collect();
+    let out = if !helper_only && let Some(dirs) = local_dirs(n) {
+        host::sync(&dirs, &mut records)
+    } else {
+        let out = helper(image, &mounts(n), &sync_script(&records), None)?;
+        // "loaded CLI/FILE DIGEST": what the workspace now holds.
+        for l in out.lines() {
+            let mut w = l.split(' ');
+            if let (Some("loaded"), Some(what), Some(d)) = (w.next(), w.next(), w.next())
+                && let Some((cli, f)) = what.split_once('/')
+                && let Some(i) = CLIS.iter().position(|c| c.name == cli)
+            {
+                records[i].insert(f.to_owned(), d.to_owned());
+            }
+        }
+        out
+    };
+    for (c, rec) in CLIS.iter().zip(&records) {
+        save_loaded(&c.volume(n), rec);
     }
-    let mut mounts = Vec::new();
+    Ok(out
+        .lines()
+        .map(|l| l.split(' ').take(2).collect::<Vec<_>>().join(" ") + "\n")
+        .collect())
+}
+
+/// Copy this workspace's credentials into the machine's stores: only on
+/// the user's word (`sbx-run login --share`).
+pub fn share(n: &Names, c: &Cli, image: &str) -> Result<String, RunError> {
+    helper(image, &mounts(n), &share_script(c), None)
+}
+
+/// The CLI's own login, interactive, in a throwaway container whose one
+/// volume is the machine's store (at the CLI's config directory), run as
+/// the agent user; its exit status is returned.
+pub fn interactive(c: &Cli, image: &str) -> Result<u8, RunError> {
+    let login = match c.name {
+        "claude" => "claude /login",
+        _ => "codex login",
+    };
+    let script = format!(
+        "chown agent:agent {t} && exec setpriv --reuid=agent --regid=agent --init-groups --inh-caps=-all --bounding-set=-all -- env HOME=/home/agent {login}",
+        t = c.target
+    );
+    let mut cmd = docker::cmd();
+    cmd.args(["run", "--rm", "--interactive"]);
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        cmd.arg("--tty");
+    }
+    cmd.args([
+        "--cap-drop",
+        "ALL",
+        "--cap-add",
+        "CHOWN",
+        "--cap-add",
+        "SETUID",
+    ])
+    .args(["--cap-add", "SETGID", "--cap-add", "SETPCAP"])
+    .args(["--security-opt", "no-new-privileges", "--user", "0"])
+    .args(["--label", "sbx.role=login"])
+    .arg("--mount")
+    .arg(format!(
+        "type=volume,source={},target={}",
+        c.store(),
+        c.target
+    ))
+    .args(["--entrypoint", "/bin/sh", image, "-c", &script]);
+    let st = cmd.status().map_err(|e| RunError::Build(e.to_string()))?;
+    Ok(st.code().map_or(125, |c| u8::try_from(c).unwrap_or(125)))
+}
+
+/// The stores at /s/<cli> and the workspace's volumes at /w/<cli>.
+fn mounts(n: &Names) -> Vec<(String, String)> {
+    let mut m = Vec::new();
     for c in CLIS {
-        mounts.push((c.store(), format!("/s/{}", c.name)));
-        mounts.push((c.volume(n), format!("/w/{}", c.name)));
+        m.push((c.store(), format!("/s/{}", c.name)));
+        m.push((c.volume(n), format!("/w/{}", c.name)));
     }
-    helper(image, &mounts, &sync_script(), None)
+    m
 }
 
 /// (store dir, workspace dir) of each CLI, when every one is a directory
@@ -217,18 +346,17 @@ fn local_dirs(n: &Names) -> Option<Vec<(&'static Cli, std::path::PathBuf, std::p
 /// only when regular, and written by a fresh temp file renamed into place,
 /// owned like the volume's root.
 mod host {
-    use std::fs::{File, OpenOptions};
-    use std::io::{Read, Write};
+    use std::fs::OpenOptions;
+    use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     use std::path::{Path, PathBuf};
-    use std::time::SystemTime;
 
     use super::Cli;
 
     const MAX: u64 = 1 << 20;
 
     /// A credentials file: a regular file under 1 MiB holding a JSON object.
-    fn read_ok(p: &Path) -> Option<(Vec<u8>, SystemTime)> {
+    fn read_ok(p: &Path) -> Option<Vec<u8>> {
         let flags = (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits();
         let mut f = OpenOptions::new()
             .read(true)
@@ -245,50 +373,46 @@ mod host {
             .read_to_end(&mut data)
             .ok()?;
         serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&data).ok()?;
-        Some((data, md.modified().ok()?))
+        Some(data)
     }
 
-    fn put(data: &[u8], mtime: SystemTime, dest: &Path) -> std::io::Result<()> {
-        let dir = dest.parent().unwrap_or(Path::new("/"));
-        let owner = std::fs::metadata(dir)?;
-        let tmp = dir.join(format!(".sbx-login-{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        let mut f: File = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&tmp)?;
-        let r = (|| {
-            f.write_all(data)?;
-            std::os::unix::fs::fchown(&f, Some(owner.uid()), Some(owner.gid()))?;
-            f.set_modified(mtime)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, dest)
-        })();
-        if r.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        r
+    /// Replace `rel` in the workspace volume by rename, owned like its root.
+    fn put(root: &sbx_sys::beneath::Root, data: &[u8], rel: &Path) -> std::io::Result<()> {
+        let owner = std::fs::metadata(root.path())?;
+        root.write_atomic(rel, data, 0o600)?;
+        let fd = root.open_path(rel)?;
+        nix::unistd::fchownat(
+            &fd,
+            "",
+            Some(owner.uid().into()),
+            Some(owner.gid().into()),
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
+        )?;
+        Ok(())
     }
 
-    pub fn sync(dirs: &[(&Cli, PathBuf, PathBuf)]) -> String {
+    pub fn sync(dirs: &[(&Cli, PathBuf, PathBuf)], records: &mut [super::Loaded]) -> String {
         let mut out = String::new();
-        for (c, store, ws) in dirs {
+        for ((c, store, ws), rec) in dirs.iter().zip(records.iter_mut()) {
+            // The workspace side is the agent's: written through no link.
+            let Ok(root) = sbx_sys::beneath::Root::open(ws) else {
+                continue;
+            };
             for f in c.credentials {
-                let (s, w) = (read_ok(&store.join(f)), read_ok(&ws.join(f)));
-                let step = match (&s, &w) {
-                    (_, Some((d, t))) if s.as_ref().is_none_or(|(_, st)| t > st) => {
-                        put(d, *t, &store.join(f)).map(|_| "stored")
-                    }
-                    (Some((d, t)), _) if w.as_ref().is_none_or(|(_, wt)| t > wt) => {
-                        put(d, *t, &ws.join(f)).map(|_| "loaded")
-                    }
-                    _ => continue,
+                let Some(d) = read_ok(&store.join(f)) else {
+                    continue;
                 };
-                match step {
-                    Ok(what) => out.push_str(&format!("{what} {}/{f}\n", c.name)),
-                    Err(e) => out.push_str(&format!("not synced {}/{f}: {e}\n", c.name)),
+                let digest = crate::names::digest(&d);
+                let ws_ok = read_ok(&ws.join(f)).is_some();
+                if !super::should_load(Some(&digest), ws_ok, rec.get(*f).map(String::as_str)) {
+                    continue;
+                }
+                match put(&root, &d, Path::new(f)) {
+                    Ok(()) => {
+                        out.push_str(&format!("loaded {}/{f}\n", c.name));
+                        rec.insert((*f).to_owned(), digest);
+                    }
+                    Err(e) => out.push_str(&format!("not loaded {}/{f}: {e}\n", c.name)),
                 }
             }
             for f in c.seeds {
@@ -309,8 +433,7 @@ mod host {
                 if md.is_file()
                     && md.len() <= MAX
                     && src.read_to_end(&mut data).is_ok()
-                    && let Ok(t) = md.modified()
-                    && put(&data, t, &w).is_ok()
+                    && put(&root, &data, Path::new(f)).is_ok()
                 {
                     out.push_str(&format!("seeded {}/{f}\n", c.name));
                 }
@@ -326,16 +449,33 @@ mod tests {
 
     #[test]
     fn script_moves_only_credentials_and_seeds() {
-        let s = sync_script();
+        let s = sync_script(&[Loaded::new(), Loaded::new()]);
         for f in [".credentials.json", "auth.json", "profile.json"] {
-            assert!(s.contains(&format!("/{f} && {{ ! ok")), "{f}");
+            assert!(s.contains("put /s/") && s.contains(f), "{f}");
         }
-        // Nothing else of a workspace ever reaches the store.
-        let stores_written: Vec<&str> = s
-            .lines()
-            .filter_map(|l| l.split("put /w/").nth(1))
-            .collect();
-        assert_eq!(stores_written.len(), 3, "{s}");
+        // Nothing of a workspace ever reaches the store (issue 37), and
+        // no date is compared.
+        assert!(!s.contains("put /w/") && !s.contains("-nt"), "{s}");
         assert!(!s.contains("settings") && !s.contains("hooks") && !s.contains("projects"));
+    }
+
+    /// The store's file goes in when the workspace has none or the store
+    /// changed since the workspace last loaded it; never by date.
+    #[test]
+    fn loads_only_a_new_or_missing_login() {
+        for (store, ws_ok, last, want) in [
+            (None, false, None, false),
+            (Some("a"), false, None, true),
+            (Some("a"), true, None, true),
+            (Some("a"), true, Some("a"), false),
+            (Some("b"), true, Some("a"), true),
+            (Some("a"), false, Some("a"), true),
+        ] {
+            assert_eq!(
+                should_load(store, ws_ok, last),
+                want,
+                "{store:?} {ws_ok} {last:?}"
+            );
+        }
     }
 }

@@ -99,6 +99,9 @@ pub struct Spec {
     /// Directories bound onto themselves so they cannot be renamed
     /// (`pinned_parents`), workspace-relative.
     pub pinned: Vec<String>,
+    /// Bind sources docker gets as copies mounted by fd (hostpath.rs),
+    /// which `start` mounts before it runs or starts the container.
+    pub staged: Vec<crate::hostpath::Staged>,
 }
 
 /// State directory on the host: the empty file and directory used as masks.
@@ -204,8 +207,17 @@ pub fn find_masked(
                 continue;
             }
             let path = rel.join(&name);
-            // Symlinks are not followed: the link itself is masked or left.
-            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            // Symlinks are left alone: docker would mount over what the
+            // link names (`hook.key -> .git/hooks/pre-commit` blanked the
+            // hook, issue 37); a secret it names in the workspace is
+            // masked under its own name.
+            let ft = e
+                .file_type()
+                .map_err(|e| RunError::Io(dir.join(&name), e))?;
+            if ft.is_symlink() {
+                continue;
+            }
+            let is_dir = ft.is_dir();
             if allowed.first_match(&path, is_dir).is_none()
                 && blocked.first_match(&path, is_dir).is_some()
             {
@@ -245,22 +257,6 @@ pub fn pinned_parents(held: &[String]) -> Vec<String> {
     out.into_iter().collect()
 }
 
-/// The first directory above `rel` (workspace-relative) that exists but
-/// is a symlink or not a directory: a mount under it could not be pinned.
-fn broken_parent(root: &Path, rel: &str) -> Option<String> {
-    let mut prefix = PathBuf::new();
-    let comps: Vec<_> = Path::new(rel).components().collect();
-    for c in comps.iter().take(comps.len().saturating_sub(1)) {
-        prefix.push(c);
-        match std::fs::symlink_metadata(root.join(&prefix)) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Some(prefix.to_string_lossy().into_owned()),
-            Err(_) => return None,
-        }
-    }
-    None
-}
-
 /// Whether a protected path whose parents are missing is held anyway (its
 /// parents made): yes for what the user listed, no for the built-in ones,
 /// which would leave `.agent-precommit/` in every repository that has none.
@@ -277,21 +273,36 @@ pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
         return Ok(());
     }
     crate::gitpins::make_missing(&ws.path, ws.owner)?;
+    let root =
+        sbx_sys::beneath::Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
     for p in ws.loaded.config.protected_paths() {
-        if p == ".husky" || broken_parent(&ws.path, &p).is_some() || !made_when_missing(&p) {
+        if !made_when_missing(&p) {
             continue;
         }
-        let mut dir = ws.path.clone();
+        // Only below real directories (hostpath.rs refuses a link).
+        if !matches!(
+            crate::hostpath::protected(&root, &p)?,
+            crate::hostpath::State::Missing(_)
+        ) {
+            continue;
+        }
+        let mut dir = PathBuf::new();
         let comps: Vec<_> = Path::new(&p).components().collect();
         for c in comps.iter().take(comps.len().saturating_sub(1)) {
             dir.push(c);
-            match std::fs::create_dir(&dir) {
-                Ok(()) => {
-                    // As root on the host: give it to the workspace's owner.
-                    let _ = std::os::unix::fs::lchown(&dir, Some(ws.owner.0), Some(ws.owner.1));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(RunError::Io(dir, e)),
+            let new = root.open_path(&dir).is_err();
+            let fd = root
+                .create_dir_all(&dir, 0o755)
+                .map_err(|e| RunError::BadWorkspace(e.to_string()))?;
+            if new {
+                // As root on the host: give it to the workspace's owner.
+                let _ = nix::unistd::fchownat(
+                    &fd,
+                    "",
+                    Some(ws.owner.0.into()),
+                    Some(ws.owner.1.into()),
+                    nix::fcntl::AtFlags::AT_EMPTY_PATH,
+                );
             }
         }
     }
@@ -459,45 +470,55 @@ pub fn build(
     // Every read-only or masking mount inside the workspace, whose parent
     // directories get pinned below.
     let mut held: Vec<String> = Vec::new();
+    // Resolved through no link (hostpath.rs): a protected path that is a
+    // link is refused, a missing one is masked from its first missing
+    // component, so the agent cannot make it one for the next start.
+    let root =
+        sbx_sys::beneath::Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
+    let mut staged = Vec::new();
+    let container = n.container.as_str();
     for p in cfg.protected_paths() {
-        let host = ws.path.join(&p);
+        use crate::hostpath::State;
         let dst = format!("{target}/{p}");
-        if let Some(bad) = broken_parent(&ws.path, &p) {
-            // A worktree's `.git` is a file: git keeps the hooks elsewhere
-            // and the guard pins them itself. Under read-only nothing moves.
-            if p == ".git/hooks" {
-                continue;
-            }
-            if !ro {
+        match crate::hostpath::protected(&root, &p)? {
+            State::UnderFile(bad) => {
+                // A worktree's `.git` is a file: git keeps the hooks elsewhere
+                // and the guard pins them itself. Under read-only nothing moves.
+                if p == ".git/hooks" || ro {
+                    continue;
+                }
                 return Err(RunError::Config(format!(
-                    "{}: [sandbox].protected: \"{p}\": {bad} is a symlink or not a directory, so no read-only mount under it can be held in place; protect \"{bad}\" itself or the path it leads to",
+                    "{}: [sandbox].protected: \"{p}\": {bad} is not a directory, so no read-only mount under it can be held in place; protect \"{bad}\" itself",
                     ws.loaded.describe()
                 )));
             }
-        }
-        if host.exists() {
-            // husky writes its hooks into .husky/_: make it before the
-            // directory turns read-only, so the guard can pin it.
-            if p == ".husky" && host.is_dir() {
-                let _ = std::fs::create_dir(host.join("_"));
+            State::Present(kind) => {
+                // husky writes its hooks into .husky/_: make it before the
+                // directory turns read-only, so the guard can pin it.
+                if p == ".husky" && kind == sbx_sys::beneath::Kind::Dir {
+                    let _ = root.create_dir_all(Path::new(".husky/_"), 0o755);
+                }
+                let src = crate::hostpath::source(&mut staged, container, &ws.path, &p, true);
+                a.extend(["--mount".into(), bind(&src, &dst, true)]);
+                held.push(p);
             }
-            a.extend(["--mount".into(), bind(&host, &dst, true)]);
-            held.push(p);
-        } else if !ro
-            && p != ".husky"
-            && (host.parent().is_some_and(Path::is_dir) || made_when_missing(&p))
-        {
-            // Missing: an empty read-only directory stops the agent creating
-            // it (docker makes the mount point on the host, an empty
-            // directory that must stay: without it the agent could write the
-            // .agent-sandbox/config.toml the next start obeys); `start` makes
-            // its missing parents (`make_parents`). Not for .husky: the guard
-            // trusts only a read-only .husky (sbx-git-guard repo.rs), so one
-            // the agent makes changes nothing. Not under read-only: the agent
-            // cannot create it, and docker could not make the mount point
-            // inside a read-only bind.
-            a.extend(["--mount".into(), bind(masks.1, &dst, true)]);
-            held.push(p);
+            // Missing: an empty read-only directory from its first missing
+            // component stops the agent creating it (docker makes the
+            // mount point, an empty directory that must stay). Not under
+            // read-only: the agent cannot create it, and docker could not
+            // make the mount point inside a read-only bind.
+            State::Missing(top) if !ro => {
+                // What the user listed: `make_parents` makes its parents.
+                let top = if made_when_missing(&p) { p } else { top };
+                a.extend([
+                    "--mount".into(),
+                    bind(masks.1, &format!("{target}/{top}"), true),
+                ]);
+                if !held.contains(&top) {
+                    held.push(top);
+                }
+            }
+            State::Missing(_) => {}
         }
     }
     // What the host's git reads as configuration or code under `.git`
@@ -545,16 +566,22 @@ pub fn build(
         pinned_parents(&held)
     };
     for d in &pinned {
+        let src = crate::hostpath::source(&mut staged, container, &ws.mount_source(), d, false);
         a.extend([
             "--mount".into(),
-            bind(&ws.mount_source().join(d), &format!("{target}/{d}"), false),
+            bind(&src, &format!("{target}/{d}"), false),
         ]);
     }
     // The config, read-only where every tool inside looks for it (inside a
     // sandbox, tools read only /.agent-sandbox: the agent cannot pick its own).
     let cfg_dir = ws.config_dir();
-    if cfg_dir.is_dir() {
-        a.extend(["--mount".into(), bind(&cfg_dir, "/.agent-sandbox", true)]);
+    if let Ok(rel) = cfg_dir.strip_prefix(&ws.path)
+        && let Some(rel) = rel.to_str()
+        && crate::hostpath::protected(&root, rel)?
+            == crate::hostpath::State::Present(sbx_sys::beneath::Kind::Dir)
+    {
+        let src = crate::hostpath::source(&mut staged, container, &ws.path, rel, true);
+        a.extend(["--mount".into(), bind(&src, "/.agent-sandbox", true)]);
     }
     if let Source::File(p) | Source::Legacy(p) = &ws.loaded.source {
         if p.parent() != Some(cfg_dir.as_path()) {
@@ -655,6 +682,7 @@ pub fn build(
         run: a,
         masked,
         pinned,
+        staged,
     })
 }
 

@@ -272,19 +272,25 @@ fn idmap_error(ws: &Workspace, e: &std::io::Error) -> RunError {
     RunError::Idmap(msg)
 }
 
+/// Detach every mount stacked at `dir`.
+pub fn detach_all(dir: &Path) {
+    for _ in 0..16 {
+        match sbx_sys::idmap::mount_of(dir) {
+            Some(m) if m.point == dir => {
+                if sbx_sys::idmap::detach(dir).is_err() {
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+}
+
 /// Undo `prepare_mount` (every copy stacked there), keeping nothing.
 pub fn release_mount(container: &str) {
+    crate::hostpath::release(container);
     for dir in [idmap_dir(container), scratch_view_dir(container)] {
-        for _ in 0..16 {
-            match sbx_sys::idmap::mount_of(&dir) {
-                Some(m) if m.point == dir => {
-                    if sbx_sys::idmap::detach(&dir).is_err() {
-                        break;
-                    }
-                }
-                _ => break,
-            }
-        }
+        detach_all(&dir);
         let _ = std::fs::remove_dir(&dir);
     }
     let _ = std::fs::remove_dir(run_dir(container));

@@ -111,7 +111,6 @@ fn userns(uids: &[IdRange], gids: &[IdRange]) -> io::Result<OwnedFd> {
 /// source's filesystem has no idmapped mounts.
 pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) -> io::Result<()> {
     let ns = userns(uids, gids)?;
-    let dst = cpath(target)?;
     let tree = clone_tree(source)?;
     set_attr(
         &tree,
@@ -122,6 +121,12 @@ pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) ->
             userns_fd: ns.as_raw_fd() as u64,
         },
     )?;
+    move_to(&tree, target)
+}
+
+/// Move the detached mount `tree` onto `target`, a path.
+pub(crate) fn move_to(tree: &OwnedFd, target: &Path) -> io::Result<()> {
+    let dst = cpath(target)?;
     let empty = c"";
     // SAFETY: both paths are NUL-terminated and outlive the call.
     let r = unsafe {
@@ -143,14 +148,36 @@ pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) ->
 /// A detached copy of the mount tree at `source` (open_tree OPEN_TREE_CLONE).
 fn clone_tree(source: &Path) -> io::Result<OwnedFd> {
     let src = cpath(source)?;
-    let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint;
-    // SAFETY: `src` is a NUL-terminated path that outlives the call.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, src.as_ptr(), flags) };
+    open_tree(libc::AT_FDCWD, &src, 0)
+}
+
+/// open_tree(2) OPEN_TREE_CLONE of `path` from `dirfd`, with `flags` more.
+pub(crate) fn open_tree(
+    dirfd: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_uint,
+) -> io::Result<OwnedFd> {
+    let flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint | flags;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: open_tree returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Make the detached tree `tree` read-only.
+pub(crate) fn readonly(tree: &OwnedFd) -> io::Result<()> {
+    set_attr(
+        tree,
+        libc::mount_attr {
+            attr_set: libc::MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        },
+    )
 }
 
 /// Apply `attr` to the detached tree `tree` itself.
@@ -236,55 +263,12 @@ pub fn mount_of(path: &Path) -> Option<MountInfo> {
         .max_by_key(|m| m.point.as_os_str().len())
 }
 
-/// `rel` under `root`, opened O_PATH without following any symlink and
-/// without leaving `root` (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH):
-/// a mount target a sandbox shares cannot be turned into a link elsewhere.
-pub fn open_beneath(root: &Path, rel: &Path) -> io::Result<OwnedFd> {
-    let dir = std::fs::File::open(root)?;
-    let p = cpath(rel)?;
-    // struct open_how (libc's is non-exhaustive).
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: `p` and `how` outlive the call; the size of `how` is passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            p.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat2 returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
-}
-
 /// Mount a read-only copy of `source` (a file or a directory) on the
-/// object `target` is open on (from `open_beneath`), not on a path that
+/// object `target` is open on (from `beneath::Root::open_path`), not on a path that
 /// could change in between.
 pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
     let tree = clone_tree(source)?;
-    set_attr(
-        &tree,
-        libc::mount_attr {
-            attr_set: libc::MOUNT_ATTR_RDONLY,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
-        },
-    )?;
+    readonly(&tree)?;
     let empty = c"";
     // SAFETY: both fds are open; "" with the EMPTY_PATH flags names them.
     let r = unsafe {

@@ -219,12 +219,18 @@ fn read_prompt(p: Option<&str>) -> Result<String, BoxError> {
 }
 
 /// Write the skills and `.mcp.json` into the workspace; return --mcp-config's value.
+/// Every write goes through `sbx_sys::beneath` (issue 37: the agent's links
+/// had these writes land anywhere on the host): a link on the way is
+/// refused, files are replaced by rename, never written through. A user's
+/// own `.mcp.json` is merged, not replaced: its servers stay, sbx's
+/// ([agent.mcp] and the host-tools relay) win a name both use.
 fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
+    let bad = |e: std::io::Error| Box::new(RunError::BadWorkspace(e.to_string())) as BoxError;
+    let root = sbx_sys::beneath::Root::open(&ws.path).map_err(bad)?;
     let list = skills::load(&ws.config_dir().join("skills")).map_err(config_err)?;
     for s in &list {
-        let to = ws.path.join(".claude").join("skills").join(&s.name);
-        skills::copy_tree(&s.dir, &to)
-            .map_err(|e| Box::new(RunError::Io(to.clone(), e)) as BoxError)?;
+        let to = Path::new(".claude").join("skills").join(&s.name);
+        skills::copy_tree(&s.dir, &root, &to, ws.owner).map_err(bad)?;
     }
     let mcp = &ws.loaded.config.agent.mcp;
     let host_tools = !ws.loaded.config.agent.host_tools.is_empty();
@@ -252,10 +258,43 @@ fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
             json!({"type": "stdio", "command": "/usr/local/bin/sbx-guest", "args": ["mcp-host-tools"], "env": {}}),
         );
     }
-    let path = ws.path.join(".mcp.json");
-    let text = serde_json::to_string_pretty(&json!({"mcpServers": servers})).unwrap_or_default();
-    std::fs::write(&path, text + "\n").map_err(|e| Box::new(RunError::Io(path, e)) as BoxError)?;
+    let rel = Path::new(".mcp.json");
+    let mut doc = read_mcp_json(&root, rel).map_err(bad)?;
+    let list = doc
+        .entry("mcpServers")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Some(list) = list.as_object_mut() else {
+        return Err(bad(std::io::Error::other(format!(
+            "{}: \"mcpServers\" is not an object: fix or remove it (sbx merges [agent.mcp] into it)",
+            ws.path.join(rel).display()
+        ))));
+    };
+    list.extend(servers);
+    let text = serde_json::to_string_pretty(&Value::Object(doc)).unwrap_or_default() + "\n";
+    root.write_atomic(rel, text.as_bytes(), 0o644)
+        .map_err(bad)?;
+    skills::give(&root, rel, ws.owner);
     Ok(Some(".mcp.json".into()))
+}
+
+/// The workspace's `.mcp.json` as a JSON object (empty when missing).
+fn read_mcp_json(
+    root: &sbx_sys::beneath::Root,
+    rel: &Path,
+) -> std::io::Result<serde_json::Map<String, Value>> {
+    let f = match root.open_read(rel) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(e),
+    };
+    let mut data = Vec::new();
+    f.take(1 << 20).read_to_end(&mut data)?;
+    serde_json::from_slice(&data).map_err(|e| {
+        std::io::Error::other(format!(
+            "{}: not a JSON object ({e}): fix or remove it (sbx merges [agent.mcp] into it)",
+            root.path().join(rel).display()
+        ))
+    })
 }
 
 /// Hooks print to our stderr, so stdout stays the events.

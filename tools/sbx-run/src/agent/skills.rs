@@ -147,21 +147,43 @@ pub fn load(dir: &Path) -> Result<Vec<Skill>, String> {
     Ok(out)
 }
 
-/// Copy a skill's directory (regular files and directories only; symlinks
-/// are skipped so a skill cannot pull in files from elsewhere on the host).
-pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
+/// Copy the skill directory `from` (in the protected `.agent-sandbox`) to
+/// `to` under the workspace `root`, through no link there; files are
+/// replaced, never written through, and given to the workspace's owner.
+pub fn copy_tree(
+    from: &Path,
+    root: &sbx_sys::beneath::Root,
+    to: &Path,
+    owner: (u32, u32),
+) -> std::io::Result<()> {
+    root.create_dir_all(to, 0o755)?;
+    give(root, to, owner);
     for e in std::fs::read_dir(from)? {
         let e = e?;
         let ft = e.file_type()?;
         let dest = to.join(e.file_name());
         if ft.is_dir() {
-            copy_tree(&e.path(), &dest)?;
+            copy_tree(&e.path(), root, &dest, owner)?;
         } else if ft.is_file() {
-            std::fs::copy(e.path(), dest)?;
+            root.write_atomic(&dest, &std::fs::read(e.path())?, 0o644)?;
+            give(root, &dest, owner);
         }
     }
     Ok(())
+}
+
+/// Hand `rel` to the workspace's owner (sbx-run runs as root); a link
+/// swapped in since is not followed (AT_EMPTY_PATH on its own fd).
+pub fn give(root: &sbx_sys::beneath::Root, rel: &Path, owner: (u32, u32)) {
+    if let Ok(fd) = root.open_path(rel) {
+        let _ = nix::unistd::fchownat(
+            &fd,
+            "",
+            Some(owner.0.into()),
+            Some(owner.1.into()),
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
+        );
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 pub mod bpf;
+pub mod dirfd;
 pub mod idmap;
 pub mod netlink;
 

@@ -770,9 +770,9 @@ impl Server {
                                     sink.write_all(&d).map_err(|e| io_err(path, e))?;
                                 }
                                 _ => {
-                                    return Err(
-                                        bad("unpack: a file's data is short or long".into()),
-                                    );
+                                    return Err(bad(
+                                        "unpack: a file's data is short or long".into()
+                                    ));
                                 }
                             }
                         }

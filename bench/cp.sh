@@ -46,13 +46,15 @@ for r in $(seq 1 "$ROUNDS"); do
     rm -rf "$WORK/out-$tool"; mkdir -p "$WORK/out-$tool"
     if [ $tool = sbx ]; then
       times[sbx-out]+="$(run "$S" -q cp -C "$REPO" :/home/agent/tree "$WORK/out-$tool") "
-      times[sbx-in]+="$(run "$S" -q cp -C "$REPO" "$T" ":/home/agent/in-$r") "
+      times[sbx-in]+="$(run "$S" -q cp -C "$REPO" "$T" ":/tmp/in-$r") "
     else
       times[docker-out]+="$(run docker cp -q "$C:/home/agent/tree" "$WORK/out-$tool") "
-      times[docker-in]+="$(run docker cp -q "$T" "$C:/home/agent/din-$r") "
+      times[docker-in]+="$(run docker cp -q "$T" "$C:/tmp/din-$r") "
     fi
   done
-  docker exec "$C" rm -rf "/home/agent/in-$r" "/home/agent/din-$r"
+  # sbx-run cp writes as the agent, docker cp keeps the host's uid (root).
+  docker exec -u 1000 "$C" rm -rf "/tmp/in-$r"
+  docker exec -u 0 "$C" rm -rf "/tmp/din-$r"
 done
 cmp -s "$T/big1" "$WORK/out-sbx/tree/big1" && cmp -s "$T/d7/f9" "$WORK/out-sbx/tree/d7/f9" || { echo "sbx-run cp: copy differs" >&2; exit 1; }
 stats() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {printf "best %.2f s  median %.2f s", a[1], a[int((NR+1)/2)]}'; }

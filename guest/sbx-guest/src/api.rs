@@ -748,6 +748,10 @@ impl Server {
             let fd = open2(&root, &rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY, 0)
                 .map_err(|e| errno_msg(path, e))?;
             let mut w = sbx_core::tree::Writer::new(sbx_sys::dirfd::Dir::from(fd), None, None);
+            // Many small frames: read them in large gulps. The client sends
+            // nothing after its Eof until it has our reply, so the buffer
+            // holds nothing of a next request when it is dropped.
+            let s = &mut std::io::BufReader::with_capacity(proto::CHUNK, &mut *s);
             let bad = |m: String| ErrorMsg::new("bad-request", m);
             loop {
                 match proto::read_frame(s) {

@@ -346,15 +346,17 @@ pub fn push(socket: &Path, src: &Path, dir: &str, name: &OsStr) -> Result<Outcom
     let mut o = Outcome::default();
     let mut progress = Progress::new();
     let to_io = |e: ProtoError| io::Error::other(e.to_string());
+    // One write per many small entries, not two per file.
+    let mut tx = io::BufWriter::with_capacity(proto::CHUNK, c.stream.try_clone().map_err(io_err)?);
     let sent = tree::walk(top, name, &mut |e, f| {
         let size = match &e {
             Entry::File { size, .. } => *size,
             _ => 0,
         };
-        proto::write_json(&mut c.stream, Kind::Reply, &Reply::Entry(e)).map_err(to_io)?;
+        proto::write_json(&mut tx, Kind::Reply, &Reply::Entry(e)).map_err(to_io)?;
         if let Some(f) = f {
             tree::send_exact(f, size, proto::CHUNK, &mut |b| {
-                proto::write_frame(&mut c.stream, Kind::Data, b).map_err(to_io)
+                proto::write_frame(&mut tx, Kind::Data, b).map_err(to_io)
             })?;
             o.files += 1;
             o.bytes += size;
@@ -364,7 +366,9 @@ pub fn push(socket: &Path, src: &Path, dir: &str, name: &OsStr) -> Result<Outcom
     });
     progress.end();
     // A refusal from the guest ends the stream early: its reason wins.
-    let end = proto::write_frame(&mut c.stream, Kind::Eof, &[]);
+    let end = proto::write_frame(&mut tx, Kind::Eof, &[])
+        .and_then(|_| tx.flush().map_err(ProtoError::from));
+    drop(tx);
     match c.reply() {
         Ok(Reply::Unpacked { refused }) => o.refused = refused,
         Ok(_) => {}

@@ -6,7 +6,7 @@
 use std::process::Output;
 
 mod common;
-use common::sbx_run;
+use common::{run_flag_values, sbx_run};
 
 const EVIL: &str = "\x1b[2K\x1b]0;title\x07\u{9b}31m";
 
@@ -74,6 +74,7 @@ fn a_saved_chat_and_a_masked_name_are_shown_escaped() {
         !out.lines().any(|l| l.starts_with("rm -rf")),
         "a masked name broke out of its comment: {out}"
     );
+    assert!(!run_flag_values(&out, "--mount").is_empty(), "{out}");
     // A chat the model answered with sequences.
     let hash = sbx_run::names::Names::new(&ws.canonicalize().unwrap(), None).hash;
     let dir = t.path().join("state/sbx/chats").join(hash).join("c1");

@@ -290,6 +290,8 @@ impl Server {
                 self.as_user(user, || rename(&self.cfg, &from, &to))
             }
             Request::Health => health(&self.cfg),
+            Request::Pack { path, user } => self.pack(s, &path, user),
+            Request::Unpack { path, user } => self.unpack(s, &path, user),
         };
         // Exec, read and write have streamed their own frames when Ok(Ok).
         match r {
@@ -685,6 +687,118 @@ impl Server {
         }
         let _ = proto::write_frame(s, Kind::Eof, &[]);
         Err(ErrorMsg::new("done", ""))
+    }
+
+    /// `cp` out: the tree at `path`, read by this process (root's
+    /// credentials, filesystem identity `user`; never a child the agent
+    /// could trace), entry by entry, no link below `path` followed.
+    fn pack<S: Transport>(&self, s: &mut Conn<S>, path: &str, user: User) -> Res<Reply> {
+        let top = self.as_user(user, || {
+            let (root, rel) = beneath(&self.cfg, path)?;
+            open2(
+                &root,
+                &rel,
+                OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
+                0,
+            )
+            .map_err(|e| errno_msg(path, e))
+        })?;
+        let name = Path::new(path)
+            .file_name()
+            .map(|n| n.to_owned())
+            .unwrap_or_else(|| "root".into());
+        if proto::write_json(s, Kind::Reply, &Reply::Ok).is_err() {
+            return Err(ErrorMsg::new("closed", ""));
+        }
+        let to_io = |e: ProtoError| std::io::Error::other(e.to_string());
+        let r = self.as_user(user, || {
+            sbx_core::tree::walk(File::from(top), &name, &mut |e, f| {
+                let size = match &e {
+                    sbx_core::tree::Entry::File { size, .. } => *size,
+                    _ => 0,
+                };
+                proto::write_json(s, Kind::Reply, &Reply::Entry(e)).map_err(to_io)?;
+                if let Some(f) = f {
+                    sbx_core::tree::send_exact(f, size, proto::CHUNK, &mut |b| {
+                        proto::write_frame(s, Kind::Data, b).map_err(to_io)
+                    })?;
+                }
+                Ok(())
+            })
+            .map_err(|e| io_err(path, e))
+        });
+        match r {
+            Ok(()) => {
+                let _ = proto::write_frame(s, Kind::Eof, &[]);
+                Err(ErrorMsg::new("done", ""))
+            }
+            Err(e) => {
+                let _ = proto::write_json(s, Kind::Error, &e);
+                Err(ErrorMsg::new("closed", ""))
+            }
+        }
+    }
+
+    /// `cp` in: entries and bytes from the client, written as `user`
+    /// inside the existing directory `path` by the same rules as the host
+    /// applies to a copy out (tree::Writer).
+    fn unpack<S: Transport>(&self, s: &mut Conn<S>, path: &str, user: User) -> Res<Reply> {
+        let r = self.as_user(user, || {
+            let (root, rel) = beneath(&self.cfg, path)?;
+            let fd = open2(&root, &rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY, 0)
+                .map_err(|e| errno_msg(path, e))?;
+            let mut w = sbx_core::tree::Writer::new(sbx_sys::dirfd::Dir::from(fd), None, None);
+            // Many small frames: read them in large gulps. The client sends
+            // nothing after its Eof until it has our reply, so the buffer
+            // holds nothing of a next request when it is dropped.
+            let s = &mut std::io::BufReader::with_capacity(proto::CHUNK, &mut *s);
+            let bad = |m: String| ErrorMsg::new("bad-request", m);
+            loop {
+                match proto::read_frame(s) {
+                    Ok((Kind::Reply, p)) => {
+                        let Reply::Entry(e) =
+                            proto::parse("entry", &p).map_err(|e| bad(e.to_string()))?
+                        else {
+                            return Err(bad("unpack: expected an entry".into()));
+                        };
+                        let size = match &e {
+                            sbx_core::tree::Entry::File { size, .. } => *size,
+                            _ => 0,
+                        };
+                        let mut sink = w.entry(e).map_err(|e| io_err(path, e))?;
+                        let mut got = 0u64;
+                        while got < size {
+                            match proto::read_frame(s) {
+                                Ok((Kind::Data, d)) if got + d.len() as u64 <= size => {
+                                    got += d.len() as u64;
+                                    sink.write_all(&d).map_err(|e| io_err(path, e))?;
+                                }
+                                _ => {
+                                    return Err(bad(
+                                        "unpack: a file's data is short or long".into()
+                                    ));
+                                }
+                            }
+                        }
+                        w.finish(sink, size).map_err(|e| io_err(path, e))?;
+                    }
+                    Ok((Kind::Eof, _)) => break,
+                    Ok((k, _)) => return Err(bad(format!("unpack: unexpected {k:?} frame"))),
+                    Err(e) => return Err(bad(e.to_string())),
+                }
+            }
+            Ok(Reply::Unpacked { refused: w.refused })
+        });
+        if r.is_err() {
+            // Let the client finish sending, so it reads our reason.
+            loop {
+                match proto::read_frame(s) {
+                    Ok((Kind::Eof, _)) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        }
+        r
     }
 
     fn write<S: Transport>(

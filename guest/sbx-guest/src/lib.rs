@@ -205,6 +205,13 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                     "init must be PID 1 of a sandbox (it blocks every connection of its network namespace); set SBX_GUEST_NOT_PID1=1 only inside a namespace made for it",
                 )));
             }
+            // PID 1 keeps root's uid, which the agent's uid cannot trace;
+            // not dumpable as well, so neither ptrace nor /proc/1/mem,
+            // fd or environ opens to it even where a capability slipped
+            // through. What it reads for `cp` it reads itself (api::pack),
+            // not through a child of the agent's uid. Yama's ptrace_scope
+            // is the host kernel's, read-only in a container.
+            let _ = nix::sys::prctl::set_dumpable(false);
             Ok(real::init(&paths, command))
         }
         Cmd::AgentLaunch {

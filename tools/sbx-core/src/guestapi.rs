@@ -299,6 +299,22 @@ pub enum Request {
         user: User,
     },
     Health,
+    /// A whole tree (or one file) as `tree::Entry` frames, read by the
+    /// guest itself beneath the roots, never following a link below the
+    /// named path: what `sbx-run cp :PATH` takes out.
+    Pack {
+        path: String,
+        #[serde(default)]
+        user: User,
+    },
+    /// The reverse: `tree::Entry` frames (and file bytes) follow, which
+    /// the guest creates inside the directory `path` as `user`, on the
+    /// same rules; its answer comes after the sender's Eof.
+    Unpack {
+        path: String,
+        #[serde(default)]
+        user: User,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -342,6 +358,12 @@ pub enum Reply {
         status: serde_json::Value,
     },
     Ok,
+    /// One item of a packed tree.
+    Entry(crate::tree::Entry),
+    /// An unpack's summary: what the guest refused, one line each.
+    Unpacked {
+        refused: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -708,6 +730,23 @@ mod tests {
             parse::<Control>("c", br#"{"ctl":"done"}"#).unwrap(),
             Control::Done
         );
+    }
+
+    #[test]
+    fn tree_entries_ride_in_replies() {
+        use crate::tree::Entry;
+        for e in [
+            Entry::File {
+                name: b"a\n".to_vec(),
+                mode: 0o4755,
+                size: 3,
+                mtime: 1,
+            },
+            Entry::Up,
+        ] {
+            let v = serde_json::to_vec(&Reply::Entry(e.clone())).unwrap();
+            assert_eq!(parse::<Reply>("r", &v).unwrap(), Reply::Entry(e));
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod hosttools;
 pub mod netblock;
 pub mod output;
 pub mod sanitize;
+pub mod tree;
 
 pub use entry::main;
 pub use error::{IoContext, SbxError};

@@ -71,6 +71,9 @@ pub fn tool_name() -> &'static str {
 }
 
 fn emit(level: &str, ansi: &str, msg: &str) {
+    // Messages quote paths, names and output the agent chose: escaped
+    // here once, so no caller can forget (sanitize.rs).
+    let msg = crate::sanitize::text(msg);
     let s = settings();
     let mut err = io::stderr().lock();
     let _ = if s.color {

@@ -351,10 +351,10 @@ pub fn checkout(
         writeln!(
             out,
             "{} {} ({}; pushes to {})",
-            d["worktree"].as_str().unwrap_or("?"),
-            d["path"].as_str().unwrap_or("?"),
-            branch,
-            d["upstream"].as_str().unwrap_or("?")
+            sbx_core::sanitize::field(d["worktree"].as_str().unwrap_or("?")),
+            sbx_core::sanitize::field(d["path"].as_str().unwrap_or("?")),
+            sbx_core::sanitize::field(branch),
+            sbx_core::sanitize::field(d["upstream"].as_str().unwrap_or("?"))
         )
     };
     r.map_err(|e| RunError::Io("stdout".into(), e))?;

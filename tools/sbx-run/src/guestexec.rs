@@ -322,16 +322,12 @@ fn check(x: ExitMsg, what: &str) -> Result<(), GuestError> {
     }
 }
 
-fn host_tar(args: &[&std::ffi::OsStr]) -> std::process::Command {
-    let mut c = std::process::Command::new("tar");
-    c.args(args);
-    c
-}
-
-/// `sbx-run cp SRC DEST`, like `docker cp`: files go through the API's
-/// read and write (atomic replace, as the agent); directories and `-` as
-/// tar streams through an exec of tar (as the agent).
-pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<u64, GuestError> {
+/// `sbx-run cp SRC DEST`, like `docker cp`: single files into the
+/// sandbox through the API's write (atomic replace, as the agent); trees
+/// both ways and `:PATH -` as the guest's entry stream (crate::copy); a
+/// tar stream on stdin through tar -x in the sandbox, as the agent.
+pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<crate::copy::Outcome, GuestError> {
+    use crate::copy::{self, Outcome};
     let io_err = |e: io::Error| GuestError::Proto(ProtoError::Io(e));
     match (src, dest) {
         (Place::Stream, Place::Sandbox(d)) => {
@@ -343,62 +339,29 @@ pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<u64, GuestError> {
                 &mut io::stderr(),
                 false,
             )?;
-            check(x, "tar -x").map(|_| 0)
+            check(x, "tar -x").map(|_| Outcome::default())
         }
-        (Place::Sandbox(s), Place::Stream) => {
-            let (parent, name) = split(s);
-            stat(socket, s)?.ok_or_else(|| not_found(s))?;
-            let x = run_with(
-                connect(socket)?,
-                tar_exec(&["tar", "-c", "-f", "-", "-C", &parent, &name]),
-                None,
-                &mut io::stdout().lock(),
-                &mut io::stderr(),
-                false,
-            )?;
-            check(x, "tar -c").map(|_| 0)
-        }
+        (Place::Sandbox(s), Place::Stream) => copy::pull_tar(socket, s, &mut io::stdout().lock()),
         (Place::Host(h), Place::Sandbox(d)) => {
             let meta = std::fs::metadata(h).map_err(io_err)?;
             let target = stat(socket, d)?;
             let into_dir = target.as_ref().is_some_and(|t| t.kind == "dir");
             if meta.is_dir() {
-                let (parent, name, dir) = if into_dir {
-                    let (p, n) = split(&h.to_string_lossy());
-                    (PathBuf::from(p), n, d.clone())
+                let (dir, name) = if into_dir {
+                    let full = std::fs::canonicalize(h).map_err(io_err)?;
+                    let name = copy::top_name(&full).map(|n| n.to_owned());
+                    (d.clone(), name)
                 } else {
-                    connect(socket)?.call(&Request::Mkdir {
-                        path: d.clone(),
-                        mode: None,
-                        user: User::Agent,
-                    })?;
-                    (h.clone(), ".".into(), d.clone())
+                    let (p, n) = split(d);
+                    (p, Some(std::ffi::OsString::from(n)))
                 };
-                let mut child = host_tar(&[
-                    "-c".as_ref(),
-                    "-f".as_ref(),
-                    "-".as_ref(),
-                    "-C".as_ref(),
-                    parent.as_os_str(),
-                    name.as_ref(),
-                ])
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .map_err(io_err)?;
-                let out = child
-                    .stdout
-                    .take()
-                    .map(|o| Box::new(o) as Box<dyn Read + Send>);
-                let x = run_with(
-                    connect(socket)?,
-                    tar_exec(&["tar", "-x", "-f", "-", "-C", &dir]),
-                    out,
-                    &mut io::sink(),
-                    &mut io::stderr(),
-                    false,
-                )?;
-                let _ = child.wait();
-                check(x, "tar -x").map(|_| 0)
+                let name = name.ok_or_else(|| {
+                    io_err(io::Error::other(format!(
+                        "{}: cannot name the copy after it: give the sandbox path its name (:DIR/NAME)",
+                        h.display()
+                    )))
+                })?;
+                copy::push(socket, h, &dir, &name)
             } else {
                 let path = if into_dir {
                     let name = h.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -407,87 +370,23 @@ pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<u64, GuestError> {
                     d.clone()
                 };
                 use std::os::unix::fs::PermissionsExt;
-                let mode = meta.permissions().mode() & 0o7777;
+                // The same clamp as a tree's files: no set-uid/set-gid/sticky.
+                let mode = sbx_core::tree::clamp_mode(meta.permissions().mode(), false);
                 let mut f = std::fs::File::open(h).map_err(io_err)?;
-                Ok(connect(socket)?.write_from(&path, Some(mode), User::Agent, &mut f)?)
+                let n = connect(socket)?.write_from(&path, Some(mode), User::Agent, &mut f)?;
+                Ok(Outcome {
+                    files: 1,
+                    bytes: n,
+                    refused: Vec::new(),
+                })
             }
         }
-        (Place::Sandbox(s), Place::Host(h)) => {
-            let info = stat(socket, s)?.ok_or_else(|| not_found(s))?;
-            let host_dir = h.is_dir();
-            if info.kind == "dir" {
-                let (parent, name, dest) = if host_dir {
-                    let (p, n) = split(s);
-                    (p, n, h.clone())
-                } else {
-                    std::fs::create_dir_all(h).map_err(io_err)?;
-                    (s.clone(), ".".into(), h.clone())
-                };
-                let mut child = host_tar(&[
-                    "-x".as_ref(),
-                    "-f".as_ref(),
-                    "-".as_ref(),
-                    "-C".as_ref(),
-                    dest.as_os_str(),
-                ])
-                .stdin(std::process::Stdio::piped())
-                .spawn()
-                .map_err(io_err)?;
-                let mut input = child
-                    .stdin
-                    .take()
-                    .ok_or_else(|| io_err(io::Error::other("tar")))?;
-                let x = run_with(
-                    connect(socket)?,
-                    tar_exec(&["tar", "-c", "-f", "-", "-C", &parent, &name]),
-                    None,
-                    &mut input,
-                    &mut io::stderr(),
-                    false,
-                )?;
-                drop(input);
-                let st = child.wait().map_err(io_err)?;
-                check(x, "tar -c")?;
-                if !st.success() {
-                    return Err(io_err(io::Error::other("tar -x on the host failed")));
-                }
-                Ok(0)
-            } else {
-                let dest = if host_dir {
-                    h.join(split(s).1)
-                } else {
-                    h.clone()
-                };
-                let dir = dest.parent().unwrap_or(Path::new("."));
-                let dir = if dir.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    dir
-                };
-                let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err)?;
-                let n = connect(socket)?.read_to(s, User::Agent, tmp.as_file_mut())?;
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(
-                    tmp.path(),
-                    std::fs::Permissions::from_mode(info.mode & 0o777),
-                )
-                .map_err(io_err)?;
-                tmp.persist(&dest).map_err(|e| io_err(e.error))?;
-                Ok(n)
-            }
-        }
+        (Place::Sandbox(s), Place::Host(h)) => copy::pull(socket, s, h),
         _ => Err(GuestError::Proto(ProtoError::Remote(ErrorMsg::new(
             "bad-request",
             "cp: one side must be in the sandbox (:PATH), the other on the host (a path, or - for a tar stream)",
         )))),
     }
-}
-
-fn not_found(p: &str) -> GuestError {
-    GuestError::Proto(ProtoError::Remote(ErrorMsg::new(
-        "not-found",
-        format!("{p}: no such file or directory in the sandbox"),
-    )))
 }
 
 /// Is this process on a terminal both ways (shell, exec)?

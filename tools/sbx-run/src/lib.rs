@@ -5,6 +5,7 @@
 pub mod agent;
 mod api;
 pub mod branch;
+pub mod copy;
 pub mod docker;
 pub mod gitpins;
 pub mod guestexec;

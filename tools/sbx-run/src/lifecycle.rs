@@ -670,7 +670,18 @@ pub fn cp(common: &CommonArgs, path: Option<PathBuf>, src: &OsString, dest: &OsS
         sock = guestexec::socket_for(&ws);
     }
     match guestexec::cp(&sock, &s, &d) {
-        Ok(_) => ok(),
+        Ok(o) if o.refused.is_empty() => ok(),
+        Ok(o) => {
+            // Agent-made names: shown escaped, one line each.
+            for r in &o.refused {
+                output::error(&format!("cp: {}", sbx_core::sanitize::field(r)));
+            }
+            output::error(&format!(
+                "cp: {} entries not copied (the rest is): copy them inside the sandbox first, or leave them out",
+                o.refused.len()
+            ));
+            Ok(ExitCode::from(77))
+        }
         Err(GuestError::NoGuest(p, e)) => Err(RunError::Usage(format!(
             "cp needs the sandbox's guest API ({}: {e}): rebuild the base image (`sbx-run build-base`) and `sbx-run restart`",
             p.display()
@@ -876,17 +887,21 @@ pub fn list(common: &CommonArgs) -> Res {
                     )
                 })
                 .collect();
+            // Labels, branch names and the guest's health reason are not
+            // ours to trust on a terminal: each field escaped.
+            let f =
+                |k: &str| sbx_core::sanitize::field(data[k].as_str().unwrap_or("")).into_owned();
             writeln!(
                 out,
                 "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                data["name"].as_str().unwrap_or(""),
-                data["status"].as_str().unwrap_or(""),
-                health,
-                data["mode"].as_str().unwrap_or(""),
-                data["workdir"].as_str().unwrap_or(""),
-                vols.join(","),
-                data["branch"].as_str().unwrap_or(""),
-                data["workspace"].as_str().unwrap_or("")
+                f("name"),
+                f("status"),
+                sbx_core::sanitize::field(&health),
+                f("mode"),
+                f("workdir"),
+                sbx_core::sanitize::field(&vols.join(",")),
+                f("branch"),
+                f("workspace")
             )
         };
         r.map_err(|e| RunError::Io("stdout".into(), e))?;

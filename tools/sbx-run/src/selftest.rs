@@ -225,7 +225,9 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
             writeln!(
                 out,
                 "{:<20} {:<46} {:<40} {r}",
-                ch.name, ch.expected, ch.got
+                ch.name,
+                ch.expected,
+                sbx_core::sanitize::field(&ch.got)
             )
             .map_err(io)?;
         }

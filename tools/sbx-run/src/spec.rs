@@ -698,13 +698,26 @@ pub fn masked_comment(masked: &[String]) -> String {
     if masked.is_empty() {
         "# masked (read as empty): none".into()
     } else {
-        format!("# masked (read as empty): {}", masked.join(" "))
+        // Agent-made names: a newline would end the comment and put the
+        // rest on a line `show-run | sh` runs; escaped, it stays a comment.
+        let names: Vec<_> = masked
+            .iter()
+            .map(|m| sbx_core::sanitize::field(m).into_owned())
+            .collect();
+        format!("# masked (read as empty): {}", names.join(" "))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masked_names_stay_in_their_comment() {
+        let c = masked_comment(&["a\nrm -rf ~ \x1b]0;t\x07".into()]);
+        assert_eq!(c.lines().count(), 1, "{c}");
+        assert!(!c.contains('\x1b'), "{c}");
+    }
 
     #[test]
     fn mount_fields_are_csv_quoted() {

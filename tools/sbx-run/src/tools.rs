@@ -190,7 +190,8 @@ fn print_record(
     if common.json {
         return output::json_line(out, "audit", &v);
     }
-    let s = |k: &str| v[k].as_str().unwrap_or("").to_owned();
+    // Every field can come from a sandbox's log: escaped for the terminal.
+    let s = |k: &str| sbx_core::sanitize::field(v[k].as_str().unwrap_or("")).into_owned();
     let tool = match v["origin"].as_str() {
         Some(_) => format!("{}*", s("tool")),
         None => s("tool"),
@@ -204,7 +205,7 @@ fn print_record(
         s("target")
     );
     if let Some(r) = v["reason"].as_str() {
-        text.push_str(&format!(" ({r})"));
+        text.push_str(&format!(" ({})", sbx_core::sanitize::field(r)));
     }
     writeln!(out, "{text}")
 }

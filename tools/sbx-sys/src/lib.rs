@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 pub mod beneath;
 pub mod bpf;
+pub mod dirfd;
 pub mod idmap;
 pub mod netlink;
 

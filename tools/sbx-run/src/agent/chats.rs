@@ -159,8 +159,11 @@ pub fn cli(
             } else {
                 writeln!(
                     out,
-                    "{id}\t{turns} turns\t{when}{}",
-                    scratch.map(|s| format!("\t{s}")).unwrap_or_default()
+                    "{}\t{turns} turns\t{when}{}",
+                    sbx_core::sanitize::field(&id),
+                    scratch
+                        .map(|s| format!("\t{}", sbx_core::sanitize::field(&s)))
+                        .unwrap_or_default()
                 )
             };
             r.map_err(|e| io(Path::new("stdout"), e))?;
@@ -183,8 +186,8 @@ pub fn cli(
             writeln!(
                 out,
                 "[{}] {}",
-                t["role"].as_str().unwrap_or("?"),
-                t["content"].as_str().unwrap_or("")
+                sbx_core::sanitize::field(t["role"].as_str().unwrap_or("?")),
+                sbx_core::sanitize::text(t["content"].as_str().unwrap_or(""))
             )
         };
         r.map_err(|e| io(Path::new("stdout"), e))?;

@@ -378,7 +378,9 @@ impl Printer {
             };
             match e.kind {
                 "text" => {
-                    let _ = writeln!(out, "{}", e.data["text"].as_str().unwrap_or(""));
+                    // The model's text: lines kept, escape sequences shown.
+                    let t = e.data["text"].as_str().unwrap_or("");
+                    let _ = writeln!(out, "{}", sbx_core::sanitize::text(t));
                 }
                 "tool_use" => {
                     let input = e.data["input"].to_string();
@@ -387,8 +389,9 @@ impl Printer {
                         out,
                         "{}",
                         dim(format!(
-                            "→ {} {short}",
-                            e.data["name"].as_str().unwrap_or("?")
+                            "→ {} {}",
+                            sbx_core::sanitize::field(e.data["name"].as_str().unwrap_or("?")),
+                            sbx_core::sanitize::field(&short)
                         ))
                     );
                 }

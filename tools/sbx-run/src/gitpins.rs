@@ -211,7 +211,8 @@ pub fn hold_on_host(root: &Path) -> Result<(), RunError> {
             continue;
         }
         // By fd, never following a link: the path is the agent's to write.
-        let fd = sbx_sys::idmap::open_beneath(root, Path::new(&p.rel))
+        let fd = sbx_sys::beneath::Root::open(root)
+            .and_then(|r| r.open_path(Path::new(&p.rel)))
             .map_err(|e| RunError::Io(root.join(&p.rel), e))?;
         let me = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
         if let Err(e) = sbx_sys::idmap::bind_readonly_at(&me, &fd) {

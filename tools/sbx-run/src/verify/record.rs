@@ -1,0 +1,195 @@
+//! The trusted side of `verify-commits`: where the repository's hooks live
+//! (`core.hooksPath`, the hooks directory, husky's generated `_`) and what
+//! they hold, recorded by `sbx-run start` before the agent runs and read
+//! back by the check. Neither the agent's later `.git/config` nor the
+//! commit under test decides which hooks check it.
+//!
+//! Everything here is read as data: git's own parser reads the config
+//! (`git config`, `rev-parse --git-path`), no program it names is run, and
+//! no link is followed (a hook that is a link is recorded as one).
+
+use std::io::Read as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{VerifyError, git_reading_hooks_path as git, run};
+
+/// One hook file at most, and all of them: hooks are small scripts.
+const FILE_CAP: u64 = 1 << 20;
+const TOTAL_CAP: u64 = 16 << 20;
+/// What the record directory holds besides `hooks/`.
+pub const RECORD_FILE: &str = "record.json";
+pub const HOOKS_DIR: &str = "hooks";
+
+/// Where git finds the hooks, relative to what the clean room rebuilds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Location {
+    /// The repository's own `$GIT_DIR/hooks` (no `core.hooksPath`).
+    GitDir,
+    /// A directory in the work tree, e.g. husky's `.husky/_`.
+    Tree(String),
+    /// A directory elsewhere on the host (`core.hooksPath=/etc/hooks`).
+    Absolute(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// `core.hooksPath` as git's parser read it, if set.
+    pub hooks_path: Option<String>,
+    pub location: Location,
+    /// "start" when `sbx-run start` made it, "host-now" for the fallback.
+    pub source: String,
+    /// Seconds since the epoch.
+    pub recorded_at: u64,
+}
+
+/// The record of workspace `hash`: root's, outside the workspace, in
+/// sbx-run's state directory.
+pub fn dir_in(state: &Path, hash: &str) -> PathBuf {
+    state.join("trusted").join(hash)
+}
+
+pub fn dir(hash: &str) -> PathBuf {
+    dir_in(&crate::spec::state_dir(), hash)
+}
+
+/// Record the trusted hooks of the repository at `top` for workspace
+/// `hash` under `state` (replacing an older record whole).
+pub fn record_in(state: &Path, top: &Path, hash: &str) -> Result<Record, VerifyError> {
+    let io = |p: &Path, e| VerifyError::Io(p.to_owned(), e);
+    let parent = state.join("trusted");
+    std::fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| io(&parent, e))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".new-")
+        .tempdir_in(&parent)
+        .map_err(|e| io(&parent, e))?;
+    let rec = snapshot(top, tmp.path(), "start")?;
+    let dest = dir_in(state, hash);
+    let old = parent.join(format!(".old-{hash}-{}", std::process::id()));
+    if dest.exists() {
+        std::fs::rename(&dest, &old).map_err(|e| io(&dest, e))?;
+    }
+    let new = tmp.keep();
+    std::fs::rename(&new, &dest).map_err(|e| io(&dest, e))?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(rec)
+}
+
+/// `record_in` sbx-run's state directory; a failure is a warning (the
+/// check falls back to the host's current hooks and says so).
+pub fn record_at_start(top: &Path, hash: &str) {
+    if let Err(e) = record_in(&crate::spec::state_dir(), top, hash) {
+        sbx_core::output::warn(&format!(
+            "the hooks for verify-commits were not recorded ({e}); it will read the host's current ones"
+        ));
+    }
+}
+
+/// The recorded state, if `sbx-run start` of this version made one.
+pub fn load(dir: &Path) -> Option<Record> {
+    let text = std::fs::read_to_string(dir.join(RECORD_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Read the hooks' configuration and files of `top` into `dest`
+/// (`record.json` and `hooks/`).
+pub fn snapshot(top: &Path, dest: &Path, source: &str) -> Result<Record, VerifyError> {
+    let io = |p: &Path, e| VerifyError::Io(p.to_owned(), e);
+    let mut c = git(top);
+    c.args(["config", "--get", "core.hooksPath"]);
+    let hooks_path = run(c, "config").ok().filter(|s| !s.is_empty());
+    let mut c = git(top);
+    c.args(["rev-parse", "--path-format=absolute", "--git-path", "hooks"]);
+    let found = PathBuf::from(run(c, "rev-parse --git-path hooks")?);
+    let location = match &hooks_path {
+        None => Location::GitDir,
+        Some(_) => match found.strip_prefix(top) {
+            Ok(rel) => Location::Tree(plain_relative(rel).ok_or_else(|| {
+                VerifyError::Config(format!(
+                    "core.hooksPath = {}: leads outside the work tree through '..'; give a plain path",
+                    sbx_core::sanitize::field(&found.to_string_lossy())
+                ))
+            })?),
+            Err(_) => Location::Absolute(found.to_string_lossy().into_owned()),
+        },
+    };
+    let out = dest.join(HOOKS_DIR);
+    std::fs::create_dir_all(&out).map_err(|e| io(&out, e))?;
+    copy_hooks(&found, &out)?;
+    let rec = Record {
+        hooks_path,
+        location,
+        source: source.into(),
+        recorded_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    };
+    let p = dest.join(RECORD_FILE);
+    let text = serde_json::to_string_pretty(&rec).expect("a record serialises");
+    std::fs::write(&p, text).map_err(|e| io(&p, e))?;
+    Ok(rec)
+}
+
+/// A relative path of plain names only, as a string.
+fn plain_relative(rel: &Path) -> Option<String> {
+    rel.components()
+        .all(|c| matches!(c, Component::Normal(_)))
+        .then(|| rel.to_string_lossy().into_owned())
+}
+
+/// The regular files and links directly in `from` (hooks are not nested),
+/// links kept as links; a missing directory is an empty record.
+fn copy_hooks(from: &Path, to: &Path) -> Result<(), VerifyError> {
+    let io = |p: &Path, e| VerifyError::Io(p.to_owned(), e);
+    let rd = match std::fs::read_dir(from) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(from, e)),
+    };
+    let mut total = 0u64;
+    for e in rd {
+        let e = e.map_err(|e| io(from, e))?;
+        // git's samples never run.
+        if e.file_name().to_string_lossy().ends_with(".sample") {
+            continue;
+        }
+        let src = e.path();
+        let dst = to.join(e.file_name());
+        let meta = std::fs::symlink_metadata(&src).map_err(|e| io(&src, e))?;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&src).map_err(|e| io(&src, e))?;
+            std::os::unix::fs::symlink(&target, &dst).map_err(|e| io(&dst, e))?;
+        } else if meta.is_file() {
+            // O_NOFOLLOW: a file swapped for a link since the stat is not read through.
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(&src)
+                .map_err(|e| io(&src, e))?;
+            let mut buf = Vec::new();
+            f.take(FILE_CAP + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| io(&src, e))?;
+            total += buf.len() as u64;
+            if buf.len() as u64 > FILE_CAP || total > TOTAL_CAP {
+                return Err(VerifyError::Config(format!(
+                    "{}: hooks larger than {} MiB are not recorded; is this a hooks directory?",
+                    sbx_core::sanitize::field(&src.to_string_lossy()),
+                    FILE_CAP >> 20
+                )));
+            }
+            std::fs::write(&dst, &buf).map_err(|e| io(&dst, e))?;
+            let mode = meta.permissions().mode() & 0o755;
+            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| io(&dst, e))?;
+        }
+    }
+    Ok(())
+}

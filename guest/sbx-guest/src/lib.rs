@@ -16,6 +16,7 @@ pub mod hosttools;
 pub mod init;
 pub mod masks;
 pub mod real;
+pub mod seccomp;
 pub mod sink;
 pub mod status;
 pub mod tree;
@@ -205,6 +206,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
                     "init must be PID 1 of a sandbox (it blocks every connection of its network namespace); set SBX_GUEST_NOT_PID1=1 only inside a namespace made for it",
                 )));
             }
+            // Every agent process gets the socket-family filter (seccomp.rs).
+            seccomp::register().map_err(|e| sbx_core::error::Message::new(Exit::OsErr, e))?;
             Ok(real::init(&paths, command))
         }
         Cmd::AgentLaunch {

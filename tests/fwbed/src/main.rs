@@ -566,10 +566,31 @@ fn light_origin(gw: String) {
     });
 }
 
+fn as_agent(cmd: &[String]) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    sbx_guest::seccomp::register().expect("seccomp filters");
+    let mut c = Command::new(&cmd[0]);
+    c.args(&cmd[1..]);
+    let creds = sbx_sys::Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    sbx_sys::drop_to(&mut c, &creds).expect("drop_to");
+    let st = c.status().expect("spawn");
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).is_some_and(|a| a == "bench") {
         std::process::exit(bench::main(&args[2..]));
+    }
+    // `sbx-fwbed agent -- CMD...`: CMD as the agent, started the way
+    // sbx-guest starts every agent process (its seccomp filters, uid 1000,
+    // no capabilities, no_new_privs).
+    if args.get(1).is_some_and(|a| a == "agent") && args.get(2).is_some_and(|a| a == "--") {
+        std::process::exit(as_agent(&args[3..]));
     }
     if args.get(1).is_some_and(|a| a == "attack") {
         std::process::exit(attack::main(&args[2..]));

@@ -91,10 +91,7 @@ fn pip(files: &Files<'_>, env: Env<'_>) -> Vec<String> {
         for line in text.lines() {
             let t = line.trim();
             if let Some((k, v)) = t.split_once('=') {
-                continuing = matches!(
-                    k.trim(),
-                    "index-url" | "extra-index-url" | "find-links"
-                );
+                continuing = matches!(k.trim(), "index-url" | "extra-index-url" | "find-links");
                 if continuing {
                     urls.extend(v.split_whitespace().map(str::to_owned));
                 }
@@ -105,11 +102,7 @@ fn pip(files: &Files<'_>, env: Env<'_>) -> Vec<String> {
             }
         }
     }
-    for var in [
-        "PIP_INDEX_URL",
-        "PIP_EXTRA_INDEX_URL",
-        "PIP_FIND_LINKS",
-    ] {
+    for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS"] {
         if let Some(v) = env(var) {
             urls.extend(v.split_whitespace().map(str::to_owned));
         }

@@ -312,11 +312,30 @@ fn dns_server(gw: String, addr: &'static str, zone: Arc<Zone>, log: PathBuf) {
             let Ok((n, from)) = s.recv_from(&mut buf) else {
                 continue;
             };
-            let name = Message::from_vec(&buf[..n])
-                .ok()
+            let m = Message::from_vec(&buf[..n]).ok();
+            let name = m
+                .as_ref()
                 .and_then(|m| m.queries.first().map(|q| q.name.to_ascii()))
                 .unwrap_or_else(|| "?".into());
-            let _ = writeln!(log, "{addr} {from} {name}");
+            // What else a query carries besides its name: type, the raw
+            // header flags (id and counts aside) and EDNS's.
+            let rest = m
+                .as_ref()
+                .and_then(|m| {
+                    let q = m.queries.first()?;
+                    let e = m.edns.as_ref();
+                    Some(format!(
+                        "type={} flags={:02x}{:02x} edns={}/{}/{:04x}",
+                        u16::from(q.query_type()),
+                        buf[2],
+                        buf[3],
+                        e.map_or(0, |e| e.max_payload()),
+                        e.is_some_and(|e| e.flags().dnssec_ok),
+                        e.map_or(0, |e| e.flags().z),
+                    ))
+                })
+                .unwrap_or_default();
+            let _ = writeln!(log, "{addr} {from} {name} {rest}");
             if let Some(a) = zone.answer(&buf[..n]) {
                 let _ = s.send_to(&a, from);
             }

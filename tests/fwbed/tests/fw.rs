@@ -955,12 +955,19 @@ fn github_names_resolve_only_inside_githubs_ranges() {
 /// A DNS query, by hand: header with `ar` additional records, the labels
 /// as given (dots, backslashes, NULs and all), type A class IN, `extra`.
 fn raw_query(labels: &[&[u8]], ar: u8, extra: &[u8]) -> String {
-    let mut b = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, ar];
+    raw_query_as(labels, 1, [0x01, 0x00], ar, extra)
+}
+
+/// [`raw_query`] of type `qtype` with header flag bytes `flags`.
+fn raw_query_as(labels: &[&[u8]], qtype: u16, flags: [u8; 2], ar: u8, extra: &[u8]) -> String {
+    let mut b = vec![0x12, 0x34, flags[0], flags[1], 0, 1, 0, 0, 0, 0, 0, ar];
     for l in labels {
         b.push(l.len() as u8);
         b.extend_from_slice(l);
     }
-    b.extend_from_slice(&[0, 0, 1, 0, 1]);
+    b.push(0);
+    b.extend_from_slice(&qtype.to_be_bytes());
+    b.extend_from_slice(&[0, 1]);
     b.extend_from_slice(extra);
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -2331,4 +2338,71 @@ fn no_socket_family_the_rules_cannot_see() {
 fn proxy_no_socket_family_the_rules_cannot_see() {
     let Some(bed) = Bed::proxy("f3b") else { return };
     socket_families(&bed);
+}
+
+/// The agent picks the query type (16 bits) and header bits (CD, AD, Z,
+/// EDNS's DO, Z and payload size) of queries for an exactly allowlisted
+/// name, to carry data to the resolver. Only lookup types leave (A, AAAA,
+/// CNAME, HTTPS, SVCB, or a configured one), every other is answered
+/// locally with no records, and what leaves has the filter's own header.
+fn dns_bits(bed: &Bed, mode: &str) {
+    let name: &[&[u8]] = &[b"allowed", b"test"];
+    // OPT: payload 4096, DO and every Z bit set.
+    let opt = [0, 0, 41, 0x10, 0, 0, 0, 0xff, 0xff, 0, 0];
+    let types: [u16; 7] = [16, 15, 10, 99, 0xff00, 28, 65];
+    let packets: Vec<String> = types
+        .iter()
+        .map(|t| raw_query_as(name, *t, [0x01, 0x70], 1, &opt))
+        .collect();
+    std::fs::write(bed.path("queries.log"), "").unwrap();
+    let mut args = vec!["dnsraw", "127.0.0.53:53"];
+    args.extend(packets.iter().map(String::as_str));
+    let r = bed.attack(true, &args);
+    let replies = r.as_array().unwrap();
+    // Each is answered: the local ones with no records, no error.
+    for (t, rep) in types.iter().zip(replies) {
+        assert_eq!(rep["rcode"], "No Error", "type {t}: {r}");
+    }
+    // The filter asks in mixed letter case (0x20).
+    let saw = || -> Vec<String> {
+        let log = std::fs::read_to_string(bed.path("queries.log")).unwrap();
+        log.lines()
+            .filter(|l| l.to_ascii_lowercase().contains(" allowed.test. "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let seen = saw();
+    let sent: Vec<&str> = seen
+        .iter()
+        .map(|l| l.split_whitespace().nth(3).unwrap_or(""))
+        .collect();
+    assert_eq!(sent, ["type=28", "type=65"], "{seen:#?}");
+    for l in &seen {
+        assert!(l.ends_with("flags=0100 edns=1232/false/0000"), "{l}");
+    }
+    assert!(bed.refused("query-type", 5) >= 5);
+    // A configured type is forwarded, with the same fixed header.
+    bed.config(&format!("dns-types = [\"TXT\"]\n{mode}"));
+    bed.ok(false, &["init"]);
+    std::fs::write(bed.path("queries.log"), "").unwrap();
+    bed.attack(true, &["dnsraw", "127.0.0.53:53", &packets[0]]);
+    let seen = saw();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains(" type=16 flags=0100 edns=1232/false/0000")),
+        "{seen:#?}"
+    );
+}
+
+#[test]
+fn dns_queries_carry_no_chosen_type_or_header_bits() {
+    let Some(bed) = Bed::new("f3c") else { return };
+    bed.ok(false, &["init"]);
+    dns_bits(&bed, "");
+}
+
+#[test]
+fn proxy_dns_queries_carry_no_chosen_type_or_header_bits() {
+    let Some(bed) = Bed::proxy("f3d") else { return };
+    dns_bits(&bed, "mode = \"proxy\"\n");
 }

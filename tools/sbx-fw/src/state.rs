@@ -44,6 +44,9 @@ pub struct State {
     pub github_nets: Vec<ipnet::IpNet>,
     /// What each name resolved to at init or on `allow`.
     pub names: Vec<Name>,
+    /// `[network] dns-types`: query types forwarded besides the built-in ones.
+    #[serde(default)]
+    pub dns_types: Vec<u16>,
     /// `[network] mode = "proxy"`: the nat redirect to `sbx-fw proxy` is installed.
     #[serde(default)]
     pub proxy: bool,

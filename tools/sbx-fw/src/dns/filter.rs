@@ -31,8 +31,15 @@ pub(super) struct Policy {
     github_only: Vec<Domain>,
     github_nets: Vec<IpNet>,
     upstreams: Vec<IpAddr>,
+    /// `[network] dns-types`: forwarded besides [`FORWARDED`].
+    dns_types: Vec<u16>,
     state: State,
 }
+
+/// Query types forwarded upstream: what names are looked up for (A, AAAA,
+/// CNAME, SVCB, HTTPS). The type is 16 bits the agent chooses per query;
+/// any other is answered here (NOERROR, no records) and never leaves.
+const FORWARDED: [u16; 5] = [1, 28, 5, 64, 65];
 
 impl Policy {
     fn from_state(s: State) -> Self {
@@ -41,6 +48,7 @@ impl Policy {
             github_only: s.github_only.clone(),
             github_nets: s.github_nets.clone(),
             upstreams: s.upstreams.clone(),
+            dns_types: s.dns_types.clone(),
             state: s,
         }
     }
@@ -166,6 +174,10 @@ impl Filter {
             self.audit_refusal(&q.name, "not on the allowlist");
             return Err(Reason::NotAllowed);
         }
+        if !FORWARDED.contains(&q.qtype) && !p.dns_types.contains(&q.qtype) {
+            self.count(Reason::QueryType);
+            return encode(nodata(q)?, q, tcp);
+        }
         let asked = ask_upstream_query(q)?;
         let m = self.ask(&p, &asked).ok_or(Reason::Upstream)?;
         let sorted = self.sort(&p, q, m)?;
@@ -277,6 +289,16 @@ fn address(d: &RData) -> Option<IpAddr> {
         RData::AAAA(a) => Some(a.0.into()),
         _ => None,
     }
+}
+
+/// The local answer for a type not forwarded: no records, no error, as a
+/// resolver answers a name that has none of that type.
+fn nodata(q: &Question) -> Result<Message, Reason> {
+    let mut reply = Message::new(q.id, MessageType::Response, OpCode::Query);
+    reply.metadata.recursion_desired = q.rd;
+    reply.metadata.recursion_available = true;
+    reply.add_query(question(&q.name, q.qtype)?);
+    Ok(reply)
 }
 
 /// `name` (no trailing dot) of type `qtype`, class IN.

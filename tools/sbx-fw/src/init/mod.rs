@@ -108,7 +108,9 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
     if a.dry_run {
         return show::dry_run(common.json, &built.plan, &built.state);
     }
-    let st = record(&sys, dir, &list, built.state, &built.plan, ups.clone())?;
+    let mut state = built.state;
+    state.dns_types = cfg.network.dns_types.iter().map(|t| t.0).collect();
+    let st = record(&sys, dir, &list, state, &built.plan, ups.clone())?;
     start_helpers(dir, a, &st, &ups)?;
     show::installed(&built.plan, &st, t0.elapsed());
     Ok(())

@@ -52,6 +52,11 @@ pub fn main(args: &[String]) -> i32 {
             arg(5).parse().expect("SECS"),
         ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
+        "dnsloop" => dnsloop(
+            arg(1).parse().expect("SERVER:PORT"),
+            arg(2),
+            arg(3).parse().expect("THREADS"),
+        ),
         "tcpflood" => tcpflood(
             arg(1).parse().expect("SERVER:PORT"),
             arg(2).parse().expect("N"),
@@ -363,6 +368,38 @@ fn spoofdns(
         }
     }
     json!({"sent": sent})
+}
+
+/// Queries for `name` from `threads` sockets, each asking again as soon
+/// as it has an answer (or after 1 s without), until stdin closes: a
+/// flood that keeps answers for `name` in flight whatever the policy does.
+fn dnsloop(server: SocketAddr, name: &str, threads: usize) -> serde_json::Value {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (stop, sent, q) = (stop.clone(), sent.clone(), query(name, RecordType::A));
+            std::thread::spawn(move || {
+                let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+                s.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+                let mut buf = [0u8; 1500];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if s.send_to(&q, server).is_ok() {
+                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    let _ = s.recv(&mut buf);
+                }
+            })
+        })
+        .collect();
+    println!("started");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        let _ = w.join();
+    }
+    json!({"sent": sent.load(std::sync::atomic::Ordering::Relaxed)})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

@@ -2406,3 +2406,68 @@ fn proxy_dns_queries_carry_no_chosen_type_or_header_bits() {
     let Some(bed) = Bed::proxy("f3d") else { return };
     dns_bits(&bed, "mode = \"proxy\"\n");
 }
+
+/// A query for an allowlisted name that passed the check before `deny`
+/// added its address after deny's cleanup: the denied destination stayed
+/// open for the rest of its hold. The agent floods queries for a name
+/// under a wildcard (whose addresses only the filter hands out) while root
+/// allows and denies the wildcard, a thousand times; each time, once the
+/// answers in flight are in, the address must be out of the allow set.
+/// (deny's later sweep is set to nothing: the lock alone must hold.)
+fn deny_race(bed: &mut Bed) {
+    bed.env.push(("SBX_FW_DENY_SWEEP_MS", "0"));
+    let mut flood = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx])
+        .args(AGENT)
+        .arg(bin("sbx-fwbed"))
+        .args(["attack", "dnsloop", "127.0.0.53:53", "x.wild.test", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(flood.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "started");
+    let in_set = || {
+        Command::new("ip")
+            .args(["netns", "exec", &bed.sbx, "ipset", "test", "sbx-allow4", "198.18.1.3"])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    // Bounded for a loaded CI machine: a thousand rounds or 150 s.
+    while rounds < 1000 && t0.elapsed() < Duration::from_secs(150) {
+        bed.ok(false, &["allow", "*.wild.test"]);
+        // Let answers for the allowed name come and go for a moment.
+        std::thread::sleep(Duration::from_millis(2));
+        bed.ok(false, &["deny", "*.wild.test"]);
+        // Anything in flight at the deny is answered by now (a local
+        // upstream answers in well under this).
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!in_set(), "round {rounds}: 198.18.1.3 still allowed after deny");
+        rounds += 1;
+    }
+    drop(flood.stdin.take());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    flood.wait().unwrap();
+    eprintln!("{rounds} rounds in {:?}; flood {rest}", t0.elapsed());
+    assert!(rounds >= 100, "only {rounds} rounds in time");
+}
+
+#[test]
+fn deny_leaves_no_window_for_answers_in_flight() {
+    let Some(mut bed) = Bed::new("f3e") else { return };
+    bed.ok(false, &["init"]);
+    deny_race(&mut bed);
+}
+
+#[test]
+fn proxy_deny_leaves_no_window_for_answers_in_flight() {
+    let Some(mut bed) = Bed::proxy("f3f") else { return };
+    deny_race(&mut bed);
+}

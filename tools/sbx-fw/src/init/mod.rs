@@ -60,6 +60,8 @@ pub struct Request<'a> {
     pub timeout: Duration,
     pub meta_url: &'a str,
     pub cache_dir: PathBuf,
+    /// Where the policy lock is taken for the commit (None: not taken).
+    pub lock_dir: Option<&'a Path>,
 }
 
 pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError> {
@@ -103,6 +105,7 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
         timeout: Duration::from_millis(a.timeout),
         meta_url: &a.github_meta_url,
         cache_dir: env_path("SBX_FW_CACHE_DIR", DEFAULT_CACHE),
+        lock_dir: Some(dir),
     };
     let built = install(&sys, &req)?;
     if a.dry_run {
@@ -111,6 +114,7 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
     let mut state = built.state;
     state.dns_types = cfg.network.dns_types.iter().map(|t| t.0).collect();
     let st = record(&sys, dir, &list, state, &built.plan, ups.clone())?;
+    drop(built.held);
     start_helpers(dir, a, &st, &ups)?;
     show::installed(&built.plan, &st, t0.elapsed());
     Ok(())
@@ -129,7 +133,7 @@ fn previous_state(dir: &Path) -> Option<State> {
 pub fn install(sys: &Sys<'_>, req: &Request<'_>) -> Result<Built, FwError> {
     let (outcomes, github) = look_up(sys, req);
     let plan = build::base_plan(req.cfg, req.upstreams, req.local.clone());
-    let built = build::build(plan, req.list, &outcomes, github.as_ref());
+    let mut built = build::build(plan, req.list, &outcomes, github.as_ref());
     for w in &built.state.warnings {
         output::warn(w);
     }
@@ -138,6 +142,12 @@ pub fn install(sys: &Sys<'_>, req: &Request<'_>) -> Result<Built, FwError> {
         return Err(fail(sys, req.dry_run, cause));
     }
     if !req.dry_run {
+        // Held until the state is recorded: the DNS filter adds nothing
+        // between the new sets and the new policy (see state::lock).
+        if let Some(d) = req.lock_dir {
+            let held = state::lock(d).with_path(d.join("policy.lock"))?;
+            built.held = Some(held);
+        }
         commit::commit(sys.nf, &built.plan, req.was_proxy)?;
     }
     Ok(built)

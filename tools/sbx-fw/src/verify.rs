@@ -104,6 +104,7 @@ pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, F
     if !nix::unistd::geteuid().is_root() {
         judged.extend(family_checks());
     }
+    judged.extend(gateway_checks());
     let total = judged.len();
     for c in judged {
         failed += usize::from(!c.pass);
@@ -173,6 +174,61 @@ fn family_checks() -> Vec<Check> {
             out.push(judge(check, false, r));
         }
     }
+    out
+}
+
+/// What a neighbour on the bridge could have changed: each gateway's
+/// neighbour entry still permanent (a gratuitous ARP or an unsolicited
+/// advertisement moves any other), and no route learned from a router
+/// advertisement (RTF_ADDRCONF: an allowlisted range made on-link).
+fn gateway_checks() -> Vec<Check> {
+    const RTF_ADDRCONF: u32 = 0x0004_0000;
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let gws = crate::gateway::gateways();
+    for (g, mac, permanent) in crate::gateway::neighbours(&gws) {
+        let r = probe::Result {
+            probe: format!("neighbour {} on {}", g.ip, g.dev),
+            verdict: if permanent {
+                probe::Verdict::Refused
+            } else {
+                probe::Verdict::Open
+            },
+            detail: match (mac, permanent) {
+                (Some(m), true) => format!("{m}, permanent"),
+                (Some(m), false) => format!("{m}, not permanent: a neighbour can take it"),
+                (None, _) => "no entry".to_owned(),
+            },
+            ms: t0.elapsed().as_secs_f64() * 1e3,
+        };
+        out.push(judge("gateway pinned", false, r));
+    }
+    let learned: Vec<String> = std::fs::read_to_string("/proc/net/ipv6_route")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(8)
+                .and_then(|f| u32::from_str_radix(f, 16).ok())
+                .is_some_and(|f| f & RTF_ADDRCONF != 0)
+        })
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join("/"))
+        .collect();
+    let r = probe::Result {
+        probe: "routes from router advertisements".to_owned(),
+        verdict: if learned.is_empty() {
+            probe::Verdict::Refused
+        } else {
+            probe::Verdict::Open
+        },
+        detail: if learned.is_empty() {
+            "none".to_owned()
+        } else {
+            learned.join(", ")
+        },
+        ms: t0.elapsed().as_secs_f64() * 1e3,
+    };
+    out.push(judge("no advertised route", false, r));
     out
 }
 

@@ -107,6 +107,13 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
         cache_dir: env_path("SBX_FW_CACHE_DIR", DEFAULT_CACHE),
         lock_dir: Some(dir),
     };
+    if !a.dry_run {
+        // Before the rules: the first init may have to make the kernel ask
+        // for a gateway's address, which the rules would then refuse.
+        for w in crate::gateway::pin() {
+            output::warn(&w);
+        }
+    }
     let built = install(&sys, &req)?;
     if a.dry_run {
         return show::dry_run(common.json, &built.plan, &built.state);

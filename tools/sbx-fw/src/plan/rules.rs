@@ -42,19 +42,14 @@ impl Table<'_> {
         // they redirect, are dropped before anything accepts them.
         if self.v6 {
             for t in ["router-advertisement", "redirect"] {
-                self.rule(&format!(
-                    "-A SBX-IN -p ipv6-icmp --icmpv6-type {t} -j DROP"
-                ));
+                self.rule(&format!("-A SBX-IN -p ipv6-icmp --icmpv6-type {t} -j DROP"));
             }
         } else {
             self.rule("-A SBX-IN -p icmp --icmp-type redirect -j DROP");
         }
         self.rule("-A SBX-IN -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
         if self.v6 {
-            for t in [
-                "neighbour-solicitation",
-                "neighbour-advertisement",
-            ] {
+            for t in ["neighbour-solicitation", "neighbour-advertisement"] {
                 self.rule(&format!(
                     "-A SBX-IN -p ipv6-icmp --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT"
                 ));

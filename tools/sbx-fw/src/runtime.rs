@@ -146,37 +146,7 @@ pub fn deny(w: &Runtime<'_>, domains: &[Domain]) -> Result<(), FwError> {
         forget_flows(nf, &removed)?;
     }
     drop(held);
-    // A query the filter sent upstream before the deny checks the policy
-    // again under the lock before it adds, so nothing should come in
-    // after; sweep once more after the longest such query all the same.
-    if crate::daemons::filter_pid(dir).is_some() {
-        std::thread::sleep(sweep_after(&st));
-        let _held = state::lock(dir).with_path(dir.join("policy.lock"))?;
-        let st = load_state(dir)?;
-        let late = handed_out_for(&st, domains, dir);
-        let script: String = late
-            .iter()
-            .map(|ip| format!("del {} {ip}\n", set_for(*ip)))
-            .collect();
-        if !script.is_empty() {
-            nf.ipset_restore(&script)?;
-            forget_flows(nf, &late)?;
-        }
-    }
     Ok(())
-}
-
-/// The longest a query can have been upstream: UDP then TCP at each
-/// upstream in turn. `SBX_FW_DENY_SWEEP_MS` sets it (the tests' races
-/// run a thousand denies).
-fn sweep_after(st: &State) -> Duration {
-    if let Some(ms) = std::env::var("SBX_FW_DENY_SWEEP_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return Duration::from_millis(ms);
-    }
-    dns::LONGEST_QUERY * u32::try_from(st.upstreams.len().max(1)).unwrap_or(u32::MAX)
 }
 
 /// Addresses the filter handed out for the denied entries and for no

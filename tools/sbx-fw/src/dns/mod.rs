@@ -28,9 +28,6 @@ pub use upstream::{Network, Upstream};
 pub use wire::{Question, Refusal, parse_query};
 
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest one upstream can hold a query: UDP, then TCP (connect,
-/// write, read) when the answer came truncated.
-pub const LONGEST_QUERY: Duration = Duration::from_secs(2 * 4);
 /// A handed-out address stays allowed for its TTL, at least 5 minutes (a
 /// client or runtime that caches a little past a short TTL still
 /// connects) and at most an hour; the next init starts the sets afresh.

@@ -45,7 +45,7 @@ pub struct State {
     /// What each name resolved to at init or on `allow`.
     pub names: Vec<Name>,
     /// `[network] dns-types`: query types forwarded besides the built-in ones.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns_types: Vec<u16>,
     /// `[network] mode = "proxy"`: the nat redirect to `sbx-fw proxy` is installed.
     #[serde(default)]

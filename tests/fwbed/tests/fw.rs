@@ -741,6 +741,30 @@ impl Bed {
         serde_json::from_slice(&o.stdout).unwrap()
     }
 
+    /// `sbx-fwbed attack ARGS` as the agent, left running once its first
+    /// line says `ready`; stdin is a pipe (closing it stops some attacks).
+    fn attack_running(
+        &self,
+        args: &[&str],
+        ready: &str,
+    ) -> (Child, BufReader<std::process::ChildStdout>) {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.sbx])
+            .args(AGENT)
+            .arg(bin("sbx-fwbed"))
+            .arg("attack")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), ready, "attack {args:?}");
+        (c, out)
+    }
+
     /// A counting rule on the far side (the gateway's raw PREROUTING): what
     /// arrives there, whatever the sandbox's kernel reported to the sender.
     fn far_side_count(&self, v6: bool, spec: &[&str]) {
@@ -1640,21 +1664,11 @@ fn proxy_reload_adds_a_name_and_keeps_open_connections() {
     let Some(bed) = Bed::proxy("px3") else { return };
     assert!(!bed.reached(&["tls", "198.18.1.2:443", "other.test"]));
     // A running transfer through the proxy (the far side echoes).
-    let mut hold = Command::new("ip")
-        .args(["netns", "exec", &bed.sbx])
-        .args(AGENT)
-        .arg(bin("sbx-fwbed"))
-        .args(["attack", "holdhttp", "198.18.1.1:80", "allowed.test", "4"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(hold.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "open");
+    let (mut hold, mut out) =
+        bed.attack_running(&["holdhttp", "198.18.1.1:80", "allowed.test", "4"], "open");
     bed.ok(false, &["allow", "other.test"]);
     assert!(bed.reached(&["tls", "other.test:443", "other.test"]));
-    line.clear();
+    let mut line = String::new();
     out.read_line(&mut line).unwrap();
     hold.wait().unwrap();
     let v: Value = serde_json::from_str(line.trim()).unwrap();
@@ -2416,19 +2430,8 @@ fn proxy_dns_queries_carry_no_chosen_type_or_header_bits() {
 /// allows and denies the wildcard, a thousand times; each time, once the
 /// answers in flight are in, the address must be out of the allow set.
 fn deny_race(bed: &mut Bed) {
-    let mut flood = Command::new("ip")
-        .args(["netns", "exec", &bed.sbx])
-        .args(AGENT)
-        .arg(bin("sbx-fwbed"))
-        .args(["attack", "dnsloop", "127.0.0.53:53", "x.wild.test", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(flood.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "started");
+    let (mut flood, mut out) =
+        bed.attack_running(&["dnsloop", "127.0.0.53:53", "x.wild.test", "2"], "started");
     let in_set = || {
         Command::new("ip")
             .args([

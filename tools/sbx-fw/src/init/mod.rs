@@ -107,9 +107,11 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
         cache_dir: env_path("SBX_FW_CACHE_DIR", DEFAULT_CACHE),
         lock_dir: Some(dir),
     };
-    if !a.dry_run {
-        // Before the rules: the first init may have to make the kernel ask
-        // for a gateway's address, which the rules would then refuse.
+    // Once per namespace (a re-init finds the entries still permanent;
+    // a new container in a kept namespace has no state and pins again).
+    // Before the rules: the kernel may have to ask for a gateway's
+    // address, which the rules would then refuse.
+    if !a.dry_run && prev.is_none() {
         for w in crate::gateway::pin() {
             output::warn(&w);
         }

@@ -16,6 +16,7 @@ pub mod hosttools;
 pub mod init;
 pub mod masks;
 pub mod real;
+pub mod seccomp;
 pub mod sink;
 pub mod status;
 pub mod tree;
@@ -212,6 +213,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             // not through a child of the agent's uid. Yama's ptrace_scope
             // is the host kernel's, read-only in a container.
             let _ = nix::sys::prctl::set_dumpable(false);
+            // Every agent process gets the socket-family filter (seccomp.rs).
+            seccomp::register().map_err(|e| sbx_core::error::Message::new(Exit::OsErr, e))?;
             Ok(real::init(&paths, command))
         }
         Cmd::AgentLaunch {

@@ -52,6 +52,12 @@ pub fn main(args: &[String]) -> i32 {
             arg(5).parse().expect("SECS"),
         ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
+        "ra" => ra(arg(1), arg(2).parse().expect("PREFIX")),
+        "dnsloop" => dnsloop(
+            arg(1).parse().expect("SERVER:PORT"),
+            arg(2),
+            arg(3).parse().expect("THREADS"),
+        ),
         "tcpflood" => tcpflood(
             arg(1).parse().expect("SERVER:PORT"),
             arg(2).parse().expect("N"),
@@ -363,6 +369,87 @@ fn spoofdns(
         }
     }
     json!({"sent": sent})
+}
+
+/// A root neighbour's router advertisement on `dev`, to every node: no
+/// default route (lifetime 0), but `prefix`/64 on-link, so traffic to it
+/// goes to whoever answers neighbour solicitations for it on the link.
+fn ra(dev: &str, prefix: std::net::Ipv6Addr) -> serde_json::Value {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockProtocol, SockType, SockaddrIn6, sendto, setsockopt, socket,
+        sockopt,
+    };
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Raw,
+        SockFlag::empty(),
+        SockProtocol::IcmpV6,
+    )
+    .expect("raw icmpv6 socket");
+    setsockopt(&fd, sockopt::Ipv6MulticastHops, &255).expect("hops");
+    // Type 134, code 0, checksum (the kernel's), hop limit 64, no flags,
+    // router lifetime 0, reachable and retrans timers 0.
+    let mut p = vec![134, 0, 0, 0, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    // Prefix information: /64, on-link (L), not autonomous, valid and
+    // preferred an hour, the prefix.
+    p.extend_from_slice(&[3, 4, 64, 0x80]);
+    p.extend_from_slice(&3600u32.to_be_bytes());
+    p.extend_from_slice(&3600u32.to_be_bytes());
+    p.extend_from_slice(&[0; 4]);
+    p.extend_from_slice(&prefix.octets());
+    let scope: u32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
+        .expect("ifindex")
+        .trim()
+        .parse()
+        .expect("ifindex");
+    let to = SockaddrIn6::from(std::net::SocketAddrV6::new(
+        "ff02::1".parse().expect("all nodes"),
+        0,
+        0,
+        scope,
+    ));
+    let mut sent = 0;
+    for _ in 0..3 {
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        if sendto(raw, &p, &to, nix::sys::socket::MsgFlags::empty()).is_ok() {
+            sent += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    json!({"sent": sent})
+}
+
+/// Queries for `name` from `threads` sockets, each asking again as soon
+/// as it has an answer (or after 1 s without), until stdin closes: a
+/// flood that keeps answers for `name` in flight whatever the policy does.
+fn dnsloop(server: SocketAddr, name: &str, threads: usize) -> serde_json::Value {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (stop, sent, q) = (stop.clone(), sent.clone(), query(name, RecordType::A));
+            std::thread::spawn(move || {
+                let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
+                s.set_read_timeout(Some(Duration::from_secs(1)))
+                    .expect("timeout");
+                let mut buf = [0u8; 1500];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if s.send_to(&q, server).is_ok() {
+                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    let _ = s.recv(&mut buf);
+                }
+            })
+        })
+        .collect();
+    println!("started");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        let _ = w.join();
+    }
+    json!({"sent": sent.load(std::sync::atomic::Ordering::Relaxed)})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

@@ -312,11 +312,30 @@ fn dns_server(gw: String, addr: &'static str, zone: Arc<Zone>, log: PathBuf) {
             let Ok((n, from)) = s.recv_from(&mut buf) else {
                 continue;
             };
-            let name = Message::from_vec(&buf[..n])
-                .ok()
+            let m = Message::from_vec(&buf[..n]).ok();
+            let name = m
+                .as_ref()
                 .and_then(|m| m.queries.first().map(|q| q.name.to_ascii()))
                 .unwrap_or_else(|| "?".into());
-            let _ = writeln!(log, "{addr} {from} {name}");
+            // What else a query carries besides its name: type, the raw
+            // header flags (id and counts aside) and EDNS's.
+            let rest = m
+                .as_ref()
+                .and_then(|m| {
+                    let q = m.queries.first()?;
+                    let e = m.edns.as_ref();
+                    Some(format!(
+                        "type={} flags={:02x}{:02x} edns={}/{}/{:04x}",
+                        u16::from(q.query_type()),
+                        buf[2],
+                        buf[3],
+                        e.map_or(0, |e| e.max_payload()),
+                        e.is_some_and(|e| e.flags().dnssec_ok),
+                        e.map_or(0, |e| e.flags().z),
+                    ))
+                })
+                .unwrap_or_default();
+            let _ = writeln!(log, "{addr} {from} {name} {rest}");
             if let Some(a) = zone.answer(&buf[..n]) {
                 let _ = s.send_to(&a, from);
             }
@@ -566,10 +585,31 @@ fn light_origin(gw: String) {
     });
 }
 
+fn as_agent(cmd: &[String]) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    sbx_guest::seccomp::register().expect("seccomp filters");
+    let mut c = Command::new(&cmd[0]);
+    c.args(&cmd[1..]);
+    let creds = sbx_sys::Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    sbx_sys::drop_to(&mut c, &creds).expect("drop_to");
+    let st = c.status().expect("spawn");
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).is_some_and(|a| a == "bench") {
         std::process::exit(bench::main(&args[2..]));
+    }
+    // `sbx-fwbed agent -- CMD...`: CMD as the agent, started the way
+    // sbx-guest starts every agent process (its seccomp filters, uid 1000,
+    // no capabilities, no_new_privs).
+    if args.get(1).is_some_and(|a| a == "agent") && args.get(2).is_some_and(|a| a == "--") {
+        std::process::exit(as_agent(&args[3..]));
     }
     if args.get(1).is_some_and(|a| a == "attack") {
         std::process::exit(attack::main(&args[2..]));

@@ -120,11 +120,20 @@ impl Bed {
 
     /// sbx-fw in the sandbox namespace, as root, or as the agent.
     fn fw(&self, agent: bool, args: &[&str]) -> Output {
+        self.fw_as(if agent { AGENT } else { &[] }, args)
+    }
+
+    /// sbx-fw as the agent sbx-guest starts: under its seccomp filters.
+    fn fw_guest_agent(&self, args: &[&str]) -> Output {
+        let fwbed = bin("sbx-fwbed");
+        self.fw_as(&[fwbed.to_str().unwrap(), "agent", "--"], args)
+    }
+
+    /// sbx-fw in the sandbox namespace, after the `prefix` command.
+    fn fw_as(&self, prefix: &[&str], args: &[&str]) -> Output {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.sbx]);
-        if agent {
-            c.args(AGENT);
-        }
+        c.args(prefix);
         c.arg(bin("sbx-fw"))
             .args(["--config", self.path("config.toml").to_str().unwrap()])
             .args(args)
@@ -397,8 +406,11 @@ fn leak_classes(bed: &Bed) {
     assert_eq!(from_nb(3000), "open");
     assert_ne!(from_nb(3001), "open");
 
-    let v = bed.ok(true, &["verify", "--reach", "allowed.test", "--json"]);
-    assert!(v.contains(r#""failed":0"#), "{v}");
+    // As sbx-guest starts the agent (its seccomp filters): verify also
+    // checks the socket families only those leave out.
+    let o = bed.fw_guest_agent(&["verify", "--reach", "allowed.test", "--json"]);
+    let v = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && v.contains(r#""failed":0"#), "{v}");
     assert!(bed.audit().contains(r#""operation":"verify""#));
 }
 
@@ -729,6 +741,30 @@ impl Bed {
         serde_json::from_slice(&o.stdout).unwrap()
     }
 
+    /// `sbx-fwbed attack ARGS` as the agent, left running once its first
+    /// line says `ready`; stdin is a pipe (closing it stops some attacks).
+    fn attack_running(
+        &self,
+        args: &[&str],
+        ready: &str,
+    ) -> (Child, BufReader<std::process::ChildStdout>) {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.sbx])
+            .args(AGENT)
+            .arg(bin("sbx-fwbed"))
+            .arg("attack")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), ready, "attack {args:?}");
+        (c, out)
+    }
+
     /// A counting rule on the far side (the gateway's raw PREROUTING): what
     /// arrives there, whatever the sandbox's kernel reported to the sender.
     fn far_side_count(&self, v6: bool, spec: &[&str]) {
@@ -946,12 +982,19 @@ fn github_names_resolve_only_inside_githubs_ranges() {
 /// A DNS query, by hand: header with `ar` additional records, the labels
 /// as given (dots, backslashes, NULs and all), type A class IN, `extra`.
 fn raw_query(labels: &[&[u8]], ar: u8, extra: &[u8]) -> String {
-    let mut b = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, ar];
+    raw_query_as(labels, 1, [0x01, 0x00], ar, extra)
+}
+
+/// [`raw_query`] of type `qtype` with header flag bytes `flags`.
+fn raw_query_as(labels: &[&[u8]], qtype: u16, flags: [u8; 2], ar: u8, extra: &[u8]) -> String {
+    let mut b = vec![0x12, 0x34, flags[0], flags[1], 0, 1, 0, 0, 0, 0, 0, ar];
     for l in labels {
         b.push(l.len() as u8);
         b.extend_from_slice(l);
     }
-    b.extend_from_slice(&[0, 0, 1, 0, 1]);
+    b.push(0);
+    b.extend_from_slice(&qtype.to_be_bytes());
+    b.extend_from_slice(&[0, 1]);
     b.extend_from_slice(extra);
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -1621,21 +1664,11 @@ fn proxy_reload_adds_a_name_and_keeps_open_connections() {
     let Some(bed) = Bed::proxy("px3") else { return };
     assert!(!bed.reached(&["tls", "198.18.1.2:443", "other.test"]));
     // A running transfer through the proxy (the far side echoes).
-    let mut hold = Command::new("ip")
-        .args(["netns", "exec", &bed.sbx])
-        .args(AGENT)
-        .arg(bin("sbx-fwbed"))
-        .args(["attack", "holdhttp", "198.18.1.1:80", "allowed.test", "4"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(hold.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "open");
+    let (mut hold, mut out) =
+        bed.attack_running(&["holdhttp", "198.18.1.1:80", "allowed.test", "4"], "open");
     bed.ok(false, &["allow", "other.test"]);
     assert!(bed.reached(&["tls", "other.test:443", "other.test"]));
-    line.clear();
+    let mut line = String::new();
     out.read_line(&mut line).unwrap();
     hold.wait().unwrap();
     let v: Value = serde_json::from_str(line.trim()).unwrap();
@@ -2264,4 +2297,320 @@ fn proxy_mode_leaves_other_nat_rules_alone_nft() {
         return;
     };
     foreign_nat_rules_survive(bed);
+}
+
+// ---- Round three: issue 39 ----
+
+/// The agent asks the kernel for sockets no rule sees (vsock, whose ports
+/// are the kernel's and in a VM the host's; packet; raw; a netlink
+/// protocol beyond route and diag; AF_ALG) natively and through the i386
+/// and x32 entry points, which Docker's profile does not inspect. Under
+/// sbx-guest's filters none is made and `verify` passes; started without
+/// them, `verify` finds the holes (so the check is real).
+fn socket_families(bed: &Bed) {
+    let args = ["verify", "--reach", "allowed.test", "--json"];
+    // verify's socket checks, as (probe, pass); its address checks assume
+    // address mode (in proxy mode 443 and 80 reach the proxy).
+    let sockets = |o: Output| -> Vec<(String, bool)> {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| {
+                let c = v["data"]["check"].as_str().unwrap_or("");
+                c.starts_with("no ") && c != "no advertised route"
+            })
+            .map(|v| {
+                let d = &v["data"];
+                (d["probe"].as_str().unwrap().to_owned(), d["pass"] == true)
+            })
+            .collect()
+    };
+    let got = sockets(bed.fw_guest_agent(&args));
+    assert_eq!(got.len(), 20, "{got:?}");
+    assert!(got.iter().all(|(_, pass)| *pass), "{got:#?}");
+    // The same agent without the filters: vsock (where the kernel has it)
+    // and uevent netlink are open to any uid, and verify says so.
+    let got = sockets(bed.fw(true, &args));
+    let open: Vec<_> = got.iter().filter(|(_, pass)| !pass).collect();
+    assert!(
+        open.iter()
+            .any(|(p, _)| p == "socket(AF_NETLINK/KOBJECT_UEVENT)"),
+        "{got:#?}"
+    );
+}
+
+#[test]
+fn no_socket_family_the_rules_cannot_see() {
+    let Some(bed) = Bed::new("f3a") else { return };
+    let o = bed.init();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    socket_families(&bed);
+    let v = bed.fw_guest_agent(&["verify", "--reach", "allowed.test", "--json"]);
+    let v = String::from_utf8_lossy(&v.stdout);
+    assert!(v.contains(r#""failed":0"#), "{v}");
+}
+
+#[test]
+fn proxy_no_socket_family_the_rules_cannot_see() {
+    let Some(bed) = Bed::proxy("f3b") else { return };
+    socket_families(&bed);
+}
+
+/// The agent picks the query type (16 bits) and header bits (CD, AD, Z,
+/// EDNS's DO, Z and payload size) of queries for an exactly allowlisted
+/// name, to carry data to the resolver. Only lookup types leave (A, AAAA,
+/// CNAME, HTTPS, SVCB, or a configured one), every other is answered
+/// locally with no records, and what leaves has the filter's own header.
+fn dns_bits(bed: &Bed, mode: &str) {
+    let name: &[&[u8]] = &[b"allowed", b"test"];
+    // OPT: payload 4096, DO and every Z bit set.
+    let opt = [0, 0, 41, 0x10, 0, 0, 0, 0xff, 0xff, 0, 0];
+    let types: [u16; 7] = [16, 15, 10, 99, 0xff00, 28, 65];
+    let packets: Vec<String> = types
+        .iter()
+        .map(|t| raw_query_as(name, *t, [0x01, 0x70], 1, &opt))
+        .collect();
+    std::fs::write(bed.path("queries.log"), "").unwrap();
+    let mut args = vec!["dnsraw", "127.0.0.53:53"];
+    args.extend(packets.iter().map(String::as_str));
+    let r = bed.attack(true, &args);
+    let replies = r.as_array().unwrap();
+    // Each is answered: the local ones with no records, no error.
+    for (t, rep) in types.iter().zip(replies) {
+        assert_eq!(rep["rcode"], "No Error", "type {t}: {r}");
+    }
+    // The filter asks in mixed letter case (0x20).
+    let saw = || -> Vec<String> {
+        let log = std::fs::read_to_string(bed.path("queries.log")).unwrap();
+        log.lines()
+            .filter(|l| l.to_ascii_lowercase().contains(" allowed.test. "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let seen = saw();
+    let sent: Vec<&str> = seen
+        .iter()
+        .map(|l| l.split_whitespace().nth(3).unwrap_or(""))
+        .collect();
+    assert_eq!(sent, ["type=28", "type=65"], "{seen:#?}");
+    for l in &seen {
+        assert!(l.ends_with("flags=0100 edns=1232/false/0000"), "{l}");
+    }
+    assert!(bed.refused("query-type", 5) >= 5);
+    // A configured type is forwarded, with the same fixed header.
+    bed.config(&format!("dns-types = [\"TXT\"]\n{mode}"));
+    bed.ok(false, &["init"]);
+    std::fs::write(bed.path("queries.log"), "").unwrap();
+    bed.attack(true, &["dnsraw", "127.0.0.53:53", &packets[0]]);
+    let seen = saw();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains(" type=16 flags=0100 edns=1232/false/0000")),
+        "{seen:#?}"
+    );
+}
+
+#[test]
+fn dns_queries_carry_no_chosen_type_or_header_bits() {
+    let Some(bed) = Bed::new("f3c") else { return };
+    bed.ok(false, &["init"]);
+    dns_bits(&bed, "");
+}
+
+#[test]
+fn proxy_dns_queries_carry_no_chosen_type_or_header_bits() {
+    let Some(bed) = Bed::proxy("f3d") else { return };
+    dns_bits(&bed, "mode = \"proxy\"\n");
+}
+
+/// A query for an allowlisted name that passed the check before `deny`
+/// added its address after deny's cleanup: the denied destination stayed
+/// open for the rest of its hold. The agent floods queries for a name
+/// under a wildcard (whose addresses only the filter hands out) while root
+/// allows and denies the wildcard, a thousand times; each time, once the
+/// answers in flight are in, the address must be out of the allow set.
+fn deny_race(bed: &mut Bed) {
+    let (mut flood, mut out) =
+        bed.attack_running(&["dnsloop", "127.0.0.53:53", "x.wild.test", "2"], "started");
+    let in_set = || {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &bed.sbx,
+                "ipset",
+                "test",
+                "sbx-allow4",
+                "198.18.1.3",
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    // Bounded for a loaded CI machine: a thousand rounds or 150 s.
+    while rounds < 1000 && t0.elapsed() < Duration::from_secs(150) {
+        bed.ok(false, &["allow", "*.wild.test"]);
+        // Let answers for the allowed name come and go for a moment.
+        std::thread::sleep(Duration::from_millis(2));
+        bed.ok(false, &["deny", "*.wild.test"]);
+        // Anything in flight at the deny is answered by now (a local
+        // upstream answers in well under this).
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            !in_set(),
+            "round {rounds}: 198.18.1.3 still allowed after deny"
+        );
+        rounds += 1;
+    }
+    drop(flood.stdin.take());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    flood.wait().unwrap();
+    eprintln!("{rounds} rounds in {:?}; flood {rest}", t0.elapsed());
+    assert!(rounds >= 100, "only {rounds} rounds in time");
+}
+
+#[test]
+fn deny_leaves_no_window_for_answers_in_flight() {
+    let Some(mut bed) = Bed::new("f3e") else {
+        return;
+    };
+    bed.ok(false, &["init"]);
+    deny_race(&mut bed);
+}
+
+#[test]
+fn proxy_deny_leaves_no_window_for_answers_in_flight() {
+    let Some(mut bed) = Bed::proxy("f3f") else {
+        return;
+    };
+    deny_race(&mut bed);
+}
+
+/// A root neighbour on the bridge takes the gateway over: it advertises
+/// an allowlisted range (2001:2::/64, allowed.test's) as on-link, and
+/// claims the gateway's addresses with a gratuitous ARP and an
+/// unsolicited neighbour advertisement. Nothing changes in the sandbox:
+/// the range still goes via the gateway, the gateway's entries keep its
+/// link-layer address, and `verify` (as the agent) says so. (Known gap:
+/// in this bed the advertisement and the announcements do not land even
+/// with the fix switched off; what fails then is verify's pinned check.)
+fn gateway_takeover(bed: &Bed) {
+    let nb = format!("{}-nb", bed.sbx.strip_suffix("-sbx").unwrap());
+    let sbx_out = |args: &[&str]| -> String {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &bed.sbx])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let mac = |ip: &str| -> String {
+        let v: Value = serde_json::from_str(&sbx_out(&["ip", "-j", "neigh", "show", ip])).unwrap();
+        v[0]["lladdr"].as_str().unwrap_or("").to_owned()
+    };
+    // The gateway as the sandbox knows it: an entry init left, or, where
+    // none is (the kernel has not asked yet), the ordinary one it would
+    // learn (`add` leaves an existing entry alone).
+    let prefix = bed.sbx.strip_suffix("-sbx").unwrap();
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("{prefix}-gw"),
+            "cat",
+            "/sys/class/net/br0/address",
+        ])
+        .output()
+        .unwrap();
+    let br0 = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    for ip in ["10.77.0.1", "fd77::1"] {
+        sbx_out(&[
+            "ip",
+            "neigh",
+            "add",
+            ip,
+            "lladdr",
+            &br0,
+            "dev",
+            "eth0",
+            "nud",
+            "reachable",
+        ]);
+    }
+    let (gw4, gw6) = (mac("10.77.0.1"), mac("fd77::1"));
+    assert_eq!((gw4.as_str(), gw6.as_str()), (br0.as_str(), br0.as_str()));
+    let nbx = |args: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &nb])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    };
+    let o = Command::new("ip")
+        .args(["netns", "exec", &nb])
+        .arg(bin("sbx-fwbed"))
+        .args(["attack", "ra", "eth0", "2001:2::"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(r#""sent":3"#),
+        "{o:?}"
+    );
+    // The neighbour becomes the gateway: its addresses, announced when
+    // its link comes up (arp_notify, ndisc_notify).
+    nbx(&["sysctl", "-qw", "net.ipv4.conf.eth0.arp_notify=1"]);
+    nbx(&["sysctl", "-qw", "net.ipv6.conf.eth0.ndisc_notify=1"]);
+    nbx(&["ip", "addr", "flush", "dev", "eth0"]);
+    nbx(&["ip", "addr", "add", "10.77.0.1/24", "dev", "eth0"]);
+    nbx(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "fd77::1/64",
+        "dev",
+        "eth0",
+        "nodad",
+    ]);
+    nbx(&["ip", "link", "set", "eth0", "down"]);
+    nbx(&["ip", "link", "set", "eth0", "up"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let route = sbx_out(&["ip", "-6", "route", "get", "2001:2::1:1"]);
+    assert!(route.contains("via fd77::1"), "advertised on-link: {route}");
+    assert_eq!(mac("10.77.0.1"), gw4, "{}", sbx_out(&["ip", "neigh"]));
+    assert_eq!(mac("fd77::1"), gw6, "{}", sbx_out(&["ip", "-6", "neigh"]));
+    let o = bed.fw_guest_agent(&["verify", "--reach", "allowed.test", "--json"]);
+    let checks: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            matches!(
+                v["data"]["check"].as_str(),
+                Some("gateway pinned" | "no advertised route")
+            )
+        })
+        .collect();
+    assert_eq!(checks.len(), 3, "{checks:#?}");
+    assert!(
+        checks.iter().all(|c| c["data"]["pass"] == true),
+        "{checks:#?}"
+    );
+}
+
+#[test]
+fn no_neighbour_takes_the_gateway_over() {
+    let Some(bed) = Bed::new("f3g") else { return };
+    bed.ok(false, &["init"]);
+    gateway_takeover(&bed);
+}
+
+#[test]
+fn proxy_no_neighbour_takes_the_gateway_over() {
+    let Some(bed) = Bed::proxy("f3h") else { return };
+    gateway_takeover(&bed);
 }

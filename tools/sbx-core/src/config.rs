@@ -373,6 +373,9 @@ pub struct Network {
     /// Default: `"address"`
     /// Example: `"proxy"`
     pub mode: NetMode,
+    /// Query types the DNS filter forwards besides A, AAAA, CNAME, HTTPS and
+    /// SVCB (each one more way to choose bits the resolver sees).
+    pub dns_types: Unique<DnsType>,
 }
 
 /// `[network] mode`: `address` (default) allows TCP 443 to the addresses
@@ -397,6 +400,7 @@ impl Default for Network {
             allow_external: false,
             allow_git: true,
             mode: NetMode::Address,
+            dns_types: Unique::default(),
         }
     }
 }
@@ -882,6 +886,59 @@ impl fmt::Display for Domain {
     }
 }
 
+/// A DNS query type by its mnemonic ("MX", "TXT") or RFC 3597's "TYPE99".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DnsType(pub u16);
+
+const DNS_TYPES: &[(&str, u16)] = &[
+    ("A", 1),
+    ("NS", 2),
+    ("CNAME", 5),
+    ("SOA", 6),
+    ("PTR", 12),
+    ("MX", 15),
+    ("TXT", 16),
+    ("AAAA", 28),
+    ("SRV", 33),
+    ("NAPTR", 35),
+    ("DS", 43),
+    ("SSHFP", 44),
+    ("DNSKEY", 48),
+    ("TLSA", 52),
+    ("SVCB", 64),
+    ("HTTPS", 65),
+    ("CAA", 257),
+];
+
+impl std::str::FromStr for DnsType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let up = s.to_ascii_uppercase();
+        if let Some((_, t)) = DNS_TYPES.iter().find(|(n, _)| *n == up) {
+            return Ok(Self(*t));
+        }
+        match up.strip_prefix("TYPE").map(str::parse::<u16>) {
+            // Meta types (OPT, AXFR, ANY...) are no record a name has.
+            Some(Ok(t)) if t != 0 && !(41..=41).contains(&t) && !(128..=255).contains(&t) => {
+                Ok(Self(t))
+            }
+            _ => Err(format!(
+                "invalid DNS query type \"{s}\": expected a record type like \"MX\" or \"TXT\", or \"TYPE99\""
+            )),
+        }
+    }
+}
+from_str_deserialize!(DnsType);
+
+impl fmt::Display for DnsType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match DNS_TYPES.iter().find(|(_, t)| *t == self.0) {
+            Some((n, _)) => f.write_str(n),
+            None => write!(f, "TYPE{}", self.0),
+        }
+    }
+}
+
 /// A duration like "5m", "30s" or "1h 30m".
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interval(pub Duration);
@@ -1343,4 +1400,21 @@ pub fn check(common: &crate::cli::CommonArgs) -> Result<Exit, crate::error::BoxE
             .map_err(|e| crate::error::Message::new(Exit::IoErr, e.to_string()))?;
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod dns_type_tests {
+    use super::DnsType;
+
+    #[test]
+    fn dns_types_by_name_or_number_and_no_meta_types() {
+        let t = |s: &str| s.parse::<DnsType>().map(|t| (t.0, t.to_string()));
+        assert_eq!(t("txt"), Ok((16, "TXT".into())));
+        assert_eq!(t("MX"), Ok((15, "MX".into())));
+        assert_eq!(t("TYPE99"), Ok((99, "TYPE99".into())));
+        assert_eq!(t("type16"), Ok((16, "TXT".into())));
+        for bad in ["", "ANY", "TYPE0", "TYPE41", "TYPE255", "TYPE70000", "MXX"] {
+            assert!(t(bad).is_err(), "{bad}");
+        }
+    }
 }

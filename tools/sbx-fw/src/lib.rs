@@ -30,6 +30,7 @@ pub mod state;
 // The host, resolv.conf, and the helpers init leaves running.
 mod daemons;
 pub mod dns;
+pub mod gateway;
 pub mod host;
 pub mod probe;
 pub mod proxy;

@@ -46,13 +46,14 @@ fn set_for(ip: IpAddr) -> &'static str {
 /// unresolvable name changes nothing.
 pub fn allow(w: &Runtime<'_>, resolver: &dyn Resolver, domains: &[Domain]) -> Result<(), FwError> {
     let (nf, dir) = (w.nf, w.dir);
-    let mut st = load_state(dir)?;
+    // Resolved before the lock (it may take seconds), checked after.
+    let st0 = load_state(dir)?;
     let exact: Vec<String> = domains
         .iter()
         .filter(|d| !d.wildcard)
         .map(|d| d.name.clone())
         .collect();
-    let outcomes = resolver.resolve_all(&st.upstreams, &exact, Duration::from_secs(3));
+    let outcomes = resolver.resolve_all(&st0.upstreams, &exact, Duration::from_secs(3));
     let mut script = String::new();
     let mut names = Vec::new();
     for (name, res) in outcomes {
@@ -74,6 +75,8 @@ pub fn allow(w: &Runtime<'_>, resolver: &dyn Resolver, domains: &[Domain]) -> Re
             error: None,
         });
     }
+    let _held = state::lock(dir).with_path(dir.join("policy.lock"))?;
+    let mut st = load_state(dir)?;
     nf.ipset_restore(&script)?;
     for n in names {
         st.names.retain(|x| x.name != n.name);
@@ -102,6 +105,7 @@ pub fn allow(w: &Runtime<'_>, resolver: &dyn Resolver, domains: &[Domain]) -> Re
 /// the connections to them.
 pub fn deny(w: &Runtime<'_>, domains: &[Domain]) -> Result<(), FwError> {
     let (nf, dir) = (w.nf, w.dir);
+    let held = state::lock(dir).with_path(dir.join("policy.lock"))?;
     let mut st = load_state(dir)?;
     let mut gone: Vec<IpAddr> = Vec::new();
     for d in domains {
@@ -141,6 +145,7 @@ pub fn deny(w: &Runtime<'_>, domains: &[Domain]) -> Result<(), FwError> {
         nf.ipset_restore(&script)?;
         forget_flows(nf, &removed)?;
     }
+    drop(held);
     Ok(())
 }
 

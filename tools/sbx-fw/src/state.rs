@@ -44,6 +44,9 @@ pub struct State {
     pub github_nets: Vec<ipnet::IpNet>,
     /// What each name resolved to at init or on `allow`.
     pub names: Vec<Name>,
+    /// `[network] dns-types`: query types forwarded besides the built-in ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_types: Vec<u16>,
     /// `[network] mode = "proxy"`: the nat redirect to `sbx-fw proxy` is installed.
     #[serde(default)]
     pub proxy: bool,
@@ -77,6 +80,34 @@ pub fn dir_from_env() -> PathBuf {
 
 pub fn path(dir: &Path) -> PathBuf {
     dir.join("state.json")
+}
+
+/// The policy's generation, a counter each [`State::store`] moves on: the
+/// DNS filter compares it (a short read) before it trusts its copy.
+pub fn generation(dir: &Path) -> Option<String> {
+    fs::read_to_string(dir.join(GENERATION)).ok()
+}
+
+const GENERATION: &str = "policy.gen";
+
+/// The policy lock. init, allow and deny hold it across their state write
+/// and set cleanup; the DNS filter across its last look at the policy and
+/// its add to the allow set. So an answer that was on its way when a name
+/// was denied finds the new policy and adds nothing, and deny's cleanup
+/// never runs between a filter's check and its add.
+#[derive(Debug)]
+pub struct PolicyLock(#[allow(dead_code)] nix::fcntl::Flock<fs::File>);
+
+pub fn lock(dir: &Path) -> std::io::Result<PolicyLock> {
+    fs::create_dir_all(dir)?;
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(dir.join("policy.lock"))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map(PolicyLock)
+        .map_err(|(_, e)| e.into())
 }
 
 impl State {
@@ -129,7 +160,13 @@ impl State {
         )?;
         f.write_all(b"\n")?;
         f.sync_all()?;
-        fs::rename(tmp, path(dir))
+        fs::rename(tmp, path(dir))?;
+        let next = generation(dir)
+            .and_then(|g| g.trim().parse::<u64>().ok())
+            .map_or(1, |g| g.wrapping_add(1));
+        let tmp = dir.join(format!(".{GENERATION}.tmp"));
+        fs::write(&tmp, next.to_string())?;
+        fs::rename(tmp, dir.join(GENERATION))
     }
 
     pub fn is_permanent(&self, ip: IpAddr) -> bool {

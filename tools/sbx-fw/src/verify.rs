@@ -94,8 +94,19 @@ pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, F
     let results = probe::run_all(&probes, Duration::from_millis(a.timeout));
     let mut failed = 0;
     let mut out = std::io::stdout().lock();
-    for ((check, _, want_open), r) in plan.iter().zip(results) {
-        let c = judge(check, *want_open, r);
+    let mut judged: Vec<Check> = plan
+        .iter()
+        .zip(results)
+        .map(|((check, _, want_open), r)| judge(check, *want_open, r))
+        .collect();
+    // Root may make any socket; the agent (sbx-guest's seccomp filter) may
+    // not, and that is what these check, so only from the agent's side.
+    if !nix::unistd::geteuid().is_root() {
+        judged.extend(family_checks());
+    }
+    judged.extend(gateway_checks());
+    let total = judged.len();
+    for c in judged {
         failed += usize::from(!c.pass);
         if common.json {
             output::json_line(&mut out, "check", &c).with_path("stdout")?;
@@ -114,17 +125,111 @@ pub fn verify(common: &CommonArgs, a: &VerifyArgs, dir: &Path) -> Result<Exit, F
     }
     if common.json {
         let ms = t0.elapsed().as_secs_f64() * 1e3;
-        let summary = serde_json::json!({"checks": plan.len(), "failed": failed, "ms": ms});
+        let summary = serde_json::json!({"checks": total, "failed": failed, "ms": ms});
         output::json_line(&mut out, "summary", &summary).with_path("stdout")?;
     }
     if failed > 0 {
         output::error(&format!(
-            "verify: {failed} of {} checks failed: the firewall leaks",
-            plan.len()
+            "verify: {failed} of {total} checks failed: the firewall leaks"
         ));
         return Ok(Exit::No);
     }
     Ok(Exit::Ok)
+}
+
+/// Sockets of families no rule sees, and raw ones, by each route a
+/// process has to the kernel: the native call and the two i386 entry
+/// points (`socket`, and `socketcall` whose arguments are in memory).
+fn family_checks() -> Vec<Check> {
+    use sbx_sys::seccomp::{socket_i386, socket_native, socket_x32, socketcall_i386};
+    type Route = fn(i32, i32, i32) -> std::io::Result<std::os::fd::OwnedFd>;
+    const ROUTES: [(&str, Route); 4] = [
+        ("socket", socket_native),
+        ("x32 socket", socket_x32),
+        ("i386 socket", socket_i386),
+        ("i386 socketcall", socketcall_i386),
+    ];
+    // (check, family, type, protocol)
+    const SOCKETS: [(&str, &str, i32, i32, i32); 5] = [
+        ("no vsock socket", "AF_VSOCK", 40, 1, 0),
+        ("no packet socket", "AF_PACKET", 17, 3, 0x0300),
+        ("no raw IP socket", "AF_INET/SOCK_RAW", 2, 3, 6),
+        ("no other netlink", "AF_NETLINK/KOBJECT_UEVENT", 16, 3, 15),
+        ("no other family", "AF_ALG", 38, 5, 0),
+    ];
+    let mut out = Vec::new();
+    for (check, fam, d, t, p) in SOCKETS {
+        for (route, call) in ROUTES {
+            let t0 = Instant::now();
+            let (verdict, detail) = match call(d, t, p) {
+                Ok(_) => (probe::Verdict::Open, "socket made".to_owned()),
+                Err(e) => (probe::Verdict::Refused, e.to_string()),
+            };
+            let r = probe::Result {
+                probe: format!("{route}({fam})"),
+                verdict,
+                detail,
+                ms: t0.elapsed().as_secs_f64() * 1e3,
+            };
+            out.push(judge(check, false, r));
+        }
+    }
+    out
+}
+
+/// What a neighbour on the bridge could have changed: each gateway's
+/// neighbour entry still permanent (a gratuitous ARP or an unsolicited
+/// advertisement moves any other), and no route learned from a router
+/// advertisement (RTF_ADDRCONF: an allowlisted range made on-link).
+fn gateway_checks() -> Vec<Check> {
+    const RTF_ADDRCONF: u32 = 0x0004_0000;
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let gws = crate::gateway::gateways();
+    for (g, mac, permanent) in crate::gateway::neighbours(&gws) {
+        let r = probe::Result {
+            probe: format!("neighbour {} on {}", g.ip, g.dev),
+            verdict: if permanent {
+                probe::Verdict::Refused
+            } else {
+                probe::Verdict::Open
+            },
+            detail: match (mac, permanent) {
+                (Some(m), true) => format!("{m}, permanent"),
+                (Some(m), false) => format!("{m}, not permanent: a neighbour can take it"),
+                (None, _) => "no entry".to_owned(),
+            },
+            ms: t0.elapsed().as_secs_f64() * 1e3,
+        };
+        out.push(judge("gateway pinned", false, r));
+    }
+    let learned: Vec<String> = std::fs::read_to_string("/proc/net/ipv6_route")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(8)
+                .and_then(|f| u32::from_str_radix(f, 16).ok())
+                .is_some_and(|f| f & RTF_ADDRCONF != 0)
+        })
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join("/"))
+        .collect();
+    let r = probe::Result {
+        probe: "routes from router advertisements".to_owned(),
+        verdict: if learned.is_empty() {
+            probe::Verdict::Refused
+        } else {
+            probe::Verdict::Open
+        },
+        detail: if learned.is_empty() {
+            "none".to_owned()
+        } else {
+            learned.join(", ")
+        },
+        ms: t0.elapsed().as_secs_f64() * 1e3,
+    };
+    out.push(judge("no advertised route", false, r));
+    out
 }
 
 /// One probe's result against what it must be, audited.

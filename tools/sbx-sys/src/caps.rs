@@ -105,7 +105,12 @@ fn drop_bounding(last: u32, keep: u64) -> io::Result<()> {
 
 /// Everything between fork and exec, in the child. Only raw syscalls: this
 /// runs in a forked copy of a multi-threaded process.
-fn become_user(c: &Creds, groups: &[libc::gid_t], last: u32) -> io::Result<()> {
+fn become_user(
+    c: &Creds,
+    groups: &[libc::gid_t],
+    last: u32,
+    filters: &[libc::sock_fprog],
+) -> io::Result<()> {
     drop_bounding(last, 0)?;
     prctl(
         libc::PR_CAP_AMBIENT,
@@ -127,6 +132,11 @@ fn become_user(c: &Creds, groups: &[libc::gid_t], last: u32) -> io::Result<()> {
     // setuid cleared permitted and effective; the inheritable set survives.
     capset(0, 0, 0)?;
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0)?;
+    for f in filters {
+        if crate::seccomp::install_raw(f) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
     Ok(())
 }
 
@@ -143,13 +153,26 @@ pub fn drop_to(cmd: &mut Command, creds: &Creds) -> io::Result<()> {
     let c = creds.clone();
     let groups: Vec<libc::gid_t> = creds.groups.clone();
     let last = last_cap();
+    // The agent's seccomp filters (sbx-guest registers them), last.
+    let filters = SendFprogs(crate::seccomp::agent_fprogs());
     // SAFETY: the closure calls only async-signal-safe syscalls on data
     // allocated before the fork (become_user allocates nothing).
     unsafe {
-        cmd.pre_exec(move || become_user(&c, &groups, last));
+        cmd.pre_exec(move || {
+            let f = &filters;
+            become_user(&c, &groups, last, &f.0)
+        });
     }
     Ok(())
 }
+
+/// Programs in a static (see seccomp::agent_fprogs): the pointers stay
+/// valid in whichever thread spawns.
+struct SendFprogs(Vec<libc::sock_fprog>);
+// SAFETY: the pointers are into a never-dropped static, read-only.
+unsafe impl Send for SendFprogs {}
+// SAFETY: as above.
+unsafe impl Sync for SendFprogs {}
 
 /// Start `cmd` with no signal blocked: an init blocks the signals it reads
 /// from a signalfd, and a blocked mask is inherited across exec (std does

@@ -14,6 +14,7 @@ pub mod bpf;
 pub mod dirfd;
 pub mod idmap;
 pub mod netlink;
+pub mod seccomp;
 
 /// Find `program` the way execvp(3) would, but in the *child's* PATH: the
 /// environment the program will see, not ours (env(1) behaves the same).

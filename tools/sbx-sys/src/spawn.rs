@@ -69,6 +69,8 @@ struct Plan {
     /// of an absent one succeeds).
     bounding: u64,
     last_cap: u32,
+    /// The agent's seccomp filters, installed after no_new_privs.
+    filters: Vec<libc::sock_fprog>,
     fail: Failure,
 }
 
@@ -142,6 +144,11 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Child> {
         groups: s.creds.map(|c| c.groups.clone()).unwrap_or_default(),
         bounding: bnd,
         last_cap: last,
+        filters: if s.creds.is_some() {
+            crate::seccomp::agent_fprogs()
+        } else {
+            Vec::new()
+        },
         fail: Failure { step: 0, errno: 0 },
     };
     let mut stack = vec![0u8; 64 * 1024];
@@ -350,6 +357,9 @@ fn run_child(p: &Plan) -> Result<(), i32> {
                 ),
                 STEP_CREDS,
             )?;
+            for f in &p.filters {
+                ok(crate::seccomp::install_raw(f), STEP_CREDS)?;
+            }
         }
         let empty = 0u64;
         ok(

@@ -24,11 +24,10 @@ pub const DEFAULT_NAMES: &[&str] = &[
     "chatgpt.com",
     // OpenRouter
     "openrouter.ai",
-    // Error reporting and feature flags the CLIs call
-    "sentry.io",
-    "*.sentry.io",
-    "statsig.com",
-    "api.statsig.com",
+    // No error-reporting or feature-flag services: Sentry and Statsig take
+    // data for any customer's project (an agent posts to its own Sentry
+    // org), so the image sets the CLIs' non-essential-traffic switches
+    // instead (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC).
 ];
 
 /// Names the DNS filter answers when GitHub is allowed; their addresses
@@ -141,17 +140,19 @@ pub fn domain_matches(d: &Domain, name: &str) -> bool {
     }
 }
 
-/// The host of a URL such as `sparse+https://h:8080/x`, or a bare host
-/// (pip's trusted-host, read as an http URL). Only http(s) transports
-/// count; addresses are not names and are skipped.
+/// The host of a URL such as `sparse+https://h:8080/x`: only a value that
+/// parses as a URL with a scheme and a host names a host (a path such as
+/// `PIP_FIND_LINKS=/opt/wheels`, or a bare word, names none). Only http(s)
+/// transports count; addresses are not names and are skipped.
 pub fn url_host(u: &str) -> Option<Domain> {
     let u = u.trim().trim_matches('"');
-    let parsed = if u.contains("://") {
-        url::Url::parse(u)
-    } else {
-        url::Url::parse(&format!("http://{u}"))
+    // A special scheme's parser forgives missing slashes (`http:/opt` has
+    // host `opt`): insist on the authority being written out.
+    let (_, rest) = u.split_once("://")?;
+    if rest.starts_with('/') {
+        return None;
     }
-    .ok()?;
+    let parsed = url::Url::parse(u).ok()?;
     // `sparse+https`, `git+https`: the transport is the last part.
     let transport = parsed.scheme().rsplit('+').next()?;
     if !matches!(transport, "http" | "https") {
@@ -199,7 +200,9 @@ mod tests {
                 .any(|e| e.domain.name == "must.test" && e.required)
         );
         assert!(list.matches("api.anthropic.com"));
-        assert!(list.matches("o1.ingest.sentry.io"));
+        assert!(!list.matches("o1.ingest.sentry.io"));
+        assert!(!list.matches("statsig.com"));
+        assert!(!list.matches("api.statsig.com"));
         assert!(list.matches("codeload.github.com"));
         assert!(!list.matches("evil.test"));
     }
@@ -215,12 +218,18 @@ mod tests {
             host("sparse+https://u:p@crates.corp/index/").as_deref(),
             Some("crates.corp")
         );
-        assert_eq!(host("pypi.corp").as_deref(), Some("pypi.corp"));
+        // Not URLs: a bare word, a path, a scheme without an authority.
+        assert_eq!(url_host("pypi.corp"), None);
+        assert_eq!(url_host("/opt/wheels"), None);
+        assert_eq!(url_host("opt/wheels"), None);
+        assert_eq!(url_host("http:/opt/wheels"), None);
+        assert_eq!(url_host("http:opt"), None);
+        assert_eq!(url_host("http:///opt/wheels"), None);
+        assert_eq!(url_host("file:///opt/wheels"), None);
         assert_eq!(url_host("file:///srv/repo"), None);
         assert_eq!(url_host("http://10.0.0.1/debian"), None);
         assert_eq!(url_host("sparse+https://[::1]/index/"), None);
         assert_eq!(url_host("ftp://mirror.corp/debian"), None);
-        assert_eq!(host("pypi.corp:8443").as_deref(), Some("pypi.corp"));
         assert_eq!(
             host("git+https://Git.Corp/x.git").as_deref(),
             Some("git.corp")

@@ -75,7 +75,9 @@ fn npm(files: &Files<'_>, env: Env<'_>) -> Vec<String> {
 }
 
 /// pip: pip.conf files and PIP_* variables; index-url, extra-index-url,
-/// find-links, trusted-host (values may go on over indented lines).
+/// find-links (values may go on over indented lines). trusted-host names
+/// no registry of its own (it marks one the URLs name), and find-links is
+/// often a directory: only what [`url_host`] reads as a URL counts.
 fn pip(files: &Files<'_>, env: Env<'_>) -> Vec<String> {
     let mut urls = Vec::new();
     let confs = [
@@ -89,10 +91,7 @@ fn pip(files: &Files<'_>, env: Env<'_>) -> Vec<String> {
         for line in text.lines() {
             let t = line.trim();
             if let Some((k, v)) = t.split_once('=') {
-                continuing = matches!(
-                    k.trim(),
-                    "index-url" | "extra-index-url" | "find-links" | "trusted-host"
-                );
+                continuing = matches!(k.trim(), "index-url" | "extra-index-url" | "find-links");
                 if continuing {
                     urls.extend(v.split_whitespace().map(str::to_owned));
                 }
@@ -103,12 +102,7 @@ fn pip(files: &Files<'_>, env: Env<'_>) -> Vec<String> {
             }
         }
     }
-    for var in [
-        "PIP_INDEX_URL",
-        "PIP_EXTRA_INDEX_URL",
-        "PIP_FIND_LINKS",
-        "PIP_TRUSTED_HOST",
-    ] {
+    for var in ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS"] {
         if let Some(v) = env(var) {
             urls.extend(v.split_whitespace().map(str::to_owned));
         }
@@ -181,6 +175,9 @@ mod tests {
         let env = |k: &str| match k {
             "HOME" => Some("/home/a".to_owned()),
             "PIP_INDEX_URL" => Some("https://env.pip.test/simple".to_owned()),
+            // A directory and a bare host: neither names a registry.
+            "PIP_FIND_LINKS" => Some("/opt/wheels file:///srv/w".to_owned()),
+            "PIP_TRUSTED_HOST" => Some("trusted.pip.test".to_owned()),
             _ => None,
         };
         let hosts = registry_hosts(root.path(), &env);

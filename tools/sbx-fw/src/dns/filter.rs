@@ -5,7 +5,6 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
@@ -31,8 +30,15 @@ pub(super) struct Policy {
     github_only: Vec<Domain>,
     github_nets: Vec<IpNet>,
     upstreams: Vec<IpAddr>,
+    /// `[network] dns-types`: forwarded besides [`FORWARDED`].
+    dns_types: Vec<u16>,
     state: State,
 }
+
+/// Query types forwarded upstream: what names are looked up for (A, AAAA,
+/// CNAME, SVCB, HTTPS). The type is 16 bits the agent chooses per query;
+/// any other is answered here (NOERROR, no records) and never leaves.
+const FORWARDED: [u16; 5] = [1, 28, 5, 64, 65];
 
 impl Policy {
     fn from_state(s: State) -> Self {
@@ -41,6 +47,7 @@ impl Policy {
             github_only: s.github_only.clone(),
             github_nets: s.github_nets.clone(),
             upstreams: s.upstreams.clone(),
+            dns_types: s.dns_types.clone(),
             state: s,
         }
     }
@@ -68,7 +75,8 @@ struct Sorted {
 
 pub struct Filter {
     pub(super) dir: PathBuf,
-    loaded: Mutex<(Option<SystemTime>, Arc<Policy>)>,
+    /// The policy and the generation it was read at.
+    loaded: Mutex<(Option<String>, Arc<Policy>)>,
     pub(super) refused: Mutex<AuditBudget>,
     pub(super) handed: Mutex<Handed>,
     counts: [AtomicU64; Reason::ALL.len()],
@@ -96,17 +104,15 @@ impl Filter {
         }
     }
 
-    /// Re-read the state file when it changed (init, allow, deny).
+    /// Re-read the state file when its generation moved (init, allow, deny).
     pub(super) fn refresh(&self) -> Arc<Policy> {
-        let mtime = std::fs::metadata(state::path(&self.dir))
-            .and_then(|m| m.modified())
-            .ok();
+        let generation = state::generation(&self.dir);
         let mut l = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if mtime != l.0 {
+        if generation != l.0 || generation.is_none() {
             if let Ok(Some(s)) = State::load(&self.dir) {
                 l.1 = Arc::new(Policy::from_state(s));
             }
-            l.0 = mtime;
+            l.0 = generation;
         }
         l.1.clone()
     }
@@ -166,9 +172,26 @@ impl Filter {
             self.audit_refusal(&q.name, "not on the allowlist");
             return Err(Reason::NotAllowed);
         }
+        if !FORWARDED.contains(&q.qtype) && !p.dns_types.contains(&q.qtype) {
+            self.count(Reason::QueryType);
+            return encode(nodata(q)?, q, tcp);
+        }
         let asked = ask_upstream_query(q)?;
         let m = self.ask(&p, &asked).ok_or(Reason::Upstream)?;
         let sorted = self.sort(&p, q, m)?;
+        // The policy may have changed while upstream answered (a deny, an
+        // init dropping a wildcard): look again under the lock they hold
+        // across their write and cleanup, and add only what is still allowed.
+        let _held = if sorted.add.is_empty() {
+            None
+        } else {
+            Some(state::lock(&self.dir).map_err(|_| Reason::AllowSet)?)
+        };
+        let p = if _held.is_some() { self.refresh() } else { p };
+        if !p.allow.iter().any(|d| domain_matches(d, &q.name)) {
+            self.audit_refusal(&q.name, "denied while the query was upstream");
+            return Err(Reason::NotAllowed);
+        }
         // Recorded before the set is touched: deny must find every address.
         if !sorted.added.is_empty() {
             let entries: Vec<String> = p
@@ -277,6 +300,16 @@ fn address(d: &RData) -> Option<IpAddr> {
         RData::AAAA(a) => Some(a.0.into()),
         _ => None,
     }
+}
+
+/// The local answer for a type not forwarded: no records, no error, as a
+/// resolver answers a name that has none of that type.
+fn nodata(q: &Question) -> Result<Message, Reason> {
+    let mut reply = Message::new(q.id, MessageType::Response, OpCode::Query);
+    reply.metadata.recursion_desired = q.rd;
+    reply.metadata.recursion_available = true;
+    reply.add_query(question(&q.name, q.qtype)?);
+    Ok(reply)
 }
 
 /// `name` (no trailing dot) of type `qtype`, class IN.

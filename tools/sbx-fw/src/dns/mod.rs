@@ -91,10 +91,12 @@ pub enum Reason {
     TcpBusy,
     /// The reply could not be written (SERVFAIL).
     Unencodable,
+    /// A query type not forwarded: answered here with no records.
+    QueryType,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::Short,
         Reason::NotAQuery,
         Reason::Opcode,
@@ -109,6 +111,7 @@ impl Reason {
         Reason::AllowSet,
         Reason::TcpBusy,
         Reason::Unencodable,
+        Reason::QueryType,
     ];
 
     pub fn name(self) -> &'static str {
@@ -127,6 +130,7 @@ impl Reason {
             Reason::AllowSet => "allow-set-failed",
             Reason::TcpBusy => "tcp-busy",
             Reason::Unencodable => "unencodable",
+            Reason::QueryType => "query-type",
         }
     }
 

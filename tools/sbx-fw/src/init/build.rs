@@ -20,6 +20,8 @@ pub struct Built {
     pub state: State,
     /// Required names that failed: init aborts.
     pub fatal: Vec<String>,
+    /// The policy lock, from the commit until the state is recorded.
+    pub held: Option<crate::state::PolicyLock>,
 }
 
 /// The plan before any name: resolvers, ports, local nets, proxy mode.
@@ -54,6 +56,7 @@ pub fn build(plan: Plan, list: &Allowlist, outcomes: &[Outcome], github: Option<
         plan,
         state: State::new(),
         fatal: Vec::new(),
+        held: None,
     };
     let mut owner: BTreeMap<IpAddr, String> = BTreeMap::new();
     for (name, res) in outcomes {

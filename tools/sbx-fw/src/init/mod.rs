@@ -60,6 +60,8 @@ pub struct Request<'a> {
     pub timeout: Duration,
     pub meta_url: &'a str,
     pub cache_dir: PathBuf,
+    /// Where the policy lock is taken for the commit (None: not taken).
+    pub lock_dir: Option<&'a Path>,
 }
 
 pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError> {
@@ -103,12 +105,25 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
         timeout: Duration::from_millis(a.timeout),
         meta_url: &a.github_meta_url,
         cache_dir: env_path("SBX_FW_CACHE_DIR", DEFAULT_CACHE),
+        lock_dir: Some(dir),
     };
+    // Once per namespace (a re-init finds the entries still permanent;
+    // a new container in a kept namespace has no state and pins again).
+    // Before the rules: the kernel may have to ask for a gateway's
+    // address, which the rules would then refuse.
+    if !a.dry_run && prev.is_none() {
+        for w in crate::gateway::pin() {
+            output::warn(&w);
+        }
+    }
     let built = install(&sys, &req)?;
     if a.dry_run {
         return show::dry_run(common.json, &built.plan, &built.state);
     }
-    let st = record(&sys, dir, &list, built.state, &built.plan, ups.clone())?;
+    let mut state = built.state;
+    state.dns_types = cfg.network.dns_types.iter().map(|t| t.0).collect();
+    let st = record(&sys, dir, &list, state, &built.plan, ups.clone())?;
+    drop(built.held);
     start_helpers(dir, a, &st, &ups)?;
     show::installed(&built.plan, &st, t0.elapsed());
     Ok(())
@@ -127,7 +142,7 @@ fn previous_state(dir: &Path) -> Option<State> {
 pub fn install(sys: &Sys<'_>, req: &Request<'_>) -> Result<Built, FwError> {
     let (outcomes, github) = look_up(sys, req);
     let plan = build::base_plan(req.cfg, req.upstreams, req.local.clone());
-    let built = build::build(plan, req.list, &outcomes, github.as_ref());
+    let mut built = build::build(plan, req.list, &outcomes, github.as_ref());
     for w in &built.state.warnings {
         output::warn(w);
     }
@@ -136,6 +151,12 @@ pub fn install(sys: &Sys<'_>, req: &Request<'_>) -> Result<Built, FwError> {
         return Err(fail(sys, req.dry_run, cause));
     }
     if !req.dry_run {
+        // Held until the state is recorded: the DNS filter adds nothing
+        // between the new sets and the new policy (see state::lock).
+        if let Some(d) = req.lock_dir {
+            let held = state::lock(d).with_path(d.join("policy.lock"))?;
+            built.held = Some(held);
+        }
         commit::commit(sys.nf, &built.plan, req.was_proxy)?;
     }
     Ok(built)

@@ -61,6 +61,7 @@ impl World {
             timeout: Duration::from_millis(50),
             meta_url: "https://meta.github.test/meta",
             cache_dir: self.cache.path().to_owned(),
+            lock_dir: None,
         };
         install(&self.sys(), &req)
     }

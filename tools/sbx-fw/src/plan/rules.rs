@@ -36,13 +36,20 @@ impl Table<'_> {
     /// Loopback, replies, neighbour discovery, published ports.
     fn inbound(&mut self) {
         self.rule("-A SBX-IN -i lo -j ACCEPT");
+        // No neighbour re-routes the sandbox: router advertisements (an
+        // allowlisted range made on-link, a new default router) and
+        // redirects, which conntrack would count as RELATED to the flow
+        // they redirect, are dropped before anything accepts them.
+        if self.v6 {
+            for t in ["router-advertisement", "redirect"] {
+                self.rule(&format!("-A SBX-IN -p ipv6-icmp --icmpv6-type {t} -j DROP"));
+            }
+        } else {
+            self.rule("-A SBX-IN -p icmp --icmp-type redirect -j DROP");
+        }
         self.rule("-A SBX-IN -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT");
         if self.v6 {
-            for t in [
-                "router-advertisement",
-                "neighbour-solicitation",
-                "neighbour-advertisement",
-            ] {
+            for t in ["neighbour-solicitation", "neighbour-advertisement"] {
                 self.rule(&format!(
                     "-A SBX-IN -p ipv6-icmp --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT"
                 ));

@@ -6,6 +6,7 @@
 pub mod policy;
 pub mod settings;
 pub mod shell;
+pub mod tools;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;

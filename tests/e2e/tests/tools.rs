@@ -663,6 +663,7 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
     assert_eq!(res.len(), 3, "{res:?}");
     assert!(content(&res[0]).contains("starved"), "starve: {res:?}");
     refused("starve", &res, 1);
+    eprintln!("starve: {:?}", res.iter().map(content).collect::<Vec<_>>());
     // Kill and stop: a loop the agent leaves running sends every checker
     // SIGKILL, or SIGSTOP (the hook then times out after 30 s).
     for (round, sig) in [("kill", "KILL"), ("stop", "STOP")] {
@@ -675,6 +676,9 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
         let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
         assert_eq!(res.len(), 3, "{round}: {res:?}");
         refused(round, &res, 1);
+        // Which refusals the failed hook made (the rest the checker made
+        // before the loop reached it): shown, since the race is the CLI's.
+        eprintln!("{round}: {:?}", res.iter().map(content).collect::<Vec<_>>());
         let o = r.exec("for p in /proc/[0-9]*; do read -r c < $p/comm 2>/dev/null; case \"$c\" in timeout) kill -9 ${p##*/};; esac; done; true");
         assert!(o.status.success(), "{}", text(&o));
     }

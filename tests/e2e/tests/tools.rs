@@ -610,25 +610,33 @@ fn shell_tricks_edit_family_and_agent_hooks() {
 /// refusal is audited.
 #[test]
 fn a_checker_made_to_fail_refuses_every_banned_call() {
+    // Bare names: sbx keeps them out of Claude's own deny list (which
+    // would hide the tools from the hook), so the hook is all that refuses.
     let Some(r) = Repo::new(
         "tools-failclosed",
-        "[tools]\ndisallowed = [\"Bash(curl:*)\", \"Read(db/**)\"]\n",
+        "[tools]\ndisallowed = [\"Write\", \"Edit\"]\n",
     ) else {
         return;
     };
     let ws = r.target();
     let banned = |i: usize| {
         vec![
-            json!({"tool_use": {"name": "Read", "input": {"file_path": format!("{ws}/db/dump.sql")}}}),
-            json!({"tool_use": {"name": "Bash", "input": {"command": format!("curl --version > {ws}/curl{i}.txt"), "description": "curl"}}}),
+            json!({"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/written{i}.txt"), "content": "x\n"}}}),
+            json!({"tool_use": {"name": "Edit", "input": {"file_path": format!("{ws}/README.md"), "old_string": "original", "new_string": "edited"}}}),
         ]
     };
     let refused = |round: &str, res: &[Value], from: usize| {
         for got in &res[from..from + 2] {
             assert_eq!(got["is_error"], true, "{round}: ran: {res:?}");
         }
-        let all = serde_json::to_string(res).unwrap();
-        assert!(!all.contains("secret rows"), "{round}: {all}");
+        assert_eq!(
+            std::fs::read_to_string(r.path.join("README.md")).unwrap(),
+            "original\n",
+            "{round}: Edit ran"
+        );
+        for i in 0..3 {
+            assert!(!r.path.join(format!("written{i}.txt")).exists(), "{round}: Write ran");
+        }
     };
     // Break: the agent's settings env points the loader at its own libc
     // and libgcc (empty files, so a loader that reads them fails).
@@ -645,7 +653,7 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
         assert!(content(got).contains("[tools].disallowed"), "break: {got:?}");
     }
     let blocked = r.tool_records(true);
-    for op in ["Read", "Bash"] {
+    for op in ["Write", "Edit"] {
         assert!(
             blocked.iter().any(|d| d["operation"] == op),
             "break: {op} not audited: {blocked:?}"
@@ -654,7 +662,7 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
     let o = r.exec("rm -rf ~/.evil ~/.claude/settings.json");
     assert!(o.status.success(), "{}", text(&o));
     // Starve: one Bash call lowers the CLI's process limit to 1, so no
-    // hook can start; the in-process Read and the next Bash are refused.
+    // hook can start; the in-process Write and Edit are refused.
     let starve = "p=$$; while [ \"$p\" -gt 1 ]; do read -r c < /proc/$p/comm; case \"$c\" in claude*) break;; esac; p=$(cut -d' ' -f4 /proc/$p/stat); done; prlimit --pid \"$p\" --nproc=1:1 && echo starved $c";
     let mut turns = vec![json!({"tool_use": {"name": "Bash", "input": {"command": starve, "description": "starve"}}})];
     turns.extend(banned(1));
@@ -668,22 +676,21 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
     // SIGKILL, or SIGSTOP (the hook then times out after 30 s).
     for (round, sig) in [("kill", "KILL"), ("stop", "STOP")] {
         let lp = format!(
-            "setsid timeout 60 sh -c 'while :; do for p in /proc/[0-9]*; do read -r c < $p/comm 2>/dev/null && [ \"$c\" = sbx-tool-guard ] && kill -{sig} ${{p##*/}} 2>/dev/null; done; done' >/dev/null 2>&1 </dev/null & echo looping"
+            "setsid timeout 150 sh -c 'while :; do for p in /proc/[0-9]*; do read -r c < $p/comm 2>/dev/null && [ \"$c\" = sbx-tool-guard ] && kill -{sig} ${{p##*/}} 2>/dev/null; done; done' sbxloop >/dev/null 2>&1 </dev/null & echo looping"
         );
         let mut turns = vec![json!({"tool_use": {"name": "Bash", "input": {"command": lp, "description": "loop"}}})];
         turns.extend(banned(2));
         turns.push(json!({"text": "done"}));
         let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
         assert_eq!(res.len(), 3, "{round}: {res:?}");
+        assert!(content(&res[0]).contains("looping"), "{round}: {res:?}");
         refused(round, &res, 1);
         // Which refusals the failed hook made (the rest the checker made
         // before the loop reached it): shown, since the race is the CLI's.
         eprintln!("{round}: {:?}", res.iter().map(content).collect::<Vec<_>>());
-        let o = r.exec("for p in /proc/[0-9]*; do read -r c < $p/comm 2>/dev/null; case \"$c\" in timeout) kill -9 ${p##*/};; esac; done; true");
+        // The loop's name is built so that this script does not match it.
+        let o = r.exec("n=sbx; n=${n}loop; for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in *\"$n\"*) kill -9 ${p##*/};; esac; done; true");
         assert!(o.status.success(), "{}", text(&o));
-    }
-    for i in 0..3 {
-        assert!(!r.path.join(format!("curl{i}.txt")).exists(), "curl {i} ran");
     }
 }
 

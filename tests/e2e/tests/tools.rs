@@ -772,15 +772,27 @@ fn bash_rules_refuse_what_bash_would_run_from_data() {
         return;
     };
     let ws = r.target();
-    let d = |i: usize, data: &str| format!("printf %s '{data}' > /tmp/d{i}; ");
     let v = |i: usize| format!("{ws}/victim{i}");
+    // The data the first five read: files the agent wrote earlier, so the
+    // command itself holds no `rm`.
+    let data = [
+        format!("a[$(rm -f {})]", v(0)),
+        format!("a[$(rm -f {})]", v(1)),
+        format!("$(rm -f {})", v(2)),
+        format!("$(rm -f {})", v(3)),
+        format!("rm -f {}", v(4)),
+    ];
+    for (i, d) in data.iter().enumerate() {
+        let o = r.exec(&format!("cat > /tmp/d{i} <<'EOF'\n{d}\nEOF"));
+        assert!(o.status.success(), "{}", text(&o));
+    }
     let lines: Vec<String> = vec![
-        d(0, &format!("a[$(rm -f {})]", v(0))) + "read v < /tmp/d0; echo $((v))",
-        d(1, &format!("a[$(rm -f {})]", v(1))) + "v=$(cat /tmp/d1); [[ $v -eq 0 ]]",
-        d(2, &format!("$(rm -f {})", v(2))) + "y=$(cat /tmp/d2); echo ${y@P}",
-        d(3, &format!("$(rm -f {})", v(3))) + "PS4=$(cat /tmp/d3); set -x; :",
-        d(4, &format!("rm -f {}", v(4))) + "x=$(cat /tmp/d4); trap \"$x\" EXIT",
-        format!("mapfile -C 'rm -f' -c 1 a <<< {}", v(5)),
+        "read v < /tmp/d0; echo $((v))".into(),
+        "v=$(cat /tmp/d1); [[ $v -eq 0 ]]".into(),
+        "y=$(cat /tmp/d2); echo ${y@P}".into(),
+        "PS4=$(cat /tmp/d3); set -x; :".into(),
+        "x=$(cat /tmp/d4); trap \"$x\" EXIT".into(),
+        format!("mapfile -t -C 'rm -f' -c 1 a <<< {}", v(5)),
         format!("compgen -C 'rm -f {}' x", v(6)),
         format!("env 'BASH_FUNC_f%%=() {{ rm -f {}; }}' bash -c f", v(7)),
         format!("prlimit --nofile=256 rm -f {}", v(8)),
@@ -798,15 +810,18 @@ fn bash_rules_refuse_what_bash_would_run_from_data() {
     turns.push(json!({"text": "done"}));
     let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
     assert_eq!(res.len(), lines.len(), "{res:?}");
-    for (i, got) in res.iter().enumerate() {
-        assert_eq!(got["is_error"], true, "{}: ran: {got:?}", lines[i]);
-        assert!(content(got).contains("[tools].disallowed"), "{got:?}");
-    }
+    // Every line that got through, and every victim gone, in one message.
+    let ran: Vec<(&String, bool)> = res
+        .iter()
+        .zip(&lines)
+        .enumerate()
+        .filter(|(_, (got, _))| {
+            got["is_error"] != true || !content(got).contains("[tools].disallowed")
+        })
+        .map(|(i, (_, l))| (l, !r.path.join(format!("victim{i}")).exists()))
+        .collect();
+    assert!(ran.is_empty(), "ran (line, victim removed): {ran:#?}");
     for i in 0..lines.len() {
-        assert!(
-            r.path.join(format!("victim{i}")).exists(),
-            "{} removed victim{i}",
-            lines[i]
-        );
+        assert!(r.path.join(format!("victim{i}")).exists(), "victim{i} removed");
     }
 }

@@ -69,7 +69,16 @@ fn static_checker_bin_dir() -> std::path::PathBuf {
     let o = Command::new(cargo)
         .current_dir(&root)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .args(["build", "--locked", "-p", "sbx-tool-guard", "--bin", "sbx-tool-guard", "--target", &host])
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "sbx-tool-guard",
+            "--bin",
+            "sbx-tool-guard",
+            "--target",
+            &host,
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "static checker: {}", text(&o));
@@ -635,7 +644,10 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
             "{round}: Edit ran"
         );
         for i in 0..3 {
-            assert!(!r.path.join(format!("written{i}.txt")).exists(), "{round}: Write ran");
+            assert!(
+                !r.path.join(format!("written{i}.txt")).exists(),
+                "{round}: Write ran"
+            );
         }
     };
     // Break: the agent's settings env points the loader at its own libc
@@ -650,7 +662,10 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
     assert_eq!(res.len(), 2, "{res:?}");
     refused("break", &res, 0);
     for got in &res {
-        assert!(content(got).contains("[tools].disallowed"), "break: {got:?}");
+        assert!(
+            content(got).contains("[tools].disallowed"),
+            "break: {got:?}"
+        );
     }
     let blocked = r.tool_records(true);
     for op in ["Write", "Edit"] {
@@ -664,7 +679,9 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
     // Starve: one Bash call lowers the CLI's process limit to 1, so no
     // hook can start; the in-process Write and Edit are refused.
     let starve = "p=$$; while [ \"$p\" -gt 1 ]; do read -r c < /proc/$p/comm; case \"$c\" in claude*) break;; esac; p=$(cut -d' ' -f4 /proc/$p/stat); done; prlimit --pid \"$p\" --nproc=1:1 && echo starved $c";
-    let mut turns = vec![json!({"tool_use": {"name": "Bash", "input": {"command": starve, "description": "starve"}}})];
+    let mut turns = vec![
+        json!({"tool_use": {"name": "Bash", "input": {"command": starve, "description": "starve"}}}),
+    ];
     turns.extend(banned(1));
     turns.push(json!({"text": "done"}));
     let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
@@ -678,7 +695,9 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
         let lp = format!(
             "setsid timeout 150 sh -c 'while :; do for p in /proc/[0-9]*; do read -r c < $p/comm 2>/dev/null && [ \"$c\" = sbx-tool-guard ] && kill -{sig} ${{p##*/}} 2>/dev/null; done; done' sbxloop >/dev/null 2>&1 </dev/null & echo looping"
         );
-        let mut turns = vec![json!({"tool_use": {"name": "Bash", "input": {"command": lp, "description": "loop"}}})];
+        let mut turns = vec![
+            json!({"tool_use": {"name": "Bash", "input": {"command": lp, "description": "loop"}}}),
+        ];
         turns.extend(banned(2));
         turns.push(json!({"text": "done"}));
         let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
@@ -716,7 +735,10 @@ fn monitor_is_a_shell_to_the_policy() {
         assert!(content(got).contains("[tools].disallowed"), "{got:?}");
     }
     std::thread::sleep(std::time::Duration::from_secs(2));
-    assert!(!r.path.join("monitor.txt").exists(), "Monitor ran its command");
+    assert!(
+        !r.path.join("monitor.txt").exists(),
+        "Monitor ran its command"
+    );
     assert!(!r.path.join("bash.txt").exists());
     let blocked = r.tool_records(true);
     assert!(
@@ -797,7 +819,10 @@ fn bash_rules_refuse_what_bash_would_run_from_data() {
         format!("env 'BASH_FUNC_f%%=() {{ rm -f {}; }}' bash -c f", v(7)),
         format!("prlimit --nofile=256 rm -f {}", v(8)),
         format!("echo | sed 'e rm -f {}'", v(9)),
-        format!("echo {} | xargs -I{{}} sh -c 'exec \"$0\" -f {{}}' rm", v(10)),
+        format!(
+            "echo {} | xargs -I{{}} sh -c 'exec \"$0\" -f {{}}' rm",
+            v(10)
+        ),
     ];
     for i in 0..lines.len() {
         std::fs::write(r.path.join(format!("victim{i}")), "x").unwrap();
@@ -822,6 +847,9 @@ fn bash_rules_refuse_what_bash_would_run_from_data() {
         .collect();
     assert!(ran.is_empty(), "ran (line, victim removed): {ran:#?}");
     for i in 0..lines.len() {
-        assert!(r.path.join(format!("victim{i}")).exists(), "victim{i} removed");
+        assert!(
+            r.path.join(format!("victim{i}")).exists(),
+            "victim{i} removed"
+        );
     }
 }

@@ -3,7 +3,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use sbx_core::config::{Config, RuleArg, TOOL_FAMILIES, ToolRule, Tools, rule_covers, writing_tools};
+use sbx_core::config::{
+    Config, RuleArg, TOOL_FAMILIES, ToolRule, Tools, rule_covers, writing_tools,
+};
 use sbx_core::glob::{PathPattern, PathSet};
 use serde_json::Value;
 

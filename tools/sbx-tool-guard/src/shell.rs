@@ -220,7 +220,9 @@ impl Walker {
                         | BinaryPredicate::ArithmeticGreaterThanOrEqualTo
                 );
                 if arith && !(plain_number(&wa) && plain_number(&wb)) {
-                    self.unknown("[[ … -eq … ]] evaluates a value as arithmetic, which can run commands");
+                    self.unknown(
+                        "[[ … -eq … ]] evaluates a value as arithmetic, which can run commands",
+                    );
                 }
             }
         }
@@ -306,7 +308,10 @@ impl Walker {
     /// A variable a program runs or sources: `GIT_SSH_COMMAND='curl x'`,
     /// `PAGER=…`, `BASH_ENV=/dev/stdin`.
     fn env_value(&mut self, name: &str, v: &Word) {
-        if matches!(name, "SHELLOPTS" | "BASHOPTS" | "PS4" | "PS0" | "PS1" | "PS2" | "PS3") {
+        if matches!(
+            name,
+            "SHELLOPTS" | "BASHOPTS" | "PS4" | "PS0" | "PS1" | "PS2" | "PS3"
+        ) {
             // A prompt is expanded like a word (its `$(…)` run) under
             // `set -x`; SHELLOPTS turns xtrace on in the next bash.
             match v {
@@ -314,7 +319,9 @@ impl Walker {
                     let t = t.clone();
                     self.word(&t);
                 }
-                _ => self.unknown(format!("{name} is set to something computed or that sets shell options")),
+                _ => self.unknown(format!(
+                    "{name} is set to something computed or that sets shell options"
+                )),
             }
         } else if name == "BASH_ENV" || name == "ENV" {
             match v {
@@ -339,7 +346,9 @@ impl Walker {
                 // `env 'BASH_FUNC_ls%%=() { …; }' bash -c ls`: a function
                 // the next bash imports and runs in a command's place.
                 if a.starts_with("BASH_FUNC_") {
-                    self.unknown("an exported function (BASH_FUNC_…) replaces a command in the next shell");
+                    self.unknown(
+                        "an exported function (BASH_FUNC_…) replaces a command in the next shell",
+                    );
                 }
                 if let Some((n, v)) = a.split_once('=') {
                     if !n.starts_with('-') {
@@ -603,7 +612,9 @@ impl Walker {
                             if (t.starts_with('-') || t.starts_with('+')) && t[1..].contains('i'))
                     };
                     if rest.iter().any(int_flag) {
-                        self.unknown(format!("{name} -i (or a computed option) makes values arithmetic"));
+                        self.unknown(format!(
+                            "{name} -i (or a computed option) makes values arithmetic"
+                        ));
                     }
                     for a in rest {
                         self.deferred_word(a);
@@ -919,7 +930,10 @@ impl Walker {
             } else if let Some(s) = a.strip_prefix("--expression=") {
                 explicit = true;
                 scripts.push(s.to_owned());
-            } else if a == "-f" || a.starts_with("--file") || (a.starts_with('-') && !a.starts_with("--") && a.contains('f')) {
+            } else if a == "-f"
+                || a.starts_with("--file")
+                || (a.starts_with('-') && !a.starts_with("--") && a.contains('f'))
+            {
                 return self.unknown("sed -f runs a script file sbx cannot read");
             } else if a.starts_with("-e") && !a.starts_with("--") {
                 explicit = true;
@@ -1013,7 +1027,9 @@ fn param_runs(pe: &ParameterExpr, text: &str) -> Option<&'static str> {
                 .all(|c| c.is_ascii_digit() || c == ' ')
         };
         if !plain(&offset.value) || length.as_ref().is_some_and(|l| !plain(&l.value)) {
-            return Some("a ${x:offset} offset is arithmetic on a variable, which can run commands");
+            return Some(
+                "a ${x:offset} offset is arithmetic on a variable, which can run commands",
+            );
         }
     }
     if text.starts_with("${!") && !text.ends_with("*}") && !text.ends_with("@}") {
@@ -1079,7 +1095,16 @@ fn sed_runs(script: &str) -> bool {
         // Addresses: numbers, $, /re/, \cREc, ranges, steps, `!`.
         loop {
             match b[i] {
-                c if c.is_ascii_digit() || c == '$' || c == ',' || c == '~' || c == '+' || c == '!' || c == ' ' => i += 1,
+                c if c.is_ascii_digit()
+                    || c == '$'
+                    || c == ','
+                    || c == '~'
+                    || c == '+'
+                    || c == '!'
+                    || c == ' ' =>
+                {
+                    i += 1
+                }
                 '/' => {
                     i += 1;
                     if !field(&mut i, '/') {

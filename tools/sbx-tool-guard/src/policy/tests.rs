@@ -387,7 +387,14 @@ fn every_tool_is_classified() {
     let p = policy("[tools]\ndisallowed = [\"Bash\"]\n");
     let dis = Some(Key::Disallowed);
     assert_eq!(d(&p, "Bash", json!({"command": "ls"})), dis);
-    assert_eq!(d(&p, "Monitor", json!({"command": "ls", "description": "x", "timeout_ms": 1, "persistent": false})), dis);
+    assert_eq!(
+        d(
+            &p,
+            "Monitor",
+            json!({"command": "ls", "description": "x", "timeout_ms": 1, "persistent": false})
+        ),
+        dis
+    );
     assert_eq!(d(&p, "PowerShell", json!({"command": "ls"})), dis);
     assert_eq!(d(&p, "REPL", json!({"code": "1"})), dis);
     assert_eq!(d(&p, "Workflow", json!({"script": "x"})), dis);
@@ -402,7 +409,10 @@ fn every_tool_is_classified() {
     assert_eq!(d(&p, "mcp__s__get", json!({"id": "1"})), None);
     let p = policy("[tools]\nallowed = [\"Bash(echo:*)\", \"Read\"]\n");
     assert_eq!(d(&p, "Monitor", json!({"command": "echo hi"})), None);
-    assert_eq!(d(&p, "Monitor", json!({"command": "touch x"})), Some(Key::Allowed));
+    assert_eq!(
+        d(&p, "Monitor", json!({"command": "touch x"})),
+        Some(Key::Allowed)
+    );
     assert_eq!(d(&p, "Unheard", json!({})), Some(Key::UnknownTool));
     let p = policy("[tools]\nallowed = [\"Unheard\", \"Bash(echo:*)\"]\n");
     assert_eq!(d(&p, "Unheard", json!({})), None);

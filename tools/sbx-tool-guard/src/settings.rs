@@ -73,9 +73,9 @@ pub fn hook(workspace: &str) -> Value {
 pub const HOOK_TIMEOUT: u64 = 30;
 
 /// Variables the agent's own settings `env` could set to take over what
-/// the CLI starts (its hooks, its Bash tool's shell): managed settings win
-/// key by key, so each is pinned empty. The checker is static and ignores
-/// them anyway; this keeps them off every other program the CLI runs.
+/// the CLI starts (its hooks, its Bash tool's shell), set empty here too.
+/// The checker does not rely on it: it is static and has no loader to
+/// take over; this is for the other programs the CLI runs.
 pub const PINNED_ENV: &[&str] = &[
     "LD_PRELOAD",
     "LD_LIBRARY_PATH",

@@ -22,17 +22,26 @@ STATIC  := target/$(HOST)/release
 # compile gets (`cargo rustc -- -C panic=abort`; the workspace unwinds).
 CLIENT  := cargo rustc --locked -p sbx-git-client --features client --bin sbx-git-client
 
+# The [tools] checker is static too, and for a second reason: Claude Code
+# starts it in the agent's environment, which the agent's own settings
+# `env` can fill with LD_LIBRARY_PATH/LD_PRELOAD; a static program has no
+# loader to take over (issue 38, class 1).
+STATICS := sbx-git-guard sbx-tool-guard
+
 build:
-	cargo build --release --locked $(addprefix --bin ,$(filter-out sbx-git-guard,$(BINS)))
+	cargo build --release --locked $(addprefix --bin ,$(filter-out $(STATICS),$(BINS)))
 	RUSTFLAGS="-C target-feature=+crt-static" \
-	  cargo build --release --locked --bin sbx-git-guard --target $(HOST)
-	cp $(STATIC)/sbx-git-guard target/release/sbx-git-guard
+	  cargo build --release --locked $(addprefix --bin ,$(STATICS)) --target $(HOST)
+	for b in $(STATICS); do cp $(STATIC)/$$b target/release/$$b; done
 	$(CLIENT) --release -- -C panic=abort
 
 # Debug builds of every binary, the client included (what the tests use).
 debug:
 	cargo build --workspace --locked
 	$(CLIENT) -- -C panic=abort
+	RUSTFLAGS="-C target-feature=+crt-static" \
+	  cargo build --locked --bin sbx-tool-guard --target $(HOST)
+	cp --remove-destination target/$(HOST)/debug/sbx-tool-guard target/debug/sbx-tool-guard
 
 test:
 	bash scripts/test

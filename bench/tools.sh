@@ -5,7 +5,8 @@
 # the same stdin, in one hyperfine run (each through `sh -c 'exec … < f'`,
 # for the redirect: hyperfine 1.15 has no --input; -N, so nothing is
 # subtracted and both sides pay the same shell start).
-# BIN=target/debug/sbx-tool-guard measures a debug build instead. Two calls: an allowed Bash call
+# BIN=target/debug/sbx-tool-guard measures a debug build instead; BASE=PATH adds a
+# baseline checker (an older build) to the same hyperfine run. Two calls: an allowed Bash call
 # (a pipeline through sudo, env, timeout and bash -c with a $(…), all parsed and unwrapped) and
 # a refused Write (the refusal's reason goes to stderr).
 set -euo pipefail
@@ -34,8 +35,12 @@ for call in bash write; do
   ( cd "$TMP/ws" && env -i PATH="$PATH" HOME="$TMP" SBX_AUDIT_LOG="$TMP/audit.jsonl" \
     hyperfine -N --style basic --warmup 50 --runs "$RUNS" -i --export-csv "$TMP/$call.csv" \
     "sh -c 'exec /bin/true < $TMP/$call.json'" \
-    "sh -c 'exec $BIN check --workspace $TMP/ws < $TMP/$call.json 2>/dev/null'" >/dev/null 2>&1 )
-  read -r a b < <(summarize "$TMP/$call.csv")
+    "sh -c 'exec $BIN check --workspace $TMP/ws < $TMP/$call.json 2>/dev/null'" \
+    ${BASE:+"sh -c 'exec $BASE check --workspace $TMP/ws < $TMP/$call.json 2>/dev/null'"} >/dev/null 2>&1 )
+  read -r a b c < <(summarize "$TMP/$call.csv")
   echo "/bin/true: ${a} ms   sbx-tool-guard check: ${b} ms   added: $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b-a}') ms"
+  if [ -n "${BASE:-}" ]; then
+    echo "baseline ($BASE): ${c} ms   added: $(awk -v a="$a" -v c="$c" 'BEGIN{printf "%.3f", c-a}') ms"
+  fi
 done
 echo "audit records written: $(wc -l < "$TMP/audit.jsonl")"

@@ -28,6 +28,7 @@ fn ai_base() -> Option<String> {
             .map_err(|(_, e)| e)
             .unwrap();
         let mut c = sbx();
+        c.env("SBX_BIN_DIR", static_checker_bin_dir());
         c.args(["-q", "build-base", "--bootstrap", "--tag", &tag]);
         // As run.rs's full image does (same layers, one npm install).
         let ca = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
@@ -51,6 +52,48 @@ fn ai_base() -> Option<String> {
         Some(tag)
     })
     .clone()
+}
+
+/// The bin directory the image is built from, with the checker linked
+/// statically as `make build` links it: no loader stands between Claude
+/// Code and the verdict (issue 38, class 1). The other tools are the
+/// debug builds beside sbx-run.
+fn static_checker_bin_dir() -> std::path::PathBuf {
+    let debug = bin("sbx-run").parent().unwrap().to_path_buf();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let host = text(&Command::new("rustc").arg("-vV").output().unwrap())
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let o = Command::new(cargo)
+        .current_dir(&root)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "sbx-tool-guard",
+            "--bin",
+            "sbx-tool-guard",
+            "--target",
+            &host,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "static checker: {}", text(&o));
+    let built = root.join("target").join(&host).join("debug/sbx-tool-guard");
+    let dir = std::env::temp_dir().join(format!("sbx-e2e-bin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(&debug).unwrap().flatten() {
+        let p = e.path();
+        if p.is_file() && p.file_name().is_some_and(|n| n != "sbx-tool-guard") {
+            std::os::unix::fs::symlink(&p, dir.join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(&built, dir.join("sbx-tool-guard")).unwrap();
+    dir
 }
 
 /// The shared repository, with the AI-CLI base image its sandbox runs.
@@ -567,4 +610,246 @@ fn shell_tricks_edit_family_and_agent_hooks() {
     assert!(r.path.join("ok.txt").exists());
     let o = r.exec("test -e /tmp/agent-hook-ran && echo HOOK-RAN || echo no-hook");
     assert!(text(&o).contains("no-hook"), "the agent's own hook ran");
+}
+
+/// Issue 38, class 1: the agent makes the checker fail (its settings `env`
+/// pointing the loader at fake libraries, its CLI starved of processes,
+/// the checker killed, the checker stopped until the hook times out) and
+/// every banned call is still refused; where the checker runs at all, the
+/// refusal is audited.
+#[test]
+fn a_checker_made_to_fail_refuses_every_banned_call() {
+    // Bare names: sbx keeps them out of Claude's own deny list (which
+    // would hide the tools from the hook), so the hook is all that refuses.
+    let Some(r) = Repo::new(
+        "tools-failclosed",
+        "[tools]\ndisallowed = [\"Write\", \"Edit\"]\n",
+    ) else {
+        return;
+    };
+    let ws = r.target();
+    let banned = |i: usize| {
+        vec![
+            json!({"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/written{i}.txt"), "content": "x\n"}}}),
+            json!({"tool_use": {"name": "Edit", "input": {"file_path": format!("{ws}/README.md"), "old_string": "original", "new_string": "edited"}}}),
+        ]
+    };
+    let refused = |round: &str, res: &[Value], from: usize| {
+        for got in &res[from..from + 2] {
+            assert_eq!(got["is_error"], true, "{round}: ran: {res:?}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(r.path.join("README.md")).unwrap(),
+            "original\n",
+            "{round}: Edit ran"
+        );
+        for i in 0..3 {
+            assert!(
+                !r.path.join(format!("written{i}.txt")).exists(),
+                "{round}: Write ran"
+            );
+        }
+    };
+    // Break: the agent's settings env points the loader at its own libc
+    // and libgcc (empty files, so a loader that reads them fails).
+    let o = r.exec(
+        "mkdir -p ~/.evil ~/.claude && : > ~/.evil/libc.so.6 && : > ~/.evil/libgcc_s.so.1 && echo '{\"env\": {\"LD_LIBRARY_PATH\": \"/home/agent/.evil\", \"LD_PRELOAD\": \"/home/agent/.evil/libc.so.6\", \"CLAUDE_CODE_SHELL_PREFIX\": \"/bin/true\"}}' > ~/.claude/settings.json",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let mut turns = banned(0);
+    turns.push(json!({"text": "done"}));
+    let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 2, "{res:?}");
+    refused("break", &res, 0);
+    for got in &res {
+        assert!(
+            content(got).contains("[tools].disallowed"),
+            "break: {got:?}"
+        );
+    }
+    let blocked = r.tool_records(true);
+    for op in ["Write", "Edit"] {
+        assert!(
+            blocked.iter().any(|d| d["operation"] == op),
+            "break: {op} not audited: {blocked:?}"
+        );
+    }
+    let o = r.exec("rm -rf ~/.evil ~/.claude/settings.json");
+    assert!(o.status.success(), "{}", text(&o));
+    // Starve: one Bash call lowers the CLI's process limit to 1, so no
+    // hook can start; the in-process Write and Edit are refused.
+    let starve = "p=$$; while [ \"$p\" -gt 1 ]; do read -r c < /proc/$p/comm; case \"$c\" in claude*) break;; esac; p=$(cut -d' ' -f4 /proc/$p/stat); done; prlimit --pid \"$p\" --nproc=1:1 && echo starved $c";
+    let mut turns = vec![
+        json!({"tool_use": {"name": "Bash", "input": {"command": starve, "description": "starve"}}}),
+    ];
+    turns.extend(banned(1));
+    turns.push(json!({"text": "done"}));
+    let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 3, "{res:?}");
+    assert!(content(&res[0]).contains("starved"), "starve: {res:?}");
+    refused("starve", &res, 1);
+    eprintln!("starve: {:?}", res.iter().map(content).collect::<Vec<_>>());
+    // Kill and stop: a loop the agent leaves running sends every checker
+    // SIGKILL, or SIGSTOP (the hook then times out after 30 s).
+    for (round, sig) in [("kill", "KILL"), ("stop", "STOP")] {
+        let lp = format!(
+            "setsid timeout 150 sh -c 'while :; do for p in /proc/[0-9]*; do read -r c < $p/comm 2>/dev/null && [ \"$c\" = sbx-tool-guard ] && kill -{sig} ${{p##*/}} 2>/dev/null; done; done' sbxloop >/dev/null 2>&1 </dev/null & echo looping"
+        );
+        let mut turns = vec![
+            json!({"tool_use": {"name": "Bash", "input": {"command": lp, "description": "loop"}}}),
+        ];
+        turns.extend(banned(2));
+        turns.push(json!({"text": "done"}));
+        let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
+        assert_eq!(res.len(), 3, "{round}: {res:?}");
+        assert!(content(&res[0]).contains("looping"), "{round}: {res:?}");
+        refused(round, &res, 1);
+        // Which refusals the failed hook made (the rest the checker made
+        // before the loop reached it): shown, since the race is the CLI's.
+        eprintln!("{round}: {:?}", res.iter().map(content).collect::<Vec<_>>());
+        // The loop's name is built so that this script does not match it.
+        let o = r.exec("n=sbx; n=${n}loop; for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in *\"$n\"*) kill -9 ${p##*/};; esac; done; true");
+        assert!(o.status.success(), "{}", text(&o));
+    }
+}
+
+/// Issue 38, class 2: Monitor runs a command, so `disallowed = ["Bash"]`
+/// refuses it (and logs it as refused), through the real CLI.
+#[test]
+fn monitor_is_a_shell_to_the_policy() {
+    let Some(r) = Repo::new("tools-monitor", "[tools]\ndisallowed = [\"Bash\"]\n") else {
+        return;
+    };
+    let ws = r.target();
+    let res = r.agent(
+        json!([
+            {"tool_use": {"name": "Monitor", "input": {"command": format!("touch {ws}/monitor.txt"), "description": "watch", "timeout_ms": 10000, "persistent": false}}},
+            {"tool_use": {"name": "Bash", "input": {"command": format!("touch {ws}/bash.txt"), "description": "touch"}}},
+            {"text": "done"}
+        ]),
+        "--dangerously-skip-permissions",
+    );
+    assert_eq!(res.len(), 2, "{res:?}");
+    for got in &res {
+        assert_eq!(got["is_error"], true, "ran: {res:?}");
+        assert!(content(got).contains("[tools].disallowed"), "{got:?}");
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(
+        !r.path.join("monitor.txt").exists(),
+        "Monitor ran its command"
+    );
+    assert!(!r.path.join("bash.txt").exists());
+    let blocked = r.tool_records(true);
+    assert!(
+        blocked
+            .iter()
+            .any(|d| d["operation"] == "Monitor" && d["policy"] == "tools.disallowed"),
+        "{blocked:?}"
+    );
+}
+
+/// Issue 38, class 2: every tool the CLI in the image offers (its init
+/// message) is in sbx-tool-guard's table, so none is let through as a
+/// tool sbx does not know; a new CLI version with a new tool fails here.
+#[test]
+fn every_tool_of_the_cli_is_classified() {
+    let Some(r) = Repo::new("tools-classes", "[tools]\ndisallowed = [\"Write\"]\n") else {
+        return;
+    };
+    let o = r.exec(
+        "cd /tmp && ANTHROPIC_BASE_URL=http://127.0.0.1:9 ANTHROPIC_API_KEY=sk-sbx-test CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 60 claude -p hi --output-format stream-json --verbose --max-turns 1 </dev/null 2>/dev/null | head -n 5; claude --version",
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let init = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["subtype"] == "init")
+        .unwrap_or_else(|| panic!("no init message: {}", text(&o)));
+    let tools: Vec<&str> = init["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(tools.contains(&"Bash"), "{tools:?}");
+    let unknown: Vec<&&str> = tools
+        .iter()
+        .filter(|t| sbx_tool_guard::tools::class(t, &json!({})).is_none())
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "Claude Code {} has tools sbx-tool-guard does not classify (its table is {}'s): {unknown:?}; add each to tools/sbx-tool-guard/src/tools.rs",
+        out.lines().last().unwrap_or(""),
+        sbx_tool_guard::tools::CLAUDE_VERSION
+    );
+}
+
+/// Issue 38, class 5: under `Bash(rm:*)`, each way bash has of running
+/// text as a command is refused through the real CLI, and every victim
+/// file is still there.
+#[test]
+fn bash_rules_refuse_what_bash_would_run_from_data() {
+    let Some(r) = Repo::new("tools-rm", "[tools]\ndisallowed = [\"Bash(rm:*)\"]\n") else {
+        return;
+    };
+    let ws = r.target();
+    let v = |i: usize| format!("{ws}/victim{i}");
+    // The data the first five read: files the agent wrote earlier, so the
+    // command itself holds no `rm`.
+    let data = [
+        format!("a[$(rm -f {})]", v(0)),
+        format!("a[$(rm -f {})]", v(1)),
+        format!("$(rm -f {})", v(2)),
+        format!("$(rm -f {})", v(3)),
+        format!("rm -f {}", v(4)),
+    ];
+    for (i, d) in data.iter().enumerate() {
+        let o = r.exec(&format!("cat > /tmp/d{i} <<'EOF'\n{d}\nEOF"));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let lines: Vec<String> = vec![
+        "read v < /tmp/d0; echo $((v))".into(),
+        "v=$(cat /tmp/d1); [[ $v -eq 0 ]]".into(),
+        "y=$(cat /tmp/d2); echo ${y@P}".into(),
+        "PS4=$(cat /tmp/d3); set -x; :".into(),
+        "x=$(cat /tmp/d4); trap \"$x\" EXIT".into(),
+        format!("mapfile -t -C 'rm -f' -c 1 a <<< {}", v(5)),
+        format!("compgen -C 'rm -f {}' x", v(6)),
+        format!("env 'BASH_FUNC_f%%=() {{ rm -f {}; }}' bash -c f", v(7)),
+        format!("prlimit --nofile=256 rm -f {}", v(8)),
+        format!("echo | sed 'e rm -f {}'", v(9)),
+        format!(
+            "echo {} | xargs -I{{}} sh -c 'exec \"$0\" -f {{}}' rm",
+            v(10)
+        ),
+    ];
+    for i in 0..lines.len() {
+        std::fs::write(r.path.join(format!("victim{i}")), "x").unwrap();
+    }
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&r.path));
+    let mut turns: Vec<Value> = lines
+        .iter()
+        .map(|c| json!({"tool_use": {"name": "Bash", "input": {"command": c, "description": "x"}}}))
+        .collect();
+    turns.push(json!({"text": "done"}));
+    let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
+    assert_eq!(res.len(), lines.len(), "{res:?}");
+    // Every line that got through, and every victim gone, in one message.
+    let ran: Vec<(&String, bool)> = res
+        .iter()
+        .zip(&lines)
+        .enumerate()
+        .filter(|(_, (got, _))| {
+            got["is_error"] != true || !content(got).contains("[tools].disallowed")
+        })
+        .map(|(i, (_, l))| (l, !r.path.join(format!("victim{i}")).exists()))
+        .collect();
+    assert!(ran.is_empty(), "ran (line, victim removed): {ran:#?}");
+    for i in 0..lines.len() {
+        assert!(
+            r.path.join(format!("victim{i}")).exists(),
+            "victim{i} removed"
+        );
+    }
 }

@@ -73,7 +73,8 @@ pub struct Tools {
     /// Example: `["Write", "Bash(curl:*)", "Read(**/*.sql)"]`
     pub disallowed: Unique<ToolRule>,
     /// When set, every call no rule here matches is refused.
-    /// Example: `["Read", "Grep", "Glob", "Bash(npm test:*)"]`
+    /// Example: `["Read", "Grep", "Glob", "Bash(npm test)"]`
+    #[serde(deserialize_with = "allow_rules")]
     pub allowed: Option<Unique<ToolRule>>,
     /// The workspace (and repo-shelf) mounted read-only, and the agent's
     /// file-writing tools refused.
@@ -87,8 +88,113 @@ pub struct Tools {
     pub deny_read: Unique<PathGlob>,
 }
 
+/// Programs that run code named by a flag or the environment
+/// (`npm test --node-options=--require=…`, `git -c alias.x=!…`, `make
+/// SHELL=…`, `python -c`): a `Bash(P …:*)` allow rule, which lets any
+/// further word through, would run the agent's code.
+pub const CODE_FROM_FLAGS: &[&str] = &[
+    "npm",
+    "npx",
+    "pnpm",
+    "yarn",
+    "bun",
+    "bunx",
+    "deno",
+    "node",
+    "nodejs",
+    "python",
+    "python3",
+    "pip",
+    "pip3",
+    "uv",
+    "uvx",
+    "poetry",
+    "ruby",
+    "perl",
+    "php",
+    "lua",
+    "git",
+    "make",
+    "gmake",
+    "cmake",
+    "ninja",
+    "cargo",
+    "rustc",
+    "go",
+    "gcc",
+    "cc",
+    "clang",
+    "java",
+    "mvn",
+    "gradle",
+    "dotnet",
+    "bash",
+    "sh",
+    "dash",
+    "zsh",
+    "ksh",
+    "fish",
+    "env",
+    "sudo",
+    "xargs",
+    "find",
+    "awk",
+    "gawk",
+    "sed",
+    "tar",
+    "rsync",
+    "ssh",
+    "scp",
+    "docker",
+    "kubectl",
+    "terraform",
+    "eval",
+    "exec",
+    "command",
+    "builtin",
+    "source",
+    ".",
+    "time",
+    "timeout",
+    "nice",
+    "nohup",
+    "watch",
+    "script",
+    "vim",
+    "vi",
+    "nvim",
+    "emacs",
+    "less",
+    "man",
+    "jq",
+    "yq",
+    "curl",
+    "wget",
+];
+
+/// `[tools].allowed`: a `:*` rule for a program in `CODE_FROM_FLAGS` is
+/// refused when the config loads, with how to write it instead.
+fn allow_rules<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Unique<ToolRule>>, D::Error> {
+    let rules = Option::<Unique<ToolRule>>::deserialize(d)?;
+    for r in rules.iter().flat_map(|u| u.iter()) {
+        if let Some(RuleArg::Prefix(p)) = &r.arg {
+            let words: Vec<&str> = p.split_whitespace().collect();
+            let first = words
+                .first()
+                .map_or("", |w| w.rsplit('/').next().unwrap_or(w));
+            if CODE_FROM_FLAGS.contains(&first) {
+                return Err(serde::de::Error::custom(format!(
+                    "\"{r}\" lets any further words through, and {first} runs code named by a flag or the environment; list each command exactly, like \"Bash({p})\" and \"Bash({p} --watch)\""
+                )));
+            }
+        }
+    }
+    Ok(rules)
+}
+
 /// Claude Code's built-in tool names; `mcp__…` names are MCP tools.
-pub const KNOWN_TOOLS: [&str; 18] = [
+pub const KNOWN_TOOLS: [&str; 25] = [
+    "AskUserQuestion",
     "Bash",
     "BashOutput",
     "Edit",
@@ -97,15 +203,21 @@ pub const KNOWN_TOOLS: [&str; 18] = [
     "Grep",
     "KillShell",
     "LS",
+    "Monitor",
     "MultiEdit",
     "NotebookEdit",
     "NotebookRead",
+    "PowerShell",
+    "REPL",
     "Read",
+    "Skill",
     "SlashCommand",
     "Task",
     "TodoWrite",
+    "ToolSearch",
     "WebFetch",
     "WebSearch",
+    "Workflow",
     "Write",
 ];
 

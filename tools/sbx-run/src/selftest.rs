@@ -103,9 +103,11 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
                 "session_id": "sbx-run-test", "hook_event_name": "PreToolUse", "cwd": target,
                 "tool_name": r.tool, "tool_input": {"file_path": format!("{target}/.sbx-selftest")},
             });
-            // The hook Claude would run, as the managed settings name it.
+            // The hook Claude would run, as the managed settings name it:
+            // exec form, failing closed (a shell-form or fail-open entry
+            // is not held, whatever it exits with).
             let script = format!(
-                "cmd=$(jq -er '.hooks.PreToolUse[] | select(.matcher == \"*\") | .hooks[0].command' {m}) || {{ echo 'no PreToolUse hook in {m}'; exit 9; }}; echo {j} | sh -c \"$cmd\"",
+                "h=$(jq -er '.hooks.PreToolUse[] | select(.matcher == \"*\") | .hooks[0] | select(.onFailure == \"block\" and (.args | type) == \"array\") | [.command] + .args | @sh' {m}) || {{ echo 'no fail-closed exec-form PreToolUse hook in {m}'; exit 9; }}; eval \"set -- $h\"; echo {j} | \"$@\"",
                 m = sbx_tool_guard::settings::MANAGED_PATH,
                 j = q(&hook.to_string()),
             );

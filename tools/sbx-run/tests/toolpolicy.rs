@@ -52,7 +52,9 @@ fn tools_policy_shows_managed_settings_and_read_only_mounts() {
     for want in [
         "\"Bash(curl:*)\"",
         "\"Read(//workspace/ws/**/*.sql)\"",
-        "sbx-tool-guard check --workspace /workspace/ws",
+        "\"command\": \"/usr/local/bin/sbx-tool-guard\"",
+        "\"/workspace/ws\"",
+        "\"onFailure\": \"block\"",
     ] {
         assert!(out.contains(want), "{want} missing:\n{out}");
     }

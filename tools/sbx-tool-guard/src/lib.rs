@@ -6,6 +6,7 @@
 pub mod policy;
 pub mod settings;
 pub mod shell;
+pub mod tools;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -25,8 +26,9 @@ const TOOL: &str = "sbx-tool-guard";
 /// The audit records' `tool`: the source of the decision.
 pub const SOURCE: &str = "tools";
 /// Claude Code's hook protocol: exit 2 blocks the call and feeds stderr to
-/// the model; any other failure status lets the call through, so every
-/// failure of `check` must end here.
+/// the model. Any other status is a failure, which the managed hook's
+/// `onFailure: "block"` also refuses; `check` still ends every failure of
+/// its own here, so the refusal carries a reason and an audit record.
 const HOOK_BLOCK: u8 = 2;
 /// Hook input larger than this is refused (a Write carries its content).
 const MAX_INPUT: u64 = 64 << 20;
@@ -62,7 +64,12 @@ Rules, in order; the first that refuses decides:
                   minus [filesystem].allowed); `..` is resolved, symlinks are followed
 Rules: Name, Bash(prefix:*), Bash(exact command), Read(glob) (and the other file tools),
 WebFetch(domain:NAME). Edit rules cover Edit, MultiEdit, NotebookEdit and Write; Read
-rules cover Read, NotebookRead, Grep, Glob and LS.
+rules cover Read, NotebookRead, Grep, Glob and LS. Bash rules cover every tool that runs
+a command (Monitor, PowerShell) and refuse those that run code sbx cannot read (REPL,
+Workflow, Skill); a tool sbx does not know is refused when a rule names Bash or a file
+tool, unless allowed names it. An allowed Bash(P:*) rule for a program that takes code
+from flags or the environment (npm, node, python, git, make, cargo, sh, env, ...) is a
+config error: list each command exactly, like Bash(npm test).
 
 Bash rules see the command as bash parses it: quotes undone (c''url), a path
 prefix dropped (/usr/bin/curl), wrappers unwrapped (env, sudo, xargs, command,
@@ -71,10 +78,15 @@ flock, chroot, unshare, nsenter, taskset, chrt, strace, watch, git's global
 options), and the scripts of sh/bash -c, eval, su -c, script -c, trap, alias,
 command-valued variables (GIT_SSH_COMMAND, PAGER, EDITOR), git -c settings git
 runs and $(…) read too. A command word the shell computes ($X, a glob, a shell
-reading stdin) is refused under a Bash rule. Advisory still: a script written
+reading stdin) is refused under a Bash rule, and so is what makes bash run data:
+arithmetic on variables, ${x@P}, set -x, a computed trap, -C callbacks, BASH_FUNC_
+through env, sed's e command; prlimit and setarch are unwrapped. Advisory still: a script written
 to a file and run is not read, nor is python -c; Read rules do not stop a Grep
 rooted above the denied directory (use deny-read); the workspace mounts and
 the firewall are what hold.
+
+The hook is an exec-form entry with \"onFailure\": \"block\": a checker that is killed,
+times out or cannot start refuses the call; link it statically (make build does).
 
 Exit status: check: 0 let through, 2 refused (Claude Code's hook protocol);
 decide: 0 allowed, 77 refused; 78 bad config.

@@ -3,11 +3,14 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use sbx_core::config::{Config, RuleArg, ToolRule, Tools, rule_covers, writing_tools};
+use sbx_core::config::{
+    Config, RuleArg, TOOL_FAMILIES, ToolRule, Tools, rule_covers, writing_tools,
+};
 use sbx_core::glob::{PathPattern, PathSet};
 use serde_json::Value;
 
 use crate::shell::{self, SimpleCmd, Word};
+use crate::tools::{self as known, Class};
 
 /// Which `[tools]` key decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +19,8 @@ pub enum Key {
     Disallowed,
     Allowed,
     DenyRead,
+    /// A tool sbx does not know, under rules that depend on what it does.
+    UnknownTool,
 }
 
 impl Key {
@@ -26,6 +31,7 @@ impl Key {
             Key::Disallowed => "tools.disallowed",
             Key::Allowed => "tools.allowed",
             Key::DenyRead => "tools.deny-read",
+            Key::UnknownTool => "tools.unknown-tool",
         }
     }
 }
@@ -89,8 +95,23 @@ impl Policy {
 
     pub fn decide(&self, tool: &str, input: &Value, cwd: Option<&Path>) -> Decision {
         let cwd = cwd.map_or_else(|| self.workspace.clone(), |c| normalize(&self.workspace, c));
-        let call = Call::new(tool, input, &cwd);
-        if self.tools.read_only && writing_tools().contains(&tool) {
+        let class = known::class(tool, input);
+        let call = Call::new(tool, class, input, &cwd);
+        let named = |r: &ToolRule| r.tool == tool && r.arg.is_none();
+        if class.is_none()
+            && self.depends_on_tools()
+            && !self.tools.allowed.iter().flat_map(|a| a.iter()).any(named)
+        {
+            return Decision::Block {
+                key: Key::UnknownTool,
+                reason: format!(
+                    "{tool} is refused: sbx does not know what this tool does (its table is Claude Code {}'s), and [tools] has rules for shells or files; name it in [tools].allowed to let it through",
+                    known::CLAUDE_VERSION
+                ),
+            };
+        }
+        if self.tools.read_only && (writing_tools().contains(&tool) || class == Some(Class::Writes))
+        {
             return Decision::Block {
                 key: Key::ReadOnly,
                 reason: format!(
@@ -165,6 +186,25 @@ impl Policy {
         Decision::Allow(key)
     }
 
+    /// Whether a rule depends on what a call runs or touches: one naming
+    /// Bash or a file tool, `read-only`, `deny-read`.
+    fn depends_on_tools(&self) -> bool {
+        let file_tools = |t: &str| {
+            t == "Bash"
+                || TOOL_FAMILIES
+                    .iter()
+                    .any(|(f, members)| *f == t || members.contains(&t))
+        };
+        self.tools.read_only
+            || !self.tools.deny_read.is_empty()
+            || self
+                .tools
+                .disallowed
+                .iter()
+                .chain(self.tools.allowed.iter().flat_map(|a| a.iter()))
+                .any(|r| file_tools(&r.tool))
+    }
+
     /// The pattern masking `p` (or, when `p` exists, the file it resolves
     /// to), unless an `[filesystem].allowed` exception covers it.
     fn masked(&self, p: &Path) -> Option<String> {
@@ -203,7 +243,7 @@ impl Policy {
     /// Disallowed: refused when any command the call runs (or any path)
     /// matches, and when what runs cannot be known.
     fn matches_any_part(&self, r: &ToolRule, glob: Option<&PathSet>, call: &Call) -> M {
-        if !rule_covers(&r.tool, call.tool) {
+        if !covers(&r.tool, call.tool, call.class) {
             return M::No;
         }
         let yes = |b: bool| if b { M::Yes } else { M::No };
@@ -245,7 +285,7 @@ impl Policy {
     fn allowed_by(&self, rules: &[(&ToolRule, Option<&PathSet>)], call: &Call) -> bool {
         let mine: Vec<_> = rules
             .iter()
-            .filter(|(r, _)| rule_covers(&r.tool, call.tool))
+            .filter(|(r, _)| covers(&r.tool, call.tool, call.class))
             .collect();
         if mine.iter().any(|(r, _)| r.arg.is_none()) {
             return true;
@@ -278,9 +318,22 @@ impl Policy {
     }
 }
 
+/// Whether a rule naming `rule` covers a call of `tool`: by name and
+/// family, and by what the tool does (a shell is covered by `Bash` rules,
+/// a tool running unreadable code too, a file-changing one by `Edit`).
+fn covers(rule: &str, tool: &str, class: Option<Class>) -> bool {
+    rule_covers(rule, tool)
+        || match class {
+            Some(Class::Shell(_) | Class::Code) => rule == "Bash",
+            Some(Class::Writes) => rule == "Edit",
+            _ => false,
+        }
+}
+
 /// What a call acts on, from its input.
 struct Call<'a> {
     tool: &'a str,
+    class: Option<Class>,
     /// Bash: every simple command it runs.
     commands: Vec<SimpleCmd>,
     /// Bash: why what it runs cannot be known, when it cannot.
@@ -292,20 +345,28 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(tool: &'a str, input: &Value, cwd: &Path) -> Self {
+    fn new(tool: &'a str, class: Option<Class>, input: &Value, cwd: &Path) -> Self {
         let s = |k: &str| input.get(k).and_then(Value::as_str);
         let mut commands = Vec::new();
         let mut unknown = None;
         let mut paths = Vec::new();
         let mut host = None;
         let mut whole = String::new();
-        if tool == "Bash" {
-            if let Some(c) = s("command") {
-                let script = shell::analyze(c);
-                commands = script.commands;
-                unknown = script.unknown;
-                whole = c.to_owned();
+        match class {
+            Some(Class::Shell(field)) => {
+                if let Some(c) = s(field) {
+                    let script = shell::analyze(c);
+                    commands = script.commands;
+                    unknown = script.unknown;
+                    whole = c.to_owned();
+                } else if input.get(field).is_some() {
+                    unknown = Some(format!("its {field} is not a string"));
+                }
             }
+            Some(Class::Code) => {
+                unknown = Some(format!("{tool} runs code sbx cannot read"));
+            }
+            _ => {}
         }
         for k in ["file_path", "notebook_path", "path"] {
             if let Some(p) = s(k).filter(|p| !p.is_empty()) {
@@ -326,6 +387,7 @@ impl<'a> Call<'a> {
         }
         Self {
             tool,
+            class,
             commands,
             unknown,
             paths,

@@ -31,7 +31,11 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
     for g in tools.deny_read.iter() {
         push(format!("Read({})", claude_path(&g.0.text, workspace)));
     }
-    let command = format!("{CHECKER} check --workspace {}", quote(workspace));
+    let mut env = serde_json::Map::new();
+    env.insert("SBX_TOOL_GUARD".into(), "1".into());
+    for v in PINNED_ENV {
+        env.insert((*v).into(), "".into());
+    }
     // allowManagedHooksOnly: hooks from the agent's own settings files
     // (which it can write) do not run beside ours; disableAllHooks there
     // cannot switch ours off either way (tests/e2e/tests/tools.rs).
@@ -41,12 +45,55 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
         "hooks": {
             "PreToolUse": [{
                 "matcher": "*",
-                "hooks": [{ "type": "command", "command": command, "timeout": 30 }]
+                "hooks": [hook(workspace)]
             }]
         },
-        "env": { "SBX_TOOL_GUARD": "1" }
+        "env": env
     }))
 }
+
+/// The hook entry. Exec form (`args`): the CLI spawns the static checker
+/// itself, so no shell (and no `CLAUDE_CODE_SHELL_PREFIX`, `BASH_ENV`)
+/// stands between the CLI and the verdict. `onFailure: "block"`: a checker
+/// that is killed, stopped past its timeout, cannot start (`RLIMIT_NPROC`)
+/// or exits with anything but 0 or 2 refuses the call (Claude Code 2.1.332;
+/// older CLIs ignore the key and let such a call through, so sbx-run
+/// installs the version it pins: tests/e2e/tests/tools.rs).
+pub fn hook(workspace: &str) -> Value {
+    json!({
+        "type": "command",
+        "command": CHECKER,
+        "args": ["check", "--workspace", workspace],
+        "timeout": HOOK_TIMEOUT,
+        "onFailure": "block"
+    })
+}
+
+/// Seconds the CLI waits for the checker before taking it as failed.
+pub const HOOK_TIMEOUT: u64 = 30;
+
+/// Variables the agent's own settings `env` could set to take over what
+/// the CLI starts (its hooks, its Bash tool's shell), set empty here too.
+/// The checker does not rely on it: it is static and has no loader to
+/// take over; this is for the other programs the CLI runs.
+pub const PINNED_ENV: &[&str] = &[
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "LD_DEBUG_OUTPUT",
+    "LD_PROFILE",
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    "MALLOC_TRACE",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "NODE_OPTIONS",
+    "CLAUDE_CODE_SHELL_PREFIX",
+];
 
 /// Where Codex reads the requirements an admin sets.
 pub const CODEX_REQUIREMENTS: &str = "/etc/codex/requirements.toml";
@@ -84,16 +131,6 @@ fn claude_path(glob: &str, workspace: &str) -> String {
     format!("/{ws}/{anchored}{dir}")
 }
 
-fn quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,10 +154,11 @@ mod tests {
                 "Read(//workspace/**/keys/**)"
             ])
         );
-        assert_eq!(
-            v["hooks"]["PreToolUse"][0]["hooks"][0]["command"],
-            "/usr/local/bin/sbx-tool-guard check --workspace /workspace"
-        );
+        let h = &v["hooks"]["PreToolUse"][0]["hooks"][0];
+        assert_eq!(h["command"], "/usr/local/bin/sbx-tool-guard");
+        assert_eq!(h["args"], json!(["check", "--workspace", "/workspace"]));
+        assert_eq!(h["onFailure"], "block");
+        assert_eq!(v["env"]["LD_LIBRARY_PATH"], "");
         let none = sbx_core::config::parse_toml("", Path::new("c.toml")).unwrap();
         assert!(managed(&none, "/workspace").is_none());
     }

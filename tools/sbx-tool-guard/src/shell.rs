@@ -10,11 +10,13 @@
 //! firewall are what hold.
 
 use brush_parser::ast::{
-    AndOr, AndOrList, Assignment, AssignmentName, AssignmentValue, Command,
+    AndOr, AndOrList, Assignment, AssignmentName, AssignmentValue, BinaryPredicate, Command,
     CommandPrefixOrSuffixItem, CompoundCommand, CompoundList, ExtendedTestExpr,
     IoFileRedirectTarget, IoRedirect, SimpleCommand,
 };
-use brush_parser::word::{self, WordPiece, WordPieceWithSource};
+use brush_parser::word::{
+    self, Parameter, ParameterExpr, ParameterTransformOp, WordPiece, WordPieceWithSource,
+};
 use brush_parser::{Parser, ParserOptions};
 
 /// How deep `sh -c "eval '…'"` and `$( $( … ) )` are followed.
@@ -203,9 +205,25 @@ impl Walker {
             ExtendedTestExpr::UnaryTest(_, w) => {
                 self.word(&w.value);
             }
-            ExtendedTestExpr::BinaryTest(_, a, b) => {
-                self.word(&a.value);
-                self.word(&b.value);
+            ExtendedTestExpr::BinaryTest(op, a, b) => {
+                let wa = self.word(&a.value);
+                let wb = self.word(&b.value);
+                // `[[ $v -eq 0 ]]` evaluates $v's value as arithmetic, and
+                // arithmetic runs the `$(…)` of an `a[$(…)]` in it.
+                let arith = matches!(
+                    op,
+                    BinaryPredicate::ArithmeticEqualTo
+                        | BinaryPredicate::ArithmeticNotEqualTo
+                        | BinaryPredicate::ArithmeticLessThan
+                        | BinaryPredicate::ArithmeticLessThanOrEqualTo
+                        | BinaryPredicate::ArithmeticGreaterThan
+                        | BinaryPredicate::ArithmeticGreaterThanOrEqualTo
+                );
+                if arith && !(plain_number(&wa) && plain_number(&wb)) {
+                    self.unknown(
+                        "[[ … -eq … ]] evaluates a value as arithmetic, which can run commands",
+                    );
+                }
             }
         }
     }
@@ -290,7 +308,22 @@ impl Walker {
     /// A variable a program runs or sources: `GIT_SSH_COMMAND='curl x'`,
     /// `PAGER=…`, `BASH_ENV=/dev/stdin`.
     fn env_value(&mut self, name: &str, v: &Word) {
-        if name == "BASH_ENV" || name == "ENV" {
+        if matches!(
+            name,
+            "SHELLOPTS" | "BASHOPTS" | "PS4" | "PS0" | "PS1" | "PS2" | "PS3"
+        ) {
+            // A prompt is expanded like a word (its `$(…)` run) under
+            // `set -x`; SHELLOPTS turns xtrace on in the next bash.
+            match v {
+                Word::Lit(t) if name.starts_with("PS") => {
+                    let t = t.clone();
+                    self.word(&t);
+                }
+                _ => self.unknown(format!(
+                    "{name} is set to something computed or that sets shell options"
+                )),
+            }
+        } else if name == "BASH_ENV" || name == "ENV" {
             match v {
                 Word::Lit(f) if !reads_stdin(f) => {}
                 _ => self.unknown(format!("{name} names stdin, a pipe or a computed path")),
@@ -310,6 +343,13 @@ impl Walker {
     fn env_words(&mut self, w: &[Word]) {
         for a in w {
             if let Word::Lit(a) = a {
+                // `env 'BASH_FUNC_ls%%=() { …; }' bash -c ls`: a function
+                // the next bash imports and runs in a command's place.
+                if a.starts_with("BASH_FUNC_") {
+                    self.unknown(
+                        "an exported function (BASH_FUNC_…) replaces a command in the next shell",
+                    );
+                }
                 if let Some((n, v)) = a.split_once('=') {
                     if !n.starts_with('-') {
                         self.env_value(n, &lit(v));
@@ -328,11 +368,18 @@ impl Walker {
 
     fn simple(&mut self, s: &SimpleCommand) {
         let mut words = Vec::new();
+        // `NODE_OPTIONS=… npm test`: the assignments are part of what runs,
+        // so an allow rule must match them too (a disallowed rule still
+        // sees the bare command below).
+        let mut assigns = Vec::new();
         for item in s.prefix.iter().flat_map(|p| p.0.iter()) {
             match item {
                 CommandPrefixOrSuffixItem::IoRedirect(r) => self.redirect(r),
                 CommandPrefixOrSuffixItem::Word(w) => words.push(self.word(&w.value)),
-                CommandPrefixOrSuffixItem::AssignmentWord(a, _) => self.assignment(a),
+                CommandPrefixOrSuffixItem::AssignmentWord(a, w) => {
+                    self.assignment(a);
+                    assigns.push(Word::Lit(w.value.clone()));
+                }
                 CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => self.list(&sub.list),
             }
         }
@@ -355,13 +402,26 @@ impl Walker {
         for w in &words {
             self.subscript_text(w);
         }
+        if !assigns.is_empty() {
+            assigns.extend(words.iter().cloned());
+            self.out.commands.push(SimpleCmd(assigns));
+        }
         self.argv(words);
     }
 
-    /// `$((…))`: only its command substitutions run anything.
+    /// `$((…))`, `((…))`, `let`: a name or expansion in it is evaluated
+    /// as arithmetic in turn, and a value like `a[$(cmd)]` runs cmd; only
+    /// numbers and operators are provably harmless.
     fn arith(&mut self, text: &str) {
         if text.contains("$(") || text.contains('`') {
             self.unknown("a command substitution inside $((…)) is not followed");
+        } else if text
+            .chars()
+            .any(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        {
+            self.unknown(
+                "arithmetic on a variable evaluates its value as code (a[$(…)] in it runs); write the numbers out",
+            );
         }
     }
 
@@ -421,10 +481,13 @@ impl Walker {
                     // x is special; either way it is literal text.
                     b.push(c, true);
                 }
-                WordPiece::ParameterExpansion(_) => {
+                WordPiece::ParameterExpansion(pe) => {
                     let text = raw.get(p.start_index..p.end_index).unwrap_or(raw);
                     if text.contains("$(") || text.contains('`') {
                         self.unknown("a command substitution inside ${…} is not followed");
+                    }
+                    if let Some(why) = param_runs(pe, text) {
+                        self.unknown(why);
                     }
                     known = false;
                 }
@@ -533,11 +596,57 @@ impl Walker {
                     }
                     return;
                 }
-                "declare" | "typeset" | "local" | "export" | "readonly" | "let" => {
+                "let" => {
                     for a in rest {
-                        self.deferred_word(a);
+                        match a {
+                            Word::Lit(t) => self.arith(t),
+                            _ => self.unknown("let evaluates a computed expression"),
+                        }
                     }
                     return;
+                }
+                "declare" | "typeset" | "local" | "export" | "readonly" => {
+                    // `-i`: every later value is evaluated as arithmetic.
+                    let int_flag = |a: &Word| {
+                        matches!(a, Word::Lit(t)
+                            if (t.starts_with('-') || t.starts_with('+')) && t[1..].contains('i'))
+                    };
+                    if rest.iter().any(int_flag) {
+                        self.unknown(format!(
+                            "{name} -i (or a computed option) makes values arithmetic"
+                        ));
+                    }
+                    for a in rest {
+                        self.deferred_word(a);
+                        if let Word::Lit(t) = a {
+                            if let Some((n, v)) = t.split_once('=') {
+                                self.env_value(n, &lit(v));
+                            }
+                        }
+                    }
+                    return;
+                }
+                "set" => {
+                    self.set_options(rest);
+                    return;
+                }
+                // A callback string run per line read or per completion.
+                "mapfile" | "readarray" | "compgen" | "complete" => {
+                    self.callback(&name, rest);
+                    return;
+                }
+                "sed" | "gsed" => {
+                    self.sed(rest);
+                    return;
+                }
+                "prlimit" => prlimit(rest),
+                "setarch" => options(rest, &o("", "")).and_then(|r| {
+                    // The architecture, then its flags, then the command.
+                    let r = r.get(1..).unwrap_or(&[]);
+                    options(r, &o("", "vRFZLXBIST3"))
+                }),
+                "linux32" | "linux64" | "i386" | "x86_64" | "uname26" => {
+                    options(rest, &o("", "vRFZLXBIST3"))
                 }
                 "command" => options(rest, &o("", "pvV")),
                 "exec" => options(rest, &o("a", "cl")),
@@ -650,8 +759,11 @@ impl Walker {
                     return;
                 }
                 "trap" => {
-                    if let Some(Word::Lit(a)) = rest.iter().find(|a| **a != lit("--")) {
-                        self.script(a);
+                    match rest.iter().find(|a| **a != lit("--")) {
+                        Some(Word::Lit(a)) if a == "-p" || a == "-l" || a == "-P" => {}
+                        Some(Word::Lit(a)) => self.script(a),
+                        Some(_) => self.unknown("trap sets an action computed at run time"),
+                        None => {}
                     }
                     return;
                 }
@@ -746,6 +858,105 @@ impl Walker {
         self.unknown("su without -c runs a shell reading its commands from stdin");
     }
 
+    /// `set -x` / `set -o xtrace`: every later command expands PS4 (which
+    /// the environment or the script may set to `$(…)`).
+    fn set_options(&mut self, w: &[Word]) {
+        let mut it = w.iter();
+        while let Some(a) = it.next() {
+            match a {
+                Word::Lit(a) if a == "-o" || a == "+o" => match it.next() {
+                    Some(Word::Lit(o)) if o != "xtrace" && o != "verbose" => {}
+                    None => {}
+                    _ => return self.unknown("set -o xtrace expands PS4, which can run commands"),
+                },
+                Word::Lit(a) if a == "--" => return,
+                Word::Lit(a) if a.starts_with('-') || a.starts_with('+') => {
+                    if a[1..].contains(['x', 'v']) {
+                        return self.unknown("set -x expands PS4, which can run commands");
+                    }
+                }
+                Word::Lit(_) => return,
+                _ => return self.unknown("set has an option computed at run time"),
+            }
+        }
+    }
+
+    /// `mapfile -C CMD`, `compgen -C CMD`/`-F FUNC`: bash runs the callback.
+    fn callback(&mut self, name: &str, w: &[Word]) {
+        let mut it = w.iter();
+        while let Some(a) = it.next() {
+            let Word::Lit(a) = a else {
+                return self.unknown(format!("{name} has an option computed at run time"));
+            };
+            if !a.starts_with('-') || a == "--" {
+                continue;
+            }
+            let flags = &a[1..];
+            if let Some(i) = flags.find(['C', 'F']) {
+                let attached = &flags[i + 1..];
+                let cb = if attached.is_empty() {
+                    it.next().cloned()
+                } else {
+                    Some(lit(attached))
+                };
+                match cb {
+                    Some(Word::Lit(c)) if flags.as_bytes()[i] == b'C' => self.script(&c),
+                    // A function name: the script's functions were read
+                    // where they are defined; it may still be imported.
+                    Some(Word::Lit(_)) => {}
+                    _ => self.unknown(format!("{name} -C runs a callback computed at run time")),
+                }
+            }
+        }
+    }
+
+    /// GNU sed's `e` command and the `e` flag of `s` run a shell command;
+    /// a script sbx cannot read (computed, from a file) is unknown.
+    fn sed(&mut self, w: &[Word]) {
+        let mut scripts = Vec::new();
+        let mut explicit = false;
+        let mut it = w.iter();
+        let mut first_operand = None;
+        while let Some(a) = it.next() {
+            let Word::Lit(a) = a else {
+                return self.unknown("sed has an argument computed at run time");
+            };
+            if a == "-e" || a == "--expression" {
+                explicit = true;
+                match it.next() {
+                    Some(Word::Lit(s)) => scripts.push(s.clone()),
+                    _ => return self.unknown("sed -e has a script computed at run time"),
+                }
+            } else if let Some(s) = a.strip_prefix("--expression=") {
+                explicit = true;
+                scripts.push(s.to_owned());
+            } else if a == "-f"
+                || a.starts_with("--file")
+                || (a.starts_with('-') && !a.starts_with("--") && a.contains('f'))
+            {
+                return self.unknown("sed -f runs a script file sbx cannot read");
+            } else if a.starts_with("-e") && !a.starts_with("--") {
+                explicit = true;
+                scripts.push(a[2..].to_owned());
+            } else if a.starts_with('-') && a.len() > 1 {
+                // -n, -i[SUF], -E, -r, -s, -u, -z, -l N, --posix, …
+                if a == "-l" || a == "--line-length" {
+                    it.next();
+                }
+            } else if first_operand.is_none() {
+                first_operand = Some(a.clone());
+            }
+        }
+        if !explicit {
+            scripts.extend(first_operand);
+        }
+        for s in scripts {
+            if sed_runs(&s) {
+                self.unknown("sed's e command runs a shell command");
+            }
+        }
+    }
+
     /// `sh [-e] -c SCRIPT`, `sh FILE` (advisory: the file is not read),
     /// or a shell reading stdin (refused when a rule needs to know).
     fn shell(&mut self, w: &[Word]) {
@@ -773,6 +984,9 @@ impl Walker {
             }
             if (a.starts_with('-') || a.starts_with('+')) && a.len() > 1 {
                 c_mode |= a[1..].contains('c');
+                if a[1..].contains(['x', 'v']) {
+                    self.unknown("a shell with -x expands PS4, which can run commands");
+                }
                 stdin |= a[1..].contains('s');
                 i += 1;
                 continue;
@@ -787,6 +1001,199 @@ impl Walker {
             _ => self.unknown("a shell reading its commands from stdin runs what it reads"),
         }
     }
+}
+
+/// A word arithmetic reads as a number and nothing else.
+fn plain_number(w: &Word) -> bool {
+    matches!(w, Word::Lit(t) if !t.is_empty() && t.trim_start_matches(['-', '+']).chars().all(|c| c.is_ascii_digit()))
+}
+
+/// Why a `${…}` can run a command: `@P` expands the value as a prompt;
+/// an indexed subscript or a substring offset is arithmetic on data; `!x`
+/// names another variable whose subscript is evaluated in turn.
+fn param_runs(pe: &ParameterExpr, text: &str) -> Option<&'static str> {
+    if let ParameterExpr::Transform {
+        op: ParameterTransformOp::PromptExpand,
+        ..
+    } = pe
+    {
+        return Some("${x@P} expands a value as a prompt, which runs its $(…)");
+    }
+    if let ParameterExpr::Substring { offset, length, .. } = pe {
+        let plain = |e: &str| {
+            e.trim()
+                .trim_start_matches(['-', '+'])
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == ' ')
+        };
+        if !plain(&offset.value) || length.as_ref().is_some_and(|l| !plain(&l.value)) {
+            return Some(
+                "a ${x:offset} offset is arithmetic on a variable, which can run commands",
+            );
+        }
+    }
+    if text.starts_with("${!") && !text.ends_with("*}") && !text.ends_with("@}") {
+        return Some("${!x} follows a name held in data, whose subscript can run commands");
+    }
+    let index = |p: &Parameter| match p {
+        Parameter::NamedWithIndex { index, .. } => {
+            !index.is_empty() && !index.chars().all(|c| c.is_ascii_digit())
+        }
+        _ => false,
+    };
+    let param = match pe {
+        ParameterExpr::Parameter { parameter, .. }
+        | ParameterExpr::UseDefaultValues { parameter, .. }
+        | ParameterExpr::AssignDefaultValues { parameter, .. }
+        | ParameterExpr::IndicateErrorIfNullOrUnset { parameter, .. }
+        | ParameterExpr::UseAlternativeValue { parameter, .. }
+        | ParameterExpr::ParameterLength { parameter, .. }
+        | ParameterExpr::RemoveSmallestSuffixPattern { parameter, .. }
+        | ParameterExpr::RemoveLargestSuffixPattern { parameter, .. }
+        | ParameterExpr::RemoveSmallestPrefixPattern { parameter, .. }
+        | ParameterExpr::RemoveLargestPrefixPattern { parameter, .. }
+        | ParameterExpr::Substring { parameter, .. }
+        | ParameterExpr::Transform { parameter, .. }
+        | ParameterExpr::UppercaseFirstChar { parameter, .. }
+        | ParameterExpr::UppercasePattern { parameter, .. }
+        | ParameterExpr::LowercaseFirstChar { parameter, .. }
+        | ParameterExpr::LowercasePattern { parameter, .. }
+        | ParameterExpr::ReplaceSubstring { parameter, .. } => Some(parameter),
+        _ => None,
+    };
+    param
+        .filter(|p| index(p))
+        .map(|_| "an array subscript is arithmetic on data, which can run commands")
+}
+
+/// Whether a sed script uses the `e` command or the `e` flag of `s`.
+/// Unsure (a syntax this does not follow) counts as yes.
+fn sed_runs(script: &str) -> bool {
+    let b: Vec<char> = script.chars().collect();
+    let mut i = 0;
+    let skip_ws = |i: &mut usize| {
+        while *i < b.len() && (b[*i].is_whitespace() || b[*i] == ';') {
+            *i += 1;
+        }
+    };
+    // A delimited field starting after the delimiter at b[*i - 1].
+    let field = |i: &mut usize, d: char| -> bool {
+        while *i < b.len() && b[*i] != d {
+            if b[*i] == '\\' {
+                *i += 1;
+            }
+            *i += 1;
+        }
+        *i += 1;
+        *i <= b.len()
+    };
+    loop {
+        skip_ws(&mut i);
+        if i >= b.len() {
+            return false;
+        }
+        // Addresses: numbers, $, /re/, \cREc, ranges, steps, `!`.
+        loop {
+            match b[i] {
+                c if c.is_ascii_digit()
+                    || c == '$'
+                    || c == ','
+                    || c == '~'
+                    || c == '+'
+                    || c == '!'
+                    || c == ' ' =>
+                {
+                    i += 1
+                }
+                '/' => {
+                    i += 1;
+                    if !field(&mut i, '/') {
+                        return true;
+                    }
+                    while i < b.len() && (b[i] == 'I' || b[i] == 'M') {
+                        i += 1;
+                    }
+                }
+                '\\' if i + 1 < b.len() => {
+                    let d = b[i + 1];
+                    i += 2;
+                    if !field(&mut i, d) {
+                        return true;
+                    }
+                }
+                _ => break,
+            }
+            if i >= b.len() {
+                return false;
+            }
+        }
+        let c = b[i];
+        i += 1;
+        match c {
+            'e' => return true,
+            '{' | '}' | '=' | 'd' | 'D' | 'g' | 'G' | 'h' | 'H' | 'l' | 'n' | 'N' | 'p' | 'P'
+            | 'x' | 'z' | 'F' => {}
+            'q' | 'Q' | 'L' => {
+                while i < b.len() && b[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
+            // To the end of the line: text, a label, a file name.
+            'a' | 'i' | 'c' | ':' | 'b' | 't' | 'T' | 'r' | 'R' | 'w' | 'W' | '#' => {
+                while i < b.len() && b[i] != '\n' {
+                    i += 1;
+                }
+                // `b`/`t` labels end at `;` too; anything after is read again.
+            }
+            's' | 'y' => {
+                let Some(&d) = b.get(i) else { return true };
+                if d == '\n' || d == '\\' {
+                    return true;
+                }
+                i += 1;
+                if !field(&mut i, d) || !field(&mut i, d) {
+                    return true;
+                }
+                if c == 's' {
+                    while i < b.len() && !matches!(b[i], ';' | '\n' | '}') {
+                        match b[i] {
+                            'e' => return true,
+                            // `w FILE` ends the command.
+                            'w' => {
+                                while i < b.len() && b[i] != '\n' {
+                                    i += 1;
+                                }
+                            }
+                            _ => i += 1,
+                        }
+                    }
+                }
+            }
+            _ => return true,
+        }
+    }
+}
+
+/// `prlimit [--RESOURCE[=limits] | -X[limits] | --pid P | -o L …] command`.
+fn prlimit(w: &[Word]) -> Result<&[Word], String> {
+    let mut i = 0;
+    while let Some(a) = w.get(i) {
+        let Word::Lit(a) = a else {
+            return Err("an option is computed at run time".into());
+        };
+        if a == "--" {
+            return Ok(&w[i + 1..]);
+        }
+        if !a.starts_with('-') {
+            return Ok(&w[i..]);
+        }
+        i += if matches!(a.as_str(), "-p" | "--pid" | "-o" | "--output") {
+            2
+        } else {
+            1
+        };
+    }
+    Ok(&[])
 }
 
 /// Variables whose value a program runs as a command.

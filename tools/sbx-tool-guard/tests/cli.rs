@@ -161,7 +161,7 @@ fn settings_and_the_unknown_tool_warning() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("unknown tool \"Wirte\" (known: Bash,"),
+        stderr(&o).contains("unknown tool \"Wirte\" (known: AskUserQuestion, Bash,"),
         "{}",
         stderr(&o)
     );
@@ -171,4 +171,34 @@ fn settings_and_the_unknown_tool_warning() {
         serde_json::json!(["Bash(curl:*)"])
     );
     assert_eq!(v["hooks"]["PreToolUse"][0]["matcher"], "*");
+}
+
+/// `Bash(npm test:*)` in `allowed` would run `npm test --node-options=…`:
+/// refused when the config loads (78, one line naming the rule and how to
+/// write it), and the hook refuses every call meanwhile.
+#[test]
+fn prefix_allow_rule_for_a_code_running_program_is_bad_config() {
+    let w = Ws::new("[tools]\nallowed = [\"Read\", \"Bash(npm test:*)\"]\n");
+    let mut c = w.cmd();
+    c.args(["decide", "Bash", r#"{"command":"npm test"}"#, "--workspace"])
+        .arg(w.ws());
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(78), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("Bash(npm test:*)") && err.contains("\"Bash(npm test)\""),
+        "{err}"
+    );
+    let o = w.check(
+        r#"{"tool_name":"Bash","tool_input":{"command":"npm test '--node-options=--import=data:text/javascript,1'"}}"#,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let w = Ws::new("[tools]\nallowed = [\"Bash(npm test)\", \"Bash(ls:*)\"]\n");
+    let o = w.check(
+        r#"{"tool_name":"Bash","tool_input":{"command":"npm test '--node-options=--import=data:text/javascript,1'"}}"#,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let o = w.check(r#"{"tool_name":"Bash","tool_input":{"command":"npm test"}}"#);
+    assert_eq!(o.status.code(), Some(0));
 }

@@ -27,8 +27,9 @@ fn disallowed_tools_by_name() {
     );
     assert_eq!(d(&p, "Bash", json!({"command": "touch a"})), None);
     assert_eq!(d(&p, "Read", json!({"file_path": "a"})), None);
-    // Names are exact: Claude's tools are case-sensitive.
-    assert_eq!(d(&p, "write", json!({})), None);
+    // Names are exact: Claude's tools are case-sensitive, and a name sbx
+    // does not know may do anything, so it is refused under file rules.
+    assert_eq!(d(&p, "write", json!({})), Some(Key::UnknownTool));
 }
 
 #[test]
@@ -375,5 +376,121 @@ fn normalize_is_lexical_and_stops_at_root() {
         ("/w/x", ".", "/w/x"),
     ] {
         assert_eq!(normalize(Path::new(base), Path::new(p)), Path::new(want));
+    }
+}
+
+/// Class 2 of issue 38: a tool that runs a command is a shell to the
+/// rules; one sbx does not know is refused when a rule depends on shells
+/// or files, and let through when none does.
+#[test]
+fn every_tool_is_classified() {
+    let p = policy("[tools]\ndisallowed = [\"Bash\"]\n");
+    let dis = Some(Key::Disallowed);
+    assert_eq!(d(&p, "Bash", json!({"command": "ls"})), dis);
+    assert_eq!(
+        d(
+            &p,
+            "Monitor",
+            json!({"command": "ls", "description": "x", "timeout_ms": 1, "persistent": false})
+        ),
+        dis
+    );
+    assert_eq!(d(&p, "PowerShell", json!({"command": "ls"})), dis);
+    assert_eq!(d(&p, "REPL", json!({"code": "1"})), dis);
+    assert_eq!(d(&p, "Workflow", json!({"script": "x"})), dis);
+    assert_eq!(d(&p, "Unheard", json!({"x": "ls"})), Some(Key::UnknownTool));
+    assert_eq!(d(&p, "TodoWrite", json!({"todos": []})), None);
+    assert_eq!(d(&p, "ToolSearch", json!({"query": "monitor"})), None);
+    let p = policy("[tools]\ndisallowed = [\"Bash(curl:*)\"]\n");
+    assert_eq!(d(&p, "Monitor", json!({"command": "curl x"})), dis);
+    assert_eq!(d(&p, "Monitor", json!({"command": "tail -f log"})), None);
+    assert_eq!(d(&p, "Skill", json!({"skill": "x"})), dis);
+    assert_eq!(d(&p, "mcp__s__run", json!({"command": "curl x"})), dis);
+    assert_eq!(d(&p, "mcp__s__get", json!({"id": "1"})), None);
+    let p = policy("[tools]\nallowed = [\"Bash(echo:*)\", \"Read\"]\n");
+    assert_eq!(d(&p, "Monitor", json!({"command": "echo hi"})), None);
+    assert_eq!(
+        d(&p, "Monitor", json!({"command": "touch x"})),
+        Some(Key::Allowed)
+    );
+    assert_eq!(d(&p, "Unheard", json!({})), Some(Key::UnknownTool));
+    let p = policy("[tools]\nallowed = [\"Unheard\", \"Bash(echo:*)\"]\n");
+    assert_eq!(d(&p, "Unheard", json!({})), None);
+    let p = policy("[tools]\nread-only = true\n");
+    assert_eq!(d(&p, "EnterWorktree", json!({})), Some(Key::ReadOnly));
+    assert_eq!(d(&p, "Unheard", json!({})), Some(Key::UnknownTool));
+    // No rule about shells or files: nothing to protect by refusing.
+    let p = policy("[tools]\ndisallowed = [\"WebSearch\"]\n");
+    assert_eq!(d(&p, "Unheard", json!({})), None);
+}
+
+/// Class 5 of issue 38: each one-liner runs `rm` without the word `rm`
+/// in a place the old reader looked; under `Bash(rm:*)` each is refused.
+#[test]
+fn eleven_ways_round_bash_rm_are_refused() {
+    let p = policy("[tools]\ndisallowed = [\"Bash(rm:*)\"]\n");
+    for cmd in [
+        "read v < f; echo $((v))",
+        "v=$(cat f); [[ $v -eq 0 ]]",
+        "y=$(cat f); echo ${y@P}",
+        "PS4=$(cat f); set -x; :",
+        "x=$(cat f); trap \"$x\" EXIT",
+        "mapfile -C rm -c 1 a < f",
+        "compgen -C 'rm -rf x' y",
+        "env 'BASH_FUNC_f%%=() { rm -rf x; }' bash -c f",
+        "prlimit --nproc=10 rm -rf x",
+        "setarch x86_64 -R rm -rf x",
+        "echo | sed 'e rm -rf x'",
+        // and their neighbours
+        "a=(1 2); i=$(cat f); echo ${a[$i]}",
+        "s=$(cat f); echo ${s:$n}",
+        "n=x; echo ${!n}",
+        "let x=v",
+        "declare -i x; x=$(cat f)",
+        "(( v ))",
+        "bash -x -c ':'",
+        "set -o xtrace; :",
+        "sed -n '1e rm x' f",
+        "sed 's/.*/rm x/e' f",
+        "sed -f script.sed f",
+        "linux64 rm -rf x",
+        "readarray -C \"$c\" a",
+        "SHELLOPTS=xtrace bash -c :",
+    ] {
+        assert!(
+            d(&p, "Bash", json!({"command": cmd})).is_some(),
+            "ran: {cmd}"
+        );
+    }
+    for cmd in [
+        "echo $((1 + 2))",
+        "[[ 3 -eq 3 ]]",
+        "sed 's/a/b/g' f",
+        "sed -n '/x/p;s/e/E/2' f",
+        "trap 'echo bye' EXIT",
+        "mapfile -t a < f",
+        "set -e",
+        "echo ${x:-default} ${y%.txt} ${#z}",
+    ] {
+        assert_eq!(d(&p, "Bash", json!({"command": cmd})), None, "{cmd}");
+    }
+}
+
+/// An allow rule sees the assignments before a command: `NODE_OPTIONS`
+/// takes code, so `Bash(npm test)` does not cover it.
+#[test]
+fn allow_rules_see_assignments_and_flags() {
+    let p = policy("[tools]\nallowed = [\"Bash(npm test)\"]\n");
+    assert_eq!(d(&p, "Bash", json!({"command": "npm test"})), None);
+    for cmd in [
+        "npm test '--node-options=--import=data:text/javascript,x'",
+        "NODE_OPTIONS=--require=/tmp/x npm test",
+        "env NODE_OPTIONS=--require=/tmp/x npm test",
+    ] {
+        assert_eq!(
+            d(&p, "Bash", json!({"command": cmd})),
+            Some(Key::Allowed),
+            "{cmd}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! through a symlink.
 #![forbid(unsafe_code)]
 
+pub mod beneath;
 pub mod lock;
 pub mod maint;
 pub mod manifest;

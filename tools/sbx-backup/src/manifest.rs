@@ -101,7 +101,20 @@ pub struct Entry {
     pub pack: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// Owner and group at backup: restore keeps set-uid/set-gid bits only
+    /// when it restores as this owner (absent in older manifests: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
+
+/// Larger than any file a home holds: a manifest claiming more is hostile
+/// or corrupt, and restore would try to allocate or fetch it.
+pub const MAX_FILE: u64 = 1 << 42;
+/// Packs hold small files only (see `sync::PACK_FILE_MAX`); a packed entry
+/// claiming more would make restore fetch a huge range into memory.
+pub const MAX_PACKED: u64 = 64 << 20;
 
 pub fn is_hash(h: &str) -> bool {
     h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
@@ -176,6 +189,15 @@ impl Manifest {
             if !e.path.is_safe() {
                 return Err(format!("unsafe path {:?}", e.path.as_path()));
             }
+            if e.mode > 0o7777 {
+                return Err(format!("{:?} has mode {:o}", e.path.as_path(), e.mode));
+            }
+            if e.kind != Kind::File && (e.size != 0 || e.hash.is_some() || e.pack.is_some()) {
+                return Err(format!(
+                    "{:?} is not a file but has content",
+                    e.path.as_path()
+                ));
+            }
             if !seen.insert(&e.path) {
                 return Err(format!("duplicate path {:?}", e.path.as_path()));
             }
@@ -192,8 +214,33 @@ impl Manifest {
                         e.path.as_path()
                     ));
                 }
-                Kind::Symlink if e.target.is_none() => {
-                    return Err(format!("symlink {:?} has no target", e.path.as_path()));
+                Kind::File if e.size > MAX_FILE => {
+                    return Err(format!(
+                        "file {:?} claims {} bytes (more than {MAX_FILE})",
+                        e.path.as_path(),
+                        e.size
+                    ));
+                }
+                Kind::File
+                    if e.pack.is_some()
+                        && (e.size > MAX_PACKED
+                            || e.offset.and_then(|o| o.checked_add(e.size)).is_none()) =>
+                {
+                    return Err(format!(
+                        "file {:?} claims {} bytes in a pack (packs hold files below {MAX_PACKED})",
+                        e.path.as_path(),
+                        e.size
+                    ));
+                }
+                Kind::Symlink
+                    if e.target
+                        .as_ref()
+                        .is_none_or(|t| t.0.is_empty() || t.0.contains(&0)) =>
+                {
+                    return Err(format!(
+                        "symlink {:?} has no valid target",
+                        e.path.as_path()
+                    ));
                 }
                 Kind::Symlink => {
                     links.insert(e.path.as_path().to_owned());
@@ -251,6 +298,8 @@ mod tests {
             target: None,
             pack: None,
             offset: None,
+            uid: None,
+            gid: None,
         }
     }
 
@@ -283,6 +332,7 @@ mod tests {
         let mut link = file(b"l");
         link.kind = Kind::Symlink;
         link.hash = None;
+        link.size = 0;
         link.target = Some(RelPath(b"/etc".to_vec()));
         assert!(
             m(vec![link.clone(), file(b"l/passwd")])

@@ -292,6 +292,8 @@ fn walk_dir(
                 target,
                 pack: None,
                 offset: None,
+                uid: Some(md.uid()),
+                gid: Some(md.gid()),
             };
             w.entries.push((entry, md, full));
         }

@@ -11,8 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub const FORMAT: &str = "sbx-backup";
 /// 1: every file is `blobs/<hash>`. 2: small files may live in packs
-/// (`pack` + `offset`); version 1 manifests are read as they are.
-pub const VERSION: u32 = 2;
+/// (`pack` + `offset`). 3: a `checksum` of the manifest itself (required),
+/// the writing `home` and its `seq`; older manifests are read as they are.
+pub const VERSION: u32 = 3;
 
 /// A path relative to the home, as bytes: a string when UTF-8, else
 /// `{"b64": …}` so non-UTF-8 names survive the round trip.
@@ -142,6 +143,18 @@ pub struct Manifest {
     /// Pack ids (blake3 of the pack, hex) the entries' `pack` indexes name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packs: Vec<String>,
+    /// The home that wrote it (`<prefix>/home-id`): one home per prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// Its place in the store's order, taken by a conditional create of
+    /// `snapshots/<seq>.json`: the store, not a clock, orders snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// blake3 of the manifest serialised without this field: a flipped
+    /// bit that keeps the JSON valid is caught on every read. It detects
+    /// corruption, not a forger with write access to the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -170,8 +183,19 @@ impl Manifest {
         if version > VERSION {
             return Err(ManifestError::Newer(name.into(), version));
         }
-        let m: Manifest = serde_json::from_value(v)
+        let mut m: Manifest = serde_json::from_value(v)
             .map_err(|e| ManifestError::Corrupt(name.into(), e.to_string()))?;
+        if version >= 3 || m.checksum.is_some() {
+            let want = m.checksum.take();
+            let got = m.digest();
+            if want.as_deref() != Some(got.as_str()) {
+                return Err(ManifestError::Corrupt(
+                    name.into(),
+                    "checksum mismatch (the manifest was changed after it was written)".into(),
+                ));
+            }
+            m.checksum = want;
+        }
         m.check()
             .map_err(|e| ManifestError::Corrupt(name.into(), e))?;
         Ok(m)
@@ -261,6 +285,23 @@ impl Manifest {
         Ok(())
     }
 
+    /// blake3 of the manifest as serialised without its checksum.
+    fn digest(&mut self) -> String {
+        let kept = self.checksum.take();
+        let d = blake3::hash(&serde_json::to_vec(self).expect("serializable"))
+            .to_hex()
+            .to_string();
+        self.checksum = kept;
+        d
+    }
+
+    /// Set the checksum; the bytes to store.
+    pub fn seal(&mut self) -> Vec<u8> {
+        self.checksum = None;
+        self.checksum = Some(self.digest());
+        serde_json::to_vec(self).expect("serializable")
+    }
+
     /// Where an entry's content lives: (pack id, offset) or None for a blob.
     pub fn location(&self, e: &Entry) -> Option<(&str, u64)> {
         Some((self.packs.get(e.pack? as usize)?.as_str(), e.offset?))
@@ -284,6 +325,9 @@ mod tests {
             entries,
             skipped: Skipped::default(),
             packs: Vec::new(),
+            home: None,
+            seq: None,
+            checksum: None,
         }
     }
 
@@ -305,10 +349,25 @@ mod tests {
 
     #[test]
     fn non_utf8_paths_round_trip() {
-        let mm = m(vec![file(b"ok.txt"), file(b"bad\xffname")]);
+        let mut mm = m(vec![file(b"ok.txt"), file(b"bad\xffname")]);
+        // Version 2 had no checksum; version 3 requires one.
+        mm.version = 2;
         let text = serde_json::to_vec(&mm).unwrap();
         assert!(String::from_utf8_lossy(&text).contains(r#""path":{"b64":"YmFk/25hbWU="}"#));
         assert_eq!(Manifest::parse("x", &text).unwrap(), mm);
+        let mut sealed = mm.clone();
+        let bytes = sealed.seal();
+        assert_eq!(Manifest::parse("x", &bytes).unwrap(), sealed);
+        // One flipped bit that keeps the JSON valid: a mode 0600 -> 0601.
+        let text = String::from_utf8(bytes)
+            .unwrap()
+            .replacen("\"mode\":384", "\"mode\":385", 1);
+        assert!(
+            Manifest::parse("x", text.as_bytes())
+                .unwrap_err()
+                .to_string()
+                .contains("checksum")
+        );
     }
 
     #[test]

@@ -430,6 +430,7 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
         rep.bytes += bytes;
         rep.files += files;
     }
+    crate::hook::point("restore-files-done");
     // Symlinks last: nothing was written through them (and nothing is:
     // every open above refuses links).
     for e in m.entries.iter().filter(|e| e.kind == Kind::Symlink) {

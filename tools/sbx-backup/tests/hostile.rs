@@ -230,10 +230,12 @@ fn hostile_manifests_are_refused_with_one_line() {
     }
 }
 
-/// Manifests may carry a checksum of their own; a test that edits one on
-/// purpose drops it so the edit reaches the check it means to reach.
+/// Manifests carry a checksum of their own; a test that edits one on
+/// purpose drops it (an older format version, which has none) so the edit
+/// reaches the check it means to reach.
 fn strip_checksum(m: &mut serde_json::Value) {
     if let Some(o) = m.as_object_mut() {
         o.remove("checksum");
+        o.insert("version".into(), serde_json::json!(2));
     }
 }

@@ -203,7 +203,8 @@ fn hostile_manifests_are_refused_with_one_line() {
     e.ok(&["sync"]);
     let mp = e.manifest_path();
     let orig: serde_json::Value = serde_json::from_slice(&fs::read(&mp).unwrap()).unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>)> = vec![
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "claims",
             Box::new(|m| m["entries"][0]["size"] = serde_json::json!(1u64 << 50)),

@@ -27,6 +27,9 @@ export RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Other RCLONE_CONFIG_S3
   RCLONE_CONFIG_S3_ACCESS_KEY_ID=test RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=test RCLONE_CONFIG_S3_REGION=us-east-1
 export RESTIC_PASSWORD=bench RESTIC_REPOSITORY=s3:$AWS_ENDPOINT/restic-bucket/home RESTIC_CACHE_DIR=$TMP/restic-cache
 sbx="$B -q --config $TMP/config.toml --url s3://sbx/home --home $TMP/home --state-dir $TMP/state"
+# BASELINE=/path/to/an/older/sbx-backup adds it to the full and restore
+# phases (its own prefix and state), for before/after figures in one run.
+base="${BASELINE:+$BASELINE -q --config $TMP/config.toml --url s3://sbx/base --home $TMP/home --state-dir $TMP/state-base}"
 # The AWS SDK inside rclone refuses AWS_CA_BUNDLE with a plain-HTTP endpoint.
 rc="env -u AWS_CA_BUNDLE rclone --config /dev/null -q"
 rs="env -u AWS_CA_BUNDLE restic -q"
@@ -40,6 +43,7 @@ has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 if ! has full; then $sbx sync; $rc sync "$TMP/home" s3:rclone-bucket/home --links; sh -c "$rsb"; fi
 has full && hyperfine -N --runs 1 --export-csv "$TMP/full.csv" \
   --prepare "rm -rf $TMP/state" -n "sbx-backup sync (full)" "$sbx sync" \
+  ${base:+--prepare "rm -rf $TMP/state-base" -n "baseline sync (full)" "$base sync"} \
   --prepare "true" -n "restic backup (full)" "$rsb" \
   --prepare "true" -n "rclone sync (full)" "$rc sync $TMP/home s3:rclone-bucket/home --links"
 count() { $rc lsf -R --files-only "s3:$1" | wc -l; }
@@ -62,11 +66,13 @@ has incr && hyperfine -N --runs 3 --export-csv "$TMP/incr.csv" --prepare "$TMP/t
 # Full restore into an empty directory.
 has restore && hyperfine -N --runs 1 --export-csv "$TMP/restore.csv" \
   --prepare "sh -c 'rm -rf $TMP/r1; sync'" -n "sbx-backup restore" "$sbx restore --to $TMP/r1" \
+  ${base:+--prepare "sh -c 'rm -rf $TMP/r0; sync'" -n "baseline restore" "$base restore --to $TMP/r0"} \
   --prepare "sh -c 'rm -rf $TMP/r2; sync'" -n "restic restore" "$rs restore latest --target $TMP/r2" \
   --prepare "sh -c 'rm -rf $TMP/r3; sync'" -n "rclone copy (restore)" "$rc copy s3:rclone-bucket/home $TMP/r3 --links"
 # Medians, by name (rclone's no-op and incremental rows are in their own file).
 for f in $PHASES; do
   { cat "$TMP/$f.csv"; cat "$TMP/$f-rclone.csv" 2>/dev/null || true; } | awk -F, -v f=$f '
-    /sbx-backup/ { a = $4 } /restic/ { b = $4 } /rclone/ { c = $4 } END {
-    printf "%-8s sbx-backup %.3f s, restic %.3f s (%.2fx), rclone %.3f s (%.2fx)\n", f, a, b, b / a, c, c / a }'
+    /sbx-backup/ { a = $4 } /restic/ { b = $4 } /rclone/ { c = $4 } /baseline/ { d = $4 } END {
+    printf "%-8s sbx-backup %.3f s, restic %.3f s (%.2fx), rclone %.3f s (%.2fx)", f, a, b, b / a, c, c / a
+    if (d) printf ", baseline %.3f s", d; printf "\n" }'
 done

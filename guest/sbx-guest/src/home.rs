@@ -12,6 +12,14 @@ pub fn marker(home: &Path) -> PathBuf {
     home.join(".local/state/sbx-backup/sbx-guest-started")
 }
 
+/// Left when the store could not be reached at the home's first start:
+/// the agent works in a home without its backup, so no later start may
+/// restore over it (merge by hand), and backups stay paused, or the new
+/// home's snapshots would rotate the restorable ones out.
+pub fn unrestored(home: &Path) -> PathBuf {
+    home.join(".local/state/sbx-backup/sbx-guest-unrestored")
+}
+
 /// Below this much free space the home counts as full: the agent's tools,
 /// its CLI's transcripts and the backup's own state start to fail.
 pub const LOW_SPACE: u64 = 1 << 20;
@@ -35,6 +43,8 @@ pub fn space_warning(home: &Path, available: std::io::Result<u64>) -> Option<Str
 /// The home operations, all run as the agent user.
 pub trait HomeOps {
     fn marker_exists(&self) -> bool;
+    fn unrestored_exists(&self) -> bool;
+    fn mark_unrestored(&mut self) -> Result<(), String>;
     /// Whether the store holds a snapshot.
     fn has_snapshot(&mut self) -> Result<bool, String>;
     fn restore(&mut self) -> Result<(), String>;
@@ -47,6 +57,9 @@ pub enum Prepared {
     /// New; restored from a snapshot, or nothing to restore. The marker is
     /// written once the command has started.
     New { restored: bool },
+    /// The store was unreachable at the first start (now or before): the
+    /// home is used as it is, never restored over, backups paused.
+    Unrestored { why: String },
 }
 
 /// Restore into a new home when backups are on. A failed restore is an
@@ -59,8 +72,18 @@ pub fn prepare(ops: &mut dyn HomeOps, backup_on: bool) -> Result<Prepared, Strin
     if !backup_on {
         return Ok(Prepared::New { restored: false });
     }
-    if !ops.has_snapshot()? {
-        return Ok(Prepared::New { restored: false });
+    if ops.unrestored_exists() {
+        return Ok(Prepared::Unrestored {
+            why: "an earlier first start could not reach the store".into(),
+        });
+    }
+    match ops.has_snapshot() {
+        Ok(false) => return Ok(Prepared::New { restored: false }),
+        Ok(true) => {}
+        Err(e) => {
+            ops.mark_unrestored()?;
+            return Ok(Prepared::Unrestored { why: e });
+        }
     }
     ops.restore()?;
     Ok(Prepared::New { restored: true })
@@ -75,12 +98,21 @@ mod tests {
         marker: bool,
         snapshot: Option<bool>,
         restore_fails: bool,
+        unrestored: bool,
         calls: Vec<&'static str>,
     }
 
     impl HomeOps for Fake {
         fn marker_exists(&self) -> bool {
             self.marker
+        }
+        fn unrestored_exists(&self) -> bool {
+            self.unrestored
+        }
+        fn mark_unrestored(&mut self) -> Result<(), String> {
+            self.calls.push("mark-unrestored");
+            self.unrestored = true;
+            Ok(())
         }
         fn has_snapshot(&mut self) -> Result<bool, String> {
             self.calls.push("snapshots");
@@ -149,10 +181,28 @@ mod tests {
             ..Default::default()
         };
         assert!(prepare(&mut f, true).unwrap_err().contains("disk full"));
+    }
+
+    /// Issue 47 route 9: a store unreachable at the first start marks the
+    /// home unrestored; no later start restores over the agent's work.
+    #[test]
+    fn an_unreachable_store_never_leads_to_a_restore_over_the_agents_work() {
         let mut f = Fake {
             snapshot: None,
             ..Default::default()
         };
-        assert!(prepare(&mut f, true).unwrap_err().contains("unreachable"));
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { why }) if why.contains("unreachable")
+        ));
+        assert_eq!(f.calls, ["snapshots", "mark-unrestored"]);
+        // The next start: the store is back, the agent has worked since.
+        f.snapshot = Some(true);
+        f.calls.clear();
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { .. })
+        ));
+        assert!(!f.calls.contains(&"restore"), "{:?}", f.calls);
     }
 }

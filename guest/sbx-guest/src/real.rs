@@ -404,7 +404,10 @@ impl RealHome<'_> {
     }
 
     fn write_marker(&self) -> Result<(), String> {
-        let m = crate::home::marker(self.home);
+        self.touch(&crate::home::marker(self.home))
+    }
+
+    fn touch(&self, m: &Path) -> Result<(), String> {
         let o = run_as(
             &self.creds,
             &[
@@ -427,6 +430,12 @@ impl RealHome<'_> {
 impl crate::home::HomeOps for RealHome<'_> {
     fn marker_exists(&self) -> bool {
         crate::home::marker(self.home).exists()
+    }
+    fn unrestored_exists(&self) -> bool {
+        crate::home::unrestored(self.home).exists()
+    }
+    fn mark_unrestored(&mut self) -> Result<(), String> {
+        self.touch(&crate::home::unrestored(self.home))
     }
     fn has_snapshot(&mut self) -> Result<bool, String> {
         let o = self.backup(&["--json", "snapshots"])?;
@@ -648,6 +657,14 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     if restored {
                         eprintln!("sbx-guest: restored the home from the newest backup");
                     }
+                }
+                Ok(crate::home::Prepared::Unrestored { why }) => {
+                    daemon = false;
+                    warnings.push(format!(
+                        "home not restored ({why}): the home is used as it is and no later start restores over it; \
+                         backups are paused until you restore by hand (sbx-backup restore --to DIR), merge, and delete {}",
+                        crate::home::unrestored(&agent.home).display()
+                    ));
                 }
                 Err(e) => {
                     // No daemon over a home that missed its restore: its

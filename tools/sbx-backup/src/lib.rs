@@ -4,6 +4,8 @@
 //! through a symlink.
 #![forbid(unsafe_code)]
 
+pub mod beneath;
+pub mod hook;
 pub mod lock;
 pub mod maint;
 pub mod manifest;
@@ -109,7 +111,7 @@ pub struct PruneArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// How long to wait for running syncs to finish.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "90s")]
     pub wait: Duration,
 }
 
@@ -119,7 +121,7 @@ pub struct SyncArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// How long to wait for a running prune to finish (then exit 75).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "60s")]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "90s")]
     pub wait: Duration,
 }
 
@@ -166,16 +168,30 @@ only when no remaining manifest references them (a pack goes when its last
 file does; packs are not rewritten). An empty home is backed up as an
 empty snapshot but never deletes an older one; `first-boot` restores the
 newest snapshot into a new, empty home. Sockets, FIFOs and devices are
-skipped and counted; `*.lock` and the state dir are excluded, plus
-[backup].exclude (gitignore-style).
+skipped and counted; the state dir is excluded, plus [backup].exclude
+(gitignore-style); every pass reports what it excluded, by rule, with
+counts (`excluded` in --json). Nothing else is left out: lockfiles such
+as Cargo.lock are backed up.
+
+Order and integrity: snapshot N+1 is committed by a conditional create
+of snapshots/<N+1>.json, so the store, not a clock, orders snapshots; a
+pass that finds a newer snapshot than the one its walk followed walks
+again. Retention never deletes the snapshot it reports nor the newest.
+Every manifest and the local index carry a blake3 checksum of
+themselves, checked on every read. Before a commit, what the index says
+is stored is checked against a listing; anything missing is uploaded
+again from the home. The prefix belongs to one home (<prefix>/home-id,
+recorded in every manifest): a second home is refused (78).
 
 Sync and prune on one store: each writes its own lock object
 (locks/<kind>-<id>.json) first and lists locks/ second, so two that
 conflict cannot both miss each other. A sync that will upload or commit
 waits (--wait) while a prune holds a lock; prune waits while anything
-else does. Holders rewrite their lock every 75 s; a lock not rewritten
-for 5 minutes, or one of a process of this host that no longer exists
-(a sync killed with -9), is stale. Prune first rewrites the store's
+else does. Holders rewrite their lock with a new token every 10 s; a
+contender calls a lock stale once it has watched the same token for 60 s
+on its own monotonic clock (no clocks compared across machines, no pids
+across PID namespaces), and a holder that could not renew for 40 s stops
+before committing or deleting anything. Prune first rewrites the store's
 `pruned` marker, so every later sync re-learns from the store where
 contents live instead of trusting its index.
 
@@ -366,7 +382,9 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                     m.entries.len(),
                     to.display()
                 ));
-                restore::restore(&c.remote, &m, &to, a.force).await
+                let rep = restore::restore(&c.remote, &m, &to, a.force).await?;
+                adopt(&c, &m, &to);
+                Ok::<_, BoxError>(rep)
             })?;
             if json {
                 output::json_line(&mut out, "restore", &rep).with_path("stdout")?;
@@ -474,7 +492,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                 keep_last: None,
                 keep_within: None,
                 dry_run: false,
-                wait: Duration::from_secs(60),
+                wait: LOCK_WAIT,
             },
             &mut out,
             json,
@@ -521,7 +539,7 @@ fn print_sync(out: &mut impl Write, json: bool, r: &sync::Report) -> Result<(), 
 }
 
 /// How long a daemon pass waits for a prune before it fails (and is retried).
-const LOCK_WAIT: Duration = Duration::from_secs(60);
+const LOCK_WAIT: Duration = Duration::from_secs(90);
 
 /// Passes between full walks even when the watcher saw nothing.
 const FULL_EVERY: u32 = 12;
@@ -600,9 +618,46 @@ fn daemon(
     }
 }
 
+/// A snapshot restored into the home makes its home id this home's, so
+/// the next sync continues that history instead of being refused.
+fn adopt(c: &Ctx, m: &manifest::Manifest, to: &std::path::Path) {
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a.canonicalize()
+            .ok()
+            .is_some_and(|x| b.canonicalize().ok() == Some(x))
+    };
+    if let Some(h) = &m.home
+        && same(to, &c.home)
+        && let Err(e) = sync::adopt_home(&c.state_dir, h)
+    {
+        output::warn(&format!("{}: {e}", c.state_dir.display()));
+    }
+}
+
 fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
     let mark = c.state_dir.join("initialized");
-    if mark.exists() {
+    // A restore killed half-way left its marker: finish it (never call a
+    // half home initialized).
+    let pending = std::fs::read_to_string(c.home.join(restore::MARKER)).ok();
+    if mark.exists() && pending.is_none() {
+        return Ok(Exit::Ok);
+    }
+    if let Some(id) = pending {
+        let id = id.trim().to_owned();
+        let rep = rt.block_on(async {
+            let m = restore::load(&c.remote, (!id.is_empty()).then_some(id.as_str())).await?;
+            output::progress(&format!(
+                "first boot: resuming the restore of snapshot {} into {}",
+                m.id,
+                c.home.display()
+            ));
+            let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
+            adopt(c, &m, &c.home);
+            Ok::<_, BoxError>(rep)
+        })?;
+        output::info(&format!("restored {} files", rep.files));
+        std::fs::create_dir_all(&c.state_dir).with_path(&c.state_dir)?;
+        std::fs::write(&mark, now()).with_path(&mark)?;
         return Ok(Exit::Ok);
     }
     // "Empty": nothing but the state dir (or its parents) and dotfiles a fresh account gets.
@@ -625,7 +680,9 @@ fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
                     m.id,
                     c.home.display()
                 ));
-                restore::restore(&c.remote, &m, &c.home, true).await
+                let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
+                adopt(c, &m, &c.home);
+                Ok::<_, BoxError>(rep)
             })?;
             output::info(&format!("restored {} files", rep.files));
         }
@@ -699,6 +756,7 @@ fn prune(
     let ip = c.state_dir.join("index.json");
     if !o.dry_run && ip.exists() {
         let mut idx = sync::Index::load(&ip, &c.remote.url);
+        // (a corrupted index loads empty and is stored empty: harmless)
         idx.forget_locations();
         idx.store(&ip).with_path(&ip)?;
     }
@@ -731,7 +789,7 @@ mod tests {
         let home = d.path().join("home");
         std::fs::create_dir_all(home.join("sub/empty")).unwrap();
         std::fs::write(home.join("sub/a"), "alpha").unwrap();
-        std::fs::write(home.join("b.lock"), "excluded by default").unwrap();
+        std::fs::write(home.join("b.lock"), "a lockfile: backed up").unwrap();
         std::os::unix::fs::symlink("sub/a", home.join("link")).unwrap();
         let remote = Remote::in_memory();
         let state = d.path().join("state");
@@ -744,7 +802,7 @@ mod tests {
             wait: LOCK_WAIT,
         };
         let r = sync::sync(&remote, &o).await.unwrap();
-        assert_eq!((r.files, r.symlinks, r.dirs, r.uploaded), (1, 1, 2, 1));
+        assert_eq!((r.files, r.symlinks, r.dirs, r.uploaded), (2, 1, 2, 2));
         // Keep 2: a third distinct snapshot pushes the first out.
         for body in ["beta", "gamma"] {
             std::fs::write(home.join("sub/a"), body).unwrap();
@@ -756,7 +814,7 @@ mod tests {
         restore::restore(&remote, &m, &to, false).await.unwrap();
         assert_eq!(std::fs::read_to_string(to.join("sub/a")).unwrap(), "gamma");
         assert!(to.join("sub/empty").is_dir());
-        assert!(!to.join("b.lock").exists());
+        assert!(to.join("b.lock").exists());
         assert_eq!(
             std::fs::read_link(to.join("link")).unwrap(),
             std::path::Path::new("sub/a")

@@ -11,8 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub const FORMAT: &str = "sbx-backup";
 /// 1: every file is `blobs/<hash>`. 2: small files may live in packs
-/// (`pack` + `offset`); version 1 manifests are read as they are.
-pub const VERSION: u32 = 2;
+/// (`pack` + `offset`). 3: a `checksum` of the manifest itself (required),
+/// the writing `home` and its `seq`; older manifests are read as they are.
+pub const VERSION: u32 = 3;
 
 /// A path relative to the home, as bytes: a string when UTF-8, else
 /// `{"b64": …}` so non-UTF-8 names survive the round trip.
@@ -101,7 +102,20 @@ pub struct Entry {
     pub pack: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// Owner and group at backup: restore keeps set-uid/set-gid bits only
+    /// when it restores as this owner (absent in older manifests: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
+
+/// Larger than any file a home holds: a manifest claiming more is hostile
+/// or corrupt, and restore would try to allocate or fetch it.
+pub const MAX_FILE: u64 = 1 << 42;
+/// Packs hold small files only (see `sync::PACK_FILE_MAX`); a packed entry
+/// claiming more would make restore fetch a huge range into memory.
+pub const MAX_PACKED: u64 = 64 << 20;
 
 pub fn is_hash(h: &str) -> bool {
     h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
@@ -129,6 +143,18 @@ pub struct Manifest {
     /// Pack ids (blake3 of the pack, hex) the entries' `pack` indexes name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packs: Vec<String>,
+    /// The home that wrote it (`<prefix>/home-id`): one home per prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// Its place in the store's order, taken by a conditional create of
+    /// `snapshots/<seq>.json`: the store, not a clock, orders snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// blake3 of the manifest serialised without this field: a flipped
+    /// bit that keeps the JSON valid is caught on every read. It detects
+    /// corruption, not a forger with write access to the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -157,8 +183,19 @@ impl Manifest {
         if version > VERSION {
             return Err(ManifestError::Newer(name.into(), version));
         }
-        let m: Manifest = serde_json::from_value(v)
+        let mut m: Manifest = serde_json::from_value(v)
             .map_err(|e| ManifestError::Corrupt(name.into(), e.to_string()))?;
+        if version >= 3 || m.checksum.is_some() {
+            let want = m.checksum.take();
+            let got = m.digest();
+            if want.as_deref() != Some(got.as_str()) {
+                return Err(ManifestError::Corrupt(
+                    name.into(),
+                    "checksum mismatch (the manifest was changed after it was written)".into(),
+                ));
+            }
+            m.checksum = want;
+        }
         m.check()
             .map_err(|e| ManifestError::Corrupt(name.into(), e))?;
         Ok(m)
@@ -176,6 +213,15 @@ impl Manifest {
             if !e.path.is_safe() {
                 return Err(format!("unsafe path {:?}", e.path.as_path()));
             }
+            if e.mode > 0o7777 {
+                return Err(format!("{:?} has mode {:o}", e.path.as_path(), e.mode));
+            }
+            if e.kind != Kind::File && (e.size != 0 || e.hash.is_some() || e.pack.is_some()) {
+                return Err(format!(
+                    "{:?} is not a file but has content",
+                    e.path.as_path()
+                ));
+            }
             if !seen.insert(&e.path) {
                 return Err(format!("duplicate path {:?}", e.path.as_path()));
             }
@@ -192,8 +238,33 @@ impl Manifest {
                         e.path.as_path()
                     ));
                 }
-                Kind::Symlink if e.target.is_none() => {
-                    return Err(format!("symlink {:?} has no target", e.path.as_path()));
+                Kind::File if e.size > MAX_FILE => {
+                    return Err(format!(
+                        "file {:?} claims {} bytes (more than {MAX_FILE})",
+                        e.path.as_path(),
+                        e.size
+                    ));
+                }
+                Kind::File
+                    if e.pack.is_some()
+                        && (e.size > MAX_PACKED
+                            || e.offset.and_then(|o| o.checked_add(e.size)).is_none()) =>
+                {
+                    return Err(format!(
+                        "file {:?} claims {} bytes in a pack (packs hold files below {MAX_PACKED})",
+                        e.path.as_path(),
+                        e.size
+                    ));
+                }
+                Kind::Symlink
+                    if e.target
+                        .as_ref()
+                        .is_none_or(|t| t.0.is_empty() || t.0.contains(&0)) =>
+                {
+                    return Err(format!(
+                        "symlink {:?} has no valid target",
+                        e.path.as_path()
+                    ));
                 }
                 Kind::Symlink => {
                     links.insert(e.path.as_path().to_owned());
@@ -212,6 +283,23 @@ impl Manifest {
             }
         }
         Ok(())
+    }
+
+    /// blake3 of the manifest as serialised without its checksum.
+    fn digest(&mut self) -> String {
+        let kept = self.checksum.take();
+        let d = blake3::hash(&serde_json::to_vec(self).expect("serializable"))
+            .to_hex()
+            .to_string();
+        self.checksum = kept;
+        d
+    }
+
+    /// Set the checksum; the bytes to store.
+    pub fn seal(&mut self) -> Vec<u8> {
+        self.checksum = None;
+        self.checksum = Some(self.digest());
+        serde_json::to_vec(self).expect("serializable")
     }
 
     /// Where an entry's content lives: (pack id, offset) or None for a blob.
@@ -237,6 +325,9 @@ mod tests {
             entries,
             skipped: Skipped::default(),
             packs: Vec::new(),
+            home: None,
+            seq: None,
+            checksum: None,
         }
     }
 
@@ -251,15 +342,32 @@ mod tests {
             target: None,
             pack: None,
             offset: None,
+            uid: None,
+            gid: None,
         }
     }
 
     #[test]
     fn non_utf8_paths_round_trip() {
-        let mm = m(vec![file(b"ok.txt"), file(b"bad\xffname")]);
+        let mut mm = m(vec![file(b"ok.txt"), file(b"bad\xffname")]);
+        // Version 2 had no checksum; version 3 requires one.
+        mm.version = 2;
         let text = serde_json::to_vec(&mm).unwrap();
         assert!(String::from_utf8_lossy(&text).contains(r#""path":{"b64":"YmFk/25hbWU="}"#));
         assert_eq!(Manifest::parse("x", &text).unwrap(), mm);
+        let mut sealed = mm.clone();
+        let bytes = sealed.seal();
+        assert_eq!(Manifest::parse("x", &bytes).unwrap(), sealed);
+        // One flipped bit that keeps the JSON valid: a mode 0600 -> 0601.
+        let text = String::from_utf8(bytes)
+            .unwrap()
+            .replacen("\"mode\":384", "\"mode\":385", 1);
+        assert!(
+            Manifest::parse("x", text.as_bytes())
+                .unwrap_err()
+                .to_string()
+                .contains("checksum")
+        );
     }
 
     #[test]
@@ -283,6 +391,7 @@ mod tests {
         let mut link = file(b"l");
         link.kind = Kind::Symlink;
         link.hash = None;
+        link.size = 0;
         link.target = Some(RelPath(b"/etc".to_vec()));
         assert!(
             m(vec![link.clone(), file(b"l/passwd")])

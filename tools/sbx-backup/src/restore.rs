@@ -1,28 +1,33 @@
-//! Restore a snapshot into a directory: content first (temp file, rename;
-//! packs fetched with ranged GETs, several at once), symlinks after every
-//! file (so nothing is written through one), then modes and mtimes,
-//! directories deepest first, and one syncfs before the in-progress marker
-//! goes.
+//! Restore a snapshot into a directory. Every path is opened beneath the
+//! target's directory fd without following a link (`beneath`), each file
+//! is written to a short random temporary name created 0600, gets its
+//! final mode and mtime on the fd, and is renamed into place; symlinks
+//! come after every file, directory modes deepest first, and one syncfs
+//! before the in-progress marker goes.
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::{Path, PathBuf};
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
 
 use futures::StreamExt;
-use nix::sys::stat::{UtimensatFlags, utimensat};
+use nix::sys::stat::{Mode, SFlag, UtimensatFlags, fchmod, futimens, utimensat};
 use nix::sys::time::TimeSpec;
 use object_store::ObjectStoreExt;
 use sbx_core::Exit;
 use sbx_core::error::Message;
 
-use crate::manifest::{Kind, Manifest};
+use crate::beneath;
+use crate::manifest::{Entry, Kind, Manifest};
 use crate::store::Remote;
 use crate::sync::{EMPTY, PARALLEL};
 
 /// Ranges of a pack closer than this are fetched as one GET.
 const COALESCE: u64 = 1 << 20;
+
+/// The marker a restore leaves in its target until it is complete.
+pub const MARKER: &str = ".sbx-restore-in-progress";
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Report {
@@ -31,6 +36,8 @@ pub struct Report {
     pub reused: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// Set-uid/set-gid bits dropped because the owner is not restored.
+    pub dropped_setid: u64,
 }
 
 type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
@@ -62,158 +69,180 @@ pub async fn load(remote: &Remote, id: Option<&str>) -> Res<Manifest> {
     Manifest::parse(&id, &bytes).map_err(|e| msg(Exit::DataErr, e.to_string()))
 }
 
-/// No ancestor of `p` below `root` may be a symlink: that would let a
-/// restore write outside the target.
-fn inside(root: &Path, p: &Path) -> bool {
-    let mut cur = root.to_path_buf();
-    let Ok(rel) = p.strip_prefix(root) else {
-        return false;
-    };
-    let mut comps: Vec<_> = rel.components().collect();
-    comps.pop();
-    for c in comps {
-        cur.push(c);
-        if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
-            return false;
-        }
-    }
-    true
-}
-
-/// Whether `p` already has this mode (permission bits) and mtime.
-fn already(p: &Path, mode: u32, mtime_ns: i128) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    fs::symlink_metadata(p).is_ok_and(|md| {
-        md.mode() & 0o7777 == mode & 0o7777
-            && i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec()) == mtime_ns
-    })
-}
-
-fn set_times(p: &Path, mtime_ns: i128, follow: bool) -> std::io::Result<()> {
-    let t = TimeSpec::new(
-        (mtime_ns.div_euclid(1_000_000_000)) as i64,
-        (mtime_ns.rem_euclid(1_000_000_000)) as i64,
-    );
-    let flag = if follow {
-        UtimensatFlags::FollowSymlink
+fn io(p: &[u8], e: impl std::fmt::Display) -> Box<dyn sbx_core::SbxError> {
+    let text = e.to_string();
+    let hint = if text.contains("No space left") {
+        " (disk full; the partial file was removed)"
     } else {
-        UtimensatFlags::NoFollowSymlink
+        ""
     };
-    utimensat(nix::fcntl::AT_FDCWD, p, &t, &t, flag).map_err(std::io::Error::from)
+    msg(
+        Exit::IoErr,
+        format!("{}: {text}{hint}", String::from_utf8_lossy(p)),
+    )
 }
 
-async fn fetch(remote: &Remote, hash: &str, dest: &Path) -> Res<u64> {
-    let tmp = tmp_of(dest);
+fn ts(ns: i128) -> TimeSpec {
+    TimeSpec::new(
+        ns.div_euclid(1_000_000_000) as i64,
+        ns.rem_euclid(1_000_000_000) as i64,
+    )
+}
+
+/// The mode restore gives an entry: set-uid/set-gid only when the file
+/// ends up owned by the owner (group) it had, i.e. who runs restore; a
+/// root-run restore of an agent's set-uid file must not make it set-uid
+/// root (restore does not chown).
+pub fn safe_mode(e: &Entry) -> u32 {
+    let mut m = e.mode & 0o7777;
+    if e.uid != Some(nix::unistd::geteuid().as_raw()) {
+        m &= !0o4000;
+    }
+    if e.gid != Some(nix::unistd::getegid().as_raw()) {
+        m &= !0o2000;
+    }
+    m
+}
+
+/// Give an open file its final mode and times (after its content).
+fn finish_fd(fd: BorrowedFd<'_>, mode: u32, mtime_ns: i128) -> nix::Result<()> {
+    fchmod(fd, Mode::from_bits_truncate(mode))?;
+    futimens(fd, &TimeSpec::UTIME_NOW, &ts(mtime_ns))
+}
+
+/// The parent directory fd of the last file written: files come in path
+/// order, so neighbours share it and the walk from the root is rare.
+struct Parent<'a> {
+    root: BorrowedFd<'a>,
+    last: Option<(Vec<u8>, OwnedFd)>,
+}
+
+impl Parent<'_> {
+    fn of(&mut self, rel: &[u8]) -> Res<BorrowedFd<'_>> {
+        let (parent, _) = beneath::split(rel);
+        if self.last.as_ref().is_none_or(|(p, _)| p != parent) {
+            let fd = beneath::dir(self.root, parent, true).map_err(|e| io(rel, e))?;
+            self.last = Some((parent.to_vec(), fd));
+        }
+        Ok(self.last.as_ref().map(|(_, f)| f.as_fd()).expect("set"))
+    }
+}
+
+/// A file to write: its entry (path, hash, mode, mtime, size).
+type Job = Entry;
+
+/// Write one file from `src` (chunks) into `dir` as `e`: a fresh 0600
+/// temp, content checked against the hash, final mode and mtime on the
+/// fd, then renamed over the name. Returns the bytes written.
+fn write_entry<I>(dir: BorrowedFd<'_>, e: &Job, src: I, what: &str) -> Res<u64>
+where
+    I: IntoIterator<Item = Res<bytes::Bytes>>,
+{
+    let rel = &e.path.0;
+    let (_, name) = beneath::split(rel);
+    let (fd, tmp) = beneath::create_tmp(dir).map_err(|er| io(rel, er))?;
+    let r = (|| -> Res<u64> {
+        let mut f = fs::File::from(fd);
+        let mut h = blake3::Hasher::new();
+        let mut n = 0u64;
+        for chunk in src {
+            let chunk = chunk?;
+            n += chunk.len() as u64;
+            if n > e.size {
+                return Err(msg(
+                    Exit::DataErr,
+                    format!(
+                        "{}: content{what} is larger than the {} bytes the snapshot says",
+                        String::from_utf8_lossy(rel),
+                        e.size
+                    ),
+                ));
+            }
+            h.update(&chunk);
+            // Runs of zeros become holes: a sparse file restores sparse.
+            if chunk.iter().all(|b| *b == 0) {
+                f.seek(std::io::SeekFrom::Current(chunk.len() as i64))
+                    .map_err(|er| io(rel, er))?;
+            } else {
+                f.write_all(&chunk).map_err(|er| io(rel, er))?;
+            }
+        }
+        f.set_len(n).map_err(|er| io(rel, er))?;
+        let hash = e.hash.as_deref().unwrap_or_default();
+        if h.finalize().to_hex().as_str() != hash {
+            return Err(msg(
+                Exit::DataErr,
+                format!(
+                    "{}: content {hash}{what} does not match its hash",
+                    String::from_utf8_lossy(rel)
+                ),
+            ));
+        }
+        finish_fd(f.as_fd(), safe_mode(e), e.mtime_ns).map_err(|er| io(rel, er))?;
+        beneath::replace(dir, &tmp, name).map_err(|er| io(rel, er))?;
+        Ok(n)
+    })();
+    if r.is_err() {
+        beneath::unlink(dir, &tmp);
+    }
+    r
+}
+
+async fn fetch(remote: &Remote, root: &OwnedFd, e: Job) -> Res<u64> {
+    let hash = e.hash.clone().unwrap_or_default();
     let got = remote
         .store
-        .get(&remote.blob(hash))
+        .get(&remote.blob(&hash))
         .await
-        .map_err(|e| match e {
+        .map_err(|er| match er {
             object_store::Error::NotFound { .. } => msg(
                 Exit::DataErr,
                 format!(
                     "blob {hash} for {} is missing from {}",
-                    dest.display(),
+                    String::from_utf8_lossy(&e.path.0),
                     remote.url
                 ),
             ),
-            e => Box::new(remote.down(e)),
+            er => Box::new(remote.down(er)),
         })?;
+    // The stream is pulled on a blocking thread, which writes as it goes.
     let mut stream = got.into_stream();
-    let mut f =
-        fs::File::create(&tmp).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", tmp.display())))?;
-    let mut h = blake3::Hasher::new();
-    let mut n = 0u64;
-    let fail = |tmp: &Path, e: std::io::Error| {
-        let _ = fs::remove_file(tmp);
-        let hint = if e.kind() == std::io::ErrorKind::StorageFull {
-            " (disk full; the partial file was removed)"
-        } else {
-            ""
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Res<bytes::Bytes>>(4);
+    let root = root.try_clone().map_err(|er| io(&e.path.0, er))?;
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut parent = Parent {
+            root: root.as_fd(),
+            last: None,
         };
-        msg(Exit::IoErr, format!("{}: {e}{hint}", tmp.display()))
-    };
+        let dir = parent.of(&e.path.0)?;
+        write_entry(dir, &e, rx, "")
+    });
     while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(Box::new(remote.down(e)));
-            }
-        };
-        h.update(&chunk);
-        n += chunk.len() as u64;
-        // Runs of zeros become holes: a sparse file restores sparse.
-        if chunk.iter().all(|b| *b == 0) {
-            use std::io::Seek;
-            f.seek(std::io::SeekFrom::Current(chunk.len() as i64))
-                .map_err(|e| fail(&tmp, e))?;
-        } else {
-            f.write_all(&chunk).map_err(|e| fail(&tmp, e))?;
+        let item = chunk.map_err(|er| Box::new(remote.down(er)) as Box<dyn sbx_core::SbxError>);
+        let stop = item.is_err();
+        if tx.send(item).is_err() || stop {
+            break;
         }
     }
-    f.set_len(n).map_err(|e| fail(&tmp, e))?;
-    f.sync_all().map_err(|e| fail(&tmp, e))?;
-    if h.finalize().to_hex().as_str() != hash {
-        let _ = fs::remove_file(&tmp);
-        return Err(msg(
-            Exit::DataErr,
-            format!("blob {hash} in {} does not match its hash", remote.url),
-        ));
-    }
-    fs::rename(&tmp, dest).map_err(|e| fail(&tmp, e))?;
-    Ok(n)
-}
-
-fn tmp_of(dest: &Path) -> PathBuf {
-    dest.with_file_name(format!(
-        ".{}.sbx-restore",
-        dest.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    ))
-}
-
-/// Write `bytes` to `dest` through a temporary file, after checking they
-/// hash to `hash` (`what` names their origin in the error).
-fn write_file(dest: &Path, bytes: &[u8], hash: &str, what: &str) -> Res<()> {
-    if blake3::hash(bytes).to_hex().as_str() != hash {
-        return Err(msg(
-            Exit::DataErr,
-            format!(
-                "{}: content {hash}{what} does not match its hash",
-                dest.display()
-            ),
-        ));
-    }
-    let tmp = tmp_of(dest);
-    let r = fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| fs::rename(&tmp, dest));
-    r.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        let hint = if e.kind() == std::io::ErrorKind::StorageFull {
-            " (disk full; the partial file was removed)"
-        } else {
-            ""
-        };
-        msg(Exit::IoErr, format!("{}: {e}{hint}", tmp.display()))
-    })
+    drop(tx);
+    writer.await.expect("restore task")
 }
 
 /// Fetch the ranges of one pack the files need (neighbours coalesced into
 /// one GET) and write the files. Returns (files, bytes).
 async fn fetch_pack(
     remote: &Remote,
+    root: &OwnedFd,
     pack: String,
-    mut files: Vec<(String, PathBuf, u64, u64)>,
+    mut files: Vec<(u64, Job)>,
 ) -> Res<(u64, u64)> {
-    files.sort_by_key(|f| f.2);
+    files.sort_by_key(|f| f.0);
     let mut spans: Vec<std::ops::Range<u64>> = Vec::new();
-    for (_, _, off, size) in &files {
+    for (off, e) in &files {
+        let end = off + e.size;
         match spans.last_mut() {
-            Some(s) if *off <= s.end + COALESCE => s.end = s.end.max(off + size),
-            _ => spans.push(*off..off + size),
+            Some(s) if *off <= s.end + COALESCE => s.end = s.end.max(end),
+            _ => spans.push(*off..end),
         }
     }
     let loc = remote.pack(&pack);
@@ -221,33 +250,47 @@ async fn fetch_pack(
         .store
         .get_ranges(&loc, &spans)
         .await
-        .map_err(|e| match e {
+        .map_err(|er| match er {
             object_store::Error::NotFound { .. } => msg(
                 Exit::DataErr,
                 format!(
                     "pack {pack} is missing from {} ({} files need it, e.g. {})",
                     remote.url,
                     files.len(),
-                    files[0].1.display()
+                    String::from_utf8_lossy(&files[0].1.path.0)
                 ),
             ),
-            e => Box::new(remote.down(e)),
+            er => Box::new(remote.down(er)),
         })?;
+    let root = root.try_clone().map_err(|er| io(b"restore target", er))?;
     tokio::task::spawn_blocking(move || {
         let mut bytes = 0;
         let what = format!(" in pack {pack}");
-        for (h, p, off, size) in &files {
-            let i = spans.partition_point(|s| s.end < off + size);
-            let (s, b) = (&spans[i], &got[i]);
-            let from = (off - s.start) as usize;
-            let Some(slice) = b.get(from..from + *size as usize) else {
+        // Path order within the pack's files, so the parent fd is reused.
+        files.sort_by(|a, b| a.1.path.cmp(&b.1.path));
+        let mut parent = Parent {
+            root: root.as_fd(),
+            last: None,
+        };
+        for (off, e) in &files {
+            let i = spans.partition_point(|s| s.end < off + e.size);
+            let slice = spans.get(i).zip(got.get(i)).and_then(|(s, b)| {
+                let from = (off - s.start) as usize;
+                b.get(from..from + e.size as usize)
+                    .map(|_| b.slice(from..from + e.size as usize))
+            });
+            let Some(slice) = slice else {
                 return Err(msg(
                     Exit::DataErr,
-                    format!("{}: pack {pack} is too short", p.display()),
+                    format!(
+                        "{}: pack {pack} is too short",
+                        String::from_utf8_lossy(&e.path.0)
+                    ),
                 ));
             };
-            write_file(p, slice, h, &what)?;
-            bytes += size;
+            let dir = parent.of(&e.path.0)?;
+            write_entry(dir, e, [Ok(slice)], &what)?;
+            bytes += e.size;
         }
         Ok((files.len() as u64, bytes))
     })
@@ -255,8 +298,46 @@ async fn fetch_pack(
     .expect("restore task")
 }
 
-/// Restore `m` into `to`. Files already there with the right size and
-/// mtime are kept, so an interrupted restore resumes.
+/// Whether the file already at `name` has exactly `e`'s content (hashed,
+/// not judged by size and mtime); if so it gets `e`'s mode and mtime.
+fn reuse(dir: BorrowedFd<'_>, name: &Path, e: &Entry) -> Res<bool> {
+    let Ok(fd) = beneath::open_file(dir, name) else {
+        return Ok(false);
+    };
+    let mut f = fs::File::from(fd);
+    let Ok(md) = f.metadata() else {
+        return Ok(false);
+    };
+    if !md.is_file() || md.len() != e.size {
+        return Ok(false);
+    }
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                h.update(&buf[..n]);
+            }
+            Err(_) => return Ok(false),
+        }
+    }
+    if Some(h.finalize().to_hex().as_str()) != e.hash.as_deref() {
+        return Ok(false);
+    }
+    use std::os::unix::fs::MetadataExt;
+    let mode = safe_mode(e);
+    let mt = i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec());
+    // A file that already has its mode and time is left alone: it may be
+    // another user's (an image's root-owned file in the home).
+    if md.mode() & 0o7777 != mode || mt != e.mtime_ns {
+        finish_fd(f.as_fd(), mode, e.mtime_ns).map_err(|er| io(&e.path.0, er))?;
+    }
+    Ok(true)
+}
+
+/// Restore `m` into `to`. Files already there with the right content are
+/// kept, so an interrupted restore resumes.
 pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> Res<Report> {
     fs::create_dir_all(to).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
     if fs::symlink_metadata(to).is_ok_and(|md| md.file_type().is_symlink()) {
@@ -268,12 +349,13 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             ),
         ));
     }
-    let to = to
-        .canonicalize()
-        .map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
-    let marker = to.join(".sbx-restore-in-progress");
-    let resuming = marker.exists();
-    let non_empty = fs::read_dir(&to)
+    let root =
+        beneath::open_root(to).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
+    let resuming = beneath::kind(root.as_fd(), Path::new(MARKER))
+        .ok()
+        .flatten()
+        .is_some();
+    let non_empty = fs::read_dir(to)
         .map(|mut d| d.next().is_some())
         .unwrap_or(false);
     if non_empty && !force && !resuming {
@@ -285,72 +367,59 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             ),
         ));
     }
-    fs::write(&marker, &m.id)
-        .map_err(|e| msg(Exit::IoErr, format!("{}: {e}", marker.display())))?;
+    // Whatever the home holds under the marker's name (a link) goes first.
+    beneath::remove(root.as_fd(), Path::new(MARKER))
+        .and_then(|()| write_marker(root.as_fd(), &m.id))
+        .map_err(|e| io(MARKER.as_bytes(), e))?;
     let mut rep = Report::default();
-    let path = |e: &crate::manifest::Entry| -> PathBuf { to.join(e.path.as_path()) };
 
-    // Directories, shallowest first, writable by us until the end.
+    // Directories, shallowest first (path order), writable by us until the end.
     for e in m.entries.iter().filter(|e| e.kind == Kind::Dir) {
-        let p = path(e);
-        if !inside(&to, &p) {
-            return Err(msg(
-                Exit::DataErr,
-                format!("{}: would leave {}", p.display(), to.display()),
-            ));
-        }
-        if fs::symlink_metadata(&p).is_ok_and(|md| !md.is_dir()) {
-            fs::remove_file(&p).map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
-        }
-        fs::create_dir_all(&p).map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
-        fs::set_permissions(&p, fs::Permissions::from_mode(0o700)).ok();
+        let (parent, name) = beneath::split(&e.path.0);
+        let d = beneath::dir(root.as_fd(), parent, true).map_err(|er| io(&e.path.0, er))?;
+        beneath::ensure_dir(d.as_fd(), name).map_err(|er| io(&e.path.0, er))?;
         rep.dirs += 1;
     }
     // Files in parallel: one task per pack (ranged GETs), one per blob.
-    let mut empties = Vec::new();
     let mut blobs = Vec::new();
-    let mut packed: HashMap<&str, Vec<(String, PathBuf, u64, u64)>> = HashMap::new();
-    for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
-        let p = path(e);
-        if !inside(&to, &p) {
-            return Err(msg(
-                Exit::DataErr,
-                format!("{}: would leave {}", p.display(), to.display()),
-            ));
-        }
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent).ok();
-        }
-        let have = fs::symlink_metadata(&p).ok();
-        if let Some(md) = &have {
-            use std::os::unix::fs::MetadataExt;
-            let mt = i128::from(md.mtime()) * 1_000_000_000 + i128::from(md.mtime_nsec());
-            if md.is_file() && md.len() == e.size && mt == e.mtime_ns {
-                rep.reused += 1;
-                continue;
+    let mut packed: HashMap<&str, Vec<(u64, Job)>> = HashMap::new();
+    {
+        let mut parent = Parent {
+            root: root.as_fd(),
+            last: None,
+        };
+        for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
+            if safe_mode(e) != e.mode & 0o7777 {
+                rep.dropped_setid += 1;
             }
-            if md.is_dir() {
-                fs::remove_dir_all(&p).ok();
+            let dir = parent.of(&e.path.0)?;
+            let (_, name) = beneath::split(&e.path.0);
+            match beneath::kind(dir, name).map_err(|er| io(&e.path.0, er))? {
+                Some((SFlag::S_IFREG, size)) if size == e.size && reuse(dir, name, e)? => {
+                    rep.reused += 1;
+                    continue;
+                }
+                _ => {}
             }
-        }
-        let h = e.hash.clone().expect("checked");
-        match m.location(e) {
-            _ if e.size == 0 && h == EMPTY => empties.push(p),
-            Some((pack, off)) => packed.entry(pack).or_default().push((h, p, off, e.size)),
-            None => blobs.push((h, p)),
+            match m.location(e) {
+                _ if e.size == 0 && e.hash.as_deref() == Some(EMPTY) => {
+                    let none: [Res<bytes::Bytes>; 0] = [];
+                    write_entry(dir, e, none, "")?;
+                    rep.files += 1;
+                }
+                Some((pack, off)) => packed.entry(pack).or_default().push((off, e.clone())),
+                None => blobs.push(e.clone()),
+            }
         }
     }
-    for p in empties {
-        write_file(&p, &[], blake3::hash(b"").to_hex().as_str(), "")?;
-        rep.files += 1;
-    }
+    let root_ref = &root;
     let results: Vec<Res<(u64, u64)>> = futures::stream::iter(
         blobs
             .into_iter()
-            .map(|(h, p)| async move { fetch(remote, &h, &p).await.map(|n| (1, n)) })
+            .map(|e| async move { fetch(remote, root_ref, e).await.map(|n| (1, n)) })
             .map(futures::future::Either::Left)
             .chain(packed.into_iter().map(|(pack, files)| {
-                futures::future::Either::Right(fetch_pack(remote, pack.to_owned(), files))
+                futures::future::Either::Right(fetch_pack(remote, root_ref, pack.to_owned(), files))
             })),
     )
     .buffer_unordered(PARALLEL)
@@ -361,54 +430,54 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
         rep.bytes += bytes;
         rep.files += files;
     }
-    // Symlinks last: nothing was written through them.
+    crate::hook::point("restore-files-done");
+    // Symlinks last: nothing was written through them (and nothing is:
+    // every open above refuses links).
     for e in m.entries.iter().filter(|e| e.kind == Kind::Symlink) {
-        let p = path(e);
-        if !inside(&to, &p) {
-            return Err(msg(
-                Exit::DataErr,
-                format!("{}: would leave {}", p.display(), to.display()),
-            ));
+        let (parent, name) = beneath::split(&e.path.0);
+        let d = beneath::dir(root.as_fd(), parent, true).map_err(|er| io(&e.path.0, er))?;
+        let tmp = beneath::tmp_name();
+        let target = e.target.as_ref().expect("checked").as_path();
+        let r = nix::unistd::symlinkat(target, d.as_fd(), tmp.as_str())
+            .map_err(std::io::Error::from)
+            .and_then(|()| {
+                utimensat(
+                    d.as_fd(),
+                    tmp.as_str(),
+                    &TimeSpec::UTIME_NOW,
+                    &ts(e.mtime_ns),
+                    UtimensatFlags::NoFollowSymlink,
+                )
+                .map_err(std::io::Error::from)
+            })
+            .and_then(|()| beneath::replace(d.as_fd(), &tmp, name));
+        if let Err(er) = r {
+            beneath::unlink(d.as_fd(), &tmp);
+            return Err(io(&e.path.0, er));
         }
-        if let Ok(md) = fs::symlink_metadata(&p) {
-            if md.is_dir() {
-                fs::remove_dir_all(&p)
-            } else {
-                fs::remove_file(&p)
-            }
-            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
-        }
-        symlink(e.target.as_ref().expect("checked").as_path(), &p)
-            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
-        set_times(&p, e.mtime_ns, false).ok();
         rep.symlinks += 1;
     }
-    // Modes and mtimes after content; directories deepest first.
-    for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
-        let p = path(e);
-        // A file that already has its mode and time is left alone: it may
-        // be another user's (an image's root-owned file in the home), which
-        // we could not chmod, and there is nothing to change.
-        if already(&p, e.mode, e.mtime_ns) {
-            continue;
-        }
-        fs::set_permissions(&p, fs::Permissions::from_mode(e.mode))
-            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
-        set_times(&p, e.mtime_ns, false)
-            .map_err(|er| msg(Exit::IoErr, format!("{}: {er}", p.display())))?;
-    }
+    // Durable before the marker goes: one syncfs instead of one fsync per file.
+    nix::unistd::syncfs(&root)
+        .map_err(|er| msg(Exit::IoErr, format!("{}: syncfs: {er}", to.display())))?;
+    // Directory modes and mtimes deepest first (a read-only one last).
     let mut dirs: Vec<_> = m.entries.iter().filter(|e| e.kind == Kind::Dir).collect();
     dirs.sort_by_key(|e| std::cmp::Reverse(e.path.0.iter().filter(|b| **b == b'/').count()));
-    // Durable before the marker goes: one syncfs instead of one fsync per file.
-    if let Ok(d) = fs::File::open(&to) {
-        nix::unistd::syncfs(&d)
-            .map_err(|er| msg(Exit::IoErr, format!("{}: syncfs: {er}", to.display())))?;
-    }
-    fs::remove_file(&marker).ok();
     for e in dirs {
-        let p = path(e);
-        fs::set_permissions(&p, fs::Permissions::from_mode(e.mode)).ok();
-        set_times(&p, e.mtime_ns, false).ok();
+        if let Ok(d) = beneath::dir(root.as_fd(), &e.path.0, false) {
+            let _ = finish_fd(d.as_fd(), safe_mode(e), e.mtime_ns);
+        }
     }
+    beneath::unlink(root.as_fd(), MARKER);
     Ok(rep)
+}
+
+fn write_marker(root: BorrowedFd<'_>, id: &str) -> std::io::Result<()> {
+    use nix::fcntl::{OFlag, openat};
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(root, MARKER, flags, Mode::from_bits_truncate(0o600))?;
+    let mut f = fs::File::from(fd);
+    f.write_all(id.as_bytes())?;
+    f.sync_all()
 }

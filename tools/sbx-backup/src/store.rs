@@ -30,6 +30,19 @@ impl sbx_core::SbxError for StoreError {
     }
 }
 
+/// The id of snapshot number `seq`: fixed width, so the conditional
+/// create of the next number is what serialises writers.
+pub fn seq_id(seq: u64) -> String {
+    format!("{seq:020}")
+}
+
+/// The sequence number of an id `seq_id` made (None: an older timestamp id).
+pub fn seq_of(id: &str) -> Option<u64> {
+    (id.len() == 20 && id.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| id.parse().ok())
+        .flatten()
+}
+
 #[derive(Debug, Clone)]
 pub struct Remote {
     pub url: String,
@@ -131,6 +144,11 @@ impl Remote {
         self.child(&["locks"])
     }
 
+    /// Which home this prefix belongs to (created once, conditionally).
+    pub fn home_id(&self) -> Path {
+        self.child(&["home-id"])
+    }
+
     pub fn pruned(&self) -> Path {
         self.child(&["pruned"])
     }
@@ -146,7 +164,8 @@ impl Remote {
         }
     }
 
-    /// Snapshot ids, oldest first (ids sort by time).
+    /// Snapshot ids, oldest first: the store's order (`seq_of`), never a
+    /// clock's; ids of older versions (a timestamp each) sort before them.
     pub async fn snapshot_ids(&self) -> Result<Vec<String>, StoreError> {
         let metas: Vec<_> = self
             .store
@@ -163,7 +182,7 @@ impl Remote {
                     .map(str::to_owned)
             })
             .collect();
-        ids.sort();
+        ids.sort_by(|a, b| (seq_of(a), a).cmp(&(seq_of(b), b)));
         Ok(ids)
     }
 

@@ -32,8 +32,10 @@ pub const PACK_TARGET: usize = 4 << 20;
 /// through a multipart upload and are never held whole in memory.
 const SMALL: u64 = 8 << 20;
 const CHUNK: usize = 1 << 20;
-/// The daemon's own state, lock files: never backed up.
-pub const DEFAULT_EXCLUDES: &[&str] = &["*.lock"];
+/// Built-in excludes beyond [backup].exclude: none. `*.lock` used to be
+/// one and silently dropped committed lockfiles (Cargo.lock, yarn.lock);
+/// the daemon's own state is left out by path (the state dir).
+pub const DEFAULT_EXCLUDES: &[&str] = &[];
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Row {
@@ -69,15 +71,26 @@ pub struct Index {
     /// Digest of the entries of the last committed snapshot.
     pub last: Option<String>,
     pub last_id: Option<String>,
+    /// blake3 of the index serialised without this field: a corrupted
+    /// index (a flipped hash would put another file's bytes in the next
+    /// snapshot) is dropped and the home hashed afresh.
+    #[serde(default)]
+    pub checksum: Option<String>,
 }
 
 impl Index {
     pub fn load(path: &Path, url: &str) -> Self {
+        let checked = |mut i: Index| {
+            let sum = i.checksum.take();
+            (sum == Some(i.digest())).then_some(i)
+        };
         match fs::read(path)
             .ok()
             .and_then(|b| serde_json::from_slice::<Index>(&b).ok())
+            .and_then(checked)
         {
-            // An index for another store says nothing about this one.
+            // An index for another store says nothing about this one; a
+            // corrupted one says nothing at all.
             Some(i) if i.url == url => i,
             _ => Index {
                 url: url.to_owned(),
@@ -93,13 +106,23 @@ impl Index {
         self.epoch = None;
     }
 
-    pub fn store(&self, path: &Path) -> std::io::Result<()> {
+    fn digest(&self) -> String {
+        blake3::hash(&serde_json::to_vec(self).expect("serializable"))
+            .to_hex()
+            .to_string()
+    }
+
+    pub fn store(&mut self, path: &Path) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
+        self.checksum = None;
+        self.checksum = Some(self.digest());
         // No fsync: an index lost or older after a crash is still right
-        // (rows are used only when the stat matches; contents it names stay
-        // until a prune, which makes every sync re-learn them).
-        fs::write(&tmp, serde_json::to_vec(self).expect("serializable"))?;
-        fs::rename(tmp, path)
+        // (rows are used only when the stat matches; contents it names are
+        // checked against a listing before a commit references them).
+        let r = fs::write(&tmp, serde_json::to_vec(self).expect("serializable"))
+            .and_then(|()| fs::rename(&tmp, path));
+        self.checksum = None;
+        r
     }
 }
 
@@ -115,6 +138,11 @@ pub struct Report {
     pub skipped: Skipped,
     pub unreadable: Vec<String>,
     pub changing: u64,
+    /// Contents the index said were stored but the store no longer has:
+    /// uploaded again from the home before the commit.
+    pub reuploaded_missing: u64,
+    /// Paths left out, by the rule that matched.
+    pub excluded: std::collections::BTreeMap<String, u64>,
     pub snapshot: Option<String>,
     pub unchanged: bool,
     pub deleted_snapshots: Vec<String>,
@@ -138,6 +166,7 @@ struct Walked {
     entries: Vec<(Entry, fs::Metadata, PathBuf)>,
     skipped: Skipped,
     unreadable: Vec<String>,
+    excluded: HashMap<String, u64>,
 }
 
 /// The state dir relative to the home, when it lies inside it (compared
@@ -173,6 +202,7 @@ fn walk(home: &Path, excludes: &PathSet, skip: Option<&Path>) -> Walked {
                         entries: Vec::new(),
                         skipped: Skipped::default(),
                         unreadable: Vec::new(),
+                        excluded: HashMap::new(),
                     };
                     let (lock, cv) = &shared;
                     loop {
@@ -209,8 +239,12 @@ fn walk(home: &Path, excludes: &PathSet, skip: Option<&Path>) -> Walked {
         entries: Vec::new(),
         skipped: Skipped::default(),
         unreadable: Vec::new(),
+        excluded: HashMap::new(),
     };
     for p in parts {
+        for (k, n) in p.excluded {
+            *w.excluded.entry(k).or_default() += n;
+        }
         w.entries.extend(p.entries);
         w.skipped.sockets += p.skipped.sockets;
         w.skipped.fifos += p.skipped.fifos;
@@ -249,7 +283,11 @@ fn walk_dir(
                 }
             };
             let ft = md.file_type();
-            if excludes.first_match(&r, ft.is_dir()).is_some() || skip == Some(r.as_path()) {
+            if skip == Some(r.as_path()) {
+                continue;
+            }
+            if let Some(p) = excludes.first_match(&r, ft.is_dir()) {
+                *w.excluded.entry(p.text.clone()).or_default() += 1;
                 continue;
             }
             let kind = if ft.is_dir() {
@@ -292,6 +330,8 @@ fn walk_dir(
                 target,
                 pack: None,
                 offset: None,
+                uid: Some(md.uid()),
+                gid: Some(md.gid()),
             };
             w.entries.push((entry, md, full));
         }
@@ -384,7 +424,31 @@ pub fn new_id() -> String {
     )
 }
 
-pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sbx_core::SbxError>> {
+type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
+
+/// How a pass ended: done, or behind a snapshot another writer committed
+/// (its seq), so the home is walked again after it.
+enum Pass {
+    Done(Report),
+    Behind(u64),
+}
+
+/// One sync: a pass, walked again while another writer commits first, so
+/// a snapshot never sorts after one taken from a newer walk.
+pub async fn sync(remote: &Remote, o: &Options<'_>) -> Res<Report> {
+    let mut base = None;
+    for _ in 0..5 {
+        match pass(remote, o, base).await? {
+            Pass::Done(r) => return Ok(r),
+            Pass::Behind(head) => base = Some(head),
+        }
+    }
+    Err(Box::new(remote.down(
+        "other writers kept committing to this prefix during five passes",
+    )))
+}
+
+async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> {
     let mut patterns: Vec<PathPattern> = o.excludes.to_vec();
     for p in DEFAULT_EXCLUDES {
         patterns.push(PathPattern::new(p).expect("built-in pattern"));
@@ -405,6 +469,15 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
         move || walk(&home, &set, skip.as_deref())
     });
     let mut index = loading.await.expect("index");
+    // The snapshot this walk follows: the last one this state committed,
+    // or the head a previous attempt found.
+    let base = base.unwrap_or_else(|| {
+        index
+            .last_id
+            .as_deref()
+            .and_then(crate::store::seq_of)
+            .unwrap_or(0)
+    });
     let rows: HashMap<Vec<u8>, Row> = index.rows.drain(..).map(|(p, r)| (p.0, r)).collect();
     let mut known: HashMap<String, Loc> = index
         .blobs
@@ -422,6 +495,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
     let mut rep = Report {
         skipped: walked.skipped,
         unreadable: walked.unreadable,
+        excluded: walked.excluded.into_iter().collect(),
         ..Default::default()
     };
 
@@ -501,9 +575,9 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
         rep.snapshot = index.last_id.clone();
         if rep.hashed == 0 {
             // Every row came from the index as it is: no write, no fsync.
-            return Ok(rep);
+            return Ok(Pass::Done(rep));
         }
-        return save(o, &index_path, index, new_rows, &known, rep);
+        return save(o, &index_path, index, new_rows, &known, rep).map(Pass::Done);
     }
     if o.dry_run {
         if known.is_empty() {
@@ -513,7 +587,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
         rep.uploaded = need.len() as u64;
         rep.uploaded_bytes = need.values().map(|(_, size)| size).sum();
         finish_counts(&mut rep, &entries);
-        return Ok(rep);
+        return Ok(Pass::Done(rep));
     }
 
     // Prune may not run from here to the commit; a prune that ran since the
@@ -522,23 +596,114 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Result<Report, Box<dyn sb
     let r = commit(
         remote,
         o,
-        &mut index,
-        &mut known,
-        &mut entries,
-        &mut new_rows,
-        &mut rep,
-        &lease,
+        Commit {
+            index: &mut index,
+            index_path: &index_path,
+            known: &mut known,
+            entries: &mut entries,
+            new_rows: &mut new_rows,
+            old_rows: &rows,
+            rep: &mut rep,
+            lease: &lease,
+            base,
+        },
     )
     .await;
-    if let Err(e) = r {
-        lease.release().await;
-        return Err(e);
+    match r {
+        Err(e) => {
+            lease.release().await;
+            Err(e)
+        }
+        Ok(Some(head)) => {
+            lease.release().await;
+            Ok(Pass::Behind(head))
+        }
+        Ok(None) => {
+            // The lock's DELETE goes out while the index is written.
+            let (_, saved) = tokio::join!(lease.release(), async {
+                save(o, &index_path, index, new_rows, &known, rep)
+            });
+            saved.map(Pass::Done)
+        }
     }
-    // The lock's DELETE goes out while the index is written.
-    let (_, saved) = tokio::join!(lease.release(), async {
-        save(o, &index_path, index, new_rows, &known, rep)
-    });
-    saved
+}
+
+struct Commit<'a> {
+    index: &'a mut Index,
+    index_path: &'a Path,
+    known: &'a mut HashMap<String, Loc>,
+    entries: &'a mut Vec<Entry>,
+    new_rows: &'a mut Vec<(RelPath, Row)>,
+    old_rows: &'a HashMap<Vec<u8>, Row>,
+    rep: &'a mut Report,
+    lease: &'a crate::lock::Lease,
+    base: u64,
+}
+
+/// This home's id (the state dir's `home-id`), checked against the
+/// prefix's: one home per prefix, or two homes rotate each other's
+/// snapshots out and a first boot restores the other one.
+pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
+    let file = state_dir.join("home-id");
+    let local = fs::read_to_string(&file)
+        .ok()
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
+    let stored = match remote.store.get(&remote.home_id()).await {
+        Ok(g) => Some(
+            String::from_utf8_lossy(&g.bytes().await.map_err(|e| remote.down(e))?)
+                .trim()
+                .to_owned(),
+        ),
+        Err(object_store::Error::NotFound { .. }) => None,
+        Err(e) => return Err(Box::new(remote.down(e))),
+    };
+    let refuse = |theirs: &str, ours: &str| -> Box<dyn sbx_core::SbxError> {
+        Box::new(sbx_core::error::Message::new(
+            sbx_core::Exit::Config,
+            format!(
+                "{}: holds the backups of another home ({theirs}; this one is {ours}): \
+                 give this home its own [backup].url prefix, or restore from that one first",
+                remote.url
+            ),
+        ))
+    };
+    match (local, stored) {
+        (Some(l), Some(s)) if l == s => Ok(l),
+        (Some(l), Some(s)) => Err(refuse(&s, &l)),
+        (None, Some(s)) => Err(refuse(&s, "new, with no id yet")),
+        (local, None) => {
+            let id = local.unwrap_or_else(|| crate::beneath::tmp_name()[5..].to_owned());
+            fs::create_dir_all(state_dir)
+                .and_then(|()| fs::write(&file, &id))
+                .map_err(|e| sbx_core::error::PathError {
+                    path: file.clone(),
+                    source: e,
+                })?;
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            };
+            match remote
+                .store
+                .put_opts(&remote.home_id(), PutPayload::from(id.clone()), opts)
+                .await
+            {
+                Ok(_) => Ok(id),
+                // Another home claimed it first.
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    Err(refuse("claimed a moment ago", &id))
+                }
+                Err(e) => Err(Box::new(remote.down(e))),
+            }
+        }
+    }
+}
+
+/// Record `id` as this home's (after restoring a snapshot into it).
+pub fn adopt_home(state_dir: &Path, id: &str) -> std::io::Result<()> {
+    fs::create_dir_all(state_dir)?;
+    fs::write(state_dir.join("home-id"), id)
 }
 
 /// blake3 of no bytes: an empty file is never stored, only named.
@@ -618,23 +783,52 @@ async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn commit(
-    remote: &Remote,
-    o: &Options<'_>,
-    index: &mut Index,
-    known: &mut HashMap<String, Loc>,
-    entries: &mut Vec<Entry>,
-    new_rows: &mut Vec<(RelPath, Row)>,
-    rep: &mut Report,
-    lease: &crate::lock::Lease,
-) -> Result<(), Box<dyn sbx_core::SbxError>> {
+/// Upload what the store lacks and commit snapshot `base + 1`. Ok(Some(head)):
+/// another writer committed since `base`; nothing was committed.
+async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u64>> {
+    let Commit {
+        index,
+        index_path,
+        known,
+        entries,
+        new_rows,
+        old_rows,
+        rep,
+        lease,
+        base,
+    } = c;
+    // An empty home where snapshots exist is a lost volume, not a deletion.
+    if entries.is_empty() && !remote.snapshot_ids().await?.is_empty() {
+        sbx_core::output::warn(
+            "the home is empty but snapshots exist: not committing (restore with `sbx-backup first-boot` or `restore`)",
+        );
+        rep.unchanged = true;
+        rep.snapshot = index.last_id.clone();
+        return Ok(None);
+    }
+    let home = claim_home(remote, o.state_dir).await?;
     let ep = epoch(remote).await?;
     if ep != index.epoch || known.is_empty() {
         *known = locations(remote).await?;
         index.epoch = ep;
     }
+    // Objects vanish behind the index's back (a lifecycle rule, a wiped
+    // bucket): what it says is stored is checked against one listing, and
+    // whatever is gone is uploaded again from the home below.
+    let (packs, blobs) = tokio::try_join!(remote.pack_ids(), remote.blob_hashes())?;
+    let packs: HashSet<String> = packs.into_iter().map(|p| p.0).collect();
+    let blobs: HashSet<String> = blobs.into_iter().map(|b| b.0).collect();
+    let before = known.len();
+    known.retain(|h, l| match l {
+        Loc::Blob => blobs.contains(h),
+        Loc::Pack(p, _) => packs.contains(p),
+    });
+    let gone = before - known.len();
     let need = missing(entries, known, o.home);
+    if gone > 0 {
+        rep.reuploaded_missing = need.len() as u64;
+    }
+    crate::hook::point("before-upload");
     let (small, large): (Vec<_>, Vec<_>) = need
         .into_iter()
         .partition(|(_, (_, size))| *size < PACK_FILE_MAX);
@@ -688,27 +882,46 @@ async fn commit(
         rep.changing += bad.len() as u64;
         failed.extend(bad);
     }
-    // A file whose bytes did not match its hash changed: not in this snapshot.
+    // A file whose bytes did not match its hash changed while read: it
+    // keeps its last good version (when the store has it) and is retried
+    // next pass; only a file never stored before is left out.
     if !failed.is_empty() {
-        entries.retain(|e| e.hash.as_ref().is_none_or(|h| !failed.contains(h)));
+        let mut kept = Vec::with_capacity(entries.len());
+        for mut e in entries.drain(..) {
+            if e.hash.as_ref().is_some_and(|h| failed.contains(h)) {
+                match old_rows.get(&e.path.0) {
+                    Some(old) if old.hash == EMPTY || known.contains_key(&old.hash) => {
+                        e.hash = Some(old.hash.clone());
+                        e.size = old.size;
+                        e.mtime_ns = old.mtime_ns;
+                    }
+                    _ => continue,
+                }
+            }
+            kept.push(e);
+        }
+        *entries = kept;
+        // No row for them: the next pass hashes them again.
         new_rows.retain(|(_, r)| !failed.contains(&r.hash));
     }
     finish_counts(rep, entries);
 
-    // An empty home where snapshots exist is a lost volume, not a deletion.
-    if entries.is_empty() && !remote.snapshot_ids().await?.is_empty() {
-        sbx_core::output::warn(
-            "the home is empty but snapshots exist: not committing (restore with `sbx-backup first-boot` or `restore`)",
-        );
-        rep.unchanged = true;
-        rep.snapshot = index.last_id.clone();
-        return Ok(());
-    }
+    let ids = remote.snapshot_ids().await?;
     let dg = digest(entries, &rep.skipped);
     if index.last.as_deref() == Some(dg.as_str()) {
         rep.unchanged = true;
         rep.snapshot = index.last_id.clone();
-        return Ok(());
+        return Ok(None);
+    }
+    // Someone committed after the snapshot this walk follows: walk again
+    // after it rather than commit an older view as the newest.
+    let head = ids
+        .iter()
+        .filter_map(|i| crate::store::seq_of(i))
+        .max()
+        .unwrap_or(0);
+    if head > base {
+        return Ok(Some(head));
     }
     let mut packs: Vec<String> = Vec::new();
     let mut slot: HashMap<String, u32> = HashMap::new();
@@ -734,39 +947,68 @@ async fn commit(
             }
         }
     }
-    let m = Manifest {
+    let seq = base + 1;
+    let mut m = Manifest {
         format: manifest::FORMAT.into(),
         version: manifest::VERSION,
-        id: new_id(),
+        id: crate::store::seq_id(seq),
+        // For people and --keep-within only; order is `seq`.
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         entries: located,
         skipped: rep.skipped.clone(),
         packs,
+        home: Some(home),
+        seq: Some(seq),
+        checksum: None,
     };
-    let body = serde_json::to_vec(&m).expect("serializable");
+    let body = m.seal();
+    // A pass that could not record its snapshot must not commit it (each
+    // retry would commit another and rotate history out): the index,
+    // with the rows it will reference, is written first.
+    crate::hook::point("before-index");
+    fs::create_dir_all(o.state_dir).ok();
+    let mut pre = Index {
+        url: index.url.clone(),
+        rows: new_rows.clone(),
+        epoch: index.epoch.clone(),
+        last: index.last.clone(),
+        last_id: index.last_id.clone(),
+        ..Default::default()
+    };
+    pre.store(index_path)
+        .map_err(|e| sbx_core::error::PathError {
+            path: index_path.to_owned(),
+            source: e,
+        })?;
+    crate::hook::point("before-commit");
     let opts = PutOptions {
         mode: PutMode::Create,
         ..Default::default()
     };
     lease.check()?;
-    remote
+    match remote
         .store
         .put_opts(&remote.snapshot(&m.id), PutPayload::from(body), opts)
         .await
-        .map_err(|e| match e {
-            object_store::Error::AlreadyExists { .. } => remote.down(format!(
-                "snapshot {} exists: another writer on this prefix",
-                m.id
-            )),
-            e => remote.down(e),
-        })?;
+    {
+        Ok(_) => {}
+        // The store serialised another writer into this seq first.
+        Err(object_store::Error::AlreadyExists { .. }) => return Ok(Some(seq)),
+        Err(e) => return Err(Box::new(remote.down(e))),
+    }
+    crate::hook::point("after-commit");
     index.last = Some(dg);
     index.last_id = Some(m.id.clone());
-    rep.snapshot = Some(m.id);
-    // Retention: manifests only; packs and blobs go in `prune`.
+    rep.snapshot = Some(m.id.clone());
+    // Retention: manifests only (packs and blobs go in `prune`), in the
+    // store's order; never the snapshot just reported, never the newest.
     let ids = remote.snapshot_ids().await?;
     if ids.len() > o.keep as usize {
+        let newest = ids.last().cloned();
         for id in &ids[..ids.len() - o.keep as usize] {
+            if *id == m.id || Some(id) == newest.as_ref() {
+                continue;
+            }
             remote
                 .store
                 .delete(&remote.snapshot(id))
@@ -775,7 +1017,7 @@ async fn commit(
             rep.deleted_snapshots.push(id.clone());
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Read the files of one pack (each checked against its hash), upload it

@@ -186,9 +186,11 @@ fn killing_sync_anywhere_leaves_only_whole_snapshots() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // The killed syncs' locks name dead processes of this host: prune goes
-    // ahead, drops what only the killed passes uploaded, and the rest checks out.
-    let o = bin(root, &home, &["prune", "--keep-last", "3", "--wait", "5s"])
+    // The killed syncs' locks are never renewed: stale after one lease
+    // (test-sized here), prune goes ahead, drops what only the killed
+    // passes uploaded, and the rest checks out.
+    let o = bin(root, &home, &["prune", "--keep-last", "3", "--wait", "30s"])
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

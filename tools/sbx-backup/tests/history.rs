@@ -1,0 +1,384 @@
+//! Nothing reported as backed up is lost (issue 47, routes 1, 5, 6, 7, 8,
+//! 9): corrupted manifests and indexes, objects the store lost, clocks
+//! that step, writers that overlap, two homes on one prefix, busy files,
+//! a state dir that cannot be written, a first boot killed mid-restore.
+//! Crash and pause points come from the `test-hooks` feature (src/hook.rs).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::tree;
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Env {
+    fn new(config: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        fs::create_dir_all(root.join("home")).unwrap();
+        fs::write(root.join("config.toml"), config).unwrap();
+        Env { _tmp: tmp, root }
+    }
+    fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+    fn store(&self) -> PathBuf {
+        self.root.join("store")
+    }
+    /// sbx-backup for `home` with state dir `state` (names under root).
+    fn cmd_for(&self, home: &str, state: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sbx-backup"));
+        c.env_clear()
+            .arg("--config")
+            .arg(self.root.join("config.toml"))
+            .arg("--url")
+            .arg(format!("file://{}", self.store().display()))
+            .arg("--home")
+            .arg(self.root.join(home))
+            .arg("--state-dir")
+            .arg(self.root.join(state))
+            .args(args);
+        c
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd_for("home", "state", args).output().unwrap()
+    }
+    fn ok(&self, args: &[&str]) -> serde_json::Value {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null)
+    }
+    fn snapshots(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.store().join("snapshots"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+    /// Restore the newest snapshot into a fresh directory; its tree.
+    fn restored(&self, name: &str) -> std::collections::BTreeMap<Vec<u8>, String> {
+        let to = self.root.join(name);
+        self.ok(&["restore", "--to", to.to_str().unwrap()]);
+        tree(&to)
+    }
+}
+
+fn w(p: &Path, body: &[u8]) {
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, body).unwrap();
+}
+
+fn wait_for(p: &Path) {
+    let until = Instant::now() + Duration::from_secs(120);
+    while !p.exists() {
+        assert!(Instant::now() < until, "{} never appeared", p.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Start a sync that pauses at hook point `at` until `resume` exists.
+fn paused(e: &Env, at: &str, resume: &Path, args: &[&str]) -> Child {
+    let c = e
+        .cmd_for("home", "state", args)
+        .env("SBX_BACKUP_PAUSE_AT", at)
+        .env("SBX_BACKUP_PAUSE_FILE", resume)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&resume.with_extension("paused"));
+    c
+}
+
+/// Route 7: one flipped bit that keeps the JSON valid (a secret's mode
+/// 0600 -> 0644) is refused by restore and reported by check.
+#[test]
+fn a_flipped_bit_in_a_manifest_is_caught() {
+    let e = Env::new("");
+    w(&e.home().join("secret"), b"token\n");
+    fs::set_permissions(e.home().join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    e.ok(&["sync"]);
+    let mp = e.store().join("snapshots").join(&e.snapshots()[0]);
+    let text = fs::read_to_string(&mp).unwrap();
+    assert!(text.contains("\"mode\":384"), "{text}");
+    fs::write(&mp, text.replacen("\"mode\":384", "\"mode\":420", 1)).unwrap();
+    let to = e.root.join("to");
+    let o = e.run(&["restore", "--to", to.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert!(err.contains("checksum"), "{err}");
+    let o = e.run(&["check"]);
+    assert_eq!(o.status.code(), Some(65));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("checksum"));
+}
+
+/// A corrupted local index (one row's hash swapped for another file's)
+/// must not put the other file's bytes into the next snapshot.
+#[test]
+fn a_corrupted_index_is_not_trusted() {
+    let e = Env::new("");
+    w(&e.home().join("a"), b"alpha\n");
+    w(&e.home().join("b"), b"bravo\n");
+    e.ok(&["sync"]);
+    let ip = e.root.join("state/index.json");
+    let mut idx: serde_json::Value = serde_json::from_slice(&fs::read(&ip).unwrap()).unwrap();
+    let rows = idx["rows"].as_array_mut().unwrap();
+    let hb = rows.iter().find(|r| r[0] == "b").unwrap()[1]["hash"].clone();
+    for r in rows.iter_mut().filter(|r| r[0] == "a") {
+        r[1]["hash"] = hb.clone();
+    }
+    fs::write(&ip, serde_json::to_vec(&idx).unwrap()).unwrap();
+    w(&e.home().join("c"), b"charlie\n");
+    e.ok(&["sync"]);
+    assert_eq!(e.restored("to"), tree(&e.home()));
+}
+
+/// Route 6: the store loses a pack (a lifecycle rule, a wiped
+/// directory); the next pass uploads it again from the home instead of
+/// committing a snapshot that cannot restore.
+#[test]
+fn a_lost_pack_is_uploaded_again_from_the_home() {
+    let e = Env::new("");
+    for i in 0..20 {
+        w(
+            &e.home().join(format!("src/f{i}.rs")),
+            format!("fn f{i}() {{}}\n").as_bytes(),
+        );
+    }
+    e.ok(&["sync"]);
+    fs::remove_dir_all(e.store().join("packs")).unwrap();
+    w(&e.home().join("new.txt"), b"new\n");
+    let r = e.ok(&["sync", "--json"]);
+    assert_eq!(e.restored("to"), tree(&e.home()));
+    assert!(r["data"]["reuploaded_missing"].as_u64() >= Some(20), "{r}");
+    let newest = e.snapshots().pop().unwrap();
+    let id = newest.trim_end_matches(".json");
+    e.ok(&["check", "--read-data", "--snapshot", id]);
+}
+
+/// Route 1: a snapshot written while the clock ran ahead (a timestamp id
+/// in the future, as ids used to be) must not make later passes sort as
+/// older: with keep = 1 the pass used to delete the snapshot it had just
+/// reported, and restore kept returning the stale one.
+#[test]
+fn a_clock_that_ran_ahead_never_outranks_a_new_snapshot() {
+    let e = Env::new("[backup]\nkeep = 1\n");
+    w(&e.home().join("notes"), b"old\n");
+    e.ok(&["sync"]);
+    // What a pass leaves when the clock ran ahead: its id in the future.
+    let snaps = e.store().join("snapshots");
+    let only = e.snapshots().pop().unwrap();
+    fs::rename(
+        snaps.join(&only),
+        snaps.join("29991231T000000.000000000Z-1.json"),
+    )
+    .unwrap();
+    w(&e.home().join("notes"), b"new\n");
+    let r = e.ok(&["sync", "--json"]);
+    let id = r["data"]["snapshot"].as_str().unwrap().to_owned();
+    assert!(
+        e.snapshots().contains(&format!("{id}.json")),
+        "the pass deleted the snapshot it reported: {r}"
+    );
+    assert_eq!(e.restored("to"), tree(&e.home()));
+}
+
+/// Route 8: a pass that walked before an edit but commits after a manual
+/// sync must not become the newest snapshot (with keep = 1 its retention
+/// deleted the manual sync's snapshot, the only one with the edit).
+#[test]
+fn a_stale_walk_never_becomes_the_newest_snapshot() {
+    let e = Env::new("[backup]\nkeep = 1\n");
+    w(&e.home().join("notes"), b"v1\n");
+    let resume = e.root.join("resume");
+    let daemon_pass = paused(&e, "before-commit", &resume, &["sync"]);
+    // The edit, then the user's manual sync, while the pass is paused.
+    w(&e.home().join("notes"), b"v2 - the edit\n");
+    e.ok(&["sync"]);
+    fs::write(&resume, "").unwrap();
+    let o = daemon_pass.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(e.restored("to"), tree(&e.home()));
+}
+
+/// Route 8: a second home on the same prefix (branch mode's shared URL,
+/// a second machine) is refused before it commits anything, and the
+/// first home's snapshots stay; restoring from the prefix adopts it.
+#[test]
+fn a_second_home_on_one_prefix_is_refused() {
+    let e = Env::new("[backup]\nkeep = 1\n");
+    w(&e.home().join("mine"), b"first home\n");
+    e.ok(&["sync"]);
+    let before = e.snapshots();
+    w(&e.root.join("home2/theirs"), b"second home\n");
+    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(78), "{err}");
+    assert!(err.contains("another home"), "{err}");
+    assert_eq!(e.snapshots(), before);
+    assert_eq!(e.restored("to"), tree(&e.home()));
+    // Restoring the prefix into the second home makes it the same home.
+    let o = e
+        .cmd_for("home2", "state2", &["restore", "--force"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Route 5: a file that changes while a pass uploads it keeps its last
+/// good version in that snapshot (it used to vanish from it) and is
+/// retried by the next pass.
+#[test]
+fn a_busy_file_keeps_its_last_good_version() {
+    let e = Env::new("");
+    let f = e.home().join("busy.log");
+    w(&f, b"version 1\n");
+    w(&e.home().join("other"), b"x\n");
+    e.ok(&["sync"]);
+    let good = e.restored("to1");
+    w(&f, b"version 2, longer\n");
+    w(&e.home().join("other"), b"y\n");
+    let resume = e.root.join("resume");
+    let pass = paused(&e, "before-upload", &resume, &["sync", "--json"]);
+    w(&f, b"version 3, written during the upload\n");
+    fs::write(&resume, "").unwrap();
+    let o = pass.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r["data"]["changing"].as_u64().unwrap() >= 1, "{r}");
+    let now = e.restored("to2");
+    assert_eq!(now.get(&b"busy.log"[..]), good.get(&b"busy.log"[..]), "{r}");
+    e.ok(&["sync"]);
+    assert_eq!(e.restored("to3"), tree(&e.home()));
+}
+
+/// Route 5: committed lockfiles are backed up; what a pass leaves out is
+/// reported by rule, with counts.
+#[test]
+fn lockfiles_are_kept_and_excludes_are_counted() {
+    let e = Env::new("[backup]\nexclude = [\"node_modules/\"]\n");
+    w(&e.home().join("p/Cargo.lock"), b"# lock\n");
+    w(&e.home().join("p/yarn.lock"), b"# lock\n");
+    w(&e.home().join("p/node_modules/a/i.js"), b"x\n");
+    w(&e.home().join("q/node_modules/b.js"), b"x\n");
+    let r = e.ok(&["sync", "--json"]);
+    assert_eq!(r["data"]["excluded"]["node_modules/"], 2, "{r}");
+    let t = e.restored("to");
+    assert!(t.contains_key(&b"p/Cargo.lock"[..]));
+    assert!(t.contains_key(&b"p/yarn.lock"[..]));
+}
+
+/// Route 9: when the index cannot be saved (home volume full), a pass
+/// commits nothing; it used to commit, fail, and repeat every interval
+/// until retention had pushed out every older snapshot.
+#[test]
+fn a_pass_that_cannot_record_commits_nothing() {
+    let e = Env::new("[backup]\nkeep = 2\n");
+    w(&e.home().join("f"), b"v1\n");
+    e.ok(&["sync"]);
+    let first = e.snapshots();
+    // index.json becomes a non-empty directory: the rename over it fails.
+    let ip = e.root.join("state/index.json");
+    fs::remove_file(&ip).unwrap();
+    w(&ip.join("x"), b"");
+    for i in 0..3 {
+        w(&e.home().join("f"), format!("v{}\n", i + 2).as_bytes());
+        let o = e.run(&["sync"]);
+        assert!(!o.status.success());
+    }
+    assert_eq!(
+        e.snapshots(),
+        first,
+        "passes committed what they could not record"
+    );
+}
+
+/// Route 9: a first boot killed mid-restore leaves its marker; the next
+/// first boot finishes the restore instead of calling the half home
+/// initialized (whose next sync would commit it as the newest).
+#[test]
+fn first_boot_finishes_an_interrupted_restore() {
+    let e = Env::new("");
+    for i in 0..30 {
+        w(
+            &e.home().join(format!("d{}/f{i}", i % 3)),
+            format!("{i}\n").as_bytes(),
+        );
+    }
+    e.ok(&["sync"]);
+    let o = e
+        .cmd_for("home2", "state2", &["first-boot"])
+        .env("SBX_BACKUP_CRASH_AT", "restore-files-done")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the crash point did not fire");
+    let o = e
+        .cmd_for("home2", "state2", &["first-boot"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(tree(&e.root.join("home2")), tree(&e.home()));
+}
+
+/// Routes 1 and 8: a live sync's lock keeps prune out whatever the clocks
+/// say (its Last-Modified 10 minutes old: prune's clock ahead of the
+/// store's); a lock whose token never changes goes stale after a lease.
+#[test]
+fn locks_are_judged_by_renewal_not_clocks() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    for v in ["a", "b", "c"] {
+        w(&e.home().join("f"), v.as_bytes());
+        e.ok(&["sync"]);
+    }
+    let before = e.snapshots();
+    let locks = e.store().join("locks");
+    fs::create_dir_all(&locks).unwrap();
+    let lock = locks.join("sync-x.json");
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let body = serde_json::json!({"kind": "sync", "host": host.trim(), "pid": std::process::id(), "token": "t1"});
+    fs::write(&lock, body.to_string()).unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(600);
+    fs::File::options()
+        .write(true)
+        .open(&lock)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let o = e.run(&["prune", "--keep-last", "1", "--wait", "3s"]);
+    assert_eq!(
+        o.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(e.snapshots(), before, "prune deleted under a live lock");
+    // Never renewed: stale after one (test-sized) lease.
+    let o = e
+        .cmd_for(
+            "home",
+            "state",
+            &["prune", "--keep-last", "1", "--wait", "20s"],
+        )
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(e.snapshots().len(), 1);
+}

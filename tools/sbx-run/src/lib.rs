@@ -326,8 +326,9 @@ pub enum Cmd {
     },
     /// Delete the Codex credentials from the machine's store and every workspace's volume.
     CodexLogout,
-    /// Run the repository's pre-commit and commit-msg hooks, on the host, against
-    /// each commit added since REF; exit 1 when any fails.
+    /// Run the repository's pre-commit and commit-msg hooks (as recorded when the
+    /// sandbox started) against each commit added since REF, in a throwaway
+    /// container with no network, never on the host; exit 1 when any fails.
     VerifyCommits(verify::VerifyOpts),
 }
 

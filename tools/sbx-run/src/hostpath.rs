@@ -66,8 +66,12 @@ pub struct Staged {
 /// Whether sources are mounted by fd: only root may (open_tree); without
 /// it they are checked through the same helper and bound by name.
 pub fn by_fd() -> bool {
-    nix::unistd::geteuid().is_root()
+    nix::unistd::geteuid().is_root() && !SHOW_NAMES.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+/// Set by `show-run`: what it prints must run when pasted, and the staged
+/// copies exist only while `start` holds them, so it names the sources.
+pub static SHOW_NAMES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The staging directory of a sandbox's sources (root's, 0700).
 pub fn staging_dir(container: &str) -> PathBuf {

@@ -430,7 +430,10 @@ fn sync_login(ws: &Workspace) {
 /// sandbox runs (gitpins.rs): the host's git renaming over one would lift
 /// the sandbox's read-only mount. Not under read-only: nothing is writable.
 fn hold_git(ws: &Workspace) -> Result<(), RunError> {
-    if ws.loaded.config.read_only() {
+    // Opt-in for now: a host mount over .git/config also stops the user's
+    // own `git config`, `rm -rf` and `chown -R` of the checkout while a
+    // sandbox runs (docs/security.md, "the host boundary for .git").
+    if ws.loaded.config.read_only() || std::env::var_os("SBX_HOLD_GIT_ON_HOST").is_none() {
         return Ok(());
     }
     crate::gitpins::hold_on_host(&ws.path)
@@ -712,6 +715,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     let ws = Workspace::open(common, path)?.with_branch(branch);
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
+    crate::hostpath::SHOW_NAMES.store(true, std::sync::atomic::Ordering::Relaxed);
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);

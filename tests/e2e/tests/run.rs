@@ -363,7 +363,17 @@ fn show_run_pasted_into_a_shell_makes_an_equivalent_container() {
         if let Some(env) = config["Env"].as_array_mut() {
             env.sort_by_key(|e| e.to_string());
         }
-        serde_json::json!({"config": config, "host": v[0]["HostConfig"], "networks": nets})
+        // Sources differ by design: start binds by-fd copies staged under
+        // /run/sbx, which a pasted show-run cannot have (it names the paths).
+        let mut host = v[0]["HostConfig"].clone();
+        if let Some(ms) = host["Mounts"].as_array_mut() {
+            for m in ms {
+                if let Some(m) = m.as_object_mut() {
+                    m.remove("Source");
+                }
+            }
+        }
+        serde_json::json!({"config": config, "host": host, "networks": nets})
     };
     // A first start lets docker create the mount points it needs in the
     // workspace (a missing .husky), so both runs below see the same tree.

@@ -762,7 +762,17 @@ fn show_run_with_the_guest_matches_the_api_start() {
         if let Some(env) = config["Env"].as_array_mut() {
             env.sort_by_key(|e| e.to_string());
         }
-        serde_json::json!({"config": config, "host": v[0]["HostConfig"]})
+        // Sources differ by design: start binds by-fd copies staged under
+        // /run/sbx, which show-run's docker line cannot have.
+        let mut host = v[0]["HostConfig"].clone();
+        if let Some(ms) = host["Mounts"].as_array_mut() {
+            for m in ms {
+                if let Some(m) = m.as_object_mut() {
+                    m.remove("Source");
+                }
+            }
+        }
+        serde_json::json!({"config": config, "host": host})
     };
     // A first start lets docker create the mount points it needs in the
     // workspace (a missing .husky), so both runs below see the same tree.

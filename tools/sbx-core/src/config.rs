@@ -487,6 +487,8 @@ pub struct Network {
     pub mode: NetMode,
     /// Query types the DNS filter forwards besides A, AAAA, CNAME, HTTPS and
     /// SVCB (each one more way to choose bits the resolver sees).
+    /// Default: `[]`
+    /// Example: `["TXT"]`
     pub dns_types: Unique<DnsType>,
 }
 

@@ -407,7 +407,12 @@ fn a_branch_start_masks_secret_files_that_appear_later() {
         !out.contains("hunter2"),
         "a late secret was readable: {out}"
     );
-    let cwd = text(&s.exec("0", "readlink /proc/1/cwd"));
+    // PID 1 is not dumpable (nothing may trace it), so its cwd is not
+    // readable: read the agent's oldest process's, started there.
+    let cwd = text(&s.exec(
+        "1000",
+        "for p in $(pgrep -u 1000); do readlink /proc/$p/cwd && break; done",
+    ));
     assert_eq!(cwd.trim(), "/repo-shelf/worktrees/feat");
 }
 

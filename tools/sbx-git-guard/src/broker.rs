@@ -1028,7 +1028,7 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         crate::msg::private_dir(&req.env),
         req.args.get(1),
     ) {
-        let env = crate::hookenv::for_hooks(loader_free(req.env.clone()));
+        let env = hook_env(req);
         return crate::msg::run_on_copy(&path, path.as_os_str(), msg, &env, &dir).unwrap_or_else(
             |e| {
                 output::error(&format!("git broker: commit-msg: {e}; refusing"));
@@ -1038,10 +1038,22 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     }
     let mut argv = vec![path.clone().into_os_string()];
     argv.extend(req.args[1..].iter().cloned());
-    let env = crate::hookenv::for_hooks(loader_free(req.env.clone()));
+    let env = hook_env(req);
     let err = sbx_sys::exec(&path, &argv, &env);
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// The hook's environment: an allowlist over git's, with a home the agent
+/// does not own ([`crate::hookenv::allowlisted`]). The agent's own home
+/// (for the caches hook frameworks write) is the password file's for this
+/// uid, not the `HOME` the agent passed.
+fn hook_env(req: &Request) -> Vec<(OsString, OsString)> {
+    let home = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir);
+    crate::hookenv::allowlisted(loader_free(req.env.clone()), home.as_deref())
 }
 
 /// Audit a block under the caller's agent name (its first value, as git's

@@ -100,3 +100,65 @@ fn a_textconv_in_the_agents_gitconfig_does_not_hide_staged_content() {
         "MARKER committed past pre-commit: {o}"
     );
 }
+
+/// Route 8: the pre-push step checked only commits, so a ref on a blob
+/// or a tree (a lightweight or an annotated tag) sent MARKER to the
+/// remote, no hook having seen it. Such refs are refused now unless
+/// `push-non-commits` is set.
+#[test]
+fn a_tag_on_a_blob_or_a_tree_is_not_pushed() {
+    let Some(repo) = sandbox(REFUSE_MARKER_TEXT) else {
+        return;
+    };
+    // Control: a tag on a commit is pushed.
+    let o = agent(
+        &repo,
+        "git tag ok HEAD && git push -q origin ok && git -C remote.git rev-parse -q --verify ok >/dev/null && echo PUSHED",
+    );
+    assert!(o.contains("PUSHED"), "control: {o}");
+    let o = agent(
+        &repo,
+        "echo MARKER > f && b=$(git hash-object -w f) && rm f && \
+         mkdir -p d && echo MARKER > d/m && git add d/m && t=$(git write-tree) && git reset -q && rm -r d && \
+         git tag tb $b && git tag -a -m x tab $b && git tag tt $t && git tag -a -m x tat $t; \
+         for r in tb tab tt tat; do git push -q origin $r; done; \
+         git push -q origin $b:refs/heads/blob $t:refs/heads/tree; \
+         for r in tb tab tt tat blob tree; do \
+           git -C remote.git rev-parse -q --verify $r >/dev/null && echo LANDED $r; done",
+    );
+    assert!(!o.contains("LANDED"), "non-commit refs pushed: {o}");
+    assert!(o.contains("not a commit"), "refused by the guard: {o}");
+}
+
+/// The `git-upload-pack` pass-through ran with the environment as given:
+/// `GIT_CONFIG_PARAMETERS` naming `uploadpack.packObjectsHook` (which
+/// git reads from the command line's configuration) ran an agent program
+/// with git's group when a fetch asked for a pack. Refused now, as for
+/// every other call.
+#[test]
+fn upload_pack_does_not_run_an_agent_pack_objects_hook() {
+    let Some(repo) = sandbox(REFUSE_MARKER_TEXT) else {
+        return;
+    };
+    // A v0 fetch of HEAD: one want, then done.
+    let fetch = "printf '#!/bin/sh\\nid > /tmp/pwned\\nexec \"$@\"\\n' > /tmp/h && chmod +x /tmp/h; \
+         h=$(git rev-parse HEAD); printf '0032want %s\\n00000009done\\n' $h > /tmp/req";
+    // Control: the plain pass-through serves a pack.
+    let o = agent(
+        &repo,
+        &format!("{fetch}; echo packs=$(git-upload-pack . < /tmp/req 2>/dev/null | grep -ac PACK)"),
+    );
+    assert!(o.contains("packs=1"), "control: {o}");
+    let o = agent(
+        &repo,
+        &format!(
+            "{fetch}; GIT_CONFIG_PARAMETERS=\"'uploadpack.packobjectshook'='/tmp/h'\" git-upload-pack . < /tmp/req >/dev/null; \
+             echo rc=$?; \
+             GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=uploadpack.packObjectsHook GIT_CONFIG_VALUE_0=/tmp/h \
+               git-upload-pack . < /tmp/req >/dev/null; echo rc=$?; \
+             cat /tmp/pwned 2>/dev/null && echo PWNED"
+        ),
+    );
+    assert!(!o.contains("PWNED"), "the agent's hook ran: {o}");
+    assert!(o.contains("rc=77"), "refused: {o}");
+}

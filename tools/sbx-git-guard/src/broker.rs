@@ -1202,9 +1202,13 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                     reason: format!("`{cmd}` is not a pass-through helper"),
                 });
             }
+            crate::policy::check_pass_through_env(&req.env, exec_path)?;
             let mut allow = Allow {
                 args: req.args.clone(),
-                env: loader_free(crate::hookenv::clean(&req.env)),
+                env: loader_free(crate::hookenv::pass_through(
+                    crate::hookenv::clean(&req.env),
+                    crate::in_sandbox(),
+                )),
                 command: cmd.into(),
                 pin: None,
                 moves_refs: false,

@@ -213,6 +213,20 @@ pub fn allowlisted(
     out
 }
 
+/// A pass-through helper's environment in a sandbox: no per-user
+/// configuration either (`uploadpack.packObjectsHook` is read from
+/// `~/.gitconfig`, the agent's file, and runs with git's group).
+pub fn pass_through(
+    mut env: Vec<(OsString, OsString)>,
+    sandboxed: bool,
+) -> Vec<(OsString, OsString)> {
+    if sandboxed {
+        env.retain(|(k, _)| k != "HOME" && k != "XDG_CONFIG_HOME");
+        env.push(("HOME".into(), HOOK_HOME.into()));
+    }
+    env
+}
+
 /// The cleaned environment: first value per name, stripped names gone,
 /// PATH system-first.
 pub fn clean(env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {

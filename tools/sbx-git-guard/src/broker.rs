@@ -1049,11 +1049,22 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
 /// (for the caches hook frameworks write) is the password file's for this
 /// uid, not the `HOME` the agent passed.
 fn hook_env(req: &Request) -> Vec<(OsString, OsString)> {
-    let home = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.dir);
+    let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
+    let home = passwd_home(&passwd, nix::unistd::getuid().as_raw());
     crate::hookenv::allowlisted(loader_free(req.env.clone()), home.as_deref())
+}
+
+/// `uid`'s home in a password file (`name:pw:uid:gid:gecos:home:shell`);
+/// read directly, not through NSS (the guard is a static binary).
+fn passwd_home(passwd: &[u8], uid: u32) -> Option<PathBuf> {
+    passwd.split(|b| *b == b'\n').find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|b| *b == b':').collect();
+        let [_, _, u, _, _, home, _] = f[..] else {
+            return None;
+        };
+        (u == uid.to_string().as_bytes() && home.starts_with(b"/"))
+            .then(|| PathBuf::from(OsStr::from_bytes(home)))
+    })
 }
 
 /// Audit a block under the caller's agent name (its first value, as git's

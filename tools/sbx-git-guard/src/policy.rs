@@ -320,6 +320,28 @@ fn env_name_refused(k: &OsStr) -> Option<Block> {
     }
 }
 
+/// The pairs `GIT_CONFIG_COUNT=v` names (`GIT_CONFIG_KEY_<i>`,
+/// `GIT_CONFIG_VALUE_<i>`, read with `var`), in order.
+fn config_count<'a>(
+    v: &OsStr,
+    var: impl Fn(&str) -> Option<&'a OsStr>,
+) -> Result<Vec<(String, Option<String>)>, Block> {
+    let n: usize = s(v).trim().parse().map_err(|_| {
+        block(
+            R::ParseError,
+            format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
+        )
+    })?;
+    (0..n)
+        .map(|i| {
+            let key = var(&format!("GIT_CONFIG_KEY_{i}"))
+                .ok_or_else(|| block(R::ParseError, format!("GIT_CONFIG_KEY_{i} is missing")))?;
+            let val = var(&format!("GIT_CONFIG_VALUE_{i}")).map(|v| s(v).into_owned());
+            Ok((s(key).into_owned(), val))
+        })
+        .collect()
+}
+
 /// The environment of a pass-through helper (`git-upload-pack`,
 /// `git-receive-pack`, `git-upload-archive`), judged like every other
 /// call's: `GIT_CONFIG_PARAMETERS` with `uploadpack.packObjectsHook` ran
@@ -357,18 +379,8 @@ pub fn check_pass_through_env(
                 }
             }
             b"GIT_CONFIG_COUNT" => {
-                let n: usize = s(v).trim().parse().map_err(|_| {
-                    block(
-                        R::ParseError,
-                        format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
-                    )
-                })?;
-                for i in 0..n {
-                    let key = var(&format!("GIT_CONFIG_KEY_{i}")).ok_or_else(|| {
-                        block(R::ParseError, format!("GIT_CONFIG_KEY_{i} is missing"))
-                    })?;
-                    let val = var(&format!("GIT_CONFIG_VALUE_{i}")).map(|v| s(v).into_owned());
-                    check(&s(key), val.as_deref())?;
+                for (key, val) in config_count(v, |n| var(n).map(OsString::as_os_str))? {
+                    check(&key, val.as_deref())?;
                 }
             }
             _ => {}
@@ -404,23 +416,9 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
                 }
             }
             b"GIT_CONFIG_COUNT" => {
-                let n: usize = s(v).trim().parse().map_err(|_| {
-                    block(
-                        R::ParseError,
-                        format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
-                    )
-                })?;
-                for i in 0..n {
-                    let key = ctx
-                        .call
-                        .var(&format!("GIT_CONFIG_KEY_{i}"))
-                        .ok_or_else(|| {
-                            block(R::ParseError, format!("GIT_CONFIG_KEY_{i} is missing"))
-                        })?;
-                    let val = ctx.call.var(&format!("GIT_CONFIG_VALUE_{i}"));
-                    let val = val.map(|v| s(v).into_owned());
-                    ctx.check_key(&s(key), val.as_deref(), Via::Inline, R::ConfigInline)?;
-                    count_pairs.push((s(key).into_owned(), val));
+                for (key, val) in config_count(v, |n| ctx.call.var(n))? {
+                    ctx.check_key(&key, val.as_deref(), Via::Inline, R::ConfigInline)?;
+                    count_pairs.push((key, val));
                 }
             }
             _ => {}

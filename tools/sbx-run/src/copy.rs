@@ -70,27 +70,28 @@ impl Progress {
 
 /// Where a copy out lands: an existing directory (not a link) takes the
 /// tree under its own name; otherwise the tree takes `dest`'s name in its
-/// parent. A link at `dest` is refused rather than followed.
+/// parent. A link at `dest` is refused rather than followed. The last
+/// name is looked up in its parent, never as a path: a trailing `/` or
+/// `/.` makes the kernel follow a link there, O_NOFOLLOW or not.
 fn destination(dest: &Path) -> Result<(Dir, Option<OsString>), GuestError> {
-    match std::fs::symlink_metadata(dest) {
-        Ok(m) if m.file_type().is_symlink() => Err(io_at(
+    let Some(name) = dest.file_name() else {
+        // `/`, `.`, `..`: the caller's own directories.
+        return Ok((Dir::open(dest).map_err(|e| io_at(dest, e))?, None));
+    };
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let d = Dir::open(parent).map_err(|e| io_at(parent, e))?;
+    match d.kind(name).map_err(|e| io_at(dest, e))? {
+        Some(sbx_sys::dirfd::Kind::Symlink) => Err(io_at(
             dest,
             io::Error::other(
                 "is a symlink; sbx-run cp writes through none: name the directory itself",
             ),
         )),
-        Ok(m) if m.is_dir() => Ok((Dir::open(dest).map_err(|e| io_at(dest, e))?, None)),
-        _ => {
-            let name = dest
-                .file_name()
-                .ok_or_else(|| io_at(dest, io::Error::other("names no file")))?;
-            let parent = match dest.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            let d = Dir::open(parent).map_err(|e| io_at(parent, e))?;
-            Ok((d, Some(name.to_owned())))
-        }
+        Some(sbx_sys::dirfd::Kind::Dir) => Ok((d.sub(name).map_err(|e| io_at(dest, e))?, None)),
+        _ => Ok((d, Some(name.to_owned()))),
     }
 }
 

@@ -225,7 +225,8 @@ impl Root {
         let (mut f, tmp) = dir.temp_file()?;
         let r = (|| {
             f.write_all(data)?;
-            nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(mode))?;
+            // The temp is made 0600; give it `mode` as a create would.
+            nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(mode & !umask()))?;
             f.sync_all()?;
             dir.replace(&tmp, name)
         })();
@@ -234,6 +235,18 @@ impl Root {
         }
         r.map_err(|e| with_path(&self.path.join(rel), e))
     }
+}
+
+/// The process's umask, read without changing it (Linux 4.7+ reports it
+/// in /proc/self/status); 022 if it cannot be read.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let l = s.lines().find(|l| l.starts_with("Umask:"))?;
+            u32::from_str_radix(l["Umask:".len()..].trim(), 8).ok()
+        })
+        .unwrap_or(0o022)
 }
 
 fn with_path(p: &Path, e: io::Error) -> io::Error {
@@ -662,6 +675,9 @@ mod tests {
             "out"
         );
         assert_eq!(std::fs::read_to_string(ws.join("x/target")).unwrap(), "new");
+        use std::os::unix::fs::PermissionsExt;
+        let m = std::fs::symlink_metadata(ws.join("x/target")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o644 & !umask());
         refused(
             r.write_atomic(Path::new("up/w"), b"x", 0o644),
             "write under a link",

@@ -286,17 +286,16 @@ fn name_ok(name: &OsStr) -> io::Result<&Path> {
 /// A short temporary name (`.sbx-` and 16 random hex digits): fits
 /// NAME_MAX whatever the final name's length and is not predictable.
 pub fn tmp_name() -> String {
-    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::hash::BuildHasher;
     static N: AtomicU64 = AtomicU64::new(0);
     // RandomState's keys come from the OS's random source.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    (
+    let seed = (
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed),
         std::time::SystemTime::now(),
-    )
-        .hash(&mut h);
-    format!(".sbx-{:016x}", h.finish())
+    );
+    let h = std::collections::hash_map::RandomState::new().hash_one(seed);
+    format!(".sbx-{h:016x}")
 }
 
 // No O_NOFOLLOW: RESOLVE_NO_SYMLINKS refuses a final link too, as ELOOP

@@ -2,7 +2,7 @@
 //! travels as the guest's own entry stream (sbx_core::tree), never as a
 //! tar stream from a process the agent can trace, and the host extracts
 //! nothing: it takes one checked name at a time and writes it beneath a
-//! directory it holds open (sbx_sys::dirfd), as the calling user (as
+//! directory it holds open (sbx_sys::beneath), as the calling user (as
 //! root: as the destination directory's owner), modes clamped, links
 //! kept only inside the copied tree, nothing written through a link.
 
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use sbx_core::guestapi::{self as proto, Kind, ProtoError, Reply, Request, User};
 use sbx_core::tree::{self, Entry};
-use sbx_sys::dirfd::Dir;
+use sbx_sys::beneath::Dir;
 
 use crate::guestexec::{GuestError, connect};
 

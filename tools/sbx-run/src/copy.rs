@@ -84,13 +84,13 @@ fn destination(dest: &Path) -> Result<(Dir, Option<OsString>), GuestError> {
     };
     let d = Dir::open(parent).map_err(|e| io_at(parent, e))?;
     match d.kind(name).map_err(|e| io_at(dest, e))? {
-        Some(sbx_sys::dirfd::Kind::Symlink) => Err(io_at(
+        Some(sbx_sys::beneath::Kind::Symlink) => Err(io_at(
             dest,
             io::Error::other(
                 "is a symlink; sbx-run cp writes through none: name the directory itself",
             ),
         )),
-        Some(sbx_sys::dirfd::Kind::Dir) => Ok((d.sub(name).map_err(|e| io_at(dest, e))?, None)),
+        Some(sbx_sys::beneath::Kind::Dir) => Ok((d.sub(name).map_err(|e| io_at(dest, e))?, None)),
         _ => Ok((d, Some(name.to_owned()))),
     }
 }

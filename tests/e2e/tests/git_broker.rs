@@ -694,7 +694,7 @@ fn fresh_attacks_on_the_guard_are_refused() {
              for r in $(git -C remote.git for-each-ref --format='%(refname)'); do \
                case $r in refs/heads/main|refs/heads/other) ;; *) git -C remote.git update-ref -d $r;; esac; done; \
              git -C remote.git update-ref refs/heads/main {base}; git -C remote.git update-ref refs/heads/other {other}; \
-             chown -R 1000:1000 ."
+             find . \\( -path ./.git/config -o -path ./.git/config.worktree \\) -prune -o -exec chown 1000:1000 {{}} +"
         );
         sh(Command::new("sh").arg("-c").arg(script).current_dir(&p));
     };

@@ -1019,9 +1019,12 @@ fn claude_isolation(via_helper: bool) {
         mounts.contains(&("/home/agent/.claude".into(), a.names().claude)),
         "{mounts:?}"
     );
-    // A stops: its login reaches the machine's store.
+    // A stops; its login reaches the machine's store only on the user's
+    // word (`login --share`), never by being copied back at stop.
     let o = a.run(&["stop"]);
     assert!(o.status.success(), "{}", text(&o));
+    let o = a.run(&["login", "--share", "-C"]);
+    assert!(o.status.success(), "login --share: {}", text(&o));
     assert!(store.exists());
 
     // B, another repository, starts fresh: A's login works there ...
@@ -1059,8 +1062,8 @@ fn claude_isolation(via_helper: bool) {
     );
     assert!(b.run(&["stop"]).status.success());
 
-    // A again: its own settings, hook and transcript are kept, B's are not
-    // there, and the refreshed login is.
+    // A again: its own settings, hook, transcript and login are kept; B's
+    // are not there (a login B changed never flows back to the store).
     let o = a.run(&["start"]);
     assert!(o.status.success(), "{}", text(&o));
     let o = a.exec(
@@ -1068,7 +1071,7 @@ fn claude_isolation(via_helper: bool) {
     );
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
-        format!("x.sh\nalpha-transcript-secret\n1\n{fresher}"),
+        format!("x.sh\nalpha-transcript-secret\n1\n{creds}"),
         "{}",
         text(&o)
     );

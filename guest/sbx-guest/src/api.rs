@@ -747,7 +747,7 @@ impl Server {
             let (root, rel) = beneath(&self.cfg, path)?;
             let fd = open2(&root, &rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY, 0)
                 .map_err(|e| errno_msg(path, e))?;
-            let mut w = sbx_core::tree::Writer::new(sbx_sys::dirfd::Dir::from(fd), None, None);
+            let mut w = sbx_core::tree::Writer::new(sbx_sys::beneath::Dir::from(fd), None, None);
             // Many small frames: read them in large gulps. The client sends
             // nothing after its Eof until it has our reply, so the buffer
             // holds nothing of a next request when it is dropped.

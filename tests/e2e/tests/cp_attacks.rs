@@ -382,3 +382,45 @@ setsid tail -f /dev/null </dev/null >/dev/null 2>&1 &"#;
     let o = repo.exec("perl -e 'exit(syscall(101, 16, 1, 0, 0) == 0 ? 0 : 1)' && echo ATTACHED1; cat /proc/1/mem 2>&1 | head -c 200");
     assert!(!text(&o).contains("ATTACHED1"), "{}", text(&o));
 }
+
+/// Route a37-1: HOSTDIR named with a trailing `/` (or `/.`), as a shell's
+/// completion writes it. The agent makes that name in the workspace a
+/// link to a host directory; a trailing slash makes the kernel follow a
+/// link in the last component whatever O_NOFOLLOW says, so the copy
+/// landed, as root, in the link's target.
+#[test]
+fn cp_out_to_a_hostdir_with_a_trailing_slash_follows_no_agent_link() {
+    let Some(repo) = started(workspace) else {
+        return;
+    };
+    let canary = repo.root().join("canary");
+    std::fs::create_dir_all(&canary).unwrap();
+    std::fs::write(canary.join("keep"), "keep").unwrap();
+    let before = snapshot(&canary);
+    let o = repo.exec(&format!(
+        "set -e; mkdir -p /home/agent/loot; echo PWN > /home/agent/loot/authorized_keys; \
+         cd /workspace/ws; ln -s {c} out; ln -s {c} out2",
+        c = canary.display()
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    for dest in ["out/", "out2/."] {
+        let arg = format!("{}/{dest}", repo.path.display());
+        let o = cp(&repo, ":/home/agent/loot", Path::new(&arg));
+        assert_eq!(
+            snapshot(&canary),
+            before,
+            "cp to {dest} wrote through the agent's link: {}",
+            text(&o)
+        );
+        assert!(
+            !o.status.success(),
+            "cp to {dest} did not refuse: {}",
+            text(&o)
+        );
+        assert!(
+            text(&o).contains("symlink"),
+            "cp to {dest} names no link: {}",
+            text(&o)
+        );
+    }
+}

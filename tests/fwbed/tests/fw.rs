@@ -603,10 +603,35 @@ fn github_ranges_come_from_the_cache_when_the_fetch_fails_else_github_stays_bloc
     assert!(String::from_utf8_lossy(&o.stderr).contains("GitHub stays blocked"));
     assert_verdicts(&bed.probe(true, &["tcp:198.18.3.1:22"]), "blocked");
     // One good fetch fills the cache; a later failing one uses it.
-    bed.ok(false, &["init"]);
+    let o = bed.init();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("GitHub"), "{err}");
     let o = bed.fw(false, &dead);
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("GitHub ranges from the cache"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("GitHub ranges from the cache"), "{err}");
+    assert_verdicts(&bed.probe(true, &["tcp:198.18.3.1:22"]), "open");
+}
+
+/// A re-init looks up what it needs (GitHub's meta host here) at the
+/// upstream resolvers themselves: the filter it replaces may be dead.
+#[test]
+fn a_reinit_does_not_need_the_filter_it_replaces() {
+    let Some(bed) = Bed::new("fwri") else { return };
+    bed.ok(false, &["init"]);
+    let pid = bed.path("state/dns.pid");
+    let pid = std::fs::read_to_string(pid).unwrap().trim().to_owned();
+    Command::new("kill").args(["-9", &pid]).status().unwrap();
+    assert!(wait_gone(&pid), "the filter {pid} did not die");
+    // Without a cache the meta fetch must succeed; with one, the warning
+    // says it failed.
+    std::fs::remove_dir_all(bed.path("cache")).unwrap();
+    let o = bed.fw(false, &["init", "--timeout", "3000"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("GitHub"), "{err}");
+    let st: Value = serde_json::from_str(&bed.ok(false, &["status", "--json"])).unwrap();
+    assert_eq!(st["data"]["state"]["github"]["source"], "fetched", "{st}");
     assert_verdicts(&bed.probe(true, &["tcp:198.18.3.1:22"]), "open");
 }
 

@@ -4,7 +4,6 @@
 //! through a symlink.
 #![forbid(unsafe_code)]
 
-pub mod beneath;
 pub mod hook;
 pub mod lock;
 pub mod maint;

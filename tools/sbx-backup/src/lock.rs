@@ -114,7 +114,7 @@ pub type Seen = HashMap<String, (Vec<u8>, Instant)>;
 fn body(kind: Kind) -> Vec<u8> {
     serde_json::to_vec(&Body {
         kind: kind.name().into(),
-        token: crate::beneath::tmp_name()[5..].to_owned(),
+        token: sbx_sys::beneath::tmp_name()[5..].to_owned(),
     })
     .unwrap_or_default()
 }

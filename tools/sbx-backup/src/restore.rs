@@ -6,22 +6,23 @@
 //! before the in-progress marker goes.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read, Seek, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use crate::manifest::{Entry, Kind, Manifest};
+use crate::store::Remote;
+use crate::sync::{EMPTY, PARALLEL};
 use futures::StreamExt;
-use nix::sys::stat::{Mode, SFlag, UtimensatFlags, fchmod, futimens, utimensat};
+use nix::sys::stat::{Mode, UtimensatFlags, fchmod, futimens, utimensat};
 use nix::sys::time::TimeSpec;
 use object_store::ObjectStoreExt;
 use sbx_core::Exit;
 use sbx_core::error::Message;
-
-use crate::beneath;
-use crate::manifest::{Entry, Kind, Manifest};
-use crate::store::Remote;
-use crate::sync::{EMPTY, PARALLEL};
+use sbx_sys::beneath::{self, Dir};
 
 /// Ranges of a pack closer than this are fetched as one GET.
 const COALESCE: u64 = 1 << 20;
@@ -113,19 +114,33 @@ fn finish_fd(fd: BorrowedFd<'_>, mode: u32, mtime_ns: i128) -> nix::Result<()> {
 /// The parent directory fd of the last file written: files come in path
 /// order, so neighbours share it and the walk from the root is rare.
 struct Parent<'a> {
-    root: BorrowedFd<'a>,
-    last: Option<(Vec<u8>, OwnedFd)>,
+    root: &'a Dir,
+    last: Option<(Vec<u8>, Dir)>,
 }
 
 impl Parent<'_> {
-    fn of(&mut self, rel: &[u8]) -> Res<BorrowedFd<'_>> {
-        let (parent, _) = beneath::split(rel);
+    fn of(&mut self, rel: &[u8]) -> Res<&Dir> {
+        let (parent, _) = split(rel);
         if self.last.as_ref().is_none_or(|(p, _)| p != parent) {
-            let fd = beneath::dir(self.root, parent, true).map_err(|e| io(rel, e))?;
+            let fd = walk(self.root, parent).map_err(|e| io(rel, e))?;
             self.last = Some((parent.to_vec(), fd));
         }
-        Ok(self.last.as_ref().map(|(_, f)| f.as_fd()).expect("set"))
+        Ok(self.last.as_ref().map(|(_, f)| f).expect("set"))
     }
+}
+
+/// Split a relative path into (parent, name).
+fn split(rel: &[u8]) -> (&[u8], &OsStr) {
+    let (parent, name) = match rel.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&rel[..i], &rel[i + 1..]),
+        None => (&b""[..], rel),
+    };
+    (parent, OsStr::from_bytes(name))
+}
+
+/// The directory `rel` beneath `root`, missing ones made 0700.
+fn walk(root: &Dir, rel: &[u8]) -> std::io::Result<Dir> {
+    root.walk(Path::new(OsStr::from_bytes(rel)), Some(0o700))
 }
 
 /// A file to write: its entry (path, hash, mode, mtime, size).
@@ -134,15 +149,14 @@ type Job = Entry;
 /// Write one file from `src` (chunks) into `dir` as `e`: a fresh 0600
 /// temp, content checked against the hash, final mode and mtime on the
 /// fd, then renamed over the name. Returns the bytes written.
-fn write_entry<I>(dir: BorrowedFd<'_>, e: &Job, src: I, what: &str) -> Res<u64>
+fn write_entry<I>(dir: &Dir, e: &Job, src: I, what: &str) -> Res<u64>
 where
     I: IntoIterator<Item = Res<bytes::Bytes>>,
 {
     let rel = &e.path.0;
-    let (_, name) = beneath::split(rel);
-    let (fd, tmp) = beneath::create_tmp(dir).map_err(|er| io(rel, er))?;
+    let (_, name) = split(rel);
+    let (mut f, tmp) = dir.temp_file().map_err(|er| io(rel, er))?;
     let r = (|| -> Res<u64> {
-        let mut f = fs::File::from(fd);
         let mut h = blake3::Hasher::new();
         let mut n = 0u64;
         for chunk in src {
@@ -179,16 +193,17 @@ where
             ));
         }
         finish_fd(f.as_fd(), safe_mode(e), e.mtime_ns).map_err(|er| io(rel, er))?;
-        beneath::replace(dir, &tmp, name).map_err(|er| io(rel, er))?;
+        drop(f);
+        replace(dir, &tmp, name).map_err(|er| io(rel, er))?;
         Ok(n)
     })();
     if r.is_err() {
-        beneath::unlink(dir, &tmp);
+        let _ = dir.unlink(&tmp);
     }
     r
 }
 
-async fn fetch(remote: &Remote, root: &OwnedFd, e: Job) -> Res<u64> {
+async fn fetch(remote: &Remote, root: &Dir, e: Job) -> Res<u64> {
     let hash = e.hash.clone().unwrap_or_default();
     let got = remote
         .store
@@ -211,7 +226,7 @@ async fn fetch(remote: &Remote, root: &OwnedFd, e: Job) -> Res<u64> {
     let root = root.try_clone().map_err(|er| io(&e.path.0, er))?;
     let writer = tokio::task::spawn_blocking(move || {
         let mut parent = Parent {
-            root: root.as_fd(),
+            root: &root,
             last: None,
         };
         let dir = parent.of(&e.path.0)?;
@@ -232,7 +247,7 @@ async fn fetch(remote: &Remote, root: &OwnedFd, e: Job) -> Res<u64> {
 /// one GET) and write the files. Returns (files, bytes).
 async fn fetch_pack(
     remote: &Remote,
-    root: &OwnedFd,
+    root: &Dir,
     pack: String,
     mut files: Vec<(u64, Job)>,
 ) -> Res<(u64, u64)> {
@@ -269,7 +284,7 @@ async fn fetch_pack(
         // Path order within the pack's files, so the parent fd is reused.
         files.sort_by(|a, b| a.1.path.cmp(&b.1.path));
         let mut parent = Parent {
-            root: root.as_fd(),
+            root: &root,
             last: None,
         };
         for (off, e) in &files {
@@ -300,11 +315,10 @@ async fn fetch_pack(
 
 /// Whether the file already at `name` has exactly `e`'s content (hashed,
 /// not judged by size and mtime); if so it gets `e`'s mode and mtime.
-fn reuse(dir: BorrowedFd<'_>, name: &Path, e: &Entry) -> Res<bool> {
-    let Ok(fd) = beneath::open_file(dir, name) else {
+fn reuse(dir: &Dir, name: &OsStr, e: &Entry) -> Res<bool> {
+    let Ok(mut f) = dir.open_file(name) else {
         return Ok(false);
     };
-    let mut f = fs::File::from(fd);
     let Ok(md) = f.metadata() else {
         return Ok(false);
     };
@@ -349,12 +363,8 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             ),
         ));
     }
-    let root =
-        beneath::open_root(to).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
-    let resuming = beneath::kind(root.as_fd(), Path::new(MARKER))
-        .ok()
-        .flatten()
-        .is_some();
+    let root = Dir::open(to).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
+    let resuming = root.kind(OsStr::new(MARKER)).ok().flatten().is_some();
     let non_empty = fs::read_dir(to)
         .map(|mut d| d.next().is_some())
         .unwrap_or(false);
@@ -368,16 +378,16 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
         ));
     }
     // Whatever the home holds under the marker's name (a link) goes first.
-    beneath::remove(root.as_fd(), Path::new(MARKER))
-        .and_then(|()| write_marker(root.as_fd(), &m.id))
+    root.remove_all(OsStr::new(MARKER))
+        .and_then(|()| write_marker(&root, &m.id))
         .map_err(|e| io(MARKER.as_bytes(), e))?;
     let mut rep = Report::default();
 
     // Directories, shallowest first (path order), writable by us until the end.
     for e in m.entries.iter().filter(|e| e.kind == Kind::Dir) {
-        let (parent, name) = beneath::split(&e.path.0);
-        let d = beneath::dir(root.as_fd(), parent, true).map_err(|er| io(&e.path.0, er))?;
-        beneath::ensure_dir(d.as_fd(), name).map_err(|er| io(&e.path.0, er))?;
+        let (parent, name) = split(&e.path.0);
+        let d = walk(&root, parent).map_err(|er| io(&e.path.0, er))?;
+        d.ensure_dir(name, 0o700).map_err(|er| io(&e.path.0, er))?;
         rep.dirs += 1;
     }
     // Files in parallel: one task per pack (ranged GETs), one per blob.
@@ -385,7 +395,7 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     let mut packed: HashMap<&str, Vec<(u64, Job)>> = HashMap::new();
     {
         let mut parent = Parent {
-            root: root.as_fd(),
+            root: &root,
             last: None,
         };
         for e in m.entries.iter().filter(|e| e.kind == Kind::File) {
@@ -393,9 +403,13 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
                 rep.dropped_setid += 1;
             }
             let dir = parent.of(&e.path.0)?;
-            let (_, name) = beneath::split(&e.path.0);
-            match beneath::kind(dir, name).map_err(|er| io(&e.path.0, er))? {
-                Some((SFlag::S_IFREG, size)) if size == e.size && reuse(dir, name, e)? => {
+            let (_, name) = split(&e.path.0);
+            match dir.stat(name).map_err(|er| io(&e.path.0, er))? {
+                Some(md)
+                    if md.kind == beneath::Kind::File
+                        && md.size == e.size
+                        && reuse(dir, name, e)? =>
+                {
                     rep.reused += 1;
                     continue;
                 }
@@ -434,25 +448,23 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     // Symlinks last: nothing was written through them (and nothing is:
     // every open above refuses links).
     for e in m.entries.iter().filter(|e| e.kind == Kind::Symlink) {
-        let (parent, name) = beneath::split(&e.path.0);
-        let d = beneath::dir(root.as_fd(), parent, true).map_err(|er| io(&e.path.0, er))?;
-        let tmp = beneath::tmp_name();
+        let (parent, name) = split(&e.path.0);
+        let d = walk(&root, parent).map_err(|er| io(&e.path.0, er))?;
         let target = e.target.as_ref().expect("checked").as_path();
-        let r = nix::unistd::symlinkat(target, d.as_fd(), tmp.as_str())
-            .map_err(std::io::Error::from)
-            .and_then(|()| {
-                utimensat(
-                    d.as_fd(),
-                    tmp.as_str(),
-                    &TimeSpec::UTIME_NOW,
-                    &ts(e.mtime_ns),
-                    UtimensatFlags::NoFollowSymlink,
-                )
-                .map_err(std::io::Error::from)
-            })
-            .and_then(|()| beneath::replace(d.as_fd(), &tmp, name));
+        let tmp = d
+            .temp_symlink(target.as_os_str())
+            .map_err(|er| io(&e.path.0, er))?;
+        let r = utimensat(
+            d.as_fd(),
+            tmp.as_os_str(),
+            &TimeSpec::UTIME_NOW,
+            &ts(e.mtime_ns),
+            UtimensatFlags::NoFollowSymlink,
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|()| replace(&d, &tmp, name));
         if let Err(er) = r {
-            beneath::unlink(d.as_fd(), &tmp);
+            let _ = d.unlink(&tmp);
             return Err(io(&e.path.0, er));
         }
         rep.symlinks += 1;
@@ -464,20 +476,31 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     let mut dirs: Vec<_> = m.entries.iter().filter(|e| e.kind == Kind::Dir).collect();
     dirs.sort_by_key(|e| std::cmp::Reverse(e.path.0.iter().filter(|b| **b == b'/').count()));
     for e in dirs {
-        if let Ok(d) = beneath::dir(root.as_fd(), &e.path.0, false) {
+        if let Ok(d) = root.walk(Path::new(OsStr::from_bytes(&e.path.0)), None) {
             let _ = finish_fd(d.as_fd(), safe_mode(e), e.mtime_ns);
         }
     }
-    beneath::unlink(root.as_fd(), MARKER);
+    let _ = root.unlink(OsStr::new(MARKER));
     Ok(rep)
 }
 
-fn write_marker(root: BorrowedFd<'_>, id: &str) -> std::io::Result<()> {
-    use nix::fcntl::{OFlag, openat};
-    let flags =
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = openat(root, MARKER, flags, Mode::from_bits_truncate(0o600))?;
-    let mut f = fs::File::from(fd);
-    f.write_all(id.as_bytes())?;
-    f.sync_all()
+fn write_marker(root: &Dir, id: &str) -> std::io::Result<()> {
+    let (mut f, tmp) = root.temp_file()?;
+    let r = f
+        .write_all(id.as_bytes())
+        .and_then(|()| f.sync_all())
+        .and_then(|()| root.replace(&tmp, OsStr::new(MARKER)));
+    if r.is_err() {
+        let _ = root.unlink(&tmp);
+    }
+    r
+}
+
+/// Put `tmp` in place of `name`; a directory in the way (the snapshot
+/// has a file where the target has a tree) goes first, never followed.
+fn replace(dir: &Dir, tmp: &OsStr, name: &OsStr) -> std::io::Result<()> {
+    if dir.kind(name)? == Some(beneath::Kind::Dir) {
+        dir.remove_all(name)?;
+    }
+    dir.replace(tmp, name)
 }

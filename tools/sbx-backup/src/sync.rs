@@ -673,7 +673,7 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
         (Some(l), Some(s)) => Err(refuse(&s, &l)),
         (None, Some(s)) => Err(refuse(&s, "new, with no id yet")),
         (local, None) => {
-            let id = local.unwrap_or_else(|| crate::beneath::tmp_name()[5..].to_owned());
+            let id = local.unwrap_or_else(|| sbx_sys::beneath::tmp_name()[5..].to_owned());
             fs::create_dir_all(state_dir)
                 .and_then(|()| fs::write(&file, &id))
                 .map_err(|e| sbx_core::error::PathError {

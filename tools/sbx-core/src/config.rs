@@ -537,6 +537,11 @@ pub struct Git {
     /// Default: `true`
     /// Example: `false`
     pub block_global_config: bool,
+    /// Let a push send refs that point at a blob or a tree (directly or
+    /// through an annotated tag): content no commit carried, so no hook saw.
+    /// Default: `false`
+    /// Example: `true`
+    pub push_non_commits: bool,
 }
 
 impl Default for Git {
@@ -545,6 +550,7 @@ impl Default for Git {
             block_no_verify: true,
             block_force_push: true,
             block_global_config: true,
+            push_non_commits: false,
         }
     }
 }

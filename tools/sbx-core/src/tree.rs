@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use sbx_sys::dirfd::{Dir, Kind, Meta};
+use sbx_sys::beneath::{Dir, Kind, Meta};
 use serde::{Deserialize, Serialize};
 
 /// The longest name either side accepts (NAME_MAX on Linux).
@@ -171,7 +171,7 @@ pub fn walk(
     name: &OsStr,
     emit: &mut dyn FnMut(Entry, Option<&mut File>) -> io::Result<()>,
 ) -> io::Result<()> {
-    let m = sbx_sys::dirfd::fmeta(&top)?;
+    let m = sbx_sys::beneath::fmeta(&top)?;
     let n = name.as_bytes().to_vec();
     match m.kind {
         Kind::Dir => {
@@ -229,7 +229,7 @@ fn walk_dir(
             }
             Kind::Dir => match dir.sub(&name) {
                 Ok(sub) => {
-                    let mm = sbx_sys::dirfd::fmeta(&sub)?;
+                    let mm = sbx_sys::beneath::fmeta(&sub)?;
                     emit(
                         Entry::Dir {
                             name: n,
@@ -246,7 +246,7 @@ fn walk_dir(
             Kind::File => match dir.open_file(&name) {
                 // What was opened is what is sent: a file swapped for a
                 // link or a FIFO since the stat fails here or is skipped.
-                Ok(mut f) => match sbx_sys::dirfd::fmeta(&f)? {
+                Ok(mut f) => match sbx_sys::beneath::fmeta(&f)? {
                     fm if fm.kind == Kind::File => emit(file_entry(n, &fm), Some(&mut f))?,
                     _ => emit(skip(&name, "no longer a regular file".into()), None)?,
                 },

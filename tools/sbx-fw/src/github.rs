@@ -3,14 +3,21 @@
 
 use std::fs;
 use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+use ureq::http::Uri;
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::clock::Clock;
+use crate::netfilter::{Netfilter, System};
+use crate::plan::{SET_ALLOW4, SET_ALLOW6};
+use crate::resolve;
 
 pub const DEFAULT_META_URL: &str = "https://api.github.com/meta";
 /// The meta keys whose ranges serve git over SSH and HTTPS, the web and the API.
@@ -115,10 +122,69 @@ pub fn parse_meta(body: &str) -> Result<Vec<IpNet>, MetaError> {
 }
 
 /// The meta API over HTTPS with rustls, trusting `ca_file`; a token
-/// (`GH_TOKEN`) raises the rate limit.
+/// (`GH_TOKEN`) raises the rate limit. The host is looked up at
+/// `upstreams` themselves, never through resolv.conf: a re-init must not
+/// depend on the DNS filter it is replacing.
 pub struct Https {
     pub ca_file: PathBuf,
     pub token: Option<String>,
+    pub upstreams: Vec<IpAddr>,
+    /// Let the addresses found through the rules in place (not in a dry run).
+    pub open: bool,
+}
+
+/// How long the rules in place let init reach the meta host: the new
+/// rules replace the set well before.
+const META_HOLD: u32 = 60;
+
+/// ureq's name lookup, done by [`crate::resolve`] against the upstreams.
+#[derive(Debug)]
+struct AtUpstreams {
+    upstreams: Vec<IpAddr>,
+    timeout: Duration,
+    open: bool,
+}
+
+impl Resolver for AtUpstreams {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        _: &ureq::config::Config,
+        _: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let port = match (uri.port_u16(), uri.scheme_str()) {
+            (Some(p), _) => p,
+            (None, Some("https")) => 443,
+            (None, Some("http")) => 80,
+            _ => return Err(ureq::Error::HostNotFound),
+        };
+        let host = uri.host().ok_or(ureq::Error::HostNotFound)?;
+        let ips: Vec<IpAddr> = match host.trim_matches(['[', ']']).parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => {
+                let names = [host.to_owned()];
+                let found = resolve::resolve_all(&self.upstreams, &names, self.timeout);
+                let Some((_, Ok(a))) = found.into_iter().next() else {
+                    return Err(ureq::Error::HostNotFound);
+                };
+                let v4 = a.v4.into_iter().map(IpAddr::V4);
+                v4.chain(a.v6.into_iter().map(IpAddr::V6)).collect()
+            }
+        };
+        if self.open {
+            open_in_place(&ips);
+        }
+        let mut out = self.empty();
+        for ip in ips {
+            if out.try_push(SocketAddr::new(ip, port)).is_err() {
+                break;
+            }
+        }
+        if out.is_empty() {
+            return Err(ureq::Error::HostNotFound);
+        }
+        Ok(out)
+    }
 }
 
 impl Https {
@@ -141,19 +207,40 @@ impl Https {
     }
 }
 
+/// The old rules (a re-init) let root reach the meta host only once the
+/// filter has handed out its address: add it as the filter would. Before
+/// the first init there are no sets and nothing to open.
+fn open_in_place(ips: &[IpAddr]) {
+    let script: String = ips
+        .iter()
+        .map(|ip| {
+            let set = if ip.is_ipv4() { SET_ALLOW4 } else { SET_ALLOW6 };
+            format!("add {set} {ip} timeout {META_HOLD}\n")
+        })
+        .collect();
+    if let Err(e) = System.ipset_restore(&script) {
+        sbx_core::output::debug(&format!("meta host not opened in the old sets: {e}"));
+    }
+}
+
 impl MetaFetch for Https {
     /// One GET with a total deadline.
     fn fetch(&self, url: &str, timeout: Duration) -> Result<String, MetaError> {
         let tls = ureq::tls::TlsConfig::builder()
             .root_certs(ureq::tls::RootCerts::Specific(Arc::new(self.root_certs()?)))
             .build();
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .tls_config(tls)
             .proxy(None)
             .timeout_global(Some(timeout))
             .user_agent("sbx-fw")
-            .build()
-            .into();
+            .build();
+        let at = AtUpstreams {
+            upstreams: self.upstreams.clone(),
+            timeout,
+            open: self.open,
+        };
+        let agent = ureq::Agent::with_parts(config, DefaultConnector::default(), at);
         let mut req = agent
             .get(url)
             .header("Accept", "application/vnd.github+json");

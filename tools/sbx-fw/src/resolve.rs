@@ -99,7 +99,11 @@ fn resolver(upstreams: &[IpAddr], timeout: Duration) -> Result<TokioResolver, St
 }
 
 /// Resolve `names` against `upstreams`; every name gets an outcome, in order.
-fn resolve_all(upstreams: &[IpAddr], names: &[String], timeout: Duration) -> Vec<Outcome> {
+pub(crate) fn resolve_all(
+    upstreams: &[IpAddr],
+    names: &[String],
+    timeout: Duration,
+) -> Vec<Outcome> {
     if upstreams.is_empty() {
         return fail_all(
             names,

@@ -1028,7 +1028,7 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         crate::msg::private_dir(&req.env),
         req.args.get(1),
     ) {
-        let env = crate::hookenv::for_hooks(loader_free(req.env.clone()));
+        let env = hook_env(req);
         return crate::msg::run_on_copy(&path, path.as_os_str(), msg, &env, &dir).unwrap_or_else(
             |e| {
                 output::error(&format!("git broker: commit-msg: {e}; refusing"));
@@ -1038,10 +1038,33 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     }
     let mut argv = vec![path.clone().into_os_string()];
     argv.extend(req.args[1..].iter().cloned());
-    let env = crate::hookenv::for_hooks(loader_free(req.env.clone()));
+    let env = hook_env(req);
     let err = sbx_sys::exec(&path, &argv, &env);
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// The hook's environment: an allowlist over git's, with a home the agent
+/// does not own ([`crate::hookenv::allowlisted`]). The agent's own home
+/// (for the caches hook frameworks write) is the password file's for this
+/// uid, not the `HOME` the agent passed.
+fn hook_env(req: &Request) -> Vec<(OsString, OsString)> {
+    let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
+    let home = passwd_home(&passwd, nix::unistd::getuid().as_raw());
+    crate::hookenv::allowlisted(loader_free(req.env.clone()), home.as_deref())
+}
+
+/// `uid`'s home in a password file (`name:pw:uid:gid:gecos:home:shell`);
+/// read directly, not through NSS (the guard is a static binary).
+fn passwd_home(passwd: &[u8], uid: u32) -> Option<PathBuf> {
+    passwd.split(|b| *b == b'\n').find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|b| *b == b':').collect();
+        let [_, _, u, _, _, home, _] = f[..] else {
+            return None;
+        };
+        (u == uid.to_string().as_bytes() && home.starts_with(b"/"))
+            .then(|| PathBuf::from(OsStr::from_bytes(home)))
+    })
 }
 
 /// Audit a block under the caller's agent name (its first value, as git's
@@ -1190,9 +1213,13 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                     reason: format!("`{cmd}` is not a pass-through helper"),
                 });
             }
+            crate::policy::check_pass_through_env(&req.env, exec_path)?;
             let mut allow = Allow {
                 args: req.args.clone(),
-                env: loader_free(crate::hookenv::clean(&req.env)),
+                env: loader_free(crate::hookenv::pass_through(
+                    crate::hookenv::clean(&req.env),
+                    crate::in_sandbox(),
+                )),
                 command: cmd.into(),
                 pin: None,
                 moves_refs: false,

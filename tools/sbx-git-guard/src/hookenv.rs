@@ -137,6 +137,96 @@ pub fn for_hooks(mut env: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)
     env
 }
 
+/// The home every repository hook runs with in a sandbox: root-owned and
+/// read-only (the image makes it), so no per-user configuration of the
+/// agent's (`~/.gitconfig` with a `diff.*.textconv`, a Python user site's
+/// `usercustomize.py`, `~/.npmrc`, gem paths) reaches a hook or the git and
+/// tools it runs (issue 46, routes 1 and 5).
+pub const HOOK_HOME: &str = "/usr/lib/sbx/hook-home";
+
+/// What a hook keeps from git's environment, by exact name: terminal,
+/// locale and identity, the temporary directory, and the sandbox's proxy.
+/// Everything else (`XDG_*`, `npm_config_*`, `GEM_*`, `PYTHON*`, `BASH_ENV`,
+/// `ENV`, `NODE_OPTIONS`...) is dropped: an allowlist, so the next
+/// interpreter's knob is not one more name to strip.
+const HOOK_KEPT: &[&str] = &[
+    "PATH",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "COLUMNS",
+    "LINES",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "HOSTNAME",
+    "TMPDIR",
+    "CI",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+/// ...and by prefix: git's own (`GIT_INDEX_FILE`, `GIT_DIR`, the author,
+/// the guard's vetted `GIT_CONFIG_PARAMETERS`; the guard judges each
+/// `GIT_*` of the agent's before git runs, and the hook's git calls pass
+/// it again), the sandbox's (`SBX_*`: the broker's socket, the agent's
+/// name for audit), and the locale categories.
+const HOOK_KEPT_PREFIXES: &[&str] = &["GIT_", "SBX_", "LC_"];
+
+fn hook_kept(name: &[u8]) -> bool {
+    HOOK_KEPT.iter().any(|k| k.as_bytes() == name)
+        || HOOK_KEPT_PREFIXES
+            .iter()
+            .any(|p| name.starts_with(p.as_bytes()))
+}
+
+/// A hook's environment in a sandbox, built from an allowlist over
+/// [`for_hooks`]'s: `HOME` is [`HOOK_HOME`]; Python skips the user site
+/// whatever the home; and the two caches hook frameworks must write
+/// (pre-commit's environments, npm's for `npx`) are the agent's own
+/// (`agent_home`: the uid's home from the password file), as the
+/// work tree's `node_modules` and `.pre-commit-config.yaml` already are:
+/// what a hook runs from there is the boundary check's, not this one's.
+pub fn allowlisted(
+    env: Vec<(OsString, OsString)>,
+    agent_home: Option<&std::path::Path>,
+) -> Vec<(OsString, OsString)> {
+    let mut out: Vec<(OsString, OsString)> = for_hooks(env)
+        .into_iter()
+        .filter(|(k, _)| hook_kept(k.as_bytes()))
+        .collect();
+    out.push(("HOME".into(), HOOK_HOME.into()));
+    out.push(("PYTHONNOUSERSITE".into(), "1".into()));
+    if let Some(h) = agent_home.filter(|h| h.is_absolute()) {
+        out.push(("PRE_COMMIT_HOME".into(), h.join(".cache/pre-commit").into()));
+        out.push(("npm_config_cache".into(), h.join(".npm").into()));
+    }
+    out
+}
+
+/// A pass-through helper's environment in a sandbox: no per-user
+/// configuration either (`uploadpack.packObjectsHook` is read from
+/// `~/.gitconfig`, the agent's file, and runs with git's group).
+pub fn pass_through(
+    mut env: Vec<(OsString, OsString)>,
+    sandboxed: bool,
+) -> Vec<(OsString, OsString)> {
+    if sandboxed {
+        env.retain(|(k, _)| k != "HOME" && k != "XDG_CONFIG_HOME");
+        env.push(("HOME".into(), HOOK_HOME.into()));
+    }
+    env
+}
+
 /// The cleaned environment: first value per name, stripped names gone,
 /// PATH system-first.
 pub fn clean(env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
@@ -178,6 +268,45 @@ pub const FORCED: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hooks_get_an_allowlist_and_a_home_the_agent_does_not_own() {
+        let e = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let env = vec![
+            e("HOME", "/home/agent"),
+            e("XDG_CONFIG_HOME", "/home/agent/x"),
+            e("PYTHONUSERBASE", "/home/agent/py"),
+            e("npm_config_userconfig", "/home/agent/.npmrc2"),
+            e("GEM_PATH", "/home/agent/gems"),
+            e("BASH_ENV", "/home/agent/env"),
+            e("ENV", "/home/agent/env"),
+            e("GIT_INDEX_FILE", "/w/.git/index"),
+            e("SBX_AGENT", "claude"),
+            e("LC_ALL", "C"),
+            e("PATH", "/usr/bin"),
+            e(HOOK_PATH_ENV, "/home/agent/bin:/usr/bin"),
+        ];
+        let out = allowlisted(env, Some(std::path::Path::new("/home/agent")));
+        let names: Vec<_> = out.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "GIT_INDEX_FILE",
+                "SBX_AGENT",
+                "LC_ALL",
+                "PATH",
+                "HOME",
+                "PYTHONNOUSERSITE",
+                "PRE_COMMIT_HOME",
+                "npm_config_cache"
+            ]
+        );
+        assert!(out.contains(&e("HOME", HOOK_HOME)));
+        assert!(out.contains(&e(
+            "PATH",
+            &format!("{}:/home/agent/bin", SYSTEM_PATH.join(":"))
+        )));
+    }
 
     #[test]
     fn clean_keeps_first_strips_and_orders_path() {

@@ -800,6 +800,37 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
     refuse_stash_copies(real, &moves)
 }
 
+/// Every ref a push sends must lead to a commit, through any annotated
+/// tags: a ref on a blob or a tree (`git tag t $(git hash-object -w f)`)
+/// sends content no commit carried, which no hook saw and the commit
+/// checks never read (issue 46, route 8). A tag's target commit is then
+/// checked like any commit the push sends ([`check_push_commits`] walks
+/// from the tag). One question for all refs: `rev-parse` fails when any
+/// does not peel to a commit (or is missing: refused too).
+fn check_push_objects(real: &Git, moves: &[(&[u8], &[u8], &[u8])]) -> Result<(), String> {
+    if moves.is_empty() {
+        return Ok(());
+    }
+    let peeled: Vec<Vec<u8>> = moves
+        .iter()
+        .map(|(_, new, _)| [*new, b"^{commit}".as_slice()].concat())
+        .collect();
+    let mut args: Vec<&OsStr> = vec![OsStr::new("rev-parse"), OsStr::new("--quiet")];
+    args.extend(peeled.iter().map(|p| OsStr::from_bytes(p)));
+    args.push(OsStr::new("--"));
+    if git(real, &args).is_some_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    let names: Vec<_> = moves
+        .iter()
+        .map(|(_, _, r)| String::from_utf8_lossy(r).into_owned())
+        .collect();
+    Err(format!(
+        "the push sends a ref that points at a blob or a tree, not a commit ({}): no hook saw that content; set `push-non-commits = true` under [git] in .agent-sandbox/config.toml to allow it",
+        names.join(", ")
+    ))
+}
+
 /// The updates of a pre-push input that send commits, as
 /// `(remote oid, local oid, remote ref)`.
 fn push_moves(stdin: &[u8]) -> Vec<(&[u8], &[u8], &[u8])> {
@@ -1152,13 +1183,21 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
             } else {
                 Ok(())
             };
-            force.and_then(|()| {
-                if settings.block_no_verify {
-                    check_push_commits(real, &input)
-                } else {
-                    Ok(())
-                }
-            })
+            force
+                .and_then(|()| {
+                    if settings.push_non_commits {
+                        Ok(())
+                    } else {
+                        check_push_objects(real, &moves)
+                    }
+                })
+                .and_then(|()| {
+                    if settings.block_no_verify {
+                        check_push_commits(real, &input)
+                    } else {
+                        Ok(())
+                    }
+                })
         }
         Some(real) => {
             if settings.block_no_verify {

@@ -268,6 +268,7 @@ pub fn settings_for(explicit: Option<&Path>) -> Result<Settings, BoxError> {
         block_no_verify: g.block_no_verify,
         block_force_push: g.block_force_push,
         block_global_config: g.block_global_config,
+        push_non_commits: g.push_non_commits,
     })
 }
 
@@ -971,13 +972,26 @@ pub fn pass_through(cmd: &str, args: Vec<OsString>) -> ExitCode {
         output::error("the real git was not found");
         return Exit::NotFound.into();
     };
+    // Outside a sandbox no group is at stake: git's own GIT_EXEC_PATH
+    // (a local push) is taken as is.
+    let own = env
+        .iter()
+        .find(|(k, _)| k == "GIT_EXEC_PATH" && !in_sandbox())
+        .map(|(_, v)| v.as_os_str());
+    if let Err(b) = policy::check_pass_through_env(&env, own) {
+        let mut words = vec![OsString::from(cmd)];
+        words.extend(args);
+        record_block(&words, &b);
+        output::error(&b.message());
+        return Exit::Denied.into();
+    }
     let mut all = vec![OsString::from(cmd)];
     all.extend(args);
     exec(
         &real,
         Allow {
             args: all,
-            env: hookenv::clean(&env),
+            env: hookenv::pass_through(hookenv::clean(&env), in_sandbox()),
             command: cmd.into(),
             pin: None,
             moves_refs: false,

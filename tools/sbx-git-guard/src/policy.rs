@@ -27,6 +27,7 @@ pub struct Settings {
     pub block_no_verify: bool,
     pub block_force_push: bool,
     pub block_global_config: bool,
+    pub push_non_commits: bool,
 }
 
 impl Default for Settings {
@@ -35,6 +36,7 @@ impl Default for Settings {
             block_no_verify: true,
             block_force_push: true,
             block_global_config: true,
+            push_non_commits: false,
         }
     }
 }
@@ -290,6 +292,103 @@ fn parse_error(e: ParseError) -> Block {
     block(R::ParseError, e.to_string())
 }
 
+/// Variables refused by name: configuration files the guard does not
+/// read, and programs git would run with its own rights.
+fn env_name_refused(k: &OsStr) -> Option<Block> {
+    let r = |why: String| Some(block(R::ConfigEnv, why));
+    match k.as_bytes() {
+        b"GIT_CONFIG_GLOBAL" | b"GIT_CONFIG_SYSTEM" | b"GIT_CONFIG" | b"GIT_TEMPLATE_DIR" => {
+            r(format!(
+                "{} points git at configuration the guard does not check",
+                s(k)
+            ))
+        }
+        // What `-c core.sshCommand`/`core.gitProxy`/`core.askPass` would
+        // name: a program git runs as its child, with git's group in a
+        // sandbox (round eight: `GIT_SSH_COMMAND=/tmp/prog git ls-remote
+        // ssh://x/y` ran it so).
+        b"GIT_SSH" | b"GIT_SSH_COMMAND" | b"GIT_PROXY_COMMAND" | b"GIT_ASKPASS"
+        | b"SSH_ASKPASS" => r(format!(
+            "{} names a program git would run with its own rights",
+            s(k)
+        )),
+        b"GIT_EXEC_PATH" => r(
+            "GIT_EXEC_PATH makes git run its helpers and hooks' `git` from another directory"
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
+/// The pairs `GIT_CONFIG_COUNT=v` names (`GIT_CONFIG_KEY_<i>`,
+/// `GIT_CONFIG_VALUE_<i>`, read with `var`), in order.
+fn config_count<'a>(
+    v: &OsStr,
+    var: impl Fn(&str) -> Option<&'a OsStr>,
+) -> Result<Vec<(String, Option<String>)>, Block> {
+    let n: usize = s(v).trim().parse().map_err(|_| {
+        block(
+            R::ParseError,
+            format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
+        )
+    })?;
+    (0..n)
+        .map(|i| {
+            let key = var(&format!("GIT_CONFIG_KEY_{i}"))
+                .ok_or_else(|| block(R::ParseError, format!("GIT_CONFIG_KEY_{i} is missing")))?;
+            let val = var(&format!("GIT_CONFIG_VALUE_{i}")).map(|v| s(v).into_owned());
+            Ok((s(key).into_owned(), val))
+        })
+        .collect()
+}
+
+/// The environment of a pass-through helper (`git-upload-pack`,
+/// `git-receive-pack`, `git-upload-archive`), judged like every other
+/// call's: `GIT_CONFIG_PARAMETERS` with `uploadpack.packObjectsHook` ran
+/// an agent program with git's group (issue 46). `core.hooksPath` is
+/// passed over as [`check_env`] does: receive-pack's is pinned on its
+/// command line, which wins. `GIT_EXEC_PATH` is git's own when it runs
+/// the helper (a local push or fetch): allowed when it is `exec_path`,
+/// the real git's.
+pub fn check_pass_through_env(
+    env: &[(OsString, OsString)],
+    exec_path: Option<&OsStr>,
+) -> Result<(), Block> {
+    let var = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v);
+    let check = |key: &str, val: Option<&str>| -> Result<(), Block> {
+        if key.eq_ignore_ascii_case("core.hookspath") {
+            return Ok(());
+        }
+        match keys::refused(key, val, Via::Inline, &|_| false) {
+            None => Ok(()),
+            Some(why) => Err(block(R::ConfigInline, format!("{key}: {why}"))),
+        }
+    };
+    for (k, v) in env {
+        let gits = k == "GIT_EXEC_PATH" && exec_path == Some(v.as_os_str());
+        if let Some(b) = env_name_refused(k).filter(|_| !gits) {
+            return Err(b);
+        }
+        match k.as_bytes() {
+            b"GIT_CONFIG_PARAMETERS" => {
+                let pairs = argv::config_parameters(v.as_bytes())
+                    .ok_or_else(|| block(R::ParseError, "GIT_CONFIG_PARAMETERS is malformed"))?;
+                for (key, val) in pairs {
+                    let val = val.map(|v| String::from_utf8_lossy(&v).into_owned());
+                    check(&String::from_utf8_lossy(&key), val.as_deref())?;
+                }
+            }
+            b"GIT_CONFIG_COUNT" => {
+                for (key, val) in config_count(v, |n| var(n).map(OsString::as_os_str))? {
+                    check(&key, val.as_deref())?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The environment checks, and the environment git will get.
 fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
     let env = ctx.call.env;
@@ -297,33 +396,10 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
     let mut param_pairs = Vec::new();
     for (k, v) in env {
         let name = k.as_bytes();
+        if let Some(b) = env_name_refused(k) {
+            return Err(b);
+        }
         match name {
-            b"GIT_CONFIG_GLOBAL" | b"GIT_CONFIG_SYSTEM" | b"GIT_CONFIG" | b"GIT_TEMPLATE_DIR" => {
-                return Err(block(
-                    R::ConfigEnv,
-                    format!(
-                        "{} points git at configuration the guard does not check",
-                        s(k)
-                    ),
-                ));
-            }
-            // What `-c core.sshCommand`/`core.gitProxy`/`core.askPass` would
-            // name: a program git runs as its child, with git's group in a
-            // sandbox (round eight: `GIT_SSH_COMMAND=/tmp/prog git ls-remote
-            // ssh://x/y` ran it so).
-            b"GIT_SSH" | b"GIT_SSH_COMMAND" | b"GIT_PROXY_COMMAND" | b"GIT_ASKPASS"
-            | b"SSH_ASKPASS" => {
-                return Err(block(
-                    R::ConfigEnv,
-                    format!("{} names a program git would run with its own rights", s(k)),
-                ));
-            }
-            b"GIT_EXEC_PATH" => {
-                return Err(block(
-                    R::ConfigEnv,
-                    "GIT_EXEC_PATH makes git run its helpers and hooks' `git` from another directory",
-                ));
-            }
             b"GIT_CONFIG_PARAMETERS" => {
                 let pairs = argv::config_parameters(v.as_bytes())
                     .ok_or_else(|| block(R::ParseError, "GIT_CONFIG_PARAMETERS is malformed"))?;
@@ -340,23 +416,9 @@ fn check_env(ctx: &mut Ctx<'_>) -> Result<Vec<(OsString, OsString)>, Block> {
                 }
             }
             b"GIT_CONFIG_COUNT" => {
-                let n: usize = s(v).trim().parse().map_err(|_| {
-                    block(
-                        R::ParseError,
-                        format!("GIT_CONFIG_COUNT={} is not a number", s(v)),
-                    )
-                })?;
-                for i in 0..n {
-                    let key = ctx
-                        .call
-                        .var(&format!("GIT_CONFIG_KEY_{i}"))
-                        .ok_or_else(|| {
-                            block(R::ParseError, format!("GIT_CONFIG_KEY_{i} is missing"))
-                        })?;
-                    let val = ctx.call.var(&format!("GIT_CONFIG_VALUE_{i}"));
-                    let val = val.map(|v| s(v).into_owned());
-                    ctx.check_key(&s(key), val.as_deref(), Via::Inline, R::ConfigInline)?;
-                    count_pairs.push((s(key).into_owned(), val));
+                for (key, val) in config_count(v, |n| ctx.call.var(n))? {
+                    ctx.check_key(&key, val.as_deref(), Via::Inline, R::ConfigInline)?;
+                    count_pairs.push((key, val));
                 }
             }
             _ => {}

@@ -2,7 +2,7 @@
 //! travels as the guest's own entry stream (sbx_core::tree), never as a
 //! tar stream from a process the agent can trace, and the host extracts
 //! nothing: it takes one checked name at a time and writes it beneath a
-//! directory it holds open (sbx_sys::dirfd), as the calling user (as
+//! directory it holds open (sbx_sys::beneath), as the calling user (as
 //! root: as the destination directory's owner), modes clamped, links
 //! kept only inside the copied tree, nothing written through a link.
 
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use sbx_core::guestapi::{self as proto, Kind, ProtoError, Reply, Request, User};
 use sbx_core::tree::{self, Entry};
-use sbx_sys::dirfd::Dir;
+use sbx_sys::beneath::Dir;
 
 use crate::guestexec::{GuestError, connect};
 
@@ -70,27 +70,28 @@ impl Progress {
 
 /// Where a copy out lands: an existing directory (not a link) takes the
 /// tree under its own name; otherwise the tree takes `dest`'s name in its
-/// parent. A link at `dest` is refused rather than followed.
+/// parent. A link at `dest` is refused rather than followed. The last
+/// name is looked up in its parent, never as a path: a trailing `/` or
+/// `/.` makes the kernel follow a link there, O_NOFOLLOW or not.
 fn destination(dest: &Path) -> Result<(Dir, Option<OsString>), GuestError> {
-    match std::fs::symlink_metadata(dest) {
-        Ok(m) if m.file_type().is_symlink() => Err(io_at(
+    let Some(name) = dest.file_name() else {
+        // `/`, `.`, `..`: the caller's own directories.
+        return Ok((Dir::open(dest).map_err(|e| io_at(dest, e))?, None));
+    };
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let d = Dir::open(parent).map_err(|e| io_at(parent, e))?;
+    match d.kind(name).map_err(|e| io_at(dest, e))? {
+        Some(sbx_sys::beneath::Kind::Symlink) => Err(io_at(
             dest,
             io::Error::other(
                 "is a symlink; sbx-run cp writes through none: name the directory itself",
             ),
         )),
-        Ok(m) if m.is_dir() => Ok((Dir::open(dest).map_err(|e| io_at(dest, e))?, None)),
-        _ => {
-            let name = dest
-                .file_name()
-                .ok_or_else(|| io_at(dest, io::Error::other("names no file")))?;
-            let parent = match dest.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            let d = Dir::open(parent).map_err(|e| io_at(parent, e))?;
-            Ok((d, Some(name.to_owned())))
-        }
+        Some(sbx_sys::beneath::Kind::Dir) => Ok((d.sub(name).map_err(|e| io_at(dest, e))?, None)),
+        _ => Ok((d, Some(name.to_owned()))),
     }
 }
 

@@ -162,26 +162,35 @@ pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
 /// workspace is, so they are held as the host's from the start (docker
 /// would make the mount points itself, as root).
 pub fn make_missing(root: &Path, owner: (u32, u32)) -> Result<(), RunError> {
+    // Beneath the workspace through no link: another sandbox of it (a
+    // `--branch` one) may swap a directory checked here for a link.
+    let r = sbx_sys::beneath::Root::open(root).map_err(|e| RunError::Io(root.to_owned(), e))?;
     for p in pins(root)? {
         if p.exists {
             continue;
         }
-        let path: PathBuf = root.join(&p.rel);
+        let rel = Path::new(&p.rel);
         let made = if p.dir {
-            std::fs::create_dir(&path)
+            match r.open_path(rel) {
+                Ok(_) => Err(std::io::ErrorKind::AlreadyExists.into()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => r.create_dir_all(rel, 0o755),
+                Err(e) => Err(e),
+            }
         } else {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map(drop)
+            r.create_file(rel, 0o644).map(std::os::fd::OwnedFd::from)
         };
         match made {
-            Ok(()) => {
-                let _ = std::os::unix::fs::lchown(&path, Some(owner.0), Some(owner.1));
+            Ok(fd) => {
+                let _ = nix::unistd::fchownat(
+                    &fd,
+                    "",
+                    Some(owner.0.into()),
+                    Some(owner.1.into()),
+                    nix::fcntl::AtFlags::AT_EMPTY_PATH,
+                );
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(RunError::Io(path, e)),
+            Err(e) => return Err(RunError::Io(root.join(&p.rel), e)),
         }
     }
     Ok(())

@@ -526,8 +526,13 @@ pub fn build(
     // is writable anyway.
     if !ro {
         for p in crate::gitpins::pins(&ws.path)? {
+            // By fd, like a protected path: the agent of another sandbox of
+            // this workspace (a `--branch` one) can swap a name checked
+            // here for a link before docker binds it.
             let src = match (p.exists, p.dir) {
-                (true, _) => ws.path.join(&p.rel),
+                (true, _) => {
+                    crate::hostpath::source(&mut staged, container, &ws.path, &p.rel, true)
+                }
                 (false, true) => masks.1.to_owned(),
                 (false, false) => masks.0.to_owned(),
             };

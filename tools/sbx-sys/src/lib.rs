@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 pub mod beneath;
 pub mod bpf;
-pub mod dirfd;
 pub mod idmap;
 pub mod netlink;
 pub mod seccomp;

@@ -66,9 +66,15 @@ pub struct Request<'a> {
 
 pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError> {
     let env = |k: &str| std::env::var(k).ok();
+    let prev = previous_state(dir);
+    // The upstreams themselves (kept in the state once resolv.conf names
+    // the filter): everything init looks up goes there, not to the filter.
+    let ups = Upstreams::read(prev.as_ref());
     let https = github::Https {
         ca_file: env_path("SSL_CERT_FILE", DEFAULT_CA),
         token: env("GH_TOKEN").or_else(|| env("GITHUB_TOKEN")),
+        upstreams: ups.servers.clone(),
+        open: !a.dry_run,
     };
     let sys = Sys {
         nf: &System,
@@ -82,11 +88,9 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
     }
     let loaded = config::discover_from_env(common.config.as_deref())?;
     let cfg = &loaded.config;
-    let prev = previous_state(dir);
     if cfg.network.allow_external {
         return commit::open_everything(&sys, a.dry_run, dir, &loaded.describe());
     }
-    let ups = Upstreams::read(prev.as_ref());
     if ups.servers.is_empty() {
         let cause = FwError::NoNameserver {
             path: resolv::RESOLV_CONF,

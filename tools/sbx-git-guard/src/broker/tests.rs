@@ -338,3 +338,16 @@ fn a_group_is_found_by_its_whole_name() {
     assert_eq!(super::gid_in(f, "bad"), None);
     assert_eq!(super::gid_in(f, "x"), None);
 }
+
+/// The agent's home comes from the password file by uid.
+#[test]
+fn passwd_home_finds_the_uid_line() {
+    let f =
+        b"root:x:0:0:root:/root:/bin/bash\nagent:x:1000:1000::/home/agent:/bin/bash\nbad:x:1001\n";
+    assert_eq!(
+        super::passwd_home(f, 1000),
+        Some(std::path::PathBuf::from("/home/agent"))
+    );
+    assert_eq!(super::passwd_home(f, 10), None);
+    assert_eq!(super::passwd_home(f, 1001), None);
+}

@@ -1,0 +1,99 @@
+//! A fresh attack on the host side (issue 37's follow-up, a37): what a
+//! running sandbox's agent can do to another sandbox of the same
+//! workspace as the user starts it. A `--branch` sandbox mounts the same
+//! workspace, so while the bind-mode sandbox runs, its agent races the
+//! host's checks in `sbx-run start --branch`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output};
+
+use sbx_e2e::{Repo, attack_repo, base_image, sbx, sh, text};
+
+fn run(repo: &Repo, args: &[&str]) -> Output {
+    sbx().args(args).arg("-C").arg(&repo.path).output().unwrap()
+}
+
+/// Route a37-2: a linked worktree's admin dir (`.git/worktrees/<name>`)
+/// is held read-only in every sandbox of the workspace; `start` found it
+/// as a real directory, then gave docker its *name* to bind. The agent of
+/// the running sandbox swaps that name with a link to a host directory
+/// (renameat2 RENAME_EXCHANGE, in a loop): docker followed the link, and
+/// the new branch sandbox saw the host directory, the user's files in it
+/// readable by the agent's uid.
+#[test]
+fn a_running_agent_cannot_swap_a_git_pin_for_a_link_under_a_branch_start() {
+    if !base_image() {
+        return;
+    }
+    let repo = attack_repo("ws", &["-qm", "a"], &[], &[]);
+    // Branch sandboxes start from origin's default branch, as the host knows it.
+    repo.git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    repo.git(&[
+        "symbolic-ref",
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+    ]);
+    repo.give_to_agent();
+    repo.start();
+    // The user's secret outside the workspace, theirs (uid 1000, as on a
+    // developer's machine where the agent's uid is the user's).
+    let secret = repo.root().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("id_ed25519"), "SECRET-KEY\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&secret));
+
+    let race = format!(
+        r#"set -e
+w=/workspace/ws/.git/worktrees
+mkdir -p $w/x; ln -sfn {s} $w/x.l
+cat > /tmp/swap.py <<'PY'
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+w = b"/workspace/ws/.git/worktrees"
+while not os.path.exists("/tmp/stop-swap"):
+    libc.renameat2(-100, w + b"/x", -100, w + b"/x.l", 2)
+    time.sleep(0.002)
+PY
+setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
+"#,
+        s = secret.display()
+    );
+    let o = repo.exec(&race);
+    assert!(o.status.success(), "race: {}", text(&o));
+
+    let mut leaked = Vec::new();
+    let mut started = 0;
+    for i in 0..10 {
+        let b = format!("--branch=b{i}");
+        let o = run(&repo, &["-q", "start", &b]);
+        if !o.status.success() {
+            eprintln!("start {b}: {}", text(&o));
+        } else {
+            started += 1;
+            let o = sbx()
+                .args(["exec", "-C"])
+                .arg(&repo.path)
+                .arg(&b)
+                // Where docker put the host directory: at the pin, or (the
+                // target followed inside the container) at its own path.
+                .args(["--", "sh", "-c"])
+                .arg(format!(
+                    "cat /workspace/ws/.git/worktrees/*/id_ed25519 {}/id_ed25519 2>/dev/null || true",
+                    secret.display()
+                ))
+                .output()
+                .unwrap();
+            if text(&o).contains("SECRET-KEY") {
+                leaked.push(i);
+            }
+        }
+        let _ = run(&repo, &["-q", "rm", "--volumes", &b]);
+    }
+    let _ = repo.exec("touch /tmp/stop-swap");
+    assert!(
+        leaked.is_empty(),
+        "branch sandboxes {leaked:?} read the host's secret through the agent's link"
+    );
+    eprintln!("{started} of 10 branch sandboxes started during the race");
+}

@@ -154,6 +154,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -l color -d 'When to
 always\t''
 never\t''"
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -s L -l dereference -d 'Copy what a host source link points to, not the link (outside a git work tree)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand cp" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'

@@ -747,7 +747,10 @@ impl Server {
             let (root, rel) = beneath(&self.cfg, path)?;
             let fd = open2(&root, &rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY, 0)
                 .map_err(|e| errno_msg(path, e))?;
-            let mut w = sbx_core::tree::Writer::new(sbx_sys::beneath::Dir::from(fd), None, None);
+            // The host sends here (`cp HOSTPATH :DIR`): a link it names is
+            // copied as a link, as cp and docker cp do.
+            let mut w = sbx_core::tree::Writer::new(sbx_sys::beneath::Dir::from(fd), None, None)
+                .keep_top_link();
             // Many small frames: read them in large gulps. The client sends
             // nothing after its Eof until it has our reply, so the buffer
             // holds nothing of a next request when it is dropped.

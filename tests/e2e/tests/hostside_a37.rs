@@ -97,3 +97,91 @@ setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
     );
     eprintln!("{started} of 10 branch sandboxes started during the race");
 }
+
+/// Issue 37, `sbx-run checkout`: the provisioning container reads the
+/// host's `.git`. `checkout` checked that `.git` was a directory, then
+/// gave docker (or the idmapped bind) its *name*; the agent of the
+/// running sandbox swaps `.git` with a link to another project's `.git`
+/// on the host (renameat2 RENAME_EXCHANGE, in a loop), and the branch's
+/// worktree on the shelf, which the agent reads, would be a checkout of
+/// that other project. Now `.git` is opened beneath the workspace with no
+/// link followed and what was opened is bound: each checkout is refused
+/// or provisions this repository, never the other.
+#[test]
+fn a_running_agent_cannot_swap_git_for_a_link_under_checkout() {
+    if !base_image() {
+        return;
+    }
+    let repo = attack_repo("ws", &["-qm", "a"], &[], &[]);
+    let origin = |r: &dyn Fn(&[&str]) -> String| {
+        r(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
+        r(&[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/main",
+        ]);
+    };
+    origin(&|a| repo.git(a));
+    // Another project on the host, outside the workspace, whose files
+    // the agent must never see.
+    let other = repo.root().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let og = |args: &[&str]| {
+        sh(Command::new("git")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .current_dir(&other))
+    };
+    og(&["init", "-q", "-b", "main"]);
+    std::fs::write(other.join("secret"), "OTHER-PROJECT-SECRET\n").unwrap();
+    og(&["add", "secret"]);
+    og(&["commit", "-qm", "other"]);
+    origin(&og);
+    repo.give_to_agent();
+    repo.start();
+
+    let race = format!(
+        r#"set -e
+cd /workspace/ws; ln -sfn {o}/.git .git.l
+cat > /tmp/swap.py <<'PY'
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+w = b"/workspace/ws"
+while not os.path.exists("/tmp/stop-swap"):
+    libc.renameat2(-100, w + b"/.git", -100, w + b"/.git.l", 2)
+    time.sleep(0.002)
+PY
+setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
+"#,
+        o = other.display()
+    );
+    let o = repo.exec(&race);
+    assert!(o.status.success(), "race: {}", text(&o));
+
+    let (mut leaked, mut done) = (Vec::new(), 0);
+    for i in 0..10 {
+        let b = format!("b{i}");
+        let o = run(&repo, &["-q", "checkout", &b]);
+        if o.status.success() {
+            done += 1;
+        } else {
+            eprintln!("checkout {b}: {}", text(&o));
+        }
+        let seen = repo.exec(&format!("cat /repo-shelf/worktrees/{b}/secret 2>/dev/null || true"));
+        if text(&seen).contains("OTHER-PROJECT-SECRET") {
+            leaked.push(i);
+        }
+    }
+    let _ = repo.exec("touch /tmp/stop-swap");
+    // The swap may leave `.git` as the link: put the repository back.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    if std::fs::symlink_metadata(repo.path.join(".git")).is_ok_and(|m| m.is_symlink()) {
+        let _ = std::fs::remove_file(repo.path.join(".git"));
+        let _ = std::fs::rename(repo.path.join(".git.l"), repo.path.join(".git"));
+    }
+    assert!(
+        leaked.is_empty(),
+        "checkouts {leaked:?} provisioned the other project through the agent's link"
+    );
+    eprintln!("{done} of 10 checkouts provisioned during the race");
+}

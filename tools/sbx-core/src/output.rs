@@ -72,8 +72,10 @@ pub fn tool_name() -> &'static str {
 
 fn emit(level: &str, ansi: &str, msg: &str) {
     // Messages quote paths, names and output the agent chose: escaped
-    // here once, so no caller can forget (sanitize.rs).
-    let msg = crate::sanitize::text(msg);
+    // here once, so no caller can forget (sanitize.rs). A diagnostic is
+    // one line: a newline in an agent's name must not start a second
+    // `sbx-run: error:` line of the agent's making (issue 37).
+    let msg = crate::sanitize::field(msg);
     let s = settings();
     let mut err = io::stderr().lock();
     let _ = if s.color {

@@ -346,6 +346,9 @@ pub struct Writer {
     rename_top: Option<OsString>,
     /// chown every entry made to this (a root caller: the destination's owner).
     owner: Option<(u32, u32)>,
+    /// A link may be the top entry: only when the sender is trusted (the
+    /// host's `cp LINK :DIR`), never on the host, where the agent sends.
+    top_link: bool,
     stack: Vec<(Dir, OsString)>,
     /// Open directories that were refused (their content is dropped).
     dropped: usize,
@@ -360,12 +363,19 @@ impl Writer {
             base,
             rename_top,
             owner,
+            top_link: false,
             stack: Vec::new(),
             dropped: 0,
             refused: Vec::new(),
             files: 0,
             bytes: 0,
         }
+    }
+
+    /// Take a symlink as the top entry, kept as the link it is.
+    pub fn keep_top_link(mut self) -> Self {
+        self.top_link = true;
+        self
     }
 
     fn here(&self) -> &Dir {
@@ -458,7 +468,12 @@ impl Writer {
             }
             Entry::Symlink { name, target, .. } => {
                 let depth = self.stack.len().saturating_sub(1);
-                if self.stack.is_empty() || !link_stays_inside(&target, depth) {
+                let kept = if self.stack.is_empty() {
+                    self.top_link && !target.is_empty() && !target.contains(&0)
+                } else {
+                    link_stays_inside(&target, depth)
+                };
+                if !kept {
                     let t = String::from_utf8_lossy(&target).into_owned();
                     self.refuse(
                         &name,

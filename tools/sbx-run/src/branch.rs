@@ -264,23 +264,52 @@ fn git_dir(ws: &Workspace) -> Result<PathBuf, ProvisionError> {
     if std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir()) {
         return Ok(git);
     }
-    Err(ProvisionError {
+    Err(git_dir_error(ws))
+}
+
+fn git_dir_error(ws: &Workspace) -> ProvisionError {
+    ProvisionError {
         message: format!(
             "{}: .git is not a directory (a linked worktree or a submodule): branch mode needs the repository's main checkout",
             ws.path.display()
         ),
         exit: Exit::DataErr,
-    })
+    }
 }
 
 impl GitView {
+    /// `.git` is opened once, beneath the workspace with no link followed
+    /// (sbx_sys::beneath), and what is bound is that open directory: the
+    /// agent of a running sandbox swapping `.git` for a link to another
+    /// repository between the check and the bind gets nothing (issue 37).
     fn new(ws: &Workspace) -> Result<Self, BoxError> {
-        let git = git_dir(ws)?;
-        if !ws.idmapped() {
+        use sbx_sys::beneath::{Kind, Root};
+        git_dir(ws)?;
+        let by_fd = ws.idmapped() || nix::unistd::geteuid().is_root();
+        if !by_fd {
+            // Not root, the agent's own workspace: only docker can bind,
+            // by name (docs/security.md, "Without root").
             return Ok(Self {
-                dir: git,
+                dir: ws.path.join(".git"),
                 mount: None,
             });
+        }
+        let root = Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
+        let (fd, kind) = match root.open_mount_source(Path::new(".git")) {
+            Ok(o) => o,
+            Err(e) => {
+                return Err(ProvisionError {
+                    message: format!(
+                        "{}: .git: {e}: sbx-run checkout follows no link in the workspace; make .git the repository's own directory again",
+                        sbx_core::sanitize::field(&ws.path.to_string_lossy())
+                    ),
+                    exit: Exit::DataErr,
+                }
+                .into());
+            }
+        };
+        if kind != Kind::Dir {
+            return Err(git_dir_error(ws).into());
         }
         let parent = crate::workspace::run_dir(&format!(
             "{}.provision.{}",
@@ -288,27 +317,24 @@ impl GitView {
             std::process::id()
         ));
         let dir = parent.join("git");
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .map_err(|e| RunError::Io(dir.clone(), e))?;
-        }
+        crate::workspace::private_dir(&dir)?;
         let (u, g) = ws.owner;
-        let r = sbx_sys::idmap::bind(
-            &git,
-            &dir,
-            &sbx_sys::idmap::swap(AGENT_ID, u),
-            &sbx_sys::idmap::swap(AGENT_ID, g),
-        );
+        let r = if ws.idmapped() {
+            sbx_sys::idmap::bind_fd(
+                &fd,
+                &dir,
+                &sbx_sys::idmap::swap(AGENT_ID, u),
+                &sbx_sys::idmap::swap(AGENT_ID, g),
+            )
+        } else {
+            sbx_sys::beneath::clone_to(&fd, &dir, true)
+        };
         if let Err(e) = r {
             let _ = std::fs::remove_dir(&dir);
             let _ = std::fs::remove_dir(&parent);
             return Err(ProvisionError {
                 message: format!(
-                    "{}: owned by {u}:{g}: cannot make the idmapped view provisioning reads it through ({e}): run sbx-run as root, or `chown -R {AGENT_ID}:{AGENT_ID} {}`",
+                    "{}: owned by {u}:{g}: cannot make the view of .git provisioning reads it through ({e}): run sbx-run as root, or `chown -R {AGENT_ID}:{AGENT_ID} {}`",
                     ws.path.display(),
                     ws.path.display()
                 ),

@@ -334,11 +334,95 @@ pub fn pull_tar(socket: &Path, src: &str, out: &mut dyn Write) -> Result<Outcome
     Ok(r.o)
 }
 
+/// What `cp HOSTPATH :DIR` sends: what the host path is open on, or the
+/// link it is (copied as a link).
+#[derive(Debug)]
+pub enum HostSource {
+    Open(File),
+    Link(OsString),
+}
+
+/// Open `cp`'s host source by the rule in `sbx-run cp --help`:
+///
+/// - inside a git work tree (every workspace is one; the outermost on the
+///   way, found from `/` down, so no name the agent made is looked up),
+///   the rest of the path is resolved beneath it with no link followed:
+///   the agent's `./out -> ~/.ssh` copies nothing (issue 37). `-L` does
+///   not change that.
+/// - elsewhere, a link named as the source is copied as a link unless
+///   `follow` (`-L`, as cp and docker cp do); links above it are the
+///   user's own and followed.
+pub fn open_host(h: &Path, follow: bool) -> Result<HostSource, GuestError> {
+    use nix::fcntl::OFlag;
+    let abs = std::path::absolute(h).map_err(|e| io_at(h, e))?;
+    let comps: Vec<_> = abs.components().collect();
+    let mut prefix = std::path::PathBuf::new();
+    for (i, c) in comps.iter().enumerate() {
+        prefix.push(c);
+        if i + 1 == comps.len() || std::fs::symlink_metadata(prefix.join(".git")).is_err() {
+            continue;
+        }
+        let rest: std::path::PathBuf = comps[i + 1..].iter().collect();
+        let root = sbx_sys::beneath::Root::open(&prefix).map_err(|e| io_at(&prefix, e))?;
+        let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
+        return match root.open_with(&rest, flags, 0) {
+            Ok(fd) => Ok(HostSource::Open(File::from(fd))),
+            Err(e) if matches!(e.raw_os_error(), Some(nix::libc::ELOOP | nix::libc::EXDEV)) => {
+                Err(GuestError::Refused(format!(
+                    "cp: {}: a link on the way, or a path leaving the repository {}: sbx-run cp follows no link inside a repository (the agent may have made it); name what it points to by its own path",
+                    h.display(),
+                    prefix.display()
+                )))
+            }
+            Err(e) => Err(io_at(h, e)),
+        };
+    }
+    let m = std::fs::symlink_metadata(&abs).map_err(|e| io_at(h, e))?;
+    if m.file_type().is_symlink() && !follow {
+        let t = std::fs::read_link(&abs).map_err(|e| io_at(h, e))?;
+        return Ok(HostSource::Link(t.into_os_string()));
+    }
+    Ok(HostSource::Open(File::open(&abs).map_err(|e| io_at(h, e))?))
+}
+
+/// `cp HOSTLINK :DIR`: the link itself, one entry, as the agent.
+pub fn push_link(
+    socket: &Path,
+    dir: &str,
+    name: &OsStr,
+    target: &OsStr,
+) -> Result<Outcome, GuestError> {
+    let mut c = connect(socket)?;
+    c.send(&Request::Unpack {
+        path: dir.into(),
+        user: User::Agent,
+    })?;
+    let e = Entry::Symlink {
+        name: name.as_bytes().to_vec(),
+        target: target.as_bytes().to_vec(),
+        mtime: 0,
+    };
+    let mut tx = c.stream.try_clone().map_err(io_err)?;
+    proto::write_json(&mut tx, Kind::Reply, &Reply::Entry(e))?;
+    proto::write_frame(&mut tx, Kind::Eof, &[])?;
+    let mut o = Outcome::default();
+    if let Reply::Unpacked { refused } = c.reply()? {
+        o.refused = refused;
+    }
+    Ok(o)
+}
+
 /// `cp HOSTDIR :PATH`: the host walks its own directory (no link below
 /// it followed) and the guest writes the entries as the agent, beneath
-/// `dir`, on the same rules; `name` is the top's name there.
-pub fn push(socket: &Path, src: &Path, dir: &str, name: &OsStr) -> Result<Outcome, GuestError> {
-    let top = File::open(src).map_err(|e| io_at(src, e))?;
+/// `dir`, on the same rules; `name` is the top's name there. `top` is
+/// `src` as [`open_host`] opened it.
+pub fn push(
+    socket: &Path,
+    src: &Path,
+    top: File,
+    dir: &str,
+    name: &OsStr,
+) -> Result<Outcome, GuestError> {
     let mut c = connect(socket)?;
     c.send(&Request::Unpack {
         path: dir.into(),

@@ -34,6 +34,9 @@ pub enum GuestError {
     Spawn(ErrorMsg, i32),
     #[error(transparent)]
     Proto(#[from] ProtoError),
+    /// Refused by sbx's own rule before anything was sent (exit 77).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl GuestError {
@@ -326,8 +329,13 @@ fn check(x: ExitMsg, what: &str) -> Result<(), GuestError> {
 /// sandbox through the API's write (atomic replace, as the agent); trees
 /// both ways and `:PATH -` as the guest's entry stream (crate::copy); a
 /// tar stream on stdin through tar -x in the sandbox, as the agent.
-pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<crate::copy::Outcome, GuestError> {
-    use crate::copy::{self, Outcome};
+pub fn cp(
+    socket: &Path,
+    src: &Place,
+    dest: &Place,
+    follow: bool,
+) -> Result<crate::copy::Outcome, GuestError> {
+    use crate::copy::{self, HostSource, Outcome};
     let io_err = |e: io::Error| GuestError::Proto(ProtoError::Io(e));
     match (src, dest) {
         (Place::Stream, Place::Sandbox(d)) => {
@@ -343,9 +351,28 @@ pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<crate::copy::Outco
         }
         (Place::Sandbox(s), Place::Stream) => copy::pull_tar(socket, s, &mut io::stdout().lock()),
         (Place::Host(h), Place::Sandbox(d)) => {
-            let meta = std::fs::metadata(h).map_err(io_err)?;
+            let top = copy::open_host(h, follow)?;
             let target = stat(socket, d)?;
             let into_dir = target.as_ref().is_some_and(|t| t.kind == "dir");
+            let top = match top {
+                HostSource::Link(t) => {
+                    let (dir, name) = if into_dir {
+                        (d.clone(), copy::top_name(h).map(|n| n.to_owned()))
+                    } else {
+                        let (p, n) = split(d);
+                        (p, Some(std::ffi::OsString::from(n)))
+                    };
+                    let name = name.ok_or_else(|| {
+                        io_err(io::Error::other(format!(
+                            "{}: cannot name the copy after it: give the sandbox path its name (:DIR/NAME)",
+                            h.display()
+                        )))
+                    })?;
+                    return copy::push_link(socket, &dir, &name, &t);
+                }
+                HostSource::Open(f) => f,
+            };
+            let meta = top.metadata().map_err(io_err)?;
             if meta.is_dir() {
                 let (dir, name) = if into_dir {
                     let full = std::fs::canonicalize(h).map_err(io_err)?;
@@ -361,7 +388,7 @@ pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<crate::copy::Outco
                         h.display()
                     )))
                 })?;
-                copy::push(socket, h, &dir, &name)
+                copy::push(socket, h, top, &dir, &name)
             } else {
                 let path = if into_dir {
                     let name = h.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -372,7 +399,13 @@ pub fn cp(socket: &Path, src: &Place, dest: &Place) -> Result<crate::copy::Outco
                 use std::os::unix::fs::PermissionsExt;
                 // The same clamp as a tree's files: no set-uid/set-gid/sticky.
                 let mode = sbx_core::tree::clamp_mode(meta.permissions().mode(), false);
-                let mut f = std::fs::File::open(h).map_err(io_err)?;
+                if !meta.is_file() {
+                    return Err(io_err(io::Error::other(format!(
+                        "{}: not a regular file or directory (not copied)",
+                        h.display()
+                    ))));
+                }
+                let mut f = top;
                 let n = connect(socket)?.write_from(&path, Some(mode), User::Agent, &mut f)?;
                 Ok(Outcome {
                     files: 1,

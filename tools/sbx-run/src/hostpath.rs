@@ -106,29 +106,23 @@ pub fn source(
 /// Mount each staged source: opened beneath its base through no link,
 /// then its copy mounted by that fd at `dest`. Fails closed.
 pub fn stage(container: &str, staged: &[Staged]) -> Result<(), RunError> {
-    use std::os::unix::fs::DirBuilderExt;
     release(container);
     if staged.is_empty() {
         return Ok(());
     }
     let dir = staging_dir(container);
     let io = |p: &Path, e| RunError::Io(p.to_owned(), e);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| io(&dir, e))?;
+    crate::workspace::private_dir(&dir)?;
     for s in staged {
         let root = Root::open(&s.base).map_err(|e| io(&s.base, e))?;
         let (fd, kind) = root
             .open_mount_source(Path::new(&s.rel))
             .map_err(|e| refused(e, &s.rel))?;
-        let made = if kind == Kind::Dir {
-            std::fs::DirBuilder::new().mode(0o700).create(&s.dest)
+        if kind == Kind::Dir {
+            crate::workspace::private_dir(&s.dest)?;
         } else {
-            std::fs::File::create(&s.dest).map(drop)
-        };
-        made.map_err(|e| io(&s.dest, e))?;
+            std::fs::File::create(&s.dest).map_err(|e| io(&s.dest, e))?;
+        }
         sbx_sys::beneath::clone_to(&fd, &s.dest, s.readonly).map_err(|e| io(&s.dest, e))?;
     }
     Ok(())

@@ -212,10 +212,18 @@ pub enum Cmd {
     /// The sandbox side is written :PATH; `-` is a tar stream on stdin (to the sandbox)
     /// or stdout (from it). Files are written as the agent and replaced atomically;
     /// paths must stay beneath /workspace, /home/agent, /tmp or /repo-shelf.
+    ///
+    /// A host path inside a git work tree (every workspace is one) is resolved beneath
+    /// that tree with no link followed, -L or not: a link the agent made there is
+    /// refused (exit 77), never followed. Elsewhere a host path that is itself a link
+    /// is copied as a link unless -L is given.
     Cp {
         /// Workspace (default: the current directory).
         #[arg(long = "path", short = 'C', value_name = "PATH")]
         path: Option<PathBuf>,
+        /// Copy what a host source link points to, not the link (outside a git work tree).
+        #[arg(short = 'L', long = "dereference")]
+        follow: bool,
         /// What to copy: a host path, :PATH in the sandbox, or - (a tar stream on stdin).
         #[arg(value_name = "SRC")]
         src: OsString,
@@ -447,7 +455,12 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             lifecycle::show_run(common, path.get(), branch.branch.as_deref())
         }
         Cmd::Checkout { branch, path } => branch::checkout(common, path, &branch),
-        Cmd::Cp { path, src, dest } => lifecycle::cp(common, path, &src, &dest),
+        Cmd::Cp {
+            path,
+            follow,
+            src,
+            dest,
+        } => lifecycle::cp(common, path, &src, &dest, follow),
         Cmd::Login { cli, share, path } => lifecycle::login(common, &cli, share, path),
         Cmd::Volume => {
             println!("{}", names::claude_store());

@@ -658,7 +658,13 @@ fn via_guest(ws: &Workspace, argv: &[OsString], agent: &str) -> Result<Option<Ex
 }
 
 /// `sbx-run cp SRC DEST` through the guest (the sandbox must run).
-pub fn cp(common: &CommonArgs, path: Option<PathBuf>, src: &OsString, dest: &OsString) -> Res {
+pub fn cp(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    src: &OsString,
+    dest: &OsString,
+    follow: bool,
+) -> Res {
     use crate::guestexec::{self, GuestError, Place};
     let (s, d) = (Place::parse(src), Place::parse(dest));
     let sandbox = |p: &Place| matches!(p, Place::Sandbox(_));
@@ -674,7 +680,7 @@ pub fn cp(common: &CommonArgs, path: Option<PathBuf>, src: &OsString, dest: &OsS
         let ws = start(common, path, None)?;
         sock = guestexec::socket_for(&ws);
     }
-    match guestexec::cp(&sock, &s, &d) {
+    match guestexec::cp(&sock, &s, &d, follow) {
         Ok(o) if o.refused.is_empty() => ok(),
         Ok(o) => {
             // Agent-made names: shown escaped, one line each.
@@ -705,6 +711,7 @@ pub fn cp(common: &CommonArgs, path: Option<PathBuf>, src: &OsString, dest: &OsS
                 {
                     77
                 }
+                GuestError::Refused(_) => 77,
                 _ => 74,
             }))
         }

@@ -134,6 +134,17 @@ pub fn resolve(path: Option<PathBuf>) -> Result<PathBuf, RunError> {
         .ok_or(RunError::NotARepo(canonical))
 }
 
+/// Make `dir` and its missing parents 0700: the one way sbx-run makes
+/// the host directories only root (or the user) may enter.
+pub fn private_dir(dir: &Path) -> Result<(), RunError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| RunError::Io(dir.to_owned(), e))
+}
+
 fn is_repo(p: &Path) -> bool {
     p.join(".git").exists()
 }
@@ -171,15 +182,11 @@ pub fn scratch_view_dir(container: &str) -> PathBuf {
 /// writes there lands owned by the workspace's owner, as in the workspace),
 /// under a 0700 parent no other host user can enter.
 pub fn ensure_scratch_root(ws: &Workspace) -> Result<PathBuf, RunError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = scratch_root(&ws.names.hash);
     let parent = dir.parent().map(Path::to_path_buf).unwrap_or_default();
     let io = |p: &Path, e| RunError::Io(p.to_owned(), e);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| io(&dir, e))?;
+    private_dir(&dir)?;
     std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| io(&parent, e))?;
     // Never follows a link: the agent writes inside this directory, not
@@ -208,14 +215,7 @@ pub fn prepare_mount(ws: &Workspace) -> Result<(), RunError> {
     }
     let dir = idmap_dir(&ws.names.container);
     release_mount(&ws.names.container);
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| RunError::Io(dir.clone(), e))?;
-    }
+    private_dir(&dir)?;
     // Through the view the owner's files are uid 1000's: a host user of
     // that uid must not reach it, so only root may enter its parent.
     let parent = run_dir(&ws.names.container);

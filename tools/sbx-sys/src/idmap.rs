@@ -110,8 +110,30 @@ fn userns(uids: &[IdRange], gids: &[IdRange]) -> io::Result<OwnedFd> {
 /// `gids`. Errors: EPERM without root, EINVAL when the kernel or the
 /// source's filesystem has no idmapped mounts.
 pub fn bind(source: &Path, target: &Path, uids: &[IdRange], gids: &[IdRange]) -> io::Result<()> {
+    map_and_move(clone_tree(source)?, target, uids, gids)
+}
+
+/// [`bind`] of what `source` is open on (an O_PATH fd from
+/// `beneath::Root::open_mount_source`): nothing is looked up by name, so a
+/// link swapped in after the open is never followed.
+pub fn bind_fd(
+    source: &OwnedFd,
+    target: &Path,
+    uids: &[IdRange],
+    gids: &[IdRange],
+) -> io::Result<()> {
+    // "" with AT_EMPTY_PATH names `source` itself.
+    let tree = open_tree(source.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint)?;
+    map_and_move(tree, target, uids, gids)
+}
+
+fn map_and_move(
+    tree: OwnedFd,
+    target: &Path,
+    uids: &[IdRange],
+    gids: &[IdRange],
+) -> io::Result<()> {
     let ns = userns(uids, gids)?;
-    let tree = clone_tree(source)?;
     set_attr(
         &tree,
         libc::mount_attr {

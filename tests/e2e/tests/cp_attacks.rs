@@ -424,3 +424,95 @@ fn cp_out_to_a_hostdir_with_a_trailing_slash_follows_no_agent_link() {
         );
     }
 }
+
+/// Issue 37, `cp HOSTPATH :DIR`: the agent plants links in its workspace
+/// (`out -> <host dir>`, `key -> <host file>`, `d/x -> <host dir>` as a
+/// middle component), then the user copies what looks like the agent's
+/// output into the sandbox, with and without -L. A host path inside a
+/// work tree is resolved beneath it with no link followed: every copy is
+/// refused (77) and the sandbox never holds the host's secret.
+#[test]
+fn cp_of_a_workspace_path_follows_no_agent_link_into_the_sandbox() {
+    let Some(repo) = started(workspace) else {
+        return;
+    };
+    // The user's secret outside the workspace, root's and 0700: the
+    // agent cannot read it itself.
+    let canary = repo.root().join("canary");
+    std::fs::create_dir_all(&canary).unwrap();
+    std::fs::write(canary.join("id_ed25519"), "HOST-SECRET\n").unwrap();
+    sh(Command::new("chown").args(["-R", "0:0"]).arg(&canary));
+    std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let o = repo.exec(&format!(
+        "cd /workspace/ws && ln -s {c} out && ln -s {c}/id_ed25519 key && mkdir d && ln -s {c} d/x",
+        c = canary.display()
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    let ws = repo.path.display().to_string();
+    for (src, to) in [
+        (format!("{ws}/out"), ":/tmp/got1"),
+        (format!("{ws}/key"), ":/tmp/got2"),
+        (format!("{ws}/d/x/id_ed25519"), ":/tmp/got3"),
+        (format!("{ws}/d/x"), ":/tmp/got4"),
+    ] {
+        for follow in [false, true] {
+            let mut c = sbx();
+            c.args(["cp", "-C"]).arg(&repo.path);
+            if follow {
+                c.arg("-L");
+            }
+            let o = c.arg(&src).arg(to).output().unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(77),
+                "cp {src} (-L {follow}): {}",
+                text(&o)
+            );
+            assert!(
+                text(&o).contains("follows no link inside a repository"),
+                "{}",
+                text(&o)
+            );
+        }
+    }
+    let seen = repo.exec("cat /tmp/got*/id_ed25519 /tmp/got* 2>/dev/null; ls -la /tmp");
+    assert!(!text(&seen).contains("HOST-SECRET"), "{}", text(&seen));
+}
+
+/// Outside any work tree, a source that is a link is copied as the
+/// link it is; -L copies what it points to (cp and docker cp's rule).
+#[test]
+fn cp_of_a_host_link_outside_a_workspace_copies_the_link_unless_dereferenced() {
+    let Some(repo) = started(workspace) else {
+        return;
+    };
+    let dir = repo.root().join("host");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("real"), "REAL\n").unwrap();
+    std::os::unix::fs::symlink(dir.join("real"), dir.join("link")).unwrap();
+    let link = dir.join("link");
+    let o = sbx()
+        .args(["cp", "-C"])
+        .arg(&repo.path)
+        .arg(&link)
+        .arg(":/tmp/")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = sbx()
+        .args(["cp", "-L", "-C"])
+        .arg(&repo.path)
+        .arg(&link)
+        .arg(":/tmp/deref")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let seen = repo
+        .exec("readlink /tmp/link; test -f /tmp/deref && ! test -L /tmp/deref && cat /tmp/deref");
+    let t = text(&seen);
+    assert!(
+        t.contains(&format!("{}\n", dir.join("real").display())),
+        "{t}"
+    );
+    assert!(t.contains("REAL"), "{t}");
+}

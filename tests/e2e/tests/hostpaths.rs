@@ -243,3 +243,44 @@ fn a_sandbox_login_never_reaches_the_store_or_another_project() {
         .args(["volume", "rm", &store])
         .output();
 }
+
+/// Issue 37, diagnostics: a name the agent makes with a newline in it
+/// must not print a second `sbx-run:` line of the agent's making. The
+/// agent makes `x\nsbx-run: FORGED…/<not UTF-8>.key` (a secret name docker
+/// cannot be given, so `start` refuses and names it) and a tree `cp`
+/// refuses entries of; the user restarts and copies out. Every line on
+/// stderr is sbx-run's own.
+#[test]
+fn agent_names_cannot_forge_a_diagnostic_line() {
+    if !base_image() {
+        return;
+    }
+    let r = repo("hp-forge");
+    r.give_to_agent();
+    r.start();
+    let o = r.exec(
+        "d=\"$(printf 'x\\nsbx-run: FORGED all checks passed')\"; mkdir -p \"out/$d\" \"$d\"; \
+         touch \"$d/$(printf '\\377').key\"; ln -s /etc/passwd \"out/$d/l\"",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let forged = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .any(|l| l.starts_with("sbx-run: FORGED"))
+    };
+    let dest = r.root().join("dest");
+    std::fs::create_dir_all(&dest).unwrap();
+    let o = sbx()
+        .args(["cp", "-C"])
+        .arg(&r.path)
+        .arg(":/workspace/hp-forge/out")
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(!forged(&o), "cp: {}", text(&o));
+    let o = run(&r, &["restart"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains("\\nsbx-run: FORGED"), "{}", text(&o));
+    assert!(!forged(&o), "restart: {}", text(&o));
+}

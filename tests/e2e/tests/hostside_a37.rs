@@ -99,14 +99,15 @@ setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
 }
 
 /// Issue 37, `sbx-run checkout`: the provisioning container reads the
-/// host's `.git`. `checkout` checked that `.git` was a directory, then
-/// gave docker (or the idmapped bind) its *name*; the agent of the
-/// running sandbox swaps `.git` with a link to another project's `.git`
-/// on the host (renameat2 RENAME_EXCHANGE, in a loop), and the branch's
-/// worktree on the shelf, which the agent reads, would be a checkout of
-/// that other project. Now `.git` is opened beneath the workspace with no
-/// link followed and what was opened is bound: each checkout is refused
-/// or provisions this repository, never the other.
+/// host's `.git`, which checkout checked to be a directory and then bound
+/// by name. The agent of the running sandbox tries to swap `.git` with a
+/// link to another project's `.git` on the host (renameat2
+/// RENAME_EXCHANGE in a loop, and a plain `mv`) while the user checks out
+/// branches: no checkout may provision the other project. `.git` is now
+/// opened beneath the workspace with no link followed and bound by fd;
+/// the swap itself is refused today because `.git` is a pinned parent
+/// (a mount point) in the sandbox, so this test guards the pin, and the
+/// fd bind holds should the pin go.
 #[test]
 fn a_running_agent_cannot_swap_git_for_a_link_under_checkout() {
     if !base_image() {
@@ -157,6 +158,18 @@ setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
     );
     let o = repo.exec(&race);
     assert!(o.status.success(), "race: {}", text(&o));
+    // `.git` is a pinned parent, a mount point in the sandbox: neither a
+    // rename nor the exchange moves it (EBUSY), which is what keeps this
+    // race closed today; the fd bind holds should that pin ever go.
+    let o = repo.exec(
+        "for i in $(seq 200); do test -L /workspace/ws/.git && echo SWAPPED && break; sleep 0.01; done; \
+         mv /workspace/ws/.git /workspace/ws/.git2 2>&1 || echo MV-REFUSED",
+    );
+    assert!(
+        !text(&o).contains("SWAPPED") && text(&o).contains("MV-REFUSED"),
+        "the agent moved .git: {}",
+        text(&o)
+    );
 
     let (mut leaked, mut done) = (Vec::new(), 0);
     for i in 0..10 {
@@ -167,7 +180,9 @@ setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
         } else {
             eprintln!("checkout {b}: {}", text(&o));
         }
-        let seen = repo.exec(&format!("cat /repo-shelf/worktrees/{b}/secret 2>/dev/null || true"));
+        let seen = repo.exec(&format!(
+            "cat /repo-shelf/worktrees/{b}/secret 2>/dev/null || true"
+        ));
         if text(&seen).contains("OTHER-PROJECT-SECRET") {
             leaked.push(i);
         }

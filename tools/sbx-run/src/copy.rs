@@ -367,13 +367,11 @@ pub fn open_host(h: &Path, follow: bool) -> Result<HostSource, GuestError> {
         let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
         return match root.open_with(&rest, flags, 0) {
             Ok(fd) => Ok(HostSource::Open(File::from(fd))),
-            Err(e) if matches!(e.raw_os_error(), Some(nix::libc::ELOOP | nix::libc::EXDEV)) => {
-                Err(GuestError::Refused(format!(
-                    "cp: {}: a link on the way, or a path leaving the repository {}: sbx-run cp follows no link inside a repository (the agent may have made it); name what it points to by its own path",
-                    h.display(),
-                    prefix.display()
-                )))
-            }
+            // A link on the way (ELOOP) or a `..` out (EXDEV), named by
+            // the resolver.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(GuestError::Refused(format!(
+                "cp: {e} (sbx-run cp follows no link inside a repository: the agent may have made it; name what it points to by its own path)"
+            ))),
             Err(e) => Err(io_at(h, e)),
         };
     }

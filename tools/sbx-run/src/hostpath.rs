@@ -63,44 +63,50 @@ pub struct Staged {
     pub readonly: bool,
 }
 
-/// Whether sources are mounted by fd: only root may (open_tree); without
-/// it they are checked through the same helper and bound by name.
-pub fn by_fd() -> bool {
-    nix::unistd::geteuid().is_root() && !SHOW_NAMES.load(std::sync::atomic::Ordering::Relaxed)
+/// The bind sources of one spec: what is to be staged, and whether they
+/// are staged at all.
+#[derive(Debug)]
+pub struct Sources {
+    by_fd: bool,
+    pub staged: Vec<Staged>,
 }
 
-/// Set by `show-run`: what it prints must run when pasted, and the staged
-/// copies exist only while `start` holds them, so it names the sources.
-pub static SHOW_NAMES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+impl Sources {
+    /// Sources are mounted by fd only as root (open_tree); without it
+    /// they are checked through the same helper and bound by name, and
+    /// so are they for `show-run` (`show_names`): what it prints must run
+    /// when pasted, and the staged copies exist only while `start` holds
+    /// them.
+    pub fn new(show_names: bool) -> Self {
+        Sources {
+            by_fd: nix::unistd::geteuid().is_root() && !show_names,
+            staged: Vec::new(),
+        }
+    }
+
+    /// The source docker is to bind for `rel` under `base`, recorded to
+    /// be staged when it is a copy mounted by fd.
+    pub fn source(&mut self, container: &str, base: &Path, rel: &str, readonly: bool) -> PathBuf {
+        if !self.by_fd {
+            return base.join(rel);
+        }
+        let key = format!("{}\0{rel}\0{readonly}", base.display());
+        let dest = staging_dir(container).join(crate::names::digest(key.as_bytes()));
+        if !self.staged.iter().any(|s| s.dest == dest) {
+            self.staged.push(Staged {
+                base: base.to_owned(),
+                rel: rel.to_owned(),
+                dest: dest.clone(),
+                readonly,
+            });
+        }
+        dest
+    }
+}
 
 /// The staging directory of a sandbox's sources (root's, 0700).
 pub fn staging_dir(container: &str) -> PathBuf {
     crate::workspace::run_dir(container).join("src")
-}
-
-/// The source docker is to bind for `rel` under `base`, recorded in
-/// `staged` when it is a copy mounted by fd.
-pub fn source(
-    staged: &mut Vec<Staged>,
-    container: &str,
-    base: &Path,
-    rel: &str,
-    readonly: bool,
-) -> PathBuf {
-    if !by_fd() {
-        return base.join(rel);
-    }
-    let key = format!("{}\0{rel}\0{readonly}", base.display());
-    let dest = staging_dir(container).join(crate::names::digest(key.as_bytes()));
-    if !staged.iter().any(|s| s.dest == dest) {
-        staged.push(Staged {
-            base: base.to_owned(),
-            rel: rel.to_owned(),
-            dest: dest.clone(),
-            readonly,
-        });
-    }
-    dest
 }
 
 /// Mount each staged source: opened beneath its base through no link,

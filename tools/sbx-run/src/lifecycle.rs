@@ -223,7 +223,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             crate::toolpolicy::install(ws, &name)?;
             // The container binds the staged copies: mount them anew, by fd.
             let masks = spec::mask_sources()?;
-            let s = spec::build(ws, &ws.names.image, &[], (&masks.0, &masks.1))?;
+            let s = spec::build(ws, &ws.names.image, &[], (&masks.0, &masks.1), false)?;
             crate::hostpath::stage(&name, &s.staged)?;
             let since = logs_since_now();
             docker::start(&name)?;
@@ -246,7 +246,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(ws, std::env::vars_os());
-    let s = spec::build(ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
+    let s = spec::build(ws, &ws.names.image, &env, (&masks.0, &masks.1), false)?;
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
@@ -722,8 +722,7 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     let ws = Workspace::open(common, path)?.with_branch(branch);
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
-    crate::hostpath::SHOW_NAMES.store(true, std::sync::atomic::Ordering::Relaxed);
-    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1), true)?;
     let mut out = std::io::stdout().lock();
     let net = spec::shell_line(&s.network);
     let scratch = workspace::scratch_root(&ws.names.hash);

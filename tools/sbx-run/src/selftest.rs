@@ -130,7 +130,7 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
     // 3. A secret read: a masked file reads as empty.
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
-    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1))?;
+    let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1), false)?;
     let secret = s.masked.iter().find(|m| ws.path.join(m).is_file());
     checks.push(match secret {
         Some(m) => {

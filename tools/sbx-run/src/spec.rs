@@ -360,6 +360,7 @@ pub fn build(
     image: &str,
     env_names: &[String],
     masks: (&Path, &Path),
+    show_names: bool,
 ) -> Result<Spec, RunError> {
     let n = &ws.names;
     let cfg = &ws.loaded.config;
@@ -475,7 +476,7 @@ pub fn build(
     // component, so the agent cannot make it one for the next start.
     let root =
         sbx_sys::beneath::Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
-    let mut staged = Vec::new();
+    let mut sources = crate::hostpath::Sources::new(show_names);
     let container = n.container.as_str();
     for p in cfg.protected_paths() {
         use crate::hostpath::State;
@@ -498,7 +499,7 @@ pub fn build(
                 if p == ".husky" && kind == sbx_sys::beneath::Kind::Dir {
                     let _ = root.create_dir_all(Path::new(".husky/_"), 0o755);
                 }
-                let src = crate::hostpath::source(&mut staged, container, &ws.path, &p, true);
+                let src = sources.source(container, &ws.path, &p, true);
                 a.extend(["--mount".into(), bind(&src, &dst, true)]);
                 held.push(p);
             }
@@ -530,9 +531,7 @@ pub fn build(
             // this workspace (a `--branch` one) can swap a name checked
             // here for a link before docker binds it.
             let src = match (p.exists, p.dir) {
-                (true, _) => {
-                    crate::hostpath::source(&mut staged, container, &ws.path, &p.rel, true)
-                }
+                (true, _) => sources.source(container, &ws.path, &p.rel, true),
                 (false, true) => masks.1.to_owned(),
                 (false, false) => masks.0.to_owned(),
             };
@@ -571,7 +570,7 @@ pub fn build(
         pinned_parents(&held)
     };
     for d in &pinned {
-        let src = crate::hostpath::source(&mut staged, container, &ws.mount_source(), d, false);
+        let src = sources.source(container, &ws.mount_source(), d, false);
         a.extend([
             "--mount".into(),
             bind(&src, &format!("{target}/{d}"), false),
@@ -585,7 +584,7 @@ pub fn build(
         && crate::hostpath::protected(&root, rel)?
             == crate::hostpath::State::Present(sbx_sys::beneath::Kind::Dir)
     {
-        let src = crate::hostpath::source(&mut staged, container, &ws.path, rel, true);
+        let src = sources.source(container, &ws.path, rel, true);
         a.extend(["--mount".into(), bind(&src, "/.agent-sandbox", true)]);
     }
     if let Source::File(p) | Source::Legacy(p) = &ws.loaded.source {
@@ -687,7 +686,7 @@ pub fn build(
         run: a,
         masked,
         pinned,
-        staged,
+        staged: sources.staged,
     })
 }
 

@@ -13,6 +13,28 @@ fn run(repo: &Repo, args: &[&str]) -> Output {
     sbx().args(args).arg("-C").arg(&repo.path).output().unwrap()
 }
 
+/// As the agent, in `dir`: run `setup`, then exchange `name` with
+/// `name.l` (renameat2 RENAME_EXCHANGE) every 2 ms in the background
+/// until /tmp/stop-swap exists.
+fn swap_in_a_loop(repo: &Repo, dir: &str, name: &str, setup: &str) {
+    let race = format!(
+        r#"set -e
+cd {dir}; {setup}
+cat > /tmp/swap.py <<'PY'
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = b"{dir}/{name}", b"{dir}/{name}.l"
+while not os.path.exists("/tmp/stop-swap"):
+    libc.renameat2(-100, a, -100, b, 2)
+    time.sleep(0.002)
+PY
+setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
+"#
+    );
+    let o = repo.exec(&race);
+    assert!(o.status.success(), "race: {}", text(&o));
+}
+
 /// Route a37-2: a linked worktree's admin dir (`.git/worktrees/<name>`)
 /// is held read-only in every sandbox of the workspace; `start` found it
 /// as a real directory, then gave docker its *name* to bind. The agent of
@@ -43,24 +65,12 @@ fn a_running_agent_cannot_swap_a_git_pin_for_a_link_under_a_branch_start() {
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
     sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&secret));
 
-    let race = format!(
-        r#"set -e
-w=/workspace/ws/.git/worktrees
-mkdir -p $w/x; ln -sfn {s} $w/x.l
-cat > /tmp/swap.py <<'PY'
-import ctypes, os, time
-libc = ctypes.CDLL(None, use_errno=True)
-w = b"/workspace/ws/.git/worktrees"
-while not os.path.exists("/tmp/stop-swap"):
-    libc.renameat2(-100, w + b"/x", -100, w + b"/x.l", 2)
-    time.sleep(0.002)
-PY
-setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
-"#,
-        s = secret.display()
+    swap_in_a_loop(
+        &repo,
+        "/workspace/ws/.git/worktrees",
+        "x",
+        &format!("mkdir -p x; ln -sfn {} x.l", secret.display()),
     );
-    let o = repo.exec(&race);
-    assert!(o.status.success(), "race: {}", text(&o));
 
     let mut leaked = Vec::new();
     let mut started = 0;
@@ -141,23 +151,12 @@ fn a_running_agent_cannot_swap_git_for_a_link_under_checkout() {
     repo.give_to_agent();
     repo.start();
 
-    let race = format!(
-        r#"set -e
-cd /workspace/ws; ln -sfn {o}/.git .git.l
-cat > /tmp/swap.py <<'PY'
-import ctypes, os, time
-libc = ctypes.CDLL(None, use_errno=True)
-w = b"/workspace/ws"
-while not os.path.exists("/tmp/stop-swap"):
-    libc.renameat2(-100, w + b"/.git", -100, w + b"/.git.l", 2)
-    time.sleep(0.002)
-PY
-setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
-"#,
-        o = other.display()
+    swap_in_a_loop(
+        &repo,
+        "/workspace/ws",
+        ".git",
+        &format!("ln -sfn {}/.git .git.l", other.display()),
     );
-    let o = repo.exec(&race);
-    assert!(o.status.success(), "race: {}", text(&o));
     // `.git` is a pinned parent, a mount point in the sandbox: neither a
     // rename nor the exchange moves it (EBUSY), which is what keeps this
     // race closed today; the fd bind holds should that pin ever go.

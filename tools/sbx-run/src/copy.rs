@@ -383,6 +383,19 @@ pub fn open_host(h: &Path, follow: bool) -> Result<HostSource, GuestError> {
     Ok(HostSource::Open(File::open(&abs).map_err(|e| io_at(h, e))?))
 }
 
+/// An unpack into the sandbox's directory `dir`, as the agent, asked.
+fn unpack(
+    socket: &Path,
+    dir: &str,
+) -> Result<sbx_core::guestapi::Client<std::os::unix::net::UnixStream>, GuestError> {
+    let mut c = connect(socket)?;
+    c.send(&Request::Unpack {
+        path: dir.into(),
+        user: User::Agent,
+    })?;
+    Ok(c)
+}
+
 /// `cp HOSTLINK :DIR`: the link itself, one entry, as the agent.
 pub fn push_link(
     socket: &Path,
@@ -390,11 +403,7 @@ pub fn push_link(
     name: &OsStr,
     target: &OsStr,
 ) -> Result<Outcome, GuestError> {
-    let mut c = connect(socket)?;
-    c.send(&Request::Unpack {
-        path: dir.into(),
-        user: User::Agent,
-    })?;
+    let mut c = unpack(socket, dir)?;
     let e = Entry::Symlink {
         name: name.as_bytes().to_vec(),
         target: target.as_bytes().to_vec(),
@@ -421,11 +430,7 @@ pub fn push(
     dir: &str,
     name: &OsStr,
 ) -> Result<Outcome, GuestError> {
-    let mut c = connect(socket)?;
-    c.send(&Request::Unpack {
-        path: dir.into(),
-        user: User::Agent,
-    })?;
+    let mut c = unpack(socket, dir)?;
     let mut o = Outcome::default();
     let mut progress = Progress::new();
     let to_io = |e: ProtoError| io::Error::other(e.to_string());

@@ -356,38 +356,14 @@ pub fn cp(
             let into_dir = target.as_ref().is_some_and(|t| t.kind == "dir");
             let top = match top {
                 HostSource::Link(t) => {
-                    let (dir, name) = if into_dir {
-                        (d.clone(), copy::top_name(h).map(|n| n.to_owned()))
-                    } else {
-                        let (p, n) = split(d);
-                        (p, Some(std::ffi::OsString::from(n)))
-                    };
-                    let name = name.ok_or_else(|| {
-                        io_err(io::Error::other(format!(
-                            "{}: cannot name the copy after it: give the sandbox path its name (:DIR/NAME)",
-                            h.display()
-                        )))
-                    })?;
+                    let (dir, name) = landing(h, d, into_dir)?;
                     return copy::push_link(socket, &dir, &name, &t);
                 }
                 HostSource::Open(f) => f,
             };
             let meta = top.metadata().map_err(io_err)?;
             if meta.is_dir() {
-                let (dir, name) = if into_dir {
-                    let full = std::fs::canonicalize(h).map_err(io_err)?;
-                    let name = copy::top_name(&full).map(|n| n.to_owned());
-                    (d.clone(), name)
-                } else {
-                    let (p, n) = split(d);
-                    (p, Some(std::ffi::OsString::from(n)))
-                };
-                let name = name.ok_or_else(|| {
-                    io_err(io::Error::other(format!(
-                        "{}: cannot name the copy after it: give the sandbox path its name (:DIR/NAME)",
-                        h.display()
-                    )))
-                })?;
+                let (dir, name) = landing(h, d, into_dir)?;
                 copy::push(socket, h, top, &dir, &name)
             } else {
                 let path = if into_dir {
@@ -418,6 +394,30 @@ pub fn cp(
         _ => Err(GuestError::Proto(ProtoError::Remote(ErrorMsg::new(
             "bad-request",
             "cp: one side must be in the sandbox (:PATH), the other on the host (a path, or - for a tar stream)",
+        )))),
+    }
+}
+
+/// Where a host source `h` lands for `cp h :d`: in `d` under its own
+/// name when `d` is a directory there, else in `d`'s parent as `d`'s last
+/// name.
+fn landing(h: &Path, d: &str, into_dir: bool) -> Result<(String, std::ffi::OsString), GuestError> {
+    if !into_dir {
+        let (p, n) = split(d);
+        return Ok((p, n.into()));
+    }
+    // `..` and `/` have no name of their own: the directory's real one.
+    let full = match h.file_name() {
+        Some(_) => Some(h.to_owned()),
+        None => std::fs::canonicalize(h).ok(),
+    };
+    match full.as_deref().and_then(crate::copy::top_name) {
+        Some(n) => Ok((d.to_owned(), n.to_owned())),
+        None => Err(GuestError::Proto(ProtoError::Io(io::Error::other(
+            format!(
+                "{}: cannot name the copy after it: give the sandbox path its name (:DIR/NAME)",
+                h.display()
+            ),
         )))),
     }
 }

@@ -19,7 +19,7 @@ fn run(repo: &Repo, args: &[&str]) -> Output {
 fn swap_in_a_loop(repo: &Repo, dir: &str, name: &str, setup: &str) {
     let race = format!(
         r#"set -e
-cd {dir}; {setup}
+mkdir -p {dir}; cd {dir}; {setup}
 cat > /tmp/swap.py <<'PY'
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)

@@ -449,10 +449,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Checkout { branch, path } => branch::checkout(common, path, &branch),
         Cmd::Cp { path, src, dest } => lifecycle::cp(common, path, &src, &dest),
         Cmd::Login { cli, share, path } => lifecycle::login(common, &cli, share, path),
-        Cmd::Volume => {
-            println!("{}", names::claude_store());
-            Ok(Exit::Ok.into())
-        }
+        Cmd::Volume => lifecycle::volume(common),
         Cmd::Volumes { path } => lifecycle::volumes(common, path.get()),
         Cmd::List => lifecycle::list(common),
         Cmd::Rm {

@@ -26,9 +26,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use sbx_core::{Exit, output};
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::BoxError;
+use sbx_core::{Exit, output};
 
 pub const TOOL: &str = "sbx-guest";
 

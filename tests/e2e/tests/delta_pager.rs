@@ -50,15 +50,14 @@ fn delta_pages_git_in_the_sandbox_and_the_agent_cannot_pick_a_pager() {
         "git config core.pager 'touch /tmp/pwned-stored'; \
          script -qec \"git -c core.pager='touch /tmp/pwned-inline' -p log\" /dev/null; \
          script -qec 'git -p log' /dev/null; \
-         ls /tmp/pwned-stored /tmp/pwned-inline 2>&1; true",
+         for f in /tmp/pwned-stored /tmp/pwned-inline; do [ ! -e $f ] || echo RAN $f; done",
     );
     let out = text(&o);
-    assert!(out.contains("core.pager"), "no refusal named the key: {out}");
     assert!(
-        out.contains("/tmp/pwned-stored: No such file")
-            && out.contains("/tmp/pwned-inline: No such file"),
-        "the agent's pager ran: {out}"
+        out.contains("config-write") && out.contains("config-inline"),
+        "not both refused: {out}"
     );
+    assert!(!out.contains("RAN"), "the agent's pager ran: {out}");
 
     // The user's commands on the host: no pager was stored, and the host's
     // git pages with its own (delta is the image's, never the host's).

@@ -215,12 +215,19 @@ fn every_subcommand_is_classified() {
                 "{name}: not in TABLE (tools/xtask/tests/json_output.rs): say whether it prints data \
                  (then give it --json) or why not"
             )),
-            Some((_, Out::Data(_))) => {
+            Some((_, Out::Data(r))) => {
                 if !cmd.get_arguments().any(|a| a.get_long() == Some("json")) {
                     problems.push(format!("{name}: prints data but has no --json"));
                 }
+                if r.as_ref().is_err_and(|why| why.trim().is_empty()) {
+                    problems.push(format!("{name}: say why it cannot run here"));
+                }
             }
-            Some((_, Out::Exempt(_))) => {}
+            Some((_, Out::Exempt(why))) => {
+                if why.trim().is_empty() {
+                    problems.push(format!("{name}: exempt without a reason"));
+                }
+            }
         }
     }
     for (name, _) in TABLE {

@@ -9,7 +9,7 @@
 //! `every_subcommand_is_classified`; one whose row says `Data` and whose
 //! code prints text fails `data_subcommands_print_json_lines`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// What a leaf subcommand writes on stdout.
@@ -238,18 +238,6 @@ fn every_subcommand_is_classified() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-fn bin_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SBX_BIN_DIR") {
-        return PathBuf::from(d);
-    }
-    // target/<profile>/deps/<test> -> target/<profile>
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf()
-}
-
 fn sh(dir: &Path, script: &str) {
     let st = Command::new("sh")
         .args(["-euc", script])
@@ -282,19 +270,16 @@ fn envelope_problem(stdout: &[u8]) -> Option<String> {
 
 #[test]
 fn data_subcommands_print_json_lines() {
-    let bins = bin_dir();
+    let bins = sbx_e2e::bin_dir();
     let missing: Vec<_> = xtask::commands()
         .iter()
         .map(|c| bins.join(c.get_name()))
         .filter(|p| !p.is_file())
         .collect();
-    if !missing.is_empty() {
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
-        assert!(
-            !ci,
-            "not built: {missing:?} (cargo build --workspace --bins, or set SBX_BIN_DIR)"
-        );
-        eprintln!("skipping: not built: {missing:?} (cargo build --workspace --bins)");
+    if !sbx_e2e::prerequisite(
+        missing.is_empty(),
+        &format!("the tools, built: {missing:?} (cargo build --workspace --bins)"),
+    ) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

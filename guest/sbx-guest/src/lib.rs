@@ -26,9 +26,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use sbx_core::Exit;
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::BoxError;
+use sbx_core::{Exit, output};
 
 pub const TOOL: &str = "sbx-guest";
 
@@ -234,7 +234,15 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::AgentKey { socket } => Ok(agent::key(&socket)),
         Cmd::Health => {
             let (healthy, text) = status::health(&paths.status());
-            if !cli.common.quiet {
+            if cli.common.json {
+                let mut out = std::io::stdout().lock();
+                output::json_line(
+                    &mut out,
+                    "health",
+                    &serde_json::json!({"healthy": healthy, "text": text}),
+                )
+                .map_err(|e| sbx_core::error::Message::new(Exit::IoErr, format!("stdout: {e}")))?;
+            } else if !cli.common.quiet {
                 println!("{text}");
             }
             Ok(if healthy { Exit::Ok } else { Exit::No }.into())

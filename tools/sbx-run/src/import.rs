@@ -11,7 +11,7 @@ use std::path::Path;
 use saphyr::{LoadableYamlNode, Scalar, Yaml};
 
 /// What became of one key of the YAML file: one line for the user.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Note {
     /// The key's path in the YAML file: `sandbox.network.allow-git`.
     pub key: String,

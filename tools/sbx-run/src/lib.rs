@@ -462,10 +462,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             dest,
         } => lifecycle::cp(common, path, &src, &dest, follow),
         Cmd::Login { cli, share, path } => lifecycle::login(common, &cli, share, path),
-        Cmd::Volume => {
-            println!("{}", names::claude_store());
-            Ok(Exit::Ok.into())
-        }
+        Cmd::Volume => lifecycle::volume(common),
         Cmd::Volumes { path } => lifecycle::volumes(common, path.get()),
         Cmd::List => lifecycle::list(common),
         Cmd::Rm {

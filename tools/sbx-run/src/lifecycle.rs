@@ -28,6 +28,27 @@ fn ok() -> Res {
     Ok(Exit::Ok.into())
 }
 
+/// One line of a command's report on stdout: `text`, or with --json a
+/// `{"type": kind, "data": data}` line; nothing with -q.
+fn say(common: &CommonArgs, kind: &str, data: Value, text: &str) -> Result<(), RunError> {
+    if common.quiet {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    let r = if common.json {
+        output::json_line(&mut out, kind, &data)
+    } else {
+        writeln!(out, "{text}")
+    };
+    r.map_err(|e| RunError::Io("stdout".into(), e))
+}
+
+/// A path as JSON: a string, or `{"bytes": base64}` when not UTF-8.
+fn path_value(p: &Path) -> Value {
+    use std::os::unix::ffi::OsStrExt;
+    output::bytes_value(p.as_os_str().as_bytes())
+}
+
 /// Refuse to touch a container of our name that another workspace (or
 /// someone else) owns; the refusal is audited.
 fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
@@ -86,10 +107,8 @@ pub fn init(
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| RunError::Io(p.to_owned(), e))?;
             let got = crate::import::from_yaml(&text, p).map_err(RunError::Config)?;
-            if !common.quiet {
-                for n in &got.notes {
-                    println!("{n}");
-                }
+            for n in &got.notes {
+                say(common, "import", json!(n), &n.to_string())?;
             }
             Some(got.toml)
         }
@@ -115,9 +134,12 @@ pub fn init(
     for (f, text) in files {
         let p = dir.join(f);
         std::fs::write(&p, text).map_err(|e| RunError::Io(p.clone(), e))?;
-        if !common.quiet {
-            println!("created {}", p.display());
-        }
+        say(
+            common,
+            "file",
+            json!({"action": "created", "path": path_value(&p)}),
+            &format!("created {}", p.display()),
+        )?;
     }
     let ws = Workspace::open(common, Some(root))?;
     if force {
@@ -477,9 +499,7 @@ pub fn login(common: &CommonArgs, cli: &str, share: bool, path: Option<PathBuf>)
             ))
             .into());
         }
-        if !common.quiet {
-            print!("{out}");
-        }
+        crate::tools::file_actions(common, &out)?;
         return ok();
     }
     let image = format!("{}:{}", crate::names::BASE_IMAGE, image::default_base_tag());
@@ -724,6 +744,9 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     let env = spec::env_names(&ws, std::env::vars_os());
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1), true)?;
     let mut out = std::io::stdout().lock();
+    if common.json {
+        return show_run_json(&mut out, &ws, &s);
+    }
     let net = spec::shell_line(&s.network);
     let scratch = workspace::scratch_root(&ws.names.hash);
     let idmap = if ws.idmapped() {
@@ -778,6 +801,65 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     );
     out.write_all(text.as_bytes())
         .map_err(|e| RunError::Io("stdout".into(), e))?;
+    ok()
+}
+
+/// `sbx-run volume`: the machine's Claude Code login store. In `--json`
+/// the same shape as a `volumes` line; it is mounted nowhere (no target).
+pub fn volume(common: &CommonArgs) -> Res {
+    let name = crate::names::claude_store();
+    let mut out = std::io::stdout().lock();
+    let r = if common.json {
+        output::json_line(
+            &mut out,
+            "volume",
+            &json!({"name": name, "target": null, "scope": "machine"}),
+        )
+    } else {
+        writeln!(out, "{name}")
+    };
+    r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    ok()
+}
+
+/// show-run's `--json`: one document with the same facts as the text, the
+/// docker commands as argument vectors (program first) rather than shell.
+fn show_run_json(out: &mut impl Write, ws: &Workspace, s: &spec::Spec) -> Res {
+    let path = path_value;
+    let argv = |a: &[String]| {
+        let mut v = vec![docker::program().to_string_lossy().into_owned()];
+        v.extend(a.iter().cloned());
+        v
+    };
+    let managed: Vec<Value> = crate::toolpolicy::files(ws)
+        .into_iter()
+        .filter_map(|((_, name, target), text)| {
+            Some(json!({"path": format!("{target}/{name}"), "text": text?}))
+        })
+        .collect();
+    let data = json!({
+        "workspace": path(&ws.path),
+        "config": ws.loaded.describe(),
+        "branch": ws.branch,
+        "workdir": ws.workdir(),
+        "container": ws.names.container,
+        "image": ws.names.image,
+        "network": ws.names.network,
+        "holder": ws.names.holder,
+        "masked": s.masked,
+        "pinned": s.pinned,
+        "scratch": path(&workspace::scratch_root(&ws.names.hash)),
+        "host_dir": path(&spec::host_dir(&ws.names.container)),
+        "guest_socket": path(&crate::guestexec::socket_for(ws)),
+        "managed": managed,
+        "commands": {
+            "network": argv(&s.network),
+            "volumes": s.volumes.iter().map(|v| argv(v)).collect::<Vec<_>>(),
+            "holder": argv(&s.holder),
+            "run": argv(&s.run),
+        },
+    });
+    output::json_line(out, "show-run", &data).map_err(|e| RunError::Io("stdout".into(), e))?;
     ok()
 }
 
@@ -1105,12 +1187,13 @@ pub fn prune(common: &CommonArgs) -> Res {
                 workspace::release_mount(&name);
             }
             removed += 1;
-            if !common.quiet {
-                println!(
-                    "removed {kind} {name} ({} is gone)",
-                    label(v, LABEL_WORKSPACE)
-                );
-            }
+            let w = label(v, LABEL_WORKSPACE);
+            say(
+                common,
+                "removed",
+                json!({"kind": kind, "name": name, "workspace": w}),
+                &format!("removed {kind} {name} ({w} is gone)"),
+            )?;
         }
     }
     let ids = docker::output(&[
@@ -1135,9 +1218,12 @@ pub fn prune(common: &CommonArgs) -> Res {
                 continue;
             }
             removed += 1;
-            if !common.quiet {
-                println!("removed image {tag} ({w} is gone)");
-            }
+            say(
+                common,
+                "removed",
+                json!({"kind": "image", "name": tag, "workspace": w}),
+                &format!("removed image {tag} ({w} is gone)"),
+            )?;
         }
     }
     output::info(&format!("pruned {removed} objects"));

@@ -389,10 +389,31 @@ pub fn codex_init_config(common: &CommonArgs, auth: bool, force: bool) -> Res {
         }
     }
     let out = in_codex_volume(&script, Some(&payload), &[])?;
-    if !common.quiet {
-        print!("{out}");
-    }
+    file_actions(common, &out)?;
     Ok(Exit::Ok.into())
+}
+
+/// Print a helper script's `VERB PATH` lines (wrote, kept, removed,
+/// shared): as they are, or with --json one `file` object each.
+pub fn file_actions(common: &CommonArgs, text: &str) -> Result<(), RunError> {
+    if common.quiet {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    for line in text.lines() {
+        let r = if common.json {
+            let (action, path) = line.split_once(' ').unwrap_or(("", line));
+            output::json_line(
+                &mut out,
+                "file",
+                &serde_json::json!({"action": action, "path": path}),
+            )
+        } else {
+            writeln!(out, "{line}")
+        };
+        r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    }
+    Ok(())
 }
 
 pub fn codex_logout(common: &CommonArgs) -> Res {
@@ -410,8 +431,8 @@ pub fn codex_logout(common: &CommonArgs) -> Res {
         None,
         &extra,
     )?;
-    if !common.quiet {
-        print!("{out}");
+    file_actions(common, &out)?;
+    if !common.quiet && !common.json {
         println!("(server-side tokens are not revoked)");
     }
     Ok(Exit::Ok.into())

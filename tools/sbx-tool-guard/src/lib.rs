@@ -167,10 +167,16 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             let loaded = config::discover_from_env(cli.common.config.as_deref())?;
             let v = settings::managed(&loaded.config, &workspace.to_string_lossy())
                 .unwrap_or_else(|| serde_json::json!({}));
-            let text = serde_json::to_string_pretty(&v)
-                .map_err(|e| Message::new(Exit::Software, e.to_string()))?;
-            writeln!(std::io::stdout(), "{text}")
-                .map_err(|e| Message::new(Exit::IoErr, e.to_string()))?;
+            let mut out = std::io::stdout().lock();
+            // Plain: the file itself, as installed; --json: in the envelope.
+            let r = if cli.common.json {
+                output::json_line(&mut out, "settings", &v)
+            } else {
+                let text = serde_json::to_string_pretty(&v)
+                    .map_err(|e| Message::new(Exit::Software, e.to_string()))?;
+                writeln!(out, "{text}")
+            };
+            r.map_err(|e| Message::new(Exit::IoErr, e.to_string()))?;
             Ok(Exit::Ok.into())
         }
     }

@@ -1,6 +1,7 @@
 //! Installing what init built, and what happens when anything fails: an
 //! installed firewall stays, a first run blocks everything. Never open.
 
+use std::io::Write;
 use std::path::Path;
 
 use sbx_core::audit::{Outcome, Record};
@@ -88,16 +89,31 @@ pub fn fail(sys: &Sys<'_>, dry_run: bool, cause: FwError) -> FwError {
 }
 
 /// `allow-external = true`: no filtering at all, loudly.
-pub fn open_everything(sys: &Sys<'_>, dry_run: bool, dir: &Path, cfg: &str) -> Result<(), FwError> {
+pub fn open_everything(
+    sys: &Sys<'_>,
+    dry_run: bool,
+    json: bool,
+    dir: &Path,
+    cfg: &str,
+) -> Result<(), FwError> {
     let nf = sys.nf;
     output::warn(&format!(
         "allow-external = true in {cfg}: THE FIREWALL IS OFF, the sandbox can reach any host"
     ));
     if dry_run {
-        println!(
-            "# iptables-restore and ip6tables-restore\n{}",
-            plan::open_all()
-        );
+        let mut out = std::io::stdout().lock();
+        if json {
+            let rules = plan::open_all();
+            let data = serde_json::json!({"open": true, "iptables": rules, "ip6tables": rules});
+            output::json_line(&mut out, "plan", &data).with_path("stdout")?;
+        } else {
+            writeln!(
+                out,
+                "# iptables-restore and ip6tables-restore\n{}",
+                plan::open_all()
+            )
+            .with_path("stdout")?;
+        }
         return Ok(());
     }
     sys.audit.append(

@@ -89,7 +89,7 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
     let loaded = config::discover_from_env(common.config.as_deref())?;
     let cfg = &loaded.config;
     if cfg.network.allow_external {
-        return commit::open_everything(&sys, a.dry_run, dir, &loaded.describe());
+        return commit::open_everything(&sys, a.dry_run, common.json, dir, &loaded.describe());
     }
     if ups.servers.is_empty() {
         let cause = FwError::NoNameserver {

@@ -264,6 +264,23 @@ fn made_when_missing(p: &str) -> bool {
     !sbx_core::config::ALWAYS_PROTECTED.contains(&p)
 }
 
+/// The paths held read-only: the config's, and the work-tree hooks
+/// directory `verify-commits` recorded at this start (`core.hooksPath =
+/// .githooks`), unless one of the others holds it already. The next
+/// start records it again: the agent must not have written it meanwhile.
+fn protected_paths(ws: &Workspace) -> Vec<String> {
+    let mut v = ws.loaded.config.protected_paths();
+    let rec = crate::verify::record::load(&crate::verify::record::dir(&ws.names.hash));
+    if let Some(crate::verify::record::Location::Tree(t)) = rec.map(|r| r.location)
+        && !v
+            .iter()
+            .any(|p| Path::new(&t).starts_with(p.trim_end_matches('/')))
+    {
+        v.push(t);
+    }
+    v
+}
+
 /// Make the missing directories above the protected paths, and the
 /// missing files `.git` holds read-only (gitpins.rs), owned as the
 /// workspace is, so `start` can pin them (docker would make them anyway,
@@ -275,7 +292,7 @@ pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
     crate::gitpins::make_missing(&ws.path, ws.owner)?;
     let root =
         sbx_sys::beneath::Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
-    for p in ws.loaded.config.protected_paths() {
+    for p in protected_paths(ws) {
         if !made_when_missing(&p) {
             continue;
         }
@@ -477,7 +494,7 @@ pub fn build(
         sbx_sys::beneath::Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
     let mut staged = Vec::new();
     let container = n.container.as_str();
-    for p in cfg.protected_paths() {
+    for p in protected_paths(ws) {
         use crate::hostpath::State;
         let dst = format!("{target}/{p}");
         match crate::hostpath::protected(&root, &p)? {

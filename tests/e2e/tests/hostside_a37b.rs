@@ -1,0 +1,121 @@
+//! A fresh attack on the host boundary (a37b): what the agent in a real
+//! sandbox writes, then what the user does on the host as the README
+//! says (`restart`, `verify-commits`).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
+
+fn run(repo: &Repo, args: &[&str]) -> Output {
+    sbx().args(args).arg("-C").arg(&repo.path).output().unwrap()
+}
+
+fn write_exec(p: &Path, body: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, body).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+const LINT_BAD: &str = "#!/bin/sh\nif git diff --cached --name-only | grep -qx bad; then echo 'lint: bad file staged' >&2; exit 3; fi\n";
+
+/// A repository whose hooks are tracked in `.githooks`
+/// (`core.hooksPath = .githooks`, as many projects set it), its main
+/// pushed to a bare remote beside it, the whole tree the agent's (uid
+/// 1000), sandbox started.
+fn githooks_repo() -> Repo {
+    let repo = Repo::new("ws");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join("a"), "1\n").unwrap();
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    write_exec(&repo.path.join(".githooks/pre-commit"), LINT_BAD);
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.git(&["config", "core.hooksPath", ".githooks"]);
+    let remote = repo.root().join("remote.git");
+    sh(Command::new("git")
+        .args(["init", "-q", "--bare", "-b", "main"])
+        .arg(&remote));
+    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
+    repo.git(&["push", "-q", "-u", "origin", "main"]);
+    repo.give_to_agent();
+    repo.start();
+    repo
+}
+
+/// Route a37b-1: `core.hooksPath` names a directory of the work tree
+/// (`.githooks`). `start` records its hooks for `verify-commits`, but the
+/// directory was the agent's to write: the agent rewrote
+/// `.githooks/pre-commit` to `exit 0`, and at the user's next `restart`
+/// (or `rm` + `start`, a `--branch` start) that became the trusted hook,
+/// so `verify-commits` passed a commit the real hook refuses. The
+/// recorded work-tree hooks directory is now held read-only in the
+/// sandbox, like `.husky`.
+#[test]
+fn the_agent_cannot_rewrite_the_hooks_verify_commits_trusts() {
+    if !base_image() {
+        return;
+    }
+    let repo = githooks_repo();
+    let o = repo.agent(
+        "cd /workspace/ws && echo x > bad && git add bad && \
+         git commit -q -m 'skipped the hook'; \
+         printf '#!/bin/sh\\nexit 0\\n' > .githooks/pre-commit; \
+         cat .githooks/pre-commit",
+    );
+    // The sandbox's git runs the hooks of `.git/hooks` (empty here), not
+    // `.githooks`: the commit lands, and only the boundary check sees it.
+    assert!(o.status.success(), "the agent's commit: {}", text(&o));
+    let o = run(&repo, &["-q", "restart"]);
+    assert!(o.status.success(), "restart: {}", text(&o));
+    let o = sbx()
+        .arg("verify-commits")
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("skipped the hook: pre-commit exited 3"),
+        "{}",
+        text(&o)
+    );
+    let hook = std::fs::read_to_string(repo.path.join(".githooks/pre-commit")).unwrap();
+    assert_eq!(hook, LINT_BAD, "the agent rewrote the hook: {}", text(&o));
+}
+
+/// Route a37b-1, the link variant: the agent replaces the work-tree hooks
+/// directory with a link to a host directory; `start` read the host's
+/// files there into the record (then into the clean room) as hooks.
+#[test]
+fn the_hooks_record_follows_no_agent_link() {
+    if !base_image() {
+        return;
+    }
+    let repo = githooks_repo();
+    // The user's secret directory outside the workspace.
+    let secret = repo.root().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("id_ed25519"), "SECRET-KEY\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Done on the host as the agent would (the directory is read-only in
+    // the sandbox now): the link in place while the sandbox is down.
+    let o = run(&repo, &["-q", "stop"]);
+    assert!(o.status.success(), "stop: {}", text(&o));
+    std::fs::remove_dir_all(repo.path.join(".githooks")).unwrap();
+    std::os::unix::fs::symlink(&secret, repo.path.join(".githooks")).unwrap();
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap()).join(".local/state"));
+    let top = repo.path.canonicalize().unwrap();
+    let rec = sbx_run::verify::record::dir_in(&state.join("sbx"), &sbx_run::names::path_hash(&top));
+    let o = run(&repo, &["-q", "start"]);
+    // The link is refused (a protected path), and the record never holds
+    // the host's file.
+    assert!(!o.status.success(), "start took the link: {}", text(&o));
+    assert!(
+        !rec.join("hooks/id_ed25519").exists(),
+        "the host's file was recorded as a hook: {}",
+        text(&o)
+    );
+}

@@ -119,3 +119,59 @@ fn the_hooks_record_follows_no_agent_link() {
         text(&o)
     );
 }
+
+/// Route a37b-2: `.git/commondir`, missing in a plain checkout, was the
+/// agent's to create. git reads it in any git dir and takes config, hooks
+/// and refs from the directory it names: the agent copied `.git`'s refs
+/// and objects into `evil/` beside a config holding a `core.fsmonitor`,
+/// wrote `../evil` into `.git/commondir`, and the user's plain `git
+/// status` on the host ran the agent's program. `start` now makes the
+/// file naming the git dir itself (`.`), held read-only like `config`.
+#[test]
+fn the_agent_cannot_point_git_at_a_common_dir_of_its_own() {
+    if !base_image() {
+        return;
+    }
+    // Root's, as the README has a new user work (the host's git, as root,
+    // trusts it; the sandbox gets an idmapped view).
+    let repo = sbx_e2e::attack_repo("cd", &["-qm", "one"], &["/evil/"], &[]);
+    repo.start();
+    let canary = repo.root().join("CANARY");
+    let o = repo.exec(&format!(
+        "cd /workspace/cd && mkdir evil && cp -r .git/objects .git/refs .git/HEAD evil/ && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {c}; false\"\\n' \
+         > evil/config; printf '../evil\\n' > .git/commondir; cat .git/commondir",
+        c = canary.display()
+    ));
+    // The user's plain git on the host.
+    for args in [&["status"][..], &["log", "-1"], &["diff"]] {
+        let _ = Command::new("git")
+            .args(args)
+            .current_dir(&repo.path)
+            .output()
+            .unwrap();
+    }
+    assert!(
+        !canary.exists(),
+        "the host's git ran the agent's fsmonitor: {}",
+        text(&o)
+    );
+    // git on the host still works on the made file.
+    assert_eq!(
+        std::fs::read_to_string(repo.path.join(".git/commondir")).unwrap(),
+        ".\n"
+    );
+    repo.git(&["status", "--short"]);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "host"]);
+    // And the agent's git in the sandbox.
+    let o = repo.agent(
+        "cd /workspace/cd && git commit -q --allow-empty -m agent && git log --oneline | wc -l",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "3",
+        "{}",
+        text(&o)
+    );
+}

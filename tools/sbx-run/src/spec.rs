@@ -551,6 +551,9 @@ pub fn build(
                     crate::hostpath::source(&mut staged, container, &ws.path, &p.rel, true)
                 }
                 (false, true) => masks.1.to_owned(),
+                (false, false) if p.rel.ends_with("/commondir") => {
+                    crate::gitpins::commondir_mask()?
+                }
                 (false, false) => masks.0.to_owned(),
             };
             a.extend([

@@ -973,6 +973,10 @@ fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), Str
     }
     let file = paths.run_dir.join("empty");
     let dir = paths.run_dir.join("empty.d");
+    // A restarted container still has the 0444 file of its last start,
+    // which root without CAP_DAC_OVERRIDE cannot open for writing: the
+    // watcher stopped at every `stop` + `start`. Made anew instead.
+    let _ = std::fs::remove_file(&file);
     std::fs::write(&file, b"").map_err(|e| format!("{}: {e}", file.display()))?;
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
         .map_err(|e| e.to_string())?;

@@ -175,3 +175,29 @@ fn the_agent_cannot_point_git_at_a_common_dir_of_its_own() {
         text(&o)
     );
 }
+
+/// Found on the way (a37b-3): after `sbx-run stop` and `start` (the same
+/// container started again) the guest's watcher did not run: the mask file
+/// of the last start was read-only and the guest, without
+/// CAP_DAC_OVERRIDE, could not rewrite it. A secret file that appeared
+/// later (the user's new `.env`) was then the agent's to read.
+#[test]
+fn secret_files_that_appear_after_a_restart_are_masked() {
+    if !base_image() {
+        return;
+    }
+    let repo = sbx_e2e::attack_repo("rs", &["-qm", "one"], &[], &[]);
+    repo.start();
+    for args in [&["-q", "stop"][..], &["-q", "start"]] {
+        let o = run(&repo, args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    std::fs::write(repo.path.join(".env"), "API_TOKEN=SECRET-VALUE\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let o = repo.exec("cat /workspace/rs/.env; true");
+    assert!(
+        !text(&o).contains("SECRET-VALUE"),
+        "the agent read a new secret file after a restart: {}",
+        text(&o)
+    );
+}

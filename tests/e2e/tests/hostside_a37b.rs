@@ -201,3 +201,49 @@ fn secret_files_that_appear_after_a_restart_are_masked() {
         text(&o)
     );
 }
+
+/// Route a37b-4: sbx-run takes the nearest directory holding a `.git` as
+/// the workspace. The agent made `src/.git` (an empty directory) and
+/// `src/.agent-sandbox/hooks/before`; the user, working in `src/`, ran
+/// `sbx-run agent`, which started a sandbox for `src` with the agent's
+/// config and ran the agent's before-hook on the host, as root. A
+/// repository inside a sandboxed workspace is now refused.
+#[test]
+fn a_repository_the_agent_makes_in_a_subdirectory_is_not_a_workspace() {
+    if !base_image() {
+        return;
+    }
+    let repo = sbx_e2e::attack_repo("nest", &["-qm", "one"], &["/src/"], &[]);
+    std::fs::create_dir_all(repo.path.join("src")).unwrap();
+    repo.start();
+    let canary = repo.root().join("CANARY");
+    let o = repo.exec(&format!(
+        "cd /workspace/nest/src && mkdir -p .git .agent-sandbox/hooks && \
+         printf '#!/bin/sh\\ntouch {c}\\n' > .agent-sandbox/hooks/before && \
+         chmod 755 .agent-sandbox/hooks/before",
+        c = canary.display()
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    // The user, in src/, as the README has them: no -C.
+    let src = repo.path.join("src");
+    let o = sbx()
+        .args(["agent", "hello"])
+        .current_dir(&src)
+        .output()
+        .unwrap();
+    let _ = sbx()
+        .args(["-q", "rm", "--volumes", "-C"])
+        .arg(&src)
+        .output();
+    assert!(
+        !canary.exists(),
+        "the agent's before-hook ran on the host: {}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(
+        text(&o).contains("inside the sandboxed workspace"),
+        "{}",
+        text(&o)
+    );
+}

@@ -83,13 +83,21 @@ impl Mounter for BindMounter {
 }
 
 /// Watch `root` recursively and mask new matches until the process ends.
-/// Errors are returned once at start; later ones are printed.
-pub fn watch(mut masker: Masker) -> Result<(), String> {
+/// Errors are returned once at start; later ones are printed. With
+/// `scan`, what is already there is masked too, once the watch is set.
+pub fn watch(mut masker: Masker, scan: bool) -> Result<(), String> {
     use notify::{EventKind, RecursiveMode, Watcher};
     let (tx, rx) = std::sync::mpsc::channel();
     let mut w = notify::recommended_watcher(tx).map_err(|e| e.to_string())?;
     w.watch(&masker.root, RecursiveMode::Recursive)
         .map_err(|e| format!("{}: {e}", masker.root.display()))?;
+    if scan {
+        for p in existing(&masker) {
+            if let Some(Err(e)) = masker.seen(&p) {
+                eprintln!("sbx-guest: cannot mask {}: {e}", p.display());
+            }
+        }
+    }
     std::thread::spawn(move || {
         let _keep = w;
         for ev in rx.into_iter().flatten() {
@@ -111,6 +119,33 @@ pub fn watch(mut masker: Masker) -> Result<(), String> {
         }
     });
     Ok(())
+}
+
+/// The secret paths already under the workspace, as sbx-run's start-time
+/// scan finds them (no link followed, `.git` not looked in). A container
+/// started again keeps the masks of its creation: a `.env` written while
+/// it was stopped was the agent's to read.
+fn existing(m: &Masker) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(m.root.join(&rel)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let path = rel.join(e.file_name());
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_symlink() {
+                continue;
+            }
+            if wanted(&path, ft.is_dir(), &m.blocked, &m.allowed) {
+                out.push(m.root.join(&path));
+            } else if ft.is_dir() && path != Path::new(".git") {
+                stack.push(path);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

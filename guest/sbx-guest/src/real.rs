@@ -973,6 +973,13 @@ fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), Str
     }
     let file = paths.run_dir.join("empty");
     let dir = paths.run_dir.join("empty.d");
+    // A restarted container still has the 0444 file of its last start,
+    // which root without CAP_DAC_OVERRIDE cannot open for writing: the
+    // watcher stopped at every `stop` + `start`. Made anew instead.
+    // The file is there when this container started before: then what
+    // appeared while it was stopped is masked now, not only what comes.
+    let restarted = file.exists();
+    let _ = std::fs::remove_file(&file);
     std::fs::write(&file, b"").map_err(|e| format!("{}: {e}", file.display()))?;
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444))
         .map_err(|e| e.to_string())?;
@@ -982,16 +989,19 @@ fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), Str
     let set = |p: Vec<sbx_core::glob::PathPattern>| {
         sbx_core::glob::PathSet::new(&p).map_err(|e| e.to_string())
     };
-    crate::masks::watch(crate::masks::Masker {
-        root: ws,
-        blocked: set(cfg.blocked_files())?,
-        allowed: set(cfg.allowed_files())?,
-        mounter: Box::new(crate::masks::BindMounter {
-            empty_file: file,
-            empty_dir: dir,
-        }),
-        done: Default::default(),
-    })
+    crate::masks::watch(
+        crate::masks::Masker {
+            root: ws,
+            blocked: set(cfg.blocked_files())?,
+            allowed: set(cfg.allowed_files())?,
+            mounter: Box::new(crate::masks::BindMounter {
+                empty_file: file,
+                empty_dir: dir,
+            }),
+            done: Default::default(),
+        },
+        restarted,
+    )
 }
 
 /// Branch mode's provisioning and pins (branch.rs); a failure is the

@@ -5,10 +5,10 @@
 //!
 //! Only paths that exist can be held; `start` first makes the missing ones
 //! that git reads as empty when present (`make_missing`), so the agent
-//! cannot create them later. What cannot be held is in docs/security.md
-//! ("The host boundary for `.git`"): `commondir` (an empty one makes git
-//! die), a nested repository in the work tree, and a file pin the host's
-//! own git replaces by rename (the kernel detaches a mount on a dentry
+//! cannot create them later (`commondir` is made naming the git dir
+//! itself). What cannot be held is in docs/security.md ("The host boundary
+//! for `.git`"): a nested repository in the work tree, and a file pin the
+//! host's own git replaces by rename (the kernel detaches a mount on a dentry
 //! renamed over from another mount namespace; directory pins stay).
 
 use std::path::{Path, PathBuf};
@@ -28,9 +28,12 @@ const GITDIR_ENTRIES: &[(&str, Kind)] = &[
     // attributes (which name the drivers), exclude, grafts, sparse-checkout
     ("info", Kind::Dir { make: true }),
     ("hooks", Kind::Dir { make: true }),
-    // Present only in a linked worktree's admin dir; an empty one makes git
-    // die, so a missing one cannot be made.
-    ("commondir", Kind::File { make: false }),
+    // Present in a linked worktree's admin dir. Elsewhere git reads one
+    // the agent makes (`../evil`) and takes config, hooks and refs from the
+    // directory it names: a `core.fsmonitor` there ran on the user's plain
+    // `git status`. An empty one makes git die, so a missing one is made
+    // naming the git dir itself (`.`), which git reads as no change.
+    ("commondir", Kind::File { make: true }),
     ("gitdir", Kind::File { make: false }),
     // Legacy remote definitions (URLs for a name the config lacks).
     ("remotes", Kind::Dir { make: false }),
@@ -38,6 +41,9 @@ const GITDIR_ENTRIES: &[(&str, Kind)] = &[
     ("objects/info/alternates", Kind::File { make: false }),
     ("objects/info/http-alternates", Kind::File { make: false }),
 ];
+
+/// A made `commondir`: the git dir is its own common dir.
+const COMMONDIR_SELF: &[u8] = b".\n";
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -158,6 +164,21 @@ pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
     Ok(out)
 }
 
+/// What a missing `commondir` is masked with in the sandbox until `start`
+/// has made the file: a read-only file holding [`COMMONDIR_SELF`] in
+/// sbx-run's state directory (an empty mask makes git die).
+pub fn commondir_mask() -> Result<PathBuf, RunError> {
+    use std::os::unix::fs::PermissionsExt;
+    let p = crate::spec::state_dir().join("commondir-self");
+    let io = |e| RunError::Io(p.clone(), e);
+    if std::fs::read(&p).ok().as_deref() != Some(COMMONDIR_SELF) {
+        let _ = std::fs::remove_file(&p);
+        std::fs::write(&p, COMMONDIR_SELF).map_err(io)?;
+    }
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).map_err(io)?;
+    Ok(p)
+}
+
 /// Make the missing pinned files (empty) and directories, owned as the
 /// workspace is, so they are held as the host's from the start (docker
 /// would make the mount points itself, as root).
@@ -177,7 +198,13 @@ pub fn make_missing(root: &Path, owner: (u32, u32)) -> Result<(), RunError> {
                 Err(e) => Err(e),
             }
         } else {
-            r.create_file(rel, 0o644).map(std::os::fd::OwnedFd::from)
+            r.create_file(rel, 0o644).and_then(|mut f| {
+                use std::io::Write as _;
+                if rel.file_name() == Some(std::ffi::OsStr::new("commondir")) {
+                    f.write_all(COMMONDIR_SELF)?;
+                }
+                Ok(std::os::fd::OwnedFd::from(f))
+            })
         };
         match made {
             Ok(fd) => {
@@ -305,12 +332,10 @@ mod tests {
                 "{want:?} not in {got:?}"
             );
         }
-        // A missing commondir is not held (an empty one makes git die);
-        // the main hooks are an always-protected path already.
-        assert!(
-            !got.iter()
-                .any(|(p, _)| p == ".git/commondir" || p == ".git/hooks")
-        );
+        // A missing commondir is made naming the git dir itself; the main
+        // hooks are an always-protected path already.
+        assert!(got.contains(&(".git/commondir".to_owned(), false)));
+        assert!(!got.iter().any(|(p, _)| p == ".git/hooks"));
         // `lib` holds no HEAD: searched, not held.
         assert!(
             !got.iter()
@@ -320,6 +345,11 @@ mod tests {
         make_missing(r, (0, 0)).unwrap();
         assert!(pins(r).unwrap().iter().all(|p| p.exists));
         assert_eq!(std::fs::read(r.join(".git/config.worktree")).unwrap(), b"");
+        assert_eq!(std::fs::read(r.join(".git/commondir")).unwrap(), b".\n");
+        assert_eq!(
+            std::fs::read(r.join(".git/modules/lib/a/commondir")).unwrap(),
+            b".\n"
+        );
     }
 
     #[test]

@@ -264,6 +264,23 @@ fn made_when_missing(p: &str) -> bool {
     !sbx_core::config::ALWAYS_PROTECTED.contains(&p)
 }
 
+/// The paths held read-only: the config's, and the work-tree hooks
+/// directory `verify-commits` recorded at this start (`core.hooksPath =
+/// .githooks`), unless one of the others holds it already. The next
+/// start records it again: the agent must not have written it meanwhile.
+fn protected_paths(ws: &Workspace) -> Vec<String> {
+    let mut v = ws.loaded.config.protected_paths();
+    let rec = crate::verify::record::load(&crate::verify::record::dir(&ws.names.hash));
+    if let Some(crate::verify::record::Location::Tree(t)) = rec.map(|r| r.location)
+        && !v
+            .iter()
+            .any(|p| Path::new(&t).starts_with(p.trim_end_matches('/')))
+    {
+        v.push(t);
+    }
+    v
+}
+
 /// Make the missing directories above the protected paths, and the
 /// missing files `.git` holds read-only (gitpins.rs), owned as the
 /// workspace is, so `start` can pin them (docker would make them anyway,
@@ -275,7 +292,7 @@ pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
     crate::gitpins::make_missing(&ws.path, ws.owner)?;
     let root =
         sbx_sys::beneath::Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
-    for p in ws.loaded.config.protected_paths() {
+    for p in protected_paths(ws) {
         if !made_when_missing(&p) {
             continue;
         }
@@ -478,7 +495,7 @@ pub fn build(
         sbx_sys::beneath::Root::open(&ws.path).map_err(|e| RunError::Io(ws.path.clone(), e))?;
     let mut sources = crate::hostpath::Sources::new(show_names);
     let container = n.container.as_str();
-    for p in cfg.protected_paths() {
+    for p in protected_paths(ws) {
         use crate::hostpath::State;
         let dst = format!("{target}/{p}");
         match crate::hostpath::protected(&root, &p)? {
@@ -533,6 +550,9 @@ pub fn build(
             let src = match (p.exists, p.dir) {
                 (true, _) => sources.source(container, &ws.path, &p.rel, true),
                 (false, true) => masks.1.to_owned(),
+                (false, false) if p.rel.ends_with("/commondir") => {
+                    crate::gitpins::commondir_mask()?
+                }
                 (false, false) => masks.0.to_owned(),
             };
             a.extend([

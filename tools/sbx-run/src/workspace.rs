@@ -127,11 +127,27 @@ pub fn resolve(path: Option<PathBuf>) -> Result<PathBuf, RunError> {
         .canonicalize()
         .map_err(|e| RunError::Io(given.clone(), e))?;
     // From a subdirectory, the sandbox is for the whole repository, as git sees it.
-    canonical
+    let found = canonical
         .ancestors()
         .find(|d| is_repo(d))
         .map(Path::to_path_buf)
-        .ok_or(RunError::NotARepo(canonical))
+        .ok_or(RunError::NotARepo(canonical))?;
+    // A repository inside a sandboxed workspace (one with `.agent-sandbox`)
+    // may be its agent's: an empty `src/.git` it made turned `sbx-run agent`
+    // run from `src/` into a sandbox for `src`, whose config and
+    // `.agent-sandbox/hooks/before` (run on the host) the agent wrote.
+    if let Some(outer) = found
+        .ancestors()
+        .skip(1)
+        .find(|d| is_repo(d) && d.join(sbx_core::config::DIR).is_dir())
+    {
+        return Err(RunError::BadWorkspace(format!(
+            "{}: a repository inside the sandboxed workspace {}, whose agent could have made it one (and written its .agent-sandbox); run sbx-run for the workspace (-C {1}), or move the repository out of it",
+            sbx_core::sanitize::field(&found.to_string_lossy()),
+            sbx_core::sanitize::field(&outer.to_string_lossy()),
+        )));
+    }
+    Ok(found)
 }
 
 /// Make `dir` and its missing parents 0700: the one way sbx-run makes

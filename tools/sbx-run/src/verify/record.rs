@@ -9,7 +9,7 @@
 //! no link is followed (a hook that is a link is recorded as one).
 
 use std::io::Read as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -107,8 +107,19 @@ pub fn snapshot(top: &Path, dest: &Path, source: &str) -> Result<Record, VerifyE
     let mut c = git(top);
     c.args(["rev-parse", "--path-format=absolute", "--git-path", "hooks"]);
     let found = PathBuf::from(run(c, "rev-parse --git-path hooks")?);
+    // A relative `core.hooksPath` is the work tree's, read from its own
+    // value: git's answer has any link in it resolved, and the agent can
+    // make the directory a link to a host directory.
     let location = match &hooks_path {
         None => Location::GitDir,
+        Some(h) if Path::new(h).is_relative() && !h.starts_with('~') => {
+            Location::Tree(plain_relative(Path::new(h)).ok_or_else(|| {
+                VerifyError::Config(format!(
+                    "core.hooksPath = {}: leads outside the work tree through '..'; give a plain path",
+                    sbx_core::sanitize::field(h)
+                ))
+            })?)
+        }
         Some(_) => match found.strip_prefix(top) {
             Ok(rel) => Location::Tree(plain_relative(rel).ok_or_else(|| {
                 VerifyError::Config(format!(
@@ -121,7 +132,11 @@ pub fn snapshot(top: &Path, dest: &Path, source: &str) -> Result<Record, VerifyE
     };
     let out = dest.join(HOOKS_DIR);
     std::fs::create_dir_all(&out).map_err(|e| io(&out, e))?;
-    copy_hooks(&found, &out)?;
+    let from = match &location {
+        Location::Tree(rel) => top.join(rel),
+        _ => found,
+    };
+    copy_hooks(top, &from, &out)?;
     let rec = Record {
         hooks_path,
         location,
@@ -139,40 +154,53 @@ pub fn snapshot(top: &Path, dest: &Path, source: &str) -> Result<Record, VerifyE
 
 /// A relative path of plain names only, as a string.
 fn plain_relative(rel: &Path) -> Option<String> {
-    rel.components()
-        .all(|c| matches!(c, Component::Normal(_)))
-        .then(|| rel.to_string_lossy().into_owned())
+    let mut out = PathBuf::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then(|| out.to_string_lossy().into_owned())
 }
 
 /// The regular files and links directly in `from` (hooks are not nested),
-/// links kept as links; a missing directory is an empty record.
-fn copy_hooks(from: &Path, to: &Path) -> Result<(), VerifyError> {
+/// links kept as links; a missing directory is an empty record. Under the
+/// work tree `from` is opened beneath `top` through no link: the agent
+/// writes there, and a `.githooks` it made a link to `/root/.ssh` had the
+/// host's files recorded as hooks.
+fn copy_hooks(top: &Path, from: &Path, to: &Path) -> Result<(), VerifyError> {
+    use sbx_sys::beneath::{Dir, Kind, Root};
     let io = |p: &Path, e| VerifyError::Io(p.to_owned(), e);
-    let rd = match std::fs::read_dir(from) {
-        Ok(rd) => rd,
+    let dir = match from.strip_prefix(top) {
+        Ok(rel) => Root::open(top).and_then(|r| r.dir(rel)),
+        Err(_) => Dir::open(from),
+    };
+    let dir = match dir {
+        Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io(from, e)),
     };
+    let mut names = dir.names().map_err(|e| io(from, e))?;
+    names.sort();
     let mut total = 0u64;
-    for e in rd {
-        let e = e.map_err(|e| io(from, e))?;
+    for name in names {
         // git's samples never run.
-        if e.file_name().to_string_lossy().ends_with(".sample") {
+        if name.to_string_lossy().ends_with(".sample") {
             continue;
         }
-        let src = e.path();
-        let dst = to.join(e.file_name());
-        let meta = std::fs::symlink_metadata(&src).map_err(|e| io(&src, e))?;
-        if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&src).map_err(|e| io(&src, e))?;
+        let src = from.join(&name);
+        let dst = to.join(&name);
+        let Some(meta) = dir.stat(&name).map_err(|e| io(&src, e))? else {
+            continue;
+        };
+        if meta.kind == Kind::Symlink {
+            let target = dir.readlink(&name).map_err(|e| io(&src, e))?;
             std::os::unix::fs::symlink(&target, &dst).map_err(|e| io(&dst, e))?;
-        } else if meta.is_file() {
-            // O_NOFOLLOW: a file swapped for a link since the stat is not read through.
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&src)
-                .map_err(|e| io(&src, e))?;
+        } else if meta.kind == Kind::File {
+            // No link followed: a file swapped for a link since the stat is not read through.
+            let f = dir.open_file(&name).map_err(|e| io(&src, e))?;
             let mut buf = Vec::new();
             f.take(FILE_CAP + 1)
                 .read_to_end(&mut buf)
@@ -186,7 +214,7 @@ fn copy_hooks(from: &Path, to: &Path) -> Result<(), VerifyError> {
                 )));
             }
             std::fs::write(&dst, &buf).map_err(|e| io(&dst, e))?;
-            let mode = meta.permissions().mode() & 0o755;
+            let mode = meta.mode & 0o755;
             std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| io(&dst, e))?;
         }

@@ -7,7 +7,7 @@
 
 use std::process::Command;
 
-use sbx_e2e::{Repo, base_image, sh, text};
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
 
 /// The agent's "linter": a socket of each family no rule sees (vsock,
 /// packet, uevent netlink, AF_ALG) and an io_uring (whose IORING_OP_SOCKET
@@ -28,8 +28,24 @@ out.append("made io_uring" if fd >= 0 else "refused io_uring %d" % ctypes.get_er
 open("/tmp/in-hook", "w").write("\n".join(out) + "\n")
 "#;
 
-#[test]
-fn hooks_the_broker_runs_get_the_agents_socket_filter() {
+/// `sbx-run init`, proxy mode set when asked (else the default, address
+/// mode), `sbx-run start`.
+fn start(repo: &Repo, proxy: bool) {
+    sh(sbx().args(["-q", "init"]).arg(&repo.path));
+    if proxy {
+        let cfg = repo.path.join(".agent-sandbox/config.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        let text = if text.contains("\n[network]\n") {
+            text.replacen("\n[network]\n", "\n[network]\nmode = \"proxy\"\n", 1)
+        } else {
+            format!("{text}\n[network]\nmode = \"proxy\"\n")
+        };
+        std::fs::write(&cfg, text).unwrap();
+    }
+    sh(sbx().arg("start").arg(&repo.path));
+}
+
+fn hook_sockets(proxy: bool) {
     if !base_image() {
         return;
     }
@@ -40,7 +56,13 @@ fn hooks_the_broker_runs_get_the_agents_socket_filter() {
     // The user's hook runs the workspace's own check script.
     repo.hook("pre-commit", "#!/bin/sh\nexec python3 ./lint.py\n");
     repo.give_to_agent();
-    repo.start();
+    start(&repo, proxy);
+    if proxy {
+        let o = repo.exec(
+            "for c in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $c; echo; done | grep '^[^ ]*/sbx-fw proxy'",
+        );
+        assert!(o.status.success(), "no proxy running: {}", text(&o));
+    }
     // The agent writes the script and commits: the hook runs it.
     let o = repo.agent(&format!(
         "cat > lint.py <<'EOF'\n{LINT}EOF\n\
@@ -60,4 +82,14 @@ fn hooks_the_broker_runs_get_the_agents_socket_filter() {
     let direct = String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(direct.lines().count(), 5, "{}", text(&o));
     assert!(!direct.contains("made"), "{direct}");
+}
+
+#[test]
+fn hooks_the_broker_runs_get_the_agents_socket_filter() {
+    hook_sockets(false);
+}
+
+#[test]
+fn proxy_hooks_the_broker_runs_get_the_agents_socket_filter() {
+    hook_sockets(true);
 }

@@ -79,6 +79,8 @@ pub enum BrokerError {
         "--keep {0}: {1}: give a file in a root-owned 0755 directory (a volume only root can write)"
     )]
     Keep(PathBuf, String),
+    #[error("{0}")]
+    Seccomp(String),
 }
 
 impl sbx_core::SbxError for BrokerError {
@@ -437,6 +439,12 @@ pub fn serve(
     keep: Option<&Path>,
 ) -> Result<ExitCode, BrokerError> {
     let gid = resolve_group(group)?;
+    // git and its hooks run as the agent under the agent's own seccomp
+    // filters (only the socket families the firewall sees), as every
+    // process sbx-guest starts for it does: a hook that runs a script the
+    // agent edits would otherwise make a vsock socket (Docker 20.10's
+    // profile lets it through) or an io_uring, which no rule sees.
+    sbx_sys::agent_seccomp::register().map_err(BrokerError::Seccomp)?;
     let git_fd = open_git(git)?;
     // Commits with a pre-commit hook run on a private index there; without
     // it they are refused (`index::run_private`), other calls work.
@@ -978,6 +986,7 @@ fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<
     // this call's hooks either. A kernel without Landlock keeps the group.
     if peer.uid != 0 {
         privsep::own_landlock_domain().map_err(|e| format!("landlock: {e}"))?;
+        sbx_sys::seccomp::install_agent().map_err(|e| format!("seccomp: {e}"))?;
     }
     privsep::set_umask(req.umask);
     // As the peer: a cwd it cannot enter fails here, as it would for it.

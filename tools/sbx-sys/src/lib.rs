@@ -9,6 +9,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+pub mod agent_seccomp;
 pub mod beneath;
 pub mod bpf;
 pub mod idmap;

@@ -61,6 +61,26 @@ pub(crate) fn install_raw(f: &libc::sock_fprog) -> libc::c_long {
     }
 }
 
+/// Install the registered agent filters on this thread, for a process
+/// that made itself the agent and is about to exec the agent's program
+/// (the git broker's session: git and the hooks it runs). no_new_privs
+/// must be set. None registered is an error: nothing runs unfiltered.
+pub fn install_agent() -> io::Result<()> {
+    let progs = agent_fprogs();
+    if progs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no agent seccomp filters registered",
+        ));
+    }
+    for f in &progs {
+        if install_raw(f) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Set no_new_privs and install `progs` on this thread, for a process about
 /// to exec the agent's program itself (the firewall test bed does).
 pub fn install(progs: &[Vec<libc::sock_filter>]) -> io::Result<()> {

@@ -1455,18 +1455,23 @@ fn the_reply_repeats_the_clients_question() {
 // ---- Proxy mode ([network] mode = "proxy") ----
 
 impl Bed {
-    /// A bed in proxy mode, initialised; the proxy's uid must read the state.
+    /// A bed in proxy mode, initialised.
     fn proxy(prefix: &str) -> Option<Self> {
         let bed = Self::new(prefix)?;
-        Command::new("chmod")
-            .arg("0755")
-            .arg(bed.dir.path())
-            .status()
-            .unwrap();
-        bed.config("mode = \"proxy\"\n");
+        bed.proxy_config();
         let o = bed.init();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         Some(bed)
+    }
+
+    /// Proxy mode in the config; the proxy's uid must read the state.
+    fn proxy_config(&self) {
+        Command::new("chmod")
+            .arg("0755")
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        self.config("mode = \"proxy\"\n");
     }
 
     fn reached(&self, args: &[&str]) -> bool {
@@ -2528,12 +2533,7 @@ fn proxy_deny_leaves_no_window_for_answers_in_flight() {
 fn gateway_takeover(prefix: &str, proxy: bool) {
     let Some(bed) = Bed::new(prefix) else { return };
     if proxy {
-        Command::new("chmod")
-            .arg("0755")
-            .arg(bed.dir.path())
-            .status()
-            .unwrap();
-        bed.config("mode = \"proxy\"\n");
+        bed.proxy_config();
     }
     let nb = format!("{prefix}-nb");
     let sbx_out = |args: &[&str]| -> String {

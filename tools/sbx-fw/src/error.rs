@@ -39,6 +39,8 @@ pub enum FwError {
     RequiredFailed(Vec<String>),
     /// An init that stopped before or during the commit; `how` says what
     /// the firewall is left as (never open).
+    #[error("{0}")]
+    GatewayUnpinned(String),
     #[error("{cause}; {how}")]
     Aborted { cause: Box<FwError>, how: String },
     #[error(transparent)]
@@ -98,6 +100,7 @@ impl SbxError for FwError {
             FwError::NoNameserver { .. }
             | FwError::RequiredFailed(_)
             | FwError::Aborted { .. }
+            | FwError::GatewayUnpinned(_)
             | FwError::Netfilter(_)
             | FwError::NoState(_)
             | FwError::Unresolvable { .. }

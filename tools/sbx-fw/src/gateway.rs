@@ -5,7 +5,7 @@
 //! (the rules drop advertisements and redirects in any case, but ARP is
 //! no IP: no iptables rule sees it).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,8 @@ pub struct Gateway {
     pub dev: String,
 }
 
-/// The default gateways of both families, from the kernel's tables.
+/// The default gateways of both families, from the kernel's tables, on
+/// devices that resolve link-layer addresses.
 pub fn gateways() -> Vec<Gateway> {
     let mut out = Vec::new();
     for l in std::fs::read_to_string("/proc/net/route")
@@ -58,7 +59,19 @@ pub fn gateways() -> Vec<Gateway> {
         }
     }
     out.dedup();
+    // A device without ARP (a tunnel, point-to-point) has no neighbour
+    // table for anyone to poison.
+    out.retain(|g| !noarp(&g.dev));
     out
+}
+
+/// Whether `dev` resolves no link-layer addresses (IFF_NOARP).
+fn noarp(dev: &str) -> bool {
+    const IFF_NOARP: u32 = 0x80;
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/flags"))
+        .ok()
+        .and_then(|s| u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok())
+        .is_some_and(|f| f & IFF_NOARP != 0)
 }
 
 /// Each gateway's link-layer address and whether its entry is permanent.
@@ -87,11 +100,18 @@ pub fn neighbours(gws: &[Gateway]) -> Vec<(Gateway, Option<String>, bool)> {
         .collect()
 }
 
+/// How long init waits for the gateways to answer: a veth answers in
+/// well under a millisecond; this leaves room for the kernel's first
+/// retransmission (one second) on a loaded machine.
+const LEARN_WAIT: Duration = Duration::from_millis(2500);
+
 /// Turn router advertisements and redirects off where writable, learn
-/// each gateway's address (one datagram to its discard port makes the
-/// kernel ask) and make its entry permanent. Returns what could not be
-/// done, for warnings.
-pub fn pin() -> Vec<String> {
+/// each gateway's link-layer address and make its entry permanent. The
+/// kernel is asked to resolve it directly (a netlink `use` probe), not by
+/// a datagram, which the block sbx-guest installs before init would drop:
+/// ARP is no IP, and the installed rules let neighbour solicitations out.
+/// Err is one line naming the gateway that could not be pinned.
+pub fn pin() -> Result<(), String> {
     let gws = gateways();
     let mut devs: Vec<&str> = vec!["all", "default"];
     devs.extend(gws.iter().map(|g| g.dev.as_str()));
@@ -107,21 +127,26 @@ pub fn pin() -> Vec<String> {
         }
     }
     let mut found = neighbours(&gws);
-    if found.iter().any(|(_, mac, _)| mac.is_none()) {
-        for (g, _, _) in found.iter().filter(|(_, mac, _)| mac.is_none()) {
-            poke(g);
-        }
+    let unknown = |f: &[(Gateway, Option<String>, bool)]| {
+        f.iter()
+            .filter(|(_, mac, _)| mac.is_none())
+            .map(|(g, _, _)| format!("neigh replace {} dev {} use\n", g.ip, g.dev))
+            .collect::<String>()
+    };
+    let probes = unknown(&found);
+    if !probes.is_empty() {
+        // Best effort: whatever it does, the poll below decides.
+        let _ = ip_batch(&probes);
         let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_millis(300) {
-            std::thread::sleep(Duration::from_millis(5));
+        while t0.elapsed() < LEARN_WAIT {
+            std::thread::sleep(Duration::from_millis(2));
             found = neighbours(&gws);
-            if found.iter().all(|(_, mac, _)| mac.is_some()) {
+            if unknown(&found).is_empty() {
                 break;
             }
         }
     }
     let mut batch = String::new();
-    let mut missed = Vec::new();
     for (g, mac, permanent) in &found {
         match mac {
             Some(_) if *permanent => {}
@@ -129,47 +154,37 @@ pub fn pin() -> Vec<String> {
                 "neigh replace {} lladdr {m} dev {} nud permanent\n",
                 g.ip, g.dev
             )),
-            None => missed.push(format!(
-                "gateway {} on {}: no link-layer address learned, not pinned",
-                g.ip, g.dev
-            )),
+            None => {
+                return Err(format!(
+                    "gateway {} on {} did not answer within {} s: its link-layer address \
+                     cannot be pinned and a neighbour could take it over; check `ip neigh` \
+                     and the network, then run `sbx-fw init` again",
+                    g.ip,
+                    g.dev,
+                    LEARN_WAIT.as_secs_f32()
+                ));
+            }
         }
     }
-    if !batch.is_empty() {
-        let ok = Command::new("ip")
-            .args(["-batch", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().expect("piped").write_all(batch.as_bytes())?;
-                c.wait()
-            })
-            .is_ok_and(|s| s.success());
-        if !ok {
-            missed.push("cannot make the gateways' neighbour entries permanent".into());
-        }
+    if !batch.is_empty() && !ip_batch(&batch) {
+        return Err("cannot make the gateways' neighbour entries permanent (`ip -batch`)".into());
     }
-    missed
+    Ok(())
 }
 
-/// One datagram to the gateway's discard port: the kernel resolves its
-/// link-layer address to send it.
-fn poke(g: &Gateway) {
-    let to = match g.ip {
-        IpAddr::V4(a) => SocketAddr::new(IpAddr::V4(a), 9),
-        IpAddr::V6(a) => {
-            let scope = std::fs::read_to_string(format!("/sys/class/net/{}/ifindex", g.dev))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            SocketAddr::V6(SocketAddrV6::new(a, 9, 0, scope))
-        }
-    };
-    let bind = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
-    if let Ok(s) = UdpSocket::bind(bind) {
-        let _ = s.send_to(&[0], to);
-    }
+/// `ip -force -batch -` with `cmds` on its stdin (every line tried);
+/// whether all succeeded.
+fn ip_batch(cmds: &str) -> bool {
+    Command::new("ip")
+        .args(["-force", "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("piped").write_all(cmds.as_bytes())?;
+            c.wait()
+        })
+        .is_ok_and(|s| s.success())
 }

@@ -70,14 +70,23 @@ pub fn fail(sys: &Sys<'_>, dry_run: bool, cause: FwError) -> FwError {
     if dry_run {
         return cause;
     }
-    let how = if nf.installed_everywhere() {
-        "the previous firewall is unchanged".to_owned()
-    } else {
-        match nf.block_everything() {
-            Ok(()) => "all traffic is blocked".to_owned(),
-            Err(e) => format!("and blocking everything failed too: {e}"),
-        }
+    if nf.installed_everywhere() {
+        let how = "the previous firewall is unchanged".to_owned();
+        return aborted(sys, cause, how);
+    }
+    fail_blocked(sys, cause)
+}
+
+/// A failure after the commit: whatever was installed, block everything.
+pub fn fail_blocked(sys: &Sys<'_>, cause: FwError) -> FwError {
+    let how = match sys.nf.block_everything() {
+        Ok(()) => "all traffic is blocked".to_owned(),
+        Err(e) => format!("and blocking everything failed too: {e}"),
     };
+    aborted(sys, cause, how)
+}
+
+fn aborted(sys: &Sys<'_>, cause: FwError, how: String) -> FwError {
     sys.audit.append(
         &Record::new(TOOL, "init", "firewall", Outcome::Blocked, "fail-closed")
             .reason(&cause.to_string()),

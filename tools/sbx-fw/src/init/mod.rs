@@ -111,18 +111,20 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
         cache_dir: env_path("SBX_FW_CACHE_DIR", DEFAULT_CACHE),
         lock_dir: Some(dir),
     };
-    // Once per namespace (a re-init finds the entries still permanent;
-    // a new container in a kept namespace has no state and pins again).
-    // Before the rules: the kernel may have to ask for a gateway's
-    // address, which the rules would then refuse.
-    if !a.dry_run && prev.is_none() {
-        for w in crate::gateway::pin() {
-            output::warn(&w);
-        }
-    }
     let built = install(&sys, &req)?;
     if a.dry_run {
         return show::dry_run(common.json, &built.plan, &built.state);
+    }
+    // Once per namespace (a re-init finds the entries still permanent;
+    // a new container in a kept namespace has no state and pins again).
+    // After the commit: its rules let neighbour solicitations out, the
+    // block before it does not. A gateway that cannot be pinned could be
+    // taken over, and one that does not answer carries no traffic anyway:
+    // blocked, not open.
+    if prev.is_none()
+        && let Err(why) = crate::gateway::pin()
+    {
+        return Err(commit::fail_blocked(&sys, FwError::GatewayUnpinned(why)));
     }
     let mut state = built.state;
     state.dns_types = cfg.network.dns_types.iter().map(|t| t.0).collect();

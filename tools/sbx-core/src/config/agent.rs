@@ -230,7 +230,9 @@ impl<'de> Deserialize<'de> for ToolName {
 #[serde(deny_unknown_fields)]
 pub struct HostTool {
     /// The host command; an element that is exactly `{param}` becomes the
-    /// call's argument of that name, as one element, never through a shell.
+    /// call's argument of that name, as one element, never through a shell;
+    /// a value beginning with `-` is refused unless a literal `--` comes
+    /// before its `{param}`.
     /// Example: `["gh", "issue", "view", "--", "{number}"]`
     pub argv: HostArgv,
     /// What the tool does, shown to the model.

@@ -49,7 +49,10 @@ pub fn specs(tools: &BTreeMap<ToolName, HostTool>) -> Vec<ToolSpec> {
 /// The argv of a call: the template with each `{param}` element replaced by
 /// that argument. Refused: an argument the template does not name, one it
 /// names that is missing, a value that is not text (numbers and booleans
-/// are taken as written), and a NUL byte (it cannot be in an argv).
+/// are taken as written), a NUL byte (it cannot be in an argv), and a value
+/// beginning with `-` where no literal `--` comes before its `{param}`: the
+/// program would read the agent's text as its own option (`git log
+/// --output=FILE` writes a host file).
 pub fn build_argv(tool: &HostTool, args: &Value) -> Result<Vec<String>, String> {
     let empty = serde_json::Map::new();
     let obj = match args {
@@ -76,15 +79,28 @@ pub fn build_argv(tool: &HostTool, args: &Value) -> Result<Vec<String>, String> 
         }
         values.insert(p, v);
     }
-    Ok(tool
-        .argv
-        .0
-        .iter()
-        .map(|a| match param(a) {
-            Some(p) => values.get(p).cloned().unwrap_or_default(),
-            None => a.clone(),
-        })
-        .collect())
+    let mut argv = Vec::with_capacity(tool.argv.0.len());
+    let mut options_end = false;
+    for a in &tool.argv.0 {
+        match param(a) {
+            Some(p) => {
+                let v = values.get(p).cloned().unwrap_or_default();
+                if v.starts_with('-') && !options_end {
+                    return Err(format!(
+                        "argument \"{p}\" begins with '-', and this tool's argv has no \"--\" \
+                         before {{{p}}}: the program would take it as an option (the user can \
+                         add \"--\" before it in the tool's argv)"
+                    ));
+                }
+                argv.push(v);
+            }
+            None => {
+                options_end |= a == "--";
+                argv.push(a.clone());
+            }
+        }
+    }
+    Ok(argv)
 }
 
 fn read_capped(mut r: impl Read) -> (Vec<u8>, bool) {
@@ -272,6 +288,20 @@ mod tests {
             description: "t".into(),
             timeout: sbx_core::config::Interval(Duration::from_millis(timeout_ms)),
         }
+    }
+
+    #[test]
+    fn an_option_reaches_a_program_only_after_a_literal_double_dash() {
+        let t = tool(&["git", "log", "{ref}", "--", "{path}"], 1000);
+        let got = build_argv(&t, &json!({"ref": "--output=/root/.bashrc", "path": "x"}));
+        assert!(got.unwrap_err().contains("begins with '-'"));
+        assert_eq!(
+            build_argv(&t, &json!({"ref": "main", "path": "-x"})).unwrap(),
+            vec!["git", "log", "main", "--", "-x"]
+        );
+        // A `--` the agent supplies ends nothing.
+        let t = tool(&["git", "log", "{a}", "{b}"], 1000);
+        assert!(build_argv(&t, &json!({"a": "--", "b": "--output=f"})).is_err());
     }
 
     #[test]

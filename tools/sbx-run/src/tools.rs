@@ -207,6 +207,11 @@ fn print_record(
     if let Some(r) = v["reason"].as_str() {
         text.push_str(&format!(" ({})", sbx_core::sanitize::field(r)));
     }
+    // The sender as the guest's socket saw it: a record's tool name is the
+    // sender's claim, its uid is not.
+    if let Some(uid) = v["peer"]["uid"].as_u64() {
+        text.push_str(&format!(" [uid {uid}]"));
+    }
     writeln!(out, "{text}")
 }
 

@@ -45,6 +45,9 @@ pub const REQUIRED: &[&str] = &[
 const SUITE: &str = "bookworm";
 /// What the Dockerfile's AI-CLI step prints before it fails.
 const NPM_UNREACHABLE: &str = "the npm registry could not be reached: no AI CLIs installed";
+/// What the Dockerfile's AI-CLI step prints when npm fails; computed there
+/// (`$((70 + 5))`), so the log's echo of the step's own text never matches.
+const NPM_UNREACHABLE_MARK: &str = "sbx-npm-unreachable: 75";
 /// What the bootstrap image holds; its hash is part of the tag.
 const BOOTSTRAP_RECIPE: &str = "debootstrap --variant=minbase --include=ca-certificates v1";
 
@@ -523,7 +526,7 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
         let log = log_to(&mut cmd, &image)?;
         run_checked(&mut cmd, &format!("docker build of {image}")).map_err(|e| {
             let npm_failed = log.as_deref().is_some_and(|l| {
-                std::fs::read_to_string(l).is_ok_and(|t| t.contains(NPM_UNREACHABLE))
+                std::fs::read_to_string(l).is_ok_and(|t| t.contains(NPM_UNREACHABLE_MARK))
             });
             if npm_failed {
                 RunError::Build(NPM_UNREACHABLE.into())

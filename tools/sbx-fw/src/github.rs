@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::netfilter::{Netfilter, System};
@@ -251,7 +251,10 @@ impl MetaFetch for Https {
         if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
             req = req.bearer_auth(t);
         }
-        let resp = req.send().and_then(|r| r.error_for_status()).map_err(fetch)?;
+        let resp = req
+            .send()
+            .and_then(|r| r.error_for_status())
+            .map_err(fetch)?;
         let mut body = String::new();
         resp.take(BODY_LIMIT + 1)
             .read_to_string(&mut body)

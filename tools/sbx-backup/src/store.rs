@@ -62,6 +62,14 @@ fn retry() -> RetryConfig {
     }
 }
 
+/// The workspace's one TLS provider, ring, made the process default:
+/// reqwest is built without one of its own (it would bring aws-lc-rs) and
+/// panics when a client is built with none installed.
+fn tls_provider() -> bool {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    rustls::crypto::CryptoProvider::get_default().is_some()
+}
+
 impl Remote {
     /// Open `url`. Credentials come from the environment only
     /// (`AWS_*`, `GOOGLE_APPLICATION_CREDENTIALS`, `GOOGLE_SERVICE_ACCOUNT*`).
@@ -86,6 +94,9 @@ impl Remote {
                 });
             }
             StoreKind::Memory => Arc::new(object_store::memory::InMemory::new()),
+            StoreKind::S3 | StoreKind::Gs if !tls_provider() => {
+                return Err(cfg("no TLS crypto provider could be installed".into()));
+            }
             StoreKind::S3 => Arc::new(
                 object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(&url.bucket)

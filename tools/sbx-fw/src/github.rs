@@ -2,17 +2,17 @@
 //! with rustls, cached on disk, and used from the cache when a fetch fails.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use serde::{Deserialize, Serialize};
-use ureq::http::Uri;
-use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::clock::Clock;
 use crate::netfilter::{Netfilter, System};
@@ -137,7 +137,7 @@ pub struct Https {
 /// rules replace the set well before.
 const META_HOLD: u32 = 60;
 
-/// ureq's name lookup, done by [`crate::resolve`] against the upstreams.
+/// reqwest's name lookup, done by [`crate::resolve`] against the upstreams.
 #[derive(Debug)]
 struct AtUpstreams {
     upstreams: Vec<IpAddr>,
@@ -145,65 +145,70 @@ struct AtUpstreams {
     open: bool,
 }
 
-impl Resolver for AtUpstreams {
-    fn resolve(
-        &self,
-        uri: &Uri,
-        _: &ureq::config::Config,
-        _: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let port = match (uri.port_u16(), uri.scheme_str()) {
-            (Some(p), _) => p,
-            (None, Some("https")) => 443,
-            (None, Some("http")) => 80,
-            _ => return Err(ureq::Error::HostNotFound),
-        };
-        let host = uri.host().ok_or(ureq::Error::HostNotFound)?;
+impl AtUpstreams {
+    /// The addresses of `host`; no port (the connector sets the URL's).
+    fn lookup(&self, host: &str) -> Result<Vec<SocketAddr>, String> {
         let ips: Vec<IpAddr> = match host.trim_matches(['[', ']']).parse::<IpAddr>() {
             Ok(ip) => vec![ip],
             Err(_) => {
                 let names = [host.to_owned()];
                 let found = resolve::resolve_all(&self.upstreams, &names, self.timeout);
                 let Some((_, Ok(a))) = found.into_iter().next() else {
-                    return Err(ureq::Error::HostNotFound);
+                    return Err(format!("{host}: not found at the upstream resolvers"));
                 };
                 let v4 = a.v4.into_iter().map(IpAddr::V4);
                 v4.chain(a.v6.into_iter().map(IpAddr::V6)).collect()
             }
         };
+        if ips.is_empty() {
+            return Err(format!("{host}: no address"));
+        }
         if self.open {
             open_in_place(&ips);
         }
-        let mut out = self.empty();
-        for ip in ips {
-            if out.try_push(SocketAddr::new(ip, port)).is_err() {
-                break;
-            }
-        }
-        if out.is_empty() {
-            return Err(ureq::Error::HostNotFound);
-        }
-        Ok(out)
+        Ok(ips.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect())
+    }
+}
+
+impl Resolve for AtUpstreams {
+    fn resolve(&self, name: Name) -> Resolving {
+        let at = Self {
+            upstreams: self.upstreams.clone(),
+            timeout: self.timeout,
+            open: self.open,
+        };
+        let host = name.as_str().to_owned();
+        // resolve_all runs its own runtime: off reqwest's, on a blocking thread.
+        Box::pin(async move {
+            let found = tokio::task::spawn_blocking(move || at.lookup(&host)).await?;
+            let addrs: Addrs = Box::new(found?.into_iter());
+            Ok(addrs)
+        })
     }
 }
 
 impl Https {
-    fn root_certs(&self) -> Result<Vec<ureq::tls::Certificate<'static>>, MetaError> {
+    /// rustls with the workspace's one provider, trusting only `ca_file`.
+    fn tls(&self) -> Result<rustls::ClientConfig, MetaError> {
         let bad = |why: String| MetaError::Certificates {
             path: self.ca_file.clone(),
             why,
         };
         let pem = fs::read(&self.ca_file).map_err(|e| bad(e.to_string()))?;
-        let certs: Vec<_> = ureq::tls::parse_pem(&pem)
-            .filter_map(|i| match i {
-                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&pem).flatten() {
+            // A certificate rustls cannot use is skipped, as a browser would.
+            let _ = roots.add(c);
+        }
+        if roots.is_empty() {
             return Err(bad("no certificates".into()));
         }
-        Ok(certs)
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Ok(rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| MetaError::Fetch(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth())
     }
 }
 
@@ -226,35 +231,55 @@ fn open_in_place(ips: &[IpAddr]) {
 impl MetaFetch for Https {
     /// One GET with a total deadline.
     fn fetch(&self, url: &str, timeout: Duration) -> Result<String, MetaError> {
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::Specific(Arc::new(self.root_certs()?)))
-            .build();
-        let config = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .proxy(None)
-            .timeout_global(Some(timeout))
-            .user_agent("sbx-fw")
-            .build();
         let at = AtUpstreams {
             upstreams: self.upstreams.clone(),
             timeout,
             open: self.open,
         };
-        let agent = ureq::Agent::with_parts(config, DefaultConnector::default(), at);
-        let mut req = agent
+        let fetch = |e: reqwest::Error| MetaError::Fetch(chain(&e));
+        let client = reqwest::blocking::Client::builder()
+            .tls_backend_preconfigured(self.tls()?)
+            .no_proxy()
+            .timeout(timeout)
+            .user_agent("sbx-fw")
+            .dns_resolver(Arc::new(at))
+            .build()
+            .map_err(fetch)?;
+        let mut req = client
             .get(url)
             .header("Accept", "application/vnd.github+json");
         if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
-            req = req.header("Authorization", &format!("Bearer {t}"));
+            req = req.bearer_auth(t);
         }
-        let fetch = |e: ureq::Error| MetaError::Fetch(e.to_string());
-        let mut resp = req.call().map_err(fetch)?;
-        resp.body_mut()
-            .with_config()
-            .limit(BODY_LIMIT)
-            .read_to_string()
-            .map_err(fetch)
+        let resp = req
+            .send()
+            .and_then(|r| r.error_for_status())
+            .map_err(fetch)?;
+        let mut body = String::new();
+        resp.take(BODY_LIMIT + 1)
+            .read_to_string(&mut body)
+            .map_err(|e| MetaError::Fetch(chain(&e)))?;
+        if body.len() as u64 > BODY_LIMIT {
+            return Err(MetaError::Fetch(format!(
+                "the body is over {} MiB",
+                BODY_LIMIT >> 20
+            )));
+        }
+        Ok(body)
     }
+}
+
+/// An error and its causes on one line: reqwest's own says only
+/// "error sending request".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(c) = next {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        next = c.source();
+    }
+    out
 }
 
 pub fn cache_path(dir: &Path) -> PathBuf {

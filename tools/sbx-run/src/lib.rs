@@ -383,6 +383,13 @@ pub enum RunError {
     Unmaskable(PathBuf),
     #[error("{0}")]
     Idmap(String),
+    /// A running sandbox without the guest's host API (an image older than
+    /// this sbx-run): only the guest starts agent processes under the
+    /// sandbox's seccomp filter, so nothing falls back to `docker exec`.
+    #[error(
+        "{0}: this sandbox has no guest API socket (a base image older than this sbx-run?): run `sbx-run build-base`, then `sbx-run restart`"
+    )]
+    NoGuest(String),
     /// Workspace data sbx will not act on: a link where a file or directory
     /// must be, a path leading out, a file it cannot parse.
     #[error("{0}")]
@@ -394,7 +401,9 @@ impl SbxError for RunError {
         match self {
             Self::NoWorkspace(_) => Exit::NoInput,
             Self::NotADirectory(_) | Self::NotARepo(_) | Self::Usage(_) => Exit::Usage,
-            Self::NoDockerClient | Self::EngineDown(_) | Self::Idmap(_) => Exit::Unavailable,
+            Self::NoDockerClient | Self::EngineDown(_) | Self::Idmap(_) | Self::NoGuest(_) => {
+                Exit::Unavailable
+            }
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
             Self::ForeignContainer(..) => Exit::Denied,
             Self::Interrupted => Exit::Software,

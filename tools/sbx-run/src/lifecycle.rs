@@ -3,7 +3,7 @@
 //! an interrupted start removes what it created.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -568,36 +568,6 @@ fn agent_name(shell: bool, command: &[OsString]) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn exec_args(ws: &Workspace, tty: bool, command: &[OsString], agent: &str) -> Vec<OsString> {
-    let mut a: Vec<OsString> = vec!["exec".into(), "--interactive".into()];
-    if tty {
-        a.push("--tty".into());
-    }
-    a.extend([
-        "--user".into(),
-        "agent".into(),
-        "--workdir".into(),
-        ws.workdir().into(),
-    ]);
-    a.extend(["--env".into(), format!("SBX_AGENT={agent}").into()]);
-    // Interactive sessions see the same filtered host variables as the container.
-    for name in spec::env_names(ws, std::env::vars_os()) {
-        a.extend(["--env".into(), name.into()]);
-    }
-    a.push(ws.names.container.clone().into());
-    a.extend(command.iter().cloned());
-    a
-}
-
-fn status_code(s: std::process::ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (s.code(), s.signal()) {
-        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
-        _ => ExitCode::from(125),
-    }
-}
-
 pub fn shell(
     common: &CommonArgs,
     path: Option<PathBuf>,
@@ -620,15 +590,13 @@ pub fn shell(
     if let Some(r) = via_guest(&ws, &argv, "shell")? {
         return Ok(r);
     }
-    fallback_notice(common);
-    let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, &argv, "shell");
-    Ok(status_code(docker::status(&args)?))
+    Err(RunError::NoGuest(ws.names.container.clone()).into())
 }
 
 /// exec and shell: first straight to the guest's socket (no docker
-/// command at all when the sandbox runs); else start it and try again;
-/// a sandbox without the host API (an older base image) gets docker exec.
+/// command at all when the sandbox runs); else start it and try again; a
+/// sandbox without the host API (an older base image) is refused: `docker
+/// exec` would start the agent's process without the guest's seccomp filter.
 pub fn exec(
     common: &CommonArgs,
     path: Option<PathBuf>,
@@ -644,18 +612,7 @@ pub fn exec(
     if let Some(r) = via_guest(&ws, command, &agent)? {
         return Ok(r);
     }
-    fallback_notice(common);
-    let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = exec_args(&ws, tty, command, &agent);
-    Ok(status_code(docker::status(&args)?))
-}
-
-fn fallback_notice(common: &CommonArgs) {
-    if !common.quiet {
-        output::warn(
-            "this sandbox has no guest API socket (a base image older than this sbx-run?): using docker exec; `sbx-run restart` after `sbx-run build-base` makes exec fast",
-        );
-    }
+    Err(RunError::NoGuest(ws.names.container.clone()).into())
 }
 
 /// Ok(None): no guest listening, the caller falls back.

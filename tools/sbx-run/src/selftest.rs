@@ -11,7 +11,8 @@ use sbx_core::cli::CommonArgs;
 use sbx_core::error::BoxError;
 use sbx_core::{Exit, output};
 
-use crate::{RunError, docker, lifecycle, spec};
+use crate::workspace::Workspace;
+use crate::{RunError, guestexec, lifecycle, spec};
 
 /// A name the DNS filter must refuse unless the config allows it.
 const BLOCKED_NAME: &str = "example.com";
@@ -24,24 +25,25 @@ struct Check {
     held: Option<bool>,
 }
 
-/// Run `script` as the agent in the sandbox: (exit code, stdout+stderr).
-fn agent_sh(container: &str, workdir: &str, script: &str) -> Result<(i32, String), RunError> {
-    let o = docker::probe(&[
-        "exec",
-        "--user",
-        "agent",
-        "--workdir",
-        workdir,
-        "--env",
-        "SBX_AGENT=sbx-run-test",
-        container,
-        "sh",
-        "-c",
-        script,
-    ])?;
-    let text =
-        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    Ok((o.status.code().unwrap_or(-1), text.trim().to_owned()))
+/// Run `script` as the agent in the sandbox, through the guest as every
+/// agent process starts (its seccomp filter included, which `docker exec`
+/// would skip): (exit code, stdout+stderr).
+fn agent_sh(ws: &Workspace, script: &str) -> Result<(i32, String), RunError> {
+    let argv = ["sh", "-c", script].map(std::ffi::OsString::from);
+    let mut req = guestexec::exec_request(ws, &argv, "sbx-run-test", false);
+    req.cwd = Some(ws.target());
+    let client = guestexec::connect(&guestexec::socket_for(ws)).map_err(|e| match e {
+        guestexec::GuestError::NoGuest(..) => RunError::NoGuest(ws.names.container.clone()),
+        e => RunError::NotReady(e.to_string()),
+    })?;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = match guestexec::run_with(client, req, None, &mut out, &mut err, false) {
+        Ok(x) => x.status,
+        Err(guestexec::GuestError::Spawn(_, s)) => s,
+        Err(e) => return Err(RunError::NotReady(e.to_string())),
+    };
+    out.extend_from_slice(&err);
+    Ok((code, String::from_utf8_lossy(&out).trim().to_owned()))
 }
 
 fn short(s: &str) -> String {
@@ -52,7 +54,6 @@ fn short(s: &str) -> String {
 pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxError> {
     let ws = lifecycle::start(common, path, None)?;
     let cfg = &ws.loaded.config;
-    let c = ws.names.container.clone();
     let target = ws.target();
     let q = |s: &str| {
         shlex::try_quote(s)
@@ -63,11 +64,7 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
 
     // 1. A write under read-only.
     let probe = format!("{target}/.sbx-selftest-write");
-    let (code, out) = agent_sh(
-        &c,
-        &target,
-        &format!("touch {p} && rm -f {p}", p = q(&probe)),
-    )?;
+    let (code, out) = agent_sh(&ws, &format!("touch {p} && rm -f {p}", p = q(&probe)))?;
     checks.push(if cfg.read_only() {
         Check {
             name: "write under read-only",
@@ -111,7 +108,7 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
                 m = sbx_tool_guard::settings::MANAGED_PATH,
                 j = q(&hook.to_string()),
             );
-            let (code, out) = agent_sh(&c, &target, &script)?;
+            let (code, out) = agent_sh(&ws, &script)?;
             Check {
                 name: "disallowed tool",
                 expected: format!("{} refused by the hook (exit 2)", r.tool),
@@ -134,7 +131,7 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
     let secret = s.masked.iter().find(|m| ws.path.join(m).is_file());
     checks.push(match secret {
         Some(m) => {
-            let (code, out) = agent_sh(&c, &target, &format!("wc -c < {}", q(m)))?;
+            let (code, out) = agent_sh(&ws, &format!("wc -c < {}", q(m)))?;
             Check {
                 name: "secret read",
                 expected: format!("{m} reads as empty"),
@@ -164,7 +161,7 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
             held: None,
         });
     } else {
-        let (code, out) = agent_sh(&c, &target, &format!("getent hosts {BLOCKED_NAME}"))?;
+        let (code, out) = agent_sh(&ws, &format!("getent hosts {BLOCKED_NAME}"))?;
         checks.push(Check {
             name: "blocked domain",
             expected: format!("{BLOCKED_NAME} does not resolve"),
@@ -179,8 +176,7 @@ pub fn run(common: &CommonArgs, path: Option<PathBuf>) -> Result<ExitCode, BoxEr
 
     // 5. `git commit --no-verify`, in a scratch repository in the sandbox.
     let (code, out) = agent_sh(
-        &c,
-        &target,
+        &ws,
         "d=$(mktemp -d) && cd \"$d\" && git init -q && git -c user.name=t -c user.email=t@t commit -q --allow-empty --no-verify -m t; rc=$?; rm -rf \"$d\"; exit $rc",
     )?;
     checks.push(if cfg.git.block_no_verify {

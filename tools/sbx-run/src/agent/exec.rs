@@ -1,9 +1,9 @@
 //! How `sbx-run agent` runs a command in the sandbox: through the guest's
-//! host API (a unix socket, no docker process), or `docker exec` when the
-//! sandbox's image has no guest API.
+//! host API (a unix socket, no docker process). A sandbox without it is
+//! refused rather than reached with `docker exec`, whose processes would
+//! miss the guest's seccomp filter.
 
 use std::io::{Read, Write};
-use std::process::Stdio;
 
 use sbx_core::error::BoxError;
 use sbx_core::guestapi::{ExecReq, User};
@@ -45,7 +45,9 @@ pub fn spawn(
     let socket = guestexec::socket_for(ws);
     match guestexec::connect(&socket) {
         Ok(client) => Ok(through_guest(client, ws, argv, env)?),
-        Err(GuestError::NoGuest(..)) => docker_exec(ws, argv, env),
+        Err(GuestError::NoGuest(..)) => {
+            Err(Box::new(RunError::NoGuest(ws.names.container.clone())))
+        }
         Err(e) => Err(Box::new(RunError::Docker {
             command: "guest exec".into(),
             message: e.to_string(),
@@ -105,45 +107,6 @@ fn through_guest(
             Ok(Err(GuestError::Spawn(_, s))) => Ok(s),
             Ok(Err(e)) => Err(std::io::Error::other(e.to_string())),
             Err(_) => Err(std::io::Error::other("guest exec thread ended")),
-        }),
-    })
-}
-
-fn docker_exec(
-    ws: &Workspace,
-    argv: &[String],
-    env: &[(String, String)],
-) -> Result<Spawned, BoxError> {
-    let mut c = crate::docker::cmd();
-    c.args(["exec", "--interactive", "--user", "agent", "--workdir"])
-        .arg(ws.target());
-    for (k, v) in env {
-        c.arg("--env").arg(format!("{k}={v}"));
-    }
-    c.arg(&ws.names.container).args(argv);
-    c.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = c.spawn().map_err(|e| {
-        Box::new(RunError::Docker {
-            command: "docker exec".into(),
-            message: e.to_string(),
-        }) as BoxError
-    })?;
-    Ok(Spawned {
-        stdin: child
-            .stdin
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Write + Send>),
-        stdout: child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        stopped_by: None,
-        wait: Box::new(move || {
-            use std::os::unix::process::ExitStatusExt;
-            let s = child.wait()?;
-            Ok(s.code().or(s.signal().map(|n| 128 + n)).unwrap_or(125))
         }),
     })
 }

@@ -642,53 +642,53 @@ fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
         return Ok(Exit::Ok);
     }
     if let Some(id) = pending {
-        let id = id.trim().to_owned();
-        let rep = rt.block_on(async {
-            let m = restore::load(&c.remote, (!id.is_empty()).then_some(id.as_str())).await?;
-            output::progress(&format!(
-                "first boot: resuming the restore of snapshot {} into {}",
-                m.id,
-                c.home.display()
-            ));
-            let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
-            adopt(c, &m, &c.home);
-            Ok::<_, BoxError>(rep)
-        })?;
-        output::info(&format!("restored {} files", rep.files));
-        std::fs::create_dir_all(&c.state_dir).with_path(&c.state_dir)?;
-        std::fs::write(&mark, now()).with_path(&mark)?;
-        return Ok(Exit::Ok);
-    }
-    // "Empty": nothing but the state dir (or its parents) and dotfiles a fresh account gets.
-    let skel: HashSet<&str> = [".local", ".bashrc", ".profile", ".bash_logout"]
-        .into_iter()
-        .collect();
-    let empty = std::fs::read_dir(&c.home)
-        .map(|d| {
-            d.flatten()
-                .all(|e| e.file_name().to_str().is_some_and(|n| skel.contains(n)))
-        })
-        .unwrap_or(true);
-    if empty {
-        let ids = rt.block_on(c.remote.snapshot_ids())?;
-        if !ids.is_empty() {
-            let rep = rt.block_on(async {
-                let m = restore::load(&c.remote, None).await?;
-                output::progress(&format!(
-                    "first boot: restoring snapshot {} into {}",
-                    m.id,
-                    c.home.display()
-                ));
-                let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
-                adopt(c, &m, &c.home);
-                Ok::<_, BoxError>(rep)
-            })?;
-            output::info(&format!("restored {} files", rep.files));
+        let id = id.trim();
+        boot_restore(
+            c,
+            rt,
+            (!id.is_empty()).then_some(id),
+            "resuming the restore of",
+        )?;
+    } else {
+        // "Empty": nothing but the state dir (or its parents) and dotfiles a fresh account gets.
+        let skel: HashSet<&str> = [".local", ".bashrc", ".profile", ".bash_logout"]
+            .into_iter()
+            .collect();
+        let empty = std::fs::read_dir(&c.home)
+            .map(|d| {
+                d.flatten()
+                    .all(|e| e.file_name().to_str().is_some_and(|n| skel.contains(n)))
+            })
+            .unwrap_or(true);
+        if empty && !rt.block_on(c.remote.snapshot_ids())?.is_empty() {
+            boot_restore(c, rt, None, "restoring")?;
         }
     }
     std::fs::create_dir_all(&c.state_dir).with_path(&c.state_dir)?;
     std::fs::write(&mark, now()).with_path(&mark)?;
     Ok(Exit::Ok)
+}
+
+/// First boot's restore of snapshot `id` (None: the newest) into the home.
+fn boot_restore(
+    c: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    id: Option<&str>,
+    doing: &str,
+) -> Result<(), BoxError> {
+    let rep = rt.block_on(async {
+        let m = restore::load(&c.remote, id).await?;
+        output::progress(&format!(
+            "first boot: {doing} snapshot {} into {}",
+            m.id,
+            c.home.display()
+        ));
+        let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
+        adopt(c, &m, &c.home);
+        Ok::<_, BoxError>(rep)
+    })?;
+    output::info(&format!("restored {} files", rep.files));
+    Ok(())
 }
 
 fn check(

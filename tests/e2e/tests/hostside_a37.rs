@@ -35,6 +35,27 @@ setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
     assert!(o.status.success(), "race: {}", text(&o));
 }
 
+/// The attack workspace `ws`, the agent's, whose branch sandboxes start
+/// from origin's default branch as the host knows it; and the user's
+/// secret directory outside it, theirs (uid 1000, as on a developer's
+/// machine where the agent's uid is the user's).
+fn branch_repo_and_secret() -> (Repo, std::path::PathBuf) {
+    let repo = attack_repo("ws", &["-qm", "a"], &[], &[]);
+    repo.git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    repo.git(&[
+        "symbolic-ref",
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+    ]);
+    repo.give_to_agent();
+    let secret = repo.root().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("id_ed25519"), "SECRET-KEY\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&secret));
+    (repo, secret)
+}
+
 /// Route a37-2: a linked worktree's admin dir (`.git/worktrees/<name>`)
 /// is held read-only in every sandbox of the workspace; `start` found it
 /// as a real directory, then gave docker its *name* to bind. The agent of
@@ -47,23 +68,8 @@ fn a_running_agent_cannot_swap_a_git_pin_for_a_link_under_a_branch_start() {
     if !base_image() {
         return;
     }
-    let repo = attack_repo("ws", &["-qm", "a"], &[], &[]);
-    // Branch sandboxes start from origin's default branch, as the host knows it.
-    repo.git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
-    repo.git(&[
-        "symbolic-ref",
-        "refs/remotes/origin/HEAD",
-        "refs/remotes/origin/main",
-    ]);
-    repo.give_to_agent();
+    let (repo, secret) = branch_repo_and_secret();
     repo.start();
-    // The user's secret outside the workspace, theirs (uid 1000, as on a
-    // developer's machine where the agent's uid is the user's).
-    let secret = repo.root().join("secret");
-    std::fs::create_dir_all(&secret).unwrap();
-    std::fs::write(secret.join("id_ed25519"), "SECRET-KEY\n").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
-    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&secret));
 
     swap_in_a_loop(
         &repo,
@@ -239,24 +245,10 @@ fn without_root_a_swapped_bind_source_is_caught_after_start() {
     if !base_image() {
         return;
     }
-    let repo = attack_repo("ws", &["-qm", "a"], &[], &[]);
-    repo.git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
-    repo.git(&[
-        "symbolic-ref",
-        "refs/remotes/origin/HEAD",
-        "refs/remotes/origin/main",
-    ]);
-    repo.give_to_agent();
+    let (repo, secret) = branch_repo_and_secret();
     let home = repo.root().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let secret = repo.root().join("secret");
-    std::fs::create_dir_all(&secret).unwrap();
-    std::fs::write(secret.join("id_ed25519"), "SECRET-KEY\n").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
-    sh(Command::new("chown")
-        .args(["-R", "1000:1000"])
-        .arg(&home)
-        .arg(&secret));
+    sh(Command::new("chown").args(["1000:1000"]).arg(&home));
     let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
     let o = user(&["-q", "init"]);
     assert!(o.status.success(), "init: {}", text(&o));

@@ -1669,3 +1669,29 @@ fn accept_loop(pool: &Arc<Acceptors>, server: &Arc<Server>) {
 fn libc_emfile() -> i32 {
     Errno::EMFILE as i32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only what is mounted right at a path, reached through no link, is
+    /// identified: /proc is a mount, /proc/self a link, /proc/1 a plain
+    /// directory of the /proc mount; a relative path is refused.
+    #[test]
+    fn identify_answers_only_for_a_mount_reached_without_links() {
+        let paths = ["/proc", "/proc/self", "/proc/1", "/nonexistent-h37"].map(String::from);
+        let Ok(Reply::Ids { ids }) = identify(&paths) else {
+            panic!("no ids");
+        };
+        let st = nix::sys::stat::stat("/proc").unwrap();
+        assert_eq!(
+            ids[0],
+            Some(proto::FileId {
+                dev: st.st_dev,
+                ino: st.st_ino
+            })
+        );
+        assert_eq!(ids[1..], [None, None, None]);
+        assert!(identify(&["proc".to_owned()]).is_err());
+    }
+}

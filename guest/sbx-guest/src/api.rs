@@ -292,6 +292,9 @@ impl Server {
             Request::Health => health(&self.cfg),
             Request::Pack { path, user } => self.pack(s, &path, user),
             Request::Unpack { path, user } => self.unpack(s, &path, user),
+            // As the guest's root: the targets may be anywhere, and what is
+            // mounted there may be unreadable to the agent.
+            Request::Identify { paths } => identify(&paths),
         };
         // Exec, read and write have streamed their own frames when Ok(Ok).
         match r {
@@ -1347,6 +1350,72 @@ fn stat(cfg: &Config, path: &str) -> Res<Reply> {
     Ok(Reply::Stat(info(path.into(), &st)))
 }
 
+/// (dev, ino) of what is mounted at each absolute path, resolved from `/`
+/// with no link followed anywhere; None when there is a link on the way
+/// or no mount right there, so neither can match what the host opened.
+fn identify(paths: &[String]) -> Res<Reply> {
+    if paths.len() > proto::IDENTIFY_MAX {
+        return Err(ErrorMsg::new(
+            "bad-request",
+            format!("identify: more than {} paths", proto::IDENTIFY_MAX),
+        ));
+    }
+    let root = nix::fcntl::open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| errno_msg("/", e))?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    let mut ids = Vec::with_capacity(paths.len());
+    for p in paths {
+        let Some(rel) = p.strip_prefix('/').filter(|r| !r.is_empty()) else {
+            return Err(ErrorMsg::new(
+                "bad-request",
+                format!("{p}: not an absolute path below /"),
+            ));
+        };
+        let parent = Path::new(rel)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty());
+        let parent = parent.unwrap_or(Path::new("."));
+        let id = (|| {
+            let fd = nix::fcntl::openat2(&root, rel, how).ok()?;
+            let up = nix::fcntl::openat2(&root, parent, how).ok()?;
+            // Something must be mounted right there: docker may have
+            // followed a link at the target and mounted elsewhere, leaving
+            // the unmounted source itself at this name.
+            if mnt_id(&fd)? == mnt_id(&up)? {
+                return None;
+            }
+            let st = nix::sys::stat::fstat(&fd).ok()?;
+            (SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFLNK).then_some(
+                proto::FileId {
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                },
+            )
+        })();
+        ids.push(id);
+    }
+    Ok(Reply::Ids { ids })
+}
+
+/// The mount an open fd is on (`mnt_id` in /proc/self/fdinfo).
+fn mnt_id(fd: &OwnedFd) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// At most this many entries per list, so one request stays bounded.
 const LIST_MAX: usize = 100_000;
 
@@ -1501,13 +1570,23 @@ pub fn bind(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().unwrap_or(Path::new("/"));
     let meta = std::fs::metadata(dir)?;
-    let path = path.to_owned();
-    // A thread of its own: the fsuid switch must not touch any other.
+    let name = PathBuf::from(path.file_name().unwrap_or_default());
+    // Opened as root: a non-root owner's fsuid drops the capabilities
+    // that let the guest pass root's 0700 /run/sbx on the way.
+    let dirfd = nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // A thread of its own, with its own cwd (CLONE_FS): the fsuid switch
+    // and the chdir must not touch any other.
     std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)?;
+        nix::unistd::fchdir(&dirfd)?;
         let _g = FsId::set(meta.uid(), meta.gid());
-        let _ = std::fs::remove_file(&path);
-        let l = std::os::unix::net::UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let _ = std::fs::remove_file(&name);
+        let l = std::os::unix::net::UnixListener::bind(&name)?;
+        std::fs::set_permissions(&name, std::fs::Permissions::from_mode(0o600))?;
         Ok(l)
     })
     .join()
@@ -1589,4 +1668,30 @@ fn accept_loop(pool: &Arc<Acceptors>, server: &Arc<Server>) {
 
 fn libc_emfile() -> i32 {
     Errno::EMFILE as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only what is mounted right at a path, reached through no link, is
+    /// identified: /proc is a mount, /proc/self a link, /proc/1 a plain
+    /// directory of the /proc mount; a relative path is refused.
+    #[test]
+    fn identify_answers_only_for_a_mount_reached_without_links() {
+        let paths = ["/proc", "/proc/self", "/proc/1", "/nonexistent-h37"].map(String::from);
+        let Ok(Reply::Ids { ids }) = identify(&paths) else {
+            panic!("no ids");
+        };
+        let st = nix::sys::stat::stat("/proc").unwrap();
+        assert_eq!(
+            ids[0],
+            Some(proto::FileId {
+                dev: st.st_dev,
+                ino: st.st_ino
+            })
+        );
+        assert_eq!(ids[1..], [None, None, None]);
+        assert!(identify(&["proc".to_owned()]).is_err());
+    }
 }

@@ -35,6 +35,27 @@ setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
     assert!(o.status.success(), "race: {}", text(&o));
 }
 
+/// The attack workspace `ws`, the agent's, whose branch sandboxes start
+/// from origin's default branch as the host knows it; and the user's
+/// secret directory outside it, theirs (uid 1000, as on a developer's
+/// machine where the agent's uid is the user's).
+fn branch_repo_and_secret() -> (Repo, std::path::PathBuf) {
+    let repo = attack_repo("ws", &["-qm", "a"], &[], &[]);
+    repo.git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    repo.git(&[
+        "symbolic-ref",
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+    ]);
+    repo.give_to_agent();
+    let secret = repo.root().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("id_ed25519"), "SECRET-KEY\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&secret));
+    (repo, secret)
+}
+
 /// Route a37-2: a linked worktree's admin dir (`.git/worktrees/<name>`)
 /// is held read-only in every sandbox of the workspace; `start` found it
 /// as a real directory, then gave docker its *name* to bind. The agent of
@@ -47,23 +68,8 @@ fn a_running_agent_cannot_swap_a_git_pin_for_a_link_under_a_branch_start() {
     if !base_image() {
         return;
     }
-    let repo = attack_repo("ws", &["-qm", "a"], &[], &[]);
-    // Branch sandboxes start from origin's default branch, as the host knows it.
-    repo.git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
-    repo.git(&[
-        "symbolic-ref",
-        "refs/remotes/origin/HEAD",
-        "refs/remotes/origin/main",
-    ]);
-    repo.give_to_agent();
+    let (repo, secret) = branch_repo_and_secret();
     repo.start();
-    // The user's secret outside the workspace, theirs (uid 1000, as on a
-    // developer's machine where the agent's uid is the user's).
-    let secret = repo.root().join("secret");
-    std::fs::create_dir_all(&secret).unwrap();
-    std::fs::write(secret.join("id_ed25519"), "SECRET-KEY\n").unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
-    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&secret));
 
     swap_in_a_loop(
         &repo,
@@ -198,4 +204,115 @@ fn a_running_agent_cannot_swap_git_for_a_link_under_checkout() {
         "checkouts {leaked:?} provisioned the other project through the agent's link"
     );
     eprintln!("{done} of 10 checkouts provisioned during the race");
+}
+
+/// `sbx-run` as the user (uid 1000, the workspace's owner; setpriv, so
+/// no account is added to the host) with the docker group's gid and
+/// nothing else, HOME in `home`; `-C` and the
+/// workspace follow `args` (before any `--`).
+fn as_user(home: &std::path::Path, repo: &Repo, args: &[&str], cmd: &[&str]) -> Output {
+    // The docker group: the one the engine's socket grants access to.
+    let gid = std::os::unix::fs::MetadataExt::gid(
+        &std::fs::metadata("/var/run/docker.sock").expect("the engine's socket"),
+    );
+    Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000"])
+        .arg(format!("--groups={gid}"))
+        .arg("--")
+        .arg(sbx_e2e::bin("sbx-run"))
+        .args(args)
+        .arg("-C")
+        .arg(&repo.path)
+        .args(cmd)
+        .env("HOME", home)
+        .env("SBX_BIN_DIR", sbx_e2e::bin_dir())
+        .env_remove("XDG_STATE_HOME")
+        .output()
+        .unwrap()
+}
+
+/// Without root sbx-run cannot mount a bind source by fd: docker gets its
+/// name. The agent of the running sandbox swaps a pin's name
+/// (`.git/worktrees/x`, which it made, so it is no mount point in its own
+/// sandbox) with a link to the user's secret, in a loop, while the user
+/// starts branch sandboxes as themself. `start` opened each source
+/// through no link and asks the new sandbox's guest what is at each
+/// target: a mismatch is refused (77) and the container removed; no
+/// sandbox that started may read the secret. A normal start as the user
+/// passes the same check.
+#[test]
+fn without_root_a_swapped_bind_source_is_caught_after_start() {
+    if !base_image() {
+        return;
+    }
+    let (repo, secret) = branch_repo_and_secret();
+    let home = repo.root().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    sh(Command::new("chown").args(["1000:1000"]).arg(&home));
+    let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
+    let o = user(&["-q", "init"]);
+    assert!(o.status.success(), "init: {}", text(&o));
+    // (a) The plain start as the user passes the check.
+    let o = user(&["start"]);
+    assert!(o.status.success(), "start as the user: {}", text(&o));
+
+    swap_in_a_loop(
+        &repo,
+        "/workspace/ws/.git/worktrees",
+        "x",
+        &format!("mkdir -p x; ln -sfn {} x.l", secret.display()),
+    );
+    let (mut leaked, mut refused, mut started) = (Vec::new(), 0, 0);
+    for i in 0..16 {
+        let b = format!("--branch=b{i}");
+        let o = user(&["-q", "start", &b]);
+        let name = sbx_run::names::Names::new(&repo.path, Some(&format!("b{i}"))).container;
+        match o.status.code() {
+            Some(0) => {
+                started += 1;
+                let o = as_user(
+                    &home,
+                    &repo,
+                    &["exec", &b],
+                    &[
+                        "--",
+                        "sh",
+                        "-c",
+                        &format!(
+                            "cat /workspace/ws/.git/worktrees/*/id_ed25519 {}/id_ed25519 2>/dev/null || true",
+                            secret.display()
+                        ),
+                    ],
+                );
+                if text(&o).contains("SECRET-KEY") {
+                    leaked.push(i);
+                }
+            }
+            Some(77) => {
+                refused += 1;
+                let t = text(&o);
+                assert!(
+                    t.contains("worktrees/x") && t.lines().count() == 1,
+                    "one line naming the path: {t}"
+                );
+                let gone = Command::new("docker")
+                    .args(["container", "inspect", &name])
+                    .output()
+                    .unwrap();
+                assert!(!gone.status.success(), "{name} was left after the refusal");
+            }
+            _ => eprintln!("start {b}: {}", text(&o)),
+        }
+        let _ = user(&["-q", "rm", "--volumes", &b]);
+        if refused > 0 && started > 0 {
+            break;
+        }
+    }
+    let _ = repo.exec("touch /tmp/stop-swap");
+    let _ = user(&["-q", "rm", "--volumes"]);
+    assert!(
+        leaked.is_empty(),
+        "branch sandboxes {leaked:?} read the user's secret through the agent's link"
+    );
+    assert!(refused > 0, "no start saw the swap ({started} started)");
 }

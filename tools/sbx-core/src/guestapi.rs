@@ -315,6 +315,22 @@ pub enum Request {
         #[serde(default)]
         user: User,
     },
+    /// (st_dev, st_ino) of what is mounted at each absolute path, opened
+    /// by the guest's root from `/` through no link (not even the last
+    /// component): how the host checks what docker bound at each target.
+    Identify {
+        paths: Vec<String>,
+    },
+}
+
+/// The most paths one `Identify` takes.
+pub const IDENTIFY_MAX: usize = 4096;
+
+/// An object's identity: its device and inode numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -363,6 +379,11 @@ pub enum Reply {
     /// An unpack's summary: what the guest refused, one line each.
     Unpacked {
         refused: Vec<String>,
+    },
+    /// An `Identify`'s answer, one per path in order: None when it is
+    /// missing, reached only through a link, or not a mount point.
+    Ids {
+        ids: Vec<Option<FileId>>,
     },
 }
 

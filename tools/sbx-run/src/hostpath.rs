@@ -69,6 +69,17 @@ pub struct Staged {
 pub struct Sources {
     by_fd: bool,
     pub staged: Vec<Staged>,
+    /// Every source and where it is bound, staged or not: what `start`
+    /// checks in the running sandbox (`identify`, `verify`).
+    pub bound: Vec<Bound>,
+}
+
+/// A bind source under the workspace and its target in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    pub base: PathBuf,
+    pub rel: String,
+    pub target: String,
 }
 
 impl Sources {
@@ -81,12 +92,26 @@ impl Sources {
         Sources {
             by_fd: nix::unistd::geteuid().is_root() && !show_names,
             staged: Vec::new(),
+            bound: Vec::new(),
         }
     }
 
-    /// The source docker is to bind for `rel` under `base`, recorded to
-    /// be staged when it is a copy mounted by fd.
-    pub fn source(&mut self, container: &str, base: &Path, rel: &str, readonly: bool) -> PathBuf {
+    /// The source docker is to bind for `rel` under `base` at `target`,
+    /// recorded to be checked, and to be staged when it is a copy
+    /// mounted by fd.
+    pub fn source(
+        &mut self,
+        container: &str,
+        base: &Path,
+        rel: &str,
+        target: &str,
+        readonly: bool,
+    ) -> PathBuf {
+        self.bound.push(Bound {
+            base: base.to_owned(),
+            rel: rel.to_owned(),
+            target: target.to_owned(),
+        });
         if !self.by_fd {
             return base.join(rel);
         }
@@ -146,4 +171,74 @@ pub fn release(container: &str) {
         let _ = std::fs::remove_dir(&p).or_else(|_| std::fs::remove_file(&p));
     }
     let _ = std::fs::remove_dir(&dir);
+}
+
+/// Each bound source opened `O_PATH | O_NOFOLLOW` beneath its base, held
+/// open (so its inode cannot be reused) until the sandbox is checked.
+#[derive(Debug)]
+pub struct Held {
+    opened: Vec<(Bound, std::os::fd::OwnedFd, FileId)>,
+}
+
+use sbx_core::guestapi::{FileId, Reply, Request};
+
+/// Open every bound source through no link, before docker is asked to
+/// bind them: what the sandbox must then show at each target.
+pub fn identify(bound: &[Bound]) -> Result<Held, RunError> {
+    let mut opened = Vec::with_capacity(bound.len());
+    for b in bound {
+        let root = Root::open(&b.base).map_err(|e| RunError::Io(b.base.clone(), e))?;
+        let (fd, _) = root
+            .open_mount_source(Path::new(&b.rel))
+            .map_err(|e| refused(e, &b.rel))?;
+        let st =
+            nix::sys::stat::fstat(&fd).map_err(|e| RunError::Io(b.base.join(&b.rel), e.into()))?;
+        let id = FileId {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        opened.push((b.clone(), fd, id));
+    }
+    Ok(Held { opened })
+}
+
+/// Ask the started sandbox's guest what is at each target (opened
+/// through no link there either) and compare with what was opened on the
+/// host: without root docker binds names, which the agent of another
+/// sandbox of this workspace can swap for a link in between (issue 37).
+/// Device and inode both: a bind mount shows its source's own numbers
+/// (docs/security.md, "bind sources").
+pub fn verify(container: &str, held: &Held) -> Result<(), RunError> {
+    if held.opened.is_empty() {
+        return Ok(());
+    }
+    let socket = sbx_core::guestapi::socket_in(&crate::spec::host_dir(container));
+    let paths: Vec<String> = held
+        .opened
+        .iter()
+        .map(|(b, _, _)| b.target.clone())
+        .collect();
+    let unchecked = |why: String| {
+        RunError::NotReady(format!(
+            "cannot check the sandbox's bind mounts through its guest ({why}); it was removed"
+        ))
+    };
+    let reply = crate::guestexec::connect(&socket)
+        .map_err(|e| unchecked(e.to_string()))?
+        .call(&Request::Identify { paths })
+        .map_err(|e| unchecked(e.to_string()))?;
+    let Reply::Ids { ids } = reply else {
+        return Err(unchecked("an answer of the wrong kind".into()));
+    };
+    if ids.len() != held.opened.len() {
+        return Err(unchecked("an answer of the wrong length".into()));
+    }
+    for ((b, _, want), got) in held.opened.iter().zip(ids) {
+        if got != Some(*want) {
+            return Err(RunError::Swapped(
+                sbx_core::sanitize::field(&b.base.join(&b.rel).to_string_lossy()).into_owned(),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -394,6 +394,12 @@ pub enum RunError {
     /// must be, a path leading out, a file it cannot parse.
     #[error("{0}")]
     BadWorkspace(String),
+    /// What the sandbox shows at a bind target is not what sbx opened as
+    /// its source (hostpath::verify): swapped between check and mount.
+    #[error(
+        "{0}: the sandbox was given something else than this path (it was swapped, likely for a link, while docker mounted it); the sandbox was removed: find what changed it, then start again"
+    )]
+    Swapped(String),
 }
 
 impl SbxError for RunError {
@@ -405,7 +411,7 @@ impl SbxError for RunError {
                 Exit::Unavailable
             }
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
-            Self::ForeignContainer(..) => Exit::Denied,
+            Self::ForeignContainer(..) | Self::Swapped(_) => Exit::Denied,
             Self::Interrupted => Exit::Software,
             Self::Config(_) => Exit::Config,
             Self::Unmaskable(_) | Self::BadWorkspace(_) => Exit::DataErr,

@@ -247,6 +247,8 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             let masks = spec::mask_sources()?;
             let s = spec::build(ws, &ws.names.image, &[], (&masks.0, &masks.1), false)?;
             crate::hostpath::stage(&name, &s.staged)?;
+            // docker resolves the sources' names again at every start.
+            let held = crate::hostpath::identify(&s.bound)?;
             let since = logs_since_now();
             docker::start(&name)?;
             if let Err(e) = wait_ready(&name, &since) {
@@ -255,7 +257,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
                 let _ = docker::probe(&["stop", "--time", "1", &name]);
                 return Err(e);
             }
-            return Ok(());
+            return check_binds(&name, &held);
         }
         // Its network namespace went with the holder: make both anew.
         docker::remove(&["rm", "--force", &name])?;
@@ -300,6 +302,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     spec::ensure_host_dir(&name)?;
     crate::toolpolicy::install(ws, &name)?;
     crate::hostpath::stage(&name, &s.staged)?;
+    let held = crate::hostpath::identify(&s.bound)?;
     let since = logs_since_now();
     let run = docker::run_detached(&s.run.iter().map(String::as_str).collect::<Vec<_>>());
     if crate::tools::interrupted() || run.is_err() {
@@ -316,7 +319,24 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
         let _ = docker::probe(&["rm", "--force", &name]);
         return Err(e);
     }
-    Ok(())
+    check_binds(&name, &held)
+}
+
+/// What the started sandbox shows at each bind target must be what was
+/// opened on the host (hostpath::verify); if not, or if it cannot be
+/// asked, the container goes, and the refusal is audited.
+fn check_binds(name: &str, held: &crate::hostpath::Held) -> Result<(), BoxError> {
+    let Err(e) = crate::hostpath::verify(name, held) else {
+        return Ok(());
+    };
+    let _ = docker::probe(&["rm", "--force", name]);
+    if let RunError::Swapped(path) = &e {
+        audit::append(
+            &Record::new("sbx-run", "start", path, Outcome::Blocked, "bind-source")
+                .reason("a bind source was not what docker mounted"),
+        );
+    }
+    Err(e.into())
 }
 
 fn logs_since_now() -> String {

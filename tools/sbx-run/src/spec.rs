@@ -102,6 +102,9 @@ pub struct Spec {
     /// Bind sources docker gets as copies mounted by fd (hostpath.rs),
     /// which `start` mounts before it runs or starts the container.
     pub staged: Vec<crate::hostpath::Staged>,
+    /// Every bind source under the workspace and its target, which
+    /// `start` checks in the started sandbox (hostpath::verify).
+    pub bound: Vec<crate::hostpath::Bound>,
 }
 
 /// State directory on the host: the empty file and directory used as masks.
@@ -516,7 +519,7 @@ pub fn build(
                 if p == ".husky" && kind == sbx_sys::beneath::Kind::Dir {
                     let _ = root.create_dir_all(Path::new(".husky/_"), 0o755);
                 }
-                let src = sources.source(container, &ws.path, &p, true);
+                let src = sources.source(container, &ws.path, &p, &dst, true);
                 a.extend(["--mount".into(), bind(&src, &dst, true)]);
                 held.push(p);
             }
@@ -547,18 +550,16 @@ pub fn build(
             // By fd, like a protected path: the agent of another sandbox of
             // this workspace (a `--branch` one) can swap a name checked
             // here for a link before docker binds it.
+            let dst = format!("{target}/{}", p.rel);
             let src = match (p.exists, p.dir) {
-                (true, _) => sources.source(container, &ws.path, &p.rel, true),
+                (true, _) => sources.source(container, &ws.path, &p.rel, &dst, true),
                 (false, true) => masks.1.to_owned(),
                 (false, false) if p.rel.ends_with("/commondir") => {
                     crate::gitpins::commondir_mask()?
                 }
                 (false, false) => masks.0.to_owned(),
             };
-            a.extend([
-                "--mount".into(),
-                bind(&src, &format!("{target}/{}", p.rel), true),
-            ]);
+            a.extend(["--mount".into(), bind(&src, &dst, true)]);
             held.push(p.rel);
         }
     }
@@ -590,11 +591,9 @@ pub fn build(
         pinned_parents(&held)
     };
     for d in &pinned {
-        let src = sources.source(container, &ws.mount_source(), d, false);
-        a.extend([
-            "--mount".into(),
-            bind(&src, &format!("{target}/{d}"), false),
-        ]);
+        let dst = format!("{target}/{d}");
+        let src = sources.source(container, &ws.mount_source(), d, &dst, false);
+        a.extend(["--mount".into(), bind(&src, &dst, false)]);
     }
     // The config, read-only where every tool inside looks for it (inside a
     // sandbox, tools read only /.agent-sandbox: the agent cannot pick its own).
@@ -604,7 +603,7 @@ pub fn build(
         && crate::hostpath::protected(&root, rel)?
             == crate::hostpath::State::Present(sbx_sys::beneath::Kind::Dir)
     {
-        let src = sources.source(container, &ws.path, rel, true);
+        let src = sources.source(container, &ws.path, rel, "/.agent-sandbox", true);
         a.extend(["--mount".into(), bind(&src, "/.agent-sandbox", true)]);
     }
     if let Source::File(p) | Source::Legacy(p) = &ws.loaded.source {
@@ -707,6 +706,7 @@ pub fn build(
         masked,
         pinned,
         staged: sources.staged,
+        bound: sources.bound,
     })
 }
 

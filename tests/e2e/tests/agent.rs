@@ -672,10 +672,11 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
                     && r["reason"].as_str().unwrap().starts_with("timeout")),
             "{calls:?}"
         );
+        // The option-like call is refused and audited as blocked.
         assert!(
-            calls
-                .iter()
-                .any(|r| r["target"] == r#"show ["printf","<%s>\\n","-n","--version"]"#),
+            calls.iter().any(|r| r["target"] == "show"
+                && r["result"] == "blocked"
+                && r["reason"].as_str().unwrap().contains("begins with '-'")),
             "{calls:?}"
         );
         assert!(!log.contains("\"rm"), "{log}");

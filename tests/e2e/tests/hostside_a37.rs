@@ -17,6 +17,12 @@ fn run(repo: &Repo, args: &[&str]) -> Output {
 /// `name.l` (renameat2 RENAME_EXCHANGE) every 2 ms in the background
 /// until /tmp/stop-swap exists.
 fn swap_in_a_loop(repo: &Repo, dir: &str, name: &str, setup: &str) {
+    swap_in_a_loop_by(|script| repo.exec(script), dir, name, setup);
+}
+
+/// [`swap_in_a_loop`] through `exec`, a `sbx-run exec -- sh -c SCRIPT` of
+/// whoever started the sandbox (its guest socket is in their state dir).
+fn swap_in_a_loop_by(exec: impl Fn(&str) -> Output, dir: &str, name: &str, setup: &str) {
     let race = format!(
         r#"set -e
 mkdir -p {dir}; cd {dir}; {setup}
@@ -31,7 +37,7 @@ PY
 setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &
 "#
     );
-    let o = repo.exec(&race);
+    let o = exec(&race);
     assert!(o.status.success(), "race: {}", text(&o));
 }
 
@@ -250,14 +256,15 @@ fn without_root_a_swapped_bind_source_is_caught_after_start() {
     std::fs::create_dir_all(&home).unwrap();
     sh(Command::new("chown").args(["1000:1000"]).arg(&home));
     let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
+    let user_exec = |args: &[&str], cmd: &[&str]| as_user(&home, &repo, args, cmd);
     let o = user(&["-q", "init"]);
     assert!(o.status.success(), "init: {}", text(&o));
     // (a) The plain start as the user passes the check.
     let o = user(&["start"]);
     assert!(o.status.success(), "start as the user: {}", text(&o));
 
-    swap_in_a_loop(
-        &repo,
+    swap_in_a_loop_by(
+        |script| user_exec(&["exec"], &["--", "sh", "-c", script]),
         "/workspace/ws/.git/worktrees",
         "x",
         &format!("mkdir -p x; ln -sfn {} x.l", secret.display()),
@@ -308,7 +315,7 @@ fn without_root_a_swapped_bind_source_is_caught_after_start() {
             break;
         }
     }
-    let _ = repo.exec("touch /tmp/stop-swap");
+    let _ = user_exec(&["exec"], &["--", "touch", "/tmp/stop-swap"]);
     let _ = user(&["-q", "rm", "--volumes"]);
     assert!(
         leaked.is_empty(),

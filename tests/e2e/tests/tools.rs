@@ -705,14 +705,14 @@ fn a_checker_made_to_fail_refuses_every_banned_call() {
     // cannot start a thread: then the banned calls never ran at all, which
     // is fail-closed too; what the CLI sent before it died must show no
     // banned call that ran.
+    // It may even die before it sends the Bash call's result.
     let (rc, res) = r.agent_rc(Value::Array(turns), "--dangerously-skip-permissions");
-    assert!(!res.is_empty(), "starve: {res:?}");
-    assert!(content(&res[0]).contains("starved"), "starve: {res:?}");
     if rc == 0 {
         assert_eq!(res.len(), 3, "{res:?}");
+        assert!(content(&res[0]).contains("starved"), "starve: {res:?}");
         refused("starve", &res, 1);
     } else {
-        for got in &res[1..] {
+        for got in res.iter().skip(1) {
             assert_eq!(got["is_error"], true, "starve: ran: {res:?}");
         }
         untouched("starve");

@@ -223,8 +223,22 @@ pub fn verify(container: &str, held: &Held) -> Result<(), RunError> {
             "cannot check the sandbox's bind mounts through its guest ({why}); it was removed"
         ))
     };
-    let reply = crate::guestexec::connect(&socket)
-        .map_err(|e| unchecked(e.to_string()))?
+    // The guest says "ready" from its main thread while its API thread may
+    // still be binding the socket (a restart leaves the old file behind):
+    // wait for it a while, as a loaded machine needs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut client = loop {
+        match crate::guestexec::connect(&socket) {
+            Ok(c) => break c,
+            Err(crate::guestexec::GuestError::NoGuest(..))
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(unchecked(e.to_string())),
+        }
+    };
+    let reply = client
         .call(&Request::Identify { paths })
         .map_err(|e| unchecked(e.to_string()))?;
     let Reply::Ids { ids } = reply else {

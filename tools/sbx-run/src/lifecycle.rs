@@ -257,10 +257,26 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
                 let _ = docker::probe(&["stop", "--time", "1", &name]);
                 return Err(e);
             }
-            return check_binds(&name, &held);
+            match crate::hostpath::verify(&name, &held) {
+                Ok(()) => return Ok(()),
+                // Made under another set of mounts (a protected path that
+                // docker created since, a new pin): made anew below, where
+                // a swap is refused for good.
+                Err(RunError::Swapped(_)) => {
+                    output::progress(&format!(
+                        "{name}: its mounts changed since it was made: making it anew"
+                    ));
+                    docker::remove(&["rm", "--force", &name])?;
+                }
+                Err(e) => {
+                    let _ = docker::probe(&["rm", "--force", &name]);
+                    return Err(e.into());
+                }
+            }
+        } else {
+            // Its network namespace went with the holder: make both anew.
+            docker::remove(&["rm", "--force", &name])?;
         }
-        // Its network namespace went with the holder: make both anew.
-        docker::remove(&["rm", "--force", &name])?;
     }
     if let Some((opts, why)) = image? {
         if !why.is_empty() {

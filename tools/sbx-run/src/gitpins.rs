@@ -207,15 +207,7 @@ pub fn make_missing(root: &Path, owner: (u32, u32)) -> Result<(), RunError> {
             })
         };
         match made {
-            Ok(fd) => {
-                let _ = nix::unistd::fchownat(
-                    &fd,
-                    "",
-                    Some(owner.0.into()),
-                    Some(owner.1.into()),
-                    nix::fcntl::AtFlags::AT_EMPTY_PATH,
-                );
-            }
+            Ok(fd) => crate::workspace::give_fd(&fd, owner),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(RunError::Io(root.join(&p.rel), e)),
         }

@@ -316,13 +316,7 @@ pub fn make_parents(ws: &Workspace) -> Result<(), RunError> {
                 .map_err(|e| RunError::BadWorkspace(e.to_string()))?;
             if new {
                 // As root on the host: give it to the workspace's owner.
-                let _ = nix::unistd::fchownat(
-                    &fd,
-                    "",
-                    Some(ws.owner.0.into()),
-                    Some(ws.owner.1.into()),
-                    nix::fcntl::AtFlags::AT_EMPTY_PATH,
-                );
+                crate::workspace::give_fd(&fd, ws.owner);
             }
         }
     }

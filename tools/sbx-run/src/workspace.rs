@@ -311,3 +311,16 @@ pub fn release_mount(container: &str) {
     }
     let _ = std::fs::remove_dir(run_dir(container));
 }
+
+/// Hand what `fd` refers to to `owner` (sbx-run runs as root): by the fd
+/// itself (AT_EMPTY_PATH), so a link swapped in at its name is not followed.
+/// Best effort: the caller's next step reports what did not take.
+pub fn give_fd(fd: &impl std::os::fd::AsFd, owner: (u32, u32)) {
+    let _ = nix::unistd::fchownat(
+        fd,
+        "",
+        Some(owner.0.into()),
+        Some(owner.1.into()),
+        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+    );
+}

@@ -176,13 +176,7 @@ pub fn copy_tree(
 /// swapped in since is not followed (AT_EMPTY_PATH on its own fd).
 pub fn give(root: &sbx_sys::beneath::Root, rel: &Path, owner: (u32, u32)) {
     if let Ok(fd) = root.open_path(rel) {
-        let _ = nix::unistd::fchownat(
-            &fd,
-            "",
-            Some(owner.0.into()),
-            Some(owner.1.into()),
-            nix::fcntl::AtFlags::AT_EMPTY_PATH,
-        );
+        crate::workspace::give_fd(&fd, owner);
     }
 }
 

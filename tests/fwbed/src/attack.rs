@@ -422,34 +422,52 @@ fn ra(dev: &str, prefix: std::net::Ipv6Addr) -> serde_json::Value {
 /// Queries for `name` from `threads` sockets, each asking again as soon
 /// as it has an answer (or after 1 s without), until stdin closes: a
 /// flood that keeps answers for `name` in flight whatever the policy does.
+/// Each line on stdin is a barrier: `answered` comes back once every
+/// query in flight when it was read has its answer (the filter adds an
+/// address to the set before it answers), so the caller need not sleep.
 fn dnsloop(server: SocketAddr, name: &str, threads: usize) -> serde_json::Value {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    let stop = Arc::new(AtomicBool::new(false));
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
     let workers: Vec<_> = (0..threads)
-        .map(|_| {
-            let (stop, sent, q) = (stop.clone(), sent.clone(), query(name, RecordType::A));
+        .map(|i| {
+            let (stop, done, q) = (stop.clone(), done.clone(), query(name, RecordType::A));
             std::thread::spawn(move || {
                 let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
                 s.set_read_timeout(Some(Duration::from_secs(1)))
                     .expect("timeout");
                 let mut buf = [0u8; 1500];
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if s.send_to(&q, server).is_ok() {
-                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
+                while !stop.load(Relaxed) {
+                    let _ = s.send_to(&q, server);
                     let _ = s.recv(&mut buf);
+                    done[i].fetch_add(1, Relaxed);
                 }
             })
         })
         .collect();
     println!("started");
-    let _ = std::io::Write::flush(&mut std::io::stdout());
-    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = std::io::stdout().flush();
+    for line in std::io::stdin().lines() {
+        if line.is_err() {
+            break;
+        }
+        // The query in flight now is the one after the last done.
+        let seen: Vec<u64> = done.iter().map(|d| d.load(Relaxed)).collect();
+        let t0 = Instant::now();
+        while done.iter().zip(&seen).any(|(d, s)| d.load(Relaxed) <= *s)
+            && t0.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        println!("answered");
+        let _ = std::io::stdout().flush();
+    }
+    stop.store(true, Relaxed);
     for w in workers {
         let _ = w.join();
     }
-    json!({"sent": sent.load(std::sync::atomic::Ordering::Relaxed)})
+    json!({"sent": done.iter().map(|d| d.load(Relaxed)).sum::<u64>()})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

@@ -1651,6 +1651,44 @@ fn proxy_an_upstream_that_refuses_is_a_502_or_a_reset() {
     assert!(bed.reached(&connect) && bed.reached(&redirected));
 }
 
+/// Refusals over the proxy's audit budget (20 a second) are counted into
+/// the next record; a burst followed by silence left its count nowhere:
+/// the log showed 20 refusals of a hundred and never the rest. Every
+/// refusal must be in the log, one by one or in a count, within seconds.
+#[test]
+fn proxy_a_burst_of_refusals_is_counted_in_the_log() {
+    let Some(bed) = Bed::proxy("pa7") else { return };
+    let v = bed.attack(true, &["tlsmany", "198.18.2.1:443", "blocked.test", "100"]);
+    assert_eq!(v["reached"], 0, "{v}");
+    // Nothing else is refused from here on.
+    let counted = || -> u64 {
+        proxy_refusals(&bed)
+            .iter()
+            .map(|l| {
+                let more = l
+                    .split(" more refusals not recorded")
+                    .next()
+                    .filter(|head| head.len() < l.len())
+                    .and_then(|head| head.rsplit([' ', '(', '"']).next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+                let one = u64::from(!l.contains("(refusals over the audit budget)"));
+                one + more
+            })
+            .sum()
+    };
+    let t = Instant::now();
+    while counted() < 100 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        counted(),
+        100,
+        "refusals in the log:\n{}",
+        proxy_refusals(&bed).join("\n")
+    );
+}
+
 #[test]
 fn proxy_killed_leaves_everything_blocked_until_restarted() {
     let Some(bed) = Bed::proxy("px2") else { return };

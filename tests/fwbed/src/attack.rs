@@ -52,6 +52,7 @@ pub fn main(args: &[String]) -> i32 {
             arg(5).parse().expect("SECS"),
         ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
+        "outs" => outs(&args[1..]),
         "ra" => ra(arg(1), arg(2).parse().expect("PREFIX")),
         "dnsloop" => dnsloop(
             arg(1).parse().expect("SERVER:PORT"),
@@ -369,6 +370,62 @@ fn spoofdns(
         }
     }
     json!({"sent": sent})
+}
+
+/// Datagrams no TCP rule names, each carrying a payload: ICMP echo
+/// requests through unprivileged ping sockets (Docker opens
+/// `ping_group_range` to every group), UDP to broadcast and multicast
+/// addresses with SO_BROADCAST, and UDP with the largest hop limit. Each
+/// target is `echo:ADDR` or `udp:ADDR:PORT`; what the kernel said for each.
+fn outs(targets: &[String]) -> serde_json::Value {
+    use nix::sys::socket::{SockProtocol, SockaddrIn, SockaddrIn6};
+    let mut out = serde_json::Map::new();
+    for t in targets {
+        let said = (|| -> Result<(), String> {
+            let (kind, rest) = t.split_once(':').ok_or("KIND:ADDR")?;
+            let dst: SocketAddr = match kind {
+                "echo" => SocketAddr::new(rest.parse().map_err(|_| "address")?, 0),
+                _ => rest.parse().map_err(|_| "address:port")?,
+            };
+            let (fam, proto, body): (_, _, &[u8]) = match (kind, dst.is_ipv4()) {
+                ("echo", true) => (
+                    AddressFamily::Inet,
+                    Some(SockProtocol::Icmp),
+                    &[8, 0, 0, 0, 0, 1, 0, 1],
+                ),
+                ("echo", false) => (
+                    AddressFamily::Inet6,
+                    Some(SockProtocol::IcmpV6),
+                    &[128, 0, 0, 0, 0, 1, 0, 1],
+                ),
+                (_, true) => (AddressFamily::Inet, None, &[]),
+                (_, false) => (AddressFamily::Inet6, None, &[]),
+            };
+            let fd = socket(fam, SockType::Datagram, SockFlag::empty(), proto)
+                .map_err(|e| format!("socket: {e}"))?;
+            let mut p = body.to_vec();
+            p.extend_from_slice(b"EXFIL-PAYLOAD");
+            if dst.is_ipv4() {
+                let _ = setsockopt(&fd, sockopt::Broadcast, &true);
+                let _ = setsockopt(&fd, sockopt::Ipv4Ttl, &255);
+            } else {
+                let _ = setsockopt(&fd, sockopt::Ipv6MulticastHops, &255);
+                let _ = setsockopt(&fd, sockopt::Ipv6Ttl, &255);
+            }
+            let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+            let flags = nix::sys::socket::MsgFlags::empty();
+            let r = match dst {
+                SocketAddr::V4(a) => sendto(raw, &p, &SockaddrIn::from(a), flags),
+                SocketAddr::V6(a) => sendto(raw, &p, &SockaddrIn6::from(a), flags),
+            };
+            r.map(|_| ()).map_err(|e| format!("send: {e}"))
+        })();
+        out.insert(
+            t.clone(),
+            json!(said.map_or_else(|e| e, |()| "sent".to_owned())),
+        );
+    }
+    serde_json::Value::Object(out)
 }
 
 /// A root neighbour's router advertisement on `dev`, to every node: no

@@ -1689,6 +1689,67 @@ fn proxy_a_burst_of_refusals_is_counted_in_the_log() {
     );
 }
 
+/// Ways out no TCP rule names, as Docker leaves a container: ICMP echo
+/// (unprivileged ping sockets, `ping_group_range` open to all) to an
+/// allowlisted address, the gateway and the resolver, in both families;
+/// UDP to the broadcast addresses, to multicast groups on the bridge, and
+/// to an allowlisted address with the largest TTL. Nothing of it reaches
+/// the gateway (where the host and the internet are).
+fn datagrams_stay_in(bed: &Bed) {
+    let sysctl = Command::new("ip")
+        .args(["netns", "exec", &bed.sbx, "sysctl", "-qw"])
+        .arg("net.ipv4.ping_group_range=0 2147483647")
+        .status()
+        .unwrap();
+    assert!(sysctl.success());
+    bed.far_side_count(false, &["-p", "icmp", "--icmp-type", "echo-request"]);
+    bed.far_side_count(false, &["-p", "udp", "!", "--dport", "53"]);
+    bed.far_side_count(true, &["-p", "ipv6-icmp", "--icmpv6-type", "echo-request"]);
+    bed.far_side_count(true, &["-p", "udp", "!", "--dport", "53"]);
+    let v = bed.attack(
+        true,
+        &[
+            "outs",
+            "echo:198.18.1.1",
+            "echo:10.77.0.1",
+            "echo:198.18.0.53",
+            "echo:2001:2::1:1",
+            "echo:fd77::1",
+            "udp:255.255.255.255:9",
+            "udp:10.77.0.255:9",
+            "udp:224.0.0.251:5353",
+            "udp:198.18.1.1:443",
+            "udp:[ff02::1]:9",
+            "udp:[ff02::fb]:5353",
+            "udp:[2001:2::1:1]:443",
+        ],
+    );
+    // The attack ran: the sockets were made (the kernel refuses the sends).
+    assert!(
+        v.as_object()
+            .unwrap()
+            .values()
+            .all(|s| s.as_str().is_some_and(|s| !s.starts_with("socket"))),
+        "{v}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(bed.far_side_arrived(false), 0, "IPv4: {v}");
+    assert_eq!(bed.far_side_arrived(true), 0, "IPv6: {v}");
+}
+
+#[test]
+fn datagrams_no_tcp_rule_names_stay_in() {
+    let Some(bed) = Bed::new("od1") else { return };
+    bed.ok(false, &["init"]);
+    datagrams_stay_in(&bed);
+}
+
+#[test]
+fn proxy_datagrams_no_tcp_rule_names_stay_in() {
+    let Some(bed) = Bed::proxy("od2") else { return };
+    datagrams_stay_in(&bed);
+}
+
 #[test]
 fn proxy_killed_leaves_everything_blocked_until_restarted() {
     let Some(bed) = Bed::proxy("px2") else { return };

@@ -52,6 +52,7 @@ pub fn main(args: &[String]) -> i32 {
             arg(5).parse().expect("SECS"),
         ),
         "dnsraw" => dnsraw(arg(1).parse().expect("SERVER:PORT"), &args[2..]),
+        "outs" => outs(&args[1..]),
         "ra" => ra(arg(1), arg(2).parse().expect("PREFIX")),
         "dnsloop" => dnsloop(
             arg(1).parse().expect("SERVER:PORT"),
@@ -371,6 +372,62 @@ fn spoofdns(
     json!({"sent": sent})
 }
 
+/// Datagrams no TCP rule names, each carrying a payload: ICMP echo
+/// requests through unprivileged ping sockets (Docker opens
+/// `ping_group_range` to every group), UDP to broadcast and multicast
+/// addresses with SO_BROADCAST, and UDP with the largest hop limit. Each
+/// target is `echo:ADDR` or `udp:ADDR:PORT`; what the kernel said for each.
+fn outs(targets: &[String]) -> serde_json::Value {
+    use nix::sys::socket::{SockProtocol, SockaddrIn, SockaddrIn6};
+    let mut out = serde_json::Map::new();
+    for t in targets {
+        let said = (|| -> Result<(), String> {
+            let (kind, rest) = t.split_once(':').ok_or("KIND:ADDR")?;
+            let dst: SocketAddr = match kind {
+                "echo" => SocketAddr::new(rest.parse().map_err(|_| "address")?, 0),
+                _ => rest.parse().map_err(|_| "address:port")?,
+            };
+            let (fam, proto, body): (_, _, &[u8]) = match (kind, dst.is_ipv4()) {
+                ("echo", true) => (
+                    AddressFamily::Inet,
+                    Some(SockProtocol::Icmp),
+                    &[8, 0, 0, 0, 0, 1, 0, 1],
+                ),
+                ("echo", false) => (
+                    AddressFamily::Inet6,
+                    Some(SockProtocol::IcmpV6),
+                    &[128, 0, 0, 0, 0, 1, 0, 1],
+                ),
+                (_, true) => (AddressFamily::Inet, None, &[]),
+                (_, false) => (AddressFamily::Inet6, None, &[]),
+            };
+            let fd = socket(fam, SockType::Datagram, SockFlag::empty(), proto)
+                .map_err(|e| format!("socket: {e}"))?;
+            let mut p = body.to_vec();
+            p.extend_from_slice(b"EXFIL-PAYLOAD");
+            if dst.is_ipv4() {
+                let _ = setsockopt(&fd, sockopt::Broadcast, &true);
+                let _ = setsockopt(&fd, sockopt::Ipv4Ttl, &255);
+            } else {
+                let _ = setsockopt(&fd, sockopt::Ipv6MulticastHops, &255);
+                let _ = setsockopt(&fd, sockopt::Ipv6Ttl, &255);
+            }
+            let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+            let flags = nix::sys::socket::MsgFlags::empty();
+            let r = match dst {
+                SocketAddr::V4(a) => sendto(raw, &p, &SockaddrIn::from(a), flags),
+                SocketAddr::V6(a) => sendto(raw, &p, &SockaddrIn6::from(a), flags),
+            };
+            r.map(|_| ()).map_err(|e| format!("send: {e}"))
+        })();
+        out.insert(
+            t.clone(),
+            json!(said.map_or_else(|e| e, |()| "sent".to_owned())),
+        );
+    }
+    serde_json::Value::Object(out)
+}
+
 /// A root neighbour's router advertisement on `dev`, to every node: no
 /// default route (lifetime 0), but `prefix`/64 on-link, so traffic to it
 /// goes to whoever answers neighbour solicitations for it on the link.
@@ -422,34 +479,52 @@ fn ra(dev: &str, prefix: std::net::Ipv6Addr) -> serde_json::Value {
 /// Queries for `name` from `threads` sockets, each asking again as soon
 /// as it has an answer (or after 1 s without), until stdin closes: a
 /// flood that keeps answers for `name` in flight whatever the policy does.
+/// Each line on stdin is a barrier: `answered` comes back once every
+/// query in flight when it was read has its answer (the filter adds an
+/// address to the set before it answers), so the caller need not sleep.
 fn dnsloop(server: SocketAddr, name: &str, threads: usize) -> serde_json::Value {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    let stop = Arc::new(AtomicBool::new(false));
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
     let workers: Vec<_> = (0..threads)
-        .map(|_| {
-            let (stop, sent, q) = (stop.clone(), sent.clone(), query(name, RecordType::A));
+        .map(|i| {
+            let (stop, done, q) = (stop.clone(), done.clone(), query(name, RecordType::A));
             std::thread::spawn(move || {
                 let s = UdpSocket::bind("0.0.0.0:0").expect("bind");
                 s.set_read_timeout(Some(Duration::from_secs(1)))
                     .expect("timeout");
                 let mut buf = [0u8; 1500];
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if s.send_to(&q, server).is_ok() {
-                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
+                while !stop.load(Relaxed) {
+                    let _ = s.send_to(&q, server);
                     let _ = s.recv(&mut buf);
+                    done[i].fetch_add(1, Relaxed);
                 }
             })
         })
         .collect();
     println!("started");
-    let _ = std::io::Write::flush(&mut std::io::stdout());
-    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = std::io::stdout().flush();
+    for line in std::io::stdin().lines() {
+        if line.is_err() {
+            break;
+        }
+        // The query in flight now is the one after the last done.
+        let seen: Vec<u64> = done.iter().map(|d| d.load(Relaxed)).collect();
+        let t0 = Instant::now();
+        while done.iter().zip(&seen).any(|(d, s)| d.load(Relaxed) <= *s)
+            && t0.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        println!("answered");
+        let _ = std::io::stdout().flush();
+    }
+    stop.store(true, Relaxed);
     for w in workers {
         let _ = w.join();
     }
-    json!({"sent": sent.load(std::sync::atomic::Ordering::Relaxed)})
+    json!({"sent": done.iter().map(|d| d.load(Relaxed)).sum::<u64>()})
 }
 
 /// Send each hex-encoded packet over UDP; report the reply's rcode.

@@ -103,6 +103,15 @@ pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
     let lim = Limits::from_env();
     let shared = Arc::new(Shared::new(dir.to_owned(), lim.hold));
     let _watcher = watch(dir, shared.clone());
+    {
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                s.audit_flush();
+            }
+        });
+    }
     ready();
     let workers: Vec<_> = sets
         .into_iter()

@@ -128,6 +128,32 @@ impl Shared {
             &Record::new("sbx-fw", "connect", &target, Outcome::Blocked, "proxy").reason(&reason),
         );
     }
+
+    /// The refusals the budget left out, in one record once their second
+    /// is over: a burst followed by silence is counted too (a later
+    /// refusal, which would carry the count, may never come).
+    pub fn audit_flush(&self) {
+        {
+            let a = self.audit.lock().unwrap_or_else(|e| e.into_inner());
+            if a.0.elapsed() < Duration::from_secs(1) {
+                return;
+            }
+        }
+        let n = self.suppressed.swap(0, Ordering::Relaxed);
+        if n == 0 {
+            return;
+        }
+        audit::append(
+            &Record::new(
+                "sbx-fw",
+                "connect",
+                "(refusals over the audit budget)",
+                Outcome::Blocked,
+                "proxy",
+            )
+            .reason(&format!("{n} more refusals not recorded")),
+        );
+    }
 }
 
 /// `name`'s addresses through the DNS filter (resolv.conf).

@@ -364,6 +364,15 @@ pub struct Sandbox {
     /// Default: `[]`
     /// Example: `[".github/workflows", "Makefile"]`
     pub protected: Unique<RelPath>,
+    /// What the agent works on: `"bind"` mounts the host checkout (work
+    /// tree and `.git`) into the sandbox; `"clone"` gives it a worktree of
+    /// its own clone on the repo shelf, on the host's current branch, with
+    /// the host checkout read-only, and `sbx-run fetch` brings its commits
+    /// back as data. Use `"clone"` against an agent you do not trust: in
+    /// bind mode the agent writes the `.git` your own git then reads.
+    /// Default: `"bind"`
+    /// Example: `"clone"`
+    pub workspace: WorkspaceMode,
     /// Legacy policy files' `enabled`; only `true` loads.
     /// Example: `true`
     pub enabled: Option<Enabled>,
@@ -380,9 +389,21 @@ impl Default for Sandbox {
             pids: Pids(1024),
             ports: Unique::default(),
             protected: Unique::default(),
+            workspace: WorkspaceMode::default(),
             enabled: None,
         }
     }
+}
+
+/// `[sandbox] workspace`: `bind` (default) shares the host checkout with
+/// the sandbox; `clone` keeps it read-only there and lets the agent work
+/// on its own clone (docs/security.md, "The host boundary for `.git`").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkspaceMode {
+    #[default]
+    Bind,
+    Clone,
 }
 
 /// `[filesystem]`: secret files hidden inside the sandbox (masked, not deleted).
@@ -610,6 +631,11 @@ impl Config {
             v.extend(t.deny_read.0.iter().map(|g| g.0.clone()));
         }
         v
+    }
+
+    /// `[sandbox] workspace = "clone"`.
+    pub fn clone_mode(&self) -> bool {
+        self.sandbox.workspace == WorkspaceMode::Clone
     }
 
     /// `[tools].read-only`.

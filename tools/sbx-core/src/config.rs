@@ -704,9 +704,9 @@ pub struct Size {
     pub bytes: u64,
 }
 
-impl std::str::FromStr for Size {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl Size {
+    /// Any size in the same notation, no minimum (a cap, not a memory limit).
+    pub fn parse(s: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "invalid size \"{s}\": expected a number with an optional unit b, k, m or g (like \"4g\")"
@@ -726,15 +726,22 @@ impl std::str::FromStr for Size {
             return Err(bad());
         }
         let n: f64 = num.parse().map_err(|_| bad())?;
-        let bytes = (n * mult as f64) as u64;
-        // Docker refuses less than 6 MiB for --memory.
-        if bytes < 6 << 20 {
-            return Err(format!("size \"{s}\" is too small: the minimum is 6m"));
-        }
         Ok(Self {
             text: s.trim().to_owned(),
-            bytes,
+            bytes: (n * mult as f64) as u64,
         })
+    }
+}
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let size = Self::parse(s)?;
+        // Docker refuses less than 6 MiB for --memory.
+        if size.bytes < 6 << 20 {
+            return Err(format!("size \"{s}\" is too small: the minimum is 6m"));
+        }
+        Ok(size)
     }
 }
 from_str_deserialize!(Size);

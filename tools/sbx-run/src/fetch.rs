@@ -40,7 +40,7 @@ pub struct FetchOpts {
     pub branch: BranchArg,
     /// The largest bundle taken from the sandbox (b, k, m or g); a bigger
     /// one is refused and nothing is fetched.
-    #[arg(long, value_name = "SIZE", default_value = "1g")]
+    #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = sbx_core::config::Size::parse)]
     pub max_size: sbx_core::config::Size,
 }
 
@@ -145,7 +145,8 @@ pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError
     for h in &heads {
         c.arg(format!("+refs/heads/{0}:{NAMESPACE}{0}", h.branch));
     }
-    crate::verify::run(c, "fetch").map_err(|e| FetchError::Git("fetch", e.to_string()))?;
+    crate::verify::run(c, "fetch")
+        .map_err(|e| FetchError::Git("fetch", escaped(&e)))?;
     let mut out = io::stdout().lock();
     for h in &heads {
         let r = if common.quiet {
@@ -241,11 +242,11 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
     let mut c = crate::verify::git(&ws.path);
     c.args(["bundle", "verify", "--quiet"]).arg(file);
     crate::verify::run(c, "bundle verify")
-        .map_err(|e| FetchError::Bad(format!("a bundle git refuses ({e})")))?;
+        .map_err(|e| FetchError::Bad(format!("a bundle git refuses ({})", escaped(&e))))?;
     let mut c = crate::verify::git(&ws.path);
     c.args(["bundle", "list-heads"]).arg(file);
     let list = crate::verify::run(c, "bundle list-heads")
-        .map_err(|e| FetchError::Bad(format!("a bundle git cannot list ({e})")))?;
+        .map_err(|e| FetchError::Bad(format!("a bundle git cannot list ({})", escaped(&e))))?;
     let mut heads = Vec::new();
     for line in list.lines() {
         let (id, name) = line.split_once(' ').unwrap_or((line, ""));
@@ -266,4 +267,9 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
         return Err(FetchError::Bad("a bundle without branches".into()));
     }
     Ok(heads)
+}
+
+/// git's message about agent data, for one line on a terminal.
+fn escaped(e: &impl std::fmt::Display) -> String {
+    sanitize::field(&e.to_string()).into_owned()
 }

@@ -139,7 +139,10 @@ git log --oneline -1
     );
     let o = repo.agent(&script);
     let out = text(&o);
-    assert!(!out.contains("WROTE"), "the host checkout was written:\n{out}");
+    assert!(
+        !out.contains("WROTE"),
+        "the host checkout was written:\n{out}"
+    );
     assert!(!out.contains("FAILED"), "the attack did not commit:\n{out}");
     assert!(out.contains("attack"), "{out}");
 
@@ -161,7 +164,14 @@ git log --oneline -1
 
     // The boundary check takes the fetched range before any merge.
     let v = sbx()
-        .args(["--json", "verify-commits", "--since", "main", "--head", "sbx/main"])
+        .args([
+            "--json",
+            "verify-commits",
+            "--since",
+            "main",
+            "--head",
+            "sbx/main",
+        ])
         .arg(&repo.path)
         .output()
         .unwrap();
@@ -199,7 +209,10 @@ git log --oneline -1
         Vec::<String>::new(),
         "the host ran the agent's program"
     );
-    assert!(host_state(&repo) == before, "the host's .git/config or hooks changed");
+    assert!(
+        host_state(&repo) == before,
+        "the host's .git/config or hooks changed"
+    );
 }
 
 #[test]
@@ -246,10 +259,7 @@ fn a_stream_that_is_not_a_bundle_of_branches_fetches_nothing() {
     let good = repo.root().join("good.bundle");
     repo.git(&["bundle", "create", "-q", good.to_str().unwrap(), "main"]);
     let mut b = std::fs::read(&good).unwrap();
-    let at = b
-        .windows(15)
-        .position(|w| w == b"refs/heads/main")
-        .unwrap();
+    let at = b.windows(15).position(|w| w == b"refs/heads/main").unwrap();
     b.splice(at + 11..at + 15, b"m\x1b]0;x\x07n".iter().copied());
     let evil = repo.root().join("evil.bundle");
     std::fs::write(&evil, b).unwrap();
@@ -257,17 +267,10 @@ fn a_stream_that_is_not_a_bundle_of_branches_fetches_nothing() {
         .args(["cp"])
         .arg(&evil)
         .arg(format!("{name}:/tmp/evil.bundle")));
-    let git = sh(Command::new("docker").args([
-        "exec",
-        "-u",
-        "0",
-        &name,
-        "sh",
-        "-c",
-        "command -v git",
-    ]))
-    .trim()
-    .to_owned();
+    let git =
+        sh(Command::new("docker").args(["exec", "-u", "0", &name, "sh", "-c", "command -v git"]))
+            .trim()
+            .to_owned();
     let fake = |body: &str| {
         let script = format!(
             "[ -e {git}.real ] || mv {git} {git}.real; printf '#!/bin/sh\\n{body}\\n' > {git}; chmod 755 {git}"

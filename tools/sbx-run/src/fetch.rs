@@ -145,8 +145,7 @@ pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError
     for h in &heads {
         c.arg(format!("+refs/heads/{0}:{NAMESPACE}{0}", h.branch));
     }
-    crate::verify::run(c, "fetch")
-        .map_err(|e| FetchError::Git("fetch", escaped(&e)))?;
+    crate::verify::run(c, "fetch").map_err(|e| FetchError::Git("fetch", escaped(&e)))?;
     let mut out = io::stdout().lock();
     for h in &heads {
         let r = if common.quiet {
@@ -216,7 +215,11 @@ fn receive(ws: &Workspace, file: &std::path::Path, cap: u64) -> Result<(), Fetch
         .map_err(|e| FetchError::Io(file.to_owned(), e))?;
     if x.status != 0 {
         let text = String::from_utf8_lossy(&err.inner);
-        let line = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
         return Err(FetchError::Guest(
             x.status,
             sanitize::field(line).into_owned(),
@@ -272,4 +275,26 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
 /// git's message about agent data, for one line on a terminal.
 fn escaped(e: &impl std::fmt::Display) -> String {
     sanitize::field(&e.to_string()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cap holds at the byte: up to it is written, one more is an
+    /// error and marks the stream as over.
+    #[test]
+    fn the_cap_refuses_the_first_byte_over() {
+        let mut w = Capped {
+            inner: Vec::new(),
+            left: 5,
+            over: false,
+        };
+        w.write_all(b"abc").unwrap();
+        w.write_all(b"de").unwrap();
+        assert!(!w.over);
+        assert!(w.write_all(b"f").is_err());
+        assert!(w.over);
+        assert_eq!(w.inner, b"abcde");
+    }
 }

@@ -102,9 +102,11 @@ W=/workspace/cloneapp
 for t in "$W/.git/config" "$W/.git/index" "$W/.git/config.worktree" "$W/README" "$W/new"; do
   (echo '[core]' >> "$t") 2>/dev/null && echo "WROTE $t"
 done
-mkdir -p "$W/sub/.git" 2>/dev/null && echo "WROTE $W/sub"
-printf '[core]\n\tfsmonitor = touch %s.host-nested\n' "$C" > "$W/sub/.git/config" 2>/dev/null && echo "WROTE nested config"
-git -C "$W" update-index --add --cacheinfo "160000,$(git rev-parse HEAD),sub" 2>/dev/null && echo "WROTE host index"
+# Hole two of bind mode: a nested repository with a core.fsmonitor in the
+# work tree, a gitlink to it in the host's index.
+(mkdir "$W/sub" && cd "$W/sub" && git init -q && git commit -q --allow-empty -m s) 2>/dev/null && echo "WROTE $W/sub"
+printf '[core]\n\tfsmonitor = touch %s.host-nested\n' "$C" >> "$W/sub/.git/config" 2>/dev/null && echo "WROTE nested config"
+git -C "$W" update-index --add --cacheinfo "160000,$(git -C "$W/sub" rev-parse HEAD 2>/dev/null || git rev-parse HEAD),sub" 2>/dev/null && echo "WROTE host index"
 # Its own clone: everything git runs a program from.
 G=$(git rev-parse --git-common-dir)
 cat >> "$G/config" <<EOF
@@ -139,10 +141,19 @@ git log --oneline -1
     );
     let o = repo.agent(&script);
     let out = text(&o);
+    // The user's next plain `git status`, while the sandbox runs.
+    let st = user_git(&repo, &["status"]);
+    assert_eq!(
+        canaries(repo.root()),
+        Vec::<String>::new(),
+        "the user's git status ran the agent's program:\n{out}\n{}",
+        text(&st)
+    );
     assert!(
         !out.contains("WROTE"),
         "the host checkout was written:\n{out}"
     );
+    assert!(st.status.success(), "git status: {}", text(&st));
     assert!(!out.contains("FAILED"), "the attack did not commit:\n{out}");
     assert!(out.contains("attack"), "{out}");
 

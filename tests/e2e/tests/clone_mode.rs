@@ -91,6 +91,9 @@ fn the_users_git_runs_nothing_the_agent_planted_in_its_clone() {
     let Some(repo) = clone_repo("cloneapp") else {
         return;
     };
+    // Hole one of bind mode: the user's own git renames config.lock over
+    // .git/config while the sandbox runs (a per-file pin would detach).
+    repo.git(&["remote", "add", "up", "/nonexistent/up.git"]);
     let before = host_state(&repo);
     let c = repo.root().join("canary").display().to_string();
     // As the agent, in its worktree of the shelf clone.

@@ -301,3 +301,29 @@ fn a_stream_that_is_not_a_bundle_of_branches_fetches_nothing() {
     one_line(&fetch(&repo, &[]), "nothing was fetched");
     no_refs(&repo);
 }
+
+/// Clone mode works on the host's current branch: a detached HEAD is one
+/// line and 65, for start and fetch alike, before anything is made.
+#[test]
+fn a_detached_head_is_refused_in_one_line() {
+    if !sbx_e2e::prerequisite(sbx_e2e::docker_ready(), "a running Docker engine") {
+        return;
+    }
+    let repo = Repo::new("clonedetached");
+    repo.git(&["init", "-q", "-b", "main"]);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "one"]);
+    repo.git(&["checkout", "-q", "--detach"]);
+    std::fs::create_dir(repo.path.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[sandbox]\nworkspace = \"clone\"\n",
+    )
+    .unwrap();
+    for cmd in ["fetch", "start"] {
+        let o = sbx().arg(cmd).arg("-C").arg(&repo.path).output().unwrap();
+        assert_eq!(o.status.code(), Some(65), "{cmd}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{cmd}: {err}");
+        assert!(err.contains("detached HEAD"), "{cmd}: {err}");
+    }
+}

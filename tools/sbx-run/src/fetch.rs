@@ -109,6 +109,8 @@ struct Head {
 pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError> {
     let ws = Workspace::open(common, opts.path.clone())?.with_branch(opts.branch.branch.as_deref());
     let Some(branch) = ws.branch.clone() else {
+        // Clone mode on a detached HEAD: precheck's line says which.
+        crate::branch::precheck(&ws)?;
         return Err(FetchError::NotAClone(ws.path.display().to_string()).into());
     };
     let dir = tempfile::Builder::new()

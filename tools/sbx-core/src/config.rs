@@ -364,6 +364,15 @@ pub struct Sandbox {
     /// Default: `[]`
     /// Example: `[".github/workflows", "Makefile"]`
     pub protected: Unique<RelPath>,
+    /// What the agent works on: `"bind"` mounts the host checkout (work
+    /// tree and `.git`) into the sandbox; `"clone"` gives it a worktree of
+    /// its own clone on the repo shelf, on the host's current branch, with
+    /// the host checkout read-only, and `sbx-run fetch` brings its commits
+    /// back as data. Use `"clone"` against an agent you do not trust: in
+    /// bind mode the agent writes the `.git` your own git then reads.
+    /// Default: `"bind"`
+    /// Example: `"clone"`
+    pub workspace: WorkspaceMode,
     /// Legacy policy files' `enabled`; only `true` loads.
     /// Example: `true`
     pub enabled: Option<Enabled>,
@@ -380,9 +389,21 @@ impl Default for Sandbox {
             pids: Pids(1024),
             ports: Unique::default(),
             protected: Unique::default(),
+            workspace: WorkspaceMode::default(),
             enabled: None,
         }
     }
+}
+
+/// `[sandbox] workspace`: `bind` (default) shares the host checkout with
+/// the sandbox; `clone` keeps it read-only there and lets the agent work
+/// on its own clone (docs/security.md, "The host boundary for `.git`").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkspaceMode {
+    #[default]
+    Bind,
+    Clone,
 }
 
 /// `[filesystem]`: secret files hidden inside the sandbox (masked, not deleted).
@@ -612,6 +633,11 @@ impl Config {
         v
     }
 
+    /// `[sandbox] workspace = "clone"`.
+    pub fn clone_mode(&self) -> bool {
+        self.sandbox.workspace == WorkspaceMode::Clone
+    }
+
     /// `[tools].read-only`.
     pub fn read_only(&self) -> bool {
         self.tools.as_ref().is_some_and(|t| t.read_only)
@@ -678,9 +704,9 @@ pub struct Size {
     pub bytes: u64,
 }
 
-impl std::str::FromStr for Size {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl Size {
+    /// Any size in the same notation, no minimum (a cap, not a memory limit).
+    pub fn parse(s: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "invalid size \"{s}\": expected a number with an optional unit b, k, m or g (like \"4g\")"
@@ -700,15 +726,22 @@ impl std::str::FromStr for Size {
             return Err(bad());
         }
         let n: f64 = num.parse().map_err(|_| bad())?;
-        let bytes = (n * mult as f64) as u64;
-        // Docker refuses less than 6 MiB for --memory.
-        if bytes < 6 << 20 {
-            return Err(format!("size \"{s}\" is too small: the minimum is 6m"));
-        }
         Ok(Self {
             text: s.trim().to_owned(),
-            bytes,
+            bytes: (n * mult as f64) as u64,
         })
+    }
+}
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let size = Self::parse(s)?;
+        // Docker refuses less than 6 MiB for --memory.
+        if size.bytes < 6 << 20 {
+            return Err(format!("size \"{s}\" is too small: the minimum is 6m"));
+        }
+        Ok(size)
     }
 }
 from_str_deserialize!(Size);

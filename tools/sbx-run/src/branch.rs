@@ -124,30 +124,20 @@ pub fn provision_args(ws: &Workspace, branch: &str, git_dir: &Path) -> Vec<Strin
 /// container exists.
 pub fn precheck(ws: &Workspace) -> Result<(), BoxError> {
     let Some(branch) = ws.branch.as_deref() else {
+        if ws.clone_mode() {
+            return Err(ProvisionError {
+                message: format!(
+                    "{}: the checkout is on no branch (a detached HEAD), and clone mode works on the host's current branch: `git switch` to one, or give --branch B",
+                    sbx_core::sanitize::field(&ws.path.to_string_lossy())
+                ),
+                exit: Exit::DataErr,
+            }
+            .into());
+        }
         return Ok(());
     };
     git_dir(ws)?;
-    // No repository, no config: the name alone (`@{-1}` expands to nothing).
-    let o = std::process::Command::new("git")
-        .args(["check-ref-format", "--branch", branch])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CEILING_DIRECTORIES", "/")
-        .current_dir("/")
-        .stdin(std::process::Stdio::null())
-        .output();
-    let taken = match o {
-        Ok(o) => {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout).trim_end_matches('\n') == branch
-                && !branch.starts_with('-')
-        }
-        // No git on the host: the sandbox's sbx-worktree decides.
-        Err(_) => true,
-    };
-    if taken {
+    if ref_ok(&["--branch", branch], branch) {
         return Ok(());
     }
     Err(ProvisionError {
@@ -157,6 +147,33 @@ pub fn precheck(ws: &Workspace) -> Result<(), BoxError> {
         exit: Exit::Usage,
     }
     .into())
+}
+
+/// `git check-ref-format ARGS` accepts the name (and with `--branch`,
+/// prints it unchanged). No git on the host: true, the sandbox's
+/// sbx-worktree decides.
+pub fn ref_ok(args: &[&str], name: &str) -> bool {
+    // No repository, no config: the name alone (`@{-1}` expands to nothing).
+    let o = std::process::Command::new("git")
+        .arg("check-ref-format")
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CEILING_DIRECTORIES", "/")
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .output();
+    match o {
+        Ok(o) => {
+            o.status.success()
+                && (args[0] != "--branch"
+                    || String::from_utf8_lossy(&o.stdout).trim_end_matches('\n') == name)
+                && !name.starts_with('-')
+        }
+        Err(_) => true,
+    }
 }
 
 /// A start that did not get ready: a branch whose provisioning failed is

@@ -7,6 +7,7 @@ mod api;
 pub mod branch;
 pub mod copy;
 pub mod docker;
+pub mod fetch;
 pub mod gitpins;
 pub mod guestexec;
 pub mod hostpath;
@@ -338,6 +339,15 @@ pub enum Cmd {
     /// sandbox started) against each commit added since REF, in a throwaway
     /// container with no network, never on the host; exit 1 when any fails.
     VerifyCommits(verify::VerifyOpts),
+    /// Bring the sandbox's branches back as data: a `git bundle` from its clone
+    /// (clone or branch mode), size-capped, fetched with hooks off into refs/remotes/sbx/.
+    ///
+    /// The host's git reads the bundle only: no hook, no program from any config, no
+    /// submodule, no work tree and never the checked-out branch is touched. Review with
+    /// `git log -p HEAD..sbx/BRANCH`, check with `sbx-run verify-commits --since HEAD
+    /// --head sbx/BRANCH`, merge with your own git. Exit 65 when the sandbox sends
+    /// something that is not a bundle of valid branches, or more than --max-size.
+    Fetch(fetch::FetchOpts),
 }
 
 pub fn command() -> clap::Command {
@@ -497,6 +507,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
         Cmd::CodexLogout => tools::codex_logout(common),
         Cmd::VerifyCommits(opts) => verify::verify_commits(common, &opts),
+        Cmd::Fetch(opts) => fetch::fetch(common, &opts),
     };
     // A failure after Ctrl-C is reported as the interruption it was; a
     // shell or exec that ended normally keeps its own status even if the

@@ -396,7 +396,7 @@ pub fn read_status(name: &str) -> Option<Value> {
 /// docker's workdir.
 fn workdir_of(c: &Value) -> String {
     let branch = label(c, LABEL_BRANCH);
-    if label(c, LABEL_MODE) == "branch" && !branch.is_empty() {
+    if matches!(label(c, LABEL_MODE), "branch" | "clone") && !branch.is_empty() {
         return crate::branch::worktree_dir(branch);
     }
     c.pointer("/Config/WorkingDir")
@@ -491,7 +491,11 @@ fn hold_git(ws: &Workspace) -> Result<(), RunError> {
     // Opt-in for now: a host mount over .git/config also stops the user's
     // own `git config`, `rm -rf` and `chown -R` of the checkout while a
     // sandbox runs (docs/security.md, "the host boundary for .git").
-    if ws.loaded.config.read_only() || std::env::var_os("SBX_HOLD_GIT_ON_HOST").is_none() {
+    // Clone mode mounts the checkout read-only whole: nothing to hold.
+    if ws.loaded.config.read_only()
+        || ws.clone_mode()
+        || std::env::var_os("SBX_HOLD_GIT_ON_HOST").is_none()
+    {
         return Ok(());
     }
     crate::gitpins::hold_on_host(&ws.path)
@@ -1047,7 +1051,7 @@ pub fn rm(
     // The workspace's shared volumes (history, shelf, logins) go only with
     // the last of its sandboxes: refuse before anything is removed.
     let volumes = if with_volumes {
-        doomed_volumes(&ws)?
+        doomed_volumes(&ws, branch.is_some())?
     } else {
         Vec::new()
     };
@@ -1090,9 +1094,11 @@ pub fn rm(
 /// the workspace's shared ones stay with the others. Without `--branch`,
 /// the workspace's volumes and every branch sandbox's home, refused while
 /// a branch sandbox of the workspace exists (it holds the shared ones).
-fn doomed_volumes(ws: &Workspace) -> Result<Vec<String>, RunError> {
+/// Clone mode's sandbox is the workspace's own: its `rm --volumes` without
+/// `--branch` takes them all too.
+fn doomed_volumes(ws: &Workspace, branch_given: bool) -> Result<Vec<String>, RunError> {
     let n = &ws.names;
-    if ws.branch.is_some() {
+    if branch_given {
         return Ok(vec![n.home.clone()]);
     }
     let mine = |v: &&Value| label(v, LABEL_WORKSPACE) == ws.path.to_string_lossy();

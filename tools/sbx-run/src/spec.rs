@@ -384,7 +384,9 @@ pub fn build(
         format!("{LABEL_WORKSPACE}={workspace}"),
         format!(
             "{LABEL_MODE}={}",
-            if ws.branch.is_some() {
+            if ws.clone_mode() {
+                "clone"
+            } else if ws.branch.is_some() {
                 "branch"
             } else {
                 "bind"
@@ -480,7 +482,11 @@ pub fn build(
     // (later mounts stack on earlier ones).
     // Owned by someone other than the agent: the idmapped view (workspace.rs).
     // [tools].read-only: the OS refuses every writer, whatever tool it is.
-    let ro = cfg.read_only();
+    // Clone mode: the agent works on the shelf, and nothing it can write
+    // lands in the host checkout (work tree or `.git`); it keeps a
+    // read-only view for provisioning and the hooks and protected paths
+    // the guest pins from it (sbx-guest's branch.rs).
+    let ro = cfg.read_only() || ws.clone_mode();
     a.extend(["--mount".into(), bind(&ws.mount_source(), &target, ro)]);
     // Every read-only or masking mount inside the workspace, whose parent
     // directories get pinned below.
@@ -626,7 +632,7 @@ pub fn build(
     // Root's only (the image makes the directory root 0755): the git
     // broker keeps its stash record there (`serve --keep`).
     a.extend(["--mount".into(), volume(&n.git_record, GIT_RECORD_DIR)]);
-    if ro {
+    if cfg.read_only() {
         a.extend([
             "--mount".into(),
             mount(&[

@@ -46,6 +46,10 @@ pub struct VerifyOpts {
     /// starts in both bind and branch mode).
     #[arg(long, value_name = "REF")]
     pub since: Option<String>,
+    /// The last commit to check (default: HEAD); e.g. `--since HEAD --head
+    /// sbx/main` checks what `sbx-run fetch` brought back before a merge.
+    #[arg(long, value_name = "REF", default_value = "HEAD")]
+    pub head: String,
     /// Inside the clean room: the directory the host prepared.
     #[arg(long, value_name = "DIR", hide = true)]
     pub clean_room: Option<PathBuf>,
@@ -114,7 +118,7 @@ const NO_FILE: &str = "/proc/self/sbx-no-such-file";
 /// commit-graph are files the sandbox writes, and each hid a commit that
 /// skipped the hooks, round eight); and every key through which a read
 /// could run a program pinned off, whatever `.git/config` says.
-fn git(dir: &Path) -> Command {
+pub(crate) fn git(dir: &Path) -> Command {
     let mut c = git_reading_hooks_path(dir);
     c.args(["-c", "core.hooksPath=/dev/null"]);
     c
@@ -162,7 +166,7 @@ fn git_reading_hooks_path(dir: &Path) -> Command {
     c
 }
 
-fn run(mut c: Command, what: &str) -> Result<String, VerifyError> {
+pub(crate) fn run(mut c: Command, what: &str) -> Result<String, VerifyError> {
     let out = c.output().map_err(VerifyError::Spawn)?;
     if !out.status.success() {
         return Err(VerifyError::Git(
@@ -180,11 +184,15 @@ struct Listed {
     subject: String,
 }
 
-fn list(top: &Path, since: &str) -> Result<Vec<Listed>, VerifyError> {
-    let mut c = git(top);
-    c.args(["rev-parse", "-q", "--verify", "--end-of-options"])
-        .arg(format!("{since}^{{commit}}"));
-    let base = run(c, "rev-parse").map_err(|_| VerifyError::NoBase(since.into()))?;
+fn list(top: &Path, since: &str, head: &str) -> Result<Vec<Listed>, VerifyError> {
+    let commit = |r: &str| {
+        let mut c = git(top);
+        c.args(["rev-parse", "-q", "--verify", "--end-of-options"])
+            .arg(format!("{r}^{{commit}}"));
+        run(c, "rev-parse").map_err(|_| VerifyError::NoBase(r.into()))
+    };
+    let base = commit(since)?;
+    let head = commit(head)?;
     let mut c = git(top);
     c.args([
         "log",
@@ -194,7 +202,7 @@ fn list(top: &Path, since: &str) -> Result<Vec<Listed>, VerifyError> {
         "--no-show-signature",
         "--format=%H %P%n%s",
     ])
-    .arg(format!("{base}..HEAD"))
+    .arg(format!("{base}..{head}"))
     .arg("--");
     let text = run(c, "log")?;
     Ok(text
@@ -275,7 +283,7 @@ pub fn verify_commits(common: &CommonArgs, opts: &VerifyOpts) -> Result<ExitCode
     let top = PathBuf::from(run(c, "rev-parse").map_err(|_| VerifyError::NotARepo(dir.clone()))?);
     let ws = Workspace::open(common, Some(top.clone()))?;
     let since = opts.since.clone().unwrap_or_else(|| "@{upstream}".into());
-    let commits = list(&top, &since)?;
+    let commits = list(&top, &since, &opts.head)?;
     if commits.is_empty() {
         output::info("no commits to check");
         return Ok(Exit::Ok.into());

@@ -35,7 +35,20 @@ impl Workspace {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
         let loaded = config::discover(common.config.as_deref(), env_config.as_deref(), &path)?;
-        Ok(Self::with_config(path, loaded))
+        let ws = Self::with_config(path, loaded);
+        // Clone mode: the sandbox is the one of the branch the host is on
+        // (a detached HEAD leaves none: start refuses, branch::precheck).
+        if ws.clone_mode() {
+            let head = host_branch(&ws.path);
+            return Ok(ws.with_branch(head.as_deref()));
+        }
+        Ok(ws)
+    }
+
+    /// `[sandbox] workspace = "clone"`: the host checkout is read-only in
+    /// the sandbox, which works on its own clone on the shelf.
+    pub fn clone_mode(&self) -> bool {
+        self.loaded.config.clone_mode()
     }
 
     pub fn with_config(path: PathBuf, loaded: Loaded) -> Self {
@@ -54,7 +67,11 @@ impl Workspace {
 
     /// The same workspace in branch mode (its own container, network,
     /// home and labels; the workdir is the branch's shelf worktree).
+    /// `None` keeps what `open` chose (clone mode's current branch).
     pub fn with_branch(mut self, branch: Option<&str>) -> Self {
+        if branch.is_none() {
+            return self;
+        }
         self.names = Names::new(&self.path, branch);
         self.branch = branch.map(str::to_owned);
         self
@@ -111,6 +128,23 @@ impl Workspace {
     pub fn config_dir(&self) -> PathBuf {
         self.path.join(config::DIR)
     }
+}
+
+/// The branch the host checkout is on, from `.git/HEAD` read as data
+/// (opened beneath the workspace, no link followed, a few bytes): no git
+/// runs, so nothing the repository configures does. `None` on a detached
+/// HEAD or anything unexpected.
+pub fn host_branch(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let root = sbx_sys::beneath::Root::open(path).ok()?;
+    let mut text = String::new();
+    root.open_read(Path::new(".git/HEAD"))
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut text)
+        .ok()?;
+    let name = text.strip_prefix("ref: refs/heads/")?.strip_suffix('\n')?;
+    (!name.is_empty() && !name.contains(['\n', '\0'])).then(|| name.to_owned())
 }
 
 /// Canonical path of a git work tree (a `.git` directory or file).

@@ -459,3 +459,19 @@ fn store_urls_are_parsed_once_into_fields() {
         assert!(err.contains(says), "{bad}: {err}");
     }
 }
+
+#[test]
+fn workspace_mode_is_bind_unless_clone_is_asked_for() {
+    assert!(!parse("").unwrap().clone_mode());
+    let c = parse("[sandbox]\nworkspace = \"clone\"\n").unwrap();
+    assert!(c.clone_mode());
+    assert!(
+        !parse("[sandbox]\nworkspace = \"bind\"\n")
+            .unwrap()
+            .clone_mode()
+    );
+    let e = parse("[sandbox]\nworkspace = \"copy\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("workspace") && e.contains("clone"), "{e}");
+}

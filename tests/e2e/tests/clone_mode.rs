@@ -1,0 +1,329 @@
+//! Clone mode (`[sandbox] workspace = "clone"`, issue 36) against a real
+//! Docker engine and real git: the agent works on its own clone, plants
+//! everything git runs a program from in that clone and in its commit,
+//! tries the host checkout (read-only here, whole), and the user's plain
+//! git on the host (status, log -p in a pty with the pager, diff, merge)
+//! after `sbx-run fetch` runs none of it. And the return path fails
+//! closed on what a subverted sandbox could send instead of a bundle.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
+
+/// A clone-mode workspace on main with one commit, the agent's, started.
+fn clone_repo(name: &str) -> Option<Repo> {
+    if !base_image() {
+        return None;
+    }
+    let repo = Repo::new(name);
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join("README"), "hi\n").unwrap();
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "README", ".gitignore"]);
+    repo.git(&["commit", "-qm", "one"]);
+    repo.hook("post-merge", "#!/bin/sh\nexit 0\n");
+    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "init: {}", text(&o));
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[sandbox]\nworkspace = \"clone\"\n",
+    )
+    .unwrap();
+    // The user's checkout, not the agent's: seen through the idmapped view.
+    let o = sbx().arg("start").arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "start: {}", text(&o));
+    Some(repo)
+}
+
+fn fetch(repo: &Repo, extra: &[&str]) -> Output {
+    sbx()
+        .arg("fetch")
+        .args(extra)
+        .arg("-C")
+        .arg(&repo.path)
+        .output()
+        .unwrap()
+}
+
+/// The host's files the agent must not change: `.git/config` and the
+/// hooks, byte for byte.
+fn host_state(repo: &Repo) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v = vec![(
+        repo.path.join(".git/config"),
+        std::fs::read(repo.path.join(".git/config")).unwrap(),
+    )];
+    let mut hooks: Vec<PathBuf> = std::fs::read_dir(repo.path.join(".git/hooks"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    hooks.sort();
+    for h in hooks {
+        let b = std::fs::read(&h).unwrap();
+        v.push((h, b));
+    }
+    v
+}
+
+/// Every canary file the agent's programs would leave (outside the repo).
+fn canaries(root: &Path) -> Vec<String> {
+    std::fs::read_dir(root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("canary"))
+        .collect()
+}
+
+/// The user's git on the host: plain, the test's identity only.
+fn user_git(repo: &Repo, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+        .args(args)
+        .current_dir(&repo.path)
+        .env("PAGER", "cat")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_users_git_runs_nothing_the_agent_planted_in_its_clone() {
+    let Some(repo) = clone_repo("cloneapp") else {
+        return;
+    };
+    // Hole one of bind mode: the user's own git renames config.lock over
+    // .git/config while the sandbox runs (a per-file pin would detach).
+    repo.git(&["remote", "add", "up", "/nonexistent/up.git"]);
+    let before = host_state(&repo);
+    let c = repo.root().join("canary").display().to_string();
+    // As the agent, in its worktree of the shelf clone.
+    let script = format!(
+        r#"
+C={c}
+W=/workspace/cloneapp
+# The host checkout: read-only here, work tree and .git alike.
+for t in "$W/.git/config" "$W/.git/index" "$W/.git/config.worktree" "$W/README" "$W/new"; do
+  (echo '[core]' >> "$t") 2>/dev/null && echo "WROTE $t"
+done
+# Hole two of bind mode: a nested repository with a core.fsmonitor in the
+# work tree, a gitlink to it in the host's index.
+(mkdir "$W/sub" && cd "$W/sub" && git init -q && git commit -q --allow-empty -m s) 2>/dev/null && echo "WROTE $W/sub"
+printf '[core]\n\tfsmonitor = touch %s.host-nested\n' "$C" >> "$W/sub/.git/config" 2>/dev/null && echo "WROTE nested config"
+git -C "$W" update-index --add --cacheinfo "160000,$(git -C "$W/sub" rev-parse HEAD 2>/dev/null || git rev-parse HEAD),sub" 2>/dev/null && echo "WROTE host index"
+# Its own clone: everything git runs a program from.
+G=$(git rev-parse --git-common-dir)
+cat >> "$G/config" <<EOF
+[core]
+	fsmonitor = touch $C.fsmonitor
+	pager = "touch $C.pager; cat"
+	hooksPath = .evilhooks
+[diff]
+	external = touch $C.diff-external
+[filter "evil"]
+	smudge = "touch $C.smudge 2>/dev/null; cat"
+	clean = "touch $C.clean 2>/dev/null; cat"
+[include]
+	path = evil.inc
+EOF
+printf '[alias]\n\tst = !touch %s.alias\n' "$C" > "$G/evil.inc"
+(printf '#!/bin/sh\ntouch %s.clone-hook\n' "$C" > "$G/hooks/post-merge") 2>/dev/null
+mkdir -p .evilhooks
+for h in post-merge post-checkout post-commit reference-transaction; do
+  printf '#!/bin/sh\ntouch %s.hook-%s\n' "$C" "$h" > .evilhooks/$h
+  chmod +x .evilhooks/$h
+done
+printf '* filter=evil diff=evil\n' > .gitattributes
+printf '[submodule "sub"]\n\tpath = sub\n\turl = ext::sh -c touch%% %s.ext\n' "$C" > .gitmodules
+# A nested repository with its own fsmonitor, as a gitlink in the index.
+mkdir sub && (cd sub && git init -q && printf '[core]\n\tfsmonitor = touch %s.nested\n' "$C" >> .git/config && git commit -q --allow-empty -m s) || echo "NESTED FAILED"
+git add .gitattributes .gitmodules .evilhooks sub || echo "ADD FAILED"
+echo two >> README && git add README
+git commit -q -m attack || echo "COMMIT FAILED"
+git log --oneline -1
+"#
+    );
+    let o = repo.agent(&script);
+    let out = text(&o);
+    // The user's next plain `git status`, while the sandbox runs.
+    let st = user_git(&repo, &["status"]);
+    assert_eq!(
+        canaries(repo.root()),
+        Vec::<String>::new(),
+        "the user's git status ran the agent's program:\n{out}\n{}",
+        text(&st)
+    );
+    assert!(
+        !out.contains("WROTE"),
+        "the host checkout was written:\n{out}"
+    );
+    assert!(st.status.success(), "git status: {}", text(&st));
+    assert!(!out.contains("FAILED"), "the attack did not commit:\n{out}");
+    assert!(out.contains("attack"), "{out}");
+
+    let f = fetch(&repo, &[]);
+    assert!(f.status.success(), "fetch: {}", text(&f));
+    assert!(text(&f).contains("sbx/main"), "{}", text(&f));
+    // Landed beside the user's branch, not in it, nothing in the work tree.
+    assert_ne!(
+        repo.git(&["rev-parse", "sbx/main"]),
+        repo.git(&["rev-parse", "main"])
+    );
+    assert!(!repo.path.join(".gitmodules").exists());
+    // The commit carries the nested repository as a gitlink, and the rest.
+    let tree = repo.git(&["ls-tree", "sbx/main"]);
+    assert!(tree.contains("160000 commit"), "{tree}");
+    for f in [".gitmodules", ".gitattributes", ".evilhooks"] {
+        assert!(tree.contains(f), "{tree}");
+    }
+
+    // The boundary check takes the fetched range before any merge.
+    let v = sbx()
+        .args([
+            "--json",
+            "verify-commits",
+            "--since",
+            "main",
+            "--head",
+            "sbx/main",
+        ])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    assert!(v.status.success(), "verify-commits: {}", text(&v));
+    assert!(text(&v).contains("\"subject\":\"attack\""), "{}", text(&v));
+
+    // The user's own commands, each of them plain.
+    for args in [
+        &["status"][..],
+        &["diff", "HEAD", "sbx/main"],
+        &["log", "-p", "-1", "sbx/main"],
+        &["merge", "--ff-only", "sbx/main"],
+        &["status"],
+        &["diff", "HEAD~1"],
+    ] {
+        let o = user_git(&repo, args);
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+    }
+    // `git log -p` on a terminal, as a user reads it: the pager's pty.
+    let o = Command::new("script")
+        .args(["-qec", "git log -p -2", "/dev/null"])
+        .current_dir(&repo.path)
+        .env("PAGER", "cat")
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "log in a pty: {}", text(&o));
+    assert!(text(&o).contains("attack"), "{}", text(&o));
+    assert_eq!(
+        repo.git(&["rev-parse", "HEAD"]),
+        repo.git(&["rev-parse", "sbx/main"])
+    );
+    assert_eq!(
+        canaries(repo.root()),
+        Vec::<String>::new(),
+        "the host ran the agent's program"
+    );
+    assert!(
+        host_state(&repo) == before,
+        "the host's .git/config or hooks changed"
+    );
+}
+
+#[test]
+fn a_stream_that_is_not_a_bundle_of_branches_fetches_nothing() {
+    let Some(repo) = clone_repo("clonebad") else {
+        return;
+    };
+    let o = repo.agent("echo x > f && git add f && git commit -qm agent");
+    assert!(o.status.success(), "{}", text(&o));
+    let no_refs = |repo: &Repo| {
+        assert_eq!(
+            repo.git(&["for-each-ref", "refs/remotes/sbx"]),
+            "",
+            "a ref was written"
+        );
+    };
+    let one_line = |o: &Output, want: &str| {
+        assert_eq!(o.status.code(), Some(65), "{}", text(o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{err}");
+        assert!(!err.contains('\x1b'), "raw escape: {err:?}");
+    };
+    // Oversized: a real bundle over the cap.
+    let o = fetch(&repo, &["--max-size", "200"]);
+    one_line(&o, "larger than --max-size");
+    no_refs(&repo);
+
+    // A subverted sandbox: root replaces the git the guest runs.
+    let name = sh(Command::new("docker").args([
+        "ps",
+        "--filter",
+        &format!("label=sbx.workspace={}", repo.path.display()),
+        "--filter",
+        "label=sbx.mode=clone",
+        "--format",
+        "{{.Names}}",
+    ]))
+    .lines()
+    .find(|n| !n.ends_with("-net"))
+    .expect("the sandbox's container")
+    .to_owned();
+    // A real bundle whose ref name carries a terminal escape.
+    let good = repo.root().join("good.bundle");
+    repo.git(&["bundle", "create", "-q", good.to_str().unwrap(), "main"]);
+    let mut b = std::fs::read(&good).unwrap();
+    let at = b.windows(15).position(|w| w == b"refs/heads/main").unwrap();
+    b.splice(at + 11..at + 15, b"m\x1b]0;x\x07n".iter().copied());
+    let evil = repo.root().join("evil.bundle");
+    std::fs::write(&evil, b).unwrap();
+    sh(Command::new("docker")
+        .args(["cp"])
+        .arg(&evil)
+        .arg(format!("{name}:/tmp/evil.bundle")));
+    let git =
+        sh(Command::new("docker").args(["exec", "-u", "0", &name, "sh", "-c", "command -v git"]))
+            .trim()
+            .to_owned();
+    let fake = |body: &str| {
+        let script = format!(
+            "[ -e {git}.real ] || mv {git} {git}.real; printf '#!/bin/sh\\n{body}\\n' > {git}; chmod 755 {git}"
+        );
+        sh(Command::new("docker").args(["exec", "-u", "0", &name, "sh", "-c", &script]));
+    };
+    fake("printf hello");
+    one_line(&fetch(&repo, &[]), "no git bundle");
+    no_refs(&repo);
+    fake("cat /tmp/evil.bundle");
+    one_line(&fetch(&repo, &[]), "a ref sbx does not take");
+    no_refs(&repo);
+    fake("head -c 300 /tmp/evil.bundle");
+    one_line(&fetch(&repo, &[]), "nothing was fetched");
+    no_refs(&repo);
+}
+
+/// Clone mode works on the host's current branch: a detached HEAD is one
+/// line and 65, for start and fetch alike, before anything is made.
+#[test]
+fn a_detached_head_is_refused_in_one_line() {
+    if !sbx_e2e::prerequisite(sbx_e2e::docker_ready(), "a running Docker engine") {
+        return;
+    }
+    let repo = Repo::new("clonedetached");
+    repo.git(&["init", "-q", "-b", "main"]);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "one"]);
+    repo.git(&["checkout", "-q", "--detach"]);
+    std::fs::create_dir(repo.path.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[sandbox]\nworkspace = \"clone\"\n",
+    )
+    .unwrap();
+    for cmd in ["fetch", "start"] {
+        let o = sbx().arg(cmd).arg("-C").arg(&repo.path).output().unwrap();
+        assert_eq!(o.status.code(), Some(65), "{cmd}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{cmd}: {err}");
+        assert!(err.contains("detached HEAD"), "{cmd}: {err}");
+    }
+}

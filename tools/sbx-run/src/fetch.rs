@@ -1,0 +1,302 @@
+//! `sbx-run fetch`: the return path of clone mode (and branch mode). The
+//! sandbox's commits come back as data only: the guest runs `git bundle
+//! create` as the agent in the sandbox's clone, the host streams the
+//! bundle into a private file under a size cap, checks its header and
+//! every ref name, and fetches it with the host's git, hooks and every
+//! program-running key pinned off, into `refs/remotes/sbx/<branch>`:
+//! never the checked-out branch, never the work tree, never a submodule.
+//! Nothing of the clone's `.git` (its config, hooks, index, nested
+//! repositories) reaches the host; the user reviews and merges with their
+//! own git.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::BoxError;
+use sbx_core::guestapi::{ExecReq, User};
+use sbx_core::{Exit, SbxError, output, sanitize};
+use serde_json::json;
+
+use crate::guestexec::{self, GuestError};
+use crate::workspace::Workspace;
+use crate::{BranchArg, RunError};
+
+/// Where fetched branches land: remote-tracking refs of a remote that
+/// does not exist, so no `git pull`, push or checkout moves them by itself.
+pub const NAMESPACE: &str = "refs/remotes/sbx/";
+
+/// The bundle formats git writes (`# v2 git bundle`, `# v3 git bundle`).
+const HEADERS: [&[u8]; 2] = [b"# v2 git bundle\n", b"# v3 git bundle\n"];
+
+#[derive(Debug, Args)]
+pub struct FetchOpts {
+    /// Workspace (default: the current directory).
+    #[arg(long = "path", short = 'C', value_name = "PATH")]
+    pub path: Option<PathBuf>,
+    #[command(flatten)]
+    pub branch: BranchArg,
+    /// The largest bundle taken from the sandbox (b, k, m or g); a bigger
+    /// one is refused and nothing is fetched.
+    #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = sbx_core::config::Size::parse)]
+    pub max_size: sbx_core::config::Size,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error(
+        "{0}: `sbx-run fetch` takes a sandbox's own clone: set [sandbox] workspace = \"clone\", or give --branch B"
+    )]
+    NotAClone(String),
+    #[error("{0}: not running: start it (`sbx-run start`), then fetch")]
+    NotRunning(String),
+    #[error("the sandbox's bundle is larger than --max-size {0}: nothing was fetched")]
+    TooBig(String),
+    #[error("the sandbox sent {0}: nothing was fetched")]
+    Bad(String),
+    #[error("the sandbox's `git bundle create` failed ({0}): {1}")]
+    Guest(i32, String),
+    #[error("git {0}: {1}")]
+    Git(&'static str, String),
+    #[error(transparent)]
+    Proto(#[from] GuestError),
+    #[error("{path}: {err}", path = .0.display(), err = .1)]
+    Io(PathBuf, io::Error),
+}
+
+impl SbxError for FetchError {
+    fn exit(&self) -> Exit {
+        match self {
+            Self::NotAClone(_) => Exit::Usage,
+            Self::NotRunning(_) => Exit::Unavailable,
+            Self::TooBig(_) | Self::Bad(_) | Self::Guest(..) => Exit::DataErr,
+            Self::Git(..) | Self::Proto(_) => Exit::Software,
+            Self::Io(_, e) => sbx_core::error::io_exit(e),
+        }
+    }
+}
+
+/// A writer that refuses to grow past `cap` bytes.
+struct Capped<W> {
+    inner: W,
+    left: u64,
+    over: bool,
+}
+
+impl<W: Write> Write for Capped<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.len() as u64 > self.left {
+            self.over = true;
+            return Err(io::Error::other("over the size cap"));
+        }
+        let n = self.inner.write(buf)?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// One fetched branch: its name in the sandbox and the commit.
+struct Head {
+    id: String,
+    branch: String,
+}
+
+pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError> {
+    let ws = Workspace::open(common, opts.path.clone())?.with_branch(opts.branch.branch.as_deref());
+    let Some(branch) = ws.branch.clone() else {
+        // Clone mode on a detached HEAD: precheck's line says which.
+        crate::branch::precheck(&ws)?;
+        return Err(FetchError::NotAClone(ws.path.display().to_string()).into());
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("sbx-fetch-")
+        .tempdir()
+        .map_err(|e| FetchError::Io(std::env::temp_dir(), e))?;
+    let file = dir.path().join("sandbox.bundle");
+    receive(&ws, &file, opts.max_size.bytes)?;
+    let heads = check(&ws, &file)?;
+    // One transaction: every branch or none, with the host's git reading
+    // the bundle as data (verify.rs's pins) and running nothing.
+    let mut c = crate::verify::git(&ws.path);
+    for kv in [
+        "protocol.file.allow=always",
+        "fetch.fsckObjects=true",
+        "fetch.recurseSubmodules=false",
+        "submodule.recurse=false",
+        "gc.auto=0",
+        "maintenance.auto=false",
+    ] {
+        c.args(["-c", kv]);
+    }
+    c.args([
+        "fetch",
+        "--quiet",
+        "--atomic",
+        "--no-tags",
+        "--no-recurse-submodules",
+        "--no-write-fetch-head",
+        "--no-auto-gc",
+        "--refmap=",
+    ])
+    .arg(&file);
+    for h in &heads {
+        c.arg(format!("+refs/heads/{0}:{NAMESPACE}{0}", h.branch));
+    }
+    crate::verify::run(c, "fetch").map_err(|e| FetchError::Git("fetch", escaped(&e)))?;
+    let mut out = io::stdout().lock();
+    for h in &heads {
+        let r = if common.quiet {
+            Ok(())
+        } else if common.json {
+            output::json_line(
+                &mut out,
+                "fetched",
+                &json!({"branch": h.branch, "ref": format!("{NAMESPACE}{}", h.branch), "id": h.id}),
+            )
+        } else {
+            writeln!(
+                out,
+                "sbx/{} {}",
+                sanitize::field(&h.branch),
+                &h.id[..h.id.len().min(12)]
+            )
+        };
+        r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    }
+    output::info(&format!(
+        "review with `git log -p HEAD..sbx/{0}`, check with `sbx-run verify-commits --since HEAD --head sbx/{0}`, then `git merge sbx/{0}`",
+        sanitize::field(&branch)
+    ));
+    Ok(Exit::Ok.into())
+}
+
+/// The guest runs `git bundle create - --branches` as the agent in the
+/// branch's worktree; its stdout goes into `file`, at most `cap` bytes.
+fn receive(ws: &Workspace, file: &std::path::Path, cap: u64) -> Result<(), FetchError> {
+    let sock = guestexec::socket_for(ws);
+    let client = match guestexec::connect(&sock) {
+        Ok(c) => c,
+        Err(GuestError::NoGuest(..)) => {
+            return Err(FetchError::NotRunning(ws.names.container.clone()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let req = ExecReq {
+        argv: ["git", "bundle", "create", "--quiet", "-", "--branches"]
+            .map(String::from)
+            .to_vec(),
+        env: [("SBX_AGENT".to_owned(), "sbx-run-fetch".to_owned())].into(),
+        cwd: Some(ws.workdir()),
+        user: User::Agent,
+        tty: None,
+        timeout_ms: None,
+        hangup: false,
+    };
+    let f = std::fs::File::create(file).map_err(|e| FetchError::Io(file.to_owned(), e))?;
+    let mut out = Capped {
+        inner: io::BufWriter::new(f),
+        left: cap,
+        over: false,
+    };
+    let mut err = Capped {
+        inner: Vec::new(),
+        left: 4096,
+        over: false,
+    };
+    let r = guestexec::run_with(client, req, None, &mut out, &mut err, false);
+    if out.over {
+        return Err(FetchError::TooBig(cap.to_string()));
+    }
+    let x = r?;
+    out.flush()
+        .map_err(|e| FetchError::Io(file.to_owned(), e))?;
+    if x.status != 0 {
+        let text = String::from_utf8_lossy(&err.inner);
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return Err(FetchError::Guest(
+            x.status,
+            sanitize::field(line).into_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// The bundle's header and refs, checked before git fetches anything:
+/// a bundle git wrote, branches only, each a name git accepts.
+fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError> {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    let n = std::fs::File::open(file)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| FetchError::Io(file.to_owned(), e))?;
+    if !HEADERS.contains(&&head[..n]) {
+        return Err(FetchError::Bad(format!(
+            "no git bundle (it starts {:?})",
+            sanitize::field(&String::from_utf8_lossy(&head[..n]))
+        )));
+    }
+    let mut c = crate::verify::git(&ws.path);
+    c.args(["bundle", "verify", "--quiet"]).arg(file);
+    crate::verify::run(c, "bundle verify")
+        .map_err(|e| FetchError::Bad(format!("a bundle git refuses ({})", escaped(&e))))?;
+    let mut c = crate::verify::git(&ws.path);
+    c.args(["bundle", "list-heads"]).arg(file);
+    let list = crate::verify::run(c, "bundle list-heads")
+        .map_err(|e| FetchError::Bad(format!("a bundle git cannot list ({})", escaped(&e))))?;
+    let mut heads = Vec::new();
+    for line in list.lines() {
+        let (id, name) = line.split_once(' ').unwrap_or((line, ""));
+        let branch = name.strip_prefix("refs/heads/").unwrap_or("");
+        let id_ok = matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit());
+        if !id_ok || branch.is_empty() || !crate::branch::ref_ok(&[name], name) {
+            return Err(FetchError::Bad(format!(
+                "a ref sbx does not take ({})",
+                sanitize::field(line)
+            )));
+        }
+        heads.push(Head {
+            id: id.to_owned(),
+            branch: branch.to_owned(),
+        });
+    }
+    if heads.is_empty() {
+        return Err(FetchError::Bad("a bundle without branches".into()));
+    }
+    Ok(heads)
+}
+
+/// git's message about agent data, for one line on a terminal.
+fn escaped(e: &impl std::fmt::Display) -> String {
+    sanitize::field(&e.to_string()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cap holds at the byte: up to it is written, one more is an
+    /// error and marks the stream as over.
+    #[test]
+    fn the_cap_refuses_the_first_byte_over() {
+        let mut w = Capped {
+            inner: Vec::new(),
+            left: 5,
+            over: false,
+        };
+        w.write_all(b"abc").unwrap();
+        w.write_all(b"de").unwrap();
+        assert!(!w.over);
+        assert!(w.write_all(b"f").is_err());
+        assert!(w.over);
+        assert_eq!(w.inner, b"abcde");
+    }
+}

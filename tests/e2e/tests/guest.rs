@@ -458,7 +458,7 @@ fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
     use std::os::unix::fs::MetadataExt;
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o644));
     // A flood from the agent: bounded, counted, and the guest stays responsive.
-    let flood = r#"perl -MSocket -e 'socket(S, PF_UNIX, SOCK_DGRAM, 0) or die; my $a = pack_sockaddr_un("/run/sbx-audit/audit.sock"); my $r = q({"timestamp":"x","tool":"linter","agent":"a","operation":"o","target":"flood","result":"allowed","policy":"p"}); for (1..20000) { send(S, $r, 0, $a) } for my $t ("sbx-guest", "sbx-fw", "sbx-git-guard", "tools", "sbx\x{200b}-guest") { send(S, qq({"timestamp":"x","tool":"$t","agent":"a","operation":"o","target":"forged","result":"allowed","policy":"p"}), 0, $a) }'"#;
+    let flood = r#"perl -MSocket -e 'socket(S, PF_UNIX, SOCK_DGRAM, 0) or die; my $a = pack_sockaddr_un("/run/sbx-audit/audit.sock"); my $r = q({"timestamp":"x","tool":"linter","agent":"a","operation":"o","target":"flood","result":"allowed","policy":"p"}); for (1..20000) { send(S, $r, 0, $a) } for my $t ("sbx-guest", "sbx-fw", "sbx-git-guard", "tools", "sbx\xe2\x80\x8b-guest") { send(S, qq({"timestamp":"x","tool":"$t","agent":"a","operation":"o","target":"forged","result":"allowed","policy":"p"}), 0, $a) }'"#;
     let t0 = Instant::now();
     let o = s.exec("1000", flood);
     assert!(o.status.success(), "{}", text(&o));

@@ -228,10 +228,11 @@ pub fn send_verified(path: &Path, line: &[u8], timeout: std::time::Duration) -> 
 pub const VERIFIED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Append a record that must not be lost: inside a sandbox through the
-/// verifying sink, which answers once it is written. An error has already
-/// been printed on stderr with the record; the caller refuses what it was
-/// about to allow.
-pub fn append_verified(record: &Record<'_>) -> Result<(), ()> {
+/// verifying sink, which answers once it is written. False: not in the
+/// log, already printed on stderr with the record; the caller refuses what
+/// it was about to allow.
+#[must_use]
+pub fn append_verified(record: &Record<'_>) -> bool {
     let line = record.to_line();
     let sock = if Path::new(SANDBOX_MARKER).exists() {
         PathBuf::from(VERIFIED_SOCKET)
@@ -239,14 +240,16 @@ pub fn append_verified(record: &Record<'_>) -> Result<(), ()> {
     {
         PathBuf::from(p)
     } else {
-        return LOG.append_file(record);
+        return LOG.append_file(record).is_ok();
     };
-    send_verified(&sock, &line, VERIFIED_TIMEOUT).map_err(|e| {
-        eprintln!(
-            "{}",
-            undelivered_line(&format!("{}: {e}", sock.display()), &line)
-        );
-    })
+    send_verified(&sock, &line, VERIFIED_TIMEOUT)
+        .map_err(|e| {
+            eprintln!(
+                "{}",
+                undelivered_line(&format!("{}: {e}", sock.display()), &line)
+            );
+        })
+        .is_ok()
 }
 
 /// Where this process's records go.

@@ -256,7 +256,7 @@ fn check_inner(
     }
     // A call whose record is not in the log does not run: the agent cannot
     // buy an unrecorded call by flooding or stalling the sink.
-    if audit::append_verified(&rec).is_err() && reason.is_none() {
+    if !audit::append_verified(&rec) && reason.is_none() {
         return Ok(Some(
             "the audit sink did not take this call's record; the call is refused".into(),
         ));

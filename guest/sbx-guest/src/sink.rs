@@ -436,18 +436,13 @@ impl Known {
 /// The verifying sink's listening socket at `path`, mode 0666 like the
 /// datagram one.
 pub fn bind_verified(path: &Path) -> io::Result<OwnedFd> {
-    use nix::sys::socket::{AddressFamily, Backlog, SockFlag, SockType, bind, listen, socket};
+    use nix::sys::socket::{Backlog, bind, listen};
     use std::os::unix::fs::PermissionsExt;
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
     let _ = std::fs::remove_file(path);
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
+    let fd = sbx_core::audit::seqpacket()?;
     bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
     listen(&fd, Backlog::new(128).map_err(io::Error::from)?)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
@@ -513,7 +508,6 @@ pub fn serve_verified(
     use nix::sys::socket::{MsgFlags, getsockopt, send};
     let mut buckets: HashMap<String, Bucket> = HashMap::new();
     let mut last_flush = Instant::now();
-    let tv = nix::sys::time::TimeVal::new(timeout.as_secs() as _, timeout.subsec_micros() as _);
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
         let ready = poll(&mut fds, PollTimeout::from(500u16)).unwrap_or(0) > 0;
@@ -522,8 +516,7 @@ pub fn serve_verified(
         let mut conn = None;
         if ready {
             if let Ok(fd) = sbx_sys::privsep::accept_owned(listener) {
-                let _ = setsockopt(&fd, sockopt::ReceiveTimeout, &tv);
-                let _ = setsockopt(&fd, sockopt::SendTimeout, &tv);
+                let _ = sbx_core::audit::set_timeouts(&fd, timeout);
                 let uid = getsockopt(&fd, sockopt::PeerCredentials).map_or(u32::MAX, |c| c.uid());
                 match verified_record(&fd, known, SystemTime::now()) {
                     Ok(e) => {

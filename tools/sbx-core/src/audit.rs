@@ -183,25 +183,35 @@ pub fn send(socket: &Path, line: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// A unix `SOCK_SEQPACKET` socket, close-on-exec: the verifying sink's kind.
+pub fn seqpacket() -> io::Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+    Ok(socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?)
+}
+
+/// Bound every receive and send on `fd` by `timeout`.
+pub fn set_timeouts(fd: &std::os::fd::OwnedFd, timeout: std::time::Duration) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let tv = nix::sys::time::TimeVal::new(timeout.as_secs() as _, timeout.subsec_micros() as _);
+    setsockopt(fd, sockopt::ReceiveTimeout, &tv)?;
+    setsockopt(fd, sockopt::SendTimeout, &tv)?;
+    Ok(())
+}
+
 /// Hand one record to the verifying sink at `path` and wait until it is
 /// in the log: connect, wait for [`CHALLENGE`] (the sink has checked which
 /// binary this process runs), send, wait for [`ACK`]. Any error means the
 /// record is not in the log.
 pub fn send_verified(path: &Path, line: &[u8], timeout: std::time::Duration) -> io::Result<()> {
-    use nix::sys::socket::{
-        AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, recv, send, setsockopt,
-        socket, sockopt,
-    };
+    use nix::sys::socket::{MsgFlags, UnixAddr, connect, recv, send};
     use std::os::fd::AsRawFd;
-    let fd = socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
-    let tv = nix::sys::time::TimeVal::new(timeout.as_secs() as _, timeout.subsec_micros() as _);
-    setsockopt(&fd, sockopt::ReceiveTimeout, &tv)?;
-    setsockopt(&fd, sockopt::SendTimeout, &tv)?;
+    let fd = seqpacket()?;
+    set_timeouts(&fd, timeout)?;
     connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
     let byte = |want: u8, what: &str| -> io::Result<()> {
         let mut b = [0u8; 1];

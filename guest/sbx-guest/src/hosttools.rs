@@ -411,7 +411,7 @@ pub mod launcher {
                 continue;
             };
             // The sandbox's log has every call; the guest is its only writer.
-            audit::append(&a.audit.record("sbx-host-tools"));
+            let _ = audit::append_verified(&a.audit.record("sbx-host-tools"));
             let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
             if let (Some(w), Ok(mut text)) = (g.as_mut(), serde_json::to_vec(&a)) {
                 text.push(b'\n');

@@ -155,6 +155,8 @@ pub fn command() -> clap::Command {
 pub struct Paths {
     pub run_dir: PathBuf,
     pub audit_socket: PathBuf,
+    /// The sink for records whose sender it verifies.
+    pub verified_socket: PathBuf,
     pub config: PathBuf,
 }
 
@@ -169,6 +171,10 @@ impl Paths {
         Self {
             run_dir: var("SBX_GUEST_RUN_DIR", "/run/sbx"),
             audit_socket: var("SBX_GUEST_AUDIT_SOCKET", sbx_core::audit::SANDBOX_SOCKET),
+            verified_socket: var(
+                "SBX_GUEST_VERIFIED_SOCKET",
+                sbx_core::audit::VERIFIED_SOCKET,
+            ),
             config: var("SBX_GUEST_CONFIG", "/etc/sbx/guest.toml"),
         }
     }

@@ -530,6 +530,26 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 ));
             }
         }
+        match sink::bind_verified(&paths.verified_socket) {
+            Ok(l) => {
+                let log = Arc::clone(log);
+                let stop = Arc::clone(&stop_sink);
+                let known = sink::Known::new(
+                    sink::VERIFIED_TOOLS
+                        .iter()
+                        .map(|(p, t)| (Path::new(*p), *t)),
+                );
+                std::thread::spawn(move || {
+                    sink::serve_verified(&l, &known, &log, Duration::from_secs(1), &stop)
+                });
+            }
+            Err(e) => {
+                outcome = Some(format!(
+                    "cannot open the audit socket {}: {e}",
+                    paths.verified_socket.display()
+                ));
+            }
+        }
     }
     let agent = Agent::from_lookup(|k| std::env::var(k).ok());
     let services = config::load(&paths.config);

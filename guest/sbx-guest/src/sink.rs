@@ -8,22 +8,34 @@
 
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, UnixAddr, recvmsg, setsockopt, sockopt};
-use sbx_core::audit::{Entry, MAX_RECORD, Outcome, Peer};
+use sbx_core::audit::{ACK, CHALLENGE, Entry, MAX_RECORD, Outcome, Peer};
 
-/// Tools whose records only root may send: the guest's own and the host's.
-const ROOT_ONLY: &[&str] = &["sbx-guest", "sbx-run"];
+/// Tool names a datagram may carry only from these uids: the guest's and
+/// the host's (root), the firewall's (root, its proxy's uid). The names the
+/// verifying sink backs ([`VERIFIED_TOOLS`]) come only through it, or root.
+const RESERVED: &[(&str, &[u32])] = &[
+    ("sbx-guest", &[0]),
+    ("sbx-run", &[0]),
+    ("sbx-fw", &[0, 65533]),
+];
+/// Which root-owned binary backs which tool name on the verifying sink.
+pub const VERIFIED_TOOLS: &[(&str, &str)] = &[
+    ("/usr/local/bin/sbx-tool-guard", "tools"),
+    ("/usr/local/bin/sbx-git-guard", "sbx-git-guard"),
+    ("/usr/local/bin/sbx-guest", "sbx-host-tools"),
+];
 /// Per uid: a burst of this many records, then `RATE` a second.
 const BURST: f64 = 500.0;
 const RATE: f64 = 200.0;
 
 /// One received message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Datagram {
     pub len: usize,
     pub truncated: bool,
@@ -66,36 +78,37 @@ impl UnixTransport {
 
 impl Transport for UnixTransport {
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
-        let cap = buf.len();
-        let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
-        let mut iov = [IoSliceMut::new(buf)];
-        let msg = match recvmsg::<UnixAddr>(
-            std::os::fd::AsRawFd::as_raw_fd(&self.sock),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_TRUNC,
-        ) {
-            Ok(m) => m,
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let mut peer = None;
-        if let Ok(cmsgs) = msg.cmsgs() {
-            for c in cmsgs {
-                if let ControlMessageOwned::ScmCredentials(cr) = c {
-                    peer = Some(Peer {
-                        pid: cr.pid(),
-                        uid: cr.uid(),
-                    });
-                }
+        recv_creds(std::os::fd::AsRawFd::as_raw_fd(&self.sock), buf)
+    }
+}
+
+/// One message and the kernel's credentials of its sender.
+fn recv_creds(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
+    let cap = buf.len();
+    let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_TRUNC) {
+        Ok(m) => m,
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut peer = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmCredentials(cr) = c {
+                peer = Some(Peer {
+                    pid: cr.pid(),
+                    uid: cr.uid(),
+                    source: None,
+                });
             }
         }
-        Ok(Some(Datagram {
-            len: msg.bytes.min(cap),
-            truncated: msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.bytes > cap,
-            peer,
-        }))
     }
+    Ok(Some(Datagram {
+        len: msg.bytes.min(cap),
+        truncated: msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.bytes > cap,
+        peer,
+    }))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,15 +123,47 @@ pub enum Reject {
     FieldTooLong(&'static str, usize),
     #[error("uid {0} may not send records as {1}")]
     Forged(u32, String),
+    #[error("tool name {0:?} is not [A-Za-z0-9._-]")]
+    BadName(String),
+    #[error("sender is not verified: {0}")]
+    Unverified(String),
 }
 
 /// Validate one message and stamp it: the sender's credentials and the
 /// guest's clock replace whatever the sender claimed.
 pub fn accept(bytes: &[u8], dg: &Datagram, now: SystemTime) -> Result<Entry, Reject> {
+    let e = accept_inner(bytes, dg, now)?;
+    let uid = dg.peer.as_ref().map_or(u32::MAX, |p| p.uid);
+    let reserved = RESERVED
+        .iter()
+        .find(|(t, _)| *t == e.tool)
+        .map(|(_, uids)| *uids)
+        .or_else(|| {
+            VERIFIED_TOOLS
+                .iter()
+                .any(|(_, t)| *t == e.tool)
+                .then_some(&[0][..])
+        });
+    if uid != 0 && reserved.is_some_and(|uids| !uids.contains(&uid)) {
+        return Err(Reject::Forged(uid, e.tool));
+    }
+    let mut e = e;
+    // Backed by the sender's uid: root's, or a service uid the name is
+    // reserved for. Anything else stays without a source: unverified.
+    if uid == 0 || reserved.is_some() {
+        if let Some(p) = e.peer.as_mut() {
+            p.source = Some(e.tool.clone());
+        }
+    }
+    Ok(e)
+}
+
+/// Everything but who may claim which name.
+fn accept_inner(bytes: &[u8], dg: &Datagram, now: SystemTime) -> Result<Entry, Reject> {
     if dg.truncated || bytes.len() > MAX_RECORD {
         return Err(Reject::TooLarge);
     }
-    let peer = dg.peer.ok_or(Reject::NoCredentials)?;
+    let peer = dg.peer.clone().ok_or(Reject::NoCredentials)?;
     let text = std::str::from_utf8(bytes).map_err(|e| Reject::Malformed(e.to_string()))?;
     let mut e = Entry::parse(text.trim_end()).map_err(|e| Reject::Malformed(e.to_string()))?;
     for (name, v, max) in [
@@ -141,8 +186,14 @@ pub fn accept(bytes: &[u8], dg: &Datagram, now: SystemTime) -> Result<Entry, Rej
             "peer/origin (set by the guest)".into(),
         ));
     }
-    if peer.uid != 0 && ROOT_ONLY.contains(&e.tool.as_str()) {
-        return Err(Reject::Forged(peer.uid, e.tool));
+    // Lookalikes (a zero-width character in "sbx-guest") are not names.
+    if e.tool.is_empty()
+        || !e
+            .tool
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    {
+        return Err(Reject::BadName(e.tool));
     }
     e.timestamp = humantime::format_rfc3339_seconds(now).to_string();
     e.peer = Some(peer);
@@ -170,6 +221,7 @@ pub fn own(
         peer: Some(Peer {
             pid: std::process::id() as i32,
             uid: nix::unistd::geteuid().as_raw(),
+            source: None,
         }),
         origin: None,
     }
@@ -182,6 +234,30 @@ struct Bucket {
     dropped: u64,
     rejected: u64,
     last: Option<Reject>,
+}
+
+impl Bucket {
+    fn new(now: Instant) -> Self {
+        Self {
+            tokens: BURST,
+            at: now,
+            dropped: 0,
+            rejected: 0,
+            last: None,
+        }
+    }
+
+    /// One token, or count a drop.
+    fn take(&mut self, now: Instant) -> bool {
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * RATE).min(BURST);
+        self.at = now;
+        if self.tokens < 1.0 {
+            self.dropped += 1;
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
 }
 
 /// Validation plus the per-uid budget; what to append for each message.
@@ -199,21 +275,11 @@ impl Sink {
         now: Instant,
         wall: SystemTime,
     ) -> Vec<Entry> {
-        let uid = dg.peer.map(|p| p.uid).unwrap_or(u32::MAX);
-        let b = self.buckets.entry(uid).or_insert(Bucket {
-            tokens: BURST,
-            at: now,
-            dropped: 0,
-            rejected: 0,
-            last: None,
-        });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * RATE).min(BURST);
-        b.at = now;
-        if b.tokens < 1.0 {
-            b.dropped += 1;
+        let uid = dg.peer.as_ref().map(|p| p.uid).unwrap_or(u32::MAX);
+        let b = self.buckets.entry(uid).or_insert_with(|| Bucket::new(now));
+        if !b.take(now) {
             return Vec::new();
         }
-        b.tokens -= 1.0;
         match accept(bytes, dg, wall) {
             Ok(e) => vec![e],
             Err(r) => {
@@ -221,7 +287,7 @@ impl Sink {
                 // bounds the notices too.
                 b.rejected += 1;
                 b.last = Some(r.clone());
-                let pid = dg.peer.map(|p| p.pid).unwrap_or(0);
+                let pid = dg.peer.as_ref().map(|p| p.pid).unwrap_or(0);
                 vec![own(
                     "audit",
                     &format!("record from pid {pid} uid {uid}"),
@@ -326,6 +392,196 @@ pub fn serve(t: &mut dyn Transport, log: &LogFile, stop: &std::sync::atomic::Ato
     }
 }
 
+/// The binaries the verifying sink knows, by (dev, ino) when it started:
+/// root-owned files in the image, which the agent cannot replace.
+#[derive(Debug, Clone, Default)]
+pub struct Known(Vec<(u64, u64, String)>);
+
+impl Known {
+    /// Paths that do not exist are left out (an image without the tool).
+    pub fn new<'a>(list: impl IntoIterator<Item = (&'a Path, &'a str)>) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self(
+            list.into_iter()
+                .filter_map(|(p, t)| {
+                    let m = std::fs::metadata(p).ok()?;
+                    Some((m.dev(), m.ino(), t.to_owned()))
+                })
+                .collect(),
+        )
+    }
+
+    /// The tool name the executable of `pid` backs. A pidfd is taken first
+    /// and must still be running once /proc was read, so the /proc entry
+    /// read was that process and not a later one with the reused pid.
+    pub fn verify(&self, pid: i32) -> Result<String, Reject> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::unix::fs::MetadataExt;
+        let un = |why: String| Reject::Unverified(format!("pid {pid}: {why}"));
+        let pidfd = sbx_sys::privsep::pidfd_open(nix::unistd::Pid::from_raw(pid))
+            .map_err(|e| un(e.to_string()))?;
+        let m = std::fs::metadata(format!("/proc/{pid}/exe")).map_err(|e| un(e.to_string()))?;
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, PollTimeout::ZERO).map_err(|e| un(e.to_string()))? != 0 {
+            return Err(un("ended while being checked".into()));
+        }
+        self.0
+            .iter()
+            .find(|(d, i, _)| *d == m.dev() && *i == m.ino())
+            .map(|(_, _, t)| t.clone())
+            .ok_or_else(|| un("runs none of the tools the sink verifies".into()))
+    }
+}
+
+/// The verifying sink's listening socket at `path`, mode 0666 like the
+/// datagram one.
+pub fn bind_verified(path: &Path) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{Backlog, bind, listen};
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let _ = std::fs::remove_file(path);
+    let fd = sbx_core::audit::seqpacket()?;
+    bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    listen(&fd, Backlog::new(128).map_err(io::Error::from)?)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(fd)
+}
+
+/// One connection to the verifying sink: who is at the other end, then
+/// the record, which must come after [`CHALLENGE`] and from that process.
+/// Exec race: a process that sends and then execs a known binary sent its
+/// record before the challenge (refused as queued early); a child that
+/// kept the socket sends with its own pid (refused).
+fn verified_record(fd: &OwnedFd, known: &Known, wall: SystemTime) -> Result<Entry, Reject> {
+    use nix::sys::socket::{MsgFlags, getsockopt, recv, send};
+    let cred = getsockopt(fd, sockopt::PeerCredentials).map_err(|_| Reject::NoCredentials)?;
+    let pid = cred.pid();
+    let tool = known.verify(pid)?;
+    let mut b = [0u8; 1];
+    if recv(
+        fd.as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_PEEK,
+    )
+    .is_ok_and(|n| n > 0)
+    {
+        return Err(Reject::Unverified(format!(
+            "pid {pid}: a record queued before the sender was checked"
+        )));
+    }
+    setsockopt(fd, sockopt::PassCred, &true).map_err(|_| Reject::NoCredentials)?;
+    send(fd.as_raw_fd(), &[CHALLENGE], MsgFlags::MSG_NOSIGNAL)
+        .map_err(|e| Reject::Unverified(format!("pid {pid}: {e}")))?;
+    let mut buf = vec![0u8; MAX_RECORD + 1];
+    let dg = recv_creds(fd.as_raw_fd(), &mut buf)
+        .map_err(|e| Reject::Unverified(format!("pid {pid}: {e}")))?
+        .ok_or_else(|| Reject::Unverified(format!("pid {pid}: no record in time")))?;
+    let from = dg.peer.as_ref().map(|p| p.pid);
+    if from != Some(pid) {
+        return Err(Reject::Unverified(format!(
+            "record from pid {from:?} on pid {pid}'s connection"
+        )));
+    }
+    let mut e = accept_inner(&buf[..dg.len], &dg, wall)?;
+    if e.tool != tool {
+        return Err(Reject::Forged(cred.uid(), e.tool));
+    }
+    if let Some(p) = e.peer.as_mut() {
+        p.source = Some(tool);
+    }
+    Ok(e)
+}
+
+/// Serve the verifying sink until `stop`: one connection at a time, each
+/// bounded by `timeout`. A verified refusal is never dropped for budget;
+/// verified allowances have a budget per tool, apart from any uid's.
+pub fn serve_verified(
+    listener: &OwnedFd,
+    known: &Known,
+    log: &LogFile,
+    timeout: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::socket::{MsgFlags, getsockopt, send};
+    let mut buckets: HashMap<String, Bucket> = HashMap::new();
+    let mut last_flush = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        let ready = poll(&mut fds, PollTimeout::from(500u16)).unwrap_or(0) > 0;
+        let now = Instant::now();
+        let mut entries = Vec::new();
+        let mut conn = None;
+        if ready {
+            if let Ok(fd) = sbx_sys::privsep::accept_owned(listener) {
+                let _ = sbx_core::audit::set_timeouts(&fd, timeout);
+                let uid = getsockopt(&fd, sockopt::PeerCredentials).map_or(u32::MAX, |c| c.uid());
+                match verified_record(&fd, known, SystemTime::now()) {
+                    Ok(e) => {
+                        let key = e
+                            .peer
+                            .as_ref()
+                            .and_then(|p| p.source.clone())
+                            .unwrap_or_default();
+                        let b = buckets.entry(key).or_insert_with(|| Bucket::new(now));
+                        if e.result == Outcome::Blocked || b.take(now) {
+                            entries.push(e);
+                            conn = Some(fd);
+                        }
+                    }
+                    Err(r) => {
+                        let b = buckets
+                            .entry(format!("uid {uid}"))
+                            .or_insert_with(|| Bucket::new(now));
+                        if b.take(now) {
+                            entries.push(own(
+                                "audit",
+                                &format!("verified record from uid {uid}"),
+                                Outcome::Blocked,
+                                "audit-sink",
+                                Some(r.to_string()),
+                                "sbx-guest",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if now.duration_since(last_flush) >= Duration::from_secs(1) {
+            for (key, b) in buckets.iter_mut() {
+                if b.dropped > 0 {
+                    entries.push(own(
+                        "audit",
+                        &format!("verified records from {key}"),
+                        Outcome::Blocked,
+                        "audit-rate-limit",
+                        Some(format!("{} records dropped: more than {RATE}/s", b.dropped)),
+                        "sbx-guest",
+                    ));
+                    b.dropped = 0;
+                }
+            }
+            last_flush = now;
+        }
+        let mut written = true;
+        for e in entries {
+            if let Err(err) = log.append(&e) {
+                written = false;
+                eprintln!(
+                    "{}",
+                    sbx_core::audit::undelivered_line(&err.to_string(), &e.to_line())
+                );
+            }
+        }
+        // The ack says "in the log": without it the sender refuses the call.
+        if let (Some(fd), true) = (conn, written) {
+            let _ = send(fd.as_raw_fd(), &[ACK], MsgFlags::MSG_NOSIGNAL);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,26 +590,41 @@ mod tests {
         Datagram {
             len,
             truncated: false,
-            peer: Some(Peer { pid: 42, uid }),
+            peer: Some(Peer {
+                pid: 42,
+                uid,
+                source: None,
+            }),
         }
     }
 
-    const OK: &str = r#"{"timestamp":"1999-01-01T00:00:00Z","tool":"sbx-git-guard","agent":"claude","operation":"commit","target":"git commit -n","result":"blocked","policy":"block-no-verify"}"#;
+    const OK: &str = r#"{"timestamp":"1999-01-01T00:00:00Z","tool":"linter","agent":"claude","operation":"commit","target":"git commit -n","result":"blocked","policy":"block-no-verify"}"#;
 
     #[test]
     fn accepts_a_record_and_stamps_peer_and_time() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let e = accept(OK.as_bytes(), &dg(OK.len(), 1000), now).unwrap();
-        assert_eq!(e.peer, Some(Peer { pid: 42, uid: 1000 }));
+        assert_eq!(
+            e.peer,
+            Some(Peer {
+                pid: 42,
+                uid: 1000,
+                source: None
+            })
+        );
         assert_eq!(e.timestamp, "2027-01-15T08:00:00Z");
-        assert_eq!(e.tool, "sbx-git-guard");
+        assert_eq!(e.tool, "linter");
     }
 
     #[test]
     fn refuses_what_is_not_a_clean_record() {
         let forged_peer = OK.replace("}", r#","peer":{"pid":1,"uid":0}}"#);
-        let as_guest = OK.replace("sbx-git-guard", "sbx-guest");
-        let as_run = OK.replace("sbx-git-guard", "sbx-run");
+        let as_guest = OK.replace("linter", "sbx-guest");
+        let as_run = OK.replace("linter", "sbx-run");
+        let as_guard = OK.replace("linter", "sbx-git-guard");
+        let as_checker = OK.replace("linter", "tools");
+        let as_fw = OK.replace("linter", "sbx-fw");
+        let lookalike = OK.replace("linter", "sbx\u{200b}-guest");
         let long_target = OK.replace("git commit -n", &"x".repeat(5000));
         let cases: Vec<(&str, Datagram, &str)> = vec![
             ("{", dg(1, 1000), "not an audit record"),
@@ -370,6 +641,26 @@ mod tests {
                 "may not send records as sbx-run",
             ),
             (&long_target, dg(long_target.len(), 1000), "field target"),
+            (
+                &as_guard,
+                dg(as_guard.len(), 1000),
+                "may not send records as sbx-git-guard",
+            ),
+            (
+                &as_checker,
+                dg(as_checker.len(), 1000),
+                "may not send records as tools",
+            ),
+            (
+                &as_fw,
+                dg(as_fw.len(), 1000),
+                "may not send records as sbx-fw",
+            ),
+            (
+                &lookalike,
+                dg(lookalike.len(), 1000),
+                "is not [A-Za-z0-9._-]",
+            ),
             (
                 OK,
                 Datagram {
@@ -400,6 +691,51 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn names_are_backed_by_the_senders_uid() {
+        let as_fw = OK.replace("linter", "sbx-fw");
+        let e = accept(as_fw.as_bytes(), &dg(as_fw.len(), 65533), SystemTime::now()).unwrap();
+        assert_eq!(e.peer.unwrap().source.as_deref(), Some("sbx-fw"));
+        let e = accept(OK.as_bytes(), &dg(OK.len(), 1000), SystemTime::now()).unwrap();
+        assert_eq!(e.peer.unwrap().source, None);
+    }
+
+    /// The verifying sink over a real socket: this test binary is the
+    /// "known" binary; a sender that runs anything else is refused.
+    #[test]
+    fn the_verifying_sink_stamps_the_binary_and_acks() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("v.sock");
+        let log_path = dir.path().join("audit.jsonl");
+        let me = std::env::current_exe().unwrap();
+        let l = bind_verified(&sock).unwrap();
+        let log = LogFile::open(&log_path).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let known = Known::new([(me.as_path(), "linter")]);
+        let other = Known::new([(Path::new("/bin/sh"), "linter")]);
+        let line = format!("{OK}\n");
+        let forged = OK.replace("linter", "tools");
+        std::thread::scope(|s| {
+            s.spawn(|| serve_verified(&l, &known, &log, Duration::from_secs(1), &stop));
+            let sent =
+                sbx_core::audit::send_verified(&sock, line.as_bytes(), Duration::from_secs(5));
+            // A name the binary does not back: no ack.
+            let forgery =
+                sbx_core::audit::send_verified(&sock, forged.as_bytes(), Duration::from_secs(5));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            sent.unwrap();
+            assert!(forgery.is_err(), "a forged name was acknowledged");
+        });
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        let lines: Vec<Entry> = text.lines().map(|l| Entry::parse(l).unwrap()).collect();
+        assert_eq!(lines[0].tool, "linter", "{text}");
+        let p = lines[0].peer.clone().unwrap();
+        assert_eq!(p.source.as_deref(), Some("linter"));
+        assert_eq!(p.pid as u32, std::process::id());
+        assert_eq!(lines[1].policy, "audit-sink", "{text}");
+        assert!(other.verify(std::process::id() as i32).is_err());
     }
 
     #[test]
@@ -474,7 +810,7 @@ mod tests {
         });
         let text = std::fs::read_to_string(&log_path).unwrap();
         let lines: Vec<Entry> = text.lines().map(|l| Entry::parse(l).unwrap()).collect();
-        assert_eq!(lines[0].tool, "sbx-git-guard");
+        assert_eq!(lines[0].tool, "linter");
         assert_eq!(lines[1].policy, "audit-sink");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(

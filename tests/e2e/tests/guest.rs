@@ -458,7 +458,7 @@ fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
     use std::os::unix::fs::MetadataExt;
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o644));
     // A flood from the agent: bounded, counted, and the guest stays responsive.
-    let flood = r#"perl -MSocket -e 'socket(S, PF_UNIX, SOCK_DGRAM, 0) or die; my $a = pack_sockaddr_un("/run/sbx-audit/audit.sock"); my $r = q({"timestamp":"x","tool":"sbx-fw","agent":"a","operation":"o","target":"flood","result":"allowed","policy":"p"}); for (1..20000) { send(S, $r, 0, $a) } send(S, q({"timestamp":"x","tool":"sbx-guest","agent":"a","operation":"o","target":"forged","result":"allowed","policy":"p"}), 0, $a);'"#;
+    let flood = r#"perl -MSocket -e 'socket(S, PF_UNIX, SOCK_DGRAM, 0) or die; my $a = pack_sockaddr_un("/run/sbx-audit/audit.sock"); my $r = q({"timestamp":"x","tool":"linter","agent":"a","operation":"o","target":"flood","result":"allowed","policy":"p"}); for (1..20000) { send(S, $r, 0, $a) } for my $t ("sbx-guest", "sbx-fw", "sbx-git-guard", "tools", "sbx\xe2\x80\x8b-guest") { send(S, qq({"timestamp":"x","tool":"$t","agent":"a","operation":"o","target":"forged","result":"allowed","policy":"p"}), 0, $a) }'"#;
     let t0 = Instant::now();
     let o = s.exec("1000", flood);
     assert!(o.status.success(), "{}", text(&o));
@@ -466,8 +466,6 @@ fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
     let h = s.exec("0", "sbx-guest health");
     assert!(h.status.success(), "{}", text(&h));
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = s.exec("1000", "cd /tmp/r && git commit --no-verify -m y");
-    std::thread::sleep(Duration::from_millis(500));
     let log = s.log();
     let flooded = log.matches("\"target\":\"flood\"").count();
     assert!(
@@ -476,15 +474,28 @@ fn the_agent_cannot_touch_the_audit_log_and_records_still_arrive() {
     );
     assert!(log.contains("records dropped"), "drops are counted");
     assert!(
-        log.lines()
-            .filter(|l| l.contains("block-no-verify"))
-            .count()
-            >= 1
-    );
-    assert!(
         !log.contains("\"target\":\"forged\""),
-        "a forged sbx-guest record was accepted"
+        "a forged record of a reserved tool was accepted"
     );
+    // Three flooders as the agent while the git guard refuses three
+    // commits: every refusal is in the log, from the verified guard.
+    let o = s.exec(
+        "1000",
+        r#"for i in 1 2 3; do setsid perl -MSocket -e 'socket(S, PF_UNIX, SOCK_DGRAM, 0) or die; my $a = pack_sockaddr_un("/run/sbx-audit/audit.sock"); my $end = time + 8; while (time < $end) { send(S, q({"timestamp":"x","tool":"sbx-git-guard","agent":"a","operation":"commit","target":"git commit","result":"allowed","policy":"p"}), 0, $a) }' </dev/null >/dev/null 2>&1 & done
+           sleep 1; cd /tmp/r; for i in 1 2 3; do git commit --no-verify -m y$i; echo rc=$?; done"#,
+    );
+    assert_eq!(text(&o).matches("rc=77").count(), 3, "{}", text(&o));
+    std::thread::sleep(Duration::from_secs(9));
+    let log = s.log();
+    let refusals: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.contains("block-no-verify"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(refusals.len(), 4, "{log}");
+    for r in &refusals {
+        assert_eq!(r["peer"]["source"], "sbx-git-guard", "{r}");
+    }
 }
 
 fn repo(name: &str) -> (tempfile::TempDir, PathBuf) {

@@ -885,3 +885,63 @@ fn bash_rules_refuse_what_bash_would_run_from_data() {
         );
     }
 }
+
+/// Three flooders as the agent, each sending forged `tools` records to the
+/// guest's datagram socket as fast as it can until `secs` have passed.
+fn start_flooders(r: &Repo, secs: u32) {
+    let flood = format!(
+        r#"for i in 1 2 3; do setsid perl -MSocket -e '
+            socket(my $s, AF_UNIX, SOCK_DGRAM, 0) or die;
+            my $to = pack_sockaddr_un("/run/sbx-audit/audit.sock");
+            my $rec = q({{"timestamp":"t","tool":"tools","agent":"claude","operation":"Write","target":"/forged","result":"allowed","policy":"tools"}});
+            my $end = time + {secs};
+            while (time < $end) {{ send($s, $rec, 0, $to) }}' >/dev/null 2>&1 </dev/null & done; echo started"#
+    );
+    let o = r.exec(&flood);
+    assert!(text(&o).contains("started"), "{}", text(&o));
+}
+
+/// Class 6 (issue 38): records the agent can neither forge nor drown.
+/// Three flooders send forged checker records as the agent while Claude
+/// makes 10 banned Write calls: all 10 refusals are in the log, each with
+/// the binary the sink verified; no forged `tools` record is.
+#[test]
+fn refusals_survive_a_flood_and_forged_checker_records_are_refused() {
+    let Some(r) = Repo::new("tools-c6", "[tools]\ndisallowed = [\"Write\"]\n") else {
+        return;
+    };
+    let ws = r.target();
+    let mut turns: Vec<Value> = (0..10)
+        .map(|i| json!({"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/w{i}.txt"), "content": "x\n"}}}))
+        .collect();
+    turns.push(json!({"text": "done"}));
+    start_flooders(&r, 60);
+    let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 10, "{res:?}");
+    for x in &res {
+        assert_eq!(x["is_error"], true, "a Write ran: {res:?}");
+    }
+    let blocked = r.tool_records(true);
+    let refusals: Vec<_> = blocked
+        .iter()
+        .filter(|d| d["operation"] == "Write" && d["policy"] == "tools.disallowed")
+        .collect();
+    assert_eq!(refusals.len(), 10, "{blocked:?}");
+    for d in &refusals {
+        assert_eq!(d["peer"]["source"], "tools", "{d}");
+        assert_eq!(d["peer"]["uid"], 1000, "{d}");
+    }
+    let all = r.tool_records(false);
+    assert!(
+        all.iter().all(|d| d["target"] != "/forged"),
+        "a forged checker record is in the log: {all:?}"
+    );
+    // The text form names the verified source.
+    let o = sbx().args(["log", "--blocked-only"]).output().unwrap();
+    let out = text(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("tools.disallowed") && l.ends_with("[tools, uid 1000]")),
+        "{out}"
+    );
+}

@@ -23,6 +23,14 @@ pub const SANDBOX_MARKER: &str = "/.agent-sandbox";
 pub const SANDBOX_LOG: &str = "/run/sbx/host/audit.jsonl";
 /// The guest's record sink: a datagram socket the agent may send to.
 pub const SANDBOX_SOCKET: &str = "/run/sbx-audit/audit.sock";
+/// The guest's sink for records whose sender it verifies (`SOCK_SEQPACKET`):
+/// the checker's and the git guard's. See [`send_verified`].
+pub const VERIFIED_SOCKET: &str = "/run/sbx-audit/verified.sock";
+/// The sink's byte once it has verified the sender: only then may the
+/// record follow (anything queued before it was sent before the check).
+pub const CHALLENGE: u8 = b'?';
+/// The sink's byte once the record is in the log.
+pub const ACK: u8 = b'+';
 /// Largest record the sink accepts, newline excluded.
 pub const MAX_RECORD: usize = 8192;
 /// What a tool prints on stderr before a record the sink did not take.
@@ -93,10 +101,14 @@ impl<'a> Record<'a> {
 
 /// Who sent a record to the guest's sink, as the kernel reports it
 /// (SCM_CREDENTIALS): the sender cannot choose these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peer {
     pub pid: i32,
     pub uid: u32,
+    /// The tool whose root-owned binary the sender was running, checked by
+    /// the guest through a pidfd; absent: the sender is not verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// A record as read back: the one parser of the format, used by the
@@ -169,6 +181,85 @@ pub fn send(socket: &Path, line: &[u8]) -> io::Result<()> {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short datagram"));
     }
     Ok(())
+}
+
+/// A unix `SOCK_SEQPACKET` socket, close-on-exec: the verifying sink's kind.
+pub fn seqpacket() -> io::Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+    Ok(socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?)
+}
+
+/// Bound every receive and send on `fd` by `timeout`.
+pub fn set_timeouts(fd: &std::os::fd::OwnedFd, timeout: std::time::Duration) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let tv = nix::sys::time::TimeVal::new(timeout.as_secs() as _, timeout.subsec_micros() as _);
+    setsockopt(fd, sockopt::ReceiveTimeout, &tv)?;
+    setsockopt(fd, sockopt::SendTimeout, &tv)?;
+    Ok(())
+}
+
+/// Hand one record to the verifying sink at `path` and wait until it is
+/// in the log: connect, wait for [`CHALLENGE`] (the sink has checked which
+/// binary this process runs), send, wait for [`ACK`]. Any error means the
+/// record is not in the log.
+pub fn send_verified(path: &Path, line: &[u8], timeout: std::time::Duration) -> io::Result<()> {
+    use nix::sys::socket::{MsgFlags, UnixAddr, connect, recv, send};
+    use std::os::fd::AsRawFd;
+    let fd = seqpacket()?;
+    set_timeouts(&fd, timeout)?;
+    connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    let byte = |want: u8, what: &str| -> io::Result<()> {
+        let mut b = [0u8; 1];
+        match recv(fd.as_raw_fd(), &mut b, MsgFlags::empty()) {
+            Ok(1) if b[0] == want => Ok(()),
+            Ok(_) => Err(io::Error::other(format!("the sink refused the {what}"))),
+            Err(nix::errno::Errno::EAGAIN) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no {what} from the sink"),
+            )),
+            Err(e) => Err(e.into()),
+        }
+    };
+    byte(CHALLENGE, "sender")?;
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    if send(fd.as_raw_fd(), body, MsgFlags::MSG_NOSIGNAL)? != body.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short record"));
+    }
+    byte(ACK, "record")
+}
+
+/// How long a verified record may wait for the sink: past this the call it
+/// records is refused (the hook's own timeout is 30 s).
+pub const VERIFIED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Append a record that must not be lost: inside a sandbox through the
+/// verifying sink, which answers once it is written. False: not in the
+/// log, already printed on stderr with the record; the caller refuses what
+/// it was about to allow.
+#[must_use]
+pub fn append_verified(record: &Record<'_>) -> bool {
+    let line = record.to_line();
+    let sock = if Path::new(SANDBOX_MARKER).exists() {
+        PathBuf::from(VERIFIED_SOCKET)
+    } else if let Some(p) = std::env::var_os("SBX_AUDIT_VERIFIED_SOCKET").filter(|p| !p.is_empty())
+    {
+        PathBuf::from(p)
+    } else {
+        return LOG.append_file(record).is_ok();
+    };
+    send_verified(&sock, &line, VERIFIED_TIMEOUT)
+        .map_err(|e| {
+            eprintln!(
+                "{}",
+                undelivered_line(&format!("{}: {e}", sock.display()), &line)
+            );
+        })
+        .is_ok()
 }
 
 /// Where this process's records go.
@@ -265,6 +356,12 @@ impl Lazy {
             }
             return;
         }
+        let _ = self.append_file(record);
+    }
+
+    /// To the file (outside a sandbox); Err when it could not be written
+    /// (warned once per failure).
+    fn append_file(&self, record: &Record<'_>) -> Result<(), ()> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let slot = g.get_or_insert_with(|| {
             let path = default_path();
@@ -275,11 +372,10 @@ impl Lazy {
                 ));
             })
         });
-        if let Ok(log) = slot {
-            if let Err(e) = log.append(record) {
-                crate::output::warn(&format!("audit log {}: {e}", log.path().display()));
-            }
-        }
+        let Ok(log) = slot else { return Err(()) };
+        log.append(record).map_err(|e| {
+            crate::output::warn(&format!("audit log {}: {e}", log.path().display()));
+        })
     }
 }
 

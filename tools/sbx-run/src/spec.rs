@@ -43,6 +43,8 @@ pub const INIT_CAPS: &[&str] = &[
     "KILL",
     "SYS_ADMIN",
     "DAC_READ_SEARCH",
+    // The audit sink reads /proc/PID/exe of a non-dumpable checker.
+    "SYS_PTRACE",
 ];
 
 /// `docker stop --time` and the container's `--stop-timeout`, in seconds:

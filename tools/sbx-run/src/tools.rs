@@ -207,10 +207,17 @@ fn print_record(
     if let Some(r) = v["reason"].as_str() {
         text.push_str(&format!(" ({})", sbx_core::sanitize::field(r)));
     }
-    // The sender as the guest's socket saw it: a record's tool name is the
-    // sender's claim, its uid is not.
+    // The sender as the guest's sink saw it: a record's tool name is the
+    // sender's claim; its uid, and the binary the sink verified, are not.
     if let Some(uid) = v["peer"]["uid"].as_u64() {
-        text.push_str(&format!(" [uid {uid}]"));
+        match v["peer"]["source"].as_str() {
+            Some(src) => {
+                let src = sbx_core::sanitize::field(src);
+                text.push_str(&format!(" [{src}, uid {uid}]"));
+            }
+            None if uid == 0 => text.push_str(" [uid 0]"),
+            None => text.push_str(&format!(" [uid {uid}, unverified]")),
+        }
     }
     writeln!(out, "{text}")
 }

@@ -341,6 +341,16 @@ pub fn auto_reap_children() -> io::Result<()> {
     Ok(())
 }
 
+/// accept4(2) with SOCK_CLOEXEC on `listener`, the new connection owned.
+pub fn accept_owned(listener: &impl AsRawFd) -> io::Result<OwnedFd> {
+    let fd = nix::sys::socket::accept4(
+        listener.as_raw_fd(),
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )?;
+    // SAFETY: accept4 returned a fresh fd, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// pidfd_open(2) (Linux 5.3): an fd that polls readable when `pid` exits.
 pub fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall with integer arguments; on success it returns

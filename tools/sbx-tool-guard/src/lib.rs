@@ -254,7 +254,13 @@ fn check_inner(
     if let Some(r) = reason {
         rec = rec.reason(r);
     }
-    audit::append(&rec);
+    // A call whose record is not in the log does not run: the agent cannot
+    // buy an unrecorded call by flooding or stalling the sink.
+    if !audit::append_verified(&rec) && reason.is_none() {
+        return Ok(Some(
+            "the audit sink did not take this call's record; the call is refused".into(),
+        ));
+    }
     Ok(reason.map(str::to_owned))
 }
 

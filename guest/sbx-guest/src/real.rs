@@ -998,7 +998,6 @@ fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), Str
                 empty_file: file,
                 empty_dir: dir,
             }),
-            done: Default::default(),
         },
         restarted,
     )

@@ -960,6 +960,83 @@ fn secret_files_that_appear_later_are_masked() {
     assert!(!text(&s.exec("1000", "cat /workspace/w/.env")).contains("hunter2"));
 }
 
+/// The host replaces a masked secret atomically, with `sed -i` and with a
+/// rename into place, 20 times each, while the agent reads it in two tight
+/// loops (a shell redirection and `cat`): no byte of any version reaches
+/// the agent, and the path is masked again after every replace.
+#[test]
+fn masks_stay_when_the_host_replaces_the_secret() {
+    let Some(img) = image() else { return };
+    let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+    sh(Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(ws.path()));
+    let extra = vec![
+        "--mount".to_string(),
+        format!(
+            "type=bind,source={},target=/workspace/w",
+            ws.path().display()
+        ),
+        "--env".into(),
+        "SBX_WORKSPACE=/workspace/w".into(),
+    ];
+    let s = Sandbox::run_with("masks-stay", &img, &extra, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    let env = ws.path().join(".env");
+    std::fs::write(&env, "SECRET-first\n").unwrap();
+    let masked = || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let o = s.exec("1000", "cat /workspace/w/.env && echo masked");
+            if o.status.success() && text(&o) == "masked\n" {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not masked again: {}", text(&o));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    masked();
+    // The agent's readers, as uid 1000, until the file /tmp/stop appears.
+    let reader = r#"
+        while [ ! -e /tmp/stop ]; do
+            while IFS= read -r l; do echo "$l"; done </workspace/w/.env; echo .
+        done >/tmp/reads.sh 2>/dev/null &
+        while [ ! -e /tmp/stop ]; do cat /workspace/w/.env; echo .; done >/tmp/reads.cat 2>/dev/null &
+        wait"#;
+    sh(Command::new("docker").args(["exec", "-d", "-u", "1000", &s.name, "sh", "-c", reader]));
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..20 {
+        sh(Command::new("sed")
+            .arg("-i")
+            .arg(format!("s/^SECRET-.*/SECRET-sed-{i}/"))
+            .arg(&env));
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    for i in 0..20 {
+        let tmp = ws.path().join(".env.swp");
+        std::fs::write(&tmp, format!("SECRET-mv-{i}\n")).unwrap();
+        std::fs::rename(&tmp, &env).unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    assert!(
+        std::fs::read_to_string(&env)
+            .unwrap()
+            .contains("SECRET-mv-19")
+    );
+    masked();
+    s.exec("1000", "touch /tmp/stop; sleep 1");
+    let reads = text(&s.exec("0", "cat /tmp/reads.sh /tmp/reads.cat"));
+    let tries = reads.lines().filter(|l| *l == ".").count();
+    assert!(tries > 100, "the readers hardly ran ({tries} reads)");
+    let leaked: Vec<_> = reads.lines().filter(|l| l.contains("SECRET")).collect();
+    assert!(
+        leaked.is_empty(),
+        "the agent read {} line(s) of the secret in {tries} reads: {:?}",
+        leaked.len(),
+        &leaked[..leaked.len().min(5)]
+    );
+}
+
 /// A 1 MiB home volume (tmpfs-backed, the way a full disk behaves): full
 /// before the start, the guest still starts the agent behind the firewall
 /// and says what it could not do; filled while backups run, the daemon's

@@ -62,14 +62,14 @@ impl OpenGuard {
         }
         // SAFETY: a new fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: both fds are open; "" with the dir fd names the mount.
+        // SAFETY: both fds are open; a NULL path names the dir fd's mount.
         let r = unsafe {
             libc::fanotify_mark(
                 fd.as_raw_fd(),
                 libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT,
                 libc::FAN_OPEN_PERM,
                 dir.as_raw_fd(),
-                c"".as_ptr(),
+                std::ptr::null(),
             )
         };
         if r < 0 {

@@ -37,9 +37,7 @@ pub fn refused(root: &Path, path: &Path, blocked: &PathSet, allowed: &PathSet) -
     let Ok(rel) = path.strip_prefix(root) else {
         return false;
     };
-    rel.ancestors()
-        .take_while(|a| !a.as_os_str().is_empty())
-        .any(|a| wanted(a, a != rel, blocked, allowed))
+    !rel.starts_with(".git") && blocked.masking(rel, allowed).is_some()
 }
 
 /// How a mask is applied (a bind mount in the real guest): over `target`,

@@ -114,7 +114,7 @@ const NO_FILE: &str = "/proc/self/sbx-no-such-file";
 /// commit-graph are files the sandbox writes, and each hid a commit that
 /// skipped the hooks, round eight); and every key through which a read
 /// could run a program pinned off, whatever `.git/config` says.
-fn git(dir: &Path) -> Command {
+pub(crate) fn git(dir: &Path) -> Command {
     let mut c = git_reading_hooks_path(dir);
     c.args(["-c", "core.hooksPath=/dev/null"]);
     c

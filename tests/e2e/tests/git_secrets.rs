@@ -74,6 +74,13 @@ fn a_masked_file_in_gits_objects_is_refused_at_start() {
         rec.contains("\"policy\":\"filesystem.accept-in-git\"") && rec.contains("\"blocked\""),
         "not audited: {rec}"
     );
+    let o = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=sbx.workspace={}", repo.path.display()))
+        .output()
+        .unwrap();
+    assert!(o.stdout.is_empty(), "a container was made: {}", text(&o));
+
     // Accepted: the start goes on, and the bytes are the agent's to read
     // four ways. This is what the refusal stops.
     let cfg = repo.path.join(".agent-sandbox/config.toml");
@@ -88,7 +95,11 @@ fn a_masked_file_in_gits_objects_is_refused_at_start() {
     let o = sbx().arg("start").arg(&repo.path).output().unwrap();
     assert!(o.status.success(), "accepted start: {}", text(&o));
     let o = repo.agent("cat /workspace/gs/.env");
-    assert!(o.status.success() && o.stdout.is_empty(), "the mask: {}", text(&o));
+    assert!(
+        o.status.success() && o.stdout.is_empty(),
+        "the mask: {}",
+        text(&o)
+    );
     let o = repo.agent(&format!(
         "cd /workspace/gs; git show HEAD:.env; git cat-file -p HEAD~2:old.key; \
          python3 -c \"{}\"",

@@ -634,7 +634,13 @@ impl Config {
     pub fn blocked_key(&self, pattern: &str) -> &'static str {
         if DEFAULT_BLOCKED_FILES.contains(&pattern) {
             "the built-in secret patterns"
-        } else if self.filesystem.blocked.0.iter().any(|g| g.0.text == pattern) {
+        } else if self
+            .filesystem
+            .blocked
+            .0
+            .iter()
+            .any(|g| g.0.text == pattern)
+        {
             "[filesystem].blocked"
         } else {
             "[tools].deny-read"

@@ -34,15 +34,25 @@ pub fn check(ws: &Workspace) -> Result<(), RunError> {
     }
     let cfg = &ws.loaded.config;
     let set = |p: Vec<sbx_core::glob::PathPattern>, key: &str| {
-        PathSet::new(&p).map_err(|e| RunError::Config(format!("{}: {key}: {e}", ws.loaded.describe())))
+        PathSet::new(&p)
+            .map_err(|e| RunError::Config(format!("{}: {key}: {e}", ws.loaded.describe())))
     };
     let blocked = set(cfg.blocked_files(), "[filesystem].blocked")?;
     let allowed = set(cfg.allowed_files(), "[filesystem].allowed")?;
     let accepted = set(cfg.accepted_in_git(), "[filesystem].accept-in-git")?;
-    let patterns: Vec<String> = [cfg.blocked_files(), cfg.allowed_files(), cfg.accepted_in_git()]
-        .iter()
-        .map(|l| l.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("\n"))
-        .collect();
+    let patterns: Vec<String> = [
+        cfg.blocked_files(),
+        cfg.allowed_files(),
+        cfg.accepted_in_git(),
+    ]
+    .iter()
+    .map(|l| {
+        l.iter()
+            .map(|p| p.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+    .collect();
     let cache = crate::spec::state_dir()
         .join("git-secrets")
         .join(&ws.names.hash);
@@ -206,4 +216,96 @@ fn git_out(repo: &Path, args: &[&str], empty_ok: bool) -> Result<Vec<u8>, RunErr
         args.join(" "),
         String::from_utf8_lossy(&o.stderr).trim()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let o = Command::new("git")
+            .args([
+                "-c",
+                "user.name=a",
+                "-c",
+                "user.email=a@b",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    fn put(dir: &Path, rel: &str, text: &str) {
+        std::fs::create_dir_all(dir.join(rel).parent().unwrap()).unwrap();
+        std::fs::write(dir.join(rel), text).unwrap();
+    }
+
+    #[test]
+    fn finds_masked_paths_in_the_index_history_merges_and_reflogs() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        git(d, &["init", "-q"]);
+        put(d, "app.rs", "1");
+        put(d, "old.key", "k");
+        put(d, ".env.example", "x");
+        put(d, "deploy/.aws/config", "c");
+        git(d, &["add", "-A"]);
+        git(d, &["commit", "-qm", "one"]);
+        git(d, &["rm", "-q", "old.key"]);
+        git(d, &["mv", "app.rs", "prod.secret"]);
+        git(d, &["commit", "-qm", "two"]);
+        // A secret only a merge brings, and one only a reflog still holds.
+        git(d, &["checkout", "-qb", "side"]);
+        put(d, "side.rs", "s");
+        git(d, &["add", "-A"]);
+        git(d, &["commit", "-qm", "side"]);
+        git(d, &["checkout", "-q", "main"]);
+        put(d, "merge.pem", "m");
+        git(d, &["merge", "-q", "--no-ff", "--no-commit", "side"]);
+        git(d, &["add", "merge.pem"]);
+        git(d, &["commit", "-qm", "merge"]);
+        git(d, &["branch", "-qD", "side"]);
+        put(d, "gone.key", "g");
+        git(d, &["add", "gone.key"]);
+        git(d, &["commit", "-qm", "amended away"]);
+        git(d, &["reset", "-q", "--hard", "HEAD~1"]);
+        put(d, "staged/.env", "s");
+        git(d, &["add", "staged/.env"]);
+        let cfg = sbx_core::config::Config::default();
+        let set = |p: Vec<sbx_core::glob::PathPattern>| PathSet::new(&p).unwrap();
+        let accepted = set(vec![
+            sbx_core::glob::PathPattern::new("prod.secret").unwrap(),
+        ]);
+        let got = scan(
+            d,
+            &set(cfg.blocked_files()),
+            &set(cfg.allowed_files()),
+            &accepted,
+        )
+        .unwrap();
+        let got: Vec<_> = got
+            .iter()
+            .map(|f| (f.path.as_str(), f.pattern.as_str(), f.commit.is_some()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("deploy/.aws/config", ".aws/", true),
+                ("gone.key", "*.key", true),
+                ("merge.pem", "*.pem", true),
+                ("old.key", "*.key", true),
+                ("staged/.env", ".env", false),
+            ]
+        );
+        let none = scan(d, &set(vec![]), &set(vec![]), &set(vec![])).unwrap();
+        assert!(none.is_empty());
+    }
 }

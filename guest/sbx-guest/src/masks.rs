@@ -79,8 +79,11 @@ impl Masker {
     /// mount's root now (its mask still there), asked of the kernel rather
     /// than remembered: the host's rename over it detaches the mask.
     fn mounted_over(&self, root: &sbx_sys::beneath::Root, rel: &Path) -> bool {
+        // A pinned parent (sbx-run binds it onto itself) is a mount root
+        // too: only the path and secret directories above it count.
         rel.ancestors()
             .take_while(|a| !a.as_os_str().is_empty())
+            .filter(|a| *a == rel || wanted(a, true, &self.blocked, &self.allowed))
             .any(|a| {
                 root.open_path(a)
                     .and_then(|fd| sbx_sys::fanotify::is_mount_root(&fd))
@@ -110,13 +113,14 @@ impl Mounter for BindMounter {
 /// Watch `root` recursively and mask new matches until the process ends.
 /// Errors are returned once at start; later ones are printed. With
 /// `scan`, what is already there is masked too, once the watch is set.
-pub fn watch(mut masker: Masker, scan: bool) -> Result<(), String> {
+/// Without the open guard masks are still made: Ok(Some(why)).
+pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     use notify::{EventKind, RecursiveMode, Watcher};
     let (tx, rx) = std::sync::mpsc::channel();
     let mut w = notify::recommended_watcher(tx).map_err(|e| e.to_string())?;
     w.watch(&masker.root, RecursiveMode::Recursive)
         .map_err(|e| format!("{}: {e}", masker.root.display()))?;
-    guard(&masker)?;
+    let unguarded = guard(&masker).err();
     if scan {
         for p in existing(&masker) {
             if let Some(Err(e)) = masker.seen(&p) {
@@ -144,13 +148,13 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<(), String> {
             }
         }
     });
-    Ok(())
+    Ok(unguarded)
 }
 
 /// Refuse every open of a secret path on the workspace mount that no
 /// mask covers (the window between the host's rename and the new mask).
 fn guard(m: &Masker) -> Result<(), String> {
-    let g = sbx_sys::fanotify::OpenGuard::on_mount(&m.root)
+    let g = sbx_sys::fanotify::OpenGuard::on_workspace(&m.root)
         .map_err(|e| format!("no open guard on {}: {e}", m.root.display()))?;
     let (root, blocked, allowed) = (m.root.clone(), m.blocked.clone(), m.allowed.clone());
     std::thread::spawn(move || {

@@ -39,16 +39,35 @@ pub fn is_mount_root(fd: &OwnedFd) -> io::Result<bool> {
 }
 
 impl OpenGuard {
-    /// Mark the mount whose root is `root` (refused if `root` is not one:
-    /// marking the mount beneath would stop every open in the container).
-    pub fn on_mount(root: &Path) -> io::Result<Self> {
-        let dir = std::fs::File::open(root)?;
-        if !is_mount_root(&OwnedFd::from(dir.try_clone()?))? {
-            return Err(io::Error::other(format!(
-                "{}: not a mount point",
-                root.display()
-            )));
+    /// Mark every mount that shows the workspace at `root`: the one that
+    /// holds it (its bind mount, or the volume it is inside) and those
+    /// under it that show part of the same directory (sbx-run binds the
+    /// parents of masked paths onto themselves); not the masks, which show
+    /// other files. Refused when the holder is the container's `/`: every
+    /// open in the container would wait on us.
+    pub fn on_workspace(root: &Path) -> io::Result<Self> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mounts = mountinfo(&info);
+        let fail = |why: &str| io::Error::other(format!("{}: {why}", root.display()));
+        let holder = mounts
+            .iter()
+            .filter(|m| root.starts_with(&m.point))
+            .max_by_key(|m| m.point.as_os_str().len())
+            .ok_or_else(|| fail("no mount holds it"))?;
+        if holder.point == Path::new("/") {
+            return Err(fail("on the container's root file system"));
         }
+        let inside = holder
+            .root
+            .join(root.strip_prefix(&holder.point).unwrap_or(root));
+        let mut points = vec![root.to_owned()];
+        points.extend(
+            mounts
+                .iter()
+                .filter(|m| m.point.starts_with(root) && m.point != root)
+                .filter(|m| m.dev == holder.dev && m.root.starts_with(&inside))
+                .map(|m| m.point.clone()),
+        );
         // SAFETY: plain syscall; the result is checked.
         let fd = unsafe {
             libc::fanotify_init(
@@ -62,18 +81,23 @@ impl OpenGuard {
         }
         // SAFETY: a new fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: both fds are open; a NULL path names the dir fd's mount.
-        let r = unsafe {
-            libc::fanotify_mark(
-                fd.as_raw_fd(),
-                libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT,
-                libc::FAN_OPEN_PERM,
-                dir.as_raw_fd(),
-                std::ptr::null(),
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
+        points.dedup();
+        for p in points {
+            let dir = std::fs::File::open(&p)?;
+            // SAFETY: both fds are open; a NULL path names the dir fd's mount.
+            let r = unsafe {
+                libc::fanotify_mark(
+                    fd.as_raw_fd(),
+                    libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT,
+                    libc::FAN_OPEN_PERM,
+                    dir.as_raw_fd(),
+                    std::ptr::null(),
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", p.display())));
+            }
         }
         Ok(Self { fd })
     }
@@ -134,6 +158,51 @@ impl OpenGuard {
     }
 }
 
+/// One line of /proc/self/mountinfo: the device, the directory of that
+/// file system it shows, and where.
+struct Mount {
+    dev: String,
+    root: PathBuf,
+    point: PathBuf,
+}
+
+fn mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some(Mount {
+                dev: f.get(2)?.to_string(),
+                root: unescape(f.get(3)?),
+                point: unescape(f.get(4)?),
+            })
+        })
+        .collect()
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|o| o.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], oct) {
+            (b'\\', Some(o)) => {
+                out.push(o.iter().fold(0u8, |a, c| a.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
 /// The path of an event's file without the " (deleted)" the kernel adds
 /// to a name that was unlinked or replaced since it was opened.
 pub fn undeleted(p: &Path) -> PathBuf {
@@ -141,4 +210,22 @@ pub fn undeleted(p: &Path) -> PathBuf {
     let b = p.as_os_str().as_bytes();
     let b = b.strip_suffix(b" (deleted)").unwrap_or(b);
     PathBuf::from(std::ffi::OsStr::from_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_are_read_with_their_escapes() {
+        let m = mountinfo(
+            "36 35 98:0 /mnt1 /mnt/a\\040b rw - ext3 /dev/root rw\n\
+             40 36 8:1 / / rw - overlay overlay rw\n",
+        );
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].dev, "98:0");
+        assert_eq!(m[0].root, Path::new("/mnt1"));
+        assert_eq!(m[0].point, Path::new("/mnt/a b"));
+        assert_eq!(m[1].point, Path::new("/"));
+    }
 }

@@ -3,8 +3,13 @@
 //! an empty read-only file (or directory) over each new path that the
 //! config's `[filesystem]` patterns block, within a second. Mounting needs
 //! CAP_SYS_ADMIN, which the guest keeps for this and the agent never has.
+//!
+//! The host's atomic replace (`sed -i`, an editor's rename into place)
+//! detaches a mask: the path is masked again whenever it is no longer
+//! mounted over, and until then a fanotify permission event on the
+//! workspace mount refuses every open of a secret path, so no window is
+//! left between the rename and the new mount.
 
-use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -24,28 +29,36 @@ pub fn wanted(rel: &Path, is_dir: bool, blocked: &PathSet, allowed: &PathSet) ->
     allowed.first_match(rel, is_dir).is_none() && blocked.first_match(rel, is_dir).is_some()
 }
 
+/// Whether the open of `path` (as the guest sees it) must be refused: a
+/// secret path, or one inside a secret directory, that is not mounted over
+/// (a masked one resolves to the mask's mount, which is not watched).
+pub fn refused(root: &Path, path: &Path, blocked: &PathSet, allowed: &PathSet) -> bool {
+    let path = sbx_sys::fanotify::undeleted(path);
+    let Ok(rel) = path.strip_prefix(root) else {
+        return false;
+    };
+    !rel.starts_with(".git") && blocked.masking(rel, allowed).is_some()
+}
+
 /// How a mask is applied (a bind mount in the real guest): over `target`,
 /// the object the watcher opened, never over a name looked up again.
 pub trait Mounter {
     fn mask(&mut self, path: &Path, target: &OwnedFd, is_dir: bool) -> std::io::Result<()>;
 }
 
-/// Decides and applies masks for event paths; each path is masked once.
+/// Decides and applies masks for event paths: a path is masked whenever
+/// it is not mounted over, however often the host replaces it.
 pub struct Masker {
     pub root: PathBuf,
     pub blocked: PathSet,
     pub allowed: PathSet,
     pub mounter: Box<dyn Mounter + Send>,
-    pub done: HashSet<PathBuf>,
 }
 
 impl Masker {
     /// Handle one path that was created or renamed into place.
     pub fn seen(&mut self, path: &Path) -> Option<std::io::Result<PathBuf>> {
         let rel = path.strip_prefix(&self.root).ok()?;
-        if self.done.iter().any(|d| path.starts_with(d)) {
-            return None;
-        }
         // Opened once, beneath the workspace and through no link, and
         // masked by that fd: `hook.key -> .git/hooks/pre-commit` must not
         // blank the hook (issue 37). A link is left alone, as at start:
@@ -53,14 +66,29 @@ impl Masker {
         let root = sbx_sys::beneath::Root::open(&self.root).ok()?;
         let (fd, kind) = root.open_mount_source(rel).ok()?;
         let is_dir = kind == sbx_sys::beneath::Kind::Dir;
-        if !wanted(rel, is_dir, &self.blocked, &self.allowed) {
+        if !wanted(rel, is_dir, &self.blocked, &self.allowed) || self.mounted_over(&root, rel) {
             return None;
         }
         let r = self.mounter.mask(path, &fd, is_dir);
-        if r.is_ok() {
-            self.done.insert(path.to_owned());
-        }
         Some(r.map(|()| rel.to_owned()))
+    }
+}
+
+impl Masker {
+    /// Whether `rel` or a directory above it inside the workspace is a
+    /// mount's root now (its mask still there), asked of the kernel rather
+    /// than remembered: the host's rename over it detaches the mask.
+    fn mounted_over(&self, root: &sbx_sys::beneath::Root, rel: &Path) -> bool {
+        // A pinned parent (sbx-run binds it onto itself) is a mount root
+        // too: only the path and secret directories above it count.
+        rel.ancestors()
+            .take_while(|a| !a.as_os_str().is_empty())
+            .filter(|a| *a == rel || wanted(a, true, &self.blocked, &self.allowed))
+            .any(|a| {
+                root.open_path(a)
+                    .and_then(|fd| sbx_sys::fanotify::is_mount_root(&fd))
+                    .unwrap_or(false)
+            })
     }
 }
 
@@ -85,12 +113,14 @@ impl Mounter for BindMounter {
 /// Watch `root` recursively and mask new matches until the process ends.
 /// Errors are returned once at start; later ones are printed. With
 /// `scan`, what is already there is masked too, once the watch is set.
-pub fn watch(mut masker: Masker, scan: bool) -> Result<(), String> {
+/// Without the open guard masks are still made: Ok(Some(why)).
+pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     use notify::{EventKind, RecursiveMode, Watcher};
     let (tx, rx) = std::sync::mpsc::channel();
     let mut w = notify::recommended_watcher(tx).map_err(|e| e.to_string())?;
     w.watch(&masker.root, RecursiveMode::Recursive)
         .map_err(|e| format!("{}: {e}", masker.root.display()))?;
+    let unguarded = guard(&masker).err();
     if scan {
         for p in existing(&masker) {
             if let Some(Err(e)) = masker.seen(&p) {
@@ -117,6 +147,22 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<(), String> {
                 }
             }
         }
+    });
+    Ok(unguarded)
+}
+
+/// Refuse every open of a secret path on the workspace mount that no
+/// mask covers (the window between the host's rename and the new mask).
+fn guard(m: &Masker) -> Result<(), String> {
+    let g = sbx_sys::fanotify::OpenGuard::on_workspace(&m.root)
+        .map_err(|e| format!("no open guard on {}: {e}", m.root.display()))?;
+    let (root, blocked, allowed) = (m.root.clone(), m.blocked.clone(), m.allowed.clone());
+    std::thread::spawn(move || {
+        let e = g.serve(|p| !refused(&root, p, &blocked, &allowed));
+        eprintln!("sbx-guest: the open guard stopped: {e}");
+        // Its fd stays open: pending and later opens wait rather than
+        // pass unchecked; the line above says why.
+        std::mem::forget(g);
     });
     Ok(())
 }
@@ -162,7 +208,7 @@ mod tests {
     }
 
     #[test]
-    fn masks_new_blocked_paths_once_and_leaves_the_rest() {
+    fn masks_new_blocked_paths_each_time_and_leaves_the_rest() {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
         for f in [
@@ -187,7 +233,6 @@ mod tests {
             blocked: PathSet::new(&cfg.blocked_files()).unwrap(),
             allowed: PathSet::new(&cfg.allowed_files()).unwrap(),
             mounter: Box::new(Rec(log.clone())),
-            done: HashSet::new(),
         };
         for f in [
             ".env",
@@ -216,8 +261,27 @@ mod tests {
             [
                 (PathBuf::from(".env"), false),
                 (PathBuf::from("sub/.env.local"), false),
-                (PathBuf::from("home/.ssh"), true)
+                (PathBuf::from("home/.ssh"), true),
+                // Not mounted over (nothing is, here): masked again.
+                (PathBuf::from(".env"), false),
             ]
         );
+    }
+
+    #[test]
+    fn opens_of_secret_paths_are_refused_and_the_rest_pass() {
+        let cfg = sbx_core::config::Config::default();
+        let b = PathSet::new(&cfg.blocked_files()).unwrap();
+        let a = PathSet::new(&cfg.allowed_files()).unwrap();
+        let r = Path::new("/workspace/w");
+        let no = |p: &str| refused(r, Path::new(p), &b, &a);
+        assert!(no("/workspace/w/.env"));
+        assert!(no("/workspace/w/.env (deleted)"));
+        assert!(no("/workspace/w/sub/.ssh/id_rsa"));
+        assert!(no("/workspace/w/a/server.key"));
+        assert!(!no("/workspace/w/.env.example"));
+        assert!(!no("/workspace/w/src/main.rs"));
+        assert!(!no("/workspace/w/.git/x.key"));
+        assert!(!no("/elsewhere/.env"));
     }
 }

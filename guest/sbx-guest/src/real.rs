@@ -978,18 +978,22 @@ fn masker_or_warning(paths: &Paths, cfg: &sbx_core::config::Config) -> Option<St
     if have & (1 << cap::SYS_ADMIN) == 0 {
         return Some("new secret files are not masked: no CAP_SYS_ADMIN".into());
     }
-    start_masker(paths, cfg)
-        .err()
-        .map(|e| format!("new secret files are not masked: {e}"))
+    match start_masker(paths, cfg) {
+        Ok(None) => None,
+        Ok(Some(e)) => Some(format!(
+            "a secret file the host replaces is readable until masked again: {e}"
+        )),
+        Err(e) => Some(format!("new secret files are not masked: {e}")),
+    }
 }
 
-fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), String> {
+fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<Option<String>, String> {
     use std::os::unix::fs::PermissionsExt;
     let Some(ws) = std::env::var_os("SBX_WORKSPACE").map(PathBuf::from) else {
-        return Ok(());
+        return Ok(None);
     };
     if !ws.is_dir() {
-        return Ok(());
+        return Ok(None);
     }
     let file = paths.run_dir.join("empty");
     let dir = paths.run_dir.join("empty.d");
@@ -1018,7 +1022,6 @@ fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<(), Str
                 empty_file: file,
                 empty_dir: dir,
             }),
-            done: Default::default(),
         },
         restarted,
     )

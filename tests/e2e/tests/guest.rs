@@ -921,17 +921,23 @@ fn the_agent_starts_only_after_the_git_broker_listens() {
     drop(s);
 }
 
-/// A secret file the host creates after the start is unreadable to the
-/// agent within a second; an allowed one stays readable.
-#[test]
-fn secret_files_that_appear_later_are_masked() {
-    let Some(img) = image() else { return };
+/// A host directory (with `dirs`, the agent's) bound at /workspace/w as
+/// the sandbox's workspace, each of `pinned` bound onto itself (as sbx-run
+/// pins the parents of masked paths), the guest ready.
+fn workspace_sandbox(
+    tag: &str,
+    img: &str,
+    dirs: &[&str],
+    pinned: &[&str],
+) -> (tempfile::TempDir, Sandbox) {
     let ws = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::create_dir_all(ws.path().join("src")).unwrap();
+    for d in dirs {
+        std::fs::create_dir_all(ws.path().join(d)).unwrap();
+    }
     sh(Command::new("chown")
         .args(["-R", "1000:1000"])
         .arg(ws.path()));
-    let extra = vec![
+    let mut extra = vec![
         "--mount".to_string(),
         format!(
             "type=bind,source={},target=/workspace/w",
@@ -940,8 +946,24 @@ fn secret_files_that_appear_later_are_masked() {
         "--env".into(),
         "SBX_WORKSPACE=/workspace/w".into(),
     ];
-    let s = Sandbox::run_with("masks", &img, &extra, &["sleep", "infinity"]);
+    for d in pinned {
+        extra.push("--mount".into());
+        extra.push(format!(
+            "type=bind,source={},target=/workspace/w/{d}",
+            ws.path().join(d).display()
+        ));
+    }
+    let s = Sandbox::run_with(tag, img, &extra, &["sleep", "infinity"]);
     s.wait_for("sbx-guest: ready");
+    (ws, s)
+}
+
+/// A secret file the host creates after the start is unreadable to the
+/// agent within a second; an allowed one stays readable.
+#[test]
+fn secret_files_that_appear_later_are_masked() {
+    let Some(img) = image() else { return };
+    let (ws, s) = workspace_sandbox("masks", &img, &["src"], &[]);
     std::fs::write(ws.path().join(".env"), "API_KEY=hunter2\n").unwrap();
     std::fs::write(ws.path().join("src/.env.local"), "DB_PASSWORD=hunter2\n").unwrap();
     std::fs::write(ws.path().join(".env.example"), "API_KEY=\n").unwrap();
@@ -969,6 +991,83 @@ fn secret_files_that_appear_later_are_masked() {
     let o = s.exec("1000", "umount /workspace/w/.env");
     assert!(!o.status.success());
     assert!(!text(&s.exec("1000", "cat /workspace/w/.env")).contains("hunter2"));
+}
+
+/// The host replaces a masked secret atomically, with `sed -i` and with a
+/// rename into place, 20 times each, while the agent reads it in two tight
+/// loops (a shell redirection and `cat`): no byte of any version reaches
+/// the agent, and the path is masked again after every replace.
+#[test]
+fn masks_stay_when_the_host_replaces_the_secret() {
+    let Some(img) = image() else { return };
+    let (ws, s) = workspace_sandbox("masks-stay", &img, &["sub"], &["sub"]);
+    // `sub` is bound onto itself, as sbx-run pins a masked path's parent.
+    let envs = [ws.path().join(".env"), ws.path().join("sub/.env")];
+    for e in &envs {
+        std::fs::write(e, "SECRET-first\n").unwrap();
+    }
+    let masked = || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let o = s.exec(
+                "1000",
+                "cat /workspace/w/.env /workspace/w/sub/.env && echo masked",
+            );
+            if o.status.success() && text(&o) == "masked\n" {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not masked again: {}", text(&o));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    masked();
+    // The agent's readers, as uid 1000, until the file /tmp/stop appears.
+    let reader = r#"
+        while [ ! -e /tmp/stop ]; do
+            for f in /workspace/w/.env /workspace/w/sub/.env; do
+                while IFS= read -r l; do echo "$l"; done <$f; echo .
+            done
+        done >/tmp/reads.sh 2>/dev/null &
+        while [ ! -e /tmp/stop ]; do
+            cat /workspace/w/.env; echo .; cat /workspace/w/sub/.env; echo .
+        done >/tmp/reads.cat 2>/dev/null &
+        wait"#;
+    sh(Command::new("docker").args(["exec", "-d", "-u", "1000", &s.name, "sh", "-c", reader]));
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..20 {
+        for e in &envs {
+            sh(Command::new("sed")
+                .arg("-i")
+                .arg(format!("s/^SECRET-.*/SECRET-sed-{i}/"))
+                .arg(e));
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    for i in 0..20 {
+        for e in &envs {
+            let tmp = e.with_extension("swp");
+            std::fs::write(&tmp, format!("SECRET-mv-{i}\n")).unwrap();
+            std::fs::rename(&tmp, e).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    for e in &envs {
+        let t = std::fs::read_to_string(e).unwrap();
+        assert!(t.contains("SECRET-mv-19"), "{t}");
+    }
+    masked();
+    s.exec("1000", "touch /tmp/stop; sleep 1");
+    let reads = text(&s.exec("0", "cat /tmp/reads.sh /tmp/reads.cat"));
+    let tries = reads.lines().filter(|l| *l == ".").count();
+    eprintln!("{tries} reads by the agent");
+    assert!(tries > 100, "the readers hardly ran ({tries} reads)");
+    let leaked: Vec<_> = reads.lines().filter(|l| l.contains("SECRET")).collect();
+    assert!(
+        leaked.is_empty(),
+        "the agent read {} line(s) of the secret in {tries} reads: {:?}",
+        leaked.len(),
+        &leaked[..leaked.len().min(5)]
+    );
 }
 
 /// A 1 MiB home volume (tmpfs-backed, the way a full disk behaves): full

@@ -425,6 +425,13 @@ pub struct Filesystem {
     /// Example: `[".env.example", ".env.test"]`
     #[serde(alias = "allowed-patterns")]
     pub allowed: Option<Unique<PathGlob>>,
+    /// Masked paths accepted in git's objects (tracked, or in the history
+    /// of any ref or reflog). Any other masked path found there makes
+    /// `sbx-run start` refuse (exit 77): the agent could read its bytes with
+    /// `git show` or from `.git/objects`, whatever the mask hides.
+    /// Default: `[]`
+    /// Example: `[".env.test", "fixtures/*.pem"]`
+    pub accept_in_git: Unique<PathGlob>,
 }
 
 /// `[environment]`: which host variables cross into the sandbox. Precedence:
@@ -636,6 +643,34 @@ impl Config {
     /// `[sandbox] workspace = "clone"`.
     pub fn clone_mode(&self) -> bool {
         self.sandbox.workspace == WorkspaceMode::Clone
+    }
+
+    /// `[filesystem].accept-in-git`.
+    pub fn accepted_in_git(&self) -> Vec<PathPattern> {
+        self.filesystem
+            .accept_in_git
+            .0
+            .iter()
+            .map(|g| g.0.clone())
+            .collect()
+    }
+
+    /// Which key masks files by `pattern` (a [`Config::blocked_files`]
+    /// entry's text), for messages.
+    pub fn blocked_key(&self, pattern: &str) -> &'static str {
+        if DEFAULT_BLOCKED_FILES.contains(&pattern) {
+            "the built-in secret patterns"
+        } else if self
+            .filesystem
+            .blocked
+            .0
+            .iter()
+            .any(|g| g.0.text == pattern)
+        {
+            "[filesystem].blocked"
+        } else {
+            "[tools].deny-read"
+        }
     }
 
     /// `[tools].read-only`.

@@ -174,6 +174,21 @@ impl PathSet {
             .map(|i| &self.patterns[i])
             .find(|p| is_dir || !p.dir_only)
     }
+    /// The pattern that masks the file `rel` (workspace-relative) given the
+    /// exceptions in `allowed`: the file's own, or that of a directory above
+    /// it, as the start-time scan masks a directory whole.
+    pub fn masking(&self, rel: &Path, allowed: &PathSet) -> Option<&PathPattern> {
+        rel.ancestors()
+            .take_while(|a| !a.as_os_str().is_empty())
+            .filter_map(|a| {
+                let dir = a != rel;
+                allowed
+                    .first_match(a, dir)
+                    .is_none()
+                    .then(|| self.first_match(a, dir))?
+            })
+            .last()
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod copy;
 pub mod docker;
 pub mod fetch;
 pub mod gitpins;
+pub mod gitsecrets;
 pub mod guestexec;
 pub mod hostpath;
 pub mod image;
@@ -410,6 +411,9 @@ pub enum RunError {
         "{0}: the sandbox was given something else than this path (it was swapped, likely for a link, while docker mounted it); the sandbox was removed: find what changed it, then start again"
     )]
     Swapped(String),
+    /// A masked path in git's objects (gitsecrets.rs).
+    #[error("{0}")]
+    SecretInGit(String),
 }
 
 impl SbxError for RunError {
@@ -421,7 +425,7 @@ impl SbxError for RunError {
                 Exit::Unavailable
             }
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
-            Self::ForeignContainer(..) | Self::Swapped(_) => Exit::Denied,
+            Self::ForeignContainer(..) | Self::Swapped(_) | Self::SecretInGit(_) => Exit::Denied,
             Self::Interrupted => Exit::Software,
             Self::Config(_) => Exit::Config,
             Self::Unmaskable(_) | Self::BadWorkspace(_) => Exit::DataErr,

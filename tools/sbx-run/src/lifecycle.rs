@@ -199,6 +199,8 @@ pub fn start_in(
     // built or started; the idmapped view is made now and lives as long as
     // the sandbox is started.
     crate::branch::precheck(&ws)?;
+    // A masked file whose blobs git holds would be read through git.
+    crate::gitsecrets::check(&ws)?;
     // The hooks verify-commits will trust, as they are before the agent runs.
     crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
     workspace::prepare_mount(&ws)?;

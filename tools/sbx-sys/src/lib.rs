@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 pub mod agent_seccomp;
 pub mod beneath;
 pub mod bpf;
+pub mod fanotify;
 pub mod idmap;
 pub mod netlink;
 pub mod seccomp;

@@ -12,9 +12,11 @@ FISHDIR := $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 
 # The git guard runs before every git command: it is linked statically
 # (glibc's static libc), which takes the dynamic loader's ~0.3 ms off each
-# call (bench/git-guard.sh). A target triple keeps the flag off proc-macros.
+# call (bench/git-guard.sh). `cargo rustc -- -C ...` gives the flag to the
+# binary's own compile and link only, so it reuses the dependencies the
+# other tools' build compiled (RUSTFLAGS with a target triple, as before,
+# compiled every dependency a second time: issue 40's first run).
 HOST    := $(shell rustc -vV | sed -n 's/^host: //p')
-STATIC  := target/$(HOST)/release
 
 # The sandbox's `git` is sbx-git-client, a libc-free static program that
 # only forwards the call to the broker (glibc's start-up alone costs a call
@@ -30,9 +32,9 @@ STATICS := sbx-git-guard sbx-tool-guard
 
 build:
 	cargo build --release --locked $(addprefix --bin ,$(filter-out $(STATICS),$(BINS)))
-	RUSTFLAGS="-C target-feature=+crt-static" \
-	  cargo build --release --locked $(addprefix --bin ,$(STATICS)) --target $(HOST)
-	for b in $(STATICS); do cp $(STATIC)/$$b target/release/$$b; done
+	for b in $(STATICS); do \
+	  cargo rustc --release --locked -p $$b --bin $$b -- -C target-feature=+crt-static || exit; \
+	done
 	$(CLIENT) --release -- -C panic=abort
 
 # Debug builds of every binary, the client included (what the tests use).

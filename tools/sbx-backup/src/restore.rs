@@ -156,6 +156,7 @@ where
     let rel = &e.path.0;
     let (_, name) = split(rel);
     let (mut f, tmp) = dir.temp_file().map_err(|er| io(rel, er))?;
+    crate::hook::point("restore-temp-made");
     let r = (|| -> Res<u64> {
         let mut h = blake3::Hasher::new();
         let mut n = 0u64;
@@ -377,10 +378,23 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             ),
         ));
     }
-    // Whatever the home holds under the marker's name (a link) goes first.
-    root.remove_all(OsStr::new(MARKER))
-        .and_then(|()| write_marker(&root, &m.id))
-        .map_err(|e| io(MARKER.as_bytes(), e))?;
+    // A resume keeps its marker: removed and made again, a kill in
+    // between would leave a half target unmarked. Whatever else the home
+    // holds under the marker's name (a link) goes first.
+    let kept = resuming
+        && root.kind(OsStr::new(MARKER)).ok().flatten() == Some(beneath::Kind::File)
+        && root
+            .open_file(OsStr::new(MARKER))
+            .and_then(|mut f| {
+                let mut s = String::new();
+                f.read_to_string(&mut s).map(|_| s)
+            })
+            .is_ok_and(|s| s == m.id);
+    if !kept {
+        root.remove_all(OsStr::new(MARKER))
+            .and_then(|()| write_marker(&root, &m.id))
+            .map_err(|e| io(MARKER.as_bytes(), e))?;
+    }
     let mut rep = Report::default();
 
     // Directories, shallowest first (path order), writable by us until the end.
@@ -389,6 +403,9 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
         let d = walk(&root, parent).map_err(|er| io(&e.path.0, er))?;
         d.ensure_dir(name, 0o700).map_err(|er| io(&e.path.0, er))?;
         rep.dirs += 1;
+    }
+    if resuming {
+        remove_strays(&root, m)?;
     }
     // Files in parallel: one task per pack (ranged GETs), one per blob.
     let mut blobs = Vec::new();
@@ -484,16 +501,51 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     Ok(rep)
 }
 
-fn write_marker(root: &Dir, id: &str) -> std::io::Result<()> {
-    let (mut f, tmp) = root.temp_file()?;
-    let r = f
-        .write_all(id.as_bytes())
-        .and_then(|()| f.sync_all())
-        .and_then(|()| root.replace(&tmp, OsStr::new(MARKER)));
-    if r.is_err() {
-        let _ = root.unlink(&tmp);
+/// A name `Dir::temp_file`/`temp_symlink` make: `.sbx-` and 16 hex digits.
+fn is_temp_name(n: &[u8]) -> bool {
+    n.len() == 21
+        && n.starts_with(b".sbx-")
+        && n[5..]
+            .iter()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The temporaries a killed restore left in the snapshot's directories
+/// (never a name the snapshot itself holds): a resumed restore would
+/// otherwise leave them in the home for good.
+fn remove_strays(root: &Dir, m: &Manifest) -> Res<()> {
+    let names: std::collections::HashSet<&[u8]> =
+        m.entries.iter().map(|e| e.path.0.as_slice()).collect();
+    let dirs = std::iter::once(&b""[..]).chain(
+        m.entries
+            .iter()
+            .filter(|e| e.kind == Kind::Dir)
+            .map(|e| e.path.0.as_slice()),
+    );
+    for rel in dirs {
+        let d = walk(root, rel).map_err(|er| io(rel, er))?;
+        for n in d.names().map_err(|er| io(rel, er))? {
+            let full = if rel.is_empty() {
+                n.as_bytes().to_vec()
+            } else {
+                [rel, b"/", n.as_bytes()].concat()
+            };
+            if is_temp_name(n.as_bytes()) && !names.contains(full.as_slice()) {
+                d.remove_all(&n).map_err(|er| io(&full, er))?;
+            }
+        }
     }
-    r
+    Ok(())
+}
+
+fn write_marker(root: &Dir, id: &str) -> std::io::Result<()> {
+    // Made under its own name, not renamed from a temporary: a restore
+    // killed between the two left a stray temporary and no marker, and
+    // the retry (or first boot) then saw a non-empty, unmarked target.
+    // A marker killed before its id is written is empty: the newest.
+    let mut f = root.create_new(OsStr::new(MARKER), 0o600)?;
+    crate::hook::point("restore-marker-made");
+    f.write_all(id.as_bytes()).and_then(|()| f.sync_all())
 }
 
 /// Put `tmp` in place of `name`; a directory in the way (the snapshot

@@ -527,6 +527,20 @@ impl Dir {
         }
     }
 
+    /// Create `name` as a new file (O_CREAT | O_EXCL | O_NOFOLLOW, `mode`):
+    /// it exists from the first instant under its own name, so a crash
+    /// leaves no temporary beside it.
+    pub fn create_new(&self, name: &OsStr, mode: u32) -> io::Result<File> {
+        beneath_at(
+            self.0.as_fd(),
+            name_ok(name)?,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW,
+            mode,
+        )
+        .map(File::from)
+        .map_err(io)
+    }
+
     /// A new symlink under a fresh [`tmp_name`].
     pub fn temp_symlink(&self, target: &OsStr) -> io::Result<OsString> {
         loop {

@@ -25,7 +25,7 @@ use common::{Moto, http, moto, tree};
 
 type Tree = BTreeMap<Vec<u8>, String>;
 
-const CHECK_EVERY: usize = 100;
+const CHECK_EVERY: usize = 125;
 /// [backup].keep: a sync may delete snapshots beyond the newest KEEP.
 const KEEP: usize = 6;
 /// prune --keep-last.
@@ -310,15 +310,17 @@ fn run_loop(backend: Backend) {
     let mut listed: Vec<String> = Vec::new();
     let mut resume: Option<(String, PathBuf)> = None;
     let (mut killed, mut restores) = (0, 0);
+    // Per operation: (runs, killed).
+    let mut counts: BTreeMap<String, (u32, u32)> = BTreeMap::new();
 
     let n = iterations();
     for it in 0..n {
         let op = if resume.is_some() {
             Op::Restore
         } else {
-            match l.rng.below(10) {
-                0..=5 => Op::Sync,
-                6 => Op::Prune,
+            match l.rng.below(20) {
+                0..=11 => Op::Sync,
+                12..=14 => Op::Prune,
                 _ if listed.is_empty() => Op::Sync,
                 _ => Op::Restore,
             }
@@ -357,8 +359,8 @@ fn run_loop(backend: Backend) {
             }
         };
         let name = args[1].clone();
-        // Kill three runs in four, early on average.
-        let kill = l.rng.below(4) != 0;
+        // Kill four runs in five, early on average.
+        let kill = l.rng.below(5) != 0;
         let span = typical
             .get(name.as_str())
             .copied()
@@ -395,7 +397,10 @@ fn run_loop(backend: Backend) {
                 format!("{} in {took:?}", out.status)
             }
         ));
+        let c = counts.entry(name.clone()).or_default();
+        c.0 += 1;
         if was_killed {
+            c.1 += 1;
             killed += 1;
             l.clear_locks();
         } else {
@@ -459,7 +464,7 @@ fn run_loop(backend: Backend) {
                 l.fail(format!("#{it} reported snapshot {id} is gone"));
             }
         }
-        if (it + 1) % CHECK_EVERY == 0 && resume.is_none() {
+        if (it + 1) % CHECK_EVERY == 0 && it + 1 < n && resume.is_none() {
             l.check_all(&listed, &expected, it);
         }
     }
@@ -481,7 +486,8 @@ fn run_loop(backend: Backend) {
     l.check_all(&listed, &expected, n);
     l.ok(&["check", "--read-data"]);
     eprintln!(
-        "{n} iterations ({killed} killed, {restores} restores finished, {} snapshots reported) in {:?}",
+        "{n} iterations ({killed} killed; (runs, killed) {counts:?}; {restores} restores \
+         finished, {} snapshots reported) in {:?}",
         reported.len(),
         t0.elapsed()
     );

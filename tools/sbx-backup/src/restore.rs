@@ -95,11 +95,19 @@ fn ts(ns: i128) -> TimeSpec {
 /// root-run restore of an agent's set-uid file must not make it set-uid
 /// root (restore does not chown).
 pub fn safe_mode(e: &Entry) -> u32 {
+    // Asked once, not twice per file.
+    static IDS: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    let (uid, gid) = *IDS.get_or_init(|| {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    });
     let mut m = e.mode & 0o7777;
-    if e.uid != Some(nix::unistd::geteuid().as_raw()) {
+    if e.uid != Some(uid) {
         m &= !0o4000;
     }
-    if e.gid != Some(nix::unistd::getegid().as_raw()) {
+    if e.gid != Some(gid) {
         m &= !0o2000;
     }
     m
@@ -138,9 +146,15 @@ fn split(rel: &[u8]) -> (&[u8], &OsStr) {
     (parent, OsStr::from_bytes(name))
 }
 
-/// The directory `rel` beneath `root`, missing ones made 0700.
+/// The directory `rel` beneath `root`, missing ones made 0700. One
+/// openat2 for the whole path when it exists (the usual case: directories
+/// are made first), one per component only when one is missing.
 fn walk(root: &Dir, rel: &[u8]) -> std::io::Result<Dir> {
-    root.walk(Path::new(OsStr::from_bytes(rel)), Some(0o700))
+    let p = Path::new(OsStr::from_bytes(rel));
+    match root.walk(p, None) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => root.walk(p, Some(0o700)),
+        r => r,
+    }
 }
 
 /// A file to write: its entry (path, hash, mode, mtime, size).
@@ -160,6 +174,8 @@ where
     let r = (|| -> Res<u64> {
         let mut h = blake3::Hasher::new();
         let mut n = 0u64;
+        // Whether the file ends in a hole (seeked over, not written).
+        let mut hole = false;
         for chunk in src {
             let chunk = chunk?;
             n += chunk.len() as u64;
@@ -175,14 +191,22 @@ where
             }
             h.update(&chunk);
             // Runs of zeros become holes: a sparse file restores sparse.
-            if chunk.iter().all(|b| *b == 0) {
+            hole = !chunk.is_empty() && chunk.iter().all(|b| *b == 0);
+            if hole {
                 f.seek(std::io::SeekFrom::Current(chunk.len() as i64))
                     .map_err(|er| io(rel, er))?;
             } else {
                 f.write_all(&chunk).map_err(|er| io(rel, er))?;
             }
         }
-        f.set_len(n).map_err(|er| io(rel, er))?;
+        if hole {
+            f.set_len(n).map_err(|er| io(rel, er))?;
+        }
+        // The disk starts on it now, while the next files are fetched:
+        // the syncfs at the end then waits for little.
+        if n > 0 {
+            sbx_sys::start_writeback(f.as_fd());
+        }
         let hash = e.hash.as_deref().unwrap_or_default();
         if h.finalize().to_hex().as_str() != hash {
             return Err(msg(
@@ -419,23 +443,27 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             if safe_mode(e) != e.mode & 0o7777 {
                 rep.dropped_setid += 1;
             }
-            let dir = parent.of(&e.path.0)?;
-            let (_, name) = split(&e.path.0);
-            match dir.stat(name).map_err(|er| io(&e.path.0, er))? {
-                Some(md)
-                    if md.kind == beneath::Kind::File
-                        && md.size == e.size
-                        && reuse(dir, name, e)? =>
-                {
-                    rep.reused += 1;
-                    continue;
+            // Into a target that was empty there is nothing to reuse: no
+            // stat per file.
+            if non_empty {
+                let dir = parent.of(&e.path.0)?;
+                let (_, name) = split(&e.path.0);
+                match dir.stat(name).map_err(|er| io(&e.path.0, er))? {
+                    Some(md)
+                        if md.kind == beneath::Kind::File
+                            && md.size == e.size
+                            && reuse(dir, name, e)? =>
+                    {
+                        rep.reused += 1;
+                        continue;
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
             match m.location(e) {
                 _ if e.size == 0 && e.hash.as_deref() == Some(EMPTY) => {
                     let none: [Res<bytes::Bytes>; 0] = [];
-                    write_entry(dir, e, none, "")?;
+                    write_entry(parent.of(&e.path.0)?, e, none, "")?;
                     rep.files += 1;
                 }
                 Some((pack, off)) => packed.entry(pack).or_default().push((off, e.clone())),

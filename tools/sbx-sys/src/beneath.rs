@@ -288,9 +288,9 @@ fn name_ok(name: &OsStr) -> io::Result<&Path> {
 pub fn tmp_name() -> String {
     use std::hash::BuildHasher;
     static N: AtomicU64 = AtomicU64::new(0);
-    // RandomState's keys come from the OS's random source.
+    // RandomState's keys come from the OS's random source (once per
+    // thread); no pid, which costs a syscall per name.
     let seed = (
-        std::process::id(),
         N.fetch_add(1, Ordering::Relaxed),
         std::time::SystemTime::now(),
     );

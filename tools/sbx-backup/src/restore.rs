@@ -95,11 +95,19 @@ fn ts(ns: i128) -> TimeSpec {
 /// root-run restore of an agent's set-uid file must not make it set-uid
 /// root (restore does not chown).
 pub fn safe_mode(e: &Entry) -> u32 {
+    // Asked once, not twice per file.
+    static IDS: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    let (uid, gid) = *IDS.get_or_init(|| {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    });
     let mut m = e.mode & 0o7777;
-    if e.uid != Some(nix::unistd::geteuid().as_raw()) {
+    if e.uid != Some(uid) {
         m &= !0o4000;
     }
-    if e.gid != Some(nix::unistd::getegid().as_raw()) {
+    if e.gid != Some(gid) {
         m &= !0o2000;
     }
     m
@@ -138,9 +146,15 @@ fn split(rel: &[u8]) -> (&[u8], &OsStr) {
     (parent, OsStr::from_bytes(name))
 }
 
-/// The directory `rel` beneath `root`, missing ones made 0700.
+/// The directory `rel` beneath `root`, missing ones made 0700. One
+/// openat2 for the whole path when it exists (the usual case: directories
+/// are made first), one per component only when one is missing.
 fn walk(root: &Dir, rel: &[u8]) -> std::io::Result<Dir> {
-    root.walk(Path::new(OsStr::from_bytes(rel)), Some(0o700))
+    let p = Path::new(OsStr::from_bytes(rel));
+    match root.walk(p, None) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => root.walk(p, Some(0o700)),
+        r => r,
+    }
 }
 
 /// A file to write: its entry (path, hash, mode, mtime, size).
@@ -156,9 +170,12 @@ where
     let rel = &e.path.0;
     let (_, name) = split(rel);
     let (mut f, tmp) = dir.temp_file().map_err(|er| io(rel, er))?;
+    crate::hook::point("restore-temp-made");
     let r = (|| -> Res<u64> {
         let mut h = blake3::Hasher::new();
         let mut n = 0u64;
+        // Whether the file ends in a hole (seeked over, not written).
+        let mut hole = false;
         for chunk in src {
             let chunk = chunk?;
             n += chunk.len() as u64;
@@ -174,14 +191,22 @@ where
             }
             h.update(&chunk);
             // Runs of zeros become holes: a sparse file restores sparse.
-            if chunk.iter().all(|b| *b == 0) {
+            hole = !chunk.is_empty() && chunk.iter().all(|b| *b == 0);
+            if hole {
                 f.seek(std::io::SeekFrom::Current(chunk.len() as i64))
                     .map_err(|er| io(rel, er))?;
             } else {
                 f.write_all(&chunk).map_err(|er| io(rel, er))?;
             }
         }
-        f.set_len(n).map_err(|er| io(rel, er))?;
+        if hole {
+            f.set_len(n).map_err(|er| io(rel, er))?;
+        }
+        // The disk starts on it now, while the next files are fetched:
+        // the syncfs at the end then waits for little.
+        if n > 0 {
+            sbx_sys::start_writeback(f.as_fd());
+        }
         let hash = e.hash.as_deref().unwrap_or_default();
         if h.finalize().to_hex().as_str() != hash {
             return Err(msg(
@@ -377,10 +402,23 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             ),
         ));
     }
-    // Whatever the home holds under the marker's name (a link) goes first.
-    root.remove_all(OsStr::new(MARKER))
-        .and_then(|()| write_marker(&root, &m.id))
-        .map_err(|e| io(MARKER.as_bytes(), e))?;
+    // A resume keeps its marker: removed and made again, a kill in
+    // between would leave a half target unmarked. Whatever else the home
+    // holds under the marker's name (a link) goes first.
+    let kept = resuming
+        && root.kind(OsStr::new(MARKER)).ok().flatten() == Some(beneath::Kind::File)
+        && root
+            .open_file(OsStr::new(MARKER))
+            .and_then(|mut f| {
+                let mut s = String::new();
+                f.read_to_string(&mut s).map(|_| s)
+            })
+            .is_ok_and(|s| s == m.id);
+    if !kept {
+        root.remove_all(OsStr::new(MARKER))
+            .and_then(|()| write_marker(&root, &m.id))
+            .map_err(|e| io(MARKER.as_bytes(), e))?;
+    }
     let mut rep = Report::default();
 
     // Directories, shallowest first (path order), writable by us until the end.
@@ -389,6 +427,9 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
         let d = walk(&root, parent).map_err(|er| io(&e.path.0, er))?;
         d.ensure_dir(name, 0o700).map_err(|er| io(&e.path.0, er))?;
         rep.dirs += 1;
+    }
+    if resuming {
+        remove_strays(&root, m)?;
     }
     // Files in parallel: one task per pack (ranged GETs), one per blob.
     let mut blobs = Vec::new();
@@ -402,23 +443,27 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             if safe_mode(e) != e.mode & 0o7777 {
                 rep.dropped_setid += 1;
             }
-            let dir = parent.of(&e.path.0)?;
-            let (_, name) = split(&e.path.0);
-            match dir.stat(name).map_err(|er| io(&e.path.0, er))? {
-                Some(md)
-                    if md.kind == beneath::Kind::File
-                        && md.size == e.size
-                        && reuse(dir, name, e)? =>
-                {
-                    rep.reused += 1;
-                    continue;
+            // Into a target that was empty there is nothing to reuse: no
+            // stat per file.
+            if non_empty {
+                let dir = parent.of(&e.path.0)?;
+                let (_, name) = split(&e.path.0);
+                match dir.stat(name).map_err(|er| io(&e.path.0, er))? {
+                    Some(md)
+                        if md.kind == beneath::Kind::File
+                            && md.size == e.size
+                            && reuse(dir, name, e)? =>
+                    {
+                        rep.reused += 1;
+                        continue;
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
             match m.location(e) {
                 _ if e.size == 0 && e.hash.as_deref() == Some(EMPTY) => {
                     let none: [Res<bytes::Bytes>; 0] = [];
-                    write_entry(dir, e, none, "")?;
+                    write_entry(parent.of(&e.path.0)?, e, none, "")?;
                     rep.files += 1;
                 }
                 Some((pack, off)) => packed.entry(pack).or_default().push((off, e.clone())),
@@ -484,16 +529,51 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     Ok(rep)
 }
 
-fn write_marker(root: &Dir, id: &str) -> std::io::Result<()> {
-    let (mut f, tmp) = root.temp_file()?;
-    let r = f
-        .write_all(id.as_bytes())
-        .and_then(|()| f.sync_all())
-        .and_then(|()| root.replace(&tmp, OsStr::new(MARKER)));
-    if r.is_err() {
-        let _ = root.unlink(&tmp);
+/// A name `Dir::temp_file`/`temp_symlink` make: `.sbx-` and 16 hex digits.
+fn is_temp_name(n: &[u8]) -> bool {
+    n.len() == 21
+        && n.starts_with(b".sbx-")
+        && n[5..]
+            .iter()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The temporaries a killed restore left in the snapshot's directories
+/// (never a name the snapshot itself holds): a resumed restore would
+/// otherwise leave them in the home for good.
+fn remove_strays(root: &Dir, m: &Manifest) -> Res<()> {
+    let names: std::collections::HashSet<&[u8]> =
+        m.entries.iter().map(|e| e.path.0.as_slice()).collect();
+    let dirs = std::iter::once(&b""[..]).chain(
+        m.entries
+            .iter()
+            .filter(|e| e.kind == Kind::Dir)
+            .map(|e| e.path.0.as_slice()),
+    );
+    for rel in dirs {
+        let d = walk(root, rel).map_err(|er| io(rel, er))?;
+        for n in d.names().map_err(|er| io(rel, er))? {
+            let full = if rel.is_empty() {
+                n.as_bytes().to_vec()
+            } else {
+                [rel, b"/", n.as_bytes()].concat()
+            };
+            if is_temp_name(n.as_bytes()) && !names.contains(full.as_slice()) {
+                d.remove_all(&n).map_err(|er| io(&full, er))?;
+            }
+        }
     }
-    r
+    Ok(())
+}
+
+fn write_marker(root: &Dir, id: &str) -> std::io::Result<()> {
+    // Made under its own name, not renamed from a temporary: a restore
+    // killed between the two left a stray temporary and no marker, and
+    // the retry (or first boot) then saw a non-empty, unmarked target.
+    // A marker killed before its id is written is empty: the newest.
+    let mut f = root.create_new(OsStr::new(MARKER), 0o600)?;
+    crate::hook::point("restore-marker-made");
+    f.write_all(id.as_bytes()).and_then(|()| f.sync_all())
 }
 
 /// Put `tmp` in place of `name`; a directory in the way (the snapshot

@@ -315,6 +315,21 @@ fn a_pass_that_cannot_record_commits_nothing() {
 /// initialized (whose next sync would commit it as the newest).
 #[test]
 fn first_boot_finishes_an_interrupted_restore() {
+    first_boot_survives_a_kill_at("restore-files-done");
+}
+
+/// A first boot killed while it makes its in-progress marker: the next
+/// one still restores (a marker made through a temporary and a rename
+/// left the temporary and no marker, and the next first boot called the
+/// home initialized and started the agent in an empty home).
+#[test]
+fn first_boot_killed_making_its_marker_restores_next_time() {
+    first_boot_survives_a_kill_at("restore-marker-made");
+}
+
+/// First boot killed at hook point `at`; the next one leaves the home
+/// exactly as backed up.
+fn first_boot_survives_a_kill_at(at: &str) {
     let e = Env::new("");
     for i in 0..30 {
         w(
@@ -325,16 +340,42 @@ fn first_boot_finishes_an_interrupted_restore() {
     e.ok(&["sync"]);
     let o = e
         .cmd_for("home2", "state2", &["first-boot"])
-        .env("SBX_BACKUP_CRASH_AT", "restore-files-done")
+        .env("SBX_BACKUP_CRASH_AT", at)
         .output()
         .unwrap();
-    assert!(!o.status.success(), "the crash point did not fire");
+    assert!(!o.status.success(), "the crash point {at} did not fire");
     let o = e
         .cmd_for("home2", "state2", &["first-boot"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(tree(&e.root.join("home2")), tree(&e.home()));
+}
+
+/// A restore killed with a file half written leaves a temporary; the
+/// resumed restore removes it, so the home is exactly the snapshot (found
+/// by the kill -9 loop in killloop.rs).
+#[test]
+fn a_resumed_restore_leaves_no_temporaries() {
+    let e = Env::new("");
+    for i in 0..10 {
+        w(
+            &e.home().join(format!("d{}/f{i}", i % 2)),
+            format!("{i}\n").as_bytes(),
+        );
+    }
+    e.ok(&["sync"]);
+    for at in ["restore-temp-made", "restore-files-done"] {
+        let to = e.root.join(format!("to-{at}"));
+        let o = e
+            .cmd_for("home", "state", &["restore", "--to", to.to_str().unwrap()])
+            .env("SBX_BACKUP_CRASH_AT", at)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "the crash point {at} did not fire");
+        e.ok(&["restore", "--force", "--to", to.to_str().unwrap()]);
+        assert_eq!(tree(&to), tree(&e.home()), "after a kill at {at}");
+    }
 }
 
 /// Routes 1 and 8: a live sync's lock keeps prune out whatever the clocks

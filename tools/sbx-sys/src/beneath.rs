@@ -288,9 +288,9 @@ fn name_ok(name: &OsStr) -> io::Result<&Path> {
 pub fn tmp_name() -> String {
     use std::hash::BuildHasher;
     static N: AtomicU64 = AtomicU64::new(0);
-    // RandomState's keys come from the OS's random source.
+    // RandomState's keys come from the OS's random source (once per
+    // thread); no pid, which costs a syscall per name.
     let seed = (
-        std::process::id(),
         N.fetch_add(1, Ordering::Relaxed),
         std::time::SystemTime::now(),
     );
@@ -525,6 +525,20 @@ impl Dir {
                 Err(e) => return Err(io(e)),
             }
         }
+    }
+
+    /// Create `name` as a new file (O_CREAT | O_EXCL | O_NOFOLLOW, `mode`):
+    /// it exists from the first instant under its own name, so a crash
+    /// leaves no temporary beside it.
+    pub fn create_new(&self, name: &OsStr, mode: u32) -> io::Result<File> {
+        beneath_at(
+            self.0.as_fd(),
+            name_ok(name)?,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW,
+            mode,
+        )
+        .map(File::from)
+        .map_err(io)
     }
 
     /// A new symlink under a fresh [`tmp_name`].

@@ -115,6 +115,19 @@ pub fn available_bytes(p: &Path) -> io::Result<u64> {
     Ok(s.blocks_available().saturating_mul(s.fragment_size()))
 }
 
+/// Start writing `fd`'s dirty pages to disk without waiting for them
+/// (sync_file_range SYNC_FILE_RANGE_WRITE), so a later syncfs or fsync
+/// waits for less. Only a hint: an error changes nothing that follows.
+#[allow(unsafe_code)] // reason: nix has no wrapper for sync_file_range
+pub fn start_writeback(fd: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain syscall on an fd the borrow keeps open; no memory
+    // is passed.
+    unsafe {
+        libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

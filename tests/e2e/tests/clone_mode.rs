@@ -13,6 +13,11 @@ use sbx_e2e::{Repo, base_image, sbx, sh, text};
 
 /// A clone-mode workspace on main with one commit, the agent's, started.
 fn clone_repo(name: &str) -> Option<Repo> {
+    clone_repo_with(name, |_| {})
+}
+
+/// The same, with `setup` run on the host's repository before the start.
+fn clone_repo_with(name: &str, setup: impl Fn(&Repo)) -> Option<Repo> {
     if !base_image() {
         return None;
     }
@@ -23,6 +28,7 @@ fn clone_repo(name: &str) -> Option<Repo> {
     repo.git(&["add", "README", ".gitignore"]);
     repo.git(&["commit", "-qm", "one"]);
     repo.hook("post-merge", "#!/bin/sh\nexit 0\n");
+    setup(&repo);
     let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
     assert!(o.status.success(), "init: {}", text(&o));
     std::fs::write(
@@ -227,6 +233,66 @@ git log --oneline -1
         host_state(&repo) == before,
         "the host's .git/config or hooks changed"
     );
+}
+
+/// A merge runs the hooks of the merged tree when the host's hooks
+/// directory is in the work tree, and reads a config file `.git/config`
+/// includes from it: a fetched branch that changes either is refused
+/// until the user allows it.
+#[test]
+fn a_branch_that_changes_what_a_merge_runs_is_not_fetched() {
+    let Some(repo) = clone_repo_with("clonehooks", |r| {
+        std::fs::create_dir(r.path.join(".githooks")).unwrap();
+        std::fs::write(r.path.join(".githooks/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+        let hook = r.path.join(".githooks/pre-commit");
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::write(r.path.join(".gitconfig"), "[user]\n\tname = team\n").unwrap();
+        r.git(&["add", ".githooks", ".gitconfig"]);
+        r.git(&["commit", "-qm", "hooks"]);
+        r.git(&["config", "core.hooksPath", ".githooks"]);
+        r.git(&["config", "include.path", "../.gitconfig"]);
+    }) else {
+        return;
+    };
+    let c = repo.root().join("canary").display().to_string();
+    let refused = |round: &str, path: &str| {
+        let f = fetch(&repo, &[]);
+        assert_eq!(f.status.code(), Some(77), "{round}: {}", text(&f));
+        let e = String::from_utf8_lossy(&f.stderr).into_owned();
+        assert!(e.contains(path) && e.lines().count() == 1, "{round}: {e}");
+        let refs = repo.git(&["for-each-ref", "--format=%(refname)"]);
+        assert!(
+            !refs.contains("refs/remotes/sbx/") && !refs.contains("refs/sbx-fetch/"),
+            "{round}: {refs}"
+        );
+    };
+    let agent = |script: &str| {
+        let o = repo.agent(script);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    // A hook of the merged tree.
+    agent(&format!(
+        "printf '#!/bin/sh\\ntouch {c}.post-merge\\n' > .githooks/post-merge && chmod +x .githooks/post-merge && git add .githooks && git commit -qm hook"
+    ));
+    refused("a new hook", ".githooks/post-merge");
+    // The hooks directory made a link to a directory of the agent's.
+    agent(&format!(
+        "git reset -q --hard HEAD~1 && git rm -rq .githooks && mkdir -p tools/ci && printf '#!/bin/sh\\ntouch {c}.link\\n' > tools/ci/post-merge && chmod +x tools/ci/post-merge && ln -s tools/ci .githooks && git add -A && git commit -qm link"
+    ));
+    refused("a linked hooks directory", ".githooks");
+    // A config file the host's .git/config includes.
+    agent(&format!(
+        "git reset -q --hard HEAD~1 && printf '[core]\\n\\tfsmonitor = touch {c}.fsmonitor\\n' >> .gitconfig && git commit -qam include"
+    ));
+    refused("an included config", ".gitconfig");
+    // Allowed after review: it lands where fetch puts everything.
+    let f = fetch(&repo, &["--allow-hook-changes"]);
+    assert!(f.status.success(), "{}", text(&f));
+    assert!(repo.git(&["cat-file", "-p", "sbx/main:.gitconfig"]).contains("fsmonitor"));
+    let st = user_git(&repo, &["status"]);
+    assert!(st.status.success(), "{}", text(&st));
+    assert_eq!(canaries(repo.root()), Vec::<String>::new());
 }
 
 #[test]

@@ -172,7 +172,8 @@ pub fn ref_ok(args: &[&str], name: &str) -> bool {
                     || String::from_utf8_lossy(&o.stdout).trim_end_matches('\n') == name)
                 && !name.starts_with('-')
         }
-        Err(_) => true,
+        // A name nothing checked is not taken.
+        Err(_) => false,
     }
 }
 

@@ -28,6 +28,13 @@ use crate::{BranchArg, RunError};
 /// does not exist, so no `git pull`, push or checkout moves them by itself.
 pub const NAMESPACE: &str = "refs/remotes/sbx/";
 
+/// Where a fetch lands until its heads are checked: `NAMESPACE` moves
+/// only when every head passes.
+const QUARANTINE: &str = "refs/sbx-fetch/";
+
+/// The most branches one bundle may bring (each is checked by a git call).
+const MAX_HEADS: usize = 1000;
+
 /// The bundle formats git writes (`# v2 git bundle`, `# v3 git bundle`).
 const HEADERS: [&[u8]; 2] = [b"# v2 git bundle\n", b"# v3 git bundle\n"];
 
@@ -42,6 +49,12 @@ pub struct FetchOpts {
     /// one is refused and nothing is fetched.
     #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = sbx_core::config::Size::parse)]
     pub max_size: sbx_core::config::Size,
+    /// Take branches that change what your git runs on a merge or
+    /// checkout (a hooks directory in the work tree, `.husky`, a config
+    /// file your `.git/config` includes from the work tree), after you
+    /// have read the change in the sandbox.
+    #[arg(long)]
+    pub allow_hook_changes: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +75,10 @@ pub enum FetchError {
     Git(&'static str, String),
     #[error(transparent)]
     Proto(#[from] GuestError),
+    #[error(
+        "sbx/{0} changes {1}, which your git runs or reads on a merge ({2}): nothing was fetched; read the change in the sandbox (`sbx-run exec -- git log -p -- {1}`), then fetch with --allow-hook-changes"
+    )]
+    HookChange(String, String, &'static str),
     #[error("{path}: {err}", path = .0.display(), err = .1)]
     Io(PathBuf, io::Error),
 }
@@ -72,6 +89,7 @@ impl SbxError for FetchError {
             Self::NotAClone(_) => Exit::Usage,
             Self::NotRunning(_) => Exit::Unavailable,
             Self::TooBig(_) | Self::Bad(_) | Self::Guest(..) => Exit::DataErr,
+            Self::HookChange(..) => Exit::Denied,
             Self::Git(..) | Self::Proto(_) => Exit::Software,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
         }
@@ -145,9 +163,23 @@ pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError
     ])
     .arg(&file);
     for h in &heads {
-        c.arg(format!("+refs/heads/{0}:{NAMESPACE}{0}", h.branch));
+        c.arg(format!("+refs/heads/{0}:{QUARANTINE}{0}", h.branch));
     }
     crate::verify::run(c, "fetch").map_err(|e| FetchError::Git("fetch", escaped(&e)))?;
+    let checked = admit(&ws.path, &heads, opts.allow_hook_changes);
+    // One transaction: NAMESPACE moves for every head or none, and the
+    // quarantine goes either way.
+    let mut tx = String::new();
+    for h in &heads {
+        if checked.is_ok() {
+            tx.push_str(&format!("update {NAMESPACE}{} {}\n", h.branch, h.id));
+        }
+        tx.push_str(&format!("delete {QUARANTINE}{}\n", h.branch));
+    }
+    let mut c = crate::verify::git(&ws.path);
+    c.args(["update-ref", "--stdin"]);
+    piped(c, &tx).map_err(|e| FetchError::Git("update-ref", escaped(&e)))?;
+    checked?;
     let mut out = io::stdout().lock();
     for h in &heads {
         let r = if common.quiet {
@@ -257,7 +289,7 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
         let (id, name) = line.split_once(' ').unwrap_or((line, ""));
         let branch = name.strip_prefix("refs/heads/").unwrap_or("");
         let id_ok = matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit());
-        if !id_ok || branch.is_empty() || !crate::branch::ref_ok(&[name], name) {
+        if !id_ok || branch.is_empty() || branch == "HEAD" || !crate::branch::ref_ok(&[name], name) {
             return Err(FetchError::Bad(format!(
                 "a ref sbx does not take ({})",
                 sanitize::field(line)
@@ -271,7 +303,132 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
     if heads.is_empty() {
         return Err(FetchError::Bad("a bundle without branches".into()));
     }
+    if heads.len() > MAX_HEADS {
+        return Err(FetchError::Bad(format!(
+            "{} branches (at most {MAX_HEADS})",
+            heads.len()
+        )));
+    }
     Ok(heads)
+}
+
+/// `git` with `input` on its stdin.
+fn piped(mut c: std::process::Command, input: &str) -> Result<(), String> {
+    use std::process::Stdio;
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let wrote = stdin.write_all(input.as_bytes());
+    drop(stdin);
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    wrote.map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+/// Each quarantined head is a commit, and (unless allowed) changes
+/// nothing the host's git runs or reads as configuration on a merge or
+/// checkout: a post-merge or post-checkout hook in a hooks directory
+/// inside the work tree runs as the user the moment the merge lands.
+fn admit(top: &std::path::Path, heads: &[Head], allow: bool) -> Result<(), FetchError> {
+    for h in heads {
+        let mut c = crate::verify::git(top);
+        c.args(["cat-file", "-t", &h.id]);
+        if crate::verify::run(c, "cat-file").ok().as_deref() != Some("commit") {
+            return Err(FetchError::Bad(format!(
+                "branch {} whose tip is no commit",
+                sanitize::field(&h.branch)
+            )));
+        }
+    }
+    if allow {
+        return Ok(());
+    }
+    let guarded = guarded_paths(top);
+    for h in heads {
+        let mut c = crate::verify::git(top);
+        c.args(["merge-base", "HEAD", &h.id]);
+        let base = crate::verify::run(c, "merge-base").ok();
+        let mut c = crate::verify::git(top);
+        match &base {
+            Some(b) => c.args(["diff-tree", "-r", "-z", "--name-only", "--no-renames", b, &h.id]),
+            None => c.args(["ls-tree", "-r", "-z", "--name-only", &h.id]),
+        };
+        let changed =
+            crate::verify::run(c, "diff-tree").map_err(|e| FetchError::Git("diff-tree", escaped(&e)))?;
+        for p in changed.split('\0').filter(|p| !p.is_empty()) {
+            if let Some((_, why)) = guarded.iter().find(|(g, _)| touches(p, g)) {
+                return Err(FetchError::HookChange(
+                    sanitize::field(&h.branch).into_owned(),
+                    sanitize::field(p).into_owned(),
+                    why,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A changed path `p` touches the guarded `g` when it is `g`, inside it,
+/// or one of its parents (a directory made a link).
+fn touches(p: &str, g: &str) -> bool {
+    p == g
+        || p.strip_prefix(g).is_some_and(|r| r.starts_with('/'))
+        || g.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
+}
+
+/// The work-tree paths the host's git runs or reads as its own: `.husky`,
+/// `core.hooksPath` when it points into the work tree, and every file an
+/// `include`/`includeIf` of the repository's config names there.
+fn guarded_paths(top: &std::path::Path) -> Vec<(String, &'static str)> {
+    let mut v = vec![(".husky".to_owned(), "husky's hooks")];
+    let top_abs = std::fs::canonicalize(top).unwrap_or_else(|_| top.to_owned());
+    let read = |args: &[&str]| {
+        let mut c = crate::verify::git_reading_hooks_path(top);
+        c.args(args);
+        crate::verify::run(c, "config").unwrap_or_default()
+    };
+    let hooks = read(&["config", "--get", "core.hooksPath"]);
+    if let Some(r) = in_tree(&top_abs, &top_abs, &hooks) {
+        v.push((r, "core.hooksPath"));
+    }
+    let gitdir = top_abs.join(".git");
+    for line in read(&["config", "--local", "--get-regexp", r"^include(if\..*)?\.path$"]).lines() {
+        let value = line.split_once(' ').map_or("", |(_, x)| x);
+        if let Some(r) = in_tree(&top_abs, &gitdir, value) {
+            v.push((r, "a file .git/config includes"));
+        }
+    }
+    v
+}
+
+/// `value`, a path relative to `base` (or absolute), as a path relative
+/// to the work tree `top` when it lies inside it; `..` resolved lexically.
+fn in_tree(top: &std::path::Path, base: &std::path::Path, value: &str) -> Option<String> {
+    use std::path::Component;
+    if value.is_empty() || value.starts_with('~') {
+        return None;
+    }
+    let mut out = PathBuf::new();
+    for c in base.join(value).components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    let rel = out.strip_prefix(top).ok()?;
+    let s = rel.to_str()?.trim_end_matches('/').to_owned();
+    (!s.is_empty() && !s.starts_with(".git/") && s != ".git").then_some(s)
 }
 
 /// git's message about agent data, for one line on a terminal.
@@ -285,6 +442,22 @@ mod tests {
 
     /// The cap holds at the byte: up to it is written, one more is an
     /// error and marks the stream as over.
+    #[test]
+    fn a_guarded_path_is_touched_by_itself_its_insides_and_its_parents() {
+        assert!(touches(".githooks", ".githooks"));
+        assert!(touches(".githooks/post-merge", ".githooks"));
+        assert!(touches("tools", "tools/hooks"));
+        assert!(!touches(".githooksx", ".githooks"));
+        assert!(!touches("tools/hooksx/a", "tools/hooks"));
+        let top = std::path::Path::new("/r");
+        let git = top.join(".git");
+        assert_eq!(in_tree(top, &git, "../.gitconfig").as_deref(), Some(".gitconfig"));
+        assert_eq!(in_tree(top, top, ".husky/_/").as_deref(), Some(".husky/_"));
+        assert_eq!(in_tree(top, top, "/r/ci/hooks").as_deref(), Some("ci/hooks"));
+        assert_eq!(in_tree(top, top, "/etc/hooks"), None);
+        assert_eq!(in_tree(top, &git, "hooks"), None);
+    }
+
     #[test]
     fn the_cap_refuses_the_first_byte_over() {
         let mut w = Capped {

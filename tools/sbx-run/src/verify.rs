@@ -126,7 +126,7 @@ pub(crate) fn git(dir: &Path) -> Command {
 
 /// `git` without the `core.hooksPath` pin, for reading that key (as data)
 /// into the record.
-fn git_reading_hooks_path(dir: &Path) -> Command {
+pub(crate) fn git_reading_hooks_path(dir: &Path) -> Command {
     let mut c = Command::new("git");
     c.arg("-C").arg(dir);
     for kv in [

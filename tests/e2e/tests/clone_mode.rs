@@ -289,7 +289,10 @@ fn a_branch_that_changes_what_a_merge_runs_is_not_fetched() {
     // Allowed after review: it lands where fetch puts everything.
     let f = fetch(&repo, &["--allow-hook-changes"]);
     assert!(f.status.success(), "{}", text(&f));
-    assert!(repo.git(&["cat-file", "-p", "sbx/main:.gitconfig"]).contains("fsmonitor"));
+    assert!(
+        repo.git(&["cat-file", "-p", "sbx/main:.gitconfig"])
+            .contains("fsmonitor")
+    );
     let st = user_git(&repo, &["status"]);
     assert!(st.status.success(), "{}", text(&st));
     assert_eq!(canaries(repo.root()), Vec::<String>::new());

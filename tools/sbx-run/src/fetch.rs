@@ -289,7 +289,8 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
         let (id, name) = line.split_once(' ').unwrap_or((line, ""));
         let branch = name.strip_prefix("refs/heads/").unwrap_or("");
         let id_ok = matches!(id.len(), 40 | 64) && id.bytes().all(|b| b.is_ascii_hexdigit());
-        if !id_ok || branch.is_empty() || branch == "HEAD" || !crate::branch::ref_ok(&[name], name) {
+        if !id_ok || branch.is_empty() || branch == "HEAD" || !crate::branch::ref_ok(&[name], name)
+        {
             return Err(FetchError::Bad(format!(
                 "a ref sbx does not take ({})",
                 sanitize::field(line)
@@ -358,11 +359,19 @@ fn admit(top: &std::path::Path, heads: &[Head], allow: bool) -> Result<(), Fetch
         let base = crate::verify::run(c, "merge-base").ok();
         let mut c = crate::verify::git(top);
         match &base {
-            Some(b) => c.args(["diff-tree", "-r", "-z", "--name-only", "--no-renames", b, &h.id]),
+            Some(b) => c.args([
+                "diff-tree",
+                "-r",
+                "-z",
+                "--name-only",
+                "--no-renames",
+                b,
+                &h.id,
+            ]),
             None => c.args(["ls-tree", "-r", "-z", "--name-only", &h.id]),
         };
-        let changed =
-            crate::verify::run(c, "diff-tree").map_err(|e| FetchError::Git("diff-tree", escaped(&e)))?;
+        let changed = crate::verify::run(c, "diff-tree")
+            .map_err(|e| FetchError::Git("diff-tree", escaped(&e)))?;
         for p in changed.split('\0').filter(|p| !p.is_empty()) {
             if let Some((_, why)) = guarded.iter().find(|(g, _)| touches(p, g)) {
                 return Err(FetchError::HookChange(
@@ -400,7 +409,14 @@ fn guarded_paths(top: &std::path::Path) -> Vec<(String, &'static str)> {
         v.push((r, "core.hooksPath"));
     }
     let gitdir = top_abs.join(".git");
-    for line in read(&["config", "--local", "--get-regexp", r"^include(if\..*)?\.path$"]).lines() {
+    for line in read(&[
+        "config",
+        "--local",
+        "--get-regexp",
+        r"^include(if\..*)?\.path$",
+    ])
+    .lines()
+    {
         let value = line.split_once(' ').map_or("", |(_, x)| x);
         if let Some(r) = in_tree(&top_abs, &gitdir, value) {
             v.push((r, "a file .git/config includes"));
@@ -451,9 +467,15 @@ mod tests {
         assert!(!touches("tools/hooksx/a", "tools/hooks"));
         let top = std::path::Path::new("/r");
         let git = top.join(".git");
-        assert_eq!(in_tree(top, &git, "../.gitconfig").as_deref(), Some(".gitconfig"));
+        assert_eq!(
+            in_tree(top, &git, "../.gitconfig").as_deref(),
+            Some(".gitconfig")
+        );
         assert_eq!(in_tree(top, top, ".husky/_/").as_deref(), Some(".husky/_"));
-        assert_eq!(in_tree(top, top, "/r/ci/hooks").as_deref(), Some("ci/hooks"));
+        assert_eq!(
+            in_tree(top, top, "/r/ci/hooks").as_deref(),
+            Some("ci/hooks")
+        );
         assert_eq!(in_tree(top, top, "/etc/hooks"), None);
         assert_eq!(in_tree(top, &git, "hooks"), None);
     }

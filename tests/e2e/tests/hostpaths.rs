@@ -103,10 +103,11 @@ fn a_secret_named_link_blanks_nothing_it_names() {
     r.hook("pre-commit", "#!/bin/sh\n# HOOK\nexit 0\n");
     r.give_to_agent();
     r.start();
-    let o = r.exec(
-        "ln -s .git/hooks/pre-commit hook.key && ln -s /etc/hostname host.key && echo k > real.key",
-    );
+    let o = r.exec("ln -s .git/hooks/pre-commit hook.key && ln -s /etc/hostname host.key");
     assert!(o.status.success(), "{}", text(&o));
+    // A real secret appears too, written by the user: the guest's open
+    // guard refuses the agent's own opens of a secret name no mask covers.
+    std::fs::write(r.path.join("real.key"), "k\n").unwrap();
     let check = |when: &str| {
         // The watcher masks within a second: wait well past it, until the
         // real secret reads as empty.

@@ -371,7 +371,10 @@ fn agent_cannot_change_the_managed_settings_or_the_hook() {
         return;
     };
     let f = "/etc/claude-code/managed-settings.json";
-    let before = text(&r.exec(&format!("sha256sum {f} /usr/local/bin/sbx-tool-guard")));
+    // The checker is execute-only: its inode, size, time and mode stand
+    // for its bytes.
+    let ident = format!("sha256sum {f}; stat -c '%n %i %s %Y %a %U' /usr/local/bin/sbx-tool-guard");
+    let before = text(&r.exec(&ident));
     assert!(before.contains(f), "{before}");
     for attack in [
         format!("echo '{{}}' > {f}"),
@@ -387,9 +390,7 @@ fn agent_cannot_change_the_managed_settings_or_the_hook() {
         let o = r.exec(&attack);
         assert!(!o.status.success(), "{attack:?} worked: {}", text(&o));
     }
-    let after = text(&r.exec(&format!(
-        "sha256sum {f} /usr/local/bin/sbx-tool-guard; ls /etc/claude-code"
-    )));
+    let after = text(&r.exec(&format!("{ident}; ls /etc/claude-code")));
     assert!(after.starts_with(&before), "{before}\n{after}");
     assert!(
         !after.contains("managed-mcp") && !after.contains("x.json"),

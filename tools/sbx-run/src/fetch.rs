@@ -177,8 +177,10 @@ pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError
         tx.push_str(&format!("delete {QUARANTINE}{}\n", h.branch));
     }
     let mut c = crate::verify::git(&ws.path);
-    c.args(["update-ref", "--stdin"]);
-    piped(c, &tx).map_err(|e| FetchError::Git("update-ref", escaped(&e)))?;
+    c.args(["update-ref", "--stdin"])
+        .stdout(std::process::Stdio::null());
+    crate::verify::feed(c, tx.as_bytes(), "update-ref")
+        .map_err(|e| FetchError::Git("update-ref", escaped(&e)))?;
     checked?;
     let mut out = io::stdout().lock();
     for h in &heads {
@@ -311,27 +313,6 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
         )));
     }
     Ok(heads)
-}
-
-/// `git` with `input` on its stdin.
-fn piped(mut c: std::process::Command, input: &str) -> Result<(), String> {
-    use std::process::Stdio;
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let wrote = stdin.write_all(input.as_bytes());
-    drop(stdin);
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    wrote.map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
-    }
 }
 
 /// Each quarantined head is a commit, and (unless allowed) changes

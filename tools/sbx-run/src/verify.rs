@@ -250,7 +250,7 @@ fn pack(
 }
 
 /// Run `c` with `input` on its stdin; its stdout when the caller piped it.
-fn feed(mut c: Command, input: &[u8], what: &str) -> Result<String, VerifyError> {
+pub(crate) fn feed(mut c: Command, input: &[u8], what: &str) -> Result<String, VerifyError> {
     c.stdin(Stdio::piped());
     let mut child = c
         .stderr(Stdio::piped())

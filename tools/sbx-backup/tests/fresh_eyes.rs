@@ -1,0 +1,97 @@
+//! Routes an outside attacker found to lose backup data (issue 47, a
+//! fresh attempt), each through the real binary.
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+mod common;
+use common::tree;
+
+/// sbx-backup as uid 1000 (restore runs as the agent in the guest, and
+/// root would not see a permission problem), on `root`'s store and state.
+fn agent(root: &Path, home: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_sbx-backup"))
+        .arg("--config")
+        .arg(root.join("config.toml"))
+        .arg("--url")
+        .arg(format!("file://{}/store", root.display()))
+        .arg("--home")
+        .arg(home)
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn root_only() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    assert!(root || !ci, "this test needs root (other uids)");
+    root
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A home with a read-only directory holding a file and a symlink, the
+/// way Go's module cache (`~/go/pkg/mod`, every directory 0555) is. A
+/// restore killed after the directory modes were set, then resumed, and
+/// a `restore --force` over an earlier copy, must both end as the
+/// snapshot: restore makes its directories writable until the end.
+#[test]
+fn a_read_only_directory_does_not_stop_a_resumed_or_forced_restore() {
+    if !root_only() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    let home = root.join("home");
+    let ro = home.join("go/pkg/mod/m@v1");
+    fs::create_dir_all(&ro).unwrap();
+    fs::write(root.join("config.toml"), "").unwrap();
+    fs::write(ro.join("go.mod"), "module m\n").unwrap();
+    symlink("go.mod", ro.join("link")).unwrap();
+    Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(&root)
+        .status()
+        .unwrap();
+    for d in [ro.clone(), home.join("go/pkg/mod")] {
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let o = agent(&root, &home, &[], &["sync"]);
+    assert!(o.status.success(), "sync: {}", err(&o));
+    let want = tree(&home);
+
+    // Killed after the directories got their modes, before the marker went.
+    let to: PathBuf = root.join("to");
+    let t = to.to_str().unwrap();
+    let o = agent(
+        &root,
+        &home,
+        &[("SBX_BACKUP_CRASH_AT", "restore-dirs-done")],
+        &["restore", "--to", t],
+    );
+    assert_eq!(o.status.code(), None, "not killed: {}", err(&o));
+    assert!(to.join(".sbx-restore-in-progress").exists());
+    let o = agent(&root, &home, &[], &["restore", "--to", t]);
+    assert!(o.status.success(), "resumed restore: {}", err(&o));
+    assert_eq!(tree(&to), want);
+
+    // The agent changed a file in the read-only tree; --force brings the
+    // snapshot's version back.
+    let f = to.join("go/pkg/mod/m@v1");
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(f.join("go.mod"), "module changed\n").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o555)).unwrap();
+    let o = agent(&root, &home, &[], &["restore", "--force", "--to", t]);
+    assert!(o.status.success(), "restore --force: {}", err(&o));
+    assert_eq!(tree(&to), want);
+}

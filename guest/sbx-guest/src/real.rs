@@ -691,7 +691,8 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     // snapshots would push the good ones out of retention.
                     daemon = false;
                     warnings.push(format!(
-                        "home restore failed ({e}): starting with the home as it is, backups paused until a restore succeeds"
+                        "home not restored and not marked so ({e}): starting with the home as it is, backups paused; \
+                         the next start restores over it again (copy out what the agent writes)"
                     ));
                 }
             }

@@ -179,7 +179,8 @@ again. Retention never deletes the snapshot it reports nor the newest.
 Every manifest and the local index carry a blake3 checksum of
 themselves, checked on every read. Before a commit, what the index says
 is stored is checked against a listing; anything missing is uploaded
-again from the home. The prefix belongs to one home (<prefix>/home-id,
+again from the home. A pass over an unchanged home lists the store too,
+and commits again when the snapshot it would report lost anything. The prefix belongs to one home (<prefix>/home-id,
 recorded in every manifest): a second home is refused (78).
 
 Sync and prune on one store: each writes its own lock object

@@ -568,7 +568,16 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
 
-    // Nothing differs from the last commit: no request at all.
+    // Nothing differs from the last commit: three listings show that
+    // commit is still whole (a lifecycle rule or a wiped bucket takes a
+    // quiet home's objects too); if it is not, a new one is committed,
+    // uploading again what is gone.
+    if !o.dry_run
+        && index.last.as_deref() == Some(digest(&entries, &rep.skipped).as_str())
+        && !last_intact(remote, &index, &entries, &known).await?
+    {
+        index.last = None;
+    }
     if !o.dry_run && index.last.as_deref() == Some(digest(&entries, &rep.skipped).as_str()) {
         finish_counts(&mut rep, &entries);
         rep.unchanged = true;
@@ -626,6 +635,55 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
             saved.map(Pass::Done)
         }
     }
+}
+
+/// Whether the snapshot the index last committed is still listed with
+/// every pack and blob it uses (by the index's locations; by the manifest
+/// itself when the index has forgotten them, after a prune).
+async fn last_intact(
+    remote: &Remote,
+    index: &Index,
+    entries: &[Entry],
+    known: &HashMap<String, Loc>,
+) -> Res<bool> {
+    let Some(last) = &index.last_id else {
+        return Ok(false);
+    };
+    let (ids, packs, blobs) = tokio::try_join!(
+        remote.snapshot_ids(),
+        remote.pack_ids(),
+        remote.blob_hashes()
+    )?;
+    if !ids.contains(last) {
+        return Ok(false);
+    }
+    let packs: HashSet<String> = packs.into_iter().map(|p| p.0).collect();
+    let blobs: HashSet<String> = blobs.into_iter().map(|b| b.0).collect();
+    let there = |l: &Loc, h: &str| match l {
+        Loc::Blob => blobs.contains(h),
+        Loc::Pack(p, _) => packs.contains(p),
+    };
+    let hashes = entries
+        .iter()
+        .filter_map(|e| e.hash.as_deref())
+        .filter(|h| *h != EMPTY);
+    if let Some(all) = hashes
+        .map(|h| known.get(h).map(|l| there(l, h)))
+        .collect::<Option<Vec<bool>>>()
+    {
+        return Ok(all.into_iter().all(|b| b));
+    }
+    let m = match crate::restore::load(remote, Some(last)).await {
+        Ok(m) => m,
+        Err(e) if e.exit() == sbx_core::Exit::TempFail => return Err(e),
+        Err(_) => return Ok(false),
+    };
+    Ok(m.entries.iter().all(|e| match (&e.hash, m.location(e)) {
+        (Some(h), _) if h == EMPTY => true,
+        (Some(_), Some((p, _))) => packs.contains(p),
+        (Some(h), None) => blobs.contains(h),
+        (None, _) => true,
+    }))
 }
 
 struct Commit<'a> {

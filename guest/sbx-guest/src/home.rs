@@ -68,17 +68,21 @@ pub enum Prepared {
 /// agent starts and works in it, so a later start that restored with
 /// `--force` would put the snapshot's versions over that work. Only when
 /// even the mark cannot be written is it an error (no marker, no daemon).
+///
+/// An unrestored home gets the started marker too once the command runs
+/// (the agent used it), and the mark is looked at first: deleting the
+/// mark after a merge resumes backups, never a restore over the home.
 pub fn prepare(ops: &mut dyn HomeOps, backup_on: bool) -> Result<Prepared, String> {
+    if backup_on && ops.unrestored_exists() {
+        return Ok(Prepared::Unrestored {
+            why: "an earlier first start could not reach the store or restore from it".into(),
+        });
+    }
     if ops.marker_exists() {
         return Ok(Prepared::Known);
     }
     if !backup_on {
         return Ok(Prepared::New { restored: false });
-    }
-    if ops.unrestored_exists() {
-        return Ok(Prepared::Unrestored {
-            why: "an earlier first start could not reach the store".into(),
-        });
     }
     match ops.has_snapshot() {
         Ok(false) => return Ok(Prepared::New { restored: false }),
@@ -226,5 +230,30 @@ mod tests {
             Ok(Prepared::Unrestored { .. })
         ));
         assert!(!f.calls.contains(&"restore"), "{:?}", f.calls);
+    }
+
+    /// The unrestored home was used (the agent started); the user merges
+    /// and deletes the mark. No start after that restores over the home.
+    #[test]
+    fn a_merged_home_is_known_once_its_mark_is_gone() {
+        let mut f = Fake {
+            snapshot: None,
+            ..Default::default()
+        };
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { .. })
+        ));
+        // The guest writes the started marker once the command runs.
+        f.marker = true;
+        f.snapshot = Some(true);
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { .. })
+        ));
+        f.unrestored = false;
+        f.calls.clear();
+        assert_eq!(prepare(&mut f, true), Ok(Prepared::Known));
+        assert!(f.calls.is_empty(), "{:?}", f.calls);
     }
 }

@@ -680,6 +680,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 }
                 Ok(crate::home::Prepared::Unrestored { why }) => {
                     daemon = false;
+                    // The agent works in it: once the mark is deleted, a
+                    // start must find it used, not new.
+                    home_new = true;
                     warnings.push(format!(
                         "home not restored ({why}): the home is used as it is and no later start restores over it; \
                          backups are paused until you restore by hand (sbx-backup restore --to DIR), merge, and delete {}",

@@ -1276,13 +1276,13 @@ fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
     assert!(o.status.success(), "{}", text(&o));
     stop(&s);
     drop(s);
-    assert!(
+    let snapshots = || {
         std::fs::read_dir(store.path().join("snapshots"))
-            .unwrap()
-            .next()
-            .is_some(),
-        "no snapshot was committed"
-    );
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let first = snapshots();
+    assert!(first > 0, "no snapshot was committed");
 
     // 2. A new home volume; its restore fails. The agent works there.
     let _v = new_volume();
@@ -1316,7 +1316,33 @@ fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
         warnings.contains("no later start restores over it"),
         "{warnings}"
     );
+
+    // 4. The user merged what they wanted and deleted the mark, as the
+    // status says to; the agent worked on. The next start resumes backups
+    // and still restores nothing over that work.
+    let o = s.exec(
+        "1000",
+        "cd && rm .local/state/sbx-backup/sbx-guest-unrestored && echo merged > work/a.txt",
+    );
+    assert!(o.status.success(), "{}", text(&o));
     stop(&s);
+    drop(s);
+    let s = Sandbox::run_with("failedrestore4", &img, &extra, &["sleep", "infinity"]);
+    s.wait_for("sbx-guest: ready");
+    let o = s.exec("1000", "cat ~/work/a.txt");
+    assert_eq!(
+        text(&o),
+        "merged\n",
+        "the merged home was restored over: {}",
+        s.status()
+    );
+    let warnings = s.status()["warnings"].to_string();
+    assert!(!warnings.contains("not restored"), "{warnings}");
+    // Backups run again (the restore that failed made this home the
+    // prefix's): stop's final sync at the latest commits the merged home.
+    stop(&s);
+    let after = snapshots();
+    assert!(after > first, "no snapshot of the merged home");
 }
 
 /// `[network] mode = "proxy"`: the guest supervises sbx-fw's proxy. Killed,

@@ -382,8 +382,11 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                     m.entries.len(),
                     to.display()
                 ));
-                let rep = restore::restore(&c.remote, &m, &to, a.force).await?;
+                // Adopted first: a restore into the home that fails
+                // part-way still made it this prefix's (the guest marks
+                // it unrestored; once merged, its backups must go on).
                 adopt(&c, &m, &to);
+                let rep = restore::restore(&c.remote, &m, &to, a.force).await?;
                 Ok::<_, BoxError>(rep)
             })?;
             if json {
@@ -684,8 +687,8 @@ fn boot_restore(
             m.id,
             c.home.display()
         ));
-        let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
         adopt(c, &m, &c.home);
+        let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
         Ok::<_, BoxError>(rep)
     })?;
     output::info(&format!("restored {} files", rep.files));

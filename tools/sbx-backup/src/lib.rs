@@ -181,7 +181,9 @@ themselves, checked on every read. Before a commit, what the index says
 is stored is checked against a listing; anything missing is uploaded
 again from the home. A pass over an unchanged home lists the store too,
 and commits again when the snapshot it would report lost anything. The prefix belongs to one home (<prefix>/home-id,
-recorded in every manifest): a second home is refused (78).
+recorded in every manifest): a second home is refused (78). A restore
+into the home takes the prefix over (a fresh id): the home the snapshot
+came from is refused from then on.
 
 Sync and prune on one store: each writes its own lock object
 (locks/<kind>-<id>.json) first and lists locks/ second, so two that
@@ -385,7 +387,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                 // Adopted first: a restore into the home that fails
                 // part-way still made it this prefix's (the guest marks
                 // it unrestored; once merged, its backups must go on).
-                adopt(&c, &m, &to);
+                adopt(&c, &to).await?;
                 let rep = restore::restore(&c.remote, &m, &to, a.force).await?;
                 Ok::<_, BoxError>(rep)
             })?;
@@ -621,20 +623,35 @@ fn daemon(
     }
 }
 
-/// A snapshot restored into the home makes its home id this home's, so
-/// the next sync continues that history instead of being refused.
-fn adopt(c: &Ctx, m: &manifest::Manifest, to: &std::path::Path) {
+/// A restore into the home takes the prefix over: a fresh home id, put in
+/// the store and kept in the state dir, so the next sync continues that
+/// history instead of being refused, and the home the snapshot came from,
+/// if it still runs (branch mode's shared URL, a second machine), is
+/// refused from then on instead of both rotating each other's snapshots
+/// out.
+async fn adopt(c: &Ctx, to: &std::path::Path) -> Result<(), BoxError> {
     let same = |a: &std::path::Path, b: &std::path::Path| {
         a.canonicalize()
             .ok()
             .is_some_and(|x| b.canonicalize().ok() == Some(x))
     };
-    if let Some(h) = &m.home
-        && same(to, &c.home)
-        && let Err(e) = sync::adopt_home(&c.state_dir, h)
-    {
+    if !same(to, &c.home) {
+        return Ok(());
+    }
+    use object_store::ObjectStoreExt;
+    let id = sbx_sys::beneath::tmp_name()[5..].to_owned();
+    c.remote
+        .store
+        .put(
+            &c.remote.home_id(),
+            object_store::PutPayload::from(id.clone()),
+        )
+        .await
+        .map_err(|e| c.remote.down(e))?;
+    if let Err(e) = sync::adopt_home(&c.state_dir, &id) {
         output::warn(&format!("{}: {e}", c.state_dir.display()));
     }
+    Ok(())
 }
 
 fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
@@ -687,7 +704,7 @@ fn boot_restore(
             m.id,
             c.home.display()
         ));
-        adopt(c, &m, &c.home);
+        adopt(c, &c.home).await?;
         let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
         Ok::<_, BoxError>(rep)
     })?;

@@ -153,3 +153,61 @@ fn an_unchanged_home_is_backed_up_again_when_the_store_lost_its_snapshot() {
         assert_eq!(tree(&to), want, "{lost:?} lost");
     }
 }
+
+/// sbx-backup for the home `root/<home>` with state `root/<state>`.
+fn run_for(root: &Path, home: &str, state: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sbx-backup"))
+        .arg("--config")
+        .arg(root.join("config.toml"))
+        .arg("--url")
+        .arg(format!("file://{}/store", root.display()))
+        .arg("--home")
+        .arg(root.join(home))
+        .arg("--state-dir")
+        .arg(root.join(state))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// One home per prefix, as a new home's first start really goes: the
+/// guest restores the prefix's newest snapshot into it (branch mode's
+/// second sandbox on the shared URL, a second machine), which made it
+/// the same home as the first, still alive. Both then committed, and
+/// each one's retention deleted the snapshots the other had reported; a
+/// first boot restored whichever wrote last. The restore takes the
+/// prefix over: the first home is refused from then on (exit 78), and
+/// nothing it reported is deleted by the other.
+#[test]
+fn a_home_restored_elsewhere_never_rotates_out_the_first_homes_snapshots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    fs::write(root.join("config.toml"), "[backup]\nkeep = 1\n").unwrap();
+    fs::create_dir_all(root.join("one")).unwrap();
+    fs::write(root.join("one/notes"), "first home\n").unwrap();
+    let o = run_for(&root, "one", "st1", &["sync"]);
+    assert!(o.status.success(), "{}", err(&o));
+    // The second home's first start.
+    fs::create_dir_all(root.join("two")).unwrap();
+    let o = run_for(&root, "two", "st2", &["restore", "--force"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run_for(&root, "two", "st2", &["sync"]);
+    assert!(o.status.success(), "{}", err(&o));
+    // The first home goes on working and syncing.
+    fs::write(root.join("one/notes"), "first home, later work\n").unwrap();
+    let o = run_for(&root, "one", "st1", &["--json", "sync"]);
+    if o.status.success() {
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let id = r["data"]["snapshot"].as_str().unwrap().to_owned();
+        fs::write(root.join("two/notes"), "second home\n").unwrap();
+        let o = run_for(&root, "two", "st2", &["sync"]);
+        assert!(o.status.success(), "{}", err(&o));
+        assert!(
+            root.join(format!("store/snapshots/{id}.json")).exists(),
+            "the first home's reported snapshot {id} was deleted by the second home's pass"
+        );
+    } else {
+        assert_eq!(o.status.code(), Some(78), "{}", err(&o));
+        assert!(err(&o).contains("another home"), "{}", err(&o));
+    }
+}

@@ -211,3 +211,117 @@ fn a_home_restored_elsewhere_never_rotates_out_the_first_homes_snapshots() {
         assert!(err(&o).contains("another home"), "{}", err(&o));
     }
 }
+
+/// A store whose listings name every object twice (a pagination bug of
+/// an S3-compatible server, a proxy that replays a page).
+#[derive(Debug)]
+struct DupList(object_store::memory::InMemory);
+
+impl std::fmt::Display for DupList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DupList")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for DupList {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.0.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.0.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.0.delete_stream(locations)
+    }
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        use futures::StreamExt;
+        self.0
+            .list(prefix)
+            .flat_map(|m| {
+                futures::stream::iter([
+                    m.as_ref()
+                        .map(|m| m.clone())
+                        .map_err(|e| object_store::Error::Generic {
+                            store: "dup",
+                            source: e.to_string().into(),
+                        }),
+                    m,
+                ])
+            })
+            .boxed()
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.0.copy_opts(from, to, options).await
+    }
+}
+
+/// Retention on a store that lists each snapshot twice: counted twice,
+/// twice as many were deleted (keep = 3 kept one). Every snapshot among
+/// the last `keep` a pass reported must stay.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_that_repeats_names_deletes_nothing_retention_keeps() {
+    use sbx_backup::{store::Remote, sync};
+    let d = tempfile::tempdir().unwrap();
+    let home = d.path().join("home");
+    fs::create_dir_all(&home).unwrap();
+    let remote = Remote {
+        url: "memory://dup".into(),
+        store: std::sync::Arc::new(DupList(object_store::memory::InMemory::new())),
+        prefix: object_store::path::Path::default(),
+    };
+    let state = d.path().join("state");
+    let o = sync::Options {
+        home: &home,
+        state_dir: &state,
+        excludes: &[],
+        keep: 3,
+        dry_run: false,
+        wait: std::time::Duration::from_secs(5),
+    };
+    let mut reported = Vec::new();
+    for v in 0..5 {
+        fs::write(home.join("notes"), format!("version {v}\n")).unwrap();
+        let r = sync::sync(&remote, &o).await.unwrap();
+        reported.push(r.snapshot.unwrap());
+    }
+    let mut ids = remote.snapshot_ids().await.unwrap();
+    ids.dedup();
+    assert_eq!(ids, reported[2..], "retention kept the wrong snapshots");
+}

@@ -657,18 +657,14 @@ async fn last_intact(
     if !ids.contains(last) {
         return Ok(false);
     }
-    let packs: HashSet<String> = packs.into_iter().map(|p| p.0).collect();
-    let blobs: HashSet<String> = blobs.into_iter().map(|b| b.0).collect();
-    let there = |l: &Loc, h: &str| match l {
-        Loc::Blob => blobs.contains(h),
-        Loc::Pack(p, _) => packs.contains(p),
-    };
-    let hashes = entries
+    let packs: HashMap<String, u64> = packs.into_iter().collect();
+    let blobs: HashMap<String, u64> = blobs.into_iter().collect();
+    let files = entries
         .iter()
-        .filter_map(|e| e.hash.as_deref())
-        .filter(|h| *h != EMPTY);
-    if let Some(all) = hashes
-        .map(|h| known.get(h).map(|l| there(l, h)))
+        .filter_map(|e| Some((e.hash.as_deref()?, e.size)))
+        .filter(|(h, _)| *h != EMPTY);
+    if let Some(all) = files
+        .map(|(h, n)| known.get(h).map(|l| whole(l, h, Some(n), &packs, &blobs)))
         .collect::<Option<Vec<bool>>>()
     {
         return Ok(all.into_iter().all(|b| b));
@@ -680,10 +676,38 @@ async fn last_intact(
     };
     Ok(m.entries.iter().all(|e| match (&e.hash, m.location(e)) {
         (Some(h), _) if h == EMPTY => true,
-        (Some(_), Some((p, _))) => packs.contains(p),
-        (Some(h), None) => blobs.contains(h),
+        (Some(h), Some((p, off))) => {
+            whole(&Loc::Pack(p.into(), off), h, Some(e.size), &packs, &blobs)
+        }
+        (Some(h), None) => whole(&Loc::Blob, h, Some(e.size), &packs, &blobs),
         (None, _) => true,
     }))
+}
+
+/// Each content's size, by hash.
+fn sizes(entries: &[Entry]) -> HashMap<&str, u64> {
+    entries
+        .iter()
+        .filter_map(|e| Some((e.hash.as_deref()?, e.size)))
+        .collect()
+}
+
+/// Whether the store's listing (object -> size) holds content `h` at `l`
+/// whole: a blob of its size, a pack long enough for its range. An
+/// object cut short (a partial write) counts as gone.
+fn whole(
+    l: &Loc,
+    h: &str,
+    size: Option<u64>,
+    packs: &HashMap<String, u64>,
+    blobs: &HashMap<String, u64>,
+) -> bool {
+    match l {
+        Loc::Blob => blobs.get(h).is_some_and(|n| size.is_none_or(|s| *n == s)),
+        Loc::Pack(p, off) => packs
+            .get(p)
+            .is_some_and(|n| size.is_none_or(|s| *n >= off.saturating_add(s))),
+    }
 }
 
 struct Commit<'a> {
@@ -874,13 +898,12 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
     // bucket): what it says is stored is checked against one listing, and
     // whatever is gone is uploaded again from the home below.
     let (packs, blobs) = tokio::try_join!(remote.pack_ids(), remote.blob_hashes())?;
-    let packs: HashSet<String> = packs.into_iter().map(|p| p.0).collect();
-    let blobs: HashSet<String> = blobs.into_iter().map(|b| b.0).collect();
+    let (packs, blobs) = (packs.into_iter().collect(), blobs.into_iter().collect());
     let before = known.len();
-    known.retain(|h, l| match l {
-        Loc::Blob => blobs.contains(h),
-        Loc::Pack(p, _) => packs.contains(p),
-    });
+    {
+        let sizes = sizes(entries);
+        known.retain(|h, l| whole(l, h, sizes.get(h.as_str()).copied(), &packs, &blobs));
+    }
     let gone = before - known.len();
     let need = missing(entries, known, o.home);
     if gone > 0 {

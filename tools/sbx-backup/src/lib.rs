@@ -167,7 +167,8 @@ only when no remaining manifest references them (a pack goes when its last
 file does; packs are not rewritten). An empty home is backed up as an
 empty snapshot but never deletes an older one; `first-boot` restores the
 newest snapshot into a new, empty home. Sockets, FIFOs and devices are
-skipped and counted; the state dir is excluded, plus [backup].exclude
+skipped and counted; the state dir and a restore's in-progress marker
+(.sbx-restore-in-progress) are excluded, plus [backup].exclude
 (gitignore-style); every pass reports what it excluded, by rule, with
 counts (`excluded` in --json). Nothing else is left out: lockfiles such
 as Cargo.lock are backed up.

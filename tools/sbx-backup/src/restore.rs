@@ -420,6 +420,17 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             .map_err(|e| io(MARKER.as_bytes(), e))?;
     }
     let mut rep = Report::default();
+    // A snapshot from before the marker was left out of backups may hold
+    // one: restored, it would replace this restore's own.
+    let without;
+    let m = if m.entries.iter().any(|e| e.path.0 == MARKER.as_bytes()) {
+        let mut w = m.clone();
+        w.entries.retain(|e| e.path.0 != MARKER.as_bytes());
+        without = w;
+        &without
+    } else {
+        m
+    };
 
     // Directories, shallowest first (path order), writable by us until the end.
     for e in m.entries.iter().filter(|e| e.kind == Kind::Dir) {

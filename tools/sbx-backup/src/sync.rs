@@ -283,7 +283,9 @@ fn walk_dir(
                 }
             };
             let ft = md.file_type();
-            if skip == Some(r.as_path()) {
+            // sbx-backup's own state: the state dir, and a restore's
+            // in-progress marker (restored, it would name another snapshot).
+            if skip == Some(r.as_path()) || r.as_os_str() == crate::restore::MARKER {
                 continue;
             }
             if let Some(p) = excludes.first_match(&r, ft.is_dir()) {

@@ -372,3 +372,56 @@ fn a_short_object_in_the_store_is_uploaded_again() {
         assert_eq!(tree(&to), tree(&home));
     }
 }
+
+/// A home that holds a restore's in-progress marker (left by a restore
+/// into it that failed; the guest now starts the agent in such a home)
+/// was backed up with it. Restoring that snapshot put the old marker,
+/// naming the snapshot that failed, over the restore's own: a first boot
+/// killed after the files then "resumed" that other snapshot, long
+/// rotated out, and never completed. The marker is sbx-backup's own
+/// state and is never backed up.
+#[test]
+fn a_restore_marker_in_the_home_is_not_backed_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    let home = root.join("home");
+    fs::create_dir_all(&home).unwrap();
+    fs::write(root.join("config.toml"), "[backup]\nkeep = 1\n").unwrap();
+    fs::write(home.join("a"), "v1\n").unwrap();
+    let o = run(&root, &["sync"]);
+    assert!(o.status.success(), "{}", err(&o));
+    fs::write(home.join("a"), "v2\n").unwrap();
+    fs::write(
+        home.join(".sbx-restore-in-progress"),
+        "00000000000000000001",
+    )
+    .unwrap();
+    let o = run(&root, &["sync"]);
+    assert!(o.status.success(), "{}", err(&o));
+    fs::remove_file(home.join(".sbx-restore-in-progress")).unwrap();
+    let want = tree(&home);
+
+    // A new home's first boot, killed once its files are in.
+    fs::create_dir_all(root.join("new")).unwrap();
+    let boot = |crash: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_sbx-backup"));
+        c.arg("--config")
+            .arg(root.join("config.toml"))
+            .arg("--url")
+            .arg(format!("file://{}/store", root.display()))
+            .arg("--home")
+            .arg(root.join("new"))
+            .arg("--state-dir")
+            .arg(root.join("new/.local/state/sbx-backup"))
+            .arg("first-boot");
+        if let Some(at) = crash {
+            c.env("SBX_BACKUP_CRASH_AT", at);
+        }
+        c.output().unwrap()
+    };
+    let o = boot(Some("restore-files-done"));
+    assert_eq!(o.status.code(), None, "not killed: {}", err(&o));
+    let o = boot(None);
+    assert!(o.status.success(), "resumed first boot: {}", err(&o));
+    assert_eq!(tree(&root.join("new")), want);
+}

@@ -62,20 +62,27 @@ pub enum Prepared {
     Unrestored { why: String },
 }
 
-/// Restore into a new home when backups are on. A failed restore is an
-/// error: the caller reports it and does not write the marker, so the next
-/// start tries again rather than treating the home as settled.
+/// Restore into a new home when backups are on. A failed restore (a pack
+/// the store lost for a while, a network that dropped mid-way) leaves the
+/// home as it is and marks it unrestored, like an unreachable store: the
+/// agent starts and works in it, so a later start that restored with
+/// `--force` would put the snapshot's versions over that work. Only when
+/// even the mark cannot be written is it an error (no marker, no daemon).
+///
+/// An unrestored home gets the started marker too once the command runs
+/// (the agent used it), and the mark is looked at first: deleting the
+/// mark after a merge resumes backups, never a restore over the home.
 pub fn prepare(ops: &mut dyn HomeOps, backup_on: bool) -> Result<Prepared, String> {
+    if backup_on && ops.unrestored_exists() {
+        return Ok(Prepared::Unrestored {
+            why: "an earlier first start could not reach the store or restore from it".into(),
+        });
+    }
     if ops.marker_exists() {
         return Ok(Prepared::Known);
     }
     if !backup_on {
         return Ok(Prepared::New { restored: false });
-    }
-    if ops.unrestored_exists() {
-        return Ok(Prepared::Unrestored {
-            why: "an earlier first start could not reach the store".into(),
-        });
     }
     match ops.has_snapshot() {
         Ok(false) => return Ok(Prepared::New { restored: false }),
@@ -85,7 +92,12 @@ pub fn prepare(ops: &mut dyn HomeOps, backup_on: bool) -> Result<Prepared, Strin
             return Ok(Prepared::Unrestored { why: e });
         }
     }
-    ops.restore()?;
+    if let Err(e) = ops.restore() {
+        ops.mark_unrestored().map_err(|m| format!("{e}; and {m}"))?;
+        return Ok(Prepared::Unrestored {
+            why: format!("the restore failed: {e}"),
+        });
+    }
     Ok(Prepared::New { restored: true })
 }
 
@@ -173,14 +185,28 @@ mod tests {
         assert!(space_warning(h, Err(e)).unwrap().contains("/home/agent"));
     }
 
+    /// A restore that fails part-way (fresh eyes on issue 47): the agent
+    /// starts in that home and works; the next start, with the store whole
+    /// again, must not restore `--force` over that work.
     #[test]
-    fn failures_are_errors_so_the_marker_is_not_written() {
+    fn a_failed_restore_never_leads_to_a_restore_over_the_agents_work() {
         let mut f = Fake {
             snapshot: Some(true),
             restore_fails: true,
             ..Default::default()
         };
-        assert!(prepare(&mut f, true).unwrap_err().contains("disk full"));
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { why }) if why.contains("disk full")
+        ));
+        assert_eq!(f.calls, ["snapshots", "restore", "mark-unrestored"]);
+        f.restore_fails = false;
+        f.calls.clear();
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { .. })
+        ));
+        assert!(!f.calls.contains(&"restore"), "{:?}", f.calls);
     }
 
     /// Issue 47 route 9: a store unreachable at the first start marks the
@@ -204,5 +230,30 @@ mod tests {
             Ok(Prepared::Unrestored { .. })
         ));
         assert!(!f.calls.contains(&"restore"), "{:?}", f.calls);
+    }
+
+    /// The unrestored home was used (the agent started); the user merges
+    /// and deletes the mark. No start after that restores over the home.
+    #[test]
+    fn a_merged_home_is_known_once_its_mark_is_gone() {
+        let mut f = Fake {
+            snapshot: None,
+            ..Default::default()
+        };
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { .. })
+        ));
+        // The guest writes the started marker once the command runs.
+        f.marker = true;
+        f.snapshot = Some(true);
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::Unrestored { .. })
+        ));
+        f.unrestored = false;
+        f.calls.clear();
+        assert_eq!(prepare(&mut f, true), Ok(Prepared::Known));
+        assert!(f.calls.is_empty(), "{:?}", f.calls);
     }
 }

@@ -680,6 +680,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 }
                 Ok(crate::home::Prepared::Unrestored { why }) => {
                     daemon = false;
+                    // The agent works in it: once the mark is deleted, a
+                    // start must find it used, not new.
+                    home_new = true;
                     warnings.push(format!(
                         "home not restored ({why}): the home is used as it is and no later start restores over it; \
                          backups are paused until you restore by hand (sbx-backup restore --to DIR), merge, and delete {}",
@@ -691,7 +694,8 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     // snapshots would push the good ones out of retention.
                     daemon = false;
                     warnings.push(format!(
-                        "home restore failed ({e}): starting with the home as it is, backups paused until a restore succeeds"
+                        "home not restored and not marked so ({e}): starting with the home as it is, backups paused; \
+                         the next start restores over it again (copy out what the agent writes)"
                     ));
                 }
             }

@@ -167,7 +167,8 @@ only when no remaining manifest references them (a pack goes when its last
 file does; packs are not rewritten). An empty home is backed up as an
 empty snapshot but never deletes an older one; `first-boot` restores the
 newest snapshot into a new, empty home. Sockets, FIFOs and devices are
-skipped and counted; the state dir is excluded, plus [backup].exclude
+skipped and counted; the state dir and a restore's in-progress marker
+(.sbx-restore-in-progress) are excluded, plus [backup].exclude
 (gitignore-style); every pass reports what it excluded, by rule, with
 counts (`excluded` in --json). Nothing else is left out: lockfiles such
 as Cargo.lock are backed up.
@@ -179,8 +180,11 @@ again. Retention never deletes the snapshot it reports nor the newest.
 Every manifest and the local index carry a blake3 checksum of
 themselves, checked on every read. Before a commit, what the index says
 is stored is checked against a listing; anything missing is uploaded
-again from the home. The prefix belongs to one home (<prefix>/home-id,
-recorded in every manifest): a second home is refused (78).
+again from the home. A pass over an unchanged home lists the store too,
+and commits again when the snapshot it would report lost anything. The prefix belongs to one home (<prefix>/home-id,
+recorded in every manifest): a second home is refused (78). A restore
+into the home takes the prefix over (a fresh id): the home the snapshot
+came from is refused from then on.
 
 Sync and prune on one store: each writes its own lock object
 (locks/<kind>-<id>.json) first and lists locks/ second, so two that
@@ -381,8 +385,11 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                     m.entries.len(),
                     to.display()
                 ));
+                // Adopted first: a restore into the home that fails
+                // part-way still made it this prefix's (the guest marks
+                // it unrestored; once merged, its backups must go on).
+                adopt(&c, &to).await?;
                 let rep = restore::restore(&c.remote, &m, &to, a.force).await?;
-                adopt(&c, &m, &to);
                 Ok::<_, BoxError>(rep)
             })?;
             if json {
@@ -617,20 +624,35 @@ fn daemon(
     }
 }
 
-/// A snapshot restored into the home makes its home id this home's, so
-/// the next sync continues that history instead of being refused.
-fn adopt(c: &Ctx, m: &manifest::Manifest, to: &std::path::Path) {
+/// A restore into the home takes the prefix over: a fresh home id, put in
+/// the store and kept in the state dir, so the next sync continues that
+/// history instead of being refused, and the home the snapshot came from,
+/// if it still runs (branch mode's shared URL, a second machine), is
+/// refused from then on instead of both rotating each other's snapshots
+/// out.
+async fn adopt(c: &Ctx, to: &std::path::Path) -> Result<(), BoxError> {
     let same = |a: &std::path::Path, b: &std::path::Path| {
         a.canonicalize()
             .ok()
             .is_some_and(|x| b.canonicalize().ok() == Some(x))
     };
-    if let Some(h) = &m.home
-        && same(to, &c.home)
-        && let Err(e) = sync::adopt_home(&c.state_dir, h)
-    {
+    if !same(to, &c.home) {
+        return Ok(());
+    }
+    use object_store::ObjectStoreExt;
+    let id = sbx_sys::beneath::tmp_name()[5..].to_owned();
+    c.remote
+        .store
+        .put(
+            &c.remote.home_id(),
+            object_store::PutPayload::from(id.clone()),
+        )
+        .await
+        .map_err(|e| c.remote.down(e))?;
+    if let Err(e) = sync::adopt_home(&c.state_dir, &id) {
         output::warn(&format!("{}: {e}", c.state_dir.display()));
     }
+    Ok(())
 }
 
 fn first_boot(c: &Ctx, rt: &tokio::runtime::Runtime) -> Result<Exit, BoxError> {
@@ -683,8 +705,8 @@ fn boot_restore(
             m.id,
             c.home.display()
         ));
+        adopt(c, &c.home).await?;
         let rep = restore::restore(&c.remote, &m, &c.home, true).await?;
-        adopt(c, &m, &c.home);
         Ok::<_, BoxError>(rep)
     })?;
     output::info(&format!("restored {} files", rep.files));

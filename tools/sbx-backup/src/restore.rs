@@ -420,12 +420,32 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             .map_err(|e| io(MARKER.as_bytes(), e))?;
     }
     let mut rep = Report::default();
+    // A snapshot from before the marker was left out of backups may hold
+    // one: restored, it would replace this restore's own.
+    let without;
+    let m = if m.entries.iter().any(|e| e.path.0 == MARKER.as_bytes()) {
+        let mut w = m.clone();
+        w.entries.retain(|e| e.path.0 != MARKER.as_bytes());
+        without = w;
+        &without
+    } else {
+        m
+    };
 
     // Directories, shallowest first (path order), writable by us until the end.
     for e in m.entries.iter().filter(|e| e.kind == Kind::Dir) {
         let (parent, name) = split(&e.path.0);
         let d = walk(&root, parent).map_err(|er| io(&e.path.0, er))?;
         d.ensure_dir(name, 0o700).map_err(|er| io(&e.path.0, er))?;
+        // One already there may be read-only (a resume killed after the
+        // modes were set, --force over a Go module cache): writable by
+        // us until the end too, or its files and links cannot be put in.
+        if let Ok(Some(md)) = d.stat(name)
+            && md.mode & 0o700 != 0o700
+            && let Ok(sub) = d.sub(name)
+        {
+            let _ = sub.chmod(md.mode | 0o700);
+        }
         rep.dirs += 1;
     }
     if resuming {
@@ -525,6 +545,7 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
             let _ = finish_fd(d.as_fd(), safe_mode(e), e.mtime_ns);
         }
     }
+    crate::hook::point("restore-dirs-done");
     let _ = root.unlink(OsStr::new(MARKER));
     Ok(rep)
 }

@@ -194,6 +194,9 @@ impl Remote {
             })
             .collect();
         ids.sort_by(|a, b| (seq_of(a), a).cmp(&(seq_of(b), b)));
+        // A listing that names an object twice (a paging bug, a replayed
+        // page) must not count it twice: retention would delete more.
+        ids.dedup();
         Ok(ids)
     }
 

@@ -283,7 +283,9 @@ fn walk_dir(
                 }
             };
             let ft = md.file_type();
-            if skip == Some(r.as_path()) {
+            // sbx-backup's own state: the state dir, and a restore's
+            // in-progress marker (restored, it would name another snapshot).
+            if skip == Some(r.as_path()) || r.as_os_str() == crate::restore::MARKER {
                 continue;
             }
             if let Some(p) = excludes.first_match(&r, ft.is_dir()) {
@@ -568,7 +570,16 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
 
-    // Nothing differs from the last commit: no request at all.
+    // Nothing differs from the last commit: three listings show that
+    // commit is still whole (a lifecycle rule or a wiped bucket takes a
+    // quiet home's objects too); if it is not, a new one is committed,
+    // uploading again what is gone.
+    if !o.dry_run
+        && index.last.as_deref() == Some(digest(&entries, &rep.skipped).as_str())
+        && !last_intact(remote, &index, &entries, &known).await?
+    {
+        index.last = None;
+    }
     if !o.dry_run && index.last.as_deref() == Some(digest(&entries, &rep.skipped).as_str()) {
         finish_counts(&mut rep, &entries);
         rep.unchanged = true;
@@ -625,6 +636,79 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
             });
             saved.map(Pass::Done)
         }
+    }
+}
+
+/// Whether the snapshot the index last committed is still listed with
+/// every pack and blob it uses (by the index's locations; by the manifest
+/// itself when the index has forgotten them, after a prune).
+async fn last_intact(
+    remote: &Remote,
+    index: &Index,
+    entries: &[Entry],
+    known: &HashMap<String, Loc>,
+) -> Res<bool> {
+    let Some(last) = &index.last_id else {
+        return Ok(false);
+    };
+    let (ids, packs, blobs) = tokio::try_join!(
+        remote.snapshot_ids(),
+        remote.pack_ids(),
+        remote.blob_hashes()
+    )?;
+    if !ids.contains(last) {
+        return Ok(false);
+    }
+    let packs: HashMap<String, u64> = packs.into_iter().collect();
+    let blobs: HashMap<String, u64> = blobs.into_iter().collect();
+    let files = entries
+        .iter()
+        .filter_map(|e| Some((e.hash.as_deref()?, e.size)))
+        .filter(|(h, _)| *h != EMPTY);
+    if let Some(all) = files
+        .map(|(h, n)| known.get(h).map(|l| whole(l, h, Some(n), &packs, &blobs)))
+        .collect::<Option<Vec<bool>>>()
+    {
+        return Ok(all.into_iter().all(|b| b));
+    }
+    let m = match crate::restore::load(remote, Some(last)).await {
+        Ok(m) => m,
+        Err(e) if e.exit() == sbx_core::Exit::TempFail => return Err(e),
+        Err(_) => return Ok(false),
+    };
+    Ok(m.entries.iter().all(|e| match (&e.hash, m.location(e)) {
+        (Some(h), _) if h == EMPTY => true,
+        (Some(h), Some((p, off))) => {
+            whole(&Loc::Pack(p.into(), off), h, Some(e.size), &packs, &blobs)
+        }
+        (Some(h), None) => whole(&Loc::Blob, h, Some(e.size), &packs, &blobs),
+        (None, _) => true,
+    }))
+}
+
+/// Each content's size, by hash.
+fn sizes(entries: &[Entry]) -> HashMap<&str, u64> {
+    entries
+        .iter()
+        .filter_map(|e| Some((e.hash.as_deref()?, e.size)))
+        .collect()
+}
+
+/// Whether the store's listing (object -> size) holds content `h` at `l`
+/// whole: a blob of its size, a pack long enough for its range. An
+/// object cut short (a partial write) counts as gone.
+fn whole(
+    l: &Loc,
+    h: &str,
+    size: Option<u64>,
+    packs: &HashMap<String, u64>,
+    blobs: &HashMap<String, u64>,
+) -> bool {
+    match l {
+        Loc::Blob => blobs.get(h).is_some_and(|n| size.is_none_or(|s| *n == s)),
+        Loc::Pack(p, off) => packs
+            .get(p)
+            .is_some_and(|n| size.is_none_or(|s| *n >= off.saturating_add(s))),
     }
 }
 
@@ -816,13 +900,12 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
     // bucket): what it says is stored is checked against one listing, and
     // whatever is gone is uploaded again from the home below.
     let (packs, blobs) = tokio::try_join!(remote.pack_ids(), remote.blob_hashes())?;
-    let packs: HashSet<String> = packs.into_iter().map(|p| p.0).collect();
-    let blobs: HashSet<String> = blobs.into_iter().map(|b| b.0).collect();
+    let (packs, blobs) = (packs.into_iter().collect(), blobs.into_iter().collect());
     let before = known.len();
-    known.retain(|h, l| match l {
-        Loc::Blob => blobs.contains(h),
-        Loc::Pack(p, _) => packs.contains(p),
-    });
+    {
+        let sizes = sizes(entries);
+        known.retain(|h, l| whole(l, h, sizes.get(h.as_str()).copied(), &packs, &blobs));
+    }
     let gone = before - known.len();
     let need = missing(entries, known, o.home);
     if gone > 0 {

@@ -639,7 +639,8 @@ fn moto() -> Option<Moto> {
         .spawn()
         .unwrap();
     let m = Moto(child, port);
-    for _ in 0..100 {
+    // moto (Python) takes seconds to start on a loaded 2-core machine.
+    for _ in 0..600 {
         if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
             write!(s, "PUT /sbx HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
             let mut r = String::new();
@@ -744,6 +745,125 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
         "{t}"
     );
     let _ = run(&["rm", "--volumes", p]);
+    rm_image(&path);
+}
+
+/// A branch sandbox's home is backed up under its own prefix
+/// (`<url>/branch/<branch>`): it neither starts from the main sandbox's
+/// home nor takes the main sandbox's prefix over, so the main sandbox's
+/// backups go on after a branch sandbox started.
+#[test]
+fn a_branch_sandbox_backs_up_to_its_own_prefix() {
+    let Some(img) = image() else { return };
+    let Some(m) = moto() else { return };
+    let gw = sh(Command::new("sh").args([
+        "-c",
+        "ip -4 -o addr show docker0 | awk '{print $4}' | cut -d/ -f1",
+    ]));
+    let gw = gw.trim().to_owned();
+    let state = tempfile::tempdir().unwrap();
+    let (_d, path) = repo("guest-brbackup");
+    std::fs::write(
+        path.join(".agent-sandbox/Dockerfile"),
+        format!("FROM {img}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        path.join(".agent-sandbox/config.toml"),
+        "[network]\nallow-external = true\n\
+         [environment]\npass = [\"AWS_ACCESS_KEY_ID\", \"AWS_SECRET_ACCESS_KEY\", \"AWS_ENDPOINT\", \"AWS_ALLOW_HTTP\", \"AWS_REGION\"]\n\
+         [backup]\nurl = \"s3://sbx/home\"\ninterval = \"1h\"\n",
+    )
+    .unwrap();
+    sh(Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "one",
+        ])
+        .current_dir(&path));
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&path));
+    let aws = |c: &mut Command| {
+        c.env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_ENDPOINT", format!("http://{gw}:{}", m.1));
+    };
+    let run = |args: &[&str]| {
+        let mut c = sbx();
+        c.env("XDG_STATE_HOME", state.path());
+        aws(&mut c);
+        let o = c.args(args).output().unwrap();
+        (
+            o.status.success(),
+            text(&o),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let p = path.to_str().unwrap();
+    let step = |args: &[&str]| {
+        let (ok, t, out) = run(args);
+        assert!(ok, "{args:?}: {t}");
+        out
+    };
+    step(&["start", p]);
+    step(&["exec", "-C", p, "--", "sh", "-c", "echo m1 > ~/main1"]);
+    step(&["stop", p]);
+    step(&["start", "--branch", "feat", p]);
+    let out = step(&[
+        "exec",
+        "--branch",
+        "feat",
+        "-C",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "test -e ~/main1 && echo inherited; echo f > ~/feat1",
+    ]);
+    assert_eq!(out, "", "the branch home started from the main sandbox's");
+    step(&["stop", "--branch", "feat", p]);
+    step(&["start", p]);
+    step(&["exec", "-C", p, "--", "sh", "-c", "echo m2 > ~/main2"]);
+    step(&["stop", p]);
+    // On the host: each prefix restores its own home.
+    let bin = bin("sbx-backup");
+    let restore = |url: &str| {
+        let to = tempfile::tempdir_in("/var/tmp").unwrap();
+        let mut c = Command::new(&bin);
+        aws(&mut c);
+        c.env("AWS_ENDPOINT", format!("http://127.0.0.1:{}", m.1));
+        let o = c
+            .args(["-q", "--url", url, "restore", "--to"])
+            .arg(to.path().join("h"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "restore {url}: {}", text(&o));
+        let mut names: Vec<String> = std::fs::read_dir(to.path().join("h"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("main") || n.starts_with("feat"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(restore("s3://sbx/home"), ["main1", "main2"]);
+    assert_eq!(restore("s3://sbx/home/branch/feat"), ["feat1"]);
+    for b in [
+        &["rm", "--volumes", "--branch", "feat", p][..],
+        &["rm", "--volumes", p],
+    ] {
+        let _ = run(b);
+    }
     rm_image(&path);
 }
 

@@ -1228,6 +1228,27 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 from_str_deserialize!(StoreUrl);
+impl StoreUrl {
+    /// The store one level down, `<this>/<dir>/<name>`, each a path segment
+    /// of its own (percent-encoded as needed): a branch sandbox's home gets
+    /// its own prefix beside the main sandbox's, not a second writer on it.
+    pub fn child(&self, dir: &str, name: &str) -> Result<StoreUrl, String> {
+        // The url crate resolves `.` and `..` segments as it pushes them.
+        if [dir, name].iter().any(|p| matches!(*p, "" | "." | "..")) {
+            return Err(format!(
+                "\"{name}\" cannot name a store under {}",
+                self.text
+            ));
+        }
+        let mut u = url::Url::parse(&self.text).map_err(|e| e.to_string())?;
+        u.path_segments_mut()
+            .map_err(|()| format!("\"{}\" has no path", self.text))?
+            .pop_if_empty()
+            .push(dir)
+            .push(name);
+        u.as_str().parse()
+    }
+}
 
 /// One tool rule, Claude Code's spelling: `Name` or `Name(argument)`.
 #[derive(Debug, Clone)]

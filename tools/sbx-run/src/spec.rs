@@ -674,6 +674,17 @@ pub fn build(
     // hooks and protected paths over the shelf's (sbx-guest's branch.rs).
     if let Some(b) = &ws.branch {
         a.extend(["--env".into(), format!("SBX_BRANCH={b}")]);
+        // Its own home, so its own store prefix: sharing the main sandbox's
+        // would make two homes claim one prefix (sbx-backup refuses the
+        // second, and the main sandbox's backups would stop).
+        if let Some(u) = &cfg.backup.url {
+            let c = u
+                .child("branch", &sbx_core::sanitize_branch(b))
+                .map_err(|e| {
+                    RunError::Config(format!("{}: [backup].url: {e}", ws.loaded.describe()))
+                })?;
+            a.extend(["--env".into(), format!("SBX_BACKUP_URL={}", c.text)]);
+        }
     }
     a.extend([
         "--env".into(),

@@ -415,6 +415,32 @@ fn tools_table_parses_into_rules() {
     assert!(c.tools.is_none() && !c.read_only());
 }
 
+/// A branch sandbox's store is one segment per part below the main one's,
+/// whatever the branch name holds (`#`, `%`, `..` never escape or end it).
+#[test]
+fn a_child_store_is_two_segments_down() {
+    for (base, name, want_path) in [
+        ("s3://bkt/a/b/", "feat", "a/b/branch/feat"),
+        ("s3://bkt", "a#b%2F..", "branch/a%23b%252F.."),
+        ("gs://bkt/p", "...", "p/branch/..."),
+    ] {
+        let u: StoreUrl = base.parse().unwrap();
+        let c = u.child("branch", name).unwrap();
+        assert_eq!(
+            (c.kind, c.bucket.as_str()),
+            (u.kind, "bkt"),
+            "{base} {name}"
+        );
+        assert_eq!(c.path, want_path, "{base} {name}");
+    }
+    let u: StoreUrl = "file:///var/tmp/x/".parse().unwrap();
+    let c = u.child("branch", "a#b").unwrap();
+    assert_eq!(c.path, "/var/tmp/x/branch/a#b");
+    for bad in ["", ".", ".."] {
+        assert!(u.child("branch", bad).is_err(), "{bad:?}");
+    }
+}
+
 #[test]
 fn store_urls_are_parsed_once_into_fields() {
     let u: StoreUrl = "s3://bkt/a/b/".parse().unwrap();

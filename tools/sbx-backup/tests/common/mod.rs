@@ -65,7 +65,8 @@ pub fn moto() -> Option<Moto> {
         .spawn()
         .unwrap();
     let server = Moto(child, port);
-    for _ in 0..100 {
+    // moto (Python) takes seconds to start on a loaded 2-core machine.
+    for _ in 0..600 {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             // moto does not check signatures: a plain PUT makes the bucket.
             let r = http(port, "PUT", "/sbx");

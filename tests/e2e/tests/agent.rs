@@ -695,10 +695,10 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
     };
     let hook = r#"{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch /tmp/pwned"}]}]}}"#;
     let attack = format!(
-        "mkdir -p .claude; printf '%s' '{hook}' > .claude/settings.json; echo settings-rc=$?; \
+        "ls .claude/skills/hello/SKILL.md; mv .claude c2; echo mv-rc=$?; mkdir -p .claude; \
+         printf '%s' '{hook}' > .claude/settings.json; echo settings-rc=$?; \
          printf '%s' '{hook}' > .claude/settings.local.json; echo local-rc=$?; \
-         echo '{{\"mcpServers\":{{}}}}' > .mcp.json; echo mcp-rc=$?; mv .claude c2; echo mv-rc=$?; \
-         ls .claude/skills/hello/SKILL.md"
+         mv .mcp.json m2; echo '{{\"mcpServers\":{{}}}}' > .mcp.json; echo mcp-rc=$?"
     );
     sb.msgapi(
         8151,
@@ -714,7 +714,7 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
         assert!(!out.contains(rc), "{rc}: {out}");
     }
     assert!(out.contains(".claude/skills/hello/SKILL.md"), "{out}");
-    for f in [".claude/settings.json", ".claude/settings.local.json", "c2"] {
+    for f in [".claude/settings.json", ".claude/settings.local.json", "c2", "m2"] {
         assert!(!sb.path.join(f).exists(), "{f} was planted");
     }
     assert_eq!(

@@ -714,7 +714,12 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
         assert!(!out.contains(rc), "{rc}: {out}");
     }
     assert!(out.contains(".claude/skills/hello/SKILL.md"), "{out}");
-    for f in [".claude/settings.json", ".claude/settings.local.json", "c2", "m2"] {
+    for f in [
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        "c2",
+        "m2",
+    ] {
         assert!(!sb.path.join(f).exists(), "{f} was planted");
     }
     assert_eq!(

@@ -286,15 +286,12 @@ fn read_mcp_json(
     root: &sbx_sys::beneath::Root,
     rel: &Path,
 ) -> std::io::Result<Option<serde_json::Map<String, Value>>> {
-    let f = match root.open_read(rel) {
-        Ok(f) => f,
+    match root.open_path(rel) {
+        Ok(fd) if sbx_sys::beneath::kind(&fd)? == sbx_sys::beneath::Kind::Dir => return Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(nix::libc::EISDIR) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    if f.metadata()?.is_dir() {
-        return Ok(None);
+        _ => {}
     }
+    let f = root.open_read(rel)?;
     let mut data = Vec::new();
     f.take(1 << 20).read_to_end(&mut data)?;
     serde_json::from_slice(&data).map(Some).map_err(|e| {

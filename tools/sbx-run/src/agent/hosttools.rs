@@ -205,12 +205,13 @@ impl HostTools {
         let values = c.arguments.as_object().into_iter().flat_map(|o| o.iter());
         for (k, v) in values {
             let Some(v) = v.as_str() else { continue };
-            if let Some((p, pat)) = self.policy.masked_argument(v, &self.cwd) {
+            // The agent's own text in the answer, not the host path it reached.
+            if let Some((_, pat)) = self.policy.masked_argument(v, &self.cwd) {
+                let v: String = v.chars().take(200).collect();
                 return Err((
                     name,
                     format!(
-                        "argument \"{k}\" names {}, which matches \"{pat}\" ([tools].deny-read / [filesystem].blocked; masked in the sandbox)",
-                        p.display()
+                        "argument \"{k}\" ({v:?}) reaches a file that matches \"{pat}\" ([tools].deny-read / [filesystem].blocked; masked in the sandbox)"
                     ),
                 ));
             }

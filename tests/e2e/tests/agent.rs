@@ -197,6 +197,12 @@ fn setup_with(extra_config: &str) -> Option<Sandbox> {
 /// A sandbox for a repository owned by `owner` (uid:gid): anything but the
 /// agent's 1000 is seen through idmapped mounts.
 fn setup_owned(extra_config: &str, owner: &str) -> Option<Sandbox> {
+    setup_full(extra_config, owner, &[])
+}
+
+/// As `setup_owned`, with `files` (workspace-relative name, text) written
+/// before the sandbox starts.
+fn setup_full(extra_config: &str, owner: &str, files: &[(&str, &str)]) -> Option<Sandbox> {
     if !prerequisite(
         sbx_e2e::is_root(),
         "root (the sandbox's workspace ownership)",
@@ -231,6 +237,9 @@ fn setup_owned(extra_config: &str, owner: &str) -> Option<Sandbox> {
         &cfg.join("hooks/after"),
         "#!/bin/sh\necho \"after $(grep -o '\"status\":\"[a-z_]*\"' \"$SBX_RESULT_FILE\" | head -1)\" >> \"$HOOK_LOG\"\n",
     );
+    for (name, text) in files {
+        std::fs::write(path.join(name), text).unwrap();
+    }
     sh(Command::new("chown").args(["-R", owner]).arg(&path));
     let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
     let sb = Sandbox {
@@ -262,7 +271,7 @@ fn agent_runs_claude_code_in_the_sandbox() {
     //    the key in every process's environment it can read, and at the prepared files.
     let probe = format!(
         // The key is spelled in two halves so no transcript holds it whole.
-        "K1={}; K2={}; echo made-by-agent > made.txt; n=0; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null | grep -q \"$K1$K2\" && n=$((n+1)); done; echo key-in-environ=$n; ls .claude/skills/hello/SKILL.md .mcp.json",
+        "K1={}; K2={}; echo made-by-agent > made.txt; n=0; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f 2>/dev/null | grep -q \"$K1$K2\" && n=$((n+1)); done; echo key-in-environ=$n; ls .claude/skills/hello/SKILL.md",
         &KEY[..8],
         &KEY[8..]
     );
@@ -287,10 +296,7 @@ fn agent_runs_claude_code_in_the_sandbox() {
         out.contains("key-in-environ=0"),
         "the key is in a process's environment: {out}"
     );
-    assert!(
-        out.contains(".claude/skills/hello/SKILL.md") && out.contains(".mcp.json"),
-        "{out}"
-    );
+    assert!(out.contains(".claude/skills/hello/SKILL.md"), "{out}");
     assert!(
         of_type(&ev, "text")
             .iter()
@@ -320,9 +326,8 @@ fn agent_runs_claude_code_in_the_sandbox() {
         reqs.iter().all(|r| r["headers"]["x-api-key"] == KEY),
         "the key reached the API"
     );
-    let mcp: Value =
-        serde_json::from_str(&std::fs::read_to_string(sb.path.join(".mcp.json")).unwrap()).unwrap();
-    assert_eq!(mcp["mcpServers"]["echo"]["command"], "cat");
+    // [agent.mcp] reaches the CLI as a JSON string: no `.mcp.json` is written.
+    assert!(!sb.path.join(".mcp.json").is_file());
     // The key is in no audit log (host or sandbox) and no container env.
     let host_audit = std::fs::read_to_string(sb.state.join("sbx/audit.jsonl")).unwrap_or_default();
     assert!(
@@ -583,12 +588,6 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
         "{}",
         diag(&o)
     );
-    let mcp: Value =
-        serde_json::from_str(&std::fs::read_to_string(sb.path.join(".mcp.json")).unwrap()).unwrap();
-    assert_eq!(
-        mcp["mcpServers"]["sbx-host"]["args"],
-        json!(["mcp-host-tools"])
-    );
     let results = tool_results(&sb.requests(8111));
     let of = |n: &str| -> Vec<String> {
         results
@@ -681,6 +680,123 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
         );
         assert!(!log.contains("\"rm"), "{log}");
     }
+}
+
+/// Issue 38: `.claude/` and `.mcp.json` are read-only in the sandbox, so
+/// the agent cannot plant a project hook or MCP server that the user's own
+/// Claude Code on the host would run. `sbx-run agent` still works: the
+/// skills it copies on the host reach `.claude/skills`, its MCP servers
+/// and the user's reach the CLI, and the user's `.mcp.json` is untouched.
+#[test]
+fn agent_cannot_plant_project_hooks_or_mcp_servers() {
+    let mine = r#"{"mcpServers":{"mine":{"type":"stdio","command":"cat","args":[]}}}"#;
+    let Some(sb) = setup_full("", "1000:1000", &[(".mcp.json", mine)]) else {
+        return;
+    };
+    let hook = r#"{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch /tmp/pwned"}]}]}}"#;
+    let attack = format!(
+        "ls .claude/skills/hello/SKILL.md; mv .claude c2; echo mv-rc=$?; mkdir -p .claude; \
+         printf '%s' '{hook}' > .claude/settings.json; echo settings-rc=$?; \
+         printf '%s' '{hook}' > .claude/settings.local.json; echo local-rc=$?; \
+         mv .mcp.json m2; echo '{{\"mcpServers\":{{}}}}' > .mcp.json; echo mcp-rc=$?"
+    );
+    sb.msgapi(
+        8151,
+        &json!({"turns": [
+            {"tool_use": {"name": "Bash", "input": {"command": attack, "description": "plant"}}},
+            {"text": "Done."}
+        ]}),
+    );
+    let o = sb.agent(8151, &["--json", "plant hooks"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let out = tool_outputs(&o).join("\n");
+    for rc in ["settings-rc=0", "local-rc=0", "mcp-rc=0", "mv-rc=0"] {
+        assert!(!out.contains(rc), "{rc}: {out}");
+    }
+    assert!(out.contains(".claude/skills/hello/SKILL.md"), "{out}");
+    for f in [
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        "c2",
+        "m2",
+    ] {
+        assert!(!sb.path.join(f).exists(), "{f} was planted");
+    }
+    assert_eq!(
+        std::fs::read_to_string(sb.path.join(".mcp.json")).unwrap(),
+        mine
+    );
+    let ev = events(&o);
+    let session = of_type(&ev, "session");
+    let names: Vec<&str> = session[0]["data"]["mcp_servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"echo") && names.contains(&"mine"),
+        "{names:?}"
+    );
+}
+
+/// Issue 38, class 7: host tools run on the host, where nothing is masked
+/// and nothing is read-only, so `[tools]` is enforced there. The agent
+/// reads a masked file through a tool whose parameter is not called
+/// `path`, and plants a file through a tool that writes, under
+/// `read-only = true`: both are refused on the host and audited there.
+#[test]
+fn host_tools_keep_the_masks_and_read_only() {
+    let extra = "[tools]\nread-only = true\ndeny-read = [\"**/*.sql\"]\n\
+         [agent.host-tools.by_path]\nargv = [\"cat\", \"--\", \"{path}\"]\ndescription = \"cat\"\nwrites = false\n\
+         [agent.host-tools.by_file]\nargv = [\"cat\", \"--\", \"{file}\"]\ndescription = \"cat\"\nwrites = false\n\
+         [agent.host-tools.plant]\nargv = [\"touch\", \"--\", \"{name}\"]\ndescription = \"touch\"\n";
+    let Some(sb) = setup_with(extra) else { return };
+    std::fs::write(sb.path.join(".env"), "TOKEN=env-secret-5150\n").unwrap();
+    std::fs::create_dir_all(sb.path.join("db")).unwrap();
+    std::fs::write(sb.path.join("db/dump.sql"), "sql-secret-5150\n").unwrap();
+    std::fs::write(sb.path.join("notes.txt"), "plain-notes\n").unwrap();
+    sb.msgapi(
+        8131,
+        &json!({"turns": [
+            {"tool_use": [
+                {"name": "mcp__sbx-host__by_path", "input": {"path": ".env"}},
+                {"name": "mcp__sbx-host__by_file", "input": {"file": ".env"}},
+                {"name": "mcp__sbx-host__by_file", "input": {"file": "db/../db/dump.sql"}},
+                {"name": "mcp__sbx-host__by_file", "input": {"file": "notes.txt"}},
+                {"name": "mcp__sbx-host__plant", "input": {"name": "planted"}}
+            ]},
+            {"text": "Tools done."}
+        ]}),
+    );
+    let o = sb.agent(8131, &["--json", "use the host tools"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let results = tool_results(&sb.requests(8131));
+    let all: Vec<String> = results.iter().map(|(_, b)| result_text(b)).collect();
+    assert_eq!(all.len(), 5, "{results:?}");
+    assert!(
+        all.iter().all(|t| !t.contains("secret-5150")),
+        "a masked file was read through a host tool: {all:?}"
+    );
+    assert!(all.contains(&"plain-notes\n".to_owned()), "{all:?}");
+    assert!(
+        !sb.path.join("planted").exists(),
+        "a host tool wrote under read-only: {all:?}"
+    );
+    // The refusals are the host's, in its audit log, with the reason.
+    let host_audit = std::fs::read_to_string(sb.state.join("sbx/audit.jsonl")).unwrap_or_default();
+    let blocked: Vec<Value> = host_audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["operation"] == "host-tool" && r["result"] == "blocked")
+        .collect();
+    let why = |t: &str, w: &str| {
+        blocked
+            .iter()
+            .any(|r| r["target"] == t && r["reason"].as_str().unwrap().contains(w))
+    };
+    assert!(why("by_file", "[tools].deny-read"), "{blocked:?}");
+    assert!(why("plant", "read-only"), "{blocked:?}");
 }
 
 /// Each tool_result text of a run's events.
@@ -860,6 +976,38 @@ fn codex_reads_the_mcp_servers_sbx_gives_it() {
     assert_eq!(relay["command"], "/usr/local/bin/sbx-guest");
     assert_eq!(relay["args"], json!(["mcp-host-tools"]));
     assert_eq!(relay["env_vars"], json!(["SBX_HOST_TOOLS_SOCKET"]));
+}
+
+/// Issue 38: under `[tools] read-only = true` codex runs (its own sandbox
+/// cannot start in the container, so it is off) and the workspace mount
+/// makes it read-only: its shell call reads a file and fails to write one.
+#[test]
+fn codex_is_read_only_under_read_only() {
+    let Some(sb) = setup_with("[tools]\nread-only = true\n") else {
+        return;
+    };
+    std::fs::write(sb.path.join("notes.txt"), "notes-for-codex\n").unwrap();
+    let probe = "cat notes.txt; echo x > codex-ro.txt; echo write-rc=$?";
+    sb.msgapi(
+        8141,
+        &json!({"turns": [
+            {"text": "Trying.", "shell": probe},
+            {"text": "All done."}
+        ]}),
+    );
+    let o = sb.agent_codex(8141, &["--json", "write the file"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let tr = of_type(&events(&o), "tool_result")
+        .iter()
+        .map(|e| e["data"]["content"].as_str().unwrap_or("").to_owned())
+        .collect::<Vec<_>>();
+    assert_eq!(tr.len(), 1, "{}", diag(&o));
+    assert!(
+        tr[0].contains("notes-for-codex") && tr[0].contains("Read-only file system"),
+        "codex could not run, or could write: {tr:?}"
+    );
+    assert!(!tr[0].contains("write-rc=0"), "{tr:?}");
+    assert!(!sb.path.join("codex-ro.txt").exists());
 }
 
 /// The real codex CLI against the stand-in's Responses API: its shell call

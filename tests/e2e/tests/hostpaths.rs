@@ -128,9 +128,10 @@ fn a_secret_named_link_blanks_nothing_it_names() {
     );
 }
 
-/// Route 4: `.mcp.json -> <host file>`, then `sbx-run agent` with
-/// [agent.mcp]: refused, the host file untouched; and a user's own
-/// `.mcp.json` is merged, not replaced.
+/// Route 4: `.mcp.json -> <host file>`. Since issue 38 `.mcp.json` is
+/// read-only in the sandbox: the agent can neither link nor write it, and
+/// `sbx-run agent` with [agent.mcp] leaves the user's own file byte for
+/// byte (sbx's servers reach the CLI as a JSON string).
 #[test]
 fn sbx_run_agent_writes_no_mcp_json_through_a_link() {
     if !base_image() {
@@ -143,27 +144,21 @@ fn sbx_run_agent_writes_no_mcp_json_through_a_link() {
         "[agent.mcp.echo]\ncommand = [\"cat\"]\n",
     )
     .unwrap();
+    let mine = r#"{"mcpServers":{"mine":{"command":"true"}}}"#;
+    let mcp = r.path.join(".mcp.json");
+    std::fs::write(&mcp, mine).unwrap();
     r.give_to_agent();
     let o = run(&r, &["start"]);
     assert!(o.status.success(), "start: {}", text(&o));
     let canary = r.root().join("canary/secret");
-    let o = r.exec(&format!("ln -s {} .mcp.json", canary.display()));
-    assert!(o.status.success(), "{}", text(&o));
-    let o = sbx()
-        .args(["agent", "-C"])
-        .arg(&r.path)
-        .arg("hello")
-        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
-    assert!(text(&o).contains(".mcp.json"), "{}", text(&o));
-    canary_untouched(&r);
-
-    // The user's own file keeps its servers.
-    let mcp = r.path.join(".mcp.json");
-    std::fs::remove_file(&mcp).unwrap();
-    std::fs::write(&mcp, r#"{"mcpServers":{"mine":{"command":"true"}}}"#).unwrap();
+    for attack in [
+        format!("rm -f .mcp.json && ln -s {} .mcp.json", canary.display()),
+        "mv .mcp.json x".to_owned(),
+        "echo '{}' > .mcp.json".to_owned(),
+    ] {
+        let o = r.exec(&attack);
+        assert!(!o.status.success(), "{attack}: {}", text(&o));
+    }
     let _ = sbx()
         .args(["agent", "-C"])
         .arg(&r.path)
@@ -171,9 +166,8 @@ fn sbx_run_agent_writes_no_mcp_json_through_a_link() {
         .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
         .output()
         .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&mcp).unwrap()).unwrap();
-    assert!(v["mcpServers"]["mine"].is_object(), "{v}");
-    assert!(v["mcpServers"]["echo"].is_object(), "{v}");
+    canary_untouched(&r);
+    assert_eq!(std::fs::read_to_string(&mcp).unwrap(), mine);
 }
 
 /// Route 5: project A's agent forges a login dated 2100; after `sbx-run

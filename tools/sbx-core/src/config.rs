@@ -23,11 +23,16 @@ pub const LEGACY_FILE: &str = "config.json";
 /// Always read-only inside the sandbox, whatever the config says.
 /// The fourth is agent-precommit's user context: the
 /// agent must not rewrite what the pre-commit checks are told about it.
-pub const ALWAYS_PROTECTED: [&str; 4] = [
+/// `.claude` and `.mcp.json` are the project settings the user's own
+/// Claude Code on the host reads: its hooks and MCP servers are commands
+/// it runs there (issue 38).
+pub const ALWAYS_PROTECTED: [&str; 6] = [
     ".git/hooks",
     ".husky",
     ".agent-sandbox",
     ".agent-precommit/user-context.json",
+    ".claude",
+    ".mcp.json",
 ];
 
 /// Secret files masked by default.
@@ -360,7 +365,8 @@ pub struct Sandbox {
     pub ports: Unique<Port>,
     /// Paths mounted read-only inside the sandbox, added to the ones always
     /// protected ([`ALWAYS_PROTECTED`]: `.git/hooks`, `.husky`,
-    /// `.agent-sandbox` and `.agent-precommit/user-context.json`).
+    /// `.agent-sandbox`, `.agent-precommit/user-context.json`, `.claude`
+    /// and `.mcp.json`).
     /// Default: `[]`
     /// Example: `[".github/workflows", "Makefile"]`
     pub protected: Unique<RelPath>,
@@ -674,6 +680,21 @@ impl Config {
     }
 
     /// `[tools].read-only`.
+    /// The first `[tools]` key Codex cannot apply, with why. Codex has no
+    /// per-tool hook: rules on tool calls would be silently ignored, so a
+    /// run under them is refused. `read-only` and `deny-read` are mounts,
+    /// which hold for any program.
+    pub fn codex_cannot_apply(&self) -> Option<&'static str> {
+        let t = self.tools.as_ref()?;
+        if !t.disallowed.is_empty() {
+            Some("tools.disallowed")
+        } else if t.allowed.is_some() {
+            Some("tools.allowed")
+        } else {
+            None
+        }
+    }
+
     pub fn read_only(&self) -> bool {
         self.tools.as_ref().is_some_and(|t| t.read_only)
     }

@@ -503,6 +503,12 @@ pub fn build(
     for p in protected_paths(ws) {
         use crate::hostpath::State;
         let dst = format!("{target}/{p}");
+        // `.claude` is made on the host first, so it is a real directory
+        // bound read-only: `sbx-run agent` copies skills into it while the
+        // sandbox runs, and an empty mask over it would hide them.
+        if p == ".claude" && !ro && root.create_dir_all(Path::new(".claude"), 0o755).is_ok() {
+            crate::agent::skills::give(&root, Path::new(".claude"), ws.owner);
+        }
         match crate::hostpath::protected(&root, &p)? {
             State::UnderFile(bad) => {
                 // A worktree's `.git` is a file: git keeps the hooks elsewhere

@@ -213,3 +213,40 @@ fn init_refuses_a_bad_import_before_writing() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(!ws.join(".agent-sandbox").exists());
 }
+
+/// Codex has no per-tool hook: `[tools]` rules on tool calls would be
+/// ignored, so `sbx-run agent --cli codex` under them is refused (78),
+/// naming the key, before anything starts; mounts (read-only, deny-read)
+/// hold for codex and pass.
+#[test]
+fn codex_refuses_tool_rules_it_cannot_apply() {
+    for (config, key) in [
+        ("[tools]\ndisallowed = [\"Bash\"]\n", "[tools].disallowed"),
+        ("[tools]\nallowed = [\"Read\"]\n", "[tools].allowed"),
+        (
+            "[agent]\ncli = \"codex\"\n[tools]\ndisallowed = [\"Write\"]\n",
+            "[tools].disallowed",
+        ),
+    ] {
+        let r = Repo::new(config);
+        let o = r
+            .cmd()
+            .args(["agent", "--cli", "codex", "-C"])
+            .arg(r.ws())
+            .arg("hi")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(78), "{config}: {}", text(&o));
+        assert!(text(&o).contains(key), "{config}: {}", text(&o));
+    }
+    // Claude applies them; codex without --cli follows [agent].cli.
+    let r = Repo::new("[agent]\ncli = \"codex\"\n[tools]\nallowed = [\"Read\"]\n");
+    let o = r
+        .cmd()
+        .args(["agent", "-C"])
+        .arg(r.ws())
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", text(&o));
+}

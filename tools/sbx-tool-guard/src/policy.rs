@@ -186,6 +186,36 @@ impl Policy {
         Decision::Allow(key)
     }
 
+    /// The mask an argument of a host tool reaches, as `(path, pattern)`.
+    /// Host tools run on the host, where nothing is masked, and sbx cannot
+    /// know which argument a command opens: every argument counts as a
+    /// path (`{file}` as much as `{path}`), resolved like a file tool's,
+    /// and so does what follows a `:` or `=` in it (`HEAD:.env`,
+    /// `--file=.env`). Text with blanks that names nothing on disk is
+    /// prose (a message, a query), not a path.
+    pub fn masked_argument(&self, value: &str, cwd: &Path) -> Option<(PathBuf, String)> {
+        let cwd = normalize(&self.workspace, cwd);
+        let tails = [':', '='].map(|c| value.split_once(c).map(|(_, t)| t));
+        for cand in std::iter::once(value).chain(tails.into_iter().flatten()) {
+            if cand.is_empty() || cand.contains('\0') {
+                continue;
+            }
+            let lexical = normalize(&cwd, Path::new(cand));
+            let prose =
+                cand.contains(char::is_whitespace) && std::fs::symlink_metadata(&lexical).is_err();
+            if prose {
+                continue;
+            }
+            let real = resolve(&cwd.join(cand));
+            for p in std::iter::once(lexical).chain(real) {
+                if let Some(pat) = self.masked(&p) {
+                    return Some((p, pat));
+                }
+            }
+        }
+        None
+    }
+
     /// Whether a rule depends on what a call runs or touches: one naming
     /// Bash or a file tool, `read-only`, `deny-read`.
     fn depends_on_tools(&self) -> bool {

@@ -98,15 +98,13 @@ pub const PINNED_ENV: &[&str] = &[
 /// Where Codex reads the requirements an admin sets.
 pub const CODEX_REQUIREMENTS: &str = "/etc/codex/requirements.toml";
 
-/// Codex has no per-tool hook; what it can enforce is its sandbox mode.
-/// With `read-only = true`, Codex (0.169, checked in the image) downgrades
-/// `--sandbox workspace-write` to read-only and refuses
-/// `--dangerously-bypass-approvals-and-sandbox`. Otherwise nothing: a
-/// requirement there would refuse the bypass mode sbx's users run Codex in.
-pub fn codex_requirements(cfg: &Config) -> Option<String> {
-    cfg.read_only().then(|| {
-        "# Written by sbx-run for [tools].read-only = true; read-only to the agent.\nallowed_sandbox_modes = [\"read-only\"]\n".to_owned()
-    })
+/// Codex has no per-tool hook, and its own sandbox (bwrap) cannot start
+/// inside the container (`pivot_root` is refused), so a requirement
+/// forcing `read-only` left it unable to run any command (issue 38).
+/// `read-only = true` is the workspace mount, which holds for codex as for
+/// any program: nothing is installed for Codex.
+pub fn codex_requirements(_cfg: &Config) -> Option<String> {
+    None
 }
 
 /// Our rule in Claude's spelling: path globs become absolute (`//` is

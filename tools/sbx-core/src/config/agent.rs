@@ -243,6 +243,18 @@ pub struct HostTool {
     /// Example: `"20s"`
     #[serde(default = "default_tool_timeout")]
     pub timeout: Interval,
+    /// Whether the tool may change files or state on the host. Under
+    /// `[tools].read-only = true` a tool that writes is refused: sbx cannot
+    /// tell what a host command does, so a tool counts as writing unless
+    /// this says it does not.
+    /// Default: `true`
+    /// Example: `false`
+    #[serde(default = "default_true")]
+    pub writes: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_tool_timeout() -> Interval {

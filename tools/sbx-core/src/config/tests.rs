@@ -25,7 +25,9 @@ fn defaults_match_the_design() {
             ".git/hooks",
             ".husky",
             ".agent-sandbox",
-            ".agent-precommit/user-context.json"
+            ".agent-precommit/user-context.json",
+            ".claude",
+            ".mcp.json"
         ]
     );
     assert!(c.network.allow_git);

@@ -17,8 +17,10 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use sbx_core::audit;
+use sbx_core::config::Config;
 use sbx_core::config::agent::{HostTool, ToolName, param};
 use sbx_core::hosttools::{Answer, AuditNote, Call, ToolSpec};
+use sbx_tool_guard::policy::Policy;
 use serde_json::Value;
 
 /// Output kept per stream; the rest is read and dropped.
@@ -28,6 +30,10 @@ const KEEP_ENV: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL",
 
 pub struct HostTools {
     tools: BTreeMap<String, HostTool>,
+    /// `[tools]` on the host: the masks every argument is checked against,
+    /// and `read-only`.
+    policy: Policy,
+    read_only: bool,
     cwd: PathBuf,
     agent: String,
     /// Process groups of calls still running, killed when the run ends.
@@ -119,16 +125,22 @@ fn read_capped(mut r: impl Read) -> (Vec<u8>, bool) {
 }
 
 impl HostTools {
-    pub fn new(tools: &BTreeMap<ToolName, HostTool>, cwd: PathBuf, agent: &str) -> Self {
-        Self {
-            tools: tools
+    /// The tools of `cfg`, run in `cwd` (the host workspace) under its `[tools]`.
+    pub fn new(cfg: &Config, cwd: PathBuf, agent: &str) -> Result<Self, String> {
+        let policy = Policy::new(cfg, &cwd).map_err(|e| e.to_string())?;
+        Ok(Self {
+            tools: cfg
+                .agent
+                .host_tools
                 .iter()
                 .map(|(k, v)| (k.0.clone(), v.clone()))
                 .collect(),
+            policy,
+            read_only: cfg.read_only(),
             cwd,
             agent: agent.to_owned(),
             running: Arc::new(Mutex::new(Vec::new())),
-        }
+        })
     }
 
     /// Decide and run one call; the answer carries its audit note (see [`Self::audit`]).
@@ -178,7 +190,32 @@ impl HostTools {
                     .into(),
             ));
         };
-        let argv = build_argv(tool, &c.arguments).map_err(|e| (name, e))?;
+        // The host has none of the sandbox's mounts: `[tools]` is
+        // enforced here, before anything runs (issue 38, class 7).
+        if self.read_only && tool.writes {
+            return Err((
+                name,
+                format!(
+                    "[tools].read-only = true, and host tool \"{}\" may write (mark it writes = false in [agent.host-tools.{}] if it only reads)",
+                    c.name, c.name
+                ),
+            ));
+        }
+        let argv = build_argv(tool, &c.arguments).map_err(|e| (name.clone(), e))?;
+        let values = c.arguments.as_object().into_iter().flat_map(|o| o.iter());
+        for (k, v) in values {
+            let Some(v) = v.as_str() else { continue };
+            // The agent's own text in the answer, not the host path it reached.
+            if let Some((_, pat)) = self.policy.masked_argument(v, &self.cwd) {
+                let v: String = v.chars().take(200).collect();
+                return Err((
+                    name,
+                    format!(
+                        "argument \"{k}\" ({v:?}) reaches a file that matches \"{pat}\" ([tools].deny-read / [filesystem].blocked; masked in the sandbox)"
+                    ),
+                ));
+            }
+        }
         Ok((argv, tool.timeout.0))
     }
 
@@ -287,6 +324,7 @@ mod tests {
             argv: serde_json::from_value(json!(argv)).unwrap(),
             description: "t".into(),
             timeout: sbx_core::config::Interval(Duration::from_millis(timeout_ms)),
+            writes: true,
         }
     }
 
@@ -349,11 +387,62 @@ mod tests {
     }
 
     fn tools(list: &[(&str, HostTool)]) -> HostTools {
-        let m: BTreeMap<ToolName, HostTool> = list
+        tools_in(list, "", &std::env::temp_dir())
+    }
+
+    fn tools_in(list: &[(&str, HostTool)], config: &str, cwd: &std::path::Path) -> HostTools {
+        let mut cfg =
+            sbx_core::config::parse_toml(config, std::path::Path::new("config.toml")).unwrap();
+        cfg.agent.host_tools = list
             .iter()
             .map(|(n, t)| (n.parse().unwrap(), t.clone()))
             .collect();
-        HostTools::new(&m, std::env::temp_dir(), "test")
+        HostTools::new(&cfg, cwd.to_path_buf(), "test").unwrap()
+    }
+
+    #[test]
+    fn every_argument_is_checked_against_the_masks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".env"), "SECRET=1\n").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "fine\n").unwrap();
+        std::os::unix::fs::symlink(".env", dir.path().join("link")).unwrap();
+        let t = tool(&["cat", "--", "{file}"], 5000);
+        let h = tools_in(
+            &[("cat", t)],
+            "[tools]\ndeny-read = [\"*.sql\"]\n",
+            dir.path(),
+        );
+        for v in [
+            ".env",
+            "./x/../.env",
+            "link",
+            "HEAD:.env",
+            "--file=.env",
+            "dump.sql",
+        ] {
+            let a = h.call(&call("cat", json!({"file": v})));
+            assert!(a.is_error && !a.audit.allowed, "{v}: {a:?}");
+            assert!(a.text.contains("matches"), "{v}: {}", a.text);
+        }
+        let a = h.call(&call("cat", json!({"file": "notes.txt"})));
+        assert_eq!(a.text, "fine\n", "{a:?}");
+        // Prose that names no file is not a path.
+        let a = h.call(&call("cat", json!({"file": "the secret plan"})));
+        assert!(a.audit.allowed, "{a:?}");
+    }
+
+    #[test]
+    fn read_only_refuses_a_host_tool_unless_it_is_marked_as_not_writing() {
+        let mut reader = tool(&["true"], 5000);
+        reader.writes = false;
+        let h = tools_in(
+            &[("w", tool(&["true"], 5000)), ("r", reader)],
+            "[tools]\nread-only = true\n",
+            &std::env::temp_dir(),
+        );
+        let a = h.call(&call("w", json!({})));
+        assert!(a.is_error && a.text.contains("read-only"), "{a:?}");
+        assert!(h.call(&call("r", json!({}))).audit.allowed);
     }
 
     fn call(name: &str, args: Value) -> Call {

@@ -89,7 +89,9 @@ the container's environment, any process's environment, a workspace file or the 
 
 Workspace preparation: .agent-sandbox/skills/<name>/SKILL.md (validated: name a-z 0-9 -, up to
 64, equal to the directory; description 1-1024 chars) are copied to .claude/skills/;
-[agent.mcp] servers are written to .mcp.json and passed with --mcp-config.
+[agent.mcp] servers are passed with --mcp-config as a JSON string, beside the workspace's
+own .mcp.json (never written; a name in both is refused). .claude and .mcp.json are
+read-only in the sandbox.
 
 Host tools: [agent.host-tools.NAME] (argv, description, timeout) are MCP tools
 mcp__sbx-host__NAME, served in the sandbox by `sbx-guest mcp-host-tools` and run on the host:
@@ -110,8 +112,9 @@ $XDG_STATE_HOME/sbx/scratch/<workspace-hash>/ID and owned like the repository. -
 --show-chat ID; `sbx-run prune --chats [--older-than 7d]` removes stale chats with their scratch
 directories ([agent].chat-retention).
 
-Codex: --cli codex runs `codex exec --json --dangerously-bypass-approvals-and-sandbox` (plan or
-[tools] read-only: --sandbox read-only; other modes workspace-write); --max-turns is refused. [agent.mcp] and the
+Codex: --cli codex runs `codex exec --json --dangerously-bypass-approvals-and-sandbox` (also under
+[tools] read-only, whose mounts hold; plan: --sandbox read-only; other modes workspace-write);
+--max-turns and [tools] disallowed/allowed (codex has no per-tool hook) are refused. [agent.mcp] and the
 host tools are given to it as `-c mcp_servers.NAME={...}` (names of letters, digits, _ and -
 only), not through .mcp.json. OPENAI_BASE_URL (else [agent].base-url) and OPENAI_API_KEY (else
 [agent].credential-file) make a model provider `sbx` (Responses API); the key reaches codex only
@@ -218,13 +221,15 @@ fn read_prompt(p: Option<&str>) -> Result<String, BoxError> {
     }
 }
 
-/// Write the skills and `.mcp.json` into the workspace; return --mcp-config's value.
+/// Copy the skills into `.claude/skills/`; return --mcp-config's values.
 /// Every write goes through `sbx_sys::beneath` (issue 37: the agent's links
 /// had these writes land anywhere on the host): a link on the way is
-/// refused, files are replaced by rename, never written through. A user's
-/// own `.mcp.json` is merged, not replaced: its servers stay, sbx's
-/// ([agent.mcp] and the host-tools relay) win a name both use.
-fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
+/// refused, files are replaced by rename, never written through.
+/// `.claude` and `.mcp.json` are read-only in the sandbox (issue 38), and
+/// sbx's servers are given as a JSON string, never written: the user's own
+/// `.mcp.json` is left as it is and passed as well, and a server name both
+/// use is refused rather than one silently replacing the other.
+fn prepare_workspace(ws: &Workspace) -> Result<Vec<String>, BoxError> {
     let bad = |e: std::io::Error| Box::new(RunError::BadWorkspace(e.to_string())) as BoxError;
     let root = sbx_sys::beneath::Root::open(&ws.path).map_err(bad)?;
     let list = skills::load(&ws.config_dir().join("skills")).map_err(config_err)?;
@@ -234,9 +239,6 @@ fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
     }
     let mcp = &ws.loaded.config.agent.mcp;
     let host_tools = !ws.loaded.config.agent.host_tools.is_empty();
-    if mcp.is_empty() && !host_tools {
-        return Ok(None);
-    }
     let mut servers: serde_json::Map<String, Value> = mcp
         .iter()
         .map(|(name, s)| {
@@ -259,39 +261,42 @@ fn prepare_workspace(ws: &Workspace) -> Result<Option<String>, BoxError> {
         );
     }
     let rel = Path::new(".mcp.json");
-    let mut doc = read_mcp_json(&root, rel).map_err(bad)?;
-    let list = doc
-        .entry("mcpServers")
-        .or_insert_with(|| Value::Object(Default::default()));
-    let Some(list) = list.as_object_mut() else {
-        return Err(bad(std::io::Error::other(format!(
-            "{}: \"mcpServers\" is not an object: fix or remove it (sbx merges [agent.mcp] into it)",
-            ws.path.join(rel).display()
-        ))));
-    };
-    list.extend(servers);
-    let text = serde_json::to_string_pretty(&Value::Object(doc)).unwrap_or_default() + "\n";
-    root.write_atomic(rel, text.as_bytes(), 0o644)
-        .map_err(bad)?;
-    skills::give(&root, rel, ws.owner);
-    Ok(Some(".mcp.json".into()))
+    let mut out = Vec::new();
+    // A missing `.mcp.json` is an empty read-only directory in the sandbox.
+    if let Some(doc) = read_mcp_json(&root, rel).map_err(bad)? {
+        let theirs = doc.get("mcpServers").and_then(Value::as_object);
+        if let Some(n) = theirs.and_then(|t| t.keys().find(|k| servers.contains_key(*k))) {
+            return Err(config_err(format!(
+                "{}: MCP server \"{n}\" is in {} and in [agent.mcp] (or is sbx's host-tools relay): rename one",
+                ws.loaded.describe(),
+                ws.path.join(rel).display()
+            )));
+        }
+        out.push(".mcp.json".to_owned());
+    }
+    if !servers.is_empty() {
+        out.push(json!({ "mcpServers": servers }).to_string());
+    }
+    Ok(out)
 }
 
-/// The workspace's `.mcp.json` as a JSON object (empty when missing).
+/// The workspace's `.mcp.json` as a JSON object (None when missing, or a
+/// directory: the mask a missing one gets in the sandbox).
 fn read_mcp_json(
     root: &sbx_sys::beneath::Root,
     rel: &Path,
-) -> std::io::Result<serde_json::Map<String, Value>> {
-    let f = match root.open_read(rel) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
-        Err(e) => return Err(e),
-    };
+) -> std::io::Result<Option<serde_json::Map<String, Value>>> {
+    match root.open_path(rel) {
+        Ok(fd) if sbx_sys::beneath::kind(&fd)? == sbx_sys::beneath::Kind::Dir => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        _ => {}
+    }
+    let f = root.open_read(rel)?;
     let mut data = Vec::new();
     f.take(1 << 20).read_to_end(&mut data)?;
-    serde_json::from_slice(&data).map_err(|e| {
+    serde_json::from_slice(&data).map(Some).map_err(|e| {
         std::io::Error::other(format!(
-            "{}: not a JSON object ({e}): fix or remove it (sbx merges [agent.mcp] into it)",
+            "{}: not a JSON object ({e}): fix or remove it (sbx-run agent gives it to Claude Code)",
             root.path().join(rel).display()
         ))
     })
@@ -467,6 +472,15 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         Some(_) => AgentCli::Claude,
         None => cfg.cli,
     };
+    if cli == AgentCli::Codex
+        && let Some(key) = ws0.loaded.config.codex_cannot_apply()
+    {
+        return Err(config_err(format!(
+            "{}: [{}] has rules codex cannot apply (it has no per-tool hook, so they would be ignored): remove them, keep read-only / deny-read (mounts, which hold for codex), or use --cli claude",
+            ws0.loaded.describe(),
+            key.replace('.', "].")
+        )));
+    }
     if cli == AgentCli::Codex && o.max_turns.is_some() {
         return Err(usage_err(
             "--max-turns: codex exec has no turn limit; drop it, or use --cli claude".into(),
@@ -567,7 +581,7 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
             if let Some(n) = o.max_turns.or(cfg.max_turns) {
                 a.extend(["--max-turns".into(), n.to_string()]);
             }
-            if let Some(m) = &mcp_config {
+            for m in &mcp_config {
                 a.extend(["--mcp-config".into(), m.clone()]);
             }
             if let Some(d) = &scratch {
@@ -581,10 +595,12 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
         AgentCli::Codex => {
             let mut a: Vec<String> = ["codex", "exec", "--json"].map(String::from).into();
             // The sandbox is the guard, as bypassPermissions is for Claude.
-            // [tools] read-only: codex's requirements refuse the bypass.
+            // [tools] read-only too: codex's own sandbox (bwrap) cannot
+            // start inside the container (pivot_root is refused), and the
+            // read-only workspace mount is what holds (issue 38).
             let read_only = ws.loaded.config.read_only();
             match mode {
-                _ if read_only => a.extend(["--sandbox".into(), "read-only".into()]),
+                _ if read_only => a.push("--dangerously-bypass-approvals-and-sandbox".into()),
                 "bypassPermissions" => a.push("--dangerously-bypass-approvals-and-sandbox".into()),
                 "plan" => a.extend(["--sandbox".into(), "read-only".into()]),
                 _ => a.extend(["--sandbox".into(), "workspace-write".into()]),
@@ -612,16 +628,20 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     if let Some(t) = timeout {
         launch.extend(["--timeout".into(), t.as_secs().max(1).to_string()]);
     }
-    let host_tools = (!cfg.host_tools.is_empty()).then(|| {
-        std::sync::Arc::new(hosttools::HostTools::new(
-            &cfg.host_tools,
-            ws.path.clone(),
-            match cli {
-                AgentCli::Claude => "claude",
-                AgentCli::Codex => "codex",
-            },
-        ))
-    });
+    let host_tools = match cfg.host_tools.is_empty() {
+        true => None,
+        false => Some(std::sync::Arc::new(
+            hosttools::HostTools::new(
+                &ws.loaded.config,
+                ws.path.clone(),
+                match cli {
+                    AgentCli::Claude => "claude",
+                    AgentCli::Codex => "codex",
+                },
+            )
+            .map_err(|e| config_err(format!("{}: {e}", ws.loaded.describe())))?,
+        )),
+    };
     if host_tools.is_some() {
         launch.push("--host-tools".into());
     }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State};
+use axum::extract::{
+    ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State,
+};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -91,7 +93,7 @@ pub struct Path<T>(pub T);
 
 impl From<PathRejection> for ApiError {
     fn from(r: PathRejection) -> Self {
-        ApiError::bad_request("bad_id", format!("{}", r.body_text()))
+        ApiError::bad_request("bad_id", r.body_text())
     }
 }
 
@@ -220,7 +222,11 @@ async fn login(
     s.account.clear(&email);
     let refresh = auth::new_refresh_token()?;
     s.repo
-        .insert_refresh(id, &auth::token_hash(&refresh), auth::REFRESH_TTL.as_secs_f64())
+        .insert_refresh(
+            id,
+            &auth::token_hash(&refresh),
+            auth::REFRESH_TTL.as_secs_f64(),
+        )
         .await?;
     let mut r = axum::Json(tokens(&s, id, refresh)?).into_response();
     r.extensions_mut().insert(AuditWho(id.to_string()));
@@ -409,7 +415,10 @@ async fn start_project(
     let lock = s.sandboxes.lock(id);
     let _held = lock.lock().await;
     // Owned, or a 404 before anything is touched.
-    s.repo.get(user, id).await?.ok_or_else(ApiError::not_found)?;
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
     s.repo.set_status(user, id, "creating", None, None).await?;
     let state = Arc::clone(&s);
     match blocking(move || state.sandboxes.start(id)).await? {
@@ -425,7 +434,11 @@ async fn start_project(
 
 /// Record a failed transition on the project and answer 503 with why.
 async fn failed(s: &AppState, user: Uuid, id: Uuid, reason: String) -> ApiError {
-    if let Err(e) = s.repo.set_status(user, id, "error", Some(&reason), None).await {
+    if let Err(e) = s
+        .repo
+        .set_status(user, id, "error", Some(&reason), None)
+        .await
+    {
         return e;
     }
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_failed", reason)
@@ -442,7 +455,10 @@ async fn stop_project(
 ) -> Result<axum::Json<Project>, ApiError> {
     let lock = s.sandboxes.lock(id);
     let _held = lock.lock().await;
-    s.repo.get(user, id).await?.ok_or_else(ApiError::not_found)?;
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
     let state = Arc::clone(&s);
     match blocking(move || state.sandboxes.stop(id)).await? {
         Ok(()) => s
@@ -465,7 +481,10 @@ async fn delete_project(
 ) -> Result<StatusCode, ApiError> {
     let lock = s.sandboxes.lock(id);
     let _held = lock.lock().await;
-    s.repo.get(user, id).await?.ok_or_else(ApiError::not_found)?;
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
     let state = Arc::clone(&s);
     // The sandbox and workspace go first: a row is never left pointing
     // at nothing, and a failure leaves the project in `error` to retry.
@@ -478,7 +497,9 @@ async fn delete_project(
 }
 
 /// Run blocking work (hashing, docker, git) off the async workers.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(format!("worker failed: {e}")))
@@ -580,7 +601,11 @@ async fn audit_layer(
         "sbx-server",
         &op,
         &target,
-        if ok { Outcome::Allowed } else { Outcome::Blocked },
+        if ok {
+            Outcome::Allowed
+        } else {
+            Outcome::Blocked
+        },
         "api",
     )
     .agent(&who);

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
@@ -106,8 +106,9 @@ impl<S: HasKeys + Send + Sync> FromRequestParts<S> for User {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let token = bearer(parts)
-            .ok_or_else(|| ApiError::unauthorized("an `Authorization: Bearer` token is required"))?;
+        let token = bearer(parts).ok_or_else(|| {
+            ApiError::unauthorized("an `Authorization: Bearer` token is required")
+        })?;
         state.keys().verify(token).map(User)
     }
 }
@@ -137,8 +138,11 @@ pub fn hash_password(password: &str) -> Result<String, ApiError> {
 }
 
 pub fn verify_password(password: &str, hash: &str) -> bool {
-    PasswordHash::new(hash)
-        .is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+    PasswordHash::new(hash).is_ok_and(|h| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok()
+    })
 }
 
 /// A new refresh token: 256 random bits, base64url.
@@ -220,7 +224,8 @@ pub fn normalise_email(email: &str) -> Result<String, ApiError> {
     let e = email.trim().to_lowercase();
     let ok = e.len() <= 254
         && !e.chars().any(|c| c.is_control() || c.is_whitespace())
-        && e.split_once('@').is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
+        && e.split_once('@')
+            .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
     if ok {
         Ok(e)
     } else {

@@ -18,8 +18,9 @@ pub struct LocalCluster {
     bin: PathBuf,
     data: PathBuf,
     socket: PathBuf,
-    /// Postgres refuses to run as root: as root it runs as this user.
-    owner: Option<nix::unistd::User>,
+    /// Postgres refuses to run as root: as root it runs as this
+    /// (uid, gid), the `postgres` user's.
+    owner: Option<(u32, u32)>,
 }
 
 /// Where Debian keeps the server programs (not on PATH): the newest
@@ -55,6 +56,17 @@ fn which_initdb() -> Option<PathBuf> {
         .and_then(|p| p.parent().map(Path::to_path_buf))
 }
 
+/// The `postgres` user's (uid, gid), read from /etc/passwd as a file (the
+/// workspace reads no NSS: see clippy.toml).
+fn postgres_user() -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 4 && f[0] == "postgres")
+            .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
+    })
+}
+
 impl LocalCluster {
     /// Make (first time) and start the cluster in `dir`; `dir` must be
     /// traversable by the `postgres` user when running as root.
@@ -63,18 +75,13 @@ impl LocalCluster {
         let data = dir.join("data");
         let socket = dir.join("run");
         let owner = if nix::unistd::geteuid().is_root() {
-            Some(
-                nix::unistd::User::from_name("postgres")
-                    .ok()
-                    .flatten()
-                    .ok_or_else(|| {
-                        ServerError::Postgres(
-                            "running as root and there is no `postgres` user to run the cluster as: \
-                             install postgresql (scripts/prereqs) or set DATABASE_URL"
-                                .into(),
-                        )
-                    })?,
-            )
+            Some(postgres_user().ok_or_else(|| {
+                ServerError::Postgres(
+                    "running as root and there is no `postgres` user in /etc/passwd to run the \
+                     cluster as: install postgresql (scripts/prereqs) or set DATABASE_URL"
+                        .into(),
+                )
+            })?)
         } else {
             None
         };
@@ -139,10 +146,7 @@ impl LocalCluster {
 
     /// A connection string for `dbname` on this cluster.
     pub fn url(&self, dbname: &str) -> String {
-        format!(
-            "host={} user={USER} dbname={dbname}",
-            self.socket.display()
-        )
+        format!("host={} user={USER} dbname={dbname}", self.socket.display())
     }
 
     /// Make database `name` (for tests: one per server on a shared cluster).
@@ -189,9 +193,8 @@ impl LocalCluster {
     }
 
     fn give(&self, p: &Path) -> Result<(), ServerError> {
-        if let Some(u) = &self.owner {
-            chown(p, Some(u.uid.as_raw()), Some(u.gid.as_raw()))
-                .map_err(|e| ServerError::Io(p.to_owned(), e))?;
+        if let Some((uid, gid)) = self.owner {
+            chown(p, Some(uid), Some(gid)).map_err(|e| ServerError::Io(p.to_owned(), e))?;
         }
         Ok(())
     }
@@ -200,10 +203,10 @@ impl LocalCluster {
     fn command(&self, prog: &str) -> Command {
         let path = self.bin.join(prog);
         match &self.owner {
-            Some(u) => {
+            Some((uid, gid)) => {
                 let mut c = Command::new("setpriv");
-                c.arg(format!("--reuid={}", u.uid))
-                    .arg(format!("--regid={}", u.gid))
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
                     .arg("--clear-groups")
                     .arg("--")
                     .arg(path);

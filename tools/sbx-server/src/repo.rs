@@ -119,7 +119,12 @@ impl Repo {
     }
 
     /// A new refresh-token family for `user`.
-    pub async fn insert_refresh(&self, user: Uuid, hash: &str, ttl_secs: f64) -> Result<(), ApiError> {
+    pub async fn insert_refresh(
+        &self,
+        user: Uuid,
+        hash: &str,
+        ttl_secs: f64,
+    ) -> Result<(), ApiError> {
         let c = self.pool.get().await?;
         c.execute(
             "INSERT INTO refresh_tokens (id, user_id, family_id, token_hash, expires_at) \
@@ -133,7 +138,12 @@ impl Repo {
     /// Use refresh token `old` once: marked used, `new` issued in its
     /// family. A token used before revokes the whole family, so a stolen
     /// token and its rightful holder both lose the session.
-    pub async fn rotate_refresh(&self, old: &str, new: &str, ttl_secs: f64) -> Result<Refresh, ApiError> {
+    pub async fn rotate_refresh(
+        &self,
+        old: &str,
+        new: &str,
+        ttl_secs: f64,
+    ) -> Result<Refresh, ApiError> {
         let mut c = self.pool.get().await?;
         let tx = c.transaction().await?;
         let Some(r) = tx

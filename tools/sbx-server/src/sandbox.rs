@@ -82,7 +82,8 @@ impl Sandboxes {
     /// The workspace of project `id`; its directory name is what sbx-run
     /// names the sandbox after.
     pub fn workspace(&self, id: Uuid) -> PathBuf {
-        self.project_dir(id).join(format!("project-{}", id.simple()))
+        self.project_dir(id)
+            .join(format!("project-{}", id.simple()))
     }
 
     /// Make the workspace: a clone of `repo`, or a fresh repository with

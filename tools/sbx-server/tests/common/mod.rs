@@ -100,7 +100,14 @@ pub fn server_command() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sbx-server"));
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    for k in ["SBX_BASE_TAG", "SBX_BIN_DIR", "CI"] {
+    for k in [
+        "SBX_BASE_TAG",
+        "SBX_BIN_DIR",
+        "CI",
+        "HOME",
+        "XDG_STATE_HOME",
+        "DOCKER_HOST",
+    ] {
         if let Some(v) = std::env::var_os(k) {
             c.env(k, v);
         }

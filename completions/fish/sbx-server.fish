@@ -38,6 +38,7 @@ complete -c sbx-server -n "__fish_sbx_server_needs_command" -f -a "help" -d 'Pri
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l listen -d 'Address to listen on (plain HTTP: keep it on loopback, behind a TLS proxy)' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l state-dir -d 'Where the server keeps its database cluster, project workspaces and audit log [default: $XDG_STATE_HOME/sbx/server]' -r -F
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-projects -d 'Projects one user may have' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-running -d 'Sandboxes one user may have running (or starting) at once' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-limit-account -d 'Failed logins per account in 15 minutes before it is refused (429)' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-limit-address -d 'Failed logins and registrations per client address in 15 minutes before it is refused (429)' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l repo-root -d 'Local repositories a project\'s `repo` may name: absolute paths below this directory. Without it, `repo` is refused' -r -F

@@ -48,6 +48,7 @@ pub struct AppState {
     account: Limiter,
     address: Limiter,
     max_projects: u32,
+    max_running: u32,
     repo_root: Option<PathBuf>,
     /// Verified against when the email is unknown, so a login takes as
     /// long whether or not the account exists.
@@ -406,6 +407,7 @@ async fn get_project(
 #[utoipa::path(post, path = "/projects/{id}/start", tag = "projects", security(("bearer" = [])),
     params(("id" = Uuid, Path, description = "project id")),
     responses((status = 200, body = Project), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 async fn start_project(
     State(s): State<S>,
@@ -419,6 +421,18 @@ async fn start_project(
         .get(user, id)
         .await?
         .ok_or_else(ApiError::not_found)?;
+    // Under the project's lock only: two starts of different projects
+    // may both pass; the limit is a quota, not a security boundary.
+    if s.repo.running(user, id).await? >= i64::from(s.max_running) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "running_limit",
+            format!(
+                "you have {} sandboxes running, the most this server allows: stop one first",
+                s.max_running
+            ),
+        ));
+    }
     s.repo.set_status(user, id, "creating", None, None).await?;
     let state = Arc::clone(&s);
     match blocking(move || state.sandboxes.start(id)).await? {
@@ -717,6 +731,7 @@ pub async fn serve(
         account: Limiter::new(args.login_limit_account, auth::LIMIT_WINDOW),
         address: Limiter::new(args.login_limit_address, auth::LIMIT_WINDOW),
         max_projects: args.max_projects,
+        max_running: args.max_running,
         repo_root,
         dummy_hash,
     });

@@ -64,6 +64,9 @@ pub struct ServeArgs {
     /// Projects one user may have.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub max_projects: u32,
+    /// Sandboxes one user may have running (or starting) at once.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub max_running: u32,
     /// Failed logins per account in 15 minutes before it is refused (429).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub login_limit_account: u32,

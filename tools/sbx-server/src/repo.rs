@@ -281,6 +281,19 @@ impl Repo {
         Ok(r.as_ref().map(project))
     }
 
+    /// How many of `user`'s projects other than `except` are running or
+    /// starting.
+    pub async fn running(&self, user: Uuid, except: Uuid) -> Result<i64, ApiError> {
+        let c = self.pool.get().await?;
+        Ok(c.query_one(
+            "SELECT count(*) FROM projects WHERE user_id = $1 AND id <> $2 \
+                 AND status IN ('running', 'creating')",
+            &[&user, &except],
+        )
+        .await?
+        .get(0))
+    }
+
     pub async fn delete(&self, user: Uuid, id: Uuid) -> Result<bool, ApiError> {
         let c = self.pool.get().await?;
         let n = c

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use common::{SECRET, shared};
+use sbx_server::pg::LocalCluster;
 
 fn now() -> u64 {
     SystemTime::now()
@@ -631,4 +632,45 @@ fn start_is_refused_without_a_usable_secret_or_database() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{err}");
     assert!(!err.contains("listening"), "{err}");
+}
+
+#[test]
+fn sandboxes_running_per_user_are_limited() {
+    let s = common::start(&["--max-running", "0"]);
+    let (t, _) = s.session();
+    let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "p"})));
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (409, "running_limit"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+}
+
+#[test]
+fn postgres_going_away_is_a_503_and_the_server_reconnects() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
+    let pg_dir = dir.path().join("pg");
+    let pg = LocalCluster::start(&pg_dir).unwrap();
+    let s = common::start_on(pg.url("postgres"), &[]);
+    let (t, _) = s.session();
+    drop(pg); // stops the cluster under the running server
+    for (m, body) in [("GET", None), ("POST", Some(json!({"name": "half"})))] {
+        let r = s.call(m, "/projects", Some(&t), body);
+        assert_eq!((r.status, r.code()), (503, "unavailable"), "{m}: {r:?}");
+    }
+    let r = s.call("GET", "/healthz", None, None);
+    assert_eq!(r.status, 503, "{r:?}");
+    let _pg = LocalCluster::start(&pg_dir).unwrap();
+    // The pool makes new connections: no restart of the server.
+    let r = s.call("GET", "/projects", Some(&t), None);
+    assert_eq!(
+        (r.status, &r.body),
+        (200, &json!([])),
+        "nothing half-written: {r:?}"
+    );
 }

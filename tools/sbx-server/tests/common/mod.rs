@@ -117,11 +117,15 @@ pub fn server_command() -> Command {
 
 /// Start a server on its own database with `args` after `serve`.
 pub fn start(args: &[&str]) -> Server {
+    start_on(database(), args)
+}
+
+/// Start a server on database `db` (a connection string).
+pub fn start_on(db: String, args: &[&str]) -> Server {
     let state = cluster()
         .dir
         .path()
         .join(format!("state-{}", uuid::Uuid::new_v4().simple()));
-    let db = database();
     let mut child = server_command()
         .env("JWT_SECRET", SECRET)
         .env("DATABASE_URL", &db)

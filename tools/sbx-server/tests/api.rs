@@ -481,17 +481,15 @@ fn another_users_project_is_a_404_on_every_route() {
     );
     assert_eq!(r.status, 200, "alice's session was revoked by bob: {r:?}");
 
-    // Alice's project is untouched and hers alone.
+    // Alice's project is untouched and hers alone (her own delete, with
+    // Docker, is tests/e2e.rs).
     let r = s.call("GET", &format!("/projects/{id}"), Some(&alice), None);
     assert_eq!(
         (r.status, r.body["name"].as_str()),
         (200, Some("alice's")),
         "{r:?}"
     );
-    let r = s.call("DELETE", &format!("/projects/{id}"), Some(&alice), None);
-    assert_eq!(r.status, 204, "{r:?}");
-    let r = s.call("GET", &format!("/projects/{id}"), Some(&alice), None);
-    assert_eq!(r.status, 404);
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
 }
 
 #[test]
@@ -672,5 +670,34 @@ fn postgres_going_away_is_a_503_and_the_server_reconnects() {
         (r.status, &r.body),
         (200, &json!([])),
         "nothing half-written: {r:?}"
+    );
+}
+
+#[test]
+fn docker_down_puts_the_project_in_error_with_the_reason() {
+    // The API tests' servers have no Docker engine (common::start).
+    let s = shared();
+    let (t, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "no docker"})),
+    );
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (503, "sandbox_failed"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "error", "{r:?}");
+    let why = r.body["status_reason"].as_str().unwrap_or("");
+    assert!(why.contains("Docker engine"), "{r:?}");
+    // Nor can it be deleted without the engine: it is kept, not lost.
+    let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (503, "sandbox_failed"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("error")),
+        "{r:?}"
     );
 }

@@ -39,7 +39,7 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
     {
         return;
     }
-    let s = common::start(&[]);
+    let s = common::start_with_docker(&[]);
     let mut projects = Vec::new();
     for name in ["alice", "bob"] {
         let (t, _) = s.session();

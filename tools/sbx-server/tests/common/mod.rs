@@ -115,18 +115,36 @@ pub fn server_command() -> Command {
     c
 }
 
-/// Start a server on its own database with `args` after `serve`.
+/// Start a server on its own database with `args` after `serve`, with
+/// no Docker engine: an API test that wrongly reached a sandbox fails
+/// fast instead of starting one.
 pub fn start(args: &[&str]) -> Server {
     start_on(database(), args)
 }
 
-/// Start a server on database `db` (a connection string).
+/// [`start`] on database `db` (a connection string).
 pub fn start_on(db: String, args: &[&str]) -> Server {
+    spawn(db, args, false)
+}
+
+/// [`start`] with the machine's Docker engine, for the e2e test.
+pub fn start_with_docker(args: &[&str]) -> Server {
+    spawn(database(), args, true)
+}
+
+fn spawn(db: String, args: &[&str], docker: bool) -> Server {
     let state = cluster()
         .dir
         .path()
         .join(format!("state-{}", uuid::Uuid::new_v4().simple()));
-    let mut child = server_command()
+    let mut cmd = server_command();
+    if !docker {
+        cmd.env(
+            "DOCKER_HOST",
+            format!("unix://{}/no-docker.sock", state.display()),
+        );
+    }
+    let mut child = cmd
         .env("JWT_SECRET", SECRET)
         .env("DATABASE_URL", &db)
         .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])

@@ -414,13 +414,7 @@ async fn start_project(
     User(user): User,
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<Project>, ApiError> {
-    let lock = s.sandboxes.lock(id);
-    let _held = lock.lock().await;
-    // Owned, or a 404 before anything is touched.
-    s.repo
-        .get(user, id)
-        .await?
-        .ok_or_else(ApiError::not_found)?;
+    let _held = owned(&s, user, id).await?;
     // Under the project's lock only: two starts of different projects
     // may both pass; the limit is a quota, not a security boundary.
     if s.repo.running(user, id).await? >= i64::from(s.max_running) {
@@ -435,14 +429,42 @@ async fn start_project(
     }
     s.repo.set_status(user, id, "creating", None, None).await?;
     let state = Arc::clone(&s);
-    match blocking(move || state.sandboxes.start(id)).await? {
+    let started = blocking(move || state.sandboxes.start(id)).await?;
+    settle(&s, user, id, "running", started.map(Some)).await
+}
+
+/// The lock of project `id`, held, once the project is known to be
+/// `user`'s: another user's is a 404 before anything is touched.
+async fn owned(
+    s: &AppState,
+    user: Uuid,
+    id: Uuid,
+) -> Result<tokio::sync::OwnedMutexGuard<()>, ApiError> {
+    let held = s.sandboxes.lock(id).lock_owned().await;
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    Ok(held)
+}
+
+/// The project after a transition: in `status` (with its container, if
+/// one is named), or in `error` with the reason.
+async fn settle(
+    s: &AppState,
+    user: Uuid,
+    id: Uuid,
+    status: &str,
+    done: Result<Option<String>, String>,
+) -> Result<axum::Json<Project>, ApiError> {
+    match done {
         Ok(container) => s
             .repo
-            .set_status(user, id, "running", None, Some(&container))
+            .set_status(user, id, status, None, container.as_deref())
             .await?
             .map(axum::Json)
             .ok_or_else(ApiError::not_found),
-        Err(reason) => Err(failed(&s, user, id, reason).await),
+        Err(reason) => Err(failed(s, user, id, reason).await),
     }
 }
 
@@ -467,22 +489,10 @@ async fn stop_project(
     User(user): User,
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<Project>, ApiError> {
-    let lock = s.sandboxes.lock(id);
-    let _held = lock.lock().await;
-    s.repo
-        .get(user, id)
-        .await?
-        .ok_or_else(ApiError::not_found)?;
+    let _held = owned(&s, user, id).await?;
     let state = Arc::clone(&s);
-    match blocking(move || state.sandboxes.stop(id)).await? {
-        Ok(()) => s
-            .repo
-            .set_status(user, id, "stopped", None, None)
-            .await?
-            .map(axum::Json)
-            .ok_or_else(ApiError::not_found),
-        Err(reason) => Err(failed(&s, user, id, reason).await),
-    }
+    let stopped = blocking(move || state.sandboxes.stop(id)).await?;
+    settle(&s, user, id, "stopped", stopped.map(|()| None)).await
 }
 
 #[utoipa::path(delete, path = "/projects/{id}", tag = "projects", security(("bearer" = [])),
@@ -493,12 +503,7 @@ async fn delete_project(
     User(user): User,
     Path(id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
-    let lock = s.sandboxes.lock(id);
-    let _held = lock.lock().await;
-    s.repo
-        .get(user, id)
-        .await?
-        .ok_or_else(ApiError::not_found)?;
+    let _held = owned(&s, user, id).await?;
     let state = Arc::clone(&s);
     // The sandbox and workspace go first: a row is never left pointing
     // at nothing, and a failure leaves the project in `error` to retry.

@@ -31,24 +31,29 @@ fn quiet() -> CommonArgs {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=sbx-server",
-            "-c",
-            "user.email=sbx-server@localhost",
-        ])
-        .args(args)
-        .current_dir(dir)
+    let mut c = Command::new("git");
+    c.args([
+        "-c",
+        "user.name=sbx-server",
+        "-c",
+        "user.email=sbx-server@localhost",
+    ])
+    .args(args)
+    .current_dir(dir);
+    run(&mut c, &format!("git {}", args.first().unwrap_or(&"")))
+}
+
+/// Run `c`; its stderr is the error.
+fn run(c: &mut Command, what: &str) -> Result<(), String> {
+    let out = c
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("git: {e}"))?;
+        .map_err(|e| format!("{what}: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "git {}: {}",
-            args.first().unwrap_or(&""),
+            "{what}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
@@ -109,21 +114,8 @@ impl Sandboxes {
                     )
                 }),
         };
-        let given = made.and_then(|()| {
-            let out = Command::new("chown")
-                .args(["-R", AGENT])
-                .arg(&ws)
-                .output()
-                .map_err(|e| format!("chown: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "chown: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
-        });
+        let given =
+            made.and_then(|()| run(Command::new("chown").args(["-R", AGENT]).arg(&ws), "chown"));
         if given.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -121,4 +121,17 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
         let r = s.call("GET", &format!("/projects/{id}"), Some(t), None);
         assert_eq!(r.status, 404);
     }
+    // The server's audit records read as sbx's: `sbx-run log` shows them.
+    let out = sbx_e2e::sbx()
+        .arg("log")
+        .env("SBX_AUDIT_LOG", s.audit_log())
+        .output()
+        .unwrap();
+    let log = sbx_e2e::text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sbx-server") && l.contains(&format!("/projects/{a_id}/start"))),
+        "{log}"
+    );
 }

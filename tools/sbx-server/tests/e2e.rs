@@ -32,6 +32,21 @@ fn running(container: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "true"
 }
 
+/// Workspaces whose sandboxes a failing run would leave: removed on drop
+/// (as sbx_e2e::Repo does), before the server and its state go.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for ws in self.0.iter().filter(|w| w.exists()) {
+            let _ = sbx_e2e::sbx()
+                .args(["-q", "rm", "--volumes"])
+                .arg(ws)
+                .output();
+        }
+    }
+}
+
 #[test]
 fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
     if !sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
@@ -41,11 +56,18 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
     }
     let s = common::start_with_docker(&[]);
     let mut projects = Vec::new();
+    let mut cleanup = Cleanup(Vec::new());
     for name in ["alice", "bob"] {
         let (t, _) = s.session();
         let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
         assert_eq!(r.status, 201, "{r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
+        let ws: PathBuf = s
+            .state
+            .join("projects")
+            .join(&id)
+            .join(format!("project-{}", id.replace('-', "")));
+        cleanup.0.push(ws.clone());
         let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
         assert_eq!(
             r.status,
@@ -56,11 +78,6 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
         assert_eq!(r.body["status"], "running", "{r:?}");
         let container = r.body["container"].as_str().unwrap().to_owned();
         assert!(running(&container), "{container} is not running");
-        let ws: PathBuf = s
-            .state
-            .join("projects")
-            .join(&id)
-            .join(format!("project-{}", id.replace('-', "")));
         projects.push((t, id, container, ws));
     }
     let ((alice, a_id, a_box, a_ws), (bob, b_id, b_box, b_ws)) =

@@ -701,3 +701,41 @@ fn docker_down_puts_the_project_in_error_with_the_reason() {
         "{r:?}"
     );
 }
+
+#[test]
+fn a_project_left_mid_transition_is_marked_error_at_the_next_start() {
+    let s = common::start(&[]);
+    let (t, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "crashed"})),
+    );
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    // What a server killed during a start leaves behind.
+    let out = std::process::Command::new(common::cluster().pg.bin().join("psql"))
+        .args(["-At", "-d", &s.db, "-c"])
+        .arg(format!(
+            "UPDATE projects SET status = 'creating' WHERE id = '{id}'"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = s.db.clone();
+    drop(s);
+    let s = common::start_on(db, &[]);
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "error", "{r:?}");
+    assert!(
+        r.body["status_reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("stopped during"),
+        "{r:?}"
+    );
+}

@@ -739,3 +739,81 @@ fn a_project_left_mid_transition_is_marked_error_at_the_next_start() {
         "{r:?}"
     );
 }
+
+#[test]
+fn repo_is_cloned_only_from_below_the_repo_root() {
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    for (dir, file) in [
+        (root.path().join("mine"), "a"),
+        (outside.path().join("theirs"), "b"),
+    ] {
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(file), "1\n").unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", file],
+            &[
+                "-c",
+                "user.name=a",
+                "-c",
+                "user.email=a@b",
+                "commit",
+                "-qm",
+                "x",
+            ],
+        ] {
+            let st = std::process::Command::new("git")
+                .args(args)
+                .current_dir(&dir)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    }
+    // A link below the root to a repository outside it.
+    std::os::unix::fs::symlink(outside.path().join("theirs"), root.path().join("link")).unwrap();
+    let root_arg = root.path().to_str().unwrap();
+    let s = common::start(&["--repo-root", root_arg]);
+    let (t, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "cloned", "repo": format!("{root_arg}/mine")})),
+    );
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (201, &json!("stopped")),
+        "{r:?}"
+    );
+    let id = r.body["id"].as_str().unwrap();
+    let ws = s
+        .state
+        .join("projects")
+        .join(id)
+        .join(format!("project-{}", id.replace('-', "")));
+    assert!(
+        ws.join("a").is_file(),
+        "the clone is not in {}",
+        ws.display()
+    );
+    for bad in [
+        outside.path().join("theirs").display().to_string(),
+        format!("{root_arg}/link"),
+        format!(
+            "{root_arg}/mine/../../{}",
+            outside.path().file_name().unwrap().to_str().unwrap()
+        ),
+        "mine".to_owned(),
+        root_arg.to_owned(),
+    ] {
+        let r = s.call(
+            "POST",
+            "/projects",
+            Some(&t),
+            Some(json!({"name": "x", "repo": bad})),
+        );
+        assert_eq!((r.status, r.code()), (422, "invalid_repo"), "{bad}: {r:?}");
+    }
+}

@@ -1,7 +1,7 @@
 # sbx: build, test, install, bench. `make install PREFIX=/usr DESTDIR=pkg`.
 PREFIX  ?= /usr/local
 DESTDIR ?=
-BINS    := sbx-backup sbx-envfilter sbx-fw sbx-git-guard sbx-guest sbx-run sbx-tool-guard sbx-worktree
+BINS    := sbx-backup sbx-envfilter sbx-fw sbx-git-guard sbx-guest sbx-run sbx-tool-guard sbx-worktree sbx-server
 BINDIR  := $(DESTDIR)$(PREFIX)/bin
 MANDIR  := $(DESTDIR)$(PREFIX)/share/man/man1
 BASHDIR := $(DESTDIR)$(PREFIX)/share/bash-completion/completions

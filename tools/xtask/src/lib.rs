@@ -19,6 +19,7 @@ pub fn commands() -> Vec<clap::Command> {
         sbx_git_guard::command(),
         sbx_guest::command(),
         sbx_run::command(),
+        sbx_server::command(),
         sbx_tool_guard::command(),
         sbx_worktree::command(),
     ]

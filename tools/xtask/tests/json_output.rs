@@ -139,6 +139,7 @@ const TABLE: &[(&str, Out)] = &[
     ("sbx-run codex-logout", not_here(DOCKER)),
     ("sbx-run verify-commits", not_here(DOCKER)),
     ("sbx-run fetch", not_here(DOCKER)),
+    ("sbx-server serve", Out::Exempt(SERVER)),
     (
         "sbx-tool-guard check",
         Out::Exempt("Claude Code's PreToolUse hook: its protocol, not ours"),

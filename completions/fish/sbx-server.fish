@@ -1,0 +1,54 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_sbx_server_global_optspecs
+    string join \n q/quiet v/verbose json color= config= h/help V/version
+end
+
+function __fish_sbx_server_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_sbx_server_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_sbx_server_using_subcommand
+    set -l cmd (__fish_sbx_server_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -s V -l version -d 'Print version'
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -f -a "serve" -d 'Serve the API until SIGINT or SIGTERM'
+complete -c sbx-server -n "__fish_sbx_server_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l listen -d 'Address to listen on (plain HTTP: keep it on loopback, behind a TLS proxy)' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l state-dir -d 'Where the server keeps its database cluster, project workspaces and audit log [default: $XDG_STATE_HOME/sbx/server]' -r -F
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-projects -d 'Projects one user may have' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-running -d 'Sandboxes one user may have running (or starting) at once' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-limit-account -d 'Failed logins per account in 15 minutes before it is refused (429)' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-limit-address -d 'Failed logins and registrations per client address in 15 minutes before it is refused (429)' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l repo-root -d 'Local repositories a project\'s `repo` may name: absolute paths below this directory. Without it, `repo` is refused' -r -F
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -s h -l help -d 'Print help'
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand help; and not __fish_seen_subcommand_from serve help" -f -a "serve" -d 'Serve the API until SIGINT or SIGTERM'
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand help; and not __fish_seen_subcommand_from serve help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

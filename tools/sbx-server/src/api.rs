@@ -1,0 +1,777 @@
+//! The HTTP API: routes, extractors whose rejections are JSON errors, the
+//! audit layer, the OpenAPI document (generated from the handlers' own
+//! annotations, so it cannot miss a route) and `serve`.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{
+    ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State,
+};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use sbx_core::audit::{AuditLog, Outcome, Record};
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use crate::auth::{self, HasKeys, Keys, Limiter, User};
+use crate::error::{ApiError, AuditReason};
+use crate::pg::LocalCluster;
+use crate::repo::{CreateError, Project, Refresh, Repo};
+use crate::sandbox::Sandboxes;
+use crate::{ServeArgs, ServerError};
+
+/// Largest request body: every request is a few small JSON fields.
+pub const BODY_LIMIT: usize = 16 * 1024;
+/// Longest project name, in characters.
+pub const MAX_NAME: usize = 64;
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+pub struct AppState {
+    repo: Repo,
+    keys: Keys,
+    sandboxes: Sandboxes,
+    audit: AuditLog,
+    account: Limiter,
+    address: Limiter,
+    max_projects: u32,
+    max_running: u32,
+    repo_root: Option<PathBuf>,
+    /// Verified against when the email is unknown, so a login takes as
+    /// long whether or not the account exists.
+    dummy_hash: String,
+}
+
+type S = Arc<AppState>;
+
+impl HasKeys for S {
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+}
+
+/// `axum::Json` whose rejections are our JSON errors: 400 malformed,
+/// 422 wrong shape or unknown field, 413 over [`BODY_LIMIT`], 415 not JSON.
+#[derive(Debug, FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct Json<T>(pub T);
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let code = match &r {
+            JsonRejection::JsonSyntaxError(_) => "malformed_json",
+            JsonRejection::JsonDataError(_) => "invalid_body",
+            JsonRejection::MissingJsonContentType(_) => "not_json",
+            _ if r.status() == StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            _ => "bad_body",
+        };
+        let message = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("the body is over {BODY_LIMIT} bytes")
+        } else {
+            r.body_text()
+        };
+        ApiError::new(r.status(), code, message)
+    }
+}
+
+/// A path parameter; a project id that is not a UUID is a 400.
+#[derive(Debug, FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct Path<T>(pub T);
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        ApiError::bad_request("bad_id", r.body_text())
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Credentials {
+    pub email: String,
+    pub password: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Registered {
+    pub user_id: Uuid,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Tokens {
+    /// HS256 JWT, valid 15 minutes.
+    pub access_token: String,
+    /// Valid 30 days, once: each refresh returns a new one.
+    pub refresh_token: String,
+    pub token_type: &'static str,
+    pub expires_in: u64,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshBody {
+    pub refresh_token: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewProject {
+    pub name: String,
+    /// A local repository below the server's `--repo-root` to clone.
+    pub repo: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+/// Who a request acted as, when the handler knows better than the token
+/// (a login), for the audit layer.
+#[derive(Debug, Clone)]
+struct AuditWho(String);
+
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
+async fn healthz(State(s): State<S>) -> Result<axum::Json<Health>, ApiError> {
+    s.repo.ping().await?;
+    Ok(axum::Json(Health { status: "ok" }))
+}
+
+#[utoipa::path(post, path = "/auth/register", tag = "auth", request_body = Credentials,
+    responses((status = 201, body = Registered), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody)))]
+async fn register(
+    State(s): State<S>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Json(c): Json<Credentials>,
+) -> Result<Response, ApiError> {
+    let ip = addr.ip().to_string();
+    s.address.check(&ip, "address")?;
+    let email = auth::normalise_email(&c.email)?;
+    auth::check_password(&c.password)?;
+    let hash = blocking(move || auth::hash_password(&c.password)).await??;
+    let id = Uuid::new_v4();
+    if !s.repo.create_user(id, &email, &hash).await? {
+        // Counted like a failed login: probing for addresses is limited.
+        s.address.fail(&ip);
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "email_taken",
+            "that email cannot be registered",
+        ));
+    }
+    let mut r = (StatusCode::CREATED, axum::Json(Registered { user_id: id })).into_response();
+    r.extensions_mut().insert(AuditWho(id.to_string()));
+    Ok(r)
+}
+
+#[utoipa::path(post, path = "/auth/login", tag = "auth", request_body = Credentials,
+    responses((status = 200, body = Tokens), (status = 401, body = ErrorBody),
+        (status = 429, body = ErrorBody)))]
+async fn login(
+    State(s): State<S>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Json(c): Json<Credentials>,
+) -> Result<Response, ApiError> {
+    let ip = addr.ip().to_string();
+    let email = auth::normalise_email(&c.email)?;
+    s.address.check(&ip, "address")?;
+    s.account.check(&email, "account")?;
+    let user = s.repo.user_by_email(&email).await?;
+    let (id, hash) = match user {
+        Some((id, h)) => (Some(id), h),
+        None => (None, s.dummy_hash.clone()),
+    };
+    let pw = c.password;
+    let ok = pw.len() <= auth::MAX_PASSWORD
+        && blocking(move || auth::verify_password(&pw, &hash)).await?;
+    let Some(id) = id.filter(|_| ok) else {
+        s.account.fail(&email);
+        s.address.fail(&ip);
+        // The same answer for an unknown email and a wrong password.
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_credentials",
+            "the email or the password is wrong",
+        ));
+    };
+    s.account.clear(&email);
+    let refresh = auth::new_refresh_token()?;
+    s.repo
+        .insert_refresh(
+            id,
+            &auth::token_hash(&refresh),
+            auth::REFRESH_TTL.as_secs_f64(),
+        )
+        .await?;
+    let mut r = axum::Json(tokens(&s, id, refresh)?).into_response();
+    r.extensions_mut().insert(AuditWho(id.to_string()));
+    Ok(r)
+}
+
+fn tokens(s: &AppState, user: Uuid, refresh: String) -> Result<Tokens, ApiError> {
+    Ok(Tokens {
+        access_token: s.keys.issue(user)?,
+        refresh_token: refresh,
+        token_type: "Bearer",
+        expires_in: auth::ACCESS_TTL.as_secs(),
+    })
+}
+
+#[utoipa::path(post, path = "/auth/refresh", tag = "auth", request_body = RefreshBody,
+    responses((status = 200, body = Tokens), (status = 401, body = ErrorBody)))]
+async fn refresh(State(s): State<S>, Json(b): Json<RefreshBody>) -> Result<Response, ApiError> {
+    let new = auth::new_refresh_token()?;
+    match s
+        .repo
+        .rotate_refresh(
+            &auth::token_hash(&b.refresh_token),
+            &auth::token_hash(&new),
+            auth::REFRESH_TTL.as_secs_f64(),
+        )
+        .await?
+    {
+        Refresh::Rotated(user) => {
+            let mut r = axum::Json(tokens(&s, user, new)?).into_response();
+            r.extensions_mut().insert(AuditWho(user.to_string()));
+            Ok(r)
+        }
+        Refresh::Reused => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "refresh_reused",
+            "this refresh token was used before: its session is revoked, log in again",
+        )),
+        Refresh::Invalid => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_refresh",
+            "the refresh token is unknown or expired: log in again",
+        )),
+    }
+}
+
+#[utoipa::path(post, path = "/auth/logout", tag = "auth", request_body = RefreshBody,
+    security(("bearer" = [])),
+    responses((status = 204), (status = 401, body = ErrorBody)))]
+async fn logout(
+    State(s): State<S>,
+    User(user): User,
+    Json(b): Json<RefreshBody>,
+) -> Result<StatusCode, ApiError> {
+    s.repo
+        .revoke_family(user, &auth::token_hash(&b.refresh_token))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/projects", tag = "projects", security(("bearer" = [])),
+    responses((status = 200, body = Vec<Project>), (status = 401, body = ErrorBody)))]
+async fn list_projects(
+    State(s): State<S>,
+    User(user): User,
+) -> Result<axum::Json<Vec<Project>>, ApiError> {
+    Ok(axum::Json(s.repo.list(user).await?))
+}
+
+/// A project name: 1 to [`MAX_NAME`] characters, no control characters
+/// (it is printed in logs and terminals), no leading or trailing blanks.
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let n = name.chars().count();
+    if n == 0 || n > MAX_NAME || name.chars().any(char::is_control) || name.trim() != name {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_name",
+            format!(
+                "name: 1 to {MAX_NAME} characters, no control characters, no leading or trailing blanks"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `repo` as a canonical path below `--repo-root`: anything else could
+/// clone another user's workspace or any repository the server can read.
+fn check_repo(root: Option<&FsPath>, repo: &str) -> Result<PathBuf, ApiError> {
+    let bad = |m: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_repo", m);
+    let Some(root) = root else {
+        return Err(bad(
+            "repo: this server clones no repositories (start it with --repo-root)".into(),
+        ));
+    };
+    let p = FsPath::new(repo);
+    let canon = p
+        .is_absolute()
+        .then(|| p.canonicalize().ok())
+        .flatten()
+        .filter(|c| c.starts_with(root) && c != root);
+    canon.ok_or_else(|| {
+        bad(format!(
+            "repo: an existing absolute path below {} is required",
+            root.display()
+        ))
+    })
+}
+
+#[utoipa::path(post, path = "/projects", tag = "projects", request_body = NewProject,
+    security(("bearer" = [])),
+    responses((status = 201, body = Project), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+async fn create_project(
+    State(s): State<S>,
+    User(user): User,
+    Json(p): Json<NewProject>,
+) -> Result<Response, ApiError> {
+    check_name(&p.name)?;
+    let repo = match &p.repo {
+        Some(r) => Some(check_repo(s.repo_root.as_deref(), r)?),
+        None => None,
+    };
+    let id = Uuid::new_v4();
+    let lock = s.sandboxes.lock(id);
+    let _held = lock.lock().await;
+    let created = s
+        .repo
+        .create(user, id, &p.name, p.repo.as_deref(), s.max_projects)
+        .await;
+    match created {
+        Ok(_) => {}
+        Err(CreateError::Limit(n)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "project_limit",
+                format!("you have {n} projects, the most this server allows: delete one first"),
+            ));
+        }
+        Err(CreateError::Duplicate) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "name_taken",
+                "you have a project of that name",
+            ));
+        }
+        Err(CreateError::Db(e)) => return Err(e),
+    }
+    let state = Arc::clone(&s);
+    let made = blocking(move || state.sandboxes.create(id, repo.as_deref())).await?;
+    let (status, reason) = match &made {
+        Ok(()) => ("stopped", None),
+        Err(r) => ("error", Some(r.as_str())),
+    };
+    let p = s
+        .repo
+        .set_status(user, id, status, reason, None)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    Ok((StatusCode::CREATED, axum::Json(p)).into_response())
+}
+
+#[utoipa::path(get, path = "/projects/{id}", tag = "projects", security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    responses((status = 200, body = Project), (status = 404, body = ErrorBody)))]
+async fn get_project(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Project>, ApiError> {
+    s.repo
+        .get(user, id)
+        .await?
+        .map(axum::Json)
+        .ok_or_else(ApiError::not_found)
+}
+
+#[utoipa::path(post, path = "/projects/{id}/start", tag = "projects", security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    responses((status = 200, body = Project), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+async fn start_project(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Project>, ApiError> {
+    let _held = owned(&s, user, id).await?;
+    // Under the project's lock only: two starts of different projects
+    // may both pass; the limit is a quota, not a security boundary.
+    if s.repo.running(user, id).await? >= i64::from(s.max_running) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "running_limit",
+            format!(
+                "you have {} sandboxes running, the most this server allows: stop one first",
+                s.max_running
+            ),
+        ));
+    }
+    s.repo.set_status(user, id, "creating", None, None).await?;
+    let state = Arc::clone(&s);
+    let started = blocking(move || state.sandboxes.start(id)).await?;
+    settle(&s, user, id, "running", started.map(Some)).await
+}
+
+/// The lock of project `id`, held, once the project is known to be
+/// `user`'s: another user's is a 404 before anything is touched.
+async fn owned(
+    s: &AppState,
+    user: Uuid,
+    id: Uuid,
+) -> Result<tokio::sync::OwnedMutexGuard<()>, ApiError> {
+    let held = s.sandboxes.lock(id).lock_owned().await;
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    Ok(held)
+}
+
+/// The project after a transition: in `status` (with its container, if
+/// one is named), or in `error` with the reason.
+async fn settle(
+    s: &AppState,
+    user: Uuid,
+    id: Uuid,
+    status: &str,
+    done: Result<Option<String>, String>,
+) -> Result<axum::Json<Project>, ApiError> {
+    match done {
+        Ok(container) => s
+            .repo
+            .set_status(user, id, status, None, container.as_deref())
+            .await?
+            .map(axum::Json)
+            .ok_or_else(ApiError::not_found),
+        Err(reason) => Err(failed(s, user, id, reason).await),
+    }
+}
+
+/// Record a failed transition on the project and answer 503 with why.
+async fn failed(s: &AppState, user: Uuid, id: Uuid, reason: String) -> ApiError {
+    if let Err(e) = s
+        .repo
+        .set_status(user, id, "error", Some(&reason), None)
+        .await
+    {
+        return e;
+    }
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_failed", reason)
+}
+
+#[utoipa::path(post, path = "/projects/{id}/stop", tag = "projects", security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    responses((status = 200, body = Project), (status = 404, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+async fn stop_project(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Project>, ApiError> {
+    let _held = owned(&s, user, id).await?;
+    let state = Arc::clone(&s);
+    let stopped = blocking(move || state.sandboxes.stop(id)).await?;
+    settle(&s, user, id, "stopped", stopped.map(|()| None)).await
+}
+
+#[utoipa::path(delete, path = "/projects/{id}", tag = "projects", security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn delete_project(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+) -> Result<StatusCode, ApiError> {
+    let _held = owned(&s, user, id).await?;
+    let state = Arc::clone(&s);
+    // The sandbox and workspace go first: a row is never left pointing
+    // at nothing, and a failure leaves the project in `error` to retry.
+    if let Err(reason) = blocking(move || state.sandboxes.remove(id)).await? {
+        return Err(failed(&s, user, id, reason).await);
+    }
+    s.repo.delete(user, id).await?;
+    s.sandboxes.forget(id);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Run blocking work (hashing, docker, git) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("worker failed: {e}")))
+}
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let c = api.components.get_or_insert_with(Default::default);
+        c.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "sbx-server", description = "The sbx Project Service"),
+    modifiers(&Security),
+    components(schemas(ErrorBody, ErrorDetail))
+)]
+struct ApiDoc;
+
+/// The router and the OpenAPI document, from the same list of handlers.
+pub fn router(state: S) -> axum::Router {
+    let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(register))
+        .routes(routes!(login))
+        .routes(routes!(refresh))
+        .routes(routes!(logout))
+        .routes(routes!(list_projects, create_project))
+        .routes(routes!(get_project, delete_project))
+        .routes(routes!(start_project))
+        .routes(routes!(stop_project))
+        .split_for_parts();
+    let doc = Arc::new(doc);
+    router
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            audit_layer,
+        ))
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let d = Arc::clone(&doc);
+                async move { axum::Json(d.as_ref().clone()) }
+            }),
+        )
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+/// One audit record per API action, in sbx's JSONL format: who (the
+/// token's user, else the account a login reached, else "anonymous"),
+/// the route, the path, allowed or blocked, and the error as reason.
+async fn audit_layer(
+    State(s): State<S>,
+    matched: Option<MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let op = format!(
+        "{} {}",
+        req.method(),
+        matched.as_ref().map_or("?", MatchedPath::as_str)
+    );
+    let (parts, body) = req.into_parts();
+    let who = auth::bearer(&parts)
+        .and_then(|t| s.keys.verify(t).ok())
+        .map_or_else(|| "anonymous".to_owned(), |u| u.to_string());
+    let target: String = parts.uri.path().chars().take(200).collect();
+    let resp = next.run(Request::from_parts(parts, body)).await;
+    if op == "GET /healthz" {
+        return resp;
+    }
+    let who = resp
+        .extensions()
+        .get::<AuditWho>()
+        .map_or(who, |w| w.0.clone());
+    let ok = resp.status().is_success();
+    let reason = resp.extensions().get::<AuditReason>().map(|r| r.0.clone());
+    let mut rec = Record::new(
+        "sbx-server",
+        &op,
+        &target,
+        if ok {
+            Outcome::Allowed
+        } else {
+            Outcome::Blocked
+        },
+        "api",
+    )
+    .agent(&who);
+    if let Some(r) = &reason {
+        rec = rec.reason(r);
+    }
+    if let Err(e) = s.audit.append(&rec) {
+        sbx_core::output::warn(&format!("audit log {}: {e}", s.audit.path().display()));
+    }
+    resp
+}
+
+fn default_state_dir() -> PathBuf {
+    sbx_core::audit::default_path()
+        .parent()
+        .map_or_else(|| PathBuf::from("."), FsPath::to_path_buf)
+        .join("server")
+}
+
+/// A directory the server owns: made if missing, 0711 so the agent's
+/// uid (workspaces) and the cluster's user can pass through, not list.
+fn own_dir(p: &FsPath) -> Result<(), ServerError> {
+    std::fs::create_dir_all(p).map_err(|e| ServerError::Io(p.to_owned(), e))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| ServerError::Io(p.to_owned(), e))
+}
+
+pub fn pool(url: &str) -> Result<Pool, ServerError> {
+    let cfg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| ServerError::Postgres(format!("DATABASE_URL: {e}")))?;
+    let mgr = Manager::from_config(
+        cfg,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(16)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .map_err(|e| ServerError::Postgres(e.to_string()))
+}
+
+/// Apply the versioned migrations (refinery's table records which ran).
+async fn migrate(pool: &Pool) -> Result<(), ServerError> {
+    let mut c = pool
+        .get()
+        .await
+        .map_err(|e| ServerError::Postgres(format!("connect: {e}")))?;
+    let client: &mut tokio_postgres::Client = &mut c;
+    embedded::migrations::runner()
+        .run_async(client)
+        .await
+        .map_err(|e| ServerError::Migrate(e.to_string()))?;
+    Ok(())
+}
+
+pub async fn serve(
+    args: ServeArgs,
+    secret: Vec<u8>,
+    database_url: Option<String>,
+) -> Result<(), ServerError> {
+    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    own_dir(&state_dir)?;
+    let projects = state_dir.join("projects");
+    own_dir(&projects)?;
+    let repo_root = match &args.repo_root {
+        Some(r) => Some(
+            r.canonicalize()
+                .map_err(|e| ServerError::Io(r.to_owned(), e))?,
+        ),
+        None => None,
+    };
+    let (cluster, url) = match database_url {
+        Some(u) => (None, u),
+        None => {
+            let dir = state_dir.join("pg");
+            let c = tokio::task::spawn_blocking(move || LocalCluster::start(&dir))
+                .await
+                .map_err(|e| ServerError::Postgres(e.to_string()))??;
+            let url = c.url("postgres");
+            (Some(c), url)
+        }
+    };
+    let pool = pool(&url)?;
+    migrate(&pool).await?;
+    let repo = Repo::new(pool);
+    if let Ok(n) = repo.reconcile().await
+        && n > 0
+    {
+        sbx_core::output::warn(&format!(
+            "{n} project(s) were mid-transition when the server stopped: marked `error`"
+        ));
+    }
+    let audit_path = std::env::var_os("SBX_AUDIT_LOG")
+        .map_or_else(|| state_dir.join("audit.jsonl"), PathBuf::from);
+    let audit = AuditLog::open(&audit_path).map_err(|e| ServerError::Io(audit_path, e))?;
+    let dummy_hash = auth::hash_password(&auth::new_refresh_token().unwrap_or_default())
+        .map_err(|e| ServerError::Postgres(e.message))?;
+    let state = Arc::new(AppState {
+        repo,
+        keys: Keys::new(&secret),
+        sandboxes: Sandboxes::new(projects),
+        audit,
+        account: Limiter::new(args.login_limit_account, auth::LIMIT_WINDOW),
+        address: Limiter::new(args.login_limit_address, auth::LIMIT_WINDOW),
+        max_projects: args.max_projects,
+        max_running: args.max_running,
+        repo_root,
+        dummy_hash,
+    });
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| ServerError::Listen(args.listen, e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServerError::Listen(args.listen, e))?;
+    // The one line a supervisor (or a test) waits for.
+    eprintln!("sbx-server: listening on http://{addr}");
+    let served = axum::serve(
+        listener,
+        router(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown())
+    .await
+    .map_err(|e| ServerError::Listen(addr, e));
+    drop(cluster);
+    served
+}
+
+async fn shutdown() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,134 @@
+//! sbx-server: the multi-tenant Project Service of seed 001. A REST API
+//! (axum) with JWT auth over a real Postgres, where each project is an sbx
+//! sandbox driven through sbx-run's library, never a shell-out, so its
+//! guards are the ones `sbx-run start` gives.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod pg;
+pub mod repo;
+pub mod sandbox;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use sbx_core::Exit;
+use sbx_core::cli::CommonArgs;
+use sbx_core::error::BoxError;
+
+pub use error::ServerError;
+
+/// Smallest `JWT_SECRET` accepted: HS256's key should be as long as its hash.
+pub const MIN_SECRET: usize = 32;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sbx-server",
+    version,
+    about = "The multi-tenant Project Service: REST API, JWT auth, Postgres, one sbx sandbox per project",
+    long_about = "The multi-tenant Project Service: REST API, JWT auth, Postgres, one sbx sandbox per project.\n\n\
+        Users register and log in (argon2id passwords, 15-minute HS256 access tokens, 30-day \
+        rotating refresh tokens stored hashed); each project is a workspace the server owns under \
+        its state directory and an sbx sandbox started through sbx-run's library. Every query is \
+        scoped to the token's user: another user's project is a 404.\n\n\
+        Environment: JWT_SECRET (required, at least 32 bytes), DATABASE_URL (optional: without \
+        it the server runs its own Postgres cluster in its state directory, unix socket only), \
+        SBX_AUDIT_LOG (default: audit.jsonl in the state directory)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Serve the API until SIGINT or SIGTERM.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (plain HTTP: keep it on loopback, behind a TLS proxy).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    /// Where the server keeps its database cluster, project workspaces and
+    /// audit log [default: $XDG_STATE_HOME/sbx/server].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Projects one user may have.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub max_projects: u32,
+    /// Sandboxes one user may have running (or starting) at once.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub max_running: u32,
+    /// Failed logins per account in 15 minutes before it is refused (429).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub login_limit_account: u32,
+    /// Failed logins and registrations per client address in 15 minutes
+    /// before it is refused (429).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub login_limit_address: u32,
+    /// Local repositories a project's `repo` may name: absolute paths below
+    /// this directory. Without it, `repo` is refused.
+    #[arg(long, value_name = "DIR")]
+    pub repo_root: Option<PathBuf>,
+}
+
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
+    match cli.cmd {
+        Cmd::Serve(args) => {
+            let secret = jwt_secret(std::env::var_os("JWT_SECRET"))?;
+            let database_url = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty());
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| ServerError::Io("tokio runtime".into(), e))?;
+            rt.block_on(api::serve(args, secret, database_url))?;
+            Ok(Exit::Ok.into())
+        }
+    }
+}
+
+/// The signing key, refused (exit 78) when missing or shorter than
+/// [`MIN_SECRET`] bytes: a short HMAC key can be brute-forced offline from
+/// any token.
+fn jwt_secret(v: Option<std::ffi::OsString>) -> Result<Vec<u8>, ServerError> {
+    use std::os::unix::ffi::OsStringExt;
+    match v.map(OsStringExt::into_vec) {
+        Some(s) if s.len() >= MIN_SECRET => Ok(s),
+        Some(s) => Err(ServerError::Secret(format!(
+            "JWT_SECRET is {} bytes: it must be at least {MIN_SECRET} (e.g. `head -c 48 /dev/urandom | base64`)",
+            s.len()
+        ))),
+        None => Err(ServerError::Secret(format!(
+            "JWT_SECRET is not set: set it to a secret of at least {MIN_SECRET} bytes (e.g. `head -c 48 /dev/urandom | base64`)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_length_is_checked() {
+        for (v, ok) in [
+            (None, false),
+            (Some(""), false),
+            (Some("x".repeat(31).leak() as &str), false),
+            (Some("x".repeat(32).leak() as &str), true),
+        ] {
+            assert_eq!(jwt_secret(v.map(Into::into)).is_ok(), ok, "{v:?}");
+        }
+    }
+}

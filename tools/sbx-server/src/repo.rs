@@ -1,0 +1,322 @@
+//! All database access. Every project method takes the caller's user id
+//! and filters by it: tenancy is enforced here, once, not per handler.
+//! Another user's project is simply not found.
+
+use deadpool_postgres::Pool;
+use serde::Serialize;
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+
+#[derive(Debug, Clone)]
+pub struct Repo {
+    pool: Pool,
+}
+
+/// A project as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Project {
+    pub id: Uuid,
+    pub name: String,
+    /// creating | running | stopped | error
+    pub status: String,
+    /// Why the project is in `error`.
+    pub status_reason: Option<String>,
+    pub repo: Option<String>,
+    /// The sandbox's container, once started.
+    pub container: Option<String>,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
+
+const PROJECT_COLUMNS: &str = "id, name, status, status_reason, repo, container_name, \
+     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')";
+
+fn project(r: &Row) -> Project {
+    Project {
+        id: r.get(0),
+        name: r.get(1),
+        status: r.get(2),
+        status_reason: r.get(3),
+        repo: r.get(4),
+        container: r.get(5),
+        created_at: r.get(6),
+    }
+}
+
+/// Why a refresh token was not accepted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refresh {
+    /// Rotated: the user it belongs to.
+    Rotated(Uuid),
+    /// Used before (or its family revoked): the family is now revoked.
+    Reused,
+    Invalid,
+}
+
+#[derive(Debug)]
+pub enum CreateError {
+    Limit(u32),
+    Duplicate,
+    Db(ApiError),
+}
+
+impl From<tokio_postgres::Error> for CreateError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+            Self::Duplicate
+        } else {
+            Self::Db(e.into())
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for CreateError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Self::Db(e.into())
+    }
+}
+
+impl Repo {
+    pub fn new(pool: Pool) -> Self {
+        Self { pool }
+    }
+
+    pub async fn ping(&self) -> Result<(), ApiError> {
+        self.pool.get().await?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+
+    /// False when the email is taken.
+    pub async fn create_user(&self, id: Uuid, email: &str, hash: &str) -> Result<bool, ApiError> {
+        let c = self.pool.get().await?;
+        match c
+            .execute(
+                "INSERT INTO users (id, email, password_hash) VALUES ($1, $2, $3)",
+                &[&id, &email, &hash],
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// (id, password hash) of the user with this email.
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<(Uuid, String)>, ApiError> {
+        let c = self.pool.get().await?;
+        let r = c
+            .query_opt(
+                "SELECT id, password_hash FROM users WHERE email = $1",
+                &[&email],
+            )
+            .await?;
+        Ok(r.map(|r| (r.get(0), r.get(1))))
+    }
+
+    /// A new refresh-token family for `user`.
+    pub async fn insert_refresh(
+        &self,
+        user: Uuid,
+        hash: &str,
+        ttl_secs: f64,
+    ) -> Result<(), ApiError> {
+        let c = self.pool.get().await?;
+        c.execute(
+            "INSERT INTO refresh_tokens (id, user_id, family_id, token_hash, expires_at) \
+             VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))",
+            &[&Uuid::new_v4(), &user, &Uuid::new_v4(), &hash, &ttl_secs],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Use refresh token `old` once: marked used, `new` issued in its
+    /// family. A token used before revokes the whole family, so a stolen
+    /// token and its rightful holder both lose the session.
+    pub async fn rotate_refresh(
+        &self,
+        old: &str,
+        new: &str,
+        ttl_secs: f64,
+    ) -> Result<Refresh, ApiError> {
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await?;
+        let Some(r) = tx
+            .query_opt(
+                "SELECT user_id, family_id, used_at IS NOT NULL OR revoked_at IS NOT NULL, \
+                 expires_at <= now() FROM refresh_tokens WHERE token_hash = $1 FOR UPDATE",
+                &[&old],
+            )
+            .await?
+        else {
+            return Ok(Refresh::Invalid);
+        };
+        let (user, family, spent, expired): (Uuid, Uuid, bool, bool) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        if spent {
+            tx.execute(
+                "UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL",
+                &[&family],
+            )
+            .await?;
+            tx.commit().await?;
+            return Ok(Refresh::Reused);
+        }
+        if expired {
+            return Ok(Refresh::Invalid);
+        }
+        tx.execute(
+            "UPDATE refresh_tokens SET used_at = now() WHERE token_hash = $1",
+            &[&old],
+        )
+        .await?;
+        tx.execute(
+            "INSERT INTO refresh_tokens (id, user_id, family_id, token_hash, expires_at) \
+             VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))",
+            &[&Uuid::new_v4(), &user, &family, &new, &ttl_secs],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Refresh::Rotated(user))
+    }
+
+    /// Revoke the family of `user`'s refresh token `hash` (logout).
+    pub async fn revoke_family(&self, user: Uuid, hash: &str) -> Result<(), ApiError> {
+        let c = self.pool.get().await?;
+        c.execute(
+            "UPDATE refresh_tokens SET revoked_at = now() WHERE revoked_at IS NULL AND family_id IN \
+             (SELECT family_id FROM refresh_tokens WHERE token_hash = $1 AND user_id = $2)",
+            &[&hash, &user],
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list(&self, user: Uuid) -> Result<Vec<Project>, ApiError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {PROJECT_COLUMNS} FROM projects WHERE user_id = $1 ORDER BY created_at, id"
+                ),
+                &[&user],
+            )
+            .await?;
+        Ok(rows.iter().map(project).collect())
+    }
+
+    pub async fn get(&self, user: Uuid, id: Uuid) -> Result<Option<Project>, ApiError> {
+        let c = self.pool.get().await?;
+        let r = c
+            .query_opt(
+                &format!("SELECT {PROJECT_COLUMNS} FROM projects WHERE user_id = $1 AND id = $2"),
+                &[&user, &id],
+            )
+            .await?;
+        Ok(r.as_ref().map(project))
+    }
+
+    /// A new project in `creating`, unless the user has `max` already.
+    /// The count and the insert hold the user's advisory lock, so two
+    /// concurrent creations cannot both pass the limit.
+    pub async fn create(
+        &self,
+        user: Uuid,
+        id: Uuid,
+        name: &str,
+        repo: Option<&str>,
+        max: u32,
+    ) -> Result<Project, CreateError> {
+        let mut c = self.pool.get().await?;
+        let tx = c.transaction().await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))",
+            &[&user.to_string()],
+        )
+        .await?;
+        let n: i64 = tx
+            .query_one("SELECT count(*) FROM projects WHERE user_id = $1", &[&user])
+            .await?
+            .get(0);
+        if n >= i64::from(max) {
+            return Err(CreateError::Limit(max));
+        }
+        let r = tx
+            .query_one(
+                &format!(
+                    "INSERT INTO projects (id, user_id, name, repo) VALUES ($1, $2, $3, $4) \
+                     RETURNING {PROJECT_COLUMNS}"
+                ),
+                &[&id, &user, &name, &repo],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(project(&r))
+    }
+
+    pub async fn set_status(
+        &self,
+        user: Uuid,
+        id: Uuid,
+        status: &str,
+        reason: Option<&str>,
+        container: Option<&str>,
+    ) -> Result<Option<Project>, ApiError> {
+        let c = self.pool.get().await?;
+        let r = c
+            .query_opt(
+                &format!(
+                    "UPDATE projects SET status = $3, status_reason = $4, \
+                     container_name = COALESCE($5, container_name), last_active_at = now() \
+                     WHERE user_id = $1 AND id = $2 RETURNING {PROJECT_COLUMNS}"
+                ),
+                &[&user, &id, &status, &reason, &container],
+            )
+            .await?;
+        Ok(r.as_ref().map(project))
+    }
+
+    /// How many of `user`'s projects other than `except` are running or
+    /// starting.
+    pub async fn running(&self, user: Uuid, except: Uuid) -> Result<i64, ApiError> {
+        let c = self.pool.get().await?;
+        Ok(c.query_one(
+            "SELECT count(*) FROM projects WHERE user_id = $1 AND id <> $2 \
+                 AND status IN ('running', 'creating')",
+            &[&user, &except],
+        )
+        .await?
+        .get(0))
+    }
+
+    pub async fn delete(&self, user: Uuid, id: Uuid) -> Result<bool, ApiError> {
+        let c = self.pool.get().await?;
+        let n = c
+            .execute(
+                "DELETE FROM projects WHERE user_id = $1 AND id = $2",
+                &[&user, &id],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// At start: a project left in `creating` by a server that stopped
+    /// mid-transition is marked `error`, with the reason, for its owner to
+    /// start or delete again. The only query across users.
+    pub async fn reconcile(&self) -> Result<u64, ApiError> {
+        let c = self.pool.get().await?;
+        Ok(c
+            .execute(
+                "UPDATE projects SET status = 'error', \
+                 status_reason = 'the server stopped during a start or creation: start or delete it again' \
+                 WHERE status = 'creating'",
+                &[],
+            )
+            .await?)
+    }
+}

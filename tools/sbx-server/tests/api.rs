@@ -1,0 +1,819 @@
+//! The API against a real Postgres and the real binary: every auth rule,
+//! bad input, tenancy on every route with a second user, limits, the
+//! OpenAPI document and the audit log. No Docker here (tests/e2e.rs).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use common::{SECRET, shared};
+use sbx_server::pg::LocalCluster;
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn sign(alg: Algorithm, secret: &[u8], claims: &Value) -> String {
+    jsonwebtoken::encode(&Header::new(alg), claims, &EncodingKey::from_secret(secret)).unwrap()
+}
+
+/// The `sub` of a token the server issued, read without verifying.
+fn user_of(token: &str) -> String {
+    let payload = token.split('.').nth(1).unwrap();
+    let v: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    v["sub"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn register_login_refresh_rotates_and_reuse_revokes_the_family() {
+    let s = shared();
+    let (email, pw) = s.user();
+    let r = s.login(&email, &pw);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["expires_in"], 900);
+    let access = r.body["access_token"].as_str().unwrap();
+    let first = r.body["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(s.call("GET", "/projects", Some(access), None).status, 200);
+
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": first})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let second = r.body["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(first, second);
+    let access2 = r.body["access_token"].as_str().unwrap();
+    assert_eq!(s.call("GET", "/projects", Some(access2), None).status, 200);
+
+    // The first token again: a thief's replay. The whole family goes.
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": first})),
+    );
+    assert_eq!((r.status, r.code()), (401, "refresh_reused"), "{r:?}");
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": second})),
+    );
+    assert_eq!((r.status, r.code()), (401, "refresh_reused"), "{r:?}");
+
+    // A new login is a new family; logout revokes it.
+    let r = s.login(&email, &pw);
+    let access = r.body["access_token"].as_str().unwrap();
+    let third = r.body["refresh_token"].as_str().unwrap();
+    let r = s.call(
+        "POST",
+        "/auth/logout",
+        Some(access),
+        Some(json!({"refresh_token": third})),
+    );
+    assert_eq!(r.status, 204, "{r:?}");
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": third})),
+    );
+    assert_eq!(r.status, 401, "{r:?}");
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": "made-up"})),
+    );
+    assert_eq!((r.status, r.code()), (401, "invalid_refresh"), "{r:?}");
+}
+
+#[test]
+fn refresh_tokens_are_stored_hashed() {
+    let s = shared();
+    let (_, refresh) = s.session();
+    let out = std::process::Command::new(common::cluster().pg.bin().join("psql"))
+        .args([
+            "-At",
+            "-d",
+            &s.db,
+            "-c",
+            "SELECT token_hash FROM refresh_tokens",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.is_empty());
+    assert!(
+        !text.contains(&refresh),
+        "a refresh token is stored in clear"
+    );
+}
+
+#[test]
+fn login_does_not_reveal_whether_an_email_exists() {
+    let s = shared();
+    let (email, _) = s.user();
+    let wrong = s.login(&email, "not the password");
+    let unknown = s.login(
+        &format!("nobody-{}@example.test", Uuid::new_v4()),
+        "whatever1",
+    );
+    assert_eq!(wrong.status, 401);
+    assert_eq!(wrong.body, unknown.body, "the answers differ");
+    assert_eq!(wrong.code(), "invalid_credentials");
+}
+
+#[test]
+fn login_is_limited_per_account() {
+    let s = shared();
+    let (email, pw) = s.user();
+    for _ in 0..5 {
+        assert_eq!(s.login(&email, "wrong password").status, 401);
+    }
+    // Even the right password now waits: the limit is the account's.
+    let r = s.login(&email, &pw);
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{r:?}");
+    assert!(r.headers.contains_key("retry-after"));
+    // Another account from the same address is not affected.
+    let (e2, p2) = s.user();
+    assert_eq!(s.login(&e2, &p2).status, 200);
+}
+
+#[test]
+fn login_is_limited_per_address() {
+    let s = common::start(&["--login-limit-address", "3"]);
+    let (email, pw) = s.user();
+    for i in 0..3 {
+        let r = s.login(&format!("probe{i}@example.test"), "wrong password");
+        assert_eq!(r.status, 401, "{r:?}");
+    }
+    let r = s.login(&email, &pw);
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{r:?}");
+}
+
+#[test]
+fn registration_refuses_a_taken_email_and_bad_credentials() {
+    let s = shared();
+    let (email, _) = s.user();
+    let r = s.call(
+        "POST",
+        "/auth/register",
+        None,
+        Some(json!({"email": email.to_uppercase(), "password": "another password"})),
+    );
+    assert_eq!((r.status, r.code()), (409, "email_taken"), "{r:?}");
+    for (email, pw, code) in [
+        ("not-an-email", "long enough", "invalid_email"),
+        ("a\u{7}b@example.test", "long enough", "invalid_email"),
+        ("short@example.test", "short", "invalid_password"),
+    ] {
+        let r = s.call(
+            "POST",
+            "/auth/register",
+            None,
+            Some(json!({"email": email, "password": pw})),
+        );
+        assert_eq!((r.status, r.code()), (422, code), "{email:?}: {r:?}");
+    }
+}
+
+#[test]
+fn bad_expired_tampered_and_foreign_tokens_are_refused() {
+    let s = shared();
+    let (access, _) = s.session();
+    let sub = user_of(&access);
+    let claims = |exp: u64| json!({"sub": sub, "iat": now(), "exp": exp});
+    let b64 = |v: Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&v).unwrap())
+    };
+    let mut parts: Vec<String> = access.split('.').map(str::to_owned).collect();
+    // Same signature, another user in the payload.
+    parts[1] = b64(json!({"sub": Uuid::new_v4(), "iat": now(), "exp": now() + 600}));
+    let tampered = parts.join(".");
+    let none = format!(
+        "{}.{}.",
+        b64(json!({"alg": "none", "typ": "JWT"})),
+        b64(claims(now() + 600))
+    );
+    let cases = [
+        ("missing", None),
+        ("garbage", Some("not.a.token".to_owned())),
+        ("tampered", Some(tampered)),
+        ("alg none", Some(none)),
+        (
+            "HS512 with the right secret",
+            Some(sign(
+                Algorithm::HS512,
+                SECRET.as_bytes(),
+                &claims(now() + 600),
+            )),
+        ),
+        (
+            "another secret",
+            Some(sign(
+                Algorithm::HS256,
+                b"another-secret-another-secret-another!",
+                &claims(now() + 600),
+            )),
+        ),
+        (
+            "expired",
+            Some(sign(
+                Algorithm::HS256,
+                SECRET.as_bytes(),
+                &claims(now() - 10),
+            )),
+        ),
+        (
+            "no exp",
+            Some(sign(
+                Algorithm::HS256,
+                SECRET.as_bytes(),
+                &json!({"sub": sub}),
+            )),
+        ),
+    ];
+    for (what, token) in cases {
+        let r = s.call("GET", "/projects", token.as_deref(), None);
+        assert_eq!((r.status, r.code()), (401, "unauthorized"), "{what}: {r:?}");
+    }
+    // The control: a token signed right is accepted.
+    let good = sign(Algorithm::HS256, SECRET.as_bytes(), &claims(now() + 600));
+    assert_eq!(s.call("GET", "/projects", Some(&good), None).status, 200);
+}
+
+/// (what, method, path, (content type, body), status, error code)
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<(&'a str, Vec<u8>)>,
+    u16,
+    &'a str,
+);
+
+#[test]
+fn bad_input_gets_json_errors_with_the_right_status() {
+    let s = shared();
+    let (tok, _) = s.session();
+    let t = Some(tok.as_str());
+    let json = |v: &str| Some(("application/json", v.as_bytes().to_vec()));
+    let unknown = format!("/projects/{}", Uuid::new_v4());
+    let cases: Vec<Case> = vec![
+        (
+            "malformed",
+            "POST",
+            "/projects",
+            json("{\"name\":"),
+            400,
+            "malformed_json",
+        ),
+        (
+            "unknown field",
+            "POST",
+            "/projects",
+            json(r#"{"name":"a","x":1}"#),
+            422,
+            "invalid_body",
+        ),
+        (
+            "missing field",
+            "POST",
+            "/projects",
+            json("{}"),
+            422,
+            "invalid_body",
+        ),
+        (
+            "not JSON",
+            "POST",
+            "/projects",
+            Some(("text/plain", b"{}".to_vec())),
+            415,
+            "not_json",
+        ),
+        (
+            "a body over the cap",
+            "POST",
+            "/projects",
+            Some((
+                "application/json",
+                format!(r#"{{"name":"{}"}}"#, "a".repeat(20_000)).into_bytes(),
+            )),
+            413,
+            "body_too_large",
+        ),
+        (
+            "long name",
+            "POST",
+            "/projects",
+            json(&format!(r#"{{"name":"{}"}}"#, "a".repeat(65))),
+            422,
+            "invalid_name",
+        ),
+        (
+            "control character",
+            "POST",
+            "/projects",
+            json(r#"{"name":"a\u001b[31m"}"#),
+            422,
+            "invalid_name",
+        ),
+        (
+            "empty name",
+            "POST",
+            "/projects",
+            json(r#"{"name":""}"#),
+            422,
+            "invalid_name",
+        ),
+        (
+            "repo without --repo-root",
+            "POST",
+            "/projects",
+            json(r#"{"name":"r","repo":"/etc"}"#),
+            422,
+            "invalid_repo",
+        ),
+        (
+            "bad UUID",
+            "GET",
+            "/projects/not-a-uuid",
+            None,
+            400,
+            "bad_id",
+        ),
+        (
+            "bad UUID on start",
+            "POST",
+            "/projects/1234/start",
+            None,
+            400,
+            "bad_id",
+        ),
+        ("no route", "GET", "/nothing", None, 404, "no_route"),
+        (
+            "wrong method",
+            "PUT",
+            "/projects",
+            None,
+            405,
+            "method_not_allowed",
+        ),
+        ("unknown project", "GET", &unknown, None, 404, "not_found"),
+        (
+            "unknown field at login",
+            "POST",
+            "/auth/login",
+            json(r#"{"email":"a@b","password":"x","admin":true}"#),
+            422,
+            "invalid_body",
+        ),
+    ];
+    for (what, m, path, body, status, code) in cases {
+        let r = s.raw(m, path, t, body);
+        assert_eq!((r.status, r.code()), (status, code), "{what}: {r:?}");
+    }
+    // A 10 MB name: refused from its Content-Length, before it is read
+    // (the server closes while we still write, so a plain socket reads it).
+    let head = format!(
+        "POST /projects HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{{\"name\":\"",
+        tok,
+        10 << 20
+    );
+    let addr = s.base.trim_start_matches("http://");
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let _ = sock.write_all(head.as_bytes());
+    let _ = sock.write_all(&vec![b'a'; 1 << 20]);
+    let mut answer = String::new();
+    let _ = sock.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("body_too_large"), "{answer}");
+    // Nothing above made a project.
+    let r = s.call("GET", "/projects", t, None);
+    assert_eq!(r.body, json!([]), "{r:?}");
+}
+
+#[test]
+fn another_users_project_is_a_404_on_every_route() {
+    let s = shared();
+    let (alice, alice_refresh) = s.session();
+    let (bob, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&alice),
+        Some(json!({"name": "alice's"})),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    // A name is per user: bob may use the same one.
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&bob),
+        Some(json!({"name": "alice's"})),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let bobs = r.body["id"].as_str().unwrap().to_owned();
+
+    for (m, path) in [
+        ("GET", format!("/projects/{id}")),
+        ("POST", format!("/projects/{id}/start")),
+        ("POST", format!("/projects/{id}/stop")),
+        ("DELETE", format!("/projects/{id}")),
+    ] {
+        let r = s.call(m, &path, Some(&bob), None);
+        assert_eq!(
+            (r.status, r.code()),
+            (404, "not_found"),
+            "bob {m} {path}: {r:?}"
+        );
+    }
+    let r = s.call("GET", "/projects", Some(&bob), None);
+    let ids: Vec<&str> = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [bobs.as_str()], "bob's list");
+    // Bob's logout with alice's refresh token revokes nothing of hers.
+    let r = s.call(
+        "POST",
+        "/auth/logout",
+        Some(&bob),
+        Some(json!({"refresh_token": alice_refresh})),
+    );
+    assert_eq!(r.status, 204);
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": alice_refresh})),
+    );
+    assert_eq!(r.status, 200, "alice's session was revoked by bob: {r:?}");
+
+    // Alice's project is untouched and hers alone (her own delete, with
+    // Docker, is tests/e2e.rs).
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&alice), None);
+    assert_eq!(
+        (r.status, r.body["name"].as_str()),
+        (200, Some("alice's")),
+        "{r:?}"
+    );
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+}
+
+#[test]
+fn projects_per_user_are_limited() {
+    let s = shared();
+    let (t, _) = s.session();
+    for i in 0..3 {
+        let r = s.call(
+            "POST",
+            "/projects",
+            Some(&t),
+            Some(json!({"name": format!("p{i}")})),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "one too many"})),
+    );
+    assert_eq!((r.status, r.code()), (409, "project_limit"), "{r:?}");
+    let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "p0"})));
+    assert_eq!(r.status, 409, "{r:?}");
+    // Another user has a limit of their own.
+    let (u, _) = s.session();
+    let r = s.call("POST", "/projects", Some(&u), Some(json!({"name": "p0"})));
+    assert_eq!(r.status, 201, "{r:?}");
+}
+
+#[test]
+fn the_openapi_document_has_every_route_and_only_real_ones() {
+    let s = shared();
+    let doc = s.call("GET", "/openapi.json", None, None);
+    assert_eq!(doc.status, 200);
+    let paths = doc.body["paths"].as_object().unwrap();
+    let mut listed = Vec::new();
+    for (path, item) in paths {
+        for m in item.as_object().unwrap().keys() {
+            listed.push(format!("{} {path}", m.to_uppercase()));
+        }
+    }
+    listed.sort();
+    let want = [
+        "DELETE /projects/{id}",
+        "GET /healthz",
+        "GET /projects",
+        "GET /projects/{id}",
+        "POST /auth/login",
+        "POST /auth/logout",
+        "POST /auth/refresh",
+        "POST /auth/register",
+        "POST /projects",
+        "POST /projects/{id}/start",
+        "POST /projects/{id}/stop",
+    ];
+    assert_eq!(listed, want);
+    // Each documented route is served: neither the 404 fallback nor a 405.
+    for l in &listed {
+        let (m, p) = l.split_once(' ').unwrap();
+        let p = p.replace("{id}", &Uuid::new_v4().to_string());
+        let r = s.raw(m, &p, None, None);
+        assert!(
+            r.status != 405 && r.body["error"]["code"] != "no_route",
+            "{l}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn every_action_is_an_audit_record_in_the_sbx_format() {
+    let s = shared();
+    let (t, _) = s.session();
+    let user = user_of(&t);
+    let other = Uuid::new_v4();
+    s.call("GET", &format!("/projects/{other}"), Some(&t), None);
+    let text = std::fs::read_to_string(s.audit_log()).unwrap();
+    let mine: Vec<sbx_core::audit::Entry> = text
+        .lines()
+        .map(|l| sbx_core::audit::Entry::parse(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .filter(|e| e.agent == user)
+        .collect();
+    let ops: Vec<(&str, &str)> = mine
+        .iter()
+        .map(|e| (e.operation.as_str(), e.tool.as_str()))
+        .collect();
+    assert!(
+        ops.contains(&("POST /auth/register", "sbx-server")),
+        "{ops:?}"
+    );
+    assert!(ops.contains(&("POST /auth/login", "sbx-server")), "{ops:?}");
+    let miss = mine
+        .iter()
+        .find(|e| e.target == format!("/projects/{other}"))
+        .expect("the 404 is audited");
+    assert_eq!(miss.result, sbx_core::audit::Outcome::Blocked);
+    assert!(
+        miss.reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("not_found"),
+        "{miss:?}"
+    );
+}
+
+#[test]
+fn healthz_answers() {
+    let s = shared();
+    let r = s.call("GET", "/healthz", None, None);
+    assert_eq!((r.status, &r.body), (200, &json!({"status": "ok"})));
+}
+
+#[test]
+fn start_is_refused_without_a_usable_secret_or_database() {
+    let out = common::server_command().args(["serve"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("JWT_SECRET"), "{err}");
+    let out = common::server_command()
+        .env("JWT_SECRET", "too short")
+        .args(["serve"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    // A database that is not there: 69, one line, nothing listening.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let out = common::server_command()
+        .env("JWT_SECRET", SECRET)
+        .env(
+            "DATABASE_URL",
+            format!("host={} user=x dbname=x", dir.path().display()),
+        )
+        .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+}
+
+#[test]
+fn sandboxes_running_per_user_are_limited() {
+    let s = common::start(&["--max-running", "0"]);
+    let (t, _) = s.session();
+    let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "p"})));
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (409, "running_limit"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+}
+
+#[test]
+fn postgres_going_away_is_a_503_and_the_server_reconnects() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
+    let pg_dir = dir.path().join("pg");
+    let pg = LocalCluster::start(&pg_dir).unwrap();
+    let s = common::start_on(pg.url("postgres"), &[]);
+    let (t, _) = s.session();
+    drop(pg); // stops the cluster under the running server
+    for (m, body) in [("GET", None), ("POST", Some(json!({"name": "half"})))] {
+        let r = s.call(m, "/projects", Some(&t), body);
+        assert_eq!((r.status, r.code()), (503, "unavailable"), "{m}: {r:?}");
+    }
+    let r = s.call("GET", "/healthz", None, None);
+    assert_eq!(r.status, 503, "{r:?}");
+    let _pg = LocalCluster::start(&pg_dir).unwrap();
+    // The pool makes new connections: no restart of the server.
+    let r = s.call("GET", "/projects", Some(&t), None);
+    assert_eq!(
+        (r.status, &r.body),
+        (200, &json!([])),
+        "nothing half-written: {r:?}"
+    );
+}
+
+#[test]
+fn docker_down_puts_the_project_in_error_with_the_reason() {
+    // The API tests' servers have no Docker engine (common::start).
+    let s = shared();
+    let (t, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "no docker"})),
+    );
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (503, "sandbox_failed"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "error", "{r:?}");
+    let why = r.body["status_reason"].as_str().unwrap_or("");
+    assert!(why.contains("Docker engine"), "{r:?}");
+    // Nor can it be deleted without the engine: it is kept, not lost.
+    let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (503, "sandbox_failed"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("error")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_project_left_mid_transition_is_marked_error_at_the_next_start() {
+    let s = common::start(&[]);
+    let (t, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "crashed"})),
+    );
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    // What a server killed during a start leaves behind.
+    let out = std::process::Command::new(common::cluster().pg.bin().join("psql"))
+        .args(["-At", "-d", &s.db, "-c"])
+        .arg(format!(
+            "UPDATE projects SET status = 'creating' WHERE id = '{id}'"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = s.db.clone();
+    drop(s);
+    let s = common::start_on(db, &[]);
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "error", "{r:?}");
+    assert!(
+        r.body["status_reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("stopped during"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn repo_is_cloned_only_from_below_the_repo_root() {
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    for (dir, file) in [
+        (root.path().join("mine"), "a"),
+        (outside.path().join("theirs"), "b"),
+    ] {
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(file), "1\n").unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", file],
+            &[
+                "-c",
+                "user.name=a",
+                "-c",
+                "user.email=a@b",
+                "commit",
+                "-qm",
+                "x",
+            ],
+        ] {
+            let st = std::process::Command::new("git")
+                .args(args)
+                .current_dir(&dir)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    }
+    // A link below the root to a repository outside it.
+    std::os::unix::fs::symlink(outside.path().join("theirs"), root.path().join("link")).unwrap();
+    let root_arg = root.path().to_str().unwrap();
+    let s = common::start(&["--repo-root", root_arg]);
+    let (t, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "cloned", "repo": format!("{root_arg}/mine")})),
+    );
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (201, &json!("stopped")),
+        "{r:?}"
+    );
+    let id = r.body["id"].as_str().unwrap();
+    let ws = s
+        .state
+        .join("projects")
+        .join(id)
+        .join(format!("project-{}", id.replace('-', "")));
+    assert!(
+        ws.join("a").is_file(),
+        "the clone is not in {}",
+        ws.display()
+    );
+    for bad in [
+        outside.path().join("theirs").display().to_string(),
+        format!("{root_arg}/link"),
+        format!(
+            "{root_arg}/mine/../../{}",
+            outside.path().file_name().unwrap().to_str().unwrap()
+        ),
+        "mine".to_owned(),
+        root_arg.to_owned(),
+    ] {
+        let r = s.call(
+            "POST",
+            "/projects",
+            Some(&t),
+            Some(json!({"name": "x", "repo": bad})),
+        );
+        assert_eq!((r.status, r.code()), (422, "invalid_repo"), "{bad}: {r:?}");
+    }
+}

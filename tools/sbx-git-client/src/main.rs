@@ -225,6 +225,9 @@ const HOOKS_ONLY_VAR: &[u8] = b"SBX_GUARD_HOOKS_ONLY";
 const COMMIT_VAR: &[u8] = b"SBX_GUARD_COMMIT";
 /// index.rs's PRIVATE_VAR, and msg.rs's APPROVED in `<its value>.msg/`.
 const PRIVATE_VAR: &[u8] = b"SBX_GUARD_PRIVATE_INDEX";
+/// ledger.rs's FETCH_ENV: a fetch from a remote, whose remote-tracking
+/// refs may move onto what it brought.
+const FETCH_VAR: &[u8] = b"SBX_GUARD_FETCH";
 const APPROVED: &[u8] = b".msg/commit-msg.approved\0";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
@@ -252,6 +255,9 @@ struct HookStep {
     /// it passed in the call's private directory): its branch's move may
     /// be answered here ([`commit::Repo`]).
     plain_commit: bool,
+    /// A fetch from a remote (FETCH_VAR): remote-tracking refs move
+    /// without the ledger's check.
+    fetched: bool,
 }
 
 /// The two steps that check git's input before starting the hook.
@@ -327,6 +333,7 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     // moves goes to the guard, which compares it (a detached HEAD's).
     let commit = commit || approved;
     let plain_commit = committing && !commit;
+    let fetched = var(FETCH_VAR).is_some_and(|v| v == b"1");
     Some(HookStep {
         name,
         trusted,
@@ -334,6 +341,7 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
         check,
         commit,
         plain_commit,
+        fetched,
     })
 }
 
@@ -347,10 +355,14 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
 /// nor, for `git commit`, a HEAD that moves (its message is compared).
 /// A branch's move passes where `moved(old, new)` says the guard's
 /// check would find nothing to list ([`commit::Repo`], a plain commit).
+/// The ledger (ledger.rs): a `git commit`'s detached HEAD that moves goes
+/// to the guard, which adds the commit, and so does a remote-tracking ref
+/// that moves outside a fetch from a remote.
 fn needs_no_check(
     check: Check,
     input: &[u8],
     commit: bool,
+    fetched: bool,
     moved: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> bool {
     match check {
@@ -364,7 +376,8 @@ fn needs_no_check(
             !(name == b"refs/stash"
                 || name.starts_with(b"refs/notes/")
                 || (name.starts_with(b"refs/heads/") && old != new && !moved(old, new))
-                || (commit && name == b"HEAD" && old != new))
+                || (commit && name == b"HEAD" && old != new)
+                || (!fetched && name.starts_with(b"refs/remotes/") && old != new))
         }),
     }
 }
@@ -514,6 +527,7 @@ pub fn main(p: &Proc) -> i32 {
         check: Some(check),
         commit,
         plain_commit,
+        fetched,
         ..
     }) = &step
     {
@@ -528,7 +542,14 @@ pub fn main(p: &Proc) -> i32 {
                     .commit_moves_from(old, new)
         };
         match take_input() {
-            Some((input, true)) if needs_no_check(*check, input, *commit, &mut moved) => {}
+            Some((input, true))
+                if needs_no_check(
+                    *check,
+                    input,
+                    *commit || *plain_commit,
+                    *fetched,
+                    &mut moved,
+                ) => {}
             Some(_) => return fallback(p),
             None => {
                 let mut m = Msg::new();

@@ -181,28 +181,18 @@ fn message(raw: &[u8]) -> &[u8] {
 /// the commit HEAD (or its branch) moves to must carry the message
 /// commit-msg passed. No approved message (no commit-msg ran): nothing to
 /// compare, unless the repository has the hook.
-pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
+///
+/// Returns the commits this call approved: each new commit compared with
+/// a message commit-msg passed, or, for `git commit` in a repository
+/// without commit-msg, the one its pre-commit passed on the private index
+/// (the ledger's entries, `crate::ledger`). Empty without a private index.
+pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let committed = env
         .iter()
         .any(|(k, v)| k == crate::hooks::COMMIT_ENV && v == "1");
     let Some(dir) = private_dir(&env) else {
-        return Ok(());
-    };
-    let approved = match std::fs::read(dir.join(APPROVED)) {
-        Ok(a) => a,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if !committed {
-                return Ok(());
-            }
-            let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
-                .is_some_and(|t| crate::hooks::executable(&Path::new(&t).join("commit-msg")));
-            if has_hook {
-                return Err("the commit's message was not passed by commit-msg".into());
-            }
-            return Ok(());
-        }
-        Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),
+        return Ok(Vec::new());
     };
     let mut news: Vec<&[u8]> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -217,8 +207,24 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
             news.push(new);
         }
     }
+    let approved = match std::fs::read(dir.join(APPROVED)) {
+        Ok(a) => a,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !committed {
+                return Ok(Vec::new());
+            }
+            let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
+                .is_some_and(|t| crate::hooks::executable(&Path::new(&t).join("commit-msg")));
+            if has_hook {
+                return Err("the commit's message was not passed by commit-msg".into());
+            }
+            // pre-commit alone, on the private index git commits from.
+            return Ok(news.iter().map(|n| n.to_vec()).collect());
+        }
+        Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),
+    };
     if news.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     for &new in &news {
         let raw = crate::hooks::git_output(
@@ -240,7 +246,8 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
     // Used up: a sequencer's later commits in the same call (its picks,
     // which no commit-msg saw) are not compared with it.
     std::fs::remove_file(dir.join(APPROVED))
-        .map_err(|e| format!("cannot remove what commit-msg passed: {e}"))
+        .map_err(|e| format!("cannot remove what commit-msg passed: {e}"))?;
+    Ok(news.iter().map(|n| n.to_vec()).collect())
 }
 
 #[cfg(test)]

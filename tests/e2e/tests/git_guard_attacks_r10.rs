@@ -1,0 +1,155 @@
+//! Round ten on the git guard (issue 46): the ledger of approved commits.
+//! A branch moves, and a push sends, only commits whose pre-commit and
+//! commit-msg passed on their own tree and message (or that were there
+//! already, or fetched). From inside a real sandbox as the agent, judged
+//! by their effect: what main and the remote hold afterwards.
+
+use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
+
+/// commit-msg: the subject must say OK.
+const SUBJECT_OK: &str = "#!/bin/sh\n\
+    head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
+
+fn sandbox() -> Option<Repo> {
+    started(|| {
+        let repo = attack_repo(
+            "gattack10",
+            &["-qm", "one OK"],
+            &[],
+            &[("pre-commit", REFUSE_MARKER), ("commit-msg", SUBJECT_OK)],
+        );
+        repo.give_to_agent();
+        repo
+    })
+}
+
+fn agent(repo: &Repo, script: &str) -> String {
+    text(&repo.agent(script))
+}
+
+/// A commit of MARKER written by other means (no hook ever saw it):
+/// `commit-tree` and `hash-object -t commit` are refused, so Python
+/// writes the loose object, as any program could.
+const PLUMBED: &str = "blob=$(echo MARKER | git hash-object -w --stdin) && \
+    tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
+    C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed OK\\n' \
+        $tree $(git rev-parse HEAD) | python3 -c \"
+import hashlib, os, sys, zlib
+b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
+os.makedirs('.git/objects/' + h[:2], exist_ok=True)
+open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && git cat-file -e $C";
+
+/// The documented gap: a commit written by other means, then moved onto
+/// a branch with `merge --ff-only` (or `update-ref`, `reset`, `branch`),
+/// or pushed by its id. The ledger refuses each: the commit is in no
+/// ledger, on no branch, and was not fetched.
+#[test]
+fn a_commit_no_hook_saw_reaches_no_branch_and_no_remote() {
+    let Some(repo) = sandbox() else {
+        return;
+    };
+    // Control: commits the hooks passed move and push as ever, a detached
+    // one included (the ledger has it).
+    let o = agent(
+        &repo,
+        "git checkout -qb side && echo 2 > a && git commit -qam 'two OK' && \
+         git checkout -q --detach && echo 3 > a && git commit -qam 'three OK' && D=$(git rev-parse HEAD) && \
+         git checkout -q main && git merge -q --ff-only side && git merge -q --ff-only $D && \
+         git push -q origin main && echo MOVED",
+    );
+    assert!(o.contains("MOVED"), "control: {o}");
+    for (how, check) in [
+        ("git merge --ff-only $C", "git grep -q MARKER main --"),
+        ("git reset -q --hard $C", "git grep -q MARKER main --"),
+        ("git branch evil $C", "git rev-parse -q --verify evil"),
+        (
+            "git push -q origin $C:refs/heads/evil",
+            "git -C remote.git rev-parse -q --verify evil",
+        ),
+        (
+            "git tag t $C && git push -q origin t",
+            "git -C remote.git rev-parse -q --verify t",
+        ),
+        (
+            "git update-ref refs/remotes/origin/main $C && git merge --ff-only origin/main",
+            "git grep -q MARKER main --",
+        ),
+        (
+            "git fetch -q . $C:refs/heads/evil",
+            "git rev-parse -q --verify evil",
+        ),
+    ] {
+        let o = agent(
+            &repo,
+            &format!(
+                "{PLUMBED} && {how}; {check} >/dev/null && echo LANDED; git reset -q --hard main"
+            ),
+        );
+        eprintln!("{how}: {o}");
+        assert!(!o.contains("LANDED"), "{how}: {o}");
+        assert!(
+            o.contains("no pre-commit and commit-msg passed") || o.contains("blocked ("),
+            "{how}: one clear line: {o}"
+        );
+    }
+}
+
+/// Route 6: `git am` stops on a patch that does not apply; the agent
+/// rewrites `.git/rebase-apply/final-commit` and `--continue` commits it
+/// without commit-msg. The step now runs commit-msg (and pre-commit) on
+/// the commit itself before main may move onto it.
+#[test]
+fn am_continue_does_not_commit_a_message_commit_msg_refuses() {
+    let Some(repo) = sandbox() else {
+        return;
+    };
+    let set_up = "git checkout -qb p && echo patched > a && git commit -qam 'patch OK' && \
+        git format-patch -q -1 -o /tmp/p && git checkout -q main && echo other > a && \
+        git commit -qam 'other OK' && git am -q /tmp/p/*.patch; echo resolved > a && git add a";
+    // Control: the same with the message as it was.
+    let o = agent(
+        &repo,
+        &format!(
+            "{set_up} && git am -q --continue; git log -1 --format=%s main; git am --abort 2>/dev/null; \
+             git reset -q --hard main~2; git branch -qD p; rm -rf /tmp/p"
+        ),
+    );
+    assert!(o.contains("patch OK"), "control: {o}");
+    let o = agent(
+        &repo,
+        &format!(
+            "{set_up} && printf 'no ticket\\n' > .git/rebase-apply/final-commit && git am -q --continue; \
+             git log --format=%s main | grep -q '^no ticket' && echo LANDED; git am --abort 2>/dev/null"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "committed past commit-msg: {o}");
+    assert!(o.contains("commit-msg"), "says which hook: {o}");
+}
+
+/// Route 7: `git commit -m 'amend! A OK' -m 'no ticket'` passes
+/// commit-msg on its subject; `rebase -i --autosquash` then gives A the
+/// body alone as its message, with no commit-msg. The step runs
+/// commit-msg on the rebased commits before the branch moves.
+#[test]
+fn autosquash_does_not_commit_a_message_commit_msg_refuses() {
+    let Some(repo) = sandbox() else {
+        return;
+    };
+    // Control: a fixup! keeps A's message, and the rebase moves main.
+    let o = agent(
+        &repo,
+        "echo 2 > a && git commit -qam 'A OK' && echo 3 > a && git commit -qam 'fixup! A OK' && \
+         GIT_SEQUENCE_EDITOR=: git rebase -qi --autosquash HEAD~2 && git log -1 --format=%s main",
+    );
+    assert!(o.contains("A OK"), "control: {o}");
+    let o = agent(
+        &repo,
+        "echo 4 > a && git commit -qam 'B OK' && echo 5 > a && git commit -qam 'amend! B OK' -m 'no ticket' && \
+         GIT_SEQUENCE_EDITOR=: git rebase -qi --autosquash HEAD~2; \
+         git log --format=%s main | grep -q '^no ticket' && echo LANDED; git rebase --abort 2>/dev/null",
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "committed past commit-msg: {o}");
+    assert!(o.contains("commit-msg"), "says which hook: {o}");
+}

@@ -153,3 +153,51 @@ fn autosquash_does_not_commit_a_message_commit_msg_refuses() {
     assert!(!o.contains("LANDED"), "committed past commit-msg: {o}");
     assert!(o.contains("commit-msg"), "says which hook: {o}");
 }
+
+/// pre-commit that looks late (a slow hook): the window route 2 needs.
+const SLOW_REFUSE_MARKER: &str = "#!/bin/sh\nsleep 2\n\
+    if git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\nsleep 2\n";
+
+/// Route 2: git reads HEAD once, before pre-commit; the hook read
+/// `.git/HEAD` again, so HEAD pointed for a while at a commit whose tree
+/// already holds the staged MARKER made the hook see no change, and git
+/// committed MARKER onto main. The hook now runs on a private git
+/// directory whose HEAD is detached at the commit HEAD named when the
+/// step started it.
+#[test]
+fn head_flipped_while_pre_commit_runs_does_not_hide_the_change() {
+    let Some(repo) = started(|| {
+        let repo = attack_repo(
+            "gattack10h",
+            &["-qm", "one"],
+            &[],
+            &[("pre-commit", SLOW_REFUSE_MARKER)],
+        );
+        repo.give_to_agent();
+        repo
+    }) else {
+        return;
+    };
+    // The flip: HEAD detached at a commit holding MARKER from 1 s to 3 s
+    // into the commit (the hook looks at 2 s), then back on main before
+    // git moves it.
+    let attack = format!(
+        "{PLUMBED} && echo MARKER > a && git add a || exit 1; \
+         (sleep 1; echo $C > .git/HEAD.new && mv .git/HEAD.new .git/HEAD; sleep 2; \
+          echo 'ref: refs/heads/main' > .git/HEAD.new && mv .git/HEAD.new .git/HEAD) & \
+         git commit -qm x; wait; git grep -q MARKER main -- && echo LANDED; git reset -q --hard main"
+    );
+    let o = agent(&repo, &attack);
+    eprintln!("{o}");
+    assert!(
+        !o.contains("LANDED"),
+        "MARKER committed past pre-commit: {o}"
+    );
+    assert!(o.contains("MARKER refused"), "the hook saw the change: {o}");
+    // Control: an honest commit still passes the hook on its view.
+    let o = agent(
+        &repo,
+        "echo 2 > a && git commit -qam two && git log -1 --format=%s main",
+    );
+    assert!(o.contains("two"), "control: {o}");
+}

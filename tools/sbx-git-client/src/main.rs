@@ -229,6 +229,8 @@ const PRIVATE_VAR: &[u8] = b"SBX_GUARD_PRIVATE_INDEX";
 /// refs may move onto what it brought.
 const FETCH_VAR: &[u8] = b"SBX_GUARD_FETCH";
 const APPROVED: &[u8] = b".msg/commit-msg.approved\0";
+/// ledger.rs's PINNED_HEAD in `<PRIVATE_VAR>.msg/`.
+const PINNED: &[u8] = b".msg/pre-commit.head\0";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
 
@@ -315,19 +317,22 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     let commit = committing && sys::executable(join_z(&mut path, trusted, b"commit-msg")?);
     // msg.rs `check_commit` compares a message commit-msg passed, where
     // one was kept (a path it cannot tell absent: the guard decides).
-    let approved_absent = || match var(PRIVATE_VAR) {
+    let absent = |file: &[u8]| match var(PRIVATE_VAR) {
         Some(copy) if copy.first() == Some(&b'/') => {
             let mut buf = [0u8; 4096];
-            let n = copy.len() + APPROVED.len();
+            let n = copy.len() + file.len();
             n <= buf.len() && !copy.contains(&0) && {
                 buf[..copy.len()].copy_from_slice(copy);
-                buf[copy.len()..n].copy_from_slice(APPROVED);
+                buf[copy.len()..n].copy_from_slice(file);
                 sys::file_type(&buf[..n], false) == Err(sys::ENOENT)
             }
         }
         _ => true,
     };
-    let approved = matches!(check, Some(Check::Prepared)) && !approved_absent();
+    let approved = matches!(check, Some(Check::Prepared)) && !absent(APPROVED);
+    // pre-commit ran on a pinned HEAD (ledger.rs): the guard compares
+    // git's parent with it.
+    let approved = approved || (committing && !absent(PINNED));
     // `git merge` and `git am` keep what commit-msg passed too (round
     // seven), without COMMIT_ENV: wherever a message was kept, a HEAD that
     // moves goes to the guard, which compares it (a detached HEAD's).
@@ -561,6 +566,18 @@ pub fn main(p: &Proc) -> i32 {
                 m.emit();
                 return 1;
             }
+        }
+    }
+    // `git commit`'s pre-commit runs on a private view the guard makes
+    // (ledger.rs `pre_commit_on_view`).
+    if let Some(h) = &step {
+        let var = |k: &[u8]| env(p).find(|(n, _)| *n == k).map(|(_, v)| v);
+        if h.present
+            && h.name == b"pre-commit"
+            && var(COMMIT_VAR) == Some(b"1")
+            && var(PRIVATE_VAR).is_some()
+        {
+            return fallback(p);
         }
     }
     let kind = match &step {

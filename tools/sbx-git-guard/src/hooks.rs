@@ -403,6 +403,11 @@ pub(crate) fn git_with_env(
 }
 
 /// [`git`]'s standard output when it succeeded.
+/// [`git`]'s standard output whatever its status (None: it did not run).
+pub(crate) fn git_output_any(real: &Git, args: &[&OsStr]) -> Option<Vec<u8>> {
+    git(real, args).map(|o| o.stdout)
+}
+
 pub(crate) fn git_output(real: &Git, args: &[&OsStr]) -> Option<Vec<u8>> {
     git(real, args)
         .filter(|o| o.status.success())
@@ -1175,6 +1180,9 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
                     if code != ExitCode::SUCCESS {
                         return code;
                     }
+                    if hook == "pre-commit" {
+                        crate::msg::mark_pre_commit(&env);
+                    }
                     continue;
                 }
                 match Command::new(&p).args(&args).status() {
@@ -1197,6 +1205,22 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         }
         if let Some(sock) = &broker {
             let dir = target.parent().unwrap_or(Path::new("/"));
+            // `git commit`'s pre-commit on a private view (ledger.rs).
+            let committing = std::env::var_os(COMMIT_ENV).is_some_and(|v| v == "1");
+            if let (true, "pre-commit", Some(msg_dir), Some(real)) = (
+                committing,
+                name,
+                crate::msg::private_dir(&env),
+                Git::for_env(&env),
+            ) {
+                return match crate::ledger::pre_commit_on_view(&real, sock, dir, &args, &msg_dir) {
+                    Ok(code) => ExitCode::from(code),
+                    Err(e) => {
+                        eprintln!("sbx-git-guard: pre-commit: {e}; refusing");
+                        ExitCode::from(1)
+                    }
+                };
+            }
             return via_broker(sock, dir, name, &args, None);
         }
         let mut argv = vec![target.clone().into_os_string()];

@@ -319,9 +319,132 @@ fn verify(real: &Git, sock: &Path, c: &[u8]) -> Result<(), String> {
     run("commit-msg", &[msg.into_os_string()])
 }
 
+/// In the call's private directory: the commit HEAD named when the step
+/// pinned it for pre-commit ([`pre_commit_on_view`]).
+pub const PINNED_HEAD: &str = "pre-commit.head";
+
+/// `git commit`'s pre-commit, through the broker, on a view the agent
+/// cannot change (issue 46, route 2): git read HEAD before pre-commit, and
+/// the hook read `.git/HEAD` again, so HEAD pointed elsewhere for the
+/// hook's few milliseconds made it see no change. The hook now runs with
+/// `GIT_DIR` a private git directory (in the call's private directory,
+/// root's and unguessable) whose HEAD is detached at the commit HEAD names
+/// now, objects and refs the repository's (`commondir`), and the index the
+/// private copy git commits from; the commit's prepared step then requires
+/// git's parent to be that commit ([`check_pinned`]). Returns the hook's
+/// exit code.
+pub fn pre_commit_on_view(
+    real: &Git,
+    sock: &Path,
+    trusted: &Path,
+    args: &[OsString],
+    msg_dir: &Path,
+) -> Result<u8, String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let out = crate::hooks::git_output_any(
+        real,
+        &[
+            OsStr::new("rev-parse"),
+            OsStr::new("--path-format=absolute"),
+            OsStr::new("--git-common-dir"),
+            OsStr::new("HEAD"),
+        ],
+    )
+    .ok_or("cannot ask git where HEAD points")?;
+    let mut lines = out.split(|b| *b == b'\n');
+    let common = lines.next().filter(|c| c.starts_with(b"/"));
+    let common = common.ok_or("cannot find the repository's common directory")?;
+    // Unborn (`HEAD` echoed back): a first commit.
+    let head = lines
+        .next()
+        .filter(|h| matches!(h.len(), 40 | 64) && h.iter().all(u8::is_ascii_hexdigit));
+    let io = |p: &Path, e: std::io::Error| format!("the private view {}: {e}", p.display());
+    match std::fs::DirBuilder::new().mode(0o700).create(msg_dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(msg_dir, e)),
+        _ => {}
+    }
+    let g = msg_dir.join("view");
+    let _ = std::fs::remove_dir_all(&g);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&g)
+        .map_err(|e| io(&g, e))?;
+    let head_line = match head {
+        Some(h) => [h, b"\n"].concat(),
+        None => b"ref: refs/heads/sbx-ledger-unborn\n".to_vec(),
+    };
+    std::fs::write(g.join("HEAD"), &head_line).map_err(|e| io(&g, e))?;
+    std::fs::write(g.join("commondir"), [common, b"\n"].concat()).map_err(|e| io(&g, e))?;
+    let zero = b"0".repeat(40);
+    std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
+    let top = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != "GIT_DIR" && k != "GIT_WORK_TREE" && k != "GIT_COMMON_DIR")
+        .collect();
+    env.push(("GIT_DIR".into(), g.into()));
+    env.push(("GIT_WORK_TREE".into(), top.into()));
+    let dir =
+        sbx_sys::privsep::open_path(trusted).map_err(|e| format!("{}: {e}", trusted.display()))?;
+    let code = crate::broker::run_hook_with_env(
+        sock,
+        std::os::fd::AsFd::as_fd(&dir),
+        "pre-commit",
+        args,
+        None,
+        env,
+    )?;
+    Ok(if code == std::process::ExitCode::SUCCESS {
+        0
+    } else {
+        1
+    })
+}
+
+/// A `git commit`'s prepared step: each branch or HEAD it moves must move
+/// from the commit pre-commit's view pinned ([`PINNED_HEAD`]), the parent
+/// the hook compared the index with.
+pub fn check_pinned(msg_dir: &Path, stdin: &[u8]) -> Result<(), String> {
+    let Ok(pinned) = std::fs::read(msg_dir.join(PINNED_HEAD)) else {
+        return Ok(());
+    };
+    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
+        let [old, new, name] = f[..] else { continue };
+        if (name == b"HEAD" || name.starts_with(b"refs/heads/"))
+            && old != new
+            && !new.starts_with(b"ref:")
+            && !is_zero(new)
+            && old != pinned.as_slice()
+        {
+            return Err(format!(
+                "the commit's parent {} is not the commit pre-commit compared the index with ({}): HEAD changed while the hook ran",
+                String::from_utf8_lossy(&old[..old.len().min(12)]),
+                String::from_utf8_lossy(&pinned[..pinned.len().min(12)])
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_commit;
+    use super::{PINNED_HEAD, check_pinned, parse_commit};
+
+    /// A commit's branch (or detached HEAD) must move from the commit
+    /// pre-commit's view was pinned at; other refs, and no pin, pass.
+    #[test]
+    fn a_commit_moves_only_from_the_head_pre_commit_saw() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
+        let line = |old: &str, name: &str| format!("{old} {c} {name}\n");
+        assert!(check_pinned(d.path(), line(&b, "refs/heads/main").as_bytes()).is_ok());
+        std::fs::write(d.path().join(PINNED_HEAD), &a).unwrap();
+        assert!(check_pinned(d.path(), line(&a, "refs/heads/main").as_bytes()).is_ok());
+        assert!(check_pinned(d.path(), line(&a, "HEAD").as_bytes()).is_ok());
+        assert!(check_pinned(d.path(), line(&b, "refs/heads/main").as_bytes()).is_err());
+        assert!(check_pinned(d.path(), line(&b, "HEAD").as_bytes()).is_err());
+        assert!(check_pinned(d.path(), line(&b, "refs/tags/t").as_bytes()).is_ok());
+    }
 
     #[test]
     fn a_raw_commit_gives_its_parents_and_message() {

@@ -21,6 +21,21 @@ use crate::hooks::Git;
 /// What commit-msg passed, in the call's private directory.
 pub const APPROVED: &str = "commit-msg.approved";
 
+/// Left in the call's private directory by a step that ran pre-commit
+/// after pre-merge-commit or pre-applypatch, and it passed: a merge's
+/// commit then goes into the ledger without commit-msg in the repository
+/// (a fast-forward runs neither hook, and leaves none).
+pub const PRE_COMMIT_PASSED: &str = "pre-commit.passed";
+
+/// Leave [`PRE_COMMIT_PASSED`] where the call has a private directory.
+pub fn mark_pre_commit(env: &[(OsString, OsString)]) {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if let Some(dir) = private_dir(env) {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        let _ = write_new(&dir.join(PRE_COMMIT_PASSED), b"");
+    }
+}
+
 /// The private directory of this call: `<private index>.msg`, beside the
 /// copy the broker's git runs on (`$SBX_GUARD_PRIVATE_INDEX`, which only
 /// the broker sets), so its name is as secret as the copy's; made by the
@@ -194,6 +209,9 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let Some(dir) = private_dir(&env) else {
         return Ok(Vec::new());
     };
+    if committed {
+        crate::ledger::check_pinned(&dir, stdin)?;
+    }
     let mut news: Vec<&[u8]> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
@@ -210,15 +228,20 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let approved = match std::fs::read(dir.join(APPROVED)) {
         Ok(a) => a,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if !committed {
-                return Ok(Vec::new());
-            }
             let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
                 .is_some_and(|t| crate::hooks::executable(&Path::new(&t).join("commit-msg")));
             if has_hook {
-                return Err("the commit's message was not passed by commit-msg".into());
+                if committed {
+                    return Err("the commit's message was not passed by commit-msg".into());
+                }
+                return Ok(Vec::new());
             }
-            // pre-commit alone, on the private index git commits from.
+            // pre-commit alone, on the private index git commits from:
+            // `git commit` always runs it; a merge or am says it did.
+            let marked = std::fs::remove_file(dir.join(PRE_COMMIT_PASSED)).is_ok();
+            if !(committed || marked) {
+                return Ok(Vec::new());
+            }
             return Ok(news.iter().map(|n| n.to_vec()).collect());
         }
         Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),

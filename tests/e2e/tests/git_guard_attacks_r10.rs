@@ -201,3 +201,47 @@ fn head_flipped_while_pre_commit_runs_does_not_hide_the_change() {
     );
     assert!(o.contains("two"), "control: {o}");
 }
+
+/// pre-commit that sources husky's per-user `init.sh` first, as husky 9's
+/// `.husky/_/h` does, then refuses MARKER.
+const SOURCES_INIT_SH: &str = "#!/bin/sh\nsleep 2\n\
+    i=\"${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh\"\n\
+    [ -f \"$i\" ] && . \"$i\"\n\
+    if git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n";
+
+/// Route 4: with `XDG_CONFIG_HOME` set by the agent, husky's `init.sh` was
+/// empty when the guard checked it and `exit 0` when husky's runner read
+/// it. Round nine's hook home closes it: the hook reads `init.sh` under
+/// an environment the agent does not choose (no `XDG_CONFIG_HOME` of the
+/// agent's, a root-owned `HOME`), so an `exit 0` there, raced or not, is
+/// never sourced. The race made certain: the hook (a slow one) sources
+/// `init.sh` a second after the agent filled it, two after the guard
+/// found it empty.
+#[test]
+fn husky_init_sh_of_the_agents_choosing_is_not_sourced() {
+    let Some(repo) = started(|| {
+        let repo = attack_repo(
+            "gattack10i",
+            &["-qm", "one"],
+            &[],
+            &[("pre-commit", SOURCES_INIT_SH)],
+        );
+        repo.give_to_agent();
+        repo
+    }) else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        "mkdir -p ~/x/husky && : > ~/x/husky/init.sh && export XDG_CONFIG_HOME=~/x && \
+         echo MARKER > a && git add a || exit 1; \
+         (sleep 1; echo 'exit 0' > ~/x/husky/init.sh) & git commit -qm x; wait; \
+         git grep -q MARKER main -- && echo LANDED; git reset -q --hard main",
+    );
+    eprintln!("{o}");
+    assert!(
+        !o.contains("LANDED"),
+        "MARKER committed past pre-commit: {o}"
+    );
+    assert!(o.contains("MARKER refused"), "the hook ran whole: {o}");
+}

@@ -730,15 +730,16 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     crate::ledger::record(&env, &approved)?;
     // A fetch from a remote (and receive-pack, whose pushing side's
     // pre-push step checked what it sends) brings fetched commits.
+    // The stash checks first: their refusal names the stash.
+    if !moves.is_empty() {
+        refuse_stash_copies(real, &moves)?;
+    }
     if !fetched {
         let verify = crate::ledger::env_is(crate::ledger::VERIFY_ENV);
         crate::ledger::check(real, &tracking, &approved, false)?;
         crate::ledger::check(real, &moves, &approved, verify)?;
     }
-    if moves.is_empty() {
-        return Ok(());
-    }
-    refuse_stash_copies(real, &moves)
+    Ok(())
 }
 
 /// Is `blob` in some local branch's history? Asked only for a blob a stash
@@ -844,9 +845,9 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
     if moves.is_empty() {
         return Ok(());
     }
+    refuse_stash_copies(real, &moves)?;
     // `(remote oid, local oid, ref)`: the ledger's `(old, new, ref)`.
-    crate::ledger::check(real, &moves, &[], false)?;
-    refuse_stash_copies(real, &moves)
+    crate::ledger::check(real, &moves, &[], false)
 }
 
 /// Every ref a push sends must lead to a commit, through any annotated

@@ -35,9 +35,9 @@ use crate::hooks::{Git, TRUSTED_ENV, executable, git_output};
 /// the agent's environment like the other `SBX_GUARD_*` variables.
 pub const VERIFY_ENV: &str = "SBX_GUARD_VERIFY";
 
-/// Set by the guard for `fetch`, `pull` and `clone` from a remote that is
-/// not a local path: the commits they bring are fetched, and a
-/// remote-tracking ref may move onto them.
+/// Set by the guard for `clone`, and for `fetch` and `pull` from a remote
+/// that is not a local path (which could name any local commit by id):
+/// the commits they bring are fetched, and refs may move onto them.
 pub const FETCH_ENV: &str = "SBX_GUARD_FETCH";
 
 /// Is `name` set to 1 (by the guard, for this call)?
@@ -328,11 +328,13 @@ pub const PINNED_HEAD: &str = "pre-commit.head";
 /// the hook read `.git/HEAD` again, so HEAD pointed elsewhere for the
 /// hook's few milliseconds made it see no change. The hook now runs with
 /// `GIT_DIR` a private git directory (in the call's private directory,
-/// root's and unguessable) whose HEAD is detached at the commit HEAD names
-/// now, objects and refs the repository's (`commondir`), and the index the
-/// private copy git commits from; the commit's prepared step then requires
-/// git's parent to be that commit ([`check_pinned`]). Returns the hook's
-/// exit code.
+/// root's and unguessable): HEAD names the same branch (hooks that refuse
+/// commits to a branch still see it), its refs a snapshot in which that
+/// branch is the commit HEAD names now, the repository's configuration,
+/// the repository's object store (`GIT_OBJECT_DIRECTORY`, so what a hook
+/// stages is there for git), and the index the private copy git commits
+/// from. The commit's prepared step then requires git's parent to be that
+/// commit ([`check_pinned`]). Returns the hook's exit code.
 pub fn pre_commit_on_view(
     real: &Git,
     sock: &Path,
@@ -341,23 +343,53 @@ pub fn pre_commit_on_view(
     msg_dir: &Path,
 ) -> Result<u8, String> {
     use std::os::unix::fs::DirBuilderExt as _;
-    let out = crate::hooks::git_output_any(
+    let ask = |args: &[&str]| {
+        let a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        crate::hooks::git_output_any(real, &a)
+    };
+    // Asked at once: the refs, and HEAD with the directories.
+    let refs = crate::hooks::git_start(
         real,
         &[
-            OsStr::new("rev-parse"),
-            OsStr::new("--path-format=absolute"),
-            OsStr::new("--git-common-dir"),
+            OsStr::new("for-each-ref"),
+            OsStr::new("--format=%(objectname) %(refname)"),
+        ],
+    );
+    let sym = crate::hooks::git_start(
+        real,
+        &[
+            OsStr::new("symbolic-ref"),
+            OsStr::new("-q"),
             OsStr::new("HEAD"),
         ],
-    )
+    );
+    let out = ask(&[
+        "rev-parse",
+        "--path-format=absolute",
+        "--git-common-dir",
+        "--git-path",
+        "objects",
+        "HEAD",
+    ])
     .ok_or("cannot ask git where HEAD points")?;
-    let mut lines = out.split(|b| *b == b'\n');
-    let common = lines.next().filter(|c| c.starts_with(b"/"));
-    let common = common.ok_or("cannot find the repository's common directory")?;
-    // Unborn (`HEAD` echoed back): a first commit.
-    let head = lines
-        .next()
-        .filter(|h| matches!(h.len(), 40 | 64) && h.iter().all(u8::is_ascii_hexdigit));
+    let sym = crate::hooks::finish(sym)
+        .filter(|o| o.status.success())
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    let sym = sym.trim_ascii_end();
+    let refs = crate::hooks::finish(refs)
+        .filter(|o| o.status.success())
+        .map(|o| o.stdout)
+        .ok_or("cannot list the repository's refs")?;
+    let lines: Vec<&[u8]> = out.split(|b| *b == b'\n').collect();
+    let (common, objects) = match lines[..] {
+        [c, o, ..] if c.starts_with(b"/") && o.starts_with(b"/") => (c, o),
+        _ => return Err("cannot find the repository's directories".into()),
+    };
+    let hex = |h: &[u8]| matches!(h.len(), 40 | 64) && h.iter().all(u8::is_ascii_hexdigit);
+    // Unborn (rev-parse stops at HEAD): a first commit.
+    let head = lines.get(2).copied().filter(|h| hex(h));
+    let branch = (head.is_some() && sym.starts_with(b"refs/heads/")).then_some(sym);
     let io = |p: &Path, e: std::io::Error| format!("the private view {}: {e}", p.display());
     match std::fs::DirBuilder::new().mode(0o700).create(msg_dir) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(msg_dir, e)),
@@ -365,24 +397,51 @@ pub fn pre_commit_on_view(
     }
     let g = msg_dir.join("view");
     let _ = std::fs::remove_dir_all(&g);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&g)
-        .map_err(|e| io(&g, e))?;
-    let head_line = match head {
-        Some(h) => [h, b"\n"].concat(),
-        None => b"ref: refs/heads/sbx-ledger-unborn\n".to_vec(),
+    for d in [&g, &g.join("refs"), &g.join("objects")] {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| io(d, e))?;
+    }
+    let head_line = match (branch, head) {
+        (Some(b), _) => [b"ref: ", b, b"\n"].concat(),
+        (None, Some(h)) => [h, b"\n"].concat(),
+        (None, None) => b"ref: refs/heads/sbx-ledger-unborn\n".to_vec(),
     };
     std::fs::write(g.join("HEAD"), &head_line).map_err(|e| io(&g, e))?;
-    std::fs::write(g.join("commondir"), [common, b"\n"].concat()).map_err(|e| io(&g, e))?;
+    // The snapshot: every ref as listed, the branch at the pinned commit.
+    let mut packed = Vec::with_capacity(refs.len() + 100);
+    for l in refs.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let name = l.splitn(2, |b| *b == b' ').nth(1).unwrap_or_default();
+        if Some(name) != branch {
+            packed.extend_from_slice(l);
+            packed.push(b'\n');
+        }
+    }
+    if let (Some(b), Some(h)) = (branch, head) {
+        packed.extend_from_slice(&[h, b" ", b, b"\n"].concat());
+    }
+    std::fs::write(g.join("packed-refs"), packed).map_err(|e| io(&g, e))?;
+    let common = Path::new(OsStr::from_bytes(common));
+    let config = std::fs::read(common.join("config")).unwrap_or_default();
+    std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     let zero = b"0".repeat(40);
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
     let top = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| k != "GIT_DIR" && k != "GIT_WORK_TREE" && k != "GIT_COMMON_DIR")
+        .filter(|(k, _)| {
+            k != "GIT_DIR"
+                && k != "GIT_WORK_TREE"
+                && k != "GIT_COMMON_DIR"
+                && k != "GIT_OBJECT_DIRECTORY"
+        })
         .collect();
     env.push(("GIT_DIR".into(), g.into()));
     env.push(("GIT_WORK_TREE".into(), top.into()));
+    env.push((
+        "GIT_OBJECT_DIRECTORY".into(),
+        OsStr::from_bytes(objects).to_owned(),
+    ));
     let dir =
         sbx_sys::privsep::open_path(trusted).map_err(|e| format!("{}: {e}", trusted.display()))?;
     let code = crate::broker::run_hook_with_env(

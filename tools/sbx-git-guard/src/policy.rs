@@ -163,7 +163,7 @@ const ROUTED: &[&str] = &[
     "worktree",
 ];
 
-/// Does a `fetch`, `pull` or `clone` (`args`, after the command) name a
+/// Does a `fetch` or `pull` (`args`, after the command) name a
 /// remote rather than a local repository? Its first operand: `.`, a path
 /// or a `file:` URL is local (`git fetch . C:refs/heads/x` would make any
 /// local commit "fetched"); none (the configured remote) or a name or a
@@ -1780,7 +1780,11 @@ pub fn decide(
     ) {
         out.env.push((crate::ledger::VERIFY_ENV.into(), "1".into()));
     }
-    if matches!(last.as_str(), "fetch" | "pull" | "clone") && fetches_from_remote(&words[1..]) {
+    // A clone takes the source's refs (no commit by id): fetched, as what
+    // a push into the workspace brings is.
+    if last == "clone"
+        || (matches!(last.as_str(), "fetch" | "pull") && fetches_from_remote(&words[1..]))
+    {
         out.env.push((crate::ledger::FETCH_ENV.into(), "1".into()));
     }
     // `--abort`, `--quit` and `--continue` take no other argument.

@@ -360,13 +360,15 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
 /// nor, for `git commit`, a HEAD that moves (its message is compared).
 /// A branch's move passes where `moved(old, new)` says the guard's
 /// check would find nothing to list ([`commit::Repo`], a plain commit).
-/// The ledger (ledger.rs): a `git commit`'s detached HEAD that moves goes
-/// to the guard, which adds the commit, and so does a remote-tracking ref
-/// that moves outside a fetch from a remote.
+/// The ledger (ledger.rs): a plain commit's detached HEAD that moves
+/// (`plain`; git lists a branch's HEAD with a zero old id) goes to the
+/// guard, which adds the commit, and so does a remote-tracking ref that
+/// moves outside a fetch from a remote.
 fn needs_no_check(
     check: Check,
     input: &[u8],
     commit: bool,
+    plain: bool,
     fetched: bool,
     moved: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> bool {
@@ -382,6 +384,7 @@ fn needs_no_check(
                 || name.starts_with(b"refs/notes/")
                 || (name.starts_with(b"refs/heads/") && old != new && !moved(old, new))
                 || (commit && name == b"HEAD" && old != new)
+                || (plain && name == b"HEAD" && old != new && !old.iter().all(|&b| b == b'0'))
                 || (!fetched && name.starts_with(b"refs/remotes/") && old != new))
         }),
     }
@@ -548,13 +551,7 @@ pub fn main(p: &Proc) -> i32 {
         };
         match take_input() {
             Some((input, true))
-                if needs_no_check(
-                    *check,
-                    input,
-                    *commit || *plain_commit,
-                    *fetched,
-                    &mut moved,
-                ) => {}
+                if needs_no_check(*check, input, *commit, *plain_commit, *fetched, &mut moved) => {}
             Some(_) => return fallback(p),
             None => {
                 let mut m = Msg::new();

@@ -263,21 +263,34 @@ pub const LEDGER_FILE: &str = "ledger";
 /// only for a call that has a live one, so only for a call whose
 /// pre-commit ran on the index git committed from.
 pub fn add_to_ledger(socket: &Path, ids: &[u8], private: &OsStr) -> Result<(), String> {
+    let env = vec![(crate::index::PRIVATE_VAR.into(), private.to_owned())];
+    send_ids(socket, Kind::Ledger, ids, env)
+        .map_err(|e| e.unwrap_or_else(|| "the broker did not add the commit to the ledger".into()))
+}
+
+/// A [`Kind::Record`] or [`Kind::Ledger`] request of `ids` (one a line).
+/// Err(None): the broker answered with a failure status.
+fn send_ids(
+    socket: &Path,
+    kind: Kind,
+    ids: &[u8],
+    env: Vec<(OsString, OsString)>,
+) -> Result<(), Option<String>> {
     let args = ids
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| OsStr::from_bytes(l).to_owned())
         .collect();
     let req = Request {
-        kind: Kind::Ledger,
+        kind,
         umask: 0o022,
         args,
-        env: vec![(crate::index::PRIVATE_VAR.into(), private.to_owned())],
+        env,
     };
-    let stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
-    match call_with(socket, &req, stdio, None)? {
+    let stdio = stdio_fds().map_err(|e| Some(format!("stdio: {e}")))?;
+    match call_with(socket, &req, stdio, None).map_err(Some)? {
         c if c == ExitCode::SUCCESS => Ok(()),
-        _ => Err("the broker did not add the commit to the ledger".into()),
+        _ => Err(None),
     }
 }
 
@@ -305,22 +318,8 @@ fn append_ledger(req: &Request, root: &Path, ledger: &Path) -> Result<(), String
 
 /// Ask the broker to append `ids` (one a line) to [`shared_record`].
 pub fn record(socket: &Path, ids: &[u8]) -> Result<(), String> {
-    let args = ids
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| OsStr::from_bytes(l).to_owned())
-        .collect();
-    let req = Request {
-        kind: Kind::Record,
-        umask: 0o022,
-        args,
-        env: Vec::new(),
-    };
-    let stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
-    match call_with(socket, &req, stdio, None)? {
-        c if c == ExitCode::SUCCESS => Ok(()),
-        _ => Err("the broker did not record the ids".into()),
-    }
+    send_ids(socket, Kind::Record, ids, Vec::new())
+        .map_err(|e| e.unwrap_or_else(|| "the broker did not record the ids".into()))
 }
 
 /// The broker's side of [`Kind::Record`], as root: each id (40 or 64 hex

@@ -466,15 +466,8 @@ pub fn check_pinned(msg_dir: &Path, stdin: &[u8]) -> Result<(), String> {
     let Ok(pinned) = std::fs::read(msg_dir.join(PINNED_HEAD)) else {
         return Ok(());
     };
-    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
-        let [old, new, name] = f[..] else { continue };
-        if (name == b"HEAD" || name.starts_with(b"refs/heads/"))
-            && old != new
-            && !new.starts_with(b"ref:")
-            && !is_zero(new)
-            && old != pinned.as_slice()
-        {
+    for (old, _) in crate::msg::head_moves(stdin) {
+        if old != pinned.as_slice() {
             return Err(format!(
                 "the commit's parent {} is not the commit pre-commit compared the index with ({}): HEAD changed while the hook ran",
                 String::from_utf8_lossy(&old[..old.len().min(12)]),

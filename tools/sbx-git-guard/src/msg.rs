@@ -192,6 +192,25 @@ fn message(raw: &[u8]) -> &[u8] {
         .map_or(&[][..], |i| &raw[i + 2..])
 }
 
+/// The `(old, new)` of each line of a `prepared` input that moves HEAD or
+/// a branch onto a commit.
+pub fn head_moves(stdin: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    stdin
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|line| {
+            let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
+            let [old, new, name] = f[..] else {
+                return None;
+            };
+            ((name == b"HEAD" || name.starts_with(b"refs/heads/"))
+                && old != new
+                && !new.starts_with(b"ref:")
+                && !new.iter().all(|b| *b == b'0'))
+            .then_some((old, new))
+        })
+}
+
 /// reference-transaction `prepared` of a `git commit` under a private index:
 /// the commit HEAD (or its branch) moves to must carry the message
 /// commit-msg passed. No approved message (no commit-msg ran): nothing to
@@ -213,15 +232,8 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         crate::ledger::check_pinned(&dir, stdin)?;
     }
     let mut news: Vec<&[u8]> = Vec::new();
-    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
-        let [old, new, name] = f[..] else { continue };
-        if (name == b"HEAD" || name.starts_with(b"refs/heads/"))
-            && old != new
-            && !new.starts_with(b"ref:")
-            && !new.iter().all(|b| *b == b'0')
-            && !news.contains(&new)
-        {
+    for (_, new) in head_moves(stdin) {
+        if !news.contains(&new) {
             news.push(new);
         }
     }

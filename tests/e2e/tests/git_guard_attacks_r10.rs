@@ -11,13 +11,16 @@ const SUBJECT_OK: &str = "#!/bin/sh\n\
     head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
 
 fn sandbox() -> Option<Repo> {
+    sandbox_with(
+        "gattack10",
+        &[("pre-commit", REFUSE_MARKER), ("commit-msg", SUBJECT_OK)],
+    )
+}
+
+/// The attack repository `name` with `hooks`, the agent's, started.
+fn sandbox_with(name: &str, hooks: &[(&str, &str)]) -> Option<Repo> {
     started(|| {
-        let repo = attack_repo(
-            "gattack10",
-            &["-qm", "one OK"],
-            &[],
-            &[("pre-commit", REFUSE_MARKER), ("commit-msg", SUBJECT_OK)],
-        );
+        let repo = attack_repo(name, &["-qm", "one OK"], &[], hooks);
         repo.give_to_agent();
         repo
     })
@@ -166,16 +169,7 @@ const SLOW_REFUSE_MARKER: &str = "#!/bin/sh\nsleep 2\n\
 /// step started it.
 #[test]
 fn head_flipped_while_pre_commit_runs_does_not_hide_the_change() {
-    let Some(repo) = started(|| {
-        let repo = attack_repo(
-            "gattack10h",
-            &["-qm", "one"],
-            &[],
-            &[("pre-commit", SLOW_REFUSE_MARKER)],
-        );
-        repo.give_to_agent();
-        repo
-    }) else {
+    let Some(repo) = sandbox_with("gattack10h", &[("pre-commit", SLOW_REFUSE_MARKER)]) else {
         return;
     };
     // The flip: HEAD detached at a commit holding MARKER from 1 s to 3 s
@@ -219,16 +213,7 @@ const SOURCES_INIT_SH: &str = "#!/bin/sh\nsleep 2\n\
 /// found it empty.
 #[test]
 fn husky_init_sh_of_the_agents_choosing_is_not_sourced() {
-    let Some(repo) = started(|| {
-        let repo = attack_repo(
-            "gattack10i",
-            &["-qm", "one"],
-            &[],
-            &[("pre-commit", SOURCES_INIT_SH)],
-        );
-        repo.give_to_agent();
-        repo
-    }) else {
+    let Some(repo) = sandbox_with("gattack10i", &[("pre-commit", SOURCES_INIT_SH)]) else {
         return;
     };
     let o = agent(

@@ -7,7 +7,8 @@
 # Needs root (the broker). GUARD=path picks the build (default: release).
 # BASE_GUARD=path adds a broker of another build (its sbx-git-client beside
 # it) and its commit with the hook, commit-hook-base, to the same run: what
-# a change to the broker adds to a commit (and commit-no-hook-base, without).
+# a change to the broker adds to a commit (and commit-no-hook-base, without;
+# rev-parse-base, a call with no hook at all).
 # Usage: bench/hook-broker.sh [RUNS]
 set -euo pipefail
 RUNS=${1:-300}
@@ -34,7 +35,8 @@ if [ -n "${BASE_GUARD:-}" ]; then
   install -d -m 0755 "$TMP/bbin"
   ln -s "$(dirname "$(readlink -f "$BASE_GUARD")")/sbx-git-client" "$TMP/bbin/git"
   BASE=("commit-hook-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/with commit -q --allow-empty -m x"
-    "commit-no-hook-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/without commit -q --allow-empty -m x")
+    "commit-no-hook-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/without commit -q --allow-empty -m x"
+    "rev-parse-base=SBX_GIT_BROKER=$TMP/base/s.sock HOME=$TMP/w $TMP/bbin/git -C $TMP/with rev-parse HEAD")
 fi
 for _ in $(seq 100); do [ -S "$TMP/s.sock" ] && break; sleep 0.02; done
 install -d -m 0755 "$TMP/hooks" "$TMP/step" "$TMP/w"
@@ -69,4 +71,6 @@ setpriv --reuid=1000 --regid="$GID" --clear-groups -- env -i PATH=/usr/bin:/bin 
   "commit-no-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/without commit -q --allow-empty -m x" \
   "git-commit-hook=HOME=$TMP/w /usr/bin/git -C $TMP/with commit -q --allow-empty -m x" \
   "commit-hook=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/with commit -q --allow-empty -m x" \
+  "git-rev-parse=HOME=$TMP/w /usr/bin/git -C $TMP/with rev-parse HEAD" \
+  "rev-parse=SBX_GIT_BROKER=$TMP/s.sock HOME=$TMP/w $TMP/bin/git -C $TMP/with rev-parse HEAD" \
   "${BASE[@]}"

@@ -88,10 +88,16 @@ fn the_real_git_is_reachable_only_through_the_broker() {
     // git calls go through the broker too.
     let o = agent("git -c user.name=a -c user.email=a@b commit -qm good && cat /tmp/hook-ran");
     assert!(o.status.success(), "commit: {}", text(&o));
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        "1000\n.git",
-        "the hook ran as the agent: {}",
+    // pre-commit's git dir is the commit's private view (issue 46,
+    // route 2), under the broker's private-index directory.
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.trim().lines().collect();
+    assert!(
+        lines.len() == 2
+            && lines[0] == "1000"
+            && lines[1].starts_with("/run/sbx-git/index/")
+            && lines[1].ends_with(".msg/view"),
+        "the hook ran as the agent, on the private view: {}",
         text(&o)
     );
     // The hook still rejects what it must.

@@ -225,7 +225,12 @@ const HOOKS_ONLY_VAR: &[u8] = b"SBX_GUARD_HOOKS_ONLY";
 const COMMIT_VAR: &[u8] = b"SBX_GUARD_COMMIT";
 /// index.rs's PRIVATE_VAR, and msg.rs's APPROVED in `<its value>.msg/`.
 const PRIVATE_VAR: &[u8] = b"SBX_GUARD_PRIVATE_INDEX";
+/// ledger.rs's FETCH_ENV: a fetch from a remote, whose remote-tracking
+/// refs may move onto what it brought.
+const FETCH_VAR: &[u8] = b"SBX_GUARD_FETCH";
 const APPROVED: &[u8] = b".msg/commit-msg.approved\0";
+/// ledger.rs's PINNED_HEAD in `<PRIVATE_VAR>.msg/`.
+const PINNED: &[u8] = b".msg/pre-commit.head\0";
 /// Steps that run a second hook after their own (hooks.rs `run`).
 const CHAINED: [&[u8]; 3] = [b"pre-applypatch", b"pre-merge-commit", b"applypatch-msg"];
 
@@ -252,6 +257,9 @@ struct HookStep {
     /// it passed in the call's private directory): its branch's move may
     /// be answered here ([`commit::Repo`]).
     plain_commit: bool,
+    /// A fetch from a remote (FETCH_VAR): remote-tracking refs move
+    /// without the ledger's check.
+    fetched: bool,
 }
 
 /// The two steps that check git's input before starting the hook.
@@ -309,24 +317,28 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     let commit = committing && sys::executable(join_z(&mut path, trusted, b"commit-msg")?);
     // msg.rs `check_commit` compares a message commit-msg passed, where
     // one was kept (a path it cannot tell absent: the guard decides).
-    let approved_absent = || match var(PRIVATE_VAR) {
+    let absent = |file: &[u8]| match var(PRIVATE_VAR) {
         Some(copy) if copy.first() == Some(&b'/') => {
             let mut buf = [0u8; 4096];
-            let n = copy.len() + APPROVED.len();
+            let n = copy.len() + file.len();
             n <= buf.len() && !copy.contains(&0) && {
                 buf[..copy.len()].copy_from_slice(copy);
-                buf[copy.len()..n].copy_from_slice(APPROVED);
+                buf[copy.len()..n].copy_from_slice(file);
                 sys::file_type(&buf[..n], false) == Err(sys::ENOENT)
             }
         }
         _ => true,
     };
-    let approved = matches!(check, Some(Check::Prepared)) && !approved_absent();
+    let approved = matches!(check, Some(Check::Prepared)) && !absent(APPROVED);
+    // pre-commit ran on a pinned HEAD (ledger.rs): the guard compares
+    // git's parent with it.
+    let approved = approved || (committing && !absent(PINNED));
     // `git merge` and `git am` keep what commit-msg passed too (round
     // seven), without COMMIT_ENV: wherever a message was kept, a HEAD that
     // moves goes to the guard, which compares it (a detached HEAD's).
     let commit = commit || approved;
     let plain_commit = committing && !commit;
+    let fetched = var(FETCH_VAR).is_some_and(|v| v == b"1");
     Some(HookStep {
         name,
         trusted,
@@ -334,6 +346,7 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
         check,
         commit,
         plain_commit,
+        fetched,
     })
 }
 
@@ -347,10 +360,16 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
 /// nor, for `git commit`, a HEAD that moves (its message is compared).
 /// A branch's move passes where `moved(old, new)` says the guard's
 /// check would find nothing to list ([`commit::Repo`], a plain commit).
+/// The ledger (ledger.rs): a plain commit's detached HEAD that moves
+/// (`plain`; git lists a branch's HEAD with a zero old id) goes to the
+/// guard, which adds the commit, and so does a remote-tracking ref that
+/// moves outside a fetch from a remote.
 fn needs_no_check(
     check: Check,
     input: &[u8],
     commit: bool,
+    plain: bool,
+    fetched: bool,
     moved: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> bool {
     match check {
@@ -364,7 +383,9 @@ fn needs_no_check(
             !(name == b"refs/stash"
                 || name.starts_with(b"refs/notes/")
                 || (name.starts_with(b"refs/heads/") && old != new && !moved(old, new))
-                || (commit && name == b"HEAD" && old != new))
+                || (commit && name == b"HEAD" && old != new)
+                || (plain && name == b"HEAD" && old != new && !old.iter().all(|&b| b == b'0'))
+                || (!fetched && name.starts_with(b"refs/remotes/") && old != new))
         }),
     }
 }
@@ -514,6 +535,7 @@ pub fn main(p: &Proc) -> i32 {
         check: Some(check),
         commit,
         plain_commit,
+        fetched,
         ..
     }) = &step
     {
@@ -528,7 +550,8 @@ pub fn main(p: &Proc) -> i32 {
                     .commit_moves_from(old, new)
         };
         match take_input() {
-            Some((input, true)) if needs_no_check(*check, input, *commit, &mut moved) => {}
+            Some((input, true))
+                if needs_no_check(*check, input, *commit, *plain_commit, *fetched, &mut moved) => {}
             Some(_) => return fallback(p),
             None => {
                 let mut m = Msg::new();
@@ -540,6 +563,18 @@ pub fn main(p: &Proc) -> i32 {
                 m.emit();
                 return 1;
             }
+        }
+    }
+    // `git commit`'s pre-commit runs on a private view the guard makes
+    // (ledger.rs `pre_commit_on_view`).
+    if let Some(h) = &step {
+        let var = |k: &[u8]| env(p).find(|(n, _)| *n == k).map(|(_, v)| v);
+        if h.present
+            && h.name == b"pre-commit"
+            && var(COMMIT_VAR) == Some(b"1")
+            && var(PRIVATE_VAR).is_some()
+        {
+            return fallback(p);
         }
     }
     let kind = match &step {

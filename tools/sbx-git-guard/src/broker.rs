@@ -202,6 +202,26 @@ pub fn run_hook(
     args: &[OsString],
     stdin: Option<OwnedFd>,
 ) -> Result<ExitCode, String> {
+    run_hook_with_env(
+        socket,
+        dir,
+        name,
+        args,
+        stdin,
+        std::env::vars_os().collect(),
+    )
+}
+
+/// [`run_hook`] with the hook's environment given (the ledger's check
+/// runs hooks on a private view: its own `GIT_DIR` and index).
+pub fn run_hook_with_env(
+    socket: &Path,
+    dir: BorrowedFd<'_>,
+    name: &str,
+    args: &[OsString],
+    stdin: Option<OwnedFd>,
+    env: Vec<(OsString, OsString)>,
+) -> Result<ExitCode, String> {
     let mut stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
     if let Some(i) = stdin {
         stdio[0] = i;
@@ -212,7 +232,7 @@ pub fn run_hook(
         kind: Kind::Hook,
         umask: privsep::umask_single_threaded(),
         args: all,
-        env: std::env::vars_os().collect(),
+        env,
     };
     call_with(socket, &req, stdio, Some(dir))
 }
@@ -227,24 +247,79 @@ pub fn shared_record(env: &[(OsString, OsString)]) -> Option<PathBuf> {
 /// The record's file name, beside the socket.
 pub const RECORD_FILE: &str = "stash-seen";
 
-/// Ask the broker to append `ids` (one a line) to [`shared_record`].
-pub fn record(socket: &Path, ids: &[u8]) -> Result<(), String> {
+/// The ledger of approved commits, beside the broker's socket
+/// (`/run/sbx-git/ledger` in the sandbox): root's, 0644, appended to only
+/// by the broker ([`Kind::Ledger`]) and kept across restarts beside the
+/// kept stash record. None: no broker.
+pub fn ledger_path(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    Some(socket_path(env)?.parent()?.join(LEDGER_FILE))
+}
+
+/// The ledger's file name, beside the socket and beside `--keep`'s record.
+pub const LEDGER_FILE: &str = "ledger";
+
+/// Ask the broker to add `ids` (one a line) to the ledger. `private` is
+/// the call's private index (`$SBX_GUARD_PRIVATE_INDEX`): the broker adds
+/// only for a call that has a live one, so only for a call whose
+/// pre-commit ran on the index git committed from.
+pub fn add_to_ledger(socket: &Path, ids: &[u8], private: &OsStr) -> Result<(), String> {
+    let env = vec![(crate::index::PRIVATE_VAR.into(), private.to_owned())];
+    send_ids(socket, Kind::Ledger, ids, env)
+        .map_err(|e| e.unwrap_or_else(|| "the broker did not add the commit to the ledger".into()))
+}
+
+/// A [`Kind::Record`] or [`Kind::Ledger`] request of `ids` (one a line).
+/// Err(None): the broker answered with a failure status.
+fn send_ids(
+    socket: &Path,
+    kind: Kind,
+    ids: &[u8],
+    env: Vec<(OsString, OsString)>,
+) -> Result<(), Option<String>> {
     let args = ids
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| OsStr::from_bytes(l).to_owned())
         .collect();
     let req = Request {
-        kind: Kind::Record,
+        kind,
         umask: 0o022,
         args,
-        env: Vec::new(),
+        env,
     };
-    let stdio = stdio_fds().map_err(|e| format!("stdio: {e}"))?;
-    match call_with(socket, &req, stdio, None)? {
+    let stdio = stdio_fds().map_err(|e| Some(format!("stdio: {e}")))?;
+    match call_with(socket, &req, stdio, None).map_err(Some)? {
         c if c == ExitCode::SUCCESS => Ok(()),
-        _ => Err("the broker did not record the ids".into()),
+        _ => Err(None),
     }
+}
+
+/// The broker's side of [`Kind::Ledger`]: the request must name a private
+/// index that exists right under `root` (the call is a commit whose
+/// pre-commit ran there; the name is secret to git's processes of that
+/// call), then the ids are appended like a record's.
+fn append_ledger(req: &Request, root: &Path, ledger: &Path) -> Result<(), String> {
+    let copy = req
+        .env
+        .iter()
+        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
+        .map(|(_, v)| Path::new(v))
+        .ok_or("no private index named; nothing was added to the ledger")?;
+    let live =
+        copy.parent() == Some(root) && std::fs::symlink_metadata(copy).is_ok_and(|m| m.is_file());
+    if !live {
+        return Err(
+            "the call has no live private index (only a commit whose pre-commit ran on one is added); nothing was added to the ledger"
+                .into(),
+        );
+    }
+    append_record_to(ledger, &req.args, KEEP_LEDGER.get().map(PathBuf::as_path))
+}
+
+/// Ask the broker to append `ids` (one a line) to [`shared_record`].
+pub fn record(socket: &Path, ids: &[u8]) -> Result<(), String> {
+    send_ids(socket, Kind::Record, ids, Vec::new())
+        .map_err(|e| e.unwrap_or_else(|| "the broker did not record the ids".into()))
 }
 
 /// The broker's side of [`Kind::Record`], as root: each id (40 or 64 hex
@@ -252,6 +327,10 @@ pub fn record(socket: &Path, ids: &[u8]) -> Result<(), String> {
 /// record first (`serve --keep`), when there is one, then to `path`; each
 /// must be root's and writable by nobody else.
 fn append_record(path: &Path, ids: &[OsString]) -> Result<(), String> {
+    append_record_to(path, ids, KEEP.get().map(PathBuf::as_path))
+}
+
+fn append_record_to(path: &Path, ids: &[OsString], keep: Option<&Path>) -> Result<(), String> {
     if ids.is_empty() {
         return Err("nothing to record".into());
     }
@@ -267,7 +346,7 @@ fn append_record(path: &Path, ids: &[OsString]) -> Result<(), String> {
         buf.extend_from_slice(b);
         buf.push(b'\n');
     }
-    if let Some(keep) = KEEP.get() {
+    if let Some(keep) = keep {
         append_to(keep, &buf)?;
     }
     append_to(path, &buf)
@@ -309,6 +388,9 @@ fn append_to(path: &Path, buf: &[u8]) -> Result<(), String> {
 
 /// `serve --keep`: the record that outlives the container (a volume).
 static KEEP: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The kept ledger: [`LEDGER_FILE`] beside `--keep`'s record.
+static KEEP_LEDGER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// At start, with `--keep`: the kept record and the run's (`run`, beside
 /// the socket) made each other's union, so stashes recorded before the
@@ -466,6 +548,10 @@ pub fn serve(
         join_records(keep, &socket.with_file_name(RECORD_FILE))
             .map_err(|e| BrokerError::Keep(keep.to_owned(), e))?;
         let _ = KEEP.set(keep.to_owned());
+        let kept_ledger = keep.with_file_name(LEDGER_FILE);
+        join_records(&kept_ledger, &socket.with_file_name(LEDGER_FILE))
+            .map_err(|e| BrokerError::Keep(kept_ledger.clone(), e))?;
+        let _ = KEEP_LEDGER.set(kept_ledger);
     }
     let listener = UnixListener::bind(socket).map_err(sock_err)?;
     // Every local user may ask; the broker decides what each may do.
@@ -762,6 +848,23 @@ fn runner(
                 Some(Ok(())) => Reply::Exited(0),
                 Some(Err(msg)) => Reply::Error(msg),
                 None => Reply::Error("the broker's socket has no path".into()),
+            }
+        };
+        let _ = proto::send_reply(&conn, &reply);
+        std::process::exit(0)
+    }
+    // The ledger likewise, and only for a call with a live private index.
+    if req.kind == Kind::Ledger {
+        let reply = if peer.uid == 0 || peer.gid != gid {
+            Reply::Error("only git's own processes may add to the ledger".into())
+        } else {
+            let ledger = socket.as_ref().map(|p| p.with_file_name(LEDGER_FILE));
+            match (index_root.as_deref(), ledger) {
+                (Some(root), Some(l)) => match append_ledger(&req, root, &l) {
+                    Ok(()) => Reply::Exited(0),
+                    Err(msg) => Reply::Error(msg),
+                },
+                _ => Reply::Error("the broker's socket has no path".into()),
             }
         };
         let _ = proto::send_reply(&conn, &reply);
@@ -1267,7 +1370,7 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
             route_repo_hooks(&mut allow, crate::in_sandbox())?;
             Ok(allow)
         }
-        Kind::Hook | Kind::Record => Err(internal(
+        Kind::Hook | Kind::Record | Kind::Ledger => Err(internal(
             "a hook or record request reached the git path".into(),
         )),
     }

@@ -63,6 +63,8 @@ pub const STRIPPED: &[&str] = &[
     crate::hooks::HOOKS_ONLY_ENV,
     crate::hooks::COMMIT_ENV,
     crate::hooks::COMMON_ENV,
+    crate::ledger::VERIFY_ENV,
+    crate::ledger::FETCH_ENV,
     crate::index::PRIVATE_VAR,
     HOOK_PATH_ENV,
 ];

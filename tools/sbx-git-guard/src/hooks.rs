@@ -381,7 +381,33 @@ pub(crate) fn git_start(real: &Git, args: &[&OsStr]) -> Option<std::process::Chi
         .ok()
 }
 
+/// git run with exactly `env` in `cwd` (the ledger's private view); did
+/// it succeed? Its output goes nowhere.
+pub(crate) fn git_with_env(
+    real: &Git,
+    args: &[&OsStr],
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+) -> bool {
+    real.command()
+        .args(["-c", "core.commitGraph=false"])
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// [`git`]'s standard output when it succeeded.
+/// [`git`]'s standard output whatever its status (None: it did not run).
+pub(crate) fn git_output_any(real: &Git, args: &[&OsStr]) -> Option<Vec<u8>> {
+    git(real, args).map(|o| o.stdout)
+}
+
 pub(crate) fn git_output(real: &Git, args: &[&OsStr]) -> Option<Vec<u8>> {
     git(real, args)
         .filter(|o| o.status.success())
@@ -653,8 +679,12 @@ pub fn stash_exists(common: &Path) -> bool {
 /// (tests/client.rs `check_inputs` and
 /// `a_commits_prepared_step_is_answered_only_for_one_parent_the_old_tip`).
 pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
-    crate::msg::check_commit(real, stdin)?;
+    let approved = crate::msg::check_commit(real, stdin)?;
     let mut moves = Vec::new();
+    // Remote-tracking refs too, but for a fetch: what they point at counts
+    // as fetched for the ledger.
+    let mut tracking = Vec::new();
+    let fetched = crate::ledger::env_is(crate::ledger::FETCH_ENV);
     let mut stashed: Vec<u8> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
@@ -675,6 +705,14 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
         {
             moves.push((old, new, name));
         }
+        if !fetched
+            && name.starts_with(b"refs/remotes/")
+            && !is_zero(new)
+            && old != new
+            && !new.starts_with(b"ref:")
+        {
+            tracking.push((old, new, name));
+        }
     }
     if !stashed.is_empty() {
         let common = common_dir(real).ok_or("cannot find the repository's common directory")?;
@@ -688,10 +726,20 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
         let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         record_shared(&env, &stashed)?;
     }
-    if moves.is_empty() {
-        return Ok(());
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    crate::ledger::record(&env, &approved)?;
+    // A fetch from a remote (and receive-pack, whose pushing side's
+    // pre-push step checked what it sends) brings fetched commits.
+    // The stash checks first: their refusal names the stash.
+    if !moves.is_empty() {
+        refuse_stash_copies(real, &moves)?;
     }
-    refuse_stash_copies(real, &moves)
+    if !fetched {
+        let verify = crate::ledger::env_is(crate::ledger::VERIFY_ENV);
+        crate::ledger::check(real, &tracking, &approved, false)?;
+        crate::ledger::check(real, &moves, &approved, verify)?;
+    }
+    Ok(())
 }
 
 /// Is `blob` in some local branch's history? Asked only for a blob a stash
@@ -797,7 +845,9 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
     if moves.is_empty() {
         return Ok(());
     }
-    refuse_stash_copies(real, &moves)
+    refuse_stash_copies(real, &moves)?;
+    // `(remote oid, local oid, ref)`: the ledger's `(old, new, ref)`.
+    crate::ledger::check(real, &moves, &[], false)
 }
 
 /// Every ref a push sends must lead to a commit, through any annotated
@@ -1047,7 +1097,7 @@ pub(crate) fn executable(p: &Path) -> bool {
 /// Not for root (no agent process can trace root's hooks), nor for a step
 /// without the image's git group: one the agent ran itself, whose hook is
 /// the agent's to trace anyway (and the broker would refuse it).
-fn hook_broker(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+pub(crate) fn hook_broker(env: &[(OsString, OsString)]) -> Option<PathBuf> {
     if nix::unistd::geteuid().is_root() {
         return None;
     }
@@ -1131,6 +1181,9 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
                     if code != ExitCode::SUCCESS {
                         return code;
                     }
+                    if hook == "pre-commit" {
+                        crate::msg::mark_pre_commit(&env);
+                    }
                     continue;
                 }
                 match Command::new(&p).args(&args).status() {
@@ -1153,6 +1206,22 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         }
         if let Some(sock) = &broker {
             let dir = target.parent().unwrap_or(Path::new("/"));
+            // `git commit`'s pre-commit on a private view (ledger.rs).
+            let committing = std::env::var_os(COMMIT_ENV).is_some_and(|v| v == "1");
+            if let (true, "pre-commit", Some(msg_dir), Some(real)) = (
+                committing,
+                name,
+                crate::msg::private_dir(&env),
+                Git::for_env(&env),
+            ) {
+                return match crate::ledger::pre_commit_on_view(&real, sock, dir, &args, &msg_dir) {
+                    Ok(code) => ExitCode::from(code),
+                    Err(e) => {
+                        eprintln!("sbx-git-guard: pre-commit: {e}; refusing");
+                        ExitCode::from(1)
+                    }
+                };
+            }
             return via_broker(sock, dir, name, &args, None);
         }
         let mut argv = vec![target.clone().into_os_string()];
@@ -1169,7 +1238,7 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
     let settings = crate::settings_for(None).unwrap_or_default();
     let real = Git::for_env(&env);
     let verdict = match &real {
-        None => Err("the real git was not found".to_owned()),
+        None => Err((R::Internal, "the real git was not found".to_owned())),
         Some(real) if name == "pre-push" => {
             // Asked by check_push_commits for any update that sends
             // commits; asked now, they run beside check_push's questions.
@@ -1179,7 +1248,7 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
                 prefetch_shapes(real, &moves);
             }
             let force = if settings.block_force_push {
-                check_push(real, &input)
+                check_push(real, &input).map_err(|e| (R::ForcePush, e))
             } else {
                 Ok(())
             };
@@ -1188,12 +1257,12 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
                     if settings.push_non_commits {
                         Ok(())
                     } else {
-                        check_push_objects(real, &moves)
+                        check_push_objects(real, &moves).map_err(|e| (R::UnverifiedCommit, e))
                     }
                 })
                 .and_then(|()| {
                     if settings.block_no_verify {
-                        check_push_commits(real, &input)
+                        check_push_commits(real, &input).map_err(|e| (R::UnverifiedCommit, e))
                     } else {
                         Ok(())
                     }
@@ -1201,18 +1270,13 @@ pub fn run(name: &str, args: Vec<OsString>) -> ExitCode {
         }
         Some(real) => {
             if settings.block_no_verify {
-                check_transaction(real, &input)
+                check_transaction(real, &input).map_err(|e| (R::UnverifiedCommit, e))
             } else {
                 Ok(())
             }
         }
     };
-    if let Err(why) = verdict {
-        let rule = if name == "pre-push" {
-            R::ForcePush
-        } else {
-            R::UnverifiedCommit
-        };
+    if let Err((rule, why)) = verdict {
         let b = crate::policy::Block {
             rule: rule.name(),
             reason: why,

@@ -10,6 +10,7 @@ pub mod hookenv;
 pub mod hooks;
 pub mod index;
 pub mod keys;
+pub mod ledger;
 pub mod msg;
 pub mod options_gen;
 pub mod policy;
@@ -527,6 +528,11 @@ pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
     allow.args.splice(0..0, [OsString::from("-c"), v]);
     allow.pin = Some((1, hooks));
     allow.moves_refs = true;
+    // What a push brings was checked by the pushing side's pre-push step
+    // against its own ledger and branches: fetched, for this side's.
+    allow
+        .env
+        .push((crate::ledger::FETCH_ENV.into(), "1".into()));
     pin_by_fd(allow)?;
     let trusted = allow
         .pin

@@ -21,6 +21,21 @@ use crate::hooks::Git;
 /// What commit-msg passed, in the call's private directory.
 pub const APPROVED: &str = "commit-msg.approved";
 
+/// Left in the call's private directory by a step that ran pre-commit
+/// after pre-merge-commit or pre-applypatch, and it passed: a merge's
+/// commit then goes into the ledger without commit-msg in the repository
+/// (a fast-forward runs neither hook, and leaves none).
+pub const PRE_COMMIT_PASSED: &str = "pre-commit.passed";
+
+/// Leave [`PRE_COMMIT_PASSED`] where the call has a private directory.
+pub fn mark_pre_commit(env: &[(OsString, OsString)]) {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if let Some(dir) = private_dir(env) {
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        let _ = write_new(&dir.join(PRE_COMMIT_PASSED), b"");
+    }
+}
+
 /// The private directory of this call: `<private index>.msg`, beside the
 /// copy the broker's git runs on (`$SBX_GUARD_PRIVATE_INDEX`, which only
 /// the broker sets), so its name is as secret as the copy's; made by the
@@ -177,48 +192,74 @@ fn message(raw: &[u8]) -> &[u8] {
         .map_or(&[][..], |i| &raw[i + 2..])
 }
 
+/// The `(old, new)` of each line of a `prepared` input that moves HEAD or
+/// a branch onto a commit.
+pub fn head_moves(stdin: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    stdin
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|line| {
+            let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
+            let [old, new, name] = f[..] else {
+                return None;
+            };
+            ((name == b"HEAD" || name.starts_with(b"refs/heads/"))
+                && old != new
+                && !new.starts_with(b"ref:")
+                && !new.iter().all(|b| *b == b'0'))
+            .then_some((old, new))
+        })
+}
+
 /// reference-transaction `prepared` of a `git commit` under a private index:
 /// the commit HEAD (or its branch) moves to must carry the message
 /// commit-msg passed. No approved message (no commit-msg ran): nothing to
 /// compare, unless the repository has the hook.
-pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
+///
+/// Returns the commits this call approved: each new commit compared with
+/// a message commit-msg passed, or, for `git commit` in a repository
+/// without commit-msg, the one its pre-commit passed on the private index
+/// (the ledger's entries, `crate::ledger`). Empty without a private index.
+pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let committed = env
         .iter()
         .any(|(k, v)| k == crate::hooks::COMMIT_ENV && v == "1");
     let Some(dir) = private_dir(&env) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
-    let approved = match std::fs::read(dir.join(APPROVED)) {
-        Ok(a) => a,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if !committed {
-                return Ok(());
-            }
-            let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
-                .is_some_and(|t| crate::hooks::executable(&Path::new(&t).join("commit-msg")));
-            if has_hook {
-                return Err("the commit's message was not passed by commit-msg".into());
-            }
-            return Ok(());
-        }
-        Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),
-    };
+    if committed {
+        crate::ledger::check_pinned(&dir, stdin)?;
+    }
     let mut news: Vec<&[u8]> = Vec::new();
-    for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
-        let [old, new, name] = f[..] else { continue };
-        if (name == b"HEAD" || name.starts_with(b"refs/heads/"))
-            && old != new
-            && !new.starts_with(b"ref:")
-            && !new.iter().all(|b| *b == b'0')
-            && !news.contains(&new)
-        {
+    for (_, new) in head_moves(stdin) {
+        if !news.contains(&new) {
             news.push(new);
         }
     }
+    let approved = match std::fs::read(dir.join(APPROVED)) {
+        Ok(a) => a,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
+                .is_some_and(|t| crate::hooks::executable(&Path::new(&t).join("commit-msg")));
+            if has_hook {
+                if committed {
+                    return Err("the commit's message was not passed by commit-msg".into());
+                }
+                return Ok(Vec::new());
+            }
+            // pre-commit alone, on the private index git commits from:
+            // `git commit` always runs it; a merge or am says it did.
+            let marked = std::fs::remove_file(dir.join(PRE_COMMIT_PASSED)).is_ok();
+            if !(committed || marked) {
+                return Ok(Vec::new());
+            }
+            return Ok(news.iter().map(|n| n.to_vec()).collect());
+        }
+        Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),
+    };
     if news.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     for &new in &news {
         let raw = crate::hooks::git_output(
@@ -240,7 +281,8 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<(), String> {
     // Used up: a sequencer's later commits in the same call (its picks,
     // which no commit-msg saw) are not compared with it.
     std::fs::remove_file(dir.join(APPROVED))
-        .map_err(|e| format!("cannot remove what commit-msg passed: {e}"))
+        .map_err(|e| format!("cannot remove what commit-msg passed: {e}"))?;
+    Ok(news.iter().map(|n| n.to_vec()).collect())
 }
 
 #[cfg(test)]

@@ -163,6 +163,29 @@ const ROUTED: &[&str] = &[
     "worktree",
 ];
 
+/// Does a `fetch` or `pull` (`args`, after the command) name a
+/// remote rather than a local repository? Its first operand: `.`, a path
+/// or a `file:` URL is local (`git fetch . C:refs/heads/x` would make any
+/// local commit "fetched"); none (the configured remote) or a name or a
+/// network URL is a remote. A remote whose configured URL is local is
+/// not told apart here (the boundary check's).
+fn fetches_from_remote(args: &[OsString]) -> bool {
+    let Some(first) = args
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .find(|a| !a.starts_with('-'))
+    else {
+        return true;
+    };
+    !(first == "."
+        || first.starts_with('/')
+        || first.starts_with("./")
+        || first.starts_with("../")
+        || first.starts_with("~")
+        || first.starts_with("file:")
+        || std::path::Path::new(first.as_ref()).exists())
+}
+
 /// The inputs of one decision.
 #[derive(Debug, Clone)]
 pub struct Call<'a> {
@@ -1747,6 +1770,22 @@ pub fn decide(
     // prepared step compares the message with what commit-msg passed.
     if last == "commit" {
         out.env.push((crate::hooks::COMMIT_ENV.into(), "1".into()));
+    }
+    // The ledger (ledger.rs): commands whose commits no commit-msg saw one
+    // by one have their step run the hooks on each; a fetch from a remote
+    // brings fetched commits.
+    if matches!(
+        last.as_str(),
+        "rebase" | "cherry-pick" | "revert" | "am" | "pull"
+    ) {
+        out.env.push((crate::ledger::VERIFY_ENV.into(), "1".into()));
+    }
+    // A clone takes the source's refs (no commit by id): fetched, as what
+    // a push into the workspace brings is.
+    if last == "clone"
+        || (matches!(last.as_str(), "fetch" | "pull") && fetches_from_remote(&words[1..]))
+    {
+        out.env.push((crate::ledger::FETCH_ENV.into(), "1".into()));
     }
     // `--abort`, `--quit` and `--continue` take no other argument.
     let bare_action = words[1..].iter().any(|w| {

@@ -91,6 +91,11 @@ pub enum Kind {
     /// record the steps of every repository read. Only from git's own
     /// processes; nothing runs.
     Record = 3,
+    /// Commit ids a guard reference-transaction step approved (pre-commit
+    /// ran on the call's private index, the message is the one commit-msg
+    /// passed), appended as root to the ledger. Only from git's own
+    /// processes in a call with a live private index; nothing runs.
+    Ledger = 4,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +153,7 @@ impl Request {
             1 => Kind::PassThrough,
             2 => Kind::Hook,
             3 => Kind::Record,
+            4 => Kind::Ledger,
             _ => return Err(ProtoError::Malformed("unknown request kind")),
         };
         let umask = r.u32()?;

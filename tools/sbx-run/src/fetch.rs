@@ -49,6 +49,14 @@ pub struct FetchOpts {
     /// one is refused and nothing is fetched.
     #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = sbx_core::config::Size::parse)]
     pub max_size: sbx_core::config::Size,
+    /// The largest object (a file's content, as git inflates it) the
+    /// bundle may hold; checked from the bundle's own sizes before your
+    /// git reads it.
+    #[arg(long, value_name = "SIZE", default_value = "1g", value_parser = sbx_core::config::Size::parse)]
+    pub max_object_size: sbx_core::config::Size,
+    /// The most the bundle's objects may inflate to, all together.
+    #[arg(long, value_name = "SIZE", default_value = "64g", value_parser = sbx_core::config::Size::parse)]
+    pub max_inflated: sbx_core::config::Size,
     /// Take branches that change what your git runs on a merge or
     /// checkout (a hooks directory in the work tree, `.husky`, a config
     /// file your `.git/config` includes from the work tree), after you
@@ -69,6 +77,10 @@ pub enum FetchError {
     TooBig(String),
     #[error("the sandbox sent {0}: nothing was fetched")]
     Bad(String),
+    #[error(
+        "the sandbox's bundle inflates to {0} (a small bundle git would inflate on the host): nothing was fetched"
+    )]
+    Inflates(String),
     #[error("the sandbox's `git bundle create` failed ({0}): {1}")]
     Guest(i32, String),
     #[error("git {0}: {1}")]
@@ -88,7 +100,7 @@ impl SbxError for FetchError {
         match self {
             Self::NotAClone(_) => Exit::Usage,
             Self::NotRunning(_) => Exit::Unavailable,
-            Self::TooBig(_) | Self::Bad(_) | Self::Guest(..) => Exit::DataErr,
+            Self::TooBig(_) | Self::Bad(_) | Self::Inflates(_) | Self::Guest(..) => Exit::DataErr,
             Self::HookChange(..) => Exit::Denied,
             Self::Git(..) | Self::Proto(_) => Exit::Software,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
@@ -138,6 +150,9 @@ pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError
     let file = dir.path().join("sandbox.bundle");
     receive(&ws, &file, opts.max_size.bytes)?;
     let heads = check(&ws, &file)?;
+    // Before the host's git inflates a byte: a delta of a few bytes makes
+    // 64 KiB, so a bundle under --max-size can ask git for any memory.
+    inflation(&file, opts.max_object_size.bytes, opts.max_inflated.bytes)?;
     // One transaction: every branch or none, with the host's git reading
     // the bundle as data (verify.rs's pins) and running nothing.
     let mut c = crate::verify::git(&ws.path);
@@ -315,6 +330,164 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
     Ok(heads)
 }
 
+/// What the bundle's objects inflate to, from the sizes its pack declares,
+/// checked before the host's git reads it: every object (a delta's result,
+/// which git makes whole in memory, and every object a delta may take as
+/// its base) at most `max_object` bytes, all of them together (and the
+/// deltas' own data) at most `max_total`. Each entry's data is inflated
+/// here only up to the size its header declares, which is counted before
+/// it is read, so this check's own work stays under the same caps.
+fn inflation(file: &std::path::Path, max_object: u64, max_total: u64) -> Result<(), FetchError> {
+    use std::io::{BufRead, BufReader, Read};
+    let io_err = |e: io::Error| FetchError::Io(file.to_owned(), e);
+    let bad = |what: &str| FetchError::Bad(format!("a bundle whose pack is {what}"));
+    let mut r = BufReader::with_capacity(1 << 16, std::fs::File::open(file).map_err(io_err)?);
+    // The header git has already read: lines up to an empty one.
+    let mut oid_len = 20;
+    loop {
+        let mut line = Vec::new();
+        if r.read_until(b'\n', &mut line).map_err(io_err)? == 0 {
+            return Err(bad("missing"));
+        }
+        if line == b"\n" {
+            break;
+        }
+        if line == b"@object-format=sha256\n" {
+            oid_len = 32;
+        }
+    }
+    let mut hdr = [0u8; 12];
+    r.read_exact(&mut hdr).map_err(|_| bad("truncated"))?;
+    if &hdr[..4] != b"PACK" || !matches!(hdr[4..8], [0, 0, 0, 2 | 3]) {
+        return Err(bad("not a git pack"));
+    }
+    let count = u32::from_be_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
+    let byte = |r: &mut BufReader<std::fs::File>| -> Result<u8, FetchError> {
+        let mut b = [0u8; 1];
+        r.read_exact(&mut b).map_err(|_| bad("truncated"))?;
+        Ok(b[0])
+    };
+    let mut total: u64 = 0;
+    let add = |n: u64, total: &mut u64| -> Result<(), FetchError> {
+        *total = total.saturating_add(n);
+        if *total > max_total {
+            return Err(FetchError::Inflates(format!(
+                "more than --max-inflated {max_total} bytes"
+            )));
+        }
+        Ok(())
+    };
+    let one = |n: u64| -> Result<(), FetchError> {
+        if n > max_object {
+            return Err(FetchError::Inflates(format!(
+                "an object of {n} bytes, over --max-object-size {max_object}"
+            )));
+        }
+        Ok(())
+    };
+    for _ in 0..count {
+        let mut c = byte(&mut r)?;
+        let kind = (c >> 4) & 7;
+        let mut size = u64::from(c & 15);
+        let mut shift = 4;
+        while c & 0x80 != 0 {
+            c = byte(&mut r)?;
+            if shift > 57 {
+                return Err(bad("an entry too large to name"));
+            }
+            size |= u64::from(c & 0x7f) << shift;
+            shift += 7;
+        }
+        let delta = match kind {
+            1..=4 => false,
+            6 => {
+                for _ in 0..10 {
+                    if byte(&mut r)? & 0x80 == 0 {
+                        break;
+                    }
+                }
+                true
+            }
+            7 => {
+                let mut id = [0u8; 32];
+                r.read_exact(&mut id[..oid_len])
+                    .map_err(|_| bad("truncated"))?;
+                true
+            }
+            _ => return Err(bad("an entry of no known type")),
+        };
+        if !delta {
+            one(size)?;
+        }
+        add(size, &mut total)?;
+        let head = inflate_entry(&mut r, size).map_err(|e| match e {
+            Some(e) => io_err(e),
+            None => bad("an entry whose data is not what it declares"),
+        })?;
+        if delta {
+            // A delta starts with its base's size and its result's.
+            let mut at = 0;
+            let mut varint = || {
+                let (mut n, mut s) = (0u64, 0);
+                while let Some(&b) = head.get(at) {
+                    at += 1;
+                    n |= u64::from(b & 0x7f) << s;
+                    s += 7;
+                    if b & 0x80 == 0 {
+                        return Some(n);
+                    }
+                    if s > 63 {
+                        break;
+                    }
+                }
+                None
+            };
+            let (Some(base), Some(made)) = (varint(), varint()) else {
+                return Err(bad("a delta without sizes"));
+            };
+            one(base)?;
+            one(made)?;
+            add(made, &mut total)?;
+        }
+    }
+    Ok(())
+}
+
+/// Inflate one zlib stream from `r`, which must make exactly `size`
+/// bytes; its first bytes (a delta's header) are kept. `None`: a stream
+/// that makes more or less, or is broken.
+fn inflate_entry(r: &mut impl io::BufRead, size: u64) -> Result<Vec<u8>, Option<io::Error>> {
+    use miniz_oxide::inflate::stream::{InflateState, inflate};
+    use miniz_oxide::{DataFormat, MZFlush, MZStatus};
+    let mut st = InflateState::new_boxed(DataFormat::Zlib);
+    let mut out = vec![0u8; 1 << 16];
+    let mut head = Vec::new();
+    let mut made: u64 = 0;
+    loop {
+        let input = r.fill_buf().map_err(Some)?;
+        let empty = input.is_empty();
+        let res = inflate(&mut st, input, &mut out, MZFlush::None);
+        let used = res.bytes_consumed;
+        let wrote = res.bytes_written;
+        r.consume(used);
+        let keep = wrote.min(20usize.saturating_sub(head.len()));
+        head.extend_from_slice(&out[..keep]);
+        made += wrote as u64;
+        if made > size {
+            return Err(None);
+        }
+        match res.status {
+            Ok(MZStatus::StreamEnd) => break,
+            Ok(_) if !(empty && used == 0 && wrote == 0) => {}
+            _ => return Err(None),
+        }
+    }
+    if made != size {
+        return Err(None);
+    }
+    Ok(head)
+}
+
 /// Each quarantined head is a commit, and (unless allowed) changes
 /// nothing the host's git runs or reads as configuration on a merge or
 /// checkout: a post-merge or post-checkout hook in a hooks directory
@@ -459,6 +632,46 @@ mod tests {
         );
         assert_eq!(in_tree(top, top, "/etc/hooks"), None);
         assert_eq!(in_tree(top, &git, "hooks"), None);
+    }
+
+    /// A real bundle of history with deltas passes with room to spare and
+    /// is refused by each cap just under what it holds.
+    #[test]
+    fn a_bundles_inflated_sizes_are_counted_from_its_pack() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(dir.path())
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{o:?}");
+        };
+        git(&["init", "-q", "-b", "main"]);
+        let mut text = String::new();
+        for i in 0..30 {
+            text.push_str(&format!("line {i} of a file that grows by deltas\n").repeat(50));
+            std::fs::write(dir.path().join("f"), &text).unwrap();
+            git(&["add", "f"]);
+            git(&["commit", "-qm", &format!("c{i}")]);
+        }
+        git(&["repack", "-adq"]);
+        let b = dir.path().join("b.bundle");
+        git(&["bundle", "create", "-q", b.to_str().unwrap(), "--branches"]);
+        let largest = text.len() as u64;
+        inflation(&b, largest, u64::MAX).unwrap();
+        let e = inflation(&b, largest - 1, u64::MAX).unwrap_err();
+        assert!(matches!(e, FetchError::Inflates(_)), "{e}");
+        let e = inflation(&b, u64::MAX, largest * 10).unwrap_err();
+        assert!(matches!(e, FetchError::Inflates(_)), "{e}");
+        // Cut short: refused.
+        let raw = std::fs::read(&b).unwrap();
+        std::fs::write(&b, &raw[..raw.len() - 200]).unwrap();
+        assert!(matches!(
+            inflation(&b, u64::MAX, u64::MAX),
+            Err(FetchError::Bad(_))
+        ));
     }
 
     #[test]

@@ -273,15 +273,29 @@ fn made_when_missing(p: &str) -> bool {
 /// directory `verify-commits` recorded at this start (`core.hooksPath =
 /// .githooks`), unless one of the others holds it already. The next
 /// start records it again: the agent must not have written it meanwhile.
+///
+/// So are the work-tree files a recorded hook is a link to
+/// (`.git/hooks/pre-commit -> ../../scripts/pre-commit`): `.git/hooks` is
+/// read-only, but the agent rewrote `scripts/pre-commit` and the user's
+/// next `git commit` on the host ran it (a37c).
 fn protected_paths(ws: &Workspace) -> Vec<String> {
+    use crate::verify::record;
     let mut v = ws.loaded.config.protected_paths();
-    let rec = crate::verify::record::load(&crate::verify::record::dir(&ws.names.hash));
-    if let Some(crate::verify::record::Location::Tree(t)) = rec.map(|r| r.location)
-        && !v
+    let dir = record::dir(&ws.names.hash);
+    let Some(rec) = record::load(&dir) else {
+        return v;
+    };
+    let mut extra = record::linked_targets(&dir, &rec, &ws.path);
+    if let record::Location::Tree(t) = &rec.location {
+        extra.insert(0, t.clone());
+    }
+    for t in extra {
+        if !v
             .iter()
             .any(|p| Path::new(&t).starts_with(p.trim_end_matches('/')))
-    {
-        v.push(t);
+        {
+            v.push(t);
+        }
     }
     v
 }

@@ -79,3 +79,73 @@ fn a_hook_linked_into_the_work_tree_is_not_the_agents_to_rewrite() {
         assert_eq!(body, hook, "{p}: {}", text(&o));
     }
 }
+
+/// Route a37c-2 through clone mode's return path: the host's
+/// `.git/hooks/post-merge` is a link to the tracked `scripts/post-merge`;
+/// the agent commits its own version of that file in its clone, `sbx-run
+/// fetch` took the branch, and the user's `git merge --ff-only sbx/main`
+/// (as `fetch` suggests) ran it as root the moment the merge landed.
+/// `fetch` now refuses a branch that changes a file a hook links to.
+#[test]
+fn fetch_refuses_a_branch_that_changes_a_file_a_hook_links_to() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("clonelink");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    write_exec(&repo.path.join("scripts/post-merge"), "#!/bin/sh\nexit 0\n");
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    std::os::unix::fs::symlink(
+        "../../scripts/post-merge",
+        repo.path.join(".git/hooks/post-merge"),
+    )
+    .unwrap();
+    let o = sbx_e2e::sbx()
+        .args(["-q", "init"])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "init: {}", text(&o));
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[sandbox]\nworkspace = \"clone\"\n",
+    )
+    .unwrap();
+    let o = sbx_e2e::sbx()
+        .arg("start")
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "start: {}", text(&o));
+    let canary = repo.root().join("canary");
+    let o = repo.agent(&format!(
+        "printf '#!/bin/sh\\ntouch {}\\n' > scripts/post-merge && git commit -qam lint",
+        canary.display()
+    ));
+    assert!(o.status.success(), "{}", text(&o));
+    let f = sbx_e2e::sbx()
+        .args(["fetch", "-C"])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    // What the user does next, as `fetch` tells them (if it fetched).
+    let m = Command::new("git")
+        .args(["merge", "-q", "--ff-only", "sbx/main"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    assert!(
+        !canary.exists(),
+        "the merge ran the agent's hook: fetch {} / merge {}",
+        text(&f),
+        text(&m)
+    );
+    assert_eq!(f.status.code(), Some(77), "{}", text(&f));
+    let e = String::from_utf8_lossy(&f.stderr);
+    assert!(
+        e.contains("scripts/post-merge") && e.lines().count() == 1,
+        "{e}"
+    );
+}

@@ -548,7 +548,8 @@ fn touches(p: &str, g: &str) -> bool {
 }
 
 /// The work-tree paths the host's git runs or reads as its own: `.husky`,
-/// `core.hooksPath` when it points into the work tree, and every file an
+/// `core.hooksPath` when it points into the work tree, the files the
+/// hooks directory's links lead to there, and every file an
 /// `include`/`includeIf` of the repository's config names there.
 fn guarded_paths(top: &std::path::Path) -> Vec<(String, &'static str)> {
     let mut v = vec![(".husky".to_owned(), "husky's hooks")];
@@ -561,6 +562,17 @@ fn guarded_paths(top: &std::path::Path) -> Vec<(String, &'static str)> {
     let hooks = read(&["config", "--get", "core.hooksPath"]);
     if let Some(r) = in_tree(&top_abs, &top_abs, &hooks) {
         v.push((r, "core.hooksPath"));
+    }
+    // A hook that is a link into the work tree (`.git/hooks/post-merge ->
+    // ../../scripts/post-merge`) runs the merged tree's file.
+    let dir = read(&["rev-parse", "--path-format=absolute", "--git-path", "hooks"]);
+    if !dir.is_empty() {
+        let dir = std::path::Path::new(&dir);
+        for r in crate::verify::record::links_into(dir, dir, &top_abs) {
+            if !r.starts_with(".git/") {
+                v.push((r, "a hook links to it"));
+            }
+        }
     }
     let gitdir = top_abs.join(".git");
     for line in read(&[

@@ -165,18 +165,28 @@ pub fn snapshot(top: &Path, dest: &Path, source: &str) -> Result<Record, VerifyE
 /// lexically: every directory on the way is checked for links when the
 /// path is held, and refused if one is).
 pub fn linked_targets(dir: &Path, rec: &Record, top: &Path) -> Vec<String> {
-    let Some(hooks) = rec.hooks_dir.as_deref().map(Path::new) else {
-        return Vec::new();
-    };
+    match rec.hooks_dir.as_deref() {
+        Some(hooks) => links_into(&dir.join(HOOKS_DIR), Path::new(hooks), top),
+        None => Vec::new(),
+    }
+}
+
+/// The targets of the links in `links` (a hooks directory or its
+/// record), resolved against the hooks directory `hooks`, that lie under
+/// `top`, workspace-relative and sorted.
+pub fn links_into(links: &Path, hooks: &Path, top: &Path) -> Vec<String> {
     let tops = [
         top.to_owned(),
         std::fs::canonicalize(top).unwrap_or_else(|_| top.to_owned()),
     ];
-    let Ok(rd) = std::fs::read_dir(dir.join(HOOKS_DIR)) else {
+    let Ok(rd) = std::fs::read_dir(links) else {
         return Vec::new();
     };
     let mut out = Vec::new();
     for e in rd.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".sample") {
+            continue;
+        }
         let Ok(target) = std::fs::read_link(e.path()) else {
             continue;
         };

@@ -149,3 +149,47 @@ fn fetch_refuses_a_branch_that_changes_a_file_a_hook_links_to() {
         "{e}"
     );
 }
+
+/// Route a37c-3: `sbx-run cp :DIR -` on a terminal (the user forgot the
+/// `| tar -x`) wrote the tar stream, the agent's names and bytes raw,
+/// to it: a file holding `\e]0;...\a` or `\e[2J` drove the terminal.
+/// It is now refused there, as tar refuses, and still streams to a pipe.
+#[test]
+fn cp_to_a_stream_writes_no_agent_bytes_to_a_terminal() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("ws");
+    repo.git(&["init", "-q", "-b", "main"]);
+    repo.start();
+    let o = repo.exec(
+        "mkdir -p /workspace/ws/out && printf 'x\\033]0;pwned\\007\\033[2J' > /workspace/ws/out/f",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let cmd = format!(
+        "{} cp -C {} :/workspace/ws/out -",
+        sbx_e2e::bin("sbx-run").display(),
+        repo.path.display()
+    );
+    let t = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("SBX_BIN_DIR", sbx_e2e::bin("sbx-run").parent().unwrap())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&t.stdout);
+    assert!(
+        !out.contains("\x1b]0;pwned"),
+        "raw escape on the terminal ({} bytes of tar)",
+        out.len()
+    );
+    assert!(out.contains("terminal"), "{out:?}");
+    // A pipe still gets the stream.
+    let p = sbx_e2e::sbx()
+        .args(["cp", "-C"])
+        .arg(&repo.path)
+        .args([":/workspace/ws/out", "-"])
+        .output()
+        .unwrap();
+    assert!(p.status.success(), "{}", text(&p));
+    assert!(p.stdout.windows(5).any(|w| w == b"pwned"));
+}

@@ -319,6 +319,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l branch -d 'Bra
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-size -d 'The largest bundle taken from the sandbox (b, k, m or g); a bigger one is refused and nothing is fetched' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-object-size -d 'The largest object (a file\'s content, as git inflates it) the bundle may hold; checked from the bundle\'s own sizes before your git reads it' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-inflated -d 'The most the bundle\'s objects may inflate to, all together' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-objects -d 'The most objects the bundle may hold (your git\'s index of them takes about 140 bytes of memory each)' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -569,4 +569,12 @@ fn a_small_bundle_that_inflates_to_a_huge_object_is_not_fetched() {
     let o = fetch(&repo, &["--max-object-size", "2g", "--max-inflated", "1g"]);
     assert_eq!(o.status.code(), Some(65), "{}", text(&o));
     assert!(text(&o).contains("--max-inflated"), "{}", text(&o));
+    // A count of objects over the cap: each costs the host's git memory.
+    let o = fetch(&repo, &["--max-object-size", "2g", "--max-objects", "3"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains("--max-objects"), "{}", text(&o));
+    assert_eq!(
+        repo.git(&["for-each-ref", "refs/remotes/sbx", "refs/sbx-fetch"]),
+        ""
+    );
 }

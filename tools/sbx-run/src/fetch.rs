@@ -57,6 +57,10 @@ pub struct FetchOpts {
     /// The most the bundle's objects may inflate to, all together.
     #[arg(long, value_name = "SIZE", default_value = "64g", value_parser = sbx_core::config::Size::parse)]
     pub max_inflated: sbx_core::config::Size,
+    /// The most objects the bundle may hold (your git's index of them
+    /// takes about 140 bytes of memory each).
+    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
+    pub max_objects: u32,
     /// Take branches that change what your git runs on a merge or
     /// checkout (a hooks directory in the work tree, `.husky`, a config
     /// file your `.git/config` includes from the work tree), after you
@@ -152,7 +156,12 @@ pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError
     let heads = check(&ws, &file)?;
     // Before the host's git inflates a byte: a delta of a few bytes makes
     // 64 KiB, so a bundle under --max-size can ask git for any memory.
-    inflation(&file, opts.max_object_size.bytes, opts.max_inflated.bytes)?;
+    inflation(
+        &file,
+        opts.max_object_size.bytes,
+        opts.max_inflated.bytes,
+        opts.max_objects,
+    )?;
     // One transaction: every branch or none, with the host's git reading
     // the bundle as data (verify.rs's pins) and running nothing.
     let mut c = crate::verify::git(&ws.path);
@@ -331,13 +340,19 @@ fn check(ws: &Workspace, file: &std::path::Path) -> Result<Vec<Head>, FetchError
 }
 
 /// What the bundle's objects inflate to, from the sizes its pack declares,
-/// checked before the host's git reads it: every object (a delta's result,
+/// checked before the host's git reads it: at most `max_count` objects,
+/// every object (a delta's result,
 /// which git makes whole in memory, and every object a delta may take as
 /// its base) at most `max_object` bytes, all of them together (and the
 /// deltas' own data) at most `max_total`. Each entry's data is inflated
 /// here only up to the size its header declares, which is counted before
 /// it is read, so this check's own work stays under the same caps.
-fn inflation(file: &std::path::Path, max_object: u64, max_total: u64) -> Result<(), FetchError> {
+fn inflation(
+    file: &std::path::Path,
+    max_object: u64,
+    max_total: u64,
+    max_count: u32,
+) -> Result<(), FetchError> {
     use std::io::{BufRead, BufReader, Read};
     let io_err = |e: io::Error| FetchError::Io(file.to_owned(), e);
     let bad = |what: &str| FetchError::Bad(format!("a bundle whose pack is {what}"));
@@ -362,6 +377,13 @@ fn inflation(file: &std::path::Path, max_object: u64, max_total: u64) -> Result<
         return Err(bad("not a git pack"));
     }
     let count = u32::from_be_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
+    // A tiny object is a dozen bytes of pack, and your git's index of it
+    // about 140 bytes of memory: a 1 GiB bundle of them, 10 GiB.
+    if count > max_count {
+        return Err(FetchError::Inflates(format!(
+            "{count} objects, over --max-objects {max_count}"
+        )));
+    }
     let byte = |r: &mut BufReader<std::fs::File>| -> Result<u8, FetchError> {
         let mut b = [0u8; 1];
         r.read_exact(&mut b).map_err(|_| bad("truncated"))?;
@@ -672,16 +694,18 @@ mod tests {
         let b = dir.path().join("b.bundle");
         git(&["bundle", "create", "-q", b.to_str().unwrap(), "--branches"]);
         let largest = text.len() as u64;
-        inflation(&b, largest, u64::MAX).unwrap();
-        let e = inflation(&b, largest - 1, u64::MAX).unwrap_err();
+        inflation(&b, largest, u64::MAX, u32::MAX).unwrap();
+        let e = inflation(&b, u64::MAX, u64::MAX, 10).unwrap_err();
         assert!(matches!(e, FetchError::Inflates(_)), "{e}");
-        let e = inflation(&b, u64::MAX, largest * 10).unwrap_err();
+        let e = inflation(&b, largest - 1, u64::MAX, u32::MAX).unwrap_err();
+        assert!(matches!(e, FetchError::Inflates(_)), "{e}");
+        let e = inflation(&b, u64::MAX, largest * 10, u32::MAX).unwrap_err();
         assert!(matches!(e, FetchError::Inflates(_)), "{e}");
         // Cut short: refused.
         let raw = std::fs::read(&b).unwrap();
         std::fs::write(&b, &raw[..raw.len() - 200]).unwrap();
         assert!(matches!(
-            inflation(&b, u64::MAX, u64::MAX),
+            inflation(&b, u64::MAX, u64::MAX, u32::MAX),
             Err(FetchError::Bad(_))
         ));
     }

@@ -162,6 +162,12 @@ pub fn fetch(common: &CommonArgs, opts: &FetchOpts) -> Result<ExitCode, BoxError
         opts.max_inflated.bytes,
         opts.max_objects,
     )?;
+    // git before 2.46 skips fetch.fsckObjects for a bundle: check its
+    // objects with git's fsck first (a tree holding `.GIT`, a bad
+    // `.gitmodules`), as a later git does in the fetch itself.
+    if !fetch_checks_bundles(&git_version()) {
+        fsck(&ws.path, &file)?;
+    }
     // One transaction: every branch or none, with the host's git reading
     // the bundle as data (verify.rs's pins) and running nothing.
     let mut c = crate::verify::git(&ws.path);
@@ -475,6 +481,87 @@ fn inflation(
     Ok(())
 }
 
+/// The host git's version, `(major, minor)`; (0, 0) when unknown.
+fn git_version() -> (u32, u32) {
+    let out = std::process::Command::new("git")
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    parse_version(&out)
+}
+
+fn parse_version(s: &str) -> (u32, u32) {
+    let v = s.trim().strip_prefix("git version ").unwrap_or("");
+    let mut n = v.split('.').map(|x| x.parse::<u32>().ok());
+    match (n.next().flatten(), n.next().flatten()) {
+        (Some(a), Some(b)) => (a, b),
+        _ => (0, 0),
+    }
+}
+
+/// git 2.46 made `git fetch` of a bundle honour `fetch.fsckObjects`.
+fn fetch_checks_bundles(v: &(u32, u32)) -> bool {
+    *v >= (2, 46)
+}
+
+/// Where the pack starts in a bundle: after the header's empty line.
+fn pack_start(file: &std::path::Path) -> Result<u64, FetchError> {
+    use std::io::BufRead;
+    let io_err = |e: io::Error| FetchError::Io(file.to_owned(), e);
+    let mut r = io::BufReader::new(std::fs::File::open(file).map_err(io_err)?);
+    let mut at = 0u64;
+    loop {
+        let mut line = Vec::new();
+        let n = r.read_until(b'\n', &mut line).map_err(io_err)?;
+        if n == 0 {
+            return Err(FetchError::Bad("a bundle whose pack is missing".into()));
+        }
+        at += n as u64;
+        if line == b"\n" {
+            return Ok(at);
+        }
+    }
+}
+
+/// The bundle's pack indexed by the host's git with every object checked
+/// (`index-pack --strict`: fsck and connectivity), in a throwaway
+/// repository that borrows the workspace's objects (a bundle's
+/// prerequisites) and is removed after: nothing lands in `.git`.
+pub fn fsck(top: &std::path::Path, file: &std::path::Path) -> Result<(), FetchError> {
+    use std::io::{Seek, SeekFrom};
+    let io_err = |p: &std::path::Path, e| FetchError::Io(p.to_owned(), e);
+    let mut c = crate::verify::git(top);
+    c.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    let common = crate::verify::run(c, "rev-parse")
+        .map_err(|e| FetchError::Git("rev-parse", escaped(&e)))?;
+    let tmp = tempfile::Builder::new()
+        .prefix("sbx-fsck-")
+        .tempdir()
+        .map_err(|e| io_err(&std::env::temp_dir(), e))?;
+    let repo = tmp.path().join("r.git");
+    for d in ["objects/pack", "objects/info", "refs"] {
+        std::fs::create_dir_all(repo.join(d)).map_err(|e| io_err(&repo, e))?;
+    }
+    std::fs::write(repo.join("HEAD"), "ref: refs/heads/main\n").map_err(|e| io_err(&repo, e))?;
+    std::fs::write(
+        repo.join("objects/info/alternates"),
+        format!("{common}/objects\n"),
+    )
+    .map_err(|e| io_err(&repo, e))?;
+    let mut f = std::fs::File::open(file).map_err(|e| io_err(file, e))?;
+    f.seek(SeekFrom::Start(pack_start(file)?))
+        .map_err(|e| io_err(file, e))?;
+    let mut c = crate::verify::git(&repo);
+    c.args(["index-pack", "--stdin", "--fix-thin", "--strict"])
+        .stdin(f)
+        .stdout(std::process::Stdio::null());
+    crate::verify::run(c, "index-pack")
+        .map_err(|e| FetchError::Bad(format!("objects git's fsck refuses ({})", escaped(&e))))?;
+    Ok(())
+}
+
 /// Inflate one zlib stream from `r`, which must make exactly `size`
 /// bytes; its first bytes (a delta's header) are kept. `None`: a stream
 /// that makes more or less, or is broken.
@@ -708,6 +795,91 @@ mod tests {
             inflation(&b, u64::MAX, u64::MAX, u32::MAX),
             Err(FetchError::Bad(_))
         ));
+    }
+
+    /// What git before 2.46 fetched from a bundle unchecked (a tree that
+    /// holds `.GIT`) is refused; a good bundle, and a thin one whose
+    /// prerequisite the workspace holds, pass; nothing lands in `.git`.
+    #[test]
+    fn a_bundles_objects_are_checked_by_gits_fsck() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path();
+        let git = |args: &[&str], input: Option<&str>| {
+            use std::io::Write as _;
+            let mut c = std::process::Command::new("git");
+            c.args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(top)
+                .args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped());
+            let mut ch = c.spawn().unwrap();
+            ch.stdin
+                .take()
+                .unwrap()
+                .write_all(input.unwrap_or("").as_bytes())
+                .unwrap();
+            let o = ch.wait_with_output().unwrap();
+            assert!(o.status.success(), "{args:?}");
+            String::from_utf8(o.stdout).unwrap().trim().to_owned()
+        };
+        git(&["init", "-q", "-b", "main"], None);
+        for i in 0..2 {
+            std::fs::write(top.join("f"), format!("{i}\n")).unwrap();
+            git(&["add", "f"], None);
+            git(&["commit", "-qm", "c"], None);
+        }
+        let good = top.join("good.bundle");
+        git(
+            &["bundle", "create", "-q", good.to_str().unwrap(), "main"],
+            None,
+        );
+        fsck(top, &good).unwrap();
+        let thin = top.join("thin.bundle");
+        git(
+            &[
+                "bundle",
+                "create",
+                "-q",
+                thin.to_str().unwrap(),
+                "main~1..main",
+            ],
+            None,
+        );
+        fsck(top, &thin).unwrap();
+        let blob = git(&["hash-object", "-w", "--stdin"], Some("x\n"));
+        let tree = git(&["mktree"], Some(&format!("100644 blob {blob}\t.GIT\n")));
+        let commit = git(&["commit-tree", "-m", "bad", &tree], None);
+        git(&["update-ref", "refs/heads/bad", &commit], None);
+        let bad = top.join("bad.bundle");
+        git(
+            &["bundle", "create", "-q", bad.to_str().unwrap(), "main..bad"],
+            None,
+        );
+        git(&["update-ref", "-d", "refs/heads/bad"], None);
+        let packs = || {
+            std::fs::read_dir(top.join(".git/objects/pack"))
+                .unwrap()
+                .count()
+        };
+        let before = packs();
+        let e = fsck(top, &bad).unwrap_err();
+        assert!(
+            matches!(&e, FetchError::Bad(m) if m.contains("hasDotgit")),
+            "{e}"
+        );
+        assert_eq!(packs(), before);
+    }
+
+    #[test]
+    fn only_git_246_and_later_check_a_bundles_objects_in_the_fetch() {
+        assert_eq!(parse_version("git version 2.39.5\n"), (2, 39));
+        assert_eq!(parse_version("git version 2.47.3"), (2, 47));
+        assert_eq!(parse_version("git version 2.46.0.windows.1"), (2, 46));
+        assert_eq!(parse_version("nonsense"), (0, 0));
+        assert!(!fetch_checks_bundles(&(2, 39)));
+        assert!(!fetch_checks_bundles(&(0, 0)));
+        assert!(fetch_checks_bundles(&(2, 46)));
+        assert!(fetch_checks_bundles(&(3, 0)));
     }
 
     #[test]

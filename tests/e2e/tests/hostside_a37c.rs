@@ -193,3 +193,64 @@ fn cp_to_a_stream_writes_no_agent_bytes_to_a_terminal() {
     assert!(p.status.success(), "{}", text(&p));
     assert!(p.stdout.windows(5).any(|w| w == b"pwned"));
 }
+
+/// Route a37c-2 in a submodule: `.git/modules/sub/hooks` is held
+/// read-only, but a hook there that is a link into the submodule's work
+/// tree ran the agent's file on the user's `git commit` in `sub`.
+#[test]
+fn a_submodule_hook_linked_into_its_work_tree_is_held_too() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("ws");
+    let src = repo.root().join("subsrc");
+    std::fs::create_dir_all(&src).unwrap();
+    let g = |dir: &Path, args: &[&str]| {
+        let o = Command::new("git")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(["-c", "protocol.file.allow=always"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    };
+    g(&src, &["init", "-q", "-b", "main"]);
+    write_exec(&src.join("scripts/pre-commit"), "#!/bin/sh\nexit 0\n");
+    g(&src, &["add", "-A"]);
+    g(&src, &["commit", "-qm", "sub"]);
+    g(&repo.path, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    g(
+        &repo.path,
+        &["submodule", "add", "-q", src.to_str().unwrap(), "sub"],
+    );
+    g(&repo.path, &["add", "-A"]);
+    g(&repo.path, &["commit", "-qm", "base"]);
+    std::os::unix::fs::symlink(
+        "../../../../sub/scripts/pre-commit",
+        repo.path.join(".git/modules/sub/hooks/pre-commit"),
+    )
+    .unwrap();
+    repo.start();
+    let canary = repo.root().join("canary");
+    let o = repo.exec(&format!(
+        "cd /workspace/ws/sub; printf '#!/bin/sh\\ntouch {}\\n' > scripts/pre-commit; cat scripts/pre-commit",
+        canary.display()
+    ));
+    std::fs::write(repo.path.join("sub/b"), "2\n").unwrap();
+    g(&repo.path.join("sub"), &["add", "b"]);
+    let c = Command::new("git")
+        .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+        .args(["commit", "-qm", "user"])
+        .current_dir(repo.path.join("sub"))
+        .output()
+        .unwrap();
+    assert!(
+        !canary.exists(),
+        "the user's commit in sub ran the agent's hook: agent {} / commit {}",
+        text(&o),
+        text(&c)
+    );
+    assert!(c.status.success(), "{}", text(&c));
+}

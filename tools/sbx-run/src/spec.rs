@@ -282,17 +282,26 @@ fn protected_paths(ws: &Workspace) -> Vec<String> {
     use crate::verify::record;
     let mut v = ws.loaded.config.protected_paths();
     let dir = record::dir(&ws.names.hash);
-    let Some(rec) = record::load(&dir) else {
-        return v;
-    };
-    let mut extra = record::linked_targets(&dir, &rec, &ws.path);
-    if let record::Location::Tree(t) = &rec.location {
-        extra.insert(0, t.clone());
+    let mut extra = Vec::new();
+    if let Some(rec) = record::load(&dir) {
+        if let record::Location::Tree(t) = &rec.location {
+            extra.push(t.clone());
+        }
+        extra.extend(record::linked_targets(&dir, &rec, &ws.path));
+    }
+    // A submodule's hooks (`.git/modules/<name>/hooks`, held read-only by
+    // gitpins) run when the user commits in it: their links too.
+    for p in crate::gitpins::pins(&ws.path).unwrap_or_default() {
+        if p.dir && p.exists && p.rel.ends_with("/hooks") {
+            let d = ws.path.join(&p.rel);
+            extra.extend(record::links_into(&d, &d, &ws.path));
+        }
     }
     for t in extra {
-        if !v
-            .iter()
-            .any(|p| Path::new(&t).starts_with(p.trim_end_matches('/')))
+        if !v.contains(&t)
+            && !v
+                .iter()
+                .any(|p| Path::new(&t).starts_with(p.trim_end_matches('/')))
         {
             v.push(t);
         }

@@ -317,6 +317,9 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand verify-commits" -s h -l 
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -s C -l path -d 'Workspace (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l branch -d 'Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-size -d 'The largest bundle taken from the sandbox (b, k, m or g); a bigger one is refused and nothing is fetched' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-object-size -d 'The largest object (a file\'s content, as git inflates it) the bundle may hold; checked from the bundle\'s own sizes before your git reads it' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-inflated -d 'The most the bundle\'s objects may inflate to, all together' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l max-objects -d 'The most objects the bundle may hold (your git\'s index of them takes about 140 bytes of memory each)' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

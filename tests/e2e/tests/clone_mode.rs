@@ -396,3 +396,185 @@ fn a_detached_head_is_refused_in_one_line() {
         assert!(err.contains("detached HEAD"), "{cmd}: {err}");
     }
 }
+
+/// zlib's stored form of `data` (no compression: the test needs no zlib).
+fn zlib_stored(data: &[u8]) -> Vec<u8> {
+    let mut z = vec![0x78, 0x01];
+    let mut chunks = data.chunks(0xffff).peekable();
+    if data.is_empty() {
+        z.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    }
+    while let Some(c) = chunks.next() {
+        let n = c.len() as u16;
+        z.push(u8::from(chunks.peek().is_none()));
+        z.extend_from_slice(&n.to_le_bytes());
+        z.extend_from_slice(&(!n).to_le_bytes());
+        z.extend_from_slice(c);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in data {
+        a = (a + u32::from(x)) % 65521;
+        b = (b + a) % 65521;
+    }
+    z.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    z
+}
+
+/// A pack entry's type-and-size header.
+fn entry(kind: u8, mut size: u64) -> Vec<u8> {
+    let mut v = vec![(kind << 4) | (size & 15) as u8];
+    size >>= 4;
+    while size > 0 {
+        *v.last_mut().unwrap() |= 0x80;
+        v.push((size & 0x7f) as u8);
+        size >>= 7;
+    }
+    v
+}
+
+fn varint(mut n: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    loop {
+        let b = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            v.push(b);
+            return v;
+        }
+        v.push(b | 0x80);
+    }
+}
+
+/// The host's git names an object (`hash-object`, from a shell pipeline).
+fn object_id(kind: &str, input: &str) -> String {
+    sh(Command::new("sh").args([
+        "-c",
+        &format!("{input} | git hash-object -t {kind} --stdin"),
+    ]))
+    .trim()
+    .to_owned()
+}
+
+/// A valid bundle of branch main whose pack is a few KiB: a 64 KiB blob of
+/// zeros and a delta that copies it `n / 64 KiB` times (one byte per copy),
+/// a `n`-byte blob git makes whole in memory when it indexes the pack.
+fn delta_bomb(n: u64) -> Vec<u8> {
+    let unhex = |h: &str| -> Vec<u8> {
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let base = vec![0u8; 65536];
+    let mut delta = varint(65536);
+    delta.extend(varint(n));
+    delta.extend(std::iter::repeat_n(0x80u8, (n / 65536) as usize));
+    let big = object_id("blob", &format!("head -c {n} /dev/zero"));
+    let mut tree = b"100644 big\0".to_vec();
+    tree.extend(unhex(&big));
+    let tree_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tree_file.path(), &tree).unwrap();
+    let tree_id = object_id("tree", &format!("cat {}", tree_file.path().display()));
+    let commit =
+        format!("tree {tree_id}\nauthor a <a@b> 0 +0000\ncommitter a <a@b> 0 +0000\n\nbomb\n");
+    let commit_id = object_id(
+        "commit",
+        &format!("printf '{}'", commit.replace('\n', "\\n")),
+    );
+    let mut pack = b"PACK\0\0\0\x02\0\0\0\x04".to_vec();
+    pack.extend(entry(3, 65536));
+    pack.extend(zlib_stored(&base));
+    let at = pack.len();
+    // The base's entry starts at 12 and this one at `at`: the offset, in
+    // git's big-endian "minus one per continuation" form.
+    let mut d = (at - 12) as u64;
+    let mut ofs = vec![(d & 0x7f) as u8];
+    d >>= 7;
+    while d > 0 {
+        d -= 1;
+        ofs.insert(0, 0x80 | (d & 0x7f) as u8);
+        d >>= 7;
+    }
+    pack.extend(entry(6, delta.len() as u64));
+    pack.extend(ofs);
+    pack.extend(zlib_stored(&delta));
+    pack.extend(entry(2, tree.len() as u64));
+    pack.extend(zlib_stored(&tree));
+    pack.extend(entry(1, commit.len() as u64));
+    pack.extend(zlib_stored(commit.as_bytes()));
+    let pack_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(pack_file.path(), &pack).unwrap();
+    let sum = sh(Command::new("sha1sum").arg(pack_file.path()));
+    pack.extend(unhex(&sum[..40]));
+    let mut b = format!("# v2 git bundle\n{commit_id} refs/heads/main\n\n").into_bytes();
+    b.extend(pack);
+    b
+}
+
+/// `--max-size` counts the bundle's bytes, and a delta makes 64 KiB from
+/// one: a bundle of a few KiB made the host's git allocate and hash
+/// 1.5 GiB (a larger one, any memory the host has) and land the blob.
+/// `fetch` reads the sizes the pack declares first and refuses, exit 65,
+/// before the host's git reads it.
+#[test]
+fn a_small_bundle_that_inflates_to_a_huge_object_is_not_fetched() {
+    let Some(repo) = clone_repo("clonebomb") else {
+        return;
+    };
+    let bomb = delta_bomb(1536 << 20);
+    assert!(bomb.len() < 128 << 10, "{}", bomb.len());
+    let file = repo.root().join("bomb.bundle");
+    std::fs::write(&file, &bomb).unwrap();
+    let name = sh(Command::new("docker").args([
+        "ps",
+        "--filter",
+        &format!("label=sbx.workspace={}", repo.path.display()),
+        "--filter",
+        "label=sbx.mode=clone",
+        "--format",
+        "{{.Names}}",
+    ]))
+    .lines()
+    .find(|n| !n.ends_with("-net"))
+    .expect("the sandbox's container")
+    .to_owned();
+    sh(Command::new("docker")
+        .args(["cp"])
+        .arg(&file)
+        .arg(format!("{name}:/tmp/bomb.bundle")));
+    let git =
+        sh(Command::new("docker").args(["exec", "-u", "0", &name, "sh", "-c", "command -v git"]))
+            .trim()
+            .to_owned();
+    let script = format!(
+        "mv {git} {git}.real; printf '#!/bin/sh\\ncat /tmp/bomb.bundle\\n' > {git}; chmod 755 {git}"
+    );
+    sh(Command::new("docker").args(["exec", "-u", "0", &name, "sh", "-c", &script]));
+    let packs = || std::fs::read_dir(repo.path.join(".git/objects/pack")).map_or(0, |d| d.count());
+    let before = packs();
+    let start = std::time::Instant::now();
+    let o = fetch(&repo, &[]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--max-object-size"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(
+        repo.git(&["for-each-ref", "refs/remotes/sbx", "refs/sbx-fetch"]),
+        ""
+    );
+    assert_eq!(packs(), before, "the host's git indexed the bomb");
+    // The same bundle with the cap raised above it is a valid one: the
+    // refusal is the cap's, not a parse error.
+    let o = fetch(&repo, &["--max-object-size", "2g", "--max-inflated", "1g"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains("--max-inflated"), "{}", text(&o));
+    // A count of objects over the cap: each costs the host's git memory.
+    let o = fetch(&repo, &["--max-object-size", "2g", "--max-objects", "3"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains("--max-objects"), "{}", text(&o));
+    assert_eq!(
+        repo.git(&["for-each-ref", "refs/remotes/sbx", "refs/sbx-fetch"]),
+        ""
+    );
+}

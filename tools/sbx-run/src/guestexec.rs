@@ -349,6 +349,13 @@ pub fn cp(
             )?;
             check(x, "tar -x").map(|_| Outcome::default())
         }
+        // The stream holds the agent's names and bytes as they are: on a
+        // terminal its escapes would be the terminal's (as tar refuses).
+        (Place::Sandbox(_), Place::Stream) if io::stdout().is_terminal() => {
+            Err(GuestError::Refused(
+                "a tar stream is not written to a terminal: redirect it to a file or a pipe (`sbx-run cp :DIR - | tar -t`)".into(),
+            ))
+        }
         (Place::Sandbox(s), Place::Stream) => copy::pull_tar(socket, s, &mut io::stdout().lock()),
         (Place::Host(h), Place::Sandbox(d)) => {
             let top = copy::open_host(h, follow)?;

@@ -273,15 +273,38 @@ fn made_when_missing(p: &str) -> bool {
 /// directory `verify-commits` recorded at this start (`core.hooksPath =
 /// .githooks`), unless one of the others holds it already. The next
 /// start records it again: the agent must not have written it meanwhile.
+///
+/// So are the work-tree files a recorded hook is a link to
+/// (`.git/hooks/pre-commit -> ../../scripts/pre-commit`): `.git/hooks` is
+/// read-only, but the agent rewrote `scripts/pre-commit` and the user's
+/// next `git commit` on the host ran it (a37c).
 fn protected_paths(ws: &Workspace) -> Vec<String> {
+    use crate::verify::record;
     let mut v = ws.loaded.config.protected_paths();
-    let rec = crate::verify::record::load(&crate::verify::record::dir(&ws.names.hash));
-    if let Some(crate::verify::record::Location::Tree(t)) = rec.map(|r| r.location)
-        && !v
-            .iter()
-            .any(|p| Path::new(&t).starts_with(p.trim_end_matches('/')))
-    {
-        v.push(t);
+    let dir = record::dir(&ws.names.hash);
+    let mut extra = Vec::new();
+    if let Some(rec) = record::load(&dir) {
+        if let record::Location::Tree(t) = &rec.location {
+            extra.push(t.clone());
+        }
+        extra.extend(record::linked_targets(&dir, &rec, &ws.path));
+    }
+    // A submodule's hooks (`.git/modules/<name>/hooks`, held read-only by
+    // gitpins) run when the user commits in it: their links too.
+    for p in crate::gitpins::pins(&ws.path).unwrap_or_default() {
+        if p.dir && p.exists && p.rel.ends_with("/hooks") {
+            let d = ws.path.join(&p.rel);
+            extra.extend(record::links_into(&d, &d, &ws.path));
+        }
+    }
+    for t in extra {
+        if !v.contains(&t)
+            && !v
+                .iter()
+                .any(|p| Path::new(&t).starts_with(p.trim_end_matches('/')))
+        {
+            v.push(t);
+        }
     }
     v
 }

@@ -41,6 +41,10 @@ pub struct Record {
     /// `core.hooksPath` as git's parser read it, if set.
     pub hooks_path: Option<String>,
     pub location: Location,
+    /// The hooks directory git uses, absolute, as found at the record
+    /// (what a hook that is a relative link is resolved against).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks_dir: Option<String>,
     /// "start" when `sbx-run start` made it, "host-now" for the fallback.
     pub source: String,
     /// Seconds since the epoch.
@@ -140,6 +144,7 @@ pub fn snapshot(top: &Path, dest: &Path, source: &str) -> Result<Record, VerifyE
     let rec = Record {
         hooks_path,
         location,
+        hooks_dir: Some(from.to_string_lossy().into_owned()),
         source: source.into(),
         recorded_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -150,6 +155,62 @@ pub fn snapshot(top: &Path, dest: &Path, source: &str) -> Result<Record, VerifyE
     let text = serde_json::to_string_pretty(&rec).expect("a record serialises");
     std::fs::write(&p, text).map_err(|e| io(&p, e))?;
     Ok(rec)
+}
+
+/// The files under the work tree `top` that the recorded hooks (in `dir`)
+/// are links to, workspace-relative: `.git/hooks/pre-commit ->
+/// ../../scripts/pre-commit` makes the host's git run
+/// `scripts/pre-commit`, a file the agent writes unless it is held. A
+/// link is resolved against the hooks directory by its names (`..` taken
+/// lexically: every directory on the way is checked for links when the
+/// path is held, and refused if one is).
+pub fn linked_targets(dir: &Path, rec: &Record, top: &Path) -> Vec<String> {
+    match rec.hooks_dir.as_deref() {
+        Some(hooks) => links_into(&dir.join(HOOKS_DIR), Path::new(hooks), top),
+        None => Vec::new(),
+    }
+}
+
+/// The targets of the links in `links` (a hooks directory or its
+/// record), resolved against the hooks directory `hooks`, that lie under
+/// `top`, workspace-relative and sorted.
+pub fn links_into(links: &Path, hooks: &Path, top: &Path) -> Vec<String> {
+    let tops = [
+        top.to_owned(),
+        std::fs::canonicalize(top).unwrap_or_else(|_| top.to_owned()),
+    ];
+    let Ok(rd) = std::fs::read_dir(links) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".sample") {
+            continue;
+        }
+        let Ok(target) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        let mut abs = PathBuf::new();
+        for c in hooks.join(&target).components() {
+            match c {
+                Component::ParentDir => {
+                    abs.pop();
+                }
+                Component::CurDir => {}
+                other => abs.push(other),
+            }
+        }
+        if let Some(rel) = tops
+            .iter()
+            .find_map(|t| abs.strip_prefix(t).ok())
+            .and_then(plain_relative)
+            && !out.contains(&rel)
+        {
+            out.push(rel);
+        }
+    }
+    out.sort();
+    out
 }
 
 /// A relative path of plain names only, as a string.
@@ -220,4 +281,40 @@ fn copy_hooks(top: &Path, from: &Path, to: &Path) -> Result<(), VerifyError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Links in the recorded hooks that lead into the work tree, relative
+    /// or absolute, are named workspace-relative; others are not.
+    #[test]
+    fn hooks_linked_into_the_work_tree_are_found() {
+        let rec_dir = tempfile::tempdir().unwrap();
+        let hooks = rec_dir.path().join(HOOKS_DIR);
+        std::fs::create_dir_all(&hooks).unwrap();
+        let link = |name: &str, to: &str| std::os::unix::fs::symlink(to, hooks.join(name)).unwrap();
+        link("pre-commit", "../../scripts/pre-commit");
+        link("post-merge", "/r/tools/post-merge");
+        link("pre-push", "/etc/hooks/pre-push");
+        link("commit-msg", "../../../elsewhere");
+        std::fs::write(hooks.join("post-commit"), "#!/bin/sh\n").unwrap();
+        let rec = Record {
+            hooks_path: None,
+            location: Location::GitDir,
+            hooks_dir: Some("/r/.git/hooks".into()),
+            source: "start".into(),
+            recorded_at: 0,
+        };
+        assert_eq!(
+            linked_targets(rec_dir.path(), &rec, Path::new("/r")),
+            ["scripts/pre-commit", "tools/post-merge"]
+        );
+        let old = Record {
+            hooks_dir: None,
+            ..rec
+        };
+        assert!(linked_targets(rec_dir.path(), &old, Path::new("/r")).is_empty());
+    }
 }

@@ -258,6 +258,46 @@ fn the_scan_sees_the_programs_it_must() {
     }
 }
 
+/// scripts/server sets up what scripts/shell does, then serves: the same
+/// phases up to the image, no sandbox, then sbx-server.
+#[test]
+fn scripts_server_sets_up_then_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("bash")
+        .arg(root().join("scripts/server"))
+        .args(["--dry-run", "--listen", "127.0.0.1:9"])
+        .env("XDG_STATE_HOME", dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let phases: Vec<&str> = out
+        .lines()
+        .map(|l| {
+            l.trim_start_matches("sbx: ")
+                .split("  ")
+                .next()
+                .unwrap_or("")
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        ["prerequisites", "build", "base image", "serve"],
+        "{out}"
+    );
+    assert!(out.contains("serve --listen 127.0.0.1:9"), "{out}");
+    let bad = std::process::Command::new("bash")
+        .arg(root().join("scripts/server"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(64));
+}
+
 /// scripts/shell's first run is quiet: one line per phase, named in order,
 /// a few lines in all (the phases' own output goes to logs).
 #[test]

@@ -757,13 +757,16 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
         (Some(l), Some(s)) => Err(refuse(&s, &l)),
         (None, Some(s)) => Err(refuse(&s, "new, with no id yet")),
         (local, None) => {
-            let id = local.unwrap_or_else(|| sbx_sys::beneath::tmp_name()[5..].to_owned());
-            fs::create_dir_all(state_dir)
-                .and_then(|()| fs::write(&file, &id))
-                .map_err(|e| sbx_core::error::PathError {
-                    path: file.clone(),
-                    source: e,
-                })?;
+            crate::hook::point("home-id-read");
+            let id = match local {
+                Some(l) => l,
+                None => new_home_id(state_dir, &file).map_err(|e| {
+                    sbx_core::error::PathError {
+                        path: file.clone(),
+                        source: e,
+                    }
+                })?,
+            };
             let opts = PutOptions {
                 mode: PutMode::Create,
                 ..Default::default()
@@ -774,13 +777,44 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
                 .await
             {
                 Ok(_) => Ok(id),
-                // Another home claimed it first.
+                // Claimed meanwhile: by another pass of this home (the
+                // daemon's first and a sync the user runs) or another home.
                 Err(object_store::Error::AlreadyExists { .. }) => {
-                    Err(refuse("claimed a moment ago", &id))
+                    let g = remote
+                        .store
+                        .get(&remote.home_id())
+                        .await
+                        .map_err(|e| remote.down(e))?;
+                    let s = g.bytes().await.map_err(|e| remote.down(e))?;
+                    if String::from_utf8_lossy(&s).trim() == id {
+                        Ok(id)
+                    } else {
+                        Err(refuse("claimed a moment ago", &id))
+                    }
                 }
                 Err(e) => Err(Box::new(remote.down(e))),
             }
         }
+    }
+}
+
+/// A new id for this home, published whole and once: two passes of one
+/// home that start together (the daemon's first and a sync the user runs)
+/// must not each make one, or the loser's id, left in the state dir, would
+/// lock this home out of its own prefix for good.
+fn new_home_id(state_dir: &Path, file: &Path) -> std::io::Result<String> {
+    fs::create_dir_all(state_dir)?;
+    let id = sbx_sys::beneath::tmp_name()[5..].to_owned();
+    let tmp = state_dir.join(format!("home-id.{id}"));
+    fs::write(&tmp, &id)?;
+    let r = fs::hard_link(&tmp, file);
+    let _ = fs::remove_file(&tmp);
+    match r {
+        Ok(()) => Ok(id),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok(fs::read_to_string(file)?.trim().to_owned())
+        }
+        Err(e) => Err(e),
     }
 }
 

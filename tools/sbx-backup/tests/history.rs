@@ -105,6 +105,26 @@ fn paused(e: &Env, at: &str, resume: &Path, args: &[&str]) -> Child {
     c
 }
 
+/// Two first passes of one home at once (the daemon's first and a sync
+/// the user runs: syncs do not exclude each other) claim the prefix with
+/// one id. Before, each made its own: the slower one was refused (78) and
+/// its id, left in the state dir, locked the home out of its prefix.
+#[test]
+fn two_first_passes_of_one_home_share_its_id() {
+    let e = Env::new("");
+    w(&e.home().join("a"), b"alpha\n");
+    let resume = e.root.join("resume");
+    let slow = paused(&e, "home-id-read", &resume, &["sync"]);
+    w(&e.home().join("b"), b"bravo\n");
+    e.ok(&["sync"]);
+    fs::write(&resume, "").unwrap();
+    let o = slow.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&e.home().join("c"), b"charlie\n");
+    e.ok(&["sync"]);
+    assert_eq!(e.restored("to"), tree(&e.home()));
+}
+
 /// Route 7: one flipped bit that keeps the JSON valid (a secret's mode
 /// 0600 -> 0644) is refused by restore and reported by check.
 #[test]

@@ -47,6 +47,9 @@ pub struct AppState {
     audit: AuditLog,
     account: Limiter,
     address: Limiter,
+    /// Every registration, per client address: the per-user quotas mean
+    /// nothing if one client may make users without end.
+    registrations: Limiter,
     max_projects: u32,
     max_running: u32,
     repo_root: Option<PathBuf>,
@@ -172,8 +175,11 @@ async fn register(
 ) -> Result<Response, ApiError> {
     let ip = addr.ip().to_string();
     s.address.check(&ip, "address")?;
+    s.registrations.check(&ip, "address")?;
     let email = auth::normalise_email(&c.email)?;
     auth::check_password(&c.password)?;
+    // Counted before the hash: an attempt costs the server its argon2.
+    s.registrations.fail(&ip);
     let hash = blocking(move || auth::hash_password(&c.password)).await??;
     let id = Uuid::new_v4();
     if !s.repo.create_user(id, &email, &hash).await? {
@@ -735,6 +741,7 @@ pub async fn serve(
         audit,
         account: Limiter::new(args.login_limit_account, auth::LIMIT_WINDOW),
         address: Limiter::new(args.login_limit_address, auth::LIMIT_WINDOW),
+        registrations: Limiter::new(args.register_limit_address, auth::LIMIT_WINDOW),
         max_projects: args.max_projects,
         max_running: args.max_running,
         repo_root,

@@ -188,7 +188,7 @@ impl Limiter {
                 let mut e = ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "rate_limited",
-                    format!("too many failed attempts from this {what}: try again in {left} s"),
+                    format!("too many attempts from this {what}: try again in {left} s"),
                 );
                 e.retry_after = Some(left);
                 Err(e)

@@ -174,6 +174,29 @@ fn login_is_limited_per_address() {
 }
 
 #[test]
+fn registrations_are_limited_per_address() {
+    // Route (issue 41): successful sign-ups counted against nothing, so
+    // one anonymous client could make users without end, each with its
+    // own --max-projects workspaces and --max-running sandboxes (and an
+    // argon2 hash each): the per-user quotas bounded nothing.
+    let s = common::start(&["--register-limit-address", "3"]);
+    for _ in 0..3 {
+        s.user();
+    }
+    let r = s.call(
+        "POST",
+        "/auth/register",
+        None,
+        Some(json!({"email": "one-more@example.test", "password": "correct horse battery"})),
+    );
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{r:?}");
+    assert!(r.headers.contains_key("retry-after"), "{r:?}");
+    // Logins from that address are not refused by it.
+    let (e, p) = ("one-more@example.test", "correct horse battery");
+    assert_eq!(s.login(e, p).code(), "invalid_credentials");
+}
+
+#[test]
 fn registration_refuses_a_taken_email_and_bad_credentials() {
     let s = shared();
     let (email, _) = s.user();

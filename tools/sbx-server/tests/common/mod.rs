@@ -189,7 +189,16 @@ fn spawn(db: String, args: &[&str], docker: bool) -> Server {
 /// The server most tests share (one per test binary).
 pub fn shared() -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
-    S.get_or_init(|| start(&["--max-projects", "3", "--login-limit-address", "100000"]))
+    S.get_or_init(|| {
+        start(&[
+            "--max-projects",
+            "3",
+            "--login-limit-address",
+            "100000",
+            "--register-limit-address",
+            "100000",
+        ])
+    })
 }
 
 pub fn client() -> reqwest::blocking::Client {

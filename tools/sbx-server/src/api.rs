@@ -446,7 +446,15 @@ async fn owned(
     user: Uuid,
     id: Uuid,
 ) -> Result<tokio::sync::OwnedMutexGuard<()>, ApiError> {
+    // The owner first: another user's id (or a made-up one) must neither
+    // wait on the lock, whose wait tells that the project exists and is
+    // busy, nor leave a lock in the map for good.
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
     let held = s.sandboxes.lock(id).lock_owned().await;
+    // Again under the lock: a delete may have gone first.
     s.repo
         .get(user, id)
         .await?

@@ -840,3 +840,75 @@ fn repo_is_cloned_only_from_below_the_repo_root() {
         assert_eq!((r.status, r.code()), (422, "invalid_repo"), "{bad}: {r:?}");
     }
 }
+
+#[test]
+fn another_users_request_does_not_wait_on_a_projects_lock() {
+    // Route (issue 41): start, stop and delete took the project's lock
+    // before checking its owner, so user B's request on user A's id
+    // waited while A's project was mid-transition (its 404 came late:
+    // the id exists and is busy), and every made-up id left a lock in
+    // the server's map for good (memory growth, one entry a request).
+    let s = common::start(&[]);
+    // An engine that takes connections and never answers: A's start
+    // holds its project's lock for as long as the test likes.
+    let engine = std::os::unix::net::UnixListener::bind(s.state.join("no-docker.sock")).unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        engine.set_nonblocking(true).unwrap();
+        let mut held = Vec::new();
+        while released.try_recv().is_err() {
+            match engine.accept() {
+                Ok((c, _)) => held.push(c),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    });
+    let (a, _) = s.session();
+    let (b, _) = s.session();
+    let r = s.call("POST", "/projects", Some(&a), Some(json!({"name": "busy"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let start = {
+        let (base, a, id) = (s.base.clone(), a.clone(), id.clone());
+        std::thread::spawn(move || {
+            common::client()
+                .post(format!("{base}/projects/{id}/start"))
+                .bearer_auth(a)
+                .send()
+                .map(|r| r.status().as_u16())
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while s
+        .call("GET", &format!("/projects/{id}"), Some(&a), None)
+        .body["status"]
+        != "creating"
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's start never began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    for route in ["stop", "start"] {
+        let (base, b, id, tx) = (s.base.clone(), b.clone(), id.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let r = common::client()
+                .post(format!("{base}/projects/{id}/{route}"))
+                .bearer_auth(b)
+                .send()
+                .map(|r| r.status().as_u16());
+            let _ = tx.send((route, r.ok()));
+        });
+    }
+    let answers: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(std::time::Duration::from_secs(10)))
+        .collect();
+    let _ = release.send(());
+    let _ = start.join();
+    for a in answers {
+        let (route, status) = a.expect("B's request waited on A's project's lock");
+        assert_eq!(status, Some(404), "{route}");
+    }
+}

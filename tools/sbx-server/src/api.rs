@@ -56,6 +56,9 @@ pub struct AppState {
     /// Verified against when the email is unknown, so a login takes as
     /// long whether or not the account exists.
     dummy_hash: String,
+    /// Hashes running at once: each takes argon2's 19 MiB, and the login
+    /// limits bound failures over time, not concurrency.
+    hashing: tokio::sync::Semaphore,
 }
 
 type S = Arc<AppState>;
@@ -180,7 +183,7 @@ async fn register(
     auth::check_password(&c.password)?;
     // Counted before the hash: an attempt costs the server its argon2.
     s.registrations.fail(&ip);
-    let hash = blocking(move || auth::hash_password(&c.password)).await??;
+    let hash = hashing(&s, move || auth::hash_password(&c.password)).await??;
     let id = Uuid::new_v4();
     if !s.repo.create_user(id, &email, &hash).await? {
         // Counted like a failed login: probing for addresses is limited.
@@ -215,7 +218,7 @@ async fn login(
     };
     let pw = c.password;
     let ok = pw.len() <= auth::MAX_PASSWORD
-        && blocking(move || auth::verify_password(&pw, &hash)).await?;
+        && hashing(&s, move || auth::verify_password(&pw, &hash)).await?;
     let Some(id) = id.filter(|_| ok) else {
         s.account.fail(&email);
         s.address.fail(&ip);
@@ -529,6 +532,22 @@ async fn delete_project(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A password hash or verification, off the async workers, at most
+/// [`AppState::hashing`] at once: unbounded, a burst of logins (wrong
+/// ones all pass the limit's check before the first failure counts)
+/// takes 19 MiB each, up to tokio's 512 blocking threads: ~10 GB.
+async fn hashing<T: Send + 'static>(
+    s: &AppState,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let _permit = s
+        .hashing
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(format!("hashing: {e}")))?;
+    blocking(f).await
+}
+
 /// Run blocking work (hashing, docker, git) off the async workers.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -754,6 +773,9 @@ pub async fn serve(
         max_running: args.max_running,
         repo_root,
         dummy_hash,
+        hashing: tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+        ),
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

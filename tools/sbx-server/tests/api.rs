@@ -912,3 +912,41 @@ fn another_users_request_does_not_wait_on_a_projects_lock() {
         assert_eq!(status, Some(404), "{route}");
     }
 }
+
+#[test]
+fn concurrent_logins_do_not_each_take_a_hashs_memory() {
+    // Route (issue 41): every login ran its argon2 (19 MiB) at once, on
+    // up to 512 blocking threads; the limits count failures after the
+    // fact, so a burst of logins (right or wrong) took ~19 MiB each: a
+    // memory exhaustion lever for any client. Hashes now queue.
+    let s = common::start(&["--login-limit-address", "100000"]);
+    let (email, pw) = s.user();
+    let n: u64 = 64;
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (base, email, pw) = (s.base.clone(), email.clone(), pw.clone());
+            std::thread::spawn(move || {
+                common::client()
+                    .post(format!("{base}/auth/login"))
+                    .header("content-type", "application/json")
+                    .body(json!({"email": email, "password": pw}).to_string())
+                    .send()
+                    .map(|r| r.status().as_u16())
+                    .ok()
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), Some(200));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    // All at once is ~20 MiB a login (~1.2 GiB here); a few at a time,
+    // with what the allocator's arenas keep, is a third of that on 2
+    // cores.
+    assert!(peak_kib < n * 19 * 1024 / 2, "peak RSS {peak_kib} KiB");
+}

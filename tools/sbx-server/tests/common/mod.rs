@@ -316,6 +316,11 @@ impl Server {
         )
     }
 
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn audit_log(&self) -> PathBuf {
         self.state.join("audit.jsonl")
     }

@@ -33,6 +33,10 @@ use crate::{ServeArgs, ServerError};
 
 /// Largest request body: every request is a few small JSON fields.
 pub const BODY_LIMIT: usize = 16 * 1024;
+/// How long a client may take to send its body: over it, 408. Unbounded,
+/// one client trickling bodies held a connection (a file descriptor) each
+/// for good, until the server could accept no more.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest project name, in characters.
 pub const MAX_NAME: usize = 64;
 
@@ -616,8 +620,40 @@ pub fn router(state: S) -> axum::Router {
                 "this route does not take that method",
             )
         })
+        .layer(axum::middleware::from_fn(read_body))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// The whole body, read within [`BODY_TIMEOUT`] before any handler runs
+/// (one declared over [`BODY_LIMIT`] is left to the extractor's 413).
+async fn read_body(req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT) {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, BODY_LIMIT)).await {
+        Ok(Ok(b)) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(b)))
+                .await
+        }
+        Ok(Err(_)) => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the body is over {BODY_LIMIT} bytes"),
+        )
+        .into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("the body took over {} s to arrive", BODY_TIMEOUT.as_secs()),
+        )
+        .into_response(),
+    }
 }
 
 /// One audit record per API action, in sbx's JSONL format: who (the

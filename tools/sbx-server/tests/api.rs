@@ -950,3 +950,32 @@ fn concurrent_logins_do_not_each_take_a_hashs_memory() {
     // cores.
     assert!(peak_kib < n * 19 * 1024 / 2, "peak RSS {peak_kib} KiB");
 }
+
+#[test]
+fn a_body_that_never_ends_is_cut_off() {
+    // Route (issue 41): no timeout anywhere, so a body trickled (or
+    // never finished) held its connection, and a file descriptor, for
+    // good: one anonymous client opening a few hundred of them left the
+    // server unable to accept anyone. The body now has 10 s to arrive.
+    let s = shared();
+    let addr = s.base.strip_prefix("http://").unwrap();
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(
+        b"POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 100\r\n\r\n{",
+    )
+    .unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("the server still waits for the body: {e}"),
+        }
+    }
+    let head = String::from_utf8_lossy(&got);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+}

@@ -310,16 +310,22 @@ async fn list_projects(
     Ok(axum::Json(s.repo.list(user).await?))
 }
 
-/// A project name: 1 to [`MAX_NAME`] characters, no control characters
+/// A project name: 1 to [`MAX_NAME`] characters, no control or invisible characters
 /// (it is printed in logs and terminals), no leading or trailing blanks.
 fn check_name(name: &str) -> Result<(), ApiError> {
     let n = name.chars().count();
-    if n == 0 || n > MAX_NAME || name.chars().any(char::is_control) || name.trim() != name {
+    if n == 0
+        || n > MAX_NAME
+        || name
+            .chars()
+            .any(|c| c.is_control() || auth::is_invisible(c))
+        || name.trim() != name
+    {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_name",
             format!(
-                "name: 1 to {MAX_NAME} characters, no control characters, no leading or trailing blanks"
+                "name: 1 to {MAX_NAME} characters, no control or invisible characters, no leading or trailing blanks"
             ),
         ));
     }

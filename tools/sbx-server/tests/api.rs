@@ -979,3 +979,39 @@ fn a_body_that_never_ends_is_cut_off() {
     let head = String::from_utf8_lossy(&got);
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
 }
+
+#[test]
+fn names_and_emails_with_invisible_characters_are_refused() {
+    // Route (issue 41): only C0/C1 controls were refused, so a project
+    // name (printed in logs and terminals) could carry a bidi override
+    // that reorders the line it is printed on, and an email could carry
+    // a zero-width space: a second account that reads as the first.
+    let s = shared();
+    let (t, _) = s.session();
+    for name in [
+        "evil\u{202E}txt.exe",
+        "a\u{2066}b",
+        "zero\u{200B}width",
+        "line\u{2028}sep",
+    ] {
+        let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "invalid_name"),
+            "{name:?}: {r:?}"
+        );
+    }
+    for email in ["ad\u{200B}min@example.test", "admin@exa\u{202E}mple.test"] {
+        let r = s.call(
+            "POST",
+            "/auth/register",
+            None,
+            Some(json!({"email": email, "password": "correct horse battery"})),
+        );
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "invalid_email"),
+            "{email:?}: {r:?}"
+        );
+    }
+}

@@ -41,6 +41,7 @@ complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-proj
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-running -d 'Sandboxes one user may have running (or starting) at once' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-limit-account -d 'Failed logins per account in 15 minutes before it is refused (429)' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-limit-address -d 'Failed logins and registrations per client address in 15 minutes before it is refused (429)' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l register-limit-address -d 'Registrations (taken or not) per client address in 15 minutes before it is refused (429): each account brings its own project and sandbox quotas' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l repo-root -d 'Local repositories a project\'s `repo` may name: absolute paths below this directory. Without it, `repo` is refused' -r -F
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''

@@ -33,6 +33,10 @@ use crate::{ServeArgs, ServerError};
 
 /// Largest request body: every request is a few small JSON fields.
 pub const BODY_LIMIT: usize = 16 * 1024;
+/// How long a client may take to send its body: over it, 408. Unbounded,
+/// one client trickling bodies held a connection (a file descriptor) each
+/// for good, until the server could accept no more.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest project name, in characters.
 pub const MAX_NAME: usize = 64;
 
@@ -47,12 +51,18 @@ pub struct AppState {
     audit: AuditLog,
     account: Limiter,
     address: Limiter,
+    /// Every registration, per client address: the per-user quotas mean
+    /// nothing if one client may make users without end.
+    registrations: Limiter,
     max_projects: u32,
     max_running: u32,
     repo_root: Option<PathBuf>,
     /// Verified against when the email is unknown, so a login takes as
     /// long whether or not the account exists.
     dummy_hash: String,
+    /// Hashes running at once: each takes argon2's 19 MiB, and the login
+    /// limits bound failures over time, not concurrency.
+    hashing: tokio::sync::Semaphore,
 }
 
 type S = Arc<AppState>;
@@ -172,9 +182,12 @@ async fn register(
 ) -> Result<Response, ApiError> {
     let ip = addr.ip().to_string();
     s.address.check(&ip, "address")?;
+    s.registrations.check(&ip, "address")?;
     let email = auth::normalise_email(&c.email)?;
     auth::check_password(&c.password)?;
-    let hash = blocking(move || auth::hash_password(&c.password)).await??;
+    // Counted before the hash: an attempt costs the server its argon2.
+    s.registrations.fail(&ip);
+    let hash = hashing(&s, move || auth::hash_password(&c.password)).await??;
     let id = Uuid::new_v4();
     if !s.repo.create_user(id, &email, &hash).await? {
         // Counted like a failed login: probing for addresses is limited.
@@ -209,7 +222,7 @@ async fn login(
     };
     let pw = c.password;
     let ok = pw.len() <= auth::MAX_PASSWORD
-        && blocking(move || auth::verify_password(&pw, &hash)).await?;
+        && hashing(&s, move || auth::verify_password(&pw, &hash)).await?;
     let Some(id) = id.filter(|_| ok) else {
         s.account.fail(&email);
         s.address.fail(&ip);
@@ -297,16 +310,22 @@ async fn list_projects(
     Ok(axum::Json(s.repo.list(user).await?))
 }
 
-/// A project name: 1 to [`MAX_NAME`] characters, no control characters
+/// A project name: 1 to [`MAX_NAME`] characters, no control or invisible characters
 /// (it is printed in logs and terminals), no leading or trailing blanks.
 fn check_name(name: &str) -> Result<(), ApiError> {
     let n = name.chars().count();
-    if n == 0 || n > MAX_NAME || name.chars().any(char::is_control) || name.trim() != name {
+    if n == 0
+        || n > MAX_NAME
+        || name
+            .chars()
+            .any(|c| c.is_control() || auth::is_invisible(c))
+        || name.trim() != name
+    {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_name",
             format!(
-                "name: 1 to {MAX_NAME} characters, no control characters, no leading or trailing blanks"
+                "name: 1 to {MAX_NAME} characters, no control or invisible characters, no leading or trailing blanks"
             ),
         ));
     }
@@ -440,7 +459,15 @@ async fn owned(
     user: Uuid,
     id: Uuid,
 ) -> Result<tokio::sync::OwnedMutexGuard<()>, ApiError> {
+    // The owner first: another user's id (or a made-up one) must neither
+    // wait on the lock, whose wait tells that the project exists and is
+    // busy, nor leave a lock in the map for good.
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
     let held = s.sandboxes.lock(id).lock_owned().await;
+    // Again under the lock: a delete may have gone first.
     s.repo
         .get(user, id)
         .await?
@@ -515,6 +542,22 @@ async fn delete_project(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A password hash or verification, off the async workers, at most
+/// [`AppState::hashing`] at once: unbounded, a burst of logins (wrong
+/// ones all pass the limit's check before the first failure counts)
+/// takes 19 MiB each, up to tokio's 512 blocking threads: ~10 GB.
+async fn hashing<T: Send + 'static>(
+    s: &AppState,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let _permit = s
+        .hashing
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(format!("hashing: {e}")))?;
+    blocking(f).await
+}
+
 /// Run blocking work (hashing, docker, git) off the async workers.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -583,8 +626,40 @@ pub fn router(state: S) -> axum::Router {
                 "this route does not take that method",
             )
         })
+        .layer(axum::middleware::from_fn(read_body))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// The whole body, read within [`BODY_TIMEOUT`] before any handler runs
+/// (one declared over [`BODY_LIMIT`] is left to the extractor's 413).
+async fn read_body(req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT) {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, BODY_LIMIT)).await {
+        Ok(Ok(b)) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(b)))
+                .await
+        }
+        Ok(Err(_)) => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the body is over {BODY_LIMIT} bytes"),
+        )
+        .into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!("the body took over {} s to arrive", BODY_TIMEOUT.as_secs()),
+        )
+        .into_response(),
+    }
 }
 
 /// One audit record per API action, in sbx's JSONL format: who (the
@@ -735,10 +810,14 @@ pub async fn serve(
         audit,
         account: Limiter::new(args.login_limit_account, auth::LIMIT_WINDOW),
         address: Limiter::new(args.login_limit_address, auth::LIMIT_WINDOW),
+        registrations: Limiter::new(args.register_limit_address, auth::LIMIT_WINDOW),
         max_projects: args.max_projects,
         max_running: args.max_running,
         repo_root,
         dummy_hash,
+        hashing: tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+        ),
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

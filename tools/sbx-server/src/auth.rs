@@ -188,7 +188,7 @@ impl Limiter {
                 let mut e = ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "rate_limited",
-                    format!("too many failed attempts from this {what}: try again in {left} s"),
+                    format!("too many attempts from this {what}: try again in {left} s"),
                 );
                 e.retry_after = Some(left);
                 Err(e)
@@ -219,11 +219,23 @@ impl Limiter {
     }
 }
 
+/// A character that changes how text around it shows without showing
+/// itself: bidi overrides and isolates (which reorder a terminal's line),
+/// zero-width ones and line or paragraph separators. `char::is_control`
+/// knows only C0 and C1.
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
 /// An email as stored: trimmed, lower case; refused when it cannot be one.
 pub fn normalise_email(email: &str) -> Result<String, ApiError> {
     let e = email.trim().to_lowercase();
     let ok = e.len() <= 254
-        && !e.chars().any(|c| c.is_control() || c.is_whitespace())
+        && !e
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || is_invisible(c))
         && e.split_once('@')
             .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
     if ok {

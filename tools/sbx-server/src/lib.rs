@@ -74,6 +74,11 @@ pub struct ServeArgs {
     /// before it is refused (429).
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub login_limit_address: u32,
+    /// Registrations (taken or not) per client address in 15 minutes
+    /// before it is refused (429): each account brings its own project
+    /// and sandbox quotas.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub register_limit_address: u32,
     /// Local repositories a project's `repo` may name: absolute paths below
     /// this directory. Without it, `repo` is refused.
     #[arg(long, value_name = "DIR")]

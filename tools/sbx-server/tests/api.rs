@@ -174,6 +174,29 @@ fn login_is_limited_per_address() {
 }
 
 #[test]
+fn registrations_are_limited_per_address() {
+    // Route (issue 41): successful sign-ups counted against nothing, so
+    // one anonymous client could make users without end, each with its
+    // own --max-projects workspaces and --max-running sandboxes (and an
+    // argon2 hash each): the per-user quotas bounded nothing.
+    let s = common::start(&["--register-limit-address", "3"]);
+    for _ in 0..3 {
+        s.user();
+    }
+    let r = s.call(
+        "POST",
+        "/auth/register",
+        None,
+        Some(json!({"email": "one-more@example.test", "password": "correct horse battery"})),
+    );
+    assert_eq!((r.status, r.code()), (429, "rate_limited"), "{r:?}");
+    assert!(r.headers.contains_key("retry-after"), "{r:?}");
+    // Logins from that address are not refused by it.
+    let (e, p) = ("one-more@example.test", "correct horse battery");
+    assert_eq!(s.login(e, p).code(), "invalid_credentials");
+}
+
+#[test]
 fn registration_refuses_a_taken_email_and_bad_credentials() {
     let s = shared();
     let (email, _) = s.user();
@@ -815,5 +838,180 @@ fn repo_is_cloned_only_from_below_the_repo_root() {
             Some(json!({"name": "x", "repo": bad})),
         );
         assert_eq!((r.status, r.code()), (422, "invalid_repo"), "{bad}: {r:?}");
+    }
+}
+
+#[test]
+fn another_users_request_does_not_wait_on_a_projects_lock() {
+    // Route (issue 41): start, stop and delete took the project's lock
+    // before checking its owner, so user B's request on user A's id
+    // waited while A's project was mid-transition (its 404 came late:
+    // the id exists and is busy), and every made-up id left a lock in
+    // the server's map for good (memory growth, one entry a request).
+    let s = common::start(&[]);
+    // An engine that takes connections and never answers: A's start
+    // holds its project's lock for as long as the test likes.
+    let engine = std::os::unix::net::UnixListener::bind(s.state.join("no-docker.sock")).unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        engine.set_nonblocking(true).unwrap();
+        let mut held = Vec::new();
+        while released.try_recv().is_err() {
+            match engine.accept() {
+                Ok((c, _)) => held.push(c),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    });
+    let (a, _) = s.session();
+    let (b, _) = s.session();
+    let r = s.call("POST", "/projects", Some(&a), Some(json!({"name": "busy"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let start = {
+        let (base, a, id) = (s.base.clone(), a.clone(), id.clone());
+        std::thread::spawn(move || {
+            common::client()
+                .post(format!("{base}/projects/{id}/start"))
+                .bearer_auth(a)
+                .send()
+                .map(|r| r.status().as_u16())
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while s
+        .call("GET", &format!("/projects/{id}"), Some(&a), None)
+        .body["status"]
+        != "creating"
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's start never began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    for route in ["stop", "start"] {
+        let (base, b, id, tx) = (s.base.clone(), b.clone(), id.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let r = common::client()
+                .post(format!("{base}/projects/{id}/{route}"))
+                .bearer_auth(b)
+                .send()
+                .map(|r| r.status().as_u16());
+            let _ = tx.send((route, r.ok()));
+        });
+    }
+    let answers: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(std::time::Duration::from_secs(10)))
+        .collect();
+    let _ = release.send(());
+    let _ = start.join();
+    for a in answers {
+        let (route, status) = a.expect("B's request waited on A's project's lock");
+        assert_eq!(status, Some(404), "{route}");
+    }
+}
+
+#[test]
+fn concurrent_logins_do_not_each_take_a_hashs_memory() {
+    // Route (issue 41): every login ran its argon2 (19 MiB) at once, on
+    // up to 512 blocking threads; the limits count failures after the
+    // fact, so a burst of logins (right or wrong) took ~19 MiB each: a
+    // memory exhaustion lever for any client. Hashes now queue.
+    let s = common::start(&["--login-limit-address", "100000"]);
+    let (email, pw) = s.user();
+    let n: u64 = 64;
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (base, email, pw) = (s.base.clone(), email.clone(), pw.clone());
+            std::thread::spawn(move || {
+                common::client()
+                    .post(format!("{base}/auth/login"))
+                    .header("content-type", "application/json")
+                    .body(json!({"email": email, "password": pw}).to_string())
+                    .send()
+                    .map(|r| r.status().as_u16())
+                    .ok()
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), Some(200));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    // All at once is ~20 MiB a login (~1.2 GiB here); a few at a time,
+    // with what the allocator's arenas keep, is a third of that on 2
+    // cores.
+    assert!(peak_kib < n * 19 * 1024 / 2, "peak RSS {peak_kib} KiB");
+}
+
+#[test]
+fn a_body_that_never_ends_is_cut_off() {
+    // Route (issue 41): no timeout anywhere, so a body trickled (or
+    // never finished) held its connection, and a file descriptor, for
+    // good: one anonymous client opening a few hundred of them left the
+    // server unable to accept anyone. The body now has 10 s to arrive.
+    let s = shared();
+    let addr = s.base.strip_prefix("http://").unwrap();
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.write_all(
+        b"POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 100\r\n\r\n{",
+    )
+    .unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("the server still waits for the body: {e}"),
+        }
+    }
+    let head = String::from_utf8_lossy(&got);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+}
+
+#[test]
+fn names_and_emails_with_invisible_characters_are_refused() {
+    // Route (issue 41): only C0/C1 controls were refused, so a project
+    // name (printed in logs and terminals) could carry a bidi override
+    // that reorders the line it is printed on, and an email could carry
+    // a zero-width space: a second account that reads as the first.
+    let s = shared();
+    let (t, _) = s.session();
+    for name in [
+        "evil\u{202E}txt.exe",
+        "a\u{2066}b",
+        "zero\u{200B}width",
+        "line\u{2028}sep",
+    ] {
+        let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "invalid_name"),
+            "{name:?}: {r:?}"
+        );
+    }
+    for email in ["ad\u{200B}min@example.test", "admin@exa\u{202E}mple.test"] {
+        let r = s.call(
+            "POST",
+            "/auth/register",
+            None,
+            Some(json!({"email": email, "password": "correct horse battery"})),
+        );
+        assert_eq!(
+            (r.status, r.code()),
+            (422, "invalid_email"),
+            "{email:?}: {r:?}"
+        );
     }
 }

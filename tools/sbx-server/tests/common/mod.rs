@@ -189,7 +189,16 @@ fn spawn(db: String, args: &[&str], docker: bool) -> Server {
 /// The server most tests share (one per test binary).
 pub fn shared() -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
-    S.get_or_init(|| start(&["--max-projects", "3", "--login-limit-address", "100000"]))
+    S.get_or_init(|| {
+        start(&[
+            "--max-projects",
+            "3",
+            "--login-limit-address",
+            "100000",
+            "--register-limit-address",
+            "100000",
+        ])
+    })
 }
 
 pub fn client() -> reqwest::blocking::Client {
@@ -305,6 +314,11 @@ impl Server {
             r.body["access_token"].as_str().unwrap().to_owned(),
             r.body["refresh_token"].as_str().unwrap().to_owned(),
         )
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn audit_log(&self) -> PathBuf {

@@ -751,7 +751,9 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
 /// A branch sandbox's home is backed up under its own prefix
 /// (`<url>/branch/<branch>`): it neither starts from the main sandbox's
 /// home nor takes the main sandbox's prefix over, so the main sandbox's
-/// backups go on after a branch sandbox started.
+/// backups go on after a branch sandbox started. Each sync is explicit (a
+/// stop's final sync may not finish on a loaded machine), and a sync the
+/// user runs in the branch sandbox goes to the branch's prefix too.
 #[test]
 fn a_branch_sandbox_backs_up_to_its_own_prefix() {
     let Some(img) = image() else { return };
@@ -816,7 +818,15 @@ fn a_branch_sandbox_backs_up_to_its_own_prefix() {
         out
     };
     step(&["start", p]);
-    step(&["exec", "-C", p, "--", "sh", "-c", "echo m1 > ~/main1"]);
+    step(&[
+        "exec",
+        "-C",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "echo m1 > ~/main1 && sbx-backup -q sync",
+    ]);
     step(&["stop", p]);
     step(&["start", "--branch", "feat", p]);
     let out = step(&[
@@ -828,12 +838,20 @@ fn a_branch_sandbox_backs_up_to_its_own_prefix() {
         "--",
         "sh",
         "-c",
-        "test -e ~/main1 && echo inherited; echo f > ~/feat1",
+        "test -e ~/main1 && echo inherited; echo f > ~/feat1 && sbx-backup -q sync",
     ]);
     assert_eq!(out, "", "the branch home started from the main sandbox's");
     step(&["stop", "--branch", "feat", p]);
     step(&["start", p]);
-    step(&["exec", "-C", p, "--", "sh", "-c", "echo m2 > ~/main2"]);
+    step(&[
+        "exec",
+        "-C",
+        p,
+        "--",
+        "sh",
+        "-c",
+        "echo m2 > ~/main2 && sbx-backup -q sync",
+    ]);
     step(&["stop", p]);
     // On the host: each prefix restores its own home.
     let bin = bin("sbx-backup");

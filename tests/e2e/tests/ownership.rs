@@ -196,6 +196,10 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
                 ".agent-sandbox",
                 ".husky",
                 ".agent-precommit",
+                // The project settings the user's Claude Code reads
+                // (issue 38): `.claude` made for skills, `.mcp.json` a mask.
+                ".claude",
+                ".mcp.json",
             ]
             .map(String::from),
         )

@@ -248,7 +248,8 @@ fn write_edit_bash(ws: &str) -> Value {
 /// Write and Edit refused (with sbx's reason, shown to the model)
 /// and logged as blocked; Bash runs. Then again with bypass-permissions
 /// mode, after the agent wrote user settings that disable hooks and allow
-/// everything: still refused.
+/// everything: still refused. (The project's `.claude/` is read-only since
+/// issue 38, so only the home's settings can be written.)
 #[test]
 fn disallowed_write_and_edit_are_refused_and_logged_even_in_bypass_mode() {
     let Some(r) = Repo::new("tools-ac4", "[tools]\ndisallowed = [\"Write\", \"Edit\"]\n") else {
@@ -264,7 +265,7 @@ fn disallowed_write_and_edit_are_refused_and_logged_even_in_bypass_mode() {
     {
         if round == 1 {
             let o = r.exec(
-                "s='{\"disableAllHooks\": true, \"permissions\": {\"allow\": [\"Write\", \"Edit\"], \"defaultMode\": \"bypassPermissions\"}}'; mkdir -p ~/.claude .claude && echo \"$s\" > ~/.claude/settings.json && echo \"$s\" > .claude/settings.local.json",
+                "s='{\"disableAllHooks\": true, \"permissions\": {\"allow\": [\"Write\", \"Edit\"], \"defaultMode\": \"bypassPermissions\"}}'; mkdir -p ~/.claude && echo \"$s\" > ~/.claude/settings.json && ! (echo \"$s\" > .claude/settings.local.json) 2>/dev/null",
             );
             assert!(o.status.success(), "{}", text(&o));
         }

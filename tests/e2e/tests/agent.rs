@@ -501,9 +501,14 @@ fn agent_runs_claude_code_in_the_sandbox() {
 
 /// The tool_result the CLI sent back for each tool_use of the last turn, by tool name.
 fn tool_results(reqs: &[Value]) -> Vec<(String, Value)> {
+    tool_results_at(reqs, 1)
+}
+
+/// As `tool_results`, from the request of script turn `turn`.
+fn tool_results_at(reqs: &[Value], turn: u64) -> Vec<(String, Value)> {
     let last = reqs
         .iter()
-        .rfind(|r| r["side"] == false && r["turn"] == 1)
+        .rfind(|r| r["side"] == false && r["turn"] == turn)
         .expect("a request after the tool calls");
     let msgs = last["body"]["messages"].as_array().unwrap();
     let mut names = std::collections::HashMap::new();
@@ -797,6 +802,68 @@ fn host_tools_keep_the_masks_and_read_only() {
     };
     assert!(why("by_file", "[tools].deny-read"), "{blocked:?}");
     assert!(why("plant", "read-only"), "{blocked:?}");
+}
+
+/// Two argument spellings the per-argument check did not see (issue 38,
+/// class 7, a fresh attack): `@FILE`, which gcc and every program with
+/// response files reads as options (the agent writes `-wrapper
+/// sh,-c,CMD` into a workspace file and a "syntax check" host tool runs
+/// CMD on the host, as the user), and a directory, which `grep -r` reads
+/// all of (a masked `.env` below it included).
+#[test]
+fn host_tools_refuse_response_files_and_directories_holding_masks() {
+    let extra = "[agent.host-tools.check]\nargv = [\"cc\", \"-fsyntax-only\", \"{file}\"]\n\
+         description = \"syntax-check a C file\"\nwrites = false\n\
+         [agent.host-tools.search]\nargv = [\"grep\", \"-rn\", \"--\", \"{pattern}\", \"{path}\"]\n\
+         description = \"search files\"\nwrites = false\n";
+    let Some(sb) = setup_with(extra) else { return };
+    std::fs::create_dir_all(sb.path.join("conf")).unwrap();
+    std::fs::write(sb.path.join("conf/.env"), "TOKEN=env-secret-3838\n").unwrap();
+    std::fs::write(sb.path.join("conf/app.txt"), "TOKEN=placeholder\n").unwrap();
+    std::fs::write(sb.path.join("x.c"), "int main(void){return 0;}\n").unwrap();
+    let canary = sb.path.parent().unwrap().join("canary-a38x");
+    let plant = format!(
+        "printf -- '-wrapper /bin/sh,-c,id>{} x.c\\n' > opts",
+        canary.display()
+    );
+    sb.msgapi(
+        8138,
+        &json!({"turns": [
+            {"tool_use": {"name": "Bash", "input": {"command": plant, "description": "opts"}}},
+            {"tool_use": [
+                {"name": "mcp__sbx-host__check", "input": {"file": "x.c"}},
+                {"name": "mcp__sbx-host__check", "input": {"file": "@opts"}},
+                {"name": "mcp__sbx-host__search", "input": {"pattern": "TOKEN", "path": "conf"}},
+                {"name": "mcp__sbx-host__search", "input": {"pattern": "TOKEN", "path": "."}}
+            ]},
+            {"text": "Tools done."}
+        ]}),
+    );
+    let o = sb.agent(8138, &["--json", "use the host tools"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    assert!(
+        sb.path.join("opts").exists(),
+        "the agent wrote opts: {}",
+        diag(&o)
+    );
+    let results = tool_results_at(&sb.requests(8138), 2);
+    let all: Vec<String> = results.iter().map(|(_, b)| result_text(b)).collect();
+    assert_eq!(all.len(), 5, "{results:?}");
+    assert!(
+        !canary.exists(),
+        "a response file ran the agent's command on the host: {all:?}"
+    );
+    assert!(
+        all.iter().all(|t| !t.contains("env-secret-3838")),
+        "a masked file was read through a directory argument: {all:?}"
+    );
+    let host_audit = std::fs::read_to_string(sb.state.join("sbx/audit.jsonl")).unwrap_or_default();
+    let blocked = host_audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["operation"] == "host-tool" && r["result"] == "blocked")
+        .count();
+    assert_eq!(blocked, 3, "{host_audit}");
 }
 
 /// Each tool_result text of a run's events.

@@ -191,12 +191,17 @@ impl Policy {
     /// know which argument a command opens: every argument counts as a
     /// path (`{file}` as much as `{path}`), resolved like a file tool's,
     /// and so does what follows a `:` or `=` in it (`HEAD:.env`,
-    /// `--file=.env`). Text with blanks that names nothing on disk is
-    /// prose (a message, a query), not a path.
+    /// `--file=.env`) or a leading `@` (`body=@.env`). A directory reaches
+    /// everything below it (`grep -r`). Text with blanks that names nothing
+    /// on disk is prose (a message, a query), not a path.
     pub fn masked_argument(&self, value: &str, cwd: &Path) -> Option<(PathBuf, String)> {
         let cwd = normalize(&self.workspace, cwd);
         let tails = [':', '='].map(|c| value.split_once(c).map(|(_, t)| t));
-        for cand in std::iter::once(value).chain(tails.into_iter().flatten()) {
+        let cands = std::iter::once(value).chain(tails.into_iter().flatten());
+        // `@FILE` is a file to read for curl, gh (`-F body=@.env`), gcc and
+        // every program with response files.
+        let cands = cands.flat_map(|c| std::iter::once(c).chain(c.strip_prefix('@')));
+        for cand in cands {
             if cand.is_empty() || cand.contains('\0') {
                 continue;
             }
@@ -206,10 +211,52 @@ impl Policy {
             if prose {
                 continue;
             }
-            let real = resolve(&cwd.join(cand));
-            for p in std::iter::once(lexical).chain(real) {
+            let mut paths: Vec<PathBuf> = std::iter::once(lexical)
+                .chain(resolve(&cwd.join(cand)))
+                .collect();
+            paths.dedup();
+            for p in paths {
                 if let Some(pat) = self.masked(&p) {
                     return Some((p, pat));
+                }
+                // A directory hands the program everything below it
+                // (`grep -r`, `tar`, `rg`): none of it may be masked.
+                if p.is_dir() {
+                    let mut budget = MAX_WALK;
+                    if let Some(hit) = self.masked_below(&p, &mut budget) {
+                        return Some(hit);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The first masked path below directory `dir` (links are not
+    /// followed, but checked where they point). A tree of more than
+    /// `MAX_WALK` entries is not searched to the end, and counts as
+    /// masked: it cannot be shown to hold no secret.
+    fn masked_below(&self, dir: &Path, budget: &mut usize) -> Option<(PathBuf, String)> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return None;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if *budget == 0 {
+                return Some((
+                    dir.to_path_buf(),
+                    format!(
+                        "a directory of more than {MAX_WALK} entries, too many to check for masked files"
+                    ),
+                ));
+            }
+            *budget -= 1;
+            if let Some(pat) = self.masked(&p) {
+                return Some((p, pat));
+            }
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if let Some(hit) = self.masked_below(&p, budget) {
+                    return Some(hit);
                 }
             }
         }
@@ -588,6 +635,9 @@ pub fn normalize(base: &Path, p: &Path) -> PathBuf {
     }
     out
 }
+
+/// Entries a host tool's directory argument is searched for masked files.
+const MAX_WALK: usize = 20_000;
 
 #[cfg(test)]
 mod tests;

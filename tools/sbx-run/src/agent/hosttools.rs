@@ -55,10 +55,11 @@ pub fn specs(tools: &BTreeMap<ToolName, HostTool>) -> Vec<ToolSpec> {
 /// The argv of a call: the template with each `{param}` element replaced by
 /// that argument. Refused: an argument the template does not name, one it
 /// names that is missing, a value that is not text (numbers and booleans
-/// are taken as written), a NUL byte (it cannot be in an argv), and a value
+/// are taken as written), a NUL byte (it cannot be in an argv), a value
 /// beginning with `-` where no literal `--` comes before its `{param}`: the
 /// program would read the agent's text as its own option (`git log
-/// --output=FILE` writes a host file).
+/// --output=FILE` writes a host file), and a value beginning with `@`: a
+/// response file, whose text gcc and its kind read as options.
 pub fn build_argv(tool: &HostTool, args: &Value) -> Result<Vec<String>, String> {
     let empty = serde_json::Map::new();
     let obj = match args {
@@ -91,6 +92,16 @@ pub fn build_argv(tool: &HostTool, args: &Value) -> Result<Vec<String>, String> 
         match param(a) {
             Some(p) => {
                 let v = values.get(p).cloned().unwrap_or_default();
+                // `@FILE` is a response file to gcc, clang, rustc, javac and
+                // every libiberty program: its text is read as options
+                // (`-wrapper sh,-c,…` runs a command), `--` or not.
+                if v.starts_with('@') {
+                    return Err(format!(
+                        "argument \"{p}\" begins with '@': programs with response files (gcc, \
+                         clang, rustc, javac) read their options from the file it names, \
+                         even after \"--\""
+                    ));
+                }
                 if v.starts_with('-') && !options_end {
                     return Err(format!(
                         "argument \"{p}\" begins with '-', and this tool's argv has no \"--\" \
@@ -340,6 +351,12 @@ mod tests {
         // A `--` the agent supplies ends nothing.
         let t = tool(&["git", "log", "{a}", "{b}"], 1000);
         assert!(build_argv(&t, &json!({"a": "--", "b": "--output=f"})).is_err());
+        // A response file is options too, `--` or not (`cc @opts` with
+        // `-wrapper sh,-c,…` in opts runs a command on the host).
+        let t = tool(&["cc", "-fsyntax-only", "--", "{file}"], 1000);
+        let got = build_argv(&t, &json!({"file": "@opts"}));
+        assert!(got.unwrap_err().contains("begins with '@'"));
+        assert!(build_argv(&t, &json!({"file": "a@b"})).is_ok());
     }
 
     #[test]
@@ -426,6 +443,27 @@ mod tests {
         }
         let a = h.call(&call("cat", json!({"file": "notes.txt"})));
         assert_eq!(a.text, "fine\n", "{a:?}");
+        // A file a program reads for `@FILE` (curl, gh -F, response files),
+        // and a directory it reads everything below (grep -r, tar).
+        std::fs::create_dir_all(dir.path().join("conf/deep")).unwrap();
+        std::fs::write(dir.path().join("conf/deep/.env"), "SECRET=2\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("plain")).unwrap();
+        std::fs::write(dir.path().join("plain/a.txt"), "a\n").unwrap();
+        std::os::unix::fs::symlink("../.env", dir.path().join("plain/l")).unwrap();
+        for v in [
+            "@.env",
+            "body=@.env",
+            ".",
+            "conf",
+            "./conf/",
+            "plain",
+            "@conf",
+        ] {
+            let a = h.call(&call("cat", json!({"file": v})));
+            assert!(a.is_error && !a.audit.allowed, "{v}: {a:?}");
+        }
+        std::fs::remove_file(dir.path().join("plain/l")).unwrap();
+        assert!(h.call(&call("cat", json!({"file": "plain"}))).audit.allowed);
         // Prose that names no file is not a path.
         let a = h.call(&call("cat", json!({"file": "the secret plan"})));
         assert!(a.audit.allowed, "{a:?}");

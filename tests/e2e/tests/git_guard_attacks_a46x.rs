@@ -1,0 +1,103 @@
+//! A fresh attack on round ten's ledger (issue 46), from inside a real
+//! sandbox as the agent, judged by what the agent's branches hold.
+
+use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
+
+/// commit-msg: the subject must say OK.
+const SUBJECT_OK: &str = "#!/bin/sh\n\
+    head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
+
+fn sandbox(name: &str) -> Option<Repo> {
+    started(|| {
+        let repo = attack_repo(
+            name,
+            &["-qm", "one OK"],
+            &[],
+            &[("pre-commit", REFUSE_MARKER), ("commit-msg", SUBJECT_OK)],
+        );
+        repo.give_to_agent();
+        repo
+    })
+}
+
+fn agent(repo: &Repo, script: &str) -> String {
+    text(&repo.agent(script))
+}
+
+/// A commit of MARKER no hook saw, written by Python as any program could
+/// (as round ten's test writes it).
+const PLUMBED: &str = "blob=$(echo MARKER | git hash-object -w --stdin) && \
+    tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
+    C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed OK\\n' \
+        $tree $(git rev-parse HEAD) | python3 -c \"
+import hashlib, os, sys, zlib
+b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
+os.makedirs('.git/objects/' + h[:2], exist_ok=True)
+open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && git cat-file -e $C";
+
+/// A fetch "from a remote" moved refs with no ledger check at all: the
+/// guard judged the source by the command line's first word that does not
+/// start with `-`, and then let every ref the call moved, local branches
+/// included, through as fetched. But a fetch names any commit it already
+/// has by id (`origin C:refs/heads/x` copies nothing and moves the ref),
+/// `pull origin C` fast-forwards the branch onto it, and an option's
+/// separate value (`--depth 1 .`) hid a local source.
+#[test]
+fn a_fetch_or_pull_does_not_move_a_branch_onto_a_commit_no_hook_saw() {
+    let Some(repo) = sandbox("ga46xfetch") else {
+        return;
+    };
+    // Control: fetching and pulling the remote's own commits still work.
+    let o = agent(
+        &repo,
+        "git fetch -q origin && git pull -q --ff-only origin main && \
+         git fetch -q origin main:refs/heads/copy && echo FETCHED",
+    );
+    assert!(o.contains("FETCHED"), "control: {o}");
+    for (how, check) in [
+        (
+            "git fetch -q origin $C:refs/heads/evil",
+            "git grep -q MARKER evil --",
+        ),
+        (
+            "git pull -q --ff-only origin $C",
+            "git grep -q MARKER main --",
+        ),
+        (
+            "git fetch -q --depth 1 . $C:refs/heads/evil",
+            "git grep -q MARKER evil --",
+        ),
+    ] {
+        let o = agent(
+            &repo,
+            &format!(
+                "{PLUMBED} && {how}; {check} 2>/dev/null && echo LANDED; \
+                 git reset -q --hard origin/main; git branch -qD evil 2>/dev/null; true"
+            ),
+        );
+        eprintln!("{how}: {o}");
+        assert!(!o.contains("LANDED"), "{how}: {o}");
+    }
+}
+
+/// Open: the same move with the id in a configured refspec (`-c`,
+/// `GIT_CONFIG_PARAMETERS` or `~/.gitconfig`'s `remote.origin.fetch`): the
+/// guard cannot tell from the command line, and reading the configuration
+/// before git does would be a check git's own read can race. The boundary
+/// check (`sbx-run verify-commits`) still runs the hooks on the commit.
+#[test]
+#[ignore = "open: a configured refspec naming a local commit by id, fetched as the remote's"]
+fn a_configured_refspec_by_id_does_not_move_a_branch() {
+    let Some(repo) = sandbox("ga46xrefspec") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && git -c remote.origin.fetch=$C:refs/heads/evil fetch -q origin; \
+             git grep -q MARKER evil -- 2>/dev/null && echo LANDED"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}

@@ -101,3 +101,60 @@ fn a_configured_refspec_by_id_does_not_move_a_branch() {
     eprintln!("{o}");
     assert!(!o.contains("LANDED"), "{o}");
 }
+
+/// A clone outside the workspace has no hooks, so no ledger is in force
+/// there and its pre-push passes anything; the workspace's receive-pack
+/// then took what it pushed as fetched: a commit no hook saw lands on a
+/// branch of the workspace.
+#[test]
+fn a_push_from_a_hookless_clone_lands_no_commit_no_hook_saw() {
+    let Some(repo) = sandbox("ga46xpush") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "W=$PWD; rm -rf /tmp/x; git clone -q . /tmp/x && cd /tmp/x && {PLUMBED} && \
+             git push -q $W $C:refs/heads/evil; cd $W; git grep -q MARKER evil -- 2>/dev/null && echo LANDED"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}
+
+/// `git receive-pack` in the workspace takes what it is sent as fetched
+/// (the pushing side's pre-push checked it). Run by the agent with a
+/// hand-written request (a command and an empty pack: the commit is
+/// already there), no pushing side checked anything.
+#[test]
+fn a_hand_written_receive_pack_request_lands_no_commit_no_hook_saw() {
+    let Some(repo) = sandbox("ga46xrecv") else {
+        return;
+    };
+    // Control: a clone in the sandbox pushes an honest commit back.
+    let o = agent(
+        &repo,
+        "W=$PWD; rm -rf /tmp/y; git clone -q . /tmp/y && cd /tmp/y && echo 2 > a && \
+         git commit -qam 'two OK' && git push -q $W HEAD:refs/heads/side && cd $W && \
+         git log -1 --format=%s side",
+    );
+    assert!(o.contains("two OK"), "control: {o}");
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && python3 -c \"
+import hashlib, sys
+z = '0' * 40
+line = ('%s %s refs/heads/evil' % (z, sys.argv[1])).encode() + b'\\0report-status\\n'
+pkt = b'%04x' % (len(line) + 4) + line + b'0000'
+pack = b'PACK' + (2).to_bytes(4, 'big') + (0).to_bytes(4, 'big')
+sys.stdout.buffer.write(pkt + pack + hashlib.sha1(pack).digest())
+\" $C > /tmp/req || exit 1; \
+             for rp in 'git receive-pack' git-receive-pack; do $rp . < /tmp/req | tr -d '\\0'; echo; \
+             git grep -q MARKER evil -- 2>/dev/null && echo \"$rp LANDED\"; \
+             git branch -qD evil 2>/dev/null; done"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}

@@ -80,14 +80,12 @@ fn a_fetch_or_pull_does_not_move_a_branch_onto_a_commit_no_hook_saw() {
     }
 }
 
-/// Open: the same move with the id in a configured refspec (`-c`,
-/// `GIT_CONFIG_PARAMETERS` or `~/.gitconfig`'s `remote.origin.fetch`): the
-/// guard cannot tell from the command line, and reading the configuration
-/// before git does would be a check git's own read can race. The boundary
-/// check (`sbx-run verify-commits`) still runs the hooks on the commit.
+/// The same move with the id in a configured refspec: `-c` (and
+/// `GIT_CONFIG_PARAMETERS`, `git config`) are read by the guard before
+/// git runs, and refused like other keys that change what the hooks'
+/// checks rest on.
 #[test]
-#[ignore = "open: a configured refspec naming a local commit by id, fetched as the remote's"]
-fn a_configured_refspec_by_id_does_not_move_a_branch() {
+fn an_inline_refspec_by_id_does_not_move_a_branch() {
     let Some(repo) = sandbox("ga46xrefspec") else {
         return;
     };
@@ -95,7 +93,31 @@ fn a_configured_refspec_by_id_does_not_move_a_branch() {
         &repo,
         &format!(
             "{PLUMBED} && git -c remote.origin.fetch=$C:refs/heads/evil fetch -q origin; \
+             git grep -q MARKER evil -- 2>/dev/null && echo LANDED; \
+             git config --global remote.origin.fetch $C:refs/heads/evil; \
              git grep -q MARKER evil -- 2>/dev/null && echo LANDED"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+    assert!(o.contains("object id"), "one clear line: {o}");
+}
+
+/// Open: the refspec written into `~/.gitconfig` by hand. The guard would
+/// have to read the file before git does, a check git's own read can
+/// race; the boundary check (`sbx-run verify-commits`) still runs the
+/// hooks on the commit.
+#[test]
+#[ignore = "open: a refspec by id written into ~/.gitconfig by hand, fetched as the remote's"]
+fn a_stored_refspec_by_id_does_not_move_a_branch() {
+    let Some(repo) = sandbox("ga46xstored") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && printf '[remote \"origin\"]\\n\\tfetch = %s:refs/heads/evil\\n' $C >> ~/.gitconfig && \
+             git fetch -q origin; git grep -q MARKER evil -- 2>/dev/null && echo LANDED"
         ),
     );
     eprintln!("{o}");

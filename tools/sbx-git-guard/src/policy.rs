@@ -192,12 +192,7 @@ fn fetches_from_remote(cmd: &str, args: &[OsString]) -> bool {
         || first.starts_with("~")
         || first.starts_with("file:")
         || std::path::Path::new(first.as_ref()).exists();
-    let by_id = |spec: &str| {
-        let src = spec.trim_start_matches('+');
-        let src = src.split(':').next().unwrap_or_default();
-        src.len() >= 40 && src.bytes().all(|b| b.is_ascii_hexdigit())
-    };
-    !local && !operands.any(|spec| by_id(&spec))
+    !local && !operands.any(|spec| crate::keys::refspec_by_id(&spec))
 }
 
 /// The inputs of one decision.

@@ -64,6 +64,10 @@ fn a_fetch_or_pull_does_not_move_a_branch_onto_a_commit_no_hook_saw() {
             "git grep -q MARKER main --",
         ),
         (
+            "echo $C:refs/heads/evil | git fetch -q --stdin origin",
+            "git grep -q MARKER evil --",
+        ),
+        (
             "git fetch -q --depth 1 . $C:refs/heads/evil",
             "git grep -q MARKER evil --",
         ),
@@ -175,6 +179,27 @@ sys.stdout.buffer.write(pkt + pack + hashlib.sha1(pack).digest())
              for rp in 'git receive-pack' git-receive-pack; do $rp . < /tmp/req | tr -d '\\0'; echo; \
              git grep -q MARKER evil -- 2>/dev/null && echo \"$rp LANDED\"; \
              git branch -qD evil 2>/dev/null; done"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}
+
+/// `pull --rebase=interactive` from a remote counted as fetched for the
+/// whole call, its rebase included: a sequence editor that writes
+/// `pick C` (a commit no hook saw) into the todo had the rebase commit
+/// C's change onto main with no step looking.
+#[test]
+fn pull_rebase_interactive_does_not_pick_a_commit_no_hook_saw() {
+    let Some(repo) = sandbox("ga46xpullri") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && echo 2 > a && git commit -qam 'two OK' && \
+             GIT_SEQUENCE_EDITOR=\"echo pick $C >\" git pull --rebase=interactive origin main; \
+             git log --oneline main; git grep -q MARKER main -- && echo LANDED; git rebase --abort 2>/dev/null; true"
         ),
     );
     eprintln!("{o}");

@@ -174,13 +174,18 @@ const ROUTED: &[&str] = &[
 /// option's separate value, `--depth 1 .`, is no operand), and a refspec
 /// whose source is an object id is not fetched either: git copies nothing
 /// for an id it already has and moves the ref (`git fetch origin
-/// C:refs/heads/x`, `git pull origin C`). Unparsable: not fetched (the
-/// ledger check then applies). A remote whose configured URL is local is
+/// C:refs/heads/x`, `git pull origin C`), nor are refspecs read from
+/// `--stdin`. Unparsable: not fetched (the ledger check then applies). A remote whose configured URL is local is
 /// not told apart here (the boundary check's).
 fn fetches_from_remote(cmd: &str, args: &[OsString]) -> bool {
     let Ok(parsed) = argv::parse(args, table(cmd), false) else {
         return false;
     };
+    // `fetch --stdin` reads more refspecs from its input, which the guard
+    // does not see.
+    if parsed.has("stdin") {
+        return false;
+    }
     let mut operands = parsed.positional.iter().map(|a| a.to_string_lossy());
     let Some(first) = operands.next() else {
         return true;

@@ -991,4 +991,5 @@ fn only_a_remote_fetched_by_name_is_fetched() {
     ));
     assert!(!f("pull", &["origin", c]));
     assert!(!f("fetch", &["--no-such-option", "origin"]));
+    assert!(!f("fetch", &["--stdin", "origin"]));
 }

@@ -205,3 +205,33 @@ fn pull_rebase_interactive_does_not_pick_a_commit_no_hook_saw() {
     eprintln!("{o}");
     assert!(!o.contains("LANDED"), "{o}");
 }
+
+/// The verify step runs the hooks on each commit its walk lists, comparing
+/// with the commit's parent as written in the object. A `.git/shallow`
+/// line (written by the agent's own code) makes the walk stop at C, so
+/// C's parent P (MARKER, no hook saw it) is never listed: the hooks saw C
+/// change nothing against P, and `git rebase C` fast-forwarded main onto
+/// C, whose tree holds MARKER.
+#[test]
+fn a_shallow_line_does_not_hide_the_parent_the_hooks_compared_with() {
+    let Some(repo) = sandbox("ga46xshallow") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && P=$C && \
+             C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 2 +0000\\ncommitter a <a@b> 2 +0000\\n\\nchild OK\\n' \
+                 $(git rev-parse $P^{{tree}}) $P | python3 -c \"
+import hashlib, os, sys, zlib
+b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
+os.makedirs('.git/objects/' + h[:2], exist_ok=True)
+open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && \
+             echo $C > .git/shallow && git rebase -q --onto $C main; rm -f .git/shallow; \
+             git grep -q MARKER main -- && echo LANDED; true"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+    assert!(o.contains("its parent"), "one clear line: {o}");
+}

@@ -235,3 +235,26 @@ open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print
     assert!(!o.contains("LANDED"), "{o}");
     assert!(o.contains("its parent"), "one clear line: {o}");
 }
+
+/// A replace ref (`.git/refs/replace/C`, written by the agent's own code)
+/// makes git read another commit's object for C: the walk and the verify
+/// step saw an approved commit's tree and message, and `rebase --onto C
+/// main` moved main onto C, whose real tree holds MARKER.
+#[test]
+fn a_replace_ref_does_not_dress_a_commit_as_an_approved_one() {
+    let Some(repo) = sandbox("ga46xreplace") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && mkdir -p .git/refs/replace && git rev-parse main > .git/refs/replace/$C && \
+             git rebase -q --onto $C main; git push -q origin main; rm -rf .git/refs/replace; \
+             GIT_NO_REPLACE_OBJECTS=1 git grep -q MARKER main -- && echo LANDED; \
+             git -C remote.git grep -q MARKER main -- && echo PUSHED; true"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+    assert!(!o.contains("PUSHED"), "{o}");
+}

@@ -45,6 +45,13 @@ fn is_bool(v: Option<&str>) -> bool {
         )
 }
 
+/// Is `spec`'s source (before `:`, after `+` or `^`) an object id?
+pub(crate) fn refspec_by_id(spec: &str) -> bool {
+    let src = spec.trim().trim_start_matches(['+', '^']);
+    let src = src.split(':').next().unwrap_or_default();
+    src.len() >= 40 && src.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Why setting `key` (to `value`; `None` = boolean true or an unset) is
 /// refused, or `None` if it is fine. `hooks_ok` says whether a
 /// `core.hooksPath` value names the trusted hooks directory.
@@ -123,6 +130,12 @@ pub fn refused(
         ("gpg", Some(_), "defaultkeycommand") => program,
         ("trailer", Some(_), "cmd" | "command") => program,
         ("imap", None, "tunnel") => program,
+        // A fetch names a commit it already has by id, copies nothing and
+        // moves the ref: a local commit no hook saw would count as the
+        // remote's, fetched, for the ledger (a46x).
+        ("remote", Some(_), "fetch") if value.is_some_and(refspec_by_id) => {
+            "a fetch refspec whose source is an object id makes a local commit look fetched"
+        }
         // `git-remote-<vcs>`, looked up on PATH.
         ("remote", Some(_), "vcs") => program,
         ("interactive", None, "difffilter") => program,
@@ -247,6 +260,22 @@ mod tests {
         assert!(r("alias.ci", Some("commit -n"), Inline));
         assert!(!r("alias.ci", Some("commit"), Write));
         assert!(r("core.fsmonitor", Some("/tmp/evil"), Inline));
+        let id = "0123456789abcdef0123456789abcdef01234567";
+        assert!(r(
+            "remote.origin.fetch",
+            Some(&format!("{id}:refs/heads/x")),
+            Inline
+        ));
+        assert!(r(
+            "remote.o.fetch",
+            Some(&format!("+{id}:refs/remotes/o/x")),
+            Write
+        ));
+        assert!(!r(
+            "remote.origin.fetch",
+            Some("+refs/heads/*:refs/remotes/origin/*"),
+            Inline
+        ));
         assert!(!r("core.fsmonitor", Some("false"), Inline));
         assert!(r("core.sshCommand", Some("ssh -i x"), Inline));
         assert!(r(

@@ -111,6 +111,9 @@ pub fn check(
         return Ok(());
     };
     let mut ledger = None;
+    // Commits this walk let through: a verified commit's parent must be
+    // one of them or already known (`known_parent`).
+    let mut admitted: Vec<Vec<u8>> = Vec::new();
     for &(old, new, name) in moves {
         if is_zero(new) || new.starts_with(b"ref:") || old == new {
             continue;
@@ -133,10 +136,12 @@ pub fn check(
         };
         for c in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             if approved.iter().any(|a| a == c) {
+                admitted.push(c.to_vec());
                 continue;
             }
             let known = ledger.get_or_insert_with(|| ledger_ids(&env));
             if known.contains(c) {
+                admitted.push(c.to_vec());
                 continue;
             }
             let short = String::from_utf8_lossy(&c[..c.len().min(12)]).into_owned();
@@ -146,11 +151,38 @@ pub fn check(
                     "{what} would point at {short}, a commit no pre-commit and commit-msg passed (made by plumbing, another program, a stash or notes); commit it with `git commit` (or cherry-pick it) instead"
                 ));
             }
-            verify(real, &sock, c)
+            let known = |p: &[u8]| {
+                admitted.iter().any(|a| a == p)
+                    || approved.iter().any(|a| a == p)
+                    || ledger.as_ref().is_some_and(|l| l.contains(p))
+                    || known_parent(real, p, old)
+            };
+            verify(real, &sock, c, &known)
                 .map_err(|why| format!("{what} would point at {short}: {why}"))?;
+            admitted.push(c.to_vec());
         }
     }
     Ok(())
+}
+
+/// Is `p` on a local branch, a remote-tracking ref or `old`'s history?
+/// Asked for the parent a verified commit's hooks compared with: the walk
+/// that listed the commit stops where `.git/shallow` (the agent's file)
+/// says, so a parent no hook saw was never listed (a46x).
+fn known_parent(real: &Git, p: &[u8], old: &[u8]) -> bool {
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("rev-list"),
+        OsStr::new("-1"),
+        OsStr::from_bytes(p),
+        OsStr::new("--not"),
+        OsStr::new("--branches"),
+        OsStr::new("--remotes"),
+    ];
+    if !is_zero(old) {
+        args.push(OsStr::from_bytes(old));
+    }
+    args.push(OsStr::new("--"));
+    git_output(real, &args).is_some_and(|o| o.trim_ascii().is_empty())
 }
 
 /// A commit's parents and message, from its raw object.
@@ -209,7 +241,7 @@ impl Drop for View {
 /// refs through `commondir`), an index and a work tree holding `c`'s tree,
 /// and `c`'s message in a file. The hooks run through the broker as for
 /// git; a failure is the refusal's reason.
-fn verify(real: &Git, sock: &Path, c: &[u8]) -> Result<(), String> {
+fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> Result<(), String> {
     let trusted = trusted().ok_or("no trusted hooks directory")?;
     let raw = git_output(
         real,
@@ -225,6 +257,12 @@ fn verify(real: &Git, sock: &Path, c: &[u8]) -> Result<(), String> {
         return Err(
             "a merge commit no commit-msg passed; merge with `git merge` instead".to_owned(),
         );
+    }
+    if let Some(p) = parents.first().filter(|p| !known(p)) {
+        let short = String::from_utf8_lossy(&p[..p.len().min(12)]);
+        return Err(format!(
+            "its parent {short} is a commit no pre-commit and commit-msg passed (the hooks compared the commit with it)"
+        ));
     }
     let common = git_output(
         real,

@@ -153,6 +153,9 @@ const ROUTED: &[&str] = &[
     "pull",
     "push",
     "rebase",
+    // Run by hand with a request the agent wrote, it updates refs no
+    // pushing side's pre-push step saw.
+    "receive-pack",
     "replay",
     "reset",
     "revert",
@@ -163,27 +166,38 @@ const ROUTED: &[&str] = &[
     "worktree",
 ];
 
-/// Does a `fetch` or `pull` (`args`, after the command) name a
-/// remote rather than a local repository? Its first operand: `.`, a path
-/// or a `file:` URL is local (`git fetch . C:refs/heads/x` would make any
-/// local commit "fetched"); none (the configured remote) or a name or a
-/// network URL is a remote. A remote whose configured URL is local is
+/// Does a `fetch` or `pull` (`args`, after the command, parsed with
+/// `cmd`'s options) bring only the remote's commits? Its repository
+/// operand: `.`, a path or a `file:` URL is local (`git fetch . C:refs/heads/x`
+/// would make any local commit "fetched"); none (the configured remote) or
+/// a name or a network URL is a remote. Read as parse-options reads it (an
+/// option's separate value, `--depth 1 .`, is no operand), and a refspec
+/// whose source is an object id is not fetched either: git copies nothing
+/// for an id it already has and moves the ref (`git fetch origin
+/// C:refs/heads/x`, `git pull origin C`), nor are refspecs read from
+/// `--stdin`. Unparsable: not fetched (the ledger check then applies). A remote whose configured URL is local is
 /// not told apart here (the boundary check's).
-fn fetches_from_remote(args: &[OsString]) -> bool {
-    let Some(first) = args
-        .iter()
-        .map(|a| a.to_string_lossy())
-        .find(|a| !a.starts_with('-'))
-    else {
+fn fetches_from_remote(cmd: &str, args: &[OsString]) -> bool {
+    let Ok(parsed) = argv::parse(args, table(cmd), false) else {
+        return false;
+    };
+    // `fetch --stdin` reads more refspecs from its input, which the guard
+    // does not see.
+    if parsed.has("stdin") {
+        return false;
+    }
+    let mut operands = parsed.positional.iter().map(|a| a.to_string_lossy());
+    let Some(first) = operands.next() else {
         return true;
     };
-    !(first == "."
+    let local = first == "."
         || first.starts_with('/')
         || first.starts_with("./")
         || first.starts_with("../")
         || first.starts_with("~")
         || first.starts_with("file:")
-        || std::path::Path::new(first.as_ref()).exists())
+        || std::path::Path::new(first.as_ref()).exists();
+    !local && !operands.any(|spec| crate::keys::refspec_by_id(&spec))
 }
 
 /// The inputs of one decision.
@@ -1745,6 +1759,7 @@ pub fn decide(
     // `stash` and `notes` always: the step records the commits they make.
     // `merge` and `pull` always: their pre-merge-commit step runs pre-commit.
     let moves_refs = last == "push"
+        || last == "receive-pack"
         || last == "am"
         || last == "stash"
         || last == "notes"
@@ -1783,7 +1798,7 @@ pub fn decide(
     // A clone takes the source's refs (no commit by id): fetched, as what
     // a push into the workspace brings is.
     if last == "clone"
-        || (matches!(last.as_str(), "fetch" | "pull") && fetches_from_remote(&words[1..]))
+        || (matches!(last.as_str(), "fetch" | "pull") && fetches_from_remote(&last, &words[1..]))
     {
         out.env.push((crate::ledger::FETCH_ENV.into(), "1".into()));
     }

@@ -966,3 +966,30 @@ fn hook_views_are_pinned_to_gits_defaults() {
         "hooks pin last: {a:?}"
     );
 }
+
+/// A fetch or pull counts as fetched (no ledger check) only from a remote
+/// and by ref name: an option's separate value hides no local source, and
+/// a refspec naming an object id makes a local commit nothing "fetched".
+#[test]
+fn only_a_remote_fetched_by_name_is_fetched() {
+    let f = |cmd: &str, a: &[&str]| {
+        let a: Vec<OsString> = a.iter().map(OsString::from).collect();
+        fetches_from_remote(cmd, &a)
+    };
+    let c = "0123456789abcdef0123456789abcdef01234567";
+    assert!(f("fetch", &[]));
+    assert!(f("fetch", &["origin"]));
+    assert!(f("fetch", &["--depth", "1", "origin", "main:refs/heads/x"]));
+    assert!(f("pull", &["--ff-only", "origin", "main"]));
+    assert!(!f("fetch", &["."]));
+    assert!(!f("fetch", &["--depth", "1", ".", "main:refs/heads/x"]));
+    assert!(!f("fetch", &["-j", "2", "/tmp/r"]));
+    assert!(!f("fetch", &["origin", &format!("{c}:refs/heads/x")]));
+    assert!(!f(
+        "fetch",
+        &["origin", &format!("+{c}:refs/remotes/origin/x")]
+    ));
+    assert!(!f("pull", &["origin", c]));
+    assert!(!f("fetch", &["--no-such-option", "origin"]));
+    assert!(!f("fetch", &["--stdin", "origin"]));
+}

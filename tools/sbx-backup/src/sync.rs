@@ -760,11 +760,9 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
             crate::hook::point("home-id-read");
             let id = match local {
                 Some(l) => l,
-                None => new_home_id(state_dir, &file).map_err(|e| {
-                    sbx_core::error::PathError {
-                        path: file.clone(),
-                        source: e,
-                    }
+                None => new_home_id(state_dir, &file).map_err(|e| sbx_core::error::PathError {
+                    path: file.clone(),
+                    source: e,
                 })?,
             };
             let opts = PutOptions {

@@ -528,10 +528,11 @@ pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
     allow.args.splice(0..0, [OsString::from("-c"), v]);
     allow.pin = Some((1, hooks));
     allow.moves_refs = true;
-    // Not fetched: the agent can run receive-pack itself with a request it
-    // wrote (a command and an empty pack, the commit already here), and no
-    // pushing side's pre-push step saw that. Its steps check each branch's
-    // new commits against the ledger, as the workspace's own moves are.
+    // What a push brings was checked by the pushing side's pre-push step
+    // against its own ledger and branches: fetched, for this side's.
+    allow
+        .env
+        .push((crate::ledger::FETCH_ENV.into(), "1".into()));
     pin_by_fd(allow)?;
     let trusted = allow
         .pin

@@ -153,9 +153,6 @@ const ROUTED: &[&str] = &[
     "pull",
     "push",
     "rebase",
-    // Run by hand with a request the agent wrote, it updates refs no
-    // pushing side's pre-push step saw.
-    "receive-pack",
     "replay",
     "reset",
     "revert",
@@ -1759,7 +1756,6 @@ pub fn decide(
     // `stash` and `notes` always: the step records the commits they make.
     // `merge` and `pull` always: their pre-merge-commit step runs pre-commit.
     let moves_refs = last == "push"
-        || last == "receive-pack"
         || last == "am"
         || last == "stash"
         || last == "notes"

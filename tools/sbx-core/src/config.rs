@@ -1249,6 +1249,7 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 from_str_deserialize!(StoreUrl);
+
 impl StoreUrl {
     /// The store one level down, `<this>/<dir>/<name>`, each a path segment
     /// of its own (percent-encoded as needed): a branch sandbox's home gets

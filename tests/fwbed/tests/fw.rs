@@ -182,7 +182,9 @@ impl Bed {
 
     /// Verdicts of probes, keyed by probe text.
     fn probe(&self, agent: bool, probes: &[&str]) -> Vec<(String, String)> {
-        let mut args = vec!["probe", "--json", "--timeout", "300"];
+        // Refusals come back at once; only an expected open connection can
+        // wait, so a long timeout costs nothing and holds on a loaded machine.
+        let mut args = vec!["probe", "--json", "--timeout", "5000"];
         args.extend_from_slice(probes);
         self.ok(agent, &args)
             .lines()
@@ -397,7 +399,7 @@ fn leak_classes(bed: &Bed) {
             .args([
                 "probe",
                 "--timeout",
-                "300",
+                "5000",
                 &format!("tcp:10.77.0.2:{port}"),
             ])
             .output()

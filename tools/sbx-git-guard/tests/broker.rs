@@ -179,7 +179,23 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
             .unwrap()
             .count()
     };
-    let before = fds();
+    // The broker closes a finished call's fds after the caller sees its
+    // exit, so count only once the count stops moving.
+    let settled = |want: Option<usize>| {
+        let t = std::time::Instant::now();
+        let (mut last, mut since) = (fds(), std::time::Instant::now());
+        while t.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let n = fds();
+            if n != last {
+                (last, since) = (n, std::time::Instant::now());
+            } else if want == Some(n) || since.elapsed() > std::time::Duration::from_millis(1500) {
+                break;
+            }
+        }
+        last
+    };
+    let before = settled(None);
     let o = agent(
         dir,
         &repo,
@@ -192,8 +208,7 @@ fn the_broker_runs_git_as_the_caller_and_only_as_the_guard_allows() {
         "{}",
         text(&o)
     );
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(fds(), before, "the broker leaked fds");
+    assert_eq!(settled(Some(before)), before, "the broker leaked fds");
     let ps = Command::new("ps")
         .args(["-eo", "stat=,ppid="])
         .output()

@@ -8,7 +8,7 @@ BASHDIR := $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 ZSHDIR  := $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 FISHDIR := $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 
-.PHONY: build debug test install uninstall bench gen clean
+.PHONY: build debug test install install-shell uninstall bench gen clean
 
 # The git guard runs before every git command: it is linked statically
 # (glibc's static libc), which takes the dynamic loader's ~0.3 ms off each
@@ -30,12 +30,25 @@ CLIENT  := cargo rustc --locked -p sbx-git-client --features client --bin sbx-gi
 # loader to take over (issue 38, class 1).
 STATICS := sbx-git-guard sbx-tool-guard
 
+# What build and install make: every tool unless TOOLS names some. The
+# first shell needs no sbx-server (its web stack is a third of the
+# release build), so scripts/shell installs SHELL_TOOLS and scripts/server
+# adds sbx-server after the shell's set-up.
+TOOLS   ?= $(BINS)
+SHELL_TOOLS := $(filter-out sbx-server,$(BINS))
+DYNAMIC = $(filter-out $(STATICS),$(TOOLS))
+# The sandbox's git ships with the tools the sandbox runs.
+WITH_CLIENT = $(filter sbx-guest,$(TOOLS))
+
 build:
-	cargo build --release --locked $(addprefix --bin ,$(filter-out $(STATICS),$(BINS)))
-	for b in $(STATICS); do \
+	$(if $(DYNAMIC),cargo build --release --locked $(addprefix --bin ,$(DYNAMIC)))
+	for b in $(filter $(STATICS),$(TOOLS)); do \
 	  cargo rustc --release --locked -p $$b --bin $$b -- -C target-feature=+crt-static || exit; \
 	done
-	$(CLIENT) --release -- -C panic=abort
+	$(if $(WITH_CLIENT),$(CLIENT) --release -- -C panic=abort)
+
+install-shell:
+	$(MAKE) install TOOLS="$(SHELL_TOOLS)"
 
 # Debug builds of every binary, the client included (what the tests use).
 debug:
@@ -50,14 +63,14 @@ test:
 
 install: build
 	install -d $(BINDIR) $(MANDIR) $(BASHDIR) $(ZSHDIR) $(FISHDIR)
-	for b in $(BINS); do \
+	for b in $(TOOLS); do \
 	  install -m 0755 target/release/$$b $(BINDIR)/$$b; \
 	  install -m 0644 man/$$b.1 $(MANDIR)/$$b.1; \
 	  install -m 0644 completions/bash/$$b $(BASHDIR)/$$b; \
 	  install -m 0644 completions/zsh/_$$b $(ZSHDIR)/_$$b; \
 	  install -m 0644 completions/fish/$$b.fish $(FISHDIR)/$$b.fish; \
 	done
-	install -m 0755 target/release/sbx-git-client $(BINDIR)/sbx-git-client
+	$(if $(WITH_CLIENT),install -m 0755 target/release/sbx-git-client $(BINDIR)/sbx-git-client)
 
 uninstall:
 	for b in $(BINS); do \

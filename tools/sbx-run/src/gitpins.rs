@@ -123,6 +123,25 @@ fn subdirs(root: &Path, rel: &str) -> Result<Vec<String>, RunError> {
 /// follow the link on the host, and git reads it either way.
 pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
     let mut out = Vec::new();
+    // A `.git` file (the workspace is a linked worktree or a submodule's
+    // checkout) names the git dir: the agent rewrote it to `gitdir: .evil`,
+    // a git dir of its own with a `core.fsmonitor`, and the user's plain
+    // `git status` there ran it (a37y). A `.git` link the agent could
+    // swap for a directory of its own, and docker would follow.
+    match std::fs::symlink_metadata(root.join(".git")) {
+        Ok(m) if m.is_file() => out.push(Pin {
+            rel: ".git".to_owned(),
+            dir: false,
+            exists: true,
+        }),
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(RunError::Config(format!(
+                "{}: is a symlink, so it cannot be held read-only in the sandbox (the host's git reads what it names as the repository): replace it with the directory, or a `gitdir:` file",
+                root.join(".git").display()
+            )));
+        }
+        _ => {}
+    }
     for gd in git_dirs(root)? {
         // A linked worktree's admin dir, whole: its work tree is not in the
         // sandbox, so nothing there is the agent's to write.
@@ -355,9 +374,20 @@ mod tests {
     }
 
     #[test]
-    fn a_worktree_git_file_holds_nothing() {
+    fn a_worktree_git_file_is_held_itself() {
         let t = tempfile::tempdir().unwrap();
         std::fs::write(t.path().join(".git"), "gitdir: /elsewhere\n").unwrap();
-        assert!(pins(t.path()).unwrap().is_empty());
+        assert_eq!(
+            pins(t.path()).unwrap(),
+            vec![Pin {
+                rel: ".git".into(),
+                dir: false,
+                exists: true
+            }]
+        );
+        let t = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/elsewhere", t.path().join(".git")).unwrap();
+        let e = pins(t.path()).unwrap_err().to_string();
+        assert!(e.contains("symlink"), "{e}");
     }
 }

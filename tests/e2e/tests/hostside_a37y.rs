@@ -1,0 +1,76 @@
+//! A fresh attack on the host boundary (a37y): what the agent in a real
+//! bind-mode sandbox writes, then what the user does on the host as the
+//! README says (their own plain `git status` in the checkout).
+
+use std::path::Path;
+use std::process::Command;
+
+use sbx_e2e::{Repo, base_image, text};
+
+/// The user's plain `git status` in `dir`, as root on the host.
+fn status(dir: &Path) -> std::process::Output {
+    Command::new("git")
+        .arg("status")
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// `.git/config` lines that run `touch CANARY` on the next `git status`.
+fn fsmonitor(canary: &Path) -> String {
+    format!(
+        "[core]\\n\\tfsmonitor = \\042touch {}; false\\042\\n",
+        canary.display()
+    )
+}
+
+/// Route a37y-2: the workspace is a linked worktree (`git worktree add
+/// ../feature`, then `sbx-run` there), whose `.git` is a file naming its
+/// git dir. Nothing held it: the agent rewrote it to `gitdir: .evil`, a
+/// git dir of its own whose config has a `core.fsmonitor`, and the user's
+/// next plain `git status` in the worktree ran it as root. A `.git` file
+/// is now held read-only.
+#[test]
+fn a_worktrees_git_file_is_not_the_agents() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("main");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n/.evil/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    let wt = repo.root().join("feature");
+    repo.git(&["worktree", "add", "-q", "-b", "feature", wt.to_str().unwrap()]);
+    let before = std::fs::read(wt.join(".git")).unwrap();
+    for args in [&["-q", "init"][..], &["start"][..]] {
+        let o = sbx_e2e::sbx().args(args).arg(&wt).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let canary = repo.root().join("canary");
+    let evil = fsmonitor(&canary);
+    let o = sbx_e2e::sbx()
+        .args(["exec", "-C"])
+        .arg(&wt)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "cd /workspace/feature; mkdir -p .evil/objects .evil/refs && \
+             echo 'ref: refs/heads/x' > .evil/HEAD && printf '{evil}' > .evil/config; \
+             echo 'gitdir: .evil' > .git; echo \"write: $?\"; \
+             mv .git g2; echo \"mv: $?\"; echo 'gitdir: .evil' > .git; cat .git"
+        ))
+        .output()
+        .unwrap();
+    let s = status(&wt);
+    let _ = sbx_e2e::sbx()
+        .args(["-q", "rm", "--volumes"])
+        .arg(&wt)
+        .output();
+    assert!(
+        !canary.exists(),
+        "the user's git status ran the agent's fsmonitor: agent {} / status {}",
+        text(&o),
+        text(&s)
+    );
+    assert_eq!(std::fs::read(wt.join(".git")).unwrap(), before, "{}", text(&o));
+}

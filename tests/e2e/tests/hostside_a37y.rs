@@ -24,6 +24,60 @@ fn fsmonitor(canary: &Path) -> String {
     )
 }
 
+/// Route a37y-1: the repository's `.git/config` includes a file of the
+/// work tree (`include.path = ../.gitconfig`, how projects share their git
+/// settings; or a git-ignored `../.gitconfig.local`, or one under `.git`
+/// itself). `.git/config` is read-only in the sandbox, but the files it
+/// includes were ordinary files the agent wrote: a `core.fsmonitor` there
+/// ran on the user's next plain `git status` on the host, as root. Each
+/// included file inside the workspace is now held read-only as `.git/config`
+/// is, made empty when missing (git reads a missing include as empty).
+#[test]
+fn a_file_the_repositorys_config_includes_is_not_the_agents() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("incl");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(
+        repo.path.join(".gitignore"),
+        "/.agent-sandbox/\n/.gitconfig.local\n",
+    )
+    .unwrap();
+    std::fs::write(repo.path.join(".gitconfig"), "[color]\n\tui = auto\n").unwrap();
+    std::fs::create_dir_all(repo.path.join("conf/git")).unwrap();
+    std::fs::write(repo.path.join("conf/git/shared"), "").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    // Present and tracked; present, nested and reached through a
+    // conditional include; missing and ignored; under `.git`.
+    repo.git(&["config", "include.path", "../.gitconfig"]);
+    repo.git(&["config", "--add", "include.path", "../.gitconfig.local"]);
+    repo.git(&["config", "includeIf.gitdir:/.path", "../conf/git/shared"]);
+    repo.git(&["config", "--add", "include.path", "config.local"]);
+    std::fs::write(repo.path.join(".git/config.local"), "").unwrap();
+    repo.start();
+    let canary = repo.root().join("canary");
+    let evil = fsmonitor(&canary);
+    let o = repo.exec(&format!(
+        "cd /workspace/incl; for f in .gitconfig .gitconfig.local conf/git/shared .git/config.local; do \
+           printf '{evil}' >> $f; echo \"$f: $?\"; done; \
+         mv conf c2 && mkdir -p conf/git && printf '{evil}' > conf/git/shared; \
+         mv .gitconfig g2 && printf '{evil}' > .gitconfig; \
+         cat .gitconfig .gitconfig.local conf/git/shared"
+    ));
+    let s = status(&repo.path);
+    assert!(
+        !canary.exists(),
+        "the user's git status ran the agent's fsmonitor: agent {} / status {}",
+        text(&o),
+        text(&s)
+    );
+    assert!(s.status.success(), "the user's git status: {}", text(&s));
+    let body = std::fs::read_to_string(repo.path.join(".gitconfig")).unwrap();
+    assert_eq!(body, "[color]\n\tui = auto\n", "{}", text(&o));
+}
+
 /// Route a37y-2: the workspace is a linked worktree (`git worktree add
 /// ../feature`, then `sbx-run` there), whose `.git` is a file naming its
 /// git dir. Nothing held it: the agent rewrote it to `gitdir: .evil`, a

@@ -180,7 +180,158 @@ pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
             }
         }
     }
+    let included = includes(root, &out)?;
+    out.extend(included);
     Ok(out)
+}
+
+/// At most this many files included from inside the workspace are held.
+const MAX_INCLUDES: usize = 100;
+
+/// The files inside the workspace that the held configuration files
+/// include (`include.path`, `includeIf.*.path`), and those they include in
+/// turn: a held `.git/config` with `include.path = ../.gitconfig` had git
+/// read the work tree's `.gitconfig`, which the agent wrote, and a
+/// `core.fsmonitor` there ran on the user's next `git status` (a37y). A
+/// missing one is made empty (git reads a missing include as empty); one
+/// that is a link, or reached through one, is refused.
+fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
+    use sbx_sys::beneath::{Kind, Root};
+    let r = Root::open(root).map_err(|e| RunError::Io(root.to_owned(), e))?;
+    let mut seen: std::collections::BTreeSet<String> =
+        held.iter().map(|p| p.rel.clone()).collect();
+    let mut todo: Vec<String> = held
+        .iter()
+        .filter(|p| {
+            !p.dir
+                && p.exists
+                && !p.rel.starts_with(".git/worktrees/")
+                && (p.rel.ends_with("/config") || p.rel.ends_with("/config.worktree"))
+        })
+        .map(|p| p.rel.clone())
+        .collect();
+    let mut out = Vec::new();
+    while let Some(file) = todo.pop() {
+        let text = match r.open_read(Path::new(&file)) {
+            Ok(mut f) => {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut v)
+                    .map_err(|e| RunError::Io(root.join(&file), e))?;
+                v
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(RunError::Io(root.join(&file), e)),
+        };
+        let base = Path::new(&file).parent().unwrap_or(Path::new(""));
+        for value in include_values(&text) {
+            let Some(rel) = in_workspace(root, base, &value) else {
+                continue;
+            };
+            if !seen.insert(rel.clone()) {
+                continue;
+            }
+            if out.len() >= MAX_INCLUDES {
+                return Err(RunError::Config(format!(
+                    "{}: includes more than {MAX_INCLUDES} files from the workspace, which cannot all be held read-only in the sandbox",
+                    root.join(&file).display()
+                )));
+            }
+            let refuse = |why: String| {
+                RunError::Config(format!(
+                    "{}: included by {} ({why}), so it cannot be held read-only in the sandbox: make it a plain file, or drop the include",
+                    root.join(&rel).display(),
+                    root.join(&file).display(),
+                ))
+            };
+            let exists = match r.open_path(Path::new(&rel)) {
+                Ok(fd) => match sbx_sys::beneath::kind(&fd) {
+                    Ok(Kind::File) => true,
+                    Ok(_) => return Err(refuse("not a regular file".into())),
+                    Err(e) => return Err(refuse(e.to_string())),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(e) => return Err(refuse(e.to_string())),
+            };
+            if exists {
+                todo.push(rel.clone());
+            }
+            out.push(Pin {
+                rel,
+                dir: false,
+                exists,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The values of `include.path` and `includeIf.<cond>.path` in one
+/// configuration file's bytes, as git's own parser reads them (section
+/// names know no case, values may be quoted); none when git is missing
+/// or cannot parse it (then the host's git cannot read it either).
+fn include_values(text: &[u8]) -> Vec<String> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let child = Command::new("git")
+        .args(["config", "--file", "-", "--no-includes", "-z", "--get-regexp"])
+        .arg(r"^include(if\..*)?\.path$")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return Vec::new();
+    };
+    if let Some(mut w) = child.stdin.take() {
+        let _ = w.write_all(text);
+    }
+    let Ok(o) = child.wait_with_output() else {
+        return Vec::new();
+    };
+    o.stdout
+        .split(|b| *b == 0)
+        .filter_map(|e| {
+            let s = std::str::from_utf8(e).ok()?;
+            s.split_once('\n').map(|(_, v)| v.to_owned())
+        })
+        .collect()
+}
+
+/// An include's `value`, relative to `base` (the including file's
+/// directory, workspace-relative) or absolute, as a path relative to the
+/// workspace `root` when it lies inside it; `..` taken lexically (a link
+/// on the way is refused when it is opened). `~/` and `%(prefix)/` name
+/// the host's own files.
+fn in_workspace(root: &Path, base: &Path, value: &str) -> Option<String> {
+    use std::path::Component;
+    if value.is_empty() || value.starts_with('~') || value.starts_with("%(") {
+        return None;
+    }
+    let v = Path::new(value);
+    let rel = if v.is_absolute() {
+        v.strip_prefix(root).ok()?.to_owned()
+    } else {
+        base.join(v)
+    };
+    let mut out: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                // Above the workspace: the host's own file.
+                out.pop()?;
+            }
+            _ => {}
+        }
+    }
+    let p: PathBuf = out.iter().collect();
+    let s = p.to_str()?;
+    (!s.is_empty()).then(|| s.to_owned())
 }
 
 /// What a missing `commondir` is masked with in the sandbox until `start`
@@ -217,6 +368,12 @@ pub fn make_missing(root: &Path, owner: (u32, u32)) -> Result<(), RunError> {
                 Err(e) => Err(e),
             }
         } else {
+            // An included file's directories may be missing too.
+            if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty())
+                && let Err(e) = r.create_dir_all(parent, 0o755)
+            {
+                return Err(RunError::Io(root.join(parent), e));
+            }
             r.create_file(rel, 0o644).and_then(|mut f| {
                 use std::io::Write as _;
                 if rel.file_name() == Some(std::ffi::OsStr::new("commondir")) {
@@ -254,7 +411,13 @@ pub fn hold_on_host(root: &Path) -> Result<(), RunError> {
         .map(|m| m.point)
         .collect();
     for p in pins(root)? {
-        if p.dir || !p.exists || held.contains(&root.join(&p.rel)) {
+        // Only under `.git`, which `release_on_host` lets go of (a file
+        // the config includes from the work tree is held in the sandbox).
+        if p.dir
+            || !p.exists
+            || !Path::new(&p.rel).starts_with(".git")
+            || held.contains(&root.join(&p.rel))
+        {
             continue;
         }
         // By fd, never following a link: the path is the agent's to write.
@@ -389,5 +552,46 @@ mod tests {
         std::os::unix::fs::symlink("/elsewhere", t.path().join(".git")).unwrap();
         let e = pins(t.path()).unwrap_err().to_string();
         assert!(e.contains("symlink"), "{e}");
+    }
+
+    #[test]
+    fn files_the_config_includes_from_the_workspace_are_held() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join(".git/info")).unwrap();
+        std::fs::create_dir_all(r.join("conf")).unwrap();
+        std::fs::write(
+            r.join(".git/config"),
+            format!(
+                "[INCLUDE]\n\tPath = ../.gitconfig\n[includeIf \"gitdir:/\"]\n\tpath = \"../conf/a\"\n\
+                 [include]\n\tpath = ~/.gitconfig\n\tpath = ../../outside\n\tpath = {}/abs\n\tpath = local\n",
+                r.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(r.join(".gitconfig"), "[include]\n\tpath = deep/b\n").unwrap();
+        std::fs::write(r.join("conf/a"), "").unwrap();
+        let got = names(r);
+        for want in [
+            (".gitconfig", true),
+            ("conf/a", true),
+            ("deep/b", false),
+            ("abs", false),
+            (".git/local", false),
+        ] {
+            assert!(
+                got.contains(&(want.0.to_owned(), want.1)),
+                "{want:?} not in {got:?}"
+            );
+        }
+        assert!(!got.iter().any(|(p, _)| p.contains("outside")), "{got:?}");
+        make_missing(r, (0, 0)).unwrap();
+        assert_eq!(std::fs::read(r.join("deep/b")).unwrap(), b"");
+        assert!(pins(r).unwrap().iter().all(|p| p.exists));
+        // A link on the way is refused, not followed.
+        std::fs::remove_dir_all(r.join("conf")).unwrap();
+        std::os::unix::fs::symlink("/etc", r.join("conf")).unwrap();
+        let e = pins(r).unwrap_err().to_string();
+        assert!(e.contains("conf/a") && e.contains("included by"), "{e}");
     }
 }

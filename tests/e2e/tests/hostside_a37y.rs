@@ -95,7 +95,14 @@ fn a_worktrees_git_file_is_not_the_agents() {
     repo.git(&["add", "-A"]);
     repo.git(&["commit", "-qm", "base"]);
     let wt = repo.root().join("feature");
-    repo.git(&["worktree", "add", "-q", "-b", "feature", wt.to_str().unwrap()]);
+    repo.git(&[
+        "worktree",
+        "add",
+        "-q",
+        "-b",
+        "feature",
+        wt.to_str().unwrap(),
+    ]);
     let before = std::fs::read(wt.join(".git")).unwrap();
     for args in [&["-q", "init"][..], &["start"][..]] {
         let o = sbx_e2e::sbx().args(args).arg(&wt).output().unwrap();
@@ -126,5 +133,89 @@ fn a_worktrees_git_file_is_not_the_agents() {
         text(&o),
         text(&s)
     );
-    assert_eq!(std::fs::read(wt.join(".git")).unwrap(), before, "{}", text(&o));
+    assert_eq!(
+        std::fs::read(wt.join(".git")).unwrap(),
+        before,
+        "{}",
+        text(&o)
+    );
+}
+
+/// The agent's index writer: `python3 - NAME TEXT` writes a loose blob
+/// holding TEXT and an index of HEAD's tree plus an entry NAME for it
+/// (git's own commands refuse such a name; the index file is the agent's
+/// to write in bind mode, as git's staging area).
+const EVIL_INDEX: &str = r#"
+import hashlib, os, struct, subprocess, sys, zlib
+name, text = sys.argv[1].encode(), sys.argv[2].encode()
+raw = b'blob %d\0' % len(text) + text
+sha = hashlib.sha1(raw).hexdigest()
+d = '.git/objects/' + sha[:2]
+os.makedirs(d, exist_ok=True)
+open(d + '/' + sha[2:], 'wb').write(zlib.compress(raw))
+ents = [(name, sha)]
+for line in subprocess.check_output(['git', 'ls-tree', '-r', 'HEAD']).decode().splitlines():
+    meta, path = line.split('\t', 1)
+    ents.append((path.encode(), meta.split()[2]))
+def ent(n, s):
+    e = struct.pack('>10I', 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + bytes.fromhex(s) + struct.pack('>H', len(n)) + n
+    return e + b'\0' * (8 - len(e) % 8)
+ents.sort()
+body = b'DIRC' + struct.pack('>II', 2, len(ents)) + b''.join(ent(n, s) for n, s in ents)
+open('.git/index.new', 'wb').write(body + hashlib.sha1(body).digest())
+os.rename('.git/index.new', '.git/index')
+"#;
+
+/// Route a37y-3: the index is the agent's to write in bind mode (git's
+/// staging area), and the host's git writes what an index entry names
+/// without checking the name: an entry `../canary` (git's own commands
+/// refuse it; the agent wrote the file by hand) and the user's `git
+/// restore .` or `git checkout -- .` on the host, to throw away the
+/// agent's changes, wrote the agent's bytes outside the checkout as root
+/// (`../../../../root/.bashrc` reaches any file). The guest's watcher
+/// now checks every index written under `.git`: one with such a name has
+/// the agent's processes killed and is moved aside.
+#[test]
+fn an_index_entry_never_writes_outside_the_checkout() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("idx");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    std::fs::write(repo.path.join("a"), "1\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.start();
+    let canary = repo.root().join("canary");
+    std::fs::write(repo.path.join(".evil-index.py"), EVIL_INDEX).unwrap();
+    let o = repo.exec(
+        "cd /workspace/idx && python3 .evil-index.py ../canary PWNED && rm .evil-index.py; \
+         echo \"index: $?\"; sleep 1",
+    );
+    let mut outs = Vec::new();
+    for args in [
+        &["restore", "."][..],
+        &["checkout", "--", "."],
+        &["checkout-index", "-a", "-f"],
+    ] {
+        outs.push(text(
+            &Command::new("git")
+                .args(args)
+                .current_dir(&repo.path)
+                .output()
+                .unwrap(),
+        ));
+    }
+    assert!(
+        !canary.exists(),
+        "the user's git wrote the agent's index entry outside the checkout: agent {} / git {outs:?}",
+        text(&o)
+    );
+    // The guest moved it aside (and ended the agent's processes).
+    assert!(
+        repo.path.join(".git/index.sbx-refused").is_file(),
+        "{}",
+        text(&o)
+    );
 }

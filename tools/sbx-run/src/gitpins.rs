@@ -198,8 +198,7 @@ const MAX_INCLUDES: usize = 100;
 fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
     use sbx_sys::beneath::{Kind, Root};
     let r = Root::open(root).map_err(|e| RunError::Io(root.to_owned(), e))?;
-    let mut seen: std::collections::BTreeSet<String> =
-        held.iter().map(|p| p.rel.clone()).collect();
+    let mut seen: std::collections::BTreeSet<String> = held.iter().map(|p| p.rel.clone()).collect();
     let mut todo: Vec<String> = held
         .iter()
         .filter(|p| {
@@ -273,7 +272,14 @@ fn include_values(text: &[u8]) -> Vec<String> {
     use std::io::Write as _;
     use std::process::{Command, Stdio};
     let child = Command::new("git")
-        .args(["config", "--file", "-", "--no-includes", "-z", "--get-regexp"])
+        .args([
+            "config",
+            "--file",
+            "-",
+            "--no-includes",
+            "-z",
+            "--get-regexp",
+        ])
         .arg(r"^include(if\..*)?\.path$")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

@@ -191,6 +191,75 @@ fn move_aside(r: &sbx_sys::beneath::Root, rel: &Path, uid: u32, gid: u32) -> std
         .and_then(|d| d.replace(name, &aside))
 }
 
+/// A symlink the agent made under the workspace's `.git`: the host's git
+/// follows them. `.git/worktrees -> /root` (or a link inside
+/// `.git/worktrees`) had the user's `git gc` or `git worktree prune`
+/// delete everything below `/root`, recursively, as a worktree admin dir
+/// without a `gitdir`; `.git/logs/HEAD -> /root/.bashrc` had every ref
+/// update append a line to it (`checkout: moving from main to
+/// x$(cmd)`, the agent's branch name). git itself makes no link there.
+/// One found is removed as the agent and every process of the agent is
+/// killed; a link on a read-only mount (`.git/hooks`, held for the host)
+/// is the host's own and left alone. Returns what was done.
+pub fn check_link(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    if !rel.starts_with(".git") || rel == Path::new(".git") {
+        return None;
+    }
+    let parent = rel.parent()?;
+    let r = sbx_sys::beneath::Root::open(root).ok()?;
+    let d = r.dir(parent).ok()?;
+    let name = rel.file_name()?;
+    if d.kind(name).ok()?? != sbx_sys::beneath::Kind::Symlink
+        || sbx_sys::on_readonly_mount(&root.join(parent))
+    {
+        return None;
+    }
+    let unlink = || {
+        let _id = FsId::set(uid, gid);
+        d.unlink(name)
+    };
+    let first = unlink();
+    kill_uid(uid);
+    let last = match d.kind(name) {
+        Ok(Some(sbx_sys::beneath::Kind::Symlink)) => unlink(),
+        _ => first,
+    };
+    Some(format!(
+        "{}: a symlink under .git, which the host's git would follow: the agent's processes were killed and the link {}",
+        rel.display(),
+        match last {
+            Ok(()) => "removed".to_owned(),
+            Err(e) => format!("could not be removed: {e}"),
+        }
+    ))
+}
+
+/// Every symlink under the workspace's `.git` now (each checked by
+/// [`check_link`]), as the watcher starts: one made while no watcher ran.
+pub fn links_in_git(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.join(".git")];
+    let mut seen = 0usize;
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > 200_000 {
+                return out;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_symlink() => out.push(e.path()),
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 /// SIGKILL every process whose real, effective or saved uid is `uid`,
 /// until none is left (a fork in between is caught by the next pass).
 fn kill_uid(uid: u32) {

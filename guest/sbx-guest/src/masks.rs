@@ -127,7 +127,13 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     let unguarded = guard(&masker).err();
     if let Some((uid, gid)) = masker.agent {
         let index = masker.root.join(".git/index");
-        if let Some(what) = crate::gitindex::check(&masker.root, &index, uid, gid) {
+        let links = crate::gitindex::links_in_git(&masker.root);
+        let found = std::iter::once(crate::gitindex::check(&masker.root, &index, uid, gid)).chain(
+            links
+                .iter()
+                .map(|l| crate::gitindex::check_link(&masker.root, l, uid, gid)),
+        );
+        for what in found.flatten() {
             eprintln!("sbx-guest: {what}");
         }
     }
@@ -157,6 +163,9 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
                     if crate::gitindex::is_index(&masker.root, p)
                         && let Some(what) = crate::gitindex::check(&masker.root, p, uid, gid)
                     {
+                        eprintln!("sbx-guest: {what}");
+                    }
+                    if let Some(what) = crate::gitindex::check_link(&masker.root, p, uid, gid) {
                         eprintln!("sbx-guest: {what}");
                     }
                 }

@@ -219,3 +219,86 @@ fn an_index_entry_never_writes_outside_the_checkout() {
         text(&o)
     );
 }
+
+/// A repository with one commit, its sandbox started (root's checkout, as
+/// the README runs it).
+fn started_repo(name: &str) -> Repo {
+    let repo = Repo::new(name);
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.start();
+    repo
+}
+
+/// Route a37y-4: a symlink the agent makes under `.git`, which the host's
+/// git follows. `.git/worktrees` (missing in most repositories) made a
+/// link to a host directory: the user's `git gc` (or `git worktree
+/// prune`) took each entry there for a worktree's admin dir without a
+/// `gitdir` and deleted it, recursively, as root. The guest now removes a
+/// link made under `.git` and ends the agent's processes.
+#[test]
+fn a_link_under_git_never_has_the_hosts_gc_delete_host_files() {
+    if !base_image() {
+        return;
+    }
+    let repo = started_repo("wtlink");
+    let victim = repo.root().join("victim");
+    std::fs::create_dir_all(victim.join("sub")).unwrap();
+    std::fs::write(victim.join("precious"), "keep\n").unwrap();
+    std::fs::write(victim.join("sub/f"), "keep\n").unwrap();
+    let o = repo.exec(&format!(
+        "cd /workspace/wtlink && ln -s {} .git/worktrees; echo \"link: $?\"; sleep 1",
+        victim.display()
+    ));
+    let g = Command::new("git")
+        .args(["gc", "-q"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    let p = Command::new("git")
+        .args(["worktree", "prune", "-v"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    assert!(
+        victim.join("precious").is_file() && victim.join("sub/f").is_file(),
+        "the user's git gc deleted host files through the agent's link: agent {} / gc {} / prune {}",
+        text(&o),
+        text(&g),
+        text(&p)
+    );
+}
+
+/// Route a37y-4, the reflog: `.git/logs/HEAD` made a link to a host file
+/// (`/root/.bashrc`), and every ref update of the user's git on the host
+/// appended a line to it, with a branch name the agent chose
+/// (`checkout: moving from main to x$(cmd)` runs at the next login).
+#[test]
+fn a_link_under_git_never_has_the_hosts_reflog_append_to_host_files() {
+    if !base_image() {
+        return;
+    }
+    let repo = started_repo("loglink");
+    let rc = repo.root().join("bashrc");
+    std::fs::write(&rc, "# rc\n").unwrap();
+    let o = repo.exec(&format!(
+        "cd /workspace/loglink && rm -f .git/logs/HEAD && ln -s {} .git/logs/HEAD; \
+         echo \"link: $?\"; sleep 1",
+        rc.display()
+    ));
+    let c = Command::new("git")
+        .args(["-c", "user.name=u", "-c", "user.email=u@example.invalid"])
+        .args(["commit", "-q", "--allow-empty", "-m", "user"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&rc).unwrap(),
+        "# rc\n",
+        "the user's commit appended to a host file through the agent's link: agent {} / commit {}",
+        text(&o),
+        text(&c)
+    );
+}

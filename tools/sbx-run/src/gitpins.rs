@@ -199,7 +199,11 @@ fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
     use sbx_sys::beneath::{Kind, Root};
     let r = Root::open(root).map_err(|e| RunError::Io(root.to_owned(), e))?;
     let mut seen: std::collections::BTreeSet<String> = held.iter().map(|p| p.rel.clone()).collect();
-    let mut todo: Vec<String> = held
+    // Workspace-relative names (read beneath it, through no link), then
+    // the host's own system and global files, which the host's git reads
+    // first: an include there may name a workspace file too
+    // (`includeIf "gitdir:~/src/app/"` with `path = ~/src/app/.gitconfig`).
+    let mut todo: Vec<(PathBuf, bool)> = held
         .iter()
         .filter(|p| {
             !p.dir
@@ -207,23 +211,28 @@ fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
                 && !p.rel.starts_with(".git/worktrees/")
                 && (p.rel.ends_with("/config") || p.rel.ends_with("/config.worktree"))
         })
-        .map(|p| p.rel.clone())
+        .map(|p| (PathBuf::from(&p.rel), true))
         .collect();
+    todo.extend(host_configs().into_iter().map(|p| (p, false)));
     let mut out = Vec::new();
-    while let Some(file) = todo.pop() {
-        let text = match r.open_read(Path::new(&file)) {
-            Ok(mut f) => {
+    while let Some((file, inside)) = todo.pop() {
+        let read = if inside {
+            r.open_read(&file).and_then(|mut f| {
                 let mut v = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut v)
-                    .map_err(|e| RunError::Io(root.join(&file), e))?;
-                v
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                std::io::Read::read_to_end(&mut f, &mut v).map(|_| v)
+            })
+        } else {
+            std::fs::read(&file)
+        };
+        let text = match read {
+            Ok(v) => v,
+            Err(e) if !inside || e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(RunError::Io(root.join(&file), e)),
         };
-        let base = Path::new(&file).parent().unwrap_or(Path::new(""));
+        let shown = root.join(&file);
+        let base = shown.parent().unwrap_or(root).to_owned();
         for value in include_values(&text) {
-            let Some(rel) = in_workspace(root, base, &value) else {
+            let Some(rel) = in_workspace(root, &base, &value) else {
                 continue;
             };
             if !seen.insert(rel.clone()) {
@@ -232,14 +241,14 @@ fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
             if out.len() >= MAX_INCLUDES {
                 return Err(RunError::Config(format!(
                     "{}: includes more than {MAX_INCLUDES} files from the workspace, which cannot all be held read-only in the sandbox",
-                    root.join(&file).display()
+                    shown.display()
                 )));
             }
             let refuse = |why: String| {
                 RunError::Config(format!(
                     "{}: included by {} ({why}), so it cannot be held read-only in the sandbox: make it a plain file, or drop the include",
                     root.join(&rel).display(),
-                    root.join(&file).display(),
+                    shown.display(),
                 ))
             };
             let exists = match r.open_path(Path::new(&rel)) {
@@ -252,7 +261,7 @@ fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
                 Err(e) => return Err(refuse(e.to_string())),
             };
             if exists {
-                todo.push(rel.clone());
+                todo.push((PathBuf::from(&rel), true));
             }
             out.push(Pin {
                 rel,
@@ -262,6 +271,28 @@ fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
         }
     }
     Ok(out)
+}
+
+/// The system and global configuration files the host's git reads, by
+/// git's own rules for this environment.
+fn host_configs() -> Vec<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let mut v = Vec::new();
+    if var("GIT_CONFIG_NOSYSTEM").is_none() {
+        v.push(var("GIT_CONFIG_SYSTEM").map_or_else(|| "/etc/gitconfig".into(), PathBuf::from));
+    }
+    match var("GIT_CONFIG_GLOBAL") {
+        Some(g) => v.push(g.into()),
+        None => {
+            let home = var("HOME").map(PathBuf::from);
+            match var("XDG_CONFIG_HOME") {
+                Some(x) => v.push(PathBuf::from(x).join("git/config")),
+                None => v.extend(home.as_ref().map(|h| h.join(".config/git/config"))),
+            }
+            v.extend(home.map(|h| h.join(".gitconfig")));
+        }
+    }
+    v
 }
 
 /// The values of `include.path` and `includeIf.<cond>.path` in one
@@ -309,35 +340,32 @@ fn include_values(text: &[u8]) -> Vec<String> {
 }
 
 /// An include's `value`, relative to `base` (the including file's
-/// directory, workspace-relative) or absolute, as a path relative to the
-/// workspace `root` when it lies inside it; `..` taken lexically (a link
-/// on the way is refused when it is opened). `~/` and `%(prefix)/` name
-/// the host's own files.
+/// directory) or absolute, `~/` the host's home, as a path relative to
+/// the workspace `root` when it lies inside it; `..` taken lexically (a
+/// link on the way is refused when it is opened). `%(prefix)/` names
+/// git's own files.
 fn in_workspace(root: &Path, base: &Path, value: &str) -> Option<String> {
     use std::path::Component;
-    if value.is_empty() || value.starts_with('~') || value.starts_with("%(") {
+    if value.is_empty() || value.starts_with("%(") {
         return None;
     }
-    let v = Path::new(value);
-    let rel = if v.is_absolute() {
-        v.strip_prefix(root).ok()?.to_owned()
-    } else {
-        base.join(v)
+    let full = match value.strip_prefix("~/") {
+        Some(rest) => PathBuf::from(std::env::var_os("HOME")?).join(rest),
+        None if value.starts_with('~') => return None,
+        None => base.join(value),
     };
-    let mut out: Vec<&std::ffi::OsStr> = Vec::new();
-    for c in rel.components() {
+    let mut out = PathBuf::new();
+    for c in full.components() {
         match c {
-            Component::Normal(n) => out.push(n),
             Component::ParentDir => {
-                // Above the workspace: the host's own file.
-                out.pop()?;
+                out.pop();
             }
-            _ => {}
+            Component::CurDir => {}
+            other => out.push(other),
         }
     }
-    let p: PathBuf = out.iter().collect();
-    let s = p.to_str()?;
-    (!s.is_empty()).then(|| s.to_owned())
+    let s = out.strip_prefix(root).ok()?.to_str()?.to_owned();
+    (!s.is_empty()).then_some(s)
 }
 
 /// What a missing `commondir` is masked with in the sandbox until `start`
@@ -561,6 +589,24 @@ mod tests {
     }
 
     #[test]
+    fn an_include_from_home_or_an_absolute_path_lands_in_the_workspace() {
+        let home = PathBuf::from(std::env::var_os("HOME").unwrap());
+        let ws = home.join("src/app");
+        assert_eq!(
+            in_workspace(&ws, Path::new("/etc"), "~/src/app/.gitconfig").as_deref(),
+            Some(".gitconfig")
+        );
+        assert_eq!(in_workspace(&ws, Path::new("/etc"), "~/.gitconfig"), None);
+        assert_eq!(in_workspace(&ws, Path::new("/etc"), "~other/x"), None);
+        assert_eq!(
+            in_workspace(&ws, &ws.join(".git"), "../a/../b").as_deref(),
+            Some("b")
+        );
+        assert_eq!(in_workspace(&ws, &ws.join(".git"), "../../x"), None);
+        assert!(host_configs().iter().all(|p| p.is_absolute()));
+    }
+
+    #[test]
     fn files_the_config_includes_from_the_workspace_are_held() {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
@@ -570,7 +616,7 @@ mod tests {
             r.join(".git/config"),
             format!(
                 "[INCLUDE]\n\tPath = ../.gitconfig\n[includeIf \"gitdir:/\"]\n\tpath = \"../conf/a\"\n\
-                 [include]\n\tpath = ~/.gitconfig\n\tpath = ../../outside\n\tpath = {}/abs\n\tpath = local\n",
+                 [include]\n\tpath = ~user/.gitconfig\n\tpath = ../../outside\n\tpath = {}/abs\n\tpath = local\n",
                 r.display()
             ),
         )

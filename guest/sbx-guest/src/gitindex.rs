@@ -197,7 +197,9 @@ fn move_aside(r: &sbx_sys::beneath::Root, rel: &Path, uid: u32, gid: u32) -> std
 /// delete everything below `/root`, recursively, as a worktree admin dir
 /// without a `gitdir`; `.git/logs/HEAD -> /root/.bashrc` had every ref
 /// update append a line to it (`checkout: moving from main to
-/// x$(cmd)`, the agent's branch name). git itself makes no link there.
+/// x$(cmd)`, the agent's branch name). A FIFO there (`packed-refs`)
+/// hung every git on the host, `sbx-run start`'s own included. git
+/// itself makes neither there.
 /// One found is removed as the agent and every process of the agent is
 /// killed; a link on a read-only mount (`.git/hooks`, held for the host)
 /// is the host's own and left alone. Returns what was done.
@@ -210,9 +212,13 @@ pub fn check_link(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String
     let r = sbx_sys::beneath::Root::open(root).ok()?;
     let d = r.dir(parent).ok()?;
     let name = rel.file_name()?;
-    if d.kind(name).ok()?? != sbx_sys::beneath::Kind::Symlink
-        || sbx_sys::on_readonly_mount(&root.join(parent))
-    {
+    let odd = |k| {
+        matches!(
+            k,
+            sbx_sys::beneath::Kind::Symlink | sbx_sys::beneath::Kind::Other
+        )
+    };
+    if !odd(d.kind(name).ok()??) || sbx_sys::on_readonly_mount(&root.join(parent)) {
         return None;
     }
     let unlink = || {
@@ -222,15 +228,15 @@ pub fn check_link(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String
     let first = unlink();
     kill_uid(uid);
     let last = match d.kind(name) {
-        Ok(Some(sbx_sys::beneath::Kind::Symlink)) => unlink(),
+        Ok(Some(k)) if odd(k) => unlink(),
         _ => first,
     };
     Some(format!(
-        "{}: a symlink under .git, which the host's git would follow: the agent's processes were killed and the link {}",
+        "{}: a symlink or FIFO under .git, which the host's git would follow or hang on: the agent's processes were killed and it was {}",
         rel.display(),
         match last {
             Ok(()) => "removed".to_owned(),
-            Err(e) => format!("could not be removed: {e}"),
+            Err(e) => format!("not removed: {e}"),
         }
     ))
 }
@@ -251,8 +257,8 @@ pub fn links_in_git(root: &Path) -> Vec<std::path::PathBuf> {
                 return out;
             }
             match e.file_type() {
-                Ok(t) if t.is_symlink() => out.push(e.path()),
                 Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if !t.is_file() => out.push(e.path()),
                 _ => {}
             }
         }

@@ -302,3 +302,27 @@ fn a_link_under_git_never_has_the_hosts_reflog_append_to_host_files() {
         text(&c)
     );
 }
+
+/// Route a37y-5: a FIFO the agent makes under `.git` (`packed-refs`,
+/// read by every ref lookup): the user's `git status` and `sbx-run
+/// start`'s own reading of git's objects hung on it forever. The guest
+/// removes it as it removes a link.
+#[test]
+fn a_fifo_under_git_never_hangs_the_hosts_git() {
+    if !base_image() {
+        return;
+    }
+    let repo = started_repo("fifo");
+    let o = repo.exec("cd /workspace/fifo && mkfifo .git/packed-refs; echo \"fifo: $?\"; sleep 1");
+    let s = Command::new("timeout")
+        .args(["20", "git", "status"])
+        .current_dir(&repo.path)
+        .output()
+        .unwrap();
+    assert!(
+        s.status.success(),
+        "the user's git status hung on the agent's FIFO: agent {} / status {}",
+        text(&o),
+        text(&s)
+    );
+}

@@ -212,11 +212,14 @@ pub fn check_link(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String
     let r = sbx_sys::beneath::Root::open(root).ok()?;
     let d = r.dir(parent).ok()?;
     let name = rel.file_name()?;
-    let odd = |k| {
-        matches!(
-            k,
-            sbx_sys::beneath::Kind::Symlink | sbx_sys::beneath::Kind::Other
-        )
+    // A FIFO, not a socket: git's own fsmonitor daemon keeps one there.
+    let odd = |k| match k {
+        sbx_sys::beneath::Kind::Symlink => true,
+        sbx_sys::beneath::Kind::Other => {
+            use std::os::unix::fs::FileTypeExt as _;
+            std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+        }
+        _ => false,
     };
     if !odd(d.kind(name).ok()??) || sbx_sys::on_readonly_mount(&root.join(parent)) {
         return None;
@@ -258,7 +261,9 @@ pub fn links_in_git(root: &Path) -> Vec<std::path::PathBuf> {
             }
             match e.file_type() {
                 Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if !t.is_file() => out.push(e.path()),
+                Ok(t) if t.is_symlink() || std::os::unix::fs::FileTypeExt::is_fifo(&t) => {
+                    out.push(e.path())
+                }
                 _ => {}
             }
         }

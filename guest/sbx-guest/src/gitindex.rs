@@ -128,7 +128,8 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
 }
 
 /// A name git writes beneath the work tree: relative, no empty, `.`,
-/// `..` or `.git` (any case) component, no NUL. A sparse index's
+/// `..` or `.git` (any case) component, no NUL; or no name at all (a
+/// split index's replacement entry). A sparse index's
 /// directory entry ends with `/`.
 fn name_ok(name: &[u8], dir: bool) -> bool {
     let name = if dir {
@@ -136,11 +137,13 @@ fn name_ok(name: &[u8], dir: bool) -> bool {
     } else {
         name
     };
-    !name.is_empty()
-        && !name.contains(&0)
-        && name
-            .split(|b| *b == b'/')
-            .all(|c| !c.is_empty() && c != b"." && c != b".." && !c.eq_ignore_ascii_case(b".git"))
+    // A split index stores an entry that replaces a shared one with no
+    // name at all (git writes nothing for it).
+    name.is_empty()
+        || (!name.contains(&0)
+            && name.split(|b| *b == b'/').all(|c| {
+                !c.is_empty() && c != b"." && c != b".." && !c.eq_ignore_ascii_case(b".git")
+            }))
 }
 
 /// Check the index at `path` (under the workspace `root`); when it holds
@@ -435,6 +438,17 @@ mod tests {
             // An extended entry makes version 2 a 3.
             assert!(d[7] >= v.parse::<u8>().unwrap(), "{:?}", &d[4..8]);
             assert_eq!(bad_entry(&d, 20), None, "v{v}");
+        }
+        // A split index: the entry replacing a shared one has no name.
+        git(&["update-index", "--index-version", "2", "--split-index"]);
+        std::fs::write(t.path().join("a"), "changed").unwrap();
+        git(&["add", "a"]);
+        for e in std::fs::read_dir(t.path().join(".git")).unwrap().flatten() {
+            let n = e.file_name().into_string().unwrap();
+            if n == "index" || n.starts_with("sharedindex.") {
+                let d = std::fs::read(e.path()).unwrap();
+                assert_eq!(bad_entry(&d, 20), None, "{n}");
+            }
         }
     }
 

@@ -53,6 +53,10 @@ pub struct Masker {
     pub blocked: PathSet,
     pub allowed: PathSet,
     pub mounter: Box<dyn Mounter + Send>,
+    /// The agent's uid and gid: an index under `.git` it writes with a
+    /// name git would write outside the checkout is refused as the
+    /// agent's (gitindex.rs); None: indexes are not looked at.
+    pub agent: Option<(u32, u32)>,
 }
 
 impl Masker {
@@ -121,6 +125,18 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     w.watch(&masker.root, RecursiveMode::Recursive)
         .map_err(|e| format!("{}: {e}", masker.root.display()))?;
     let unguarded = guard(&masker).err();
+    if let Some((uid, gid)) = masker.agent {
+        let index = masker.root.join(".git/index");
+        let links = crate::gitindex::links_in_git(&masker.root);
+        let found = std::iter::once(crate::gitindex::check(&masker.root, &index, uid, gid)).chain(
+            links
+                .iter()
+                .map(|l| crate::gitindex::check_link(&masker.root, l, uid, gid)),
+        );
+        for what in found.flatten() {
+            eprintln!("sbx-guest: {what}");
+        }
+    }
     if scan {
         for p in existing(&masker) {
             if let Some(Err(e)) = masker.seen(&p) {
@@ -131,6 +147,29 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     std::thread::spawn(move || {
         let _keep = w;
         for ev in rx.into_iter().flatten() {
+            // An index written in place or renamed into place (a37y).
+            let written = matches!(
+                ev.kind,
+                EventKind::Create(_)
+                    | EventKind::Modify(_)
+                    | EventKind::Access(notify::event::AccessKind::Close(
+                        notify::event::AccessMode::Write
+                    ))
+            );
+            if let Some((uid, gid)) = masker.agent
+                && written
+            {
+                for p in &ev.paths {
+                    if crate::gitindex::is_index(&masker.root, p)
+                        && let Some(what) = crate::gitindex::check(&masker.root, p, uid, gid)
+                    {
+                        eprintln!("sbx-guest: {what}");
+                    }
+                    if let Some(what) = crate::gitindex::check_link(&masker.root, p, uid, gid) {
+                        eprintln!("sbx-guest: {what}");
+                    }
+                }
+            }
             if !matches!(
                 ev.kind,
                 EventKind::Create(_) | EventKind::Modify(notify::event::ModifyKind::Name(_))
@@ -233,6 +272,7 @@ mod tests {
             blocked: PathSet::new(&cfg.blocked_files()).unwrap(),
             allowed: PathSet::new(&cfg.allowed_files()).unwrap(),
             mounter: Box::new(Rec(log.clone())),
+            agent: None,
         };
         for f in [
             ".env",

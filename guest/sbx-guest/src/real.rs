@@ -1026,6 +1026,9 @@ fn start_masker(paths: &Paths, cfg: &sbx_core::config::Config) -> Result<Option<
                 empty_file: file,
                 empty_dir: dir,
             }),
+            agent: crate::config::Agent::from_lookup(|v| std::env::var(v).ok())
+                .ok()
+                .map(|a| (a.uid, a.gid)),
         },
         restarted,
     )

@@ -161,9 +161,9 @@ fn the_message_swapped_after_commit_msg_is_not_committed() {
 }
 
 /// The same swap in every place git reads the index from after
-/// pre-commit: `commit -a` (git's own `.git/index.lock`), `--amend`, an
-/// index named by `GIT_INDEX_FILE`, and a `.git/index` that is a symlink
-/// (its target renamed over). A partial commit (`commit <paths>`), whose
+/// pre-commit: `commit -a` (git's own `.git/index.lock`), `--amend`, and
+/// an index named by `GIT_INDEX_FILE`; a `.git/index` that is a symlink
+/// is removed by the guest before git reads it. A partial commit (`commit <paths>`), whose
 /// second index git keeps in the git dir, is refused whole.
 #[test]
 fn the_index_swapped_in_every_form_is_not_committed() {
@@ -191,13 +191,6 @@ fn the_index_swapped_in_every_form_is_not_committed() {
             "GIT_INDEX_FILE=$PWD/idx git commit -qm 'JIRA-4 env'",
             "rm -f idx",
         ),
-        (
-            "a symlinked index",
-            "mv .git/index idx2 && ln -s ../idx2 .git/index",
-            "idx2",
-            "git commit -qm 'JIRA-5 link'",
-            "rm -f .git/index && mv idx2 .git/index",
-        ),
     ]
     .into_iter()
     .enumerate()
@@ -221,6 +214,24 @@ fn the_index_swapped_in_every_form_is_not_committed() {
         "{out}"
     );
     assert!(!out.contains("JIRA-6"), "{out}");
+    // A `.git/index` that is a symlink is no longer the agent's to make
+    // (a37y: the host's git follows links under `.git`): the guest
+    // removes it and ends the agent's processes, so nothing is committed.
+    let o = sb.agent(
+        "mv .git/index idx2 && ln -s ../idx2 .git/index && sleep 1 && \
+         git commit -qm 'JIRA-5 link'; echo rc=$?",
+    );
+    assert!(!text(&o).contains("rc="), "{}", text(&o));
+    let index = sb.repo.path.join(".git/index");
+    assert!(
+        !index.symlink_metadata().is_ok_and(|m| m.is_symlink()),
+        "{}",
+        text(&o)
+    );
+    let log = sb
+        .repo
+        .git(&["-c", "safe.directory=*", "log", "--format=%s", "main"]);
+    assert!(!log.contains("JIRA-5 link"), "{log}");
 }
 
 /// core.commentChar: git's cleanup drops the lines commit-msg read as

@@ -123,6 +123,25 @@ fn subdirs(root: &Path, rel: &str) -> Result<Vec<String>, RunError> {
 /// follow the link on the host, and git reads it either way.
 pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
     let mut out = Vec::new();
+    // A `.git` file (the workspace is a linked worktree or a submodule's
+    // checkout) names the git dir: the agent rewrote it to `gitdir: .evil`,
+    // a git dir of its own with a `core.fsmonitor`, and the user's plain
+    // `git status` there ran it (a37y). A `.git` link the agent could
+    // swap for a directory of its own, and docker would follow.
+    match std::fs::symlink_metadata(root.join(".git")) {
+        Ok(m) if m.is_file() => out.push(Pin {
+            rel: ".git".to_owned(),
+            dir: false,
+            exists: true,
+        }),
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(RunError::Config(format!(
+                "{}: is a symlink, so it cannot be held read-only in the sandbox (the host's git reads what it names as the repository): replace it with the directory, or a `gitdir:` file",
+                root.join(".git").display()
+            )));
+        }
+        _ => {}
+    }
     for gd in git_dirs(root)? {
         // A linked worktree's admin dir, whole: its work tree is not in the
         // sandbox, so nothing there is the agent's to write.
@@ -161,7 +180,201 @@ pub fn pins(root: &Path) -> Result<Vec<Pin>, RunError> {
             }
         }
     }
+    let included = includes(root, &out)?;
+    out.extend(included);
     Ok(out)
+}
+
+/// At most this many files included from inside the workspace are held.
+const MAX_INCLUDES: usize = 100;
+
+/// The files inside the workspace that the held configuration files
+/// include (`include.path`, `includeIf.*.path`), and those they include in
+/// turn: a held `.git/config` with `include.path = ../.gitconfig` had git
+/// read the work tree's `.gitconfig`, which the agent wrote, and a
+/// `core.fsmonitor` there ran on the user's next `git status` (a37y). A
+/// missing one is made empty (git reads a missing include as empty); one
+/// that is a link, or reached through one, is refused.
+fn includes(root: &Path, held: &[Pin]) -> Result<Vec<Pin>, RunError> {
+    use sbx_sys::beneath::{Kind, Root};
+    let r = Root::open(root).map_err(|e| RunError::Io(root.to_owned(), e))?;
+    let mut seen: std::collections::BTreeSet<String> = held.iter().map(|p| p.rel.clone()).collect();
+    // Workspace-relative names (read beneath it, through no link), then
+    // the host's own system and global files, which the host's git reads
+    // first: an include there may name a workspace file too
+    // (`includeIf "gitdir:~/src/app/"` with `path = ~/src/app/.gitconfig`).
+    let mut todo: Vec<(PathBuf, bool)> = held
+        .iter()
+        .filter(|p| {
+            !p.dir
+                && p.exists
+                && !p.rel.starts_with(".git/worktrees/")
+                && (p.rel.ends_with("/config") || p.rel.ends_with("/config.worktree"))
+        })
+        .map(|p| (PathBuf::from(&p.rel), true))
+        .collect();
+    todo.extend(host_configs().into_iter().map(|p| (p, false)));
+    let mut out = Vec::new();
+    while let Some((file, inside)) = todo.pop() {
+        let read = if inside {
+            r.open_read(&file).and_then(|mut f| {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut v).map(|_| v)
+            })
+        } else {
+            std::fs::read(&file)
+        };
+        let text = match read {
+            Ok(v) => v,
+            Err(e) if !inside || e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(RunError::Io(root.join(&file), e)),
+        };
+        let shown = root.join(&file);
+        let base = shown.parent().unwrap_or(root).to_owned();
+        for value in include_values(&text) {
+            let Some(rel) = in_workspace(root, &base, &value) else {
+                continue;
+            };
+            if !seen.insert(rel.clone()) {
+                continue;
+            }
+            if out.len() >= MAX_INCLUDES {
+                return Err(RunError::Config(format!(
+                    "{}: includes more than {MAX_INCLUDES} files from the workspace, which cannot all be held read-only in the sandbox",
+                    shown.display()
+                )));
+            }
+            let refuse = |why: String| {
+                RunError::Config(format!(
+                    "{}: included by {} ({why}), so it cannot be held read-only in the sandbox: make it a plain file, or drop the include",
+                    root.join(&rel).display(),
+                    shown.display(),
+                ))
+            };
+            let exists = match r.open_path(Path::new(&rel)) {
+                Ok(fd) => match sbx_sys::beneath::kind(&fd) {
+                    Ok(Kind::File) => true,
+                    Ok(_) => return Err(refuse("not a regular file".into())),
+                    Err(e) => return Err(refuse(e.to_string())),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(e) => return Err(refuse(e.to_string())),
+            };
+            if exists {
+                todo.push((PathBuf::from(&rel), true));
+            }
+            out.push(Pin {
+                rel,
+                dir: false,
+                exists,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The system and global configuration files the host's git reads, by
+/// git's own rules for this environment.
+fn host_configs() -> Vec<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let mut v = Vec::new();
+    if var("GIT_CONFIG_NOSYSTEM").is_none() {
+        v.push(var("GIT_CONFIG_SYSTEM").map_or_else(|| "/etc/gitconfig".into(), PathBuf::from));
+    }
+    match var("GIT_CONFIG_GLOBAL") {
+        Some(g) => v.push(g.into()),
+        None => {
+            let home = var("HOME").map(PathBuf::from);
+            match var("XDG_CONFIG_HOME") {
+                Some(x) => v.push(PathBuf::from(x).join("git/config")),
+                None => v.extend(home.as_ref().map(|h| h.join(".config/git/config"))),
+            }
+            v.extend(home.map(|h| h.join(".gitconfig")));
+        }
+    }
+    v
+}
+
+/// The values of `include.path` and `includeIf.<cond>.path` in one
+/// configuration file's bytes, as git's own parser reads them (section
+/// names know no case, values may be quoted); none when git is missing
+/// or cannot parse it (then the host's git cannot read it either).
+fn include_values(text: &[u8]) -> Vec<String> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    // Most configs include nothing: no git started for them (a section
+    // name is letters, in any case, so `[include` is always spelt out).
+    if !text
+        .to_ascii_lowercase()
+        .windows(7)
+        .any(|w| w == b"include")
+    {
+        return Vec::new();
+    }
+    let child = Command::new("git")
+        .args([
+            "config",
+            "--file",
+            "-",
+            "--no-includes",
+            "-z",
+            "--get-regexp",
+        ])
+        .arg(r"^include(if\..*)?\.path$")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return Vec::new();
+    };
+    if let Some(mut w) = child.stdin.take() {
+        let _ = w.write_all(text);
+    }
+    let Ok(o) = child.wait_with_output() else {
+        return Vec::new();
+    };
+    o.stdout
+        .split(|b| *b == 0)
+        .filter_map(|e| {
+            let s = std::str::from_utf8(e).ok()?;
+            s.split_once('\n').map(|(_, v)| v.to_owned())
+        })
+        .collect()
+}
+
+/// An include's `value`, relative to `base` (the including file's
+/// directory) or absolute, `~/` the host's home, as a path relative to
+/// the workspace `root` when it lies inside it; `..` taken lexically (a
+/// link on the way is refused when it is opened). `%(prefix)/` names
+/// git's own files.
+fn in_workspace(root: &Path, base: &Path, value: &str) -> Option<String> {
+    use std::path::Component;
+    if value.is_empty() || value.starts_with("%(") {
+        return None;
+    }
+    let full = match value.strip_prefix("~/") {
+        Some(rest) => PathBuf::from(std::env::var_os("HOME")?).join(rest),
+        None if value.starts_with('~') => return None,
+        None => base.join(value),
+    };
+    let mut out = PathBuf::new();
+    for c in full.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    let s = out.strip_prefix(root).ok()?.to_str()?.to_owned();
+    (!s.is_empty()).then_some(s)
 }
 
 /// What a missing `commondir` is masked with in the sandbox until `start`
@@ -198,6 +411,12 @@ pub fn make_missing(root: &Path, owner: (u32, u32)) -> Result<(), RunError> {
                 Err(e) => Err(e),
             }
         } else {
+            // An included file's directories may be missing too.
+            if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty())
+                && let Err(e) = r.create_dir_all(parent, 0o755)
+            {
+                return Err(RunError::Io(root.join(parent), e));
+            }
             r.create_file(rel, 0o644).and_then(|mut f| {
                 use std::io::Write as _;
                 if rel.file_name() == Some(std::ffi::OsStr::new("commondir")) {
@@ -235,7 +454,13 @@ pub fn hold_on_host(root: &Path) -> Result<(), RunError> {
         .map(|m| m.point)
         .collect();
     for p in pins(root)? {
-        if p.dir || !p.exists || held.contains(&root.join(&p.rel)) {
+        // Only under `.git`, which `release_on_host` lets go of (a file
+        // the config includes from the work tree is held in the sandbox).
+        if p.dir
+            || !p.exists
+            || !Path::new(&p.rel).starts_with(".git")
+            || held.contains(&root.join(&p.rel))
+        {
             continue;
         }
         // By fd, never following a link: the path is the agent's to write.
@@ -355,9 +580,79 @@ mod tests {
     }
 
     #[test]
-    fn a_worktree_git_file_holds_nothing() {
+    fn a_worktree_git_file_is_held_itself() {
         let t = tempfile::tempdir().unwrap();
         std::fs::write(t.path().join(".git"), "gitdir: /elsewhere\n").unwrap();
-        assert!(pins(t.path()).unwrap().is_empty());
+        assert_eq!(
+            pins(t.path()).unwrap(),
+            vec![Pin {
+                rel: ".git".into(),
+                dir: false,
+                exists: true
+            }]
+        );
+        let t = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/elsewhere", t.path().join(".git")).unwrap();
+        let e = pins(t.path()).unwrap_err().to_string();
+        assert!(e.contains("symlink"), "{e}");
+    }
+
+    #[test]
+    fn an_include_from_home_or_an_absolute_path_lands_in_the_workspace() {
+        let home = PathBuf::from(std::env::var_os("HOME").unwrap());
+        let ws = home.join("src/app");
+        assert_eq!(
+            in_workspace(&ws, Path::new("/etc"), "~/src/app/.gitconfig").as_deref(),
+            Some(".gitconfig")
+        );
+        assert_eq!(in_workspace(&ws, Path::new("/etc"), "~/.gitconfig"), None);
+        assert_eq!(in_workspace(&ws, Path::new("/etc"), "~other/x"), None);
+        assert_eq!(
+            in_workspace(&ws, &ws.join(".git"), "../a/../b").as_deref(),
+            Some("b")
+        );
+        assert_eq!(in_workspace(&ws, &ws.join(".git"), "../../x"), None);
+        assert!(host_configs().iter().all(|p| p.is_absolute()));
+    }
+
+    #[test]
+    fn files_the_config_includes_from_the_workspace_are_held() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join(".git/info")).unwrap();
+        std::fs::create_dir_all(r.join("conf")).unwrap();
+        std::fs::write(
+            r.join(".git/config"),
+            format!(
+                "[INCLUDE]\n\tPath = ../.gitconfig\n[includeIf \"gitdir:/\"]\n\tpath = \"../conf/a\"\n\
+                 [include]\n\tpath = ~user/.gitconfig\n\tpath = ../../outside\n\tpath = {}/abs\n\tpath = local\n",
+                r.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(r.join(".gitconfig"), "[include]\n\tpath = deep/b\n").unwrap();
+        std::fs::write(r.join("conf/a"), "").unwrap();
+        let got = names(r);
+        for want in [
+            (".gitconfig", true),
+            ("conf/a", true),
+            ("deep/b", false),
+            ("abs", false),
+            (".git/local", false),
+        ] {
+            assert!(
+                got.contains(&(want.0.to_owned(), want.1)),
+                "{want:?} not in {got:?}"
+            );
+        }
+        assert!(!got.iter().any(|(p, _)| p.contains("outside")), "{got:?}");
+        make_missing(r, (0, 0)).unwrap();
+        assert_eq!(std::fs::read(r.join("deep/b")).unwrap(), b"");
+        assert!(pins(r).unwrap().iter().all(|p| p.exists));
+        // A link on the way is refused, not followed.
+        std::fs::remove_dir_all(r.join("conf")).unwrap();
+        std::os::unix::fs::symlink("/etc", r.join("conf")).unwrap();
+        let e = pins(r).unwrap_err().to_string();
+        assert!(e.contains("conf/a") && e.contains("included by"), "{e}");
     }
 }

@@ -361,26 +361,9 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
 /// pinned it for pre-commit ([`pre_commit_on_view`]).
 pub const PINNED_HEAD: &str = "pre-commit.head";
 
-/// `git commit`'s pre-commit, through the broker, on a view the agent
-/// cannot change (issue 46, route 2): git read HEAD before pre-commit, and
-/// the hook read `.git/HEAD` again, so HEAD pointed elsewhere for the
-/// hook's few milliseconds made it see no change. The hook now runs with
-/// `GIT_DIR` a private git directory (in the call's private directory,
-/// root's and unguessable): HEAD names the same branch (hooks that refuse
-/// commits to a branch still see it), its refs a snapshot in which that
-/// branch is the commit HEAD names now, the repository's configuration,
-/// the repository's object store (`GIT_OBJECT_DIRECTORY`, so what a hook
-/// stages is there for git), and the index the private copy git commits
-/// from. The commit's prepared step then requires git's parent to be that
-/// commit ([`check_pinned`]). Returns the hook's exit code.
-pub fn pre_commit_on_view(
-    real: &Git,
-    sock: &Path,
-    trusted: &Path,
-    args: &[OsString],
-    msg_dir: &Path,
-) -> Result<u8, String> {
-    use std::os::unix::fs::DirBuilderExt as _;
+/// The view's HEAD and refs asked of git (three brokered calls), where
+/// the repository is not one [`crate::viewrefs::read`] reads itself.
+fn snapshot_from_git(real: &Git) -> Result<crate::viewrefs::Snapshot, String> {
     let ask = |args: &[&str]| {
         let a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
         crate::hooks::git_output_any(real, &a)
@@ -414,7 +397,6 @@ pub fn pre_commit_on_view(
         .filter(|o| o.status.success())
         .map(|o| o.stdout)
         .unwrap_or_default();
-    let sym = sym.trim_ascii_end();
     let refs = crate::hooks::finish(refs)
         .filter(|o| o.status.success())
         .map(|o| o.stdout)
@@ -425,8 +407,47 @@ pub fn pre_commit_on_view(
         _ => return Err("cannot find the repository's directories".into()),
     };
     let hex = |h: &[u8]| matches!(h.len(), 40 | 64) && h.iter().all(u8::is_ascii_hexdigit);
-    // Unborn (rev-parse stops at HEAD): a first commit.
-    let head = lines.get(2).copied().filter(|h| hex(h));
+    Ok(crate::viewrefs::Snapshot {
+        common: OsStr::from_bytes(common).into(),
+        objects: OsStr::from_bytes(objects).into(),
+        // Unborn (rev-parse stops at HEAD): a first commit.
+        head: lines.get(2).copied().filter(|h| hex(h)).map(<[u8]>::to_vec),
+        sym: sym.trim_ascii_end().to_vec(),
+        refs,
+    })
+}
+
+/// `git commit`'s pre-commit, through the broker, on a view the agent
+/// cannot change (issue 46, route 2): git read HEAD before pre-commit, and
+/// the hook read `.git/HEAD` again, so HEAD pointed elsewhere for the
+/// hook's few milliseconds made it see no change. The hook now runs with
+/// `GIT_DIR` a private git directory (in the call's private directory,
+/// root's and unguessable): HEAD names the same branch (hooks that refuse
+/// commits to a branch still see it), its refs a snapshot in which that
+/// branch is the commit HEAD names now, the repository's configuration,
+/// the repository's object store (`GIT_OBJECT_DIRECTORY`, so what a hook
+/// stages is there for git), and the index the private copy git commits
+/// from. The commit's prepared step then requires git's parent to be that
+/// commit ([`check_pinned`]). Returns the hook's exit code.
+pub fn pre_commit_on_view(
+    real: &Git,
+    sock: &Path,
+    trusted: &Path,
+    args: &[OsString],
+    msg_dir: &Path,
+) -> Result<u8, String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let top = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    let snap = crate::viewrefs::read(&top, std::env::var_os("GIT_DIR").as_deref(), &|v| {
+        std::env::var_os(v).is_some()
+    });
+    let snap = match snap {
+        Some(s) => s,
+        None => snapshot_from_git(real)?,
+    };
+    let head = snap.head.as_deref();
+    let sym = snap.sym.as_slice();
+    let refs = snap.refs.as_slice();
     let branch = (head.is_some() && sym.starts_with(b"refs/heads/")).then_some(sym);
     let io = |p: &Path, e: std::io::Error| format!("the private view {}: {e}", p.display());
     match std::fs::DirBuilder::new().mode(0o700).create(msg_dir) {
@@ -460,12 +481,10 @@ pub fn pre_commit_on_view(
         packed.extend_from_slice(&[h, b" ", b, b"\n"].concat());
     }
     std::fs::write(g.join("packed-refs"), packed).map_err(|e| io(&g, e))?;
-    let common = Path::new(OsStr::from_bytes(common));
-    let config = std::fs::read(common.join("config")).unwrap_or_default();
+    let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
     std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     let zero = b"0".repeat(40);
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
-    let top = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
             k != "GIT_DIR"
@@ -476,10 +495,7 @@ pub fn pre_commit_on_view(
         .collect();
     env.push(("GIT_DIR".into(), g.into()));
     env.push(("GIT_WORK_TREE".into(), top.into()));
-    env.push((
-        "GIT_OBJECT_DIRECTORY".into(),
-        OsStr::from_bytes(objects).to_owned(),
-    ));
+    env.push(("GIT_OBJECT_DIRECTORY".into(), snap.objects.into()));
     let dir =
         sbx_sys::privsep::open_path(trusted).map_err(|e| format!("{}: {e}", trusted.display()))?;
     let code = crate::broker::run_hook_with_env(

@@ -16,6 +16,7 @@ pub mod options_gen;
 pub mod policy;
 pub mod repo;
 pub mod rules;
+pub mod viewrefs;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write as _;

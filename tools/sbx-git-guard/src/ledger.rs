@@ -40,6 +40,13 @@ pub const VERIFY_ENV: &str = "SBX_GUARD_VERIFY";
 /// the commits they bring are fetched, and refs may move onto them.
 pub const FETCH_ENV: &str = "SBX_GUARD_FETCH";
 
+/// Set by the guard for `receive-pack` (a push into a repository of the
+/// sandbox): a branch may move onto a tip the pushing side's pre-push
+/// step let go ([`sent`]), else only as the repository's own moves do.
+/// Run by hand with a request the agent wrote, no pre-push step saw what
+/// it lands (a46x).
+pub const RECEIVE_ENV: &str = "SBX_GUARD_RECEIVE";
+
 /// Is `name` set to 1 (by the guard, for this call)?
 pub(crate) fn env_is(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v == "1")
@@ -79,6 +86,29 @@ pub fn record(env: &[(OsString, OsString)], ids: &[Vec<u8>]) -> Result<(), Strin
     let lines = ids.join(&b'\n');
     crate::broker::add_to_ledger(&sock, &lines, &private)
         .map_err(|e| format!("cannot add the commit to the ledger: {e}"))
+}
+
+/// pre-push, after its checks passed: the tips it sends, for the
+/// receiving side's step ([`RECEIVE_ENV`]).
+pub fn vouch(env: &[(OsString, OsString)], tips: &[&[u8]]) -> Result<(), String> {
+    let Some(sock) = in_force(env) else {
+        return Ok(());
+    };
+    if tips.is_empty() {
+        return Ok(());
+    }
+    crate::broker::add_sent(&sock, &tips.join(&b'\n'))
+}
+
+/// The tips pre-push steps let go ([`vouch`]).
+pub fn sent(env: &[(OsString, OsString)]) -> std::collections::HashSet<Vec<u8>> {
+    let text = crate::broker::sent_path(env)
+        .and_then(|p| std::fs::read(p).ok())
+        .unwrap_or_default();
+    text.split(|b| *b == b'\n')
+        .filter(|l| matches!(l.len(), 40 | 64))
+        .map(<[u8]>::to_vec)
+        .collect()
 }
 
 /// The ledger's ids, one a line (empty when there is none yet).

@@ -529,11 +529,14 @@ pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
     allow.args.splice(0..0, [OsString::from("-c"), v]);
     allow.pin = Some((1, hooks));
     allow.moves_refs = true;
-    // What a push brings was checked by the pushing side's pre-push step
-    // against its own ledger and branches: fetched, for this side's.
+    // Not fetched: the agent can run receive-pack itself with a request it
+    // wrote (a command and an empty pack, the commit already here), which
+    // no pre-push step saw (a46x). A branch may move onto a tip a pushing
+    // side's pre-push step let go, else only as our own moves may (pushes
+    // from outside the sandbox do not reach this repository's git).
     allow
         .env
-        .push((crate::ledger::FETCH_ENV.into(), "1".into()));
+        .push((crate::ledger::RECEIVE_ENV.into(), "1".into()));
     pin_by_fd(allow)?;
     let trusted = allow
         .pin

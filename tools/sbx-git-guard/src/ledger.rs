@@ -102,20 +102,17 @@ pub fn vouch(env: &[(OsString, OsString)], tips: &[&[u8]]) -> Result<(), String>
 
 /// The tips pre-push steps let go ([`vouch`]).
 pub fn sent(env: &[(OsString, OsString)]) -> std::collections::HashSet<Vec<u8>> {
-    let text = crate::broker::sent_path(env)
-        .and_then(|p| std::fs::read(p).ok())
-        .unwrap_or_default();
-    text.split(|b| *b == b'\n')
-        .filter(|l| matches!(l.len(), 40 | 64))
-        .map(<[u8]>::to_vec)
-        .collect()
+    ids_in(crate::broker::sent_path(env))
 }
 
 /// The ledger's ids, one a line (empty when there is none yet).
 fn ledger_ids(env: &[(OsString, OsString)]) -> std::collections::HashSet<Vec<u8>> {
-    let text = crate::broker::ledger_path(env)
-        .and_then(|p| std::fs::read(p).ok())
-        .unwrap_or_default();
+    ids_in(crate::broker::ledger_path(env))
+}
+
+/// The ids in a file the broker appends to, one a line.
+fn ids_in(path: Option<PathBuf>) -> std::collections::HashSet<Vec<u8>> {
+    let text = path.and_then(|p| std::fs::read(p).ok()).unwrap_or_default();
     text.split(|b| *b == b'\n')
         .filter(|l| matches!(l.len(), 40 | 64))
         .map(<[u8]>::to_vec)

@@ -228,15 +228,11 @@ mod tests {
 
     fn git(dir: &Path, args: &[&str]) -> Vec<u8> {
         let out = Command::new("git")
-            .arg("-C")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b", "-C"])
             .arg(dir)
             .args(args)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("HOME", dir)
-            .env("GIT_AUTHOR_NAME", "a")
-            .env("GIT_AUTHOR_EMAIL", "a@b")
-            .env("GIT_COMMITTER_NAME", "a")
-            .env("GIT_COMMITTER_EMAIL", "a@b")
             .output()
             .unwrap();
         assert!(out.status.success(), "git {args:?}: {out:?}");
@@ -263,14 +259,22 @@ mod tests {
         read(dir, None, &|_| false)
     }
 
+    /// A fresh repository on `main`, with a first commit if `born`.
+    fn fresh(born: bool) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        git(t.path(), &["init", "-q", "-b", "main"]);
+        if born {
+            git(t.path(), &["commit", "-q", "--allow-empty", "-m", "a"]);
+        }
+        t
+    }
+
     /// Differential: loose, packed, loose over packed, a symbolic ref,
     /// a detached HEAD, nested names, tags; each as git lists them.
     #[test]
     fn a_plain_repository_reads_as_git_lists_it() {
-        let t = tempfile::tempdir().unwrap();
+        let t = fresh(true);
         let d = t.path();
-        git(d, &["init", "-q", "-b", "main"]);
-        git(d, &["commit", "-q", "--allow-empty", "-m", "a"]);
         git(d, &["tag", "-a", "-m", "t", "v1"]);
         git(d, &["branch", "feature/x"]);
         git(d, &["pack-refs", "--all"]);
@@ -307,8 +311,7 @@ mod tests {
 
     #[test]
     fn an_unborn_branch_has_no_head() {
-        let t = tempfile::tempdir().unwrap();
-        git(t.path(), &["init", "-q", "-b", "main"]);
+        let t = fresh(false);
         let s = ours(t.path()).unwrap();
         assert_eq!(
             (s.head, s.sym, s.refs),
@@ -319,10 +322,8 @@ mod tests {
     /// What git reads differently, or from elsewhere, is git's to answer.
     #[test]
     fn anything_unusual_is_left_to_git() {
-        let t = tempfile::tempdir().unwrap();
+        let t = fresh(true);
         let d = t.path();
-        git(d, &["init", "-q", "-b", "main"]);
-        git(d, &["commit", "-q", "--allow-empty", "-m", "a"]);
         assert!(ours(d).is_some());
         assert!(read(d, None, &|v| v == "GIT_COMMON_DIR").is_none());
         let g = d.join(".git");

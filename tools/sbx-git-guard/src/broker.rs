@@ -1357,11 +1357,14 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                     reason: format!("`{cmd}` is not a pass-through helper"),
                 });
             }
-            crate::policy::check_pass_through_env(&req.env, exec_path)?;
+            // A fetch's pinned per-user configuration (lib.rs
+            // `pin_global_config`) is not this process's fd.
+            let env = crate::without_pinned_global(&req.env);
+            crate::policy::check_pass_through_env(&env, exec_path)?;
             let mut allow = Allow {
                 args: req.args.clone(),
                 env: loader_free(crate::hookenv::pass_through(
-                    crate::hookenv::clean(&req.env),
+                    crate::hookenv::clean(&env),
                     crate::in_sandbox(),
                 )),
                 command: cmd.into(),

@@ -57,6 +57,9 @@ ln -s "$CLIENT" "$TMP/cstep/pre-commit"
 "$GUARD" install-hooks "$(dirname "$(readlink -f "$GUARD")")/.sbx-git-hooks"
 for r in with without; do
   git init -q "$TMP/$r"; git -C "$TMP/$r" config user.name a; git -C "$TMP/$r" config user.email a@b
+  # Born: rev-parse HEAD fails on an unborn branch (warm-up runs may
+  # shuffle it before the first commit).
+  git -C "$TMP/$r" commit -q --allow-empty -m init
 done
 cp "$TMP/hooks/pre-commit" "$TMP/with/.git/hooks/pre-commit"
 chown -R 1000 "$TMP/with" "$TMP/without"

@@ -107,12 +107,11 @@ fn an_inline_refspec_by_id_does_not_move_a_branch() {
     assert!(o.contains("object id"), "one clear line: {o}");
 }
 
-/// Open: the refspec written into `~/.gitconfig` by hand. The guard would
-/// have to read the file before git does, a check git's own read can
-/// race; the boundary check (`sbx-run verify-commits`) still runs the
-/// hooks on the commit.
+/// The refspec written into `~/.gitconfig` by hand: a check the guard
+/// made on the file could be raced by git's own read, so a fetch's git
+/// reads the per-user configuration from a sealed copy of what the guard
+/// checked, and the refspec by id is refused in it.
 #[test]
-#[ignore = "open: a refspec by id written into ~/.gitconfig by hand, fetched as the remote's"]
 fn a_stored_refspec_by_id_does_not_move_a_branch() {
     let Some(repo) = sandbox("ga46xstored") else {
         return;
@@ -126,6 +125,21 @@ fn a_stored_refspec_by_id_does_not_move_a_branch() {
     );
     eprintln!("{o}");
     assert!(!o.contains("LANDED"), "{o}");
+    assert!(o.contains(".gitconfig"), "names the file: {o}");
+    // Raced: the refspec is written while the fetch runs (after any check
+    // of the file), and taken out again.
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && sed -i '/refs\\/heads\\/evil/d' ~/.gitconfig && \
+             (for i in $(seq 200); do printf '[remote \"origin\"]\\n\\tfetch = %s:refs/heads/evil\\n' $C >> ~/.gitconfig; \
+              sed -i '/refs\\/heads\\/evil/d' ~/.gitconfig; done) & \
+             for i in $(seq 20); do git fetch -q origin 2>/dev/null; done; wait; \
+             git grep -q MARKER evil -- 2>/dev/null && echo LANDED"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "raced: {o}");
 }
 
 /// A clone outside the workspace has no hooks, so no ledger is in force
@@ -148,12 +162,13 @@ fn a_push_from_a_hookless_clone_lands_no_commit_no_hook_saw() {
     assert!(!o.contains("LANDED"), "{o}");
 }
 
-/// `git receive-pack` in the workspace takes what it is sent as fetched
+/// `git receive-pack` in the workspace took what it was sent as fetched
 /// (the pushing side's pre-push checked it). Run by the agent with a
 /// hand-written request (a command and an empty pack: the commit is
-/// already there), no pushing side checked anything.
+/// already there), no pushing side checked anything. Now a branch moves
+/// there only onto a tip a pre-push step let go, or as the repository's
+/// own moves may.
 #[test]
-#[ignore = "open: receive-pack run by hand counts as fetched; checking it broke pushes into the workspace (git_guard_attacks*: http, remote helpers)"]
 fn a_hand_written_receive_pack_request_lands_no_commit_no_hook_saw() {
     let Some(repo) = sandbox("ga46xrecv") else {
         return;

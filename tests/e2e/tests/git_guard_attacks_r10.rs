@@ -230,3 +230,47 @@ fn husky_init_sh_of_the_agents_choosing_is_not_sourced() {
     );
     assert!(o.contains("MARKER refused"), "the hook ran whole: {o}");
 }
+
+/// Route 3's verify-then-admit, raced: while the step runs pre-commit on
+/// a cherry-picked commit of MARKER (a slow hook), a second call of the
+/// agent's rewrites the index the hook reads with a clean one, wherever
+/// it can find a view (`*.view` under the temporary directory, and the
+/// broker's private directory), so the hook would see no change and the
+/// commit be admitted. The view lives in the broker's private-index
+/// directory, which the agent's processes cannot list or enter.
+#[test]
+fn a_view_rewritten_while_its_hook_runs_admits_nothing() {
+    let Some(repo) = sandbox_with(
+        "gattack10v",
+        &[
+            ("pre-commit", SLOW_REFUSE_MARKER),
+            ("commit-msg", SUBJECT_OK),
+        ],
+    ) else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "{PLUMBED} && cp .git/index /tmp/clean-index || exit 1; \
+             (end=$(($(date +%s) + 8)); while [ $(date +%s) -lt $end ]; do \
+                for d in /tmp/*.view /run/sbx-git/*/*.view; do \
+                  [ -d \"$d/g\" ] && cp /tmp/clean-index \"$d/g/index.new\" 2>/dev/null && \
+                    mv -f \"$d/g/index.new\" \"$d/g/index\" 2>/dev/null && echo REWROTE; \
+                done; done) > /tmp/racer.out & \
+             git cherry-pick $C; wait; sort -u /tmp/racer.out; \
+             git grep -q MARKER main -- && echo LANDED; \
+             git cherry-pick --abort 2>/dev/null; git reset -q --hard main"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(
+        !o.contains("LANDED"),
+        "MARKER admitted past pre-commit: {o}"
+    );
+    assert!(!o.contains("REWROTE"), "the agent reached the view: {o}");
+    assert!(
+        o.contains("MARKER refused"),
+        "the hook ran on the commit: {o}"
+    );
+}

@@ -258,6 +258,30 @@ pub fn ledger_path(env: &[(OsString, OsString)]) -> Option<PathBuf> {
 /// The ledger's file name, beside the socket and beside `--keep`'s record.
 pub const LEDGER_FILE: &str = "ledger";
 
+/// Tips a `git push`'s pre-push step checked and let go, beside the
+/// ledger (`/run/sbx-git/sent`): the receiving side of a push into a
+/// repository of the sandbox admits a branch moved onto one, since the
+/// pushing side walked its history against the ledger already. Not
+/// kept across restarts: a push and its receive-pack run together.
+pub const SENT_FILE: &str = "sent";
+
+/// In a [`Kind::Ledger`] request: the ids are tips a pre-push step sent
+/// ([`SENT_FILE`]), not commits for the ledger.
+const SENT_VAR: &str = "SBX_GUARD_SENT";
+
+/// [`SENT_FILE`]'s path. None: no broker.
+pub fn sent_path(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    Some(socket_path(env)?.parent()?.join(SENT_FILE))
+}
+
+/// Ask the broker to add the tips a pre-push step let go to
+/// [`SENT_FILE`]. Like the ledger, only git's own processes may.
+pub fn add_sent(socket: &Path, ids: &[u8]) -> Result<(), String> {
+    let env = vec![(SENT_VAR.into(), "1".into())];
+    send_ids(socket, Kind::Ledger, ids, env)
+        .map_err(|e| e.unwrap_or_else(|| "the broker did not record what the push sent".into()))
+}
+
 /// Ask the broker to add `ids` (one a line) to the ledger. `private` is
 /// the call's private index (`$SBX_GUARD_PRIVATE_INDEX`): the broker adds
 /// only for a call that has a live one, so only for a call whose
@@ -859,7 +883,15 @@ fn runner(
             Reply::Error("only git's own processes may add to the ledger".into())
         } else {
             let ledger = socket.as_ref().map(|p| p.with_file_name(LEDGER_FILE));
+            let sent = req.env.iter().any(|(k, v)| k == SENT_VAR && v == "1");
             match (index_root.as_deref(), ledger) {
+                // A pre-push step's tips: no private index to show.
+                (_, Some(l)) if sent => {
+                    match append_record_to(&l.with_file_name(SENT_FILE), &req.args, None) {
+                        Ok(()) => Reply::Exited(0),
+                        Err(msg) => Reply::Error(msg),
+                    }
+                }
                 (Some(root), Some(l)) => match append_ledger(&req, root, &l) {
                     Ok(()) => Reply::Exited(0),
                     Err(msg) => Reply::Error(msg),
@@ -1325,11 +1357,14 @@ fn decide(req: &Request, git: BorrowedFd<'_>, exec_path: Option<&OsStr>) -> Resu
                     reason: format!("`{cmd}` is not a pass-through helper"),
                 });
             }
-            crate::policy::check_pass_through_env(&req.env, exec_path)?;
+            // A fetch's pinned per-user configuration (lib.rs
+            // `pin_global_config`) is not this process's fd.
+            let env = crate::without_pinned_global(&req.env);
+            crate::policy::check_pass_through_env(&env, exec_path)?;
             let mut allow = Allow {
                 args: req.args.clone(),
                 env: loader_free(crate::hookenv::pass_through(
-                    crate::hookenv::clean(&req.env),
+                    crate::hookenv::clean(&env),
                     crate::in_sandbox(),
                 )),
                 command: cmd.into(),

@@ -65,6 +65,7 @@ pub const STRIPPED: &[&str] = &[
     crate::hooks::COMMON_ENV,
     crate::ledger::VERIFY_ENV,
     crate::ledger::FETCH_ENV,
+    crate::ledger::RECEIVE_ENV,
     crate::index::PRIVATE_VAR,
     HOOK_PATH_ENV,
 ];

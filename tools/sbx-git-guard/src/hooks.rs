@@ -685,6 +685,10 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     // as fetched for the ledger.
     let mut tracking = Vec::new();
     let fetched = crate::ledger::env_is(crate::ledger::FETCH_ENV);
+    // receive-pack: what a pre-push step sent, the rest as our own moves.
+    let sent = crate::ledger::env_is(crate::ledger::RECEIVE_ENV)
+        .then(|| crate::ledger::sent(&std::env::vars_os().collect::<Vec<_>>()));
+    let vouched = |new: &[u8]| sent.as_ref().is_some_and(|s| s.contains(new));
     let mut stashed: Vec<u8> = Vec::new();
     for line in stdin.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
         let f: Vec<&[u8]> = line.splitn(3, |b| *b == b' ').collect();
@@ -728,14 +732,16 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     }
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     crate::ledger::record(&env, &approved)?;
-    // A fetch from a remote (and receive-pack, whose pushing side's
-    // pre-push step checked what it sends) brings fetched commits.
+    // A fetch from a remote brings fetched commits; receive-pack, tips a
+    // pushing side's pre-push step checked.
     // The stash checks first: their refusal names the stash.
     if !moves.is_empty() {
         refuse_stash_copies(real, &moves)?;
     }
     if !fetched {
         let verify = crate::ledger::env_is(crate::ledger::VERIFY_ENV);
+        moves.retain(|(_, new, _)| !vouched(new));
+        tracking.retain(|(_, new, _)| !vouched(new));
         crate::ledger::check(real, &tracking, &approved, false)?;
         crate::ledger::check(real, &moves, &approved, verify)?;
     }
@@ -847,7 +853,12 @@ pub fn check_push_commits(real: &Git, stdin: &[u8]) -> Result<(), String> {
     }
     refuse_stash_copies(real, &moves)?;
     // `(remote oid, local oid, ref)`: the ledger's `(old, new, ref)`.
-    crate::ledger::check(real, &moves, &[], false)
+    crate::ledger::check(real, &moves, &[], false)?;
+    // A push into a repository of the sandbox: its receive-pack step
+    // admits these tips (ledger.rs RECEIVE_ENV).
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let tips: Vec<&[u8]> = moves.iter().map(|(_, new, _)| *new).collect();
+    crate::ledger::vouch(&env, &tips)
 }
 
 /// Every ref a push sends must lead to a commit, through any annotated

@@ -40,6 +40,13 @@ pub const VERIFY_ENV: &str = "SBX_GUARD_VERIFY";
 /// the commits they bring are fetched, and refs may move onto them.
 pub const FETCH_ENV: &str = "SBX_GUARD_FETCH";
 
+/// Set by the guard for `receive-pack` (a push into a repository of the
+/// sandbox): a branch may move onto a tip the pushing side's pre-push
+/// step let go ([`sent`]), else only as the repository's own moves do.
+/// Run by hand with a request the agent wrote, no pre-push step saw what
+/// it lands (a46x).
+pub const RECEIVE_ENV: &str = "SBX_GUARD_RECEIVE";
+
 /// Is `name` set to 1 (by the guard, for this call)?
 pub(crate) fn env_is(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v == "1")
@@ -81,11 +88,31 @@ pub fn record(env: &[(OsString, OsString)], ids: &[Vec<u8>]) -> Result<(), Strin
         .map_err(|e| format!("cannot add the commit to the ledger: {e}"))
 }
 
+/// pre-push, after its checks passed: the tips it sends, for the
+/// receiving side's step ([`RECEIVE_ENV`]).
+pub fn vouch(env: &[(OsString, OsString)], tips: &[&[u8]]) -> Result<(), String> {
+    let Some(sock) = in_force(env) else {
+        return Ok(());
+    };
+    if tips.is_empty() {
+        return Ok(());
+    }
+    crate::broker::add_sent(&sock, &tips.join(&b'\n'))
+}
+
+/// The tips pre-push steps let go ([`vouch`]).
+pub fn sent(env: &[(OsString, OsString)]) -> std::collections::HashSet<Vec<u8>> {
+    ids_in(crate::broker::sent_path(env))
+}
+
 /// The ledger's ids, one a line (empty when there is none yet).
 fn ledger_ids(env: &[(OsString, OsString)]) -> std::collections::HashSet<Vec<u8>> {
-    let text = crate::broker::ledger_path(env)
-        .and_then(|p| std::fs::read(p).ok())
-        .unwrap_or_default();
+    ids_in(crate::broker::ledger_path(env))
+}
+
+/// The ids in a file the broker appends to, one a line.
+fn ids_in(path: Option<PathBuf>) -> std::collections::HashSet<Vec<u8>> {
+    let text = path.and_then(|p| std::fs::read(p).ok()).unwrap_or_default();
     text.split(|b| *b == b'\n')
         .filter(|l| matches!(l.len(), 40 | 64))
         .map(<[u8]>::to_vec)
@@ -361,26 +388,9 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
 /// pinned it for pre-commit ([`pre_commit_on_view`]).
 pub const PINNED_HEAD: &str = "pre-commit.head";
 
-/// `git commit`'s pre-commit, through the broker, on a view the agent
-/// cannot change (issue 46, route 2): git read HEAD before pre-commit, and
-/// the hook read `.git/HEAD` again, so HEAD pointed elsewhere for the
-/// hook's few milliseconds made it see no change. The hook now runs with
-/// `GIT_DIR` a private git directory (in the call's private directory,
-/// root's and unguessable): HEAD names the same branch (hooks that refuse
-/// commits to a branch still see it), its refs a snapshot in which that
-/// branch is the commit HEAD names now, the repository's configuration,
-/// the repository's object store (`GIT_OBJECT_DIRECTORY`, so what a hook
-/// stages is there for git), and the index the private copy git commits
-/// from. The commit's prepared step then requires git's parent to be that
-/// commit ([`check_pinned`]). Returns the hook's exit code.
-pub fn pre_commit_on_view(
-    real: &Git,
-    sock: &Path,
-    trusted: &Path,
-    args: &[OsString],
-    msg_dir: &Path,
-) -> Result<u8, String> {
-    use std::os::unix::fs::DirBuilderExt as _;
+/// The view's HEAD and refs asked of git (three brokered calls), where
+/// the repository is not one [`crate::viewrefs::read`] reads itself.
+fn snapshot_from_git(real: &Git) -> Result<crate::viewrefs::Snapshot, String> {
     let ask = |args: &[&str]| {
         let a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
         crate::hooks::git_output_any(real, &a)
@@ -414,7 +424,6 @@ pub fn pre_commit_on_view(
         .filter(|o| o.status.success())
         .map(|o| o.stdout)
         .unwrap_or_default();
-    let sym = sym.trim_ascii_end();
     let refs = crate::hooks::finish(refs)
         .filter(|o| o.status.success())
         .map(|o| o.stdout)
@@ -425,8 +434,47 @@ pub fn pre_commit_on_view(
         _ => return Err("cannot find the repository's directories".into()),
     };
     let hex = |h: &[u8]| matches!(h.len(), 40 | 64) && h.iter().all(u8::is_ascii_hexdigit);
-    // Unborn (rev-parse stops at HEAD): a first commit.
-    let head = lines.get(2).copied().filter(|h| hex(h));
+    Ok(crate::viewrefs::Snapshot {
+        common: OsStr::from_bytes(common).into(),
+        objects: OsStr::from_bytes(objects).into(),
+        // Unborn (rev-parse stops at HEAD): a first commit.
+        head: lines.get(2).copied().filter(|h| hex(h)).map(<[u8]>::to_vec),
+        sym: sym.trim_ascii_end().to_vec(),
+        refs,
+    })
+}
+
+/// `git commit`'s pre-commit, through the broker, on a view the agent
+/// cannot change (issue 46, route 2): git read HEAD before pre-commit, and
+/// the hook read `.git/HEAD` again, so HEAD pointed elsewhere for the
+/// hook's few milliseconds made it see no change. The hook now runs with
+/// `GIT_DIR` a private git directory (in the call's private directory,
+/// root's and unguessable): HEAD names the same branch (hooks that refuse
+/// commits to a branch still see it), its refs a snapshot in which that
+/// branch is the commit HEAD names now, the repository's configuration,
+/// the repository's object store (`GIT_OBJECT_DIRECTORY`, so what a hook
+/// stages is there for git), and the index the private copy git commits
+/// from. The commit's prepared step then requires git's parent to be that
+/// commit ([`check_pinned`]). Returns the hook's exit code.
+pub fn pre_commit_on_view(
+    real: &Git,
+    sock: &Path,
+    trusted: &Path,
+    args: &[OsString],
+    msg_dir: &Path,
+) -> Result<u8, String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let top = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    let snap = crate::viewrefs::read(&top, std::env::var_os("GIT_DIR").as_deref(), &|v| {
+        std::env::var_os(v).is_some()
+    });
+    let snap = match snap {
+        Some(s) => s,
+        None => snapshot_from_git(real)?,
+    };
+    let head = snap.head.as_deref();
+    let sym = snap.sym.as_slice();
+    let refs = snap.refs.as_slice();
     let branch = (head.is_some() && sym.starts_with(b"refs/heads/")).then_some(sym);
     let io = |p: &Path, e: std::io::Error| format!("the private view {}: {e}", p.display());
     match std::fs::DirBuilder::new().mode(0o700).create(msg_dir) {
@@ -460,12 +508,10 @@ pub fn pre_commit_on_view(
         packed.extend_from_slice(&[h, b" ", b, b"\n"].concat());
     }
     std::fs::write(g.join("packed-refs"), packed).map_err(|e| io(&g, e))?;
-    let common = Path::new(OsStr::from_bytes(common));
-    let config = std::fs::read(common.join("config")).unwrap_or_default();
+    let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
     std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     let zero = b"0".repeat(40);
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
-    let top = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
             k != "GIT_DIR"
@@ -476,10 +522,7 @@ pub fn pre_commit_on_view(
         .collect();
     env.push(("GIT_DIR".into(), g.into()));
     env.push(("GIT_WORK_TREE".into(), top.into()));
-    env.push((
-        "GIT_OBJECT_DIRECTORY".into(),
-        OsStr::from_bytes(objects).to_owned(),
-    ));
+    env.push(("GIT_OBJECT_DIRECTORY".into(), snap.objects.into()));
     let dir =
         sbx_sys::privsep::open_path(trusted).map_err(|e| format!("{}: {e}", trusted.display()))?;
     let code = crate::broker::run_hook_with_env(

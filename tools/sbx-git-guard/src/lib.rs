@@ -16,6 +16,7 @@ pub mod options_gen;
 pub mod policy;
 pub mod repo;
 pub mod rules;
+pub mod viewrefs;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write as _;
@@ -475,6 +476,13 @@ pub(crate) fn decide_and_prepare(
     let mut allow = policy::decide(&call, &husky_dirty(real, &env))?;
     if sandboxed {
         pin_by_fd(&mut allow)?;
+        if allow
+            .env
+            .iter()
+            .any(|(k, v)| k == crate::ledger::FETCH_ENV && v == "1")
+        {
+            pin_global_config(&mut allow)?;
+        }
         allow.moves_refs |= allow.routable;
         crate::hookenv::git_only_path(&mut allow.env);
     }
@@ -528,11 +536,14 @@ pub(crate) fn route_receive_pack(allow: &mut Allow) -> Result<(), Block> {
     allow.args.splice(0..0, [OsString::from("-c"), v]);
     allow.pin = Some((1, hooks));
     allow.moves_refs = true;
-    // What a push brings was checked by the pushing side's pre-push step
-    // against its own ledger and branches: fetched, for this side's.
+    // Not fetched: the agent can run receive-pack itself with a request it
+    // wrote (a command and an empty pack, the commit already here), which
+    // no pre-push step saw (a46x). A branch may move onto a tip a pushing
+    // side's pre-push step let go, else only as our own moves may (pushes
+    // from outside the sandbox do not reach this repository's git).
     allow
         .env
-        .push((crate::ledger::FETCH_ENV.into(), "1".into()));
+        .push((crate::ledger::RECEIVE_ENV.into(), "1".into()));
     pin_by_fd(allow)?;
     let trusted = allow
         .pin
@@ -599,14 +610,129 @@ pub(crate) fn judged_env(
     env: &[(OsString, OsString)],
     exec_path: impl FnOnce() -> Option<OsString>,
 ) -> Vec<(OsString, OsString)> {
+    let env = without_pinned_global(env);
     if !env.iter().any(|(k, _)| k == "GIT_EXEC_PATH") {
-        return env.to_vec();
+        return env;
     }
     let own = exec_path();
-    env.iter()
+    env.into_iter()
         .filter(|(k, v)| !(k == "GIT_EXEC_PATH" && Some(v) == own.as_ref()))
+        .collect()
+}
+
+/// A fetch's git reads the per-user configuration from the copy the guard
+/// checked ([`pin_global_config`]), `GIT_CONFIG_GLOBAL=/proc/self/fd/N`,
+/// and passes the variable on to its children, whose own git calls come
+/// back here without that fd. Dropped, the variable leaves git reading the
+/// default files, which is what it would do without it: nothing moves.
+pub(crate) fn without_pinned_global(env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+    env.iter()
+        .filter(|(k, v)| {
+            !(k == "GIT_CONFIG_GLOBAL"
+                && v.as_bytes()
+                    .strip_prefix(b"/proc/self/fd/")
+                    .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit)))
+        })
         .cloned()
         .collect()
+}
+
+/// A fetch or pull from a remote counts as fetched for the ledger
+/// (ledger.rs FETCH_ENV), so its refspecs must not name a local commit by
+/// id. Those on its command line and inline are checked; those in the
+/// per-user files (`$XDG_CONFIG_HOME/git/config`, `~/.gitconfig`) are the
+/// agent's to rewrite between a check and git's own read (a46x). So git
+/// reads them from a sealed copy of what the guard checked, by
+/// `GIT_CONFIG_GLOBAL=/proc/self/fd/N`; an include there, which git would
+/// read later, is refused. The repository's and the system's files are
+/// read-only in the sandbox.
+fn pin_global_config(allow: &mut Allow) -> Result<(), Block> {
+    use gix_config::file::Metadata;
+    use std::io::Write as _;
+    use std::os::fd::IntoRawFd as _;
+    let var = |n: &str| {
+        allow
+            .env
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|v| !v.as_os_str().is_empty())
+    };
+    let fail = |why: String| Block {
+        rule: R::ConfigUnreadable.name(),
+        reason: why,
+    };
+    let home = var("HOME").unwrap_or_else(|| PathBuf::from("/"));
+    let xdg = var("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config"));
+    let mut bytes = Vec::new();
+    for path in [xdg.join("git/config"), home.join(".gitconfig")] {
+        let content = match std::fs::read(&path) {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(fail(format!("{}: {e}", path.display()))),
+        };
+        let cfg = gix_config::File::from_bytes_no_includes(
+            &content,
+            Metadata::from(gix_config::Source::User),
+            Default::default(),
+        )
+        .map_err(|e| fail(format!("{}: {e}", path.display())))?;
+        let at = path.display();
+        for sec in cfg.sections() {
+            let name = sec.header().name().to_string().to_ascii_lowercase();
+            if name == "include" || name == "includeif" {
+                return Err(Block {
+                    rule: R::ConfigInline.name(),
+                    reason: format!(
+                        "{at} includes another file, which git would read after the guard checked this one; copy what it holds into {at}"
+                    ),
+                });
+            }
+            if name != "remote" {
+                continue;
+            }
+            for v in sec.values("fetch") {
+                let v = v.to_string();
+                if crate::keys::refspec_by_id(&v) {
+                    let r = sec.header().subsection_name().map(|n| n.to_string());
+                    return Err(Block {
+                        rule: R::ConfigInline.name(),
+                        reason: format!(
+                            "remote.{}.fetch = {v} in {at}: a fetch refspec whose source is an object id makes a local commit look fetched; remove it",
+                            r.unwrap_or_default()
+                        ),
+                    });
+                }
+            }
+        }
+        bytes.extend_from_slice(&content);
+        bytes.push(b'\n');
+    }
+    let sealed = || -> std::io::Result<std::os::fd::OwnedFd> {
+        use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+        use nix::sys::memfd::{MFdFlags, memfd_create};
+        // Not close-on-exec: git inherits it.
+        let fd = memfd_create(c"sbx-global-config", MFdFlags::MFD_ALLOW_SEALING)?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(&bytes)?;
+        let fd = std::os::fd::OwnedFd::from(f);
+        fcntl(
+            &fd,
+            FcntlArg::F_ADD_SEALS(
+                SealFlag::F_SEAL_WRITE
+                    | SealFlag::F_SEAL_GROW
+                    | SealFlag::F_SEAL_SHRINK
+                    | SealFlag::F_SEAL_SEAL,
+            ),
+        )?;
+        Ok(fd)
+    };
+    let fd = sealed().map_err(|e| fail(format!("the per-user configuration's copy: {e}")))?;
+    // Open until git (and this process) exits: exec keeps it.
+    let p = format!("/proc/self/fd/{}", fd.into_raw_fd());
+    allow.env.retain(|(k, _)| k != "GIT_CONFIG_GLOBAL");
+    allow.env.push(("GIT_CONFIG_GLOBAL".into(), p.into()));
+    Ok(())
 }
 
 /// The real git's compiled-in exec-path, asked of the binary itself.
@@ -1119,6 +1245,27 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
 #[cfg(test)]
 mod tests {
     use super::helper_line_refused;
+
+    /// Only the guard's own pin is dropped (git then reads the default
+    /// files); any other GIT_CONFIG_GLOBAL stays for the policy to refuse.
+    #[test]
+    fn only_a_pinned_global_config_is_dropped() {
+        for (v, dropped) in [
+            ("/proc/self/fd/7", true),
+            ("/proc/self/fd/12", true),
+            ("/proc/self/fd/", false),
+            ("/proc/self/fd/7/x", false),
+            ("/proc/1/fd/7", false),
+            ("/home/agent/.evil", false),
+        ] {
+            let env = vec![
+                ("GIT_CONFIG_GLOBAL".into(), v.into()),
+                ("A".into(), "b".into()),
+            ];
+            let kept = super::without_pinned_global(&env);
+            assert_eq!(kept.len(), if dropped { 1 } else { 2 }, "{v}");
+        }
+    }
 
     #[test]
     fn helper_commands_that_force_or_delete_are_refused() {

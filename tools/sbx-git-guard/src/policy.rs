@@ -153,6 +153,9 @@ const ROUTED: &[&str] = &[
     "pull",
     "push",
     "rebase",
+    // Run by hand with a request the agent wrote, it updates refs no
+    // pushing side's pre-push step saw (ledger.rs RECEIVE_ENV).
+    "receive-pack",
     "replay",
     "reset",
     "revert",
@@ -1756,6 +1759,7 @@ pub fn decide(
     // `stash` and `notes` always: the step records the commits they make.
     // `merge` and `pull` always: their pre-merge-commit step runs pre-commit.
     let moves_refs = last == "push"
+        || last == "receive-pack"
         || last == "am"
         || last == "stash"
         || last == "notes"
@@ -1791,8 +1795,13 @@ pub fn decide(
     ) {
         out.env.push((crate::ledger::VERIFY_ENV.into(), "1".into()));
     }
-    // A clone takes the source's refs (no commit by id): fetched, as what
-    // a push into the workspace brings is.
+    // A push into a repository of the sandbox: a branch moves onto what
+    // a pre-push step sent, else as the repository's own moves do.
+    if last == "receive-pack" {
+        out.env
+            .push((crate::ledger::RECEIVE_ENV.into(), "1".into()));
+    }
+    // A clone takes the source's refs (no commit by id): fetched.
     if last == "clone"
         || (matches!(last.as_str(), "fetch" | "pull") && fetches_from_remote(&last, &words[1..]))
     {

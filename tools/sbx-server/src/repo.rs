@@ -305,18 +305,17 @@ impl Repo {
         Ok(n == 1)
     }
 
-    /// At start: a project left in `creating` by a server that stopped
-    /// mid-transition is marked `error`, with the reason, for its owner to
-    /// start or delete again. The only query across users.
-    pub async fn reconcile(&self) -> Result<u64, ApiError> {
+    /// At start: (owner, id) of every project a server left mid-transition
+    /// (`creating`), for [`crate::api`] to check against Docker. The only
+    /// query across users.
+    pub async fn stuck(&self) -> Result<Vec<(Uuid, Uuid)>, ApiError> {
         let c = self.pool.get().await?;
-        Ok(c
-            .execute(
-                "UPDATE projects SET status = 'error', \
-                 status_reason = 'the server stopped during a start or creation: start or delete it again' \
-                 WHERE status = 'creating'",
+        let rows = c
+            .query(
+                "SELECT user_id, id FROM projects WHERE status = 'creating'",
                 &[],
             )
-            .await?)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 }

@@ -517,6 +517,7 @@ async fn stop_project(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<Project>, ApiError> {
     let _held = owned(&s, user, id).await?;
+    s.repo.set_status(user, id, "stopping", None, None).await?;
     let state = Arc::clone(&s);
     let stopped = blocking(move || state.sandboxes.stop(id)).await?;
     settle(&s, user, id, "stopped", stopped.map(|()| None)).await
@@ -531,6 +532,7 @@ async fn delete_project(
     Path(id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     let _held = owned(&s, user, id).await?;
+    s.repo.set_status(user, id, "deleting", None, None).await?;
     let state = Arc::clone(&s);
     // The sandbox and workspace go first: a row is never left pointing
     // at nothing, and a failure leaves the project in `error` to retry.
@@ -833,13 +835,12 @@ pub async fn serve(
     served
 }
 
-/// Projects a server left mid-transition, checked against Docker: a
-/// running container makes the project `running`, a stopped one
+/// Projects a server left mid-transition (`creating`, `stopping`,
+/// `deleting`), checked against Docker: a running container makes the project `running`, a stopped one
 /// `stopped`; no container, or no engine to ask, `error` with the reason.
 /// Blindly marked `error`, a sandbox that had come up would run on
 /// while its project said it had failed.
 async fn reconcile(repo: &Repo, sandboxes: &Sandboxes) {
-    const WHY: &str = "the server stopped during a start or creation";
     let stuck = match repo.stuck().await {
         Ok(s) => s,
         Err(e) => {
@@ -847,21 +848,26 @@ async fn reconcile(repo: &Repo, sandboxes: &Sandboxes) {
             return;
         }
     };
-    for (user, id) in stuck {
+    for (user, id, was) in stuck {
+        let why = match was.as_str() {
+            "stopping" => "the server stopped during a stop",
+            "deleting" => "the server stopped during a delete",
+            _ => "the server stopped during a start or creation",
+        };
         let (status, reason, container) = match sandboxes.container(id) {
             Ok(Some((name, true))) => ("running", None, Some(name)),
             Ok(Some((name, false))) => ("stopped", None, Some(name)),
             Ok(None) => (
                 "error",
                 Some(format!(
-                    "{WHY} and its sandbox does not exist: start or delete it again"
+                    "{why} and its sandbox does not exist: start or delete it again"
                 )),
                 None,
             ),
             Err(e) => (
                 "error",
                 Some(format!(
-                    "{WHY} and Docker did not answer at the next start ({e}): start or delete it again"
+                    "{why} and Docker did not answer at the next start ({e}): start or delete it again"
                 )),
                 None,
             ),
@@ -871,7 +877,7 @@ async fn reconcile(repo: &Repo, sandboxes: &Sandboxes) {
             .await;
         let what = reason.as_deref().unwrap_or(status);
         match set {
-            Ok(_) => sbx_core::output::warn(&format!("project {id} was `creating`: {what}")),
+            Ok(_) => sbx_core::output::warn(&format!("project {id} was `{was}`: {what}")),
             Err(e) => sbx_core::output::warn(&format!("reconciling project {id}: {}", e.message)),
         }
     }

@@ -166,7 +166,7 @@ fn set_status(db: &str, id: &str, status: &str) {
 }
 
 /// A server that stopped mid-transition: at its next start each project
-/// left `creating` is checked against Docker, not blindly failed. The
+/// left `creating` (or `stopping`, `deleting`) is checked against Docker, not blindly failed. The
 /// one whose sandbox came up is `running`, its container untouched; the
 /// one with no sandbox is `error`, saying so.
 #[test]
@@ -196,10 +196,9 @@ fn a_project_left_creating_is_reconciled_against_docker() {
     let r = s.call("POST", &format!("/projects/{up}/start"), Some(&t), None);
     assert_eq!(r.status, 200, "{r:?}\n{}", s.stderr.lock().unwrap());
     let container = r.body["container"].as_str().unwrap().to_owned();
-    // What a server killed during both transitions leaves behind.
-    for id in [up, never] {
-        set_status(&s.db, id, "creating");
-    }
+    // What a server killed during a start and during a delete leaves.
+    set_status(&s.db, up, "creating");
+    set_status(&s.db, never, "deleting");
     let s = common::restart(s, &[], true);
     let r = s.call("GET", &format!("/projects/{up}"), Some(&t), None);
     assert_eq!(

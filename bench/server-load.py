@@ -126,6 +126,41 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
+def tree(root):
+    """root and its descendants' pids."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+        except (ValueError, OSError, IndexError):
+            pass
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def schedstat(roots):
+    """Seconds on a CPU and waiting in the runqueue, summed over every
+    thread of `roots` and their descendants (threads that exited are not
+    counted)."""
+    run = wait = 0
+    for r in roots:
+        for p in tree(r):
+            try:
+                for t in os.listdir(f"/proc/{p}/task"):
+                    with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                        a, b, _ = f.read().split()
+                    run, wait = run + int(a), wait + int(b)
+            except OSError:
+                pass
+    return run / 1e9, wait / 1e9
+
+
 def setup(base, prefix, n, project=True):
     """n users (registered at once) and, with `project`, one project each."""
     out = [None] * n
@@ -163,6 +198,7 @@ def load_phase(a, prefix):
     q = mp.Queue()
     chunks = [users[i :: a.procs] for i in range(a.procs)]
     before = loadavg()
+    s0 = schedstat(a.pid)
     ps = [
         mp.Process(target=worker, args=(a.base, c, deadline, a.rounds, a.think / 1000, q))
         for c in chunks
@@ -178,7 +214,8 @@ def load_phase(a, prefix):
         errors.extend(e)
     for p in ps:
         p.join()
-    return samples, errors, before, loadavg()
+    s1 = schedstat(a.pid)
+    return samples, errors, before, loadavg(), (s1[0] - s0[0], s1[1] - s0[1])
 
 
 def create_phase(a, prefix):
@@ -230,11 +267,14 @@ def main():
     ap.add_argument("--think", type=float, default=0, help="ms between a client's requests")
     ap.add_argument("--create", type=int, default=10, help="concurrent creations (0: none)")
     ap.add_argument("--target-ms", type=float, default=50)
+    ap.add_argument(
+        "--pid", type=int, action="append", default=[], help="server (and Postgres) to account CPU for"
+    )
     a = ap.parse_args()
     prefix = f"u{os.getpid()}-{int(time.time())}-"
     ok = True
 
-    samples, errors, l0, l1 = load_phase(a, prefix)
+    samples, errors, l0, l1, (run, wait) = load_phase(a, prefix)
     secs = a.seconds
     print(
         f"### {a.clients} clients ({a.procs} processes), {secs:.0f} s, think {a.think:g} ms, "
@@ -253,6 +293,11 @@ def main():
         if op in ("list", "get") and pct(v, 0.99) >= a.target_ms:
             ok = False
     print(f"\nerrors: {len(errors)} {errors[:5] if errors else ''}")
+    if a.pid:
+        print(
+            f"server and Postgres (pids {a.pid} and their threads): {run:.1f} s on a CPU, "
+            f"{wait:.1f} s ready but waiting for one"
+        )
     ok = ok and not errors
 
     if a.create:

@@ -33,5 +33,7 @@ done
 URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$TMP/stderr")
 [ -n "$URL" ] || { echo "bench/server.sh: the server did not start" >&2; cat "$TMP/stderr" >&2; exit 1; }
 echo "sbx-server $(git rev-parse --short HEAD) at $URL"
+# The cluster's postmaster is not the server's child: named for the CPU account.
+PG=$(head -1 "$TMP/state/pg/data/postmaster.pid")
 # shellcheck disable=SC2086
-python3 bench/server-load.py "$URL" ${LOAD_ARGS:-}
+python3 bench/server-load.py "$URL" --pid "$SERVER" --pid "$PG" ${LOAD_ARGS:-}

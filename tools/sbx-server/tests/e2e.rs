@@ -219,7 +219,11 @@ fn a_project_left_creating_is_reconciled_against_docker() {
     );
     // Both are the user's to go on with: stop the one, delete both.
     let r = s.call("POST", &format!("/projects/{up}/stop"), Some(&t), None);
-    assert_eq!((r.status, &r.body["status"]), (200, &json!("stopped")), "{r:?}");
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("stopped")),
+        "{r:?}"
+    );
     for id in [up, never] {
         let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
         assert_eq!(r.status, 204, "{r:?}");

@@ -47,11 +47,15 @@ impl Drop for Cleanup {
     }
 }
 
+/// Root (workspaces go to uid 1000), Docker and the base image.
+fn docker_bed() -> bool {
+    sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
+        && sbx_e2e::base_image()
+}
+
 #[test]
 fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
-    if !sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
-        || !sbx_e2e::base_image()
-    {
+    if !docker_bed() {
         return;
     }
     let s = common::start_with_docker(&[]);
@@ -171,9 +175,7 @@ fn set_status(db: &str, id: &str, status: &str) {
 /// one with no sandbox is `error`, saying so.
 #[test]
 fn a_project_left_creating_is_reconciled_against_docker() {
-    if !sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
-        || !sbx_e2e::base_image()
-    {
+    if !docker_bed() {
         return;
     }
     let s = common::start_with_docker(&[]);

@@ -286,7 +286,13 @@ fn scripts_server_sets_up_then_serves() {
         .collect();
     assert_eq!(
         phases,
-        ["prerequisites", "build", "base image", "build server", "serve"],
+        [
+            "prerequisites",
+            "build",
+            "base image",
+            "build server",
+            "serve"
+        ],
         "{out}"
     );
     assert!(out.contains("serve --listen 127.0.0.1:9"), "{out}");

@@ -517,6 +517,7 @@ async fn stop_project(
     Path(id): Path<Uuid>,
 ) -> Result<axum::Json<Project>, ApiError> {
     let _held = owned(&s, user, id).await?;
+    s.repo.set_status(user, id, "stopping", None, None).await?;
     let state = Arc::clone(&s);
     let stopped = blocking(move || state.sandboxes.stop(id)).await?;
     settle(&s, user, id, "stopped", stopped.map(|()| None)).await
@@ -531,6 +532,7 @@ async fn delete_project(
     Path(id): Path<Uuid>,
 ) -> Result<StatusCode, ApiError> {
     let _held = owned(&s, user, id).await?;
+    s.repo.set_status(user, id, "deleting", None, None).await?;
     let state = Arc::clone(&s);
     // The sandbox and workspace go first: a row is never left pointing
     // at nothing, and a failure leaves the project in `error` to retry.
@@ -791,13 +793,8 @@ pub async fn serve(
     let pool = pool(&url)?;
     migrate(&pool).await?;
     let repo = Repo::new(pool);
-    if let Ok(n) = repo.reconcile().await
-        && n > 0
-    {
-        sbx_core::output::warn(&format!(
-            "{n} project(s) were mid-transition when the server stopped: marked `error`"
-        ));
-    }
+    let sandboxes = Sandboxes::new(projects);
+    reconcile(&repo, &sandboxes).await;
     let audit_path = std::env::var_os("SBX_AUDIT_LOG")
         .map_or_else(|| state_dir.join("audit.jsonl"), PathBuf::from);
     let audit = AuditLog::open(&audit_path).map_err(|e| ServerError::Io(audit_path, e))?;
@@ -806,7 +803,7 @@ pub async fn serve(
     let state = Arc::new(AppState {
         repo,
         keys: Keys::new(&secret),
-        sandboxes: Sandboxes::new(projects),
+        sandboxes,
         audit,
         account: Limiter::new(args.login_limit_account, auth::LIMIT_WINDOW),
         address: Limiter::new(args.login_limit_address, auth::LIMIT_WINDOW),
@@ -836,6 +833,54 @@ pub async fn serve(
     .map_err(|e| ServerError::Listen(addr, e));
     drop(cluster);
     served
+}
+
+/// Projects a server left mid-transition (`creating`, `stopping`,
+/// `deleting`), checked against Docker: a running container makes the project `running`, a stopped one
+/// `stopped`; no container, or no engine to ask, `error` with the reason.
+/// Blindly marked `error`, a sandbox that had come up would run on
+/// while its project said it had failed.
+async fn reconcile(repo: &Repo, sandboxes: &Sandboxes) {
+    let stuck = match repo.stuck().await {
+        Ok(s) => s,
+        Err(e) => {
+            sbx_core::output::warn(&format!("reconciling projects: {}", e.message));
+            return;
+        }
+    };
+    for (user, id, was) in stuck {
+        let why = match was.as_str() {
+            "stopping" => "the server stopped during a stop",
+            "deleting" => "the server stopped during a delete",
+            _ => "the server stopped during a start or creation",
+        };
+        let (status, reason, container) = match sandboxes.container(id) {
+            Ok(Some((name, true))) => ("running", None, Some(name)),
+            Ok(Some((name, false))) => ("stopped", None, Some(name)),
+            Ok(None) => (
+                "error",
+                Some(format!(
+                    "{why} and its sandbox does not exist: start or delete it again"
+                )),
+                None,
+            ),
+            Err(e) => (
+                "error",
+                Some(format!(
+                    "{why} and Docker did not answer at the next start ({e}): start or delete it again"
+                )),
+                None,
+            ),
+        };
+        let set = repo
+            .set_status(user, id, status, reason.as_deref(), container.as_deref())
+            .await;
+        let what = reason.as_deref().unwrap_or(status);
+        match set {
+            Ok(_) => sbx_core::output::warn(&format!("project {id} was `{was}`: {what}")),
+            Err(e) => sbx_core::output::warn(&format!("reconciling project {id}: {}", e.message)),
+        }
+    }
 }
 
 async fn shutdown() {

@@ -21,7 +21,7 @@ pub struct Repo {
 pub struct Project {
     pub id: Uuid,
     pub name: String,
-    /// creating | running | stopped | error
+    /// creating | running | stopping | deleting | stopped | error
     pub status: String,
     /// Why the project is in `error`.
     pub status_reason: Option<String>,
@@ -287,7 +287,7 @@ impl Repo {
         let c = self.pool.get().await?;
         Ok(c.query_one(
             "SELECT count(*) FROM projects WHERE user_id = $1 AND id <> $2 \
-                 AND status IN ('running', 'creating')",
+                 AND status IN ('running', 'creating', 'stopping', 'deleting')",
             &[&user, &except],
         )
         .await?
@@ -305,18 +305,21 @@ impl Repo {
         Ok(n == 1)
     }
 
-    /// At start: a project left in `creating` by a server that stopped
-    /// mid-transition is marked `error`, with the reason, for its owner to
-    /// start or delete again. The only query across users.
-    pub async fn reconcile(&self) -> Result<u64, ApiError> {
+    /// At start: (owner, id, status) of every project a server left
+    /// mid-transition, for [`crate::api`] to check against Docker. The
+    /// only query across users.
+    pub async fn stuck(&self) -> Result<Vec<(Uuid, Uuid, String)>, ApiError> {
         let c = self.pool.get().await?;
-        Ok(c
-            .execute(
-                "UPDATE projects SET status = 'error', \
-                 status_reason = 'the server stopped during a start or creation: start or delete it again' \
-                 WHERE status = 'creating'",
+        let rows = c
+            .query(
+                "SELECT user_id, id, status FROM projects \
+                 WHERE status IN ('creating', 'stopping', 'deleting')",
                 &[],
             )
-            .await?)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
     }
 }

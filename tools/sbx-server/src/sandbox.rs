@@ -136,6 +136,20 @@ impl Sandboxes {
         Ok(w.names.container.clone())
     }
 
+    /// Project `id`'s sandbox as Docker sees it: its container's name and
+    /// whether it runs, None when there is no container, Err when the
+    /// engine did not answer. Blocking.
+    pub fn container(&self, id: Uuid) -> Result<Option<(String, bool)>, String> {
+        let ws = self.workspace(id);
+        // sbx-run names a sandbox after its workspace's canonical path.
+        let name = sbx_run::names::Names::new(&ws.canonicalize().unwrap_or(ws), None).container;
+        let found = sbx_run::docker::inspect("container", &name).map_err(|e| e.to_string())?;
+        Ok(found.map(|c| {
+            let running = c["State"]["Running"].as_bool() == Some(true);
+            (name, running)
+        }))
+    }
+
     /// Stop the sandbox: the guest's backup daemon makes its final sync
     /// when backups are configured. Blocking.
     pub fn stop(&self, id: Uuid) -> Result<(), String> {

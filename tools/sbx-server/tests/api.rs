@@ -726,7 +726,8 @@ fn docker_down_puts_the_project_in_error_with_the_reason() {
 }
 
 #[test]
-fn a_project_left_mid_transition_is_marked_error_at_the_next_start() {
+fn a_project_left_mid_transition_without_docker_is_marked_error_at_the_next_start() {
+    // No engine to ask (common::start): the reconcile cannot tell, so `error`.
     let s = common::start(&[]);
     let (t, _) = s.session();
     let r = s.call(
@@ -758,7 +759,7 @@ fn a_project_left_mid_transition_is_marked_error_at_the_next_start() {
         r.body["status_reason"]
             .as_str()
             .unwrap_or("")
-            .contains("stopped during"),
+            .contains("stopped during a start or creation and Docker did not answer"),
         "{r:?}"
     );
 }

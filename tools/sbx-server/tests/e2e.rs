@@ -47,11 +47,15 @@ impl Drop for Cleanup {
     }
 }
 
+/// Root (workspaces go to uid 1000), Docker and the base image.
+fn docker_bed() -> bool {
+    sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
+        && sbx_e2e::base_image()
+}
+
 #[test]
 fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
-    if !sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
-        || !sbx_e2e::base_image()
-    {
+    if !docker_bed() {
         return;
     }
     let s = common::start_with_docker(&[]);
@@ -151,4 +155,79 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
             .any(|l| l.contains("sbx-server") && l.contains(&format!("/projects/{a_id}/start"))),
         "{log}"
     );
+}
+
+/// Set project `id`'s status in `db` behind the server's back.
+fn set_status(db: &str, id: &str, status: &str) {
+    let out = Command::new(common::cluster().pg.bin().join("psql"))
+        .args(["-At", "-d", db, "-c"])
+        .arg(format!(
+            "UPDATE projects SET status = '{status}' WHERE id = '{id}'"
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", sbx_e2e::text(&out));
+}
+
+/// A server that stopped mid-transition: at its next start each project
+/// left `creating` (or `stopping`, `deleting`) is checked against Docker, not blindly failed. The
+/// one whose sandbox came up is `running`, its container untouched; the
+/// one with no sandbox is `error`, saying so.
+#[test]
+fn a_project_left_creating_is_reconciled_against_docker() {
+    if !docker_bed() {
+        return;
+    }
+    let s = common::start_with_docker(&[]);
+    let (t, _) = s.session();
+    let mut cleanup = Cleanup(Vec::new());
+    let mut ids = Vec::new();
+    for name in ["up", "never started"] {
+        let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
+        assert_eq!(r.status, 201, "{r:?}");
+        let id = r.body["id"].as_str().unwrap().to_owned();
+        cleanup.0.push(
+            s.state
+                .join("projects")
+                .join(&id)
+                .join(format!("project-{}", id.replace('-', ""))),
+        );
+        ids.push(id);
+    }
+    let (up, never) = (&ids[0], &ids[1]);
+    let r = s.call("POST", &format!("/projects/{up}/start"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}\n{}", s.stderr.lock().unwrap());
+    let container = r.body["container"].as_str().unwrap().to_owned();
+    // What a server killed during a start and during a delete leaves.
+    set_status(&s.db, up, "creating");
+    set_status(&s.db, never, "deleting");
+    let s = common::restart(s, &[], true);
+    let r = s.call("GET", &format!("/projects/{up}"), Some(&t), None);
+    assert_eq!(
+        (&r.body["status"], &r.body["container"]),
+        (&json!("running"), &json!(container)),
+        "{r:?}\n{}",
+        s.stderr.lock().unwrap()
+    );
+    assert!(running(&container), "the reconcile stopped {container}");
+    let r = s.call("GET", &format!("/projects/{never}"), Some(&t), None);
+    assert_eq!(r.body["status"], "error", "{r:?}");
+    assert!(
+        r.body["status_reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sandbox does not exist"),
+        "{r:?}"
+    );
+    // Both are the user's to go on with: stop the one, delete both.
+    let r = s.call("POST", &format!("/projects/{up}/stop"), Some(&t), None);
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("stopped")),
+        "{r:?}"
+    );
+    for id in [up, never] {
+        let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
+        assert_eq!(r.status, 204, "{r:?}");
+    }
 }

@@ -137,6 +137,18 @@ fn spawn(db: String, args: &[&str], docker: bool) -> Server {
         .dir
         .path()
         .join(format!("state-{}", uuid::Uuid::new_v4().simple()));
+    spawn_in(db, state, args, docker)
+}
+
+/// `server` stopped, then started again on its database and state
+/// directory with `args`: what a crash and a restart leave.
+pub fn restart(server: Server, args: &[&str], docker: bool) -> Server {
+    let (db, state) = (server.db.clone(), server.state.clone());
+    drop(server);
+    spawn_in(db, state, args, docker)
+}
+
+fn spawn_in(db: String, state: PathBuf, args: &[&str], docker: bool) -> Server {
     let mut cmd = server_command();
     if !docker {
         cmd.env(

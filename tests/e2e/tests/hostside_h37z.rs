@@ -1,0 +1,110 @@
+//! Issues 36 and 37, the host boundary's leftovers: each test is the
+//! attack from inside a real sandbox as the agent, then the user's command
+//! on the host, then a canary checked.
+
+use std::process::Command;
+
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
+
+fn repo(name: &str) -> Repo {
+    let r = Repo::new(name);
+    sh(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&r.path));
+    std::fs::write(r.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    r
+}
+
+/// A volume removed when dropped.
+struct Volume(String);
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f", &self.0])
+            .output();
+    }
+}
+
+fn image() -> String {
+    format!("agent-sandbox-base:{}", sbx_run::image::default_base_tag())
+}
+
+/// Run `script` as root in a throwaway container with `vol` at /v.
+fn in_volume(vol: &str, script: &str) -> String {
+    let o = Command::new("docker")
+        .args(["run", "--rm", "--user", "0", "--mount"])
+        .arg(format!("type=volume,source={vol},target=/v"))
+        .args(["--entrypoint", "/bin/sh", &image(), "-c", script])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{script}: {}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Item 2: the helper that loads the machine's login into a workspace
+/// (used without root, and with SBX_LOGIN_VIA_HELPER=1) wrote its copy
+/// through `~/.claude/.credentials.json.sbx-$$`, a name the agent can
+/// guess (`$$` is PID 1 in the helper). The agent plants a link there to
+/// the Codex store's `auth.json`, as the helper container sees it, and
+/// removes its own login so the next start loads one. The user restarts:
+/// the Codex store (the canary) must be unchanged, and the workspace gets
+/// the Claude login as a plain file.
+#[test]
+fn the_login_helper_follows_no_link_planted_at_its_temp_name() {
+    if !base_image() {
+        return;
+    }
+    let id = std::process::id();
+    let claude = Volume(format!("sbx-test-h37z-claude-{id}"));
+    let codex = Volume(format!("sbx-test-h37z-codex-{id}"));
+    // The agent's, as `sbx-run login` leaves them.
+    in_volume(
+        &claude.0,
+        "printf '{\"user\":\"login\"}' > /v/.credentials.json && chown -R 1000:1000 /v",
+    );
+    in_volume(
+        &codex.0,
+        "printf '{\"codex\":\"canary\"}' > /v/auth.json && chown -R 1000:1000 /v",
+    );
+    let r = repo("h37z-login-tmp");
+    r.give_to_agent();
+    let with_stores = |args: &[&str]| {
+        sbx()
+            .args(args)
+            .arg(&r.path)
+            .env("SBX_CLAUDE_VOLUME", &claude.0)
+            .env("SBX_CODEX_VOLUME", &codex.0)
+            .env("SBX_LOGIN_VIA_HELPER", "1")
+            .output()
+            .unwrap()
+    };
+    for args in [&["-q", "init"][..], &["start"][..]] {
+        let o = with_stores(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let o = r.exec(
+        "cat ~/.claude/.credentials.json && rm ~/.claude/.credentials.json && \
+         for p in 1 2 3 4 5 6 7 8 9 10; do ln -s /s/codex/auth.json ~/.claude/.credentials.json.sbx-$p; done",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("login"),
+        "first start loaded: {}",
+        text(&o)
+    );
+    let o = with_stores(&["restart"]);
+    assert!(o.status.success(), "restart: {}", text(&o));
+    assert_eq!(
+        in_volume(&codex.0, "cat /v/auth.json"),
+        "{\"codex\":\"canary\"}",
+        "the Codex store was written through the agent's link"
+    );
+    let o = r.exec("test -f ~/.claude/.credentials.json && test ! -L ~/.claude/.credentials.json && cat ~/.claude/.credentials.json && ls -A ~/.claude");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("\"user\""), "{}", text(&o));
+    // No temporary directory is left behind.
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(!out.lines().any(|l| l.starts_with(".sbx-")), "{out}");
+    let _ = with_stores(&["-q", "rm", "--volumes"]);
+}

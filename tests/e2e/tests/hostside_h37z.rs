@@ -108,3 +108,69 @@ fn the_login_helper_follows_no_link_planted_at_its_temp_name() {
     assert!(!out.lines().any(|l| l.starts_with(".sbx-")), "{out}");
     let _ = with_stores(&["-q", "rm", "--volumes"]);
 }
+
+/// Item 5: sbx holds git's configuration and hooks, but what a hook runs
+/// from the work tree (`npx lint-staged`, `make lint`, `./scripts/x`) is
+/// repository content the agent writes in bind mode, which the user's own
+/// `git commit` on the host runs. `start` says so in one line, once per
+/// set of hooks, when a recorded hook runs such a tool; a plain hook gets
+/// no line.
+#[test]
+fn start_says_once_that_a_hook_runs_work_tree_tools() {
+    if !base_image() {
+        return;
+    }
+    let line = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .filter(|l| l.contains("from the work tree, which the agent writes"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let hook = |r: &Repo, text: &str| {
+        let p = r.path.join(".git/hooks/pre-commit");
+        std::fs::write(&p, text).unwrap();
+        sh(Command::new("chmod").arg("755").arg(&p));
+    };
+    let start = |r: &Repo, args: &[&str]| {
+        let o = sbx().args(args).arg(&r.path).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        o
+    };
+
+    let lint = repo("h37z-hook-lint");
+    hook(&lint, "#!/bin/sh\n# checks staged files\nnpx lint-staged\n");
+    lint.give_to_agent();
+    start(&lint, &["-q", "init"]);
+    let o = start(&lint, &["start"]);
+    let said = line(&o);
+    assert_eq!(said.len(), 1, "one line: {}", text(&o));
+    assert!(
+        said[0].contains("pre-commit")
+            && said[0].contains("npx")
+            && said[0].contains("verify-commits"),
+        "{}",
+        said[0]
+    );
+    // Once: the next start with the same hooks says nothing.
+    let o = start(&lint, &["restart"]);
+    assert!(line(&o).is_empty(), "said again: {}", text(&o));
+    let _ = sbx()
+        .args(["-q", "rm", "--volumes"])
+        .arg(&lint.path)
+        .output();
+
+    let plain = repo("h37z-hook-plain");
+    hook(
+        &plain,
+        "#!/bin/sh\n# make sure nothing is staged that should not be\ngit diff --cached --check\n",
+    );
+    plain.give_to_agent();
+    start(&plain, &["-q", "init"]);
+    let o = start(&plain, &["start"]);
+    assert!(line(&o).is_empty(), "a plain hook: {}", text(&o));
+    let _ = sbx()
+        .args(["-q", "rm", "--volumes"])
+        .arg(&plain.path)
+        .output();
+}

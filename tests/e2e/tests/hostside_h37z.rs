@@ -174,3 +174,62 @@ fn start_says_once_that_a_hook_runs_work_tree_tools() {
         .arg(&plain.path)
         .output();
 }
+
+/// Item 3: why a swap cannot reach `checkout`'s provisioning container
+/// without root (where `.git` is given to docker by name) or a secret's
+/// mask: in every running sandbox of the workspace `.git` (a pinned
+/// parent of `.git/hooks`) and each masked secret are mount points, which
+/// rename(2) and renameat2's exchange refuse (EBUSY). The agent tries to
+/// put a link to another repository in `.git`'s place and one in
+/// `.env`'s; both fail, and the user's `checkout` provisions from the
+/// workspace's own repository.
+#[test]
+fn the_agent_cannot_swap_git_or_a_masked_secret_for_a_link() {
+    if !base_image() {
+        return;
+    }
+    let r = sbx_e2e::attack_repo("h37z-swap", &["-qm", "mine"], &[".env"], &[]);
+    r.git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    r.git(&[
+        "symbolic-ref",
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+    ]);
+    std::fs::write(r.path.join(".env"), "API_KEY=SECRET-h37z\n").unwrap();
+    let other = r.root().join("other");
+    sh(Command::new("git").args(["init", "-q"]).arg(&other));
+    r.give_to_agent();
+    sh(Command::new("chown").args(["-R", "1000:1000"]).arg(&other));
+    for args in [&["-q", "init"][..], &["start"][..]] {
+        let o = sbx().args(args).arg(&r.path).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let swap = |name: &str| {
+        format!(
+            "ln -sfn {}/.git {name}.l && python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); \
+             r=l.renameat2(-100,b\"{name}\",-100,b\"{name}.l\",2); sys.exit(ctypes.get_errno() if r else 0)'; \
+             echo exchange=$?; mv {name} {name}.moved; echo mv=$?",
+            other.display()
+        )
+    };
+    for name in [".git", ".env"] {
+        let o = r.exec(&swap(name));
+        let t = text(&o);
+        assert!(
+            t.contains("exchange=16") && t.contains("mv=1"),
+            "{name}: the agent swapped or moved it: {t}"
+        );
+    }
+    assert!(r.path.join(".git").is_dir() && !r.path.join(".git").is_symlink());
+    let o = sbx()
+        .args(["checkout", "-C"])
+        .arg(&r.path)
+        .arg("b1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "checkout: {}", text(&o));
+    // The workspace's own commit (the other repository has none).
+    let o = r.exec("cat /repo-shelf/worktrees/b1/a");
+    let _ = sbx().args(["-q", "rm", "--volumes"]).arg(&r.path).output();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n", "{}", text(&o));
+}

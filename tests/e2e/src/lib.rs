@@ -129,6 +129,17 @@ pub fn base_image() -> bool {
     })
 }
 
+/// A fresh repository (`git init`, nothing committed) that ignores its
+/// `.agent-sandbox/`.
+pub fn plain_repo(name: &str) -> Repo {
+    let r = Repo::new(name);
+    sh(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&r.path));
+    std::fs::write(r.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    r
+}
+
 /// A repository directory in a fresh temporary directory under /var/tmp
 /// (outside /tmp, which sandboxes mount over); its sandbox, volumes and
 /// per-repository image are removed when it drops.

@@ -237,6 +237,18 @@ fn as_user(home: &std::path::Path, repo: &Repo, args: &[&str], cmd: &[&str]) -> 
         .unwrap()
 }
 
+/// [`branch_repo_and_secret`], with a home of the user's (uid 1000) and
+/// `sbx-run init` run as them.
+fn initialised_by_the_user() -> (Repo, std::path::PathBuf, std::path::PathBuf) {
+    let (repo, secret) = branch_repo_and_secret();
+    let home = repo.root().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    sh(Command::new("chown").args(["1000:1000"]).arg(&home));
+    let o = as_user(&home, &repo, &["-q", "init"], &[]);
+    assert!(o.status.success(), "init: {}", text(&o));
+    (repo, secret, home)
+}
+
 /// Without root sbx-run cannot mount a bind source by fd: docker gets its
 /// name. The agent of the running sandbox swaps a pin's name
 /// (`.git/worktrees/x`, which it made, so it is no mount point in its own
@@ -251,14 +263,9 @@ fn without_root_a_swapped_bind_source_is_caught_after_start() {
     if !base_image() {
         return;
     }
-    let (repo, secret) = branch_repo_and_secret();
-    let home = repo.root().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    sh(Command::new("chown").args(["1000:1000"]).arg(&home));
+    let (repo, secret, home) = initialised_by_the_user();
     let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
     let user_exec = |args: &[&str], cmd: &[&str]| as_user(&home, &repo, args, cmd);
-    let o = user(&["-q", "init"]);
-    assert!(o.status.success(), "init: {}", text(&o));
     // (a) The plain start as the user passes the check.
     let o = user(&["start"]);
     assert!(o.status.success(), "start as the user: {}", text(&o));
@@ -339,14 +346,9 @@ fn nothing_of_the_agents_runs_before_the_bind_check() {
     if !base_image() {
         return;
     }
-    let (repo, secret) = branch_repo_and_secret();
-    let home = repo.root().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    sh(Command::new("chown").args(["1000:1000"]).arg(&home));
+    let (repo, secret, home) = initialised_by_the_user();
     let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
     let user_exec = |args: &[&str], cmd: &[&str]| as_user(&home, &repo, args, cmd);
-    let o = user(&["-q", "init"]);
-    assert!(o.status.success(), "init: {}", text(&o));
     let cfg = repo.path.join(".agent-sandbox/config.toml");
     let mut c = std::fs::read_to_string(&cfg).unwrap();
     c.push_str(

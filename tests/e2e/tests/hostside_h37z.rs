@@ -6,14 +6,7 @@ use std::process::Command;
 
 use sbx_e2e::{Repo, base_image, sbx, sh, text};
 
-fn repo(name: &str) -> Repo {
-    let r = Repo::new(name);
-    sh(Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&r.path));
-    std::fs::write(r.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    r
-}
+use sbx_e2e::plain_repo as repo;
 
 /// A volume removed when dropped.
 struct Volume(String);

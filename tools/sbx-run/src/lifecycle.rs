@@ -270,7 +270,8 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
                 Err(RunError::Swapped(String::new()))
             };
             match checked {
-                Ok(()) => return release(&name, &since),
+                // Back to stopped, as it was before this start.
+                Ok(()) => return release(&name, &since, &["stop", "--time", "1", &name]),
                 // Made under another set of mounts (a protected path that
                 // docker created since, a new pin): made anew below, where
                 // a swap is refused for good.
@@ -360,15 +361,16 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
         .into());
     }
     check_binds(&name, &held)?;
-    release(&name, &since)
+    release(&name, &since, &["rm", "--force", &name])
 }
 
 /// The mounts are checked: let the guest start the agent's processes,
-/// then wait for its ready line. A failure removes the container.
-fn release(name: &str, since: &str) -> Result<(), BoxError> {
-    let r = crate::hostpath::release_guest(name).and_then(|()| wait_ready(name, since));
-    if let Err(e) = r {
-        let _ = docker::probe(&["rm", "--force", name]);
+/// then wait for its ready line (or its unhealthy one, which says why
+/// they did not start). On failure `undo` (docker's arguments) runs.
+fn release(name: &str, since: &str, undo: &[&str]) -> Result<(), BoxError> {
+    let released = crate::hostpath::release_guest(name);
+    if let Err(e) = wait_ready(name, since).and(released) {
+        let _ = docker::probe(undo);
         return Err(crate::branch::start_failure(name, e));
     }
     Ok(())

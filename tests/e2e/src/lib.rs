@@ -129,6 +129,16 @@ pub fn base_image() -> bool {
     })
 }
 
+/// Drop `start`'s hold for its bind check from a container's `Config`
+/// (docker inspect): show-run leaves it out, since a pasted line has no
+/// sbx-run to release the guest (docs/security.md).
+pub fn drop_hold_env(config: &mut serde_json::Value) {
+    let hold = format!("{}=1", sbx_core::guestapi::HOLD_ENV);
+    if let Some(env) = config["Env"].as_array_mut() {
+        env.retain(|e| e.as_str() != Some(hold.as_str()));
+    }
+}
+
 /// A fresh repository (`git init`, nothing committed) that ignores its
 /// `.agent-sandbox/`.
 pub fn plain_repo(name: &str) -> Repo {

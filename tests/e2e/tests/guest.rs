@@ -915,11 +915,8 @@ fn show_run_with_the_guest_matches_the_api_start() {
         let mut config = v[0]["Config"].clone();
         if let Some(env) = config["Env"].as_array_mut() {
             env.sort_by_key(|e| e.to_string());
-            // start's hold for its bind check (docs/security.md): pasted,
-            // show-run's line has no sbx-run to release it.
-            let hold = format!("{}=1", sbx_core::guestapi::HOLD_ENV);
-            env.retain(|e| e.as_str() != Some(hold.as_str()));
         }
+        sbx_e2e::drop_hold_env(&mut config);
         // Sources differ by design: start binds by-fd copies staged under
         // /run/sbx, which show-run's docker line cannot have.
         let mut host = v[0]["HostConfig"].clone();

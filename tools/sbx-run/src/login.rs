@@ -70,10 +70,12 @@ impl Cli {
 /// agent planted beside the target is written through; the old fixed name
 /// `$2.sbx-$$` (PID 1 in the helper) let a planted link send the store's
 /// login into another store file. The rename replaces a link at the target.
+/// (`t`, not `d`: shell variables are global, and `d` is the digest the
+/// sync script prints after `put`.)
 const SYNC_FUNCS: &str = r#"set -eu
 command -v jq >/dev/null || { echo "jq is missing from the image" >&2; exit 3; }
 ok() { [ -f "$1" ] && [ ! -L "$1" ] && [ "$(stat -c %s "$1")" -le 1048576 ] && jq -e 'type == "object"' "$1" >/dev/null 2>&1; }
-put() { d=$(mktemp -d "${2%/*}/.sbx-XXXXXXXXXXXXXXXX"); cp "$1" "$d/f"; chmod 600 "$d/f"; mv -f "$d/f" "$2"; rmdir "$d"; }
+put() { t=$(mktemp -d "${2%/*}/.sbx-XXXXXXXXXXXXXXXX"); cp "$1" "$t/f"; chmod 600 "$t/f"; mv -f "$t/f" "$2"; rmdir "$t"; }
 "#;
 
 /// What a workspace volume last loaded from the store, by file name: the

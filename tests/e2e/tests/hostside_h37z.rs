@@ -96,6 +96,13 @@ fn the_login_helper_follows_no_link_planted_at_its_temp_name() {
     let o = r.exec("test -f ~/.claude/.credentials.json && test ! -L ~/.claude/.credentials.json && cat ~/.claude/.credentials.json && ls -A ~/.claude");
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("\"user\""), "{}", text(&o));
+    let o = r.exec("stat -c '%a %U' ~/.claude/.credentials.json");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "600 agent\n",
+        "{}",
+        text(&o)
+    );
     // No temporary directory is left behind.
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(!out.lines().any(|l| l.starts_with(".sbx-")), "{out}");

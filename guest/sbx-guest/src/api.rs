@@ -87,6 +87,48 @@ impl Registry {
     }
 }
 
+/// Where a `Release` sends its answer channel: the main thread starts the
+/// agent's processes, then answers through it.
+pub type Go = std::sync::mpsc::SyncSender<Result<(), String>>;
+
+/// The hold (`guestapi::HOLD_ENV`): while set, the API answers only
+/// `Identify`, `Health` and `Release`; nothing of the agent's runs before
+/// the host has checked the mounts (issue 37).
+static GATE: Mutex<Option<std::sync::mpsc::Sender<Go>>> = Mutex::new(None);
+
+fn gate() -> std::sync::MutexGuard<'static, Option<std::sync::mpsc::Sender<Go>>> {
+    GATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Hold: the returned receiver gets one `Go` when the host releases.
+pub fn hold() -> std::sync::mpsc::Receiver<Go> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    *gate() = Some(tx);
+    rx
+}
+
+fn held() -> bool {
+    gate().is_some()
+}
+
+/// The host's `Release`: hand the main thread its go and answer once the
+/// agent's processes run (or why they do not). Not held: nothing to do.
+fn release() -> Res<Reply> {
+    let Some(tx) = gate().take() else {
+        return Ok(Reply::Ok);
+    };
+    let (go, done) = std::sync::mpsc::sync_channel(1);
+    let fail = |m: String| ErrorMsg::new("failed", m);
+    tx.send(go)
+        .map_err(|_| fail("the guest's main thread is gone".into()))?;
+    // The services' sockets are waited for at most a minute (init.rs).
+    match done.recv_timeout(Duration::from_secs(300)) {
+        Ok(Ok(())) => Ok(Reply::Ok),
+        Ok(Err(e)) => Err(fail(e)),
+        Err(_) => Err(fail("the agent's processes did not start".into())),
+    }
+}
+
 fn encode(how: Ended) -> [u8; 8] {
     let (t, v) = match how {
         Ended::Code(c) => (0i32, c),
@@ -261,6 +303,18 @@ impl Server {
     /// carry another (a client gone, a stream cut, an exec not ended by
     /// `Control::Done`).
     fn one<S: Transport>(self: &Arc<Self>, s: &mut Conn<S>, req: Request) -> bool {
+        if held()
+            && !matches!(
+                req,
+                Request::Identify { .. } | Request::Health | Request::Release
+            )
+        {
+            let e = ErrorMsg::new(
+                "held",
+                "the sandbox waits for sbx-run's check of its mounts: `sbx-run restart` it",
+            );
+            return proto::write_json(s, Kind::Error, &e).is_ok();
+        }
         let r = match req {
             Request::Exec(x) => self.exec(s, x),
             Request::Attach { id } => match self.session(id) {
@@ -295,6 +349,7 @@ impl Server {
             // As the guest's root: the targets may be anywhere, and what is
             // mounted there may be unreadable to the agent.
             Request::Identify { paths } => identify(&paths),
+            Request::Release => release(),
         };
         // Exec, read and write have streamed their own frames when Ok(Ok).
         match r {

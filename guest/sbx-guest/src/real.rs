@@ -656,6 +656,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     };
     let backup_on = ws_config.backup.url.is_some();
     let mut home_new = false;
+    let agent_all = &agent;
+    let hold = std::env::var_os(sbx_core::guestapi::HOLD_ENV).is_some_and(|v| v == "1");
+    let mut api_up = false;
     let mut sup = match (&outcome, &agent, &services) {
         (None, Ok(agent), Ok(file)) => {
             let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
@@ -801,7 +804,21 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             if let Some(Some(pid)) = proxy {
                 sup.adopt(PROXY_SVC, pid, Instant::now());
             }
-            match sup.start(&mut procs, Instant::now()) {
+            // Held for the host's check of the mounts (HOLD_ENV): the API
+            // first, then nothing of the agent's (main, services, execs)
+            // until the host's Release. No release, no agent.
+            let go = hold.then(|| {
+                api_up = true;
+                hold_for_host(paths, agent_all, Arc::clone(&registry), &sfd)
+            });
+            let started = match &go {
+                Some(Err(e)) => Err(e.clone()),
+                _ => sup.start(&mut procs, Instant::now()),
+            };
+            if let Some(Ok(done)) = &go {
+                let _ = done.send(started.clone());
+            }
+            match started {
                 Ok(()) => {
                     if home_new {
                         if let Err(e) = home.write_marker() {
@@ -819,7 +836,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     // The host API, before the status says ready (sbx-run execs right
     // after), and after a failed start too, so the host can read why.
     fx.marks.push(("children", t0.elapsed()));
-    if let Err(e) = start_api(paths, &agent, registry) {
+    if !api_up && let Err(e) = start_api(paths, &agent, registry) {
         warnings.push(format!("the host API is not available: {e}"));
     }
     fx.marks.push(("api", t0.elapsed()));
@@ -938,6 +955,42 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
 }
 
 /// Bind the API socket in the shared directory and serve it on a thread.
+/// Start the host API and wait for the host's `Release` (HOLD_ENV): what
+/// runs before it is the guest's own start-up only. A stop signal
+/// meanwhile ends the guest, nothing of the agent's having run.
+fn hold_for_host(
+    paths: &Paths,
+    agent: &Result<Agent, config::ConfigError>,
+    registry: Arc<crate::api::Registry>,
+    sfd: &SignalFd,
+) -> Result<crate::api::Go, String> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let rx = crate::api::hold();
+    start_api(paths, agent, registry).map_err(|e| {
+        format!("the host API is not available, so the host cannot check the mounts: {e}")
+    })?;
+    eprintln!(
+        "{}: waiting for sbx-run's check of the mounts",
+        sbx_core::guestapi::HELD_LINE
+    );
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(go) => return Ok(go),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err("the hold ended without the host's release".into());
+            }
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let sig = Signal::try_from(info.ssi_signo as i32);
+            if matches!(sig, Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT)) {
+                eprintln!("sbx-guest: stopped while held: nothing of the agent's ran");
+                std::process::exit(143);
+            }
+        }
+    }
+}
+
 fn start_api(
     paths: &Paths,
     agent: &Result<Agent, config::ConfigError>,

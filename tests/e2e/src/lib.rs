@@ -129,6 +129,27 @@ pub fn base_image() -> bool {
     })
 }
 
+/// Drop `start`'s hold for its bind check from a container's `Config`
+/// (docker inspect): show-run leaves it out, since a pasted line has no
+/// sbx-run to release the guest (docs/security.md).
+pub fn drop_hold_env(config: &mut serde_json::Value) {
+    let hold = format!("{}=1", sbx_core::guestapi::HOLD_ENV);
+    if let Some(env) = config["Env"].as_array_mut() {
+        env.retain(|e| e.as_str() != Some(hold.as_str()));
+    }
+}
+
+/// A fresh repository (`git init`, nothing committed) that ignores its
+/// `.agent-sandbox/`.
+pub fn plain_repo(name: &str) -> Repo {
+    let r = Repo::new(name);
+    sh(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&r.path));
+    std::fs::write(r.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    r
+}
+
 /// A repository directory in a fresh temporary directory under /var/tmp
 /// (outside /tmp, which sandboxes mount over); its sandbox, volumes and
 /// per-repository image are removed when it drops.

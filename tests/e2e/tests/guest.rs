@@ -916,6 +916,7 @@ fn show_run_with_the_guest_matches_the_api_start() {
         if let Some(env) = config["Env"].as_array_mut() {
             env.sort_by_key(|e| e.to_string());
         }
+        sbx_e2e::drop_hold_env(&mut config);
         // Sources differ by design: start binds by-fd copies staged under
         // /run/sbx, which show-run's docker line cannot have.
         let mut host = v[0]["HostConfig"].clone();

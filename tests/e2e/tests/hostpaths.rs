@@ -10,11 +10,7 @@ use sbx_e2e::{Repo, base_image, sbx, sh, text};
 /// A git repository handed to the agent, with a canary directory beside
 /// it (outside the workspace) holding `secret`.
 fn repo(name: &str) -> Repo {
-    let r = Repo::new(name);
-    sh(Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&r.path));
-    std::fs::write(r.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    let r = sbx_e2e::plain_repo(name);
     let canary = r.root().join("canary");
     std::fs::create_dir_all(&canary).unwrap();
     std::fs::write(canary.join("secret"), "host-only\n").unwrap();

@@ -237,6 +237,18 @@ fn as_user(home: &std::path::Path, repo: &Repo, args: &[&str], cmd: &[&str]) -> 
         .unwrap()
 }
 
+/// [`branch_repo_and_secret`], with a home of the user's (uid 1000) and
+/// `sbx-run init` run as them.
+fn initialised_by_the_user() -> (Repo, std::path::PathBuf, std::path::PathBuf) {
+    let (repo, secret) = branch_repo_and_secret();
+    let home = repo.root().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    sh(Command::new("chown").args(["1000:1000"]).arg(&home));
+    let o = as_user(&home, &repo, &["-q", "init"], &[]);
+    assert!(o.status.success(), "init: {}", text(&o));
+    (repo, secret, home)
+}
+
 /// Without root sbx-run cannot mount a bind source by fd: docker gets its
 /// name. The agent of the running sandbox swaps a pin's name
 /// (`.git/worktrees/x`, which it made, so it is no mount point in its own
@@ -251,14 +263,9 @@ fn without_root_a_swapped_bind_source_is_caught_after_start() {
     if !base_image() {
         return;
     }
-    let (repo, secret) = branch_repo_and_secret();
-    let home = repo.root().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    sh(Command::new("chown").args(["1000:1000"]).arg(&home));
+    let (repo, secret, home) = initialised_by_the_user();
     let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
     let user_exec = |args: &[&str], cmd: &[&str]| as_user(&home, &repo, args, cmd);
-    let o = user(&["-q", "init"]);
-    assert!(o.status.success(), "init: {}", text(&o));
     // (a) The plain start as the user passes the check.
     let o = user(&["start"]);
     assert!(o.status.success(), "start as the user: {}", text(&o));
@@ -322,4 +329,85 @@ fn without_root_a_swapped_bind_source_is_caught_after_start() {
         "branch sandboxes {leaked:?} read the user's secret through the agent's link"
     );
     assert!(refused > 0, "no start saw the swap ({started} started)");
+}
+
+/// The window between the container's start and that check (issue 37,
+/// h37z item 4): nothing of the agent's may run in it. A
+/// `[guest.services]` command (what a user configures to run the
+/// repository's code, `npm run dev`) reads through the pin the running
+/// agent swaps, as above, and writes what it saw to /scratch, a host
+/// directory every sandbox of the workspace shares. The guest holds the
+/// services, the main command and execs until `start`'s check passes and
+/// the host releases it: a refused start ran none of them, so no file
+/// anywhere under the user's state holds the secret and the service's
+/// file count is one per sandbox that passed; the started ones ran it.
+#[test]
+fn nothing_of_the_agents_runs_before_the_bind_check() {
+    if !base_image() {
+        return;
+    }
+    let (repo, secret, home) = initialised_by_the_user();
+    let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
+    let user_exec = |args: &[&str], cmd: &[&str]| as_user(&home, &repo, args, cmd);
+    let cfg = repo.path.join(".agent-sandbox/config.toml");
+    let mut c = std::fs::read_to_string(&cfg).unwrap();
+    c.push_str(
+        "\n[guest.services.peek]\ncommand = [\"sh\", \"-c\", \"cat /workspace/ws/.git/worktrees/*/id_ed25519 > $(mktemp /scratch/peek-XXXXXXXX) 2>&1; exec sleep infinity\"]\n",
+    );
+    std::fs::write(&cfg, c).unwrap();
+    let o = user(&["start"]);
+    assert!(o.status.success(), "start as the user: {}", text(&o));
+
+    swap_in_a_loop_by(
+        |script| user_exec(&["exec"], &["--", "sh", "-c", script]),
+        "/workspace/ws/.git/worktrees",
+        "x",
+        &format!("mkdir -p x; ln -sfn {} x.l", secret.display()),
+    );
+    let (mut refused, mut started) = (0, 0);
+    for i in 0..16 {
+        let b = format!("--branch=b{i}");
+        // 77: the container was made and its check failed (65: the
+        // swap was seen before, and nothing was made).
+        match user(&["-q", "start", &b]).status.code() {
+            Some(0) => started += 1,
+            Some(77) => refused += 1,
+            _ => {}
+        }
+        let _ = user(&["-q", "rm", "--volumes", &b]);
+        if refused > 0 && started > 0 {
+            break;
+        }
+    }
+    let _ = user_exec(&["exec"], &["--", "touch", "/tmp/stop-swap"]);
+    let _ = user(&["-q", "rm", "--volumes"]);
+    let (mut leaked, mut peeks) = (Vec::new(), 0);
+    let mut dirs = vec![home.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let (p, t) = (e.path(), e.file_type().unwrap());
+            if t.is_dir() {
+                dirs.push(p);
+            } else if t.is_file() {
+                peeks += usize::from(e.file_name().to_string_lossy().starts_with("peek-"));
+                if std::fs::read(&p)
+                    .is_ok_and(|b| String::from_utf8_lossy(&b).contains("SECRET-KEY"))
+                {
+                    leaked.push(p);
+                }
+            }
+        }
+    }
+    assert!(
+        leaked.is_empty(),
+        "a service read the user's secret before the check: {leaked:?}"
+    );
+    assert!(refused > 0, "no start saw the swap ({started} started)");
+    // One file from each sandbox that passed its check (the first one's
+    // included), none from those whose check failed.
+    assert_eq!(
+        peeks,
+        1 + started,
+        "the agent's service ran in a sandbox whose bind check failed"
+    );
 }

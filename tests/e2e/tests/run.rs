@@ -363,6 +363,7 @@ fn show_run_pasted_into_a_shell_makes_an_equivalent_container() {
         if let Some(env) = config["Env"].as_array_mut() {
             env.sort_by_key(|e| e.to_string());
         }
+        sbx_e2e::drop_hold_env(&mut config);
         // Sources differ by design: start binds by-fd copies staged under
         // /run/sbx, which a pasted show-run cannot have (it names the paths).
         let mut host = v[0]["HostConfig"].clone();

@@ -321,7 +321,18 @@ pub enum Request {
     Identify {
         paths: Vec<String>,
     },
+    /// The host has checked the sandbox's mounts: the guest, which holds
+    /// the agent's processes (and refuses execs) until then when started
+    /// with `HOLD_ENV`, starts them. Answered once they run.
+    Release,
 }
+
+/// Set (to 1) on a sandbox by `sbx-run start`: its guest starts nothing of
+/// the agent's until the host's `Release`.
+pub const HOLD_ENV: &str = "SBX_GUEST_HOLD";
+
+/// What the guest prints when it holds the agent for the host's check.
+pub const HELD_LINE: &str = "sbx-guest: held";
 
 /// The most paths one `Identify` takes.
 pub const IDENTIFY_MAX: usize = 4096;

@@ -129,6 +129,25 @@ impl Sources {
     }
 }
 
+impl Sources {
+    /// Record a mask (sbx's own empty file or directory, `src`) bound at
+    /// `target`, to be checked like a source: the source is not the
+    /// agent's, but the target is resolved by docker inside the container,
+    /// where a secret's name swapped for a link (by the agent of another
+    /// sandbox of this workspace, between `find_masked` and docker's
+    /// mount) carries the mask onto the link's target (a read-only hook
+    /// blanked) and leaves the name unmasked.
+    pub fn mask(&mut self, src: &Path, target: &str) {
+        if let (Some(base), Some(rel)) = (src.parent(), src.file_name()) {
+            self.bound.push(Bound {
+                base: base.to_owned(),
+                rel: rel.to_string_lossy().into_owned(),
+                target: target.to_owned(),
+            });
+        }
+    }
+}
+
 /// The staging directory of a sandbox's sources (root's, 0700).
 pub fn staging_dir(container: &str) -> PathBuf {
     crate::workspace::run_dir(container).join("src")
@@ -202,6 +221,49 @@ pub fn identify(bound: &[Bound]) -> Result<Held, RunError> {
     Ok(Held { opened })
 }
 
+fn guest_client(
+    container: &str,
+) -> Result<sbx_core::guestapi::Client<std::os::unix::net::UnixStream>, RunError> {
+    let socket = sbx_core::guestapi::socket_in(&crate::spec::host_dir(container));
+    let unchecked = |why: String| {
+        RunError::NotReady(format!(
+            "cannot check the sandbox's bind mounts through its guest ({why}); it was removed"
+        ))
+    };
+    // The guest says "ready" from its main thread while its API thread may
+    // still be binding the socket (a restart leaves the old file behind):
+    // wait for it a while, as a loaded machine needs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match crate::guestexec::connect(&socket) {
+            Ok(c) => return Ok(c),
+            Err(crate::guestexec::GuestError::NoGuest(..))
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(unchecked(e.to_string())),
+        }
+    }
+}
+
+/// Tell the guest, which holds the agent's processes until now, that the
+/// mounts are checked (`Request::Release`); answered once they run.
+pub fn release_guest(container: &str) -> Result<(), RunError> {
+    let fail = |why: String| {
+        RunError::NotReady(format!(
+            "the sandbox's guest did not start the agent ({why}); it was removed"
+        ))
+    };
+    match guest_client(container)?
+        .call(&Request::Release)
+        .map_err(|e| fail(e.to_string()))?
+    {
+        Reply::Ok => Ok(()),
+        _ => Err(fail("an answer of the wrong kind".into())),
+    }
+}
+
 /// Ask the started sandbox's guest what is at each target (opened
 /// through no link there either) and compare with what was opened on the
 /// host: without root docker binds names, which the agent of another
@@ -212,7 +274,6 @@ pub fn verify(container: &str, held: &Held) -> Result<(), RunError> {
     if held.opened.is_empty() {
         return Ok(());
     }
-    let socket = sbx_core::guestapi::socket_in(&crate::spec::host_dir(container));
     let paths: Vec<String> = held
         .opened
         .iter()
@@ -223,22 +284,7 @@ pub fn verify(container: &str, held: &Held) -> Result<(), RunError> {
             "cannot check the sandbox's bind mounts through its guest ({why}); it was removed"
         ))
     };
-    // The guest says "ready" from its main thread while its API thread may
-    // still be binding the socket (a restart leaves the old file behind):
-    // wait for it a while, as a loaded machine needs.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut client = loop {
-        match crate::guestexec::connect(&socket) {
-            Ok(c) => break c,
-            Err(crate::guestexec::GuestError::NoGuest(..))
-                if std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            Err(e) => return Err(unchecked(e.to_string())),
-        }
-    };
-    let reply = client
+    let reply = guest_client(container)?
         .call(&Request::Identify { paths })
         .map_err(|e| unchecked(e.to_string()))?;
     let Reply::Ids { ids } = reply else {

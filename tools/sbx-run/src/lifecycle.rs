@@ -253,14 +253,25 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             let held = crate::hostpath::identify(&s.bound)?;
             let since = logs_since_now();
             docker::start(&name)?;
-            if let Err(e) = wait_ready(&name, &since) {
-                let e = crate::branch::start_failure(&name, e);
+            let holds = match wait_held(&name, &since) {
+                Ok(h) => h,
+                Err(e) => {
+                    let e = crate::branch::start_failure(&name, e);
+                    // Back to stopped, as it was before this start.
+                    let _ = docker::probe(&["stop", "--time", "1", &name]);
+                    return Err(e);
+                }
+            };
+            // Made before the guest held the agent for the check: its
+            // agent already runs, unchecked; made anew below.
+            let checked = if holds {
+                crate::hostpath::verify(&name, &held)
+            } else {
+                Err(RunError::Swapped(String::new()))
+            };
+            match checked {
                 // Back to stopped, as it was before this start.
-                let _ = docker::probe(&["stop", "--time", "1", &name]);
-                return Err(e);
-            }
-            match crate::hostpath::verify(&name, &held) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return release(&name, &since, &["stop", "--time", "1", &name]),
                 // Made under another set of mounts (a protected path that
                 // docker created since, a new pin): made anew below, where
                 // a swap is refused for good.
@@ -332,12 +343,37 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     // After the container is made: Docker has given a fresh ~/.claude
     // volume the image's ownership, which copied files then take.
     sync_login(ws);
-    if let Err(e) = wait_ready(&name, &since) {
-        let e = crate::branch::start_failure(&name, e);
+    let holds = match wait_held(&name, &since) {
+        Ok(h) => h,
+        Err(e) => {
+            let e = crate::branch::start_failure(&name, e);
+            let _ = docker::probe(&["rm", "--force", &name]);
+            return Err(e);
+        }
+    };
+    if !holds {
+        // Fail closed: its agent started before any check.
         let _ = docker::probe(&["rm", "--force", &name]);
-        return Err(e);
+        return Err(RunError::NotReady(format!(
+            "{}: its guest started the agent without waiting for the mount check (an image older than this sbx-run): rebuild it with `sbx-run build-base`",
+            ws.names.image
+        ))
+        .into());
     }
-    check_binds(&name, &held)
+    check_binds(&name, &held)?;
+    release(&name, &since, &["rm", "--force", &name])
+}
+
+/// The mounts are checked: let the guest start the agent's processes,
+/// then wait for its ready line (or its unhealthy one, which says why
+/// they did not start). On failure `undo` (docker's arguments) runs.
+fn release(name: &str, since: &str, undo: &[&str]) -> Result<(), BoxError> {
+    let released = crate::hostpath::release_guest(name);
+    if let Err(e) = wait_ready(name, since).and(released) {
+        let _ = docker::probe(undo);
+        return Err(crate::branch::start_failure(name, e));
+    }
+    Ok(())
 }
 
 /// What the started sandbox shows at each bind target must be what was
@@ -374,6 +410,7 @@ fn humantime_rfc3339(t: std::time::SystemTime) -> String {
 /// the start failed closed (egress blocked, the agent never started).
 const READY: &str = "sbx-guest: ready";
 const UNHEALTHY: &str = "sbx-guest: unhealthy:";
+const HELD: &str = sbx_core::guestapi::HELD_LINE;
 
 /// The guest's reason, from the status file it keeps in the host directory.
 fn unhealthy_reason(name: &str) -> String {
@@ -410,8 +447,25 @@ fn workdir_of(c: &Value) -> String {
 /// Follow the container's log until its guest says it is ready; a
 /// container that exits first is reported with its last lines.
 fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
-    match docker::follow_logs_for(name, since, &[READY, UNHEALTHY], Duration::from_secs(120)) {
-        Some(Ok(Some(0))) => return Ok(()),
+    wait_line(name, since, false).map(|_| ())
+}
+
+/// Follow the container's log until its guest says it holds the agent for
+/// the mount check (true) or, a guest that does not hold, that it is
+/// ready (false).
+fn wait_held(name: &str, since: &str) -> Result<bool, RunError> {
+    wait_line(name, since, true)
+}
+
+fn wait_line(name: &str, since: &str, held_too: bool) -> Result<bool, RunError> {
+    let needles: &[&str] = if held_too {
+        &[READY, UNHEALTHY, HELD]
+    } else {
+        &[READY, UNHEALTHY]
+    };
+    match docker::follow_logs_for(name, since, needles, Duration::from_secs(120)) {
+        Some(Ok(Some(0))) => return Ok(false),
+        Some(Ok(Some(2))) => return Ok(true),
         Some(Ok(Some(_))) => return Err(RunError::NotReady(unhealthy_reason(name))),
         Some(Ok(None)) => {} // ended: let the CLI path below report the last lines
         Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {
@@ -433,7 +487,11 @@ fn wait_ready(name: &str, since: &str) -> Result<(), RunError> {
         let mut tail: Vec<String> = Vec::new();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if line.contains(READY) {
-                let _ = tx.send(Ok(()));
+                let _ = tx.send(Ok(false));
+                return;
+            }
+            if held_too && line.contains(HELD) {
+                let _ = tx.send(Ok(true));
                 return;
             }
             if let Some(i) = line.find(UNHEALTHY) {

@@ -63,12 +63,23 @@ impl Cli {
     }
 }
 
-/// A JSON object in a regular file (not a link) under 1 MiB: what a
-/// credentials file is. Anything else is neither stored nor handed out.
+/// `ok`: a JSON object in a regular file (not a link) under 1 MiB, what a
+/// credentials file is; anything else is neither stored nor handed out.
+/// `put`: the copy is made in a directory `mktemp -d` creates under a
+/// random name (mkdir never follows or reuses anything), so nothing the
+/// agent planted beside the target is written through; the old fixed name
+/// `$2.sbx-$$` (PID 1 in the helper) let a planted link send the store's
+/// login into another store file. The rename replaces a link at the target.
+/// The directory is the agent uid's, as the helper is: an agent of another
+/// running sandbox of the workspace (same volume) that finds it in time
+/// could plant `f` there, so cp unlinks whatever is at `f` and creates it
+/// with O_EXCL (GNU cp for a removed destination), 0600 by the umask, and
+/// no chmod follows a name. (`t`, not `d`: shell variables are global,
+/// and `d` is the digest the sync script prints after `put`.)
 const SYNC_FUNCS: &str = r#"set -eu
 command -v jq >/dev/null || { echo "jq is missing from the image" >&2; exit 3; }
 ok() { [ -f "$1" ] && [ ! -L "$1" ] && [ "$(stat -c %s "$1")" -le 1048576 ] && jq -e 'type == "object"' "$1" >/dev/null 2>&1; }
-put() { t="$2.sbx-$$"; cp "$1" "$t"; chmod 600 "$t"; touch -r "$1" "$t"; mv -f "$t" "$2"; }
+put() { t=$(mktemp -d "${2%/*}/.sbx-XXXXXXXXXXXXXXXX"); (umask 077; cp --remove-destination "$1" "$t/f"); mv -f "$t/f" "$2"; rmdir "$t"; }
 "#;
 
 /// What a workspace volume last loaded from the store, by file name: the

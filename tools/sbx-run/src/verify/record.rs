@@ -88,11 +88,91 @@ pub fn record_in(state: &Path, top: &Path, hash: &str) -> Result<Record, VerifyE
 /// `record_in` sbx-run's state directory; a failure is a warning (the
 /// check falls back to the host's current hooks and says so).
 pub fn record_at_start(top: &Path, hash: &str) {
-    if let Err(e) = record_in(&crate::spec::state_dir(), top, hash) {
-        sbx_core::output::warn(&format!(
+    let state = crate::spec::state_dir();
+    match record_in(&state, top, hash) {
+        Ok(rec) => tell_tree_tool(&state, top, hash, &rec),
+        Err(e) => sbx_core::output::warn(&format!(
             "the hooks for verify-commits were not recorded ({e}); it will read the host's current ones"
-        ));
+        )),
     }
+}
+
+/// Say once (per set of hooks) that a hook runs a tool from the work
+/// tree: sbx holds git's configuration and hooks, but what a hook runs
+/// from the tree is repository content the agent writes in bind mode, and
+/// the user's own `git commit` on the host runs it (docs/security.md,
+/// "Scripts a hook calls").
+fn tell_tree_tool(state: &Path, top: &Path, hash: &str, rec: &Record) {
+    let Some((hook, tool)) = tree_tool(&dir_in(state, hash), top, rec) else {
+        return;
+    };
+    let said = state.join("trusted").join(format!("{hash}.told"));
+    let key = crate::names::digest(format!("{hook} {tool}").as_bytes());
+    if std::fs::read_to_string(&said).is_ok_and(|k| k == key) {
+        return;
+    }
+    let _ = std::fs::write(&said, &key);
+    sbx_core::output::warn(&format!(
+        "the {} hook runs {} from the work tree, which the agent writes: your own `git commit` here runs the agent's version; check its commits with `sbx-run verify-commits`, or commit inside the sandbox",
+        sbx_core::sanitize::field(&hook),
+        sbx_core::sanitize::field(&tool)
+    ));
+}
+
+/// The first work-tree tool (`super::room::tree_tool`) a hook recorded in
+/// `dir` runs, as (hook, tool). Read too, beneath `top` through no link:
+/// husky's scripts (`.husky/pre-commit`, run by its generated `_`) and
+/// the work-tree files recorded hooks are links to.
+pub fn tree_tool(dir: &Path, top: &Path, rec: &Record) -> Option<(String, String)> {
+    let hooks = dir.join(HOOKS_DIR);
+    let mut names: Vec<_> = std::fs::read_dir(&hooks)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut texts = Vec::new();
+    for n in &names {
+        if let Ok(f) = open_nofollow(&hooks.join(n)) {
+            texts.push((n.clone(), read_capped(f)));
+        }
+    }
+    let mut tree = Vec::new();
+    if matches!(&rec.location, Location::Tree(r) if r.starts_with(".husky")) {
+        tree.extend(names.iter().map(|n| (n.clone(), format!(".husky/{n}"))));
+    }
+    for t in linked_targets(dir, rec, top) {
+        let hook = t.rsplit('/').next().unwrap_or(&t).to_owned();
+        tree.push((hook, t));
+    }
+    if !tree.is_empty()
+        && let Ok(root) = sbx_sys::beneath::Root::open(top)
+    {
+        for (hook, rel) in tree {
+            if let Ok(f) = root.open_read(Path::new(&rel)) {
+                texts.push((hook, read_capped(f)));
+            }
+        }
+    }
+    texts
+        .into_iter()
+        .find_map(|(hook, text)| super::room::tree_tool(&text).map(|t| (hook, t)))
+}
+
+fn open_nofollow(p: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let flags = (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(p)
+}
+
+fn read_capped(f: std::fs::File) -> String {
+    let mut b = Vec::new();
+    let _ = f.take(FILE_CAP).read_to_end(&mut b);
+    String::from_utf8_lossy(&b).into_owned()
 }
 
 /// The recorded state, if `sbx-run start` of this version made one.

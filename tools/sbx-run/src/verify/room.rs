@@ -167,7 +167,7 @@ impl RoomGit {
 }
 
 /// The trusted hooks' text, for finding the files they name.
-fn hook_texts(trusted: &Path) -> Vec<String> {
+pub(super) fn hook_texts(trusted: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(trusted).into_iter().flatten().flatten() {
         if let Ok(b) = std::fs::read(e.path()) {
@@ -193,6 +193,33 @@ fn names(text: &str, path: &str) -> bool {
         };
         before_ok && after.is_none_or(|c| !is_word(c))
     })
+}
+
+/// Tools that run what the work tree's package files define.
+const PACKAGE_TOOLS: &[&str] = &["npm", "npx", "yarn", "pnpm", "bun", "lint-staged", "husky"];
+
+/// The first tool of the work tree a hook's `text` runs, outside comments:
+/// a package tool or make (they run the tree's `package.json`, Makefile),
+/// or a script named by a relative path (`./scripts/lint.sh`). The same
+/// words make `flags` report a change to those files.
+pub(super) fn tree_tool(text: &str) -> Option<String> {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Some(w) = PACKAGE_TOOLS
+        .iter()
+        .chain(&["make"])
+        .find(|w| names(&code, w))
+    {
+        return Some((*w).to_owned());
+    }
+    code.split(|c: char| {
+        c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '`' | '"' | '\'')
+    })
+    .find(|t| (t.starts_with("./") && t.len() > 2) || t.starts_with("../"))
+    .map(str::to_owned)
 }
 
 /// What a commit changes that the hooks run: a file in a hooks directory
@@ -227,7 +254,7 @@ fn flags(
     }
     let all = texts.join("\n");
     let mentions = |words: &[&str]| words.iter().any(|w| names(&all, w));
-    let packages = mentions(&["npm", "npx", "yarn", "pnpm", "bun", "lint-staged", "husky"]);
+    let packages = mentions(PACKAGE_TOOLS);
     let make = mentions(&["make"]);
     let tree_hooks = match location {
         Location::Tree(rel) => Some(format!("{rel}/")),
@@ -560,7 +587,7 @@ fn reader(s: Option<Box<dyn Read + Send>>) -> std::thread::JoinHandle<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::names;
+    use super::{names, tree_tool};
 
     #[test]
     fn a_hook_names_a_path_as_a_word() {
@@ -568,6 +595,22 @@ mod tests {
         assert!(names(hook, "scripts/lint.sh"));
         assert!(names(hook, "make"));
         assert!(names(hook, "lint-staged"));
+        for (hook, want) in [
+            ("#!/bin/sh\nnpx lint-staged\n", Some("npx")),
+            ("#!/bin/sh\nmake lint\n", Some("make")),
+            (
+                "#!/bin/sh\nexec \"./scripts/check.sh\" \"$@\"\n",
+                Some("./scripts/check.sh"),
+            ),
+            (
+                "#!/bin/sh\n# run make lint by hand\ngit diff --cached --check\n",
+                None,
+            ),
+            ("#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n", None),
+            ("#!/bin/sh\nexit 0\n", None),
+        ] {
+            assert_eq!(tree_tool(hook).as_deref(), want, "{hook}");
+        }
         assert!(!names(hook, "lint.sh"));
         assert!(!names(hook, "scripts/lint"));
         assert!(!names(hook, "ake"));

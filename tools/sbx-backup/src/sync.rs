@@ -378,12 +378,24 @@ async fn upload(remote: &Remote, path: &Path, hash: &str, size: u64) -> Result<b
             .map_err(|e| remote.down(e))?;
         return Ok(true);
     }
+    multipart(remote, &loc, path, hash, &[]).await
+}
+
+/// Stream `path` to `loc` through a multipart upload, then `trailer`;
+/// false (the upload aborted) when its bytes do not hash to `hash`.
+async fn multipart(
+    remote: &Remote,
+    loc: &object_store::path::Path,
+    path: &Path,
+    hash: &str,
+    trailer: &[u8],
+) -> Result<bool, StoreError> {
     let Ok(mut f) = tokio::fs::File::open(path).await else {
         return Ok(false);
     };
     let up = remote
         .store
-        .put_multipart(&loc)
+        .put_multipart(loc)
         .await
         .map_err(|e| remote.down(e))?;
     let mut w = WriteMultipart::new_with_chunk_size(up, CHUNK * 8);
@@ -409,8 +421,42 @@ async fn upload(remote: &Remote, path: &Path, hash: &str, size: u64) -> Result<b
         let _ = w.abort().await;
         return Ok(false);
     }
+    w.write(trailer);
     w.finish().await.map_err(|e| remote.down(e))?;
     Ok(true)
+}
+
+/// Upload one large file as a pack of its own (its content, then a salt),
+/// streamed: read once for the pack's name, once to send it, the content
+/// checked against `hash` both times. None: it changed meanwhile.
+async fn upload_alone(remote: &Remote, path: &Path, hash: &str) -> Result<Option<Loc>, StoreError> {
+    let salt = salt();
+    let named = {
+        let (path, salt, hash) = (path.to_owned(), salt.clone(), hash.to_owned());
+        tokio::task::spawn_blocking(move || -> std::io::Result<Option<String>> {
+            let (mut content, mut pack) = (blake3::Hasher::new(), blake3::Hasher::new());
+            let mut f = fs::File::open(&path)?;
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                content.update(&buf[..n]);
+                pack.update(&buf[..n]);
+            }
+            pack.update(&salt);
+            Ok((content.finalize().to_hex().as_str() == hash)
+                .then(|| pack.finalize().to_hex().to_string()))
+        })
+        .await
+        .expect("hash task")
+    };
+    let Ok(Some(id)) = named else {
+        return Ok(None);
+    };
+    let sent = multipart(remote, &remote.pack(&id), path, hash, &salt).await?;
+    Ok(sent.then_some(Loc::Pack(id, 0)))
 }
 
 pub fn new_id() -> String {
@@ -899,6 +945,37 @@ async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
     }
 }
 
+/// The `pruned` marker: which prune wrote it last, and every object it
+/// deletes (`pack <id>`, `blob <hash>`), named before the first goes.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Marker {
+    pub id: String,
+    #[serde(default)]
+    pub condemned: Vec<String>,
+}
+
+/// The objects marker `ep` condemns (none for an older marker: an id).
+fn condemned(ep: Option<&str>) -> HashSet<String> {
+    ep.and_then(|t| serde_json::from_str::<Marker>(t).ok())
+        .map(|m| m.condemned.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// The object content `h` lives in at `l`, as the marker names it.
+fn object_key(l: &Loc, h: &str) -> String {
+    match l {
+        Loc::Blob => format!("blob {h}"),
+        Loc::Pack(p, _) => format!("pack {p}"),
+    }
+}
+
+/// 16 random bytes closing every pack: a pack's name (its blake3) is
+/// never one an earlier pack had, so content stored again after a prune
+/// condemned its old pack never lands under a name that prune deletes.
+fn salt() -> Vec<u8> {
+    sbx_sys::beneath::tmp_name().into_bytes()
+}
+
 /// Upload what the store lacks and commit snapshot `base + 1`. Ok(Some(head)):
 /// another writer committed since `base`; nothing was committed.
 async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u64>> {
@@ -926,8 +1003,12 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
     let ep = epoch(remote).await?;
     if ep != index.epoch || known.is_empty() {
         *known = locations(remote).await?;
-        index.epoch = ep;
+        index.epoch = ep.clone();
     }
+    // What a prune is deleting is never referenced, even while it is
+    // still listed: it is stored again under a fresh name.
+    let doomed = condemned(ep.as_deref());
+    known.retain(|h, l| !doomed.contains(&object_key(l, h)));
     // Objects vanish behind the index's back (a lifecycle rule, a wiped
     // bucket): what it says is stored is checked against one listing, and
     // whatever is gone is uploaded again from the home below.
@@ -950,19 +1031,27 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
 
     let mut failed: HashSet<String> = HashSet::new();
     // Large files: an object each.
+    let doomed = &doomed;
     let results: Vec<_> =
         futures::stream::iter(large.into_iter().map(|(h, (full, size))| async move {
-            let ok = upload(remote, &full, &h, size).await;
+            // Its blob's name is condemned: a pack of its own instead.
+            let ok = if doomed.contains(&format!("blob {h}")) {
+                upload_alone(remote, &full, &h).await
+            } else {
+                upload(remote, &full, &h, size)
+                    .await
+                    .map(|ok| ok.then_some(Loc::Blob))
+            };
             (h, size, ok)
         }))
         .buffer_unordered(PARALLEL)
         .collect()
         .await;
     for (h, size, ok) in results {
-        if ok? {
+        if let Some(l) = ok? {
             rep.uploaded += 1;
             rep.uploaded_bytes += size;
-            known.insert(h, Loc::Blob);
+            known.insert(h, l);
         } else {
             rep.changing += 1;
             failed.insert(h);
@@ -1112,6 +1201,32 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         Err(e) => return Err(Box::new(remote.down(e))),
     }
     crate::hook::point("after-commit");
+    // A prune that wrote its marker after ours was read (its lock called
+    // stale while it was paused) may delete what this snapshot uses:
+    // then the snapshot is withdrawn, unreported, and the home committed
+    // again from what that marker leaves.
+    let now = epoch(remote).await?;
+    if now != ep {
+        let doomed = condemned(now.as_deref());
+        let hit = m
+            .packs
+            .iter()
+            .any(|p| doomed.contains(&format!("pack {p}")))
+            || m.entries.iter().any(|e| {
+                e.pack.is_none()
+                    && e.hash
+                        .as_ref()
+                        .is_some_and(|h| doomed.contains(&format!("blob {h}")))
+            });
+        if hit {
+            remote
+                .store
+                .delete(&remote.snapshot(&m.id))
+                .await
+                .map_err(|e| remote.down(e))?;
+            return Ok(Some(seq));
+        }
+    }
     index.last = Some(dg);
     index.last_id = Some(m.id.clone());
     rep.snapshot = Some(m.id.clone());
@@ -1158,6 +1273,8 @@ async fn write_pack(
     })
     .await
     .expect("pack task");
+    let mut buf = buf;
+    buf.extend_from_slice(&salt());
     let id = blake3::hash(&buf).to_hex().to_string();
     if !stored.is_empty() {
         remote

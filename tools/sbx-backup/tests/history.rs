@@ -443,3 +443,77 @@ fn locks_are_judged_by_renewal_not_clocks() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(e.snapshots().len(), 1);
 }
+
+/// `kill -SIG<sig> <pid>`.
+fn signal(c: &Child, sig: &str) {
+    let s = Command::new("kill")
+        .args([&format!("-{sig}"), &c.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(s.success(), "kill -{sig}");
+}
+
+/// A prune and a sync fenced beyond lease timing. The prune pauses
+/// between its last lease check and a delete (a suspended VM, whose
+/// monotonic clock stops too, or a request stuck in the network), is
+/// stopped there for longer than its lease, and a sync calls its lock
+/// stale and commits. That sync used to reference what the prune was
+/// about to delete (a file back in the home whose blob was still listed,
+/// or a pack it wrote again under the same name); the resumed prune
+/// deleted it and the reported snapshot could not restore. `big`: the
+/// file is a blob (1.5 MiB), else packed.
+fn a_paused_prune_never_deletes_what_a_later_sync_uses(big: bool) {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let body: Vec<u8> = if big {
+        (0..3 << 19).map(|i: u32| (i * 7 % 251) as u8).collect()
+    } else {
+        b"a small file a prune condemns\n".to_vec()
+    };
+    let back = e.home().join("back");
+    w(&back, &body);
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    // Its only object is garbage once the first snapshot goes.
+    let resume = e.root.join("resume-prune");
+    let mut prune = e
+        .cmd_for("home", "state", &["prune", "--keep-last", "1"])
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .env("SBX_BACKUP_PAUSE_AT", "prune-delete")
+        .env("SBX_BACKUP_PAUSE_FILE", &resume)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&resume.with_extension("paused"));
+    signal(&prune, "STOP");
+    w(&back, &body);
+    let o = e
+        .cmd_for("home", "state", &["--json", "sync", "--wait", "120s"])
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&resume, b"");
+    signal(&prune, "CONT");
+    let _ = prune.wait().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(
+        e.restored(if big { "to-big" } else { "to-small" }),
+        want,
+        "the reported snapshot lost what the paused prune deleted"
+    );
+    let o = e.run(&["check"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn a_paused_prune_never_deletes_a_pack_a_later_sync_uses() {
+    a_paused_prune_never_deletes_what_a_later_sync_uses(false);
+}
+
+#[test]
+fn a_paused_prune_never_deletes_a_blob_a_later_sync_uses() {
+    a_paused_prune_never_deletes_what_a_later_sync_uses(true);
+}

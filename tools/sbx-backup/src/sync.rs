@@ -1190,6 +1190,7 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         ..Default::default()
     };
     lease.check()?;
+    crate::hook::point("commit-put");
     match remote
         .store
         .put_opts(&remote.snapshot(&m.id), PutPayload::from(body), opts)

@@ -517,3 +517,55 @@ fn a_paused_prune_never_deletes_a_pack_a_later_sync_uses() {
 fn a_paused_prune_never_deletes_a_blob_a_later_sync_uses() {
     a_paused_prune_never_deletes_what_a_later_sync_uses(true);
 }
+
+/// The other order: a sync read the prune marker, then paused between its
+/// last lease check and its commit for longer than its lease; a prune
+/// called its lock stale, condemned the pack the sync was about to
+/// reference, and paused before deleting it. The sync's commit lands
+/// after the prune's last look at the snapshots, so only the sync can see
+/// the clash: it reads the marker again after committing, withdraws that
+/// snapshot and commits again with the content stored anew.
+#[test]
+fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let back = e.home().join("back");
+    w(&back, b"a small file a prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    w(&back, b"a small file a prune condemns\n");
+    let with = |args: &[&str], at: &str, resume: &Path| {
+        let c = e
+            .cmd_for("home", "state", args)
+            .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+            .env("SBX_BACKUP_PAUSE_AT", at)
+            .env("SBX_BACKUP_PAUSE_FILE", resume)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&resume.with_extension("paused"));
+        signal(&c, "STOP");
+        c
+    };
+    let (rs, rp) = (e.root.join("resume-sync"), e.root.join("resume-prune"));
+    let sync = with(&["--json", "sync", "--wait", "120s"], "commit-put", &rs);
+    let prune = with(
+        &["prune", "--keep-last", "1", "--wait", "120s"],
+        "prune-delete",
+        &rp,
+    );
+    w(&rs, b"");
+    signal(&sync, "CONT");
+    let o = sync.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reported = rep["data"]["snapshot"].as_str().unwrap().to_owned();
+    w(&rp, b"");
+    signal(&prune, "CONT");
+    let _ = prune.wait_with_output().unwrap();
+    assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}

@@ -76,6 +76,10 @@ pub struct Index {
     /// snapshot) is dropped and the home hashed afresh.
     #[serde(default)]
     pub checksum: Option<String>,
+    /// The store was seen to honour conditional creates (probed once).
+    /// Left out while false, so an older index keeps its checksum.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conditional: bool,
 }
 
 impl Index {
@@ -842,6 +846,47 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
     }
 }
 
+/// Refuse a store that ignores conditional creates (`If-None-Match: *`;
+/// some S3-compatible servers and proxies drop it): snapshot order and
+/// the prefix's one home rest on them, and there two writers would
+/// silently overwrite each other's snapshot. Probed by creating one
+/// object twice: the second must fail.
+async fn require_conditional(remote: &Remote) -> Res<()> {
+    let key = remote.probe(&sbx_sys::beneath::tmp_name()[5..]);
+    let create = || PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    let refuse = |why: &str| -> Box<dyn sbx_core::SbxError> {
+        Box::new(sbx_core::error::Message::new(
+            sbx_core::Exit::Config,
+            format!(
+                "{}: the store {why} a conditional write (If-None-Match: *), which sbx-backup                  needs to order snapshots and keep one home per prefix: use a store that honours                  them (S3, GCS, file://) or remove the proxy that drops the header",
+                remote.url
+            ),
+        ))
+    };
+    let r = async {
+        for body in ["1", "2"] {
+            match remote
+                .store
+                .put_opts(&key, PutPayload::from(body), create())
+                .await
+            {
+                Ok(_) if body == "1" => {}
+                Ok(_) => return Err(refuse("ignored")),
+                Err(object_store::Error::AlreadyExists { .. }) if body == "2" => {}
+                Err(object_store::Error::NotImplemented { .. }) => return Err(refuse("refused")),
+                Err(e) => return Err(Box::new(remote.down(e)) as Box<dyn sbx_core::SbxError>),
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let _ = remote.store.delete(&key).await;
+    r
+}
+
 /// A new id for this home, published whole and once: two passes of one
 /// home that start together (the daemon's first and a sync the user runs)
 /// must not each make one, or the loser's id, left in the state dir, would
@@ -998,6 +1043,10 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         rep.unchanged = true;
         rep.snapshot = index.last_id.clone();
         return Ok(None);
+    }
+    if !index.conditional {
+        require_conditional(remote).await?;
+        index.conditional = true;
     }
     let home = claim_home(remote, o.state_dir).await?;
     let ep = epoch(remote).await?;
@@ -1177,6 +1226,7 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         epoch: index.epoch.clone(),
         last: index.last.clone(),
         last_id: index.last_id.clone(),
+        conditional: index.conditional,
         ..Default::default()
     };
     pre.store(index_path)

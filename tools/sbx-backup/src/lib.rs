@@ -72,6 +72,8 @@ pub enum Cmd {
     Restore(RestoreArgs),
     /// Restore only when the home is new or empty and a snapshot exists; then mark it initialized.
     FirstBoot,
+    /// Make this home its prefix's owner without restoring: its next sync continues the prefix's history, and the home that owned it is refused from then on.
+    Adopt,
     /// List snapshots.
     Snapshots,
     /// Last good sync, lag and errors (also in the state dir's status.json).
@@ -388,6 +390,10 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                 // Adopted first: a restore into the home that fails
                 // part-way still made it this prefix's (the guest marks
                 // it unrestored; once merged, its backups must go on).
+                // But not one refused before it starts (a home not empty
+                // without --force): that took the prefix from the home
+                // that owns it without restoring anything.
+                restore::may_restore_into(&to, a.force)?;
                 adopt(&c, &to).await?;
                 let rep = restore::restore(&c.remote, &m, &to, a.force).await?;
                 Ok::<_, BoxError>(rep)
@@ -405,6 +411,15 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             Ok(Exit::Ok)
         }
         Cmd::FirstBoot => first_boot(&c, &rt),
+        Cmd::Adopt => {
+            rt.block_on(adopt(&c, &c.home))?;
+            output::info(&format!(
+                "{} now holds the backups of {}; its next sync continues them",
+                c.remote.url,
+                c.home.display()
+            ));
+            Ok(Exit::Ok)
+        }
         Cmd::Snapshots => {
             let list = rt.block_on(async {
                 let mut v = Vec::new();

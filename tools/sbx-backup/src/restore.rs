@@ -391,6 +391,25 @@ fn reuse(dir: &Dir, name: &OsStr, e: &Entry) -> Res<bool> {
     Ok(true)
 }
 
+/// Whether `to` holds anything; refused (before anything changes) when
+/// it does, without --force and without a restore of ours to resume.
+pub fn may_restore_into(to: &Path, force: bool) -> Res<bool> {
+    let resuming = fs::symlink_metadata(to.join(MARKER)).is_ok();
+    let non_empty = fs::read_dir(to)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if non_empty && !force && !resuming {
+        return Err(msg(
+            Exit::Usage,
+            format!(
+                "{}: not empty; use --force to restore over it",
+                to.display()
+            ),
+        ));
+    }
+    Ok(non_empty)
+}
+
 /// Restore `m` into `to`. Files already there with the right content are
 /// kept, so an interrupted restore resumes.
 pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> Res<Report> {
@@ -406,18 +425,7 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     }
     let root = Dir::open(to).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
     let resuming = root.kind(OsStr::new(MARKER)).ok().flatten().is_some();
-    let non_empty = fs::read_dir(to)
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false);
-    if non_empty && !force && !resuming {
-        return Err(msg(
-            Exit::Usage,
-            format!(
-                "{}: not empty; use --force to restore over it",
-                to.display()
-            ),
-        ));
-    }
+    let non_empty = may_restore_into(to, force)?;
     // A resume keeps its marker: removed and made again, a kill in
     // between would leave a half target unmarked. Whatever else the home
     // holds under the marker's name (a link) goes first.

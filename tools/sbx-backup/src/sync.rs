@@ -796,8 +796,10 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
         Box::new(sbx_core::error::Message::new(
             sbx_core::Exit::Config,
             format!(
-                "{}: holds the backups of another home ({theirs}; this one is {ours}): \
-                 give this home its own [backup].url prefix, or restore from that one first",
+                "{}: holds the backups of another home ({theirs}; this one is {ours}): give this \
+                 home its own [backup].url prefix, replace its files with that home's (`sbx-backup \
+                 restore --force`), or make it the prefix's owner keeping its files (`sbx-backup \
+                 adopt`)",
                 remote.url
             ),
         ))

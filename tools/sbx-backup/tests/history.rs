@@ -569,3 +569,63 @@ fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
     let want = tree(&e.home());
     assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
 }
+
+/// A second home told "restore from that one first" ran `restore`, which
+/// refused its non-empty home (no --force) but had already taken the
+/// prefix over: the home that owned it was refused from then on (its
+/// work no longer backed up) and the second home's passes rotated its
+/// snapshots out. A refused restore changes nothing.
+#[test]
+fn a_refused_restore_leaves_the_prefix_to_its_home() {
+    let e = Env::new("[backup]\nkeep = 2\n");
+    w(&e.home().join("work"), b"first home\n");
+    e.ok(&["sync"]);
+    w(&e.root.join("home2/other"), b"second home\n");
+    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("sbx-backup adopt"), "{err}");
+    let o = e.cmd_for("home2", "state2", &["restore"]).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    w(&e.home().join("work"), b"first home, edited\n");
+    e.ok(&["sync"]);
+    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(78), "the second home took the prefix");
+    assert_eq!(e.restored("to"), tree(&e.home()));
+}
+
+/// A home refused by its own prefix (its state dir lost, a copy moved to
+/// another machine) keeps its files: `sbx-backup adopt`, the command the
+/// refusal names, makes it the owner without restoring, where the
+/// restore it used to point to replaced the newer work with the
+/// snapshot's. The prefix's snapshots stay.
+#[test]
+fn adopt_keeps_the_homes_files() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    w(&e.home().join("work"), b"backed up\n");
+    e.ok(&["sync"]);
+    let before = e.snapshots();
+    fs::remove_dir_all(e.root.join("state")).unwrap();
+    w(&e.home().join("work"), b"newer work, never backed up\n");
+    let o = e.run(&["sync"]);
+    assert_eq!(o.status.code(), Some(78));
+    e.ok(&["adopt"]);
+    e.ok(&["sync"]);
+    let after = e.snapshots();
+    assert!(before.iter().all(|s| after.contains(s)), "{after:?}");
+    assert_eq!(after.len(), before.len() + 1);
+    assert_eq!(
+        e.restored("to"),
+        tree(&e.home()),
+        "adopt lost the newer work"
+    );
+    assert_eq!(
+        fs::read(e.home().join("work")).unwrap(),
+        b"newer work, never backed up\n"
+    );
+}

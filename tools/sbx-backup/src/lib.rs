@@ -362,6 +362,21 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             }
             let rep = r?;
             print_sync(&mut out, json, &rep)?;
+            // Neither is kept: said on every sync, never silently dropped.
+            if rep.hardlinked > 0 {
+                output::warn(&format!(
+                    "{} files have other hard links: each is backed up and restored as a \
+                     separate copy (the link is not kept)",
+                    rep.hardlinked
+                ));
+            }
+            if rep.xattrs > 0 {
+                output::warn(&format!(
+                    "{} files changed since the last pass carry extended attributes or ACLs, \
+                     which are not backed up",
+                    rep.xattrs
+                ));
+            }
             if !rep.unreadable.is_empty() {
                 for u in &rep.unreadable {
                     output::warn(&format!("skipped: {u}"));

@@ -142,6 +142,12 @@ pub struct Report {
     pub skipped: Skipped,
     pub unreadable: Vec<String>,
     pub changing: u64,
+    /// Files with more than one hard link: each is backed up, and
+    /// restored, as a file of its own (the link between them is not kept).
+    pub hardlinked: u64,
+    /// Files hashed this pass that carry extended attributes or ACLs,
+    /// which are not backed up.
+    pub xattrs: u64,
     /// Contents the index said were stored but the store no longer has:
     /// uploaded again from the home before the commit.
     pub reuploaded_missing: u64,
@@ -344,9 +350,14 @@ fn walk_dir(
     }
 }
 
-/// Hash a file while making sure it did not change under us.
-fn hash_file(path: &Path, before: &fs::Metadata) -> Result<Option<String>, std::io::Error> {
+/// Hash a file while making sure it did not change under us; also
+/// whether it carries extended attributes (not backed up: reported).
+fn hash_file(path: &Path, before: &fs::Metadata) -> Result<Option<(String, bool)>, std::io::Error> {
     let mut f = fs::File::open(path)?;
+    let xattrs = {
+        use std::os::fd::AsFd;
+        sbx_sys::has_xattrs(f.as_fd()).unwrap_or(false)
+    };
     let mut h = blake3::Hasher::new();
     let mut buf = vec![0u8; CHUNK];
     loop {
@@ -362,7 +373,7 @@ fn hash_file(path: &Path, before: &fs::Metadata) -> Result<Option<String>, std::
         && after.mtime_nsec() == before.mtime_nsec()
         && after.ctime() == before.ctime()
         && after.ctime_nsec() == before.ctime_nsec();
-    Ok(same.then(|| h.finalize().to_hex().to_string()))
+    Ok(same.then(|| (h.finalize().to_hex().to_string(), xattrs)))
 }
 
 /// Upload one file as blob `hash`, checking the bytes sent hash to it.
@@ -560,6 +571,7 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
             Kind::Dir => rep.dirs += 1,
             Kind::Symlink => rep.symlinks += 1,
             Kind::File => {
+                rep.hardlinked += u64::from(md.nlink() > 1);
                 let row = Row {
                     size: md.len(),
                     mtime_ns: e.mtime_ns,
@@ -598,7 +610,8 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
     for j in hashed {
         let (mut e, full, mut row, r) = j.expect("hash task");
         match r {
-            Ok(Some(h)) => {
+            Ok(Some((h, xattrs))) => {
+                rep.xattrs += u64::from(xattrs);
                 row.hash = h.clone();
                 e.hash = Some(h);
                 new_rows.push((e.path.clone(), row));

@@ -629,3 +629,41 @@ fn adopt_keeps_the_homes_files() {
         b"newer work, never backed up\n"
     );
 }
+
+/// Hard links and extended attributes are not kept (every linked name
+/// restores as a copy of its own; xattrs and ACLs are dropped): each sync
+/// says so, with counts, instead of dropping them silently. Contents all
+/// come back.
+#[test]
+fn hard_links_and_xattrs_are_reported_not_dropped_silently() {
+    let e = Env::new("");
+    w(&e.home().join("a"), b"linked\n");
+    fs::hard_link(e.home().join("a"), e.home().join("b")).unwrap();
+    w(&e.home().join("x"), b"tagged\n");
+    let set = Command::new("python3")
+        .args([
+            "-c",
+            "import os,sys; os.setxattr(sys.argv[1], 'user.sbx', b'v')",
+        ])
+        .arg(e.home().join("x"))
+        .status()
+        .unwrap();
+    assert!(set.success(), "setxattr");
+    let o = e.run(&["--json", "sync"]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rep["data"]["hardlinked"], 2, "{rep}");
+    assert_eq!(rep["data"]["xattrs"], 1, "{rep}");
+    assert!(err.contains("2 files have other hard links"), "{err}");
+    assert!(
+        err.contains("1 files changed since the last pass carry extended"),
+        "{err}"
+    );
+    let to = e.root.join("to");
+    e.ok(&["restore", "--to", to.to_str().unwrap()]);
+    for n in ["a", "b"] {
+        assert_eq!(fs::read(to.join(n)).unwrap(), b"linked\n");
+    }
+    assert_eq!(fs::read(to.join("x")).unwrap(), b"tagged\n");
+}

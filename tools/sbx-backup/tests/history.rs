@@ -667,3 +667,60 @@ fn hard_links_and_xattrs_are_reported_not_dropped_silently() {
     }
     assert_eq!(fs::read(to.join("x")).unwrap(), b"tagged\n");
 }
+
+/// Route 8: a lock held in another PID namespace (every sandbox of a
+/// repository has the same hostname) names a pid this namespace does not
+/// have. The "dead process on this host" shortcut called such a lock
+/// stale at once and prune deleted what the live sync had uploaded. A
+/// lock whose token keeps changing is live, whatever its pid.
+#[test]
+fn a_renewed_lock_from_another_pid_namespace_keeps_prune_out() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    for v in ["a", "b"] {
+        w(&e.home().join("f"), v.as_bytes());
+        e.ok(&["sync"]);
+    }
+    let before = e.snapshots();
+    let locks = e.store().join("locks");
+    fs::create_dir_all(&locks).unwrap();
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renew = std::thread::spawn({
+        let (stop, lock, host) = (
+            stop.clone(),
+            locks.join("sync-ns.json"),
+            host.trim().to_owned(),
+        );
+        move || {
+            for n in 0u64.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                // pid 4194304 is above pid_max: no process here has it.
+                let body = serde_json::json!({"kind": "sync", "host": host, "pid": 4_194_304u32, "token": n});
+                let tmp = lock.with_extension("tmp");
+                fs::write(&tmp, body.to_string()).unwrap();
+                fs::rename(&tmp, &lock).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    });
+    let o = e
+        .cmd_for(
+            "home",
+            "state",
+            &["prune", "--keep-last", "1", "--wait", "4s"],
+        )
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .output()
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    renew.join().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(e.snapshots(), before, "prune deleted under a live lock");
+}

@@ -27,8 +27,8 @@ export RCLONE_CONFIG_S3_TYPE=s3 RCLONE_CONFIG_S3_PROVIDER=Other RCLONE_CONFIG_S3
   RCLONE_CONFIG_S3_ACCESS_KEY_ID=test RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=test RCLONE_CONFIG_S3_REGION=us-east-1
 export RESTIC_PASSWORD=bench RESTIC_REPOSITORY=s3:$AWS_ENDPOINT/restic-bucket/home RESTIC_CACHE_DIR=$TMP/restic-cache
 sbx="$B -q --config $TMP/config.toml --url s3://sbx/home --home $TMP/home --state-dir $TMP/state"
-# BASELINE=/path/to/an/older/sbx-backup adds it to the full and restore
-# phases (its own prefix and state), for before/after figures in one run.
+# BASELINE=/path/to/an/older/sbx-backup adds it to the full, no-op and
+# restore phases (its own prefix and state), for before/after figures in one run.
 base="${BASELINE:+$BASELINE -q --config $TMP/config.toml --url s3://sbx/base --home $TMP/home --state-dir $TMP/state-base}"
 # The AWS SDK inside rclone refuses AWS_CA_BUNDLE with a plain-HTTP endpoint.
 rc="env -u AWS_CA_BUNDLE rclone --config /dev/null -q"
@@ -40,7 +40,10 @@ $rs init >/dev/null
 PHASES=${PHASES:-full noop incr restore}
 has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 # Full backup, each from nothing (untimed when only later phases are asked for).
-if ! has full; then $sbx sync; $rc sync "$TMP/home" s3:rclone-bucket/home --links; sh -c "$rsb"; fi
+if ! has full; then
+  $sbx sync; sh -c "$rsb"
+  [ "${RCLONE:-1}" = 1 ] && $rc sync "$TMP/home" s3:rclone-bucket/home --links
+fi
 has full && hyperfine -N --runs 1 --export-csv "$TMP/full.csv" \
   --prepare "rm -rf $TMP/state" -n "sbx-backup sync (full)" "$sbx sync" \
   ${base:+--prepare "rm -rf $TMP/state-base" -n "baseline sync (full)" "$base sync"} \
@@ -48,13 +51,15 @@ has full && hyperfine -N --runs 1 --export-csv "$TMP/full.csv" \
   --prepare "true" -n "rclone sync (full)" "$rc sync $TMP/home s3:rclone-bucket/home --links"
 count() { $rc lsf -R --files-only "s3:$1" | wc -l; }
 echo "objects  sbx-backup $(count sbx/home), restic $(count restic-bucket/home), rclone $(count rclone-bucket/home)"
-# No-op: nothing changed.
-# rclone's passes take a minute each (a HEAD per file): one run of them.
+# No-op: nothing changed (the baseline, if given, after a full pass of its own).
+# rclone's passes take a minute each (a HEAD per file): one run of them (RCLONE=0: none).
+if has noop && [ -n "$base" ] && ! has full; then $base sync; fi
 has noop && hyperfine -N --warmup 1 --runs 5 --export-csv "$TMP/noop.csv" \
   -n "sbx-backup sync (no-op)" "$sbx sync" \
+  ${base:+-n "baseline sync (no-op)" "$base sync"} \
   -n "restic backup (no-op)" "$rsb" &&
-  hyperfine -N --runs 1 --export-csv "$TMP/noop-rclone.csv" \
-  -n "rclone sync (no-op)" "$rc sync $TMP/home s3:rclone-bucket/home --links"
+  if [ "${RCLONE:-1}" = 1 ]; then hyperfine -N --runs 1 --export-csv "$TMP/noop-rclone.csv" \
+  -n "rclone sync (no-op)" "$rc sync $TMP/home s3:rclone-bucket/home --links"; fi
 # Incremental: 10 files changed before every run.
 printf '#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7 8 9; do head -c 1000 /dev/urandom > "%s/home/project/node_modules/pkg$i/lib/m0.js"; done\n' "$TMP" > "$TMP/touch10"
 chmod +x "$TMP/touch10"

@@ -350,6 +350,18 @@ fn walk_dir(
     }
 }
 
+/// Read `f` to its end in `CHUNK`s, each handed to `each`.
+fn read_all(f: &mut fs::File, mut each: impl FnMut(&[u8])) -> std::io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        each(&buf[..n]);
+    }
+}
+
 /// Hash a file while making sure it did not change under us; also
 /// whether it carries extended attributes (not backed up: reported).
 fn hash_file(path: &Path, before: &fs::Metadata) -> Result<Option<(String, bool)>, std::io::Error> {
@@ -359,14 +371,9 @@ fn hash_file(path: &Path, before: &fs::Metadata) -> Result<Option<(String, bool)
         sbx_sys::has_xattrs(f.as_fd()).unwrap_or(false)
     };
     let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
+    read_all(&mut f, |b| {
+        h.update(b);
+    })?;
     let after = f.metadata()?;
     let same = after.len() == before.len()
         && after.mtime() == before.mtime()
@@ -450,16 +457,10 @@ async fn upload_alone(remote: &Remote, path: &Path, hash: &str) -> Result<Option
         let (path, salt, hash) = (path.to_owned(), salt.clone(), hash.to_owned());
         tokio::task::spawn_blocking(move || -> std::io::Result<Option<String>> {
             let (mut content, mut pack) = (blake3::Hasher::new(), blake3::Hasher::new());
-            let mut f = fs::File::open(&path)?;
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                let n = f.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                content.update(&buf[..n]);
-                pack.update(&buf[..n]);
-            }
+            read_all(&mut fs::File::open(&path)?, |b| {
+                content.update(b);
+                pack.update(b);
+            })?;
             pack.update(&salt);
             Ok((content.finalize().to_hex().as_str() == hash)
                 .then(|| pack.finalize().to_hex().to_string()))

@@ -238,7 +238,8 @@ fn a_stale_walk_never_becomes_the_newest_snapshot() {
 
 /// Route 8: a second home on the same prefix (branch mode's shared URL,
 /// a second machine) is refused before it commits anything, and the
-/// first home's snapshots stay; restoring from the prefix adopts it.
+/// first home's snapshots stay; restoring from the prefix (not a restore
+/// refused before it starts) adopts it.
 #[test]
 fn a_second_home_on_one_prefix_is_refused() {
     let e = Env::new("[backup]\nkeep = 1\n");
@@ -250,8 +251,24 @@ fn a_second_home_on_one_prefix_is_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(78), "{err}");
     assert!(err.contains("another home"), "{err}");
+    assert!(err.contains("sbx-backup adopt"), "{err}");
     assert_eq!(e.snapshots(), before);
     assert_eq!(e.restored("to"), tree(&e.home()));
+    // A restore refused before it starts (not empty, no --force) changes
+    // nothing: it used to take the prefix over anyway, so the first home
+    // was refused from then on and the second rotated its snapshots out.
+    let o = e.cmd_for("home2", "state2", &["restore"]).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    w(&e.home().join("mine"), b"first home, edited\n");
+    e.ok(&["sync"]);
+    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(78), "the second home took the prefix");
+    assert_eq!(e.restored("to2"), tree(&e.home()));
     // Restoring the prefix into the second home makes it the same home.
     let o = e
         .cmd_for("home2", "state2", &["restore", "--force"])
@@ -568,35 +585,6 @@ fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
     assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
     let want = tree(&e.home());
     assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
-}
-
-/// A second home told "restore from that one first" ran `restore`, which
-/// refused its non-empty home (no --force) but had already taken the
-/// prefix over: the home that owned it was refused from then on (its
-/// work no longer backed up) and the second home's passes rotated its
-/// snapshots out. A refused restore changes nothing.
-#[test]
-fn a_refused_restore_leaves_the_prefix_to_its_home() {
-    let e = Env::new("[backup]\nkeep = 2\n");
-    w(&e.home().join("work"), b"first home\n");
-    e.ok(&["sync"]);
-    w(&e.root.join("home2/other"), b"second home\n");
-    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(78));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("sbx-backup adopt"), "{err}");
-    let o = e.cmd_for("home2", "state2", &["restore"]).output().unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(64),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    w(&e.home().join("work"), b"first home, edited\n");
-    e.ok(&["sync"]);
-    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(78), "the second home took the prefix");
-    assert_eq!(e.restored("to"), tree(&e.home()));
 }
 
 /// A home refused by its own prefix (its state dir lost, a copy moved to

@@ -279,7 +279,8 @@ async fn prune_locked(
             garbage.push((key, size));
         }
     }
-    if !o.dry_run && !(garbage.is_empty() && rep.removed_snapshots.is_empty()) {
+    let acting = !o.dry_run && (!garbage.is_empty() || !rep.removed_snapshots.is_empty());
+    if acting {
         // Fencing. The lease alone cannot keep a sync out of what this
         // prune deletes: a prune paused past its lease (a suspended VM,
         // whose monotonic clock stops too; a request stuck in the network)

@@ -493,7 +493,7 @@ type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
 /// How a pass ended: done, or behind a snapshot another writer committed
 /// (its seq), so the home is walked again after it.
 enum Pass {
-    Done(Report),
+    Done(Box<Report>),
     Behind(u64),
 }
 
@@ -503,7 +503,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Res<Report> {
     let mut base = None;
     for _ in 0..5 {
         match pass(remote, o, base).await? {
-            Pass::Done(r) => return Ok(r),
+            Pass::Done(r) => return Ok(*r),
             Pass::Behind(head) => base = Some(head),
         }
     }
@@ -650,9 +650,9 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
         rep.snapshot = index.last_id.clone();
         if rep.hashed == 0 {
             // Every row came from the index as it is: no write, no fsync.
-            return Ok(Pass::Done(rep));
+            return Ok(Pass::Done(Box::new(rep)));
         }
-        return save(o, &index_path, index, new_rows, &known, rep).map(Pass::Done);
+        return save(o, &index_path, index, new_rows, &known, rep).map(|r| Pass::Done(Box::new(r)));
     }
     if o.dry_run {
         if known.is_empty() {
@@ -662,7 +662,7 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
         rep.uploaded = need.len() as u64;
         rep.uploaded_bytes = need.values().map(|(_, size)| size).sum();
         finish_counts(&mut rep, &entries);
-        return Ok(Pass::Done(rep));
+        return Ok(Pass::Done(Box::new(rep)));
     }
 
     // Prune may not run from here to the commit; a prune that ran since the
@@ -698,7 +698,7 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
             let (_, saved) = tokio::join!(lease.release(), async {
                 save(o, &index_path, index, new_rows, &known, rep)
             });
-            saved.map(Pass::Done)
+            saved.map(|r| Pass::Done(Box::new(r)))
         }
     }
 }

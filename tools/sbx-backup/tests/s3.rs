@@ -2,8 +2,6 @@
 //! `scripts/prereqs` installs in /opt/sbx/moto), through a TCP relay the
 //! test can cut to stop the server mid-sync.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;

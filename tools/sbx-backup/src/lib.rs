@@ -186,7 +186,10 @@ again from the home. A pass over an unchanged home lists the store too,
 and commits again when the snapshot it would report lost anything. The prefix belongs to one home (<prefix>/home-id,
 recorded in every manifest): a second home is refused (78). A restore
 into the home takes the prefix over (a fresh id): the home the snapshot
-came from is refused from then on.
+came from is refused from then on; `adopt` takes it over without
+restoring, keeping the home's files. The store must honour conditional
+writes (If-None-Match); the first pass probes it and refuses one that
+does not (78).
 
 Sync and prune on one store: each writes its own lock object
 (locks/<kind>-<id>.json) first and lists locks/ second, so two that
@@ -197,8 +200,13 @@ contender calls a lock stale once it has watched the same token for 60 s
 on its own monotonic clock (no clocks compared across machines, no pids
 across PID namespaces), and a holder that could not renew for 40 s stops
 before committing or deleting anything. Prune first rewrites the store's
-`pruned` marker, so every later sync re-learns from the store where
-contents live instead of trusting its index.
+`pruned` marker, naming every object it will delete, and lists the
+snapshots again: every later sync re-learns from the store where contents
+live, never references what the marker names (it stores that content
+anew, under a fresh name), and withdraws and commits again a snapshot
+whose commit raced a newer marker. Hard links are backed up and restored
+as separate copies, extended attributes and ACLs not at all; sync says
+both, with counts.
 
 Stores written before packs (every file a blob, manifest version 1) are
 read as they are: restore, check and prune work on them, and the next sync

@@ -93,8 +93,14 @@ fn wait_for(p: &Path) {
 
 /// Start a sync that pauses at hook point `at` until `resume` exists.
 fn paused(e: &Env, at: &str, resume: &Path, args: &[&str]) -> Child {
+    paused_with(e, &[], at, resume, args)
+}
+
+/// `paused`, with more variables in the process's environment.
+fn paused_with(e: &Env, env: &[(&str, &str)], at: &str, resume: &Path, args: &[&str]) -> Child {
     let c = e
         .cmd_for("home", "state", args)
+        .envs(env.iter().copied())
         .env("SBX_BACKUP_PAUSE_AT", at)
         .env("SBX_BACKUP_PAUSE_FILE", resume)
         .stdout(Stdio::piped())
@@ -494,16 +500,13 @@ fn a_paused_prune_never_deletes_what_a_later_sync_uses(big: bool) {
     e.ok(&["sync"]);
     // Its only object is garbage once the first snapshot goes.
     let resume = e.root.join("resume-prune");
-    let mut prune = e
-        .cmd_for("home", "state", &["prune", "--keep-last", "1"])
-        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
-        .env("SBX_BACKUP_PAUSE_AT", "prune-delete")
-        .env("SBX_BACKUP_PAUSE_FILE", &resume)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for(&resume.with_extension("paused"));
+    let mut prune = paused_with(
+        &e,
+        &[("SBX_BACKUP_TEST_LEASE_SECS", "2")],
+        "prune-delete",
+        &resume,
+        &["prune", "--keep-last", "1"],
+    );
     signal(&prune, "STOP");
     w(&back, &body);
     let o = e
@@ -553,16 +556,7 @@ fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
     e.ok(&["sync"]);
     w(&back, b"a small file a prune condemns\n");
     let with = |args: &[&str], at: &str, resume: &Path| {
-        let c = e
-            .cmd_for("home", "state", args)
-            .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
-            .env("SBX_BACKUP_PAUSE_AT", at)
-            .env("SBX_BACKUP_PAUSE_FILE", resume)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for(&resume.with_extension("paused"));
+        let c = paused_with(&e, &[("SBX_BACKUP_TEST_LEASE_SECS", "2")], at, resume, args);
         signal(&c, "STOP");
         c
     };

@@ -72,6 +72,8 @@ pub enum Cmd {
     Restore(RestoreArgs),
     /// Restore only when the home is new or empty and a snapshot exists; then mark it initialized.
     FirstBoot,
+    /// Make this home its prefix's owner without restoring: its next sync continues the prefix's history, and the home that owned it is refused from then on.
+    Adopt,
     /// List snapshots.
     Snapshots,
     /// Last good sync, lag and errors (also in the state dir's status.json).
@@ -184,7 +186,10 @@ again from the home. A pass over an unchanged home lists the store too,
 and commits again when the snapshot it would report lost anything. The prefix belongs to one home (<prefix>/home-id,
 recorded in every manifest): a second home is refused (78). A restore
 into the home takes the prefix over (a fresh id): the home the snapshot
-came from is refused from then on.
+came from is refused from then on; `adopt` takes it over without
+restoring, keeping the home's files. The store must honour conditional
+writes (If-None-Match); the first pass probes it and refuses one that
+does not (78).
 
 Sync and prune on one store: each writes its own lock object
 (locks/<kind>-<id>.json) first and lists locks/ second, so two that
@@ -195,8 +200,13 @@ contender calls a lock stale once it has watched the same token for 60 s
 on its own monotonic clock (no clocks compared across machines, no pids
 across PID namespaces), and a holder that could not renew for 40 s stops
 before committing or deleting anything. Prune first rewrites the store's
-`pruned` marker, so every later sync re-learns from the store where
-contents live instead of trusting its index.
+`pruned` marker, naming every object it will delete, and lists the
+snapshots again: every later sync re-learns from the store where contents
+live, never references what the marker names (it stores that content
+anew, under a fresh name), and withdraws and commits again a snapshot
+whose commit raced a newer marker. Hard links are backed up and restored
+as separate copies, extended attributes and ACLs not at all; sync says
+both, with counts.
 
 Stores written before packs (every file a blob, manifest version 1) are
 read as they are: restore, check and prune work on them, and the next sync
@@ -360,6 +370,21 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             }
             let rep = r?;
             print_sync(&mut out, json, &rep)?;
+            // Neither is kept: said on every sync, never silently dropped.
+            if rep.hardlinked > 0 {
+                output::warn(&format!(
+                    "{} files have other hard links: each is backed up and restored as a \
+                     separate copy (the link is not kept)",
+                    rep.hardlinked
+                ));
+            }
+            if rep.xattrs > 0 {
+                output::warn(&format!(
+                    "{} files changed since the last pass carry extended attributes or ACLs, \
+                     which are not backed up",
+                    rep.xattrs
+                ));
+            }
             if !rep.unreadable.is_empty() {
                 for u in &rep.unreadable {
                     output::warn(&format!("skipped: {u}"));
@@ -388,6 +413,10 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
                 // Adopted first: a restore into the home that fails
                 // part-way still made it this prefix's (the guest marks
                 // it unrestored; once merged, its backups must go on).
+                // But not one refused before it starts (a home not empty
+                // without --force): that took the prefix from the home
+                // that owns it without restoring anything.
+                restore::may_restore_into(&to, a.force)?;
                 adopt(&c, &to).await?;
                 let rep = restore::restore(&c.remote, &m, &to, a.force).await?;
                 Ok::<_, BoxError>(rep)
@@ -405,6 +434,15 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             Ok(Exit::Ok)
         }
         Cmd::FirstBoot => first_boot(&c, &rt),
+        Cmd::Adopt => {
+            rt.block_on(adopt(&c, &c.home))?;
+            output::info(&format!(
+                "{} now holds the backups of {}; its next sync continues them",
+                c.remote.url,
+                c.home.display()
+            ));
+            Ok(Exit::Ok)
+        }
         Cmd::Snapshots => {
             let list = rt.block_on(async {
                 let mut v = Vec::new();

@@ -279,6 +279,44 @@ async fn prune_locked(
             garbage.push((key, size));
         }
     }
+    let acting = !o.dry_run && (!garbage.is_empty() || !rep.removed_snapshots.is_empty());
+    if acting {
+        // Fencing. The lease alone cannot keep a sync out of what this
+        // prune deletes: a prune paused past its lease (a suspended VM,
+        // whose monotonic clock stops too; a request stuck in the network)
+        // has its lock called stale, and a sync commits meanwhile. So the
+        // marker names every object this prune will delete, before any
+        // goes: a sync that reads it never references them (it stores
+        // such contents anew, under fresh names), and one that read the
+        // marker before sees it changed after its commit and commits
+        // again. Snapshots committed before the listing below keep what
+        // they use here.
+        lease.check()?;
+        let marker = crate::sync::Marker {
+            id: crate::sync::new_id(),
+            condemned: garbage.iter().map(|(k, _)| k.clone()).collect(),
+        };
+        remote
+            .store
+            .put(
+                &remote.pruned(),
+                PutPayload::from(serde_json::to_vec(&marker).expect("serializable")),
+            )
+            .await
+            .map_err(|e| remote.down(e))?;
+        let fresh: Vec<String> = remote
+            .snapshot_ids()
+            .await?
+            .into_iter()
+            .filter(|i| !ids.contains(i))
+            .collect();
+        let mut ms = Vec::new();
+        for id in &fresh {
+            ms.push(crate::restore::load(remote, Some(id)).await?);
+        }
+        let used = uses(&ms);
+        garbage.retain(|(k, _)| !used.contains_key(k));
+    }
     for (key, size) in &garbage {
         if key.starts_with("pack") {
             rep.deleted_packs += 1;
@@ -290,17 +328,6 @@ async fn prune_locked(
     if o.dry_run || (garbage.is_empty() && rep.removed_snapshots.is_empty()) {
         return Ok(rep);
     }
-    // First the marker, so a sync that starts after this prune (even one
-    // killed half-way) re-learns what exists instead of trusting its index.
-    lease.check()?;
-    remote
-        .store
-        .put(
-            &remote.pruned(),
-            PutPayload::from(crate::sync::new_id().into_bytes()),
-        )
-        .await
-        .map_err(|e| remote.down(e))?;
     for id in &rep.removed_snapshots {
         lease.check()?;
         remote
@@ -311,6 +338,8 @@ async fn prune_locked(
     }
     let results: Vec<_> = futures::stream::iter(garbage.iter().map(|(key, _)| async move {
         lease.check()?;
+        // A pause here outlives any lease check (see the marker above).
+        crate::hook::point("prune-delete");
         match remote.store.delete(&loc(remote, key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(remote.down(e)),

@@ -228,17 +228,33 @@ where
     r
 }
 
-async fn fetch(remote: &Remote, root: &Dir, e: Job) -> Res<u64> {
+/// Stream one file: blob `hash`, or (`at`) its range of a pack of its own.
+async fn fetch(remote: &Remote, root: &Dir, e: Job, at: Option<(String, u64)>) -> Res<u64> {
     let hash = e.hash.clone().unwrap_or_default();
+    let (loc, what, opts) = match &at {
+        Some((p, off)) => (
+            remote.pack(p),
+            format!("pack {p}"),
+            object_store::GetOptions {
+                range: Some(object_store::GetRange::Bounded(*off..off + e.size)),
+                ..Default::default()
+            },
+        ),
+        None => (
+            remote.blob(&hash),
+            format!("blob {hash}"),
+            Default::default(),
+        ),
+    };
     let got = remote
         .store
-        .get(&remote.blob(&hash))
+        .get_opts(&loc, opts)
         .await
         .map_err(|er| match er {
             object_store::Error::NotFound { .. } => msg(
                 Exit::DataErr,
                 format!(
-                    "blob {hash} for {} is missing from {}",
+                    "{what} for {} is missing from {}",
                     String::from_utf8_lossy(&e.path.0),
                     remote.url
                 ),
@@ -375,6 +391,25 @@ fn reuse(dir: &Dir, name: &OsStr, e: &Entry) -> Res<bool> {
     Ok(true)
 }
 
+/// Whether `to` holds anything; refused (before anything changes) when
+/// it does, without --force and without a restore of ours to resume.
+pub fn may_restore_into(to: &Path, force: bool) -> Res<bool> {
+    let resuming = fs::symlink_metadata(to.join(MARKER)).is_ok();
+    let non_empty = fs::read_dir(to)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if non_empty && !force && !resuming {
+        return Err(msg(
+            Exit::Usage,
+            format!(
+                "{}: not empty; use --force to restore over it",
+                to.display()
+            ),
+        ));
+    }
+    Ok(non_empty)
+}
+
 /// Restore `m` into `to`. Files already there with the right content are
 /// kept, so an interrupted restore resumes.
 pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> Res<Report> {
@@ -390,18 +425,7 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     }
     let root = Dir::open(to).map_err(|e| msg(Exit::IoErr, format!("{}: {e}", to.display())))?;
     let resuming = root.kind(OsStr::new(MARKER)).ok().flatten().is_some();
-    let non_empty = fs::read_dir(to)
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false);
-    if non_empty && !force && !resuming {
-        return Err(msg(
-            Exit::Usage,
-            format!(
-                "{}: not empty; use --force to restore over it",
-                to.display()
-            ),
-        ));
-    }
+    let non_empty = may_restore_into(to, force)?;
     // A resume keeps its marker: removed and made again, a kill in
     // between would leave a half target unmarked. Whatever else the home
     // holds under the marker's name (a link) goes first.
@@ -486,8 +510,13 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
                     write_entry(parent.of(&e.path.0)?, e, none, "")?;
                     rep.files += 1;
                 }
+                // A large file in a pack (stored anew after a prune
+                // condemned its blob) streams, never whole in memory.
+                Some((pack, off)) if e.size >= crate::sync::PACK_FILE_MAX => {
+                    blobs.push((e.clone(), Some((pack.to_owned(), off))))
+                }
                 Some((pack, off)) => packed.entry(pack).or_default().push((off, e.clone())),
-                None => blobs.push(e.clone()),
+                None => blobs.push((e.clone(), None)),
             }
         }
     }
@@ -495,7 +524,7 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     let results: Vec<Res<(u64, u64)>> = futures::stream::iter(
         blobs
             .into_iter()
-            .map(|e| async move { fetch(remote, root_ref, e).await.map(|n| (1, n)) })
+            .map(|(e, at)| async move { fetch(remote, root_ref, e, at).await.map(|n| (1, n)) })
             .map(futures::future::Either::Left)
             .chain(packed.into_iter().map(|(pack, files)| {
                 futures::future::Either::Right(fetch_pack(remote, root_ref, pack.to_owned(), files))

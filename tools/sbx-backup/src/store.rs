@@ -160,6 +160,11 @@ impl Remote {
         self.child(&["home-id"])
     }
 
+    /// A throwaway object for probing what the store honours.
+    pub fn probe(&self, name: &str) -> Path {
+        self.child(&[&format!("probe-{name}")])
+    }
+
     pub fn pruned(&self) -> Path {
         self.child(&["pruned"])
     }

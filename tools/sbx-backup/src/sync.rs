@@ -76,6 +76,10 @@ pub struct Index {
     /// snapshot) is dropped and the home hashed afresh.
     #[serde(default)]
     pub checksum: Option<String>,
+    /// The store was seen to honour conditional creates (probed once).
+    /// Left out while false, so an older index keeps its checksum.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conditional: bool,
 }
 
 impl Index {
@@ -138,6 +142,12 @@ pub struct Report {
     pub skipped: Skipped,
     pub unreadable: Vec<String>,
     pub changing: u64,
+    /// Files with more than one hard link: each is backed up, and
+    /// restored, as a file of its own (the link between them is not kept).
+    pub hardlinked: u64,
+    /// Files hashed this pass that carry extended attributes or ACLs,
+    /// which are not backed up.
+    pub xattrs: u64,
     /// Contents the index said were stored but the store no longer has:
     /// uploaded again from the home before the commit.
     pub reuploaded_missing: u64,
@@ -340,25 +350,37 @@ fn walk_dir(
     }
 }
 
-/// Hash a file while making sure it did not change under us.
-fn hash_file(path: &Path, before: &fs::Metadata) -> Result<Option<String>, std::io::Error> {
-    let mut f = fs::File::open(path)?;
-    let mut h = blake3::Hasher::new();
+/// Read `f` to its end in `CHUNK`s, each handed to `each`.
+fn read_all(f: &mut fs::File, mut each: impl FnMut(&[u8])) -> std::io::Result<()> {
     let mut buf = vec![0u8; CHUNK];
     loop {
         let n = f.read(&mut buf)?;
         if n == 0 {
-            break;
+            return Ok(());
         }
-        h.update(&buf[..n]);
+        each(&buf[..n]);
     }
+}
+
+/// Hash a file while making sure it did not change under us; also
+/// whether it carries extended attributes (not backed up: reported).
+fn hash_file(path: &Path, before: &fs::Metadata) -> Result<Option<(String, bool)>, std::io::Error> {
+    let mut f = fs::File::open(path)?;
+    let xattrs = {
+        use std::os::fd::AsFd;
+        sbx_sys::has_xattrs(f.as_fd()).unwrap_or(false)
+    };
+    let mut h = blake3::Hasher::new();
+    read_all(&mut f, |b| {
+        h.update(b);
+    })?;
     let after = f.metadata()?;
     let same = after.len() == before.len()
         && after.mtime() == before.mtime()
         && after.mtime_nsec() == before.mtime_nsec()
         && after.ctime() == before.ctime()
         && after.ctime_nsec() == before.ctime_nsec();
-    Ok(same.then(|| h.finalize().to_hex().to_string()))
+    Ok(same.then(|| (h.finalize().to_hex().to_string(), xattrs)))
 }
 
 /// Upload one file as blob `hash`, checking the bytes sent hash to it.
@@ -378,12 +400,24 @@ async fn upload(remote: &Remote, path: &Path, hash: &str, size: u64) -> Result<b
             .map_err(|e| remote.down(e))?;
         return Ok(true);
     }
+    multipart(remote, &loc, path, hash, &[]).await
+}
+
+/// Stream `path` to `loc` through a multipart upload, then `trailer`;
+/// false (the upload aborted) when its bytes do not hash to `hash`.
+async fn multipart(
+    remote: &Remote,
+    loc: &object_store::path::Path,
+    path: &Path,
+    hash: &str,
+    trailer: &[u8],
+) -> Result<bool, StoreError> {
     let Ok(mut f) = tokio::fs::File::open(path).await else {
         return Ok(false);
     };
     let up = remote
         .store
-        .put_multipart(&loc)
+        .put_multipart(loc)
         .await
         .map_err(|e| remote.down(e))?;
     let mut w = WriteMultipart::new_with_chunk_size(up, CHUNK * 8);
@@ -409,8 +443,36 @@ async fn upload(remote: &Remote, path: &Path, hash: &str, size: u64) -> Result<b
         let _ = w.abort().await;
         return Ok(false);
     }
+    w.write(trailer);
     w.finish().await.map_err(|e| remote.down(e))?;
     Ok(true)
+}
+
+/// Upload one large file as a pack of its own (its content, then a salt),
+/// streamed: read once for the pack's name, once to send it, the content
+/// checked against `hash` both times. None: it changed meanwhile.
+async fn upload_alone(remote: &Remote, path: &Path, hash: &str) -> Result<Option<Loc>, StoreError> {
+    let salt = salt();
+    let named = {
+        let (path, salt, hash) = (path.to_owned(), salt.clone(), hash.to_owned());
+        tokio::task::spawn_blocking(move || -> std::io::Result<Option<String>> {
+            let (mut content, mut pack) = (blake3::Hasher::new(), blake3::Hasher::new());
+            read_all(&mut fs::File::open(&path)?, |b| {
+                content.update(b);
+                pack.update(b);
+            })?;
+            pack.update(&salt);
+            Ok((content.finalize().to_hex().as_str() == hash)
+                .then(|| pack.finalize().to_hex().to_string()))
+        })
+        .await
+        .expect("hash task")
+    };
+    let Ok(Some(id)) = named else {
+        return Ok(None);
+    };
+    let sent = multipart(remote, &remote.pack(&id), path, hash, &salt).await?;
+    Ok(sent.then_some(Loc::Pack(id, 0)))
 }
 
 pub fn new_id() -> String {
@@ -431,7 +493,7 @@ type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
 /// How a pass ended: done, or behind a snapshot another writer committed
 /// (its seq), so the home is walked again after it.
 enum Pass {
-    Done(Report),
+    Done(Box<Report>),
     Behind(u64),
 }
 
@@ -441,7 +503,7 @@ pub async fn sync(remote: &Remote, o: &Options<'_>) -> Res<Report> {
     let mut base = None;
     for _ in 0..5 {
         match pass(remote, o, base).await? {
-            Pass::Done(r) => return Ok(r),
+            Pass::Done(r) => return Ok(*r),
             Pass::Behind(head) => base = Some(head),
         }
     }
@@ -510,6 +572,7 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
             Kind::Dir => rep.dirs += 1,
             Kind::Symlink => rep.symlinks += 1,
             Kind::File => {
+                rep.hardlinked += u64::from(md.nlink() > 1);
                 let row = Row {
                     size: md.len(),
                     mtime_ns: e.mtime_ns,
@@ -548,7 +611,8 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
     for j in hashed {
         let (mut e, full, mut row, r) = j.expect("hash task");
         match r {
-            Ok(Some(h)) => {
+            Ok(Some((h, xattrs))) => {
+                rep.xattrs += u64::from(xattrs);
                 row.hash = h.clone();
                 e.hash = Some(h);
                 new_rows.push((e.path.clone(), row));
@@ -586,9 +650,9 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
         rep.snapshot = index.last_id.clone();
         if rep.hashed == 0 {
             // Every row came from the index as it is: no write, no fsync.
-            return Ok(Pass::Done(rep));
+            return Ok(Pass::Done(Box::new(rep)));
         }
-        return save(o, &index_path, index, new_rows, &known, rep).map(Pass::Done);
+        return save(o, &index_path, index, new_rows, &known, rep).map(|r| Pass::Done(Box::new(r)));
     }
     if o.dry_run {
         if known.is_empty() {
@@ -598,7 +662,7 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
         rep.uploaded = need.len() as u64;
         rep.uploaded_bytes = need.values().map(|(_, size)| size).sum();
         finish_counts(&mut rep, &entries);
-        return Ok(Pass::Done(rep));
+        return Ok(Pass::Done(Box::new(rep)));
     }
 
     // Prune may not run from here to the commit; a prune that ran since the
@@ -634,7 +698,7 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
             let (_, saved) = tokio::join!(lease.release(), async {
                 save(o, &index_path, index, new_rows, &known, rep)
             });
-            saved.map(Pass::Done)
+            saved.map(|r| Pass::Done(Box::new(r)))
         }
     }
 }
@@ -746,8 +810,10 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
         Box::new(sbx_core::error::Message::new(
             sbx_core::Exit::Config,
             format!(
-                "{}: holds the backups of another home ({theirs}; this one is {ours}): \
-                 give this home its own [backup].url prefix, or restore from that one first",
+                "{}: holds the backups of another home ({theirs}; this one is {ours}): give this \
+                 home its own [backup].url prefix, replace its files with that home's (`sbx-backup \
+                 restore --force`), or make it the prefix's owner keeping its files (`sbx-backup \
+                 adopt`)",
                 remote.url
             ),
         ))
@@ -794,6 +860,47 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
             }
         }
     }
+}
+
+/// Refuse a store that ignores conditional creates (`If-None-Match: *`;
+/// some S3-compatible servers and proxies drop it): snapshot order and
+/// the prefix's one home rest on them, and there two writers would
+/// silently overwrite each other's snapshot. Probed by creating one
+/// object twice: the second must fail.
+async fn require_conditional(remote: &Remote) -> Res<()> {
+    let key = remote.probe(&sbx_sys::beneath::tmp_name()[5..]);
+    let create = || PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    let refuse = |why: &str| -> Box<dyn sbx_core::SbxError> {
+        Box::new(sbx_core::error::Message::new(
+            sbx_core::Exit::Config,
+            format!(
+                "{}: the store {why} a conditional write (If-None-Match: *), which sbx-backup                  needs to order snapshots and keep one home per prefix: use a store that honours                  them (S3, GCS, file://) or remove the proxy that drops the header",
+                remote.url
+            ),
+        ))
+    };
+    let r = async {
+        for body in ["1", "2"] {
+            match remote
+                .store
+                .put_opts(&key, PutPayload::from(body), create())
+                .await
+            {
+                Ok(_) if body == "1" => {}
+                Ok(_) => return Err(refuse("ignored")),
+                Err(object_store::Error::AlreadyExists { .. }) if body == "2" => {}
+                Err(object_store::Error::NotImplemented { .. }) => return Err(refuse("refused")),
+                Err(e) => return Err(Box::new(remote.down(e)) as Box<dyn sbx_core::SbxError>),
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let _ = remote.store.delete(&key).await;
+    r
 }
 
 /// A new id for this home, published whole and once: two passes of one
@@ -899,6 +1006,37 @@ async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
     }
 }
 
+/// The `pruned` marker: which prune wrote it last, and every object it
+/// deletes (`pack <id>`, `blob <hash>`), named before the first goes.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Marker {
+    pub id: String,
+    #[serde(default)]
+    pub condemned: Vec<String>,
+}
+
+/// The objects marker `ep` condemns (none for an older marker: an id).
+fn condemned(ep: Option<&str>) -> HashSet<String> {
+    ep.and_then(|t| serde_json::from_str::<Marker>(t).ok())
+        .map(|m| m.condemned.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// The object content `h` lives in at `l`, as the marker names it.
+fn object_key(l: &Loc, h: &str) -> String {
+    match l {
+        Loc::Blob => format!("blob {h}"),
+        Loc::Pack(p, _) => format!("pack {p}"),
+    }
+}
+
+/// 16 random bytes closing every pack: a pack's name (its blake3) is
+/// never one an earlier pack had, so content stored again after a prune
+/// condemned its old pack never lands under a name that prune deletes.
+fn salt() -> Vec<u8> {
+    sbx_sys::beneath::tmp_name().into_bytes()
+}
+
 /// Upload what the store lacks and commit snapshot `base + 1`. Ok(Some(head)):
 /// another writer committed since `base`; nothing was committed.
 async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u64>> {
@@ -922,12 +1060,20 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         rep.snapshot = index.last_id.clone();
         return Ok(None);
     }
+    if !index.conditional {
+        require_conditional(remote).await?;
+        index.conditional = true;
+    }
     let home = claim_home(remote, o.state_dir).await?;
     let ep = epoch(remote).await?;
     if ep != index.epoch || known.is_empty() {
         *known = locations(remote).await?;
-        index.epoch = ep;
+        index.epoch = ep.clone();
     }
+    // What a prune is deleting is never referenced, even while it is
+    // still listed: it is stored again under a fresh name.
+    let doomed = condemned(ep.as_deref());
+    known.retain(|h, l| !doomed.contains(&object_key(l, h)));
     // Objects vanish behind the index's back (a lifecycle rule, a wiped
     // bucket): what it says is stored is checked against one listing, and
     // whatever is gone is uploaded again from the home below.
@@ -950,19 +1096,27 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
 
     let mut failed: HashSet<String> = HashSet::new();
     // Large files: an object each.
+    let doomed = &doomed;
     let results: Vec<_> =
         futures::stream::iter(large.into_iter().map(|(h, (full, size))| async move {
-            let ok = upload(remote, &full, &h, size).await;
+            // Its blob's name is condemned: a pack of its own instead.
+            let ok = if doomed.contains(&format!("blob {h}")) {
+                upload_alone(remote, &full, &h).await
+            } else {
+                upload(remote, &full, &h, size)
+                    .await
+                    .map(|ok| ok.then_some(Loc::Blob))
+            };
             (h, size, ok)
         }))
         .buffer_unordered(PARALLEL)
         .collect()
         .await;
     for (h, size, ok) in results {
-        if ok? {
+        if let Some(l) = ok? {
             rep.uploaded += 1;
             rep.uploaded_bytes += size;
-            known.insert(h, Loc::Blob);
+            known.insert(h, l);
         } else {
             rep.changing += 1;
             failed.insert(h);
@@ -1088,6 +1242,7 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         epoch: index.epoch.clone(),
         last: index.last.clone(),
         last_id: index.last_id.clone(),
+        conditional: index.conditional,
         ..Default::default()
     };
     pre.store(index_path)
@@ -1101,6 +1256,7 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         ..Default::default()
     };
     lease.check()?;
+    crate::hook::point("commit-put");
     match remote
         .store
         .put_opts(&remote.snapshot(&m.id), PutPayload::from(body), opts)
@@ -1112,6 +1268,32 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         Err(e) => return Err(Box::new(remote.down(e))),
     }
     crate::hook::point("after-commit");
+    // A prune that wrote its marker after ours was read (its lock called
+    // stale while it was paused) may delete what this snapshot uses:
+    // then the snapshot is withdrawn, unreported, and the home committed
+    // again from what that marker leaves.
+    let now = epoch(remote).await?;
+    if now != ep {
+        let doomed = condemned(now.as_deref());
+        let hit = m
+            .packs
+            .iter()
+            .any(|p| doomed.contains(&format!("pack {p}")))
+            || m.entries.iter().any(|e| {
+                e.pack.is_none()
+                    && e.hash
+                        .as_ref()
+                        .is_some_and(|h| doomed.contains(&format!("blob {h}")))
+            });
+        if hit {
+            remote
+                .store
+                .delete(&remote.snapshot(&m.id))
+                .await
+                .map_err(|e| remote.down(e))?;
+            return Ok(Some(seq));
+        }
+    }
     index.last = Some(dg);
     index.last_id = Some(m.id.clone());
     rep.snapshot = Some(m.id.clone());
@@ -1158,6 +1340,8 @@ async fn write_pack(
     })
     .await
     .expect("pack task");
+    let mut buf = buf;
+    buf.extend_from_slice(&salt());
     let id = blake3::hash(&buf).to_hex().to_string();
     if !stored.is_empty() {
         remote

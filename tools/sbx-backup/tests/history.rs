@@ -93,8 +93,14 @@ fn wait_for(p: &Path) {
 
 /// Start a sync that pauses at hook point `at` until `resume` exists.
 fn paused(e: &Env, at: &str, resume: &Path, args: &[&str]) -> Child {
+    paused_with(e, &[], at, resume, args)
+}
+
+/// `paused`, with more variables in the process's environment.
+fn paused_with(e: &Env, env: &[(&str, &str)], at: &str, resume: &Path, args: &[&str]) -> Child {
     let c = e
         .cmd_for("home", "state", args)
+        .envs(env.iter().copied())
         .env("SBX_BACKUP_PAUSE_AT", at)
         .env("SBX_BACKUP_PAUSE_FILE", resume)
         .stdout(Stdio::piped())
@@ -238,7 +244,8 @@ fn a_stale_walk_never_becomes_the_newest_snapshot() {
 
 /// Route 8: a second home on the same prefix (branch mode's shared URL,
 /// a second machine) is refused before it commits anything, and the
-/// first home's snapshots stay; restoring from the prefix adopts it.
+/// first home's snapshots stay; restoring from the prefix (not a restore
+/// refused before it starts) adopts it.
 #[test]
 fn a_second_home_on_one_prefix_is_refused() {
     let e = Env::new("[backup]\nkeep = 1\n");
@@ -250,8 +257,24 @@ fn a_second_home_on_one_prefix_is_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(78), "{err}");
     assert!(err.contains("another home"), "{err}");
+    assert!(err.contains("sbx-backup adopt"), "{err}");
     assert_eq!(e.snapshots(), before);
     assert_eq!(e.restored("to"), tree(&e.home()));
+    // A restore refused before it starts (not empty, no --force) changes
+    // nothing: it used to take the prefix over anyway, so the first home
+    // was refused from then on and the second rotated its snapshots out.
+    let o = e.cmd_for("home2", "state2", &["restore"]).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    w(&e.home().join("mine"), b"first home, edited\n");
+    e.ok(&["sync"]);
+    let o = e.cmd_for("home2", "state2", &["sync"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(78), "the second home took the prefix");
+    assert_eq!(e.restored("to2"), tree(&e.home()));
     // Restoring the prefix into the second home makes it the same home.
     let o = e
         .cmd_for("home2", "state2", &["restore", "--force"])
@@ -442,4 +465,244 @@ fn locks_are_judged_by_renewal_not_clocks() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(e.snapshots().len(), 1);
+}
+
+/// `kill -SIG<sig> <pid>`.
+fn signal(c: &Child, sig: &str) {
+    let s = Command::new("kill")
+        .args([&format!("-{sig}"), &c.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(s.success(), "kill -{sig}");
+}
+
+/// A prune and a sync fenced beyond lease timing. The prune pauses
+/// between its last lease check and a delete (a suspended VM, whose
+/// monotonic clock stops too, or a request stuck in the network), is
+/// stopped there for longer than its lease, and a sync calls its lock
+/// stale and commits. That sync used to reference what the prune was
+/// about to delete (a file back in the home whose blob was still listed,
+/// or a pack it wrote again under the same name); the resumed prune
+/// deleted it and the reported snapshot could not restore. `big`: the
+/// file is a blob (1.5 MiB), else packed.
+fn a_paused_prune_never_deletes_what_a_later_sync_uses(big: bool) {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let body: Vec<u8> = if big {
+        (0..3 << 19).map(|i: u32| (i * 7 % 251) as u8).collect()
+    } else {
+        b"a small file a prune condemns\n".to_vec()
+    };
+    let back = e.home().join("back");
+    w(&back, &body);
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    // Its only object is garbage once the first snapshot goes.
+    let resume = e.root.join("resume-prune");
+    let mut prune = paused_with(
+        &e,
+        &[("SBX_BACKUP_TEST_LEASE_SECS", "2")],
+        "prune-delete",
+        &resume,
+        &["prune", "--keep-last", "1"],
+    );
+    signal(&prune, "STOP");
+    w(&back, &body);
+    let o = e
+        .cmd_for("home", "state", &["--json", "sync", "--wait", "120s"])
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&resume, b"");
+    signal(&prune, "CONT");
+    let _ = prune.wait().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(
+        e.restored(if big { "to-big" } else { "to-small" }),
+        want,
+        "the reported snapshot lost what the paused prune deleted"
+    );
+    let o = e.run(&["check"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn a_paused_prune_never_deletes_a_pack_a_later_sync_uses() {
+    a_paused_prune_never_deletes_what_a_later_sync_uses(false);
+}
+
+#[test]
+fn a_paused_prune_never_deletes_a_blob_a_later_sync_uses() {
+    a_paused_prune_never_deletes_what_a_later_sync_uses(true);
+}
+
+/// The other order: a sync read the prune marker, then paused between its
+/// last lease check and its commit for longer than its lease; a prune
+/// called its lock stale, condemned the pack the sync was about to
+/// reference, and paused before deleting it. The sync's commit lands
+/// after the prune's last look at the snapshots, so only the sync can see
+/// the clash: it reads the marker again after committing, withdraws that
+/// snapshot and commits again with the content stored anew.
+#[test]
+fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let back = e.home().join("back");
+    w(&back, b"a small file a prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    w(&back, b"a small file a prune condemns\n");
+    let with = |args: &[&str], at: &str, resume: &Path| {
+        let c = paused_with(&e, &[("SBX_BACKUP_TEST_LEASE_SECS", "2")], at, resume, args);
+        signal(&c, "STOP");
+        c
+    };
+    let (rs, rp) = (e.root.join("resume-sync"), e.root.join("resume-prune"));
+    let sync = with(&["--json", "sync", "--wait", "120s"], "commit-put", &rs);
+    let prune = with(
+        &["prune", "--keep-last", "1", "--wait", "120s"],
+        "prune-delete",
+        &rp,
+    );
+    w(&rs, b"");
+    signal(&sync, "CONT");
+    let o = sync.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reported = rep["data"]["snapshot"].as_str().unwrap().to_owned();
+    w(&rp, b"");
+    signal(&prune, "CONT");
+    let _ = prune.wait_with_output().unwrap();
+    assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}
+
+/// A home refused by its own prefix (its state dir lost, a copy moved to
+/// another machine) keeps its files: `sbx-backup adopt`, the command the
+/// refusal names, makes it the owner without restoring, where the
+/// restore it used to point to replaced the newer work with the
+/// snapshot's. The prefix's snapshots stay.
+#[test]
+fn adopt_keeps_the_homes_files() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    w(&e.home().join("work"), b"backed up\n");
+    e.ok(&["sync"]);
+    let before = e.snapshots();
+    fs::remove_dir_all(e.root.join("state")).unwrap();
+    w(&e.home().join("work"), b"newer work, never backed up\n");
+    let o = e.run(&["sync"]);
+    assert_eq!(o.status.code(), Some(78));
+    e.ok(&["adopt"]);
+    e.ok(&["sync"]);
+    let after = e.snapshots();
+    assert!(before.iter().all(|s| after.contains(s)), "{after:?}");
+    assert_eq!(after.len(), before.len() + 1);
+    assert_eq!(
+        e.restored("to"),
+        tree(&e.home()),
+        "adopt lost the newer work"
+    );
+    assert_eq!(
+        fs::read(e.home().join("work")).unwrap(),
+        b"newer work, never backed up\n"
+    );
+}
+
+/// Hard links and extended attributes are not kept (every linked name
+/// restores as a copy of its own; xattrs and ACLs are dropped): each sync
+/// says so, with counts, instead of dropping them silently. Contents all
+/// come back.
+#[test]
+fn hard_links_and_xattrs_are_reported_not_dropped_silently() {
+    let e = Env::new("");
+    w(&e.home().join("a"), b"linked\n");
+    fs::hard_link(e.home().join("a"), e.home().join("b")).unwrap();
+    w(&e.home().join("x"), b"tagged\n");
+    let set = Command::new("python3")
+        .args([
+            "-c",
+            "import os,sys; os.setxattr(sys.argv[1], 'user.sbx', b'v')",
+        ])
+        .arg(e.home().join("x"))
+        .status()
+        .unwrap();
+    assert!(set.success(), "setxattr");
+    let o = e.run(&["--json", "sync"]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rep["data"]["hardlinked"], 2, "{rep}");
+    assert_eq!(rep["data"]["xattrs"], 1, "{rep}");
+    assert!(err.contains("2 files have other hard links"), "{err}");
+    assert!(
+        err.contains("1 files changed since the last pass carry extended"),
+        "{err}"
+    );
+    let to = e.root.join("to");
+    e.ok(&["restore", "--to", to.to_str().unwrap()]);
+    for n in ["a", "b"] {
+        assert_eq!(fs::read(to.join(n)).unwrap(), b"linked\n");
+    }
+    assert_eq!(fs::read(to.join("x")).unwrap(), b"tagged\n");
+}
+
+/// Route 8: a lock held in another PID namespace (every sandbox of a
+/// repository has the same hostname) names a pid this namespace does not
+/// have. The "dead process on this host" shortcut called such a lock
+/// stale at once and prune deleted what the live sync had uploaded. A
+/// lock whose token keeps changing is live, whatever its pid.
+#[test]
+fn a_renewed_lock_from_another_pid_namespace_keeps_prune_out() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    for v in ["a", "b"] {
+        w(&e.home().join("f"), v.as_bytes());
+        e.ok(&["sync"]);
+    }
+    let before = e.snapshots();
+    let locks = e.store().join("locks");
+    fs::create_dir_all(&locks).unwrap();
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renew = std::thread::spawn({
+        let (stop, lock, host) = (
+            stop.clone(),
+            locks.join("sync-ns.json"),
+            host.trim().to_owned(),
+        );
+        move || {
+            for n in 0u64.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                // pid 4194304 is above pid_max: no process here has it.
+                let body = serde_json::json!({"kind": "sync", "host": host, "pid": 4_194_304u32, "token": n});
+                let tmp = lock.with_extension("tmp");
+                fs::write(&tmp, body.to_string()).unwrap();
+                fs::rename(&tmp, &lock).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    });
+    let o = e
+        .cmd_for(
+            "home",
+            "state",
+            &["prune", "--keep-last", "1", "--wait", "4s"],
+        )
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .output()
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    renew.join().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(75),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(e.snapshots(), before, "prune deleted under a live lock");
 }

@@ -455,8 +455,8 @@ fn a_store_in_the_blob_per_file_format_still_restores() {
 }
 
 /// The lock rule: a live sync lock keeps prune out, a live prune lock keeps
-/// sync out (75, nothing deleted); a lock of a dead process on this host
-/// or one not refreshed for the lease is stale.
+/// sync out (75, nothing deleted); a lock not renewed for a lease is
+/// stale, whatever pid it names.
 #[test]
 fn prune_and_sync_keep_out_of_each_other() {
     let e = Env::file();
@@ -498,7 +498,7 @@ fn prune_and_sync_keep_out_of_each_other() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("prune-x.json"));
     assert_eq!(e.snapshots().len(), 2);
 
-    // A dead pid on this host: stale at once.
+    // A dead pid on this host, never renewed: stale after the lease.
     let dead =
         serde_json::json!({"kind": "prune", "host": host, "pid": 999_999_999u32}).to_string();
     fs::write(locks.join("prune-x.json"), dead).unwrap();

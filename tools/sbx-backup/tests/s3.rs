@@ -2,8 +2,6 @@
 //! `scripts/prereqs` installs in /opt/sbx/moto), through a TCP relay the
 //! test can cut to stop the server mid-sync.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -11,50 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 mod common;
-use common::moto;
-
-/// A relay to `to` that can be cut (new and open connections dropped),
-/// counting the bytes it forwards to the server in `sent`.
-fn relay(to: u16, up: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for c in l.incoming().flatten() {
-            if !up.load(Ordering::SeqCst) {
-                continue; // dropped: connection reset
-            }
-            let Ok(s) = TcpStream::connect(("127.0.0.1", to)) else {
-                continue;
-            };
-            for (i, (mut a, mut b)) in [(c.try_clone().unwrap(), s.try_clone().unwrap()), (s, c)]
-                .into_iter()
-                .enumerate()
-            {
-                let up = up.clone();
-                let sent = (i == 0).then(|| sent.clone());
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while up.load(Ordering::SeqCst) {
-                        match a.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => {
-                                if let Some(s) = &sent {
-                                    s.fetch_add(n as u64, Ordering::SeqCst);
-                                }
-                                if b.write_all(&buf[..n]).is_err() {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    let _ = a.shutdown(Shutdown::Both);
-                    let _ = b.shutdown(Shutdown::Both);
-                });
-            }
-        }
-    });
-    port
-}
+use common::{moto, relay};
 
 fn run(root: &Path, port: u16, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sbx-backup"))
@@ -103,7 +58,7 @@ fn s3_round_trip_and_a_server_that_stops_mid_sync() {
     std::fs::write(home.join("big"), vec![7u8; 20 << 20]).unwrap(); // multipart
     let up = Arc::new(AtomicBool::new(true));
     let sent = Arc::new(AtomicU64::new(0));
-    let port = relay(m.1, up.clone(), sent.clone());
+    let port = relay(m.1, up.clone(), sent.clone(), None);
 
     let o = run(root, port, &["sync", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -155,4 +110,52 @@ fn s3_round_trip_and_a_server_that_stops_mid_sync() {
     );
     assert!(o.status.success());
     assert_eq!(files(&root.join("back2")), files(&home));
+}
+
+/// What a proxy that drops `If-None-Match` sends on: the header renamed
+/// in place (same length, so the request stays well-formed).
+fn drop_if_none_match(b: &mut [u8]) {
+    const H: &[u8] = b"if-none-match";
+    let mut i = 0;
+    while i + H.len() <= b.len() {
+        if b[i..i + H.len()].eq_ignore_ascii_case(H) {
+            b[i..i + H.len()].copy_from_slice(b"x-ignored-hdr");
+        }
+        i += 1;
+    }
+}
+
+/// A store that ignores conditional writes (an S3-compatible server
+/// without them, a proxy that drops the header) would let two writers
+/// overwrite each other's snapshot and two homes claim one prefix. The
+/// first pass probes it (one object created twice: the second must fail)
+/// and refuses with one line naming the store, before committing
+/// anything; the same server honouring the header is used as before.
+#[test]
+fn a_store_that_ignores_conditional_writes_is_refused() {
+    let Some(m) = moto() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    std::fs::write(root.join("config.toml"), "").unwrap();
+    std::fs::create_dir_all(root.join("home")).unwrap();
+    std::fs::write(root.join("home/notes"), "work\n").unwrap();
+    let up = Arc::new(AtomicBool::new(true));
+    let port = relay(
+        m.1,
+        up,
+        Arc::new(AtomicU64::new(0)),
+        Some(drop_if_none_match),
+    );
+    let o = run(root, port, &["sync"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains("s3://sbx/home-backup: the store ignored a conditional write"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let o = run(root, m.1, &["snapshots", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 0);
+    let o = run(root, m.1, &["sync"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -115,6 +115,24 @@ pub fn available_bytes(p: &Path) -> io::Result<u64> {
     Ok(s.blocks_available().saturating_mul(s.fragment_size()))
 }
 
+/// Whether the open file `fd` carries extended attributes (user.*, ACLs,
+/// security labels): flistxattr's answer for the size of their names.
+/// A file system without them answers no.
+#[allow(unsafe_code)] // reason: nix has no wrapper for flistxattr
+pub fn has_xattrs(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a null buffer of size 0 asks only for the size, so the
+    // kernel writes no memory; the borrow keeps the fd open for the call.
+    let n = unsafe { libc::flistxattr(fd.as_raw_fd(), std::ptr::null_mut(), 0) };
+    match n {
+        0.. => Ok(n > 0),
+        _ => match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::ENOTSUP) => Ok(false),
+            e => Err(e),
+        },
+    }
+}
+
 /// Start writing `fd`'s dirty pages to disk without waiting for them
 /// (sync_file_range SYNC_FILE_RANGE_WRITE), so a later syncfs or fsync
 /// waits for less. Only a hint: an error changes nothing that follows.

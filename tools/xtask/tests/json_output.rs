@@ -70,6 +70,7 @@ const TABLE: &[(&str, Out)] = &[
         run(&["restore", "--url", "{store}", "--to", "{tmp}/restored"]),
     ),
     ("sbx-backup first-boot", Out::Exempt(SILENT)),
+    ("sbx-backup adopt", Out::Exempt(SILENT)),
     (
         "sbx-backup snapshots",
         run(&["snapshots", "--url", "{store}"]),

@@ -7,11 +7,13 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 const MOTO: &str = "/opt/sbx/moto/bin/moto_server";
@@ -120,4 +122,57 @@ pub fn tree(root: &Path) -> BTreeMap<Vec<u8>, String> {
         }
     }
     out
+}
+
+/// A relay to `to` that can be cut (new and open connections dropped),
+/// counting the bytes it forwards to the server in `sent`; `edit` may
+/// change what goes to the server in place (a proxy that drops a header).
+pub fn relay(
+    to: u16,
+    up: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    edit: Option<fn(&mut [u8])>,
+) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            if !up.load(Ordering::SeqCst) {
+                continue; // dropped: connection reset
+            }
+            let Ok(s) = TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            for (i, (mut a, mut b)) in [(c.try_clone().unwrap(), s.try_clone().unwrap()), (s, c)]
+                .into_iter()
+                .enumerate()
+            {
+                let up = up.clone();
+                let sent = (i == 0).then(|| sent.clone());
+                let edit = edit.filter(|_| i == 0);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while up.load(Ordering::SeqCst) {
+                        match a.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if let Some(f) = edit {
+                                    f(&mut buf[..n]);
+                                }
+                                if let Some(s) = &sent {
+                                    s.fetch_add(n as u64, Ordering::SeqCst);
+                                }
+                                if b.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = a.shutdown(Shutdown::Both);
+                    let _ = b.shutdown(Shutdown::Both);
+                });
+            }
+        }
+    });
+    port
 }

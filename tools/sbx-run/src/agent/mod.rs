@@ -32,6 +32,56 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_MAX_TURNS: u8 = 3;
 pub const EXIT_TIMEOUT: u8 = 124;
 
+/// The longest line of the CLI's output read whole. The sandbox writes
+/// that output, so one endless line must not take the host's memory; a
+/// tool result as large as a file the agent read fits well within.
+const MAX_CLI_LINE: usize = 64 << 20;
+
+enum Line {
+    Whole,
+    Overlong,
+}
+
+/// The next line of `r` into `buf`, without its newline, when it has at
+/// most `max` bytes; a longer one is skipped to its end, never held.
+/// `None` at the end of the stream.
+fn capped_line(
+    r: &mut impl BufRead,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<Line>> {
+    buf.clear();
+    let n = r.by_ref().take(max as u64 + 1).read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        return Ok(Some(Line::Whole));
+    }
+    if n <= max {
+        return Ok(Some(Line::Whole)); // the last line, with no newline
+    }
+    buf.clear();
+    loop {
+        let avail = r.fill_buf()?;
+        if avail.is_empty() {
+            break;
+        }
+        match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                r.consume(i + 1);
+                break;
+            }
+            None => {
+                let l = avail.len();
+                r.consume(l);
+            }
+        }
+    }
+    Ok(Some(Line::Overlong))
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct AgentOpts {
     /// Workspace: a git repository or a directory in one (default: the current directory).
@@ -712,8 +762,23 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     let mut calls = Vec::new();
     let mut codex_stream = (cli == AgentCli::Codex).then(codex_events::CodexStream::new);
     if let Some(stdout) = child.stdout.take() {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
+        let mut reader = BufReader::new(stdout);
+        let mut raw = Vec::new();
+        loop {
+            let line = match capped_line(&mut reader, MAX_CLI_LINE, &mut raw) {
+                Ok(Some(Line::Whole)) => match std::str::from_utf8(&raw) {
+                    Ok(l) => l.to_owned(),
+                    Err(_) => break,
+                },
+                Ok(Some(Line::Overlong)) => {
+                    output::warn(&format!(
+                        "a line of the CLI's output over {} MiB was dropped",
+                        MAX_CLI_LINE >> 20
+                    ));
+                    continue;
+                }
+                Ok(None) | Err(_) => break,
+            };
             timing.first("first CLI line");
             if let (Some(ht), Some(call)) = (&host_tools, line.strip_prefix(char::from(MARK))) {
                 calls.extend(host_tool_call(ht, call, &stdin));
@@ -895,4 +960,27 @@ pub fn prune_chats(common: &CommonArgs, older_than: Option<&str>) -> Res {
     let n = chats::prune(age)?;
     output::info(&format!("removed {n} chat(s)"));
     Ok(Exit::Ok.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overlong_line_is_skipped_and_never_held() {
+        let mut input = b"short\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 10_000));
+        input.extend(b"\nexactly10!\nlast");
+        let mut r = BufReader::with_capacity(64, &input[..]);
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        while let Some(l) = capped_line(&mut r, 10, &mut buf).unwrap() {
+            assert!(buf.capacity() < 1_000, "the long line was held");
+            got.push(match l {
+                Line::Whole => String::from_utf8(buf.clone()).unwrap(),
+                Line::Overlong => "<dropped>".into(),
+            });
+        }
+        assert_eq!(got, ["short", "<dropped>", "exactly10!", "last"]);
+    }
 }

@@ -866,6 +866,65 @@ fn host_tools_refuse_response_files_and_directories_holding_masks() {
     assert_eq!(blocked, 3, "{host_audit}");
 }
 
+/// Issue 38 (a38y, leftover b): a host tool that reads its working
+/// directory without being named a path (`grep -r` with no file,
+/// `git grep --no-index`, `make` running the user's Makefile) passed the
+/// argument check with nothing to check, and read the masked files on
+/// the host. The tool now runs in a mount namespace of its own with the
+/// sandbox's masks over them.
+#[test]
+fn host_tools_that_read_their_working_directory_see_the_masks() {
+    let extra = "[agent.host-tools.grep]\nargv = [\"grep\", \"-rn\", \"--\", \"{pattern}\"]\n\
+         description = \"search the repository\"\nwrites = false\n\
+         [agent.host-tools.gitgrep]\nargv = [\"git\", \"grep\", \"--no-index\", \"-n\", \"--\", \"{pattern}\"]\n\
+         description = \"search with git\"\nwrites = false\n\
+         [agent.host-tools.make]\nargv = [\"make\", \"-s\", \"--\", \"{target}\"]\n\
+         description = \"run a make target\"\nwrites = false\n\
+         [filesystem]\nblocked = [\"keys/\"]\n";
+    let Some(sb) = setup_with(extra) else { return };
+    std::fs::create_dir_all(sb.path.join("conf")).unwrap();
+    std::fs::create_dir_all(sb.path.join("keys")).unwrap();
+    std::fs::write(sb.path.join("conf/.env"), "TOKEN=env-secret-3839\n").unwrap();
+    std::fs::write(sb.path.join("server.key"), "TOKEN=key-secret-3839\n").unwrap();
+    std::fs::write(sb.path.join("keys/a"), "TOKEN=dir-secret-3839\n").unwrap();
+    std::fs::write(sb.path.join("conf/app.txt"), "TOKEN=placeholder\n").unwrap();
+    std::fs::write(
+        sb.path.join("Makefile"),
+        "show:\n\tcat conf/app.txt conf/.env server.key keys/a 2>&1 || true\n",
+    )
+    .unwrap();
+    sb.msgapi(
+        8139,
+        &json!({"turns": [
+            {"tool_use": [
+                {"name": "mcp__sbx-host__grep", "input": {"pattern": "TOKEN"}},
+                {"name": "mcp__sbx-host__gitgrep", "input": {"pattern": "TOKEN"}},
+                {"name": "mcp__sbx-host__make", "input": {"target": "show"}}
+            ]},
+            {"text": "Tools done."}
+        ]}),
+    );
+    let o = sb.agent(8139, &["--json", "search the repository"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let results = tool_results_at(&sb.requests(8139), 1);
+    let all: Vec<String> = results.iter().map(|(_, b)| result_text(b)).collect();
+    assert_eq!(all.len(), 3, "{results:?}");
+    // Each ran, and read the plain file beside the secrets.
+    assert!(
+        all.iter().all(|t| t.contains("TOKEN=placeholder")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter().all(|t| !t.contains("secret-3839")),
+        "a host tool read a masked file in its working directory: {all:?}"
+    );
+    // The host's files are untouched by the masks.
+    assert_eq!(
+        std::fs::read_to_string(sb.path.join("conf/.env")).unwrap(),
+        "TOKEN=env-secret-3839\n"
+    );
+}
+
 /// Each tool_result text of a run's events.
 fn tool_outputs(o: &Output) -> Vec<String> {
     of_type(&events(o), "tool_result")

@@ -687,9 +687,10 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
     }
 }
 
-/// Issue 38: `.claude/` and `.mcp.json` are read-only in the sandbox, so
-/// the agent cannot plant a project hook or MCP server that the user's own
-/// Claude Code on the host would run. `sbx-run agent` still works: the
+/// Issue 38: `.claude/`, `.mcp.json` and `.codex/` are read-only in the
+/// sandbox, so the agent cannot plant a project hook or MCP server that
+/// the user's own Claude Code (or codex, in a project it trusts) on the
+/// host would run. `sbx-run agent` still works: the
 /// skills it copies on the host reach `.claude/skills`, its MCP servers
 /// and the user's reach the CLI, and the user's `.mcp.json` is untouched.
 #[test]
@@ -703,7 +704,9 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
         "ls .claude/skills/hello/SKILL.md; mv .claude c2; echo mv-rc=$?; mkdir -p .claude; \
          printf '%s' '{hook}' > .claude/settings.json; echo settings-rc=$?; \
          printf '%s' '{hook}' > .claude/settings.local.json; echo local-rc=$?; \
-         mv .mcp.json m2; echo '{{\"mcpServers\":{{}}}}' > .mcp.json; echo mcp-rc=$?"
+         mv .mcp.json m2; echo '{{\"mcpServers\":{{}}}}' > .mcp.json; echo mcp-rc=$?; \
+         mkdir -p .codex; printf '[mcp_servers.x]\\ncommand = \"touch\"\\n' > .codex/config.toml; \
+         echo codex-rc=$?"
     );
     sb.msgapi(
         8151,
@@ -715,7 +718,13 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
     let o = sb.agent(8151, &["--json", "plant hooks"]);
     assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
     let out = tool_outputs(&o).join("\n");
-    for rc in ["settings-rc=0", "local-rc=0", "mcp-rc=0", "mv-rc=0"] {
+    for rc in [
+        "settings-rc=0",
+        "local-rc=0",
+        "mcp-rc=0",
+        "mv-rc=0",
+        "codex-rc=0",
+    ] {
         assert!(!out.contains(rc), "{rc}: {out}");
     }
     assert!(out.contains(".claude/skills/hello/SKILL.md"), "{out}");
@@ -724,6 +733,7 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
         ".claude/settings.local.json",
         "c2",
         "m2",
+        ".codex/config.toml",
     ] {
         assert!(!sb.path.join(f).exists(), "{f} was planted");
     }

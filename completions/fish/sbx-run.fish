@@ -324,7 +324,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l color -d 'When
 always\t''
 never\t''"
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l allow-hook-changes -d 'Take branches that change what your git runs on a merge or checkout (a hooks directory in the work tree, `.husky`, a config file your `.git/config` includes from the work tree), after you have read the change in the sandbox'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l allow-hook-changes -d 'Take branches that change what your git runs on a merge or checkout (a hooks directory in the work tree, `.husky`, a config file your `.git/config` includes from the work tree) or what your Claude Code or codex runs (`.claude/`, `.mcp.json`, `.codex/`), after you have read the change in the sandbox'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand fetch" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'

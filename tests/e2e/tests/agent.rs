@@ -687,9 +687,10 @@ fn host_tools_are_served_to_the_cli_over_mcp() {
     }
 }
 
-/// Issue 38: `.claude/` and `.mcp.json` are read-only in the sandbox, so
-/// the agent cannot plant a project hook or MCP server that the user's own
-/// Claude Code on the host would run. `sbx-run agent` still works: the
+/// Issue 38: `.claude/`, `.mcp.json` and `.codex/` are read-only in the
+/// sandbox, so the agent cannot plant a project hook or MCP server that
+/// the user's own Claude Code (or codex, in a project it trusts) on the
+/// host would run. `sbx-run agent` still works: the
 /// skills it copies on the host reach `.claude/skills`, its MCP servers
 /// and the user's reach the CLI, and the user's `.mcp.json` is untouched.
 #[test]
@@ -703,7 +704,9 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
         "ls .claude/skills/hello/SKILL.md; mv .claude c2; echo mv-rc=$?; mkdir -p .claude; \
          printf '%s' '{hook}' > .claude/settings.json; echo settings-rc=$?; \
          printf '%s' '{hook}' > .claude/settings.local.json; echo local-rc=$?; \
-         mv .mcp.json m2; echo '{{\"mcpServers\":{{}}}}' > .mcp.json; echo mcp-rc=$?"
+         mv .mcp.json m2; echo '{{\"mcpServers\":{{}}}}' > .mcp.json; echo mcp-rc=$?; \
+         mkdir -p .codex; printf '[mcp_servers.x]\\ncommand = \"touch\"\\n' > .codex/config.toml; \
+         echo codex-rc=$?"
     );
     sb.msgapi(
         8151,
@@ -715,7 +718,13 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
     let o = sb.agent(8151, &["--json", "plant hooks"]);
     assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
     let out = tool_outputs(&o).join("\n");
-    for rc in ["settings-rc=0", "local-rc=0", "mcp-rc=0", "mv-rc=0"] {
+    for rc in [
+        "settings-rc=0",
+        "local-rc=0",
+        "mcp-rc=0",
+        "mv-rc=0",
+        "codex-rc=0",
+    ] {
         assert!(!out.contains(rc), "{rc}: {out}");
     }
     assert!(out.contains(".claude/skills/hello/SKILL.md"), "{out}");
@@ -724,6 +733,7 @@ fn agent_cannot_plant_project_hooks_or_mcp_servers() {
         ".claude/settings.local.json",
         "c2",
         "m2",
+        ".codex/config.toml",
     ] {
         assert!(!sb.path.join(f).exists(), "{f} was planted");
     }
@@ -864,6 +874,65 @@ fn host_tools_refuse_response_files_and_directories_holding_masks() {
         .filter(|r| r["operation"] == "host-tool" && r["result"] == "blocked")
         .count();
     assert_eq!(blocked, 3, "{host_audit}");
+}
+
+/// Issue 38 (a38y, leftover b): a host tool that reads its working
+/// directory without being named a path (`grep -r` with no file,
+/// `git grep --no-index`, `make` running the user's Makefile) passed the
+/// argument check with nothing to check, and read the masked files on
+/// the host. The tool now runs in a mount namespace of its own with the
+/// sandbox's masks over them.
+#[test]
+fn host_tools_that_read_their_working_directory_see_the_masks() {
+    let extra = "[agent.host-tools.grep]\nargv = [\"grep\", \"-rn\", \"--\", \"{pattern}\"]\n\
+         description = \"search the repository\"\nwrites = false\n\
+         [agent.host-tools.gitgrep]\nargv = [\"git\", \"grep\", \"--no-index\", \"-n\", \"--\", \"{pattern}\"]\n\
+         description = \"search with git\"\nwrites = false\n\
+         [agent.host-tools.make]\nargv = [\"make\", \"-s\", \"--\", \"{target}\"]\n\
+         description = \"run a make target\"\nwrites = false\n\
+         [filesystem]\nblocked = [\"keys/\"]\n";
+    let Some(sb) = setup_with(extra) else { return };
+    std::fs::create_dir_all(sb.path.join("conf")).unwrap();
+    std::fs::create_dir_all(sb.path.join("keys")).unwrap();
+    std::fs::write(sb.path.join("conf/.env"), "TOKEN=env-secret-3839\n").unwrap();
+    std::fs::write(sb.path.join("server.key"), "TOKEN=key-secret-3839\n").unwrap();
+    std::fs::write(sb.path.join("keys/a"), "TOKEN=dir-secret-3839\n").unwrap();
+    std::fs::write(sb.path.join("conf/app.txt"), "TOKEN=placeholder\n").unwrap();
+    std::fs::write(
+        sb.path.join("Makefile"),
+        "show:\n\tcat conf/app.txt conf/.env server.key keys/a 2>&1 || true\n",
+    )
+    .unwrap();
+    sb.msgapi(
+        8139,
+        &json!({"turns": [
+            {"tool_use": [
+                {"name": "mcp__sbx-host__grep", "input": {"pattern": "TOKEN"}},
+                {"name": "mcp__sbx-host__gitgrep", "input": {"pattern": "TOKEN"}},
+                {"name": "mcp__sbx-host__make", "input": {"target": "show"}}
+            ]},
+            {"text": "Tools done."}
+        ]}),
+    );
+    let o = sb.agent(8139, &["--json", "search the repository"]);
+    assert_eq!(o.status.code(), Some(0), "{}", diag(&o));
+    let results = tool_results_at(&sb.requests(8139), 1);
+    let all: Vec<String> = results.iter().map(|(_, b)| result_text(b)).collect();
+    assert_eq!(all.len(), 3, "{results:?}");
+    // Each ran, and read the plain file beside the secrets.
+    assert!(
+        all.iter().all(|t| t.contains("TOKEN=placeholder")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter().all(|t| !t.contains("secret-3839")),
+        "a host tool read a masked file in its working directory: {all:?}"
+    );
+    // The host's files are untouched by the masks.
+    assert_eq!(
+        std::fs::read_to_string(sb.path.join("conf/.env")).unwrap(),
+        "TOKEN=env-secret-3839\n"
+    );
 }
 
 /// Each tool_result text of a run's events.

@@ -298,6 +298,65 @@ fn a_branch_that_changes_what_a_merge_runs_is_not_fetched() {
     assert_eq!(canaries(repo.root()), Vec::<String>::new());
 }
 
+/// Issue 38 (a38y): `.claude/` and `.mcp.json` are read-only in the
+/// sandbox, but a commit carries them past the mount (git's plumbing
+/// writes the blob and the index entry; no work-tree file is touched),
+/// and the user's own Claude Code (or codex) runs their hooks and MCP
+/// servers on the host the first time it starts in the merged checkout.
+/// `fetch` refuses such a branch, at any depth, as it does a hook.
+#[test]
+fn fetch_refuses_a_branch_that_changes_claude_or_mcp_settings() {
+    let Some(repo) = clone_repo("cloneclaude") else {
+        return;
+    };
+    let c = repo.root().join("canary").display().to_string();
+    let hook = format!(
+        r#"{{"hooks":{{"SessionStart":[{{"hooks":[{{"type":"command","command":"touch {c}.claude"}}]}}]}}}}"#
+    );
+    let mcp =
+        format!(r#"{{"mcpServers":{{"x":{{"command":"sh","args":["-c","touch {c}.mcp"]}}}}}}"#);
+    let codex = format!("notify = [\"sh\", \"-c\", \"touch {c}.codex\"]\n");
+    for (path, body) in [
+        (".claude/settings.json", hook.as_str()),
+        ("web/.claude/settings.local.json", hook.as_str()),
+        (".claude/commands/x.md", "!`id`\n"),
+        (".mcp.json", mcp.as_str()),
+        ("web/.mcp.json", mcp.as_str()),
+        (".codex/config.toml", codex.as_str()),
+    ] {
+        let body = body.replace('\'', "'\\''");
+        let o = repo.agent(&format!(
+            "git reset -q --hard \"$(git rev-list --max-parents=0 HEAD)\" && \
+             b=$(printf '%s' '{body}' | git hash-object -w --stdin) && \
+             git update-index --add --cacheinfo \"100644,$b,{path}\" && \
+             git commit -qm settings && git show --stat --format= HEAD"
+        ));
+        assert!(
+            o.status.success() && text(&o).contains(path),
+            "{path}: {}",
+            text(&o)
+        );
+        let f = fetch(&repo, &[]);
+        assert_eq!(f.status.code(), Some(77), "{path}: {}", text(&f));
+        let e = String::from_utf8_lossy(&f.stderr).into_owned();
+        assert!(e.contains(path) && e.lines().count() == 1, "{path}: {e}");
+        let refs = repo.git(&["for-each-ref", "--format=%(refname)"]);
+        assert!(
+            !refs.contains("refs/remotes/sbx/") && !refs.contains("refs/sbx-fetch/"),
+            "{path}: {refs}"
+        );
+    }
+    // After review, taken as any branch is: into refs/remotes/sbx/ only.
+    let f = fetch(&repo, &["--allow-hook-changes"]);
+    assert!(f.status.success(), "{}", text(&f));
+    assert!(
+        repo.git(&["cat-file", "-p", "sbx/main:.codex/config.toml"])
+            .contains("notify")
+    );
+    assert!(!repo.path.join(".codex").exists());
+    assert_eq!(canaries(repo.root()), Vec::<String>::new());
+}
+
 #[test]
 fn a_stream_that_is_not_a_bundle_of_branches_fetches_nothing() {
     let Some(repo) = clone_repo("clonebad") else {

@@ -197,9 +197,11 @@ fn agent_works_in_a_workspace_owned_by(uid: u32) {
                 ".husky",
                 ".agent-precommit",
                 // The project settings the user's Claude Code reads
-                // (issue 38): `.claude` made for skills, `.mcp.json` a mask.
+                // (issue 38): `.claude` made for skills, `.mcp.json` a mask;
+                // codex's `.codex` a mask too (a38y).
                 ".claude",
                 ".mcp.json",
+                ".codex",
             ]
             .map(String::from),
         )

@@ -25,14 +25,16 @@ pub const LEGACY_FILE: &str = "config.json";
 /// agent must not rewrite what the pre-commit checks are told about it.
 /// `.claude` and `.mcp.json` are the project settings the user's own
 /// Claude Code on the host reads: its hooks and MCP servers are commands
-/// it runs there (issue 38).
-pub const ALWAYS_PROTECTED: [&str; 6] = [
+/// it runs there (issue 38); `.codex` is codex's (its `config.toml` names
+/// MCP servers and a `notify` program, run in a project the user trusts).
+pub const ALWAYS_PROTECTED: [&str; 7] = [
     ".git/hooks",
     ".husky",
     ".agent-sandbox",
     ".agent-precommit/user-context.json",
     ".claude",
     ".mcp.json",
+    ".codex",
 ];
 
 /// Secret files masked by default.
@@ -365,8 +367,8 @@ pub struct Sandbox {
     pub ports: Unique<Port>,
     /// Paths mounted read-only inside the sandbox, added to the ones always
     /// protected ([`ALWAYS_PROTECTED`]: `.git/hooks`, `.husky`,
-    /// `.agent-sandbox`, `.agent-precommit/user-context.json`, `.claude`
-    /// and `.mcp.json`).
+    /// `.agent-sandbox`, `.agent-precommit/user-context.json`, `.claude`,
+    /// `.mcp.json` and `.codex`).
     /// Default: `[]`
     /// Example: `[".github/workflows", "Makefile"]`
     pub protected: Unique<RelPath>,

@@ -63,8 +63,9 @@ pub struct FetchOpts {
     pub max_objects: u32,
     /// Take branches that change what your git runs on a merge or
     /// checkout (a hooks directory in the work tree, `.husky`, a config
-    /// file your `.git/config` includes from the work tree), after you
-    /// have read the change in the sandbox.
+    /// file your `.git/config` includes from the work tree) or what your
+    /// Claude Code or codex runs (`.claude/`, `.mcp.json`, `.codex/`),
+    /// after you have read the change in the sandbox.
     #[arg(long)]
     pub allow_hook_changes: bool,
 }
@@ -92,7 +93,7 @@ pub enum FetchError {
     #[error(transparent)]
     Proto(#[from] GuestError),
     #[error(
-        "sbx/{0} changes {1}, which your git runs or reads on a merge ({2}): nothing was fetched; read the change in the sandbox (`sbx-run exec -- git log -p -- {1}`), then fetch with --allow-hook-changes"
+        "sbx/{0} changes {1}, which your git or AI CLI runs or reads on the host ({2}): nothing was fetched; read the change in the sandbox (`sbx-run exec -- git log -p -- {1}`), then fetch with --allow-hook-changes"
     )]
     HookChange(String, String, &'static str),
     #[error("{path}: {err}", path = .0.display(), err = .1)]
@@ -636,7 +637,12 @@ fn admit(top: &std::path::Path, heads: &[Head], allow: bool) -> Result<(), Fetch
         let changed = crate::verify::run(c, "diff-tree")
             .map_err(|e| FetchError::Git("diff-tree", escaped(&e)))?;
         for p in changed.split('\0').filter(|p| !p.is_empty()) {
-            if let Some((_, why)) = guarded.iter().find(|(g, _)| touches(p, g)) {
+            let why = guarded
+                .iter()
+                .find(|(g, _)| touches(p, g))
+                .map(|(_, why)| *why)
+                .or_else(|| agent_settings(p));
+            if let Some(why) = why {
                 return Err(FetchError::HookChange(
                     sanitize::field(&h.branch).into_owned(),
                     sanitize::field(p).into_owned(),
@@ -646,6 +652,26 @@ fn admit(top: &std::path::Path, heads: &[Head], allow: bool) -> Result<(), Fetch
         }
     }
     Ok(())
+}
+
+/// Why `p` is what an AI CLI on the host runs commands from, at any depth
+/// (the CLI started in a subdirectory reads that directory's): Claude
+/// Code's project settings, hooks, commands, agents and skills
+/// (`.claude/`), its MCP servers (`.mcp.json`), codex's project config
+/// (`.codex/`). The sandbox holds the top-level ones read-only; a commit
+/// carries them past that.
+fn agent_settings(p: &str) -> Option<&'static str> {
+    let mut parts = p.split('/');
+    let last = p.rsplit('/').next().unwrap_or(p);
+    if parts.any(|c| c == ".claude") {
+        Some("Claude Code's project settings and hooks")
+    } else if last == ".mcp.json" {
+        Some("Claude Code's MCP servers")
+    } else if p.split('/').any(|c| c == ".codex") {
+        Some("codex's project config")
+    } else {
+        None
+    }
 }
 
 /// A changed path `p` touches the guarded `g` when it is `g`, inside it,
@@ -753,6 +779,19 @@ mod tests {
         );
         assert_eq!(in_tree(top, top, "/etc/hooks"), None);
         assert_eq!(in_tree(top, &git, "hooks"), None);
+        for p in [
+            ".claude",
+            ".claude/settings.json",
+            "web/.claude/settings.local.json",
+            ".mcp.json",
+            "web/.mcp.json",
+            ".codex/config.toml",
+        ] {
+            assert!(agent_settings(p).is_some(), "{p}");
+        }
+        for p in ["claude", "src/.claudex", "x.mcp.json", ".mcp.json.d/a"] {
+            assert!(agent_settings(p).is_none(), "{p}");
+        }
     }
 
     /// A real bundle of history with deltas passes with room to spare and

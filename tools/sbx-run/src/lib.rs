@@ -76,7 +76,7 @@ workspace's, and no sandbox can hand the others its credentials.
 What every sandbox gets (see show-run):
   the user agent (uid 1000); --cap-drop ALL plus only what init needs, dropped before the agent runs;
   no-new-privileges; memory, cpus and pids limits from [sandbox]; the workspace at /workspace/<repo>;
-  .git/hooks, .husky, .agent-sandbox, .claude, .mcp.json and [sandbox].protected mounted read-only;
+  .git/hooks, .husky, .agent-sandbox, .claude, .mcp.json, .codex and [sandbox].protected mounted read-only;
   files matching [filesystem].blocked and not .allowed masked by an empty read-only mount;
   host variables only as sbx-envfilter allows: by default TERM, LANG, LC_*, TZ, COLORTERM, NODE_ENV,
   DEBUG and CI, plus the names in [environment].allow and .pass (a secret-looking name in allow

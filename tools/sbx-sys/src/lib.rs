@@ -14,6 +14,7 @@ pub mod beneath;
 pub mod bpf;
 pub mod fanotify;
 pub mod idmap;
+pub mod masks;
 pub mod netlink;
 pub mod seccomp;
 

@@ -67,7 +67,9 @@ WebFetch(domain:NAME). Edit rules cover Edit, MultiEdit, NotebookEdit and Write;
 rules cover Read, NotebookRead, Grep, Glob and LS. Bash rules cover every tool that runs
 a command (Monitor, PowerShell) and refuse those that run code sbx cannot read (REPL,
 Workflow, Skill); a tool sbx does not know is refused when a rule names Bash or a file
-tool, unless allowed names it. An allowed Bash(P:*) rule for a program that takes code
+tool, unless allowed names it; so is a write to an AI CLI's own configuration
+(.claude/, .claude.json, .mcp.json, .codex/), whose commands the CLI runs past this
+hook. An allowed Bash(P:*) rule for a program that takes code
 from flags or the environment (npm, node, python, git, make, cargo, sh, env, ...) is a
 config error: list each command exactly, like Bash(npm test).
 

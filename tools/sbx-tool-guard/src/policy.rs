@@ -21,6 +21,9 @@ pub enum Key {
     DenyRead,
     /// A tool sbx does not know, under rules that depend on what it does.
     UnknownTool,
+    /// A write to an AI CLI's own configuration, under rules that depend
+    /// on what runs: the CLI runs what it names itself, past the hook.
+    CliConfig,
 }
 
 impl Key {
@@ -32,6 +35,7 @@ impl Key {
             Key::Allowed => "tools.allowed",
             Key::DenyRead => "tools.deny-read",
             Key::UnknownTool => "tools.unknown-tool",
+            Key::CliConfig => "tools.cli-config",
         }
     }
 }
@@ -107,6 +111,23 @@ impl Policy {
                 reason: format!(
                     "{tool} is refused: sbx does not know what this tool does (its table is Claude Code {}'s), and [tools] has rules for shells or files; name it in [tools].allowed to let it through",
                     known::CLAUDE_VERSION
+                ),
+            };
+        }
+        // The CLI's own configuration (`~/.claude.json`'s MCP servers,
+        // `~/.claude/settings.json`'s `otelHeadersHelper`, `.codex/`): its
+        // next session runs the commands written there itself, never
+        // through this hook, so a Write could buy what a Bash ban refuses,
+        // unaudited (issue 38, a38y).
+        if self.depends_on_tools()
+            && (writing_tools().contains(&tool) || class == Some(Class::Edit))
+            && let Some(p) = call.paths.iter().find(|p| cli_config(p))
+        {
+            return Decision::Block {
+                key: Key::CliConfig,
+                reason: format!(
+                    "{tool} of {} is refused: it is an AI CLI's own configuration, whose hooks, MCP servers and helper commands the CLI runs without asking this hook, and [tools] has rules for shells or files",
+                    p.display()
                 ),
             };
         }
@@ -408,6 +429,29 @@ fn covers(rule: &str, tool: &str, class: Option<Class>) -> bool {
 }
 
 /// What a call acts on, from its input.
+/// Whether `p` (absolute, normalized) is where Claude Code or codex read
+/// their settings, hooks, MCP servers, agents, commands or skills: a
+/// `.claude` directory or `.claude.json` (and its backups) anywhere, a
+/// `.mcp.json`, a `.codex` directory, `~/.config/claude`.
+pub fn cli_config(p: &Path) -> bool {
+    let names: Vec<&std::ffi::OsStr> = p
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let is = |n: &std::ffi::OsStr, s: &str| n == std::ffi::OsStr::new(s);
+    names.iter().any(|n| is(n, ".claude") || is(n, ".codex"))
+        || names
+            .windows(2)
+            .any(|w| is(w[0], ".config") && is(w[1], "claude"))
+        || names.last().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n == ".mcp.json" || n.starts_with(".claude.json")
+        })
+}
+
 struct Call<'a> {
     tool: &'a str,
     class: Option<Class>,

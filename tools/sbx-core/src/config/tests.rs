@@ -27,7 +27,8 @@ fn defaults_match_the_design() {
             ".agent-sandbox",
             ".agent-precommit/user-context.json",
             ".claude",
-            ".mcp.json"
+            ".mcp.json",
+            ".codex"
         ]
     );
     assert!(c.network.allow_git);

@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 use sbx_core::audit;
 use sbx_core::config::Config;
 use sbx_core::config::agent::{HostTool, ToolName, param};
+use sbx_core::glob::PathSet;
 use sbx_core::hosttools::{Answer, AuditNote, Call, ToolSpec};
 use sbx_tool_guard::policy::Policy;
 use serde_json::Value;
@@ -33,6 +34,10 @@ pub struct HostTools {
     /// `[tools]` on the host: the masks every argument is checked against,
     /// and `read-only`.
     policy: Policy,
+    /// The masks, as the sandbox's start finds them: the tool runs with
+    /// them mounted over (`sbx_sys::masks`).
+    blocked: PathSet,
+    allowed: PathSet,
     read_only: bool,
     cwd: PathBuf,
     agent: String,
@@ -139,6 +144,8 @@ impl HostTools {
     /// The tools of `cfg`, run in `cwd` (the host workspace) under its `[tools]`.
     pub fn new(cfg: &Config, cwd: PathBuf, agent: &str) -> Result<Self, String> {
         let policy = Policy::new(cfg, &cwd).map_err(|e| e.to_string())?;
+        let blocked = PathSet::new(&cfg.blocked_files()).map_err(|e| e.to_string())?;
+        let allowed = PathSet::new(&cfg.allowed_files()).map_err(|e| e.to_string())?;
         Ok(Self {
             tools: cfg
                 .agent
@@ -147,6 +154,8 @@ impl HostTools {
                 .map(|(k, v)| (k.0.clone(), v.clone()))
                 .collect(),
             policy,
+            blocked,
+            allowed,
             read_only: cfg.read_only(),
             cwd,
             agent: agent.to_owned(),
@@ -244,9 +253,39 @@ impl HostTools {
                 cmd.env(k, v);
             }
         }
+        // The arguments are checked (`decide`), but a program may read
+        // its working directory unasked (`rg PATTERN`, `git grep`, `make`):
+        // it runs with the sandbox's masks mounted over, in a mount
+        // namespace of its own. Listed afresh for every call.
+        let masks = match crate::spec::find_masked(&self.cwd, &self.blocked, &self.allowed) {
+            Ok(m) => m,
+            Err(e) => {
+                let e = format!("cannot list the workspace's masked files: {e}");
+                return (format!("refused by sbx: {e}"), true, e);
+            }
+        };
+        let masked = !masks.is_empty();
+        if masked {
+            let masks: Vec<(PathBuf, bool)> = masks
+                .iter()
+                .map(|m| {
+                    let p = self.cwd.join(m);
+                    let dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
+                    (p, dir)
+                })
+                .collect();
+            if let Err(e) = sbx_sys::masks::masked_view(&mut cmd, &masks) {
+                return (format!("cannot run {}: {e}", argv[0]), true, e.to_string());
+            }
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
+                let e = if masked {
+                    format!("{e} (or the workspace's masks could not be put over it)")
+                } else {
+                    e.to_string()
+                };
                 return (
                     format!("cannot run {}: {e}", argv[0]),
                     true,

@@ -494,3 +494,49 @@ fn allow_rules_see_assignments_and_flags() {
         );
     }
 }
+
+#[test]
+fn writes_to_the_clis_own_config_are_refused_under_tool_rules() {
+    let p = policy("[tools]\ndisallowed = [\"Bash\"]\n");
+    let cfg = Some(Key::CliConfig);
+    for f in [
+        "/home/agent/.claude.json",
+        "/home/agent/.claude.json.backup",
+        "/home/agent/.claude/settings.json",
+        "/home/agent/.claude/agents/helper.md",
+        "/home/agent/.config/claude/settings.json",
+        "/home/agent/.codex/config.toml",
+        "/home/agent/x/../.claude/settings.json",
+        "web/.claude/settings.json",
+        "web/.mcp.json",
+    ] {
+        assert_eq!(d(&p, "Write", json!({"file_path": f})), cfg, "{f}");
+        assert_eq!(
+            d(&p, "Edit", json!({"file_path": f, "old_string": "a"})),
+            cfg,
+            "{f}"
+        );
+    }
+    // Reading them, and files merely named alike, are not refused.
+    assert_eq!(
+        d(&p, "Read", json!({"file_path": "/home/agent/.claude.json"})),
+        None
+    );
+    for f in [
+        "/workspace/claude.json",
+        "/workspace/.claudex/a",
+        "/workspace/src/mcp.json",
+    ] {
+        assert_eq!(d(&p, "Write", json!({"file_path": f})), None, "{f}");
+    }
+    // Without rules for shells or files, nothing depends on it.
+    let p = policy("[tools]\ndisallowed = [\"WebFetch\"]\n");
+    assert_eq!(
+        d(
+            &p,
+            "Write",
+            json!({"file_path": "/home/agent/.claude.json"})
+        ),
+        None
+    );
+}

@@ -70,6 +70,7 @@ fn branch_repo_and_secret() -> (Repo, std::path::PathBuf) {
 /// the new branch sandbox saw the host directory, the user's files in it
 /// readable by the agent's uid.
 #[test]
+#[ignore = "unreachable since a37y: the guest removes every link the agent makes under .git and kills the agent, so no swap runs; kept for the bind check beneath"]
 fn a_running_agent_cannot_swap_a_git_pin_for_a_link_under_a_branch_start() {
     if !base_image() {
         return;
@@ -259,6 +260,7 @@ fn initialised_by_the_user() -> (Repo, std::path::PathBuf, std::path::PathBuf) {
 /// sandbox that started may read the secret. A normal start as the user
 /// passes the same check.
 #[test]
+#[ignore = "unreachable since a37y: the guest removes every link the agent makes under .git and kills the agent, so no swap runs; kept for the bind check beneath"]
 fn without_root_a_swapped_bind_source_is_caught_after_start() {
     if !base_image() {
         return;
@@ -342,6 +344,7 @@ fn without_root_a_swapped_bind_source_is_caught_after_start() {
 /// anywhere under the user's state holds the secret and the service's
 /// file count is one per sandbox that passed; the started ones ran it.
 #[test]
+#[ignore = "unreachable since a37y: the guest removes every link the agent makes under .git and kills the agent, so no swap runs; kept for the bind check beneath"]
 fn nothing_of_the_agents_runs_before_the_bind_check() {
     if !base_image() {
         return;
@@ -408,6 +411,101 @@ fn nothing_of_the_agents_runs_before_the_bind_check() {
     assert_eq!(
         peeks,
         1 + started,
+        "the agent's service ran in a sandbox whose bind check failed"
+    );
+}
+
+/// The hold (h37z) where a37y's link check cannot reach: a protected
+/// path of the work tree (`conf`, outside `.git`) swapped with a link to
+/// the user's secret in a loop, as uid 1000 on the host (the agent's uid;
+/// inside its own sandbox `conf` is a mount point it cannot rename),
+/// while the user makes the sandbox anew again and again. A start that
+/// docker made through the link is refused after the bind check, and
+/// its service, which reads `conf`, must not have run before it: no file
+/// anywhere under the user's state holds the secret, and the service's
+/// files are one per start that passed.
+#[test]
+fn nothing_of_the_agents_runs_before_the_bind_check_of_a_protected_path() {
+    if !base_image() {
+        return;
+    }
+    let (repo, secret, home) = initialised_by_the_user();
+    let user = |args: &[&str]| as_user(&home, &repo, args, &[]);
+    let cfg = repo.path.join(".agent-sandbox/config.toml");
+    let c = std::fs::read_to_string(&cfg).unwrap();
+    assert!(c.contains("\n[sandbox]\n"), "{c}");
+    let c = c.replacen("\n[sandbox]\n", "\n[sandbox]\nprotected = [\"conf\"]\n", 1)
+        + "\n[guest.services.peek]\ncommand = [\"sh\", \"-c\", \"cat /workspace/ws/conf/id_ed25519 > $(mktemp /scratch/peek-XXXXXXXX) 2>&1; exec sleep infinity\"]\n";
+    std::fs::write(&cfg, c).unwrap();
+    let conf = repo.path.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::os::unix::fs::symlink(&secret, repo.path.join("conf.l")).unwrap();
+    sh(Command::new("chown")
+        .args(["-h", "1000:1000"])
+        .arg(&conf)
+        .arg(repo.path.join("conf.l")));
+    let stop = repo.root().join("stop-swap");
+    let swap = format!(
+        "import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+         while not os.path.exists({stop:?}):\n    \
+         libc.renameat2(-100, {a:?}.encode(), -100, {b:?}.encode(), 2)\n    time.sleep(0.002)\n",
+        stop = stop.display().to_string(),
+        a = conf.display().to_string(),
+        b = repo.path.join("conf.l").display().to_string(),
+    );
+    let mut swapper = Command::new("setpriv")
+        .args([
+            "--reuid=1000",
+            "--regid=1000",
+            "--clear-groups",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+        ])
+        .arg(&swap)
+        .spawn()
+        .unwrap();
+    let (mut refused, mut started) = (0, 0);
+    for _ in 0..48 {
+        // 77: the container was made and its check failed (65: the
+        // swap was seen before, and nothing was made).
+        match user(&["-q", "start"]).status.code() {
+            Some(0) => started += 1,
+            Some(77) => refused += 1,
+            _ => {}
+        }
+        let _ = user(&["-q", "rm"]);
+        if refused > 0 && started > 0 {
+            break;
+        }
+    }
+    std::fs::write(&stop, "").unwrap();
+    let _ = swapper.wait();
+    let _ = user(&["-q", "rm", "--volumes"]);
+    let (mut leaked, mut peeks) = (Vec::new(), 0);
+    let mut dirs = vec![home.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let (p, t) = (e.path(), e.file_type().unwrap());
+            if t.is_dir() {
+                dirs.push(p);
+            } else if t.is_file() {
+                peeks += usize::from(e.file_name().to_string_lossy().starts_with("peek-"));
+                if std::fs::read(&p)
+                    .is_ok_and(|b| String::from_utf8_lossy(&b).contains("SECRET-KEY"))
+                {
+                    leaked.push(p);
+                }
+            }
+        }
+    }
+    assert!(
+        leaked.is_empty(),
+        "a service read the user's secret before the check: {leaked:?}"
+    );
+    assert!(refused > 0, "no start saw the swap ({started} started)");
+    assert_eq!(
+        peeks, started,
         "the agent's service ran in a sandbox whose bind check failed"
     );
 }

@@ -31,9 +31,9 @@ CLIENT  := cargo rustc --locked -p sbx-git-client --features client --bin sbx-gi
 STATICS := sbx-git-guard sbx-tool-guard
 
 # What build and install make: every tool unless TOOLS names some. The
-# first shell needs no sbx-server (its web stack is a third of the
-# release build), so scripts/shell installs SHELL_TOOLS and scripts/server
-# adds sbx-server after the shell's set-up.
+# first shell needs no sbx-server, whose web stack (axum, tokio-postgres,
+# argon2, utoipa) no other tool uses, so scripts/shell installs
+# SHELL_TOOLS and scripts/server adds sbx-server after the shell's set-up.
 TOOLS   ?= $(BINS)
 SHELL_TOOLS := $(filter-out sbx-server,$(BINS))
 DYNAMIC = $(filter-out $(STATICS),$(TOOLS))

@@ -480,6 +480,7 @@ fn nothing_of_the_agents_runs_before_the_bind_check_of_a_protected_path() {
         }
     }
     std::fs::write(&stop, "").unwrap();
+    let _ = swapper.kill();
     let _ = swapper.wait();
     let _ = user(&["-q", "rm", "--volumes"]);
     let (mut leaked, mut peeks) = (Vec::new(), 0);

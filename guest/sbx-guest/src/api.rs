@@ -1223,10 +1223,10 @@ fn open_pty(ws: sbx_core::guestapi::Winsize) -> std::io::Result<(File, File)> {
 }
 
 /// Sets this thread's fsuid/fsgid, and back to root on drop.
-struct FsId;
+pub(crate) struct FsId;
 
 impl FsId {
-    fn set(uid: u32, gid: u32) -> Self {
+    pub(crate) fn set(uid: u32, gid: u32) -> Self {
         use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
         setfsgid(Gid::from_raw(gid));
         setfsuid(Uid::from_raw(uid));

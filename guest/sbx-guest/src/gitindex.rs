@@ -15,6 +15,8 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
+use crate::api::FsId;
+
 /// Whether `path` is an index file of a git dir under the workspace
 /// `root`'s `.git` (the main one, a submodule's), or a split index's
 /// shared part.
@@ -307,26 +309,6 @@ fn kill_uid(uid: u32) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
-
-/// This thread's fsuid/fsgid set to the agent's, and back to root on drop.
-struct FsId;
-
-impl FsId {
-    fn set(uid: u32, gid: u32) -> Self {
-        use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
-        setfsgid(Gid::from_raw(gid));
-        setfsuid(Uid::from_raw(uid));
-        FsId
-    }
-}
-
-impl Drop for FsId {
-    fn drop(&mut self) {
-        use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
-        setfsuid(Uid::from_raw(0));
-        setfsgid(Gid::from_raw(0));
     }
 }
 

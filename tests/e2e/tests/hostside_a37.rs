@@ -384,23 +384,7 @@ fn nothing_of_the_agents_runs_before_the_bind_check() {
     }
     let _ = user_exec(&["exec"], &["--", "touch", "/tmp/stop-swap"]);
     let _ = user(&["-q", "rm", "--volumes"]);
-    let (mut leaked, mut peeks) = (Vec::new(), 0);
-    let mut dirs = vec![home.clone()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let (p, t) = (e.path(), e.file_type().unwrap());
-            if t.is_dir() {
-                dirs.push(p);
-            } else if t.is_file() {
-                peeks += usize::from(e.file_name().to_string_lossy().starts_with("peek-"));
-                if std::fs::read(&p)
-                    .is_ok_and(|b| String::from_utf8_lossy(&b).contains("SECRET-KEY"))
-                {
-                    leaked.push(p);
-                }
-            }
-        }
-    }
+    let (leaked, peeks) = peeks_and_leaks(&home);
     assert!(
         leaked.is_empty(),
         "a service read the user's secret before the check: {leaked:?}"
@@ -483,8 +467,23 @@ fn nothing_of_the_agents_runs_before_the_bind_check_of_a_protected_path() {
     let _ = swapper.kill();
     let _ = swapper.wait();
     let _ = user(&["-q", "rm", "--volumes"]);
+    let (leaked, peeks) = peeks_and_leaks(&home);
+    assert!(
+        leaked.is_empty(),
+        "a service read the user's secret before the check: {leaked:?}"
+    );
+    assert!(refused > 0, "no start saw the swap ({started} started)");
+    assert_eq!(
+        peeks, started,
+        "the agent's service ran in a sandbox whose bind check failed"
+    );
+}
+
+/// Under the user's `home`: every file holding the secret, and how many
+/// files the `peek` service made (one per sandbox it ran in).
+fn peeks_and_leaks(home: &std::path::Path) -> (Vec<std::path::PathBuf>, usize) {
     let (mut leaked, mut peeks) = (Vec::new(), 0);
-    let mut dirs = vec![home.clone()];
+    let mut dirs = vec![home.to_path_buf()];
     while let Some(d) = dirs.pop() {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let (p, t) = (e.path(), e.file_type().unwrap());
@@ -500,13 +499,5 @@ fn nothing_of_the_agents_runs_before_the_bind_check_of_a_protected_path() {
             }
         }
     }
-    assert!(
-        leaked.is_empty(),
-        "a service read the user's secret before the check: {leaked:?}"
-    );
-    assert!(refused > 0, "no start saw the swap ({started} started)");
-    assert_eq!(
-        peeks, started,
-        "the agent's service ran in a sandbox whose bind check failed"
-    );
+    (leaked, peeks)
 }

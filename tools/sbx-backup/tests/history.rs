@@ -581,6 +581,113 @@ fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
     assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
 }
 
+/// Every file in the store but the locks, by path.
+fn store_objects(e: &Env) -> Vec<PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        for x in fs::read_dir(d).unwrap().flatten() {
+            let p = x.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&e.store(), &mut out);
+    out.retain(|p| !p.starts_with(e.store().join("locks")));
+    out.sort();
+    out
+}
+
+/// Two prunes fenced from each other. The first stops past its lease
+/// between its marker and its deletes; a second one calls its lock stale,
+/// keeps snapshots by its own rule, among them one a sync committed after
+/// the first's last look (using the pack the first condemned), and writes
+/// its own marker, which does not name that pack. The resumed first prune
+/// used to delete the pack: the sync's reported snapshot could not
+/// restore. Now it re-reads the marker before each delete, finds it is
+/// not its own, and deletes nothing more.
+#[test]
+fn a_prune_whose_lock_was_taken_over_deletes_nothing() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    let back = e.home().join("back");
+    w(&back, b"a small file the first prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    w(&back, b"a small file the first prune condemns\n");
+    let (rs, rp) = (e.root.join("resume-sync"), e.root.join("resume-prune"));
+    // The sync finds `back` in the first pack and stops before committing.
+    let sync = paused_with(
+        &e,
+        &lease,
+        "commit-put,after-commit",
+        &rs,
+        &["--json", "sync", "--wait", "120s"],
+    );
+    signal(&sync, "STOP");
+    // The first prune drops the first snapshot, condemns its pack, stops.
+    let first = paused_with(
+        &e,
+        &lease,
+        "prune-delete",
+        &rp,
+        &["prune", "--keep-last", "1", "--wait", "120s"],
+    );
+    signal(&first, "STOP");
+    // The sync commits, and stops again before reading the marker.
+    w(&rs, b"");
+    signal(&sync, "CONT");
+    let until = Instant::now() + Duration::from_secs(120);
+    while fs::read_to_string(rs.with_extension("paused")).unwrap_or_default() != "after-commit" {
+        assert!(Instant::now() < until, "the sync never committed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&sync, "STOP");
+    let o = e
+        .cmd_for(
+            "home",
+            "state",
+            &["prune", "--keep-last", "1", "--wait", "120s"],
+        )
+        .envs(lease)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&rs, b"");
+    signal(&sync, "CONT");
+    let o = sync.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let reported = rep["data"]["snapshot"].as_str().unwrap().to_owned();
+    let before = store_objects(&e);
+    w(&rp, b"");
+    signal(&first, "CONT");
+    let o = first.wait_with_output().unwrap();
+    assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
+    let to = e.root.join("to");
+    let r = e.run(&["restore", "--to", to.to_str().unwrap()]);
+    assert!(
+        r.status.success(),
+        "the reported snapshot lost a pack: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert_eq!(tree(&to), tree(&e.home()));
+    assert_eq!(
+        store_objects(&e),
+        before,
+        "the first prune deleted after its lock was taken over"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "{err}");
+    assert!(err.contains("another prune took the store over"), "{err}");
+    let o = e.run(&["check"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
 /// A home refused by its own prefix (its state dir lost, a copy moved to
 /// another machine) keeps its files: `sbx-backup adopt`, the command the
 /// refusal names, makes it the owner without restoring, where the

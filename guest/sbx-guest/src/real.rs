@@ -435,7 +435,25 @@ impl crate::home::HomeOps for RealHome<'_> {
         crate::home::unrestored(self.home).exists()
     }
     fn mark_unrestored(&mut self) -> Result<(), String> {
-        self.touch(&crate::home::unrestored(self.home))
+        self.touch(&crate::home::unrestored(self.home))?;
+        self.touch(&crate::home::adopt_pending(self.home))
+    }
+    fn adopt_pending_exists(&self) -> bool {
+        crate::home::adopt_pending(self.home).exists()
+    }
+    fn adopt(&mut self) -> Result<(), String> {
+        self.backup(&["-q", "adopt"])?;
+        let p = crate::home::adopt_pending(self.home);
+        let o = run_as(
+            &self.creds,
+            &["/bin/rm", "-f", "--", &p.to_string_lossy()],
+            &self.env,
+        )?;
+        if o.code == Some(0) {
+            Ok(())
+        } else {
+            Err(format!("cannot remove {}", p.display()))
+        }
     }
     fn has_snapshot(&mut self) -> Result<bool, String> {
         let o = self.backup(&["--json", "snapshots"])?;
@@ -690,6 +708,13 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                         "home not restored ({why}): the home is used as it is and no later start restores over it; \
                          backups are paused until you restore by hand (sbx-backup restore --to DIR), merge, and delete {}",
                         crate::home::unrestored(&agent.home).display()
+                    ));
+                }
+                Ok(crate::home::Prepared::NotAdopted { why }) => {
+                    daemon = false;
+                    warnings.push(format!(
+                        "backups paused: this merged home could not be made the store's owner ({why}); \
+                         the next start tries again (or run sbx-backup adopt)"
                     ));
                 }
                 Err(e) => {

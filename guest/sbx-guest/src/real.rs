@@ -408,21 +408,17 @@ impl RealHome<'_> {
     }
 
     fn touch(&self, m: &Path) -> Result<(), String> {
-        let o = run_as(
-            &self.creds,
-            &[
-                "/bin/sh",
-                "-c",
-                "mkdir -p \"${1%/*}\" && : > \"$1\"",
-                "sh",
-                &m.to_string_lossy(),
-            ],
-            &self.env,
-        )?;
+        self.sh_on("mkdir -p \"${1%/*}\" && : > \"$1\"", m, "write")
+    }
+
+    /// `script` with `$1` = `m`, as the agent; `what` names a failure.
+    fn sh_on(&self, script: &str, m: &Path, what: &str) -> Result<(), String> {
+        let argv = ["/bin/sh", "-c", script, "sh", &m.to_string_lossy()];
+        let o = run_as(&self.creds, &argv, &self.env)?;
         if o.code == Some(0) {
             Ok(())
         } else {
-            Err(format!("cannot write {}", m.display()))
+            Err(format!("cannot {what} {}", m.display()))
         }
     }
 }
@@ -443,17 +439,11 @@ impl crate::home::HomeOps for RealHome<'_> {
     }
     fn adopt(&mut self) -> Result<(), String> {
         self.backup(&["-q", "adopt"])?;
-        let p = crate::home::adopt_pending(self.home);
-        let o = run_as(
-            &self.creds,
-            &["/bin/rm", "-f", "--", &p.to_string_lossy()],
-            &self.env,
-        )?;
-        if o.code == Some(0) {
-            Ok(())
-        } else {
-            Err(format!("cannot remove {}", p.display()))
-        }
+        self.sh_on(
+            "rm -f -- \"$1\"",
+            &crate::home::adopt_pending(self.home),
+            "remove",
+        )
     }
     fn has_snapshot(&mut self) -> Result<bool, String> {
         let o = self.backup(&["--json", "snapshots"])?;

@@ -394,14 +394,9 @@ impl Fence {
             // No tags to compare: read the marker's id.
             _ => {}
         }
-        let got = remote
-            .store
-            .get(&remote.pruned())
-            .await
-            .map_err(|e| remote.down(e))?;
-        let bytes = got.bytes().await.map_err(|e| remote.down(e))?;
-        match serde_json::from_slice::<crate::sync::Marker>(&bytes) {
-            Ok(m) if m.id == self.id => Ok(()),
+        let now = crate::sync::epoch(remote).await?;
+        match now.and_then(|t| serde_json::from_str::<crate::sync::Marker>(&t).ok()) {
+            Some(m) if m.id == self.id => Ok(()),
             _ => Err(taken()),
         }
     }

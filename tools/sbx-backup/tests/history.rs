@@ -476,6 +476,35 @@ fn signal(c: &Child, sig: &str) {
     assert!(s.success(), "kill -{sig}");
 }
 
+/// Let a process paused at a hook point and stopped go on.
+fn resume(c: &Child, file: &Path) {
+    w(file, b"");
+    signal(c, "CONT");
+}
+
+/// Wait for a `--json sync` to succeed: its report, the snapshot reported.
+fn reported(c: Child) -> (serde_json::Value, String) {
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = rep["data"]["snapshot"].as_str().unwrap().to_owned();
+    (rep, id)
+}
+
+/// Two snapshots: the first holds `back` (`body`), the second only
+/// `stays`, so a prune keeping the last one condemns `back`'s object; then
+/// `back` is in the home again.
+fn back_condemned(e: &Env, body: &[u8]) -> PathBuf {
+    let back = e.home().join("back");
+    w(&back, body);
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    w(&back, body);
+    back
+}
+
 /// A prune and a sync fenced beyond lease timing. The prune pauses
 /// between its last lease check and a delete (a suspended VM, whose
 /// monotonic clock stops too, or a request stuck in the network), is
@@ -492,12 +521,8 @@ fn a_paused_prune_never_deletes_what_a_later_sync_uses(big: bool) {
     } else {
         b"a small file a prune condemns\n".to_vec()
     };
-    let back = e.home().join("back");
-    w(&back, &body);
-    e.ok(&["sync"]);
+    let back = back_condemned(&e, &body);
     fs::remove_file(&back).unwrap();
-    w(&e.home().join("stays"), b"in a pack of its own\n");
-    e.ok(&["sync"]);
     // Its only object is garbage once the first snapshot goes.
     let resume = e.root.join("resume-prune");
     let mut prune = paused_with(
@@ -548,13 +573,7 @@ fn a_paused_prune_never_deletes_a_blob_a_later_sync_uses() {
 #[test]
 fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
     let e = Env::new("[backup]\nkeep = 5\n");
-    let back = e.home().join("back");
-    w(&back, b"a small file a prune condemns\n");
-    e.ok(&["sync"]);
-    fs::remove_file(&back).unwrap();
-    w(&e.home().join("stays"), b"in a pack of its own\n");
-    e.ok(&["sync"]);
-    w(&back, b"a small file a prune condemns\n");
+    back_condemned(&e, b"a small file a prune condemns\n");
     let with = |args: &[&str], at: &str, resume: &Path| {
         let c = paused_with(&e, &[("SBX_BACKUP_TEST_LEASE_SECS", "2")], at, resume, args);
         signal(&c, "STOP");
@@ -567,14 +586,9 @@ fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
         "prune-delete",
         &rp,
     );
-    w(&rs, b"");
-    signal(&sync, "CONT");
-    let o = sync.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let reported = rep["data"]["snapshot"].as_str().unwrap().to_owned();
-    w(&rp, b"");
-    signal(&prune, "CONT");
+    resume(&sync, &rs);
+    let (rep, reported) = reported(sync);
+    resume(&prune, &rp);
     let _ = prune.wait_with_output().unwrap();
     assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
     let want = tree(&e.home());
@@ -612,13 +626,7 @@ fn store_objects(e: &Env) -> Vec<PathBuf> {
 fn a_prune_whose_lock_was_taken_over_deletes_nothing() {
     let e = Env::new("[backup]\nkeep = 5\n");
     let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
-    let back = e.home().join("back");
-    w(&back, b"a small file the first prune condemns\n");
-    e.ok(&["sync"]);
-    fs::remove_file(&back).unwrap();
-    w(&e.home().join("stays"), b"in a pack of its own\n");
-    e.ok(&["sync"]);
-    w(&back, b"a small file the first prune condemns\n");
+    back_condemned(&e, b"a small file the first prune condemns\n");
     let (rs, rp) = (e.root.join("resume-sync"), e.root.join("resume-prune"));
     // The sync finds `back` in the first pack and stops before committing.
     let sync = paused_with(
@@ -639,8 +647,7 @@ fn a_prune_whose_lock_was_taken_over_deletes_nothing() {
     );
     signal(&first, "STOP");
     // The sync commits, and stops again before reading the marker.
-    w(&rs, b"");
-    signal(&sync, "CONT");
+    resume(&sync, &rs);
     let until = Instant::now() + Duration::from_secs(120);
     while fs::read_to_string(rs.with_extension("paused")).unwrap_or_default() != "after-commit" {
         assert!(Instant::now() < until, "the sync never committed");
@@ -657,15 +664,10 @@ fn a_prune_whose_lock_was_taken_over_deletes_nothing() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    w(&rs, b"");
-    signal(&sync, "CONT");
-    let o = sync.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let reported = rep["data"]["snapshot"].as_str().unwrap().to_owned();
+    resume(&sync, &rs);
+    let (rep, reported) = reported(sync);
     let before = store_objects(&e);
-    w(&rp, b"");
-    signal(&first, "CONT");
+    resume(&first, &rp);
     let o = first.wait_with_output().unwrap();
     assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
     let to = e.root.join("to");

@@ -83,6 +83,16 @@ pub struct ServeArgs {
     /// this directory. Without it, `repo` is refused.
     #[arg(long, value_name = "DIR")]
     pub repo_root: Option<PathBuf>,
+    /// The backup store of every project's home (s3://, gs://, file://;
+    /// a file:// path is inside each sandbox): each project backs up to
+    /// `URL/projects/<id>`. Without it, snapshot, restore and
+    /// backup-status answer 409.
+    #[arg(long, value_name = "URL")]
+    pub backup_url: Option<sbx_core::config::StoreUrl>,
+    /// A variable of the server's environment every sandbox gets, for the
+    /// backup store's credentials (e.g. AWS_ACCESS_KEY_ID); repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub backup_pass: Vec<String>,
 }
 
 pub fn command() -> clap::Command {

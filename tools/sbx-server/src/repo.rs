@@ -21,7 +21,8 @@ pub struct Repo {
 pub struct Project {
     pub id: Uuid,
     pub name: String,
-    /// creating | running | stopping | deleting | stopped | error
+    /// creating | running | stopping | deleting | stopped | error |
+    /// snapshotting | restoring
     pub status: String,
     /// Why the project is in `error`.
     pub status_reason: Option<String>,
@@ -287,7 +288,7 @@ impl Repo {
         let c = self.pool.get().await?;
         Ok(c.query_one(
             "SELECT count(*) FROM projects WHERE user_id = $1 AND id <> $2 \
-                 AND status IN ('running', 'creating', 'stopping', 'deleting')",
+                 AND status IN ('running', 'creating', 'stopping', 'deleting', 'snapshotting', 'restoring')",
             &[&user, &except],
         )
         .await?
@@ -313,7 +314,7 @@ impl Repo {
         let rows = c
             .query(
                 "SELECT user_id, id, status FROM projects \
-                 WHERE status IN ('creating', 'stopping', 'deleting')",
+                 WHERE status IN ('creating', 'stopping', 'deleting', 'snapshotting', 'restoring')",
                 &[],
             )
             .await?;

@@ -470,6 +470,9 @@ fn another_users_project_is_a_404_on_every_route() {
         ("GET", format!("/projects/{id}")),
         ("POST", format!("/projects/{id}/start")),
         ("POST", format!("/projects/{id}/stop")),
+        ("POST", format!("/projects/{id}/snapshot")),
+        ("POST", format!("/projects/{id}/restore")),
+        ("GET", format!("/projects/{id}/backup-status")),
         ("DELETE", format!("/projects/{id}")),
     ] {
         let r = s.call(m, &path, Some(&bob), None);
@@ -512,6 +515,56 @@ fn another_users_project_is_a_404_on_every_route() {
         (200, Some("alice's")),
         "{r:?}"
     );
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+}
+
+/// Without a backup store the backup routes say so (409), and a restore's
+/// snapshot id is digits or refused (422) before anything runs: it goes
+/// to `sbx-backup restore --snapshot`, where `--to=/…` would be an option.
+#[test]
+fn backups_need_a_store_and_a_snapshot_id_is_digits() {
+    let s = shared();
+    let (t, _) = s.session();
+    let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "b"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    for (m, path) in [
+        ("POST", format!("/projects/{id}/snapshot")),
+        ("POST", format!("/projects/{id}/restore")),
+        ("GET", format!("/projects/{id}/backup-status")),
+    ] {
+        let r = s.call(m, &path, Some(&t), None);
+        assert_eq!(
+            (r.status, r.code()),
+            (409, "no_backup_store"),
+            "{m} {path}: {r:?}"
+        );
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--backup-url")
+        );
+    }
+    let restore = format!("/projects/{id}/restore");
+    for (body, status, code) in [
+        (json!({"snapshot": "--to=/etc"}), 422, "invalid_snapshot"),
+        (json!({"snapshot": ""}), 422, "invalid_snapshot"),
+        (json!({"snapshot": "1".repeat(21)}), 422, "invalid_snapshot"),
+        (json!({"snapshot": 1}), 422, "invalid_body"),
+        (json!({"snap": "1"}), 422, "invalid_body"),
+    ] {
+        let r = s.call("POST", &restore, Some(&t), Some(body.clone()));
+        assert_eq!((r.status, r.code()), (status, code), "{body}: {r:?}");
+    }
+    let r = s.raw(
+        "POST",
+        &restore,
+        Some(&t),
+        Some(("application/json", b"{".to_vec())),
+    );
+    assert_eq!((r.status, r.code()), (400, "malformed_json"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
     assert_eq!(r.body["status"], "stopped", "{r:?}");
 }
 
@@ -561,11 +614,14 @@ fn the_openapi_document_has_every_route_and_only_real_ones() {
         "GET /healthz",
         "GET /projects",
         "GET /projects/{id}",
+        "GET /projects/{id}/backup-status",
         "POST /auth/login",
         "POST /auth/logout",
         "POST /auth/refresh",
         "POST /auth/register",
         "POST /projects",
+        "POST /projects/{id}/restore",
+        "POST /projects/{id}/snapshot",
         "POST /projects/{id}/start",
         "POST /projects/{id}/stop",
     ];

@@ -177,6 +177,13 @@ impl Sandboxes {
         }
         let file = dir.join("config.toml");
         let text = self.config_text(id, sbx_run::image::CONFIG_TEMPLATE, &file)?;
+        // Unchanged, it is left as it is: a new inode under the sandbox's
+        // mount of it makes sbx-run make the container anew.
+        let same = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
+            && std::fs::read_to_string(&file).is_ok_and(|t| t == text);
+        if same {
+            return Ok(());
+        }
         let tmp = dir.join(".config.toml.sbx-server");
         let _ = std::fs::remove_file(&tmp);
         // create_new: O_EXCL, so a link in its place is not followed.

@@ -231,3 +231,113 @@ fn a_project_left_creating_is_reconciled_against_docker() {
         assert_eq!(r.status, 204, "{r:?}");
     }
 }
+
+/// Run `script` as the agent in workspace `ws`'s sandbox; its output.
+fn agent_sh(ws: &std::path::Path, script: &str) -> String {
+    let out = sbx_e2e::sbx()
+        .args(["exec", "-C"])
+        .arg(ws)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", sbx_e2e::text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A home's file comes back from a snapshot: written, snapshotted,
+/// deleted (the stop's final backup no longer has it), restored from the
+/// snapshot on the stopped project, and there at the next start. Another
+/// user reaches none of it; a running project is not restored over.
+#[test]
+fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
+    if !docker_bed() {
+        return;
+    }
+    // file:// is a path inside the sandbox: this one is on its history
+    // volume, which outlives its containers (the firewall keeps a sandbox
+    // from the host's S3 stand-in).
+    let s = common::start_with_docker(&["--backup-url", "file:///commandhistory/sbx-store"]);
+    let (t, _) = s.session();
+    let (bob, _) = s.session();
+    let mut cleanup = Cleanup(Vec::new());
+    let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "kept"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let ws = s
+        .state
+        .join("projects")
+        .join(&id)
+        .join(format!("project-{}", id.replace('-', "")));
+    cleanup.0.push(ws.clone());
+    let p = |what: &str| format!("/projects/{id}/{what}");
+    let r = s.call("POST", &p("start"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}\n{}", s.stderr.lock().unwrap());
+    agent_sh(&ws, "echo 'the agent wrote this' > ~/notes.txt");
+
+    let r = s.call("POST", &p("snapshot"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let snap = r.body["snapshot"]
+        .as_str()
+        .expect("a snapshot id")
+        .to_owned();
+    let r = s.call("GET", &p("backup-status"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    // The daemon may have passed since: the last snapshot, at least ours.
+    let last = r.body["status"]["last_snapshot"].as_str().unwrap_or("");
+    assert!(last >= snap.as_str(), "{r:?}");
+    assert!(
+        r.body["url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/projects/{id}")),
+        "{r:?}"
+    );
+    for (m, path) in [
+        ("POST", p("snapshot")),
+        ("POST", p("restore")),
+        ("GET", p("backup-status")),
+    ] {
+        let r = s.call(m, &path, Some(&bob), None);
+        assert_eq!(r.status, 404, "bob {m} {path}: {r:?}");
+    }
+    let r = s.call("POST", &p("restore"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (409, "wrong_status"), "{r:?}");
+
+    agent_sh(&ws, "rm ~/notes.txt");
+    let r = s.call("POST", &p("stop"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = s.call(
+        "POST",
+        &p("restore"),
+        Some(&t),
+        Some(json!({"snapshot": "99999999999999999999"})),
+    );
+    assert_eq!((r.status, r.code()), (404, "no_snapshot"), "{r:?}");
+    let r = s.call(
+        "POST",
+        &p("restore"),
+        Some(&t),
+        Some(json!({"snapshot": snap})),
+    );
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("stopped")),
+        "{r:?}\n{}",
+        s.stderr.lock().unwrap()
+    );
+    let r = s.call("POST", &p("start"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(agent_sh(&ws, "cat ~/notes.txt"), "the agent wrote this\n");
+
+    // Each action is in the audit log, with its outcome.
+    let log = std::fs::read_to_string(s.audit_log()).unwrap();
+    for op in [
+        "POST /projects/{id}/snapshot",
+        "POST /projects/{id}/restore",
+        "GET /projects/{id}/backup-status",
+    ] {
+        assert!(log.lines().any(|l| l.contains(op)), "{op} not audited");
+    }
+    let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.status, 204, "{r:?}");
+}

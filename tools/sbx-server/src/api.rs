@@ -57,6 +57,9 @@ pub struct AppState {
     max_projects: u32,
     max_running: u32,
     repo_root: Option<PathBuf>,
+    /// The config of a project whose request gives none (checked).
+    default_config: Option<String>,
+    caps: crate::config::Caps,
     /// Verified against when the email is unknown, so a login takes as
     /// long whether or not the account exists.
     dummy_hash: String,
@@ -142,6 +145,12 @@ pub struct NewProject {
     pub name: String,
     /// A local repository below the server's `--repo-root` to clone.
     pub repo: Option<String>,
+    /// The project's `.agent-sandbox/config.toml`: its TOML text, or a
+    /// JSON object of the same keys. Only `[sandbox]` resources and
+    /// protected paths, `[filesystem]`, `[network]` (not allow-external)
+    /// and `[git]`; the rest is the server's. Default: the server's.
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -355,6 +364,32 @@ fn check_repo(root: Option<&FsPath>, repo: &str) -> Result<PathBuf, ApiError> {
     })
 }
 
+/// A request's project config, checked by sbx-core's parser and held to
+/// a project's keys and the server's caps: its TOML text.
+fn project_config(v: &serde_json::Value, caps: &crate::config::Caps) -> Result<String, ApiError> {
+    use crate::config::Refused;
+    let refused = |r| match r {
+        Refused::Invalid(m) => ApiError::bad_request("invalid_config", m),
+        Refused::ServerOwned(keys) => ApiError::bad_request(
+            "server_owned_keys",
+            format!(
+                "{}: {} set by the server, not by a project: remove {}",
+                crate::config::NAME,
+                keys.join(", "),
+                if keys.len() == 1 { "it" } else { "them" }
+            ),
+        ),
+        Refused::OverCap(m) => ApiError::new(
+            StatusCode::CONFLICT,
+            "resource_limit",
+            format!("{}: {m}: ask for less", crate::config::NAME),
+        ),
+    };
+    let text = crate::config::text_of(v).map_err(refused)?;
+    crate::config::check(&text, caps).map_err(refused)?;
+    Ok(text)
+}
+
 #[utoipa::path(post, path = "/projects", tag = "projects", request_body = NewProject,
     security(("bearer" = [])),
     responses((status = 201, body = Project), (status = 409, body = ErrorBody),
@@ -365,6 +400,10 @@ async fn create_project(
     Json(p): Json<NewProject>,
 ) -> Result<Response, ApiError> {
     check_name(&p.name)?;
+    let config = match &p.config {
+        Some(c) => Some(project_config(c, &s.caps)?),
+        None => s.default_config.clone(),
+    };
     let repo = match &p.repo {
         Some(r) => Some(check_repo(s.repo_root.as_deref(), r)?),
         None => None,
@@ -374,7 +413,14 @@ async fn create_project(
     let _held = lock.lock().await;
     let created = s
         .repo
-        .create(user, id, &p.name, p.repo.as_deref(), s.max_projects)
+        .create(
+            user,
+            id,
+            &p.name,
+            p.repo.as_deref(),
+            config.as_deref(),
+            s.max_projects,
+        )
         .await;
     match created {
         Ok(_) => {}
@@ -446,9 +492,10 @@ async fn start_project(
             ),
         ));
     }
+    let config = s.repo.config(user, id).await?;
     s.repo.set_status(user, id, "creating", None, None).await?;
     let state = Arc::clone(&s);
-    let started = blocking(move || state.sandboxes.start(id)).await?;
+    let started = blocking(move || state.sandboxes.start(id, config.as_deref())).await?;
     settle(&s, user, id, "running", started.map(Some)).await
 }
 
@@ -698,9 +745,15 @@ async fn restore_project(
             ),
         ));
     }
+    let config = s.repo.config(user, id).await?;
     s.repo.set_status(user, id, "restoring", None, None).await?;
     let state = Arc::clone(&s);
-    let done = blocking(move || state.sandboxes.restore(id, snapshot.as_deref())).await?;
+    let done = blocking(move || {
+        state
+            .sandboxes
+            .restore(id, config.as_deref(), snapshot.as_deref())
+    })
+    .await?;
     match done {
         Ok(_) => settle(&s, user, id, "stopped", Ok(None)).await,
         // Nothing was restored: the home is as it was.
@@ -939,6 +992,22 @@ pub async fn serve(
     secret: Vec<u8>,
     database_url: Option<String>,
 ) -> Result<(), ServerError> {
+    // Checked before anything is made: a bad file is one line, exit 78.
+    let caps = crate::config::Caps {
+        cpus: args.max_cpus_per_sandbox,
+        memory: args.max_memory_per_sandbox.clone(),
+    };
+    let default_config = match &args.project_config {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).map_err(|e| ServerError::Io(f.clone(), e))?;
+            let v = serde_json::Value::String(text.clone());
+            project_config(&v, &caps).map_err(|e| {
+                ServerError::Config(format!("--project-config {}: {}", f.display(), e.message))
+            })?;
+            Some(text)
+        }
+        None => None,
+    };
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     own_dir(&state_dir)?;
     let projects = state_dir.join("projects");
@@ -964,7 +1033,12 @@ pub async fn serve(
     let pool = pool(&url)?;
     migrate(&pool).await?;
     let repo = Repo::new(pool);
-    let sandboxes = Sandboxes::new(projects, args.backup_url.clone(), args.backup_pass.clone());
+    let sandboxes = Sandboxes::new(
+        projects,
+        args.backup_url.clone(),
+        args.backup_pass.clone(),
+        caps.clone(),
+    );
     reconcile(&repo, &sandboxes).await;
     let audit_path = std::env::var_os("SBX_AUDIT_LOG")
         .map_or_else(|| state_dir.join("audit.jsonl"), PathBuf::from);
@@ -982,6 +1056,8 @@ pub async fn serve(
         max_projects: args.max_projects,
         max_running: args.max_running,
         repo_root,
+        default_config,
+        caps,
         dummy_hash,
         hashing: tokio::sync::Semaphore::new(
             std::thread::available_parallelism().map_or(2, std::num::NonZero::get),

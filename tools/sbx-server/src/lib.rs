@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod config;
 pub mod error;
 pub mod pg;
 pub mod repo;
@@ -93,6 +94,19 @@ pub struct ServeArgs {
     /// backup store's credentials (e.g. AWS_ACCESS_KEY_ID); repeatable.
     #[arg(long, value_name = "NAME")]
     pub backup_pass: Vec<String>,
+    /// The `.agent-sandbox/config.toml` of a project whose request gives
+    /// none (default: sbx's template); checked like a request's.
+    #[arg(long, value_name = "FILE")]
+    pub project_config: Option<PathBuf>,
+    /// CPUs one sandbox may have: a config asking for more is refused
+    /// (409); one asking for nothing gets at most this.
+    #[arg(long, value_name = "N", default_value_t = 2.0)]
+    pub max_cpus_per_sandbox: f64,
+    /// Memory one sandbox may have (docker's notation: 512m, 4g): a
+    /// config asking for more is refused (409); one asking for nothing
+    /// gets at most this.
+    #[arg(long, value_name = "SIZE", default_value = "4g", value_parser = sbx_core::config::Size::parse)]
+    pub max_memory_per_sandbox: sbx_core::config::Size,
 }
 
 pub fn command() -> clap::Command {

@@ -231,6 +231,7 @@ impl Repo {
         id: Uuid,
         name: &str,
         repo: Option<&str>,
+        config: Option<&str>,
         max: u32,
     ) -> Result<Project, CreateError> {
         let mut c = self.pool.get().await?;
@@ -250,14 +251,26 @@ impl Repo {
         let r = tx
             .query_one(
                 &format!(
-                    "INSERT INTO projects (id, user_id, name, repo) VALUES ($1, $2, $3, $4) \
-                     RETURNING {PROJECT_COLUMNS}"
+                    "INSERT INTO projects (id, user_id, name, repo, config) \
+                     VALUES ($1, $2, $3, $4, $5) RETURNING {PROJECT_COLUMNS}"
                 ),
-                &[&id, &user, &name, &repo],
+                &[&id, &user, &name, &repo, &config],
             )
             .await?;
         tx.commit().await?;
         Ok(project(&r))
+    }
+
+    /// Project `id`'s config text (None: sbx's template), if it is `user`'s.
+    pub async fn config(&self, user: Uuid, id: Uuid) -> Result<Option<String>, ApiError> {
+        let c = self.pool.get().await?;
+        let r = c
+            .query_opt(
+                "SELECT config FROM projects WHERE user_id = $1 AND id = $2",
+                &[&user, &id],
+            )
+            .await?;
+        Ok(r.and_then(|r| r.get(0)))
     }
 
     pub async fn set_status(

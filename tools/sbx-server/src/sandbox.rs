@@ -30,6 +30,7 @@ pub struct Sandboxes {
     /// Server environment variables every sandbox gets (the store's
     /// credentials), as `[environment].pass`.
     backup_pass: Vec<String>,
+    caps: crate::config::Caps,
 }
 
 /// What a server-side `sbx-backup` run failed with.
@@ -78,12 +79,18 @@ fn run(c: &mut Command, what: &str) -> Result<(), String> {
 }
 
 impl Sandboxes {
-    pub fn new(root: PathBuf, backup: Option<StoreUrl>, backup_pass: Vec<String>) -> Self {
+    pub fn new(
+        root: PathBuf,
+        backup: Option<StoreUrl>,
+        backup_pass: Vec<String>,
+        caps: crate::config::Caps,
+    ) -> Self {
         Self {
             root,
             locks: Mutex::new(HashMap::new()),
             backup,
             backup_pass,
+            caps,
         }
     }
 
@@ -147,16 +154,17 @@ impl Sandboxes {
         given
     }
 
-    /// Start the sandbox (its `.agent-sandbox` made on the first start);
-    /// the container's name. Blocking.
-    pub fn start(&self, id: Uuid) -> Result<String, String> {
+    /// Start the sandbox (its `.agent-sandbox` made on the first start)
+    /// under `config` (None: sbx's template); the container's name.
+    /// Blocking.
+    pub fn start(&self, id: Uuid, config: Option<&str>) -> Result<String, String> {
         let ws = self.workspace(id);
         let c = quiet();
         if !ws.join(sbx_core::config::DIR).exists() {
             sbx_run::lifecycle::init(&c, Some(ws.clone()), false, None)
                 .map_err(|e| sbx_core::entry::chain(&*e))?;
         }
-        self.write_config(id)?;
+        self.write_config(id, config.unwrap_or(sbx_run::image::CONFIG_TEMPLATE))?;
         let w = sbx_run::lifecycle::start(&c, Some(ws), None)
             .map_err(|e| sbx_core::entry::chain(&*e))?;
         Ok(w.names.container.clone())
@@ -168,7 +176,7 @@ impl Sandboxes {
     /// parser. No agent runs while it is written (the sandbox is stopped,
     /// and mounts the directory read-only when it runs); links are not
     /// followed all the same, the workspace being the agent's.
-    fn write_config(&self, id: Uuid) -> Result<(), String> {
+    fn write_config(&self, id: Uuid, base: &str) -> Result<(), String> {
         let dir = self.workspace(id).join(sbx_core::config::DIR);
         let at = |e: std::io::Error, p: &Path| format!("{}: {e}", p.display());
         let meta = std::fs::symlink_metadata(&dir).map_err(|e| at(e, &dir))?;
@@ -176,7 +184,7 @@ impl Sandboxes {
             return Err(format!("{}: not a directory", dir.display()));
         }
         let file = dir.join("config.toml");
-        let text = self.config_text(id, sbx_run::image::CONFIG_TEMPLATE, &file)?;
+        let text = self.config_text(id, base, &file)?;
         // Unchanged, it is left as it is: a new inode under the sandbox's
         // mount of it makes sbx-run make the container anew.
         let same = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
@@ -201,12 +209,13 @@ impl Sandboxes {
     /// prefix of the server's store, its credentials' names added to
     /// `[environment].pass`. Checked by sbx-core's parser.
     fn config_text(&self, id: Uuid, base: &str, file: &Path) -> Result<String, String> {
-        let Some(url) = &self.backup else {
-            sbx_core::config::parse_toml(base, file).map_err(|e| e.to_string())?;
+        let parsed = sbx_core::config::parse_toml(base, file).map_err(|e| e.to_string())?;
+        let over_cpus = parsed.sandbox.cpus.0 > self.caps.cpus;
+        let over_memory = parsed.sandbox.memory.bytes > self.caps.memory.bytes;
+        if self.backup.is_none() && !over_cpus && !over_memory {
             return Ok(base.to_owned());
-        };
+        }
         let mut t: toml::Table = base.parse().map_err(|e| format!("config: {e}"))?;
-        let prefix = url.child("projects", &id.to_string())?;
         let table = |t: &mut toml::Table, k: &str| -> Result<toml::Table, String> {
             match t.remove(k) {
                 None => Ok(toml::Table::new()),
@@ -214,10 +223,23 @@ impl Sandboxes {
                 Some(_) => Err(format!("config: [{k}] is not a table")),
             }
         };
-        let mut b = table(&mut t, "backup")?;
-        b.insert("url".into(), prefix.text.clone().into());
-        t.insert("backup".into(), b.into());
-        if !self.backup_pass.is_empty() {
+        // What a config asks for was checked against the caps when the
+        // project was made; sbx's defaults (asked by none) are capped here.
+        let mut sb = table(&mut t, "sandbox")?;
+        if over_cpus {
+            sb.insert("cpus".into(), self.caps.cpus.into());
+        }
+        if over_memory {
+            sb.insert("memory".into(), self.caps.memory.text.clone().into());
+        }
+        t.insert("sandbox".into(), sb.into());
+        if let Some(url) = &self.backup {
+            let prefix = url.child("projects", &id.to_string())?;
+            let mut b = table(&mut t, "backup")?;
+            b.insert("url".into(), prefix.text.clone().into());
+            t.insert("backup".into(), b.into());
+        }
+        if self.backup.is_some() && !self.backup_pass.is_empty() {
             let mut e = table(&mut t, "environment")?;
             let mut pass = match e.remove("pass") {
                 Some(toml::Value::Array(a)) => a,
@@ -290,9 +312,14 @@ impl Sandboxes {
     /// first (which also waits out the daemon's first pass), stopped after
     /// (its final sync makes the restored home the newest snapshot).
     /// Returns the snapshot restored. Blocking.
-    pub fn restore(&self, id: Uuid, snapshot: Option<&str>) -> Result<String, BackupError> {
+    pub fn restore(
+        &self,
+        id: Uuid,
+        config: Option<&str>,
+        snapshot: Option<&str>,
+    ) -> Result<String, BackupError> {
         let fail = BackupError::Failed;
-        self.start(id).map_err(fail)?;
+        self.start(id, config).map_err(fail)?;
         let done = (|| {
             // Chosen before the backup below, which becomes the newest.
             let list = self.backup(id, &["snapshots"])?;

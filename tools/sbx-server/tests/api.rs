@@ -568,6 +568,116 @@ fn backups_need_a_store_and_a_snapshot_id_is_digits() {
     assert_eq!(r.body["status"], "stopped", "{r:?}");
 }
 
+/// A project's config is read by sbx-core's parser (a bad key is a 400
+/// naming it), held to a project's keys (the server's own, such as the
+/// environment it passes or the firewall's off switch, are a 400 naming
+/// them) and to the server's caps (409); refused, no project is made.
+#[test]
+fn a_projects_config_is_checked_and_held_to_a_projects_keys() {
+    let s = shared();
+    let (t, _) = s.session();
+    for (config, status, code, names) in [
+        (
+            json!("[sandbox]\nmemry = \"1g\"\n"),
+            400,
+            "invalid_config",
+            "memry",
+        ),
+        (
+            json!({"sandbox": {"memory": "lots"}}),
+            400,
+            "invalid_config",
+            "sandbox.memory",
+        ),
+        (json!("[network"), 400, "invalid_config", "config.toml"),
+        (
+            json!(5),
+            400,
+            "invalid_config",
+            "TOML text or a JSON object",
+        ),
+        (
+            json!("[environment]\npass = [\"JWT_SECRET\"]\n"),
+            400,
+            "server_owned_keys",
+            "environment",
+        ),
+        (
+            json!({"backup": {"url": "file:///var/tmp/x"}}),
+            400,
+            "server_owned_keys",
+            "backup",
+        ),
+        (
+            json!({"network": {"allow-external": true}}),
+            400,
+            "server_owned_keys",
+            "network.allow-external",
+        ),
+        (
+            json!({"sandbox": {"ports": ["80"]}}),
+            400,
+            "server_owned_keys",
+            "sandbox.ports",
+        ),
+        (json!({"agent": {}}), 400, "server_owned_keys", "agent"),
+        (
+            json!({"sandbox": {"cpus": 64}}),
+            409,
+            "resource_limit",
+            "sandbox.cpus",
+        ),
+        (
+            json!({"sandbox": {"memory": "64g"}}),
+            409,
+            "resource_limit",
+            "sandbox.memory",
+        ),
+    ] {
+        let r = s.call(
+            "POST",
+            "/projects",
+            Some(&t),
+            Some(json!({"name": "c", "config": config})),
+        );
+        assert_eq!((r.status, r.code()), (status, code), "{config}: {r:?}");
+        let m = r.body["error"]["message"].as_str().unwrap();
+        assert!(m.contains(names), "{config}: {m}");
+    }
+    let r = s.call("GET", "/projects", Some(&t), None);
+    assert_eq!(r.body, json!([]), "a refused config made a project: {r:?}");
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "c", "config": {
+            "sandbox": {"cpus": 1.5, "memory": "1g"},
+            "network": {"allow-domains": ["api.example.com"]},
+        }})),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    // The server's default file is checked the same way, at start.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = dir.path().join("default.toml");
+    std::fs::write(&f, "[environment]\nallow = [\"*\"]\n").unwrap();
+    let out = common::server_command()
+        .env("JWT_SECRET", SECRET)
+        .arg("serve")
+        .arg("--project-config")
+        .arg(&f)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("environment") && err.contains("default.toml"),
+        "{err}"
+    );
+}
+
 #[test]
 fn projects_per_user_are_limited() {
     let s = shared();

@@ -341,3 +341,102 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
     let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
     assert_eq!(r.status, 204, "{r:?}");
 }
+
+/// (NanoCpus, Memory) docker gave `container`.
+fn resources(container: &str) -> (u64, u64) {
+    let out = sbx_e2e::sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}}",
+        container,
+    ]));
+    let mut it = out.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+/// A project's sandbox gets the CPUs and memory its config asks for,
+/// within the server's caps; one that asks for nothing gets the caps, not
+/// sbx's larger defaults. A cloned repository's own config is not obeyed:
+/// it asked for the server's JWT_SECRET and more CPUs than the cap, and
+/// the sandbox has neither.
+#[test]
+fn a_sandbox_gets_its_configs_resources_within_the_servers_caps() {
+    if !docker_bed() {
+        return;
+    }
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let src = root.path().join("src");
+    std::fs::create_dir_all(src.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        src.join(".agent-sandbox/config.toml"),
+        "[environment]\npass = [\"JWT_SECRET\"]\n[sandbox]\ncpus = 1.8\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join(".agent-sandbox/Dockerfile"),
+        sbx_run::image::REPO_DOCKERFILE,
+    )
+    .unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "."],
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "x",
+        ],
+    ] {
+        sbx_e2e::sh(Command::new("git").args(args).current_dir(&src));
+    }
+    let s = common::start_with_docker(&[
+        "--max-cpus-per-sandbox",
+        "1.5",
+        "--max-memory-per-sandbox",
+        "1g",
+        "--repo-root",
+        root.path().to_str().unwrap(),
+    ]);
+    let (t, _) = s.session();
+    let mut cleanup = Cleanup(Vec::new());
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "big", "config": {"sandbox": {"cpus": 2}}})),
+    );
+    assert_eq!((r.status, r.code()), (409, "resource_limit"), "{r:?}");
+    let mut boxes = Vec::new();
+    for (name, body) in [
+        (
+            "asks",
+            json!({"name": "asks", "config": "[sandbox]\ncpus = 1.0\nmemory = \"768m\"\n"}),
+        ),
+        (
+            "cloned",
+            json!({"name": "cloned", "repo": src.to_str().unwrap()}),
+        ),
+    ] {
+        let r = s.call("POST", "/projects", Some(&t), Some(body));
+        assert_eq!(r.status, 201, "{name}: {r:?}");
+        let id = r.body["id"].as_str().unwrap().to_owned();
+        let ws = s
+            .state
+            .join("projects")
+            .join(&id)
+            .join(format!("project-{}", id.replace('-', "")));
+        cleanup.0.push(ws.clone());
+        let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+        assert_eq!(r.status, 200, "{name}: {r:?}\n{}", s.stderr.lock().unwrap());
+        boxes.push((r.body["container"].as_str().unwrap().to_owned(), ws));
+    }
+    assert_eq!(resources(&boxes[0].0), (1_000_000_000, 768 << 20));
+    assert_eq!(resources(&boxes[1].0), (1_500_000_000, 1 << 30));
+    assert_eq!(
+        agent_sh(&boxes[1].1, "echo \"${JWT_SECRET:-unset}\""),
+        "unset\n"
+    );
+}

@@ -433,10 +433,10 @@ fn a_sandbox_gets_its_configs_resources_within_the_servers_caps() {
         assert_eq!(r.status, 200, "{name}: {r:?}\n{}", s.stderr.lock().unwrap());
         boxes.push((r.body["container"].as_str().unwrap().to_owned(), ws));
     }
-    assert_eq!(resources(&boxes[0].0), (1_000_000_000, 768 << 20));
-    assert_eq!(resources(&boxes[1].0), (1_500_000_000, 1 << 30));
     assert_eq!(
         agent_sh(&boxes[1].1, "echo \"${JWT_SECRET:-unset}\""),
         "unset\n"
     );
+    assert_eq!(resources(&boxes[0].0), (1_000_000_000, 768 << 20));
+    assert_eq!(resources(&boxes[1].0), (1_500_000_000, 1 << 30));
 }

@@ -1071,15 +1071,15 @@ pub async fn serve(
         .map_err(|e| ServerError::Listen(args.listen, e))?;
     // The one line a supervisor (or a test) waits for.
     eprintln!("sbx-server: listening on http://{addr}");
-    let served = axum::serve(
+    crate::conn::serve(
         listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        router(state),
+        args.max_connections as usize,
+        shutdown(),
     )
-    .with_graceful_shutdown(shutdown())
-    .await
-    .map_err(|e| ServerError::Listen(addr, e));
+    .await;
     drop(cluster);
-    served
+    Ok(())
 }
 
 /// Projects a server left mid-transition (`creating`, `stopping`,

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod conn;
 pub mod error;
 pub mod pg;
 pub mod repo;
@@ -84,6 +85,12 @@ pub struct ServeArgs {
     /// this directory. Without it, `repo` is refused.
     #[arg(long, value_name = "DIR")]
     pub repo_root: Option<PathBuf>,
+    /// Connections open at once; one over is closed when accepted. A
+    /// request's head has 10 s to arrive, an idle connection 10 s to send
+    /// its next.
+    #[arg(long, value_name = "N", default_value_t = 512,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
     /// The backup store of every project's home (s3://, gs://, file://;
     /// a file:// path is inside each sandbox): each project backs up to
     /// `URL/projects/<id>`. Without it, snapshot, restore and

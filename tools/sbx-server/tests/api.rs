@@ -1147,6 +1147,79 @@ fn a_body_that_never_ends_is_cut_off() {
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
 }
 
+/// Read `c` until the server closes it or sends a response head; how
+/// long that took, and what came.
+fn until_closed(mut c: std::net::TcpStream) -> (std::time::Duration, String) {
+    let t0 = std::time::Instant::now();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(45)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("still open after {:?}: {e}", t0.elapsed()),
+        }
+    }
+    (t0.elapsed(), String::from_utf8_lossy(&got).into_owned())
+}
+
+#[test]
+fn a_request_head_that_never_ends_is_cut_off() {
+    // Route (issue 41): axum::serve sets no header-read timeout, so half
+    // a request line, or a connection that sends nothing, held a file
+    // descriptor for good (slowloris). The head now has 10 s.
+    let s = shared();
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    let idle = std::net::TcpStream::connect(&addr).unwrap();
+    let mut half = std::net::TcpStream::connect(&addr).unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let idle = std::thread::spawn(move || until_closed(idle));
+    let (took, got) = until_closed(half);
+    assert!(!got.contains(" 200 "), "{got}");
+    assert!(took < std::time::Duration::from_secs(40), "{took:?}");
+    let (took, got) = idle.join().unwrap();
+    assert!(got.is_empty() || !got.contains(" 200 "), "{got}");
+    assert!(took < std::time::Duration::from_secs(40), "{took:?}");
+}
+
+#[test]
+fn connections_over_the_cap_are_closed() {
+    // Route (issue 41): every connection was taken, so a client holding
+    // hundreds of them (within the head timeout, or sending requests
+    // slowly) could use up the server's descriptors. One over
+    // --max-connections is closed when accepted; the others go on.
+    let s = common::start(&["--max-connections", "4"]);
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    let held: Vec<_> = (0..4)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    // The server accepts them in its own time.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let mut over = std::net::TcpStream::connect(&addr).unwrap();
+    let _ = over.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let (_, got) = until_closed(over);
+    assert!(got.is_empty(), "served over the cap: {got}");
+    drop(held);
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (_, got) = until_closed(c);
+        if got.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "no connection served once the others closed: {got}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn names_and_emails_with_invisible_characters_are_refused() {
     // Route (issue 41): only C0/C1 controls were refused, so a project

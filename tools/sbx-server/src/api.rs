@@ -482,6 +482,17 @@ async fn start_project(
     let _held = owned(&s, user, id).await?;
     // Under the project's lock only: two starts of different projects
     // may both pass; the limit is a quota, not a security boundary.
+    running_limit(&s, user, id).await?;
+    let config = s.repo.config(user, id).await?;
+    s.repo.set_status(user, id, "creating", None, None).await?;
+    let state = Arc::clone(&s);
+    let started = blocking(move || state.sandboxes.start(id, config.as_deref())).await?;
+    settle(&s, user, id, "running", started.map(Some)).await
+}
+
+/// 409 when `user` has as many sandboxes running (or starting) besides
+/// `id` as the server allows.
+async fn running_limit(s: &AppState, user: Uuid, id: Uuid) -> Result<(), ApiError> {
     if s.repo.running(user, id).await? >= i64::from(s.max_running) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -492,11 +503,7 @@ async fn start_project(
             ),
         ));
     }
-    let config = s.repo.config(user, id).await?;
-    s.repo.set_status(user, id, "creating", None, None).await?;
-    let state = Arc::clone(&s);
-    let started = blocking(move || state.sandboxes.start(id, config.as_deref())).await?;
-    settle(&s, user, id, "running", started.map(Some)).await
+    Ok(())
 }
 
 /// The lock of project `id`, held, once the project is known to be
@@ -735,16 +742,7 @@ async fn restore_project(
     let (_held, p) = backup_target(&s, user, id).await?;
     require(&p, "stopped", "stop it first")?;
     // The restore runs the sandbox for its length.
-    if s.repo.running(user, id).await? >= i64::from(s.max_running) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "running_limit",
-            format!(
-                "you have {} sandboxes running, the most this server allows: stop one first",
-                s.max_running
-            ),
-        ));
-    }
+    running_limit(&s, user, id).await?;
     let config = s.repo.config(user, id).await?;
     s.repo.set_status(user, id, "restoring", None, None).await?;
     let state = Arc::clone(&s);

@@ -940,26 +940,7 @@ fn repo_is_cloned_only_from_below_the_repo_root() {
     ] {
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join(file), "1\n").unwrap();
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["add", file],
-            &[
-                "-c",
-                "user.name=a",
-                "-c",
-                "user.email=a@b",
-                "commit",
-                "-qm",
-                "x",
-            ],
-        ] {
-            let st = std::process::Command::new("git")
-                .args(args)
-                .current_dir(&dir)
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        common::commit_all(&dir);
     }
     // A link below the root to a repository outside it.
     std::os::unix::fs::symlink(outside.path().join("theirs"), root.path().join("link")).unwrap();

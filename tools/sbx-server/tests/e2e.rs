@@ -66,11 +66,7 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
         let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
         assert_eq!(r.status, 201, "{r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
-        let ws: PathBuf = s
-            .state
-            .join("projects")
-            .join(&id)
-            .join(format!("project-{}", id.replace('-', "")));
+        let ws: PathBuf = common::workspace(&s, &id);
         cleanup.0.push(ws.clone());
         let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
         assert_eq!(
@@ -186,12 +182,7 @@ fn a_project_left_creating_is_reconciled_against_docker() {
         let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
         assert_eq!(r.status, 201, "{r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
-        cleanup.0.push(
-            s.state
-                .join("projects")
-                .join(&id)
-                .join(format!("project-{}", id.replace('-', ""))),
-        );
+        cleanup.0.push(common::workspace(&s, &id));
         ids.push(id);
     }
     let (up, never) = (&ids[0], &ids[1]);
@@ -263,11 +254,7 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
     let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "kept"})));
     assert_eq!(r.status, 201, "{r:?}");
     let id = r.body["id"].as_str().unwrap().to_owned();
-    let ws = s
-        .state
-        .join("projects")
-        .join(&id)
-        .join(format!("project-{}", id.replace('-', "")));
+    let ws = common::workspace(&s, &id);
     cleanup.0.push(ws.clone());
     let p = |what: &str| format!("/projects/{id}/{what}");
     let r = s.call("POST", &p("start"), Some(&t), None);
@@ -377,21 +364,7 @@ fn a_sandbox_gets_its_configs_resources_within_the_servers_caps() {
         sbx_run::image::REPO_DOCKERFILE,
     )
     .unwrap();
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["add", "."],
-        &[
-            "-c",
-            "user.name=a",
-            "-c",
-            "user.email=a@b",
-            "commit",
-            "-qm",
-            "x",
-        ],
-    ] {
-        sbx_e2e::sh(Command::new("git").args(args).current_dir(&src));
-    }
+    common::commit_all(&src);
     let s = common::start_with_docker(&[
         "--max-cpus-per-sandbox",
         "1.5",
@@ -423,11 +396,7 @@ fn a_sandbox_gets_its_configs_resources_within_the_servers_caps() {
         let r = s.call("POST", "/projects", Some(&t), Some(body));
         assert_eq!(r.status, 201, "{name}: {r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
-        let ws = s
-            .state
-            .join("projects")
-            .join(&id)
-            .join(format!("project-{}", id.replace('-', "")));
+        let ws = common::workspace(&s, &id);
         cleanup.0.push(ws.clone());
         let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
         assert_eq!(r.status, 200, "{name}: {r:?}\n{}", s.stderr.lock().unwrap());

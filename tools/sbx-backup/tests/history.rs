@@ -706,3 +706,35 @@ fn a_renewed_lock_from_another_pid_namespace_keeps_prune_out() {
     );
     assert_eq!(e.snapshots(), before, "prune deleted under a live lock");
 }
+
+/// A large file whose blob a finished prune condemned, back in the home
+/// (the same artifact downloaded again, a checkout of a big file): the
+/// marker stays after the prune, so the next sync stores the content
+/// anew as a pack of its own. Above 64 MiB that snapshot was reported and
+/// then refused by every restore ("claims … bytes in a pack"): packs of
+/// their own are streamed like blobs, and the manifest check now says so.
+#[test]
+fn a_large_file_stored_again_after_a_prune_restores() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let big = e.home().join("model.bin");
+    let body: Vec<u8> = (0..(65u32 << 20) + 3)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    w(&big, &body);
+    e.ok(&["sync"]);
+    fs::remove_file(&big).unwrap();
+    w(&e.home().join("stays"), b"kept\n");
+    e.ok(&["sync"]);
+    e.ok(&["prune", "--keep-last", "1"]);
+    w(&big, &body);
+    let rep = e.ok(&["--json", "sync"]);
+    assert!(rep["data"]["snapshot"].is_string(), "{rep}");
+    let want = tree(&e.home());
+    assert_eq!(
+        e.restored("to"),
+        want,
+        "the reported snapshot cannot restore"
+    );
+    let o = e.run(&["check", "--read-data"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}

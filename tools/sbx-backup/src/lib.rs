@@ -199,12 +199,15 @@ else does. Holders rewrite their lock with a new token every 10 s; a
 contender calls a lock stale once it has watched the same token for 60 s
 on its own monotonic clock (no clocks compared across machines, no pids
 across PID namespaces), and a holder that could not renew for 40 s stops
-before committing or deleting anything. Prune first rewrites the store's
-`pruned` marker, naming every object it will delete, and lists the
-snapshots again: every later sync re-learns from the store where contents
-live, never references what the marker names (it stores that content
-anew, under a fresh name), and withdraws and commits again a snapshot
-whose commit raced a newer marker. Hard links are backed up and restored
+before committing or deleting anything. Prune first adds a marker to the
+store (pruned.d/<n>, created once each, in force only as the newest),
+naming every object it will delete and carrying forward what the one
+before named (blobs, and packs still stored: a prune whose lock was
+called stale may still delete them), and lists the snapshots again:
+every later sync re-learns from the store where contents live, never
+references what the marker names (it stores that content anew, under a
+fresh name), and withdraws and commits again a snapshot whose commit
+raced a newer marker. Hard links are backed up and restored
 as separate copies, extended attributes and ACLs not at all; sync says
 both, with counts.
 

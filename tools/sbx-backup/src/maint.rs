@@ -2,11 +2,11 @@
 //! `prune` (drop snapshots by rule, then the packs and blobs nothing
 //! references), under the lock rule in `lock`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::Serialize;
 
 use crate::manifest::{Kind, Manifest};
@@ -244,6 +244,63 @@ pub async fn prune(remote: &Remote, o: &PruneOpts) -> Res<PruneReport> {
     r
 }
 
+/// Write this prune's marker before its first delete: its own garbage,
+/// and what the newest marker named that a prune paused past its lease
+/// (its lock stolen, its marker overwritten) may still delete: every
+/// pack still listed, and every blob (a blob's name is its content's
+/// hash, so it is stored again under that name once gone; a pack's
+/// name never repeats). Markers form a chain of conditional creates;
+/// one is in force only while it is the newest, so a prune that created
+/// one below a newer marker (it read the chain before pausing) makes
+/// another on top, and never overwrites what it did not read.
+async fn mark(remote: &Remote, garbage: &[(String, u64)], listed: &HashSet<String>) -> Res<()> {
+    for _ in 0..10 {
+        let (top, prev) = crate::sync::newest_marker(remote).await?;
+        let mut names: BTreeSet<String> = garbage.iter().map(|(k, _)| k.clone()).collect();
+        names.extend(
+            crate::sync::condemned(prev.as_deref())
+                .into_iter()
+                .filter(|k| k.starts_with("blob ") || listed.contains(k)),
+        );
+        let seq = top.map_or(1, |s| s + 1);
+        let body = serde_json::to_vec(&crate::sync::Marker {
+            id: crate::sync::new_id(),
+            condemned: names.into_iter().collect(),
+        })
+        .expect("serializable");
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        crate::hook::point("prune-mark");
+        match remote
+            .store
+            .put_opts(&remote.marker(seq), PutPayload::from(body.clone()), create)
+            .await
+        {
+            Ok(_) => {}
+            Err(object_store::Error::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(Box::new(remote.down(e))),
+        }
+        if remote.marker_seqs().await?.last() != Some(&seq) {
+            continue;
+        }
+        // For older versions on this prefix, which read only this one.
+        remote
+            .store
+            .put(&remote.pruned(), PutPayload::from(body))
+            .await
+            .map_err(|e| remote.down(e))?;
+        for old in remote.marker_seqs().await?.into_iter().filter(|&s| s < seq) {
+            let _ = remote.store.delete(&remote.marker(old)).await;
+        }
+        return Ok(());
+    }
+    Err(Box::new(remote.down(
+        "other prunes kept writing their markers meanwhile",
+    )))
+}
+
 async fn prune_locked(
     remote: &Remote,
     o: &PruneOpts,
@@ -279,8 +336,10 @@ async fn prune_locked(
     rep.removed_snapshots = removed.iter().map(|x| x.1.id.clone()).collect();
     let refs = uses(&kept);
     let mut garbage = Vec::new();
+    let mut listed = HashSet::new();
     for (p, size) in remote.pack_ids().await? {
         let key = format!("pack {p}");
+        listed.insert(key.clone());
         match refs.get(&key) {
             None => garbage.push((key, size)),
             Some(us) => {
@@ -312,18 +371,7 @@ async fn prune_locked(
         // again. Snapshots committed before the listing below keep what
         // they use here.
         lease.check()?;
-        let marker = crate::sync::Marker {
-            id: crate::sync::new_id(),
-            condemned: garbage.iter().map(|(k, _)| k.clone()).collect(),
-        };
-        remote
-            .store
-            .put(
-                &remote.pruned(),
-                PutPayload::from(serde_json::to_vec(&marker).expect("serializable")),
-            )
-            .await
-            .map_err(|e| remote.down(e))?;
+        mark(remote, &garbage, &listed).await?;
         let fresh: Vec<String> = remote
             .snapshot_ids()
             .await?

@@ -996,14 +996,36 @@ pub async fn locations(
     Ok(known)
 }
 
-async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
-    match remote.store.get(&remote.pruned()).await {
-        Ok(g) => Ok(Some(
-            String::from_utf8_lossy(&g.bytes().await.map_err(|e| remote.down(e))?).into_owned(),
-        )),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(remote.down(e)),
+/// The newest prune marker's text (None: no prune has deleted anything).
+pub(crate) async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
+    Ok(newest_marker(remote).await?.1)
+}
+
+/// The newest prune marker: its number (None: only the single marker
+/// older versions wrote, or none) and its text.
+pub(crate) async fn newest_marker(
+    remote: &Remote,
+) -> Result<(Option<u64>, Option<String>), StoreError> {
+    let text = |g: object_store::GetResult| async move {
+        g.bytes()
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| remote.down(e))
+    };
+    // A newer prune may remove the one listed as newest before it is read.
+    for _ in 0..5 {
+        let at = match remote.marker_seqs().await?.last() {
+            Some(&s) => (Some(s), remote.marker(s)),
+            None => (None, remote.pruned()),
+        };
+        match remote.store.get(&at.1).await {
+            Ok(g) => return Ok((at.0, Some(text(g).await?))),
+            Err(object_store::Error::NotFound { .. }) if at.0.is_none() => return Ok((None, None)),
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(remote.down(e)),
+        }
     }
+    Err(remote.down("prune markers kept changing while read"))
 }
 
 /// The `pruned` marker: which prune wrote it last, and every object it
@@ -1016,7 +1038,7 @@ pub struct Marker {
 }
 
 /// The objects marker `ep` condemns (none for an older marker: an id).
-fn condemned(ep: Option<&str>) -> HashSet<String> {
+pub(crate) fn condemned(ep: Option<&str>) -> HashSet<String> {
     ep.and_then(|t| serde_json::from_str::<Marker>(t).ok())
         .map(|m| m.condemned.into_iter().collect())
         .unwrap_or_default()

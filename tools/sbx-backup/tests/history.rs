@@ -738,3 +738,209 @@ fn a_large_file_stored_again_after_a_prune_restores() {
     let o = e.run(&["check", "--read-data"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// Two prunes that steal a lock. Prune A condemns a large file's blob and
+/// pauses before deleting it, past its lease (a suspended VM). Prune B
+/// calls A's lock stale and deletes the blob itself; prune C, later,
+/// rewrites the marker with what it deletes, and the blob's name, gone
+/// from the store, was no longer in it. The file comes back to the home
+/// and a sync uploads it under the same name (a blob's name is its
+/// content's hash), reports the snapshot, and A, resumed, deletes it.
+/// A marker now carries forward what earlier markers named.
+#[test]
+fn a_prune_whose_lock_was_stolen_never_deletes_a_blob_stored_again() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let body: Vec<u8> = (0..3u32 << 19).map(|i| (i * 7 % 251) as u8).collect();
+    let back = e.home().join("back");
+    w(&back, &body);
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    let resume = e.root.join("resume-a");
+    let a = paused_with(
+        &e,
+        &lease,
+        "prune-delete",
+        &resume,
+        &["prune", "--keep-last", "1"],
+    );
+    signal(&a, "STOP");
+    let prune = |args: &[&str]| {
+        let o = e
+            .cmd_for("home", "state", args)
+            .envs(lease)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    // B: A's lock is stale; B deletes the blob A condemned.
+    prune(&["prune", "--keep-last", "1", "--wait", "120s"]);
+    // C: something else to delete, so it writes its own marker.
+    w(&e.home().join("brief"), b"here for one snapshot\n");
+    e.ok(&["sync"]);
+    fs::remove_file(e.home().join("brief")).unwrap();
+    e.ok(&["sync"]);
+    prune(&["prune", "--keep-last", "1", "--wait", "120s"]);
+    w(&back, &body);
+    let rep = e.ok(&["--json", "sync"]);
+    assert!(rep["data"]["snapshot"].is_string(), "{rep}");
+    w(&resume, b"");
+    signal(&a, "CONT");
+    let _ = a.wait_with_output().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost its blob");
+    let o = e.run(&["check"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// A prune that read the marker chain, then paused past its lease before
+/// adding its own marker. Two prunes ran meanwhile (each deleting a pack
+/// a killed sync left), and the newer one removed the marker below it,
+/// so the paused prune's create of the next number succeeded, below the
+/// newest: no sync ever read it. A sync reused the pack it condemned and
+/// reported the snapshot; the prune deleted the pack. A marker is now in
+/// force only as the newest: one created below is made again on top.
+#[test]
+fn a_prune_marker_created_below_a_newer_one_is_made_again_on_top() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    let f = e.home().join("f");
+    w(&f, b"a small file the paused prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(&f).unwrap();
+    w(&e.home().join("g"), b"stays\n");
+    e.ok(&["sync"]);
+    let (ra, rb) = (e.root.join("resume-mark"), e.root.join("resume-delete"));
+    let a = paused_with(
+        &e,
+        &[
+            lease[0],
+            ("SBX_BACKUP_PAUSE2_AT", "prune-delete"),
+            ("SBX_BACKUP_PAUSE2_FILE", rb.to_str().unwrap()),
+        ],
+        "prune-mark",
+        &ra,
+        &["prune", "--keep-last", "1"],
+    );
+    signal(&a, "STOP");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        e.cmd_for("home", "state", args)
+            .envs(lease)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    // Two prunes, each with a pack a killed sync left to delete; the
+    // second removes the first one's marker.
+    for orphan in ["o1", "o2"] {
+        w(&e.home().join(orphan), orphan.as_bytes());
+        let o = run(
+            &["sync", "--wait", "120s"],
+            &[("SBX_BACKUP_CRASH_AT", "before-index")],
+        );
+        assert!(!o.status.success());
+        fs::remove_file(e.home().join(orphan)).unwrap();
+        let o = run(&["prune", "--wait", "120s"], &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // A pass that learns the store as the newest marker leaves it.
+    w(&e.home().join("h"), b"one more\n");
+    let o = run(&["sync", "--wait", "120s"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The paused prune renews its lease, then goes on to its first delete.
+    signal(&a, "CONT");
+    std::thread::sleep(Duration::from_secs(1));
+    w(&ra, b"");
+    wait_for(&rb.with_extension("paused"));
+    signal(&a, "STOP");
+    w(&f, b"a small file the paused prune condemns\n");
+    let o = run(&["--json", "sync", "--wait", "120s"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&rb, b"");
+    signal(&a, "CONT");
+    let _ = a.wait_with_output().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}
+
+/// A sync paused before its commit past its lease; prune A calls its lock
+/// stale, condemns the pack the sync is about to reference, and pauses
+/// before deleting it; the sync commits and pauses again; prune B calls
+/// both locks stale, keeps the sync's new snapshot (so the pack too) and
+/// writes its marker. The sync read the marker again after its commit:
+/// B's, which did not name the pack, so it reported the snapshot, and A,
+/// resumed, deleted the pack. A marker now carries forward every pack
+/// the one before it named that is still in the store.
+#[test]
+fn a_second_prune_marker_still_names_what_a_paused_prune_deletes() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    let f = e.home().join("f");
+    w(&f, b"a small file the paused prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(&f).unwrap();
+    w(&e.home().join("g"), b"stays\n");
+    e.ok(&["sync"]);
+    w(&f, b"a small file the paused prune condemns\n");
+    let (rs1, rs2, rp) = (
+        e.root.join("resume-put"),
+        e.root.join("resume-after"),
+        e.root.join("resume-prune"),
+    );
+    let sync = paused_with(
+        &e,
+        &[
+            lease[0],
+            ("SBX_BACKUP_PAUSE2_AT", "after-commit"),
+            ("SBX_BACKUP_PAUSE2_FILE", rs2.to_str().unwrap()),
+        ],
+        "commit-put",
+        &rs1,
+        &["--json", "sync", "--wait", "120s"],
+    );
+    signal(&sync, "STOP");
+    let a = paused_with(
+        &e,
+        &lease,
+        "prune-delete",
+        &rp,
+        &["prune", "--keep-last", "1", "--wait", "120s"],
+    );
+    signal(&a, "STOP");
+    w(&rs1, b"");
+    signal(&sync, "CONT");
+    wait_for(&rs2.with_extension("paused"));
+    signal(&sync, "STOP");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        e.cmd_for("home", "state", args)
+            .envs(lease)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    // B, with a pack a killed sync left to delete (in its own state dir).
+    let other = e.root.join("other");
+    w(&other.join("o"), b"orphan\n");
+    let o = e
+        .cmd_for("home", "state", &["sync", "--wait", "120s"])
+        .arg("--home")
+        .arg(&other)
+        .envs(lease)
+        .env("SBX_BACKUP_CRASH_AT", "before-index")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let o = run(&["prune", "--keep-last", "5", "--wait", "120s"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&rs2, b"");
+    signal(&sync, "CONT");
+    let o = sync.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&rp, b"");
+    signal(&a, "CONT");
+    let _ = a.wait_with_output().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}

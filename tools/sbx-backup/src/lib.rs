@@ -68,7 +68,7 @@ pub enum Cmd {
     Sync(SyncArgs),
     /// Sync every interval while files change, until SIGTERM (which lets the current pass finish).
     Daemon(DaemonArgs),
-    /// Restore a snapshot (default: the newest) into the home or --to DIR.
+    /// Restore a snapshot (default: the newest, or the one an interrupted restore began) into the home or --to DIR.
     Restore(RestoreArgs),
     /// Restore only when the home is new or empty and a snapshot exists; then mark it initialized.
     FirstBoot,
@@ -138,6 +138,7 @@ pub struct DaemonArgs {
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
+    /// The snapshot (default: the one an interrupted restore into the target began, else the newest).
     #[arg(long, value_name = "ID")]
     pub snapshot: Option<String>,
     #[arg(long, value_name = "DIR")]
@@ -405,8 +406,12 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
         Cmd::Daemon(a) => daemon(&c, &rt, a.interval.unwrap_or(c.interval), a.final_sync),
         Cmd::Restore(a) => {
             let to = a.to.clone().unwrap_or_else(|| c.home.clone());
+            // A retry without --snapshot finishes what an interrupted
+            // restore began: the newest may since be a pass over the half
+            // home.
+            let id = a.snapshot.clone().or_else(|| restore::pending(&to));
             let rep = rt.block_on(async {
-                let m = restore::load(&c.remote, a.snapshot.as_deref()).await?;
+                let m = restore::load(&c.remote, id.as_deref()).await?;
                 output::progress(&format!(
                     "restoring snapshot {} ({} entries) into {}",
                     m.id,

@@ -296,9 +296,9 @@ async fn mark(remote: &Remote, garbage: &[(String, u64)], listed: &HashSet<Strin
         }
         return Ok(());
     }
-    Err(Box::new(remote.down(
-        "other prunes kept writing their markers meanwhile",
-    )))
+    Err(Box::new(
+        remote.down("other prunes kept writing their markers meanwhile"),
+    ))
 }
 
 async fn prune_locked(

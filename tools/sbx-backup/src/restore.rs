@@ -393,6 +393,17 @@ fn reuse(dir: &Dir, name: &OsStr, e: &Entry) -> Res<bool> {
 
 /// Whether `to` holds anything; refused (before anything changes) when
 /// it does, without --force and without a restore of ours to resume.
+/// The snapshot an interrupted restore into `to` was bringing back (its
+/// marker's id; None when there is none, or it is empty: the newest).
+pub fn pending(to: &Path) -> Option<String> {
+    let p = to.join(MARKER);
+    if !fs::symlink_metadata(&p).is_ok_and(|m| m.is_file() && m.len() <= 64) {
+        return None;
+    }
+    let id = fs::read_to_string(&p).ok()?.trim().to_owned();
+    (!id.is_empty()).then_some(id)
+}
+
 pub fn may_restore_into(to: &Path, force: bool) -> Res<bool> {
     let resuming = fs::symlink_metadata(to.join(MARKER)).is_ok();
     let non_empty = fs::read_dir(to)

@@ -1320,12 +1320,15 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
     index.last_id = Some(m.id.clone());
     rep.snapshot = Some(m.id.clone());
     // Retention: manifests only (packs and blobs go in `prune`), in the
-    // store's order; never the snapshot just reported, never the newest.
+    // store's order; never the snapshot just reported, never the newest,
+    // never the one an interrupted restore into the home is bringing back
+    // (its retry would find nothing to finish from).
     let ids = remote.snapshot_ids().await?;
     if ids.len() > o.keep as usize {
         let newest = ids.last().cloned();
+        let restoring = crate::restore::pending(o.home);
         for id in &ids[..ids.len() - o.keep as usize] {
-            if *id == m.id || Some(id) == newest.as_ref() {
+            if *id == m.id || Some(id) == newest.as_ref() || restoring.as_ref() == Some(id) {
                 continue;
             }
             remote

@@ -790,7 +790,11 @@ fn a_prune_whose_lock_was_stolen_never_deletes_a_blob_stored_again() {
     signal(&a, "CONT");
     let _ = a.wait_with_output().unwrap();
     let want = tree(&e.home());
-    assert_eq!(e.restored("to"), want, "the reported snapshot lost its blob");
+    assert_eq!(
+        e.restored("to"),
+        want,
+        "the reported snapshot lost its blob"
+    );
     let o = e.run(&["check"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
@@ -943,4 +947,69 @@ fn a_second_prune_marker_still_names_what_a_paused_prune_deletes() {
     let _ = a.wait_with_output().unwrap();
     let want = tree(&e.home());
     assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}
+
+/// Rolling the home back to an older snapshot (`restore --snapshot ID
+/// --force`) is killed part-way, and the daemon's next pass commits the
+/// half home: its retention deleted the snapshot being restored (the
+/// oldest kept), so the retry found no such snapshot and the home stayed
+/// half one version, half the other. Retention now spares the snapshot
+/// the home's restore marker names.
+#[test]
+fn a_pass_during_an_interrupted_restore_keeps_the_snapshot_it_restores() {
+    let e = Env::new("[backup]\nkeep = 2\n");
+    for (i, v) in ["one", "two"].into_iter().enumerate() {
+        for d in 0..4 {
+            w(
+                &e.home().join(format!("d{d}/f")),
+                format!("{v} {d}\n").as_bytes(),
+            );
+        }
+        w(&e.home().join("v"), format!("{v} {i}\n").as_bytes());
+        e.ok(&["sync"]);
+    }
+    let old = e.snapshots()[0].trim_end_matches(".json").to_owned();
+    let to = e.root.join("want-old");
+    e.ok(&["restore", "--snapshot", &old, "--to", to.to_str().unwrap()]);
+    let want = tree(&to);
+    let o = e
+        .cmd_for("home", "state", &["restore", "--snapshot", &old, "--force"])
+        .env("SBX_BACKUP_CRASH_AT", "restore-dirs-done")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not killed");
+    // The daemon's pass, while the home is half restored.
+    e.ok(&["sync"]);
+    e.ok(&["restore", "--snapshot", &old, "--force"]);
+    assert_eq!(tree(&e.home()), want, "the rolled-back home");
+}
+
+/// `restore --force` (the newest) to undo what the agent did is killed
+/// part-way; the daemon's pass commits the half home as the newest, and
+/// the retry, the same command, restored that half home instead of
+/// finishing the first: the agent's damage stayed. A retry without
+/// --snapshot now finishes the snapshot the home's marker names.
+#[test]
+fn a_retried_restore_finishes_its_snapshot_not_a_newer_half_home() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    for d in 0..4 {
+        w(
+            &e.home().join(format!("d{d}/f")),
+            format!("good {d}\n").as_bytes(),
+        );
+    }
+    e.ok(&["sync"]);
+    let want = tree(&e.home());
+    for d in 0..4 {
+        w(&e.home().join(format!("d{d}/f")), b"the agent's damage\n");
+    }
+    let o = e
+        .cmd_for("home", "state", &["restore", "--force"])
+        .env("SBX_BACKUP_CRASH_AT", "restore-temp-made")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not killed");
+    e.ok(&["sync"]);
+    e.ok(&["restore", "--force"]);
+    assert_eq!(tree(&e.home()), want, "the restored home");
 }

@@ -877,7 +877,9 @@ async fn require_conditional(remote: &Remote) -> Res<()> {
         Box::new(sbx_core::error::Message::new(
             sbx_core::Exit::Config,
             format!(
-                "{}: the store {why} a conditional write (If-None-Match: *), which sbx-backup                  needs to order snapshots and keep one home per prefix: use a store that honours                  them (S3, GCS, file://) or remove the proxy that drops the header",
+                "{}: the store {why} a conditional write (If-None-Match: *), which sbx-backup \
+                 needs to order snapshots and keep one home per prefix: use a store that honours \
+                 them (S3, GCS, file://) or remove the proxy that drops the header",
                 remote.url
             ),
         ))

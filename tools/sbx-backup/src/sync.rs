@@ -1004,7 +1004,9 @@ pub(crate) async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError>
 }
 
 /// The newest prune marker: its number (None: only the single marker
-/// older versions wrote, or none) and its text.
+/// older versions wrote, or none) and its text. With a chain, the single
+/// marker's text follows on a line of its own when it differs: a prune
+/// of an older version on this prefix writes only that one.
 pub(crate) async fn newest_marker(
     remote: &Remote,
 ) -> Result<(Option<u64>, Option<String>), StoreError> {
@@ -1021,6 +1023,18 @@ pub(crate) async fn newest_marker(
             None => (None, remote.pruned()),
         };
         match remote.store.get(&at.1).await {
+            Ok(g) if at.0.is_some() => {
+                let top = text(g).await?;
+                let single = match remote.store.get(&remote.pruned()).await {
+                    Ok(g) => Some(text(g).await?),
+                    Err(object_store::Error::NotFound { .. }) => None,
+                    Err(e) => return Err(remote.down(e)),
+                };
+                return Ok(match single {
+                    Some(o) if o.trim() != top.trim() => (at.0, Some(format!("{top}\n{o}"))),
+                    _ => (at.0, Some(top)),
+                });
+            }
             Ok(g) => return Ok((at.0, Some(text(g).await?))),
             Err(object_store::Error::NotFound { .. }) if at.0.is_none() => return Ok((None, None)),
             Err(object_store::Error::NotFound { .. }) => continue,
@@ -1039,11 +1053,14 @@ pub struct Marker {
     pub condemned: Vec<String>,
 }
 
-/// The objects marker `ep` condemns (none for an older marker: an id).
+/// The objects marker text `ep` condemns, one marker a line (none for an
+/// older marker: an id).
 pub(crate) fn condemned(ep: Option<&str>) -> HashSet<String> {
-    ep.and_then(|t| serde_json::from_str::<Marker>(t).ok())
-        .map(|m| m.condemned.into_iter().collect())
-        .unwrap_or_default()
+    ep.unwrap_or_default()
+        .lines()
+        .filter_map(|t| serde_json::from_str::<Marker>(t).ok())
+        .flat_map(|m| m.condemned)
+        .collect()
 }
 
 /// The object content `h` lives in at `l`, as the marker names it.

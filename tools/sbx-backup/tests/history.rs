@@ -1013,3 +1013,50 @@ fn a_retried_restore_finishes_its_snapshot_not_a_newer_half_home() {
     e.ok(&["restore", "--force"]);
     assert_eq!(tree(&e.home()), want, "the restored home");
 }
+
+/// A prune of an older version on the same prefix (a sandbox not yet
+/// upgraded) writes only the single `pruned` marker. Syncs that read
+/// only the newest of the chain never saw what it condemned, and reused a
+/// pack it was deleting. Its marker is now read beside the chain's.
+#[test]
+fn an_older_prunes_single_marker_still_fences_syncs() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let f = e.home().join("f");
+    w(&f, b"a small file an older prune condemns\n");
+    e.ok(&["sync"]);
+    let first = e.snapshots()[0].clone();
+    let m: serde_json::Value =
+        serde_json::from_slice(&fs::read(e.store().join("snapshots").join(&first)).unwrap())
+            .unwrap();
+    let pack = m["packs"][0].as_str().unwrap().to_owned();
+    fs::remove_file(&f).unwrap();
+    w(&e.home().join("g"), b"stays\n");
+    e.ok(&["sync"]);
+    // A chain: a prune of this version, with a pack a killed sync left.
+    w(&e.home().join("o"), b"orphan\n");
+    let o = e
+        .cmd_for("home", "state", &["sync"])
+        .env("SBX_BACKUP_CRASH_AT", "before-index")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    fs::remove_file(e.home().join("o")).unwrap();
+    let o = e
+        .cmd_for("home", "state", &["prune", "--wait", "120s"])
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(e.store().join("pruned.d").exists());
+    // The older prune: its marker, then (later) its delete.
+    fs::write(
+        e.store().join("pruned"),
+        format!(r#"{{"id":"older","condemned":["pack {pack}"]}}"#),
+    )
+    .unwrap();
+    w(&f, b"a small file an older prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(e.store().join("packs").join(&pack[..2]).join(&pack)).unwrap();
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}

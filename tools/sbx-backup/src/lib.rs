@@ -409,9 +409,25 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             // A retry without --snapshot finishes what an interrupted
             // restore began: the newest may since be a pass over the half
             // home.
-            let id = a.snapshot.clone().or_else(|| restore::pending(&to));
+            let pending = a
+                .snapshot
+                .is_none()
+                .then(|| restore::pending(&to))
+                .flatten();
             let rep = rt.block_on(async {
-                let m = restore::load(&c.remote, id.as_deref()).await?;
+                let m = match (&a.snapshot, &pending) {
+                    (Some(id), _) => restore::load(&c.remote, Some(id)).await?,
+                    (None, Some(id)) => match restore::load(&c.remote, Some(id)).await {
+                        Err(e) if e.exit() == Exit::NoInput => {
+                            output::warn(&format!(
+                                "the interrupted restore's snapshot {id} is gone ({e}): restoring the newest"
+                            ));
+                            restore::load(&c.remote, None).await?
+                        }
+                        r => r?,
+                    },
+                    (None, None) => restore::load(&c.remote, None).await?,
+                };
                 output::progress(&format!(
                     "restoring snapshot {} ({} entries) into {}",
                     m.id,

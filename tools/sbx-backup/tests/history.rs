@@ -1060,3 +1060,27 @@ fn an_older_prunes_single_marker_still_fences_syncs() {
     let want = tree(&e.home());
     assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
 }
+
+/// A restore marker naming a snapshot that is gone (pruned since): a
+/// retry without --snapshot says so and restores the newest, rather than
+/// failing for good.
+#[test]
+fn a_restore_marker_naming_a_gone_snapshot_falls_back_to_the_newest() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    w(&e.home().join("f"), b"backed up\n");
+    e.ok(&["sync"]);
+    let want = tree(&e.home());
+    w(
+        &e.home().join(".sbx-restore-in-progress"),
+        b"00000000000000000099",
+    );
+    w(&e.home().join("f"), b"changed\n");
+    let o = e.run(&["restore", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("00000000000000000099 is gone"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(tree(&e.home()), want);
+}

@@ -1084,3 +1084,60 @@ fn a_restore_marker_naming_a_gone_snapshot_falls_back_to_the_newest() {
     );
     assert_eq!(tree(&e.home()), want);
 }
+
+/// A sandbox's ~/.claude and ~/.codex are volumes of their own, mounted
+/// in the home and shared by every sandbox of the workspace (branch
+/// sandboxes included). A new home's first-start restore (`restore
+/// --force`) wrote the snapshot's older settings, history and
+/// credentials into the live volume, over the newer ones. A restore now
+/// leaves a directory where another file system is mounted alone, and
+/// says so.
+#[test]
+fn a_restore_never_writes_into_a_volume_mounted_in_the_home() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let vol = e.home().join(".claude");
+    fs::create_dir_all(&vol).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(&vol)
+        .status()
+        .unwrap();
+    if !st.success() {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(vol.clone());
+    w(&vol.join(".credentials.json"), b"old token\n");
+    w(&vol.join("projects/p/t.jsonl"), b"turn 1\n");
+    w(&e.home().join("work/a"), b"the home's own file\n");
+    e.ok(&["sync"]);
+    // The volume lives on; the home's own files are lost.
+    w(&vol.join(".credentials.json"), b"new token\n");
+    w(&vol.join("projects/p/t.jsonl"), b"turn 1\nturn 2\n");
+    fs::remove_dir_all(e.home().join("work")).unwrap();
+    let o = e.run(&["restore", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        fs::read(vol.join(".credentials.json")).unwrap(),
+        b"new token\n"
+    );
+    assert_eq!(
+        fs::read(vol.join("projects/p/t.jsonl")).unwrap(),
+        b"turn 1\nturn 2\n"
+    );
+    assert_eq!(
+        fs::read(e.home().join("work/a")).unwrap(),
+        b"the home's own file\n"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(".claude"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

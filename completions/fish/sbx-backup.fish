@@ -38,7 +38,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -s h -l help -d 'Pri
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -s V -l version -d 'Print version'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "sync" -d 'One pass: upload what changed, commit a snapshot, apply retention'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "daemon" -d 'Sync every interval while files change, until SIGTERM (which lets the current pass finish)'
-complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "restore" -d 'Restore a snapshot (default: the newest) into the home or --to DIR'
+complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "restore" -d 'Restore a snapshot (default: the newest, or the one an interrupted restore began) into the home or --to DIR'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "first-boot" -d 'Restore only when the home is new or empty and a snapshot exists; then mark it initialized'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "adopt" -d 'Make this home its prefix\'s owner without restoring: its next sync continues the prefix\'s history, and the home that owned it is refused from then on'
 complete -c sbx-backup -n "__fish_sbx_backup_needs_command" -f -a "snapshots" -d 'List snapshots'
@@ -74,7 +74,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -s q -l qu
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand daemon" -s h -l help -d 'Print help'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand restore" -l snapshot -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand restore" -l snapshot -d 'The snapshot (default: the one an interrupted restore into the target began, else the newest)' -r
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand restore" -l to -r -F
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand restore" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
@@ -186,7 +186,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -l json -d 'Ou
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand gc" -s h -l help -d 'Print help'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot adopt snapshots status check prune verify gc help" -f -a "sync" -d 'One pass: upload what changed, commit a snapshot, apply retention'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot adopt snapshots status check prune verify gc help" -f -a "daemon" -d 'Sync every interval while files change, until SIGTERM (which lets the current pass finish)'
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot adopt snapshots status check prune verify gc help" -f -a "restore" -d 'Restore a snapshot (default: the newest) into the home or --to DIR'
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot adopt snapshots status check prune verify gc help" -f -a "restore" -d 'Restore a snapshot (default: the newest, or the one an interrupted restore began) into the home or --to DIR'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot adopt snapshots status check prune verify gc help" -f -a "first-boot" -d 'Restore only when the home is new or empty and a snapshot exists; then mark it initialized'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot adopt snapshots status check prune verify gc help" -f -a "adopt" -d 'Make this home its prefix\'s owner without restoring: its next sync continues the prefix\'s history, and the home that owned it is refused from then on'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand help; and not __fish_seen_subcommand_from sync daemon restore first-boot adopt snapshots status check prune verify gc help" -f -a "snapshots" -d 'List snapshots'

@@ -68,7 +68,7 @@ pub enum Cmd {
     Sync(SyncArgs),
     /// Sync every interval while files change, until SIGTERM (which lets the current pass finish).
     Daemon(DaemonArgs),
-    /// Restore a snapshot (default: the newest) into the home or --to DIR.
+    /// Restore a snapshot (default: the newest, or the one an interrupted restore began) into the home or --to DIR.
     Restore(RestoreArgs),
     /// Restore only when the home is new or empty and a snapshot exists; then mark it initialized.
     FirstBoot,
@@ -138,6 +138,7 @@ pub struct DaemonArgs {
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
+    /// The snapshot (default: the one an interrupted restore into the target began, else the newest).
     #[arg(long, value_name = "ID")]
     pub snapshot: Option<String>,
     #[arg(long, value_name = "DIR")]
@@ -199,13 +200,15 @@ else does. Holders rewrite their lock with a new token every 10 s; a
 contender calls a lock stale once it has watched the same token for 60 s
 on its own monotonic clock (no clocks compared across machines, no pids
 across PID namespaces), and a holder that could not renew for 40 s stops
-before committing or deleting anything. Prune first rewrites the store's
-`pruned` marker, naming every object it will delete, and lists the
-snapshots again: every later sync re-learns from the store where contents
-live, never references what the marker names (it stores that content
-anew, under a fresh name), and withdraws and commits again a snapshot
-whose commit raced a newer marker. A prune re-reads the marker before
-every delete and stops once another prune has written its own. Hard links are backed up and restored
+before committing or deleting anything. Prune first adds a marker to the
+store (pruned.d/<n>, created once each, in force only as the newest),
+naming every object it will delete and carrying forward what the one
+before named (blobs, and packs still stored: a prune whose lock was
+called stale may still delete them), and lists the snapshots again:
+every later sync re-learns from the store where contents live, never
+references what the marker names (it stores that content anew, under a
+fresh name), and withdraws and commits again a snapshot whose commit
+raced a newer marker. Hard links are backed up and restored
 as separate copies, extended attributes and ACLs not at all; sync says
 both, with counts.
 
@@ -403,8 +406,28 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
         Cmd::Daemon(a) => daemon(&c, &rt, a.interval.unwrap_or(c.interval), a.final_sync),
         Cmd::Restore(a) => {
             let to = a.to.clone().unwrap_or_else(|| c.home.clone());
+            // A retry without --snapshot finishes what an interrupted
+            // restore began: the newest may since be a pass over the half
+            // home.
+            let pending = a
+                .snapshot
+                .is_none()
+                .then(|| restore::pending(&to))
+                .flatten();
             let rep = rt.block_on(async {
-                let m = restore::load(&c.remote, a.snapshot.as_deref()).await?;
+                let m = match (&a.snapshot, &pending) {
+                    (Some(id), _) => restore::load(&c.remote, Some(id)).await?,
+                    (None, Some(id)) => match restore::load(&c.remote, Some(id)).await {
+                        Err(e) if e.exit() == Exit::NoInput => {
+                            output::warn(&format!(
+                                "the interrupted restore's snapshot {id} is gone ({e}): restoring the newest"
+                            ));
+                            restore::load(&c.remote, None).await?
+                        }
+                        r => r?,
+                    },
+                    (None, None) => restore::load(&c.remote, None).await?,
+                };
                 output::progress(&format!(
                     "restoring snapshot {} ({} entries) into {}",
                     m.id,

@@ -2,16 +2,16 @@
 //! `prune` (drop snapshots by rule, then the packs and blobs nothing
 //! references), under the lock rule in `lock`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::Serialize;
 
 use crate::manifest::{Kind, Manifest};
 use crate::store::Remote;
-use crate::sync::{EMPTY, PARALLEL};
+use crate::sync::{EMPTY, PACK_FILE_MAX, PARALLEL};
 
 type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
 
@@ -141,20 +141,40 @@ pub async fn check(remote: &Remote, only: Option<&str>, read_data: bool) -> Res<
                     .await
                     .map_err(|e| remote.down(e))?;
                 let name = key.split_once(' ').map(|x| x.1).unwrap_or(key);
-                if key.starts_with("blob") {
+                // A pack of its own: one large file at offset 0, then its salt.
+                let alone = key.starts_with("pack")
+                    && us
+                        .iter()
+                        .all(|u| u.off == 0 && u.size >= PACK_FILE_MAX && u.hash == us[0].hash);
+                if key.starts_with("blob") || alone {
                     // Large: streamed, never whole in memory.
                     let mut s = got.into_stream();
                     let mut h = blake3::Hasher::new();
+                    let mut content = blake3::Hasher::new();
+                    let head = if alone { us[0].size } else { u64::MAX };
                     let mut n = 0u64;
                     while let Some(c) = s.next().await {
                         let c = c.map_err(|e| remote.down(e))?;
+                        let take = head.saturating_sub(n).min(c.len() as u64) as usize;
+                        content.update(&c[..take]);
                         n += c.len() as u64;
                         h.update(&c);
                     }
-                    let p = (h.finalize().to_hex().as_str() != name).then(|| Problem {
+                    let whole = h.finalize().to_hex().as_str() == name;
+                    // A blob's name is its content's hash.
+                    let bytes_ok = if alone {
+                        n >= head && content.finalize().to_hex().as_str() == us[0].hash
+                    } else {
+                        whole
+                    };
+                    let p = (!whole || !bytes_ok).then(|| Problem {
                         object: key.clone(),
-                        why: "content does not match its hash".into(),
-                        files: names(us),
+                        why: if bytes_ok {
+                            "content does not match its name (no file's bytes are affected)".into()
+                        } else {
+                            "content does not match its hash".into()
+                        },
+                        files: if bytes_ok { Vec::new() } else { names(us) },
                     });
                     return Ok((n, p));
                 }
@@ -224,6 +244,63 @@ pub async fn prune(remote: &Remote, o: &PruneOpts) -> Res<PruneReport> {
     r
 }
 
+/// Write this prune's marker before its first delete: its own garbage,
+/// and what the newest marker named that a prune paused past its lease
+/// (its lock stolen, its marker overwritten) may still delete: every
+/// pack still listed, and every blob (a blob's name is its content's
+/// hash, so it is stored again under that name once gone; a pack's
+/// name never repeats). Markers form a chain of conditional creates;
+/// one is in force only while it is the newest, so a prune that created
+/// one below a newer marker (it read the chain before pausing) makes
+/// another on top, and never overwrites what it did not read.
+async fn mark(remote: &Remote, garbage: &[(String, u64)], listed: &HashSet<String>) -> Res<()> {
+    for _ in 0..10 {
+        let (top, prev) = crate::sync::newest_marker(remote).await?;
+        let mut names: BTreeSet<String> = garbage.iter().map(|(k, _)| k.clone()).collect();
+        names.extend(
+            crate::sync::condemned(prev.as_deref())
+                .into_iter()
+                .filter(|k| k.starts_with("blob ") || listed.contains(k)),
+        );
+        let seq = top.map_or(1, |s| s + 1);
+        let body = serde_json::to_vec(&crate::sync::Marker {
+            id: crate::sync::new_id(),
+            condemned: names.into_iter().collect(),
+        })
+        .expect("serializable");
+        let create = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        crate::hook::point("prune-mark");
+        match remote
+            .store
+            .put_opts(&remote.marker(seq), PutPayload::from(body.clone()), create)
+            .await
+        {
+            Ok(_) => {}
+            Err(object_store::Error::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(Box::new(remote.down(e))),
+        }
+        if remote.marker_seqs().await?.last() != Some(&seq) {
+            continue;
+        }
+        // For older versions on this prefix, which read only this one.
+        remote
+            .store
+            .put(&remote.pruned(), PutPayload::from(body))
+            .await
+            .map_err(|e| remote.down(e))?;
+        for old in remote.marker_seqs().await?.into_iter().filter(|&s| s < seq) {
+            let _ = remote.store.delete(&remote.marker(old)).await;
+        }
+        return Ok(());
+    }
+    Err(Box::new(
+        remote.down("other prunes kept writing their markers meanwhile"),
+    ))
+}
+
 async fn prune_locked(
     remote: &Remote,
     o: &PruneOpts,
@@ -259,8 +336,10 @@ async fn prune_locked(
     rep.removed_snapshots = removed.iter().map(|x| x.1.id.clone()).collect();
     let refs = uses(&kept);
     let mut garbage = Vec::new();
+    let mut listed = HashSet::new();
     for (p, size) in remote.pack_ids().await? {
         let key = format!("pack {p}");
+        listed.insert(key.clone());
         match refs.get(&key) {
             None => garbage.push((key, size)),
             Some(us) => {
@@ -280,7 +359,6 @@ async fn prune_locked(
         }
     }
     let acting = !o.dry_run && (!garbage.is_empty() || !rep.removed_snapshots.is_empty());
-    let mut fence = None;
     if acting {
         // Fencing. The lease alone cannot keep a sync out of what this
         // prune deletes: a prune paused past its lease (a suspended VM,
@@ -293,22 +371,7 @@ async fn prune_locked(
         // again. Snapshots committed before the listing below keep what
         // they use here.
         lease.check()?;
-        let marker = crate::sync::Marker {
-            id: crate::sync::new_id(),
-            condemned: garbage.iter().map(|(k, _)| k.clone()).collect(),
-        };
-        let put = remote
-            .store
-            .put(
-                &remote.pruned(),
-                PutPayload::from(serde_json::to_vec(&marker).expect("serializable")),
-            )
-            .await
-            .map_err(|e| remote.down(e))?;
-        fence = Some(Fence {
-            id: marker.id,
-            e_tag: put.e_tag,
-        });
+        mark(remote, &garbage, &listed).await?;
         let fresh: Vec<String> = remote
             .snapshot_ids()
             .await?
@@ -330,14 +393,11 @@ async fn prune_locked(
         }
         rep.deleted_bytes += size;
     }
-    let Some(fence) = fence.filter(|_| !garbage.is_empty() || !rep.removed_snapshots.is_empty())
-    else {
+    if o.dry_run || (garbage.is_empty() && rep.removed_snapshots.is_empty()) {
         return Ok(rep);
-    };
-    let fence = &fence;
+    }
     for id in &rep.removed_snapshots {
         lease.check()?;
-        fence.check(remote).await?;
         remote
             .store
             .delete(&remote.snapshot(id))
@@ -348,7 +408,6 @@ async fn prune_locked(
         lease.check()?;
         // A pause here outlives any lease check (see the marker above).
         crate::hook::point("prune-delete");
-        fence.check(remote).await?;
         match remote.store.delete(&loc(remote, key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(remote.down(e)),
@@ -361,43 +420,4 @@ async fn prune_locked(
         r?;
     }
     Ok(rep)
-}
-
-/// Fencing between prunes. A prune stopped past its lease has its lock
-/// called stale and a second prune may run meanwhile: that one keeps
-/// snapshots by its own rule, and a sync it let in may reference what
-/// the first one condemned (the second's marker no longer names it). So
-/// before every delete a prune re-reads the `pruned` marker and stops
-/// once it is not its own: every prune that deletes writes one first.
-/// What stays open is the one delete request already sent.
-struct Fence {
-    id: String,
-    e_tag: Option<String>,
-}
-
-impl Fence {
-    async fn check(&self, remote: &Remote) -> Result<(), crate::store::StoreError> {
-        let taken = || {
-            remote.down(
-                "another prune took the store over (this one's lock was called stale while it \
-                 was stopped); this prune deleted nothing more",
-            )
-        };
-        let meta = match remote.store.head(&remote.pruned()).await {
-            Ok(m) => m,
-            Err(object_store::Error::NotFound { .. }) => return Err(taken()),
-            Err(e) => return Err(remote.down(e)),
-        };
-        match (&meta.e_tag, &self.e_tag) {
-            (Some(a), Some(b)) if a == b => return Ok(()),
-            (Some(_), Some(_)) => return Err(taken()),
-            // No tags to compare: read the marker's id.
-            _ => {}
-        }
-        let now = crate::sync::epoch(remote).await?;
-        match now.and_then(|t| serde_json::from_str::<crate::sync::Marker>(&t).ok()) {
-            Some(m) if m.id == self.id => Ok(()),
-            _ => Err(taken()),
-        }
-    }
 }

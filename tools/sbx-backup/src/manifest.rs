@@ -113,8 +113,10 @@ pub struct Entry {
 /// Larger than any file a home holds: a manifest claiming more is hostile
 /// or corrupt, and restore would try to allocate or fetch it.
 pub const MAX_FILE: u64 = 1 << 42;
-/// Packs hold small files only (see `sync::PACK_FILE_MAX`); a packed entry
-/// claiming more would make restore fetch a huge range into memory.
+/// Packs hold small files (see `sync::PACK_FILE_MAX`), or one large file
+/// at offset 0 (a pack of its own: content a prune condemned, stored
+/// anew), which restore and check stream. A packed entry claiming more
+/// anywhere else is hostile or corrupt.
 pub const MAX_PACKED: u64 = 64 << 20;
 
 pub fn is_hash(h: &str) -> bool {
@@ -247,11 +249,11 @@ impl Manifest {
                 }
                 Kind::File
                     if e.pack.is_some()
-                        && (e.size > MAX_PACKED
+                        && ((e.size > MAX_PACKED && e.offset != Some(0))
                             || e.offset.and_then(|o| o.checked_add(e.size)).is_none()) =>
                 {
                     return Err(format!(
-                        "file {:?} claims {} bytes in a pack (packs hold files below {MAX_PACKED})",
+                        "file {:?} claims {} bytes in a pack (packs hold files below {MAX_PACKED} after offset 0)",
                         e.path.as_path(),
                         e.size
                     ));

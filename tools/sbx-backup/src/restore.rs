@@ -39,6 +39,9 @@ pub struct Report {
     pub symlinks: u64,
     /// Set-uid/set-gid bits dropped because the owner is not restored.
     pub dropped_setid: u64,
+    /// Directories left alone because another file system is mounted
+    /// there in the target (a sandbox's ~/.claude and ~/.codex volumes).
+    pub mounts_left: Vec<String>,
 }
 
 type Res<T> = Result<T, Box<dyn sbx_core::SbxError>>;
@@ -393,6 +396,17 @@ fn reuse(dir: &Dir, name: &OsStr, e: &Entry) -> Res<bool> {
 
 /// Whether `to` holds anything; refused (before anything changes) when
 /// it does, without --force and without a restore of ours to resume.
+/// The snapshot an interrupted restore into `to` was bringing back (its
+/// marker's id; None when there is none, or it is empty: the newest).
+pub fn pending(to: &Path) -> Option<String> {
+    let p = to.join(MARKER);
+    if !fs::symlink_metadata(&p).is_ok_and(|m| m.is_file() && m.len() <= 64) {
+        return None;
+    }
+    let id = fs::read_to_string(&p).ok()?.trim().to_owned();
+    (!id.is_empty()).then_some(id)
+}
+
 pub fn may_restore_into(to: &Path, force: bool) -> Res<bool> {
     let resuming = fs::symlink_metadata(to.join(MARKER)).is_ok();
     let non_empty = fs::read_dir(to)
@@ -454,6 +468,38 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
         &without
     } else {
         m
+    };
+
+    // A directory of the target on another file system (a volume
+    // mounted in the home, shared with other sandboxes and newer than
+    // the snapshot) is left alone with all beneath it.
+    let left;
+    let mounts = if non_empty {
+        mounted(&root, m)
+    } else {
+        Vec::new()
+    };
+    let m = match mounts {
+        mounts if !mounts.is_empty() => {
+            let mut w = m.clone();
+            w.entries.retain(|e| {
+                !mounts.iter().any(|p| {
+                    e.path.0 == *p
+                        || (e.path.0.starts_with(p) && e.path.0.get(p.len()) == Some(&b'/'))
+                })
+            });
+            for p in &mounts {
+                let p = String::from_utf8_lossy(p).into_owned();
+                sbx_core::output::warn(&format!(
+                    "{}: another file system is mounted there; left as it is, not restored",
+                    to.join(&p).display()
+                ));
+                rep.mounts_left.push(p);
+            }
+            left = w;
+            &left
+        }
+        _ => m,
     };
 
     // Directories, shallowest first (path order), writable by us until the end.
@@ -577,6 +623,29 @@ pub async fn restore(remote: &Remote, m: &Manifest, to: &Path, force: bool) -> R
     crate::hook::point("restore-dirs-done");
     let _ = root.unlink(OsStr::new(MARKER));
     Ok(rep)
+}
+
+/// The snapshot's directories that exist in the target on another file
+/// system than the target itself (outermost only).
+fn mounted(root: &Dir, m: &Manifest) -> Vec<Vec<u8>> {
+    let Ok(dev) = nix::sys::stat::fstat(root.as_fd()).map(|s| s.st_dev) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for e in m.entries.iter().filter(|e| e.kind == Kind::Dir) {
+        if out
+            .iter()
+            .any(|p| e.path.0.starts_with(p) && e.path.0.get(p.len()) == Some(&b'/'))
+        {
+            continue;
+        }
+        if let Ok(d) = root.walk(Path::new(OsStr::from_bytes(&e.path.0)), None)
+            && nix::sys::stat::fstat(d.as_fd()).is_ok_and(|s| s.st_dev != dev)
+        {
+            out.push(e.path.0.clone());
+        }
+    }
+    out
 }
 
 /// A name `Dir::temp_file`/`temp_symlink` make: `.sbx-` and 16 hex digits.

@@ -2,7 +2,9 @@
 //! `<prefix>/packs/<2 hex>/<blake3 of the pack>` (small files, back to
 //! back), `<prefix>/blobs/<2 hex>/<blake3>` (a large file each),
 //! `<prefix>/snapshots/<id>.json`, `<prefix>/locks/<kind>-<id>.json` and
-//! `<prefix>/pruned` (changed by every prune that deletes anything).
+//! `<prefix>/pruned.d/<seq>` (one more by every prune that deletes
+//! anything; `<prefix>/pruned` holds a copy of the newest for older
+//! versions).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,8 +167,31 @@ impl Remote {
         self.child(&[&format!("probe-{name}")])
     }
 
+    /// The single marker older versions wrote (and read); still written.
     pub fn pruned(&self) -> Path {
         self.child(&["pruned"])
+    }
+
+    /// Prune marker number `seq`, each created once, conditionally.
+    pub fn marker(&self, seq: u64) -> Path {
+        self.child(&["pruned.d", &seq_id(seq)])
+    }
+
+    /// The prune markers' numbers, oldest first.
+    pub async fn marker_seqs(&self) -> Result<Vec<u64>, StoreError> {
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&self.child(&["pruned.d"])))
+            .try_collect()
+            .await
+            .map_err(|e| self.down(e))?;
+        let mut v: Vec<u64> = metas
+            .iter()
+            .filter_map(|m| seq_of(m.location.filename()?))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
     }
 
     pub fn snapshot(&self, id: &str) -> Path {

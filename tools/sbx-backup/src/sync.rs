@@ -877,7 +877,9 @@ async fn require_conditional(remote: &Remote) -> Res<()> {
         Box::new(sbx_core::error::Message::new(
             sbx_core::Exit::Config,
             format!(
-                "{}: the store {why} a conditional write (If-None-Match: *), which sbx-backup                  needs to order snapshots and keep one home per prefix: use a store that honours                  them (S3, GCS, file://) or remove the proxy that drops the header",
+                "{}: the store {why} a conditional write (If-None-Match: *), which sbx-backup \
+                 needs to order snapshots and keep one home per prefix: use a store that honours \
+                 them (S3, GCS, file://) or remove the proxy that drops the header",
                 remote.url
             ),
         ))
@@ -996,15 +998,50 @@ pub async fn locations(
     Ok(known)
 }
 
-/// The `pruned` marker as written, if any.
+/// The newest prune marker's text (None: no prune has deleted anything).
 pub(crate) async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
-    match remote.store.get(&remote.pruned()).await {
-        Ok(g) => Ok(Some(
-            String::from_utf8_lossy(&g.bytes().await.map_err(|e| remote.down(e))?).into_owned(),
-        )),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(remote.down(e)),
+    Ok(newest_marker(remote).await?.1)
+}
+
+/// The newest prune marker: its number (None: only the single marker
+/// older versions wrote, or none) and its text. With a chain, the single
+/// marker's text follows on a line of its own when it differs: a prune
+/// of an older version on this prefix writes only that one.
+pub(crate) async fn newest_marker(
+    remote: &Remote,
+) -> Result<(Option<u64>, Option<String>), StoreError> {
+    let text = |g: object_store::GetResult| async move {
+        g.bytes()
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| remote.down(e))
+    };
+    // A newer prune may remove the one listed as newest before it is read.
+    for _ in 0..5 {
+        let at = match remote.marker_seqs().await?.last() {
+            Some(&s) => (Some(s), remote.marker(s)),
+            None => (None, remote.pruned()),
+        };
+        match remote.store.get(&at.1).await {
+            Ok(g) if at.0.is_some() => {
+                let top = text(g).await?;
+                let single = match remote.store.get(&remote.pruned()).await {
+                    Ok(g) => Some(text(g).await?),
+                    Err(object_store::Error::NotFound { .. }) => None,
+                    Err(e) => return Err(remote.down(e)),
+                };
+                return Ok(match single {
+                    Some(o) if o.trim() != top.trim() => (at.0, Some(format!("{top}\n{o}"))),
+                    _ => (at.0, Some(top)),
+                });
+            }
+            Ok(g) => return Ok((at.0, Some(text(g).await?))),
+            Err(object_store::Error::NotFound { .. }) if at.0.is_none() => return Ok((None, None)),
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(remote.down(e)),
+        }
     }
+    Err(remote.down("prune markers kept changing while read"))
 }
 
 /// The `pruned` marker: which prune wrote it last, and every object it
@@ -1016,11 +1053,14 @@ pub struct Marker {
     pub condemned: Vec<String>,
 }
 
-/// The objects marker `ep` condemns (none for an older marker: an id).
-fn condemned(ep: Option<&str>) -> HashSet<String> {
-    ep.and_then(|t| serde_json::from_str::<Marker>(t).ok())
-        .map(|m| m.condemned.into_iter().collect())
-        .unwrap_or_default()
+/// The objects marker text `ep` condemns, one marker a line (none for an
+/// older marker: an id).
+pub(crate) fn condemned(ep: Option<&str>) -> HashSet<String> {
+    ep.unwrap_or_default()
+        .lines()
+        .filter_map(|t| serde_json::from_str::<Marker>(t).ok())
+        .flat_map(|m| m.condemned)
+        .collect()
 }
 
 /// The object content `h` lives in at `l`, as the marker names it.
@@ -1299,12 +1339,15 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
     index.last_id = Some(m.id.clone());
     rep.snapshot = Some(m.id.clone());
     // Retention: manifests only (packs and blobs go in `prune`), in the
-    // store's order; never the snapshot just reported, never the newest.
+    // store's order; never the snapshot just reported, never the newest,
+    // never the one an interrupted restore into the home is bringing back
+    // (its retry would find nothing to finish from).
     let ids = remote.snapshot_ids().await?;
     if ids.len() > o.keep as usize {
         let newest = ids.last().cloned();
+        let restoring = crate::restore::pending(o.home);
         for id in &ids[..ids.len() - o.keep as usize] {
-            if *id == m.id || Some(id) == newest.as_ref() {
+            if *id == m.id || Some(id) == newest.as_ref() || restoring.as_ref() == Some(id) {
                 continue;
             }
             remote

@@ -595,101 +595,6 @@ fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
     assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
 }
 
-/// Every file in the store but the locks, by path.
-fn store_objects(e: &Env) -> Vec<PathBuf> {
-    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
-        for x in fs::read_dir(d).unwrap().flatten() {
-            let p = x.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&e.store(), &mut out);
-    out.retain(|p| !p.starts_with(e.store().join("locks")));
-    out.sort();
-    out
-}
-
-/// Two prunes fenced from each other. The first stops past its lease
-/// between its marker and its deletes; a second one calls its lock stale,
-/// keeps snapshots by its own rule, among them one a sync committed after
-/// the first's last look (using the pack the first condemned), and writes
-/// its own marker, which does not name that pack. The resumed first prune
-/// used to delete the pack: the sync's reported snapshot could not
-/// restore. Now it re-reads the marker before each delete, finds it is
-/// not its own, and deletes nothing more.
-#[test]
-fn a_prune_whose_lock_was_taken_over_deletes_nothing() {
-    let e = Env::new("[backup]\nkeep = 5\n");
-    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
-    back_condemned(&e, b"a small file the first prune condemns\n");
-    let (rs, rp) = (e.root.join("resume-sync"), e.root.join("resume-prune"));
-    // The sync finds `back` in the first pack and stops before committing.
-    let sync = paused_with(
-        &e,
-        &lease,
-        "commit-put,after-commit",
-        &rs,
-        &["--json", "sync", "--wait", "120s"],
-    );
-    signal(&sync, "STOP");
-    // The first prune drops the first snapshot, condemns its pack, stops.
-    let first = paused_with(
-        &e,
-        &lease,
-        "prune-delete",
-        &rp,
-        &["prune", "--keep-last", "1", "--wait", "120s"],
-    );
-    signal(&first, "STOP");
-    // The sync commits, and stops again before reading the marker.
-    resume(&sync, &rs);
-    let until = Instant::now() + Duration::from_secs(120);
-    while fs::read_to_string(rs.with_extension("paused")).unwrap_or_default() != "after-commit" {
-        assert!(Instant::now() < until, "the sync never committed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    signal(&sync, "STOP");
-    let o = e
-        .cmd_for(
-            "home",
-            "state",
-            &["prune", "--keep-last", "1", "--wait", "120s"],
-        )
-        .envs(lease)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    resume(&sync, &rs);
-    let (rep, reported) = reported(sync);
-    let before = store_objects(&e);
-    resume(&first, &rp);
-    let o = first.wait_with_output().unwrap();
-    assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
-    let to = e.root.join("to");
-    let r = e.run(&["restore", "--to", to.to_str().unwrap()]);
-    assert!(
-        r.status.success(),
-        "the reported snapshot lost a pack: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    assert_eq!(tree(&to), tree(&e.home()));
-    assert_eq!(
-        store_objects(&e),
-        before,
-        "the first prune deleted after its lock was taken over"
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(75), "{err}");
-    assert!(err.contains("another prune took the store over"), "{err}");
-    let o = e.run(&["check"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
-}
-
 /// A home refused by its own prefix (its state dir lost, a copy moved to
 /// another machine) keeps its files: `sbx-backup adopt`, the command the
 /// refusal names, makes it the owner without restoring, where the
@@ -814,4 +719,439 @@ fn a_renewed_lock_from_another_pid_namespace_keeps_prune_out() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(e.snapshots(), before, "prune deleted under a live lock");
+}
+
+/// A large file whose blob a finished prune condemned, back in the home
+/// (the same artifact downloaded again, a checkout of a big file): the
+/// marker stays after the prune, so the next sync stores the content
+/// anew as a pack of its own. Above 64 MiB that snapshot was reported and
+/// then refused by every restore ("claims … bytes in a pack"): packs of
+/// their own are streamed like blobs, and the manifest check now says so.
+#[test]
+fn a_large_file_stored_again_after_a_prune_restores() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let big = e.home().join("model.bin");
+    let body: Vec<u8> = (0..(65u32 << 20) + 3)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    w(&big, &body);
+    e.ok(&["sync"]);
+    fs::remove_file(&big).unwrap();
+    w(&e.home().join("stays"), b"kept\n");
+    e.ok(&["sync"]);
+    e.ok(&["prune", "--keep-last", "1"]);
+    w(&big, &body);
+    let rep = e.ok(&["--json", "sync"]);
+    assert!(rep["data"]["snapshot"].is_string(), "{rep}");
+    let want = tree(&e.home());
+    assert_eq!(
+        e.restored("to"),
+        want,
+        "the reported snapshot cannot restore"
+    );
+    let o = e.run(&["check", "--read-data"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// Two prunes that steal a lock. Prune A condemns a large file's blob and
+/// pauses before deleting it, past its lease (a suspended VM). Prune B
+/// calls A's lock stale and deletes the blob itself; prune C, later,
+/// rewrites the marker with what it deletes, and the blob's name, gone
+/// from the store, was no longer in it. The file comes back to the home
+/// and a sync uploads it under the same name (a blob's name is its
+/// content's hash), reports the snapshot, and A, resumed, deletes it.
+/// A marker now carries forward what earlier markers named.
+#[test]
+fn a_prune_whose_lock_was_stolen_never_deletes_a_blob_stored_again() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let body: Vec<u8> = (0..3u32 << 19).map(|i| (i * 7 % 251) as u8).collect();
+    let back = e.home().join("back");
+    w(&back, &body);
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    let resume = e.root.join("resume-a");
+    let a = paused_with(
+        &e,
+        &lease,
+        "prune-delete",
+        &resume,
+        &["prune", "--keep-last", "1"],
+    );
+    signal(&a, "STOP");
+    let prune = |args: &[&str]| {
+        let o = e
+            .cmd_for("home", "state", args)
+            .envs(lease)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    // B: A's lock is stale; B deletes the blob A condemned.
+    prune(&["prune", "--keep-last", "1", "--wait", "120s"]);
+    // C: something else to delete, so it writes its own marker.
+    w(&e.home().join("brief"), b"here for one snapshot\n");
+    e.ok(&["sync"]);
+    fs::remove_file(e.home().join("brief")).unwrap();
+    e.ok(&["sync"]);
+    prune(&["prune", "--keep-last", "1", "--wait", "120s"]);
+    w(&back, &body);
+    let rep = e.ok(&["--json", "sync"]);
+    assert!(rep["data"]["snapshot"].is_string(), "{rep}");
+    w(&resume, b"");
+    signal(&a, "CONT");
+    let _ = a.wait_with_output().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(
+        e.restored("to"),
+        want,
+        "the reported snapshot lost its blob"
+    );
+    let o = e.run(&["check"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// A prune that read the marker chain, then paused past its lease before
+/// adding its own marker. Two prunes ran meanwhile (each deleting a pack
+/// a killed sync left), and the newer one removed the marker below it,
+/// so the paused prune's create of the next number succeeded, below the
+/// newest: no sync ever read it. A sync reused the pack it condemned and
+/// reported the snapshot; the prune deleted the pack. A marker is now in
+/// force only as the newest: one created below is made again on top.
+#[test]
+fn a_prune_marker_created_below_a_newer_one_is_made_again_on_top() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    let f = e.home().join("f");
+    w(&f, b"a small file the paused prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(&f).unwrap();
+    w(&e.home().join("g"), b"stays\n");
+    e.ok(&["sync"]);
+    let (ra, rb) = (e.root.join("resume-mark"), e.root.join("resume-delete"));
+    let a = paused_with(
+        &e,
+        &[
+            lease[0],
+            ("SBX_BACKUP_PAUSE2_AT", "prune-delete"),
+            ("SBX_BACKUP_PAUSE2_FILE", rb.to_str().unwrap()),
+        ],
+        "prune-mark",
+        &ra,
+        &["prune", "--keep-last", "1"],
+    );
+    signal(&a, "STOP");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        e.cmd_for("home", "state", args)
+            .envs(lease)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    // Two prunes, each with a pack a killed sync left to delete; the
+    // second removes the first one's marker.
+    for orphan in ["o1", "o2"] {
+        w(&e.home().join(orphan), orphan.as_bytes());
+        let o = run(
+            &["sync", "--wait", "120s"],
+            &[("SBX_BACKUP_CRASH_AT", "before-index")],
+        );
+        assert!(!o.status.success());
+        fs::remove_file(e.home().join(orphan)).unwrap();
+        let o = run(&["prune", "--wait", "120s"], &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // A pass that learns the store as the newest marker leaves it.
+    w(&e.home().join("h"), b"one more\n");
+    let o = run(&["sync", "--wait", "120s"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The paused prune renews its lease, then goes on to its first delete.
+    signal(&a, "CONT");
+    std::thread::sleep(Duration::from_secs(1));
+    w(&ra, b"");
+    wait_for(&rb.with_extension("paused"));
+    signal(&a, "STOP");
+    w(&f, b"a small file the paused prune condemns\n");
+    let o = run(&["--json", "sync", "--wait", "120s"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&rb, b"");
+    signal(&a, "CONT");
+    let _ = a.wait_with_output().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}
+
+/// A sync paused before its commit past its lease; prune A calls its lock
+/// stale, condemns the pack the sync is about to reference, and pauses
+/// before deleting it; the sync commits and pauses again; prune B calls
+/// both locks stale, keeps the sync's new snapshot (so the pack too) and
+/// writes its marker. The sync read the marker again after its commit:
+/// B's, which did not name the pack, so it reported the snapshot, and A,
+/// resumed, deleted the pack. A marker now carries forward every pack
+/// the one before it named that is still in the store.
+#[test]
+fn a_second_prune_marker_still_names_what_a_paused_prune_deletes() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    let f = e.home().join("f");
+    w(&f, b"a small file the paused prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(&f).unwrap();
+    w(&e.home().join("g"), b"stays\n");
+    e.ok(&["sync"]);
+    w(&f, b"a small file the paused prune condemns\n");
+    let (rs1, rs2, rp) = (
+        e.root.join("resume-put"),
+        e.root.join("resume-after"),
+        e.root.join("resume-prune"),
+    );
+    let sync = paused_with(
+        &e,
+        &[
+            lease[0],
+            ("SBX_BACKUP_PAUSE2_AT", "after-commit"),
+            ("SBX_BACKUP_PAUSE2_FILE", rs2.to_str().unwrap()),
+        ],
+        "commit-put",
+        &rs1,
+        &["--json", "sync", "--wait", "120s"],
+    );
+    signal(&sync, "STOP");
+    let a = paused_with(
+        &e,
+        &lease,
+        "prune-delete",
+        &rp,
+        &["prune", "--keep-last", "1", "--wait", "120s"],
+    );
+    signal(&a, "STOP");
+    w(&rs1, b"");
+    signal(&sync, "CONT");
+    wait_for(&rs2.with_extension("paused"));
+    signal(&sync, "STOP");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        e.cmd_for("home", "state", args)
+            .envs(lease)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    // B, with a pack a killed sync left to delete (in its own state dir).
+    let other = e.root.join("other");
+    w(&other.join("o"), b"orphan\n");
+    let o = e
+        .cmd_for("home", "state", &["sync", "--wait", "120s"])
+        .arg("--home")
+        .arg(&other)
+        .envs(lease)
+        .env("SBX_BACKUP_CRASH_AT", "before-index")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let o = run(&["prune", "--keep-last", "5", "--wait", "120s"], &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&rs2, b"");
+    signal(&sync, "CONT");
+    let o = sync.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    w(&rp, b"");
+    signal(&a, "CONT");
+    let _ = a.wait_with_output().unwrap();
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}
+
+/// Rolling the home back to an older snapshot (`restore --snapshot ID
+/// --force`) is killed part-way, and the daemon's next pass commits the
+/// half home: its retention deleted the snapshot being restored (the
+/// oldest kept), so the retry found no such snapshot and the home stayed
+/// half one version, half the other. Retention now spares the snapshot
+/// the home's restore marker names.
+#[test]
+fn a_pass_during_an_interrupted_restore_keeps_the_snapshot_it_restores() {
+    let e = Env::new("[backup]\nkeep = 2\n");
+    for (i, v) in ["one", "two"].into_iter().enumerate() {
+        for d in 0..4 {
+            w(
+                &e.home().join(format!("d{d}/f")),
+                format!("{v} {d}\n").as_bytes(),
+            );
+        }
+        w(&e.home().join("v"), format!("{v} {i}\n").as_bytes());
+        e.ok(&["sync"]);
+    }
+    let old = e.snapshots()[0].trim_end_matches(".json").to_owned();
+    let to = e.root.join("want-old");
+    e.ok(&["restore", "--snapshot", &old, "--to", to.to_str().unwrap()]);
+    let want = tree(&to);
+    let o = e
+        .cmd_for("home", "state", &["restore", "--snapshot", &old, "--force"])
+        .env("SBX_BACKUP_CRASH_AT", "restore-dirs-done")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not killed");
+    // The daemon's pass, while the home is half restored.
+    e.ok(&["sync"]);
+    e.ok(&["restore", "--snapshot", &old, "--force"]);
+    assert_eq!(tree(&e.home()), want, "the rolled-back home");
+}
+
+/// `restore --force` (the newest) to undo what the agent did is killed
+/// part-way; the daemon's pass commits the half home as the newest, and
+/// the retry, the same command, restored that half home instead of
+/// finishing the first: the agent's damage stayed. A retry without
+/// --snapshot now finishes the snapshot the home's marker names.
+#[test]
+fn a_retried_restore_finishes_its_snapshot_not_a_newer_half_home() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    for d in 0..4 {
+        w(
+            &e.home().join(format!("d{d}/f")),
+            format!("good {d}\n").as_bytes(),
+        );
+    }
+    e.ok(&["sync"]);
+    let want = tree(&e.home());
+    for d in 0..4 {
+        w(&e.home().join(format!("d{d}/f")), b"the agent's damage\n");
+    }
+    let o = e
+        .cmd_for("home", "state", &["restore", "--force"])
+        .env("SBX_BACKUP_CRASH_AT", "restore-temp-made")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not killed");
+    e.ok(&["sync"]);
+    e.ok(&["restore", "--force"]);
+    assert_eq!(tree(&e.home()), want, "the restored home");
+}
+
+/// A prune of an older version on the same prefix (a sandbox not yet
+/// upgraded) writes only the single `pruned` marker. Syncs that read
+/// only the newest of the chain never saw what it condemned, and reused a
+/// pack it was deleting. Its marker is now read beside the chain's.
+#[test]
+fn an_older_prunes_single_marker_still_fences_syncs() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let f = e.home().join("f");
+    w(&f, b"a small file an older prune condemns\n");
+    e.ok(&["sync"]);
+    let first = e.snapshots()[0].clone();
+    let m: serde_json::Value =
+        serde_json::from_slice(&fs::read(e.store().join("snapshots").join(&first)).unwrap())
+            .unwrap();
+    let pack = m["packs"][0].as_str().unwrap().to_owned();
+    fs::remove_file(&f).unwrap();
+    w(&e.home().join("g"), b"stays\n");
+    e.ok(&["sync"]);
+    // A chain: a prune of this version, with a pack a killed sync left.
+    w(&e.home().join("o"), b"orphan\n");
+    let o = e
+        .cmd_for("home", "state", &["sync"])
+        .env("SBX_BACKUP_CRASH_AT", "before-index")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    fs::remove_file(e.home().join("o")).unwrap();
+    let o = e
+        .cmd_for("home", "state", &["prune", "--wait", "120s"])
+        .env("SBX_BACKUP_TEST_LEASE_SECS", "2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(e.store().join("pruned.d").exists());
+    // The older prune: its marker, then (later) its delete.
+    fs::write(
+        e.store().join("pruned"),
+        format!(r#"{{"id":"older","condemned":["pack {pack}"]}}"#),
+    )
+    .unwrap();
+    w(&f, b"a small file an older prune condemns\n");
+    e.ok(&["sync"]);
+    fs::remove_file(e.store().join("packs").join(&pack[..2]).join(&pack)).unwrap();
+    let want = tree(&e.home());
+    assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}
+
+/// A restore marker naming a snapshot that is gone (pruned since): a
+/// retry without --snapshot says so and restores the newest, rather than
+/// failing for good.
+#[test]
+fn a_restore_marker_naming_a_gone_snapshot_falls_back_to_the_newest() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    w(&e.home().join("f"), b"backed up\n");
+    e.ok(&["sync"]);
+    let want = tree(&e.home());
+    w(
+        &e.home().join(".sbx-restore-in-progress"),
+        b"00000000000000000099",
+    );
+    w(&e.home().join("f"), b"changed\n");
+    let o = e.run(&["restore", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("00000000000000000099 is gone"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(tree(&e.home()), want);
+}
+
+/// A sandbox's ~/.claude and ~/.codex are volumes of their own, mounted
+/// in the home and shared by every sandbox of the workspace (branch
+/// sandboxes included). A new home's first-start restore (`restore
+/// --force`) wrote the snapshot's older settings, history and
+/// credentials into the live volume, over the newer ones. A restore now
+/// leaves a directory where another file system is mounted alone, and
+/// says so.
+#[test]
+fn a_restore_never_writes_into_a_volume_mounted_in_the_home() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let vol = e.home().join(".claude");
+    fs::create_dir_all(&vol).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(&vol)
+        .status()
+        .unwrap();
+    if !st.success() {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(vol.clone());
+    w(&vol.join(".credentials.json"), b"old token\n");
+    w(&vol.join("projects/p/t.jsonl"), b"turn 1\n");
+    w(&e.home().join("work/a"), b"the home's own file\n");
+    e.ok(&["sync"]);
+    // The volume lives on; the home's own files are lost.
+    w(&vol.join(".credentials.json"), b"new token\n");
+    w(&vol.join("projects/p/t.jsonl"), b"turn 1\nturn 2\n");
+    fs::remove_dir_all(e.home().join("work")).unwrap();
+    let o = e.run(&["restore", "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        fs::read(vol.join(".credentials.json")).unwrap(),
+        b"new token\n"
+    );
+    assert_eq!(
+        fs::read(vol.join("projects/p/t.jsonl")).unwrap(),
+        b"turn 1\nturn 2\n"
+    );
+    assert_eq!(
+        fs::read(e.home().join("work/a")).unwrap(),
+        b"the home's own file\n"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(".claude"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

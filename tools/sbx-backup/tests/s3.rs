@@ -154,6 +154,7 @@ fn a_store_that_ignores_conditional_writes_is_refused() {
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!err.contains("  "), "a run of spaces in the line: {err}");
     let o = run(root, m.1, &["snapshots", "--json"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 0);
     let o = run(root, m.1, &["sync"]);

@@ -38,15 +38,18 @@ pub fn free_port() -> u16 {
 
 /// One bodiless request, answered in full (the connection is closed).
 pub fn http(port: u16, method: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    try_http(port, method, path).unwrap()
+}
+
+fn try_http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    )?;
     let mut r = String::new();
     let _ = s.read_to_string(&mut r);
-    r
+    Ok(r)
 }
 
 /// moto_server on a free loopback port with the bucket `sbx` made; None
@@ -68,16 +71,19 @@ pub fn moto() -> Option<Moto> {
         .unwrap();
     let server = Moto(child, port);
     // moto (Python) takes seconds to start on a loaded 2-core machine.
+    // A first connection can be taken and then refused while it starts:
+    // only an answered request says it is up.
+    let mut last = String::new();
     for _ in 0..600 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            // moto does not check signatures: a plain PUT makes the bucket.
-            let r = http(port, "PUT", "/sbx");
-            assert!(r.starts_with("HTTP/1.1 200"), "create bucket: {r}");
-            return Some(server);
+        // moto does not check signatures: a plain PUT makes the bucket.
+        match try_http(port, "PUT", "/sbx") {
+            Ok(r) if r.starts_with("HTTP/1.1 200") => return Some(server),
+            Ok(r) => last = r,
+            Err(e) => last = e.to_string(),
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("moto_server did not start");
+    panic!("moto_server did not start: {last}");
 }
 
 /// Type, mode, mtime, content and link target of every path under `root`

@@ -13,7 +13,7 @@
 //! reads it.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::api::FsId;
 
@@ -32,13 +32,17 @@ pub fn is_index(root: &Path, path: &Path) -> bool {
         && (name == "index" || name.starts_with("sharedindex."))
 }
 
-/// The first entry of the index `data` whose name git would refuse to
-/// write, escaped for one line; None when every name is one git writes
-/// beneath the work tree, or when the file is no index git reads (wrong
-/// signature or version: git refuses it too). `hash_len`: 20 (SHA-1) or
-/// 32 (SHA-256). A structure git would read differently (a name running
-/// past the end, an extended entry in version 2) is refused.
-pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
+/// One entry of an index: its name and mode.
+struct Entry {
+    name: Vec<u8>,
+    mode: u32,
+}
+
+/// An index's entries as git reads them: None when the file is no index
+/// git reads (wrong signature or version: git refuses it too); Err when
+/// git would read it differently (a name running past the end, an
+/// extended entry in version 2). `hash_len`: 20 (SHA-1) or 32 (SHA-256).
+fn entries(data: &[u8], hash_len: usize) -> Option<Result<Vec<Entry>, ()>> {
     let u32_at = |o: usize| -> Option<u32> {
         data.get(o..o + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -51,19 +55,19 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
         return None;
     }
     let count = u32_at(8)?;
-    let malformed = || Some("(an entry git would read past its end)".to_owned());
+    let mut out = Vec::new();
     let mut pos = 12usize;
-    let mut prev: Vec<u8> = Vec::new();
+    let mut prev: &[u8] = &[];
     for _ in 0..count {
         let flags_at = pos + 40 + hash_len;
         let Some(f) = data.get(flags_at..flags_at + 2) else {
-            return malformed();
+            return Some(Err(()));
         };
         let flags = u16::from_be_bytes([f[0], f[1]]);
         let mode = u32_at(pos + 24).unwrap_or(0);
         let extended = flags & 0x4000 != 0;
         if extended && version < 3 {
-            return malformed();
+            return Some(Err(()));
         }
         let mut name_at = flags_at + 2 + if extended { 2 } else { 0 };
         let flag_len = usize::from(flags & 0x0fff);
@@ -74,7 +78,7 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
             let mut strip = 0usize;
             loop {
                 let Some(&c) = data.get(name_at) else {
-                    return malformed();
+                    return Some(Err(()));
                 };
                 name_at += 1;
                 strip = (strip << 7) | usize::from(c & 0x7f);
@@ -83,22 +87,22 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
                 }
                 strip += 1;
                 if strip > 1 << 24 {
-                    return malformed();
+                    return Some(Err(()));
                 }
             }
             let Some(copy) = prev.len().checked_sub(strip) else {
-                return malformed();
+                return Some(Err(()));
             };
             let rest = data.get(name_at..).unwrap_or_default();
             let suffix_len = if flag_len == 0x0fff {
                 match rest.iter().position(|b| *b == 0) {
                     Some(n) => n,
-                    None => return malformed(),
+                    None => return Some(Err(())),
                 }
             } else {
                 match flag_len.checked_sub(copy) {
                     Some(n) if n < rest.len() => n,
-                    _ => return malformed(),
+                    _ => return Some(Err(())),
                 }
             };
             let mut n = prev[..copy].to_vec();
@@ -110,23 +114,34 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
             let len = if flag_len == 0x0fff {
                 match rest.iter().position(|b| *b == 0) {
                     Some(n) => n,
-                    None => return malformed(),
+                    None => return Some(Err(())),
                 }
             } else {
                 flag_len
             };
             if len >= rest.len() {
-                return malformed();
+                return Some(Err(()));
             }
             name = rest[..len].to_vec();
             pos = (name_at - pos + len + 8) / 8 * 8 + pos;
         }
-        if !name_ok(&name, mode & 0o170000 == 0o040000) {
-            return Some(sbx_core::sanitize::field(&String::from_utf8_lossy(&name)).into_owned());
-        }
-        prev = name;
+        out.push(Entry { name, mode });
+        prev = &out[out.len() - 1].name;
     }
-    None
+    Some(Ok(out))
+}
+
+/// The first entry of the index `data` whose name git would refuse to
+/// write, escaped for one line; None when every name is one git writes
+/// beneath the work tree, or when the file is no index git reads.
+/// A structure git would read differently is refused.
+pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
+    let Ok(es) = entries(data, hash_len)? else {
+        return Some("(an entry git would read past its end)".to_owned());
+    };
+    es.iter()
+        .find(|e| !name_ok(&e.name, e.mode & 0o170000 == 0o040000))
+        .map(|e| sbx_core::sanitize::field(&String::from_utf8_lossy(&e.name)).into_owned())
 }
 
 /// A name git writes beneath the work tree: relative, no empty, `.`,
@@ -148,6 +163,29 @@ fn name_ok(name: &[u8], dir: bool) -> bool {
             }))
 }
 
+/// The hash length of the workspace's repository: 32 for SHA-256, else
+/// 20. Read from its `.git/config`, which the host holds read-only.
+fn hash_len(root: &Path) -> usize {
+    let sha256 = std::fs::read_to_string(root.join(".git/config"))
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            c.contains("objectformat") && c.contains("sha256")
+        })
+        .unwrap_or(false);
+    if sha256 { 32 } else { 20 }
+}
+
+/// The bytes of the index `rel`, opened beneath `r` through no link;
+/// None when missing or unreadable.
+fn read_index(r: &sbx_sys::beneath::Root, rel: &Path) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let f = r.open_read(rel).ok()?;
+    let mut data = Vec::new();
+    // An index larger than this is no index the agent's git made.
+    f.take(1 << 30).read_to_end(&mut data).ok()?;
+    Some(data)
+}
+
 /// Check the index at `path` (under the workspace `root`); when it holds
 /// a name git would write outside the checkout or into a `.git`, kill
 /// every process of the agent (`uid`), so none swaps it back, and move
@@ -155,34 +193,198 @@ fn name_ok(name: &[u8], dir: bool) -> bool {
 pub fn check(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let r = sbx_sys::beneath::Root::open(root).ok()?;
-    let sha256 = std::fs::read_to_string(root.join(".git/config"))
-        .map(|c| {
-            let c = c.to_ascii_lowercase();
-            c.contains("objectformat") && c.contains("sha256")
-        })
-        .unwrap_or(false);
-    let bad = |r: &sbx_sys::beneath::Root| {
-        use std::io::Read as _;
-        let f = r.open_read(rel).ok()?;
-        let mut data = Vec::new();
-        // An index larger than this is no index the agent's git made.
-        f.take(1 << 30).read_to_end(&mut data).ok()?;
-        bad_entry(&data, if sha256 { 32 } else { 20 })
-    };
+    let hash = hash_len(root);
+    let bad = |r: &sbx_sys::beneath::Root| bad_entry(&read_index(r, rel)?, hash);
     let name = bad(&r)?;
+    Some(refuse(
+        &r,
+        rel,
+        uid,
+        gid,
+        &format!("an entry {name} git would write outside the checkout"),
+        |r| bad(r).is_some(),
+    ))
+}
+
+/// Move the index `rel` aside, kill every process of the agent and move
+/// it aside again if `still_bad` (one the agent put back in between);
+/// what was done, on one line.
+fn refuse(
+    r: &sbx_sys::beneath::Root,
+    rel: &Path,
+    uid: u32,
+    gid: u32,
+    why: &str,
+    still_bad: impl Fn(&sbx_sys::beneath::Root) -> bool,
+) -> String {
     // Aside first: killing the agent's main process ends the sandbox.
-    let moved = move_aside(&r, rel, uid, gid);
+    let moved = move_aside(r, rel, uid, gid);
     kill_uid(uid);
-    // One the agent put back before it was killed.
-    let again = bad(&r).map(|_| move_aside(&r, rel, uid, gid));
-    Some(format!(
-        "{}: an entry {name} git would write outside the checkout: the agent's processes were killed and the index {}",
+    let again = still_bad(r).then(|| move_aside(r, rel, uid, gid));
+    format!(
+        "{}: {why}: the agent's processes were killed and the index {}",
         rel.display(),
         match again.unwrap_or(moved) {
             Ok(()) => "moved aside (.sbx-refused)".to_owned(),
             Err(e) => format!("could not be moved aside: {e}"),
         }
-    ))
+    )
+}
+
+/// How deep submodules in submodules are followed.
+const GITLINK_DEPTH: usize = 8;
+
+/// The gitlinks (submodules) the workspace's indexes hold, and the first
+/// one refused: `(index, why)`.
+#[derive(Debug, Default)]
+pub struct Gitlinks {
+    /// Each gitlink's work-tree path, workspace-relative.
+    pub paths: Vec<PathBuf>,
+    refused: Option<(PathBuf, String)>,
+}
+
+impl Gitlinks {
+    /// Whether a change at `path` (under `root`) can change what a
+    /// gitlink's `.git` names: it is that `.git`, or a directory above a
+    /// gitlink (renamed into place).
+    pub fn touched_by(&self, root: &Path, path: &Path) -> bool {
+        let Ok(rel) = path.strip_prefix(root) else {
+            return false;
+        };
+        self.paths
+            .iter()
+            .any(|g| g.starts_with(rel) || rel == g.join(".git"))
+    }
+}
+
+/// Every gitlink in the workspace's index, and in the index of each
+/// submodule git dir one of them names, followed down; the host's plain
+/// `git status` (and `git diff`) runs `git status` inside each populated
+/// one, which reads that repository's configuration (a `core.fsmonitor`
+/// runs). A gitlink's `.git` must be missing (not checked out) or a file
+/// naming a git dir inside the workspace whose `config` is on a read-only
+/// mount: one the host held when the sandbox started (gitpins.rs). A
+/// `.git` directory, a link, or a git dir the agent made is refused.
+pub fn gitlinks(root: &Path) -> Gitlinks {
+    let mut out = Gitlinks::default();
+    let Ok(r) = sbx_sys::beneath::Root::open(root) else {
+        return out;
+    };
+    let hash = hash_len(root);
+    let mut todo = vec![(PathBuf::from(".git/index"), PathBuf::new(), 0usize)];
+    while let Some((index, tree, depth)) = todo.pop() {
+        let Some(data) = read_index(&r, &index) else {
+            continue;
+        };
+        let Some(Ok(es)) = entries(&data, hash) else {
+            continue;
+        };
+        for e in es.iter().filter(|e| e.mode & 0o170000 == 0o160000) {
+            use std::os::unix::ffi::OsStrExt as _;
+            let path = tree.join(OsStr::from_bytes(&e.name));
+            match held_git_dir(&r, &path) {
+                Ok(None) => {}
+                Ok(Some(gd)) if depth < GITLINK_DEPTH => {
+                    todo.push((gd.join("index"), path.clone(), depth + 1));
+                }
+                Ok(Some(_)) => {}
+                Err(why) => {
+                    let shown = sbx_core::sanitize::field(&path.to_string_lossy()).into_owned();
+                    out.refused = Some((index.clone(), format!("submodule {shown}: {why}")));
+                    out.paths.push(path);
+                    return out;
+                }
+            }
+            out.paths.push(path);
+        }
+    }
+    out
+}
+
+/// The git dir (workspace-relative) the gitlink at `path` has checked
+/// out, when the host holds its configuration; None when it is not
+/// checked out; Err saying why the host's git must not go into it.
+fn held_git_dir(r: &sbx_sys::beneath::Root, path: &Path) -> Result<Option<PathBuf>, String> {
+    use sbx_sys::beneath::Kind;
+    let dotgit = path.join(".git");
+    let fd = match r.open_path(&dotgit) {
+        Ok(fd) => fd,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(format!(
+                "its .git cannot be opened beneath the workspace through no link ({e})"
+            ));
+        }
+    };
+    match sbx_sys::beneath::kind(&fd) {
+        Ok(Kind::File) => {}
+        Ok(Kind::Dir) => return Err("a repository of its own (a .git directory), whose configuration the host's git would read".into()),
+        _ => return Err("its .git is a link or no plain file".into()),
+    }
+    let mut text = Vec::new();
+    {
+        use std::io::Read as _;
+        let f = r.open_read(&dotgit).map_err(|e| e.to_string())?;
+        f.take(4096)
+            .read_to_end(&mut text)
+            .map_err(|e| e.to_string())?;
+    }
+    let text = String::from_utf8_lossy(&text);
+    let Some(named) = text.lines().next().and_then(|l| l.strip_prefix("gitdir: ")) else {
+        return Err("its .git file names no git dir".into());
+    };
+    let named = Path::new(named.trim_end());
+    if named.is_absolute() {
+        return Err("its .git file names an absolute git dir (git writes a relative one)".into());
+    }
+    // Opened beneath the workspace through no link, so the lexical form
+    // below is the directory git reads.
+    let raw = path.join(named);
+    let not_held = || {
+        format!(
+            "its .git file names {}, which is no git dir the host holds read-only (one made in the sandbox)",
+            sbx_core::sanitize::field(&named.to_string_lossy())
+        )
+    };
+    let held = r.open_path(&raw.join("config")).is_ok_and(|fd| {
+        matches!(sbx_sys::beneath::kind(&fd), Ok(Kind::File)) && sbx_sys::fd_on_readonly_mount(&fd)
+    });
+    if !held {
+        return Err(not_held());
+    }
+    let mut gd = PathBuf::new();
+    for c in raw.components() {
+        match c {
+            std::path::Component::ParentDir if !gd.pop() => return Err(not_held()),
+            std::path::Component::Normal(n) => gd.push(n),
+            _ => {}
+        }
+    }
+    Ok(Some(gd))
+}
+
+/// Check every gitlink ([`gitlinks`]); when one is refused, kill every
+/// process of the agent and move the index naming it aside. The gitlinks
+/// found, and what was done.
+pub fn check_gitlinks(root: &Path, uid: u32, gid: u32) -> (Gitlinks, Option<String>) {
+    let found = gitlinks(root);
+    let Some((index, why)) = found.refused.clone() else {
+        return (found, None);
+    };
+    let Ok(r) = sbx_sys::beneath::Root::open(root) else {
+        return (found, None);
+    };
+    let done = refuse(&r, &index, uid, gid, &why, |_| {
+        gitlinks(root).refused.is_some_and(|(i, _)| i == index)
+    });
+    (found, Some(done))
 }
 
 /// Rename the index `rel` to `<name>.sbx-refused` as the agent (whose

@@ -1,0 +1,176 @@
+//! The last routes by which the user's own git on the host ran what the
+//! agent wrote in a bind-mode sandbox (issue 36): a nested repository
+//! the index names as a submodule, and a rebase left half done. The
+//! agent attacks inside a real sandbox; then the user's plain command runs
+//! on the host as root, and a canary outside the repository is checked.
+
+use std::path::Path;
+use std::process::Command;
+
+use sbx_e2e::{Repo, base_image, text};
+
+/// The user's plain `git ARGS` in `dir`, as root on the host.
+fn git(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// Config lines (for `printf`) that run `touch CANARY` on the next
+/// `git status` in that repository.
+fn fsmonitor(canary: &Path) -> String {
+    format!(
+        "[core]\\n\\tfsmonitor = \\042touch {}; false\\042\\n",
+        canary.display()
+    )
+}
+
+/// A repository with one commit, its sandbox started.
+fn started_repo(name: &str) -> Repo {
+    let repo = Repo::new(name);
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.start();
+    repo
+}
+
+/// Route 36-1: a gitlink in the index whose work-tree directory is a
+/// repository the agent made. The user's plain `git status` (and `git
+/// diff`) on the host runs `git status` inside each populated submodule,
+/// which reads that repository's config: a `core.fsmonitor` there ran as
+/// root. The agent made the repository with `git init`, by hand with a
+/// `.git` file naming a git dir elsewhere in the work tree, or as a new
+/// git dir under `.git/modules` (none of them held read-only); it put the
+/// gitlink in the index before or after. The guest now refuses a gitlink
+/// whose `.git` is not a git dir the host holds read-only.
+#[test]
+fn a_nested_repository_in_the_index_never_runs_on_the_hosts_status() {
+    if !base_image() {
+        return;
+    }
+    // (name, the agent's script making `sub` a repository with the
+    // config in $EVIL, and the gitlink). The broker refuses `git init`
+    // under `.git`: `gitdir DIR` makes one by hand.
+    let gitlink = "git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),sub";
+    let cases = [
+        (
+            "init",
+            format!("git init -q sub && printf \"$EVIL\" >> sub/.git/config && {gitlink}"),
+        ),
+        (
+            "gitfile after the gitlink",
+            format!(
+                "mkdir sub && {gitlink} && sleep 1 && gitdir .hide/g && echo 'gitdir: ../.hide/g' > sub/.git"
+            ),
+        ),
+        (
+            "new dir under .git/modules",
+            format!(
+                "gitdir .git/modules/evil && \
+                 printf 'gitdir: ../.git/modules/evil\\n' > g && mkdir sub && mv g sub/.git && {gitlink}"
+            ),
+        ),
+    ];
+    let mut ran = Vec::new();
+    for (name, script) in cases {
+        let repo = started_repo("nest");
+        let canary = repo.root().join("canary");
+        let o = repo.exec(&format!(
+            "cd /workspace/nest; EVIL='{}'; \
+             gitdir() {{ mkdir -p $1/objects $1/refs && echo 'ref: refs/heads/x' > $1/HEAD && printf \"$EVIL\" > $1/config; }}; \
+             {script}; echo \"attack: $?\"; sleep 1",
+            fsmonitor(&canary)
+        ));
+        let s = git(&repo.path, &["status"]);
+        let d = git(&repo.path, &["diff"]);
+        if canary.exists() {
+            ran.push(format!(
+                "{name}: agent {} / status {} / diff {}",
+                text(&o),
+                text(&s),
+                text(&d)
+            ));
+        }
+    }
+    assert!(
+        ran.is_empty(),
+        "the user's git status ran the agent's submodule fsmonitor: {ran:#?}"
+    );
+}
+
+/// The check above leaves a submodule the user added alone: its git dir
+/// under `.git/modules` is held read-only from the start, so the agent
+/// works in it, and stages and commits it, without being stopped. A
+/// `git submodule add` in the sandbox (which could not register the
+/// submodule in the held `.git/config` anyway) is refused by the broker
+/// before it makes a git dir, so the agent is not ended for it.
+#[test]
+fn a_submodule_the_user_added_keeps_working() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("top");
+    let lib = repo.root().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    let lib_git = |args: &[&str]| {
+        sbx_e2e::sh(
+            Command::new("git")
+                .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+                .args(args)
+                .current_dir(&lib),
+        )
+    };
+    lib_git(&["init", "-q", "-b", "main"]);
+    std::fs::write(lib.join("f"), "1\n").unwrap();
+    lib_git(&["add", "f"]);
+    lib_git(&["commit", "-qm", "lib"]);
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        lib.to_str().unwrap(),
+        "lib",
+    ]);
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.start();
+    let o = repo.agent(
+        "cd /workspace/top/lib && echo 2 >> f && git add f && git commit -qm two && cd .. && \
+         git add lib && git commit -qm bump && git status --short; echo \"agent: $?\"; \
+         rm -rf /tmp/s2 && git init -q /tmp/s2 && git -C /tmp/s2 commit -q --allow-empty -m s && \
+         git -c protocol.file.allow=always submodule add -q /tmp/s2 s2; echo \"add: $?\"; sleep 1",
+    );
+    let again = repo.exec("echo alive");
+    let s = git(&repo.path, &["status", "--short"]);
+    assert!(text(&o).contains("agent: 0"), "{}", text(&o));
+    assert!(
+        text(&o).contains("add: 77") && text(&o).contains("blocked (git-dir)"),
+        "{}",
+        text(&o)
+    );
+    assert!(!repo.path.join(".git/modules/s2").exists(), "{}", text(&o));
+    assert!(
+        text(&again).contains("alive"),
+        "{} / {}",
+        text(&o),
+        text(&again)
+    );
+    assert!(
+        !repo.path.join(".git/index.sbx-refused").exists(),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        s.status.success() && text(&s).trim().is_empty(),
+        "{}",
+        text(&s)
+    );
+}

@@ -206,10 +206,10 @@ pub fn check(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String> {
     ))
 }
 
-/// Move the index `rel` aside, kill every process of the agent and move
-/// it aside again if `still_bad` (one the agent put back in between);
-/// what was done, on one line.
-fn refuse(
+/// Move the file `rel` (an index, a todo list) aside, kill every process
+/// of the agent and move it aside again if `still_bad` (one the agent put
+/// back in between); what was done, on one line.
+pub(crate) fn refuse(
     r: &sbx_sys::beneath::Root,
     rel: &Path,
     uid: u32,
@@ -222,7 +222,7 @@ fn refuse(
     kill_uid(uid);
     let again = still_bad(r).then(|| move_aside(r, rel, uid, gid));
     format!(
-        "{}: {why}: the agent's processes were killed and the index {}",
+        "{}: {why}: the agent's processes were killed and the file {}",
         rel.display(),
         match again.unwrap_or(moved) {
             Ok(()) => "moved aside (.sbx-refused)".to_owned(),

@@ -139,7 +139,7 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     }
     let mut gitlinks = crate::gitindex::Gitlinks::default();
     if let Some((uid, gid)) = masker.agent {
-        gitlinks = recheck_gitlinks(&masker.root, uid, gid);
+        gitlinks = recheck_git(&masker.root, uid, gid);
     }
     if scan {
         for p in existing(&masker) {
@@ -169,7 +169,7 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     again = None;
                     if let Some((uid, gid)) = masker.agent {
-                        gitlinks = recheck_gitlinks(&masker.root, uid, gid);
+                        gitlinks = recheck_git(&masker.root, uid, gid);
                     }
                     continue;
                 }
@@ -194,8 +194,15 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
                     }
                     // A submodule's `.git` the host's status would go into.
                     if index || gitlinks.touched_by(&masker.root, p) {
-                        gitlinks = recheck_gitlinks(&masker.root, uid, gid);
-                        again = Some(std::time::Instant::now() + GITLINK_AGAIN);
+                        gitlinks = recheck_git(&masker.root, uid, gid);
+                        again = Some(std::time::Instant::now() + CHECK_AGAIN);
+                    }
+                    // A rebase left half done, which the host's git resumes.
+                    if crate::gitstate::touches(&masker.root, p) {
+                        if let Some(what) = crate::gitstate::check(&masker.root, p, uid, gid) {
+                            eprintln!("sbx-guest: {what}");
+                        }
+                        again = Some(std::time::Instant::now() + CHECK_AGAIN);
                     }
                     if let Some(what) = crate::gitindex::check_link(&masker.root, p, uid, gid) {
                         eprintln!("sbx-guest: {what}");
@@ -222,14 +229,18 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     Ok(unguarded)
 }
 
-/// How long after a change near a gitlink it is checked again.
-const GITLINK_AGAIN: std::time::Duration = std::time::Duration::from_millis(300);
+/// How long after a change near a gitlink or in a rebase's state it is
+/// checked again.
+const CHECK_AGAIN: std::time::Duration = std::time::Duration::from_millis(300);
 
-/// [`crate::gitindex::check_gitlinks`], saying what was done; the
-/// gitlinks now.
-fn recheck_gitlinks(root: &Path, uid: u32, gid: u32) -> crate::gitindex::Gitlinks {
+/// [`crate::gitindex::check_gitlinks`] and [`crate::gitstate::check`] of
+/// every state directory, saying what was done; the gitlinks now.
+fn recheck_git(root: &Path, uid: u32, gid: u32) -> crate::gitindex::Gitlinks {
     let (found, what) = crate::gitindex::check_gitlinks(root, uid, gid);
-    if let Some(what) = what {
+    let states = crate::gitstate::dirs(root)
+        .into_iter()
+        .filter_map(|d| crate::gitstate::check(root, &d, uid, gid));
+    for what in what.into_iter().chain(states) {
         eprintln!("sbx-guest: {what}");
     }
     found

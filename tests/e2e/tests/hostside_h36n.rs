@@ -174,3 +174,76 @@ fn a_submodule_the_user_added_keeps_working() {
         text(&s)
     );
 }
+
+/// Route 36-2: a rebase the sandbox left half done. `.git/rebase-merge/`
+/// is the agent's to write (git needs it), and the user's `git rebase
+/// --continue` on the host runs what the rest of its todo list says: an
+/// `exec` line as a shell command, and for a `pick`, a merge strategy
+/// that is not git's own as `git-merge-NAME` (a program in the work tree
+/// when NAME holds `/`). The broker refuses `--exec` and such strategies,
+/// so the agent wrote them by hand; the guest now moves such a file aside
+/// and ends the agent.
+#[test]
+fn a_rebase_left_half_done_never_runs_the_agents_commands_on_the_host() {
+    if !base_image() {
+        return;
+    }
+    let cases = [
+        (
+            "exec line",
+            "printf 'exec touch %s\\n' \"$C\" >> .git/rebase-merge/git-rebase-todo",
+        ),
+        (
+            "strategy",
+            "mkdir -p git-merge-../x && printf '#!/bin/sh\\ntouch %s\\nexit 1\\n' \"$C\" > git-merge-../x/evil && \
+             chmod +x git-merge-../x/evil && printf '../x/evil\\n' > .git/rebase-merge/strategy",
+        ),
+    ];
+    let mut ran = Vec::new();
+    for (name, attack) in cases {
+        let repo = Repo::new("reb");
+        repo.git(&["init", "-q", "-b", "main"]);
+        std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-qm", "base"]);
+        for n in ["1", "2"] {
+            std::fs::write(repo.path.join(n), n).unwrap();
+            repo.git(&["add", n]);
+            repo.git(&["commit", "-qm", n]);
+        }
+        repo.start();
+        let canary = repo.root().join("canary");
+        let o = repo.agent(&format!(
+            "cd /workspace/reb && C={}; \
+             GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -q -i HEAD~2; echo \"rebase: $?\"; \
+             git commit -q --amend -m 1b; \
+             {attack}; echo \"attack: $?\"; cat .git/rebase-merge/git-rebase-todo; sleep 1",
+            canary.display()
+        ));
+        let c = Command::new("git")
+            .args([
+                "-c",
+                "user.name=u",
+                "-c",
+                "user.email=u@h",
+                "rebase",
+                "--continue",
+            ])
+            .env("GIT_EDITOR", "true")
+            .current_dir(&repo.path)
+            .output()
+            .unwrap();
+        if canary.exists() {
+            ran.push(format!(
+                "{name}: agent {} / continue {}",
+                text(&o),
+                text(&c)
+            ));
+        }
+        assert!(text(&o).contains("rebase: 0"), "{name}: {}", text(&o));
+    }
+    assert!(
+        ran.is_empty(),
+        "the user's git rebase --continue ran the agent's command: {ran:#?}"
+    );
+}

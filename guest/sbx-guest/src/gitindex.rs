@@ -58,7 +58,12 @@ fn entries(data: &[u8], hash_len: usize) -> Option<Result<Vec<Entry>, ()>> {
     let mut out = Vec::new();
     let mut pos = 12usize;
     let mut prev: &[u8] = &[];
+    // Each entry's offset, and whether its name stands alone (v4: strips
+    // nothing of the previous one), for the offset table below.
+    let mut starts: Vec<(usize, bool)> = Vec::new();
     for _ in 0..count {
+        let mut whole = true;
+        starts.push((pos, true));
         let flags_at = pos + 40 + hash_len;
         let Some(f) = data.get(flags_at..flags_at + 2) else {
             return Some(Err(()));
@@ -90,6 +95,7 @@ fn entries(data: &[u8], hash_len: usize) -> Option<Result<Vec<Entry>, ()>> {
                     return Some(Err(()));
                 }
             }
+            whole = strip == prev.len();
             let Some(copy) = prev.len().checked_sub(strip) else {
                 return Some(Err(()));
             };
@@ -125,10 +131,91 @@ fn entries(data: &[u8], hash_len: usize) -> Option<Result<Vec<Entry>, ()>> {
             name = rest[..len].to_vec();
             pos = (name_at - pos + len + 8) / 8 * 8 + pos;
         }
+        if let Some(last) = starts.last_mut() {
+            last.1 = whole;
+        }
         out.push(Entry { name, mode });
         prev = &out[out.len() - 1].name;
     }
+    if extensions(data, hash_len, pos, &starts, &mut out).is_none() {
+        return Some(Err(()));
+    }
     Some(Ok(out))
+}
+
+/// Read the extensions between the entries' end `at` and the trailing
+/// hash as git does; None when git would read the index differently from
+/// the walk above. `REUC` (resolve-undo) names are added to `out` (git's
+/// `checkout -m` puts them back in the index); `EOIE` must point at `at`
+/// and `IEOT`'s blocks at entries, in order, each standing alone: git's
+/// threaded load reads names from those offsets, and a table pointing
+/// elsewhere had it read names this check never saw. `TREE`, `UNTR`,
+/// `FSMN`, `link` and `sdir` name nothing git writes (docs/security.md).
+fn extensions(
+    data: &[u8],
+    hash_len: usize,
+    mut at: usize,
+    starts: &[(usize, bool)],
+    out: &mut Vec<Entry>,
+) -> Option<()> {
+    let entries_end = at;
+    let end = data.len().checked_sub(hash_len)?;
+    let u32_in = |d: &[u8], o: usize| -> Option<usize> {
+        d.get(o..o + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    while at < end {
+        let sig = data.get(at..at + 4)?;
+        let size = u32_in(data, at + 4)?;
+        let body = data.get(at + 8..(at + 8).checked_add(size)?)?;
+        if at + 8 + size > end {
+            return None;
+        }
+        match sig {
+            b"EOIE" if u32_in(body, 0)? != entries_end => return None,
+            b"IEOT" => {
+                if u32_in(body, 0)? != 1 || (body.len() - 4) % 8 != 0 {
+                    return None;
+                }
+                let mut k = 0usize;
+                for b in body[4..].chunks(8) {
+                    let (offset, nr) = (u32_in(b, 0)?, u32_in(b, 4)?);
+                    if starts.get(k) != Some(&(offset, true)) {
+                        return None;
+                    }
+                    k = k.checked_add(nr)?;
+                }
+                if k != starts.len() {
+                    return None;
+                }
+            }
+            b"REUC" => {
+                let mut i = 0usize;
+                while i < body.len() {
+                    let n = body[i..].iter().position(|b| *b == 0)?;
+                    let name = body[i..i + n].to_vec();
+                    i += n + 1;
+                    let mut objects = 0;
+                    for _ in 0..3 {
+                        let m = body.get(i..)?.iter().position(|b| *b == 0)?;
+                        let mode = std::str::from_utf8(&body[i..i + m]).ok()?;
+                        if u32::from_str_radix(mode, 8).ok()? != 0 {
+                            objects += 1;
+                        }
+                        i += m + 1;
+                    }
+                    i += objects * hash_len;
+                    out.push(Entry { name, mode: 0 });
+                }
+                if i != body.len() {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+        at += 8 + size;
+    }
+    (at == end).then_some(())
 }
 
 /// The first entry of the index `data` whose name git would refuse to
@@ -634,6 +721,140 @@ mod tests {
                 assert_eq!(bad_entry(&d, 20), None, "{n}");
             }
         }
+    }
+
+    /// Indexes git itself writes with every extension it has: the
+    /// offset tables of a threaded load (over 10000 entries), resolve-undo
+    /// of a conflict, the untracked cache, a cache tree; v2 to v4.
+    #[test]
+    fn indexes_with_extensions_git_writes_pass() {
+        use std::io::Write as _;
+        let t = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .arg("-C")
+                .arg(t.path())
+                .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{args:?}: {o:?}");
+        };
+        git(&["init", "-q", "-b", "main"]);
+        std::fs::write(t.path().join("c"), "1").unwrap();
+        git(&["add", "c"]);
+        git(&["commit", "-qm", "1"]);
+        git(&["checkout", "-qb", "b"]);
+        std::fs::write(t.path().join("c"), "2").unwrap();
+        git(&["commit", "-qam", "2"]);
+        git(&["checkout", "-q", "main"]);
+        std::fs::write(t.path().join("c"), "3").unwrap();
+        git(&["commit", "-qam", "3"]);
+        let o = std::process::Command::new("git")
+            .arg("-C")
+            .arg(t.path())
+            .args(["merge", "-q", "b"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        git(&["add", "c"]);
+        let blob = String::from_utf8(
+            std::process::Command::new("git")
+                .arg("-C")
+                .arg(t.path())
+                .args(["hash-object", "-w", "c"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let mut info = String::new();
+        for i in 0..25_000 {
+            info.push_str(&format!(
+                "100644 {} 0	d{}/f{i:05}
+",
+                blob.trim(),
+                i % 7
+            ));
+        }
+        let mut child = std::process::Command::new("git")
+            .arg("-C")
+            .arg(t.path())
+            .args(["update-index", "--index-info"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(info.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        git(&["update-index", "--untracked-cache"]);
+        git(&["status", "-s", "-uall"]);
+        git(&["write-tree"]);
+        let mut seen = std::collections::BTreeSet::new();
+        for v in ["2", "3", "4"] {
+            git(&[
+                "-c",
+                "index.threads=4",
+                "-c",
+                "index.recordEndOfIndexEntries=true",
+                "-c",
+                "index.recordOffsetTable=true",
+                "update-index",
+                "--index-version",
+                v,
+            ]);
+            let d = std::fs::read(t.path().join(".git/index")).unwrap();
+            for sig in [&b"EOIE"[..], b"IEOT", b"REUC", b"UNTR", b"TREE"] {
+                if d.windows(4).any(|w| w == sig) {
+                    seen.insert(String::from_utf8_lossy(sig).into_owned());
+                }
+            }
+            assert_eq!(bad_entry(&d, 20), None, "v{v}");
+        }
+        assert_eq!(seen.len(), 5, "{seen:?}");
+    }
+
+    /// An offset table pointing elsewhere than the entries, an end mark
+    /// elsewhere than their end, or a resolve-undo name git would write
+    /// outside the checkout are refused.
+    #[test]
+    fn extensions_git_would_read_differently_are_refused() {
+        let with = |sig: &[u8], body: &[u8]| {
+            let mut d = index(2, &[b"a", b"b"]);
+            d.truncate(d.len() - 20);
+            d.extend_from_slice(sig);
+            d.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            d.extend_from_slice(body);
+            d.extend_from_slice(&[0; 20]);
+            d
+        };
+        let be = |v: &[u32]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+        let end = (12 + 64 * 2) as u32;
+        let mut eoie = be(&[end]);
+        eoie.extend_from_slice(&[0; 20]);
+        assert_eq!(bad_entry(&with(b"EOIE", &eoie), 20), None);
+        let mut eoie = be(&[end - 8]);
+        eoie.extend_from_slice(&[0; 20]);
+        assert!(bad_entry(&with(b"EOIE", &eoie), 20).is_some());
+        assert_eq!(bad_entry(&with(b"IEOT", &be(&[1, 12, 1, 76, 1])), 20), None);
+        assert!(bad_entry(&with(b"IEOT", &be(&[1, 12, 1, 80, 1])), 20).is_some());
+        assert!(bad_entry(&with(b"IEOT", &be(&[1, 12, 1])), 20).is_some());
+        let reuc = |name: &[u8]| {
+            let mut b = name.to_vec();
+            b.extend_from_slice(b"\0100644\00\00\0");
+            b.extend_from_slice(&[1; 20]);
+            b
+        };
+        assert_eq!(bad_entry(&with(b"REUC", &reuc(b"c")), 20), None);
+        assert!(bad_entry(&with(b"REUC", &reuc(b"../x")), 20).is_some());
+        // An extension running past the trailing hash.
+        let mut d = with(b"ZZZZ", b"1234");
+        d.truncate(d.len() - 2);
+        assert!(bad_entry(&d, 20).is_some());
     }
 
     #[test]

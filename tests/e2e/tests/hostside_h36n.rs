@@ -247,3 +247,76 @@ fn a_rebase_left_half_done_never_runs_the_agents_commands_on_the_host() {
         "the user's git rebase --continue ran the agent's command: {ran:#?}"
     );
 }
+
+/// The agent's index writer for route 36-3: `python3 - NAME TEXT` writes
+/// an index of 20000 plain entries whose offset table (`IEOT`, with a
+/// valid `EOIE`) points its last block at one more entry NAME hidden in
+/// an optional extension, where a sequential read never looks.
+const HIDDEN_ENTRY_INDEX: &str = r#"
+import hashlib, os, struct, sys, zlib
+name, text = sys.argv[1].encode(), sys.argv[2].encode()
+raw = b'blob %d\0' % len(text) + text
+sha = hashlib.sha1(raw).hexdigest()
+d = '.git/objects/' + sha[:2]
+os.makedirs(d, exist_ok=True)
+open(d + '/' + sha[2:], 'wb').write(zlib.compress(raw))
+def ent(n):
+    e = struct.pack('>10I', 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + bytes.fromhex(sha) + struct.pack('>H', len(n)) + n
+    return e + b'\0' * (8 - len(e) % 8)
+N = 20000
+names = [b'f/%05d' % i for i in range(N)]
+body = b'DIRC' + struct.pack('>II', 2, N)
+offs = []
+for n in names:
+    offs.append(len(body))
+    body += ent(n)
+ext_at = len(body)
+hidden = ent(name)
+zz = b'ZZZZ' + struct.pack('>I', len(hidden)) + hidden
+hidden_at = ext_at + 8
+half = N // 2
+ieot_body = struct.pack('>I', 1) + struct.pack('>II', offs[0], N - 1) + struct.pack('>II', hidden_at, 1)
+ieot = b'IEOT' + struct.pack('>I', len(ieot_body)) + ieot_body
+h = hashlib.sha1(b'ZZZZ' + struct.pack('>I', len(hidden)) + b'IEOT' + struct.pack('>I', len(ieot_body))).digest()
+eoie_body = struct.pack('>I', ext_at) + h
+eoie = b'EOIE' + struct.pack('>I', len(eoie_body)) + eoie_body
+body += zz + ieot + eoie
+open('.git/index.new', 'wb').write(body + hashlib.sha1(body).digest())
+os.rename('.git/index.new', '.git/index')
+"#;
+
+/// Route 36-3: names inside the index's extensions. git reads the
+/// entries with several threads when the index has an offset table
+/// (`IEOT`) and `index.threads` allows three or more (the default on a
+/// machine with 3 cores and 30000 entries; set here, as this one has
+/// 2): each thread starts at an offset the table gives. The agent's
+/// table pointed a block at an entry `../canary` hidden in an extension,
+/// which the guest's check (reading entries in order) never saw, and the
+/// user's `git checkout-index -a -f` wrote the agent's bytes outside the
+/// checkout. The guest now refuses a table (or an end-of-entries mark)
+/// that does not point where its own read found the entries.
+#[test]
+fn an_index_offset_table_never_hides_an_entry() {
+    if !base_image() {
+        return;
+    }
+    let repo = started_repo("ieot");
+    let canary = repo.root().join("canary");
+    std::fs::write(repo.path.join(".evil-index.py"), HIDDEN_ENTRY_INDEX).unwrap();
+    let o = repo.exec(
+        "cd /workspace/ieot && python3 .evil-index.py ../canary PWNED; echo \"index: $?\"; \
+         rm -f .evil-index.py; sleep 1",
+    );
+    let mut outs = Vec::new();
+    for args in [&["checkout-index", "-a", "-f"][..], &["restore", "."]] {
+        outs.push(text(&git(
+            &repo.path,
+            &[&["-c", "index.threads=3"][..], args].concat(),
+        )));
+    }
+    assert!(
+        !canary.exists(),
+        "the user's git wrote an entry hidden behind the agent's offset table: agent {} / git {outs:?}",
+        text(&o)
+    );
+}

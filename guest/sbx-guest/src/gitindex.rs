@@ -845,7 +845,7 @@ mod tests {
         assert!(bad_entry(&with(b"IEOT", &be(&[1, 12, 1])), 20).is_some());
         let reuc = |name: &[u8]| {
             let mut b = name.to_vec();
-            b.extend_from_slice(b"\0100644\00\00\0");
+            b.extend_from_slice(b"\x00100644\x000\x000\x00");
             b.extend_from_slice(&[1; 20]);
             b
         };

@@ -229,6 +229,27 @@ impl Repo {
     }
 }
 
+/// A repository `name` with one commit (ignoring its `.agent-sandbox/`),
+/// its sandbox started: root's checkout, as the README runs it.
+pub fn started_repo(name: &str) -> Repo {
+    let repo = Repo::new(name);
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.start();
+    repo
+}
+
+/// Config lines, for the sandbox's `printf`, that run `touch CANARY` on
+/// the next `git status` in that repository.
+pub fn fsmonitor_lines(canary: &Path) -> String {
+    format!(
+        "[core]\\n\\tfsmonitor = \\042touch {}; false\\042\\n",
+        canary.display()
+    )
+}
+
 /// The guard attacks' pre-commit: refuses any staged MARKER.
 pub const REFUSE_MARKER: &str =
     "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n";

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use sbx_e2e::{Repo, base_image, text};
+use sbx_e2e::{Repo, base_image, fsmonitor_lines as fsmonitor, started_repo, text};
 
 /// The user's plain `git status` in `dir`, as root on the host.
 fn status(dir: &Path) -> std::process::Output {
@@ -14,14 +14,6 @@ fn status(dir: &Path) -> std::process::Output {
         .current_dir(dir)
         .output()
         .unwrap()
-}
-
-/// `.git/config` lines that run `touch CANARY` on the next `git status`.
-fn fsmonitor(canary: &Path) -> String {
-    format!(
-        "[core]\\n\\tfsmonitor = \\042touch {}; false\\042\\n",
-        canary.display()
-    )
 }
 
 /// Route a37y-1: the repository's `.git/config` includes a file of the
@@ -218,18 +210,6 @@ fn an_index_entry_never_writes_outside_the_checkout() {
         "{}",
         text(&o)
     );
-}
-
-/// A repository with one commit, its sandbox started (root's checkout, as
-/// the README runs it).
-fn started_repo(name: &str) -> Repo {
-    let repo = Repo::new(name);
-    repo.git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    repo.git(&["add", "-A"]);
-    repo.git(&["commit", "-qm", "base"]);
-    repo.start();
-    repo
 }
 
 /// Route a37y-4: a symlink the agent makes under `.git`, which the host's

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use sbx_e2e::{Repo, base_image, text};
+use sbx_e2e::{Repo, base_image, fsmonitor_lines as fsmonitor, started_repo, text};
 
 /// The user's plain `git ARGS` in `dir`, as root on the host.
 fn git(dir: &Path, args: &[&str]) -> std::process::Output {
@@ -16,26 +16,6 @@ fn git(dir: &Path, args: &[&str]) -> std::process::Output {
         .current_dir(dir)
         .output()
         .unwrap()
-}
-
-/// Config lines (for `printf`) that run `touch CANARY` on the next
-/// `git status` in that repository.
-fn fsmonitor(canary: &Path) -> String {
-    format!(
-        "[core]\\n\\tfsmonitor = \\042touch {}; false\\042\\n",
-        canary.display()
-    )
-}
-
-/// A repository with one commit, its sandbox started.
-fn started_repo(name: &str) -> Repo {
-    let repo = Repo::new(name);
-    repo.git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    repo.git(&["add", "-A"]);
-    repo.git(&["commit", "-qm", "base"]);
-    repo.start();
-    repo
 }
 
 /// Route 36-1: a gitlink in the index whose work-tree directory is a

@@ -1345,11 +1345,12 @@ fn check_command(
             }
             // A git dir it would make under .git/modules is one the host
             // does not hold: the guest ends the agent when a gitlink names
-            // it (gitindex.rs), and registering it fails anyway.
+            // it (gitindex.rs), and registering it fails anyway. git's
+            // `submodule` script calls `submodule--helper SUBCOMMAND`.
             Some(i)
                 if ctx.config_held()
-                    && (cmd == "submodule--helper"
-                        || args[i] == "add"
+                    && (args[i] == "add"
+                        || args[i] == "clone"
                         || args[i] == "absorbgitdirs"
                         || (args[i] == "update"
                             && args[i + 1..].iter().any(|a| a == "--init"))) =>

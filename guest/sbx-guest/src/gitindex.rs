@@ -679,20 +679,30 @@ mod tests {
         assert!(bad_entry(&d, 20).is_some());
     }
 
+    /// git in `dir` with an identity; its output, whether it failed or not.
+    fn git_in(dir: &Path, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// [`git_in`], required to succeed; its stdout.
+    fn git_ok(dir: &Path, args: &[&str]) -> String {
+        let o = git_in(dir, args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    }
+
     /// Indexes git itself wrote, in each version, with long and nested
     /// names and an extended (intent-to-add) entry, pass.
     #[test]
     fn indexes_git_writes_pass() {
         let t = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| {
-            let o = std::process::Command::new("git")
-                .arg("-C")
-                .arg(t.path())
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{args:?}: {o:?}");
-        };
+        let git = |args: &[&str]| git_ok(t.path(), args);
         git(&["init", "-q"]);
         let long = "d/".repeat(1100) + "f";
         for f in ["a", "b/c", "b/cc/d", ".x..y", long.as_str()] {
@@ -730,16 +740,7 @@ mod tests {
     fn indexes_with_extensions_git_writes_pass() {
         use std::io::Write as _;
         let t = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| {
-            let o = std::process::Command::new("git")
-                .arg("-C")
-                .arg(t.path())
-                .args(["-c", "user.name=a", "-c", "user.email=a@b"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{args:?}: {o:?}");
-        };
+        let git = |args: &[&str]| git_ok(t.path(), args);
         git(&["init", "-q", "-b", "main"]);
         std::fs::write(t.path().join("c"), "1").unwrap();
         git(&["add", "c"]);
@@ -750,32 +751,13 @@ mod tests {
         git(&["checkout", "-q", "main"]);
         std::fs::write(t.path().join("c"), "3").unwrap();
         git(&["commit", "-qam", "3"]);
-        let o = std::process::Command::new("git")
-            .arg("-C")
-            .arg(t.path())
-            .args(["merge", "-q", "b"])
-            .output()
-            .unwrap();
-        assert!(!o.status.success());
+        // A conflict, resolved: resolve-undo records it.
+        assert!(!git_in(t.path(), &["merge", "-q", "b"]).status.success());
         git(&["add", "c"]);
-        let blob = String::from_utf8(
-            std::process::Command::new("git")
-                .arg("-C")
-                .arg(t.path())
-                .args(["hash-object", "-w", "c"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
+        let blob = git(&["hash-object", "-w", "c"]);
         let mut info = String::new();
         for i in 0..25_000 {
-            info.push_str(&format!(
-                "100644 {} 0	d{}/f{i:05}
-",
-                blob.trim(),
-                i % 7
-            ));
+            info.push_str(&format!("100644 {} 0\td{}/f{i:05}\n", blob.trim(), i % 7));
         }
         let mut child = std::process::Command::new("git")
             .arg("-C")

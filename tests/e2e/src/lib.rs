@@ -250,6 +250,25 @@ pub fn fsmonitor_lines(canary: &Path) -> String {
     )
 }
 
+/// The start of the agent's hand-made index writers (python3, run as
+/// `python3 FILE NAME TEXT`): a loose blob `sha` holding TEXT, `ent(n,
+/// s)` for one version-2 entry, `put(body)` to put the index in place.
+pub const PY_INDEX_LIB: &str = r#"
+import hashlib, os, struct, subprocess, sys, zlib
+name, text = sys.argv[1].encode(), sys.argv[2].encode()
+raw = b'blob %d\0' % len(text) + text
+sha = hashlib.sha1(raw).hexdigest()
+d = '.git/objects/' + sha[:2]
+os.makedirs(d, exist_ok=True)
+open(d + '/' + sha[2:], 'wb').write(zlib.compress(raw))
+def ent(n, s):
+    e = struct.pack('>10I', 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + bytes.fromhex(s) + struct.pack('>H', len(n)) + n
+    return e + b'\0' * (8 - len(e) % 8)
+def put(body):
+    open('.git/index.new', 'wb').write(body + hashlib.sha1(body).digest())
+    os.rename('.git/index.new', '.git/index')
+"#;
+
 /// The guard attacks' pre-commit: refuses any staged MARKER.
 pub const REFUSE_MARKER: &str =
     "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n";

@@ -228,41 +228,25 @@ fn a_rebase_left_half_done_never_runs_the_agents_commands_on_the_host() {
     );
 }
 
-/// The agent's index writer for route 36-3: `python3 - NAME TEXT` writes
-/// an index of 20000 plain entries whose offset table (`IEOT`, with a
+/// The agent's index writer for route 36-3 (after `PY_INDEX_LIB`): an
+/// index of 20000 plain entries whose offset table (`IEOT`, with a
 /// valid `EOIE`) points its last block at one more entry NAME hidden in
 /// an optional extension, where a sequential read never looks.
 const HIDDEN_ENTRY_INDEX: &str = r#"
-import hashlib, os, struct, sys, zlib
-name, text = sys.argv[1].encode(), sys.argv[2].encode()
-raw = b'blob %d\0' % len(text) + text
-sha = hashlib.sha1(raw).hexdigest()
-d = '.git/objects/' + sha[:2]
-os.makedirs(d, exist_ok=True)
-open(d + '/' + sha[2:], 'wb').write(zlib.compress(raw))
-def ent(n):
-    e = struct.pack('>10I', 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + bytes.fromhex(sha) + struct.pack('>H', len(n)) + n
-    return e + b'\0' * (8 - len(e) % 8)
 N = 20000
-names = [b'f/%05d' % i for i in range(N)]
 body = b'DIRC' + struct.pack('>II', 2, N)
 offs = []
-for n in names:
+for i in range(N):
     offs.append(len(body))
-    body += ent(n)
+    body += ent(b'f/%05d' % i, sha)
 ext_at = len(body)
-hidden = ent(name)
+hidden = ent(name, sha)
 zz = b'ZZZZ' + struct.pack('>I', len(hidden)) + hidden
-hidden_at = ext_at + 8
-half = N // 2
-ieot_body = struct.pack('>I', 1) + struct.pack('>II', offs[0], N - 1) + struct.pack('>II', hidden_at, 1)
+ieot_body = struct.pack('>I', 1) + struct.pack('>II', offs[0], N - 1) + struct.pack('>II', ext_at + 8, 1)
 ieot = b'IEOT' + struct.pack('>I', len(ieot_body)) + ieot_body
 h = hashlib.sha1(b'ZZZZ' + struct.pack('>I', len(hidden)) + b'IEOT' + struct.pack('>I', len(ieot_body))).digest()
 eoie_body = struct.pack('>I', ext_at) + h
-eoie = b'EOIE' + struct.pack('>I', len(eoie_body)) + eoie_body
-body += zz + ieot + eoie
-open('.git/index.new', 'wb').write(body + hashlib.sha1(body).digest())
-os.rename('.git/index.new', '.git/index')
+put(body + zz + ieot + b'EOIE' + struct.pack('>I', len(eoie_body)) + eoie_body)
 "#;
 
 /// Route 36-3: names inside the index's extensions. git reads the
@@ -282,7 +266,11 @@ fn an_index_offset_table_never_hides_an_entry() {
     }
     let repo = started_repo("ieot");
     let canary = repo.root().join("canary");
-    std::fs::write(repo.path.join(".evil-index.py"), HIDDEN_ENTRY_INDEX).unwrap();
+    std::fs::write(
+        repo.path.join(".evil-index.py"),
+        format!("{}{HIDDEN_ENTRY_INDEX}", sbx_e2e::PY_INDEX_LIB),
+    )
+    .unwrap();
     let o = repo.exec(
         "cd /workspace/ieot && python3 .evil-index.py ../canary PWNED; echo \"index: $?\"; \
          rm -f .evil-index.py; sleep 1",
@@ -297,6 +285,11 @@ fn an_index_offset_table_never_hides_an_entry() {
     assert!(
         !canary.exists(),
         "the user's git wrote an entry hidden behind the agent's offset table: agent {} / git {outs:?}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("index: 0") && repo.path.join(".git/index.sbx-refused").is_file(),
+        "{}",
         text(&o)
     );
 }

@@ -13,7 +13,7 @@
 //! reads it.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::api::FsId;
 
@@ -32,13 +32,17 @@ pub fn is_index(root: &Path, path: &Path) -> bool {
         && (name == "index" || name.starts_with("sharedindex."))
 }
 
-/// The first entry of the index `data` whose name git would refuse to
-/// write, escaped for one line; None when every name is one git writes
-/// beneath the work tree, or when the file is no index git reads (wrong
-/// signature or version: git refuses it too). `hash_len`: 20 (SHA-1) or
-/// 32 (SHA-256). A structure git would read differently (a name running
-/// past the end, an extended entry in version 2) is refused.
-pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
+/// One entry of an index: its name and mode.
+struct Entry {
+    name: Vec<u8>,
+    mode: u32,
+}
+
+/// An index's entries as git reads them: None when the file is no index
+/// git reads (wrong signature or version: git refuses it too); Err when
+/// git would read it differently (a name running past the end, an
+/// extended entry in version 2). `hash_len`: 20 (SHA-1) or 32 (SHA-256).
+fn entries(data: &[u8], hash_len: usize) -> Option<Result<Vec<Entry>, ()>> {
     let u32_at = |o: usize| -> Option<u32> {
         data.get(o..o + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -51,19 +55,24 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
         return None;
     }
     let count = u32_at(8)?;
-    let malformed = || Some("(an entry git would read past its end)".to_owned());
+    let mut out = Vec::new();
     let mut pos = 12usize;
-    let mut prev: Vec<u8> = Vec::new();
+    let mut prev: &[u8] = &[];
+    // Each entry's offset, and whether its name stands alone (v4: strips
+    // nothing of the previous one), for the offset table below.
+    let mut starts: Vec<(usize, bool)> = Vec::new();
     for _ in 0..count {
+        let mut whole = true;
+        starts.push((pos, true));
         let flags_at = pos + 40 + hash_len;
         let Some(f) = data.get(flags_at..flags_at + 2) else {
-            return malformed();
+            return Some(Err(()));
         };
         let flags = u16::from_be_bytes([f[0], f[1]]);
         let mode = u32_at(pos + 24).unwrap_or(0);
         let extended = flags & 0x4000 != 0;
         if extended && version < 3 {
-            return malformed();
+            return Some(Err(()));
         }
         let mut name_at = flags_at + 2 + if extended { 2 } else { 0 };
         let flag_len = usize::from(flags & 0x0fff);
@@ -74,7 +83,7 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
             let mut strip = 0usize;
             loop {
                 let Some(&c) = data.get(name_at) else {
-                    return malformed();
+                    return Some(Err(()));
                 };
                 name_at += 1;
                 strip = (strip << 7) | usize::from(c & 0x7f);
@@ -83,22 +92,23 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
                 }
                 strip += 1;
                 if strip > 1 << 24 {
-                    return malformed();
+                    return Some(Err(()));
                 }
             }
+            whole = strip == prev.len();
             let Some(copy) = prev.len().checked_sub(strip) else {
-                return malformed();
+                return Some(Err(()));
             };
             let rest = data.get(name_at..).unwrap_or_default();
             let suffix_len = if flag_len == 0x0fff {
                 match rest.iter().position(|b| *b == 0) {
                     Some(n) => n,
-                    None => return malformed(),
+                    None => return Some(Err(())),
                 }
             } else {
                 match flag_len.checked_sub(copy) {
                     Some(n) if n < rest.len() => n,
-                    _ => return malformed(),
+                    _ => return Some(Err(())),
                 }
             };
             let mut n = prev[..copy].to_vec();
@@ -110,23 +120,115 @@ pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
             let len = if flag_len == 0x0fff {
                 match rest.iter().position(|b| *b == 0) {
                     Some(n) => n,
-                    None => return malformed(),
+                    None => return Some(Err(())),
                 }
             } else {
                 flag_len
             };
             if len >= rest.len() {
-                return malformed();
+                return Some(Err(()));
             }
             name = rest[..len].to_vec();
             pos = (name_at - pos + len + 8) / 8 * 8 + pos;
         }
-        if !name_ok(&name, mode & 0o170000 == 0o040000) {
-            return Some(sbx_core::sanitize::field(&String::from_utf8_lossy(&name)).into_owned());
+        if let Some(last) = starts.last_mut() {
+            last.1 = whole;
         }
-        prev = name;
+        out.push(Entry { name, mode });
+        prev = &out[out.len() - 1].name;
     }
-    None
+    if extensions(data, hash_len, pos, &starts, &mut out).is_none() {
+        return Some(Err(()));
+    }
+    Some(Ok(out))
+}
+
+/// Read the extensions between the entries' end `at` and the trailing
+/// hash as git does; None when git would read the index differently from
+/// the walk above. `REUC` (resolve-undo) names are added to `out` (git's
+/// `checkout -m` puts them back in the index); `EOIE` must point at `at`
+/// and `IEOT`'s blocks at entries, in order, each standing alone: git's
+/// threaded load reads names from those offsets, and a table pointing
+/// elsewhere had it read names this check never saw. `TREE`, `UNTR`,
+/// `FSMN`, `link` and `sdir` name nothing git writes (docs/security.md).
+fn extensions(
+    data: &[u8],
+    hash_len: usize,
+    mut at: usize,
+    starts: &[(usize, bool)],
+    out: &mut Vec<Entry>,
+) -> Option<()> {
+    let entries_end = at;
+    let end = data.len().checked_sub(hash_len)?;
+    let u32_in = |d: &[u8], o: usize| -> Option<usize> {
+        d.get(o..o + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    while at < end {
+        let sig = data.get(at..at + 4)?;
+        let size = u32_in(data, at + 4)?;
+        let body = data.get(at + 8..(at + 8).checked_add(size)?)?;
+        if at + 8 + size > end {
+            return None;
+        }
+        match sig {
+            b"EOIE" if u32_in(body, 0)? != entries_end => return None,
+            b"IEOT" => {
+                if u32_in(body, 0)? != 1 || (body.len() - 4) % 8 != 0 {
+                    return None;
+                }
+                let mut k = 0usize;
+                for b in body[4..].chunks(8) {
+                    let (offset, nr) = (u32_in(b, 0)?, u32_in(b, 4)?);
+                    if starts.get(k) != Some(&(offset, true)) {
+                        return None;
+                    }
+                    k = k.checked_add(nr)?;
+                }
+                if k != starts.len() {
+                    return None;
+                }
+            }
+            b"REUC" => {
+                let mut i = 0usize;
+                while i < body.len() {
+                    let n = body[i..].iter().position(|b| *b == 0)?;
+                    let name = body[i..i + n].to_vec();
+                    i += n + 1;
+                    let mut objects = 0;
+                    for _ in 0..3 {
+                        let m = body.get(i..)?.iter().position(|b| *b == 0)?;
+                        let mode = std::str::from_utf8(&body[i..i + m]).ok()?;
+                        if u32::from_str_radix(mode, 8).ok()? != 0 {
+                            objects += 1;
+                        }
+                        i += m + 1;
+                    }
+                    i += objects * hash_len;
+                    out.push(Entry { name, mode: 0 });
+                }
+                if i != body.len() {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+        at += 8 + size;
+    }
+    (at == end).then_some(())
+}
+
+/// The first entry of the index `data` whose name git would refuse to
+/// write, escaped for one line; None when every name is one git writes
+/// beneath the work tree, or when the file is no index git reads.
+/// A structure git would read differently is refused.
+pub fn bad_entry(data: &[u8], hash_len: usize) -> Option<String> {
+    let Ok(es) = entries(data, hash_len)? else {
+        return Some("(an entry git would read past its end)".to_owned());
+    };
+    es.iter()
+        .find(|e| !name_ok(&e.name, e.mode & 0o170000 == 0o040000))
+        .map(|e| sbx_core::sanitize::field(&String::from_utf8_lossy(&e.name)).into_owned())
 }
 
 /// A name git writes beneath the work tree: relative, no empty, `.`,
@@ -148,6 +250,29 @@ fn name_ok(name: &[u8], dir: bool) -> bool {
             }))
 }
 
+/// The hash length of the workspace's repository: 32 for SHA-256, else
+/// 20. Read from its `.git/config`, which the host holds read-only.
+fn hash_len(root: &Path) -> usize {
+    let sha256 = std::fs::read_to_string(root.join(".git/config"))
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            c.contains("objectformat") && c.contains("sha256")
+        })
+        .unwrap_or(false);
+    if sha256 { 32 } else { 20 }
+}
+
+/// The bytes of the index `rel`, opened beneath `r` through no link;
+/// None when missing or unreadable.
+fn read_index(r: &sbx_sys::beneath::Root, rel: &Path) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let f = r.open_read(rel).ok()?;
+    let mut data = Vec::new();
+    // An index larger than this is no index the agent's git made.
+    f.take(1 << 30).read_to_end(&mut data).ok()?;
+    Some(data)
+}
+
 /// Check the index at `path` (under the workspace `root`); when it holds
 /// a name git would write outside the checkout or into a `.git`, kill
 /// every process of the agent (`uid`), so none swaps it back, and move
@@ -155,34 +280,198 @@ fn name_ok(name: &[u8], dir: bool) -> bool {
 pub fn check(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let r = sbx_sys::beneath::Root::open(root).ok()?;
-    let sha256 = std::fs::read_to_string(root.join(".git/config"))
-        .map(|c| {
-            let c = c.to_ascii_lowercase();
-            c.contains("objectformat") && c.contains("sha256")
-        })
-        .unwrap_or(false);
-    let bad = |r: &sbx_sys::beneath::Root| {
-        use std::io::Read as _;
-        let f = r.open_read(rel).ok()?;
-        let mut data = Vec::new();
-        // An index larger than this is no index the agent's git made.
-        f.take(1 << 30).read_to_end(&mut data).ok()?;
-        bad_entry(&data, if sha256 { 32 } else { 20 })
-    };
+    let hash = hash_len(root);
+    let bad = |r: &sbx_sys::beneath::Root| bad_entry(&read_index(r, rel)?, hash);
     let name = bad(&r)?;
+    Some(refuse(
+        &r,
+        rel,
+        uid,
+        gid,
+        &format!("an entry {name} git would write outside the checkout"),
+        |r| bad(r).is_some(),
+    ))
+}
+
+/// Move the file `rel` (an index, a todo list) aside, kill every process
+/// of the agent and move it aside again if `still_bad` (one the agent put
+/// back in between); what was done, on one line.
+pub(crate) fn refuse(
+    r: &sbx_sys::beneath::Root,
+    rel: &Path,
+    uid: u32,
+    gid: u32,
+    why: &str,
+    still_bad: impl Fn(&sbx_sys::beneath::Root) -> bool,
+) -> String {
     // Aside first: killing the agent's main process ends the sandbox.
-    let moved = move_aside(&r, rel, uid, gid);
+    let moved = move_aside(r, rel, uid, gid);
     kill_uid(uid);
-    // One the agent put back before it was killed.
-    let again = bad(&r).map(|_| move_aside(&r, rel, uid, gid));
-    Some(format!(
-        "{}: an entry {name} git would write outside the checkout: the agent's processes were killed and the index {}",
+    let again = still_bad(r).then(|| move_aside(r, rel, uid, gid));
+    format!(
+        "{}: {why}: the agent's processes were killed and the file {}",
         rel.display(),
         match again.unwrap_or(moved) {
             Ok(()) => "moved aside (.sbx-refused)".to_owned(),
             Err(e) => format!("could not be moved aside: {e}"),
         }
-    ))
+    )
+}
+
+/// How deep submodules in submodules are followed.
+const GITLINK_DEPTH: usize = 8;
+
+/// The gitlinks (submodules) the workspace's indexes hold, and the first
+/// one refused: `(index, why)`.
+#[derive(Debug, Default)]
+pub struct Gitlinks {
+    /// Each gitlink's work-tree path, workspace-relative.
+    pub paths: Vec<PathBuf>,
+    refused: Option<(PathBuf, String)>,
+}
+
+impl Gitlinks {
+    /// Whether a change at `path` (under `root`) can change what a
+    /// gitlink's `.git` names: it is that `.git`, or a directory above a
+    /// gitlink (renamed into place).
+    pub fn touched_by(&self, root: &Path, path: &Path) -> bool {
+        let Ok(rel) = path.strip_prefix(root) else {
+            return false;
+        };
+        self.paths
+            .iter()
+            .any(|g| g.starts_with(rel) || rel == g.join(".git"))
+    }
+}
+
+/// Every gitlink in the workspace's index, and in the index of each
+/// submodule git dir one of them names, followed down; the host's plain
+/// `git status` (and `git diff`) runs `git status` inside each populated
+/// one, which reads that repository's configuration (a `core.fsmonitor`
+/// runs). A gitlink's `.git` must be missing (not checked out) or a file
+/// naming a git dir inside the workspace whose `config` is on a read-only
+/// mount: one the host held when the sandbox started (gitpins.rs). A
+/// `.git` directory, a link, or a git dir the agent made is refused.
+pub fn gitlinks(root: &Path) -> Gitlinks {
+    let mut out = Gitlinks::default();
+    let Ok(r) = sbx_sys::beneath::Root::open(root) else {
+        return out;
+    };
+    let hash = hash_len(root);
+    let mut todo = vec![(PathBuf::from(".git/index"), PathBuf::new(), 0usize)];
+    while let Some((index, tree, depth)) = todo.pop() {
+        let Some(data) = read_index(&r, &index) else {
+            continue;
+        };
+        let Some(Ok(es)) = entries(&data, hash) else {
+            continue;
+        };
+        for e in es.iter().filter(|e| e.mode & 0o170000 == 0o160000) {
+            use std::os::unix::ffi::OsStrExt as _;
+            let path = tree.join(OsStr::from_bytes(&e.name));
+            match held_git_dir(&r, &path) {
+                Ok(None) => {}
+                Ok(Some(gd)) if depth < GITLINK_DEPTH => {
+                    todo.push((gd.join("index"), path.clone(), depth + 1));
+                }
+                Ok(Some(_)) => {}
+                Err(why) => {
+                    let shown = sbx_core::sanitize::field(&path.to_string_lossy()).into_owned();
+                    out.refused = Some((index.clone(), format!("submodule {shown}: {why}")));
+                    out.paths.push(path);
+                    return out;
+                }
+            }
+            out.paths.push(path);
+        }
+    }
+    out
+}
+
+/// The git dir (workspace-relative) the gitlink at `path` has checked
+/// out, when the host holds its configuration; None when it is not
+/// checked out; Err saying why the host's git must not go into it.
+fn held_git_dir(r: &sbx_sys::beneath::Root, path: &Path) -> Result<Option<PathBuf>, String> {
+    use sbx_sys::beneath::Kind;
+    let dotgit = path.join(".git");
+    let fd = match r.open_path(&dotgit) {
+        Ok(fd) => fd,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(format!(
+                "its .git cannot be opened beneath the workspace through no link ({e})"
+            ));
+        }
+    };
+    match sbx_sys::beneath::kind(&fd) {
+        Ok(Kind::File) => {}
+        Ok(Kind::Dir) => return Err("a repository of its own (a .git directory), whose configuration the host's git would read".into()),
+        _ => return Err("its .git is a link or no plain file".into()),
+    }
+    let mut text = Vec::new();
+    {
+        use std::io::Read as _;
+        let f = r.open_read(&dotgit).map_err(|e| e.to_string())?;
+        f.take(4096)
+            .read_to_end(&mut text)
+            .map_err(|e| e.to_string())?;
+    }
+    let text = String::from_utf8_lossy(&text);
+    let Some(named) = text.lines().next().and_then(|l| l.strip_prefix("gitdir: ")) else {
+        return Err("its .git file names no git dir".into());
+    };
+    let named = Path::new(named.trim_end());
+    if named.is_absolute() {
+        return Err("its .git file names an absolute git dir (git writes a relative one)".into());
+    }
+    // Opened beneath the workspace through no link, so the lexical form
+    // below is the directory git reads.
+    let raw = path.join(named);
+    let not_held = || {
+        format!(
+            "its .git file names {}, which is no git dir the host holds read-only (one made in the sandbox)",
+            sbx_core::sanitize::field(&named.to_string_lossy())
+        )
+    };
+    let held = r.open_path(&raw.join("config")).is_ok_and(|fd| {
+        matches!(sbx_sys::beneath::kind(&fd), Ok(Kind::File)) && sbx_sys::fd_on_readonly_mount(&fd)
+    });
+    if !held {
+        return Err(not_held());
+    }
+    let mut gd = PathBuf::new();
+    for c in raw.components() {
+        match c {
+            std::path::Component::ParentDir if !gd.pop() => return Err(not_held()),
+            std::path::Component::Normal(n) => gd.push(n),
+            _ => {}
+        }
+    }
+    Ok(Some(gd))
+}
+
+/// Check every gitlink ([`gitlinks`]); when one is refused, kill every
+/// process of the agent and move the index naming it aside. The gitlinks
+/// found, and what was done.
+pub fn check_gitlinks(root: &Path, uid: u32, gid: u32) -> (Gitlinks, Option<String>) {
+    let found = gitlinks(root);
+    let Some((index, why)) = found.refused.clone() else {
+        return (found, None);
+    };
+    let Ok(r) = sbx_sys::beneath::Root::open(root) else {
+        return (found, None);
+    };
+    let done = refuse(&r, &index, uid, gid, &why, |_| {
+        gitlinks(root).refused.is_some_and(|(i, _)| i == index)
+    });
+    (found, Some(done))
 }
 
 /// Rename the index `rel` to `<name>.sbx-refused` as the agent (whose
@@ -390,20 +679,30 @@ mod tests {
         assert!(bad_entry(&d, 20).is_some());
     }
 
+    /// git in `dir` with an identity; its output, whether it failed or not.
+    fn git_in(dir: &Path, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// [`git_in`], required to succeed; its stdout.
+    fn git_ok(dir: &Path, args: &[&str]) -> String {
+        let o = git_in(dir, args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    }
+
     /// Indexes git itself wrote, in each version, with long and nested
     /// names and an extended (intent-to-add) entry, pass.
     #[test]
     fn indexes_git_writes_pass() {
         let t = tempfile::tempdir().unwrap();
-        let git = |args: &[&str]| {
-            let o = std::process::Command::new("git")
-                .arg("-C")
-                .arg(t.path())
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{args:?}: {o:?}");
-        };
+        let git = |args: &[&str]| git_ok(t.path(), args);
         git(&["init", "-q"]);
         let long = "d/".repeat(1100) + "f";
         for f in ["a", "b/c", "b/cc/d", ".x..y", long.as_str()] {
@@ -432,6 +731,112 @@ mod tests {
                 assert_eq!(bad_entry(&d, 20), None, "{n}");
             }
         }
+    }
+
+    /// Indexes git itself writes with every extension it has: the
+    /// offset tables of a threaded load (over 10000 entries), resolve-undo
+    /// of a conflict, the untracked cache, a cache tree; v2 to v4.
+    #[test]
+    fn indexes_with_extensions_git_writes_pass() {
+        use std::io::Write as _;
+        let t = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| git_ok(t.path(), args);
+        git(&["init", "-q", "-b", "main"]);
+        std::fs::write(t.path().join("c"), "1").unwrap();
+        git(&["add", "c"]);
+        git(&["commit", "-qm", "1"]);
+        git(&["checkout", "-qb", "b"]);
+        std::fs::write(t.path().join("c"), "2").unwrap();
+        git(&["commit", "-qam", "2"]);
+        git(&["checkout", "-q", "main"]);
+        std::fs::write(t.path().join("c"), "3").unwrap();
+        git(&["commit", "-qam", "3"]);
+        // A conflict, resolved: resolve-undo records it.
+        assert!(!git_in(t.path(), &["merge", "-q", "b"]).status.success());
+        git(&["add", "c"]);
+        let blob = git(&["hash-object", "-w", "c"]);
+        let mut info = String::new();
+        for i in 0..25_000 {
+            info.push_str(&format!("100644 {} 0\td{}/f{i:05}\n", blob.trim(), i % 7));
+        }
+        let mut child = std::process::Command::new("git")
+            .arg("-C")
+            .arg(t.path())
+            .args(["update-index", "--index-info"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(info.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        git(&["update-index", "--untracked-cache"]);
+        git(&["status", "-s", "-uall"]);
+        git(&["write-tree"]);
+        let mut seen = std::collections::BTreeSet::new();
+        for v in ["2", "3", "4"] {
+            git(&[
+                "-c",
+                "index.threads=4",
+                "-c",
+                "index.recordEndOfIndexEntries=true",
+                "-c",
+                "index.recordOffsetTable=true",
+                "update-index",
+                "--index-version",
+                v,
+            ]);
+            let d = std::fs::read(t.path().join(".git/index")).unwrap();
+            for sig in [&b"EOIE"[..], b"IEOT", b"REUC", b"UNTR", b"TREE"] {
+                if d.windows(4).any(|w| w == sig) {
+                    seen.insert(String::from_utf8_lossy(sig).into_owned());
+                }
+            }
+            assert_eq!(bad_entry(&d, 20), None, "v{v}");
+        }
+        assert_eq!(seen.len(), 5, "{seen:?}");
+    }
+
+    /// An offset table pointing elsewhere than the entries, an end mark
+    /// elsewhere than their end, or a resolve-undo name git would write
+    /// outside the checkout are refused.
+    #[test]
+    fn extensions_git_would_read_differently_are_refused() {
+        let with = |sig: &[u8], body: &[u8]| {
+            let mut d = index(2, &[b"a", b"b"]);
+            d.truncate(d.len() - 20);
+            d.extend_from_slice(sig);
+            d.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            d.extend_from_slice(body);
+            d.extend_from_slice(&[0; 20]);
+            d
+        };
+        let be = |v: &[u32]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+        let end = (12 + 64 * 2) as u32;
+        let mut eoie = be(&[end]);
+        eoie.extend_from_slice(&[0; 20]);
+        assert_eq!(bad_entry(&with(b"EOIE", &eoie), 20), None);
+        let mut eoie = be(&[end - 8]);
+        eoie.extend_from_slice(&[0; 20]);
+        assert!(bad_entry(&with(b"EOIE", &eoie), 20).is_some());
+        assert_eq!(bad_entry(&with(b"IEOT", &be(&[1, 12, 1, 76, 1])), 20), None);
+        assert!(bad_entry(&with(b"IEOT", &be(&[1, 12, 1, 80, 1])), 20).is_some());
+        assert!(bad_entry(&with(b"IEOT", &be(&[1, 12, 1])), 20).is_some());
+        let reuc = |name: &[u8]| {
+            let mut b = name.to_vec();
+            b.extend_from_slice(b"\x00100644\x000\x000\x00");
+            b.extend_from_slice(&[1; 20]);
+            b
+        };
+        assert_eq!(bad_entry(&with(b"REUC", &reuc(b"c")), 20), None);
+        assert!(bad_entry(&with(b"REUC", &reuc(b"../x")), 20).is_some());
+        // An extension running past the trailing hash.
+        let mut d = with(b"ZZZZ", b"1234");
+        d.truncate(d.len() - 2);
+        assert!(bad_entry(&d, 20).is_some());
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod boot;
 pub mod branch;
 pub mod config;
 pub mod gitindex;
+pub mod gitstate;
 pub mod home;
 pub mod hosttools;
 pub mod init;

@@ -137,6 +137,10 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
             eprintln!("sbx-guest: {what}");
         }
     }
+    let mut gitlinks = crate::gitindex::Gitlinks::default();
+    if let Some((uid, gid)) = masker.agent {
+        gitlinks = recheck_git(&masker.root, uid, gid);
+    }
     if scan {
         for p in existing(&masker) {
             if let Some(Err(e)) = masker.seen(&p) {
@@ -146,7 +150,31 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     }
     std::thread::spawn(move || {
         let _keep = w;
-        for ev in rx.into_iter().flatten() {
+        // A directory made above a gitlink is watched only once its event
+        // is handled: a `.git` written into it before then makes no event,
+        // so the gitlinks are checked again a little later.
+        let mut again: Option<std::time::Instant> = None;
+        loop {
+            let ev = match again {
+                Some(at) => {
+                    rx.recv_timeout(at.saturating_duration_since(std::time::Instant::now()))
+                }
+                None => rx
+                    .recv()
+                    .map_err(|_| std::sync::mpsc::RecvTimeoutError::Disconnected),
+            };
+            let ev = match ev {
+                Ok(Ok(ev)) => ev,
+                Ok(Err(_)) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    again = None;
+                    if let Some((uid, gid)) = masker.agent {
+                        gitlinks = recheck_git(&masker.root, uid, gid);
+                    }
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
             // An index written in place or renamed into place (a37y).
             let written = matches!(
                 ev.kind,
@@ -160,10 +188,21 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
                 && written
             {
                 for p in &ev.paths {
-                    if crate::gitindex::is_index(&masker.root, p)
-                        && let Some(what) = crate::gitindex::check(&masker.root, p, uid, gid)
-                    {
+                    let index = crate::gitindex::is_index(&masker.root, p);
+                    if index && let Some(what) = crate::gitindex::check(&masker.root, p, uid, gid) {
                         eprintln!("sbx-guest: {what}");
+                    }
+                    // A submodule's `.git` the host's status would go into.
+                    if index || gitlinks.touched_by(&masker.root, p) {
+                        gitlinks = recheck_git(&masker.root, uid, gid);
+                        again = Some(std::time::Instant::now() + CHECK_AGAIN);
+                    }
+                    // A rebase left half done, which the host's git resumes.
+                    if crate::gitstate::touches(&masker.root, p) {
+                        if let Some(what) = crate::gitstate::check(&masker.root, p, uid, gid) {
+                            eprintln!("sbx-guest: {what}");
+                        }
+                        again = Some(std::time::Instant::now() + CHECK_AGAIN);
                     }
                     if let Some(what) = crate::gitindex::check_link(&masker.root, p, uid, gid) {
                         eprintln!("sbx-guest: {what}");
@@ -188,6 +227,23 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
         }
     });
     Ok(unguarded)
+}
+
+/// How long after a change near a gitlink or in a rebase's state it is
+/// checked again.
+const CHECK_AGAIN: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// [`crate::gitindex::check_gitlinks`] and [`crate::gitstate::check`] of
+/// every state directory, saying what was done; the gitlinks now.
+fn recheck_git(root: &Path, uid: u32, gid: u32) -> crate::gitindex::Gitlinks {
+    let (found, what) = crate::gitindex::check_gitlinks(root, uid, gid);
+    let states = crate::gitstate::dirs(root)
+        .into_iter()
+        .filter_map(|d| crate::gitstate::check(root, &d, uid, gid));
+    for what in what.into_iter().chain(states) {
+        eprintln!("sbx-guest: {what}");
+    }
+    found
 }
 
 /// Refuse every open of a secret path on the workspace mount that no

@@ -229,6 +229,46 @@ impl Repo {
     }
 }
 
+/// A repository `name` with one commit (ignoring its `.agent-sandbox/`),
+/// its sandbox started: root's checkout, as the README runs it.
+pub fn started_repo(name: &str) -> Repo {
+    let repo = Repo::new(name);
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.start();
+    repo
+}
+
+/// Config lines, for the sandbox's `printf`, that run `touch CANARY` on
+/// the next `git status` in that repository.
+pub fn fsmonitor_lines(canary: &Path) -> String {
+    format!(
+        "[core]\\n\\tfsmonitor = \\042touch {}; false\\042\\n",
+        canary.display()
+    )
+}
+
+/// The start of the agent's hand-made index writers (python3, run as
+/// `python3 FILE NAME TEXT`): a loose blob `sha` holding TEXT, `ent(n,
+/// s)` for one version-2 entry, `put(body)` to put the index in place.
+pub const PY_INDEX_LIB: &str = r#"
+import hashlib, os, struct, subprocess, sys, zlib
+name, text = sys.argv[1].encode(), sys.argv[2].encode()
+raw = b'blob %d\0' % len(text) + text
+sha = hashlib.sha1(raw).hexdigest()
+d = '.git/objects/' + sha[:2]
+os.makedirs(d, exist_ok=True)
+open(d + '/' + sha[2:], 'wb').write(zlib.compress(raw))
+def ent(n, s):
+    e = struct.pack('>10I', 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + bytes.fromhex(s) + struct.pack('>H', len(n)) + n
+    return e + b'\0' * (8 - len(e) % 8)
+def put(body):
+    open('.git/index.new', 'wb').write(body + hashlib.sha1(body).digest())
+    os.rename('.git/index.new', '.git/index')
+"#;
+
 /// The guard attacks' pre-commit: refuses any staged MARKER.
 pub const REFUSE_MARKER: &str =
     "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n";

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use sbx_e2e::{Repo, base_image, text};
+use sbx_e2e::{Repo, base_image, fsmonitor_lines as fsmonitor, started_repo, text};
 
 /// The user's plain `git status` in `dir`, as root on the host.
 fn status(dir: &Path) -> std::process::Output {
@@ -14,14 +14,6 @@ fn status(dir: &Path) -> std::process::Output {
         .current_dir(dir)
         .output()
         .unwrap()
-}
-
-/// `.git/config` lines that run `touch CANARY` on the next `git status`.
-fn fsmonitor(canary: &Path) -> String {
-    format!(
-        "[core]\\n\\tfsmonitor = \\042touch {}; false\\042\\n",
-        canary.display()
-    )
 }
 
 /// Route a37y-1: the repository's `.git/config` includes a file of the
@@ -141,29 +133,17 @@ fn a_worktrees_git_file_is_not_the_agents() {
     );
 }
 
-/// The agent's index writer: `python3 - NAME TEXT` writes a loose blob
-/// holding TEXT and an index of HEAD's tree plus an entry NAME for it
+/// The agent's index writer (after `PY_INDEX_LIB`): an index of HEAD's
+/// tree plus an entry NAME for the blob holding TEXT
 /// (git's own commands refuse such a name; the index file is the agent's
 /// to write in bind mode, as git's staging area).
 const EVIL_INDEX: &str = r#"
-import hashlib, os, struct, subprocess, sys, zlib
-name, text = sys.argv[1].encode(), sys.argv[2].encode()
-raw = b'blob %d\0' % len(text) + text
-sha = hashlib.sha1(raw).hexdigest()
-d = '.git/objects/' + sha[:2]
-os.makedirs(d, exist_ok=True)
-open(d + '/' + sha[2:], 'wb').write(zlib.compress(raw))
 ents = [(name, sha)]
 for line in subprocess.check_output(['git', 'ls-tree', '-r', 'HEAD']).decode().splitlines():
     meta, path = line.split('\t', 1)
     ents.append((path.encode(), meta.split()[2]))
-def ent(n, s):
-    e = struct.pack('>10I', 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + bytes.fromhex(s) + struct.pack('>H', len(n)) + n
-    return e + b'\0' * (8 - len(e) % 8)
 ents.sort()
-body = b'DIRC' + struct.pack('>II', 2, len(ents)) + b''.join(ent(n, s) for n, s in ents)
-open('.git/index.new', 'wb').write(body + hashlib.sha1(body).digest())
-os.rename('.git/index.new', '.git/index')
+put(b'DIRC' + struct.pack('>II', 2, len(ents)) + b''.join(ent(n, s) for n, s in ents))
 "#;
 
 /// Route a37y-3: the index is the agent's to write in bind mode (git's
@@ -188,7 +168,11 @@ fn an_index_entry_never_writes_outside_the_checkout() {
     repo.git(&["commit", "-qm", "base"]);
     repo.start();
     let canary = repo.root().join("canary");
-    std::fs::write(repo.path.join(".evil-index.py"), EVIL_INDEX).unwrap();
+    std::fs::write(
+        repo.path.join(".evil-index.py"),
+        format!("{}{EVIL_INDEX}", sbx_e2e::PY_INDEX_LIB),
+    )
+    .unwrap();
     let o = repo.exec(
         "cd /workspace/idx && python3 .evil-index.py ../canary PWNED && rm .evil-index.py; \
          echo \"index: $?\"; sleep 1",
@@ -218,18 +202,6 @@ fn an_index_entry_never_writes_outside_the_checkout() {
         "{}",
         text(&o)
     );
-}
-
-/// A repository with one commit, its sandbox started (root's checkout, as
-/// the README runs it).
-fn started_repo(name: &str) -> Repo {
-    let repo = Repo::new(name);
-    repo.git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    repo.git(&["add", "-A"]);
-    repo.git(&["commit", "-qm", "base"]);
-    repo.start();
-    repo
 }
 
 /// Route a37y-4: a symlink the agent makes under `.git`, which the host's

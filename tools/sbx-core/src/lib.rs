@@ -36,6 +36,14 @@ pub fn sanitize_branch(branch: &str) -> String {
     out
 }
 
+/// The merge strategies git has itself (merge.c's `all_strategy`). Any
+/// other name makes git run `git-merge-NAME` (from PATH, or a path when it
+/// holds `/`), a program of the caller's choosing, and commit whatever it
+/// leaves in the index without pre-commit (merge, pull, and the
+/// sequencer: rebase, cherry-pick, revert).
+pub const GIT_MERGE_STRATEGIES: &[&str] =
+    &["octopus", "ort", "ours", "recursive", "resolve", "subtree"];
+
 #[cfg(test)]
 mod tests {
     #[test]

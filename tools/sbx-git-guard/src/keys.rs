@@ -176,11 +176,8 @@ fn comment_ok(v: Option<&str>) -> bool {
     matches!(v, Some(v) if v == "#" || v == "\u{0}" || v.eq_ignore_ascii_case("auto"))
 }
 
-/// The merge strategies git has itself (merge.c's `all_strategy`). Any
-/// other name makes git run `git-merge-NAME` from PATH, a program of the
-/// caller's choosing, and commit whatever it leaves in the index without
-/// pre-commit (merge, pull, and the sequencer: rebase, cherry-pick, revert).
-pub const STRATEGIES: &[&str] = &["octopus", "ort", "ours", "recursive", "resolve", "subtree"];
+/// git's own merge strategies (one list, which the guest reads too).
+pub use sbx_core::GIT_MERGE_STRATEGIES as STRATEGIES;
 
 /// A strategy list as `pull.twohead`/`pull.octopus` hold it (words); the
 /// `unset` probe's NUL counts as none.

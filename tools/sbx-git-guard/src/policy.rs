@@ -318,6 +318,14 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether the repository's configuration is held read-only (bind
+    /// mode: the host's, pinned by sbx-run).
+    fn config_held(&self) -> bool {
+        self.repo
+            .as_ref()
+            .is_some_and(|r| sbx_sys::on_readonly_mount(&r.common_dir.join("config")))
+    }
+
     fn inside_common_dir(&self, p: &Path) -> bool {
         self.repo
             .as_ref()
@@ -1331,8 +1339,27 @@ fn check_command(
             Some(b"store") => plumbing("store puts any commit on the stash without hooks"),
             _ => Ok(()),
         },
-        "submodule" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {
-            Some(b"foreach") => Err(block(R::ExecOption, "git submodule foreach runs a command")),
+        "submodule" | "submodule--helper" => match first_word(args, &[]) {
+            Some(i) if args[i] == "foreach" => {
+                Err(block(R::ExecOption, "git submodule foreach runs a command"))
+            }
+            // A git dir it would make under .git/modules is one the host
+            // does not hold: the guest ends the agent when a gitlink names
+            // it (gitindex.rs), and registering it fails anyway. git's
+            // `submodule` script calls `submodule--helper SUBCOMMAND`.
+            Some(i)
+                if ctx.config_held()
+                    && (args[i] == "add"
+                        || args[i] == "clone"
+                        || args[i] == "absorbgitdirs"
+                        || (args[i] == "update"
+                            && args[i + 1..].iter().any(|a| a == "--init"))) =>
+            {
+                Err(block(
+                    R::GitDir,
+                    "a new submodule's git dir would not be the host's (its configuration is held read-only in bind mode)",
+                ))
+            }
             _ => Ok(()),
         },
         "bisect" => match first_word(args, &[]).map(|i| args[i].as_bytes()) {

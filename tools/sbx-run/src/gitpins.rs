@@ -7,7 +7,7 @@
 //! that git reads as empty when present (`make_missing`), so the agent
 //! cannot create them later (`commondir` is made naming the git dir
 //! itself). What cannot be held is in docs/security.md ("The host boundary
-//! for `.git`"): a nested repository in the work tree, and a file pin the
+//! for `.git`"): an untracked nested repository, and a file pin the
 //! host's own git replaces by rename (the kernel detaches a mount on a dentry
 //! renamed over from another mount namespace; directory pins stay).
 

@@ -109,6 +109,13 @@ pub fn on_readonly_mount(p: &Path) -> bool {
         .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
 }
 
+/// [`on_readonly_mount`] for an open file (an `O_PATH` fd will do), so
+/// the answer is about what was opened, not a name looked up again.
+pub fn fd_on_readonly_mount(fd: impl std::os::fd::AsFd) -> bool {
+    nix::sys::statvfs::fstatvfs(fd)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
 /// Bytes an unprivileged writer can still use on the file system of `p`
 /// (statvfs f_bavail × f_frsize).
 pub fn available_bytes(p: &Path) -> io::Result<u64> {

@@ -1,0 +1,197 @@
+//! An operation the sandbox's git left half done under the workspace's
+//! `.git` is the agent's to write in bind mode (git needs it), and the
+//! user's `git rebase --continue` (or `cherry-pick --continue`, `am
+//! --continue`) on the host runs what it says: an `exec` line of the
+//! todo list runs as a shell command, a merge strategy that is not git's
+//! own runs `git-merge-NAME` (a path into the work tree when NAME holds
+//! `/`), and `git am`'s `--unsafe-paths` lets a patch write outside the
+//! checkout. The broker refuses `rebase --exec` and other strategies, so
+//! only a hand-written state (or an editor's) holds them: the watcher
+//! (masks.rs) hands each write under such a directory to [`check`],
+//! which moves the file aside and kills every process of the agent.
+
+use std::path::{Path, PathBuf};
+
+/// The directories git keeps an unfinished operation in (any git dir
+/// under `.git`: the main one, a submodule's).
+const STATE_DIRS: &[&str] = &["rebase-merge", "rebase-apply", "sequencer"];
+
+/// What in a file's text the host's git would run, said in a few words.
+type Test = fn(&str) -> Option<String>;
+
+/// Files of a state directory, and what in them the host's git would run.
+const FILES: &[(&str, Test)] = &[
+    ("git-rebase-todo", exec_line),
+    ("todo", exec_line),
+    ("strategy", strategy_file),
+    ("opts", opts_strategy),
+    ("apply-opt", unsafe_paths),
+];
+
+/// The first line of a todo list the sequencer runs as a command
+/// (sequencer.c `is_command`: `exec` or `x`, after blanks, ended by a
+/// blank, CR or the line's end), escaped.
+fn exec_line(todo: &str) -> Option<String> {
+    todo.lines()
+        .find(|l| {
+            let w = l.trim_start_matches([' ', '\t']);
+            let w = w.split([' ', '\t', '\r']).next().unwrap_or_default();
+            w == "exec" || w == "x"
+        })
+        .map(|l| format!("an exec line ({}) the host's git would run", shown(l)))
+}
+
+/// A merge strategy that is not git's own: the sequencer runs
+/// `git-merge-NAME` for it.
+fn strategy(name: &str) -> Option<String> {
+    (!name.is_empty() && !sbx_core::GIT_MERGE_STRATEGIES.contains(&name)).then(|| {
+        format!(
+            "merge strategy {}, not git's own, which the host's git would run as git-merge-NAME",
+            shown(name)
+        )
+    })
+}
+
+fn strategy_file(text: &str) -> Option<String> {
+    strategy(text.trim())
+}
+
+/// `strategy = NAME` in the sequencer's `opts` (config syntax; any key
+/// spelt `strategy`, quotes dropped).
+fn opts_strategy(text: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("strategy")
+            .then(|| strategy(v.trim().trim_matches('"')))
+            .flatten()
+    })
+}
+
+/// `git am`'s stored options: `--unsafe-paths` lets a patch name a path
+/// outside the work tree.
+fn unsafe_paths(text: &str) -> Option<String> {
+    text.contains("unsafe-paths").then(|| {
+        "--unsafe-paths, with which the host's git would write outside the checkout".into()
+    })
+}
+
+fn shown(s: &str) -> String {
+    let cut: String = s.chars().take(80).collect();
+    sbx_core::sanitize::field(&cut).into_owned()
+}
+
+/// The state directory `path` is or is in, workspace-relative, when it
+/// is one under `.git`.
+fn state_dir(root: &Path, path: &Path) -> Option<PathBuf> {
+    let rel = path.strip_prefix(root).ok()?;
+    if !rel.starts_with(".git") {
+        return None;
+    }
+    [Some(rel), rel.parent()]
+        .into_iter()
+        .flatten()
+        .find(|d| {
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| STATE_DIRS.contains(&n))
+        })
+        .map(Path::to_path_buf)
+}
+
+/// The first file of the state directory `dir` holding what the host's
+/// git would run, and why.
+fn bad(r: &sbx_sys::beneath::Root, dir: &Path) -> Option<(PathBuf, String)> {
+    use std::io::Read as _;
+    FILES.iter().find_map(|(name, test)| {
+        let rel = dir.join(name);
+        let mut text = Vec::new();
+        // A todo list longer than this is none the agent's git wrote.
+        r.open_read(&rel)
+            .ok()?
+            .take(64 << 20)
+            .read_to_end(&mut text)
+            .ok()?;
+        test(&String::from_utf8_lossy(&text)).map(|why| (rel, why))
+    })
+}
+
+/// Whether `path` is, or is in, a state directory under `.git`.
+pub fn touches(root: &Path, path: &Path) -> bool {
+    state_dir(root, path).is_some()
+}
+
+/// Check the state directory `path` is or is in; when it holds what the
+/// host's git would run, move that file aside as the agent and kill every
+/// process of the agent. Returns what was done.
+pub fn check(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String> {
+    let dir = state_dir(root, path)?;
+    let r = sbx_sys::beneath::Root::open(root).ok()?;
+    let (file, why) = bad(&r, &dir)?;
+    Some(crate::gitindex::refuse(&r, &file, uid, gid, &why, |r| {
+        bad(r, &dir).is_some_and(|(f, _)| f == file)
+    }))
+}
+
+/// Every state directory under the workspace's `.git` now (its git
+/// dir's and its submodules'), for a check at start and after a change
+/// whose events may have been missed.
+pub fn dirs(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.join(".git"), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            if !e.file_type().is_ok_and(|t| t.is_dir())
+                || ["objects", "logs", "refs"].iter().any(|n| name == *n)
+            {
+                continue;
+            }
+            if name.to_str().is_some_and(|n| STATE_DIRS.contains(&n)) {
+                out.push(e.path());
+            } else if depth < 14 {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_sequencer_runs_is_found() {
+        assert!(exec_line("pick 1 a\nexec touch x\n").is_some());
+        assert!(exec_line("pick 1 a\n  x\tid\n").is_some());
+        assert!(exec_line("x\r\n").is_some());
+        assert!(exec_line("pick 1 a\n# exec x\nbreak\nxx y\nexecute\n").is_none());
+        assert!(strategy_file("ort\n").is_none());
+        assert!(strategy_file("../../evil\n").is_some());
+        assert!(opts_strategy("[options]\n\tstrategy = ort\n").is_none());
+        assert!(opts_strategy("[options]\n\tStrategy = \"../x\"\n").is_some());
+        assert!(unsafe_paths("'--unsafe-paths'").is_some());
+        assert!(unsafe_paths("'-p1'").is_none());
+    }
+
+    #[test]
+    fn state_dirs_are_those_under_git() {
+        let r = Path::new("/w");
+        let d = |p: &str| state_dir(r, Path::new(p));
+        assert_eq!(
+            d("/w/.git/rebase-merge/git-rebase-todo"),
+            Some(".git/rebase-merge".into())
+        );
+        assert_eq!(d("/w/.git/sequencer"), Some(".git/sequencer".into()));
+        assert_eq!(
+            d("/w/.git/modules/s/rebase-apply/apply-opt"),
+            Some(".git/modules/s/rebase-apply".into())
+        );
+        assert_eq!(d("/w/src/sequencer/todo"), None);
+        assert_eq!(d("/w/.git/index"), None);
+    }
+}

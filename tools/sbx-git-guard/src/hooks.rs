@@ -740,10 +740,19 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     }
     if !fetched {
         let verify = crate::ledger::env_is(crate::ledger::VERIFY_ENV);
-        moves.retain(|(_, new, _)| !vouched(new));
-        tracking.retain(|(_, new, _)| !vouched(new));
+        // A tip a pre-push step let go is checked too, by the hooks the
+        // step runs on each commit it brings (the pushing repository's
+        // history is not the ledger's): anything with git's group, a
+        // program git started among them, can record a tip as sent
+        // (a46g).
+        let (sent_moves, moves): (Vec<_>, Vec<_>) =
+            moves.into_iter().partition(|(_, new, _)| vouched(new));
+        let (sent_tracking, tracking): (Vec<_>, Vec<_>) =
+            tracking.into_iter().partition(|(_, new, _)| vouched(new));
         crate::ledger::check(real, &tracking, &approved, false)?;
         crate::ledger::check(real, &moves, &approved, verify)?;
+        crate::ledger::check(real, &sent_tracking, &approved, true)?;
+        crate::ledger::check(real, &sent_moves, &approved, true)?;
     }
     Ok(())
 }

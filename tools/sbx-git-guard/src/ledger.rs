@@ -124,9 +124,15 @@ fn is_zero(oid: &[u8]) -> bool {
 }
 
 /// `(old, new, ref)`: refuse when `new` brings in, beyond the local
-/// branches, the remote-tracking refs and `old`, a commit neither in
-/// `approved` (this call's), nor in the ledger, nor (with `may_verify`)
-/// passed by the hooks the step runs on it now.
+/// branches, the remote-tracking refs and `old`, a commit that is neither
+/// in `approved` (this call's) nor passed by the hooks the step runs on it
+/// now. The step runs them on a commit in the ledger (or, with
+/// `may_verify`, on any commit): an entry there only says a commit may be
+/// checked, never that it passed. Anything with git's group can ask the
+/// broker for one, and a program git starts during a commit (an editor, a
+/// credential helper, a pager) has that group and the call's private
+/// index: an editor asked for a commit of MARKER no hook saw, and a
+/// branch then moved onto it (a46g).
 pub fn check(
     real: &Git,
     moves: &[(&[u8], &[u8], &[u8])],
@@ -145,19 +151,7 @@ pub fn check(
         if is_zero(new) || new.starts_with(b"ref:") || old == new {
             continue;
         }
-        let mut args: Vec<&OsStr> = vec![
-            OsStr::new("rev-list"),
-            OsStr::new("--reverse"),
-            OsStr::new("--ignore-missing"),
-            OsStr::from_bytes(new),
-            OsStr::new("--not"),
-            OsStr::new("--branches"),
-            OsStr::new("--remotes"),
-        ];
-        if !is_zero(old) {
-            args.push(OsStr::from_bytes(old));
-        }
-        args.push(OsStr::new("--"));
+        let args = walk_args(&["rev-list", "--reverse", "--ignore-missing"], new, old);
         let Some(out) = git_output(real, &args) else {
             return Err("cannot list the commits the update adds".into());
         };
@@ -166,22 +160,19 @@ pub fn check(
                 admitted.push(c.to_vec());
                 continue;
             }
-            let known = ledger.get_or_insert_with(|| ledger_ids(&env));
-            if known.contains(c) {
-                admitted.push(c.to_vec());
-                continue;
-            }
             let short = String::from_utf8_lossy(&c[..c.len().min(12)]).into_owned();
             let what = String::from_utf8_lossy(name);
-            if !may_verify {
+            if !may_verify && !ledger.get_or_insert_with(|| ledger_ids(&env)).contains(c) {
                 return Err(format!(
                     "{what} would point at {short}, a commit no pre-commit and commit-msg passed (made by plumbing, another program, a stash or notes); commit it with `git commit` (or cherry-pick it) instead"
                 ));
             }
+            // Not the ledger's word for the parent either: an entry
+            // anyone with git's group asked for would hide a parent of
+            // MARKER from the hooks' comparison (`.git/shallow`).
             let known = |p: &[u8]| {
                 admitted.iter().any(|a| a == p)
                     || approved.iter().any(|a| a == p)
-                    || ledger.as_ref().is_some_and(|l| l.contains(p))
                     || known_parent(real, p, old)
             };
             verify(real, &sock, c, &known)
@@ -192,23 +183,30 @@ pub fn check(
     Ok(())
 }
 
+/// `git <first> NEW --not --branches --remotes [OLD] --`: the commits
+/// `new` brings in beyond every local branch, every remote-tracking ref
+/// and `old` (the ledger's walk, and [`known_parent`]'s question).
+fn walk_args<'a>(first: &[&'a str], new: &'a [u8], old: &'a [u8]) -> Vec<&'a OsStr> {
+    let mut args: Vec<&OsStr> = first.iter().map(|a| OsStr::new(*a)).collect();
+    args.extend([
+        OsStr::from_bytes(new),
+        OsStr::new("--not"),
+        OsStr::new("--branches"),
+        OsStr::new("--remotes"),
+    ]);
+    if !is_zero(old) {
+        args.push(OsStr::from_bytes(old));
+    }
+    args.push(OsStr::new("--"));
+    args
+}
+
 /// Is `p` on a local branch, a remote-tracking ref or `old`'s history?
 /// Asked for the parent a verified commit's hooks compared with: the walk
 /// that listed the commit stops where `.git/shallow` (the agent's file)
 /// says, so a parent no hook saw was never listed (a46x).
 fn known_parent(real: &Git, p: &[u8], old: &[u8]) -> bool {
-    let mut args: Vec<&OsStr> = vec![
-        OsStr::new("rev-list"),
-        OsStr::new("-1"),
-        OsStr::from_bytes(p),
-        OsStr::new("--not"),
-        OsStr::new("--branches"),
-        OsStr::new("--remotes"),
-    ];
-    if !is_zero(old) {
-        args.push(OsStr::from_bytes(old));
-    }
-    args.push(OsStr::new("--"));
+    let args = walk_args(&["rev-list", "-1"], p, old);
     git_output(real, &args).is_some_and(|o| o.trim_ascii().is_empty())
 }
 

@@ -1,0 +1,120 @@
+//! A fresh attack on the ledger's approvals (issue 46, a46g), from inside
+//! a real sandbox as the agent, judged by what the agent's branches and
+//! the remote hold.
+
+use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
+
+/// commit-msg: the subject must say OK.
+const SUBJECT_OK: &str = "#!/bin/sh\n\
+    head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
+
+fn sandbox(name: &str) -> Option<Repo> {
+    started(|| {
+        let repo = attack_repo(
+            name,
+            &["-qm", "one OK"],
+            &[],
+            &[("pre-commit", REFUSE_MARKER), ("commit-msg", SUBJECT_OK)],
+        );
+        repo.give_to_agent();
+        repo
+    })
+}
+
+fn agent(repo: &Repo, script: &str) -> String {
+    text(&repo.agent(script))
+}
+
+/// A commit of MARKER no hook saw, written by Python as any program could
+/// (as round ten's test writes it); its id in `$C` and in /tmp/C.
+const PLUMBED: &str = "blob=$(echo MARKER | git hash-object -w --stdin) && \
+    tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
+    C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed OK\\n' \
+        $tree $(git rev-parse HEAD) | python3 -c \"
+import hashlib, os, sys, zlib
+b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
+os.makedirs('.git/objects/' + h[:2], exist_ok=True)
+open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && \
+    git cat-file -e $C && echo $C > /tmp/C";
+
+/// The broker's wire format spoken by hand (broker/proto.rs): a `Ledger`
+/// request (kind 4) for the ids in argv, with the environment a guard
+/// step would send: the call's private index (`SBX_GUARD_PRIVATE_INDEX`,
+/// which git passes to every program it starts), or `SBX_GUARD_SENT=1`
+/// with `--sent`. Prints the broker's reply.
+const ASK: &str = r#"import array, os, socket, sys
+args = sys.argv[1:]
+if args and args[0] == '--sent':
+    env = [(b'SBX_GUARD_SENT', b'1')]; args = args[1:]
+else:
+    env = [(b'SBX_GUARD_PRIVATE_INDEX', os.environb.get(b'SBX_GUARD_PRIVATE_INDEX', b''))]
+put = lambda b: len(b).to_bytes(4, 'little') + b
+body = b'SBXG' + bytes([1, 4]) + (0o22).to_bytes(4, 'little')
+body += len(args).to_bytes(4, 'little') + b''.join(put(a.encode()) for a in args)
+body += len(env).to_bytes(4, 'little') + b''.join(put(k) + put(v) for k, v in env)
+s = socket.socket(socket.AF_UNIX)
+s.connect('/run/sbx-git/broker.sock')
+cwd = os.open('.', os.O_PATH)
+s.sendmsg([len(body).to_bytes(4, 'little') + body],
+          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [0, 1, 2, cwd]))])
+print('broker:', s.recv(4096)[4:], file=sys.stderr)
+"#;
+
+/// Known open route (issue 46, a46g): an editor git starts for `git
+/// commit` has git's group and the call's private index, so it could ask
+/// the broker itself to add any commit to the ledger; a branch then moves
+/// onto a commit of MARKER no hook saw, and a push sends it.
+#[test]
+fn an_editor_git_starts_adds_no_commit_to_the_ledger() {
+    let Some(repo) = sandbox("ga46gedit") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cat > /tmp/ask.py <<'EOF'\n{ASK}EOF\n\
+             printf '#!/bin/sh\\npython3 /tmp/ask.py $(cat /tmp/C)\\necho \"edited OK\" > \"$1\"\\n' > /tmp/ed && \
+             chmod +x /tmp/ed && {PLUMBED} && echo 2 > b && git add b && \
+             GIT_EDITOR=/tmp/ed git commit -q; git log -1 --format=%s; \
+             git branch evil $C && git push -q origin evil; \
+             git grep -q MARKER evil -- 2>/dev/null && echo LANDED; \
+             git -C remote.git grep -q MARKER evil -- 2>/dev/null && echo PUSHED; true"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(o.contains("edited OK"), "control: the commit is made: {o}");
+    assert!(!o.contains("LANDED"), "{o}");
+    assert!(!o.contains("PUSHED"), "{o}");
+}
+
+/// The same from a push's credential helper (or any program a push
+/// starts): it asks the broker to record the commit as a tip a pre-push
+/// step let go, and a hand-written receive-pack request then moves a
+/// branch of the workspace onto it (round ten admits a receiving branch's
+/// move onto such a tip).
+#[test]
+fn a_program_a_push_starts_records_no_tip_as_sent() {
+    let Some(repo) = sandbox("ga46gsent") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cat > /tmp/ask.py <<'EOF'\n{ASK}EOF\n\
+             printf '#!/bin/sh\\npython3 /tmp/ask.py --sent $(cat /tmp/C)\\necho \"edited OK\" > \"$1\"\\n' > /tmp/ed && \
+             chmod +x /tmp/ed && {PLUMBED} && echo 2 > b && git add b && \
+             GIT_EDITOR=/tmp/ed git commit -q; git log -1 --format=%s; python3 -c \"
+import hashlib, sys
+z = '0' * 40
+line = ('%s %s refs/heads/evil' % (z, sys.argv[1])).encode() + b'\\0report-status\\n'
+pkt = b'%04x' % (len(line) + 4) + line + b'0000'
+pack = b'PACK' + (2).to_bytes(4, 'big') + (0).to_bytes(4, 'big')
+sys.stdout.buffer.write(pkt + pack + hashlib.sha1(pack).digest())
+\" $C > /tmp/req || exit 1; git receive-pack . < /tmp/req | tr -d '\\0'; echo; \
+             git grep -q MARKER evil -- 2>/dev/null && echo LANDED; true"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(o.contains("edited OK"), "control: the commit is made: {o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}

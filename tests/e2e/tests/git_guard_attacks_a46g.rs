@@ -118,3 +118,116 @@ sys.stdout.buffer.write(pkt + pack + hashlib.sha1(pack).digest())
     assert!(o.contains("edited OK"), "control: the commit is made: {o}");
     assert!(!o.contains("LANDED"), "{o}");
 }
+
+/// A daemon an editor leaves behind: once commit-msg passed (its
+/// approval appears in the call's private directory), it renames a
+/// message the hook refuses over that approval and over
+/// `.git/COMMIT_EDITMSG`, which git re-reads.
+const SWAP: &str = r#"import os, time
+d = os.environ['SBX_GUARD_PRIVATE_INDEX'] + '.msg'
+a = d + '/commit-msg.approved'
+end = time.time() + 20
+while time.time() < end and not os.path.exists(a):
+    pass
+end = time.time() + 0.3
+while time.time() < end:
+    for p in (a, '.git/COMMIT_EDITMSG'):
+        try:
+            open(p + '.x', 'w').write('no ticket\n')
+            os.rename(p + '.x', p)
+        except OSError:
+            pass
+"#;
+
+/// A program git starts during the commit shares the call's private
+/// directory: after commit-msg passed, a message the hook refuses,
+/// written over the approval and over `.git/COMMIT_EDITMSG`, was
+/// committed.
+#[test]
+fn a_daemon_git_started_does_not_rewrite_the_approved_message() {
+    let Some(repo) = sandbox("ga46gmsg") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cat > /tmp/swap.py <<'EOF'\n{SWAP}EOF\n\
+             printf '#!/bin/sh\\n(setsid python3 /tmp/swap.py </dev/null >/dev/null 2>&1 &)\\necho \"edited OK\" > \"$1\"\\n' > /tmp/ed && \
+             chmod +x /tmp/ed && for i in $(seq 8); do echo $i > b && git add b && \
+             GIT_EDITOR=/tmp/ed git commit -q; sleep 0.4; \
+             git log -1 --format=%s | grep -q 'no ticket' && echo LANDED && break; done; \
+             git log --format=%s | head -3"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+    assert!(o.contains("edited OK"), "control: a commit is made: {o}");
+    assert!(
+        o.contains("not the one commit-msg passed"),
+        "the swap raced git's re-read at least once and was refused: {o}"
+    );
+}
+
+/// [`SWAP`], and meanwhile a hook request of its own to the broker:
+/// commit-msg from a directory of its own (`exit 0`) on a message file
+/// holding the refused message, for the call's private index, so the
+/// approval the broker keeps would be that message.
+const FORGE: &str = r#"import array, os, socket, threading, time
+x = os.environ['SBX_GUARD_PRIVATE_INDEX']
+a = x + '.msg/commit-msg.approved'
+os.makedirs('/tmp/fake', exist_ok=True)
+open('/tmp/fake/commit-msg', 'w').write('#!/bin/sh\nexit 0\n')
+os.chmod('/tmp/fake/commit-msg', 0o755)
+open('/tmp/bad.msg', 'w').write('no ticket\n')
+def ask():
+    put = lambda b: len(b).to_bytes(4, 'little') + b
+    args = [b'commit-msg', b'/tmp/bad.msg']
+    env = [(b'SBX_GUARD_PRIVATE_INDEX', x.encode()), (b'PATH', b'/usr/bin:/bin')]
+    body = b'SBXG' + bytes([1, 2]) + (0o22).to_bytes(4, 'little')
+    body += len(args).to_bytes(4, 'little') + b''.join(put(a) for a in args)
+    body += len(env).to_bytes(4, 'little') + b''.join(put(k) + put(v) for k, v in env)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect('/run/sbx-git/broker.sock')
+    fds = [0, 1, 2, os.open('.', os.O_PATH), os.open('/tmp/fake', os.O_PATH)]
+    s.sendmsg([len(body).to_bytes(4, 'little') + body],
+              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', fds))])
+    s.recv(4096)
+end = time.time() + 20
+while time.time() < end and not os.path.exists(a):
+    pass
+t = threading.Thread(target=ask)
+t.start()
+end = time.time() + 0.3
+while time.time() < end:
+    try:
+        open('.git/COMMIT_EDITMSG.x', 'w').write('no ticket\n')
+        os.rename('.git/COMMIT_EDITMSG.x', '.git/COMMIT_EDITMSG')
+    except OSError:
+        pass
+t.join()
+"#;
+
+/// The approval is kept by the broker's root process now; a program git
+/// started asked the broker to run a commit-msg of its own (`exit 0`,
+/// from a directory it made) on the refused message for the call, so the
+/// approval kept would have been that message.
+#[test]
+fn a_daemon_git_started_cannot_have_its_own_commit_msg_approve() {
+    let Some(repo) = sandbox("ga46gforge") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cat > /tmp/forge.py <<'EOF'\n{FORGE}EOF\n\
+             printf '#!/bin/sh\\n(setsid python3 /tmp/forge.py </dev/null >/dev/null 2>&1 &)\\necho \"edited OK\" > \"$1\"\\n' > /tmp/ed && \
+             chmod +x /tmp/ed && for i in $(seq 8); do echo $i > b && git add b && \
+             GIT_EDITOR=/tmp/ed git commit -q; sleep 0.5; \
+             git log -1 --format=%s | grep -q 'no ticket' && echo LANDED && break; done; \
+             git log --format=%s | head -3"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+    assert!(o.contains("edited OK"), "control: a commit is made: {o}");
+}

@@ -109,6 +109,15 @@ pub fn run_on_copy(
     }
     let passed =
         std::fs::read(&copy).map_err(|e| format!("cannot read {}: {e}", copy.display()))?;
+    // Kept by the broker's root process, where no program git starts can
+    // rewrite it; the copy here only tells sbx-git-client to ask the guard.
+    let private = dir
+        .as_os_str()
+        .as_bytes()
+        .strip_suffix(b".msg")
+        .map(OsStr::from_bytes)
+        .ok_or("not a private directory")?;
+    crate::broker::keep_approved(private, &passed)?;
     write_new(&dir.join(APPROVED), &passed)?;
     // git re-reads this path: what passed, not what is there now.
     std::fs::OpenOptions::new()
@@ -237,7 +246,16 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             news.push(new);
         }
     }
-    let approved = match std::fs::read(dir.join(APPROVED)) {
+    let private = env
+        .iter()
+        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    // The root process's copy (`broker::keep_approved`): the one in the
+    // private directory is anyone's with git's group.
+    let kept = crate::broker::approved_path(&env, &private)
+        .ok_or("no place where the broker keeps what commit-msg passed")?;
+    let approved = match std::fs::read(&kept) {
         Ok(a) => a,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
@@ -280,8 +298,9 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     }
     // Used up: a sequencer's later commits in the same call (its picks,
     // which no commit-msg saw) are not compared with it.
-    std::fs::remove_file(dir.join(APPROVED))
-        .map_err(|e| format!("cannot remove what commit-msg passed: {e}"))?;
+    let _ = std::fs::remove_file(dir.join(APPROVED));
+    let sock = crate::broker::socket_path(&env).ok_or("no broker")?;
+    crate::broker::take_approved(&sock, &private)?;
     Ok(news.iter().map(|n| n.to_vec()).collect())
 }
 

@@ -231,3 +231,43 @@ fn a_daemon_git_started_cannot_have_its_own_commit_msg_approve() {
     assert!(!o.contains("LANDED"), "{o}");
     assert!(o.contains("edited OK"), "control: a commit is made: {o}");
 }
+
+/// A smudge filter of the agent's `~/.gitconfig` runs during the
+/// checkout of `git merge --ff-only C` (C's own `.gitattributes` names
+/// it), with git's group and the call's private index: it left the mark a
+/// merge's step leaves once pre-commit passed (`pre-commit.passed`, in a
+/// repository without commit-msg), and the fast-forward onto C, a commit
+/// of MARKER no hook saw, was taken as the merge's own approved commit.
+#[test]
+fn a_filter_git_runs_during_a_fast_forward_approves_nothing() {
+    let Some(repo) = started(|| {
+        let repo = attack_repo(
+            "ga46gff",
+            &["-qm", "one"],
+            &[],
+            &[("pre-commit", REFUSE_MARKER)],
+        );
+        repo.give_to_agent();
+        repo
+    }) else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        "blob=$(echo MARKER | git hash-object -w --stdin) && \
+         attr=$(echo 'a filter=x' | git hash-object -w --stdin) && \
+         tree=$(printf '100644 blob %s\\t.gitattributes\\n100644 blob %s\\ta\\n' $attr $blob | git mktree) && \
+         C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed\\n' \
+             $tree $(git rev-parse HEAD) | python3 -c \"
+import hashlib, os, sys, zlib
+b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
+os.makedirs('.git/objects/' + h[:2], exist_ok=True)
+open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && \
+         printf '#!/bin/sh\\nmkdir -p \"$SBX_GUARD_PRIVATE_INDEX.msg\"; : > \"$SBX_GUARD_PRIVATE_INDEX.msg/pre-commit.passed\"; cat\\n' > /tmp/smudge && \
+         chmod +x /tmp/smudge && printf '[filter \"x\"]\\n\\tsmudge = /tmp/smudge\\n' >> ~/.gitconfig && \
+         cat ~/.gitconfig && git merge -q --ff-only $C; \
+         git grep -q MARKER main -- && echo LANDED; git log --oneline -2; true",
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}

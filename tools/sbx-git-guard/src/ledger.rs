@@ -211,7 +211,7 @@ fn known_parent(real: &Git, p: &[u8], old: &[u8]) -> bool {
 }
 
 /// A commit's parents and message, from its raw object.
-fn parse_commit(raw: &[u8]) -> (Vec<&[u8]>, &[u8]) {
+pub(crate) fn parse_commit(raw: &[u8]) -> (Vec<&[u8]>, &[u8]) {
     let end = raw
         .windows(2)
         .position(|w| w == b"\n\n")

@@ -272,6 +272,28 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             if !(committed || marked) {
                 return Ok(Vec::new());
             }
+            // The mark is anyone's with git's group (a smudge filter a
+            // fast-forward's checkout runs left one, and the commit of
+            // MARKER fast-forwarded to passed as the merge's): it stands
+            // only for a merge commit, whose tree pre-merge-commit saw.
+            let mut merges = Vec::new();
+            for &new in news.iter().filter(|_| !committed) {
+                let raw = crate::hooks::git_output(
+                    real,
+                    &[
+                        OsStr::new("cat-file"),
+                        OsStr::new("commit"),
+                        OsStr::from_bytes(new),
+                    ],
+                )
+                .ok_or("cannot read the commit git made")?;
+                if crate::ledger::parse_commit(&raw).0.len() > 1 {
+                    merges.push(new.to_vec());
+                }
+            }
+            if !committed {
+                return Ok(merges);
+            }
             return Ok(news.iter().map(|n| n.to_vec()).collect());
         }
         Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),

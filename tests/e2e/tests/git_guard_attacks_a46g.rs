@@ -271,3 +271,46 @@ open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print
     eprintln!("{o}");
     assert!(!o.contains("LANDED"), "{o}");
 }
+
+/// A daemon that waits for pre-commit's view (`<private index>.msg/view`)
+/// and names, in its refs, a commit already holding MARKER as the
+/// branch's tip: the hook's `git diff --cached` then shows no change.
+const VIEW: &str = r#"import os, sys, time
+x = os.environ['SBX_GUARD_PRIVATE_INDEX']
+p = x + '.msg/view/packed-refs'
+m = open('/tmp/P').read().strip()
+end = time.time() + 20
+while time.time() < end and not os.path.exists(p):
+    pass
+end = time.time() + 2
+while time.time() < end:
+    try:
+        open(p + '.x', 'w').write('%s refs/heads/main\n' % m)
+        os.rename(p + '.x', p)
+    except OSError:
+        pass
+"#;
+
+/// A clean filter of the agent's `~/.gitconfig` runs while `git commit
+/// -a` stages, before pre-commit, with git's group and the call's private
+/// index; it leaves a daemon that rewrites pre-commit's view so the hook
+/// compares the staged MARKER with a commit already holding it.
+#[test]
+fn a_filter_git_runs_before_pre_commit_does_not_change_its_view() {
+    let Some(repo) = sandbox("ga46gview") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cat > /tmp/view.py <<'EOF'\n{VIEW}EOF\n{PLUMBED} && echo $C > /tmp/P && \
+             printf '#!/bin/sh\\n(setsid python3 /tmp/view.py </dev/null >/dev/null 2>&1 &)\\ncat\\n' > /tmp/clean && \
+             chmod +x /tmp/clean && printf '[filter \"x\"]\\n\\tclean = /tmp/clean\\n' >> ~/.gitconfig && \
+             echo 'a filter=x' > .gitattributes && \
+             for i in 1 2 3 4; do echo MARKER > a && git commit -qam \"$i OK\"; sleep 2.2; \
+             git grep -q MARKER main -- && echo LANDED && break; git checkout -q a; done; git log --oneline -3"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}

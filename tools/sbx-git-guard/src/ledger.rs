@@ -479,8 +479,14 @@ pub fn pre_commit_on_view(
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(msg_dir, e)),
         _ => {}
     }
-    let g = msg_dir.join("view");
-    let _ = std::fs::remove_dir_all(&g);
+    // Not under the private directory, whose name every program git
+    // starts during the commit can derive (`$SBX_GUARD_PRIVATE_INDEX`): a
+    // clean filter `git commit -a` ran left a daemon that rewrote the
+    // view's refs while the hook ran, naming a commit already holding
+    // MARKER as the branch's tip (a46g). A fresh name in the private-index
+    // directory, which no process can list, removed when the hook ends.
+    let view = View(make_view(&view_base(sock))?);
+    let g = view.0.join("g");
     for d in [&g, &g.join("refs"), &g.join("objects")] {
         std::fs::DirBuilder::new()
             .mode(0o700)

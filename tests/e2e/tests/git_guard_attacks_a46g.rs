@@ -314,3 +314,49 @@ fn a_filter_git_runs_before_pre_commit_does_not_change_its_view() {
     eprintln!("{o}");
     assert!(!o.contains("LANDED"), "{o}");
 }
+
+/// A daemon that points main at a commit already holding MARKER before
+/// pre-commit's step snapshots it, then, once the step pinned that
+/// commit, puts main back and rewrites the pin to the parent git took.
+const PIN: &str = r#"import os, time
+x = os.environ['SBX_GUARD_PRIVATE_INDEX']
+pin = x + '.msg/pre-commit.head'
+m = open('/tmp/P').read().strip()
+ref = '.git/refs/heads/main'
+real = open(ref).read().strip()
+def put(p, v):
+    open(p + '.x', 'w').write(v + '\n')
+    os.rename(p + '.x', p)
+put(ref, m)
+end = time.time() + 20
+while time.time() < end and not os.path.exists(pin):
+    pass
+put(ref, real)
+open(pin + '.x', 'w').write(real)
+os.rename(pin + '.x', pin)
+"#;
+
+/// The parent pre-commit compared with is pinned in the call's private
+/// directory: a clean filter's daemon flips main for the step's snapshot
+/// and rewrites the pin once the step wrote it: the hook compared the
+/// staged MARKER with the flipped commit, and git committed it onto the
+/// real parent. The root process keeps the pin now, once.
+#[test]
+fn a_filter_git_runs_before_pre_commit_does_not_rewrite_the_pin() {
+    let Some(repo) = sandbox("ga46gpin") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cat > /tmp/pin.py <<'EOF'\n{PIN}EOF\n{PLUMBED} && echo $C > /tmp/P && \
+             printf '#!/bin/sh\\n(setsid python3 /tmp/pin.py </dev/null >/dev/null 2>&1 &)\\ncat\\n' > /tmp/clean && \
+             chmod +x /tmp/clean && printf '[filter \"x\"]\\n\\tclean = /tmp/clean\\n' >> ~/.gitconfig && \
+             echo 'a filter=x' > .gitattributes && \
+             for i in 1 2 3 4; do echo MARKER > a && git commit -qam \"$i OK\"; sleep 1; \
+             git grep -q MARKER main -- && echo LANDED && break; git reset -q --hard; done; git log --oneline -3"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+}

@@ -387,6 +387,30 @@ pub fn take_approved(socket: &Path, private: &OsStr) -> Result<(), String> {
     })
 }
 
+/// `git commit`'s pre-commit step: ask the root process to keep `head`,
+/// the commit its view pinned, as the call's pin (`<name>.pin` under
+/// [`APPROVED_DIR`]). Kept once: a second request for the call, anyone's
+/// with git's group, fails, and the commit with it.
+pub fn keep_pin(socket: &Path, private: &OsStr, head: &[u8]) -> Result<(), String> {
+    let env = vec![
+        (PIN_VAR.into(), OsStr::from_bytes(head).to_owned()),
+        (crate::index::PRIVATE_VAR.into(), private.to_owned()),
+    ];
+    send_ids(socket, Kind::Ledger, &[], env).map_err(|e| {
+        e.unwrap_or_else(|| "the broker did not keep the commit pre-commit compares with".into())
+    })
+}
+
+/// Where [`keep_pin`] keeps the pin for `private`.
+pub fn pin_path(env: &[(OsString, OsString)], private: &OsStr) -> Option<PathBuf> {
+    let mut p = approved_path(env, private)?.into_os_string();
+    p.push(".pin");
+    Some(PathBuf::from(p))
+}
+
+/// In a [`Kind::Ledger`] request: keep a pin ([`keep_pin`]).
+const PIN_VAR: &str = "SBX_GUARD_PIN";
+
 /// In a [`Kind::Ledger`] request: take back a kept approval ([`take_approved`]).
 const TAKE_VAR: &str = "SBX_GUARD_TAKE_APPROVED";
 
@@ -1016,7 +1040,35 @@ fn runner(
                 .iter()
                 .find(|(k, _)| k == crate::index::PRIVATE_VAR)
                 .map(|(_, v)| v.as_os_str());
+            let pin = req
+                .env
+                .iter()
+                .find(|(k, _)| k == PIN_VAR)
+                .map(|(_, v)| v.as_bytes());
             match (index_root.as_deref(), ledger) {
+                (_, Some(l)) if pin.is_some() => {
+                    use std::os::unix::fs::OpenOptionsExt as _;
+                    let head = pin.unwrap_or_default();
+                    let path = private.and_then(|p| {
+                        let mut n = approval_name(p)?.to_owned();
+                        n.push(".pin");
+                        Some(l.with_file_name(APPROVED_DIR).join(n))
+                    });
+                    let ok = is_commit_id(head);
+                    match path.filter(|_| ok) {
+                        None => Reply::Error("not a private index's name and a commit id".into()),
+                        Some(path) => match std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .mode(0o644)
+                            .open(&path)
+                            .and_then(|mut f| f.write_all(head))
+                        {
+                            Ok(()) => Reply::Exited(0),
+                            Err(e) => Reply::Error(format!("{}: {e}", path.display())),
+                        },
+                    }
+                }
                 (_, Some(l)) if take => {
                     let kept = private
                         .and_then(|p| Some(l.with_file_name(APPROVED_DIR).join(approval_name(p)?)));

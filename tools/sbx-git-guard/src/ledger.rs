@@ -515,6 +515,11 @@ pub fn pre_commit_on_view(
     let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
     std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     let zero = b"0".repeat(40);
+    // Kept by the root process, once: a copy in the private directory was
+    // rewritten by a clean filter's daemon that had flipped main for the
+    // snapshot (a46g). The copy stays for sbx-git-client's routing.
+    let private = std::env::var_os(crate::index::PRIVATE_VAR).unwrap_or_default();
+    crate::broker::keep_pin(sock, &private, head.unwrap_or(&zero))?;
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
@@ -547,8 +552,8 @@ pub fn pre_commit_on_view(
 /// A `git commit`'s prepared step: each branch or HEAD it moves must move
 /// from the commit pre-commit's view pinned ([`PINNED_HEAD`]), the parent
 /// the hook compared the index with.
-pub fn check_pinned(msg_dir: &Path, stdin: &[u8]) -> Result<(), String> {
-    let Ok(pinned) = std::fs::read(msg_dir.join(PINNED_HEAD)) else {
+pub fn check_pinned(pin: &Path, stdin: &[u8]) -> Result<(), String> {
+    let Ok(pinned) = std::fs::read(pin) else {
         return Ok(());
     };
     for (old, _) in crate::msg::head_moves(stdin) {
@@ -574,13 +579,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
         let line = |old: &str, name: &str| format!("{old} {c} {name}\n");
-        assert!(check_pinned(d.path(), line(&b, "refs/heads/main").as_bytes()).is_ok());
-        std::fs::write(d.path().join(PINNED_HEAD), &a).unwrap();
-        assert!(check_pinned(d.path(), line(&a, "refs/heads/main").as_bytes()).is_ok());
-        assert!(check_pinned(d.path(), line(&a, "HEAD").as_bytes()).is_ok());
-        assert!(check_pinned(d.path(), line(&b, "refs/heads/main").as_bytes()).is_err());
-        assert!(check_pinned(d.path(), line(&b, "HEAD").as_bytes()).is_err());
-        assert!(check_pinned(d.path(), line(&b, "refs/tags/t").as_bytes()).is_ok());
+        let pin = d.path().join(PINNED_HEAD);
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_ok());
+        std::fs::write(&pin, &a).unwrap();
+        assert!(check_pinned(&pin, line(&a, "refs/heads/main").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&a, "HEAD").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_err());
+        assert!(check_pinned(&pin, line(&b, "HEAD").as_bytes()).is_err());
+        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes()).is_ok());
     }
 
     #[test]

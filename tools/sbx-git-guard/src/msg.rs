@@ -237,8 +237,15 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let Some(dir) = private_dir(&env) else {
         return Ok(Vec::new());
     };
+    let private = env
+        .iter()
+        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
     if committed {
-        crate::ledger::check_pinned(&dir, stdin)?;
+        let pin = crate::broker::pin_path(&env, &private)
+            .ok_or("no place where the broker keeps the commit pre-commit compared with")?;
+        crate::ledger::check_pinned(&pin, stdin)?;
     }
     let mut news: Vec<&[u8]> = Vec::new();
     for (_, new) in head_moves(stdin) {
@@ -246,11 +253,6 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             news.push(new);
         }
     }
-    let private = env
-        .iter()
-        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
     // The root process's copy (`broker::keep_approved`): the one in the
     // private directory is anyone's with git's group.
     let kept = crate::broker::approved_path(&env, &private)

@@ -2,11 +2,7 @@
 //! a real sandbox as the agent, judged by what the agent's branches and
 //! the remote hold.
 
-use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
-
-/// commit-msg: the subject must say OK.
-const SUBJECT_OK: &str = "#!/bin/sh\n\
-    head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
+use sbx_e2e::{PLUMBED, REFUSE_MARKER, Repo, SUBJECT_OK, attack_repo, started, text};
 
 fn sandbox(name: &str) -> Option<Repo> {
     started(|| {
@@ -24,18 +20,6 @@ fn sandbox(name: &str) -> Option<Repo> {
 fn agent(repo: &Repo, script: &str) -> String {
     text(&repo.agent(script))
 }
-
-/// A commit of MARKER no hook saw, written by Python as any program could
-/// (as round ten's test writes it); its id in `$C` and in /tmp/C.
-const PLUMBED: &str = "blob=$(echo MARKER | git hash-object -w --stdin) && \
-    tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
-    C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed OK\\n' \
-        $tree $(git rev-parse HEAD) | python3 -c \"
-import hashlib, os, sys, zlib
-b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
-os.makedirs('.git/objects/' + h[:2], exist_ok=True)
-open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && \
-    git cat-file -e $C && echo $C > /tmp/C";
 
 /// The broker's wire format spoken by hand (broker/proto.rs): a `Ledger`
 /// request (kind 4) for the ids in argv, with the environment a guard
@@ -74,7 +58,7 @@ fn an_editor_git_starts_adds_no_commit_to_the_ledger() {
         &format!(
             "cat > /tmp/ask.py <<'EOF'\n{ASK}EOF\n\
              printf '#!/bin/sh\\npython3 /tmp/ask.py $(cat /tmp/C)\\necho \"edited OK\" > \"$1\"\\n' > /tmp/ed && \
-             chmod +x /tmp/ed && {PLUMBED} && echo 2 > b && git add b && \
+             chmod +x /tmp/ed && {PLUMBED} && echo $C > /tmp/C && echo 2 > b && git add b && \
              GIT_EDITOR=/tmp/ed git commit -q; git log -1 --format=%s; \
              git branch evil $C && git push -q origin evil; \
              git grep -q MARKER evil -- 2>/dev/null && echo LANDED; \
@@ -102,7 +86,7 @@ fn a_program_a_push_starts_records_no_tip_as_sent() {
         &format!(
             "cat > /tmp/ask.py <<'EOF'\n{ASK}EOF\n\
              printf '#!/bin/sh\\npython3 /tmp/ask.py --sent $(cat /tmp/C)\\necho \"edited OK\" > \"$1\"\\n' > /tmp/ed && \
-             chmod +x /tmp/ed && {PLUMBED} && echo 2 > b && git add b && \
+             chmod +x /tmp/ed && {PLUMBED} && echo $C > /tmp/C && echo 2 > b && git add b && \
              GIT_EDITOR=/tmp/ed git commit -q; git log -1 --format=%s; python3 -c \"
 import hashlib, sys
 z = '0' * 40

@@ -278,25 +278,16 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             // fast-forward's checkout runs left one, and the commit of
             // MARKER fast-forwarded to passed as the merge's): it stands
             // only for a merge commit, whose tree pre-merge-commit saw.
+            if committed {
+                return Ok(news.iter().map(|n| n.to_vec()).collect());
+            }
             let mut merges = Vec::new();
-            for &new in news.iter().filter(|_| !committed) {
-                let raw = crate::hooks::git_output(
-                    real,
-                    &[
-                        OsStr::new("cat-file"),
-                        OsStr::new("commit"),
-                        OsStr::from_bytes(new),
-                    ],
-                )
-                .ok_or("cannot read the commit git made")?;
-                if crate::ledger::parse_commit(&raw).0.len() > 1 {
+            for &new in &news {
+                if crate::ledger::parse_commit(&made(real, new)?).0.len() > 1 {
                     merges.push(new.to_vec());
                 }
             }
-            if !committed {
-                return Ok(merges);
-            }
-            return Ok(news.iter().map(|n| n.to_vec()).collect());
+            return Ok(merges);
         }
         Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),
     };
@@ -304,16 +295,7 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         return Ok(Vec::new());
     }
     for &new in &news {
-        let raw = crate::hooks::git_output(
-            real,
-            &[
-                OsStr::new("cat-file"),
-                OsStr::new("commit"),
-                OsStr::from_bytes(new),
-            ],
-        )
-        .ok_or("cannot read the commit git made")?;
-        if !matches(message(&raw), &approved) {
+        if !matches(message(&made(real, new)?), &approved) {
             return Err(format!(
                 "{}'s message is not the one commit-msg passed (.git/COMMIT_EDITMSG changed after the hook read it)",
                 String::from_utf8_lossy(&new[..new.len().min(12)])
@@ -326,6 +308,19 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let sock = crate::broker::socket_path(&env).ok_or("no broker")?;
     crate::broker::take_approved(&sock, &private)?;
     Ok(news.iter().map(|n| n.to_vec()).collect())
+}
+
+/// The raw object of commit `new`, which git made in this call.
+fn made(real: &Git, new: &[u8]) -> Result<Vec<u8>, String> {
+    crate::hooks::git_output(
+        real,
+        &[
+            OsStr::new("cat-file"),
+            OsStr::new("commit"),
+            OsStr::from_bytes(new),
+        ],
+    )
+    .ok_or_else(|| "cannot read the commit git made".to_owned())
 }
 
 #[cfg(test)]

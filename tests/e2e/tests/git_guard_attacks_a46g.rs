@@ -344,3 +344,57 @@ fn a_filter_git_runs_before_pre_commit_does_not_rewrite_the_pin() {
     eprintln!("{o}");
     assert!(!o.contains("LANDED"), "{o}");
 }
+
+/// A daemon left with git's group by an earlier call's editor: it finds
+/// the verify step's commit-msg in /proc by its argument (a message file
+/// in a private view) and rewrites that file with a message the hook
+/// passes, before the hook reads it.
+const WATCH: &str = r#"import os, time
+end = time.time() + 60
+while time.time() < end:
+    for pid in os.listdir('/proc'):
+        try:
+            args = open('/proc/%s/cmdline' % pid, 'rb').read().split(b'\0')
+        except OSError:
+            continue
+        for a in args:
+            if a.endswith(b'.view/g/COMMIT_EDITMSG'):
+                try:
+                    open(a + b'.x', 'w').write('swapped OK\n')
+                    os.rename(a + b'.x', a)
+                except OSError:
+                    pass
+"#;
+
+/// The verify step ran commit-msg on a file in its private view named on
+/// the hook's command line, which any process can read: a daemon with
+/// git's group rewrote it while the hook started, and a cherry-picked
+/// commit whose message the hook refuses was admitted.
+#[test]
+fn a_daemon_cannot_rewrite_the_message_the_verify_step_checks() {
+    let Some(repo) = sandbox("ga46gverify") else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cat > /tmp/watch.py <<'EOF'\n{WATCH}EOF\n\
+             printf '#!/bin/sh\\n(setsid python3 /tmp/watch.py </dev/null >/dev/null 2>&1 &)\\necho \"edited OK\" > \"$1\"\\n' > /tmp/ed && \
+             chmod +x /tmp/ed && echo 2 > b && git add b && GIT_EDITOR=/tmp/ed git commit -q && \
+             blob=$(echo 3 | git hash-object -w --stdin) && \
+             tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
+             C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nno ticket\\n' \
+                 $tree $(git rev-parse HEAD~1) | python3 -c \"
+import hashlib, os, sys, zlib
+b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
+os.makedirs('.git/objects/' + h[:2], exist_ok=True)
+open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && \
+             for i in 1 2 3; do git cherry-pick $C >/dev/null; \
+             git log -1 --format=%s | grep -q 'no ticket' && echo LANDED && break; \
+             git cherry-pick --abort 2>/dev/null; git reset -q --hard main; done; git log --format=%s | head -3"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "{o}");
+    assert!(o.contains("commit-msg"), "refused by commit-msg: {o}");
+}

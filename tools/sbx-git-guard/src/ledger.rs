@@ -357,13 +357,25 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
             return Ok(());
         }
         std::env::set_current_dir(&w).map_err(|e| io(&w, e))?;
+        let mut env = env.clone();
+        if name == "commit-msg" {
+            // The broker's hook process then runs commit-msg on a copy
+            // it names by fd (msg.rs `run_on_copy`): the message file's
+            // path on the hook's command line, which any process can
+            // read, led a daemon with git's group into the view to
+            // rewrite it before the hook read it (a46g).
+            env.push((
+                crate::index::PRIVATE_VAR.into(),
+                view.0.join("verify").into(),
+            ));
+        }
         let code = crate::broker::run_hook_with_env(
             sock,
             std::os::fd::AsFd::as_fd(&dir),
             name,
             args,
             None,
-            env.clone(),
+            env,
         );
         if let Some(h) = &here {
             let _ = std::env::set_current_dir(h);

@@ -273,6 +273,22 @@ def put(body):
 pub const REFUSE_MARKER: &str =
     "#!/bin/sh\nif git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\n";
 
+/// The attack rounds' commit-msg: the subject must say OK.
+pub const SUBJECT_OK: &str = "#!/bin/sh\n\
+    head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
+
+/// A shell snippet, run as the agent in an attack repository: `$C`, a
+/// commit of MARKER on HEAD that no hook saw, written by Python as any
+/// program could.
+pub const PLUMBED: &str = "blob=$(echo MARKER | git hash-object -w --stdin) && \
+    tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
+    C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed OK\\n' \
+        $tree $(git rev-parse HEAD) | python3 -c \"
+import hashlib, os, sys, zlib
+b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
+os.makedirs('.git/objects/' + h[:2], exist_ok=True)
+open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && git cat-file -e $C";
+
 /// The attack rounds' workspace `name`: `main` with one commit (`a`
 /// and a `.gitignore` naming `/remote.git/`, `/.agent-sandbox/` and
 /// `ignored`), made by `git commit <commit>`, a bare remote `remote.git`

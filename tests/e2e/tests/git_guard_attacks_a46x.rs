@@ -1,11 +1,7 @@
 //! A fresh attack on round ten's ledger (issue 46), from inside a real
 //! sandbox as the agent, judged by what the agent's branches hold.
 
-use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
-
-/// commit-msg: the subject must say OK.
-const SUBJECT_OK: &str = "#!/bin/sh\n\
-    head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
+use sbx_e2e::{PLUMBED, REFUSE_MARKER, Repo, SUBJECT_OK, attack_repo, started, text};
 
 fn sandbox(name: &str) -> Option<Repo> {
     started(|| {
@@ -23,17 +19,6 @@ fn sandbox(name: &str) -> Option<Repo> {
 fn agent(repo: &Repo, script: &str) -> String {
     text(&repo.agent(script))
 }
-
-/// A commit of MARKER no hook saw, written by Python as any program could
-/// (as round ten's test writes it).
-const PLUMBED: &str = "blob=$(echo MARKER | git hash-object -w --stdin) && \
-    tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
-    C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed OK\\n' \
-        $tree $(git rev-parse HEAD) | python3 -c \"
-import hashlib, os, sys, zlib
-b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
-os.makedirs('.git/objects/' + h[:2], exist_ok=True)
-open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && git cat-file -e $C";
 
 /// A fetch "from a remote" moved refs with no ledger check at all: the
 /// guard judged the source by the command line's first word that does not

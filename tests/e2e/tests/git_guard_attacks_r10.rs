@@ -4,11 +4,7 @@
 //! already, or fetched). From inside a real sandbox as the agent, judged
 //! by their effect: what main and the remote hold afterwards.
 
-use sbx_e2e::{REFUSE_MARKER, Repo, attack_repo, started, text};
-
-/// commit-msg: the subject must say OK.
-const SUBJECT_OK: &str = "#!/bin/sh\n\
-    head -n1 \"$1\" | grep -q OK || { echo 'commit-msg: no OK in the subject' >&2; exit 1; }\n";
+use sbx_e2e::{PLUMBED, REFUSE_MARKER, Repo, SUBJECT_OK, attack_repo, started, text};
 
 fn sandbox() -> Option<Repo> {
     sandbox_with(
@@ -29,18 +25,6 @@ fn sandbox_with(name: &str, hooks: &[(&str, &str)]) -> Option<Repo> {
 fn agent(repo: &Repo, script: &str) -> String {
     text(&repo.agent(script))
 }
-
-/// A commit of MARKER written by other means (no hook ever saw it):
-/// `commit-tree` and `hash-object -t commit` are refused, so Python
-/// writes the loose object, as any program could.
-const PLUMBED: &str = "blob=$(echo MARKER | git hash-object -w --stdin) && \
-    tree=$(printf '100644 blob %s\\ta\\n' $blob | git mktree) && \
-    C=$(printf 'tree %s\\nparent %s\\nauthor a <a@b> 1 +0000\\ncommitter a <a@b> 1 +0000\\n\\nplumbed OK\\n' \
-        $tree $(git rev-parse HEAD) | python3 -c \"
-import hashlib, os, sys, zlib
-b = sys.stdin.buffer.read(); o = b'commit %d\\0' % len(b) + b; h = hashlib.sha1(o).hexdigest()
-os.makedirs('.git/objects/' + h[:2], exist_ok=True)
-open('.git/objects/' + h[:2] + '/' + h[2:], 'wb').write(zlib.compress(o)); print(h)\") && git cat-file -e $C";
 
 /// The documented gap: a commit written by other means, then moved onto
 /// a branch with `merge --ff-only` (or `update-ref`, `reset`, `branch`),

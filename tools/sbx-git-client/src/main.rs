@@ -332,7 +332,32 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
     let approved = matches!(check, Some(Check::Prepared)) && !absent(APPROVED);
     // pre-commit ran on a pinned HEAD (ledger.rs): the guard compares
     // git's parent with it.
-    let approved = approved || (committing && !absent(PINNED));
+    // broker.rs `pin_path`: the pin the root process keeps, beside the
+    // socket (the copy above is anyone's with git's group to remove).
+    let kept_pin = || {
+        let (Some(sock), Some(copy)) = (socket_path(p), var(PRIVATE_VAR)) else {
+            return false;
+        };
+        let (Some(d), Some(n)) = (
+            sock.iter().rposition(|&b| b == b'/'),
+            copy.iter().rposition(|&b| b == b'/'),
+        ) else {
+            return false;
+        };
+        let mut buf = [0u8; 4096];
+        let parts: [&[u8]; 4] = [&sock[..d], b"/approved", &copy[n..], b".pin\0"];
+        let len: usize = parts.iter().map(|x| x.len()).sum();
+        if len > buf.len() || copy.contains(&0) {
+            return true;
+        }
+        let mut at = 0;
+        for x in parts {
+            buf[at..at + x.len()].copy_from_slice(x);
+            at += x.len();
+        }
+        sys::file_type(&buf[..len], false) != Err(sys::ENOENT)
+    };
+    let approved = approved || (committing && (!absent(PINNED) || kept_pin()));
     // `git merge` and `git am` keep what commit-msg passed too (round
     // seven), without COMMIT_ENV: wherever a message was kept, a HEAD that
     // moves goes to the guard, which compares it (a detached HEAD's).

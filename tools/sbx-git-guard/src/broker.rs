@@ -282,6 +282,138 @@ pub fn add_sent(socket: &Path, ids: &[u8]) -> Result<(), String> {
         .map_err(|e| e.unwrap_or_else(|| "the broker did not record what the push sent".into()))
 }
 
+/// What commit-msg passed, kept by the broker's root process (msg.rs):
+/// `<this>/<the private index's name>` beside the socket
+/// (`/run/sbx-git/approved`, root's). A copy in the call's private
+/// directory could be rewritten by any program git starts during the
+/// commit (an editor's daemon): it has git's group and the private
+/// index's name, and a message commit-msg refuses was committed (a46g).
+pub const APPROVED_DIR: &str = "approved";
+
+/// On a session's channel to the root process ([`ask_for_set`]'s): a
+/// message commit-msg passed, for [`APPROVED_DIR`], not a hook set.
+const KEEP_APPROVED: u32 = u32::MAX;
+
+/// The root process's [`APPROVED_DIR`] (set by `serve`).
+static APPROVED_AT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The name a private index's approval is kept under: its file name.
+fn approval_name(private: &OsStr) -> Option<&OsStr> {
+    let n = Path::new(private).file_name()?;
+    let ok = !n.is_empty()
+        && n.len() <= 255
+        && !n.as_bytes().starts_with(b".")
+        && n.as_bytes()
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(b));
+    ok.then_some(n)
+}
+
+/// Where the root process keeps what commit-msg passed for the call whose
+/// private index is `private`. None: no broker, or not a private index's name.
+pub fn approved_path(env: &[(OsString, OsString)], private: &OsStr) -> Option<PathBuf> {
+    let dir = socket_path(env)?.parent()?.join(APPROVED_DIR);
+    Some(dir.join(approval_name(private)?))
+}
+
+/// The broker's hook process, once commit-msg passed `msg` for the call
+/// whose private index is `private`: ask the root process, over this
+/// session's channel (which no process git starts holds), to keep it.
+pub fn keep_approved(private: &OsStr, msg: &[u8]) -> Result<(), String> {
+    let name = approval_name(private).ok_or("not a private index's name")?;
+    let mut m = MAKER.get().ok_or("not in a broker's session")?;
+    let len = |n: usize| {
+        u32::try_from(n)
+            .map(u32::to_le_bytes)
+            .map_err(|e| e.to_string())
+    };
+    let mut buf = KEEP_APPROVED.to_le_bytes().to_vec();
+    buf.extend_from_slice(&len(name.len())?);
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(&len(msg.len())?);
+    buf.extend_from_slice(msg);
+    let mut ok = [0u8];
+    if m.write_all(&buf).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1 {
+        Ok(())
+    } else {
+        Err("the broker did not keep what commit-msg passed".into())
+    }
+}
+
+/// The root process's side of [`keep_approved`]: the name and the message
+/// from the channel, written (as root, by a rename) under [`APPROVED_DIR`].
+fn keep_approved_for(mut m: &UnixStream) -> bool {
+    const MAX_MSG: usize = 1 << 20;
+    let mut read_part = |max: usize| -> Option<Vec<u8>> {
+        let mut n = [0u8; 4];
+        m.read_exact(&mut n).ok()?;
+        let n = u32::from_le_bytes(n) as usize;
+        (n <= max).then_some(())?;
+        let mut b = vec![0u8; n];
+        m.read_exact(&mut b).ok()?;
+        Some(b)
+    };
+    let Some(name) = read_part(255) else {
+        return false;
+    };
+    let Some(msg) = read_part(MAX_MSG) else {
+        return false;
+    };
+    let kept = APPROVED_AT
+        .get()
+        .zip(approval_name(OsStr::from_bytes(&name)))
+        .is_some_and(|(dir, n)| {
+            let path = dir.join(n);
+            let mut tmp = path.clone().into_os_string();
+            tmp.push(".new");
+            let _ = std::fs::remove_file(&tmp);
+            std::fs::write(&tmp, &msg)
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .is_ok()
+        });
+    m.write_all(&[u8::from(kept)]).is_ok()
+}
+
+/// Take back what [`keep_approved`] kept for `private` (a commit compared
+/// with it used it up). Anyone with git's group may: it only fails a
+/// commit of its own call.
+pub fn take_approved(socket: &Path, private: &OsStr) -> Result<(), String> {
+    let env = vec![
+        (TAKE_VAR.into(), "1".into()),
+        (crate::index::PRIVATE_VAR.into(), private.to_owned()),
+    ];
+    send_ids(socket, Kind::Ledger, &[], env).map_err(|e| {
+        e.unwrap_or_else(|| "the broker did not take back what commit-msg passed".into())
+    })
+}
+
+/// `git commit`'s pre-commit step: ask the root process to keep `head`,
+/// the commit its view pinned, as the call's pin (`<name>.pin` under
+/// [`APPROVED_DIR`]). Kept once: a second request for the call, anyone's
+/// with git's group, fails, and the commit with it.
+pub fn keep_pin(socket: &Path, private: &OsStr, head: &[u8]) -> Result<(), String> {
+    let env = vec![
+        (PIN_VAR.into(), OsStr::from_bytes(head).to_owned()),
+        (crate::index::PRIVATE_VAR.into(), private.to_owned()),
+    ];
+    send_ids(socket, Kind::Ledger, &[], env).map_err(|e| {
+        e.unwrap_or_else(|| "the broker did not keep the commit pre-commit compares with".into())
+    })
+}
+
+/// Where [`keep_pin`] keeps the pin for `private`.
+pub fn pin_path(env: &[(OsString, OsString)], private: &OsStr) -> Option<PathBuf> {
+    let mut p = approved_path(env, private)?.into_os_string();
+    p.push(".pin");
+    Some(PathBuf::from(p))
+}
+
+/// In a [`Kind::Ledger`] request: keep a pin ([`keep_pin`]).
+const PIN_VAR: &str = "SBX_GUARD_PIN";
+
+/// In a [`Kind::Ledger`] request: take back a kept approval ([`take_approved`]).
+const TAKE_VAR: &str = "SBX_GUARD_TAKE_APPROVED";
+
 /// Ask the broker to add `ids` (one a line) to the ledger. `private` is
 /// the call's private index (`$SBX_GUARD_PRIVATE_INDEX`): the broker adds
 /// only for a call that has a live one, so only for a call whose
@@ -577,6 +709,21 @@ pub fn serve(
             .map_err(|e| BrokerError::Keep(kept_ledger.clone(), e))?;
         let _ = KEEP_LEDGER.set(kept_ledger);
     }
+    let approved = socket.with_file_name(APPROVED_DIR);
+    match std::fs::create_dir(&approved) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(sock_err(e)),
+        _ => {}
+    }
+    let m = std::fs::symlink_metadata(&approved).map_err(sock_err)?;
+    if !m.is_dir() || m.uid() != nix_uid() {
+        return Err(sock_err(std::io::Error::other(format!(
+            "{} is not a directory of ours",
+            approved.display()
+        ))));
+    }
+    std::fs::set_permissions(&approved, std::fs::Permissions::from_mode(0o755))
+        .map_err(sock_err)?;
+    let _ = APPROVED_AT.set(approved);
     let listener = UnixListener::bind(socket).map_err(sock_err)?;
     // Every local user may ask; the broker decides what each may do.
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(sock_err)?;
@@ -699,6 +846,9 @@ fn make_set_for(mut m: &UnixStream) -> bool {
     let mut set = [0u8; 4];
     if m.read_exact(&mut set).is_err() {
         return false;
+    }
+    if u32::from_le_bytes(set) == KEEP_APPROVED {
+        return keep_approved_for(m);
     }
     let made = crate::hooks::make_set(u32::from_le_bytes(set));
     if let Err(e) = &made {
@@ -884,7 +1034,53 @@ fn runner(
         } else {
             let ledger = socket.as_ref().map(|p| p.with_file_name(LEDGER_FILE));
             let sent = req.env.iter().any(|(k, v)| k == SENT_VAR && v == "1");
+            let take = req.env.iter().any(|(k, v)| k == TAKE_VAR && v == "1");
+            let private = req
+                .env
+                .iter()
+                .find(|(k, _)| k == crate::index::PRIVATE_VAR)
+                .map(|(_, v)| v.as_os_str());
+            let pin = req
+                .env
+                .iter()
+                .find(|(k, _)| k == PIN_VAR)
+                .map(|(_, v)| v.as_bytes());
             match (index_root.as_deref(), ledger) {
+                (_, Some(l)) if pin.is_some() => {
+                    use std::os::unix::fs::OpenOptionsExt as _;
+                    let head = pin.unwrap_or_default();
+                    let path = private.and_then(|p| {
+                        let mut n = approval_name(p)?.to_owned();
+                        n.push(".pin");
+                        Some(l.with_file_name(APPROVED_DIR).join(n))
+                    });
+                    let ok = is_commit_id(head);
+                    match path.filter(|_| ok) {
+                        None => Reply::Error("not a private index's name and a commit id".into()),
+                        Some(path) => match std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .mode(0o644)
+                            .open(&path)
+                            .and_then(|mut f| f.write_all(head))
+                        {
+                            Ok(()) => Reply::Exited(0),
+                            Err(e) => Reply::Error(format!("{}: {e}", path.display())),
+                        },
+                    }
+                }
+                (_, Some(l)) if take => {
+                    let kept = private
+                        .and_then(|p| Some(l.with_file_name(APPROVED_DIR).join(approval_name(p)?)));
+                    match kept.map(std::fs::remove_file) {
+                        Some(Ok(())) => Reply::Exited(0),
+                        Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                            Reply::Exited(0)
+                        }
+                        Some(Err(e)) => Reply::Error(format!("what commit-msg passed: {e}")),
+                        None => Reply::Error("not a private index's name".into()),
+                    }
+                }
                 // A pre-push step's tips: no private index to show.
                 (_, Some(l)) if sent => {
                     match append_record_to(&l.with_file_name(SENT_FILE), &req.args, None) {
@@ -1167,11 +1363,23 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     let path = hook_path(&req.env, dir.as_fd(), name);
     // Under a private index: commit-msg on a private copy of the message,
     // which the commit's `prepared` step compares with git's (msg.rs).
-    if let (true, Some(dir), Some(msg)) = (
+    if let (true, Some(msg_dir), Some(msg)) = (
         name == "commit-msg",
         crate::msg::private_dir(&req.env),
         req.args.get(1),
     ) {
+        // What passes here is kept as the call's approval: only the
+        // workspace's own hooks may pass it. A request names its hooks
+        // directory by the fd it sends, and anything with git's group
+        // may send one (a program git started, with an `exit 0` of its
+        // own as commit-msg: a46g).
+        if !on_workspace_read_only_mount(dir.as_fd()) {
+            output::error(&format!(
+                "git broker: {name}: not the workspace's read-only hooks; the hook was not run"
+            ));
+            return Exit::Denied.code();
+        }
+        let dir = msg_dir;
         let env = hook_env(req);
         return crate::msg::run_on_copy(&path, path.as_os_str(), msg, &env, &dir).unwrap_or_else(
             |e| {
@@ -1186,6 +1394,33 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     let err = sbx_sys::exec(&path, &argv, &env);
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// Is `dir` on a read-only mount under `/workspace/` (the hooks, or
+/// husky's directory, sbx-run mounted; the agent can make no mount)?
+/// Outside a sandbox there is no such mount to ask for: yes.
+fn on_workspace_read_only_mount(dir: BorrowedFd<'_>) -> bool {
+    if crate::repo::sandbox_mounts().is_none() {
+        return true;
+    }
+    let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", dir.as_raw_fd())) else {
+        return false;
+    };
+    let Some(id) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .map(|v| v.trim().as_bytes().to_vec())
+    else {
+        return false;
+    };
+    let mountinfo = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo.split(|b| *b == b'\n').any(|line| {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        matches!(f[..], [mid, _, _, _, mp, opts, ..]
+            if mid == id.as_slice()
+                && mp.starts_with(b"/workspace/")
+                && opts.split(|b| *b == b',').any(|o| o == b"ro"))
+    })
 }
 
 /// The hook's environment: an allowlist over git's, with a home the agent

@@ -740,10 +740,26 @@ pub fn check_transaction(real: &Git, stdin: &[u8]) -> Result<(), String> {
     }
     if !fetched {
         let verify = crate::ledger::env_is(crate::ledger::VERIFY_ENV);
-        moves.retain(|(_, new, _)| !vouched(new));
-        tracking.retain(|(_, new, _)| !vouched(new));
-        crate::ledger::check(real, &tracking, &approved, false)?;
-        crate::ledger::check(real, &moves, &approved, verify)?;
+        // A tip a pre-push step let go is checked too, by the hooks the
+        // step runs on each commit it brings (the pushing repository's
+        // history is not the ledger's): anything with git's group, a
+        // program git started among them, can record a tip as sent
+        // (a46g).
+        let (sent_moves, moves): (Vec<_>, Vec<_>) =
+            moves.into_iter().partition(|(_, new, _)| vouched(new));
+        let (sent_tracking, tracking): (Vec<_>, Vec<_>) =
+            tracking.into_iter().partition(|(_, new, _)| vouched(new));
+        // A sequencer's commits (rebase, cherry-pick, revert, am, pull)
+        // are each checked by the hooks the step runs, even one whose
+        // message is the one commit-msg passed: a program the call
+        // started (a sequence editor's daemon) can have commit-msg pass
+        // a message of its own for the call, and a pick of MARKER
+        // carrying that message would match it (a46g).
+        let approved: &[Vec<u8>] = if verify { &[] } else { &approved };
+        crate::ledger::check(real, &tracking, approved, false)?;
+        crate::ledger::check(real, &moves, approved, verify)?;
+        crate::ledger::check(real, &sent_tracking, approved, true)?;
+        crate::ledger::check(real, &sent_moves, approved, true)?;
     }
     Ok(())
 }

@@ -124,9 +124,15 @@ fn is_zero(oid: &[u8]) -> bool {
 }
 
 /// `(old, new, ref)`: refuse when `new` brings in, beyond the local
-/// branches, the remote-tracking refs and `old`, a commit neither in
-/// `approved` (this call's), nor in the ledger, nor (with `may_verify`)
-/// passed by the hooks the step runs on it now.
+/// branches, the remote-tracking refs and `old`, a commit that is neither
+/// in `approved` (this call's) nor passed by the hooks the step runs on it
+/// now. The step runs them on a commit in the ledger (or, with
+/// `may_verify`, on any commit): an entry there only says a commit may be
+/// checked, never that it passed. Anything with git's group can ask the
+/// broker for one, and a program git starts during a commit (an editor, a
+/// credential helper, a pager) has that group and the call's private
+/// index: an editor asked for a commit of MARKER no hook saw, and a
+/// branch then moved onto it (a46g).
 pub fn check(
     real: &Git,
     moves: &[(&[u8], &[u8], &[u8])],
@@ -145,19 +151,7 @@ pub fn check(
         if is_zero(new) || new.starts_with(b"ref:") || old == new {
             continue;
         }
-        let mut args: Vec<&OsStr> = vec![
-            OsStr::new("rev-list"),
-            OsStr::new("--reverse"),
-            OsStr::new("--ignore-missing"),
-            OsStr::from_bytes(new),
-            OsStr::new("--not"),
-            OsStr::new("--branches"),
-            OsStr::new("--remotes"),
-        ];
-        if !is_zero(old) {
-            args.push(OsStr::from_bytes(old));
-        }
-        args.push(OsStr::new("--"));
+        let args = walk_args(&["rev-list", "--reverse", "--ignore-missing"], new, old);
         let Some(out) = git_output(real, &args) else {
             return Err("cannot list the commits the update adds".into());
         };
@@ -166,22 +160,19 @@ pub fn check(
                 admitted.push(c.to_vec());
                 continue;
             }
-            let known = ledger.get_or_insert_with(|| ledger_ids(&env));
-            if known.contains(c) {
-                admitted.push(c.to_vec());
-                continue;
-            }
             let short = String::from_utf8_lossy(&c[..c.len().min(12)]).into_owned();
             let what = String::from_utf8_lossy(name);
-            if !may_verify {
+            if !may_verify && !ledger.get_or_insert_with(|| ledger_ids(&env)).contains(c) {
                 return Err(format!(
                     "{what} would point at {short}, a commit no pre-commit and commit-msg passed (made by plumbing, another program, a stash or notes); commit it with `git commit` (or cherry-pick it) instead"
                 ));
             }
+            // Not the ledger's word for the parent either: an entry
+            // anyone with git's group asked for would hide a parent of
+            // MARKER from the hooks' comparison (`.git/shallow`).
             let known = |p: &[u8]| {
                 admitted.iter().any(|a| a == p)
                     || approved.iter().any(|a| a == p)
-                    || ledger.as_ref().is_some_and(|l| l.contains(p))
                     || known_parent(real, p, old)
             };
             verify(real, &sock, c, &known)
@@ -192,28 +183,35 @@ pub fn check(
     Ok(())
 }
 
+/// `git <first> NEW --not --branches --remotes [OLD] --`: the commits
+/// `new` brings in beyond every local branch, every remote-tracking ref
+/// and `old` (the ledger's walk, and [`known_parent`]'s question).
+fn walk_args<'a>(first: &[&'a str], new: &'a [u8], old: &'a [u8]) -> Vec<&'a OsStr> {
+    let mut args: Vec<&OsStr> = first.iter().map(|a| OsStr::new(*a)).collect();
+    args.extend([
+        OsStr::from_bytes(new),
+        OsStr::new("--not"),
+        OsStr::new("--branches"),
+        OsStr::new("--remotes"),
+    ]);
+    if !is_zero(old) {
+        args.push(OsStr::from_bytes(old));
+    }
+    args.push(OsStr::new("--"));
+    args
+}
+
 /// Is `p` on a local branch, a remote-tracking ref or `old`'s history?
 /// Asked for the parent a verified commit's hooks compared with: the walk
 /// that listed the commit stops where `.git/shallow` (the agent's file)
 /// says, so a parent no hook saw was never listed (a46x).
 fn known_parent(real: &Git, p: &[u8], old: &[u8]) -> bool {
-    let mut args: Vec<&OsStr> = vec![
-        OsStr::new("rev-list"),
-        OsStr::new("-1"),
-        OsStr::from_bytes(p),
-        OsStr::new("--not"),
-        OsStr::new("--branches"),
-        OsStr::new("--remotes"),
-    ];
-    if !is_zero(old) {
-        args.push(OsStr::from_bytes(old));
-    }
-    args.push(OsStr::new("--"));
+    let args = walk_args(&["rev-list", "-1"], p, old);
     git_output(real, &args).is_some_and(|o| o.trim_ascii().is_empty())
 }
 
 /// A commit's parents and message, from its raw object.
-fn parse_commit(raw: &[u8]) -> (Vec<&[u8]>, &[u8]) {
+pub(crate) fn parse_commit(raw: &[u8]) -> (Vec<&[u8]>, &[u8]) {
     let end = raw
         .windows(2)
         .position(|w| w == b"\n\n")
@@ -359,13 +357,25 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
             return Ok(());
         }
         std::env::set_current_dir(&w).map_err(|e| io(&w, e))?;
+        let mut env = env.clone();
+        if name == "commit-msg" {
+            // The broker's hook process then runs commit-msg on a copy
+            // it names by fd (msg.rs `run_on_copy`): the message file's
+            // path on the hook's command line, which any process can
+            // read, led a daemon with git's group into the view to
+            // rewrite it before the hook read it (a46g).
+            env.push((
+                crate::index::PRIVATE_VAR.into(),
+                view.0.join("verify").into(),
+            ));
+        }
         let code = crate::broker::run_hook_with_env(
             sock,
             std::os::fd::AsFd::as_fd(&dir),
             name,
             args,
             None,
-            env.clone(),
+            env,
         );
         if let Some(h) = &here {
             let _ = std::env::set_current_dir(h);
@@ -481,8 +491,14 @@ pub fn pre_commit_on_view(
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(msg_dir, e)),
         _ => {}
     }
-    let g = msg_dir.join("view");
-    let _ = std::fs::remove_dir_all(&g);
+    // Not under the private directory, whose name every program git
+    // starts during the commit can derive (`$SBX_GUARD_PRIVATE_INDEX`): a
+    // clean filter `git commit -a` ran left a daemon that rewrote the
+    // view's refs while the hook ran, naming a commit already holding
+    // MARKER as the branch's tip (a46g). A fresh name in the private-index
+    // directory, which no process can list, removed when the hook ends.
+    let view = View(make_view(&view_base(sock))?);
+    let g = view.0.join("g");
     for d in [&g, &g.join("refs"), &g.join("objects")] {
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -511,6 +527,11 @@ pub fn pre_commit_on_view(
     let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
     std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     let zero = b"0".repeat(40);
+    // Kept by the root process, once: a copy in the private directory was
+    // rewritten by a clean filter's daemon that had flipped main for the
+    // snapshot (a46g). The copy stays for sbx-git-client's routing.
+    let private = std::env::var_os(crate::index::PRIVATE_VAR).unwrap_or_default();
+    crate::broker::keep_pin(sock, &private, head.unwrap_or(&zero))?;
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
@@ -543,8 +564,8 @@ pub fn pre_commit_on_view(
 /// A `git commit`'s prepared step: each branch or HEAD it moves must move
 /// from the commit pre-commit's view pinned ([`PINNED_HEAD`]), the parent
 /// the hook compared the index with.
-pub fn check_pinned(msg_dir: &Path, stdin: &[u8]) -> Result<(), String> {
-    let Ok(pinned) = std::fs::read(msg_dir.join(PINNED_HEAD)) else {
+pub fn check_pinned(pin: &Path, stdin: &[u8]) -> Result<(), String> {
+    let Ok(pinned) = std::fs::read(pin) else {
         return Ok(());
     };
     for (old, _) in crate::msg::head_moves(stdin) {
@@ -570,13 +591,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
         let line = |old: &str, name: &str| format!("{old} {c} {name}\n");
-        assert!(check_pinned(d.path(), line(&b, "refs/heads/main").as_bytes()).is_ok());
-        std::fs::write(d.path().join(PINNED_HEAD), &a).unwrap();
-        assert!(check_pinned(d.path(), line(&a, "refs/heads/main").as_bytes()).is_ok());
-        assert!(check_pinned(d.path(), line(&a, "HEAD").as_bytes()).is_ok());
-        assert!(check_pinned(d.path(), line(&b, "refs/heads/main").as_bytes()).is_err());
-        assert!(check_pinned(d.path(), line(&b, "HEAD").as_bytes()).is_err());
-        assert!(check_pinned(d.path(), line(&b, "refs/tags/t").as_bytes()).is_ok());
+        let pin = d.path().join(PINNED_HEAD);
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_ok());
+        std::fs::write(&pin, &a).unwrap();
+        assert!(check_pinned(&pin, line(&a, "refs/heads/main").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&a, "HEAD").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_err());
+        assert!(check_pinned(&pin, line(&b, "HEAD").as_bytes()).is_err());
+        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes()).is_ok());
     }
 
     #[test]

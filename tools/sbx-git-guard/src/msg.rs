@@ -109,6 +109,15 @@ pub fn run_on_copy(
     }
     let passed =
         std::fs::read(&copy).map_err(|e| format!("cannot read {}: {e}", copy.display()))?;
+    // Kept by the broker's root process, where no program git starts can
+    // rewrite it; the copy here only tells sbx-git-client to ask the guard.
+    let private = dir
+        .as_os_str()
+        .as_bytes()
+        .strip_suffix(b".msg")
+        .map(OsStr::from_bytes)
+        .ok_or("not a private directory")?;
+    crate::broker::keep_approved(private, &passed)?;
     write_new(&dir.join(APPROVED), &passed)?;
     // git re-reads this path: what passed, not what is there now.
     std::fs::OpenOptions::new()
@@ -228,8 +237,15 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let Some(dir) = private_dir(&env) else {
         return Ok(Vec::new());
     };
+    let private = env
+        .iter()
+        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
     if committed {
-        crate::ledger::check_pinned(&dir, stdin)?;
+        let pin = crate::broker::pin_path(&env, &private)
+            .ok_or("no place where the broker keeps the commit pre-commit compared with")?;
+        crate::ledger::check_pinned(&pin, stdin)?;
     }
     let mut news: Vec<&[u8]> = Vec::new();
     for (_, new) in head_moves(stdin) {
@@ -237,7 +253,11 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             news.push(new);
         }
     }
-    let approved = match std::fs::read(dir.join(APPROVED)) {
+    // The root process's copy (`broker::keep_approved`): the one in the
+    // private directory is anyone's with git's group.
+    let kept = crate::broker::approved_path(&env, &private)
+        .ok_or("no place where the broker keeps what commit-msg passed")?;
+    let approved = match std::fs::read(&kept) {
         Ok(a) => a,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let has_hook = std::env::var_os(crate::hooks::TRUSTED_ENV)
@@ -254,7 +274,20 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             if !(committed || marked) {
                 return Ok(Vec::new());
             }
-            return Ok(news.iter().map(|n| n.to_vec()).collect());
+            // The mark is anyone's with git's group (a smudge filter a
+            // fast-forward's checkout runs left one, and the commit of
+            // MARKER fast-forwarded to passed as the merge's): it stands
+            // only for a merge commit, whose tree pre-merge-commit saw.
+            if committed {
+                return Ok(news.iter().map(|n| n.to_vec()).collect());
+            }
+            let mut merges = Vec::new();
+            for &new in &news {
+                if crate::ledger::parse_commit(&made(real, new)?).0.len() > 1 {
+                    merges.push(new.to_vec());
+                }
+            }
+            return Ok(merges);
         }
         Err(e) => return Err(format!("cannot read what commit-msg passed: {e}")),
     };
@@ -262,16 +295,7 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         return Ok(Vec::new());
     }
     for &new in &news {
-        let raw = crate::hooks::git_output(
-            real,
-            &[
-                OsStr::new("cat-file"),
-                OsStr::new("commit"),
-                OsStr::from_bytes(new),
-            ],
-        )
-        .ok_or("cannot read the commit git made")?;
-        if !matches(message(&raw), &approved) {
+        if !matches(message(&made(real, new)?), &approved) {
             return Err(format!(
                 "{}'s message is not the one commit-msg passed (.git/COMMIT_EDITMSG changed after the hook read it)",
                 String::from_utf8_lossy(&new[..new.len().min(12)])
@@ -280,9 +304,23 @@ pub fn check_commit(real: &Git, stdin: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     }
     // Used up: a sequencer's later commits in the same call (its picks,
     // which no commit-msg saw) are not compared with it.
-    std::fs::remove_file(dir.join(APPROVED))
-        .map_err(|e| format!("cannot remove what commit-msg passed: {e}"))?;
+    let _ = std::fs::remove_file(dir.join(APPROVED));
+    let sock = crate::broker::socket_path(&env).ok_or("no broker")?;
+    crate::broker::take_approved(&sock, &private)?;
     Ok(news.iter().map(|n| n.to_vec()).collect())
+}
+
+/// The raw object of commit `new`, which git made in this call.
+fn made(real: &Git, new: &[u8]) -> Result<Vec<u8>, String> {
+    crate::hooks::git_output(
+        real,
+        &[
+            OsStr::new("cat-file"),
+            OsStr::new("commit"),
+            OsStr::from_bytes(new),
+        ],
+    )
+    .ok_or_else(|| "cannot read the commit git made".to_owned())
 }
 
 #[cfg(test)]

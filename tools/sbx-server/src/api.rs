@@ -67,6 +67,13 @@ pub struct AppState {
 
 type S = Arc<AppState>;
 
+impl AppState {
+    /// What the web terminal (crate::terminal) uses.
+    pub(crate) fn terminal_parts(&self) -> (&Repo, &Keys, &Sandboxes, &AuditLog) {
+        (&self.repo, &self.keys, &self.sandboxes, &self.audit)
+    }
+}
+
 impl HasKeys for S {
     fn keys(&self) -> &Keys {
         &self.keys
@@ -606,6 +613,8 @@ pub fn router(state: S) -> axum::Router {
         .routes(routes!(get_project, delete_project))
         .routes(routes!(start_project))
         .routes(routes!(stop_project))
+        .routes(routes!(crate::terminal::terminal))
+        .routes(routes!(crate::terminal::list_sessions))
         .split_for_parts();
     let doc = Arc::new(doc);
     router
@@ -691,7 +700,7 @@ async fn audit_layer(
         .extensions()
         .get::<AuditWho>()
         .map_or(who, |w| w.0.clone());
-    let ok = resp.status().is_success();
+    let ok = resp.status().is_success() || resp.status() == StatusCode::SWITCHING_PROTOCOLS;
     let reason = resp.extensions().get::<AuditReason>().map(|r| r.0.clone());
     let mut rec = Record::new(
         "sbx-server",

@@ -170,7 +170,7 @@ pub struct Health {
 /// Who a request acted as, when the handler knows better than the token
 /// (a login), for the audit layer.
 #[derive(Debug, Clone)]
-struct AuditWho(String);
+pub(crate) struct AuditWho(pub(crate) String);
 
 #[utoipa::path(get, path = "/healthz", tag = "meta",
     responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]

@@ -215,11 +215,15 @@ pub async fn terminal(
         workdir,
         _viewer: viewer,
     };
-    Ok(ws
+    let mut r = ws
         .protocols(["tty"])
         .max_message_size(MAX_MESSAGE)
         .max_frame_size(MAX_MESSAGE)
-        .on_upgrade(move |sock| session(sock, ctx)))
+        .on_upgrade(move |sock| session(sock, ctx));
+    // The audit layer reads the user from Authorization alone.
+    r.extensions_mut()
+        .insert(crate::api::AuditWho(user.to_string()));
+    Ok(r)
 }
 
 #[utoipa::path(get, path = "/projects/{id}/sessions", tag = "terminal", security(("bearer" = [])),

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -21,20 +20,6 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// Long: a loaded 2-core machine, tmux starting in a fresh sandbox.
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Workspaces whose sandboxes a failing run would leave.
-struct Cleanup(Vec<PathBuf>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for ws in self.0.iter().filter(|w| w.exists()) {
-            let _ = sbx_e2e::sbx()
-                .args(["-q", "rm", "--volumes"])
-                .arg(ws)
-                .output();
-        }
-    }
-}
 
 /// One viewer: everything its `0` frames carried, its `1`/`2` frames,
 /// and how the server closed it.
@@ -178,7 +163,7 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
         .unwrap();
     let (alice, _) = s.session();
     let (bob, _) = s.session();
-    let mut cleanup = Cleanup(Vec::new());
+    let mut cleanup = common::Cleanup(Vec::new());
     let mut project = |name: &str| {
         let r = s.call(
             "POST",
@@ -188,12 +173,7 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
         );
         assert_eq!(r.status, 201, "{r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
-        cleanup.0.push(
-            s.state
-                .join("projects")
-                .join(&id)
-                .join(format!("project-{}", id.replace('-', ""))),
-        );
+        cleanup.0.push(s.workspace(&id));
         id
     };
     let id = project("term");

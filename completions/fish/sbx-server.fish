@@ -43,6 +43,12 @@ complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-li
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l login-limit-address -d 'Failed logins and registrations per client address in 15 minutes before it is refused (429)' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l register-limit-address -d 'Registrations (taken or not) per client address in 15 minutes before it is refused (429): each account brings its own project and sandbox quotas' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l repo-root -d 'Local repositories a project\'s `repo` may name: absolute paths below this directory. Without it, `repo` is refused' -r -F
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-connections -d 'Connections open at once; one over is closed when accepted. A request\'s head has 10 s to arrive, an idle connection 10 s to send its next' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l backup-url -d 'The backup store of every project\'s home (s3://, gs://, file://; a file:// path is inside each sandbox): each project backs up to `URL/projects/<id>`. Without it, snapshot, restore and backup-status answer 409' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l backup-pass -d 'A variable of the server\'s environment every sandbox gets, for the backup store\'s credentials (e.g. AWS_ACCESS_KEY_ID); repeatable' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l project-config -d 'The `.agent-sandbox/config.toml` of a project whose request gives none (default: sbx\'s template); checked like a request\'s' -r -F
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-cpus-per-sandbox -d 'CPUs one sandbox may have: a config asking for more is refused (409); one asking for nothing gets at most this' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-memory-per-sandbox -d 'Memory one sandbox may have (docker\'s notation: 512m, 4g): a config asking for more is refused (409); one asking for nothing gets at most this' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -20,6 +20,15 @@ pub fn unrestored(home: &Path) -> PathBuf {
     home.join(".local/state/sbx-backup/sbx-guest-unrestored")
 }
 
+/// Left beside the unrestored mark and kept after it: a home that never
+/// reached the store (or only part of a restore) is not its prefix's
+/// owner, so once the user deletes the mark (merged), the next start
+/// makes it the owner (`sbx-backup adopt`, keeping its files) before
+/// backups resume; else every pass is refused as a second home.
+pub fn adopt_pending(home: &Path) -> PathBuf {
+    home.join(".local/state/sbx-backup/sbx-guest-adopt")
+}
+
 /// Below this much free space the home counts as full: the agent's tools,
 /// its CLI's transcripts and the backup's own state start to fail.
 pub const LOW_SPACE: u64 = 1 << 20;
@@ -44,7 +53,12 @@ pub fn space_warning(home: &Path, available: std::io::Result<u64>) -> Option<Str
 pub trait HomeOps {
     fn marker_exists(&self) -> bool;
     fn unrestored_exists(&self) -> bool;
+    /// Writes the unrestored mark and `adopt_pending`.
     fn mark_unrestored(&mut self) -> Result<(), String>;
+    fn adopt_pending_exists(&self) -> bool;
+    /// Make this home its prefix's owner, keeping its files; clears
+    /// `adopt_pending`.
+    fn adopt(&mut self) -> Result<(), String>;
     /// Whether the store holds a snapshot.
     fn has_snapshot(&mut self) -> Result<bool, String>;
     fn restore(&mut self) -> Result<(), String>;
@@ -60,6 +74,9 @@ pub enum Prepared {
     /// The store was unreachable at the first start (now or before): the
     /// home is used as it is, never restored over, backups paused.
     Unrestored { why: String },
+    /// Merged (its unrestored mark deleted) but not made the prefix's
+    /// owner: backups stay paused, the next start tries again.
+    NotAdopted { why: String },
 }
 
 /// Restore into a new home when backups are on. A failed restore (a pack
@@ -76,6 +93,12 @@ pub fn prepare(ops: &mut dyn HomeOps, backup_on: bool) -> Result<Prepared, Strin
     if backup_on && ops.unrestored_exists() {
         return Ok(Prepared::Unrestored {
             why: "an earlier first start could not reach the store or restore from it".into(),
+        });
+    }
+    if backup_on && ops.adopt_pending_exists() {
+        return Ok(match ops.adopt() {
+            Ok(()) => Prepared::Known,
+            Err(why) => Prepared::NotAdopted { why },
         });
     }
     if ops.marker_exists() {
@@ -111,6 +134,8 @@ mod tests {
         snapshot: Option<bool>,
         restore_fails: bool,
         unrestored: bool,
+        adopt_pending: bool,
+        adopt_fails: bool,
         calls: Vec<&'static str>,
     }
 
@@ -124,6 +149,18 @@ mod tests {
         fn mark_unrestored(&mut self) -> Result<(), String> {
             self.calls.push("mark-unrestored");
             self.unrestored = true;
+            self.adopt_pending = true;
+            Ok(())
+        }
+        fn adopt_pending_exists(&self) -> bool {
+            self.adopt_pending
+        }
+        fn adopt(&mut self) -> Result<(), String> {
+            self.calls.push("adopt");
+            if self.adopt_fails {
+                return Err("store unreachable".into());
+            }
+            self.adopt_pending = false;
             Ok(())
         }
         fn has_snapshot(&mut self) -> Result<bool, String> {
@@ -252,6 +289,17 @@ mod tests {
             Ok(Prepared::Unrestored { .. })
         ));
         f.unrestored = false;
+        f.calls.clear();
+        // It never reached the store: made the prefix's owner once, so
+        // its backups are not refused as a second home's.
+        f.adopt_fails = true;
+        assert!(matches!(
+            prepare(&mut f, true),
+            Ok(Prepared::NotAdopted { .. })
+        ));
+        f.adopt_fails = false;
+        assert_eq!(prepare(&mut f, true), Ok(Prepared::Known));
+        assert_eq!(f.calls, ["adopt", "adopt"]);
         f.calls.clear();
         assert_eq!(prepare(&mut f, true), Ok(Prepared::Known));
         assert!(f.calls.is_empty(), "{:?}", f.calls);

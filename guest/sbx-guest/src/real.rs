@@ -408,21 +408,17 @@ impl RealHome<'_> {
     }
 
     fn touch(&self, m: &Path) -> Result<(), String> {
-        let o = run_as(
-            &self.creds,
-            &[
-                "/bin/sh",
-                "-c",
-                "mkdir -p \"${1%/*}\" && : > \"$1\"",
-                "sh",
-                &m.to_string_lossy(),
-            ],
-            &self.env,
-        )?;
+        self.sh_on("mkdir -p \"${1%/*}\" && : > \"$1\"", m, "write")
+    }
+
+    /// `script` with `$1` = `m`, as the agent; `what` names a failure.
+    fn sh_on(&self, script: &str, m: &Path, what: &str) -> Result<(), String> {
+        let argv = ["/bin/sh", "-c", script, "sh", &m.to_string_lossy()];
+        let o = run_as(&self.creds, &argv, &self.env)?;
         if o.code == Some(0) {
             Ok(())
         } else {
-            Err(format!("cannot write {}", m.display()))
+            Err(format!("cannot {what} {}", m.display()))
         }
     }
 }
@@ -435,7 +431,19 @@ impl crate::home::HomeOps for RealHome<'_> {
         crate::home::unrestored(self.home).exists()
     }
     fn mark_unrestored(&mut self) -> Result<(), String> {
-        self.touch(&crate::home::unrestored(self.home))
+        self.touch(&crate::home::unrestored(self.home))?;
+        self.touch(&crate::home::adopt_pending(self.home))
+    }
+    fn adopt_pending_exists(&self) -> bool {
+        crate::home::adopt_pending(self.home).exists()
+    }
+    fn adopt(&mut self) -> Result<(), String> {
+        self.backup(&["-q", "adopt"])?;
+        self.sh_on(
+            "rm -f -- \"$1\"",
+            &crate::home::adopt_pending(self.home),
+            "remove",
+        )
     }
     fn has_snapshot(&mut self) -> Result<bool, String> {
         let o = self.backup(&["--json", "snapshots"])?;
@@ -690,6 +698,13 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                         "home not restored ({why}): the home is used as it is and no later start restores over it; \
                          backups are paused until you restore by hand (sbx-backup restore --to DIR), merge, and delete {}",
                         crate::home::unrestored(&agent.home).display()
+                    ));
+                }
+                Ok(crate::home::Prepared::NotAdopted { why }) => {
+                    daemon = false;
+                    warnings.push(format!(
+                        "backups paused: this merged home could not be made the store's owner ({why}); \
+                         the next start tries again (or run sbx-backup adopt)"
                     ));
                 }
                 Err(e) => {

@@ -1362,7 +1362,48 @@ fn a_full_home_volume_never_breaks_the_guest() {
 #[test]
 fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
     let Some(img) = image() else { return };
-    let vol = format!("sbx-guest-e2e-failedrestore-{}", std::process::id());
+    first_start_without_the_store(
+        &img,
+        "failedrestore",
+        "Permission denied",
+        &|store, broken| {
+            let mode = if broken { "000" } else { "644" };
+            sh(Command::new("find")
+                .arg(store.join("packs"))
+                .args(["-type", "f", "-exec", "chmod", mode, "{}", "+"]));
+        },
+    );
+}
+
+/// Issue 47 route 9c: the store is unreachable at a home's first start
+/// (here its directory is unreadable to the agent; in life a stopped
+/// server, a network down). The agent starts and works; the store comes
+/// back; the next start keeps the agent's work (never restores over it)
+/// and says why, and once the user has merged and deleted the mark, a
+/// pass backs that work up: the home is made the prefix's owner first,
+/// where its passes used to be refused as a second home's.
+#[test]
+fn an_unreachable_store_at_first_start_never_costs_the_agents_work() {
+    let Some(img) = image() else { return };
+    first_start_without_the_store(&img, "unreachable", "unavailable", &|store, broken| {
+        sh(Command::new("chmod")
+            .arg(if broken { "000" } else { "755" })
+            .arg(store));
+    });
+}
+
+/// A home backed up, then a new home whose first start finds the store
+/// broken by `break_store(store, true)` (the status names `why`); the
+/// agent works; `break_store(store, false)` mends it. No later start
+/// restores over the work, and once the mark is deleted the work is
+/// backed up: the newest snapshot restores it on the host.
+fn first_start_without_the_store(
+    img: &str,
+    name: &str,
+    why: &str,
+    break_store: &dyn Fn(&Path, bool),
+) {
+    let vol = format!("sbx-guest-e2e-{name}-{}", std::process::id());
     struct Vol(String);
     impl Drop for Vol {
         fn drop(&mut self) {
@@ -1401,16 +1442,15 @@ fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
         ),
     ];
     let stop = |s: &Sandbox| sh(Command::new("docker").args(["stop", "--time", "10", &s.name]));
-    let packs = |mode: &str| {
-        sh(Command::new("find")
-            .arg(store.path().join("packs"))
-            .args(["-type", "f", "-exec", "chmod", mode, "{}", "+"]))
+    let run = |n: u32| {
+        let s = Sandbox::run_with(&format!("{name}{n}"), img, &extra, &["sleep", "infinity"]);
+        s.wait_for("sbx-guest: ready");
+        s
     };
 
     // 1. A home with a file, backed up (stop adds the final sync).
     let _v = new_volume();
-    let s = Sandbox::run_with("failedrestore1", &img, &extra, &["sleep", "infinity"]);
-    s.wait_for("sbx-guest: ready");
+    let s = run(1);
     let o = s.exec("1000", "cd && mkdir -p work && echo v1 > work/a.txt");
     assert!(o.status.success(), "{}", text(&o));
     stop(&s);
@@ -1423,14 +1463,16 @@ fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
     let first = snapshots();
     assert!(first > 0, "no snapshot was committed");
 
-    // 2. A new home volume; its restore fails. The agent works there.
+    // 2. A new home volume; the store fails it. The agent works there.
     let _v = new_volume();
-    packs("000");
-    let s = Sandbox::run_with("failedrestore2", &img, &extra, &["sleep", "infinity"]);
-    s.wait_for("sbx-guest: ready");
+    break_store(store.path(), true);
+    let s = run(2);
     // Reported either way; what the next start does is the point.
     let warnings = s.status()["warnings"].to_string();
-    assert!(warnings.contains("Permission denied"), "{warnings}");
+    assert!(
+        warnings.contains(why) && warnings.contains("home not restored"),
+        "{warnings}"
+    );
     let o = s.exec(
         "1000",
         "cd && mkdir -p work && echo agent-work > work/a.txt",
@@ -1440,9 +1482,8 @@ fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
     drop(s);
 
     // 3. The store is whole again; the same home starts again.
-    packs("644");
-    let s = Sandbox::run_with("failedrestore3", &img, &extra, &["sleep", "infinity"]);
-    s.wait_for("sbx-guest: ready");
+    break_store(store.path(), false);
+    let s = run(3);
     let o = s.exec("1000", "cat ~/work/a.txt");
     assert_eq!(
         text(&o),
@@ -1466,8 +1507,7 @@ fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
     assert!(o.status.success(), "{}", text(&o));
     stop(&s);
     drop(s);
-    let s = Sandbox::run_with("failedrestore4", &img, &extra, &["sleep", "infinity"]);
-    s.wait_for("sbx-guest: ready");
+    let s = run(4);
     let o = s.exec("1000", "cat ~/work/a.txt");
     assert_eq!(
         text(&o),
@@ -1477,11 +1517,31 @@ fn a_failed_first_restore_never_leads_to_a_restore_over_the_agents_work() {
     );
     let warnings = s.status()["warnings"].to_string();
     assert!(!warnings.contains("not restored"), "{warnings}");
-    // Backups run again (the restore that failed made this home the
-    // prefix's): stop's final sync at the latest commits the merged home.
+    assert!(!warnings.contains("paused"), "{warnings}");
+    // Backups run again: stop's final sync at the latest commits the
+    // merged home, and its newest snapshot holds the merged work.
     stop(&s);
     let after = snapshots();
     assert!(after > first, "no snapshot of the merged home");
+    let host = tempfile::tempdir().unwrap();
+    let o = Command::new(bin("sbx-backup"))
+        .env_clear()
+        .arg("--url")
+        .arg(format!("file://{}", store.path().display()))
+        .arg("--home")
+        .arg(host.path().join("home"))
+        .arg("--state-dir")
+        .arg(host.path().join("state"))
+        .args(["restore", "--to"])
+        .arg(host.path().join("to"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("to/work/a.txt")).unwrap(),
+        "merged\n",
+        "the newest snapshot is not the merged home"
+    );
 }
 
 /// `[network] mode = "proxy"`: the guest supervises sbx-fw's proxy. Killed,

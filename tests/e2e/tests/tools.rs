@@ -83,7 +83,8 @@ fn static_checker_bin_dir() -> std::path::PathBuf {
         .unwrap();
     assert!(o.status.success(), "static checker: {}", text(&o));
     let built = root.join("target").join(&host).join("debug/sbx-tool-guard");
-    let dir = std::env::temp_dir().join(format!("sbx-e2e-bin-{}", std::process::id()));
+    // Beside the build, not in /tmp: one per tree, replaced by the next run.
+    let dir = root.join("target").join(&host).join("e2e-bin");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for e in std::fs::read_dir(&debug).unwrap().flatten() {

@@ -204,7 +204,8 @@ before committing or deleting anything. Prune first rewrites the store's
 snapshots again: every later sync re-learns from the store where contents
 live, never references what the marker names (it stores that content
 anew, under a fresh name), and withdraws and commits again a snapshot
-whose commit raced a newer marker. Hard links are backed up and restored
+whose commit raced a newer marker. A prune re-reads the marker before
+every delete and stops once another prune has written its own. Hard links are backed up and restored
 as separate copies, extended attributes and ACLs not at all; sync says
 both, with counts.
 

@@ -280,6 +280,7 @@ async fn prune_locked(
         }
     }
     let acting = !o.dry_run && (!garbage.is_empty() || !rep.removed_snapshots.is_empty());
+    let mut fence = None;
     if acting {
         // Fencing. The lease alone cannot keep a sync out of what this
         // prune deletes: a prune paused past its lease (a suspended VM,
@@ -296,7 +297,7 @@ async fn prune_locked(
             id: crate::sync::new_id(),
             condemned: garbage.iter().map(|(k, _)| k.clone()).collect(),
         };
-        remote
+        let put = remote
             .store
             .put(
                 &remote.pruned(),
@@ -304,6 +305,10 @@ async fn prune_locked(
             )
             .await
             .map_err(|e| remote.down(e))?;
+        fence = Some(Fence {
+            id: marker.id,
+            e_tag: put.e_tag,
+        });
         let fresh: Vec<String> = remote
             .snapshot_ids()
             .await?
@@ -325,11 +330,14 @@ async fn prune_locked(
         }
         rep.deleted_bytes += size;
     }
-    if o.dry_run || (garbage.is_empty() && rep.removed_snapshots.is_empty()) {
+    let Some(fence) = fence.filter(|_| !garbage.is_empty() || !rep.removed_snapshots.is_empty())
+    else {
         return Ok(rep);
-    }
+    };
+    let fence = &fence;
     for id in &rep.removed_snapshots {
         lease.check()?;
+        fence.check(remote).await?;
         remote
             .store
             .delete(&remote.snapshot(id))
@@ -340,6 +348,7 @@ async fn prune_locked(
         lease.check()?;
         // A pause here outlives any lease check (see the marker above).
         crate::hook::point("prune-delete");
+        fence.check(remote).await?;
         match remote.store.delete(&loc(remote, key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(remote.down(e)),
@@ -352,4 +361,43 @@ async fn prune_locked(
         r?;
     }
     Ok(rep)
+}
+
+/// Fencing between prunes. A prune stopped past its lease has its lock
+/// called stale and a second prune may run meanwhile: that one keeps
+/// snapshots by its own rule, and a sync it let in may reference what
+/// the first one condemned (the second's marker no longer names it). So
+/// before every delete a prune re-reads the `pruned` marker and stops
+/// once it is not its own: every prune that deletes writes one first.
+/// What stays open is the one delete request already sent.
+struct Fence {
+    id: String,
+    e_tag: Option<String>,
+}
+
+impl Fence {
+    async fn check(&self, remote: &Remote) -> Result<(), crate::store::StoreError> {
+        let taken = || {
+            remote.down(
+                "another prune took the store over (this one's lock was called stale while it \
+                 was stopped); this prune deleted nothing more",
+            )
+        };
+        let meta = match remote.store.head(&remote.pruned()).await {
+            Ok(m) => m,
+            Err(object_store::Error::NotFound { .. }) => return Err(taken()),
+            Err(e) => return Err(remote.down(e)),
+        };
+        match (&meta.e_tag, &self.e_tag) {
+            (Some(a), Some(b)) if a == b => return Ok(()),
+            (Some(_), Some(_)) => return Err(taken()),
+            // No tags to compare: read the marker's id.
+            _ => {}
+        }
+        let now = crate::sync::epoch(remote).await?;
+        match now.and_then(|t| serde_json::from_str::<crate::sync::Marker>(&t).ok()) {
+            Some(m) if m.id == self.id => Ok(()),
+            _ => Err(taken()),
+        }
+    }
 }

@@ -996,7 +996,8 @@ pub async fn locations(
     Ok(known)
 }
 
-async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
+/// The `pruned` marker as written, if any.
+pub(crate) async fn epoch(remote: &Remote) -> Result<Option<String>, StoreError> {
     match remote.store.get(&remote.pruned()).await {
         Ok(g) => Ok(Some(
             String::from_utf8_lossy(&g.bytes().await.map_err(|e| remote.down(e))?).into_owned(),

@@ -476,6 +476,35 @@ fn signal(c: &Child, sig: &str) {
     assert!(s.success(), "kill -{sig}");
 }
 
+/// Let a process paused at a hook point and stopped go on.
+fn resume(c: &Child, file: &Path) {
+    w(file, b"");
+    signal(c, "CONT");
+}
+
+/// Wait for a `--json sync` to succeed: its report, the snapshot reported.
+fn reported(c: Child) -> (serde_json::Value, String) {
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = rep["data"]["snapshot"].as_str().unwrap().to_owned();
+    (rep, id)
+}
+
+/// Two snapshots: the first holds `back` (`body`), the second only
+/// `stays`, so a prune keeping the last one condemns `back`'s object; then
+/// `back` is in the home again.
+fn back_condemned(e: &Env, body: &[u8]) -> PathBuf {
+    let back = e.home().join("back");
+    w(&back, body);
+    e.ok(&["sync"]);
+    fs::remove_file(&back).unwrap();
+    w(&e.home().join("stays"), b"in a pack of its own\n");
+    e.ok(&["sync"]);
+    w(&back, body);
+    back
+}
+
 /// A prune and a sync fenced beyond lease timing. The prune pauses
 /// between its last lease check and a delete (a suspended VM, whose
 /// monotonic clock stops too, or a request stuck in the network), is
@@ -492,12 +521,8 @@ fn a_paused_prune_never_deletes_what_a_later_sync_uses(big: bool) {
     } else {
         b"a small file a prune condemns\n".to_vec()
     };
-    let back = e.home().join("back");
-    w(&back, &body);
-    e.ok(&["sync"]);
+    let back = back_condemned(&e, &body);
     fs::remove_file(&back).unwrap();
-    w(&e.home().join("stays"), b"in a pack of its own\n");
-    e.ok(&["sync"]);
     // Its only object is garbage once the first snapshot goes.
     let resume = e.root.join("resume-prune");
     let mut prune = paused_with(
@@ -548,13 +573,7 @@ fn a_paused_prune_never_deletes_a_blob_a_later_sync_uses() {
 #[test]
 fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
     let e = Env::new("[backup]\nkeep = 5\n");
-    let back = e.home().join("back");
-    w(&back, b"a small file a prune condemns\n");
-    e.ok(&["sync"]);
-    fs::remove_file(&back).unwrap();
-    w(&e.home().join("stays"), b"in a pack of its own\n");
-    e.ok(&["sync"]);
-    w(&back, b"a small file a prune condemns\n");
+    back_condemned(&e, b"a small file a prune condemns\n");
     let with = |args: &[&str], at: &str, resume: &Path| {
         let c = paused_with(&e, &[("SBX_BACKUP_TEST_LEASE_SECS", "2")], at, resume, args);
         signal(&c, "STOP");
@@ -567,18 +586,108 @@ fn a_sync_that_commits_behind_a_prune_marker_commits_again() {
         "prune-delete",
         &rp,
     );
-    w(&rs, b"");
-    signal(&sync, "CONT");
-    let o = sync.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rep: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let reported = rep["data"]["snapshot"].as_str().unwrap().to_owned();
-    w(&rp, b"");
-    signal(&prune, "CONT");
+    resume(&sync, &rs);
+    let (rep, reported) = reported(sync);
+    resume(&prune, &rp);
     let _ = prune.wait_with_output().unwrap();
     assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
     let want = tree(&e.home());
     assert_eq!(e.restored("to"), want, "the reported snapshot lost a pack");
+}
+
+/// Every file in the store but the locks, by path.
+fn store_objects(e: &Env) -> Vec<PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        for x in fs::read_dir(d).unwrap().flatten() {
+            let p = x.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&e.store(), &mut out);
+    out.retain(|p| !p.starts_with(e.store().join("locks")));
+    out.sort();
+    out
+}
+
+/// Two prunes fenced from each other. The first stops past its lease
+/// between its marker and its deletes; a second one calls its lock stale,
+/// keeps snapshots by its own rule, among them one a sync committed after
+/// the first's last look (using the pack the first condemned), and writes
+/// its own marker, which does not name that pack. The resumed first prune
+/// used to delete the pack: the sync's reported snapshot could not
+/// restore. Now it re-reads the marker before each delete, finds it is
+/// not its own, and deletes nothing more.
+#[test]
+fn a_prune_whose_lock_was_taken_over_deletes_nothing() {
+    let e = Env::new("[backup]\nkeep = 5\n");
+    let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
+    back_condemned(&e, b"a small file the first prune condemns\n");
+    let (rs, rp) = (e.root.join("resume-sync"), e.root.join("resume-prune"));
+    // The sync finds `back` in the first pack and stops before committing.
+    let sync = paused_with(
+        &e,
+        &lease,
+        "commit-put,after-commit",
+        &rs,
+        &["--json", "sync", "--wait", "120s"],
+    );
+    signal(&sync, "STOP");
+    // The first prune drops the first snapshot, condemns its pack, stops.
+    let first = paused_with(
+        &e,
+        &lease,
+        "prune-delete",
+        &rp,
+        &["prune", "--keep-last", "1", "--wait", "120s"],
+    );
+    signal(&first, "STOP");
+    // The sync commits, and stops again before reading the marker.
+    resume(&sync, &rs);
+    let until = Instant::now() + Duration::from_secs(120);
+    while fs::read_to_string(rs.with_extension("paused")).unwrap_or_default() != "after-commit" {
+        assert!(Instant::now() < until, "the sync never committed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&sync, "STOP");
+    let o = e
+        .cmd_for(
+            "home",
+            "state",
+            &["prune", "--keep-last", "1", "--wait", "120s"],
+        )
+        .envs(lease)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    resume(&sync, &rs);
+    let (rep, reported) = reported(sync);
+    let before = store_objects(&e);
+    resume(&first, &rp);
+    let o = first.wait_with_output().unwrap();
+    assert!(e.snapshots().contains(&format!("{reported}.json")), "{rep}");
+    let to = e.root.join("to");
+    let r = e.run(&["restore", "--to", to.to_str().unwrap()]);
+    assert!(
+        r.status.success(),
+        "the reported snapshot lost a pack: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert_eq!(tree(&to), tree(&e.home()));
+    assert_eq!(
+        store_objects(&e),
+        before,
+        "the first prune deleted after its lock was taken over"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "{err}");
+    assert!(err.contains("another prune took the store over"), "{err}");
+    let o = e.run(&["check"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
 /// A home refused by its own prefix (its state dir lost, a copy moved to

@@ -28,7 +28,7 @@ use crate::auth::{self, HasKeys, Keys, Limiter, User};
 use crate::error::{ApiError, AuditReason};
 use crate::pg::LocalCluster;
 use crate::repo::{CreateError, Project, Refresh, Repo};
-use crate::sandbox::Sandboxes;
+use crate::sandbox::{BackupError, Sandboxes};
 use crate::{ServeArgs, ServerError};
 
 /// Largest request body: every request is a few small JSON fields.
@@ -57,6 +57,9 @@ pub struct AppState {
     max_projects: u32,
     max_running: u32,
     repo_root: Option<PathBuf>,
+    /// The config of a project whose request gives none (checked).
+    default_config: Option<String>,
+    caps: crate::config::Caps,
     /// Verified against when the email is unknown, so a login takes as
     /// long whether or not the account exists.
     dummy_hash: String,
@@ -149,6 +152,12 @@ pub struct NewProject {
     pub name: String,
     /// A local repository below the server's `--repo-root` to clone.
     pub repo: Option<String>,
+    /// The project's `.agent-sandbox/config.toml`: its TOML text, or a
+    /// JSON object of the same keys. Only `[sandbox]` resources and
+    /// protected paths, `[filesystem]`, `[network]` (not allow-external)
+    /// and `[git]`; the rest is the server's. Default: the server's.
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -362,6 +371,32 @@ fn check_repo(root: Option<&FsPath>, repo: &str) -> Result<PathBuf, ApiError> {
     })
 }
 
+/// A request's project config, checked by sbx-core's parser and held to
+/// a project's keys and the server's caps: its TOML text.
+fn project_config(v: &serde_json::Value, caps: &crate::config::Caps) -> Result<String, ApiError> {
+    use crate::config::Refused;
+    let refused = |r| match r {
+        Refused::Invalid(m) => ApiError::bad_request("invalid_config", m),
+        Refused::ServerOwned(keys) => ApiError::bad_request(
+            "server_owned_keys",
+            format!(
+                "{}: {} set by the server, not by a project: remove {}",
+                crate::config::NAME,
+                keys.join(", "),
+                if keys.len() == 1 { "it" } else { "them" }
+            ),
+        ),
+        Refused::OverCap(m) => ApiError::new(
+            StatusCode::CONFLICT,
+            "resource_limit",
+            format!("{}: {m}: ask for less", crate::config::NAME),
+        ),
+    };
+    let text = crate::config::text_of(v).map_err(refused)?;
+    crate::config::check(&text, caps).map_err(refused)?;
+    Ok(text)
+}
+
 #[utoipa::path(post, path = "/projects", tag = "projects", request_body = NewProject,
     security(("bearer" = [])),
     responses((status = 201, body = Project), (status = 409, body = ErrorBody),
@@ -372,6 +407,10 @@ async fn create_project(
     Json(p): Json<NewProject>,
 ) -> Result<Response, ApiError> {
     check_name(&p.name)?;
+    let config = match &p.config {
+        Some(c) => Some(project_config(c, &s.caps)?),
+        None => s.default_config.clone(),
+    };
     let repo = match &p.repo {
         Some(r) => Some(check_repo(s.repo_root.as_deref(), r)?),
         None => None,
@@ -381,7 +420,14 @@ async fn create_project(
     let _held = lock.lock().await;
     let created = s
         .repo
-        .create(user, id, &p.name, p.repo.as_deref(), s.max_projects)
+        .create(
+            user,
+            id,
+            &p.name,
+            p.repo.as_deref(),
+            config.as_deref(),
+            s.max_projects,
+        )
         .await;
     match created {
         Ok(_) => {}
@@ -443,6 +489,17 @@ async fn start_project(
     let _held = owned(&s, user, id).await?;
     // Under the project's lock only: two starts of different projects
     // may both pass; the limit is a quota, not a security boundary.
+    running_limit(&s, user, id).await?;
+    let config = s.repo.config(user, id).await?;
+    s.repo.set_status(user, id, "creating", None, None).await?;
+    let state = Arc::clone(&s);
+    let started = blocking(move || state.sandboxes.start(id, config.as_deref())).await?;
+    settle(&s, user, id, "running", started.map(Some)).await
+}
+
+/// 409 when `user` has as many sandboxes running (or starting) besides
+/// `id` as the server allows.
+async fn running_limit(s: &AppState, user: Uuid, id: Uuid) -> Result<(), ApiError> {
     if s.repo.running(user, id).await? >= i64::from(s.max_running) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -453,10 +510,7 @@ async fn start_project(
             ),
         ));
     }
-    s.repo.set_status(user, id, "creating", None, None).await?;
-    let state = Arc::clone(&s);
-    let started = blocking(move || state.sandboxes.start(id)).await?;
-    settle(&s, user, id, "running", started.map(Some)).await
+    Ok(())
 }
 
 /// The lock of project `id`, held, once the project is known to be
@@ -551,6 +605,171 @@ async fn delete_project(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreBody {
+    /// The snapshot to restore (its id, as `backup-status` and a snapshot
+    /// name it); the newest when absent.
+    pub snapshot: Option<String>,
+}
+
+/// A project in `want`, else 409 saying what to do.
+fn require(p: &Project, want: &str, todo: &str) -> Result<(), ApiError> {
+    if p.status == want {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "wrong_status",
+        format!("the project is {}, not {want}: {todo}", p.status),
+    ))
+}
+
+/// 409 when the server has no backup store.
+fn require_backups(s: &AppState) -> Result<(), ApiError> {
+    if s.sandboxes.backups() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "no_backup_store",
+        "this server has no backup store: start it with --backup-url to snapshot and restore homes",
+    ))
+}
+
+fn backup_error(e: BackupError) -> ApiError {
+    match e {
+        BackupError::NoSnapshot(m) => ApiError::new(StatusCode::NOT_FOUND, "no_snapshot", m),
+        BackupError::Failed(m) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "backup_failed", m)
+        }
+    }
+}
+
+/// The owned project, held, for a backup route: 404 for another user's
+/// before anything else is said about it.
+async fn backup_target(
+    s: &AppState,
+    user: Uuid,
+    id: Uuid,
+) -> Result<(tokio::sync::OwnedMutexGuard<()>, Project), ApiError> {
+    let held = owned(s, user, id).await?;
+    require_backups(s)?;
+    let p = s
+        .repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    Ok((held, p))
+}
+
+#[utoipa::path(post, path = "/projects/{id}/snapshot", tag = "backups", security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    responses((status = 200, description = "sbx-backup sync's report", body = Object),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+async fn snapshot_project(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let (_held, p) = backup_target(&s, user, id).await?;
+    require(&p, "running", "start it first")?;
+    s.repo
+        .set_status(user, id, "snapshotting", None, None)
+        .await?;
+    let state = Arc::clone(&s);
+    let done = blocking(move || state.sandboxes.backup(id, &["sync"])).await?;
+    // A failed pass leaves the sandbox as it was: running.
+    s.repo.set_status(user, id, "running", None, None).await?;
+    done.map(axum::Json).map_err(backup_error)
+}
+
+#[utoipa::path(get, path = "/projects/{id}/backup-status", tag = "backups",
+    security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    responses((status = 200, description = "sbx-backup status's report", body = Object),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+async fn backup_status(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let (_held, p) = backup_target(&s, user, id).await?;
+    require(&p, "running", "start it to read its backup status")?;
+    let state = Arc::clone(&s);
+    blocking(move || state.sandboxes.backup(id, &["status"]))
+        .await?
+        .map(axum::Json)
+        .map_err(backup_error)
+}
+
+/// A snapshot id as sbx-backup names them: digits only, so it can never
+/// be read as an option of the command it is passed to.
+fn check_snapshot(id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > 20 || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_snapshot",
+            "snapshot: a snapshot id, 1 to 20 digits",
+        ));
+    }
+    Ok(())
+}
+
+#[utoipa::path(post, path = "/projects/{id}/restore", tag = "backups", security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    request_body(content = Option<RestoreBody>, description = "optional: the newest snapshot without it"),
+    responses((status = 200, body = Project), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+async fn restore_project(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+    body: axum::body::Bytes,
+) -> Result<axum::Json<Project>, ApiError> {
+    let snapshot = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let b: RestoreBody = serde_json::from_slice(&body).map_err(|e| {
+            let code = if e.is_syntax() || e.is_eof() {
+                (StatusCode::BAD_REQUEST, "malformed_json")
+            } else {
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body")
+            };
+            ApiError::new(code.0, code.1, e.to_string())
+        })?;
+        b.snapshot
+    };
+    if let Some(sn) = &snapshot {
+        check_snapshot(sn)?;
+    }
+    let (_held, p) = backup_target(&s, user, id).await?;
+    require(&p, "stopped", "stop it first")?;
+    // The restore runs the sandbox for its length.
+    running_limit(&s, user, id).await?;
+    let config = s.repo.config(user, id).await?;
+    s.repo.set_status(user, id, "restoring", None, None).await?;
+    let state = Arc::clone(&s);
+    let done = blocking(move || {
+        state
+            .sandboxes
+            .restore(id, config.as_deref(), snapshot.as_deref())
+    })
+    .await?;
+    match done {
+        Ok(_) => settle(&s, user, id, "stopped", Ok(None)).await,
+        // Nothing was restored: the home is as it was.
+        Err(e @ BackupError::NoSnapshot(_)) => {
+            s.repo.set_status(user, id, "stopped", None, None).await?;
+            Err(backup_error(e))
+        }
+        Err(BackupError::Failed(m)) => Err(failed(&s, user, id, m).await),
+    }
+}
+
 /// A password hash or verification, off the async workers, at most
 /// [`AppState::hashing`] at once: unbounded, a burst of logins (wrong
 /// ones all pass the limit's check before the first failure counts)
@@ -613,6 +832,9 @@ pub fn router(state: S) -> axum::Router {
         .routes(routes!(get_project, delete_project))
         .routes(routes!(start_project))
         .routes(routes!(stop_project))
+        .routes(routes!(snapshot_project))
+        .routes(routes!(restore_project))
+        .routes(routes!(backup_status))
         .routes(routes!(crate::terminal::terminal))
         .routes(routes!(crate::terminal::list_sessions))
         .split_for_parts();
@@ -777,6 +999,22 @@ pub async fn serve(
     secret: Vec<u8>,
     database_url: Option<String>,
 ) -> Result<(), ServerError> {
+    // Checked before anything is made: a bad file is one line, exit 78.
+    let caps = crate::config::Caps {
+        cpus: args.max_cpus_per_sandbox,
+        memory: args.max_memory_per_sandbox.clone(),
+    };
+    let default_config = match &args.project_config {
+        Some(f) => {
+            let text = std::fs::read_to_string(f).map_err(|e| ServerError::Io(f.clone(), e))?;
+            let v = serde_json::Value::String(text.clone());
+            project_config(&v, &caps).map_err(|e| {
+                ServerError::Config(format!("--project-config {}: {}", f.display(), e.message))
+            })?;
+            Some(text)
+        }
+        None => None,
+    };
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     own_dir(&state_dir)?;
     let projects = state_dir.join("projects");
@@ -802,7 +1040,12 @@ pub async fn serve(
     let pool = pool(&url)?;
     migrate(&pool).await?;
     let repo = Repo::new(pool);
-    let sandboxes = Sandboxes::new(projects);
+    let sandboxes = Sandboxes::new(
+        projects,
+        args.backup_url.clone(),
+        args.backup_pass.clone(),
+        caps.clone(),
+    );
     reconcile(&repo, &sandboxes).await;
     let audit_path = std::env::var_os("SBX_AUDIT_LOG")
         .map_or_else(|| state_dir.join("audit.jsonl"), PathBuf::from);
@@ -820,6 +1063,8 @@ pub async fn serve(
         max_projects: args.max_projects,
         max_running: args.max_running,
         repo_root,
+        default_config,
+        caps,
         dummy_hash,
         hashing: tokio::sync::Semaphore::new(
             std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
@@ -833,20 +1078,21 @@ pub async fn serve(
         .map_err(|e| ServerError::Listen(args.listen, e))?;
     // The one line a supervisor (or a test) waits for.
     eprintln!("sbx-server: listening on http://{addr}");
-    let served = axum::serve(
+    crate::conn::serve(
         listener,
-        router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        router(state),
+        args.max_connections as usize,
+        shutdown(),
     )
-    .with_graceful_shutdown(shutdown())
-    .await
-    .map_err(|e| ServerError::Listen(addr, e));
+    .await;
     drop(cluster);
-    served
+    Ok(())
 }
 
 /// Projects a server left mid-transition (`creating`, `stopping`,
-/// `deleting`), checked against Docker: a running container makes the project `running`, a stopped one
-/// `stopped`; no container, or no engine to ask, `error` with the reason.
+/// `deleting`, `snapshotting`), checked against Docker: a running container makes the project `running`, a stopped one
+/// `stopped`; no container, or no engine to ask, `error` with the reason;
+/// one left `restoring`, `error` (its home may be half restored).
 /// Blindly marked `error`, a sandbox that had come up would run on
 /// while its project said it had failed.
 async fn reconcile(repo: &Repo, sandboxes: &Sandboxes) {
@@ -861,9 +1107,18 @@ async fn reconcile(repo: &Repo, sandboxes: &Sandboxes) {
         let why = match was.as_str() {
             "stopping" => "the server stopped during a stop",
             "deleting" => "the server stopped during a delete",
+            "snapshotting" => "the server stopped during a snapshot",
+            "restoring" => "the server stopped during a restore",
             _ => "the server stopped during a start or creation",
         };
         let (status, reason, container) = match sandboxes.container(id) {
+            // Its home may be half restored, whatever Docker says: the
+            // user stops it (if it runs) and restores again.
+            Ok(c) if was == "restoring" => (
+                "error",
+                Some(format!("{why}: stop it, then restore again")),
+                c.map(|c| c.0),
+            ),
             Ok(Some((name, true))) => ("running", None, Some(name)),
             Ok(Some((name, false))) => ("stopped", None, Some(name)),
             Ok(None) => (

@@ -12,6 +12,8 @@ use sbx_core::error::SbxError;
 pub enum ServerError {
     #[error("{0}")]
     Secret(String),
+    #[error("{0}")]
+    Config(String),
     #[error("{0}: {1}")]
     Io(PathBuf, #[source] std::io::Error),
     #[error("postgres: {0}")]
@@ -25,7 +27,7 @@ pub enum ServerError {
 impl SbxError for ServerError {
     fn exit(&self) -> Exit {
         match self {
-            Self::Secret(_) => Exit::Config,
+            Self::Secret(_) | Self::Config(_) => Exit::Config,
             Self::Io(_, e) => sbx_core::error::io_exit(e),
             Self::Postgres(_) | Self::Migrate(_) => Exit::Unavailable,
             Self::Listen(..) => Exit::OsErr,

@@ -6,6 +6,8 @@
 
 pub mod api;
 pub mod auth;
+pub mod config;
+pub mod conn;
 pub mod error;
 pub mod pg;
 pub mod repo;
@@ -84,6 +86,35 @@ pub struct ServeArgs {
     /// this directory. Without it, `repo` is refused.
     #[arg(long, value_name = "DIR")]
     pub repo_root: Option<PathBuf>,
+    /// Connections open at once; one over is closed when accepted. A
+    /// request's head has 10 s to arrive, an idle connection 10 s to send
+    /// its next.
+    #[arg(long, value_name = "N", default_value_t = 512,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// The backup store of every project's home (s3://, gs://, file://;
+    /// a file:// path is inside each sandbox): each project backs up to
+    /// `URL/projects/<id>`. Without it, snapshot, restore and
+    /// backup-status answer 409.
+    #[arg(long, value_name = "URL")]
+    pub backup_url: Option<sbx_core::config::StoreUrl>,
+    /// A variable of the server's environment every sandbox gets, for the
+    /// backup store's credentials (e.g. AWS_ACCESS_KEY_ID); repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub backup_pass: Vec<String>,
+    /// The `.agent-sandbox/config.toml` of a project whose request gives
+    /// none (default: sbx's template); checked like a request's.
+    #[arg(long, value_name = "FILE")]
+    pub project_config: Option<PathBuf>,
+    /// CPUs one sandbox may have: a config asking for more is refused
+    /// (409); one asking for nothing gets at most this.
+    #[arg(long, value_name = "N", default_value_t = 2.0)]
+    pub max_cpus_per_sandbox: f64,
+    /// Memory one sandbox may have (docker's notation: 512m, 4g): a
+    /// config asking for more is refused (409); one asking for nothing
+    /// gets at most this.
+    #[arg(long, value_name = "SIZE", default_value = "4g", value_parser = sbx_core::config::Size::parse)]
+    pub max_memory_per_sandbox: sbx_core::config::Size,
 }
 
 pub fn command() -> clap::Command {

@@ -21,7 +21,8 @@ pub struct Repo {
 pub struct Project {
     pub id: Uuid,
     pub name: String,
-    /// creating | running | stopping | deleting | stopped | error
+    /// creating | running | stopping | deleting | stopped | error |
+    /// snapshotting | restoring
     pub status: String,
     /// Why the project is in `error`.
     pub status_reason: Option<String>,
@@ -230,6 +231,7 @@ impl Repo {
         id: Uuid,
         name: &str,
         repo: Option<&str>,
+        config: Option<&str>,
         max: u32,
     ) -> Result<Project, CreateError> {
         let mut c = self.pool.get().await?;
@@ -249,14 +251,26 @@ impl Repo {
         let r = tx
             .query_one(
                 &format!(
-                    "INSERT INTO projects (id, user_id, name, repo) VALUES ($1, $2, $3, $4) \
-                     RETURNING {PROJECT_COLUMNS}"
+                    "INSERT INTO projects (id, user_id, name, repo, config) \
+                     VALUES ($1, $2, $3, $4, $5) RETURNING {PROJECT_COLUMNS}"
                 ),
-                &[&id, &user, &name, &repo],
+                &[&id, &user, &name, &repo, &config],
             )
             .await?;
         tx.commit().await?;
         Ok(project(&r))
+    }
+
+    /// Project `id`'s config text (None: sbx's template), if it is `user`'s.
+    pub async fn config(&self, user: Uuid, id: Uuid) -> Result<Option<String>, ApiError> {
+        let c = self.pool.get().await?;
+        let r = c
+            .query_opt(
+                "SELECT config FROM projects WHERE user_id = $1 AND id = $2",
+                &[&user, &id],
+            )
+            .await?;
+        Ok(r.and_then(|r| r.get(0)))
     }
 
     pub async fn set_status(
@@ -287,7 +301,7 @@ impl Repo {
         let c = self.pool.get().await?;
         Ok(c.query_one(
             "SELECT count(*) FROM projects WHERE user_id = $1 AND id <> $2 \
-                 AND status IN ('running', 'creating', 'stopping', 'deleting')",
+                 AND status IN ('running', 'creating', 'stopping', 'deleting', 'snapshotting', 'restoring')",
             &[&user, &except],
         )
         .await?
@@ -313,7 +327,7 @@ impl Repo {
         let rows = c
             .query(
                 "SELECT user_id, id, status FROM projects \
-                 WHERE status IN ('creating', 'stopping', 'deleting')",
+                 WHERE status IN ('creating', 'stopping', 'deleting', 'snapshotting', 'restoring')",
                 &[],
             )
             .await?;

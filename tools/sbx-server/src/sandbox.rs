@@ -6,11 +6,15 @@
 //! gives. Transitions of one project are serialised by a per-project lock.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use sbx_core::cli::CommonArgs;
+use sbx_core::config::StoreUrl;
+use serde_json::Value;
 use uuid::Uuid;
 
 /// The agent's uid and gid in every sandbox.
@@ -20,6 +24,21 @@ const AGENT: &str = "1000:1000";
 pub struct Sandboxes {
     root: PathBuf,
     locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    /// The server's backup store: each project backs its home up to
+    /// `<url>/projects/<id>`. None: backups are off.
+    backup: Option<StoreUrl>,
+    /// Server environment variables every sandbox gets (the store's
+    /// credentials), as `[environment].pass`.
+    backup_pass: Vec<String>,
+    caps: crate::config::Caps,
+}
+
+/// What a server-side `sbx-backup` run failed with.
+#[derive(Debug)]
+pub enum BackupError {
+    /// No snapshot (of that id) in the project's store.
+    NoSnapshot(String),
+    Failed(String),
 }
 
 /// sbx-run's library reports on stdout/stderr only without -q.
@@ -60,11 +79,24 @@ fn run(c: &mut Command, what: &str) -> Result<(), String> {
 }
 
 impl Sandboxes {
-    pub fn new(root: PathBuf) -> Self {
+    pub fn new(
+        root: PathBuf,
+        backup: Option<StoreUrl>,
+        backup_pass: Vec<String>,
+        caps: crate::config::Caps,
+    ) -> Self {
         Self {
             root,
             locks: Mutex::new(HashMap::new()),
+            backup,
+            backup_pass,
+            caps,
         }
+    }
+
+    /// Whether projects have a backup store.
+    pub fn backups(&self) -> bool {
+        self.backup.is_some()
     }
 
     /// The lock that serialises transitions of project `id`.
@@ -122,18 +154,199 @@ impl Sandboxes {
         given
     }
 
-    /// Start the sandbox (its `.agent-sandbox` made on the first start);
-    /// the container's name. Blocking.
-    pub fn start(&self, id: Uuid) -> Result<String, String> {
+    /// Start the sandbox (its `.agent-sandbox` made on the first start)
+    /// under `config` (None: sbx's template); the container's name.
+    /// Blocking.
+    pub fn start(&self, id: Uuid, config: Option<&str>) -> Result<String, String> {
         let ws = self.workspace(id);
         let c = quiet();
         if !ws.join(sbx_core::config::DIR).exists() {
             sbx_run::lifecycle::init(&c, Some(ws.clone()), false, None)
                 .map_err(|e| sbx_core::entry::chain(&*e))?;
         }
+        self.write_config(id, config.unwrap_or(sbx_run::image::CONFIG_TEMPLATE))?;
         let w = sbx_run::lifecycle::start(&c, Some(ws), None)
             .map_err(|e| sbx_core::entry::chain(&*e))?;
         Ok(w.names.container.clone())
+    }
+
+    /// The project's `.agent-sandbox/config.toml`, written by the server at
+    /// every start (over whatever a cloned repository brought): sbx's
+    /// template with the keys the server owns set, checked by sbx-core's
+    /// parser. No agent runs while it is written (the sandbox is stopped,
+    /// and mounts the directory read-only when it runs); links are not
+    /// followed all the same, the workspace being the agent's.
+    fn write_config(&self, id: Uuid, base: &str) -> Result<(), String> {
+        let dir = self.workspace(id).join(sbx_core::config::DIR);
+        let at = |e: std::io::Error, p: &Path| format!("{}: {e}", p.display());
+        let meta = std::fs::symlink_metadata(&dir).map_err(|e| at(e, &dir))?;
+        if !meta.is_dir() {
+            return Err(format!("{}: not a directory", dir.display()));
+        }
+        let file = dir.join("config.toml");
+        let text = self.config_text(id, base, &file)?;
+        // Unchanged, it is left as it is: a new inode under the sandbox's
+        // mount of it makes sbx-run make the container anew.
+        let same = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
+            && std::fs::read_to_string(&file).is_ok_and(|t| t == text);
+        if same {
+            return Ok(());
+        }
+        let tmp = dir.join(".config.toml.sbx-server");
+        let _ = std::fs::remove_file(&tmp);
+        // create_new: O_EXCL, so a link in its place is not followed.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| at(e, &tmp))?;
+        f.write_all(text.as_bytes()).map_err(|e| at(e, &tmp))?;
+        drop(f);
+        std::fs::rename(&tmp, &file).map_err(|e| at(e, &file))
+    }
+
+    /// `base` with the server's keys set: `[backup].url` the project's
+    /// prefix of the server's store, its credentials' names added to
+    /// `[environment].pass`. Checked by sbx-core's parser.
+    fn config_text(&self, id: Uuid, base: &str, file: &Path) -> Result<String, String> {
+        let parsed = sbx_core::config::parse_toml(base, file).map_err(|e| e.to_string())?;
+        let over_cpus = parsed.sandbox.cpus.0 > self.caps.cpus;
+        let over_memory = parsed.sandbox.memory.bytes > self.caps.memory.bytes;
+        if self.backup.is_none() && !over_cpus && !over_memory {
+            return Ok(base.to_owned());
+        }
+        let mut t: toml::Table = base.parse().map_err(|e| format!("config: {e}"))?;
+        let table = |t: &mut toml::Table, k: &str| -> Result<toml::Table, String> {
+            match t.remove(k) {
+                None => Ok(toml::Table::new()),
+                Some(toml::Value::Table(x)) => Ok(x),
+                Some(_) => Err(format!("config: [{k}] is not a table")),
+            }
+        };
+        // What a config asks for was checked against the caps when the
+        // project was made; sbx's defaults (asked by none) are capped here.
+        let mut sb = table(&mut t, "sandbox")?;
+        if over_cpus {
+            sb.insert("cpus".into(), self.caps.cpus.into());
+        }
+        if over_memory {
+            sb.insert("memory".into(), self.caps.memory.text.clone().into());
+        }
+        t.insert("sandbox".into(), sb.into());
+        if let Some(url) = &self.backup {
+            let prefix = url.child("projects", &id.to_string())?;
+            let mut b = table(&mut t, "backup")?;
+            b.insert("url".into(), prefix.text.clone().into());
+            t.insert("backup".into(), b.into());
+        }
+        if self.backup.is_some() && !self.backup_pass.is_empty() {
+            let mut e = table(&mut t, "environment")?;
+            let mut pass = match e.remove("pass") {
+                Some(toml::Value::Array(a)) => a,
+                _ => Vec::new(),
+            };
+            for n in &self.backup_pass {
+                if !pass.iter().any(|v| v.as_str() == Some(n)) {
+                    pass.push(n.clone().into());
+                }
+            }
+            e.insert("pass".into(), pass.into());
+            t.insert("environment".into(), e.into());
+        }
+        let text = toml::to_string(&t).map_err(|e| format!("config: {e}"))?;
+        sbx_core::config::parse_toml(&text, file).map_err(|e| e.to_string())?;
+        Ok(text)
+    }
+
+    /// Run `sbx-backup --json ARGS` as the agent in project `id`'s running
+    /// sandbox, through the guest API as `sbx-run exec` does: the `data`
+    /// of its last JSON line. Blocking.
+    pub fn backup(&self, id: Uuid, args: &[&str]) -> Result<Value, BackupError> {
+        let fail = BackupError::Failed;
+        let ws = sbx_run::workspace::Workspace::open(&quiet(), Some(self.workspace(id)))
+            .map_err(|e| fail(sbx_core::entry::chain(&*e)))?;
+        let argv: Vec<OsString> = ["sbx-backup", "--json"]
+            .iter()
+            .chain(args)
+            .map(OsString::from)
+            .collect();
+        let req = sbx_run::guestexec::exec_request(&ws, &argv, "sbx-server", false);
+        let client = sbx_run::guestexec::connect(&sbx_run::guestexec::socket_for(&ws))
+            .map_err(|e| fail(e.to_string()))?;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let x = sbx_run::guestexec::run_with(client, req, None, &mut out, &mut err, false)
+            .map_err(|e| fail(e.to_string()))?;
+        let err = String::from_utf8_lossy(&err);
+        let last = |t: &str| {
+            t.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+        };
+        if x.status != 0 {
+            let why = last(&err).unwrap_or_else(|| format!("exit {}", x.status));
+            // sbx-backup's exit 66: no snapshot.
+            return Err(if x.status == 66 {
+                BackupError::NoSnapshot(why)
+            } else {
+                fail(format!("sbx-backup {}: {why}", args.join(" ")))
+            });
+        }
+        let lines: Vec<Value> = String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|mut v| v["data"].take())
+            .collect();
+        match args.first() {
+            Some(&"snapshots") => Ok(Value::Array(lines)),
+            _ => lines
+                .into_iter()
+                .next_back()
+                .ok_or_else(|| fail(format!("sbx-backup {}: no report", args.join(" ")))),
+        }
+    }
+
+    /// Restore project `id`'s home from `snapshot` (None: the newest) the
+    /// way a user does, `sbx-backup restore --force` as the agent in the
+    /// sandbox: started for it, a backup of the home as it was taken
+    /// first (which also waits out the daemon's first pass), stopped after
+    /// (its final sync makes the restored home the newest snapshot).
+    /// Returns the snapshot restored. Blocking.
+    pub fn restore(
+        &self,
+        id: Uuid,
+        config: Option<&str>,
+        snapshot: Option<&str>,
+    ) -> Result<String, BackupError> {
+        let fail = BackupError::Failed;
+        self.start(id, config).map_err(fail)?;
+        let done = (|| {
+            // Chosen before the backup below, which becomes the newest.
+            let list = self.backup(id, &["snapshots"])?;
+            let ids: Vec<&str> = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["id"].as_str())
+                .collect();
+            let pick = match snapshot {
+                Some(s) => ids.iter().find(|i| **i == s).copied(),
+                None => ids.iter().max().copied(),
+            };
+            let Some(pick) = pick.map(str::to_owned) else {
+                return Err(BackupError::NoSnapshot(match snapshot {
+                    Some(s) => format!("no snapshot {s} in this project's store"),
+                    None => "this project's store has no snapshot yet".into(),
+                }));
+            };
+            self.backup(id, &["sync"])?;
+            self.backup(id, &["restore", "--force", "--snapshot", &pick])?;
+            Ok(pick)
+        })();
+        let stopped = self.stop(id);
+        let pick = done?;
+        stopped.map_err(fail)?;
+        Ok(pick)
     }
 
     /// Project `id`'s sandbox as Docker sees it: its container's name and

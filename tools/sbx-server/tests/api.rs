@@ -470,6 +470,9 @@ fn another_users_project_is_a_404_on_every_route() {
         ("GET", format!("/projects/{id}")),
         ("POST", format!("/projects/{id}/start")),
         ("POST", format!("/projects/{id}/stop")),
+        ("POST", format!("/projects/{id}/snapshot")),
+        ("POST", format!("/projects/{id}/restore")),
+        ("GET", format!("/projects/{id}/backup-status")),
         ("DELETE", format!("/projects/{id}")),
         ("GET", format!("/projects/{id}/sessions")),
         // The terminal checks the owner before the upgrade (and before it
@@ -519,6 +522,166 @@ fn another_users_project_is_a_404_on_every_route() {
     assert_eq!(r.body["status"], "stopped", "{r:?}");
 }
 
+/// Without a backup store the backup routes say so (409), and a restore's
+/// snapshot id is digits or refused (422) before anything runs: it goes
+/// to `sbx-backup restore --snapshot`, where `--to=/…` would be an option.
+#[test]
+fn backups_need_a_store_and_a_snapshot_id_is_digits() {
+    let s = shared();
+    let (t, _) = s.session();
+    let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "b"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    for (m, path) in [
+        ("POST", format!("/projects/{id}/snapshot")),
+        ("POST", format!("/projects/{id}/restore")),
+        ("GET", format!("/projects/{id}/backup-status")),
+    ] {
+        let r = s.call(m, &path, Some(&t), None);
+        assert_eq!(
+            (r.status, r.code()),
+            (409, "no_backup_store"),
+            "{m} {path}: {r:?}"
+        );
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--backup-url")
+        );
+    }
+    let restore = format!("/projects/{id}/restore");
+    for (body, status, code) in [
+        (json!({"snapshot": "--to=/etc"}), 422, "invalid_snapshot"),
+        (json!({"snapshot": ""}), 422, "invalid_snapshot"),
+        (json!({"snapshot": "1".repeat(21)}), 422, "invalid_snapshot"),
+        (json!({"snapshot": 1}), 422, "invalid_body"),
+        (json!({"snap": "1"}), 422, "invalid_body"),
+    ] {
+        let r = s.call("POST", &restore, Some(&t), Some(body.clone()));
+        assert_eq!((r.status, r.code()), (status, code), "{body}: {r:?}");
+    }
+    let r = s.raw(
+        "POST",
+        &restore,
+        Some(&t),
+        Some(("application/json", b"{".to_vec())),
+    );
+    assert_eq!((r.status, r.code()), (400, "malformed_json"), "{r:?}");
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+}
+
+/// A project's config is read by sbx-core's parser (a bad key is a 400
+/// naming it), held to a project's keys (the server's own, such as the
+/// environment it passes or the firewall's off switch, are a 400 naming
+/// them) and to the server's caps (409); refused, no project is made.
+#[test]
+fn a_projects_config_is_checked_and_held_to_a_projects_keys() {
+    let s = shared();
+    let (t, _) = s.session();
+    for (config, status, code, names) in [
+        (
+            json!("[sandbox]\nmemry = \"1g\"\n"),
+            400,
+            "invalid_config",
+            "memry",
+        ),
+        (
+            json!({"sandbox": {"memory": "lots"}}),
+            400,
+            "invalid_config",
+            "sandbox.memory",
+        ),
+        (json!("[network"), 400, "invalid_config", "config.toml"),
+        (
+            json!(5),
+            400,
+            "invalid_config",
+            "TOML text or a JSON object",
+        ),
+        (
+            json!("[environment]\npass = [\"JWT_SECRET\"]\n"),
+            400,
+            "server_owned_keys",
+            "environment",
+        ),
+        (
+            json!({"backup": {"url": "file:///var/tmp/x"}}),
+            400,
+            "server_owned_keys",
+            "backup",
+        ),
+        (
+            json!({"network": {"allow-external": true}}),
+            400,
+            "server_owned_keys",
+            "network.allow-external",
+        ),
+        (
+            json!({"sandbox": {"ports": ["80"]}}),
+            400,
+            "server_owned_keys",
+            "sandbox.ports",
+        ),
+        (json!({"agent": {}}), 400, "server_owned_keys", "agent"),
+        (
+            json!({"sandbox": {"cpus": 64}}),
+            409,
+            "resource_limit",
+            "sandbox.cpus",
+        ),
+        (
+            json!({"sandbox": {"memory": "64g"}}),
+            409,
+            "resource_limit",
+            "sandbox.memory",
+        ),
+    ] {
+        let r = s.call(
+            "POST",
+            "/projects",
+            Some(&t),
+            Some(json!({"name": "c", "config": config})),
+        );
+        assert_eq!((r.status, r.code()), (status, code), "{config}: {r:?}");
+        let m = r.body["error"]["message"].as_str().unwrap();
+        assert!(m.contains(names), "{config}: {m}");
+    }
+    let r = s.call("GET", "/projects", Some(&t), None);
+    assert_eq!(r.body, json!([]), "a refused config made a project: {r:?}");
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "c", "config": {
+            "sandbox": {"cpus": 1.5, "memory": "1g"},
+            "network": {"allow-domains": ["api.example.com"]},
+        }})),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    // The server's default file is checked the same way, at start.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = dir.path().join("default.toml");
+    std::fs::write(&f, "[environment]\nallow = [\"*\"]\n").unwrap();
+    let out = common::server_command()
+        .env("JWT_SECRET", SECRET)
+        .arg("serve")
+        .arg("--project-config")
+        .arg(&f)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("environment") && err.contains("default.toml"),
+        "{err}"
+    );
+}
+
 #[test]
 fn projects_per_user_are_limited() {
     let s = shared();
@@ -565,6 +728,7 @@ fn the_openapi_document_has_every_route_and_only_real_ones() {
         "GET /healthz",
         "GET /projects",
         "GET /projects/{id}",
+        "GET /projects/{id}/backup-status",
         "GET /projects/{id}/sessions",
         "GET /terminal/{project_id}",
         "POST /auth/login",
@@ -572,6 +736,8 @@ fn the_openapi_document_has_every_route_and_only_real_ones() {
         "POST /auth/refresh",
         "POST /auth/register",
         "POST /projects",
+        "POST /projects/{id}/restore",
+        "POST /projects/{id}/snapshot",
         "POST /projects/{id}/start",
         "POST /projects/{id}/stop",
     ];
@@ -782,26 +948,7 @@ fn repo_is_cloned_only_from_below_the_repo_root() {
     ] {
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join(file), "1\n").unwrap();
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["add", file],
-            &[
-                "-c",
-                "user.name=a",
-                "-c",
-                "user.email=a@b",
-                "commit",
-                "-qm",
-                "x",
-            ],
-        ] {
-            let st = std::process::Command::new("git")
-                .args(args)
-                .current_dir(&dir)
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        common::commit_all(&dir);
     }
     // A link below the root to a repository outside it.
     std::os::unix::fs::symlink(outside.path().join("theirs"), root.path().join("link")).unwrap();
@@ -987,6 +1134,79 @@ fn a_body_that_never_ends_is_cut_off() {
     }
     let head = String::from_utf8_lossy(&got);
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+}
+
+/// Read `c` until the server closes it or sends a response head; how
+/// long that took, and what came.
+fn until_closed(mut c: std::net::TcpStream) -> (std::time::Duration, String) {
+    let t0 = std::time::Instant::now();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(45)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("still open after {:?}: {e}", t0.elapsed()),
+        }
+    }
+    (t0.elapsed(), String::from_utf8_lossy(&got).into_owned())
+}
+
+#[test]
+fn a_request_head_that_never_ends_is_cut_off() {
+    // Route (issue 41): axum::serve sets no header-read timeout, so half
+    // a request line, or a connection that sends nothing, held a file
+    // descriptor for good (slowloris). The head now has 10 s.
+    let s = shared();
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    let idle = std::net::TcpStream::connect(&addr).unwrap();
+    let mut half = std::net::TcpStream::connect(&addr).unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let idle = std::thread::spawn(move || until_closed(idle));
+    let (took, got) = until_closed(half);
+    assert!(!got.contains(" 200 "), "{got}");
+    assert!(took < std::time::Duration::from_secs(40), "{took:?}");
+    let (took, got) = idle.join().unwrap();
+    assert!(got.is_empty() || !got.contains(" 200 "), "{got}");
+    assert!(took < std::time::Duration::from_secs(40), "{took:?}");
+}
+
+#[test]
+fn connections_over_the_cap_are_closed() {
+    // Route (issue 41): every connection was taken, so a client holding
+    // hundreds of them (within the head timeout, or sending requests
+    // slowly) could use up the server's descriptors. One over
+    // --max-connections is closed when accepted; the others go on.
+    let s = common::start(&["--max-connections", "4"]);
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    let held: Vec<_> = (0..4)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    // The server accepts them in its own time.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let mut over = std::net::TcpStream::connect(&addr).unwrap();
+    let _ = over.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let (_, got) = until_closed(over);
+    assert!(got.is_empty(), "served over the cap: {got}");
+    drop(held);
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        let _ = c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let (_, got) = until_closed(c);
+        if got.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "no connection served once the others closed: {got}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 #[test]

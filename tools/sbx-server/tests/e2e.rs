@@ -51,11 +51,7 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
         let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
         assert_eq!(r.status, 201, "{r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
-        let ws: PathBuf = s
-            .state
-            .join("projects")
-            .join(&id)
-            .join(format!("project-{}", id.replace('-', "")));
+        let ws: PathBuf = common::workspace(&s, &id);
         cleanup.0.push(ws.clone());
         let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
         assert_eq!(
@@ -171,12 +167,7 @@ fn a_project_left_creating_is_reconciled_against_docker() {
         let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
         assert_eq!(r.status, 201, "{r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
-        cleanup.0.push(
-            s.state
-                .join("projects")
-                .join(&id)
-                .join(format!("project-{}", id.replace('-', ""))),
-        );
+        cleanup.0.push(common::workspace(&s, &id));
         ids.push(id);
     }
     let (up, never) = (&ids[0], &ids[1]);
@@ -215,4 +206,191 @@ fn a_project_left_creating_is_reconciled_against_docker() {
         let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
         assert_eq!(r.status, 204, "{r:?}");
     }
+}
+
+/// Run `script` as the agent in workspace `ws`'s sandbox; its output.
+fn agent_sh(ws: &std::path::Path, script: &str) -> String {
+    let out = sbx_e2e::sbx()
+        .args(["exec", "-C"])
+        .arg(ws)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", sbx_e2e::text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A home's file comes back from a snapshot: written, snapshotted,
+/// deleted (the stop's final backup no longer has it), restored from the
+/// snapshot on the stopped project, and there at the next start. Another
+/// user reaches none of it; a running project is not restored over.
+#[test]
+fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
+    if !docker_bed() {
+        return;
+    }
+    // file:// is a path inside the sandbox: this one is on its history
+    // volume, which outlives its containers (the firewall keeps a sandbox
+    // from the host's S3 stand-in).
+    let s = common::start_with_docker(&["--backup-url", "file:///commandhistory/sbx-store"]);
+    let (t, _) = s.session();
+    let (bob, _) = s.session();
+    let mut cleanup = common::Cleanup(Vec::new());
+    let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "kept"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let ws = common::workspace(&s, &id);
+    cleanup.0.push(ws.clone());
+    let p = |what: &str| format!("/projects/{id}/{what}");
+    let r = s.call("POST", &p("start"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}\n{}", s.stderr.lock().unwrap());
+    agent_sh(&ws, "echo 'the agent wrote this' > ~/notes.txt");
+
+    let r = s.call("POST", &p("snapshot"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let snap = r.body["snapshot"]
+        .as_str()
+        .expect("a snapshot id")
+        .to_owned();
+    let r = s.call("GET", &p("backup-status"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    // The daemon may have passed since: the last snapshot, at least ours.
+    let last = r.body["status"]["last_snapshot"].as_str().unwrap_or("");
+    assert!(last >= snap.as_str(), "{r:?}");
+    assert!(
+        r.body["url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/projects/{id}")),
+        "{r:?}"
+    );
+    for (m, path) in [
+        ("POST", p("snapshot")),
+        ("POST", p("restore")),
+        ("GET", p("backup-status")),
+    ] {
+        let r = s.call(m, &path, Some(&bob), None);
+        assert_eq!(r.status, 404, "bob {m} {path}: {r:?}");
+    }
+    let r = s.call("POST", &p("restore"), Some(&t), None);
+    assert_eq!((r.status, r.code()), (409, "wrong_status"), "{r:?}");
+
+    agent_sh(&ws, "rm ~/notes.txt");
+    let r = s.call("POST", &p("stop"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = s.call(
+        "POST",
+        &p("restore"),
+        Some(&t),
+        Some(json!({"snapshot": "99999999999999999999"})),
+    );
+    assert_eq!((r.status, r.code()), (404, "no_snapshot"), "{r:?}");
+    let r = s.call(
+        "POST",
+        &p("restore"),
+        Some(&t),
+        Some(json!({"snapshot": snap})),
+    );
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("stopped")),
+        "{r:?}\n{}",
+        s.stderr.lock().unwrap()
+    );
+    let r = s.call("POST", &p("start"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(agent_sh(&ws, "cat ~/notes.txt"), "the agent wrote this\n");
+
+    // Each action is in the audit log, with its outcome.
+    let log = std::fs::read_to_string(s.audit_log()).unwrap();
+    for op in [
+        "POST /projects/{id}/snapshot",
+        "POST /projects/{id}/restore",
+        "GET /projects/{id}/backup-status",
+    ] {
+        assert!(log.lines().any(|l| l.contains(op)), "{op} not audited");
+    }
+    let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.status, 204, "{r:?}");
+}
+
+/// (NanoCpus, Memory) docker gave `container`.
+fn resources(container: &str) -> (u64, u64) {
+    let out = sbx_e2e::sh(Command::new("docker").args([
+        "inspect",
+        "--format",
+        "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}}",
+        container,
+    ]));
+    let mut it = out.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+/// A project's sandbox gets the CPUs and memory its config asks for,
+/// within the server's caps; one that asks for nothing gets the caps, not
+/// sbx's larger defaults. A cloned repository's own config is not obeyed:
+/// it asked for the server's JWT_SECRET and more CPUs than the cap, and
+/// the sandbox has neither.
+#[test]
+fn a_sandbox_gets_its_configs_resources_within_the_servers_caps() {
+    if !docker_bed() {
+        return;
+    }
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let src = root.path().join("src");
+    std::fs::create_dir_all(src.join(".agent-sandbox")).unwrap();
+    std::fs::write(
+        src.join(".agent-sandbox/config.toml"),
+        "[environment]\npass = [\"JWT_SECRET\"]\n[sandbox]\ncpus = 1.8\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join(".agent-sandbox/Dockerfile"),
+        sbx_run::image::REPO_DOCKERFILE,
+    )
+    .unwrap();
+    common::commit_all(&src);
+    let s = common::start_with_docker(&[
+        "--max-cpus-per-sandbox",
+        "1.5",
+        "--max-memory-per-sandbox",
+        "1g",
+        "--repo-root",
+        root.path().to_str().unwrap(),
+    ]);
+    let (t, _) = s.session();
+    let mut cleanup = common::Cleanup(Vec::new());
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "big", "config": {"sandbox": {"cpus": 2}}})),
+    );
+    assert_eq!((r.status, r.code()), (409, "resource_limit"), "{r:?}");
+    let mut boxes = Vec::new();
+    for (name, body) in [
+        (
+            "asks",
+            json!({"name": "asks", "config": "[sandbox]\ncpus = 1.0\nmemory = \"768m\"\n"}),
+        ),
+        (
+            "cloned",
+            json!({"name": "cloned", "repo": src.to_str().unwrap()}),
+        ),
+    ] {
+        let r = s.call("POST", "/projects", Some(&t), Some(body));
+        assert_eq!(r.status, 201, "{name}: {r:?}");
+        let id = r.body["id"].as_str().unwrap().to_owned();
+        let ws = common::workspace(&s, &id);
+        cleanup.0.push(ws.clone());
+        let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+        assert_eq!(r.status, 200, "{name}: {r:?}\n{}", s.stderr.lock().unwrap());
+        boxes.push((r.body["container"].as_str().unwrap().to_owned(), ws));
+    }
+    assert_eq!(
+        agent_sh(&boxes[1].1, "echo \"${JWT_SECRET:-unset}\""),
+        "unset\n"
+    );
+    assert_eq!(resources(&boxes[0].0), (1_000_000_000, 768 << 20));
+    assert_eq!(resources(&boxes[1].0), (1_500_000_000, 1 << 30));
 }

@@ -173,7 +173,7 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
         );
         assert_eq!(r.status, 201, "{r:?}");
         let id = r.body["id"].as_str().unwrap().to_owned();
-        cleanup.0.push(s.workspace(&id));
+        cleanup.0.push(common::workspace(&s, &id));
         id
     };
     let id = project("term");

@@ -46,7 +46,7 @@ fn keystroke_latency() {
     );
     assert_eq!(r.status, 201, "{r:?}");
     let id = r.body["id"].as_str().unwrap().to_owned();
-    let _cleanup = common::Cleanup(vec![s.workspace(&id)]);
+    let _cleanup = common::Cleanup(vec![common::workspace(&s, &id)]);
     let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
     assert_eq!(r.status, 200, "{r:?}");
     let container = r.body["container"].as_str().unwrap().to_owned();

@@ -348,15 +348,39 @@ impl Server {
         self.child.id()
     }
 
-    /// Project `id`'s workspace, where its sandbox is named from.
-    pub fn workspace(&self, id: &str) -> PathBuf {
-        self.state
-            .join("projects")
-            .join(id)
-            .join(format!("project-{}", id.replace('-', "")))
-    }
-
     pub fn audit_log(&self) -> PathBuf {
         self.state.join("audit.jsonl")
+    }
+}
+
+/// Project `id`'s workspace under server `s`'s state dir.
+pub fn workspace(s: &Server, id: &str) -> PathBuf {
+    s.state
+        .join("projects")
+        .join(id)
+        .join(format!("project-{}", id.replace('-', "")))
+}
+
+/// Make `dir` a git repository with everything in it committed.
+pub fn commit_all(dir: &std::path::Path) {
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "."],
+        &[
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-qm",
+            "x",
+        ],
+    ] {
+        let st = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "git {args:?}");
     }
 }

@@ -1,7 +1,6 @@
 -- The web terminal (issue 42): when a project's terminal was last
 -- connected (the idle check reads it), and each terminal session, whose
--- asciicast recording is in the project's directory. Numbered 5, leaving
--- 3 and 4 to the snapshot and config work landing alongside.
+-- asciicast recording is in the project's directory.
 ALTER TABLE projects ADD COLUMN last_connection_at TIMESTAMPTZ;
 
 CREATE TABLE terminal_sessions (

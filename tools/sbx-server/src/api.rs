@@ -70,6 +70,13 @@ pub struct AppState {
 
 type S = Arc<AppState>;
 
+impl AppState {
+    /// What the web terminal (crate::terminal) uses.
+    pub(crate) fn terminal_parts(&self) -> (&Repo, &Keys, &Sandboxes, &AuditLog) {
+        (&self.repo, &self.keys, &self.sandboxes, &self.audit)
+    }
+}
+
 impl HasKeys for S {
     fn keys(&self) -> &Keys {
         &self.keys
@@ -172,7 +179,7 @@ pub struct Health {
 /// Who a request acted as, when the handler knows better than the token
 /// (a login), for the audit layer.
 #[derive(Debug, Clone)]
-struct AuditWho(String);
+pub(crate) struct AuditWho(pub(crate) String);
 
 #[utoipa::path(get, path = "/healthz", tag = "meta",
     responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
@@ -828,6 +835,8 @@ pub fn router(state: S) -> axum::Router {
         .routes(routes!(snapshot_project))
         .routes(routes!(restore_project))
         .routes(routes!(backup_status))
+        .routes(routes!(crate::terminal::terminal))
+        .routes(routes!(crate::terminal::list_sessions))
         .split_for_parts();
     let doc = Arc::new(doc);
     router
@@ -913,7 +922,7 @@ async fn audit_layer(
         .extensions()
         .get::<AuditWho>()
         .map_or(who, |w| w.0.clone());
-    let ok = resp.status().is_success();
+    let ok = resp.status().is_success() || resp.status() == StatusCode::SWITCHING_PROTOCOLS;
     let reason = resp.extensions().get::<AuditReason>().map(|r| r.0.clone());
     let mut rec = Record::new(
         "sbx-server",

@@ -12,6 +12,7 @@ pub mod error;
 pub mod pg;
 pub mod repo;
 pub mod sandbox;
+pub mod terminal;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -337,3 +337,104 @@ impl Repo {
             .collect())
     }
 }
+
+/// One terminal session of a project, as `GET /projects/{id}/sessions`
+/// lists it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TerminalSession {
+    pub id: Uuid,
+    pub user_id: Uuid,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    /// RFC 3339, UTC; none while the session is open (or if the server
+    /// stopped during it).
+    pub ended_at: Option<String>,
+    pub end_reason: Option<String>,
+}
+
+const UTC: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'";
+
+/// The web terminal's rows, scoped to the caller like every other query.
+impl Repo {
+    /// Mark `user`'s project `id` connected now; false when it is not theirs.
+    pub async fn touch_connection(&self, user: Uuid, id: Uuid) -> Result<bool, ApiError> {
+        let c = self.pool.get().await?;
+        let n = c
+            .execute(
+                "UPDATE projects SET last_connection_at = now() WHERE user_id = $1 AND id = $2",
+                &[&user, &id],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// A new session `session` on `user`'s project `id`; false when the
+    /// project is not theirs (or is gone).
+    pub async fn session_started(
+        &self,
+        user: Uuid,
+        id: Uuid,
+        session: Uuid,
+    ) -> Result<bool, ApiError> {
+        let c = self.pool.get().await?;
+        let n = c
+            .execute(
+                "INSERT INTO terminal_sessions (id, project_id, user_id) \
+                 SELECT $3, id, user_id FROM projects WHERE user_id = $1 AND id = $2",
+                &[&user, &id, &session],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    pub async fn session_ended(
+        &self,
+        user: Uuid,
+        session: Uuid,
+        reason: &str,
+    ) -> Result<(), ApiError> {
+        let c = self.pool.get().await?;
+        c.execute(
+            "UPDATE terminal_sessions SET ended_at = now(), end_reason = $3 \
+             WHERE user_id = $1 AND id = $2",
+            &[&user, &session, &reason],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The sessions of `user`'s project `id`, oldest first; None when the
+    /// project is not theirs.
+    pub async fn sessions(
+        &self,
+        user: Uuid,
+        id: Uuid,
+    ) -> Result<Option<Vec<TerminalSession>>, ApiError> {
+        if self.get(user, id).await?.is_none() {
+            return Ok(None);
+        }
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT s.id, s.user_id, to_char(s.started_at AT TIME ZONE 'UTC', {UTC}), \
+                     to_char(s.ended_at AT TIME ZONE 'UTC', {UTC}), s.end_reason \
+                     FROM terminal_sessions s JOIN projects p ON p.id = s.project_id \
+                     WHERE p.user_id = $1 AND p.id = $2 ORDER BY s.started_at, s.id"
+                ),
+                &[&user, &id],
+            )
+            .await?;
+        Ok(Some(
+            rows.iter()
+                .map(|r| TerminalSession {
+                    id: r.get(0),
+                    user_id: r.get(1),
+                    started_at: r.get(2),
+                    ended_at: r.get(3),
+                    end_reason: r.get(4),
+                })
+                .collect(),
+        ))
+    }
+}

@@ -389,3 +389,20 @@ impl Sandboxes {
         }
     }
 }
+
+impl Sandboxes {
+    /// Where project `id`'s terminal sessions are recorded: beside the
+    /// workspace, in the server's part of the project's directory, where
+    /// the agent (which owns only the workspace) cannot write.
+    pub fn sessions_dir(&self, id: Uuid) -> PathBuf {
+        self.project_dir(id).join("sessions")
+    }
+
+    /// The guest API socket of project `id`'s sandbox and the agent's
+    /// working directory in it. Blocking.
+    pub fn terminal_target(&self, id: Uuid) -> Result<(PathBuf, String), String> {
+        let ws = sbx_run::workspace::Workspace::open(&quiet(), Some(self.workspace(id)))
+            .map_err(|e| sbx_core::entry::chain(&*e))?;
+        Ok((sbx_run::guestexec::socket_for(&ws), ws.workdir()))
+    }
+}

@@ -474,6 +474,10 @@ fn another_users_project_is_a_404_on_every_route() {
         ("POST", format!("/projects/{id}/restore")),
         ("GET", format!("/projects/{id}/backup-status")),
         ("DELETE", format!("/projects/{id}")),
+        ("GET", format!("/projects/{id}/sessions")),
+        // The terminal checks the owner before the upgrade (and before it
+        // asks whether the request is a WebSocket at all).
+        ("GET", format!("/terminal/{id}")),
     ] {
         let r = s.call(m, &path, Some(&bob), None);
         assert_eq!(
@@ -725,6 +729,8 @@ fn the_openapi_document_has_every_route_and_only_real_ones() {
         "GET /projects",
         "GET /projects/{id}",
         "GET /projects/{id}/backup-status",
+        "GET /projects/{id}/sessions",
+        "GET /terminal/{project_id}",
         "POST /auth/login",
         "POST /auth/logout",
         "POST /auth/refresh",
@@ -739,7 +745,9 @@ fn the_openapi_document_has_every_route_and_only_real_ones() {
     // Each documented route is served: neither the 404 fallback nor a 405.
     for l in &listed {
         let (m, p) = l.split_once(' ').unwrap();
-        let p = p.replace("{id}", &Uuid::new_v4().to_string());
+        let p = p
+            .replace("{id}", &Uuid::new_v4().to_string())
+            .replace("{project_id}", &Uuid::new_v4().to_string());
         let r = s.raw(m, &p, None, None);
         assert!(
             r.status != 405 && r.body["error"]["code"] != "no_route",

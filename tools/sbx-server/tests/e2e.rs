@@ -32,21 +32,6 @@ fn running(container: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "true"
 }
 
-/// Workspaces whose sandboxes a failing run would leave: removed on drop
-/// (as sbx_e2e::Repo does), before the server and its state go.
-struct Cleanup(Vec<PathBuf>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for ws in self.0.iter().filter(|w| w.exists()) {
-            let _ = sbx_e2e::sbx()
-                .args(["-q", "rm", "--volumes"])
-                .arg(ws)
-                .output();
-        }
-    }
-}
-
 /// Root (workspaces go to uid 1000), Docker and the base image.
 fn docker_bed() -> bool {
     sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
@@ -60,7 +45,7 @@ fn two_users_each_get_a_sandbox_the_other_cannot_touch() {
     }
     let s = common::start_with_docker(&[]);
     let mut projects = Vec::new();
-    let mut cleanup = Cleanup(Vec::new());
+    let mut cleanup = common::Cleanup(Vec::new());
     for name in ["alice", "bob"] {
         let (t, _) = s.session();
         let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
@@ -176,7 +161,7 @@ fn a_project_left_creating_is_reconciled_against_docker() {
     }
     let s = common::start_with_docker(&[]);
     let (t, _) = s.session();
-    let mut cleanup = Cleanup(Vec::new());
+    let mut cleanup = common::Cleanup(Vec::new());
     let mut ids = Vec::new();
     for name in ["up", "never started"] {
         let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": name})));
@@ -250,7 +235,7 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
     let s = common::start_with_docker(&["--backup-url", "file:///commandhistory/sbx-store"]);
     let (t, _) = s.session();
     let (bob, _) = s.session();
-    let mut cleanup = Cleanup(Vec::new());
+    let mut cleanup = common::Cleanup(Vec::new());
     let r = s.call("POST", "/projects", Some(&t), Some(json!({"name": "kept"})));
     assert_eq!(r.status, 201, "{r:?}");
     let id = r.body["id"].as_str().unwrap().to_owned();
@@ -374,7 +359,7 @@ fn a_sandbox_gets_its_configs_resources_within_the_servers_caps() {
         root.path().to_str().unwrap(),
     ]);
     let (t, _) = s.session();
-    let mut cleanup = Cleanup(Vec::new());
+    let mut cleanup = common::Cleanup(Vec::new());
     let r = s.call(
         "POST",
         "/projects",

@@ -64,6 +64,21 @@ pub fn cluster() -> &'static Cluster {
     })
 }
 
+/// Workspaces whose sandboxes a failing run would leave: removed on drop
+/// (as sbx_e2e::Repo does), before the server and its state go.
+pub struct Cleanup(pub Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for ws in self.0.iter().filter(|w| w.exists()) {
+            let _ = sbx_e2e::sbx()
+                .args(["-q", "rm", "--volumes"])
+                .arg(ws)
+                .output();
+        }
+    }
+}
+
 /// A running sbx-server and where it answers.
 pub struct Server {
     pub base: String,

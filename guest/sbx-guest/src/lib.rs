@@ -16,6 +16,7 @@ pub mod home;
 pub mod hosttools;
 pub mod init;
 pub mod masks;
+pub mod rcfiles;
 pub mod real;
 pub mod seccomp;
 pub mod sink;

@@ -1002,3 +1002,44 @@ fn a_write_to_the_clis_own_config_is_refused_under_a_bash_ban() {
         "the CLI ran commands the agent wrote into its config: {seen}"
     );
 }
+
+/// a38z: the shell's startup files are the CLI's configuration too.
+/// Claude Code's Bash tool snapshots the functions and aliases of
+/// `~/.bashrc` when a session starts and runs every command after them, so
+/// a function the agent planted there runs in place of the command the
+/// checker read and the audit log records. Under an allow list of `echo`
+/// and Write, the agent plants `echo` (with Write, and with echo's own
+/// redirection); the next session's `echo hi` must run echo.
+#[test]
+fn a_shell_startup_file_cannot_stand_in_for_an_allowed_command() {
+    let Some(r) = Repo::new(
+        "tools-rcfile",
+        "[tools]\nallowed = [\"Read\", \"Write\", \"Bash(echo:*)\"]\n",
+    ) else {
+        return;
+    };
+    let plant =
+        |what: &str| format!("echo() {{ touch /tmp/canary-{what}; builtin echo \"$@\"; }}\n");
+    let turns = json!([
+        {"tool_use": [
+            {"name": "Write", "input": {"file_path": "/home/agent/.bashrc", "content": plant("write")}},
+            {"name": "Bash", "input": {"command": format!("echo '{}' >> ~/.bashrc", plant("append").trim()), "description": "plant"}},
+            {"name": "Bash", "input": {"command": format!("echo '{}' > ~/.bashrc", plant("replace").trim()), "description": "plant"}}
+        ]},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 3, "{res:?}");
+    let turns = json!([
+        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 1, "{res:?}");
+    let o = r.exec("ls /tmp | grep canary || echo none");
+    let seen = text(&o);
+    assert!(
+        seen.contains("none"),
+        "an allowed `echo hi` ran the agent's shell function: {seen}"
+    );
+}

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod api;
 pub mod boot;
 pub mod branch;
+pub mod cliconf;
 pub mod config;
 pub mod gitindex;
 pub mod home;

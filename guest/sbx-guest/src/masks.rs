@@ -137,6 +137,12 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
             eprintln!("sbx-guest: {what}");
         }
     }
+    // The user's own CLI configuration below the top, read-only (a38z).
+    if masker.agent.is_some() {
+        for e in crate::cliconf::hold_existing(&masker.root) {
+            eprintln!("sbx-guest: cannot hold {e} read-only");
+        }
+    }
     if scan {
         for p in existing(&masker) {
             if let Some(Err(e)) = masker.seen(&p) {
@@ -175,6 +181,24 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
                 EventKind::Create(_) | EventKind::Modify(notify::event::ModifyKind::Name(_))
             ) {
                 continue;
+            }
+            // An AI CLI's configuration the agent made below the top; a
+            // new directory is walked, as its own watch came after its
+            // first entries (a38z).
+            if let Some((uid, gid)) = masker.agent {
+                for p in &ev.paths {
+                    let new_dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+                    let found = std::iter::once(p.clone()).chain(if new_dir {
+                        crate::cliconf::under(&masker.root, p)
+                    } else {
+                        Vec::new()
+                    });
+                    for q in found {
+                        if let Some(what) = crate::cliconf::refuse(&masker.root, &q, uid, gid) {
+                            eprintln!("sbx-guest: {what}");
+                        }
+                    }
+                }
             }
             for p in &ev.paths {
                 match masker.seen(p) {

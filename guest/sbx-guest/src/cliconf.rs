@@ -1,0 +1,185 @@
+//! An AI CLI's project configuration below the workspace's top (a38z).
+//!
+//! Claude Code started in a directory reads `.claude/` (settings with
+//! hooks, agents, commands, skills) and `.mcp.json` (MCP servers) there,
+//! codex reads `.codex/`; the user's own CLI on the host runs what they
+//! hold. sbx-run binds the top-level ones read-only; below the top, the
+//! agent wrote `web/.claude/settings.json` with a SessionStart hook and
+//! `web/.mcp.json`, which the user's Claude Code started in `web/` ran.
+//! So the user's own ones below the top are bound read-only onto
+//! themselves when the watch starts, and one the agent makes (written,
+//! made in a new directory, renamed into place) ends the agent's
+//! processes and is renamed aside, to a name no CLI reads.
+
+use std::path::{Path, PathBuf};
+
+/// Directory names a CLI reads its project configuration from.
+const DIRS: [&str; 2] = [".claude", ".codex"];
+/// File names likewise.
+const FILES: [&str; 1] = [".mcp.json"];
+/// A walk stops after this many entries (a new tree, the start's scan).
+const MAX_WALK: usize = 200_000;
+
+/// The part of `rel` (workspace-relative) that is a CLI's configuration
+/// below the top: `web/.claude` for `web/.claude/settings.json`. `.git`
+/// is not looked in, and the top-level ones are sbx-run's mounts.
+pub fn below_top(rel: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for (i, c) in rel.components().enumerate() {
+        let n = c.as_os_str();
+        if i == 0 && n == ".git" {
+            return None;
+        }
+        out.push(n);
+        if i > 0 && (DIRS.iter().any(|d| n == *d) || FILES.iter().any(|f| n == *f)) {
+            return Some(out);
+        }
+    }
+    None
+}
+
+/// Every such path under `dir` (workspace-relative to `root`), links not
+/// followed, `.git` and what a match holds not walked.
+pub fn under(root: &Path, dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > MAX_WALK {
+                return out;
+            }
+            let p = e.path();
+            let Ok(rel) = p.strip_prefix(root) else {
+                continue;
+            };
+            if below_top(rel).is_some_and(|m| m == rel) {
+                out.push(p);
+            } else if e.file_type().is_ok_and(|t| t.is_dir()) && rel != Path::new(".git") {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Bind each of the user's own (there when the watch starts) read-only
+/// onto itself. Returns what failed.
+pub fn hold_existing(root: &Path) -> Vec<String> {
+    let Ok(r) = sbx_sys::beneath::Root::open(root) else {
+        return vec![format!("{}: cannot be opened", root.display())];
+    };
+    let mut errs = Vec::new();
+    for p in under(root, root) {
+        let Ok(rel) = p.strip_prefix(root) else {
+            continue;
+        };
+        if sbx_sys::on_readonly_mount(&p) {
+            continue;
+        }
+        let r = r
+            .open_mount_source(rel)
+            .and_then(|(fd, _)| sbx_sys::idmap::bind_onto_itself_readonly(&fd));
+        if let Err(e) = r {
+            errs.push(format!("{}: {e}", rel.display()));
+        }
+    }
+    errs
+}
+
+/// `path` (an event's) when it is, or is in, such a path the agent made:
+/// the agent's processes are killed and the path renamed aside as the
+/// agent. The user's own, held read-only, are left alone. Returns what was
+/// done.
+pub fn refuse(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let hit = below_top(rel)?;
+    let parent = hit.parent()?;
+    let name = hit.file_name()?;
+    let r = sbx_sys::beneath::Root::open(root).ok()?;
+    let d = r.dir(parent).ok()?;
+    d.kind(name).ok()??;
+    if sbx_sys::on_readonly_mount(&root.join(&hit)) {
+        return None;
+    }
+    let aside = format!(
+        "{}.sbx-refused-{}",
+        name.to_string_lossy(),
+        sbx_sys::beneath::tmp_name()
+    );
+    let rename = |to: &str| {
+        let _id = crate::api::FsId::set(uid, gid);
+        nix::fcntl::renameat(
+            std::os::fd::AsFd::as_fd(&d),
+            name,
+            std::os::fd::AsFd::as_fd(&d),
+            to,
+        )
+    };
+    // Moved first: once the agent's main process is killed the guest ends
+    // the sandbox, and this thread with it. Then once more, for one the
+    // agent made again before it was killed.
+    let moved = rename(&aside);
+    crate::gitindex::kill_uid(uid);
+    if matches!(d.kind(name), Ok(Some(_))) {
+        let _ = rename(&format!("{aside}-2"));
+    }
+    Some(format!(
+        "{}: an AI CLI's project configuration below the top, which your own CLI started there would run: the agent's processes were killed and it was {}",
+        hit.display(),
+        match moved {
+            Ok(()) => format!("renamed to {aside}"),
+            Err(e) => format!("not renamed: {e}"),
+        }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn below_the_top_only_and_never_in_git() {
+        let b = |s: &str| below_top(Path::new(s)).map(|p| p.display().to_string());
+        assert_eq!(
+            b("web/.claude/settings.json").as_deref(),
+            Some("web/.claude")
+        );
+        assert_eq!(b("a/b/.mcp.json").as_deref(), Some("a/b/.mcp.json"));
+        assert_eq!(b("x/.codex").as_deref(), Some("x/.codex"));
+        for none in [
+            ".claude/settings.json",
+            ".mcp.json",
+            ".git/x/.claude",
+            "web/claude",
+            "web/.claude.bak",
+        ] {
+            assert_eq!(b(none), None, "{none}");
+        }
+    }
+
+    #[test]
+    fn a_walk_finds_them_without_entering_them() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        for d in [
+            "web/.claude/agents",
+            "a/b/.codex",
+            ".git/c/.claude",
+            ".claude",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("web/.mcp.json"), "{}").unwrap();
+        let mut got: Vec<String> = under(root, root)
+            .iter()
+            .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(got, ["a/b/.codex", "web/.claude", "web/.mcp.json"]);
+    }
+}

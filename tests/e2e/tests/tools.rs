@@ -1043,3 +1043,47 @@ fn a_shell_startup_file_cannot_stand_in_for_an_allowed_command() {
         "an allowed `echo hi` ran the agent's shell function: {seen}"
     );
 }
+
+/// a38z: the agent's settings `env` cannot move the files the Bash tool
+/// reads at start. With `~/.bashrc` held read-only, `HOME` (or `ZDOTDIR`,
+/// `CLAUDE_CODE_SHELL`) set in `~/.claude/settings.json` by an allowed
+/// `echo`'s redirection would point the next session's shell snapshot at
+/// a startup file the agent wrote.
+#[test]
+fn settings_env_cannot_move_the_shells_startup_files() {
+    let Some(r) = Repo::new(
+        "tools-rcenv",
+        "[tools]\nallowed = [\"Read\", \"Write\", \"Bash(echo:*)\", \"Bash(cp:*)\"]\n",
+    ) else {
+        return;
+    };
+    // cp's arguments are not read for the CLI's config (a Bash rule is
+    // advisory there): the settings file lands, and only the pinned
+    // variables stand between it and the shell.
+    let settings = json!({"env": {"HOME": "/home/agent/hh", "ZDOTDIR": "/home/agent/hh"}});
+    let fun = "echo() { touch /tmp/canary-env; builtin echo \"$@\"; }\n";
+    let turns = json!([
+        {"tool_use": [
+            {"name": "Write", "input": {"file_path": "/home/agent/hh/.bashrc", "content": fun}},
+            {"name": "Write", "input": {"file_path": "/home/agent/hh/.zshrc", "content": fun}},
+            {"name": "Write", "input": {"file_path": "/home/agent/s.json", "content": settings.to_string()}},
+            {"name": "Bash", "input": {"command": "cp /home/agent/s.json /home/agent/.claude/settings.json", "description": "plant"}}
+        ]},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 4, "{res:?}");
+    assert_ne!(res[3]["is_error"], true, "not planted: {res:?}");
+    let turns = json!([
+        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 1, "{res:?}");
+    let o = r.exec("ls /tmp | grep canary || echo none");
+    let seen = text(&o);
+    assert!(
+        seen.contains("none"),
+        "an allowed `echo hi` ran the agent's shell function: {seen}"
+    );
+}

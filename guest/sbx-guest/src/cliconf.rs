@@ -67,6 +67,56 @@ pub fn under(root: &Path, dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// A thread that walks each directory sent to it now, 100 ms and 1 s
+/// later, refusing what it finds: a new directory's recursive watch
+/// comes after its first entries (`mv` from another filesystem makes
+/// `deep/.codex` and its file before the watch on `deep` is up). One
+/// thread, whatever the number of new directories.
+pub fn rewalker(root: PathBuf, uid: u32, gid: u32) -> std::sync::mpsc::Sender<PathBuf> {
+    use std::time::{Duration, Instant};
+    let (tx, rx) = std::sync::mpsc::channel::<PathBuf>();
+    std::thread::spawn(move || {
+        let mut due: std::collections::VecDeque<(Instant, PathBuf, u8)> = Default::default();
+        loop {
+            let wait = due
+                .front()
+                .map(|(t, _, _)| t.saturating_duration_since(Instant::now()));
+            let got = match wait {
+                Some(w) => rx
+                    .recv_timeout(w)
+                    .map_err(|e| matches!(e, std::sync::mpsc::RecvTimeoutError::Disconnected)),
+                None => rx.recv().map_err(|_| true),
+            };
+            match got {
+                Ok(dir) => due.push_back((Instant::now(), dir, 0)),
+                Err(true) => return,
+                Err(false) => {}
+            }
+            while due.front().is_some_and(|(t, _, _)| *t <= Instant::now()) {
+                let Some((_, dir, stage)) = due.pop_front() else {
+                    break;
+                };
+                for q in under(&root, &dir) {
+                    if let Some(what) = refuse(&root, &q, uid, gid) {
+                        eprintln!("sbx-guest: {what}");
+                    }
+                }
+                let next = match stage {
+                    0 => Some(Duration::from_millis(100)),
+                    1 => Some(Duration::from_millis(900)),
+                    _ => None,
+                };
+                if let Some(n) = next {
+                    // Kept in time order, the next due in front.
+                    due.push_back((Instant::now() + n, dir, stage + 1));
+                    due.make_contiguous().sort_by_key(|(t, _, _)| *t);
+                }
+            }
+        }
+    });
+    tx
+}
+
 /// Bind each of the user's own (there when the watch starts) read-only
 /// onto itself. Returns what failed.
 pub fn hold_existing(root: &Path) -> Vec<String> {

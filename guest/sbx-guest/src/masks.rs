@@ -150,6 +150,10 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
             }
         }
     }
+    let rewalk = masker
+        .agent
+        .map(|(uid, gid)| crate::cliconf::rewalker(masker.root.clone(), uid, gid))
+        .unwrap_or_else(|| std::sync::mpsc::channel::<PathBuf>().0);
     std::thread::spawn(move || {
         let _keep = w;
         for ev in rx.into_iter().flatten() {
@@ -176,29 +180,30 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
                     }
                 }
             }
+            // An AI CLI's configuration the agent made below the top, seen
+            // by any event in it (a write, a copy's attribute change). A
+            // new directory is walked now and twice more: the recursive
+            // watch on it comes after its first entries (a38z).
+            if let Some((uid, gid)) = masker.agent {
+                for p in &ev.paths {
+                    if let Some(what) = crate::cliconf::refuse(&masker.root, p, uid, gid) {
+                        eprintln!("sbx-guest: {what}");
+                    }
+                    let new_dir = matches!(
+                        ev.kind,
+                        EventKind::Create(_)
+                            | EventKind::Modify(notify::event::ModifyKind::Name(_))
+                    ) && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+                    if new_dir {
+                        let _ = rewalk.send(p.clone());
+                    }
+                }
+            }
             if !matches!(
                 ev.kind,
                 EventKind::Create(_) | EventKind::Modify(notify::event::ModifyKind::Name(_))
             ) {
                 continue;
-            }
-            // An AI CLI's configuration the agent made below the top; a
-            // new directory is walked, as its own watch came after its
-            // first entries (a38z).
-            if let Some((uid, gid)) = masker.agent {
-                for p in &ev.paths {
-                    let new_dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
-                    let found = std::iter::once(p.clone()).chain(if new_dir {
-                        crate::cliconf::under(&masker.root, p)
-                    } else {
-                        Vec::new()
-                    });
-                    for q in found {
-                        if let Some(what) = crate::cliconf::refuse(&masker.root, &q, uid, gid) {
-                            eprintln!("sbx-guest: {what}");
-                        }
-                    }
-                }
             }
             for p in &ev.paths {
                 match masker.seen(p) {

@@ -567,7 +567,7 @@ pub fn links_in_git(root: &Path) -> Vec<std::path::PathBuf> {
 
 /// SIGKILL every process whose real, effective or saved uid is `uid`,
 /// until none is left (a fork in between is caught by the next pass).
-fn kill_uid(uid: u32) {
+pub(crate) fn kill_uid(uid: u32) {
     use nix::sys::signal::{Signal, kill};
     for _ in 0..50 {
         let mut found = false;

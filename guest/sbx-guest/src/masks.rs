@@ -140,6 +140,10 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
     let mut gitlinks = crate::gitindex::Gitlinks::default();
     if let Some((uid, gid)) = masker.agent {
         gitlinks = recheck_git(&masker.root, uid, gid);
+        // The user's own CLI configuration below the top, read-only (a38z).
+        for e in crate::cliconf::hold_existing(&masker.root) {
+            eprintln!("sbx-guest: cannot hold {e} read-only");
+        }
     }
     if scan {
         for p in existing(&masker) {
@@ -148,6 +152,10 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
             }
         }
     }
+    let rewalk = masker
+        .agent
+        .map(|(uid, gid)| crate::cliconf::rewalker(masker.root.clone(), uid, gid))
+        .unwrap_or_else(|| std::sync::mpsc::channel::<PathBuf>().0);
     std::thread::spawn(move || {
         let _keep = w;
         // A directory made above a gitlink is watched only once its event
@@ -206,6 +214,25 @@ pub fn watch(mut masker: Masker, scan: bool) -> Result<Option<String>, String> {
                     }
                     if let Some(what) = crate::gitindex::check_link(&masker.root, p, uid, gid) {
                         eprintln!("sbx-guest: {what}");
+                    }
+                }
+            }
+            // An AI CLI's configuration the agent made below the top, seen
+            // by any event in it (a write, a copy's attribute change). A
+            // new directory is walked now and twice more: the recursive
+            // watch on it comes after its first entries (a38z).
+            if let Some((uid, gid)) = masker.agent {
+                for p in &ev.paths {
+                    if let Some(what) = crate::cliconf::refuse(&masker.root, p, uid, gid) {
+                        eprintln!("sbx-guest: {what}");
+                    }
+                    let new_dir = matches!(
+                        ev.kind,
+                        EventKind::Create(_)
+                            | EventKind::Modify(notify::event::ModifyKind::Name(_))
+                    ) && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+                    if new_dir {
+                        let _ = rewalk.send(p.clone());
                     }
                 }
             }

@@ -718,6 +718,16 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 }
             }
             fx.marks.push(("home", t0.elapsed()));
+            // Under [tools], the shell's startup files are not the agent's:
+            // what they define runs in place of the commands the checker
+            // reads (rcfiles.rs).
+            if ws_config.tools.is_some() {
+                if let Err(e) = pin_startup_files(paths, agent) {
+                    warnings.push(format!(
+                        "the shell's startup files in the home are not held read-only: {e}"
+                    ));
+                }
+            }
             // The workspace's [guest.services]: the agent's uid, never root.
             for (name, svc) in &ws_config.guest.services {
                 if file.services.contains_key(name) {
@@ -1038,6 +1048,27 @@ fn start_api(
     });
     std::thread::spawn(move || crate::api::serve(listener, server));
     Ok(())
+}
+
+/// Bind the image's startup files over the agent's (rcfiles.rs).
+fn pin_startup_files(paths: &Paths, agent: &Agent) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let empty = paths.run_dir.join("empty-rc");
+    // Made anew: a restarted container's 0444 file cannot be opened for
+    // writing by root without CAP_DAC_OVERRIDE.
+    let _ = std::fs::remove_file(&empty);
+    std::fs::write(&empty, b"").map_err(|e| format!("{}: {e}", empty.display()))?;
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o444))
+        .map_err(|e| e.to_string())?;
+    crate::rcfiles::pin_all(
+        &agent.home,
+        agent.uid,
+        agent.gid,
+        &mut crate::rcfiles::BindPinner {
+            skel: Path::new("/etc/skel"),
+            empty: &empty,
+        },
+    )
 }
 
 /// Watch the workspace (`SBX_WORKSPACE`) for new secret files.

@@ -1003,3 +1003,125 @@ fn a_write_to_the_clis_own_config_is_refused_under_a_bash_ban() {
         "the CLI ran commands the agent wrote into its config: {seen}"
     );
 }
+
+/// a38z: the shell's startup files are the CLI's configuration too.
+/// Claude Code's Bash tool snapshots the functions and aliases of
+/// `~/.bashrc` when a session starts and runs every command after them, so
+/// a function the agent planted there runs in place of the command the
+/// checker read and the audit log records. Under an allow list of `echo`
+/// and Write, the agent plants `echo` (with Write, and with echo's own
+/// redirection); the next session's `echo hi` must run echo.
+#[test]
+fn a_shell_startup_file_cannot_stand_in_for_an_allowed_command() {
+    let Some(r) = Repo::new(
+        "tools-rcfile",
+        "[tools]\nallowed = [\"Read\", \"Write\", \"Bash(echo:*)\"]\n",
+    ) else {
+        return;
+    };
+    let plant =
+        |what: &str| format!("echo() {{ touch /tmp/canary-{what}; builtin echo \"$@\"; }}\n");
+    let turns = json!([
+        {"tool_use": [
+            {"name": "Write", "input": {"file_path": "/home/agent/.bashrc", "content": plant("write")}},
+            {"name": "Bash", "input": {"command": format!("echo '{}' >> ~/.bashrc", plant("append").trim()), "description": "plant"}},
+            {"name": "Bash", "input": {"command": format!("echo '{}' > ~/.bashrc", plant("replace").trim()), "description": "plant"}}
+        ]},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 3, "{res:?}");
+    let turns = json!([
+        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 1, "{res:?}");
+    let o = r.exec("ls /tmp | grep canary || echo none");
+    let seen = text(&o);
+    assert!(
+        seen.contains("none"),
+        "an allowed `echo hi` ran the agent's shell function: {seen}"
+    );
+}
+
+/// a38z: the agent's settings `env` cannot move the files the Bash tool
+/// reads at start. With `~/.bashrc` held read-only, `HOME` (or `ZDOTDIR`,
+/// `CLAUDE_CODE_SHELL`) set in `~/.claude/settings.json` by an allowed
+/// `echo`'s redirection would point the next session's shell snapshot at
+/// a startup file the agent wrote.
+#[test]
+fn settings_env_cannot_move_the_shells_startup_files() {
+    let Some(r) = Repo::new(
+        "tools-rcenv",
+        "[tools]\nallowed = [\"Read\", \"Write\", \"Bash(echo:*)\", \"Bash(cp:*)\"]\n",
+    ) else {
+        return;
+    };
+    // cp's arguments are not read for the CLI's config (a Bash rule is
+    // advisory there): the settings file lands, and only the pinned
+    // variables stand between it and the shell.
+    let settings = json!({"env": {"HOME": "/home/agent/hh", "ZDOTDIR": "/home/agent/hh"}});
+    let fun = "echo() { touch /tmp/canary-env; builtin echo \"$@\"; }\n";
+    let turns = json!([
+        {"tool_use": [
+            {"name": "Write", "input": {"file_path": "/home/agent/hh/.bashrc", "content": fun}},
+            {"name": "Write", "input": {"file_path": "/home/agent/hh/.zshrc", "content": fun}},
+            {"name": "Write", "input": {"file_path": "/home/agent/s.json", "content": settings.to_string()}},
+            {"name": "Bash", "input": {"command": "cp /home/agent/s.json /home/agent/.claude/settings.json", "description": "plant"}}
+        ]},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 4, "{res:?}");
+    assert_ne!(res[3]["is_error"], true, "not planted: {res:?}");
+    let turns = json!([
+        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 1, "{res:?}");
+    let o = r.exec("ls /tmp | grep canary || echo none");
+    let seen = text(&o);
+    assert!(
+        seen.contains("none"),
+        "an allowed `echo hi` ran the agent's shell function: {seen}"
+    );
+}
+
+/// a38z: Claude Code keeps the session's shell snapshot in
+/// `~/.claude/shell-snapshots/` and sources it before every Bash command:
+/// an allowed `echo`'s redirection appending a function there makes the
+/// next `echo hi` of the same session run something else.
+#[test]
+fn the_sessions_shell_snapshot_cannot_be_rewritten_by_an_allowed_command() {
+    let Some(r) = Repo::new(
+        "tools-snapshot",
+        "[tools]\nallowed = [\"Read\", \"Bash(echo:*)\"]\n",
+    ) else {
+        return;
+    };
+    let fun = "echo() { touch /tmp/canary-snap; builtin echo \"$@\"; }";
+    let turns = json!([
+        {"tool_use": {"name": "Bash", "input": {"command": "echo warm", "description": "warm"}}},
+        {"tool_use": {"name": "Bash", "input": {"command": format!("echo '{fun}' >> ~/.claude/shell-snapshots/snapshot-bash-*"), "description": "plant"}}},
+        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 3, "{res:?}");
+    assert_eq!(res[1]["is_error"], true, "planted: {res:?}");
+    assert!(content(&res[1]).contains("shell snapshot"), "{res:?}");
+    assert!(
+        r.tool_records(true)
+            .iter()
+            .any(|d| d["policy"] == "tools.cli-config" && d["operation"] == "Bash"),
+        "no record of the refusal"
+    );
+    let o = r.exec("ls /tmp | grep canary || echo none");
+    let seen = text(&o);
+    assert!(
+        seen.contains("none"),
+        "an allowed `echo hi` ran the agent's shell function: {seen}"
+    );
+}

@@ -309,6 +309,31 @@ pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Bind the object `target` (an O_PATH fd) read-only onto itself: what is
+/// there stays readable, nothing can write it, and as a mount point it can
+/// be neither renamed nor removed. The fd is the source too, so no name is
+/// looked up again.
+pub fn bind_onto_itself_readonly(target: &OwnedFd) -> io::Result<()> {
+    let tree = open_tree(target.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint)?;
+    readonly(&tree)?;
+    let empty = c"";
+    // SAFETY: both fds are open; "" with the EMPTY_PATH flags names them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -121,13 +121,30 @@ impl Policy {
         // unaudited (issue 38, a38y).
         if self.depends_on_tools()
             && (writing_tools().contains(&tool) || class == Some(Class::Edit))
-            && let Some(p) = call.paths.iter().find(|p| cli_config(p))
+            && let Some(p) = call
+                .paths
+                .iter()
+                .find(|p| cli_config(p) || shell_startup(p))
         {
             return Decision::Block {
                 key: Key::CliConfig,
                 reason: format!(
                     "{tool} of {} is refused: it is an AI CLI's own configuration, whose hooks, MCP servers and helper commands the CLI runs without asking this hook, and [tools] has rules for shells or files",
                     p.display()
+                ),
+            };
+        }
+        // The same files through a shell call's redirections: an allowed
+        // `echo … >> ~/.claude/shell-snapshots/snapshot-bash-*` made the
+        // session's next `echo hi` run a function (a38z).
+        if self.depends_on_tools()
+            && let Some(w) = call.cli_config_write(self.tools.allowed.is_some())
+        {
+            return Decision::Block {
+                key: Key::CliConfig,
+                reason: format!(
+                    "{} is refused: it writes {w}, which may be an AI CLI's own configuration or its shell snapshot, whose commands the CLI runs without asking this hook; write the file's name out literally, outside .claude/",
+                    call.what()
                 ),
             };
         }
@@ -428,6 +445,29 @@ fn covers(rule: &str, tool: &str, class: Option<Class>) -> bool {
         }
 }
 
+/// Whether `p` is a startup file bash or zsh reads in the agent's home,
+/// where Claude Code's Bash tool takes its functions from (a38z).
+fn shell_startup(p: &Path) -> bool {
+    p.parent() == Some(Path::new("/home/agent"))
+        && p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| SHELL_STARTUP.contains(&n))
+}
+
+/// bash's and zsh's startup files (sbx-guest's rcfiles.rs holds them).
+const SHELL_STARTUP: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".bash_logout",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+];
+
 /// What a call acts on, from its input.
 /// Whether `p` (absolute, normalized) is where Claude Code or codex read
 /// their settings, hooks, MCP servers, agents, commands or skills: a
@@ -461,6 +501,9 @@ struct Call<'a> {
     unknown: Option<String>,
     /// File tools: the path argument, absolute and normalized.
     paths: Vec<PathBuf>,
+    /// Bash: the files its redirections write.
+    writes: Vec<shell::Word>,
+    cwd: PathBuf,
     host: Option<String>,
     whole: String,
 }
@@ -470,6 +513,7 @@ impl<'a> Call<'a> {
         let s = |k: &str| input.get(k).and_then(Value::as_str);
         let mut commands = Vec::new();
         let mut unknown = None;
+        let mut writes = Vec::new();
         let mut paths = Vec::new();
         let mut host = None;
         let mut whole = String::new();
@@ -479,6 +523,7 @@ impl<'a> Call<'a> {
                     let script = shell::analyze(c);
                     commands = script.commands;
                     unknown = script.unknown;
+                    writes = script.writes;
                     whole = c.to_owned();
                 } else if input.get(field).is_some() {
                     unknown = Some(format!("its {field} is not a string"));
@@ -512,9 +557,45 @@ impl<'a> Call<'a> {
             commands,
             unknown,
             paths,
+            writes,
+            cwd: cwd.to_path_buf(),
             host,
             whole,
         }
+    }
+
+    /// A file this shell call's redirections write that is, or may be, an
+    /// AI CLI's own configuration or the shell's snapshot of it: a literal
+    /// one that `cli_config` names, a pattern whose text names one
+    /// (`~/.claude/shell-snapshots/snapshot-bash-*`), or, under an allow
+    /// list, one the shell computes (`> "$F"`).
+    fn cli_config_write(&self, strict: bool) -> Option<String> {
+        for w in &self.writes {
+            let text = match w {
+                shell::Word::Lit(t) | shell::Word::Pattern(t) => t,
+                shell::Word::Dynamic if strict => {
+                    return Some("a file whose name the shell computes".into());
+                }
+                shell::Word::Dynamic => continue,
+            };
+            // `~` is the agent's home (HOME is pinned by the managed
+            // settings); `~user` is another's.
+            let expanded = match text.strip_prefix('~') {
+                Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                    format!("/home/agent{rest}")
+                }
+                _ => text.clone(),
+            };
+            let lexical = normalize(&self.cwd, Path::new(&expanded));
+            let real = resolve(&self.cwd.join(&expanded));
+            if std::iter::once(lexical)
+                .chain(real)
+                .any(|p| cli_config(&p) || shell_startup(&p))
+            {
+                return Some(text.clone());
+            }
+        }
+        None
     }
 
     fn what(&self) -> String {

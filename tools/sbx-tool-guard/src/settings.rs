@@ -36,6 +36,9 @@ pub fn managed(cfg: &Config, workspace: &str) -> Option<Value> {
     for v in PINNED_ENV {
         env.insert((*v).into(), "".into());
     }
+    for (k, v) in PINNED_PLACES {
+        env.insert((*k).into(), (*v).into());
+    }
     // allowManagedHooksOnly: hooks from the agent's own settings files
     // (which it can write) do not run beside ours; disableAllHooks there
     // cannot switch ours off either way (tests/e2e/tests/tools.rs).
@@ -93,6 +96,19 @@ pub const PINNED_ENV: &[&str] = &[
     "PROMPT_COMMAND",
     "NODE_OPTIONS",
     "CLAUDE_CODE_SHELL_PREFIX",
+];
+
+/// Variables that say where the CLI's Bash tool finds the shell and the
+/// startup files its snapshot reads, set to the image's own: the agent's
+/// settings `env` moved `HOME` to a directory it wrote a `.bashrc` in, and
+/// a function there ran in place of an allowed `echo` (a38z; the home's
+/// own startup files are read-only under `[tools]`, sbx-guest's
+/// rcfiles.rs). The home is the volume sbx-run mounts at /home/agent.
+pub const PINNED_PLACES: &[(&str, &str)] = &[
+    ("HOME", "/home/agent"),
+    ("ZDOTDIR", "/home/agent"),
+    ("SHELL", "/bin/bash"),
+    ("CLAUDE_CODE_SHELL", "/bin/bash"),
 ];
 
 /// Where Codex reads the requirements an admin sets.
@@ -157,6 +173,8 @@ mod tests {
         assert_eq!(h["args"], json!(["check", "--workspace", "/workspace"]));
         assert_eq!(h["onFailure"], "block");
         assert_eq!(v["env"]["LD_LIBRARY_PATH"], "");
+        assert_eq!(v["env"]["HOME"], "/home/agent");
+        assert_eq!(v["env"]["CLAUDE_CODE_SHELL"], "/bin/bash");
         let none = sbx_core::config::parse_toml("", Path::new("c.toml")).unwrap();
         assert!(managed(&none, "/workspace").is_none());
     }

@@ -49,6 +49,8 @@ pub struct Script {
     /// Why what runs cannot be known from the text (a parse error, a shell
     /// reading its script from stdin, `eval "$x"`); the first reason.
     pub unknown: Option<String>,
+    /// The files its redirections write (`>`, `>>`, `>|`, `<>`, `&>`).
+    pub writes: Vec<Word>,
 }
 
 /// A longer command is not parsed: the hook has 30 s, and a timed-out hook
@@ -230,9 +232,20 @@ impl Walker {
 
     fn redirect(&mut self, r: &IoRedirect) {
         match r {
-            IoRedirect::File(_, _, t) => match t {
+            IoRedirect::File(_, kind, t) => match t {
                 IoFileRedirectTarget::Filename(w) | IoFileRedirectTarget::Duplicate(w) => {
-                    self.word(&w.value);
+                    use brush_parser::ast::IoFileRedirectKind as K;
+                    let target = self.word(&w.value);
+                    let writes = match kind {
+                        K::Write | K::Append | K::ReadAndWrite | K::Clobber => true,
+                        // `>&FILE`: a file unless a descriptor number or `-`.
+                        K::DuplicateOutput => !matches!(&target, Word::Lit(l)
+                            if l == "-" || l.bytes().all(|b| b.is_ascii_digit())),
+                        _ => false,
+                    };
+                    if writes {
+                        self.out.writes.push(target);
+                    }
                 }
                 IoFileRedirectTarget::ProcessSubstitution(_, s) => self.list(&s.list),
                 IoFileRedirectTarget::Fd(_) => {}
@@ -248,9 +261,14 @@ impl Walker {
                     }
                 }
             }
-            IoRedirect::HereString(_, w) | IoRedirect::OutputAndError(w, _) => {
+            IoRedirect::HereString(_, w) => {
                 let w = self.word(&w.value);
                 self.subscript_text(&w);
+            }
+            IoRedirect::OutputAndError(w, _) => {
+                let w = self.word(&w.value);
+                self.subscript_text(&w);
+                self.out.writes.push(w);
             }
         }
     }

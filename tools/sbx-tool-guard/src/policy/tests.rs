@@ -540,3 +540,52 @@ fn writes_to_the_clis_own_config_are_refused_under_tool_rules() {
         None
     );
 }
+
+#[test]
+fn redirections_into_the_clis_config_are_refused_under_bash_rules() {
+    let cfg = Some(Key::CliConfig);
+    let strict = policy("[tools]\nallowed = [\"Read\", \"Bash(echo:*)\"]\n");
+    let bash = |c: &str| json!({ "command": c });
+    for c in [
+        "echo 'echo() { :; }' >> ~/.claude/shell-snapshots/snapshot-bash-*",
+        "echo '{}' > ~/.claude/settings.json",
+        "echo x > /home/agent/.claude.json",
+        "echo x >| ~/.bashrc",
+        "echo x &> web/.mcp.json",
+        "echo x 2>> ../workspace/.claude/x",
+        "echo x >& ~/.codex/config.toml",
+        "echo x > \"$F\"",
+        "echo x > $(echo ~/.claude)/settings.json",
+    ] {
+        assert_eq!(d(&strict, "Bash", bash(c)), cfg, "{c}");
+    }
+    for c in [
+        "echo x > out.txt",
+        "echo x >> /tmp/log",
+        "echo x 2>&1",
+        "echo x >&2",
+    ] {
+        assert_eq!(d(&strict, "Bash", bash(c)), None, "{c}");
+    }
+    // A deny list: computed targets are the shell's, literal ones checked.
+    let loose = policy("[tools]\ndisallowed = [\"Bash(curl:*)\"]\n");
+    assert_eq!(d(&loose, "Bash", bash("echo x > \"$F\"")), None);
+    assert_eq!(
+        d(&loose, "Bash", bash("echo x > ~/.claude/settings.json")),
+        cfg
+    );
+    assert_eq!(
+        d(
+            &loose,
+            "Write",
+            json!({"file_path": "/home/agent/.bashrc", "content": "x"})
+        ),
+        cfg
+    );
+    // No rule on shells or files: nothing to protect.
+    let none = policy("[tools]\ndisallowed = [\"WebFetch\"]\n");
+    assert_eq!(
+        d(&none, "Bash", bash("echo x > ~/.claude/settings.json")),
+        None
+    );
+}

@@ -30,3 +30,19 @@ pub fn point(name: &str) {
 #[cfg(not(feature = "test-hooks"))]
 #[inline(always)]
 pub fn point(_: &str) {}
+
+/// This machine's wall clock; with the `test-hooks` feature,
+/// `SBX_BACKUP_TEST_CLOCK_SECS=N` moves it N seconds (negative: back), as
+/// a clock set wrong would.
+pub fn wall_clock() -> std::time::SystemTime {
+    let now = std::time::SystemTime::now();
+    #[cfg(feature = "test-hooks")]
+    if let Some(n) = std::env::var("SBX_BACKUP_TEST_CLOCK_SECS")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+    {
+        let d = std::time::Duration::from_secs(n.unsigned_abs());
+        return if n < 0 { now - d } else { now + d };
+    }
+    now
+}

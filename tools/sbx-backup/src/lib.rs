@@ -105,7 +105,7 @@ pub struct PruneArgs {
     /// Keep the N newest snapshots (the newest is always kept).
     #[arg(long, value_name = "N")]
     pub keep_last: Option<u32>,
-    /// Keep snapshots created within DURATION (e.g. 7d).
+    /// Keep snapshots created within DURATION (e.g. 7d) of the newest one.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub keep_within: Option<Duration>,
     /// Report what would go; delete nothing.

@@ -316,7 +316,10 @@ async fn prune_locked(
     for id in &ids {
         ms.push(crate::restore::load(remote, Some(id)).await?);
     }
-    let now = SystemTime::now();
+    // --keep-within counts back from the newest snapshot (by order, not
+    // time), as restic's does: this machine's clock, set years ahead or
+    // behind, would keep too little or everything.
+    let newest = ms.last().and_then(created_unix);
     let n = ms.len();
     let keep = |i: usize, m: &Manifest| -> bool {
         if o.keep_last.is_none() && o.keep_within.is_none() {
@@ -326,7 +329,9 @@ async fn prune_locked(
         i + 1 == n
             || o.keep_last.is_some_and(|k| i + (k as usize) >= n)
             || o.keep_within.is_some_and(|d| {
-                created_unix(m).is_none_or(|t| now.duration_since(t).unwrap_or_default() <= d)
+                created_unix(m)
+                    .zip(newest)
+                    .is_none_or(|(t, top)| top.duration_since(t).unwrap_or_default() <= d)
             })
     };
     let (kept, removed): (Vec<_>, Vec<_>) =

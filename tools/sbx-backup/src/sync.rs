@@ -1263,7 +1263,7 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         version: manifest::VERSION,
         id: crate::store::seq_id(seq),
         // For people and --keep-within only; order is `seq`.
-        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        created: humantime::format_rfc3339_seconds(crate::hook::wall_clock()).to_string(),
         entries: located,
         skipped: rep.skipped.clone(),
         packs,

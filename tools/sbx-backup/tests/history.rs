@@ -224,6 +224,31 @@ fn a_clock_that_ran_ahead_never_outranks_a_new_snapshot() {
     assert_eq!(e.restored("to"), tree(&e.home()));
 }
 
+/// Route 1, retention: `--keep-within` counted back from this machine's
+/// clock, so a prune on a machine set a year ahead removed every snapshot
+/// but the newest. It counts back from the newest snapshot now.
+#[test]
+fn keep_within_counts_back_from_the_newest_snapshot_not_this_clock() {
+    let e = Env::new("[backup]\nkeep = 10\n");
+    for v in [b"v1\n", b"v2\n", b"v3\n"] {
+        w(&e.home().join("notes"), v);
+        e.ok(&["sync"]);
+    }
+    assert_eq!(e.snapshots().len(), 3);
+    let args = ["prune", "--keep-last", "1", "--keep-within", "1h"];
+    let o = e
+        .cmd_for("home", "state", &args)
+        .env("SBX_BACKUP_TEST_CLOCK_SECS", "31536000")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        e.snapshots().len(),
+        3,
+        "a clock a year ahead pruned snapshots made seconds ago"
+    );
+}
+
 /// Route 8: a pass that walked before an edit but commits after a manual
 /// sync must not become the newest snapshot (with keep = 1 its retention
 /// deleted the manual sync's snapshot, the only one with the edit).

@@ -2,7 +2,8 @@
 //! (commit subjects, file names, chat text, audit fields) must never reach the
 //! user's terminal as control sequences: an ESC or a C1 CSI (0x9b) can erase
 //! lines, draw fake ones or set the window title. JSON output keeps the raw
-//! string (serde escapes controls); text output goes through here.
+//! string (serde escapes controls); text output goes through here. Unicode
+//! bidi controls and line separators are escaped the same way.
 
 use std::borrow::Cow;
 
@@ -30,6 +31,12 @@ pub fn bytes(b: &[u8]) -> String {
 fn is_control(c: char, keep_lines: bool) -> bool {
     match c {
         '\n' | '\t' => !keep_lines,
+        // Bidi embeddings, overrides and isolates reorder what follows
+        // on the line ("Trojan Source"): an agent's field could make a
+        // record read as another's (the marks, which right-to-left text
+        // uses, cannot). Line and paragraph separators break a line
+        // where the reader expects none.
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}' => true,
         c => c.is_control(), // C0, DEL and C1 (Unicode category Cc)
     }
 }
@@ -80,6 +87,9 @@ mod tests {
             ("\u{9b}31m", "\\u{9b}31m"),
             ("\u{85}", "\\u{85}"),
             ("x\\y\x1b", "x\\\\y\\e"),
+            ("ok\u{202e}gnp.exe", "ok\\u{202e}gnp.exe"),
+            ("\u{2066}a\u{2069}", "\\u{2066}a\\u{2069}"),
+            ("a\u{2028}b", "a\\u{2028}b"),
         ];
         for (raw, shown) in cases {
             assert_eq!(field(raw), shown, "{raw:?}");

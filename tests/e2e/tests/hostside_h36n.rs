@@ -287,9 +287,11 @@ fn an_index_offset_table_never_hides_an_entry() {
         "the user's git wrote an entry hidden behind the agent's offset table: agent {} / git {outs:?}",
         text(&o)
     );
+    // The guest ends the agent's processes when it refuses the index,
+    // often before the shell's echo: the index moved aside is the proof.
     assert!(
-        text(&o).contains("index: 0") && repo.path.join(".git/index.sbx-refused").is_file(),
-        "{}",
+        repo.path.join(".git/index.sbx-refused").is_file(),
+        "the guest never refused the agent's index: {}",
         text(&o)
     );
 }

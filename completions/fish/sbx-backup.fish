@@ -146,7 +146,7 @@ complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -s v -l ver
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand check" -s h -l help -d 'Print help'
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l keep-last -d 'Keep the N newest snapshots (the newest is always kept)' -r
-complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l keep-within -d 'Keep snapshots created within DURATION (e.g. 7d)' -r
+complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l keep-within -d 'Keep snapshots created within DURATION (e.g. 7d) of the newest one' -r
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l wait -d 'How long to wait for running syncs to finish' -r
 complete -c sbx-backup -n "__fish_sbx_backup_using_subcommand prune" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''

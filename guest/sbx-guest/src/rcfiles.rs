@@ -18,18 +18,7 @@ use nix::fcntl::OFlag;
 use sbx_sys::beneath::{Dir, Kind};
 
 /// The files bash and zsh read at start and Claude Code's snapshot reads.
-pub const STARTUP: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".bash_logout",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".zlogout",
-];
+use sbx_core::SHELL_STARTUP as STARTUP;
 
 /// How a pinned file is mounted (a read-only bind in the real guest).
 pub trait Pinner {

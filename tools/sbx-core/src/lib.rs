@@ -44,6 +44,22 @@ pub fn sanitize_branch(branch: &str) -> String {
 pub const GIT_MERGE_STRATEGIES: &[&str] =
     &["octopus", "ort", "ours", "recursive", "resolve", "subtree"];
 
+/// The files bash and zsh read at start in a home, which Claude Code's
+/// shell snapshot also reads: the guest pins them under `[tools]` and the
+/// checker refuses writes to them.
+pub const SHELL_STARTUP: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".bash_logout",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+];
+
 #[cfg(test)]
 mod tests {
     #[test]

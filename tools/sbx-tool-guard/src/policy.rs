@@ -451,22 +451,8 @@ fn shell_startup(p: &Path) -> bool {
     p.parent() == Some(Path::new("/home/agent"))
         && p.file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| SHELL_STARTUP.contains(&n))
+            .is_some_and(|n| sbx_core::SHELL_STARTUP.contains(&n))
 }
-
-/// bash's and zsh's startup files (sbx-guest's rcfiles.rs holds them).
-const SHELL_STARTUP: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".bash_logout",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".zlogout",
-];
 
 /// What a call acts on, from its input.
 /// Whether `p` (absolute, normalized) is where Claude Code or codex read

@@ -290,23 +290,7 @@ pub fn mount_of(path: &Path) -> Option<MountInfo> {
 /// could change in between.
 pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
     let tree = clone_tree(source)?;
-    readonly(&tree)?;
-    let empty = c"";
-    // SAFETY: both fds are open; "" with the EMPTY_PATH flags names them.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            target.as_raw_fd(),
-            empty.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    move_readonly_onto(&tree, target)
 }
 
 /// Bind the object `target` (an O_PATH fd) read-only onto itself: what is
@@ -315,7 +299,13 @@ pub fn bind_readonly_at(source: &Path, target: &OwnedFd) -> io::Result<()> {
 /// looked up again.
 pub fn bind_onto_itself_readonly(target: &OwnedFd) -> io::Result<()> {
     let tree = open_tree(target.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint)?;
-    readonly(&tree)?;
+    move_readonly_onto(&tree, target)
+}
+
+/// Make the detached mount `tree` read-only and attach it on the object
+/// `target` is open on.
+fn move_readonly_onto(tree: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    readonly(tree)?;
     let empty = c"";
     // SAFETY: both fds are open; "" with the EMPTY_PATH flags names them.
     let r = unsafe {

@@ -48,7 +48,14 @@ impl Env {
         c
     }
     fn run(&self, args: &[&str]) -> Output {
-        self.cmd_for("home", "state", args).output().unwrap()
+        self.run_with(&[], args)
+    }
+    /// `run`, with more variables in the process's environment.
+    fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
+        self.cmd_for("home", "state", args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
     }
     fn ok(&self, args: &[&str]) -> serde_json::Value {
         let o = self.run(args);
@@ -868,13 +875,7 @@ fn a_prune_marker_created_below_a_newer_one_is_made_again_on_top() {
         &["prune", "--keep-last", "1"],
     );
     signal(&a, "STOP");
-    let run = |args: &[&str], env: &[(&str, &str)]| {
-        e.cmd_for("home", "state", args)
-            .envs(lease)
-            .envs(env.iter().copied())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str], env: &[(&str, &str)]| e.run_with(&[&lease[..], env].concat(), args);
     // Two prunes, each with a pack a killed sync left to delete; the
     // second removes the first one's marker.
     for orphan in ["o1", "o2"] {
@@ -920,13 +921,7 @@ fn a_prune_marker_created_below_a_newer_one_is_made_again_on_top() {
 fn a_second_prune_marker_still_names_what_a_paused_prune_deletes() {
     let e = Env::new("[backup]\nkeep = 5\n");
     let lease = [("SBX_BACKUP_TEST_LEASE_SECS", "2")];
-    let f = e.home().join("f");
-    w(&f, b"a small file the paused prune condemns\n");
-    e.ok(&["sync"]);
-    fs::remove_file(&f).unwrap();
-    w(&e.home().join("g"), b"stays\n");
-    e.ok(&["sync"]);
-    w(&f, b"a small file the paused prune condemns\n");
+    back_condemned(&e, b"a small file the paused prune condemns\n");
     let (rs1, rs2, rp) = (
         e.root.join("resume-put"),
         e.root.join("resume-after"),
@@ -956,13 +951,7 @@ fn a_second_prune_marker_still_names_what_a_paused_prune_deletes() {
     signal(&sync, "CONT");
     wait_for(&rs2.with_extension("paused"));
     signal(&sync, "STOP");
-    let run = |args: &[&str], env: &[(&str, &str)]| {
-        e.cmd_for("home", "state", args)
-            .envs(lease)
-            .envs(env.iter().copied())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str], env: &[(&str, &str)]| e.run_with(&[&lease[..], env].concat(), args);
     // B, with a pack a killed sync left to delete (in its own state dir).
     let other = e.root.join("other");
     w(&other.join("o"), b"orphan\n");

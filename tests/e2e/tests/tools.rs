@@ -1031,18 +1031,8 @@ fn a_shell_startup_file_cannot_stand_in_for_an_allowed_command() {
     ]);
     let res = r.agent(turns, "--dangerously-skip-permissions");
     assert_eq!(res.len(), 3, "{res:?}");
-    let turns = json!([
-        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
-        {"text": "done"}
-    ]);
-    let res = r.agent(turns, "--dangerously-skip-permissions");
-    assert_eq!(res.len(), 1, "{res:?}");
-    let o = r.exec("ls /tmp | grep canary || echo none");
-    let seen = text(&o);
-    assert!(
-        seen.contains("none"),
-        "an allowed `echo hi` ran the agent's shell function: {seen}"
-    );
+    echo_hi_in_a_new_session(&r);
+    assert_no_canary(&r);
 }
 
 /// a38z: the agent's settings `env` cannot move the files the Bash tool
@@ -1075,18 +1065,8 @@ fn settings_env_cannot_move_the_shells_startup_files() {
     let res = r.agent(turns, "--dangerously-skip-permissions");
     assert_eq!(res.len(), 4, "{res:?}");
     assert_ne!(res[3]["is_error"], true, "not planted: {res:?}");
-    let turns = json!([
-        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
-        {"text": "done"}
-    ]);
-    let res = r.agent(turns, "--dangerously-skip-permissions");
-    assert_eq!(res.len(), 1, "{res:?}");
-    let o = r.exec("ls /tmp | grep canary || echo none");
-    let seen = text(&o);
-    assert!(
-        seen.contains("none"),
-        "an allowed `echo hi` ran the agent's shell function: {seen}"
-    );
+    echo_hi_in_a_new_session(&r);
+    assert_no_canary(&r);
 }
 
 /// a38z: Claude Code keeps the session's shell snapshot in
@@ -1118,6 +1098,22 @@ fn the_sessions_shell_snapshot_cannot_be_rewritten_by_an_allowed_command() {
             .any(|d| d["policy"] == "tools.cli-config" && d["operation"] == "Bash"),
         "no record of the refusal"
     );
+    assert_no_canary(&r);
+}
+
+/// The next session's allowed `echo hi`, which a planted function would
+/// stand in for.
+fn echo_hi_in_a_new_session(r: &Repo) {
+    let turns = json!([
+        {"tool_use": {"name": "Bash", "input": {"command": "echo hi", "description": "echo"}}},
+        {"text": "done"}
+    ]);
+    let res = r.agent(turns, "--dangerously-skip-permissions");
+    assert_eq!(res.len(), 1, "{res:?}");
+}
+
+/// No planted function ran: it would have touched `/tmp/canary-*`.
+fn assert_no_canary(r: &Repo) {
     let o = r.exec("ls /tmp | grep canary || echo none");
     let seen = text(&o);
     assert!(

@@ -1,0 +1,120 @@
+//! A fresh attack on issue 36 (a36): options an operation left half done
+//! under `.git` hands to the host's git, which writes a file wherever
+//! they name. The agent leaves the state in a real bind-mode sandbox;
+//! then the user's plain `git am --skip` or `git rebase --continue` runs
+//! on the host as root, and files outside the repository are checked.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use sbx_e2e::{Repo, base_image, text};
+
+/// A repository `name` with commits `base` (f = a), `1` and `2`, its
+/// sandbox started.
+fn repo(name: &str) -> Repo {
+    let repo = Repo::new(name);
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    std::fs::write(repo.path.join("f"), "a\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    for n in ["1", "2"] {
+        std::fs::write(repo.path.join(n), n).unwrap();
+        repo.git(&["add", n]);
+        repo.git(&["commit", "-qm", n]);
+    }
+    repo.start();
+    repo
+}
+
+/// Until `file` (the agent's last write) is gone, moved aside by the
+/// guest, or two seconds have passed (the check off: it stays).
+fn refused_or_timeout(file: &Path) {
+    let t = Instant::now();
+    while file.exists() && t.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The user's plain `git ARGS` on the host, as root, with an identity and
+/// no editor.
+fn user_git(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(["-c", "user.name=u", "-c", "user.email=u@h"])
+        .args(args)
+        .env("GIT_EDITOR", "true")
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// Route a36-1: `git am` keeps the options it passes to `git apply` in
+/// `rebase-apply/apply-opt`, and the host's `git am --skip` (`--continue`,
+/// or a plain `git am`, which resumes) parses them with `git apply`'s own
+/// option table: `--build-fake-ancestor=FILE` had it write an index at
+/// FILE, any path on the host, as root. The guest only looked for
+/// `unsafe-paths` there (which `git am` ignores: it applies to the
+/// index). It now allows only the options `git am` passes on.
+///
+/// Route a36-2: a rebase's `strategy` may be `resolve` (git's own), whose
+/// `git-merge-resolve` hands the strategy options (`strategy_opts`) to
+/// `git read-tree` unquoted: `--index-output=FILE` had the host's `git
+/// rebase --continue` write an index at FILE. The guest did not read
+/// `strategy_opts`; it now allows only the options git's strategies take,
+/// with plain values.
+#[test]
+fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
+    if !base_image() {
+        return;
+    }
+    let mut wrote = Vec::new();
+
+    // a36-1: an am stopped on a conflict, with a second patch to apply.
+    let am = repo("am");
+    let canary = am.root().join("canary");
+    let o = am.agent(&format!(
+        "cd /workspace/am && C={}; \
+         echo b > f && git commit -qam b && git format-patch -q -1 -o /tmp/p && \
+         git reset -q --hard HEAD~1 && echo c > f && git commit -qam c; \
+         git am -q /tmp/p/*.patch; echo \"am: $?\"; \
+         H=$(git rev-parse HEAD:f) && \
+         printf 'From: a <a@b>\\nSubject: x\\n\\n---\\ndiff --git a/f b/f\\nindex %s..%s 100644\\n--- a/f\\n+++ b/f\\n@@ -1 +1 @@\\n-c\\n+d\\n' \
+           $H $H > .git/rebase-apply/0002 && echo 2 > .git/rebase-apply/last && \
+         printf \"'--build-fake-ancestor=%s'\" \"$C\" > .git/rebase-apply/apply-opt; echo \"attack: $?\"",
+        canary.display()
+    ));
+    assert!(!text(&o).contains("am: 0"), "am: {}", text(&o));
+    refused_or_timeout(&am.path.join(".git/rebase-apply/apply-opt"));
+    let c = user_git(&am.path, &["am", "--skip"]);
+    if canary.exists() {
+        wrote.push(format!("am: agent {} / skip {}", text(&o), text(&c)));
+    }
+
+    // a36-2: an interactive rebase stopped at an edit, the next pick no
+    // fast-forward, with git's own `resolve` strategy.
+    let reb = repo("reb");
+    let canary = reb.root().join("canary");
+    let o = reb.agent(&format!(
+        "cd /workspace/reb && C={}; \
+         GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -q -i HEAD~2; echo \"rebase: $?\"; \
+         git commit -q --amend -m 1b; echo resolve > .git/rebase-merge/strategy && \
+         echo \" --index-output=$C\" > .git/rebase-merge/strategy_opts; echo \"attack: $?\"",
+        canary.display()
+    ));
+    assert!(text(&o).contains("rebase: 0"), "rebase: {}", text(&o));
+    refused_or_timeout(&reb.path.join(".git/rebase-merge/strategy_opts"));
+    let c = user_git(&reb.path, &["rebase", "--continue"]);
+    if canary.exists() {
+        wrote.push(format!(
+            "rebase: agent {} / continue {}",
+            text(&o),
+            text(&c)
+        ));
+    }
+
+    assert!(
+        wrote.is_empty(),
+        "the user's git wrote where the agent's state said: {wrote:#?}"
+    );
+}

@@ -8,7 +8,9 @@
 //! `git am`'s `apply-opt` with `--build-fake-ancestor=FILE` (an index
 //! written at FILE, anywhere on the host), a strategy option
 //! `index-output=FILE` that `git-merge-resolve` hands, unquoted, to `git
-//! read-tree`. The broker refuses `rebase --exec` and other strategies, so
+//! read-tree`. rerere's `MERGE_RR` (in a git dir) names paths the host's
+//! next `git commit` reads and writes as it pleases, wherever they point.
+//! The broker refuses `rebase --exec` and other strategies, so
 //! only a hand-written state (or an editor's) holds them: the watcher
 //! (masks.rs) hands each write under such a directory to [`check`],
 //! which moves the file aside and kills every process of the agent.
@@ -18,6 +20,10 @@ use std::path::{Path, PathBuf};
 /// The directories git keeps an unfinished operation in (any git dir
 /// under `.git`: the main one, a submodule's).
 const STATE_DIRS: &[&str] = &["rebase-merge", "rebase-apply", "sequencer"];
+
+/// rerere's list of conflicted paths, in a git dir (the main one, a
+/// submodule's).
+const MERGE_RR: &str = "MERGE_RR";
 
 /// What in a file's text the host's git would run, said in a few words.
 type Test = fn(&str) -> Option<String>;
@@ -197,6 +203,23 @@ fn sq_dequote(text: &str) -> Option<Vec<String>> {
     Some(out)
 }
 
+/// rerere's `MERGE_RR`: `HASH[.VARIANT]\tPATH\0` for each path a merge
+/// left in conflict. The host's git runs rerere after every `git commit`
+/// (and merge, rebase, am) when `.git/rr-cache` exists, and takes each
+/// PATH as it is, through links: one resolved (no conflict markers) is
+/// copied into `rr-cache` (`/root/.ssh/id_ed25519`, for the agent to read),
+/// and for a negative VARIANT the recorded postimage is merged into it
+/// and written back (`/root/.bashrc`). A name in the work tree is no
+/// safer: the agent makes it a link. So any entry is refused: a conflict
+/// rerere records in the sandbox ends it.
+fn merge_rr(text: &str) -> Option<String> {
+    let first = text.split('\0').find(|e| !e.trim().is_empty())?;
+    Some(format!(
+        "rerere's MERGE_RR names {}, which the host's next git commit would read and write wherever it points",
+        shown(first.split_once('\t').map_or(first, |(_, p)| p))
+    ))
+}
+
 fn shown(s: &str) -> String {
     let cut: String = s.chars().take(80).collect();
     sbx_core::sanitize::field(&cut).into_owned()
@@ -208,6 +231,9 @@ fn state_dir(root: &Path, path: &Path) -> Option<PathBuf> {
     let rel = path.strip_prefix(root).ok()?;
     if !rel.starts_with(".git") {
         return None;
+    }
+    if rel.file_name().is_some_and(|n| n == MERGE_RR) {
+        return rel.parent().map(Path::to_path_buf);
     }
     [Some(rel), rel.parent()]
         .into_iter()
@@ -224,7 +250,16 @@ fn state_dir(root: &Path, path: &Path) -> Option<PathBuf> {
 /// git would run, and why.
 fn bad(r: &sbx_sys::beneath::Root, dir: &Path) -> Option<(PathBuf, String)> {
     use std::io::Read as _;
-    FILES.iter().find_map(|(name, test)| {
+    let in_state = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| STATE_DIRS.contains(&n));
+    let files: &[(&str, Test)] = if in_state {
+        FILES
+    } else {
+        &[(MERGE_RR, merge_rr)]
+    };
+    files.iter().find_map(|(name, test)| {
         let rel = dir.join(name);
         let mut text = Vec::new();
         // A todo list longer than this is none the agent's git wrote.
@@ -255,7 +290,7 @@ pub fn check(root: &Path, path: &Path, uid: u32, gid: u32) -> Option<String> {
 }
 
 /// Every state directory under the workspace's `.git` now (its git
-/// dir's and its submodules'), for a check at start and after a change whose events may
+/// dir's and its submodules'), and every `MERGE_RR` there, for a check at start and after a change whose events may
 /// have been missed.
 pub fn dirs(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -266,6 +301,9 @@ pub fn dirs(root: &Path) -> Vec<PathBuf> {
         };
         for e in rd.flatten() {
             let name = e.file_name();
+            if name == MERGE_RR {
+                out.push(e.path());
+            }
             if !e.file_type().is_ok_and(|t| t.is_dir())
                 || ["objects", "logs", "refs"].iter().any(|n| name == *n)
             {
@@ -308,6 +346,9 @@ mod tests {
             sq_dequote(" 'a'\\''b' 'c'\\!''"),
             Some(vec!["a'b".into(), "c!".into()])
         );
+        assert!(merge_rr("").is_none());
+        assert!(merge_rr("0123\tsrc/a.c\0").is_some());
+        assert!(merge_rr("0123.-1\t/root/.bashrc\0").is_some());
         assert!(strategy_opts_file("ours\n").is_none());
         assert!(strategy_opts_file(" --ours --find-renames=50% --subtree=a/b\n").is_none());
         assert!(strategy_opts_file(" --index-output=/var/tmp/x\n").is_some());
@@ -330,6 +371,12 @@ mod tests {
             d("/w/.git/modules/s/rebase-apply/apply-opt"),
             Some(".git/modules/s/rebase-apply".into())
         );
+        assert_eq!(d("/w/.git/MERGE_RR"), Some(".git".into()));
+        assert_eq!(
+            d("/w/.git/modules/s/MERGE_RR"),
+            Some(".git/modules/s".into())
+        );
+        assert_eq!(d("/w/src/MERGE_RR"), None);
         assert_eq!(d("/w/src/sequencer/todo"), None);
         assert_eq!(d("/w/.git/index"), None);
     }

@@ -1,8 +1,9 @@
 //! A fresh attack on issue 36 (a36): options an operation left half done
 //! under `.git` hands to the host's git, which writes a file wherever
-//! they name. The agent leaves the state in a real bind-mode sandbox;
-//! then the user's plain `git am --skip` or `git rebase --continue` runs
-//! on the host as root, and files outside the repository are checked.
+//! they name, and rerere's list of conflicted paths. The agent leaves the
+//! state in a real bind-mode sandbox; then the user's plain `git am
+//! --skip`, `git rebase --continue` or `git commit` runs on the host as
+//! root, and files outside the repository are checked.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -63,6 +64,14 @@ fn user_git(dir: &Path, args: &[&str]) -> Output {
 /// rebase --continue` write an index at FILE. The guest did not read
 /// `strategy_opts`; it now allows only the options git's strategies take,
 /// with plain values.
+///
+/// Route a36-3: with `.git/rr-cache` present, the host's git runs rerere
+/// after a plain `git commit` and reads `MERGE_RR`, whose paths it takes
+/// as they are: a resolved one (no conflict markers) is copied into
+/// `rr-cache` (any host file, read as root, for the agent to read), and
+/// for a negative variant the recorded resolution is merged into it and
+/// written back (a host file rewritten). The guest now refuses any entry
+/// in `MERGE_RR` (one in the work tree could be a link).
 #[test]
 fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
     if !base_image() {
@@ -108,6 +117,32 @@ fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
     if canary.exists() {
         wrote.push(format!(
             "rebase: agent {} / continue {}",
+            text(&o),
+            text(&c)
+        ));
+    }
+
+    // a36-3: rerere's MERGE_RR, read by the user's next plain commit.
+    let rr = repo("rr");
+    let (target, secret) = (rr.root().join("bashrc"), rr.root().join("secret"));
+    std::fs::write(&target, "x\n").unwrap();
+    std::fs::write(&secret, "TOPSECRET\n").unwrap();
+    let (w, r) = ("1".repeat(40), "a".repeat(40));
+    let o = rr.agent(&format!(
+        "cd /workspace/rr/.git && mkdir -p rr-cache/{w} rr-cache/{r} && \
+         echo x > rr-cache/{w}/preimage && echo pwned > rr-cache/{w}/postimage && \
+         printf '{w}.-1\\t%s\\0{r}\\t%s\\0' {} {} > MERGE_RR; echo \"attack: $?\"",
+        target.display(),
+        secret.display()
+    ));
+    refused_or_timeout(&rr.path.join(".git/MERGE_RR"));
+    std::fs::write(rr.path.join("f"), "b\n").unwrap();
+    let c = user_git(&rr.path, &["commit", "-qam", "b"]);
+    let leaked = std::fs::read(rr.path.join(".git/rr-cache").join(&r).join("postimage"))
+        .is_ok_and(|b| b.starts_with(b"TOPSECRET"));
+    if leaked || std::fs::read(&target).unwrap() != b"x\n" {
+        wrote.push(format!(
+            "rerere (leaked {leaked}): agent {} / commit {}",
             text(&o),
             text(&c)
         ));

@@ -72,6 +72,12 @@ fn user_git(dir: &Path, args: &[&str]) -> Output {
 /// for a negative variant the recorded resolution is merged into it and
 /// written back (a host file rewritten). The guest now refuses any entry
 /// in `MERGE_RR` (one in the work tree could be a link).
+///
+/// Route a36-4: lazygit reads `.git/lazygit.yml` when it opens a
+/// repository, and a pager named there ran as the user as soon as it
+/// showed a diff (lazygit 0.66.2, by hand). `start` now holds that file
+/// read-only (made empty when missing), as it holds `.git/config`; the
+/// agent's write, removal and rename over it fail.
 #[test]
 fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
     if !base_image() {
@@ -79,8 +85,23 @@ fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
     }
     let mut wrote = Vec::new();
 
-    // a36-1: an am stopped on a conflict, with a second patch to apply.
     let am = repo("am");
+
+    // a36-4: lazygit's per-repository config, in the git dir. A pager
+    // there ran the moment the user's lazygit showed a diff.
+    let lg = am.path.join(".git/lazygit.yml");
+    let o = am.agent(&format!(
+        "cd /workspace/am/.git; \
+         printf 'git:\\n  pagers:\\n    - pager: \"touch {}; cat\"\\n' > y; \
+         cat y > lazygit.yml; mv lazygit.yml x; rm -f lazygit.yml; mv -f y lazygit.yml; \
+         echo \"attack: $?\"",
+        am.root().join("canary").display()
+    ));
+    if std::fs::read(&lg).map_or(true, |b| !b.is_empty()) {
+        wrote.push(format!("lazygit.yml: agent {}", text(&o)));
+    }
+
+    // a36-1: an am stopped on a conflict, with a second patch to apply.
     let canary = am.root().join("canary");
     let o = am.agent(&format!(
         "cd /workspace/am && C={}; \

@@ -71,6 +71,12 @@ fn strategy_file(text: &str) -> Option<String> {
 /// quotes dropped).
 fn opts_strategy(text: &str) -> Option<String> {
     text.lines().find_map(|l| {
+        // git's parser takes a key after a section header on one line.
+        let l = l.trim_start();
+        let l = match l.strip_prefix('[') {
+            Some(r) => r.split_once(']').map_or("", |(_, key)| key),
+            None => l,
+        };
         let (k, v) = l.split_once('=')?;
         let v = v.trim().trim_matches('"');
         match k.trim().to_ascii_lowercase().as_str() {
@@ -355,6 +361,11 @@ mod tests {
         assert!(strategy_opts_file(" \"ours --index-output=/x\"").is_some());
         assert!(strategy_opts_file(" --subtree=--index-output=/x").is_some());
         assert!(opts_strategy("[options]\n\tstrategy-option = ours\n").is_none());
+        assert!(opts_strategy("[options] strategy = ../x\n").is_some());
+        assert!(opts_strategy("[options]strategy-option=index-output=/x\n").is_some());
+        assert!(
+            opts_strategy("[options]\n\tstrategy-option = ours\\\n --index-output=/x\n").is_some()
+        );
         assert!(opts_strategy("[options]\n\tStrategy-Option = \"index-output=/x\"\n").is_some());
     }
 

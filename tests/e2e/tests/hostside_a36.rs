@@ -84,8 +84,12 @@ fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
         return;
     }
     let mut wrote = Vec::new();
-
-    let am = repo("am");
+    // One sandbox per route (a refusal ends it), started side by side.
+    let [am, reb, rr] = std::thread::scope(|s| {
+        ["am", "reb", "rr"]
+            .map(|n| s.spawn(move || repo(n)))
+            .map(|h| h.join().unwrap())
+    });
 
     // a36-4: lazygit's per-repository config, in the git dir. A pager
     // there ran the moment the user's lazygit showed a diff.
@@ -123,7 +127,6 @@ fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
 
     // a36-2: an interactive rebase stopped at an edit, the next pick no
     // fast-forward, with git's own `resolve` strategy.
-    let reb = repo("reb");
     let canary = reb.root().join("canary");
     let o = reb.agent(&format!(
         "cd /workspace/reb && C={}; \
@@ -144,7 +147,6 @@ fn a_half_done_operation_never_has_the_hosts_git_write_outside() {
     }
 
     // a36-3: rerere's MERGE_RR, read by the user's next plain commit.
-    let rr = repo("rr");
     let (target, secret) = (rr.root().join("bashrc"), rr.root().join("secret"));
     std::fs::write(&target, "x\n").unwrap();
     std::fs::write(&secret, "TOPSECRET\n").unwrap();

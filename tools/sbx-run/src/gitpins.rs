@@ -40,6 +40,10 @@ const GITDIR_ENTRIES: &[(&str, Kind)] = &[
     ("branches", Kind::Dir { make: false }),
     ("objects/info/alternates", Kind::File { make: false }),
     ("objects/info/http-alternates", Kind::File { make: false }),
+    // lazygit's per-repository config (read from the git dir when it
+    // opens): a `git.pagers` command the agent wrote there ran as the user
+    // the moment lazygit showed a diff (a36). An empty one is no settings.
+    ("lazygit.yml", Kind::File { make: true }),
 ];
 
 /// A made `commondir`: the git dir is its own common dir.
@@ -535,6 +539,8 @@ mod tests {
         for want in [
             (".git/config", true),
             (".git/config.worktree", false),
+            (".git/lazygit.yml", false),
+            (".git/modules/lib/a/lazygit.yml", false),
             (".git/info", true),
             (".git/objects/info/alternates", true),
             (".git/modules/lib/a/config", true),

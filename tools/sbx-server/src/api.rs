@@ -839,11 +839,11 @@ pub fn router(state: S) -> axum::Router {
         .routes(routes!(crate::terminal::list_sessions))
         .split_for_parts();
     let doc = Arc::new(doc);
-    router
-        .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
-            audit_layer,
-        ))
+    let router = router.route_layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&state),
+        audit_layer,
+    ));
+    crate::web::routes(router)
         .route(
             "/openapi.json",
             axum::routing::get(move || {

@@ -13,6 +13,7 @@ pub mod pg;
 pub mod repo;
 pub mod sandbox;
 pub mod terminal;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -209,6 +209,7 @@ async function openTerminal(id) {
   closeTerminal();
   show("term", "");
   const state = $("term-state");
+  $("term-bar").hidden = false;
   $("term-start").hidden = true;
   $("term-reconnect").hidden = true;
   let p;
@@ -237,6 +238,7 @@ async function openTerminal(id) {
     return;
   }
   state.textContent = "";
+  $("term-bar").hidden = true;
   term = new Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14 });
   fit = new FitAddon.FitAddon();
   term.loadAddon(fit);
@@ -261,6 +263,7 @@ async function openTerminal(id) {
     else if (d[0] === 0x31) document.title = dec.decode(d.subarray(1));
   };
   sock.onclose = (ev) => {
+    $("term-bar").hidden = false;
     state.textContent = `Disconnected${ev.reason ? ": " + ev.reason : ""}.`;
     $("term-reconnect").hidden = false;
     $("term-reconnect").onclick = () => openTerminal(id);

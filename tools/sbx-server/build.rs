@@ -2,7 +2,7 @@
 //! (through `scripts/web-assets`) fetches at a pinned version: say so in one
 //! line when it is missing, instead of include_bytes!'s long error.
 
-const VENDOR: [&str; 3] = ["xterm.js", "xterm.css", "addon-fit.js"];
+const VENDOR: [&str; 4] = ["xterm.js", "xterm.css", "addon-fit.js", "LICENSE-xterm"];
 
 fn main() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web");

@@ -16,7 +16,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; \
     font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// path, content type, bytes.
-const ASSETS: [(&str, &str, &[u8]); 6] = [
+const ASSETS: [(&str, &str, &[u8]); 7] = [
     (
         "/",
         "text/html; charset=utf-8",
@@ -46,6 +46,12 @@ const ASSETS: [(&str, &str, &[u8]); 6] = [
         "/vendor/addon-fit.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../web/vendor/addon-fit.js"),
+    ),
+    // MIT asks for the notice to travel with the code.
+    (
+        "/vendor/LICENSE-xterm.txt",
+        "text/plain; charset=utf-8",
+        include_bytes!("../web/vendor/LICENSE-xterm"),
     ),
 ];
 

@@ -1255,6 +1255,11 @@ fn the_page_is_embedded_with_its_security_headers() {
         ("/vendor/xterm.js", "text/javascript", "Terminal"),
         ("/vendor/xterm.css", "text/css", ".xterm"),
         ("/vendor/addon-fit.js", "text/javascript", "FitAddon"),
+        (
+            "/vendor/LICENSE-xterm.txt",
+            "text/plain",
+            "xterm.js authors",
+        ),
     ] {
         let r = common::client()
             .get(format!("{}{path}", s.base))

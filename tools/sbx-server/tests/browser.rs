@@ -235,7 +235,10 @@ fn the_page_opens_a_terminal_that_survives_a_reload() {
         json!([echoed]),
     );
     let line = text.as_str().unwrap().trim().to_owned();
-    assert!(line.starts_with("sbx-") && line.ends_with(&echoed), "{line}");
+    assert!(
+        line.starts_with("sbx-") && line.ends_with(&echoed),
+        "{line}"
+    );
 
     // A reload reattaches the same tmux session: the line is still there.
     b.call("POST", "/refresh", json!({}));
@@ -251,11 +254,7 @@ fn the_page_opens_a_terminal_that_survives_a_reload() {
         .unwrap();
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sbx-server-browser.png");
     std::fs::write(&out, png).unwrap();
-    eprintln!(
-        "screenshot: {}; took {:?}",
-        out.display(),
-        t0.elapsed()
-    );
+    eprintln!("screenshot: {}; took {:?}", out.display(), t0.elapsed());
     drop(b);
     let r = s.call("GET", "/healthz", None, None);
     assert_eq!(r.status, 200, "{r:?}");

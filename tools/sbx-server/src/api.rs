@@ -839,11 +839,11 @@ pub fn router(state: S) -> axum::Router {
         .routes(routes!(crate::terminal::list_sessions))
         .split_for_parts();
     let doc = Arc::new(doc);
-    router
-        .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
-            audit_layer,
-        ))
+    let router = router.route_layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&state),
+        audit_layer,
+    ));
+    crate::web::routes(router)
         .route(
             "/openapi.json",
             axum::routing::get(move || {
@@ -1070,6 +1070,10 @@ pub async fn serve(
             std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
         ),
     });
+    tokio::spawn(expire_recordings(
+        Arc::clone(&state),
+        args.session_retention.0,
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| ServerError::Listen(args.listen, e))?;
@@ -1087,6 +1091,37 @@ pub async fn serve(
     .await;
     drop(cluster);
     Ok(())
+}
+
+/// Terminal recordings that ended over `age` ago (`--session-retention`):
+/// their rows and asciicast files deleted, at start and then hourly.
+async fn expire_recordings(s: S, age: std::time::Duration) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(3600));
+    loop {
+        tick.tick().await;
+        let gone = match s.repo.expire_sessions(age).await {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!(
+                    "sbx-server: warning: expiring terminal recordings: {}",
+                    e.message
+                );
+                continue;
+            }
+        };
+        for (project, session) in gone {
+            let f = s
+                .sandboxes
+                .sessions_dir(project)
+                .join(format!("{session}.cast"));
+            match std::fs::remove_file(&f) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    eprintln!("sbx-server: warning: removing {}: {e}", f.display());
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// Projects a server left mid-transition (`creating`, `stopping`,

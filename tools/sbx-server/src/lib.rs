@@ -13,6 +13,7 @@ pub mod pg;
 pub mod repo;
 pub mod sandbox;
 pub mod terminal;
+pub mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -115,6 +116,11 @@ pub struct ServeArgs {
     /// gets at most this.
     #[arg(long, value_name = "SIZE", default_value = "4g", value_parser = sbx_core::config::Size::parse)]
     pub max_memory_per_sandbox: sbx_core::config::Size,
+    /// How long a terminal session's recording (its asciicast file and
+    /// its row) is kept after the session ends (e.g. 30d, 12h); older
+    /// ones are deleted at start and hourly.
+    #[arg(long, value_name = "DURATION", default_value = "90d")]
+    pub session_retention: sbx_core::config::Interval,
 }
 
 pub fn command() -> clap::Command {

@@ -2,6 +2,8 @@
 //! and filters by it: tenancy is enforced here, once, not per handler.
 //! Another user's project is simply not found.
 
+use std::time::Duration;
+
 use deadpool_postgres::Pool;
 use serde::Serialize;
 use tokio_postgres::Row;
@@ -401,6 +403,22 @@ impl Repo {
         )
         .await?;
         Ok(())
+    }
+
+    /// Every session of every user that ended more than `age` ago, deleted;
+    /// (project, session) of each, for their recordings. The one query not
+    /// scoped to a user: retention is the server's, not a caller's.
+    pub async fn expire_sessions(&self, age: Duration) -> Result<Vec<(Uuid, Uuid)>, ApiError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                "DELETE FROM terminal_sessions \
+                 WHERE ended_at < now() - make_interval(secs => $1) \
+                 RETURNING project_id, id",
+                &[&age.as_secs_f64()],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     /// The sessions of `user`'s project `id`, oldest first; None when the

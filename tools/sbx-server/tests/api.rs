@@ -1244,3 +1244,47 @@ fn names_and_emails_with_invisible_characters_are_refused() {
         );
     }
 }
+
+#[test]
+fn the_page_is_embedded_with_its_security_headers() {
+    let s = shared();
+    for (path, mime, needle) in [
+        ("/", "text/html", "/app.js"),
+        ("/app.js", "text/javascript", "bearer."),
+        ("/app.css", "text/css", "#terminal"),
+        ("/vendor/xterm.js", "text/javascript", "Terminal"),
+        ("/vendor/xterm.css", "text/css", ".xterm"),
+        ("/vendor/addon-fit.js", "text/javascript", "FitAddon"),
+        (
+            "/vendor/LICENSE-xterm.txt",
+            "text/plain",
+            "xterm.js authors",
+        ),
+    ] {
+        let r = common::client()
+            .get(format!("{}{path}", s.base))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let h = r.headers().clone();
+        let header = |n: &str| h.get(n).map_or("", |v| v.to_str().unwrap()).to_owned();
+        assert!(header("content-type").starts_with(mime), "{path}: {h:?}");
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        let csp = header("content-security-policy");
+        // Scripts from the page's own origin only: no inline, no eval, no CDN.
+        assert!(csp.contains("script-src 'self';"), "{path}: {csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert!(!csp.contains("unsafe-eval"), "{path}: {csp}");
+        assert!(r.text().unwrap().contains(needle), "{path}");
+    }
+    // The page has no inline script and loads nothing from another host.
+    let page = common::client()
+        .get(&s.base)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(!page.contains("<script>"), "{page}");
+    assert!(!page.contains("://"), "{page}");
+}

@@ -21,6 +21,11 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// Long: a loaded 2-core machine, tmux starting in a fresh sandbox.
 const WAIT: Duration = Duration::from_secs(60);
 
+/// How much the server's RSS may grow while one viewer that never reads
+/// watches a 50 MB flood: its queue (32 chunks) and socket buffers, with
+/// room for the allocator; an unbounded queue would hold the flood.
+const FLOOD_CAP: u64 = 32 << 20;
+
 /// One viewer: everything its `0` frames carried, its `1`/`2` frames,
 /// and how the server closed it.
 struct Term {
@@ -315,6 +320,53 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
         "t"
     );
 
+    // A viewer that never reads while the session prints 50 MB (67 MB of
+    // base64): the server's RSS, sampled throughout, stays within
+    // FLOOD_CAP of where it was (docs/server.md states the cap).
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+        let kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap();
+        kb * 1024
+    };
+    let done = common::workspace(&s, &id).join(format!("flood-{nonce}"));
+    let (before, peak) = rt.block_on(async {
+        let mut slow = open(&base, &id, &alice).await.unwrap();
+        slow.hello(80, 24).await;
+        let before = rss();
+        slow.input(&format!(
+            "head -c 50M /dev/urandom | base64; touch flood-{nonce}\r"
+        ))
+        .await;
+        let mut peak = before;
+        let deadline = tokio::time::Instant::now() + 3 * WAIT;
+        while !done.exists() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the flood did not end"
+            );
+            peak = peak.max(rss());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        peak = peak.max(rss());
+        drop(slow);
+        (before, peak)
+    });
+    eprintln!(
+        "50 MB to a viewer that never reads: RSS {} MiB before, peak {} MiB",
+        before >> 20,
+        peak >> 20
+    );
+    assert!(
+        peak.saturating_sub(before) <= FLOOD_CAP,
+        "the server grew by {} MiB (cap {} MiB)",
+        (peak - before) >> 20,
+        FLOOD_CAP >> 20
+    );
+
     // The sandbox dies mid-session: the viewer is told, then closed.
     rt.block_on(async {
         let mut t = open(&base, &id, &alice).await.unwrap();
@@ -331,4 +383,32 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
     });
     let r = s.call("GET", "/healthz", None, None);
     assert_eq!(r.status, 200, "the server did not survive: {r:?}");
+
+    // Retention: the default (90 days) kept every recording so far; a
+    // server started with `--session-retention 1s` deletes the rows and
+    // asciicast files of sessions that ended over a second ago.
+    let casts = s.state.join("projects").join(&id).join("sessions");
+    let files = || std::fs::read_dir(&casts).unwrap().count();
+    assert!(files() >= 6, "recordings: {}", files());
+    // The age is wall time: let the newest recording pass it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = common::restart(s, &["--session-retention", "1s"], true);
+    // The sweep runs beside the first requests: asked until it is done.
+    let mut listed = usize::MAX;
+    for _ in 0..60 {
+        let r = s.call(
+            "GET",
+            &format!("/projects/{id}/sessions"),
+            Some(&alice),
+            None,
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        listed = r.body.as_array().unwrap().len();
+        if listed == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(listed, 0, "sessions past retention are still listed");
+    assert_eq!(files(), 0, "recordings past retention are still on disk");
 }

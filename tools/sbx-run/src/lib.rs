@@ -102,6 +102,7 @@ Examples:
   sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
   sbx-run exec -- npm test         run one command in the sandbox
   sbx-run exec -C ~/src/app -- make   the same in another workspace (-C PATH works for every command)
+  sbx-run exec --root -- apt-get install -y jq   as the sandbox's root (audited)
   sbx-run cp build.log :/tmp/      a file into the sandbox (the sandbox side is :PATH)
   sbx-run cp :/workspace/app/dist ./dist   a directory out of it
   tar -c src | sbx-run cp - :/tmp  a tar stream in (`:PATH -` streams one out)
@@ -205,6 +206,11 @@ pub enum Cmd {
         path: Option<PathBuf>,
         #[command(flatten)]
         branch: BranchArg,
+        /// As the sandbox's root (e.g. `apt-get install`), through the guest's socket only;
+        /// recorded in the audit log before it runs. Only the host user who owns the sandbox
+        /// can; the agent has no root and no way to this.
+        #[arg(long)]
+        root: bool,
         /// The command and its arguments (after --).
         #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
         command: Vec<OsString>,
@@ -414,6 +420,9 @@ pub enum RunError {
     /// A masked path in git's objects (gitsecrets.rs).
     #[error("{0}")]
     SecretInGit(String),
+    /// Refused by sbx's policy (audited where it is decided).
+    #[error("{0}")]
+    Denied(String),
 }
 
 impl SbxError for RunError {
@@ -425,7 +434,10 @@ impl SbxError for RunError {
                 Exit::Unavailable
             }
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
-            Self::ForeignContainer(..) | Self::Swapped(_) | Self::SecretInGit(_) => Exit::Denied,
+            Self::ForeignContainer(..)
+            | Self::Swapped(_)
+            | Self::SecretInGit(_)
+            | Self::Denied(_) => Exit::Denied,
             Self::Interrupted => Exit::Software,
             Self::Config(_) => Exit::Config,
             Self::Unmaskable(_) | Self::BadWorkspace(_) => Exit::DataErr,
@@ -479,7 +491,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             path,
             command,
             branch,
+            root: false,
         } => lifecycle::exec(common, path, &command, branch.branch.as_deref()),
+        Cmd::Exec {
+            path,
+            command,
+            branch,
+            root: true,
+        } => lifecycle::exec_root(common, path, &command, branch.branch.as_deref()),
         Cmd::ShowRun { path, branch } => {
             lifecycle::show_run(common, path.get(), branch.branch.as_deref())
         }

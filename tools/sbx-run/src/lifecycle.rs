@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sbx_core::audit::{self, Outcome, Record};
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::BoxError;
+use sbx_core::guestapi::User;
 use sbx_core::{Exit, output};
 use serde_json::{Value, json};
 
@@ -715,11 +716,64 @@ pub fn exec(
     Err(RunError::NoGuest(ws.names.container.clone()).into())
 }
 
+/// `sbx-run exec --root`: the user acting as the sandbox's root, through
+/// the guest's socket only (never `docker exec`). The socket is the gate:
+/// 0600 in a 0700 directory of the host user who owns the sandbox, and
+/// root-only inside, where the agent has no root. One owned by someone
+/// else is refused (77) and audited before anything is sent.
+pub fn exec_root(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    command: &[OsString],
+    branch: Option<&str>,
+) -> Res {
+    let ws = Workspace::open(common, path.clone())?.with_branch(branch);
+    let ws = if guestexec_up(&ws) {
+        ws
+    } else {
+        start_in(common, path, None, branch)?
+    };
+    let dir = spec::host_dir(&ws.names.container);
+    crate::guestexec::owned_by_me(&dir).map_err(|why| {
+        audit::append(
+            &Record::new(
+                "sbx-run",
+                "exec-root",
+                &ws.names.container,
+                Outcome::Blocked,
+                "exec-root",
+            )
+            .reason(&why),
+        );
+        RunError::Denied(format!(
+            "exec --root: {why}: only the host user who owns the sandbox may act as its root"
+        ))
+    })?;
+    match via_guest_as(&ws, command, "sbx-run", User::Root)? {
+        Some(r) => Ok(r),
+        None => Err(RunError::NoGuest(ws.names.container.clone()).into()),
+    }
+}
+
+fn guestexec_up(ws: &Workspace) -> bool {
+    crate::guestexec::connect(&crate::guestexec::socket_for(ws)).is_ok()
+}
+
 /// Ok(None): no guest listening, the caller falls back.
 fn via_guest(ws: &Workspace, argv: &[OsString], agent: &str) -> Result<Option<ExitCode>, BoxError> {
+    via_guest_as(ws, argv, agent, User::Agent)
+}
+
+fn via_guest_as(
+    ws: &Workspace,
+    argv: &[OsString],
+    agent: &str,
+    user: User,
+) -> Result<Option<ExitCode>, BoxError> {
     use crate::guestexec::{self, GuestError};
     let sock = guestexec::socket_for(ws);
-    let req = guestexec::exec_request(ws, argv, agent, guestexec::on_tty());
+    let mut req = guestexec::exec_request(ws, argv, agent, guestexec::on_tty());
+    req.user = user;
     match guestexec::run(&sock, req) {
         Ok(x) => Ok(Some(ExitCode::from(guestexec::status_of(&x)))),
         Err(GuestError::NoGuest(..)) => Ok(None),

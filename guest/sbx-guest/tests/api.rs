@@ -730,11 +730,7 @@ fn root_exec_is_recorded_first_or_refused() {
 
     let s = server_with(t.path(), Some(t.path().join("gone/audit.jsonl")));
     let marker = t.path().join("marker");
-    let r = run(
-        &s,
-        root_exec(&["touch", marker.to_str().unwrap()]),
-        b"",
-    );
+    let r = run(&s, root_exec(&["touch", marker.to_str().unwrap()]), b"");
     let e = r.exit.expect_err("an unrecorded root exec ran");
     assert!(e.message.contains("cannot record"), "{}", e.message);
     assert!(!marker.exists());

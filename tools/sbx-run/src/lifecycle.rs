@@ -68,6 +68,36 @@ fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
     Ok(c)
 }
 
+/// The workspace's sandbox container, if any (refusing a foreign one).
+pub fn owned_container(ws: &Workspace) -> Result<Option<Value>, RunError> {
+    check_owner(ws)
+}
+
+/// `start --from-snapshot [ID]`: the sandbox made anew from a snapshot's
+/// image (snapshot::resolve refuses another workspace's), with every
+/// check and guard of a fresh start.
+pub fn start_from_snapshot(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    id: Option<&str>,
+) -> Result<Workspace, BoxError> {
+    let ws = Workspace::open(common, path)?;
+    let image = crate::snapshot::resolve(&ws, id)?;
+    if check_owner(&ws)?.is_some() {
+        docker::remove(&["rm", "--force", &ws.names.container])?;
+    }
+    crate::branch::precheck(&ws)?;
+    crate::gitsecrets::check(&ws)?;
+    crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
+    workspace::prepare_mount(&ws)?;
+    let started = start_stopped(&ws, false, Some(&image));
+    if started.is_err() {
+        workspace::release_mount(&ws.names.container);
+        release_git(&ws);
+    }
+    started.map(|()| ws)
+}
+
 /// The container `name` if it exists and carries this workspace's label.
 fn owned(ws: &Workspace, name: &str) -> Result<Option<Value>, RunError> {
     let Some(c) = docker::inspect("container", name)? else {
@@ -205,7 +235,7 @@ pub fn start_in(
     // The hooks verify-commits will trust, as they are before the agent runs.
     crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
     workspace::prepare_mount(&ws)?;
-    let started = start_stopped(&ws, container.is_some());
+    let started = start_stopped(&ws, container.is_some(), None);
     if started.is_err() {
         workspace::release_mount(&ws.names.container);
         release_git(&ws);
@@ -213,12 +243,16 @@ pub fn start_in(
     started.map(|()| ws)
 }
 
-fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
+/// `from`: a snapshot's image instead of the per-repo one (nothing built).
+fn start_stopped(ws: &Workspace, exists: bool, from: Option<&str>) -> Result<(), BoxError> {
     let name = ws.names.container.clone();
     // Then every other lookup at once (each is a request to the engine).
     let n = &ws.names;
     let (holder, image, network, volumes) = std::thread::scope(|s| {
-        let image = s.spawn(|| image::repo_rebuild(ws));
+        let image = s.spawn(|| match from {
+            Some(_) => Ok(None),
+            None => image::repo_rebuild(ws),
+        });
         let network = s.spawn(|| docker::exists("network", &n.network));
         let volumes: Vec<_> = spec::workspace_volumes(n)
             .into_iter()
@@ -300,7 +334,13 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(ws, std::env::vars_os());
-    let s = spec::build(ws, &ws.names.image, &env, (&masks.0, &masks.1), false)?;
+    let s = spec::build(
+        ws,
+        from.unwrap_or(&ws.names.image),
+        &env,
+        (&masks.0, &masks.1),
+        false,
+    )?;
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }

@@ -308,7 +308,7 @@ fn home_backup(ws: &Workspace) -> Result<Option<String>, BoxError> {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         })
-        .last();
+        .next_back();
     Ok(id)
 }
 

@@ -76,9 +76,9 @@ pub struct Config {
 pub struct Lifecycle {
     /// Snapshots kept per workspace: each new one removes the oldest
     /// beyond this (its image and record), never the one the sandbox
-    /// runs from. Unset: all are kept.
+    /// runs from. Unset: all are kept; 0 is refused (78).
     /// Example: `3`
-    pub keep_snapshots: Option<std::num::NonZeroU32>,
+    pub keep_snapshots: Option<u32>,
 }
 
 /// `[tools]`: agent tool permissions. Enforced at

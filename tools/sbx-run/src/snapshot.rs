@@ -128,6 +128,13 @@ pub fn snapshot(
     tag: Option<&str>,
 ) -> Result<ExitCode, BoxError> {
     let ws = Workspace::open(common, path)?;
+    if ws.loaded.config.lifecycle.keep_snapshots == Some(0) {
+        return Err(RunError::Config(format!(
+            "{}: [lifecycle] keep-snapshots = 0 would remove every snapshot: keep at least 1, or leave it unset to keep all",
+            ws.loaded.describe()
+        ))
+        .into());
+    }
     let name = ws.names.container.clone();
     let c = crate::lifecycle::owned_container(&ws)?.ok_or_else(|| {
         RunError::NoSandbox(format!(
@@ -341,7 +348,7 @@ fn prune(ws: &Workspace) {
     };
     let in_use = in_use(ws);
     let all = records_in(&dir_of(ws));
-    let excess = all.len().saturating_sub(keep.get() as usize);
+    let excess = all.len().saturating_sub(keep as usize);
     for r in all
         .iter()
         .filter(|r| Some(&r.image) != in_use.as_ref())

@@ -165,6 +165,9 @@ pub struct Config {
     /// The guest's status.json, for `health`.
     pub status: PathBuf,
     pub reaper: Reaper,
+    /// Where a root exec is recorded before it runs (`sbx-run exec
+    /// --root`); None: no record is required (tests, a nested guest).
+    pub audit_log: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -451,6 +454,9 @@ impl Server {
                 format!("{MAX_SESSIONS} execs are running: try again later"),
             ));
         }
+        if req.user == User::Root {
+            self.audit_root(&req.argv)?;
+        }
         let sess = self.spawn(&req)?;
         let id = sess.id;
         self.sessions().insert(id, Arc::clone(&sess));
@@ -463,6 +469,36 @@ impl Server {
         } else {
             Err(ErrorMsg::new("closed", ""))
         }
+    }
+
+    /// A root exec is the user acting as root in the sandbox: recorded
+    /// with its command before it runs, and refused when the record
+    /// cannot be written (fail closed).
+    fn audit_root(&self, argv: &[String]) -> Res<()> {
+        let Some(path) = &self.cfg.audit_log else {
+            return Ok(());
+        };
+        // JSON escapes whatever the command holds; `sbx-run log` shows it escaped.
+        let target = argv.join(" ");
+        let entry = crate::sink::own(
+            "exec-root",
+            &target,
+            sbx_core::audit::Outcome::Allowed,
+            "exec-root",
+            Some("sbx-run exec --root".into()),
+            "sbx-run",
+        );
+        crate::sink::LogFile::open(path)
+            .and_then(|l| l.append(&entry))
+            .map_err(|e| {
+                ErrorMsg::new(
+                    "io",
+                    format!(
+                        "{}: cannot record the root exec, so it did not run: {e}",
+                        path.display()
+                    ),
+                )
+            })
     }
 
     fn spawn(self: &Arc<Self>, req: &ExecReq) -> Res<Arc<Session>> {

@@ -1045,6 +1045,7 @@ fn start_api(
         root_env: base,
         status: paths.status(),
         reaper: crate::api::Reaper::Pid1(registry),
+        audit_log: Some(paths.audit_log()),
     });
     std::thread::spawn(move || crate::api::serve(listener, server));
     Ok(())

@@ -14,6 +14,10 @@ use sbx_core::guestapi::{
 use sbx_guest::api::{Config, Reaper, Server};
 
 fn server(root: &Path) -> Arc<Server> {
+    server_with(root, None)
+}
+
+fn server_with(root: &Path, audit_log: Option<std::path::PathBuf>) -> Arc<Server> {
     let env: Vec<_> = [("PATH", "/usr/local/bin:/usr/bin:/bin")]
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
@@ -36,6 +40,7 @@ fn server(root: &Path) -> Arc<Server> {
         root_env: env,
         status,
         reaper: Reaper::Own,
+        audit_log,
     })
 }
 
@@ -699,4 +704,34 @@ fn a_hangup_exec_ends_with_its_client_tree_and_all() {
         left.is_empty(),
         "still running after the client left: {left:?}"
     );
+}
+
+/// `sbx-run exec --root`: the command is in the audit log before it runs,
+/// and a root exec that cannot be recorded does not run at all.
+#[test]
+fn root_exec_is_recorded_first_or_refused() {
+    let t = tempfile::tempdir().unwrap();
+    for d in ["ws", "home"] {
+        std::fs::create_dir(t.path().join(d)).unwrap();
+    }
+    let log = t.path().join("audit.jsonl");
+    let s = server_with(t.path(), Some(log.clone()));
+    let r = run(&s, root_exec(&["sh", "-c", "echo ran"]), b"");
+    assert_eq!(status(&r), 0);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let e: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(e["operation"], "exec-root");
+    assert_eq!(e["target"], "sh -c echo ran");
+    // The agent's exec is not the user's root: nothing recorded.
+    let mut agent = root_exec(&["true"]);
+    agent.user = User::Agent;
+    let _ = run(&s, agent, b"");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), text);
+
+    let s = server_with(t.path(), Some(t.path().join("gone/audit.jsonl")));
+    let marker = t.path().join("marker");
+    let r = run(&s, root_exec(&["touch", marker.to_str().unwrap()]), b"");
+    let e = r.exit.expect_err("an unrecorded root exec ran");
+    assert!(e.message.contains("cannot record"), "{}", e.message);
+    assert!(!marker.exists());
 }

@@ -68,6 +68,7 @@ fn nothing_leaks() {
         root_env: env,
         status: t.path().join("status.json"),
         reaper: Reaper::Own,
+        audit_log: None,
     });
     // Warm up lazily made things (the first thread, std's statics).
     let mut c = connect(&s);

@@ -65,8 +65,20 @@ pub struct Config {
     pub backup: Backup,
     pub guest: Guest,
     pub agent: Agent,
+    pub lifecycle: Lifecycle,
     /// `None`: no `[tools]` table, no managed agent settings.
     pub tools: Option<Tools>,
+}
+
+/// `[lifecycle]`: snapshots of the whole sandbox (`sbx-run snapshot`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Lifecycle {
+    /// Snapshots kept per workspace: each new one removes the oldest
+    /// beyond this (its image and record), never the one the sandbox
+    /// runs from. Unset: all are kept; 0 is refused (78).
+    /// Example: `3`
+    pub keep_snapshots: Option<u32>,
 }
 
 /// `[tools]`: agent tool permissions. Enforced at

@@ -429,6 +429,25 @@ fn landing(h: &Path, d: &str, into_dir: bool) -> Result<(String, std::ffi::OsStr
     }
 }
 
+/// Why `dir` (a sandbox's host directory) and its guest socket are not
+/// this user's alone, if they are not: `exec --root` acts only through a
+/// socket the caller owns, as the user who started the sandbox.
+pub fn owned_by_me(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    for p in [dir.to_owned(), proto::socket_in(dir)] {
+        let m = std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if m.uid() != me {
+            return Err(format!(
+                "{} belongs to uid {}, not to you (uid {me})",
+                p.display(),
+                m.uid()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Is this process on a terminal both ways (shell, exec)?
 pub fn on_tty() -> bool {
     io::stdin().is_terminal() && io::stdout().is_terminal()

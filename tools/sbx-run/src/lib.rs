@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub mod login;
 pub mod names;
 pub mod selftest;
+pub mod snapshot;
 pub mod spec;
 pub mod toolpolicy;
 pub mod tools;
@@ -102,6 +103,7 @@ Examples:
   sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
   sbx-run exec -- npm test         run one command in the sandbox
   sbx-run exec -C ~/src/app -- make   the same in another workspace (-C PATH works for every command)
+  sbx-run exec --root -- apt-get install -y jq   as the sandbox's root (audited)
   sbx-run cp build.log :/tmp/      a file into the sandbox (the sandbox side is :PATH)
   sbx-run cp :/workspace/app/dist ./dist   a directory out of it
   tar -c src | sbx-run cp - :/tmp  a tar stream in (`:PATH -` streams one out)
@@ -171,6 +173,28 @@ pub enum Cmd {
         base_tag: Option<String>,
         #[command(flatten)]
         branch: BranchArg,
+        /// Replace the sandbox with one made from a snapshot of this workspace (ID or tag;
+        /// default: the newest). Its guards are made anew at start, as in a fresh one.
+        #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["build", "base_tag", "branch"])]
+        from_snapshot: Option<String>,
+    },
+    /// Snapshot the running sandbox: its system state outside the home and the workspace
+    /// (what `exec --root` installed) as an image, with a home backup when [backup].url is set.
+    ///
+    /// The agent's files outside its home, /tmp and the guest's runtime state are left
+    /// out. The record is kept under sbx's state directory on the host; `[lifecycle]
+    /// keep-snapshots` prunes the oldest. Prints the snapshot's id.
+    Snapshot {
+        #[command(flatten)]
+        path: PathArg,
+        /// A name to start from later (`start --from-snapshot TAG`).
+        #[arg(long, value_name = "TAG")]
+        tag: Option<String>,
+    },
+    /// List the workspace's snapshots: id, tag, age, size (what they add to the per-repo image).
+    Snapshots {
+        #[command(flatten)]
+        path: PathArg,
     },
     /// Stop the sandbox container.
     Stop {
@@ -205,6 +229,11 @@ pub enum Cmd {
         path: Option<PathBuf>,
         #[command(flatten)]
         branch: BranchArg,
+        /// As the sandbox's root (e.g. `apt-get install`), through the guest's socket only;
+        /// recorded in the audit log before it runs. Only the host user who owns the sandbox
+        /// can; the agent has no root and no way to this.
+        #[arg(long)]
+        root: bool,
         /// The command and its arguments (after --).
         #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
         command: Vec<OsString>,
@@ -414,18 +443,27 @@ pub enum RunError {
     /// A masked path in git's objects (gitsecrets.rs).
     #[error("{0}")]
     SecretInGit(String),
+    /// Refused by sbx's policy (audited where it is decided).
+    #[error("{0}")]
+    Denied(String),
+    /// No running sandbox or no snapshot to act on.
+    #[error("{0}")]
+    NoSandbox(String),
 }
 
 impl SbxError for RunError {
     fn exit(&self) -> Exit {
         match self {
-            Self::NoWorkspace(_) => Exit::NoInput,
+            Self::NoWorkspace(_) | Self::NoSandbox(_) => Exit::NoInput,
             Self::NotADirectory(_) | Self::NotARepo(_) | Self::Usage(_) => Exit::Usage,
             Self::NoDockerClient | Self::EngineDown(_) | Self::Idmap(_) | Self::NoGuest(_) => {
                 Exit::Unavailable
             }
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
-            Self::ForeignContainer(..) | Self::Swapped(_) | Self::SecretInGit(_) => Exit::Denied,
+            Self::ForeignContainer(..)
+            | Self::Swapped(_)
+            | Self::SecretInGit(_)
+            | Self::Denied(_) => Exit::Denied,
             Self::Interrupted => Exit::Software,
             Self::Config(_) => Exit::Config,
             Self::Unmaskable(_) | Self::BadWorkspace(_) => Exit::DataErr,
@@ -457,9 +495,22 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             .map_err(Into::into),
         Cmd::Start {
             path,
+            from_snapshot: Some(id),
+            ..
+        } => lifecycle::start_from_snapshot(
+            common,
+            path.get(),
+            Some(id.as_str()).filter(|i| !i.is_empty()),
+        )
+        .map(|_| Exit::Ok.into()),
+        Cmd::Snapshot { path, tag } => snapshot::snapshot(common, path.get(), tag.as_deref()),
+        Cmd::Snapshots { path } => snapshot::list(common, path.get()),
+        Cmd::Start {
+            path,
             build,
             base_tag,
             branch,
+            from_snapshot: None,
         } => {
             let opts = (build || base_tag.is_some()).then(|| image::BuildOpts {
                 base_tag: base_tag.unwrap_or_else(image::default_base_tag),
@@ -479,7 +530,14 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             path,
             command,
             branch,
+            root: false,
         } => lifecycle::exec(common, path, &command, branch.branch.as_deref()),
+        Cmd::Exec {
+            path,
+            command,
+            branch,
+            root: true,
+        } => lifecycle::exec_root(common, path, &command, branch.branch.as_deref()),
         Cmd::ShowRun { path, branch } => {
             lifecycle::show_run(common, path.get(), branch.branch.as_deref())
         }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sbx_core::audit::{self, Outcome, Record};
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::BoxError;
+use sbx_core::guestapi::User;
 use sbx_core::{Exit, output};
 use serde_json::{Value, json};
 
@@ -65,6 +66,36 @@ fn check_owner(ws: &Workspace) -> Result<Option<Value>, RunError> {
         }
     }
     Ok(c)
+}
+
+/// The workspace's sandbox container, if any (refusing a foreign one).
+pub fn owned_container(ws: &Workspace) -> Result<Option<Value>, RunError> {
+    check_owner(ws)
+}
+
+/// `start --from-snapshot [ID]`: the sandbox made anew from a snapshot's
+/// image (snapshot::resolve refuses another workspace's), with every
+/// check and guard of a fresh start.
+pub fn start_from_snapshot(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    id: Option<&str>,
+) -> Result<Workspace, BoxError> {
+    let ws = Workspace::open(common, path)?;
+    let image = crate::snapshot::resolve(&ws, id)?;
+    if check_owner(&ws)?.is_some() {
+        docker::remove(&["rm", "--force", &ws.names.container])?;
+    }
+    crate::branch::precheck(&ws)?;
+    crate::gitsecrets::check(&ws)?;
+    crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
+    workspace::prepare_mount(&ws)?;
+    let started = start_stopped(&ws, false, Some(&image));
+    if started.is_err() {
+        workspace::release_mount(&ws.names.container);
+        release_git(&ws);
+    }
+    started.map(|()| ws)
 }
 
 /// The container `name` if it exists and carries this workspace's label.
@@ -204,7 +235,7 @@ pub fn start_in(
     // The hooks verify-commits will trust, as they are before the agent runs.
     crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
     workspace::prepare_mount(&ws)?;
-    let started = start_stopped(&ws, container.is_some());
+    let started = start_stopped(&ws, container.is_some(), None);
     if started.is_err() {
         workspace::release_mount(&ws.names.container);
         release_git(&ws);
@@ -212,12 +243,16 @@ pub fn start_in(
     started.map(|()| ws)
 }
 
-fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
+/// `from`: a snapshot's image instead of the per-repo one (nothing built).
+fn start_stopped(ws: &Workspace, exists: bool, from: Option<&str>) -> Result<(), BoxError> {
     let name = ws.names.container.clone();
     // Then every other lookup at once (each is a request to the engine).
     let n = &ws.names;
     let (holder, image, network, volumes) = std::thread::scope(|s| {
-        let image = s.spawn(|| image::repo_rebuild(ws));
+        let image = s.spawn(|| match from {
+            Some(_) => Ok(None),
+            None => image::repo_rebuild(ws),
+        });
         let network = s.spawn(|| docker::exists("network", &n.network));
         let volumes: Vec<_> = spec::workspace_volumes(n)
             .into_iter()
@@ -299,7 +334,13 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(ws, std::env::vars_os());
-    let s = spec::build(ws, &ws.names.image, &env, (&masks.0, &masks.1), false)?;
+    let s = spec::build(
+        ws,
+        from.unwrap_or(&ws.names.image),
+        &env,
+        (&masks.0, &masks.1),
+        false,
+    )?;
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
@@ -715,11 +756,64 @@ pub fn exec(
     Err(RunError::NoGuest(ws.names.container.clone()).into())
 }
 
+/// `sbx-run exec --root`: the user acting as the sandbox's root, through
+/// the guest's socket only (never `docker exec`). The socket is the gate:
+/// 0600 in a 0700 directory of the host user who owns the sandbox, and
+/// root-only inside, where the agent has no root. One owned by someone
+/// else is refused (77) and audited before anything is sent.
+pub fn exec_root(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    command: &[OsString],
+    branch: Option<&str>,
+) -> Res {
+    let ws = Workspace::open(common, path.clone())?.with_branch(branch);
+    let ws = if guestexec_up(&ws) {
+        ws
+    } else {
+        start_in(common, path, None, branch)?
+    };
+    let dir = spec::host_dir(&ws.names.container);
+    crate::guestexec::owned_by_me(&dir).map_err(|why| {
+        audit::append(
+            &Record::new(
+                "sbx-run",
+                "exec-root",
+                &ws.names.container,
+                Outcome::Blocked,
+                "exec-root",
+            )
+            .reason(&why),
+        );
+        RunError::Denied(format!(
+            "exec --root: {why}: only the host user who owns the sandbox may act as its root"
+        ))
+    })?;
+    match via_guest_as(&ws, command, "sbx-run", User::Root)? {
+        Some(r) => Ok(r),
+        None => Err(RunError::NoGuest(ws.names.container.clone()).into()),
+    }
+}
+
+fn guestexec_up(ws: &Workspace) -> bool {
+    crate::guestexec::connect(&crate::guestexec::socket_for(ws)).is_ok()
+}
+
 /// Ok(None): no guest listening, the caller falls back.
 fn via_guest(ws: &Workspace, argv: &[OsString], agent: &str) -> Result<Option<ExitCode>, BoxError> {
+    via_guest_as(ws, argv, agent, User::Agent)
+}
+
+fn via_guest_as(
+    ws: &Workspace,
+    argv: &[OsString],
+    agent: &str,
+    user: User,
+) -> Result<Option<ExitCode>, BoxError> {
     use crate::guestexec::{self, GuestError};
     let sock = guestexec::socket_for(ws);
-    let req = guestexec::exec_request(ws, argv, agent, guestexec::on_tty());
+    let mut req = guestexec::exec_request(ws, argv, agent, guestexec::on_tty());
+    req.user = user;
     match guestexec::run(&sock, req) {
         Ok(x) => Ok(Some(ExitCode::from(guestexec::status_of(&x)))),
         Err(GuestError::NoGuest(..)) => Ok(None),

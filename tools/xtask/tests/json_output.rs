@@ -130,6 +130,8 @@ const TABLE: &[(&str, Out)] = &[
     ("sbx-run volume", run(&["volume"])),
     ("sbx-run volumes", run(&["volumes", "-C", "{ws}"])),
     ("sbx-run list", not_here(DOCKER)),
+    ("sbx-run snapshot", not_here(DOCKER)),
+    ("sbx-run snapshots", not_here(DOCKER)),
     ("sbx-run rm", Out::Exempt(SILENT)),
     ("sbx-run prune", not_here(DOCKER)),
     ("sbx-run agent", not_here(DOCKER)),

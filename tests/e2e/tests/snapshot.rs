@@ -1,0 +1,234 @@
+//! Snapshots of a whole sandbox (issue 43), on one shared sandbox: the
+//! user's root (`exec --root`) installs a package, the agent writes in its
+//! home and tampers with what else it can reach; the sandbox made anew
+//! from the snapshot has the package and the home, none of the agent's
+//! tampering, and every guard of a fresh start.
+#![forbid(unsafe_code)]
+
+use std::process::{Command, Output};
+
+use sbx_e2e::{Repo, base_image, sbx, sh, text};
+
+fn run(repo: &Repo, args: &[&str]) -> Output {
+    sbx().args(args).arg("-C").arg(&repo.path).output().unwrap()
+}
+
+/// `sbx-run exec --root -C REPO -- sh -c SCRIPT`.
+fn as_root(repo: &Repo, script: &str) -> Output {
+    sbx()
+        .args(["exec", "--root", "-C"])
+        .arg(&repo.path)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// A one-file Debian package (no network): /usr/local/bin/hello-sbx.
+fn tiny_deb(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let root = dir.join("pkg");
+    std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    std::fs::create_dir_all(root.join("usr/local/bin")).unwrap();
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        "Package: hello-sbx\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@t>\nDescription: t\n",
+    )
+    .unwrap();
+    let bin = root.join("usr/local/bin/hello-sbx");
+    std::fs::write(&bin, "#!/bin/sh\necho hello-sbx\n").unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let deb = dir.join("hello.deb");
+    sh(Command::new("dpkg-deb")
+        .args(["--build", "--root-owner-group"])
+        .arg(&root)
+        .arg(&deb));
+    deb
+}
+
+#[test]
+fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("snap");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n.env\n").unwrap();
+    std::fs::write(repo.path.join(".env"), "API_KEY=hunter2\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    repo.hook("pre-commit", "#!/bin/sh\nexit 1\n");
+    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[environment]\npass = [\"PASSED_TOKEN\"]\n",
+    )
+    .unwrap();
+    let o = sbx()
+        .arg("start")
+        .arg(&repo.path)
+        .env("PASSED_TOKEN", "passed-value")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The user's root, recorded with its command; the agent's is not root
+    // and cannot reach the socket that gives it.
+    let o = as_root(&repo, "id -u");
+    assert_eq!(
+        (o.status.code(), out(&o)),
+        (Some(0), "0".into()),
+        "{}",
+        text(&o)
+    );
+    let o = repo.exec(
+        "python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"/run/sbx/host/guest.sock\")' 2>&1; id -u; sudo -n id -u 2>&1",
+    );
+    let t = text(&o);
+    assert!(t.contains("PermissionError") && t.contains("1000"), "{t}");
+    assert!(
+        !t.lines().any(|l| l.trim() == "0"),
+        "the agent got root: {t}"
+    );
+    let log = as_root(&repo, "cat /run/sbx/host/audit.jsonl");
+    assert!(
+        out(&log)
+            .lines()
+            .any(|l| l.contains(r#""operation":"exec-root""#)
+                && l.contains(r#""target":"sh -c id -u""#)),
+        "{}",
+        text(&log)
+    );
+    // A socket someone else owns is not the user's sandbox: refused.
+    let host_dir = sbx_run::spec::host_dir(&repo_container(&repo));
+    let sock = sbx_core::guestapi::socket_in(&host_dir);
+    sh(Command::new("chown").arg("65534").arg(&sock));
+    let o = as_root(&repo, "id -u");
+    sh(Command::new("chown").arg("0").arg(&sock));
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("not to you"), "{}", text(&o));
+
+    // The user installs a package; the agent writes in its home and plants
+    // what it can outside it.
+    let deb = tiny_deb(repo.root());
+    let o = sbx()
+        .args(["cp", "-C"])
+        .arg(&repo.path)
+        .arg(&deb)
+        .arg(":/tmp/hello.deb")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = as_root(
+        &repo,
+        "apt-get install -y /tmp/hello.deb >/dev/null 2>&1; hello-sbx",
+    );
+    assert_eq!(out(&o), "hello-sbx", "{}", text(&o));
+    let o = repo.exec(
+        "echo mine > ~/note && echo evil > /var/tmp/.bashrc && echo evil > /tmp/evil \
+         && mkdir -p /var/tmp/d && ln -s /etc/shadow /var/tmp/d/link && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+
+    let o = run(&repo, &["snapshot", "--tag", "t1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let id = out(&o);
+    let o = run(&repo, &["--json", "snapshots"]);
+    let v: serde_json::Value = serde_json::from_str(out(&o).lines().last().unwrap()).unwrap();
+    assert_eq!(v["data"]["id"], id.as_str(), "{}", text(&o));
+    assert_eq!(v["data"]["tag"], "t1");
+    assert!(v["data"]["size"].as_u64().unwrap() > 0, "{v}");
+    // The image keeps none of the values docker run gave the container.
+    let image = v["data"]["image"].as_str().unwrap().to_owned();
+    let env = sh(Command::new("docker").args([
+        "image",
+        "inspect",
+        "--format",
+        "{{json .Config.Env}}",
+        &image,
+    ]));
+    assert!(!env.contains("passed-value"), "{env}");
+
+    // The container goes; the sandbox comes back from the snapshot.
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = sbx()
+        .args(["start", "--from-snapshot", "t1", "-C"])
+        .arg(&repo.path)
+        .env("PASSED_TOKEN", "passed-value")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let probe = |s: &str| {
+        let o = repo.exec(s);
+        (o.status.code(), out(&o))
+    };
+    assert_eq!(probe("hello-sbx").1, "hello-sbx");
+    assert_eq!(probe("cat ~/note").1, "mine");
+    // As clean as a fresh sandbox: nothing the agent planted is there.
+    assert_eq!(
+        probe("ls -A /var/tmp /tmp | grep -v : | grep -v '^$' | wc -l").1,
+        "0",
+        "{:?}",
+        probe("ls -lA /var/tmp /tmp")
+    );
+    // The guards hold as in a fresh start.
+    assert_eq!(probe("wc -c < .env").1, "0");
+    assert_eq!(probe("echo $PASSED_TOKEN").1, "passed-value");
+    assert_eq!(
+        probe("git commit --no-verify --allow-empty -m x").0,
+        Some(77)
+    );
+    assert_eq!(probe("sbx-fw status").0, Some(77));
+    let o = repo.exec("sbx-fw probe --json tcp:192.0.2.1:443 dns:127.0.0.53/example.org");
+    for l in out(&o).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let verdict = v["data"]["verdict"].as_str().unwrap();
+        assert!(verdict == "refused" || verdict == "dns-refused", "{l}");
+    }
+    assert_eq!(
+        probe("grep CapEff /proc/self/status").1,
+        "CapEff:\t0000000000000000"
+    );
+
+    // Bad input: another workspace's snapshot is refused, named; a stopped
+    // or missing sandbox has nothing to snapshot.
+    let other = Repo::new("other");
+    other.git(&["init", "-q", "-b", "main"]);
+    let o = run(&other, &["start", "--from-snapshot", &id]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        text(&o).contains(&repo.path.display().to_string()),
+        "{}",
+        text(&o)
+    );
+    let o = run(&other, &["snapshot"]);
+    assert_eq!(o.status.code(), Some(66), "{}", text(&o));
+    let o = run(&repo, &["stop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&repo, &["snapshot"]);
+    assert_eq!(o.status.code(), Some(66), "{}", text(&o));
+    assert!(text(&o).contains("stopped"), "{}", text(&o));
+    let _ = run(&repo, &["rm"]);
+    let _ = Command::new("docker")
+        .args(["image", "rm", "--force", &image])
+        .output();
+}
+
+fn repo_container(repo: &Repo) -> String {
+    let o = sh(Command::new("docker").args([
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=sbx.workspace={}", repo.path.display()),
+        "--format",
+        "{{.Names}}",
+    ]));
+    o.lines()
+        .find(|l| !l.contains("holder") && !l.is_empty())
+        .unwrap_or_default()
+        .to_owned()
+}

@@ -45,8 +45,9 @@ pub const MAX_ROWS: u16 = 500;
 /// reading the guest (whose buffer is bounded too) and tmux drops that
 /// client's output until it catches up, then redraws it.
 pub const QUEUE: usize = 32;
-/// A viewer that takes no output for this long is closed.
-pub const SEND_STALL: Duration = Duration::from_secs(60);
+/// A viewer that takes no output for this long is closed (the accept
+/// loop's bound on any stalled write).
+pub const SEND_STALL: Duration = crate::conn::WRITE_STALL;
 /// How long the client has for its first (size) message.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Viewers of one project at once (each is a tmux client, two threads).

@@ -80,9 +80,14 @@ impl Keys {
 
     /// The user a valid, unexpired access token names.
     pub fn verify(&self, token: &str) -> Result<Uuid, ApiError> {
+        self.claims(token).map(|c| c.sub)
+    }
+
+    /// The claims of a valid, unexpired access token.
+    pub fn claims(&self, token: &str) -> Result<Claims, ApiError> {
         use jsonwebtoken::errors::ErrorKind;
         match jsonwebtoken::decode::<Claims>(token, &self.dec, &self.validation) {
-            Ok(t) => Ok(t.claims.sub),
+            Ok(t) => Ok(t.claims),
             Err(e) => Err(ApiError::unauthorized(match e.kind() {
                 ErrorKind::ExpiredSignature => "the access token has expired: refresh it",
                 ErrorKind::InvalidAlgorithm => "the access token's algorithm is not HS256",

@@ -4,22 +4,111 @@
 //! descriptor each for good until the server could accept no one. Here
 //! a request head has [`HEADER_TIMEOUT`] to arrive (idle keep-alive
 //! connections included), and at most `max` connections are open at once:
-//! one over is closed as soon as it is accepted.
+//! one over is closed as soon as it is accepted. A write that makes no
+//! progress for [`WRITE_STALL`] fails the connection: a client that
+//! pipelined requests and never read the answers held its connection
+//! (and its slot) for good once the socket's buffers were full, the head
+//! timeout being for reads only.
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 /// How long a client may take to send a request's head (the request
 /// line and headers), and how long a kept-alive connection may idle.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a write may wait for the client to take any bytes (the
+/// answer to a request, a WebSocket's output) before the connection is
+/// closed.
+pub const WRITE_STALL: Duration = Duration::from_secs(30);
+
+/// A stream whose writes fail with `TimedOut` after [`WRITE_STALL`]
+/// without progress. Reads are the head timeout's (and, after an
+/// upgrade, the WebSocket's own).
+struct Stall<T> {
+    io: T,
+    since: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> Stall<T> {
+    fn new(io: T) -> Self {
+        Self { io, since: None }
+    }
+
+    /// `r`, a write's poll: progress disarms the timer, pending arms it.
+    fn judge<R>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        if r.is_ready() {
+            self.since = None;
+            return r;
+        }
+        let t = self
+            .since
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_STALL)));
+        match t.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client took no bytes for {} s", WRITE_STALL.as_secs()),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Stall<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.judge(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.judge(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.judge(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.judge(cx, r)
+    }
+}
 
 /// Serve `router` on `listener` until `shutdown`, then let the open
 /// connections finish their requests.
@@ -66,7 +155,7 @@ pub async fn serve(
             b.timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);
             let conn = b
-                .serve_connection(TokioIo::new(stream), svc)
+                .serve_connection(TokioIo::new(Stall::new(stream)), svc)
                 .with_upgrades();
             let mut conn = std::pin::pin!(conn);
             tokio::select! {

@@ -45,8 +45,9 @@ pub const MAX_ROWS: u16 = 500;
 /// reading the guest (whose buffer is bounded too) and tmux drops that
 /// client's output until it catches up, then redraws it.
 pub const QUEUE: usize = 32;
-/// A viewer that takes no output for this long is closed.
-pub const SEND_STALL: Duration = Duration::from_secs(60);
+/// A viewer that takes no output for this long is closed (the accept
+/// loop's bound on any stalled write).
+pub const SEND_STALL: Duration = crate::conn::WRITE_STALL;
 /// How long the client has for its first (size) message.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Viewers of one project at once (each is a tmux client, two threads).
@@ -132,6 +133,10 @@ struct Ctx {
     title: String,
     socket: PathBuf,
     workdir: String,
+    /// The access token's expiry: the session ends there, so a token
+    /// revoked by a logout (or leaked) does not keep a terminal open
+    /// longer than it would the API.
+    expires: SystemTime,
     _viewer: Viewer,
 }
 
@@ -160,7 +165,8 @@ pub async fn terminal(
             "a token is required: ?token=, a bearer.<token> subprotocol or Authorization: Bearer",
         )
     })?;
-    let user = keys.verify(&token)?;
+    let claims = keys.claims(&token)?;
+    let user = claims.sub;
     let p = repo.get(user, id).await?.ok_or_else(ApiError::not_found)?;
     if p.status != "running" {
         return Err(ApiError::new(
@@ -213,6 +219,7 @@ pub async fn terminal(
         title: format!("{} (sbx)", p.name),
         socket,
         workdir,
+        expires: UNIX_EPOCH + Duration::from_secs(claims.exp),
         _viewer: viewer,
     };
     let mut r = ws
@@ -416,7 +423,7 @@ async fn session(mut sock: WebSocket, ctx: Ctx) {
         }
     }
     record("terminal start", &format!("session {sid}"));
-    let why = bridge(&mut sock, client, &ctx.title, rec.clone()).await;
+    let why = bridge(&mut sock, client, &ctx.title, ctx.expires, rec.clone()).await;
     if let Some(r) = &rec {
         r.end(&why);
     }
@@ -431,6 +438,7 @@ async fn bridge(
     sock: &mut WebSocket,
     client: proto::Client<UnixStream>,
     title: &str,
+    expires: SystemTime,
     rec: Option<Arc<Recorder>>,
 ) -> String {
     let stream = client.stream.try_clone();
@@ -448,8 +456,19 @@ async fn bridge(
     let _ = sock.send(Message::Binary(hello.into())).await;
     let _ = sock.send(Message::Binary(b"2{}".to_vec().into())).await;
     let mut paused = false;
+    let left = expires
+        .duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO);
+    let expiry = tokio::time::sleep(left);
+    tokio::pin!(expiry);
     let why = loop {
         tokio::select! {
+            () = &mut expiry => {
+                let why = "the access token expired: reconnect with a fresh one";
+                let _ = tokio::time::timeout(SEND_STALL, sock.send(notice(why))).await;
+                close(sock, POLICY, why).await;
+                break why.to_owned();
+            }
             m = sock.recv() => {
                 let data = match m {
                     None | Some(Ok(Message::Close(_))) => break "the viewer closed".to_owned(),

@@ -1210,6 +1210,64 @@ fn connections_over_the_cap_are_closed() {
 }
 
 #[test]
+fn a_client_that_never_reads_its_answers_loses_its_connections() {
+    // Route (issue 41, a41): the head timeout is for reads only. A client
+    // that pipelined requests and never read the answers filled the
+    // socket's buffers; the server's write then waited for good, holding
+    // one of --max-connections each: four such clients locked everyone
+    // out until they chose to leave. A write with no progress for 30 s
+    // now closes the connection. Takes ~35 s (beside the other tests).
+    /// Shut down on drop, a failure's too: the writers hold clones, and
+    /// a server with stalled connections would not stop.
+    struct Held(Vec<std::net::TcpStream>);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            for c in &self.0 {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+    let s = common::start(&["--max-connections", "4"]);
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    let held = Held(
+        (0..4)
+            .map(|_| {
+                let c = std::net::TcpStream::connect(&addr).unwrap();
+                let mut w = c.try_clone().unwrap();
+                std::thread::spawn(move || {
+                    let req = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+                    while w.write_all(&req).is_ok() {}
+                });
+                c
+            })
+            .collect(),
+    );
+    let served = || {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        let _ = c.write_all(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        until_closed(c).1.starts_with("HTTP/1.1 200")
+    };
+    let t0 = std::time::Instant::now();
+    while served() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "the readers that never read did not take the slots"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let stalled = std::time::Instant::now();
+    while !served() {
+        assert!(
+            stalled.elapsed() < std::time::Duration::from_secs(50),
+            "clients that never read held every connection for {:?}",
+            stalled.elapsed()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    drop(held);
+}
+
+#[test]
 fn names_and_emails_with_invisible_characters_are_refused() {
     // Route (issue 41): only C0/C1 controls were refused, so a project
     // name (printed in logs and terminals) could carry a bidi override

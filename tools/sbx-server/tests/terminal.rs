@@ -154,6 +154,29 @@ fn psql(db: &str, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// An access token for the user `token` names, signed as the server
+/// signs, expiring in `secs`.
+fn expiring(token: &str, secs: u64) -> String {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": claims["sub"], "iat": now, "exp": now + secs}),
+        &jsonwebtoken::EncodingKey::from_secret(common::SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
 #[test]
 fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
     if !(sbx_e2e::prerequisite(sbx_e2e::is_root(), "root (workspaces go to uid 1000)")
@@ -366,6 +389,22 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
         (peak - before) >> 20,
         FLOOD_CAP >> 20
     );
+
+    // Route (issue 42, a41): the token was checked at the upgrade only,
+    // so a terminal stayed open for good after its token expired, or
+    // after a logout (which ends the refresh family, not the 15-minute
+    // access token): a leaked token kept its terminal. The session now
+    // ends at the token's expiry; the client reconnects with a fresh one.
+    rt.block_on(async {
+        let mut t = open(&base, &id, &expiring(&alice, 8)).await.unwrap();
+        t.hello(80, 24).await;
+        assert!(
+            t.until("access token expired").await,
+            "still open past the token's expiry: {}",
+            t.out
+        );
+        assert_eq!(t.close_code().await, 1008, "{:?}", t.closed);
+    });
 
     // The sandbox dies mid-session: the viewer is told, then closed.
     rt.block_on(async {

@@ -195,6 +195,9 @@ pub fn start_in(
         output::info(&format!("{name} is already running"));
         return Ok(ws);
     }
+    // A secret that does not resolve refuses the start, naming its key,
+    // before anything is built or started.
+    secrets_for(&ws)?;
     // A workspace the agent could not write is refused before anything is
     // built or started; the idmapped view is made now and lives as long as
     // the sandbox is started.
@@ -210,6 +213,23 @@ pub fn start_in(
         release_git(&ws);
     }
     started.map(|()| ws)
+}
+
+/// `[secrets]` resolved on the host. They are injected by the proxy, so
+/// without proxy mode there is nothing that could use them: refused.
+pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, BoxError> {
+    let cfg = &ws.loaded.config;
+    if cfg.secrets.is_empty() {
+        return Ok(Vec::new());
+    }
+    if cfg.network.mode != sbx_core::config::NetMode::Proxy || cfg.network.allow_external {
+        return Err(Box::new(RunError::Config(format!(
+            "{}: [secrets] are injected by sbx-fw's proxy: set [network] mode = \"proxy\" (and allow-external = false), or remove [secrets]",
+            ws.loaded.describe()
+        ))));
+    }
+    sbx_core::secrets::resolve(&cfg.secrets, |k| std::env::var(k).ok())
+        .map_err(|e| Box::new(e) as BoxError)
 }
 
 fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {

@@ -14,6 +14,17 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Secret, SecretFrom};
 use crate::{Exit, SbxError};
 
+/// Where `sbx-fw init` keeps the secrets and the sandbox CA's key: a
+/// tmpfs, root's 0700 (never in an image, a volume or a snapshot).
+pub const TMPFS: &str = "/run/sbx-secrets";
+/// Where sbx-run leaves the resolved secrets for init, in the sandbox's
+/// host directory (root's alone inside); init moves them to [`TMPFS`].
+pub const HANDOFF_DIR: &str = "/run/sbx/host";
+pub const HANDOFF: &str = "secrets.json";
+/// The sandbox CA's certificate for the sandbox's clients: Node reads it
+/// through NODE_EXTRA_CA_CERTS; init adds it to the system bundle too.
+pub const SANDBOX_CA: &str = "/etc/ssl/certs/sbx-proxy-ca.pem";
+
 /// The largest secret read (a file or a command's output).
 const MAX_VALUE: u64 = 64 * 1024;
 

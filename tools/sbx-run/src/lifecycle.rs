@@ -197,7 +197,7 @@ pub fn start_in(
     }
     // A secret that does not resolve refuses the start, naming its key,
     // before anything is built or started.
-    secrets_for(&ws)?;
+    let secrets = secrets_for(&ws)?;
     // A workspace the agent could not write is refused before anything is
     // built or started; the idmapped view is made now and lives as long as
     // the sandbox is started.
@@ -207,7 +207,7 @@ pub fn start_in(
     // The hooks verify-commits will trust, as they are before the agent runs.
     crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
     workspace::prepare_mount(&ws)?;
-    let started = start_stopped(&ws, container.is_some());
+    let started = start_stopped(&ws, container.is_some(), &secrets);
     if started.is_err() {
         workspace::release_mount(&ws.names.container);
         release_git(&ws);
@@ -232,7 +232,11 @@ pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, Bo
         .map_err(|e| Box::new(e) as BoxError)
 }
 
-fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
+fn start_stopped(
+    ws: &Workspace,
+    exists: bool,
+    secrets: &[sbx_core::secrets::Binding],
+) -> Result<(), BoxError> {
     let name = ws.names.container.clone();
     // Then every other lookup at once (each is a request to the engine).
     let n = &ws.names;
@@ -264,6 +268,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
             spec::make_parents(ws)?;
             hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
+            spec::stage_secrets(&name, secrets)?;
             crate::toolpolicy::install(ws, &name)?;
             // The container binds the staged copies: mount them anew, by fd.
             let masks = spec::mask_sources()?;
@@ -349,6 +354,7 @@ fn start_stopped(ws: &Workspace, exists: bool) -> Result<(), BoxError> {
     spec::make_parents(ws)?;
     hold_git(ws)?;
     spec::ensure_host_dir(&name)?;
+    spec::stage_secrets(&name, secrets)?;
     crate::toolpolicy::install(ws, &name)?;
     crate::hostpath::stage(&name, &s.staged)?;
     let held = crate::hostpath::identify(&s.bound)?;
@@ -817,6 +823,8 @@ pub fn cp(
 
 pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) -> Res {
     let ws = Workspace::open(common, path)?.with_branch(branch);
+    // Refused as `start` refuses them (the values are not shown).
+    secrets_for(&ws)?;
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1), true)?;

@@ -26,6 +26,8 @@ use rcgen::{
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use sbx_core::IoContext;
+use sbx_core::error::PathError;
 use sbx_core::secrets::Binding;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
@@ -35,8 +37,7 @@ use super::policy::Refusal;
 use super::relay::Activity;
 use super::requests::Requests;
 
-/// Where `sbx-fw init` keeps the secrets and the CA (a tmpfs, root 0700).
-pub const DIR: &str = "/run/sbx-secrets";
+pub use sbx_core::secrets::{HANDOFF, HANDOFF_DIR, SANDBOX_CA, TMPFS as DIR};
 /// Another directory instead (the tests).
 pub const DIR_ENV: &str = "SBX_FW_SECRETS_DIR";
 /// A PEM file of extra roots the proxy trusts upstream: the tests' stand-in
@@ -46,6 +47,7 @@ pub const TEST_ROOT_ENV: &str = "SBX_FW_PROXY_TEST_ROOT";
 /// where init adds our CA for the sandbox's clients.
 pub const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 pub const BINDINGS: &str = "secrets.json";
+
 pub const CA_KEY: &str = "ca.key";
 pub const CA_CERT: &str = "ca.crt";
 /// The CA's name: fixed, so its issuer can be rebuilt from the key alone.
@@ -71,6 +73,76 @@ pub fn make_ca() -> Result<(String, String), rcgen::Error> {
     let key = KeyPair::generate()?;
     let cert = ca_params().self_signed(&key)?;
     Ok((key.serialize_pem(), cert.pem()))
+}
+
+/// At init (root, proxy mode): take the secrets sbx-run left in the host
+/// directory onto the tmpfs, make the sandbox's CA when there is none,
+/// and put its certificate where the sandbox's clients look (the system
+/// bundle, rebuilt from the image's own each time, and [`SANDBOX_CA`]).
+/// Without secrets nothing changes. The proxy reads them at its start.
+pub fn install(
+    handoff: &Path,
+    dir: &Path,
+    bundle: &Path,
+    sandbox_ca: &Path,
+) -> Result<(), PathError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let write = |p: &Path, data: &[u8], mode: u32| -> Result<(), PathError> {
+        let tmp = p.with_extension("sbx-tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .with_path(&tmp)?;
+        std::io::Write::write_all(&mut f, data).with_path(&tmp)?;
+        std::fs::rename(&tmp, p).with_path(p)
+    };
+    match std::fs::read(handoff) {
+        Ok(text) => {
+            // Checked before it replaces anything: a bad file stops init.
+            serde_json::from_slice::<Vec<Binding>>(&text)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+                .with_path(handoff)?;
+            // The tmpfs must be there: the values go nowhere else.
+            if !on_tmpfs(dir) {
+                return Err(io::Error::other(
+                    "not a tmpfs: the secrets would be written to disk",
+                ))
+                .with_path(dir);
+            }
+            write(&dir.join(BINDINGS), &text, 0o600)?;
+            std::fs::remove_file(handoff).with_path(handoff)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_path(handoff),
+    }
+    if !dir.join(BINDINGS).exists() {
+        return Ok(());
+    }
+    let cert_path = dir.join(CA_CERT);
+    if !cert_path.exists() {
+        let (key, cert) = make_ca().map_err(io::Error::other).with_path(&cert_path)?;
+        write(&dir.join(CA_KEY), key.as_bytes(), 0o600)?;
+        write(&cert_path, cert.as_bytes(), 0o644)?;
+    }
+    let cert = std::fs::read(&cert_path).with_path(&cert_path)?;
+    write(sandbox_ca, &cert, 0o644)?;
+    // The image's bundle is kept aside once; ours is it plus our CA, so
+    // a CA of an earlier start never stays trusted.
+    let orig = bundle.with_extension("crt.sbx-orig");
+    if !orig.exists() {
+        std::fs::copy(bundle, &orig).with_path(&orig)?;
+    }
+    let mut all = std::fs::read(&orig).with_path(&orig)?;
+    all.extend_from_slice(&cert);
+    write(bundle, &all, 0o644)
+}
+
+fn on_tmpfs(p: &Path) -> bool {
+    use nix::sys::statfs::{TMPFS_MAGIC, statfs};
+    statfs(p).is_ok_and(|s| s.filesystem_type() == TMPFS_MAGIC)
 }
 
 /// What the proxy injects, loaded once at its start.

@@ -285,3 +285,66 @@ async fn a_pinning_client_is_refused_with_a_reason() {
     assert!(Refusal::Pinned.reason().contains("[secrets]"));
     assert!(b.seen().is_empty());
 }
+
+/// Init's part: the handoff moves onto the tmpfs (and is gone from the
+/// host directory), a CA is made, the bundle is the image's plus ours,
+/// and a second start's new CA replaces the first in it. Off a tmpfs
+/// the secrets are refused, and stay where they were.
+#[test]
+fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let host = tempfile::tempdir().unwrap();
+    let handoff = host.path().join(HANDOFF);
+    let (bundle, ca) = (
+        host.path().join("ca-certificates.crt"),
+        host.path().join("ca.pem"),
+    );
+    std::fs::write(&bundle, "IMAGE ROOTS\n").unwrap();
+    let b = vec![Binding {
+        name: "m".into(),
+        host: HOST.into(),
+        header: "x-api-key".into(),
+        placeholder: HOLDER.into(),
+        value: SECRET.into(),
+    }];
+    let json = serde_json::to_vec(&b).unwrap();
+    // Not a tmpfs (unless /tmp is one): refused, the handoff kept.
+    if !on_tmpfs(host.path()) {
+        std::fs::write(&handoff, &json).unwrap();
+        let off = host.path().join("off");
+        std::fs::create_dir(&off).unwrap();
+        assert!(install(&handoff, &off, &bundle, &ca).is_err());
+        assert!(handoff.exists() && !off.join(BINDINGS).exists());
+    }
+    let mut cas = Vec::new();
+    for _ in 0..2 {
+        std::fs::write(&handoff, &json).unwrap();
+        let _ = std::fs::remove_file(shm.path().join(CA_CERT));
+        install(&handoff, shm.path(), &bundle, &ca).unwrap();
+        assert!(!handoff.exists());
+        assert_eq!(std::fs::read(shm.path().join(BINDINGS)).unwrap(), json);
+        let cert = std::fs::read_to_string(shm.path().join(CA_CERT)).unwrap();
+        assert_eq!(std::fs::read_to_string(&ca).unwrap(), cert);
+        assert_eq!(
+            std::fs::read_to_string(&bundle).unwrap(),
+            format!("IMAGE ROOTS\n{cert}")
+        );
+        cas.push(cert);
+    }
+    assert_ne!(cas[0], cas[1]);
+    let mode = |p: &Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions())
+            & 0o777
+    };
+    assert_eq!(mode(&shm.path().join(CA_KEY)), 0o600);
+    assert_eq!(mode(&shm.path().join(BINDINGS)), 0o600);
+    assert!(
+        Injector::load(shm.path(), &bundle)
+            .unwrap()
+            .unwrap()
+            .binds(HOST)
+    );
+}

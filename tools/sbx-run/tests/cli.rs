@@ -262,13 +262,15 @@ fn secrets_reach_the_sandbox_as_placeholders_only() {
     let r = Repo::new(&format!(
         "[environment]\npass = [\"ANTHROPIC_API_KEY\"]\n[network]\nmode = \"proxy\"\n{secrets}"
     ));
-    let o = r
-        .cmd()
-        .env("ANTHROPIC_API_KEY", KEY)
-        .arg("show-run")
-        .arg(r.ws())
-        .output()
-        .unwrap();
+    let with_key = |r: &Repo| {
+        r.cmd()
+            .env("ANTHROPIC_API_KEY", KEY)
+            .arg("show-run")
+            .arg(r.ws())
+            .output()
+            .unwrap()
+    };
+    let o = with_key(&r);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(!text(&o).contains(KEY), "{}", text(&o));
     let s = String::from_utf8_lossy(&o.stdout);
@@ -299,14 +301,7 @@ fn secrets_reach_the_sandbox_as_placeholders_only() {
         text(&o)
     );
 
-    let r = Repo::new(secrets);
-    let o = r
-        .cmd()
-        .env("ANTHROPIC_API_KEY", KEY)
-        .arg("show-run")
-        .arg(r.ws())
-        .output()
-        .unwrap();
+    let o = with_key(&Repo::new(secrets));
     assert_eq!(o.status.code(), Some(78), "{}", text(&o));
     assert!(text(&o).contains("mode = \"proxy\""), "{}", text(&o));
 }

@@ -68,6 +68,7 @@ pub struct Config {
     pub lifecycle: Lifecycle,
     /// `None`: no `[tools]` table, no managed agent settings.
     pub tools: Option<Tools>,
+    pub secrets: std::collections::BTreeMap<String, Secret>,
 }
 
 /// `[lifecycle]`: snapshots of the whole sandbox (`sbx-run snapshot`).
@@ -1108,6 +1109,136 @@ impl fmt::Display for Domain {
         }
     }
 }
+
+/// `[secrets.NAME]`: a credential the sandbox never holds. The sandbox
+/// gets a placeholder; sbx-fw's proxy (proxy mode) puts the real value
+/// into `header` on requests to `host` only.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Secret {
+    /// Where the value is read on the host when the sandbox starts.
+    /// Example: `"env:ANTHROPIC_API_KEY"`
+    pub from: SecretFrom,
+    /// The one host the value is sent to (no wildcard).
+    /// Example: `"api.anthropic.com"`
+    pub host: SecretHost,
+    /// The request header that carries it (the placeholder in it, or a
+    /// `Bearer` placeholder, is replaced).
+    /// Example: `"x-api-key"`
+    pub header: HeaderName,
+}
+
+/// Where a secret comes from: `env:NAME` (the host's environment),
+/// `file:/abs/path` (not through a link, not group- or world-writable) or
+/// `cmd:PROGRAM ARGS` (run on the host at start, no shell; its stdout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretFrom {
+    Env(String),
+    File(PathBuf),
+    Cmd(Vec<String>),
+}
+
+impl std::str::FromStr for SecretFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = |why: &str| format!("secret source \"{s}\": {why}");
+        match s.split_once(':') {
+            Some(("env", v)) => {
+                let ok = !v.is_empty()
+                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && !v.as_bytes()[0].is_ascii_digit();
+                ok.then(|| Self::Env(v.to_owned()))
+                    .ok_or_else(|| bad("env: takes a variable name like ANTHROPIC_API_KEY"))
+            }
+            Some(("file", v)) => {
+                let p = Path::new(v);
+                if !p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir)
+                {
+                    return Err(bad("file: takes an absolute path without '..'"));
+                }
+                Ok(Self::File(p.to_owned()))
+            }
+            Some(("cmd", v)) => match shlex::split(v) {
+                Some(argv) if !argv.is_empty() && !argv[0].is_empty() => Ok(Self::Cmd(argv)),
+                _ => Err(bad(
+                    "cmd: takes a program and its arguments, quoted as in a shell",
+                )),
+            },
+            _ => Err(bad(
+                "write env:NAME, file:/absolute/path or cmd:PROGRAM ARGS",
+            )),
+        }
+    }
+}
+from_str_deserialize!(SecretFrom);
+
+impl fmt::Display for SecretFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Env(v) => write!(f, "env:{v}"),
+            Self::File(p) => write!(f, "file:{}", p.display()),
+            Self::Cmd(argv) => write!(
+                f,
+                "cmd:{}",
+                shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// A host name a secret is bound to: a name, not a wildcard or an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretHost(pub String);
+
+impl std::str::FromStr for SecretHost {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let d: Domain = s.parse()?;
+        if d.wildcard {
+            return Err(format!(
+                "\"{s}\": a secret goes to one host, not a wildcard: name the host"
+            ));
+        }
+        Ok(Self(d.name))
+    }
+}
+from_str_deserialize!(SecretHost);
+
+/// An HTTP header name (an RFC 9110 token), kept in lower case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderName(pub String);
+
+impl std::str::FromStr for HeaderName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if s.is_empty() || !s.bytes().all(tchar) {
+            return Err(format!(
+                "header name \"{s}\": letters, digits and - only, like x-api-key"
+            ));
+        }
+        let lower = s.to_ascii_lowercase();
+        // These frame or route the request: a secret there would change
+        // what the proxy checked, not authenticate it.
+        if [
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "upgrade",
+            "te",
+            "trailer",
+        ]
+        .contains(&lower.as_str())
+        {
+            return Err(format!(
+                "header name \"{s}\" frames or routes the request: use the credential's own header"
+            ));
+        }
+        Ok(Self(lower))
+    }
+}
+from_str_deserialize!(HeaderName);
 
 /// A DNS query type by its mnemonic ("MX", "TXT") or RFC 3597's "TYPE99".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

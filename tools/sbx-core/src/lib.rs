@@ -15,6 +15,7 @@ pub mod hosttools;
 pub mod netblock;
 pub mod output;
 pub mod sanitize;
+pub mod secrets;
 pub mod tree;
 
 pub use entry::main;

@@ -88,9 +88,10 @@ pub fn start_from_snapshot(
     }
     crate::branch::precheck(&ws)?;
     crate::gitsecrets::check(&ws)?;
+    let secrets = secrets_for(&ws)?;
     crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
     workspace::prepare_mount(&ws)?;
-    let started = start_stopped(&ws, false, Some(&image));
+    let started = start_stopped(&ws, false, Some(&image), &secrets);
     if started.is_err() {
         workspace::release_mount(&ws.names.container);
         release_git(&ws);
@@ -226,6 +227,9 @@ pub fn start_in(
         output::info(&format!("{name} is already running"));
         return Ok(ws);
     }
+    // A secret that does not resolve refuses the start, naming its key,
+    // before anything is built or started.
+    let secrets = secrets_for(&ws)?;
     // A workspace the agent could not write is refused before anything is
     // built or started; the idmapped view is made now and lives as long as
     // the sandbox is started.
@@ -235,7 +239,7 @@ pub fn start_in(
     // The hooks verify-commits will trust, as they are before the agent runs.
     crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
     workspace::prepare_mount(&ws)?;
-    let started = start_stopped(&ws, container.is_some(), None);
+    let started = start_stopped(&ws, container.is_some(), None, &secrets);
     if started.is_err() {
         workspace::release_mount(&ws.names.container);
         release_git(&ws);
@@ -243,8 +247,30 @@ pub fn start_in(
     started.map(|()| ws)
 }
 
+/// `[secrets]` resolved on the host. They are injected by the proxy, so
+/// without proxy mode there is nothing that could use them: refused.
+pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, BoxError> {
+    let cfg = &ws.loaded.config;
+    if cfg.secrets.is_empty() {
+        return Ok(Vec::new());
+    }
+    if cfg.network.mode != sbx_core::config::NetMode::Proxy || cfg.network.allow_external {
+        return Err(Box::new(RunError::Config(format!(
+            "{}: [secrets] are injected by sbx-fw's proxy: set [network] mode = \"proxy\" (and allow-external = false), or remove [secrets]",
+            ws.loaded.describe()
+        ))));
+    }
+    sbx_core::secrets::resolve(&cfg.secrets, |k| std::env::var(k).ok())
+        .map_err(|e| Box::new(e) as BoxError)
+}
+
 /// `from`: a snapshot's image instead of the per-repo one (nothing built).
-fn start_stopped(ws: &Workspace, exists: bool, from: Option<&str>) -> Result<(), BoxError> {
+fn start_stopped(
+    ws: &Workspace,
+    exists: bool,
+    from: Option<&str>,
+    secrets: &[sbx_core::secrets::Binding],
+) -> Result<(), BoxError> {
     let name = ws.names.container.clone();
     // Then every other lookup at once (each is a request to the engine).
     let n = &ws.names;
@@ -279,6 +305,7 @@ fn start_stopped(ws: &Workspace, exists: bool, from: Option<&str>) -> Result<(),
             spec::make_parents(ws)?;
             hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
+            spec::stage_secrets(&name, secrets)?;
             crate::toolpolicy::install(ws, &name)?;
             // The container binds the staged copies: mount them anew, by fd.
             let masks = spec::mask_sources()?;
@@ -370,6 +397,7 @@ fn start_stopped(ws: &Workspace, exists: bool, from: Option<&str>) -> Result<(),
     spec::make_parents(ws)?;
     hold_git(ws)?;
     spec::ensure_host_dir(&name)?;
+    spec::stage_secrets(&name, secrets)?;
     crate::toolpolicy::install(ws, &name)?;
     crate::hostpath::stage(&name, &s.staged)?;
     let held = crate::hostpath::identify(&s.bound)?;
@@ -891,6 +919,8 @@ pub fn cp(
 
 pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) -> Res {
     let ws = Workspace::open(common, path)?.with_branch(branch);
+    // Refused as `start` refuses them (the values are not shown).
+    secrets_for(&ws)?;
     let masks = spec::mask_sources()?;
     let env = spec::env_names(&ws, std::env::vars_os());
     let s = spec::build(&ws, &ws.names.image, &env, (&masks.0, &masks.1), true)?;

@@ -80,6 +80,31 @@ pub fn ensure_host_dir(container: &str) -> Result<PathBuf, RunError> {
     Ok(dir)
 }
 
+/// Hand `[secrets]` to the sandbox's `sbx-fw init` through its host
+/// directory (root's alone inside): 0600, replaced whole, and removed by
+/// init once it has them on its tmpfs. None: any earlier file goes.
+pub fn stage_secrets(container: &str, b: &[sbx_core::secrets::Binding]) -> Result<(), RunError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = host_dir(container).join(sbx_core::secrets::HANDOFF);
+    let io = |e| RunError::Io(path.clone(), e);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    if b.is_empty() {
+        return Ok(());
+    }
+    let json = serde_json::to_vec(b).map_err(|e| io(std::io::Error::other(e)))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io)?;
+    f.write_all(&json).map_err(io)
+}
+
 #[derive(Debug, Clone)]
 pub struct Spec {
     /// `docker network create …` (run when the network is missing).
@@ -732,8 +757,35 @@ pub fn build(
             format!("{}=1", sbx_core::guestapi::HOLD_ENV),
         ]);
     }
-    for name in env_names {
+    // A variable a secret is read from never crosses, even when passed:
+    // the sandbox gets its placeholder (below).
+    let secret_var = |n: &str| {
+        cfg.secrets
+            .values()
+            .any(|s| s.from == sbx_core::config::SecretFrom::Env(n.to_owned()))
+    };
+    for name in env_names.iter().filter(|n| !secret_var(n)) {
         a.extend(["--env".into(), name.clone()]);
+    }
+    // [secrets]: the values go to the proxy alone (sbx-fw init moves them
+    // from the host directory onto this tmpfs, root's, never in a
+    // snapshot); the sandbox gets a placeholder under an env: source's
+    // own name, and Node the sandbox CA.
+    if !cfg.secrets.is_empty() {
+        a.extend([
+            "--tmpfs".into(),
+            format!("{}:mode=0700,size=1m", sbx_core::secrets::TMPFS),
+        ]);
+        a.extend([
+            "--env".into(),
+            format!("NODE_EXTRA_CA_CERTS={}", sbx_core::secrets::SANDBOX_CA),
+        ]);
+        for (name, sec) in &cfg.secrets {
+            if let sbx_core::config::SecretFrom::Env(var) = &sec.from {
+                let ph = sbx_core::secrets::placeholder(name);
+                a.extend(["--env".into(), format!("{var}={ph}")]);
+            }
+        }
     }
     // The host's agent endpoints, for sbx-fw to allowlist (not secrets).
     let host_var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());

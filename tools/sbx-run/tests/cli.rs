@@ -250,3 +250,58 @@ fn codex_refuses_tool_rules_it_cannot_apply() {
         .unwrap();
     assert_eq!(o.status.code(), Some(78), "{}", text(&o));
 }
+
+/// `[secrets]`: the variable a secret is read from never crosses, even
+/// when `pass` names it; the sandbox gets the placeholder, the secrets'
+/// tmpfs and the CA for Node. A reference that does not resolve, or
+/// secrets without proxy mode, refuse before Docker, naming the key.
+#[test]
+fn secrets_reach_the_sandbox_as_placeholders_only() {
+    const KEY: &str = "sk-real-secret-h44c";
+    let secrets = "[secrets]\nanthropic = { from = \"env:ANTHROPIC_API_KEY\", host = \"api.anthropic.com\", header = \"x-api-key\" }\n";
+    let r = Repo::new(&format!(
+        "[environment]\npass = [\"ANTHROPIC_API_KEY\"]\n[network]\nmode = \"proxy\"\n{secrets}"
+    ));
+    let with_key = |r: &Repo| {
+        r.cmd()
+            .env("ANTHROPIC_API_KEY", KEY)
+            .arg("show-run")
+            .arg(r.ws())
+            .output()
+            .unwrap()
+    };
+    let o = with_key(&r);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!text(&o).contains(KEY), "{}", text(&o));
+    let s = String::from_utf8_lossy(&o.stdout);
+    let env = run_flag_values(&s, "--env");
+    assert!(
+        env.iter()
+            .any(|e| e == "ANTHROPIC_API_KEY=sbx-placeholder-anthropic"),
+        "{env:?}"
+    );
+    assert!(!env.iter().any(|e| e == "ANTHROPIC_API_KEY"), "{env:?}");
+    assert!(
+        env.iter().any(|e| e.starts_with("NODE_EXTRA_CA_CERTS=")),
+        "{env:?}"
+    );
+    let tmpfs = run_flag_values(&s, "--tmpfs");
+    assert!(
+        tmpfs
+            .iter()
+            .any(|t| t.starts_with("/run/sbx-secrets:mode=0700")),
+        "{tmpfs:?}"
+    );
+
+    let o = r.cmd().arg("show-run").arg(r.ws()).output().unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", text(&o));
+    assert!(
+        text(&o).contains("[secrets] anthropic: env:ANTHROPIC_API_KEY is not set"),
+        "{}",
+        text(&o)
+    );
+
+    let o = with_key(&Repo::new(secrets));
+    assert_eq!(o.status.code(), Some(78), "{}", text(&o));
+    assert!(text(&o).contains("mode = \"proxy\""), "{}", text(&o));
+}

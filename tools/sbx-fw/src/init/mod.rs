@@ -239,6 +239,15 @@ fn start_helpers(dir: &Path, a: &InitArgs, st: &State, ups: &Upstreams) -> Resul
         }
     }
     if st.proxy {
+        // [secrets] on the tmpfs, and the sandbox CA, before the proxy
+        // that reads them starts.
+        use crate::proxy::inject;
+        inject::install(
+            &Path::new(inject::HANDOFF_DIR).join(inject::HANDOFF),
+            &inject::dir(),
+            Path::new(inject::BUNDLE),
+            Path::new(inject::SANDBOX_CA),
+        )?;
         daemons::start_proxy(dir)?;
     }
     Ok(())

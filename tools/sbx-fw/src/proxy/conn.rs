@@ -160,6 +160,11 @@ pub async fn transparent(mut c: TcpStream, s: Arc<Shared>, v6: bool, lim: Limits
     if dst.port() == 80 {
         return super::plain::relay(c, s, dst, &buf, lim.keepalive).await;
     }
+    if let (Some(n), Some(inj)) = (&name, &s.inject)
+        && inj.binds(n)
+    {
+        return injected(inj, c, buf, n, dst, &s, lim).await;
+    }
     match dial(dst).await {
         Some(u) => tunnel(c, u, &buf, lim.tunnel).await,
         None => reset(c),
@@ -225,7 +230,13 @@ pub async fn connect_proxy(mut c: TcpStream, s: Arc<Shared>, lim: Limits) {
     }
     let mut hello = buf.split_off(req.len);
     match read_name(&mut c, &mut hello, true).await {
-        Seen::Name(Some(n)) if n == name => tunnel(c, u, &hello, lim.tunnel).await,
+        Seen::Name(Some(n)) if n == name => match &s.inject {
+            Some(inj) if inj.binds(&n) => {
+                drop(u);
+                injected(inj, c, hello, &n, dst, &s, lim).await;
+            }
+            _ => tunnel(c, u, &hello, lim.tunnel).await,
+        },
         Seen::Name(n) => {
             let r = if n.is_some() {
                 Refusal::Fronting
@@ -268,4 +279,20 @@ async fn connect_target(
         }
     }
     Err((Some(name), Refusal::Fronting))
+}
+
+/// A connection to a host a secret is bound to: the proxy ends its TLS
+/// and adds the secret ([`super::inject`]); a refusal is audited.
+async fn injected(
+    inj: &super::inject::Injector,
+    c: TcpStream,
+    first: Vec<u8>,
+    name: &str,
+    dst: SocketAddr,
+    s: &Shared,
+    lim: Limits,
+) {
+    if let Err(r) = inj.serve(c, first, name, dst, lim.tunnel).await {
+        s.audit(Some(name), dst, r);
+    }
 }

@@ -10,6 +10,7 @@
 mod conn;
 pub mod handed;
 pub mod http;
+pub mod inject;
 mod plain;
 pub mod policy;
 mod relay;
@@ -88,6 +89,10 @@ impl Limits {
 /// spreads the connections, and a connection lives on the thread that
 /// accepted it, without wakeups across threads.
 pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
+    // Read while still root: the secrets and the CA key are root's alone.
+    // Unreadable ones stop the proxy (closed), never pass connections on
+    // without what they were meant to carry.
+    let inject = inject::Injector::load(&inject::dir(), Path::new(inject::BUNDLE))?;
     drop_privileges()?;
     raise_nofile();
     let n = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
@@ -101,7 +106,7 @@ pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
         });
     }
     let lim = Limits::from_env();
-    let shared = Arc::new(Shared::new(dir.to_owned(), lim.hold));
+    let shared = Arc::new(Shared::new(dir.to_owned(), lim.hold, inject));
     let _watcher = watch(dir, shared.clone());
     {
         let s = shared.clone();

@@ -26,6 +26,16 @@ pub enum Refusal {
     Malformed,
     /// The upstream refused or did not answer.
     Upstream,
+    /// On a connection a secret is injected into ([secrets]): a request
+    /// for another host, a CONNECT, a head we could not follow, two of
+    /// the bound header.
+    Injection,
+    /// The client did not accept the proxy's certificate for a host with
+    /// a secret (it pins certificates, or lacks the sandbox's trust store).
+    Pinned,
+    /// The real host's certificate did not verify against the proxy's
+    /// own roots.
+    UpstreamCert,
 }
 
 impl Refusal {
@@ -36,6 +46,13 @@ impl Refusal {
             Self::Fronting => "address is not one the name resolved to",
             Self::Malformed => "not a well-formed ClientHello or request",
             Self::Upstream => "upstream unreachable",
+            Self::Injection => {
+                "[secrets]: a request the proxy will not add the secret to (another Host, a CONNECT, an ambiguous head)"
+            }
+            Self::Pinned => {
+                "[secrets]: the client refused the sandbox CA's certificate (does it pin certificates?): remove the host's [secrets] entry to pass it through"
+            }
+            Self::UpstreamCert => "[secrets]: the host's certificate does not verify",
         }
     }
 }

@@ -3,6 +3,9 @@
 
 use super::http::{Framing, Head, MAX_HEAD, Request, parse};
 
+/// A change to each whole head before it is sent on (credential injection).
+pub type HeadEdit<'a> = dyn FnMut(&Request, &mut Vec<u8>) -> Result<(), String> + 'a;
+
 /// Follows the requests a client sends on one plain HTTP connection, so
 /// that every head is judged, not only the first: a keep-alive connection
 /// could otherwise carry a second request for any host. Bodies are framed
@@ -31,9 +34,22 @@ impl Requests {
     /// to `out`. A head still incomplete is held back.
     pub fn feed(
         &mut self,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        heads: &mut Vec<Request>,
+    ) -> Result<(), String> {
+        self.feed_with(data, out, heads, &mut |_, _| Ok(()))
+    }
+
+    /// [`Requests::feed`], with `edit` given each whole head (parsed, and
+    /// its bytes to change) before it goes to `out`: bodies are never
+    /// touched, and an error stops everything after it.
+    pub fn feed_with(
+        &mut self,
         mut data: &[u8],
         out: &mut Vec<u8>,
         heads: &mut Vec<Request>,
+        edit: &mut HeadEdit<'_>,
     ) -> Result<(), String> {
         while !data.is_empty() {
             match self.state {
@@ -51,7 +67,9 @@ impl Requests {
                 }
                 St::Head => {
                     if self.take_until(&mut data, b"\r\n\r\n", MAX_HEAD)? {
-                        heads.push(self.head()?);
+                        let r = self.head()?;
+                        edit(&r, &mut self.pending)?;
+                        heads.push(r);
                         out.append(&mut self.pending);
                     }
                 }

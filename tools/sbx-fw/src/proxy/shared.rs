@@ -28,10 +28,12 @@ pub struct Shared {
     pub changes: AtomicU64,
     audit: Mutex<(Instant, u64)>,
     suppressed: AtomicU64,
+    /// `[secrets]`, read as root at start; None without any.
+    pub inject: Option<super::inject::Injector>,
 }
 
 impl Shared {
-    pub fn new(dir: PathBuf, hold: Duration) -> Self {
+    pub fn new(dir: PathBuf, hold: Duration, inject: Option<super::inject::Injector>) -> Self {
         let mut handed = Handed::new(hold);
         handed.merge(crate::dns::read_handed(&dir), Instant::now());
         Self {
@@ -41,6 +43,7 @@ impl Shared {
             changes: AtomicU64::new(0),
             audit: Mutex::new((Instant::now(), 0)),
             suppressed: AtomicU64::new(0),
+            inject,
         }
     }
 

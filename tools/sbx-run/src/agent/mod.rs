@@ -252,6 +252,21 @@ fn access(ws: &Workspace, cli: AgentCli) -> Result<Access, BoxError> {
     if key.as_deref().is_some_and(|k| k.contains(['\n', '\r'])) {
         return Err(usage_err(format!("{key_var} holds a line break")));
     }
+    // A key the proxy injects ([secrets] reading this variable, or bound
+    // to the endpoint's host) is never handed in: the CLI gets its
+    // placeholder, the proxy puts the key in on the way out.
+    let host = base_url
+        .as_deref()
+        .and_then(|u| u.parse::<sbx_core::config::agent::BaseUrl>().ok())
+        .map(|u| u.host);
+    let injected = ws.loaded.config.secrets.iter().find(|(_, s)| {
+        s.from == sbx_core::config::SecretFrom::Env(key_var.to_owned())
+            || host.as_deref() == Some(s.host.0.as_str())
+    });
+    let key = match injected {
+        Some((name, _)) => Some(sbx_core::secrets::placeholder(name)),
+        None => key,
+    };
     Ok(Access { base_url, key })
 }
 

@@ -1,0 +1,279 @@
+//! `[secrets]` resolved on the host at start: the values sbx-fw's proxy
+//! injects, and the placeholders the sandbox sees instead. A reference
+//! that does not resolve refuses the start, naming its key; a value is
+//! never printed, logged or written where the sandbox can read it.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Secret, SecretFrom};
+use crate::{Exit, SbxError};
+
+/// Where `sbx-fw init` keeps the secrets and the sandbox CA's key: a
+/// tmpfs, root's 0700 (never in an image, a volume or a snapshot).
+pub const TMPFS: &str = "/run/sbx-secrets";
+/// Where sbx-run leaves the resolved secrets for init, in the sandbox's
+/// host directory (root's alone inside); init moves them to [`TMPFS`].
+pub const HANDOFF_DIR: &str = "/run/sbx/host";
+pub const HANDOFF: &str = "secrets.json";
+/// The sandbox CA's certificate for the sandbox's clients: Node reads it
+/// through NODE_EXTRA_CA_CERTS; init adds it to the system bundle too.
+pub const SANDBOX_CA: &str = "/etc/ssl/certs/sbx-proxy-ca.pem";
+
+/// The largest secret read (a file or a command's output).
+const MAX_VALUE: u64 = 64 * 1024;
+
+/// One secret ready for the proxy: where it goes, the placeholder the
+/// sandbox holds for it and the value put in its place.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub name: String,
+    pub host: String,
+    pub header: String,
+    pub placeholder: String,
+    pub value: String,
+}
+
+/// Never the value: a Debug print (a panic, a log line) shows its length.
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binding")
+            .field("name", &self.name)
+            .field("host", &self.host)
+            .field("header", &self.header)
+            .field("placeholder", &self.placeholder)
+            .field("value", &format_args!("<{} bytes>", self.value.len()))
+            .finish()
+    }
+}
+
+/// The placeholder the sandbox holds for secret `name`: fixed, so a CLI
+/// configured with it keeps working across restarts, and plainly not a
+/// key, so it is useless anywhere the proxy does not replace it.
+pub fn placeholder(name: &str) -> String {
+    format!("sbx-placeholder-{name}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("[secrets] {0}: {1}")]
+    Unresolved(String, String),
+    #[error("[secrets] {0}: {1}")]
+    Missing(String, String),
+}
+
+impl SbxError for SecretError {
+    fn exit(&self) -> Exit {
+        match self {
+            Self::Unresolved(..) => Exit::Config,
+            Self::Missing(..) => Exit::NoInput,
+        }
+    }
+}
+
+/// Every secret of the config resolved, in name order; `var` reads the
+/// host's environment. The first that does not resolve is the error.
+pub fn resolve(
+    secrets: &BTreeMap<String, Secret>,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<Binding>, SecretError> {
+    let mut hosts: BTreeMap<(&str, &str), &str> = BTreeMap::new();
+    let mut out = Vec::with_capacity(secrets.len());
+    for (name, s) in secrets {
+        let err = |why: String| SecretError::Unresolved(name.clone(), why);
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(err("name it with letters, digits, - and _ only".into()));
+        }
+        // Two values for one header of one host: which one goes is a guess.
+        if let Some(other) = hosts.insert((&s.host.0, &s.header.0), name) {
+            return Err(err(format!(
+                "{} {} is bound by [secrets] {other} too: keep one",
+                s.host.0, s.header.0
+            )));
+        }
+        let value = match &s.from {
+            SecretFrom::Env(v) => var(v).filter(|v| !v.is_empty()).ok_or_else(|| {
+                err(format!(
+                    "env:{v} is not set on the host: export it, or change `from`"
+                ))
+            })?,
+            SecretFrom::File(p) => read_file(p).map_err(|e| match e {
+                FileErr::Missing(m) => SecretError::Missing(name.clone(), m),
+                FileErr::Bad(m) => err(m),
+            })?,
+            SecretFrom::Cmd(argv) => run(argv).map_err(err)?,
+        };
+        let value = value.trim_end_matches(['\r', '\n']).to_owned();
+        // It goes into a header line: a CR, LF or NUL would split it.
+        if value.is_empty() || value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            return Err(err(format!(
+                "the value from {} is empty or holds control characters: a header value is one line",
+                s.from
+            )));
+        }
+        out.push(Binding {
+            name: name.clone(),
+            host: s.host.0.clone(),
+            header: s.header.0.clone(),
+            placeholder: placeholder(name),
+            value,
+        });
+    }
+    Ok(out)
+}
+
+enum FileErr {
+    Missing(String),
+    Bad(String),
+}
+
+/// The file's first 64 KiB, opened without following any link in the
+/// path, refused when others could have written it.
+fn read_file(p: &Path) -> Result<String, FileErr> {
+    let root = sbx_sys::beneath::Root::open(Path::new("/"))
+        .map_err(|e| FileErr::Bad(format!("cannot open /: {e}")))?;
+    let rel = p.strip_prefix("/").unwrap_or(p);
+    let f = root.open_read(rel).map_err(|e| {
+        let m = format!("file:{}: {e}", p.display());
+        if e.kind() == std::io::ErrorKind::NotFound {
+            FileErr::Missing(format!("{m}: create it or change `from`"))
+        } else {
+            FileErr::Bad(m)
+        }
+    })?;
+    let md = f
+        .metadata()
+        .map_err(|e| FileErr::Bad(format!("file:{}: {e}", p.display())))?;
+    if md.mode() & 0o022 != 0 {
+        return Err(FileErr::Bad(format!(
+            "file:{} is writable by its group or everyone: chmod go-w it",
+            p.display()
+        )));
+    }
+    let mut text = String::new();
+    f.take(MAX_VALUE)
+        .read_to_string(&mut text)
+        .map_err(|e| FileErr::Bad(format!("file:{}: {e}", p.display())))?;
+    Ok(text)
+}
+
+/// The command's stdout; its stderr goes to the user (a password prompt,
+/// an error), stdin is closed.
+fn run(argv: &[String]) -> Result<String, String> {
+    let shown = format!("cmd:{}", argv.join(" "));
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{shown}: cannot run it: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{shown} failed ({}): fix it, or change `from`",
+            out.status
+        ));
+    }
+    if out.stdout.len() as u64 > MAX_VALUE {
+        return Err(format!("{shown} printed over {MAX_VALUE} bytes"));
+    }
+    String::from_utf8(out.stdout).map_err(|_| format!("{shown} printed something not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_toml;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn load(text: &str) -> BTreeMap<String, Secret> {
+        parse_toml(text, Path::new("c.toml")).unwrap().secrets
+    }
+
+    #[test]
+    fn each_source_resolves_and_bad_ones_name_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("key");
+        std::fs::write(&f, "from-file\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let s = load(&format!(
+            "[secrets]\n\
+             a = {{ from = \"env:K\", host = \"api.test\", header = \"X-Api-Key\" }}\n\
+             b = {{ from = \"file:{}\", host = \"b.test\", header = \"authorization\" }}\n\
+             c = {{ from = \"cmd:printf 'from cmd'\", host = \"c.test\", header = \"x-token\" }}\n",
+            f.display()
+        ));
+        let got = resolve(&s, |k| (k == "K").then(|| "from-env".into())).unwrap();
+        let v: Vec<_> = got
+            .iter()
+            .map(|b| {
+                (
+                    b.name.as_str(),
+                    b.host.as_str(),
+                    b.header.as_str(),
+                    b.value.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            v,
+            [
+                ("a", "api.test", "x-api-key", "from-env"),
+                ("b", "b.test", "authorization", "from-file"),
+                ("c", "c.test", "x-token", "from cmd"),
+            ]
+        );
+        assert_eq!(got[0].placeholder, "sbx-placeholder-a");
+        assert!(!format!("{got:?}").contains("from-env"));
+
+        let one = |from: &str| {
+            let s = load(&format!(
+                "[secrets.k1]\nfrom = \"{from}\"\nhost = \"a.test\"\nheader = \"x-k\"\n"
+            ));
+            let e = resolve(&s, |_| None).unwrap_err();
+            assert!(e.to_string().starts_with("[secrets] k1: "), "{e}");
+            e.exit()
+        };
+        assert_eq!(one("env:UNSET"), Exit::Config);
+        assert_eq!(one("file:/nonexistent/key"), Exit::NoInput);
+        assert_eq!(one("cmd:false"), Exit::Config);
+        assert_eq!(one("cmd:printf 'a\\\\nb'"), Exit::Config);
+        // A link anywhere in the path, and a file others may write.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert_eq!(one(&format!("file:{}", link.display())), Exit::Config);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o620)).unwrap();
+        assert_eq!(one(&format!("file:{}", f.display())), Exit::Config);
+    }
+
+    #[test]
+    fn bad_references_hosts_and_headers_do_not_parse() {
+        for bad in [
+            "from = \"ANTHROPIC_API_KEY\", host = \"a.test\", header = \"x-k\"",
+            "from = \"env:\", host = \"a.test\", header = \"x-k\"",
+            "from = \"file:rel/path\", host = \"a.test\", header = \"x-k\"",
+            "from = \"cmd:\", host = \"a.test\", header = \"x-k\"",
+            "from = \"env:K\", host = \"*.a.test\", header = \"x-k\"",
+            "from = \"env:K\", host = \"10.0.0.1\", header = \"x-k\"",
+            "from = \"env:K\", host = \"a.test\", header = \"x k\"",
+            "from = \"env:K\", host = \"a.test\", header = \"Host\"",
+            "from = \"env:K\", host = \"a.test\"",
+        ] {
+            let text = format!("[secrets]\nk = {{ {bad} }}\n");
+            assert!(parse_toml(&text, Path::new("c.toml")).is_err(), "{bad}");
+        }
+        let s = load(
+            "[secrets]\na = { from = \"env:K\", host = \"a.test\", header = \"x-k\" }\n\
+             b = { from = \"env:K\", host = \"a.test\", header = \"X-K\" }\n",
+        );
+        assert!(resolve(&s, |_| Some("v".into())).is_err());
+    }
+}

@@ -1,0 +1,415 @@
+//! Credential injection (`[secrets]`, issue 44): for a host a secret is
+//! bound to, and for it alone, the proxy ends the agent's TLS with a leaf
+//! for that name signed by the sandbox's own CA, checks every request on
+//! the connection (the Host is the bound host; heads and bodies followed
+//! as on port 80), puts the secret where the placeholder is in the bound
+//! header, and opens its own TLS to the real host, verified against its
+//! own roots (the image's bundle without our CA). Everywhere else the
+//! proxy stays a name-checked passthrough.
+//!
+//! The secrets and the CA's key are read once, as root, before the proxy
+//! drops to its uid: the files are root's alone, on a tmpfs (never in an
+//! image, a volume or a snapshot).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use sbx_core::IoContext;
+use sbx_core::error::PathError;
+use sbx_core::secrets::Binding;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::http::Request;
+use super::policy::Refusal;
+use super::relay::Activity;
+use super::requests::Requests;
+
+pub use sbx_core::secrets::{HANDOFF, HANDOFF_DIR, SANDBOX_CA, TMPFS as DIR};
+/// Another directory instead (the tests).
+pub const DIR_ENV: &str = "SBX_FW_SECRETS_DIR";
+/// A PEM file of extra roots the proxy trusts upstream: the tests' stand-in
+/// servers. Only root, who starts the proxy, sets its environment.
+pub const TEST_ROOT_ENV: &str = "SBX_FW_PROXY_TEST_ROOT";
+/// The image's trust bundle: the proxy's roots (our CA left out), and
+/// where init adds our CA for the sandbox's clients.
+pub const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+pub const BINDINGS: &str = "secrets.json";
+
+pub const CA_KEY: &str = "ca.key";
+pub const CA_CERT: &str = "ca.crt";
+/// The CA's name: fixed, so its issuer can be rebuilt from the key alone.
+const CA_NAME: &str = "sbx sandbox proxy CA";
+
+/// The directory in force.
+pub fn dir() -> PathBuf {
+    std::env::var_os(DIR_ENV).map_or_else(|| PathBuf::from(DIR), PathBuf::from)
+}
+
+fn ca_params() -> CertificateParams {
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, CA_NAME);
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p
+}
+
+/// A fresh CA for this sandbox: its key and certificate in PEM.
+pub fn make_ca() -> Result<(String, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let cert = ca_params().self_signed(&key)?;
+    Ok((key.serialize_pem(), cert.pem()))
+}
+
+/// At init (root, proxy mode): take the secrets sbx-run left in the host
+/// directory onto the tmpfs, make the sandbox's CA when there is none,
+/// and put its certificate where the sandbox's clients look (the system
+/// bundle, rebuilt from the image's own each time, and [`SANDBOX_CA`]).
+/// Without secrets nothing changes. The proxy reads them at its start.
+pub fn install(
+    handoff: &Path,
+    dir: &Path,
+    bundle: &Path,
+    sandbox_ca: &Path,
+) -> Result<(), PathError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let write = |p: &Path, data: &[u8], mode: u32| -> Result<(), PathError> {
+        let tmp = p.with_extension("sbx-tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .with_path(&tmp)?;
+        std::io::Write::write_all(&mut f, data).with_path(&tmp)?;
+        std::fs::rename(&tmp, p).with_path(p)
+    };
+    match std::fs::read(handoff) {
+        Ok(text) => {
+            // Checked before it replaces anything: a bad file stops init.
+            serde_json::from_slice::<Vec<Binding>>(&text)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+                .with_path(handoff)?;
+            // The tmpfs must be there: the values go nowhere else.
+            if !on_tmpfs(dir) {
+                return Err(io::Error::other(
+                    "not a tmpfs: the secrets would be written to disk",
+                ))
+                .with_path(dir);
+            }
+            write(&dir.join(BINDINGS), &text, 0o600)?;
+            std::fs::remove_file(handoff).with_path(handoff)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_path(handoff),
+    }
+    if !dir.join(BINDINGS).exists() {
+        return Ok(());
+    }
+    let cert_path = dir.join(CA_CERT);
+    if !cert_path.exists() {
+        let (key, cert) = make_ca().map_err(io::Error::other).with_path(&cert_path)?;
+        write(&dir.join(CA_KEY), key.as_bytes(), 0o600)?;
+        write(&cert_path, cert.as_bytes(), 0o644)?;
+    }
+    let cert = std::fs::read(&cert_path).with_path(&cert_path)?;
+    write(sandbox_ca, &cert, 0o644)?;
+    // The image's bundle is kept aside once; ours is it plus our CA, so
+    // a CA of an earlier start never stays trusted.
+    let orig = bundle.with_extension("crt.sbx-orig");
+    if !orig.exists() {
+        std::fs::copy(bundle, &orig).with_path(&orig)?;
+    }
+    let mut all = std::fs::read(&orig).with_path(&orig)?;
+    all.extend_from_slice(&cert);
+    write(bundle, &all, 0o644)
+}
+
+fn on_tmpfs(p: &Path) -> bool {
+    use nix::sys::statfs::{TMPFS_MAGIC, statfs};
+    statfs(p).is_ok_and(|s| s.filesystem_type() == TMPFS_MAGIC)
+}
+
+/// What the proxy injects, loaded once at its start.
+pub struct Injector {
+    by_host: HashMap<String, Vec<Binding>>,
+    issuer: Issuer<'static, KeyPair>,
+    leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+    upstream: Arc<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for Injector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Injector")
+            .field("hosts", &self.by_host.keys())
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad(p: &Path, e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()))
+}
+
+impl Injector {
+    /// The injector for `dir`, None when it holds no secrets. `bundle` is
+    /// read for the upstream roots; certificates equal to our CA's are
+    /// left out of them.
+    pub fn load(dir: &Path, bundle: &Path) -> io::Result<Option<Self>> {
+        let path = dir.join(BINDINGS);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(bad(&path, e)),
+        };
+        let bindings: Vec<Binding> = serde_json::from_slice(&text).map_err(|e| bad(&path, e))?;
+        if bindings.is_empty() {
+            return Ok(None);
+        }
+        let key_path = dir.join(CA_KEY);
+        let key_pem = std::fs::read_to_string(&key_path).map_err(|e| bad(&key_path, e))?;
+        let key = KeyPair::from_pem(&key_pem).map_err(|e| bad(&key_path, e))?;
+        let cert_path = dir.join(CA_CERT);
+        let ca = CertificateDer::from_pem_file(&cert_path).map_err(|e| bad(&cert_path, e))?;
+        let mut roots = rustls::RootCertStore::empty();
+        let mut extra = vec![bundle.to_owned()];
+        if let Some(t) = std::env::var_os(TEST_ROOT_ENV) {
+            extra.push(PathBuf::from(t));
+        }
+        for f in extra {
+            let data = std::fs::read(&f).map_err(|e| bad(&f, e))?;
+            for c in CertificateDer::pem_slice_iter(&data).flatten() {
+                // The sandbox's bundle holds our CA: never trusted upstream.
+                if c != ca {
+                    let _ = roots.add(c);
+                }
+            }
+        }
+        let mut upstream = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(io::Error::other)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut by_host: HashMap<String, Vec<Binding>> = HashMap::new();
+        for b in bindings {
+            by_host.entry(b.host.clone()).or_default().push(b);
+        }
+        Ok(Some(Self {
+            by_host,
+            issuer: Issuer::new(ca_params(), key),
+            leaves: Mutex::new(HashMap::new()),
+            upstream: Arc::new(upstream),
+        }))
+    }
+
+    /// Whether a secret is bound to `host`.
+    pub fn binds(&self, host: &str) -> bool {
+        self.by_host.contains_key(host)
+    }
+
+    /// The TLS server side for `host`: a leaf for it, made once.
+    fn server(&self, host: &str) -> io::Result<Arc<rustls::ServerConfig>> {
+        let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = leaves.get(host) {
+            return Ok(c.clone());
+        }
+        let key = KeyPair::generate().map_err(io::Error::other)?;
+        let params = CertificateParams::new(vec![host.to_owned()]).map_err(io::Error::other)?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(io::Error::other)?;
+        let key_der = PrivateKeyDer::try_from(key.serialize_der()).map_err(io::Error::other)?;
+        let mut c = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(io::Error::other)?
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key_der)
+            .map_err(io::Error::other)?;
+        // HTTP/1.1 only: its requests we follow one by one; a client
+        // offering h2 falls back to it.
+        c.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let c = Arc::new(c);
+        leaves.insert(host.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Serve one connection the agent opened to `host` (judged already):
+    /// `first` is what was read of its ClientHello. Returns the refusal
+    /// to audit, if any.
+    pub async fn serve(
+        &self,
+        c: TcpStream,
+        first: Vec<u8>,
+        host: &str,
+        dst: SocketAddr,
+        idle: Duration,
+    ) -> Result<(), Refusal> {
+        let bindings = self.by_host.get(host).ok_or(Refusal::Injection)?;
+        let server = self.server(host).map_err(|_| Refusal::Injection)?;
+        let client = tokio::time::timeout(
+            super::HELLO_TIMEOUT,
+            tokio_rustls::TlsAcceptor::from(server).accept(Rewind {
+                first,
+                at: 0,
+                inner: c,
+            }),
+        )
+        .await
+        .map_err(|_| Refusal::Malformed)?
+        .map_err(|_| Refusal::Pinned)?;
+        let up = super::conn::dial(dst).await.ok_or(Refusal::Upstream)?;
+        let name = ServerName::try_from(host.to_owned()).map_err(|_| Refusal::Injection)?;
+        let up = tokio::time::timeout(
+            super::HELLO_TIMEOUT,
+            tokio_rustls::TlsConnector::from(self.upstream.clone()).connect(name, up),
+        )
+        .await
+        .map_err(|_| Refusal::Upstream)?
+        .map_err(|_| Refusal::UpstreamCert)?;
+        let (mut cr, mut cw) = tokio::io::split(client);
+        let (mut ur, mut uw) = tokio::io::split(up);
+        let act = Activity::new();
+        let refused = Mutex::new(None);
+        let upward = async {
+            let mut reqs = Requests::default();
+            let mut chunk = vec![0u8; 16 * 1024];
+            let mut out = Vec::new();
+            loop {
+                let n = cr.read(&mut chunk).await?;
+                act.touch();
+                if n == 0 {
+                    return uw.shutdown().await;
+                }
+                let mut heads = Vec::new();
+                let r = reqs.feed_with(&chunk[..n], &mut out, &mut heads, &mut |r, head| {
+                    inject(r, head, host, bindings)
+                });
+                if r.is_err() {
+                    *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Injection);
+                    return Err(io::Error::other("refused"));
+                }
+                uw.write_all(&out).await?;
+                out.clear();
+            }
+        };
+        let downward = async {
+            let mut chunk = vec![0u8; 16 * 1024];
+            loop {
+                let n = ur.read(&mut chunk).await?;
+                act.touch();
+                if n == 0 {
+                    return cw.shutdown().await;
+                }
+                cw.write_all(&chunk[..n]).await?;
+            }
+        };
+        tokio::select! {
+            _ = async { tokio::try_join!(upward, downward) } => {}
+            () = act.idle(idle) => {}
+        }
+        match refused.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(r) => Err(r),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The ring provider: the build's one (scripts/one-of-each).
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Check one request head on an injecting connection and put the secrets
+/// in: its Host must be the bound host (HTTP/1.1 requires one), no
+/// CONNECT, at most one of each bound header, and the placeholder is
+/// replaced in that header's value only.
+fn inject(r: &Request, head: &mut Vec<u8>, host: &str, bindings: &[Binding]) -> Result<(), String> {
+    if r.method == "CONNECT" || r.host.as_deref() != Some(host) {
+        return Err(format!("request for {:?} on {host}'s connection", r.host));
+    }
+    let text = std::str::from_utf8(head).map_err(|_| "head is not UTF-8".to_owned())?;
+    let mut seen = vec![false; bindings.len()];
+    let mut out = String::with_capacity(text.len() + 64);
+    for (i, line) in text.split_inclusive("\r\n").enumerate() {
+        let Some((k, v)) = line.split_once(':').filter(|_| i > 0) else {
+            out.push_str(line);
+            continue;
+        };
+        match bindings
+            .iter()
+            .position(|b| k.eq_ignore_ascii_case(&b.header))
+        {
+            Some(j) => {
+                if std::mem::replace(&mut seen[j], true) {
+                    return Err(format!("two {} headers", bindings[j].header));
+                }
+                let b = &bindings[j];
+                out.push_str(k);
+                out.push(':');
+                out.push_str(&v.replace(&b.placeholder, &b.value));
+            }
+            None => out.push_str(line),
+        }
+    }
+    *head = out.into_bytes();
+    Ok(())
+}
+
+/// The accepted socket with the bytes already read from it (the
+/// ClientHello, read to judge its name) put back in front.
+struct Rewind {
+    first: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.first.len() {
+            let n = buf.remaining().min(self.first.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.first[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;

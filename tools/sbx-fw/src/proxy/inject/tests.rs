@@ -1,0 +1,350 @@
+//! The injecting relay against real TLS on loopback: a client that trusts
+//! only the sandbox CA (the agent), the proxy's `serve`, and a stand-in
+//! for the real host whose root only the proxy trusts. Each attack is
+//! sent as the agent would and must leave the stand-in without the secret.
+
+use super::*;
+use std::sync::Arc as StdArc;
+use tokio::net::TcpListener;
+
+const HOST: &str = "api.test";
+const SECRET: &str = "REAL-secret-4c1d";
+const HOLDER: &str = "sbx-placeholder-model";
+
+struct Bed {
+    _dir: tempfile::TempDir,
+    inj: StdArc<Injector>,
+    ca: CertificateDer<'static>,
+    /// The stand-in's address and every head it received, in order.
+    up: SocketAddr,
+    seen: StdArc<Mutex<Vec<String>>>,
+}
+
+/// A stand-in for `HOST` with a certificate from a root of its own;
+/// `trust_up`: whether the proxy's bundle holds that root. `up_cert`:
+/// the stand-in presents this server config instead (an impostor).
+async fn bed(trust_up: bool, impostor: bool) -> Bed {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, cert) = make_ca().unwrap();
+    std::fs::write(dir.path().join(CA_KEY), key).unwrap();
+    std::fs::write(dir.path().join(CA_CERT), &cert).unwrap();
+    let b = Binding {
+        name: "model".into(),
+        host: HOST.into(),
+        header: "x-api-key".into(),
+        placeholder: HOLDER.into(),
+        value: SECRET.into(),
+    };
+    std::fs::write(
+        dir.path().join(BINDINGS),
+        serde_json::to_vec(&vec![b]).unwrap(),
+    )
+    .unwrap();
+    // The stand-in's own root and leaf.
+    let root_key = KeyPair::generate().unwrap();
+    let mut rp = CertificateParams::default();
+    rp.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let root = rp.self_signed(&root_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![HOST.into()])
+        .unwrap()
+        .signed_by(&leaf_key, &Issuer::new(rp, root_key))
+        .unwrap();
+    // The bundle: the stand-in's root when trusted, and always our own CA
+    // (the sandbox's bundle holds it), which must not count upstream.
+    let bundle = dir.path().join("bundle.pem");
+    let mut pem = cert.clone();
+    if trust_up {
+        pem.push_str(&root.pem());
+    }
+    std::fs::write(&bundle, pem).unwrap();
+    let inj = StdArc::new(Injector::load(dir.path(), &bundle).unwrap().unwrap());
+    let server = if impostor {
+        // Signed by the sandbox CA: what the agent could present.
+        inj.server(HOST).unwrap()
+    } else {
+        let mut c = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                PrivateKeyDer::try_from(leaf_key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        c.alpn_protocols = vec![b"http/1.1".to_vec()];
+        StdArc::new(c)
+    };
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    let seen = StdArc::new(Mutex::new(Vec::new()));
+    let heads = seen.clone();
+    tokio::spawn(async move {
+        let acc = tokio_rustls::TlsAcceptor::from(server);
+        while let Ok((s, _)) = l.accept().await {
+            let (acc, heads) = (acc.clone(), heads.clone());
+            tokio::spawn(async move {
+                let Ok(mut t) = acc.accept(s).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = buf.drain(..i + 4).collect();
+                        heads
+                            .lock()
+                            .unwrap()
+                            .push(String::from_utf8_lossy(&head).into_owned());
+                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if t.write_all(ok).await.is_err() {
+                            return;
+                        }
+                        if String::from_utf8_lossy(&head).contains("Connection: close") {
+                            let _ = t.shutdown().await;
+                            return;
+                        }
+                    }
+                    match t.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    let ca = CertificateDer::from_pem_slice(cert.as_bytes()).unwrap();
+    Bed {
+        _dir: dir,
+        inj,
+        ca,
+        up,
+        seen,
+    }
+}
+
+impl Bed {
+    /// One agent connection through the proxy: `reqs` sent at once, what
+    /// came back, and the proxy's verdict. `trust`: the agent trusts the
+    /// sandbox CA (false: a client that pins or brings its own roots).
+    async fn run(&self, reqs: &str, trust: bool) -> (String, Result<(), Refusal>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = l.local_addr().unwrap();
+        let (inj, up) = (self.inj.clone(), self.up);
+        let proxy = tokio::spawn(async move {
+            let (mut c, _) = l.accept().await.unwrap();
+            // Part of the hello already read, as conn.rs has when judging.
+            let mut first = vec![0u8; 64];
+            let n = c.read(&mut first).await.unwrap();
+            first.truncate(n);
+            inj.serve(c, first, HOST, up, Duration::from_secs(20)).await
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        if trust {
+            roots.add(self.ca.clone()).unwrap();
+        } else {
+            let k = KeyPair::generate().unwrap();
+            let own = CertificateParams::default().self_signed(&k).unwrap();
+            roots.add(own.der().clone()).unwrap();
+        }
+        let cfg = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = TcpStream::connect(at).await.unwrap();
+        let mut got = String::new();
+        let conn = tokio_rustls::TlsConnector::from(StdArc::new(cfg))
+            .connect(ServerName::try_from(HOST).unwrap(), tcp)
+            .await;
+        if let Ok(mut t) = conn {
+            let _ = t.write_all(reqs.as_bytes()).await;
+            let mut buf = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(10), t.read_to_end(&mut buf)).await;
+            got = String::from_utf8_lossy(&buf).into_owned();
+        }
+        let verdict = tokio::time::timeout(Duration::from_secs(20), proxy)
+            .await
+            .expect("the proxy ends the connection")
+            .unwrap();
+        (got, verdict)
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn req(host: &str, extra: &str) -> String {
+    format!("GET /v1/messages HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n")
+}
+
+#[tokio::test]
+async fn the_secret_replaces_the_placeholder_in_its_header_only() {
+    let b = bed(true, false).await;
+    let two = format!(
+        "{}{}",
+        req(HOST, &format!("x-api-key: {HOLDER}\r\n")),
+        req(
+            HOST,
+            &format!("X-Api-Key: {HOLDER}\r\nx-other: {HOLDER}\r\nConnection: close\r\n")
+        )
+    );
+    let (got, v) = b.run(&two, true).await;
+    assert_eq!(v, Ok(()));
+    assert_eq!(got.matches("200 OK").count(), 2, "{got}");
+    let seen = b.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        seen[0].contains(&format!("x-api-key: {SECRET}\r\n")),
+        "{}",
+        seen[0]
+    );
+    assert!(
+        seen[1].contains(&format!("X-Api-Key: {SECRET}\r\n")),
+        "{}",
+        seen[1]
+    );
+    // Elsewhere the placeholder stays a placeholder.
+    assert!(
+        seen[1].contains(&format!("x-other: {HOLDER}\r\n")),
+        "{}",
+        seen[1]
+    );
+    assert!(!got.contains(SECRET));
+}
+
+/// Attacks from the agent on one injecting connection: each is refused
+/// at its head, and nothing from it reaches the stand-in.
+#[tokio::test]
+async fn smuggled_or_ambiguous_requests_get_no_secret() {
+    let b = bed(true, false).await;
+    let key = format!("x-api-key: {HOLDER}\r\n");
+    for attack in [
+        // A second request for another host behind an allowed one.
+        format!("{}{}", req(HOST, &key), req("evil.test", &key)),
+        // The same, its Host in the request target.
+        format!(
+            "{}GET http://evil.test/ HTTP/1.1\r\nHost: {HOST}\r\n{key}\r\n",
+            req(HOST, &key)
+        ),
+        // Two body lengths: a server could read the body as a request.
+        req(
+            HOST,
+            &format!("{key}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+        ),
+        // Two of the bound header: which one the server takes is a guess.
+        req(HOST, &format!("{key}{key}")),
+        // No Host at all, a CONNECT, and a protocol switch.
+        format!("GET / HTTP/1.1\r\n{key}\r\n"),
+        format!("CONNECT evil.test:443 HTTP/1.1\r\nHost: {HOST}\r\n{key}\r\n"),
+        req(HOST, &format!("{key}Upgrade: h2c\r\n")),
+    ] {
+        let before = b.seen().len();
+        let (_, v) = b.run(&attack, true).await;
+        assert_eq!(v, Err(Refusal::Injection), "{attack:?}");
+        let after = b.seen();
+        for h in &after[before..] {
+            assert!(
+                h.starts_with("GET /v1/messages") && h.contains(&format!("Host: {HOST}\r\n")),
+                "{attack:?} reached the stand-in as {h:?}"
+            );
+        }
+        assert!(after.len() - before <= 1, "{attack:?}: {after:?}");
+    }
+}
+
+/// The proxy's upstream is verified against its own roots: a host whose
+/// root it lacks, and an impostor with a certificate from the sandbox CA
+/// (which the sandbox's bundle holds), get no request and no secret.
+#[tokio::test]
+async fn unverified_upstreams_get_nothing() {
+    for (trust, impostor) in [(false, false), (true, true)] {
+        let b = bed(trust, impostor).await;
+        let (_, v) = b
+            .run(&req(HOST, &format!("x-api-key: {HOLDER}\r\n")), true)
+            .await;
+        assert_eq!(
+            v,
+            Err(Refusal::UpstreamCert),
+            "trust {trust} impostor {impostor}"
+        );
+        assert!(b.seen().is_empty());
+    }
+}
+
+/// A client that does not take the sandbox CA's certificate (it pins, or
+/// brings its own roots) fails at the handshake, and the audit says why.
+#[tokio::test]
+async fn a_pinning_client_is_refused_with_a_reason() {
+    let b = bed(true, false).await;
+    let (_, v) = b
+        .run(&req(HOST, &format!("x-api-key: {HOLDER}\r\n")), false)
+        .await;
+    assert_eq!(v, Err(Refusal::Pinned));
+    assert!(Refusal::Pinned.reason().contains("[secrets]"));
+    assert!(b.seen().is_empty());
+}
+
+/// Init's part: the handoff moves onto the tmpfs (and is gone from the
+/// host directory), a CA is made, the bundle is the image's plus ours,
+/// and a second start's new CA replaces the first in it. Off a tmpfs
+/// the secrets are refused, and stay where they were.
+#[test]
+fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let host = tempfile::tempdir().unwrap();
+    let handoff = host.path().join(HANDOFF);
+    let (bundle, ca) = (
+        host.path().join("ca-certificates.crt"),
+        host.path().join("ca.pem"),
+    );
+    std::fs::write(&bundle, "IMAGE ROOTS\n").unwrap();
+    let b = vec![Binding {
+        name: "m".into(),
+        host: HOST.into(),
+        header: "x-api-key".into(),
+        placeholder: HOLDER.into(),
+        value: SECRET.into(),
+    }];
+    let json = serde_json::to_vec(&b).unwrap();
+    // Not a tmpfs (unless /tmp is one): refused, the handoff kept.
+    if !on_tmpfs(host.path()) {
+        std::fs::write(&handoff, &json).unwrap();
+        let off = host.path().join("off");
+        std::fs::create_dir(&off).unwrap();
+        assert!(install(&handoff, &off, &bundle, &ca).is_err());
+        assert!(handoff.exists() && !off.join(BINDINGS).exists());
+    }
+    let mut cas = Vec::new();
+    for _ in 0..2 {
+        std::fs::write(&handoff, &json).unwrap();
+        let _ = std::fs::remove_file(shm.path().join(CA_CERT));
+        install(&handoff, shm.path(), &bundle, &ca).unwrap();
+        assert!(!handoff.exists());
+        assert_eq!(std::fs::read(shm.path().join(BINDINGS)).unwrap(), json);
+        let cert = std::fs::read_to_string(shm.path().join(CA_CERT)).unwrap();
+        assert_eq!(std::fs::read_to_string(&ca).unwrap(), cert);
+        assert_eq!(
+            std::fs::read_to_string(&bundle).unwrap(),
+            format!("IMAGE ROOTS\n{cert}")
+        );
+        cas.push(cert);
+    }
+    assert_ne!(cas[0], cas[1]);
+    let mode = |p: &Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions())
+            & 0o777
+    };
+    assert_eq!(mode(&shm.path().join(CA_KEY)), 0o600);
+    assert_eq!(mode(&shm.path().join(BINDINGS)), 0o600);
+    assert!(
+        Injector::load(shm.path(), &bundle)
+            .unwrap()
+            .unwrap()
+            .binds(HOST)
+    );
+}

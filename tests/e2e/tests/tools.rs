@@ -901,7 +901,9 @@ fn start_flooders(r: &Repo, secs: u32) {
 /// Class 6 (issue 38): records the agent can neither forge nor drown.
 /// Three flooders send forged checker records as the agent while Claude
 /// makes 10 banned Write calls: all 10 refusals are in the log, each with
-/// the binary the sink verified; no forged `tools` record is.
+/// the binary the sink verified; no forged `tools` record is; a record
+/// under a lookalike name shows its sender first, where padding cannot
+/// push it out of sight (a38).
 #[test]
 fn refusals_survive_a_flood_and_forged_checker_records_are_refused() {
     let Some(r) = Repo::new("tools-c6", "[tools]\ndisallowed = [\"Write\"]\n") else {
@@ -912,6 +914,16 @@ fn refusals_survive_a_flood_and_forged_checker_records_are_refused() {
         .map(|i| json!({"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/w{i}.txt"), "content": "x\n"}}}))
         .collect();
     turns.push(json!({"text": "done"}));
+    // a38: a record under a lookalike name (allowed to uid 1000), its
+    // target padded so that a tag at the line's end wraps out of sight
+    // after a fake one.
+    let forge = r#"perl -MSocket -e '
+        socket(my $s, AF_UNIX, SOCK_DGRAM, 0) or die;
+        my $t = "/forged-pad" . (" " x 3000) . "[tools, uid 1000]";
+        my $rec = qq({"timestamp":"t","tool":"tooIs","agent":"claude","operation":"Write","target":"$t","result":"blocked","policy":"tools.disallowed"});
+        send($s, $rec, 0, pack_sockaddr_un("/run/sbx-audit/audit.sock")) or die "send: $!"' && echo sent"#;
+    let o = r.exec(forge);
+    assert!(text(&o).contains("sent"), "{}", text(&o));
     start_flooders(&r, 60);
     let res = r.agent(Value::Array(turns), "--dangerously-skip-permissions");
     assert_eq!(res.len(), 10, "{res:?}");
@@ -938,8 +950,18 @@ fn refusals_survive_a_flood_and_forged_checker_records_are_refused() {
     let out = text(&o);
     assert!(
         out.lines()
-            .any(|l| l.contains("tools.disallowed") && l.ends_with("[tools, uid 1000]")),
+            .any(|l| l.contains("tools.disallowed") && l.starts_with("[tools, uid 1000] ")),
         "{out}"
+    );
+    // The sender's tag comes before every field the sender wrote.
+    let forged = out
+        .lines()
+        .find(|l| l.contains("/forged-pad"))
+        .unwrap_or_else(|| panic!("the lookalike record is not in the log:\n{out}"));
+    assert!(
+        forged.starts_with("[uid 1000, unverified] "),
+        "the forged record's sender is not first on its line: {}",
+        forged.trim_end()
     );
 }
 

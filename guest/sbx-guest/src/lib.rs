@@ -11,6 +11,7 @@ pub mod api;
 pub mod boot;
 pub mod branch;
 pub mod cliconf;
+pub mod clihome;
 pub mod config;
 pub mod gitindex;
 pub mod gitstate;

@@ -727,6 +727,20 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                         "the shell's startup files in the home are not held read-only: {e}"
                     ));
                 }
+                // The CLI's own settings, snapshots and MCP servers
+                // likewise: it runs what they hold past the hook (clihome.rs).
+                let errs = crate::clihome::hold_all(
+                    &agent.home,
+                    agent.uid,
+                    agent.gid,
+                    &mut sbx_sys::idmap::bind_onto_itself_readonly,
+                );
+                if !errs.is_empty() {
+                    warnings.push(format!(
+                        "the AI CLI's own files in the home are not held read-only: {}",
+                        errs.join("; ")
+                    ));
+                }
             }
             // The workspace's [guest.services]: the agent's uid, never root.
             for (name, svc) in &ws_config.guest.services {

@@ -159,7 +159,7 @@ fn every_proxy_refusal_is_in_the_users_log_as_the_proxys() {
                 && l.contains("proxy")
                 && l.contains(target.as_str())
                 && l.contains(reason)
-                && l.ends_with(&format!("[sbx-fw, uid {PROXY_UID}]"))),
+                && l.starts_with(&format!("[sbx-fw, uid {PROXY_UID}] "))),
             "{target} not in the text log as the proxy's:\n{out}"
         );
     }

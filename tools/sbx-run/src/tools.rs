@@ -196,28 +196,32 @@ fn print_record(
         Some(_) => format!("{}*", s("tool")),
         None => s("tool"),
     };
-    let mut text = format!(
+    // The sender as the guest's sink saw it: a record's tool name is the
+    // sender's claim; its uid, and the binary the sink verified, are not.
+    // First on the line, before every field the sender wrote: at the end,
+    // a forged record's padded target pushed it onto a wrapped line of its
+    // own, after a fake tag of the sender's choosing (a38).
+    let mut text = String::new();
+    if let Some(uid) = v["peer"]["uid"].as_u64() {
+        match v["peer"]["source"].as_str() {
+            Some(src) => {
+                let src = sbx_core::sanitize::field(src);
+                text.push_str(&format!("[{src}, uid {uid}] "));
+            }
+            None if uid == 0 => text.push_str("[uid 0] "),
+            None => text.push_str(&format!("[uid {uid}, unverified] ")),
+        }
+    }
+    text.push_str(&format!(
         "{} {:<14} {:<8} {:<20} {}",
         s("timestamp"),
         tool,
         s("result"),
         s("policy"),
         s("target")
-    );
+    ));
     if let Some(r) = v["reason"].as_str() {
         text.push_str(&format!(" ({})", sbx_core::sanitize::field(r)));
-    }
-    // The sender as the guest's sink saw it: a record's tool name is the
-    // sender's claim; its uid, and the binary the sink verified, are not.
-    if let Some(uid) = v["peer"]["uid"].as_u64() {
-        match v["peer"]["source"].as_str() {
-            Some(src) => {
-                let src = sbx_core::sanitize::field(src);
-                text.push_str(&format!(" [{src}, uid {uid}]"));
-            }
-            None if uid == 0 => text.push_str(" [uid 0]"),
-            None => text.push_str(&format!(" [uid {uid}, unverified]")),
-        }
     }
     writeln!(out, "{text}")
 }

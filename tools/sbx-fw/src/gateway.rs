@@ -102,8 +102,10 @@ pub fn neighbours(gws: &[Gateway]) -> Vec<(Gateway, Option<String>, bool)> {
 
 /// How long init waits for the gateways to answer: a veth answers in
 /// well under a millisecond; this leaves room for the kernel's first
-/// retransmission (one second) on a loaded machine.
-const LEARN_WAIT: Duration = Duration::from_millis(2500);
+/// retransmissions (one a second) on a loaded machine. 2.5 s was once too
+/// short with four namespace suites at once on 2 cores; only a gateway
+/// that never answers (init fails closed either way) waits this long.
+const LEARN_WAIT: Duration = Duration::from_millis(6000);
 
 /// Turn router advertisements and redirects off where writable, learn
 /// each gateway's link-layer address and make its entry permanent. The

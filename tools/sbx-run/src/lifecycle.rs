@@ -86,17 +86,7 @@ pub fn start_from_snapshot(
     if check_owner(&ws)?.is_some() {
         docker::remove(&["rm", "--force", &ws.names.container])?;
     }
-    crate::branch::precheck(&ws)?;
-    crate::gitsecrets::check(&ws)?;
-    let secrets = secrets_for(&ws)?;
-    crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
-    workspace::prepare_mount(&ws)?;
-    let started = start_stopped(&ws, false, Some(&image), &secrets);
-    if started.is_err() {
-        workspace::release_mount(&ws.names.container);
-        release_git(&ws);
-    }
-    started.map(|()| ws)
+    start_checked(ws, false, Some(&image))
 }
 
 /// The container `name` if it exists and carries this workspace's label.
@@ -227,19 +217,23 @@ pub fn start_in(
         output::info(&format!("{name} is already running"));
         return Ok(ws);
     }
-    // A secret that does not resolve refuses the start, naming its key,
-    // before anything is built or started.
+    start_checked(ws, container.is_some(), None)
+}
+
+/// The checks every start makes before anything is built or started, then
+/// the start itself (`from`: a snapshot's image), undone if it fails.
+fn start_checked(ws: Workspace, exists: bool, from: Option<&str>) -> Result<Workspace, BoxError> {
+    // A secret that does not resolve refuses the start, naming its key.
     let secrets = secrets_for(&ws)?;
-    // A workspace the agent could not write is refused before anything is
-    // built or started; the idmapped view is made now and lives as long as
-    // the sandbox is started.
+    // A workspace the agent could not write is refused; the idmapped view
+    // is made now and lives as long as the sandbox is started.
     crate::branch::precheck(&ws)?;
     // A masked file whose blobs git holds would be read through git.
     crate::gitsecrets::check(&ws)?;
     // The hooks verify-commits will trust, as they are before the agent runs.
     crate::verify::record::record_at_start(&ws.path, &ws.names.hash);
     workspace::prepare_mount(&ws)?;
-    let started = start_stopped(&ws, container.is_some(), None, &secrets);
+    let started = start_stopped(&ws, exists, from, &secrets);
     if started.is_err() {
         workspace::release_mount(&ws.names.container);
         release_git(&ws);

@@ -57,7 +57,8 @@ fn ai_base() -> Option<String> {
 /// The bin directory the image is built from, with the checker linked
 /// statically as `make build` links it: no loader stands between Claude
 /// Code and the verdict (issue 38, class 1). The other tools are the
-/// debug builds beside sbx-run.
+/// debug builds beside sbx-run. `scripts/test` links the checker once
+/// before the suites (`SBX_STATIC_CHECKER`); run alone, this builds it.
 fn static_checker_bin_dir() -> std::path::PathBuf {
     let debug = bin("sbx-run").parent().unwrap().to_path_buf();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -65,6 +66,28 @@ fn static_checker_bin_dir() -> std::path::PathBuf {
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
         .unwrap();
+    let built = match std::env::var_os("SBX_STATIC_CHECKER") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => build_static_checker(&root, &host),
+    };
+    // Beside the build, not in /tmp: one per tree, replaced by the next run.
+    let dir = root.join("target").join(&host).join("e2e-bin");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(&debug).unwrap().flatten() {
+        let p = e.path();
+        if p.is_file() && p.file_name().is_some_and(|n| n != "sbx-tool-guard") {
+            std::os::unix::fs::symlink(&p, dir.join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(&built, dir.join("sbx-tool-guard")).unwrap();
+    dir
+}
+
+/// The checker built for HOST with a static C runtime, in its own target
+/// directory (its whole dependency tree once more): for a run of this
+/// suite alone.
+fn build_static_checker(root: &std::path::Path, host: &str) -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let o = Command::new(cargo)
         .current_dir(&root)
@@ -82,19 +105,7 @@ fn static_checker_bin_dir() -> std::path::PathBuf {
         .output()
         .unwrap();
     assert!(o.status.success(), "static checker: {}", text(&o));
-    let built = root.join("target").join(&host).join("debug/sbx-tool-guard");
-    // Beside the build, not in /tmp: one per tree, replaced by the next run.
-    let dir = root.join("target").join(&host).join("e2e-bin");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for e in std::fs::read_dir(&debug).unwrap().flatten() {
-        let p = e.path();
-        if p.is_file() && p.file_name().is_some_and(|n| n != "sbx-tool-guard") {
-            std::os::unix::fs::symlink(&p, dir.join(e.file_name())).unwrap();
-        }
-    }
-    std::fs::copy(&built, dir.join("sbx-tool-guard")).unwrap();
-    dir
+    root.join("target").join(host).join("debug/sbx-tool-guard")
 }
 
 /// The shared repository, with the AI-CLI base image its sandbox runs.

@@ -5,6 +5,8 @@
 //! which Apache answers by default; an echo endpoint; an error page quoting
 //! a header) hands the injected header back. And it looks for the value or
 //! the CA's key where it could read them: the tmpfs, the proxy's /proc.
+//! Last, it plants a module where the user's `cmd:` key command would
+//! find it at the next start if that ran in the repository.
 //!
 //! The stand-in is a Python TLS server in a container of its own on the
 //! sandbox's network (the base image has python3), its root made here with
@@ -21,6 +23,7 @@ use sbx_e2e::{Repo, base_image, prerequisite, sbx, sh, text};
 const KEY: &str = "sk-a44-REAL-5b8e1f0c9d2a7346";
 const HOLDER: &str = "sbx-placeholder-key";
 const API: &str = "api.a44-e2e.test";
+const KEYS: &str = "keys.a44-e2e.test";
 
 /// A server that answers TRACE and `GET /echo` with the request head it
 /// got, anything else with `ok`, and logs every head to /d/log.
@@ -186,8 +189,9 @@ fn the_secret_never_comes_back_to_the_agent() {
         cfg.join("config.toml"),
         format!(
             "[network]\nmode = \"proxy\"\nregistries = false\ngithub = false\n\
-             allow-domains = [\"{API}\"]\n\
-             [secrets]\nkey = {{ from = \"env:A44_E2E_KEY\", host = \"{API}\", header = \"x-api-key\" }}\n"
+             allow-domains = [\"{API}\", \"{KEYS}\"]\n\
+             [secrets]\nkey = {{ from = \"env:A44_E2E_KEY\", host = \"{API}\", header = \"x-api-key\" }}\n\
+             cmd = {{ from = \"cmd:python3 -m a44keys\", host = \"{KEYS}\", header = \"x-token\" }}\n"
         ),
     )
     .unwrap();
@@ -196,12 +200,22 @@ fn the_secret_never_comes_back_to_the_agent() {
     std::fs::create_dir_all(&d).unwrap();
     certificates(&d);
     std::fs::write(d.join("server.py"), STANDIN).unwrap();
-    let o = sbx()
-        .env("A44_E2E_KEY", KEY)
-        .args(["-q", "start"])
-        .arg(&repo.path)
-        .output()
-        .unwrap();
+    // The user's key command: a module of the user's own, on PYTHONPATH.
+    let lib = repo.root().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("a44keys.py"), "print('from-the-users-module')\n").unwrap();
+    let start = || {
+        sbx()
+            .env("A44_E2E_KEY", KEY)
+            .env("PYTHONPATH", &lib)
+            .args(["-q", "start"])
+            .arg(&repo.path)
+            // As the user runs it: in the repository.
+            .current_dir(&repo.path)
+            .output()
+            .unwrap()
+    };
+    let o = start();
     let _started = Started(&repo);
     assert!(o.status.success(), "start: {}", text(&o));
     let names = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None);
@@ -336,5 +350,21 @@ fn the_secret_never_comes_back_to_the_agent() {
     ));
     let got = text(&o);
     assert_eq!(got.trim(), "0", "{got}");
+
+    // A `cmd:` source runs on the host at each start: not where the agent
+    // writes (the repository, the user's usual working directory), or
+    // `python3 -m` (as npx, mise or asdf shims do with their own files)
+    // runs the agent's module, as root, instead of the user's.
+    let o = repo.agent(
+        "printf 'open(\"../a44-cmd-canary\", \"w\").close()\\nprint(\"x\")\\n' > a44keys.py && ls a44keys.py",
+    );
+    assert!(repo.path.join("a44keys.py").exists(), "{}", text(&o));
+    sh(sbx().args(["-q", "stop"]).arg(&repo.path));
+    let o = start();
+    assert!(o.status.success(), "start: {}", text(&o));
+    assert!(
+        !repo.root().join("a44-cmd-canary").exists(),
+        "the agent's module ran on the host at start"
+    );
     eprintln!("took {:?}", t0.elapsed());
 }

@@ -22,6 +22,7 @@ use sbx_e2e::{Repo, base_image, prerequisite, sbx, sh, text};
 
 const KEY: &str = "sk-a44-REAL-5b8e1f0c9d2a7346";
 const HOLDER: &str = "sbx-placeholder-key";
+const HOLDER_MODEL: &str = "sbx-placeholder-model";
 const API: &str = "api.a44-e2e.test";
 const KEYS: &str = "keys.a44-e2e.test";
 
@@ -191,7 +192,8 @@ fn the_secret_never_comes_back_to_the_agent() {
             "[network]\nmode = \"proxy\"\nregistries = false\ngithub = false\n\
              allow-domains = [\"{API}\", \"{KEYS}\"]\n\
              [secrets]\nkey = {{ from = \"env:A44_E2E_KEY\", host = \"{API}\", header = \"x-api-key\" }}\n\
-             cmd = {{ from = \"cmd:python3 -m a44keys\", host = \"{KEYS}\", header = \"x-token\" }}\n"
+             cmd = {{ from = \"cmd:python3 -m a44keys\", host = \"{KEYS}\", header = \"x-token\" }}\n\
+             model = {{ from = \"cmd:printf sk-a44-by-cmd\", host = \"api.anthropic.com\", header = \"x-api-key\" }}\n"
         ),
     )
     .unwrap();
@@ -365,6 +367,36 @@ fn the_secret_never_comes_back_to_the_agent() {
     assert!(
         !repo.root().join("a44-cmd-canary").exists(),
         "the agent's module ran on the host at start"
+    );
+
+    // `sbx-run agent` with the CLI's own endpoint (no base URL set) and a
+    // secret bound to that endpoint's host, the key also in the user's
+    // shell: the CLI must get the placeholder, not the key. The stand-in
+    // CLI (put there by root: the base image has none) asks its key
+    // helper, as Claude Code does, and keeps the answer.
+    let fake = "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --settings ] && s=$2; shift; done\n\
+                h=$(printf %s \"$s\" | sed -n 's/.*\"apiKeyHelper\":\"\\([^\"]*\\)\".*/\\1/p')\n\
+                $h > /tmp/a44-cli-key 2>&1\n";
+    let f = repo.root().join("fake-claude");
+    std::fs::write(&f, fake).unwrap();
+    as_root(
+        ct,
+        "cat > /usr/local/bin/claude && chmod 755 /usr/local/bin/claude",
+        Some(&f),
+    );
+    let o = sbx()
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env_remove("ANTHROPIC_BASE_URL")
+        .args(["agent", "-C"])
+        .arg(&repo.path)
+        .arg("hi")
+        .output()
+        .unwrap();
+    let got = as_root(ct, "cat /tmp/a44-cli-key", None);
+    assert!(got.contains(HOLDER_MODEL), "{got}\n{}", text(&o));
+    assert!(
+        !got.contains(KEY),
+        "the CLI in the sandbox got the key: {got}"
     );
     eprintln!("took {:?}", t0.elapsed());
 }

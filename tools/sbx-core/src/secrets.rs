@@ -167,11 +167,14 @@ fn read_file(p: &Path) -> Result<String, FileErr> {
 }
 
 /// The command's stdout; its stderr goes to the user (a password prompt,
-/// an error), stdin is closed.
+/// an error), stdin is closed. It runs in `/`, not where sbx-run was
+/// started (the repository, as a rule, which the agent writes): `python3
+/// -m`, npx, mise or asdf shims would run what the agent put there.
 fn run(argv: &[String]) -> Result<String, String> {
     let shown = format!("cmd:{}", argv.join(" "));
     let out = Command::new(&argv[0])
         .args(&argv[1..])
+        .current_dir("/")
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -246,6 +249,10 @@ mod tests {
         assert_eq!(one("file:/nonexistent/key"), Exit::NoInput);
         assert_eq!(one("cmd:false"), Exit::Config);
         assert_eq!(one("cmd:printf 'a\\\\nb'"), Exit::Config);
+        // Not in the caller's directory (the repository the agent writes).
+        let s =
+            load("[secrets]\nk = { from = \"cmd:pwd\", host = \"a.test\", header = \"x-k\" }\n");
+        assert_eq!(resolve(&s, |_| None).unwrap()[0].value, "/");
         // A link anywhere in the path, and a file others may write.
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&f, &link).unwrap();

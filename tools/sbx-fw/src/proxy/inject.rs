@@ -309,13 +309,16 @@ impl Injector {
         };
         let downward = async {
             let mut chunk = vec![0u8; 16 * 1024];
+            let mut held = Vec::new();
             loop {
                 let n = ur.read(&mut chunk).await?;
                 act.touch();
                 if n == 0 {
+                    cw.write_all(&held).await?;
                     return cw.shutdown().await;
                 }
-                cw.write_all(&chunk[..n]).await?;
+                held.extend_from_slice(&chunk[..n]);
+                cw.write_all(&masked(&mut held, bindings)).await?;
             }
         };
         tokio::select! {
@@ -334,13 +337,58 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The secrets in what the host sent back, each overwritten with as many
+/// `*` (the length kept, so `Content-Length` and chunk sizes still hold):
+/// a server that echoes a request (an echo endpoint, an error page quoting
+/// a header) must not hand the value to the agent. Returns how many bytes
+/// at the end to hold back, the start of a value that may go on in the
+/// next read; bytes that cannot start one (an event stream's blank line)
+/// are never held.
+fn mask(buf: &mut [u8], bindings: &[Binding]) -> usize {
+    let mut keep = 0;
+    for b in bindings {
+        let v = b.value.as_bytes();
+        if v.is_empty() {
+            continue;
+        }
+        let mut at = 0;
+        while let Some(i) = buf[at..].windows(v.len()).position(|w| w == v) {
+            buf[at + i..at + i + v.len()].fill(b'*');
+            at += i + v.len();
+        }
+        let tail = (1..v.len().min(buf.len() + 1))
+            .rev()
+            .find(|&k| buf.ends_with(&v[..k]))
+            .unwrap_or(0);
+        keep = keep.max(tail);
+    }
+    keep
+}
+
+/// What of `held` may go down to the agent now, masked; the start of a
+/// value that may go on in the next read stays in `held`.
+fn masked(held: &mut Vec<u8>, bindings: &[Binding]) -> Vec<u8> {
+    let keep = mask(held, bindings);
+    let rest = held.split_off(held.len() - keep);
+    std::mem::replace(held, rest)
+}
+
 /// Check one request head on an injecting connection and put the secrets
 /// in: its Host must be the bound host (HTTP/1.1 requires one), no
-/// CONNECT, at most one of each bound header, and the placeholder is
-/// replaced in that header's value only.
+/// CONNECT, no TRACE (answered with the request, the secret in it), at
+/// most one of each bound header, and the placeholder is replaced in that
+/// header's value only.
 fn inject(r: &Request, head: &mut Vec<u8>, host: &str, bindings: &[Binding]) -> Result<(), String> {
     if r.method == "CONNECT" || r.host.as_deref() != Some(host) {
         return Err(format!("request for {:?} on {host}'s connection", r.host));
+    }
+    // TRACE echoes the request (Apache answers it by default), TRACK is
+    // IIS's; the method is case-sensitive, but a server may not be.
+    if ["TRACE", "TRACK"]
+        .iter()
+        .any(|m| r.method.eq_ignore_ascii_case(m))
+    {
+        return Err(format!("{} would echo the secret", r.method));
     }
     let text = std::str::from_utf8(head).map_err(|_| "head is not UTF-8".to_owned())?;
     let mut seen = vec![false; bindings.len()];

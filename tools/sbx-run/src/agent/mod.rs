@@ -214,6 +214,14 @@ fn access_vars(cli: AgentCli) -> (&'static str, &'static str) {
     }
 }
 
+/// The host each CLI sends its requests to when no base URL is set.
+fn default_host(cli: AgentCli) -> &'static str {
+    match cli {
+        AgentCli::Claude => "api.anthropic.com",
+        AgentCli::Codex => "api.openai.com",
+    }
+}
+
 fn access(ws: &Workspace, cli: AgentCli) -> Result<Access, BoxError> {
     let agent = &ws.loaded.config.agent;
     let (url_var, key_var) = access_vars(cli);
@@ -255,10 +263,15 @@ fn access(ws: &Workspace, cli: AgentCli) -> Result<Access, BoxError> {
     // A key the proxy injects ([secrets] reading this variable, or bound
     // to the endpoint's host) is never handed in: the CLI gets its
     // placeholder, the proxy puts the key in on the way out.
-    let host = base_url
-        .as_deref()
-        .and_then(|u| u.parse::<sbx_core::config::agent::BaseUrl>().ok())
-        .map(|u| u.host);
+    let host = match base_url.as_deref() {
+        Some(u) => u
+            .parse::<sbx_core::config::agent::BaseUrl>()
+            .ok()
+            .map(|u| u.host),
+        // No base URL: the CLI's own endpoint, the host most [secrets]
+        // entries name.
+        None => Some(default_host(cli).to_owned()),
+    };
     let injected = ws.loaded.config.secrets.iter().find(|(_, s)| {
         s.from == sbx_core::config::SecretFrom::Env(key_var.to_owned())
             || host.as_deref() == Some(s.host.0.as_str())

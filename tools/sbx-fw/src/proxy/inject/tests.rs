@@ -96,9 +96,24 @@ async fn bed(trust_up: bool, impostor: bool) -> Bed {
                             .lock()
                             .unwrap()
                             .push(String::from_utf8_lossy(&head).into_owned());
-                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                        if t.write_all(ok).await.is_err() {
-                            return;
+                        // TRACE (Apache's default) and an echo endpoint
+                        // answer with the request as the server got it.
+                        let text = String::from_utf8_lossy(&head).into_owned();
+                        let answer = if text.starts_with("TRACE ") || text.starts_with("GET /echo")
+                        {
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
+                                text.len()
+                            )
+                        } else {
+                            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_owned()
+                        };
+                        // In small records: the proxy's reads cut the
+                        // value, as a slow server's would.
+                        for piece in answer.as_bytes().chunks(5) {
+                            if t.write_all(piece).await.is_err() || t.flush().await.is_err() {
+                                return;
+                            }
                         }
                         if String::from_utf8_lossy(&head).contains("Connection: close") {
                             let _ = t.shutdown().await;
@@ -254,6 +269,37 @@ async fn smuggled_or_ambiguous_requests_get_no_secret() {
     }
 }
 
+/// A server that answers with the request it got (TRACE, which Apache
+/// answers by default; an echo endpoint; an error page quoting a header)
+/// would hand the secret back to the agent: TRACE is refused at its head,
+/// and the value never comes back down, whatever the answer's framing
+/// or however the proxy's reads cut it.
+#[tokio::test]
+async fn the_secret_never_comes_back_in_an_answer() {
+    let b = bed(true, false).await;
+    let key = format!("x-api-key: {HOLDER}\r\n");
+    let (_, v) = b
+        .run(
+            &format!("TRACE / HTTP/1.1\r\nHost: {HOST}\r\n{key}\r\n"),
+            true,
+        )
+        .await;
+    assert_eq!(v, Err(Refusal::Injection));
+    assert!(b.seen().is_empty(), "{:?}", b.seen());
+    let echo = format!("GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{key}Connection: close\r\n\r\n");
+    let (got, v) = b.run(&echo, true).await;
+    assert_eq!(v, Ok(()));
+    // The stand-in got the value; the agent got the answer, same length,
+    // without it.
+    assert!(b.seen()[0].contains(SECRET), "{:?}", b.seen());
+    assert!(
+        got.contains("x-api-key: ") && got.ends_with("\r\n\r\n"),
+        "{got}"
+    );
+    assert!(!got.contains(SECRET), "{got}");
+    assert!(!got.contains(&SECRET[..SECRET.len() - 1]), "{got}");
+}
+
 /// The proxy's upstream is verified against its own roots: a host whose
 /// root it lacks, and an impostor with a certificate from the sandbox CA
 /// (which the sandbox's bundle holds), get no request and no secret.
@@ -347,4 +393,34 @@ fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
             .unwrap()
             .binds(HOST)
     );
+}
+
+/// The masking as the relay does it, for every cut of an answer into two
+/// reads: the value never goes down whole or in parts that join, the
+/// length stays, and an answer without it goes down unchanged and unheld
+/// at a line's end.
+#[test]
+fn a_value_cut_between_reads_is_masked_too() {
+    let b = vec![Binding {
+        name: "m".into(),
+        host: HOST.into(),
+        header: "x-api-key".into(),
+        placeholder: HOLDER.into(),
+        value: SECRET.into(),
+    }];
+    let answer = format!("HTTP/1.1 400 Bad\r\n\r\nheader x-api-key: {SECRET} too long; {SECRET}\n");
+    for cut in 0..=answer.len() {
+        let (mut out, mut held) = (Vec::new(), Vec::new());
+        for piece in [&answer.as_bytes()[..cut], &answer.as_bytes()[cut..]] {
+            held.extend_from_slice(piece);
+            out.append(&mut masked(&mut held, &b));
+        }
+        out.append(&mut held);
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.len(), answer.len(), "cut {cut}");
+        assert!(!out.contains(&SECRET[..4]), "cut {cut}: {out}");
+    }
+    let mut plain = b"data: {\"type\":\"ping\"}\n\n".to_vec();
+    assert_eq!(mask(&mut plain, &b), 0);
+    assert_eq!(plain, b"data: {\"type\":\"ping\"}\n\n");
 }

@@ -1116,6 +1116,7 @@ fn runner(
         prepared,
         git.as_fd(),
         exec_path,
+        socket.as_deref(),
         index_root.as_deref(),
         &to_session,
         by_git,
@@ -1282,12 +1283,13 @@ fn run_as_peer(
     prepared: Result<(), String>,
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
+    socket: Option<&Path>,
     index_root: Option<&Path>,
     session: &UnixStream,
     by_git: bool,
 ) -> ! {
     let code = match prepared {
-        Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds),
+        Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds, socket, session),
         Ok(()) => {
             drop(fds);
             decide_and_exec(req, git, exec_path, index_root, session, by_git)
@@ -1331,7 +1333,12 @@ fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<
 /// by its path under the directory fd passed (kept open across exec), so
 /// `$0` is a path under `/proc/self/fd/N/` as when git runs it pinned, and
 /// a script's interpreter can open it. Returns only on failure.
-fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
+fn exec_hook(
+    req: &Request,
+    mut fds: Vec<OwnedFd>,
+    socket: Option<&Path>,
+    session: &UnixStream,
+) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
     let name = req.args.first().and_then(|n| n.to_str()).unwrap_or("");
     if !crate::hooks::is_hook_name(name) {
@@ -1342,6 +1349,15 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         return Exit::WrapperFailed.code();
     };
     drop(fds);
+    let on_view;
+    let req = match pre_commit_view(req, socket, session) {
+        Ok(None) => req,
+        Ok(Some(r)) => {
+            on_view = r;
+            &on_view
+        }
+        Err(code) => return code,
+    };
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     if let Err(e) = fcntl(&dir, FcntlArg::F_SETFD(FdFlag::empty())) {
         output::error(&format!("git broker: the hooks directory: {e}"));
@@ -1394,6 +1410,64 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     let err = sbx_sys::exec(&path, &argv, &env);
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// `git commit`'s pre-commit, asked by sbx-git-client: the view
+/// `ledger::pre_commit_on_view` makes in a guard the step starts, made
+/// here as the peer instead, so no process starts for it; the session
+/// removes it once the hook has ended (`index::VIEW_ORDER`). Ok(None):
+/// not such a request, or its view made already. Where the snapshot is
+/// git's to give, the step's guard runs here (exec), as it ran before.
+fn pre_commit_view(
+    req: &Request,
+    socket: Option<&Path>,
+    session: &UnixStream,
+) -> Result<Option<Request>, u8> {
+    let var = |k: &str| req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+    let committing = var(crate::hooks::COMMIT_ENV).is_some_and(|v| v == "1");
+    if req.args.first().is_none_or(|n| n != "pre-commit")
+        || !committing
+        || var(crate::ledger::VIEW_MADE_ENV).is_some()
+        || crate::msg::private_dir(&req.env).is_none()
+    {
+        return Ok(None);
+    }
+    let refuse = |e: &str| {
+        output::error(&format!("pre-commit: {e}; refusing"));
+        Err(Exit::Denied.code())
+    };
+    let Some(sock) = socket else {
+        return refuse("the broker's socket has no path");
+    };
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => return refuse(&format!("the working directory: {e}")),
+    };
+    let base = crate::ledger::view_base(sock);
+    match crate::ledger::view_for_pre_commit(sock, &base, &cwd, &req.env) {
+        Ok(Some((view, env))) => {
+            let mut order = vec![crate::index::VIEW_ORDER];
+            order.extend_from_slice(view.as_os_str().as_bytes());
+            if (&*session).write_all(&order).is_err() {
+                let _ = std::fs::remove_dir_all(&view);
+                return refuse("the session is gone");
+            }
+            Ok(Some(Request {
+                kind: req.kind,
+                umask: req.umask,
+                args: req.args.clone(),
+                env,
+            }))
+        }
+        Ok(None) => {
+            // The step's guard, with git's hook arguments and environment.
+            let mut argv = vec![OsString::from("pre-commit")];
+            argv.extend(req.args[1..].iter().cloned());
+            let err = sbx_sys::exec(Path::new("/proc/self/exe"), &argv, &req.env);
+            refuse(&format!("cannot start the guard's step: {err}"))
+        }
+        Err(e) => refuse(&e),
+    }
 }
 
 /// Is `dir` on a read-only mount under `/workspace/` (the hooks, or

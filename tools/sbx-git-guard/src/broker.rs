@@ -401,6 +401,67 @@ pub fn keep_pin(socket: &Path, private: &OsStr, head: &[u8]) -> Result<(), Strin
     })
 }
 
+/// On a session's channel to the root process: a pin, as [`keep_pin`]
+/// asks over a connection.
+const KEEP_PIN: u32 = u32::MAX - 1;
+
+/// [`keep_pin`] from the broker's own worker (broker.rs `pre_commit_view`),
+/// over its session's channel, which no process git starts holds: one
+/// connection and one spare fewer on a hooked commit's path. Outside a
+/// session, [`keep_pin`].
+pub fn keep_pin_from_worker(socket: &Path, private: &OsStr, head: &[u8]) -> Result<(), String> {
+    let Some(mut m) = MAKER.get() else {
+        return keep_pin(socket, private, head);
+    };
+    let name = approval_name(private).ok_or("not a private index's name")?;
+    let mut buf = KEEP_PIN.to_le_bytes().to_vec();
+    for part in [name.as_bytes(), head] {
+        let n = u32::try_from(part.len()).map_err(|e| e.to_string())?;
+        buf.extend_from_slice(&n.to_le_bytes());
+        buf.extend_from_slice(part);
+    }
+    let mut ok = [0u8];
+    if m.write_all(&buf).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1 {
+        Ok(())
+    } else {
+        Err("the broker did not keep the commit pre-commit compares with".into())
+    }
+}
+
+/// The root process's side of [`keep_pin_from_worker`]: as a [`PIN_VAR`]
+/// request's, kept once (`create_new`).
+fn keep_pin_for(mut m: &UnixStream) -> bool {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut read_part = |max: usize| -> Option<Vec<u8>> {
+        let mut n = [0u8; 4];
+        m.read_exact(&mut n).ok()?;
+        let n = u32::from_le_bytes(n) as usize;
+        (n <= max).then_some(())?;
+        let mut b = vec![0u8; n];
+        m.read_exact(&mut b).ok()?;
+        Some(b)
+    };
+    let (Some(name), Some(head)) = (read_part(255), read_part(64)) else {
+        return false;
+    };
+    let kept = is_commit_id(&head)
+        && APPROVED_AT
+            .get()
+            .zip(approval_name(OsStr::from_bytes(&name)))
+            .is_some_and(|(dir, n)| {
+                let mut n = n.to_owned();
+                n.push(".pin");
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(dir.join(n))
+                    .and_then(|mut f| f.write_all(&head))
+                    .is_ok()
+            });
+    m.write_all(&[u8::from(kept)]).is_ok()
+}
+
 /// Where [`keep_pin`] keeps the pin for `private`.
 pub fn pin_path(env: &[(OsString, OsString)], private: &OsStr) -> Option<PathBuf> {
     let mut p = approved_path(env, private)?.into_os_string();
@@ -849,6 +910,9 @@ fn make_set_for(mut m: &UnixStream) -> bool {
     }
     if u32::from_le_bytes(set) == KEEP_APPROVED {
         return keep_approved_for(m);
+    }
+    if u32::from_le_bytes(set) == KEEP_PIN {
+        return keep_pin_for(m);
     }
     let made = crate::hooks::make_set(u32::from_le_bytes(set));
     if let Err(e) = &made {

@@ -617,7 +617,7 @@ fn make_pre_commit_view(
         .find(|(k, _)| k == crate::index::PRIVATE_VAR)
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-    crate::broker::keep_pin(sock, &private, head.unwrap_or(&zero))?;
+    crate::broker::keep_pin_from_worker(sock, &private, head.unwrap_or(&zero))?;
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
     let mut env: Vec<(OsString, OsString)> = env
         .iter()

@@ -494,14 +494,7 @@ pub fn pre_commit_on_view(
         Some(s) => s,
         None => snapshot_from_git(real)?,
     };
-    let (view, mut env) = make_pre_commit_view(
-        sock,
-        &view_base(sock),
-        &top,
-        &snap,
-        &env,
-        msg_dir,
-    )?;
+    let (view, mut env) = make_pre_commit_view(sock, &view_base(sock), &top, &snap, &env, msg_dir)?;
     env.push((VIEW_MADE_ENV.into(), "1".into()));
     let dir =
         sbx_sys::privsep::open_path(trusted).map_err(|e| format!("{}: {e}", trusted.display()))?;

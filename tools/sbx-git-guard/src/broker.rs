@@ -1414,7 +1414,7 @@ fn exec_hook(
     };
     drop(fds);
     let on_view;
-    let req = match pre_commit_view(req, socket, session) {
+    let req = match pre_commit_view(req, socket, session, dir.as_fd()) {
         Ok(None) => req,
         Ok(Some(r)) => {
             on_view = r;
@@ -1486,6 +1486,7 @@ fn pre_commit_view(
     req: &Request,
     socket: Option<&Path>,
     session: &UnixStream,
+    dir: BorrowedFd<'_>,
 ) -> Result<Option<Request>, u8> {
     let var = |k: &str| req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v);
     let committing = var(crate::hooks::COMMIT_ENV).is_some_and(|v| v == "1");
@@ -1524,10 +1525,25 @@ fn pre_commit_view(
             }))
         }
         Ok(None) => {
-            // The step's guard, with git's hook arguments and environment.
+            // The step's guard, with git's hook arguments and environment,
+            // but the hooks directory this request sent: git's may be its
+            // own `/proc/self/fd/N`, which names nothing (or another file)
+            // here, and a guard's step that finds no hook passes.
+            use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+            if let Err(e) = fcntl(dir, FcntlArg::F_SETFD(FdFlag::empty())) {
+                return refuse(&format!("the hooks directory: {e}"));
+            }
+            let trusted = format!("/proc/self/fd/{}", dir.as_raw_fd());
+            let mut env: Vec<(OsString, OsString)> = req
+                .env
+                .iter()
+                .filter(|(k, _)| k != crate::hooks::TRUSTED_ENV)
+                .cloned()
+                .collect();
+            env.push((crate::hooks::TRUSTED_ENV.into(), trusted.into()));
             let mut argv = vec![OsString::from("pre-commit")];
             argv.extend(req.args[1..].iter().cloned());
-            let err = sbx_sys::exec(Path::new("/proc/self/exe"), &argv, &req.env);
+            let err = sbx_sys::exec(Path::new("/proc/self/exe"), &argv, &env);
             refuse(&format!("cannot start the guard's step: {err}"))
         }
         Err(e) => refuse(&e),

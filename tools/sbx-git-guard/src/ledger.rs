@@ -533,7 +533,7 @@ pub fn view_for_pre_commit(
     base: &Path,
     cwd: &Path,
     env: &[(OsString, OsString)],
-) -> Result<Option<(PathBuf, Vec<(OsString, OsString)>)>, String> {
+) -> Result<Option<(PathBuf, HookEnv)>, String> {
     let msg_dir = crate::msg::private_dir(env).ok_or("no private index named")?;
     // getenv's answer: a name's first entry.
     let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v);
@@ -546,6 +546,9 @@ pub fn view_for_pre_commit(
     Ok(Some((view.keep(), env)))
 }
 
+/// A hook's environment, name and value pairs.
+type HookEnv = Vec<(OsString, OsString)>;
+
 /// The view's directory and the hook's environment; the root process
 /// keeps the pin (once per call).
 fn make_pre_commit_view(
@@ -555,7 +558,7 @@ fn make_pre_commit_view(
     snap: &crate::viewrefs::Snapshot,
     env: &[(OsString, OsString)],
     msg_dir: &Path,
-) -> Result<(View, Vec<(OsString, OsString)>), String> {
+) -> Result<(View, HookEnv), String> {
     use std::os::unix::fs::DirBuilderExt as _;
     let head = snap.head.as_deref();
     let sym = snap.sym.as_slice();

@@ -321,42 +321,44 @@ pub fn approved_path(env: &[(OsString, OsString)], private: &OsStr) -> Option<Pa
 /// session's channel (which no process git starts holds), to keep it.
 pub fn keep_approved(private: &OsStr, msg: &[u8]) -> Result<(), String> {
     let name = approval_name(private).ok_or("not a private index's name")?;
-    let mut m = MAKER.get().ok_or("not in a broker's session")?;
-    let len = |n: usize| {
-        u32::try_from(n)
-            .map(u32::to_le_bytes)
-            .map_err(|e| e.to_string())
-    };
-    let mut buf = KEEP_APPROVED.to_le_bytes().to_vec();
-    buf.extend_from_slice(&len(name.len())?);
-    buf.extend_from_slice(name.as_bytes());
-    buf.extend_from_slice(&len(msg.len())?);
-    buf.extend_from_slice(msg);
-    let mut ok = [0u8];
-    if m.write_all(&buf).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1 {
-        Ok(())
-    } else {
-        Err("the broker did not keep what commit-msg passed".into())
+    let m = MAKER.get().ok_or("not in a broker's session")?;
+    ask_root(m, KEEP_APPROVED, &[name.as_bytes(), msg])?
+        .then_some(())
+        .ok_or_else(|| "the broker did not keep what commit-msg passed".into())
+}
+
+/// On a session's channel to the root process: `what`, then each part
+/// with its length; did the root process answer yes?
+fn ask_root(mut m: &UnixStream, what: u32, parts: &[&[u8]]) -> Result<bool, String> {
+    let mut buf = what.to_le_bytes().to_vec();
+    for part in parts {
+        let n = u32::try_from(part.len()).map_err(|e| e.to_string())?;
+        buf.extend_from_slice(&n.to_le_bytes());
+        buf.extend_from_slice(part);
     }
+    let mut ok = [0u8];
+    Ok(m.write_all(&buf).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1)
+}
+
+/// One part of an [`ask_root`] request, at most `max` bytes.
+fn read_part(mut m: &UnixStream, max: usize) -> Option<Vec<u8>> {
+    let mut n = [0u8; 4];
+    m.read_exact(&mut n).ok()?;
+    let n = u32::from_le_bytes(n) as usize;
+    (n <= max).then_some(())?;
+    let mut b = vec![0u8; n];
+    m.read_exact(&mut b).ok()?;
+    Some(b)
 }
 
 /// The root process's side of [`keep_approved`]: the name and the message
 /// from the channel, written (as root, by a rename) under [`APPROVED_DIR`].
 fn keep_approved_for(mut m: &UnixStream) -> bool {
     const MAX_MSG: usize = 1 << 20;
-    let mut read_part = |max: usize| -> Option<Vec<u8>> {
-        let mut n = [0u8; 4];
-        m.read_exact(&mut n).ok()?;
-        let n = u32::from_le_bytes(n) as usize;
-        (n <= max).then_some(())?;
-        let mut b = vec![0u8; n];
-        m.read_exact(&mut b).ok()?;
-        Some(b)
-    };
-    let Some(name) = read_part(255) else {
+    let Some(name) = read_part(m, 255) else {
         return false;
     };
-    let Some(msg) = read_part(MAX_MSG) else {
+    let Some(msg) = read_part(m, MAX_MSG) else {
         return false;
     };
     let kept = APPROVED_AT
@@ -410,38 +412,20 @@ const KEEP_PIN: u32 = u32::MAX - 1;
 /// connection and one spare fewer on a hooked commit's path. Outside a
 /// session, [`keep_pin`].
 pub fn keep_pin_from_worker(socket: &Path, private: &OsStr, head: &[u8]) -> Result<(), String> {
-    let Some(mut m) = MAKER.get() else {
+    let Some(m) = MAKER.get() else {
         return keep_pin(socket, private, head);
     };
     let name = approval_name(private).ok_or("not a private index's name")?;
-    let mut buf = KEEP_PIN.to_le_bytes().to_vec();
-    for part in [name.as_bytes(), head] {
-        let n = u32::try_from(part.len()).map_err(|e| e.to_string())?;
-        buf.extend_from_slice(&n.to_le_bytes());
-        buf.extend_from_slice(part);
-    }
-    let mut ok = [0u8];
-    if m.write_all(&buf).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1 {
-        Ok(())
-    } else {
-        Err("the broker did not keep the commit pre-commit compares with".into())
-    }
+    ask_root(m, KEEP_PIN, &[name.as_bytes(), head])?
+        .then_some(())
+        .ok_or_else(|| "the broker did not keep the commit pre-commit compares with".into())
 }
 
 /// The root process's side of [`keep_pin_from_worker`]: as a [`PIN_VAR`]
 /// request's, kept once (`create_new`).
 fn keep_pin_for(mut m: &UnixStream) -> bool {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut read_part = |max: usize| -> Option<Vec<u8>> {
-        let mut n = [0u8; 4];
-        m.read_exact(&mut n).ok()?;
-        let n = u32::from_le_bytes(n) as usize;
-        (n <= max).then_some(())?;
-        let mut b = vec![0u8; n];
-        m.read_exact(&mut b).ok()?;
-        Some(b)
-    };
-    let (Some(name), Some(head)) = (read_part(255), read_part(64)) else {
+    let (Some(name), Some(head)) = (read_part(m, 255), read_part(m, 64)) else {
         return false;
     };
     let kept = is_commit_id(&head)

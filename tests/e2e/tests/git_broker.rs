@@ -100,6 +100,13 @@ fn the_real_git_is_reachable_only_through_the_broker() {
         "the hook ran as the agent, on the private view: {}",
         text(&o)
     );
+    // The broker's worker made that view (no guard started for the step)
+    // and its session removes it once the hook has ended: none is left.
+    let o = root(
+        "for _ in $(seq 100); do ls /run/sbx-git/index | grep -q '[.]view$' || exit 0; sleep 0.05; done; \
+         ls /run/sbx-git/index; exit 1",
+    );
+    assert!(o.status.success(), "a view left behind: {}", text(&o));
     // The hook still rejects what it must.
     let o =
         agent("echo b > bad && git add bad && git -c user.name=a -c user.email=a@b commit -qm bad");

@@ -302,9 +302,13 @@ fn a_filter_git_runs_before_pre_commit_does_not_change_its_view() {
 /// A daemon that points main at a commit already holding MARKER before
 /// pre-commit's step snapshots it, then, once the step pinned that
 /// commit, puts main back and rewrites the pin to the parent git took.
-const PIN: &str = r#"import os, time
+/// It flips main before the filter returns (git read HEAD before it ran
+/// the filter), so the step's snapshot sees the flip however fast the
+/// step is, and puts main back once the pin is written or git has ended.
+const PIN: &str = r#"import os, sys, time
 x = os.environ['SBX_GUARD_PRIVATE_INDEX']
 pin = x + '.msg/pre-commit.head'
+git = '/proc/' + sys.argv[1]
 m = open('/tmp/P').read().strip()
 ref = '.git/refs/heads/main'
 real = open(ref).read().strip()
@@ -312,12 +316,26 @@ def put(p, v):
     open(p + '.x', 'w').write(v + '\n')
     os.rename(p + '.x', p)
 put(ref, m)
+open('/tmp/flipped', 'w').close()
 end = time.time() + 20
-while time.time() < end and not os.path.exists(pin):
+while time.time() < end and not os.path.exists(pin) and os.path.exists(git):
     pass
 put(ref, real)
-open(pin + '.x', 'w').write(real)
-os.rename(pin + '.x', pin)
+if os.path.exists(pin):
+    open(pin + '.x', 'w').write(real)
+    os.rename(pin + '.x', pin)
+open('/tmp/pin-done', 'w').close()
+"#;
+
+/// The clean filter: starts [`PIN`] with the pid of the git it runs for
+/// and returns once main is flipped.
+const CLEAN: &str = r#"#!/bin/sh
+rm -f /tmp/flipped /tmp/pin-done
+p=$PPID
+while [ "$p" -gt 1 ] && [ "$(cat /proc/$p/comm)" != git ]; do p=$(cut -d' ' -f4 /proc/$p/stat); done
+(setsid python3 /tmp/pin.py "$p" </dev/null >/dev/null 2>&1 &)
+for _ in $(seq 500); do [ -e /tmp/flipped ] && break; sleep 0.01; done
+cat
 "#;
 
 /// The parent pre-commit compared with is pinned in the call's private
@@ -334,10 +352,11 @@ fn a_filter_git_runs_before_pre_commit_does_not_rewrite_the_pin() {
         &repo,
         &format!(
             "cat > /tmp/pin.py <<'EOF'\n{PIN}EOF\n{PLUMBED} && echo $C > /tmp/P && \
-             printf '#!/bin/sh\\n(setsid python3 /tmp/pin.py </dev/null >/dev/null 2>&1 &)\\ncat\\n' > /tmp/clean && \
+             cat > /tmp/clean <<'EOS'\n{CLEAN}EOS\n\
              chmod +x /tmp/clean && printf '[filter \"x\"]\\n\\tclean = /tmp/clean\\n' >> ~/.gitconfig && \
              echo 'a filter=x' > .gitattributes && \
-             for i in 1 2 3 4; do echo MARKER > a && git commit -qam \"$i OK\"; sleep 1; \
+             for i in 1 2 3 4; do echo MARKER > a && git commit -qam \"$i OK\"; \
+             for _ in $(seq 250); do [ -e /tmp/pin-done ] && break; sleep 0.1; done; \
              git grep -q MARKER main -- && echo LANDED && break; git reset -q --hard; done; git log --oneline -3"
         ),
     );

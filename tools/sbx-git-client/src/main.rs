@@ -590,18 +590,9 @@ pub fn main(p: &Proc) -> i32 {
             }
         }
     }
-    // `git commit`'s pre-commit runs on a private view the guard makes
-    // (ledger.rs `pre_commit_on_view`).
-    if let Some(h) = &step {
-        let var = |k: &[u8]| env(p).find(|(n, _)| *n == k).map(|(_, v)| v);
-        if h.present
-            && h.name == b"pre-commit"
-            && var(COMMIT_VAR) == Some(b"1")
-            && var(PRIVATE_VAR).is_some()
-        {
-            return fallback(p);
-        }
-    }
+    // `git commit`'s pre-commit runs on a private view: the broker's
+    // worker makes it (broker.rs `pre_commit_view`), as the guard's step
+    // did, without a guard's start for it.
     let kind = match &step {
         Some(h) if !h.present => return 0,
         Some(h) => Kind::Hook(h.name),

@@ -321,42 +321,44 @@ pub fn approved_path(env: &[(OsString, OsString)], private: &OsStr) -> Option<Pa
 /// session's channel (which no process git starts holds), to keep it.
 pub fn keep_approved(private: &OsStr, msg: &[u8]) -> Result<(), String> {
     let name = approval_name(private).ok_or("not a private index's name")?;
-    let mut m = MAKER.get().ok_or("not in a broker's session")?;
-    let len = |n: usize| {
-        u32::try_from(n)
-            .map(u32::to_le_bytes)
-            .map_err(|e| e.to_string())
-    };
-    let mut buf = KEEP_APPROVED.to_le_bytes().to_vec();
-    buf.extend_from_slice(&len(name.len())?);
-    buf.extend_from_slice(name.as_bytes());
-    buf.extend_from_slice(&len(msg.len())?);
-    buf.extend_from_slice(msg);
-    let mut ok = [0u8];
-    if m.write_all(&buf).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1 {
-        Ok(())
-    } else {
-        Err("the broker did not keep what commit-msg passed".into())
+    let m = MAKER.get().ok_or("not in a broker's session")?;
+    ask_root(m, KEEP_APPROVED, &[name.as_bytes(), msg])?
+        .then_some(())
+        .ok_or_else(|| "the broker did not keep what commit-msg passed".into())
+}
+
+/// On a session's channel to the root process: `what`, then each part
+/// with its length; did the root process answer yes?
+fn ask_root(mut m: &UnixStream, what: u32, parts: &[&[u8]]) -> Result<bool, String> {
+    let mut buf = what.to_le_bytes().to_vec();
+    for part in parts {
+        let n = u32::try_from(part.len()).map_err(|e| e.to_string())?;
+        buf.extend_from_slice(&n.to_le_bytes());
+        buf.extend_from_slice(part);
     }
+    let mut ok = [0u8];
+    Ok(m.write_all(&buf).is_ok() && m.read_exact(&mut ok).is_ok() && ok[0] == 1)
+}
+
+/// One part of an [`ask_root`] request, at most `max` bytes.
+fn read_part(mut m: &UnixStream, max: usize) -> Option<Vec<u8>> {
+    let mut n = [0u8; 4];
+    m.read_exact(&mut n).ok()?;
+    let n = u32::from_le_bytes(n) as usize;
+    (n <= max).then_some(())?;
+    let mut b = vec![0u8; n];
+    m.read_exact(&mut b).ok()?;
+    Some(b)
 }
 
 /// The root process's side of [`keep_approved`]: the name and the message
 /// from the channel, written (as root, by a rename) under [`APPROVED_DIR`].
 fn keep_approved_for(mut m: &UnixStream) -> bool {
     const MAX_MSG: usize = 1 << 20;
-    let mut read_part = |max: usize| -> Option<Vec<u8>> {
-        let mut n = [0u8; 4];
-        m.read_exact(&mut n).ok()?;
-        let n = u32::from_le_bytes(n) as usize;
-        (n <= max).then_some(())?;
-        let mut b = vec![0u8; n];
-        m.read_exact(&mut b).ok()?;
-        Some(b)
-    };
-    let Some(name) = read_part(255) else {
+    let Some(name) = read_part(m, 255) else {
         return false;
     };
-    let Some(msg) = read_part(MAX_MSG) else {
+    let Some(msg) = read_part(m, MAX_MSG) else {
         return false;
     };
     let kept = APPROVED_AT
@@ -399,6 +401,49 @@ pub fn keep_pin(socket: &Path, private: &OsStr, head: &[u8]) -> Result<(), Strin
     send_ids(socket, Kind::Ledger, &[], env).map_err(|e| {
         e.unwrap_or_else(|| "the broker did not keep the commit pre-commit compares with".into())
     })
+}
+
+/// On a session's channel to the root process: a pin, as [`keep_pin`]
+/// asks over a connection.
+const KEEP_PIN: u32 = u32::MAX - 1;
+
+/// [`keep_pin`] from the broker's own worker (broker.rs `pre_commit_view`),
+/// over its session's channel, which no process git starts holds: one
+/// connection and one spare fewer on a hooked commit's path. Outside a
+/// session, [`keep_pin`].
+pub fn keep_pin_from_worker(socket: &Path, private: &OsStr, head: &[u8]) -> Result<(), String> {
+    let Some(m) = MAKER.get() else {
+        return keep_pin(socket, private, head);
+    };
+    let name = approval_name(private).ok_or("not a private index's name")?;
+    ask_root(m, KEEP_PIN, &[name.as_bytes(), head])?
+        .then_some(())
+        .ok_or_else(|| "the broker did not keep the commit pre-commit compares with".into())
+}
+
+/// The root process's side of [`keep_pin_from_worker`]: as a [`PIN_VAR`]
+/// request's, kept once (`create_new`).
+fn keep_pin_for(mut m: &UnixStream) -> bool {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let (Some(name), Some(head)) = (read_part(m, 255), read_part(m, 64)) else {
+        return false;
+    };
+    let kept = is_commit_id(&head)
+        && APPROVED_AT
+            .get()
+            .zip(approval_name(OsStr::from_bytes(&name)))
+            .is_some_and(|(dir, n)| {
+                let mut n = n.to_owned();
+                n.push(".pin");
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(dir.join(n))
+                    .and_then(|mut f| f.write_all(&head))
+                    .is_ok()
+            });
+    m.write_all(&[u8::from(kept)]).is_ok()
 }
 
 /// Where [`keep_pin`] keeps the pin for `private`.
@@ -850,6 +895,9 @@ fn make_set_for(mut m: &UnixStream) -> bool {
     if u32::from_le_bytes(set) == KEEP_APPROVED {
         return keep_approved_for(m);
     }
+    if u32::from_le_bytes(set) == KEEP_PIN {
+        return keep_pin_for(m);
+    }
     let made = crate::hooks::make_set(u32::from_le_bytes(set));
     if let Err(e) = &made {
         output::warn(&format!("hook steps: {e}"));
@@ -1116,6 +1164,7 @@ fn runner(
         prepared,
         git.as_fd(),
         exec_path,
+        socket.as_deref(),
         index_root.as_deref(),
         &to_session,
         by_git,
@@ -1282,12 +1331,13 @@ fn run_as_peer(
     prepared: Result<(), String>,
     git: BorrowedFd<'_>,
     exec_path: Option<&OsStr>,
+    socket: Option<&Path>,
     index_root: Option<&Path>,
     session: &UnixStream,
     by_git: bool,
 ) -> ! {
     let code = match prepared {
-        Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds),
+        Ok(()) if req.kind == Kind::Hook => exec_hook(req, fds, socket, session),
         Ok(()) => {
             drop(fds);
             decide_and_exec(req, git, exec_path, index_root, session, by_git)
@@ -1331,7 +1381,12 @@ fn prepare(req: &Request, fds: &[OwnedFd], peer: &PeerCred, gid: u32) -> Result<
 /// by its path under the directory fd passed (kept open across exec), so
 /// `$0` is a path under `/proc/self/fd/N/` as when git runs it pinned, and
 /// a script's interpreter can open it. Returns only on failure.
-fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
+fn exec_hook(
+    req: &Request,
+    mut fds: Vec<OwnedFd>,
+    socket: Option<&Path>,
+    session: &UnixStream,
+) -> u8 {
     output::set_tool_if_unset(crate::TOOL);
     let name = req.args.first().and_then(|n| n.to_str()).unwrap_or("");
     if !crate::hooks::is_hook_name(name) {
@@ -1342,6 +1397,15 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
         return Exit::WrapperFailed.code();
     };
     drop(fds);
+    let on_view;
+    let req = match pre_commit_view(req, socket, session, dir.as_fd()) {
+        Ok(None) => req,
+        Ok(Some(r)) => {
+            on_view = r;
+            &on_view
+        }
+        Err(code) => return code,
+    };
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     if let Err(e) = fcntl(&dir, FcntlArg::F_SETFD(FdFlag::empty())) {
         output::error(&format!("git broker: the hooks directory: {e}"));
@@ -1394,6 +1458,80 @@ fn exec_hook(req: &Request, mut fds: Vec<OwnedFd>) -> u8 {
     let err = sbx_sys::exec(&path, &argv, &env);
     output::error(&format!("cannot run the hook {name}: {err}"));
     Exit::CannotInvoke.code()
+}
+
+/// `git commit`'s pre-commit, asked by sbx-git-client: the view
+/// `ledger::pre_commit_on_view` makes in a guard the step starts, made
+/// here as the peer instead, so no process starts for it; the session
+/// removes it once the hook has ended (`index::VIEW_ORDER`). Ok(None):
+/// not such a request, or its view made already. Where the snapshot is
+/// git's to give, the step's guard runs here (exec), as it ran before.
+fn pre_commit_view(
+    req: &Request,
+    socket: Option<&Path>,
+    session: &UnixStream,
+    dir: BorrowedFd<'_>,
+) -> Result<Option<Request>, u8> {
+    let var = |k: &str| req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+    let committing = var(crate::hooks::COMMIT_ENV).is_some_and(|v| v == "1");
+    if req.args.first().is_none_or(|n| n != "pre-commit")
+        || !committing
+        || var(crate::ledger::VIEW_MADE_ENV).is_some()
+        || crate::msg::private_dir(&req.env).is_none()
+    {
+        return Ok(None);
+    }
+    let refuse = |e: &str| {
+        output::error(&format!("pre-commit: {e}; refusing"));
+        Err(Exit::Denied.code())
+    };
+    let Some(sock) = socket else {
+        return refuse("the broker's socket has no path");
+    };
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => return refuse(&format!("the working directory: {e}")),
+    };
+    let base = crate::ledger::view_base(sock);
+    match crate::ledger::view_for_pre_commit(sock, &base, &cwd, &req.env) {
+        Ok(Some((view, env))) => {
+            let mut order = vec![crate::index::VIEW_ORDER];
+            order.extend_from_slice(view.as_os_str().as_bytes());
+            if (&*session).write_all(&order).is_err() {
+                let _ = std::fs::remove_dir_all(&view);
+                return refuse("the session is gone");
+            }
+            Ok(Some(Request {
+                kind: req.kind,
+                umask: req.umask,
+                args: req.args.clone(),
+                env,
+            }))
+        }
+        Ok(None) => {
+            // The step's guard, with git's hook arguments and environment,
+            // but the hooks directory this request sent: git's may be its
+            // own `/proc/self/fd/N`, which names nothing (or another file)
+            // here, and a guard's step that finds no hook passes.
+            use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+            if let Err(e) = fcntl(dir, FcntlArg::F_SETFD(FdFlag::empty())) {
+                return refuse(&format!("the hooks directory: {e}"));
+            }
+            let trusted = format!("/proc/self/fd/{}", dir.as_raw_fd());
+            let mut env: Vec<(OsString, OsString)> = req
+                .env
+                .iter()
+                .filter(|(k, _)| k != crate::hooks::TRUSTED_ENV)
+                .cloned()
+                .collect();
+            env.push((crate::hooks::TRUSTED_ENV.into(), trusted.into()));
+            let mut argv = vec![OsString::from("pre-commit")];
+            argv.extend(req.args[1..].iter().cloned());
+            let err = sbx_sys::exec(Path::new("/proc/self/exe"), &argv, &env);
+            refuse(&format!("cannot start the guard's step: {err}"))
+        }
+        Err(e) => refuse(&e),
+    }
 }
 
 /// Is `dir` on a read-only mount under `/workspace/` (the hooks, or

@@ -20,7 +20,7 @@
 use std::ffi::{OsStr, OsString};
 use std::io::{Read as _, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
-use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -414,10 +414,16 @@ fn order_put_back(
 pub fn put_back_from(session: &UnixStream) -> Leftovers {
     let mut first = vec![0u8; 8192];
     let Ok((n, mut fds)) = sbx_sys::privsep::recv_with_fds(session.as_fd(), &mut first, 2) else {
-        return Leftovers(None);
+        return Leftovers(None, None);
     };
+    // A pre-commit's view (broker.rs `exec_hook`): removed after the hook.
+    if n > 0 && first[0] == VIEW_ORDER {
+        let mut dir = first[1..n].to_vec();
+        let _ = (&*session).read_to_end(&mut dir);
+        return Leftovers(None, Some(PathBuf::from(OsString::from_vec(dir))));
+    }
     if n == 0 || first[0] != b'i' || fds.len() != 2 {
-        return Leftovers(None);
+        return Leftovers(None, None);
     }
     let mut msg = first[1..n].to_vec();
     let _ = (&*session).read_to_end(&mut msg);
@@ -429,30 +435,37 @@ pub fn put_back_from(session: &UnixStream) -> Leftovers {
             .get(i * 8..i * 8 + 8)
             .and_then(|b| <[u8; 8]>::try_from(b).ok())
         else {
-            return Leftovers(None);
+            return Leftovers(None, None);
         };
         *n = u64::from_le_bytes(b);
     }
     let msg = &msg[32..];
     let Some(cut) = msg.iter().position(|b| *b == 0) else {
-        return Leftovers(None);
+        return Leftovers(None, None);
     };
     let index = PathBuf::from(OsStr::from_bytes(&msg[..cut]));
     let copy = PathBuf::from(OsStr::from_bytes(&msg[cut + 1..]));
     if let Err(m) = put_back(&index, &copy, mark, held) {
         let _ = writeln!(&stderr, "{}: error: {m}", crate::TOOL);
     }
-    Leftovers(Some(copy))
+    Leftovers(Some(copy), None)
 }
+
+/// On a session's channel from its runner: the rest is a pre-commit
+/// view's directory, to remove once the hook has ended.
+pub const VIEW_ORDER: u8 = b'v';
 
 /// A private copy's files, once the index is back ([`put_back_from`]).
 #[must_use]
-pub struct Leftovers(Option<PathBuf>);
+pub struct Leftovers(Option<PathBuf>, Option<PathBuf>);
 
 impl Leftovers {
     /// The copy, git's lock on it where git was killed before it let go,
     /// and commit-msg's private copy and what it passed (msg.rs).
     pub fn remove(self) {
+        if let Some(view) = self.1 {
+            let _ = std::fs::remove_dir_all(view);
+        }
         let Some(copy) = self.0 else { return };
         let _ = std::fs::remove_file(&copy);
         let _ = std::fs::remove_file(lock_path(&copy));

@@ -227,7 +227,7 @@ pub(crate) fn parse_commit(raw: &[u8]) -> (Vec<&[u8]>, &[u8]) {
 /// Where the private view is made: the broker's private-index directory
 /// (root's, 01730: git's group may make an entry there, the agent's own
 /// processes cannot enter it), else the temporary directory.
-fn view_base(sock: &Path) -> PathBuf {
+pub(crate) fn view_base(sock: &Path) -> PathBuf {
     let root = sock.with_file_name(crate::index::ROOT_NAME);
     if root.is_dir() {
         root
@@ -254,6 +254,14 @@ fn make_view(base: &Path) -> Result<PathBuf, String> {
 
 /// Removes the view when the check ends, however it ends.
 struct View(PathBuf);
+
+impl View {
+    /// The directory, left for another process to remove.
+    fn keep(self) -> PathBuf {
+        let mut me = std::mem::ManuallyDrop::new(self);
+        std::mem::take(&mut me.0)
+    }
+}
 
 impl Drop for View {
     fn drop(&mut self) {
@@ -466,6 +474,10 @@ fn snapshot_from_git(real: &Git) -> Result<crate::viewrefs::Snapshot, String> {
 /// stages is there for git), and the index the private copy git commits
 /// from. The commit's prepared step then requires git's parent to be that
 /// commit ([`check_pinned`]). Returns the hook's exit code.
+///
+/// Run here, in a guard the step started, only where the broker's worker
+/// could not read the snapshot itself ([`view_for_pre_commit`]; it starts
+/// this step then, and its hook request carries [`VIEW_MADE_ENV`]).
 pub fn pre_commit_on_view(
     real: &Git,
     sock: &Path,
@@ -473,8 +485,8 @@ pub fn pre_commit_on_view(
     args: &[OsString],
     msg_dir: &Path,
 ) -> Result<u8, String> {
-    use std::os::unix::fs::DirBuilderExt as _;
     let top = std::env::current_dir().map_err(|e| format!("the working directory: {e}"))?;
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let snap = crate::viewrefs::read(&top, std::env::var_os("GIT_DIR").as_deref(), &|v| {
         std::env::var_os(v).is_some()
     });
@@ -482,6 +494,72 @@ pub fn pre_commit_on_view(
         Some(s) => s,
         None => snapshot_from_git(real)?,
     };
+    let (view, mut env) = make_pre_commit_view(sock, &view_base(sock), &top, &snap, &env, msg_dir)?;
+    env.push((VIEW_MADE_ENV.into(), "1".into()));
+    let dir =
+        sbx_sys::privsep::open_path(trusted).map_err(|e| format!("{}: {e}", trusted.display()))?;
+    let code = crate::broker::run_hook_with_env(
+        sock,
+        std::os::fd::AsFd::as_fd(&dir),
+        "pre-commit",
+        args,
+        None,
+        env,
+    )?;
+    drop(view);
+    Ok(if code == std::process::ExitCode::SUCCESS {
+        0
+    } else {
+        1
+    })
+}
+
+/// In a pre-commit hook request: the view is already made (by the step,
+/// [`pre_commit_on_view`]); the broker runs the hook as asked. Anything
+/// with git's group could send a request without it, or with it, as it
+/// could run the hook itself: what git runs is the step.
+pub const VIEW_MADE_ENV: &str = "SBX_GUARD_VIEW_MADE";
+
+/// The broker's worker, as the peer, for `git commit`'s pre-commit
+/// request from sbx-git-client: the view [`pre_commit_on_view`] makes,
+/// made here, without a guard's start (~70% of what a hooked commit
+/// added was starting and ending processes: bench/RESULTS.md). `base`
+/// is the broker's private-index directory, `cwd` the call's. Ok(None):
+/// the snapshot is git's to give ([`crate::viewrefs::read`]), so the
+/// step's guard makes the view. Else the view, to remove once the hook
+/// ends, and the hook's environment.
+pub fn view_for_pre_commit(
+    sock: &Path,
+    base: &Path,
+    cwd: &Path,
+    env: &[(OsString, OsString)],
+) -> Result<Option<(PathBuf, HookEnv)>, String> {
+    let msg_dir = crate::msg::private_dir(env).ok_or("no private index named")?;
+    // getenv's answer: a name's first entry.
+    let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+    let Some(snap) = crate::viewrefs::read(cwd, var("GIT_DIR").map(OsString::as_os_str), &|v| {
+        var(v).is_some()
+    }) else {
+        return Ok(None);
+    };
+    let (view, env) = make_pre_commit_view(sock, base, cwd, &snap, env, &msg_dir)?;
+    Ok(Some((view.keep(), env)))
+}
+
+/// A hook's environment, name and value pairs.
+type HookEnv = Vec<(OsString, OsString)>;
+
+/// The view's directory and the hook's environment; the root process
+/// keeps the pin (once per call).
+fn make_pre_commit_view(
+    sock: &Path,
+    base: &Path,
+    top: &Path,
+    snap: &crate::viewrefs::Snapshot,
+    env: &[(OsString, OsString)],
+    msg_dir: &Path,
+) -> Result<(View, HookEnv), String> {
+    use std::os::unix::fs::DirBuilderExt as _;
     let head = snap.head.as_deref();
     let sym = snap.sym.as_slice();
     let refs = snap.refs.as_slice();
@@ -497,7 +575,7 @@ pub fn pre_commit_on_view(
     // view's refs while the hook ran, naming a commit already holding
     // MARKER as the branch's tip (a46g). A fresh name in the private-index
     // directory, which no process can list, removed when the hook ends.
-    let view = View(make_view(&view_base(sock))?);
+    let view = View(make_view(base)?);
     let g = view.0.join("g");
     for d in [&g, &g.join("refs"), &g.join("objects")] {
         std::fs::DirBuilder::new()
@@ -530,35 +608,28 @@ pub fn pre_commit_on_view(
     // Kept by the root process, once: a copy in the private directory was
     // rewritten by a clean filter's daemon that had flipped main for the
     // snapshot (a46g). The copy stays for sbx-git-client's routing.
-    let private = std::env::var_os(crate::index::PRIVATE_VAR).unwrap_or_default();
-    crate::broker::keep_pin(sock, &private, head.unwrap_or(&zero))?;
+    let private = env
+        .iter()
+        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    crate::broker::keep_pin_from_worker(sock, &private, head.unwrap_or(&zero))?;
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+    let mut env: Vec<(OsString, OsString)> = env
+        .iter()
         .filter(|(k, _)| {
             k != "GIT_DIR"
                 && k != "GIT_WORK_TREE"
                 && k != "GIT_COMMON_DIR"
                 && k != "GIT_OBJECT_DIRECTORY"
+                && k != VIEW_MADE_ENV
         })
+        .cloned()
         .collect();
     env.push(("GIT_DIR".into(), g.into()));
     env.push(("GIT_WORK_TREE".into(), top.into()));
-    env.push(("GIT_OBJECT_DIRECTORY".into(), snap.objects.into()));
-    let dir =
-        sbx_sys::privsep::open_path(trusted).map_err(|e| format!("{}: {e}", trusted.display()))?;
-    let code = crate::broker::run_hook_with_env(
-        sock,
-        std::os::fd::AsFd::as_fd(&dir),
-        "pre-commit",
-        args,
-        None,
-        env,
-    )?;
-    Ok(if code == std::process::ExitCode::SUCCESS {
-        0
-    } else {
-        1
-    })
+    env.push(("GIT_OBJECT_DIRECTORY".into(), snap.objects.clone().into()));
+    Ok((view, env))
 }
 
 /// A `git commit`'s prepared step: each branch or HEAD it moves must move

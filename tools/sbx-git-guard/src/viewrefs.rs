@@ -56,10 +56,16 @@ pub fn read(cwd: &Path, git_dir: Option<&OsStr>, var: &dyn Fn(&str) -> bool) -> 
         return None;
     }
     // A linked worktree's refs live in two places; reftable in a table.
-    for other in ["commondir", "reftable"] {
-        if std::fs::symlink_metadata(dir.join(other)).is_ok() {
-            return None;
-        }
+    // A `commondir` of `.` (sbx-run pins one in every sandbox's git dir,
+    // so the agent cannot plant another) names the git dir itself.
+    if std::fs::symlink_metadata(dir.join("reftable")).is_ok() {
+        return None;
+    }
+    match std::fs::read(dir.join("commondir")) {
+        Ok(c) if c.trim_ascii_end() == b"." => {}
+        Ok(_) => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => return None,
     }
     let config = std::fs::read(dir.join("config")).unwrap_or_default();
     let lower = config.to_ascii_lowercase();
@@ -340,6 +346,10 @@ mod tests {
             assert!(ours(d).is_none(), "{file}");
             std::fs::remove_file(g.join(file)).unwrap();
         }
+        // A sandbox's pinned `commondir` of `.`: the git dir itself.
+        std::fs::write(g.join("commondir"), ".\n").unwrap();
+        assert!(ours(d).is_some(), "commondir .");
+        std::fs::remove_file(g.join("commondir")).unwrap();
         git(d, &["config", "core.worktree", "/elsewhere"]);
         assert!(ours(d).is_none(), "core.worktree");
         git(d, &["config", "--unset", "core.worktree"]);

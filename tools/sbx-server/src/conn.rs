@@ -3,18 +3,24 @@
 //! connections and sent half a request line, or nothing, held a file
 //! descriptor each for good until the server could accept no one. Here
 //! a request head has [`HEADER_TIMEOUT`] to arrive (idle keep-alive
-//! connections included), and at most `max` connections are open at once:
-//! one over is closed as soon as it is accepted. A write that makes no
+//! connections included), and at most `max` connections are open at once,
+//! at most `per_address` of them from one peer address (an IPv6 peer's
+//! /64: one host is given a whole /64): one over is closed as soon as it
+//! is accepted, so one address reconnecting without end cannot hold every
+//! slot. The address is the TCP peer's: behind a reverse proxy every
+//! client shares the proxy's. A write that makes no
 //! progress for [`WRITE_STALL`] fails the connection: a client that
 //! pipelined requests and never read the answers held its connection
 //! (and its slot) for good once the socket's buffers were full, the head
 //! timeout being for reads only.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -110,15 +116,73 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
     }
 }
 
+/// What one peer is counted as: its IPv4 address (an IPv4-mapped IPv6
+/// one included), or its IPv6 /64.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
+
+/// Connections open per peer, each at most `max`.
+struct PerPeer {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's count against its peer, given back on drop.
+struct PeerSlot {
+    peers: Arc<PerPeer>,
+    key: IpAddr,
+}
+
+impl PerPeer {
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        let key = peer_key(ip);
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(key).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: Arc::clone(self),
+            key,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            // The map holds only peers with a connection open.
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// Serve `router` on `listener` until `shutdown`, then let the open
 /// connections finish their requests.
 pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
     max: usize,
+    per_address: usize,
     shutdown: impl Future<Output = ()>,
 ) {
     let open = Arc::new(Semaphore::new(max));
+    let peers = Arc::new(PerPeer {
+        max: per_address,
+        open: Mutex::new(HashMap::new()),
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -133,6 +197,11 @@ pub async fn serve(
                 }
             },
             () = &mut shutdown => break,
+        };
+        // The peer's slot first: a peer at its cap takes none of the others'.
+        let Some(slot) = peers.take(addr.ip()) else {
+            drop(stream);
+            continue;
         };
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
             drop(stream);
@@ -150,7 +219,7 @@ pub async fn serve(
         });
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, slot);
             let mut b = hyper::server::conn::http1::Builder::new();
             b.timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);
@@ -171,4 +240,29 @@ pub async fn serve(
     let _ = open
         .acquire_many(u32::try_from(max).unwrap_or(u32::MAX))
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_are_counted_by_address_and_ipv6_by_64() {
+        let p = Arc::new(PerPeer {
+            max: 2,
+            open: Mutex::new(HashMap::new()),
+        });
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let a = [p.take(ip("10.0.0.1")), p.take(ip("::ffff:10.0.0.1"))];
+        assert!(a.iter().all(Option::is_some));
+        assert!(p.take(ip("10.0.0.1")).is_none(), "over the cap");
+        assert!(p.take(ip("10.0.0.2")).is_some(), "another address");
+        let b = [p.take(ip("2001:db8::1")), p.take(ip("2001:db8::2"))];
+        assert!(b.iter().all(Option::is_some));
+        assert!(p.take(ip("2001:db8::ffff")).is_none(), "the same /64");
+        assert!(p.take(ip("2001:db8:0:1::1")).is_some(), "another /64");
+        drop(a);
+        assert!(p.take(ip("10.0.0.1")).is_some(), "slots come back");
+        assert_eq!(p.open.lock().unwrap().get(&ip("10.0.0.1")), None);
+    }
 }

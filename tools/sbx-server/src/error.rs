@@ -76,6 +76,17 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
 
+    /// 503 with Retry-After: the server is overloaded, not broken.
+    pub fn busy(what: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!("{what}: the server is busy, try again in a moment"),
+        );
+        e.retry_after = Some(1);
+        e
+    }
+
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
@@ -104,6 +115,10 @@ impl IntoResponse for ApiError {
 impl From<tokio_postgres::Error> for ApiError {
     fn from(e: tokio_postgres::Error) -> Self {
         sbx_core::output::warn(&format!("postgres: {e}"));
+        if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) {
+            // statement_timeout: the database is slow or a row is locked.
+            return Self::busy("the database took too long");
+        }
         if e.is_closed() || e.code().is_none() {
             Self::unavailable("the database is unavailable; try again")
         } else {
@@ -114,6 +129,9 @@ impl From<tokio_postgres::Error> for ApiError {
 
 impl From<deadpool_postgres::PoolError> for ApiError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
+        if let deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) = e {
+            return Self::busy("every database connection is in use");
+        }
         sbx_core::output::warn(&format!("postgres pool: {e}"));
         Self::unavailable("the database is unavailable; try again")
     }

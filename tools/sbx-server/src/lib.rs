@@ -93,6 +93,20 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 512,
         value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// Connections one client address (an IPv6 client's /64) may have
+    /// open at once [default: a quarter of --max-connections]. The
+    /// address is the TCP peer's: behind a reverse proxy, every client
+    /// is the proxy; there, set it to --max-connections and limit
+    /// clients at the proxy.
+    #[arg(long, value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_address: Option<u32>,
+    /// Connections to Postgres the server holds at most. A request that
+    /// waits 2 s for one is answered 503 (busy: retry); a statement is
+    /// cancelled after 10 s, so a stuck one gives its connection back.
+    #[arg(long, value_name = "N", default_value_t = 16,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub db_connections: u32,
     /// The backup store of every project's home (s3://, gs://, file://;
     /// a file:// path is inside each sandbox): each project backs up to
     /// `URL/projects/<id>`. Without it, snapshot, restore and

@@ -53,10 +53,11 @@ fn project(r: &Row) -> Project {
 /// Why a refresh token was not accepted.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refresh {
-    /// Rotated: the user it belongs to.
-    Rotated(Uuid),
-    /// Used before (or its family revoked): the family is now revoked.
-    Reused,
+    /// Rotated: the user it belongs to and its family (the session).
+    Rotated(Uuid, Uuid),
+    /// Used before (or its family revoked): the family (named) is now
+    /// revoked.
+    Reused(Uuid),
     Invalid,
 }
 
@@ -121,21 +122,22 @@ impl Repo {
         Ok(r.map(|r| (r.get(0), r.get(1))))
     }
 
-    /// A new refresh-token family for `user`.
+    /// A new refresh-token family (a session) for `user`: its id.
     pub async fn insert_refresh(
         &self,
         user: Uuid,
         hash: &str,
         ttl_secs: f64,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Uuid, ApiError> {
         let c = self.pool.get().await?;
+        let family = Uuid::new_v4();
         c.execute(
             "INSERT INTO refresh_tokens (id, user_id, family_id, token_hash, expires_at) \
              VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))",
-            &[&Uuid::new_v4(), &user, &Uuid::new_v4(), &hash, &ttl_secs],
+            &[&Uuid::new_v4(), &user, &family, &hash, &ttl_secs],
         )
         .await?;
-        Ok(())
+        Ok(family)
     }
 
     /// Use refresh token `old` once: marked used, `new` issued in its
@@ -168,7 +170,7 @@ impl Repo {
             )
             .await?;
             tx.commit().await?;
-            return Ok(Refresh::Reused);
+            return Ok(Refresh::Reused(family));
         }
         if expired {
             return Ok(Refresh::Invalid);
@@ -185,19 +187,46 @@ impl Repo {
         )
         .await?;
         tx.commit().await?;
-        Ok(Refresh::Rotated(user))
+        Ok(Refresh::Rotated(user, family))
     }
 
-    /// Revoke the family of `user`'s refresh token `hash` (logout).
-    pub async fn revoke_family(&self, user: Uuid, hash: &str) -> Result<(), ApiError> {
+    /// Revoke (logout) `user`'s session `sid` and the family of their
+    /// refresh token `hash`: the families revoked now.
+    pub async fn revoke_family(
+        &self,
+        user: Uuid,
+        sid: Uuid,
+        hash: &str,
+    ) -> Result<Vec<Uuid>, ApiError> {
         let c = self.pool.get().await?;
-        c.execute(
-            "UPDATE refresh_tokens SET revoked_at = now() WHERE revoked_at IS NULL AND family_id IN \
-             (SELECT family_id FROM refresh_tokens WHERE token_hash = $1 AND user_id = $2)",
-            &[&hash, &user],
-        )
-        .await?;
-        Ok(())
+        let rows = c
+            .query(
+                "UPDATE refresh_tokens SET revoked_at = now() \
+                 WHERE revoked_at IS NULL AND user_id = $2 AND (family_id = $3 OR family_id IN \
+                 (SELECT family_id FROM refresh_tokens WHERE token_hash = $1 AND user_id = $2)) \
+                 RETURNING family_id",
+                &[&hash, &user, &sid],
+            )
+            .await?;
+        let mut v: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
+    }
+
+    /// The sessions revoked within the last `age` (an access token's
+    /// life): at start, for [`crate::auth::Keys::end_sessions`]. Not
+    /// scoped to a user: the server's, like retention.
+    pub async fn ended_sessions(&self, age: Duration) -> Result<Vec<Uuid>, ApiError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                "SELECT DISTINCT family_id FROM refresh_tokens \
+                 WHERE revoked_at > now() - make_interval(secs => $1)",
+                &[&age.as_secs_f64()],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     pub async fn list(&self, user: Uuid) -> Result<Vec<Project>, ApiError> {

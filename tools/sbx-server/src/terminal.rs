@@ -137,6 +137,8 @@ struct Ctx {
     /// revoked by a logout (or leaked) does not keep a terminal open
     /// longer than it would the API.
     expires: SystemTime,
+    /// The token's session: a logout ends the terminal at once.
+    sid: Uuid,
     _viewer: Viewer,
 }
 
@@ -220,6 +222,7 @@ pub async fn terminal(
         socket,
         workdir,
         expires: UNIX_EPOCH + Duration::from_secs(claims.exp),
+        sid: claims.sid,
         _viewer: viewer,
     };
     let mut r = ws
@@ -423,7 +426,16 @@ async fn session(mut sock: WebSocket, ctx: Ctx) {
         }
     }
     record("terminal start", &format!("session {sid}"));
-    let why = bridge(&mut sock, client, &ctx.title, ctx.expires, rec.clone()).await;
+    let session = (ctx.state.terminal_parts().1, ctx.sid);
+    let why = bridge(
+        &mut sock,
+        client,
+        &ctx.title,
+        ctx.expires,
+        session,
+        rec.clone(),
+    )
+    .await;
     if let Some(r) = &rec {
         r.end(&why);
     }
@@ -439,8 +451,10 @@ async fn bridge(
     client: proto::Client<UnixStream>,
     title: &str,
     expires: SystemTime,
+    (keys, sid): (&crate::auth::Keys, Uuid),
     rec: Option<Arc<Recorder>>,
 ) -> String {
+    let mut ended = keys.watch_ended();
     let stream = client.stream.try_clone();
     let (Ok(writer), Ok(shut)) = (stream, client.stream.try_clone()) else {
         close(sock, ERROR, "the guest API socket could not be shared").await;
@@ -461,8 +475,18 @@ async fn bridge(
         .unwrap_or(Duration::ZERO);
     let expiry = tokio::time::sleep(left);
     tokio::pin!(expiry);
+    // Marked changed: a logout since the upgrade is seen at once.
+    ended.mark_changed();
     let why = loop {
         tokio::select! {
+            Ok(()) = ended.changed() => {
+                if keys.ended(sid) {
+                    let why = "the session was logged out";
+                    let _ = tokio::time::timeout(SEND_STALL, sock.send(notice(why))).await;
+                    close(sock, POLICY, why).await;
+                    break why.to_owned();
+                }
+            }
             () = &mut expiry => {
                 let why = "the access token expired: reconnect with a fresh one";
                 let _ = tokio::time::timeout(SEND_STALL, sock.send(notice(why))).await;

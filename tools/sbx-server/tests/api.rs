@@ -28,6 +28,11 @@ fn sign(alg: Algorithm, secret: &[u8], claims: &Value) -> String {
 
 /// The `sub` of a token the server issued, read without verifying.
 fn user_of(token: &str) -> String {
+    claim_of(token, "sub")
+}
+
+/// Claim `name` of a token the server issued, read without verifying.
+fn claim_of(token: &str, name: &str) -> String {
     let payload = token.split('.').nth(1).unwrap();
     let v: Value = serde_json::from_slice(
         &base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -35,7 +40,7 @@ fn user_of(token: &str) -> String {
             .unwrap(),
     )
     .unwrap();
-    v["sub"].as_str().unwrap().to_owned()
+    v[name].as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -102,6 +107,73 @@ fn register_login_refresh_rotates_and_reuse_revokes_the_family() {
         Some(json!({"refresh_token": "made-up"})),
     );
     assert_eq!((r.status, r.code()), (401, "invalid_refresh"), "{r:?}");
+}
+
+#[test]
+fn logout_and_a_reused_refresh_token_end_the_sessions_access_tokens() {
+    // Route (issue 41, a41): logout ended the refresh family only; its
+    // access token went on working for up to 15 minutes, on REST and on
+    // the terminal. A token now names its session, and an ended session's
+    // tokens are refused at once, after a restart too.
+    let s = common::start(&[]);
+    let (email, pw) = s.user();
+    let (a1, r1) = s.tokens(&email, &pw);
+    let (a2, _) = s.tokens(&email, &pw);
+    let (b1, rb) = s.tokens(&email, &pw);
+    let terminal = |t: &str| {
+        s.call(
+            "GET",
+            &format!("/terminal/{}?token={t}", Uuid::new_v4()),
+            None,
+            None,
+        )
+        .status
+    };
+    assert_eq!(
+        terminal(&a1),
+        404,
+        "the control: a live token reaches the route"
+    );
+    let r = s.call(
+        "POST",
+        "/auth/logout",
+        Some(&a1),
+        Some(json!({"refresh_token": r1})),
+    );
+    assert_eq!(r.status, 204, "{r:?}");
+    let r = s.call("GET", "/projects", Some(&a1), None);
+    assert_eq!((r.status, r.code()), (401, "unauthorized"), "{r:?}");
+    assert_eq!(terminal(&a1), 401, "the terminal after logout");
+    // Another session of the same user goes on.
+    assert_eq!(s.call("GET", "/projects", Some(&a2), None).status, 200);
+
+    // A refresh token replayed: both the thief's and the holder's access
+    // tokens of that family end.
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": rb})),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let b2 = r.body["access_token"].as_str().unwrap().to_owned();
+    let r = s.call(
+        "POST",
+        "/auth/refresh",
+        None,
+        Some(json!({"refresh_token": rb})),
+    );
+    assert_eq!((r.status, r.code()), (401, "refresh_reused"), "{r:?}");
+    for t in [&b1, &b2] {
+        assert_eq!(s.call("GET", "/projects", Some(t), None).status, 401);
+    }
+
+    // A restart loads the ended sessions from the database.
+    let s = common::restart(s, &[], false);
+    for t in [&a1, &b1, &b2] {
+        assert_eq!(s.call("GET", "/projects", Some(t), None).status, 401);
+    }
+    assert_eq!(s.call("GET", "/projects", Some(&a2), None).status, 200);
 }
 
 #[test]
@@ -227,7 +299,8 @@ fn bad_expired_tampered_and_foreign_tokens_are_refused() {
     let s = shared();
     let (access, _) = s.session();
     let sub = user_of(&access);
-    let claims = |exp: u64| json!({"sub": sub, "iat": now(), "exp": exp});
+    let sid = claim_of(&access, "sid");
+    let claims = |exp: u64| json!({"sub": sub, "sid": sid, "iat": now(), "exp": exp});
     let b64 = |v: Value| {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(&v).unwrap())
     };
@@ -1181,7 +1254,12 @@ fn connections_over_the_cap_are_closed() {
     // hundreds of them (within the head timeout, or sending requests
     // slowly) could use up the server's descriptors. One over
     // --max-connections is closed when accepted; the others go on.
-    let s = common::start(&["--max-connections", "4"]);
+    let s = common::start(&[
+        "--max-connections",
+        "4",
+        "--max-connections-per-address",
+        "4",
+    ]);
     let addr = s.base.strip_prefix("http://").unwrap().to_owned();
     let held: Vec<_> = (0..4)
         .map(|_| std::net::TcpStream::connect(&addr).unwrap())
@@ -1210,6 +1288,160 @@ fn connections_over_the_cap_are_closed() {
 }
 
 #[test]
+fn one_address_at_its_cap_does_not_starve_another() {
+    // Route (issue 41, a41): the connection cap was one pool for every
+    // client, so one address opening (and reopening) connections held
+    // all of it and no one else could log in. Now one address holds at
+    // most --max-connections-per-address; the rest is the others'.
+    let s = common::start(&[
+        "--max-connections",
+        "8",
+        "--max-connections-per-address",
+        "2",
+    ]);
+    let (email, pw) = s.user();
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    // 127.0.0.1 tries to hold every slot (a head takes 10 s to time out).
+    let flood: Vec<_> = (0..8)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    // 127.0.0.2, another address of the loopback, logs in and lists.
+    let b = reqwest::blocking::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let r = b
+        .post(format!("{}/auth/login", s.base))
+        .header("content-type", "application/json")
+        .body(json!({"email": email, "password": pw}).to_string())
+        .send()
+        .expect("login from a second address while the first holds its cap");
+    assert_eq!(r.status(), 200);
+    let t = serde_json::from_slice::<Value>(&r.bytes().unwrap()).unwrap()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = b
+        .get(format!("{}/projects", s.base))
+        .bearer_auth(t)
+        .send()
+        .expect("list from a second address");
+    assert_eq!(r.status(), 200);
+    // All but two are closed as soon as accepted.
+    let closed = flood
+        .iter()
+        .filter(|c| {
+            c.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+                .unwrap();
+            matches!((&**c).read(&mut [0u8; 1]), Ok(0) | Err(_))
+                && (&**c).read(&mut [0u8; 1]).is_ok_and(|n| n == 0)
+        })
+        .count();
+    assert!(
+        closed >= 6,
+        "{closed} connections of 127.0.0.1 over its cap closed"
+    );
+    drop(flood);
+}
+
+/// `psql` on database `db` (a connection string) as a child process.
+fn psql(db: &str, sql: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(common::cluster().pg.bin().join("psql"));
+    c.args(["-At", "-q", "-d", db, "-c", sql]);
+    c
+}
+
+#[test]
+fn a_burst_over_the_database_pool_is_a_quick_503_and_the_server_goes_on() {
+    // Route (issue 41, a41): a request waited 10 s for a database
+    // connection and a stuck statement held its connection for good, so
+    // a burst over the pool (or one slow table) hung every client. Now
+    // the wait is 2 s, then 503 busy; a statement ends after 10 s.
+    let s = common::start(&["--db-connections", "2"]);
+    let (t, _) = s.session();
+    let (email, pw) = s.user();
+    // Another session holds `projects` locked: each list waits on it.
+    struct Locker(std::process::Child, String);
+    impl Drop for Locker {
+        fn drop(&mut self) {
+            let _ = psql(
+                &self.1,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE query LIKE '%pg_sleep(120)%' AND pid <> pg_backend_pid()",
+            )
+            .output();
+            let _ = self.0.wait();
+        }
+    }
+    let locker = Locker(
+        psql(
+            &s.db,
+            "BEGIN; LOCK TABLE projects IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(120);",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap(),
+        s.db.clone(),
+    );
+    let t0 = std::time::Instant::now();
+    loop {
+        let out = psql(
+            &s.db,
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+             WHERE c.relname = 'projects' AND l.mode = 'AccessExclusiveLock' AND l.granted",
+        )
+        .output()
+        .unwrap();
+        if String::from_utf8_lossy(&out.stdout).trim() == "1" {
+            break;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "no lock");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let burst: Vec<_> = (0..8)
+        .map(|_| {
+            let (base, t) = (s.base.clone(), t.clone());
+            std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                let r = common::client()
+                    .get(format!("{base}/projects"))
+                    .bearer_auth(t)
+                    .send()
+                    .unwrap();
+                let status = r.status().as_u16();
+                let body: Value = serde_json::from_slice(&r.bytes().unwrap()).unwrap();
+                (status, body["error"]["code"].clone(), t0.elapsed())
+            })
+        })
+        .collect();
+    let got: Vec<_> = burst.into_iter().map(|h| h.join().unwrap()).collect();
+    let quick = got
+        .iter()
+        .filter(|(st, code, took)| {
+            *st == 503 && code == "busy" && *took < std::time::Duration::from_secs(8)
+        })
+        .count();
+    // Two hold the pool's connections, stuck on the lock until their
+    // statements time out (10 s); the six others are told at once.
+    assert!(quick >= 6, "{got:?}");
+    assert!(
+        got.iter().all(|(st, code, took)| *st == 503
+            && code == "busy"
+            && *took < std::time::Duration::from_secs(40)),
+        "{got:?}"
+    );
+    // The lock still held, the pool is free again: another user logs in.
+    let r = s.login(&email, &pw);
+    assert_eq!(r.status, 200, "{r:?}");
+    drop(locker);
+    let r = s.call("GET", "/projects", Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
 fn a_client_that_never_reads_its_answers_loses_its_connections() {
     // Route (issue 41, a41): the head timeout is for reads only. A client
     // that pipelined requests and never read the answers filled the
@@ -1227,7 +1459,12 @@ fn a_client_that_never_reads_its_answers_loses_its_connections() {
             }
         }
     }
-    let s = common::start(&["--max-connections", "4"]);
+    let s = common::start(&[
+        "--max-connections",
+        "4",
+        "--max-connections-per-address",
+        "4",
+    ]);
     let addr = s.base.strip_prefix("http://").unwrap().to_owned();
     let held = Held(
         (0..4)

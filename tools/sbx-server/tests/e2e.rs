@@ -252,6 +252,38 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
         .as_str()
         .expect("a snapshot id")
         .to_owned();
+    // Route (issue 41, a41): a storm of snapshots on one project queued
+    // behind its lock, each holding a connection and a worker until its
+    // turn. One runs; the others are refused at once (409 busy).
+    let storm: Vec<_> = (0..10)
+        .map(|_| {
+            let (url, t) = (format!("{}{}", s.base, p("snapshot")), t.clone());
+            std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                let r = common::client().post(url).bearer_auth(t).send().unwrap();
+                let status = r.status().as_u16();
+                let body: serde_json::Value =
+                    serde_json::from_slice(&r.bytes().unwrap()).unwrap_or_default();
+                (status, body["error"]["code"].clone(), t0.elapsed())
+            })
+        })
+        .collect();
+    let got: Vec<_> = storm.into_iter().map(|h| h.join().unwrap()).collect();
+    let busy = |(st, code, _): &&(u16, serde_json::Value, std::time::Duration)| {
+        *st == 409 && code == "busy"
+    };
+    assert!(
+        got.iter().any(|g| g.0 == 200)
+            && got.iter().any(|g| busy(&g))
+            && got.iter().all(|g| g.0 == 200 || busy(&g))
+            && got
+                .iter()
+                .filter(busy)
+                .all(|g| g.2 < std::time::Duration::from_secs(10)),
+        "{got:?}"
+    );
+    let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.body["status"], "running", "{r:?}");
     let r = s.call("GET", &p("backup-status"), Some(&t), None);
     assert_eq!(r.status, 200, "{r:?}");
     // The daemon may have passed since: the last snapshot, at least ours.

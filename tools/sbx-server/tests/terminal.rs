@@ -171,7 +171,7 @@ fn expiring(token: &str, secs: u64) -> String {
         .as_secs();
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({"sub": claims["sub"], "iat": now, "exp": now + secs}),
+        &json!({"sub": claims["sub"], "sid": claims["sid"], "iat": now, "exp": now + secs}),
         &jsonwebtoken::EncodingKey::from_secret(common::SECRET.as_bytes()),
     )
     .unwrap()
@@ -189,7 +189,8 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
         .enable_all()
         .build()
         .unwrap();
-    let (alice, _) = s.session();
+    let (alice_email, alice_pw) = s.user();
+    let (alice, _) = s.tokens(&alice_email, &alice_pw);
     let (bob, _) = s.session();
     let mut cleanup = common::Cleanup(Vec::new());
     let mut project = |name: &str| {
@@ -288,6 +289,34 @@ fn the_terminal_speaks_ttyd_and_keeps_one_tmux_session() {
         t3.input(&format!("echo alive-{nonce}\r")).await;
         assert!(t3.until(&format!("alive-{nonce}")).await, "{}", t3.out);
         t3.ws.close(None).await.unwrap();
+    });
+
+    // Route (issue 41, a41): a logout left the session's access token
+    // working up to 15 minutes, so an attached terminal went on. A second
+    // session of Alice's attaches; at its logout its terminal closes and
+    // cannot reopen, while her first session's goes on.
+    let (second, refresh) = s.tokens(&alice_email, &alice_pw);
+    let mut tc = rt
+        .block_on(open(&base, &id, &second))
+        .expect("the second session's terminal");
+    rt.block_on(async {
+        tc.hello(80, 24).await;
+        tc.input(&format!("echo second-$((5*5))-{nonce}\r")).await;
+        assert!(tc.until(&format!("second-25-{nonce}")).await, "{}", tc.out);
+    });
+    let r = s.call(
+        "POST",
+        "/auth/logout",
+        Some(&second),
+        Some(json!({"refresh_token": refresh})),
+    );
+    assert_eq!(r.status, 204, "{r:?}");
+    rt.block_on(async {
+        assert_eq!(tc.close_code().await, 1008, "{:?}", tc.closed);
+        assert_eq!(open(&base, &id, &second).await.err(), Some(401));
+        let mut t = open(&base, &id, &alice).await.expect("the first session");
+        t.hello(80, 24).await;
+        t.ws.close(None).await.unwrap();
     });
 
     // Recorded: one row per session, an asciicast v2 file each naming

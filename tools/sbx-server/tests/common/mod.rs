@@ -335,7 +335,12 @@ impl Server {
     /// A new user's access and refresh tokens.
     pub fn session(&self) -> (String, String) {
         let (e, p) = self.user();
-        let r = self.login(&e, &p);
+        self.tokens(&e, &p)
+    }
+
+    /// A new session's access and refresh tokens, by logging in.
+    pub fn tokens(&self, email: &str, password: &str) -> (String, String) {
+        let r = self.login(email, password);
         assert_eq!(r.status, 200, "{r:?}");
         (
             r.body["access_token"].as_str().unwrap().to_owned(),

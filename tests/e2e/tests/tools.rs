@@ -90,7 +90,7 @@ fn static_checker_bin_dir() -> std::path::PathBuf {
 fn build_static_checker(root: &std::path::Path, host: &str) -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let o = Command::new(cargo)
-        .current_dir(&root)
+        .current_dir(root)
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
         .args([
             "build",
@@ -100,7 +100,7 @@ fn build_static_checker(root: &std::path::Path, host: &str) -> std::path::PathBu
             "--bin",
             "sbx-tool-guard",
             "--target",
-            &host,
+            host,
         ])
         .output()
         .unwrap();

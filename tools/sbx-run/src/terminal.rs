@@ -150,7 +150,7 @@ async fn serve(listener: std::net::TcpListener, local: Arc<Local>) -> Result<(),
         .route("/session", post(session))
         .route("/terminal", get(terminal));
     let router = sbx_terminal::web::routes(router, &sbx_terminal::web::LOCAL);
-    let router = sbx_terminal::web::routes(router, &sbx_terminal::web::VENDOR).with_state(local);
+    let router = sbx_terminal::web::routes(router, &sbx_terminal::web::COMMON).with_state(local);
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -3,9 +3,9 @@
 //! sbx-terminal, shared with `sbx-run terminal`), so nothing is loaded
 //! from elsewhere at run time.
 
-use sbx_terminal::web::{Asset, VENDOR};
+use sbx_terminal::web::{Asset, COMMON};
 
-/// The app's own files; xterm.js comes from [`VENDOR`].
+/// The app's own files; xterm.js comes from [`COMMON`].
 const APP: [Asset; 3] = [
     (
         "/",
@@ -26,5 +26,5 @@ const APP: [Asset; 3] = [
 
 /// The page's routes, outside the API's audit layer (static files).
 pub fn routes<S: Clone + Send + Sync + 'static>(r: axum::Router<S>) -> axum::Router<S> {
-    sbx_terminal::web::routes(sbx_terminal::web::routes(r, &APP), &VENDOR)
+    sbx_terminal::web::routes(sbx_terminal::web::routes(r, &APP), &COMMON)
 }

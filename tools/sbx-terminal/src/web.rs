@@ -18,8 +18,13 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; \
 /// One embedded file: path, content type, bytes.
 pub type Asset = (&'static str, &'static str, &'static [u8]);
 
-/// xterm.js, its fit addon and its licence.
-pub const VENDOR: [Asset; 4] = [
+/// xterm.js, its fit addon and its licence, and the ttyd glue both pages use.
+pub const COMMON: [Asset; 5] = [
+    (
+        "/ttyd.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../web/ttyd.js"),
+    ),
     (
         "/vendor/xterm.js",
         "text/javascript; charset=utf-8",

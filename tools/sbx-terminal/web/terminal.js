@@ -6,8 +6,6 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const enc = new TextEncoder();
-const dec = new TextDecoder();
 let term = null;
 let fit = null;
 let sock = null;
@@ -32,34 +30,15 @@ async function exchange() {
   return false;
 }
 
-// A client frame: the kind ('0' input, '1' resize), then its bytes.
-function send(kind, body) {
-  if (!sock || sock.readyState !== WebSocket.OPEN) return;
-  const msg = new Uint8Array(body.length + 1);
-  msg[0] = kind.charCodeAt(0);
-  msg.set(body, 1);
-  sock.send(msg);
-}
-
 function connect() {
+  if (sock) sock.dispose();
   $("reconnect").hidden = true;
   say("");
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  sock = new WebSocket(`${scheme}//${location.host}/terminal`, ["tty"]);
-  sock.binaryType = "arraybuffer";
-  sock.onopen = () => {
-    sock.send(enc.encode(JSON.stringify({ AuthToken: "", columns: term.cols, rows: term.rows })));
-    term.focus();
-  };
-  sock.onmessage = (ev) => {
-    const d = new Uint8Array(ev.data);
-    if (d[0] === 0x30) term.write(d.subarray(1));
-    else if (d[0] === 0x31) document.title = dec.decode(d.subarray(1));
-  };
-  sock.onclose = (ev) => {
+  sock = ttyConnect(`${scheme}//${location.host}/terminal`, ["tty"], term, (ev) => {
     say(`Disconnected${ev.reason ? ": " + ev.reason : ""}.`);
     $("reconnect").hidden = false;
-  };
+  });
 }
 
 async function main() {
@@ -70,9 +49,6 @@ async function main() {
   term.open($("terminal"));
   fit.fit();
   window.addEventListener("resize", () => fit.fit());
-  term.onData((s) => send("0", enc.encode(s)));
-  term.onBinary((s) => send("0", Uint8Array.from(s, (c) => c.charCodeAt(0))));
-  term.onResize(({ cols, rows }) => send("1", enc.encode(JSON.stringify({ columns: cols, rows }))));
   $("reconnect").onclick = connect;
   connect();
 }

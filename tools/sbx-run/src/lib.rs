@@ -20,6 +20,7 @@ pub mod names;
 pub mod selftest;
 pub mod snapshot;
 pub mod spec;
+pub mod terminal;
 pub mod toolpolicy;
 pub mod tools;
 pub mod verify;
@@ -347,6 +348,16 @@ pub enum Cmd {
     },
     /// Show the audit log (git, network and tool refusals with --blocked-only).
     Log(tools::LogOpts),
+    /// Serve the sandbox's terminal to a browser (xterm.js, ttyd's protocol), on loopback.
+    ///
+    /// Prints a link with a one-time token: open it, and the page trades the token for a
+    /// cookie, so a reload or a second tab works but the link itself works once. Every tab
+    /// is a client of the same tmux session `main`, which lives on when the tab closes.
+    /// Each session is recorded (asciicast v2) under $XDG_STATE_HOME/sbx/terminal/ and its
+    /// start and end go to the audit log (`sbx-run log`). Starts the sandbox if needed.
+    ///
+    /// Example: `sbx-run terminal ~/src/app`, then open the printed http://127.0.0.1:7681/#token=…
+    Terminal(terminal::TerminalOpts),
     /// Self-check: start the sandbox, try what each guard must refuse (a write under
     /// read-only, a disallowed tool, a secret read, a blocked domain, a --no-verify
     /// commit) and print expected vs got; exit 0 only when every configured guard held.
@@ -565,6 +576,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Agent(opts) => agent::run(common, &opts),
         Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),
+        Cmd::Terminal(opts) => terminal::run(common, opts),
         Cmd::Test { path } => selftest::run(common, path.get()),
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),
         Cmd::CodexLogout => tools::codex_logout(common),

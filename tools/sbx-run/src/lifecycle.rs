@@ -817,7 +817,7 @@ pub fn exec_root(
     }
 }
 
-fn guestexec_up(ws: &Workspace) -> bool {
+pub(crate) fn guestexec_up(ws: &Workspace) -> bool {
     crate::guestexec::connect(&crate::guestexec::socket_for(ws)).is_ok()
 }
 

@@ -6,8 +6,6 @@
 
 const $ = (id) => document.getElementById(id);
 const store = window.sessionStorage;
-const enc = new TextEncoder();
-const dec = new TextDecoder();
 
 function say(text) {
   $("msg").textContent = text || "";
@@ -181,8 +179,7 @@ let sock = null;
 
 function closeTerminal() {
   if (sock) {
-    sock.onclose = null;
-    sock.close();
+    sock.dispose();
     sock = null;
   }
   if (term) {
@@ -194,15 +191,6 @@ function closeTerminal() {
 
 function refit() {
   if (fit) fit.fit();
-}
-
-// A client frame: the kind ('0' input, '1' resize), then its bytes.
-function send(kind, body) {
-  if (!sock || sock.readyState !== WebSocket.OPEN) return;
-  const msg = new Uint8Array(body.length + 1);
-  msg[0] = kind.charCodeAt(0);
-  msg.set(body, 1);
-  sock.send(msg);
 }
 
 async function openTerminal(id) {
@@ -247,30 +235,14 @@ async function openTerminal(id) {
   window.addEventListener("resize", refit);
 
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  sock = new WebSocket(`${scheme}//${location.host}/terminal/${id}`, [
-    "tty",
-    "bearer." + store.getItem("access"),
-  ]);
-  sock.binaryType = "arraybuffer";
-  sock.onopen = () => {
-    // ttyd's hello; the token already went with the upgrade.
-    sock.send(enc.encode(JSON.stringify({ AuthToken: "", columns: term.cols, rows: term.rows })));
-    term.focus();
-  };
-  sock.onmessage = (ev) => {
-    const d = new Uint8Array(ev.data);
-    if (d[0] === 0x30) term.write(d.subarray(1));
-    else if (d[0] === 0x31) document.title = dec.decode(d.subarray(1));
-  };
-  sock.onclose = (ev) => {
+  // The token goes as a subprotocol entry, never in the URL.
+  const protocols = ["tty", "bearer." + store.getItem("access")];
+  sock = ttyConnect(`${scheme}//${location.host}/terminal/${id}`, protocols, term, (ev) => {
     $("term-bar").hidden = false;
     state.textContent = `Disconnected${ev.reason ? ": " + ev.reason : ""}.`;
     $("term-reconnect").hidden = false;
     $("term-reconnect").onclick = () => openTerminal(id);
-  };
-  term.onData((s) => send("0", enc.encode(s)));
-  term.onBinary((s) => send("0", Uint8Array.from(s, (c) => c.charCodeAt(0))));
-  term.onResize(({ cols, rows }) => send("1", enc.encode(JSON.stringify({ columns: cols, rows }))));
+  });
 }
 
 // ---- routing: #/ the projects, #/t/<id> a terminal (ids only, no tokens)

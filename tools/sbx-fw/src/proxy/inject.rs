@@ -236,6 +236,17 @@ impl Injector {
         self.by_host.contains_key(host)
     }
 
+    /// The `[secrets]` entries bound to `host`, as the config names them
+    /// (`[secrets] model`): what a refusal on its connection points at.
+    pub fn rule(&self, host: &str) -> String {
+        let names: Vec<&str> = self
+            .by_host
+            .get(host)
+            .map(|b| b.iter().map(|b| b.name.as_str()).collect())
+            .unwrap_or_default();
+        format!("[secrets] {}", names.join(", "))
+    }
+
     /// The TLS server side for `host`: a leaf for it, made once.
     fn server(&self, host: &str) -> io::Result<Arc<rustls::ServerConfig>> {
         let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());

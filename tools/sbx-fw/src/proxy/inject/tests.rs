@@ -282,7 +282,8 @@ async fn a_pinning_client_is_refused_with_a_reason() {
         .run(&req(HOST, &format!("x-api-key: {HOLDER}\r\n")), false)
         .await;
     assert_eq!(v, Err(Refusal::Pinned));
-    assert!(Refusal::Pinned.reason().contains("[secrets]"));
+    assert!(Refusal::Pinned.reason().contains("pin"));
+    assert_eq!(b.inj.rule(HOST), "[secrets] model");
     assert!(b.seen().is_empty());
 }
 

@@ -8,51 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sbx_e2e::{bin, docker_ready, prerequisite, sh};
+use sbx_e2e::{base_image_with_clis, bin, prerequisite, sh};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-sbx-test-3f9c1e77d2a04b6b";
-
-/// The base image with the AI CLIs (npm, cached layer) and these binaries.
-/// `SBX_TEST_CA_CERT` names a CA bundle for TLS-intercepting networks.
-fn base_image_with_clis() -> bool {
-    if !prerequisite(docker_ready(), "a running Docker engine") {
-        return false;
-    }
-    let lock_file =
-        std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .unwrap();
-    let sbx = bin("sbx-run");
-    let mut c = Command::new(&sbx);
-    c.env("SBX_BIN_DIR", sbx.parent().unwrap())
-        .args(["-q", "build-base", "--bootstrap"]);
-    // TLS-intercepting networks: the host's CA bundle, as scripts/shell does.
-    let ca = std::env::var_os("SBX_TEST_CA_CERT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
-    if ca.is_file() {
-        c.arg("--ca-cert").arg(ca);
-    }
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "build-base: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tag = std::env::var("SBX_BASE_TAG").unwrap_or_else(|_| "latest".into());
-    let has = Command::new("docker")
-        .args(["run", "--rm", "--entrypoint", "claude"])
-        .arg(format!("agent-sandbox-base:{tag}"))
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    prerequisite(
-        has,
-        "Claude Code in the base image (build-base without --no-ai-clis; npm must reach its registry)",
-    )
-}
 
 struct Sandbox {
     _dir: tempfile::TempDir,

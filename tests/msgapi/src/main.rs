@@ -18,7 +18,8 @@
 //! ```
 //! A turn has `text`, `tool_use` (one object or a list), both, or `error`
 //! (`{"status": 400, "type": "invalid_request_error", "message": "…"}`), and
-//! optionally `delay_ms` (sleep before answering) and `usage`.
+//! optionally `delay_ms` (sleep before answering), `hold_file` (answer once
+//! that file exists, at most two minutes on) and `usage`.
 //! The turn served is the number of assistant messages in the request, so the
 //! turn after a `tool_use` is served to the request carrying its `tool_result`,
 //! and the server keeps no per-conversation state. Past the last turn it
@@ -27,11 +28,14 @@
 //! `side_text`, unless the script sets `"side_requests": false`.
 //!
 //! Usage: `sbx-msgapi --script FILE --log FILE [--listen ADDR] [--port-file FILE]
-//! [--require-key KEY]`. Prints `listening ADDR` on stdout once bound.
+//! [--require-key KEY] [--tls NAME,... --tls-ca DIR]`. Prints `listening ADDR`
+//! on stdout once bound. With `--tls` it serves HTTPS under those names, its
+//! leaf signed by the root in DIR, which `sbx-msgapi --new-ca DIR` makes
+//! (the credential-injection test trusts that root in the proxy alone).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +46,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 mod responses;
+mod tls;
 
 struct Opts {
     script: PathBuf,
@@ -49,6 +54,7 @@ struct Opts {
     listen: String,
     port_file: Option<PathBuf>,
     require_key: Option<String>,
+    tls: Option<(Vec<String>, PathBuf)>,
 }
 
 struct Server {
@@ -59,13 +65,14 @@ struct Server {
 }
 
 fn usage() -> &'static str {
-    "usage: sbx-msgapi --script FILE --log FILE [--listen ADDR] [--port-file FILE] [--require-key KEY]"
+    "usage: sbx-msgapi --script FILE --log FILE [--listen ADDR] [--port-file FILE] [--require-key KEY] [--tls NAME,... --tls-ca DIR] | --new-ca DIR"
 }
 
 fn parse_args() -> Result<Opts, String> {
     let mut args = std::env::args().skip(1);
     let (mut script, mut log, mut listen, mut port_file, mut require_key) =
         (None, None, "127.0.0.1:0".to_owned(), None, None);
+    let (mut tls, mut tls_ca) = (None, None);
     while let Some(a) = args.next() {
         let mut val = || {
             args.next()
@@ -77,6 +84,8 @@ fn parse_args() -> Result<Opts, String> {
             "--listen" => listen = val()?,
             "--port-file" => port_file = Some(PathBuf::from(val()?)),
             "--require-key" => require_key = Some(val()?),
+            "--tls" => tls = Some(val()?.split(',').map(str::to_owned).collect()),
+            "--tls-ca" => tls_ca = Some(PathBuf::from(val()?)),
             "-h" | "--help" => return Err(usage().to_owned()),
             other => return Err(format!("unknown argument {other:?}; {}", usage())),
         }
@@ -87,6 +96,11 @@ fn parse_args() -> Result<Opts, String> {
         listen,
         port_file,
         require_key,
+        tls: match (tls, tls_ca) {
+            (Some(n), Some(d)) => Some((n, d)),
+            (None, None) => None,
+            _ => return Err(format!("--tls and --tls-ca go together; {}", usage())),
+        },
     })
 }
 
@@ -101,6 +115,11 @@ fn main() -> ExitCode {
 }
 
 fn real_main() -> Result<(), String> {
+    if let [flag, dir] = &std::env::args().skip(1).collect::<Vec<_>>()[..]
+        && flag == "--new-ca"
+    {
+        return tls::new_ca(std::path::Path::new(dir));
+    }
     let o = parse_args()?;
     let text = std::fs::read_to_string(&o.script)
         .map_err(|e| format!("reading script {}: {e}", o.script.display()))?;
@@ -127,6 +146,10 @@ fn real_main() -> Result<(), String> {
             .and_then(|()| std::fs::rename(&tmp, p))
             .map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
+    let tls = match &o.tls {
+        Some((names, dir)) => Some(tls::server(names, dir)?),
+        None => None,
+    };
     println!("listening {addr}");
     let _ = std::io::stdout().flush();
     let server = Arc::new(Server {
@@ -138,8 +161,12 @@ fn real_main() -> Result<(), String> {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let server = Arc::clone(&server);
+        let tls = tls.clone();
         std::thread::spawn(move || {
-            let _ = serve_conn(&server, conn);
+            let _ = match tls {
+                Some(c) => tls::serve(&server, c, conn),
+                None => serve_conn(&server, conn),
+            };
         });
     }
     Ok(())
@@ -152,7 +179,7 @@ struct Request {
     body: Vec<u8>,
 }
 
-fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
+fn read_request(r: &mut impl BufRead) -> std::io::Result<Option<Request>> {
     let mut line = String::new();
     if r.read_line(&mut line)? == 0 {
         return Ok(None);
@@ -208,10 +235,13 @@ fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>
 
 fn serve_conn(server: &Server, conn: TcpStream) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
-    let mut r = BufReader::new(conn);
-    // Keep-alive: clients reuse connections; serve requests until EOF.
+    serve_stream(server, BufReader::new(conn), &mut out)
+}
+
+/// Keep-alive: clients reuse connections; serve requests until EOF.
+fn serve_stream(server: &Server, mut r: impl BufRead, out: &mut dyn Write) -> std::io::Result<()> {
     while let Some(req) = read_request(&mut r)? {
-        handle(server, &req, &mut out)?;
+        handle(server, &req, out)?;
     }
     Ok(())
 }
@@ -223,7 +253,7 @@ fn now_ms() -> u128 {
         .unwrap_or(0)
 }
 
-fn handle(server: &Server, req: &Request, out: &mut TcpStream) -> std::io::Result<()> {
+fn handle(server: &Server, req: &Request, out: &mut dyn Write) -> std::io::Result<()> {
     let path = req.path.split('?').next().unwrap_or_default();
     let body: Value = serde_json::from_slice(&req.body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&req.body).into_owned()));
@@ -297,7 +327,7 @@ fn is_side_request(script: &Value, body: &Value) -> bool {
             .is_none_or(|t| t.is_empty())
 }
 
-fn send_json(out: &mut TcpStream, status: u16, v: &Value) -> std::io::Result<()> {
+fn send_json(out: &mut dyn Write, status: u16, v: &Value) -> std::io::Result<()> {
     let body = v.to_string();
     write!(
         out,
@@ -335,7 +365,7 @@ fn messages(
     body: &Value,
     turn: usize,
     side: bool,
-    out: &mut TcpStream,
+    out: &mut dyn Write,
 ) -> std::io::Result<()> {
     let script = &server.script;
     let exhausted = json!({"text": script.get("exhausted_text").and_then(Value::as_str).unwrap_or("script exhausted")});
@@ -351,6 +381,13 @@ fn messages(
     };
     if let Some(ms) = t.get("delay_ms").and_then(Value::as_u64) {
         std::thread::sleep(Duration::from_millis(ms));
+    }
+    // A test looks at the waiting client, then lets the answer go.
+    if let Some(f) = t.get("hold_file").and_then(Value::as_str) {
+        let until = std::time::Instant::now() + Duration::from_secs(120);
+        while !std::path::Path::new(f).exists() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     if let Some(e) = t.get("error") {
         let status = e.get("status").and_then(Value::as_u64).unwrap_or(400) as u16;
@@ -480,20 +517,20 @@ fn messages(
 }
 
 /// An SSE response's head; its events go out as HTTP chunks.
-fn sse_start(out: &mut TcpStream) -> std::io::Result<()> {
+fn sse_start(out: &mut dyn Write) -> std::io::Result<()> {
     write!(
         out,
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nrequest-id: req_standin\r\ntransfer-encoding: chunked\r\n\r\n"
     )
 }
 
-fn sse_event(out: &mut TcpStream, name: &str, data: &Value) -> std::io::Result<()> {
+fn sse_event(out: &mut dyn Write, name: &str, data: &Value) -> std::io::Result<()> {
     let payload = format!("event: {name}\ndata: {data}\n\n");
     write!(out, "{:x}\r\n{payload}\r\n", payload.len())?;
     out.flush()
 }
 
-fn sse_end(out: &mut TcpStream) -> std::io::Result<()> {
+fn sse_end(out: &mut dyn Write) -> std::io::Result<()> {
     write!(out, "0\r\n\r\n")?;
     out.flush()
 }

@@ -16,7 +16,6 @@
 //! tool calls in the request's `input` (one call a turn), so the turn after
 //! a call is served to the request carrying its output; no state is kept.
 
-use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -74,7 +73,7 @@ fn shell_call(body: &Value, cmd: &str, call_id: &str, id: &str) -> Value {
            "arguments": args.to_string(), "status": "completed"})
 }
 
-pub fn respond(server: &Server, body: &Value, out: &mut TcpStream) -> std::io::Result<()> {
+pub fn respond(server: &Server, body: &Value, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let script = &server.script;
     let exhausted = json!({"text": script.get("exhausted_text").and_then(Value::as_str).unwrap_or("script exhausted")});
     let t = script["turns"]

@@ -21,6 +21,12 @@ pub const TMPFS: &str = "/run/sbx-secrets";
 /// host directory (root's alone inside); init moves them to [`TMPFS`].
 pub const HANDOFF_DIR: &str = "/run/sbx/host";
 pub const HANDOFF: &str = "secrets.json";
+/// The tests' extra root for the proxy's upstreams, next to [`HANDOFF`]:
+/// sbx-run stages it from the host's [`TEST_ROOT_ENV`] only, so neither
+/// the agent nor the workspace's config can name one.
+pub const TEST_ROOT_HANDOFF: &str = "proxy-test-root.pem";
+/// The host variable naming that PEM file (the e2e tests' stand-ins).
+pub const TEST_ROOT_ENV: &str = "SBX_FW_PROXY_TEST_ROOT";
 /// The sandbox CA's certificate for the sandbox's clients: Node reads it
 /// through NODE_EXTRA_CA_CERTS; init adds it to the system bundle too.
 pub const SANDBOX_CA: &str = "/etc/ssl/certs/sbx-proxy-ca.pem";

@@ -82,27 +82,41 @@ pub fn ensure_host_dir(container: &str) -> Result<PathBuf, RunError> {
 
 /// Hand `[secrets]` to the sandbox's `sbx-fw init` through its host
 /// directory (root's alone inside): 0600, replaced whole, and removed by
-/// init once it has them on its tmpfs. None: any earlier file goes.
+/// init once it has them on its tmpfs. None: any earlier file goes. With
+/// them goes the tests' upstream root when the host's own environment
+/// names one (never the workspace's config, never the sandbox's).
 pub fn stage_secrets(container: &str, b: &[sbx_core::secrets::Binding]) -> Result<(), RunError> {
+    use sbx_core::secrets::{HANDOFF, TEST_ROOT_ENV, TEST_ROOT_HANDOFF};
+    let dir = host_dir(container);
+    let json = (!b.is_empty())
+        .then(|| serde_json::to_vec(b))
+        .transpose()
+        .map_err(|e| RunError::Io(dir.join(HANDOFF), std::io::Error::other(e)))?;
+    let root = match std::env::var_os(TEST_ROOT_ENV).filter(|_| json.is_some()) {
+        Some(p) => Some(std::fs::read(&p).map_err(|e| RunError::Io(p.into(), e))?),
+        None => None,
+    };
+    stage_file(&dir.join(HANDOFF), json.as_deref())?;
+    stage_file(&dir.join(TEST_ROOT_HANDOFF), root.as_deref())
+}
+
+/// `data` at `path`, 0600 and new; None removes what is there.
+fn stage_file(path: &Path, data: Option<&[u8]>) -> Result<(), RunError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = host_dir(container).join(sbx_core::secrets::HANDOFF);
-    let io = |e| RunError::Io(path.clone(), e);
-    match std::fs::remove_file(&path) {
+    let io = |e| RunError::Io(path.to_owned(), e);
+    match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
         _ => {}
     }
-    if b.is_empty() {
-        return Ok(());
-    }
-    let json = serde_json::to_vec(b).map_err(|e| io(std::io::Error::other(e)))?;
+    let Some(data) = data else { return Ok(()) };
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&path)
+        .open(path)
         .map_err(io)?;
-    f.write_all(&json).map_err(io)
+    f.write_all(data).map_err(io)
 }
 
 #[derive(Debug, Clone)]
@@ -764,7 +778,12 @@ pub fn build(
             .values()
             .any(|s| s.from == sbx_core::config::SecretFrom::Env(n.to_owned()))
     };
-    for name in env_names.iter().filter(|n| !secret_var(n)) {
+    // Nor do the firewall's own knobs (test roots, directories): those
+    // come from the image and sbx-run, not from a variable `pass` names.
+    for name in env_names
+        .iter()
+        .filter(|n| !secret_var(n) && !n.starts_with("SBX_FW_"))
+    {
         a.extend(["--env".into(), name.clone()]);
     }
     // [secrets]: the values go to the proxy alone (sbx-fw init moves them

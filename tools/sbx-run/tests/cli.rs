@@ -260,11 +260,13 @@ fn secrets_reach_the_sandbox_as_placeholders_only() {
     const KEY: &str = "sk-real-secret-h44c";
     let secrets = "[secrets]\nanthropic = { from = \"env:ANTHROPIC_API_KEY\", host = \"api.anthropic.com\", header = \"x-api-key\" }\n";
     let r = Repo::new(&format!(
-        "[environment]\npass = [\"ANTHROPIC_API_KEY\"]\n[network]\nmode = \"proxy\"\n{secrets}"
+        "[environment]\npass = [\"ANTHROPIC_API_KEY\", \"SBX_FW_PROXY_TEST_ROOT\", \"SBX_FW_SECRETS_DIR\"]\n[network]\nmode = \"proxy\"\n{secrets}"
     ));
     let with_key = |r: &Repo| {
         r.cmd()
             .env("ANTHROPIC_API_KEY", KEY)
+            .env("SBX_FW_PROXY_TEST_ROOT", "/var/tmp/root.pem")
+            .env("SBX_FW_SECRETS_DIR", "/dev/shm")
             .arg("show-run")
             .arg(r.ws())
             .output()
@@ -281,6 +283,8 @@ fn secrets_reach_the_sandbox_as_placeholders_only() {
         "{env:?}"
     );
     assert!(!env.iter().any(|e| e == "ANTHROPIC_API_KEY"), "{env:?}");
+    // The firewall's knobs never cross, even when `pass` names them.
+    assert!(!env.iter().any(|e| e.starts_with("SBX_FW_")), "{env:?}");
     assert!(
         env.iter().any(|e| e.starts_with("NODE_EXTRA_CA_CERTS=")),
         "{env:?}"

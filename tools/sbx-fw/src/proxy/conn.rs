@@ -293,6 +293,6 @@ async fn injected(
     lim: Limits,
 ) {
     if let Err(r) = inj.serve(c, first, name, dst, lim.tunnel).await {
-        s.audit(Some(name), dst, r);
+        s.audit_rule(Some(name), dst, r, Some(&inj.rule(name)));
     }
 }

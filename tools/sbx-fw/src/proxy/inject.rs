@@ -37,12 +37,13 @@ use super::policy::Refusal;
 use super::relay::Activity;
 use super::requests::Requests;
 
-pub use sbx_core::secrets::{HANDOFF, HANDOFF_DIR, SANDBOX_CA, TMPFS as DIR};
+pub use sbx_core::secrets::{HANDOFF, HANDOFF_DIR, SANDBOX_CA, TEST_ROOT_HANDOFF, TMPFS as DIR};
 /// Another directory instead (the tests).
 pub const DIR_ENV: &str = "SBX_FW_SECRETS_DIR";
-/// A PEM file of extra roots the proxy trusts upstream: the tests' stand-in
-/// servers. Only root, who starts the proxy, sets its environment.
-pub const TEST_ROOT_ENV: &str = "SBX_FW_PROXY_TEST_ROOT";
+/// Extra roots the proxy trusts upstream (the tests' stand-in servers),
+/// on the tmpfs: only a file sbx-run staged from the host's environment
+/// gets there, never a variable of the sandbox's (the agent's) own.
+pub const TEST_ROOT: &str = "test-root.pem";
 /// The image's trust bundle: the proxy's roots (our CA left out), and
 /// where init adds our CA for the sandbox's clients.
 pub const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -114,6 +115,19 @@ pub fn install(
             }
             write(&dir.join(BINDINGS), &text, 0o600)?;
             std::fs::remove_file(handoff).with_path(handoff)?;
+            // The tests' upstream root, staged by sbx-run from the host
+            // alone: taken with the secrets, gone when a start brings none.
+            let test_root = handoff.with_file_name(TEST_ROOT_HANDOFF);
+            match std::fs::read(&test_root) {
+                Ok(pem) => {
+                    write(&dir.join(TEST_ROOT), &pem, 0o600)?;
+                    std::fs::remove_file(&test_root).with_path(&test_root)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let _ = std::fs::remove_file(dir.join(TEST_ROOT));
+                }
+                Err(e) => return Err(e).with_path(&test_root),
+            }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_path(handoff),
@@ -187,8 +201,8 @@ impl Injector {
         let ca = CertificateDer::from_pem_file(&cert_path).map_err(|e| bad(&cert_path, e))?;
         let mut roots = rustls::RootCertStore::empty();
         let mut extra = vec![bundle.to_owned()];
-        if let Some(t) = std::env::var_os(TEST_ROOT_ENV) {
-            extra.push(PathBuf::from(t));
+        if dir.join(TEST_ROOT).exists() {
+            extra.push(dir.join(TEST_ROOT));
         }
         for f in extra {
             let data = std::fs::read(&f).map_err(|e| bad(&f, e))?;
@@ -220,6 +234,17 @@ impl Injector {
     /// Whether a secret is bound to `host`.
     pub fn binds(&self, host: &str) -> bool {
         self.by_host.contains_key(host)
+    }
+
+    /// The `[secrets]` entries bound to `host`, as the config names them
+    /// (`[secrets] model`): what a refusal on its connection points at.
+    pub fn rule(&self, host: &str) -> String {
+        let names: Vec<&str> = self
+            .by_host
+            .get(host)
+            .map(|b| b.iter().map(|b| b.name.as_str()).collect())
+            .unwrap_or_default();
+        format!("[secrets] {}", names.join(", "))
     }
 
     /// The TLS server side for `host`: a leaf for it, made once.

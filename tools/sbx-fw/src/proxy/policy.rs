@@ -47,12 +47,12 @@ impl Refusal {
             Self::Malformed => "not a well-formed ClientHello or request",
             Self::Upstream => "upstream unreachable",
             Self::Injection => {
-                "[secrets]: a request the proxy will not add the secret to (another Host, a CONNECT, an ambiguous head)"
+                "a request the proxy will not add the secret to (another Host, a CONNECT, an ambiguous head)"
             }
             Self::Pinned => {
-                "[secrets]: the client refused the sandbox CA's certificate (does it pin certificates?): remove the host's [secrets] entry to pass it through"
+                "the client refused the sandbox CA's certificate (does it pin certificates?): remove the host's [secrets] entry to pass it through"
             }
-            Self::UpstreamCert => "[secrets]: the host's certificate does not verify",
+            Self::UpstreamCert => "the host's certificate does not verify",
         }
     }
 }

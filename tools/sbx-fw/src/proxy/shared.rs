@@ -106,6 +106,12 @@ impl Shared {
     }
 
     pub fn audit(&self, name: Option<&str>, dst: SocketAddr, r: Refusal) {
+        self.audit_rule(name, dst, r, None);
+    }
+
+    /// [`Self::audit`] naming the rule that refused: the `[secrets]`
+    /// entries bound to the host, so the user knows what to change.
+    pub fn audit_rule(&self, name: Option<&str>, dst: SocketAddr, r: Refusal, rule: Option<&str>) {
         {
             let mut a = self.audit.lock().unwrap_or_else(|e| e.into_inner());
             if a.0.elapsed() >= Duration::from_secs(1) {
@@ -118,13 +124,14 @@ impl Shared {
             }
         }
         let more = self.suppressed.swap(0, Ordering::Relaxed);
+        let why = match rule {
+            Some(rule) => format!("{rule}: {}", r.reason()),
+            None => r.reason().to_owned(),
+        };
         let reason = if more > 0 {
-            format!(
-                "{} (address {dst}; {more} more refusals not recorded)",
-                r.reason()
-            )
+            format!("{why} (address {dst}; {more} more refusals not recorded)")
         } else {
-            format!("{} (address {dst})", r.reason())
+            format!("{why} (address {dst})")
         };
         let target = name.map_or_else(|| dst.to_string(), str::to_owned);
         audit::append(

@@ -328,7 +328,8 @@ async fn a_pinning_client_is_refused_with_a_reason() {
         .run(&req(HOST, &format!("x-api-key: {HOLDER}\r\n")), false)
         .await;
     assert_eq!(v, Err(Refusal::Pinned));
-    assert!(Refusal::Pinned.reason().contains("[secrets]"));
+    assert!(Refusal::Pinned.reason().contains("pin"));
+    assert_eq!(b.inj.rule(HOST), "[secrets] model");
     assert!(b.seen().is_empty());
 }
 
@@ -366,11 +367,18 @@ fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
         assert!(handoff.exists() && !off.join(BINDINGS).exists());
     }
     let mut cas = Vec::new();
-    for _ in 0..2 {
+    let staged_root = handoff.with_file_name(TEST_ROOT_HANDOFF);
+    for i in 0..2 {
         std::fs::write(&handoff, &json).unwrap();
+        // The tests' upstream root comes with the first start's secrets
+        // only: it moves onto the tmpfs, and the second start drops it.
+        if i == 0 {
+            std::fs::write(&staged_root, "TEST ROOT\n").unwrap();
+        }
         let _ = std::fs::remove_file(shm.path().join(CA_CERT));
         install(&handoff, shm.path(), &bundle, &ca).unwrap();
-        assert!(!handoff.exists());
+        assert!(!handoff.exists() && !staged_root.exists());
+        assert_eq!(shm.path().join(TEST_ROOT).exists(), i == 0);
         assert_eq!(std::fs::read(shm.path().join(BINDINGS)).unwrap(), json);
         let cert = std::fs::read_to_string(shm.path().join(CA_CERT)).unwrap();
         assert_eq!(std::fs::read_to_string(&ca).unwrap(), cert);

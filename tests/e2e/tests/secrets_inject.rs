@@ -1,0 +1,417 @@
+//! `[secrets]` end to end (issue 44): the real Claude Code CLI, started by
+//! `sbx-run agent`, talks to a Messages API stand-in served over TLS under
+//! an allowlisted test name from a container of its own on the sandbox's
+//! network (its root trusted by the proxy alone, through the host-only
+//! test path). The key bound to that host's `x-api-key` comes from the
+//! host's environment; the stand-in must receive it while the sandbox
+//! holds only the placeholder: not in any process's environment, not in
+//! any file (the home volume included), not in the CLI's memory read while
+//! it waits for an answer. Then, as the agent: the placeholder sent to
+//! another allowlisted host stays a placeholder, and a client that does
+//! not trust the sandbox CA is refused with a record naming the host.
+
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sbx_e2e::{Repo, base_image_with_clis, bin, prerequisite, sbx, sh, text};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-ant-h44e-REAL-7c2f9d31e8a4b605";
+const HOLDER: &str = "sbx-placeholder-model";
+const API: &str = "api.sbx-e2e.test";
+const OTHER: &str = "other.sbx-e2e.test";
+
+/// The stand-in's container and network, removed when the test ends
+/// (the sandbox's holder taken off the network first).
+struct Standin {
+    container: String,
+    network: String,
+    holder: String,
+}
+
+impl Drop for Standin {
+    fn drop(&mut self) {
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("docker")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        quiet(&["rm", "-f", &self.container]);
+        quiet(&["network", "disconnect", "-f", &self.network, &self.holder]);
+        quiet(&["network", "rm", &self.network]);
+    }
+}
+
+/// The sandbox, removed with its volumes when the test ends.
+struct Started<'a>(&'a Repo);
+
+impl Drop for Started<'_> {
+    fn drop(&mut self) {
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.0.path)
+            .status();
+    }
+}
+
+/// Every record the stand-in logged (one JSON object a line).
+fn logged(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// A Messages API call (Claude Code adds `?beta=true`).
+fn is_messages(r: &Value) -> bool {
+    r["path"]
+        .as_str()
+        .is_some_and(|p| p.starts_with("/v1/messages"))
+}
+
+/// Which of `needles` are somewhere in `pid`'s resident memory (read from
+/// the host, root with every capability: the strongest view there is),
+/// searched by grep. Only writable regions with something resident are
+/// read: a value the process came to hold is in a page it wrote (code and
+/// read-only data come from files, which the file check covers; there is
+/// no swap here to hide a page in).
+fn in_memory(pid: u32, needles: &[&str]) -> Vec<bool> {
+    let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+        return vec![false; needles.len()];
+    };
+    let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
+        return vec![false; needles.len()];
+    };
+    let mut grep = Command::new("grep");
+    grep.env("LC_ALL", "C").arg("-aoF");
+    for n in needles {
+        grep.arg("-e").arg(n);
+    }
+    let mut grep = grep
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = grep.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let mut input = grep.stdin.take().unwrap();
+    let mut buf = vec![0u8; 4 << 20];
+    let mut region: Option<(u64, u64)> = None;
+    for line in smaps.lines() {
+        let mut f = line.split_whitespace();
+        let first = f.next().unwrap_or_default();
+        if let Some((a, b)) = first.split_once('-')
+            && let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+        {
+            let readable = f.next().is_some_and(|p| p.starts_with("rw"))
+                && !line.ends_with("[vvar]")
+                && !line.ends_with("[vsyscall]");
+            region = readable.then_some((a, b));
+            continue;
+        }
+        if first != "Rss:" || f.next() == Some("0") {
+            continue;
+        }
+        let Some((mut at, end)) = region.take() else {
+            continue;
+        };
+        while at < end {
+            let want = usize::try_from(end - at)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            let Ok(n) = mem.read_at(&mut buf[..want], at) else {
+                break;
+            };
+            if n == 0 {
+                break;
+            }
+            std::io::Write::write_all(&mut input, &buf[..n]).unwrap();
+            at += n as u64;
+        }
+        // Regions apart: no match spans two of them.
+        std::io::Write::write_all(&mut input, b"\n").unwrap();
+    }
+    drop(input);
+    let _ = grep.wait();
+    let seen = reader.join().unwrap();
+    needles
+        .iter()
+        .map(|n| seen.lines().any(|l| l == *n))
+        .collect()
+}
+
+/// The host pids and command lines of the sandbox's processes.
+fn processes(container: &str) -> Vec<(u32, String)> {
+    sh(Command::new("docker").args(["top", container, "-eo", "pid,args"]))
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let (pid, args) = l.trim().split_once(' ')?;
+            Some((pid.parse().ok()?, args.trim().to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_key_reaches_the_host_and_never_the_sandbox() {
+    if !prerequisite(sbx_e2e::is_root(), "root (reading the CLI's memory)")
+        || !base_image_with_clis()
+    {
+        return;
+    }
+    let repo = Repo::new("secretsinject");
+    sh(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo.path));
+    let cfg = repo.path.join(".agent-sandbox");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        format!(
+            "[network]\nmode = \"proxy\"\nregistries = false\ngithub = false\n\
+             allow-domains = [\"{API}\", \"{OTHER}\"]\n\
+             [secrets]\nmodel = {{ from = \"env:ANTHROPIC_API_KEY\", host = \"{API}\", header = \"x-api-key\" }}\n"
+        ),
+    )
+    .unwrap();
+    repo.give_to_agent();
+    // The stand-in's root, made before the start that hands it to the proxy.
+    let d = repo.root().join("standin");
+    sh(Command::new(bin("sbx-msgapi")).arg("--new-ca").arg(&d));
+    let hold = d.join("release");
+    std::fs::write(
+        d.join("script.json"),
+        json!({"turns": [{"text": "All done.", "hold_file": "/d/release"}]}).to_string(),
+    )
+    .unwrap();
+    let host_env = |c: &mut Command| {
+        c.env("ANTHROPIC_API_KEY", KEY)
+            .env("ANTHROPIC_BASE_URL", format!("https://{API}"))
+            .env(sbx_core::secrets::TEST_ROOT_ENV, d.join("ca.pem"));
+    };
+    // Before the start: what changes in the sandbox after it is newer.
+    let marker = repo.root().join("marker");
+    std::fs::write(&marker, "").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut start = sbx();
+    host_env(&mut start);
+    let o = start
+        .args(["-q", "start"])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    let _started = Started(&repo);
+    assert!(o.status.success(), "start: {}", text(&o));
+    let names = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None);
+
+    // The stand-in, as a remote host: on a network of its own in a
+    // public-looking range (every private one is closed to the sandbox,
+    // the proxy included), joined to the sandbox's holder after init,
+    // both names resolved by Docker's resolver. Port 443.
+    let tag = std::env::var("SBX_BASE_TAG").unwrap_or_else(|_| "latest".into());
+    let standin = Standin {
+        container: format!("{}-standin", names.container),
+        network: format!("{}-standin", names.container),
+        holder: names.holder.clone(),
+    };
+    let made = (0..20).any(|i| {
+        let subnet = format!("198.18.{}.0/24", (std::process::id() + i * 13) % 250);
+        Command::new("docker")
+            .args(["network", "create", "--subnet", &subnet, &standin.network])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(made, "no free subnet in 198.18.0.0/16 for the stand-in");
+    sh(Command::new("docker").args(["network", "connect", &standin.network, &names.holder]));
+    sh(Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &standin.container,
+            "--network",
+            &standin.network,
+        ])
+        .args(["--network-alias", API, "--network-alias", OTHER])
+        .args(["-u", "0", "--entrypoint", "/x/sbx-msgapi"])
+        .arg("-v")
+        .arg(format!("{}:/x/sbx-msgapi:ro", bin("sbx-msgapi").display()))
+        .arg("-v")
+        .arg(format!("{}:/d", d.display()))
+        .arg(format!("agent-sandbox-base:{tag}"))
+        .args(["--script", "/d/script.json", "--log", "/d/log.jsonl"])
+        .args([
+            "--listen",
+            "0.0.0.0:443",
+            "--tls",
+            &format!("{API},{OTHER}"),
+        ])
+        .args(["--tls-ca", "/d", "--require-key", KEY]));
+    let t = Instant::now();
+    while !sh(Command::new("docker").args(["logs", &standin.container])).contains("listening") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the stand-in did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = d.join("log.jsonl");
+
+    // 1. The real CLI: its answer is held until its memory has been read.
+    let mut agent = sbx();
+    host_env(&mut agent);
+    let mut cli = agent
+        .args(["agent", "--json", "-C"])
+        .arg(&repo.path)
+        .arg("say hello")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !logged(&log)
+        .iter()
+        .any(|r| is_messages(r) && r["side"] == false)
+    {
+        if t.elapsed() > Duration::from_secs(60) || cli.try_wait().unwrap().is_some() {
+            let _ = cli.kill();
+            let o = cli.wait_with_output().unwrap();
+            panic!(
+                "the CLI's request never came: {:?}\n{}",
+                logged(&log),
+                text(&o)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let procs = processes(&names.container);
+    let mut holder_seen = false;
+    for (pid, args) in &procs {
+        // Every process's environment, and the CLI's memory.
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(
+            memchr::memmem::find(&env, KEY.as_bytes()).is_none(),
+            "the key is in the environment of {pid} ({args})"
+        );
+        if args.contains("claude") {
+            let f = in_memory(*pid, &[KEY, HOLDER]);
+            assert!(!f[0], "the key is in the memory of {pid} ({args})");
+            holder_seen |= f[1];
+        }
+    }
+    // The scan sees what the CLI holds: its placeholder.
+    assert!(
+        holder_seen,
+        "no CLI process holds the placeholder: {procs:?}"
+    );
+    std::fs::write(&hold, "").unwrap();
+    let o = cli.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "agent: {}", text(&o));
+    assert!(text(&o).contains("All done."), "{}", text(&o));
+    // The stand-in got the real key (it answers 401 otherwise), and only
+    // on the bound host.
+    let recs = logged(&log);
+    assert!(
+        recs.iter()
+            .filter(|r| is_messages(r))
+            .all(|r| r["headers"]["x-api-key"] == KEY),
+        "{recs:?}"
+    );
+
+    // 2. As the agent: the placeholder to another allowlisted host, also
+    //    under the bound host's Host, stays the placeholder.
+    for (i, extra) in ["", &format!("-H 'Host: {API}'")].iter().enumerate() {
+        let o = repo.exec(&format!(
+            "curl -sk -m 20 -H 'x-api-key: {HOLDER}' {extra} https://{OTHER}/v1/models?probe={i}"
+        ));
+        assert!(o.status.success(), "probe {i}: {}", text(&o));
+    }
+    // A client that does not take the sandbox CA (one pinning its own root)
+    // is refused: the handshake fails, the key never leaves.
+    let o = repo.exec(&format!(
+        "curl -s -m 20 --cacert /etc/ssl/certs/ca-certificates.crt.sbx-orig -H 'x-api-key: {HOLDER}' https://{API}/v1/models?probe=pinned"
+    ));
+    assert!(
+        !o.status.success(),
+        "the pinning client got through: {}",
+        text(&o)
+    );
+    let recs = logged(&log);
+    let probes: Vec<_> = recs
+        .iter()
+        .filter(|r| r["path"].as_str().is_some_and(|p| p.contains("probe=")))
+        .collect();
+    assert_eq!(probes.len(), 2, "{recs:?}");
+    for r in probes {
+        assert_eq!(r["headers"]["x-api-key"], HOLDER, "{r}");
+    }
+
+    // 3. The key in no file: the sandbox's whole tree as its PID 1 sees
+    //    it, read from the host with every capability (the home volume and
+    //    the tmpfs mounts included), but /proc and /sys; the one hit is the
+    //    secrets' tmpfs, the proxy's: root's alone, 0700.
+    let pid1 =
+        sh(Command::new("docker").args(["inspect", "-f", "{{.State.Pid}}", &names.container]));
+    let root = format!("/proc/{}/root", pid1.trim());
+    let pattern = repo.root().join("pattern");
+    std::fs::write(&pattern, KEY).unwrap();
+    // Only files whose status changed since just before the start can
+    // hold a value that exists only at run time (the image's files were
+    // unpacked before; a write, a copy-up or a new file sets the ctime):
+    // grep reads those, not the image's gigabytes.
+    let o = Command::new("sh")
+        .env("LC_ALL", "C")
+        .arg("-c")
+        .arg(
+            "find \"$1/\" \\( -path \"$1/proc\" -o -path \"$1/sys\" \\) -prune -o -type f -cnewer \"$2\" -print0 \
+             | xargs -0r grep -laF -D skip -f \"$3\"",
+        )
+        .args(["sh", &root])
+        .arg(&marker)
+        .arg(&pattern)
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&o.stdout);
+    let files: Vec<_> = found
+        .lines()
+        .map(|l| l.trim_start_matches(&root).trim_start_matches('/'))
+        .collect();
+    assert_eq!(files, ["run/sbx-secrets/secrets.json"], "{found}");
+    let m = std::fs::metadata(format!("{root}/run/sbx-secrets")).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o700));
+    let o = repo.exec("cat /run/sbx-secrets/secrets.json");
+    assert!(!o.status.success(), "the agent read the secrets");
+
+    // 4. The user on the host: the pinning client's refusal, naming the
+    //    host and the rule.
+    let mut records = String::new();
+    for _ in 0..50 {
+        let o = sbx()
+            .args(["log", "--blocked-only", "--json"])
+            .output()
+            .unwrap();
+        records = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains(&names.container) && l.contains(API))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if records.contains("[secrets]") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        records.contains("[secrets] model") && records.contains("pin"),
+        "no refusal naming the host and the rule:\n{records}"
+    );
+}

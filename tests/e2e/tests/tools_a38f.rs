@@ -1,6 +1,8 @@
 //! a38f: a fresh attack on `[tools]` with the real Claude Code CLI in the
 //! real image (issue 38): the audit trail drowned by connections that
-//! stall the verifying sink. One sandbox; the Messages API stand-in
+//! stall the verifying sink, and Monitor's WebSocket past a WebFetch ban.
+//! One sandbox (about 5 s once it runs; 55 s with the image build when
+//! this file runs alone); the Messages API stand-in
 //! (sbx-msgapi) scripts the model's tool calls, as in tools.rs.
 
 use std::os::unix::fs::PermissionsExt;
@@ -170,16 +172,25 @@ impl Repo {
         (rc, results)
     }
 
-    /// This sandbox's audit records (`sbx-run log --json`'s data).
+    /// This sandbox's audit records (`sbx-run log --json`'s data), from
+    /// its own file: the merged log of every sandbox on a shared machine
+    /// took minutes to read.
     fn records(&self) -> Vec<Value> {
-        let o = sbx().args(["log", "--json"]).output().unwrap();
         let container =
             sbx_run::names::Names::new(&self.path.canonicalize().unwrap(), None).container;
+        let file = sbx_run::spec::state_dir()
+            .join("sandboxes")
+            .join(&container)
+            .join("audit.jsonl");
+        let o = sbx()
+            .args(["log", "--json", "--file"])
+            .arg(&file)
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .map(|v| v["data"].clone())
-            .filter(|d| d["origin"] == container.as_str())
             .collect()
     }
 }
@@ -195,7 +206,10 @@ impl Repo {
 /// every connection at once.
 #[test]
 fn stalled_connections_to_the_verifying_sink_hide_no_refusal() {
-    let Some(r) = Repo::new("tools-a38f", "[tools]\ndisallowed = [\"Write\"]\n") else {
+    let Some(r) = Repo::new(
+        "tools-a38f",
+        "[tools]\ndisallowed = [\"Write\", \"WebFetch\"]\n",
+    ) else {
         return;
     };
     let t0 = Instant::now();
@@ -245,18 +259,30 @@ fn stalled_connections_to_the_verifying_sink_hide_no_refusal() {
     assert!(!text(&o).contains("rc=0"), "{}", text(&o));
     let turns: Vec<Value> = (0..2)
         .map(|i| json!({"tool_use": {"name": "Write", "input": {"file_path": format!("{ws}/w{i}.txt"), "content": "x\n"}}}))
-        .chain(std::iter::once(json!({"text": "done"})))
+        // a38f: Monitor's `ws` opens a WebSocket to any URL, a fetch the
+        // WebFetch ban let through (and logged as allowed).
+        .chain([
+            json!({"tool_use": {"name": "Monitor", "input": {"description": "watch", "timeout_ms": 5000, "ws": {"url": "ws://127.0.0.1:9/x"}}}}),
+            json!({"text": "done"}),
+        ])
         .collect();
     let (rc, res) = r.agent(Value::Array(turns));
     assert_eq!(rc, 0, "{res:?}");
-    assert_eq!(res.len(), 2, "{res:?}");
+    assert_eq!(res.len(), 3, "{res:?}");
     for x in &res {
-        assert_eq!(x["is_error"], true, "a Write ran: {res:?}");
+        assert_eq!(x["is_error"], true, "a call ran: {res:?}");
     }
+    let c = res[2]["content"].to_string();
+    assert!(
+        c.contains("[tools].disallowed") && c.contains("WebFetch"),
+        "Monitor's WebSocket was not refused: {res:?}"
+    );
     let all = r.records();
     let refusals: Vec<_> = all
         .iter()
-        .filter(|d| d["tool"] == "tools" && d["policy"] == "tools.disallowed")
+        .filter(|d| {
+            d["tool"] == "tools" && d["policy"] == "tools.disallowed" && d["operation"] == "Write"
+        })
         .collect();
     assert_eq!(
         refusals.len(),
@@ -267,6 +293,12 @@ fn stalled_connections_to_the_verifying_sink_hide_no_refusal() {
     for d in &refusals {
         assert_eq!(d["peer"]["source"], "tools", "{d}");
     }
+    assert!(
+        all.iter().any(|d| d["tool"] == "tools"
+            && d["operation"] == "Monitor"
+            && d["policy"] == "tools.disallowed"),
+        "Monitor's refusal is missing from the log"
+    );
     assert!(
         all.iter().any(|d| d["policy"] == "block-no-verify"
             && d["result"] == "blocked"

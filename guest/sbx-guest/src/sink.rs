@@ -84,10 +84,19 @@ impl Transport for UnixTransport {
 
 /// One message and the kernel's credentials of its sender.
 fn recv_creds(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
+    recv_creds_flags(fd, buf, MsgFlags::empty())
+}
+
+fn recv_creds_flags(
+    fd: std::os::fd::RawFd,
+    buf: &mut [u8],
+    flags: MsgFlags,
+) -> io::Result<Option<Datagram>> {
     let cap = buf.len();
     let mut cmsg = nix::cmsg_space!(nix::sys::socket::UnixCredentials);
     let mut iov = [IoSliceMut::new(buf)];
-    let msg = match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_TRUNC) {
+    let msg = match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_TRUNC | flags)
+    {
         Ok(m) => m,
         Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -449,12 +458,12 @@ pub fn bind_verified(path: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// One connection to the verifying sink: who is at the other end, then
-/// the record, which must come after [`CHALLENGE`] and from that process.
-/// Exec race: a process that sends and then execs a known binary sent its
-/// record before the challenge (refused as queued early); a child that
-/// kept the socket sends with its own pid (refused).
-fn verified_record(fd: &OwnedFd, known: &Known, wall: SystemTime) -> Result<Entry, Reject> {
+/// One connection to the verifying sink, first half: who is at the other
+/// end. The record must come after [`CHALLENGE`] and from that process
+/// ([`verified_record`]). Exec race: a process that sends and then execs a
+/// known binary sent its record before the challenge (refused as queued
+/// early); a child that kept the socket sends with its own pid (refused).
+fn challenge(fd: &OwnedFd, known: &Known) -> Result<(i32, String), Reject> {
     use nix::sys::socket::{MsgFlags, getsockopt, recv, send};
     let cred = getsockopt(fd, sockopt::PeerCredentials).map_err(|_| Reject::NoCredentials)?;
     let pid = cred.pid();
@@ -472,10 +481,21 @@ fn verified_record(fd: &OwnedFd, known: &Known, wall: SystemTime) -> Result<Entr
         )));
     }
     setsockopt(fd, sockopt::PassCred, &true).map_err(|_| Reject::NoCredentials)?;
-    send(fd.as_raw_fd(), &[CHALLENGE], MsgFlags::MSG_NOSIGNAL)
-        .map_err(|e| Reject::Unverified(format!("pid {pid}: {e}")))?;
+    send(
+        fd.as_raw_fd(),
+        &[CHALLENGE],
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(|e| Reject::Unverified(format!("pid {pid}: {e}")))?;
+    Ok((pid, tool))
+}
+
+/// Second half: the record, once the connection is readable (never waits).
+fn verified_record(fd: &OwnedFd, pid: i32, tool: &str, wall: SystemTime) -> Result<Entry, Reject> {
+    let uid =
+        nix::sys::socket::getsockopt(fd, sockopt::PeerCredentials).map_or(u32::MAX, |c| c.uid());
     let mut buf = vec![0u8; MAX_RECORD + 1];
-    let dg = recv_creds(fd.as_raw_fd(), &mut buf)
+    let dg = recv_creds_flags(fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT)
         .map_err(|e| Reject::Unverified(format!("pid {pid}: {e}")))?
         .ok_or_else(|| Reject::Unverified(format!("pid {pid}: no record in time")))?;
     let from = dg.peer.as_ref().map(|p| p.pid);
@@ -486,17 +506,39 @@ fn verified_record(fd: &OwnedFd, known: &Known, wall: SystemTime) -> Result<Entr
     }
     let mut e = accept_inner(&buf[..dg.len], &dg, wall)?;
     if e.tool != tool {
-        return Err(Reject::Forged(cred.uid(), e.tool));
+        return Err(Reject::Forged(uid, e.tool));
     }
     if let Some(p) = e.peer.as_mut() {
-        p.source = Some(tool);
+        p.source = Some(tool.to_owned());
     }
     Ok(e)
 }
 
-/// Serve the verifying sink until `stop`: one connection at a time, each
-/// bounded by `timeout`. A verified refusal is never dropped for budget;
-/// verified allowances have a budget per tool, apart from any uid's.
+/// Connections the verifying sink waits on at once for their record. A
+/// connection from a verified binary that never sends (the agent connects,
+/// clears close-on-exec and execs the checker, which then waits on a stdin
+/// the agent never closes) costs one slot for `timeout`, not the whole sink:
+/// when they were served one at a time, a queue of them kept every real
+/// checker waiting past its 10 s, and refusals reached only stderr (a38f).
+/// When full, the oldest is given up: a real checker sends at once.
+const MAX_PENDING: usize = 4096;
+/// Connections accepted per turn of the loop, so reading the waiting ones
+/// is never starved by a flood of connects.
+const ACCEPT_BATCH: usize = 64;
+
+/// A verified connection waiting for its record.
+struct Pending {
+    fd: OwnedFd,
+    pid: i32,
+    uid: u32,
+    tool: String,
+    deadline: Instant,
+}
+
+/// Serve the verifying sink until `stop`: every connection waited on at
+/// once, each for its record for at most `timeout`. A verified refusal is
+/// never dropped for budget; verified allowances have a budget per tool,
+/// apart from any uid's.
 pub fn serve_verified(
     listener: &OwnedFd,
     known: &Known,
@@ -505,47 +547,104 @@ pub fn serve_verified(
     stop: &std::sync::atomic::AtomicBool,
 ) {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use nix::sys::socket::{MsgFlags, getsockopt, send};
+    use nix::sys::socket::{getsockopt, send};
     let mut buckets: HashMap<String, Bucket> = HashMap::new();
     let mut last_flush = Instant::now();
+    let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
+    let rejected = |buckets: &mut HashMap<String, Bucket>, uid: u32, r: Reject, now| {
+        let b = buckets
+            .entry(format!("uid {uid}"))
+            .or_insert_with(|| Bucket::new(now));
+        b.take(now).then(|| {
+            own(
+                "audit",
+                &format!("verified record from uid {uid}"),
+                Outcome::Blocked,
+                "audit-sink",
+                Some(r.to_string()),
+                "sbx-guest",
+            )
+        })
+    };
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-        let ready = poll(&mut fds, PollTimeout::from(500u16)).unwrap_or(0) > 0;
+        let wait = pending
+            .iter()
+            .map(|p| p.deadline.saturating_duration_since(Instant::now()))
+            .min()
+            .unwrap_or(Duration::from_millis(500))
+            .min(Duration::from_millis(500));
+        let (listener_ready, ready): (bool, Vec<bool>) = {
+            let mut fds = Vec::with_capacity(pending.len() + 1);
+            fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+            fds.extend(
+                pending
+                    .iter()
+                    .map(|p| PollFd::new(p.fd.as_fd(), PollFlags::POLLIN)),
+            );
+            let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(500);
+            if poll(&mut fds, PollTimeout::from(ms)).unwrap_or(0) <= 0 {
+                (false, vec![false; pending.len()])
+            } else {
+                let on = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+                (on(&fds[0]), fds[1..].iter().map(on).collect())
+            }
+        };
         let now = Instant::now();
         let mut entries = Vec::new();
-        let mut conn = None;
-        if ready {
-            if let Ok(fd) = sbx_sys::privsep::accept_owned(listener) {
+        let mut acks = Vec::new();
+        // Records that came, and connections past their time.
+        let mut keep = std::collections::VecDeque::with_capacity(pending.len());
+        for (p, r) in pending.drain(..).zip(ready) {
+            if !r && now < p.deadline {
+                keep.push_back(p);
+                continue;
+            }
+            match verified_record(&p.fd, p.pid, &p.tool, SystemTime::now()) {
+                Ok(e) => {
+                    let b = buckets
+                        .entry(p.tool.clone())
+                        .or_insert_with(|| Bucket::new(now));
+                    if e.result == Outcome::Blocked || b.take(now) {
+                        entries.push(e);
+                        acks.push(p.fd);
+                    }
+                }
+                Err(e) => entries.extend(rejected(&mut buckets, p.uid, e, now)),
+            }
+        }
+        pending = keep;
+        if listener_ready {
+            for _ in 0..ACCEPT_BATCH {
+                let Ok(fd) = sbx_sys::privsep::accept_owned(listener) else {
+                    break;
+                };
                 let _ = sbx_core::audit::set_timeouts(&fd, timeout);
                 let uid = getsockopt(&fd, sockopt::PeerCredentials).map_or(u32::MAX, |c| c.uid());
-                match verified_record(&fd, known, SystemTime::now()) {
-                    Ok(e) => {
-                        let key = e
-                            .peer
-                            .as_ref()
-                            .and_then(|p| p.source.clone())
-                            .unwrap_or_default();
-                        let b = buckets.entry(key).or_insert_with(|| Bucket::new(now));
-                        if e.result == Outcome::Blocked || b.take(now) {
-                            entries.push(e);
-                            conn = Some(fd);
+                match challenge(&fd, known) {
+                    Ok((pid, tool)) => {
+                        if pending.len() >= MAX_PENDING {
+                            if let Some(old) = pending.pop_front() {
+                                let why = Reject::Unverified(format!(
+                                    "pid {}: no record while {MAX_PENDING} others waited",
+                                    old.pid
+                                ));
+                                entries.extend(rejected(&mut buckets, old.uid, why, now));
+                            }
                         }
+                        pending.push_back(Pending {
+                            fd,
+                            pid,
+                            uid,
+                            tool,
+                            deadline: now + timeout,
+                        });
                     }
-                    Err(r) => {
-                        let b = buckets
-                            .entry(format!("uid {uid}"))
-                            .or_insert_with(|| Bucket::new(now));
-                        if b.take(now) {
-                            entries.push(own(
-                                "audit",
-                                &format!("verified record from uid {uid}"),
-                                Outcome::Blocked,
-                                "audit-sink",
-                                Some(r.to_string()),
-                                "sbx-guest",
-                            ));
-                        }
-                    }
+                    Err(r) => entries.extend(rejected(&mut buckets, uid, r, now)),
+                }
+                // More only while more are queued: the listener blocks.
+                let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+                if poll(&mut fds, PollTimeout::ZERO).unwrap_or(0) <= 0 {
+                    break;
                 }
             }
         }
@@ -576,8 +675,14 @@ pub fn serve_verified(
             }
         }
         // The ack says "in the log": without it the sender refuses the call.
-        if let (Some(fd), true) = (conn, written) {
-            let _ = send(fd.as_raw_fd(), &[ACK], MsgFlags::MSG_NOSIGNAL);
+        if written {
+            for fd in acks {
+                let _ = send(
+                    fd.as_raw_fd(),
+                    &[ACK],
+                    MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                );
+            }
         }
     }
 }
@@ -736,6 +841,47 @@ mod tests {
         assert_eq!(p.pid as u32, std::process::id());
         assert_eq!(lines[1].policy, "audit-sink", "{text}");
         assert!(other.verify(std::process::id() as i32).is_err());
+    }
+
+    /// a38f: connections from a verified binary that never send (the
+    /// agent's exec trick) do not hold up a real sender: served one at a
+    /// time, eight of them kept it waiting 8 s, past its timeout.
+    #[test]
+    fn a_stalled_verified_connection_holds_up_no_other() {
+        use nix::sys::socket::{UnixAddr, connect};
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("v.sock");
+        let log_path = dir.path().join("audit.jsonl");
+        let me = std::env::current_exe().unwrap();
+        let l = bind_verified(&sock).unwrap();
+        let log = LogFile::open(&log_path).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let known = Known::new([(me.as_path(), "linter")]);
+        let line = format!("{OK}\n");
+        std::thread::scope(|s| {
+            s.spawn(|| serve_verified(&l, &known, &log, Duration::from_secs(1), &stop));
+            let stalled: Vec<OwnedFd> = (0..8)
+                .map(|_| {
+                    let fd = sbx_core::audit::seqpacket().unwrap();
+                    connect(fd.as_raw_fd(), &UnixAddr::new(&sock).unwrap()).unwrap();
+                    fd
+                })
+                .collect();
+            let t0 = Instant::now();
+            let sent =
+                sbx_core::audit::send_verified(&sock, line.as_bytes(), Duration::from_secs(3));
+            let took = t0.elapsed();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            drop(stalled);
+            sent.unwrap();
+            assert!(took < Duration::from_secs(1), "waited {took:?}");
+        });
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l.contains("\"linter\"") && l.contains("block-no-verify")),
+            "{text}"
+        );
     }
 
     #[test]

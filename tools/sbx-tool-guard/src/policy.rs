@@ -358,7 +358,7 @@ impl Policy {
     /// Disallowed: refused when any command the call runs (or any path)
     /// matches, and when what runs cannot be known.
     fn matches_any_part(&self, r: &ToolRule, glob: Option<&PathSet>, call: &Call) -> M {
-        if !covers(&r.tool, call.tool, call.class) {
+        if !covers_call(&r.tool, call) {
             return M::No;
         }
         let yes = |b: bool| if b { M::Yes } else { M::No };
@@ -400,7 +400,7 @@ impl Policy {
     fn allowed_by(&self, rules: &[(&ToolRule, Option<&PathSet>)], call: &Call) -> bool {
         let mine: Vec<_> = rules
             .iter()
-            .filter(|(r, _)| covers(&r.tool, call.tool, call.class))
+            .filter(|(r, _)| covers_call(&r.tool, call))
             .collect();
         if mine.iter().any(|(r, _)| r.arg.is_none()) {
             return true;
@@ -443,6 +443,13 @@ fn covers(rule: &str, tool: &str, class: Option<Class>) -> bool {
             Some(Class::Writes) => rule == "Edit",
             _ => false,
         }
+}
+
+/// `covers`, and `WebFetch` rules over any other tool that opens a URL
+/// (Monitor's `ws`): `disallowed = ["WebFetch"]` let Monitor reach any
+/// host (a38f).
+fn covers_call(rule: &str, call: &Call) -> bool {
+    covers(rule, call.tool, call.class) || (rule == "WebFetch" && call.host.is_some())
 }
 
 /// Whether `p` is a startup file bash or zsh reads in the agent's home,
@@ -533,7 +540,13 @@ impl<'a> Call<'a> {
                 whole = p.to_owned();
             }
         }
-        if let Some(u) = s("url") {
+        // Monitor's `ws` opens a WebSocket (a38f): a fetch for the rules,
+        // as WebFetch's `url` is.
+        let ws = (tool == "Monitor")
+            .then(|| input.get("ws").and_then(|w| w.get("url")))
+            .flatten()
+            .and_then(Value::as_str);
+        if let Some(u) = s("url").or(ws) {
             host = url_host(u);
             whole = u.to_owned();
         }

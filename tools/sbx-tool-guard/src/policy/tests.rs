@@ -589,3 +589,28 @@ fn redirections_into_the_clis_config_are_refused_under_bash_rules() {
         None
     );
 }
+
+/// a38f: Monitor's `ws` opens a WebSocket to any URL; WebFetch rules
+/// cover it as they cover WebFetch's `url`.
+#[test]
+fn a_monitor_websocket_is_a_fetch() {
+    let ws = |u: &str| json!({"description": "d", "timeout_ms": 1000, "ws": {"url": u}});
+    let p = policy("[tools]\ndisallowed = [\"WebFetch\"]\n");
+    assert_eq!(
+        d(&p, "Monitor", ws("wss://evil.example/x")),
+        Some(Key::Disallowed)
+    );
+    assert_eq!(d(&p, "Monitor", json!({"command": "tail -f log"})), None);
+    let p = policy("[tools]\ndisallowed = [\"WebFetch(domain:evil.example)\"]\n");
+    assert_eq!(
+        d(&p, "Monitor", ws("wss://a.evil.example/x")),
+        Some(Key::Disallowed)
+    );
+    assert_eq!(d(&p, "Monitor", ws("wss://docs.rs/x")), None);
+    let p = policy("[tools]\nallowed = [\"WebFetch(domain:docs.rs)\"]\n");
+    assert_eq!(d(&p, "Monitor", ws("wss://docs.rs/x")), None);
+    assert_eq!(
+        d(&p, "Monitor", ws("wss://evil.example/x")),
+        Some(Key::Allowed)
+    );
+}

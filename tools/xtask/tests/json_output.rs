@@ -137,7 +137,10 @@ const TABLE: &[(&str, Out)] = &[
     ("sbx-run agent", not_here(DOCKER)),
     ("sbx-run doctor", run_no(&["doctor", "-C", "{ws}"])),
     ("sbx-run log", run(&["log"])),
-    ("sbx-run terminal", not_here("starts the sandbox and serves until Ctrl-C")),
+    (
+        "sbx-run terminal",
+        not_here("starts the sandbox and serves until Ctrl-C"),
+    ),
     ("sbx-run test", not_here(DOCKER)),
     ("sbx-run codex-init-config", not_here(DOCKER)),
     ("sbx-run codex-logout", not_here(DOCKER)),

@@ -845,7 +845,7 @@ fn via_guest_as(
         }
         Err(e) => {
             output::error(&e.to_string());
-            Ok(Some(ExitCode::from(125)))
+            Ok(Some(ExitCode::from(e.status().clamp(0, 255) as u8)))
         }
     }
 }
@@ -1143,6 +1143,7 @@ pub fn list(common: &CommonArgs) -> Res {
             output::json_line(&mut out, "sandbox", &data)
         } else {
             let health = match data["reason"].as_str() {
+                Some(r) if health == "stopped" => format!("stopped ({r})"),
                 Some(r) => format!("{health}: {r}"),
                 None => health.to_owned(),
             };
@@ -1182,7 +1183,18 @@ pub fn list(common: &CommonArgs) -> Res {
 /// else Docker's healthcheck; "-" when it is not running.
 fn health_of(name: &str, c: &Value) -> (&'static str, Option<String>) {
     if !running(c) {
-        return ("-", None);
+        // The guest's own stop (`[lifecycle] idle-stop`) says why and when.
+        return match read_status(name) {
+            Some(st) if st["state"] == "stopped" => (
+                "stopped",
+                Some(format!(
+                    "{} since {}",
+                    st["reason"].as_str().unwrap_or("by its guest"),
+                    st["since"].as_str().unwrap_or("?")
+                )),
+            ),
+            _ => ("-", None),
+        };
     }
     if let Some(st) = read_status(name) {
         let reason = st["reason"].as_str().map(str::to_owned);

@@ -7,7 +7,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sbx_e2e::{Repo, base_image, bin, sbx, sh, text};
+use sbx_e2e::{Repo, base_image, bin, sbx, text};
 
 const IDLE: Duration = Duration::from_secs(3);
 
@@ -35,12 +35,12 @@ fn an_idle_sandbox_backs_up_and_stops_and_an_open_terminal_keeps_it_up() {
     repo.git(&["commit", "-qm", "base"]);
     let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    // The store inside the sandbox; an hour's interval, so only the final
+    // The store on its history volume; an hour's interval, so only the final
     // sync can hold what is written last.
     std::fs::write(
         repo.path.join(".agent-sandbox/config.toml"),
         format!(
-            "[lifecycle]\nidle-stop = \"{}s\"\n[backup]\nurl = \"file:///var/tmp/idle-store\"\ninterval = \"1h\"\n",
+            "[lifecycle]\nidle-stop = \"{}s\"\n[backup]\nurl = \"file:///commandhistory/idle-store\"\ninterval = \"1h\"\n",
             IDLE.as_secs()
         ),
     )
@@ -121,23 +121,9 @@ fn an_idle_sandbox_backs_up_and_stops_and_an_open_terminal_keeps_it_up() {
 
     // The final backup holds the last words: restored on the host.
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    sh(Command::new("docker")
-        .args(["cp", &format!("{name}:/var/tmp/idle-store")])
-        .arg(tmp.path().join("store")));
-    let o = Command::new(bin("sbx-backup"))
-        .args(["-q", "restore", "--url"])
-        .arg(format!("file://{}", tmp.path().join("store").display()))
-        .arg("--to")
-        .arg(tmp.path().join("out"))
-        .arg("--home")
-        .arg(tmp.path().join("out"))
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    let out = sbx_e2e::restore_from_container(&name, "/commandhistory/idle-store", tmp.path());
     assert_eq!(
-        std::fs::read_to_string(tmp.path().join("out/note")).unwrap(),
+        std::fs::read_to_string(out.join("note")).unwrap(),
         "last-words\n"
     );
 

@@ -452,3 +452,12 @@ pub fn restore_from_container(name: &str, store: &str, into: &Path) -> PathBuf {
     assert!(o.status.success(), "sbx-backup restore: {}", text(&o));
     out
 }
+
+/// Whether Docker says container `name` runs (false when it is gone).
+pub fn container_running(name: &str) -> bool {
+    let o = Command::new("docker")
+        .args(["inspect", "--format", "{{.State.Running}}", name])
+        .output()
+        .expect("docker inspect");
+    String::from_utf8_lossy(&o.stdout).trim() == "true"
+}

@@ -15,14 +15,6 @@ fn run(repo: &Repo, args: &[&str]) -> Output {
     sbx().args(args).arg("-C").arg(&repo.path).output().unwrap()
 }
 
-fn running(name: &str) -> bool {
-    let o = Command::new("docker")
-        .args(["inspect", "--format", "{{.State.Running}}", name])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).trim() == "true"
-}
-
 #[test]
 fn an_idle_sandbox_backs_up_and_stops_and_an_open_terminal_keeps_it_up() {
     if !base_image() {
@@ -68,7 +60,10 @@ fn an_idle_sandbox_backs_up_and_stops_and_an_open_terminal_keeps_it_up() {
         .spawn()
         .unwrap();
     loop {
-        assert!(running(&name), "stopped while a terminal was open");
+        assert!(
+            sbx_e2e::container_running(&name),
+            "stopped while a terminal was open"
+        );
         if term.try_wait().unwrap().is_some() {
             break;
         }
@@ -86,7 +81,7 @@ fn an_idle_sandbox_backs_up_and_stops_and_an_open_terminal_keeps_it_up() {
     let o = repo.exec("echo last-words > ~/note");
     assert!(o.status.success(), "{}", text(&o));
     let t0 = Instant::now();
-    while running(&name) {
+    while sbx_e2e::container_running(&name) {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "still running after {:?} idle",

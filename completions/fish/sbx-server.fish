@@ -52,6 +52,7 @@ complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l project-
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-cpus-per-sandbox -d 'CPUs one sandbox may have: a config asking for more is refused (409); one asking for nothing gets at most this' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-memory-per-sandbox -d 'Memory one sandbox may have (docker\'s notation: 512m, 4g): a config asking for more is refused (409); one asking for nothing gets at most this' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l session-retention -d 'How long a terminal session\'s recording (its asciicast file and its row) is kept after the session ends (e.g. 30d, 12h); older ones are deleted at start and hourly' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l idle-stop -d 'Stop a running project nobody has connected to for this long (no terminal open): final backup, then stop, status `stopped` with reason `idle` (seed 001\'s inactivity check; e.g. 30m, 2h)' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -318,6 +318,15 @@ impl Server {
             );
             return proto::write_json(s, Kind::Error, &e).is_ok();
         }
+        // Every request but a health check is activity; after an idle stop
+        // began, the client is told to retry (its start brings it back).
+        if !matches!(req, Request::Health) && !crate::idle::touch() {
+            let e = ErrorMsg::new(
+                "stopping",
+                "the sandbox is stopping (idle): retry once it has stopped (`sbx-run start` brings it back)",
+            );
+            return proto::write_json(s, Kind::Error, &e).is_ok();
+        }
         let r = match req {
             Request::Exec(x) => self.exec(s, x),
             Request::Attach { id } => match self.session(id) {
@@ -648,7 +657,12 @@ impl Server {
             registry: reg,
             status: (!own_pidfd).then(|| File::from(status_rx)),
         };
-        std::thread::spawn(move || pump(&s2, outs, ended, deadline));
+        // A running exec (an agent run, a terminal) keeps the sandbox up.
+        let live = crate::idle::Live::new();
+        std::thread::spawn(move || {
+            pump(&s2, outs, ended, deadline);
+            drop(live);
+        });
         Ok(sess)
     }
 
@@ -940,6 +954,7 @@ impl Session {
             };
             match k {
                 Kind::Stdin => {
+                    crate::idle::touch();
                     let mut g = self.stdin.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(f) = g.as_mut() {
                         if f.write_all(&p).is_err() {

@@ -17,6 +17,7 @@ pub mod gitindex;
 pub mod gitstate;
 pub mod home;
 pub mod hosttools;
+pub mod idle;
 pub mod init;
 pub mod masks;
 pub mod rcfiles;

@@ -954,12 +954,45 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
         }
     };
 
+    // [lifecycle] idle-stop: only for a sandbox that started cleanly.
+    let idle_after = ws_config.lifecycle.idle_stop.filter(|_| outcome.is_none());
+    let mut cpu = crate::idle::Cpu::default();
+    let mut idle_stopped = false;
+
     // The loop: signals and timers until every child is gone.
     loop {
         let now = Instant::now();
         sup.tick(&mut procs, now);
         watch_proxy(&sup);
+        if let Some(after) = idle_after
+            && !sup.stopping()
+        {
+            cpu.sample(now);
+            if crate::idle::stop_if_idle(after.0, now) {
+                // The same stop as `docker stop`'s TERM: the backup
+                // daemon's final sync runs before the guest exits.
+                idle_stopped = true;
+                let why = format!("idle for {}", humantime::format_duration(after.0));
+                eprintln!("sbx-guest: {why}: final backup, then stop");
+                let st = Status::new(State::Stopping, Some("idle".into()), vec![]);
+                let _ = status::write(&paths.status(), &st);
+                audit(
+                    "idle-stop",
+                    "sandbox",
+                    AuditOutcome::Allowed,
+                    "idle-stop",
+                    Some(why),
+                );
+                sup.on_signal(&mut procs, Signal::SIGTERM, now);
+            }
+        }
         if let Some(code) = sup.finished(&mut procs, now) {
+            if idle_stopped {
+                // Read by `sbx-run list` and the server once the container
+                // has ended: the host learns of the idle stop from here.
+                let st = Status::new(State::Stopped, Some("idle".into()), vec![]);
+                let _ = status::write(&paths.status(), &st);
+            }
             stop_sink.store(true, std::sync::atomic::Ordering::Relaxed);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }

@@ -13,6 +13,9 @@ pub enum State {
     Ready,
     Unhealthy,
     Stopping,
+    /// Stopped by the guest itself (`reason`: why, e.g. "idle"); the host
+    /// reads it from the file once the container has ended.
+    Stopped,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,6 +73,7 @@ pub fn health(path: &Path) -> (bool, String) {
             State::Ready => (true, format!("healthy ({})", st.warnings.join("; "))),
             State::Starting => (false, "starting".into()),
             State::Stopping => (false, "stopping".into()),
+            State::Stopped => (false, "stopped".into()),
             State::Unhealthy => (
                 false,
                 format!(

@@ -456,3 +456,49 @@ while time.time() - t0 < 5:
         skip -= 1
 os.rename(src, target)
 "#;
+
+/// The newest backup in a file:// store at `store` inside container
+/// `name` (running or stopped; `store` on a volume of it or on its own
+/// layer), restored on the host into `into`/out: what a final backup
+/// kept, read without the sandbox.
+pub fn restore_from_container(name: &str, store: &str, into: &Path) -> PathBuf {
+    let local = into.join("store");
+    std::fs::create_dir_all(&local).expect("store dir");
+    // docker cp does not see a stopped sandbox's volumes: a throwaway
+    // container of its image, with its volumes, packs the store.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(r#"img=$(docker inspect --format '{{.Config.Image}}' "$1") && docker run --rm --volumes-from "$1" --entrypoint tar "$img" -cC "$2" . | tar -xC "$3""#)
+        .args(["sh", name, store])
+        .arg(&local)
+        .output()
+        .expect("sh");
+    assert!(
+        o.status.success(),
+        "copying {store} out of {name}: {}",
+        text(&o)
+    );
+    let out = into.join("out");
+    let o = Command::new(bin("sbx-backup"))
+        .args(["-q", "restore", "--url"])
+        .arg(format!("file://{}", local.display()))
+        .arg("--to")
+        .arg(&out)
+        .arg("--home")
+        .arg(&out)
+        .arg("--state-dir")
+        .arg(into.join("state"))
+        .output()
+        .expect("sbx-backup restore");
+    assert!(o.status.success(), "sbx-backup restore: {}", text(&o));
+    out
+}
+
+/// Whether Docker says container `name` runs (false when it is gone).
+pub fn container_running(name: &str) -> bool {
+    let o = Command::new("docker")
+        .args(["inspect", "--format", "{{.State.Running}}", name])
+        .output()
+        .expect("docker inspect");
+    String::from_utf8_lossy(&o.stdout).trim() == "true"
+}

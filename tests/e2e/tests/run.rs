@@ -257,7 +257,7 @@ fn sandbox_guarantees_hold_from_inside() {
 
     // stop, then rm --volumes, leave nothing behind.
     assert!(repo.run(&["stop"]).status.success());
-    assert!(!sbx_run_running(&name));
+    assert!(!sbx_e2e::container_running(&name));
     assert!(repo.run(&["rm", "--volumes"]).status.success());
     assert_nothing_left(&repo.names(), "rm --volumes");
 }
@@ -282,14 +282,6 @@ fn assert_nothing_left(n: &sbx_run::names::Names, after: &str) {
             .success();
         assert!(!exists, "{kind} {obj} survived {after}");
     }
-}
-
-fn sbx_run_running(name: &str) -> bool {
-    let o = Command::new("docker")
-        .args(["inspect", "--format", "{{.State.Running}}", name])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).trim() == "true"
 }
 
 #[test]
@@ -577,7 +569,7 @@ fn a_foreign_container_of_our_name_is_refused() {
     let o = repo.run(&["rm"]);
     assert_eq!(o.status.code(), Some(77));
     assert!(
-        sbx_run_running(&name),
+        sbx_e2e::container_running(&name),
         "sbx-run touched a container that is not its own"
     );
     sh(Command::new("docker").args(["rm", "-f", &name]));

@@ -80,6 +80,12 @@ pub struct Lifecycle {
     /// runs from. Unset: all are kept; 0 is refused (78).
     /// Example: `3`
     pub keep_snapshots: Option<u32>,
+    /// Stop the sandbox after this long without activity (execs, terminal
+    /// input, agent runs, open terminal sessions, CPU use above 5% of a
+    /// core): its guest makes the final backup and stops, and `sbx-run
+    /// list` shows `stopped (idle)`. Unset: never; under 1s is refused (78).
+    /// Example: `"30m"`
+    pub idle_stop: Option<Interval>,
 }
 
 /// `[tools]`: agent tool permissions. Enforced at

@@ -44,6 +44,8 @@ impl GuestError {
     pub fn status(&self) -> i32 {
         match self {
             GuestError::Spawn(_, s) => *s,
+            // An idle stop won the race: retry once it has stopped.
+            GuestError::Proto(ProtoError::Remote(e)) if e.kind == "stopping" => 75,
             _ => 125,
         }
     }

@@ -192,6 +192,24 @@ pub enum Cmd {
         #[arg(long, value_name = "TAG")]
         tag: Option<String>,
     },
+    /// Restore an older point in time: a snapshot's system state and home, or the home from a
+    /// backup.
+    ///
+    /// `--snapshot` makes the sandbox anew from the snapshot's image and restores the home
+    /// backup taken with it; `--backup` restores that backup snapshot (`sbx-backup snapshots`)
+    /// into the home. The home is backed up first, so a restore can be undone; each step is
+    /// audited.
+    #[command(group(clap::ArgGroup::new("point").required(true).args(["snapshot", "backup"])))]
+    Restore {
+        #[command(flatten)]
+        path: PathArg,
+        /// The snapshot (id or tag, `sbx-run snapshots`) to restore.
+        #[arg(long, value_name = "ID")]
+        snapshot: Option<String>,
+        /// The home backup (`sbx-backup snapshots`) to restore into the home.
+        #[arg(long, value_name = "ID")]
+        backup: Option<String>,
+    },
     /// List the workspace's snapshots: id, tag, age, size (what they add to the per-repo image).
     Snapshots {
         #[command(flatten)]
@@ -516,6 +534,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         .map(|_| Exit::Ok.into()),
         Cmd::Snapshot { path, tag } => snapshot::snapshot(common, path.get(), tag.as_deref()),
         Cmd::Snapshots { path } => snapshot::list(common, path.get()),
+        Cmd::Restore {
+            path,
+            snapshot,
+            backup,
+        } => lifecycle::restore(common, path.get(), snapshot.as_deref(), backup.as_deref()),
         Cmd::Start {
             path,
             build,

@@ -217,7 +217,90 @@ pub fn start_in(
         output::info(&format!("{name} is already running"));
         return Ok(ws);
     }
-    start_checked(ws, container.is_some(), None)
+    // Seed 001's order for a sandbox made anew: the home volume if it is
+    // there, else the guest's first boot restores the newest backup into
+    // a new one; the system state from the newest snapshot if there is one.
+    let from = match (&container, &ws.branch, rebuild) {
+        (None, None, None) => crate::snapshot::newest_image(&ws),
+        _ => None,
+    };
+    if container.is_none() {
+        let home = if docker::exists("volume", &ws.names.home)? {
+            "the home volume"
+        } else {
+            "a new home volume (the newest backup is restored into it)"
+        };
+        let system = match &from {
+            Some((id, _)) => format!("snapshot {id}"),
+            None => "the per-repo image".into(),
+        };
+        audit::append(
+            &Record::new("sbx-run", "start", &name, Outcome::Allowed, "restore-order")
+                .reason(&format!("home: {home}; system state: {system}")),
+        );
+    }
+    start_checked(ws, container.is_some(), from.as_ref().map(|f| f.1.as_str()))
+}
+
+/// `sbx-run restore [PATH] --snapshot ID | --backup ID`: an older point in
+/// time. A snapshot brings its system state (the sandbox made anew from
+/// its image) and the home backup taken with it; a backup, the home only.
+/// The home's state before is backed up first, so a restore can be undone.
+pub fn restore(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    snapshot: Option<&str>,
+    backup: Option<&str>,
+) -> Res {
+    let ws = Workspace::open(common, path.clone())?;
+    let name = ws.names.container.clone();
+    let step = |what: &str, target: &str| {
+        audit::append(
+            &Record::new("sbx-run", "restore", target, Outcome::Allowed, "restore")
+                .reason(&format!("{name}: {what}")),
+        );
+    };
+    let home = match snapshot {
+        Some(id) => {
+            let rec = crate::snapshot::record(&ws, Some(id))?;
+            step("system state from a snapshot's image", &rec.id);
+            start_from_snapshot(common, path, Some(&rec.id))?;
+            if rec.home_backup.is_none() {
+                output::info(&format!(
+                    "snapshot {} has no home backup: the home is left as it is",
+                    rec.id
+                ));
+            }
+            rec.home_backup
+        }
+        None => {
+            start(common, path, None)?;
+            backup.map(str::to_owned)
+        }
+    };
+    if let Some(b) = home {
+        if ws.loaded.config.backup.url.is_none() {
+            return Err(RunError::Config(format!(
+                "{}: restoring the home needs [backup] url, the store its backups are in",
+                ws.loaded.describe()
+            ))
+            .into());
+        }
+        crate::snapshot::backup_run(&ws, &["sync"], "the home's backup before the restore")?;
+        step("home from a backup", &b);
+        crate::snapshot::backup_run(
+            &ws,
+            &["restore", "--force", "--snapshot", &b],
+            "the home's restore",
+        )?;
+    }
+    say(
+        common,
+        "restored",
+        json!({"sandbox": name, "snapshot": snapshot, "backup": backup}),
+        &format!("{name} restored"),
+    )?;
+    ok()
 }
 
 /// The checks every start makes before anything is built or started, then
@@ -845,7 +928,7 @@ fn via_guest_as(
         }
         Err(e) => {
             output::error(&e.to_string());
-            Ok(Some(ExitCode::from(125)))
+            Ok(Some(ExitCode::from(e.status().clamp(0, 255) as u8)))
         }
     }
 }
@@ -1143,6 +1226,7 @@ pub fn list(common: &CommonArgs) -> Res {
             output::json_line(&mut out, "sandbox", &data)
         } else {
             let health = match data["reason"].as_str() {
+                Some(r) if health == "stopped" => format!("stopped ({r})"),
                 Some(r) => format!("{health}: {r}"),
                 None => health.to_owned(),
             };
@@ -1182,7 +1266,18 @@ pub fn list(common: &CommonArgs) -> Res {
 /// else Docker's healthcheck; "-" when it is not running.
 fn health_of(name: &str, c: &Value) -> (&'static str, Option<String>) {
     if !running(c) {
-        return ("-", None);
+        // The guest's own stop (`[lifecycle] idle-stop`) says why and when.
+        return match read_status(name) {
+            Some(st) if st["state"] == "stopped" => (
+                "stopped",
+                Some(format!(
+                    "{} since {}",
+                    st["reason"].as_str().unwrap_or("by its guest"),
+                    st["since"].as_str().unwrap_or("?")
+                )),
+            ),
+            _ => ("-", None),
+        };
     }
     if let Some(st) = read_status(name) {
         let reason = st["reason"].as_str().map(str::to_owned);
@@ -1262,6 +1357,10 @@ pub fn rm(
         for v in &volumes {
             docker::remove(&["volume", "rm", v])?;
             crate::login::forget(v);
+        }
+        // The snapshots are the workspace's too: with its last sandbox.
+        if ws.branch.is_none() {
+            crate::snapshot::remove_all(&ws)?;
         }
     }
     remove_repo_image(&n.image)?;

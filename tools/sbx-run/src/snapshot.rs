@@ -282,29 +282,10 @@ fn make_image(ws: &Workspace, container: &str, raw: &str, image: &str) -> Result
 /// One `sbx-backup sync` pass as the agent, when the config names a
 /// store: its snapshot id.
 fn home_backup(ws: &Workspace) -> Result<Option<String>, BoxError> {
-    use crate::guestexec;
     if ws.loaded.config.backup.url.is_none() {
         return Ok(None);
     }
-    let sock = guestexec::socket_for(ws);
-    let req = sbx_core::guestapi::ExecReq {
-        argv: ["sbx-backup", "-q", "sync", "--json"]
-            .map(String::from)
-            .to_vec(),
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let x = guestexec::connect(&sock)
-        .and_then(|c| guestexec::run_with(c, req, None, &mut out, &mut err, false))
-        .map_err(|e| RunError::NotReady(format!("the home's backup: {e}")))?;
-    if x.status != 0 {
-        return Err(RunError::Docker {
-            command: "sbx-backup sync (the home's backup)".into(),
-            message: docker::first_line(&String::from_utf8_lossy(&err)),
-        }
-        .into());
-    }
+    let out = backup_run(ws, &["sync", "--json"], "the home's backup")?;
     // The last JSON line naming a snapshot.
     let id = String::from_utf8_lossy(&out)
         .lines()
@@ -317,6 +298,33 @@ fn home_backup(ws: &Workspace) -> Result<Option<String>, BoxError> {
         })
         .next_back();
     Ok(id)
+}
+
+/// `sbx-backup -q ARGS` as the agent in the running sandbox; its stdout.
+pub fn backup_run(ws: &Workspace, args: &[&str], what: &str) -> Result<Vec<u8>, BoxError> {
+    use crate::guestexec;
+    let sock = guestexec::socket_for(ws);
+    let req = sbx_core::guestapi::ExecReq {
+        argv: ["sbx-backup", "-q"]
+            .iter()
+            .chain(args)
+            .map(|a| a.to_string())
+            .collect(),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let x = guestexec::connect(&sock)
+        .and_then(|c| guestexec::run_with(c, req, None, &mut out, &mut err, false))
+        .map_err(|e| RunError::NotReady(format!("{what}: {e}")))?;
+    if x.status != 0 {
+        return Err(RunError::Docker {
+            command: format!("sbx-backup {} ({what})", args.join(" ")),
+            message: docker::first_line(&String::from_utf8_lossy(&err)),
+        }
+        .into());
+    }
+    Ok(out)
 }
 
 fn write_record(ws: &Workspace, rec: &SnapRecord) -> Result<(), RunError> {
@@ -362,6 +370,54 @@ fn prune(ws: &Workspace) {
             ));
         }
     }
+}
+
+/// `rm --volumes`: every snapshot of the workspace, image and record
+/// (the container is gone already), each removal audited.
+pub fn remove_all(ws: &Workspace) -> Result<(), RunError> {
+    let dir = dir_of(ws);
+    for r in records_in(&dir) {
+        if docker::inspect("image", &r.image)?.is_some() {
+            docker::remove(&["image", "rm", "--force", &r.image])?;
+        }
+        let f = dir.join(format!("{}.json", r.id));
+        std::fs::remove_file(&f).map_err(|e| io(&f, e))?;
+        audit::append(
+            &Record::new(
+                "sbx-run",
+                "snapshot-rm",
+                &r.id,
+                Outcome::Allowed,
+                "rm-volumes",
+            )
+            .reason("sbx-run rm --volumes"),
+        );
+    }
+    match std::fs::remove_dir(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&dir, e)),
+        _ => Ok(()),
+    }
+}
+
+/// The record `id` (or tag) of this workspace, the newest without one;
+/// another workspace's is refused like `resolve` refuses it.
+pub fn record(ws: &Workspace, id: Option<&str>) -> Result<SnapRecord, RunError> {
+    resolve(ws, id)?;
+    let mine = records_in(&dir_of(ws));
+    Ok(match id {
+        None => mine.last().cloned(),
+        Some(id) => mine
+            .into_iter()
+            .find(|r| r.id == id || r.tag.as_deref() == Some(id)),
+    }
+    .expect("resolve found it"))
+}
+
+/// The newest snapshot's image, if the workspace has one whose image is
+/// there (seed 001's start: the system state comes from it).
+pub fn newest_image(ws: &Workspace) -> Option<(String, String)> {
+    let r = records_in(&dir_of(ws)).pop()?;
+    resolve(ws, Some(&r.id)).ok().map(|img| (r.id, img))
 }
 
 fn in_use(ws: &Workspace) -> Option<String> {

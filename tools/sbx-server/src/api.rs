@@ -1128,6 +1128,7 @@ pub async fn serve(
         Arc::clone(&state),
         args.session_retention.0,
     ));
+    tokio::spawn(stop_idle(Arc::clone(&state), args.idle_stop.0));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| ServerError::Listen(args.listen, e))?;
@@ -1176,6 +1177,69 @@ async fn expire_recordings(s: S, age: std::time::Duration) {
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// Seed 001's inactivity loop: a running project nobody connected to
+/// for `after` is stopped the way `POST /stop` stops it (the guest's
+/// backup daemon makes its final sync), then `stopped` with reason
+/// `idle`. A connection that comes first wins (`claim_idle`); one that
+/// comes after is refused with "stopping, retry".
+async fn stop_idle(s: S, after: std::time::Duration) {
+    let every = (after / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(60),
+    );
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let idle = match s.repo.idle(after).await {
+            Ok(i) => i,
+            Err(e) => {
+                sbx_core::output::warn(&format!("idle check: {}", e.message));
+                continue;
+            }
+        };
+        for (user, id) in idle {
+            // The project's lock, as every transition takes it.
+            let Ok(_held) = owned(&s, user, id).await else {
+                continue;
+            };
+            if !matches!(s.repo.claim_idle(user, id, after).await, Ok(true)) {
+                continue;
+            }
+            let state = Arc::clone(&s);
+            let stopped = blocking(move || state.sandboxes.stop(id))
+                .await
+                .unwrap_or_else(|e| Err(e.message));
+            let (target, why) = (
+                id.to_string(),
+                format!("no connection for {} s", after.as_secs()),
+            );
+            let rec = Record::new(
+                "sbx-server",
+                "idle-stop",
+                &target,
+                if stopped.is_ok() {
+                    Outcome::Allowed
+                } else {
+                    Outcome::Blocked
+                },
+                "idle-stop",
+            )
+            .reason(&why);
+            if let Err(e) = s.audit.append(&rec) {
+                sbx_core::output::warn(&format!("audit log {}: {e}", s.audit.path().display()));
+            }
+            let _ = match stopped {
+                Ok(()) => s
+                    .repo
+                    .set_status(user, id, "stopped", Some("idle"), None)
+                    .await
+                    .map(drop),
+                Err(reason) => Err(failed(&s, user, id, reason).await),
+            };
         }
     }
 }

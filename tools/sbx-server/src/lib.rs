@@ -135,6 +135,11 @@ pub struct ServeArgs {
     /// ones are deleted at start and hourly.
     #[arg(long, value_name = "DURATION", default_value = "90d")]
     pub session_retention: sbx_core::config::Interval,
+    /// Stop a running project nobody has connected to for this long (no
+    /// terminal open): final backup, then stop, status `stopped` with
+    /// reason `idle` (seed 001's inactivity check; e.g. 30m, 2h).
+    #[arg(long, value_name = "DURATION", default_value = "30m")]
+    pub idle_stop: sbx_core::config::Interval,
 }
 
 pub fn command() -> clap::Command {

@@ -369,6 +369,52 @@ impl Repo {
     }
 }
 
+/// Seed 001's inactivity check: the second query across users, the
+/// server's own as `stuck` is.
+impl Repo {
+    /// (owner, id) of every running project nobody connected to (or
+    /// started) for `after`, with no terminal session open.
+    pub async fn idle(&self, after: Duration) -> Result<Vec<(Uuid, Uuid)>, ApiError> {
+        let c = self.pool.get().await?;
+        let rows = c
+            .query(
+                &format!("SELECT p.user_id, p.id FROM projects p WHERE {IDLE}"),
+                &[&after.as_secs_f64()],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// `user`'s project `id` set `stopping` (reason idle) if it is still
+    /// running and idle: false when a connection came first, which wins.
+    pub async fn claim_idle(
+        &self,
+        user: Uuid,
+        id: Uuid,
+        after: Duration,
+    ) -> Result<bool, ApiError> {
+        let c = self.pool.get().await?;
+        let n = c
+            .execute(
+                &format!(
+                    "UPDATE projects p SET status = 'stopping', status_reason = 'idle' \
+                     WHERE p.user_id = $2 AND p.id = $3 AND {IDLE}"
+                ),
+                &[&after.as_secs_f64(), &user, &id],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+}
+
+/// Running, neither connected to nor started within `$1` seconds, and no
+/// terminal open (a session that stays open is use, however quiet).
+const IDLE: &str = "p.status = 'running' \
+     AND COALESCE(GREATEST(p.last_connection_at, p.last_active_at), p.last_active_at) \
+         < now() - make_interval(secs => $1) \
+     AND NOT EXISTS (SELECT 1 FROM terminal_sessions t \
+         WHERE t.project_id = p.id AND t.ended_at IS NULL)";
+
 /// One terminal session of a project, as `GET /projects/{id}/sessions`
 /// lists it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -387,12 +433,14 @@ const UTC: &str = "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'";
 
 /// The web terminal's rows, scoped to the caller like every other query.
 impl Repo {
-    /// Mark `user`'s project `id` connected now; false when it is not theirs.
+    /// Mark `user`'s project `id` connected now; false when it is not
+    /// theirs or no longer running (an idle stop came first).
     pub async fn touch_connection(&self, user: Uuid, id: Uuid) -> Result<bool, ApiError> {
         let c = self.pool.get().await?;
         let n = c
             .execute(
-                "UPDATE projects SET last_connection_at = now() WHERE user_id = $1 AND id = $2",
+                "UPDATE projects SET last_connection_at = now() \
+                 WHERE user_id = $1 AND id = $2 AND status = 'running'",
                 &[&user, &id],
             )
             .await?;

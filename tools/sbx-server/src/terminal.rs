@@ -134,7 +134,15 @@ pub async fn terminal(
             "project {id}'s sandbox has no guest API: stop and start it again"
         )));
     }
-    repo.touch_connection(user, id).await?;
+    // Under the database's row lock: an idle stop that claimed the
+    // project since the check above wins, and the client is told so.
+    if !repo.touch_connection(user, id).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "stopping",
+            format!("project {id} is stopping (idle): retry once it has stopped, then start it"),
+        ));
+    }
     let ctx = Ctx {
         state: Arc::clone(&s),
         user,

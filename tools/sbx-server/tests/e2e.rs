@@ -208,6 +208,69 @@ fn a_project_left_creating_is_reconciled_against_docker() {
     }
 }
 
+/// Seed 001's inactivity loop: a project nobody connects to is stopped
+/// after `--idle-stop` with a final backup (the last file written is in
+/// the store), `stopped` with reason `idle`, and audited.
+#[test]
+fn a_project_nobody_connects_to_is_backed_up_and_stopped() {
+    if !docker_bed() {
+        return;
+    }
+    let s = common::start_with_docker(&[
+        "--idle-stop",
+        "3s",
+        "--backup-url",
+        "file:///commandhistory/sbx-store",
+    ]);
+    let (t, _) = s.session();
+    let mut cleanup = common::Cleanup(Vec::new());
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "quiet"})),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let ws = common::workspace(&s, &id);
+    cleanup.0.push(ws.clone());
+    let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}\n{}", s.stderr.lock().unwrap());
+    let container = r.body["container"].as_str().unwrap().to_owned();
+    agent_sh(&ws, "echo last > ~/last.txt");
+    let t0 = std::time::Instant::now();
+    let r = loop {
+        let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+        if r.body["status"] == "stopped" || t0.elapsed() > std::time::Duration::from_secs(90) {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert_eq!(
+        (&r.body["status"], &r.body["status_reason"]),
+        (&json!("stopped"), &json!("idle")),
+        "{r:?}\n{}",
+        s.stderr.lock().unwrap()
+    );
+    assert!(!running(&container));
+    let audit = std::fs::read_to_string(s.audit_log()).unwrap();
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains(r#""operation":"idle-stop""#) && l.contains(&id)),
+        "{audit}"
+    );
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let store = format!("/commandhistory/sbx-store/projects/{id}");
+    let out = sbx_e2e::restore_from_container(&container, &store, tmp.path());
+    assert_eq!(
+        std::fs::read_to_string(out.join("last.txt")).unwrap(),
+        "last\n"
+    );
+    let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
+    assert_eq!(r.status, 204, "{r:?}");
+}
+
 /// Run `script` as the agent in workspace `ws`'s sandbox; its output.
 fn agent_sh(ws: &std::path::Path, script: &str) -> String {
     let out = sbx_e2e::sbx()

@@ -132,6 +132,7 @@ const TABLE: &[(&str, Out)] = &[
     ("sbx-run list", not_here(DOCKER)),
     ("sbx-run snapshot", not_here(DOCKER)),
     ("sbx-run snapshots", not_here(DOCKER)),
+    ("sbx-run restore", not_here(DOCKER)),
     ("sbx-run rm", Out::Exempt(SILENT)),
     ("sbx-run prune", not_here(DOCKER)),
     ("sbx-run agent", not_here(DOCKER)),

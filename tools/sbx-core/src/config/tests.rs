@@ -97,6 +97,14 @@ fn errors_name_file_line_column_and_key() {
             "cfg.toml:2:8: sandbox.cpus: expected a number",
         ),
         (
+            "[lifecycle]\nidle-stop = \"0s\"\n",
+            "cfg.toml:2:13: lifecycle.idle-stop: invalid duration \"0s\": must be at least 1s",
+        ),
+        (
+            "[lifecycle]\nidle-stop = \"soon\"\n",
+            "cfg.toml:2:13: lifecycle.idle-stop: invalid duration \"soon\"",
+        ),
+        (
             "[sandbox]\ncpus = 0\n",
             "sandbox.cpus: cpus = 0 is out of range",
         ),

@@ -431,8 +431,11 @@ fn held_git_dir(r: &sbx_sys::beneath::Root, path: &Path) -> Result<Option<PathBu
     if named.is_absolute() {
         return Err("its .git file names an absolute git dir (git writes a relative one)".into());
     }
-    // Opened beneath the workspace through no link, so the lexical form
-    // below is the directory git reads.
+    // `path` was opened beneath the workspace through no link, so its
+    // lexical form is the directory git reads. Opened in that form: a
+    // `..` in an openat2 walk fails with EAGAIN whenever any rename or
+    // mount on the machine races it, and a busy machine made that a
+    // false refusal of the user's own submodule.
     let raw = path.join(named);
     let not_held = || {
         format!(
@@ -440,12 +443,6 @@ fn held_git_dir(r: &sbx_sys::beneath::Root, path: &Path) -> Result<Option<PathBu
             sbx_core::sanitize::field(&named.to_string_lossy())
         )
     };
-    let held = r.open_path(&raw.join("config")).is_ok_and(|fd| {
-        matches!(sbx_sys::beneath::kind(&fd), Ok(Kind::File)) && sbx_sys::fd_on_readonly_mount(&fd)
-    });
-    if !held {
-        return Err(not_held());
-    }
     let mut gd = PathBuf::new();
     for c in raw.components() {
         match c {
@@ -453,6 +450,12 @@ fn held_git_dir(r: &sbx_sys::beneath::Root, path: &Path) -> Result<Option<PathBu
             std::path::Component::Normal(n) => gd.push(n),
             _ => {}
         }
+    }
+    let held = r.open_path(&gd.join("config")).is_ok_and(|fd| {
+        matches!(sbx_sys::beneath::kind(&fd), Ok(Kind::File)) && sbx_sys::fd_on_readonly_mount(&fd)
+    });
+    if !held {
+        return Err(not_held());
     }
     Ok(Some(gd))
 }

@@ -169,7 +169,9 @@ impl Derived {
 
 impl Drop for Derived {
     fn drop(&mut self) {
-        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+        let _ = Command::new("docker")
+            .args(["rmi", "-f", "--no-prune", &self.0])
+            .output();
     }
 }
 
@@ -514,7 +516,7 @@ fn rm_image(path: &Path) {
     if let Ok(p) = path.canonicalize() {
         let n = sbx_run::names::Names::new(&p, None);
         let _ = Command::new("docker")
-            .args(["rmi", "-f", &n.image])
+            .args(["rmi", "-f", "--no-prune", &n.image])
             .output();
     }
 }

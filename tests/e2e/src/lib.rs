@@ -502,3 +502,101 @@ pub fn container_running(name: &str) -> bool {
         .expect("docker inspect");
     String::from_utf8_lossy(&o.stdout).trim() == "true"
 }
+
+/// A base with the AI CLIs (tools.rs, tools_a38f.rs), its own tag (`<base tag>-ai`) so the suites
+/// that build theirs without CLIs do not trade images with this one.
+pub fn ai_base() -> Option<String> {
+    static TAG: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        if !prerequisite(docker_ready(), "a running Docker engine") {
+            return None;
+        }
+        let base = std::env::var("SBX_BASE_TAG")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "latest".into());
+        let tag = format!("{base}-ai");
+        let lock = std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
+        let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let mut c = sbx();
+        c.env("SBX_BIN_DIR", static_checker_bin_dir());
+        c.args(["-q", "build-base", "--bootstrap", "--tag", &tag]);
+        // As run.rs's full image does (same layers, one npm install).
+        let ca = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+        if ca.is_file() {
+            c.arg("--ca-cert").arg(ca);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "build-base: {}", text(&o));
+        let v = Command::new("docker")
+            .args(["run", "--rm", "--entrypoint", "claude"])
+            .arg(format!("agent-sandbox-base:{tag}"))
+            .arg("--version")
+            .output()
+            .unwrap();
+        if !prerequisite(
+            text(&v).contains("Claude Code"),
+            "Claude Code in the base image (the image's npm could not install it)",
+        ) {
+            return None;
+        }
+        Some(tag)
+    })
+    .clone()
+}
+
+/// The bin directory the image is built from, with the checker linked
+/// statically as `make build` links it: no loader stands between Claude
+/// Code and the verdict (issue 38, class 1). The other tools are the
+/// debug builds beside sbx-run. `scripts/test` links the checker once
+/// before the suites (`SBX_STATIC_CHECKER`); run alone, this builds it.
+fn static_checker_bin_dir() -> std::path::PathBuf {
+    let debug = bin("sbx-run").parent().unwrap().to_path_buf();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let host = text(&Command::new("rustc").arg("-vV").output().unwrap())
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .unwrap();
+    let built = match std::env::var_os("SBX_STATIC_CHECKER") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => build_static_checker(&root, &host),
+    };
+    // Beside the build, not in /tmp: one per tree, replaced by the next run.
+    let dir = root.join("target").join(&host).join("e2e-bin");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(&debug).unwrap().flatten() {
+        let p = e.path();
+        if p.is_file() && p.file_name().is_some_and(|n| n != "sbx-tool-guard") {
+            std::os::unix::fs::symlink(&p, dir.join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(&built, dir.join("sbx-tool-guard")).unwrap();
+    dir
+}
+
+/// The checker built for HOST with a static C runtime, in its own target
+/// directory (its whole dependency tree once more): for a run of this
+/// suite alone.
+fn build_static_checker(root: &std::path::Path, host: &str) -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let o = Command::new(cargo)
+        .current_dir(root)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "sbx-tool-guard",
+            "--bin",
+            "sbx-tool-guard",
+            "--target",
+            host,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "static checker: {}", text(&o));
+    root.join("target").join(host).join("debug/sbx-tool-guard")
+}

@@ -9,86 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sbx_e2e::{bin, docker_ready, prerequisite, sbx, sh, text};
+use sbx_e2e::{ai_base, bin, sbx, sh, text};
 use serde_json::{Value, json};
-
-/// The AI-CLI base image tools.rs builds (`<base tag>-ai`, the checker
-/// linked statically); built here too when this file runs alone.
-fn ai_base() -> Option<String> {
-    if !prerequisite(docker_ready(), "a running Docker engine") {
-        return None;
-    }
-    let base = std::env::var("SBX_BASE_TAG")
-        .ok()
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "latest".into());
-    let tag = format!("{base}-ai");
-    let lock = std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
-    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .unwrap();
-    let mut c = sbx();
-    c.env("SBX_BIN_DIR", static_checker_bin_dir());
-    c.args(["-q", "build-base", "--bootstrap", "--tag", &tag]);
-    let ca = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
-    if ca.is_file() {
-        c.arg("--ca-cert").arg(ca);
-    }
-    let o = c.output().unwrap();
-    assert!(o.status.success(), "build-base: {}", text(&o));
-    let v = Command::new("docker")
-        .args(["run", "--rm", "--entrypoint", "claude"])
-        .arg(format!("agent-sandbox-base:{tag}"))
-        .arg("--version")
-        .output()
-        .unwrap();
-    if !prerequisite(
-        text(&v).contains("Claude Code"),
-        "Claude Code in the base image (the image's npm could not install it)",
-    ) {
-        return None;
-    }
-    Some(tag)
-}
-
-/// As tools.rs: the debug tools, with the checker linked statically.
-fn static_checker_bin_dir() -> std::path::PathBuf {
-    let debug = bin("sbx-run").parent().unwrap().to_path_buf();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let host = text(&Command::new("rustc").arg("-vV").output().unwrap())
-        .lines()
-        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
-        .unwrap();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let o = Command::new(cargo)
-        .current_dir(&root)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .args([
-            "build",
-            "--locked",
-            "-p",
-            "sbx-tool-guard",
-            "--bin",
-            "sbx-tool-guard",
-            "--target",
-            &host,
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "static checker: {}", text(&o));
-    let built = root.join("target").join(&host).join("debug/sbx-tool-guard");
-    let dir = root.join("target").join(&host).join("e2e-bin");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    for e in std::fs::read_dir(&debug).unwrap().flatten() {
-        let p = e.path();
-        if p.is_file() && p.file_name().is_some_and(|n| n != "sbx-tool-guard") {
-            std::os::unix::fs::symlink(&p, dir.join(e.file_name())).unwrap();
-        }
-    }
-    std::fs::copy(&built, dir.join("sbx-tool-guard")).unwrap();
-    dir
-}
 
 struct Repo {
     inner: sbx_e2e::Repo,

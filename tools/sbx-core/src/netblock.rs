@@ -1,6 +1,34 @@
 //! The block-everything ruleset. sbx-guest installs it before sbx-fw runs;
 //! sbx-fw installs it when a first init fails. One generator, so the two
-//! cannot disagree on what "blocked" means.
+//! cannot disagree on what "blocked" means. And the ranges that stay
+//! blocked whatever is allowed, for sbx-fw and a cluster's NetworkPolicy.
+
+/// Never reachable, even when an allowlisted name resolves there
+/// (rebinding), by sbx-fw and by the cluster's NetworkPolicy: this host, private and shared ranges, link-local (cloud
+/// metadata), multicast and reserved space.
+pub const NEVER4: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+pub const NEVER6: &[&str] = &[
+    "::/127",
+    "::ffff:0:0/96",
+    // NAT64: an IPv4 address (a private one too) inside an IPv6 one.
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
+    "fc00::/7",
+    "fe80::/10",
+    "fec0::/10",
+    "ff00::/8",
+];
 
 /// Everything blocked, loopback included, as `iptables-restore` input
 /// (`ip6tables-restore` with `v6`). Docker's resolver on loopback would

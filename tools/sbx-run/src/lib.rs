@@ -14,6 +14,7 @@ pub mod guestexec;
 pub mod hostpath;
 pub mod image;
 pub mod import;
+pub mod k8s;
 pub mod lifecycle;
 pub mod login;
 pub mod names;
@@ -136,6 +137,15 @@ pub struct BranchArg {
     /// Branch mode: a sandbox of its own for BRANCH, working in /repo-shelf/worktrees/<BRANCH> (its guest provisions it before the agent starts); `git push` there lands in the host checkout.
     #[arg(long, value_name = "BRANCH")]
     pub branch: Option<String>,
+}
+
+/// `show-run --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShowFormat {
+    Docker,
+    K8s,
+    Pod,
+    K8sTemplate,
 }
 
 #[derive(Debug, Subcommand)]
@@ -281,12 +291,25 @@ pub enum Cmd {
         #[arg(value_name = "DEST")]
         dest: OsString,
     },
-    /// Print the exact docker commands start would run, shell-quoted.
+    /// Print the exact docker commands start would run, shell-quoted; or the same sandbox as Kubernetes manifests.
     ShowRun {
         #[command(flatten)]
         path: PathArg,
         #[command(flatten)]
         branch: BranchArg,
+        /// docker: the commands start runs; k8s: a Sandbox (agents.x-k8s.io) with its ConfigMap and
+        /// NetworkPolicy; pod: a plain Pod with its claims; k8s-template: a SandboxTemplate and a
+        /// SandboxWarmPool for a server. Config with no meaning on a cluster is refused (exit 78).
+        #[arg(long, value_enum, value_name = "FORMAT", default_value = "docker")]
+        format: ShowFormat,
+        /// The repository a cluster clones the workspace from (k8s formats; a cluster has no host
+        /// checkout to bind). The branch: --branch, else the one the checkout is on.
+        #[arg(long, value_name = "URL")]
+        repo: Option<String>,
+        /// The image a cluster pulls (k8s formats; default: the per-repo image's local name, which
+        /// a cluster's registry will not have).
+        #[arg(long, value_name = "REF")]
+        image: Option<String>,
     },
     /// Provision BRANCH's worktree on the repo shelf (clone once, fetch, add the worktree), start nothing.
     Checkout {
@@ -572,9 +595,34 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             branch,
             root: true,
         } => lifecycle::exec_root(common, path, &command, branch.branch.as_deref()),
-        Cmd::ShowRun { path, branch } => {
-            lifecycle::show_run(common, path.get(), branch.branch.as_deref())
-        }
+        Cmd::ShowRun {
+            path,
+            branch,
+            format: ShowFormat::Docker,
+            repo: None,
+            image: None,
+        } => lifecycle::show_run(common, path.get(), branch.branch.as_deref()),
+        Cmd::ShowRun {
+            format: ShowFormat::Docker,
+            ..
+        } => Err(RunError::Usage(
+            "show-run: --repo and --image are for --format k8s, pod or k8s-template".into(),
+        )
+        .into()),
+        Cmd::ShowRun {
+            path,
+            branch,
+            format,
+            repo,
+            image,
+        } => lifecycle::show_k8s(
+            common,
+            path.get(),
+            branch.branch.as_deref(),
+            format,
+            repo,
+            image,
+        ),
         Cmd::Checkout { branch, path } => branch::checkout(common, path, &branch),
         Cmd::Cp {
             path,

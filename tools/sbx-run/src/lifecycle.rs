@@ -1062,6 +1062,84 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     ok()
 }
 
+/// `show-run --format k8s|pod|k8s-template`: the manifests k8s.rs
+/// translates from the same spec `start` runs. Branch mode always: the
+/// pod clones the repository and the guest provisions the branch's
+/// worktree on the shelf. No host variable crosses: a cluster's pod is
+/// not started from this environment.
+pub fn show_k8s(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    branch: Option<&str>,
+    format: crate::ShowFormat,
+    repo: Option<String>,
+    image: Option<String>,
+) -> Res {
+    use crate::k8s;
+    let ws = Workspace::open(common, path)?;
+    // Before anything else: a refused key is the answer whatever the rest.
+    k8s::refuse(&ws)?;
+    let repo = repo.filter(|r| !r.is_empty()).ok_or_else(|| {
+        RunError::Usage(
+            "show-run --format k8s: give --repo URL, the repository the cluster clones (a cluster has no host checkout to bind)".into(),
+        )
+    })?;
+    let branch = match branch {
+        Some(b) => b.to_owned(),
+        None => workspace::host_branch(&ws.path).ok_or_else(|| {
+            RunError::Usage(format!(
+                "{}: the checkout is on no branch (a detached HEAD): give --branch B",
+                ws.path.display()
+            ))
+        })?,
+    };
+    let ws = ws.with_branch(Some(&branch));
+    let masks = spec::mask_sources()?;
+    let s = spec::build(&ws, &ws.names.image, &[], (&masks.0, &masks.1), true)?;
+    let o = k8s::Options {
+        format: match format {
+            crate::ShowFormat::Pod => k8s::Format::Pod,
+            crate::ShowFormat::K8sTemplate => k8s::Format::Template,
+            _ => k8s::Format::Sandbox,
+        },
+        repo,
+        image: image.unwrap_or_else(|| ws.names.image.clone()),
+    };
+    let docs = k8s::manifests(&ws, &s, (&masks.0, &masks.1), &o)?;
+    let mut out = std::io::stdout().lock();
+    let r = if common.json {
+        output::json_line(
+            &mut out,
+            "show-run",
+            &json!({
+                "workspace": path_value(&ws.path),
+                "config": ws.loaded.describe(),
+                "branch": branch,
+                "format": format!("{format:?}").to_ascii_lowercase(),
+                "manifests": docs,
+            }),
+        )
+    } else {
+        out.write_all(
+            format!(
+                "# sbx-run show-run --format {} {}\n# config: {}\n# branch {branch:?}, cloned from {} (kubectl apply -f -)\n{}",
+                match format {
+                    crate::ShowFormat::Pod => "pod",
+                    crate::ShowFormat::K8sTemplate => "k8s-template",
+                    _ => "k8s",
+                },
+                sbx_core::sanitize::field(&ws.path.to_string_lossy()),
+                sbx_core::sanitize::field(&ws.loaded.describe()),
+                sbx_core::sanitize::field(&o.repo),
+                k8s::yaml(&docs)
+            )
+            .as_bytes(),
+        )
+    };
+    r.map_err(|e| RunError::Io("stdout".into(), e))?;
+    ok()
+}
+
 /// `sbx-run volume`: the machine's Claude Code login store. In `--json`
 /// the same shape as a `volumes` line; it is mounted nowhere (no target).
 pub fn volume(common: &CommonArgs) -> Res {

@@ -27,32 +27,9 @@ pub const ROOT_MARK: &str = "0x1000000";
 /// Where the DNS filter listens; the agent's resolv.conf points here.
 pub const FILTER_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 53);
 
-/// Never reachable, even when an allowlisted name resolves there
-/// (rebinding): this host, private and shared ranges, link-local (cloud
-/// metadata), multicast and reserved space.
-pub const NEVER4: &[&str] = &[
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.0.0.0/24",
-    "192.168.0.0/16",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-];
-pub const NEVER6: &[&str] = &[
-    "::/127",
-    "::ffff:0:0/96",
-    // NAT64: an IPv4 address (a private one too) inside an IPv6 one.
-    "64:ff9b::/96",
-    "64:ff9b:1::/48",
-    "fc00::/7",
-    "fe80::/10",
-    "fec0::/10",
-    "ff00::/8",
-];
+/// Never reachable, even when an allowlisted name resolves there: one
+/// list, shared with the NetworkPolicy `sbx-run show-run --format k8s` prints.
+pub use sbx_core::netblock::{NEVER4, NEVER6};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {

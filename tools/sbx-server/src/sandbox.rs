@@ -2,8 +2,9 @@
 //! the server owns under its state dir (made empty, or cloned from a local
 //! repository below `--repo-root`), handed to the agent's uid as a
 //! developer's checkout is theirs; the sandbox is started, stopped and
-//! removed by sbx-run's library, so it has every guard `sbx-run start`
-//! gives. Transitions of one project are serialised by a per-project lock.
+//! removed by a `Backend` (backend.rs: Docker, through sbx-run's library,
+//! so it has every guard `sbx-run start` gives). Transitions of one
+//! project are serialised by a per-project lock.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -12,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use sbx_core::cli::CommonArgs;
 use sbx_core::config::StoreUrl;
 use serde_json::Value;
 use uuid::Uuid;
+
+use crate::backend::{Backend, Docker};
 
 /// The agent's uid and gid in every sandbox.
 const AGENT: &str = "1000:1000";
@@ -23,6 +25,7 @@ const AGENT: &str = "1000:1000";
 #[derive(Debug)]
 pub struct Sandboxes {
     root: PathBuf,
+    backend: Box<dyn Backend>,
     locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
     /// The server's backup store: each project backs its home up to
     /// `<url>/projects/<id>`. None: backups are off.
@@ -39,14 +42,6 @@ pub enum BackupError {
     /// No snapshot (of that id) in the project's store.
     NoSnapshot(String),
     Failed(String),
-}
-
-/// sbx-run's library reports on stdout/stderr only without -q.
-fn quiet() -> CommonArgs {
-    CommonArgs {
-        quiet: true,
-        ..Default::default()
-    }
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
@@ -87,11 +82,18 @@ impl Sandboxes {
     ) -> Self {
         Self {
             root,
+            backend: Box::new(Docker),
             locks: Mutex::new(HashMap::new()),
             backup,
             backup_pass,
             caps,
         }
+    }
+
+    /// The same service over another backend (tests; a Kubernetes one).
+    pub fn with_backend(mut self, backend: Box<dyn Backend>) -> Self {
+        self.backend = backend;
+        self
     }
 
     /// Whether projects have a backup store.
@@ -159,15 +161,9 @@ impl Sandboxes {
     /// Blocking.
     pub fn start(&self, id: Uuid, config: Option<&str>) -> Result<String, String> {
         let ws = self.workspace(id);
-        let c = quiet();
-        if !ws.join(sbx_core::config::DIR).exists() {
-            sbx_run::lifecycle::init(&c, Some(ws.clone()), false, None)
-                .map_err(|e| sbx_core::entry::chain(&*e))?;
-        }
+        self.backend.create(&ws)?;
         self.write_config(id, config.unwrap_or(sbx_run::image::CONFIG_TEMPLATE))?;
-        let w = sbx_run::lifecycle::start(&c, Some(ws), None)
-            .map_err(|e| sbx_core::entry::chain(&*e))?;
-        Ok(w.names.container.clone())
+        self.backend.start(&ws)
     }
 
     /// The project's `.agent-sandbox/config.toml`, written by the server at
@@ -263,20 +259,16 @@ impl Sandboxes {
     /// of its last JSON line. Blocking.
     pub fn backup(&self, id: Uuid, args: &[&str]) -> Result<Value, BackupError> {
         let fail = BackupError::Failed;
-        let ws = sbx_run::workspace::Workspace::open(&quiet(), Some(self.workspace(id)))
-            .map_err(|e| fail(sbx_core::entry::chain(&*e)))?;
         let argv: Vec<OsString> = ["sbx-backup", "--json"]
             .iter()
             .chain(args)
             .map(OsString::from)
             .collect();
-        let req = sbx_run::guestexec::exec_request(&ws, &argv, "sbx-server", false);
-        let client = sbx_run::guestexec::connect(&sbx_run::guestexec::socket_for(&ws))
-            .map_err(|e| fail(e.to_string()))?;
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let x = sbx_run::guestexec::run_with(client, req, None, &mut out, &mut err, false)
-            .map_err(|e| fail(e.to_string()))?;
-        let err = String::from_utf8_lossy(&err);
+        let x = self
+            .backend
+            .exec(&self.workspace(id), &argv, "sbx-server")
+            .map_err(fail)?;
+        let (out, err) = (x.stdout, String::from_utf8_lossy(&x.stderr).into_owned());
         let last = |t: &str| {
             t.lines()
                 .rev()
@@ -349,26 +341,17 @@ impl Sandboxes {
         Ok(pick)
     }
 
-    /// Project `id`'s sandbox as Docker sees it: its container's name and
-    /// whether it runs, None when there is no container, Err when the
-    /// engine did not answer. Blocking.
+    /// Project `id`'s sandbox as its backend sees it: its name and
+    /// whether it runs, None when there is none, Err when the engine did
+    /// not answer. Blocking.
     pub fn container(&self, id: Uuid) -> Result<Option<(String, bool)>, String> {
-        let ws = self.workspace(id);
-        // sbx-run names a sandbox after its workspace's canonical path.
-        let name = sbx_run::names::Names::new(&ws.canonicalize().unwrap_or(ws), None).container;
-        let found = sbx_run::docker::inspect("container", &name).map_err(|e| e.to_string())?;
-        Ok(found.map(|c| {
-            let running = c["State"]["Running"].as_bool() == Some(true);
-            (name, running)
-        }))
+        self.backend.status(&self.workspace(id))
     }
 
     /// Stop the sandbox: the guest's backup daemon makes its final sync
     /// when backups are configured. Blocking.
     pub fn stop(&self, id: Uuid) -> Result<(), String> {
-        sbx_run::lifecycle::stop(&quiet(), Some(self.workspace(id)), None)
-            .map(drop)
-            .map_err(|e| sbx_core::entry::chain(&*e))
+        self.backend.stop(&self.workspace(id))
     }
 
     /// Stop and remove the sandbox, its volumes and image, then the
@@ -377,8 +360,7 @@ impl Sandboxes {
         let ws = self.workspace(id);
         if ws.exists() {
             self.stop(id)?;
-            sbx_run::lifecycle::rm(&quiet(), Some(ws), true, None)
-                .map_err(|e| sbx_core::entry::chain(&*e))?;
+            self.backend.delete(&ws)?;
         }
         let dir = self.project_dir(id);
         match std::fs::remove_dir_all(&dir) {
@@ -401,8 +383,100 @@ impl Sandboxes {
     /// The guest API socket of project `id`'s sandbox and the agent's
     /// working directory in it. Blocking.
     pub fn terminal_target(&self, id: Uuid) -> Result<(PathBuf, String), String> {
-        let ws = sbx_run::workspace::Workspace::open(&quiet(), Some(self.workspace(id)))
-            .map_err(|e| sbx_core::entry::chain(&*e))?;
-        Ok((sbx_run::guestexec::socket_for(&ws), ws.workdir()))
+        self.backend.terminal(&self.workspace(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Exec;
+
+    /// A backend that records the calls, and at `start` what the
+    /// service had written by then.
+    #[derive(Debug, Default, Clone)]
+    struct Recording(Arc<Mutex<Vec<String>>>);
+
+    impl Recording {
+        fn note(&self, s: String) {
+            self.0.lock().unwrap().push(s);
+        }
+    }
+
+    impl Backend for Recording {
+        fn create(&self, ws: &Path) -> Result<(), String> {
+            std::fs::create_dir_all(ws.join(sbx_core::config::DIR)).map_err(|e| e.to_string())?;
+            self.note("create".into());
+            Ok(())
+        }
+        fn start(&self, ws: &Path) -> Result<String, String> {
+            let cfg = ws.join(sbx_core::config::DIR).join("config.toml");
+            let text = std::fs::read_to_string(cfg).unwrap_or_default();
+            self.note(format!("start with config: {}", !text.is_empty()));
+            Ok("sandbox-name".into())
+        }
+        fn stop(&self, _: &Path) -> Result<(), String> {
+            self.note("stop".into());
+            Ok(())
+        }
+        fn delete(&self, _: &Path) -> Result<(), String> {
+            self.note("delete".into());
+            Ok(())
+        }
+        fn status(&self, _: &Path) -> Result<Option<(String, bool)>, String> {
+            Ok(None)
+        }
+        fn exec(&self, _: &Path, argv: &[OsString], _: &str) -> Result<Exec, String> {
+            self.note(format!("exec {argv:?}"));
+            Ok(Exec {
+                status: 66,
+                stdout: Vec::new(),
+                stderr: b"sbx-backup: error: no snapshot\n".to_vec(),
+            })
+        }
+        fn terminal(&self, _: &Path) -> Result<(PathBuf, String), String> {
+            Err("none".into())
+        }
+        fn snapshot(&self, _: &Path, _: Option<&str>) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// The service's side of a start, stop, backup and removal, over the
+    /// seam: the config is written before the backend starts anything,
+    /// and a backend's exit 66 is "no snapshot".
+    #[test]
+    fn the_service_drives_its_backend() {
+        let t = tempfile::tempdir().unwrap();
+        let rec = Recording::default();
+        let caps = crate::config::Caps {
+            cpus: 64.0,
+            memory: sbx_core::config::Size {
+                text: "64g".into(),
+                bytes: 64 << 30,
+            },
+        };
+        let s = Sandboxes::new(t.path().to_owned(), None, Vec::new(), caps)
+            .with_backend(Box::new(rec.clone()));
+        let id = Uuid::new_v4();
+        std::fs::create_dir_all(s.workspace(id)).unwrap();
+        assert_eq!(s.start(id, None).unwrap(), "sandbox-name");
+        assert!(matches!(
+            s.backup(id, &["snapshots"]),
+            Err(BackupError::NoSnapshot(_))
+        ));
+        assert_eq!(s.container(id).unwrap(), None);
+        s.remove(id).unwrap();
+        assert!(!t.path().join(id.to_string()).exists());
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            [
+                "create",
+                "start with config: true",
+                "exec [\"sbx-backup\", \"--json\", \"snapshots\"]",
+                "stop",
+                "delete"
+            ]
+        );
     }
 }

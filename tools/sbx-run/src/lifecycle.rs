@@ -1084,6 +1084,17 @@ pub fn show_k8s(
             "show-run --format k8s: give --repo URL, the repository the cluster clones (a cluster has no host checkout to bind)".into(),
         )
     })?;
+    // A password or token in the URL would be printed into the manifests
+    // (and the pod's spec, which anyone who can read pods reads).
+    if let Some((_, rest)) = repo.split_once("://")
+        && let Some((userinfo, _)) = rest.split('/').next().unwrap_or("").rsplit_once('@')
+        && userinfo.contains(':')
+    {
+        return Err(RunError::Usage(
+            "show-run: --repo has a password or token in it, which would be printed into the manifests: give the URL without it (the cluster's git credentials go in a Secret)".into(),
+        )
+        .into());
+    }
     let branch = match branch {
         Some(b) => b.to_owned(),
         None => workspace::host_branch(&ws.path).ok_or_else(|| {
@@ -1115,7 +1126,8 @@ pub fn show_k8s(
                 "workspace": path_value(&ws.path),
                 "config": ws.loaded.describe(),
                 "branch": branch,
-                "format": format!("{format:?}").to_ascii_lowercase(),
+                "format": clap::ValueEnum::to_possible_value(&format)
+                    .map(|v| v.get_name().to_owned()),
                 "manifests": docs,
             }),
         )

@@ -376,6 +376,15 @@ fn the_schemas_catch_a_misspelt_field() {
         };
         spec["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = json!(true);
         assert!(v.validate(&d).is_err(), "{f}: a misspelt field passed");
+        // The CRD's schema alone: made strict here, since the API server
+        // would prune the field without a word.
+        let k = d["kind"].as_str().unwrap();
+        if k != "Pod" {
+            assert!(
+                v.check(v.by_kind[k], &d, k).is_err(),
+                "{f}: the CRD schema took a misspelt field"
+            );
+        }
         let mut d = docs
             .iter()
             .find(|d| d["kind"] == "NetworkPolicy" || d["kind"] == "SandboxTemplate")
@@ -821,4 +830,20 @@ fn a_cluster_needs_the_repository_to_clone() {
     assert!(o.stdout.is_empty());
     let o = show(&ws, &["--repo", REPO]);
     assert_eq!(o.status.code(), Some(64), "--repo without a k8s format");
+    // A token in the URL would be printed into the manifests.
+    let o = show(
+        &ws,
+        &[
+            "--format",
+            "k8s",
+            "--repo",
+            "https://u:tok3n@git.example.invalid/demo.git",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(64));
+    assert!(o.stdout.is_empty());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("tok3n"));
+    let o = show(&ws, &["--json", "--format", "k8s-template", "--repo", REPO]);
+    let line: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(line["data"]["format"], "k8s-template");
 }

@@ -847,3 +847,123 @@ fn a_cluster_needs_the_repository_to_clone() {
     let line: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(line["data"]["format"], "k8s-template");
 }
+
+// ---- the init containers' scripts, run ---------------------------------
+
+/// An init container's `sh -c SCRIPT NAME ARGS…`, split.
+fn script(c: &Value) -> (String, Vec<String>) {
+    assert_eq!(strings(&c["command"]), ["/bin/sh", "-c"]);
+    let mut a = strings(&c["args"]);
+    let s = a.remove(0);
+    (s, a)
+}
+
+/// The clone container's script with a real sh and git, from a local
+/// repository: it clones the branch into the (empty) workspace and makes
+/// the mount points the pod's mounts need, leaving what exists alone.
+#[test]
+fn the_clone_script_clones_and_makes_the_mount_points() {
+    let ws = workspace(SAMPLE);
+    let url = format!("file://{}", ws.path.display());
+    let o = show(&ws, &["--json", "--format", "pod", "--repo", &url]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let docs = line["data"]["manifests"].as_array().unwrap();
+    let clone = container(pod_spec(docs), "clone");
+    let (text, mut args) = script(clone);
+    assert_eq!(
+        args[..4],
+        ["sbx-clone", url.as_str(), "main", "/workspace/demo"]
+    );
+    let points: Vec<String> = args[4..].to_vec();
+    assert!(points.contains(&"f:.env".to_owned()), "{points:?}");
+    assert!(
+        points.contains(&"d:.github/workflows".to_owned()),
+        "{points:?}"
+    );
+    let out = ws.dir.path().join("emptydir");
+    std::fs::create_dir(&out).unwrap();
+    args[3] = out.to_string_lossy().into_owned();
+    let home = ws.dir.path().join("clone-home");
+    std::fs::create_dir(&home).unwrap();
+    let mut c = std::process::Command::new("/bin/sh");
+    c.arg("-c").arg(&text).args(&args).env_clear();
+    c.env("PATH", "/usr/bin:/bin");
+    for e in clone["env"].as_array().unwrap() {
+        c.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
+    }
+    c.env("HOME", &home);
+    let r = c.output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        std::fs::read_to_string(out.join("README.md")).unwrap(),
+        "demo\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join(".github/workflows/ci.yml")).unwrap(),
+        "on: push\n",
+        "an existing mount point is left as it is"
+    );
+    assert!(out.join(".git/HEAD").is_file());
+    for p in &points {
+        let (kind, rel) = p.split_once(':').unwrap();
+        let m = std::fs::symlink_metadata(out.join(rel)).unwrap_or_else(|_| panic!("{p} missing"));
+        assert_eq!(m.is_dir(), kind == "d", "{p}");
+    }
+    // The untracked secret's mount point is empty: nothing of the host's.
+    assert_eq!(std::fs::read(out.join(".env")).unwrap(), b"");
+    // Run again (a restarted pod): the clone is kept.
+    let r = c.output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}
+
+/// The seed container's script: a new claim (empty but for lost+found)
+/// gets the image's content with its modes; one with data is untouched.
+#[test]
+fn the_seed_script_fills_only_new_claims() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = workspace(SAMPLE);
+    let docs = manifests(&ws, "pod");
+    let (text, args) = script(container(pod_spec(&docs), "seed"));
+    assert_eq!(args[0], "sbx-seed");
+    let pairs: Vec<(&str, &str)> = args[1..]
+        .chunks(2)
+        .map(|p| (p[0].as_str(), p[1].as_str()))
+        .collect();
+    assert!(
+        pairs.contains(&("/home/agent", "/sbx-seed/home")),
+        "{pairs:?}"
+    );
+    let t = ws.dir.path();
+    let img = t.join("image-home");
+    std::fs::create_dir_all(img.join(".config")).unwrap();
+    std::fs::write(img.join(".bashrc"), "# image\n").unwrap();
+    std::fs::set_permissions(img.join(".config"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let new = t.join("claim-new");
+    std::fs::create_dir_all(new.join("lost+found")).unwrap();
+    let used = t.join("claim-used");
+    std::fs::create_dir_all(&used).unwrap();
+    std::fs::write(used.join(".bashrc"), "# mine\n").unwrap();
+    let r = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&text)
+        .arg("sbx-seed")
+        .args([&img, &new, &img, &used])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        std::fs::read_to_string(new.join(".bashrc")).unwrap(),
+        "# image\n"
+    );
+    let mode = std::fs::metadata(new.join(".config"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+    assert_eq!(
+        std::fs::read_to_string(used.join(".bashrc")).unwrap(),
+        "# mine\n"
+    );
+    assert!(!used.join(".config").exists());
+}

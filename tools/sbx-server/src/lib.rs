@@ -7,7 +7,6 @@
 pub mod api;
 pub mod auth;
 pub mod config;
-pub mod conn;
 pub mod error;
 pub mod pg;
 pub mod repo;

@@ -108,6 +108,100 @@ fn send(ws: &mut WebSocket<TcpStream>, kind: u8, body: &[u8]) {
     ws.send(Message::Binary(m.into())).unwrap();
 }
 
+/// `curl ARGS` as uid 65534 (another local user): what it printed.
+fn curl_as_nobody(args: &[&str]) -> String {
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "curl"])
+        .args(["-s", "-i", "--max-time", "20"])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Routes past the cookie and the Origin check (a42), tried as an
+/// attacker would with the session cookie already in hand (a browser
+/// sends a 127.0.0.1 cookie to every port of 127.0.0.1: another user's
+/// server, the agent's forwarded dev server, collect it).
+fn attack_round(addr: &str, cookie: &str) {
+    let port = addr.rsplit(':').next().unwrap();
+    // Another local user: a loopback port is every uid's to connect to,
+    // and the cookie was enough. Now its uid is refused before a byte
+    // of the request is read, cookie or not.
+    let got = curl_as_nobody(&[&format!("http://{addr}/")]);
+    assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    assert!(got.contains("uid 65534"), "{got}");
+    let got = curl_as_nobody(&[
+        "-H",
+        "Connection: Upgrade",
+        "-H",
+        "Upgrade: websocket",
+        "-H",
+        "Sec-WebSocket-Version: 13",
+        "-H",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "-H",
+        "Sec-WebSocket-Protocol: tty",
+        "-H",
+        &format!("Cookie: {cookie}"),
+        &format!("http://{addr}/terminal"),
+    ]);
+    assert!(
+        got.starts_with("HTTP/1.1 403"),
+        "another uid upgraded: {got}"
+    );
+
+    // DNS rebinding: a page of rebind.example (resolving to 127.0.0.1)
+    // is its own origin, so Origin == Host, and its script can set a
+    // cookie of this name for itself. The Host must be this listener's.
+    let rebound = format!("rebind.example:{port}");
+    let origin = format!("http://{rebound}");
+    let via = [
+        ("host", rebound.as_str()),
+        ("origin", origin.as_str()),
+        ("cookie", cookie),
+    ];
+    assert_eq!(open(addr, &via).err(), Some(421), "a rebound name upgraded");
+    let (status, _, body) = http(
+        addr,
+        &format!("GET / HTTP/1.1\r\nHost: {rebound}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 421, "{body}");
+    // The listener's own names still serve.
+    for host in [addr.to_owned(), format!("localhost:{port}")] {
+        let (status, _, body) = http(
+            addr,
+            &format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+        );
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+
+    // A flood: connections that send nothing held every descriptor the
+    // process had. Past the cap one more is told so and closed; the
+    // held ones are closed by the head timeout, or here by the client.
+    let held: Vec<TcpStream> = (0..32).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let mut over = TcpStream::connect(addr).unwrap();
+    over.set_read_timeout(Some(WAIT)).unwrap();
+    let mut got = String::new();
+    let _ = over.read_to_string(&mut got);
+    assert!(got.starts_with("HTTP/1.1 503"), "over the cap: {got:?}");
+    assert!(got.contains("32 connections are open"), "{got}");
+    drop(held);
+    // The slots come back.
+    let end = Instant::now() + WAIT;
+    loop {
+        let (status, _, _) = http(
+            addr,
+            &format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+        );
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < end, "no slot came back: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_non_loopback_listen_is_refused() {
     let o = sbx()
@@ -183,6 +277,7 @@ fn the_local_terminal_speaks_ttyd_behind_a_one_time_token() {
         ("origin", "http://127.0.0.1:3000"),
     ];
     assert_eq!(open(&addr, &evil).err(), Some(403), "foreign origin");
+    attack_round(&addr, &cookie);
     // The page itself is served, with its policy.
     let (status, head, body) = http(
         &addr,
@@ -207,6 +302,16 @@ fn the_local_terminal_speaks_ttyd_behind_a_one_time_token() {
     assert!(until(&mut ws, &mut out, "sbx-42-ok"), "{out}");
     // tmux keeps a row for its status line.
     assert!(out.contains("29 100"), "{out}");
+    // The agent writes the clipboard (OSC 52) of whoever replays the
+    // recording, through tmux's passthrough and its own clipboard relay.
+    send(
+        &mut ws,
+        b'0',
+        b"tmux set -g set-clipboard on; tmux set -g allow-passthrough on; \
+          printf '\\033Ptmux;\\033\\033]52;c;c2J4LWNsaXA=\\007\\033\\\\'; \
+          printf '\\033]52;c;c2J4LWNsaXA=\\007'; echo sbx-osc-$((6*7))\r",
+    );
+    assert!(until(&mut ws, &mut out, "sbx-osc-42"), "{out}");
     send(&mut ws, b'1', br#"{"columns":120,"rows":40}"#);
     send(&mut ws, b'0', b"stty size\r");
     assert!(until(&mut ws, &mut out, "39 120"), "{out}");
@@ -257,6 +362,25 @@ fn the_local_terminal_speaks_ttyd_behind_a_one_time_token() {
         serde_json::from_str(cast_text.lines().next().unwrap()).unwrap();
     assert_eq!(header["version"], 2);
     assert!(cast_text.contains("sbx-42-ok"), "{cast_text}");
+    // Replayed in the user's terminal, the agent's control strings are
+    // text: the OSC 52 is there, defanged, and no ESC ] is.
+    let outputs: Vec<String> = cast_text
+        .lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e[1] == "o")
+        .filter_map(|e| e[2].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        outputs.iter().any(|o| o.contains("\u{241b}]52;c;")),
+        "the OSC 52 never reached the recording: {outputs:?}"
+    );
+    assert!(
+        !outputs
+            .iter()
+            .any(|o| o.contains("\x1b]") || o.contains('\u{9d}')),
+        "a control string in the recording: {outputs:?}"
+    );
     drop(served);
     // The token appears in no log: not the audit log, not stderr.
     let mut err = String::new();

@@ -4,6 +4,14 @@
 //! page trades for an HttpOnly cookie. Sessions are recorded (asciicast)
 //! under the host's state directory and marked in the host's audit log,
 //! so `sbx-run log` shows them.
+//!
+//! A loopback port is every local user's to connect to, and a browser
+//! sends a 127.0.0.1 cookie to every port of that address (another
+//! user's server, the agent's forwarded dev server). So before a request
+//! is read, the connecting process must be this user's (its uid, by
+//! sock_diag); the Host must name this listener (a page of a name that
+//! resolves to 127.0.0.1 — DNS rebinding — is refused, cookie or not);
+//! and at most [`MAX_CONNECTIONS`] are open, one more told so.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,8 +20,9 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{WebSocket, WebSocketUpgrade};
-use axum::extract::{Json, State};
+use axum::extract::{Json, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use sbx_core::Exit;
@@ -25,6 +34,10 @@ use sbx_terminal::{MAX_MESSAGE, MAX_VIEWERS, Recorder, Viewer};
 use serde::Deserialize;
 
 use crate::{PathArg, RunError};
+
+/// HTTP connections open at once (a browser holds about six, a viewer
+/// one while it upgrades); one more is answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 32;
 
 #[derive(Debug, clap::Args)]
 pub struct TerminalOpts {
@@ -51,6 +64,9 @@ struct Local {
     container: String,
     /// Where the recordings go: the host's, out of the sandbox's reach.
     sessions: PathBuf,
+    /// The Host values this listener answers; None with --public (any
+    /// name the network gives it).
+    hosts: Option<Vec<String>>,
 }
 
 /// `len` random bytes from the kernel, as hex.
@@ -116,6 +132,7 @@ pub fn run(common: &CommonArgs, opts: TerminalOpts) -> Result<ExitCode, BoxError
         sessions: crate::spec::state_dir()
             .join("terminal")
             .join(&ws.names.container),
+        hosts: (!opts.public).then(|| vec![addr.to_string(), format!("localhost:{}", addr.port())]),
     });
     // The fragment never leaves the browser: no request line, so no log
     // on the way, carries the token.
@@ -139,24 +156,101 @@ pub fn run(common: &CommonArgs, opts: TerminalOpts) -> Result<ExitCode, BoxError
         .enable_all()
         .build()
         .map_err(|e| RunError::Io("tokio runtime".into(), e))?;
-    rt.block_on(serve(listener, local))?;
+    rt.block_on(serve(listener, local, opts.public))?;
     Ok(Exit::Ok.into())
 }
 
-async fn serve(listener: std::net::TcpListener, local: Arc<Local>) -> Result<(), RunError> {
+async fn serve(
+    listener: std::net::TcpListener,
+    local: Arc<Local>,
+    public: bool,
+) -> Result<(), RunError> {
     let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| RunError::Io("listen".into(), e))?;
     let router = axum::Router::new()
         .route("/session", post(session))
         .route("/terminal", get(terminal));
     let router = sbx_terminal::web::routes(router, &sbx_terminal::web::LOCAL);
-    let router = sbx_terminal::web::routes(router, &sbx_terminal::web::COMMON).with_state(local);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| RunError::Io("serve".into(), e))
+    let router = sbx_terminal::web::routes(router, &sbx_terminal::web::COMMON)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&local),
+            host_ok,
+        ))
+        .with_state(local);
+    let limits = sbx_terminal::conn::Limits {
+        max: MAX_CONNECTIONS,
+        // Every local client is 127.0.0.1.
+        per_address: MAX_CONNECTIONS,
+        refusal: Some(format!(
+            "sbx-run terminal: {MAX_CONNECTIONS} connections are open, the most it takes: \
+             close some of its tabs, or wait"
+        )),
+        admit: Some(Arc::new(move |ours, peer| admit(ours, peer, public))),
+    };
+    sbx_terminal::conn::serve(listener, router, limits, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
+    Ok(())
+}
+
+/// The uids whose processes may connect: this one, root (which could
+/// read the cookie out of this process anyway) and, under sudo, the
+/// user who ran it.
+fn allowed_uids() -> Vec<u32> {
+    let me = nix::unistd::geteuid().as_raw();
+    let mut v = vec![me, 0];
+    if me == 0
+        && let Some(u) = std::env::var("SUDO_UID").ok().and_then(|u| u.parse().ok())
+    {
+        v.push(u);
+    }
+    v
+}
+
+/// May the process at `peer` connect? A process of this machine must
+/// be one of [`allowed_uids`]; one that is not found here is another
+/// machine's, which only --public lets in (the cookie still guards it).
+fn admit(ours: SocketAddr, peer: SocketAddr, public: bool) -> Result<(), String> {
+    let me = nix::unistd::geteuid().as_raw();
+    match sbx_sys::netlink::tcp_peer_uid(ours, peer) {
+        Ok(Some(uid)) if allowed_uids().contains(&uid) => Ok(()),
+        Ok(Some(uid)) => Err(format!(
+            "sbx-run terminal: a connection of uid {uid} refused: this terminal is uid {me}'s \
+             and serves its processes alone"
+        )),
+        Ok(None) if public && !peer.ip().to_canonical().is_loopback() => Ok(()),
+        Ok(None) => Err(format!(
+            "sbx-run terminal: the process connecting from {peer} was not found: refused"
+        )),
+        Err(e) => Err(format!(
+            "sbx-run terminal: who connects from {peer} could not be checked ({e}): refused"
+        )),
+    }
+}
+
+/// The Host must name this listener: a page of another name that
+/// resolves to 127.0.0.1 (DNS rebinding) is its own origin, so the
+/// Origin check alone would pass it, and its script can set a cookie of
+/// that name for itself.
+async fn host_ok(State(l): State<Arc<Local>>, req: Request, next: Next) -> Response {
+    if let Some(hosts) = &l.hosts {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if !host.is_some_and(|h| hosts.iter().any(|a| a.eq_ignore_ascii_case(h))) {
+            return refuse(
+                StatusCode::MISDIRECTED_REQUEST,
+                &format!(
+                    "this terminal answers http://{} alone, not a request for host {:?}",
+                    hosts[0],
+                    host.unwrap_or("")
+                ),
+            );
+        }
+    }
+    next.run(req).await
 }
 
 fn refuse(status: StatusCode, msg: &str) -> Response {
@@ -334,7 +428,14 @@ mod tests {
         h.insert(header::HOST, "127.0.0.1:7681".parse().unwrap());
         h.insert(header::ORIGIN, "http://127.0.0.1:7681".parse().unwrap());
         assert!(origin_ok(&h));
-        h.insert(header::ORIGIN, "http://127.0.0.1:3000".parse().unwrap());
-        assert!(!origin_ok(&h));
+        for o in [
+            "http://127.0.0.1:3000",
+            "null",
+            "http://127.0.0.1:7681.evil.example",
+            "http://127.0.0.1:76810",
+        ] {
+            h.insert(header::ORIGIN, o.parse().unwrap());
+            assert!(!origin_ok(&h), "{o}");
+        }
     }
 }

@@ -1137,15 +1137,16 @@ pub async fn serve(
         .map_err(|e| ServerError::Listen(args.listen, e))?;
     // The one line a supervisor (or a test) waits for.
     eprintln!("sbx-server: listening on http://{addr}");
-    crate::conn::serve(
-        listener,
-        router(state),
-        args.max_connections as usize,
-        args.max_connections_per_address
+    let limits = sbx_terminal::conn::Limits {
+        max: args.max_connections as usize,
+        per_address: args
+            .max_connections_per_address
             .map_or((args.max_connections as usize / 4).max(1), |n| n as usize),
-        shutdown(),
-    )
-    .await;
+        // A flood gets no bytes.
+        refusal: None,
+        admit: None,
+    };
+    sbx_terminal::conn::serve(listener, router(state), limits, shutdown()).await;
     drop(cluster);
     Ok(())
 }

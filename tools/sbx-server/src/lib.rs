@@ -8,7 +8,6 @@ pub mod api;
 pub mod auth;
 pub mod backend;
 pub mod config;
-pub mod conn;
 pub mod error;
 pub mod pg;
 pub mod repo;

@@ -17,6 +17,7 @@
 //! `sbx-run terminal` (the local sandbox, behind a one-time token).
 #![forbid(unsafe_code)]
 
+pub mod conn;
 pub mod web;
 
 use std::collections::BTreeMap;
@@ -438,7 +439,47 @@ struct Rec {
     written: u64,
     /// The incomplete UTF-8 tail of each stream's last chunk.
     carry: BTreeMap<&'static str, Vec<u8>>,
+    /// The output's last chunk ended with an ESC (held for [`defang`]).
+    esc: bool,
     full: bool,
+}
+
+/// Output for a recording, with every control string (OSC, DCS, SOS,
+/// PM, APC: `ESC ]`, `ESC P`, `ESC X`, `ESC ^`, `ESC _`, and their C1
+/// forms) made visible text: `␛]52;c;…` rather than the sequence.
+/// A recording is replayed in the user's own terminal (`asciinema play`),
+/// where the agent's OSC 52 wrote the clipboard, OSC 8 made links of its
+/// choosing, OSC 0 set the title, and DCS strings drove the terminal.
+/// Kept, not dropped, so the agent cannot hide output from the record
+/// behind an unterminated string. CSI (colours, cursor) is left as it is.
+/// `esc`: an ESC ended the previous chunk (held back, decided here).
+pub fn defang(text: &str, esc: &mut bool) -> String {
+    let mut out = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        if std::mem::take(esc) {
+            match c {
+                ']' | 'P' | 'X' | '^' | '_' => out.push('\u{241b}'),
+                '\x1b' => {
+                    out.push('\x1b');
+                    *esc = true;
+                    continue;
+                }
+                _ => out.push('\x1b'),
+            }
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\x1b' => *esc = true,
+            '\u{90}' => out.push_str("\u{241b}P"),
+            '\u{98}' => out.push_str("\u{241b}X"),
+            '\u{9d}' => out.push_str("\u{241b}]"),
+            '\u{9e}' => out.push_str("\u{241b}^"),
+            '\u{9f}' => out.push_str("\u{241b}_"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Recorder {
@@ -482,6 +523,7 @@ impl Recorder {
                 file,
                 written: line.len() as u64,
                 carry: BTreeMap::new(),
+                esc: false,
                 full: false,
             }),
         })
@@ -505,6 +547,17 @@ impl Recorder {
             return;
         }
         let text = String::from_utf8_lossy(&bytes);
+        let text = if kind == "o" {
+            let mut esc = r.esc;
+            let t = defang(&text, &mut esc);
+            r.esc = esc;
+            std::borrow::Cow::Owned(t)
+        } else {
+            text
+        };
+        if text.is_empty() {
+            return;
+        }
         let mut line = serde_json::to_vec(&serde_json::json!([t, kind, text])).unwrap_or_default();
         line.push(b'\n');
         if r.written + line.len() as u64 > MAX_RECORDING {
@@ -585,6 +638,23 @@ mod tests {
         assert_eq!(incomplete_tail(&[b'a', e[0]]), 1);
         assert_eq!(incomplete_tail(b"abc"), 0);
         assert_eq!(incomplete_tail(&[0xff, b'a']), 0);
+    }
+
+    #[test]
+    fn control_strings_are_recorded_as_text() {
+        let mut esc = false;
+        assert_eq!(
+            defang("a\x1b]52;c;eA==\x07b\x1b[1mc", &mut esc),
+            "a\u{241b}]52;c;eA==\x07b\x1b[1mc"
+        );
+        assert_eq!(
+            defang("\u{9d}8;;x\x1bPq\x1b", &mut esc),
+            "\u{241b}]8;;x\u{241b}Pq"
+        );
+        assert!(esc, "an ESC at a chunk's end waits for the next");
+        assert_eq!(defang("_z\x1b", &mut esc), "\u{241b}_z");
+        assert_eq!(defang("[2J", &mut esc), "\x1b[2J");
+        assert!(!esc);
     }
 
     #[test]

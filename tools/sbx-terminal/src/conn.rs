@@ -1,4 +1,5 @@
-//! The accept loop. axum::serve sets no header-read timeout (hyper needs a
+//! The accept loop of both web servers (sbx-server and `sbx-run
+//! terminal`). axum::serve sets no header-read timeout (hyper needs a
 //! timer for one) and takes every connection, so a client that opened
 //! connections and sent half a request line, or nothing, held a file
 //! descriptor each for good until the server could accept no one. Here
@@ -13,12 +14,16 @@
 //! pipelined requests and never read the answers held its connection
 //! (and its slot) for good once the socket's buffers were full, the head
 //! timeout being for reads only.
+//!
+//! `sbx-run terminal` also asks, per connection, who may connect at all
+//! ([`Limits::admit`]: the peer's uid on this machine), and answers one
+//! over a cap with a line saying so rather than a bare close.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -28,7 +33,7 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
 /// How long a client may take to send a request's head (the request
@@ -169,18 +174,95 @@ impl Drop for PeerSlot {
     }
 }
 
+/// Who may connect: given (our address, the peer's), Ok or why not.
+pub type Admit = Arc<dyn Fn(SocketAddr, SocketAddr) -> Result<(), String> + Send + Sync>;
+
+/// What the accept loop allows.
+#[derive(Clone)]
+pub struct Limits {
+    /// Connections open at once.
+    pub max: usize,
+    /// Connections open at once from one peer address (an IPv6 /64).
+    pub per_address: usize,
+    /// Past a cap, answer 503 with this line before closing; None closes
+    /// at once (a flood gets no bytes).
+    pub refusal: Option<String>,
+    /// Asked before a connection is served; its Err is answered 403.
+    pub admit: Option<Admit>,
+}
+
+impl std::fmt::Debug for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limits")
+            .field("max", &self.max)
+            .field("per_address", &self.per_address)
+            .field("refusal", &self.refusal)
+            .field("admit", &self.admit.is_some())
+            .finish()
+    }
+}
+
+/// An HTTP answer of `status` with the line `msg`, closing.
+fn answer(status: &str, msg: &str) -> String {
+    let body = format!("{msg}\n");
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Answer `status` with `msg` on a connection over a cap, and close it,
+/// from the accept loop: without waiting (a full send buffer loses the
+/// answer, not the loop), after taking what the client already sent
+/// (unread bytes turn the close into a reset).
+fn refuse_now(stream: TcpStream, status: &str, msg: &str) {
+    use std::io::{Read, Write};
+    // Out of tokio (whose readiness a new socket does not have yet):
+    // plain non-blocking calls.
+    let Ok(mut stream) = stream.into_std() else {
+        return;
+    };
+    let mut sink = [0u8; 4096];
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    let _ = stream.write(answer(status, msg).as_bytes());
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
+/// The same from a connection's own task (it holds its slot): the
+/// request is read and dropped until the client closes, for at most
+/// [`HEADER_TIMEOUT`], so the answer is not lost to a reset.
+async fn refuse(mut stream: TcpStream, status: &str, msg: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let text = answer(status, msg);
+    let _ = tokio::time::timeout(HEADER_TIMEOUT, async {
+        stream.write_all(text.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => left -= n.min(left),
+            }
+        }
+        Ok::<_, io::Error>(())
+    })
+    .await;
+}
+
 /// Serve `router` on `listener` until `shutdown`, then let the open
 /// connections finish their requests.
 pub async fn serve(
     listener: TcpListener,
     router: axum::Router,
-    max: usize,
-    per_address: usize,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
+    let max = limits.max;
     let open = Arc::new(Semaphore::new(max));
     let peers = Arc::new(PerPeer {
-        max: per_address,
+        max: limits.per_address,
         open: Mutex::new(HashMap::new()),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -199,14 +281,16 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         // The peer's slot first: a peer at its cap takes none of the others'.
-        let Some(slot) = peers.take(addr.ip()) else {
-            drop(stream);
+        let taken = peers
+            .take(addr.ip())
+            .and_then(|slot| Some((slot, Arc::clone(&open).try_acquire_owned().ok()?)));
+        let Some((slot, permit)) = taken else {
+            if let Some(msg) = &limits.refusal {
+                refuse_now(stream, "503 Service Unavailable", msg);
+            }
             continue;
         };
-        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
-            drop(stream);
-            continue;
-        };
+        let admit = limits.admit.clone();
         let router = router.clone();
         let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(addr));
@@ -220,6 +304,17 @@ pub async fn serve(
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let _permit = (permit, slot);
+            if let Some(admit) = admit {
+                let ours = stream.local_addr();
+                let why = match ours {
+                    Ok(ours) => admit(ours, addr),
+                    Err(e) => Err(format!("the connection's address: {e}")),
+                };
+                if let Err(why) = why {
+                    refuse(stream, "403 Forbidden", &why).await;
+                    return;
+                }
+            }
             let mut b = hyper::server::conn::http1::Builder::new();
             b.timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT);

@@ -9,13 +9,15 @@
 # it) and its commit with the hook, commit-hook-base, to the same run: what
 # a change to the broker adds to a commit (and commit-no-hook-base, without;
 # rev-parse-base, a call with no hook at all).
+# BENCH_DIR=path puts the whole set-up (repositories, the broker's socket
+# and private-index directory) there instead of /tmp, e.g. on a tmpfs.
 # Usage: bench/hook-broker.sh [RUNS]
 set -euo pipefail
 RUNS=${1:-300}
 GUARD=${GUARD:-$PWD/target/release/sbx-git-guard}
 IL=$PWD/bench/interleave.py
 GID=2575
-TMP=$(mktemp -d /tmp/sbx-hook-bench.XXXXXX)
+TMP=$(mktemp -d "${BENCH_DIR:-/tmp}/sbx-hook-bench.XXXXXX")
 BASE_BROKER=
 trap 'kill "$BROKER" $BASE_BROKER 2>/dev/null || true; rm -rf "$TMP"' EXIT
 chmod 755 "$TMP"

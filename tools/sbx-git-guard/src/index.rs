@@ -122,16 +122,30 @@ fn lock_path(index: &Path) -> PathBuf {
 /// 16 random bytes, read ahead of a call ([`draw_name`]): off its path.
 static NAME: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
 
-/// A broker's runner, before it waits for a call: draw the name a private
-/// copy would take (a process forked per call, so each has its own).
+/// 16 more, for the one pre-commit view a runner may make
+/// ([`take_view_name`]).
+static VIEW_NAME: std::sync::Mutex<Option<[u8; 16]>> = std::sync::Mutex::new(None);
+
+/// A broker's runner, before it waits for a call: draw the names a private
+/// copy and a pre-commit view would take (a process forked per call, so
+/// each has its own).
 pub fn draw_name() {
-    let mut r = [0u8; 16];
+    let mut r = [0u8; 32];
     if std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut r))
         .is_ok()
     {
-        let _ = NAME.set(r);
+        let (copy, view) = r.split_at(16);
+        let _ = NAME.set(copy.try_into().unwrap_or_default());
+        if let Ok(mut v) = VIEW_NAME.lock() {
+            *v = view.try_into().ok();
+        }
     }
+}
+
+/// The view name [`draw_name`] drew, once; then None.
+pub fn take_view_name() -> Option<[u8; 16]> {
+    VIEW_NAME.lock().ok()?.take()
 }
 
 /// A fresh name under `root` nobody can guess (the agent cannot list

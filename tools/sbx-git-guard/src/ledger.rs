@@ -236,13 +236,17 @@ pub(crate) fn view_base(sock: &Path) -> PathBuf {
     }
 }
 
-/// A fresh directory under `base` with a name nobody can guess.
+/// A fresh directory under `base` with a name nobody can guess (drawn
+/// before the call, in a broker's runner: off the call's path).
 fn make_view(base: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::DirBuilderExt as _;
     let mut r = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut r))
-        .map_err(|e| format!("no random name for the private view: {e}"))?;
+    match crate::index::take_view_name() {
+        Some(drawn) => r = drawn,
+        None => std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut r))
+            .map_err(|e| format!("no random name for the private view: {e}"))?,
+    }
     let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
     let dir = base.join(format!("{name}.view"));
     std::fs::DirBuilder::new()
@@ -565,6 +569,17 @@ fn make_pre_commit_view(
     let refs = snap.refs.as_slice();
     let branch = (head.is_some() && sym.starts_with(b"refs/heads/")).then_some(sym);
     let io = |p: &Path, e: std::io::Error| format!("the private view {}: {e}", p.display());
+    let zero = b"0".repeat(40);
+    // Kept by the root process, once: a copy in the private directory was
+    // rewritten by a clean filter's daemon that had flipped main for the
+    // snapshot (a46g). Asked first, answered once the view is made (the
+    // root process wakes meanwhile); the view is removed if it is not kept.
+    let private = env
+        .iter()
+        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let pin = crate::broker::ask_pin_from_worker(sock, &private, head.unwrap_or(&zero))?;
     match std::fs::DirBuilder::new().mode(0o700).create(msg_dir) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(msg_dir, e)),
         _ => {}
@@ -577,7 +592,10 @@ fn make_pre_commit_view(
     // directory, which no process can list, removed when the hook ends.
     let view = View(make_view(base)?);
     let g = view.0.join("g");
-    for d in [&g, &g.join("refs"), &g.join("objects")] {
+    // No `objects`: with `GIT_OBJECT_DIRECTORY` set (the hook's is) git
+    // looks for none. Each entry made here is a journal write, 0.5 ms on
+    // a busy disk (bench/RESULTS.md).
+    for d in [&g, &g.join("refs")] {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(d)
@@ -604,16 +622,8 @@ fn make_pre_commit_view(
     std::fs::write(g.join("packed-refs"), packed).map_err(|e| io(&g, e))?;
     let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
     std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
-    let zero = b"0".repeat(40);
-    // Kept by the root process, once: a copy in the private directory was
-    // rewritten by a clean filter's daemon that had flipped main for the
-    // snapshot (a46g). The copy stays for sbx-git-client's routing.
-    let private = env
-        .iter()
-        .find(|(k, _)| k == crate::index::PRIVATE_VAR)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    crate::broker::keep_pin_from_worker(sock, &private, head.unwrap_or(&zero))?;
+    pin.answer()?;
+    // The copy stays for sbx-git-client's routing.
     std::fs::write(msg_dir.join(PINNED_HEAD), head.unwrap_or(&zero)).map_err(|e| io(msg_dir, e))?;
     let mut env: Vec<(OsString, OsString)> = env
         .iter()

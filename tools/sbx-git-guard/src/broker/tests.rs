@@ -351,3 +351,45 @@ fn passwd_home_finds_the_uid_line() {
     assert_eq!(super::passwd_home(f, 10), None);
     assert_eq!(super::passwd_home(f, 1001), None);
 }
+
+/// A pin asked in two halves reads the root process's answer as it came,
+/// and one dropped unread still takes its answer off the session's
+/// channel, so the next request reads its own (a stale yes would pass a
+/// pin the root process refused).
+#[test]
+fn a_pin_asked_ahead_reads_its_own_answer() {
+    let (worker, root) = UnixStream::pair().unwrap();
+    let worker: &'static UnixStream = Box::leak(Box::new(worker));
+    let mut root = root;
+    let answers = |root: &mut UnixStream, ok: u8| {
+        let mut what = [0u8; 4];
+        root.read_exact(&mut what).unwrap();
+        assert_eq!(u32::from_le_bytes(what), KEEP_PIN);
+        for _ in 0..2 {
+            let mut n = [0u8; 4];
+            root.read_exact(&mut n).unwrap();
+            let mut part = vec![0u8; u32::from_le_bytes(n) as usize];
+            root.read_exact(&mut part).unwrap();
+        }
+        root.write_all(&[ok]).unwrap();
+    };
+    let ask = || {
+        assert!(send_to_root(worker, KEEP_PIN, &[b"name", &[b'a'; 40]]).unwrap());
+        PinAsked(Some(worker))
+    };
+    let asked = ask();
+    answers(&mut root, 1);
+    assert!(asked.answer().is_ok());
+    let asked = ask();
+    answers(&mut root, 0);
+    assert!(asked.answer().is_err());
+    // Dropped unread after a yes: the next ask hears its own no.
+    drop({
+        let a = ask();
+        answers(&mut root, 1);
+        a
+    });
+    let asked = ask();
+    answers(&mut root, 0);
+    assert!(asked.answer().is_err());
+}

@@ -832,6 +832,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 let dir = Path::new(crate::ssh::DIR);
                 let env = config::agent_env(base.clone(), agent, "ssh");
                 match crate::ssh::install(
+                    Path::new(crate::ssh::SSHD),
                     &paths.shared(),
                     dir,
                     sbx_core::config::SSH_PORT,

@@ -91,6 +91,7 @@ pub fn session_env(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> Vec<(Str
 
 /// Copy the host's keys and write the config into `dir`, made anew.
 pub fn install(
+    sshd: &Path,
     shared: &Path,
     dir: &Path,
     port: u16,
@@ -106,9 +107,10 @@ pub fn install(
             )
         })
     };
-    if !Path::new(SSHD).exists() {
+    if !sshd.exists() {
         return Err(format!(
-            "{SSHD} is not in the image: rebuild it (`sbx-run build-base`, then `sbx-run start --build`)"
+            "{} is not in the image: rebuild it (`sbx-run build-base`, then `sbx-run start --build`)",
+            sshd.display()
         ));
     }
     let host = read(HOST_KEY_HANDOFF)?;
@@ -353,6 +355,45 @@ mod tests {
             assert!(c.lines().any(|l| l == line), "{line} missing:\n{c}");
         }
         assert!(!c.contains("AcceptEnv"));
+    }
+
+    #[test]
+    fn install_takes_one_ed25519_key_and_nothing_else() {
+        let t = tempfile::tempdir().unwrap();
+        let e = install(
+            &t.path().join("no-sshd"),
+            t.path(),
+            &t.path().join("d"),
+            2222,
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.contains("not in the image"), "{e}");
+        // Any file stands for sshd here.
+        let sshd = Path::new("/bin/sh");
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("sshd");
+        let e = install(sshd, t.path(), &dir, 2222, &[]).unwrap_err();
+        assert!(e.contains(HOST_KEY_HANDOFF), "{e}");
+        std::fs::write(t.path().join(HOST_KEY_HANDOFF), "k").unwrap();
+        std::fs::write(
+            t.path().join(AUTHORIZED_HANDOFF),
+            "ssh-ed25519 AAAA a\nssh-ed25519 BBBB b\n",
+        )
+        .unwrap();
+        assert!(
+            install(sshd, t.path(), &dir, 2222, &[]).is_err(),
+            "two keys taken"
+        );
+        std::fs::write(t.path().join(AUTHORIZED_HANDOFF), "ssh-ed25519 AAAA a\n").unwrap();
+        install(sshd, t.path(), &dir, 2222, &[]).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for f in ["host_ed25519", "authorized_keys", "sshd_config"] {
+            let m = std::fs::metadata(dir.join(f)).unwrap().permissions().mode();
+            assert_eq!(m & 0o777, 0o444, "{f}");
+        }
+        // Made anew at the next start, over the read-only files.
+        install(sshd, t.path(), &dir, 2222, &[]).unwrap();
     }
 
     #[test]

@@ -35,6 +35,14 @@ pub struct ChildSpec {
     pub env: Vec<(OsString, OsString)>,
     /// The main child keeps the container's stdin; services get /dev/null.
     pub main: bool,
+    /// Its stderr read by the guest instead of going to the container's log.
+    pub tap: Option<Tap>,
+}
+
+/// A service whose log the guest reads (ssh.rs: sessions to the audit log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tap {
+    Sshd,
 }
 
 /// Process operations the supervisor needs.
@@ -457,6 +465,7 @@ mod tests {
             creds: None,
             env: vec![],
             main,
+            tap: None,
         }
     }
 

@@ -24,6 +24,7 @@ pub mod rcfiles;
 pub mod real;
 pub mod seccomp;
 pub mod sink;
+pub mod ssh;
 pub mod status;
 pub mod tree;
 

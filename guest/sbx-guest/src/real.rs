@@ -231,6 +231,8 @@ pub struct RealProcs {
     pid1: bool,
     /// API children's statuses go to the API server, not the supervisor.
     api: Option<Arc<crate::api::Registry>>,
+    /// Where a tapped service's events go (ssh.rs).
+    audit: Option<Arc<LogFile>>,
 }
 
 impl Procs for RealProcs {
@@ -257,10 +259,31 @@ impl Procs for RealProcs {
         if let Some(c) = &spec.creds {
             sbx_sys::drop_to(&mut cmd, c)?;
         }
+        let tap = match spec.tap {
+            Some(crate::init::Tap::Sshd) => {
+                let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+                cmd.stderr(w);
+                Some(std::fs::File::from(r))
+            }
+            None => None,
+        };
         let child = cmd.spawn()?;
+        // The pipe's write end goes with `cmd`: the reader sees sshd's end.
+        drop(cmd);
         // Reaped by waitpid(-1) in the loop, never through this handle.
         let pid = child.id() as i32;
         std::mem::forget(child);
+        if let Some(r) = tap {
+            let log = self.audit.clone();
+            let uid = spec.creds.as_ref().map_or(0, |c| c.uid);
+            std::thread::spawn(move || {
+                crate::ssh::follow(r, |ev| {
+                    if let Some(l) = &log {
+                        let _ = l.append(&crate::ssh::record(ev, pid, uid));
+                    }
+                })
+            });
+        }
         Ok(pid)
     }
 
@@ -491,6 +514,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let mut procs = RealProcs {
         pid1,
         api: Some(Arc::clone(&registry)),
+        audit: None,
     };
     let agent_name = std::env::var_os("SBX_AGENT")
         .filter(|v| !v.is_empty())
@@ -524,6 +548,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             None
         }
     };
+    procs.audit = log.clone();
     if let (Some(log), None) = (&log, &outcome) {
         match UnixTransport::bind(&paths.audit_socket, Duration::from_millis(500)) {
             Ok(mut t) => {
@@ -756,6 +781,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     creds: Some(agent.creds()),
                     env: config::agent_env(base.clone(), agent, name),
                     main: false,
+                    tap: None,
                 });
             }
             if daemon {
@@ -767,6 +793,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     creds: Some(agent.creds()),
                     env: config::agent_env(base.clone(), agent, "sbx-backup"),
                     main: false,
+                    tap: None,
                 });
             }
             for (name, s) in &file.services {
@@ -783,6 +810,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     creds,
                     env,
                     main: false,
+                    tap: None,
                 });
             }
             // Proxy mode: the proxy is a root service (it drops to its own
@@ -796,7 +824,30 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     creds: None,
                     env: base.clone(),
                     main: false,
+                    tap: None,
                 });
+            }
+            // [ssh] enabled: sshd as the agent, its log read for the audit.
+            if ws_config.ssh.enabled {
+                let dir = Path::new(crate::ssh::DIR);
+                let env = config::agent_env(base.clone(), agent, "ssh");
+                match crate::ssh::install(
+                    Path::new(crate::ssh::SSHD),
+                    &paths.shared(),
+                    dir,
+                    sbx_core::config::SSH_PORT,
+                    &crate::ssh::session_env(&env),
+                ) {
+                    Ok(()) => svcs.push(ChildSpec {
+                        name: "sshd".into(),
+                        argv: crate::ssh::argv(dir),
+                        creds: Some(agent.creds()),
+                        env,
+                        main: false,
+                        tap: Some(crate::init::Tap::Sshd),
+                    }),
+                    Err(e) => warnings.push(format!("no sshd: {e}")),
+                }
             }
             let main = ChildSpec {
                 name: "main".into(),
@@ -804,6 +855,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 creds: Some(agent.creds()),
                 env: config::agent_env(base, agent, &agent_name),
                 main: true,
+                tap: None,
             };
             // The guest keeps only what it still needs: KILL to stop the
             // agent's processes, SETUID/SETGID/SETPCAP to start services as

@@ -66,6 +66,7 @@ pub struct Config {
     pub guest: Guest,
     pub agent: Agent,
     pub lifecycle: Lifecycle,
+    pub ssh: Ssh,
     /// `None`: no `[tools]` table, no managed agent settings.
     pub tools: Option<Tools>,
     pub secrets: std::collections::BTreeMap<String, Secret>,
@@ -87,6 +88,24 @@ pub struct Lifecycle {
     /// Example: `"30m"`
     pub idle_stop: Option<Interval>,
 }
+
+/// `[ssh]`: an SSH server in the sandbox for IDEs (VS Code Remote-SSH)
+/// and terminals, with a key pair of the project's own (`sbx-run ssh`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Ssh {
+    /// Run sshd in the sandbox as the agent (never root), on a port published
+    /// to 127.0.0.1 (`sbx-run start --ssh-listen ADDR:PORT` widens it); only
+    /// the project's key logs in, and the session is the agent's under every
+    /// guard. The key pair is made on the host at the first start.
+    /// Default: `false`
+    /// Example: `true`
+    pub enabled: bool,
+}
+
+/// The port sshd listens on inside the sandbox (published by the holder,
+/// let in by sbx-fw when `[ssh] enabled`).
+pub const SSH_PORT: u16 = 2222;
 
 /// `[tools]`: agent tool permissions. Enforced at
 /// the agent by sbx-tool-guard (Claude Code managed settings and a

@@ -21,6 +21,7 @@ pub mod names;
 pub mod selftest;
 pub mod snapshot;
 pub mod spec;
+pub mod ssh;
 pub mod terminal;
 pub mod toolpolicy;
 pub mod tools;
@@ -188,6 +189,11 @@ pub enum Cmd {
         /// default: the newest). Its guards are made anew at start, as in a fresh one.
         #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["build", "base_tag", "branch"])]
         from_snapshot: Option<String>,
+        /// With [ssh] enabled: publish sshd on ADDR:PORT instead of 127.0.0.1 and a free port
+        /// (0.0.0.0:2222 reaches it from other machines). Kept for later starts; a sandbox made
+        /// with another address is made anew.
+        #[arg(long, value_name = "ADDR:PORT", value_parser = ssh::parse_listen)]
+        ssh_listen: Option<std::net::SocketAddr>,
     },
     /// Snapshot the running sandbox: its system state outside the home and the workspace
     /// (what `exec --root` installed) as an image, with a home backup when [backup].url is set.
@@ -234,6 +240,45 @@ pub enum Cmd {
     },
     /// Recreate the sandbox container (picks up config changes).
     Restart {
+        #[command(flatten)]
+        path: PathArg,
+    },
+    /// Open an SSH session in the sandbox as the agent ([ssh] enabled), or run COMMAND there.
+    ///
+    /// Runs the host's `ssh` with this project's key and the sandbox's pinned host key only,
+    /// no user config, nothing forwarded. The session is the agent's, under every guard
+    /// (the git guard, masks, the firewall); its start and end are in the audit log.
+    /// Starts the sandbox if needed. Exit status: ssh's (the command's, 255 for ssh's own errors).
+    ///
+    /// Example: `sbx-run ssh ~/src/app -- git status`
+    Ssh {
+        #[command(flatten)]
+        path: PathArg,
+        /// The command and its arguments (after --); none: a login shell.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
+    },
+    /// Print the project's SSH private key ([ssh] enabled; made by the first start).
+    ///
+    /// The key is kept in $XDG_STATE_HOME/sbx/ssh/<container>/id_ed25519 (0600, in a 0700
+    /// directory of yours), which `sbx-run ssh` and `ssh-config`'s IdentityFile use; print it
+    /// to take it to another machine. It logs in to this sandbox only.
+    SshKey {
+        #[command(flatten)]
+        path: PathArg,
+        /// The public key instead.
+        #[arg(long)]
+        public: bool,
+    },
+    /// Print an ssh_config Host block for the sandbox (for ~/.ssh/config and VS Code Remote-SSH).
+    ///
+    /// HostName, Port, User, IdentityFile, and the sandbox's host key pinned under HostKeyAlias
+    /// in a known_hosts file of its own with StrictHostKeyChecking yes. Every value comes from
+    /// files on the host, never from the sandbox. Starts the sandbox if needed (its port is
+    /// the engine's choice unless `start --ssh-listen` fixed it).
+    ///
+    /// Example: `sbx-run ssh-config >> ~/.ssh/config`, then `ssh agent-sandbox-<repo>-<hash>`
+    SshConfig {
         #[command(flatten)]
         path: PathArg,
     },
@@ -524,6 +569,30 @@ impl SbxError for RunError {
     }
 }
 
+/// `start --ssh-listen`: kept for this sandbox; one made with another
+/// address is removed so the start makes it (and its holder) anew.
+fn listen_at(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    branch: Option<&str>,
+    addr: std::net::SocketAddr,
+) -> Result<(), BoxError> {
+    let ws = workspace::Workspace::open(common, path)?.with_branch(branch);
+    if !ws.loaded.config.ssh.enabled {
+        return Err(Box::new(RunError::Config(format!(
+            "--ssh-listen: [ssh] is off in {}: set `[ssh] enabled = true` first",
+            ws.loaded.describe()
+        ))));
+    }
+    // The holder's spec names the address, so the start makes it anew.
+    if ssh::Keys::of(&ws.names.container).set_listen(addr)?
+        && lifecycle::owned_container(&ws)?.is_some()
+    {
+        docker::remove(&["rm", "--force", &ws.names.container])?;
+    }
+    Ok(())
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     output::init(TOOL, &cli.common);
     let interrupted = tools::watch_interrupts();
@@ -568,7 +637,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             base_tag,
             branch,
             from_snapshot: None,
+            ssh_listen,
         } => {
+            if let Some(addr) = ssh_listen {
+                listen_at(common, path.clone().get(), branch.branch.as_deref(), addr)?;
+            }
             let opts = (build || base_tag.is_some()).then(|| image::BuildOpts {
                 base_tag: base_tag.unwrap_or_else(image::default_base_tag),
                 ..image::BuildOpts::default()
@@ -576,6 +649,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             lifecycle::start_in(common, path.get(), opts.as_ref(), branch.branch.as_deref())
                 .map(|_| Exit::Ok.into())
         }
+        Cmd::Ssh { path, command } => ssh::session(common, path.get(), &command),
+        Cmd::SshKey { path, public } => ssh::key(common, path.get(), public),
+        Cmd::SshConfig { path } => ssh::config(common, path.get()),
         Cmd::Stop { path, branch } => lifecycle::stop(common, path.get(), branch.branch.as_deref()),
         Cmd::Restart { path } => lifecycle::restart(common, path.get()),
         Cmd::Shell {

@@ -383,6 +383,7 @@ fn start_stopped(
             hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
             spec::stage_secrets(&name, secrets)?;
+            crate::ssh::stage(ws, &name)?;
             crate::toolpolicy::install(ws, &name)?;
             // The container binds the staged copies: mount them anew, by fd.
             let masks = spec::mask_sources()?;
@@ -475,6 +476,7 @@ fn start_stopped(
     hold_git(ws)?;
     spec::ensure_host_dir(&name)?;
     spec::stage_secrets(&name, secrets)?;
+    crate::ssh::stage(ws, &name)?;
     crate::toolpolicy::install(ws, &name)?;
     crate::hostpath::stage(&name, &s.staged)?;
     let held = crate::hostpath::identify(&s.bound)?;
@@ -1451,6 +1453,15 @@ pub fn rm(
         // The snapshots are the workspace's too: with its last sandbox.
         if ws.branch.is_none() {
             crate::snapshot::remove_all(&ws)?;
+        }
+        // The sandbox's ssh keys (kept by a plain rm, so an IDE's config
+        // stays valid for the sandbox made again).
+        let keys = crate::ssh::Keys::of(&n.container).dir;
+        match std::fs::remove_dir_all(&keys) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(RunError::Io(keys, e).into());
+            }
+            _ => {}
         }
     }
     remove_repo_image(&n.image)?;

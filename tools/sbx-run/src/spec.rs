@@ -101,7 +101,7 @@ pub fn stage_secrets(container: &str, b: &[sbx_core::secrets::Binding]) -> Resul
 }
 
 /// `data` at `path`, 0600 and new; None removes what is there.
-fn stage_file(path: &Path, data: Option<&[u8]>) -> Result<(), RunError> {
+pub(crate) fn stage_file(path: &Path, data: Option<&[u8]>) -> Result<(), RunError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let io = |e| RunError::Io(path.to_owned(), e);
@@ -507,6 +507,11 @@ pub fn build(
     h.extend(["--network".into(), n.network.clone()]);
     for p in cfg.sandbox.ports.iter() {
         h.extend(["--publish".into(), p.text.clone()]);
+    }
+    // sshd's port, on 127.0.0.1 unless `start --ssh-listen` said otherwise.
+    if cfg.ssh.enabled {
+        let keys = crate::ssh::Keys::of(&n.container);
+        h.extend(["--publish".into(), keys.publish()?]);
     }
     h.extend([
         "--entrypoint".into(),

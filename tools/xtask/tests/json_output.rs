@@ -142,6 +142,12 @@ const TABLE: &[(&str, Out)] = &[
         "sbx-run terminal",
         not_here("starts the sandbox and serves until Ctrl-C"),
     ),
+    ("sbx-run ssh", Out::Exempt(PASS)),
+    (
+        "sbx-run ssh-key",
+        not_here("needs the keys a start with [ssh] enabled makes"),
+    ),
+    ("sbx-run ssh-config", not_here(DOCKER)),
     ("sbx-run test", not_here(DOCKER)),
     ("sbx-run codex-init-config", not_here(DOCKER)),
     ("sbx-run codex-logout", not_here(DOCKER)),

@@ -512,3 +512,22 @@ fn workspace_mode_is_bind_unless_clone_is_asked_for() {
         .to_string();
     assert!(e.contains("workspace") && e.contains("clone"), "{e}");
 }
+
+#[test]
+fn ssh_table() {
+    let p = std::path::Path::new("cfg.toml");
+    assert!(!parse_toml("", p).unwrap().ssh.enabled);
+    assert!(
+        parse_toml("[ssh]\nenabled = true\n", p)
+            .unwrap()
+            .ssh
+            .enabled
+    );
+    for (text, want) in [
+        ("[ssh]\nenabled = \"yes\"\n", "ssh.enabled"),
+        ("[ssh]\nport = 22\n", "port"),
+    ] {
+        let e = parse_toml(text, p).unwrap_err().to_string();
+        assert!(e.contains("cfg.toml:2") && e.contains(want), "{e}");
+    }
+}

@@ -38,13 +38,15 @@ pub fn base_plan(cfg: &Config, upstreams: &[IpAddr], local: Vec<IpNet>) -> Plan 
     }
 }
 
-/// Container-side TCP ports of `[sandbox].ports` (UDP is never let in).
+/// Container-side TCP ports of `[sandbox].ports` (UDP is never let in),
+/// and sshd's with `[ssh] enabled`.
 fn inbound_ports(cfg: &Config) -> Vec<u16> {
     cfg.sandbox
         .ports
         .iter()
         .filter(|p| !p.udp)
         .map(|p| p.container)
+        .chain(cfg.ssh.enabled.then_some(config::SSH_PORT))
         .collect()
 }
 
@@ -145,5 +147,25 @@ impl Built {
             ranges: gh.nets.len(),
             fetched_at: gh.fetched_at.clone(),
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ports(toml: &str) -> Vec<u16> {
+        let cfg = config::parse_toml(toml, std::path::Path::new("c.toml")).unwrap();
+        inbound_ports(&cfg)
+    }
+
+    #[test]
+    fn sshd_is_let_in_only_with_ssh_enabled() {
+        assert_eq!(ports("[sandbox]\nports = [\"3000\"]\n"), [3000]);
+        assert_eq!(
+            ports("[sandbox]\nports = [\"3000\"]\n[ssh]\nenabled = true\n"),
+            [3000, config::SSH_PORT]
+        );
+        assert_eq!(ports("[ssh]\nenabled = false\n"), Vec::<u16>::new());
     }
 }

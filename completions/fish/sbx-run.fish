@@ -115,16 +115,41 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s q -l quiet -d 
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand start" -s h -l help -d 'Print help'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -l tag -d 'A name to start from later (`start --from-snapshot TAG`)' -r
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -l tag -d 'A name to start from later (`start --from-snapshot TAG`)' -r
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -a "export" -d 'Write a snapshot (id or tag) as a `docker save` archive, its record inside'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -a "import" -d 'Load an archive `snapshot export` wrote as a snapshot of this workspace'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s o -l output -d 'The archive to write (it must not exist)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from import" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from import" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from import" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from import" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from import" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from import" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from import" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "export" -d 'Write a snapshot (id or tag) as a `docker save` archive, its record inside'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "import" -d 'Load an archive `snapshot export` wrote as a snapshot of this workspace'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restore" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restore" -l snapshot -d 'The snapshot (id or tag, `sbx-run snapshots`) to restore' -r
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand restore" -l backup -d 'The home backup (`sbx-backup snapshots`) to restore into the home' -r
@@ -406,3 +431,5 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_see
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start snapshot restore snapshots stop restart shell exec cp show-run checkout login volume volumes list rm prune agent doctor log terminal test codex-init-config codex-logout verify-commits fetch help" -f -a "verify-commits" -d 'Run the repository\'s pre-commit and commit-msg hooks (as recorded when the sandbox started) against each commit added since REF, in a throwaway container with no network, never on the host; exit 1 when any fails'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start snapshot restore snapshots stop restart shell exec cp show-run checkout login volume volumes list rm prune agent doctor log terminal test codex-init-config codex-logout verify-commits fetch help" -f -a "fetch" -d 'Bring the sandbox\'s branches back as data: a `git bundle` from its clone (clone or branch mode), size-capped, fetched with hooks off into refs/remotes/sbx/'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and not __fish_seen_subcommand_from init build build-base start snapshot restore snapshots stop restart shell exec cp show-run checkout login volume volumes list rm prune agent doctor log terminal test codex-init-config codex-logout verify-commits fetch help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "export" -d 'Write a snapshot (id or tag) as a `docker save` archive, its record inside'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand help; and __fish_seen_subcommand_from snapshot" -f -a "import" -d 'Load an archive `snapshot export` wrote as a snapshot of this workspace'

@@ -31,8 +31,15 @@ pub const LABEL_SNAPSHOT: &str = "sbx.snapshot.workspace";
 /// What the cleanup layer removes (`delete`), or lists (an import's
 /// check): every file (directories stay, as the image made them) of the
 /// guest's runtime state, /tmp and scratch space, and whatever the agent
-/// owns outside its home (a volume, not in the layer). Root-owned changes
-/// (packages, /opt, /usr/local) stay.
+/// owns in the directories it can write outside its home (a volume, not
+/// in the layer) and the mounts: those it owns, world-writable ones and
+/// its group's. Root-owned changes (packages, /opt, /usr/local) stay.
+///
+/// Only directories are tested on the walk over the image (their type
+/// comes from readdir, no stat of the ~45,000 files): 3-8x faster than a
+/// `-uid` test of every file, which was most of a snapshot's time. The
+/// agent cannot make a file elsewhere; a file the user's root gave it
+/// (`chown`) in a directory it cannot write stays, as root made it.
 fn clean_script(mounts: &[String], delete: bool) -> String {
     // Mount points (volumes, binds) keep the owner the image gave them:
     // a fresh volume takes it.
@@ -42,18 +49,25 @@ fn clean_script(mounts: &[String], delete: bool) -> String {
         .chain(mounts.iter().cloned())
         .filter_map(|p| shlex::try_quote(&p).ok().map(|q| format!("-path {q}")))
         .collect();
+    let prune = prune.join(" -o ");
     let (files, owned) = if delete {
-        ("-delete", "-print0 | xargs -0 -r rm -rf")
+        (
+            "-delete",
+            "-print0 >/dev/shm/sbx-owned; xargs -0 -r rm -rf </dev/shm/sbx-owned",
+        )
     } else {
         ("-print", "-print")
     };
+    // Written to files, not piped: `set -e` then stops on a failed find
+    // (dash has no pipefail), and nothing is half-removed unseen.
     format!(
         "set -e; \
+u=$(id -u agent 2>/dev/null || echo 1000); g=$(id -g agent 2>/dev/null || echo 1000); \
+find / -xdev \\( {prune} \\) -prune -o -type d \\( -uid \"$u\" -o -perm -0002 \
+  -o \\( -gid \"$g\" -perm -0020 \\) \\) -print0 >/dev/shm/sbx-writable; \
+find -files0-from /dev/shm/sbx-writable -xdev \\( {prune} \\) -prune -o -uid \"$u\" -prune {owned}; \
 for d in {wiped}; do \
-  [ -e \"$d\" ] || continue; find \"$d\" -xdev ! -type d {files}; done; \
-u=$(id -u agent 2>/dev/null || echo 1000); \
-find / -xdev \\( {} \\) -prune -o -uid \"$u\" {owned}",
-        prune.join(" -o "),
+  [ -e \"$d\" ] || continue; find \"$d\" -xdev ! -type d {files}; done",
         wiped = WIPED.join(" ")
     )
 }

@@ -207,6 +207,85 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     );
     let o = run(&other, &["snapshot"]);
     assert_eq!(o.status.code(), Some(66), "{}", text(&o));
+
+    // Export and import: the archive (`docker save` format, the record
+    // first) makes a snapshot of another workspace, which starts from it.
+    let arch = repo.root().join("t1.tar");
+    let o = run(
+        &repo,
+        &["snapshot", "export", "t1", "-o", arch.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(
+        &repo,
+        &["snapshot", "export", "t1", "-o", arch.to_str().unwrap()],
+    );
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "an export over a file: {}",
+        text(&o)
+    );
+    let o = run(&other, &["snapshot", "import", arch.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(out(&o), id);
+    let o = run(&other, &["--json", "snapshots"]);
+    let v: serde_json::Value = serde_json::from_str(out(&o).lines().last().unwrap()).unwrap();
+    assert_eq!(v["data"]["tag"], "t1", "{v}");
+    assert_eq!(
+        v["data"]["workspace"],
+        other.path.display().to_string(),
+        "{v}"
+    );
+    let imported = v["data"]["image"].as_str().unwrap().to_owned();
+    assert_ne!(imported, image);
+    let o = run(&other, &["snapshot", "import", arch.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(65), "a second import: {}", text(&o));
+    let o = run(&other, &["start", "--from-snapshot", "t1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o =
+        other.exec("hello-sbx; git commit --no-verify --allow-empty -m x >/dev/null 2>&1; echo $?");
+    assert_eq!(out(&o), "hello-sbx\n77", "{}", text(&o));
+
+    // An archive of an image that is not a snapshot (a plain commit of a
+    // running sandbox: the guest's runtime state, the agent's files in
+    // /var/tmp) is refused, named, and nothing of it stays.
+    let forged = "h43o-forged-snap:forged1";
+    sh(Command::new("docker").args(["commit", &repo_container(&repo), forged]));
+    let dir = repo.root().join("forged");
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = serde_json::json!({"id": "forged1", "tag": null, "workspace": repo.path,
+        "image": forged, "created": 1, "size": 0, "home_backup": null});
+    std::fs::write(dir.join("sbx-snapshot.json"), rec.to_string()).unwrap();
+    sh(Command::new("docker")
+        .args(["save", "-o"])
+        .arg(dir.join("saved.tar"))
+        .arg(forged));
+    sh(Command::new("docker").args(["image", "rm", "--no-prune", forged]));
+    // The record first, then docker's archive (GNU tar's --concatenate).
+    let bad = dir.join("bad.tar");
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(&dir)
+        .arg("-cf")
+        .arg(&bad)
+        .arg("sbx-snapshot.json"));
+    sh(Command::new("tar")
+        .arg("-Af")
+        .arg(&bad)
+        .arg(dir.join("saved.tar")));
+    let o = run(&other, &["snapshot", "import", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(text(&o).contains("runtime state"), "{}", text(&o));
+    assert!(!out(&run(&other, &["snapshots"])).contains("forged1"));
+    let left = sh(Command::new("docker").args([
+        "images",
+        "--filter",
+        "reference=*-snap:forged1",
+        "--quiet",
+    ]));
+    assert_eq!(left.trim(), "", "the refused image stayed");
+    let _ = run(&other, &["rm", "--volumes"]);
     let o = run(&repo, &["stop"]);
     assert!(o.status.success(), "{}", text(&o));
     let o = run(&repo, &["snapshot"]);

@@ -131,6 +131,38 @@ impl PathArg {
     }
 }
 
+/// `sbx-run snapshot export|import`: a snapshot as a `docker save` archive.
+#[derive(Debug, Subcommand)]
+pub enum SnapAction {
+    /// Write a snapshot (id or tag) as a `docker save` archive, its record inside.
+    ///
+    /// The archive is the snapshot's image with every layer under it, and the record
+    /// (tag, time, the home backup's id) as its first file, which `docker load` skips.
+    /// The home's data stays in the backup store the record names.
+    Export {
+        /// The snapshot's id or tag (`sbx-run snapshots`).
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The archive to write (it must not exist).
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: PathBuf,
+        #[command(flatten)]
+        path: PathArg,
+    },
+    /// Load an archive `snapshot export` wrote as a snapshot of this workspace.
+    ///
+    /// The image is checked as a snapshot is made: an image that carries a sandbox's
+    /// runtime state (the firewall's, the broker's, the audit's), files in /tmp or files
+    /// the agent owns outside its home is refused and removed, nothing listed.
+    Import {
+        /// The archive (`sbx-run snapshot export`).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        #[command(flatten)]
+        path: PathArg,
+    },
+}
+
 /// Branch mode: the sandbox of one branch, working in its own
 /// worktree of the shared clone on the repo shelf.
 #[derive(Debug, Clone, Args)]
@@ -201,7 +233,10 @@ pub enum Cmd {
     /// The agent's files outside its home, /tmp and the guest's runtime state are left
     /// out. The record is kept under sbx's state directory on the host; `[lifecycle]
     /// keep-snapshots` prunes the oldest. Prints the snapshot's id.
+    #[command(args_conflicts_with_subcommands = true)]
     Snapshot {
+        #[command(subcommand)]
+        action: Option<SnapAction>,
         #[command(flatten)]
         path: PathArg,
         /// A name to start from later (`start --from-snapshot TAG`).
@@ -624,7 +659,19 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             Some(id.as_str()).filter(|i| !i.is_empty()),
         )
         .map(|_| Exit::Ok.into()),
-        Cmd::Snapshot { path, tag } => snapshot::snapshot(common, path.get(), tag.as_deref()),
+        Cmd::Snapshot {
+            action: None,
+            path,
+            tag,
+        } => snapshot::snapshot(common, path.get(), tag.as_deref()),
+        Cmd::Snapshot {
+            action: Some(SnapAction::Export { id, output, path }),
+            ..
+        } => snapshot::export(common, path.get(), &id, &output),
+        Cmd::Snapshot {
+            action: Some(SnapAction::Import { file, path }),
+            ..
+        } => snapshot::import(common, path.get(), &file),
         Cmd::Snapshots { path } => snapshot::list(common, path.get()),
         Cmd::Restore {
             path,

@@ -190,6 +190,13 @@ pub const KEYS: &[(&str, &str, Meaning)] = {
             PodSpec("volumeMounts (managed settings)"),
         ),
         (
+            "ssh",
+            "enabled",
+            Refused(
+                "sshd's keys are made on the host and its port is published by the holder; on a cluster reach the sandbox through the API server (kubectl exec or port-forward) instead",
+            ),
+        ),
+        (
             "secrets.NAME",
             "from",
             Refused(
@@ -227,6 +234,7 @@ pub fn refused_keys(cfg: &sbx_core::config::Config) -> Vec<(String, &'static str
             ("lifecycle", "keep-snapshots") => cfg.lifecycle.keep_snapshots.is_some(),
             ("lifecycle", "idle-stop") => cfg.lifecycle.idle_stop.is_some(),
             ("secrets.NAME", _) => !cfg.secrets.is_empty(),
+            ("ssh", "enabled") => cfg.ssh.enabled,
             _ => false,
         }
     };

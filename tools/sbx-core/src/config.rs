@@ -545,6 +545,16 @@ pub struct Network {
     /// Default: `[]`
     /// Example: `["TXT"]`
     pub dns_types: Unique<DnsType>,
+    /// Requests let through to a host, by method and path (proxy mode
+    /// only): the proxy ends TLS for these hosts alone and refuses, with a
+    /// 403 and an audit record, every request no rule allows. A value is a
+    /// preset (`read-only`, `repo-only`, `off`) or a list of `METHOD PATH`
+    /// rules and presets; `statsig.anthropic.com`, `sentry.io` and
+    /// `statsig.com` (and below) are `off` unless given here. The
+    /// language: docs/guide.md, "Rules by method and path".
+    /// Default: `{}`
+    /// Example: `{ "github.com" = "repo-only", "registry.npmjs.org" = "read-only" }`
+    pub rules: std::collections::BTreeMap<Domain, crate::netrules::HostRules>,
 }
 
 /// `[network] mode`: `address` (default) allows TCP 443 to the addresses
@@ -570,6 +580,7 @@ impl Default for Network {
             allow_git: true,
             mode: NetMode::Address,
             dns_types: Unique::default(),
+            rules: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -1051,7 +1062,7 @@ impl fmt::Display for PathGlob {
 }
 
 /// A DNS name, optionally a `*.` wildcard for every name below it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Domain {
     pub name: String,
     pub wildcard: bool,
@@ -1699,10 +1710,25 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
 
 pub fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let de = toml::Deserializer::parse(text).map_err(|e| toml_error(path, text, "", &e))?;
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let c: Config = serde_path_to_error::deserialize(de).map_err(|e| {
         let key = e.path().to_string();
         toml_error(path, text, &key, e.inner())
-    })
+    })?;
+    // Rules are judged by the proxy: in address mode nothing would.
+    if !c.network.rules.is_empty() && c.network.mode != NetMode::Proxy {
+        let line = text
+            .lines()
+            .position(|l| l.contains("rules"))
+            .map_or(1, |i| i + 1);
+        return Err(ConfigError::Invalid {
+            path: path.to_owned(),
+            line,
+            column: 1,
+            key: "network.rules".into(),
+            message: "rules are enforced by the proxy: set [network] mode = \"proxy\" or remove them".into(),
+        });
+    }
+    Ok(c)
 }
 
 fn toml_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> ConfigError {

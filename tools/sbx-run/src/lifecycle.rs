@@ -341,6 +341,13 @@ pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, Bo
         .map_err(|e| Box::new(e) as BoxError)
 }
 
+/// Whether the proxy ends TLS for some host ([secrets] or
+/// [network.rules]): the tests' upstream root goes with the handoff then.
+fn ends_tls(ws: &Workspace) -> bool {
+    let c = &ws.loaded.config;
+    !c.secrets.is_empty() || !c.network.rules.is_empty()
+}
+
 /// `from`: a snapshot's image instead of the per-repo one (nothing built).
 fn start_stopped(
     ws: &Workspace,
@@ -382,7 +389,7 @@ fn start_stopped(
             spec::make_parents(ws)?;
             hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
-            spec::stage_secrets(&name, secrets)?;
+            spec::stage_secrets(&name, secrets, ends_tls(ws))?;
             crate::toolpolicy::install(ws, &name)?;
             // The container binds the staged copies: mount them anew, by fd.
             let masks = spec::mask_sources()?;
@@ -474,7 +481,7 @@ fn start_stopped(
     spec::make_parents(ws)?;
     hold_git(ws)?;
     spec::ensure_host_dir(&name)?;
-    spec::stage_secrets(&name, secrets)?;
+    spec::stage_secrets(&name, secrets, ends_tls(ws))?;
     crate::toolpolicy::install(ws, &name)?;
     crate::hostpath::stage(&name, &s.staged)?;
     let held = crate::hostpath::identify(&s.bound)?;

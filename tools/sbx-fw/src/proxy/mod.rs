@@ -15,6 +15,7 @@ mod plain;
 pub mod policy;
 mod relay;
 mod requests;
+pub mod rules;
 mod shared;
 pub mod sni;
 

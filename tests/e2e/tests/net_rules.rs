@@ -14,9 +14,9 @@
 //! - each refusal is a 403 naming the rules, and a `proxy` audit record
 //!   the user sees on the host.
 //!
-//! `SBX_E2E_RULES_OFF=1` runs the same with `[network.rules]` left out
-//! of the config: every refusal above must then fail (the check run to
-//! show the test depends on the rules).
+//! `SBX_E2E_RULES_OFF=1` runs the same with rules that allow everything
+//! (`"* *"`, TLS still ended): each refused request must then land (the
+//! check run to show the test depends on the rules).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -80,15 +80,39 @@ fn run(c: &mut Command) {
 fn certificates(d: &Path) {
     let ossl = |args: &[&str]| run(Command::new("openssl").current_dir(d).args(args));
     ossl(&[
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-        "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-        "-subj", "/CN=sbx e2e rules root",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign",
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=sbx e2e rules root",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
     ]);
     ossl(&[
-        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=sbx e2e rules",
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=sbx e2e rules",
     ]);
     std::fs::write(
         d.join("leaf.ext"),
@@ -98,8 +122,21 @@ fn certificates(d: &Path) {
     )
     .unwrap();
     ossl(&[
-        "x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext",
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
     ]);
 }
 
@@ -166,11 +203,18 @@ fn rules_refuse_what_they_do_not_list() {
     std::fs::write(repo.path.join("README"), "one\n").unwrap();
     repo.git(&["add", "README"]);
     repo.git(&["commit", "-q", "-m", "one"]);
-    repo.git(&["remote", "add", "origin", &format!("https://{GIT}/me/app.git")]);
+    repo.git(&[
+        "remote",
+        "add",
+        "origin",
+        &format!("https://{GIT}/me/app.git"),
+    ]);
     let cfg = repo.path.join(".agent-sandbox");
     std::fs::create_dir_all(&cfg).unwrap();
+    // Switched off: the same hosts, TLS still ended by the proxy, but
+    // rules that let everything through.
     let rules = if off {
-        String::new()
+        format!("[network.rules]\n\"{GIT}\" = \"* *\"\n\"{REG}\" = \"* *\"\n\"{EVT}\" = \"* *\"\n")
     } else {
         format!(
             "[network.rules]\n\"{GIT}\" = \"repo-only\"\n\"{REG}\" = \"read-only\"\n\
@@ -224,7 +268,14 @@ fn rules_refuse_what_they_do_not_list() {
     sh(Command::new("docker")
         .args(["run", "-d", "--name", &standin.container])
         .args(["--network", &standin.network])
-        .args(["--network-alias", GIT, "--network-alias", REG, "--network-alias", EVT])
+        .args([
+            "--network-alias",
+            GIT,
+            "--network-alias",
+            REG,
+            "--network-alias",
+            EVT,
+        ])
         .args(["-u", "0", "--entrypoint", "node"])
         .arg("-v")
         .arg(format!("{}:/d", d.display()))
@@ -232,16 +283,17 @@ fn rules_refuse_what_they_do_not_list() {
         .args(["/d/standin.js", GIT, REG, EVT]));
     let t = Instant::now();
     while !sh(Command::new("docker").args(["logs", &standin.container])).contains("listening") {
-        assert!(t.elapsed() < Duration::from_secs(30), "the stand-in did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the stand-in did not start"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let log = d.join("log.jsonl");
 
     // 1. git: the workspace's own repository pushes; a second one on the
     //    same host does not, and gets nothing.
-    let o = repo.exec(
-        "git push -q origin main:refs/heads/main 2>&1; echo status=$?",
-    );
+    let o = repo.exec("git push -q origin main:refs/heads/main 2>&1; echo status=$?");
     assert!(text(&o).contains("status=0"), "own push: {}", text(&o));
     assert!(refs(&d, "app").contains("refs/heads/main"), "{}", text(&o));
     let o = repo.exec(&format!(
@@ -254,7 +306,11 @@ fn rules_refuse_what_they_do_not_list() {
         .filter(|r| r["path"] == "/me/other.git/git-receive-pack")
         .collect();
     if off {
-        assert!(pushed_other, "without rules the push should land: {}", text(&o));
+        assert!(
+            pushed_other,
+            "without rules the push should land: {}",
+            text(&o)
+        );
     } else {
         assert!(!text(&o).contains("status=0"), "second push: {}", text(&o));
         assert!(!pushed_other, "the second repository got {other}");
@@ -267,7 +323,11 @@ fn rules_refuse_what_they_do_not_list() {
         "set -e; cd $(mktemp -d); npm install --no-audit --no-fund --registry https://{REG}/ sbx-e2e-pkg >/dev/null 2>&1; \
          node -p \"require('sbx-e2e-pkg')\""
     ));
-    assert!(o.status.success() && text(&o).contains("42"), "install: {}", text(&o));
+    assert!(
+        o.status.success() && text(&o).contains("42"),
+        "install: {}",
+        text(&o)
+    );
     let o = repo.exec(&format!(
         "cd $(mktemp -d) && printf '{{\"name\":\"sbx-e2e-mine\",\"version\":\"1.0.0\"}}' > package.json && \
          printf '//{REG}/:_authToken=tok\\n' > npmrc && \
@@ -278,7 +338,11 @@ fn rules_refuse_what_they_do_not_list() {
         .filter(|r| r["method"] == "PUT")
         .collect();
     if off {
-        assert!(!puts.is_empty(), "without rules publish should reach: {}", text(&o));
+        assert!(
+            !puts.is_empty(),
+            "without rules publish should reach: {}",
+            text(&o)
+        );
     } else {
         assert!(!text(&o).contains("status=0"), "publish: {}", text(&o));
         assert!(puts.is_empty(), "the registry saw a publish: {puts:?}");
@@ -330,7 +394,13 @@ fn rules_refuse_what_they_do_not_list() {
         std::thread::sleep(Duration::from_millis(200));
     }
     for w in &want {
-        assert!(records.contains(w.as_str()), "no record with {w}:\n{records}");
+        assert!(
+            records.contains(w.as_str()),
+            "no record with {w}:\n{records}"
+        );
     }
-    assert!(records.contains("POST /me/other.git/git-receive-pack"), "{records}");
+    assert!(
+        records.contains("POST /me/other.git/git-receive-pack"),
+        "{records}"
+    );
 }

@@ -2181,6 +2181,42 @@ fn proxy_http_target_and_header_differentials_are_refused() {
     }
 }
 
+/// `[network.rules]` on port 80 (issue 44): every request on a kept-alive
+/// connection is judged by method and path; the first one no rule allows
+/// gets a 403 naming the rules, and neither it nor anything after it
+/// reaches the server. A host whose rules allow nothing is refused too.
+#[test]
+fn proxy_http_rules_judge_every_request() {
+    let Some(bed) = Bed::new("pr1") else { return };
+    bed.proxy_config();
+    bed.config(
+        "mode = \"proxy\"\n[network.rules]\n\"allowed.test\" = [\"GET /ok/**\"]\n\"*.wild.test\" = \"off\"\n",
+    );
+    let o = bed.init();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ok = "GET /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n";
+    let v = bed.raw("198.18.1.1:80", &[ok, ok]);
+    let echo = v["echo"].as_str().unwrap_or("").to_owned();
+    assert_eq!(echo.matches("GET /ok/a").count(), 2, "{v}");
+    for bad in [
+        "POST /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\nContent-Length: 0\\r\\n\\r\\n",
+        "GET /ok/../admin HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
+        "GET /admin HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
+    ] {
+        let v = bed.raw("198.18.1.1:80", &[ok, bad, ok]);
+        let echo = v["echo"].as_str().unwrap_or("");
+        assert!(
+            echo.contains("403 Forbidden")
+                && echo.contains("[network.rules] \"allowed.test\" refuses"),
+            "{bad}: {v}"
+        );
+        assert_eq!(echo.matches("GET /ok/a").count(), 1, "{bad}: {v}");
+        // In the 403's reason alone, never echoed by the server.
+        let line = bad.split(" HTTP").next().unwrap();
+        assert_eq!(echo.matches(line).count(), 1, "{bad}: {v}");
+    }
+}
+
 /// HTTP keep-alive: the proxy judged the first request head and spliced
 /// the rest, so a second request on the same connection named any host.
 #[test]

@@ -1725,7 +1725,9 @@ pub fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
             line,
             column: 1,
             key: "network.rules".into(),
-            message: "rules are enforced by the proxy: set [network] mode = \"proxy\" or remove them".into(),
+            message:
+                "rules are enforced by the proxy: set [network] mode = \"proxy\" or remove them"
+                    .into(),
         });
     }
     Ok(c)

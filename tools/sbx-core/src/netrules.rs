@@ -93,8 +93,10 @@ impl std::str::FromStr for Entry {
     }
 }
 
-/// A host's rules as the config writes them: a preset's name, or a list
-/// of rules and preset names.
+/// A host's rules: a preset's name (`"read-only"`, `"repo-only"`,
+/// `"off"`), or a list of `METHOD PATH` rules and preset names, such as
+/// `["GET *", "POST /me/app.git/git-receive-pack"]`. `*` matches within a
+/// path segment, `**` any number of segments; the query is not matched.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HostRules(pub Vec<Entry>);
 
@@ -195,10 +197,7 @@ impl std::str::FromStr for Rule {
                     ));
                 }
                 let segs = segments(p).map_err(|e| bad(&e))?;
-                if segs
-                    .iter()
-                    .any(|s| s.contains("**") && s != "**")
-                {
+                if segs.iter().any(|s| s.contains("**") && s != "**") {
                     return Err(bad("'**' must be a whole segment (/a/**/b)"));
                 }
                 Some(segs)

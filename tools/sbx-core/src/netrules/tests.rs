@@ -133,7 +133,11 @@ fn presets_expand() {
     ] {
         assert!(!allowed(&repo, "POST", t), "{t}");
     }
-    assert!(allowed(&repo, "GET", "/me/other.git/info/refs?service=git-receive-pack"));
+    assert!(allowed(
+        &repo,
+        "GET",
+        "/me/other.git/info/refs?service=git-receive-pack"
+    ));
 }
 
 #[test]

@@ -109,7 +109,11 @@ impl Policy {
             resolved,
             github_nets: st.github_nets.clone(),
             rules: {
-                let mut r: Vec<_> = st.rules.iter().map(|(d, r)| (d.clone(), r.clone())).collect();
+                let mut r: Vec<_> = st
+                    .rules
+                    .iter()
+                    .map(|(d, r)| (d.clone(), r.clone()))
+                    .collect();
                 // An exact name before wildcards, a longer wildcard first.
                 r.sort_by_key(|(d, _)| (d.wildcard, std::cmp::Reverse(d.name.len())));
                 r

@@ -79,7 +79,10 @@ mod tests {
         assert_eq!(r.check(&ok), Ok(()));
         let no = req("POST /me/other.git/git-receive-pack HTTP/1.1\r\nHost: git.test\r\n\r\n");
         let why = r.check(&no).unwrap_err();
-        assert_eq!(why, "POST /me/other.git/git-receive-pack: no rule allows it");
+        assert_eq!(
+            why,
+            "POST /me/other.git/git-receive-pack: no rule allows it"
+        );
         let ans = String::from_utf8(r.forbidden(&why)).unwrap();
         assert!(ans.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{ans}");
         assert!(ans.ends_with(

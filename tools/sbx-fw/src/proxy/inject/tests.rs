@@ -247,7 +247,11 @@ async fn rules_judge_every_request_on_the_connection() {
         // the refused one and the one after it never do.
         let seen = b.seen();
         assert!(seen.len() <= before + 1, "{seen:?}");
-        assert!(seen[before..].iter().all(|h| h.starts_with("GET /v1/messages")));
+        assert!(
+            seen[before..]
+                .iter()
+                .all(|h| h.starts_with("GET /v1/messages"))
+        );
     }
 }
 

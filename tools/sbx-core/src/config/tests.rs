@@ -512,3 +512,29 @@ fn workspace_mode_is_bind_unless_clone_is_asked_for() {
         .to_string();
     assert!(e.contains("workspace") && e.contains("clone"), "{e}");
 }
+
+/// `[network.rules]`: a bad rule is one line naming the key and the rule;
+/// rules without proxy mode are refused (nothing would judge them).
+#[test]
+fn network_rules_parse_or_say_which_rule() {
+    let c = parse(
+        "[network]\nmode = \"proxy\"\n[network.rules]\n\"github.com\" = \"repo-only\"\n\"*.npmjs.org\" = [\"read-only\", \"POST /-/v1/x\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.network.rules.len(), 2);
+    let e = err(
+        "[network]\nmode = \"proxy\"\n[network.rules]\n\"github.com\" = [\"GET *\", \"PUSH\"]\n",
+    );
+    assert!(
+        e.starts_with("cfg.toml:4:") && e.contains("network.rules") && e.contains("rule \"PUSH\""),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "{e}");
+    let e = err("[network]\nmode = \"proxy\"\n[network.rules]\n\"no host\" = \"off\"\n");
+    assert!(e.contains("invalid domain"), "{e}");
+    let e = err("[network]\nmode = \"address\"\n[network.rules]\n\"github.com\" = \"off\"\n");
+    assert!(
+        e.contains("network.rules") && e.contains("mode = \"proxy\""),
+        "{e}"
+    );
+}

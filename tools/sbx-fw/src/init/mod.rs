@@ -258,8 +258,8 @@ fn start_helpers(dir: &Path, a: &InitArgs, st: &State, ups: &Upstreams) -> Resul
         inject::install(
             &Path::new(inject::HANDOFF_DIR).join(inject::HANDOFF),
             &inject::dir(),
-            Path::new(inject::BUNDLE),
-            Path::new(inject::SANDBOX_CA),
+            &inject::bundle(),
+            &inject::sandbox_ca(),
             need_ca,
         )?;
         daemons::start_proxy(dir)?;

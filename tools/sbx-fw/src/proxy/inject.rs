@@ -60,6 +60,23 @@ pub fn dir() -> PathBuf {
     std::env::var_os(DIR_ENV).map_or_else(|| PathBuf::from(DIR), PathBuf::from)
 }
 
+/// Another trust bundle and sandbox-CA path instead of the image's (the
+/// tests, which run on a host whose own bundle must stay as it is). Like
+/// [`DIR_ENV`], only root's environment at init sets them: sbx-run passes
+/// no `SBX_FW_*` variable into the container.
+pub const BUNDLE_ENV: &str = "SBX_FW_CA_BUNDLE";
+pub const SANDBOX_CA_ENV: &str = "SBX_FW_SANDBOX_CA";
+
+/// The trust bundle in force.
+pub fn bundle() -> PathBuf {
+    std::env::var_os(BUNDLE_ENV).map_or_else(|| PathBuf::from(BUNDLE), PathBuf::from)
+}
+
+/// Where the sandbox CA's certificate goes.
+pub fn sandbox_ca() -> PathBuf {
+    std::env::var_os(SANDBOX_CA_ENV).map_or_else(|| PathBuf::from(SANDBOX_CA), PathBuf::from)
+}
+
 fn ca_params() -> CertificateParams {
     let mut p = CertificateParams::default();
     let mut dn = DistinguishedName::new();

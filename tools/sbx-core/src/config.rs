@@ -1710,27 +1710,10 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
 
 pub fn parse_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let de = toml::Deserializer::parse(text).map_err(|e| toml_error(path, text, "", &e))?;
-    let c: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+    serde_path_to_error::deserialize(de).map_err(|e| {
         let key = e.path().to_string();
         toml_error(path, text, &key, e.inner())
-    })?;
-    // Rules are judged by the proxy: in address mode nothing would.
-    if !c.network.rules.is_empty() && c.network.mode != NetMode::Proxy {
-        let line = text
-            .lines()
-            .position(|l| l.contains("rules"))
-            .map_or(1, |i| i + 1);
-        return Err(ConfigError::Invalid {
-            path: path.to_owned(),
-            line,
-            column: 1,
-            key: "network.rules".into(),
-            message:
-                "rules are enforced by the proxy: set [network] mode = \"proxy\" or remove them"
-                    .into(),
-        });
-    }
-    Ok(c)
+    })
 }
 
 fn toml_error(path: &Path, text: &str, key: &str, e: &toml::de::Error) -> ConfigError {

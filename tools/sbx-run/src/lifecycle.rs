@@ -328,6 +328,16 @@ fn start_checked(ws: Workspace, exists: bool, from: Option<&str>) -> Result<Work
 /// without proxy mode there is nothing that could use them: refused.
 pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, BoxError> {
     let cfg = &ws.loaded.config;
+    // [network.rules] are judged by the proxy too: in address mode
+    // nothing would judge them.
+    if !cfg.network.rules.is_empty()
+        && (cfg.network.mode != sbx_core::config::NetMode::Proxy || cfg.network.allow_external)
+    {
+        return Err(Box::new(RunError::Config(format!(
+            "{}: [network.rules] are enforced by sbx-fw's proxy: set [network] mode = \"proxy\" (and allow-external = false), or remove them",
+            ws.loaded.describe()
+        ))));
+    }
     if cfg.secrets.is_empty() {
         return Ok(Vec::new());
     }

@@ -513,8 +513,7 @@ fn workspace_mode_is_bind_unless_clone_is_asked_for() {
     assert!(e.contains("workspace") && e.contains("clone"), "{e}");
 }
 
-/// `[network.rules]`: a bad rule is one line naming the key and the rule;
-/// rules without proxy mode are refused (nothing would judge them).
+/// `[network.rules]`: a bad rule is one line naming the key and the rule.
 #[test]
 fn network_rules_parse_or_say_which_rule() {
     let c = parse(
@@ -532,9 +531,4 @@ fn network_rules_parse_or_say_which_rule() {
     assert!(!e.contains('\n'), "{e}");
     let e = err("[network]\nmode = \"proxy\"\n[network.rules]\n\"no host\" = \"off\"\n");
     assert!(e.contains("invalid domain"), "{e}");
-    let e = err("[network]\nmode = \"address\"\n[network.rules]\n\"github.com\" = \"off\"\n");
-    assert!(
-        e.contains("network.rules") && e.contains("mode = \"proxy\""),
-        "{e}"
-    );
 }

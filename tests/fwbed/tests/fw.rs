@@ -2155,17 +2155,20 @@ fn proxy_holds_against_names_ports_paths_and_signals() {
 /// Plain HTTP: the name a server acts on is the request target's when it
 /// has one (absolute-form), and lenient servers read headers our parser
 /// does not see (a bare LF, a space before the colon). The proxy judged the
-/// Host header only, so a forbidden name rode on an allowed one.
+/// Host header only, so a forbidden name rode on an allowed one. An
+/// absolute-form target is refused even when it agrees with the Host: it
+/// is what clients send a proxy, and the server may be one (found in the
+/// issue-44 round; rules judge paths, not URLs).
 #[test]
 fn proxy_http_target_and_header_differentials_are_refused() {
     let Some(bed) = Bed::proxy("pa2") else { return };
-    // Agreeing absolute-form is fine (what clients send to proxies).
     let v = bed.raw(
         "198.18.1.1:80",
-        &["GET http://allowed.test/ HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n"],
+        &["GET / HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n"],
     );
     assert_eq!(v["reached"], true, "{v}");
     for head in [
+        "GET http://allowed.test/ HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
         "GET http://blocked.test/ HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
         "GET http://blocked.test:80/x HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
         "CONNECT blocked.test:443 HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
@@ -2175,6 +2178,59 @@ fn proxy_http_target_and_header_differentials_are_refused() {
     ] {
         let v = bed.raw("198.18.1.1:80", &[head]);
         assert_eq!(v["reached"], false, "{head}: {v}");
+    }
+}
+
+/// `[network.rules]` on port 80 (issue 44): every request on a kept-alive
+/// connection is judged by method and path; the first one no rule allows
+/// gets a 403 naming the rules, and neither it nor anything after it
+/// reaches the server. A host whose rules allow nothing is refused too.
+#[test]
+fn proxy_http_rules_judge_every_request() {
+    let Some(mut bed) = Bed::new("pr1") else {
+        return;
+    };
+    // The CA rules need goes to a tmpfs and a bundle of the bed's own,
+    // never the host's.
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    std::fs::write(bed.path("bundle.pem"), "").unwrap();
+    let leak = |p: PathBuf| -> &'static str {
+        Box::leak(p.into_os_string().into_string().unwrap().into_boxed_str())
+    };
+    bed.env.extend([
+        ("SBX_FW_SECRETS_DIR", leak(shm.path().to_owned())),
+        ("SBX_FW_CA_BUNDLE", leak(bed.path("bundle.pem"))),
+        ("SBX_FW_SANDBOX_CA", leak(bed.path("sandbox-ca.pem"))),
+    ]);
+    bed.proxy_config();
+    bed.config(
+        "mode = \"proxy\"\n[network.rules]\n\"allowed.test\" = [\"GET /ok/**\"]\n\"*.wild.test\" = \"off\"\n",
+    );
+    let o = bed.init();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ok = "GET /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n";
+    let v = bed.raw("198.18.1.1:80", &[ok, ok]);
+    let echo = v["echo"].as_str().unwrap_or("").to_owned();
+    assert_eq!(echo.matches("GET /ok/a").count(), 2, "{v}");
+    for bad in [
+        "POST /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\nContent-Length: 0\\r\\n\\r\\n",
+        "GET /ok/../admin HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
+        "GET /admin HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
+    ] {
+        let v = bed.raw("198.18.1.1:80", &[ok, bad, ok]);
+        let echo = v["echo"].as_str().unwrap_or("");
+        assert!(
+            echo.contains("403 Forbidden")
+                && echo.contains("[network.rules] \"allowed.test\" refuses"),
+            "{bad}: {v}"
+        );
+        assert_eq!(echo.matches("GET /ok/a").count(), 1, "{bad}: {v}");
+        // In the 403's reason alone, never echoed by the server.
+        let line = bad.split(" HTTP").next().unwrap();
+        assert_eq!(echo.matches(line).count(), 1, "{bad}: {v}");
     }
 }
 

@@ -564,6 +564,16 @@ pub struct Network {
     /// Default: `[]`
     /// Example: `["TXT"]`
     pub dns_types: Unique<DnsType>,
+    /// Requests let through to a host, by method and path (proxy mode
+    /// only): the proxy ends TLS for these hosts alone and refuses, with a
+    /// 403 and an audit record, every request no rule allows. A value is a
+    /// preset (`read-only`, `repo-only`, `off`) or a list of `METHOD PATH`
+    /// rules and presets; `statsig.anthropic.com`, `sentry.io` and
+    /// `statsig.com` (and below) are `off` unless given here. The
+    /// language: docs/guide.md, "Rules by method and path".
+    /// Default: `{}`
+    /// Example: `{ "github.com" = "repo-only", "registry.npmjs.org" = "read-only" }`
+    pub rules: std::collections::BTreeMap<Domain, crate::netrules::HostRules>,
 }
 
 /// `[network] mode`: `address` (default) allows TCP 443 to the addresses
@@ -589,6 +599,7 @@ impl Default for Network {
             allow_git: true,
             mode: NetMode::Address,
             dns_types: Unique::default(),
+            rules: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -1070,7 +1081,7 @@ impl fmt::Display for PathGlob {
 }
 
 /// A DNS name, optionally a `*.` wildcard for every name below it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Domain {
     pub name: String,
     pub wildcard: bool,

@@ -13,6 +13,7 @@ pub mod glob;
 pub mod guestapi;
 pub mod hosttools;
 pub mod netblock;
+pub mod netrules;
 pub mod output;
 pub mod sanitize;
 pub mod secrets;

@@ -50,6 +50,11 @@ pub struct State {
     /// `[network] mode = "proxy"`: the nat redirect to `sbx-fw proxy` is installed.
     #[serde(default)]
     pub proxy: bool,
+    /// `[network.rules]` expanded (presets, the workspace's remotes, the
+    /// built-in `off` hosts): host (or `*.` wildcard) -> the rules the
+    /// proxy lets requests through by. A host here gets its TLS ended.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rules: std::collections::BTreeMap<Domain, Vec<sbx_core::netrules::Rule>>,
     pub github: GithubState,
     pub warnings: Vec<String>,
 }

@@ -328,6 +328,16 @@ fn start_checked(ws: Workspace, exists: bool, from: Option<&str>) -> Result<Work
 /// without proxy mode there is nothing that could use them: refused.
 pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, BoxError> {
     let cfg = &ws.loaded.config;
+    // [network.rules] are judged by the proxy too: in address mode
+    // nothing would judge them.
+    if !cfg.network.rules.is_empty()
+        && (cfg.network.mode != sbx_core::config::NetMode::Proxy || cfg.network.allow_external)
+    {
+        return Err(Box::new(RunError::Config(format!(
+            "{}: [network.rules] are enforced by sbx-fw's proxy: set [network] mode = \"proxy\" (and allow-external = false), or remove them",
+            ws.loaded.describe()
+        ))));
+    }
     if cfg.secrets.is_empty() {
         return Ok(Vec::new());
     }
@@ -339,6 +349,13 @@ pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, Bo
     }
     sbx_core::secrets::resolve(&cfg.secrets, |k| std::env::var(k).ok())
         .map_err(|e| Box::new(e) as BoxError)
+}
+
+/// Whether the proxy ends TLS for some host ([secrets] or
+/// [network.rules]): the tests' upstream root goes with the handoff then.
+fn ends_tls(ws: &Workspace) -> bool {
+    let c = &ws.loaded.config;
+    !c.secrets.is_empty() || !c.network.rules.is_empty()
 }
 
 /// `from`: a snapshot's image instead of the per-repo one (nothing built).
@@ -382,7 +399,7 @@ fn start_stopped(
             spec::make_parents(ws)?;
             hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
-            spec::stage_secrets(&name, secrets)?;
+            spec::stage_secrets(&name, secrets, ends_tls(ws))?;
             crate::ssh::stage(ws, &name)?;
             crate::toolpolicy::install(ws, &name)?;
             // The container binds the staged copies: mount them anew, by fd.
@@ -475,7 +492,7 @@ fn start_stopped(
     spec::make_parents(ws)?;
     hold_git(ws)?;
     spec::ensure_host_dir(&name)?;
-    spec::stage_secrets(&name, secrets)?;
+    spec::stage_secrets(&name, secrets, ends_tls(ws))?;
     crate::ssh::stage(ws, &name)?;
     crate::toolpolicy::install(ws, &name)?;
     crate::hostpath::stage(&name, &s.staged)?;

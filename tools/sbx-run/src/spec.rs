@@ -83,16 +83,21 @@ pub fn ensure_host_dir(container: &str) -> Result<PathBuf, RunError> {
 /// Hand `[secrets]` to the sandbox's `sbx-fw init` through its host
 /// directory (root's alone inside): 0600, replaced whole, and removed by
 /// init once it has them on its tmpfs. None: any earlier file goes. With
-/// them goes the tests' upstream root when the host's own environment
-/// names one (never the workspace's config, never the sandbox's).
-pub fn stage_secrets(container: &str, b: &[sbx_core::secrets::Binding]) -> Result<(), RunError> {
+/// them (or with `ends_tls`: [network.rules] end TLS too) goes the tests'
+/// upstream root when the host's own environment names one (never the
+/// workspace's config, never the sandbox's).
+pub fn stage_secrets(
+    container: &str,
+    b: &[sbx_core::secrets::Binding],
+    ends_tls: bool,
+) -> Result<(), RunError> {
     use sbx_core::secrets::{HANDOFF, TEST_ROOT_ENV, TEST_ROOT_HANDOFF};
     let dir = host_dir(container);
     let json = (!b.is_empty())
         .then(|| serde_json::to_vec(b))
         .transpose()
         .map_err(|e| RunError::Io(dir.join(HANDOFF), std::io::Error::other(e)))?;
-    let root = match std::env::var_os(TEST_ROOT_ENV).filter(|_| json.is_some()) {
+    let root = match std::env::var_os(TEST_ROOT_ENV).filter(|_| json.is_some() || ends_tls) {
         Some(p) => Some(std::fs::read(&p).map_err(|e| RunError::Io(p.into(), e))?),
         None => None,
     };
@@ -794,8 +799,9 @@ pub fn build(
     // [secrets]: the values go to the proxy alone (sbx-fw init moves them
     // from the host directory onto this tmpfs, root's, never in a
     // snapshot); the sandbox gets a placeholder under an env: source's
-    // own name, and Node the sandbox CA.
-    if !cfg.secrets.is_empty() {
+    // own name, and Node the sandbox CA. [network.rules] need the CA too
+    // (its key on the same tmpfs): the proxy ends TLS for those hosts.
+    if !cfg.secrets.is_empty() || !cfg.network.rules.is_empty() {
         a.extend([
             "--tmpfs".into(),
             format!("{}:mode=0700,size=1m", sbx_core::secrets::TMPFS),

@@ -1,5 +1,5 @@
 //! docs/config.md, rendered from the config parser's own source
-//! (`tools/sbx-core/src/config.rs` and `config/agent.rs`): the tables and
+//! (`tools/sbx-core/src/config.rs`, `config/agent.rs`, `netrules.rs`): the tables and
 //! keys are the serde structs' fields, the names what serde's `rename_all`
 //! makes of them, the types what the fields hold, the text their doc
 //! comments. A key added to the parser shows up here without anyone
@@ -13,9 +13,10 @@ use syn::{Attribute, Fields, GenericArgument, Item, PathArguments, Type};
 
 /// The parser's source, read at compile time so the rendered page and the
 /// binary that checks it come from the same text.
-const SOURCES: [&str; 2] = [
+const SOURCES: [&str; 3] = [
     include_str!("../../sbx-core/src/config.rs"),
     include_str!("../../sbx-core/src/config/agent.rs"),
+    include_str!("../../sbx-core/src/netrules.rs"),
 ];
 
 /// One key of the config file.

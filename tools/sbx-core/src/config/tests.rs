@@ -531,3 +531,23 @@ fn ssh_table() {
         assert!(e.contains("cfg.toml:2") && e.contains(want), "{e}");
     }
 }
+
+/// `[network.rules]`: a bad rule is one line naming the key and the rule.
+#[test]
+fn network_rules_parse_or_say_which_rule() {
+    let c = parse(
+        "[network]\nmode = \"proxy\"\n[network.rules]\n\"github.com\" = \"repo-only\"\n\"*.npmjs.org\" = [\"read-only\", \"POST /-/v1/x\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.network.rules.len(), 2);
+    let e = err(
+        "[network]\nmode = \"proxy\"\n[network.rules]\n\"github.com\" = [\"GET *\", \"PUSH\"]\n",
+    );
+    assert!(
+        e.starts_with("cfg.toml:4:") && e.contains("network.rules") && e.contains("rule \"PUSH\""),
+        "{e}"
+    );
+    assert!(!e.contains('\n'), "{e}");
+    let e = err("[network]\nmode = \"proxy\"\n[network.rules]\n\"no host\" = \"off\"\n");
+    assert!(e.contains("invalid domain"), "{e}");
+}

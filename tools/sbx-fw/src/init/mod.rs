@@ -6,6 +6,7 @@
 mod build;
 mod commit;
 mod gather;
+mod rules;
 mod show;
 #[cfg(test)]
 mod tests;
@@ -128,6 +129,15 @@ pub fn init(common: &CommonArgs, a: &InitArgs, dir: &Path) -> Result<(), FwError
     }
     let mut state = built.state;
     state.dns_types = cfg.network.dns_types.iter().map(|t| t.0).collect();
+    if cfg.network.mode == config::NetMode::Proxy {
+        let ws = std::env::var_os("SBX_WORKSPACE").map(PathBuf::from);
+        let remotes = ws.map(|w| rules::workspace_remotes(&w)).unwrap_or_default();
+        let (r, warnings) = rules::expand(&cfg.network, &remotes);
+        for w in warnings {
+            output::warn(&w);
+        }
+        state.rules = r;
+    }
     let st = record(&sys, dir, &list, state, &built.plan, ups.clone())?;
     drop(built.held);
     start_helpers(dir, a, &st, &ups)?;
@@ -242,11 +252,15 @@ fn start_helpers(dir: &Path, a: &InitArgs, st: &State, ups: &Upstreams) -> Resul
         // [secrets] on the tmpfs, and the sandbox CA, before the proxy
         // that reads them starts.
         use crate::proxy::inject;
+        // A host with rules to judge needs the CA even without secrets
+        // (an `off` one is refused without ending its TLS).
+        let need_ca = st.rules.values().any(|r| !r.is_empty());
         inject::install(
             &Path::new(inject::HANDOFF_DIR).join(inject::HANDOFF),
             &inject::dir(),
-            Path::new(inject::BUNDLE),
-            Path::new(inject::SANDBOX_CA),
+            &inject::bundle(),
+            &inject::sandbox_ca(),
+            need_ca,
         )?;
         daemons::start_proxy(dir)?;
     }

@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use super::http::{self, Head, Request};
 use super::policy::Refusal;
 use super::relay::{reset, tunnel};
+use super::rules::Ruled;
 use super::shared::{Shared, lookup};
 use super::{CONNECT_PORT, HELLO_TIMEOUT, Limits, sni};
 
@@ -160,10 +161,12 @@ pub async fn transparent(mut c: TcpStream, s: Arc<Shared>, v6: bool, lim: Limits
     if dst.port() == 80 {
         return super::plain::relay(c, s, dst, &buf, lim.keepalive).await;
     }
-    if let (Some(n), Some(inj)) = (&name, &s.inject)
-        && inj.binds(n)
-    {
-        return injected(inj, c, buf, n, dst, &s, lim).await;
+    if let Some(n) = &name {
+        let p = s.policy();
+        let ruled = p.rules_for(n);
+        if ruled.is_some() || s.inject.as_ref().is_some_and(|i| i.binds(n)) {
+            return ended(c, buf, n, dst, &s, lim, ruled).await;
+        }
     }
     match dial(dst).await {
         Some(u) => tunnel(c, u, &buf, lim.tunnel).await,
@@ -230,13 +233,16 @@ pub async fn connect_proxy(mut c: TcpStream, s: Arc<Shared>, lim: Limits) {
     }
     let mut hello = buf.split_off(req.len);
     match read_name(&mut c, &mut hello, true).await {
-        Seen::Name(Some(n)) if n == name => match &s.inject {
-            Some(inj) if inj.binds(&n) => {
+        Seen::Name(Some(n)) if n == name => {
+            let p = s.policy();
+            let ruled = p.rules_for(&n);
+            if ruled.is_some() || s.inject.as_ref().is_some_and(|i| i.binds(&n)) {
                 drop(u);
-                injected(inj, c, hello, &n, dst, &s, lim).await;
+                ended(c, hello, &n, dst, &s, lim, ruled).await;
+            } else {
+                tunnel(c, u, &hello, lim.tunnel).await;
             }
-            _ => tunnel(c, u, &hello, lim.tunnel).await,
-        },
+        }
         Seen::Name(n) => {
             let r = if n.is_some() {
                 Refusal::Fronting
@@ -281,18 +287,40 @@ async fn connect_target(
     Err((Some(name), Refusal::Fronting))
 }
 
-/// A connection to a host a secret is bound to: the proxy ends its TLS
-/// and adds the secret ([`super::inject`]); a refusal is audited.
-async fn injected(
-    inj: &super::inject::Injector,
+/// A connection to a host a secret is bound to or with `[network.rules]`:
+/// the proxy ends its TLS, judges each request by the rules and adds the
+/// secret ([`super::inject`]); a refusal is audited naming what refused.
+/// A host whose rules allow nothing (`off`) is refused here: there is no
+/// request to look at.
+async fn ended(
     c: TcpStream,
     first: Vec<u8>,
     name: &str,
     dst: SocketAddr,
     s: &Shared,
     lim: Limits,
+    ruled: Option<Ruled<'_>>,
 ) {
-    if let Err(r) = inj.serve(c, first, name, dst, lim.tunnel).await {
-        s.audit_rule(Some(name), dst, r, Some(&inj.rule(name)));
+    if let Some(r) = ruled
+        && r.rules.is_empty()
+    {
+        let why = format!("{}: no request is allowed (off)", r.label());
+        s.audit_rule(Some(name), dst, Refusal::Rule, Some(&why));
+        return reset(c);
+    }
+    // Rules but no CA to end TLS with (init makes it with the rules):
+    // nothing can be judged, so nothing goes.
+    let Some(inj) = &s.inject else {
+        let why = ruled.map(|r| format!("{}: no sandbox CA", r.label()));
+        s.audit_rule(Some(name), dst, Refusal::Rule, why.as_deref());
+        return reset(c);
+    };
+    if let Err((r, why)) = inj.serve(c, first, name, dst, lim.tunnel, ruled).await {
+        let what = match (ruled, why) {
+            (Some(rs), Some(why)) => format!("{}: {why}", rs.label()),
+            (Some(rs), None) if !inj.binds(name) => rs.label(),
+            _ => inj.rule(name),
+        };
+        s.audit_rule(Some(name), dst, r, Some(&what));
     }
 }

@@ -36,6 +36,7 @@ use super::http::Request;
 use super::policy::Refusal;
 use super::relay::Activity;
 use super::requests::Requests;
+use super::rules::Ruled;
 
 pub use sbx_core::secrets::{HANDOFF, HANDOFF_DIR, SANDBOX_CA, TEST_ROOT_HANDOFF, TMPFS as DIR};
 /// Another directory instead (the tests).
@@ -59,6 +60,23 @@ pub fn dir() -> PathBuf {
     std::env::var_os(DIR_ENV).map_or_else(|| PathBuf::from(DIR), PathBuf::from)
 }
 
+/// Another trust bundle and sandbox-CA path instead of the image's (the
+/// tests, which run on a host whose own bundle must stay as it is). Like
+/// [`DIR_ENV`], only root's environment at init sets them: sbx-run passes
+/// no `SBX_FW_*` variable into the container.
+pub const BUNDLE_ENV: &str = "SBX_FW_CA_BUNDLE";
+pub const SANDBOX_CA_ENV: &str = "SBX_FW_SANDBOX_CA";
+
+/// The trust bundle in force.
+pub fn bundle() -> PathBuf {
+    std::env::var_os(BUNDLE_ENV).map_or_else(|| PathBuf::from(BUNDLE), PathBuf::from)
+}
+
+/// Where the sandbox CA's certificate goes.
+pub fn sandbox_ca() -> PathBuf {
+    std::env::var_os(SANDBOX_CA_ENV).map_or_else(|| PathBuf::from(SANDBOX_CA), PathBuf::from)
+}
+
 fn ca_params() -> CertificateParams {
     let mut p = CertificateParams::default();
     let mut dn = DistinguishedName::new();
@@ -80,12 +98,15 @@ pub fn make_ca() -> Result<(String, String), rcgen::Error> {
 /// directory onto the tmpfs, make the sandbox's CA when there is none,
 /// and put its certificate where the sandbox's clients look (the system
 /// bundle, rebuilt from the image's own each time, and [`SANDBOX_CA`]).
-/// Without secrets nothing changes. The proxy reads them at its start.
+/// Without secrets nothing changes, unless `need_ca` (a host has
+/// `[network.rules]`: its TLS is ended with the same CA). The proxy reads
+/// them at its start.
 pub fn install(
     handoff: &Path,
     dir: &Path,
     bundle: &Path,
     sandbox_ca: &Path,
+    need_ca: bool,
 ) -> Result<(), PathError> {
     use std::os::unix::fs::OpenOptionsExt;
     let write = |p: &Path, data: &[u8], mode: u32| -> Result<(), PathError> {
@@ -115,25 +136,39 @@ pub fn install(
             }
             write(&dir.join(BINDINGS), &text, 0o600)?;
             std::fs::remove_file(handoff).with_path(handoff)?;
-            // The tests' upstream root, staged by sbx-run from the host
-            // alone: taken with the secrets, gone when a start brings none.
-            let test_root = handoff.with_file_name(TEST_ROOT_HANDOFF);
-            match std::fs::read(&test_root) {
-                Ok(pem) => {
-                    write(&dir.join(TEST_ROOT), &pem, 0o600)?;
-                    std::fs::remove_file(&test_root).with_path(&test_root)?;
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let _ = std::fs::remove_file(dir.join(TEST_ROOT));
-                }
-                Err(e) => return Err(e).with_path(&test_root),
+            // A start that brings secrets and no test root: none stays.
+            if !handoff.with_file_name(TEST_ROOT_HANDOFF).exists() {
+                let _ = std::fs::remove_file(dir.join(TEST_ROOT));
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_path(handoff),
     }
+    // The tests' upstream root, staged by sbx-run from the host alone,
+    // with secrets or for [network.rules] (`need_ca`).
+    let test_root = handoff.with_file_name(TEST_ROOT_HANDOFF);
+    match std::fs::read(&test_root) {
+        Ok(pem) => {
+            if !on_tmpfs(dir) {
+                return Err(io::Error::other("not a tmpfs")).with_path(dir);
+            }
+            write(&dir.join(TEST_ROOT), &pem, 0o600)?;
+            std::fs::remove_file(&test_root).with_path(&test_root)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_path(&test_root),
+    }
     if !dir.join(BINDINGS).exists() {
-        return Ok(());
+        if !need_ca {
+            return Ok(());
+        }
+        // The CA's key goes nowhere but the tmpfs either.
+        if !on_tmpfs(dir) {
+            return Err(io::Error::other(
+                "not a tmpfs: the sandbox CA's key would be written to disk",
+            ))
+            .with_path(dir);
+        }
     }
     let cert_path = dir.join(CA_CERT);
     if !cert_path.exists() {
@@ -185,13 +220,13 @@ impl Injector {
     /// left out of them.
     pub fn load(dir: &Path, bundle: &Path) -> io::Result<Option<Self>> {
         let path = dir.join(BINDINGS);
-        let text = match std::fs::read(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // No secrets but a CA: hosts with [network.rules] use it alone.
+        let bindings: Vec<Binding> = match std::fs::read(&path) {
+            Ok(t) => serde_json::from_slice(&t).map_err(|e| bad(&path, e))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(bad(&path, e)),
         };
-        let bindings: Vec<Binding> = serde_json::from_slice(&text).map_err(|e| bad(&path, e))?;
-        if bindings.is_empty() {
+        if bindings.is_empty() && !dir.join(CA_KEY).exists() {
             return Ok(None);
         }
         let key_path = dir.join(CA_KEY);
@@ -274,8 +309,10 @@ impl Injector {
     }
 
     /// Serve one connection the agent opened to `host` (judged already):
-    /// `first` is what was read of its ClientHello. Returns the refusal
-    /// to audit, if any.
+    /// `first` is what was read of its ClientHello. `rules`: the host's
+    /// `[network.rules]`, each request judged by them first (a refusal
+    /// answers 403). Returns the refusal to audit, if any, with what
+    /// refused it when that was a rule.
     pub async fn serve(
         &self,
         c: TcpStream,
@@ -283,8 +320,33 @@ impl Injector {
         host: &str,
         dst: SocketAddr,
         idle: Duration,
-    ) -> Result<(), Refusal> {
-        let bindings = self.by_host.get(host).ok_or(Refusal::Injection)?;
+        rules: Option<Ruled<'_>>,
+    ) -> Result<(), (Refusal, Option<String>)> {
+        let bindings: &[Binding] = self.by_host.get(host).map_or(&[], Vec::as_slice);
+        if bindings.is_empty() && rules.is_none() {
+            return Err((Refusal::Injection, None));
+        }
+        self.relay(c, first, host, dst, idle, bindings, rules)
+            .await
+            .map_err(|r| (r, None))
+            .and_then(|denied| match denied {
+                Some(why) => Err((Refusal::Rule, Some(why))),
+                None => Ok(()),
+            })
+    }
+
+    /// [`Self::serve`]'s work: Ok(Some(why)) when a rule refused.
+    #[allow(clippy::too_many_arguments)]
+    async fn relay(
+        &self,
+        c: TcpStream,
+        first: Vec<u8>,
+        host: &str,
+        dst: SocketAddr,
+        idle: Duration,
+        bindings: &[Binding],
+        rules: Option<Ruled<'_>>,
+    ) -> Result<Option<String>, Refusal> {
         let server = self.server(host).map_err(|_| Refusal::Injection)?;
         let client = tokio::time::timeout(
             super::HELLO_TIMEOUT,
@@ -310,6 +372,7 @@ impl Injector {
         let (mut ur, mut uw) = tokio::io::split(up);
         let act = Activity::new();
         let refused = Mutex::new(None);
+        let denied: Mutex<Option<String>> = Mutex::new(None);
         let upward = async {
             let mut reqs = Requests::default();
             let mut chunk = vec![0u8; 16 * 1024];
@@ -322,6 +385,12 @@ impl Injector {
                 }
                 let mut heads = Vec::new();
                 let r = reqs.feed_with(&chunk[..n], &mut out, &mut heads, &mut |r, head| {
+                    if let Some(rs) = rules
+                        && let Err(why) = rs.check(r)
+                    {
+                        *denied.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                        return Err(why);
+                    }
                     inject(r, head, host, bindings)
                 });
                 if r.is_err() {
@@ -350,9 +419,32 @@ impl Injector {
             _ = async { tokio::try_join!(upward, downward) } => {}
             () = act.idle(idle) => {}
         }
+        if let Some(why) = denied.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            // Answered by us, and the connection ends: nothing after the
+            // refused head is read as a request.
+            if let Some(rs) = rules {
+                let _ = cw.write_all(&rs.forbidden(&why)).await;
+                let _ = cw.shutdown().await;
+                // The body the client is still sending is read and
+                // dropped for a while: closing on unread bytes resets the
+                // connection, and the client may lose the answer.
+                let drain = async {
+                    let mut sink = vec![0u8; 16 * 1024];
+                    let mut left: usize = 8 << 20;
+                    while left > 0 {
+                        match cr.read(&mut sink).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => left = left.saturating_sub(n),
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(super::HELLO_TIMEOUT, drain).await;
+            }
+            return Ok(Some(why));
+        }
         match refused.into_inner().unwrap_or_else(|e| e.into_inner()) {
             Some(r) => Err(r),
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 }

@@ -15,6 +15,7 @@ mod plain;
 pub mod policy;
 mod relay;
 mod requests;
+pub mod rules;
 mod shared;
 pub mod sni;
 
@@ -92,7 +93,7 @@ pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
     // Read while still root: the secrets and the CA key are root's alone.
     // Unreadable ones stop the proxy (closed), never pass connections on
     // without what they were meant to carry.
-    let inject = inject::Injector::load(&inject::dir(), Path::new(inject::BUNDLE))?;
+    let inject = inject::Injector::load(&inject::dir(), &inject::bundle())?;
     drop_privileges()?;
     raise_nofile();
     let n = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));

@@ -16,15 +16,17 @@ use super::requests::Requests;
 use super::shared::Shared;
 
 /// Judge every request head in `data`, as the first one was: a later
-/// request on a kept-alive connection may name another host. What may be
-/// sent on is appended to `out`.
+/// request on a kept-alive connection may name another host, or a method
+/// and path its host's `[network.rules]` do not allow. What may be sent on
+/// is appended to `out`. Err(Some(answer)): a rule refused, the client
+/// gets that 403; Err(None): reset.
 async fn follow(
     s: &Shared,
     dst: SocketAddr,
     reqs: &mut Requests,
     data: &[u8],
     out: &mut Vec<u8>,
-) -> Result<(), ()> {
+) -> Result<(), Option<Vec<u8>>> {
     let mut heads: Vec<Request> = Vec::new();
     let fed = reqs.feed(data, out, &mut heads);
     for r in &heads {
@@ -35,10 +37,42 @@ async fn follow(
         };
         if let Err(e) = v {
             s.audit(r.host.as_deref(), dst, e);
-            return Err(());
+            return Err(None);
+        }
+        let p = s.policy();
+        if let Some(host) = r.host.as_deref()
+            && let Some(rs) = p.rules_for(host)
+            && let Err(why) = rs.check(r)
+        {
+            let what = format!("{}: {why}", rs.label());
+            s.audit_rule(Some(host), dst, Refusal::Rule, Some(&what));
+            return Err(Some(rs.forbidden(&why)));
         }
     }
-    fed.map_err(|_| s.audit(None, dst, Refusal::Malformed))
+    fed.map_err(|_| {
+        s.audit(None, dst, Refusal::Malformed);
+        None
+    })
+}
+
+/// A rule's refusal: its answer, then the connection ends.
+fn forbid(mut c: TcpStream, answer: &[u8]) {
+    let _ = c.try_write(answer);
+    let _ = nix::sys::socket::shutdown(c.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+    // Read what the client still sends for a while before closing, so
+    // the close does not reset the answer away.
+    tokio::spawn(async move {
+        let drain = async {
+            let mut sink = vec![0u8; 16 * 1024];
+            loop {
+                match tokio::io::AsyncReadExt::read(&mut c, &mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(super::HELLO_TIMEOUT, drain).await;
+    });
 }
 
 /// Relay a plain HTTP connection whose first bytes are `first`. Nothing
@@ -47,13 +81,16 @@ async fn follow(
 pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], idle: Duration) {
     let mut reqs = Requests::default();
     let mut out = Vec::new();
-    if follow(&s, dst, &mut reqs, first, &mut out).await.is_err() {
-        return reset(c);
+    match follow(&s, dst, &mut reqs, first, &mut out).await {
+        Ok(()) => {}
+        Err(Some(answer)) => return forbid(c, &answer),
+        Err(None) => return reset(c),
     }
     let Some(u) = super::conn::dial(dst).await else {
         return reset(c);
     };
     let act = Activity::new();
+    let denied = std::sync::Mutex::new(None);
     let up = async {
         let mut chunk = vec![0u8; 16 * 1024];
         loop {
@@ -79,10 +116,8 @@ pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], 
                     nix::sys::socket::shutdown(u.as_raw_fd(), nix::sys::socket::Shutdown::Write);
                 return Ok(());
             }
-            if follow(&s, dst, &mut reqs, &chunk[..n], &mut out)
-                .await
-                .is_err()
-            {
+            if let Err(answer) = follow(&s, dst, &mut reqs, &chunk[..n], &mut out).await {
+                *denied.lock().unwrap_or_else(|e| e.into_inner()) = answer;
                 return Err(std::io::Error::other("refused"));
             }
         }
@@ -93,6 +128,9 @@ pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], 
     };
     if !ok {
         let _ = u.set_zero_linger();
-        reset(c);
+        match denied.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(answer) => forbid(c, &answer),
+            None => reset(c),
+        }
     }
 }

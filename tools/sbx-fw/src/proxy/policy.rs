@@ -36,6 +36,9 @@ pub enum Refusal {
     /// The real host's certificate did not verify against the proxy's
     /// own roots.
     UpstreamCert,
+    /// `[network.rules]`: no rule of the host lets the request through
+    /// (the record names the host's rules and the request).
+    Rule,
 }
 
 impl Refusal {
@@ -53,6 +56,7 @@ impl Refusal {
                 "the client refused the sandbox CA's certificate (does it pin certificates?): remove the host's [secrets] entry to pass it through"
             }
             Self::UpstreamCert => "the host's certificate does not verify",
+            Self::Rule => "refused by the host's rules",
         }
     }
 }
@@ -77,6 +81,8 @@ pub struct Policy {
     /// Entry text -> addresses it resolved to at init.
     resolved: HashMap<String, Vec<IpAddr>>,
     github_nets: Vec<IpNet>,
+    /// `[network.rules]`, most specific key first.
+    rules: Vec<(Domain, Vec<sbx_core::netrules::Rule>)>,
 }
 
 impl Policy {
@@ -102,7 +108,26 @@ impl Policy {
                 .collect(),
             resolved,
             github_nets: st.github_nets.clone(),
+            rules: {
+                let mut r: Vec<_> = st
+                    .rules
+                    .iter()
+                    .map(|(d, r)| (d.clone(), r.clone()))
+                    .collect();
+                // An exact name before wildcards, a longer wildcard first.
+                r.sort_by_key(|(d, _)| (d.wildcard, std::cmp::Reverse(d.name.len())));
+                r
+            },
         }
+    }
+
+    /// The rules `name`'s requests are judged by, if it has any: its own
+    /// entry, or the closest wildcard's.
+    pub fn rules_for(&self, name: &str) -> Option<super::rules::Ruled<'_>> {
+        self.rules
+            .iter()
+            .find(|(d, _)| domain_matches(d, name))
+            .map(|(key, rules)| super::rules::Ruled { key, rules })
     }
 
     /// The addresses `name` resolved to at init (empty for a name only a

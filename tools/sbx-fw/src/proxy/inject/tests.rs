@@ -143,6 +143,17 @@ impl Bed {
     /// came back, and the proxy's verdict. `trust`: the agent trusts the
     /// sandbox CA (false: a client that pins or brings its own roots).
     async fn run(&self, reqs: &str, trust: bool) -> (String, Result<(), Refusal>) {
+        let (got, v) = self.run_ruled(reqs, trust, None).await;
+        (got, v.map_err(|(r, _)| r))
+    }
+
+    /// [`Bed::run`] with `[network.rules]` for the host.
+    async fn run_ruled(
+        &self,
+        reqs: &str,
+        trust: bool,
+        rules: Option<Vec<sbx_core::netrules::Rule>>,
+    ) -> (String, Result<(), (Refusal, Option<String>)>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = l.local_addr().unwrap();
         let (inj, up) = (self.inj.clone(), self.up);
@@ -152,7 +163,10 @@ impl Bed {
             let mut first = vec![0u8; 64];
             let n = c.read(&mut first).await.unwrap();
             first.truncate(n);
-            inj.serve(c, first, HOST, up, Duration::from_secs(20)).await
+            let key: sbx_core::config::Domain = HOST.parse().unwrap();
+            let ruled = rules.as_deref().map(|rules| Ruled { key: &key, rules });
+            inj.serve(c, first, HOST, up, Duration::from_secs(20), ruled)
+                .await
         });
         let mut roots = rustls::RootCertStore::empty();
         if trust {
@@ -188,6 +202,72 @@ impl Bed {
     fn seen(&self) -> Vec<String> {
         self.seen.lock().unwrap().clone()
     }
+}
+
+/// `[network.rules]` on a connection the proxy ends: every request on it
+/// is judged, the first refused one gets a 403 naming the rules and
+/// neither it nor anything after it reaches the host.
+#[tokio::test]
+async fn rules_judge_every_request_on_the_connection() {
+    let b = bed(true, false).await;
+    let rules: Vec<sbx_core::netrules::Rule> = ["GET /v1/**", "POST /v1/messages"]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let two = format!(
+        "{}POST /v1/messages HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 0\r\n\r\n",
+        req(HOST, "")
+    );
+    let (got, v) = b.run_ruled(&two, true, Some(rules.clone())).await;
+    assert_eq!(v, Ok(()), "{got}");
+    assert_eq!(b.seen().len(), 2);
+    // A later request on the kept-alive connection, and a path that
+    // walks out of an allowed one.
+    for (i, bad) in [
+        "DELETE /v1/messages HTTP/1.1\r\nHost: api.test\r\n\r\n",
+        "GET /v1/../admin HTTP/1.1\r\nHost: api.test\r\n\r\n",
+        "GET /v2/x HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let before = b.seen().len();
+        let stream = format!("{}{bad}{}", req(HOST, ""), req(HOST, ""));
+        let (got, v) = b.run_ruled(&stream, true, Some(rules.clone())).await;
+        let (r, why) = v.unwrap_err();
+        assert_eq!(r, Refusal::Rule, "{i}");
+        let why = why.unwrap();
+        let line = bad.split(" HTTP").next().unwrap();
+        assert!(why.starts_with(line), "{why}");
+        assert!(
+            got.contains("403 Forbidden") && got.contains("[network.rules] \"api.test\" refuses"),
+            "{got}"
+        );
+        // The first request may or may not have gone (one read or two);
+        // the refused one and the one after it never do.
+        let seen = b.seen();
+        assert!(seen.len() <= before + 1, "{seen:?}");
+        assert!(
+            seen[before..]
+                .iter()
+                .all(|h| h.starts_with("GET /v1/messages"))
+        );
+    }
+}
+
+/// Rules without any secret still need the CA: the proxy loads it alone.
+#[test]
+fn a_ca_without_secrets_is_loaded_for_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.pem");
+    std::fs::write(&bundle, "").unwrap();
+    assert!(Injector::load(dir.path(), &bundle).unwrap().is_none());
+    let (key, cert) = make_ca().unwrap();
+    std::fs::write(dir.path().join(CA_KEY), key).unwrap();
+    std::fs::write(dir.path().join(CA_CERT), cert).unwrap();
+    let inj = Injector::load(dir.path(), &bundle).unwrap().unwrap();
+    assert!(!inj.binds(HOST));
+    assert!(inj.server(HOST).is_ok());
 }
 
 fn req(host: &str, extra: &str) -> String {
@@ -363,7 +443,7 @@ fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
         std::fs::write(&handoff, &json).unwrap();
         let off = host.path().join("off");
         std::fs::create_dir(&off).unwrap();
-        assert!(install(&handoff, &off, &bundle, &ca).is_err());
+        assert!(install(&handoff, &off, &bundle, &ca, false).is_err());
         assert!(handoff.exists() && !off.join(BINDINGS).exists());
     }
     let mut cas = Vec::new();
@@ -376,7 +456,7 @@ fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
             std::fs::write(&staged_root, "TEST ROOT\n").unwrap();
         }
         let _ = std::fs::remove_file(shm.path().join(CA_CERT));
-        install(&handoff, shm.path(), &bundle, &ca).unwrap();
+        install(&handoff, shm.path(), &bundle, &ca, false).unwrap();
         assert!(!handoff.exists() && !staged_root.exists());
         assert_eq!(shm.path().join(TEST_ROOT).exists(), i == 0);
         assert_eq!(std::fs::read(shm.path().join(BINDINGS)).unwrap(), json);

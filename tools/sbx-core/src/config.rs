@@ -572,7 +572,7 @@ pub struct Network {
     /// `statsig.com` (and below) are `off` unless given here. The
     /// language: docs/guide.md, "Rules by method and path".
     /// Default: `{}`
-    /// Example: `{ "github.com" = "repo-only", "registry.npmjs.org" = "read-only" }`
+    /// Example: `{ "github.com" = "repo-only", "registry.example.org" = "read-only" }`
     pub rules: std::collections::BTreeMap<Domain, crate::netrules::HostRules>,
 }
 

@@ -536,7 +536,7 @@ fn ssh_table() {
 #[test]
 fn network_rules_parse_or_say_which_rule() {
     let c = parse(
-        "[network]\nmode = \"proxy\"\n[network.rules]\n\"github.com\" = \"repo-only\"\n\"*.npmjs.org\" = [\"read-only\", \"POST /-/v1/x\"]\n",
+        "[network]\nmode = \"proxy\"\n[network.rules]\n\"github.com\" = \"repo-only\"\n\"*.registry.example\" = [\"read-only\", \"POST /-/v1/x\"]\n",
     )
     .unwrap();
     assert_eq!(c.network.rules.len(), 2);

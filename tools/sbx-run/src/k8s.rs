@@ -116,6 +116,7 @@ pub const KEYS: &[(&str, &str, Meaning)] = {
             PodSpec("initContainers[firewall] capabilities"),
         ),
         ("network", "dns-types", InPod),
+        ("network", "rules", InPod),
         ("git", "block-no-verify", InPod),
         ("git", "block-force-push", InPod),
         ("git", "block-global-config", InPod),

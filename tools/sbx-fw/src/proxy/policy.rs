@@ -36,6 +36,9 @@ pub enum Refusal {
     /// The real host's certificate did not verify against the proxy's
     /// own roots.
     UpstreamCert,
+    /// On a connection a secret is injected into: an answer compressed
+    /// or otherwise coded, which the proxy cannot check for the secret.
+    Encoded,
 }
 
 impl Refusal {
@@ -53,6 +56,9 @@ impl Refusal {
                 "the client refused the sandbox CA's certificate (does it pin certificates?): remove the host's [secrets] entry to pass it through"
             }
             Self::UpstreamCert => "the host's certificate does not verify",
+            Self::Encoded => {
+                "the host answered compressed or coded (Content-Encoding, Transfer-Encoding): the proxy cannot check it for the secret"
+            }
         }
     }
 }

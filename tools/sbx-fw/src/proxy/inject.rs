@@ -336,9 +336,26 @@ impl Injector {
             let mut chunk = vec![0u8; 16 * 1024];
             let mut down = Down::new(bindings);
             loop {
-                let n = ur.read(&mut chunk).await?;
+                // A value's start held back goes down masked as far as it
+                // is known once the host pauses: an answer ending alike
+                // (an "s") is not kept waiting for more.
+                let read = if down.held.is_empty() {
+                    Ok(ur.read(&mut chunk).await)
+                } else {
+                    tokio::time::timeout(HOLD, ur.read(&mut chunk)).await
+                };
+                let Ok(n) = read else {
+                    let Ok(out) = down.feed(&[], Cut::Pause) else {
+                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
+                        return Err(io::Error::other("refused"));
+                    };
+                    cw.write_all(&out).await?;
+                    continue;
+                };
+                let n = n?;
                 act.touch();
-                let Ok(out) = down.feed(&chunk[..n], n == 0) else {
+                let cut = if n == 0 { Cut::End } else { Cut::Read };
+                let Ok(out) = down.feed(&chunk[..n], cut) else {
                     *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
                     return Err(io::Error::other("refused"));
                 };
@@ -376,11 +393,24 @@ pub const MIN_PART: usize = 8;
 
 /// The longest response header line (a coding) waited for.
 const MAX_LINE: usize = 1024;
+/// How long a held start of a value waits for the rest.
+const HOLD: Duration = Duration::from_millis(100);
+
+/// Why [`Down::feed`] is called: a read, the host's pause with bytes
+/// held, its end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Read,
+    Pause,
+    End,
+}
 
 /// The answers on one injecting connection on their way down: every run
 /// of [`MIN_PART`] bytes of a secret is overwritten with as many `*`
 /// (the length kept, so `Content-Length` and chunk sizes still hold),
-/// however the reads cut it; a coding the proxy cannot read through
+/// however the reads cut it (a whole value's start is held for the next
+/// read; a run that goes on from bytes already sent is masked from there
+/// on, so at most `MIN_PART - 1` bytes pass at a cut); a coding the proxy cannot read through
 /// (`Content-Encoding: gzip`, a `Transfer-Encoding` other than chunked)
 /// is refused before its head goes down, since a compressed echo hides
 /// the value from the scan.
@@ -394,6 +424,9 @@ struct Down {
     star: Vec<bool>,
     /// The last two bytes sent: whether `held` starts a line.
     sent: [u8; 2],
+    /// The last bytes sent as the host sent them (`MIN_PART - 1`): a
+    /// run of a value that goes on from them is still found.
+    ctx: Vec<u8>,
 }
 
 fn word(w: &[u8]) -> u64 {
@@ -419,46 +452,58 @@ impl Down {
             held: Vec::new(),
             star: Vec::new(),
             sent: [0; 2],
+            ctx: Vec::new(),
         }
     }
 
-    /// Take the next read (`end`: the host closed) and return what may go
-    /// down now; an error when the answer is coded.
-    fn feed(&mut self, data: &[u8], end: bool) -> Result<Vec<u8>, String> {
+    /// Take the next read and return what may go down now; an error
+    /// when the answer is coded. Held back: a tail that may be the start
+    /// of a value (until the next read, or a pause), a header line not
+    /// ended that may name a coding.
+    fn feed(&mut self, data: &[u8], cut: Cut) -> Result<Vec<u8>, String> {
         self.held.extend_from_slice(data);
         self.star.resize(self.held.len(), false);
-        let buf = &self.held;
+        let c = self.ctx.len();
+        let mut scan = std::mem::take(&mut self.ctx);
+        scan.extend_from_slice(&self.held);
         let mut keep = 0;
         for (k, ws, v) in &self.secrets {
             let k = *k;
-            for i in 0..buf.len().saturating_sub(k - 1) {
-                if ws.binary_search(&word(&buf[i..i + k])).is_ok() {
-                    self.star[i..i + k].fill(true);
+            for i in 0..scan.len().saturating_sub(k - 1) {
+                if ws.binary_search(&word(&scan[i..i + k])).is_ok() {
+                    let from = i.max(c) - c;
+                    self.star[from..i + k - c].fill(true);
                 }
             }
-            // A tail that a part of the value may go on from.
-            let tail = (1..k.min(buf.len() + 1))
+            let buf = &scan[c..];
+            let tail = (1..v.len().min(buf.len() + 1))
                 .rev()
-                .find(|&t| v.windows(t).any(|w| buf.ends_with(w)))
+                .find(|&t| buf.ends_with(&v[..t]))
                 .unwrap_or(0);
             keep = keep.max(tail);
         }
-        let mut scan = self.sent.to_vec();
-        scan.extend_from_slice(buf);
-        let line = coded(&scan)?.saturating_sub(2);
-        let n = if end {
-            buf.len()
-        } else {
-            line.min(buf.len() - keep)
+        let mut lines = self.sent.to_vec();
+        lines.extend_from_slice(&self.held);
+        let line = coded(&lines)?.saturating_sub(2);
+        let n = match cut {
+            Cut::End => self.held.len(),
+            Cut::Pause => line,
+            Cut::Read => line.min(self.held.len() - keep),
         };
-        let mut out: Vec<u8> = self.held.drain(..n).collect();
-        for &b in &out {
-            self.sent = [self.sent[1], b];
-        }
+        let sent: Vec<u8> = self.held.drain(..n).collect();
+        let mut out = sent.clone();
         for (b, s) in out.iter_mut().zip(self.star.drain(..n)) {
             if s {
                 *b = b'*';
             }
+        }
+        // What the next read is matched after: the host's bytes.
+        scan.truncate(c);
+        scan.extend_from_slice(&sent);
+        let from = scan.len().saturating_sub(MIN_PART - 1);
+        self.ctx = scan.split_off(from);
+        for &b in &sent {
+            self.sent = [self.sent[1], b];
         }
         Ok(out)
     }

@@ -492,16 +492,24 @@ fn a_value_cut_between_reads_is_masked_too() {
         let mut down = Down::new(&b);
         let mut out = Vec::new();
         for piece in [&answer.as_bytes()[..cut], &answer.as_bytes()[cut..]] {
-            out.append(&mut down.feed(piece, false).unwrap());
+            out.append(&mut down.feed(piece, Cut::Read).unwrap());
         }
-        out.append(&mut down.feed(&[], true).unwrap());
+        out.append(&mut down.feed(&[], Cut::End).unwrap());
         let out = String::from_utf8(out).unwrap();
         assert_eq!(out.len(), answer.len(), "cut {cut}");
         assert!(!out.contains(&SECRET[..4]), "cut {cut}: {out}");
         assert!(!runs(&out), "cut {cut}: {out}");
     }
     let plain = b"data: {\"type\":\"ping\"}\n\n";
-    assert_eq!(Down::new(&b).feed(plain, false).unwrap(), plain);
+    assert_eq!(Down::new(&b).feed(plain, Cut::Read).unwrap(), plain);
+    // A value's start held back goes down at the host's pause; a part
+    // that goes on from it after is masked.
+    let mut down = Down::new(&b);
+    let first = format!("ok {}", &SECRET[..3]);
+    assert_eq!(down.feed(first.as_bytes(), Cut::Read).unwrap(), b"ok ");
+    assert_eq!(down.feed(&[], Cut::Pause).unwrap(), SECRET[..3].as_bytes());
+    let rest = down.feed(SECRET[3..].as_bytes(), Cut::Read).unwrap();
+    assert_eq!(rest, vec![b'*'; SECRET.len() - 3]);
 }
 
 /// A coded answer (compressed, or a transfer coding other than chunked)
@@ -522,7 +530,14 @@ fn a_coded_answer_is_refused_at_its_head() {
             let mut out = Vec::new();
             let r = [&answer.as_bytes()[..cut], &answer.as_bytes()[cut..]]
                 .iter()
-                .try_for_each(|p| down.feed(p, false).map(|mut o| out.append(&mut o)));
+                .try_for_each(|p| {
+                    // A pause never lets a coding line go unjudged.
+                    for c in [Cut::Read, Cut::Pause] {
+                        let d = if c == Cut::Read { *p } else { &[][..] };
+                        out.append(&mut down.feed(d, c)?);
+                    }
+                    Ok::<(), String>(())
+                });
             assert!(r.is_err(), "{coded} cut {cut}");
             let out = String::from_utf8_lossy(&out);
             assert!(!out.to_ascii_lowercase().contains("-encoding:"), "{out}");
@@ -531,7 +546,7 @@ fn a_coded_answer_is_refused_at_its_head() {
     let ok = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\
               Content-Encoding: identity\r\nContent-Encodings: x\r\n\r\n3\r\nxyz\r\n0\r\n\r\n";
     assert_eq!(
-        Down::new(&b).feed(ok.as_bytes(), false).unwrap(),
+        Down::new(&b).feed(ok.as_bytes(), Cut::Read).unwrap(),
         ok.as_bytes()
     );
 }

@@ -161,6 +161,63 @@ fn processes(container: &str) -> Vec<(u32, String)> {
         .collect()
 }
 
+/// The stand-in, as a remote host: on a network of its own in a
+/// public-looking range (every private one is closed to the sandbox,
+/// the proxy included), joined to the sandbox's holder after init, both
+/// names resolved by Docker's resolver. Port 443; `auth`: its key options.
+fn run_standin(names: &sbx_run::names::Names, d: &Path, auth: &[&str]) -> Standin {
+    let tag = std::env::var("SBX_BASE_TAG").unwrap_or_else(|_| "latest".into());
+    let standin = Standin {
+        container: format!("{}-standin", names.container),
+        network: format!("{}-standin", names.container),
+        holder: names.holder.clone(),
+    };
+    let made = (0..20).any(|i| {
+        let subnet = format!("198.18.{}.0/24", (std::process::id() + i * 13) % 250);
+        Command::new("docker")
+            .args(["network", "create", "--subnet", &subnet, &standin.network])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(made, "no free subnet in 198.18.0.0/16 for the stand-in");
+    sh(Command::new("docker").args(["network", "connect", &standin.network, &names.holder]));
+    sh(Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &standin.container,
+            "--network",
+            &standin.network,
+        ])
+        .args(["--network-alias", API, "--network-alias", OTHER])
+        .args(["-u", "0", "--entrypoint", "/x/sbx-msgapi"])
+        .arg("-v")
+        .arg(format!("{}:/x/sbx-msgapi:ro", bin("sbx-msgapi").display()))
+        .arg("-v")
+        .arg(format!("{}:/d", d.display()))
+        .arg(format!("agent-sandbox-base:{tag}"))
+        .args(["--script", "/d/script.json", "--log", "/d/log.jsonl"])
+        .args([
+            "--listen",
+            "0.0.0.0:443",
+            "--tls",
+            &format!("{API},{OTHER}"),
+        ])
+        .arg("--tls-ca")
+        .arg("/d")
+        .args(auth));
+    let t = Instant::now();
+    while !sh(Command::new("docker").args(["logs", &standin.container])).contains("listening") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the stand-in did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    standin
+}
+
 #[test]
 fn the_key_reaches_the_host_and_never_the_sandbox() {
     if !prerequisite(sbx_e2e::is_root(), "root (reading the CLI's memory)")
@@ -213,57 +270,7 @@ fn the_key_reaches_the_host_and_never_the_sandbox() {
     assert!(o.status.success(), "start: {}", text(&o));
     let names = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None);
 
-    // The stand-in, as a remote host: on a network of its own in a
-    // public-looking range (every private one is closed to the sandbox,
-    // the proxy included), joined to the sandbox's holder after init,
-    // both names resolved by Docker's resolver. Port 443.
-    let tag = std::env::var("SBX_BASE_TAG").unwrap_or_else(|_| "latest".into());
-    let standin = Standin {
-        container: format!("{}-standin", names.container),
-        network: format!("{}-standin", names.container),
-        holder: names.holder.clone(),
-    };
-    let made = (0..20).any(|i| {
-        let subnet = format!("198.18.{}.0/24", (std::process::id() + i * 13) % 250);
-        Command::new("docker")
-            .args(["network", "create", "--subnet", &subnet, &standin.network])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    assert!(made, "no free subnet in 198.18.0.0/16 for the stand-in");
-    sh(Command::new("docker").args(["network", "connect", &standin.network, &names.holder]));
-    sh(Command::new("docker")
-        .args([
-            "run",
-            "-d",
-            "--name",
-            &standin.container,
-            "--network",
-            &standin.network,
-        ])
-        .args(["--network-alias", API, "--network-alias", OTHER])
-        .args(["-u", "0", "--entrypoint", "/x/sbx-msgapi"])
-        .arg("-v")
-        .arg(format!("{}:/x/sbx-msgapi:ro", bin("sbx-msgapi").display()))
-        .arg("-v")
-        .arg(format!("{}:/d", d.display()))
-        .arg(format!("agent-sandbox-base:{tag}"))
-        .args(["--script", "/d/script.json", "--log", "/d/log.jsonl"])
-        .args([
-            "--listen",
-            "0.0.0.0:443",
-            "--tls",
-            &format!("{API},{OTHER}"),
-        ])
-        .args(["--tls-ca", "/d", "--require-key", KEY]));
-    let t = Instant::now();
-    while !sh(Command::new("docker").args(["logs", &standin.container])).contains("listening") {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the stand-in did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _standin = run_standin(&names, &d, &["--require-key", KEY]);
     let log = d.join("log.jsonl");
 
     // 1. The real CLI: its answer is held until its memory has been read.
@@ -413,5 +420,211 @@ fn the_key_reaches_the_host_and_never_the_sandbox() {
     assert!(
         records.contains("[secrets] model") && records.contains("pin"),
         "no refusal naming the host and the rule:\n{records}"
+    );
+}
+
+/// The files of the sandbox's tree (as its PID 1 sees it, read from the
+/// host, `/proc` and `/sys` aside) changed since `marker` that hold
+/// `needle`, relative to the root.
+fn files_holding(container: &str, marker: &Path, needle: &str) -> Vec<String> {
+    let pid1 = sh(Command::new("docker").args(["inspect", "-f", "{{.State.Pid}}", container]));
+    let root = format!("/proc/{}/root", pid1.trim());
+    let o = Command::new("sh")
+        .env("LC_ALL", "C")
+        .arg("-c")
+        .arg(
+            "find \"$1/\" \\( -path \"$1/proc\" -o -path \"$1/sys\" \\) -prune -o -type f -cnewer \"$2\" -print0 \
+             | xargs -0r grep -laF -D skip -e \"$3\"",
+        )
+        .args(["sh", &root])
+        .arg(marker)
+        .arg(needle)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            l.trim_start_matches(&root)
+                .trim_start_matches('/')
+                .to_owned()
+        })
+        .collect()
+}
+
+const ACCESS: &str = "sk-ant-oat01-h44c-REAL-ACCESS-5e0b7a2c91d4";
+const REFRESH: &str = "sk-ant-ort01-h44c-REAL-REFRESH-8f3a6d1b07c2";
+const LOGIN_HOLDER: &str = "sbx-placeholder-claude";
+
+/// Claude Code logged in by OAuth (`[secrets]` `claude-login:` naming the
+/// host's `.credentials.json`): the real CLI's run succeeds with the
+/// host's access token put into its `Authorization: Bearer`, while the
+/// sandbox's CLI holds a login of placeholders: neither real token is in
+/// any process's environment, the CLI's memory or any file (the home
+/// volume's `.credentials.json` included; the access token only in the
+/// proxy's root-only tmpfs), and a refresh with what the sandbox holds
+/// is refused by the login host.
+#[test]
+fn an_oauth_login_stays_on_the_host() {
+    if !prerequisite(sbx_e2e::is_root(), "root (reading the CLI's memory)")
+        || !base_image_with_clis()
+    {
+        return;
+    }
+    let repo = Repo::new("secretsoauth");
+    sh(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo.path));
+    // The host's login, 0600, outside the workspace.
+    let login_dir = repo.root().join("host-claude");
+    std::fs::create_dir_all(&login_dir).unwrap();
+    let login = login_dir.join(".credentials.json");
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 8 * 3600 * 1000;
+    std::fs::write(
+        &login,
+        json!({"claudeAiOauth": {"accessToken": ACCESS, "refreshToken": REFRESH,
+               "expiresAt": until, "scopes": ["user:inference", "user:profile"],
+               "subscriptionType": "max"}})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::set_permissions(&login, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let cfg = repo.path.join(".agent-sandbox");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        format!(
+            "[network]\nmode = \"proxy\"\nregistries = false\ngithub = false\n\
+             allow-domains = [\"{API}\", \"{OTHER}\"]\n\
+             [secrets]\nclaude = {{ from = \"claude-login:{}\", host = \"{API}\", header = \"authorization\" }}\n",
+            login.display()
+        ),
+    )
+    .unwrap();
+    repo.give_to_agent();
+    let d = repo.root().join("standin");
+    sh(Command::new(bin("sbx-msgapi")).arg("--new-ca").arg(&d));
+    let hold = d.join("release");
+    std::fs::write(
+        d.join("script.json"),
+        json!({"turns": [{"text": "All done.", "hold_file": "/d/release"}]}).to_string(),
+    )
+    .unwrap();
+    let host_env = |c: &mut Command| {
+        c.env_remove("ANTHROPIC_API_KEY")
+            .env("ANTHROPIC_BASE_URL", format!("https://{API}"))
+            .env(sbx_core::secrets::TEST_ROOT_ENV, d.join("ca.pem"));
+    };
+    let marker = repo.root().join("marker");
+    std::fs::write(&marker, "").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut start = sbx();
+    host_env(&mut start);
+    let o = start
+        .args(["-q", "start"])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    let _started = Started(&repo);
+    assert!(o.status.success(), "start: {}", text(&o));
+    let names = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None);
+    let _standin = run_standin(
+        &names,
+        &d,
+        &["--require-key", ACCESS, "--refresh-token", REFRESH],
+    );
+    let log = d.join("log.jsonl");
+
+    // 1. The real CLI, by its login: held until its memory is read.
+    let mut agent = sbx();
+    host_env(&mut agent);
+    let mut cli = agent
+        .args(["agent", "--json", "-C"])
+        .arg(&repo.path)
+        .arg("say hello")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !logged(&log)
+        .iter()
+        .any(|r| is_messages(r) && r["side"] == false)
+    {
+        if t.elapsed() > Duration::from_secs(90) || cli.try_wait().unwrap().is_some() {
+            let _ = cli.kill();
+            let o = cli.wait_with_output().unwrap();
+            panic!(
+                "the CLI's request never came: {:?}\n{}",
+                logged(&log),
+                text(&o)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let procs = processes(&names.container);
+    let mut holder_seen = false;
+    for (pid, args) in &procs {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        for real in [ACCESS, REFRESH] {
+            assert!(
+                memchr::memmem::find(&env, real.as_bytes()).is_none(),
+                "a real token is in the environment of {pid} ({args})"
+            );
+        }
+        if args.contains("claude") {
+            let f = in_memory(*pid, &[ACCESS, REFRESH, LOGIN_HOLDER]);
+            assert!(
+                !f[0] && !f[1],
+                "a real token is in the memory of {pid} ({args})"
+            );
+            holder_seen |= f[2];
+        }
+    }
+    assert!(
+        holder_seen,
+        "no CLI process holds the placeholder: {procs:?}"
+    );
+    std::fs::write(&hold, "").unwrap();
+    let o = cli.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "agent: {}", text(&o));
+    assert!(text(&o).contains("All done."), "{}", text(&o));
+    let recs = logged(&log);
+    let bearer = format!("Bearer {ACCESS}");
+    assert!(
+        recs.iter()
+            .filter(|r| is_messages(r))
+            .all(|r| r["headers"]["authorization"] == bearer.as_str()),
+        "{recs:?}"
+    );
+
+    // 2. As the agent: its login is placeholders, and refreshing with
+    //    them gets nothing (the real refresh token never came in).
+    let o = repo.exec("cat ~/.claude/.credentials.json");
+    let held = text(&o);
+    assert!(
+        held.contains(LOGIN_HOLDER) && !held.contains("REAL"),
+        "{held}"
+    );
+    let o = repo.exec(&format!(
+        "curl -s -m 20 -X POST -H 'content-type: application/json' \
+         -d '{{\"grant_type\":\"refresh_token\",\"refresh_token\":\"{LOGIN_HOLDER}-refresh\"}}' \
+         https://{API}/v1/oauth/token"
+    ));
+    assert!(text(&o).contains("invalid_grant"), "{}", text(&o));
+
+    // 3. In no file but the proxy's tmpfs (the access token), none at all
+    //    (the refresh token).
+    assert_eq!(
+        files_holding(&names.container, &marker, ACCESS),
+        ["run/sbx-secrets/secrets.json"]
+    );
+    assert_eq!(
+        files_holding(&names.container, &marker, REFRESH),
+        Vec::<String>::new()
     );
 }

@@ -28,7 +28,12 @@
 //! `side_text`, unless the script sets `"side_requests": false`.
 //!
 //! Usage: `sbx-msgapi --script FILE --log FILE [--listen ADDR] [--port-file FILE]
-//! [--require-key KEY] [--tls NAME,... --tls-ca DIR]`. Prints `listening ADDR`
+//! [--require-key KEY [--refresh-token TOKEN]] [--tls NAME,... --tls-ca DIR]`.
+//! The key is taken as `x-api-key` or as an OAuth `Authorization: Bearer`
+//! token; with `--refresh-token`, `POST /v1/oauth/token` answers a refresh
+//! (Claude Code's: JSON, `grant_type` `refresh_token`) bringing that
+//! token with the key as the new access token, `invalid_grant` to any
+//! other. Prints `listening ADDR`
 //! on stdout once bound. With `--tls` it serves HTTPS under those names, its
 //! leaf signed by the root in DIR, which `sbx-msgapi --new-ca DIR` makes
 //! (the credential-injection test trusts that root in the proxy alone).
@@ -54,6 +59,7 @@ struct Opts {
     listen: String,
     port_file: Option<PathBuf>,
     require_key: Option<String>,
+    refresh_token: Option<String>,
     tls: Option<(Vec<String>, PathBuf)>,
 }
 
@@ -61,18 +67,19 @@ struct Server {
     script: Value,
     log: Mutex<File>,
     require_key: Option<String>,
+    refresh_token: Option<String>,
     ids: AtomicU64,
 }
 
 fn usage() -> &'static str {
-    "usage: sbx-msgapi --script FILE --log FILE [--listen ADDR] [--port-file FILE] [--require-key KEY] [--tls NAME,... --tls-ca DIR] | --new-ca DIR"
+    "usage: sbx-msgapi --script FILE --log FILE [--listen ADDR] [--port-file FILE] [--require-key KEY [--refresh-token TOKEN]] [--tls NAME,... --tls-ca DIR] | --new-ca DIR"
 }
 
 fn parse_args() -> Result<Opts, String> {
     let mut args = std::env::args().skip(1);
     let (mut script, mut log, mut listen, mut port_file, mut require_key) =
         (None, None, "127.0.0.1:0".to_owned(), None, None);
-    let (mut tls, mut tls_ca) = (None, None);
+    let (mut tls, mut tls_ca, mut refresh_token) = (None, None, None);
     while let Some(a) = args.next() {
         let mut val = || {
             args.next()
@@ -84,6 +91,7 @@ fn parse_args() -> Result<Opts, String> {
             "--listen" => listen = val()?,
             "--port-file" => port_file = Some(PathBuf::from(val()?)),
             "--require-key" => require_key = Some(val()?),
+            "--refresh-token" => refresh_token = Some(val()?),
             "--tls" => tls = Some(val()?.split(',').map(str::to_owned).collect()),
             "--tls-ca" => tls_ca = Some(PathBuf::from(val()?)),
             "-h" | "--help" => return Err(usage().to_owned()),
@@ -96,6 +104,7 @@ fn parse_args() -> Result<Opts, String> {
         listen,
         port_file,
         require_key,
+        refresh_token,
         tls: match (tls, tls_ca) {
             (Some(n), Some(d)) => Some((n, d)),
             (None, None) => None,
@@ -156,6 +165,7 @@ fn real_main() -> Result<(), String> {
         script,
         log: Mutex::new(log),
         require_key: o.require_key,
+        refresh_token: o.refresh_token,
         ids: AtomicU64::new(1),
     });
     for conn in listener.incoming() {
@@ -272,6 +282,24 @@ fn handle(server: &Server, req: &Request, out: &mut dyn Write) -> std::io::Resul
         let mut line = record.to_string();
         line.push('\n');
         let _ = f.write_all(line.as_bytes());
+    }
+    if let (Some(key), Some(token)) = (&server.require_key, &server.refresh_token)
+        && (req.method.as_str(), path) == ("POST", "/v1/oauth/token")
+    {
+        return if body["grant_type"] == "refresh_token" && body["refresh_token"] == *token {
+            send_json(
+                out,
+                200,
+                &json!({"access_token": key, "refresh_token": token, "expires_in": 28800,
+                        "scope": "user:inference user:profile", "token_type": "Bearer"}),
+            )
+        } else {
+            send_json(
+                out,
+                400,
+                &json!({"error": "invalid_grant", "error_description": "Invalid refresh token"}),
+            )
+        };
     }
     if let Some(key) = &server.require_key
         && path.starts_with("/v1/")

@@ -1152,7 +1152,10 @@ impl fmt::Display for Domain {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Secret {
-    /// Where the value is read on the host when the sandbox starts.
+    /// Where the value is read on the host when the sandbox starts
+    /// (`claude-login:`: the access token of a Claude Code login file,
+    /// sent as `Authorization: Bearer`; the sandbox's CLI gets a login
+    /// of placeholders).
     /// Example: `"env:ANTHROPIC_API_KEY"`
     pub from: SecretFrom,
     /// The one host the value is sent to (no wildcard).
@@ -1166,12 +1169,15 @@ pub struct Secret {
 
 /// Where a secret comes from: `env:NAME` (the host's environment),
 /// `file:/abs/path` (not through a link, not group- or world-writable) or
-/// `cmd:PROGRAM ARGS` (run on the host at start, no shell; its stdout).
+/// `cmd:PROGRAM ARGS` (run on the host at start, no shell; its stdout),
+/// `claude-login:/abs/path` (a Claude Code `.credentials.json` on the
+/// host, read as `file:` is: its OAuth access token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SecretFrom {
     Env(String),
     File(PathBuf),
     Cmd(Vec<String>),
+    ClaudeLogin(PathBuf),
 }
 
 impl std::str::FromStr for SecretFrom {
@@ -1186,13 +1192,17 @@ impl std::str::FromStr for SecretFrom {
                 ok.then(|| Self::Env(v.to_owned()))
                     .ok_or_else(|| bad("env: takes a variable name like ANTHROPIC_API_KEY"))
             }
-            Some(("file", v)) => {
+            Some((kind @ ("file" | "claude-login"), v)) => {
                 let p = Path::new(v);
                 if !p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir)
                 {
-                    return Err(bad("file: takes an absolute path without '..'"));
+                    return Err(bad(&format!("{kind}: takes an absolute path without '..'")));
                 }
-                Ok(Self::File(p.to_owned()))
+                Ok(if kind == "file" {
+                    Self::File(p.to_owned())
+                } else {
+                    Self::ClaudeLogin(p.to_owned())
+                })
             }
             Some(("cmd", v)) => match shlex::split(v) {
                 Some(argv) if !argv.is_empty() && !argv[0].is_empty() => Ok(Self::Cmd(argv)),
@@ -1201,7 +1211,7 @@ impl std::str::FromStr for SecretFrom {
                 )),
             },
             _ => Err(bad(
-                "write env:NAME, file:/absolute/path or cmd:PROGRAM ARGS",
+                "write env:NAME, file:/absolute/path, cmd:PROGRAM ARGS or claude-login:/absolute/path",
             )),
         }
     }
@@ -1213,6 +1223,7 @@ impl fmt::Display for SecretFrom {
         match self {
             Self::Env(v) => write!(f, "env:{v}"),
             Self::File(p) => write!(f, "file:{}", p.display()),
+            Self::ClaudeLogin(p) => write!(f, "claude-login:{}", p.display()),
             Self::Cmd(argv) => write!(
                 f,
                 "cmd:{}",

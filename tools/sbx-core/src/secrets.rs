@@ -117,6 +117,19 @@ pub fn resolve(
                 FileErr::Bad(m) => err(m),
             })?,
             SecretFrom::Cmd(argv) => run(argv).map_err(err)?,
+            SecretFrom::ClaudeLogin(p) => {
+                if !s.header.0.eq_ignore_ascii_case("authorization") {
+                    return Err(err(format!(
+                        "{} sends its token as Authorization: Bearer: set header = \"authorization\"",
+                        s.from
+                    )));
+                }
+                let text = read_file(p).map_err(|e| match e {
+                    FileErr::Missing(m) => SecretError::Missing(name.clone(), m),
+                    FileErr::Bad(m) => err(m),
+                })?;
+                login_token(&text, now_ms()).map_err(|why| err(format!("{}: {why}", s.from)))?
+            }
         };
         let value = value.trim_end_matches(['\r', '\n']).to_owned();
         // It goes into a header line: a CR, LF or NUL would split it.
@@ -135,6 +148,95 @@ pub fn resolve(
         });
     }
     Ok(out)
+}
+
+/// A Claude Code login (`.credentials.json`): its OAuth tokens under
+/// `claudeAiOauth`, `expiresAt` in milliseconds. The CLI refreshes the
+/// access token itself when it nears that time, or on a 401.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Login {
+    claude_ai_oauth: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Left of a login at start: less and the start is refused (a token that
+/// ends mid-run cannot be refreshed inside, and the proxy keeps the
+/// value it read at start).
+pub const LOGIN_MARGIN_MS: u64 = 30 * 60 * 1000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn login_oauth(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    serde_json::from_str::<Login>(text)
+        .map_err(|e| format!("not a Claude Code login file: {e}"))?
+        .claude_ai_oauth
+        .ok_or_else(|| "holds no claudeAiOauth login: log in with `claude /login`".to_owned())
+}
+
+/// The access token of a login file, when it is good for
+/// [`LOGIN_MARGIN_MS`] more at `now` (ms).
+fn login_token(text: &str, now: u64) -> Result<String, String> {
+    let o = login_oauth(text)?;
+    let token = o
+        .get("accessToken")
+        .and_then(serde_json::Value::as_str)
+        .filter(|t| !t.is_empty())
+        .ok_or("holds no accessToken: log in with `claude /login`")?;
+    let until = o
+        .get("expiresAt")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    if until < now.saturating_add(LOGIN_MARGIN_MS) {
+        return Err(format!(
+            "the login's access token expires in under {} minutes: run `claude` once on the host (it refreshes the login), then start again",
+            LOGIN_MARGIN_MS / 60_000
+        ));
+    }
+    Ok(token.to_owned())
+}
+
+/// The `.credentials.json` the sandbox's CLI gets for a `claude-login:`
+/// secret `name`: the placeholder as its access token, another as its
+/// refresh token (the real one never leaves the host), an expiry a year
+/// on (so the CLI does not try to refresh: its refresh would go to the
+/// login host with a placeholder), and the login's scopes and plan kept
+/// (not secret; the CLI needs `user:inference` to use the login).
+pub fn sandbox_login(name: &str, secret: &Secret) -> Result<Option<String>, SecretError> {
+    let SecretFrom::ClaudeLogin(p) = &secret.from else {
+        return Ok(None);
+    };
+    let err = |why: String| SecretError::Unresolved(name.to_owned(), why);
+    let text = read_file(p).map_err(|e| match e {
+        FileErr::Missing(m) => SecretError::Missing(name.to_owned(), m),
+        FileErr::Bad(m) => err(m),
+    })?;
+    let real = login_oauth(&text).map_err(|why| err(format!("{}: {why}", secret.from)))?;
+    Ok(Some(placeholder_login(name, &real, now_ms())))
+}
+
+fn placeholder_login(
+    name: &str,
+    real: &serde_json::Map<String, serde_json::Value>,
+    now: u64,
+) -> String {
+    const YEAR_MS: u64 = 365 * 24 * 3600 * 1000;
+    let mut o = serde_json::Map::new();
+    o.insert("accessToken".into(), placeholder(name).into());
+    o.insert(
+        "refreshToken".into(),
+        format!("{}-refresh", placeholder(name)).into(),
+    );
+    o.insert("expiresAt".into(), (now + YEAR_MS).into());
+    for k in ["scopes", "subscriptionType", "rateLimitTier"] {
+        if let Some(v) = real.get(k) {
+            o.insert(k.into(), v.clone());
+        }
+    }
+    serde_json::json!({ "claudeAiOauth": o }).to_string()
 }
 
 enum FileErr {
@@ -265,6 +367,71 @@ mod tests {
         assert_eq!(one(&format!("file:{}", link.display())), Exit::Config);
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o620)).unwrap();
         assert_eq!(one(&format!("file:{}", f.display())), Exit::Config);
+    }
+
+    /// A Claude Code login: the access token is the value, the sandbox's
+    /// file holds placeholders only (neither token, a far expiry, the
+    /// scopes kept), and a login near its end, without a token, or bound
+    /// to another header refuses the start, naming its key.
+    #[test]
+    fn a_claude_login_gives_its_access_token_and_a_placeholder_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join(".credentials.json");
+        let write = |until: u64| {
+            let text = serde_json::json!({"claudeAiOauth": {
+                "accessToken": "sk-ant-oat01-REAL-access",
+                "refreshToken": "sk-ant-ort01-REAL-refresh",
+                "expiresAt": until,
+                "scopes": ["user:inference", "user:profile"],
+                "subscriptionType": "max"}});
+            std::fs::write(&f, text.to_string()).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        let conf = |header: &str| {
+            load(&format!(
+                "[secrets]\nclaude = {{ from = \"claude-login:{}\", host = \"api.test\", header = \"{header}\" }}\n",
+                f.display()
+            ))
+        };
+        let hour = 3600 * 1000;
+        write(now_ms() + 8 * hour);
+        let s = conf("authorization");
+        let got = resolve(&s, |_| None).unwrap();
+        assert_eq!(got[0].value, "sk-ant-oat01-REAL-access");
+        assert_eq!(got[0].placeholder, "sbx-placeholder-claude");
+        let file = sandbox_login("claude", &s["claude"]).unwrap().unwrap();
+        assert!(!file.contains("REAL"), "{file}");
+        let v: serde_json::Value = serde_json::from_str(&file).unwrap();
+        let o = &v["claudeAiOauth"];
+        assert_eq!(o["accessToken"], "sbx-placeholder-claude");
+        assert_eq!(o["refreshToken"], "sbx-placeholder-claude-refresh");
+        assert!(o["expiresAt"].as_u64().unwrap() > now_ms() + 300 * 24 * hour);
+        assert_eq!(o["scopes"][0], "user:inference");
+        assert_eq!(o["subscriptionType"], "max");
+        let env =
+            load("[secrets]\nk = { from = \"env:K\", host = \"a.test\", header = \"x-k\" }\n");
+        assert!(sandbox_login("k", &env["k"]).unwrap().is_none());
+
+        let refused = |s: &BTreeMap<String, Secret>| {
+            let e = resolve(s, |_| None).unwrap_err().to_string();
+            assert!(e.starts_with("[secrets] claude: "), "{e}");
+            assert!(!e.contains("REAL"), "{e}");
+            e
+        };
+        assert!(refused(&conf("x-api-key")).contains("authorization"));
+        write(now_ms() + 10 * 60 * 1000);
+        assert!(refused(&conf("authorization")).contains("run `claude` once on the host"));
+        std::fs::write(&f, "{\"claudeAiOauth\": {}}").unwrap();
+        assert!(refused(&conf("authorization")).contains("accessToken"));
+        std::fs::write(&f, "{}").unwrap();
+        assert!(refused(&conf("authorization")).contains("claude /login"));
+        assert!(
+            parse_toml(
+                "[secrets]\nc = { from = \"claude-login:rel/.credentials.json\", host = \"a.test\", header = \"authorization\" }\n",
+                Path::new("c.toml")
+            )
+            .is_err()
+        );
     }
 
     #[test]

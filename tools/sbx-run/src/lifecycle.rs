@@ -396,6 +396,7 @@ fn start_stopped(
                 docker::start(&n.holder)?;
             }
             sync_login(ws);
+            place_login(ws)?;
             spec::make_parents(ws)?;
             hold_git(ws)?;
             spec::ensure_host_dir(&name)?;
@@ -508,6 +509,10 @@ fn start_stopped(
     // After the container is made: Docker has given a fresh ~/.claude
     // volume the image's ownership, which copied files then take.
     sync_login(ws);
+    if let Err(e) = place_login(ws) {
+        let _ = docker::probe(&["rm", "--force", &name]);
+        return Err(e.into());
+    }
     let holds = match wait_held(&name, &since) {
         Ok(h) => h,
         Err(e) => {
@@ -707,6 +712,24 @@ fn sync_login(ws: &Workspace) {
         }
         Err(e) => output::warn(&format!("AI CLI logins not synced: {e}")),
     }
+}
+
+/// A `[secrets]` `claude-login:` entry's placeholder login into the
+/// workspace's ~/.claude (login.rs): not done, the sandbox could hold the
+/// store's real login, so the start fails.
+fn place_login(ws: &Workspace) -> Result<(), RunError> {
+    for (name, s) in &ws.loaded.config.secrets {
+        let text = sbx_core::secrets::sandbox_login(name, s)
+            .map_err(|e| RunError::Config(e.to_string()))?;
+        if let Some(text) = text {
+            crate::login::place_claude(&ws.names, &ws.names.image, &text).map_err(|e| {
+                RunError::Build(format!(
+                    "[secrets] {name}: the sandbox's placeholder login: {e}"
+                ))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Hold the checkout's pinned `.git` files on the host too, while a

@@ -261,6 +261,27 @@ pub fn sync(n: &Names, image: &str) -> Result<String, RunError> {
         .collect())
 }
 
+/// Put `text`, the placeholder login of a `[secrets]` `claude-login:`
+/// entry, in this workspace's ~/.claude over whatever login is there
+/// (issue 44): the sandbox's CLI then holds placeholders only, and the
+/// proxy puts the host's access token in. Run after [`sync`], so a login
+/// the store brings is replaced before the agent runs.
+pub fn place_claude(n: &Names, image: &str, text: &str) -> Result<(), RunError> {
+    let c = &CLIS[0];
+    let script = format!(
+        "{SYNC_FUNCS}l=$(mktemp); cat > \"$l\"; ok \"$l\"; put \"$l\" /w/{n}/{f}; rm -f \"$l\"\n",
+        n = c.name,
+        f = c.credentials[0]
+    );
+    helper(
+        image,
+        &[(c.volume(n), format!("/w/{}", c.name))],
+        &script,
+        Some(text.as_bytes()),
+    )
+    .map(drop)
+}
+
 /// Copy this workspace's credentials into the machine's stores: only on
 /// the user's word (`sbx-run login --share`).
 pub fn share(n: &Names, c: &Cli, image: &str) -> Result<String, RunError> {

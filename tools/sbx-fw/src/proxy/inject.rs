@@ -403,16 +403,35 @@ impl Injector {
         };
         let downward = async {
             let mut chunk = vec![0u8; 16 * 1024];
-            let mut held = Vec::new();
+            let mut down = Down::new(bindings);
             loop {
-                let n = ur.read(&mut chunk).await?;
+                // A value's start held back goes down masked as far as it
+                // is known once the host pauses: an answer ending alike
+                // (an "s") is not kept waiting for more.
+                let read = if down.held.is_empty() {
+                    Ok(ur.read(&mut chunk).await)
+                } else {
+                    tokio::time::timeout(HOLD, ur.read(&mut chunk)).await
+                };
+                let Ok(n) = read else {
+                    let Ok(out) = down.feed(&[], Cut::Pause) else {
+                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
+                        return Err(io::Error::other("refused"));
+                    };
+                    cw.write_all(&out).await?;
+                    continue;
+                };
+                let n = n?;
                 act.touch();
+                let cut = if n == 0 { Cut::End } else { Cut::Read };
+                let Ok(out) = down.feed(&chunk[..n], cut) else {
+                    *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
+                    return Err(io::Error::other("refused"));
+                };
+                cw.write_all(&out).await?;
                 if n == 0 {
-                    cw.write_all(&held).await?;
                     return cw.shutdown().await;
                 }
-                held.extend_from_slice(&chunk[..n]);
-                cw.write_all(&masked(&mut held, bindings)).await?;
             }
         };
         tokio::select! {
@@ -454,41 +473,193 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The secrets in what the host sent back, each overwritten with as many
-/// `*` (the length kept, so `Content-Length` and chunk sizes still hold):
-/// a server that echoes a request (an echo endpoint, an error page quoting
-/// a header) must not hand the value to the agent. Returns how many bytes
-/// at the end to hold back, the start of a value that may go on in the
-/// next read; bytes that cannot start one (an event stream's blank line)
-/// are never held.
-fn mask(buf: &mut [u8], bindings: &[Binding]) -> usize {
-    let mut keep = 0;
-    for b in bindings {
-        let v = b.value.as_bytes();
-        if v.is_empty() {
-            continue;
-        }
-        let mut at = 0;
-        while let Some(i) = buf[at..].windows(v.len()).position(|w| w == v) {
-            buf[at + i..at + i + v.len()].fill(b'*');
-            at += i + v.len();
-        }
-        let tail = (1..v.len().min(buf.len() + 1))
-            .rev()
-            .find(|&k| buf.ends_with(&v[..k]))
-            .unwrap_or(0);
-        keep = keep.max(tail);
-    }
-    keep
+/// The shortest run of a secret's bytes masked wherever it comes back
+/// (the whole value when it is shorter). A server that quotes a header
+/// cut at a fixed length, or its last characters, gives back a prefix or
+/// a suffix of the value, whatever the agent pads it with: at most
+/// `MIN_PART - 1` bytes of each end, where an API key's first 13 are
+/// public anyway. Eight bytes of a random value match honest data about
+/// once in 2^48 windows. Offsets the agent picks (`Range`) are stripped
+/// from its requests, so parts cannot be collected and joined.
+pub const MIN_PART: usize = 8;
+
+/// The longest response header line (a coding) waited for.
+const MAX_LINE: usize = 1024;
+/// How long a held start of a value waits for the rest.
+const HOLD: Duration = Duration::from_millis(100);
+
+/// Why [`Down::feed`] is called: a read, the host's pause with bytes
+/// held, its end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Read,
+    Pause,
+    End,
 }
 
-/// What of `held` may go down to the agent now, masked; the start of a
-/// value that may go on in the next read stays in `held`.
-fn masked(held: &mut Vec<u8>, bindings: &[Binding]) -> Vec<u8> {
-    let keep = mask(held, bindings);
-    let rest = held.split_off(held.len() - keep);
-    std::mem::replace(held, rest)
+/// The answers on one injecting connection on their way down: every run
+/// of [`MIN_PART`] bytes of a secret is overwritten with as many `*`
+/// (the length kept, so `Content-Length` and chunk sizes still hold),
+/// however the reads cut it (a whole value's start is held for the next
+/// read; a run that goes on from bytes already sent is masked from there
+/// on, so at most `MIN_PART - 1` bytes pass at a cut); a coding the proxy cannot read through
+/// (`Content-Encoding: gzip`, a `Transfer-Encoding` other than chunked)
+/// is refused before its head goes down, since a compressed echo hides
+/// the value from the scan.
+struct Down {
+    /// Each secret's windows as numbers (at most 8 bytes), sorted, and
+    /// the window's length and the value itself.
+    secrets: Vec<(usize, Vec<u64>, Vec<u8>)>,
+    /// Bytes read but not sent yet (the start of a value or of a header
+    /// line that may go on in the next read), and which are masked.
+    held: Vec<u8>,
+    star: Vec<bool>,
+    /// The last two bytes sent: whether `held` starts a line.
+    sent: [u8; 2],
+    /// The last bytes sent as the host sent them (`MIN_PART - 1`): a
+    /// run of a value that goes on from them is still found.
+    ctx: Vec<u8>,
 }
+
+fn word(w: &[u8]) -> u64 {
+    w.iter().fold(0, |a, &b| (a << 8) | u64::from(b))
+}
+
+impl Down {
+    fn new(bindings: &[Binding]) -> Self {
+        let secrets = bindings
+            .iter()
+            .map(|b| b.value.as_bytes())
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                let k = MIN_PART.min(v.len());
+                let mut ws: Vec<u64> = v.windows(k).map(word).collect();
+                ws.sort_unstable();
+                ws.dedup();
+                (k, ws, v.to_vec())
+            })
+            .collect();
+        Self {
+            secrets,
+            held: Vec::new(),
+            star: Vec::new(),
+            sent: [0; 2],
+            ctx: Vec::new(),
+        }
+    }
+
+    /// Take the next read and return what may go down now; an error
+    /// when the answer is coded. Held back: a tail that may be the start
+    /// of a value (until the next read, or a pause), a header line not
+    /// ended that may name a coding.
+    fn feed(&mut self, data: &[u8], cut: Cut) -> Result<Vec<u8>, String> {
+        self.held.extend_from_slice(data);
+        self.star.resize(self.held.len(), false);
+        let c = self.ctx.len();
+        let mut scan = std::mem::take(&mut self.ctx);
+        scan.extend_from_slice(&self.held);
+        let mut keep = 0;
+        for (k, ws, v) in &self.secrets {
+            let k = *k;
+            for i in 0..scan.len().saturating_sub(k - 1) {
+                if ws.binary_search(&word(&scan[i..i + k])).is_ok() {
+                    let from = i.max(c) - c;
+                    self.star[from..i + k - c].fill(true);
+                }
+            }
+            let buf = &scan[c..];
+            let tail = (1..v.len().min(buf.len() + 1))
+                .rev()
+                .find(|&t| buf.ends_with(&v[..t]))
+                .unwrap_or(0);
+            keep = keep.max(tail);
+        }
+        let mut lines = self.sent.to_vec();
+        lines.extend_from_slice(&self.held);
+        let line = coded(&lines)?.saturating_sub(2);
+        let n = match cut {
+            Cut::End => self.held.len(),
+            Cut::Pause => line,
+            Cut::Read => line.min(self.held.len() - keep),
+        };
+        let sent: Vec<u8> = self.held.drain(..n).collect();
+        let mut out = sent.clone();
+        for (b, s) in out.iter_mut().zip(self.star.drain(..n)) {
+            if s {
+                *b = b'*';
+            }
+        }
+        // What the next read is matched after: the host's bytes.
+        scan.truncate(c);
+        scan.extend_from_slice(&sent);
+        let from = scan.len().saturating_sub(MIN_PART - 1);
+        self.ctx = scan.split_off(from);
+        for &b in &sent {
+            self.sent = [self.sent[1], b];
+        }
+        Ok(out)
+    }
+}
+
+/// How much of `buf` (the last two bytes sent, then what is held) the
+/// header lines in it let go down: up to a line not ended yet that may
+/// name a coding. An error names a coding the
+/// proxy cannot read through. Lines are found anywhere (heads are not
+/// told from bodies here): a body holding such a line (an echo of the
+/// agent's own header) is refused too, failing closed.
+fn coded(buf: &[u8]) -> Result<usize, String> {
+    const NAMES: [&[u8]; 2] = [b"content-encoding:", b"transfer-encoding:"];
+    let may_name = |rest: &[u8]| {
+        NAMES.iter().any(|n| {
+            let m = rest.len().min(n.len());
+            rest[..m].eq_ignore_ascii_case(&n[..m])
+        })
+    };
+    let mut at = 0;
+    while let Some(p) = find(&buf[at..], b"\r\n") {
+        let s = at + p + 2;
+        let Some(e) = find(&buf[s..], b"\r\n") else {
+            if may_name(&buf[s..]) {
+                if buf.len() - s > MAX_LINE {
+                    return Err("a coding header line too long".into());
+                }
+                return Ok(s);
+            }
+            break;
+        };
+        judge(&buf[s..s + e])?;
+        at = s;
+    }
+    Ok(buf.len())
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One header line: a content coding other than identity, a transfer
+/// coding other than chunked, is refused.
+fn judge(line: &[u8]) -> Result<(), String> {
+    let Some(c) = line.iter().position(|&b| b == b':') else {
+        return Ok(());
+    };
+    let name = &line[..c];
+    let value = String::from_utf8_lossy(&line[c + 1..]).to_ascii_lowercase();
+    let ok: &[&str] = if name.eq_ignore_ascii_case(b"content-encoding") {
+        &["identity", ""]
+    } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        &["chunked", "identity"]
+    } else {
+        return Ok(());
+    };
+    match value.split(',').map(str::trim).find(|v| !ok.contains(v)) {
+        Some(v) => Err(format!("an answer coded {v:?}")),
+        None => Ok(()),
+    }
+}
+
+/// Request headers the proxy drops on an injecting connection.
+const STRIPPED: [&str; 4] = ["accept-encoding", "te", "range", "if-range"];
 
 /// Check one request head on an injecting connection and put the secrets
 /// in: its Host must be the bound host (HTTP/1.1 requires one), no
@@ -511,10 +682,21 @@ fn inject(r: &Request, head: &mut Vec<u8>, host: &str, bindings: &[Binding]) -> 
     let mut seen = vec![false; bindings.len()];
     let mut out = String::with_capacity(text.len() + 64);
     for (i, line) in text.split_inclusive("\r\n").enumerate() {
+        if line == "\r\n" {
+            // Answers the proxy can scan for the secret: uncompressed.
+            out.push_str("Accept-Encoding: identity\r\n\r\n");
+            continue;
+        }
         let Some((k, v)) = line.split_once(':').filter(|_| i > 0) else {
             out.push_str(line);
             continue;
         };
+        // Codings the agent asks for, and offsets it picks: a compressed
+        // echo, or parts of one joined, would hide the value from the
+        // scan. A server may ignore Range, so dropping it is an answer.
+        if STRIPPED.iter().any(|h| k.eq_ignore_ascii_case(h)) {
+            continue;
+        }
         match bindings
             .iter()
             .position(|b| k.eq_ignore_ascii_case(&b.header))

@@ -39,6 +39,9 @@ pub enum Refusal {
     /// `[network.rules]`: no rule of the host lets the request through
     /// (the record names the host's rules and the request).
     Rule,
+    /// On a connection a secret is injected into: an answer compressed
+    /// or otherwise coded, which the proxy cannot check for the secret.
+    Encoded,
 }
 
 impl Refusal {
@@ -57,6 +60,9 @@ impl Refusal {
             }
             Self::UpstreamCert => "the host's certificate does not verify",
             Self::Rule => "refused by the host's rules",
+            Self::Encoded => {
+                "the host answered compressed or coded (Content-Encoding, Transfer-Encoding): the proxy cannot check it for the secret"
+            }
         }
     }
 }

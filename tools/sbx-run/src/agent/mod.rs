@@ -277,6 +277,9 @@ fn access(ws: &Workspace, cli: AgentCli) -> Result<Access, BoxError> {
             || host.as_deref() == Some(s.host.0.as_str())
     });
     let key = match injected {
+        // A login ([secrets] claude-login:): no key at all, the CLI uses
+        // the placeholder login start put in its ~/.claude.
+        Some((_, s)) if matches!(s.from, sbx_core::config::SecretFrom::ClaudeLogin(_)) => None,
         Some((name, _)) => Some(sbx_core::secrets::placeholder(name)),
         None => key,
     };

@@ -99,11 +99,29 @@ async fn bed(trust_up: bool, impostor: bool) -> Bed {
                         // TRACE (Apache's default) and an echo endpoint
                         // answer with the request as the server got it.
                         let text = String::from_utf8_lossy(&head).into_owned();
-                        let answer = if text.starts_with("TRACE ") || text.starts_with("GET /echo")
+                        let answer = if text.starts_with("GET /gz")
+                            || (text.starts_with("GET /echo") && text.contains("gzip"))
                         {
+                            // Coded as a server compresses when asked (or
+                            // always): the value's bytes are not in the
+                            // body as they were sent (reversed here).
+                            let body: String = text.chars().rev().collect();
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                        } else if text.starts_with("TRACE ") || text.starts_with("GET /echo") {
                             format!(
                                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
                                 text.len()
+                            )
+                        } else if text.starts_with("GET /quote") {
+                            // An error page quoting the key cut short.
+                            let key = text.split("x-api-key: ").nth(1).unwrap_or_default();
+                            let body = format!("invalid key {}...", &key[..12.min(key.len())]);
+                            format!(
+                                "HTTP/1.1 401 No\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
                             )
                         } else {
                             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_owned()
@@ -380,6 +398,46 @@ async fn the_secret_never_comes_back_in_an_answer() {
     assert!(!got.contains(&SECRET[..SECRET.len() - 1]), "{got}");
 }
 
+/// An echo the agent asks to have compressed (`Accept-Encoding`, `TE`)
+/// or cut at offsets it picks (`Range`) comes back uncompressed and
+/// whole, so masked: the proxy asks for identity and drops the rest. A
+/// server that compresses unasked is refused before its head goes down,
+/// and one quoting a part of the value shows none of it.
+#[tokio::test]
+async fn compressed_or_partial_echoes_give_nothing_back() {
+    let b = bed(true, false).await;
+    let key = format!("x-api-key: {HOLDER}\r\n");
+    let asks = "Accept-Encoding: gzip, br\r\nTE: gzip\r\nRange: bytes=0-3\r\nIf-Range: x\r\n";
+    let echo =
+        format!("GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{asks}{key}Connection: close\r\n\r\n");
+    let (got, v) = b.run(&echo, true).await;
+    assert_eq!(v, Ok(()), "{got}");
+    let seen = b.seen().remove(0).to_ascii_lowercase();
+    assert!(
+        seen.contains("accept-encoding: identity\r\n")
+            && !seen.contains("gzip")
+            && !seen.contains("range"),
+        "{seen}"
+    );
+    assert!(!got.contains(&SECRET[..MIN_PART]), "{got}");
+    let rev: String = SECRET.chars().rev().collect();
+    for path in ["/gz", "/quote"] {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{key}Connection: close\r\n\r\n");
+        let (got, v) = b.run(&req, true).await;
+        if path == "/gz" {
+            assert_eq!(v, Err(Refusal::Encoded), "{got}");
+            assert!(
+                !got.contains(&rev[..MIN_PART]) && !got.contains("200"),
+                "{got}"
+            );
+        } else {
+            assert_eq!(v, Ok(()), "{got}");
+            assert!(got.contains("invalid key ****"), "{got}");
+            assert!(!got.contains(&SECRET[..MIN_PART]), "{got}");
+        }
+    }
+}
+
 /// The proxy's upstream is verified against its own roots: a host whose
 /// root it lacks, and an impostor with a certificate from the sandbox CA
 /// (which the sandbox's bundle holds), get no request and no secret.
@@ -484,9 +542,10 @@ fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
 }
 
 /// The masking as the relay does it, for every cut of an answer into two
-/// reads: the value never goes down whole or in parts that join, the
-/// length stays, and an answer without it goes down unchanged and unheld
-/// at a line's end.
+/// reads: the value never goes down whole or in parts that join, nor any
+/// run of [`MIN_PART`] of its bytes (a prefix, a middle part), the length
+/// stays, and an answer without it goes down unchanged and unheld at a
+/// line's end.
 #[test]
 fn a_value_cut_between_reads_is_masked_too() {
     let b = vec![Binding {
@@ -496,19 +555,78 @@ fn a_value_cut_between_reads_is_masked_too() {
         placeholder: HOLDER.into(),
         value: SECRET.into(),
     }];
-    let answer = format!("HTTP/1.1 400 Bad\r\n\r\nheader x-api-key: {SECRET} too long; {SECRET}\n");
+    let runs = |out: &str| {
+        SECRET
+            .as_bytes()
+            .windows(MIN_PART)
+            .any(|w| out.as_bytes().windows(MIN_PART).any(|o| o == w))
+    };
+    let answer = format!(
+        "HTTP/1.1 400 Bad\r\n\r\nheader x-api-key: {SECRET} too long; {SECRET}\n\
+         prefix {} middle {} suffix {}\n",
+        &SECRET[..MIN_PART + 2],
+        &SECRET[3..4 + MIN_PART],
+        &SECRET[SECRET.len() - MIN_PART..]
+    );
     for cut in 0..=answer.len() {
-        let (mut out, mut held) = (Vec::new(), Vec::new());
+        let mut down = Down::new(&b);
+        let mut out = Vec::new();
         for piece in [&answer.as_bytes()[..cut], &answer.as_bytes()[cut..]] {
-            held.extend_from_slice(piece);
-            out.append(&mut masked(&mut held, &b));
+            out.append(&mut down.feed(piece, Cut::Read).unwrap());
         }
-        out.append(&mut held);
+        out.append(&mut down.feed(&[], Cut::End).unwrap());
         let out = String::from_utf8(out).unwrap();
         assert_eq!(out.len(), answer.len(), "cut {cut}");
         assert!(!out.contains(&SECRET[..4]), "cut {cut}: {out}");
+        assert!(!runs(&out), "cut {cut}: {out}");
     }
-    let mut plain = b"data: {\"type\":\"ping\"}\n\n".to_vec();
-    assert_eq!(mask(&mut plain, &b), 0);
-    assert_eq!(plain, b"data: {\"type\":\"ping\"}\n\n");
+    let plain = b"data: {\"type\":\"ping\"}\n\n";
+    assert_eq!(Down::new(&b).feed(plain, Cut::Read).unwrap(), plain);
+    // A value's start held back goes down at the host's pause; a part
+    // that goes on from it after is masked.
+    let mut down = Down::new(&b);
+    let first = format!("ok {}", &SECRET[..3]);
+    assert_eq!(down.feed(first.as_bytes(), Cut::Read).unwrap(), b"ok ");
+    assert_eq!(down.feed(&[], Cut::Pause).unwrap(), &SECRET.as_bytes()[..3]);
+    let rest = down.feed(&SECRET.as_bytes()[3..], Cut::Read).unwrap();
+    assert_eq!(rest, vec![b'*'; SECRET.len() - 3]);
+}
+
+/// A coded answer (compressed, or a transfer coding other than chunked)
+/// is refused with its head, however the reads cut it; chunked and
+/// identity go down, and so does a header line merely starting alike.
+#[test]
+fn a_coded_answer_is_refused_at_its_head() {
+    let b: Vec<Binding> = Vec::new();
+    for coded in [
+        "Content-Encoding: gzip",
+        "content-encoding:br",
+        "Transfer-Encoding: gzip, chunked",
+        "CONTENT-ENCODING: identity, zstd",
+    ] {
+        let answer = format!("HTTP/1.1 200 OK\r\n{coded}\r\nContent-Length: 3\r\n\r\nxyz");
+        for cut in 0..=answer.len() {
+            let mut down = Down::new(&b);
+            let mut out = Vec::new();
+            let r = [&answer.as_bytes()[..cut], &answer.as_bytes()[cut..]]
+                .iter()
+                .try_for_each(|p| {
+                    // A pause never lets a coding line go unjudged.
+                    for c in [Cut::Read, Cut::Pause] {
+                        let d = if c == Cut::Read { *p } else { &[][..] };
+                        out.append(&mut down.feed(d, c)?);
+                    }
+                    Ok::<(), String>(())
+                });
+            assert!(r.is_err(), "{coded} cut {cut}");
+            let out = String::from_utf8_lossy(&out);
+            assert!(!out.to_ascii_lowercase().contains("-encoding:"), "{out}");
+        }
+    }
+    let ok = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\
+              Content-Encoding: identity\r\nContent-Encodings: x\r\n\r\n3\r\nxyz\r\n0\r\n\r\n";
+    assert_eq!(
+        Down::new(&b).feed(ok.as_bytes(), Cut::Read).unwrap(),
+        ok.as_bytes()
+    );
 }

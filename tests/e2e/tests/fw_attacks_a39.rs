@@ -28,20 +28,20 @@ out.append("made io_uring" if fd >= 0 else "refused io_uring %d" % ctypes.get_er
 open("/tmp/in-hook", "w").write("\n".join(out) + "\n")
 "#;
 
-/// `sbx-run init`, proxy mode set when asked (else the default, address
-/// mode), `sbx-run start`.
+/// `sbx-run init`, the mode said either way (proxy, the default, or
+/// address), `sbx-run start`.
 fn start(repo: &Repo, proxy: bool) {
     sh(sbx().args(["-q", "init"]).arg(&repo.path));
-    if proxy {
-        let cfg = repo.path.join(".agent-sandbox/config.toml");
-        let text = std::fs::read_to_string(&cfg).unwrap();
-        let text = if text.contains("\n[network]\n") {
-            text.replacen("\n[network]\n", "\n[network]\nmode = \"proxy\"\n", 1)
-        } else {
-            format!("{text}\n[network]\nmode = \"proxy\"\n")
-        };
-        std::fs::write(&cfg, text).unwrap();
-    }
+    let mode = if proxy { "proxy" } else { "address" };
+    let cfg = repo.path.join(".agent-sandbox/config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let line = format!("\n[network]\nmode = \"{mode}\"\n");
+    let text = if text.contains("\n[network]\n") {
+        text.replacen("\n[network]\n", &line, 1)
+    } else {
+        format!("{text}{line}")
+    };
+    std::fs::write(&cfg, text).unwrap();
     sh(sbx().arg("start").arg(&repo.path));
 }
 

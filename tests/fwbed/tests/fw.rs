@@ -56,8 +56,13 @@ impl Bed {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
+        // Two checkouts testing at once name their namespaces apart.
+        let prefix = format!(
+            "{}{prefix}",
+            std::env::var("SBX_FWBED_PREFIX").unwrap_or_default()
+        );
         let mut child = Command::new(bin("sbx-fwbed"))
-            .args([prefix, dir.path().to_str().unwrap()])
+            .args([prefix.as_str(), dir.path().to_str().unwrap()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -68,7 +73,11 @@ impl Bed {
             .unwrap();
         let v: Value =
             serde_json::from_str(&line).unwrap_or_else(|_| panic!("bed did not start: {line:?}"));
-        std::fs::write(dir.path().join("config.toml"), CONFIG).unwrap();
+        std::fs::write(
+            dir.path().join("config.toml"),
+            format!("{CONFIG}mode = \"address\"\n"),
+        )
+        .unwrap();
         // The audit log is written by root and by the agent uid.
         let log = dir.path().join("audit.jsonl");
         std::fs::write(&log, "").unwrap();
@@ -114,8 +123,16 @@ impl Bed {
         self.dir.path().join(f)
     }
 
+    /// The bed's config plus `extra` (in [network] unless it opens a
+    /// table). Address mode unless `extra` sets a mode: the bed tests it
+    /// by name, the default being proxy mode.
     fn config(&self, extra: &str) {
-        std::fs::write(self.path("config.toml"), format!("{CONFIG}{extra}")).unwrap();
+        let mode = if extra.contains("mode =") {
+            ""
+        } else {
+            "mode = \"address\"\n"
+        };
+        std::fs::write(self.path("config.toml"), format!("{CONFIG}{mode}{extra}")).unwrap();
     }
 
     /// sbx-fw in the sandbox namespace, as root, or as the agent.
@@ -467,7 +484,8 @@ fn the_fail_open_triggers_end_closed() {
     bed.config("");
     std::fs::write(
         bed.path("config.toml"),
-        CONFIG.replace("\"rotate.test\"", "\"rotate.test\", \"slow.test\""),
+        CONFIG.replace("\"rotate.test\"", "\"rotate.test\", \"slow.test\"")
+            + "mode = \"address\"\n",
     )
     .unwrap();
     let o = bed.fw(false, &["init", "--timeout", "300"]);
@@ -1530,6 +1548,93 @@ fn wait_gone(pid: &str) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     true
+}
+
+// ---- Grants (`sbx-fw grant`, what `sbx-run allow` and on-block run) ----
+
+/// Poll `cond` for up to `secs` (generous: the machine may be loaded).
+fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    false
+}
+
+/// A refused name opens for its time and no longer, in either mode: the
+/// DNS filter stops answering it, and what was handed out for it ends
+/// with the grant (the set entry's timeout in address mode, the proxy's
+/// per-connection check in proxy mode), both tried by address with the
+/// name's SNI. The agent cannot grant itself anything (77, recorded).
+fn grant_opens_for_its_time(bed: &Bed, proxy: bool) {
+    let by_name = ["tls", "blocked.test:443", "blocked.test"];
+    let by_addr = ["tls", "198.18.2.1:443", "blocked.test"];
+    assert!(!bed.reached(&by_name));
+    // As the agent: refused before anything is read or written.
+    let o = bed.fw(true, &["grant", "blocked.test", "--for", "1h"]);
+    assert_eq!(
+        o.status.code(),
+        Some(77),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        bed.audit()
+            .lines()
+            .any(|l| l.contains("\"operation\":\"grant\"")
+                && l.contains("\"result\":\"blocked\"")
+                && l.contains("blocked.test")),
+        "{}",
+        bed.audit()
+    );
+    assert!(!bed.reached(&by_name));
+    // As root, for 30 s: open by name and by address; other names not.
+    bed.ok(
+        false,
+        &["grant", "blocked.test", "--for", "30s", "--by", "fwbed"],
+    );
+    let list = bed.ok(false, &["grant", "--list", "--json"]);
+    assert!(
+        list.contains("\"name\":\"blocked.test\"") && list.contains("\"by\":\"fwbed\""),
+        "{list}"
+    );
+    assert!(bed.reached(&by_name));
+    assert!(bed.reached(&by_addr));
+    assert!(!bed.reached(&["tls", "other.test:443", "other.test"]));
+    // Then it ends, with nothing run to end it.
+    assert!(
+        eventually(120, || !bed.reached(&by_name) && !bed.reached(&by_addr)),
+        "the grant outlived its time"
+    );
+    assert_eq!(bed.ok(false, &["grant", "--list"]), "");
+    // Revoked: the filter stops answering at once; in proxy mode the
+    // proxy refuses the address as soon as it has read the change.
+    bed.ok(false, &["grant", "blocked.test", "--for", "1h"]);
+    assert!(bed.reached(&by_name));
+    bed.ok(false, &["grant", "--revoke", "blocked.test"]);
+    assert!(!bed.reached(&by_name));
+    if proxy {
+        assert!(eventually(30, || !bed.reached(&by_addr)));
+    }
+    let o = bed.fw(false, &["grant", "--revoke", "blocked.test"]);
+    assert_eq!(o.status.code(), Some(1), "nothing left to revoke");
+}
+
+#[test]
+fn grant_opens_for_its_time_in_address_mode() {
+    let Some(bed) = Bed::new("gra") else { return };
+    bed.config("");
+    bed.ok(false, &["init"]);
+    grant_opens_for_its_time(&bed, false);
+}
+
+#[test]
+fn grant_opens_for_its_time_in_proxy_mode() {
+    let Some(bed) = Bed::proxy("grp") else { return };
+    grant_opens_for_its_time(&bed, true);
 }
 
 /// The names the proxy refused, from the audit log.

@@ -555,9 +555,10 @@ pub struct Network {
     /// Default: `true`
     /// Example: `false`
     pub allow_git: bool,
-    /// How egress is judged: by address only, or by name through sbx-fw's proxy.
-    /// Default: `"address"`
-    /// Example: `"proxy"`
+    /// How egress is judged: by name through sbx-fw's proxy (every
+    /// connection's TLS server name or HTTP Host), or by address only.
+    /// Default: `"proxy"`
+    /// Example: `"address"`
     pub mode: NetMode,
     /// Query types the DNS filter forwards besides A, AAAA, CNAME, HTTPS and
     /// SVCB (each one more way to choose bits the resolver sees).
@@ -574,16 +575,28 @@ pub struct Network {
     /// Default: `{}`
     /// Example: `{ "github.com" = "repo-only", "registry.example.org" = "read-only" }`
     pub rules: std::collections::BTreeMap<Domain, crate::netrules::HostRules>,
+    /// A host program run for each refused name while `sbx-run agent` or
+    /// `shell` runs, with the refusal as JSON on stdin (no shell; the name
+    /// is never a word of its command line). Exit 0 opens the name for the
+    /// duration it prints ("30m"), or an hour; anything else, or no answer
+    /// within `on-block-timeout`, keeps it refused.
+    /// Example: `"/usr/local/bin/ask-on-chat --channel sbx"`
+    pub on_block: Option<HostCommand>,
+    /// How long `on-block` may take to answer before the name stays refused.
+    /// Default: `"2m"`
+    /// Example: `"10m"`
+    pub on_block_timeout: Interval,
 }
 
-/// `[network] mode`: `address` (default) allows TCP 443 to the addresses
-/// allowlisted names resolved to; `proxy` also checks every connection's
-/// TLS server name or HTTP Host in `sbx-fw proxy` (no domain fronting).
+/// `[network] mode`: `proxy` (default) checks every connection's TLS
+/// server name or HTTP Host in `sbx-fw proxy` as well as its address, so
+/// a shared CDN address cannot carry another name (domain fronting);
+/// `address` allows TCP 443 to the addresses allowlisted names resolved to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetMode {
-    #[default]
     Address,
+    #[default]
     Proxy,
 }
 
@@ -597,9 +610,11 @@ impl Default for Network {
             allow_localhost: true,
             allow_external: false,
             allow_git: true,
-            mode: NetMode::Address,
+            mode: NetMode::Proxy,
             dns_types: Unique::default(),
             rules: std::collections::BTreeMap::new(),
+            on_block: None,
+            on_block_timeout: Interval(Duration::from_secs(120)),
         }
     }
 }
@@ -1217,6 +1232,30 @@ impl std::str::FromStr for SecretFrom {
     }
 }
 from_str_deserialize!(SecretFrom);
+
+/// A host program and its arguments, written as one string quoted as in a
+/// shell but run without one (`[network] on-block`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCommand {
+    pub text: String,
+    pub argv: Vec<String>,
+}
+
+impl std::str::FromStr for HostCommand {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match shlex::split(s) {
+            Some(argv) if !argv.is_empty() && !argv[0].is_empty() => Ok(Self {
+                text: s.to_owned(),
+                argv,
+            }),
+            _ => Err(format!(
+                "command \"{s}\": write a program and its arguments, quoted as in a shell"
+            )),
+        }
+    }
+}
+from_str_deserialize!(HostCommand);
 
 impl fmt::Display for SecretFrom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -39,6 +39,12 @@ pub enum Cmd {
     Allow(NamesArgs),
     /// Remove names from the running allowlist, with the addresses the DNS filter handed out for them alone (their connections are cut).
     Deny(NamesArgs),
+    /// Open names for a while (root only: `sbx-run allow` from the host), list or revoke them.
+    ///
+    /// A grant makes the DNS filter answer the name and the proxy let it through until
+    /// --for has passed, without a new init; what the filter hands out for it expires with
+    /// it. Every grant and revoke is audited. The agent, which has no root, is refused (77).
+    Grant(GrantArgs),
     /// Rules, set sizes, the DNS filter and the last refresh.
     Status,
     /// Remove the firewall entirely: everything becomes reachable. Needs --yes.
@@ -92,6 +98,25 @@ pub struct NamesArgs {
     /// Names like api.example.com, or *.example.com (answered by the DNS filter when asked).
     #[arg(value_name = "DOMAIN", required = true)]
     pub domains: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GrantArgs {
+    /// Names like api.example.com or *.example.com (with --revoke: the grants to end).
+    #[arg(value_name = "DOMAIN", required_unless_present = "list")]
+    pub domains: Vec<String>,
+    /// How long each grant lasts, like 30m or 2h (at most 7d).
+    #[arg(long = "for", value_name = "DURATION", default_value = "1h")]
+    pub duration: sbx_core::config::Interval,
+    /// Print the grants in force.
+    #[arg(long, conflicts_with = "revoke")]
+    pub list: bool,
+    /// End the named grants now.
+    #[arg(long)]
+    pub revoke: bool,
+    /// Who asked, for --list and the audit record.
+    #[arg(long, value_name = "WHO", default_value = "sbx-fw grant")]
+    pub by: String,
 }
 
 #[derive(Debug, Args)]

@@ -33,6 +33,12 @@ pub enum NetfilterError {
 pub enum FwError {
     #[error("{op}: needs CAP_NET_ADMIN (run as root in the container's init, not as the agent)")]
     NoNetAdmin { op: &'static str },
+    #[error(
+        "{op}: only the sandbox's root may open names (the host user runs `sbx-run allow`); refused and recorded"
+    )]
+    NotRoot { op: &'static str },
+    #[error("{0}")]
+    BadGrant(String),
     #[error("{path} names no nameserver: nothing to resolve the allowlist with")]
     NoNameserver { path: &'static str },
     #[error("required name failed: {}", .0.join("; "))]
@@ -96,7 +102,7 @@ impl FwError {
 impl SbxError for FwError {
     fn exit(&self) -> Exit {
         match self {
-            FwError::NoNetAdmin { .. } => Exit::Denied,
+            FwError::NoNetAdmin { .. } | FwError::NotRoot { .. } => Exit::Denied,
             FwError::NoNameserver { .. }
             | FwError::RequiredFailed(_)
             | FwError::Aborted { .. }
@@ -106,7 +112,10 @@ impl SbxError for FwError {
             | FwError::Unresolvable { .. }
             | FwError::NothingToReach(_) => Exit::Unavailable,
             FwError::BadState { .. } => Exit::DataErr,
-            FwError::BadDomain(_) | FwError::BadProbe(_) | FwError::ResetNeedsYes => Exit::Usage,
+            FwError::BadDomain(_)
+            | FwError::BadProbe(_)
+            | FwError::BadGrant(_)
+            | FwError::ResetNeedsYes => Exit::Usage,
             FwError::FirewallOff => Exit::No,
             FwError::Spawn { .. } | FwError::NotReady(_) | FwError::Serve { .. } => Exit::OsErr,
             FwError::Path(e) => e.exit(),
@@ -131,6 +140,8 @@ mod tests {
         let io = || std::io::Error::other("x");
         let table: Vec<(FwError, u8)> = vec![
             (FwError::NoNetAdmin { op: "init" }, 77),
+            (FwError::NotRoot { op: "grant" }, 77),
+            (FwError::BadGrant("x".into()), 64),
             (FwError::NoNameserver { path: "r" }, 69),
             (FwError::RequiredFailed(vec!["a".into()]), 69),
             (FwError::NoState("/d".into()), 69),

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod error;
 
 // The commands.
+mod grant;
 mod init;
 mod reset;
 mod runtime;
@@ -73,6 +74,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             let domains = runtime::parse_domains(&a.domains)?;
             runtime::deny(&runtime(&dir), &domains)?;
         }
+        Cmd::Grant(a) => return Ok(grant::run(common, &a, &dir)?),
         Cmd::Status => {
             need_net_admin("status")?;
             status::status(&System, common, &dir)?;

@@ -122,6 +122,7 @@ pub fn run(p: &Probe, timeout: Duration) -> Result {
     let t0 = Instant::now();
     let (verdict, detail) = match p {
         Probe::Tcp(a) => match TcpStream::connect_timeout(a, timeout) {
+            Ok(s) if redirected(*a) => proxied(s, *a, timeout),
             Ok(_) => (Verdict::Open, "connected".into()),
             Err(e) => classify(&e),
         },
@@ -135,6 +136,53 @@ pub fn run(p: &Probe, timeout: Duration) -> Result {
         verdict,
         detail,
         ms: t0.elapsed().as_secs_f64() * 1e3,
+    }
+}
+
+/// Whether this connection went to sbx-fw's proxy rather than to `a`:
+/// proxy mode redirects every uid's TCP 80 and 443 but root's and the
+/// proxy's own.
+fn redirected(a: SocketAddr) -> bool {
+    let uid = nix::unistd::geteuid();
+    matches!(a.port(), 80 | 443)
+        && !a.ip().is_loopback()
+        && !uid.is_root()
+        && uid.as_raw() != crate::proxy::PROXY_UID
+        && crate::state::State::load(&crate::state::dir_from_env())
+            .ok()
+            .flatten()
+            .is_some_and(|st| st.proxy)
+}
+
+/// A connect to the proxy succeeds whatever the address; what the caller
+/// really gets is the proxy's verdict on a connection naming no host: a
+/// nameless ClientHello (443) or a Host-less request (80), then a reset
+/// (refused) or an answer (open).
+fn proxied(mut s: TcpStream, a: SocketAddr, timeout: Duration) -> (Verdict, String) {
+    use std::io::{Read, Write};
+    let first = if a.port() == 443 {
+        crate::proxy::sni::client_hello(None)
+    } else {
+        b"GET / HTTP/1.1\r\n\r\n".to_vec()
+    };
+    if let Err(e) = s
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| s.write_all(&first))
+    {
+        return classify(&e);
+    }
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(0) => (
+            Verdict::Refused,
+            "closed by sbx-fw's proxy (no allowed name)".into(),
+        ),
+        Ok(_) => (Verdict::Open, "answered through sbx-fw's proxy".into()),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => (
+            Verdict::Refused,
+            "reset by sbx-fw's proxy (no allowed name)".into(),
+        ),
+        Err(e) => classify(&e),
     }
 }
 

@@ -57,6 +57,33 @@ pub struct State {
     pub rules: std::collections::BTreeMap<Domain, Vec<sbx_core::netrules::Rule>>,
     pub github: GithubState,
     pub warnings: Vec<String>,
+    /// Names opened while the sandbox runs (`sbx-fw grant`), each until
+    /// its time: answered and let through as if allowlisted until then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<Grant>,
+}
+
+/// One `sbx-fw grant`: an entry allowed until a time (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub entry: Domain,
+    pub until: u64,
+    /// Who asked (`sbx-run allow`, `on-block`), for `--list` and the log.
+    pub by: String,
+}
+
+impl Grant {
+    pub fn live(&self, now: u64) -> bool {
+        now < self.until
+    }
+}
+
+/// Now in Unix seconds: grants are compared against the wall clock, the
+/// one clock the host that gave them and the guest share.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

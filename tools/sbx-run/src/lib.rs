@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod allow;
 mod api;
 pub mod branch;
 pub mod copy;
@@ -18,6 +19,7 @@ pub mod k8s;
 pub mod lifecycle;
 pub mod login;
 pub mod names;
+pub mod onblock;
 pub mod selftest;
 pub mod snapshot;
 pub mod spec;
@@ -469,6 +471,18 @@ pub enum Cmd {
     },
     /// Show the audit log (git, network and tool refusals with --blocked-only).
     Log(tools::LogOpts),
+    /// Open a name the firewall refuses, in the running sandbox, for a while (default 1h).
+    ///
+    /// Works in both network modes: the DNS filter answers the name and the proxy lets it
+    /// through until --for has passed; what was handed out for it expires with it. Runs
+    /// `sbx-fw grant` as the sandbox's root over the guest's socket, which only you reach
+    /// (the agent has no root and no way to that socket), and is recorded in the audit log
+    /// on both sides. `sbx-run log --follow --blocked-only` shows refusals as they happen.
+    /// Names needed from the start belong in [network] allow-domains.
+    ///
+    /// Examples: `sbx-run allow registry.example.org --for 30m`, `sbx-run allow --list`,
+    /// `sbx-run allow --revoke registry.example.org`.
+    Allow(allow::AllowOpts),
     /// Serve the sandbox's terminal to a browser (xterm.js, ttyd's protocol), on loopback.
     ///
     /// Prints a link with a one-time token: open it, and the page trades the token for a
@@ -770,6 +784,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Agent(opts) => agent::run(common, &opts),
         Cmd::Doctor { path } => tools::doctor(common, path.get()),
         Cmd::Log(opts) => tools::log(common, &opts),
+        Cmd::Allow(opts) => allow::allow(common, &opts),
         Cmd::Terminal(opts) => terminal::run(common, opts),
         Cmd::Test { path } => selftest::run(common, path.get()),
         Cmd::CodexInitConfig { auth, force } => tools::codex_init_config(common, auth, force),

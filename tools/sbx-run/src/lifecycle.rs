@@ -343,7 +343,7 @@ pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, Bo
     }
     if cfg.network.mode != sbx_core::config::NetMode::Proxy || cfg.network.allow_external {
         return Err(Box::new(RunError::Config(format!(
-            "{}: [secrets] are injected by sbx-fw's proxy: set [network] mode = \"proxy\" (and allow-external = false), or remove [secrets]",
+            "{}: [secrets] are injected by sbx-fw's proxy: set [network] mode = \"proxy\" (the default; and allow-external = false), or remove [secrets]",
             ws.loaded.describe()
         ))));
     }
@@ -865,6 +865,7 @@ pub fn shell(
     let argv: Vec<OsString> = vec!["bash".into(), "-l".into()];
     if !rebuild {
         let ws = Workspace::open(common, path.clone())?.with_branch(branch);
+        let _asks = crate::onblock::spawn(&ws);
         if let Some(r) = via_guest(&ws, &argv, "shell")? {
             return Ok(r);
         }
@@ -875,6 +876,7 @@ pub fn shell(
         rebuild.then(BuildOpts::default).as_ref(),
         branch,
     )?;
+    let _asks = crate::onblock::spawn(&ws);
     if let Some(r) = via_guest(&ws, &argv, "shell")? {
         return Ok(r);
     }

@@ -91,6 +91,10 @@ const TABLE: &[(&str, Out)] = &[
     ("sbx-fw verify", not_here(ROOT_NET)),
     ("sbx-fw allow", Out::Exempt(SILENT)),
     ("sbx-fw deny", Out::Exempt(SILENT)),
+    (
+        "sbx-fw grant",
+        not_here("needs root and a firewall's state (--list prints grant lines)"),
+    ),
     ("sbx-fw status", not_here(ROOT_NET)),
     ("sbx-fw reset", Out::Exempt(SILENT)),
     ("sbx-fw probe", run(&["probe", "tcp:127.0.0.1:9"])),
@@ -138,6 +142,7 @@ const TABLE: &[(&str, Out)] = &[
     ("sbx-run agent", not_here(DOCKER)),
     ("sbx-run doctor", run_no(&["doctor", "-C", "{ws}"])),
     ("sbx-run log", run(&["log"])),
+    ("sbx-run allow", not_here(DOCKER)),
     (
         "sbx-run terminal",
         not_here("starts the sandbox and serves until Ctrl-C"),

@@ -32,6 +32,8 @@ pub(super) struct Policy {
     upstreams: Vec<IpAddr>,
     /// `[network] dns-types`: forwarded besides [`FORWARDED`].
     dns_types: Vec<u16>,
+    /// `sbx-fw grant`: names answered until their time.
+    grants: Vec<state::Grant>,
     state: State,
 }
 
@@ -48,8 +50,42 @@ impl Policy {
             github_nets: s.github_nets.clone(),
             upstreams: s.upstreams.clone(),
             dns_types: s.dns_types.clone(),
+            grants: s.grants.clone(),
             state: s,
         }
+    }
+
+    /// Allowlisted, or granted and not yet expired.
+    fn allows(&self, name: &str, now: u64) -> bool {
+        self.allow.iter().any(|d| domain_matches(d, name))
+            || self
+                .grants
+                .iter()
+                .any(|g| g.live(now) && domain_matches(&g.entry, name))
+    }
+
+    /// Seconds left when only grants allow `name`: what is handed out for
+    /// it must not outlive them.
+    fn grant_left(&self, name: &str, now: u64) -> Option<u64> {
+        if self.allow.iter().any(|d| domain_matches(d, name)) {
+            return None;
+        }
+        self.grants
+            .iter()
+            .filter(|g| g.live(now) && domain_matches(&g.entry, name))
+            .map(|g| g.until - now)
+            .max()
+    }
+
+    /// The entries (allowlisted and live grants) covering `name`, as text.
+    fn entries(&self, name: &str, now: u64) -> Vec<String> {
+        let granted = self.grants.iter().filter(|g| g.live(now)).map(|g| &g.entry);
+        self.allow
+            .iter()
+            .chain(granted)
+            .filter(|d| domain_matches(d, name))
+            .map(|d| d.to_string())
+            .collect()
     }
 
     /// Only GitHub's entries name it: its addresses must lie in its ranges.
@@ -168,7 +204,7 @@ impl Filter {
     /// The reply to a well-formed query, or why it is refused.
     fn answer(&self, q: &Question, tcp: bool) -> Result<Vec<u8>, Reason> {
         let p = self.refresh();
-        if !p.allow.iter().any(|d| domain_matches(d, &q.name)) {
+        if !p.allows(&q.name, state::unix_now()) {
             self.audit_refusal(&q.name, "not on the allowlist");
             return Err(Reason::NotAllowed);
         }
@@ -188,18 +224,13 @@ impl Filter {
             Some(state::lock(&self.dir).map_err(|_| Reason::AllowSet)?)
         };
         let p = if _held.is_some() { self.refresh() } else { p };
-        if !p.allow.iter().any(|d| domain_matches(d, &q.name)) {
+        if !p.allows(&q.name, state::unix_now()) {
             self.audit_refusal(&q.name, "denied while the query was upstream");
             return Err(Reason::NotAllowed);
         }
         // Recorded before the set is touched: deny must find every address.
         if !sorted.added.is_empty() {
-            let entries: Vec<String> = p
-                .allow
-                .iter()
-                .filter(|d| domain_matches(d, &q.name))
-                .map(|d| d.to_string())
-                .collect();
+            let entries = p.entries(&q.name, state::unix_now());
             self.record_handed(&sorted.added, &entries);
         }
         // Before the reply: the client connects as soon as it has one.
@@ -237,6 +268,11 @@ impl Filter {
     /// allow for their TTL.
     fn sort(&self, p: &Policy, q: &Question, m: Message) -> Result<Sorted, Reason> {
         let github_only = p.github_only(&q.name);
+        // A name only a grant opens: its addresses leave the set when the
+        // grant ends, and within MIN_HOLD of a revoke.
+        let cap = p
+            .grant_left(&q.name, state::unix_now())
+            .map(|left| left.clamp(1, u64::from(MIN_HOLD)) as u32);
         let mut reply = Message::new(q.id, MessageType::Response, OpCode::Query);
         reply.metadata.recursion_desired = q.rd;
         reply.metadata.recursion_available = true;
@@ -249,7 +285,11 @@ impl Filter {
             added: Vec::new(),
         };
         let (mut kept, mut dropped) = (0, 0);
-        for rec in on_chain(&q.name, m.answers) {
+        for mut rec in on_chain(&q.name, m.answers) {
+            // The client's cache must not outlive the set entry either.
+            if let Some(cap) = cap {
+                rec.ttl = rec.ttl.min(cap);
+            }
             if let Some(ip) = address(&rec.data) {
                 // GitHub's ranges are open on 22 and 443 already; an
                 // address outside them is left out of the answer.
@@ -259,7 +299,10 @@ impl Filter {
                 }
                 if !github_only && !p.state.is_permanent(ip) {
                     let set = if ip.is_ipv4() { SET_ALLOW4 } else { SET_ALLOW6 };
-                    let hold = rec.ttl.clamp(MIN_HOLD, MAX_HOLD);
+                    let mut hold = rec.ttl.clamp(MIN_HOLD, MAX_HOLD);
+                    if let Some(cap) = cap {
+                        hold = hold.min(cap);
+                    }
                     sorted
                         .add
                         .push_str(&format!("add {set} {ip} timeout {hold}\n"));

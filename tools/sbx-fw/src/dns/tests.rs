@@ -142,3 +142,48 @@ fn the_set_is_filled_before_the_reply() {
         )]
     );
 }
+
+/// A granted name is answered until its time, with what is handed out
+/// for it (set entry and the reply's TTL) ending no later than the grant;
+/// an expired one is refused like any name off the list.
+#[test]
+fn a_grant_answers_until_its_time_and_no_longer() {
+    let nf = std::sync::Arc::new(FakeNetfilter::default());
+    let (f, d) = filter(nf.clone(), answer);
+    let mut st = State::load(d.path()).unwrap().unwrap();
+    let now = crate::state::unix_now();
+    st.grants = vec![
+        crate::state::Grant {
+            entry: "granted.test".parse().unwrap(),
+            until: now + 20,
+            by: "test".into(),
+        },
+        crate::state::Grant {
+            entry: "gone.test".parse().unwrap(),
+            until: now - 1,
+            by: "test".into(),
+        },
+    ];
+    st.store(d.path()).unwrap();
+    let r = f.handle(&query("granted.test"), false).unwrap();
+    let m = Message::from_vec(&r).unwrap();
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    assert!(m.answers[0].ttl <= 20, "{:?}", m.answers[0]);
+    let calls = nf.calls();
+    let [Call::Ipset(add)] = calls.as_slice() else {
+        panic!("{calls:?}")
+    };
+    let hold: u32 = add.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        add.starts_with("add sbx-allow4 198.18.1.9 timeout ") && (1..=20).contains(&hold),
+        "{add}"
+    );
+    let _ = f.handle(&query("gone.test"), false).unwrap();
+    assert_eq!(count(&f, "not-allowed"), 1);
+    // Allowlisted as well: the allowlist's hold, not the grant's.
+    let _ = f.handle(&query("allowed.test"), false).unwrap();
+    assert_eq!(
+        nf.calls().last().unwrap(),
+        &Call::Ipset("add sbx-allow4 198.18.1.9 timeout 300\n".into())
+    );
+}

@@ -84,6 +84,8 @@ pub enum Verdict {
 pub struct Policy {
     /// Each entry with its text (the DNS filter records entries as text).
     allow: Vec<(Domain, String)>,
+    /// `sbx-fw grant`s: the same, each until its Unix second.
+    grants: Vec<(Domain, String, u64)>,
     /// Entry text -> addresses it resolved to at init.
     resolved: HashMap<String, Vec<IpAddr>>,
     github_nets: Vec<IpNet>,
@@ -111,6 +113,11 @@ impl Policy {
                 .allow
                 .iter()
                 .map(|d| (d.clone(), d.to_string()))
+                .collect(),
+            grants: st
+                .grants
+                .iter()
+                .map(|g| (g.entry.clone(), g.entry.to_string(), g.until))
                 .collect(),
             resolved,
             github_nets: st.github_nets.clone(),
@@ -144,6 +151,27 @@ impl Policy {
 
     pub fn allows_name(&self, name: &str) -> bool {
         self.allow.iter().any(|(d, _)| domain_matches(d, name))
+            || self
+                .granted(crate::state::unix_now())
+                .any(|(d, _)| domain_matches(d, name))
+    }
+
+    /// The grants still in force at `now`: checked per connection, so an
+    /// expired one refuses without a policy reload.
+    fn granted(&self, now: u64) -> impl Iterator<Item = (&Domain, &String)> {
+        self.grants
+            .iter()
+            .filter(move |g| now < g.2)
+            .map(|(d, s, _)| (d, s))
+    }
+
+    /// Every entry in force: the allowlist's and the live grants'.
+    fn in_force(&self) -> impl Iterator<Item = (&Domain, &String)> {
+        let now = crate::state::unix_now();
+        self.allow
+            .iter()
+            .map(|(d, s)| (d, s))
+            .chain(self.granted(now))
     }
 
     /// The verdict for `name` (from SNI or Host) on a connection to `dst`;
@@ -163,8 +191,7 @@ impl Policy {
             return Verdict::Allow;
         }
         let entry = |e: &str| {
-            self.allow
-                .iter()
+            self.in_force()
                 .any(|(d, s)| s == e && domain_matches(d, name))
         };
         match handed(dst, &entry) {
@@ -176,8 +203,7 @@ impl Policy {
 
     /// The allowlist entries covering `name`, as the DNS filter writes them.
     pub fn entries(&self, name: &str) -> Vec<String> {
-        self.allow
-            .iter()
+        self.in_force()
             .filter(|(d, _)| domain_matches(d, name))
             .map(|(_, s)| s.clone())
             .collect()
@@ -245,6 +271,36 @@ mod tests {
         for (name, addr, want) in cases {
             assert_eq!(judge(name, addr), want, "{name:?} on {addr}");
         }
+    }
+
+    /// A grant lets its name through until its time, checked on each
+    /// verdict (no reload when it ends); then the name is refused again.
+    #[test]
+    fn grants_end_on_time() {
+        let (_, h) = policy();
+        let mut st = State::new();
+        st.allow = vec!["allowed.test".parse().unwrap()];
+        let now = crate::state::unix_now();
+        let grant = |e: &str, until| crate::state::Grant {
+            entry: e.parse().unwrap(),
+            until,
+            by: "test".into(),
+        };
+        st.grants = vec![grant("*.wild.test", now + 60), grant("gone.test", now - 1)];
+        let p = Policy::from_state(&st);
+        let ip: IpAddr = "198.18.1.3".parse().unwrap();
+        assert!(p.allows_name("x.wild.test"));
+        assert!(!p.allows_name("gone.test"));
+        assert_eq!(
+            p.judge(Some("x.wild.test"), ip, &at(&h, Instant::now())),
+            Verdict::Allow
+        );
+        st.grants = vec![grant("*.wild.test", now - 1)];
+        let p = Policy::from_state(&st);
+        assert_eq!(
+            p.judge(Some("x.wild.test"), ip, &at(&h, Instant::now())),
+            Verdict::Refuse(Refusal::NotAllowed)
+        );
     }
 
     /// A handed-out address is trusted for the filter's longest hold after

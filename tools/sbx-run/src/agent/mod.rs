@@ -610,6 +610,8 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     if hook_path(&ws, "before").exists() {
         conn = None;
     }
+    // Refused names go to [network] on-block while the run lasts.
+    let _asks = crate::onblock::spawn(&ws);
     timing.mark("sandbox ready");
 
     // Files the hooks read live in a private temporary directory.

@@ -117,6 +117,16 @@ pub const KEYS: &[(&str, &str, Meaning)] = {
         ),
         ("network", "dns-types", InPod),
         ("network", "rules", InPod),
+        (
+            "network",
+            "on-block",
+            Refused("it runs a program on the host, and a cluster has none to run it on"),
+        ),
+        (
+            "network",
+            "on-block-timeout",
+            Refused("it runs a program on the host, and a cluster has none to run it on"),
+        ),
         ("git", "block-no-verify", InPod),
         ("git", "block-force-push", InPod),
         ("git", "block-global-config", InPod),
@@ -236,6 +246,10 @@ pub fn refused_keys(cfg: &sbx_core::config::Config) -> Vec<(String, &'static str
             ("lifecycle", "idle-stop") => cfg.lifecycle.idle_stop.is_some(),
             ("secrets.NAME", _) => !cfg.secrets.is_empty(),
             ("ssh", "enabled") => cfg.ssh.enabled,
+            ("network", "on-block") => cfg.network.on_block.is_some(),
+            ("network", "on-block-timeout") => {
+                cfg.network.on_block_timeout.0 != d.network.on_block_timeout.0
+            }
             _ => false,
         }
     };

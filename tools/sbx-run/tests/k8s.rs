@@ -506,12 +506,13 @@ fn the_pod_keeps_every_mount_and_privilege_of_docker_run() {
                 .first()
                 .map(String::as_str)
         );
-        // The firewall's init container: NET_ADMIN and NET_RAW alone.
+        // The firewall's init container: NET_ADMIN and NET_RAW, and (proxy
+        // mode, the default) SETUID/SETGID to start the proxy as its uid.
         let fw = container(spec, "firewall");
         assert_eq!(strings(&fw["command"]), ["/usr/local/bin/sbx-fw", "init"]);
         assert_eq!(
             strings(&fw["securityContext"]["capabilities"]["add"]),
-            ["NET_ADMIN", "NET_RAW"]
+            ["NET_ADMIN", "NET_RAW", "SETUID", "SETGID"]
         );
         assert_eq!(
             strings(&fw["securityContext"]["capabilities"]["drop"]),
@@ -733,10 +734,12 @@ fn assert_meaning(section: &str, key: &str, ws: &Ws, docs: &[Value]) {
             assert!(mount(&format!("{t}/.env")).is_some(), ".env stays masked");
         }
         ("network", "mode") => {
+            // The example is address mode (proxy is the default): no
+            // proxy to start under its own uid, so no SETUID/SETGID.
             let fw = container(spec, "firewall");
             assert_eq!(
                 strings(&fw["securityContext"]["capabilities"]["add"]),
-                ["NET_ADMIN", "NET_RAW", "SETUID", "SETGID"]
+                ["NET_ADMIN", "NET_RAW"]
             );
         }
         ("tools", "disallowed" | "allowed" | "deny-read") => {

@@ -65,8 +65,7 @@ impl std::fmt::Display for KubeError {
             }
             Self::Timeout(w) => write!(
                 f,
-                "cluster: {w}: no answer in {}s: is the API server reachable?",
-                TIMEOUT.as_secs()
+                "cluster: {w}: no answer in time: is the API server reachable?"
             ),
             Self::Tls(w) => write!(
                 f,
@@ -115,16 +114,24 @@ pub fn load_kubeconfig(path: &Path) -> Result<Target, KubeError> {
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let docs = Yaml::load_from_str(&text).map_err(|e| bad(format!("not valid YAML: {e}")))?;
     let doc = docs.first().ok_or_else(|| bad("empty".into()))?;
-    let s = |y: &Yaml, k: &str| y[k].as_str().map(str::to_owned);
+    // saphyr's index panics on a missing key: every look-up is a get.
+    let s = |y: &Yaml, k: &str| {
+        y.as_mapping_get(k)
+            .and_then(Yaml::as_str)
+            .map(str::to_owned)
+    };
+    let missing = |k: &str| bad(format!("an entry has no {k}"));
     let current = s(doc, "current-context").ok_or_else(|| bad("no current-context".into()))?;
     let named = |list: &str, name: &str| {
         named_in(doc, list, name).ok_or_else(|| bad(format!("{list}: no entry named {name:?}")))
     };
-    let ctx = named("contexts", &current)?;
-    let ctx = &ctx["context"];
+    let ctx = named("contexts", &current)?
+        .as_mapping_get("context")
+        .ok_or_else(|| missing("context"))?;
     let cluster_name = s(ctx, "cluster").ok_or_else(|| bad("context has no cluster".into()))?;
-    let cluster = named("clusters", &cluster_name)?;
-    let cluster = &cluster["cluster"];
+    let cluster = named("clusters", &cluster_name)?
+        .as_mapping_get("cluster")
+        .ok_or_else(|| missing("cluster"))?;
     let server = s(cluster, "server").ok_or_else(|| bad("cluster has no server".into()))?;
     if !server.starts_with("https://") {
         return Err(bad(format!(
@@ -144,15 +151,16 @@ pub fn load_kubeconfig(path: &Path) -> Result<Target, KubeError> {
     };
     let mut token = None;
     if let Some(user_name) = s(ctx, "user") {
-        let user = named("users", &user_name)?;
-        let user = &user["user"];
+        let user = named("users", &user_name)?
+            .as_mapping_get("user")
+            .ok_or_else(|| missing("user"))?;
         for refused in [
             "client-certificate",
             "client-certificate-data",
             "exec",
             "auth-provider",
         ] {
-            if !user[refused].is_badvalue() {
+            if user.contains_mapping_key(refused) {
                 return Err(bad(format!(
                     "users.{user_name}.{refused}: not supported by sbx-server: give it a ServiceAccount token (token or tokenFile)"
                 )));
@@ -178,9 +186,12 @@ pub fn load_kubeconfig(path: &Path) -> Result<Target, KubeError> {
 }
 
 fn named_in<'a, 'y>(doc: &'a Yaml<'y>, list: &str, name: &str) -> Option<&'a Yaml<'y>> {
-    doc[list]
-        .as_vec()
-        .and_then(|v| v.iter().find(|e| e["name"].as_str() == Some(name)))
+    doc.as_mapping_get(list)
+        .and_then(Yaml::as_vec)
+        .and_then(|v| {
+            v.iter()
+                .find(|e| e.as_mapping_get("name").and_then(Yaml::as_str) == Some(name))
+        })
 }
 
 /// The API server, called with the target's token over rustls (ring).
@@ -192,6 +203,11 @@ pub struct Api {
 
 impl Api {
     pub fn new(target: Target) -> Result<Self, KubeError> {
+        Self::with_timeout(target, TIMEOUT)
+    }
+
+    /// With another deadline per call (tests).
+    pub fn with_timeout(target: Target, timeout: Duration) -> Result<Self, KubeError> {
         let mut roots = rustls::RootCertStore::empty();
         if let Some(pem) = &target.ca_pem {
             for c in CertificateDer::pem_slice_iter(pem).flatten() {
@@ -211,8 +227,9 @@ impl Api {
             .with_no_client_auth();
         let client = reqwest::blocking::Client::builder()
             .tls_backend_preconfigured(tls)
-            .timeout(TIMEOUT)
-            .connect_timeout(TIMEOUT)
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .no_proxy()
             .build()
             .map_err(|e| KubeError::Config(e.to_string()))?;
         Ok(Self { target, client })
@@ -362,7 +379,10 @@ impl Api {
         let rb = self
             .client
             .delete(self.url(&format!("{path}?labelSelector={selector}")));
-        self.send("delete claims", rb).map(drop)
+        match self.send("delete claims", rb) {
+            Err(KubeError::Status { code: 404, .. }) => Ok(()),
+            r => r.map(drop),
+        }
     }
 }
 

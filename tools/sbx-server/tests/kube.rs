@@ -403,3 +403,34 @@ fn live_cluster() {
     api.delete("v1", "ConfigMap", &name).unwrap();
     assert_eq!(api.get("v1", "ConfigMap", &name).unwrap(), None);
 }
+
+/// `--backend kubernetes` with a kubeconfig it cannot use: one line,
+/// exit 78, before the server makes anything.
+#[test]
+fn serve_refuses_a_bad_kubeconfig_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sbx-server"))
+            .args(["serve", "--state-dir"])
+            .arg(dir.path().join("state"))
+            .args(args)
+            .env("JWT_SECRET", "x".repeat(40))
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap()
+    };
+    let bad = kubeconfig(dir.path(), "no certificate here", "    exec: {command: aws}");
+    let out = run(&["--backend", "kubernetes", "--kubeconfig", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("users.u.exec: not supported"), "{err}");
+    assert!(!dir.path().join("state").exists(), "nothing made");
+
+    let out = run(&["--backend", "kubernetes"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--kubeconfig"));
+    let out = run(&["--backend", "podman"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("podman"));
+}

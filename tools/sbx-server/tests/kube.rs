@@ -419,8 +419,17 @@ fn serve_refuses_a_bad_kubeconfig_in_one_line() {
             .output()
             .unwrap()
     };
-    let bad = kubeconfig(dir.path(), "no certificate here", "    exec: {command: aws}");
-    let out = run(&["--backend", "kubernetes", "--kubeconfig", bad.to_str().unwrap()]);
+    let bad = kubeconfig(
+        dir.path(),
+        "no certificate here",
+        "    exec: {command: aws}",
+    );
+    let out = run(&[
+        "--backend",
+        "kubernetes",
+        "--kubeconfig",
+        bad.to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -433,4 +442,84 @@ fn serve_refuses_a_bad_kubeconfig_in_one_line() {
     let out = run(&["--backend", "podman"]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("podman"));
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// start applies what sbx-run's builder makes for the workspace, cloning
+/// its origin; a host-path origin is refused before any request.
+#[test]
+fn start_applies_sbx_runs_manifests_for_the_workspace() {
+    use sbx_server::backend::Backend;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("demo");
+    std::fs::create_dir_all(ws.join(".agent-sandbox")).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("README.md"), "demo\n").unwrap();
+    std::fs::write(ws.join(".agent-sandbox/config.toml"), "").unwrap();
+    git(&ws, &["add", "."]);
+    git(&ws, &["commit", "-qm", "init"]);
+    git(&ws, &["remote", "add", "origin", "/srv/repos/demo.git"]);
+
+    let s = stand(Answer::Reply(200, json!({})));
+    let kube = Kube {
+        api: api(&s),
+        image: Some("registry.invalid/sbx-base:1".into()),
+    };
+    let e = kube.start(&ws).unwrap_err();
+    assert!(e.contains("not a URL the cluster can clone"), "{e}");
+    assert!(s.seen.lock().unwrap().is_empty());
+
+    git(
+        &ws,
+        &[
+            "remote",
+            "set-url",
+            "origin",
+            "https://git.example.invalid/demo.git",
+        ],
+    );
+    let name = kube.start(&ws).unwrap();
+    let seen = s.seen.lock().unwrap().clone();
+    let kinds: Vec<String> = seen
+        .iter()
+        .map(|r| {
+            let b: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(b["metadata"]["namespace"], "sbx-test");
+            b["kind"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, ["ConfigMap", "Sandbox", "NetworkPolicy"]);
+    let sandbox: Value = serde_json::from_str(&seen[1].body).unwrap();
+    assert_eq!(sandbox["metadata"]["name"], name.as_str());
+    assert_eq!(sandbox["spec"]["operatingMode"], "Running");
+    assert_eq!(
+        sandbox["metadata"]["annotations"]["sbx.dev/repo"],
+        "https://git.example.invalid/demo.git"
+    );
+    let text = sandbox.to_string();
+    assert!(
+        text.contains("registry.invalid/sbx-base:1"),
+        "the image given"
+    );
+    assert!(
+        text.contains("/usr/local/bin/sbx-fw"),
+        "the firewall's init container"
+    );
 }

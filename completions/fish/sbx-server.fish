@@ -53,6 +53,10 @@ complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-cpus
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l max-memory-per-sandbox -d 'Memory one sandbox may have (docker\'s notation: 512m, 4g): a config asking for more is refused (409); one asking for nothing gets at most this' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l session-retention -d 'How long a terminal session\'s recording (its asciicast file and its row) is kept after the session ends (e.g. 30d, 12h); older ones are deleted at start and hourly' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l idle-stop -d 'Stop a running project nobody has connected to for this long (no terminal open): final backup, then stop, status `stopped` with reason `idle` (seed 001\'s inactivity check; e.g. 30m, 2h)' -r
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l backend -d 'What runs the sandboxes: `docker` on this machine, or `kubernetes`: agent-sandbox `Sandbox` objects applied through the API server of --kubeconfig (docs/kubernetes.md)' -r -f -a "docker\t''
+kubernetes\t''"
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l kubeconfig -d 'The kubeconfig of `--backend kubernetes` (its current context: an https server, its CA and a ServiceAccount token)' -r -F
+complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l kube-image -d 'The image a cluster pulls for sandboxes (the base image pushed to its registry) [default: sbx\'s local image name]' -r
 complete -c sbx-server -n "__fish_sbx_server_using_subcommand serve" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

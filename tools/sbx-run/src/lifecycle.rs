@@ -1106,19 +1106,17 @@ pub fn show_run(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>
     ok()
 }
 
-/// `show-run --format k8s|pod|k8s-template`: the manifests k8s.rs
-/// translates from the same spec `start` runs. Branch mode always: the
-/// pod clones the repository and the guest provisions the branch's
-/// worktree on the shelf. No host variable crosses: a cluster's pod is
-/// not started from this environment.
-pub fn show_k8s(
+/// The manifests `show-run --format k8s|pod|k8s-template` prints, with
+/// the workspace, branch and options they were made from: one builder for
+/// the CLI and sbx-server's Kubernetes backend.
+pub fn k8s_render(
     common: &CommonArgs,
     path: Option<PathBuf>,
     branch: Option<&str>,
-    format: crate::ShowFormat,
+    format: crate::k8s::Format,
     repo: Option<String>,
     image: Option<String>,
-) -> Res {
+) -> Result<(Workspace, String, crate::k8s::Options, Vec<Value>), BoxError> {
     use crate::k8s;
     let ws = Workspace::open(common, path)?;
     // Before anything else: a refused key is the answer whatever the rest.
@@ -1152,15 +1150,39 @@ pub fn show_k8s(
     let masks = spec::mask_sources()?;
     let s = spec::build(&ws, &ws.names.image, &[], (&masks.0, &masks.1), true)?;
     let o = k8s::Options {
-        format: match format {
-            crate::ShowFormat::Pod => k8s::Format::Pod,
-            crate::ShowFormat::K8sTemplate => k8s::Format::Template,
-            _ => k8s::Format::Sandbox,
-        },
+        format,
         repo,
         image: image.unwrap_or_else(|| ws.names.image.clone()),
     };
     let docs = k8s::manifests(&ws, &s, (&masks.0, &masks.1), &o)?;
+    Ok((ws, branch, o, docs))
+}
+
+/// `show-run --format k8s|pod|k8s-template`: the manifests k8s.rs
+/// translates from the same spec `start` runs. Branch mode always: the
+/// pod clones the repository and the guest provisions the branch's
+/// worktree on the shelf. No host variable crosses: a cluster's pod is
+/// not started from this environment.
+pub fn show_k8s(
+    common: &CommonArgs,
+    path: Option<PathBuf>,
+    branch: Option<&str>,
+    format: crate::ShowFormat,
+    repo: Option<String>,
+    image: Option<String>,
+) -> Res {
+    let (ws, branch, o, docs) = k8s_render(
+        common,
+        path,
+        branch,
+        match format {
+            crate::ShowFormat::Pod => crate::k8s::Format::Pod,
+            crate::ShowFormat::K8sTemplate => crate::k8s::Format::Template,
+            _ => crate::k8s::Format::Sandbox,
+        },
+        repo,
+        image,
+    )?;
     let mut out = std::io::stdout().lock();
     let r = if common.json {
         output::json_line(
@@ -1187,7 +1209,7 @@ pub fn show_k8s(
                 sbx_core::sanitize::field(&ws.path.to_string_lossy()),
                 sbx_core::sanitize::field(&ws.loaded.describe()),
                 sbx_core::sanitize::field(&o.repo),
-                k8s::yaml(&docs)
+                crate::k8s::yaml(&docs)
             )
             .as_bytes(),
         )

@@ -1056,6 +1056,7 @@ pub async fn serve(
         }
         None => None,
     };
+    let backend = backend(&args).await?;
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     own_dir(&state_dir)?;
     let projects = state_dir.join("projects");
@@ -1086,7 +1087,8 @@ pub async fn serve(
         args.backup_url.clone(),
         args.backup_pass.clone(),
         caps.clone(),
-    );
+    )
+    .with_backend(backend);
     reconcile(&repo, &sandboxes).await;
     let audit_path = std::env::var_os("SBX_AUDIT_LOG")
         .map_or_else(|| state_dir.join("audit.jsonl"), PathBuf::from);
@@ -1251,6 +1253,32 @@ async fn stop_idle(s: S, after: std::time::Duration) {
 /// one left `restoring`, `error` (its home may be half restored).
 /// Blindly marked `error`, a sandbox that had come up would run on
 /// while its project said it had failed.
+/// The backend `--backend` names; a kubeconfig sbx-server cannot use is
+/// one line, exit 78, before anything is made.
+async fn backend(args: &ServeArgs) -> Result<Box<dyn crate::backend::Backend>, ServerError> {
+    match (args.backend, &args.kubeconfig) {
+        (crate::BackendKind::Docker, _) => Ok(Box::new(crate::backend::Docker)),
+        (crate::BackendKind::Kubernetes, None) => Err(ServerError::Config(
+            "--backend kubernetes needs --kubeconfig PATH".into(),
+        )),
+        (crate::BackendKind::Kubernetes, Some(path)) => {
+            let path = path.clone();
+            let image = args.kube_image.clone();
+            // reqwest's blocking client is made off the async threads.
+            tokio::task::spawn_blocking(move || {
+                let target = crate::kube::load_kubeconfig(&path)?;
+                let api = crate::kube::Api::new(target)?;
+                Ok::<_, crate::kube::KubeError>(
+                    Box::new(crate::kube::Kube { api, image }) as Box<dyn crate::backend::Backend>
+                )
+            })
+            .await
+            .map_err(|e| ServerError::Config(e.to_string()))?
+            .map_err(|e| ServerError::Config(format!("--kubeconfig: {e}")))
+        }
+    }
+}
+
 async fn reconcile(repo: &Repo, sandboxes: &Sandboxes) {
     let stuck = match repo.stuck().await {
         Ok(s) => s,

@@ -1,10 +1,9 @@
 //! The seam between the Project Service and what runs its sandboxes. The
 //! service (sandbox.rs) owns projects, their workspaces, configs and
 //! locks; a `Backend` owns the sandboxes: Docker today, through sbx-run's
-//! library, so each has every guard `sbx-run start` gives. A Kubernetes
-//! backend would apply what `sbx-run show-run --format k8s` prints (k8s.rs
-//! of sbx-run) and reach the guest through the API server's exec; it is
-//! not written yet (docs/kubernetes.md).
+//! library, so each has every guard `sbx-run start` gives; or Kubernetes
+//! (kube.rs), which applies what `sbx-run show-run --format k8s` prints
+//! (docs/kubernetes.md).
 //!
 //! Every call is blocking: callers run it on a blocking thread.
 

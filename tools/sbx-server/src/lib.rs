@@ -9,6 +9,7 @@ pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod kube;
 pub mod pg;
 pub mod repo;
 pub mod sandbox;
@@ -140,6 +141,25 @@ pub struct ServeArgs {
     /// reason `idle` (seed 001's inactivity check; e.g. 30m, 2h).
     #[arg(long, value_name = "DURATION", default_value = "30m")]
     pub idle_stop: sbx_core::config::Interval,
+    /// What runs the sandboxes: `docker` on this machine, or `kubernetes`:
+    /// agent-sandbox `Sandbox` objects applied through the API server
+    /// of --kubeconfig (docs/kubernetes.md).
+    #[arg(long, value_enum, default_value_t = BackendKind::Docker)]
+    pub backend: BackendKind,
+    /// The kubeconfig of `--backend kubernetes` (its current context: an
+    /// https server, its CA and a ServiceAccount token).
+    #[arg(long, value_name = "PATH", required_if_eq("backend", "kubernetes"))]
+    pub kubeconfig: Option<PathBuf>,
+    /// The image a cluster pulls for sandboxes (the base image pushed to
+    /// its registry) [default: sbx's local image name].
+    #[arg(long, value_name = "IMAGE")]
+    pub kube_image: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    Docker,
+    Kubernetes,
 }
 
 pub fn command() -> clap::Command {

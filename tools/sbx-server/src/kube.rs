@@ -1,0 +1,557 @@
+//! The Kubernetes backend: the manifests `sbx-run show-run --format k8s`
+//! prints (sbx-run's `k8s_render`, the one builder), applied with plain
+//! REST calls to the API server through the workspace's one HTTP client
+//! (reqwest, rustls with ring): server-side apply, GET, merge PATCH and
+//! DELETE. No kube-rs: it would bring a second HTTP stack and minutes of
+//! compiling on 2 cores for the handful of calls made here
+//! (docs/kubernetes.md).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use saphyr::{LoadableYamlNode, Yaml};
+use serde_json::{Value, json};
+
+use crate::backend::{Backend, Exec};
+use crate::error::ApiError;
+
+/// Who owns the fields sbx-server applies.
+pub const FIELD_MANAGER: &str = "sbx-server";
+/// One API call's deadline.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a call to the cluster failed: each is one line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KubeError {
+    /// The kubeconfig could not be used: the file and what to do.
+    Config(String),
+    /// The API server answered with a failure status (its `Status`
+    /// object's reason and message, when it sent one).
+    Status {
+        code: u16,
+        what: String,
+        message: String,
+    },
+    /// No answer within the deadline.
+    Timeout(String),
+    /// The TLS handshake failed (an untrusted or wrong certificate).
+    Tls(String),
+    /// No connection, or an answer that is not the API's.
+    Transport(String),
+}
+
+impl std::fmt::Display for KubeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Config(m) => write!(f, "kubeconfig: {m}"),
+            Self::Status {
+                code,
+                what,
+                message,
+            } => {
+                let hint = match code {
+                    401 => ": the kubeconfig's credentials were not accepted",
+                    403 => ": grant sbx-server's account the RBAC in docs/kubernetes.md",
+                    404 => ": is the agent-sandbox controller (its CRDs) installed?",
+                    409 => ": another writer changed it; retry",
+                    422 => ": the cluster refused the manifest",
+                    _ => "",
+                };
+                write!(f, "cluster: {what}: {code} {message}{hint}")
+            }
+            Self::Timeout(w) => write!(
+                f,
+                "cluster: {w}: no answer in time: is the API server reachable?"
+            ),
+            Self::Tls(w) => write!(
+                f,
+                "cluster: {w}: TLS failed (check certificate-authority-data in the kubeconfig)"
+            ),
+            Self::Transport(w) => write!(f, "cluster: {w}"),
+        }
+    }
+}
+
+impl KubeError {
+    /// The server's answer for this failure: a client's mistake keeps its
+    /// status; the cluster's refusal or silence is the server's gateway's.
+    pub fn api_error(&self) -> ApiError {
+        let (status, code) = match self {
+            Self::Status { code: 409, .. } => (StatusCode::CONFLICT, "cluster_conflict"),
+            Self::Status { code: 422, .. } => (StatusCode::UNPROCESSABLE_ENTITY, "cluster_invalid"),
+            Self::Status { code: 404, .. } => (StatusCode::BAD_GATEWAY, "cluster_not_found"),
+            Self::Status {
+                code: 401 | 403, ..
+            } => (StatusCode::BAD_GATEWAY, "cluster_forbidden"),
+            Self::Status { .. } => (StatusCode::BAD_GATEWAY, "cluster_error"),
+            Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "cluster_timeout"),
+            Self::Tls(_) => (StatusCode::BAD_GATEWAY, "cluster_tls"),
+            Self::Transport(_) => (StatusCode::BAD_GATEWAY, "cluster_unreachable"),
+            Self::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cluster_config"),
+        };
+        ApiError::new(status, code, self.to_string())
+    }
+}
+
+/// What a kubeconfig's current context names: the API server, the CA
+/// it is trusted by, a bearer token and the namespace.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub server: String,
+    pub ca_pem: Option<Vec<u8>>,
+    pub token: Option<String>,
+    pub namespace: String,
+}
+
+/// `path`'s current context. Only what sbx-server can use is accepted:
+/// a client certificate or an exec plugin is refused by name.
+pub fn load_kubeconfig(path: &Path) -> Result<Target, KubeError> {
+    let bad = |m: String| KubeError::Config(format!("{}: {m}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let docs = Yaml::load_from_str(&text).map_err(|e| bad(format!("not valid YAML: {e}")))?;
+    let doc = docs.first().ok_or_else(|| bad("empty".into()))?;
+    // saphyr's index panics on a missing key: every look-up is a get.
+    let s = |y: &Yaml, k: &str| {
+        y.as_mapping_get(k)
+            .and_then(Yaml::as_str)
+            .map(str::to_owned)
+    };
+    let missing = |k: &str| bad(format!("an entry has no {k}"));
+    let current = s(doc, "current-context").ok_or_else(|| bad("no current-context".into()))?;
+    let named = |list: &str, name: &str| {
+        named_in(doc, list, name).ok_or_else(|| bad(format!("{list}: no entry named {name:?}")))
+    };
+    let ctx = named("contexts", &current)?
+        .as_mapping_get("context")
+        .ok_or_else(|| missing("context"))?;
+    let cluster_name = s(ctx, "cluster").ok_or_else(|| bad("context has no cluster".into()))?;
+    let cluster = named("clusters", &cluster_name)?
+        .as_mapping_get("cluster")
+        .ok_or_else(|| missing("cluster"))?;
+    let server = s(cluster, "server").ok_or_else(|| bad("cluster has no server".into()))?;
+    if !server.starts_with("https://") {
+        return Err(bad(format!(
+            "server {server:?}: only https:// API servers are used"
+        )));
+    }
+    let ca_pem = match (
+        s(cluster, "certificate-authority-data"),
+        s(cluster, "certificate-authority"),
+    ) {
+        (Some(b64), _) => Some(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64.trim())
+                .map_err(|e| bad(format!("certificate-authority-data: {e}")))?,
+        ),
+        (None, Some(f)) => Some(std::fs::read(&f).map_err(|e| bad(format!("{f}: {e}")))?),
+        (None, None) => None,
+    };
+    let mut token = None;
+    if let Some(user_name) = s(ctx, "user") {
+        let user = named("users", &user_name)?
+            .as_mapping_get("user")
+            .ok_or_else(|| missing("user"))?;
+        for refused in [
+            "client-certificate",
+            "client-certificate-data",
+            "exec",
+            "auth-provider",
+        ] {
+            if user.contains_mapping_key(refused) {
+                return Err(bad(format!(
+                    "users.{user_name}.{refused}: not supported by sbx-server: give it a ServiceAccount token (token or tokenFile)"
+                )));
+            }
+        }
+        token = match (s(user, "token"), s(user, "tokenFile")) {
+            (Some(t), _) => Some(t),
+            (None, Some(f)) => Some(
+                std::fs::read_to_string(&f)
+                    .map_err(|e| bad(format!("{f}: {e}")))?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+    }
+    Ok(Target {
+        server: server.trim_end_matches('/').to_owned(),
+        ca_pem,
+        token,
+        namespace: s(ctx, "namespace").unwrap_or_else(|| "default".into()),
+    })
+}
+
+fn named_in<'a, 'y>(doc: &'a Yaml<'y>, list: &str, name: &str) -> Option<&'a Yaml<'y>> {
+    doc.as_mapping_get(list)
+        .and_then(Yaml::as_vec)
+        .and_then(|v| {
+            v.iter()
+                .find(|e| e.as_mapping_get("name").and_then(Yaml::as_str) == Some(name))
+        })
+}
+
+/// The API server, called with the target's token over rustls (ring).
+#[derive(Debug)]
+pub struct Api {
+    target: Target,
+    client: reqwest::blocking::Client,
+}
+
+impl Api {
+    pub fn new(target: Target) -> Result<Self, KubeError> {
+        Self::with_timeout(target, TIMEOUT)
+    }
+
+    /// With another deadline per call (tests).
+    pub fn with_timeout(target: Target, timeout: Duration) -> Result<Self, KubeError> {
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(pem) = &target.ca_pem {
+            for c in CertificateDer::pem_slice_iter(pem).flatten() {
+                let _ = roots.add(c);
+            }
+        }
+        if roots.is_empty() {
+            return Err(KubeError::Config(
+                "the cluster has no usable certificate-authority: sbx-server trusts only the cluster's CA".into(),
+            ));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| KubeError::Config(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let client = reqwest::blocking::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .no_proxy()
+            .build()
+            .map_err(|e| KubeError::Config(e.to_string()))?;
+        Ok(Self { target, client })
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.target.namespace
+    }
+
+    /// The object's URL path: core objects under /api/v1, the rest under
+    /// /apis/GROUP/VERSION.
+    pub fn path(&self, api_version: &str, kind: &str, name: &str) -> Result<String, KubeError> {
+        let plural = match kind {
+            "Sandbox" => "sandboxes",
+            "SandboxTemplate" => "sandboxtemplates",
+            "SandboxWarmPool" => "sandboxwarmpools",
+            "ConfigMap" => "configmaps",
+            "NetworkPolicy" => "networkpolicies",
+            "Pod" => "pods",
+            "PersistentVolumeClaim" => "persistentvolumeclaims",
+            other => {
+                return Err(KubeError::Transport(format!(
+                    "kind {other:?} is not one sbx-server manages"
+                )));
+            }
+        };
+        let root = if api_version.contains('/') {
+            format!("/apis/{api_version}")
+        } else {
+            format!("/api/{api_version}")
+        };
+        Ok(format!(
+            "{root}/namespaces/{}/{plural}/{name}",
+            self.target.namespace
+        ))
+    }
+
+    fn send(
+        &self,
+        what: &str,
+        rb: reqwest::blocking::RequestBuilder,
+    ) -> Result<Option<Value>, KubeError> {
+        let rb = match &self.target.token {
+            Some(t) => rb.bearer_auth(t),
+            None => rb,
+        };
+        let r = rb.send().map_err(|e| transport(what, &e))?;
+        let code = r.status().as_u16();
+        let body: Value = r
+            .bytes()
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        if (200..300).contains(&code) {
+            return Ok(Some(body));
+        }
+        let message = body["message"]
+            .as_str()
+            .map(|m| sbx_core::sanitize::field(m).into_owned())
+            .unwrap_or_else(|| {
+                StatusCode::from_u16(code)
+                    .ok()
+                    .and_then(|s| s.canonical_reason())
+                    .unwrap_or("")
+                    .to_owned()
+            });
+        Err(KubeError::Status {
+            code,
+            what: what.to_owned(),
+            message,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.target.server)
+    }
+
+    /// Server-side apply of `doc` in the namespace, sbx-server owning its
+    /// fields (force: the server's manifest is the truth).
+    pub fn apply(&self, doc: &Value) -> Result<(), KubeError> {
+        let kind = doc["kind"].as_str().unwrap_or("");
+        let name = doc["metadata"]["name"].as_str().unwrap_or("");
+        let path = self.path(doc["apiVersion"].as_str().unwrap_or(""), kind, name)?;
+        let mut doc = doc.clone();
+        doc["metadata"]["namespace"] = json!(self.target.namespace);
+        let rb = self
+            .client
+            .patch(self.url(&format!("{path}?fieldManager={FIELD_MANAGER}&force=true")))
+            .header("content-type", "application/apply-patch+yaml")
+            .body(doc.to_string());
+        self.send(&format!("apply {kind}/{name}"), rb).map(drop)
+    }
+
+    /// The object, or None when the cluster has none (404).
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<Value>, KubeError> {
+        let path = self.path(api_version, kind, name)?;
+        match self.send(
+            &format!("get {kind}/{name}"),
+            self.client.get(self.url(&path)),
+        ) {
+            Err(KubeError::Status { code: 404, .. }) => Ok(None),
+            r => r,
+        }
+    }
+
+    /// A JSON merge patch of the object.
+    pub fn merge(
+        &self,
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<(), KubeError> {
+        let path = self.path(api_version, kind, name)?;
+        let rb = self
+            .client
+            .patch(self.url(&path))
+            .header("content-type", "application/merge-patch+json")
+            .body(patch.to_string());
+        self.send(&format!("patch {kind}/{name}"), rb).map(drop)
+    }
+
+    /// Delete the object; one already gone is not an error.
+    pub fn delete(&self, api_version: &str, kind: &str, name: &str) -> Result<(), KubeError> {
+        let path = self.path(api_version, kind, name)?;
+        match self.send(
+            &format!("delete {kind}/{name}"),
+            self.client.delete(self.url(&path)),
+        ) {
+            Err(KubeError::Status { code: 404, .. }) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+
+    /// Delete the namespace's PersistentVolumeClaims labelled `selector`.
+    pub fn delete_claims(&self, selector: &str) -> Result<(), KubeError> {
+        let path = format!(
+            "/api/v1/namespaces/{}/persistentvolumeclaims",
+            self.target.namespace
+        );
+        let selector = selector.replace('/', "%2F").replace('=', "%3D");
+        let rb = self
+            .client
+            .delete(self.url(&format!("{path}?labelSelector={selector}")));
+        match self.send("delete claims", rb) {
+            Err(KubeError::Status { code: 404, .. }) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+}
+
+/// One line for a failed request, telling a timeout and TLS apart.
+fn transport(what: &str, e: &reqwest::Error) -> KubeError {
+    let chain = {
+        let mut s = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(c) = src {
+            s.push_str(": ");
+            s.push_str(&c.to_string());
+            src = c.source();
+        }
+        s
+    };
+    if e.is_timeout() {
+        KubeError::Timeout(what.to_owned())
+    } else if chain.contains("certificate") || chain.contains("tls") || chain.contains("TLS") {
+        KubeError::Tls(what.to_owned())
+    } else {
+        KubeError::Transport(format!("{what}: {chain}"))
+    }
+}
+
+/// Sandboxes as agent-sandbox `Sandbox` objects on a cluster.
+#[derive(Debug)]
+pub struct Kube {
+    pub api: Api,
+    /// The image the cluster pulls (its registry's name for sbx's base).
+    pub image: Option<String>,
+}
+
+const SANDBOX_API: &str = "agents.x-k8s.io/v1beta1";
+
+fn quiet() -> sbx_core::cli::CommonArgs {
+    sbx_core::cli::CommonArgs {
+        quiet: true,
+        ..Default::default()
+    }
+}
+
+/// The cluster clones the project's origin: a host path it cannot reach.
+fn origin(ws: &Path) -> Result<String, String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(ws)
+        .args(["remote", "get-url", "origin"])
+        .output()
+        .map_err(|e| format!("git: {e}"))?;
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() || !url.contains("://") || url.starts_with("file://") {
+        return Err(format!(
+            "{}: the project's repository {url:?} is not a URL the cluster can clone: the kubernetes backend needs projects made from a network repository",
+            ws.display()
+        ));
+    }
+    Ok(url)
+}
+
+impl Kube {
+    /// The manifests of `ws`'s sandbox, from sbx-run's one builder.
+    pub fn manifests(&self, ws: &Path) -> Result<Vec<Value>, String> {
+        let repo = origin(ws)?;
+        let (_, _, _, docs) = sbx_run::lifecycle::k8s_render(
+            &quiet(),
+            Some(ws.to_owned()),
+            None,
+            sbx_run::k8s::Format::Sandbox,
+            Some(repo),
+            self.image.clone(),
+        )
+        .map_err(|e| sbx_core::entry::chain(&*e))?;
+        Ok(docs)
+    }
+
+    fn name(ws: &Path) -> String {
+        let canonical = ws.canonicalize().unwrap_or_else(|_| ws.to_owned());
+        sbx_run::k8s::object_name(&sbx_run::names::Names::new(&canonical, None).container)
+    }
+
+    /// Apply `docs`, the Sandbox asked to run.
+    pub fn apply_all(&self, docs: &[Value]) -> Result<String, KubeError> {
+        let mut name = String::new();
+        for d in docs {
+            let mut d = d.clone();
+            if d["kind"] == "Sandbox" {
+                d["spec"]["operatingMode"] = json!("Running");
+                name = d["metadata"]["name"].as_str().unwrap_or("").to_owned();
+            }
+            self.api.apply(&d)?;
+        }
+        Ok(name)
+    }
+
+    /// Running: the Sandbox not suspended and Ready.
+    pub fn state(&self, name: &str) -> Result<Option<bool>, KubeError> {
+        Ok(self.api.get(SANDBOX_API, "Sandbox", name)?.map(|s| {
+            let ready = s["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            s["spec"]["operatingMode"] != "Suspended" && ready
+        }))
+    }
+
+    /// Suspend: the controller deletes the pod and keeps the claims.
+    pub fn suspend(&self, name: &str) -> Result<(), KubeError> {
+        match self.api.merge(
+            SANDBOX_API,
+            "Sandbox",
+            name,
+            &json!({"spec": {"operatingMode": "Suspended"}}),
+        ) {
+            Err(KubeError::Status { code: 404, .. }) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// The Sandbox, its ConfigMap, NetworkPolicy and claims.
+    pub fn remove(&self, name: &str) -> Result<(), KubeError> {
+        self.api.delete(SANDBOX_API, "Sandbox", name)?;
+        self.api
+            .delete("v1", "ConfigMap", &format!("{name}-files"))?;
+        self.api
+            .delete("networking.k8s.io/v1", "NetworkPolicy", name)?;
+        self.api.delete_claims(&format!("sbx.dev/sandbox={name}"))
+    }
+}
+
+const NO_EXEC: &str = "the kubernetes backend does not run commands in the sandbox yet (exec, terminal and snapshot go through the API server's exec: docs/kubernetes.md)";
+
+impl Backend for Kube {
+    fn create(&self, ws: &Path) -> Result<(), String> {
+        crate::backend::Docker.create(ws)
+    }
+
+    fn start(&self, ws: &Path) -> Result<String, String> {
+        let docs = self.manifests(ws)?;
+        self.apply_all(&docs).map_err(|e| e.to_string())
+    }
+
+    fn stop(&self, ws: &Path) -> Result<(), String> {
+        self.suspend(&Self::name(ws)).map_err(|e| e.to_string())
+    }
+
+    fn delete(&self, ws: &Path) -> Result<(), String> {
+        self.remove(&Self::name(ws)).map_err(|e| e.to_string())
+    }
+
+    fn status(&self, ws: &Path) -> Result<Option<(String, bool)>, String> {
+        let name = Self::name(ws);
+        let s = self.state(&name).map_err(|e| e.to_string())?;
+        Ok(s.map(|running| (name, running)))
+    }
+
+    fn exec(
+        &self,
+        _ws: &Path,
+        _argv: &[std::ffi::OsString],
+        _client: &str,
+    ) -> Result<Exec, String> {
+        Err(NO_EXEC.into())
+    }
+
+    fn terminal(&self, _ws: &Path) -> Result<(PathBuf, String), String> {
+        Err(NO_EXEC.into())
+    }
+
+    fn snapshot(&self, _ws: &Path, _tag: Option<&str>) -> Result<(), String> {
+        Err(NO_EXEC.into())
+    }
+}

@@ -869,6 +869,10 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 .take()
                 .unwrap_or_else(|| masker_or_warning(paths, &ws_config));
             warnings.extend(masked);
+            if pid1 {
+                warnings.extend(broker_dirs_on_tmpfs());
+            }
+            fx.marks.push(("broker tmpfs", t0.elapsed()));
             let keep: Vec<u32> = [
                 cap::KILL,
                 cap::SETUID,
@@ -1172,6 +1176,51 @@ fn pin_startup_files(paths: &Paths, agent: &Agent) -> Result<(), String> {
 }
 
 /// Watch the workspace (`SBX_WORKSPACE`) for new secret files.
+/// The git broker's per-call directories (the image's `/run/sbx-git/index`,
+/// and `approved`, which the broker makes root's 0755): each hooked commit
+/// makes and removes a dozen entries there, and on a busy disk each waited
+/// for the journal (bench/RESULTS.md, h46v). A tmpfs on each, with the
+/// owner, group and mode the directory has: made before the broker starts,
+/// on every start, never in a snapshot (docker commit skips mounts).
+/// Without the guard in the image: nothing. Some: why they stay on disk.
+fn broker_dirs_on_tmpfs() -> Option<String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    const DIRS: [(&str, &str); 2] = [
+        ("/run/sbx-git/index", "256m"),
+        ("/run/sbx-git/approved", "16m"),
+    ];
+    let index = Path::new(DIRS[0].0);
+    if !index.is_dir() {
+        return None;
+    }
+    let one = |path: &Path, size: &str| -> std::io::Result<()> {
+        match std::fs::DirBuilder::new().mode(0o755).create(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let m = std::fs::symlink_metadata(path)?;
+        if !m.is_dir() || m.uid() != 0 {
+            return Err(std::io::Error::other("not a directory of root's"));
+        }
+        let opts = format!(
+            "mode={:o},uid=0,gid={},size={size}",
+            m.mode() & 0o7777,
+            m.gid()
+        );
+        sbx_sys::idmap::mount_tmpfs(path, &opts)
+    };
+    let errs: Vec<String> = DIRS
+        .iter()
+        .filter_map(|(p, size)| one(Path::new(p), size).err().map(|e| format!("{p}: {e}")))
+        .collect();
+    (!errs.is_empty()).then(|| {
+        format!(
+            "the git broker's per-commit files stay on the disk (slower hooked commits): {}",
+            errs.join("; ")
+        )
+    })
+}
+
 /// The masker, when the guest may mount (SYS_ADMIN); else why not.
 fn masker_or_warning(paths: &Paths, cfg: &sbx_core::config::Config) -> Option<String> {
     use sbx_sys::caps::cap;

@@ -51,6 +51,19 @@ fn the_real_git_is_reachable_only_through_the_broker() {
     // The layout, as root sees it.
     let o = root("stat -c '%a %U' /usr/libexec/sbx /usr/libexec/sbx/git");
     assert_eq!(text(&o).trim(), "700 root\n711 root", "{}", text(&o));
+    // The broker's per-commit files (private indexes, views, pins,
+    // approved messages) on a tmpfs the guest mounted, with the image's
+    // owner, group and mode: no journal wait per entry (issue 46).
+    let o = root(
+        "for d in /run/sbx-git/index /run/sbx-git/approved; do \
+         stat -f -c %T $d; stat -c '%a %U %G' $d; done",
+    );
+    assert_eq!(
+        text(&o).trim(),
+        "tmpfs\n1730 root sbx-git\ntmpfs\n755 root root",
+        "{}",
+        text(&o)
+    );
 
     // Running, reading, copying or listing the real binary: all refused.
     for attack in [

@@ -4,7 +4,7 @@
 //! inside the sandbox. nix has no wrapper for the new mount API, so the
 //! three syscalls and the short-lived user namespace that carries the
 //! mapping are made here, the one crate allowed `unsafe`.
-#![allow(unsafe_code)] // fork, open_tree, mount_setattr, move_mount, umount2
+#![allow(unsafe_code)] // fork, open_tree, mount_setattr, move_mount, umount2, mount
 
 use std::ffi::CString;
 use std::io;
@@ -229,6 +229,28 @@ pub fn detach(target: &Path) -> io::Result<()> {
     let dst = cpath(target)?;
     // SAFETY: `dst` is a NUL-terminated path that outlives the call.
     if unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Mount a fresh tmpfs on `target` (nosuid, nodev), with `opts` as its
+/// data (`mode=…,uid=…,gid=…,size=…`).
+pub fn mount_tmpfs(target: &Path, opts: &str) -> io::Result<()> {
+    let dst = cpath(target)?;
+    let data = CString::new(opts)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "options contain a NUL byte"))?;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+    let r = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            dst.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    };
+    if r < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

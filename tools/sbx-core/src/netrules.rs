@@ -273,6 +273,45 @@ pub fn request_path(target: &str) -> Result<Target, String> {
     segments(path).map(Target::Path)
 }
 
+/// Whether the target's query has a `_method` parameter, which Laravel,
+/// Symfony and Rack's MethodOverride read as the request's real method.
+/// Its name is read as PHP reads it: escapes decoded, `.`, space, `+` and
+/// `[` taken for `_`, any case.
+pub fn query_overrides_method(target: &str) -> bool {
+    let Some((_, query)) = target.split_once('?') else {
+        return false;
+    };
+    query.split(['&', ';']).any(|kv| {
+        let key = kv.split('=').next().unwrap_or_default();
+        let mut name = Vec::with_capacity(key.len());
+        let b = key.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let hex = (b[i] == b'%')
+                .then(|| b.get(i + 1..i + 3))
+                .flatten()
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            let c = match hex {
+                Some(c) => {
+                    i += 3;
+                    c
+                }
+                None => {
+                    i += 1;
+                    b[i - 1]
+                }
+            };
+            name.push(if matches!(c, b'.' | b' ' | b'+' | b'[') {
+                b'_'
+            } else {
+                c
+            });
+        }
+        name.eq_ignore_ascii_case(b"_method")
+    })
+}
+
 /// `/a/b%41/c/` -> ["a", "bA", "c", ""], after the checks in the module
 /// docs.
 fn segments(path: &str) -> Result<Vec<String>, String> {

@@ -190,3 +190,28 @@ fn config_values_are_a_preset_or_a_list() {
     assert!(e.contains("rule \"GET /a?b\""), "{e}");
     assert!(toml::from_str::<T>("r = 3").is_err());
 }
+
+/// A `_method` query parameter is the method to Laravel, Symfony and
+/// Rack, however PHP spells its name.
+#[test]
+fn method_overrides_in_the_query_are_found() {
+    for t in [
+        "/a?_method=DELETE",
+        "/a?x=1&_METHOD=put",
+        "/a?x;%5Fmethod=DELETE",
+        "/a?.method=DELETE",
+        "/a?+method=DELETE",
+        "/a?_%6dethod",
+    ] {
+        assert!(query_overrides_method(t), "{t}");
+    }
+    for t in [
+        "/a",
+        "/a/_method",
+        "/a?method=DELETE",
+        "/a?x=_method",
+        "/a?_methods=1",
+    ] {
+        assert!(!query_overrides_method(t), "{t}");
+    }
+}

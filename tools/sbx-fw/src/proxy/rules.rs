@@ -4,7 +4,7 @@
 //! reason and is audited naming the host's rules.
 
 use sbx_core::config::Domain;
-use sbx_core::netrules::{Rule, request_path};
+use sbx_core::netrules::{Rule, query_overrides_method, request_path};
 
 use super::http::Request;
 
@@ -25,6 +25,17 @@ impl Ruled<'_> {
     /// Whether the request may go on; Err: why not, in one line.
     pub fn check(&self, r: &Request) -> Result<(), String> {
         let line = || format!("{} {}", r.method, r.target);
+        // Rules judge the method the server acts on: a GET that Express,
+        // Rails or a Google API reads as DELETE is not a GET.
+        if let Some(h) = &r.method_override {
+            return Err(format!("{}: a {h} header (it changes the method)", line()));
+        }
+        if query_overrides_method(&r.target) {
+            return Err(format!(
+                "{}: a _method parameter (it changes the method)",
+                line()
+            ));
+        }
         let t = request_path(&r.target).map_err(|why| format!("{}: {why}", line()))?;
         if self.rules.iter().any(|rule| rule.allows(&r.method, &t)) {
             Ok(())
@@ -90,6 +101,20 @@ mod tests {
         ));
         let dots = req("GET /me/app.git/../x HTTP/1.1\r\nHost: git.test\r\n\r\n");
         assert!(r.check(&dots).unwrap_err().contains("'..'"));
+        for h in [
+            "X-HTTP-Method-Override",
+            "x-http-method",
+            "X-Method-Override",
+        ] {
+            let over = req(&format!(
+                "POST /me/app.git/git-receive-pack HTTP/1.1\r\nHost: git.test\r\n{h}: DELETE\r\n\r\n"
+            ));
+            assert!(r.check(&over).unwrap_err().contains(h), "{h}");
+        }
+        let q = req(
+            "POST /me/app.git/git-receive-pack?_method=DELETE HTTP/1.1\r\nHost: git.test\r\n\r\n",
+        );
+        assert!(r.check(&q).unwrap_err().contains("_method"));
         let off = Ruled {
             key: &key,
             rules: &[],

@@ -2330,6 +2330,9 @@ fn proxy_http_rules_judge_every_request() {
         "GET /ok/%c0%ae%c0%ae/admin HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
         "GET /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\nX-HTTP-Method-Override: DELETE\\r\\n\\r\\n",
         "GET /ok/a?_method=DELETE HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
+        // CL.0: a server ignoring a GET's body reads it as a request.
+        "GET /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\nContent-Length: 52\\r\\n\\r\\n\
+         DELETE /ok/smuggled HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
     ] {
         let v = bed.raw("198.18.1.1:80", &[ok, bad, ok]);
         let echo = v["echo"].as_str().unwrap_or("");
@@ -2345,6 +2348,7 @@ fn proxy_http_rules_judge_every_request() {
         assert_eq!(echo.matches("GET /ok/a").count(), 1 + prefix, "{bad}: {v}");
         assert_eq!(echo.matches(line).count(), 1 + same, "{bad}: {v}");
         assert!(!echo.contains("Override: DELETE"), "{bad}: {v}");
+        assert!(!echo.contains("smuggled"), "{bad}: {v}");
     }
 }
 

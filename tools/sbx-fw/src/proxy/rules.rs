@@ -6,7 +6,7 @@
 use sbx_core::config::Domain;
 use sbx_core::netrules::{Rule, query_overrides_method, request_path};
 
-use super::http::Request;
+use super::http::{Framing, Request};
 
 /// One host's rules, as the state records them.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +29,18 @@ impl Ruled<'_> {
         // Rails or a Google API reads as DELETE is not a GET.
         if let Some(h) = &r.method_override {
             return Err(format!("{}: a {h} header (it changes the method)", line()));
+        }
+        // A server that ignores the body of a GET (a static file's
+        // handler) reads it as the next request, which was never judged.
+        let bodiless = ["GET", "HEAD", "OPTIONS"]
+            .iter()
+            .any(|m| r.method.eq_ignore_ascii_case(m));
+        if bodiless && !matches!(r.framing, Framing::None | Framing::Length(0)) {
+            return Err(format!(
+                "{}: a body on a {} (a server may read it as the next request)",
+                line(),
+                r.method
+            ));
         }
         if query_overrides_method(&r.target) {
             return Err(format!(
@@ -110,6 +122,14 @@ mod tests {
                 "POST /me/app.git/git-receive-pack HTTP/1.1\r\nHost: git.test\r\n{h}: DELETE\r\n\r\n"
             ));
             assert!(r.check(&over).unwrap_err().contains(h), "{h}");
+        }
+        let ok_get = req("GET /x HTTP/1.1\r\nHost: git.test\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(r.check(&ok_get), Ok(()));
+        for body in ["Content-Length: 40", "Transfer-Encoding: chunked"] {
+            let get = req(&format!(
+                "get /x HTTP/1.1\r\nHost: git.test\r\n{body}\r\n\r\n"
+            ));
+            assert!(r.check(&get).unwrap_err().contains("a body"), "{body}");
         }
         let q = req(
             "POST /me/app.git/git-receive-pack?_method=DELETE HTTP/1.1\r\nHost: git.test\r\n\r\n",

@@ -17,7 +17,8 @@
 //!   `%XX` escapes are decoded except those of `/`, `%`, `?`, `#`, space
 //!   and non-ASCII bytes, which stay escaped in upper case (npm's
 //!   `@scope%2fname` stays one segment). A request whose path has a `.` or
-//!   `..` segment, an empty segment other than a trailing slash (`//`), a
+//!   `..` segment (also `..;x`: Tomcat drops `;params`), escapes that are
+//!   not UTF-8 (overlong `%C0%AE`), an empty segment other than a trailing slash (`//`), a
 //!   `\` (or `%5C`), a control character or a malformed escape is refused
 //!   on a host with rules, whatever they say: servers disagree on what
 //!   those mean, so no rule can be written against them.
@@ -272,6 +273,45 @@ pub fn request_path(target: &str) -> Result<Target, String> {
     segments(path).map(Target::Path)
 }
 
+/// Whether the target's query has a `_method` parameter, which Laravel,
+/// Symfony and Rack's MethodOverride read as the request's real method.
+/// Its name is read as PHP reads it: escapes decoded, `.`, space, `+` and
+/// `[` taken for `_`, any case.
+pub fn query_overrides_method(target: &str) -> bool {
+    let Some((_, query)) = target.split_once('?') else {
+        return false;
+    };
+    query.split(['&', ';']).any(|kv| {
+        let key = kv.split('=').next().unwrap_or_default();
+        let mut name = Vec::with_capacity(key.len());
+        let b = key.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let hex = (b[i] == b'%')
+                .then(|| b.get(i + 1..i + 3))
+                .flatten()
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            let c = match hex {
+                Some(c) => {
+                    i += 3;
+                    c
+                }
+                None => {
+                    i += 1;
+                    b[i - 1]
+                }
+            };
+            name.push(if matches!(c, b'.' | b' ' | b'+' | b'[') {
+                b'_'
+            } else {
+                c
+            });
+        }
+        name.eq_ignore_ascii_case(b"_method")
+    })
+}
+
 /// `/a/b%41/c/` -> ["a", "bA", "c", ""], after the checks in the module
 /// docs.
 fn segments(path: &str) -> Result<Vec<String>, String> {
@@ -283,7 +323,9 @@ fn segments(path: &str) -> Result<Vec<String>, String> {
         if s.is_empty() && i + 1 < raw.len() {
             return Err("an empty path segment (//)".into());
         }
-        if s == "." || s == ".." {
+        // Tomcat and Spring drop `;params` from a segment: `..;x` is `..`.
+        let bare = s.split(';').next().unwrap_or_default();
+        if bare == "." || bare == ".." {
             return Err("a '.' or '..' path segment".into());
         }
         out.push(s);
@@ -295,6 +337,9 @@ fn segments(path: &str) -> Result<Vec<String>, String> {
 fn canonical(seg: &str) -> Result<String, String> {
     let b = seg.as_bytes();
     let mut out = String::with_capacity(seg.len());
+    // Escaped non-ASCII bytes must spell UTF-8: an overlong `%C0%AE` is
+    // `.` to a lenient decoder.
+    let mut decoded = Vec::with_capacity(seg.len());
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -312,16 +357,21 @@ fn canonical(seg: &str) -> Result<String, String> {
                 return Err("a '\\', space, control or raw non-ASCII byte in the path".into());
             }
             out.push(char::from(c));
+            decoded.push(c);
             continue;
         };
         if byte == b'\\' || byte.is_ascii_control() {
             return Err("an escaped '\\' or control character in the path".into());
         }
+        decoded.push(byte);
         if byte.is_ascii() && !matches!(byte, b'/' | b'%' | b'?' | b'#' | b' ') {
             out.push(char::from(byte));
         } else {
             out.push_str(&format!("%{byte:02X}"));
         }
+    }
+    if std::str::from_utf8(&decoded).is_err() {
+        return Err("escaped bytes in the path that are not UTF-8".into());
     }
     Ok(out)
 }

@@ -57,6 +57,17 @@ fn ambiguous_paths_are_refused_outright() {
         "//o/r",
         "/o/%2e%2e/x",
         "/o/%2E/x",
+        // Tomcat and Spring drop `;params`: `..;` is `..` to them.
+        "/o/r.git/info/lfs/..;/..;/..;/other.git/git-receive-pack",
+        "/o/.;x/r",
+        "/o/%2e%2e;/x",
+        // Overlong or broken UTF-8 (`%C0%AE` is `.` to a lenient decoder).
+        "/o/%c0%ae%c0%ae/x",
+        "/o/%C0%AE/x",
+        "/o/%e0%80%ae/x",
+        "/o/%C3/x",
+        "/o/%C3a/x",
+        "/o/%ff",
         "/o\\r",
         "/o%5cr",
         "/o%00r",
@@ -73,6 +84,8 @@ fn ambiguous_paths_are_refused_outright() {
         assert!(request_path(t).is_err(), "{t:?} was judged");
         assert!(!allowed(&any, "GET", t), "{t:?}");
     }
+    // Well-formed UTF-8 escapes and `;` elsewhere are plain segments.
+    assert!(allowed(&any, "GET", "/%C3%A9/a;b/..a;"));
     // A trailing slash is a path, and npm's escaped scope stays one segment.
     assert!(allowed(&any, "GET", "/a/"));
     let npm = rules(&["GET /@scope%2fname", "PUT /*"]);
@@ -176,4 +189,29 @@ fn config_values_are_a_preset_or_a_list() {
         .to_string();
     assert!(e.contains("rule \"GET /a?b\""), "{e}");
     assert!(toml::from_str::<T>("r = 3").is_err());
+}
+
+/// A `_method` query parameter is the method to Laravel, Symfony and
+/// Rack, however PHP spells its name.
+#[test]
+fn method_overrides_in_the_query_are_found() {
+    for t in [
+        "/a?_method=DELETE",
+        "/a?x=1&_METHOD=put",
+        "/a?x;%5Fmethod=DELETE",
+        "/a?.method=DELETE",
+        "/a?+method=DELETE",
+        "/a?_%6dethod",
+    ] {
+        assert!(query_overrides_method(t), "{t}");
+    }
+    for t in [
+        "/a",
+        "/a/_method",
+        "/a?method=DELETE",
+        "/a?x=_method",
+        "/a?_methods=1",
+    ] {
+        assert!(!query_overrides_method(t), "{t}");
+    }
 }

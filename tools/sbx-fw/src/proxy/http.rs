@@ -22,6 +22,9 @@ pub struct Request {
     pub host: Option<String>,
     pub len: usize,
     pub framing: Framing,
+    /// A header that asks the server to act as another method
+    /// (`X-HTTP-Method-Override: DELETE`), by name.
+    pub method_override: Option<String>,
 }
 
 /// Parse the head at the start of `buf`.
@@ -61,7 +64,7 @@ pub fn parse(buf: &[u8]) -> Head {
     if first.contains(['\r', '\n']) {
         return Head::Bad("bare CR or LF in the request line".into());
     }
-    let (host, framing) = match headers(lines) {
+    let (host, framing, method_override) = match headers(lines) {
         Ok(v) => v,
         Err(e) => return Head::Bad(e),
     };
@@ -78,13 +81,25 @@ pub fn parse(buf: &[u8]) -> Head {
         host,
         len: end + 4,
         framing,
+        method_override,
     })
 }
 
-/// The Host (lower case, no port) and the body framing of the header lines.
-fn headers<'a>(lines: impl Iterator<Item = &'a str>) -> Result<(Option<String>, Framing), String> {
+/// Headers some servers and frameworks read as the request's real method.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// The Host (lower case, no port), the body framing and a method override
+/// header's name, of the header lines.
+fn headers<'a>(
+    lines: impl Iterator<Item = &'a str>,
+) -> Result<(Option<String>, Framing, Option<String>), String> {
     let mut host = None;
     let mut framing = Framing::None;
+    let mut method_override = None;
     for l in lines {
         if l.contains(['\r', '\n']) {
             return Err("bare CR or LF in a header".into());
@@ -116,14 +131,16 @@ fn headers<'a>(lines: impl Iterator<Item = &'a str>) -> Result<(Option<String>, 
             framing = Framing::Chunked;
         } else if k.eq_ignore_ascii_case("upgrade") {
             framing = Framing::Upgrade;
+        } else if METHOD_OVERRIDES.iter().any(|m| k.eq_ignore_ascii_case(m)) {
+            method_override = Some(k.to_owned());
         }
     }
     match host {
         Some(h) => match host_name(&h) {
-            Some((n, _)) => Ok((Some(n), framing)),
+            Some((n, _)) => Ok((Some(n), framing, method_override)),
             None => Err(format!("Host {h:?} is not a host name")),
         },
-        None => Ok((None, framing)),
+        None => Ok((None, framing, method_override)),
     }
 }
 

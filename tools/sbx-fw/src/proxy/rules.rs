@@ -4,9 +4,9 @@
 //! reason and is audited naming the host's rules.
 
 use sbx_core::config::Domain;
-use sbx_core::netrules::{Rule, request_path};
+use sbx_core::netrules::{Rule, query_overrides_method, request_path};
 
-use super::http::Request;
+use super::http::{Framing, Request};
 
 /// One host's rules, as the state records them.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +25,29 @@ impl Ruled<'_> {
     /// Whether the request may go on; Err: why not, in one line.
     pub fn check(&self, r: &Request) -> Result<(), String> {
         let line = || format!("{} {}", r.method, r.target);
+        // Rules judge the method the server acts on: a GET that Express,
+        // Rails or a Google API reads as DELETE is not a GET.
+        if let Some(h) = &r.method_override {
+            return Err(format!("{}: a {h} header (it changes the method)", line()));
+        }
+        // A server that ignores the body of a GET (a static file's
+        // handler) reads it as the next request, which was never judged.
+        let bodiless = ["GET", "HEAD", "OPTIONS"]
+            .iter()
+            .any(|m| r.method.eq_ignore_ascii_case(m));
+        if bodiless && !matches!(r.framing, Framing::None | Framing::Length(0)) {
+            return Err(format!(
+                "{}: a body on a {} (a server may read it as the next request)",
+                line(),
+                r.method
+            ));
+        }
+        if query_overrides_method(&r.target) {
+            return Err(format!(
+                "{}: a _method parameter (it changes the method)",
+                line()
+            ));
+        }
         let t = request_path(&r.target).map_err(|why| format!("{}: {why}", line()))?;
         if self.rules.iter().any(|rule| rule.allows(&r.method, &t)) {
             Ok(())
@@ -90,6 +113,28 @@ mod tests {
         ));
         let dots = req("GET /me/app.git/../x HTTP/1.1\r\nHost: git.test\r\n\r\n");
         assert!(r.check(&dots).unwrap_err().contains("'..'"));
+        for h in [
+            "X-HTTP-Method-Override",
+            "x-http-method",
+            "X-Method-Override",
+        ] {
+            let over = req(&format!(
+                "POST /me/app.git/git-receive-pack HTTP/1.1\r\nHost: git.test\r\n{h}: DELETE\r\n\r\n"
+            ));
+            assert!(r.check(&over).unwrap_err().contains(h), "{h}");
+        }
+        let ok_get = req("GET /x HTTP/1.1\r\nHost: git.test\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(r.check(&ok_get), Ok(()));
+        for body in ["Content-Length: 40", "Transfer-Encoding: chunked"] {
+            let get = req(&format!(
+                "get /x HTTP/1.1\r\nHost: git.test\r\n{body}\r\n\r\n"
+            ));
+            assert!(r.check(&get).unwrap_err().contains("a body"), "{body}");
+        }
+        let q = req(
+            "POST /me/app.git/git-receive-pack?_method=DELETE HTTP/1.1\r\nHost: git.test\r\n\r\n",
+        );
+        assert!(r.check(&q).unwrap_err().contains("_method"));
         let off = Ruled {
             key: &key,
             rules: &[],

@@ -305,7 +305,10 @@ fn secrets_reach_the_sandbox_as_placeholders_only() {
         text(&o)
     );
 
-    let o = with_key(&Repo::new(secrets));
+    // Proxy mode is the default; address mode with secrets is refused.
+    let o = with_key(&Repo::new(&format!(
+        "[network]\nmode = \"address\"\n{secrets}"
+    )));
     assert_eq!(o.status.code(), Some(78), "{}", text(&o));
     assert!(text(&o).contains("mode = \"proxy\""), "{}", text(&o));
 }

@@ -118,7 +118,7 @@ fn fwbed_attacks() -> BTreeSet<String> {
 /// First words of argument lists in the bed that are not programs
 /// (sbx-fw subcommands and ip's objects).
 const FWBED_NOT_PROGRAMS: &[&str] = &[
-    "allow", "deny", "init", "probe", "reset", "status", "verify", "netns",
+    "allow", "deny", "grant", "init", "probe", "reset", "status", "verify", "netns",
 ];
 
 const SHELL_WORDS: &[&str] = &[

@@ -600,3 +600,38 @@ fn build_static_checker(root: &std::path::Path, host: &str) -> std::path::PathBu
     assert!(o.status.success(), "static checker: {}", text(&o));
     root.join("target").join(host).join("debug/sbx-tool-guard")
 }
+
+/// A stand-in server's container and network, removed when a test ends
+/// (the sandbox's holder taken off the network first).
+pub struct Standin {
+    pub container: String,
+    pub network: String,
+    pub holder: String,
+}
+
+impl Drop for Standin {
+    fn drop(&mut self) {
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("docker")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        quiet(&["rm", "-f", &self.container]);
+        quiet(&["network", "disconnect", "-f", &self.network, &self.holder]);
+        quiet(&["network", "rm", &self.network]);
+    }
+}
+
+/// A started sandbox, removed with its volumes when a test ends.
+pub struct Started<'a>(pub &'a Repo);
+
+impl Drop for Started<'_> {
+    fn drop(&mut self) {
+        let _ = sbx()
+            .args(["-q", "rm", "--volumes"])
+            .arg(&self.0.path)
+            .status();
+    }
+}

@@ -14,47 +14,13 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use sbx_e2e::{Repo, base_image, bin, sbx, sh, text};
+use sbx_e2e::{Repo, Standin, Started, base_image, bin, sbx, sh, text};
 use serde_json::Value;
 
 const OPEN: &str = "ask.sbx-e2e.test";
 const APPROVE: &str = "approve.sbx-e2e.test";
 const DENY: &str = "deny.sbx-e2e.test";
 const HANG: &str = "hang.sbx-e2e.test";
-
-/// The stand-in's container and network, removed when the test ends.
-struct Standin {
-    container: String,
-    network: String,
-    holder: String,
-}
-
-impl Drop for Standin {
-    fn drop(&mut self) {
-        let quiet = |args: &[&str]| {
-            let _ = Command::new("docker")
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        };
-        quiet(&["rm", "-f", &self.container]);
-        quiet(&["network", "disconnect", "-f", &self.network, &self.holder]);
-        quiet(&["network", "rm", &self.network]);
-    }
-}
-
-/// The sandbox, removed with its volumes when the test ends.
-struct Started<'a>(&'a Repo);
-
-impl Drop for Started<'_> {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.0.path)
-            .status();
-    }
-}
 
 /// `cond` polled for up to `secs` (generous: a loaded 2-core machine).
 fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {

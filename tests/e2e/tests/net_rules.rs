@@ -19,48 +19,16 @@
 //! check run to show the test depends on the rules).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sbx_e2e::{Repo, base_image, prerequisite, sbx, sh, text};
+use sbx_e2e::{Repo, Standin, Started, base_image, prerequisite, sbx, sh, text};
 use serde_json::Value;
 
 const GIT: &str = "git.sbx-e2e.test";
 const REG: &str = "registry.sbx-e2e.test";
 const EVT: &str = "events.sbx-e2e.test";
 const STANDIN: &str = include_str!("net_rules_standin.js");
-
-struct Standin {
-    container: String,
-    network: String,
-    holder: String,
-}
-
-impl Drop for Standin {
-    fn drop(&mut self) {
-        let quiet = |args: &[&str]| {
-            let _ = Command::new("docker")
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        };
-        quiet(&["rm", "-f", &self.container]);
-        quiet(&["network", "disconnect", "-f", &self.network, &self.holder]);
-        quiet(&["network", "rm", &self.network]);
-    }
-}
-
-struct Started<'a>(&'a Repo);
-
-impl Drop for Started<'_> {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.0.path)
-            .status();
-    }
-}
 
 fn logged(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log)

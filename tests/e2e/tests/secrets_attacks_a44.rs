@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sbx_e2e::{Repo, base_image, prerequisite, sbx, sh, text};
+use sbx_e2e::{Repo, Started, base_image, prerequisite, sbx, sh, text};
 
 const KEY: &str = "sk-a44-REAL-5b8e1f0c9d2a7346";
 const HOLDER: &str = "sbx-placeholder-key";
@@ -70,18 +70,6 @@ impl Drop for Standin {
             .args(["rm", "-f", &self.0])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// The sandbox, removed with its volumes when the test ends.
-struct Started<'a>(&'a Repo);
-
-impl Drop for Started<'_> {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.0.path)
             .status();
     }
 }

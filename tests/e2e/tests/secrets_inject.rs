@@ -15,48 +15,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sbx_e2e::{Repo, base_image_with_clis, bin, prerequisite, sbx, sh, text};
+use sbx_e2e::{Repo, Standin, Started, base_image_with_clis, bin, prerequisite, sbx, sh, text};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-ant-h44e-REAL-7c2f9d31e8a4b605";
 const HOLDER: &str = "sbx-placeholder-model";
 const API: &str = "api.sbx-e2e.test";
 const OTHER: &str = "other.sbx-e2e.test";
-
-/// The stand-in's container and network, removed when the test ends
-/// (the sandbox's holder taken off the network first).
-struct Standin {
-    container: String,
-    network: String,
-    holder: String,
-}
-
-impl Drop for Standin {
-    fn drop(&mut self) {
-        let quiet = |args: &[&str]| {
-            let _ = Command::new("docker")
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        };
-        quiet(&["rm", "-f", &self.container]);
-        quiet(&["network", "disconnect", "-f", &self.network, &self.holder]);
-        quiet(&["network", "rm", &self.network]);
-    }
-}
-
-/// The sandbox, removed with its volumes when the test ends.
-struct Started<'a>(&'a Repo);
-
-impl Drop for Started<'_> {
-    fn drop(&mut self) {
-        let _ = sbx()
-            .args(["-q", "rm", "--volumes"])
-            .arg(&self.0.path)
-            .status();
-    }
-}
 
 /// Every record the stand-in logged (one JSON object a line).
 fn logged(log: &Path) -> Vec<Value> {

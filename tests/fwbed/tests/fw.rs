@@ -2320,6 +2320,14 @@ fn proxy_http_rules_judge_every_request() {
     let v = bed.raw("198.18.1.1:80", &[ok, ok]);
     let echo = v["echo"].as_str().unwrap_or("").to_owned();
     assert_eq!(echo.matches("GET /ok/a").count(), 2, "{v}");
+    // Pipelined in one segment: the allowed request before the refused one
+    // still goes, and its answer comes before the 403.
+    let post = "POST /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\nContent-Length: 0\\r\\n\\r\\n";
+    let v = bed.raw("198.18.1.1:80", &[&format!("{ok}{post}{ok}")]);
+    let echo = v["echo"].as_str().unwrap_or("");
+    assert_eq!(echo.matches("GET /ok/a").count(), 1, "{v}");
+    assert!(echo.find("GET /ok/a") < echo.find("403 Forbidden"), "{v}");
+    assert!(!echo.contains("POST /ok/a HTTP"), "{v}");
     for bad in [
         "POST /ok/a HTTP/1.1\\r\\nHost: allowed.test\\r\\nContent-Length: 0\\r\\n\\r\\n",
         "GET /ok/../admin HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n",
@@ -2347,6 +2355,11 @@ fn proxy_http_rules_judge_every_request() {
         let same = usize::from(line == "GET /ok/a");
         assert_eq!(echo.matches("GET /ok/a").count(), 1 + prefix, "{bad}: {v}");
         assert_eq!(echo.matches(line).count(), 1 + same, "{bad}: {v}");
+        // Answers in request order: the first request's before the 403.
+        assert!(
+            echo.find("GET /ok/a") < echo.find("403 Forbidden"),
+            "{bad}: {v}"
+        );
         assert!(!echo.contains("Override: DELETE"), "{bad}: {v}");
         assert!(!echo.contains("smuggled"), "{bad}: {v}");
     }

@@ -25,6 +25,9 @@ pub struct Request {
     /// A header that asks the server to act as another method
     /// (`X-HTTP-Method-Override: DELETE`), by name.
     pub method_override: Option<String>,
+    /// Where the head starts in what [`super::requests::Requests::feed`]
+    /// wrote out (0 from [`parse`]): a refusal sends only what came before.
+    pub at: usize,
 }
 
 /// Parse the head at the start of `buf`.
@@ -82,6 +85,7 @@ pub fn parse(buf: &[u8]) -> Head {
         len: end + 4,
         framing,
         method_override,
+        at: 0,
     })
 }
 

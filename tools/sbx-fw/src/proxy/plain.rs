@@ -18,8 +18,9 @@ use super::shared::Shared;
 /// Judge every request head in `data`, as the first one was: a later
 /// request on a kept-alive connection may name another host, or a method
 /// and path its host's `[network.rules]` do not allow. What may be sent on
-/// is appended to `out`. Err(Some(answer)): a rule refused, the client
-/// gets that 403; Err(None): reset.
+/// is appended to `out`. Err(Some(answer)): a rule refused, `out` keeps
+/// what came before the refused request and the client gets that 403
+/// after the answers to it; Err(None): reset.
 async fn follow(
     s: &Shared,
     dst: SocketAddr,
@@ -46,6 +47,7 @@ async fn follow(
         {
             let what = format!("{}: {why}", rs.label());
             s.audit_rule(Some(host), dst, Refusal::Rule, Some(&what));
+            out.truncate(r.at);
             return Err(Some(rs.forbidden(&why)));
         }
     }
@@ -81,16 +83,18 @@ fn forbid(mut c: TcpStream, answer: &[u8]) {
 pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], idle: Duration) {
     let mut reqs = Requests::default();
     let mut out = Vec::new();
+    let denied = std::sync::Mutex::new(None);
     match follow(&s, dst, &mut reqs, first, &mut out).await {
         Ok(()) => {}
-        Err(Some(answer)) => return forbid(c, &answer),
+        Err(Some(answer)) if out.is_empty() => return forbid(c, &answer),
+        Err(Some(answer)) => *denied.lock().unwrap_or_else(|e| e.into_inner()) = Some(answer),
         Err(None) => return reset(c),
     }
     let Some(u) = super::conn::dial(dst).await else {
         return reset(c);
     };
     let act = Activity::new();
-    let denied = std::sync::Mutex::new(None);
+    let refused = || denied.lock().unwrap_or_else(|e| e.into_inner()).is_some();
     let up = async {
         let mut chunk = vec![0u8; 16 * 1024];
         loop {
@@ -104,6 +108,15 @@ pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], 
                 }
             }
             out.clear();
+            if refused() {
+                // Answers come in request order: the server finishes
+                // what it was sent, and the 403 follows its last byte,
+                // so the client's write side stays open for it.
+                act.keep_open();
+                let _ =
+                    nix::sys::socket::shutdown(u.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+                return Ok(());
+            }
             c.readable().await?;
             let n = match c.try_read(&mut chunk) {
                 Ok(n) => n,
@@ -116,9 +129,12 @@ pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], 
                     nix::sys::socket::shutdown(u.as_raw_fd(), nix::sys::socket::Shutdown::Write);
                 return Ok(());
             }
-            if let Err(answer) = follow(&s, dst, &mut reqs, &chunk[..n], &mut out).await {
-                *denied.lock().unwrap_or_else(|e| e.into_inner()) = answer;
-                return Err(std::io::Error::other("refused"));
+            match follow(&s, dst, &mut reqs, &chunk[..n], &mut out).await {
+                Ok(()) => {}
+                Err(Some(answer)) => {
+                    *denied.lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
+                }
+                Err(None) => return Err(std::io::Error::other("refused")),
             }
         }
     };
@@ -126,11 +142,13 @@ pub async fn relay(c: TcpStream, s: Arc<Shared>, dst: SocketAddr, first: &[u8], 
         r = async { tokio::try_join!(up, pump(&u, &c, &act)) } => r.is_ok(),
         () = act.idle(idle) => false,
     };
+    let answer = denied.into_inner().unwrap_or_else(|e| e.into_inner());
     if !ok {
         let _ = u.set_zero_linger();
-        match denied.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            Some(answer) => forbid(c, &answer),
-            None => reset(c),
-        }
+    }
+    match answer {
+        Some(answer) => forbid(c, &answer),
+        None if !ok => reset(c),
+        None => {}
     }
 }

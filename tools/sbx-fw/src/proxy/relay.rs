@@ -95,6 +95,12 @@ impl Activity {
         }
     }
 
+    /// The far end's FIN is not passed on: the caller still writes to
+    /// the client after the server's last byte.
+    pub fn keep_open(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
     pub fn touch(&self) {
         let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, Ordering::Relaxed);

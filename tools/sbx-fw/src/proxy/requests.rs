@@ -67,7 +67,8 @@ impl Requests {
                 }
                 St::Head => {
                     if self.take_until(&mut data, b"\r\n\r\n", MAX_HEAD)? {
-                        let r = self.head()?;
+                        let mut r = self.head()?;
+                        r.at = out.len();
                         edit(&r, &mut self.pending)?;
                         heads.push(r);
                         out.append(&mut self.pending);

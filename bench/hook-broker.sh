@@ -11,6 +11,9 @@
 # rev-parse-base, a call with no hook at all).
 # BENCH_DIR=path puts the whole set-up (repositories, the broker's socket
 # and private-index directory) there instead of /tmp, e.g. on a tmpfs.
+# BROKER_TMPFS=1 mounts a tmpfs on the broker's private-index and approved
+# directories only, as sbx-guest does in a sandbox, the repositories staying
+# on BENCH_DIR's disk: the sandbox's layout.
 # Usage: bench/hook-broker.sh [RUNS]
 set -euo pipefail
 RUNS=${1:-300}
@@ -19,8 +22,17 @@ IL=$PWD/bench/interleave.py
 GID=2575
 TMP=$(mktemp -d "${BENCH_DIR:-/tmp}/sbx-hook-bench.XXXXXX")
 BASE_BROKER=
-trap 'kill "$BROKER" $BASE_BROKER 2>/dev/null || true; rm -rf "$TMP"' EXIT
+trap 'kill "$BROKER" $BASE_BROKER 2>/dev/null || true; sleep 0.2
+  for m in "$TMP"/index "$TMP"/approved "$TMP"/base/index "$TMP"/base/approved; do
+    mountpoint -q "$m" && umount "$m"; done; rm -rf "$TMP"' EXIT
 chmod 755 "$TMP"
+if [ "${BROKER_TMPFS:-0}" = 1 ]; then
+  for d in "$TMP" ${BASE_GUARD:+"$TMP/base"}; do
+    install -d -m 0755 "$d"
+    install -d -m 01730 -g "$GID" "$d/index"; mount -t tmpfs -o mode=01730,gid="$GID",size=256m tmpfs "$d/index"
+    install -d -m 0755 "$d/approved"; mount -t tmpfs -o mode=0755,size=16m tmpfs "$d/approved"
+  done
+fi
 install -d -m 0700 "$TMP/libexec"
 install -m 0711 /usr/bin/git "$TMP/libexec/git"
 : > "$TMP/audit.jsonl"; chmod 666 "$TMP/audit.jsonl"

@@ -11,7 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench/terminal.sh: run as root (workspaces are given to uid 1000)" >&2; exit 77; }
 PROFILE=${PROFILE:-dev}
-cargo build --locked -q --profile "$PROFILE" --workspace --bins
+# The image takes the sandbox's git client and static tools too: make
+# builds them as the install does.
+if [ "$PROFILE" = dev ]; then make -s debug; else [ "$PROFILE" = release ] || { echo "bench/terminal.sh: PROFILE is dev or release" >&2; exit 64; }; make -s build; fi
 DIR=$PWD/target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 export SBX_BIN_DIR=${SBX_BIN_DIR:-$DIR}
 echo "sbx-server $(git rev-parse --short HEAD), profile $PROFILE, load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -714,8 +714,8 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
     assert!(ok, "{t}");
     // The daemon syncs on its own; stop adds the final sync either way.
     let t0 = Instant::now();
-    let (ok, t, _) = run(&["stop", p]);
-    assert!(ok, "{t}");
+    let (ok, stopped, _) = run(&["stop", p]);
+    assert!(ok, "{stopped}");
     assert!(
         t0.elapsed() < Duration::from_secs(30),
         "stop took {:?}",
@@ -730,8 +730,8 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
         .unwrap();
     assert!(!v.status.success(), "the home volume is still there");
     // A new container on a new home volume: the files are back.
-    let (ok, t, _) = run(&["start", p]);
-    assert!(ok, "{t}");
+    let (ok, started, _) = run(&["start", p]);
+    assert!(ok, "{started}");
     let (ok, t, out) = run(&[
         "exec",
         "-C",
@@ -742,10 +742,16 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
         "cd && cat work/deep/a.txt && stat -c '%a %U' work/deep/a.txt run.sh && readlink link && tail -1 .bashrc && test -f .local/state/sbx-backup/sbx-guest-started && echo marked",
     ]);
     assert!(ok, "{t}");
-    assert_eq!(
-        out, "hello\n640 agent\n755 agent\nwork/deep/a.txt\nedited\nmarked\n",
-        "{t}"
-    );
+    if out != "hello\n640 agent\n755 agent\nwork/deep/a.txt\nedited\nmarked\n" {
+        // Once seen under load: what the stop and the start said, and the
+        // sandbox's log, tell a cut final backup from a failed restore.
+        let (_, _, log) = run(&["log"]);
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "{out:?} / {t}\nstop said: {stopped}\nstart said: {started}\nlog, newest first:\n{}",
+            tail.join("\n")
+        );
+    }
     let _ = run(&["rm", "--volumes", p]);
     rm_image(&path);
 }

@@ -16,6 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -32,6 +33,7 @@ use sbx_core::secrets::Binding;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::answers::Answers;
 use super::http::Request;
 use super::policy::Refusal;
 use super::relay::Activity;
@@ -373,6 +375,11 @@ impl Injector {
         let act = Activity::new();
         let refused = Mutex::new(None);
         let denied: Mutex<Option<String>> = Mutex::new(None);
+        // A rule refused: the requests before it went, and their answers
+        // come down before the 403 (`stop` wakes the downward side).
+        let answers = Mutex::new(Answers::default());
+        let stopping = AtomicBool::new(false);
+        let stop = tokio::sync::Notify::new();
         let upward = async {
             let mut reqs = Requests::default();
             let mut chunk = vec![0u8; 16 * 1024];
@@ -393,25 +400,50 @@ impl Injector {
                     }
                     inject(r, head, host, bindings)
                 });
-                if r.is_err() {
+                let ruled_out = denied.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+                if r.is_err() && !ruled_out {
                     *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Injection);
                     return Err(io::Error::other("refused"));
                 }
+                {
+                    let mut a = answers.lock().unwrap_or_else(|e| e.into_inner());
+                    heads.iter().for_each(|h| a.asked(&h.method));
+                }
                 uw.write_all(&out).await?;
                 out.clear();
+                if ruled_out {
+                    stopping.store(true, Ordering::Release);
+                    stop.notify_one();
+                    return Ok(());
+                }
             }
         };
         let downward = async {
             let mut chunk = vec![0u8; 16 * 1024];
             let mut down = Down::new(bindings);
             loop {
+                let owed = answers.lock().unwrap_or_else(|e| e.into_inner()).owed();
+                if stopping.load(Ordering::Acquire) && owed == Some(0) {
+                    let Ok(out) = down.feed(&[], Cut::End) else {
+                        *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
+                        return Err(io::Error::other("refused"));
+                    };
+                    cw.write_all(&out).await?;
+                    return Ok(());
+                }
                 // A value's start held back goes down masked as far as it
                 // is known once the host pauses: an answer ending alike
                 // (an "s") is not kept waiting for more.
-                let read = if down.held.is_empty() {
-                    Ok(ur.read(&mut chunk).await)
-                } else {
-                    tokio::time::timeout(HOLD, ur.read(&mut chunk)).await
+                let held = !down.held.is_empty();
+                let read = tokio::select! {
+                    r = async {
+                        if held {
+                            tokio::time::timeout(HOLD, ur.read(&mut chunk)).await
+                        } else {
+                            Ok(ur.read(&mut chunk).await)
+                        }
+                    } => r,
+                    () = stop.notified() => continue,
                 };
                 let Ok(n) = read else {
                     let Ok(out) = down.feed(&[], Cut::Pause) else {
@@ -423,6 +455,10 @@ impl Injector {
                 };
                 let n = n?;
                 act.touch();
+                answers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .feed(&chunk[..n]);
                 let cut = if n == 0 { Cut::End } else { Cut::Read };
                 let Ok(out) = down.feed(&chunk[..n], cut) else {
                     *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
@@ -430,6 +466,10 @@ impl Injector {
                 };
                 cw.write_all(&out).await?;
                 if n == 0 {
+                    // The 403 still goes after it.
+                    if stopping.load(Ordering::Acquire) {
+                        return Ok(());
+                    }
                     return cw.shutdown().await;
                 }
             }

@@ -7,6 +7,7 @@
 //! Runs as its own unprivileged uid; if it dies the redirected ports lead
 //! nowhere, so everything stays blocked until it is back.
 
+mod answers;
 mod conn;
 pub mod handed;
 pub mod http;

@@ -76,7 +76,7 @@ impl Requests {
                 }
                 St::ChunkLine => {
                     if self.take_until(&mut data, b"\r\n", 1024)? {
-                        self.state = match self.chunk_size()? {
+                        self.state = match chunk_size(&self.pending)? {
                             0 => St::Trailer,
                             n => St::ChunkData(n),
                         };
@@ -119,23 +119,6 @@ impl Requests {
         Ok(r)
     }
 
-    /// The size on the chunk line in `pending` (CRLF included).
-    fn chunk_size(&self) -> Result<u64, String> {
-        let line = &self.pending[..self.pending.len() - 2];
-        let size = line.split(|b| *b == b';').next().unwrap_or_default();
-        let ok = !size.is_empty()
-            && size.len() <= 15
-            && size.iter().all(u8::is_ascii_hexdigit)
-            && !line.iter().any(|b| matches!(b, b'\r' | b'\n' | 0));
-        let n = std::str::from_utf8(size)
-            .ok()
-            .and_then(|s| u64::from_str_radix(s, 16).ok());
-        match n {
-            Some(n) if ok => Ok(n),
-            _ => Err("malformed chunk size".into()),
-        }
-    }
-
     /// Move bytes into `pending` until it ends with `end`: true then.
     fn take_until(&mut self, data: &mut &[u8], end: &[u8], max: usize) -> Result<bool, String> {
         // Look from a little before the new bytes: `end` may straddle.
@@ -159,6 +142,23 @@ impl Requests {
                 Ok(false)
             }
         }
+    }
+}
+
+/// The size on a chunk line (its CRLF included).
+pub fn chunk_size(line: &[u8]) -> Result<u64, String> {
+    let line = &line[..line.len().saturating_sub(2)];
+    let size = line.split(|b| *b == b';').next().unwrap_or_default();
+    let ok = !size.is_empty()
+        && size.len() <= 15
+        && size.iter().all(u8::is_ascii_hexdigit)
+        && !line.iter().any(|b| matches!(b, b'\r' | b'\n' | 0));
+    let n = std::str::from_utf8(size)
+        .ok()
+        .and_then(|s| u64::from_str_radix(s, 16).ok());
+    match n {
+        Some(n) if ok => Ok(n),
+        _ => Err("malformed chunk size".into()),
     }
 }
 

@@ -311,3 +311,56 @@ fn repo_container(repo: &Repo) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// Removing a snapshot's image takes that image only: docker's own
+/// pruning would also delete untagged parents further down (an older
+/// per-repository image, layers a concurrent build uses), which
+/// `--no-prune` keeps. Needs no sandbox: an empty imported image with a
+/// committed child stands for a snapshot on an untagged parent.
+#[test]
+fn removing_a_snapshot_leaves_untagged_parents_alone() {
+    if !sbx_e2e::prerequisite(sbx_e2e::docker_ready(), "a Docker engine") {
+        return;
+    }
+    let tag = format!("{}", std::process::id());
+    let parent = format!("sbx-e2e-noprune-parent:{tag}");
+    let child = format!("sbx-e2e-noprune-child:{tag}");
+    let name = format!("sbx-e2e-noprune-{tag}");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("tar cf - -T /dev/null | docker import - {parent}"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let id = sh(Command::new("docker").args(["image", "inspect", "-f", "{{.Id}}", &parent]));
+    let id = id.trim().to_owned();
+    struct Gone(String, String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("docker").args(["rm", "-f", &self.1]).output();
+            let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+        }
+    }
+    let _gone = Gone(id.clone(), name.clone());
+    sh(Command::new("docker").args(["create", "--name", &name, &parent, "/none"]));
+    sh(Command::new("docker").args(["commit", &name, &child]));
+    sh(Command::new("docker").args(["rm", "-f", &name]));
+    // The parent's tag goes; the child keeps it as its untagged parent.
+    sh(Command::new("docker").args(["rmi", &parent]));
+    let p = sh(Command::new("docker").args(["image", "inspect", "-f", "{{.Parent}}", &child]));
+    assert_eq!(p.trim(), id, "the child is not on the parent");
+    sbx_run::snapshot::remove_image(&child).unwrap();
+    let c = Command::new("docker")
+        .args(["image", "inspect", &child])
+        .output()
+        .unwrap();
+    assert!(!c.status.success(), "the snapshot's image is still there");
+    let p = Command::new("docker")
+        .args(["image", "inspect", &id])
+        .output()
+        .unwrap();
+    assert!(
+        p.status.success(),
+        "the untagged parent went with the snapshot"
+    );
+}

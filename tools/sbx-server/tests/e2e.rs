@@ -307,11 +307,34 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
     let p = |what: &str| format!("/projects/{id}/{what}");
     let r = s.call("POST", &p("start"), Some(&t), None);
     assert_eq!(r.status, 200, "{r:?}\n{}", s.stderr.lock().unwrap());
+    let container = r.body["container"].as_str().unwrap().to_owned();
     agent_sh(&ws, "echo 'the agent wrote this' > ~/notes.txt");
 
-    let r = s.call("POST", &p("snapshot"), Some(&t), None);
-    assert_eq!(r.status, 200, "{r:?}");
-    let snap = r.body["snapshot"]
+    // While a snapshot runs the project says so: the sandbox is paused
+    // so that the snapshot waits on it until the status has been seen.
+    let pause = |how: &str| {
+        let o = std::process::Command::new("docker")
+            .args([how, &container])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "docker {how}: {o:?}");
+    };
+    pause("pause");
+    let (url, tok) = (format!("{}{}", s.base, p("snapshot")), t.clone());
+    let call = std::thread::spawn(move || {
+        let r = common::client().post(url).bearer_auth(tok).send().unwrap();
+        let status = r.status().as_u16();
+        (
+            status,
+            serde_json::from_slice::<serde_json::Value>(&r.bytes().unwrap()),
+        )
+    });
+    let seen = statuses_until(&s, &t, &id, |st| st == "snapshotting");
+    pause("unpause");
+    let (status, body) = call.join().unwrap();
+    assert!(seen.contains(&"snapshotting".to_owned()), "{seen:?}");
+    assert_eq!(status, 200, "{body:?}");
+    let snap = body.unwrap()["snapshot"]
         .as_str()
         .expect("a snapshot id")
         .to_owned();
@@ -380,16 +403,31 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
         Some(json!({"snapshot": "99999999999999999999"})),
     );
     assert_eq!((r.status, r.code()), (404, "no_snapshot"), "{r:?}");
-    let r = s.call(
-        "POST",
-        &p("restore"),
-        Some(&t),
-        Some(json!({"snapshot": snap})),
-    );
+    // The restore runs a sandbox for seconds: its status is seen on the
+    // way, polled beside it.
+    let (url, tok) = (format!("{}{}", s.base, p("restore")), t.clone());
+    let body = json!({"snapshot": snap});
+    let call = std::thread::spawn(move || {
+        let r = common::client()
+            .post(url)
+            .bearer_auth(tok)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        (
+            status,
+            serde_json::from_slice::<serde_json::Value>(&r.bytes().unwrap()),
+        )
+    });
+    let seen = statuses_until(&s, &t, &id, |_| call.is_finished());
+    let (status, body) = call.join().unwrap();
+    assert!(seen.contains(&"restoring".to_owned()), "{seen:?}");
     assert_eq!(
-        (r.status, &r.body["status"]),
-        (200, &json!("stopped")),
-        "{r:?}\n{}",
+        (status, body.as_ref().ok().map(|b| &b["status"])),
+        (200, Some(&json!("stopped"))),
+        "{body:?}\n{}",
         s.stderr.lock().unwrap()
     );
     let r = s.call("POST", &p("start"), Some(&t), None);
@@ -407,6 +445,30 @@ fn a_snapshot_brings_a_deleted_home_file_back_after_a_restore() {
     }
     let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
     assert_eq!(r.status, 204, "{r:?}");
+}
+
+/// The project's statuses as `GET /projects/{id}` gives them, polled
+/// every 20 ms until `done` says so of the last (or two minutes pass).
+fn statuses_until(
+    s: &common::Server,
+    t: &str,
+    id: &str,
+    mut done: impl FnMut(&str) -> bool,
+) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::time::Instant::now() < end {
+        let r = s.call("GET", &format!("/projects/{id}"), Some(t), None);
+        let st = r.body["status"].as_str().unwrap_or("?").to_owned();
+        if seen.last() != Some(&st) {
+            seen.push(st.clone());
+        }
+        if done(&st) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    seen
 }
 
 /// (NanoCpus, Memory) docker gave `container`.

@@ -644,9 +644,18 @@ fn make_pre_commit_view(
 
 /// A `git commit`'s prepared step: each branch or HEAD it moves must move
 /// from the commit pre-commit's view pinned ([`PINNED_HEAD`]), the parent
-/// the hook compared the index with.
-pub fn check_pinned(pin: &Path, stdin: &[u8]) -> Result<(), String> {
+/// the hook compared the index with. No pin where the repository has
+/// pre-commit (`required`): pre-commit did not run on a view, so a move
+/// is refused (a46: the agent's `SBX_GUARD_VIEW_MADE` had the hook run on
+/// the real git dir, with no pin, and a flipped HEAD hid MARKER).
+pub fn check_pinned(pin: &Path, stdin: &[u8], required: bool) -> Result<(), String> {
     let Ok(pinned) = std::fs::read(pin) else {
+        if required && crate::msg::head_moves(stdin).next().is_some() {
+            return Err(
+                "pre-commit did not run on the commit's private view (no parent was pinned); the commit is refused"
+                    .into(),
+            );
+        }
         return Ok(());
     };
     for (old, _) in crate::msg::head_moves(stdin) {
@@ -673,13 +682,16 @@ mod tests {
         let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
         let line = |old: &str, name: &str| format!("{old} {c} {name}\n");
         let pin = d.path().join(PINNED_HEAD);
-        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes(), false).is_ok());
+        // No pin where the repository has pre-commit: refused.
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes(), true).is_err());
+        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes(), true).is_ok());
         std::fs::write(&pin, &a).unwrap();
-        assert!(check_pinned(&pin, line(&a, "refs/heads/main").as_bytes()).is_ok());
-        assert!(check_pinned(&pin, line(&a, "HEAD").as_bytes()).is_ok());
-        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_err());
-        assert!(check_pinned(&pin, line(&b, "HEAD").as_bytes()).is_err());
-        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&a, "refs/heads/main").as_bytes(), true).is_ok());
+        assert!(check_pinned(&pin, line(&a, "HEAD").as_bytes(), true).is_ok());
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes(), true).is_err());
+        assert!(check_pinned(&pin, line(&b, "HEAD").as_bytes(), true).is_err());
+        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes(), true).is_ok());
     }
 
     #[test]

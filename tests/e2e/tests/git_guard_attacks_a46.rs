@@ -1,0 +1,57 @@
+//! A fresh attack on the git guard's approval path after h46v (the pin
+//! asked while pre-commit's view is made) and h46t (the broker's
+//! directories on a tmpfs), issue 46, a46: from inside a real sandbox as
+//! the agent, judged by what main holds afterwards.
+
+use sbx_e2e::{PLUMBED, Repo, attack_repo, started, text};
+
+/// The attack repository `name` with `hooks`, the agent's, started.
+fn sandbox_with(name: &str, hooks: &[(&str, &str)]) -> Option<Repo> {
+    started(|| {
+        let repo = attack_repo(name, &["-qm", "one OK"], &[], hooks);
+        repo.give_to_agent();
+        repo
+    })
+}
+
+fn agent(repo: &Repo, script: &str) -> String {
+    text(&repo.agent(script))
+}
+
+/// pre-commit that looks late (a slow hook): the window a HEAD flip needs.
+const SLOW_REFUSE_MARKER: &str = "#!/bin/sh\nsleep 2\n\
+    if git diff --cached | grep -q MARKER; then echo MARKER refused >&2; exit 1; fi\nsleep 2\n";
+
+/// `SBX_GUARD_VIEW_MADE` is the guard's own word to the broker that a
+/// pre-commit request's private view is made already; it was not among
+/// the names the guard strips from the agent's environment. Set by the
+/// agent for `git commit`, it reached git, git's pre-commit step and the
+/// broker, which then ran the hook on the real `.git` with no view and
+/// kept no pin, so the commit's step had no parent to check: round ten's
+/// route 2 (HEAD flipped while pre-commit runs) landed MARKER on main.
+#[test]
+fn the_agent_cannot_say_pre_commits_view_is_made() {
+    let Some(repo) = sandbox_with("ga46view", &[("pre-commit", SLOW_REFUSE_MARKER)]) else {
+        return;
+    };
+    let attack = format!(
+        "{PLUMBED} && echo MARKER > a && git add a || exit 1; \
+         (sleep 1; echo $C > .git/HEAD.new && mv .git/HEAD.new .git/HEAD; sleep 2; \
+          echo 'ref: refs/heads/main' > .git/HEAD.new && mv .git/HEAD.new .git/HEAD) & \
+         SBX_GUARD_VIEW_MADE=1 git commit -qm x; wait; \
+         git grep -q MARKER main -- && echo LANDED; git reset -q --hard main"
+    );
+    let o = agent(&repo, &attack);
+    eprintln!("{o}");
+    assert!(
+        !o.contains("LANDED"),
+        "MARKER committed past pre-commit: {o}"
+    );
+    assert!(o.contains("MARKER refused"), "the hook saw the change: {o}");
+    // Control: an honest commit with the variable set still passes.
+    let o = agent(
+        &repo,
+        "echo 2 > a && SBX_GUARD_VIEW_MADE=1 git commit -qam two && git log -1 --format=%s main",
+    );
+    assert!(o.contains("two"), "control: {o}");
+}

@@ -55,3 +55,41 @@ fn the_agent_cannot_say_pre_commits_view_is_made() {
     );
     assert!(o.contains("two"), "control: {o}");
 }
+
+/// The attack rounds' commit-msg: the subject must say OK.
+const SUBJECT_OK: &str = sbx_e2e::SUBJECT_OK;
+
+/// h46t put `/run/sbx-git/approved` on a 16 MiB tmpfs, but what the root
+/// process keeps there for a call stays when the call ends without its
+/// step taking it back: every hooked commit's pin, and the message
+/// commit-msg passed for a commit that then failed (here: its branch
+/// locked). A score of 1 MB messages the hook passes filled it, and from
+/// then on every commit failed ("the broker did not keep what commit-msg
+/// passed") until the sandbox restarted; about 4000 honest commits, one
+/// pin page each, did the same. A keep that finds the tmpfs full now
+/// removes what belongs to no live call and tries again.
+#[test]
+fn a_full_approvals_tmpfs_does_not_stop_commits() {
+    let Some(repo) = sandbox_with(
+        "ga46full",
+        &[
+            ("pre-commit", sbx_e2e::REFUSE_MARKER),
+            ("commit-msg", SUBJECT_OK),
+        ],
+    ) else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        "python3 -c \"print('fill OK'); print('x' * 1000000)\" > /tmp/m && \
+         touch .git/refs/heads/main.lock && for i in $(seq 20); do \
+           echo $i > b && git add b && git commit -qF /tmp/m >/dev/null 2>&1; done; \
+         rm .git/refs/heads/main.lock; df -k /run/sbx-git/approved | tail -1; \
+         echo 2 > b && git add b && git commit -qm 'two OK'; git log -1 --format=%s main; \
+         echo MARKER > a && git add a && git commit -qm 'three OK'; git log -1 --format=%s main",
+    );
+    eprintln!("{o}");
+    assert!(o.contains("two OK"), "an honest commit after the fill: {o}");
+    assert!(o.contains("MARKER refused"), "pre-commit still runs: {o}");
+    assert!(!o.contains("three OK"), "MARKER committed: {o}");
+}

@@ -66,7 +66,7 @@ const SUBJECT_OK: &str = sbx_e2e::SUBJECT_OK;
 /// locked). A score of 1 MB messages the hook passes filled it, and from
 /// then on every commit failed ("the broker did not keep what commit-msg
 /// passed") until the sandbox restarted; about 4000 honest commits, one
-/// pin page each, did the same. A keep that finds the tmpfs full now
+/// pin page each, would do the same. A keep that finds the tmpfs full now
 /// removes what belongs to no live call and tries again.
 #[test]
 fn a_full_approvals_tmpfs_does_not_stop_commits() {

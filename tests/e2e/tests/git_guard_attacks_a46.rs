@@ -93,3 +93,36 @@ fn a_full_approvals_tmpfs_does_not_stop_commits() {
     assert!(o.contains("MARKER refused"), "pre-commit still runs: {o}");
     assert!(!o.contains("three OK"), "MARKER committed: {o}");
 }
+
+/// In the sandbox every repository runs the workspace's hooks, on a view
+/// of the repository the agent cannot change; but the view took the
+/// repository's configuration as it was, and a scratch repository's
+/// `.git/config` is the agent's. A `diff.hide.textconv` there, with `*
+/// diff=hide` in its attributes, made the workspace's pre-commit (`git
+/// diff --cached | grep MARKER`) see nothing: a commit of MARKER was
+/// approved, and `git rebase` onto a plumbed commit of MARKER was
+/// verified and admitted the same way, ready to push from there. The
+/// views now take the configuration without the keys the agent may not
+/// set inline (keys.rs `view_config`).
+#[test]
+fn a_scratch_repositorys_textconv_does_not_hide_a_change_from_the_hooks() {
+    let Some(repo) = sandbox_with("ga46conv", &[("pre-commit", sbx_e2e::REFUSE_MARKER)]) else {
+        return;
+    };
+    let o = agent(
+        &repo,
+        &format!(
+            "cd /tmp && rm -rf r && git init -q -b main r && cd r && \
+             printf '[diff \"hide\"]\\n\\ttextconv = sh -c true\\n' >> .git/config && \
+             echo '* diff=hide' > .gitattributes && git add .gitattributes && \
+             git commit -qm 'attributes OK' || exit 1; \
+             echo MARKER > a && git add a && git commit -qm 'x OK'; \
+             git grep -q MARKER main -- && echo LANDED; git reset -q --hard main; \
+             {PLUMBED} && git rebase -q $C; git grep -q MARKER main -- && echo REBASED; true"
+        ),
+    );
+    eprintln!("{o}");
+    assert!(!o.contains("LANDED"), "committed past pre-commit: {o}");
+    assert!(!o.contains("REBASED"), "admitted past pre-commit: {o}");
+    assert!(o.contains("MARKER refused"), "the hook saw MARKER: {o}");
+}

@@ -301,15 +301,12 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
             "its parent {short} is a commit no pre-commit and commit-msg passed (the hooks compared the commit with it)"
         ));
     }
-    let common = git_output(
-        real,
-        &[
-            OsStr::new("rev-parse"),
-            OsStr::new("--path-format=absolute"),
-            OsStr::new("--git-common-dir"),
-        ],
-    )
-    .ok_or("cannot find the repository's common directory")?;
+    // The refs and objects, not the repository itself (`commondir`): its
+    // configuration, a scratch repository's the agent's, goes through
+    // [`crate::keys::view_config`] (a46).
+    let snap = snapshot_from_git(real)?;
+    let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
+    let config = crate::keys::view_config(&config)?;
     let view = View(make_view(&view_base(sock))?);
     let g = view.0.join("g");
     let w = view.0.join("w");
@@ -322,9 +319,9 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
         None => b"ref: refs/heads/sbx-ledger-unborn\n".to_vec(),
     };
     std::fs::write(g.join("HEAD"), head).map_err(|e| io(&g, e))?;
-    let mut cd = common.trim_ascii_end().to_vec();
-    cd.push(b'\n');
-    std::fs::write(g.join("commondir"), cd).map_err(|e| io(&g, e))?;
+    std::fs::create_dir(g.join("refs")).map_err(|e| io(&g, e))?;
+    std::fs::write(g.join("packed-refs"), &snap.refs).map_err(|e| io(&g, e))?;
+    std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     let index = g.join("index");
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
@@ -347,6 +344,7 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
     env.push(("GIT_DIR".into(), g.clone().into()));
     env.push(("GIT_WORK_TREE".into(), w.clone().into()));
     env.push(("GIT_INDEX_FILE".into(), index.into()));
+    env.push(("GIT_OBJECT_DIRECTORY".into(), snap.objects.clone().into()));
     let filled = crate::hooks::git_with_env(
         real,
         &[
@@ -621,6 +619,7 @@ fn make_pre_commit_view(
     }
     std::fs::write(g.join("packed-refs"), packed).map_err(|e| io(&g, e))?;
     let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
+    let config = crate::keys::view_config(&config)?;
     std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     pin.answer()?;
     // The copy stays for sbx-git-client's routing.

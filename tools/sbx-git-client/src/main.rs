@@ -357,7 +357,12 @@ fn hook_step(p: &Proc) -> Option<HookStep> {
         }
         sys::file_type(&buf[..len], false) != Err(sys::ENOENT)
     };
-    let approved = approved || (committing && (!absent(PINNED) || kept_pin()));
+    // With pre-commit, a commit always has a pin to check: none (the hook
+    // ran without a view) is the guard's to refuse (ledger.rs `check_pinned`).
+    // Asked last (a hooked commit has its pin); a path too long: the guard.
+    let mut has_pre_commit =
+        || join_z(&mut path, trusted, b"pre-commit").is_none_or(sys::executable);
+    let approved = approved || (committing && (!absent(PINNED) || kept_pin() || has_pre_commit()));
     // `git merge` and `git am` keep what commit-msg passed too (round
     // seven), without COMMIT_ENV: wherever a message was kept, a HEAD that
     // moves goes to the guard, which compares it (a detached HEAD's).

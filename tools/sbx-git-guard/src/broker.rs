@@ -378,12 +378,69 @@ fn keep_approved_for(mut m: &UnixStream) -> bool {
             let path = dir.join(n);
             let mut tmp = path.clone().into_os_string();
             tmp.push(".new");
-            let _ = std::fs::remove_file(&tmp);
-            std::fs::write(&tmp, &msg)
-                .and_then(|()| std::fs::rename(&tmp, &path))
-                .is_ok()
+            with_room(dir, || {
+                let _ = std::fs::remove_file(&tmp);
+                std::fs::write(&tmp, &msg)
+                    .inspect_err(|_| drop(std::fs::remove_file(&tmp)))
+                    .and_then(|()| std::fs::rename(&tmp, &path))
+            })
+            .is_ok()
         });
     m.write_all(&[u8::from(kept)]).is_ok()
+}
+
+/// `keep` a file in [`APPROVED_DIR`], and once more after
+/// [`sweep_approved`] when its filesystem is full: a tmpfs of 16 MiB
+/// (sbx-guest), where the pins and the unused approvals of ended calls
+/// stay, and the agent's git can ask for pins under any name.
+fn with_room(dir: &Path, keep: impl Fn() -> std::io::Result<()>) -> std::io::Result<()> {
+    match keep() {
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            sweep_approved(dir);
+            keep()
+        }
+        r => r,
+    }
+}
+
+/// Remove from [`APPROVED_DIR`] (`dir`) what belongs to no live call: an
+/// entry `<name>`, `<name>.pin` or `<name>.new` whose private index
+/// (`<name>`, its lock or its `.msg` directory beside it) is gone. A call
+/// whose entry goes anyway fails closed: its step refuses a commit
+/// without its pin or approval.
+fn sweep_approved(dir: &Path) {
+    let index = dir.with_file_name(crate::index::ROOT_NAME);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let b = name.as_bytes();
+        let call = [&b".pin"[..], b".new"]
+            .iter()
+            .find_map(|s| b.strip_suffix(*s))
+            .unwrap_or(b);
+        let live = [&b""[..], b".lock", b".msg"].iter().any(|s| {
+            let p = index.join(OsStr::from_bytes(&[call, s].concat()));
+            std::fs::symlink_metadata(p).is_ok()
+        });
+        if !live {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// A pin's file, made once (`create_new`), removed again if its content
+/// could not be written (so a sweep's retry can make it).
+fn write_new_pin(path: &Path, head: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)?;
+    f.write_all(head)
+        .inspect_err(|_| drop(std::fs::remove_file(path)))
 }
 
 /// Take back what [`keep_approved`] kept for `private` (a commit compared
@@ -469,7 +526,6 @@ impl Drop for PinAsked {
 /// The root process's side of [`ask_pin_from_worker`]: as a [`PIN_VAR`]
 /// request's, kept once (`create_new`).
 fn keep_pin_for(mut m: &UnixStream) -> bool {
-    use std::os::unix::fs::OpenOptionsExt as _;
     let (Some(name), Some(head)) = (read_part(m, 255), read_part(m, 64)) else {
         return false;
     };
@@ -480,13 +536,7 @@ fn keep_pin_for(mut m: &UnixStream) -> bool {
             .is_some_and(|(dir, n)| {
                 let mut n = n.to_owned();
                 n.push(".pin");
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o644)
-                    .open(dir.join(n))
-                    .and_then(|mut f| f.write_all(&head))
-                    .is_ok()
+                with_room(dir, || write_new_pin(&dir.join(&n), &head)).is_ok()
             });
     m.write_all(&[u8::from(kept)]).is_ok()
 }
@@ -1140,7 +1190,6 @@ fn runner(
                 .map(|(_, v)| v.as_bytes());
             match (index_root.as_deref(), ledger) {
                 (_, Some(l)) if pin.is_some() => {
-                    use std::os::unix::fs::OpenOptionsExt as _;
                     let head = pin.unwrap_or_default();
                     let path = private.and_then(|p| {
                         let mut n = approval_name(p)?.to_owned();
@@ -1150,13 +1199,9 @@ fn runner(
                     let ok = is_commit_id(head);
                     match path.filter(|_| ok) {
                         None => Reply::Error("not a private index's name and a commit id".into()),
-                        Some(path) => match std::fs::OpenOptions::new()
-                            .write(true)
-                            .create_new(true)
-                            .mode(0o644)
-                            .open(&path)
-                            .and_then(|mut f| f.write_all(head))
-                        {
+                        Some(path) => match with_room(&l.with_file_name(APPROVED_DIR), || {
+                            write_new_pin(&path, head)
+                        }) {
                             Ok(()) => Reply::Exited(0),
                             Err(e) => Reply::Error(format!("{}: {e}", path.display())),
                         },

@@ -67,6 +67,9 @@ pub const STRIPPED: &[&str] = &[
     crate::ledger::FETCH_ENV,
     crate::ledger::RECEIVE_ENV,
     crate::index::PRIVATE_VAR,
+    // The step's word that pre-commit's view is made: set by the agent, the
+    // hook ran on the real git dir with no view and no pin (a46).
+    crate::ledger::VIEW_MADE_ENV,
     HOOK_PATH_ENV,
 ];
 

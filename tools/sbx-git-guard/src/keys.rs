@@ -238,6 +238,46 @@ pub fn guarded_section(section: &str) -> bool {
     )
 }
 
+/// A repository's configuration as a hook's private view gets it: every
+/// key the agent may not set inline dropped (programs git would run,
+/// `diff.*.textconv`, includes, the hooks path). A scratch repository's
+/// `.git/config` is the agent's: its `diff.x.textconv` with `* diff=x`
+/// hid MARKER from the workspace's pre-commit (`git diff --cached`), and
+/// the commit was approved (a46). Err: not a configuration git reads.
+pub fn view_config(raw: &[u8]) -> Result<Vec<u8>, String> {
+    let mut cfg = gix_config::File::from_bytes_no_includes(
+        raw,
+        gix_config::file::Metadata::from(gix_config::Source::Local),
+        Default::default(),
+    )
+    .map_err(|e| format!("the repository's configuration: {e}"))?;
+    let mut gone = Vec::new();
+    for (sec, id) in cfg.sections_and_ids() {
+        let h = sec.header();
+        let name = h.name().to_string();
+        let sub = h.subsection_name().map(|s| s.to_string());
+        for key in sec.value_names() {
+            let full = match &sub {
+                Some(sub) => format!("{name}.{sub}.{key}"),
+                None => format!("{name}.{key}"),
+            };
+            let values = sec.values(&key);
+            let refused = |v: Option<&str>| refused(&full, v, Via::Inline, &|_| false).is_some();
+            if refused(None) && values.is_empty()
+                || values.iter().any(|v| refused(Some(&v.to_string())))
+            {
+                gone.push((id, key));
+            }
+        }
+    }
+    for (id, key) in gone {
+        if let Some(mut sec) = cfg.section_mut_by_id(id) {
+            while sec.remove(&key).is_some() {}
+        }
+    }
+    Ok(cfg.to_bstring().into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,5 +354,20 @@ mod tests {
         assert!(!r("color.ui", Some("auto"), Inline));
         // Subsection case is kept: `remote.Origin` is its own remote.
         assert_eq!(split("Remote.Origin.URL").unwrap().sub, Some("Origin"));
+    }
+
+    /// A view's configuration keeps what hooks read and drops what would
+    /// run a program or hide a change from them.
+    #[test]
+    fn a_views_configuration_runs_no_program() {
+        let raw = b"[core]\n\tbare = false\n\tfsmonitor = /tmp/x\n[diff \"hide\"]\n\ttextconv = sh -c true\n\tcommand = /tmp/d\n[diff]\n\texternal = /tmp/e\n\trenames = true\n[include]\n\tpath = /tmp/c\n[user]\n\temail = a@b\n";
+        let out = String::from_utf8(super::view_config(raw).unwrap()).unwrap();
+        for kept in ["bare = false", "renames = true", "email = a@b"] {
+            assert!(out.contains(kept), "{kept}: {out}");
+        }
+        for gone in ["fsmonitor", "textconv", "/tmp/d", "external", "/tmp/c"] {
+            assert!(!out.contains(gone), "{gone}: {out}");
+        }
+        assert!(super::view_config(b"[core\n").is_err());
     }
 }

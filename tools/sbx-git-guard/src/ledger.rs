@@ -301,15 +301,12 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
             "its parent {short} is a commit no pre-commit and commit-msg passed (the hooks compared the commit with it)"
         ));
     }
-    let common = git_output(
-        real,
-        &[
-            OsStr::new("rev-parse"),
-            OsStr::new("--path-format=absolute"),
-            OsStr::new("--git-common-dir"),
-        ],
-    )
-    .ok_or("cannot find the repository's common directory")?;
+    // The refs and objects, not the repository itself (`commondir`): its
+    // configuration, a scratch repository's the agent's, goes through
+    // [`crate::keys::view_config`] (a46).
+    let snap = snapshot_from_git(real)?;
+    let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
+    let config = crate::keys::view_config(&config)?;
     let view = View(make_view(&view_base(sock))?);
     let g = view.0.join("g");
     let w = view.0.join("w");
@@ -322,9 +319,9 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
         None => b"ref: refs/heads/sbx-ledger-unborn\n".to_vec(),
     };
     std::fs::write(g.join("HEAD"), head).map_err(|e| io(&g, e))?;
-    let mut cd = common.trim_ascii_end().to_vec();
-    cd.push(b'\n');
-    std::fs::write(g.join("commondir"), cd).map_err(|e| io(&g, e))?;
+    std::fs::create_dir(g.join("refs")).map_err(|e| io(&g, e))?;
+    std::fs::write(g.join("packed-refs"), &snap.refs).map_err(|e| io(&g, e))?;
+    std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     let index = g.join("index");
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
         .filter(|(k, _)| {
@@ -347,6 +344,7 @@ fn verify(real: &Git, sock: &Path, c: &[u8], known: &dyn Fn(&[u8]) -> bool) -> R
     env.push(("GIT_DIR".into(), g.clone().into()));
     env.push(("GIT_WORK_TREE".into(), w.clone().into()));
     env.push(("GIT_INDEX_FILE".into(), index.into()));
+    env.push(("GIT_OBJECT_DIRECTORY".into(), snap.objects.clone().into()));
     let filled = crate::hooks::git_with_env(
         real,
         &[
@@ -621,6 +619,7 @@ fn make_pre_commit_view(
     }
     std::fs::write(g.join("packed-refs"), packed).map_err(|e| io(&g, e))?;
     let config = std::fs::read(snap.common.join("config")).unwrap_or_default();
+    let config = crate::keys::view_config(&config)?;
     std::fs::write(g.join("config"), config).map_err(|e| io(&g, e))?;
     pin.answer()?;
     // The copy stays for sbx-git-client's routing.
@@ -644,9 +643,18 @@ fn make_pre_commit_view(
 
 /// A `git commit`'s prepared step: each branch or HEAD it moves must move
 /// from the commit pre-commit's view pinned ([`PINNED_HEAD`]), the parent
-/// the hook compared the index with.
-pub fn check_pinned(pin: &Path, stdin: &[u8]) -> Result<(), String> {
+/// the hook compared the index with. No pin where the repository has
+/// pre-commit (`required`): pre-commit did not run on a view, so a move
+/// is refused (a46: the agent's `SBX_GUARD_VIEW_MADE` had the hook run on
+/// the real git dir, with no pin, and a flipped HEAD hid MARKER).
+pub fn check_pinned(pin: &Path, stdin: &[u8], required: bool) -> Result<(), String> {
     let Ok(pinned) = std::fs::read(pin) else {
+        if required && crate::msg::head_moves(stdin).next().is_some() {
+            return Err(
+                "pre-commit did not run on the commit's private view (no parent was pinned); the commit is refused"
+                    .into(),
+            );
+        }
         return Ok(());
     };
     for (old, _) in crate::msg::head_moves(stdin) {
@@ -673,13 +681,16 @@ mod tests {
         let (a, b, c) = ("a".repeat(40), "b".repeat(40), "c".repeat(40));
         let line = |old: &str, name: &str| format!("{old} {c} {name}\n");
         let pin = d.path().join(PINNED_HEAD);
-        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes(), false).is_ok());
+        // No pin where the repository has pre-commit: refused.
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes(), true).is_err());
+        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes(), true).is_ok());
         std::fs::write(&pin, &a).unwrap();
-        assert!(check_pinned(&pin, line(&a, "refs/heads/main").as_bytes()).is_ok());
-        assert!(check_pinned(&pin, line(&a, "HEAD").as_bytes()).is_ok());
-        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes()).is_err());
-        assert!(check_pinned(&pin, line(&b, "HEAD").as_bytes()).is_err());
-        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes()).is_ok());
+        assert!(check_pinned(&pin, line(&a, "refs/heads/main").as_bytes(), true).is_ok());
+        assert!(check_pinned(&pin, line(&a, "HEAD").as_bytes(), true).is_ok());
+        assert!(check_pinned(&pin, line(&b, "refs/heads/main").as_bytes(), true).is_err());
+        assert!(check_pinned(&pin, line(&b, "HEAD").as_bytes(), true).is_err());
+        assert!(check_pinned(&pin, line(&b, "refs/tags/t").as_bytes(), true).is_ok());
     }
 
     #[test]

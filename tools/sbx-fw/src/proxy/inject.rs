@@ -678,6 +678,12 @@ fn inject(r: &Request, head: &mut Vec<u8>, host: &str, bindings: &[Binding]) -> 
     {
         return Err(format!("{} would echo the secret", r.method));
     }
+    // A login's token must not buy a key the agent can read (a44).
+    if bindings.iter().any(|b| b.login)
+        && let Some(why) = sbx_core::secrets::login_refuses(&r.target)
+    {
+        return Err(why);
+    }
     let text = std::str::from_utf8(head).map_err(|_| "head is not UTF-8".to_owned())?;
     let mut seen = vec![false; bindings.len()];
     let mut out = String::with_capacity(text.len() + 64);

@@ -117,6 +117,16 @@ async fn bed_for(trust_up: bool, impostor: bool, login: bool) -> Bed {
                                 "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{body}",
                                 body.len()
                             )
+                        } else if let Some(how) = text
+                            .strip_prefix("GET /escaped-")
+                            .and_then(|r| r.split(' ').next())
+                        {
+                            // An echo escaped as a host may: JSON, URL, base64.
+                            let body = escape(how, &text);
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
                         } else if text.starts_with("TRACE ") || text.starts_with("GET /echo") {
                             format!(
                                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
@@ -437,6 +447,78 @@ async fn smuggled_or_ambiguous_requests_get_no_secret() {
         }
         assert!(after.len() - before <= 1, "{attack:?}: {after:?}");
     }
+}
+
+/// `text` escaped as a host echoing it may: `json` (PHP's `\/`, every
+/// other non-alphanumeric as `\u00xx`), `url` (`%XX`), `b64`/`b64url`
+/// with a lead of `pad` bytes (the value at each alignment).
+fn escape(how: &str, text: &str) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let each = |f: &dyn Fn(char) -> String| text.chars().map(f).collect::<String>();
+    match how {
+        "json" => each(&|c| match c {
+            '/' => "\\/".into(),
+            c if c.is_ascii_alphanumeric() => c.into(),
+            c => format!("\\u{:04x}", c as u32),
+        }),
+        "url" => each(&|c| match c {
+            c if c.is_ascii_alphanumeric() => c.into(),
+            c => format!("%{:02X}", c as u32),
+        }),
+        b => {
+            let pad: usize = b
+                .trim_start_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .unwrap_or(0);
+            let data = format!("{}{text}", "#".repeat(pad));
+            if b.starts_with("b64url") {
+                URL_SAFE.encode(data)
+            } else {
+                STANDARD.encode(data)
+            }
+        }
+    }
+}
+
+/// What an escaped echo says, decoded again.
+fn unescaped(how: &str, body: &str) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let bytes = match how {
+        "json" | "url" => super::unescape(body.as_bytes()).0,
+        b if b.starts_with("b64url") => URL_SAFE.decode(body).unwrap_or_default(),
+        _ => STANDARD.decode(body).unwrap_or_default(),
+    };
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// An echo the host escapes on its way back (JSON, URL, base64 at every
+/// alignment) hides no run of the value from the masking: decoded again,
+/// the answer holds no 8 bytes of it.
+#[tokio::test]
+async fn an_escaped_echo_gives_nothing_back() {
+    let b = bed(true, false).await;
+    let key = format!("x-api-key: {HOLDER}\r\n");
+    for how in [
+        "json", "url", "b64-0", "b64-1", "b64-2", "b64url-0", "b64url-1", "b64url-2",
+    ] {
+        let echo = format!(
+            "GET /escaped-{how} HTTP/1.1\r\nHost: {HOST}\r\n{key}Connection: close\r\n\r\n"
+        );
+        let (got, v) = b.run(&echo, true).await;
+        assert_eq!(v, Ok(()), "{how}");
+        let body = got.split("\r\n\r\n").nth(1).unwrap_or_default();
+        assert!(!body.is_empty(), "{how}: {got}");
+        let back = unescaped(how, body);
+        for run in SECRET.as_bytes().windows(MIN_PART) {
+            let run = std::str::from_utf8(run).unwrap();
+            assert!(!back.contains(run), "{how}: {run:?} in {back:?} ({body})");
+        }
+    }
+    // Without the masking, each of them would carry it.
+    let seen = b.seen();
+    assert!(seen.iter().all(|h| h.contains(SECRET)), "{seen:?}");
 }
 
 /// A server that answers with the request it got (TRACE, which Apache

@@ -704,7 +704,8 @@ fn wait_line(name: &str, since: &str, held_too: bool) -> Result<bool, RunError> 
 /// The machine's AI CLI logins to and from this workspace (login.rs). A
 /// failure costs a login, not a guard: warned, not fatal.
 fn sync_login(ws: &Workspace) {
-    match crate::login::sync(&ws.names, &ws.names.image) {
+    let keep_out = crate::login::kept_out(&ws.loaded.config.secrets);
+    match crate::login::sync(&ws.names, &ws.names.image, keep_out) {
         Ok(out) => {
             for l in out.lines() {
                 output::info(&format!("login: {l}"));

@@ -1637,6 +1637,51 @@ fn grant_opens_for_its_time_in_proxy_mode() {
     grant_opens_for_its_time(&bed, true);
 }
 
+/// A connection opened under a grant ends with it, kept busy or not: the
+/// agent holding a transfer open past `--for` (or past a revoke) is cut,
+/// as a record says (a44). In proxy mode, where the proxy relays it.
+#[test]
+fn a_granted_connection_ends_with_its_grant() {
+    let Some(bed) = Bed::proxy("gre") else { return };
+    // The name looked up first (the DNS filter hands its address out).
+    let hold = |secs: &str| {
+        assert!(bed.reached(&["tls", "blocked.test:443", "blocked.test"]));
+        bed.attack_running(&["holdhttp", "198.18.2.1:80", "blocked.test", secs], "open")
+    };
+    let done = |(mut c, mut out): (Child, BufReader<std::process::ChildStdout>)| {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        c.wait().unwrap();
+        serde_json::from_str::<Value>(line.trim()).unwrap()
+    };
+    // Revoked while a transfer runs: cut soon after, not at its end.
+    bed.ok(
+        false,
+        &["grant", "blocked.test", "--for", "1h", "--by", "fwbed"],
+    );
+    let h = hold("60");
+    bed.ok(false, &["grant", "--revoke", "blocked.test"]);
+    let v = done(h);
+    assert_eq!(v["alive"], false, "kept after the revoke: {v}");
+    // Run out: a 6 s grant, a transfer of 60 s.
+    bed.ok(
+        false,
+        &["grant", "blocked.test", "--for", "6s", "--by", "fwbed"],
+    );
+    let v = done(hold("60"));
+    assert_eq!(v["alive"], false, "kept after the grant ran out: {v}");
+    assert!(
+        bed.audit()
+            .lines()
+            .any(|l| l.contains("\"operation\":\"close\"") && l.contains("blocked.test")),
+        "{}",
+        bed.audit()
+    );
+    // The allowlist's connections are kept, as after a deny.
+    let v = done(bed.attack_running(&["holdhttp", "198.18.1.1:80", "allowed.test", "4"], "open"));
+    assert_eq!(v["alive"], true, "{v}");
+}
+
 /// The names the proxy refused, from the audit log.
 fn proxy_refusals(bed: &Bed) -> Vec<String> {
     bed.audit()

@@ -43,6 +43,10 @@ pub struct Binding {
     pub header: String,
     pub placeholder: String,
     pub value: String,
+    /// A Claude Code OAuth login (`claude-login:`): its token is refused
+    /// on the paths that mint other credentials ([`login_refuses`]).
+    #[serde(default)]
+    pub login: bool,
 }
 
 /// Never the value: a Debug print (a panic, a log line) shows its length.
@@ -54,6 +58,7 @@ impl std::fmt::Debug for Binding {
             .field("header", &self.header)
             .field("placeholder", &self.placeholder)
             .field("value", &format_args!("<{} bytes>", self.value.len()))
+            .field("login", &self.login)
             .finish()
     }
 }
@@ -145,6 +150,7 @@ pub fn resolve(
             header: s.header.0.clone(),
             placeholder: placeholder(name),
             value,
+            login: matches!(s.from, SecretFrom::ClaudeLogin(_)),
         });
     }
     Ok(out)
@@ -197,6 +203,38 @@ fn login_token(text: &str, now: u64) -> Result<String, String> {
         ));
     }
     Ok(token.to_owned())
+}
+
+/// Paths on the bound host where an OAuth login's access token buys a
+/// credential of another kind: Claude Code's login turns it into an API
+/// key there (`POST /api/oauth/claude_cli/create_api_key`, answered with
+/// the key in full), which the masking cannot know and which outlives the
+/// sandbox. The CLI calls them only while logging in, never inside.
+const LOGIN_REFUSED: &[&[&str]] = &[&["api", "oauth", "claude_cli"]];
+
+/// Why a request for `target` on a `claude-login:` secret's host is
+/// refused, if it is: under [`LOGIN_REFUSED`] (escapes decoded, any case,
+/// `;params` dropped, as a lenient server reads it), or a target that
+/// cannot be read unambiguously.
+pub fn login_refuses(target: &str) -> Option<String> {
+    let segs = match crate::netrules::request_path(target) {
+        Ok(crate::netrules::Target::Path(s)) => s,
+        Ok(crate::netrules::Target::Asterisk) => return None,
+        Err(e) => return Some(format!("{e}, on a login's host")),
+    };
+    let bare: Vec<String> = segs
+        .iter()
+        .map(|s| s.split(';').next().unwrap_or_default().to_ascii_lowercase())
+        .collect();
+    LOGIN_REFUSED
+        .iter()
+        .find(|p| bare.len() >= p.len() && bare.iter().zip(p.iter()).all(|(a, b)| a == b))
+        .map(|p| {
+            format!(
+                "/{}/ mints credentials from the login's token: refused",
+                p.join("/")
+            )
+        })
 }
 
 /// The `.credentials.json` the sandbox's CLI gets for a `claude-login:`
@@ -455,5 +493,31 @@ mod tests {
              b = { from = \"env:K\", host = \"a.test\", header = \"X-K\" }\n",
         );
         assert!(resolve(&s, |_| Some("v".into())).is_err());
+    }
+
+    /// The paths where a login's token buys a key, however a lenient
+    /// server would read them; the model's paths pass.
+    #[test]
+    fn a_login_refuses_the_paths_that_mint_keys() {
+        for t in [
+            "/api/oauth/claude_cli/create_api_key",
+            "/api/oauth/claude_cli/roles",
+            "/Api/OAUTH/claude_cli/create_api_key",
+            "/api/oauth/%63laude_cli/create_api_key",
+            "/api/oauth/claude_cli;v=1/create_api_key",
+            "/api/oauth/claude_cli",
+            "/api/./oauth/claude_cli/create_api_key",
+            "https://api.test/api/oauth/claude_cli/create_api_key",
+        ] {
+            assert!(login_refuses(t).is_some(), "{t}");
+        }
+        for t in [
+            "/v1/messages?beta=true",
+            "/api/oauth/profile",
+            "/v1/models",
+            "*",
+        ] {
+            assert_eq!(login_refuses(t), None, "{t}");
+        }
     }
 }

@@ -704,7 +704,8 @@ fn wait_line(name: &str, since: &str, held_too: bool) -> Result<bool, RunError> 
 /// The machine's AI CLI logins to and from this workspace (login.rs). A
 /// failure costs a login, not a guard: warned, not fatal.
 fn sync_login(ws: &Workspace) {
-    match crate::login::sync(&ws.names, &ws.names.image) {
+    let keep_out = crate::login::kept_out(&ws.loaded.config.secrets);
+    match crate::login::sync(&ws.names, &ws.names.image, keep_out) {
         Ok(out) => {
             for l in out.lines() {
                 output::info(&format!("login: {l}"));
@@ -765,13 +766,22 @@ fn release_git(ws: &Workspace) {
 /// `sbx-run login`: the machine's store written by a login the user
 /// starts, or (--share) from this workspace on the user's word (login.rs).
 pub fn login(common: &CommonArgs, cli: &str, share: bool, path: Option<PathBuf>) -> Res {
-    docker::require_engine()?;
     let c = crate::login::CLIS
         .iter()
         .find(|c| c.name == cli)
         .ok_or_else(|| RunError::Usage(format!("--cli {cli}: give claude or codex")))?;
     if share {
         let ws = open_for_names(common, path)?;
+        // Its login is placeholders, or whatever the agent wrote there (a
+        // login of the agent's account, for every workspace): never shared.
+        if crate::login::kept_out(&ws.loaded.config.secrets).contains(&c.name) {
+            return Err(RunError::Usage(format!(
+                "{}: its {cli} login is [secrets] claude-login: placeholders, or what its agent wrote: nothing to share (log in on the host, or with `sbx-run login`)",
+                ws.path.display()
+            ))
+            .into());
+        }
+        docker::require_engine()?;
         if !docker::exists("image", &ws.names.image)? {
             return Err(RunError::Usage(format!(
                 "{}: no sandbox was started here yet, so it has no login to share: `sbx-run start` it and log in inside first",
@@ -790,6 +800,7 @@ pub fn login(common: &CommonArgs, cli: &str, share: bool, path: Option<PathBuf>)
         crate::tools::file_actions(common, &out)?;
         return ok();
     }
+    docker::require_engine()?;
     let image = format!("{}:{}", crate::names::BASE_IMAGE, image::default_base_tag());
     if !docker::exists("image", &image)? {
         return Err(RunError::Usage(format!(

@@ -124,11 +124,12 @@ pub fn should_load(store: Option<&str>, ws_ok: bool, last: Option<&str>) -> bool
 }
 
 /// The sync script for `CLIS`, with stores at /s/<cli> and workspace
-/// volumes at /w/<cli>: the store into the workspace only (issue 37).
-fn sync_script(records: &[Loaded]) -> String {
+/// volumes at /w/<cli>: the store into the workspace only (issue 37),
+/// no credentials of a CLI in `keep_out`.
+fn sync_script(records: &[Loaded], keep_out: &[&str]) -> String {
     let mut s = String::from(SYNC_FUNCS);
     for (c, rec) in CLIS.iter().zip(records) {
-        for f in c.credentials {
+        for f in c.credentials.iter().filter(|_| !keep_out.contains(&c.name)) {
             let (w, st) = (format!("/w/{}/{f}", c.name), format!("/s/{}/{f}", c.name));
             let last = rec.get(*f).map_or("-", String::as_str);
             s.push_str(&format!(
@@ -226,20 +227,41 @@ pub fn helper(
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The CLIs whose login the store does not bring into a workspace with
+/// `secrets`: Claude's, when a `claude-login:` secret stands for it. That
+/// workspace gets placeholders only ([`place_claude`]); the store's real
+/// tokens must not pass through its volume, which its other sandboxes
+/// (branches) have mounted while this one starts, and which the agent can
+/// empty to make the store's copy come (a44).
+pub fn kept_out(
+    secrets: &std::collections::BTreeMap<String, sbx_core::config::Secret>,
+) -> &'static [&'static str] {
+    if secrets
+        .values()
+        .any(|s| matches!(s.from, sbx_core::config::SecretFrom::ClaudeLogin(_)))
+    {
+        &["claude"]
+    } else {
+        &[]
+    }
+}
+
 /// Load the machine's stores into this workspace's volumes (never the
-/// other way). A failure costs a login, not a guard: the caller warns and
+/// other way). `keep_out`: CLIs whose login the store must not bring
+/// (a `[secrets]` `claude-login:` workspace: the store's real tokens
+/// would land in a volume its running sandboxes share, a44). A failure costs a login, not a guard: the caller warns and
 /// goes on. Where the volumes' directories are reachable from here (a
 /// local engine, sbx-run as root) the copy is done in place, in
 /// milliseconds; otherwise by the helper container (a few hundred).
-pub fn sync(n: &Names, image: &str) -> Result<String, RunError> {
+pub fn sync(n: &Names, image: &str, keep_out: &[&str]) -> Result<String, RunError> {
     // SBX_LOGIN_VIA_HELPER=1: the helper even where the fast path works
     // (the tests run both).
     let helper_only = std::env::var_os("SBX_LOGIN_VIA_HELPER").is_some_and(|v| v == "1");
     let mut records: Vec<Loaded> = CLIS.iter().map(|c| loaded(&c.volume(n))).collect();
     let out = if !helper_only && let Some(dirs) = local_dirs(n) {
-        host::sync(&dirs, &mut records)
+        host::sync(&dirs, &mut records, keep_out)
     } else {
-        let out = helper(image, &mounts(n), &sync_script(&records), None)?;
+        let out = helper(image, &mounts(n), &sync_script(&records, keep_out), None)?;
         // "loaded CLI/FILE DIGEST": what the workspace now holds.
         for l in out.lines() {
             let mut w = l.split(' ');
@@ -423,14 +445,23 @@ mod host {
         Ok(())
     }
 
-    pub fn sync(dirs: &[(&Cli, PathBuf, PathBuf)], records: &mut [super::Loaded]) -> String {
+    pub fn sync(
+        dirs: &[(&Cli, PathBuf, PathBuf)],
+        records: &mut [super::Loaded],
+        keep_out: &[&str],
+    ) -> String {
         let mut out = String::new();
         for ((c, store, ws), rec) in dirs.iter().zip(records.iter_mut()) {
             // The workspace side is the agent's: written through no link.
             let Ok(root) = sbx_sys::beneath::Root::open(ws) else {
                 continue;
             };
-            for f in c.credentials {
+            let creds = if keep_out.contains(&c.name) {
+                &[][..]
+            } else {
+                c.credentials
+            };
+            for f in creds {
                 let Some(d) = read_ok(&store.join(f)) else {
                     continue;
                 };
@@ -481,7 +512,7 @@ mod tests {
 
     #[test]
     fn script_moves_only_credentials_and_seeds() {
-        let s = sync_script(&[Loaded::new(), Loaded::new()]);
+        let s = sync_script(&[Loaded::new(), Loaded::new()], &[]);
         for f in [".credentials.json", "auth.json", "profile.json"] {
             assert!(s.contains("put /s/") && s.contains(f), "{f}");
         }
@@ -509,5 +540,55 @@ mod tests {
                 "{store:?} {ws_ok} {last:?}"
             );
         }
+    }
+
+    /// A `claude-login:` workspace whose agent emptied its login (so the
+    /// store's would be copied in, with a sandbox of the workspace
+    /// running) gets nothing from the store, by the fast path or the
+    /// helper's script; another workspace still does, and Codex's too.
+    #[test]
+    fn a_claude_login_workspace_never_gets_the_store_login() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = r#"{"claudeAiOauth":{"accessToken":"REAL-access","refreshToken":"REAL-refresh","expiresAt":1}}"#;
+        let (cs, cw, xs, xw) = (
+            dir.path().join("s-claude"),
+            dir.path().join("w-claude"),
+            dir.path().join("s-codex"),
+            dir.path().join("w-codex"),
+        );
+        for d in [&cs, &cw, &xs, &xw] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(cs.join(".credentials.json"), real).unwrap();
+        std::fs::write(xs.join("auth.json"), "{}").unwrap();
+        // The agent's doing: not a login (the file gone would be the same).
+        std::fs::write(cw.join(".credentials.json"), "not json").unwrap();
+        let conf = |from: &str| {
+            sbx_core::config::parse_toml(
+                &format!("[secrets]\nc = {{ from = \"{from}\", host = \"a.test\", header = \"authorization\" }}\n"),
+                std::path::Path::new("c.toml"),
+            )
+            .unwrap()
+            .secrets
+        };
+        let login = conf("claude-login:/nonexistent/.credentials.json");
+        let keep_out = kept_out(&login);
+        let dirs = [
+            (&CLIS[0], cs.clone(), cw.clone()),
+            (&CLIS[1], xs.clone(), xw.clone()),
+        ];
+        let mut records = vec![Loaded::new(), Loaded::new()];
+        let out = host::sync(&dirs, &mut records, keep_out);
+        let now = std::fs::read_to_string(cw.join(".credentials.json")).unwrap();
+        assert!(!now.contains("REAL"), "{out}: {now}");
+        assert!(xw.join("auth.json").exists(), "{out}");
+        let script = sync_script(&records, keep_out);
+        assert!(!script.contains("/s/claude/"), "{script}");
+        assert!(script.contains("/s/codex/auth.json"), "{script}");
+        // Without the secret, the store's login is the workspace's.
+        let plain = conf("env:K");
+        let out = host::sync(&dirs, &mut records, kept_out(&plain));
+        let now = std::fs::read_to_string(cw.join(".credentials.json")).unwrap();
+        assert!(now.contains("REAL-refresh"), "{out}: {now}");
     }
 }

@@ -71,21 +71,23 @@ pub fn spawn(ws: &Workspace) -> Option<Watch> {
     let mut tail = Tail::at_end(log);
     let s = stop.clone();
     let reader = std::thread::spawn(move || {
-        let mut asked: HashMap<String, Instant> = HashMap::new();
+        let mut asked = Asked::default();
         while !s.load(Ordering::Acquire) {
             for line in tail.read_new() {
                 let Some(ask) = refusal(&line) else { continue };
                 let key = ask.name.to_string();
-                if asked.get(&key).is_some_and(|t| t.elapsed() < ASK_EVERY) {
+                let now = Instant::now();
+                if !asked.fresh(&key, now) {
                     continue;
                 }
-                asked.insert(key.clone(), Instant::now());
-                if tx.try_send(ask).is_err() {
+                if tx.try_send(ask).is_err()
+                    && let Some(n) = asked.dropped(now)
+                {
                     audit::append(
                         &Record::new("sbx-run", "on-block", &key, Outcome::Blocked, "on-block")
-                            .reason(
-                                "not asked: too many refusals waiting for the on-block program",
-                            ),
+                            .reason(&format!(
+                                "not asked: too many refusals waiting for the on-block program ({n} since the last such record)"
+                            )),
                     );
                 }
             }
@@ -106,6 +108,53 @@ pub fn spawn(ws: &Workspace) -> Option<Watch> {
         stop,
         threads: vec![reader, worker],
     })
+}
+
+/// At most one "not asked" record this often: a flood of refused names
+/// (the agent's to make) must not turn into as many host records.
+const NOTE_EVERY: Duration = Duration::from_secs(10);
+/// Past this many names remembered, those asked over [`ASK_EVERY`] ago
+/// are forgotten: the memory of a long run's flood stays bounded.
+const ASKED_MAX: usize = 4096;
+
+/// The names asked lately, and the refusals not asked (queue full).
+#[derive(Default)]
+struct Asked {
+    at: HashMap<String, Instant>,
+    dropped: u64,
+    noted: Option<Instant>,
+}
+
+impl Asked {
+    /// Whether `name` is asked now: at most once in [`ASK_EVERY`].
+    fn fresh(&mut self, name: &str, now: Instant) -> bool {
+        if self
+            .at
+            .get(name)
+            .is_some_and(|t| now.duration_since(*t) < ASK_EVERY)
+        {
+            return false;
+        }
+        if self.at.len() >= ASKED_MAX {
+            self.at.retain(|_, t| now.duration_since(*t) < ASK_EVERY);
+        }
+        self.at.insert(name.to_owned(), now);
+        true
+    }
+
+    /// One refusal not asked; Some(how many since the last record) when
+    /// a record is due (the first, then one a [`NOTE_EVERY`]).
+    fn dropped(&mut self, now: Instant) -> Option<u64> {
+        self.dropped += 1;
+        if self
+            .noted
+            .is_some_and(|t| now.duration_since(t) < NOTE_EVERY)
+        {
+            return None;
+        }
+        self.noted = Some(now);
+        Some(std::mem::take(&mut self.dropped))
+    }
 }
 
 /// A firewall refusal of a name not on the allowlist, from the firewall
@@ -364,6 +413,30 @@ mod tests {
         for (line, want) in cases {
             assert_eq!(refusal(&line).is_some(), want, "{line}");
         }
+    }
+
+    /// A flood of refused names with the program busy (the queue full)
+    /// makes one host record a [`NOTE_EVERY`], not one a name, and the
+    /// names remembered are forgotten once old (a44).
+    #[test]
+    fn a_flood_of_names_is_counted_not_recorded_each() {
+        let t0 = Instant::now();
+        let mut a = Asked::default();
+        let mut records = 0;
+        for i in 0..10_000u64 {
+            // 10,000 names over 20 minutes, each new.
+            let now = t0 + Duration::from_millis(i * 120);
+            assert!(a.fresh(&format!("n{i}.example"), now));
+            if a.dropped(now).is_some() {
+                records += 1;
+            }
+        }
+        assert!(records <= 1 + 1200 / 10, "{records} records");
+        // At most the names of the last ASK_EVERY (5,000 here) are kept.
+        assert!(a.at.len() <= 5001, "{} names kept", a.at.len());
+        // A name asked is not asked again within ASK_EVERY, then is.
+        assert!(!a.fresh("n9999.example", t0 + Duration::from_millis(9999 * 120 + 1)));
+        assert!(a.fresh("n9999.example", t0 + Duration::from_secs(1200) + ASK_EVERY));
     }
 
     #[test]

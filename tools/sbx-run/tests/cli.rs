@@ -312,3 +312,22 @@ fn secrets_reach_the_sandbox_as_placeholders_only() {
     assert_eq!(o.status.code(), Some(78), "{}", text(&o));
     assert!(text(&o).contains("mode = \"proxy\""), "{}", text(&o));
 }
+
+/// `login --share` of a workspace whose Claude login is a `claude-login:`
+/// secret's placeholders is refused before anything runs: the file in its
+/// volume is placeholders or what the agent wrote (its own account's
+/// login, which would become every workspace's), never the user's.
+#[test]
+fn a_claude_login_workspace_shares_no_login() {
+    let r = Repo::new(
+        "[network]\nmode = \"proxy\"\n[secrets]\nclaude = { from = \"claude-login:/nonexistent/.credentials.json\", host = \"api.anthropic.com\", header = \"authorization\" }\n",
+    );
+    let o = r
+        .cmd()
+        .args(["login", "--share", "--cli", "claude", "-C"])
+        .arg(r.ws())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o));
+    assert!(text(&o).contains("nothing to share"), "{}", text(&o));
+}

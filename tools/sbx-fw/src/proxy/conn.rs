@@ -158,19 +158,58 @@ pub async fn transparent(mut c: TcpStream, s: Arc<Shared>, v6: bool, lim: Limits
         s.audit(name.as_deref(), dst, r);
         return reset(c);
     }
-    if dst.port() == 80 {
-        return super::plain::relay(c, s, dst, &buf, lim.keepalive).await;
-    }
-    if let Some(n) = &name {
-        let p = s.policy();
-        let ruled = p.rules_for(n);
-        if ruled.is_some() || s.inject.as_ref().is_some_and(|i| i.binds(n)) {
-            return ended(c, buf, n, dst, &s, lim, ruled).await;
+    let body = async {
+        let s = s.clone();
+        if dst.port() == 80 {
+            return super::plain::relay(c, s, dst, &buf, lim.keepalive).await;
         }
-    }
-    match dial(dst).await {
-        Some(u) => tunnel(c, u, &buf, lim.tunnel).await,
-        None => reset(c),
+        if let Some(n) = &name {
+            let p = s.policy();
+            let ruled = p.rules_for(n);
+            if ruled.is_some() || s.inject.as_ref().is_some_and(|i| i.binds(n)) {
+                return ended(c, buf, n, dst, &s, lim, ruled).await;
+            }
+        }
+        match dial(dst).await {
+            Some(u) => tunnel(c, u, &buf, lim.tunnel).await,
+            None => reset(c),
+        }
+    };
+    until_grant_ends(&s, name.as_deref(), body).await;
+}
+
+/// How often a connection opened under a grant alone looks whether it
+/// still stands (a revoke); its end time is slept to directly.
+const GRANT_POLL: Duration = Duration::from_secs(2);
+
+/// Run `body`, the relay of a connection for `name`; when a grant alone
+/// lets `name` through, the relay is dropped (both sockets closed) once
+/// that grant runs out or is revoked: a connection kept busy must not
+/// outlive the `--for` the user gave (a44). The allowlist's connections
+/// are kept, as after `deny`.
+async fn until_grant_ends(
+    s: &Shared,
+    name: Option<&str>,
+    body: impl std::future::Future<Output = ()>,
+) {
+    let Some(name) = name.filter(|n| s.policy().grant_only(n).is_some()) else {
+        return body.await;
+    };
+    let ends = async {
+        loop {
+            let p = s.policy();
+            if !p.allows_name(name) {
+                return;
+            }
+            let left = p.grant_only(name).map_or(GRANT_POLL, |until| {
+                Duration::from_secs(until.saturating_sub(crate::state::unix_now()))
+            });
+            tokio::time::sleep(left.clamp(Duration::from_millis(100), GRANT_POLL)).await;
+        }
+    };
+    tokio::select! {
+        () = body => {}
+        () = ends => s.audit_grant_end(name),
     }
 }
 
@@ -219,44 +258,47 @@ pub async fn connect_proxy(mut c: TcpStream, s: Arc<Shared>, lim: Limits) {
             return;
         }
     };
-    let Some(u) = dial(dst).await else {
-        let _ = c
-            .write_all(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n")
-            .await;
-        return;
-    };
-    if c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let mut hello = buf.split_off(req.len);
-    match read_name(&mut c, &mut hello, true).await {
-        Seen::Name(Some(n)) if n == name => {
-            let p = s.policy();
-            let ruled = p.rules_for(&n);
-            if ruled.is_some() || s.inject.as_ref().is_some_and(|i| i.binds(&n)) {
-                drop(u);
-                ended(c, hello, &n, dst, &s, lim, ruled).await;
-            } else {
-                tunnel(c, u, &hello, lim.tunnel).await;
+    let body = async {
+        let Some(u) = dial(dst).await else {
+            let _ = c
+                .write_all(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n")
+                .await;
+            return;
+        };
+        if c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut hello = buf.split_off(req.len);
+        match read_name(&mut c, &mut hello, true).await {
+            Seen::Name(Some(n)) if n == name => {
+                let p = s.policy();
+                let ruled = p.rules_for(&n);
+                if ruled.is_some() || s.inject.as_ref().is_some_and(|i| i.binds(&n)) {
+                    drop(u);
+                    ended(c, hello, &n, dst, &s, lim, ruled).await;
+                } else {
+                    tunnel(c, u, &hello, lim.tunnel).await;
+                }
+            }
+            Seen::Name(n) => {
+                let r = if n.is_some() {
+                    Refusal::Fronting
+                } else {
+                    Refusal::NoName
+                };
+                s.audit(n.as_deref().or(Some(&name)), dst, r);
+                reset(c);
+            }
+            Seen::Bad => {
+                s.audit(Some(&name), dst, Refusal::Malformed);
+                reset(c);
             }
         }
-        Seen::Name(n) => {
-            let r = if n.is_some() {
-                Refusal::Fronting
-            } else {
-                Refusal::NoName
-            };
-            s.audit(n.as_deref().or(Some(&name)), dst, r);
-            reset(c);
-        }
-        Seen::Bad => {
-            s.audit(Some(&name), dst, Refusal::Malformed);
-            reset(c);
-        }
-    }
+    };
+    until_grant_ends(&s, Some(&name), body).await;
 }
 
 /// The name of a CONNECT and the address to dial for it. A name resolved

@@ -525,6 +525,9 @@ pub const MIN_PART: usize = 8;
 
 /// The longest response header line (a coding) waited for.
 const MAX_LINE: usize = 1024;
+/// The host's bytes already sent that the next read is matched after:
+/// `MIN_PART - 1` of the value's, each escaped at most as `\u00XX`.
+const CTX: usize = 6 * (MIN_PART - 1);
 /// How long a held start of a value waits for the rest.
 const HOLD: Duration = Duration::from_millis(100);
 
@@ -542,13 +545,14 @@ enum Cut {
 /// (the length kept, so `Content-Length` and chunk sizes still hold),
 /// however the reads cut it (a whole value's start is held for the next
 /// read; a run that goes on from bytes already sent is masked from there
-/// on, so at most `MIN_PART - 1` bytes pass at a cut); a coding the proxy cannot read through
+/// on, so at most `MIN_PART - 1` bytes pass at a cut), also when the
+/// host echoes it JSON- or URL-escaped or base64-encoded; a coding the proxy cannot read through
 /// (`Content-Encoding: gzip`, a `Transfer-Encoding` other than chunked)
 /// is refused before its head goes down, since a compressed echo hides
 /// the value from the scan.
 struct Down {
     /// Each secret's windows as numbers (at most 8 bytes), sorted, and
-    /// the window's length and the value itself.
+    /// the window's length and the value itself; its base64 forms too.
     secrets: Vec<(usize, Vec<u64>, Vec<u8>)>,
     /// Bytes read but not sent yet (the start of a value or of a header
     /// line that may go on in the next read), and which are masked.
@@ -567,16 +571,35 @@ fn word(w: &[u8]) -> u64 {
 
 impl Down {
     fn new(bindings: &[Binding]) -> Self {
-        let secrets = bindings
-            .iter()
-            .map(|b| b.value.as_bytes())
-            .filter(|v| !v.is_empty())
+        use base64::Engine;
+        use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+        let mut values: Vec<Vec<u8>> = Vec::new();
+        for v in bindings.iter().map(|b| b.value.as_bytes()) {
+            if v.is_empty() {
+                continue;
+            }
+            values.push(v.to_vec());
+            // Base64 of an echo, wherever the value starts in what was
+            // encoded: its three alignments, in both alphabets (a44).
+            for s in 0..3.min(v.len()) {
+                let part = &v[s..];
+                let part = &part[..part.len() - part.len() % 3];
+                for e in [STANDARD_NO_PAD, URL_SAFE_NO_PAD] {
+                    let t = e.encode(part).into_bytes();
+                    if t.len() >= MIN_PART && !values.contains(&t) {
+                        values.push(t);
+                    }
+                }
+            }
+        }
+        let secrets = values
+            .into_iter()
             .map(|v| {
                 let k = MIN_PART.min(v.len());
                 let mut ws: Vec<u64> = v.windows(k).map(word).collect();
                 ws.sort_unstable();
                 ws.dedup();
-                (k, ws, v.to_vec())
+                (k, ws, v)
             })
             .collect();
         Self {
@@ -599,12 +622,29 @@ impl Down {
         let mut scan = std::mem::take(&mut self.ctx);
         scan.extend_from_slice(&self.held);
         let mut keep = 0;
+        // The scan with JSON and URL escapes decoded, each byte's span in
+        // `scan`: a host that echoes the value escaped (`\/`, `\u002b`,
+        // `%2F`) cuts its raw runs short (a44).
+        let (dec, span) = unescape(&scan);
+        let star = &mut self.star;
+        let mut mark = |from: usize, to: usize| {
+            // Bytes before `c` went down already.
+            if to > c {
+                star[from.max(c) - c..to - c].fill(true);
+            }
+        };
         for (k, ws, v) in &self.secrets {
             let k = *k;
             for i in 0..scan.len().saturating_sub(k - 1) {
                 if ws.binary_search(&word(&scan[i..i + k])).is_ok() {
-                    let from = i.max(c) - c;
-                    self.star[from..i + k - c].fill(true);
+                    mark(i, i + k);
+                }
+            }
+            if dec.len() < scan.len() {
+                for i in 0..dec.len().saturating_sub(k - 1) {
+                    if ws.binary_search(&word(&dec[i..i + k])).is_ok() {
+                        mark(span[i].0, span[i + k - 1].1);
+                    }
                 }
             }
             let buf = &scan[c..];
@@ -632,7 +672,7 @@ impl Down {
         // What the next read is matched after: the host's bytes.
         scan.truncate(c);
         scan.extend_from_slice(&sent);
-        let from = scan.len().saturating_sub(MIN_PART - 1);
+        let from = scan.len().saturating_sub(CTX);
         self.ctx = scan.split_off(from);
         for &b in &sent {
             self.sent = [self.sent[1], b];
@@ -671,6 +711,39 @@ fn coded(buf: &[u8]) -> Result<usize, String> {
         at = s;
     }
     Ok(buf.len())
+}
+
+/// `buf` with the escapes a host may put on an echoed value decoded
+/// (JSON's `\/` and ASCII `\uXXXX`, URL `%XX`), and for each byte out
+/// the span of `buf` it came from.
+fn unescape(buf: &[u8]) -> (Vec<u8>, Vec<(usize, usize)>) {
+    let hex = |h: &[u8]| {
+        std::str::from_utf8(h)
+            .ok()
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
+    let mut out = Vec::with_capacity(buf.len());
+    let mut span = Vec::with_capacity(buf.len());
+    let mut i = 0;
+    while i < buf.len() {
+        let (b, n) = match (buf[i], buf.get(i + 1)) {
+            (b'\\', Some(b'/')) => (b'/', 2),
+            (b'\\', Some(b'u')) => match buf.get(i + 2..i + 6).and_then(hex) {
+                Some(c) if c < 0x80 => (c as u8, 6),
+                _ => (buf[i], 1),
+            },
+            (b'%', _) => match buf.get(i + 1..i + 3).and_then(hex) {
+                Some(c) => (c as u8, 3),
+                None => (buf[i], 1),
+            },
+            (b, _) => (b, 1),
+        };
+        out.push(b);
+        span.push((i, i + n));
+        i += n;
+    }
+    (out, span)
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -717,6 +790,12 @@ fn inject(r: &Request, head: &mut Vec<u8>, host: &str, bindings: &[Binding]) -> 
         .any(|m| r.method.eq_ignore_ascii_case(m))
     {
         return Err(format!("{} would echo the secret", r.method));
+    }
+    // A login's token must not buy a key the agent can read (a44).
+    if bindings.iter().any(|b| b.login)
+        && let Some(why) = sbx_core::secrets::login_refuses(&r.target)
+    {
+        return Err(why);
     }
     let text = std::str::from_utf8(head).map_err(|_| "head is not UTF-8".to_owned())?;
     let mut seen = vec![false; bindings.len()];

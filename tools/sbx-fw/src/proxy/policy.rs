@@ -156,6 +156,20 @@ impl Policy {
                 .any(|(d, _)| domain_matches(d, name))
     }
 
+    /// Until when grants alone let `name` through: None when the
+    /// allowlist does, or nothing does.
+    pub fn grant_only(&self, name: &str) -> Option<u64> {
+        if self.allow.iter().any(|(d, _)| domain_matches(d, name)) {
+            return None;
+        }
+        let now = crate::state::unix_now();
+        self.grants
+            .iter()
+            .filter(|g| now < g.2 && domain_matches(&g.0, name))
+            .map(|g| g.2)
+            .max()
+    }
+
     /// The grants still in force at `now`: checked per connection, so an
     /// expired one refuses without a policy reload.
     fn granted(&self, now: u64) -> impl Iterator<Item = (&Domain, &String)> {

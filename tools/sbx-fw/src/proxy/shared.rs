@@ -139,6 +139,15 @@ impl Shared {
         );
     }
 
+    /// A connection opened under a grant closed as the grant ended. Not
+    /// budgeted: there are no more of these than grants' connections.
+    pub fn audit_grant_end(&self, name: &str) {
+        audit::append(
+            &Record::new("sbx-fw", "close", name, Outcome::Blocked, "grant")
+                .reason("connection closed: the grant it was opened under ended"),
+        );
+    }
+
     /// The refusals the budget left out, in one record once their second
     /// is over: a burst followed by silence is counted too (a later
     /// refusal, which would carry the count, may never come).

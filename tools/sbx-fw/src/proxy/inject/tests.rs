@@ -24,6 +24,12 @@ struct Bed {
 /// `trust_up`: whether the proxy's bundle holds that root. `up_cert`:
 /// the stand-in presents this server config instead (an impostor).
 async fn bed(trust_up: bool, impostor: bool) -> Bed {
+    bed_for(trust_up, impostor, false).await
+}
+
+/// [`bed`] with the secret a Claude Code login (`claude-login:`), sent
+/// as `x-api-key` still (the header does not matter to what is refused).
+async fn bed_for(trust_up: bool, impostor: bool, login: bool) -> Bed {
     let dir = tempfile::tempdir().unwrap();
     let (key, cert) = make_ca().unwrap();
     std::fs::write(dir.path().join(CA_KEY), key).unwrap();
@@ -34,6 +40,7 @@ async fn bed(trust_up: bool, impostor: bool) -> Bed {
         header: "x-api-key".into(),
         placeholder: HOLDER.into(),
         value: SECRET.into(),
+        login,
     };
     std::fs::write(
         dir.path().join(BINDINGS),
@@ -110,10 +117,27 @@ async fn bed(trust_up: bool, impostor: bool) -> Bed {
                                 "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{body}",
                                 body.len()
                             )
+                        } else if let Some(how) = text
+                            .strip_prefix("GET /escaped-")
+                            .and_then(|r| r.split(' ').next())
+                        {
+                            // An echo escaped as a host may: JSON, URL, base64.
+                            let body = escape(how, &text);
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
                         } else if text.starts_with("TRACE ") || text.starts_with("GET /echo") {
                             format!(
                                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
                                 text.len()
+                            )
+                        } else if text.contains("/create_api_key") && text.contains(SECRET) {
+                            // Claude Code's login host: a token buys a key.
+                            let body = r#"{"raw_key":"sk-ant-api03-MINTED-BY-THE-AGENT"}"#;
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
                             )
                         } else if text.starts_with("GET /quote") {
                             // An error page quoting the key cut short.
@@ -326,6 +350,64 @@ async fn the_secret_replaces_the_placeholder_in_its_header_only() {
     assert!(!got.contains(SECRET));
 }
 
+/// A Claude Code login's token (`claude-login:`) buys an API key on its
+/// host (`POST /api/oauth/claude_cli/create_api_key` answers it whole):
+/// the agent asking for one, however it spells the path, is refused at
+/// the head and the stand-in mints nothing; the model's own paths still
+/// get the token, and a plain key's binding is not held to this.
+#[tokio::test]
+async fn a_login_token_mints_no_api_key() {
+    let b = bed_for(true, false, true).await;
+    let key = |target: &str| {
+        format!(
+            "POST {target} HTTP/1.1\r\nHost: {HOST}\r\nx-api-key: {HOLDER}\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    for target in [
+        "/api/oauth/claude_cli/create_api_key",
+        "/API/OAuth/Claude_CLI/create_api_key",
+        "/api/oauth/%63laude_cli/create_api_key",
+        "/api/oauth/claude_cli;x/create_api_key?y=1",
+        "/api//oauth/claude_cli/create_api_key",
+        "/v1/../api/oauth/claude_cli/create_api_key",
+    ] {
+        // Behind a good request on the same connection, too.
+        let stream = format!(
+            "{}{}",
+            req(HOST, &format!("x-api-key: {HOLDER}\r\n")),
+            key(target)
+        );
+        let before = b.seen().len();
+        let (got, v) = b.run(&stream, true).await;
+        assert_eq!(v, Err(Refusal::Injection), "{target}: {got}");
+        assert!(!got.contains("MINTED"), "{target}: {got}");
+        let seen = b.seen();
+        assert!(seen.len() <= before + 1, "{target}: {seen:?}");
+        assert!(
+            seen[before..].iter().all(|h| !h.contains("oauth")),
+            "{target}: {seen:?}"
+        );
+    }
+    let (got, v) = b
+        .run(
+            &req(
+                HOST,
+                &format!("x-api-key: {HOLDER}\r\nConnection: close\r\n"),
+            ),
+            true,
+        )
+        .await;
+    assert_eq!(v, Ok(()), "{got}");
+    assert!(b.seen().last().unwrap().contains(SECRET));
+    // The stand-in mints for whoever asks: without the login mark the
+    // same request is served (what the check above stops).
+    let plain = bed(true, false).await;
+    let (got, _) = plain
+        .run(&key("/api/oauth/claude_cli/create_api_key"), true)
+        .await;
+    assert!(got.contains("MINTED"), "{got}");
+}
+
 /// Attacks from the agent on one injecting connection: each is refused
 /// at its head, and nothing from it reaches the stand-in.
 #[tokio::test]
@@ -364,6 +446,78 @@ async fn smuggled_or_ambiguous_requests_get_no_secret() {
         }
         assert!(after.len() - before <= 1, "{attack:?}: {after:?}");
     }
+}
+
+/// `text` escaped as a host echoing it may: `json` (PHP's `\/`, every
+/// other non-alphanumeric as `\u00xx`), `url` (`%XX`), `b64`/`b64url`
+/// with a lead of `pad` bytes (the value at each alignment).
+fn escape(how: &str, text: &str) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let each = |f: &dyn Fn(char) -> String| text.chars().map(f).collect::<String>();
+    match how {
+        "json" => each(&|c| match c {
+            '/' => "\\/".into(),
+            c if c.is_ascii_alphanumeric() => c.into(),
+            c => format!("\\u{:04x}", c as u32),
+        }),
+        "url" => each(&|c| match c {
+            c if c.is_ascii_alphanumeric() => c.into(),
+            c => format!("%{:02X}", c as u32),
+        }),
+        b => {
+            let pad: usize = b
+                .trim_start_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .unwrap_or(0);
+            let data = format!("{}{text}", "#".repeat(pad));
+            if b.starts_with("b64url") {
+                URL_SAFE.encode(data)
+            } else {
+                STANDARD.encode(data)
+            }
+        }
+    }
+}
+
+/// What an escaped echo says, decoded again.
+fn unescaped(how: &str, body: &str) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+    let bytes = match how {
+        "json" | "url" => super::unescape(body.as_bytes()).0,
+        b if b.starts_with("b64url") => URL_SAFE.decode(body).unwrap_or_default(),
+        _ => STANDARD.decode(body).unwrap_or_default(),
+    };
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// An echo the host escapes on its way back (JSON, URL, base64 at every
+/// alignment) hides no run of the value from the masking: decoded again,
+/// the answer holds no 8 bytes of it.
+#[tokio::test]
+async fn an_escaped_echo_gives_nothing_back() {
+    let b = bed(true, false).await;
+    let key = format!("x-api-key: {HOLDER}\r\n");
+    for how in [
+        "json", "url", "b64-0", "b64-1", "b64-2", "b64url-0", "b64url-1", "b64url-2",
+    ] {
+        let echo = format!(
+            "GET /escaped-{how} HTTP/1.1\r\nHost: {HOST}\r\n{key}Connection: close\r\n\r\n"
+        );
+        let (got, v) = b.run(&echo, true).await;
+        assert_eq!(v, Ok(()), "{how}");
+        let body = got.split("\r\n\r\n").nth(1).unwrap_or_default();
+        assert!(!body.is_empty(), "{how}: {got}");
+        let back = unescaped(how, body);
+        for run in SECRET.as_bytes().windows(MIN_PART) {
+            let run = std::str::from_utf8(run).unwrap();
+            assert!(!back.contains(run), "{how}: {run:?} in {back:?} ({body})");
+        }
+    }
+    // Without the masking, each of them would carry it.
+    let seen = b.seen();
+    assert!(seen.iter().all(|h| h.contains(SECRET)), "{seen:?}");
 }
 
 /// A server that answers with the request it got (TRACE, which Apache
@@ -493,6 +647,7 @@ fn init_moves_the_secrets_onto_the_tmpfs_and_trusts_one_ca() {
         header: "x-api-key".into(),
         placeholder: HOLDER.into(),
         value: SECRET.into(),
+        login: false,
     }];
     let json = serde_json::to_vec(&b).unwrap();
     // Not a tmpfs (unless /tmp is one): refused, the handoff kept.
@@ -553,6 +708,7 @@ fn a_value_cut_between_reads_is_masked_too() {
         header: "x-api-key".into(),
         placeholder: HOLDER.into(),
         value: SECRET.into(),
+        login: false,
     }];
     let runs = |out: &str| {
         SECRET

@@ -16,7 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use saphyr::{LoadableYamlNode, Yaml};
 use serde_json::{Value, json};
 
-use crate::backend::{Backend, Exec};
+use crate::backend::{Backend, BackendError, ErrorKind, Exec};
 use crate::error::ApiError;
 
 /// Who owns the fields sbx-server applies.
@@ -77,23 +77,36 @@ impl std::fmt::Display for KubeError {
 }
 
 impl KubeError {
-    /// The server's answer for this failure: a client's mistake keeps its
-    /// status; the cluster's refusal or silence is the server's gateway's.
+    /// The server's answer for this failure (error.rs, by its kind).
     pub fn api_error(&self) -> ApiError {
-        let (status, code) = match self {
-            Self::Status { code: 409, .. } => (StatusCode::CONFLICT, "cluster_conflict"),
-            Self::Status { code: 422, .. } => (StatusCode::UNPROCESSABLE_ENTITY, "cluster_invalid"),
-            Self::Status { code: 404, .. } => (StatusCode::BAD_GATEWAY, "cluster_not_found"),
-            Self::Status {
-                code: 401 | 403, ..
-            } => (StatusCode::BAD_GATEWAY, "cluster_forbidden"),
-            Self::Status { .. } => (StatusCode::BAD_GATEWAY, "cluster_error"),
-            Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "cluster_timeout"),
-            Self::Tls(_) => (StatusCode::BAD_GATEWAY, "cluster_tls"),
-            Self::Transport(_) => (StatusCode::BAD_GATEWAY, "cluster_unreachable"),
-            Self::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cluster_config"),
+        BackendError::from(self.clone()).into()
+    }
+}
+
+/// The API server's 404 is the sandbox's (or its CRD's) absence, 409
+/// another writer, 400/422 a manifest it refused (the project's config);
+/// a refusal of the server's account (401/403), the server's own
+/// trouble (5xx), silence, TLS and an unusable kubeconfig are the
+/// cluster being unavailable to sbx-server: the operator's to fix.
+impl From<KubeError> for BackendError {
+    fn from(e: KubeError) -> Self {
+        let kind = match &e {
+            KubeError::Status { code: 404, .. } => ErrorKind::NotFound,
+            KubeError::Status { code: 409, .. } => ErrorKind::Conflict,
+            KubeError::Status {
+                code: 400 | 422, ..
+            } => ErrorKind::Config,
+            KubeError::Status {
+                code: 401 | 403 | 429 | 500..=599,
+                ..
+            }
+            | KubeError::Timeout(_)
+            | KubeError::Tls(_)
+            | KubeError::Transport(_)
+            | KubeError::Config(_) => ErrorKind::Unavailable,
+            KubeError::Status { .. } => ErrorKind::Other,
         };
-        ApiError::new(status, code, self.to_string())
+        BackendError::new(kind, e.to_string())
     }
 }
 
@@ -425,18 +438,34 @@ fn quiet() -> sbx_core::cli::CommonArgs {
 }
 
 /// The cluster clones the project's origin: a host path it cannot reach.
-fn origin(ws: &Path) -> Result<String, String> {
+/// The workspace is the agent's: git refuses to run in it for the
+/// server (its ownership check), so `.git/config` is read as a plain
+/// file (`git config --file`: no includes, nothing run), links refused.
+fn origin(ws: &Path) -> Result<String, BackendError> {
+    let config = ws.join(".git/config");
+    for p in [ws.join(".git"), config.clone()] {
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(BackendError::new(
+                ErrorKind::Config,
+                format!("{}: a symbolic link: not followed", p.display()),
+            ));
+        }
+    }
     let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(ws)
-        .args(["remote", "get-url", "origin"])
+        .arg("config")
+        .arg("--file")
+        .arg(&config)
+        .args(["--get", "remote.origin.url"])
         .output()
         .map_err(|e| format!("git: {e}"))?;
     let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if !out.status.success() || !url.contains("://") || url.starts_with("file://") {
-        return Err(format!(
-            "{}: the project's repository {url:?} is not a URL the cluster can clone: the kubernetes backend needs projects made from a network repository",
-            ws.display()
+        return Err(BackendError::new(
+            ErrorKind::Config,
+            format!(
+                "{}: the project's repository {url:?} is not a URL the cluster can clone: the kubernetes backend needs projects made from a network repository",
+                ws.display()
+            ),
         ));
     }
     Ok(url)
@@ -444,7 +473,7 @@ fn origin(ws: &Path) -> Result<String, String> {
 
 impl Kube {
     /// The manifests of `ws`'s sandbox, from sbx-run's one builder.
-    pub fn manifests(&self, ws: &Path) -> Result<Vec<Value>, String> {
+    pub fn manifests(&self, ws: &Path) -> Result<Vec<Value>, BackendError> {
         let repo = origin(ws)?;
         let (_, _, _, docs) = sbx_run::lifecycle::k8s_render(
             &quiet(),
@@ -454,7 +483,7 @@ impl Kube {
             Some(repo),
             self.image.clone(),
         )
-        .map_err(|e| sbx_core::entry::chain(&*e))?;
+        .map_err(|e| BackendError::from_sbx(&*e))?;
         Ok(docs)
     }
 
@@ -515,26 +544,43 @@ impl Kube {
 const NO_EXEC: &str = "the kubernetes backend does not run commands in the sandbox yet (exec, terminal and snapshot go through the API server's exec: docs/kubernetes.md)";
 
 impl Backend for Kube {
-    fn create(&self, ws: &Path) -> Result<(), String> {
-        crate::backend::Docker.create(ws)
+    /// The sandbox's config only: `sbx-run init` would also build the
+    /// per-repo image with the host's Docker, which a cluster has no use
+    /// for (it pulls the image it is given).
+    fn create(&self, ws: &Path) -> crate::backend::Result<()> {
+        let dir = ws.join(sbx_core::config::DIR);
+        if dir.exists() {
+            return Ok(());
+        }
+        let file = dir.join("config.toml");
+        let at = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+        std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
+        // create_new: O_EXCL, a link in its place is not followed.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+            .map_err(|e| at(&file, e))?;
+        std::io::Write::write_all(&mut f, sbx_run::image::CONFIG_TEMPLATE.as_bytes())
+            .map_err(|e| at(&file, e).into())
     }
 
-    fn start(&self, ws: &Path) -> Result<String, String> {
+    fn start(&self, ws: &Path) -> crate::backend::Result<String> {
         let docs = self.manifests(ws)?;
-        self.apply_all(&docs).map_err(|e| e.to_string())
+        self.apply_all(&docs).map_err(BackendError::from)
     }
 
-    fn stop(&self, ws: &Path) -> Result<(), String> {
-        self.suspend(&Self::name(ws)).map_err(|e| e.to_string())
+    fn stop(&self, ws: &Path) -> crate::backend::Result<()> {
+        self.suspend(&Self::name(ws)).map_err(BackendError::from)
     }
 
-    fn delete(&self, ws: &Path) -> Result<(), String> {
-        self.remove(&Self::name(ws)).map_err(|e| e.to_string())
+    fn delete(&self, ws: &Path) -> crate::backend::Result<()> {
+        self.remove(&Self::name(ws)).map_err(BackendError::from)
     }
 
-    fn status(&self, ws: &Path) -> Result<Option<(String, bool)>, String> {
+    fn status(&self, ws: &Path) -> crate::backend::Result<Option<(String, bool)>> {
         let name = Self::name(ws);
-        let s = self.state(&name).map_err(|e| e.to_string())?;
+        let s = self.state(&name).map_err(BackendError::from)?;
         Ok(s.map(|running| (name, running)))
     }
 
@@ -543,15 +589,15 @@ impl Backend for Kube {
         _ws: &Path,
         _argv: &[std::ffi::OsString],
         _client: &str,
-    ) -> Result<Exec, String> {
-        Err(NO_EXEC.into())
+    ) -> crate::backend::Result<Exec> {
+        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
     }
 
-    fn terminal(&self, _ws: &Path) -> Result<(PathBuf, String), String> {
-        Err(NO_EXEC.into())
+    fn terminal(&self, _ws: &Path) -> crate::backend::Result<(PathBuf, String)> {
+        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
     }
 
-    fn snapshot(&self, _ws: &Path, _tag: Option<&str>) -> Result<(), String> {
-        Err(NO_EXEC.into())
+    fn snapshot(&self, _ws: &Path, _tag: Option<&str>) -> crate::backend::Result<()> {
+        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
     }
 }

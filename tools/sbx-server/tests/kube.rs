@@ -13,6 +13,8 @@ use axum::response::IntoResponse;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use sbx_server::kube::{Api, Kube, KubeError, Target, load_kubeconfig};
+
+mod common;
 use serde_json::{Value, json};
 
 /// A request as the stand-in saw it.
@@ -34,6 +36,8 @@ enum Answer {
 
 struct Stand {
     port: u16,
+    /// What it answers next (tests change it between calls).
+    answer: Arc<Mutex<Answer>>,
     ca_pem: String,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
@@ -67,11 +71,13 @@ fn stand(answer: Answer) -> Stand {
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&seen);
+    let answer = Arc::new(Mutex::new(answer));
+    let answers = Arc::clone(&answer);
     std::thread::spawn(move || {
         for tcp in listener.incoming().flatten() {
             let config = Arc::clone(&config);
             let log = Arc::clone(&log);
-            let answer = answer.clone();
+            let answers = Arc::clone(&answers);
             std::thread::spawn(move || {
                 let conn = rustls::ServerConnection::new(config).unwrap();
                 let mut tls = rustls::StreamOwned::new(conn, tcp);
@@ -108,6 +114,7 @@ fn stand(answer: Answer) -> Stand {
                     auth,
                     body: String::from_utf8_lossy(&body).into_owned(),
                 });
+                let answer = answers.lock().unwrap().clone();
                 match answer {
                     Answer::Silent => std::thread::sleep(Duration::from_secs(120)),
                     Answer::Reply(code, v) => {
@@ -125,6 +132,7 @@ fn stand(answer: Answer) -> Stand {
     });
     Stand {
         port,
+        answer,
         ca_pem: ca_cert.pem(),
         seen,
     }
@@ -277,9 +285,9 @@ fn each_failure_is_one_line_and_its_status() {
                 "Forbidden",
                 "sandboxes.agents.x-k8s.io is forbidden: User \"system:serviceaccount:sbx:sbx-server\" cannot patch",
             ),
-            502,
-            "cluster_forbidden",
-            "403",
+            503,
+            "backend_unavailable",
+            "RBAC",
         ),
         (
             status(
@@ -287,14 +295,14 @@ fn each_failure_is_one_line_and_its_status() {
                 "NotFound",
                 "the server could not find the requested resource",
             ),
-            502,
-            "cluster_not_found",
+            404,
+            "sandbox_not_found",
             "agent-sandbox controller",
         ),
         (
             status(409, "Conflict", "Apply failed with 1 conflict"),
             409,
-            "cluster_conflict",
+            "sandbox_conflict",
             "retry",
         ),
         (
@@ -304,7 +312,7 @@ fn each_failure_is_one_line_and_its_status() {
                 "Sandbox.agents.x-k8s.io \"x\" is invalid: spec.podTemplate: Required value",
             ),
             422,
-            "cluster_invalid",
+            "sandbox_config",
             "spec.podTemplate",
         ),
     ] {
@@ -330,7 +338,7 @@ fn a_silent_server_is_a_timeout() {
     let e = api(&s).get("v1", "ConfigMap", "x").unwrap_err();
     assert!(matches!(e, KubeError::Timeout(_)), "{e:?}");
     assert!(e.to_string().contains("no answer in time"), "{e}");
-    assert_eq!(answered(&e).0, 504);
+    assert_eq!(answered(&e).0, 503);
 }
 
 #[test]
@@ -344,18 +352,22 @@ fn a_server_of_another_ca_is_a_tls_error() {
         .get("v1", "ConfigMap", "x")
         .unwrap_err();
     assert!(matches!(e, KubeError::Tls(_)), "{e:?}");
-    assert_eq!(answered(&e).0, 502);
+    assert_eq!(answered(&e).0, 503);
     assert!(s.seen.lock().unwrap().is_empty(), "no request crossed");
 }
 
 fn kubeconfig(dir: &std::path::Path, ca_pem: &str, user: &str) -> std::path::PathBuf {
+    kubeconfig_at(dir, ca_pem, user, 6443)
+}
+
+fn kubeconfig_at(dir: &std::path::Path, ca_pem: &str, user: &str, port: u16) -> std::path::PathBuf {
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let p = dir.join("kubeconfig");
     std::fs::write(
         &p,
         format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u, namespace: sbx-ns}}\nclusters:\n- name: k\n  cluster:\n    server: https://localhost:6443\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n{user}\n"
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u, namespace: sbx-ns}}\nclusters:\n- name: k\n  cluster:\n    server: https://localhost:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n{user}\n"
         ),
     )
     .unwrap();
@@ -482,7 +494,7 @@ fn start_applies_sbx_runs_manifests_for_the_workspace() {
         api: api(&s),
         image: Some("registry.invalid/sbx-base:1".into()),
     };
-    let e = kube.start(&ws).unwrap_err();
+    let e = kube.start(&ws).unwrap_err().message;
     assert!(e.contains("not a URL the cluster can clone"), "{e}");
     assert!(s.seen.lock().unwrap().is_empty());
 
@@ -522,4 +534,114 @@ fn start_applies_sbx_runs_manifests_for_the_workspace() {
         text.contains("/usr/local/bin/sbx-fw"),
         "the firewall's init container"
     );
+}
+
+/// The real server on the Kubernetes backend, the stand-in its API
+/// server: each failure of the cluster reaches the HTTP client as its
+/// status and `{error: {code, message}}`, and the project keeps why.
+#[test]
+fn the_clusters_answers_reach_the_api_as_their_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = stand(Answer::Reply(200, json!({})));
+    let kc = kubeconfig_at(dir.path(), &s.ca_pem, "    token: tok-h45e", s.port);
+    let server = common::start(&[
+        "--backend",
+        "kubernetes",
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+    ]);
+    let (t, _) = server.session();
+    let r = server.call("POST", "/projects", Some(&t), Some(json!({"name": "k"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let start = || server.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+
+    // Made from no network repository: the cluster cannot clone it.
+    let r = start();
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "sandbox_config"),
+        "{r:?} {}",
+        server.stderr.lock().unwrap()
+    );
+    assert!(s.seen.lock().unwrap().is_empty(), "no request crossed");
+
+    let ws = common::workspace(&server, &id);
+    let o = std::process::Command::new("git")
+        .args(["-c", "safe.directory=*", "-C"])
+        .arg(&ws)
+        .args([
+            "remote",
+            "add",
+            "origin",
+            "https://git.example.invalid/k.git",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    for (answer, want, code, words) in [
+        (
+            status(403, "Forbidden", "sandboxes.agents.x-k8s.io is forbidden"),
+            503,
+            "backend_unavailable",
+            "RBAC",
+        ),
+        (
+            status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+            404,
+            "sandbox_not_found",
+            "agent-sandbox controller",
+        ),
+        (
+            status(409, "Conflict", "Apply failed with 1 conflict"),
+            409,
+            "sandbox_conflict",
+            "retry",
+        ),
+        (
+            status(422, "Invalid", "spec.podTemplate: Required value"),
+            422,
+            "sandbox_config",
+            "spec.podTemplate",
+        ),
+        (
+            status(500, "InternalError", "etcdserver: request timed out"),
+            503,
+            "backend_unavailable",
+            "etcdserver",
+        ),
+    ] {
+        *s.answer.lock().unwrap() = answer;
+        let r = start();
+        assert_eq!((r.status, r.code()), (want, code), "{r:?}");
+        let m = r.body["error"]["message"].as_str().unwrap();
+        assert!(m.contains(words) && !m.contains('\n'), "{m}");
+        let p = server.call("GET", &format!("/projects/{id}"), Some(&t), None);
+        assert_eq!(p.body["status"], "error", "{p:?}");
+        assert_eq!(p.body["status_reason"], m, "{p:?}");
+    }
+
+    // Applied: running; stopped by a suspend.
+    *s.answer.lock().unwrap() = Answer::Reply(200, json!({}));
+    let r = start();
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("running")),
+        "{r:?}"
+    );
+    let r = server.call("POST", &format!("/projects/{id}/stop"), Some(&t), None);
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("stopped")),
+        "{r:?}"
+    );
+    let last = s.seen.lock().unwrap().last().unwrap().clone();
+    assert_eq!(last.method, "PATCH");
+    assert_eq!(last.auth, "Bearer tok-h45e");
 }

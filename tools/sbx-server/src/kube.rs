@@ -212,6 +212,9 @@ fn named_in<'a, 'y>(doc: &'a Yaml<'y>, list: &str, name: &str) -> Option<&'a Yam
 pub struct Api {
     target: Target,
     client: reqwest::blocking::Client,
+    /// The same trust, for the exec WebSocket (its own connection).
+    tls: Arc<rustls::ClientConfig>,
+    timeout: Duration,
 }
 
 impl Api {
@@ -238,14 +241,20 @@ impl Api {
             .map_err(|e| KubeError::Config(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        let tls = Arc::new(tls);
         let client = reqwest::blocking::Client::builder()
-            .tls_backend_preconfigured(tls)
+            .tls_backend_preconfigured((*tls).clone())
             .timeout(timeout)
             .connect_timeout(timeout)
             .no_proxy()
             .build()
             .map_err(|e| KubeError::Config(e.to_string()))?;
-        Ok(Self { target, client })
+        Ok(Self {
+            target,
+            client,
+            tls,
+            timeout,
+        })
     }
 
     pub fn namespace(&self) -> &str {
@@ -399,6 +408,189 @@ impl Api {
     }
 }
 
+/// The exec subprotocols, newest first: v5 can close stdin (channel 255).
+const EXEC_PROTOCOLS: &str = "v5.channel.k8s.io, v4.channel.k8s.io";
+/// An exec's output may pause for long (a backup's upload); not forever.
+const EXEC_IDLE: Duration = Duration::from_secs(30 * 60);
+
+impl Api {
+    /// Run `argv` in `container` of `pod` through the API server's exec
+    /// WebSocket (the kubelet runs it; channels 0 stdin, 1 stdout,
+    /// 2 stderr, 3 the `Status` that carries the exit code, 255 close in
+    /// v5). Its exit status and output.
+    pub fn exec(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> Result<Exec, KubeError> {
+        use tungstenite::Message;
+        use tungstenite::client::IntoClientRequest;
+        let what = format!("exec in pod {pod}");
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        q.append_pair("container", container)
+            .append_pair("stdout", "true")
+            .append_pair("stderr", "true")
+            .append_pair("stdin", if stdin.is_some() { "true" } else { "false" });
+        for a in argv {
+            q.append_pair("command", a);
+        }
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{pod}/exec?{}",
+            self.target.namespace,
+            q.finish()
+        );
+        let base = url::Url::parse(&self.target.server)
+            .map_err(|e| KubeError::Config(format!("server: {e}")))?;
+        let host = base.host_str().unwrap_or("").to_owned();
+        let port = base.port_or_known_default().unwrap_or(443);
+        let down = |e: std::io::Error| KubeError::Transport(format!("{what}: {e}"));
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+            .map_err(down)?
+            .next()
+            .ok_or_else(|| KubeError::Transport(format!("{what}: {host}: no address")))?;
+        let tcp = std::net::TcpStream::connect_timeout(&addr, self.timeout).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                KubeError::Timeout(what.clone())
+            } else {
+                down(e)
+            }
+        })?;
+        tcp.set_read_timeout(Some(self.timeout)).map_err(down)?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| KubeError::Config(format!("server {host}: {e}")))?;
+        let conn = rustls::ClientConnection::new(Arc::clone(&self.tls), name)
+            .map_err(|e| KubeError::Tls(format!("{what}: {e}")))?;
+        let stream = rustls::StreamOwned::new(conn, tcp);
+        let mut req = format!("wss://{host}:{port}{path}")
+            .into_client_request()
+            .map_err(|e| KubeError::Transport(format!("{what}: {e}")))?;
+        let h = req.headers_mut();
+        h.insert(
+            "sec-websocket-protocol",
+            tungstenite::http::HeaderValue::from_static(EXEC_PROTOCOLS),
+        );
+        if let Some(t) = &self.target.token {
+            let v = tungstenite::http::HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| KubeError::Config("the token is not a header value".into()))?;
+            h.insert("authorization", v);
+        }
+        let (mut ws, resp) = tungstenite::client::client(req, stream).map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => {
+                let code = r.status().as_u16();
+                let body: Value = r
+                    .body()
+                    .as_deref()
+                    .and_then(|b| serde_json::from_slice(b).ok())
+                    .unwrap_or(Value::Null);
+                let message = body["message"]
+                    .as_str()
+                    .map(|m| sbx_core::sanitize::field(m).into_owned())
+                    .unwrap_or_else(|| r.status().canonical_reason().unwrap_or("").to_owned());
+                KubeError::Status {
+                    code,
+                    what: what.clone(),
+                    message,
+                }
+            }
+            tungstenite::HandshakeError::Failure(e) => {
+                let s = e.to_string();
+                if s.contains("certificate") || s.contains("tls") || s.contains("TLS") {
+                    KubeError::Tls(what.clone())
+                } else if s.contains("timed out") || s.contains("WouldBlock") {
+                    KubeError::Timeout(what.clone())
+                } else {
+                    KubeError::Transport(format!("{what}: {s}"))
+                }
+            }
+            tungstenite::HandshakeError::Interrupted(_) => KubeError::Timeout(what.clone()),
+        })?;
+        let proto = resp
+            .headers()
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if proto != "v5.channel.k8s.io" && proto != "v4.channel.k8s.io" {
+            return Err(KubeError::Transport(format!(
+                "{what}: the API server speaks exec protocol {proto:?}, not v5 or v4.channel.k8s.io"
+            )));
+        }
+        let _ = ws.get_mut().get_mut().set_read_timeout(Some(EXEC_IDLE));
+        let broken = |e: tungstenite::Error| KubeError::Transport(format!("{what}: {e}"));
+        if let Some(input) = stdin {
+            let mut m = Vec::with_capacity(input.len() + 1);
+            m.push(0);
+            m.extend_from_slice(input);
+            ws.send(Message::Binary(m.into())).map_err(broken)?;
+            // v4 cannot close stdin: the command must not wait for EOF.
+            if proto.starts_with("v5") {
+                ws.send(Message::Binary(vec![255, 0].into()))
+                    .map_err(broken)?;
+            }
+        }
+        let mut x = Exec::default();
+        let mut status = Vec::new();
+        loop {
+            match ws.read() {
+                Ok(Message::Binary(b)) => match b.first() {
+                    Some(1) => x.stdout.extend_from_slice(&b[1..]),
+                    Some(2) => x.stderr.extend_from_slice(&b[1..]),
+                    Some(3) => status.extend_from_slice(&b[1..]),
+                    _ => {}
+                },
+                Ok(Message::Close(_))
+                | Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
+                    break;
+                }
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(KubeError::Timeout(what));
+                }
+                Err(e) => return Err(broken(e)),
+            }
+        }
+        x.status = exit_status(&what, &status)?;
+        Ok(x)
+    }
+}
+
+/// The exit code in the error channel's `Status`: Success is 0, a
+/// `NonZeroExitCode` names it in its `ExitCode` cause; anything else (or
+/// none at all) is the exec's own failure.
+fn exit_status(what: &str, status: &[u8]) -> Result<i32, KubeError> {
+    let s: Value = serde_json::from_slice(status).map_err(|_| {
+        KubeError::Transport(format!(
+            "{what}: the API server ended the exec without its status"
+        ))
+    })?;
+    if s["status"] == "Success" {
+        return Ok(0);
+    }
+    if s["reason"] == "NonZeroExitCode" {
+        let code = s["details"]["causes"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| c["reason"] == "ExitCode")
+                .and_then(|c| c["message"].as_str())
+                .and_then(|m| m.parse::<i32>().ok())
+        });
+        if let Some(code) = code {
+            return Ok(code);
+        }
+    }
+    let message = s["message"].as_str().unwrap_or("failed");
+    Err(KubeError::Transport(format!(
+        "{what}: {}",
+        sbx_core::sanitize::field(message)
+    )))
+}
+
 /// One line for a failed request, telling a timeout and TLS apart.
 fn transport(what: &str, e: &reqwest::Error) -> KubeError {
     let chain = {
@@ -541,7 +733,27 @@ impl Kube {
     }
 }
 
-const NO_EXEC: &str = "the kubernetes backend does not run commands in the sandbox yet (exec, terminal and snapshot go through the API server's exec: docs/kubernetes.md)";
+/// The pod's container that runs sbx-guest (sbx-run's k8s.rs).
+pub const MAIN_CONTAINER: &str = "sandbox";
+
+/// `argv` as the guest's client runs it in the pod.
+pub fn guest_command(
+    client: &str,
+    workdir: Option<&str>,
+    argv: &[std::ffi::OsString],
+) -> Vec<String> {
+    let mut cmd: Vec<String> = ["sbx-guest", "exec", "--agent", client]
+        .map(str::to_owned)
+        .into();
+    if let Some(w) = workdir {
+        cmd.extend(["--cwd".to_owned(), w.to_owned()]);
+    }
+    cmd.push("--".into());
+    cmd.extend(argv.iter().map(|a| a.to_string_lossy().into_owned()));
+    cmd
+}
+
+const NO_EXEC: &str = "the kubernetes backend has no terminal or image snapshot yet (commands run through the API server's exec: docs/kubernetes.md)";
 
 impl Backend for Kube {
     /// The sandbox's config only: `sbx-run init` would also build the
@@ -584,13 +796,29 @@ impl Backend for Kube {
         Ok(s.map(|running| (name, running)))
     }
 
+    /// Through the API server's exec into the Sandbox's pod (the
+    /// controller names it after the Sandbox): `sbx-guest exec` in the
+    /// main container, the guest's client, so the command runs as
+    /// `sbx-run exec` runs it (the agent's uid, its audit record, the
+    /// guards), in the workspace's directory of the pod.
     fn exec(
         &self,
-        _ws: &Path,
-        _argv: &[std::ffi::OsString],
-        _client: &str,
+        ws: &Path,
+        argv: &[std::ffi::OsString],
+        client: &str,
     ) -> crate::backend::Result<Exec> {
-        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
+        let docs = self.manifests(ws)?;
+        let sandbox = docs
+            .iter()
+            .find(|d| d["kind"] == "Sandbox")
+            .ok_or_else(|| String::from("sbx-run's builder made no Sandbox"))?;
+        let name = sandbox["metadata"]["name"].as_str().unwrap_or("");
+        let workdir = sandbox["spec"]["podTemplate"]["spec"]["containers"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == MAIN_CONTAINER))
+            .and_then(|c| c["workingDir"].as_str());
+        let cmd = guest_command(client, workdir, argv);
+        Ok(self.api.exec(name, MAIN_CONTAINER, &cmd, None)?)
     }
 
     fn terminal(&self, _ws: &Path) -> crate::backend::Result<(PathBuf, String)> {

@@ -492,8 +492,8 @@ async fn get_project(
 #[utoipa::path(post, path = "/projects/{id}/start", tag = "projects", security(("bearer" = [])),
     params(("id" = Uuid, Path, description = "project id")),
     responses((status = 200, body = Project), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 501, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn start_project(
     State(s): State<S>,
     User(user): User,
@@ -585,6 +585,7 @@ async fn failed(s: &AppState, user: Uuid, id: Uuid, reason: BackendError) -> Api
 #[utoipa::path(post, path = "/projects/{id}/stop", tag = "projects", security(("bearer" = [])),
     params(("id" = Uuid, Path, description = "project id")),
     responses((status = 200, body = Project), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 501, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 async fn stop_project(
     State(s): State<S>,
@@ -600,7 +601,8 @@ async fn stop_project(
 
 #[utoipa::path(delete, path = "/projects/{id}", tag = "projects", security(("bearer" = [])),
     params(("id" = Uuid, Path, description = "project id")),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 501, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn delete_project(
     State(s): State<S>,
     User(user): User,

@@ -36,6 +36,7 @@ complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -s V -l version -d 'Pr
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "agent-launch" -d 'Run the agent CLI for `sbx-run agent`: the API key (stdin\'s first line) reaches only it'
+complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "exec" -d 'Run COMMAND as the agent through this sandbox\'s guest API, as `sbx-run exec` does from the host: the audit record and the guards apply. For a cluster\'s API server exec (the container\'s root reaches the socket); exits with the command\'s status'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "mcp-host-tools" -d 'The MCP stdio server for [agent.host-tools], started by the agent CLI under agent-launch'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "agent-key" -d 'The agent CLI\'s apiKeyHelper: print the key agent-launch serves once on SOCKET'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -68,6 +69,16 @@ complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -s q -
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -s h -l help -d 'Print help'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l agent -d 'The audit record\'s agent field (the client that asked)' -r
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l cwd -d 'The working directory (default: the agent\'s home)' -r
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -s h -l help -d 'Print help'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand mcp-host-tools" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -84,9 +95,10 @@ complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -s q -l q
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-key" -s h -l help -d 'Print help'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch mcp-host-tools agent-key help" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch mcp-host-tools agent-key help" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch mcp-host-tools agent-key help" -f -a "agent-launch" -d 'Run the agent CLI for `sbx-run agent`: the API key (stdin\'s first line) reaches only it'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch mcp-host-tools agent-key help" -f -a "mcp-host-tools" -d 'The MCP stdio server for [agent.host-tools], started by the agent CLI under agent-launch'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch mcp-host-tools agent-key help" -f -a "agent-key" -d 'The agent CLI\'s apiKeyHelper: print the key agent-launch serves once on SOCKET'
-complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch mcp-host-tools agent-key help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch exec mcp-host-tools agent-key help" -f -a "init" -d 'Be the sandbox\'s init: firewall, audit sink, then COMMAND as the agent user'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch exec mcp-host-tools agent-key help" -f -a "health" -d 'Exit 0 when the sandbox started cleanly, else print why and exit 1 (for HEALTHCHECK)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch exec mcp-host-tools agent-key help" -f -a "agent-launch" -d 'Run the agent CLI for `sbx-run agent`: the API key (stdin\'s first line) reaches only it'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch exec mcp-host-tools agent-key help" -f -a "exec" -d 'Run COMMAND as the agent through this sandbox\'s guest API, as `sbx-run exec` does from the host: the audit record and the guards apply. For a cluster\'s API server exec (the container\'s root reaches the socket); exits with the command\'s status'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch exec mcp-host-tools agent-key help" -f -a "mcp-host-tools" -d 'The MCP stdio server for [agent.host-tools], started by the agent CLI under agent-launch'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch exec mcp-host-tools agent-key help" -f -a "agent-key" -d 'The agent CLI\'s apiKeyHelper: print the key agent-launch serves once on SOCKET'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand help; and not __fish_seen_subcommand_from init health agent-launch exec mcp-host-tools agent-key help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -11,6 +11,7 @@ pub mod api;
 pub mod boot;
 pub mod branch;
 pub mod cliconf;
+pub mod client;
 pub mod clihome;
 pub mod config;
 pub mod gitindex;
@@ -86,6 +87,25 @@ pub enum Cmd {
         #[arg(long, value_name = "CLI", default_value = "claude", value_parser = ["claude", "codex"])]
         cli: String,
         /// The CLI and its arguments (after --).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<OsString>,
+    },
+    /// Run COMMAND as the agent through this sandbox's guest API, as `sbx-run exec` does
+    /// from the host: the audit record and the guards apply. For a cluster's API server
+    /// exec (the container's root reaches the socket); exits with the command's status.
+    Exec {
+        /// The audit record's agent field (the client that asked).
+        #[arg(long, value_name = "NAME", default_value = "sbx-guest")]
+        agent: String,
+        /// The working directory (default: the agent's home).
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<String>,
+        /// The command and its arguments (after --).
         #[arg(
             trailing_var_arg = true,
             allow_hyphen_values = true,
@@ -243,6 +263,11 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             cli == "codex",
             &command,
         )),
+        Cmd::Exec {
+            agent,
+            cwd,
+            command,
+        } => client::exec(&paths.api_socket(), &agent, cwd, &command),
         Cmd::McpHostTools => Ok(hosttools::serve()),
         Cmd::AgentKey { socket } => Ok(agent::key(&socket)),
         Cmd::Health => {

@@ -735,3 +735,64 @@ fn root_exec_is_recorded_first_or_refused() {
     assert!(e.message.contains("cannot record"), "{}", e.message);
     assert!(!marker.exists());
 }
+
+/// `sbx-guest exec`, the client a cluster's pod exec runs: through the
+/// guest's socket the command runs as the agent (its uid, its home by
+/// default or the directory asked), stdin reaches it, its streams and
+/// exit status are the client's own.
+#[test]
+fn the_exec_client_runs_the_command_as_the_agent() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to switch to the agent");
+        return;
+    }
+    let (t, s) = setup();
+    let run_dir = t.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(proto::socket_in(&run_dir)).unwrap();
+    std::thread::spawn(move || sbx_guest::api::serve(listener, s));
+    let exec = |args: &[&str], stdin: &[u8]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_sbx-guest"))
+            .arg("exec")
+            .args(args)
+            .env("SBX_GUEST_RUN_DIR", &run_dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let ws = t.path().join("ws");
+    let out = exec(
+        &[
+            "--agent",
+            "sbx-server",
+            "--cwd",
+            ws.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "id -u; pwd; echo $SBX_AGENT; printf oops >&2; cat; exit 5",
+        ],
+        b"from stdin",
+    );
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("1000\n{}\nsbx-server\nfrom stdin", ws.display())
+    );
+    assert_eq!(out.stderr, b"oops");
+    // A command that is not there: the shell's 127, said on stderr.
+    let out = exec(&["--", "no-such-command-h45e"], b"");
+    assert_eq!(out.status.code(), Some(127));
+    // No guest: one line, 69.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sbx-guest"))
+        .args(["exec", "--", "true"])
+        .env("SBX_GUEST_RUN_DIR", t.path().join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}

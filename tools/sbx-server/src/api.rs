@@ -25,6 +25,7 @@ use utoipa_axum::routes;
 use uuid::Uuid;
 
 use crate::auth::{self, HasKeys, Keys, Limiter, User};
+use crate::backend::{BackendError, ErrorKind};
 use crate::error::{ApiError, AuditReason};
 use crate::pg::LocalCluster;
 use crate::repo::{CreateError, Project, Refresh, Repo};
@@ -491,8 +492,8 @@ async fn get_project(
 #[utoipa::path(post, path = "/projects/{id}/start", tag = "projects", security(("bearer" = [])),
     params(("id" = Uuid, Path, description = "project id")),
     responses((status = 200, body = Project), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody),
-        (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 501, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn start_project(
     State(s): State<S>,
     User(user): User,
@@ -555,7 +556,7 @@ async fn settle(
     user: Uuid,
     id: Uuid,
     status: &str,
-    done: Result<Option<String>, String>,
+    done: Result<Option<String>, BackendError>,
 ) -> Result<axum::Json<Project>, ApiError> {
     match done {
         Ok(container) => s
@@ -568,21 +569,23 @@ async fn settle(
     }
 }
 
-/// Record a failed transition on the project and answer 503 with why.
-async fn failed(s: &AppState, user: Uuid, id: Uuid, reason: String) -> ApiError {
+/// Record a failed transition on the project and answer with why, in
+/// the status of its kind (error.rs).
+async fn failed(s: &AppState, user: Uuid, id: Uuid, reason: BackendError) -> ApiError {
     if let Err(e) = s
         .repo
-        .set_status(user, id, "error", Some(&reason), None)
+        .set_status(user, id, "error", Some(&reason.message), None)
         .await
     {
         return e;
     }
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "sandbox_failed", reason)
+    reason.into()
 }
 
 #[utoipa::path(post, path = "/projects/{id}/stop", tag = "projects", security(("bearer" = [])),
     params(("id" = Uuid, Path, description = "project id")),
     responses((status = 200, body = Project), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 501, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 async fn stop_project(
     State(s): State<S>,
@@ -598,7 +601,8 @@ async fn stop_project(
 
 #[utoipa::path(delete, path = "/projects/{id}", tag = "projects", security(("bearer" = [])),
     params(("id" = Uuid, Path, description = "project id")),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 501, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn delete_project(
     State(s): State<S>,
     User(user): User,
@@ -652,9 +656,10 @@ fn require_backups(s: &AppState) -> Result<(), ApiError> {
 fn backup_error(e: BackupError) -> ApiError {
     match e {
         BackupError::NoSnapshot(m) => ApiError::new(StatusCode::NOT_FOUND, "no_snapshot", m),
-        BackupError::Failed(m) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "backup_failed", m)
+        BackupError::Failed(e) if e.kind == ErrorKind::Other => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "backup_failed", e.message)
         }
+        BackupError::Failed(e) => e.into(),
     }
 }
 
@@ -1215,7 +1220,7 @@ async fn stop_idle(s: S, after: std::time::Duration) {
             let state = Arc::clone(&s);
             let stopped = blocking(move || state.sandboxes.stop(id))
                 .await
-                .unwrap_or_else(|e| Err(e.message));
+                .unwrap_or_else(|e| Err(e.message.into()));
             let (target, why) = (
                 id.to_string(),
                 format!("no connection for {} s", after.as_secs()),

@@ -10,7 +10,71 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use sbx_core::Exit;
 use sbx_core::cli::CommonArgs;
+
+/// What kind of failure a backend met: the API answers each with its
+/// own status (error.rs), so a client can tell "try later" from "this
+/// backend cannot" from "fix the project".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The sandbox (or what it needs) is not there.
+    NotFound,
+    /// Another writer changed it first.
+    Conflict,
+    /// The engine or API server did not answer, or refused the server.
+    Unavailable,
+    /// This backend does not do that (yet).
+    Unsupported,
+    /// The project's config or repository cannot run on this backend.
+    Config,
+    /// The sandbox failed otherwise.
+    Other,
+}
+
+/// A backend's failure: its kind and one line for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl BackendError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// sbx-run's error, kind by its exit code (STYLE.md's table).
+    pub fn from_sbx(e: &dyn sbx_core::error::SbxError) -> Self {
+        let kind = match e.exit() {
+            Exit::NoInput => ErrorKind::NotFound,
+            Exit::Unavailable | Exit::TempFail => ErrorKind::Unavailable,
+            Exit::Config | Exit::Usage | Exit::DataErr => ErrorKind::Config,
+            _ => ErrorKind::Other,
+        };
+        Self::new(kind, sbx_core::entry::chain(e))
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// The service's own failures (git, files) are the sandbox's "other".
+impl From<String> for BackendError {
+    fn from(message: String) -> Self {
+        Self::new(ErrorKind::Other, message)
+    }
+}
+
+pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 
 /// A command's outcome in the sandbox, through the guest.
 #[derive(Debug, Clone, Default)]
@@ -25,23 +89,23 @@ pub struct Exec {
 pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Make the sandbox's files in a new workspace (`.agent-sandbox`),
     /// when it has none.
-    fn create(&self, ws: &Path) -> Result<(), String>;
+    fn create(&self, ws: &Path) -> Result<()>;
     /// Start the sandbox (made or made anew as its config asks); its name.
-    fn start(&self, ws: &Path) -> Result<String, String>;
+    fn start(&self, ws: &Path) -> Result<String>;
     /// Stop it; the guest's stop (services, the final backup) runs.
-    fn stop(&self, ws: &Path) -> Result<(), String>;
+    fn stop(&self, ws: &Path) -> Result<()>;
     /// Remove it and what it owns (volumes, image).
-    fn delete(&self, ws: &Path) -> Result<(), String>;
+    fn delete(&self, ws: &Path) -> Result<()>;
     /// Its name and whether it runs; None when there is none; Err when
     /// the engine did not answer.
-    fn status(&self, ws: &Path) -> Result<Option<(String, bool)>, String>;
+    fn status(&self, ws: &Path) -> Result<Option<(String, bool)>>;
     /// Run `argv` as the agent through the guest, as `sbx-run exec` does.
-    fn exec(&self, ws: &Path, argv: &[OsString], client: &str) -> Result<Exec, String>;
+    fn exec(&self, ws: &Path, argv: &[OsString], client: &str) -> Result<Exec>;
     /// Where a terminal (PTY) reaches the guest, and the agent's working
     /// directory there.
-    fn terminal(&self, ws: &Path) -> Result<(PathBuf, String), String>;
+    fn terminal(&self, ws: &Path) -> Result<(PathBuf, String)>;
     /// Keep the running sandbox as a snapshot (root's changes included).
-    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<(), String>;
+    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<()>;
 }
 
 /// sbx-run's library reports on stdout/stderr only without -q.
@@ -52,8 +116,13 @@ fn quiet() -> CommonArgs {
     }
 }
 
-fn chain(e: sbx_core::error::BoxError) -> String {
-    sbx_core::entry::chain(&*e)
+fn chain(e: sbx_core::error::BoxError) -> BackendError {
+    BackendError::from_sbx(&*e)
+}
+
+/// No guest API to reach: the sandbox is not running.
+fn unavailable(e: impl std::fmt::Display) -> BackendError {
+    BackendError::new(ErrorKind::Unavailable, e.to_string())
 }
 
 /// Sandboxes as Docker containers, by sbx-run's library.
@@ -61,7 +130,7 @@ fn chain(e: sbx_core::error::BoxError) -> String {
 pub struct Docker;
 
 impl Backend for Docker {
-    fn create(&self, ws: &Path) -> Result<(), String> {
+    fn create(&self, ws: &Path) -> Result<()> {
         if ws.join(sbx_core::config::DIR).exists() {
             return Ok(());
         }
@@ -70,55 +139,56 @@ impl Backend for Docker {
             .map_err(chain)
     }
 
-    fn start(&self, ws: &Path) -> Result<String, String> {
+    fn start(&self, ws: &Path) -> Result<String> {
         let w = sbx_run::lifecycle::start(&quiet(), Some(ws.to_owned()), None).map_err(chain)?;
         Ok(w.names.container.clone())
     }
 
-    fn stop(&self, ws: &Path) -> Result<(), String> {
+    fn stop(&self, ws: &Path) -> Result<()> {
         sbx_run::lifecycle::stop(&quiet(), Some(ws.to_owned()), None)
             .map(drop)
             .map_err(chain)
     }
 
-    fn delete(&self, ws: &Path) -> Result<(), String> {
+    fn delete(&self, ws: &Path) -> Result<()> {
         sbx_run::lifecycle::rm(&quiet(), Some(ws.to_owned()), true, None)
             .map(drop)
             .map_err(chain)
     }
 
-    fn status(&self, ws: &Path) -> Result<Option<(String, bool)>, String> {
+    fn status(&self, ws: &Path) -> Result<Option<(String, bool)>> {
         // sbx-run names a sandbox after its workspace's canonical path.
         let canonical = ws.canonicalize().unwrap_or_else(|_| ws.to_owned());
         let name = sbx_run::names::Names::new(&canonical, None).container;
-        let found = sbx_run::docker::inspect("container", &name).map_err(|e| e.to_string())?;
+        let found =
+            sbx_run::docker::inspect("container", &name).map_err(|e| BackendError::from_sbx(&e))?;
         Ok(found.map(|c| {
             let running = c["State"]["Running"].as_bool() == Some(true);
             (name, running)
         }))
     }
 
-    fn exec(&self, ws: &Path, argv: &[OsString], client: &str) -> Result<Exec, String> {
+    fn exec(&self, ws: &Path, argv: &[OsString], client: &str) -> Result<Exec> {
         let w =
             sbx_run::workspace::Workspace::open(&quiet(), Some(ws.to_owned())).map_err(chain)?;
         let req = sbx_run::guestexec::exec_request(&w, argv, client, false);
         let conn = sbx_run::guestexec::connect(&sbx_run::guestexec::socket_for(&w))
-            .map_err(|e| e.to_string())?;
+            .map_err(unavailable)?;
         let mut x = Exec::default();
         let done =
             sbx_run::guestexec::run_with(conn, req, None, &mut x.stdout, &mut x.stderr, false)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| BackendError::from(e.to_string()))?;
         x.status = done.status;
         Ok(x)
     }
 
-    fn terminal(&self, ws: &Path) -> Result<(PathBuf, String), String> {
+    fn terminal(&self, ws: &Path) -> Result<(PathBuf, String)> {
         let w =
             sbx_run::workspace::Workspace::open(&quiet(), Some(ws.to_owned())).map_err(chain)?;
         Ok((sbx_run::guestexec::socket_for(&w), w.workdir()))
     }
 
-    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<(), String> {
+    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<()> {
         sbx_run::snapshot::snapshot(&quiet(), Some(ws.to_owned()), tag)
             .map(drop)
             .map_err(chain)

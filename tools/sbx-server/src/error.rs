@@ -136,3 +136,22 @@ impl From<deadpool_postgres::PoolError> for ApiError {
         Self::unavailable("the database is unavailable; try again")
     }
 }
+
+/// A backend's failure by its kind: the sandbox's absence 404, another
+/// writer 409, an engine or API server that is down or refuses the
+/// server 503, what the backend cannot do 501, a project it cannot run
+/// 422; any other failure of the sandbox 503 as before.
+impl From<crate::backend::BackendError> for ApiError {
+    fn from(e: crate::backend::BackendError) -> Self {
+        use crate::backend::ErrorKind::*;
+        let (status, code) = match e.kind {
+            NotFound => (StatusCode::NOT_FOUND, "sandbox_not_found"),
+            Conflict => (StatusCode::CONFLICT, "sandbox_conflict"),
+            Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable"),
+            Unsupported => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
+            Config => (StatusCode::UNPROCESSABLE_ENTITY, "sandbox_config"),
+            Other => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_failed"),
+        };
+        Self::new(status, code, e.message)
+    }
+}

@@ -16,7 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use saphyr::{LoadableYamlNode, Yaml};
 use serde_json::{Value, json};
 
-use crate::backend::{Backend, Exec};
+use crate::backend::{Backend, BackendError, ErrorKind, Exec};
 use crate::error::ApiError;
 
 /// Who owns the fields sbx-server applies.
@@ -77,23 +77,36 @@ impl std::fmt::Display for KubeError {
 }
 
 impl KubeError {
-    /// The server's answer for this failure: a client's mistake keeps its
-    /// status; the cluster's refusal or silence is the server's gateway's.
+    /// The server's answer for this failure (error.rs, by its kind).
     pub fn api_error(&self) -> ApiError {
-        let (status, code) = match self {
-            Self::Status { code: 409, .. } => (StatusCode::CONFLICT, "cluster_conflict"),
-            Self::Status { code: 422, .. } => (StatusCode::UNPROCESSABLE_ENTITY, "cluster_invalid"),
-            Self::Status { code: 404, .. } => (StatusCode::BAD_GATEWAY, "cluster_not_found"),
-            Self::Status {
-                code: 401 | 403, ..
-            } => (StatusCode::BAD_GATEWAY, "cluster_forbidden"),
-            Self::Status { .. } => (StatusCode::BAD_GATEWAY, "cluster_error"),
-            Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "cluster_timeout"),
-            Self::Tls(_) => (StatusCode::BAD_GATEWAY, "cluster_tls"),
-            Self::Transport(_) => (StatusCode::BAD_GATEWAY, "cluster_unreachable"),
-            Self::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cluster_config"),
+        BackendError::from(self.clone()).into()
+    }
+}
+
+/// The API server's 404 is the sandbox's (or its CRD's) absence, 409
+/// another writer, 400/422 a manifest it refused (the project's config);
+/// a refusal of the server's account (401/403), the server's own
+/// trouble (5xx), silence, TLS and an unusable kubeconfig are the
+/// cluster being unavailable to sbx-server: the operator's to fix.
+impl From<KubeError> for BackendError {
+    fn from(e: KubeError) -> Self {
+        let kind = match &e {
+            KubeError::Status { code: 404, .. } => ErrorKind::NotFound,
+            KubeError::Status { code: 409, .. } => ErrorKind::Conflict,
+            KubeError::Status {
+                code: 400 | 422, ..
+            } => ErrorKind::Config,
+            KubeError::Status {
+                code: 401 | 403 | 429 | 500..=599,
+                ..
+            }
+            | KubeError::Timeout(_)
+            | KubeError::Tls(_)
+            | KubeError::Transport(_)
+            | KubeError::Config(_) => ErrorKind::Unavailable,
+            KubeError::Status { .. } => ErrorKind::Other,
         };
-        ApiError::new(status, code, self.to_string())
+        BackendError::new(kind, e.to_string())
     }
 }
 
@@ -199,6 +212,9 @@ fn named_in<'a, 'y>(doc: &'a Yaml<'y>, list: &str, name: &str) -> Option<&'a Yam
 pub struct Api {
     target: Target,
     client: reqwest::blocking::Client,
+    /// The same trust, for the exec WebSocket (its own connection).
+    tls: Arc<rustls::ClientConfig>,
+    timeout: Duration,
 }
 
 impl Api {
@@ -225,14 +241,20 @@ impl Api {
             .map_err(|e| KubeError::Config(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
+        let tls = Arc::new(tls);
         let client = reqwest::blocking::Client::builder()
-            .tls_backend_preconfigured(tls)
+            .tls_backend_preconfigured((*tls).clone())
             .timeout(timeout)
             .connect_timeout(timeout)
             .no_proxy()
             .build()
             .map_err(|e| KubeError::Config(e.to_string()))?;
-        Ok(Self { target, client })
+        Ok(Self {
+            target,
+            client,
+            tls,
+            timeout,
+        })
     }
 
     pub fn namespace(&self) -> &str {
@@ -386,6 +408,189 @@ impl Api {
     }
 }
 
+/// The exec subprotocols, newest first: v5 can close stdin (channel 255).
+const EXEC_PROTOCOLS: &str = "v5.channel.k8s.io, v4.channel.k8s.io";
+/// An exec's output may pause for long (a backup's upload); not forever.
+const EXEC_IDLE: Duration = Duration::from_secs(30 * 60);
+
+impl Api {
+    /// Run `argv` in `container` of `pod` through the API server's exec
+    /// WebSocket (the kubelet runs it; channels 0 stdin, 1 stdout,
+    /// 2 stderr, 3 the `Status` that carries the exit code, 255 close in
+    /// v5). Its exit status and output.
+    pub fn exec(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> Result<Exec, KubeError> {
+        use tungstenite::Message;
+        use tungstenite::client::IntoClientRequest;
+        let what = format!("exec in pod {pod}");
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        q.append_pair("container", container)
+            .append_pair("stdout", "true")
+            .append_pair("stderr", "true")
+            .append_pair("stdin", if stdin.is_some() { "true" } else { "false" });
+        for a in argv {
+            q.append_pair("command", a);
+        }
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{pod}/exec?{}",
+            self.target.namespace,
+            q.finish()
+        );
+        let base = url::Url::parse(&self.target.server)
+            .map_err(|e| KubeError::Config(format!("server: {e}")))?;
+        let host = base.host_str().unwrap_or("").to_owned();
+        let port = base.port_or_known_default().unwrap_or(443);
+        let down = |e: std::io::Error| KubeError::Transport(format!("{what}: {e}"));
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+            .map_err(down)?
+            .next()
+            .ok_or_else(|| KubeError::Transport(format!("{what}: {host}: no address")))?;
+        let tcp = std::net::TcpStream::connect_timeout(&addr, self.timeout).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                KubeError::Timeout(what.clone())
+            } else {
+                down(e)
+            }
+        })?;
+        tcp.set_read_timeout(Some(self.timeout)).map_err(down)?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|e| KubeError::Config(format!("server {host}: {e}")))?;
+        let conn = rustls::ClientConnection::new(Arc::clone(&self.tls), name)
+            .map_err(|e| KubeError::Tls(format!("{what}: {e}")))?;
+        let stream = rustls::StreamOwned::new(conn, tcp);
+        let mut req = format!("wss://{host}:{port}{path}")
+            .into_client_request()
+            .map_err(|e| KubeError::Transport(format!("{what}: {e}")))?;
+        let h = req.headers_mut();
+        h.insert(
+            "sec-websocket-protocol",
+            tungstenite::http::HeaderValue::from_static(EXEC_PROTOCOLS),
+        );
+        if let Some(t) = &self.target.token {
+            let v = tungstenite::http::HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| KubeError::Config("the token is not a header value".into()))?;
+            h.insert("authorization", v);
+        }
+        let (mut ws, resp) = tungstenite::client::client(req, stream).map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => {
+                let code = r.status().as_u16();
+                let body: Value = r
+                    .body()
+                    .as_deref()
+                    .and_then(|b| serde_json::from_slice(b).ok())
+                    .unwrap_or(Value::Null);
+                let message = body["message"]
+                    .as_str()
+                    .map(|m| sbx_core::sanitize::field(m).into_owned())
+                    .unwrap_or_else(|| r.status().canonical_reason().unwrap_or("").to_owned());
+                KubeError::Status {
+                    code,
+                    what: what.clone(),
+                    message,
+                }
+            }
+            tungstenite::HandshakeError::Failure(e) => {
+                let s = e.to_string();
+                if s.contains("certificate") || s.contains("tls") || s.contains("TLS") {
+                    KubeError::Tls(what.clone())
+                } else if s.contains("timed out") || s.contains("WouldBlock") {
+                    KubeError::Timeout(what.clone())
+                } else {
+                    KubeError::Transport(format!("{what}: {s}"))
+                }
+            }
+            tungstenite::HandshakeError::Interrupted(_) => KubeError::Timeout(what.clone()),
+        })?;
+        let proto = resp
+            .headers()
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if proto != "v5.channel.k8s.io" && proto != "v4.channel.k8s.io" {
+            return Err(KubeError::Transport(format!(
+                "{what}: the API server speaks exec protocol {proto:?}, not v5 or v4.channel.k8s.io"
+            )));
+        }
+        let _ = ws.get_mut().get_mut().set_read_timeout(Some(EXEC_IDLE));
+        let broken = |e: tungstenite::Error| KubeError::Transport(format!("{what}: {e}"));
+        if let Some(input) = stdin {
+            let mut m = Vec::with_capacity(input.len() + 1);
+            m.push(0);
+            m.extend_from_slice(input);
+            ws.send(Message::Binary(m.into())).map_err(broken)?;
+            // v4 cannot close stdin: the command must not wait for EOF.
+            if proto.starts_with("v5") {
+                ws.send(Message::Binary(vec![255, 0].into()))
+                    .map_err(broken)?;
+            }
+        }
+        let mut x = Exec::default();
+        let mut status = Vec::new();
+        loop {
+            match ws.read() {
+                Ok(Message::Binary(b)) => match b.first() {
+                    Some(1) => x.stdout.extend_from_slice(&b[1..]),
+                    Some(2) => x.stderr.extend_from_slice(&b[1..]),
+                    Some(3) => status.extend_from_slice(&b[1..]),
+                    _ => {}
+                },
+                Ok(Message::Close(_))
+                | Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
+                    break;
+                }
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(KubeError::Timeout(what));
+                }
+                Err(e) => return Err(broken(e)),
+            }
+        }
+        x.status = exit_status(&what, &status)?;
+        Ok(x)
+    }
+}
+
+/// The exit code in the error channel's `Status`: Success is 0, a
+/// `NonZeroExitCode` names it in its `ExitCode` cause; anything else (or
+/// none at all) is the exec's own failure.
+fn exit_status(what: &str, status: &[u8]) -> Result<i32, KubeError> {
+    let s: Value = serde_json::from_slice(status).map_err(|_| {
+        KubeError::Transport(format!(
+            "{what}: the API server ended the exec without its status"
+        ))
+    })?;
+    if s["status"] == "Success" {
+        return Ok(0);
+    }
+    if s["reason"] == "NonZeroExitCode" {
+        let code = s["details"]["causes"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| c["reason"] == "ExitCode")
+                .and_then(|c| c["message"].as_str())
+                .and_then(|m| m.parse::<i32>().ok())
+        });
+        if let Some(code) = code {
+            return Ok(code);
+        }
+    }
+    let message = s["message"].as_str().unwrap_or("failed");
+    Err(KubeError::Transport(format!(
+        "{what}: {}",
+        sbx_core::sanitize::field(message)
+    )))
+}
+
 /// One line for a failed request, telling a timeout and TLS apart.
 fn transport(what: &str, e: &reqwest::Error) -> KubeError {
     let chain = {
@@ -425,18 +630,34 @@ fn quiet() -> sbx_core::cli::CommonArgs {
 }
 
 /// The cluster clones the project's origin: a host path it cannot reach.
-fn origin(ws: &Path) -> Result<String, String> {
+/// The workspace is the agent's: git refuses to run in it for the
+/// server (its ownership check), so `.git/config` is read as a plain
+/// file (`git config --file`: no includes, nothing run), links refused.
+fn origin(ws: &Path) -> Result<String, BackendError> {
+    let config = ws.join(".git/config");
+    for p in [ws.join(".git"), config.clone()] {
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(BackendError::new(
+                ErrorKind::Config,
+                format!("{}: a symbolic link: not followed", p.display()),
+            ));
+        }
+    }
     let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(ws)
-        .args(["remote", "get-url", "origin"])
+        .arg("config")
+        .arg("--file")
+        .arg(&config)
+        .args(["--get", "remote.origin.url"])
         .output()
         .map_err(|e| format!("git: {e}"))?;
     let url = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if !out.status.success() || !url.contains("://") || url.starts_with("file://") {
-        return Err(format!(
-            "{}: the project's repository {url:?} is not a URL the cluster can clone: the kubernetes backend needs projects made from a network repository",
-            ws.display()
+        return Err(BackendError::new(
+            ErrorKind::Config,
+            format!(
+                "{}: the project's repository {url:?} is not a URL the cluster can clone: the kubernetes backend needs projects made from a network repository",
+                ws.display()
+            ),
         ));
     }
     Ok(url)
@@ -444,7 +665,7 @@ fn origin(ws: &Path) -> Result<String, String> {
 
 impl Kube {
     /// The manifests of `ws`'s sandbox, from sbx-run's one builder.
-    pub fn manifests(&self, ws: &Path) -> Result<Vec<Value>, String> {
+    pub fn manifests(&self, ws: &Path) -> Result<Vec<Value>, BackendError> {
         let repo = origin(ws)?;
         let (_, _, _, docs) = sbx_run::lifecycle::k8s_render(
             &quiet(),
@@ -454,7 +675,7 @@ impl Kube {
             Some(repo),
             self.image.clone(),
         )
-        .map_err(|e| sbx_core::entry::chain(&*e))?;
+        .map_err(|e| BackendError::from_sbx(&*e))?;
         Ok(docs)
     }
 
@@ -512,46 +733,99 @@ impl Kube {
     }
 }
 
-const NO_EXEC: &str = "the kubernetes backend does not run commands in the sandbox yet (exec, terminal and snapshot go through the API server's exec: docs/kubernetes.md)";
+/// The pod's container that runs sbx-guest (sbx-run's k8s.rs).
+pub const MAIN_CONTAINER: &str = "sandbox";
+
+/// `argv` as the guest's client runs it in the pod.
+pub fn guest_command(
+    client: &str,
+    workdir: Option<&str>,
+    argv: &[std::ffi::OsString],
+) -> Vec<String> {
+    let mut cmd: Vec<String> = ["sbx-guest", "exec", "--agent", client]
+        .map(str::to_owned)
+        .into();
+    if let Some(w) = workdir {
+        cmd.extend(["--cwd".to_owned(), w.to_owned()]);
+    }
+    cmd.push("--".into());
+    cmd.extend(argv.iter().map(|a| a.to_string_lossy().into_owned()));
+    cmd
+}
+
+const NO_EXEC: &str = "the kubernetes backend has no terminal or image snapshot yet (commands run through the API server's exec: docs/kubernetes.md)";
 
 impl Backend for Kube {
-    fn create(&self, ws: &Path) -> Result<(), String> {
-        crate::backend::Docker.create(ws)
+    /// The sandbox's config only: `sbx-run init` would also build the
+    /// per-repo image with the host's Docker, which a cluster has no use
+    /// for (it pulls the image it is given).
+    fn create(&self, ws: &Path) -> crate::backend::Result<()> {
+        let dir = ws.join(sbx_core::config::DIR);
+        if dir.exists() {
+            return Ok(());
+        }
+        let file = dir.join("config.toml");
+        let at = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+        std::fs::create_dir(&dir).map_err(|e| at(&dir, e))?;
+        // create_new: O_EXCL, a link in its place is not followed.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+            .map_err(|e| at(&file, e))?;
+        std::io::Write::write_all(&mut f, sbx_run::image::CONFIG_TEMPLATE.as_bytes())
+            .map_err(|e| at(&file, e).into())
     }
 
-    fn start(&self, ws: &Path) -> Result<String, String> {
+    fn start(&self, ws: &Path) -> crate::backend::Result<String> {
         let docs = self.manifests(ws)?;
-        self.apply_all(&docs).map_err(|e| e.to_string())
+        self.apply_all(&docs).map_err(BackendError::from)
     }
 
-    fn stop(&self, ws: &Path) -> Result<(), String> {
-        self.suspend(&Self::name(ws)).map_err(|e| e.to_string())
+    fn stop(&self, ws: &Path) -> crate::backend::Result<()> {
+        self.suspend(&Self::name(ws)).map_err(BackendError::from)
     }
 
-    fn delete(&self, ws: &Path) -> Result<(), String> {
-        self.remove(&Self::name(ws)).map_err(|e| e.to_string())
+    fn delete(&self, ws: &Path) -> crate::backend::Result<()> {
+        self.remove(&Self::name(ws)).map_err(BackendError::from)
     }
 
-    fn status(&self, ws: &Path) -> Result<Option<(String, bool)>, String> {
+    fn status(&self, ws: &Path) -> crate::backend::Result<Option<(String, bool)>> {
         let name = Self::name(ws);
-        let s = self.state(&name).map_err(|e| e.to_string())?;
+        let s = self.state(&name).map_err(BackendError::from)?;
         Ok(s.map(|running| (name, running)))
     }
 
+    /// Through the API server's exec into the Sandbox's pod (the
+    /// controller names it after the Sandbox): `sbx-guest exec` in the
+    /// main container, the guest's client, so the command runs as
+    /// `sbx-run exec` runs it (the agent's uid, its audit record, the
+    /// guards), in the workspace's directory of the pod.
     fn exec(
         &self,
-        _ws: &Path,
-        _argv: &[std::ffi::OsString],
-        _client: &str,
-    ) -> Result<Exec, String> {
-        Err(NO_EXEC.into())
+        ws: &Path,
+        argv: &[std::ffi::OsString],
+        client: &str,
+    ) -> crate::backend::Result<Exec> {
+        let docs = self.manifests(ws)?;
+        let sandbox = docs
+            .iter()
+            .find(|d| d["kind"] == "Sandbox")
+            .ok_or_else(|| String::from("sbx-run's builder made no Sandbox"))?;
+        let name = sandbox["metadata"]["name"].as_str().unwrap_or("");
+        let workdir = sandbox["spec"]["podTemplate"]["spec"]["containers"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == MAIN_CONTAINER))
+            .and_then(|c| c["workingDir"].as_str());
+        let cmd = guest_command(client, workdir, argv);
+        Ok(self.api.exec(name, MAIN_CONTAINER, &cmd, None)?)
     }
 
-    fn terminal(&self, _ws: &Path) -> Result<(PathBuf, String), String> {
-        Err(NO_EXEC.into())
+    fn terminal(&self, _ws: &Path) -> crate::backend::Result<(PathBuf, String)> {
+        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
     }
 
-    fn snapshot(&self, _ws: &Path, _tag: Option<&str>) -> Result<(), String> {
-        Err(NO_EXEC.into())
+    fn snapshot(&self, _ws: &Path, _tag: Option<&str>) -> crate::backend::Result<()> {
+        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
     }
 }

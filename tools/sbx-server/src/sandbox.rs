@@ -17,7 +17,7 @@ use sbx_core::config::StoreUrl;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::backend::{Backend, Docker};
+use crate::backend::{Backend, BackendError, Docker};
 
 /// The agent's uid and gid in every sandbox.
 const AGENT: &str = "1000:1000";
@@ -41,7 +41,7 @@ pub struct Sandboxes {
 pub enum BackupError {
     /// No snapshot (of that id) in the project's store.
     NoSnapshot(String),
-    Failed(String),
+    Failed(BackendError),
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
@@ -159,7 +159,7 @@ impl Sandboxes {
     /// Start the sandbox (its `.agent-sandbox` made on the first start)
     /// under `config` (None: sbx's template); the container's name.
     /// Blocking.
-    pub fn start(&self, id: Uuid, config: Option<&str>) -> Result<String, String> {
+    pub fn start(&self, id: Uuid, config: Option<&str>) -> Result<String, BackendError> {
         let ws = self.workspace(id);
         self.backend.create(&ws)?;
         self.write_config(id, config.unwrap_or(sbx_run::image::CONFIG_TEMPLATE))?;
@@ -258,7 +258,7 @@ impl Sandboxes {
     /// sandbox, through the guest API as `sbx-run exec` does: the `data`
     /// of its last JSON line. Blocking.
     pub fn backup(&self, id: Uuid, args: &[&str]) -> Result<Value, BackupError> {
-        let fail = BackupError::Failed;
+        let fail = |m: String| BackupError::Failed(m.into());
         let argv: Vec<OsString> = ["sbx-backup", "--json"]
             .iter()
             .chain(args)
@@ -267,7 +267,7 @@ impl Sandboxes {
         let x = self
             .backend
             .exec(&self.workspace(id), &argv, "sbx-server")
-            .map_err(fail)?;
+            .map_err(BackupError::Failed)?;
         let (out, err) = (x.stdout, String::from_utf8_lossy(&x.stderr).into_owned());
         let last = |t: &str| {
             t.lines()
@@ -344,19 +344,19 @@ impl Sandboxes {
     /// Project `id`'s sandbox as its backend sees it: its name and
     /// whether it runs, None when there is none, Err when the engine did
     /// not answer. Blocking.
-    pub fn container(&self, id: Uuid) -> Result<Option<(String, bool)>, String> {
+    pub fn container(&self, id: Uuid) -> Result<Option<(String, bool)>, BackendError> {
         self.backend.status(&self.workspace(id))
     }
 
     /// Stop the sandbox: the guest's backup daemon makes its final sync
     /// when backups are configured. Blocking.
-    pub fn stop(&self, id: Uuid) -> Result<(), String> {
+    pub fn stop(&self, id: Uuid) -> Result<(), BackendError> {
         self.backend.stop(&self.workspace(id))
     }
 
     /// Stop and remove the sandbox, its volumes and image, then the
     /// workspace. Blocking.
-    pub fn remove(&self, id: Uuid) -> Result<(), String> {
+    pub fn remove(&self, id: Uuid) -> Result<(), BackendError> {
         let ws = self.workspace(id);
         if ws.exists() {
             self.stop(id)?;
@@ -365,7 +365,7 @@ impl Sandboxes {
         let dir = self.project_dir(id);
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("{}: {e}", dir.display()))
+                Err(format!("{}: {e}", dir.display()).into())
             }
             _ => Ok(()),
         }
@@ -382,7 +382,7 @@ impl Sandboxes {
 
     /// The guest API socket of project `id`'s sandbox and the agent's
     /// working directory in it. Blocking.
-    pub fn terminal_target(&self, id: Uuid) -> Result<(PathBuf, String), String> {
+    pub fn terminal_target(&self, id: Uuid) -> Result<(PathBuf, String), BackendError> {
         self.backend.terminal(&self.workspace(id))
     }
 }
@@ -404,29 +404,29 @@ mod tests {
     }
 
     impl Backend for Recording {
-        fn create(&self, ws: &Path) -> Result<(), String> {
+        fn create(&self, ws: &Path) -> crate::backend::Result<()> {
             std::fs::create_dir_all(ws.join(sbx_core::config::DIR)).map_err(|e| e.to_string())?;
             self.note("create".into());
             Ok(())
         }
-        fn start(&self, ws: &Path) -> Result<String, String> {
+        fn start(&self, ws: &Path) -> crate::backend::Result<String> {
             let cfg = ws.join(sbx_core::config::DIR).join("config.toml");
             let text = std::fs::read_to_string(cfg).unwrap_or_default();
             self.note(format!("start with config: {}", !text.is_empty()));
             Ok("sandbox-name".into())
         }
-        fn stop(&self, _: &Path) -> Result<(), String> {
+        fn stop(&self, _: &Path) -> crate::backend::Result<()> {
             self.note("stop".into());
             Ok(())
         }
-        fn delete(&self, _: &Path) -> Result<(), String> {
+        fn delete(&self, _: &Path) -> crate::backend::Result<()> {
             self.note("delete".into());
             Ok(())
         }
-        fn status(&self, _: &Path) -> Result<Option<(String, bool)>, String> {
+        fn status(&self, _: &Path) -> crate::backend::Result<Option<(String, bool)>> {
             Ok(None)
         }
-        fn exec(&self, _: &Path, argv: &[OsString], _: &str) -> Result<Exec, String> {
+        fn exec(&self, _: &Path, argv: &[OsString], _: &str) -> crate::backend::Result<Exec> {
             self.note(format!("exec {argv:?}"));
             Ok(Exec {
                 status: 66,
@@ -434,10 +434,10 @@ mod tests {
                 stderr: b"sbx-backup: error: no snapshot\n".to_vec(),
             })
         }
-        fn terminal(&self, _: &Path) -> Result<(PathBuf, String), String> {
-            Err("none".into())
+        fn terminal(&self, _: &Path) -> crate::backend::Result<(PathBuf, String)> {
+            Err(String::from("none").into())
         }
-        fn snapshot(&self, _: &Path, _: Option<&str>) -> Result<(), String> {
+        fn snapshot(&self, _: &Path, _: Option<&str>) -> crate::backend::Result<()> {
             Ok(())
         }
     }

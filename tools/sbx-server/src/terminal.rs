@@ -127,8 +127,7 @@ pub async fn terminal(
         sandboxes.terminal_target(id)
     })
     .await
-    .map_err(|e| ApiError::internal(format!("worker failed: {e}")))?
-    .map_err(ApiError::unavailable)?;
+    .map_err(|e| ApiError::internal(format!("worker failed: {e}")))??;
     if !socket.exists() {
         return Err(ApiError::unavailable(format!(
             "project {id}'s sandbox has no guest API: stop and start it again"

@@ -956,14 +956,14 @@ fn docker_down_puts_the_project_in_error_with_the_reason() {
     );
     let id = r.body["id"].as_str().unwrap().to_owned();
     let r = s.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
-    assert_eq!((r.status, r.code()), (503, "sandbox_failed"), "{r:?}");
+    assert_eq!((r.status, r.code()), (503, "backend_unavailable"), "{r:?}");
     let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
     assert_eq!(r.body["status"], "error", "{r:?}");
     let why = r.body["status_reason"].as_str().unwrap_or("");
     assert!(why.contains("Docker engine"), "{r:?}");
     // Nor can it be deleted without the engine: it is kept, not lost.
     let r = s.call("DELETE", &format!("/projects/{id}"), Some(&t), None);
-    assert_eq!((r.status, r.code()), (503, "sandbox_failed"), "{r:?}");
+    assert_eq!((r.status, r.code()), (503, "backend_unavailable"), "{r:?}");
     let r = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
     assert_eq!(
         (r.status, &r.body["status"]),

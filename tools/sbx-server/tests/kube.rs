@@ -13,6 +13,8 @@ use axum::response::IntoResponse;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use sbx_server::kube::{Api, Kube, KubeError, Target, load_kubeconfig};
+
+mod common;
 use serde_json::{Value, json};
 
 /// A request as the stand-in saw it.
@@ -25,15 +27,21 @@ struct Seen {
     body: String,
 }
 
-/// What the stand-in answers: a status and a body, or silence.
+/// What the stand-in answers: a status and a body, or silence; an exec
+/// WebSocket is served by `docker exec` in the container named as the
+/// pod (as the kubelet runs it in the pod's), speaking the newest of the
+/// client's offered subprotocols among `protocols`.
 #[derive(Clone)]
 enum Answer {
     Reply(u16, Value),
     Silent,
+    Exec { protocols: &'static [&'static str] },
 }
 
 struct Stand {
     port: u16,
+    /// What it answers next (tests change it between calls).
+    answer: Arc<Mutex<Answer>>,
     ca_pem: String,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
@@ -67,11 +75,13 @@ fn stand(answer: Answer) -> Stand {
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&seen);
+    let answer = Arc::new(Mutex::new(answer));
+    let answers = Arc::clone(&answer);
     std::thread::spawn(move || {
         for tcp in listener.incoming().flatten() {
             let config = Arc::clone(&config);
             let log = Arc::clone(&log);
-            let answer = answer.clone();
+            let answers = Arc::clone(&answers);
             std::thread::spawn(move || {
                 let conn = rustls::ServerConnection::new(config).unwrap();
                 let mut tls = rustls::StreamOwned::new(conn, tcp);
@@ -84,6 +94,7 @@ fn stand(answer: Answer) -> Stand {
                 let method = parts.next().unwrap_or("").to_owned();
                 let target = parts.next().unwrap_or("").to_owned();
                 let (mut len, mut content_type, mut auth) = (0, String::new(), String::new());
+                let (mut ws_key, mut offered) = (String::new(), String::new());
                 loop {
                     let mut h = String::new();
                     r.read_line(&mut h).unwrap();
@@ -96,6 +107,8 @@ fn stand(answer: Answer) -> Stand {
                         "content-length" => len = v.trim().parse().unwrap(),
                         "content-type" => content_type = v.trim().to_owned(),
                         "authorization" => auth = v.trim().to_owned(),
+                        "sec-websocket-key" => ws_key = v.trim().to_owned(),
+                        "sec-websocket-protocol" => offered = v.trim().to_owned(),
                         _ => {}
                     }
                 }
@@ -103,12 +116,16 @@ fn stand(answer: Answer) -> Stand {
                 r.read_exact(&mut body).unwrap();
                 log.lock().unwrap().push(Seen {
                     method,
-                    target,
+                    target: target.clone(),
                     content_type,
                     auth,
                     body: String::from_utf8_lossy(&body).into_owned(),
                 });
+                let answer = answers.lock().unwrap().clone();
                 match answer {
+                    Answer::Exec { protocols } => {
+                        serve_exec(tls, &target, &ws_key, &offered, protocols)
+                    }
                     Answer::Silent => std::thread::sleep(Duration::from_secs(120)),
                     Answer::Reply(code, v) => {
                         let b = v.to_string();
@@ -125,9 +142,95 @@ fn stand(answer: Answer) -> Stand {
     });
     Stand {
         port,
+        answer,
         ca_pem: ca_cert.pem(),
         seen,
     }
+}
+
+/// The exec upgrade as the API server and kubelet serve it: 101 with the
+/// chosen subprotocol, stdin (channel 0) until v5's close (255), the
+/// command run by `docker exec -i`, its stdout (1) and stderr (2), then
+/// the `Status` on the error channel (3) and a close.
+fn serve_exec(
+    mut tls: rustls::StreamOwned<rustls::ServerConnection, std::net::TcpStream>,
+    target: &str,
+    key: &str,
+    offered: &str,
+    protocols: &[&str],
+) {
+    use tungstenite::Message;
+    let chosen = offered
+        .split(',')
+        .map(str::trim)
+        .find(|p| protocols.contains(p));
+    let Some(proto) = chosen else {
+        let _ = write!(
+            tls,
+            "HTTP/1.1 400 X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        return;
+    };
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    write!(
+        tls,
+        "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\nsec-websocket-protocol: {proto}\r\n\r\n"
+    )
+    .unwrap();
+    tls.flush().unwrap();
+    let mut ws =
+        tungstenite::WebSocket::from_raw_socket(tls, tungstenite::protocol::Role::Server, None);
+    let (path, query) = target.split_once('?').unwrap();
+    let pod = path.rsplit('/').nth(1).unwrap().to_owned();
+    let q: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    let command: Vec<&str> = q
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let mut input = Vec::new();
+    if q.iter().any(|(k, v)| k == "stdin" && v == "true") {
+        loop {
+            match ws.read().unwrap() {
+                Message::Binary(b) if b.first() == Some(&0) => input.extend_from_slice(&b[1..]),
+                Message::Binary(b) if b[..] == [255, 0] => break,
+                _ => {}
+            }
+        }
+    }
+    let mut child = std::process::Command::new("docker")
+        .args(["exec", "-i", &pod])
+        .args(&command)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    for (ch, data) in [(1u8, &out.stdout), (2, &out.stderr)] {
+        if !data.is_empty() {
+            let mut m = vec![ch];
+            m.extend_from_slice(data);
+            ws.send(Message::Binary(m.into())).unwrap();
+        }
+    }
+    let code = out.status.code().unwrap_or(1);
+    let status = if code == 0 {
+        json!({"metadata": {}, "status": "Success"})
+    } else {
+        json!({"metadata": {}, "status": "Failure",
+            "message": format!("command terminated with non-zero exit code: exit code {code}"),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}})
+    };
+    let mut m = vec![3u8];
+    m.extend_from_slice(status.to_string().as_bytes());
+    ws.send(Message::Binary(m.into())).unwrap();
+    let _ = ws.close(None);
+    let _ = ws.flush();
 }
 
 fn target(s: &Stand) -> Target {
@@ -277,9 +380,9 @@ fn each_failure_is_one_line_and_its_status() {
                 "Forbidden",
                 "sandboxes.agents.x-k8s.io is forbidden: User \"system:serviceaccount:sbx:sbx-server\" cannot patch",
             ),
-            502,
-            "cluster_forbidden",
-            "403",
+            503,
+            "backend_unavailable",
+            "RBAC",
         ),
         (
             status(
@@ -287,14 +390,14 @@ fn each_failure_is_one_line_and_its_status() {
                 "NotFound",
                 "the server could not find the requested resource",
             ),
-            502,
-            "cluster_not_found",
+            404,
+            "sandbox_not_found",
             "agent-sandbox controller",
         ),
         (
             status(409, "Conflict", "Apply failed with 1 conflict"),
             409,
-            "cluster_conflict",
+            "sandbox_conflict",
             "retry",
         ),
         (
@@ -304,7 +407,7 @@ fn each_failure_is_one_line_and_its_status() {
                 "Sandbox.agents.x-k8s.io \"x\" is invalid: spec.podTemplate: Required value",
             ),
             422,
-            "cluster_invalid",
+            "sandbox_config",
             "spec.podTemplate",
         ),
     ] {
@@ -330,7 +433,7 @@ fn a_silent_server_is_a_timeout() {
     let e = api(&s).get("v1", "ConfigMap", "x").unwrap_err();
     assert!(matches!(e, KubeError::Timeout(_)), "{e:?}");
     assert!(e.to_string().contains("no answer in time"), "{e}");
-    assert_eq!(answered(&e).0, 504);
+    assert_eq!(answered(&e).0, 503);
 }
 
 #[test]
@@ -344,18 +447,22 @@ fn a_server_of_another_ca_is_a_tls_error() {
         .get("v1", "ConfigMap", "x")
         .unwrap_err();
     assert!(matches!(e, KubeError::Tls(_)), "{e:?}");
-    assert_eq!(answered(&e).0, 502);
+    assert_eq!(answered(&e).0, 503);
     assert!(s.seen.lock().unwrap().is_empty(), "no request crossed");
 }
 
 fn kubeconfig(dir: &std::path::Path, ca_pem: &str, user: &str) -> std::path::PathBuf {
+    kubeconfig_at(dir, ca_pem, user, 6443)
+}
+
+fn kubeconfig_at(dir: &std::path::Path, ca_pem: &str, user: &str, port: u16) -> std::path::PathBuf {
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let p = dir.join("kubeconfig");
     std::fs::write(
         &p,
         format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u, namespace: sbx-ns}}\nclusters:\n- name: k\n  cluster:\n    server: https://localhost:6443\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n{user}\n"
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u, namespace: sbx-ns}}\nclusters:\n- name: k\n  cluster:\n    server: https://localhost:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n{user}\n"
         ),
     )
     .unwrap();
@@ -482,7 +589,7 @@ fn start_applies_sbx_runs_manifests_for_the_workspace() {
         api: api(&s),
         image: Some("registry.invalid/sbx-base:1".into()),
     };
-    let e = kube.start(&ws).unwrap_err();
+    let e = kube.start(&ws).unwrap_err().message;
     assert!(e.contains("not a URL the cluster can clone"), "{e}");
     assert!(s.seen.lock().unwrap().is_empty());
 
@@ -522,4 +629,316 @@ fn start_applies_sbx_runs_manifests_for_the_workspace() {
         text.contains("/usr/local/bin/sbx-fw"),
         "the firewall's init container"
     );
+}
+
+/// The real server on the Kubernetes backend, the stand-in its API
+/// server: each failure of the cluster reaches the HTTP client as its
+/// status and `{error: {code, message}}`, and the project keeps why.
+#[test]
+fn the_clusters_answers_reach_the_api_as_their_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = stand(Answer::Reply(200, json!({})));
+    let kc = kubeconfig_at(dir.path(), &s.ca_pem, "    token: tok-h45e", s.port);
+    let server = common::start(&[
+        "--backend",
+        "kubernetes",
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+    ]);
+    let (t, _) = server.session();
+    let r = server.call("POST", "/projects", Some(&t), Some(json!({"name": "k"})));
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.body["status"], "stopped", "{r:?}");
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let start = || server.call("POST", &format!("/projects/{id}/start"), Some(&t), None);
+
+    // Made from no network repository: the cluster cannot clone it.
+    let r = start();
+    assert_eq!(
+        (r.status, r.code()),
+        (422, "sandbox_config"),
+        "{r:?} {}",
+        server.stderr.lock().unwrap()
+    );
+    assert!(s.seen.lock().unwrap().is_empty(), "no request crossed");
+
+    let ws = common::workspace(&server, &id);
+    let o = std::process::Command::new("git")
+        .args(["-c", "safe.directory=*", "-C"])
+        .arg(&ws)
+        .args([
+            "remote",
+            "add",
+            "origin",
+            "https://git.example.invalid/k.git",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    for (answer, want, code, words) in [
+        (
+            status(403, "Forbidden", "sandboxes.agents.x-k8s.io is forbidden"),
+            503,
+            "backend_unavailable",
+            "RBAC",
+        ),
+        (
+            status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+            404,
+            "sandbox_not_found",
+            "agent-sandbox controller",
+        ),
+        (
+            status(409, "Conflict", "Apply failed with 1 conflict"),
+            409,
+            "sandbox_conflict",
+            "retry",
+        ),
+        (
+            status(422, "Invalid", "spec.podTemplate: Required value"),
+            422,
+            "sandbox_config",
+            "spec.podTemplate",
+        ),
+        (
+            status(500, "InternalError", "etcdserver: request timed out"),
+            503,
+            "backend_unavailable",
+            "etcdserver",
+        ),
+    ] {
+        *s.answer.lock().unwrap() = answer;
+        let r = start();
+        assert_eq!((r.status, r.code()), (want, code), "{r:?}");
+        let m = r.body["error"]["message"].as_str().unwrap();
+        assert!(m.contains(words) && !m.contains('\n'), "{m}");
+        let p = server.call("GET", &format!("/projects/{id}"), Some(&t), None);
+        assert_eq!(p.body["status"], "error", "{p:?}");
+        assert_eq!(p.body["status_reason"], m, "{p:?}");
+    }
+
+    // Applied: running; stopped by a suspend.
+    *s.answer.lock().unwrap() = Answer::Reply(200, json!({}));
+    let r = start();
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("running")),
+        "{r:?}"
+    );
+    let r = server.call("POST", &format!("/projects/{id}/stop"), Some(&t), None);
+    assert_eq!(
+        (r.status, &r.body["status"]),
+        (200, &json!("stopped")),
+        "{r:?}"
+    );
+    let last = s.seen.lock().unwrap().last().unwrap().clone();
+    assert_eq!(last.method, "PATCH");
+    assert_eq!(last.auth, "Bearer tok-h45e");
+}
+
+/// A real container for the stand-in's exec, removed when dropped.
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
+/// A container of an image already on the machine (none can be pulled):
+/// sbx's debootstrap one, which has a shell.
+fn container() -> Option<Container> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "images",
+            "--format",
+            "{{.Repository}}:{{.Tag}}",
+            "agent-sandbox-bootstrap",
+        ])
+        .output()
+        .ok()?;
+    let image = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .to_owned();
+    let name = format!(
+        "sbx-h45e-exec-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let st = std::process::Command::new("docker")
+        .args(["run", "-d", "--rm", "--name", &name, &image, "sleep", "600"])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    Some(Container(name))
+}
+
+/// Exec through the API server's WebSocket, v5 and the fallback to v4:
+/// the bytes on stdout and stderr and the exit code are a real command's
+/// in a real container, stdin reaches it and v5's close ends it.
+#[test]
+fn exec_runs_through_the_websocket_with_the_real_exit_code() {
+    let Some(c) = container() else {
+        eprintln!(
+            "exec test: skipped: no agent-sandbox-bootstrap image (sbx-run build-base makes it)"
+        );
+        return;
+    };
+    let s = stand(Answer::Exec {
+        protocols: &["v5.channel.k8s.io", "v4.channel.k8s.io"],
+    });
+    let api = api(&s);
+    let sh = |script: &str| -> Vec<String> { vec!["sh".into(), "-c".into(), script.into()] };
+    let x = api
+        .exec(
+            &c.0,
+            "sandbox",
+            &sh("printf 'out put'; printf 'err\\n' >&2; exit 3"),
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        (x.status, x.stdout.as_slice(), x.stderr.as_slice()),
+        (3, &b"out put"[..], &b"err\n"[..])
+    );
+    let seen = s.seen.lock().unwrap().last().unwrap().clone();
+    assert_eq!(seen.method, "GET");
+    assert_eq!(seen.auth, "Bearer tok-h45b");
+    assert!(
+        seen.target.starts_with(&format!("/api/v1/namespaces/sbx-test/pods/{}/exec?container=sandbox&stdout=true&stderr=true&stdin=false&command=sh&command=-c&command=", c.0)),
+        "{}",
+        seen.target
+    );
+    let x = api
+        .exec(&c.0, "sandbox", &sh("tr a-z A-Z"), Some(b"through stdin"))
+        .unwrap();
+    assert_eq!((x.status, x.stdout.as_slice()), (0, &b"THROUGH STDIN"[..]));
+
+    // An API server of v4 only: the same exit code.
+    *s.answer.lock().unwrap() = Answer::Exec {
+        protocols: &["v4.channel.k8s.io"],
+    };
+    let x = api.exec(&c.0, "sandbox", &sh("exit 42"), None).unwrap();
+    assert_eq!(x.status, 42);
+    // Neither: refused in one line.
+    *s.answer.lock().unwrap() = Answer::Exec {
+        protocols: &["v1.channel.k8s.io"],
+    };
+    let e = api.exec(&c.0, "sandbox", &sh("true"), None).unwrap_err();
+    assert!(matches!(e, KubeError::Status { code: 400, .. }), "{e:?}");
+    // Refused by RBAC: the API server's 403 before any upgrade.
+    *s.answer.lock().unwrap() = status(
+        403,
+        "Forbidden",
+        "pods \"x\" is forbidden: cannot create resource \"pods/exec\"",
+    );
+    let e = api.exec(&c.0, "sandbox", &sh("true"), None).unwrap_err();
+    assert!(matches!(e, KubeError::Status { code: 403, .. }), "{e:?}");
+    assert!(e.to_string().contains("pods/exec"), "{e}");
+}
+
+/// The backend's exec runs the guest's client in the Sandbox's pod's
+/// main container, in the workspace's directory, so the guest applies
+/// the agent's uid, its audit record and the guards.
+#[test]
+fn the_backends_exec_goes_through_the_guest() {
+    use sbx_server::backend::Backend;
+    let Some(c) = container() else {
+        eprintln!("exec test: skipped: no agent-sandbox-bootstrap image");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("demo");
+    std::fs::create_dir_all(ws.join(".agent-sandbox")).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join(".agent-sandbox/config.toml"), "").unwrap();
+    git(&ws, &["add", "."]);
+    git(&ws, &["commit", "-qm", "init"]);
+    git(
+        &ws,
+        &[
+            "remote",
+            "add",
+            "origin",
+            "https://git.example.invalid/demo.git",
+        ],
+    );
+    let s = stand(Answer::Exec {
+        protocols: &["v5.channel.k8s.io"],
+    });
+    let kube = Kube {
+        api: api(&s),
+        image: None,
+    };
+    let pod = kube
+        .manifests(&ws)
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "Sandbox")
+        .unwrap()["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The container plays the pod: named as it.
+    let st = std::process::Command::new("docker")
+        .args(["rename", &c.0, &pod])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let c = Container(pod.clone());
+    // This workspace's sbx-guest, as the image has it; no guest runs as
+    // PID 1 here, so its client reaches no socket and says so (69).
+    let guest =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/sbx-guest");
+    if !guest.exists() {
+        eprintln!("exec test: skipped: build sbx-guest first (cargo build -p sbx-guest)");
+        return;
+    }
+    let st = std::process::Command::new("docker")
+        .arg("cp")
+        .arg(&guest)
+        .arg(format!("{pod}:/usr/local/bin/sbx-guest"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let x = kube
+        .exec(&ws, &["sbx-backup".into(), "status".into()], "sbx-server")
+        .unwrap();
+    let err = String::from_utf8_lossy(&x.stderr);
+    assert_eq!(x.status, 69, "{err}");
+    assert!(
+        err.contains("no guest API") && err.contains("/run/sbx/guest.sock"),
+        "{err}"
+    );
+    let seen = s.seen.lock().unwrap().last().unwrap().clone();
+    let q: Vec<String> =
+        url::form_urlencoded::parse(seen.target.split_once('?').unwrap().1.as_bytes())
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.into_owned())
+            .collect();
+    assert_eq!(q[..4], ["sbx-guest", "exec", "--agent", "sbx-server"]);
+    assert_eq!(q[4], "--cwd");
+    assert!(q[5].starts_with('/'), "{q:?}");
+    assert_eq!(q[6..], ["--", "sbx-backup", "status"]);
+    drop(c);
 }

@@ -486,6 +486,42 @@ fn host_block(alias: &str, host: &str, port: u16, opts: &[(&str, String)]) -> St
 mod tests {
     use super::*;
 
+    /// A caller's key (sbx-server's) is the one let in: no identity pair
+    /// is made here, and one made before is removed.
+    #[test]
+    fn an_authorized_key_replaces_the_identity() {
+        if Command::new("ssh-keygen").arg("-?").output().is_err() {
+            eprintln!("skipped: no ssh-keygen");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let k = Keys {
+            dir: t.path().join("ssh").join("box"),
+            alias: "box".into(),
+        };
+        k.ensure().unwrap();
+        assert!(k.identity().is_file());
+        let (private, public) = new_pair(t.path(), "c").unwrap();
+        assert!(private.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----"));
+        assert_eq!(
+            std::fs::read_dir(t.path()).unwrap().count(),
+            1,
+            "scratch left"
+        );
+        let host = k.authorize(&public).unwrap();
+        assert!(host.starts_with("ssh-ed25519 "), "{host}");
+        assert!(!k.identity().exists() && !k.identity_pub().exists());
+        assert_eq!(
+            std::fs::read_to_string(k.authorized()).unwrap().trim(),
+            public.trim()
+        );
+        k.ensure().unwrap();
+        assert!(!k.identity().exists(), "ensure made an identity again");
+        for bad in ["ssh-rsa AAAA x", "", "ssh-ed25519 AAAA\nssh-ed25519 BBBB"] {
+            assert!(k.authorize(bad).is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn listen_addresses() {
         assert_eq!(parse_listen("0.0.0.0:2200").unwrap().port(), 2200);

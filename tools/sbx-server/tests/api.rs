@@ -543,6 +543,7 @@ fn another_users_project_is_a_404_on_every_route() {
         ("GET", format!("/projects/{id}")),
         ("POST", format!("/projects/{id}/start")),
         ("POST", format!("/projects/{id}/stop")),
+        ("POST", format!("/projects/{id}/ssh-key")),
         ("POST", format!("/projects/{id}/snapshot")),
         ("POST", format!("/projects/{id}/restore")),
         ("GET", format!("/projects/{id}/backup-status")),
@@ -811,6 +812,7 @@ fn the_openapi_document_has_every_route_and_only_real_ones() {
         "POST /projects",
         "POST /projects/{id}/restore",
         "POST /projects/{id}/snapshot",
+        "POST /projects/{id}/ssh-key",
         "POST /projects/{id}/start",
         "POST /projects/{id}/stop",
     ];

@@ -432,6 +432,13 @@ async fn create_project(
         Some(r) => Some(check_repo(s.repo_root.as_deref(), r)?),
         None => None,
     };
+    if p.ssh && !s.sandboxes.ssh() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "ssh_unsupported",
+            "ssh: this server's backend publishes no sshd (Kubernetes): make the project without \"ssh\"",
+        ));
+    }
     let id = Uuid::new_v4();
     let lock = s.sandboxes.lock(id);
     let _held = lock.lock().await;

@@ -42,6 +42,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn terminal(&self, ws: &Path) -> Result<(PathBuf, String), String>;
     /// Keep the running sandbox as a snapshot (root's changes included).
     fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<(), String>;
+    /// Whether it publishes a sandbox's sshd (projects made with SSH).
+    fn ssh(&self) -> bool {
+        false
+    }
     /// Where the running sandbox's sshd is published: (host, port); None
     /// where the backend publishes none.
     fn ssh_endpoint(&self, _ws: &Path) -> Result<Option<(String, u16)>, String> {
@@ -127,6 +131,10 @@ impl Backend for Docker {
         sbx_run::snapshot::snapshot(&quiet(), Some(ws.to_owned()), tag)
             .map(drop)
             .map_err(chain)
+    }
+
+    fn ssh(&self) -> bool {
+        true
     }
 
     fn ssh_endpoint(&self, ws: &Path) -> Result<Option<(String, u16)>, String> {

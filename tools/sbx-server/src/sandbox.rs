@@ -235,6 +235,11 @@ impl Sandboxes {
         })
     }
 
+    /// Whether the backend publishes sshd (Docker does, Kubernetes not yet).
+    pub fn ssh(&self) -> bool {
+        self.backend.ssh()
+    }
+
     /// Where project `id`'s running sandbox's sshd is published. Blocking.
     pub fn ssh_endpoint(&self, id: Uuid) -> Result<Option<(String, u16)>, String> {
         self.backend.ssh_endpoint(&self.workspace(id))

@@ -523,3 +523,18 @@ fn start_applies_sbx_runs_manifests_for_the_workspace() {
         "the firewall's init container"
     );
 }
+
+/// No sshd is published under Kubernetes yet: the server refuses a
+/// project made with `"ssh": true` (409 ssh_unsupported) rather than
+/// hand out a key nothing lets in.
+#[test]
+fn kubernetes_publishes_no_sshd() {
+    use sbx_server::backend::Backend;
+    let s = stand(Answer::Reply(200, json!({})));
+    let kube = Kube {
+        api: api(&s),
+        image: None,
+    };
+    assert!(!kube.ssh());
+    assert!(sbx_server::backend::Docker.ssh());
+}

@@ -2,7 +2,8 @@
 //! real Docker and the host's real `ssh` client: a project made with
 //! `"ssh": true` answers its private key once, in the create response; the
 //! database never holds it (pg_dump of the whole database); the returned
-//! key logs in as the agent against the pinned host key; a rotation hands
+//! key logs in as the agent against the pinned host key, under the git
+//! guard (`--no-verify` refused); a rotation hands
 //! out a new key and the old one is refused; another user's project is a
 //! 404, a project without SSH a 409.
 //! Run with SBX_BASE_TAG and SBX_BIN_DIR set (scripts/test does).
@@ -188,6 +189,38 @@ fn a_project_key_is_handed_out_once_logs_in_and_rotates() {
     let o = login(&p, &k1, &kh);
     assert!(o.status.success(), "ssh: {}", sbx_e2e::text(&o));
     assert_eq!(sbx_e2e::text(&o).trim(), "1000", "{}", sbx_e2e::text(&o));
+    // The session is the agent's under the git guard: --no-verify refused.
+    let ws = common::workspace(&s, &id);
+    let head = || {
+        let o = Command::new("git")
+            .args(["-c", "safe.directory=*", "-C"])
+            .arg(&ws)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .unwrap();
+        sbx_e2e::text(&o)
+    };
+    let before = head();
+    assert!(
+        before.trim().len() == 40 && before.trim().bytes().all(|b| b.is_ascii_hexdigit()),
+        "{before}"
+    );
+    let dir = ws.file_name().unwrap().to_string_lossy().into_owned();
+    let o = ssh(
+        &p,
+        &k1,
+        &kh,
+        &format!(
+            "cd /workspace/{dir} && git -c user.name=a -c user.email=a@b commit -q --allow-empty --no-verify -m via-ssh"
+        ),
+    );
+    assert!(!o.status.success(), "--no-verify over ssh went through");
+    assert!(
+        sbx_e2e::text(&o).contains("no-verify"),
+        "not the guard's refusal: {}",
+        sbx_e2e::text(&o)
+    );
+    assert_eq!(head(), before, "a commit was made");
 
     // Rotate: a new key, once; the old one is refused from then on.
     let r = s.call(

@@ -58,6 +58,12 @@ impl Keys {
     pub fn known_hosts(&self) -> PathBuf {
         self.dir.join("known_hosts")
     }
+    /// A public key set by a caller that keeps the private one itself
+    /// (sbx-server hands it out once): when present, it is the key let in
+    /// and no identity pair is made here.
+    pub fn authorized(&self) -> PathBuf {
+        self.dir.join("authorized_key.pub")
+    }
     /// `start --ssh-listen`'s address, kept for every later start.
     fn listen_file(&self) -> PathBuf {
         self.dir.join("listen")
@@ -109,10 +115,11 @@ impl Keys {
     /// known_hosts pinning the host key under `alias`.
     pub fn ensure(&self) -> Result<(), RunError> {
         self.make_dir()?;
-        for (key, comment) in [
-            (self.identity(), format!("sbx {}", self.alias)),
-            (self.host_key(), format!("sbx host {}", self.alias)),
-        ] {
+        let mut keys = vec![(self.host_key(), format!("sbx host {}", self.alias))];
+        if !self.authorized().is_file() {
+            keys.push((self.identity(), format!("sbx {}", self.alias)));
+        }
+        for (key, comment) in keys {
             let public = key.with_extension("pub");
             if key.is_file() && public.is_file() {
                 continue;
@@ -136,6 +143,31 @@ impl Keys {
             write_new(&self.known_hosts(), line.as_bytes(), 0o600)?;
         }
         Ok(())
+    }
+
+    /// Let `public` (one `ssh-ed25519` line) in instead of an identity made
+    /// here, and make the host key: sshd's public host key line. Any
+    /// identity made before is removed, so only `public` logs in.
+    pub fn authorize(&self, public: &str) -> Result<String, RunError> {
+        let line = public.trim();
+        if known_hosts_line("x", line).is_none() || line.contains('\n') {
+            return Err(RunError::Usage(format!(
+                "{}: not one ssh-ed25519 public key",
+                self.authorized().display()
+            )));
+        }
+        self.make_dir()?;
+        write_new(&self.authorized(), format!("{line}\n").as_bytes(), 0o600)?;
+        for p in [self.identity(), self.identity_pub()] {
+            match std::fs::remove_file(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(RunError::Io(p, e));
+                }
+                _ => {}
+            }
+        }
+        self.ensure()?;
+        std::fs::read_to_string(self.host_pub()).map_err(|e| RunError::Io(self.host_pub(), e))
     }
 
     /// The keys exist (made by a start with `[ssh] enabled`).
@@ -186,6 +218,37 @@ fn keygen(key: &Path, comment: &str) -> Result<(), RunError> {
     Ok(())
 }
 
+/// A new ed25519 key pair, (private key in OpenSSH's format, public key
+/// line), made by `ssh-keygen` in a 0700 directory of `scratch` that is
+/// removed before this returns: the private key is the caller's alone.
+pub fn new_pair(scratch: &Path, comment: &str) -> Result<(String, String), RunError> {
+    use std::os::unix::fs::DirBuilderExt;
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch.join(format!(".keygen-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::DirBuilder::new()
+        .recursive(false)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| RunError::Io(dir.clone(), e))?;
+    let key = dir.join("id_ed25519");
+    let made = keygen(&key, comment).and_then(|()| {
+        let read = |p: PathBuf| std::fs::read_to_string(&p).map_err(|e| RunError::Io(p, e));
+        Ok((read(key.clone())?, read(key.with_extension("pub"))?))
+    });
+    let removed = std::fs::remove_dir_all(&dir).map_err(|e| RunError::Io(dir.clone(), e));
+    let pair = made?;
+    removed?;
+    Ok(pair)
+}
+
+/// Where the host reaches `path`'s sandbox's sshd: (host, port).
+pub fn endpoint_of(common: &CommonArgs, path: PathBuf) -> Result<(String, u16), BoxError> {
+    let ws = Workspace::open(common, Some(path))?;
+    Ok(endpoint(&ws)?)
+}
+
 /// `data` at `path`, replaced whole (a temporary file, then a rename).
 fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<(), RunError> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -212,7 +275,12 @@ pub fn stage(ws: &Workspace, container: &str) -> Result<(), RunError> {
         let k = Keys::of(container);
         k.ensure()?;
         let read = |p: PathBuf| std::fs::read(&p).map_err(|e| RunError::Io(p, e));
-        (Some(read(k.host_key())?), Some(read(k.identity_pub())?))
+        let public = if k.authorized().is_file() {
+            k.authorized()
+        } else {
+            k.identity_pub()
+        };
+        (Some(read(k.host_key())?), Some(read(public)?))
     } else {
         (None, None)
     };
@@ -417,6 +485,42 @@ fn host_block(alias: &str, host: &str, port: u16, opts: &[(&str, String)]) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A caller's key (sbx-server's) is the one let in: no identity pair
+    /// is made here, and one made before is removed.
+    #[test]
+    fn an_authorized_key_replaces_the_identity() {
+        if Command::new("ssh-keygen").arg("-?").output().is_err() {
+            eprintln!("skipped: no ssh-keygen");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let k = Keys {
+            dir: t.path().join("ssh").join("box"),
+            alias: "box".into(),
+        };
+        k.ensure().unwrap();
+        assert!(k.identity().is_file());
+        let (private, public) = new_pair(t.path(), "c").unwrap();
+        assert!(private.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----"));
+        assert_eq!(
+            std::fs::read_dir(t.path()).unwrap().count(),
+            1,
+            "scratch left"
+        );
+        let host = k.authorize(&public).unwrap();
+        assert!(host.starts_with("ssh-ed25519 "), "{host}");
+        assert!(!k.identity().exists() && !k.identity_pub().exists());
+        assert_eq!(
+            std::fs::read_to_string(k.authorized()).unwrap().trim(),
+            public.trim()
+        );
+        k.ensure().unwrap();
+        assert!(!k.identity().exists(), "ensure made an identity again");
+        for bad in ["ssh-rsa AAAA x", "", "ssh-ed25519 AAAA\nssh-ed25519 BBBB"] {
+            assert!(k.authorize(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn listen_addresses() {

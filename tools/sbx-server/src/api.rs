@@ -159,6 +159,11 @@ pub struct NewProject {
     /// and `[git]`; the rest is the server's. Default: the server's.
     #[schema(value_type = Option<Object>)]
     pub config: Option<serde_json::Value>,
+    /// Run sshd in the sandbox with a key pair of the project's own: the
+    /// private key is in this response only (`ssh.private_key`), never
+    /// stored; `POST /projects/{id}/ssh-key` makes a new one.
+    #[serde(default)]
+    pub ssh: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -428,6 +433,13 @@ async fn create_project(
         Some(r) => Some(check_repo(s.repo_root.as_deref(), r)?),
         None => None,
     };
+    if p.ssh && !s.sandboxes.ssh() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "ssh_unsupported",
+            "ssh: this server's backend publishes no sshd (Kubernetes): make the project without \"ssh\"",
+        ));
+    }
     let id = Uuid::new_v4();
     let lock = s.sandboxes.lock(id);
     let _held = lock.lock().await;
@@ -461,16 +473,31 @@ async fn create_project(
         Err(CreateError::Db(e)) => return Err(e),
     }
     let state = Arc::clone(&s);
-    let made = blocking(move || state.sandboxes.create(id, repo.as_deref())).await?;
+    let ssh = p.ssh;
+    let made = blocking(move || {
+        state.sandboxes.create(id, repo.as_deref())?;
+        ssh.then(|| state.sandboxes.new_ssh_key(id)).transpose()
+    })
+    .await?;
+    let mut private = None;
+    if let Ok(Some(k)) = &made {
+        s.repo
+            .set_ssh_keys(user, id, &k.public, &k.host_key, &k.fingerprint)
+            .await?;
+        private = Some(k.private.clone());
+    }
     let (status, reason) = match &made {
-        Ok(()) => ("stopped", None),
+        Ok(_) => ("stopped", None),
         Err(r) => ("error", Some(r.as_str())),
     };
-    let p = s
+    let mut p = s
         .repo
         .set_status(user, id, status, reason, None)
         .await?
         .ok_or_else(ApiError::not_found)?;
+    if let Some(x) = p.ssh.as_mut() {
+        x.private_key = private;
+    }
     Ok((StatusCode::CREATED, axum::Json(p)).into_response())
 }
 
@@ -503,11 +530,108 @@ async fn start_project(
     // Under the project's lock only: two starts of different projects
     // may both pass; the limit is a quota, not a security boundary.
     running_limit(&s, user, id).await?;
+    start_held(&s, user, id).await
+}
+
+/// Start `user`'s project `id`, its lock held: with its sshd when it has
+/// SSH, whose published address is then recorded.
+async fn start_held(s: &S, user: Uuid, id: Uuid) -> Result<axum::Json<Project>, ApiError> {
     let config = s.repo.config(user, id).await?;
+    let ssh = ssh_key_of(s, user, id).await?;
+    let with_ssh = ssh.is_some();
     s.repo.set_status(user, id, "creating", None, None).await?;
+    let state = Arc::clone(s);
+    let started = blocking(move || {
+        let name = state
+            .sandboxes
+            .start(id, config.as_deref(), ssh.as_deref())?;
+        let at = if with_ssh {
+            state.sandboxes.ssh_endpoint(id)?
+        } else {
+            None
+        };
+        Ok((name, at))
+    })
+    .await?;
+    let started = match started {
+        Ok((name, at)) => {
+            if let Some((host, port)) = at {
+                s.repo.set_ssh_endpoint(user, id, &host, port).await?;
+            }
+            Ok(Some(name))
+        }
+        Err(e) => Err(e),
+    };
+    settle(s, user, id, "running", started).await
+}
+
+/// The public key of `user`'s project `id`, None when it has no SSH.
+async fn ssh_key_of(s: &AppState, user: Uuid, id: Uuid) -> Result<Option<String>, ApiError> {
+    Ok(s.repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?
+        .ssh
+        .map(|x| x.public_key))
+}
+
+#[utoipa::path(post, path = "/projects/{id}/ssh-key", tag = "projects", security(("bearer" = [])),
+    params(("id" = Uuid, Path, description = "project id")),
+    responses((status = 200, description = "the project, `ssh.private_key` the new key", body = Project),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+async fn rotate_ssh_key(
+    State(s): State<S>,
+    User(user): User,
+    Path(id): Path<Uuid>,
+) -> Result<axum::Json<Project>, ApiError> {
+    let _held = owned(&s, user, id).await?;
+    let p = s
+        .repo
+        .get(user, id)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    if p.ssh.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_ssh",
+            "this project was made without SSH: make a project with \"ssh\": true to reach it over SSH",
+        ));
+    }
+    let running = p.status == "running";
+    if !["running", "stopped"].contains(&p.status.as_str()) {
+        require(&p, "stopped", "wait for it to settle, or stop it")?;
+    }
+    // A running sshd read the old key at its start: stopped first, so
+    // nothing lets the old key in once the new one is handed out.
+    if running {
+        s.repo.set_status(user, id, "stopping", None, None).await?;
+        let state = Arc::clone(&s);
+        if let Err(reason) = blocking(move || state.sandboxes.stop(id)).await? {
+            return Err(failed(&s, user, id, reason).await);
+        }
+        s.repo.set_status(user, id, "stopped", None, None).await?;
+    }
     let state = Arc::clone(&s);
-    let started = blocking(move || state.sandboxes.start(id, config.as_deref())).await?;
-    settle(&s, user, id, "running", started.map(Some)).await
+    let k = match blocking(move || state.sandboxes.new_ssh_key(id)).await? {
+        Ok(k) => k,
+        Err(reason) => return Err(failed(&s, user, id, reason.into()).await),
+    };
+    s.repo
+        .set_ssh_keys(user, id, &k.public, &k.host_key, &k.fingerprint)
+        .await?;
+    let mut p = if running {
+        start_held(&s, user, id).await?.0
+    } else {
+        s.repo
+            .get(user, id)
+            .await?
+            .ok_or_else(ApiError::not_found)?
+    };
+    if let Some(x) = p.ssh.as_mut() {
+        x.private_key = Some(k.private);
+    }
+    Ok(axum::Json(p))
 }
 
 /// 409 when `user` has as many sandboxes running (or starting) besides
@@ -781,12 +905,13 @@ async fn restore_project(
     // The restore runs the sandbox for its length.
     running_limit(&s, user, id).await?;
     let config = s.repo.config(user, id).await?;
+    let ssh = p.ssh.map(|x| x.public_key);
     s.repo.set_status(user, id, "restoring", None, None).await?;
     let state = Arc::clone(&s);
     let done = blocking(move || {
         state
             .sandboxes
-            .restore(id, config.as_deref(), snapshot.as_deref())
+            .restore(id, config.as_deref(), ssh.as_deref(), snapshot.as_deref())
     })
     .await?;
     match done {
@@ -862,6 +987,7 @@ pub fn router(state: S) -> axum::Router {
         .routes(routes!(get_project, delete_project))
         .routes(routes!(start_project))
         .routes(routes!(stop_project))
+        .routes(routes!(rotate_ssh_key))
         .routes(routes!(snapshot_project))
         .routes(routes!(restore_project))
         .routes(routes!(backup_status))

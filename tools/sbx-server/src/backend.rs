@@ -106,6 +106,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn terminal(&self, ws: &Path) -> Result<(PathBuf, String)>;
     /// Keep the running sandbox as a snapshot (root's changes included).
     fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<()>;
+    /// Whether it publishes a sandbox's sshd (projects made with SSH).
+    fn ssh(&self) -> bool {
+        false
+    }
+    /// Where the running sandbox's sshd is published: (host, port); None
+    /// where the backend publishes none.
+    fn ssh_endpoint(&self, _ws: &Path) -> Result<Option<(String, u16)>> {
+        Ok(None)
+    }
 }
 
 /// sbx-run's library reports on stdout/stderr only without -q.
@@ -191,6 +200,16 @@ impl Backend for Docker {
     fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<()> {
         sbx_run::snapshot::snapshot(&quiet(), Some(ws.to_owned()), tag)
             .map(drop)
+            .map_err(chain)
+    }
+
+    fn ssh(&self) -> bool {
+        true
+    }
+
+    fn ssh_endpoint(&self, ws: &Path) -> Result<Option<(String, u16)>> {
+        sbx_run::ssh::endpoint_of(&quiet(), ws.to_owned())
+            .map(Some)
             .map_err(chain)
     }
 }

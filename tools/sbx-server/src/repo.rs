@@ -33,12 +33,62 @@ pub struct Project {
     pub container: Option<String>,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// How to reach the sandbox's sshd; none for a project made without
+    /// `"ssh": true`. Never a private key.
+    pub ssh: Option<Ssh>,
+}
+
+/// A project's SSH endpoint and the keys a client pins; the private key
+/// is in the create and rotate responses only.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Ssh {
+    /// Where sshd is published, as of the last start (none before one).
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    /// Always `agent`: the session is the agent's, under every guard.
+    pub user: &'static str,
+    /// The project's public key, the one key let in.
+    pub public_key: String,
+    /// sshd's public host key and its SHA256 fingerprint, as
+    /// `ssh-keygen -lf` prints it.
+    pub host_key: String,
+    pub host_key_fingerprint: String,
+    /// A known_hosts line pinning the host key at `[host]:port`, for
+    /// `StrictHostKeyChecking yes`; none before the first start.
+    pub known_hosts: Option<String>,
+    /// The new private key (OpenSSH format): only in the response that
+    /// made it, never stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<String>,
 }
 
 const PROJECT_COLUMNS: &str = "id, name, status, status_reason, repo, container_name, \
-     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')";
+     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), \
+     ssh_public_key, ssh_host_key, ssh_host_key_fingerprint, ssh_host, ssh_host_port";
 
 fn project(r: &Row) -> Project {
+    let public: Option<String> = r.get(7);
+    let ssh = public.map(|public_key| {
+        let host_key: String = r.get::<_, Option<String>>(8).unwrap_or_default();
+        let host: Option<String> = r.get(10);
+        let port = r
+            .get::<_, Option<i32>>(11)
+            .and_then(|p| u16::try_from(p).ok());
+        let known_hosts = match (&host, port) {
+            (Some(h), Some(p)) if !host_key.is_empty() => Some(format!("[{h}]:{p} {host_key}")),
+            _ => None,
+        };
+        Ssh {
+            host,
+            port,
+            user: "agent",
+            public_key,
+            host_key,
+            host_key_fingerprint: r.get::<_, Option<String>>(9).unwrap_or_default(),
+            known_hosts,
+            private_key: None,
+        }
+    });
     Project {
         id: r.get(0),
         name: r.get(1),
@@ -47,6 +97,7 @@ fn project(r: &Row) -> Project {
         repo: r.get(4),
         container: r.get(5),
         created_at: r.get(6),
+        ssh,
     }
 }
 
@@ -324,6 +375,47 @@ impl Repo {
             )
             .await?;
         Ok(r.as_ref().map(project))
+    }
+
+    /// Set `user`'s project `id`'s SSH keys: the public key let in and
+    /// sshd's host key (never a private key).
+    pub async fn set_ssh_keys(
+        &self,
+        user: Uuid,
+        id: Uuid,
+        public: &str,
+        host_key: &str,
+        fingerprint: &str,
+    ) -> Result<Option<Project>, ApiError> {
+        let c = self.pool.get().await?;
+        let r = c
+            .query_opt(
+                &format!(
+                    "UPDATE projects SET ssh_public_key = $3, ssh_host_key = $4, \
+                     ssh_host_key_fingerprint = $5 \
+                     WHERE user_id = $1 AND id = $2 RETURNING {PROJECT_COLUMNS}"
+                ),
+                &[&user, &id, &public, &host_key, &fingerprint],
+            )
+            .await?;
+        Ok(r.as_ref().map(project))
+    }
+
+    /// Where `user`'s project `id`'s sshd is published now.
+    pub async fn set_ssh_endpoint(
+        &self,
+        user: Uuid,
+        id: Uuid,
+        host: &str,
+        port: u16,
+    ) -> Result<(), ApiError> {
+        let c = self.pool.get().await?;
+        c.execute(
+            "UPDATE projects SET ssh_host = $3, ssh_host_port = $4 WHERE user_id = $1 AND id = $2",
+            &[&user, &id, &host, &i32::from(port)],
+        )
+        .await?;
+        Ok(())
     }
 
     /// How many of `user`'s projects other than `except` are running or

@@ -36,6 +36,28 @@ pub struct Sandboxes {
     caps: crate::config::Caps,
 }
 
+/// A project's new SSH key pair, from [`Sandboxes::new_ssh_key`].
+#[derive(Debug)]
+pub struct NewKey {
+    pub private: String,
+    pub public: String,
+    pub host_key: String,
+    pub fingerprint: String,
+}
+
+/// `SHA256:…` of a public key's base64 blob, as `ssh-keygen -l` prints it.
+fn fingerprint(blob: &str) -> Result<String, String> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .map_err(|e| format!("sshd's host key: {e}"))?;
+    let d = ring::digest::digest(&ring::digest::SHA256, &raw);
+    Ok(format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(d.as_ref())
+    ))
+}
+
 /// What a server-side `sbx-backup` run failed with.
 #[derive(Debug)]
 pub enum BackupError {
@@ -159,11 +181,68 @@ impl Sandboxes {
     /// Start the sandbox (its `.agent-sandbox` made on the first start)
     /// under `config` (None: sbx's template); the container's name.
     /// Blocking.
-    pub fn start(&self, id: Uuid, config: Option<&str>) -> Result<String, BackendError> {
+    /// `ssh`: the project's public key, the one sshd lets in (None: no
+    /// sshd).
+    pub fn start(
+        &self,
+        id: Uuid,
+        config: Option<&str>,
+        ssh: Option<&str>,
+    ) -> Result<String, BackendError> {
         let ws = self.workspace(id);
         self.backend.create(&ws)?;
-        self.write_config(id, config.unwrap_or(sbx_run::image::CONFIG_TEMPLATE))?;
+        if let Some(public) = ssh {
+            self.ssh_keys(id)
+                .authorize(public)
+                .map_err(|e| e.to_string())?;
+        }
+        self.write_config(
+            id,
+            config.unwrap_or(sbx_run::image::CONFIG_TEMPLATE),
+            ssh.is_some(),
+        )?;
         self.backend.start(&ws)
+    }
+
+    /// sbx-run's SSH files of project `id`'s sandbox (its host key, the
+    /// public key let in), in the server's state, named after the sandbox.
+    fn ssh_keys(&self, id: Uuid) -> sbx_run::ssh::Keys {
+        let ws = self.workspace(id);
+        let canonical = ws.canonicalize().unwrap_or(ws);
+        sbx_run::ssh::Keys::of(&sbx_run::names::Names::new(&canonical, None).container)
+    }
+
+    /// A new key pair for project `id`, its public half the one let in
+    /// from the next start: (private key, public key line, sshd's host
+    /// key line, its fingerprint). The private key is written nowhere
+    /// but a scratch directory removed before this returns. Blocking.
+    pub fn new_ssh_key(&self, id: Uuid) -> Result<NewKey, String> {
+        let dir = self.project_dir(id);
+        let comment = format!("sbx-server {id}");
+        let (private, public) =
+            sbx_run::ssh::new_pair(&dir, &comment).map_err(|e| e.to_string())?;
+        let host = self
+            .ssh_keys(id)
+            .authorize(&public)
+            .map_err(|e| e.to_string())?;
+        let blob = host.split_whitespace().nth(1).unwrap_or_default();
+        let fingerprint = fingerprint(blob)?;
+        Ok(NewKey {
+            private,
+            public: public.trim().to_owned(),
+            host_key: format!("ssh-ed25519 {blob}"),
+            fingerprint,
+        })
+    }
+
+    /// Whether the backend publishes sshd (Docker does, Kubernetes not yet).
+    pub fn ssh(&self) -> bool {
+        self.backend.ssh()
+    }
+
+    /// Where project `id`'s running sandbox's sshd is published. Blocking.
+    pub fn ssh_endpoint(&self, id: Uuid) -> Result<Option<(String, u16)>, BackendError> {
+        self.backend.ssh_endpoint(&self.workspace(id))
     }
 
     /// The project's `.agent-sandbox/config.toml`, written by the server at
@@ -172,7 +251,7 @@ impl Sandboxes {
     /// parser. No agent runs while it is written (the sandbox is stopped,
     /// and mounts the directory read-only when it runs); links are not
     /// followed all the same, the workspace being the agent's.
-    fn write_config(&self, id: Uuid, base: &str) -> Result<(), String> {
+    fn write_config(&self, id: Uuid, base: &str, ssh: bool) -> Result<(), String> {
         let dir = self.workspace(id).join(sbx_core::config::DIR);
         let at = |e: std::io::Error, p: &Path| format!("{}: {e}", p.display());
         let meta = std::fs::symlink_metadata(&dir).map_err(|e| at(e, &dir))?;
@@ -180,7 +259,7 @@ impl Sandboxes {
             return Err(format!("{}: not a directory", dir.display()));
         }
         let file = dir.join("config.toml");
-        let text = self.config_text(id, base, &file)?;
+        let text = self.config_text(id, base, &file, ssh)?;
         // Unchanged, it is left as it is: a new inode under the sandbox's
         // mount of it makes sbx-run make the container anew.
         let same = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file())
@@ -204,11 +283,12 @@ impl Sandboxes {
     /// `base` with the server's keys set: `[backup].url` the project's
     /// prefix of the server's store, its credentials' names added to
     /// `[environment].pass`. Checked by sbx-core's parser.
-    fn config_text(&self, id: Uuid, base: &str, file: &Path) -> Result<String, String> {
+    fn config_text(&self, id: Uuid, base: &str, file: &Path, ssh: bool) -> Result<String, String> {
         let parsed = sbx_core::config::parse_toml(base, file).map_err(|e| e.to_string())?;
         let over_cpus = parsed.sandbox.cpus.0 > self.caps.cpus;
         let over_memory = parsed.sandbox.memory.bytes > self.caps.memory.bytes;
-        if self.backup.is_none() && !over_cpus && !over_memory {
+        let ssh_differs = parsed.ssh.enabled != ssh;
+        if self.backup.is_none() && !over_cpus && !over_memory && !ssh_differs {
             return Ok(base.to_owned());
         }
         let mut t: toml::Table = base.parse().map_err(|e| format!("config: {e}"))?;
@@ -229,6 +309,13 @@ impl Sandboxes {
             sb.insert("memory".into(), self.caps.memory.text.clone().into());
         }
         t.insert("sandbox".into(), sb.into());
+        // sshd only for a project made with SSH, whose key the server set:
+        // anything else would make sbx-run keep a private key on disk.
+        if ssh_differs {
+            let mut x = table(&mut t, "ssh")?;
+            x.insert("enabled".into(), ssh.into());
+            t.insert("ssh".into(), x.into());
+        }
         if let Some(url) = &self.backup {
             let prefix = url.child("projects", &id.to_string())?;
             let mut b = table(&mut t, "backup")?;
@@ -308,10 +395,11 @@ impl Sandboxes {
         &self,
         id: Uuid,
         config: Option<&str>,
+        ssh: Option<&str>,
         snapshot: Option<&str>,
     ) -> Result<String, BackupError> {
         let fail = BackupError::Failed;
-        self.start(id, config).map_err(fail)?;
+        self.start(id, config, ssh).map_err(fail)?;
         let done = (|| {
             // Chosen before the backup below, which becomes the newest.
             let list = self.backup(id, &["snapshots"])?;
@@ -460,7 +548,7 @@ mod tests {
             .with_backend(Box::new(rec.clone()));
         let id = Uuid::new_v4();
         std::fs::create_dir_all(s.workspace(id)).unwrap();
-        assert_eq!(s.start(id, None).unwrap(), "sandbox-name");
+        assert_eq!(s.start(id, None, None).unwrap(), "sandbox-name");
         assert!(matches!(
             s.backup(id, &["snapshots"]),
             Err(BackupError::NoSnapshot(_))

@@ -543,6 +543,7 @@ fn another_users_project_is_a_404_on_every_route() {
         ("GET", format!("/projects/{id}")),
         ("POST", format!("/projects/{id}/start")),
         ("POST", format!("/projects/{id}/stop")),
+        ("POST", format!("/projects/{id}/ssh-key")),
         ("POST", format!("/projects/{id}/snapshot")),
         ("POST", format!("/projects/{id}/restore")),
         ("GET", format!("/projects/{id}/backup-status")),
@@ -811,6 +812,7 @@ fn the_openapi_document_has_every_route_and_only_real_ones() {
         "POST /projects",
         "POST /projects/{id}/restore",
         "POST /projects/{id}/snapshot",
+        "POST /projects/{id}/ssh-key",
         "POST /projects/{id}/start",
         "POST /projects/{id}/stop",
     ];
@@ -1582,4 +1584,84 @@ fn the_page_is_embedded_with_its_security_headers() {
         .unwrap();
     assert!(!page.contains("<script>"), "{page}");
     assert!(!page.contains("://"), "{page}");
+}
+
+/// SSH without Docker: the private key is in the create and rotate
+/// answers only; the row holds the public key and host key (a query on
+/// the real Postgres), GET shows no private key, a rotation of a stopped
+/// project changes the stored public key, and a project without SSH has
+/// none to rotate (409). The login itself: tests/ssh.rs.
+#[test]
+fn an_ssh_key_is_answered_once_and_never_stored() {
+    if std::process::Command::new("ssh-keygen")
+        .arg("-?")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no ssh-keygen");
+        return;
+    }
+    let s = common::start(&[]);
+    let (t, _) = s.session();
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "ide", "ssh": true})),
+    );
+    assert_eq!(r.status, 201, "{r:?}\n{}", s.stderr.lock().unwrap());
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let key1 = r.body["ssh"]["private_key"].as_str().unwrap().to_owned();
+    assert!(key1.contains("OPENSSH PRIVATE KEY"), "{r:?}");
+    let row = |sql: &str| {
+        let o = psql(&s.db, sql).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let stored = row(&format!(
+        "SELECT ssh_public_key, ssh_host_key, ssh_host_key_fingerprint FROM projects WHERE id = '{id}'"
+    ));
+    assert!(stored.starts_with("ssh-ed25519 "), "{stored}");
+    assert!(stored.contains("SHA256:"), "{stored}");
+    assert_eq!(
+        r.body["ssh"]["public_key"].as_str().unwrap(),
+        stored.split('|').next().unwrap()
+    );
+    let whole = row(&format!("SELECT p::text FROM projects p WHERE id = '{id}'"));
+    assert!(!whole.contains("PRIVATE KEY"), "{whole}");
+    let g = s.call("GET", &format!("/projects/{id}"), Some(&t), None);
+    assert!(g.body["ssh"].get("private_key").is_none(), "{g:?}");
+    assert_eq!(g.body["ssh"]["port"], Value::Null, "never started: {g:?}");
+
+    let r = s.call("POST", &format!("/projects/{id}/ssh-key"), Some(&t), None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let key2 = r.body["ssh"]["private_key"].as_str().unwrap();
+    assert_ne!(key1, key2);
+    let now = row(&format!(
+        "SELECT ssh_public_key FROM projects WHERE id = '{id}'"
+    ));
+    assert_eq!(now.trim(), r.body["ssh"]["public_key"].as_str().unwrap());
+    assert_ne!(now.split('|').next(), stored.split('|').next());
+
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "plain"})),
+    );
+    let plain = r.body["id"].as_str().unwrap();
+    let r = s.call(
+        "POST",
+        &format!("/projects/{plain}/ssh-key"),
+        Some(&t),
+        None,
+    );
+    assert_eq!((r.status, r.code()), (409, "no_ssh"), "{r:?}");
+    let r = s.call(
+        "POST",
+        "/projects",
+        Some(&t),
+        Some(json!({"name": "x", "ssh": "yes"})),
+    );
+    assert_eq!(r.status, 422, "{r:?}");
 }

@@ -942,3 +942,18 @@ fn the_backends_exec_goes_through_the_guest() {
     assert_eq!(q[6..], ["--", "sbx-backup", "status"]);
     drop(c);
 }
+
+/// No sshd is published under Kubernetes yet: the server refuses a
+/// project made with `"ssh": true` (409 ssh_unsupported) rather than
+/// hand out a key nothing lets in.
+#[test]
+fn kubernetes_publishes_no_sshd() {
+    use sbx_server::backend::Backend;
+    let s = stand(Answer::Reply(200, json!({})));
+    let kube = Kube {
+        api: api(&s),
+        image: None,
+    };
+    assert!(!kube.ssh());
+    assert!(sbx_server::backend::Docker.ssh());
+}

@@ -347,6 +347,8 @@ pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, Bo
             ws.loaded.describe()
         ))));
     }
+    // A login near its end is refreshed here, on the host, first.
+    crate::loginrefresh::at_start(ws).map_err(|why| Box::new(RunError::LoginRefresh(why)) as BoxError)?;
     sbx_core::secrets::resolve(&cfg.secrets, |k| std::env::var(k).ok())
         .map_err(|e| Box::new(e) as BoxError)
 }
@@ -866,6 +868,7 @@ pub fn shell(
     if !rebuild {
         let ws = Workspace::open(common, path.clone())?.with_branch(branch);
         let _asks = crate::onblock::spawn(&ws);
+        let _logins = crate::loginrefresh::spawn(&ws);
         if let Some(r) = via_guest(&ws, &argv, "shell")? {
             return Ok(r);
         }
@@ -877,6 +880,7 @@ pub fn shell(
         branch,
     )?;
     let _asks = crate::onblock::spawn(&ws);
+    let _logins = crate::loginrefresh::spawn(&ws);
     if let Some(r) = via_guest(&ws, &argv, "shell")? {
         return Ok(r);
     }

@@ -355,6 +355,10 @@ impl Injector {
                         *bs = next.into();
                     }
                 }
+                // Under the lock: whoever sees the new value sees the
+                // new generation, so its echo is masked.
+                self.generation.fetch_add(1, Ordering::AcqRel);
+                drop(hosts);
                 self.failed
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
@@ -369,7 +373,6 @@ impl Injector {
             }
             _ => return Err("give a value or a failure, one of them".into()),
         }
-        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -513,13 +516,16 @@ impl Injector {
             let mut chunk = vec![0u8; 16 * 1024];
             let mut seen = self.generation.load(Ordering::Acquire);
             let mut down = Down::new(&self.current(host));
-            loop {
-                // A renewed value is masked from here on, the old ones too.
+            // A renewed value is masked from its renewal on, the old ones
+            // too: looked at after each read, before what was read goes.
+            let mut renewed = |down: &mut Down| {
                 let now = self.generation.load(Ordering::Acquire);
                 if now != seen {
                     seen = now;
                     down.add(&self.current(host));
                 }
+            };
+            loop {
                 // A value's start held back goes down masked as far as it
                 // is known once the host pauses: an answer ending alike
                 // (an "s") is not kept waiting for more.
@@ -528,6 +534,7 @@ impl Injector {
                 } else {
                     tokio::time::timeout(HOLD, ur.read(&mut chunk)).await
                 };
+                renewed(&mut down);
                 let Ok(n) = read else {
                     let Ok(out) = down.feed(&[], Cut::Pause) else {
                         *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);

@@ -117,7 +117,11 @@ pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
     let _watcher = watch(dir, shared.clone());
     if let Some(l) = control {
         let s = shared.clone();
-        std::thread::spawn(move || inject::serve_control(&l, &s));
+        std::thread::spawn(move || {
+            if let Some(i) = &s.inject {
+                inject::serve_control(&l, i);
+            }
+        });
     }
     {
         let s = shared.clone();

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use sbx_core::secrets::Binding;
 
-use super::{BINDINGS, CONTROL, Update};
-use crate::proxy::shared::Shared;
+use super::{BINDINGS, CONTROL, Injector, Update};
 
 /// The largest update read.
 const MAX_UPDATE: u64 = 128 * 1024;
@@ -33,7 +32,7 @@ pub fn control_listener(dir: &Path) -> io::Result<UnixListener> {
 
 /// Serve updates until the listener fails: one JSON [`Update`] a
 /// connection, answered `ok` or `error: WHY`. Only root's are taken.
-pub fn serve_control(l: &UnixListener, s: &Shared) {
+pub fn serve_control(l: &UnixListener, s: &Injector) {
     for c in l.incoming() {
         let Ok(mut c) = c else { continue };
         let answer = match one(&mut c, s) {
@@ -44,7 +43,7 @@ pub fn serve_control(l: &UnixListener, s: &Shared) {
     }
 }
 
-fn one(c: &mut UnixStream, s: &Shared) -> Result<(), String> {
+fn one(c: &mut UnixStream, inj: &Injector) -> Result<(), String> {
     let cred = nix::sys::socket::getsockopt(&*c, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| e.to_string())?;
     if cred.uid() != 0 {
@@ -57,9 +56,6 @@ fn one(c: &mut UnixStream, s: &Shared) -> Result<(), String> {
         .read_to_end(&mut text)
         .map_err(|e| e.to_string())?;
     let u: Update = serde_json::from_slice(&text).map_err(|e| format!("not an update: {e}"))?;
-    let Some(inj) = &s.inject else {
-        return Err("this proxy injects no secrets".into());
-    };
     inj.update(&u)
 }
 

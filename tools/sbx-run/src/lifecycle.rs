@@ -306,6 +306,9 @@ pub fn restore(
 /// The checks every start makes before anything is built or started, then
 /// the start itself (`from`: a snapshot's image), undone if it fails.
 fn start_checked(ws: Workspace, exists: bool, from: Option<&str>) -> Result<Workspace, BoxError> {
+    // A login near its end is refreshed on the host first (not for
+    // show-run, which only looks).
+    crate::loginrefresh::at_start(&ws).map_err(RunError::LoginRefresh)?;
     // A secret that does not resolve refuses the start, naming its key.
     let secrets = secrets_for(&ws)?;
     // A workspace the agent could not write is refused; the idmapped view
@@ -347,8 +350,6 @@ pub fn secrets_for(ws: &Workspace) -> Result<Vec<sbx_core::secrets::Binding>, Bo
             ws.loaded.describe()
         ))));
     }
-    // A login near its end is refreshed here, on the host, first.
-    crate::loginrefresh::at_start(ws).map_err(|why| Box::new(RunError::LoginRefresh(why)) as BoxError)?;
     sbx_core::secrets::resolve(&cfg.secrets, |k| std::env::var(k).ok())
         .map_err(|e| Box::new(e) as BoxError)
 }

@@ -30,6 +30,8 @@ pub const TOKEN_URL_ENV: &str = "SBX_LOGIN_TOKEN_URL";
 const EVERY: Duration = Duration::from_secs(5);
 /// After a failed refresh, the next try.
 const RETRY: Duration = Duration::from_secs(30);
+/// A 401 from the bound host renews the login at most this often.
+const ON_401_EVERY: Duration = Duration::from_secs(60);
 /// The largest answer read from the token endpoint.
 const ANSWER_MAX: u64 = 64 * 1024;
 
@@ -203,6 +205,23 @@ fn push(ws: &Workspace, name: &str, value: Result<&str, &str>) -> Result<(), Str
     }
 }
 
+/// A proxy record of a 401 on entry `name`'s host, from the proxy itself
+/// (the sink stamps the writer's uid: the agent cannot forge one).
+fn unauthorized(line: &str, name: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+        return false;
+    };
+    v["tool"] == "sbx-fw"
+        && v["operation"] == "unauthorized"
+        && v["peer"]["uid"].as_u64() == Some(65533)
+        && v["reason"]
+            .as_str()
+            .is_some_and(|r| r.split(": ").next().is_some_and(|s| {
+                s.strip_prefix("[secrets] ")
+                    .is_some_and(|ns| ns.split(", ").any(|n| n == name))
+            }))
+}
+
 /// The running refresher; dropping it stops it.
 pub struct Watch {
     stop: Arc<AtomicBool>,
@@ -245,14 +264,24 @@ fn keep(ws: &Workspace, name: &str, p: &Path, stop: &AtomicBool) {
         .and_then(|t| secrets::login_tokens(&t).ok())
         .map(|t| t.access);
     let mut failed: Option<String> = None;
-    let mut next = Instant::now() + EVERY;
+    let mut next = Instant::now();
+    let log = crate::spec::host_dir(&ws.names.container).join("audit.jsonl");
+    let mut tail = crate::onblock::Tail::at_end(log);
+    let mut last_401: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(200));
-        if Instant::now() < next {
+        // The proxy saw the bound host answer 401: the token was revoked
+        // before its time. Renew now, whatever its expiry says.
+        let forced = tail.read_new().iter().any(|l| unauthorized(l, name))
+            && last_401.is_none_or(|t| t.elapsed() > ON_401_EVERY);
+        if forced {
+            last_401 = Some(Instant::now());
+        } else if Instant::now() < next {
             continue;
         }
         next = Instant::now() + EVERY;
-        let t = refresh(ws, p, secrets::REFRESH_BEFORE_MS);
+        let margin = if forced { u64::MAX } else { secrets::REFRESH_BEFORE_MS };
+        let t = refresh(ws, p, margin);
         match t {
             Ok(t) if pushed.as_deref() == Some(t.access.as_str()) && failed.is_none() => {}
             Ok(t) => match push(ws, name, Ok(&t.access)) {
@@ -283,6 +312,35 @@ fn keep(ws: &Workspace, name: &str, p: &Path, stop: &AtomicBool) {
                 }
                 failed = Some(why);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unauthorized;
+
+    #[test]
+    fn only_the_proxys_own_401_records_for_the_entry_count() {
+        let rec = |uid: u32, op: &str, reason: &str| {
+            serde_json::json!({"tool": "sbx-fw", "operation": op, "peer": {"uid": uid},
+                "reason": reason})
+            .to_string()
+        };
+        let r = "[secrets] claude: the host answered 401";
+        assert!(unauthorized(&rec(65533, "unauthorized", r), "claude"));
+        assert!(unauthorized(
+            &rec(65533, "unauthorized", "[secrets] a, claude: the host answered 401"),
+            "claude"
+        ));
+        for (line, name) in [
+            (rec(1000, "unauthorized", r), "claude"), // the agent's own
+            (rec(65533, "connect", r), "claude"),
+            (rec(65533, "unauthorized", r), "claud"),
+            (rec(65533, "unauthorized", "[secrets] claudex: x"), "claude"),
+            ("not json".to_owned(), "claude"),
+        ] {
+            assert!(!unauthorized(&line, name), "{line}");
         }
     }
 }

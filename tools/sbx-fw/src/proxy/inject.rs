@@ -516,6 +516,7 @@ impl Injector {
             let mut chunk = vec![0u8; 16 * 1024];
             let mut seen = self.generation.load(Ordering::Acquire);
             let mut down = Down::new(&self.current(host));
+            let mut told = false;
             // A renewed value is masked from its renewal on, the old ones
             // too: looked at after each read, before what was read goes.
             let mut renewed = |down: &mut Down| {
@@ -545,6 +546,22 @@ impl Injector {
                 };
                 let n = n?;
                 act.touch();
+                // A 401 from a host a secret is bound to: the host's
+                // sbx-run follows the audit and renews a login at once.
+                if !told && unauthorized(&chunk[..n]) {
+                    told = true;
+                    let why = format!("{}: the host answered 401", self.rule(host));
+                    sbx_core::audit::append(
+                        &sbx_core::audit::Record::new(
+                            "sbx-fw",
+                            "unauthorized",
+                            host,
+                            sbx_core::audit::Outcome::Allowed,
+                            "proxy",
+                        )
+                        .reason(&why),
+                    );
+                }
                 let cut = if n == 0 { Cut::End } else { Cut::Read };
                 let Ok(out) = down.feed(&chunk[..n], cut) else {
                     *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
@@ -593,6 +610,15 @@ impl Injector {
             None => Ok(None),
         }
     }
+}
+
+/// Whether a read holds the status line of a 401 answer.
+fn unauthorized(buf: &[u8]) -> bool {
+    const LINE: &[u8] = b"HTTP/1.1 401 ";
+    buf.starts_with(LINE)
+        || buf
+            .windows(LINE.len() + 1)
+            .any(|w| w[0] == b'\n' && &w[1..] == LINE)
 }
 
 /// Why the proxy answered a request itself.

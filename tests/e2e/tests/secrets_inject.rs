@@ -655,12 +655,13 @@ fn host_login(p: &Path) -> Value {
     v["claudeAiOauth"].clone()
 }
 
-/// A login whose access token lives five and a half minutes (the
-/// stand-in's, rotating: each refresh revokes the token before): the
-/// start refreshes it on the host, a run of the real CLI spans the next
-/// refresh, which `sbx-run agent` does on the host while the CLI waits
-/// for an answer, and its next request carries the new token (the old
-/// one is refused by then: without the refresh the run fails). Every
+/// A login with ten minutes left: the start refreshes it on the host
+/// (the stand-in's tokens rotate: each refresh revokes the one before).
+/// A run of the real CLI spans the next expiry: while the CLI waits for
+/// an answer the login's file is moved a minute from its end, `sbx-run
+/// agent` refreshes it on the host, and the CLI's next request carries
+/// the new token (the old one is refused by then: without the refresh
+/// the run fails). Every
 /// refresh came from the host's address, none from the sandbox's; the
 /// host's file holds the new login, 0600. Then a refresh that fails (a
 /// revoked refresh token) is one line on stderr and an audit record,
@@ -728,7 +729,7 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
     let (standin, ip) = standin_first(
         &names,
         &d,
-        &["--require-key", R_ACCESS, "--refresh-token", R_REFRESH, "--token-life", "330"],
+        &["--require-key", R_ACCESS, "--refresh-token", R_REFRESH, "--token-life", "3600"],
     );
     let host_env = |c: &mut Command| {
         c.env_remove("ANTHROPIC_API_KEY")
@@ -769,6 +770,23 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
         .spawn()
         .unwrap();
     let t = Instant::now();
+    while !logged(&log)
+        .iter()
+        .any(|r| is_messages(r) && r["side"] == false)
+    {
+        if t.elapsed() > Duration::from_secs(90) || cli.try_wait().unwrap().is_some() {
+            let _ = cli.kill();
+            let o = cli.wait_with_output().unwrap();
+            panic!("the CLI's request never came: {:?}\n{}", logged(&log), text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The clock moved on: the login has a minute left (as its file says;
+    // the refresher goes by expiresAt, as the CLI does).
+    let mut l: Value = serde_json::from_str(&std::fs::read_to_string(&login).unwrap()).unwrap();
+    l["claudeAiOauth"]["expiresAt"] = (now_ms() + 60 * 1000).into();
+    std::fs::write(&login, l.to_string()).unwrap();
+    let t = Instant::now();
     while token_requests(&log).len() < 2 {
         if t.elapsed() > Duration::from_secs(180) || cli.try_wait().unwrap().is_some() {
             let _ = cli.kill();
@@ -806,13 +824,9 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
     );
     // Every refresh from the host (the bridge's gateway), none from the
     // sandbox's address on that network.
-    let gateway = sh(Command::new("docker").args([
-        "network",
-        "inspect",
-        "-f",
-        "{{(index .IPAM.Config 0).Gateway}}",
-        &standin.network,
-    ]));
+    // Docker's default gateway, the host's address on that bridge: the
+    // subnet's first.
+    let gateway = format!("{}.1", ip.rsplit_once('.').unwrap().0);
     let holder_ip = sh(Command::new("docker").args([
         "inspect",
         "-f",
@@ -838,19 +852,22 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
     let mut agent = sbx();
     host_env(&mut agent);
     let mut cli = agent
-        .args(["shell", "-C"])
+        .args(["agent", "--json", "-C"])
         .arg(&repo.path)
-        .stdin(Stdio::piped())
+        .arg("once more")
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdin = cli.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, b"sleep 60\n").unwrap();
     let t = Instant::now();
     let mut records = String::new();
     while !records.contains("refreshing the login failed") {
-        assert!(t.elapsed() < Duration::from_secs(60), "no failure recorded:\n{records}");
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = cli.kill();
+            let o = cli.wait_with_output().unwrap();
+            panic!("no failure recorded:\n{records}\n{}", text(&o));
+        }
         std::thread::sleep(Duration::from_millis(300));
         let o = sbx().args(["log", "--blocked-only", "--json"]).output().unwrap();
         records = String::from_utf8_lossy(&o.stdout)
@@ -869,7 +886,6 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
         said.contains("[secrets] claude") && said.contains("invalid_grant"),
         "{said}"
     );
-    drop(stdin);
     let _ = cli.kill();
     let o = cli.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

@@ -620,8 +620,22 @@ fn standin_first(names: &sbx_run::names::Names, d: &Path, auth: &[&str]) -> (Sta
     let n = net.expect("no free subnet in 198.18.0.0/16 for the stand-in");
     let ip = format!("198.18.{n}.10");
     sh(Command::new("docker")
-        .args(["run", "-d", "--name", &standin.container, "--network", &standin.network])
-        .args(["--ip", &ip, "--network-alias", API, "--network-alias", OTHER])
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &standin.container,
+            "--network",
+            &standin.network,
+        ])
+        .args([
+            "--ip",
+            &ip,
+            "--network-alias",
+            API,
+            "--network-alias",
+            OTHER,
+        ])
         .args(["-u", "0", "--entrypoint", "/x/sbx-msgapi"])
         .arg("-v")
         .arg(format!("{}:/x/sbx-msgapi:ro", bin("sbx-msgapi").display()))
@@ -629,13 +643,21 @@ fn standin_first(names: &sbx_run::names::Names, d: &Path, auth: &[&str]) -> (Sta
         .arg(format!("{}:/d", d.display()))
         .arg(format!("agent-sandbox-base:{tag}"))
         .args(["--script", "/d/script.json", "--log", "/d/log.jsonl"])
-        .args(["--listen", "0.0.0.0:443", "--tls", &format!("{API},{OTHER},{ip}")])
+        .args([
+            "--listen",
+            "0.0.0.0:443",
+            "--tls",
+            &format!("{API},{OTHER},{ip}"),
+        ])
         .arg("--tls-ca")
         .arg("/d")
         .args(auth));
     let t = Instant::now();
     while !sh(Command::new("docker").args(["logs", &standin.container])).contains("listening") {
-        assert!(t.elapsed() < Duration::from_secs(20), "the stand-in did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the stand-in did not start"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     (standin, ip)
@@ -675,7 +697,9 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
         return;
     }
     let repo = Repo::new("secretsrefresh");
-    sh(Command::new("git").args(["init", "-q"]).current_dir(&repo.path));
+    sh(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo.path));
     let login_dir = repo.root().join("host-claude");
     std::fs::create_dir_all(&login_dir).unwrap();
     let login = login_dir.join(".credentials.json");
@@ -729,17 +753,31 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
     let (standin, ip) = standin_first(
         &names,
         &d,
-        &["--require-key", R_ACCESS, "--refresh-token", R_REFRESH, "--token-life", "3600"],
+        &[
+            "--require-key",
+            R_ACCESS,
+            "--refresh-token",
+            R_REFRESH,
+            "--token-life",
+            "3600",
+        ],
     );
     let host_env = |c: &mut Command| {
         c.env_remove("ANTHROPIC_API_KEY")
             .env("ANTHROPIC_BASE_URL", format!("https://{API}"))
             .env(sbx_core::secrets::TEST_ROOT_ENV, d.join("ca.pem"))
-            .env("SBX_LOGIN_TOKEN_URL", format!("https://{ip}/v1/oauth/token"));
+            .env(
+                "SBX_LOGIN_TOKEN_URL",
+                format!("https://{ip}/v1/oauth/token"),
+            );
     };
     let mut start = sbx();
     host_env(&mut start);
-    let o = start.args(["-q", "start"]).arg(&repo.path).output().unwrap();
+    let o = start
+        .args(["-q", "start"])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
     let _started = Started(&repo);
     assert!(o.status.success(), "start: {}", text(&o));
     sh(Command::new("docker").args(["network", "connect", &standin.network, &names.holder]));
@@ -777,7 +815,11 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
         if t.elapsed() > Duration::from_secs(90) || cli.try_wait().unwrap().is_some() {
             let _ = cli.kill();
             let o = cli.wait_with_output().unwrap();
-            panic!("the CLI's request never came: {:?}\n{}", logged(&log), text(&o));
+            panic!(
+                "the CLI's request never came: {:?}\n{}",
+                logged(&log),
+                text(&o)
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -791,14 +833,22 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
         if t.elapsed() > Duration::from_secs(180) || cli.try_wait().unwrap().is_some() {
             let _ = cli.kill();
             let o = cli.wait_with_output().unwrap();
-            panic!("no refresh during the run: {:?}\n{}", logged(&log), text(&o));
+            panic!(
+                "no refresh during the run: {:?}\n{}",
+                logged(&log),
+                text(&o)
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     }
     // The proxy gets the token after the file is written: give it time.
     let t = Instant::now();
     while host_login(&login)["accessToken"] != second.as_str() {
-        assert!(t.elapsed() < Duration::from_secs(60), "{}", host_login(&login));
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{}",
+            host_login(&login)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_secs(2));
@@ -830,7 +880,10 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
     let holder_ip = sh(Command::new("docker").args([
         "inspect",
         "-f",
-        &format!("{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}", standin.network),
+        &format!(
+            "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+            standin.network
+        ),
         &names.holder,
     ]));
     let peers: Vec<String> = token_requests(&log)
@@ -839,12 +892,17 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
         .collect();
     assert!(!holder_ip.trim().is_empty());
     assert!(
-        peers.iter().all(|p| p == gateway.trim() && p != holder_ip.trim()),
+        peers
+            .iter()
+            .all(|p| p == gateway.trim() && p != holder_ip.trim()),
         "{peers:?} (host {gateway}, sandbox {holder_ip})"
     );
     // The sandbox still holds placeholders only.
     let held = text(&repo.exec("cat ~/.claude/.credentials.json"));
-    assert!(held.contains(LOGIN_HOLDER) && !held.contains("REAL"), "{held}");
+    assert!(
+        held.contains(LOGIN_HOLDER) && !held.contains("REAL"),
+        "{held}"
+    );
 
     // 3. A refresh that fails: the refresh token was revoked.
     write_login(&second, "revoked-refresh-token", now_ms() + 60 * 1000);
@@ -869,7 +927,10 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
             panic!("no failure recorded:\n{records}\n{}", text(&o));
         }
         std::thread::sleep(Duration::from_millis(300));
-        let o = sbx().args(["log", "--blocked-only", "--json"]).output().unwrap();
+        let o = sbx()
+            .args(["log", "--blocked-only", "--json"])
+            .output()
+            .unwrap();
         records = String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter(|l| l.contains(&names.container) && l.contains("login-refresh"))
@@ -897,9 +958,9 @@ fn a_login_is_refreshed_on_the_host_during_a_run() {
         "{err}"
     );
     assert!(
-        !logged(&log)[before..]
-            .iter()
-            .any(|r| r["path"].as_str().is_some_and(|p| p.contains("after=failure"))),
+        !logged(&log)[before..].iter().any(|r| r["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("after=failure"))),
         "a request went out after the failure"
     );
 }

@@ -100,7 +100,11 @@ fn parse_args() -> Result<Opts, String> {
             "--require-key" => require_key = Some(val()?),
             "--refresh-token" => refresh_token = Some(val()?),
             "--token-life" => {
-                token_life = Some(val()?.parse().map_err(|_| "--token-life: seconds".to_owned())?);
+                token_life = Some(
+                    val()?
+                        .parse()
+                        .map_err(|_| "--token-life: seconds".to_owned())?,
+                );
             }
             "--tls" => tls = Some(val()?.split(',').map(str::to_owned).collect()),
             "--tls-ca" => tls_ca = Some(PathBuf::from(val()?)),
@@ -256,7 +260,10 @@ fn read_request(r: &mut impl BufRead) -> std::io::Result<Option<Request>> {
 
 fn serve_conn(server: &Server, conn: TcpStream) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
-    let peer = conn.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+    let peer = conn
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
     serve_stream(server, BufReader::new(conn), &mut out, &peer)
 }
 

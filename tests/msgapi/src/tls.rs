@@ -66,7 +66,10 @@ pub fn serve(
     c: Arc<rustls::ServerConfig>,
     conn: TcpStream,
 ) -> std::io::Result<()> {
-    let peer = conn.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+    let peer = conn
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
     let tls = rustls::ServerConnection::new(c).map_err(std::io::Error::other)?;
     let s = Shared(Rc::new(RefCell::new(rustls::StreamOwned::new(tls, conn))));
     let mut out = Shared(s.0.clone());

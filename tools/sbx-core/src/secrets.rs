@@ -596,12 +596,23 @@ mod tests {
         let answer = serde_json::json!({"access_token": "new-access", "refresh_token": "new-refresh",
             "expires_in": 300, "scope": "user:inference"});
         let (new, t) = apply_refresh(&text, &answer, 1000).unwrap();
-        assert_eq!((t.access.as_str(), t.refresh.as_str()), ("new-access", "new-refresh"));
-        assert_eq!((t.expires_at, t.scopes.clone()), (301_000, vec!["user:inference".to_owned()]));
+        assert_eq!(
+            (t.access.as_str(), t.refresh.as_str()),
+            ("new-access", "new-refresh")
+        );
+        assert_eq!(
+            (t.expires_at, t.scopes.clone()),
+            (301_000, vec!["user:inference".to_owned()])
+        );
         let v: serde_json::Value = serde_json::from_str(&new).unwrap();
         assert_eq!(v["claudeAiOauth"]["subscriptionType"], "max");
         assert_eq!(v["other"]["kept"], true);
-        let (_, t) = apply_refresh(&text, &serde_json::json!({"access_token": "a2", "expires_in": 60}), 0).unwrap();
+        let (_, t) = apply_refresh(
+            &text,
+            &serde_json::json!({"access_token": "a2", "expires_in": 60}),
+            0,
+        )
+        .unwrap();
         assert_eq!(t.refresh, "old-refresh");
         for bad in [
             serde_json::json!({"expires_in": 60}),

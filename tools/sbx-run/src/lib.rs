@@ -18,8 +18,8 @@ pub mod import;
 pub mod k8s;
 pub mod lifecycle;
 pub mod login;
-pub mod names;
 pub mod loginrefresh;
+pub mod names;
 pub mod onblock;
 pub mod selftest;
 pub mod snapshot;
@@ -610,9 +610,7 @@ impl SbxError for RunError {
             | Self::EngineDown(_)
             | Self::Idmap(_)
             | Self::NoGuest(_)
-            | Self::LoginRefresh(_) => {
-                Exit::Unavailable
-            }
+            | Self::LoginRefresh(_) => Exit::Unavailable,
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
             Self::ForeignContainer(..)
             | Self::Swapped(_)

@@ -63,7 +63,12 @@ pub fn at_start(ws: &Workspace) -> Result<(), String> {
                 record(ws, &name, Outcome::Blocked, &why);
                 format!("[secrets] {name}: refreshing the login on the host failed: {why}")
             })?;
-            record(ws, &name, Outcome::Allowed, "refreshed on the host at start");
+            record(
+                ws,
+                &name,
+                Outcome::Allowed,
+                "refreshed on the host at start",
+            );
         }
     }
     Ok(())
@@ -84,7 +89,9 @@ fn refresh(ws: &Workspace, p: &Path, margin: u64) -> Result<LoginTokens, String>
         return Ok(t);
     }
     if t.refresh.is_empty() {
-        return Err("the login holds no refreshToken: log in with `claude /login` on the host".into());
+        return Err(
+            "the login holds no refreshToken: log in with `claude /login` on the host".into(),
+        );
     }
     let url = std::env::var(TOKEN_URL_ENV).unwrap_or_else(|_| secrets::TOKEN_URL.to_owned());
     let answer = post(&url, &secrets::refresh_request(&t))?;
@@ -169,8 +176,14 @@ fn chain(e: &dyn std::error::Error) -> String {
 fn record(ws: &Workspace, name: &str, outcome: Outcome, why: &str) {
     let why = format!("{why} (sandbox {})", ws.names.container);
     audit::append(
-        &Record::new("sbx-run", "login-refresh", &format!("[secrets] {name}"), outcome, "secrets")
-            .reason(&why),
+        &Record::new(
+            "sbx-run",
+            "login-refresh",
+            &format!("[secrets] {name}"),
+            outcome,
+            "secrets",
+        )
+        .reason(&why),
     );
 }
 
@@ -188,8 +201,7 @@ fn push(ws: &Workspace, name: &str, value: Result<&str, &str>) -> Result<(), Str
             Box::new(std::io::empty())
         }
     };
-    let client =
-        guestexec::connect(&guestexec::socket_for(ws)).map_err(|e| e.to_string())?;
+    let client = guestexec::connect(&guestexec::socket_for(ws)).map_err(|e| e.to_string())?;
     let mut req = guestexec::exec_request(ws, &argv, "sbx-run", false);
     req.user = User::Root;
     req.timeout_ms = Some(30_000);
@@ -214,12 +226,12 @@ fn unauthorized(line: &str, name: &str) -> bool {
     v["tool"] == "sbx-fw"
         && v["operation"] == "unauthorized"
         && v["peer"]["uid"].as_u64() == Some(65533)
-        && v["reason"]
-            .as_str()
-            .is_some_and(|r| r.split(": ").next().is_some_and(|s| {
+        && v["reason"].as_str().is_some_and(|r| {
+            r.split(": ").next().is_some_and(|s| {
                 s.strip_prefix("[secrets] ")
                     .is_some_and(|ns| ns.split(", ").any(|n| n == name))
-            }))
+            })
+        })
 }
 
 /// The running refresher; dropping it stops it.
@@ -280,7 +292,11 @@ fn keep(ws: &Workspace, name: &str, p: &Path, stop: &AtomicBool) {
             continue;
         }
         next = Instant::now() + EVERY;
-        let margin = if forced { u64::MAX } else { secrets::REFRESH_BEFORE_MS };
+        let margin = if forced {
+            u64::MAX
+        } else {
+            secrets::REFRESH_BEFORE_MS
+        };
         let t = refresh(ws, p, margin);
         match t {
             Ok(t) if pushed.as_deref() == Some(t.access.as_str()) && failed.is_none() => {}
@@ -288,7 +304,12 @@ fn keep(ws: &Workspace, name: &str, p: &Path, stop: &AtomicBool) {
                 Ok(()) => {
                     pushed = Some(t.access);
                     failed = None;
-                    record(ws, name, Outcome::Allowed, "refreshed on the host; the proxy has the new token");
+                    record(
+                        ws,
+                        name,
+                        Outcome::Allowed,
+                        "refreshed on the host; the proxy has the new token",
+                    );
                 }
                 Err(why) => {
                     output::error(&format!(
@@ -305,7 +326,12 @@ fn keep(ws: &Workspace, name: &str, p: &Path, stop: &AtomicBool) {
                 output::error(&format!(
                     "[secrets] {name}: refreshing the login on the host failed: {why}"
                 ));
-                record(ws, name, Outcome::Blocked, &format!("refreshing the login failed: {why}"));
+                record(
+                    ws,
+                    name,
+                    Outcome::Blocked,
+                    &format!("refreshing the login failed: {why}"),
+                );
                 let said = format!("the login could not be refreshed on the host: {why}");
                 if let Err(e) = push(ws, name, Err(&said)) {
                     output::error(&format!("[secrets] {name}: telling the proxy failed: {e}"));
@@ -330,7 +356,11 @@ mod tests {
         let r = "[secrets] claude: the host answered 401";
         assert!(unauthorized(&rec(65533, "unauthorized", r), "claude"));
         assert!(unauthorized(
-            &rec(65533, "unauthorized", "[secrets] a, claude: the host answered 401"),
+            &rec(
+                65533,
+                "unauthorized",
+                "[secrets] a, claude: the host answered 401"
+            ),
             "claude"
         ));
         for (line, name) in [

@@ -321,9 +321,11 @@ impl Injector {
     /// Why one of `bindings` cannot be used now, if one cannot.
     fn failure(&self, bindings: &[Binding]) -> Option<String> {
         let failed = self.failed.read().unwrap_or_else(|e| e.into_inner());
-        bindings
-            .iter()
-            .find_map(|b| failed.get(&b.name).map(|why| format!("[secrets] {}: {why}", b.name)))
+        bindings.iter().find_map(|b| {
+            failed
+                .get(&b.name)
+                .map(|why| format!("[secrets] {}: {why}", b.name))
+        })
     }
 
     /// Take a renewed value (or a failed renewal) for the entry named in

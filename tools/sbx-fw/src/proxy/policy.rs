@@ -66,7 +66,9 @@ impl Refusal {
             Self::Encoded => {
                 "the host answered compressed or coded (Content-Encoding, Transfer-Encoding): the proxy cannot check it for the secret"
             }
-            Self::Renewal => "the secret could not be renewed on the host: the request was answered 503",
+            Self::Renewal => {
+                "the secret could not be renewed on the host: the request was answered 503"
+            }
         }
     }
 }

@@ -25,7 +25,8 @@ pub fn control_listener(dir: &Path) -> io::Result<UnixListener> {
         }
         _ => {}
     }
-    let l = UnixListener::bind(&p).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+    let l = UnixListener::bind(&p)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
     Ok(l)
 }
@@ -65,7 +66,9 @@ fn one(c: &mut UnixStream, inj: &Injector) -> Result<(), String> {
 pub fn store(dir: &Path, u: &Update) -> io::Result<()> {
     let Some(v) = &u.value else { return Ok(()) };
     let p = dir.join(BINDINGS);
-    let bad = |e: &dyn std::fmt::Display| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()));
+    let bad = |e: &dyn std::fmt::Display| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()))
+    };
     let text = std::fs::read(&p).map_err(|e| bad(&e))?;
     let mut all: Vec<Binding> = serde_json::from_slice(&text).map_err(|e| bad(&e))?;
     let mut found = false;

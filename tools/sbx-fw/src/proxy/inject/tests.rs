@@ -639,7 +639,9 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(t: &mut S, r: &str) -> String {
     let mut chunk = [0u8; 4096];
     let done = |b: &[u8]| {
         let s = String::from_utf8_lossy(b);
-        let Some(i) = s.find("\r\n\r\n") else { return false };
+        let Some(i) = s.find("\r\n\r\n") else {
+            return false;
+        };
         let len: usize = s[..i]
             .lines()
             .find_map(|l| l.strip_prefix("Content-Length: "))
@@ -700,27 +702,52 @@ async fn a_renewed_value_reaches_open_connections_and_a_failure_answers_503() {
         value: value.map(str::to_owned),
         failed: failed.map(str::to_owned),
     };
-    assert!(send(dir.path(), &Update { name: "other".into(), ..renew(Some(NEW), None) })
+    assert!(
+        send(
+            dir.path(),
+            &Update {
+                name: "other".into(),
+                ..renew(Some(NEW), None)
+            }
+        )
         .unwrap()
-        .is_err());
-    assert!(send(dir.path(), &renew(Some("a\r\nb"), None)).unwrap().is_err());
+        .is_err()
+    );
+    assert!(
+        send(dir.path(), &renew(Some("a\r\nb"), None))
+            .unwrap()
+            .is_err()
+    );
     send(dir.path(), &renew(Some(NEW), None)).unwrap().unwrap();
 
     // The same connection: the new value goes up, its echo comes back masked.
     let got = ask(&mut t, &req(HOST, &holder)).await;
     assert!(got.contains("200 OK"), "{got}");
-    let got = ask(&mut t, &format!("GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{holder}\r\n")).await;
+    let got = ask(
+        &mut t,
+        &format!("GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{holder}\r\n"),
+    )
+    .await;
     assert!(!got.contains(NEW) && !got.contains(SECRET), "{got}");
     let seen = b.seen();
     assert_eq!(seen.len(), 3, "{seen:?}");
     assert!(seen[0].contains(SECRET), "{}", seen[0]);
-    assert!(seen[1].contains(&format!("x-api-key: {NEW}\r\n")), "{}", seen[1]);
+    assert!(
+        seen[1].contains(&format!("x-api-key: {NEW}\r\n")),
+        "{}",
+        seen[1]
+    );
 
     // A failed renewal: answered here, 503, nothing sent on.
-    send(dir.path(), &renew(None, Some("invalid_grant"))).unwrap().unwrap();
+    send(dir.path(), &renew(None, Some("invalid_grant")))
+        .unwrap()
+        .unwrap();
     let got = ask(&mut t, &req(HOST, &holder)).await;
     assert!(got.starts_with("HTTP/1.1 503"), "{got}");
-    assert!(got.contains("[secrets] model") && got.contains("invalid_grant"), "{got}");
+    assert!(
+        got.contains("[secrets] model") && got.contains("invalid_grant"),
+        "{got}"
+    );
     assert_eq!(b.seen().len(), 3);
     let v = tokio::time::timeout(Duration::from_secs(20), proxy)
         .await

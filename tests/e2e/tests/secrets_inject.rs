@@ -593,3 +593,374 @@ fn an_oauth_login_stays_on_the_host() {
         Vec::<String>::new()
     );
 }
+
+const R_ACCESS: &str = "sk-ant-oat01-h44o-REAL-ACCESS-71c3e9a0b2d8";
+const R_REFRESH: &str = "sk-ant-ort01-h44o-REAL-REFRESH-2d94f06a1e57";
+
+/// The stand-in before the sandbox starts (the start itself may refresh
+/// the login against it), at a fixed address the host reaches over the
+/// bridge, its certificate naming that address too; the sandbox's holder
+/// joins it later ([`join`]).
+fn standin_first(names: &sbx_run::names::Names, d: &Path, auth: &[&str]) -> (Standin, String) {
+    let tag = std::env::var("SBX_BASE_TAG").unwrap_or_else(|_| "latest".into());
+    let standin = Standin {
+        container: format!("{}-standin", names.container),
+        network: format!("{}-standin", names.container),
+        holder: names.holder.clone(),
+    };
+    let net = (0..20).find_map(|i| {
+        let n = (std::process::id() + 7 + i * 13) % 250;
+        Command::new("docker")
+            .args(["network", "create", "--subnet", &format!("198.18.{n}.0/24")])
+            .arg(&standin.network)
+            .output()
+            .is_ok_and(|o| o.status.success())
+            .then_some(n)
+    });
+    let n = net.expect("no free subnet in 198.18.0.0/16 for the stand-in");
+    let ip = format!("198.18.{n}.10");
+    sh(Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &standin.container,
+            "--network",
+            &standin.network,
+        ])
+        .args([
+            "--ip",
+            &ip,
+            "--network-alias",
+            API,
+            "--network-alias",
+            OTHER,
+        ])
+        .args(["-u", "0", "--entrypoint", "/x/sbx-msgapi"])
+        .arg("-v")
+        .arg(format!("{}:/x/sbx-msgapi:ro", bin("sbx-msgapi").display()))
+        .arg("-v")
+        .arg(format!("{}:/d", d.display()))
+        .arg(format!("agent-sandbox-base:{tag}"))
+        .args(["--script", "/d/script.json", "--log", "/d/log.jsonl"])
+        .args([
+            "--listen",
+            "0.0.0.0:443",
+            "--tls",
+            &format!("{API},{OTHER},{ip}"),
+        ])
+        .arg("--tls-ca")
+        .arg("/d")
+        .args(auth));
+    let t = Instant::now();
+    while !sh(Command::new("docker").args(["logs", &standin.container])).contains("listening") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the stand-in did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (standin, ip)
+}
+
+/// The token endpoint's requests, as the stand-in logged them.
+fn token_requests(log: &Path) -> Vec<Value> {
+    logged(log)
+        .into_iter()
+        .filter(|r| r["path"] == "/v1/oauth/token")
+        .collect()
+}
+
+/// The host's login file's OAuth part.
+fn host_login(p: &Path) -> Value {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    v["claudeAiOauth"].clone()
+}
+
+/// A login with ten minutes left: the start refreshes it on the host
+/// (the stand-in's tokens rotate: each refresh revokes the one before).
+/// A run of the real CLI spans the next expiry: while the CLI waits for
+/// an answer the login's file is moved a minute from its end, `sbx-run
+/// agent` refreshes it on the host, and the CLI's next request carries
+/// the new token (the old one is refused by then: without the refresh
+/// the run fails). Every
+/// refresh came from the host's address, none from the sandbox's; the
+/// host's file holds the new login, 0600. Then a refresh that fails (a
+/// revoked refresh token) is one line on stderr and an audit record,
+/// and the proxy answers the login's requests 503 naming it, sending
+/// nothing on.
+#[test]
+fn a_login_is_refreshed_on_the_host_during_a_run() {
+    if !prerequisite(sbx_e2e::is_root(), "root (the stand-in's fixed address)")
+        || !base_image_with_clis()
+    {
+        return;
+    }
+    let repo = Repo::new("secretsrefresh");
+    sh(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo.path));
+    let login_dir = repo.root().join("host-claude");
+    std::fs::create_dir_all(&login_dir).unwrap();
+    let login = login_dir.join(".credentials.json");
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let write_login = |access: &str, refresh: &str, until: u64| {
+        std::fs::write(
+            &login,
+            json!({"claudeAiOauth": {"accessToken": access, "refreshToken": refresh,
+                   "expiresAt": until, "scopes": ["user:inference", "user:profile"],
+                   "subscriptionType": "max"}})
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::set_permissions(&login, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+    };
+    // Ten minutes left: under the start's margin, so the start refreshes.
+    write_login(R_ACCESS, R_REFRESH, now_ms() + 10 * 60 * 1000);
+    let cfg = repo.path.join(".agent-sandbox");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        format!(
+            "[network]\nmode = \"proxy\"\nregistries = false\ngithub = false\n\
+             allow-domains = [\"{API}\", \"{OTHER}\"]\n\
+             [secrets]\nclaude = {{ from = \"claude-login:{}\", host = \"{API}\", header = \"authorization\" }}\n",
+            login.display()
+        ),
+    )
+    .unwrap();
+    repo.give_to_agent();
+    let d = repo.root().join("standin");
+    sh(Command::new(bin("sbx-msgapi")).arg("--new-ca").arg(&d));
+    let hold = d.join("release");
+    std::fs::write(
+        d.join("script.json"),
+        json!({"turns": [
+            {"tool_use": {"name": "Bash", "input": {"command": "true", "description": "probe"}},
+             "hold_file": "/d/release"},
+            {"text": "All done."}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let names = sbx_run::names::Names::new(&repo.path.canonicalize().unwrap(), None);
+    let (standin, ip) = standin_first(
+        &names,
+        &d,
+        &[
+            "--require-key",
+            R_ACCESS,
+            "--refresh-token",
+            R_REFRESH,
+            "--token-life",
+            "3600",
+        ],
+    );
+    let host_env = |c: &mut Command| {
+        c.env_remove("ANTHROPIC_API_KEY")
+            .env("ANTHROPIC_BASE_URL", format!("https://{API}"))
+            .env(sbx_core::secrets::TEST_ROOT_ENV, d.join("ca.pem"))
+            .env(
+                "SBX_LOGIN_TOKEN_URL",
+                format!("https://{ip}/v1/oauth/token"),
+            );
+    };
+    let mut start = sbx();
+    host_env(&mut start);
+    let o = start
+        .args(["-q", "start"])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    let _started = Started(&repo);
+    assert!(o.status.success(), "start: {}", text(&o));
+    sh(Command::new("docker").args(["network", "connect", &standin.network, &names.holder]));
+    let log = d.join("log.jsonl");
+    let first = format!("{R_ACCESS}-r1");
+    let second = format!("{R_ACCESS}-r2");
+    // 1. The start refreshed the login on the host.
+    assert_eq!(token_requests(&log).len(), 1, "{:?}", logged(&log));
+    let l = host_login(&login);
+    assert_eq!(l["accessToken"], first.as_str(), "{l}");
+    assert_eq!(l["refreshToken"], format!("{R_REFRESH}-r1").as_str(), "{l}");
+    assert_eq!(l["subscriptionType"], "max", "{l}");
+    let m = std::fs::metadata(&login).unwrap();
+    assert_eq!(m.mode() & 0o777, 0o600);
+
+    // 2. A run that spans the next refresh: its first request goes with
+    //    the first token, its answer waits for the refresh, its second
+    //    request must carry the second token (the first is revoked).
+    let mut agent = sbx();
+    host_env(&mut agent);
+    let mut cli = agent
+        .args(["agent", "--json", "-C"])
+        .arg(&repo.path)
+        .arg("run true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !logged(&log)
+        .iter()
+        .any(|r| is_messages(r) && r["side"] == false)
+    {
+        if t.elapsed() > Duration::from_secs(90) || cli.try_wait().unwrap().is_some() {
+            let _ = cli.kill();
+            let o = cli.wait_with_output().unwrap();
+            panic!(
+                "the CLI's request never came: {:?}\n{}",
+                logged(&log),
+                text(&o)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The clock moved on: the login has a minute left (as its file says;
+    // the refresher goes by expiresAt, as the CLI does).
+    let mut l: Value = serde_json::from_str(&std::fs::read_to_string(&login).unwrap()).unwrap();
+    l["claudeAiOauth"]["expiresAt"] = (now_ms() + 60 * 1000).into();
+    std::fs::write(&login, l.to_string()).unwrap();
+    let t = Instant::now();
+    while token_requests(&log).len() < 2 {
+        if t.elapsed() > Duration::from_secs(180) || cli.try_wait().unwrap().is_some() {
+            let _ = cli.kill();
+            let o = cli.wait_with_output().unwrap();
+            panic!(
+                "no refresh during the run: {:?}\n{}",
+                logged(&log),
+                text(&o)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The proxy gets the token after the file is written: give it time.
+    let t = Instant::now();
+    while host_login(&login)["accessToken"] != second.as_str() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{}",
+            host_login(&login)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&hold, "").unwrap();
+    let o = cli.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "agent: {}", text(&o));
+    assert!(text(&o).contains("All done."), "{}", text(&o));
+    let recs = logged(&log);
+    let bearers: Vec<&str> = recs
+        .iter()
+        .filter(|r| is_messages(r) && r["side"] == false)
+        .filter_map(|r| r["headers"]["authorization"].as_str())
+        .collect();
+    assert_eq!(
+        bearers.first().copied(),
+        Some(format!("Bearer {first}").as_str()),
+        "{bearers:?}"
+    );
+    assert_eq!(
+        bearers.last().copied(),
+        Some(format!("Bearer {second}").as_str()),
+        "{bearers:?}"
+    );
+    // Every refresh from the host (the bridge's gateway), none from the
+    // sandbox's address on that network.
+    // Docker's default gateway, the host's address on that bridge: the
+    // subnet's first.
+    let gateway = format!("{}.1", ip.rsplit_once('.').unwrap().0);
+    let holder_ip = sh(Command::new("docker").args([
+        "inspect",
+        "-f",
+        &format!(
+            "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+            standin.network
+        ),
+        &names.holder,
+    ]));
+    let peers: Vec<String> = token_requests(&log)
+        .iter()
+        .map(|r| r["peer"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(!holder_ip.trim().is_empty());
+    assert!(
+        peers
+            .iter()
+            .all(|p| p == gateway.trim() && p != holder_ip.trim()),
+        "{peers:?} (host {gateway}, sandbox {holder_ip})"
+    );
+    // The sandbox still holds placeholders only.
+    let held = text(&repo.exec("cat ~/.claude/.credentials.json"));
+    assert!(
+        held.contains(LOGIN_HOLDER) && !held.contains("REAL"),
+        "{held}"
+    );
+
+    // 3. A refresh that fails: the refresh token was revoked.
+    write_login(&second, "revoked-refresh-token", now_ms() + 60 * 1000);
+    let before = logged(&log).len();
+    let mut agent = sbx();
+    host_env(&mut agent);
+    let mut cli = agent
+        .args(["agent", "--json", "-C"])
+        .arg(&repo.path)
+        .arg("once more")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let mut records = String::new();
+    while !records.contains("refreshing the login failed") {
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = cli.kill();
+            let o = cli.wait_with_output().unwrap();
+            panic!("no failure recorded:\n{records}\n{}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let o = sbx()
+            .args(["log", "--blocked-only", "--json"])
+            .output()
+            .unwrap();
+        records = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains(&names.container) && l.contains("login-refresh"))
+            .collect::<Vec<_>>()
+            .join("\n");
+    }
+    assert!(records.contains("invalid_grant"), "{records}");
+    // The proxy knows before the record is written: ask it now.
+    let o = repo.exec(&format!(
+        "curl -s -m 20 -H 'authorization: Bearer {LOGIN_HOLDER}' https://{API}/v1/models?after=failure"
+    ));
+    let said = text(&o);
+    assert!(
+        said.contains("[secrets] claude") && said.contains("invalid_grant"),
+        "{said}"
+    );
+    let _ = cli.kill();
+    let o = cli.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("[secrets] claude: refreshing the login on the host failed"))
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        !logged(&log)[before..].iter().any(|r| r["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("after=failure"))),
+        "a request went out after the failure"
+    );
+}

@@ -33,7 +33,11 @@
 //! token; with `--refresh-token`, `POST /v1/oauth/token` answers a refresh
 //! (Claude Code's: JSON, `grant_type` `refresh_token`) bringing that
 //! token with the key as the new access token, `invalid_grant` to any
-//! other. Prints `listening ADDR`
+//! other. With `--token-life SECS` the tokens rotate: each refresh gives
+//! a new access token (`KEY-rN`) and refresh token (`TOKEN-rN`) good for
+//! SECS, and only the newest access token is taken (the old ones are
+//! revoked at once, so a client still sending one gets 401). Every record
+//! carries the client's address (`peer`). Prints `listening ADDR`
 //! on stdout once bound. With `--tls` it serves HTTPS under those names, its
 //! leaf signed by the root in DIR, which `sbx-msgapi --new-ca DIR` makes
 //! (the credential-injection test trusts that root in the proxy alone).
@@ -60,14 +64,16 @@ struct Opts {
     port_file: Option<PathBuf>,
     require_key: Option<String>,
     refresh_token: Option<String>,
+    token_life: Option<u64>,
     tls: Option<(Vec<String>, PathBuf)>,
 }
 
 struct Server {
     script: Value,
     log: Mutex<File>,
-    require_key: Option<String>,
-    refresh_token: Option<String>,
+    /// The access and refresh tokens taken now, and the refreshes so far.
+    tokens: Mutex<(Option<String>, Option<String>, u64)>,
+    token_life: Option<u64>,
     ids: AtomicU64,
 }
 
@@ -80,6 +86,7 @@ fn parse_args() -> Result<Opts, String> {
     let (mut script, mut log, mut listen, mut port_file, mut require_key) =
         (None, None, "127.0.0.1:0".to_owned(), None, None);
     let (mut tls, mut tls_ca, mut refresh_token) = (None, None, None);
+    let mut token_life = None;
     while let Some(a) = args.next() {
         let mut val = || {
             args.next()
@@ -92,6 +99,13 @@ fn parse_args() -> Result<Opts, String> {
             "--port-file" => port_file = Some(PathBuf::from(val()?)),
             "--require-key" => require_key = Some(val()?),
             "--refresh-token" => refresh_token = Some(val()?),
+            "--token-life" => {
+                token_life = Some(
+                    val()?
+                        .parse()
+                        .map_err(|_| "--token-life: seconds".to_owned())?,
+                );
+            }
             "--tls" => tls = Some(val()?.split(',').map(str::to_owned).collect()),
             "--tls-ca" => tls_ca = Some(PathBuf::from(val()?)),
             "-h" | "--help" => return Err(usage().to_owned()),
@@ -105,6 +119,7 @@ fn parse_args() -> Result<Opts, String> {
         port_file,
         require_key,
         refresh_token,
+        token_life,
         tls: match (tls, tls_ca) {
             (Some(n), Some(d)) => Some((n, d)),
             (None, None) => None,
@@ -164,8 +179,8 @@ fn real_main() -> Result<(), String> {
     let server = Arc::new(Server {
         script,
         log: Mutex::new(log),
-        require_key: o.require_key,
-        refresh_token: o.refresh_token,
+        tokens: Mutex::new((o.require_key, o.refresh_token, 0)),
+        token_life: o.token_life,
         ids: AtomicU64::new(1),
     });
     for conn in listener.incoming() {
@@ -245,13 +260,22 @@ fn read_request(r: &mut impl BufRead) -> std::io::Result<Option<Request>> {
 
 fn serve_conn(server: &Server, conn: TcpStream) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
-    serve_stream(server, BufReader::new(conn), &mut out)
+    let peer = conn
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    serve_stream(server, BufReader::new(conn), &mut out, &peer)
 }
 
 /// Keep-alive: clients reuse connections; serve requests until EOF.
-fn serve_stream(server: &Server, mut r: impl BufRead, out: &mut dyn Write) -> std::io::Result<()> {
+fn serve_stream(
+    server: &Server,
+    mut r: impl BufRead,
+    out: &mut dyn Write,
+    peer: &str,
+) -> std::io::Result<()> {
     while let Some(req) = read_request(&mut r)? {
-        handle(server, &req, out)?;
+        handle(server, &req, out, peer)?;
     }
     Ok(())
 }
@@ -263,7 +287,7 @@ fn now_ms() -> u128 {
         .unwrap_or(0)
 }
 
-fn handle(server: &Server, req: &Request, out: &mut dyn Write) -> std::io::Result<()> {
+fn handle(server: &Server, req: &Request, out: &mut dyn Write, peer: &str) -> std::io::Result<()> {
     let path = req.path.split('?').next().unwrap_or_default();
     let body: Value = serde_json::from_slice(&req.body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&req.body).into_owned()));
@@ -277,31 +301,53 @@ fn handle(server: &Server, req: &Request, out: &mut dyn Write) -> std::io::Resul
         "body": body,
         "turn": turn,
         "side": side,
+        "peer": peer,
     });
     if let Ok(mut f) = server.log.lock() {
         let mut line = record.to_string();
         line.push('\n');
         let _ = f.write_all(line.as_bytes());
     }
-    if let (Some(key), Some(token)) = (&server.require_key, &server.refresh_token)
+    let (key, token) = {
+        let t = server.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        (t.0.clone(), t.1.clone())
+    };
+    if let (Some(key), Some(token)) = (&key, &token)
         && (req.method.as_str(), path) == ("POST", "/v1/oauth/token")
     {
-        return if body["grant_type"] == "refresh_token" && body["refresh_token"] == *token {
-            send_json(
+        if body["grant_type"] != "refresh_token" || body["refresh_token"] != *token {
+            return send_json(
+                out,
+                400,
+                &json!({"error": "invalid_grant", "error_description": "Invalid refresh token"}),
+            );
+        }
+        let Some(life) = server.token_life else {
+            return send_json(
                 out,
                 200,
                 &json!({"access_token": key, "refresh_token": token, "expires_in": 28800,
                         "scope": "user:inference user:profile", "token_type": "Bearer"}),
-            )
-        } else {
-            send_json(
-                out,
-                400,
-                &json!({"error": "invalid_grant", "error_description": "Invalid refresh token"}),
-            )
+            );
         };
+        let (access, refresh) = {
+            let mut t = server.tokens.lock().unwrap_or_else(|e| e.into_inner());
+            t.2 += 1;
+            let base = |s: &str| s.split("-r").next().unwrap_or(s).to_owned();
+            let access = format!("{}-r{}", base(key), t.2);
+            let refresh = format!("{}-r{}", base(token), t.2);
+            t.0 = Some(access.clone());
+            t.1 = Some(refresh.clone());
+            (access, refresh)
+        };
+        return send_json(
+            out,
+            200,
+            &json!({"access_token": access, "refresh_token": refresh, "expires_in": life,
+                    "scope": "user:inference user:profile", "token_type": "Bearer"}),
+        );
     }
-    if let Some(key) = &server.require_key
+    if let Some(key) = &key
         && path.starts_with("/v1/")
         && req.headers.get("x-api-key") != Some(key)
         && req

@@ -66,10 +66,14 @@ pub fn serve(
     c: Arc<rustls::ServerConfig>,
     conn: TcpStream,
 ) -> std::io::Result<()> {
+    let peer = conn
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
     let tls = rustls::ServerConnection::new(c).map_err(std::io::Error::other)?;
     let s = Shared(Rc::new(RefCell::new(rustls::StreamOwned::new(tls, conn))));
     let mut out = Shared(s.0.clone());
-    crate::serve_stream(server, BufReader::new(s), &mut out)
+    crate::serve_stream(server, BufReader::new(s), &mut out, &peer)
 }
 
 /// The stream as a reader and a writer at once: requests and answers

@@ -165,12 +165,22 @@ struct Login {
     claude_ai_oauth: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-/// Left of a login at start: less and the start is refused (a token that
-/// ends mid-run cannot be refreshed inside, and the proxy keeps the
-/// value it read at start).
+/// Left of a login at start: less and sbx-run refreshes it on the host
+/// first (`sbx-run`'s loginrefresh).
 pub const LOGIN_MARGIN_MS: u64 = 30 * 60 * 1000;
+/// Left of a login at start after that: less and the start is refused
+/// (the refresh failed, or the login host gives tokens this short).
+pub const LOGIN_MIN_MS: u64 = 60 * 1000;
+/// Left of a login when the running sandbox's refresher renews it: what
+/// Claude Code itself waits for (its bundle, 2.1.x: five minutes).
+pub const REFRESH_BEFORE_MS: u64 = 5 * 60 * 1000;
+/// Claude Code's token endpoint and OAuth client (its bundle, 2.1.x:
+/// `TOKEN_URL`, `CLIENT_ID`); a login that names its own `clientId` is
+/// refreshed with that.
+pub const TOKEN_URL: &str = "https://platform.claude.com/v1/oauth/token";
+pub const CLIENT_ID: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -183,26 +193,159 @@ fn login_oauth(text: &str) -> Result<serde_json::Map<String, serde_json::Value>,
         .ok_or_else(|| "holds no claudeAiOauth login: log in with `claude /login`".to_owned())
 }
 
-/// The access token of a login file, when it is good for
-/// [`LOGIN_MARGIN_MS`] more at `now` (ms).
-fn login_token(text: &str, now: u64) -> Result<String, String> {
-    let o = login_oauth(text)?;
-    let token = o
-        .get("accessToken")
-        .and_then(serde_json::Value::as_str)
-        .filter(|t| !t.is_empty())
-        .ok_or("holds no accessToken: log in with `claude /login`")?;
-    let until = o
-        .get("expiresAt")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
-    if until < now.saturating_add(LOGIN_MARGIN_MS) {
-        return Err(format!(
-            "the login's access token expires in under {} minutes: run `claude` once on the host (it refreshes the login), then start again",
-            LOGIN_MARGIN_MS / 60_000
-        ));
+/// What the host's refresher needs of a login file.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LoginTokens {
+    pub access: String,
+    pub refresh: String,
+    /// Milliseconds since the epoch.
+    pub expires_at: u64,
+    pub scopes: Vec<String>,
+    pub client_id: String,
+}
+
+/// Never a token: a Debug print shows their lengths.
+impl std::fmt::Debug for LoginTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginTokens")
+            .field("access", &format_args!("<{} bytes>", self.access.len()))
+            .field("refresh", &format_args!("<{} bytes>", self.refresh.len()))
+            .field("expires_at", &self.expires_at)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
     }
-    Ok(token.to_owned())
+}
+
+/// The tokens of a login file's text.
+pub fn login_tokens(text: &str) -> Result<LoginTokens, String> {
+    let o = login_oauth(text)?;
+    let s = |k: &str| {
+        o.get(k)
+            .and_then(serde_json::Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+    };
+    Ok(LoginTokens {
+        access: s("accessToken").ok_or("holds no accessToken: log in with `claude /login`")?,
+        refresh: s("refreshToken").unwrap_or_default(),
+        expires_at: o
+            .get("expiresAt")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0),
+        scopes: o
+            .get("scopes")
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        client_id: s("clientId").unwrap_or_else(|| CLIENT_ID.to_owned()),
+    })
+}
+
+/// The body of Claude Code's refresh request (JSON, as its bundle sends
+/// it): `grant_type`, `refresh_token`, `client_id`, `scope`.
+pub fn refresh_request(t: &LoginTokens) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "grant_type": "refresh_token",
+        "refresh_token": t.refresh,
+        "client_id": t.client_id,
+    });
+    if !t.scopes.is_empty() {
+        body["scope"] = t.scopes.join(" ").into();
+    }
+    body
+}
+
+/// The login file's text with the token endpoint's `answer` applied as
+/// Claude Code applies it: the new access token, the new refresh token
+/// (the old one when none comes), `expiresAt` = now + `expires_in`
+/// seconds, the granted `scope` when given; every other field kept.
+pub fn apply_refresh(
+    text: &str,
+    answer: &serde_json::Value,
+    now: u64,
+) -> Result<(String, LoginTokens), String> {
+    let mut doc: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not a Claude Code login file: {e}"))?;
+    let token_ok = |t: &&str| !t.is_empty() && !t.bytes().any(|b| b.is_ascii_control());
+    let access = answer["access_token"]
+        .as_str()
+        .filter(token_ok)
+        .ok_or("the token endpoint's answer holds no access_token")?;
+    let life = answer["expires_in"]
+        .as_u64()
+        .filter(|s| *s > 0)
+        .ok_or("the token endpoint's answer holds no expires_in")?;
+    let o = doc
+        .get_mut("claudeAiOauth")
+        .and_then(serde_json::Value::as_object_mut)
+        .ok_or("holds no claudeAiOauth login: log in with `claude /login`")?;
+    o.insert("accessToken".into(), access.into());
+    if let Some(r) = answer["refresh_token"].as_str().filter(token_ok) {
+        o.insert("refreshToken".into(), r.into());
+    }
+    o.insert(
+        "expiresAt".into(),
+        now.saturating_add(life.saturating_mul(1000)).into(),
+    );
+    if let Some(scope) = answer["scope"].as_str().filter(|s| !s.trim().is_empty()) {
+        let scopes: Vec<serde_json::Value> = scope.split_whitespace().map(Into::into).collect();
+        o.insert("scopes".into(), scopes.into());
+    }
+    let text = doc.to_string();
+    let tokens = login_tokens(&text)?;
+    Ok((text, tokens))
+}
+
+/// Replace the login file at `p` with `text` as Claude Code writes it
+/// (mode 0600): a new file beside it, synced, renamed over, so a reader
+/// (the host's own CLI) sees the old login or the new one, never half.
+/// A link at `p` is replaced, not followed.
+pub fn write_login(p: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = p.parent().unwrap_or(Path::new("/"));
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.sbx-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let done = f
+        .write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, p));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
+}
+
+/// A login file's text, read as a `file:` secret is (no links followed,
+/// not writable by others).
+pub fn read_login(p: &Path) -> Result<String, String> {
+    read_file(p).map_err(|e| match e {
+        FileErr::Missing(m) | FileErr::Bad(m) => m,
+    })
+}
+
+/// The access token of a login file, when it is good for
+/// [`LOGIN_MIN_MS`] more at `now` (ms).
+fn login_token(text: &str, now: u64) -> Result<String, String> {
+    let t = login_tokens(text)?;
+    if t.expires_at < now.saturating_add(LOGIN_MIN_MS) {
+        return Err(
+            "the login's access token has expired and could not be refreshed on the host: run `claude` once on the host (or `claude /login`), then start again"
+                .to_owned(),
+        );
+    }
+    Ok(t.access)
 }
 
 /// Paths on the bound host where an OAuth login's access token buys a
@@ -457,7 +600,7 @@ mod tests {
             e
         };
         assert!(refused(&conf("x-api-key")).contains("authorization"));
-        write(now_ms() + 10 * 60 * 1000);
+        write(now_ms() + 30 * 1000);
         assert!(refused(&conf("authorization")).contains("run `claude` once on the host"));
         std::fs::write(&f, "{\"claudeAiOauth\": {}}").unwrap();
         assert!(refused(&conf("authorization")).contains("accessToken"));
@@ -470,6 +613,65 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_refresh_is_asked_and_applied_as_claude_code_does() {
+        let text = serde_json::json!({"claudeAiOauth": {
+            "accessToken": "old-access", "refreshToken": "old-refresh", "expiresAt": 5,
+            "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"},
+            "other": {"kept": true}})
+        .to_string();
+        let t = login_tokens(&text).unwrap();
+        assert!(!format!("{t:?}").contains("old-"), "{t:?}");
+        let body = refresh_request(&t);
+        assert_eq!(
+            body,
+            serde_json::json!({"grant_type": "refresh_token", "refresh_token": "old-refresh",
+                "client_id": CLIENT_ID, "scope": "user:inference user:profile"})
+        );
+        // A rotated refresh token, and one that is not rotated.
+        let answer = serde_json::json!({"access_token": "new-access", "refresh_token": "new-refresh",
+            "expires_in": 300, "scope": "user:inference"});
+        let (new, t) = apply_refresh(&text, &answer, 1000).unwrap();
+        assert_eq!(
+            (t.access.as_str(), t.refresh.as_str()),
+            ("new-access", "new-refresh")
+        );
+        assert_eq!(
+            (t.expires_at, t.scopes.clone()),
+            (301_000, vec!["user:inference".to_owned()])
+        );
+        let v: serde_json::Value = serde_json::from_str(&new).unwrap();
+        assert_eq!(v["claudeAiOauth"]["subscriptionType"], "max");
+        assert_eq!(v["other"]["kept"], true);
+        let (_, t) = apply_refresh(
+            &text,
+            &serde_json::json!({"access_token": "a2", "expires_in": 60}),
+            0,
+        )
+        .unwrap();
+        assert_eq!(t.refresh, "old-refresh");
+        for bad in [
+            serde_json::json!({"expires_in": 60}),
+            serde_json::json!({"access_token": "a\r\nx", "expires_in": 60}),
+            serde_json::json!({"access_token": "a"}),
+            serde_json::json!({"error": "invalid_grant"}),
+        ] {
+            assert!(apply_refresh(&text, &bad, 0).is_err(), "{bad}");
+        }
+        // Written whole, 0600, over a link without following it.
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "untouched").unwrap();
+        let f = dir.path().join(".credentials.json");
+        std::os::unix::fs::symlink(&target, &f).unwrap();
+        write_login(&f, &new).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), new);
+        let m = std::fs::symlink_metadata(&f).unwrap();
+        assert!(m.is_file() && m.permissions().mode() & 0o777 == 0o600);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 
     #[test]

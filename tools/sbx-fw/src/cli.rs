@@ -45,6 +45,14 @@ pub enum Cmd {
     /// --for has passed, without a new init; what the filter hands out for it expires with
     /// it. Every grant and revoke is audited. The agent, which has no root, is refused (77).
     Grant(GrantArgs),
+    /// Renew a [secrets] value in the running proxy (root only: the host's login refresh).
+    ///
+    /// The new value is read from stdin (one line), stored on the secrets' tmpfs for a
+    /// restarted proxy and handed to the running one over its socket there, without a
+    /// restart; requests after it carry it, on open connections too. With --failed the
+    /// value stays and the entry's requests are answered 503 with REASON until a value
+    /// comes. The agent, which has no root, is refused (77).
+    Secret(SecretArgs),
     /// Rules, set sizes, the DNS filter and the last refresh.
     Status,
     /// Remove the firewall entirely: everything becomes reachable. Needs --yes.
@@ -117,6 +125,16 @@ pub struct GrantArgs {
     /// Who asked, for --list and the audit record.
     #[arg(long, value_name = "WHO", default_value = "sbx-fw grant")]
     pub by: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SecretArgs {
+    /// The [secrets] entry, as the config names it.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The renewal failed: answer the entry's requests with this instead.
+    #[arg(long, value_name = "REASON")]
+    pub failed: Option<String>,
 }
 
 #[derive(Debug, Args)]

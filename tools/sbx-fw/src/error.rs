@@ -39,6 +39,12 @@ pub enum FwError {
     NotRoot { op: &'static str },
     #[error("{0}")]
     BadGrant(String),
+    #[error(
+        "secret: only the sandbox's root may renew a secret (the host's sbx-run does it); refused and recorded"
+    )]
+    SecretNotRoot,
+    #[error("{0}")]
+    Secret(String),
     #[error("{path} names no nameserver: nothing to resolve the allowlist with")]
     NoNameserver { path: &'static str },
     #[error("required name failed: {}", .0.join("; "))]
@@ -102,7 +108,10 @@ impl FwError {
 impl SbxError for FwError {
     fn exit(&self) -> Exit {
         match self {
-            FwError::NoNetAdmin { .. } | FwError::NotRoot { .. } => Exit::Denied,
+            FwError::NoNetAdmin { .. } | FwError::NotRoot { .. } | FwError::SecretNotRoot => {
+                Exit::Denied
+            }
+            FwError::Secret(_) => Exit::DataErr,
             FwError::NoNameserver { .. }
             | FwError::RequiredFailed(_)
             | FwError::Aborted { .. }

@@ -147,3 +147,38 @@ fn list(common: &CommonArgs, dir: &Path) -> Result<Exit, FwError> {
 fn stamp(secs: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }
+
+/// `sbx-fw secret NAME [--failed REASON]`: a renewed value (stdin) or a
+/// failed renewal for the running proxy. Root only, like a grant: the
+/// host's `sbx-run` runs it through the guest.
+pub fn secret(a: &crate::cli::SecretArgs) -> Result<(), FwError> {
+    use crate::proxy::inject;
+    use std::io::Read;
+    if !nix::unistd::geteuid().is_root() {
+        audit::append(
+            &Record::new(TOOL, "secret", &a.name, Outcome::Blocked, "secrets")
+                .reason("only the sandbox's root may renew secrets"),
+        );
+        return Err(FwError::SecretNotRoot);
+    }
+    let value = match &a.failed {
+        Some(_) => None,
+        None => {
+            let mut v = String::new();
+            std::io::stdin()
+                .take(64 * 1024)
+                .read_to_string(&mut v)
+                .map_err(|e| FwError::Secret(format!("secret {}: stdin: {e}", a.name)))?;
+            Some(v.trim_end_matches(['\r', '\n']).to_owned())
+        }
+    };
+    let u = inject::Update {
+        name: a.name.clone(),
+        value,
+        failed: a.failed.clone(),
+    };
+    let dir = inject::dir();
+    inject::store(&dir, &u).with_path(dir.join(inject::BINDINGS))?;
+    let sent = inject::send(&dir, &u).with_path(dir.join(inject::CONTROL))?;
+    sent.map_err(|why| FwError::Secret(format!("secret {}: the proxy refused it: {why}", a.name)))
+}

@@ -75,6 +75,7 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             runtime::deny(&runtime(&dir), &domains)?;
         }
         Cmd::Grant(a) => return Ok(grant::run(common, &a, &dir)?),
+        Cmd::Secret(a) => grant::secret(&a)?,
         Cmd::Status => {
             need_net_admin("status")?;
             status::status(&System, common, &dir)?;

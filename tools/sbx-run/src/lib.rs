@@ -18,6 +18,7 @@ pub mod import;
 pub mod k8s;
 pub mod lifecycle;
 pub mod login;
+pub mod loginrefresh;
 pub mod names;
 pub mod onblock;
 pub mod selftest;
@@ -595,6 +596,9 @@ pub enum RunError {
     /// No running sandbox or no snapshot to act on.
     #[error("{0}")]
     NoSandbox(String),
+    /// A `claude-login:` that could not be refreshed on the host.
+    #[error("{0}")]
+    LoginRefresh(String),
 }
 
 impl SbxError for RunError {
@@ -602,9 +606,11 @@ impl SbxError for RunError {
         match self {
             Self::NoWorkspace(_) | Self::NoSandbox(_) => Exit::NoInput,
             Self::NotADirectory(_) | Self::NotARepo(_) | Self::Usage(_) => Exit::Usage,
-            Self::NoDockerClient | Self::EngineDown(_) | Self::Idmap(_) | Self::NoGuest(_) => {
-                Exit::Unavailable
-            }
+            Self::NoDockerClient
+            | Self::EngineDown(_)
+            | Self::Idmap(_)
+            | Self::NoGuest(_)
+            | Self::LoginRefresh(_) => Exit::Unavailable,
             Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
             Self::ForeignContainer(..)
             | Self::Swapped(_)

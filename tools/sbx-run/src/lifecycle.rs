@@ -306,6 +306,9 @@ pub fn restore(
 /// The checks every start makes before anything is built or started, then
 /// the start itself (`from`: a snapshot's image), undone if it fails.
 fn start_checked(ws: Workspace, exists: bool, from: Option<&str>) -> Result<Workspace, BoxError> {
+    // A login near its end is refreshed on the host first (not for
+    // show-run, which only looks).
+    crate::loginrefresh::at_start(&ws).map_err(RunError::LoginRefresh)?;
     // A secret that does not resolve refuses the start, naming its key.
     let secrets = secrets_for(&ws)?;
     // A workspace the agent could not write is refused; the idmapped view
@@ -877,6 +880,7 @@ pub fn shell(
     if !rebuild {
         let ws = Workspace::open(common, path.clone())?.with_branch(branch);
         let _asks = crate::onblock::spawn(&ws);
+        let _logins = crate::loginrefresh::spawn(&ws);
         if let Some(r) = via_guest(&ws, &argv, "shell")? {
             return Ok(r);
         }
@@ -888,6 +892,7 @@ pub fn shell(
         branch,
     )?;
     let _asks = crate::onblock::spawn(&ws);
+    let _logins = crate::loginrefresh::spawn(&ws);
     if let Some(r) = via_guest(&ws, &argv, "shell")? {
         return Ok(r);
     }

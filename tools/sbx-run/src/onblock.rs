@@ -317,14 +317,14 @@ fn kill(child: &mut Child) {
 
 /// New complete lines of the sandbox's audit log (the guest writes it; it
 /// is opened without following a link, and read as bytes).
-struct Tail {
+pub(crate) struct Tail {
     path: PathBuf,
     offset: u64,
     pending: Vec<u8>,
 }
 
 impl Tail {
-    fn at_end(path: PathBuf) -> Self {
+    pub(crate) fn at_end(path: PathBuf) -> Self {
         let offset = std::fs::metadata(&path).map_or(0, |m| m.len());
         Self {
             path,
@@ -333,7 +333,7 @@ impl Tail {
         }
     }
 
-    fn read_new(&mut self) -> Vec<String> {
+    pub(crate) fn read_new(&mut self) -> Vec<String> {
         let Ok(mut f) = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(nix::libc::O_NOFOLLOW)

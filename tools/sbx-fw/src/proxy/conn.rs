@@ -359,6 +359,7 @@ async fn ended(
     };
     if let Err((r, why)) = inj.serve(c, first, name, dst, lim.tunnel, ruled).await {
         let what = match (ruled, why) {
+            (_, Some(why)) if r == Refusal::Renewal => why,
             (Some(rs), Some(why)) => format!("{}: {why}", rs.label()),
             (Some(rs), None) if !inj.binds(name) => rs.label(),
             _ => inj.rule(name),

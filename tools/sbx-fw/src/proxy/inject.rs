@@ -9,15 +9,18 @@
 //!
 //! The secrets and the CA's key are read once, as root, before the proxy
 //! drops to its uid: the files are root's alone, on a tmpfs (never in an
-//! image, a volume or a snapshot).
+//! image, a volume or a snapshot). A value renewed on the host (an OAuth
+//! login refreshed there) comes in later over [`CONTROL`], a socket on that
+//! tmpfs bound while root, so only root in the sandbox (the host's
+//! `sbx-fw secret`, through the guest) reaches it.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -51,6 +54,8 @@ pub const TEST_ROOT: &str = "test-root.pem";
 /// where init adds our CA for the sandbox's clients.
 pub const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 pub const BINDINGS: &str = "secrets.json";
+/// The running proxy's socket for renewed values ([`Update`]).
+pub const CONTROL: &str = "control.sock";
 
 pub const CA_KEY: &str = "ca.key";
 pub const CA_CERT: &str = "ca.crt";
@@ -196,9 +201,27 @@ fn on_tmpfs(p: &Path) -> bool {
     statfs(p).is_ok_and(|s| s.filesystem_type() == TMPFS_MAGIC)
 }
 
-/// What the proxy injects, loaded once at its start.
+/// A renewed value for one `[secrets]` entry, or why it could not be
+/// renewed (its requests are then answered with that, not sent on with a
+/// value the host no longer takes).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Update {
+    pub name: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub failed: Option<String>,
+}
+
+/// What the proxy injects: loaded at its start, values renewed by
+/// [`Injector::update`] (the hosts never change).
 pub struct Injector {
-    by_host: HashMap<String, Vec<Binding>>,
+    by_host: RwLock<HashMap<String, Arc<[Binding]>>>,
+    /// Entries whose renewal failed, by name: why.
+    failed: RwLock<HashMap<String, String>>,
+    /// Bumped at every update: a connection's answers are masked for the
+    /// new values too.
+    generation: AtomicU64,
     issuer: Issuer<'static, KeyPair>,
     leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
     upstream: Arc<rustls::ClientConfig>,
@@ -207,7 +230,14 @@ pub struct Injector {
 impl std::fmt::Debug for Injector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Injector")
-            .field("hosts", &self.by_host.keys())
+            .field(
+                "hosts",
+                &self
+                    .by_host
+                    .read()
+                    .map(|h| h.keys().cloned().collect::<Vec<_>>())
+                    .unwrap_or_default(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -256,12 +286,15 @@ impl Injector {
             .with_root_certificates(roots)
             .with_no_client_auth();
         upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let mut by_host: HashMap<String, Vec<Binding>> = HashMap::new();
+        let mut grouped: HashMap<String, Vec<Binding>> = HashMap::new();
         for b in bindings {
-            by_host.entry(b.host.clone()).or_default().push(b);
+            grouped.entry(b.host.clone()).or_default().push(b);
         }
+        let by_host = grouped.into_iter().map(|(h, v)| (h, v.into())).collect();
         Ok(Some(Self {
-            by_host,
+            by_host: RwLock::new(by_host),
+            failed: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
             issuer: Issuer::new(ca_params(), key),
             leaves: Mutex::new(HashMap::new()),
             upstream: Arc::new(upstream),
@@ -270,17 +303,87 @@ impl Injector {
 
     /// Whether a secret is bound to `host`.
     pub fn binds(&self, host: &str) -> bool {
-        self.by_host.contains_key(host)
+        self.by_host
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(host)
+    }
+
+    /// The bindings of `host` in force now.
+    fn current(&self, host: &str) -> Arc<[Binding]> {
+        self.by_host
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(host)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(Vec::new()))
+    }
+
+    /// Why one of `bindings` cannot be used now, if one cannot.
+    fn failure(&self, bindings: &[Binding]) -> Option<String> {
+        let failed = self.failed.read().unwrap_or_else(|e| e.into_inner());
+        bindings.iter().find_map(|b| {
+            failed
+                .get(&b.name)
+                .map(|why| format!("[secrets] {}: {why}", b.name))
+        })
+    }
+
+    /// Take a renewed value (or a failed renewal) for the entry named in
+    /// `u`. Requests after it carry the new value, on connections already
+    /// open too; an unknown name or a value that cannot be a header value
+    /// changes nothing.
+    pub fn update(&self, u: &Update) -> Result<(), String> {
+        let known = self
+            .by_host
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|bs| bs.iter().any(|b| b.name == u.name));
+        if !known {
+            return Err(format!("no [secrets] entry {:?} in this sandbox", u.name));
+        }
+        match (&u.value, &u.failed) {
+            (Some(v), None) => {
+                if v.is_empty() || v.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+                    return Err("the value is empty or holds control characters".into());
+                }
+                let mut hosts = self.by_host.write().unwrap_or_else(|e| e.into_inner());
+                for bs in hosts.values_mut() {
+                    if bs.iter().any(|b| b.name == u.name) {
+                        let mut next = bs.to_vec();
+                        for b in next.iter_mut().filter(|b| b.name == u.name) {
+                            b.value.clone_from(v);
+                        }
+                        *bs = next.into();
+                    }
+                }
+                // Under the lock: whoever sees the new value sees the
+                // new generation, so its echo is masked.
+                self.generation.fetch_add(1, Ordering::AcqRel);
+                drop(hosts);
+                self.failed
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&u.name);
+            }
+            (None, Some(why)) => {
+                let why = sbx_core::sanitize::field(why).into_owned();
+                self.failed
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(u.name.clone(), why);
+            }
+            _ => return Err("give a value or a failure, one of them".into()),
+        }
+        Ok(())
     }
 
     /// The `[secrets]` entries bound to `host`, as the config names them
     /// (`[secrets] model`): what a refusal on its connection points at.
     pub fn rule(&self, host: &str) -> String {
-        let names: Vec<&str> = self
-            .by_host
-            .get(host)
-            .map(|b| b.iter().map(|b| b.name.as_str()).collect())
-            .unwrap_or_default();
+        let bs = self.current(host);
+        let names: Vec<&str> = bs.iter().map(|b| b.name.as_str()).collect();
         format!("[secrets] {}", names.join(", "))
     }
 
@@ -324,21 +427,21 @@ impl Injector {
         idle: Duration,
         rules: Option<Ruled<'_>>,
     ) -> Result<(), (Refusal, Option<String>)> {
-        let bindings: &[Binding] = self.by_host.get(host).map_or(&[], Vec::as_slice);
-        if bindings.is_empty() && rules.is_none() {
+        if self.current(host).is_empty() && rules.is_none() {
             return Err((Refusal::Injection, None));
         }
-        self.relay(c, first, host, dst, idle, bindings, rules)
+        self.relay(c, first, host, dst, idle, rules)
             .await
             .map_err(|r| (r, None))
             .and_then(|denied| match denied {
-                Some(why) => Err((Refusal::Rule, Some(why))),
+                Some(Denied::Rule(why)) => Err((Refusal::Rule, Some(why))),
+                Some(Denied::Renewal(why)) => Err((Refusal::Renewal, Some(why))),
                 None => Ok(()),
             })
     }
 
-    /// [`Self::serve`]'s work: Ok(Some(why)) when a rule refused.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Self::serve`]'s work: Ok(Some(why)) when a rule refused, or a
+    /// secret's renewal had failed.
     async fn relay(
         &self,
         c: TcpStream,
@@ -346,9 +449,8 @@ impl Injector {
         host: &str,
         dst: SocketAddr,
         idle: Duration,
-        bindings: &[Binding],
         rules: Option<Ruled<'_>>,
-    ) -> Result<Option<String>, Refusal> {
+    ) -> Result<Option<Denied>, Refusal> {
         let server = self.server(host).map_err(|_| Refusal::Injection)?;
         let client = tokio::time::timeout(
             super::HELLO_TIMEOUT,
@@ -374,9 +476,10 @@ impl Injector {
         let (mut ur, mut uw) = tokio::io::split(up);
         let act = Activity::new();
         let refused = Mutex::new(None);
-        let denied: Mutex<Option<String>> = Mutex::new(None);
-        // A rule refused: the requests before it went, and their answers
-        // come down before the 403 (`stop` wakes the downward side).
+        let denied: Mutex<Option<Denied>> = Mutex::new(None);
+        // Refused (a rule, a failed renewal): the requests before it went,
+        // and their answers come down before the refusal's answer (`stop`
+        // wakes the downward side).
         let answers = Mutex::new(Answers::default());
         let stopping = AtomicBool::new(false);
         let stop = tokio::sync::Notify::new();
@@ -395,10 +498,20 @@ impl Injector {
                     if let Some(rs) = rules
                         && let Err(why) = rs.check(r)
                     {
-                        *denied.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                        *denied.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(Denied::Rule(why.clone()));
                         return Err(why);
                     }
-                    inject(r, head, host, bindings)
+                    // Each request takes the values in force as it goes:
+                    // a login renewed on the host reaches connections the
+                    // client keeps open.
+                    let bindings = self.current(host);
+                    if let Some(why) = self.failure(&bindings) {
+                        *denied.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(Denied::Renewal(why.clone()));
+                        return Err(why);
+                    }
+                    inject(r, head, host, &bindings)
                 });
                 let ruled_out = denied.lock().unwrap_or_else(|e| e.into_inner()).is_some();
                 if r.is_err() && !ruled_out {
@@ -420,7 +533,18 @@ impl Injector {
         };
         let downward = async {
             let mut chunk = vec![0u8; 16 * 1024];
-            let mut down = Down::new(bindings);
+            let mut seen = self.generation.load(Ordering::Acquire);
+            let mut down = Down::new(&self.current(host));
+            let mut told = false;
+            // A renewed value is masked from its renewal on, the old ones
+            // too: looked at after each read, before what was read goes.
+            let mut renewed = |down: &mut Down| {
+                let now = self.generation.load(Ordering::Acquire);
+                if now != seen {
+                    seen = now;
+                    down.add(&self.current(host));
+                }
+            };
             loop {
                 let owed = answers.lock().unwrap_or_else(|e| e.into_inner()).owed();
                 if stopping.load(Ordering::Acquire) && owed == Some(0) {
@@ -445,6 +569,7 @@ impl Injector {
                     } => r,
                     () = stop.notified() => continue,
                 };
+                renewed(&mut down);
                 let Ok(n) = read else {
                     let Ok(out) = down.feed(&[], Cut::Pause) else {
                         *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
@@ -459,6 +584,22 @@ impl Injector {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .feed(&chunk[..n]);
+                // A 401 from a host a secret is bound to: the host's
+                // sbx-run follows the audit and renews a login at once.
+                if !told && unauthorized(&chunk[..n]) {
+                    told = true;
+                    let why = format!("{}: the host answered 401", self.rule(host));
+                    sbx_core::audit::append(
+                        &sbx_core::audit::Record::new(
+                            "sbx-fw",
+                            "unauthorized",
+                            host,
+                            sbx_core::audit::Outcome::Allowed,
+                            "proxy",
+                        )
+                        .reason(&why),
+                    );
+                }
                 let cut = if n == 0 { Cut::End } else { Cut::Read };
                 let Ok(out) = down.feed(&chunk[..n], cut) else {
                     *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(Refusal::Encoded);
@@ -478,11 +619,16 @@ impl Injector {
             _ = async { tokio::try_join!(upward, downward) } => {}
             () = act.idle(idle) => {}
         }
-        if let Some(why) = denied.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(d) = denied.into_inner().unwrap_or_else(|e| e.into_inner()) {
             // Answered by us, and the connection ends: nothing after the
             // refused head is read as a request.
-            if let Some(rs) = rules {
-                let _ = cw.write_all(&rs.forbidden(&why)).await;
+            let answer = match (&d, rules) {
+                (Denied::Rule(why), Some(rs)) => Some(rs.forbidden(why)),
+                (Denied::Renewal(why), _) => Some(unavailable(why)),
+                (Denied::Rule(_), None) => None,
+            };
+            if let Some(answer) = answer {
+                let _ = cw.write_all(&answer).await;
                 let _ = cw.shutdown().await;
                 // The body the client is still sending is read and
                 // dropped for a while: closing on unread bytes resets the
@@ -499,13 +645,44 @@ impl Injector {
                 };
                 let _ = tokio::time::timeout(super::HELLO_TIMEOUT, drain).await;
             }
-            return Ok(Some(why));
+            return Ok(Some(d));
         }
         match refused.into_inner().unwrap_or_else(|e| e.into_inner()) {
             Some(r) => Err(r),
             None => Ok(None),
         }
     }
+}
+
+/// Whether a read holds the status line of a 401 answer.
+fn unauthorized(buf: &[u8]) -> bool {
+    const LINE: &[u8] = b"HTTP/1.1 401 ";
+    buf.starts_with(LINE)
+        || buf
+            .windows(LINE.len() + 1)
+            .any(|w| w[0] == b'\n' && &w[1..] == LINE)
+}
+
+/// Why the proxy answered a request itself.
+enum Denied {
+    /// `[network.rules]` let it through to nowhere.
+    Rule(String),
+    /// A bound secret's renewal on the host failed.
+    Renewal(String),
+}
+
+/// The answer to a request whose secret could not be renewed: a 503 the
+/// client shows, naming the entry and the cause (never a 401, which a
+/// CLI would take as its own login's fault and try to refresh).
+fn unavailable(why: &str) -> Vec<u8> {
+    let body = format!(
+        "sbx: {why}; the request was not sent (see `sbx-run log --blocked-only` on the host)\n"
+    );
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 /// The ring provider: the build's one (scripts/one-of-each).
@@ -571,14 +748,27 @@ fn word(w: &[u8]) -> u64 {
 
 impl Down {
     fn new(bindings: &[Binding]) -> Self {
+        let mut d = Self {
+            secrets: Vec::new(),
+            held: Vec::new(),
+            star: Vec::new(),
+            sent: [0; 2],
+            ctx: Vec::new(),
+        };
+        d.add(bindings);
+        d
+    }
+
+    /// Mask `bindings`' values too (those not masked already), and the
+    /// base64 of an echo of each.
+    fn add(&mut self, bindings: &[Binding]) {
         use base64::Engine;
         use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
-        let mut values: Vec<Vec<u8>> = Vec::new();
         for v in bindings.iter().map(|b| b.value.as_bytes()) {
             if v.is_empty() {
                 continue;
             }
-            values.push(v.to_vec());
+            let mut values = vec![v.to_vec()];
             // Base64 of an echo, wherever the value starts in what was
             // encoded: its three alignments, in both alphabets (a44).
             for s in 0..3.min(v.len()) {
@@ -591,23 +781,16 @@ impl Down {
                     }
                 }
             }
-        }
-        let secrets = values
-            .into_iter()
-            .map(|v| {
+            for v in values {
+                if self.secrets.iter().any(|(_, _, s)| *s == v) {
+                    continue;
+                }
                 let k = MIN_PART.min(v.len());
                 let mut ws: Vec<u64> = v.windows(k).map(word).collect();
                 ws.sort_unstable();
                 ws.dedup();
-                (k, ws, v)
-            })
-            .collect();
-        Self {
-            secrets,
-            held: Vec::new(),
-            star: Vec::new(),
-            sent: [0; 2],
-            ctx: Vec::new(),
+                self.secrets.push((k, ws, v));
+            }
         }
     }
 
@@ -876,6 +1059,9 @@ impl AsyncWrite for Rewind {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+mod control;
+pub use control::{control_listener, send, serve_control, store};
 
 #[cfg(test)]
 mod tests;

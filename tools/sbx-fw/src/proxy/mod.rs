@@ -95,6 +95,12 @@ pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
     // Unreadable ones stop the proxy (closed), never pass connections on
     // without what they were meant to carry.
     let inject = inject::Injector::load(&inject::dir(), &inject::bundle())?;
+    // Bound while root, on the secrets' tmpfs (root's 0700): after the
+    // drop the proxy still accepts on it, and only root can connect.
+    let control = match &inject {
+        Some(_) => Some(inject::control_listener(&inject::dir())?),
+        None => None,
+    };
     drop_privileges()?;
     raise_nofile();
     let n = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
@@ -110,6 +116,14 @@ pub fn serve(dir: &Path, ready: impl FnOnce()) -> std::io::Result<()> {
     let lim = Limits::from_env();
     let shared = Arc::new(Shared::new(dir.to_owned(), lim.hold, inject));
     let _watcher = watch(dir, shared.clone());
+    if let Some(l) = control {
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            if let Some(i) = &s.inject {
+                inject::serve_control(&l, i);
+            }
+        });
+    }
     {
         let s = shared.clone();
         std::thread::spawn(move || {

@@ -42,6 +42,9 @@ pub enum Refusal {
     /// On a connection a secret is injected into: an answer compressed
     /// or otherwise coded, which the proxy cannot check for the secret.
     Encoded,
+    /// A bound secret could not be renewed on the host (an OAuth login's
+    /// refresh failed): its requests are answered 503, not sent on.
+    Renewal,
 }
 
 impl Refusal {
@@ -62,6 +65,9 @@ impl Refusal {
             Self::Rule => "refused by the host's rules",
             Self::Encoded => {
                 "the host answered compressed or coded (Content-Encoding, Transfer-Encoding): the proxy cannot check it for the secret"
+            }
+            Self::Renewal => {
+                "the secret could not be renewed on the host: the request was answered 503"
             }
         }
     }

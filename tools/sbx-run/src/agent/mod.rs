@@ -612,6 +612,8 @@ pub fn run(common: &CommonArgs, o: &AgentOpts) -> Res {
     }
     // Refused names go to [network] on-block while the run lasts.
     let _asks = crate::onblock::spawn(&ws);
+    // A claude-login: is refreshed on the host while the run lasts.
+    let _logins = crate::loginrefresh::spawn(&ws);
     timing.mark("sandbox ready");
 
     // Files the hooks read live in a private temporary directory.

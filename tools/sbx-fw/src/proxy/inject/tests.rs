@@ -785,3 +785,131 @@ fn a_coded_answer_is_refused_at_its_head() {
         ok.as_bytes()
     );
 }
+
+/// One request on an open agent connection, and its whole answer (the
+/// stand-in answers with a length; the proxy's own 503 closes).
+async fn ask<S: AsyncRead + AsyncWrite + Unpin>(t: &mut S, r: &str) -> String {
+    t.write_all(r.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let done = |b: &[u8]| {
+        let s = String::from_utf8_lossy(b);
+        let Some(i) = s.find("\r\n\r\n") else {
+            return false;
+        };
+        let len: usize = s[..i]
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        b.len() >= i + 4 + len
+    };
+    while !done(&buf) {
+        match tokio::time::timeout(Duration::from_secs(10), t.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A login refreshed on the host mid-run: the next request on a
+/// connection already open carries the new value, an echo of it comes
+/// back masked, and a failed renewal answers 503 naming the entry,
+/// sending nothing on. The update goes through the real control socket.
+#[tokio::test]
+async fn a_renewed_value_reaches_open_connections_and_a_failure_answers_503() {
+    const NEW: &str = "fresh9e2aTOKENxyz7";
+    let b = bed(true, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = l.local_addr().unwrap();
+    let (inj, up) = (b.inj.clone(), b.up);
+    let proxy = tokio::spawn(async move {
+        let (mut c, _) = l.accept().await.unwrap();
+        let mut first = vec![0u8; 64];
+        let n = c.read(&mut first).await.unwrap();
+        first.truncate(n);
+        inj.serve(c, first, HOST, up, Duration::from_secs(20), None)
+            .await
+    });
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(b.ca.clone()).unwrap();
+    let cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(at).await.unwrap();
+    let mut t = tokio_rustls::TlsConnector::from(StdArc::new(cfg))
+        .connect(ServerName::try_from(HOST).unwrap(), tcp)
+        .await
+        .unwrap();
+    let holder = format!("x-api-key: {HOLDER}\r\n");
+    assert!(ask(&mut t, &req(HOST, &holder)).await.contains("200 OK"));
+
+    // Renewed as `sbx-fw secret` does it: over the socket, root only.
+    let l = control_listener(dir.path()).unwrap();
+    let inj = b.inj.clone();
+    std::thread::spawn(move || serve_control(&l, &inj));
+    let renew = |value: Option<&str>, failed: Option<&str>| Update {
+        name: "model".into(),
+        value: value.map(str::to_owned),
+        failed: failed.map(str::to_owned),
+    };
+    assert!(
+        send(
+            dir.path(),
+            &Update {
+                name: "other".into(),
+                ..renew(Some(NEW), None)
+            }
+        )
+        .unwrap()
+        .is_err()
+    );
+    assert!(
+        send(dir.path(), &renew(Some("a\r\nb"), None))
+            .unwrap()
+            .is_err()
+    );
+    send(dir.path(), &renew(Some(NEW), None)).unwrap().unwrap();
+
+    // The same connection: the new value goes up, its echo comes back masked.
+    let got = ask(&mut t, &req(HOST, &holder)).await;
+    assert!(got.contains("200 OK"), "{got}");
+    let got = ask(
+        &mut t,
+        &format!("GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{holder}\r\n"),
+    )
+    .await;
+    assert!(!got.contains(NEW) && !got.contains(SECRET), "{got}");
+    let seen = b.seen();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen[0].contains(SECRET), "{}", seen[0]);
+    assert!(
+        seen[1].contains(&format!("x-api-key: {NEW}\r\n")),
+        "{}",
+        seen[1]
+    );
+
+    // A failed renewal: answered here, 503, nothing sent on.
+    send(dir.path(), &renew(None, Some("invalid_grant")))
+        .unwrap()
+        .unwrap();
+    let got = ask(&mut t, &req(HOST, &holder)).await;
+    assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    assert!(
+        got.contains("[secrets] model") && got.contains("invalid_grant"),
+        "{got}"
+    );
+    assert_eq!(b.seen().len(), 3);
+    let v = tokio::time::timeout(Duration::from_secs(20), proxy)
+        .await
+        .unwrap()
+        .unwrap();
+    let Err((Refusal::Renewal, Some(why))) = v else {
+        panic!("{v:?}")
+    };
+    assert!(why.contains("invalid_grant"), "{why}");
+}

@@ -95,6 +95,7 @@ const TABLE: &[(&str, Out)] = &[
         "sbx-fw grant",
         not_here("needs root and a firewall's state (--list prints grant lines)"),
     ),
+    ("sbx-fw secret", Out::Exempt(SILENT)),
     ("sbx-fw status", not_here(ROOT_NET)),
     ("sbx-fw reset", Out::Exempt(SILENT)),
     ("sbx-fw probe", run(&["probe", "tcp:127.0.0.1:9"])),
@@ -107,6 +108,7 @@ const TABLE: &[(&str, Out)] = &[
     ("sbx-git-guard serve", Out::Exempt(SERVER)),
     ("sbx-guest init", Out::Exempt(PASS)),
     ("sbx-guest health", run_no(&["health"])),
+    ("sbx-guest exec", Out::Exempt(PASS)),
     ("sbx-guest agent-launch", Out::Exempt(PASS)),
     ("sbx-guest mcp-host-tools", Out::Exempt(SERVER)),
     (

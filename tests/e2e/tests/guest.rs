@@ -714,14 +714,26 @@ fn the_home_comes_back_from_backup_after_the_volume_is_gone() {
     assert!(ok, "{t}");
     // The daemon syncs on its own; stop adds the final sync either way.
     let t0 = Instant::now();
-    let (ok, stopped, _) = run(&["stop", p]);
+    let (ok, mut stopped, _) = run(&["stop", p]);
     assert!(ok, "{stopped}");
-    assert!(!stopped.contains("final backup"), "{stopped}");
     assert!(
         t0.elapsed() < Duration::from_secs(30),
         "stop took {:?}",
         t0.elapsed()
     );
+    // A final backup cut on a loaded machine is said (issue 43), and the
+    // home volume keeps it: what a user does then, start and stop again.
+    for _ in 0..3 {
+        if !stopped.contains("the final backup did not complete") {
+            break;
+        }
+        eprintln!("retrying the final backup: {stopped}");
+        let (ok, t, _) = run(&["start", p]);
+        assert!(ok, "{t}");
+        let (ok, t, _) = run(&["stop", p]);
+        assert!(ok, "{t}");
+        stopped = t;
+    }
     let names = sbx_run::names::Names::new(&path.canonicalize().unwrap(), None);
     let (ok, t, _) = run(&["rm", "--volumes", p]);
     assert!(ok, "{t}");

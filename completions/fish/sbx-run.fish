@@ -322,7 +322,8 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l color -d 'When to
 always\t''
 never\t''"
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l volumes -d 'Also remove volumes: without --branch, the workspace\'s (history, repo shelf, logins, homes), once no branch sandbox of it is left; with --branch, that sandbox\'s home'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l volumes -d 'Also remove volumes: without --branch, the workspace\'s (history, repo shelf, logins, homes), once no branch sandbox of it is left; with --branch, that sandbox\'s home. With backups on, a running sandbox is stopped first (its final backup), and a home whose newest state is in no completed backup is refused unless --force'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l force -d 'With --volumes: remove a home volume even when its newest state is in no backup'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand rm" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'

@@ -124,6 +124,53 @@ pub fn prepare(ops: &mut dyn HomeOps, backup_on: bool) -> Result<Prepared, Strin
     Ok(Prepared::New { restored: true })
 }
 
+/// The stop's final backup, judged by how the daemon ended (the status
+/// file in the home is the agent's to write: only its time is shown).
+/// `daemon`: the daemon was started at all (else backups were paused);
+/// `end`: `Supervisor::stop_end("backup")`.
+pub fn final_backup(
+    daemon: bool,
+    paused: Option<&str>,
+    end: Option<Option<crate::init::Ended>>,
+    grace: std::time::Duration,
+    st: Option<sbx_core::backup::Status>,
+) -> sbx_core::backup::FinalBackup {
+    use crate::init::Ended;
+    let secs = grace.as_secs();
+    let why = if !daemon {
+        Some(format!(
+            "backups are paused: {}",
+            paused.unwrap_or("the daemon did not start")
+        ))
+    } else {
+        match end {
+            Some(Some(Ended::Code(0))) => None,
+            None => Some("the backup daemon was not running at the stop".into()),
+            Some(None) => Some(format!("still syncing at the stop's deadline ({secs} s)")),
+            Some(Some(Ended::Signal(9))) => Some(format!("cut at the stop's deadline ({secs} s)")),
+            Some(Some(Ended::Signal(n))) => Some(format!("the daemon ended by signal {n}")),
+            Some(Some(Ended::Code(c))) => {
+                Some(match st.as_ref().and_then(|s| s.last_error.as_deref()) {
+                    Some(e) => format!("the last sync failed: {}", first_line(e)),
+                    None => format!("the daemon exited with {c}"),
+                })
+            }
+        }
+    };
+    sbx_core::backup::FinalBackup {
+        done: why.is_none(),
+        last_ok: st.and_then(|s| s.last_ok).map(|t| first_line(&t)),
+        why,
+    }
+}
+
+/// The agent writes the status file: one short line of it, no more.
+fn first_line(s: &str) -> String {
+    let l = s.lines().next().unwrap_or("");
+    let l: String = l.chars().filter(|c| !c.is_control()).take(300).collect();
+    l
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,5 +350,51 @@ mod tests {
         f.calls.clear();
         assert_eq!(prepare(&mut f, true), Ok(Prepared::Known));
         assert!(f.calls.is_empty(), "{:?}", f.calls);
+    }
+
+    /// Issue 43: only a daemon that ended 0 after the stop's TERM made the
+    /// final backup; every other end says why.
+    #[test]
+    fn the_final_backup_is_done_only_when_the_daemon_ended_well() {
+        use crate::init::Ended;
+        use std::time::Duration;
+        let g = Duration::from_secs(25);
+        let st = || {
+            Some(sbx_core::backup::Status {
+                last_ok: Some("2026-01-01T00:00:00Z".into()),
+                last_error: Some("store down\nmore".into()),
+                ..Default::default()
+            })
+        };
+        let f = final_backup(true, None, Some(Some(Ended::Code(0))), g, st());
+        assert!(f.done && f.why.is_none());
+        for (end, want) in [
+            (
+                Some(Some(Ended::Signal(9))),
+                "cut at the stop's deadline (25 s)",
+            ),
+            (Some(None), "still syncing at the stop's deadline (25 s)"),
+            (None, "the backup daemon was not running at the stop"),
+            (
+                Some(Some(Ended::Code(69))),
+                "the last sync failed: store down",
+            ),
+            (
+                Some(Some(Ended::Signal(15))),
+                "the daemon ended by signal 15",
+            ),
+        ] {
+            let f = final_backup(true, None, end, g, st());
+            assert!(!f.done, "{end:?}");
+            assert_eq!(f.why.as_deref(), Some(want));
+            assert_eq!(f.last_ok.as_deref(), Some("2026-01-01T00:00:00Z"));
+        }
+        let f = final_backup(false, Some("home not restored"), None, g, None);
+        assert!(!f.done);
+        assert_eq!(
+            f.why.as_deref(),
+            Some("backups are paused: home not restored")
+        );
+        assert_eq!(f.last_ok, None);
     }
 }

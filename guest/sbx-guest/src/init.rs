@@ -93,6 +93,11 @@ pub struct Supervisor {
     /// Exit status when there is no main child (a failed start).
     pub default_status: i32,
     pub log: Vec<String>,
+    /// How each service running at the stop ended (the backup's final
+    /// sync is judged from it); absent: still running at the end.
+    pub stop_ends: Vec<(String, Ended)>,
+    /// The services that ran when the stop began.
+    pub ran_at_stop: Vec<String>,
 }
 
 impl Supervisor {
@@ -118,6 +123,8 @@ impl Supervisor {
             grace,
             default_status: 69,
             log: Vec::new(),
+            stop_ends: Vec::new(),
+            ran_at_stop: Vec::new(),
         }
     }
 
@@ -259,6 +266,7 @@ impl Supervisor {
         self.stopping = Some((now, now + self.grace));
         for s in &self.services {
             if let Some(pid) = s.pid {
+                self.ran_at_stop.push(s.spec.name.clone());
                 p.signal(pid, Signal::SIGTERM);
             }
         }
@@ -282,6 +290,7 @@ impl Supervisor {
             let s = &mut self.services[i];
             s.pid = None;
             if self.stopping.is_some() {
+                self.stop_ends.push((s.spec.name.clone(), how));
                 continue;
             }
             let ran = s.started.map(|t| now.duration_since(t)).unwrap_or_default();
@@ -362,6 +371,20 @@ impl Supervisor {
         self.stopping.is_some()
     }
 
+    /// How service `name` ended during the stop: None when it did not run
+    /// at the stop, Some(None) when it was still running at the end.
+    pub fn stop_end(&self, name: &str) -> Option<Option<Ended>> {
+        if !self.ran_at_stop.iter().any(|n| n == name) {
+            return None;
+        }
+        Some(
+            self.stop_ends
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, how)| *how),
+        )
+    }
+
     /// The exit status once stopping and no child is left.
     pub fn finished(&mut self, p: &mut dyn Procs, now: Instant) -> Option<i32> {
         self.stopping?;
@@ -374,6 +397,7 @@ impl Supervisor {
             for s in &mut self.services {
                 if s.pid == Some(pid) {
                     s.pid = None;
+                    self.stop_ends.push((s.spec.name.clone(), how));
                 }
             }
         }
@@ -492,6 +516,32 @@ mod tests {
             "the rest gets TERM after own children"
         );
         assert_eq!(s.finished(&mut p, t0), Some(7));
+    }
+
+    /// Issue 43: the stop's record says whether the backup's final sync
+    /// ended on its own (0), was cut at the deadline, or never ran.
+    #[test]
+    fn how_each_service_ended_in_the_stop_is_kept() {
+        let mut p = FakeProcs::default();
+        let mut s = Supervisor::new(
+            Some(spec("main", true)),
+            vec![spec("backup", false), spec("svc", false)],
+            Duration::from_secs(3),
+        );
+        let t0 = Instant::now();
+        s.start(&mut p, t0).unwrap();
+        assert_eq!(s.stop_end("backup"), None, "no stop yet");
+        s.on_signal(&mut p, Signal::SIGTERM, t0);
+        p.end(p.pid_of("main"), Ended::Code(0));
+        p.end(p.pid_of("svc"), Ended::Code(0));
+        s.on_signal(&mut p, Signal::SIGCHLD, t0);
+        assert_eq!(s.stop_end("backup"), Some(None), "still syncing");
+        s.tick(&mut p, t0 + Duration::from_secs(3));
+        p.end(p.pid_of("backup"), Ended::Signal(9));
+        assert_eq!(s.finished(&mut p, t0 + Duration::from_secs(3)), Some(0));
+        assert_eq!(s.stop_end("backup"), Some(Some(Ended::Signal(9))));
+        assert_eq!(s.stop_end("svc"), Some(Some(Ended::Code(0))));
+        assert_eq!(s.stop_end("main"), None);
     }
 
     #[test]

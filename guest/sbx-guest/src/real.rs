@@ -479,6 +479,22 @@ impl crate::home::HomeOps for RealHome<'_> {
     }
 }
 
+/// sbx-backup's status in the agent's home, opened beneath it through no
+/// link and bounded: the agent can write it.
+fn backup_status(home: &Path) -> Option<sbx_core::backup::Status> {
+    use std::io::Read as _;
+    let rel = Path::new(sbx_core::backup::STATE_DIR).join(sbx_core::backup::STATUS_FILE);
+    let f = sbx_sys::beneath::Root::open(home)
+        .ok()?
+        .open_read(&rel)
+        .ok()?;
+    let mut b = Vec::new();
+    f.take(sbx_core::backup::STATUS_MAX)
+        .read_to_end(&mut b)
+        .ok()?;
+    sbx_core::backup::Status::parse(&b)
+}
+
 fn stop_grace() -> Duration {
     std::env::var("SBX_GUEST_STOP_TIMEOUT")
         .ok()
@@ -692,6 +708,9 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
     let agent_all = &agent;
     let hold = std::env::var_os(sbx_core::guestapi::HOLD_ENV).is_some_and(|v| v == "1");
     let mut api_up = false;
+    // For the stop's record of the final backup (issue 43).
+    let mut backup_daemon = false;
+    let mut paused: Option<&str> = None;
     let mut sup = match (&outcome, &agent, &services) {
         (None, Ok(agent), Ok(file)) => {
             let base: Vec<(OsString, OsString)> = std::env::vars_os().collect();
@@ -716,6 +735,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 }
                 Ok(crate::home::Prepared::Unrestored { why }) => {
                     daemon = false;
+                    paused = Some("the home was not restored at its first start");
                     // The agent works in it: once the mark is deleted, a
                     // start must find it used, not new.
                     home_new = true;
@@ -727,6 +747,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                 }
                 Ok(crate::home::Prepared::NotAdopted { why }) => {
                     daemon = false;
+                    paused = Some("this merged home is not the store's owner yet");
                     warnings.push(format!(
                         "backups paused: this merged home could not be made the store's owner ({why}); \
                          the next start tries again (or run sbx-backup adopt)"
@@ -736,6 +757,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     // No daemon over a home that missed its restore: its
                     // snapshots would push the good ones out of retention.
                     daemon = false;
+                    paused = Some("the home was not restored at its first start");
                     warnings.push(format!(
                         "home not restored and not marked so ({e}): starting with the home as it is, backups paused; \
                          the next start restores over it again (copy out what the agent writes)"
@@ -784,6 +806,7 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
                     tap: None,
                 });
             }
+            backup_daemon = daemon;
             if daemon {
                 svcs.push(ChildSpec {
                     name: "backup".into(),
@@ -1043,10 +1066,34 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
             }
         }
         if let Some(code) = sup.finished(&mut procs, now) {
-            if idle_stopped {
-                // Read by `sbx-run list` and the server once the container
-                // has ended: the host learns of the idle stop from here.
-                let st = Status::new(State::Stopped, Some("idle".into()), vec![]);
+            // Read by `sbx-run list` and the server once the container
+            // has ended: the host learns of the idle stop from here.
+            let mut st =
+                idle_stopped.then(|| Status::new(State::Stopped, Some("idle".into()), vec![]));
+            if backup_on && outcome.is_none() {
+                // `sbx-run stop` and `rm --volumes` read it (issue 43).
+                let fb = crate::home::final_backup(
+                    backup_daemon,
+                    paused,
+                    sup.stop_end("backup"),
+                    stop_grace(),
+                    agent.as_ref().ok().and_then(|a| backup_status(&a.home)),
+                );
+                let why = fb.why.as_ref().map(|w| {
+                    eprintln!("sbx-guest: warning: the final backup did not complete: {w}");
+                    format!("did not complete: {w}")
+                });
+                audit(
+                    "final-backup",
+                    "home",
+                    AuditOutcome::Allowed,
+                    "final-backup",
+                    why,
+                );
+                st.get_or_insert_with(|| Status::new(State::Stopping, None, vec![]))
+                    .final_backup = Some(fb);
+            }
+            if let Some(st) = st {
                 let _ = status::write(&paths.status(), &st);
             }
             stop_sink.store(true, std::sync::atomic::Ordering::Relaxed);

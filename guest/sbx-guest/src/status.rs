@@ -28,6 +28,9 @@ pub struct Status {
     /// The exit status a failed start stands for (branch provisioning's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<i32>,
+    /// With backups on, after a stop: whether the final sync completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_backup: Option<sbx_core::backup::FinalBackup>,
     pub since: String,
 }
 
@@ -38,6 +41,7 @@ impl Status {
             reason,
             warnings,
             exit: None,
+            final_backup: None,
             since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         }
     }

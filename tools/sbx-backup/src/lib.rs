@@ -23,7 +23,6 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::{BoxError, IoContext, Message};
 use sbx_core::{Exit, config, output};
-use serde::{Deserialize, Serialize};
 
 use store::Remote;
 
@@ -293,16 +292,7 @@ fn ctx(cli: &Cli) -> Result<Ctx, BoxError> {
     })
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct Status {
-    pub last_ok: Option<String>,
-    pub last_ok_unix: Option<u64>,
-    pub last_snapshot: Option<String>,
-    pub last_error: Option<String>,
-    pub last_attempt: Option<String>,
-    pub files: u64,
-    pub bytes: u64,
-}
+pub use sbx_core::backup::Status;
 
 fn now_unix() -> u64 {
     SystemTime::now()
@@ -321,9 +311,9 @@ fn status_path(c: &Ctx) -> PathBuf {
 
 fn record(c: &Ctx, r: &Result<sync::Report, BoxError>) {
     let p = status_path(c);
-    let mut s: Status = std::fs::read(&p)
+    let mut s = std::fs::read(&p)
         .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
+        .and_then(|b| Status::parse(&b))
         .unwrap_or_default();
     s.last_attempt = Some(now());
     match r {
@@ -338,7 +328,11 @@ fn record(c: &Ctx, r: &Result<sync::Report, BoxError>) {
         Err(e) => s.last_error = Some(e.to_string()),
     }
     let _ = std::fs::create_dir_all(&c.state_dir);
-    let _ = std::fs::write(&p, serde_json::to_vec_pretty(&s).unwrap_or_default());
+    // tmp + rename: a stop cut mid-write leaves the previous record whole.
+    let tmp = p.with_extension("json.tmp");
+    if std::fs::write(&tmp, serde_json::to_vec_pretty(&s).unwrap_or_default()).is_ok() {
+        let _ = std::fs::rename(&tmp, &p);
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -497,9 +491,9 @@ pub fn run(cli: Cli) -> Result<Exit, BoxError> {
             Ok(Exit::Ok)
         }
         Cmd::Status => {
-            let s: Status = std::fs::read(status_path(&c))
+            let s = std::fs::read(status_path(&c))
                 .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
+                .and_then(|b| Status::parse(&b))
                 .unwrap_or_default();
             let lag = s.last_ok_unix.map(|t| now_unix().saturating_sub(t));
             if json {

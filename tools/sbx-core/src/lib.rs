@@ -4,6 +4,7 @@
 
 pub mod apt;
 pub mod audit;
+pub mod backup;
 pub mod cli;
 pub mod config;
 pub mod entry;

@@ -443,8 +443,13 @@ pub enum Cmd {
         path: PathArg,
         /// Also remove volumes: without --branch, the workspace's (history, repo shelf, logins,
         /// homes), once no branch sandbox of it is left; with --branch, that sandbox's home.
+        /// With backups on, a running sandbox is stopped first (its final backup), and a home
+        /// whose newest state is in no completed backup is refused unless --force.
         #[arg(long)]
         volumes: bool,
+        /// With --volumes: remove a home volume even when its newest state is in no backup.
+        #[arg(long, requires = "volumes")]
+        force: bool,
         #[command(flatten)]
         branch: BranchArg,
     },
@@ -780,8 +785,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Rm {
             path,
             volumes,
+            force,
             branch,
-        } => lifecycle::rm(common, path.get(), volumes, branch.branch.as_deref()),
+        } => lifecycle::rm(common, path.get(), volumes, force, branch.branch.as_deref()),
         Cmd::Prune { chats: false, .. } => lifecycle::prune(common),
         Cmd::Prune {
             chats: true,

@@ -546,6 +546,16 @@ fn release(name: &str, since: &str, undo: &[&str]) -> Result<(), BoxError> {
         let _ = docker::probe(undo);
         return Err(crate::branch::start_failure(name, e));
     }
+    // What the guest warns of at the start (a home that was not restored
+    // from its backup, backups paused, a full home) is said here, not
+    // only in the container's log (issue 43).
+    if let Some(st) = read_status(name) {
+        for w in st["warnings"].as_array().into_iter().flatten() {
+            if let Some(w) = w.as_str() {
+                output::warn(w);
+            }
+        }
+    }
     Ok(())
 }
 
@@ -822,10 +832,35 @@ pub fn stop(common: &CommonArgs, path: Option<PathBuf>, branch: Option<&str>) ->
         docker::output(&["stop", "--time", spec::STOP_TIMEOUT, &ws.names.container])?;
         workspace::release_mount(&ws.names.container);
         release_git(&ws);
+        if let Some(line) = unbacked_home(&ws) {
+            output::warn(&line);
+        }
     } else if !common.quiet {
         eprintln!("sbx-run: no sandbox container for {}", ws.path.display());
     }
     ok()
+}
+
+/// With backups on, after a stop: None when the stop's final backup
+/// completed, else the one line saying what is in no backup (issue 43).
+/// The guest records the outcome in its status file; no record (a guest
+/// killed before it wrote one, an older guest) is not taken for done.
+fn unbacked_home(ws: &Workspace) -> Option<String> {
+    let n = &ws.names;
+    let st = read_status(&n.container);
+    let fb = st
+        .as_ref()
+        .and_then(|s| s.get("final_backup"))
+        .and_then(|v| serde_json::from_value::<sbx_core::backup::FinalBackup>(v.clone()).ok());
+    match fb {
+        Some(fb) => fb.line(&n.home),
+        None if ws.loaded.config.backup.url.is_some() => Some(format!(
+            "the final backup's outcome is unknown (the sandbox's guest left no record of it): \
+             what changed in the home since the last backup may be in none; the home volume {} still has it",
+            n.home
+        )),
+        None => None,
+    }
 }
 
 pub fn restart(common: &CommonArgs, path: Option<PathBuf>) -> Res {
@@ -1488,6 +1523,7 @@ pub fn rm(
     common: &CommonArgs,
     path: Option<PathBuf>,
     with_volumes: bool,
+    force: bool,
     branch: Option<&str>,
 ) -> Res {
     let ws = open_for_names(common, path)?.with_branch(branch);
@@ -1500,6 +1536,9 @@ pub fn rm(
     } else {
         Vec::new()
     };
+    if volumes.contains(&n.home) && !force {
+        home_is_backed_up(&ws)?;
+    }
     if check_owner(&ws)?.is_some() {
         docker::remove(&["rm", "--force", &n.container])?;
     }
@@ -1546,6 +1585,34 @@ pub fn rm(
     }
     remove_repo_image(&n.image)?;
     ok()
+}
+
+/// Before `rm --volumes` takes a home volume: with backups on, its newest
+/// state must be in a completed backup. A running sandbox is stopped the
+/// way `stop` does (its final backup) rather than killed; then the stop's
+/// record decides. A missing home volume has nothing to lose.
+fn home_is_backed_up(ws: &Workspace) -> Result<(), RunError> {
+    let n = &ws.names;
+    if ws.loaded.config.backup.url.is_none() && read_status(&n.container).is_none() {
+        return Ok(());
+    }
+    if !docker::exists("volume", &n.home)? {
+        return Ok(());
+    }
+    if let Some(c) = check_owner(ws)?
+        && running(&c)
+    {
+        if ws.loaded.config.backup.url.is_none() {
+            return Ok(());
+        }
+        docker::output(&["stop", "--time", spec::STOP_TIMEOUT, &n.container])?;
+    }
+    match unbacked_home(ws) {
+        None => Ok(()),
+        Some(line) => Err(RunError::Usage(format!(
+            "{line}; refusing to remove it: run the sandbox until a backup completes, or add --force to lose it"
+        ))),
+    }
 }
 
 /// The volumes `rm --volumes` takes. For a branch sandbox, its own home;

@@ -160,7 +160,9 @@ impl Backend for Docker {
     }
 
     fn delete(&self, ws: &Path) -> Result<()> {
-        sbx_run::lifecycle::rm(&quiet(), Some(ws.to_owned()), true, None)
+        // Deleting a project is the user's explicit choice to lose its
+        // home: `rm --volumes --force`, not the CLI's backup check.
+        sbx_run::lifecycle::rm(&quiet(), Some(ws.to_owned()), true, true, None)
             .map(drop)
             .map_err(chain)
     }

@@ -386,6 +386,44 @@ fn the_key_reaches_the_host_and_never_the_sandbox() {
         records.contains("[secrets] model") && records.contains("pin"),
         "no refusal naming the host and the rule:\n{records}"
     );
+
+    // 5. A snapshot of the sandbox, exported whole (every layer under
+    //    it), holds neither the key nor the sandbox CA's private key: both
+    //    live on the secrets' tmpfs, which a commit does not take. (The
+    //    home, which a snapshot's backup copies, was searched in 3.)
+    let ca_key = std::fs::read_to_string(format!("{root}/run/sbx-secrets/ca.key")).unwrap();
+    let ca_line = ca_key
+        .lines()
+        .find(|l| l.len() >= 40 && !l.starts_with("-----"))
+        .expect("a PEM body line in the CA key")
+        .to_owned();
+    let o = sbx().args(["-q", "snapshot"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "snapshot: {}", text(&o));
+    let id = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let archive = repo.root().join("snapshot.tar");
+    let o = sbx()
+        .args(["-q", "snapshot", "export", "-o"])
+        .arg(&archive)
+        .arg(&id)
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "export {id}: {}", text(&o));
+    std::fs::write(&pattern, format!("{KEY}\n{ca_line}\n")).unwrap();
+    let o = Command::new("grep")
+        .env("LC_ALL", "C")
+        .args(["-caF", "-f"])
+        .arg(&pattern)
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "0",
+        "the key or the CA's key is in snapshot {id}"
+    );
+    let _ = std::fs::remove_file(&archive);
+    let _ = sbx_run::snapshot::remove_image(&format!("{}-snap:{id}", names.image));
 }
 
 /// The files of the sandbox's tree (as its PID 1 sees it, read from the

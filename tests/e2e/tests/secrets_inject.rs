@@ -397,9 +397,10 @@ fn the_key_reaches_the_host_and_never_the_sandbox() {
         .find(|l| l.len() >= 40 && !l.starts_with("-----"))
         .expect("a PEM body line in the CA key")
         .to_owned();
-    let o = sbx().args(["-q", "snapshot"]).arg(&repo.path).output().unwrap();
+    let o = sbx().arg("snapshot").arg(&repo.path).output().unwrap();
     assert!(o.status.success(), "snapshot: {}", text(&o));
     let id = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    assert!(!id.is_empty(), "snapshot printed no id: {}", text(&o));
     let archive = repo.root().join("snapshot.tar");
     let o = sbx()
         .args(["-q", "snapshot", "export", "-o"])

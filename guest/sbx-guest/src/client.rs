@@ -4,7 +4,7 @@
 //! runs it from the host (the agent's uid, its audit record, the guards).
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -55,26 +55,7 @@ pub fn exec(
         Err(e) => return Err(failed(e)),
     }
     let writer = Arc::new(Mutex::new(client.stream.try_clone().map_err(failed)?));
-    let w = Arc::clone(&writer);
-    std::thread::spawn(move || {
-        let mut input = std::io::stdin().lock();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match input.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
-                    if proto::write_frame(&mut *s, Kind::Stdin, &buf[..n]).is_err() {
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = proto::write_frame(&mut *s, Kind::Eof, &[]);
-    });
+    proto::forward_stdin(std::io::stdin(), Arc::clone(&writer));
     let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
     loop {
         match client.frame().map_err(failed)? {

@@ -105,6 +105,34 @@ impl ProtoError {
 
 pub type Frame = (Kind, Vec<u8>);
 
+/// Copy `input` to the guest as stdin frames on a thread of its own, then
+/// the end of input. `w` is the request's stream, shared with the caller's
+/// other frames (signals, resizes); a stream the command already closed
+/// ends the copy.
+pub fn forward_stdin<W: Write + Send + 'static>(
+    mut input: impl Read + Send + 'static,
+    w: std::sync::Arc<std::sync::Mutex<W>>,
+) {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match input.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+                    if write_frame(&mut *s, Kind::Stdin, &buf[..n]).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = write_frame(&mut *s, Kind::Eof, &[]);
+    });
+}
+
 /// Write one frame (a single write of header and payload for small frames).
 pub fn write_frame(w: &mut impl Write, kind: Kind, payload: &[u8]) -> Result<(), ProtoError> {
     let len = payload.len() + 1;

@@ -177,26 +177,8 @@ fn stream(
     let writer = Arc::new(Mutex::new(
         client.stream.try_clone().map_err(ProtoError::from)?,
     ));
-    if let Some(mut input) = stdin {
-        let w = Arc::clone(&writer);
-        std::thread::spawn(move || {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match input.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
-                        if proto::write_frame(&mut *s, Kind::Stdin, &buf[..n]).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                }
-            }
-            let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = proto::write_frame(&mut *s, Kind::Eof, &[]);
-        });
+    if let Some(input) = stdin {
+        proto::forward_stdin(input, Arc::clone(&writer));
     } else {
         // Best effort: a command that already ended has closed the stream.
         let mut s = writer.lock().unwrap_or_else(|e| e.into_inner());

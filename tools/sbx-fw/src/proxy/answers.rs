@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::http::MAX_HEAD;
-use super::requests::chunk_size;
+use super::requests::{chunk_size, take_until};
 
 /// Counts the answers a server has finished on one connection. What it
 /// cannot follow (a protocol switch, a head it cannot read, a body that
@@ -89,21 +89,11 @@ impl Answers {
 
     /// Bytes up to and including `end`, once whole.
     fn take(&mut self, data: &mut &[u8], end: &[u8]) -> Option<Vec<u8>> {
-        let from = self.line.len().saturating_sub(end.len() - 1);
-        let old = self.line.len();
-        self.line.extend_from_slice(data);
-        match self.line[from..].windows(end.len()).position(|w| w == end) {
-            Some(i) => {
-                let stop = from + i + end.len();
-                *data = &data[stop - old..];
-                self.line.truncate(stop);
-                Some(std::mem::take(&mut self.line))
-            }
-            None => {
-                *data = &[];
-                if self.line.len() > MAX_HEAD {
-                    self.st = St::Lost;
-                }
+        match take_until(&mut self.line, data, end, MAX_HEAD) {
+            Ok(true) => Some(std::mem::take(&mut self.line)),
+            Ok(false) => None,
+            Err(_) => {
+                self.st = St::Lost;
                 None
             }
         }

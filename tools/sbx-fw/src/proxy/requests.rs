@@ -66,7 +66,7 @@ impl Requests {
                     };
                 }
                 St::Head => {
-                    if self.take_until(&mut data, b"\r\n\r\n", MAX_HEAD)? {
+                    if take_until(&mut self.pending, &mut data, b"\r\n\r\n", MAX_HEAD)? {
                         let mut r = self.head()?;
                         r.at = out.len();
                         edit(&r, &mut self.pending)?;
@@ -75,7 +75,7 @@ impl Requests {
                     }
                 }
                 St::ChunkLine => {
-                    if self.take_until(&mut data, b"\r\n", 1024)? {
+                    if take_until(&mut self.pending, &mut data, b"\r\n", 1024)? {
                         self.state = match chunk_size(&self.pending)? {
                             0 => St::Trailer,
                             n => St::ChunkData(n),
@@ -118,29 +118,32 @@ impl Requests {
         };
         Ok(r)
     }
+}
 
-    /// Move bytes into `pending` until it ends with `end`: true then.
-    fn take_until(&mut self, data: &mut &[u8], end: &[u8], max: usize) -> Result<bool, String> {
-        // Look from a little before the new bytes: `end` may straddle.
-        let from = self.pending.len().saturating_sub(end.len() - 1);
-        let old = self.pending.len();
-        let avail = &data[..data.len().min(max + 1 - old.min(max))];
-        self.pending.extend_from_slice(avail);
-        match self.pending[from..]
-            .windows(end.len())
-            .position(|w| w == end)
-        {
-            Some(i) => {
-                let stop = from + i + end.len();
-                *data = &data[stop - old..];
-                self.pending.truncate(stop);
-                Ok(true)
-            }
-            None if self.pending.len() > max => Err(format!("nothing whole within {max} bytes")),
-            None => {
-                *data = &data[avail.len()..];
-                Ok(false)
-            }
+/// Move bytes from `data` into `buf` until it ends with `end`: true then
+/// (`data` keeps what follows); an error past `max` bytes.
+pub fn take_until(
+    buf: &mut Vec<u8>,
+    data: &mut &[u8],
+    end: &[u8],
+    max: usize,
+) -> Result<bool, String> {
+    // Look from a little before the new bytes: `end` may straddle.
+    let from = buf.len().saturating_sub(end.len() - 1);
+    let old = buf.len();
+    let avail = &data[..data.len().min(max + 1 - old.min(max))];
+    buf.extend_from_slice(avail);
+    match buf[from..].windows(end.len()).position(|w| w == end) {
+        Some(i) => {
+            let stop = from + i + end.len();
+            *data = &data[stop - old..];
+            buf.truncate(stop);
+            Ok(true)
+        }
+        None if buf.len() > max => Err(format!("nothing whole within {max} bytes")),
+        None => {
+            *data = &data[avail.len()..];
+            Ok(false)
         }
     }
 }

@@ -135,15 +135,23 @@ pub fn pin() -> Result<(), String> {
             .map(|(g, _, _)| format!("neigh replace {} dev {} use\n", g.ip, g.dev))
             .collect::<String>()
     };
-    let probes = unknown(&found);
+    let mut probes = unknown(&found);
     if !probes.is_empty() {
-        // Best effort: whatever it does, the poll below decides.
-        let _ = ip_batch(&probes);
+        // Best effort: whatever it does, the poll below decides. The probe
+        // is repeated each second: the kernel gives up on an address after
+        // its three solicitations (about 3 s), so one lost answer on a
+        // loaded machine would otherwise fail init for good.
         let t0 = Instant::now();
+        let mut probed = None::<Instant>;
         while t0.elapsed() < LEARN_WAIT {
+            if probed.is_none_or(|p| p.elapsed() >= Duration::from_secs(1)) {
+                let _ = ip_batch(&probes);
+                probed = Some(Instant::now());
+            }
             std::thread::sleep(Duration::from_millis(2));
             found = neighbours(&gws);
-            if unknown(&found).is_empty() {
+            probes = unknown(&found);
+            if probes.is_empty() {
                 break;
             }
         }

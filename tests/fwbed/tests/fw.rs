@@ -3064,3 +3064,55 @@ fn no_neighbour_takes_the_gateway_over() {
 fn proxy_no_neighbour_takes_the_gateway_over() {
     gateway_takeover("f3h", true);
 }
+
+/// A gateway that misses the kernel's three solicitations (about 3 s) is
+/// still learnt and pinned when it answers later within init's 6 s: init
+/// probes again each second. Its address comes back 3.5 s after init
+/// starts; with a single probe the entry has failed by then and init
+/// fails closed at 6 s.
+#[test]
+fn a_gateway_that_answers_late_is_still_pinned() {
+    let Some(bed) = Bed::new("f3l") else { return };
+    let ns = |n: &str, args: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", n])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let gw = &format!("{}-gw", bed.sbx.strip_suffix("-sbx").unwrap());
+    ns(&bed.sbx, &["ip", "neigh", "flush", "all"]);
+    ns(gw, &["ip", "-6", "addr", "del", "fd77::1/64", "dev", "br0"]);
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &bed.sbx]).arg(bin("sbx-fw"));
+    bed.fw_args(&mut c, &["init"]);
+    let init = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    ns(
+        gw,
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd77::1/64",
+            "dev",
+            "br0",
+            "nodad",
+        ],
+    );
+    let o = init.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "init gave up on a gateway that answered late: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let entry = ns(&bed.sbx, &["ip", "neigh", "show", "fd77::1"]);
+    assert!(entry.contains("PERMANENT"), "{entry}");
+}

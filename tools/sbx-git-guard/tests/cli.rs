@@ -1425,9 +1425,17 @@ fn push_targets_match_git() {
         // The guard's pre-push step on its own (argv checks out of the way):
         // git's real git with the guard's hooks directory pinned.
         let remote_before = lab.real("remote.git", &["for-each-ref"]);
+        // A routed push makes only its hook set's directory: the one of
+        // every hook is made here, as sbx-run's image build makes it (it
+        // was there only when another suite had made it first).
         let hooks = Path::new(GUARD).parent().unwrap().join(".sbx-git-hooks");
+        let st = Command::new(GUARD)
+            .arg("install-hooks")
+            .arg(&hooks)
+            .status()
+            .unwrap();
         assert!(
-            hooks.join("pre-push").exists(),
+            st.success() && hooks.join("pre-push").exists(),
             "the guard made {}",
             hooks.display()
         );

@@ -27,11 +27,23 @@ const AGENT: &[&str] = &[
 struct Bed {
     child: Child,
     sbx: String,
+    /// The gateway's and the neighbour's namespaces, as the bed names them.
+    gw: String,
+    nb: String,
     dir: tempfile::TempDir,
     /// `SBX_FW_BACKEND` for every sbx-fw run; None lets it choose.
     backend: Option<&'static str>,
     /// More variables for every sbx-fw run (the backup store's).
     env: Vec<(&'static str, &'static str)>,
+}
+
+/// `args` run in network namespace `ns`.
+fn in_ns(ns: &str, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 const CONFIG: &str = r#"
@@ -89,6 +101,8 @@ impl Bed {
         Some(Bed {
             child,
             sbx: v["sandbox"].as_str().unwrap().to_owned(),
+            gw: v["gateway"].as_str().unwrap().to_owned(),
+            nb: v["neighbour"].as_str().unwrap().to_owned(),
             dir,
             backend: None,
             env: Vec::new(),
@@ -408,7 +422,7 @@ fn leak_classes(bed: &Bed) {
     // Inbound: only the published container port.
     let _l3000 = bed.listen("10.77.0.2:3000");
     let _l3001 = bed.listen("10.77.0.2:3001");
-    let nb = bed.sbx.replace("-sbx", "-nb");
+    let nb = bed.nb.clone();
     let from_nb = |port: u16| {
         let o = Command::new("ip")
             .args(["netns", "exec", &nb])
@@ -818,7 +832,7 @@ impl Bed {
     /// A counting rule on the far side (the gateway's raw PREROUTING): what
     /// arrives there, whatever the sandbox's kernel reported to the sender.
     fn far_side_count(&self, v6: bool, spec: &[&str]) {
-        let gw = self.sbx.replace("-sbx", "-gw");
+        let gw = self.gw.clone();
         let tables = if v6 {
             "ip6tables-legacy"
         } else {
@@ -842,7 +856,7 @@ impl Bed {
     }
 
     fn far_side_arrived(&self, v6: bool) -> u64 {
-        let gw = self.sbx.replace("-sbx", "-gw");
+        let gw = self.gw.clone();
         let tables = if v6 {
             "ip6tables-legacy"
         } else {
@@ -1128,7 +1142,7 @@ fn a_thousand_tcp_clients_do_not_take_the_filter_down() {
 #[test]
 fn a_filter_in_another_namespace_is_not_taken_for_ours() {
     let Some(bed) = Bed::new("fwo") else { return };
-    let nb = bed.sbx.replace("-sbx", "-nb");
+    let nb = bed.nb.clone();
     let mut other = Command::new("ip")
         .args(["netns", "exec", &nb])
         .arg(bin("sbx-fw"))
@@ -1214,7 +1228,7 @@ fn ipv4_source_routes_never_leave_with_nft_iptables() {
 
 fn srr_fails(bed: &Bed) {
     bed.ok(false, &["init"]);
-    let gw = bed.sbx.replace("-sbx", "-gw");
+    let gw = bed.gw.clone();
     let in_gw = |args: &[&str]| {
         let o = Command::new("ip")
             .args(["netns", "exec", &gw])
@@ -1370,7 +1384,7 @@ fn forged_upstream_answers_open_nothing() {
         // then sprays a guessed port (the 0x20 and owner checks must hold
         // even when the guess is right).
         .unwrap_or(32768);
-    let gw = bed.sbx.replace("-sbx", "-gw");
+    let gw = bed.gw.clone();
     let o = Command::new("ip")
         .args([
             "netns",
@@ -1395,7 +1409,7 @@ fn forged_upstream_answers_open_nothing() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    let nb = bed.sbx.replace("-sbx", "-nb");
+    let nb = bed.nb.clone();
     let victim = format!("10.77.0.2:{port}");
     let spoofer = Command::new("ip")
         .args(["netns", "exec", &nb])
@@ -1770,7 +1784,7 @@ fn proxy_connect_with_a_pipelined_hello_is_still_checked() {
 #[test]
 fn proxy_an_upstream_that_refuses_is_a_502_or_a_reset() {
     let Some(bed) = Bed::proxy("pxr") else { return };
-    let gw = bed.sbx.replace("-sbx", "-gw");
+    let gw = bed.gw.clone();
     let reject = |op: &str| {
         let o = Command::new("ip")
             .args([
@@ -2924,15 +2938,8 @@ fn gateway_takeover(prefix: &str, proxy: bool) {
     if proxy {
         bed.proxy_config();
     }
-    let nb = format!("{prefix}-nb");
-    let sbx_out = |args: &[&str]| -> String {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &bed.sbx])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let sbx_out =
+        |args: &[&str]| String::from_utf8_lossy(&in_ns(&bed.sbx, args).stdout).into_owned();
     // The gateway's entry: link-layer address and state.
     let entry = |ip: &str| -> (String, String) {
         let v: Value = serde_json::from_str(&sbx_out(&["ip", "-j", "neigh", "show", ip])).unwrap();
@@ -2958,11 +2965,7 @@ fn gateway_takeover(prefix: &str, proxy: bool) {
     }
     let o = bed.init();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new("ip")
-        .args(["netns", "exec", &format!("{prefix}-gw")])
-        .args(["cat", "/sys/class/net/br0/address"])
-        .output()
-        .unwrap();
+    let o = in_ns(&bed.gw, &["cat", "/sys/class/net/br0/address"]);
     let br0 = String::from_utf8_lossy(&o.stdout).trim().to_owned();
     let mut wrong = Vec::new();
     for ip in ["10.77.0.1", "fd77::1"] {
@@ -2977,22 +2980,17 @@ fn gateway_takeover(prefix: &str, proxy: bool) {
     // gateway has an entry for the neighbour to move.
     bed.probe(true, &["tcp:198.18.1.1:443", "tcp:[2001:2::1:1]:443"]);
     let nbx = |args: &[&str]| {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &nb])
-            .args(args)
-            .output()
-            .unwrap();
+        let o = in_ns(&bed.nb, args);
         assert!(o.status.success(), "{args:?}: {o:?}");
     };
     // An advertisement counts only from a link-local source: wait out
     // duplicate address detection of the neighbour's own.
     let t0 = Instant::now();
     loop {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &nb])
-            .args(["ip", "-6", "addr", "show", "dev", "eth0", "scope", "link"])
-            .output()
-            .unwrap();
+        let o = in_ns(
+            &bed.nb,
+            &["ip", "-6", "addr", "show", "dev", "eth0", "scope", "link"],
+        );
         let a = String::from_utf8_lossy(&o.stdout);
         if a.contains("fe80") && !a.contains("tentative") {
             break;
@@ -3001,7 +2999,7 @@ fn gateway_takeover(prefix: &str, proxy: bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let o = Command::new("ip")
-        .args(["netns", "exec", &nb])
+        .args(["netns", "exec", &bed.nb])
         .arg(bin("sbx-fwbed"))
         .args(["attack", "ra", "eth0", "2001:2::"])
         .output()
@@ -3074,15 +3072,11 @@ fn proxy_no_neighbour_takes_the_gateway_over() {
 fn a_gateway_that_answers_late_is_still_pinned() {
     let Some(bed) = Bed::new("f3l") else { return };
     let ns = |n: &str, args: &[&str]| {
-        let o = Command::new("ip")
-            .args(["netns", "exec", n])
-            .args(args)
-            .output()
-            .unwrap();
+        let o = in_ns(n, args);
         assert!(o.status.success(), "{args:?}: {o:?}");
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
-    let gw = &format!("{}-gw", bed.sbx.strip_suffix("-sbx").unwrap());
+    let gw = &bed.gw;
     ns(&bed.sbx, &["ip", "neigh", "flush", "all"]);
     ns(gw, &["ip", "-6", "addr", "del", "fd77::1/64", "dev", "br0"]);
     let mut c = Command::new("ip");

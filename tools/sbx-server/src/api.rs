@@ -621,7 +621,17 @@ async fn rotate_ssh_key(
         .set_ssh_keys(user, id, &k.public, &k.host_key, &k.fingerprint)
         .await?;
     let mut p = if running {
-        start_held(&s, user, id).await?.0
+        match start_held(&s, user, id).await {
+            Ok(p) => p.0,
+            // The new key is the one stored and the old one is gone: a
+            // failed restart must not lose it too. The project as the
+            // start left it (`error`, its reason) carries the key.
+            Err(_) => s
+                .repo
+                .get(user, id)
+                .await?
+                .ok_or_else(ApiError::not_found)?,
+        }
     } else {
         s.repo
             .get(user, id)

@@ -267,6 +267,35 @@ fn a_project_key_is_handed_out_once_logs_in_and_rotates() {
         "a private key is in the database"
     );
 
+    // A rotation whose restart fails still hands out the new key: the
+    // old one is already gone. A config the start refuses makes it fail.
+    let o = Command::new(common::cluster().pg.bin().join("psql"))
+        .args(["-q", "-d", &s.db, "-c"])
+        .arg(format!(
+            "UPDATE projects SET config = '[network]\nmode = \"no-such-mode\"\n' WHERE id = '{id}'"
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "psql: {}", sbx_e2e::text(&o));
+    let r = s.call(
+        "POST",
+        &format!("/projects/{id}/ssh-key"),
+        Some(&alice),
+        None,
+    );
+    assert_eq!(r.status, 200, "{r:?}\n{}", s.stderr.lock().unwrap());
+    assert_eq!(r.body["status"], "error", "{r:?}");
+    assert!(
+        r.body["status_reason"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{r:?}"
+    );
+    let key3 = r.body["ssh"]["private_key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a failed restart lost the new key: {r:?}"));
+    assert!(key3.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----") && key3 != key2);
+
     for (t, pid) in [(&alice, &id), (&bob, &plain)] {
         let r = s.call("DELETE", &format!("/projects/{pid}"), Some(t), None);
         assert_eq!(r.status, 204, "{r:?}");

@@ -8,7 +8,7 @@ BASHDIR := $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 ZSHDIR  := $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 FISHDIR := $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 
-.PHONY: build debug test install install-shell uninstall bench gen clean
+.PHONY: build debug test install install-shell install-later uninstall bench gen clean
 
 # The git guard runs before every git command: it is linked statically
 # (glibc's static libc), which takes the dynamic loader's ~0.3 ms off each
@@ -34,8 +34,12 @@ STATICS := sbx-git-guard sbx-tool-guard
 # first shell needs no sbx-server, whose web stack (axum, tokio-postgres,
 # argon2, utoipa) no other tool uses, so scripts/shell installs
 # SHELL_TOOLS and scripts/server adds sbx-server after the shell's set-up.
+# Nor does it need backups (sbx-backup: object_store, a sixth of the
+# tools' compile) or branch mode (sbx-worktree): scripts/shell builds
+# LATER_TOOLS in the background once the first shell is open.
 TOOLS   ?= $(BINS)
-SHELL_TOOLS := $(filter-out sbx-server,$(BINS))
+LATER_TOOLS := sbx-backup sbx-worktree
+SHELL_TOOLS := $(filter-out sbx-server $(LATER_TOOLS),$(BINS))
 DYNAMIC = $(filter-out $(STATICS),$(TOOLS))
 # The sandbox's git ships with the tools the sandbox runs.
 WITH_CLIENT = $(filter sbx-guest,$(TOOLS))
@@ -49,6 +53,9 @@ build:
 
 install-shell:
 	$(MAKE) install TOOLS="$(SHELL_TOOLS)"
+
+install-later:
+	$(MAKE) install TOOLS="$(LATER_TOOLS)"
 
 # Debug builds of every binary, the client included (what the tests use).
 debug:

@@ -704,6 +704,15 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
         }
     };
     let backup_on = ws_config.backup.url.is_some();
+    // The first run builds sbx-backup after the first shell (scripts/shell):
+    // until its image is rebuilt, a config with backups does not start
+    // without them.
+    if backup_on && !Path::new(BACKUP_TOOL).is_file() {
+        outcome.get_or_insert(format!(
+            "[backup] url is set, but this image has no {BACKUP_TOOL}: a first run builds it after the first shell; \
+             once it is installed, `sbx-run build-base --bootstrap` and `sbx-run restart` (or start without [backup])"
+        ));
+    }
     let mut home_new = false;
     let agent_all = &agent;
     let hold = std::env::var_os(sbx_core::guestapi::HOLD_ENV).is_some_and(|v| v == "1");
@@ -1481,3 +1490,6 @@ fn command_text(c: &[OsString]) -> String {
 fn shell_words(w: &[String]) -> String {
     w.join(" ")
 }
+
+/// sbx-backup in the image (the first run adds it after the first shell).
+const BACKUP_TOOL: &str = "/usr/local/bin/sbx-backup";

@@ -665,6 +665,12 @@ async fn pass(remote: &Remote, o: &Options<'_>, base: Option<u64>) -> Res<Pass> 
         return Ok(Pass::Done(Box::new(rep)));
     }
 
+    // A store that ignores conditional creates gets nothing but the probe,
+    // not even the lock: it is refused before anything of ours is written.
+    if !index.conditional {
+        require_conditional(remote).await?;
+        index.conditional = true;
+    }
     // Prune may not run from here to the commit; a prune that ran since the
     // index was written may have deleted what it says exists.
     let lease = crate::lock::acquire(remote, crate::lock::Kind::Sync, o.wait).await?;
@@ -862,13 +868,19 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
     }
 }
 
-/// Refuse a store that ignores conditional creates (`If-None-Match: *`;
-/// some S3-compatible servers and proxies drop it): snapshot order and
-/// the prefix's one home rest on them, and there two writers would
-/// silently overwrite each other's snapshot. Probed by creating one
-/// object twice: the second must fail.
+/// Refuse a store that ignores conditional creates (S3's `If-None-Match:
+/// *`, GCS's `x-goog-if-generation-match: 0`; some S3-compatible servers,
+/// GCS emulators and proxies drop them): snapshot order and the prefix's
+/// one home rest on them, and there two writers would silently overwrite
+/// each other's snapshot. Probed by creating one object twice: the second
+/// must fail.
 async fn require_conditional(remote: &Remote) -> Res<()> {
     let key = remote.probe(&sbx_sys::beneath::tmp_name()[5..]);
+    let header = if remote.url.starts_with("gs://") {
+        "x-goog-if-generation-match: 0"
+    } else {
+        "If-None-Match: *"
+    };
     let create = || PutOptions {
         mode: PutMode::Create,
         ..Default::default()
@@ -877,7 +889,7 @@ async fn require_conditional(remote: &Remote) -> Res<()> {
         Box::new(sbx_core::error::Message::new(
             sbx_core::Exit::Config,
             format!(
-                "{}: the store {why} a conditional write (If-None-Match: *), which sbx-backup \
+                "{}: the store {why} a conditional write ({header}), which sbx-backup \
                  needs to order snapshots and keep one home per prefix: use a store that honours \
                  them (S3, GCS, file://) or remove the proxy that drops the header",
                 remote.url
@@ -1100,10 +1112,6 @@ async fn commit(remote: &Remote, o: &Options<'_>, c: Commit<'_>) -> Res<Option<u
         rep.unchanged = true;
         rep.snapshot = index.last_id.clone();
         return Ok(None);
-    }
-    if !index.conditional {
-        require_conditional(remote).await?;
-        index.conditional = true;
     }
     let home = claim_home(remote, o.state_dir).await?;
     let ep = epoch(remote).await?;

@@ -213,11 +213,11 @@ pub fn snapshot(
         Ok(Ok(h)) => h,
         Ok(Err(e)) => {
             let _ = remove_image(&image);
-            return Err(e);
+            return Err(disk_full(&name, e));
         }
         Err(e) => {
             let _ = remove_image(&image);
-            return Err(e.into());
+            return Err(disk_full(&name, e.into()));
         }
     };
     let base = image_size(&ws.names.image);
@@ -245,6 +245,31 @@ pub fn snapshot(
         println!("{id}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A snapshot the engine's disk could not hold: one line naming that disk
+/// (exit 74), not docker's message as an internal error. Whatever the
+/// commit made is gone by then; the sandbox was only paused.
+fn disk_full(container: &str, e: BoxError) -> BoxError {
+    if !e.to_string().contains("no space left on device") {
+        return e;
+    }
+    let root = docker::output(&["info", "--format", "{{.DockerRootDir}}"])
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "the Docker engine's data root".into());
+    RunError::Io(
+        PathBuf::from(root),
+        std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!(
+                "no space left on device for a snapshot of {container}: none was kept and the \
+                 sandbox runs on; free space there (`docker system df`), then snapshot again"
+            ),
+        ),
+    )
+    .into()
 }
 
 /// The commit message of a snapshot's first commit (the container as it

@@ -41,7 +41,8 @@ pub fn http(port: u16, method: &str, path: &str) -> String {
     try_http(port, method, path).unwrap()
 }
 
-fn try_http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
+/// [`http`], or the error connecting (a server still starting).
+pub fn try_http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     write!(
         s,

@@ -41,10 +41,11 @@ fn an_image_without_sbx_backup_refuses_a_config_with_backups() {
         .output()
         .unwrap();
     assert!(o.status.success(), "init: {}", text(&o));
-    let cfg = repo.path.join(".agent-sandbox/config.toml");
-    let mut c = std::fs::read_to_string(&cfg).unwrap();
-    c.push_str(&format!("\n[backup]\nurl = \"file://{}\"\n", store.display()));
-    std::fs::write(&cfg, c).unwrap();
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        format!("[backup]\nurl = \"file://{}\"\n", store.display()),
+    )
+    .unwrap();
     let o = sbx()
         .env("SBX_BASE_TAG", &tag)
         .arg("start")

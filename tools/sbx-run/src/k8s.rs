@@ -1078,10 +1078,16 @@ pub fn from_snapshot(docs: &mut [Value], id: &str, claims: &[String]) {
     for d in docs.iter_mut() {
         match d["kind"].as_str() {
             Some("Sandbox" | "SandboxTemplate") => {
-                let name = d["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let name = d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 if let Some(ts) = d["spec"]["volumeClaimTemplates"].as_array_mut() {
                     for t in ts {
-                        let c = t["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                        let c = t["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned();
                         if claims.contains(&c) {
                             t["spec"]["dataSource"] = source(&name, &c);
                         }
@@ -1089,15 +1095,15 @@ pub fn from_snapshot(docs: &mut [Value], id: &str, claims: &[String]) {
                 }
             }
             Some("PersistentVolumeClaim") => {
-                let pvc = d["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let pvc = d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
                 let sandbox = d["metadata"]["labels"]["sbx.dev/sandbox"]
                     .as_str()
                     .unwrap_or_default()
                     .to_owned();
-                if let Some(c) = claims
-                    .iter()
-                    .find(|c| pvc == format!("{c}-{sandbox}"))
-                {
+                if let Some(c) = claims.iter().find(|c| pvc == format!("{c}-{sandbox}")) {
                     d["spec"]["dataSource"] = source(&sandbox, c);
                 }
             }

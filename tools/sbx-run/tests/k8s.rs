@@ -663,7 +663,12 @@ fn snapshots_on_a_cluster_validate_and_match_their_golden_file() {
     let vss = volume_snapshots(sandbox, SNAP, Some("before the upgrade"));
     let claims: Vec<String> = vss
         .iter()
-        .map(|d| d["metadata"]["labels"]["sbx.dev/claim"].as_str().unwrap().to_owned())
+        .map(|d| {
+            d["metadata"]["labels"]["sbx.dev/claim"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     assert_eq!(claims, ["home", "shelf", "git-record"]);
     for (d, c) in vss.iter().zip(&claims) {
@@ -672,7 +677,10 @@ fn snapshots_on_a_cluster_validate_and_match_their_golden_file() {
         assert_eq!(d["metadata"]["name"], snapshot_name(name, SNAP, c));
         assert_eq!(d["metadata"]["labels"]["sbx.dev/sandbox"], name);
         assert_eq!(d["metadata"]["labels"]["sbx.dev/snapshot"], SNAP);
-        assert_eq!(d["metadata"]["annotations"]["sbx.dev/snapshot-tag"], "before the upgrade");
+        assert_eq!(
+            d["metadata"]["annotations"]["sbx.dev/snapshot-tag"],
+            "before the upgrade"
+        );
         // The CRD's CEL rule (not evaluated here): one source exactly,
         // the claim the controller makes for the template.
         let src = d["spec"]["source"].as_object().unwrap();
@@ -705,11 +713,19 @@ fn snapshots_on_a_cluster_validate_and_match_their_golden_file() {
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|t| (t["metadata"]["name"].as_str().unwrap().to_owned(), &t["spec"]))
+                    .map(|t| {
+                        (
+                            t["metadata"]["name"].as_str().unwrap().to_owned(),
+                            &t["spec"],
+                        )
+                    })
                     .collect(),
                 Some("PersistentVolumeClaim") => {
                     let n = d["metadata"]["name"].as_str().unwrap();
-                    vec![(n.strip_suffix(&format!("-{name}")).unwrap().to_owned(), &d["spec"])]
+                    vec![(
+                        n.strip_suffix(&format!("-{name}")).unwrap().to_owned(),
+                        &d["spec"],
+                    )]
                 }
                 _ => continue,
             };

@@ -1687,7 +1687,7 @@ fn the_terminal_runs_through_the_api_servers_exec() {
     let (server, t, id, ws) = kube_project(&s, dir.path());
     let pod = Kube::name(&ws);
     // The pod: a real sandbox, in branch mode on the project's branch, so
-    // the pod's working directory (that branch's worktree) is there too.
+    // the pod's working directory (the shelf) is there too.
     let branch = sbx_run::workspace::host_branch(&ws).unwrap();
     let repo = sbx_e2e::Repo::new("kpod");
     repo.git(&["init", "-q", "-b", "sbx-base"]);
@@ -1821,8 +1821,11 @@ fn the_terminal_runs_through_the_api_servers_exec() {
             .filter(|(k, _)| k == "command")
             .map(|(_, v)| v.into_owned())
             .collect();
-    assert_eq!(
-        q,
-        sbx_server::kube::terminal_command(Some(&sbx_run::branch::worktree_dir(&branch)))
-    );
+    let kube = Kube {
+        api: api(&s),
+        image: None,
+    };
+    let (name, workdir) = kube.pod_of(&ws).unwrap();
+    assert_eq!(name, pod);
+    assert_eq!(q, sbx_server::kube::terminal_command(workdir.as_deref()));
 }

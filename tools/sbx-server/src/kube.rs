@@ -742,16 +742,20 @@ impl Api {
             let mut status = Vec::new();
             let broke = loop {
                 match stream.next().await {
-                    Some(Ok(Message::Binary(b))) => match b.first() {
-                        // A full queue waits here: the socket is not read.
-                        Some(1 | 2) => {
-                            if out_tx.send(Out::Data(b[1..].to_vec())).await.is_err() {
-                                return;
+                    Some(Ok(Message::Binary(b))) => {
+                        let taken = match b.first() {
+                            // A full queue waits here: the socket is not read.
+                            Some(1 | 2) => out_tx.send(Out::Data(b[1..].to_vec())).await.is_ok(),
+                            Some(3) => {
+                                status.extend_from_slice(&b[1..]);
+                                true
                             }
+                            _ => true,
+                        };
+                        if !taken {
+                            return;
                         }
-                        Some(3) => status.extend_from_slice(&b[1..]),
-                        _ => {}
-                    },
+                    }
                     Some(Ok(Message::Close(_))) | None => break None,
                     Some(Ok(_)) => {}
                     Some(Err(e)) => break Some(e.to_string()),
@@ -938,6 +942,9 @@ const SANDBOX_API: &str = "agents.x-k8s.io/v1beta1";
 pub const SNAPSHOT_WAIT: Duration = Duration::from_secs(10 * 60);
 /// How often the cluster is asked while waiting.
 const POLL: Duration = Duration::from_millis(500);
+
+/// One snapshot on the cluster: its id, its tag, its VolumeSnapshots.
+pub type ClusterSnapshot = (String, Option<String>, Vec<Value>);
 
 /// A snapshot's id: its UTC time and this process's id, as sbx-run's
 /// (sorts by time; lower case, so it is a valid name part and label).
@@ -1161,10 +1168,7 @@ impl Kube {
 
     /// The snapshots of sandbox `name` on the cluster: (id, tag, its
     /// VolumeSnapshots), oldest first (ids sort by time).
-    pub fn snapshots(
-        &self,
-        name: &str,
-    ) -> Result<Vec<(String, Option<String>, Vec<Value>)>, KubeError> {
+    pub fn snapshots(&self, name: &str) -> Result<Vec<ClusterSnapshot>, KubeError> {
         let all = self.api.list(
             sbx_run::k8s::SNAPSHOT_API,
             "VolumeSnapshot",

@@ -17,6 +17,9 @@ use sbx_server::kube::{Api, Kube, KubeError, Target, load_kubeconfig};
 mod common;
 use serde_json::{Value, json};
 
+/// Answers for some requests: (method, a part of the path, answer).
+type Routes = Arc<Mutex<Vec<(&'static str, String, Answer)>>>;
+
 /// A request as the stand-in saw it.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -54,7 +57,7 @@ struct Stand {
     answer: Arc<Mutex<Answer>>,
     /// Answers for some requests: (method, a part of the path, answer),
     /// the first that matches before `answer`.
-    routes: Arc<Mutex<Vec<(&'static str, String, Answer)>>>,
+    routes: Routes,
     /// The container an exec in a pod runs in, when not named as it.
     pods: Arc<Mutex<std::collections::HashMap<String, String>>>,
     ca_pem: String,
@@ -92,7 +95,7 @@ fn stand(answer: Answer) -> Stand {
     let log = Arc::clone(&seen);
     let answer = Arc::new(Mutex::new(answer));
     let answers = Arc::clone(&answer);
-    let routes: Arc<Mutex<Vec<(&'static str, String, Answer)>>> = Arc::default();
+    let routes: Routes = Arc::default();
     let routed = Arc::clone(&routes);
     let pods: Arc<Mutex<std::collections::HashMap<String, String>>> = Arc::default();
     let podmap = Arc::clone(&pods);
@@ -1416,7 +1419,7 @@ fn a_start_from_a_snapshot_remakes_its_claims_from_it() {
         (whole(true), Some("nope"), "NotFound", "no snapshot nope"),
     ] {
         set(vec![
-            ("GET", format!("{VS}"), Answer::Reply(200, list)),
+            ("GET", VS.to_owned(), Answer::Reply(200, list)),
             (
                 "GET",
                 "/sandboxes/".into(),
@@ -1435,7 +1438,7 @@ fn a_start_from_a_snapshot_remakes_its_claims_from_it() {
     live["spec"]["operatingMode"] = json!("Suspended");
     let pvc = |c: &str| format!("/api/v1/namespaces/sbx-test/persistentvolumeclaims/{c}-{name}");
     set(vec![
-        ("GET", format!("{VS}"), Answer::Reply(200, whole(true))),
+        ("GET", VS.to_owned(), Answer::Reply(200, whole(true))),
         (
             "GET",
             "/sandboxes/".into(),

@@ -1832,3 +1832,127 @@ fn the_terminal_runs_through_the_api_servers_exec() {
     assert_eq!(name, pod);
     assert_eq!(q, sbx_server::kube::terminal_command(workdir.as_deref()));
 }
+
+/// Against a real cluster with the agent-sandbox controller and a CSI
+/// driver that snapshots: SBX_KUBECONFIG, SBX_KUBE_REPO (a repository
+/// the cluster can clone) and SBX_KUBE_IMAGE (sbx's image pushed to its
+/// registry). The terminal as the agent, a resize, `exit`; a snapshot
+/// of the stopped sandbox, a home file removed after it, and the start
+/// from the snapshot bringing it back. Skipped without them.
+#[test]
+fn live_cluster_terminal_and_snapshot() {
+    use sbx_server::backend::Backend;
+    use sbx_terminal::{In, Out};
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(path), Some(repo), Some(image)) = (
+        var("SBX_KUBECONFIG"),
+        var("SBX_KUBE_REPO"),
+        var("SBX_KUBE_IMAGE"),
+    ) else {
+        eprintln!(
+            "live_cluster_terminal_and_snapshot: skipped: SBX_KUBECONFIG, SBX_KUBE_REPO and SBX_KUBE_IMAGE are not all set"
+        );
+        return;
+    };
+    let kube = Kube {
+        api: Api::new(load_kubeconfig(std::path::Path::new(&path)).unwrap()).unwrap(),
+        image: Some(image),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join(format!("live-{}", std::process::id()));
+    std::fs::create_dir_all(ws.join(".agent-sandbox")).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join(".agent-sandbox/config.toml"), "").unwrap();
+    git(&ws, &["add", "."]);
+    git(&ws, &["commit", "-qm", "init"]);
+    git(&ws, &["remote", "add", "origin", &repo]);
+    struct Gone<'a>(&'a Kube, String);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.remove(&self.1);
+        }
+    }
+    let wait_for = |what: &str, ok: &dyn Fn() -> bool| {
+        let until = std::time::Instant::now() + Duration::from_secs(600);
+        while !ok() {
+            assert!(
+                std::time::Instant::now() < until,
+                "{what}: not in 10 minutes"
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    };
+    let name = kube.start(&ws).unwrap();
+    let _gone = Gone(&kube, name.clone());
+    let ready = || kube.state(&name).unwrap() == Some(true);
+    let no_pod = || kube.api.get("v1", "Pod", &name).unwrap().is_none();
+    wait_for("ready", &ready);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _in = rt.enter();
+    let sbx_terminal::Target::Connected(mut pty) = kube.terminal(&ws).unwrap() else {
+        panic!("not connected");
+    };
+    rt.block_on(async {
+        let mut out = String::new();
+        let mut read_until = async |pty: &mut sbx_terminal::Pty, needle: &str| -> Option<u16> {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while !out.contains(needle) {
+                match tokio::time::timeout_at(deadline, pty.output.recv()).await {
+                    Ok(Some(Out::Data(d))) => out.push_str(&String::from_utf8_lossy(&d)),
+                    Ok(Some(Out::End(_, code))) => return Some(code),
+                    Ok(None) | Err(_) => return Some(0),
+                }
+            }
+            None
+        };
+        let input = |t: &str| In::Data(t.as_bytes().to_vec());
+        pty.input
+            .send(input("echo uid-$(id -u)-$((6*7))\r"))
+            .await
+            .unwrap();
+        assert_eq!(read_until(&mut pty, "uid-1000-42").await, None);
+        pty.input
+            .send(In::Resize(sbx_core::guestapi::Winsize {
+                cols: 100,
+                rows: 30,
+            }))
+            .await
+            .unwrap();
+        pty.input
+            .send(input("sleep 1; stty size; echo sized\r"))
+            .await
+            .unwrap();
+        assert_eq!(read_until(&mut pty, "29 100\r\nsized").await, None);
+        pty.input
+            .send(input("echo kept > ~/snap-h45t; exit\r"))
+            .await
+            .unwrap();
+        assert_eq!(read_until(&mut pty, "\u{0}never").await, Some(1000));
+    });
+
+    // A snapshot of the stopped sandbox; the file removed; the start from
+    // the snapshot has it again.
+    kube.suspend(&name).unwrap();
+    wait_for("the pod gone", &no_pod);
+    let id = kube
+        .snapshot_within(&ws, Some("live"), Duration::from_secs(600))
+        .unwrap();
+    kube.start(&ws).unwrap();
+    wait_for("ready again", &ready);
+    let sh = |script: &str| {
+        kube.exec(&ws, &["sh".into(), "-c".into(), script.into()], "sbx-live")
+            .unwrap()
+    };
+    assert_eq!(sh("rm ~/snap-h45t").status, 0);
+    kube.suspend(&name).unwrap();
+    wait_for("the pod gone again", &no_pod);
+    kube.start_from_snapshot_within(&ws, Some(&id), Duration::from_secs(600))
+        .unwrap();
+    wait_for("ready from the snapshot", &ready);
+    let x = sh("cat ~/snap-h45t");
+    assert_eq!((x.status, x.stdout.as_slice()), (0, &b"kept\n"[..]));
+}

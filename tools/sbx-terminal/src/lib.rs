@@ -14,7 +14,10 @@
 //!
 //! This crate is that bridge, the recorder and the page's embedded files,
 //! shared by `sbx-server` (one terminal per project, behind its JWT) and
-//! `sbx-run terminal` (the local sandbox, behind a one-time token).
+//! `sbx-run terminal` (the local sandbox, behind a one-time token). The
+//! bridge reads and writes a [`Pty`]: the guest API's socket on this host,
+//! or what sbx-server's Kubernetes backend connects (the API server's
+//! exec of the guest's own client, `sbx-guest exec --tty`).
 #![forbid(unsafe_code)]
 
 pub mod conn;

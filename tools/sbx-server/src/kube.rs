@@ -1169,11 +1169,15 @@ impl Kube {
     /// The snapshots of sandbox `name` on the cluster: (id, tag, its
     /// VolumeSnapshots), oldest first (ids sort by time).
     pub fn snapshots(&self, name: &str) -> Result<Vec<ClusterSnapshot>, KubeError> {
-        let all = self.api.list(
+        let all = match self.api.list(
             sbx_run::k8s::SNAPSHOT_API,
             "VolumeSnapshot",
             &format!("sbx.dev/sandbox={name}"),
-        )?;
+        ) {
+            // No VolumeSnapshot CRD: no snapshots.
+            Err(KubeError::Status { code: 404, .. }) => Vec::new(),
+            r => r?,
+        };
         let mut by: std::collections::BTreeMap<String, (Option<String>, Vec<Value>)> =
             std::collections::BTreeMap::new();
         for v in all {
@@ -1259,6 +1263,8 @@ impl Kube {
                     format!("{name}: the sandbox runs: stop it first (its claims are in use)"),
                 ));
             }
+            // What is replaced is kept first, so the start can be undone.
+            self.snapshot_within(ws, Some(&format!("before {sid}")), wait)?;
             self.api.delete_orphaning(SANDBOX_API, "Sandbox", &name)?;
             self.gone(SANDBOX_API, "Sandbox", &name, wait)?;
         }

@@ -1364,7 +1364,8 @@ fn a_snapshot_is_volume_snapshots_of_the_claims() {
 
 /// A start from a snapshot checks everything before it changes
 /// anything (the snapshot is there, whole and ready; the sandbox is
-/// stopped), then deletes the Sandbox with its claims orphaned, the
+/// stopped), snapshots what it replaces (to undo it), then deletes the
+/// Sandbox with its claims orphaned, the
 /// claims the snapshot holds, waits for each to be gone, and applies
 /// the Sandbox with those claims made from their VolumeSnapshots.
 #[test]
@@ -1438,11 +1439,17 @@ fn a_start_from_a_snapshot_remakes_its_claims_from_it() {
     live["spec"]["operatingMode"] = json!("Suspended");
     let pvc = |c: &str| format!("/api/v1/namespaces/sbx-test/persistentvolumeclaims/{c}-{name}");
     set(vec![
+        (
+            "GET",
+            format!("{VS}/"),
+            Answer::Reply(200, json!({"status": {"readyToUse": true}})),
+        ),
         ("GET", VS.to_owned(), Answer::Reply(200, whole(true))),
         (
             "GET",
             "/sandboxes/".into(),
             seq(vec![
+                Answer::Reply(200, live.clone()),
                 Answer::Reply(200, live.clone()),
                 Answer::Reply(200, live.clone()),
                 status(404, "NotFound", "gone"),
@@ -1469,6 +1476,23 @@ fn a_start_from_a_snapshot_remakes_its_claims_from_it() {
     let seen = s.seen.lock().unwrap().clone();
     let sb = format!("/apis/agents.x-k8s.io/v1beta1/namespaces/sbx-test/sandboxes/{name}");
     let order: Vec<String> = changed();
+    // First, what is replaced is snapshotted: the start can be undone.
+    let undo: Vec<Value> = seen
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.target.starts_with(VS))
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    assert_eq!(undo.len(), 3, "{order:?}");
+    assert!(
+        order[..3]
+            .iter()
+            .all(|r| r.starts_with(&format!("PATCH {VS}/")))
+    );
+    assert_eq!(
+        undo[0]["metadata"]["annotations"]["sbx.dev/snapshot-tag"],
+        format!("before {id}")
+    );
+    let order = order[3..].to_vec();
     assert_eq!(
         order[..4],
         [

@@ -118,10 +118,15 @@ pub fn exec(
 }
 
 /// Each SIGWINCH (the exec's tty resized: the API server's channel 4)
-/// becomes a resize of the guest's PTY.
+/// becomes a resize of the guest's PTY; one is sent once the handler is
+/// in place, for a resize that came before it (the viewer's first).
 fn resizes(w: Arc<Mutex<std::os::unix::net::UnixStream>>) -> Result<(), BoxError> {
     let mut sigs =
         signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH]).map_err(failed)?;
+    {
+        let mut s = w.lock().unwrap_or_else(|e| e.into_inner());
+        proto::write_json(&mut *s, Kind::Control, &Control::Resize(tty_size())).map_err(failed)?;
+    }
     std::thread::spawn(move || {
         for _ in sigs.forever() {
             let mut s = w.lock().unwrap_or_else(|e| e.into_inner());

@@ -1699,7 +1699,7 @@ fn the_terminal_answers_the_clusters_refusals_before_the_upgrade() {
 /// (an exec with a tty, its resize), in a real sandbox playing the pod,
 /// where this build's `sbx-guest exec --tty` asks the guest for tmux
 /// on a PTY as the agent. Bytes both ways, a resize `stty size` sees,
-/// `exit` closing the session normally.
+/// `exit` closing the session normally, the session recorded.
 #[test]
 fn the_terminal_runs_through_the_api_servers_exec() {
     use futures_util::{SinkExt, StreamExt};
@@ -1848,6 +1848,38 @@ fn the_terminal_runs_through_the_api_servers_exec() {
             .filter(|(k, _)| k == "command")
             .map(|(_, v)| v.into_owned())
             .collect();
+    // Recorded as on Docker: the input and the output in the session's
+    // asciicast (written to its end once the viewer's socket closed).
+    let casts = server.state.join("projects").join(&id).join("sessions");
+    let mut text = String::new();
+    for _ in 0..60 {
+        text = std::fs::read_dir(&casts)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect();
+        if text.contains("session ended") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let events: Vec<Value> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let has = |kind: &str, needle: &str| {
+        events
+            .iter()
+            .any(|e| e[1] == kind && e[2].as_str().is_some_and(|t| t.contains(needle)))
+    };
+    assert!(has("i", "echo uid-$(id -u)"), "no input event: {text}");
+    assert!(
+        has("o", &format!("uid-1000-42-{nonce}")),
+        "no output event: {text}"
+    );
+    assert!(has("r", "100x30"), "no resize event: {text}");
     let kube = Kube {
         api: api(&s),
         image: None,

@@ -71,10 +71,12 @@ complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -l jso
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand agent-launch" -s h -l help -d 'Print help'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l agent -d 'The audit record\'s agent field (the client that asked)' -r
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l cwd -d 'The working directory (default: the agent\'s home)' -r
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l env -d 'A variable for the command (repeatable)' -r
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l tty -d 'Run it on a PTY of the guest\'s, sized and resized as this process\'s stdin, which must be a tty (the exec\'s: sbx-server\'s web terminal on a cluster)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand exec" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'

@@ -105,6 +105,13 @@ pub enum Cmd {
         /// The working directory (default: the agent's home).
         #[arg(long, value_name = "DIR")]
         cwd: Option<String>,
+        /// Run it on a PTY of the guest's, sized and resized as this process's stdin,
+        /// which must be a tty (the exec's: sbx-server's web terminal on a cluster).
+        #[arg(long)]
+        tty: bool,
+        /// A variable for the command (repeatable).
+        #[arg(long, value_name = "NAME=VALUE")]
+        env: Vec<String>,
         /// The command and its arguments (after --).
         #[arg(
             trailing_var_arg = true,
@@ -266,8 +273,10 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
         Cmd::Exec {
             agent,
             cwd,
+            tty,
+            env,
             command,
-        } => client::exec(&paths.api_socket(), &agent, cwd, &command),
+        } => client::exec(&paths.api_socket(), &agent, cwd, tty, &env, &command),
         Cmd::McpHostTools => Ok(hosttools::serve()),
         Cmd::AgentKey { socket } => Ok(agent::key(&socket)),
         Cmd::Health => {

@@ -787,6 +787,26 @@ fn the_exec_client_runs_the_command_as_the_agent() {
     // A command that is not there: the shell's 127, said on stderr.
     let out = exec(&["--", "no-such-command-h45e"], b"");
     assert_eq!(out.status.code(), Some(127));
+    // --env sets the command's variables; --tty needs a tty on stdin (a
+    // pipe here): refused in one line, 64, nothing run.
+    let out = exec(&["--env", "FOO=b=ar", "--", "sh", "-c", "echo $FOO"], b"");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "b=ar\n");
+    let open = t.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let marker = open.join("tty-marker");
+    exec(&["--", "touch", marker.to_str().unwrap()], b"");
+    assert!(marker.exists(), "the agent cannot make the marker");
+    std::fs::remove_file(&marker).unwrap();
+    for args in [&["--tty"][..], &["--env", "NOEQUALS"]] {
+        let mut a = args.to_vec();
+        a.extend(["--", "touch", marker.to_str().unwrap()]);
+        let out = exec(&a, b"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!marker.exists(), "{args:?} ran the command");
+    }
     // No guest: one line, 69.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sbx-guest"))
         .args(["exec", "--", "true"])

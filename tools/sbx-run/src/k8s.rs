@@ -996,6 +996,122 @@ pub fn manifests(
     Ok(out)
 }
 
+/// CSI snapshots' API (kubernetes-csi/external-snapshotter's CRDs).
+pub const SNAPSHOT_API: &str = "snapshot.storage.k8s.io/v1";
+/// The claims a snapshot on a cluster keeps: the home, the shelf (the
+/// branch's worktree, its uncommitted work included: on a cluster the
+/// workspace's only copy) and the git broker's record of the shelf's
+/// stash and notes commits, which must go back with it. The history and
+/// the AI CLIs' settings stay as they are, as docker's volumes do.
+pub const SNAPSHOT_CLAIMS: [&str; 3] = ["home", "shelf", "git-record"];
+/// The label naming a snapshot's id on its VolumeSnapshots.
+pub const SNAPSHOT_LABEL: &str = "sbx.dev/snapshot";
+/// The annotation holding a snapshot's tag (free text).
+pub const SNAPSHOT_TAG: &str = "sbx.dev/snapshot-tag";
+
+/// The VolumeSnapshot of `claim` in snapshot `id` of `sandbox`.
+pub fn snapshot_name(sandbox: &str, id: &str, claim: &str) -> String {
+    format!("{sandbox}-{id}-{claim}")
+}
+
+/// Snapshot `id` (tagged `tag`) of a Sandbox, the one `manifests` makes
+/// or the cluster's: one `VolumeSnapshot` per claim of
+/// [`SNAPSHOT_CLAIMS`] its templates have, of the claim the controller
+/// made (`<template>-<sandbox>`), labelled as the Sandbox and with the
+/// snapshot's id, in the cluster's default VolumeSnapshotClass.
+pub fn volume_snapshots(sandbox: &Value, id: &str, tag: Option<&str>) -> Vec<Value> {
+    let name = sandbox["metadata"]["name"].as_str().unwrap_or_default();
+    let mut labels = sandbox["metadata"]["labels"].clone();
+    if !labels.is_object() {
+        labels = json!({"sbx.dev/sandbox": name});
+    }
+    labels[SNAPSHOT_LABEL] = json!(id);
+    let annotations = tag.map(|t| json!({SNAPSHOT_TAG: t}));
+    snapshot_claims(sandbox)
+        .into_iter()
+        .map(|claim| {
+            let mut l = labels.clone();
+            l["sbx.dev/claim"] = json!(claim);
+            let mut vs = obj(
+                "VolumeSnapshot",
+                SNAPSHOT_API,
+                &snapshot_name(name, id, &claim),
+                &l,
+                annotations.as_ref(),
+            );
+            vs.insert(
+                "spec".into(),
+                json!({"source": {"persistentVolumeClaimName": format!("{claim}-{name}")}}),
+            );
+            Value::Object(vs)
+        })
+        .collect()
+}
+
+/// Which of [`SNAPSHOT_CLAIMS`] the Sandbox's templates have.
+pub fn snapshot_claims(sandbox: &Value) -> Vec<String> {
+    let have: Vec<&str> = sandbox["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .map(|v| {
+            v.iter()
+                .filter_map(|t| t["metadata"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    SNAPSHOT_CLAIMS
+        .iter()
+        .filter(|c| have.contains(c))
+        .map(|c| (*c).to_owned())
+        .collect()
+}
+
+/// `docs` (any format) made to start from snapshot `id`: each claim of
+/// `claims` is made from its VolumeSnapshot (`dataSource`), in the
+/// Sandbox's `volumeClaimTemplates` or the plain Pod's claims. Only a
+/// claim made anew reads it: the claims must not exist (the caller
+/// deletes them, and the Sandbox, whose templates are immutable).
+pub fn from_snapshot(docs: &mut [Value], id: &str, claims: &[String]) {
+    let source = |sandbox: &str, claim: &str| {
+        json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+               "name": snapshot_name(sandbox, id, claim)})
+    };
+    for d in docs.iter_mut() {
+        match d["kind"].as_str() {
+            Some("Sandbox" | "SandboxTemplate") => {
+                let name = d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if let Some(ts) = d["spec"]["volumeClaimTemplates"].as_array_mut() {
+                    for t in ts {
+                        let c = t["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned();
+                        if claims.contains(&c) {
+                            t["spec"]["dataSource"] = source(&name, &c);
+                        }
+                    }
+                }
+            }
+            Some("PersistentVolumeClaim") => {
+                let pvc = d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let sandbox = d["metadata"]["labels"]["sbx.dev/sandbox"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if let Some(c) = claims.iter().find(|c| pvc == format!("{c}-{sandbox}")) {
+                    d["spec"]["dataSource"] = source(&sandbox, c);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The ConfigMap's config file as a directory of that one file.
 fn config_volume(cm_name: &str, key: &str) -> Value {
     json!({"name": "config", "configMap": {"name": cm_name, "items": [{"key": key, "path": key}], "defaultMode": 0o444}})

@@ -362,7 +362,11 @@ async fn terminal(
 }
 
 async fn viewer_session(mut sock: WebSocket, l: Arc<Local>, _viewer: Viewer) {
-    let Some((client, size)) = sbx_terminal::attach(&mut sock, &l.socket, &l.workdir).await else {
+    let target = sbx_terminal::Target::Guest {
+        socket: l.socket.clone(),
+        workdir: l.workdir.clone(),
+    };
+    let Some((pty, size)) = sbx_terminal::attach(&mut sock, target).await else {
         return;
     };
     let sid = random_hex(16).unwrap_or_else(|_| "session".into());
@@ -390,14 +394,8 @@ async fn viewer_session(mut sock: WebSocket, l: Arc<Local>, _viewer: Viewer) {
         &format!("session {sid}, recorded in {}", cast.display()),
     );
     let title = format!("{} (sbx)", l.container);
-    let why = sbx_terminal::bridge(
-        &mut sock,
-        client,
-        &title,
-        std::future::pending(),
-        rec.clone(),
-    )
-    .await;
+    let why =
+        sbx_terminal::bridge(&mut sock, pty, &title, std::future::pending(), rec.clone()).await;
     if let Some(r) = &rec {
         r.end(&why);
     }

@@ -183,6 +183,10 @@ fn validator() -> Validator {
             "SandboxWarmPool",
             "extensions.agents.x-k8s.io_sandboxwarmpools.v1beta1.json",
         ),
+        (
+            "VolumeSnapshot",
+            "snapshot.storage.k8s.io_volumesnapshots.v1.json",
+        ),
     ] {
         let crd = read(f);
         let mut s = crd["openAPIV3Schema"].clone();
@@ -637,6 +641,138 @@ fn the_output_matches_its_golden_file() {
             golden.display()
         );
     }
+}
+
+const SNAP: &str = "20261130t070000000-00ab";
+
+/// A snapshot on a cluster (docs/kubernetes.md, Snapshots): the
+/// VolumeSnapshots of a Sandbox's home, shelf and git record, and the
+/// manifests of both formats that start from one (the claims'
+/// `dataSource`): each validates against its CRD's schema
+/// (external-snapshotter's VolumeSnapshot, agent-sandbox's Sandbox) and
+/// the core ones, names the claims the controller makes, and matches
+/// its golden file.
+#[test]
+fn snapshots_on_a_cluster_validate_and_match_their_golden_file() {
+    use sbx_run::k8s::{from_snapshot, snapshot_name, volume_snapshots};
+    let v = validator();
+    let ws = workspace(SAMPLE);
+    let docs = manifests(&ws, "k8s");
+    let sandbox = kind(&docs, "Sandbox");
+    let name = sandbox["metadata"]["name"].as_str().unwrap();
+    let vss = volume_snapshots(sandbox, SNAP, Some("before the upgrade"));
+    let claims: Vec<String> = vss
+        .iter()
+        .map(|d| {
+            d["metadata"]["labels"]["sbx.dev/claim"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(claims, ["home", "shelf", "git-record"]);
+    for (d, c) in vss.iter().zip(&claims) {
+        v.validate(d).unwrap_or_else(|e| panic!("{e}"));
+        references_hold(d).unwrap();
+        assert_eq!(d["metadata"]["name"], snapshot_name(name, SNAP, c));
+        assert_eq!(d["metadata"]["labels"]["sbx.dev/sandbox"], name);
+        assert_eq!(d["metadata"]["labels"]["sbx.dev/snapshot"], SNAP);
+        assert_eq!(
+            d["metadata"]["annotations"]["sbx.dev/snapshot-tag"],
+            "before the upgrade"
+        );
+        // The CRD's CEL rule (not evaluated here): one source exactly,
+        // the claim the controller makes for the template.
+        let src = d["spec"]["source"].as_object().unwrap();
+        assert_eq!(src.len(), 1, "{d}");
+        assert_eq!(src["persistentVolumeClaimName"], format!("{c}-{name}"));
+        assert!(
+            sandbox["spec"]["volumeClaimTemplates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["metadata"]["name"] == c.as_str()),
+            "{c} is no claim of the Sandbox"
+        );
+    }
+    // The validator catches a misspelt field of the CRD (made strict).
+    let mut bad = vss[0].clone();
+    bad["spec"]["source"]["persistentVolumeClaimname"] = json!("x");
+    assert!(v.validate(&bad).is_err(), "a misspelt field passed");
+
+    let mut restored = BTreeMap::new();
+    for f in ["k8s", "pod"] {
+        let mut docs = manifests(&ws, f);
+        from_snapshot(&mut docs, SNAP, &claims);
+        let mut from = BTreeMap::new();
+        for d in &docs {
+            v.validate(d).unwrap_or_else(|e| panic!("{f}: {e}"));
+            references_hold(d).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let specs: Vec<(String, &Value)> = match d["kind"].as_str() {
+                Some("Sandbox") => d["spec"]["volumeClaimTemplates"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| {
+                        (
+                            t["metadata"]["name"].as_str().unwrap().to_owned(),
+                            &t["spec"],
+                        )
+                    })
+                    .collect(),
+                Some("PersistentVolumeClaim") => {
+                    let n = d["metadata"]["name"].as_str().unwrap();
+                    vec![(
+                        n.strip_suffix(&format!("-{name}")).unwrap().to_owned(),
+                        &d["spec"],
+                    )]
+                }
+                _ => continue,
+            };
+            for (c, spec) in specs {
+                from.insert(c, spec["dataSource"].clone());
+            }
+        }
+        for (c, src) in &from {
+            if claims.contains(c) {
+                assert_eq!(
+                    src,
+                    &json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+                            "name": snapshot_name(name, SNAP, c)}),
+                    "{f}: {c}"
+                );
+            } else {
+                assert!(src.is_null(), "{f}: {c} is not in a snapshot: {src}");
+            }
+        }
+        assert!(from.len() > claims.len(), "{f}: {from:?}");
+        restored.insert(f, docs);
+    }
+
+    let hash = sandbox["metadata"]["labels"]["sbx.dev/workspace-hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = serde_json::to_string_pretty(&json!({
+        "volumeSnapshots": vss,
+        "startFromSnapshot": kind(&restored["k8s"], "Sandbox")["spec"]["volumeClaimTemplates"],
+    }))
+    .unwrap()
+    .replace(&ws.dir.path().to_string_lossy().into_owned(), "/TMP")
+    .replace(&hash, "HASH")
+        + "\n";
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/k8s-snapshot.json");
+    if std::env::var_os("SBX_BLESS").is_some() {
+        std::fs::write(&golden, &text).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&golden)
+        .unwrap_or_else(|e| panic!("{}: {e} (SBX_BLESS=1 writes it)", golden.display()));
+    assert!(
+        text == want,
+        "differs from {} (SBX_BLESS=1 writes it anew):\n{text}",
+        golden.display()
+    );
 }
 
 // ---- the table over every config key -----------------------------------

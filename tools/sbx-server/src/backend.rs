@@ -8,7 +8,7 @@
 //! Every call is blocking: callers run it on a blocking thread.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use sbx_core::Exit;
 use sbx_core::cli::CommonArgs;
@@ -22,6 +22,9 @@ pub enum ErrorKind {
     NotFound,
     /// Another writer changed it first.
     Conflict,
+    /// The sandbox is there but not running (a pod not scheduled or
+    /// started yet, or gone with a suspend).
+    NotRunning,
     /// The engine or API server did not answer, or refused the server.
     Unavailable,
     /// This backend does not do that (yet).
@@ -101,11 +104,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn status(&self, ws: &Path) -> Result<Option<(String, bool)>>;
     /// Run `argv` as the agent through the guest, as `sbx-run exec` does.
     fn exec(&self, ws: &Path, argv: &[OsString], client: &str) -> Result<Exec>;
-    /// Where a terminal (PTY) reaches the guest, and the agent's working
-    /// directory there.
-    fn terminal(&self, ws: &Path) -> Result<(PathBuf, String)>;
-    /// Keep the running sandbox as a snapshot (root's changes included).
-    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<()>;
+    /// The sandbox's terminal (tmux as the agent, through the guest): the
+    /// guest API's socket to open after the viewer's hello (Docker), or
+    /// a terminal connected already (Kubernetes: the API server's exec,
+    /// so that its refusal is the HTTP answer). Called on a blocking
+    /// thread of the server's runtime.
+    fn terminal(&self, ws: &Path) -> Result<sbx_terminal::Target>;
+    /// Keep the sandbox as a snapshot: on Docker its system state (root's
+    /// changes included) and a home backup; on Kubernetes its claims
+    /// (docs/kubernetes.md). The snapshot's id.
+    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<String>;
+    /// Make the sandbox anew from snapshot `id` (None: the newest) and
+    /// start it; its name.
+    fn start_from_snapshot(&self, ws: &Path, id: Option<&str>) -> Result<String>;
     /// Whether it publishes a sandbox's sshd (projects made with SSH).
     fn ssh(&self) -> bool {
         false
@@ -193,16 +204,34 @@ impl Backend for Docker {
         Ok(x)
     }
 
-    fn terminal(&self, ws: &Path) -> Result<(PathBuf, String)> {
+    fn terminal(&self, ws: &Path) -> Result<sbx_terminal::Target> {
         let w =
             sbx_run::workspace::Workspace::open(&quiet(), Some(ws.to_owned())).map_err(chain)?;
-        Ok((sbx_run::guestexec::socket_for(&w), w.workdir()))
+        let socket = sbx_run::guestexec::socket_for(&w);
+        if !socket.exists() {
+            return Err(unavailable(
+                "the sandbox has no guest API: stop and start it again",
+            ));
+        }
+        Ok(sbx_terminal::Target::Guest {
+            socket,
+            workdir: w.workdir(),
+        })
     }
 
-    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<()> {
-        sbx_run::snapshot::snapshot(&quiet(), Some(ws.to_owned()), tag)
-            .map(drop)
-            .map_err(chain)
+    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> Result<String> {
+        sbx_run::snapshot::snapshot(&quiet(), Some(ws.to_owned()), tag).map_err(chain)?;
+        let w =
+            sbx_run::workspace::Workspace::open(&quiet(), Some(ws.to_owned())).map_err(chain)?;
+        sbx_run::snapshot::record(&w, None)
+            .map(|r| r.id)
+            .map_err(|e| BackendError::from_sbx(&e))
+    }
+
+    fn start_from_snapshot(&self, ws: &Path, id: Option<&str>) -> Result<String> {
+        let w = sbx_run::lifecycle::start_from_snapshot(&quiet(), Some(ws.to_owned()), id)
+            .map_err(chain)?;
+        Ok(w.names.container.clone())
     }
 
     fn ssh(&self) -> bool {

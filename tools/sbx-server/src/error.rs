@@ -147,6 +147,7 @@ impl From<crate::backend::BackendError> for ApiError {
         let (status, code) = match e.kind {
             NotFound => (StatusCode::NOT_FOUND, "sandbox_not_found"),
             Conflict => (StatusCode::CONFLICT, "sandbox_conflict"),
+            NotRunning => (StatusCode::CONFLICT, "not_running"),
             Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable"),
             Unsupported => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
             Config => (StatusCode::UNPROCESSABLE_ENTITY, "sandbox_config"),

@@ -6,7 +6,7 @@
 //! compiling on 2 cores for the handful of calls made here
 //! (docs/kubernetes.md).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ pub enum KubeError {
     },
     /// No answer within the deadline.
     Timeout(String),
+    /// The sandbox's pod is not running: what the cluster says it is.
+    NotRunning(String),
     /// The TLS handshake failed (an untrusted or wrong certificate).
     Tls(String),
     /// No connection, or an answer that is not the API's.
@@ -71,7 +73,7 @@ impl std::fmt::Display for KubeError {
                 f,
                 "cluster: {w}: TLS failed (check certificate-authority-data in the kubeconfig)"
             ),
-            Self::Transport(w) => write!(f, "cluster: {w}"),
+            Self::Transport(w) | Self::NotRunning(w) => write!(f, "cluster: {w}"),
         }
     }
 }
@@ -93,6 +95,7 @@ impl From<KubeError> for BackendError {
         let kind = match &e {
             KubeError::Status { code: 404, .. } => ErrorKind::NotFound,
             KubeError::Status { code: 409, .. } => ErrorKind::Conflict,
+            KubeError::NotRunning(_) => ErrorKind::NotRunning,
             KubeError::Status {
                 code: 400 | 422, ..
             } => ErrorKind::Config,
@@ -272,6 +275,7 @@ impl Api {
             "NetworkPolicy" => "networkpolicies",
             "Pod" => "pods",
             "PersistentVolumeClaim" => "persistentvolumeclaims",
+            "VolumeSnapshot" => "volumesnapshots",
             other => {
                 return Err(KubeError::Transport(format!(
                     "kind {other:?} is not one sbx-server manages"
@@ -393,19 +397,76 @@ impl Api {
 
     /// Delete the namespace's PersistentVolumeClaims labelled `selector`.
     pub fn delete_claims(&self, selector: &str) -> Result<(), KubeError> {
-        let path = format!(
-            "/api/v1/namespaces/{}/persistentvolumeclaims",
-            self.target.namespace
-        );
-        let selector = selector.replace('/', "%2F").replace('=', "%3D");
+        self.delete_labelled("v1", "PersistentVolumeClaim", selector)
+    }
+
+    /// The collection of `kind` in the namespace, as a path.
+    fn collection(&self, api_version: &str, kind: &str) -> Result<String, KubeError> {
+        let one = self.path(api_version, kind, "x")?;
+        Ok(one.trim_end_matches("/x").to_owned())
+    }
+
+    /// Delete the namespace's objects of `kind` labelled `selector`; none
+    /// (or no such kind: its CRD not installed) is not an error.
+    pub fn delete_labelled(
+        &self,
+        api_version: &str,
+        kind: &str,
+        selector: &str,
+    ) -> Result<(), KubeError> {
+        let path = self.collection(api_version, kind)?;
         let rb = self
             .client
-            .delete(self.url(&format!("{path}?labelSelector={selector}")));
-        match self.send("delete claims", rb) {
+            .delete(self.url(&format!("{path}?labelSelector={}", query_value(selector))));
+        match self.send(&format!("delete {kind} {selector}"), rb) {
             Err(KubeError::Status { code: 404, .. }) => Ok(()),
             r => r.map(drop),
         }
     }
+
+    /// The namespace's objects of `kind` labelled `selector`.
+    pub fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        selector: &str,
+    ) -> Result<Vec<Value>, KubeError> {
+        let path = self.collection(api_version, kind)?;
+        let rb = self
+            .client
+            .get(self.url(&format!("{path}?labelSelector={}", query_value(selector))));
+        let v = self
+            .send(&format!("list {kind} {selector}"), rb)?
+            .unwrap_or(Value::Null);
+        Ok(v["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Delete the object, its dependents orphaned (kept, unowned).
+    pub fn delete_orphaning(
+        &self,
+        api_version: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<(), KubeError> {
+        let path = self.path(api_version, kind, name)?;
+        let rb = self
+            .client
+            .delete(self.url(&path))
+            .header("content-type", "application/json")
+            .body(
+                json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Orphan"})
+                    .to_string(),
+            );
+        match self.send(&format!("delete {kind}/{name}"), rb) {
+            Err(KubeError::Status { code: 404, .. }) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+}
+
+/// A label selector as a query value.
+fn query_value(selector: &str) -> String {
+    url::form_urlencoded::byte_serialize(selector.as_bytes()).collect()
 }
 
 /// The exec subprotocols, newest first: v5 can close stdin (channel 255).
@@ -413,26 +474,35 @@ const EXEC_PROTOCOLS: &str = "v5.channel.k8s.io, v4.channel.k8s.io";
 /// An exec's output may pause for long (a backup's upload); not forever.
 const EXEC_IDLE: Duration = Duration::from_secs(30 * 60);
 
+/// An exec's WebSocket request: the URL's host, port and request.
+struct ExecRequest {
+    what: String,
+    host: String,
+    port: u16,
+    request: tungstenite::handshake::client::Request,
+}
+
 impl Api {
-    /// Run `argv` in `container` of `pod` through the API server's exec
-    /// WebSocket (the kubelet runs it; channels 0 stdin, 1 stdout,
-    /// 2 stderr, 3 the `Status` that carries the exit code, 255 close in
-    /// v5). Its exit status and output.
-    pub fn exec(
+    /// The upgrade request of an exec in `container` of `pod`: stdin when
+    /// asked, a tty (stderr is then the tty's too, as kubectl asks).
+    fn exec_request(
         &self,
         pod: &str,
         container: &str,
         argv: &[String],
-        stdin: Option<&[u8]>,
-    ) -> Result<Exec, KubeError> {
-        use tungstenite::Message;
+        stdin: bool,
+        tty: bool,
+    ) -> Result<ExecRequest, KubeError> {
         use tungstenite::client::IntoClientRequest;
         let what = format!("exec in pod {pod}");
         let mut q = url::form_urlencoded::Serializer::new(String::new());
         q.append_pair("container", container)
             .append_pair("stdout", "true")
-            .append_pair("stderr", "true")
-            .append_pair("stdin", if stdin.is_some() { "true" } else { "false" });
+            .append_pair("stderr", if tty { "false" } else { "true" })
+            .append_pair("stdin", if stdin { "true" } else { "false" });
+        if tty {
+            q.append_pair("tty", "true");
+        }
         for a in argv {
             q.append_pair("command", a);
         }
@@ -445,6 +515,96 @@ impl Api {
             .map_err(|e| KubeError::Config(format!("server: {e}")))?;
         let host = base.host_str().unwrap_or("").to_owned();
         let port = base.port_or_known_default().unwrap_or(443);
+        let mut request = format!("wss://{host}:{port}{path}")
+            .into_client_request()
+            .map_err(|e| KubeError::Transport(format!("{what}: {e}")))?;
+        let h = request.headers_mut();
+        h.insert(
+            "sec-websocket-protocol",
+            tungstenite::http::HeaderValue::from_static(EXEC_PROTOCOLS),
+        );
+        if let Some(t) = &self.target.token {
+            let v = tungstenite::http::HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| KubeError::Config("the token is not a header value".into()))?;
+            h.insert("authorization", v);
+        }
+        Ok(ExecRequest {
+            what,
+            host,
+            port,
+            request,
+        })
+    }
+
+    /// Why an exec was refused with 400 or 404: the pod's own state when
+    /// it is not running (the API server's answer names only the
+    /// symptom), else the refusal as it was.
+    fn why_refused(&self, pod: &str, container: &str, e: KubeError) -> KubeError {
+        let KubeError::Status {
+            code: 400 | 404,
+            what,
+            ..
+        } = &e
+        else {
+            return e;
+        };
+        match self.get("v1", "Pod", pod) {
+            Ok(None) => KubeError::NotRunning(format!(
+                "{what}: the sandbox has no pod (it is stopped, or not made yet): start the project"
+            )),
+            Ok(Some(p)) => {
+                let phase = p["status"]["phase"].as_str().unwrap_or("Unknown");
+                let state = p["status"]["containerStatuses"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["name"] == container))
+                    .map(|c| c["state"].clone())
+                    .unwrap_or(Value::Null);
+                if phase == "Running" && state["running"].is_object() {
+                    return e;
+                }
+                let reason = ["waiting", "terminated"]
+                    .iter()
+                    .find_map(|k| state[k]["reason"].as_str())
+                    .map(|r| format!(" ({})", sbx_core::sanitize::field(r)))
+                    .unwrap_or_default();
+                KubeError::NotRunning(format!(
+                    "{what}: pod {pod} is {}{reason}, its container {container} not running: wait for it, or start the project again",
+                    sbx_core::sanitize::field(phase)
+                ))
+            }
+            Err(_) => e,
+        }
+    }
+
+    /// Run `argv` in `container` of `pod` through the API server's exec
+    /// WebSocket (the kubelet runs it; channels 0 stdin, 1 stdout,
+    /// 2 stderr, 3 the `Status` that carries the exit code, 255 close in
+    /// v5). Its exit status and output.
+    pub fn exec(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> Result<Exec, KubeError> {
+        self.exec_once(pod, container, argv, stdin)
+            .map_err(|e| self.why_refused(pod, container, e))
+    }
+
+    fn exec_once(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> Result<Exec, KubeError> {
+        use tungstenite::Message;
+        let ExecRequest {
+            what,
+            host,
+            port,
+            request: req,
+        } = self.exec_request(pod, container, argv, stdin.is_some(), false)?;
         let down = |e: std::io::Error| KubeError::Transport(format!("{what}: {e}"));
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
             .map_err(down)?
@@ -463,60 +623,11 @@ impl Api {
         let conn = rustls::ClientConnection::new(Arc::clone(&self.tls), name)
             .map_err(|e| KubeError::Tls(format!("{what}: {e}")))?;
         let stream = rustls::StreamOwned::new(conn, tcp);
-        let mut req = format!("wss://{host}:{port}{path}")
-            .into_client_request()
-            .map_err(|e| KubeError::Transport(format!("{what}: {e}")))?;
-        let h = req.headers_mut();
-        h.insert(
-            "sec-websocket-protocol",
-            tungstenite::http::HeaderValue::from_static(EXEC_PROTOCOLS),
-        );
-        if let Some(t) = &self.target.token {
-            let v = tungstenite::http::HeaderValue::from_str(&format!("Bearer {t}"))
-                .map_err(|_| KubeError::Config("the token is not a header value".into()))?;
-            h.insert("authorization", v);
-        }
         let (mut ws, resp) = tungstenite::client::client(req, stream).map_err(|e| match e {
-            tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => {
-                let code = r.status().as_u16();
-                let body: Value = r
-                    .body()
-                    .as_deref()
-                    .and_then(|b| serde_json::from_slice(b).ok())
-                    .unwrap_or(Value::Null);
-                let message = body["message"]
-                    .as_str()
-                    .map(|m| sbx_core::sanitize::field(m).into_owned())
-                    .unwrap_or_else(|| r.status().canonical_reason().unwrap_or("").to_owned());
-                KubeError::Status {
-                    code,
-                    what: what.clone(),
-                    message,
-                }
-            }
-            tungstenite::HandshakeError::Failure(e) => {
-                let s = e.to_string();
-                if s.contains("certificate") || s.contains("tls") || s.contains("TLS") {
-                    KubeError::Tls(what.clone())
-                } else if s.contains("timed out") || s.contains("WouldBlock") {
-                    KubeError::Timeout(what.clone())
-                } else {
-                    KubeError::Transport(format!("{what}: {s}"))
-                }
-            }
+            tungstenite::HandshakeError::Failure(e) => handshake_failed(&what, e),
             tungstenite::HandshakeError::Interrupted(_) => KubeError::Timeout(what.clone()),
         })?;
-        let proto = resp
-            .headers()
-            .get("sec-websocket-protocol")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        if proto != "v5.channel.k8s.io" && proto != "v4.channel.k8s.io" {
-            return Err(KubeError::Transport(format!(
-                "{what}: the API server speaks exec protocol {proto:?}, not v5 or v4.channel.k8s.io"
-            )));
-        }
+        let proto = chosen_protocol(&what, resp.headers())?;
         let _ = ws.get_mut().get_mut().set_read_timeout(Some(EXEC_IDLE));
         let broken = |e: tungstenite::Error| KubeError::Transport(format!("{what}: {e}"));
         if let Some(input) = stdin {
@@ -558,6 +669,212 @@ impl Api {
         }
         x.status = exit_status(&what, &status)?;
         Ok(x)
+    }
+
+    /// `argv` in `container` of `pod` on a tty of `size` through the API
+    /// server's exec: a terminal whose input goes to channel 0, whose
+    /// resizes go to channel 4 (`{"Width","Height"}`), whose output is
+    /// channel 1 (a tty has no stderr); it ends with the `Status` on
+    /// channel 3. Connected before it returns, so a refusal (RBAC, a pod
+    /// not running, an upgrade a proxy refused) is this call's error.
+    /// Blocking, on a blocking thread of `rt`, whose tasks then carry it.
+    pub fn exec_tty(
+        &self,
+        rt: &tokio::runtime::Handle,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        size: sbx_core::guestapi::Winsize,
+    ) -> Result<sbx_terminal::Pty, KubeError> {
+        rt.block_on(self.exec_tty_once(pod, container, argv, size))
+            .map_err(|e| self.why_refused(pod, container, e))
+    }
+
+    async fn exec_tty_once(
+        &self,
+        pod: &str,
+        container: &str,
+        argv: &[String],
+        size: sbx_core::guestapi::Winsize,
+    ) -> Result<sbx_terminal::Pty, KubeError> {
+        use futures_util::{SinkExt, StreamExt};
+        use sbx_terminal::{In, Out};
+        use tungstenite::Message;
+        let ExecRequest {
+            what,
+            host,
+            port,
+            request,
+        } = self.exec_request(pod, container, argv, true, true)?;
+        let down = |e: std::io::Error| KubeError::Transport(format!("{what}: {e}"));
+        let connect = async {
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(down)?;
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| KubeError::Config(format!("server {host}: {e}")))?;
+            let tls = tokio_rustls::TlsConnector::from(Arc::clone(&self.tls))
+                .connect(name, tcp)
+                .await
+                .map_err(|e| KubeError::Tls(format!("{what}: {e}")))?;
+            tokio_tungstenite::client_async(request, tls)
+                .await
+                .map_err(|e| handshake_failed(&what, e))
+        };
+        let (ws, resp) = tokio::time::timeout(self.timeout, connect)
+            .await
+            .map_err(|_| KubeError::Timeout(what.clone()))??;
+        chosen_protocol(&what, resp.headers())?;
+        let (mut sink, mut stream) = ws.split();
+        sink.send(Message::Binary(resize_message(size).into()))
+            .await
+            .map_err(|e| KubeError::Transport(format!("{what}: {e}")))?;
+        // Hanging up drops both halves: the connection closes, the API
+        // server ends the exec, and the guest's client its tmux client.
+        let tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let abort = Arc::clone(&tasks);
+        let (out_tx, mut in_rx, pty) = sbx_terminal::Pty::new(move || {
+            for t in abort.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                t.abort();
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut status = Vec::new();
+            let broke = loop {
+                match stream.next().await {
+                    Some(Ok(Message::Binary(b))) => {
+                        let taken = match b.first() {
+                            // A full queue waits here: the socket is not read.
+                            Some(1 | 2) => out_tx.send(Out::Data(b[1..].to_vec())).await.is_ok(),
+                            Some(3) => {
+                                status.extend_from_slice(&b[1..]);
+                                true
+                            }
+                            _ => true,
+                        };
+                        if !taken {
+                            return;
+                        }
+                    }
+                    Some(Ok(Message::Close(_))) | None => break None,
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => break Some(e.to_string()),
+                }
+            };
+            let end = match (exit_status(&what, &status), broke) {
+                (Ok(0), _) => Out::End(
+                    "the terminal session ended: reconnect to start a new one".into(),
+                    sbx_terminal::NORMAL,
+                ),
+                (Ok(n), _) => Out::End(
+                    format!("the terminal ended with status {n}: reconnect to try again"),
+                    sbx_terminal::ERROR,
+                ),
+                (Err(_), Some(e)) => Out::End(
+                    format!(
+                        "the cluster's exec broke ({e}): reconnect once the project runs again"
+                    ),
+                    sbx_terminal::ERROR,
+                ),
+                (Err(e), None) => Out::End(
+                    format!("{e}: reconnect once the project runs again"),
+                    sbx_terminal::ERROR,
+                ),
+            };
+            let _ = out_tx.send(end).await;
+        });
+        let writer = tokio::spawn(async move {
+            while let Some(m) = in_rx.recv().await {
+                let frame = match m {
+                    In::Data(d) => {
+                        let mut f = Vec::with_capacity(d.len() + 1);
+                        f.push(0);
+                        f.extend_from_slice(&d);
+                        f
+                    }
+                    In::Resize(s) => resize_message(s),
+                };
+                if sink.send(Message::Binary(frame.into())).await.is_err() {
+                    return;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend([reader.abort_handle(), writer.abort_handle()]);
+        Ok(pty)
+    }
+}
+
+/// A resize on the exec's channel 4, as kubectl sends it.
+fn resize_message(size: sbx_core::guestapi::Winsize) -> Vec<u8> {
+    let mut m = vec![4u8];
+    m.extend_from_slice(
+        json!({"Width": size.cols, "Height": size.rows})
+            .to_string()
+            .as_bytes(),
+    );
+    m
+}
+
+/// The subprotocol the API server chose: v5 or v4, else the exec cannot
+/// be read.
+fn chosen_protocol(
+    what: &str,
+    headers: &tungstenite::http::HeaderMap,
+) -> Result<String, KubeError> {
+    let proto = headers
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    if proto != "v5.channel.k8s.io" && proto != "v4.channel.k8s.io" {
+        return Err(KubeError::Transport(format!(
+            "{what}: the API server speaks exec protocol {proto:?}, not v5 or v4.channel.k8s.io"
+        )));
+    }
+    Ok(proto)
+}
+
+/// A refused upgrade: the API server's failure status and message; an
+/// answer that is no failure but no upgrade either (a proxy between that
+/// does not pass WebSockets on); TLS; silence.
+fn handshake_failed(what: &str, e: tungstenite::Error) -> KubeError {
+    match e {
+        tungstenite::Error::Http(r) => {
+            let code = r.status().as_u16();
+            if code < 400 {
+                return KubeError::Transport(format!(
+                    "{what}: the API server answered {code} to the WebSocket upgrade, not 101: does a proxy between refuse upgrades?"
+                ));
+            }
+            let body: Value = r
+                .body()
+                .as_deref()
+                .and_then(|b| serde_json::from_slice(b).ok())
+                .unwrap_or(Value::Null);
+            let message = body["message"]
+                .as_str()
+                .map(|m| sbx_core::sanitize::field(m).into_owned())
+                .unwrap_or_else(|| r.status().canonical_reason().unwrap_or("").to_owned());
+            KubeError::Status {
+                code,
+                what: what.to_owned(),
+                message,
+            }
+        }
+        e => {
+            let s = e.to_string();
+            if s.contains("certificate") || s.contains("tls") || s.contains("TLS") {
+                KubeError::Tls(what.to_owned())
+            } else if s.contains("timed out") || s.contains("WouldBlock") {
+                KubeError::Timeout(what.to_owned())
+            } else {
+                KubeError::Transport(format!("{what}: {s}"))
+            }
+        }
     }
 }
 
@@ -621,6 +938,27 @@ pub struct Kube {
 }
 
 const SANDBOX_API: &str = "agents.x-k8s.io/v1beta1";
+/// How long a snapshot may take to be ready, and a restore's deletes.
+pub const SNAPSHOT_WAIT: Duration = Duration::from_secs(10 * 60);
+/// How often the cluster is asked while waiting.
+const POLL: Duration = Duration::from_millis(500);
+
+/// One snapshot on the cluster: its id, its tag, its VolumeSnapshots.
+pub type ClusterSnapshot = (String, Option<String>, Vec<Value>);
+
+/// A snapshot's id: its UTC time and this process's id, as sbx-run's
+/// (sorts by time; lower case, so it is a valid name part and label).
+fn snapshot_id() -> String {
+    let t = humantime::format_rfc3339_millis(std::time::SystemTime::now())
+        .to_string()
+        .replace([':', '-', '.'], "")
+        .to_lowercase();
+    format!(
+        "{}-{:04x}",
+        t.trim_end_matches('z'),
+        std::process::id() & 0xffff
+    )
+}
 
 fn quiet() -> sbx_core::cli::CommonArgs {
     sbx_core::cli::CommonArgs {
@@ -679,9 +1017,33 @@ impl Kube {
         Ok(docs)
     }
 
-    fn name(ws: &Path) -> String {
+    /// The Sandbox's pod (the controller names it after the Sandbox) and
+    /// its main container's working directory: the workspace's.
+    pub fn pod_of(&self, ws: &Path) -> Result<(String, Option<String>), BackendError> {
+        let docs = self.manifests(ws)?;
+        let sandbox = docs
+            .iter()
+            .find(|d| d["kind"] == "Sandbox")
+            .ok_or_else(|| String::from("sbx-run's builder made no Sandbox"))?;
+        let name = sandbox["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let workdir = sandbox["spec"]["podTemplate"]["spec"]["containers"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == MAIN_CONTAINER))
+            .and_then(|c| c["workingDir"].as_str())
+            .map(str::to_owned);
+        Ok((name, workdir))
+    }
+
+    /// The Sandbox's name, as `k8s_render` names it: after the branch
+    /// the checkout is on (read as a plain file, beneath the workspace).
+    pub fn name(ws: &Path) -> String {
         let canonical = ws.canonicalize().unwrap_or_else(|_| ws.to_owned());
-        sbx_run::k8s::object_name(&sbx_run::names::Names::new(&canonical, None).container)
+        let branch = sbx_run::workspace::host_branch(&canonical);
+        let names = sbx_run::names::Names::new(&canonical, branch.as_deref());
+        sbx_run::k8s::object_name(&names.container)
     }
 
     /// Apply `docs`, the Sandbox asked to run.
@@ -692,10 +1054,245 @@ impl Kube {
             if d["kind"] == "Sandbox" {
                 d["spec"]["operatingMode"] = json!("Running");
                 name = d["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                // Its volumeClaimTemplates are immutable (the CRD's rule):
+                // a live Sandbox keeps its own (one started from a
+                // snapshot names it in them).
+                if let Some(live) = self.api.get(SANDBOX_API, "Sandbox", &name)? {
+                    let t = &live["spec"]["volumeClaimTemplates"];
+                    if t.is_array() {
+                        d["spec"]["volumeClaimTemplates"] = t.clone();
+                    }
+                }
             }
             self.api.apply(&d)?;
         }
         Ok(name)
+    }
+
+    /// Snapshot the Sandbox of `ws` (docs/kubernetes.md, Snapshots): a
+    /// `VolumeSnapshot` of each claim of [`sbx_run::k8s::SNAPSHOT_CLAIMS`]
+    /// it has, all with one id; done when every one is ready to use
+    /// within `wait`. One that failed or is not ready by then: all of
+    /// this id are deleted, so no half snapshot is listed. Its id.
+    pub fn snapshot_within(
+        &self,
+        ws: &Path,
+        tag: Option<&str>,
+        wait: Duration,
+    ) -> Result<String, BackendError> {
+        let name = Self::name(ws);
+        let sandbox = self
+            .api
+            .get(SANDBOX_API, "Sandbox", &name)?
+            .ok_or_else(|| {
+                BackendError::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "{name}: no Sandbox on the cluster: start the project, then snapshot it"
+                    ),
+                )
+            })?;
+        let id = snapshot_id();
+        let docs = sbx_run::k8s::volume_snapshots(&sandbox, &id, tag);
+        if docs.is_empty() {
+            return Err(BackendError::new(
+                ErrorKind::Config,
+                format!(
+                    "{name}: the Sandbox has none of the claims a snapshot keeps (home, shelf, git-record)"
+                ),
+            ));
+        }
+        let made = (|| {
+            for d in &docs {
+                self.api.apply(d).map_err(|e| match e {
+                    KubeError::Status { code: 404, what, .. } => BackendError::new(
+                        ErrorKind::NotFound,
+                        format!("cluster: {what}: 404: the cluster has no VolumeSnapshot CRD: install the CSI external-snapshotter and a driver that snapshots"),
+                    ),
+                    e => e.into(),
+                })?;
+            }
+            self.ready(&docs, wait)
+        })();
+        if let Err(e) = made {
+            let _ = self.api.delete_labelled(
+                sbx_run::k8s::SNAPSHOT_API,
+                "VolumeSnapshot",
+                &format!(
+                    "sbx.dev/sandbox={name},{}={id}",
+                    sbx_run::k8s::SNAPSHOT_LABEL
+                ),
+            );
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Every one of `docs` (VolumeSnapshots) `readyToUse` within `wait`;
+    /// one with an `error` fails at once.
+    fn ready(&self, docs: &[Value], wait: Duration) -> Result<(), BackendError> {
+        let until = std::time::Instant::now() + wait;
+        for d in docs {
+            let n = d["metadata"]["name"].as_str().unwrap_or("");
+            loop {
+                let got = self
+                    .api
+                    .get(sbx_run::k8s::SNAPSHOT_API, "VolumeSnapshot", n)?;
+                let st = got.as_ref().map_or(&Value::Null, |v| &v["status"]);
+                if st["readyToUse"] == true {
+                    break;
+                }
+                if let Some(m) = st["error"]["message"].as_str() {
+                    return Err(BackendError::new(
+                        ErrorKind::Other,
+                        format!(
+                            "cluster: VolumeSnapshot/{n}: {}",
+                            sbx_core::sanitize::field(m)
+                        ),
+                    ));
+                }
+                if std::time::Instant::now() >= until {
+                    return Err(BackendError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "cluster: VolumeSnapshot/{n}: not ready to use in {} s: is a CSI snapshotter installed for the claims' storage class?",
+                            wait.as_secs()
+                        ),
+                    ));
+                }
+                std::thread::sleep(POLL);
+            }
+        }
+        Ok(())
+    }
+
+    /// The snapshots of sandbox `name` on the cluster: (id, tag, its
+    /// VolumeSnapshots), oldest first (ids sort by time).
+    pub fn snapshots(&self, name: &str) -> Result<Vec<ClusterSnapshot>, KubeError> {
+        let all = match self.api.list(
+            sbx_run::k8s::SNAPSHOT_API,
+            "VolumeSnapshot",
+            &format!("sbx.dev/sandbox={name}"),
+        ) {
+            // No VolumeSnapshot CRD: no snapshots.
+            Err(KubeError::Status { code: 404, .. }) => Vec::new(),
+            r => r?,
+        };
+        let mut by: std::collections::BTreeMap<String, (Option<String>, Vec<Value>)> =
+            std::collections::BTreeMap::new();
+        for v in all {
+            let Some(id) = v["metadata"]["labels"][sbx_run::k8s::SNAPSHOT_LABEL].as_str() else {
+                continue;
+            };
+            let tag = v["metadata"]["annotations"][sbx_run::k8s::SNAPSHOT_TAG]
+                .as_str()
+                .map(str::to_owned);
+            let e = by.entry(id.to_owned()).or_default();
+            e.0 = e.0.take().or(tag);
+            e.1.push(v);
+        }
+        Ok(by.into_iter().map(|(id, (t, v))| (id, t, v)).collect())
+    }
+
+    /// Make `ws`'s sandbox anew from snapshot `id` (its id or tag; None:
+    /// the newest) and start it: its claims of the snapshot are made
+    /// from their VolumeSnapshots through the Sandbox's
+    /// `volumeClaimTemplates` (`dataSource`). Checked before anything is
+    /// changed: the snapshot is this sandbox's, complete and ready, and
+    /// the sandbox is stopped. Then the Sandbox is deleted with its
+    /// claims orphaned (its templates are immutable; the claims the
+    /// snapshot does not hold are kept and adopted again), the claims
+    /// it holds deleted, each waited for within `wait`, and the
+    /// manifests applied. Its name.
+    pub fn start_from_snapshot_within(
+        &self,
+        ws: &Path,
+        id: Option<&str>,
+        wait: Duration,
+    ) -> Result<String, BackendError> {
+        let name = Self::name(ws);
+        let snaps = self.snapshots(&name)?;
+        let pick = match id {
+            None => snaps.last(),
+            Some(id) => snaps
+                .iter()
+                .find(|(i, t, _)| i == id || t.as_deref() == Some(id)),
+        };
+        let Some((sid, _, vss)) = pick else {
+            return Err(BackendError::new(
+                ErrorKind::NotFound,
+                match id {
+                    Some(id) => format!("{name}: no snapshot {id} of this sandbox on the cluster"),
+                    None => format!(
+                        "{name}: no snapshot of this sandbox on the cluster: take one first"
+                    ),
+                },
+            ));
+        };
+        let mut claims = Vec::new();
+        for v in vss {
+            let n = v["metadata"]["name"].as_str().unwrap_or("");
+            if v["status"]["readyToUse"] != true {
+                return Err(BackendError::new(
+                    ErrorKind::Conflict,
+                    format!("cluster: VolumeSnapshot/{n} is not ready to use: retry once it is"),
+                ));
+            }
+            if let Some(c) = v["metadata"]["labels"]["sbx.dev/claim"].as_str() {
+                claims.push(c.to_owned());
+            }
+        }
+        let mut docs = self.manifests(ws)?;
+        let wanted = docs
+            .iter()
+            .find(|d| d["kind"] == "Sandbox")
+            .map(sbx_run::k8s::snapshot_claims)
+            .unwrap_or_default();
+        if let Some(c) = wanted.iter().find(|c| !claims.contains(c)) {
+            return Err(BackendError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{name}: snapshot {sid} has no VolumeSnapshot of the claim {c}: it is incomplete, take another"
+                ),
+            ));
+        }
+        if let Some(live) = self.api.get(SANDBOX_API, "Sandbox", &name)? {
+            if live["spec"]["operatingMode"] != "Suspended" {
+                return Err(BackendError::new(
+                    ErrorKind::Conflict,
+                    format!("{name}: the sandbox runs: stop it first (its claims are in use)"),
+                ));
+            }
+            // What is replaced is kept first, so the start can be undone.
+            self.snapshot_within(ws, Some(&format!("before {sid}")), wait)?;
+            self.api.delete_orphaning(SANDBOX_API, "Sandbox", &name)?;
+            self.gone(SANDBOX_API, "Sandbox", &name, wait)?;
+        }
+        for c in &claims {
+            let pvc = format!("{c}-{name}");
+            self.api.delete("v1", "PersistentVolumeClaim", &pvc)?;
+            self.gone("v1", "PersistentVolumeClaim", &pvc, wait)?;
+        }
+        sbx_run::k8s::from_snapshot(&mut docs, sid, &claims);
+        Ok(self.apply_all(&docs)?)
+    }
+
+    /// Wait within `wait` for the object to be gone (its finalizers run).
+    fn gone(&self, api: &str, kind: &str, name: &str, wait: Duration) -> Result<(), BackendError> {
+        let until = std::time::Instant::now() + wait;
+        while self.api.get(api, kind, name)?.is_some() {
+            if std::time::Instant::now() >= until {
+                return Err(BackendError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "cluster: {kind}/{name} is not gone after {} s (a finalizer waits: is a pod still using it?)",
+                        wait.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+        Ok(())
     }
 
     /// Running: the Sandbox not suspended and Ready.
@@ -729,7 +1326,11 @@ impl Kube {
             .delete("v1", "ConfigMap", &format!("{name}-files"))?;
         self.api
             .delete("networking.k8s.io/v1", "NetworkPolicy", name)?;
-        self.api.delete_claims(&format!("sbx.dev/sandbox={name}"))
+        let mine = format!("sbx.dev/sandbox={name}");
+        self.api.delete_claims(&mine)?;
+        // Its snapshots too, as `rm --volumes` removes docker's.
+        self.api
+            .delete_labelled(sbx_run::k8s::SNAPSHOT_API, "VolumeSnapshot", &mine)
     }
 }
 
@@ -753,7 +1354,29 @@ pub fn guest_command(
     cmd
 }
 
-const NO_EXEC: &str = "the kubernetes backend has no terminal or image snapshot yet (commands run through the API server's exec: docs/kubernetes.md)";
+/// The web terminal's command in the pod: the guest's client on the
+/// exec's tty, tmux's client as the agent behind it.
+pub fn terminal_command(workdir: Option<&str>) -> Vec<String> {
+    let mut cmd: Vec<String> = [
+        "sbx-guest",
+        "exec",
+        "--tty",
+        "--agent",
+        "sbx-server",
+        "--env",
+        "TERM=xterm-256color",
+        "--env",
+        "COLORTERM=truecolor",
+    ]
+    .map(str::to_owned)
+    .into();
+    if let Some(w) = workdir {
+        cmd.extend(["--cwd".to_owned(), w.to_owned()]);
+    }
+    cmd.push("--".into());
+    cmd.extend(sbx_terminal::TMUX.map(str::to_owned));
+    cmd
+}
 
 impl Backend for Kube {
     /// The sandbox's config only: `sbx-run init` would also build the
@@ -807,25 +1430,32 @@ impl Backend for Kube {
         argv: &[std::ffi::OsString],
         client: &str,
     ) -> crate::backend::Result<Exec> {
-        let docs = self.manifests(ws)?;
-        let sandbox = docs
-            .iter()
-            .find(|d| d["kind"] == "Sandbox")
-            .ok_or_else(|| String::from("sbx-run's builder made no Sandbox"))?;
-        let name = sandbox["metadata"]["name"].as_str().unwrap_or("");
-        let workdir = sandbox["spec"]["podTemplate"]["spec"]["containers"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["name"] == MAIN_CONTAINER))
-            .and_then(|c| c["workingDir"].as_str());
-        let cmd = guest_command(client, workdir, argv);
-        Ok(self.api.exec(name, MAIN_CONTAINER, &cmd, None)?)
+        let (name, workdir) = self.pod_of(ws)?;
+        let cmd = guest_command(client, workdir.as_deref(), argv);
+        Ok(self.api.exec(&name, MAIN_CONTAINER, &cmd, None)?)
     }
 
-    fn terminal(&self, _ws: &Path) -> crate::backend::Result<(PathBuf, String)> {
-        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
+    /// The guest's client on a tty in the pod (`sbx-guest exec --tty`),
+    /// through the API server's exec: it asks the guest for the PTY
+    /// `sbx-run shell` gets (tmux as the agent, every guard on), relays
+    /// its own tty's resizes, and ends its tmux client when the exec
+    /// ends. 80x24 until the viewer's hello resizes it.
+    fn terminal(&self, ws: &Path) -> crate::backend::Result<sbx_terminal::Target> {
+        let (name, workdir) = self.pod_of(ws)?;
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|e| format!("the terminal needs the server's runtime: {e}"))?;
+        let cmd = terminal_command(workdir.as_deref());
+        let size = sbx_core::guestapi::Winsize { cols: 80, rows: 24 };
+        let pty = self.api.exec_tty(&rt, &name, MAIN_CONTAINER, &cmd, size)?;
+        Ok(sbx_terminal::Target::Connected(pty))
     }
 
-    fn snapshot(&self, _ws: &Path, _tag: Option<&str>) -> crate::backend::Result<()> {
-        Err(BackendError::new(ErrorKind::Unsupported, NO_EXEC))
+    /// VolumeSnapshots of the home, the shelf and the git record (docs/kubernetes.md).
+    fn snapshot(&self, ws: &Path, tag: Option<&str>) -> crate::backend::Result<String> {
+        self.snapshot_within(ws, tag, SNAPSHOT_WAIT)
+    }
+
+    fn start_from_snapshot(&self, ws: &Path, id: Option<&str>) -> crate::backend::Result<String> {
+        self.start_from_snapshot_within(ws, id, SNAPSHOT_WAIT)
     }
 }

@@ -468,9 +468,8 @@ impl Sandboxes {
         self.project_dir(id).join("sessions")
     }
 
-    /// The guest API socket of project `id`'s sandbox and the agent's
-    /// working directory in it. Blocking.
-    pub fn terminal_target(&self, id: Uuid) -> Result<(PathBuf, String), BackendError> {
+    /// Project `id`'s terminal: where it is, or connected. Blocking.
+    pub fn terminal_target(&self, id: Uuid) -> Result<sbx_terminal::Target, BackendError> {
         self.backend.terminal(&self.workspace(id))
     }
 }
@@ -522,11 +521,14 @@ mod tests {
                 stderr: b"sbx-backup: error: no snapshot\n".to_vec(),
             })
         }
-        fn terminal(&self, _: &Path) -> crate::backend::Result<(PathBuf, String)> {
+        fn terminal(&self, _: &Path) -> crate::backend::Result<sbx_terminal::Target> {
             Err(String::from("none").into())
         }
-        fn snapshot(&self, _: &Path, _: Option<&str>) -> crate::backend::Result<()> {
-            Ok(())
+        fn snapshot(&self, _: &Path, _: Option<&str>) -> crate::backend::Result<String> {
+            Ok(String::new())
+        }
+        fn start_from_snapshot(&self, _: &Path, _: Option<&str>) -> crate::backend::Result<String> {
+            Ok(String::new())
         }
     }
 

@@ -4,7 +4,6 @@
 //! -s main` as the agent). Here: the project's JWT and owner, checked
 //! before the upgrade; the session's row, recording and audit records.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -52,8 +51,7 @@ struct Ctx {
     user: Uuid,
     project: Uuid,
     title: String,
-    socket: PathBuf,
-    workdir: String,
+    target: sbx_terminal::Target,
     /// The access token's expiry: the session ends there, so a token
     /// revoked by a logout (or leaked) does not keep a terminal open
     /// longer than it would the API.
@@ -122,17 +120,17 @@ pub async fn terminal(
         )
     })?;
     let st = Arc::clone(&s);
-    let (socket, workdir) = tokio::task::spawn_blocking(move || {
+    let target = tokio::task::spawn_blocking(move || {
         let (_, _, sandboxes, _) = st.terminal_parts();
         sandboxes.terminal_target(id)
     })
     .await
-    .map_err(|e| ApiError::internal(format!("worker failed: {e}")))??;
-    if !socket.exists() {
-        return Err(ApiError::unavailable(format!(
-            "project {id}'s sandbox has no guest API: stop and start it again"
-        )));
-    }
+    .map_err(|e| ApiError::internal(format!("worker failed: {e}")))?
+    .map_err(|e| {
+        let mut e = ApiError::from(e);
+        e.message = format!("project {id}'s terminal: {}", e.message);
+        e
+    })?;
     // Under the database's row lock: an idle stop that claimed the
     // project since the check above wins, and the client is told so.
     if !repo.touch_connection(user, id).await? {
@@ -147,8 +145,7 @@ pub async fn terminal(
         user,
         project: id,
         title: format!("{} (sbx)", p.name),
-        socket,
-        workdir,
+        target,
         expires: UNIX_EPOCH + Duration::from_secs(claims.exp),
         auth_session: claims.sid,
         _viewer: viewer,
@@ -191,8 +188,7 @@ async fn session(mut sock: WebSocket, ctx: Ctx) {
             sbx_core::output::warn(&format!("audit log {}: {e}", audit.path().display()));
         }
     };
-    let Some((client, size)) = sbx_terminal::attach(&mut sock, &ctx.socket, &ctx.workdir).await
-    else {
+    let Some((pty, size)) = sbx_terminal::attach(&mut sock, ctx.target).await else {
         return;
     };
     let dir = sandboxes.sessions_dir(ctx.project);
@@ -219,7 +215,7 @@ async fn session(mut sock: WebSocket, ctx: Ctx) {
     }
     record("terminal start", &format!("session {sid}"));
     let end = ended(ctx.state.terminal_parts().1, ctx.auth_session, ctx.expires);
-    let why = sbx_terminal::bridge(&mut sock, client, &ctx.title, end, rec.clone()).await;
+    let why = sbx_terminal::bridge(&mut sock, pty, &ctx.title, end, rec.clone()).await;
     if let Some(r) = &rec {
         r.end(&why);
     }

@@ -14,7 +14,10 @@
 //!
 //! This crate is that bridge, the recorder and the page's embedded files,
 //! shared by `sbx-server` (one terminal per project, behind its JWT) and
-//! `sbx-run terminal` (the local sandbox, behind a one-time token).
+//! `sbx-run terminal` (the local sandbox, behind a one-time token). The
+//! bridge reads and writes a [`Pty`]: the guest API's socket on this host,
+//! or what sbx-server's Kubernetes backend connects (the API server's
+//! exec of the guest's own client, `sbx-guest exec --tty`).
 #![forbid(unsafe_code)]
 
 pub mod conn;
@@ -25,7 +28,7 @@ use std::fs::File;
 use std::io::{LineWriter, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -131,17 +134,85 @@ struct Hello {
     rows: u64,
 }
 
-/// What a guest thread hands the socket.
-enum Out {
+/// What a terminal's PTY hands the viewer's socket.
+#[derive(Debug)]
+pub enum Out {
     Data(Vec<u8>),
     /// The session is over: a message for the viewer, and a close code.
     End(String, u16),
 }
 
-/// What the socket hands the guest thread.
-enum In {
+/// What the viewer's socket hands the PTY.
+#[derive(Debug)]
+pub enum In {
     Data(Vec<u8>),
     Resize(Winsize),
+}
+
+/// A connected terminal, whatever carries it: the guest API's socket on
+/// this host (Docker) or the API server's exec (Kubernetes). Output
+/// comes on a queue of [`QUEUE`] chunks: when it is full the carrier
+/// stops reading, so a slow viewer holds no more than that. Dropped, it
+/// hangs up (the guest then ends this tmux client).
+pub struct Pty {
+    pub output: mpsc::Receiver<Out>,
+    pub input: mpsc::Sender<In>,
+    hangup: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Pty {
+    /// The queues a carrier feeds: (its output sender, its input
+    /// receiver, the PTY); `hangup` ends the carrier's connection.
+    pub fn new(
+        hangup: impl FnOnce() + Send + 'static,
+    ) -> (mpsc::Sender<Out>, mpsc::Receiver<In>, Self) {
+        let (out_tx, output) = mpsc::channel::<Out>(QUEUE);
+        let (input, in_rx) = mpsc::channel::<In>(QUEUE);
+        let pty = Self {
+            output,
+            input,
+            hangup: Some(Box::new(hangup)),
+        };
+        (out_tx, in_rx, pty)
+    }
+
+    /// The guest API's exec on `client`, its reply read: a thread reads
+    /// its output, another writes input and resizes.
+    pub fn guest(client: proto::Client<UnixStream>) -> std::io::Result<Self> {
+        let writer = client.stream.try_clone()?;
+        let shut = client.stream.try_clone()?;
+        let (out_tx, in_rx, pty) = Self::new(move || {
+            let _ = shut.shutdown(std::net::Shutdown::Both);
+        });
+        std::thread::spawn(move || read_guest(client, &out_tx));
+        std::thread::spawn(move || write_guest(writer, in_rx));
+        Ok(pty)
+    }
+}
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        if let Some(h) = self.hangup.take() {
+            h();
+        }
+    }
+}
+
+impl std::fmt::Debug for Pty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pty")
+    }
+}
+
+/// Where a viewer's terminal is.
+#[derive(Debug)]
+pub enum Target {
+    /// The guest API's socket on this host and the agent's working
+    /// directory: opened after the viewer's hello, at its size.
+    Guest { socket: PathBuf, workdir: String },
+    /// Connected already (opened before the upgrade, so that a refusal
+    /// is the HTTP answer): resized to the hello's size.
+    Connected(Pty),
 }
 
 /// Close with `code` and a reason (cut to fit a close frame).
@@ -198,14 +269,9 @@ async fn hello(sock: &mut WebSocket) -> Result<Winsize, (u16, String)> {
     Ok(clamp_size(h.columns, h.rows).unwrap_or(Winsize { cols: 80, rows: 24 }))
 }
 
-/// Read the viewer's hello and open its tmux client through the guest API
-/// at `socket`; None when that failed (the viewer was told, its socket
-/// closed).
-pub async fn attach(
-    sock: &mut WebSocket,
-    socket: &Path,
-    workdir: &str,
-) -> Option<(proto::Client<UnixStream>, Winsize)> {
+/// Read the viewer's hello and open its terminal at `target`; None when
+/// that failed (the viewer was told, its socket closed).
+pub async fn attach(sock: &mut WebSocket, target: Target) -> Option<(Pty, Winsize)> {
     let size = match hello(sock).await {
         Ok(s) => s,
         Err((code, why)) => {
@@ -213,8 +279,23 @@ pub async fn attach(
             return None;
         }
     };
-    let (socket, workdir) = (socket.to_owned(), workdir.to_owned());
-    let opened = tokio::task::spawn_blocking(move || open_guest(&socket, &workdir, size)).await;
+    let (socket, workdir) = match target {
+        Target::Connected(pty) => {
+            if pty.input.send(In::Resize(size)).await.is_err() {
+                let msg = "the sandbox's terminal ended before it started";
+                let _ = sock.send(notice(msg)).await;
+                close(sock, ERROR, msg).await;
+                return None;
+            }
+            return Some((pty, size));
+        }
+        Target::Guest { socket, workdir } => (socket, workdir),
+    };
+    let opened = tokio::task::spawn_blocking(move || {
+        open_guest(&socket, &workdir, size)
+            .and_then(|c| Pty::guest(c).map_err(|e| format!("the guest API socket: {e}")))
+    })
+    .await;
     match opened {
         Ok(Ok(c)) => Some((c, size)),
         Ok(Err(e)) => {
@@ -259,25 +340,22 @@ fn open_guest(
         Err(e) => Err(e.to_string()),
     }
 }
-/// Bridge one viewer to its guest exec until either side ends, or `end`
-/// gives a reason (an expired or logged-out token): why it ended.
+/// Bridge one viewer to its terminal until either side ends, or `end`
+/// gives a reason (an expired or logged-out token): why it ended. The
+/// terminal hangs up when this returns.
 pub async fn bridge(
     sock: &mut WebSocket,
-    client: proto::Client<UnixStream>,
+    mut pty: Pty,
     title: &str,
     end: impl std::future::Future<Output = String>,
     rec: Option<Arc<Recorder>>,
 ) -> String {
-    let stream = client.stream.try_clone();
-    let (Ok(writer), Ok(shut)) = (stream, client.stream.try_clone()) else {
-        close(sock, ERROR, "the guest API socket could not be shared").await;
-        return "the guest API socket could not be shared".into();
+    let event = |kind: &'static str, d: &[u8]| {
+        if let Some(r) = &rec {
+            r.event(kind, d);
+        }
     };
-    let (out_tx, mut out_rx) = mpsc::channel::<Out>(QUEUE);
-    let (in_tx, in_rx) = mpsc::channel::<In>(QUEUE);
-    let r = rec.clone();
-    std::thread::spawn(move || read_guest(client, &out_tx, r.as_deref()));
-    std::thread::spawn(move || write_guest(writer, in_rx, rec.as_deref()));
+    let in_tx = pty.input.clone();
     let mut hello = vec![b'1'];
     hello.extend_from_slice(title.as_bytes());
     let _ = sock.send(Message::Binary(hello.into())).await;
@@ -306,10 +384,16 @@ pub async fn bridge(
                     Some(Ok(_)) => continue,
                 };
                 let sent = match data.first() {
-                    Some(b'0') => in_tx.send(In::Data(data[1..].to_vec())).await.is_ok(),
+                    Some(b'0') => {
+                        event("i", &data[1..]);
+                        in_tx.send(In::Data(data[1..].to_vec())).await.is_ok()
+                    }
                     Some(b'1') => match serde_json::from_slice::<Size>(&data[1..]) {
                         Ok(s) => match clamp_size(s.columns, s.rows) {
-                            Some(w) => in_tx.send(In::Resize(w)).await.is_ok(),
+                            Some(w) => {
+                                event("r", format!("{}x{}", w.cols, w.rows).as_bytes());
+                                in_tx.send(In::Resize(w)).await.is_ok()
+                            }
                             None => true,
                         },
                         Err(e) => {
@@ -333,8 +417,9 @@ pub async fn bridge(
                     break "the guest stopped taking input".to_owned();
                 }
             }
-            o = out_rx.recv(), if !paused => match o {
+            o = pty.output.recv(), if !paused => match o {
                 Some(Out::Data(d)) => {
+                    event("o", &d);
                     match tokio::time::timeout(SEND_STALL, sock.send(output(&d))).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => break format!("the viewer's socket failed: {e}"),
@@ -353,22 +438,15 @@ pub async fn bridge(
         }
     };
     // Unblocks the reader; the guest then ends this tmux client (hangup).
-    let _ = shut.shutdown(std::net::Shutdown::Both);
+    drop(pty);
     why
 }
 
 /// The guest's output to the viewer's queue, until the exec ends.
-fn read_guest(
-    mut client: proto::Client<UnixStream>,
-    tx: &mpsc::Sender<Out>,
-    rec: Option<&Recorder>,
-) {
+fn read_guest(mut client: proto::Client<UnixStream>, tx: &mpsc::Sender<Out>) {
     let end = loop {
         match client.frame() {
             Ok((Kind::Stdout | Kind::Stderr, d)) => {
-                if let Some(r) = rec {
-                    r.event("o", &d);
-                }
                 // Blocks while the viewer is behind: bounded memory.
                 if tx.blocking_send(Out::Data(d)).is_err() {
                     return;
@@ -405,21 +483,11 @@ fn read_guest(
 }
 
 /// The viewer's input and resizes to the guest.
-fn write_guest(mut w: UnixStream, mut rx: mpsc::Receiver<In>, rec: Option<&Recorder>) {
+fn write_guest(mut w: UnixStream, mut rx: mpsc::Receiver<In>) {
     while let Some(m) = rx.blocking_recv() {
         let sent = match m {
-            In::Data(d) => {
-                if let Some(r) = rec {
-                    r.event("i", &d);
-                }
-                proto::write_frame(&mut w, Kind::Stdin, &d)
-            }
-            In::Resize(s) => {
-                if let Some(r) = rec {
-                    r.event("r", format!("{}x{}", s.cols, s.rows).as_bytes());
-                }
-                proto::write_json(&mut w, Kind::Control, &Control::Resize(s))
-            }
+            In::Data(d) => proto::write_frame(&mut w, Kind::Stdin, &d),
+            In::Resize(s) => proto::write_json(&mut w, Kind::Control, &Control::Resize(s)),
         };
         if sent.is_err() {
             return;

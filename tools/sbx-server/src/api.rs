@@ -1353,6 +1353,36 @@ async fn stop_idle(s: S, after: std::time::Duration) {
             if !matches!(s.repo.claim_idle(user, id, after).await, Ok(true)) {
                 continue;
             }
+            // Seed 001: its system state is kept as a snapshot before it
+            // stops. A snapshot that fails (a full disk, a backend without
+            // them) is audited and the stop goes on: the final backup
+            // still keeps the home.
+            let state = Arc::clone(&s);
+            let snap = blocking(move || state.sandboxes.snapshot(id, Some("idle")))
+                .await
+                .unwrap_or_else(|e| Err(e.message.into()));
+            let (target, what) = (
+                id.to_string(),
+                match &snap {
+                    Ok(sid) => format!("snapshot {sid}"),
+                    Err(e) => e.message.clone(),
+                },
+            );
+            let rec = Record::new(
+                "sbx-server",
+                "idle-snapshot",
+                &target,
+                if snap.is_ok() {
+                    Outcome::Allowed
+                } else {
+                    Outcome::Blocked
+                },
+                "idle-stop",
+            )
+            .reason(&what);
+            if let Err(e) = s.audit.append(&rec) {
+                sbx_core::output::warn(&format!("audit log {}: {e}", s.audit.path().display()));
+            }
             let state = Arc::clone(&s);
             let stopped = blocking(move || state.sandboxes.stop(id))
                 .await

@@ -288,7 +288,10 @@ impl Sandboxes {
         let over_cpus = parsed.sandbox.cpus.0 > self.caps.cpus;
         let over_memory = parsed.sandbox.memory.bytes > self.caps.memory.bytes;
         let ssh_differs = parsed.ssh.enabled != ssh;
-        if self.backup.is_none() && !over_cpus && !over_memory && !ssh_differs {
+        // The idle loop snapshots (seed 001 keeps the last five): a config
+        // that says nothing keeps that many, not every one.
+        let keep_unset = parsed.lifecycle.keep_snapshots.is_none();
+        if self.backup.is_none() && !over_cpus && !over_memory && !ssh_differs && !keep_unset {
             return Ok(base.to_owned());
         }
         let mut t: toml::Table = base.parse().map_err(|e| format!("config: {e}"))?;
@@ -315,6 +318,11 @@ impl Sandboxes {
             let mut x = table(&mut t, "ssh")?;
             x.insert("enabled".into(), ssh.into());
             t.insert("ssh".into(), x.into());
+        }
+        if keep_unset {
+            let mut l = table(&mut t, "lifecycle")?;
+            l.insert("keep-snapshots".into(), KEEP_SNAPSHOTS.into());
+            t.insert("lifecycle".into(), l.into());
         }
         if let Some(url) = &self.backup {
             let prefix = url.child("projects", &id.to_string())?;
@@ -440,6 +448,12 @@ impl Sandboxes {
     /// when backups are configured. Blocking.
     pub fn stop(&self, id: Uuid) -> Result<(), BackendError> {
         self.backend.stop(&self.workspace(id))
+    }
+
+    /// A snapshot of project `id`'s whole sandbox (its system state, and
+    /// its home's backup with it), tagged `tag`; its id. Blocking.
+    pub fn snapshot(&self, id: Uuid, tag: Option<&str>) -> Result<String, BackendError> {
+        self.backend.snapshot(&self.workspace(id), tag)
     }
 
     /// Stop and remove the sandbox, its volumes and image, then the
@@ -570,3 +584,6 @@ mod tests {
         );
     }
 }
+
+/// Snapshots a project keeps when its config names no number.
+const KEEP_SNAPSHOTS: i64 = 5;

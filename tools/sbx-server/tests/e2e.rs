@@ -260,6 +260,33 @@ fn a_project_nobody_connects_to_is_backed_up_and_stopped() {
             .any(|l| l.contains(r#""operation":"idle-stop""#) && l.contains(&id)),
         "{audit}"
     );
+    // Before it stopped, its system state was kept as a snapshot (seed
+    // 001), tagged idle, whose image carries the workspace's label.
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains(r#""operation":"idle-snapshot""#)
+                && l.contains(&id)
+                && l.contains(r#""result":"allowed""#)),
+        "no idle snapshot: {audit}"
+    );
+    let images = std::process::Command::new("docker")
+        .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+        .args([
+            "--filter",
+            &format!(
+                "label=sbx.snapshot.workspace={}",
+                ws.canonicalize().unwrap().display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !sbx_e2e::text(&images).trim().is_empty(),
+        "no snapshot image of {}: {}",
+        ws.display(),
+        sbx_e2e::text(&images)
+    );
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let store = format!("/commandhistory/sbx-store/projects/{id}");
     let out = sbx_e2e::restore_from_container(&container, &store, tmp.path());

@@ -175,7 +175,9 @@ mod tests {
                 PathBuf::from("/tmp/bound"),
             ],
         );
-        let rows: &[(&str, (u32, u32, u32), &str, Option<(u32, bool)>, Act)] = &[
+        // (owner, group, mode) of the directory; (owner, is a dir) of the entry.
+        type Row<'a> = (&'a str, (u32, u32, u32), &'a str, Option<(u32, bool)>, Act);
+        let rows: &[Row] = &[
             // World-writable: the agent's entries go, root's stay.
             (
                 "/var/tmp",

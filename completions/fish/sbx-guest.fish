@@ -44,6 +44,7 @@ complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l color -d 'W
 always\t''
 never\t''"
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l from-snapshot -d 'This container was made from a snapshot (sbx-run\'s `start --from-snapshot`): before anything else runs, remove what the agent left outside its home and the guest\'s runtime state (a failure fails the start)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -s v -l verbose -d 'More detail on stderr (repeatable; or SBX_LOG=debug)'
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l json -d 'Output JSON Lines on stdout, one {"type":…,"data":…} object a line'

@@ -25,6 +25,7 @@ pub mod rcfiles;
 pub mod real;
 pub mod seccomp;
 pub mod sink;
+pub mod snapclean;
 pub mod ssh;
 pub mod status;
 pub mod tree;
@@ -58,6 +59,11 @@ pub struct Cli {
 pub enum Cmd {
     /// Be the sandbox's init: firewall, audit sink, then COMMAND as the agent user.
     Init {
+        /// This container was made from a snapshot (sbx-run's `start --from-snapshot`): before
+        /// anything else runs, remove what the agent left outside its home and the guest's
+        /// runtime state (a failure fails the start).
+        #[arg(long)]
+        from_snapshot: bool,
         /// The container's command (the image's CMD).
         #[arg(
             trailing_var_arg = true,
@@ -133,7 +139,10 @@ pub enum Cmd {
 const AFTER_HELP: &str = "\
 Start order (each step fails closed: the agent's command never starts on an
 unfiltered network, egress stays blocked, the reason is in the status):
-  1. OUTPUT/INPUT DROP in both families (the iptables backend sbx-fw uses)
+  1. OUTPUT/INPUT DROP in both families (the iptables backend sbx-fw uses);
+     with --from-snapshot, then the snapshot's cleanup: every entry the
+     agent owns in a directory it can write outside its home and the
+     mounts, every file of the guest's runtime state, /tmp and /scratch
   2. the audit sink on /run/sbx-audit/audit.sock
   3. sbx-fw init, then sbx-fw verify (a blocked target that answers fails
      the start; an allowlisted host that cannot be reached is a warning);
@@ -237,7 +246,10 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     sbx_core::output::init(TOOL, &cli.common);
     let paths = Paths::from_env();
     match cli.command {
-        Cmd::Init { command } => {
+        Cmd::Init {
+            from_snapshot,
+            command,
+        } => {
             // init drops all traffic of its network namespace first: on a
             // host by mistake, that would cut the machine off.
             if std::process::id() != 1 && std::env::var_os("SBX_GUEST_NOT_PID1").is_none() {
@@ -255,7 +267,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             let _ = nix::sys::prctl::set_dumpable(false);
             // Every agent process gets the socket-family filter (seccomp.rs).
             seccomp::register().map_err(|e| sbx_core::error::Message::new(Exit::OsErr, e))?;
-            Ok(real::init(&paths, command))
+            Ok(real::init(&paths, command, from_snapshot))
         }
         Cmd::AgentLaunch {
             timeout,

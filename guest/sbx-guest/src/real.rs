@@ -505,7 +505,7 @@ fn stop_grace() -> Duration {
 
 /// The main loop. Never returns early on a failed start: it stays up,
 /// unhealthy, with egress blocked, until stopped.
-pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
+pub fn init(paths: &Paths, command: Vec<OsString>, from_snapshot: bool) -> ExitCode {
     let mask = handled();
     // Before any thread exists, so every thread inherits the mask.
     if let Err(e) = mask.thread_block() {
@@ -548,6 +548,30 @@ pub fn init(paths: &Paths, command: Vec<OsString>) -> ExitCode {
         Ok(()) => None,
         Err(e) => Some(format!("cannot block egress before the firewall: {e}")),
     };
+    // 1b. A sandbox made from a snapshot: what the agent left outside its
+    // home and the old runtime state go before anything reads or runs
+    // there (snapclean.rs). Not finished, not started.
+    if from_snapshot && outcome.is_none() {
+        let agent = Agent::from_lookup(|k| std::env::var(k).ok());
+        match agent
+            .map_err(|e| e.to_string())
+            .and_then(|a| crate::snapclean::run(&a))
+        {
+            Ok(s) => eprintln!(
+                "sbx-guest: snapshot cleanup: {} entries removed, {} directories read ({} ms)",
+                s.removed,
+                s.dirs,
+                t0.elapsed().as_millis()
+            ),
+            Err(e) => {
+                outcome = Some(format!(
+                    "the snapshot's start-time cleanup did not finish: {}",
+                    sbx_core::sanitize::field(&e)
+                ))
+            }
+        }
+        fx.marks.push(("snapshot cleanup", t0.elapsed()));
+    }
     let _ = std::fs::create_dir_all(&paths.run_dir);
     set_mode(&paths.run_dir, 0o700);
     let _ = status::write(&paths.status(), &Status::new(State::Starting, None, vec![]));

@@ -27,7 +27,14 @@ fn an_image_without_sbx_backup_refuses_a_config_with_backups() {
     let tag = format!("{base}-nobackup");
     let o = sbx()
         .env("SBX_BIN_DIR", tools.path())
-        .args(["-q", "build-base", "--bootstrap", "--no-ai-clis", "--tag", &tag])
+        .args([
+            "-q",
+            "build-base",
+            "--bootstrap",
+            "--no-ai-clis",
+            "--tag",
+            &tag,
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "build-base: {}", text(&o));
@@ -54,7 +61,12 @@ fn an_image_without_sbx_backup_refuses_a_config_with_backups() {
         .unwrap();
     let out = text(&o);
     let _ = Command::new("docker")
-        .args(["image", "rm", "--no-prune", &format!("agent-sandbox-base:{tag}")])
+        .args([
+            "image",
+            "rm",
+            "--no-prune",
+            &format!("agent-sandbox-base:{tag}"),
+        ])
         .output();
     assert!(!o.status.success(), "started without sbx-backup: {out}");
     assert!(

@@ -285,6 +285,33 @@ pub fn start(name: &str) -> Result<(), RunError> {
     }
 }
 
+/// `docker commit --pause --change C… CONTAINER IMAGE`, through the API
+/// when the socket is ours to use (one CLI process less), else the CLI.
+pub fn commit(container: &str, image: &str, changes: &[String]) -> Result<(), RunError> {
+    let mut argv = vec!["commit", "--pause=true"];
+    for c in changes {
+        argv.extend(["--change", c.as_str()]);
+    }
+    argv.extend([container, image]);
+    let Some(sock) = fast_socket() else {
+        return output(&argv).map(drop);
+    };
+    let (repo, tag) = match image.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r, t),
+        _ => (image, "latest"),
+    };
+    let mut path = format!(
+        "/commit?container={}&repo={}&tag={}&pause=1",
+        path_escape(container),
+        path_escape(repo),
+        path_escape(tag)
+    );
+    for c in changes {
+        path += &format!("&changes={}", path_escape(c));
+    }
+    api_post(&sock, &path, None, &argv)
+}
+
 /// POST to the engine; a failure reads like the CLI's, naming `argv`.
 fn api_post(sock: &Path, path: &str, body: Option<&[u8]>, argv: &[&str]) -> Result<(), RunError> {
     let (code, resp) = api_request(sock, "POST", path, body)

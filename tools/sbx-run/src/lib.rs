@@ -154,9 +154,9 @@ pub enum SnapAction {
     },
     /// Load an archive `snapshot export` wrote as a snapshot of this workspace.
     ///
-    /// The image is checked as a snapshot is made: an image that carries a sandbox's
-    /// runtime state (the firewall's, the broker's, the audit's), files in /tmp or files
-    /// the agent owns outside its home is refused and removed, nothing listed.
+    /// The image is trusted as an image you build is: its root-owned files run as they are.
+    /// What an agent could have left in it (files it owns outside its home, /tmp, a sandbox's
+    /// runtime state) is removed when a sandbox starts from it, as for every snapshot.
     Import {
         /// The archive (`sbx-run snapshot export`).
         #[arg(value_name = "FILE")]
@@ -233,9 +233,11 @@ pub enum Cmd {
     /// Snapshot the running sandbox: its system state outside the home and the workspace
     /// (what `exec --root` installed) as an image, with a home backup when [backup].url is set.
     ///
-    /// The agent's files outside its home, /tmp and the guest's runtime state are left
-    /// out. The record is kept under sbx's state directory on the host; `[lifecycle]
-    /// keep-snapshots` prunes the oldest. Prints the snapshot's id.
+    /// One `docker commit` of the running sandbox (paused for it). The agent's files outside
+    /// its home, /tmp and the guest's runtime state are in the image, and removed when a
+    /// sandbox starts from it, before anything runs there. The record is kept under sbx's
+    /// state directory on the host; `[lifecycle] keep-snapshots` prunes the oldest. Prints
+    /// the snapshot's id.
     #[command(args_conflicts_with_subcommands = true)]
     Snapshot {
         #[command(subcommand)]

@@ -460,13 +460,16 @@ fn start_stopped(
     }
     let masks = spec::mask_sources()?;
     let env = spec::env_names(ws, std::env::vars_os());
-    let s = spec::build(
+    let mut s = spec::build(
         ws,
         from.unwrap_or(&ws.names.image),
         &env,
         (&masks.0, &masks.1),
         false,
     )?;
+    if from.is_some() {
+        spec::from_snapshot(&mut s.run);
+    }
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;
     }
@@ -519,7 +522,7 @@ fn start_stopped(
     let holds = match wait_held(&name, &since) {
         Ok(h) => h,
         Err(e) => {
-            let e = crate::branch::start_failure(&name, e);
+            let e = crate::branch::start_failure(&name, older_guest(from, e));
             let _ = docker::probe(&["rm", "--force", &name]);
             return Err(e);
         }
@@ -535,6 +538,19 @@ fn start_stopped(
     }
     check_binds(&name, &held)?;
     release(&name, &since, &["rm", "--force", &name])
+}
+
+/// A snapshot whose guest predates the start-time cleanup refuses its
+/// flag (clap's "unexpected argument"): said so, with what to do.
+fn older_guest(from: Option<&str>, e: RunError) -> RunError {
+    match (from, e) {
+        (Some(image), RunError::NotReady(m)) if m.contains(spec::FROM_SNAPSHOT) => {
+            RunError::NotReady(format!(
+                "{image}: its sbx-guest is older than this sbx-run and cannot clean a snapshot at start ({m}): snapshot a sandbox of a rebuilt image (`sbx-run build-base`, `sbx-run start --build`) instead"
+            ))
+        }
+        (_, e) => e,
+    }
 }
 
 /// The mounts are checked: let the guest start the agent's processes,

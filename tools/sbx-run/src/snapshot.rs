@@ -2,14 +2,15 @@
 //! --from-snapshot`): the system state outside the home and the workspace
 //! as an image, a home backup taken with it, one record on the host.
 //!
-//! The image is never the container's writable layer as it is: the agent
-//! wrote parts of it (/tmp, /var/tmp, files it owns anywhere) and the
-//! guest keeps its runtime state there (/run: the firewall's, the
-//! broker's and the audit sink's files). A second layer, made with no
-//! network, removes all of that, and every variable the container got at
-//! `docker run` (host values, passed secrets) is emptied in its config:
-//! a sandbox started from a snapshot gets them anew from the config, and
-//! its guards are made at start as in a fresh one.
+//! The image is one `docker commit` of the running sandbox, so it holds
+//! what the agent wrote outside its home (/tmp, /var/tmp, files it owns
+//! anywhere) and whatever runtime state was in the container's layer. None
+//! of it outlives the start of a sandbox made from it: sbx-run starts the
+//! guest with `--from-snapshot`, which removes it before any service or
+//! anything of the agent's runs (sbx-guest's snapclean.rs), and the guards
+//! are made anew as in a fresh start. Every variable the container got at
+//! `docker run` (host values, passed secrets) is emptied in the image's
+//! config: a sandbox started from it gets them anew from the config.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,72 +28,6 @@ use crate::{RunError, docker, spec};
 
 /// The label naming a snapshot image's workspace (checked at start).
 pub const LABEL_SNAPSHOT: &str = "sbx.snapshot.workspace";
-
-/// What the cleanup layer removes (`delete`), or lists (an import's
-/// check): every file (directories stay, as the image made them) of the
-/// guest's runtime state, /tmp and scratch space, and whatever the agent
-/// owns in the directories it can write outside its home (a volume, not
-/// in the layer) and the mounts: those it owns, world-writable ones and
-/// its group's. Root-owned changes (packages, /opt, /usr/local) stay.
-///
-/// Only directories are tested on the walk over the image (their type
-/// comes from readdir, no stat of the ~45,000 files): 3-8x faster than a
-/// `-uid` test of every file, which was most of a snapshot's time. The
-/// agent cannot make a file elsewhere; a file the user's root gave it
-/// (`chown`) in a directory it cannot write stays, as root made it.
-fn clean_script(mounts: &[String], delete: bool) -> String {
-    // Mount points (volumes, binds) keep the owner the image gave them:
-    // a fresh volume takes it.
-    let prune: Vec<String> = ["/proc", "/sys", "/dev", "/home"]
-        .into_iter()
-        .map(str::to_owned)
-        .chain(mounts.iter().cloned())
-        .filter_map(|p| shlex::try_quote(&p).ok().map(|q| format!("-path {q}")))
-        .collect();
-    let prune = prune.join(" -o ");
-    let (files, owned) = if delete {
-        (
-            "-delete",
-            "-print0 >/dev/shm/sbx-owned; xargs -0 -r rm -rf </dev/shm/sbx-owned",
-        )
-    } else {
-        ("-print", "-print")
-    };
-    // Written to files, not piped: `set -e` then stops on a failed find
-    // (dash has no pipefail), and nothing is half-removed unseen.
-    format!(
-        "set -e; \
-u=$(id -u agent 2>/dev/null || echo 1000); g=$(id -g agent 2>/dev/null || echo 1000); \
-find / -xdev \\( {prune} \\) -prune -o -type d \\( -uid \"$u\" -o -perm -0002 \
-  -o \\( -gid \"$g\" -perm -0020 \\) \\) -print0 >/dev/shm/sbx-writable; \
-find -files0-from /dev/shm/sbx-writable -xdev \\( {prune} \\) -prune -o -uid \"$u\" -prune {owned}; \
-for d in {wiped}; do \
-  [ -e \"$d\" ] || continue; find \"$d\" -xdev ! -type d {files}; done",
-        wiped = WIPED.join(" ")
-    )
-}
-
-/// Where every file goes: the guest's runtime state, /tmp, scratch space.
-const WIPED: [&str; 7] = [
-    "/run/sbx",
-    "/run/sbx-audit",
-    "/run/sbx-git",
-    "/run/sbx-fw",
-    "/run/xtables.lock",
-    "/tmp",
-    "/scratch",
-];
-
-/// The base image's directories a sandbox mounts over, which the agent
-/// owns in every image (an import's check has no container to ask).
-const MOUNT_POINTS: [&str; 6] = [
-    "/commandhistory",
-    crate::branch::SHELF,
-    "/workspace",
-    crate::workspace::SCRATCH_TARGET,
-    crate::spec::GIT_RECORD_DIR,
-    "/run/sbx/host",
-];
 
 /// One snapshot: written only once its image exists.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -200,13 +135,10 @@ pub fn snapshot(
         std::process::id() & 0xffff
     );
     let image = format!("{}-snap:{id}", ws.names.image);
-    let raw = format!("{}-snap:{id}-raw", ws.names.image);
     // The home's backup runs beside the commit: the same moment.
     let backup = std::thread::scope(|s| {
         let b = s.spawn(|| home_backup(&ws));
-        let made = make_image(&ws, &c, &name, &raw, &image, &id);
-        // Only the tag: the snapshot is built on it.
-        let _ = docker::remove(&["image", "rm", "--no-prune", &raw]);
+        let made = make_image(&ws, &c, &name, &image);
         made.map(|()| b.join().unwrap_or(Ok(None)))
     });
     let home_backup = match backup {
@@ -272,48 +204,30 @@ fn disk_full(container: &str, e: BoxError) -> BoxError {
     .into()
 }
 
-/// The commit message of a snapshot's first commit (the container as it
-/// is): removal finds that untagged parent by it and removes it alone.
+/// The commit message of the first commit of a snapshot taken before the
+/// cleanup moved to the start (a second commit was built on it): removal
+/// finds that untagged parent by it and removes it alone.
 const RAW_MARK: &str = "sbx-run snapshot: raw commit";
 
-/// Commit the container, then the cleanup layer on top (no network): a
-/// container of the raw commit runs the cleanup and is committed with the
-/// image's config restored. No `docker build`: the legacy builder makes a
-/// container and a commit for every ENV and LABEL line (seconds). The raw
-/// commit is untagged by the caller.
-fn make_image(
-    ws: &Workspace,
-    c: &Value,
-    container: &str,
-    raw: &str,
-    image: &str,
-    id: &str,
-) -> Result<(), RunError> {
+/// One commit of the running sandbox (paused), its config set by
+/// `--change`s: a second container and commit to clean the layer cost
+/// 5-8x the commit itself (bench/RESULTS.md). What the layer holds of the
+/// agent's and of the runtime state is removed when a sandbox starts from
+/// the image instead (`sbx-guest init --from-snapshot`, which the image's
+/// own entry point asks for too).
+fn make_image(ws: &Workspace, c: &Value, container: &str, image: &str) -> Result<(), RunError> {
     // Variables `docker run` gave the container, which the image must not
     // keep: emptied (the config can set, not unset).
     let base_env: Vec<String> = docker::inspect("image", &ws.names.image)?
         .and_then(|v| v.pointer("/Config/Env").cloned())
         .and_then(|e| serde_json::from_value(e).ok())
         .unwrap_or_default();
-    let strings = |p: &str| -> Vec<String> {
-        c.pointer(p)
-            .cloned()
-            .and_then(|e| serde_json::from_value(e).ok())
-            .unwrap_or_default()
-    };
-    let run_env = strings("/Config/Env");
-    let mounts: Vec<String> = c
-        .get("Mounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|m| {
-            m.get("Destination")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .collect();
-    let json = |v: &[String]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
+    let run_env: Vec<String> = c
+        .pointer("/Config/Env")
+        .cloned()
+        .and_then(|e| serde_json::from_value(e).ok())
+        .unwrap_or_default();
+    let json = |v: &[&str]| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
     let mut changes: Vec<String> = run_env
         .iter()
         .filter(|e| !base_env.contains(e))
@@ -328,48 +242,13 @@ fn make_image(
         serde_json::to_string(&ws.path.to_string_lossy()).unwrap_or_default()
     ));
     changes.push("USER 0:0".into());
-    // The cleanup's own entry point and command are not the image's.
+    // Run by hand, the image still starts through the guest's cleanup.
     changes.push(format!(
         "ENTRYPOINT {}",
-        json(&strings("/Config/Entrypoint"))
+        json(&[spec::GUEST, "init", spec::FROM_SNAPSHOT, "--"])
     ));
-    changes.push(format!("CMD {}", json(&strings("/Config/Cmd"))));
-    docker::output(&[
-        "commit",
-        "--pause=true",
-        "--message",
-        RAW_MARK,
-        container,
-        raw,
-    ])?;
-    let cleaner = format!("{container}-snap-{id}");
-    let script = clean_script(&mounts, true);
-    let ran = docker::output(&[
-        "run",
-        "--name",
-        &cleaner,
-        "--network",
-        "none",
-        "--user",
-        "0:0",
-        "--log-driver",
-        "none",
-        "--entrypoint",
-        "/bin/sh",
-        raw,
-        "-c",
-        &script,
-    ])
-    .and_then(|_| {
-        let mut argv = vec!["commit".to_owned()];
-        for ch in &changes {
-            argv.extend(["--change".into(), ch.clone()]);
-        }
-        argv.extend([cleaner.clone(), image.to_owned()]);
-        docker::output(&argv.iter().map(String::as_str).collect::<Vec<_>>()).map(drop)
-    });
-    let _ = docker::remove(&["rm", "--force", "--volumes", &cleaner]);
-    ran
+    changes.push(format!("CMD {}", json(&["sleep", "infinity"])));
+    docker::commit(container, image, &changes)
 }
 
 /// Remove a snapshot's image, and its raw commit when nothing else is
@@ -812,7 +691,7 @@ fn read_archive(f: &std::fs::File, file: &Path) -> Result<(SnapRecord, String), 
 }
 
 /// `sbx-run snapshot import FILE [PATH]`: load, label for this workspace,
-/// check as a snapshot is made, then record. A refused image is removed.
+/// then record. An image that could not be labelled is removed.
 pub fn import(
     common: &CommonArgs,
     path: Option<PathBuf>,
@@ -872,23 +751,13 @@ pub fn import(
     if before.is_none() && loaded != image {
         let _ = docker::remove(&["image", "rm", "--no-prune", &loaded]);
     }
-    let refused = made.and_then(|()| check_image(&image));
-    if let Err(e) = refused {
+    // No check of the image's content: whatever an agent could have left
+    // in it (a real snapshot holds it too) is removed when a sandbox
+    // starts from it (`init --from-snapshot`, snapclean.rs).
+    if let Err(e) = made {
         let _ = docker::remove(&["image", "rm", "--force", "--no-prune", &image]);
         if before.is_none() {
             let _ = docker::remove(&["image", "rm", "--force", "--no-prune", &image_id]);
-        }
-        if matches!(e, RunError::Denied(_)) {
-            audit::append(
-                &Record::new(
-                    "sbx-run",
-                    "snapshot-import",
-                    &rec.id,
-                    Outcome::Blocked,
-                    "runtime-state",
-                )
-                .reason(&file.display().to_string()),
-            );
         }
         return Err(e.into());
     }
@@ -929,42 +798,4 @@ fn label_as(ws: &Workspace, loaded: &str, image: &str, id: &str) -> Result<(), R
         .and_then(|_| docker::output(&["commit", "--change", &label, &tmp, image]).map(drop));
     let _ = docker::remove(&["rm", "--force", "--volumes", &tmp]);
     r
-}
-
-/// An imported image must be what `snapshot` makes: nothing of a
-/// sandbox's runtime state, /tmp or the agent's outside its home. The
-/// same find the cleanup runs, listing instead of deleting, with no
-/// network.
-fn check_image(image: &str) -> Result<(), RunError> {
-    let script = clean_script(&MOUNT_POINTS.map(str::to_owned), false);
-    let o = docker::probe(&[
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--user",
-        "0:0",
-        "--log-driver",
-        "none",
-        "--entrypoint",
-        "/bin/sh",
-        image,
-        "-c",
-        &script,
-    ])?;
-    let found = String::from_utf8_lossy(&o.stdout);
-    if !o.status.success() {
-        return Err(RunError::Docker {
-            command: format!("docker run {image} (the import's check)"),
-            message: docker::first_line(&String::from_utf8_lossy(&o.stderr)),
-        });
-    }
-    if let Some(first) = found.lines().find(|l| !l.is_empty()) {
-        return Err(RunError::Denied(format!(
-            "{image}: the archive's image carries a sandbox's runtime state or the agent's files ({} and {} more): refused, nothing was imported; export a snapshot `sbx-run snapshot` made",
-            sbx_core::sanitize::field(first),
-            found.lines().filter(|l| !l.is_empty()).count() - 1
-        )));
-    }
-    Ok(())
 }

@@ -55,6 +55,22 @@ pub const STOP_TIMEOUT: &str = "30";
 pub const GUEST_STOP_TIMEOUT: &str = "25";
 /// The guest, always PID 1, whatever a per-repo image set as ENTRYPOINT/USER.
 pub const GUEST: &str = "/usr/local/bin/sbx-guest";
+/// The guest's flag for a container made from a snapshot: it cleans what
+/// the snapshot holds of the agent's before anything starts (snapshot.rs).
+pub const FROM_SNAPSHOT: &str = "--from-snapshot";
+
+/// Make `run` (a `docker run` argv from [`build`]) start the guest with
+/// [`FROM_SNAPSHOT`]: an argument after the image, which the image's
+/// config cannot preset or leave out.
+pub fn from_snapshot(run: &mut Vec<String>) {
+    let n = run.len();
+    // Never a start without it: a panic, no container.
+    assert!(
+        n >= 4 && run[n - 4..n - 2] == ["init", "--"],
+        "the guest's command ends the docker run argv"
+    );
+    run.insert(n - 3, FROM_SNAPSHOT.into());
+}
 
 /// The host directory of one sandbox, mounted at /run/sbx/host: the guest
 /// writes its status and the sandbox's audit log there. Inside, /run/sbx is

@@ -17,6 +17,7 @@ pub mod idmap;
 pub mod masks;
 pub mod netlink;
 pub mod seccomp;
+pub mod sweep;
 
 /// Find `program` the way execvp(3) would, but in the *child's* PATH: the
 /// environment the program will see, not ours (env(1) behaves the same).

@@ -130,7 +130,7 @@ fn the_start_from_a_snapshot_removes_every_odd_thing_the_agent_planted() {
     let image = snapshot_and_restore(&repo, "odd");
     guard.1.push(image.clone());
 
-    let o = repo.exec("ls -A /tmp /var/tmp /run/lock | grep -v : | grep -v '^$' | wc -l");
+    let o = repo.exec("ls -A /tmp /var/tmp /run/lock | grep -av : | grep -av '^$' | wc -l");
     assert_eq!(out(&o), "0", "left in the restored sandbox: {}", text(&o));
     let after = out(&as_root(
         &repo,

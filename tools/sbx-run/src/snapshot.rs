@@ -704,15 +704,19 @@ fn read_archive(f: &std::fs::File, file: &Path) -> Result<(SnapRecord, String), 
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    // Shown on the host's terminal and passed to sbx-backup: plain text
-    // and a backup's digits, as sbx-run itself writes them.
+    // Shown on the host's terminal and passed to sbx-backup: plain text,
+    // and a backup id as sbx-backup names them (20261122T120000.1Z-42).
     if let Some(t) = &rec.tag
         && let Err(why) = check_tag(t)
     {
         return Err(bad(format!("the record's tag {why}")));
     }
     if let Some(b) = &rec.home_backup
-        && (!(1..=20).contains(&b.len()) || !b.bytes().all(|c| c.is_ascii_digit()))
+        && (!(1..=64).contains(&b.len())
+            || b.starts_with('-')
+            || !b
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c)))
     {
         return Err(bad("the record's home backup is not a backup id".into()));
     }
@@ -886,4 +890,34 @@ fn label_as(ws: &Workspace, loaded: &str, image: &str, id: &str) -> Result<(), R
         .and_then(|_| docker::output(&["commit", "--change", &label, &tmp, image]).map(drop));
     let _ = docker::remove(&["rm", "--force", "--volumes", &tmp]);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_docker_s_loader_reads_as_the_manifest_is_the_manifest() {
+        for n in [
+            "manifest.json",
+            "./manifest.json",
+            "/manifest.json",
+            "a/../manifest.json",
+            ".//manifest.json",
+            "../manifest.json",
+        ] {
+            assert_eq!(loader_name(n.as_bytes()), Path::new("manifest.json"), "{n}");
+        }
+        for n in ["x/manifest.json", "manifest.json.bak", "manifest"] {
+            assert_ne!(loader_name(n.as_bytes()), Path::new("manifest.json"), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_tag_is_one_printable_line() {
+        assert!(check_tag("before upgrade").is_ok());
+        for bad in ["", "a\nb", "\u{1b}[2J", &"x".repeat(129)] {
+            assert!(check_tag(bad).is_err(), "{bad:?}");
+        }
+    }
 }

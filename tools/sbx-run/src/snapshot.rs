@@ -531,15 +531,19 @@ pub fn resolve(ws: &Workspace, id: Option<&str>) -> Result<String, RunError> {
 const RECORD_ENTRY: &str = "sbx-snapshot.json";
 
 /// The sandboxed workspace (or scratch root) `dir` is in, if any: a
-/// directory some agent writes (its `.agent-sandbox` marks it).
-fn agent_writes(dir: &Path, ws: &Workspace) -> Option<PathBuf> {
+/// directory some agent writes (`workspaces`, or one `.agent-sandbox`
+/// marks).
+fn agent_writes(dir: &Path, workspaces: &[PathBuf]) -> Option<PathBuf> {
     let scratch = spec::state_dir().join("scratch");
     let scratch = scratch.canonicalize().unwrap_or(scratch);
     if dir.starts_with(&scratch) {
         return Some(scratch);
     }
     dir.ancestors()
-        .find(|d| *d == ws.path || d.join(sbx_core::config::DIR).symlink_metadata().is_ok())
+        .find(|d| {
+            workspaces.iter().any(|w| w == d)
+                || d.join(sbx_core::config::DIR).symlink_metadata().is_ok()
+        })
         .map(Path::to_path_buf)
 }
 
@@ -550,13 +554,25 @@ fn agent_writes(dir: &Path, ws: &Workspace) -> Option<PathBuf> {
 /// it, so no link inside one is followed.
 fn outside_workspaces(ws: &Workspace, file: &Path, what: &str) -> Result<(), RunError> {
     let abs = std::path::absolute(file).map_err(|e| io(file, e))?;
+    // This workspace, and every one with a sandbox here (configured or not).
+    let label = crate::names::LABEL_WORKSPACE;
+    let listed = docker::output(&[
+        "ps",
+        "--all",
+        "--filter",
+        &format!("label={label}"),
+        "--format",
+        &format!("{{{{.Label \"{label}\"}}}}"),
+    ])?;
+    let mut workspaces = vec![ws.path.clone()];
+    workspaces.extend(listed.lines().filter(|l| !l.is_empty()).map(PathBuf::from));
     let mut prefix = PathBuf::new();
     for c in abs.components() {
         prefix.push(c);
         let Ok(real) = prefix.canonicalize() else {
             break;
         };
-        if let Some(w) = agent_writes(&real, ws) {
+        if let Some(w) = agent_writes(&real, &workspaces) {
             return Err(RunError::BadWorkspace(format!(
                 "{}: in {}, which a sandbox's agent writes: it could rewrite the archive or lead the {what} elsewhere by a link; use a path outside every workspace (nothing was {what}ed)",
                 sbx_core::sanitize::field(&file.to_string_lossy()),

@@ -296,12 +296,18 @@ os.replace('snap.tar.new', 'snap.tar')
 print('rewritten')
 EOF"#;
 
-/// An empty image `name` (docker import), with `label` so two differ.
+/// An empty image `name` (docker import) without a command, with `label`
+/// so two differ.
 fn tiny_image(name: &str, label: &str) -> String {
+    tiny_image_with(name, label, "LABEL a43s-cmd=none")
+}
+
+/// [`tiny_image`] with one more `--change`.
+fn tiny_image_with(name: &str, label: &str, change: &str) -> String {
     let o = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "tar cf - -T /dev/null | docker import --change 'LABEL a43s={label}' - {name}"
+            "tar cf - -T /dev/null | docker import --change 'LABEL a43s={label}' --change '{change}' - {name}"
         ))
         .output()
         .unwrap();
@@ -319,6 +325,16 @@ fn archive(dir: &Path, image: &str, id: &str, extra: &[(&str, &str)]) -> PathBuf
         "id": id, "tag": null, "workspace": "/elsewhere", "image": image,
         "created": 1, "size": 0, "home_backup": null,
     });
+    archive_with(dir, image, id, &rec, extra)
+}
+
+fn archive_with(
+    dir: &Path,
+    image: &str,
+    id: &str,
+    rec: &serde_json::Value,
+    extra: &[(&str, &str)],
+) -> PathBuf {
     let work = dir.join(format!("w-{id}"));
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("sbx-snapshot.json"), rec.to_string()).unwrap();
@@ -450,4 +466,53 @@ fn an_archive_cannot_retag_or_remove_another_image() {
         holes.push(format!("{liar} was left behind"));
     }
     assert!(holes.is_empty(), "{}", holes.join("\n"));
+}
+
+/// Route: the record an archive carries is printed on the host's terminal
+/// (`snapshots`: its tag) and its home backup id is passed to sbx-backup
+/// (`restore --snapshot`): a tag with escape sequences, an id that reads
+/// as an option. Both refused (65), nothing listed.
+#[test]
+fn an_archive_s_record_is_plain_text() {
+    if !sbx_e2e::prerequisite(sbx_e2e::docker_ready(), "a Docker engine") {
+        return;
+    }
+    let pid = std::process::id();
+    let ws = Repo::new("records");
+    ws.git(&["init", "-q", "-b", "main"]);
+    let rows: [(&str, serde_json::Value, serde_json::Value); 2] = [
+        (
+            "esc",
+            "\u{1b}]0;owned\u{7}\u{1b}[2J".into(),
+            serde_json::Value::Null,
+        ),
+        ("opt", serde_json::Value::Null, "--store=/elsewhere".into()),
+    ];
+    let mut images = Vec::new();
+    let mut holes = Vec::new();
+    for (what, tag, backup) in rows {
+        let id = format!("{what}{pid}");
+        let image = format!("a43s-rec-{pid}-snap:{id}");
+        // A command, so that only the record can stop the import.
+        tiny_image_with(&image, what, r#"CMD ["/none"]"#);
+        images.push(image.clone());
+        let rec = serde_json::json!({
+            "id": id, "tag": tag, "workspace": "/elsewhere", "image": image,
+            "created": 1, "size": 0, "home_backup": backup,
+        });
+        let arch = archive_with(ws.root(), &image, &id, &rec, &[]);
+        sh(Command::new("docker").args(["image", "rm", &image]));
+        let o = run(&ws, &["snapshot", "import", arch.to_str().unwrap()]);
+        if o.status.code() != Some(65) {
+            holes.push(format!("a record with a bad {what}: {}", text(&o)));
+        }
+    }
+    let _g = Cleanup(vec![&ws], images);
+    let o = run(&ws, &["snapshots"]);
+    assert!(
+        holes.is_empty() && out(&o).is_empty(),
+        "{}\nlisted: {:?}",
+        holes.join("\n"),
+        out(&o)
+    );
 }

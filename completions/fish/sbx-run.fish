@@ -133,7 +133,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -a "export" -d 'Write a snapshot (id or tag) as a `docker save` archive, its record inside'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -a "import" -d 'Load an archive `snapshot export` wrote as a snapshot of this workspace'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and not __fish_seen_subcommand_from export import help" -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s o -l output -d 'The archive to write (it must not exist)' -r -F
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s o -l output -d 'The archive to write: it must not exist, and not be in a workspace (an agent could rewrite it there)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -s C -l path -d 'Workspace: a git repository or a directory in one (default: the current directory)' -r -F
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand snapshot; and __fish_seen_subcommand_from export" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''

@@ -146,7 +146,8 @@ pub enum SnapAction {
         /// The snapshot's id or tag (`sbx-run snapshots`).
         #[arg(value_name = "ID")]
         id: String,
-        /// The archive to write (it must not exist).
+        /// The archive to write: it must not exist, and not be in a workspace (an agent could
+        /// rewrite it there).
         #[arg(short = 'o', long, value_name = "FILE")]
         output: PathBuf,
         #[command(flatten)]
@@ -158,7 +159,7 @@ pub enum SnapAction {
     /// What an agent could have left in it (files it owns outside its home, /tmp, a sandbox's
     /// runtime state) is removed when a sandbox starts from it, as for every snapshot.
     Import {
-        /// The archive (`sbx-run snapshot export`).
+        /// The archive (`sbx-run snapshot export`), not in a workspace.
         #[arg(value_name = "FILE")]
         file: PathBuf,
         #[command(flatten)]

@@ -97,12 +97,26 @@ fn image_size(image: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A tag: printable, one line, not too long (it is printed as is).
+fn check_tag(t: &str) -> Result<(), String> {
+    if t.is_empty() || t.len() > 128 || t.chars().any(char::is_control) {
+        return Err(format!(
+            "{:?} is not a tag: 1 to 128 characters, no control characters",
+            t
+        ));
+    }
+    Ok(())
+}
+
 /// `sbx-run snapshot [PATH] [--tag T]`.
 pub fn snapshot(
     common: &CommonArgs,
     path: Option<PathBuf>,
     tag: Option<&str>,
 ) -> Result<ExitCode, BoxError> {
+    if let Some(t) = tag {
+        check_tag(t).map_err(|why| RunError::Usage(format!("--tag: {why}")))?;
+    }
     let ws = Workspace::open(common, path)?;
     if ws.loaded.config.lifecycle.keep_snapshots == Some(0) {
         return Err(RunError::Config(format!(
@@ -541,6 +555,59 @@ pub fn resolve(ws: &Workspace, id: Option<&str>) -> Result<String, RunError> {
 /// `docker load` leaves alone (it reads `manifest.json` and what that names).
 const RECORD_ENTRY: &str = "sbx-snapshot.json";
 
+/// The sandboxed workspace (or scratch root) `dir` is in, if any: a
+/// directory some agent writes (`workspaces`, or one `.agent-sandbox`
+/// marks).
+fn agent_writes(dir: &Path, workspaces: &[PathBuf]) -> Option<PathBuf> {
+    let scratch = spec::state_dir().join("scratch");
+    let scratch = scratch.canonicalize().unwrap_or(scratch);
+    if dir.starts_with(&scratch) {
+        return Some(scratch);
+    }
+    dir.ancestors()
+        .find(|d| {
+            workspaces.iter().any(|w| w == d)
+                || d.join(sbx_core::config::DIR).symlink_metadata().is_ok()
+        })
+        .map(Path::to_path_buf)
+}
+
+/// An archive is never written or read inside a workspace: its agent could
+/// rewrite it (an import runs its root-owned files as they are) or put a
+/// link on the way (the write would follow it). Each prefix of the path is
+/// resolved from the top and the first that lands in a workspace stops
+/// it, so no link inside one is followed.
+fn outside_workspaces(ws: &Workspace, file: &Path, what: &str) -> Result<(), RunError> {
+    let abs = std::path::absolute(file).map_err(|e| io(file, e))?;
+    // This workspace, and every one with a sandbox here (configured or not).
+    let label = crate::names::LABEL_WORKSPACE;
+    let listed = docker::output(&[
+        "ps",
+        "--all",
+        "--filter",
+        &format!("label={label}"),
+        "--format",
+        &format!("{{{{.Label \"{label}\"}}}}"),
+    ])?;
+    let mut workspaces = vec![ws.path.clone()];
+    workspaces.extend(listed.lines().filter(|l| !l.is_empty()).map(PathBuf::from));
+    let mut prefix = PathBuf::new();
+    for c in abs.components() {
+        prefix.push(c);
+        let Ok(real) = prefix.canonicalize() else {
+            break;
+        };
+        if let Some(w) = agent_writes(&real, &workspaces) {
+            return Err(RunError::BadWorkspace(format!(
+                "{}: in {}, which a sandbox's agent writes: it could rewrite the archive or lead the {what} elsewhere by a link; use a path outside every workspace (nothing was {what}ed)",
+                sbx_core::sanitize::field(&file.to_string_lossy()),
+                sbx_core::sanitize::field(&w.to_string_lossy()),
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `sbx-run snapshot export ID -o FILE`: the record, then `docker save`.
 pub fn export(
     common: &CommonArgs,
@@ -552,6 +619,7 @@ pub fn export(
     use std::os::unix::fs::OpenOptionsExt;
     let ws = Workspace::open(common, path)?;
     let rec = record(&ws, Some(id))?;
+    outside_workspaces(&ws, out, "export")?;
     let body = serde_json::to_vec_pretty(&rec).unwrap_or_default();
     let mut h = tar::Header::new_ustar();
     h.set_path(RECORD_ENTRY).map_err(|e| io(out, e))?;
@@ -629,7 +697,22 @@ fn read_archive(f: &std::fs::File, file: &Path) -> Result<(SnapRecord, String), 
         let mut e = e.map_err(|e| bad(e.to_string()))?;
         let name = e.path_bytes().into_owned();
         let want_rec = i == 0 && name == RECORD_ENTRY.as_bytes();
-        if !want_rec && name != b"manifest.json" {
+        // What docker's loader reads is the last entry that names
+        // manifest.json once cleaned (`./manifest.json`, a link): one
+        // regular file of that exact name, or what is checked here is not
+        // what is loaded.
+        let is_manifest = loader_name(&name) == Path::new("manifest.json");
+        if is_manifest
+            && (name != b"manifest.json"
+                || manifest.is_some()
+                || e.header().entry_type() != tar::EntryType::Regular)
+        {
+            return Err(bad(format!(
+                "a second or unusual manifest.json ({:?})",
+                String::from_utf8_lossy(&name)
+            )));
+        }
+        if !want_rec && !is_manifest {
             continue;
         }
         if e.size() > 1 << 20 {
@@ -662,6 +745,22 @@ fn read_archive(f: &std::fs::File, file: &Path) -> Result<(SnapRecord, String), 
         .flatten()
         .filter_map(Value::as_str)
         .collect();
+    // Shown on the host's terminal and passed to sbx-backup: plain text,
+    // and a backup id as sbx-backup names them (20261122T120000.1Z-42).
+    if let Some(t) = &rec.tag
+        && let Err(why) = check_tag(t)
+    {
+        return Err(bad(format!("the record's tag {why}")));
+    }
+    if let Some(b) = &rec.home_backup
+        && (!(1..=64).contains(&b.len())
+            || b.starts_with('-')
+            || !b
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c)))
+    {
+        return Err(bad("the record's home backup is not a backup id".into()));
+    }
     let valid_id = !rec.id.is_empty()
         && rec.id.len() <= 64
         && rec
@@ -690,6 +789,23 @@ fn read_archive(f: &std::fs::File, file: &Path) -> Result<(SnapRecord, String), 
     Ok((rec, format!("sha256:{hex}")))
 }
 
+/// An entry's name as docker's loader writes it out (Go's filepath.Clean
+/// under its directory): `./manifest.json` is manifest.json too.
+fn loader_name(name: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = PathBuf::new();
+    for c in Path::new(std::ffi::OsStr::from_bytes(name)).components() {
+        match c {
+            std::path::Component::Normal(n) => out.push(n),
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// `sbx-run snapshot import FILE [PATH]`: load, label for this workspace,
 /// then record. An image that could not be labelled is removed.
 pub fn import(
@@ -699,6 +815,7 @@ pub fn import(
 ) -> Result<ExitCode, BoxError> {
     use std::io::Seek;
     let ws = Workspace::open(common, path)?;
+    outside_workspaces(&ws, file, "import")?;
     let mut f = std::fs::File::open(file).map_err(|e| io(file, e))?;
     let (mut rec, image_id) = read_archive(&f, file)?;
     if records_in(&dir_of(&ws)).iter().any(|r| r.id == rec.id) {
@@ -743,6 +860,22 @@ pub fn import(
                 .into());
             }
         }
+    }
+    // docker names an image by its config's digest, whatever the manifest
+    // calls the config: what is removed on a failure below is the image
+    // this load made, never one the manifest merely names.
+    let got = docker::inspect("image", &loaded)?
+        .and_then(|v| v.get("Id").and_then(Value::as_str).map(str::to_owned));
+    if got.as_deref() != Some(image_id.as_str()) {
+        if before.is_none() {
+            let _ = docker::remove(&["image", "rm", "--no-prune", &loaded]);
+        }
+        return Err(RunError::BadWorkspace(format!(
+            "{}: its manifest names image {image_id}, but docker loaded {}: nothing was imported",
+            file.display(),
+            got.as_deref().unwrap_or("nothing")
+        ))
+        .into());
     }
     let image = format!("{}-snap:{}", ws.names.image, rec.id);
     let made = label_as(&ws, &loaded, &image, &rec.id);
@@ -798,4 +931,34 @@ fn label_as(ws: &Workspace, loaded: &str, image: &str, id: &str) -> Result<(), R
         .and_then(|_| docker::output(&["commit", "--change", &label, &tmp, image]).map(drop));
     let _ = docker::remove(&["rm", "--force", "--volumes", &tmp]);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_docker_s_loader_reads_as_the_manifest_is_the_manifest() {
+        for n in [
+            "manifest.json",
+            "./manifest.json",
+            "/manifest.json",
+            "a/../manifest.json",
+            ".//manifest.json",
+            "../manifest.json",
+        ] {
+            assert_eq!(loader_name(n.as_bytes()), Path::new("manifest.json"), "{n}");
+        }
+        for n in ["x/manifest.json", "manifest.json.bak", "manifest"] {
+            assert_ne!(loader_name(n.as_bytes()), Path::new("manifest.json"), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_tag_is_one_printable_line() {
+        assert!(check_tag("before upgrade").is_ok());
+        for bad in ["", "a\nb", "\u{1b}[2J", &"x".repeat(129)] {
+            assert!(check_tag(bad).is_err(), "{bad:?}");
+        }
+    }
 }

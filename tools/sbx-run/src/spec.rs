@@ -534,10 +534,19 @@ pub fn build(
         let keys = crate::ssh::Keys::of(&n.container);
         h.extend(["--publish".into(), keys.publish()?]);
     }
+    // The per-repo image, never a snapshot's: the agent wrote into a
+    // snapshot's layer and the holder runs none of the guest's start-time
+    // cleanup. It is then kept across a start from a snapshot too. A
+    // snapshot imported where there is no per-repo image: its own.
+    let holder_image = if image == n.image || crate::docker::exists("image", &n.image)? {
+        n.image.as_str()
+    } else {
+        image
+    };
     h.extend([
         "--entrypoint".into(),
         "sleep".into(),
-        image.to_owned(),
+        holder_image.to_owned(),
         "infinity".into(),
     ]);
     let holder_spec = names::digest(h.join("\0").as_bytes());

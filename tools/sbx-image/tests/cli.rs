@@ -52,7 +52,7 @@ fn help_names_what_it_does_and_hides_the_flag_it_implies() {
     assert!(out.contains("build-base --prefetch"), "{out}");
     let flags: Vec<&str> = out
         .lines()
-        .filter_map(|l| l.trim_start().split_whitespace().next())
+        .filter_map(|l| l.split_whitespace().next())
         .collect();
     assert!(flags.contains(&"--bootstrap"), "{out}");
     assert!(!flags.contains(&"--prefetch"), "{out}");

@@ -635,23 +635,18 @@ fn full_base_image_has_working_ai_clis() {
         return;
     }
     let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
-    // scripts/shell's prefetch: the package and AI-CLI layers, before any
-    // sbx tool is built (an empty tool directory), and no tag for them.
+    // scripts/shell's prefetch (sbx-prefetch, what `build-base --prefetch`
+    // does): the package and AI-CLI layers, before any sbx tool is built
+    // (an empty tool directory), and no tag for them.
     let no_tools = tempfile::tempdir().unwrap();
-    let mut c = sbx();
-    c.env("SBX_BIN_DIR", no_tools.path()).args([
-        "-q",
-        "build-base",
-        "--bootstrap",
-        "--prefetch",
-        "--tag",
-        "e2e-prefetch",
-    ]);
+    let mut c = Command::new(bin("sbx-prefetch"));
+    c.env("SBX_BIN_DIR", no_tools.path())
+        .args(["-q", "--bootstrap", "--tag", "e2e-prefetch"]);
     if ca.is_file() {
         c.arg("--ca-cert").arg(ca);
     }
     let o = c.output().unwrap();
-    assert!(o.status.success(), "build-base --prefetch: {}", text(&o));
+    assert!(o.status.success(), "sbx-prefetch: {}", text(&o));
     let tagged = Command::new("docker")
         .args(["image", "inspect", "agent-sandbox-base:e2e-prefetch"])
         .output()

@@ -3,21 +3,31 @@
 #![forbid(unsafe_code)]
 
 pub mod apt;
+#[cfg(feature = "full")]
 pub mod audit;
+#[cfg(feature = "full")]
 pub mod backup;
 pub mod cli;
+#[cfg(feature = "full")]
 pub mod config;
 pub mod entry;
 pub mod error;
 pub mod exit;
+#[cfg(feature = "full")]
 pub mod glob;
+#[cfg(feature = "full")]
 pub mod guestapi;
+#[cfg(feature = "full")]
 pub mod hosttools;
+#[cfg(feature = "full")]
 pub mod netblock;
+#[cfg(feature = "full")]
 pub mod netrules;
 pub mod output;
 pub mod sanitize;
+#[cfg(feature = "full")]
 pub mod secrets;
+#[cfg(feature = "full")]
 pub mod tree;
 
 pub use entry::main;

@@ -4,10 +4,9 @@
 
 pub mod agent;
 pub mod allow;
-mod api;
 pub mod branch;
 pub mod copy;
-pub mod docker;
+pub use sbx_image::docker;
 pub mod fetch;
 pub mod gitpins;
 pub mod gitsecrets;
@@ -38,7 +37,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use sbx_core::cli::CommonArgs;
 use sbx_core::error::BoxError;
-use sbx_core::{Exit, SbxError, output};
+use sbx_core::{Exit, output};
 
 const TOOL: &str = "sbx-run";
 
@@ -539,98 +538,7 @@ pub fn command() -> clap::Command {
     Cli::command()
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("{}: no such directory (give the path of a git repository)", .0.display())]
-    NoWorkspace(PathBuf),
-    #[error("{}: not a directory (give the path of a git repository)", .0.display())]
-    NotADirectory(PathBuf),
-    #[error("{}: not a git repository (run `git init` there, or give the path of one)", .0.display())]
-    NotARepo(PathBuf),
-    #[error("docker not found on PATH: install Docker (scripts/prereqs does) or set SBX_DOCKER")]
-    NoDockerClient,
-    #[error(
-        "cannot reach the Docker engine ({0}): start it (`systemctl start docker` or `dockerd &`), or run `sbx-run doctor`"
-    )]
-    EngineDown(String),
-    #[error("`{command}` failed: {message}")]
-    Docker { command: String, message: String },
-    #[error(
-        "container {0} exists but does not belong to {1}: remove or rename it first (sbx-run will not touch it)"
-    )]
-    ForeignContainer(String, String),
-    #[error("{0}")]
-    Build(String),
-    #[error("interrupted")]
-    Interrupted,
-    #[error("{path}: {err}", path = .0.display(), err = .1)]
-    Io(PathBuf, std::io::Error),
-    #[error("the sandbox did not become ready: {0}")]
-    NotReady(String),
-    #[error("{0}")]
-    Usage(String),
-    #[error("{0}")]
-    Config(String),
-    #[error(
-        "{}: matches [filesystem].blocked but its name is not UTF-8, so it cannot be masked: rename it (nothing was started)",
-        .0.display()
-    )]
-    Unmaskable(PathBuf),
-    #[error("{0}")]
-    Idmap(String),
-    /// A running sandbox without the guest's host API (an image older than
-    /// this sbx-run): only the guest starts agent processes under the
-    /// sandbox's seccomp filter, so nothing falls back to `docker exec`.
-    #[error(
-        "{0}: this sandbox has no guest API socket (a base image older than this sbx-run?): run `sbx-run build-base`, then `sbx-run restart`"
-    )]
-    NoGuest(String),
-    /// Workspace data sbx will not act on: a link where a file or directory
-    /// must be, a path leading out, a file it cannot parse.
-    #[error("{0}")]
-    BadWorkspace(String),
-    /// What the sandbox shows at a bind target is not what sbx opened as
-    /// its source (hostpath::verify): swapped between check and mount.
-    #[error(
-        "{0}: the sandbox was given something else than this path (it was swapped, likely for a link, while docker mounted it); the sandbox was removed: find what changed it, then start again"
-    )]
-    Swapped(String),
-    /// A masked path in git's objects (gitsecrets.rs).
-    #[error("{0}")]
-    SecretInGit(String),
-    /// Refused by sbx's policy (audited where it is decided).
-    #[error("{0}")]
-    Denied(String),
-    /// No running sandbox or no snapshot to act on.
-    #[error("{0}")]
-    NoSandbox(String),
-    /// A `claude-login:` that could not be refreshed on the host.
-    #[error("{0}")]
-    LoginRefresh(String),
-}
-
-impl SbxError for RunError {
-    fn exit(&self) -> Exit {
-        match self {
-            Self::NoWorkspace(_) | Self::NoSandbox(_) => Exit::NoInput,
-            Self::NotADirectory(_) | Self::NotARepo(_) | Self::Usage(_) => Exit::Usage,
-            Self::NoDockerClient
-            | Self::EngineDown(_)
-            | Self::Idmap(_)
-            | Self::NoGuest(_)
-            | Self::LoginRefresh(_) => Exit::Unavailable,
-            Self::Docker { .. } | Self::Build(_) | Self::NotReady(_) => Exit::Software,
-            Self::ForeignContainer(..)
-            | Self::Swapped(_)
-            | Self::SecretInGit(_)
-            | Self::Denied(_) => Exit::Denied,
-            Self::Interrupted => Exit::Software,
-            Self::Config(_) => Exit::Config,
-            Self::Unmaskable(_) | Self::BadWorkspace(_) => Exit::DataErr,
-            Self::Io(_, e) => sbx_core::error::io_exit(e),
-        }
-    }
-}
+pub use sbx_image::RunError;
 
 /// `start --ssh-listen`: kept for this sandbox; one made with another
 /// address is removed so the start makes it (and its holder) anew.

@@ -6,7 +6,7 @@ use std::path::Path;
 use md5::{Digest, Md5};
 use sbx_core::sanitize_branch;
 
-pub const BASE_IMAGE: &str = "agent-sandbox-base";
+pub use sbx_image::BASE_IMAGE;
 /// The machine-wide login stores (credentials only reach sandboxes, see
 /// login.rs; these volumes are never mounted into one). The names are those
 /// of the old shared config volumes, so an existing login carries over.

@@ -169,15 +169,7 @@ pub struct Spec {
     pub bound: Vec<crate::hostpath::Bound>,
 }
 
-/// State directory on the host: the empty file and directory used as masks.
-pub fn state_dir() -> PathBuf {
-    std::env::var_os("XDG_STATE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(|| PathBuf::from("/var/tmp"))
-        .join("sbx")
-}
+pub use sbx_image::state_dir;
 
 /// An empty read-only file and directory to mount over masked paths.
 pub fn mask_sources() -> Result<(PathBuf, PathBuf), RunError> {

@@ -4,8 +4,6 @@
 use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use clap::Args;
@@ -17,35 +15,7 @@ use serde_json::Value;
 use crate::names::BASE_IMAGE;
 use crate::{RunError, docker};
 
-static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-
-/// Ctrl-C sets a flag instead of killing sbx-run: short docker calls run
-/// in their own process group and finish, long ones (builds, shells) get
-/// the signal too and stop; sbx-run then removes what was half made.
-pub fn watch_interrupts() -> Arc<AtomicBool> {
-    INTERRUPTED
-        .get_or_init(|| {
-            let flag = Arc::new(AtomicBool::new(false));
-            // A second Ctrl-C while the first is being handled ends sbx-run.
-            let _ = signal_hook::flag::register_conditional_shutdown(
-                signal_hook::consts::SIGINT,
-                130,
-                Arc::clone(&flag),
-            );
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&flag));
-            flag
-        })
-        .clone()
-}
-
-/// Under CI=true a missing part is a failure, never a warning.
-pub fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
-}
-
-pub fn interrupted() -> bool {
-    INTERRUPTED.get().is_some_and(|f| f.load(Ordering::SeqCst))
-}
+pub use sbx_image::{ci, interrupted, watch_interrupts};
 
 type Res = Result<ExitCode, BoxError>;
 

@@ -356,7 +356,7 @@ pub fn follow_logs_for(
         let mut seen = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
-            if crate::tools::interrupted() {
+            if crate::interrupted() {
                 return Err(std::io::Error::new(ErrorKind::Interrupted, "interrupted"));
             }
             if std::time::Instant::now() > deadline {

@@ -488,6 +488,9 @@ impl Sandboxes {
     }
 }
 
+/// Snapshots a project keeps when its config names no number.
+const KEEP_SNAPSHOTS: i64 = 5;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,6 +587,3 @@ mod tests {
         );
     }
 }
-
-/// Snapshots a project keeps when its config names no number.
-const KEEP_SNAPSHOTS: i64 = 5;

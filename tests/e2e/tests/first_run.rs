@@ -60,6 +60,11 @@ fn an_image_without_sbx_backup_refuses_a_config_with_backups() {
         .output()
         .unwrap();
     let out = text(&o);
+    // A config with backups: rm refuses a home not yet backed up.
+    let _ = sbx()
+        .args(["-q", "rm", "--volumes", "--force"])
+        .arg(&repo.path)
+        .output();
     let _ = Command::new("docker")
         .args([
             "image",

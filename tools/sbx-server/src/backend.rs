@@ -121,6 +121,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn ssh(&self) -> bool {
         false
     }
+    /// Whether its snapshots are images that `[lifecycle] keep-snapshots`
+    /// prunes (Docker); a cluster's are not, and its manifests refuse
+    /// the key.
+    fn prunes_snapshots(&self) -> bool {
+        false
+    }
     /// Where the running sandbox's sshd is published: (host, port); None
     /// where the backend publishes none.
     fn ssh_endpoint(&self, _ws: &Path) -> Result<Option<(String, u16)>> {
@@ -235,6 +241,10 @@ impl Backend for Docker {
     }
 
     fn ssh(&self) -> bool {
+        true
+    }
+
+    fn prunes_snapshots(&self) -> bool {
         true
     }
 

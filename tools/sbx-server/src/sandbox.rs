@@ -288,9 +288,10 @@ impl Sandboxes {
         let over_cpus = parsed.sandbox.cpus.0 > self.caps.cpus;
         let over_memory = parsed.sandbox.memory.bytes > self.caps.memory.bytes;
         let ssh_differs = parsed.ssh.enabled != ssh;
-        // The idle loop snapshots (seed 001 keeps the last five): a config
-        // that says nothing keeps that many, not every one.
-        let keep_unset = parsed.lifecycle.keep_snapshots.is_none();
+        // The idle loop snapshots (seed 001 keeps the last five): on
+        // Docker, a config that says nothing keeps that many, not all.
+        let keep_unset =
+            self.backend.prunes_snapshots() && parsed.lifecycle.keep_snapshots.is_none();
         if self.backup.is_none() && !over_cpus && !over_memory && !ssh_differs && !keep_unset {
             return Ok(base.to_owned());
         }

@@ -43,17 +43,6 @@ fn container_of(repo: &Repo) -> String {
         .to_owned()
 }
 
-/// A started sandbox of a one-commit repository.
-fn started(name: &str) -> Repo {
-    let repo = Repo::new(name);
-    repo.git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    repo.git(&["add", "-A"]);
-    repo.git(&["commit", "-qm", "base"]);
-    repo.start();
-    repo
-}
-
 /// Snapshot `repo` (tag `tag`), remove its container, start it anew from
 /// the snapshot; the snapshot's image.
 fn snapshot_and_restore(repo: &Repo, tag: &str) -> String {
@@ -99,7 +88,7 @@ fn the_start_from_a_snapshot_removes_every_odd_thing_the_agent_planted() {
     if !base_image() {
         return;
     }
-    let repo = started("odd");
+    let repo = sbx_e2e::started_repo("odd");
     let mut guard = Cleanup(vec![&repo], vec![]);
     let o = repo.exec(
         r#"set -e
@@ -175,7 +164,7 @@ fn an_archive_inside_a_workspace_is_neither_written_nor_imported() {
     if !base_image() {
         return;
     }
-    let repo = started("arch");
+    let repo = sbx_e2e::started_repo("arch");
     let other = Repo::new("other");
     other.git(&["init", "-q", "-b", "main"]);
     let mut guard = Cleanup(vec![&repo, &other], vec![]);

@@ -1090,21 +1090,7 @@ fn the_backends_exec_goes_through_the_guest() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("demo");
-    std::fs::create_dir_all(ws.join(".agent-sandbox")).unwrap();
-    git(&ws, &["init", "-q", "-b", "main"]);
-    std::fs::write(ws.join(".agent-sandbox/config.toml"), "").unwrap();
-    git(&ws, &["add", "."]);
-    git(&ws, &["commit", "-qm", "init"]);
-    git(
-        &ws,
-        &[
-            "remote",
-            "add",
-            "origin",
-            "https://git.example.invalid/demo.git",
-        ],
-    );
+    let ws = cluster_ws(dir.path());
     let s = stand(Answer::Exec {
         protocols: &["v5.channel.k8s.io"],
     });

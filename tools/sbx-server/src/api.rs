@@ -1361,51 +1361,17 @@ async fn stop_idle(s: S, after: std::time::Duration) {
             let snap = blocking(move || state.sandboxes.snapshot(id, Some("idle")))
                 .await
                 .unwrap_or_else(|e| Err(e.message.into()));
-            let (target, what) = (
-                id.to_string(),
-                match &snap {
-                    Ok(sid) => format!("snapshot {sid}"),
-                    Err(e) => e.message.clone(),
-                },
-            );
-            let rec = Record::new(
-                "sbx-server",
-                "idle-snapshot",
-                &target,
-                if snap.is_ok() {
-                    Outcome::Allowed
-                } else {
-                    Outcome::Blocked
-                },
-                "idle-stop",
-            )
-            .reason(&what);
-            if let Err(e) = s.audit.append(&rec) {
-                sbx_core::output::warn(&format!("audit log {}: {e}", s.audit.path().display()));
-            }
+            let what = match &snap {
+                Ok(sid) => format!("snapshot {sid}"),
+                Err(e) => e.message.clone(),
+            };
+            idle_record(&s, "idle-snapshot", id, snap.is_ok(), &what);
             let state = Arc::clone(&s);
             let stopped = blocking(move || state.sandboxes.stop(id))
                 .await
                 .unwrap_or_else(|e| Err(e.message.into()));
-            let (target, why) = (
-                id.to_string(),
-                format!("no connection for {} s", after.as_secs()),
-            );
-            let rec = Record::new(
-                "sbx-server",
-                "idle-stop",
-                &target,
-                if stopped.is_ok() {
-                    Outcome::Allowed
-                } else {
-                    Outcome::Blocked
-                },
-                "idle-stop",
-            )
-            .reason(&why);
-            if let Err(e) = s.audit.append(&rec) {
-                sbx_core::output::warn(&format!("audit log {}: {e}", s.audit.path().display()));
-            }
+            let why = format!("no connection for {} s", after.as_secs());
+            idle_record(&s, "idle-stop", id, stopped.is_ok(), &why);
             let _ = match stopped {
                 Ok(()) => s
                     .repo
@@ -1415,6 +1381,20 @@ async fn stop_idle(s: S, after: std::time::Duration) {
                 Err(reason) => Err(failed(&s, user, id, reason).await),
             };
         }
+    }
+}
+
+/// One step of the idle loop on project `id`, in the audit log.
+fn idle_record(s: &AppState, operation: &str, id: Uuid, ok: bool, reason: &str) {
+    let target = id.to_string();
+    let outcome = if ok {
+        Outcome::Allowed
+    } else {
+        Outcome::Blocked
+    };
+    let rec = Record::new("sbx-server", operation, &target, outcome, "idle-stop").reason(reason);
+    if let Err(e) = s.audit.append(&rec) {
+        sbx_core::output::warn(&format!("audit log {}: {e}", s.audit.path().display()));
     }
 }
 

@@ -799,10 +799,10 @@ struct Commit<'a> {
 /// snapshots out and a first boot restores the other one.
 pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
     let file = state_dir.join("home-id");
-    let local = fs::read_to_string(&file)
-        .ok()
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty());
+    // The prefix's id first, then ours: a pass of this home writes its
+    // local id before it claims the prefix, so one read in this order
+    // that sees the claim also sees the id. In the other order a first
+    // pass running meanwhile (the daemon's) looked like another home.
     let stored = match remote.store.get(&remote.home_id()).await {
         Ok(g) => Some(
             String::from_utf8_lossy(&g.bytes().await.map_err(|e| remote.down(e))?)
@@ -812,6 +812,11 @@ pub async fn claim_home(remote: &Remote, state_dir: &Path) -> Res<String> {
         Err(object_store::Error::NotFound { .. }) => None,
         Err(e) => return Err(Box::new(remote.down(e))),
     };
+    crate::hook::point("home-id-between");
+    let local = fs::read_to_string(&file)
+        .ok()
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
     let refuse = |theirs: &str, ours: &str| -> Box<dyn sbx_core::SbxError> {
         Box::new(sbx_core::error::Message::new(
             sbx_core::Exit::Config,

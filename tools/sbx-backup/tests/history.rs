@@ -138,6 +138,24 @@ fn two_first_passes_of_one_home_share_its_id() {
     assert_eq!(e.restored("to"), tree(&e.home()));
 }
 
+/// A sync the user runs while the daemon's first pass claims the prefix
+/// (CI caught it in `sbx-run exec … sbx-backup sync` after a start):
+/// paused between reading the two ids, it must still take the claim for
+/// its own home's. Reading the local id first, it saw none and then the
+/// daemon's claim, and refused its own home as another.
+#[test]
+fn a_sync_that_reads_the_ids_around_a_first_pass_is_not_refused() {
+    let e = Env::new("");
+    w(&e.home().join("a"), b"alpha\n");
+    let resume = e.root.join("resume");
+    let slow = paused(&e, "home-id-between", &resume, &["sync"]);
+    e.ok(&["sync"]);
+    fs::write(&resume, "").unwrap();
+    let o = slow.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(e.restored("to"), tree(&e.home()));
+}
+
 /// Route 7: one flipped bit that keeps the JSON valid (a secret's mode
 /// 0600 -> 0644) is refused by restore and reported by check.
 #[test]

@@ -40,6 +40,7 @@ complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "exec" -d 'Run C
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "mcp-host-tools" -d 'The MCP stdio server for [agent.host-tools], started by the agent CLI under agent-launch'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "agent-key" -d 'The agent CLI\'s apiKeyHelper: print the key agent-launch serves once on SOCKET'
 complete -c sbx-guest -n "__fish_sbx_guest_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l snapshot-layers -d 'With --from-snapshot: sbx-run bound the snapshot\'s own N layers (those above the per-repo image) read-only on /run/sbx-layers/0..N; the cleanup looks only at the names they hold, then unmounts them. Without it, every directory is read' -r
 complete -c sbx-guest -n "__fish_sbx_guest_using_subcommand init" -l color -d 'When to color diagnostics: auto, always or never (auto honours NO_COLOR and TERM=dumb)' -r -f -a "auto\t''
 always\t''
 never\t''"

@@ -64,6 +64,11 @@ pub enum Cmd {
         /// runtime state (a failure fails the start).
         #[arg(long)]
         from_snapshot: bool,
+        /// With --from-snapshot: sbx-run bound the snapshot's own N layers (those above the
+        /// per-repo image) read-only on /run/sbx-layers/0..N; the cleanup looks only at the
+        /// names they hold, then unmounts them. Without it, every directory is read.
+        #[arg(long, value_name = "N", requires = "from_snapshot")]
+        snapshot_layers: Option<usize>,
         /// The container's command (the image's CMD).
         #[arg(
             trailing_var_arg = true,
@@ -248,6 +253,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
     match cli.command {
         Cmd::Init {
             from_snapshot,
+            snapshot_layers,
             command,
         } => {
             // init drops all traffic of its network namespace first: on a
@@ -267,6 +273,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, BoxError> {
             let _ = nix::sys::prctl::set_dumpable(false);
             // Every agent process gets the socket-family filter (seccomp.rs).
             seccomp::register().map_err(|e| sbx_core::error::Message::new(Exit::OsErr, e))?;
+            let from_snapshot = from_snapshot.then(|| snapshot_layers.unwrap_or(0));
             Ok(real::init(&paths, command, from_snapshot))
         }
         Cmd::AgentLaunch {

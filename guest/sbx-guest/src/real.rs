@@ -505,7 +505,9 @@ fn stop_grace() -> Duration {
 
 /// The main loop. Never returns early on a failed start: it stays up,
 /// unhealthy, with egress blocked, until stopped.
-pub fn init(paths: &Paths, command: Vec<OsString>, from_snapshot: bool) -> ExitCode {
+/// `from_snapshot`: None for a fresh container, else the number of the
+/// snapshot's layers sbx-run bound (0: none, read every directory).
+pub fn init(paths: &Paths, command: Vec<OsString>, from_snapshot: Option<usize>) -> ExitCode {
     let mask = handled();
     // Before any thread exists, so every thread inherits the mask.
     if let Err(e) = mask.thread_block() {
@@ -551,16 +553,23 @@ pub fn init(paths: &Paths, command: Vec<OsString>, from_snapshot: bool) -> ExitC
     // 1b. A sandbox made from a snapshot: what the agent left outside its
     // home and the old runtime state go before anything reads or runs
     // there (snapclean.rs). Not finished, not started.
-    if from_snapshot && outcome.is_none() {
+    if let (Some(layers), None) = (from_snapshot, &outcome) {
         let agent = Agent::from_lookup(|k| std::env::var(k).ok());
         match agent
             .map_err(|e| e.to_string())
-            .and_then(|a| crate::snapclean::run(&a))
+            .and_then(|a| crate::snapclean::run(&a, layers))
         {
-            Ok(s) => eprintln!(
-                "sbx-guest: snapshot cleanup: {} entries removed, {} directories read ({} ms)",
-                s.removed,
-                s.dirs,
+            Ok(c) => eprintln!(
+                "sbx-guest: snapshot cleanup: {} entries removed, {} directories read ({}) ({} ms)",
+                c.swept.removed,
+                c.swept.dirs,
+                match c.layers {
+                    0 => "every one".to_owned(),
+                    n => format!(
+                        "where the snapshot's {n} layer(s) changed, {} directories",
+                        c.layer_dirs
+                    ),
+                },
                 t0.elapsed().as_millis()
             ),
             Err(e) => {

@@ -13,12 +13,22 @@
 //! alone: none is in a commit. Root's changes (packages, /opt, /usr/local)
 //! stay. The walk is sbx-sys's sweep: by fd, no link followed, only
 //! directories stat'ed outside the directories above.
+//!
+//! Where the engine keeps layers as overlay2 directories, sbx-run binds
+//! the snapshot's own layers (those above the per-repo image) read-only
+//! on [`LAYERS`]`/0..N` (`--snapshot-layers N`). Everything the sandbox
+//! changed is a name in one of them, so the sweep of `/` looks only at
+//! those names instead of reading every directory of the image (~5,600,
+//! 150 ms). What the per-repo image itself holds was never the agent's.
 
-use std::collections::HashSet;
-use std::ffi::OsStr;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use sbx_sys::sweep::{Act, Policy, Stat, Swept};
+
+/// Where sbx-run binds the snapshot's layers, one directory each.
+pub const LAYERS: &str = "/run/sbx-layers";
 
 /// Where every file goes: the guest's runtime state, /tmp, scratch space.
 pub const WIPED: [&str; 10] = [
@@ -132,17 +142,151 @@ impl Policy for Rules {
     }
 }
 
-/// Sweep `/` for the agent. Any error stops it: the caller fails the
-/// start (fail closed), naming where.
-pub fn run(agent: &crate::config::Agent) -> Result<Swept, String> {
+/// The names the snapshot's layers hold, as a tree (a node per
+/// directory, its children by name): a name costs its own bytes, not its
+/// whole path, however deep the agent nested it.
+#[derive(Debug, Default)]
+struct Names {
+    nodes: Vec<HashMap<OsString, usize>>,
+}
+
+impl Names {
+    fn new() -> Self {
+        Names {
+            nodes: vec![HashMap::new()],
+        }
+    }
+
+    /// The node of `rel` (relative to the root), made if `make`.
+    fn node(&mut self, rel: &Path, make: bool) -> Option<usize> {
+        let mut n = 0;
+        for c in rel.components() {
+            let std::path::Component::Normal(c) = c else {
+                continue;
+            };
+            n = match self.nodes[n].get(c) {
+                Some(&k) => k,
+                None if make => self.child(n, c),
+                None => return None,
+            };
+        }
+        Some(n)
+    }
+
+    fn child(&mut self, n: usize, name: &OsStr) -> usize {
+        if let Some(&k) = self.nodes[n].get(name) {
+            return k;
+        }
+        let k = self.nodes.len();
+        self.nodes.push(HashMap::new());
+        self.nodes[n].insert(name.to_owned(), k);
+        k
+    }
+}
+
+/// Reads one layer into [`Names`]; removes nothing.
+struct Collect<'a> {
+    root: &'a Path,
+    names: &'a mut Names,
+}
+
+impl Policy for Collect<'_> {
+    type Dir = usize;
+
+    fn enter(&mut self, dir: &Path, _: &Stat) -> (usize, bool) {
+        let rel = dir.strip_prefix(self.root).unwrap_or(Path::new(""));
+        (self.names.node(rel, true).unwrap_or(0), false)
+    }
+
+    fn decide(&mut self, _: &Path, n: &usize, name: &OsStr, _: Option<&Stat>) -> Act {
+        self.names.child(*n, name);
+        Act::Enter
+    }
+}
+
+/// The rules, asked only about the names a snapshot layer holds.
+struct Changed<'a> {
+    root: &'a Path,
+    rules: Rules,
+    names: Names,
+}
+
+impl Policy for Changed<'_> {
+    type Dir = (DirRules, Option<usize>);
+
+    fn enter(&mut self, dir: &Path, st: &Stat) -> (Self::Dir, bool) {
+        let (d, asks) = self.rules.enter(dir, st);
+        let node = match dir.strip_prefix(self.root) {
+            Ok(rel) => self.names.node(rel, false),
+            Err(_) => None,
+        };
+        ((d, node), asks)
+    }
+
+    fn decide(&mut self, dir: &Path, d: &Self::Dir, name: &OsStr, st: Option<&Stat>) -> Act {
+        match d.1 {
+            Some(n) if self.names.nodes[n].contains_key(name) => {
+                self.rules.decide(dir, &d.0, name, st)
+            }
+            _ => Act::Keep,
+        }
+    }
+}
+
+/// What a cleanup did.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    pub swept: Swept,
+    /// Layers that guided it (0: every directory of `/` was read).
+    pub layers: usize,
+    /// Directories read in them.
+    pub layer_dirs: u64,
+}
+
+/// Sweep `/` for the agent; with `layers`, only the names the mounts
+/// [`LAYERS`]`/0..layers` hold, which are detached first. Any error stops
+/// it: the caller fails the start (fail closed), naming where.
+pub fn run(agent: &crate::config::Agent, layers: usize) -> Result<Cleaned, String> {
     let mounts = sbx_sys::idmap::mounts().map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    let mut rules = Rules::new(
-        agent.uid,
-        agent.gid,
-        &agent.home,
-        mounts.into_iter().map(|m| m.point),
-    );
-    sbx_sys::sweep::sweep(Path::new("/"), &mut rules).map_err(|e| e.to_string())
+    let points: Vec<PathBuf> = mounts.into_iter().map(|m| m.point).collect();
+    let mut names = Names::new();
+    let mut layer_dirs = 0;
+    for i in 0..layers {
+        let dir = Path::new(LAYERS).join(i.to_string());
+        // Only a mount sbx-run made: never a directory the image holds.
+        if !points.contains(&dir) {
+            return Err(format!(
+                "{}: not mounted: the snapshot's layer {i} is missing",
+                dir.display()
+            ));
+        }
+        let mut collect = Collect {
+            root: &dir,
+            names: &mut names,
+        };
+        layer_dirs += sbx_sys::sweep::sweep(&dir, &mut collect)
+            .map_err(|e| e.to_string())?
+            .dirs;
+        sbx_sys::idmap::detach(&dir).map_err(|e| format!("{}: unmount: {e}", dir.display()))?;
+        let _ = std::fs::remove_dir(&dir);
+    }
+    if layers > 0 {
+        let _ = std::fs::remove_dir(LAYERS);
+    }
+    let rules = Rules::new(agent.uid, agent.gid, &agent.home, points);
+    let swept = if layers > 0 {
+        let root = Path::new("/");
+        sbx_sys::sweep::sweep(root, &mut Changed { root, rules, names })
+    } else {
+        let mut rules = rules;
+        sbx_sys::sweep::sweep(Path::new("/"), &mut rules)
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(Cleaned {
+        swept,
+        layers,
+        layer_dirs,
+    })
 }
 
 #[cfg(test)]
@@ -158,6 +302,64 @@ mod tests {
             ino: 1,
             dir,
         }
+    }
+
+    /// Only what a layer names is looked at: the agent's files the
+    /// per-repo image holds stay, those the layer holds go, at any depth.
+    #[test]
+    fn the_layers_names_guide_the_sweep() {
+        use std::os::unix::fs::{PermissionsExt, chown};
+        if !nix::unistd::getuid().is_root() {
+            eprintln!("skipped: needs root (files of another uid)");
+            return;
+        }
+        const AGENT: u32 = 4242;
+        // Not under /tmp, whose every file goes.
+        let t = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (root, layer) = (t.path().join("root"), t.path().join("layer"));
+        let deep: PathBuf = std::iter::repeat_n("d", 40).collect();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        std::fs::create_dir_all(root.join("w").join(&deep)).unwrap();
+        std::fs::create_dir_all(root.join("x")).unwrap();
+        std::fs::create_dir_all(root.join("w/sub")).unwrap();
+        mode(&root.join("w"), 0o1777);
+        mode(&root.join("w").join(&deep), 0o1777);
+        chown(root.join("w/sub"), Some(AGENT), Some(AGENT)).unwrap();
+        let files = ["w/image", "w/planted", "w/sub/planted", "x/kept"];
+        let deep_f = Path::new("w").join(&deep).join("f");
+        for f in files.iter().map(Path::new).chain([deep_f.as_path()]) {
+            std::fs::write(root.join(f), "x").unwrap();
+            chown(root.join(f), Some(AGENT), Some(AGENT)).unwrap();
+            // The layer: the names the sandbox changed (content is not read).
+            if f != Path::new("w/image") {
+                let p = layer.join(f);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, "").unwrap();
+            }
+        }
+        let mut names = Names::new();
+        let mut collect = Collect {
+            root: &layer,
+            names: &mut names,
+        };
+        sbx_sys::sweep::sweep(&layer, &mut collect).unwrap();
+        let rules = Rules::new(AGENT, AGENT, Path::new("/nonexistent"), []);
+        let mut changed = Changed {
+            root: &root,
+            rules,
+            names,
+        };
+        sbx_sys::sweep::sweep(&root, &mut changed).unwrap();
+        // The image's stays; where the agent cannot write, its file stays.
+        assert!(root.join("w/image").exists());
+        assert!(root.join("x/kept").exists());
+        assert!(!root.join("w/planted").exists());
+        // Its directory goes whole; the deep file goes.
+        assert!(!root.join("w/sub").exists());
+        assert!(!root.join(&deep_f).exists());
+        assert!(root.join("w").join(&deep).exists());
     }
 
     /// Each row: directory, its owner/group/mode, entry name, entry's

@@ -189,6 +189,14 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     };
     assert_eq!(probe("hello-sbx").1, "hello-sbx");
     assert_eq!(probe("cat ~/note").1, "mine");
+    // The cleanup looked where the snapshot's one layer changed things,
+    // not at every directory of the image, and the layer is gone.
+    let logs = cleanup_line(&repo);
+    assert!(logs.contains("snapshot's 1 layer(s) changed"), "{logs}");
+    assert_eq!(
+        probe("ls /run/sbx-layers 2>&1; mount | grep -c sbx-layers").1,
+        "ls: cannot access '/run/sbx-layers': No such file or directory\n0"
+    );
     // As clean as a fresh sandbox: nothing the agent planted is there;
     // root's file in the world-writable directory and what the links
     // pointed at are.
@@ -202,6 +210,24 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
         assert_eq!(out(&o), "ok", "{}", text(&o));
     };
     clean(&repo);
+    // A snapshot of a sandbox made from one: both snapshot layers are
+    // looked at; what the agent planted in this one goes too.
+    let o = repo.exec("echo evil > /var/tmp/second && echo evil > /opt/shared/second && echo ok");
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "t2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = sbx()
+        .args(["start", "--from-snapshot", "t2", "-C"])
+        .arg(&repo.path)
+        .env("PASSED_TOKEN", "passed-value")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let logs = cleanup_line(&repo);
+    assert!(logs.contains("snapshot's 2 layer(s) changed"), "{logs}");
+    clean(&repo);
+    assert_eq!(probe("hello-sbx").1, "hello-sbx");
     // The guards hold as in a fresh start.
     assert_eq!(probe("wc -c < .env").1, "0");
     assert_eq!(probe("echo $PASSED_TOKEN").1, "passed-value");
@@ -275,6 +301,10 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     assert_eq!(out(&o), "hello-sbx\n77", "{}", text(&o));
     // The archive carried the agent's files; the start removed them.
     clean(&other);
+    // Its per-repo image is not the one the snapshot was made on: every
+    // directory was read.
+    let logs = cleanup_line(&other);
+    assert!(logs.contains("(every one)"), "{logs}");
 
     let _ = run(&other, &["rm", "--volumes"]);
     let o = run(&repo, &["stop"]);
@@ -286,6 +316,19 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     let _ = Command::new("docker")
         .args(["image", "rm", "--force", &image])
         .output();
+}
+
+/// The guest's line about the start-time cleanup (docker logs).
+fn cleanup_line(repo: &Repo) -> String {
+    let o = Command::new("docker")
+        .args(["logs", &repo_container(repo)])
+        .output()
+        .unwrap();
+    text(&o)
+        .lines()
+        .filter(|l| l.contains("snapshot cleanup"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn repo_container(repo: &Repo) -> String {

@@ -467,8 +467,9 @@ fn start_stopped(
         (&masks.0, &masks.1),
         false,
     )?;
-    if from.is_some() {
-        spec::from_snapshot(&mut s.run);
+    if let Some(snap) = from {
+        let layers = crate::snapshot::own_layers(snap, &ws.names.image)?;
+        spec::from_snapshot(&mut s.run, &layers);
     }
     if !network? {
         docker::output(&s.network.iter().map(String::as_str).collect::<Vec<_>>())?;

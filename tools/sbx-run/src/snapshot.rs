@@ -475,6 +475,54 @@ fn human_size(b: u64) -> String {
     }
 }
 
+/// The layers the snapshot image `snapshot` holds above the per-repo
+/// image `base`, top first, as the engine's overlay2 directories: what
+/// the sandbox changed, for the guest's cleanup to look at instead of the
+/// whole image (sbx-guest's snapclean.rs). Empty (the guest reads every
+/// directory) unless both are overlay2 images, `base`'s layers are the
+/// bottom of `snapshot`'s, and every path is one the engine makes.
+pub fn own_layers(snapshot: &str, base: &str) -> Result<Vec<PathBuf>, RunError> {
+    let (Some(s), Some(b)) = (
+        docker::inspect("image", snapshot)?,
+        docker::inspect("image", base)?,
+    ) else {
+        return Ok(Vec::new());
+    };
+    Ok(layers_above(&s, &b))
+}
+
+/// [`own_layers`] of two `docker image inspect` objects.
+pub fn layers_above(snapshot: &Value, base: &Value) -> Vec<PathBuf> {
+    fn chain(img: &Value) -> Option<Vec<&str>> {
+        let gd = img.get("GraphDriver")?;
+        if gd.get("Name")?.as_str()? != "overlay2" {
+            return None;
+        }
+        let data = gd.get("Data")?;
+        let mut c = vec![data.get("UpperDir")?.as_str()?];
+        if let Some(l) = data.get("LowerDir").and_then(Value::as_str) {
+            c.extend(l.split(':'));
+        }
+        // /var/lib/docker/overlay2/<id>/diff: nothing a bind's options
+        // could misread (commas, quotes), nothing relative.
+        let plain = |p: &&str| {
+            p.starts_with('/')
+                && p.ends_with("/diff")
+                && !p.contains("/../")
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b))
+        };
+        c.iter().all(plain).then_some(c)
+    }
+    let (Some(s), Some(b)) = (chain(snapshot), chain(base)) else {
+        return Vec::new();
+    };
+    match s.len().checked_sub(b.len()) {
+        Some(n) if n > 0 && s[n..] == b[..] => s[..n].iter().map(PathBuf::from).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The image `start --from-snapshot [ID]` starts from: the newest, or ID,
 /// which must be this workspace's (another's is refused, named, 77).
 pub fn resolve(ws: &Workspace, id: Option<&str>) -> Result<String, RunError> {
@@ -936,6 +984,53 @@ fn label_as(ws: &Workspace, loaded: &str, image: &str, id: &str) -> Result<(), R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The snapshot's own layers are those above the per-repo image's,
+    /// and only when the engine's paths are plain overlay2 directories.
+    #[test]
+    fn own_layers_are_those_above_the_repo_image() {
+        let img = |upper: &str, lower: &[&str]| {
+            let mut d = serde_json::json!({"UpperDir": upper, "MergedDir": "/x/merged"});
+            if !lower.is_empty() {
+                d["LowerDir"] = lower.join(":").into();
+            }
+            serde_json::json!({"GraphDriver": {"Name": "overlay2", "Data": d}})
+        };
+        let o = |id: &str| format!("/var/lib/docker/overlay2/{id}/diff");
+        let (a, b, c, s1, s2) = (o("a"), o("b"), o("c"), o("s1"), o("s2"));
+        let base = img(&c, &[&b, &a]);
+        let want = |v: &[&String]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(layers_above(&img(&s1, &[&c, &b, &a]), &base), want(&[&s1]));
+        assert_eq!(
+            layers_above(&img(&s2, &[&s1, &c, &b, &a]), &base),
+            want(&[&s2, &s1])
+        );
+        // Another base (a rebuilt per-repo image), the base itself, no
+        // lower layers at all, another driver, a path docker would not
+        // make: every directory is read.
+        for (snap, base) in [
+            (img(&s1, &[&o("c2"), &b, &a]), &base),
+            (img(&c, &[&b, &a]), &base),
+            (img(&s1, &[]), &base),
+            (img(&s1, &[&c, &b, &a]), &img(&c, &[&b])),
+        ] {
+            assert!(layers_above(&snap, base).is_empty(), "{snap}");
+        }
+        let mut vfs = img(&s1, &[&c, &b, &a]);
+        vfs["GraphDriver"]["Name"] = "vfs".into();
+        assert!(layers_above(&vfs, &base).is_empty());
+        for bad in [
+            "/x/a,readonly=false/diff",
+            "rel/diff",
+            "/x/../../etc/diff",
+            "/x/a",
+        ] {
+            assert!(
+                layers_above(&img(bad, &[&c, &b, &a]), &base).is_empty(),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn a_name_docker_s_loader_reads_as_the_manifest_is_the_manifest() {

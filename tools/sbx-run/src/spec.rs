@@ -59,17 +59,32 @@ pub const GUEST: &str = "/usr/local/bin/sbx-guest";
 /// the snapshot holds of the agent's before anything starts (snapshot.rs).
 pub const FROM_SNAPSHOT: &str = "--from-snapshot";
 
+/// Where the guest finds the snapshot's layers (sbx-guest's snapclean.rs).
+pub const SNAPSHOT_LAYERS: &str = "/run/sbx-layers";
+
 /// Make `run` (a `docker run` argv from [`build`]) start the guest with
 /// [`FROM_SNAPSHOT`]: an argument after the image, which the image's
-/// config cannot preset or leave out.
-pub fn from_snapshot(run: &mut Vec<String>) {
+/// config cannot preset or leave out. `layers` (from
+/// [`crate::snapshot::own_layers`]) are bound read-only for its cleanup.
+pub fn from_snapshot(run: &mut Vec<String>, layers: &[PathBuf]) {
     let n = run.len();
     // Never a start without it: a panic, no container.
     assert!(
-        n >= 4 && run[n - 4..n - 2] == ["init", "--"],
+        n >= 5 && run[n - 4..n - 2] == ["init", "--"],
         "the guest's command ends the docker run argv"
     );
-    run.insert(n - 3, FROM_SNAPSHOT.into());
+    let mut flags = vec![FROM_SNAPSHOT.to_owned()];
+    if !layers.is_empty() {
+        flags.extend(["--snapshot-layers".into(), layers.len().to_string()]);
+    }
+    run.splice(n - 3..n - 3, flags);
+    let mounts = layers.iter().enumerate().flat_map(|(i, l)| {
+        [
+            "--mount".into(),
+            bind(l, &format!("{SNAPSHOT_LAYERS}/{i}"), true),
+        ]
+    });
+    run.splice(n - 5..n - 5, mounts.collect::<Vec<String>>());
 }
 
 /// The host directory of one sandbox, mounted at /run/sbx/host: the guest

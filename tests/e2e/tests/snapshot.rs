@@ -346,6 +346,62 @@ fn repo_container(repo: &Repo) -> String {
         .to_owned()
 }
 
+/// A sandbox whose image has as many layers as the engine allows (125:
+/// a chain of starts from snapshots of snapshots ends there) cannot be
+/// snapshotted: one line naming the limit and what to do, exit 69, no
+/// new snapshot listed, the sandbox running on.
+#[test]
+fn a_snapshot_past_the_engines_layer_limit_is_refused_and_named() {
+    if !base_image() {
+        return;
+    }
+    let tag = std::env::var("SBX_BASE_TAG")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "latest".into());
+    let base = format!("agent-sandbox-base:{tag}");
+    let n: usize = sh(Command::new("docker").args([
+        "image",
+        "inspect",
+        "--format",
+        "{{len .RootFS.Layers}}",
+        &base,
+    ]))
+    .trim()
+    .parse()
+    .unwrap();
+    let repo = Repo::new("deep");
+    repo.git(&["init", "-q", "-b", "main"]);
+    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // One COPY, one layer: 124 in all.
+    let dir = repo.path.join(".agent-sandbox");
+    std::fs::write(dir.join("layer"), "x\n").unwrap();
+    let copies: String = (n..124)
+        .map(|i| format!("COPY layer /opt/l{i}\n"))
+        .collect();
+    std::fs::write(dir.join("Dockerfile"), format!("FROM {base}\n{copies}")).unwrap();
+    let o = run(&repo, &["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&repo, &["snapshot"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The snapshot has 125 layers: it starts, and cannot take another.
+    let o = run(&repo, &["start", "--from-snapshot"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&repo, &["snapshot"]);
+    assert_eq!(o.status.code(), Some(69), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("limit of 125") && t.contains("sbx-run rm"),
+        "{t}"
+    );
+    assert_eq!(t.trim().lines().count(), 1, "{t}");
+    let o = run(&repo, &["--json", "snapshots"]);
+    assert_eq!(out(&o).lines().count(), 1, "{}", text(&o));
+    assert_eq!(out(&repo.exec("echo alive")), "alive");
+    let _ = run(&repo, &["rm", "--volumes"]);
+}
+
 /// Removing a snapshot's image takes that image only: docker's own
 /// pruning would also delete untagged parents further down (an older
 /// per-repository image, layers a concurrent build uses), which

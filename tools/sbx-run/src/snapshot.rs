@@ -159,11 +159,11 @@ pub fn snapshot(
         Ok(Ok(h)) => h,
         Ok(Err(e)) => {
             let _ = remove_image(&image);
-            return Err(disk_full(&name, e));
+            return Err(too_deep(&name, disk_full(&name, e)));
         }
         Err(e) => {
             let _ = remove_image(&image);
-            return Err(disk_full(&name, e.into()));
+            return Err(too_deep(&name, disk_full(&name, e.into())));
         }
     };
     let base = image_size(&ws.names.image);
@@ -216,6 +216,24 @@ fn disk_full(container: &str, e: BoxError) -> BoxError {
         ),
     )
     .into()
+}
+
+/// The engine's layer limit (125 for overlay2): a sandbox started from a
+/// snapshot of a snapshot… adds a layer each time. One line saying so
+/// and what to do, not docker's "max depth exceeded" as an internal error.
+fn too_deep(container: &str, e: BoxError) -> BoxError {
+    if !e.to_string().contains("max depth exceeded") {
+        return e;
+    }
+    Box::new(sbx_core::error::Message::new(
+        sbx_core::Exit::Unavailable,
+        format!(
+            "{container}: the engine cannot add a layer to its image (docker's limit of 125; \
+             every start from a snapshot adds one): none was kept and the sandbox runs on; \
+             for a new chain, start anew from the per-repo image (`sbx-run rm`, then `sbx-run \
+             start`: the home's volume stays) and snapshot that"
+        ),
+    ))
 }
 
 /// The commit message of the first commit of a snapshot taken before the

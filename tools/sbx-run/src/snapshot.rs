@@ -509,8 +509,21 @@ pub fn own_layers(snapshot: &str, base: &str) -> Result<Vec<PathBuf>, RunError> 
     Ok(layers_above(&s, &b))
 }
 
+/// The label of a base image whose guest takes `--snapshot-layers`
+/// (base-image/Dockerfile); images made on it inherit it.
+pub const LABEL_GUEST_LAYERS: &str = "sbx.guest.snapshot-layers";
+
 /// [`own_layers`] of two `docker image inspect` objects.
 pub fn layers_above(snapshot: &Value, base: &Value) -> Vec<PathBuf> {
+    // An older guest would refuse the flag (the start fails) or, were it
+    // only mounted, leave the layers in sight of the agent.
+    if snapshot
+        .pointer(&format!("/Config/Labels/{LABEL_GUEST_LAYERS}"))
+        .and_then(Value::as_str)
+        != Some("1")
+    {
+        return Vec::new();
+    }
     fn chain(img: &Value) -> Option<Vec<&str>> {
         let gd = img.get("GraphDriver")?;
         if gd.get("Name")?.as_str()? != "overlay2" {
@@ -1012,7 +1025,10 @@ mod tests {
             if !lower.is_empty() {
                 d["LowerDir"] = lower.join(":").into();
             }
-            serde_json::json!({"GraphDriver": {"Name": "overlay2", "Data": d}})
+            serde_json::json!({
+                "GraphDriver": {"Name": "overlay2", "Data": d},
+                "Config": {"Labels": {LABEL_GUEST_LAYERS: "1"}},
+            })
         };
         let o = |id: &str| format!("/var/lib/docker/overlay2/{id}/diff");
         let (a, b, c, s1, s2) = (o("a"), o("b"), o("c"), o("s1"), o("s2"));
@@ -1037,6 +1053,10 @@ mod tests {
         let mut vfs = img(&s1, &[&c, &b, &a]);
         vfs["GraphDriver"]["Name"] = "vfs".into();
         assert!(layers_above(&vfs, &base).is_empty());
+        // A guest that does not say it reads layers gets none.
+        let mut old = img(&s1, &[&c, &b, &a]);
+        old["Config"]["Labels"] = serde_json::json!({});
+        assert!(layers_above(&old, &base).is_empty());
         for bad in [
             "/x/a,readonly=false/diff",
             "rel/diff",

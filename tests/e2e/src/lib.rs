@@ -99,6 +99,14 @@ pub fn test_image() -> String {
     sbx_run::image::ensure_bootstrap().unwrap_or_else(|e| panic!("bootstrap image: {e}"))
 }
 
+/// The base image's tag (`$SBX_BASE_TAG`, else latest), as sbx-run reads it.
+pub fn base_tag() -> String {
+    std::env::var("SBX_BASE_TAG")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "latest".into())
+}
+
 /// The base image (`build-base --bootstrap --no-ai-clis`, tag
 /// `$SBX_BASE_TAG` or latest, which sbx-run also reads) with
 /// the freshly built sbx binaries, once per test process and one process
@@ -511,11 +519,7 @@ pub fn ai_base() -> Option<String> {
         if !prerequisite(docker_ready(), "a running Docker engine") {
             return None;
         }
-        let base = std::env::var("SBX_BASE_TAG")
-            .ok()
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| "latest".into());
-        let tag = format!("{base}-ai");
+        let tag = format!("{}-ai", base_tag());
         let lock = std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
         let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| e)

@@ -20,11 +20,7 @@ fn an_image_without_sbx_backup_refuses_a_config_with_backups() {
             std::os::unix::fs::symlink(&src, tools.path().join(t)).unwrap();
         }
     }
-    let base = std::env::var("SBX_BASE_TAG")
-        .ok()
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "latest".into());
-    let tag = format!("{base}-nobackup");
+    let tag = format!("{}-nobackup", sbx_e2e::base_tag());
     let o = sbx()
         .env("SBX_BIN_DIR", tools.path())
         .args([

@@ -355,11 +355,7 @@ fn a_snapshot_past_the_engines_layer_limit_is_refused_and_named() {
     if !base_image() {
         return;
     }
-    let tag = std::env::var("SBX_BASE_TAG")
-        .ok()
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "latest".into());
-    let base = format!("agent-sandbox-base:{tag}");
+    let base = format!("agent-sandbox-base:{}", sbx_e2e::base_tag());
     let n: usize = sh(Command::new("docker").args([
         "image",
         "inspect",

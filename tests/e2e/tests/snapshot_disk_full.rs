@@ -206,11 +206,7 @@ fn a_disk_that_fills_mid_commit_leaves_no_snapshot_and_the_sandbox_running() {
     {
         return;
     }
-    let tag = std::env::var("SBX_BASE_TAG")
-        .ok()
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "latest".into());
-    let base = format!("agent-sandbox-base:{tag}");
+    let base = format!("agent-sandbox-base:{}", sbx_e2e::base_tag());
     let size: u64 = sh(Command::new("docker").args(["image", "inspect", "-f", "{{.Size}}", &base]))
         .trim()
         .parse()

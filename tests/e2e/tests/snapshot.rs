@@ -175,14 +175,17 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     assert!(!env.contains("passed-value"), "{env}");
 
     // The container goes; the sandbox comes back from the snapshot.
-    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
-    let o = sbx()
-        .args(["start", "--from-snapshot", "t1", "-C"])
-        .arg(&repo.path)
-        .env("PASSED_TOKEN", "passed-value")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    let anew_from = |tag: &str| {
+        sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+        let o = sbx()
+            .args(["start", "--from-snapshot", tag, "-C"])
+            .arg(&repo.path)
+            .env("PASSED_TOKEN", "passed-value")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    anew_from("t1");
     let probe = |s: &str| {
         let o = repo.exec(s);
         (o.status.code(), out(&o))
@@ -216,14 +219,7 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     assert_eq!(out(&o), "ok", "{}", text(&o));
     let o = run(&repo, &["snapshot", "--tag", "t2"]);
     assert!(o.status.success(), "{}", text(&o));
-    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
-    let o = sbx()
-        .args(["start", "--from-snapshot", "t2", "-C"])
-        .arg(&repo.path)
-        .env("PASSED_TOKEN", "passed-value")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    anew_from("t2");
     let logs = cleanup_line(&repo);
     assert!(logs.contains("snapshot's 2 layer(s) changed"), "{logs}");
     clean(&repo);

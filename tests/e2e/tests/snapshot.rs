@@ -318,6 +318,61 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
         .output();
 }
 
+/// The agent fills a layer with more names than PID 1 may hold (long
+/// ones, cheap to make): a sandbox made from the snapshot still starts,
+/// reading every directory instead of holding the layer's names, and
+/// what the agent planted is gone. Held whole, the names ran the guest
+/// out of the sandbox's memory and the snapshot never started.
+#[test]
+fn a_layer_filled_with_names_still_starts() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("snapfill");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[sandbox]\nmemory = \"64m\"\n",
+    )
+    .unwrap();
+    let o = run(&repo, &["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // 250,000 names of 200 bytes: ~90 MB held whole, 8 MiB allowed.
+    let o = repo.exec(
+        "python3 -c 'import os; [open(\"/var/tmp/fill/%d/%0200d\" % (d, f), \"w\").close() \
+         for d in range(250) if os.makedirs(\"/var/tmp/fill/%d\" % d) is None \
+         for f in range(1000)]' && echo evil > /var/tmp/planted && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "full"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let image = {
+        let o = run(&repo, &["--json", "snapshots"]);
+        let v: serde_json::Value = serde_json::from_str(out(&o).lines().last().unwrap()).unwrap();
+        v["data"]["image"].as_str().unwrap().to_owned()
+    };
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = run(&repo, &["start", "--from-snapshot", "full"]);
+    let logs = cleanup_line(&repo);
+    assert!(o.status.success(), "{}\n{logs}", text(&o));
+    assert!(
+        logs.contains("every one: the snapshot's layers name more than 8 MiB hold"),
+        "{logs}"
+    );
+    let o = repo.exec("ls /var/tmp/fill /var/tmp/planted 2>&1 | wc -l; mount | grep -c sbx-layers");
+    assert_eq!(out(&o), "2\n0", "{}", text(&o));
+
+    let _ = run(&repo, &["rm", "--volumes"]);
+    let _ = Command::new("docker")
+        .args(["image", "rm", "--force", "--no-prune", &image])
+        .output();
+}
+
 /// The guest's line about the start-time cleanup (docker logs).
 fn cleanup_line(repo: &Repo) -> String {
     let o = Command::new("docker")

@@ -318,6 +318,77 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
         .output();
 }
 
+/// A name beginning with `.wh.` is a removal in docker's image layers:
+/// the agent, which cannot remove root's file from a world-writable
+/// directory (sticky), could have it gone from the next snapshot by
+/// making `.wh.` and its name beside it (or `.wh..wh..opq`: all the
+/// directory held), wherever root's file is in a layer below: the
+/// per-repo image, an earlier snapshot. The snapshot is refused, the
+/// sandbox runs on, and once the name is gone the snapshot keeps root's
+/// files.
+#[test]
+fn a_whiteout_name_is_refused_and_root_s_files_stay() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("snapwh");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&repo, &["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = as_root(
+        &repo,
+        "mkdir -m 1777 /opt/shared && echo root > /opt/shared/roots \
+         && echo root > /var/tmp/rootfile && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    // Root's files in a layer below: a snapshot, and a sandbox made from it.
+    let o = run(&repo, &["snapshot", "--tag", "roots"]);
+    assert!(o.status.success(), "{}", text(&o));
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = run(&repo, &["start", "--from-snapshot", "roots"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = repo.exec(
+        "rm -f /opt/shared/roots 2>/dev/null; touch /opt/shared/.wh.roots /var/tmp/.wh..wh..opq \
+         && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "wh"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains(".wh."), "{}", text(&o));
+    let o = run(&repo, &["--json", "snapshots"]);
+    assert!(!out(&o).contains("\"tag\":\"wh\""), "{}", text(&o));
+    // Not left paused.
+    assert_eq!(out(&repo.exec("echo alive")), "alive");
+    let o = repo.exec("rm /opt/shared/.wh.roots /var/tmp/.wh..wh..opq && echo ok");
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "wh"]);
+    assert!(o.status.success(), "{}", text(&o));
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = run(&repo, &["start", "--from-snapshot", "wh"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = repo.exec("cat /opt/shared/roots /var/tmp/rootfile");
+    assert_eq!(out(&o), "root\nroot", "{}", text(&o));
+
+    let o = run(&repo, &["--json", "snapshots"]);
+    let images: Vec<String> = out(&o)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["data"]["image"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(images.len(), 2, "{}", text(&o));
+    let _ = run(&repo, &["rm", "--volumes"]);
+    for image in images.iter().rev() {
+        let _ = Command::new("docker")
+            .args(["image", "rm", "--force", "--no-prune", image])
+            .output();
+    }
+}
+
 /// The agent fills a layer with more names than PID 1 may hold (long
 /// ones, cheap to make): a sandbox made from the snapshot still starts,
 /// reading every directory instead of holding the layer's names, and

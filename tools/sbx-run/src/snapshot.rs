@@ -262,7 +262,50 @@ fn make_image(ws: &Workspace, c: &Value, container: &str, image: &str) -> Result
         json(&[spec::GUEST, "init", spec::FROM_SNAPSHOT, "--"])
     ));
     changes.push(format!("CMD {}", json(&["sleep", "infinity"])));
-    docker::commit(container, image, &changes)
+    // Paused from the check to the commit: what is committed is what was
+    // checked (the commit leaves a paused container paused).
+    docker::output(&["pause", container])?;
+    let made = docker::output(&["diff", container]).and_then(|d| match forged_whiteout(&d) {
+        None => docker::commit(container, image, &changes),
+        Some(p) => {
+            audit::append(
+                &Record::new(
+                    "sbx-run",
+                    "snapshot",
+                    container,
+                    Outcome::Blocked,
+                    "whiteout-name",
+                )
+                .reason(&p),
+            );
+            Err(RunError::BadWorkspace(format!(
+                "{container}: {p}: docker's image layers read a name beginning with .wh. as the \
+                 removal of its namesake, so a snapshot would lose files the sandbox cannot \
+                 remove (another's in /tmp, /var/tmp, a world-writable directory): none was \
+                 taken; remove it (`sbx-run exec --root rm`), then snapshot again"
+            )))
+        }
+    });
+    let unpaused = docker::output(&["unpause", container]).map(drop);
+    made.and(unpaused)
+}
+
+/// The first path `docker diff` lists whose name begins with `.wh.`
+/// (shown escaped): docker's layer format has no way to hold one. In a
+/// layer, `.wh.NAME` removes NAME from the layers below and `.wh..wh..opq`
+/// hides everything its directory held, so an agent that may create names
+/// in a world-writable directory, and no more, could have root's files
+/// there gone from the snapshot. Overlayfs itself never makes such a name
+/// (its removals are device nodes, which docker converts). Every line is
+/// looked at, whatever its prefix: a name with a newline in it yields a
+/// line of its own, so a `.wh.` name can only be over-reported.
+pub fn forged_whiteout(diff: &str) -> Option<String> {
+    diff.lines()
+        .find(|l| l.rsplit('/').next().is_some_and(|n| n.starts_with(".wh.")))
+        .map(|l| {
+            let p = l.split_once(' ').map_or(l, |(_, p)| p);
+            sbx_core::sanitize::field(p).into_owned()
+        })
 }
 
 /// Remove a snapshot's image, and its raw commit when nothing else is
@@ -984,6 +1027,30 @@ fn label_as(ws: &Workspace, loaded: &str, image: &str, id: &str) -> Result<(), R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `docker diff`'s lines: a name docker's layers read as a removal is
+    /// found wherever it is, and nothing else is.
+    #[test]
+    fn a_whiteout_name_is_found_in_docker_diff() {
+        let clean = "C /var\nC /var/tmp\nA /var/tmp/x.wh.y\nA /var/tmp/.whx\nD /var/tmp/gone\n";
+        assert_eq!(forged_whiteout(clean), None);
+        for (diff, want) in [
+            (
+                "C /opt/shared\nA /opt/shared/.wh.roots\n",
+                "/opt/shared/.wh.roots",
+            ),
+            (
+                "C /var/tmp\nA /var/tmp/.wh..wh..opq\n",
+                "/var/tmp/.wh..wh..opq",
+            ),
+            ("A /tmp/.wh.d\nA /tmp/.wh.d/f\n", "/tmp/.wh.d"),
+            // A name with a newline: its second line has no kind.
+            ("A /tmp/a\nb/.wh.c\n", "b/.wh.c"),
+            ("A /tmp/.wh.\u{1b}[2J\n", "/tmp/.wh.\\e[2J"),
+        ] {
+            assert_eq!(forged_whiteout(diff).as_deref(), Some(want), "{diff:?}");
+        }
+    }
 
     /// The snapshot's own layers are those above the per-repo image's,
     /// and only when the engine's paths are plain overlay2 directories.

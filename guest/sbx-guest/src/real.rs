@@ -563,9 +563,13 @@ pub fn init(paths: &Paths, command: Vec<OsString>, from_snapshot: Option<usize>)
                 "sbx-guest: snapshot cleanup: {} entries removed, {} directories read ({}) ({} ms)",
                 c.swept.removed,
                 c.swept.dirs,
-                match c.layers {
-                    0 => "every one".to_owned(),
-                    n => format!(
+                match (c.layers, c.too_many) {
+                    (0, Some(max)) => format!(
+                        "every one: the snapshot's layers name more than {} MiB hold",
+                        max >> 20
+                    ),
+                    (0, None) => "every one".to_owned(),
+                    (n, _) => format!(
                         "where the snapshot's {n} layer(s) changed, {} directories",
                         c.layer_dirs
                     ),

@@ -20,6 +20,10 @@
 //! changed is a name in one of them, so the sweep of `/` looks only at
 //! those names instead of reading every directory of the image (~5,600,
 //! 150 ms). What the per-repo image itself holds was never the agent's.
+//! The names are held whole (~150 bytes each), so the agent could fill a
+//! layer until PID 1 runs out of memory and the snapshot never starts:
+//! past a share of the sandbox's memory the guest reads every directory
+//! instead (one directory's names at a time).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -148,12 +152,37 @@ impl Policy for Rules {
 #[derive(Debug, Default)]
 struct Names {
     nodes: Vec<HashMap<OsString, usize>>,
+    /// What they cost, about ([`NAME_COST`] and each name's bytes).
+    bytes: u64,
+}
+
+/// What one name of [`Names`] costs besides its bytes (a map per node,
+/// its entry in its parent's, the allocation), measured: ~150 bytes.
+const NAME_COST: u64 = 160;
+
+/// The bytes of names the guest holds at most: an eighth of the
+/// sandbox's memory (`limit`, its cgroup's; 4 GiB, sbx-run's default,
+/// where none is set).
+fn budget(limit: Option<u64>) -> u64 {
+    limit.unwrap_or(4 << 30) / 8
+}
+
+/// The container's memory limit (cgroup v2, then v1); None if unlimited.
+fn memory_limit() -> Option<u64> {
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .and_then(|t| t.trim().parse().ok())
 }
 
 impl Names {
     fn new() -> Self {
         Names {
             nodes: vec![HashMap::new()],
+            bytes: 0,
         }
     }
 
@@ -178,16 +207,25 @@ impl Names {
             return k;
         }
         let k = self.nodes.len();
+        self.bytes += NAME_COST + name.len() as u64;
         self.nodes.push(HashMap::new());
         self.nodes[n].insert(name.to_owned(), k);
         k
     }
 }
 
-/// Reads one layer into [`Names`]; removes nothing.
+/// Reads one layer into [`Names`]; removes nothing. Past `max` bytes of
+/// names it stops taking any and enters nothing more.
 struct Collect<'a> {
     root: &'a Path,
     names: &'a mut Names,
+    max: u64,
+}
+
+impl Collect<'_> {
+    fn full(&self) -> bool {
+        self.names.bytes > self.max
+    }
 }
 
 impl Policy for Collect<'_> {
@@ -199,9 +237,33 @@ impl Policy for Collect<'_> {
     }
 
     fn decide(&mut self, _: &Path, n: &usize, name: &OsStr, _: Option<&Stat>) -> Act {
+        if self.full() {
+            return Act::Keep;
+        }
         self.names.child(*n, name);
         Act::Enter
     }
+}
+
+/// The names the layers `dirs` hold, and the directories read; None past
+/// `max` bytes of names (read every directory instead).
+fn collect(dirs: &[PathBuf], max: u64) -> Result<Option<(Names, u64)>, String> {
+    let mut names = Names::new();
+    let mut read = 0;
+    for dir in dirs {
+        let mut c = Collect {
+            root: dir,
+            names: &mut names,
+            max,
+        };
+        read += sbx_sys::sweep::sweep(dir, &mut c)
+            .map_err(|e| e.to_string())?
+            .dirs;
+        if c.full() {
+            return Ok(None);
+        }
+    }
+    Ok(Some((names, read)))
 }
 
 /// The rules, asked only about the names a snapshot layer holds.
@@ -241,51 +303,69 @@ pub struct Cleaned {
     pub layers: usize,
     /// Directories read in them.
     pub layer_dirs: u64,
+    /// The layers' names took more than this many bytes to hold: every
+    /// directory was read instead.
+    pub too_many: Option<u64>,
 }
 
 /// Sweep `/` for the agent; with `layers`, only the names the mounts
-/// [`LAYERS`]`/0..layers` hold, which are detached first. Any error stops
-/// it: the caller fails the start (fail closed), naming where.
+/// [`LAYERS`]`/0..layers` hold, which are detached first, whatever else
+/// happens (a layer the agent filled past [`budget`]: every directory is
+/// read). Any error stops it: the caller fails the start (fail closed),
+/// naming where.
 pub fn run(agent: &crate::config::Agent, layers: usize) -> Result<Cleaned, String> {
     let mounts = sbx_sys::idmap::mounts().map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
     let points: Vec<PathBuf> = mounts.into_iter().map(|m| m.point).collect();
-    let mut names = Names::new();
-    let mut layer_dirs = 0;
-    for i in 0..layers {
-        let dir = Path::new(LAYERS).join(i.to_string());
-        // Only a mount sbx-run made: never a directory the image holds.
-        if !points.contains(&dir) {
-            return Err(format!(
-                "{}: not mounted: the snapshot's layer {i} is missing",
-                dir.display()
-            ));
-        }
-        let mut collect = Collect {
-            root: &dir,
-            names: &mut names,
-        };
-        layer_dirs += sbx_sys::sweep::sweep(&dir, &mut collect)
-            .map_err(|e| e.to_string())?
-            .dirs;
-        sbx_sys::idmap::detach(&dir).map_err(|e| format!("{}: unmount: {e}", dir.display()))?;
-        let _ = std::fs::remove_dir(&dir);
+    let dirs: Vec<PathBuf> = (0..layers)
+        .map(|i| Path::new(LAYERS).join(i.to_string()))
+        .collect();
+    // Only mounts sbx-run made: never a directory the image holds.
+    let missing = dirs.iter().position(|d| !points.contains(d));
+    let max = budget(memory_limit());
+    let collected = match missing {
+        Some(i) => Err(format!(
+            "{}: not mounted: the snapshot's layer {i} is missing",
+            dirs[i].display()
+        )),
+        None => collect(&dirs, max),
+    };
+    // Gone before anything else runs, read or not.
+    for d in dirs.iter().filter(|d| points.contains(d)) {
+        sbx_sys::idmap::detach(d).map_err(|e| format!("{}: unmount: {e}", d.display()))?;
+        let _ = std::fs::remove_dir(d);
     }
     if layers > 0 {
         let _ = std::fs::remove_dir(LAYERS);
     }
     let rules = Rules::new(agent.uid, agent.gid, &agent.home, points);
-    let swept = if layers > 0 {
-        let root = Path::new("/");
-        sbx_sys::sweep::sweep(root, &mut Changed { root, rules, names })
-    } else {
-        let mut rules = rules;
-        sbx_sys::sweep::sweep(Path::new("/"), &mut rules)
-    }
-    .map_err(|e| e.to_string())?;
+    let root = Path::new("/");
+    clean(root, rules, collected?, (layers, max))
+}
+
+/// The sweep of `root`, guided by the `names` of `layers` layers when
+/// [`collect`] kept them (at most `max` bytes).
+fn clean(
+    root: &Path,
+    rules: Rules,
+    names: Option<(Names, u64)>,
+    (layers, max): (usize, u64),
+) -> Result<Cleaned, String> {
+    let too_many = (layers > 0 && names.is_none()).then_some(max);
+    let (swept, layers, layer_dirs) = match names {
+        Some((names, read)) if layers > 0 => {
+            let mut changed = Changed { root, rules, names };
+            (sbx_sys::sweep::sweep(root, &mut changed), layers, read)
+        }
+        _ => {
+            let mut rules = rules;
+            (sbx_sys::sweep::sweep(root, &mut rules), 0, 0)
+        }
+    };
     Ok(Cleaned {
-        swept,
+        swept: swept.map_err(|e| e.to_string())?,
         layers,
         layer_dirs,
+        too_many,
     })
 }
 
@@ -343,6 +423,7 @@ mod tests {
         let mut collect = Collect {
             root: &layer,
             names: &mut names,
+            max: u64::MAX,
         };
         sbx_sys::sweep::sweep(&layer, &mut collect).unwrap();
         let rules = Rules::new(AGENT, AGENT, Path::new("/nonexistent"), []);
@@ -360,6 +441,69 @@ mod tests {
         assert!(!root.join("w/sub").exists());
         assert!(!root.join(&deep_f).exists());
         assert!(root.join("w").join(&deep).exists());
+    }
+
+    /// A layer naming more than the guest may hold (the agent
+    /// filled it to run PID 1 out of memory): the names stop being taken
+    /// at the budget and every directory is read instead, so what the
+    /// agent planted still goes and the start still finishes.
+    #[test]
+    fn a_layer_past_the_budget_is_not_held() {
+        use std::os::unix::fs::{PermissionsExt, chown};
+        if !nix::unistd::getuid().is_root() {
+            eprintln!("skipped: needs root (files of another uid)");
+            return;
+        }
+        const AGENT: u32 = 4243;
+        let t = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (root, layer) = (t.path().join("root"), t.path().join("layer"));
+        std::fs::create_dir_all(root.join("w")).unwrap();
+        std::fs::set_permissions(root.join("w"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        // The agent's file the layer names, past its filler.
+        std::fs::create_dir_all(layer.join("fill")).unwrap();
+        for i in 0..50 {
+            std::fs::write(layer.join("fill").join(i.to_string()), "").unwrap();
+        }
+        std::fs::create_dir_all(layer.join("w")).unwrap();
+        std::fs::write(layer.join("w/planted"), "").unwrap();
+        std::fs::write(root.join("w/planted"), "x").unwrap();
+        chown(root.join("w/planted"), Some(AGENT), Some(AGENT)).unwrap();
+        let rules = || Rules::new(AGENT, AGENT, Path::new("/nonexistent"), []);
+
+        // Within the budget: guided by the layer.
+        let got = collect(std::slice::from_ref(&layer), 1000 * NAME_COST).unwrap();
+        assert_eq!(got.as_ref().map(|(n, _)| n.nodes.len()), Some(54));
+
+        // Past it: not held, and no more than the budget was taken.
+        let mut names = Names::new();
+        let mut c = Collect {
+            root: &layer,
+            names: &mut names,
+            max: 10 * NAME_COST,
+        };
+        sbx_sys::sweep::sweep(&layer, &mut c).unwrap();
+        // It stopped at the name that went past.
+        let max = 10 * NAME_COST;
+        assert!(
+            names.bytes > max && names.bytes <= max + NAME_COST + 255,
+            "{}",
+            names.bytes
+        );
+        assert!(names.nodes.len() < 13, "{}", names.nodes.len());
+        let got = collect(std::slice::from_ref(&layer), 10 * NAME_COST).unwrap();
+        assert!(got.is_none(), "held past the budget");
+        let c = clean(&root, rules(), got, (1, 10 * NAME_COST)).unwrap();
+        assert_eq!((c.layers, c.too_many), (0, Some(10 * NAME_COST)), "{c:?}");
+        assert!(!root.join("w/planted").exists());
+        assert!(root.join("w").exists());
+    }
+
+    /// An eighth of the sandbox's memory, sbx-run's 4 GiB where unset.
+    #[test]
+    fn the_budget_follows_the_memory_limit() {
+        assert_eq!(budget(None), budget(Some(4 << 30)));
+        assert_eq!(budget(Some(4 << 30)), 512 << 20);
+        assert_eq!(budget(Some(64 << 20)), 8 << 20);
     }
 
     /// Each row: directory, its owner/group/mode, entry name, entry's

@@ -133,9 +133,9 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     // What it plants is in the snapshot's image (one commit of the
     // container); the start from it removes it, following nothing: links
     // to root's files and to the guards' state, a FIFO (a reader would
-    // hang), a tree deeper than PATH_MAX, a name with a newline, a
-    // directory it locked (mode 000), and a file in a world-writable
-    // directory root made outside /tmp.
+    // hang), a tree nearly as deep as PATH_MAX (docker's commit keeps no
+    // deeper path), a name with a newline, a directory it locked (mode
+    // 000), and a file in a world-writable directory root made outside /tmp.
     let o = as_root(
         &repo,
         "mkdir -m 1777 /opt/shared && echo root > /opt/shared/roots && echo ok",
@@ -149,7 +149,7 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
          && mkfifo /var/tmp/fifo && printf x > \"$(printf '/var/tmp/new\nline')\" \
          && mkdir -p /tmp/locked/in && echo x > /tmp/locked/in/f && chmod 000 /tmp/locked/in /tmp/locked \
          && perl -e 'mkdir q(/var/tmp/deep) or die; chdir q(/var/tmp/deep) or die; \
-                     for (1..2100) { mkdir q(d) or die $!; chdir q(d) or die $! } \
+                     for (1..1950) { mkdir q(d) or die $!; chdir q(d) or die $! } \
                      open(F, q(>f)) or die $!' \
          && echo ok",
     );
@@ -311,6 +311,143 @@ fn a_snapshot_keeps_root_s_packages_and_the_home_and_nothing_the_agent_planted()
     let _ = run(&repo, &["rm"]);
     let _ = Command::new("docker")
         .args(["image", "rm", "--force", &image])
+        .output();
+}
+
+/// A name beginning with `.wh.` is a removal in docker's image layers:
+/// the agent, which cannot remove root's file from a world-writable
+/// directory (sticky), could have it gone from the next snapshot by
+/// making `.wh.` and its name beside it (or `.wh..wh..opq`: all the
+/// directory held), wherever root's file is in a layer below: the
+/// per-repo image, an earlier snapshot. The snapshot is refused, the
+/// sandbox runs on, and once the name is gone the snapshot keeps root's
+/// files.
+#[test]
+fn a_whiteout_name_is_refused_and_root_s_files_stay() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("snapwh");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&repo, &["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = as_root(
+        &repo,
+        "mkdir -m 1777 /opt/shared && echo root > /opt/shared/roots \
+         && echo root > /var/tmp/rootfile && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    // Root's files in a layer below: a snapshot, and a sandbox made from it.
+    let o = run(&repo, &["snapshot", "--tag", "roots"]);
+    assert!(o.status.success(), "{}", text(&o));
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = run(&repo, &["start", "--from-snapshot", "roots"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = repo.exec(
+        "rm -f /opt/shared/roots 2>/dev/null; touch /opt/shared/.wh.roots /var/tmp/.wh..wh..opq \
+         && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "wh"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains(".wh."), "{}", text(&o));
+    let o = run(&repo, &["--json", "snapshots"]);
+    assert!(!out(&o).contains("\"tag\":\"wh\""), "{}", text(&o));
+    // Not left paused.
+    assert_eq!(out(&repo.exec("echo alive")), "alive");
+    // Nor when docker cannot list what changed (a path past PATH_MAX), which
+    // would hide a .wh. name from the check.
+    let o = repo.exec(
+        "perl -e 'mkdir q(/tmp/deep) or die; chdir q(/tmp/deep) or die; \
+         for (1..2100) { mkdir q(d) or die $!; chdir q(d) or die $! }' && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "wh"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o));
+    assert!(text(&o).contains("cannot list"), "{}", text(&o));
+    assert_eq!(out(&repo.exec("echo alive")), "alive");
+    let o = repo.exec("rm -r /tmp/deep /opt/shared/.wh.roots /var/tmp/.wh..wh..opq && echo ok");
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "wh"]);
+    assert!(o.status.success(), "{}", text(&o));
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = run(&repo, &["start", "--from-snapshot", "wh"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = repo.exec("cat /opt/shared/roots /var/tmp/rootfile");
+    assert_eq!(out(&o), "root\nroot", "{}", text(&o));
+
+    let o = run(&repo, &["--json", "snapshots"]);
+    let images: Vec<String> = out(&o)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["data"]["image"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(images.len(), 2, "{}", text(&o));
+    let _ = run(&repo, &["rm", "--volumes"]);
+    for image in images.iter().rev() {
+        let _ = Command::new("docker")
+            .args(["image", "rm", "--force", "--no-prune", image])
+            .output();
+    }
+}
+
+/// The agent fills a layer with more names than PID 1 may hold (long
+/// ones, cheap to make): a sandbox made from the snapshot still starts,
+/// reading every directory instead of holding the layer's names, and
+/// what the agent planted is gone. Held whole, the names ran the guest
+/// out of the sandbox's memory and the snapshot never started.
+#[test]
+fn a_layer_filled_with_names_still_starts() {
+    if !base_image() {
+        return;
+    }
+    let repo = Repo::new("snapfill");
+    repo.git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-qm", "base"]);
+    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(
+        repo.path.join(".agent-sandbox/config.toml"),
+        "[sandbox]\nmemory = \"64m\"\n",
+    )
+    .unwrap();
+    let o = run(&repo, &["start"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // 250,000 names of 200 bytes: ~90 MB held whole, 8 MiB allowed.
+    let o = repo.exec(
+        "python3 -c 'import os; [open(\"/var/tmp/fill/%d/%0200d\" % (d, f), \"w\").close() \
+         for d in range(250) if os.makedirs(\"/var/tmp/fill/%d\" % d) is None \
+         for f in range(1000)]' && echo evil > /var/tmp/planted && echo ok",
+    );
+    assert_eq!(out(&o), "ok", "{}", text(&o));
+    let o = run(&repo, &["snapshot", "--tag", "full"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let image = {
+        let o = run(&repo, &["--json", "snapshots"]);
+        let v: serde_json::Value = serde_json::from_str(out(&o).lines().last().unwrap()).unwrap();
+        v["data"]["image"].as_str().unwrap().to_owned()
+    };
+    sh(Command::new("docker").args(["rm", "--force", &repo_container(&repo)]));
+    let o = run(&repo, &["start", "--from-snapshot", "full"]);
+    let logs = cleanup_line(&repo);
+    assert!(o.status.success(), "{}\n{logs}", text(&o));
+    assert!(
+        logs.contains("every one: the snapshot's layers name more than 8 MiB hold"),
+        "{logs}"
+    );
+    let o = repo.exec("ls /var/tmp/fill /var/tmp/planted 2>&1 | wc -l; mount | grep -c sbx-layers");
+    assert_eq!(out(&o), "2\n0", "{}", text(&o));
+
+    let _ = run(&repo, &["rm", "--volumes"]);
+    let _ = Command::new("docker")
+        .args(["image", "rm", "--force", "--no-prune", &image])
         .output();
 }
 

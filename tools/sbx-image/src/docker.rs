@@ -312,6 +312,48 @@ pub fn commit(container: &str, image: &str, changes: &[String]) -> Result<(), Ru
     api_post(&sock, &path, None, &argv)
 }
 
+/// `docker pause` / `docker unpause` (`what`), through the API when the
+/// socket is ours to use, else the CLI.
+pub fn pause(container: &str, what: &str) -> Result<(), RunError> {
+    let argv = [what, container];
+    match fast_socket() {
+        Some(sock) => api_post(
+            &sock,
+            &format!("/containers/{}/{what}", path_escape(container)),
+            None,
+            &argv,
+        ),
+        None => output(&argv).map(drop),
+    }
+}
+
+/// `docker diff CONTAINER`: the paths its layer added, changed or removed,
+/// exact from the API (a name may hold a newline), else the CLI's lines
+/// without their kind (a name with a newline is then two).
+pub fn changes(container: &str) -> Result<Vec<String>, RunError> {
+    let argv = ["diff", container];
+    if let Some(sock) = fast_socket() {
+        let path = format!("/containers/{}/changes", path_escape(container));
+        match api_get(&sock, &path) {
+            Ok((200, body)) => {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                return Ok(v
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c["Path"].as_str().map(str::to_owned))
+                    .collect());
+            }
+            Ok(_) => {} // anything unexpected: ask the CLI
+            Err(e) => return Err(RunError::EngineDown(format!("{}: {e}", sock.display()))),
+        }
+    }
+    Ok(output(&argv)?
+        .lines()
+        .map(|l| l.split_once(' ').map_or(l, |(_, p)| p).to_owned())
+        .collect())
+}
+
 /// POST to the engine; a failure reads like the CLI's, naming `argv`.
 fn api_post(sock: &Path, path: &str, body: Option<&[u8]>, argv: &[&str]) -> Result<(), RunError> {
     let (code, resp) = api_request(sock, "POST", path, body)

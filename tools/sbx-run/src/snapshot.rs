@@ -280,7 +280,56 @@ fn make_image(ws: &Workspace, c: &Value, container: &str, image: &str) -> Result
         json(&[spec::GUEST, "init", spec::FROM_SNAPSHOT, "--"])
     ));
     changes.push(format!("CMD {}", json(&["sleep", "infinity"])));
-    docker::commit(container, image, &changes)
+    // Paused from the check to the commit: what is committed is what was
+    // checked (the commit leaves a paused container paused).
+    docker::pause(container, "pause")?;
+    // Unlisted (docker's walk stops at a path longer than PATH_MAX, which
+    // the agent can make): not checked, so not taken.
+    let listed = docker::changes(container).map_err(|e| {
+        RunError::BadWorkspace(format!(
+            "{container}: cannot list what the sandbox changed, so no snapshot was taken (a \
+             path longer than PATH_MAX? remove it): {}",
+            sbx_core::sanitize::field(&e.to_string().chars().take(300).collect::<String>())
+        ))
+    });
+    let made = listed.and_then(|c| match forged_whiteout(&c) {
+        None => docker::commit(container, image, &changes),
+        Some(p) => {
+            audit::append(
+                &Record::new(
+                    "sbx-run",
+                    "snapshot",
+                    container,
+                    Outcome::Blocked,
+                    "whiteout-name",
+                )
+                .reason(&p),
+            );
+            Err(RunError::BadWorkspace(format!(
+                "{container}: {p}: docker's image layers read a name beginning with .wh. as the \
+                 removal of its namesake, so a snapshot would lose files the sandbox cannot \
+                 remove (another's in /tmp, /var/tmp, a world-writable directory): none was \
+                 taken; remove it (`sbx-run exec --root rm`), then snapshot again"
+            )))
+        }
+    });
+    let unpaused = docker::pause(container, "unpause");
+    made.and(unpaused)
+}
+
+/// The first of the paths `docker diff` lists whose name begins with
+/// `.wh.` (escaped): docker's layer format has no way to hold one. In a
+/// layer, `.wh.NAME` removes NAME from the layers below and `.wh..wh..opq`
+/// hides everything its directory held, so an agent that may create names
+/// in a world-writable directory, and no more, could have root's files
+/// there gone from the snapshot. Overlayfs itself never makes such a name
+/// (its removals are device nodes, which docker converts). A path cut at
+/// a newline (the CLI's lines) can only be over-reported.
+pub fn forged_whiteout(paths: &[String]) -> Option<String> {
+    paths
+        .iter()
+        .find(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with(".wh.")))
+        .map(|p| sbx_core::sanitize::field(p).into_owned())
 }
 
 /// Remove a snapshot's image, and its raw commit when nothing else is
@@ -1015,6 +1064,37 @@ fn label_as(ws: &Workspace, loaded: &str, image: &str, id: &str) -> Result<(), R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `docker diff`'s paths: a name docker's layers read as a removal is
+    /// found wherever it is, and nothing else is.
+    #[test]
+    fn a_whiteout_name_is_found_in_docker_diff() {
+        let v = |s: &[&str]| s.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let clean = v(&[
+            "/var",
+            "/var/tmp",
+            "/var/tmp/x.wh.y",
+            "/var/tmp/.whx",
+            "/var/tmp/gone",
+        ]);
+        assert_eq!(forged_whiteout(&clean), None);
+        for (diff, want) in [
+            (
+                v(&["/opt/shared", "/opt/shared/.wh.roots"]),
+                "/opt/shared/.wh.roots",
+            ),
+            (
+                v(&["/var/tmp", "/var/tmp/.wh..wh..opq"]),
+                "/var/tmp/.wh..wh..opq",
+            ),
+            (v(&["/tmp/.wh.d", "/tmp/.wh.d/f"]), "/tmp/.wh.d"),
+            // The CLI's line of a name with a newline in it.
+            (v(&["/tmp/a", "b/.wh.c"]), "b/.wh.c"),
+            (v(&["/tmp/.wh.\u{1b}[2J"]), "/tmp/.wh.\\e[2J"),
+        ] {
+            assert_eq!(forged_whiteout(&diff).as_deref(), Some(want), "{diff:?}");
+        }
+    }
 
     /// The snapshot's own layers are those above the per-repo image's,
     /// and only when the engine's paths are plain overlay2 directories.

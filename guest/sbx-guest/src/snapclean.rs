@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use sbx_sys::sweep::{Act, Policy, Stat, Swept};
 
 /// Where sbx-run binds the snapshot's layers, one directory each.
-pub const LAYERS: &str = "/run/sbx-layers";
+pub use sbx_core::guestapi::SNAPSHOT_LAYERS as LAYERS;
 
 /// Where every file goes: the guest's runtime state, /tmp, scratch space.
 pub const WIPED: [&str; 10] = [

@@ -355,6 +355,11 @@ pub enum Request {
     Release,
 }
 
+/// Where sbx-run binds a snapshot's own layers, one directory each
+/// (`sbx-guest init --snapshot-layers N`), for the guest's start-time
+/// cleanup, which detaches them before anything else runs.
+pub const SNAPSHOT_LAYERS: &str = "/run/sbx-layers";
+
 /// Set (to 1) on a sandbox by `sbx-run start`: its guest starts nothing of
 /// the agent's until the host's `Release`.
 pub const HOLD_ENV: &str = "SBX_GUEST_HOLD";

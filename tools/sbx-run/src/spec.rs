@@ -59,8 +59,7 @@ pub const GUEST: &str = "/usr/local/bin/sbx-guest";
 /// the snapshot holds of the agent's before anything starts (snapshot.rs).
 pub const FROM_SNAPSHOT: &str = "--from-snapshot";
 
-/// Where the guest finds the snapshot's layers (sbx-guest's snapclean.rs).
-pub const SNAPSHOT_LAYERS: &str = "/run/sbx-layers";
+pub use sbx_core::guestapi::SNAPSHOT_LAYERS;
 
 /// Make `run` (a `docker run` argv from [`build`]) start the guest with
 /// [`FROM_SNAPSHOT`]: an argument after the image, which the image's

@@ -258,6 +258,25 @@ fn rules_refuse_what_they_do_not_list() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let log = d.join("log.jsonl");
+    // "listening" is the stand-in's; the way to it (the holder's new
+    // network, the sandbox's resolver, the proxy) is ready once the own
+    // repository answers through it (CI once saw the first push's TLS cut
+    // right after the start).
+    let t = Instant::now();
+    loop {
+        let o = repo.exec(&format!(
+            "git ls-remote https://{GIT}/me/app.git >/dev/null 2>&1; echo status=$?"
+        ));
+        if text(&o).contains("status=0") {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the stand-in never answered through the proxy: {}",
+            text(&o)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 
     // 1. git: the workspace's own repository pushes; a second one on the
     //    same host does not, and gets nothing.

@@ -8,7 +8,7 @@ BASHDIR := $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 ZSHDIR  := $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 FISHDIR := $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 
-.PHONY: build debug test install install-shell install-later uninstall bench gen clean
+.PHONY: build debug test install install-shell install-later prefetch uninstall bench gen clean
 
 # The git guard runs before every git command: it is linked statically
 # (glibc's static libc), which takes the dynamic loader's ~0.3 ms off each
@@ -41,11 +41,23 @@ TOOLS   ?= $(BINS)
 LATER_TOOLS := sbx-backup sbx-worktree
 SHELL_TOOLS := $(filter-out sbx-server $(LATER_TOOLS),$(BINS))
 DYNAMIC = $(filter-out $(STATICS),$(TOOLS))
+# scripts/shell's first build (QUICK=1) compiles sbx-run, and the crates only
+# it uses (its web terminal, YAML import, image builder), at opt-level 0:
+# they were a fifth of that build's CPU and sit at its end, and what sbx-run
+# does waits on the engine and the guest. scripts/shell then installs the
+# optimised sbx-run in the background; `sbx-run --version` names a quick
+# build. No tool in the image links any of them (scripts/one-build checks).
+QUICK_PKGS := sbx-run sbx-image sbx-terminal axum axum-core saphyr saphyr-parser tungstenite tokio-tungstenite matchit mime
+QUICK   ?= 0
+QUICK_CONFIG = $(if $(filter 1,$(QUICK)),$(foreach p,$(QUICK_PKGS),--config profile.release.package.$(p).opt-level=0))
 # The sandbox's git ships with the tools the sandbox runs.
 WITH_CLIENT = $(filter sbx-guest,$(TOOLS))
 
+# The static tools' own crates compile in the same cargo run as the rest
+# (named as binaries there), beside the last crates instead of alone after
+# them; `cargo rustc` then only relinks their binaries statically.
 build:
-	$(if $(DYNAMIC),cargo build --release --locked $(addprefix --bin ,$(DYNAMIC)))
+	$(if $(DYNAMIC),cargo build --release --locked $(QUICK_CONFIG) $(addprefix --bin ,$(TOOLS)))
 	for b in $(filter $(STATICS),$(TOOLS)); do \
 	  cargo rustc --release --locked -p $$b --bin $$b -- -C target-feature=+crt-static || exit; \
 	done
@@ -56,6 +68,10 @@ install-shell:
 
 install-later:
 	$(MAKE) install TOOLS="$(LATER_TOOLS)"
+
+# scripts/shell's sbx-prefetch, built before the tools (same QUICK).
+prefetch:
+	cargo build --release --locked $(QUICK_CONFIG) -p sbx-image --bin sbx-prefetch
 
 # Debug builds of every binary, the client included (what the tests use).
 debug:

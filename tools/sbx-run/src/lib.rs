@@ -40,11 +40,13 @@ use sbx_core::error::BoxError;
 use sbx_core::{Exit, output};
 
 const TOOL: &str = "sbx-run";
+/// The version, and whether this is scripts/shell's quick build (build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), env!("SBX_RUN_BUILD_NOTE"));
 
 #[derive(Debug, Parser)]
 #[command(
     name = "sbx-run",
-    version,
+    version = VERSION,
     about = "Build and run guarded sandbox containers for coding agents",
     long_about = "Build and run guarded sandbox containers for coding agents.\n\n\
         In a git repository, `sbx-run` (or `sbx-run shell`) builds what is missing and opens a shell in a \

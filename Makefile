@@ -41,13 +41,17 @@ TOOLS   ?= $(BINS)
 LATER_TOOLS := sbx-backup sbx-worktree
 SHELL_TOOLS := $(filter-out sbx-server $(LATER_TOOLS),$(BINS))
 DYNAMIC = $(filter-out $(STATICS),$(TOOLS))
-# scripts/shell's first build (QUICK=1) compiles sbx-run, and the crates only
-# it uses (its web terminal, YAML import, image builder), at opt-level 0:
-# they were a fifth of that build's CPU and sit at its end, and what sbx-run
-# does waits on the engine and the guest. scripts/shell then installs the
-# optimised sbx-run in the background; `sbx-run --version` names a quick
-# build. No tool in the image links any of them (scripts/one-build checks).
-QUICK_PKGS := sbx-run sbx-image sbx-terminal axum axum-core saphyr saphyr-parser tungstenite tokio-tungstenite matchit mime
+# scripts/shell's first build (QUICK=1) compiles sbx-run, the crates only it
+# uses (its web terminal, YAML import, image builder) and the HTTP client
+# stack (reqwest and what only it brings: sbx-fw's one use is fetching
+# GitHub's address list) at opt-level 0: together about a quarter of that
+# build's CPU, and what they do waits on the network, the engine or the
+# guest. scripts/shell then installs optimised builds of sbx-run and sbx-fw,
+# and a base image with them, in the background; `sbx-run --version` names
+# a quick build. scripts/one-build checks no tool in the image reaches a
+# quick crate other than through reqwest.
+QUICK_PKGS := sbx-run sbx-image sbx-terminal axum axum-core saphyr saphyr-parser tungstenite tokio-tungstenite matchit mime \
+	reqwest hyper hyper-util h2 http http-body http-body-util httparse httpdate tokio-util tower tower-http hyper-rustls
 QUICK   ?= 0
 QUICK_CONFIG = $(if $(filter 1,$(QUICK)),$(foreach p,$(QUICK_PKGS),--config profile.release.package.$(p).opt-level=0))
 # The sandbox's git ships with the tools the sandbox runs.

@@ -71,3 +71,57 @@ fn make_installs_every_documented_tool() {
         );
     }
 }
+
+/// scripts/shell's quick build (`QUICK=1`) compiles exactly the Makefile's
+/// QUICK_PKGS at opt-level 0, in every cargo run of `make build` and
+/// `make prefetch`; without QUICK nothing is unoptimised. The installed
+/// sbx-run names a quick build in words scripts/shell looks for, or the
+/// optimised tools would never follow.
+#[test]
+fn a_quick_build_is_named_and_only_asked_for() {
+    let root = xtask::root();
+    let make = |args: &[&str]| {
+        let o = std::process::Command::new("make")
+            .arg("-n")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "make -n {args:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let shell = "sbx-envfilter sbx-fw sbx-git-guard sbx-guest sbx-run sbx-tool-guard";
+    let tools = format!("TOOLS={shell}");
+    let on = make(&["build", "QUICK=1", &tools]);
+    let off = make(&["build", &tools]);
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+    let pkgs: Vec<&str> = makefile
+        .split_once("QUICK_PKGS := ")
+        .map(|(_, rest)| rest)
+        .and_then(|rest| rest.split("\nQUICK ").next())
+        .expect("a QUICK_PKGS := list in the Makefile")
+        .split_whitespace()
+        .filter(|w| *w != "\\")
+        .collect();
+    assert!(pkgs.contains(&"sbx-run"), "{pkgs:?}");
+    let cargo_build = on
+        .lines()
+        .find(|l| l.starts_with("cargo build"))
+        .expect("make build runs cargo build");
+    for p in &pkgs {
+        let flag = format!("--config profile.release.package.{p}.opt-level=0");
+        assert!(cargo_build.contains(&flag), "{flag} missing: {cargo_build}");
+    }
+    assert_eq!(cargo_build.matches("opt-level=0").count(), pkgs.len());
+    assert!(!off.contains("opt-level=0"), "{off}");
+    assert!(make(&["prefetch", "QUICK=1"]).contains("package.sbx-image.opt-level=0"));
+    assert!(!make(&["prefetch"]).contains("opt-level=0"));
+    let build_rs = std::fs::read_to_string(root.join("tools/sbx-run/build.rs")).unwrap();
+    let script = std::fs::read_to_string(root.join("scripts/shell")).unwrap();
+    assert!(
+        build_rs.contains("(quick build:") && script.contains("grep -q 'quick build'"),
+        "sbx-run --version's note and scripts/shell's check differ"
+    );
+    assert!(script.contains("install-shell PREFIX=\"$prefix\" QUICK=\"$quick\""));
+}

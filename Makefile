@@ -41,17 +41,19 @@ TOOLS   ?= $(BINS)
 LATER_TOOLS := sbx-backup sbx-worktree
 SHELL_TOOLS := $(filter-out sbx-server $(LATER_TOOLS),$(BINS))
 DYNAMIC = $(filter-out $(STATICS),$(TOOLS))
-# scripts/shell's first build (QUICK=1) compiles sbx-run, the crates only it
-# uses (its web terminal, YAML import, image builder) and the HTTP client
-# stack (reqwest and what only it brings: sbx-fw's one use is fetching
-# GitHub's address list) at opt-level 0: together about a quarter of that
-# build's CPU, and what they do waits on the network, the engine or the
-# guest. scripts/shell then installs optimised builds of sbx-run and sbx-fw,
-# and a base image with them, in the background; `sbx-run --version` names
-# a quick build. scripts/one-build checks no tool in the image reaches a
-# quick crate other than through reqwest.
+# scripts/shell's first build (QUICK=1) compiles at opt-level 0 sbx-run, the
+# crates only it uses (its web terminal, YAML import, image builder), and
+# two stacks that in the image only sbx-fw's cold paths use: the HTTP client
+# (reqwest and what only it brings: the GitHub address-list fetch) and
+# rcgen's (a certificate per intercepted host, made once). Together about a
+# quarter of that build's CPU; what they do waits on the network, the
+# engine or the guest. scripts/shell then installs optimised sbx-run and
+# sbx-fw, and a base image with them, in the background; `sbx-run
+# --version` names a quick build. scripts/one-build checks no tool in the
+# image reaches a quick crate other than through reqwest or rcgen.
 QUICK_PKGS := sbx-run sbx-image sbx-terminal axum axum-core saphyr saphyr-parser tungstenite tokio-tungstenite matchit mime \
-	reqwest hyper hyper-util h2 http http-body http-body-util httparse httpdate tokio-util tower tower-http hyper-rustls
+	reqwest hyper hyper-util h2 http http-body http-body-util httparse httpdate tokio-util tower tower-http hyper-rustls \
+	rcgen yasna time time-core deranged pem powerfmt num-conv
 QUICK   ?= 0
 QUICK_CONFIG = $(if $(filter 1,$(QUICK)),$(foreach p,$(QUICK_PKGS),--config profile.release.package.$(p).opt-level=0))
 # The sandbox's git ships with the tools the sandbox runs.

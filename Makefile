@@ -45,9 +45,9 @@ DYNAMIC = $(filter-out $(STATICS),$(TOOLS))
 # crates only it uses (its web terminal, YAML import, image builder), and
 # two stacks that in the image only sbx-fw's cold paths use: the HTTP client
 # (reqwest and what only it brings: the GitHub address-list fetch) and
-# rcgen's (a certificate per intercepted host, made once). Together about a
-# quarter of that build's CPU; what they do waits on the network, the
-# engine or the guest. scripts/shell then installs optimised sbx-run and
+# rcgen's (a certificate per intercepted host, made once). Optimised they
+# were a quarter of that build's compile time, most of it at its end; what
+# they do waits on the network, the engine or the guest. scripts/shell then installs optimised sbx-run and
 # sbx-fw, and a base image with them, in the background; `sbx-run
 # --version` names a quick build. scripts/one-build checks no tool in the
 # image reaches a quick crate other than through reqwest or rcgen.

@@ -403,7 +403,10 @@ impl Git for RealGit {
         c.envs(env.iter().copied());
         c.arg("-C").arg(cwd).args(args);
         let name = self.program.display().to_string();
-        let o = c.output().map_err(|e| WorktreeError::NoGit(name, e))?;
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let o = spawn(&mut c)
+            .and_then(|c| c.wait_with_output())
+            .map_err(|e| WorktreeError::NoGit(name, e))?;
         Ok(out(&o))
     }
 
@@ -423,7 +426,7 @@ impl Git for RealGit {
             .map(|(cwd, safe, args)| {
                 let mut c = self.build(safe);
                 c.arg("-C").arg(cwd).args(args);
-                c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()
+                spawn(c.stdout(Stdio::piped()).stderr(Stdio::piped()))
             })
             .collect();
         started
@@ -434,6 +437,28 @@ impl Git for RealGit {
                     .map_err(|e| WorktreeError::NoGit(name.clone(), e))
             })
             .collect()
+    }
+}
+
+/// Starts `c`, again while its program is busy (ETXTBSY). The staged git
+/// was written a moment ago by a multi-threaded process (sbx-guest), and a
+/// child another of its threads forked during the copy holds the written
+/// file open until that child execs: a moment, but an exec meanwhile fails.
+fn spawn(c: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut wait = std::time::Duration::from_millis(1);
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        match c.spawn() {
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                    && waited < std::time::Duration::from_secs(2) =>
+            {
+                std::thread::sleep(wait);
+                waited += wait;
+                wait = (wait * 2).min(std::time::Duration::from_millis(100));
+            }
+            r => return r,
+        }
     }
 }
 
@@ -497,6 +522,32 @@ pub mod fake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A program still open for writing somewhere cannot be executed
+    /// (ETXTBSY); `spawn` waits until it is closed.
+    #[test]
+    fn a_program_busy_for_a_moment_still_starts() {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let prog = t.path().join("prog");
+        let mut w = std::fs::File::create(&prog).unwrap();
+        w.write_all(b"#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let busy = Command::new(&prog).spawn().map(|mut c| c.wait());
+        assert_eq!(
+            busy.err().and_then(|e| e.raw_os_error()),
+            Some(nix::errno::Errno::ETXTBSY as i32),
+            "the program was not busy while open for writing"
+        );
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            drop(w);
+        });
+        let st = spawn(&mut Command::new(&prog)).unwrap().wait().unwrap();
+        closer.join().unwrap();
+        assert!(st.success());
+    }
 
     #[test]
     fn patterns() {

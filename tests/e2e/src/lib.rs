@@ -107,6 +107,17 @@ pub fn base_tag() -> String {
         .unwrap_or_else(|| "latest".into())
 }
 
+/// The lock every rebuild of the shared base tag takes: a test that needs
+/// the tag as it built it (delta_pager's) holds it until its sandbox has
+/// started, so no other suite's [`base_image`] rebuilds the tag meanwhile.
+pub fn base_image_lock() -> nix::fcntl::Flock<File> {
+    let lock_file =
+        File::create(std::env::temp_dir().join("sbx-base-image.lock")).expect("lock file");
+    nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("lock")
+}
+
 /// The base image (`build-base --bootstrap --no-ai-clis`, tag
 /// `$SBX_BASE_TAG` or latest, which sbx-run also reads) with
 /// the freshly built sbx binaries, once per test process and one process
@@ -117,11 +128,7 @@ pub fn base_image() -> bool {
         if !prerequisite(docker_ready(), "a running Docker engine") {
             return false;
         }
-        let lock_file =
-            File::create(std::env::temp_dir().join("sbx-base-image.lock")).expect("lock file");
-        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .expect("lock");
+        let _lock = base_image_lock();
         let sbx = bin("sbx-run");
         let out = Command::new(&sbx)
             .env("SBX_BIN_DIR", sbx.parent().expect("bin dir"))
@@ -143,11 +150,7 @@ pub fn base_image_with_clis() -> bool {
     if !prerequisite(docker_ready(), "a running Docker engine") {
         return false;
     }
-    let lock_file =
-        std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .expect("lock");
+    let _lock = base_image_lock();
     let sbx = bin("sbx-run");
     let mut c = Command::new(&sbx);
     c.env("SBX_BIN_DIR", sbx.parent().unwrap())
@@ -520,10 +523,7 @@ pub fn ai_base() -> Option<String> {
             return None;
         }
         let tag = format!("{}-ai", base_tag());
-        let lock = std::fs::File::create(std::env::temp_dir().join("sbx-base-image.lock")).unwrap();
-        let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .unwrap();
+        let _lock = base_image_lock();
         let mut c = sbx();
         c.env("SBX_BIN_DIR", static_checker_bin_dir());
         c.args(["-q", "build-base", "--bootstrap", "--tag", &tag]);

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use sbx_e2e::{attack_repo, docker_ready, prerequisite, sbx, sh, text};
+use sbx_e2e::{attack_repo, base_image_lock, docker_ready, prerequisite, sbx, sh, text};
 
 /// delta's file header rule: three box-drawing dashes.
 const DELTA_RULE: &str = "\u{2500}\u{2500}\u{2500}";
@@ -16,7 +16,10 @@ fn delta_pages_git_in_the_sandbox_and_the_agent_cannot_pick_a_pager() {
         return;
     }
     // The tests' base image plus delta (built once with cargo, then cached
-    // in ~/.cache/sbx); the tag is SBX_BASE_TAG's, so `start` uses it.
+    // in ~/.cache/sbx); the tag is SBX_BASE_TAG's, so `start` uses it. The
+    // lock keeps another suite from rebuilding that tag without delta
+    // before this sandbox's image is made from it.
+    let lock = base_image_lock();
     let o = sbx()
         .args(["-q", "build-base", "--bootstrap", "--no-ai-clis"])
         .args(["--git-delta-version", "0.18.2"])
@@ -26,6 +29,7 @@ fn delta_pages_git_in_the_sandbox_and_the_agent_cannot_pick_a_pager() {
     let repo = attack_repo("delta", &["-q", "-m", "one"], &[], &[]);
     repo.give_to_agent();
     repo.start();
+    drop(lock);
 
     // Root's choice, in root's file.
     let o = repo.agent("git var GIT_PAGER; stat -c '%U %a' /etc/gitconfig");

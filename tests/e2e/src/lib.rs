@@ -219,6 +219,19 @@ impl Repo {
         Self { dir, path }
     }
 
+    /// A repository `name` with one commit (ignoring its `.agent-sandbox/`),
+    /// after `sbx-run init`.
+    pub fn initialised(name: &str) -> Self {
+        let repo = Self::new(name);
+        repo.git(&["init", "-q", "-b", "main"]);
+        std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-qm", "base"]);
+        let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        repo
+    }
+
     /// The temporary directory holding the repository.
     pub fn root(&self) -> &Path {
         self.dir.path()

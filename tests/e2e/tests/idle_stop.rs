@@ -20,13 +20,7 @@ fn an_idle_sandbox_backs_up_and_stops_and_an_open_terminal_keeps_it_up() {
     if !base_image() {
         return;
     }
-    let repo = Repo::new("idle");
-    repo.git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    repo.git(&["add", "-A"]);
-    repo.git(&["commit", "-qm", "base"]);
-    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    let repo = Repo::initialised("idle");
     // The store on its history volume; an hour's interval, so only the final
     // sync can hold what is written last.
     std::fs::write(

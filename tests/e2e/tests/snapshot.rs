@@ -327,7 +327,7 @@ fn a_whiteout_name_is_refused_and_root_s_files_stay() {
     if !base_image() {
         return;
     }
-    let repo = initialised("snapwh");
+    let repo = Repo::initialised("snapwh");
     let o = run(&repo, &["start"]);
     assert!(o.status.success(), "{}", text(&o));
     let o = as_root(
@@ -419,7 +419,7 @@ fn a_layer_filled_with_names_still_starts() {
     if !base_image() {
         return;
     }
-    let repo = initialised("snapfill");
+    let repo = Repo::initialised("snapfill");
     std::fs::write(
         repo.path.join(".agent-sandbox/config.toml"),
         "[sandbox]\nmemory = \"64m\"\n",
@@ -469,19 +469,6 @@ fn cleanup_line(repo: &Repo) -> String {
         .filter(|l| l.contains("snapshot cleanup"))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// A repository `name` with one commit (ignoring its `.agent-sandbox/`),
-/// after `sbx-run init`.
-fn initialised(name: &str) -> Repo {
-    let repo = Repo::new(name);
-    repo.git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    repo.git(&["add", "-A"]);
-    repo.git(&["commit", "-qm", "base"]);
-    let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    repo
 }
 
 fn repo_container(repo: &Repo) -> String {

@@ -95,15 +95,20 @@ fn a_quick_build_is_named_and_only_asked_for() {
     let tools = format!("TOOLS={shell}");
     let on = make(&["build", "QUICK=1", &tools]);
     let off = make(&["build", &tools]);
-    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
-    let pkgs: Vec<&str> = makefile
-        .split_once("QUICK_PKGS := ")
-        .map(|(_, rest)| rest)
-        .and_then(|rest| rest.split("\nQUICK ").next())
-        .expect("a QUICK_PKGS := list in the Makefile")
-        .split_whitespace()
-        .filter(|w| *w != "\\")
-        .collect();
+    // make reads the list, as scripts/one-build has it do.
+    let quick = std::process::Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "--eval",
+            "print-quick: ; @echo $(QUICK_PKGS)",
+            "print-quick",
+        ])
+        .output()
+        .unwrap();
+    let quick = String::from_utf8(quick.stdout).unwrap();
+    let pkgs: Vec<&str> = quick.split_whitespace().collect();
     assert!(pkgs.contains(&"sbx-run"), "{pkgs:?}");
     let cargo_build = on
         .lines()

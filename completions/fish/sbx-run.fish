@@ -99,7 +99,7 @@ complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l color -d 
 always\t''
 never\t''"
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l config -d 'Config file instead of $SBX_CONFIG or .agent-sandbox/config.toml found upward from the working directory' -r -F
-complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l bootstrap -d 'Build FROM a Debian root made with debootstrap from the host\'s apt mirror (no registry needed)'
+complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l bootstrap -d 'Build FROM a Debian root made with mmdebstrap from the host\'s apt mirror (no registry needed)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l no-ai-clis -d 'Skip the npm AI CLIs (Claude Code, Codex, ast-grep)'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -l prefetch -d 'Build only the layers that do not hold the sbx tools (Debian packages, AI CLIs), so they are cached while the tools still compile; the next build-base with the same options reuses them. Needs no sbx binaries'
 complete -c sbx-run -n "__fish_sbx_run_using_subcommand build-base" -s q -l quiet -d 'Print nothing but errors; the exit status tells the result'

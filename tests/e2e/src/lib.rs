@@ -1,6 +1,6 @@
 //! Shared set-up for the end-to-end suites: where the built binaries are,
 //! whether root and a Docker engine are here (a failure under CI=true, a
-//! skip elsewhere), and a minimal Debian image made with debootstrap from
+//! skip elsewhere), and a minimal Debian image made with mmdebstrap from
 //! the host's own apt mirror, cached by a tag derived from its recipe.
 #![forbid(unsafe_code)]
 
@@ -87,7 +87,7 @@ pub fn sh(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The minimal Debian image (debootstrap from the host's apt mirror, made
+/// The minimal Debian image (mmdebstrap from the host's apt mirror, made
 /// by sbx-run's own code), built when missing. Serialised across test
 /// processes with a lock file so parallel suites build it once.
 pub fn test_image() -> String {

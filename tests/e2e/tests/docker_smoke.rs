@@ -1,4 +1,4 @@
-//! The real-Docker path: a container from the debootstrap image, with the
+//! The real-Docker path: a container from the bootstrap image, with the
 //! freshly built sbx-envfilter mounted in, must not pass secrets to its child.
 
 use std::process::Command;

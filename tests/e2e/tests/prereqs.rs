@@ -223,7 +223,7 @@ fn script_programs() -> BTreeMap<String, String> {
 #[test]
 fn every_external_program_is_installed_by_prereqs() {
     let table = table();
-    for must in ["docker", "nft", "debootstrap", "sh"] {
+    for must in ["docker", "nft", "mmdebstrap", "sh"] {
         assert!(
             table.contains_key(must),
             "the table parser lost {must}: {table:?}"
@@ -246,7 +246,7 @@ fn every_external_program_is_installed_by_prereqs() {
 #[test]
 fn the_scan_sees_the_programs_it_must() {
     let rust = rust_programs();
-    for p in ["docker", "git", "ip", "nft", "iptables", "debootstrap"] {
+    for p in ["docker", "git", "ip", "nft", "iptables", "mmdebstrap"] {
         assert!(rust.contains_key(p), "{p} not found by the scan: {rust:?}");
     }
     let scripts = script_programs();

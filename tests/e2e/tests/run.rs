@@ -625,9 +625,8 @@ fn prune_removes_sandboxes_whose_workspace_is_gone() {
     assert_nothing_left(&n, "prune racing another remover");
 }
 
-/// The full image has Claude Code and Codex, whether or not the host has
-/// npm (the image's own npm installs them when the host cannot resolve
-/// versions). Under CI=true an image without them fails the build itself.
+/// The full image has Claude Code and Codex, installed by the image's npm
+/// (npm's pinned release, which the host's npm fetched). Under CI=true an image without them fails the build itself.
 /// The host's CA bundle goes in with --ca-cert, for TLS-intercepting networks.
 #[test]
 fn full_base_image_has_working_ai_clis() {
@@ -668,8 +667,13 @@ fn full_base_image_has_working_ai_clis() {
         "sh",
         "agent-sandbox-base:e2e-full",
         "-c",
-        "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter && delta --version",
+        "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter && delta --version \
+         && echo npm=$(npm --version) $(npm config get globalconfig) \
+         && grep -c '^registry=' /etc/npmrc && ! dpkg -s npm >/dev/null 2>&1 && echo no-debian-npm",
     ]));
+    // npm's own pinned release, not Debian's package; its global config is
+    // where sbx-fw reads the registry, and holds it.
+    assert!(v.contains("npm=10.9.9 /etc/npmrc\n1\nno-debian-npm"), "{v}");
     assert!(
         v.contains("Claude Code") && v.contains("codex") && v.contains("ast-grep"),
         "{v}"

@@ -1,4 +1,4 @@
-//! The base image's builder (`build-base`: debootstrap, the Debian
+//! The base image's builder (`build-base`: mmdebstrap, the Debian
 //! packages, the AI CLIs, the sbx tools) and what it needs of sbx-run: the
 //! docker driver, the error type, the interrupt flag. A crate of its own so
 //! that scripts/shell can build `sbx-prefetch` in a fraction of sbx-run's

@@ -1,6 +1,6 @@
 //! sbx-prefetch: `sbx-run build-base --prefetch` in a binary that compiles
 //! in a fraction of sbx-run's time. scripts/shell starts it first, so the
-//! base image's slow layers (debootstrap, Debian packages, AI CLIs), which
+//! base image's slow layers (mmdebstrap, Debian packages, AI CLIs), which
 //! wait on the network, are fetched while the tools compile. Not installed.
 use std::process::ExitCode;
 

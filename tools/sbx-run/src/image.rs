@@ -1,4 +1,4 @@
-//! Images: the thin per-repo image here; the debootstrap FROM image and
+//! Images: the thin per-repo image here; the mmdebstrap FROM image and
 //! the shared base image are sbx-image's (re-exported), so scripts/shell
 //! can prefetch the base's layers before sbx-run is compiled. Every build
 //! tags only when it completes, so an interrupted build leaves no
@@ -16,7 +16,7 @@ pub use sbx_image::base::{
     BASHRC, BaseOpts, DOCKERFILE, GUEST_TOML, REQUIRED, TOOLS, bootstrap_tag, build_base,
     build_log, default_base_tag, ensure_bootstrap,
 };
-use sbx_image::base::{check_status, log_to, which_debootstrap, with_tail};
+use sbx_image::base::{check_status, log_to, which_mmdebstrap, with_tail};
 
 use crate::names::{BASE_IMAGE, LABEL_IMAGE};
 use crate::{RunError, docker};
@@ -104,7 +104,7 @@ pub fn build_repo(ws: &crate::workspace::Workspace, o: &BuildOpts) -> Result<(),
         output::progress(&format!("{base} is missing: building it"));
         let opts = BaseOpts {
             tag: o.base_tag.clone(),
-            bootstrap: !docker_hub_image_present() && which_debootstrap().is_some(),
+            bootstrap: !docker_hub_image_present() && which_mmdebstrap().is_some(),
             ..BaseOpts::default()
         };
         build_base(&CommonArgs::default(), &opts)?;

@@ -107,7 +107,7 @@ Exit status: 0 ok; exec passes the command's status through; 1 doctor found a pr
 Examples:
   sbx-run                          open a guarded shell on the repository here
   sbx-run init ~/src/app           create .agent-sandbox/ and build the image
-  sbx-run build-base --bootstrap   build the base image without a registry (debootstrap)
+  sbx-run build-base --bootstrap   build the base image without a registry (mmdebstrap)
   sbx-run exec -- npm test         run one command in the sandbox
   sbx-run exec -C ~/src/app -- make   the same in another workspace (-C PATH works for every command)
   sbx-run exec --root -- apt-get install -y jq   as the sandbox's root (audited)

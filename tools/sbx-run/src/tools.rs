@@ -79,11 +79,11 @@ pub fn doctor(common: &CommonArgs, path: Option<PathBuf>) -> Res {
         ));
     }
     checks.push((
-        "debootstrap (for build-base --bootstrap)".into(),
-        ["/usr/sbin/debootstrap", "/usr/bin/debootstrap"]
+        "mmdebstrap (for build-base --bootstrap)".into(),
+        ["/usr/bin/mmdebstrap", "/usr/sbin/mmdebstrap"]
             .iter()
             .any(|p| kernel(p)),
-        "bash scripts/prereqs (installs debootstrap)".into(),
+        "bash scripts/prereqs (installs mmdebstrap)".into(),
     ));
     let mut out = std::io::stdout().lock();
     let mut all = true;

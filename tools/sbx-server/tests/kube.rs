@@ -983,7 +983,7 @@ impl Drop for Container {
 }
 
 /// A container of an image already on the machine (none can be pulled):
-/// sbx's debootstrap one, which has a shell.
+/// sbx's bootstrap one (mmdebstrap), which has a shell.
 fn container() -> Option<Container> {
     let out = std::process::Command::new("docker")
         .args([

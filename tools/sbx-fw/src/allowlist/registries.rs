@@ -55,6 +55,8 @@ pub fn registry_hosts(root: &Path, env: Env<'_>) -> Vec<String> {
 fn npm(files: &Files<'_>, env: Env<'_>) -> Vec<String> {
     let mut urls = Vec::new();
     let rcs = [
+        // Builtin: the base image's npm release, and Debian's npm package.
+        PathBuf::from("/usr/local/lib/node_modules/npm/npmrc"),
         PathBuf::from("/usr/share/nodejs/npm/npmrc"),
         PathBuf::from("/usr/etc/npmrc"),
         PathBuf::from("/etc/npmrc"),
@@ -155,6 +157,11 @@ mod tests {
             "etc/npmrc",
             "registry=https://npm.corp.test/\n@acme:registry=https://acme.npm.test/\n",
         );
+        // The base image's npm keeps its builtin config beside itself.
+        w(
+            "usr/local/lib/node_modules/npm/npmrc",
+            "globalconfig=/etc/npmrc\nregistry=https://builtin.npm.test/\n",
+        );
         w(
             "etc/pip.conf",
             "[global]\nindex-url = https://pypi.corp.test/simple\nextra-index-url =\n  https://extra.pip.test/simple\n",
@@ -185,6 +192,7 @@ mod tests {
             hosts,
             [
                 "acme.npm.test",
+                "builtin.npm.test",
                 "cargo.corp.test",
                 "deb.corp.test",
                 "env.pip.test",

@@ -531,28 +531,32 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
     // The AI CLIs need npm: without it they wait for a later build-base.
     let mut no_ai_clis = o.no_ai_clis;
     write("npm/.keep", b"", 0o644)?;
-    match ensure_npm() {
-        Ok(tgz) => {
-            let to = c.join("npm/npm.tgz");
-            std::fs::copy(&tgz, &to).map_err(|e| RunError::Io(tgz.clone(), e))?;
+    // The copy in the context is what the image gets: checked again there.
+    let npm = ensure_npm().and_then(|tgz| {
+        let to = c.join("npm/npm.tgz");
+        std::fs::copy(&tgz, &to).map_err(|e| format!("{}: {e}", tgz.display()))?;
+        if sha512_matches(&to, NPM_SHA512) {
+            Ok(())
+        } else {
+            Err(format!("{} changed while it was copied", tgz.display()))
         }
-        Err(why) => {
-            let what = format!("{image}: no npm in the image: {why}");
-            if crate::ci() {
-                return Err(RunError::Build(format!("{what} (CI=true)")));
-            }
-            output::warn(&format!(
-                "{what}; building it without npm{}: `sbx-run build-base{}` adds {} once npm answers",
-                if no_ai_clis {
-                    ""
-                } else {
-                    ", Claude Code and Codex"
-                },
-                if o.bootstrap { " --bootstrap" } else { "" },
-                if no_ai_clis { "it" } else { "them" },
-            ));
-            no_ai_clis = true;
+    });
+    if let Err(why) = npm {
+        let what = format!("{image}: no npm in the image: {why}");
+        if crate::ci() {
+            return Err(RunError::Build(format!("{what} (CI=true)")));
         }
+        let clis = if no_ai_clis {
+            ""
+        } else {
+            ", Claude Code and Codex"
+        };
+        output::warn(&format!(
+            "{what}; building it without npm{clis}: `sbx-run build-base{}` adds {} once npm answers",
+            if o.bootstrap { " --bootstrap" } else { "" },
+            if no_ai_clis { "it" } else { "them" },
+        ));
+        no_ai_clis = true;
     }
     if no_ai_clis {
         build_args.push(("INSTALL_AI_CLIS", "0".into()));

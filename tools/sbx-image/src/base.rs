@@ -451,6 +451,22 @@ fn registry_line(text: &str) -> Option<String> {
 fn npm_cmd() -> Command {
     let mut c = Command::new("npm");
     c.current_dir("/").stdin(Stdio::null());
+    // Under `npm run` or `npx` in a repository, npm has exported its
+    // configuration as npm_config_*, that .npmrc's registry included: the
+    // host's npm reads its own files again instead.
+    if std::env::var_os("npm_config_local_prefix").is_some()
+        || std::env::var_os("npm_lifecycle_event").is_some()
+    {
+        for (k, _) in std::env::vars_os() {
+            let npm_set = k.to_str().is_some_and(|k| {
+                k.get(..11)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("npm_config_"))
+            });
+            if npm_set {
+                c.env_remove(k);
+            }
+        }
+    }
     c
 }
 

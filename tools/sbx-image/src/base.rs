@@ -159,28 +159,35 @@ fn ensure_delta(version: &str) -> Result<PathBuf, RunError> {
 
 /// ~/.cache/sbx (or $XDG_CACHE_HOME/sbx): what build-base fetches or builds once.
 fn cache_dir() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+    cache_dir_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+}
+
+/// A relative `XDG_CACHE_HOME` is ignored, as the XDG spec says: it would
+/// put the cache in the directory build-base runs in, a repository the
+/// agent writes.
+fn cache_dir_from(xdg: Option<std::ffi::OsString>, home: Option<std::ffi::OsString>) -> PathBuf {
+    xdg.map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(|| PathBuf::from("/var/tmp"))
         .join("sbx")
 }
 
-/// npm's release tarball for the image: fetched once by the host's npm
-/// (its registry, credentials and CA) into the cache, and used only when
-/// it matches [`NPM_SHA512`]. Err says why there is none.
-fn ensure_npm() -> Result<PathBuf, String> {
-    let cache = cache_dir();
+/// npm's release tarball for the image, written to `dest` in the build
+/// context: fetched once by the host's npm (its registry, credentials and
+/// CA) into `cache` ([`cache_dir`] for build-base), and used only when the
+/// copy in `dest` matches [`NPM_SHA512`]. Err says why there is none (and
+/// `dest` is absent).
+pub fn npm_release(cache: &Path, dest: &Path) -> Result<(), String> {
     let tgz = cache.join(format!("npm-{NPM_VERSION}.tgz"));
-    if sha512_matches(&tgz, NPM_SHA512) {
-        return Ok(tgz);
+    if copy_checked(&tgz, dest, NPM_SHA512) {
+        return Ok(());
     }
-    std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-    let tmp = tempfile::Builder::new()
-        .prefix(".npm-")
-        .tempdir_in(&cache)
-        .map_err(|e| format!("{}: {e}", cache.display()))?;
+    // An unwritable cache costs the cache, not npm: fetch into a temp dir.
+    let tmp = std::fs::create_dir_all(cache)
+        .and_then(|()| tempfile::Builder::new().prefix(".npm-").tempdir_in(cache))
+        .or_else(|_| tempfile::Builder::new().prefix("sbx-npm-").tempdir())
+        .map_err(|e| format!("a temporary directory: {e}"))?;
     output::progress(&format!(
         "fetching npm {NPM_VERSION} with the host's npm (once)…"
     ));
@@ -205,13 +212,30 @@ fn ensure_npm() -> Result<PathBuf, String> {
         Ok(_) => {}
     }
     let got = tmp.path().join(format!("npm-{NPM_VERSION}.tgz"));
-    if !sha512_matches(&got, NPM_SHA512) {
+    if !copy_checked(&got, dest, NPM_SHA512) {
         return Err(format!(
             "npm {NPM_VERSION} from the registry does not match the sha512 sbx pins: not used"
         ));
     }
-    std::fs::rename(&got, &tgz).map_err(|e| format!("{}: {e}", tgz.display()))?;
-    Ok(tgz)
+    if let Err(e) = std::fs::rename(&got, &tgz) {
+        output::warn(&format!(
+            "{}: {e}: npm {NPM_VERSION} is not cached, build-base fetches it again",
+            tgz.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Copies `from` to `to` and keeps the copy only when its SHA-512 is `hex`.
+/// The check reads the copy the image gets, not `from`: a cache file
+/// changed between a check and a copy cannot reach the image.
+fn copy_checked(from: &Path, to: &Path, hex: &str) -> bool {
+    let _ = std::fs::remove_file(to);
+    if from.is_file() && std::fs::copy(from, to).is_ok() && sha512_matches(to, hex) {
+        return true;
+    }
+    let _ = std::fs::remove_file(to);
+    false
 }
 
 /// Whether `path`'s SHA-512 (coreutils' sha512sum) is `hex`.
@@ -428,6 +452,22 @@ fn registry_line(text: &str) -> Option<String> {
 fn npm_cmd() -> Command {
     let mut c = Command::new("npm");
     c.current_dir("/").stdin(Stdio::null());
+    // Under `npm run` or `npx` in a repository, npm has exported its
+    // configuration as npm_config_*, that .npmrc's registry included: the
+    // host's npm reads its own files again instead.
+    if std::env::var_os("npm_config_local_prefix").is_some()
+        || std::env::var_os("npm_lifecycle_event").is_some()
+    {
+        for (k, _) in std::env::vars_os() {
+            let npm_set = k.to_str().is_some_and(|k| {
+                k.get(..11)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("npm_config_"))
+            });
+            if npm_set {
+                c.env_remove(k);
+            }
+        }
+    }
     c
 }
 
@@ -531,17 +571,7 @@ pub fn build_base(_common: &CommonArgs, o: &BaseOpts) -> Result<String, RunError
     // The AI CLIs need npm: without it they wait for a later build-base.
     let mut no_ai_clis = o.no_ai_clis;
     write("npm/.keep", b"", 0o644)?;
-    // The copy in the context is what the image gets: checked again there.
-    let npm = ensure_npm().and_then(|tgz| {
-        let to = c.join("npm/npm.tgz");
-        std::fs::copy(&tgz, &to).map_err(|e| format!("{}: {e}", tgz.display()))?;
-        if sha512_matches(&to, NPM_SHA512) {
-            Ok(())
-        } else {
-            Err(format!("{} changed while it was copied", tgz.display()))
-        }
-    });
-    if let Err(why) = npm {
+    if let Err(why) = npm_release(&cache_dir(), &c.join("npm/npm.tgz")) {
         let what = format!("{image}: no npm in the image: {why}");
         if crate::ci() {
             return Err(RunError::Build(format!("{what} (CI=true)")));
@@ -679,6 +709,61 @@ mod tests {
         assert!(!sha512_matches(&f, &abc.replace('f', "e")));
         assert!(!sha512_matches(&d.path().join("missing"), abc));
         assert_eq!(NPM_SHA512.len(), 128);
+    }
+
+    #[test]
+    fn a_cache_file_changed_after_the_check_never_reaches_the_context() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let d = tempfile::tempdir().unwrap();
+        let abc = "ddaf35a193617abacc417349ae20413112e6fa4e89a97ea20a9eeee64b55d39a2192992a274fc1a836ba3c23a3feebbd454d4423643ce80e2a9ac94fa54ca49f";
+        let cache = d.path().join("npm.tgz");
+        let next = d.path().join("npm.tgz.next");
+        std::fs::write(&cache, b"abc").unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            // Whoever can write the cache swaps a good and a bad tarball.
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    for body in [&b"abc"[..], b"abd"] {
+                        std::fs::write(&next, body).unwrap();
+                        std::fs::rename(&next, &cache).unwrap();
+                    }
+                }
+            });
+            // Stops the swapper when an assertion below fails too.
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(&stop);
+            let to = d.path().join("context-npm.tgz");
+            for _ in 0..200 {
+                if copy_checked(&cache, &to, abc) {
+                    assert_eq!(std::fs::read(&to).unwrap(), b"abc");
+                } else {
+                    assert!(!to.exists());
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_relative_xdg_cache_home_is_ignored() {
+        let home = Some("/home/u".into());
+        assert_eq!(
+            cache_dir_from(Some("/c".into()), home.clone()),
+            Path::new("/c/sbx")
+        );
+        for xdg in ["", ".cache", "repo/.cache"] {
+            assert_eq!(
+                cache_dir_from(Some(xdg.into()), home.clone()),
+                Path::new("/home/u/.cache/sbx"),
+                "{xdg:?}"
+            );
+        }
+        assert_eq!(cache_dir_from(None, None), Path::new("/var/tmp/sbx"));
     }
 
     #[test]

@@ -669,11 +669,14 @@ fn full_base_image_has_working_ai_clis() {
         "-c",
         "claude --version && codex --version && ast-grep --version && command -v sbx-envfilter && delta --version \
          && echo npm=$(npm --version) $(npm config get globalconfig) \
-         && grep -c '^registry=' /etc/npmrc && ! dpkg -s npm >/dev/null 2>&1 && echo no-debian-npm",
+         && grep -c '^registry=' /etc/npmrc && ! dpkg -s npm >/dev/null 2>&1 && echo no-debian-npm \
+         && python3 --version",
     ]));
     // npm's own pinned release, not Debian's package; its global config is
     // where sbx-fw reads the registry, and holds it.
     assert!(v.contains("npm=10.9.9 /etc/npmrc\n1\nno-debian-npm"), "{v}");
+    // Debian's npm brought python3; the image names it now.
+    assert!(v.contains("Python 3."), "{v}");
     assert!(
         v.contains("Claude Code") && v.contains("codex") && v.contains("ast-grep"),
         "{v}"

@@ -495,6 +495,9 @@ fn a_snapshot_past_the_engines_layer_limit_is_refused_and_named() {
     if !base_image() {
         return;
     }
+    // The layer count is the base's: no other suite may rebuild the tag
+    // (delta_pager's adds a layer) while this test counts on it.
+    let _lock = sbx_e2e::base_image_lock();
     let base = format!("agent-sandbox-base:{}", sbx_e2e::base_tag());
     let n: usize = sh(Command::new("docker").args([
         "image",

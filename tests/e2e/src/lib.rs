@@ -219,14 +219,19 @@ impl Repo {
         Self { dir, path }
     }
 
-    /// A repository `name` with one commit (ignoring its `.agent-sandbox/`),
-    /// after `sbx-run init`.
-    pub fn initialised(name: &str) -> Self {
+    /// A repository `name` with one commit, which ignores its `.agent-sandbox/`.
+    pub fn committed(name: &str) -> Self {
         let repo = Self::new(name);
         repo.git(&["init", "-q", "-b", "main"]);
         std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
         repo.git(&["add", "-A"]);
         repo.git(&["commit", "-qm", "base"]);
+        repo
+    }
+
+    /// [`Repo::committed`], after `sbx-run init`.
+    pub fn initialised(name: &str) -> Self {
+        let repo = Self::committed(name);
         let o = sbx().args(["-q", "init"]).arg(&repo.path).output().unwrap();
         assert!(o.status.success(), "{}", text(&o));
         repo
@@ -297,11 +302,7 @@ impl Repo {
 /// A repository `name` with one commit (ignoring its `.agent-sandbox/`),
 /// its sandbox started: root's checkout, as the README runs it.
 pub fn started_repo(name: &str) -> Repo {
-    let repo = Repo::new(name);
-    repo.git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.path.join(".gitignore"), "/.agent-sandbox/\n").unwrap();
-    repo.git(&["add", "-A"]);
-    repo.git(&["commit", "-qm", "base"]);
+    let repo = Repo::committed(name);
     repo.start();
     repo
 }
